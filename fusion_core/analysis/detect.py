@@ -1,0 +1,98 @@
+"""Fusion detection: maximal absorbable components, then greedy pruning to legal groups.
+
+Reads a ``FusionGraph``; returns the clusters (legal groups of at least two
+compute ops) and the rejections met on the way. A component failing a check
+loses the check's culprit nodes and splits into what stays connected; each
+piece is checked again, so the legal tail of a rejected group survives.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable
+
+from ..ir.graph import FusionGraph, OpKind
+from .legality import escaping, first_failure
+from .traffic import estimate_traffic, external_inputs
+from .types import Cluster, LineSpan, Rejection
+
+MIN_OPS = 2
+
+
+def candidates(g: FusionGraph) -> set[str]:
+    """Compute and in-place nodes, plus views that sit between two of them."""
+    compute = {n.name for n in g.nodes if n.kind.is_compute or n.kind is OpKind.INPLACE}
+    views = {n.name for n in g.nodes if n.kind is OpKind.VIEW
+             and any(r in compute for r in n.refs)
+             and any(u in compute for u in g.users[n.name])}
+    return compute | views
+
+
+def components(g: FusionGraph, nodes: Collection[str]) -> list[tuple[str, ...]]:
+    """Weakly connected components of the subgraph induced by `nodes`, in graph order."""
+    nodes = set(nodes)
+    parent = {n: n for n in nodes}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for n in nodes:
+        for r in g[n].refs:
+            if r in nodes:
+                parent[find(r)] = find(n)
+    groups: dict[str, list[str]] = {}
+    for n in sorted(nodes, key=g.position):
+        groups.setdefault(find(n), []).append(n)
+    return sorted((tuple(v) for v in groups.values()), key=lambda c: g.position(c[0]))
+
+
+def line_span(g: FusionGraph, names: Iterable[str]) -> LineSpan | None:
+    locs = [g[n].source for n in names if g[n].source is not None]
+    if not locs:
+        return None
+    file = Counter(loc.file for loc in locs).most_common(1)[0][0]
+    lines = [loc.line for loc in locs if loc.file == file]
+    return LineSpan(file, min(lines), max(lines))
+
+
+def category(g: FusionGraph, group: Collection[str]) -> str:
+    kinds = [g[n].kind for n in group]
+    if OpKind.REDUCTION in kinds:
+        return "single-reduction-boundary"
+    inner_fan = any(sum(u in group for u in g.users[n]) > 1 for n in group)
+    inner_join = any(sum(r in group for r in set(g[n].refs)) > 1 for n in group)
+    return "elementwise-dag" if inner_fan or inner_join else "elementwise-chain"
+
+
+def _n_compute(g: FusionGraph, group: Collection[str]) -> int:
+    return sum(g[n].kind.is_compute for n in group)
+
+
+def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
+    legal: list[tuple[str, ...]] = []
+    rejections: list[Rejection] = []
+    work = components(g, candidates(g))
+    while work:
+        group = work.pop(0)
+        if _n_compute(g, group) < MIN_OPS:
+            continue
+        failure = first_failure(g, set(group))
+        if failure is None:
+            legal.append(group)
+            continue
+        rejections.append(Rejection(
+            check=failure.check, nodes=group, ops=tuple(g[n].op for n in group),
+            culprits=failure.culprits, reason=failure.reason, lines=line_span(g, group)))
+        rest = set(group) - set(failure.culprits)
+        work = sorted(work + components(g, rest), key=lambda c: g.position(c[0]))
+    legal.sort(key=lambda c: g.position(c[0]))
+    clusters = tuple(
+        Cluster(index=i, nodes=grp, ops=tuple(g[n].op for n in grp),
+                category=category(g, grp), inputs=external_inputs(g, grp),
+                outputs=tuple(escaping(g, grp)), traffic=estimate_traffic(g, grp),
+                lines=line_span(g, grp))
+        for i, grp in enumerate(legal))
+    return clusters, tuple(rejections)

@@ -1,0 +1,207 @@
+"""Legality checks for a candidate fusion group, run in order; the first failure wins.
+
+Each check reads the graph and a group (node names) and returns ``None`` or a
+``Failure`` naming the culprit nodes -- the ones the detector's greedy pruning
+drops before it retries -- and the reason in words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+import torch
+
+from ..ir.graph import FusionGraph, Node, OpKind, Ref
+from ..ir.registry import SPECS
+
+
+@dataclass(frozen=True)
+class Failure:
+    check: str
+    culprits: tuple[str, ...]
+    reason: str
+
+
+Check = Callable[[FusionGraph, Collection[str]], "Failure | None"]
+
+
+def _names(g: FusionGraph, names: Collection[str]) -> str:
+    return ", ".join(f"`{g[n].label}`" for n in names)
+
+
+def escaping(g: FusionGraph, group: Collection[str]) -> list[str]:
+    """Group values read outside the group (by another node or the graph output)."""
+    return [n for n in _ordered(g, group) if any(u not in group for u in g.users[n])]
+
+
+def _ordered(g: FusionGraph, group: Collection[str]) -> list[str]:
+    return sorted(group, key=g.position)
+
+
+def check_fan_out(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    out = escaping(g, group)
+    # Fan-out is a value that escapes *and* feeds the group: the diamond
+    # `x * 2.0 + x` keeps `x` in registers, its users are all inside.
+    inner = [n for n in out if any(u in group for u in g.users[n])]
+    if inner:
+        n = inner[0]
+        outside = [u for u in g.users[n] if u not in group]
+        return Failure("fan-out", tuple(inner),
+                       f"`{g[n].label}` is also used by {_names(g, outside)} outside the group")
+    if len(out) > 1:
+        return Failure("fan-out", tuple(out[:-1]),
+                       f"the group has {len(out)} results ({_names(g, out)}); "
+                       "one kernel writes one")
+    return None
+
+
+def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    # Outside nodes reachable from the group; a group node reading one re-enters.
+    outside_reach: dict[str, str] = {}  # outside node -> group node it came from
+    for name in _ordered(g, group):
+        for u in g.users[name]:
+            if u not in group and u not in outside_reach:
+                outside_reach[u] = name
+    for node in g.nodes:  # graph order is topological: one sweep propagates
+        if node.name in outside_reach:
+            for u in g.users[node.name]:
+                if u not in group:
+                    outside_reach.setdefault(u, outside_reach[node.name])
+    for name in _ordered(g, group):
+        for r in g[name].refs:
+            if r in outside_reach:
+                return Failure("convexity", (name,),
+                               f"path `{g[outside_reach[r]].label}` → `{g[r].label}` → "
+                               f"`{g[name].label}` leaves the group and re-enters")
+    return None
+
+
+def iteration_shape(g: FusionGraph, group: Collection[str]) -> tuple[int, ...]:
+    """The shape one kernel iterates over: a reduction's input, else the largest value."""
+    for name in _ordered(g, group):
+        node = g[name]
+        if node.kind is OpKind.REDUCTION and node.inputs and isinstance(node.inputs[0], Ref):
+            meta = g[node.inputs[0].name].meta
+            if meta is not None:
+                return meta.shape
+    shapes = [g[n].meta.shape for n in group if g[n].meta is not None]
+    return max(shapes, key=lambda s: (_numel(s), len(s)), default=())
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _fits(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
+    try:
+        if tuple(torch.broadcast_shapes(shape, domain)) == tuple(domain):
+            return True
+    except RuntimeError:
+        pass
+    # A per-row value after a reduction without keepdim.
+    return tuple(shape) == tuple(domain[:-1])
+
+
+def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    domain = iteration_shape(g, group)
+    for name in _ordered(g, group):
+        node = g[name]
+        for r in node.refs:
+            meta = g[r].meta
+            if meta is None:
+                return Failure("shapes", (name,),
+                               f"`{node.label}` reads `{r}`, a Python value computed at run "
+                               "time, not a tensor")
+            if not _fits(meta.shape, domain):
+                return Failure("shapes", (name,),
+                               f"`{node.label}` reads `{g[r].label}` of shape "
+                               f"{tuple(meta.shape)}, which does not broadcast to the "
+                               f"group's {tuple(domain)}")
+        if node.meta is not None and not _fits(node.meta.shape, domain):
+            return Failure("shapes", (name,),
+                           f"`{node.label}` produces shape {tuple(node.meta.shape)}, which "
+                           f"does not broadcast to the group's {tuple(domain)}")
+    return None
+
+
+def check_aliasing(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    bad = [n for n in _ordered(g, group) if g[n].kind in (OpKind.VIEW, OpKind.INPLACE)]
+    if not bad:
+        return None
+    n = g[bad[0]]
+    what = "mutates its input in place" if n.kind is OpKind.INPLACE else "is a view"
+    return Failure("aliasing", tuple(bad),
+                   f"`{n.target or n.op}` {what}; the graph records dataflow, not memory "
+                   "order, so the kernel could read stale or aliased data")
+
+
+def reduced_axis(node: Node, rank: int) -> int | None:
+    """The single axis a reduction reduces (non-negative), or None if not one axis."""
+    if node.op in ("layer_norm", "rms_norm"):
+        shape = node.param("normalized_shape")
+        return rank - 1 if shape is not None and len(tuple(shape)) == 1 else None
+    dim = node.param("dim")
+    if isinstance(dim, tuple) and len(dim) == 1:
+        dim = dim[0]
+    if dim is None or dim == ():
+        return 0 if rank == 1 else None
+    if isinstance(dim, int):
+        return dim % rank if rank else None
+    return None
+
+
+def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    reds = [n for n in _ordered(g, group) if g[n].kind is OpKind.REDUCTION]
+    if len(reds) > 1:
+        return Failure("reduction", tuple(reds[1:]),
+                       f"{len(reds)} reductions ({_names(g, reds)}); one row-per-program "
+                       "kernel holds one")
+    for name in reds:
+        node = g[name]
+        src = g[node.inputs[0].name].meta if isinstance(node.inputs[0], Ref) else None
+        rank = len(src.shape) if src is not None else 0
+        axis = reduced_axis(node, rank)
+        if axis is None or axis != rank - 1:
+            return Failure("reduction", (name,),
+                           f"`{node.label}` does not reduce over the last axis alone")
+    return None
+
+
+def has_lowering(node: Node) -> bool:
+    spec = SPECS.get(node.op)
+    if spec is None or spec.lower is None:
+        return False
+    if isinstance(spec.lower, str):
+        return True
+    args = tuple(str(a) if isinstance(a, Ref) else repr(a) for a in node.inputs)
+    return spec.lower(args, dict(node.params)) is not None
+
+
+def check_lowering(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    bad = [n for n in _ordered(g, group) if g[n].kind.is_compute and not has_lowering(g[n])]
+    if not bad:
+        return None
+    return Failure("lowering", tuple(bad),
+                   f"no Triton lowering rule for {_names(g, bad)} with these arguments")
+
+
+CHECKS: tuple[tuple[str, Check], ...] = (
+    ("fan-out", check_fan_out),
+    ("convexity", check_convexity),
+    ("shapes", check_shapes),
+    ("aliasing", check_aliasing),
+    ("reduction", check_reduction),
+    ("lowering", check_lowering),
+)
+
+
+def first_failure(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    for _, check in CHECKS:
+        failure = check(g, group)
+        if failure is not None:
+            return failure
+    return None

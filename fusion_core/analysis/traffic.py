@@ -1,0 +1,44 @@
+"""Traffic estimation: DRAM bytes for a group, unfused (eager) and fused (one kernel).
+
+unfused = Σ over ops that move data: each distinct tensor operand read at its own
+          size + the result written;
+fused   = each external tensor input read once + each escaping value written once.
+An upper bound with no cache model: every eager op round-trips through DRAM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from ..ir.graph import FusionGraph
+from ..ir.registry import SPECS
+from .legality import escaping
+from .types import TrafficEstimate
+
+
+def _bytes(g: FusionGraph, name: str) -> int:
+    meta = g[name].meta
+    return meta.nbytes if meta is not None else 0
+
+
+def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
+    """Values the group reads from outside, in order of first use."""
+    seen: dict[str, None] = {}
+    for name in sorted(group, key=g.position):
+        for r in g[name].refs:
+            if r not in group:
+                seen.setdefault(r)
+    return tuple(seen)
+
+
+def estimate_traffic(g: FusionGraph, group: Collection[str]) -> TrafficEstimate:
+    unfused = 0
+    for name in group:
+        node = g[name]
+        spec = SPECS.get(node.op.rstrip("_"))
+        if spec is not None and not spec.moves_data:
+            continue  # eager returns an alias: no bytes move
+        unfused += sum(_bytes(g, r) for r in dict.fromkeys(node.refs)) + _bytes(g, name)
+    fused = sum(_bytes(g, r) for r in external_inputs(g, group))
+    fused += sum(_bytes(g, n) for n in escaping(g, group))
+    return TrafficEstimate(unfused_bytes=unfused, fused_bytes=fused)

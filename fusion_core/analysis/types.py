@@ -1,0 +1,69 @@
+"""Results of fusion analysis: clusters, rejections, traffic estimates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CHECKS = ("fan-out", "convexity", "shapes", "aliasing", "reduction", "lowering")
+
+
+@dataclass(frozen=True)
+class LineSpan:
+    file: str
+    start: int
+    end: int
+
+    def __str__(self) -> str:
+        return f"L{self.start}" if self.start == self.end else f"L{self.start}-{self.end}"
+
+    @property
+    def where(self) -> str:
+        """`file:15-17`, the form used in messages."""
+        tail = f"{self.start}" if self.start == self.end else f"{self.start}-{self.end}"
+        return f"{self.file}:{tail}"
+
+
+@dataclass(frozen=True)
+class TrafficEstimate:
+    """DRAM bytes moved by a group of ops, unfused (eager) and fused (one kernel)."""
+
+    unfused_bytes: int
+    fused_bytes: int
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.unfused_bytes - self.fused_bytes
+
+    @property
+    def saved_fraction(self) -> float:
+        return self.saved_bytes / self.unfused_bytes if self.unfused_bytes else 0.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    index: int
+    nodes: tuple[str, ...]  # topological order
+    ops: tuple[str, ...]  # registry op of each node, same order
+    category: str
+    inputs: tuple[str, ...]  # values read from outside (activations, params, buffers)
+    outputs: tuple[str, ...]  # values written out (last one is the cluster's result)
+    traffic: TrafficEstimate
+    lines: LineSpan | None
+
+    @property
+    def chain(self) -> str:
+        return " → ".join(self.ops)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    check: str  # one of CHECKS
+    nodes: tuple[str, ...]  # the candidate group that failed
+    ops: tuple[str, ...]
+    culprits: tuple[str, ...]  # nodes the pruning dropped for this failure
+    reason: str
+    lines: LineSpan | None
+
+    def __post_init__(self) -> None:
+        if self.check not in CHECKS:
+            raise ValueError(f"unknown legality check {self.check!r}")

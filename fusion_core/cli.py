@@ -1,0 +1,79 @@
+"""`fusion-advisor`: analyze a model file and print what fuses, why, and what it saves."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from .errors import FusionAdvisorError, InputSpecError
+from .ir.shapes import DTYPES, InputSpec
+from .pipeline import analyze_file
+from .report.console import print_analysis
+from .report.json_report import to_document, write_json
+
+
+def _specs(shapes: tuple[str, ...], dtypes: tuple[str, ...]) -> list[InputSpec]:
+    if not shapes:
+        raise InputSpecError("missing --input-shape: give the example input's shape, "
+                             "e.g. --input-shape 16384,1024")
+    if len(dtypes) > 1 and len(dtypes) != len(shapes):
+        raise InputSpecError(f"{len(dtypes)} --dtype for {len(shapes)} --input-shape: give "
+                             "one --dtype for all inputs or one per input")
+    dtypes = dtypes or ("float32",)
+    per_input = dtypes if len(dtypes) == len(shapes) else dtypes * len(shapes)
+    return [InputSpec.parse(s, d) for s, d in zip(shapes, per_input, strict=True)]
+
+
+def _check_writable(path: str, flag: str) -> None:
+    parent = Path(path).resolve().parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK) or Path(path).is_dir():
+        raise FusionAdvisorError(f"cannot write {flag} {path}: its folder does not exist or "
+                                 "is not writable (choose another path)")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--model", "model_path", required=True, metavar="PATH",
+              help="Python file defining the nn.Module to analyze.")
+@click.option("--model-class", metavar="NAME", help="Class to analyze when the file has several.")
+@click.option("--input-shape", "shapes", multiple=True, metavar="N,M,...",
+              help="Example input shape; repeat for multi-input models.")
+@click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE",
+              help=f"Input dtype ({', '.join(DTYPES)}); once for all inputs or once per input.")
+@click.option("--out-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Where generated kernels are written.")
+@click.option("--explain-rejections", is_flag=True,
+              help="List every candidate that failed a legality check, and why.")
+@click.option("--json", "json_path", metavar="FILE", help="Write machine-readable results.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
+        dtypes: tuple[str, ...], out_dir: str | None, explain_rejections: bool,
+        json_path: str | None, debug: bool) -> None:
+    """Analyze which ops in a PyTorch model fuse, why, and what fusion saves."""
+    try:
+        specs = _specs(shapes, dtypes)
+        if json_path:
+            _check_writable(json_path, "--json")
+        analysis = analyze_file(model_path, specs, model_class)
+        # Piped output keeps the table on one line per row instead of 80 columns.
+        console = Console(width=None if sys.stdout.isatty() else 140)
+        print_analysis(analysis, console, explain_rejections=explain_rejections)
+        if json_path:
+            write_json(json_path, to_document(analysis))
+            console.print(f"Wrote {json_path}", highlight=False)
+    except FusionAdvisorError as e:
+        if debug:
+            raise
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

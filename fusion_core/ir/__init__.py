@@ -1,0 +1,1 @@
+"""Capture and IR: load → trace → shapes → normalized FusionGraph."""

@@ -1,0 +1,164 @@
+"""The normalized graph every pass after capture reads.
+
+Both capture frontends (FX symbolic tracing and ``torch.export``) produce a
+``FusionGraph``: one ``Node`` per value, in topological order, with the op
+resolved through the registry (``op``/``kind``), tensor operands as ``Ref``
+names, every other argument folded into ``params``, and the propagated
+``TensorMeta`` and ``SourceLoc``. Nothing downstream looks at FX targets again.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import torch
+
+
+class OpKind(enum.Enum):
+    POINTWISE_UNARY = "pointwise-unary"
+    POINTWISE_BINARY = "pointwise-binary"  # two or more tensor-or-scalar operands
+    REDUCTION = "reduction"
+    OPAQUE = "opaque"
+    # Known, but never computed inside a kernel: they feed the aliasing check.
+    VIEW = "view"
+    INPLACE = "inplace"
+    # Graph structure.
+    INPUT = "input"  # placeholder
+    CONSTANT = "constant"  # parameter or buffer (get_attr)
+    OUTPUT = "output"
+
+    @property
+    def is_pointwise(self) -> bool:
+        return self in (OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY)
+
+    @property
+    def is_compute(self) -> bool:
+        """Ops a fused kernel computes (pointwise and reductions)."""
+        return self.is_pointwise or self is OpKind.REDUCTION
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tensor operand: the name of the node producing it."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    stride: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+    @property
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for size, stride in zip(reversed(self.shape), reversed(self.stride), strict=True):
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return True
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> TensorMeta:
+        return cls(tuple(t.shape), t.dtype, tuple(t.stride()))
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    """Where in the user's code a node came from (innermost user frame)."""
+
+    file: str
+    line: int
+    function: str
+    code: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    op: str  # registry name ("mul", "softmax"), or "input"/"constant"/"output"/"opaque"
+    kind: OpKind
+    inputs: tuple[Any, ...] = ()  # Ref for tensors, plain Python values otherwise
+    params: tuple[tuple[str, Any], ...] = ()
+    meta: TensorMeta | None = None
+    source: SourceLoc | None = None
+    target: str = ""  # what the user wrote, for messages: "F.relu", "self.proj1"
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.inputs if isinstance(a, Ref))
+
+    def param(self, key: str, default: Any = None) -> Any:
+        for k, v in self.params:
+            if k == key:
+                return v
+        return default
+
+    @property
+    def label(self) -> str:
+        """Short name for messages: `self.proj1` for module calls, else the node name."""
+        return self.target if self.target.startswith("self.") else self.name
+
+
+@dataclass(frozen=True)
+class FusionGraph:
+    name: str  # model class name
+    nodes: tuple[Node, ...]
+    frontend: str = "fx"  # "fx" or "export"
+    _index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._index.update({n.name: i for i, n in enumerate(self.nodes)})
+
+    def __getitem__(self, name: str) -> Node:
+        return self.nodes[self._index[name]]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._index
+
+    def position(self, name: str) -> int:
+        return self._index[name]
+
+    @cached_property
+    def users(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {n.name: [] for n in self.nodes}
+        for n in self.nodes:
+            for r in dict.fromkeys(n.refs):
+                out[r].append(n.name)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @property
+    def compute_nodes(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.kind not in _STRUCTURAL)
+
+    @property
+    def inputs(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.kind is OpKind.INPUT)
+
+
+_STRUCTURAL = (OpKind.INPUT, OpKind.CONSTANT, OpKind.OUTPUT)

@@ -1,0 +1,137 @@
+"""Normalize a shape-propagated FX graph into a ``FusionGraph``.
+
+Reads each FX node's target, args and ``meta["val"]``/``meta["stack_trace"]``;
+writes one ``Node`` with the registry op, its class, tensor operands as
+``Ref``s, the other arguments as params, its ``TensorMeta`` and ``SourceLoc``.
+Works for both frontends: FX targets (torch/F/operator/methods) and aten
+overloads resolve through the same registry.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .graph import FusionGraph, Node, OpKind, Ref, SourceLoc, TensorMeta
+from .registry import bind, lookup
+from .trace import is_user_frame
+
+_FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+def parse_stack_trace(text: str | None) -> SourceLoc | None:
+    """The innermost user frame (not torch, not fusion_core) of an FX stack trace."""
+    if not text:
+        return None
+    lines = text.splitlines()
+    found = None
+    for i, line in enumerate(lines):
+        m = _FRAME.match(line)
+        if m and is_user_frame(m.group("file")):
+            code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(
+                lines[i + 1]) else ""
+            found = SourceLoc(m.group("file"), int(m.group("line")), m.group("func"), code)
+    return found
+
+
+def _meta(val: Any) -> TensorMeta | None:
+    return TensorMeta.of(val) if isinstance(val, torch.Tensor) else None
+
+
+def _is_tensor_tuple(val: Any) -> bool:
+    return isinstance(val, (tuple, list)) and bool(val) and all(
+        isinstance(v, torch.Tensor) for v in val)
+
+
+def _target_name(n: fx.Node) -> str:
+    if n.op == "call_module":
+        return f"self.{n.target}"
+    if n.op == "call_method":
+        return f".{n.target}()"
+    t = n.target
+    mod = getattr(t, "__module__", "") or ""
+    name = getattr(t, "__name__", str(t))
+    prefix = {"torch.nn.functional": "F.", "_operator": "operator.", "torch": "torch."}.get(
+        mod, "")
+    return f"{prefix}{name}"
+
+
+def _literal(v: Any) -> Any:
+    """Params are stored hashable: lists become tuples, torch.Size a tuple."""
+    if isinstance(v, (list, tuple, torch.Size)):
+        return tuple(_literal(x) for x in v)
+    return v
+
+
+def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
+    val = n.meta.get("val")
+    meta = _meta(val)
+    source = parse_stack_trace(n.meta.get("stack_trace"))
+    common = dict(name=n.name, meta=meta, source=source, target=_target_name(n))
+    if n.op == "placeholder":
+        return Node(op="input", kind=OpKind.INPUT, **common)
+    if n.op == "get_attr":
+        return Node(op="constant", kind=OpKind.CONSTANT, **common)
+    if n.op == "output":
+        refs = tuple(Ref(a.name) for a in _flatten(n.args) if isinstance(a, fx.Node))
+        return Node(op="output", kind=OpKind.OUTPUT, inputs=refs, **common)
+    refs = tuple(Ref(a.name) for a in _flatten((n.args, n.kwargs)) if isinstance(a, fx.Node))
+    if n.op == "call_module":
+        return Node(op=module_types.get(str(n.target), "opaque"), kind=OpKind.OPAQUE,
+                    inputs=refs, **common)
+    if meta is None and not _is_tensor_tuple(val):
+        # Python values computed at trace time (x.shape, sizes): never fused.
+        return Node(op="meta", kind=OpKind.OPAQUE, inputs=refs, **common)
+    key = ("method", n.target) if n.op == "call_method" else n.target
+    inplace = False
+    found = lookup(key)
+    if found is None and n.op == "call_method" and str(n.target).endswith("_"):
+        found, inplace = lookup(("method", str(n.target)[:-1])), True
+    if found is None:
+        return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
+    if found == "view":
+        return Node(op=str(getattr(key, "__name__", n.target) if n.op != "call_method"
+                           else n.target), kind=OpKind.VIEW, inputs=refs, **common)
+    spec, sig = found
+    try:
+        values = bind(spec, sig, n.args, n.kwargs)
+    except TypeError:
+        return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
+    if spec.name == "to":
+        values["dtype"] = next((a for a in _flatten((n.args, n.kwargs))
+                                if isinstance(a, torch.dtype)), meta.dtype if meta else None)
+    inputs = tuple(Ref(v.name) if isinstance(v, fx.Node) else _literal(v)
+                   for v in (values.get(k) for k in spec.operands))
+    params = tuple((k, _literal(v)) for k, v in values.items() if k not in spec.operands)
+    kind = spec.kind
+    if any(isinstance(v, fx.Node) for _, v in params):
+        kind = OpKind.OPAQUE  # a non-operand argument computed at run time
+    elif inplace or values.get("inplace") is True:
+        kind = OpKind.INPLACE
+    elif spec.name == "dropout" and values.get("training"):
+        kind = OpKind.OPAQUE  # random in training mode
+    return Node(op=spec.name + ("_" if kind is OpKind.INPLACE else ""), kind=kind,
+                inputs=inputs, params=params, **common)
+
+
+def _flatten(obj: Any):
+    if isinstance(obj, (tuple, list)):
+        for x in obj:
+            yield from _flatten(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from _flatten(x)
+    elif isinstance(obj, slice):
+        yield from _flatten((obj.start, obj.stop, obj.step))
+    else:
+        yield obj
+
+
+def to_fusion_graph(gm: fx.GraphModule, name: str, frontend: str = "fx") -> FusionGraph:
+    """Convert every node of a shape-propagated GraphModule, in graph order."""
+    module_types = {qual: type(mod).__name__ for qual, mod in gm.named_modules()}
+    nodes = tuple(_convert(n, module_types) for n in gm.graph.nodes)
+    return FusionGraph(name=name, nodes=nodes, frontend=frontend)

@@ -1,0 +1,286 @@
+"""The op registry: one table that drives classification, lowering and cost.
+
+Each ``OpSpec`` says, for one op, its class, its canonical signature (how to
+bind any call form to named arguments), which arguments are operands, how it
+lowers to a Triton expression, and whether eager moves data for it. The
+``TARGETS`` table maps every way a user (or ``torch.export``) can spell the op
+-- ``torch.*``, ``torch.nn.functional.*``, ``operator.*``, Tensor methods and
+aten overloads -- to a spec, so both capture frontends classify the same way.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .graph import OpKind
+
+UNARY, BINARY, REDUCTION = OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.REDUCTION
+VIEW, OPAQUE = OpKind.VIEW, OpKind.OPAQUE
+
+# A pointwise lowering turns operand expressions (Triton SSA names or literals)
+# and bound params into one Triton expression; None means "no rule for these
+# params", which the lowering check reports.
+Lowering = Callable[[tuple[str, ...], Mapping[str, Any]], "str | None"]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    kind: OpKind
+    signature: str  # canonical Python parameter list, first parameter is the input
+    operands: tuple[str, ...] = ("input",)  # params that may be tensors
+    lower: Lowering | str | None = None  # pointwise expression, or a reduction rule name
+    moves_data: bool = True  # False for ops eager implements as an alias (dropout in eval)
+
+    @property
+    def bind_signature(self) -> inspect.Signature:
+        return _signature(self.signature)
+
+
+def _signature(params: str) -> inspect.Signature:
+    """A Signature from a parameter-list string (defaults may name `torch.` dtypes)."""
+    if params not in _SIG_CACHE:
+        scope: dict[str, Any] = {"inf": math.inf, "torch": torch}
+        exec(f"def f({params}): pass", scope)  # noqa: S102 - our own literal strings
+        _SIG_CACHE[params] = inspect.signature(scope["f"])
+    return _SIG_CACHE[params]
+
+
+_SIG_CACHE: dict[str, inspect.Signature] = {}
+
+
+def tanh_expr(x: str) -> str:
+    # Triton has no tl.tanh and libdevice does not run in the interpreter.
+    return f"(2.0 * tl.sigmoid(2.0 * {x}) - 1.0)"
+
+
+def _pow(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+    e = p["exponent"]
+    if not isinstance(e, (int, float)) or isinstance(e, bool):
+        return None  # tensor exponent (or scalar base): no rule
+    x = a[0]
+    if e == int(e) and 0 <= e <= 4:
+        return "(" + " * ".join([x] * int(e)) + ")" if e else "1.0"
+    if e == -1:
+        return f"(1.0 / {x})"
+    if e == 0.5:
+        return f"tl.sqrt({x})"
+    if e == -0.5:
+        return f"tl.math.rsqrt({x})"
+    return f"tl.exp({float(e)!r} * tl.log({x}))"
+
+
+def _gelu(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+    x = a[0]
+    if p["approximate"] == "tanh":
+        inner = f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})"
+        return f"(0.5 * {x} * (1.0 + {tanh_expr(inner)}))"
+    if p["approximate"] == "none":
+        return f"(0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476)))"
+    return None
+
+
+def _clamp(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
+    x, lo, hi = a
+    if lo != "None":
+        x = f"tl.maximum({x}, {lo})"
+    if hi != "None":
+        x = f"tl.minimum({x}, {hi})"
+    return x
+
+
+def _alpha(sym: str) -> Lowering:
+    def lower(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
+        other = a[1] if p.get("alpha", 1) == 1 else f"({p['alpha']!r} * {a[1]})"
+        return f"({a[0]} {sym} {other})"
+
+    return lower
+
+
+def _infix(sym: str) -> Lowering:
+    return lambda a, p: f"({a[0]} {sym} {a[1]})"
+
+
+def _call(fn: str) -> Lowering:
+    return lambda a, p: f"{fn}({', '.join(a)})"
+
+
+_SPECS = [
+    # --- pointwise binary (two or more operands; scalars allowed) ---
+    OpSpec("add", BINARY, "input, other, *, alpha=1", ("input", "other"), _alpha("+")),
+    OpSpec("sub", BINARY, "input, other, *, alpha=1", ("input", "other"), _alpha("-")),
+    OpSpec("rsub", BINARY, "input, other, alpha=1", ("input", "other"),
+           lambda a, p: _alpha("-")((a[1], a[0]), p)),
+    OpSpec("mul", BINARY, "input, other", ("input", "other"), _infix("*")),
+    OpSpec("div", BINARY, "input, other, *, rounding_mode=None", ("input", "other"),
+           lambda a, p: None if p["rounding_mode"] else f"({a[0]} / {a[1]})"),
+    OpSpec("maximum", BINARY, "input, other", ("input", "other"), _call("tl.maximum")),
+    OpSpec("minimum", BINARY, "input, other", ("input", "other"), _call("tl.minimum")),
+    OpSpec("where", BINARY, "condition, input, other", ("condition", "input", "other"),
+           _call("tl.where")),
+    OpSpec("masked_fill", BINARY, "input, mask, value", ("input", "mask", "value"),
+           lambda a, p: f"tl.where({a[1]}, {a[2]}, {a[0]})"),
+    OpSpec("eq", BINARY, "input, other", ("input", "other"), _infix("==")),
+    OpSpec("ne", BINARY, "input, other", ("input", "other"), _infix("!=")),
+    OpSpec("lt", BINARY, "input, other", ("input", "other"), _infix("<")),
+    OpSpec("le", BINARY, "input, other", ("input", "other"), _infix("<=")),
+    OpSpec("gt", BINARY, "input, other", ("input", "other"), _infix(">")),
+    OpSpec("ge", BINARY, "input, other", ("input", "other"), _infix(">=")),
+    # --- pointwise unary ---
+    OpSpec("neg", UNARY, "input", lower=lambda a, p: f"(-{a[0]})"),
+    OpSpec("abs", UNARY, "input", lower=_call("tl.abs")),
+    OpSpec("exp", UNARY, "input", lower=_call("tl.exp")),
+    OpSpec("log", UNARY, "input", lower=_call("tl.log")),
+    OpSpec("sqrt", UNARY, "input", lower=_call("tl.sqrt")),
+    OpSpec("rsqrt", UNARY, "input", lower=_call("tl.math.rsqrt")),
+    OpSpec("reciprocal", UNARY, "input", lower=lambda a, p: f"(1.0 / {a[0]})"),
+    OpSpec("square", UNARY, "input", lower=lambda a, p: f"({a[0]} * {a[0]})"),
+    OpSpec("sin", UNARY, "input", lower=_call("tl.sin")),
+    OpSpec("cos", UNARY, "input", lower=_call("tl.cos")),
+    OpSpec("erf", UNARY, "input", lower=_call("tl.erf")),
+    OpSpec("pow", UNARY, "input, exponent", ("input", "exponent"), _pow),
+    OpSpec("sigmoid", UNARY, "input", lower=_call("tl.sigmoid")),
+    OpSpec("tanh", UNARY, "input", lower=lambda a, p: tanh_expr(a[0])),
+    OpSpec("relu", UNARY, "input, inplace=False", lower=lambda a, p: f"tl.maximum({a[0]}, 0.0)"),
+    OpSpec("gelu", UNARY, "input, approximate='none'", lower=_gelu),
+    OpSpec("silu", UNARY, "input, inplace=False",
+           lower=lambda a, p: f"({a[0]} * tl.sigmoid({a[0]}))"),
+    OpSpec("leaky_relu", UNARY, "input, negative_slope=0.01, inplace=False",
+           lower=lambda a, p: f"tl.where({a[0]} > 0, {a[0]}, {a[0]} * {p['negative_slope']!r})"),
+    OpSpec("elu", UNARY, "input, alpha=1.0, scale=1.0, input_scale=1.0, inplace=False",
+           lower=lambda a, p: None if (p["scale"], p["input_scale"]) != (1.0, 1.0) else
+           f"tl.where({a[0]} > 0, {a[0]}, {p['alpha']!r} * (tl.exp({a[0]}) - 1.0))"),
+    OpSpec("clamp", UNARY, "input, min=None, max=None", ("input", "min", "max"), _clamp),
+    OpSpec("hardsigmoid", UNARY, "input, inplace=False",
+           lower=lambda a, p: f"tl.minimum(tl.maximum({a[0]} / 6.0 + 0.5, 0.0), 1.0)"),
+    OpSpec("hardswish", UNARY, "input, inplace=False",
+           lower=lambda a, p: f"({a[0]} * tl.minimum(tl.maximum({a[0]} / 6.0 + 0.5, 0.0), 1.0))"),
+    OpSpec("logical_not", UNARY, "input", lower=lambda a, p: f"({a[0]} == 0)"),
+    # `dtype` is a torch.dtype; codegen computes in float32 and rounds through it.
+    OpSpec("to", UNARY, "input, dtype=None", lower=lambda a, p: a[0]),
+    OpSpec("clone", UNARY, "input, *, memory_format=None", lower=lambda a, p: a[0]),
+    OpSpec("dropout", UNARY, "input, p=0.5, training=True, inplace=False",
+           lower=lambda a, p: a[0], moves_data=False),
+    # --- reductions (lowered by codegen's reduction skeleton; value is the rule name) ---
+    OpSpec("softmax", REDUCTION, "input, dim=None, _stacklevel=3, dtype=None", lower="softmax"),
+    OpSpec("log_softmax", REDUCTION, "input, dim=None, _stacklevel=3, dtype=None",
+           lower="log_softmax"),
+    OpSpec("layer_norm", REDUCTION, "input, normalized_shape, weight=None, bias=None, eps=1e-05",
+           ("input", "weight", "bias"), "layer_norm"),
+    OpSpec("rms_norm", REDUCTION, "input, normalized_shape, weight=None, eps=None",
+           ("input", "weight"), "rms_norm"),
+    OpSpec("sum", REDUCTION, "input, dim=None, keepdim=False, *, dtype=None", lower="sum"),
+    OpSpec("mean", REDUCTION, "input, dim=None, keepdim=False, *, dtype=None", lower="mean"),
+    OpSpec("amax", REDUCTION, "input, dim=(), keepdim=False", lower="amax"),
+    OpSpec("amin", REDUCTION, "input, dim=(), keepdim=False", lower="amin"),
+]
+SPECS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
+
+# Shape/aliasing ops: known, never computed in a kernel (the aliasing check drops them).
+VIEW_METHODS = (
+    "view", "reshape", "transpose", "permute", "flatten", "unflatten", "unsqueeze", "squeeze",
+    "expand", "expand_as", "contiguous", "split", "chunk", "narrow", "t", "view_as", "unbind",
+    "select", "movedim", "swapaxes", "as_strided", "detach",
+)
+VIEW_FUNCTIONS = (
+    torch.reshape, torch.transpose, torch.permute, torch.flatten, torch.unsqueeze,
+    torch.squeeze, torch.split, torch.chunk, torch.narrow, torch.t, torch.movedim,
+    operator.getitem,
+)
+
+# Every spelling of every op, mapped to (spec name, signature override or None).
+# Tensor methods are keyed ("method", name); their `self` binds to the first parameter.
+TARGETS: dict[Any, tuple[str, str | None]] = {}
+
+
+def _register(name: str, *targets: Any, signature: str | None = None) -> None:
+    for t in targets:
+        TARGETS[t] = (name, signature)
+
+
+for _name in ("add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "rsqrt",
+              "reciprocal", "square", "sin", "cos", "erf", "pow", "sigmoid", "tanh", "relu",
+              "maximum", "minimum", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge",
+              "clamp", "logical_not", "clone", "softmax", "log_softmax", "sum", "mean", "amax",
+              "amin", "rsub"):
+    _register(_name, ("method", _name), signature=None)
+    if hasattr(torch, _name):
+        _register(_name, getattr(torch, _name))
+_register("add", operator.add)
+_register("sub", operator.sub)
+_register("mul", operator.mul)
+_register("div", operator.truediv, torch.true_divide, ("method", "true_divide"))
+_register("neg", operator.neg)
+_register("pow", operator.pow)
+_register("logical_not", operator.invert, torch.logical_not, ("method", "logical_not"))
+_register("eq", operator.eq)
+_register("ne", operator.ne)
+_register("lt", operator.lt)
+_register("le", operator.le)
+_register("gt", operator.gt)
+_register("ge", operator.ge)
+_register("clamp", torch.clip, ("method", "clip"))
+_register("clamp", torch.clamp_min, ("method", "clamp_min"), signature="input, min")
+_register("clamp", torch.clamp_max, ("method", "clamp_max"), signature="input, max")
+_register("clamp", F.hardtanh, signature="input, min_val=-1.0, max_val=1.0, inplace=False")
+_register("clamp", F.relu6, signature="input, inplace=False, min=0.0, max=6.0")
+for _name in ("relu", "gelu", "silu", "leaky_relu", "elu", "hardsigmoid", "hardswish",
+              "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "dropout"):
+    if hasattr(F, _name):
+        _register(_name, getattr(F, _name))
+_register("softmax", torch.softmax, ("method", "softmax"), torch.special.softmax,
+          signature="input, dim, dtype=None")
+_register("log_softmax", torch.log_softmax, ("method", "log_softmax"),
+          signature="input, dim, dtype=None")
+_register("dropout", torch.dropout, signature="input, p, training")
+_register("to", ("method", "to"), ("method", "type"))
+for _meth, _dtype in (("float", torch.float32), ("half", torch.float16),
+                      ("bfloat16", torch.bfloat16), ("double", torch.float64),
+                      ("int", torch.int32), ("long", torch.int64), ("bool", torch.bool)):
+    _register("to", ("method", _meth), signature=f"input, dtype={_dtype}")
+
+for _m in VIEW_METHODS:
+    TARGETS[("method", _m)] = ("view", None)
+for _f in VIEW_FUNCTIONS:
+    TARGETS[_f] = ("view", None)
+
+
+def lookup(target: Any) -> tuple[OpSpec, inspect.Signature] | str | None:
+    """Resolve a call target: (spec, signature), "view", or None when unknown."""
+    hit = TARGETS.get(target)
+    if hit is None:
+        return None
+    name, sig = hit
+    if name == "view":
+        return "view"
+    spec = SPECS[name]
+    if sig is None:
+        return spec, spec.bind_signature
+    return spec, _signature(sig)
+
+
+def bind(spec: OpSpec, sig: inspect.Signature, args: tuple, kwargs: Mapping[str, Any]
+         ) -> dict[str, Any]:
+    """Bind a call to named params, renamed to the spec's canonical names."""
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    # Overrides rename into the canonical parameter names where they differ.
+    for alias, canon in (("min_val", "min"), ("max_val", "max")):
+        if alias in values:
+            values[canon] = values.pop(alias)
+    canonical = spec.bind_signature.parameters
+    for key, param in canonical.items():
+        if key not in values and param.default is not inspect.Parameter.empty:
+            values[key] = param.default
+    return values
+
+

@@ -1,0 +1,75 @@
+"""Selective FX tracing: trace *through* fusion-relevant modules, keep the rest opaque.
+
+Reads an ``nn.Module``; writes a ``torch.fx.GraphModule`` whose nodes carry
+``meta["stack_trace"]`` (for source mapping). Activations, dropout, norms and
+softmax modules are inlined into the ``F.*`` calls their ``forward`` makes;
+Linear, Conv, Embedding, attention and unknown library modules stay single
+``call_module`` nodes (fusion barriers).
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from ..errors import CaptureError
+
+TRACE_THROUGH: tuple[type[nn.Module], ...] = tuple(
+    getattr(nn, name) for name in (
+        "ReLU", "ReLU6", "GELU", "SiLU", "Sigmoid", "Tanh", "LeakyReLU", "ELU", "Hardtanh",
+        "Hardsigmoid", "Hardswish", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
+        "LayerNorm", "RMSNorm", "Softmax", "LogSoftmax", "Identity",
+    ) if hasattr(nn, name)
+)
+
+_TORCH_DIR = str(Path(torch.__file__).parent)
+_OUR_DIR = str(Path(__file__).resolve().parents[1])
+
+
+class FusionTracer(fx.Tracer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.record_stack_traces = True
+        # Buffers (e.g. a causal mask) become get_attr nodes, so slicing them by a
+        # traced length works and they show up as cluster inputs.
+        self.proxy_buffer_attributes = True
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if isinstance(m, TRACE_THROUGH):
+            return False
+        return super().is_leaf_module(m, module_qualified_name)
+
+
+def is_user_frame(filename: str) -> bool:
+    return not (filename.startswith(_TORCH_DIR) or filename.startswith(_OUR_DIR)
+                or filename.startswith("<"))
+
+
+def trace_fx(model: nn.Module) -> fx.GraphModule:
+    """Symbolically trace `model` with `FusionTracer`; raise CaptureError naming the line."""
+    tracer = FusionTracer()
+    try:
+        graph = tracer.trace(model)
+    except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
+        raise CaptureError(f"cannot trace {type(model).__name__}.forward{_where(e)}: "
+                           f"{_one_line(e)} (FX symbolic tracing follows no data-dependent "
+                           "Python control flow: rewrite it with torch.where, or try "
+                           "--capture export)") from e
+    return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+def _where(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_frame(f.filename)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" at {f.filename}:{f.lineno} (`{(f.line or '').strip()}`)"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

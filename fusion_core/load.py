@@ -1,0 +1,107 @@
+"""Load a model file: import it by path, pick the nn.Module class, build it in eval mode."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import traceback
+from pathlib import Path
+
+import torch.nn as nn
+
+from .errors import ModelLoadError
+
+
+def import_model_file(path: str | Path):
+    """Import `path` as a module (named after the file) and return it."""
+    p = Path(path)
+    if not p.is_file():
+        raise ModelLoadError(f"model file not found: {path} (pass --model PATH to a .py file)")
+    name = f"fusion_model_{p.stem}"
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise ModelLoadError(f"cannot import {path}: not a Python file (pass a .py file)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look modules up by name
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        sys.modules.pop(name, None)
+        raise ModelLoadError(
+            f"{path}:{e.lineno}: syntax error: {e.msg} (fix the file and retry)") from e
+    except Exception as e:  # noqa: BLE001 - anything the user's module raises at import
+        sys.modules.pop(name, None)
+        line = _user_line(e, p)
+        raise ModelLoadError(
+            f"{path}{line}: importing the model file failed: {type(e).__name__}: {e} "
+            "(fix the import or install the missing package)") from e
+    return module
+
+
+def _user_line(exc: BaseException, path: Path) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if Path(f.filename).resolve() == path.resolve()]
+    return f":{frames[-1].lineno}" if frames else ""
+
+
+def module_classes(module) -> list[type[nn.Module]]:
+    """nn.Module subclasses defined in `module` itself (not imported into it), in file order."""
+    found = [obj for obj in vars(module).values()
+             if inspect.isclass(obj) and issubclass(obj, nn.Module)
+             and obj.__module__ == module.__name__]
+    return sorted(found, key=lambda c: inspect.getsourcelines(c)[1])
+
+
+def pick_class(module, path: str | Path, class_name: str | None) -> type[nn.Module]:
+    classes = module_classes(module)
+    names = [c.__name__ for c in classes]
+    if class_name is not None:
+        for c in classes:
+            if c.__name__ == class_name:
+                return c
+        raise ModelLoadError(
+            f"no nn.Module class {class_name!r} in {path} "
+            f"(classes found: {', '.join(names) or 'none'})")
+    if not classes:
+        raise ModelLoadError(f"no nn.Module subclass defined in {path} (define one to analyze)")
+    roots = _roots(classes)
+    if len(roots) == 1:
+        return roots[0]
+    raise ModelLoadError(
+        f"{path} defines several nn.Module classes ({', '.join(c.__name__ for c in roots)}): "
+        f"pick one with --model-class NAME")
+
+
+def _roots(classes: list[type[nn.Module]]) -> list[type[nn.Module]]:
+    """Classes no other class in the file builds as a submodule (the model's top level)."""
+    used: set[str] = set()
+    for c in classes:
+        try:
+            src = inspect.getsource(c)
+        except (OSError, TypeError):
+            continue
+        used.update(o.__name__ for o in classes if o is not c and f"{o.__name__}(" in src)
+    return [c for c in classes if c.__name__ not in used]
+
+
+def instantiate(cls: type[nn.Module], path: str | Path) -> nn.Module:
+    required = [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+                if p.default is inspect.Parameter.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if required:
+        raise ModelLoadError(
+            f"{cls.__name__}() needs arguments ({', '.join(required)}): give them defaults "
+            f"in {path} so the analyzer can build the model with no arguments")
+    try:
+        model = cls()
+    except Exception as e:  # noqa: BLE001
+        raise ModelLoadError(
+            f"{cls.__name__}() raised {type(e).__name__}: {e} (fix the constructor)") from e
+    return model.eval()
+
+
+def load_model(path: str | Path, class_name: str | None = None) -> nn.Module:
+    """Import `path`, pick the model class, and return an instance in eval mode."""
+    module = import_model_file(path)
+    return instantiate(pick_class(module, path, class_name), path)

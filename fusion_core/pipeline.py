@@ -1,0 +1,74 @@
+"""The analysis pipeline: load → capture → shapes → normalize → detect.
+
+``analyze`` is the one entry point the CLI and the pytest plugin share. Later
+passes (codegen, validate, sourcemap) read an ``Analysis`` and return their own
+results; nothing here depends on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from .analysis.detect import detect
+from .analysis.types import Cluster, Rejection
+from .errors import InputSpecError
+from .ir.graph import FusionGraph
+from .ir.normalize import to_fusion_graph
+from .ir.shapes import InputSpec, propagate_shapes
+from .ir.trace import trace_fx
+from .load import load_model
+
+
+@dataclass(frozen=True)
+class Analysis:
+    model_name: str
+    inputs: tuple[InputSpec, ...]
+    graph: FusionGraph
+    clusters: tuple[Cluster, ...]
+    rejections: tuple[Rejection, ...]
+    # Kept for the passes that run code (validation, patching); not part of equality.
+    module: nn.Module = field(compare=False, repr=False)
+    graph_module: fx.GraphModule = field(compare=False, repr=False)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.graph.nodes)
+
+    def cluster(self, index: int) -> Cluster:
+        return self.clusters[index]
+
+
+def as_spec(x: InputSpec | torch.Tensor | Sequence[int]) -> InputSpec:
+    if isinstance(x, InputSpec):
+        return x
+    if isinstance(x, torch.Tensor):
+        return InputSpec(tuple(x.shape), x.dtype)
+    if isinstance(x, (tuple, list)) and all(isinstance(d, int) and d > 0 for d in x):
+        return InputSpec(tuple(x))
+    raise InputSpecError(f"cannot use {x!r} as an example input: pass a tensor, a shape "
+                         "tuple of positive ints, or an InputSpec")
+
+
+def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int]) -> Analysis:
+    """Analyze `model` (put in eval mode) for the given example inputs or shapes."""
+    if not inputs:
+        raise InputSpecError("no example input given: pass at least one tensor or shape")
+    specs = tuple(as_spec(x) for x in inputs)
+    model = model.eval()
+    gm = trace_fx(model)
+    propagate_shapes(gm, specs)
+    graph = to_fusion_graph(gm, type(model).__name__, frontend="fx")
+    clusters, rejections = detect(graph)
+    return Analysis(model_name=type(model).__name__, inputs=specs, graph=graph,
+                    clusters=clusters, rejections=rejections, module=model, graph_module=gm)
+
+
+def analyze_file(path: str | Path, specs: Sequence[InputSpec],
+                 class_name: str | None = None) -> Analysis:
+    return analyze(load_model(path, class_name), *specs)

@@ -1,0 +1,1 @@
+"""Reports: the rich console view and the versioned JSON document."""

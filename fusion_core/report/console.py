@@ -1,0 +1,64 @@
+"""The console report: header, cluster table, totals, and (optionally) rejections."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..pipeline import Analysis
+from .units import fmt_bytes, short_path
+
+
+def cluster_table(analysis: Analysis, maps: dict[int, str] | None = None) -> Table:
+    table = Table(title="Fusable clusters (estimated memory traffic)", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("category")
+    table.add_column("ops")
+    table.add_column("traffic\n(unfused)", justify="right")
+    table.add_column("traffic\n(fused)", justify="right")
+    table.add_column("traffic\nsaved", justify="right")
+    table.add_column("map")
+    table.add_column("lines")
+    for c in analysis.clusters:
+        t = c.traffic
+        table.add_row(str(c.index), c.category, c.chain, fmt_bytes(t.unfused_bytes),
+                      fmt_bytes(t.fused_bytes), f"{t.saved_fraction:.0%}",
+                      (maps or {}).get(c.index, "pending"), str(c.lines) if c.lines else "-")
+    return table
+
+
+def totals_line(analysis: Analysis) -> str:
+    unfused = sum(c.traffic.unfused_bytes for c in analysis.clusters)
+    saved = sum(c.traffic.saved_bytes for c in analysis.clusters)
+    return (f"Across {len(analysis.clusters)} cluster(s): {fmt_bytes(saved)} of "
+            f"{fmt_bytes(unfused)} cluster-local traffic avoided.")
+
+
+def print_analysis(analysis: Analysis, console: Console, explain_rejections: bool = False,
+                   maps: dict[int, str] | None = None) -> None:
+    console.print(f"{analysis.model_name} ({analysis.n_nodes} nodes, "
+                  f"{len(analysis.clusters)} fusable cluster(s))", highlight=False)
+    console.print()
+    if analysis.clusters:
+        console.print(cluster_table(analysis, maps))
+    console.print(totals_line(analysis), highlight=False)
+    console.print("Estimates are a DRAM upper bound with no cache model.")
+    if explain_rejections:
+        print_rejections(analysis, console)
+
+
+def print_rejections(analysis: Analysis, console: Console) -> None:
+    console.print()
+    if not analysis.rejections:
+        console.print("Rejected candidates: none")
+        return
+    console.print(f"Rejected candidates ({len(analysis.rejections)})")
+    for r in analysis.rejections:
+        where = ""
+        if r.lines:
+            where = f" at {short_path(r.lines.file)}:{str(r.lines)[1:]}"
+        ops = " → ".join(r.ops) if len(r.ops) <= 6 else (
+            " → ".join(r.ops[:3]) + f" → … ({len(r.ops)} ops)")
+        console.print(f"  [bold]{r.check}[/bold]  {ops}{where}", highlight=False)
+        console.print(f"      {r.reason}; dropped {', '.join(r.culprits)} and retried",
+                      highlight=False, markup=False)

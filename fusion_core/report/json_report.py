@@ -1,0 +1,77 @@
+"""The machine-readable report (`--json`): a versioned document and its JSON Schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..analysis.types import Cluster, LineSpan, Rejection
+from ..pipeline import Analysis
+
+SCHEMA_VERSION = 1
+
+
+def _lines(span: LineSpan | None) -> dict[str, Any] | None:
+    return None if span is None else {"file": span.file, "start": span.start, "end": span.end}
+
+
+def cluster_dict(c: Cluster) -> dict[str, Any]:
+    return {
+        "index": c.index, "category": c.category, "ops": list(c.ops), "nodes": list(c.nodes),
+        "inputs": list(c.inputs), "outputs": list(c.outputs),
+        "traffic": {"unfused_bytes": c.traffic.unfused_bytes,
+                    "fused_bytes": c.traffic.fused_bytes,
+                    "saved_bytes": c.traffic.saved_bytes},
+        "lines": _lines(c.lines),
+    }
+
+
+def rejection_dict(r: Rejection) -> dict[str, Any]:
+    return {"check": r.check, "ops": list(r.ops), "nodes": list(r.nodes),
+            "culprits": list(r.culprits), "reason": r.reason, "lines": _lines(r.lines)}
+
+
+def to_document(analysis: Analysis, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON document; later passes add their sections through `extra`."""
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "model": analysis.model_name,
+        "frontend": analysis.graph.frontend,
+        "inputs": [{"shape": list(s.shape), "dtype": str(s.dtype).removeprefix("torch.")}
+                   for s in analysis.inputs],
+        "n_nodes": analysis.n_nodes,
+        "clusters": [cluster_dict(c) for c in analysis.clusters],
+        "rejections": [rejection_dict(r) for r in analysis.rejections],
+        "totals": {
+            "unfused_bytes": sum(c.traffic.unfused_bytes for c in analysis.clusters),
+            "fused_bytes": sum(c.traffic.fused_bytes for c in analysis.clusters),
+        },
+    }
+    doc.update(extra or {})
+    return doc
+
+
+def schema() -> dict[str, Any]:
+    text = resources.files("fusion_core.report").joinpath("analysis.schema.json").read_text()
+    return json.loads(text)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write via a temp file in the same folder and os.replace: never a half-written file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, doc: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(doc, indent=2) + "\n")
