@@ -50,10 +50,33 @@ def check_fan_out(g: FusionGraph, group: Collection[str]) -> Failure | None:
         return Failure("fan-out", tuple(inner),
                        f"`{g[n].label}` is also used by {_names(g, outside)} outside the group")
     if len(out) > 1:
-        return Failure("fan-out", tuple(out[:-1]),
-                       f"the group has {len(out)} results ({_names(g, out)}); "
-                       "one kernel writes one")
+        forks = _forks(g, group, out)
+        return Failure("fan-out", forks,
+                       f"the group has {len(out)} results ({_names(g, out)}); one kernel "
+                       f"writes one, and {_names(g, forks[-1:])} feeds more than one of them")
     return None
+
+
+_MANY = object()
+
+
+def _forks(g: FusionGraph, group: Collection[str], out: list[str]) -> tuple[str, ...]:
+    """Group nodes from which more than one result is reachable inside the group.
+
+    Dropping them leaves pieces with one result each (relu feeding {mul, add} and
+    a layer_norm loses relu, not the mul/add tail). One reverse sweep: a node's
+    reach is one result name, or _MANY.
+    """
+    results = set(out)
+    reach: dict[str, object] = {}
+    for name in reversed(_ordered(g, group)):
+        seen: set[object] = {name} if name in results else set()
+        for u in g.users[name]:
+            if u in group and reach.get(u) is not None:
+                seen.add(reach[u])
+        reach[name] = (_MANY if len(seen) > 1 or _MANY in seen
+                       else next(iter(seen)) if seen else None)
+    return tuple(n for n in _ordered(g, group) if reach[n] is _MANY)
 
 
 def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:

@@ -21,6 +21,15 @@ def _bytes(g: FusionGraph, name: str) -> int:
     return meta.nbytes if meta is not None else 0
 
 
+def _same_dtype_cast(g: FusionGraph, name: str) -> bool:
+    """`x.float()` / `x.to(x.dtype)` on a value already of that dtype returns `x` itself."""
+    node = g[name]
+    if node.op != "to" or not node.refs or node.meta is None:
+        return False
+    src = g[node.refs[0]].meta
+    return src is not None and src.dtype == node.meta.dtype
+
+
 def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
     """Values the group reads from outside, in order of first use."""
     seen: dict[str, None] = {}
@@ -36,7 +45,7 @@ def estimate_traffic(g: FusionGraph, group: Collection[str]) -> TrafficEstimate:
     for name in group:
         node = g[name]
         spec = SPECS.get(node.op.rstrip("_"))
-        if spec is not None and not spec.moves_data:
+        if (spec is not None and not spec.moves_data) or _same_dtype_cast(g, name):
             continue  # eager returns an alias: no bytes move
         unfused += sum(_bytes(g, r) for r in dict.fromkeys(node.refs)) + _bytes(g, name)
     fused = sum(_bytes(g, r) for r in external_inputs(g, group))

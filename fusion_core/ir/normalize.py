@@ -106,10 +106,11 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     inputs = tuple(Ref(v.name) if isinstance(v, fx.Node) else _literal(v)
                    for v in (values.get(k) for k in spec.operands))
     params = tuple((k, _literal(v)) for k, v in values.items() if k not in spec.operands)
-    kind = spec.kind
     if any(isinstance(v, fx.Node) for _, v in params):
-        kind = OpKind.OPAQUE  # a non-operand argument computed at run time
-    elif inplace or values.get("inplace") is True:
+        # A non-operand argument computed at run time (`2.0 ** x`): opaque, all edges kept.
+        return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
+    kind = spec.kind
+    if inplace or values.get("inplace") is True:
         kind = OpKind.INPLACE
     elif spec.name == "dropout" and values.get("training"):
         kind = OpKind.OPAQUE  # random in training mode

@@ -146,7 +146,8 @@ _SPECS = [
     OpSpec("sin", UNARY, "input", lower=_call("tl.sin")),
     OpSpec("cos", UNARY, "input", lower=_call("tl.cos")),
     OpSpec("erf", UNARY, "input", lower=_call("tl.erf")),
-    OpSpec("pow", UNARY, "input, exponent", ("input", "exponent"), _pow),
+    # The exponent is a param: a tensor (or scalar-base) pow is left opaque.
+    OpSpec("pow", UNARY, "input, exponent", ("input",), _pow),
     OpSpec("sigmoid", UNARY, "input", lower=_call("tl.sigmoid")),
     OpSpec("tanh", UNARY, "input", lower=lambda a, p: tanh_expr(a[0])),
     OpSpec("relu", UNARY, "input, inplace=False", lower=lambda a, p: f"tl.maximum({a[0]}, 0.0)"),
