@@ -8,6 +8,7 @@ allocates nothing at that size.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,6 +94,13 @@ def propagate_shapes(gm: fx.GraphModule, specs: Sequence[InputSpec]) -> fx.Graph
             f"{type(gm).__name__}.forward takes {len(required)} input(s) ({names}) but "
             f"{len(specs)} --input-shape given: repeat --input-shape once per input")
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    FakeTensorProp_ = _Prop(gm, mode)
-    FakeTensorProp_.propagate_dont_convert_inputs(*fake_inputs(mode, specs))
+    prop = _Prop(gm, mode)
+    prop.extra_traceback = False  # else FX appends the graph and a traceback to our one line
+    # Fake-tensor dispatch logs a traceback for an op that rejects its input; we report it.
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level, log.level = log.level, logging.CRITICAL
+    try:
+        prop.propagate_dont_convert_inputs(*fake_inputs(mode, specs))
+    finally:
+        log.setLevel(level)
     return gm
