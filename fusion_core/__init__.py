@@ -1,0 +1,13 @@
+"""fusion-advisor's public API (what the pytest plugin and other tools may import)."""
+
+from .analysis.types import Cluster, LineSpan, Rejection, TrafficEstimate
+from .errors import FusionAdvisorError
+from .ir.shapes import InputSpec, parse_dtype
+from .load import load_model
+from .pipeline import Analysis, analyze
+from .report.json_report import write_atomic
+
+__all__ = [
+    "Analysis", "Cluster", "FusionAdvisorError", "InputSpec", "LineSpan", "Rejection",
+    "TrafficEstimate", "analyze", "load_model", "parse_dtype", "write_atomic",
+]
