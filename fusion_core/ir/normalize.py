@@ -54,8 +54,8 @@ def _target_name(n: fx.Node) -> str:
     t = n.target
     mod = getattr(t, "__module__", "") or ""
     name = getattr(t, "__name__", str(t))
-    prefix = {"torch.nn.functional": "F.", "_operator": "operator.", "torch": "torch."}.get(
-        mod, "")
+    prefix = {"torch.nn.functional": "F.", "torch._C._nn": "F.", "_operator": "operator.",
+              "torch": "torch."}.get(mod, "")
     return f"{prefix}{name}"
 
 
@@ -112,8 +112,8 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     kind = spec.kind
     if inplace or values.get("inplace") is True:
         kind = OpKind.INPLACE
-    elif spec.name == "dropout" and values.get("training"):
-        kind = OpKind.OPAQUE  # random in training mode
+    elif spec.name in ("dropout", "batch_norm") and values.get("training"):
+        kind = OpKind.OPAQUE  # random, or batch statistics, in training mode
     return Node(op=spec.name + ("_" if kind is OpKind.INPLACE else ""), kind=kind,
                 inputs=inputs, params=params, **common)
 
