@@ -1,0 +1,310 @@
+"""Map each cluster back to the lines of the user's source it replaces.
+
+Reads an ``Analysis`` (cluster nodes, their ``SourceLoc``s, the FX graph) and
+the user's files; writes one ``SourceMapping`` per cluster. A cluster is
+``exact`` when its nodes sit in one function, the statements covering them
+compute the cluster and nothing else (other calls of the same lines aside:
+those are the clusters it shares the lines with), every input has a source
+expression at the top of the range, and no name the range assigns is read
+afterwards. Otherwise it is a ``pointer`` (file and line range, no diff) with
+the reason in words.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ..analysis.types import Cluster
+from ..ir.graph import Node, OpKind
+from ..pipeline import Analysis
+from .pysource import (
+    Scope,
+    SourceFile,
+    Statement,
+    enclosing_loop,
+    stored_names,
+)
+from .unify import Mismatch, Unifier
+
+EXACT, POINTER = "exact", "pointer"
+_NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
+
+
+@dataclass(frozen=True)
+class SourceMapping:
+    cluster_index: int
+    quality: str  # EXACT or POINTER
+    file: str | None
+    start: int | None
+    end: int | None
+    reason: str | None = None  # why it is a pointer; None when exact
+    replacement: str | None = None  # the line replacing start..end (exact only), indented
+    function: str | None = None  # `CausalSelfAttention.forward`
+    call: str | None = None  # the fused function the replacement calls, e.g. `cluster0`
+    args: tuple[str, ...] = ()  # source expression per cluster input, in `Cluster.inputs` order
+    shared_with: tuple[int, ...] = ()  # clusters the same lines form in other calls
+    digest: str | None = None  # sha256 of the file content this mapping was made from
+    original: str | None = None  # the text of lines start..end (exact only)
+
+    @property
+    def exact(self) -> bool:
+        return self.quality == EXACT
+
+    @property
+    def where(self) -> str:
+        if self.file is None:
+            return "(no source)"
+        tail = f"{self.start}" if self.start == self.end else f"{self.start}-{self.end}"
+        return f"{self.file}:{tail}"
+
+    @property
+    def lines_label(self) -> str:
+        if self.start is None:
+            return "-"
+        return f"L{self.start}" if self.start == self.end else f"L{self.start}-{self.end}"
+
+
+@dataclass(frozen=True)
+class _Span:
+    """The statements covering one cluster's nodes."""
+
+    src: SourceFile
+    scope: Scope
+    stmts: tuple[Statement, ...]
+
+    @property
+    def start(self) -> int:
+        return self.stmts[0].start
+
+    @property
+    def end(self) -> int:
+        return self.stmts[-1].end
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.src.path, self.start, self.end)
+
+
+class _Pointer(Exception):
+    def __init__(self, reason: str, file: str | None = None, start: int | None = None,
+                 end: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.file, self.start, self.end = reason, file, start, end
+
+
+def _count(n: int) -> str:
+    return _NUMBERS.get(n, str(n))
+
+
+def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> _Span:
+    nodes = [analysis.graph[n] for n in c.nodes]
+    missing = [n.name for n in nodes if n.source is None]
+    if missing:
+        raise _Pointer(f"no source line recorded for `{missing[0]}`")
+    paths = sorted({n.source.file for n in nodes})
+    lines = [n.source.line for n in nodes]
+    if len(paths) > 1:
+        raise _Pointer(f"spans {_count(len(paths))} files ({', '.join(paths)})")
+    where = dict(file=paths[0], start=min(lines), end=max(lines))
+    try:
+        src = files.setdefault(paths[0], SourceFile.read(paths[0]))
+        src.tree  # noqa: B018 - parse now so a syntax error degrades this mapping only
+    except (OSError, SyntaxError, UnicodeDecodeError) as e:
+        raise _Pointer(f"cannot read {paths[0]}: {e}", **where) from e
+    scopes = {line: src.scope_at(line) for line in lines}
+    if None in scopes.values():
+        line = next(k for k, v in scopes.items() if v is None)
+        raise _Pointer(f"line {line} is not inside a function", **where)
+    distinct = sorted({(s.start, s.qualname) for s in scopes.values()})
+    if len(distinct) > 1:
+        first = {s.qualname: min(k for k, v in scopes.items() if v is s)
+                 for s in scopes.values()}
+        named = ", ".join(f"`{q}` line {first[q]}" for _, q in distinct)
+        raise _Pointer(f"spans {_count(len(distinct))} functions ({named})", **where)
+    scope = scopes[lines[0]]
+    stmts = {line: src.statement_at(scope, line) for line in set(lines)}
+    bad = sorted(line for line, st in stmts.items() if st is None)
+    if bad:
+        raise _Pointer(f"line {bad[0]} is not a simple statement", **where)
+    bodies = {id(st.body) for st in stmts.values()}
+    if len(bodies) > 1:
+        raise _Pointer("the lines lie in different blocks (e.g. inside and outside a loop)",
+                       **where)
+    body = next(iter(stmts.values())).body
+    lo = min(st.index for st in stmts.values())
+    hi = max(st.index for st in stmts.values())
+    run = tuple(Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
+                for i, st in enumerate(body) if lo <= i <= hi)
+    span = _Span(src, scope, run)
+    where = dict(file=src.path, start=span.start, end=span.end)
+    for i, line in ((lo - 1, span.start), (hi + 1, span.end)):
+        if 0 <= i < len(body) and body[i].lineno <= line <= (body[i].end_lineno or 0):
+            raise _Pointer(f"line {line} also holds `{src.segment(body[i])}`", **where)
+    return span
+
+
+def _describe(src: SourceFile, scope: Scope, node: Node) -> str:
+    """The source text of what `node` computes, found on its line (`self.proj1(x)`)."""
+    line = node.source.line
+    st = src.statement_at(scope, line)
+    want = node.target.rsplit(".", 1)[-1].strip("()")
+    if st is not None:
+        for n in ast.walk(st.node):
+            if isinstance(n, ast.Call):
+                f = n.func
+                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+                if name == want:
+                    return src.segment(n)
+    return src.line_text(line).strip()
+
+
+def _is_feeder(node: Node) -> bool:
+    """Values an input expression re-evaluates for free (buffers, slices, sizes)."""
+    return node.kind in (OpKind.CONSTANT, OpKind.VIEW, OpKind.INPUT) or node.op == "meta"
+
+
+def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster]) -> None:
+    """No node outside the group's clusters is computed on the range's lines."""
+    members = {n for c in group for n in c.nodes}
+    ops_by_line = {(analysis.graph[n].source.line, analysis.graph[n].op) for n in members}
+    for n in analysis.graph.nodes:
+        s = n.source
+        if (n.name in members or s is None or s.file != span.src.path
+                or not span.start <= s.line <= span.end or _is_feeder(n)):
+            continue
+        if span.src.scope_at(s.line) is not span.scope:
+            continue
+        text = _describe(span.src, span.scope, n)
+        if (s.line, n.op) in ops_by_line:
+            raise _Pointer(f"line {s.line} (`{text}`) also runs in another call of "
+                           f"`{span.scope}` that does not form this cluster")
+        raise _Pointer(f"line range also holds `{text}` (line {s.line}), which is not in "
+                       "the cluster")
+
+
+def _self_path(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
+    """The module path `self` stands for in `scope` (`blocks.0.attn`; "" for the root)."""
+    if scope.class_name == type(analysis.module).__name__:
+        return ""
+    gm_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    for name in c.nodes:
+        stack = gm_nodes[name].meta.get("nn_module_stack") or {}
+        for path, cls in reversed(list(stack.values())):
+            if getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == scope.class_name:
+                return path
+    return None
+
+
+def _self_name(scope: Scope) -> str:
+    params = scope.node.args.posonlyargs + scope.node.args.args
+    return params[0].arg if scope.class_name and params else "self"
+
+
+def _unify(analysis: Analysis, c: Cluster, span: _Span) -> tuple[str, ...]:
+    """Source expressions of the cluster's inputs, in `c.inputs` order."""
+    if len(c.outputs) != 1:
+        raise _Pointer(f"the cluster writes {_count(len(c.outputs))} values "
+                       f"({', '.join(c.outputs)}); one call can assign only one")
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    path = _self_path(analysis, c, span.scope)
+    try:
+        unifier = Unifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
+                          _self_name(span.scope), path if path is not None else "\0")
+        match = unifier.run(c.outputs[-1])
+    except Mismatch as e:
+        raise _Pointer(str(e)) from e
+    missing = [n for n in c.nodes if n not in match.matched]
+    if missing:
+        raise _Pointer(f"`{missing[0]}` ({analysis.graph[missing[0]].op}) is not computed on "
+                       "these lines")
+    texts = dict(match.inputs)
+    extra = sorted(set(texts) - set(c.inputs))
+    if extra:
+        raise _Pointer(f"the lines read `{texts[extra[0]]}`, which the cluster does not take")
+    absent = [n for n in c.inputs if n not in texts]
+    if absent:
+        raise _Pointer(f"input `{absent[0]}` has no expression in the source at line "
+                       f"{span.start}")
+    return tuple(texts[n] for n in c.inputs)
+
+
+def _check_dead(span: _Span) -> None:
+    """Names the range assigns on the way (all but the last target) must not be read later."""
+    last = span.stmts[-1].node
+    kept = stored_names(last)
+    assigned = set().union(*(stored_names(s.node) for s in span.stmts[:-1])) - kept
+    loop = enclosing_loop(span.scope, span.stmts[0])
+    region = loop if loop is not None else span.scope.node
+    after = loop is None
+    for n in ast.walk(region):
+        if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in assigned
+                and (not after or n.lineno > span.end)
+                and not span.start <= n.lineno <= span.end):
+            raise _Pointer(f"`{n.id}`, assigned inside the range, is read again at line "
+                           f"{n.lineno}")
+
+
+def _replacement(span: _Span, call: str) -> str:
+    src, first, last = span.src, span.stmts[0], span.stmts[-1].node
+    line = src.line_text(first.start)
+    indent = line[:len(line) - len(line.lstrip())]
+    if isinstance(last, ast.Return):
+        return f"{indent}return {call}"
+    if isinstance(last, ast.AnnAssign):
+        return f"{indent}{src.segment(last.target)}: {src.segment(last.annotation)} = {call}"
+    return f"{indent}{src.segment(last.targets[0])} = {call}"
+
+
+def _shapes(analysis: Analysis, c: Cluster) -> tuple:
+    return tuple((analysis.graph[n].meta.shape, analysis.graph[n].meta.dtype)
+                 if analysis.graph[n].meta else None for n in (*c.inputs, *c.outputs))
+
+
+def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[SourceMapping]:
+    rep = group[0]
+    base = dict(file=span.src.path, start=span.start, end=span.end,
+                function=span.scope.qualname, digest=span.src.digest)
+    others = {c.index: tuple(o.index for o in group if o is not c) for c in group}
+    try:
+        _check_alone(analysis, span, group)
+        args = [_unify(analysis, c, span) for c in group]
+        for c, a in zip(group[1:], args[1:], strict=True):
+            if a != args[0] or c.ops != rep.ops:
+                raise _Pointer(f"the same lines also run as cluster {c.index}, which reads "
+                               "or computes something else")
+            if _shapes(analysis, c) != _shapes(analysis, rep):
+                raise _Pointer(f"the same lines also run as cluster {c.index} with other "
+                               "shapes; one kernel cannot serve both")
+        _check_dead(span)
+    except _Pointer as p:
+        return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
+                              **base) for c in group]
+    call = f"cluster{rep.index}({', '.join(args[0])})"
+    text = _replacement(span, call)
+    original = "".join(span.src.lines[span.start - 1:span.end])
+    return [SourceMapping(c.index, EXACT, replacement=text, call=f"cluster{rep.index}",
+                          args=args[0], shared_with=others[c.index], original=original, **base)
+            for c in group]
+
+
+def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
+    """One mapping per cluster, in cluster order."""
+    files: dict[str, SourceFile] = {}
+    spans: dict[int, _Span] = {}
+    out: dict[int, SourceMapping] = {}
+    for c in analysis.clusters:
+        try:
+            spans[c.index] = _span(analysis, c, files)
+        except _Pointer as p:
+            digest = files[p.file].digest if p.file in files else None
+            out[c.index] = SourceMapping(c.index, POINTER, p.file, p.start, p.end, p.reason,
+                                         digest=digest)
+    groups: dict[tuple[str, int, int], list[Cluster]] = {}
+    for c in analysis.clusters:
+        if c.index in spans:
+            groups.setdefault(spans[c.index].key, []).append(c)
+    for group in groups.values():
+        for m in _map_group(analysis, spans[group[0].index], group):
+            out[m.cluster_index] = m
+    return tuple(out[c.index] for c in analysis.clusters)

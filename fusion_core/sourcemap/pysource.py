@@ -1,0 +1,176 @@
+"""The user's Python file as the source mapper sees it: text, hash, AST, statement lookups.
+
+Reads a file from disk once; answers which function and which simple statement
+hold a line, where statements start and end (multi-line ones included), and
+which names an expression reads. Writes nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+_SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A function definition and its dotted name (`CausalSelfAttention.forward`)."""
+
+    node: ast.FunctionDef | ast.AsyncFunctionDef = field(compare=False)
+    qualname: str
+    class_name: str | None
+    start: int
+
+    def __str__(self) -> str:
+        return self.qualname
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A simple statement with the body list that holds it (for adjacency checks)."""
+
+    node: ast.stmt = field(compare=False)
+    body: list[ast.stmt] = field(compare=False, repr=False)
+    index: int  # position in `body`
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    data: bytes = field(repr=False)
+
+    @classmethod
+    def read(cls, path: str | Path) -> SourceFile:
+        return cls(str(path), Path(path).read_bytes())
+
+    @cached_property
+    def text(self) -> str:
+        return self.data.decode("utf-8")
+
+    @cached_property
+    def digest(self) -> str:
+        return sha256(self.data)
+
+    @cached_property
+    def lines(self) -> list[str]:
+        """Lines with their endings, 0-based (line n is lines[n - 1])."""
+        return self.text.splitlines(keepends=True)
+
+    @cached_property
+    def tree(self) -> ast.Module:
+        return ast.parse(self.text, filename=self.path)
+
+    @cached_property
+    def scopes(self) -> tuple[Scope, ...]:
+        found: list[Scope] = []
+
+        def walk(body: list[ast.stmt], prefix: str, cls: str | None) -> None:
+            for st in body:
+                if isinstance(st, ast.ClassDef):
+                    walk(st.body, f"{prefix}{st.name}.", st.name)
+                elif isinstance(st, _FUNCS):
+                    found.append(Scope(st, f"{prefix}{st.name}", cls, st.lineno))
+                    walk(st.body, f"{prefix}{st.name}.<locals>.", None)
+                else:
+                    for child in _bodies(st):
+                        walk(child, prefix, cls)
+
+        walk(self.tree.body, "", None)
+        return tuple(found)
+
+    def scope_at(self, line: int) -> Scope | None:
+        """The innermost function whose body holds `line`."""
+        best = None
+        for s in self.scopes:
+            if s.node.body[0].lineno <= line <= (s.node.end_lineno or 0):
+                if best is None or s.start >= best.start:
+                    best = s
+        return best
+
+    def statement_at(self, scope: Scope, line: int) -> Statement | None:
+        """The innermost simple statement of `scope` (not of nested defs) holding `line`."""
+
+        def search(body: list[ast.stmt]) -> Statement | None:
+            for i, st in enumerate(body):
+                if not st.lineno <= line <= (st.end_lineno or st.lineno):
+                    continue
+                if isinstance(st, _SIMPLE):
+                    return Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
+                if isinstance(st, (*_FUNCS, ast.ClassDef)):
+                    return None
+                for child in _bodies(st):
+                    hit = search(child)
+                    if hit is not None:
+                        return hit
+                return None
+            return None
+
+        return search(scope.node.body)
+
+    def segment(self, node: ast.AST) -> str:
+        return ast.get_source_segment(self.text, node) or ast.unparse(node)
+
+    def line_text(self, line: int) -> str:
+        return self.lines[line - 1].rstrip("\r\n") if 0 < line <= len(self.lines) else ""
+
+    @cached_property
+    def newline(self) -> str:
+        first = self.lines[0] if self.lines else "\n"
+        return "\r\n" if first.endswith("\r\n") else "\n"
+
+
+def _bodies(st: ast.stmt) -> list[list[ast.stmt]]:
+    out = [getattr(st, k) for k in ("body", "orelse", "finalbody") if getattr(st, k, None)]
+    out += [h.body for h in getattr(st, "handlers", [])]
+    out += [c.body for c in getattr(st, "cases", [])]
+    return out
+
+
+def loaded_names(expr: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def stored_names(st: ast.stmt) -> set[str]:
+    targets: list[ast.AST] = []
+    if isinstance(st, ast.Assign):
+        targets = list(st.targets)
+    elif isinstance(st, (ast.AnnAssign, ast.AugAssign)):
+        targets = [st.target]
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+_PURE = (ast.Name, ast.Attribute, ast.Subscript, ast.Slice, ast.Constant, ast.Tuple,
+         ast.UnaryOp, ast.BinOp, ast.Load, ast.unaryop, ast.operator, ast.expr_context)
+
+
+def is_plain_access(expr: ast.AST) -> bool:
+    """Names, attributes, subscripts and slices of them: re-evaluating it computes nothing."""
+    return all(isinstance(n, _PURE) for n in ast.walk(expr))
+
+
+def reads_in_order(func: ast.AST, after: int) -> set[str]:
+    """Names loaded anywhere in `func` on lines after `after`."""
+    return {n.id for n in ast.walk(func)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.lineno > after}
+
+
+def enclosing_loop(scope: Scope, stmt: Statement) -> ast.stmt | None:
+    """The innermost `for`/`while` of `scope` around `stmt`, if any."""
+    best = None
+    for n in ast.walk(scope.node):
+        if isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and n is not stmt.node:
+            if n.lineno < stmt.start and stmt.end <= (n.end_lineno or 0):
+                if best is None or n.lineno > best.lineno:
+                    best = n
+    return best

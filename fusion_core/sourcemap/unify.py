@@ -1,0 +1,256 @@
+"""Match a run of source statements against the FX nodes of one cluster.
+
+Reads the statements' AST and the shape-propagated FX graph; walks each
+statement's expression and the FX node it must evaluate to side by side
+(``x * 2.0`` against ``operator.mul(x, 2.0)``, ``self.drop(p)`` against the
+``F.dropout`` a traced-through module made). Writes a ``Match``: for every
+cluster input, the source expression that holds it at the top of the run
+(``scores``, ``self.causal_mask[:T, :T]``, ``self.ln.weight``), or raises
+``Mismatch`` with the reason in words.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch.fx as fx
+
+from .pysource import SourceFile, Statement, is_plain_access, loaded_names, stored_names
+
+BINOPS: dict[type[ast.AST], Any] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow, ast.MatMult: operator.matmul, ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+}
+UNARYOPS: dict[type[ast.AST], Any] = {
+    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
+    ast.Not: operator.not_,
+}
+COMPAREOPS: dict[type[ast.AST], Any] = {
+    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq, ast.NotEq: operator.ne,
+}
+
+
+class Mismatch(Exception):
+    """The statements do not compute exactly the cluster; `str()` says why."""
+
+
+@dataclass(frozen=True)
+class Match:
+    inputs: tuple[tuple[str, str], ...]  # (FX node name, source expression)
+    matched: frozenset[str]  # cluster nodes found in the statements
+
+    def text(self, node: str) -> str | None:
+        return dict(self.inputs).get(node)
+
+
+def value_of(st: ast.stmt, last: bool) -> ast.expr:
+    """The expression a statement of the run evaluates (only plain forms fold into one call)."""
+    if not last:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(
+                st.targets[0], ast.Name):
+            return st.value
+        raise Mismatch(f"line {st.lineno} is not a plain `name = ...` assignment")
+    if isinstance(st, ast.Assign) and len(st.targets) == 1:
+        return st.value
+    if isinstance(st, (ast.AnnAssign, ast.Return)) and st.value is not None:
+        return st.value
+    raise Mismatch(f"line {st.lineno} is not an assignment or a `return` of one value")
+
+
+def module_attr_text(self_name: str, self_path: str, target: str) -> str | None:
+    """`blocks.0.ln1.weight` seen from module `blocks.0` → `self.ln1.weight`."""
+    if self_path:
+        if not target.startswith(self_path + "."):
+            return None
+        target = target[len(self_path) + 1:]
+    out = self_name
+    for part in target.split("."):
+        out += f"[{part}]" if part.isdigit() else f".{part}"
+    return out
+
+
+class Unifier:
+    def __init__(self, src: SourceFile, stmts: list[Statement], cluster: set[str],
+                 fx_nodes: dict[str, fx.Node], self_name: str, self_path: str) -> None:
+        self.src, self.stmts, self.cluster = src, stmts, cluster
+        self.fx_nodes, self.self_name, self.self_path = fx_nodes, self_name, self_path
+        self.values: list[str | None] = [None] * len(stmts)
+        self.inputs: dict[str, str] = {}
+        self.matched: set[str] = set()
+        self.seen: set[str] = set()  # every node some expression stands for
+        self.queue: list[int] = []
+
+    def run(self, output: str) -> Match:
+        last = len(self.stmts) - 1
+        self.values[last] = output
+        self.queue.append(last)
+        while self.queue:
+            k = self.queue.pop()
+            expr = value_of(self.stmts[k].node, last=k == last)
+            self.match(expr, self.fx_nodes[self.values[k]], k)
+        for st, v in zip(self.stmts, self.values, strict=True):
+            if v is None:
+                raise Mismatch(f"line {st.start} (`{self.src.segment(st.node)}`) computes "
+                               "nothing the cluster uses")
+        return Match(tuple(self.inputs.items()), frozenset(self.matched))
+
+    # -- expressions -------------------------------------------------------------------
+
+    def assigned_before(self, k: int, name: str) -> int | None:
+        for j in range(k - 1, -1, -1):
+            if name in stored_names(self.stmts[j].node):
+                return j
+        return None
+
+    def bind(self, node: fx.Node, text: str) -> None:
+        self.inputs.setdefault(node.name, text)
+
+    def match(self, expr: ast.expr, node: fx.Node, k: int) -> None:
+        self.seen.add(node.name)
+        if isinstance(expr, ast.Name):
+            self.match_name(expr, node, k)
+        elif node.name not in self.cluster:
+            self.match_outside(expr, node, k)
+        else:
+            self.matched.add(node.name)
+            self.match_op(expr, node, k)
+
+    def match_name(self, expr: ast.Name, node: fx.Node, k: int) -> None:
+        j = self.assigned_before(k, expr.id)
+        if j is not None:
+            if self.values[j] is None:
+                self.values[j] = node.name
+                self.queue.append(j)
+            elif self.values[j] != node.name:
+                raise Mismatch(f"`{expr.id}` at line {expr.lineno} does not hold what the "
+                               "graph reads there")
+            return
+        if node.name in self.cluster:
+            raise Mismatch(f"`{expr.id}` at line {expr.lineno} reads a value the cluster "
+                           "computes itself (the lines run more than once, e.g. in a loop)")
+        self.bind(node, expr.id)
+
+    def match_outside(self, expr: ast.expr, node: fx.Node, k: int) -> None:
+        text = self.src.segment(expr)
+        if not is_plain_access(expr):
+            raise Mismatch(f"line range also holds `{text}` (line {expr.lineno}), which is "
+                           "not in the cluster")
+        late = sorted(n for n in loaded_names(expr) if self.assigned_before(k, n) is not None)
+        if late:
+            raise Mismatch(f"input `{text}` at line {expr.lineno} reads `{late[0]}`, which "
+                           "an earlier line of the range reassigns")
+        self.bind(node, text)
+
+    def match_value(self, expr: ast.expr, value: Any, k: int) -> None:
+        if isinstance(value, fx.Node):
+            self.match(expr, value, k)
+        elif isinstance(value, (tuple, list)) and any(_nodes(value)):
+            if not (isinstance(expr, (ast.Tuple, ast.List)) and len(expr.elts) == len(value)):
+                raise Mismatch(f"cannot line up `{self.src.segment(expr)}` at line "
+                               f"{expr.lineno} with the graph's arguments")
+            for e, v in zip(expr.elts, value, strict=True):
+                self.match_value(e, v, k)
+
+    def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
+        fn = node.target if node.op == "call_function" else None
+        if isinstance(expr, ast.BinOp) and fn is BINOPS.get(type(expr.op)):
+            self.match_args([expr.left, expr.right], node.args, k)
+        elif isinstance(expr, ast.UnaryOp) and fn is UNARYOPS.get(type(expr.op)):
+            self.match_args([expr.operand], node.args, k)
+        elif (isinstance(expr, ast.Compare) and len(expr.ops) == 1
+              and fn is COMPAREOPS.get(type(expr.ops[0]))):
+            self.match_args([expr.left, expr.comparators[0]], node.args, k)
+        elif isinstance(expr, ast.Call):
+            self.match_call(expr, node, k)
+        else:
+            raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} does not compute "
+                           f"the graph's `{node.name}` there")
+        self.bind_leftovers(expr, node)
+
+    def match_args(self, exprs: list[ast.expr], values: tuple[Any, ...], k: int) -> None:
+        for e, v in zip(exprs, values, strict=False):
+            self.match_value(e, v, k)
+
+    def match_call(self, expr: ast.Call, node: fx.Node, k: int) -> None:
+        func, args = expr.func, tuple(node.args)
+        if node.op == "call_method":
+            if not (isinstance(func, ast.Attribute) and func.attr == node.target):
+                raise self.callee_mismatch(expr, node)
+            self.match_value(func.value, args[0], k)
+            args = args[1:]
+        elif node.op != "call_function" or not self.same_callee(func, node):
+            raise self.callee_mismatch(expr, node)
+        if any(isinstance(a, ast.Starred) for a in expr.args) or any(
+                kw.arg is None for kw in expr.keywords):
+            raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} passes *args "
+                           "or **kwargs")
+        positional = expr.args[:len(args)]
+        self.match_args(list(positional), args, k)
+        # F.* functions hand positional arguments past the tensor on as keywords, in order.
+        spilled = expr.args[len(args):]
+        self.match_args(list(spilled), tuple(node.kwargs.values()), k)
+        for kw in expr.keywords:
+            if kw.arg in node.kwargs:
+                self.match_value(kw.value, node.kwargs[kw.arg], k)
+
+    def bind_leftovers(self, expr: ast.expr, node: fx.Node) -> None:
+        """Operands the source does not spell out: a traced-through module's parameters."""
+        for n in _nodes((node.args, node.kwargs)):
+            if n.name in self.seen:
+                continue
+            text = module_attr_text(self.self_name, self.self_path, str(n.target)) if (
+                n.op == "get_attr") else None
+            if text is None:
+                raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} reads "
+                               f"`{n.name}`, which has no expression in the source there")
+            self.bind(n, text)
+
+    def same_callee(self, func: ast.expr, node: fx.Node) -> bool:
+        chain = _attr_chain(func)
+        if chain and chain[0] == self.self_name and len(chain) > 1:
+            stack = node.meta.get("nn_module_stack") or {}
+            inner = list(stack)[-1] if stack else None
+            want = ".".join(p for p in (self.self_path, *chain[1:]) if p)
+            return inner == want
+        name = chain[-1] if chain else None
+        return name is not None and name == getattr(node.target, "__name__", None)
+
+    def callee_mismatch(self, expr: ast.Call, node: fx.Node) -> Mismatch:
+        return Mismatch(f"`{self.src.segment(expr.func)}(...)` at line {expr.lineno} is not "
+                        f"the graph's `{node.name}`")
+
+
+def _attr_chain(expr: ast.expr) -> list[str]:
+    parts: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        return [expr.id, *reversed(parts)]
+    return []
+
+
+def _nodes(obj: Any) -> Iterator[fx.Node]:
+    if isinstance(obj, fx.Node):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            yield from _nodes(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from _nodes(x)
+    elif isinstance(obj, slice):
+        yield from _nodes((obj.start, obj.stop, obj.step))
+
+
+def unify(src: SourceFile, stmts: list[Statement], cluster: set[str], output: str,
+          fx_nodes: dict[str, fx.Node], self_name: str, self_path: str) -> Match:
+    return Unifier(src, stmts, cluster, fx_nodes, self_name, self_path).run(output)
