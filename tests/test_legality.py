@@ -1,0 +1,189 @@
+"""Each legality check, alone, on groups picked from tiny traced modules: one group it
+accepts and one it rejects (with the culprit the pruning drops), plus the check order."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from analysis_helpers import names_by_op, run
+
+from fusion_core.analysis import legality as L
+from fusion_core.pipeline import analyze
+
+
+def _group(g, *ops):
+    return set(names_by_op(g, *ops))
+
+
+# --- fan-out -----------------------------------------------------------------
+
+def test_fan_out_accepts_the_diamond():
+    g = run(lambda x: (lambda e: e * 2.0 + e)(torch.exp(x))).graph
+    assert L.check_fan_out(g, _group(g, "exp", "mul", "add")) is None
+
+
+def test_fan_out_rejects_a_value_also_used_outside():
+    g = run(lambda x: (lambda r: (r * 2.0, r))(torch.relu(x))).graph
+    failure = L.check_fan_out(g, _group(g, "relu", "mul"))
+    assert failure is not None and failure.check == "fan-out"
+    assert failure.culprits == ("relu",)
+    assert "`relu` is also used by `output`" in failure.reason
+
+
+def test_fan_out_rejects_two_results_and_blames_the_fork():
+    g = run(lambda x: (lambda r: (r * 2.0 + 1.0, F.layer_norm(r, (8,))))(torch.relu(x))).graph
+    failure = L.check_fan_out(g, _group(g, "relu", "mul", "add", "layer_norm"))
+    assert failure is not None
+    assert failure.culprits == ("relu",)
+    assert "2 results" in failure.reason
+
+
+# --- convexity ---------------------------------------------------------------
+
+class ReEnter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        a = torch.exp(x)
+        return a + self.lin(a)  # exp -> lin (outside) -> add: leaves and re-enters
+
+
+def test_convexity_accepts_a_chain():
+    g = run(lambda x: torch.exp(x) * 2.0 + 1.0).graph
+    assert L.check_convexity(g, _group(g, "exp", "mul", "add")) is None
+
+
+def test_convexity_rejects_a_path_through_an_outside_node():
+    g = analyze(ReEnter(), (4, 8)).graph
+    failure = L.check_convexity(g, _group(g, "exp", "add"))
+    assert failure is not None and failure.check == "convexity"
+    assert failure.culprits == ("add",)
+    assert "`self.lin`" in failure.reason and "re-enters" in failure.reason
+
+
+def test_convexity_is_not_confused_by_an_outside_branch_that_never_returns():
+    class Side(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            a = torch.exp(x)
+            return a * 2.0, self.lin(a)
+
+    g = analyze(Side(), (4, 8)).graph
+    assert L.check_convexity(g, _group(g, "exp", "mul")) is None
+
+
+# --- shapes ------------------------------------------------------------------
+
+def test_shapes_accepts_broadcast_operands_and_per_row_values():
+    g = run(lambda x, y: (lambda e: e - e.amax(dim=-1, keepdim=True))(torch.exp(x) * y),
+            (4, 8), (8,)).graph
+    assert L.check_shapes(g, _group(g, "exp", "mul", "amax", "sub")) is None
+
+
+def test_shapes_rejects_a_result_larger_than_the_reduction_domain():
+    # softmax iterates over (4, 8); the product with y is (3, 4, 8).
+    g = run(lambda x, y: F.softmax(x, dim=-1) * y, (4, 8), (3, 4, 8)).graph
+    failure = L.check_shapes(g, _group(g, "softmax", "mul"))
+    assert failure is not None and failure.check == "shapes"
+    assert failure.culprits == ("mul",)
+    assert "(3, 4, 8)" in failure.reason and "(4, 8)" in failure.reason
+
+
+def test_shapes_rejects_a_python_value_operand():
+    g = run(lambda x: torch.exp(x) * x.shape[-1]).graph
+    failure = L.check_shapes(g, _group(g, "exp", "mul"))
+    assert failure is not None and failure.culprits == ("mul",)
+    assert "Python value" in failure.reason
+
+
+# --- aliasing ----------------------------------------------------------------
+
+def test_aliasing_accepts_pure_pointwise():
+    g = run(lambda x: torch.relu(x * 2.0)).graph
+    assert L.check_aliasing(g, _group(g, "mul", "relu")) is None
+
+
+def test_aliasing_rejects_an_inplace_op():
+    g = run(lambda x: torch.relu((x * 2.0).add_(1.0))).graph
+    failure = L.check_aliasing(g, _group(g, "mul", "add_", "relu"))
+    assert failure is not None and failure.check == "aliasing"
+    assert failure.culprits == ("add_",)
+    assert "in place" in failure.reason
+
+
+def test_aliasing_rejects_a_view():
+    g = run(lambda x: torch.exp(x).transpose(0, 1) * 2.0).graph
+    group = _group(g, "exp", "mul") | {n.name for n in g.nodes if n.op == "transpose"}
+    failure = L.check_aliasing(g, group)
+    assert failure is not None and failure.culprits == ("transpose",)
+    assert "view" in failure.reason
+
+
+# --- reduction ---------------------------------------------------------------
+
+def test_reduction_accepts_one_reduction_over_the_last_axis():
+    for dim in (-1, 1):
+        g = run(lambda x, d=dim: F.softmax(x * 2.0, dim=d)).graph
+        assert L.check_reduction(g, _group(g, "mul", "softmax")) is None
+
+
+def test_reduction_rejects_two_reductions():
+    g = run(lambda x: F.softmax(torch.exp(x), dim=-1).sum(dim=-1)).graph
+    failure = L.check_reduction(g, _group(g, "exp", "softmax", "sum"))
+    assert failure is not None and failure.check == "reduction"
+    assert failure.culprits == tuple(names_by_op(g, "sum"))
+    assert "2 reductions" in failure.reason
+
+
+def test_reduction_rejects_a_reduction_over_another_axis():
+    g = run(lambda x: torch.exp(x).sum(dim=0)).graph
+    failure = L.check_reduction(g, _group(g, "exp", "sum"))
+    assert failure is not None and failure.culprits == tuple(names_by_op(g, "sum"))
+    assert "last axis" in failure.reason
+
+
+# --- lowering ----------------------------------------------------------------
+
+def test_lowering_accepts_ops_with_rules():
+    g = run(lambda x: torch.div(x ** 3.7, 2.0)).graph
+    assert L.check_lowering(g, _group(g, "pow", "div")) is None
+
+
+def test_lowering_rejects_an_op_whose_arguments_have_no_rule():
+    g = run(lambda x: torch.div(x * 2.0, 3.0, rounding_mode="floor")).graph
+    failure = L.check_lowering(g, _group(g, "mul", "div"))
+    assert failure is not None and failure.check == "lowering"
+    assert failure.culprits == ("div",)
+
+
+# --- order and end-to-end ----------------------------------------------------
+
+def test_checks_run_in_the_documented_order():
+    assert [name for name, _ in L.CHECKS] == [
+        "fan-out", "convexity", "shapes", "aliasing", "reduction", "lowering"]
+
+
+def test_first_failure_wins():
+    # This group breaks fan-out (exp escapes to self.lin) and convexity: fan-out is reported.
+    g = analyze(ReEnter(), (4, 8)).graph
+    failure = L.first_failure(g, _group(g, "exp", "add"))
+    assert failure is not None and failure.check == "fan-out"
+
+
+def test_each_check_produces_a_rejection_in_detection():
+    cases = {
+        "fan-out": lambda x: (lambda r: (r * 2.0, r))(torch.relu(x)),
+        "aliasing": lambda x: torch.relu((x * 2.0).add_(1.0)) * 3.0,
+        "reduction": lambda x: F.softmax(torch.exp(x), dim=-1).sum(dim=-1),
+        "lowering": lambda x: torch.div(x * 2.0, 3.0, rounding_mode="floor"),
+    }
+    for check, fn in cases.items():
+        rejections = run(fn).rejections
+        assert [r.check for r in rejections][:1] == [check], check
+        assert rejections[0].lines is not None and rejections[0].lines.file == __file__
