@@ -48,16 +48,19 @@ def _check_writable(path: str, flag: str) -> None:
 @click.option("--explain-rejections", is_flag=True,
               help="List every candidate that failed a legality check, and why.")
 @click.option("--json", "json_path", metavar="FILE", help="Write machine-readable results.")
+@click.option("--capture", type=click.Choice(["auto", "fx", "export"]), default="auto",
+              show_default=True,
+              help="Graph capture: FX symbolic tracing, torch.export, or FX then export.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         dtypes: tuple[str, ...], out_dir: str | None, explain_rejections: bool,
-        json_path: str | None, debug: bool) -> None:
+        json_path: str | None, capture: str, debug: bool) -> None:
     """Analyze which ops in a PyTorch model fuse, why, and what fusion saves."""
     try:
         specs = _specs(shapes, dtypes)
         if json_path:
             _check_writable(json_path, "--json")
-        analysis = analyze_file(model_path, specs, model_class)
+        analysis = analyze_file(model_path, specs, model_class, capture=capture)
         # Piped output keeps the table on one line per row instead of 80 columns.
         console = Console(width=None if sys.stdout.isatty() else 140)
         print_analysis(analysis, console, explain_rejections=explain_rejections)

@@ -18,10 +18,12 @@ import torch.nn as nn
 from .analysis.detect import detect
 from .analysis.types import Cluster, Rejection
 from .errors import InputSpecError
+from .ir.capture import capture as capture_graph
+from .ir.channels import explicit_channels
+from .ir.export import label_modules
 from .ir.graph import FusionGraph
 from .ir.normalize import to_fusion_graph
-from .ir.shapes import InputSpec, propagate_shapes
-from .ir.trace import trace_fx
+from .ir.shapes import InputSpec
 from .load import load_model
 
 
@@ -55,20 +57,26 @@ def as_spec(x: InputSpec | torch.Tensor | Sequence[int]) -> InputSpec:
                          "tuple of positive ints, or an InputSpec")
 
 
-def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int]) -> Analysis:
-    """Analyze `model` (put in eval mode) for the given example inputs or shapes."""
+def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
+            capture: str = "auto") -> Analysis:
+    """Analyze `model` (put in eval mode) for the given example inputs or shapes.
+
+    `capture`: "fx", "export", or "auto" (FX symbolic tracing, export if FX fails).
+    """
     if not inputs:
         raise InputSpecError("no example input given: pass at least one tensor or shape")
     specs = tuple(as_spec(x) for x in inputs)
     model = model.eval()
-    gm = trace_fx(model)
-    propagate_shapes(gm, specs)
-    graph = to_fusion_graph(gm, type(model).__name__, frontend="fx")
+    gm, frontend = capture_graph(model, specs, capture)
+    explicit_channels(gm)
+    graph = to_fusion_graph(gm, type(model).__name__, frontend=frontend)
+    if frontend == "export":
+        graph = label_modules(graph, gm)
     clusters, rejections = detect(graph)
     return Analysis(model_name=type(model).__name__, inputs=specs, graph=graph,
                     clusters=clusters, rejections=rejections, module=model, graph_module=gm)
 
 
 def analyze_file(path: str | Path, specs: Sequence[InputSpec],
-                 class_name: str | None = None) -> Analysis:
-    return analyze(load_model(path, class_name), *specs)
+                 class_name: str | None = None, capture: str = "auto") -> Analysis:
+    return analyze(load_model(path, class_name), *specs, capture=capture)

@@ -97,6 +97,15 @@ def _clamp(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
     return x
 
 
+def _batch_norm(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+    if p["training"]:
+        return None  # batch statistics: a reduction, not a pointwise op
+    x, mean, var, weight, bias = a
+    y = f"(({x} - {mean}) * tl.math.rsqrt({var} + {p['eps']!r}))"
+    y = y if weight == "None" else f"({y} * {weight})"
+    return y if bias == "None" else f"({y} + {bias})"
+
+
 def _alpha(sym: str) -> Lowering:
     def lower(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
         other = a[1] if p.get("alpha", 1) == 1 else f"({p['alpha']!r} * {a[1]})"
@@ -182,6 +191,11 @@ _SPECS = [
     OpSpec("mean", REDUCTION, "input, dim=None, keepdim=False, *, dtype=None", lower="mean"),
     OpSpec("amax", REDUCTION, "input, dim=(), keepdim=False", lower="amax"),
     OpSpec("amin", REDUCTION, "input, dim=(), keepdim=False", lower="amin"),
+    # --- pointwise with per-channel operands (eval mode); the channel broadcast along
+    # dim 1 is made explicit by ir/channels.py before any check reads shapes ---
+    OpSpec("batch_norm", BINARY, "input, running_mean, running_var, weight=None, bias=None, "
+           "training=False, momentum=0.1, eps=1e-05",
+           ("input", "running_mean", "running_var", "weight", "bias"), _batch_norm),
 ]
 SPECS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
 
@@ -252,6 +266,64 @@ for _m in VIEW_METHODS:
     TARGETS[("method", _m)] = ("view", None)
 for _f in VIEW_FUNCTIONS:
     TARGETS[_f] = ("view", None)
+
+
+_register("batch_norm", F.batch_norm)
+
+# --- aten overloads, as torch.export writes them. Signatures come from each overload's
+# schema, with `self` bound to our first operand and `train` renamed to `training`. ---
+ATEN_OPS: dict[str, tuple[str, ...]] = {
+    "add": ("add.Tensor", "add.Scalar"), "sub": ("sub.Tensor", "sub.Scalar"),
+    "rsub": ("rsub.Tensor", "rsub.Scalar"), "mul": ("mul.Tensor", "mul.Scalar"),
+    "div": ("div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode"),
+    "maximum": ("maximum",), "minimum": ("minimum",), "where": ("where.self",),
+    "masked_fill": ("masked_fill.Scalar", "masked_fill.Tensor"),
+    **{c: (f"{c}.Tensor", f"{c}.Scalar") for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    **{u: (u,) for u in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "square",
+                         "sin", "cos", "erf", "sigmoid", "tanh", "relu", "gelu", "silu",
+                         "leaky_relu", "elu", "hardsigmoid", "hardswish", "logical_not")},
+    "pow": ("pow.Tensor_Scalar", "pow.Tensor_Tensor"),
+    "clamp": ("clamp", "clamp.Tensor", "clamp_min", "clamp_max", "hardtanh"),
+    "to": ("_to_copy", "to.dtype", "to.dtype_layout", "to.device"),
+    "clone": ("clone",), "dropout": ("dropout", "feature_dropout"),
+    "softmax": ("_softmax", "softmax.int"), "log_softmax": ("_log_softmax", "log_softmax.int"),
+    "layer_norm": ("layer_norm",), "rms_norm": ("rms_norm",), "batch_norm": ("batch_norm",),
+    "sum": ("sum.dim_IntList",), "mean": ("mean.dim",), "amax": ("amax",), "amin": ("amin",),
+}
+# Every overload of these packets is a view (or a tuple of views, read through getitem).
+ATEN_VIEWS = (
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "expand_as", "permute",
+    "transpose", "t", "unsqueeze", "squeeze", "slice", "select", "alias", "contiguous", "split",
+    "split_with_sizes", "chunk", "unbind", "narrow", "flatten", "unflatten", "view_as",
+    "movedim", "as_strided", "detach", "lift_fresh", "lift_fresh_copy",
+)
+_ATEN_RENAME = {"self": "input", "train": "training"}
+
+
+def _aten_signature(op: torch._ops.OpOverload) -> str:
+    parts: list[str] = []
+    for a in op._schema.arguments:
+        if a.kwarg_only and "*" not in parts:
+            parts.append("*")
+        name = _ATEN_RENAME.get(a.name, a.name)
+        parts.append(f"{name}={a.default_value!r}" if a.has_default_value() else name)
+    return ", ".join(parts)
+
+
+def _aten(qualified: str) -> torch._ops.OpOverload | None:
+    packet, _, overload = qualified.partition(".")
+    return getattr(getattr(torch.ops.aten, packet, None), overload or "default", None)
+
+
+for _name, _overloads in ATEN_OPS.items():
+    for _q in _overloads:
+        _op = _aten(_q)
+        if _op is not None:  # older torch may lack an overload
+            _register(_name, _op, signature=_aten_signature(_op))
+for _packet in ATEN_VIEWS:
+    _p = getattr(torch.ops.aten, _packet, None)
+    for _ov in _p.overloads() if _p is not None else ():
+        TARGETS[getattr(_p, _ov)] = ("view", None)
 
 
 def lookup(target: Any) -> tuple[OpSpec, inspect.Signature] | str | None:

@@ -1,0 +1,50 @@
+"""Choose a capture frontend: FX symbolic tracing, ``torch.export``, or FX then export.
+
+Reads an ``nn.Module`` (eval mode) and ``InputSpec``s; returns a shape-propagated
+``fx.GraphModule`` (``meta["val"]`` on every node) and the frontend's name. ``auto``
+tries FX first (its graph keeps the user's module calls) and falls back to export
+when FX cannot trace; when both fail, one line names each frontend's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch.fx as fx
+import torch.nn as nn
+
+from ..errors import CaptureError
+from .export import export_graph
+from .shapes import InputSpec, propagate_shapes
+from .trace import _one_line, _where, trace_fx
+
+FRONTENDS = ("auto", "fx", "export")
+
+
+def capture(model: nn.Module, specs: Sequence[InputSpec], how: str = "auto"
+            ) -> tuple[fx.GraphModule, str]:
+    if how not in FRONTENDS:
+        raise CaptureError(f"unknown capture frontend {how!r}: choose one of "
+                           f"{', '.join(FRONTENDS)}")
+    if how == "export":
+        return export_graph(model, specs), "export"
+    try:
+        gm = trace_fx(model)
+    except CaptureError as fx_error:
+        if how == "fx":
+            raise
+        try:
+            return export_graph(model, specs), "export"
+        except CaptureError as export_error:
+            raise CaptureError(_both(model, fx_error, export_error)) from export_error
+    return propagate_shapes(gm, specs), "fx"
+
+
+def _both(model: nn.Module, fx_error: CaptureError, export_error: CaptureError) -> str:
+    def why(err: CaptureError) -> str:
+        cause = err.__cause__ or err
+        return f"{_where(cause).removeprefix(' ')} {_one_line(cause)}".strip()
+
+    return (f"cannot capture {type(model).__name__}: FX symbolic tracing failed "
+            f"({why(fx_error)}) and torch.export failed ({why(export_error)}); rewrite that "
+            "construct (data-dependent Python control flow → torch.where)")

@@ -1,0 +1,124 @@
+"""The ``torch.export`` frontend: capture a model FX symbolic tracing cannot follow.
+
+Reads an ``nn.Module`` and ``InputSpec``s; writes a ``torch.fx.GraphModule`` of aten
+ops whose nodes carry ``meta["val"]`` (fake tensors, so a 16384x1024 input costs
+nothing) and ``meta["stack_trace"]``. The graph is the *unlifted* program: parameters
+and buffers are ``get_attr`` nodes (normalized to CONSTANT exactly as on the FX side)
+and the module runs on the user's inputs alone, like the FX frontend's. Ops that
+return a tuple whose other results nobody reads (``native_layer_norm``…) are
+rewritten to their single-result form so the registry sees one value per node.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ..errors import CaptureError, InputSpecError
+from .graph import FusionGraph, OpKind
+from .shapes import InputSpec, fake_inputs
+from .trace import TRACE_THROUGH, _one_line, _where
+
+aten = torch.ops.aten
+
+
+def _bn_args(args: tuple) -> tuple:
+    x, w, b, mean, var, momentum, eps = args
+    return (x, w, b, mean, var, False, momentum, eps, False)
+
+
+# Tuple-result op -> (single-result op, how its args map), used when only result 0 is read.
+SINGLE_RESULT = {
+    aten.native_layer_norm.default: (aten.layer_norm.default, lambda a: a),
+    aten.native_dropout.default: (aten.dropout.default, lambda a: a),
+    aten._native_batch_norm_legit_no_training.default: (aten.batch_norm.default, _bn_args),
+}
+
+
+def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule:
+    """`torch.export.export(model, fake inputs, strict=False)`, unlifted and tidied."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    args = tuple(fake_inputs(mode, specs))
+    _check_arity(model, args)
+    try:
+        program = torch.export.export(model, args, strict=False)
+    except Exception as e:  # noqa: BLE001 - export raises many types for untraceable code
+        raise CaptureError(f"torch.export failed on {type(model).__name__}.forward"
+                           f"{_where(e)}: {_one_line(e)}") from e
+    gm = program.module()
+    _drop_guards(gm)
+    _single_results(gm.graph)
+    gm.recompile()
+    return gm
+
+
+def _check_arity(model: nn.Module, args: tuple) -> None:
+    try:
+        inspect.signature(model.forward).bind(*args)
+    except TypeError as e:
+        raise InputSpecError(
+            f"{type(model).__name__}.forward does not take {len(args)} input(s) ({e}): "
+            "repeat --input-shape once per input") from e
+
+
+def _drop_guards(gm: fx.GraphModule) -> None:
+    """The unlifted module checks input shapes in a `_guards_fn` call: not dataflow."""
+    for n in list(gm.graph.nodes):
+        if n.op == "call_module" and str(n.target).startswith("_guards") and not n.users:
+            gm.graph.erase_node(n)
+
+
+def _single_results(graph: fx.Graph) -> None:
+    for n in list(graph.nodes):
+        if n.op != "call_function" or n.target not in SINGLE_RESULT:
+            continue
+        users = list(n.users)
+        if not users or any(u.target is not operator.getitem or u.args[1] != 0 for u in users):
+            continue  # another result is read (or none): leave the tuple op opaque
+        target, remap = SINGLE_RESULT[n.target]
+        with graph.inserting_before(n):
+            single = graph.call_function(target, remap(tuple(n.args)), dict(n.kwargs))
+        single.meta.update(n.meta)
+        single.meta["val"] = users[0].meta.get("val")
+        for u in users:
+            u.replace_all_uses_with(single)
+            graph.erase_node(u)
+        graph.erase_node(n)
+
+
+
+def label_modules(graph: FusionGraph, gm: fx.GraphModule) -> FusionGraph:
+    """Name opaque ops after the library layer that made them (`self.proj1`, `Linear`).
+
+    Export records the module stack instead of keeping `call_module` nodes; an op whose
+    innermost module is a torch.nn layer we do not trace through gets that layer's
+    path and class, as the FX frontend shows it.
+    """
+    fx_nodes = {n.name: n for n in gm.graph.nodes}
+    nodes = []
+    for node in graph.nodes:
+        stack = fx_nodes[node.name].meta.get("nn_module_stack") if node.name in fx_nodes else None
+        if node.kind is OpKind.OPAQUE and stack:
+            path, type_name = list(stack.values())[-1]
+            cls = _nn_class(type_name)
+            if path and cls is not None and not issubclass(cls, TRACE_THROUGH):
+                node = replace(node, op=cls.__name__, target=f"self.{path}")
+        nodes.append(node)
+    return FusionGraph(name=graph.name, nodes=tuple(nodes), frontend=graph.frontend)
+
+
+def _nn_class(type_name: object) -> type | None:
+    """The torch.nn class a module-stack entry names (a string or a class), else None."""
+    if isinstance(type_name, type):
+        return type_name if type_name.__module__.startswith("torch.nn.") else None
+    text = str(type_name)
+    if not text.startswith("torch.nn.modules."):
+        return None
+    return getattr(nn, text.rsplit(".", 1)[-1], None)
