@@ -78,6 +78,23 @@ def _pow(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
     return f"tl.exp({float(e)!r} * tl.log({x}))"
 
 
+# Triton names of torch dtypes. Kernels compute half precision in float32, so a cast
+# to a half type rounds through it and comes back.
+TL_TYPES: dict[torch.dtype, str] = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32",
+    torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+
+def _cast(x: str, dtype: Any) -> str | None:
+    if dtype is torch.bool:
+        return f"({x} != 0)"
+    if dtype in (torch.float16, torch.bfloat16):
+        return f"{x}.to({TL_TYPES[dtype]}).to(tl.float32)"
+    return f"{x}.to({TL_TYPES[dtype]})" if dtype in TL_TYPES else None
+
+
 def _gelu(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
     x = a[0]
     if p["approximate"] == "tanh":
@@ -175,7 +192,7 @@ _SPECS = [
            lower=lambda a, p: f"({a[0]} * tl.minimum(tl.maximum({a[0]} / 6.0 + 0.5, 0.0), 1.0))"),
     OpSpec("logical_not", UNARY, "input", lower=lambda a, p: f"({a[0]} == 0)"),
     # `dtype` is a torch.dtype; codegen computes in float32 and rounds through it.
-    OpSpec("to", UNARY, "input, dtype=None", lower=lambda a, p: a[0]),
+    OpSpec("to", UNARY, "input, dtype=None", lower=lambda a, p: _cast(a[0], p["dtype"])),
     OpSpec("clone", UNARY, "input, *, memory_format=None", lower=lambda a, p: a[0]),
     OpSpec("dropout", UNARY, "input, p=0.5, training=True, inplace=False",
            lower=lambda a, p: a[0], moves_data=False),

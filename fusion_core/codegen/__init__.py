@@ -1,0 +1,9 @@
+"""Triton code generation: one standalone kernel file per cluster (see ``kernel.py``)."""
+
+from .kernel import Kernel, generate, generate_all, load_kernel, write_kernels
+from .launcher import Tuning
+from .layout import LoweringError
+from .lower import KernelPlan, plan
+
+__all__ = ["Kernel", "KernelPlan", "LoweringError", "Tuning", "generate", "generate_all",
+           "load_kernel", "plan", "write_kernels"]

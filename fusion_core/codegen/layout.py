@@ -1,0 +1,96 @@
+"""Broadcast indexing: how one tensor is addressed from a kernel's flat iteration index.
+
+Reads a tensor's shape and strides and the kernel's iteration shape (the
+"domain"); returns an ``Access``: the domain dims the tensor really spans,
+merged into groups of dims that are contiguous with each other in memory. A
+group ``[first, last)`` turns the flat index ``i`` into
+``(i % span[first] // span[last]) * stride`` (``span[k]`` is the product of
+the domain dims from ``k`` on), so a contiguous full-size tensor is indexed by
+``i`` itself, a row vector by ``i % n_cols``, a column vector by
+``i // n_cols * stride``, and a sliced buffer (a causal mask cut from a
+256x256 buffer) through its own strides, without a copy.
+
+Dims where the tensor has size 1 (or which it lacks: shapes are right-aligned)
+are broadcast and get no term. A tensor with no groups is one element (a 0-d
+tensor or a scalar-shaped one) and is loaded once per program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class LoweringError(Exception):
+    """A cluster the code generator cannot lower (the legality checks should have said so)."""
+
+
+@dataclass(frozen=True)
+class Group:
+    first: int  # domain dims [first, last)
+    last: int
+    unit: bool  # the innermost dim has stride 1: no multiply in the index
+
+
+@dataclass(frozen=True)
+class Access:
+    aligned: tuple[int, ...]  # the tensor's shape, right-aligned to the domain's rank
+    groups: tuple[Group, ...]
+    row_space: bool = False  # aligned to the domain's rows (a per-row result, no keepdim)
+
+    @property
+    def is_scalar(self) -> bool:
+        return not self.groups
+
+    def spans_cols(self, rank: int) -> bool:
+        return any(g.last == rank for g in self.groups)
+
+
+def align(shape: tuple[int, ...], stride: tuple[int, ...], rank: int, row_space: bool
+          ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Right-align shape/stride to `rank`; a row-space value gets a trailing size-1 dim."""
+    if row_space:
+        shape, stride = shape + (1,), stride + (0,)
+    pad = rank - len(shape)
+    if pad < 0:
+        raise LoweringError(f"a value of shape {shape} has more dims than the kernel's "
+                            f"{rank}-d iteration space")
+    return (1,) * pad + tuple(shape), (0,) * pad + tuple(stride)
+
+
+def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, ...],
+           row_space: bool = False) -> Access:
+    """Group the domain dims `shape` spans (see the module docstring)."""
+    rank = len(domain)
+    dims, strides = align(tuple(shape), tuple(stride), rank, row_space)
+    groups: list[Group] = []
+    first = last = None  # the open group
+    unit = True
+    base = 0  # stride the next-outer dim needs to continue the open group
+    for k in reversed(range(rank)):
+        size, want = dims[k], domain[k]
+        if size != want and size != 1:
+            raise LoweringError(f"shape {tuple(shape)} does not broadcast to the iteration "
+                                f"shape {domain}")
+        if want == 1:
+            continue  # nothing to index; never breaks a group
+        if size == 1:  # broadcast dim: close the open group
+            if first is not None:
+                groups.append(Group(first, last, unit))
+            first = None
+            continue
+        if first is not None and strides[k] == base:
+            first = k
+        else:
+            if first is not None:
+                groups.append(Group(first, last, unit))
+            first, last, unit = k, k + 1, strides[k] == 1
+        base = strides[k] * size
+    if first is not None:
+        groups.append(Group(first, last, unit))
+    # Size-1 domain dims at the edges join the outer/inner group (`i` instead of `i % span0`).
+    ordered = list(reversed(groups))
+    if ordered and all(d == 1 for d in domain[:ordered[0].first]):
+        ordered[0] = Group(0, ordered[0].last, ordered[0].unit)
+    if ordered and all(d == 1 for d in domain[ordered[-1].last:]):
+        ordered[-1] = Group(ordered[-1].first, rank, ordered[-1].unit)
+    return Access(dims, tuple(ordered), row_space)

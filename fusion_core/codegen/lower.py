@@ -1,0 +1,301 @@
+"""Lowering: a cluster of the ``FusionGraph`` → a ``KernelPlan`` (no source text yet).
+
+Reads the cluster's nodes in topological order, their propagated ``TensorMeta``
+and the op registry's lowering rules; writes a small frozen plan: every input
+with its dtype and broadcast ``Access`` (``layout.py``), one SSA statement per
+computed value (the registry's Triton expression over operand temporaries and
+literals), the reduction step if there is one, and the outputs. ``emit.py``
+turns the plan into source; nothing here knows the skeleton's text.
+
+In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
+block) or per-row (``[ROWS, 1]``: column vectors, and whatever follows a
+reduction that collapses the row); ``phase`` says whether it comes before the
+reduction (recomputed in each column pass when rows loop) or after it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..analysis.legality import iteration_shape
+from ..analysis.types import Cluster
+from ..ir.graph import FusionGraph, Node, OpKind, Ref
+from ..ir.registry import SPECS
+from .layout import Access, LoweringError, access
+
+# Half-precision values are computed in float32 and rounded once, at the store.
+COMPUTE: dict[torch.dtype, torch.dtype] = {torch.float16: torch.float32,
+                                           torch.bfloat16: torch.float32}
+COLLAPSING = ("sum", "mean", "amax", "amin")  # rules whose result has one value per row
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A kernel input (loaded) or output (stored)."""
+
+    value: str  # graph value name
+    ptr: str  # kernel pointer argument: in_ptr0, out_ptr0
+    temp: str  # SSA temporary loaded into / stored from
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    access: Access
+    per_row: bool  # one value per row (reduction skeleton only)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return COMPUTE.get(self.dtype, self.dtype)
+
+
+@dataclass(frozen=True)
+class Stmt:
+    temp: str
+    expr: str
+    node: str  # graph node name, for the comment
+    op: str
+    deps: tuple[str, ...]  # temporaries read
+    per_row: bool
+    phase: str  # "pre" or "post" (the reduction)
+
+
+@dataclass(frozen=True)
+class ReductionStep:
+    rule: str  # the registry's rule name: softmax, log_softmax, layer_norm, rms_norm, sum, ...
+    temp: str
+    node: str
+    source: str  # temporary reduced over the row
+    weight: str | None  # layer_norm / rms_norm affine operands (temporaries or None)
+    bias: str | None
+    eps: float
+    collapse: bool  # one value per row (sum, mean, amax, amin)
+    dtype: torch.dtype  # compute dtype of the result
+
+    @property
+    def deps(self) -> tuple[str, ...]:
+        return tuple(t for t in (self.source, self.weight, self.bias) if t is not None)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    name: str  # "cluster0"
+    cluster_index: int
+    skeleton: str  # "elementwise" | "reduction"
+    domain: tuple[int, ...]  # iteration shape at analysis time
+    inputs: tuple[TensorArg, ...]
+    stmts: tuple[Stmt, ...]
+    reduction: ReductionStep | None
+    outputs: tuple[TensorArg, ...]
+    int64: bool  # index math needs 64 bits
+    chain: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.domain)
+
+
+def literal(value: object) -> str:
+    """A Python constant as Triton source (inf/nan, bools, ints, floats, None)."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "float('nan')"
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "-float('inf')"
+        return repr(value)
+    raise LoweringError(f"cannot write {value!r} ({type(value).__name__}) as a Triton literal")
+
+
+def plan(graph: FusionGraph, cluster: Cluster) -> KernelPlan:
+    return _Lowering(graph, cluster).run()
+
+
+def _meta(graph: FusionGraph, name: str):
+    meta = graph[name].meta
+    if meta is None:
+        raise LoweringError(f"`{name}` has no tensor metadata (shape propagation missed it)")
+    return meta
+
+
+class _Lowering:
+    def __init__(self, graph: FusionGraph, cluster: Cluster) -> None:
+        self.g, self.c = graph, cluster
+        self.nodes = [graph[n] for n in cluster.nodes]
+        bad = [n.name for n in self.nodes if not n.kind.is_compute]
+        if bad:
+            raise LoweringError(f"cluster {cluster.index}: {', '.join(bad)} compute nothing "
+                                "(views and in-place ops cannot be lowered)")
+        reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
+        if len(reds) > 1:
+            raise LoweringError(f"cluster {cluster.index} holds {len(reds)} reductions; "
+                                "one kernel lowers one")
+        self.red = reds[0] if reds else None
+        self.domain = tuple(iteration_shape(graph, cluster.nodes))
+        self.rank = len(self.domain)
+        self.row_space = self._row_space()
+        self.temps: dict[str, str] = {}  # graph value -> temporary
+        self.per_row: dict[str, bool] = {}  # temporary -> one value per row
+        self.phase: dict[str, str] = {}  # temporary -> "pre" / "post"
+        self.count = 0
+
+    # -- spaces -------------------------------------------------------------------------
+    def _row_space(self) -> set[str]:
+        """Values with one entry per row and no trailing axis (a collapse without keepdim)."""
+        out: set[str] = set()
+        red = self.red
+        if red is not None and red.op in COLLAPSING and not red.param("keepdim", False):
+            out.add(red.name)
+        for node in self.nodes:
+            if any(r in out for r in node.refs):
+                out.add(node.name)
+        for node in self.nodes:
+            if node.name in out or node is red:
+                continue
+            mixed = [r for r in node.refs if r in out]
+            if mixed:
+                raise LoweringError(f"`{node.label}` broadcasts the per-row result `{mixed[0]}` "
+                                    "along the rows: it would need other rows' results")
+        return out
+
+    def _input_space(self, name: str) -> bool:
+        users = [n for n in self.nodes if name in n.refs]
+        spaces = {n.name in self.row_space and n is not self.red for n in users}
+        if len(spaces) > 1:
+            raise LoweringError(f"`{name}` is read both per element and per row")
+        return spaces.pop()
+
+    def _access(self, name: str, shape, stride, row_space: bool) -> Access:
+        try:
+            return access(tuple(shape), tuple(stride), self.domain, row_space)
+        except LoweringError as e:
+            raise LoweringError(f"cluster {self.c.index}: `{name}`: {e}") from None
+
+    def _is_per_row(self, acc: Access) -> bool:
+        if self.red is None or self.rank == 0 or self.domain[-1] == 1:
+            return False
+        return not acc.spans_cols(self.rank)
+
+    # -- the plan -----------------------------------------------------------------------
+    def run(self) -> KernelPlan:
+        inputs = tuple(self._input(i, name) for i, name in enumerate(self.c.inputs))
+        stmts: list[Stmt] = []
+        reduction = None
+        for node in self.nodes:
+            if node is self.red:
+                reduction = self._reduction(node)
+            elif (stmt := self._stmt(node)) is not None:
+                stmts.append(stmt)
+        outputs = tuple(self._output(i, name) for i, name in enumerate(self.c.outputs))
+        stmts = _live(stmts, reduction, outputs)
+        return KernelPlan(
+            name=f"cluster{self.c.index}", cluster_index=self.c.index,
+            skeleton="reduction" if self.red is not None else "elementwise",
+            domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
+            outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain)
+
+    def _input(self, i: int, name: str) -> TensorArg:
+        meta = _meta(self.g, name)
+        acc = self._access(name, meta.shape, meta.stride, self._input_space(name))
+        temp = self._new_temp(name, self._is_per_row(acc), "pre")
+        return TensorArg(name, f"in_ptr{i}", temp, tuple(meta.shape), tuple(meta.stride),
+                         meta.dtype, acc, self.per_row[temp])
+
+    def _operands(self, node: Node) -> tuple[str, ...]:
+        return tuple(self.temps[a.name] if isinstance(a, Ref) else literal(a)
+                     for a in node.inputs)
+
+    def _new_temp(self, name: str, per_row: bool, phase: str) -> str:
+        temp = f"v{self.count}"
+        self.count += 1
+        self.temps[name], self.per_row[temp], self.phase[temp] = temp, per_row, phase
+        return temp
+
+    def _stmt(self, node: Node) -> Stmt | None:
+        spec = SPECS.get(node.op)
+        if spec is None or not callable(spec.lower):
+            raise LoweringError(f"`{node.label}` ({node.op}) has no pointwise lowering rule")
+        operands = self._operands(node)
+        expr = spec.lower(operands, dict(node.params))
+        if expr is None:
+            raise LoweringError(f"`{node.label}` ({node.op}) has no lowering rule for params "
+                                f"{dict(node.params)}")
+        deps = tuple(dict.fromkeys(o for o in operands if o in self.per_row))
+        per_row = all(self.per_row[d] for d in deps)
+        if expr in deps:  # identity (dropout in eval, clone, same-dtype cast): no new temp
+            self.temps[node.name] = expr
+            return None
+        phase = "post" if any(self.phase[d] == "post" for d in deps) else "pre"
+        temp = self._new_temp(node.name, per_row, phase)
+        return Stmt(temp, expr, node.name, node.op, deps, per_row, phase)
+
+    def _reduction(self, node: Node) -> ReductionStep:
+        spec = SPECS[node.op]
+        if not isinstance(spec.lower, str):
+            raise LoweringError(f"`{node.label}` ({node.op}) has no reduction rule")
+        operands = dict(zip(spec.operands, node.inputs, strict=False))
+        names = {k: self.temps[v.name] if isinstance(v, Ref) else None
+                 for k, v in operands.items()}
+        for k, v in operands.items():
+            if not isinstance(v, Ref) and v is not None:
+                raise LoweringError(f"`{node.label}`: {k} must be a tensor or None, got {v!r}")
+        src_meta = _meta(self.g, node.inputs[0].name)
+        eps = node.param("eps")
+        if eps is None:  # rms_norm's default: the input dtype's machine epsilon
+            eps = torch.finfo(src_meta.dtype).eps if src_meta.dtype.is_floating_point else 0.0
+        meta = _meta(self.g, node.name)
+        collapse = spec.lower in COLLAPSING
+        temp = self._new_temp(node.name, collapse, "post")
+        dtype = COMPUTE.get(meta.dtype, meta.dtype)
+        if spec.lower != "sum" and not dtype.is_floating_point:
+            raise LoweringError(f"`{node.label}` ({node.op}) on {meta.dtype} is not lowered")
+        return ReductionStep(spec.lower, temp, node.name, names["input"], names.get("weight"),
+                             names.get("bias"), float(eps), collapse, dtype)
+
+    def _output(self, i: int, name: str) -> TensorArg:
+        meta = _meta(self.g, name)
+        contiguous = torch.empty(meta.shape, device="meta").stride()
+        acc = self._access(name, meta.shape, contiguous, name in self.row_space)
+        temp = self.temps[name]
+        return TensorArg(name, f"out_ptr{i}", temp, tuple(meta.shape), tuple(contiguous),
+                         meta.dtype, acc, self.per_row[temp])
+
+    def _needs_int64(self, inputs: Sequence[TensorArg]) -> bool:
+        extent = math.prod(self.domain)
+        for t in inputs:
+            extent = max(extent, 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride,
+                                                                           strict=True)))
+        return extent >= 2**31
+
+
+def _live(stmts: list[Stmt], reduction: ReductionStep | None,
+          outputs: Sequence[TensorArg]) -> list[Stmt]:
+    """Drop statements no output depends on (a cluster never has them; cheap insurance)."""
+    need = {o.temp for o in outputs}
+    if reduction is not None and reduction.temp in need:
+        need.update(reduction.deps)
+    for s in reversed(stmts):
+        if s.temp in need:
+            need.update(s.deps)
+        if reduction is not None and reduction.temp in need:
+            need.update(reduction.deps)
+    return [s for s in stmts if s.temp in need]
+
+
+def wrap_args(items: Sequence[str], indent: str, width: int = 96) -> list[str]:
+    """Comma-separated `items` as lines of at most `width` characters (generated code)."""
+    lines, cur = [], indent
+    for item in items:
+        piece = item + ","
+        if cur.strip() and len(cur) + len(piece) + 1 > width:
+            lines.append(cur.rstrip())
+            cur = indent
+        cur += piece + " "
+    if cur.strip():
+        lines.append(cur.rstrip())
+    return lines

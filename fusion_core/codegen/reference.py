@@ -1,0 +1,83 @@
+"""Eager references for clusters: what a generated kernel must reproduce.
+
+Reads an ``Analysis`` (its shape-propagated ``graph_module``) and a cluster;
+returns plain PyTorch callables and tensors for numerics checks:
+
+- ``eager_cluster(analysis, cluster)``: runs the cluster's own FX nodes on
+  real tensors, ``f(*inputs) -> tuple`` of the cluster's outputs, in
+  ``cluster.outputs`` order (inputs in ``cluster.inputs`` order).
+- ``capture_values(analysis, *model_inputs)``: every graph value of one eager
+  run of the whole model, by node name (real params, buffers, sliced masks).
+- ``cluster_inputs(analysis, cluster, values, generator)``: inputs for one
+  check: fresh random floats (never zeros, same shape, strides and dtype) for
+  activations; params, buffers, masks and integer tensors as captured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx as fx
+
+from ..analysis.types import Cluster
+from ..ir.graph import OpKind
+
+if TYPE_CHECKING:
+    from ..pipeline import Analysis
+
+
+def eager_cluster(analysis: Analysis, cluster: Cluster) -> Callable[..., tuple[torch.Tensor, ...]]:
+    gm = analysis.graph_module
+    fx_nodes = {n.name: n for n in gm.graph.nodes}
+    graph = fx.Graph()
+    env: dict[str, fx.Node] = {name: graph.placeholder(name) for name in cluster.inputs}
+    for name in cluster.nodes:
+        env[name] = graph.node_copy(fx_nodes[name], lambda n: env[n.name])
+    graph.output(tuple(env[name] for name in cluster.outputs))
+    module = fx.GraphModule(gm, graph, class_name=f"EagerCluster{cluster.index}")
+
+    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with torch.no_grad():
+            return tuple(module(*inputs))
+
+    return run
+
+
+class _Recorder(fx.Interpreter):
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.values: dict[str, Any] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        out = super().run_node(n)
+        self.values[n.name] = out
+        return out
+
+
+def capture_values(analysis: Analysis, *model_inputs: torch.Tensor) -> dict[str, Any]:
+    rec = _Recorder(analysis.graph_module)
+    with torch.no_grad():
+        rec.run(*model_inputs)
+    return rec.values
+
+
+def random_like(t: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Same shape, strides and dtype; uniform in ±[0.5, 2] so no element is (near) zero."""
+    base = torch.empty_strided(t.shape, t.stride(), dtype=torch.float32, device=t.device)
+    mag = torch.rand(t.shape, generator=generator, device=t.device) * 1.5 + 0.5
+    sign = torch.randint(0, 2, t.shape, generator=generator, device=t.device) * 2 - 1
+    base.copy_(mag * sign)
+    return base.to(t.dtype) if t.dtype != torch.float32 else base
+
+
+def cluster_inputs(analysis: Analysis, cluster: Cluster, values: Mapping[str, Any],
+                   generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+    out = []
+    for name in cluster.inputs:
+        t = values[name]
+        kind = analysis.graph[name].kind
+        fresh = t.is_floating_point() and kind is not OpKind.CONSTANT
+        out.append(random_like(t, generator) if fresh else t)
+    return tuple(out)
