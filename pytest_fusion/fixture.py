@@ -1,0 +1,200 @@
+"""The `fusion_advisor` fixture: analyze a model, assert on it, check it against the baseline.
+
+Reads a model (instance, class, zero-argument factory or path to a .py file) and
+example inputs; returns a ``FusionResult`` (the ``Analysis`` plus its snapshot
+and any measurements). Assertion helpers raise ``AssertionError`` with the
+clusters and rejections spelled out; ``check`` compares with the test's baseline
+through the session and fails the test with the reviewer-facing message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from .compare import CHECKS, Tolerances, fmt_bytes
+from .measure import to_measured
+from .snapshot import Snapshot, from_analysis
+
+TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
+                  "timing_alpha": "alpha"}
+
+
+@dataclass(frozen=True)
+class FusionResult:
+    analysis: Any  # fusion_core.Analysis
+    snapshot: Snapshot
+    measurement: dict | None  # raw result of pytest_fusion_measure, None when not measured
+    hw_key: str | None
+
+    @property
+    def clusters(self):
+        return self.analysis.clusters
+
+    @property
+    def rejections(self):
+        return self.analysis.rejections
+
+    @property
+    def kernels(self) -> int:
+        return self.snapshot.kernels
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.snapshot.saved_bytes
+
+    def describe(self) -> str:
+        """Every cluster and rejection, one per line (used in assertion messages)."""
+        s = self.snapshot
+        lines = [f"{s.model}: {len(s.clusters)} cluster(s)"]
+        lines += [f"  cluster `{c.chain}` ({c.category}) at {c.lines}" for c in s.clusters]
+        lines += [f"  rejected: {r.check} on `{r.chain}` at {r.lines}: {r.reason}"
+                  for r in s.rejections]
+        return "\n".join(lines)
+
+
+def _is_subsequence(want: Sequence[str], ops: Sequence[str]) -> bool:
+    it = iter(ops)
+    return all(op in it for op in want)
+
+
+def build_model(model: Any):
+    """An nn.Module from an instance, a class / zero-argument factory, or a .py path."""
+    import torch.nn as nn
+
+    import fusion_core
+
+    if isinstance(model, nn.Module):
+        return model
+    if isinstance(model, str):
+        return fusion_core.load_model(model)
+    if callable(model):
+        built = model()
+        if isinstance(built, nn.Module):
+            return built
+    raise fusion_core.FusionAdvisorError(
+        f"fusion_check: cannot build a model from {model!r}: pass an nn.Module, its class, "
+        "a zero-argument factory, or the path of a .py file")
+
+
+def build_inputs(inputs: Sequence[Any], dtype: Any = None) -> list[Any]:
+    """Shapes given as strings or tuples take `dtype`; tensors and InputSpecs pass through."""
+    import fusion_core
+
+    dt = fusion_core.parse_dtype(dtype) if dtype is not None else None
+    out = []
+    for x in inputs:
+        if isinstance(x, str):
+            x = fusion_core.InputSpec.parse(x, dt or "float32")
+        elif isinstance(x, (tuple, list)) and dt is not None:
+            x = fusion_core.InputSpec(tuple(x), dt)
+        out.append(x)
+    return out
+
+
+class FusionAdvisor:
+    def __init__(self, item: pytest.Item, plugin: Any) -> None:
+        self.item, self.plugin = item, plugin
+        self.checked = False
+        self._marker_result: FusionResult | None = None
+
+    # ------------------------------------------------------------ analysis
+    def analyze(self, model: Any, *inputs: Any, dtype: Any = None,
+                measure: bool = True) -> FusionResult:
+        """Analyze `model` for the example inputs (tensors, shapes, InputSpecs)."""
+        import fusion_core
+
+        try:
+            analysis = fusion_core.analyze(build_model(model), *build_inputs(inputs, dtype))
+        except fusion_core.FusionAdvisorError as e:
+            pytest.fail(f"fusion analysis failed: {e}", pytrace=False)
+        rootdir = self.item.config.rootpath
+        raw = self.item.config.hook.pytest_fusion_measure(
+            analysis=analysis, config=self.item.config) if measure else None
+        measured, key = {}, self.plugin.hw_key  # None without CUDA
+        if raw:
+            key, m = to_measured(raw, analysis, rootdir)
+            measured = {key: m}
+        snap = from_analysis(analysis, self.item.nodeid, rootdir, measured)
+        return FusionResult(analysis, snap, raw, key)
+
+    @property
+    def result(self) -> FusionResult:
+        """The analysis described by this test's `fusion_check` marker."""
+        if self._marker_result is None:
+            marker = self.item.get_closest_marker("fusion_check")
+            if marker is None or not marker.args:
+                raise pytest.UsageError(
+                    f"{self.item.nodeid}: fusion_advisor.result needs "
+                    "@pytest.mark.fusion_check(model, *inputs) on the test")
+            checks = marker.kwargs.get("checks", CHECKS)
+            self._marker_result = self.analyze(marker.args[0], *marker.args[1:],
+                                               dtype=marker.kwargs.get("dtype"),
+                                               measure="timings" in checks)
+        return self._marker_result
+
+    # ------------------------------------------------------------ assertions
+    def assert_fused(self, result: FusionResult, ops: Sequence[str]) -> None:
+        """Some cluster contains `ops`, in this order (other ops may sit between)."""
+        if not any(_is_subsequence(ops, c.ops) for c in result.snapshot.clusters):
+            raise AssertionError(f"`{' → '.join(ops)}` are not fused together.\n"
+                                 + result.describe())
+
+    def assert_no_rejection(self, result: FusionResult, check: str | None = None) -> None:
+        """No candidate was rejected (for the given legality check, when given)."""
+        bad = [r for r in result.snapshot.rejections if check is None or r.check == check]
+        if bad:
+            what = f"`{check}` rejection" if check else "rejection"
+            raise AssertionError(f"expected no {what}, found {len(bad)}:\n" + "\n".join(
+                f"  {r.check} on `{r.chain}` at {r.lines}: {r.reason}" for r in bad))
+
+    def assert_traffic_saved(self, result: FusionResult, at_least: int | None = None,
+                             fraction: float | None = None) -> None:
+        """Fusion saves at least `at_least` bytes and/or `fraction` of the unfused traffic."""
+        s = result.snapshot
+        got = s.saved_bytes
+        if at_least is not None and got < at_least:
+            raise AssertionError(f"fusion saves {fmt_bytes(got)} ({got} B), expected at least "
+                                 f"{fmt_bytes(at_least)} ({at_least} B)\n" + result.describe())
+        share = got / s.unfused_bytes if s.unfused_bytes else 0.0
+        if fraction is not None and share < fraction:
+            raise AssertionError(f"fusion saves {share:.0%} of the cluster traffic, expected at "
+                                 f"least {fraction:.0%}\n" + result.describe())
+
+    # ------------------------------------------------------------ baseline
+    def tolerances(self, **overrides: Any) -> Tolerances:
+        """ini values, overridden by the marker, overridden by `overrides`."""
+        marker = self.item.get_closest_marker("fusion_check")
+        values = dict(self.plugin.ini_tolerances)
+        for source in (marker.kwargs if marker else {}, overrides):
+            for arg, name in TOLERANCE_ARGS.items():
+                if source.get(arg) is not None:
+                    values[name] = float(source[arg])
+        return Tolerances(**values)
+
+    def check(self, result: FusionResult, checks: Sequence[str] | None = None,
+              **tolerances: Any) -> None:
+        """Compare `result` with this test's baseline; fail the test on a regression."""
+        if self.checked:
+            pytest.fail("a test has one fusion baseline: fusion_advisor.check() was already "
+                        "called (or the fusion_check marker checked this test)", pytrace=False)
+        unknown = set(tolerances) - set(TOLERANCE_ARGS)
+        if unknown:
+            raise TypeError(f"unknown tolerance(s) {sorted(unknown)}: use "
+                            f"{', '.join(TOLERANCE_ARGS)}")
+        self.checked = True
+        marker = self.item.get_closest_marker("fusion_check")
+        checks = tuple(checks or (marker.kwargs.get("checks") if marker else None) or CHECKS)
+        bad = set(checks) - set(CHECKS)
+        if bad:
+            raise pytest.UsageError(f"unknown fusion check(s) {sorted(bad)}: choose from "
+                                    f"{', '.join(CHECKS)}")
+        session = self.plugin.session
+        rec, failure = session.check(result.snapshot, self.tolerances(**tolerances), checks,
+                                     result.hw_key)
+        session.record(rec)
+        if failure:
+            pytest.fail(failure, pytrace=False)

@@ -1,0 +1,93 @@
+"""Measured fields: where they come from and how they become baseline data.
+
+Measurements come from the ``pytest_fusion_measure(analysis, config)`` hook
+(first non-None result wins). The plugin's own fallback implementation calls
+``fusion_core.measure(analysis)`` when fusion_core exports it and CUDA is
+available. Either returns ``None`` (nothing measured, e.g. no CUDA) or a dict::
+
+    {"device": {"name": "NVIDIA H200", "capability": [9, 0]},
+     "clusters": [{"index": 0,                      # Cluster.index
+                   "kernel_us": [41.2, 40.9, ...],  # repeated timings of our kernel
+                   "eager_us": [108.0, ...],        # optional: the eager subgraph
+                   "gbps": 3400.0,                  # optional: achieved bandwidth
+                   "regime": "dram-bound"}],        # optional: launch-bound | l2-resident | ...
+     "model": {"fused_us": [...], "eager_us": [...]}}  # optional: whole model
+
+Timings are lists of repeated samples (at least 3, better 10+), so the
+comparison can judge significance rather than one number.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from .snapshot import ClusterTiming, Measured, where
+
+
+class FusionHookSpecs:
+    @pytest.hookspec(firstresult=True)
+    def pytest_fusion_measure(self, analysis: Any, config: pytest.Config) -> dict | None:
+        """Measure the analysis' generated kernels on this machine, or return None."""
+
+
+def hardware_key(device: dict[str, Any]) -> str:
+    """`NVIDIA H200 sm_90`: GPU name and compute capability."""
+    major, minor = (list(device.get("capability") or [0, 0]) + [0, 0])[:2]
+    return f"{device.get('name', 'unknown GPU')} sm_{major}{minor}"
+
+
+def _floats(xs: Any) -> tuple[float, ...]:
+    return tuple(float(x) for x in (xs or ()))
+
+
+def to_measured(result: dict[str, Any], analysis: Any, rootdir) -> tuple[str, Measured]:
+    """Convert a measure() result into (hardware key, Measured) keyed by cluster identity."""
+    by_index = {c.index: c for c in analysis.clusters}
+    timings = []
+    for entry in result.get("clusters") or ():
+        c = by_index.get(entry.get("index"))
+        if c is None or not entry.get("kernel_us"):
+            continue
+        timings.append(ClusterTiming(
+            ops=tuple(c.ops), lines=where(c.lines, rootdir), kernel_us=_floats(entry["kernel_us"]),
+            eager_us=_floats(entry.get("eager_us")), gbps=entry.get("gbps"),
+            regime=entry.get("regime")))
+    model = result.get("model") or {}
+    return hardware_key(result.get("device") or {}), Measured(
+        clusters=tuple(timings), model_us=_floats(model.get("fused_us")),
+        model_eager_us=_floats(model.get("eager_us")),
+        date=datetime.date.today().isoformat())
+
+
+def default_measure(analysis: Any) -> dict | None:
+    """fusion_core.measure when it exists and CUDA is present; otherwise None."""
+    import torch
+
+    import fusion_core
+
+    fn = getattr(fusion_core, "measure", None)
+    if fn is None or not torch.cuda.is_available():
+        return None
+    return fn(analysis)
+
+
+def local_device() -> str:
+    """`cpu` or the hardware key of CUDA device 0 (for provenance and the header)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    props = torch.cuda.get_device_properties(0)
+    return hardware_key({"name": props.name, "capability": [props.major, props.minor]})
+
+
+def median_speedup(eager: tuple[float, ...], fused: tuple[float, ...]) -> float | None:
+    """median(eager) / median(fused), the speedup shown in the report."""
+    from statistics import median
+
+    if not eager or not fused or median(fused) <= 0:
+        return None
+    return median(eager) / median(fused)

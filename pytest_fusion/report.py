@@ -1,0 +1,100 @@
+"""The fusion report: a terminal table, a Markdown file and a JSON file.
+
+Reads the session's test records (plain dicts), the baseline writes applied and
+the stale baselines found; returns text. ``summary_lines`` is always shown when
+something needs attention (created/updated/stale/improved); ``table_lines``,
+``markdown`` and ``json_doc`` only with ``--fusion-report``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .compare import fmt_bytes
+
+REPORT_SCHEMA_VERSION = 1
+RATCHET = "run `pytest --fusion-update-baselines` to ratchet"
+FAILED = ("missing", "error", "regressed")
+
+
+def _timings(r: dict[str, Any]) -> str:
+    return r.get("timing_note") or "—"
+
+
+def _row(r: dict[str, Any]) -> tuple[str, ...]:
+    return (r["nodeid"], r["model"], str(r["clusters"]), fmt_bytes(r["saved_bytes"]),
+            r["status"], _timings(r))
+
+
+HEADER = ("test", "model", "clusters", "traffic saved", "baseline", "timings")
+
+
+def table_lines(records: list[dict[str, Any]]) -> list[str]:
+    rows = [HEADER] + [_row(r) for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True))
+            + "  " + row[-1] for row in rows]
+
+
+def summary_lines(records: list[dict[str, Any]], writes: list[dict[str, Any]],
+                  stale: list[dict[str, Any]], removed: bool) -> list[str]:
+    out = []
+    for w in writes:
+        out.append(f"{w['action']} {w['path_shown']} ({w['test']})")
+        out += [f"    {c}" for c in w["changes"] if w["action"] != "created"]
+    for s in stale:
+        if removed:
+            out.append(f"removed stale {s['path']} (test {s['test']} no longer exists)")
+        else:
+            out.append(f"stale {s['path']}: test {s['test']} no longer exists; remove it with "
+                       "pytest --fusion-update-baselines=all")
+    for r in records:
+        if r["status"] in ("improved", "changed"):
+            word = "improved" if r["status"] == "improved" else "changed (not a regression)"
+            out.append(f"{r['nodeid']}: {word} — {RATCHET}")
+            out += [f"    {m}" for m in r["messages"]]
+    return out
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(records: list[dict[str, Any]], writes: list[dict[str, Any]],
+             stale: list[dict[str, Any]], removed: bool, provenance: dict[str, str]) -> str:
+    prov = ", ".join(f"{k} {v}" for k, v in provenance.items() if k != "date")
+    failed = sum(r["status"] in FAILED for r in records)
+    lines = ["## Fusion report", "",
+             f"{len(records)} test(s) checked, {failed} failing. {prov}.", ""]
+    if records:
+        lines += ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines += ["| " + " | ".join(_md_cell(c) for c in _row(r)) + " |" for r in records]
+        lines.append("")
+    details = [r for r in records if r["messages"]]
+    for r in details:
+        lines.append(f"**{_md_cell(r['nodeid'])}** — {r['status']}")
+        lines += [f"- {m}" for m in r["messages"]]
+        lines.append("")
+    if writes:
+        lines += ["### Baselines written", ""]
+        lines += [f"- {w['action']} `{w['path_shown']}`" for w in writes]
+        lines.append("")
+    if stale:
+        lines += ["### Stale baselines", ""]
+        lines += [f"- {'removed ' if removed else ''}`{s['path']}` (test `{s['test']}`)"
+                  for s in stale]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def json_doc(records: list[dict[str, Any]], writes: list[dict[str, Any]],
+             stale: list[dict[str, Any]], removed: bool,
+             provenance: dict[str, str]) -> dict[str, Any]:
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "provenance": provenance,
+        "tests": records,
+        "baselines_written": [{"path": w["path_shown"], "action": w["action"], "test": w["test"],
+                               "changes": w["changes"]} for w in writes],
+        "stale": [{**s, "removed": removed} for s in stale],
+    }

@@ -1,0 +1,225 @@
+"""Baseline data model and comparison (pytest_fusion.snapshot / compare) on hand-built data."""
+
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from pytest_fusion.compare import NO_CUDA, Tolerances, compare
+from pytest_fusion.session import dump_yaml
+from pytest_fusion.snapshot import (
+    BaselineError,
+    ClusterRec,
+    ClusterTiming,
+    Measured,
+    RejectionRec,
+    Snapshot,
+    baseline_name,
+    from_data,
+    to_data,
+)
+
+F = "examples/example_net.py"
+H200 = "NVIDIA H200 sm_90"
+
+
+def cluster(ops, lines, nodes=None, category="elementwise-chain", unfused=3072, fused=1024):
+    return ClusterRec(tuple(ops), f"{F}:{lines}", category, tuple(nodes or ops), unfused, fused)
+
+
+def snap(*clusters, rejections=(), measured=None, inputs=("64×1024 float32",)):
+    return Snapshot("t.py::t", "ExampleNet", inputs, tuple(clusters), tuple(rejections),
+                    {"torch": "2.13"}, measured or {})
+
+
+BASE = snap(cluster(["mul", "relu", "add"], "15-17"),
+            cluster(["gelu", "sigmoid", "mul"], "20-22", nodes=["gelu", "sigmoid", "mul_1"]))
+FANOUT = RejectionRec("fan-out", ("mul", "relu", "add"), f"{F}:15-17", ("mul", "relu", "add"),
+                      ("relu",), "`relu` is also used by `layer_norm` outside the group; "
+                      "dropped relu and retried")
+
+
+def test_identical_snapshots_pass():
+    r = compare(BASE, BASE)
+    assert r.status == "pass" and r.regressions == r.improvements == ()
+    assert r.timing_note == NO_CUDA
+
+
+def test_lost_cluster_names_the_rejection_that_covers_it():
+    cur = snap(BASE.clusters[1], rejections=[FANOUT])
+    r = compare(BASE, cur)
+    assert r.regressions == (f"`mul → relu → add` at {F}:15-17 no longer fuses: fan-out, "
+                             "`relu` is also used by `layer_norm` outside the group",)
+    assert r.status == "regressed"
+
+
+def test_lost_cluster_without_a_rejection_still_fails():
+    r = compare(BASE, snap(BASE.clusters[1]))
+    assert len(r.regressions) == 1 and "no longer fuses (no rejection" in r.regressions[0]
+
+
+def test_split_lists_the_parts():
+    cur = snap(cluster(["mul", "relu"], "15-16"), cluster(["add", "tanh"], "17-18"),
+               BASE.clusters[1])
+    (msg,) = compare(BASE, cur).regressions
+    assert msg == (f"`mul → relu → add` at {F}:15-17 split into `mul → relu` ({F}:15-16) + "
+                   f"`add → tanh` ({F}:17-18)")
+
+
+def test_category_change_fails():
+    cur = snap(replace(BASE.clusters[0], category="elementwise-dag"), BASE.clusters[1])
+    assert compare(BASE, cur).regressions == (
+        f"`mul → relu → add` at {F}:15-17 changed category: elementwise-chain → "
+        "elementwise-dag",)
+
+
+def test_more_traffic_fails_beyond_tolerance_only():
+    cur = snap(replace(BASE.clusters[0], fused_bytes=1280), BASE.clusters[1])  # +25%
+    (msg,) = compare(BASE, cur).regressions
+    assert "moves more traffic: 1.0 KB → 1.2 KB fused (+25%, tolerance 0%)" in msg
+    assert compare(BASE, cur, Tolerances(traffic=0.3)).status == "pass"
+    assert compare(BASE, cur, checks=("clusters", "rejections")).status == "pass"
+
+
+def test_less_traffic_and_new_cluster_are_improvements():
+    cur = snap(replace(BASE.clusters[0], fused_bytes=512), BASE.clusters[1],
+               cluster(["tanh", "mul", "softmax"], "25-27", nodes=["tanh", "mul_2", "softmax"],
+                       category="single-reduction-boundary"))
+    r = compare(BASE, cur)
+    assert r.status == "improved" and r.regressions == ()
+    assert any("moves less traffic" in m for m in r.improvements)
+    assert f"new cluster `tanh → mul → softmax` (single-reduction-boundary) at {F}:25-27" \
+        in r.improvements
+
+
+def test_merged_clusters_are_an_improvement_not_a_split():
+    merged = cluster(["mul", "relu", "add", "gelu", "sigmoid", "mul"], "15-22",
+                     nodes=["mul", "relu", "add", "gelu", "sigmoid", "mul_1"])
+    r = compare(BASE, snap(merged))
+    assert r.regressions == () and len(r.improvements) == 2
+    assert all("now fuses into the larger" in m for m in r.improvements)
+
+
+def test_moved_lines_are_a_change_not_a_regression():
+    cur = snap(replace(BASE.clusters[0], lines=f"{F}:18-20"), BASE.clusters[1])
+    r = compare(BASE, cur)
+    assert r.status == "changed"
+    assert r.changes == (f"`mul → relu → add` moved from {F}:15-17 to {F}:18-20",)
+
+
+def test_new_rejection_fails_and_a_gone_one_is_a_change():
+    other = RejectionRec("shapes", ("add", "sum"), f"{F}:30-31", ("add_9", "sum"), ("sum",),
+                         "`sum` reduces an axis the group does not end with")
+    assert compare(BASE, snap(*BASE.clusters, rejections=[other])).regressions == (
+        f"new rejection at {F}:30-31: shapes on `add → sum`, `sum` reduces an axis the group "
+        "does not end with",)
+    assert compare(snap(*BASE.clusters, rejections=[other]), BASE).changes == (
+        f"rejection gone: shapes on `add → sum` at {F}:30-31",)
+
+
+def test_duplicate_clusters_pair_by_ordinal():
+    """microgpt has two identical attention clusters: losing one is one regression."""
+    twin = cluster(["mul", "masked_fill", "softmax"], "31-34", nodes=["mul_3", "mf", "sm"])
+    twin2 = replace(twin, nodes=("mul_7", "mf_1", "sm_1"))
+    r = compare(snap(twin, twin2), snap(twin))
+    assert len(r.regressions) == 1 and "no longer fuses" in r.regressions[0]
+
+
+def test_changed_inputs_fail_with_one_message():
+    r = compare(BASE, snap(*BASE.clusters, inputs=("32×1024 float32",)))
+    assert r.regressions == ("the example inputs changed (64×1024 float32 → 32×1024 float32): "
+                             "the baseline no longer applies",)
+
+
+# ---------------------------------------------------------------- measured fields
+
+def timed(kernel_us, model_us=()):
+    t = ClusterTiming(("mul", "relu", "add"), f"{F}:15-17", tuple(kernel_us))
+    return {H200: Measured((t,), tuple(model_us))}
+
+
+SLOW = [52.0, 52.5, 51.8, 52.2, 52.9, 51.9]
+BASE_T = [40.0, 40.3, 39.8, 40.1, 40.6, 39.9]
+
+
+def test_timings_not_checked_without_cuda():
+    r = compare(snap(*BASE.clusters, measured=timed(BASE_T)),
+                snap(*BASE.clusters), hw_key=None)
+    assert r.status == "pass" and r.timing_note == NO_CUDA
+
+
+def test_timings_on_other_hardware_are_not_compared():
+    base = snap(*BASE.clusters, measured=timed(BASE_T))
+    cur = snap(*BASE.clusters, measured={"NVIDIA A100 sm_80": timed(SLOW)[H200]})
+    r = compare(base, cur, hw_key="NVIDIA A100 sm_80")
+    assert r.status == "pass"
+    assert r.timing_note == "timings not checked: no baseline for NVIDIA A100 sm_80"
+
+
+def test_significant_slowdown_on_same_hardware_fails():
+    base = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T))
+    cur = snap(*BASE.clusters, measured=timed(SLOW, BASE_T))
+    (msg,) = compare(base, cur, hw_key=H200).regressions
+    assert msg.startswith(f"`mul → relu → add` at {F}:15-17 is slower on {H200}: median "
+                          "40.0 µs → 52.1 µs (+30%, tolerance 10%, p=")
+    assert compare(base, cur, Tolerances(timing=0.5), hw_key=H200).status == "pass"
+    assert compare(base, cur, checks=("clusters",), hw_key=H200).status == "pass"
+
+
+def test_noisy_timings_within_spread_pass():
+    base = snap(*BASE.clusters, measured=timed([40, 80, 45, 70, 42, 90]))
+    cur = snap(*BASE.clusters, measured=timed([48, 85, 44, 95, 60, 75]))
+    assert compare(base, cur, hw_key=H200).status == "pass"
+
+
+def test_faster_model_is_an_improvement():
+    base = snap(*BASE.clusters, measured=timed(BASE_T, SLOW))
+    cur = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T))
+    r = compare(base, cur, hw_key=H200)
+    assert r.status == "improved"
+    assert r.improvements[0].startswith(f"the model with fused kernels is faster on {H200}")
+
+
+# ---------------------------------------------------------------- YAML data
+
+def test_round_trip_through_yaml_keeps_everything():
+    s = snap(*BASE.clusters, rejections=[FANOUT], measured=timed(BASE_T, SLOW))
+    back = from_data(yaml.safe_load(dump_yaml(to_data(s))), "x.yaml")
+    assert back == s and back.provenance == s.provenance
+
+
+def test_yaml_has_stable_key_order_and_version():
+    text = dump_yaml(to_data(BASE))
+    keys = [line.split(":")[0] for line in text.splitlines() if line and line[0] not in " -"]
+    assert keys == ["schema_version", "test", "model", "inputs", "provenance", "kernels",
+                    "clusters", "rejections"]
+    assert dump_yaml(to_data(BASE)) == text
+
+
+@pytest.mark.parametrize("data, words", [
+    ("- just a list", "not a YAML mapping"),
+    ({"schema_version": 1, "test": "t", "model": "M", "inputs": []}, "missing `clusters`"),
+    ({"schema_version": 1, "test": "t", "model": "M", "inputs": [], "rejections": [],
+      "clusters": [{"ops": ["mul"], "lines": "a:1", "category": "c", "nodes": ["mul"],
+                    "traffic": {"unfused_bytes": "many", "fused_bytes": 1}}]},
+     "`clusters[0].traffic.unfused_bytes` has the wrong type (str)"),
+])
+def test_corrupt_data_names_file_and_field(data, words):
+    with pytest.raises(BaselineError) as e:
+        from_data(yaml.safe_load(data) if isinstance(data, str) else data, "fb/x.yaml")
+    assert "corrupt fusion baseline fb/x.yaml" in str(e.value) and words in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_foreign_schema_version_is_named():
+    with pytest.raises(BaselineError, match=r"fb/x.yaml has schema_version 7, this plugin "
+                                            r"reads 1"):
+        from_data({"schema_version": 7}, "fb/x.yaml")
+
+
+def test_baseline_names_are_safe_and_unique():
+    a = baseline_name("tests/test_a.py::TestX::test_y[64-float32]")
+    b = baseline_name("tests/test_a.py::TestX::test_y[64 float32]")
+    assert a.startswith("tests_test_a__TestX__test_y[64-float32]-") and a.endswith(".yaml")
+    assert a != b and "/" not in b and " " not in b
+    assert len(baseline_name("t.py::" + "x" * 500)) < 140
