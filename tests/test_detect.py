@@ -1,0 +1,177 @@
+"""Fusion detection: components, greedy pruning, the diamond, categories, and the two
+acceptance models (ExampleNet's three clusters, microgpt's attention softmax clusters)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from analysis_helpers import run
+
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze, analyze_file
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+MiB = 2**20
+
+
+class PruneAbsorbable(nn.Module):
+    """The seed's example: relu feeds {mul, add} and a layer_norm (itself absorbable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, x):
+        r = F.relu(x)
+        y = r * 2.0 + 1.0
+        return y, self.ln(r)
+
+
+class PruneOpaque(nn.Module):
+    """Same shape, but relu's other consumer is an opaque layer outside any group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        r = F.relu(x)
+        y = r * 2.0 + 1.0
+        return y + self.proj(r)
+
+
+@pytest.mark.parametrize("model", [PruneAbsorbable(), PruneOpaque()], ids=type)
+def test_pruning_drops_relu_and_keeps_the_mul_add_tail(model):
+    a = analyze(model, (4, 8))
+    assert len(a.clusters) == 1 and {"mul", "add"} <= set(a.clusters[0].ops)
+    assert a.rejections[0].check == "fan-out"
+    assert a.rejections[0].culprits == ("relu",)
+    assert all("relu" not in c.nodes for c in a.clusters)
+
+
+def test_pruning_with_absorbable_consumer_keeps_exactly_mul_add():
+    a = analyze(PruneAbsorbable(), (4, 8))
+    assert [c.ops for c in a.clusters] == [("mul", "add")]
+    assert "feeds more than one" in a.rejections[0].reason
+
+
+def test_pruning_with_opaque_consumer_keeps_the_whole_tail():
+    # After relu is dropped, mul -> add -> add (with self.proj) is one legal chain.
+    a = analyze(PruneOpaque(), (4, 8))
+    assert [c.ops for c in a.clusters] == [("mul", "add", "add")]
+
+
+def test_diamond_is_one_cluster_not_fan_out():
+    a = run(lambda x: x * 2.0 + x)
+    assert [c.ops for c in a.clusters] == [("mul", "add")]
+    assert a.rejections == ()
+    assert a.clusters[0].inputs == ("x",)  # read once
+
+
+def test_inner_diamond_is_an_elementwise_dag():
+    a = run(lambda x: (lambda e: e * 2.0 + e)(torch.exp(x)))
+    assert [c.ops for c in a.clusters] == [("exp", "mul", "add")]
+    assert a.rejections == ()
+    assert a.clusters[0].category == "elementwise-dag"
+
+
+def test_single_op_is_not_a_cluster():
+    a = run(lambda x: torch.relu(x))
+    assert a.clusters == () and a.rejections == ()
+
+
+def test_opaque_layer_splits_clusters():
+    class TwoChains(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.sigmoid(self.lin(torch.exp(x) * 2.0)) - 1.0
+
+    a = analyze(TwoChains(), (4, 8))
+    assert [c.ops for c in a.clusters] == [("exp", "mul"), ("sigmoid", "sub")]
+    assert [c.category for c in a.clusters] == ["elementwise-chain"] * 2
+
+
+def test_category_single_reduction_boundary():
+    a = run(lambda x: F.softmax(torch.tanh(x) * 3.0, dim=-1))
+    assert [c.category for c in a.clusters] == ["single-reduction-boundary"]
+
+
+def test_pruned_reduction_pair_keeps_a_legal_part():
+    # Two reductions: the second (sum) is dropped, exp -> softmax survives.
+    a = run(lambda x: F.softmax(torch.exp(x), dim=-1).sum(dim=-1))
+    assert [c.ops for c in a.clusters] == [("exp", "softmax")]
+    assert [r.check for r in a.rejections] == ["reduction"]
+
+
+def test_cluster_lines_point_at_the_user_code():
+    a = run(lambda x: torch.exp(x) * 2.0)
+    assert a.clusters[0].lines.file == __file__
+
+
+def test_clusters_are_indexed_in_graph_order():
+    a = analyze_file(EXAMPLES / "example_net.py", [InputSpec((8, 1024))])
+    assert [c.index for c in a.clusters] == [0, 1, 2]
+    positions = [a.graph.position(c.nodes[0]) for c in a.clusters]
+    assert positions == sorted(positions)
+
+
+def test_example_net_acceptance():
+    a = analyze_file(EXAMPLES / "example_net.py", [InputSpec((16384, 1024))])
+    got = [(c.ops, c.category, c.traffic.unfused_bytes, c.traffic.fused_bytes)
+           for c in a.clusters]
+    assert got == [
+        (("mul", "relu", "add"), "elementwise-chain", 384 * MiB, 128 * MiB),
+        (("gelu", "sigmoid", "mul"), "elementwise-chain", 192 * MiB, 64 * MiB),
+        (("tanh", "mul", "softmax"), "single-reduction-boundary", 192 * MiB, 64 * MiB),
+    ]
+    assert [str(c.lines) for c in a.clusters] == ["L15-17", "L20-22", "L25-27"]
+    assert a.rejections == ()
+
+
+@pytest.fixture(scope="module")
+def microgpt():
+    return analyze_file(EXAMPLES / "microgpt.py", [InputSpec((2, 128), torch.int64)])
+
+
+def test_microgpt_attention_softmax_cluster_in_each_layer(microgpt):
+    attn = [c for c in microgpt.clusters
+            if set(c.ops) == {"mul", "masked_fill", "softmax", "dropout"}]
+    assert len(attn) == 2  # one per block
+    assert all(c.ops == ("mul", "masked_fill", "softmax", "dropout") for c in attn)
+    assert all(c.category == "single-reduction-boundary" for c in attn)
+    assert len({c.nodes for c in attn}) == 2
+    # The causal mask buffer is read from outside the cluster.
+    g = microgpt.graph
+    assert all(any(r.endswith("causal_mask") for i in c.inputs for r in g[i].refs)
+               for c in attn)
+
+
+def test_microgpt_attention_traffic(microgpt):
+    # scores: 2x4x128x128 fp32 = 512 KiB; mask slice 128x128 bool = 16 KiB.
+    scores, mask = 2 * 4 * 128 * 128 * 4, 128 * 128
+    c = next(c for c in microgpt.clusters if "masked_fill" in c.ops)
+    # mul: r+w; masked_fill: r+mask+w; softmax: r+w; dropout (eval): no bytes.
+    assert c.traffic.unfused_bytes == 6 * scores + mask
+    assert c.traffic.fused_bytes == 2 * scores + mask
+
+
+def test_microgpt_residual_layer_norms_are_explained(microgpt):
+    lns = [n.name for n in microgpt.graph.nodes if n.op == "layer_norm"]
+    assert len(lns) == 5  # two per block and the final one
+    clustered = {n for c in microgpt.clusters for n in c.nodes}
+    rejected = {n for r in microgpt.rejections for n in r.nodes}
+    # Every LayerNorm is either fused or part of an explained rejection.
+    assert all(ln in clustered or ln in rejected for ln in lns)
+    assert any(r.check == "fan-out" and set(lns) <= set(r.nodes) for r in microgpt.rejections)
+    adds = [n.name for n in microgpt.graph.nodes if n.op == "add"]
+    dropped = {n for r in microgpt.rejections for n in r.culprits}
+    assert set(adds) - clustered <= dropped  # each unfused residual add was dropped, with reason
+    # The final residual add feeds only ln_f: that pair fuses.
+    assert any(c.ops[-2:] == ("add", "layer_norm") for c in microgpt.clusters)
