@@ -1,0 +1,288 @@
+"""Capture what Inductor fused: compile a model with torch.compile and record its kernels.
+
+Reads an ``nn.Module`` and example input tensors; writes an ``InductorCapture``: one
+``InductorKernel`` per generated kernel (name, and the post-grad FX nodes it computes, each
+with its aten op, module path and user source line).
+
+How the kernels are found, best first (all of Inductor's introspection is private API, so
+each step is guarded and the next one is the fallback):
+1. ``define_kernel`` of the C++ and Triton schedulers is wrapped for the duration of the
+   compile: it receives exactly the scheduler nodes that go into one kernel.
+2. ``config._post_fusion_custom_pass`` (torch >= 2.8): the fused scheduler nodes; each one
+   becomes a kernel (the C++ backend may later put several loops into one function).
+3. Kernel names in the generated code (``cpp_fused_<ops>_<n>``, ``triton_poi_fused_...``):
+   op names only, no nodes or lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..errors import FusionAdvisorError
+from ..ir.normalize import parse_stack_trace
+from ..ir.registry import SPECS
+
+# aten overload packet name -> our registry op name, where they differ.
+ATEN_TO_OP: dict[str, str] = {
+    "_softmax": "softmax", "_log_softmax": "log_softmax", "native_layer_norm": "layer_norm",
+    "_fused_rms_norm": "rms_norm", "_to_copy": "to", "relu_": "relu", "masked_fill_": "masked_fill",
+    "true_divide": "div", "pow": "pow", "_safe_softmax": "softmax", "var_mean": "layer_norm",
+}
+# Ops Inductor emits kernels for that only move data (never a fusion we would propose).
+LAYOUT_OPS = frozenset({"clone", "copy", "embedding", "index", "cat", "constant_pad_nd",
+                        "slice", "select", "view", "permute", "transpose", "expand", "split",
+                        "full", "arange", "iota", "scatter", "gather", "index_select"})
+_KERNEL_NAME = re.compile(r"\b(cpp_fused_\w+?_\d+|triton_(?:poi|red|per|tem)_fused_\w+?_\d+)\b")
+
+
+class InductorError(FusionAdvisorError):
+    pass
+
+
+def op_name(aten: str) -> str:
+    """Our registry name for an aten packet name (`_softmax` -> `softmax`)."""
+    if aten in ATEN_TO_OP:
+        return ATEN_TO_OP[aten]
+    return aten if aten in SPECS else aten.lstrip("_")
+
+
+def is_compute(op: str) -> bool:
+    spec = SPECS.get(op)
+    return spec is not None and spec.kind.is_compute and op not in LAYOUT_OPS
+
+
+def module_path(nn_module_stack: Any) -> str:
+    """`blocks.0.attn` from the innermost entry of an nn_module_stack (FX or dynamo form)."""
+    if not nn_module_stack:
+        return ""
+    value = list(nn_module_stack.values())[-1]
+    path = value[0] if isinstance(value, tuple) else str(value)
+    path = re.sub(r"^L\['self'\]\.?|^L__self___?", "", str(path))
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    path = re.sub(r"\['([^']+)'\]", r".\1", path)
+    return path.strip(".")
+
+
+@dataclass(frozen=True)
+class InductorNode:
+    name: str
+    op: str  # our registry name when known (`softmax`), else the aten name
+    module: str  # innermost module path, "" for the top level
+    file: str | None
+    line: int | None
+
+    @property
+    def key(self) -> tuple[str, str, int] | None:
+        """(module, file, line): the same user line in block 0 and block 1 differs by module."""
+        return None if self.line is None else (self.module, self.file or "", self.line)
+
+
+@dataclass(frozen=True)
+class InductorKernel:
+    name: str
+    nodes: tuple[InductorNode, ...]
+    name_ops: tuple[str, ...] = ()  # op names parsed from the kernel name (fallback mode)
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        ops = {n.op for n in self.nodes} if self.nodes else set(self.name_ops)
+        return tuple(sorted(ops))
+
+    @property
+    def compute_nodes(self) -> tuple[InductorNode, ...]:
+        return tuple(n for n in self.nodes if is_compute(n.op))
+
+    @property
+    def is_compute(self) -> bool:
+        """A pointwise/reduction kernel (not a pure layout copy or gather)."""
+        return any(is_compute(op) for op in self.ops)
+
+    @property
+    def lines(self) -> tuple[int, ...]:
+        return tuple(sorted({n.line for n in self.compute_nodes if n.line is not None}))
+
+
+@dataclass(frozen=True)
+class InductorCapture:
+    kernels: tuple[InductorKernel, ...]
+    method: str  # "define_kernel", "post_fusion" or "names"
+    code: tuple[str, ...]  # generated wrapper sources
+    torch_version: str
+
+    @property
+    def compute_kernels(self) -> tuple[InductorKernel, ...]:
+        return tuple(k for k in self.kernels if k.is_compute)
+
+
+def _node_record(fx_node: Any) -> InductorNode | None:
+    if getattr(fx_node, "op", None) != "call_function":
+        return None
+    meta = getattr(fx_node, "meta", {}) or {}
+    aten = meta.get("original_aten") or fx_node.target
+    packet = getattr(aten, "_overloadpacket", aten)
+    name = getattr(packet, "__name__", None) or str(packet).split(".")[-1]
+    loc = parse_stack_trace(meta.get("stack_trace"))
+    return InductorNode(name=fx_node.name, op=op_name(name),
+                        module=module_path(meta.get("nn_module_stack")),
+                        file=loc.file if loc else None, line=loc.line if loc else None)
+
+
+def _origins(scheduler_nodes: Sequence[Any]) -> tuple[InductorNode, ...]:
+    seen: dict[str, InductorNode] = {}
+    for sn in scheduler_nodes:
+        if not hasattr(sn, "get_nodes"):
+            continue  # reduction markers in a Triton node schedule
+        for inner in sn.get_nodes():
+            ir_node = getattr(inner, "node", None)
+            for origin in sorted(getattr(ir_node, "origins", None) or (), key=lambda o: o.name):
+                rec = _node_record(origin)
+                if rec is not None:
+                    seen.setdefault(rec.name, rec)
+    return tuple(seen.values())
+
+
+def _scheduling_classes() -> list[type]:
+    found = []
+    for mod, cls in (("torch._inductor.codegen.cpp", "CppScheduling"),
+                     ("torch._inductor.codegen.triton", "TritonScheduling"),
+                     ("torch._inductor.codegen.simd", "SIMDScheduling")):
+        with contextlib.suppress(Exception):
+            module = __import__(mod, fromlist=[cls])
+            found.append(getattr(module, cls))
+    return found
+
+
+@contextlib.contextmanager
+def _record_define_kernel(sink: list[tuple[str, tuple[InductorNode, ...]]]) -> Iterator[None]:
+    """Wrap each scheduler's define_kernel(src_code, nodes, ...) to record name and nodes."""
+    patched: list[tuple[type, Callable]] = []
+
+    def wrap(original: Callable) -> Callable:
+        def define_kernel(self, src_code, nodes, *args, **kwargs):
+            name = original(self, src_code, nodes, *args, **kwargs)
+            with contextlib.suppress(Exception):
+                sink.append((str(name), _origins(list(nodes))))
+            return name
+        define_kernel._fusion_advisor = True  # type: ignore[attr-defined]
+        return define_kernel
+
+    try:
+        for cls in _scheduling_classes():
+            original = cls.__dict__.get("define_kernel")
+            if original is None or getattr(original, "_fusion_advisor", False):
+                continue
+            cls.define_kernel = wrap(original)
+            patched.append((cls, original))
+        yield
+    finally:
+        for cls, original in patched:
+            cls.define_kernel = original
+
+
+def _post_fusion_patch(sink: list[tuple[str, tuple[InductorNode, ...]]]):
+    import torch._inductor.config as cfg
+
+    if not hasattr(cfg, "_post_fusion_custom_pass"):
+        return contextlib.nullcontext()
+
+    def record(nodes):
+        with contextlib.suppress(Exception):
+            for sn in nodes:
+                if "Extern" in type(sn).__name__ or "Nop" in type(sn).__name__:
+                    continue
+                sink.append((str(sn.get_name()), _origins([sn])))
+        return nodes
+
+    return cfg.patch(_post_fusion_custom_pass=record)
+
+
+def _kernel_order(name: str) -> int:
+    m = re.search(r"_(\d+)$", name)
+    return int(m.group(1)) if m else 0
+
+
+def names_from_code(code: Sequence[str]) -> list[str]:
+    """Kernel names in the generated code, in definition order, each once."""
+    found = dict.fromkeys(m.group(1) for src in code for m in _KERNEL_NAME.finditer(src))
+    return sorted(found, key=_kernel_order)
+
+
+def ops_from_name(name: str) -> tuple[str, ...]:
+    """Best-effort op names in `cpp_fused_add_mul_relu_0` (names are sorted, de-duplicated)."""
+    body = re.sub(r"^(cpp|triton_(poi|red|per|tem))_fused_|_\d+$", "", name)
+    known = sorted({*SPECS, *ATEN_TO_OP, *LAYOUT_OPS, "native_layer_norm_backward"},
+                   key=len, reverse=True)
+    ops, rest = [], body
+    while rest:
+        rest = rest.lstrip("_") if not any(rest.startswith(k) for k in known) else rest
+        hit = next((k for k in known if rest.startswith(k)
+                    and (len(rest) == len(k) or rest[len(k)] == "_")), None)
+        if hit is None:
+            hit = rest.split("_", 1)[0]
+        ops.append(op_name(hit))
+        rest = rest[len(hit):].lstrip("_")
+    return tuple(dict.fromkeys(o for o in ops if o))
+
+
+def _compile(model: nn.Module, inputs: Sequence[torch.Tensor]) -> tuple[str, ...]:
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        _, code = run_and_get_code(torch.compile(model), *inputs)
+    return tuple(code)
+
+
+def capture(model: nn.Module, inputs: Sequence[torch.Tensor]) -> InductorCapture:
+    """Compile `model` (default mode, no grad) in a fresh cache and record its kernels."""
+    try:
+        from torch._inductor.utils import fresh_inductor_cache
+    except ImportError as e:  # pragma: no cover - very old torch
+        raise InductorError(f"this torch ({torch.__version__}) has no Inductor: "
+                            "upgrade torch to compare with torch.compile") from e
+    by_define: list[tuple[str, tuple[InductorNode, ...]]] = []
+    by_pass: list[tuple[str, tuple[InductorNode, ...]]] = []
+    model = model.eval()
+    try:
+        with fresh_inductor_cache(), _record_define_kernel(by_define), \
+                _post_fusion_patch(by_pass):
+            code = _compile(model, inputs)
+    except Exception as e:  # noqa: BLE001 - any compiler failure becomes one line
+        msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise InductorError(f"torch.compile failed on {type(model).__name__}: "
+                            f"{type(e).__name__}: {msg} (run without --vs-inductor)") from e
+    finally:
+        torch._dynamo.reset()
+    names = names_from_code(code)
+    kernels, method = _pick(by_define, by_pass, names)
+    return InductorCapture(kernels=kernels, method=method, code=code,
+                           torch_version=torch.__version__)
+
+
+def _pick(by_define, by_pass, names) -> tuple[tuple[InductorKernel, ...], str]:
+    generated = set(names)
+    # Keep only kernels that made it into the code (benchmark-only compiles do not).
+    defined = [(n, nodes) for n, nodes in _dedupe(by_define) if not generated or n in generated]
+    if defined and any(nodes for _, nodes in defined):
+        ordered = sorted(defined, key=lambda t: _kernel_order(t[0]))  # stable for repeats
+        return tuple(InductorKernel(n, nodes, ops_from_name(n)) for n, nodes in ordered), \
+            "define_kernel"
+    if by_pass and any(nodes for _, nodes in by_pass):
+        return tuple(InductorKernel(n, nodes) for n, nodes in by_pass), "post_fusion"
+    return tuple(InductorKernel(n, (), ops_from_name(n)) for n in names), "names"
+
+
+def _dedupe(records):
+    seen = set()
+    for name, nodes in records:
+        key = (name, tuple(n.name for n in nodes))
+        if key not in seen:
+            seen.add(key)
+            yield name, nodes

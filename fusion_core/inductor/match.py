@@ -1,0 +1,206 @@
+"""Match our clusters against the kernels Inductor generated for the same model.
+
+Reads an ``Analysis`` and an ``InductorCapture``; writes an ``Agreement``: per Inductor
+compute kernel a status (``exact`` / ``partial`` / ``missed``), and per cluster of ours a
+verdict (``same group`` / ``different grouping`` with how / ``not fused by Inductor``).
+
+Both sides are compared by *keys*: (innermost module path, file, line) of each compute
+node. The module path tells block 0's line 31 from block 1's. Nodes Inductor created in a
+pattern rewrite carry no stack trace; such a node still explains one of our nodes whose op
+it has, when its kernel already overlaps our cluster by key. Ops that vanish in inference
+(dropout in eval mode) are ignored on our side.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..analysis.types import Cluster
+from ..pipeline import Analysis
+from .capture import InductorCapture, InductorKernel, module_path
+
+IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
+
+Key = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class KernelMatch:
+    kernel: str
+    status: str  # "exact", "partial", "missed"
+    clusters: tuple[int, ...]  # our clusters overlapping it
+    ops: tuple[str, ...]
+    lines: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ClusterVerdict:
+    cluster: int
+    verdict: str  # "same group", "different grouping", "not fused by Inductor"
+    kernels: tuple[str, ...]  # Inductor kernels computing any of its nodes
+    detail: str  # how the grouping differs, in words
+
+    def __str__(self) -> str:
+        return self.verdict + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class Agreement:
+    model: str
+    method: str  # how Inductor's kernels were found (see capture.py)
+    kernels: tuple[KernelMatch, ...]  # Inductor's pointwise/reduction kernels
+    clusters: tuple[ClusterVerdict, ...]
+    layout_kernels: int  # kernels that only copy/gather (not counted)
+
+    def count(self, status: str) -> int:
+        return sum(1 for k in self.kernels if k.status == status)
+
+    @property
+    def matched_fraction(self) -> float:
+        """Share of Inductor's compute kernels we match exactly or partly."""
+        n = len(self.kernels)
+        return (self.count("exact") + self.count("partial")) / n if n else 1.0
+
+    @property
+    def not_fused(self) -> tuple[int, ...]:
+        return tuple(v.cluster for v in self.clusters if v.verdict == "not fused by Inductor")
+
+
+def _norm_file(path: str | None) -> str:
+    return os.path.realpath(path) if path else ""
+
+
+def cluster_keys(analysis: Analysis, cluster: Cluster) -> dict[str, tuple[Key | None, str]]:
+    """Per cluster node: its key and op (nodes with ignored ops left out)."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    out: dict[str, tuple[Key | None, str]] = {}
+    for name, op in zip(cluster.nodes, cluster.ops, strict=True):
+        if op in IGNORED_OPS:
+            continue
+        node, fx = analysis.graph[name], fx_nodes.get(name)
+        mod = module_path(fx.meta.get("nn_module_stack")) if fx is not None else ""
+        key = (mod, _norm_file(node.source.file), node.source.line) if node.source else None
+        out[name] = (key, op)
+    return out
+
+
+def _kernel_keys(k: InductorKernel) -> set[Key]:
+    return {(n.module, _norm_file(n.file), n.line) for n in k.compute_nodes if n.line is not None}
+
+
+def _unkeyed_ops(k: InductorKernel) -> set[str]:
+    return {n.op for n in k.compute_nodes if n.line is None}
+
+
+def _coverage(ours: dict[str, tuple[Key | None, str]], kernels: list[InductorKernel],
+              kkeys: list[set[Key]]) -> dict[str, set[int]]:
+    """Which kernels compute each of our nodes (by key, then by op for unkeyed nodes)."""
+    cover = {name: {i for i, ks in enumerate(kkeys) if key in ks}
+             for name, (key, _) in ours.items()}
+    touching = set().union(*cover.values()) if cover else set()
+    for name, (_, op) in ours.items():
+        if not cover[name]:
+            cover[name] = {i for i in touching if op in _unkeyed_ops(kernels[i])}
+    return cover
+
+
+def _exact(i: int, ours: dict, cover: dict[str, set[int]], kkeys: list[set[Key]]) -> bool:
+    if not ours or any(i not in cover[n] for n in ours):
+        return False
+    our_keys = {key for key, _ in ours.values() if key is not None}
+    return kkeys[i] <= our_keys
+
+
+def _describe(i: int, k: InductorKernel, our_keys: set[Key]) -> str:
+    extra = sorted({(n.line or 0, n.op) for n in k.compute_nodes
+                    if n.line is not None and (n.module, _norm_file(n.file), n.line)
+                    not in our_keys})
+    ops = ", ".join(f"{op} (L{line})" for line, op in extra)
+    return f"{k.name} also computes {ops}" if ops else k.name
+
+
+def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
+             kernels: list[InductorKernel], kkeys: list[set[Key]]) -> ClusterVerdict:
+    hit = sorted(set().union(*cover.values())) if cover else []
+    names = tuple(kernels[i].name for i in hit)
+    our_keys = {key for key, _ in ours.values() if key is not None}
+    if any(_exact(i, ours, cover, kkeys) for i in hit):
+        return ClusterVerdict(c.index, "same group", names, "")
+    uncovered = [n for n in ours if not cover[n]]
+    fused_with_ours = [i for i in hit if sum(1 for n in ours if i in cover[n]) >= 2]
+    if not fused_with_ours and all(len(kkeys[i]) <= 1 for i in hit):
+        why = "each op is its own kernel" if hit else "no Inductor kernel computes these lines"
+        return ClusterVerdict(c.index, "not fused by Inductor", names, why)
+    parts = []
+    if len(hit) == 1:
+        parts.append("Inductor fuses more: " + _describe(hit[0], kernels[hit[0]], our_keys))
+    elif hit:
+        split = "; ".join(
+            f"{kernels[i].name} ({', '.join(n for n in ours if i in cover[n])})" for i in hit)
+        parts.append(f"Inductor splits it over {len(hit)} kernels: {split}")
+    if uncovered:
+        parts.append(f"not in any Inductor kernel: {', '.join(uncovered)}")
+    return ClusterVerdict(c.index, "different grouping", names, "; ".join(parts))
+
+
+def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
+    kernels = list(cap.compute_kernels)
+    kkeys = [_kernel_keys(k) for k in kernels]
+    per_cluster = [cluster_keys(analysis, c) for c in analysis.clusters]
+    covers = [_coverage(ours, kernels, kkeys) for ours in per_cluster]
+    if cap.method == "names":
+        return _match_by_names(analysis, cap, kernels, per_cluster)
+    verdicts = tuple(_verdict(c, ours, cov, kernels, kkeys)
+                     for c, ours, cov in zip(analysis.clusters, per_cluster, covers, strict=True))
+    results = []
+    for i, k in enumerate(kernels):
+        overlapping = tuple(c.index for c, cov in zip(analysis.clusters, covers, strict=True)
+                            if any(i in s for s in cov.values()))
+        exact = any(_exact(i, per_cluster[c], covers[c], kkeys) for c in overlapping)
+        status = "exact" if exact else "partial" if overlapping else "missed"
+        results.append(KernelMatch(k.name, status, overlapping, k.ops, k.lines))
+    return Agreement(analysis.model_name, cap.method, tuple(results), verdicts,
+                     len(cap.kernels) - len(kernels))
+
+
+def _match_by_names(analysis: Analysis, cap: InductorCapture, kernels: list[InductorKernel],
+                    per_cluster: list[dict]) -> Agreement:
+    """Fallback without nodes: compare op-name sets, each kernel used by one cluster."""
+    free = list(range(len(kernels)))
+    verdicts, status = [], {}
+    for c, ours in zip(analysis.clusters, per_cluster, strict=True):
+        ops = {op for _, op in ours.values()}
+        same = next((i for i in free if set(kernels[i].ops) == ops), None)
+        part = next((i for i in free if ops & set(kernels[i].ops)), None)
+        i = same if same is not None else part
+        if i is None:
+            verdicts.append(ClusterVerdict(c.index, "not fused by Inductor", (), "by kernel names"))
+            continue
+        free.remove(i)
+        status[i] = ("exact" if same is not None else "partial", c.index)
+        verdicts.append(ClusterVerdict(
+            c.index, "same group" if same is not None else "different grouping",
+            (kernels[i].name,), "" if same is not None else f"by kernel names: {kernels[i].name}"))
+    results = tuple(KernelMatch(k.name, status.get(i, ("missed",))[0],
+                                status[i][1:] if i in status else (), k.ops, ())
+                    for i, k in enumerate(kernels))
+    return Agreement(analysis.model_name, cap.method, results, tuple(verdicts),
+                     len(cap.kernels) - len(kernels))
+
+
+def summary_row(a: Agreement) -> dict[str, object]:
+    return {"model": a.model, "inductor_kernels": len(a.kernels), "exact": a.count("exact"),
+            "partial": a.count("partial"), "missed": a.count("missed"),
+            "matched_fraction": round(a.matched_fraction, 4),
+            "ours": len(a.clusters), "ours_not_fused": len(a.not_fused),
+            "layout_kernels": a.layout_kernels, "method": a.method}
+
+
+def to_dict(a: Agreement) -> dict[str, object]:
+    return {**summary_row(a),
+            "kernels": [{"name": k.kernel, "status": k.status, "clusters": list(k.clusters),
+                         "ops": list(k.ops), "lines": list(k.lines)} for k in a.kernels],
+            "cluster_verdicts": [{"cluster": v.cluster, "verdict": v.verdict,
+                                  "kernels": list(v.kernels), "detail": v.detail}
+                                 for v in a.clusters]}

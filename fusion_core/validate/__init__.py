@@ -1,0 +1,18 @@
+"""Validation: the four gates (cluster numerics, model numerics, benchmark, bandwidth)."""
+
+from .run import LoadedKernel, codegen_provider, use_interpreter_without_cuda, validate
+from .types import (
+    GATES,
+    GateResult,
+    ModelCheck,
+    ModelTiming,
+    Timing,
+    ValidationReport,
+    ValidationResult,
+)
+
+__all__ = [
+    "GATES", "GateResult", "LoadedKernel", "ModelCheck", "ModelTiming", "Timing",
+    "ValidationReport", "ValidationResult", "codegen_provider", "use_interpreter_without_cuda",
+    "validate",
+]

@@ -1,0 +1,96 @@
+"""Inputs for validation: random model inputs, reduced shapes, recorded activations.
+
+Reads an ``Analysis`` (its specs, module and traced graph); writes real tensors: fresh random
+model inputs (never zeros; integer token ids below the smallest embedding table), the
+reduced input specs used under the interpreter, and the values every node takes when the
+traced graph runs on those inputs (the cluster's inputs come from there, so masks and
+weights are the model's own).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from ..ir.shapes import InputSpec
+from ..pipeline import Analysis
+
+TARGET_ROWS = 64  # rows a reduced interpreter run aims at (~2 ms per program instance)
+_INT_HIGH_NO_EMBEDDING = 16
+
+
+def _int_high(module: nn.Module) -> int:
+    """Token ids must index every embedding table: stay below the smallest."""
+    sizes = [m.num_embeddings for m in module.modules() if isinstance(m, nn.Embedding)]
+    return min(sizes) if sizes else _INT_HIGH_NO_EMBEDDING
+
+
+def random_inputs(specs: Sequence[InputSpec], module: nn.Module, device: str | torch.device,
+                  seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for s in specs:
+        if s.dtype.is_floating_point:
+            t = torch.randn(s.shape, generator=gen).to(s.dtype)
+        elif s.dtype == torch.bool:
+            t = torch.rand(s.shape, generator=gen) < 0.5
+        else:
+            t = torch.randint(0, _int_high(module), s.shape, generator=gen, dtype=s.dtype)
+        out.append(t.to(device))
+    return out
+
+
+def result_shape(analysis: Analysis, index: int) -> tuple[int, ...]:
+    c = analysis.clusters[index]
+    meta = analysis.graph[c.outputs[-1]].meta
+    return meta.shape if meta is not None else ()
+
+
+def _rows(shape: tuple[int, ...]) -> int:
+    return math.prod(shape[:-1]) if len(shape) > 1 else 1
+
+
+def reduced_specs(analysis: Analysis, target_rows: int = TARGET_ROWS) -> tuple[InputSpec, ...]:
+    """Shrink the leading (batch) dim of every input so the largest cluster has ~target rows.
+
+    Row length and every other dim stay, so broadcast patterns and the reduction width are
+    those of the real shape. Unchanged when inputs disagree on dim 0 or it cannot shrink.
+    """
+    specs = analysis.inputs
+    leading = {s.shape[0] for s in specs if s.shape}
+    if len(leading) != 1 or not analysis.clusters:
+        return specs
+    batch = leading.pop()
+    rows = max(_rows(result_shape(analysis, c.index)) for c in analysis.clusters)
+    per_item = max(rows / batch, 1.0)
+    new = min(batch, max(1, math.ceil(target_rows / per_item)))
+    if new == batch:
+        return specs
+    return tuple(InputSpec((new, *s.shape[1:]), s.dtype) for s in specs)
+
+
+class _Recorder(fx.Interpreter):
+    def __init__(self, gm: fx.GraphModule, keep: set[str]) -> None:
+        super().__init__(gm, garbage_collect_values=True)
+        self.keep = keep
+        self.values: dict[str, Any] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        out = super().run_node(n)
+        if n.name in self.keep:
+            self.values[n.name] = out
+        return out
+
+
+def record(gm: fx.GraphModule, inputs: Sequence[torch.Tensor], names: Iterable[str]
+           ) -> tuple[Any, dict[str, Any]]:
+    """Run the traced graph; return its output and the values of the named nodes."""
+    rec = _Recorder(gm, set(names))
+    with torch.no_grad():
+        out = rec.run(*inputs)
+    return out, rec.values

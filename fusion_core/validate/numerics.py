@@ -1,0 +1,143 @@
+"""Numerics: compare a kernel's outputs with eager, with outputs poisoned before the run.
+
+Reads a launcher, the eager subgraph and their inputs; writes a ``GateResult``. The
+launcher allocates its outputs; while it runs, allocations made *from the launcher's own
+module* are filled with a poison value (NaN for floats, the dtype's minimum for ints), so an
+element the kernel never writes shows up as NaN or a huge error. NaN never passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from .types import GateResult
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+# Kernels compute in float32 and round once; eager rounds after every op, hence the slack.
+CLUSTER_TOL: dict[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance(1e-5, 1e-4),
+    torch.float64: Tolerance(1e-9, 1e-7),
+    torch.float16: Tolerance(1e-3, 1e-2),
+    torch.bfloat16: Tolerance(1e-2, 5e-2),
+}
+# The whole model amplifies per-op rounding through matmuls and norms.
+MODEL_TOL: dict[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance(1e-4, 1e-3),
+    torch.float64: Tolerance(1e-8, 1e-6),
+    torch.float16: Tolerance(1e-2, 2e-2),
+    torch.bfloat16: Tolerance(5e-2, 1e-1),
+}
+EXACT = Tolerance(0.0, 0.0)  # ints and bools
+_ALLOCATORS = ("empty", "empty_like", "empty_strided")  # zeros/full are meant as values
+
+
+def tolerance(dtype: torch.dtype, table: dict[torch.dtype, Tolerance]) -> Tolerance:
+    return table.get(dtype, EXACT)
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype.is_floating_point:
+        return t.fill_(float("nan"))
+    if t.dtype == torch.bool:
+        return t.fill_(True)
+    return t.fill_(torch.iinfo(t.dtype).min)
+
+
+@contextlib.contextmanager
+def poisoned_allocations(module: ModuleType | None) -> Iterator[None]:
+    """Poison tensors allocated by code in `module` (the launcher) while the block runs."""
+    if module is None:
+        yield
+        return
+    owner = module.__dict__
+    originals = {name: getattr(torch, name) for name in _ALLOCATORS if hasattr(torch, name)}
+
+    def wrap(fn: Callable) -> Callable:
+        def alloc(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            if sys._getframe(1).f_globals is owner and isinstance(out, torch.Tensor):
+                poison_(out)
+            return out
+        return alloc
+
+    try:
+        for name, fn in originals.items():
+            setattr(torch, name, wrap(fn))
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
+
+
+def as_tuple(x: Any) -> tuple[Any, ...]:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def compare(actual: Sequence[Any], expected: Sequence[Any],
+            table: dict[torch.dtype, Tolerance]) -> tuple[bool, float | None, str]:
+    """(passed, max abs error, what went wrong) over paired outputs."""
+    if len(actual) != len(expected):
+        return False, None, f"kernel returned {len(actual)} output(s), eager {len(expected)}"
+    worst = 0.0
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        if not isinstance(a, torch.Tensor):
+            return False, None, f"output {i} is {type(a).__name__}, not a tensor"
+        if tuple(a.shape) != tuple(e.shape):
+            return False, None, f"output {i} has shape {tuple(a.shape)}, eager {tuple(e.shape)}"
+        a64, e64 = a.detach().cpu().double(), e.detach().cpu().double()
+        nan = torch.isnan(a64)
+        if nan.any():
+            return False, float("nan"), f"output {i} has {int(nan.sum())} NaN element(s)"
+        both_inf = torch.isinf(a64) & torch.isinf(e64) & (torch.sign(a64) == torch.sign(e64))
+        diff = torch.where(both_inf, torch.zeros_like(a64), (a64 - e64).abs())
+        diff = torch.nan_to_num(diff, nan=float("inf"))
+        err = float(diff.max()) if diff.numel() else 0.0
+        worst = max(worst, err)
+        tol = tolerance(e.dtype, table)
+        bad = diff > tol.atol + tol.rtol * e64.abs().nan_to_num(posinf=0.0, neginf=0.0)
+        if bad.any():
+            return False, worst, (f"output {i}: {int(bad.sum())} of {bad.numel()} element(s) "
+                                  f"beyond atol {tol.atol:g} + rtol {tol.rtol:g}")
+    return True, worst, ""
+
+
+def check_cluster(launcher: Callable, module: ModuleType | None, eager: Callable,
+                  kernel_args: Sequence[Any], eager_args: Sequence[Any]) -> GateResult:
+    """Gate 1: the kernel against the eager subgraph on the same inputs; never raises."""
+    gate = "cluster numerics"
+    try:
+        with torch.no_grad():
+            expected = as_tuple(eager(*eager_args))
+    except Exception as e:  # noqa: BLE001 - report, do not crash the run
+        return GateResult(gate, False, f"eager subgraph failed: {_one_line(e)}")
+    try:
+        with torch.no_grad(), poisoned_allocations(module):
+            actual = as_tuple(launcher(*kernel_args))
+        _sync(actual)
+    except Exception as e:  # noqa: BLE001
+        return GateResult(gate, False, f"kernel failed: {_one_line(e)}")
+    passed, err, why = compare(actual, expected, CLUSTER_TOL)
+    return GateResult(gate, passed, why, err)
+
+
+def _sync(outs: Sequence[Any]) -> None:
+    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in outs):
+        torch.cuda.synchronize()
+
+
+def _one_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")

@@ -1,0 +1,111 @@
+"""Graph surgery for validation: a cluster's eager subgraph, and a graph with kernels patched in.
+
+Reads the traced ``fx.GraphModule`` and ``Cluster``s; writes new GraphModules (the original is
+never modified): ``eager_subgraph`` computes only the cluster (same inputs and outputs as the
+kernel launcher, so the two can be compared and timed on the same tensors), and ``patch``
+replaces each cluster's nodes by one call to its launcher.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch.fx as fx
+
+from ..analysis.types import Cluster
+
+
+@dataclass(frozen=True)
+class Subgraph:
+    module: fx.GraphModule
+    inputs: tuple[str, ...]  # cluster.inputs: what the launcher takes
+    extras: tuple[str, ...]  # other outside values the FX nodes read (fed from the recording)
+
+
+def _nodes(gm: fx.GraphModule) -> dict[str, fx.Node]:
+    return {n.name: n for n in gm.graph.nodes}
+
+
+def eager_subgraph(gm: fx.GraphModule, cluster: Cluster) -> Subgraph:
+    """A GraphModule `(*cluster.inputs, *extras) -> output or tuple of outputs`."""
+    nodes = _nodes(gm)
+    graph = fx.Graph()
+    env: dict[str, fx.Node] = {}
+    for name in cluster.inputs:
+        env[name] = graph.placeholder(name)
+    extras: list[str] = []
+    members = set(cluster.nodes)
+
+    def arg(n: fx.Node) -> fx.Node:
+        if n.name in env:
+            return env[n.name]
+        if n.op == "get_attr":  # a parameter or buffer the analysis did not list as an input
+            env[n.name] = graph.get_attr(n.target)
+        else:
+            extras.append(n.name)
+            env[n.name] = graph.placeholder(n.name)
+        return env[n.name]
+
+    for name in cluster.nodes:
+        src = nodes[name]
+        # Create placeholders for outside values before copying (placeholders must lead).
+        for dep in src.all_input_nodes:
+            if dep.name not in members:
+                arg(dep)
+    for name in cluster.nodes:
+        env[name] = graph.node_copy(nodes[name], lambda n: env[n.name] if n.name in env
+                                    else arg(n))
+    outs = [env[o] for o in cluster.outputs]
+    graph.output(outs[0] if len(outs) == 1 else tuple(outs))
+    graph.lint()
+    return Subgraph(fx.GraphModule(gm, graph, f"cluster{cluster.index}_eager"),
+                    tuple(cluster.inputs), tuple(extras))
+
+
+class PatchError(Exception):
+    pass
+
+
+def patch(gm: fx.GraphModule, launchers: Mapping[int, tuple[Cluster, Callable]]
+          ) -> fx.GraphModule:
+    """A copy of `gm` where each cluster's nodes are replaced by a call to its launcher."""
+    graph = copy.deepcopy(gm.graph)
+    for cluster, launcher in launchers.values():
+        _replace(graph, cluster, launcher)
+    graph.lint()
+    return fx.GraphModule(gm, graph, f"{type(gm).__name__}_patched")
+
+
+def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable) -> None:
+    nodes = {n.name: n for n in graph.nodes}
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    members = [nodes[n] for n in cluster.nodes]
+    member_set = set(members)
+    inputs = [nodes[n] for n in cluster.inputs]
+    first = min(members, key=order.__getitem__)
+    last_input = max(inputs, key=order.__getitem__, default=None)
+    if last_input is None or order[last_input] < order[first]:
+        anchor, where = first, "before"
+    else:
+        anchor, where = last_input, "after"
+    outs = [nodes[o] for o in cluster.outputs]
+    users = [u for o in outs for u in o.users if u not in member_set]
+    if users and min(order[u] for u in users) <= order[anchor]:
+        raise PatchError(f"cluster {cluster.index}: an outside user of its result runs before "
+                         "its last input is computed; cannot place one kernel call")
+    ctx = graph.inserting_before(anchor) if where == "before" else graph.inserting_after(anchor)
+    with ctx:
+        call = graph.call_function(launcher, tuple(inputs))
+    results = [call] if len(outs) == 1 else []
+    prev = call
+    for i in range(len(outs) if len(outs) > 1 else 0):
+        with graph.inserting_after(prev):
+            prev = graph.call_function(operator.getitem, (call, i))
+        results.append(prev)
+    for o, new in zip(outs, results, strict=True):
+        o.replace_all_uses_with(new, delete_user_cb=lambda u: u not in member_set)
+    for n in sorted(members, key=order.__getitem__, reverse=True):
+        graph.erase_node(n)

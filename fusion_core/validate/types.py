@@ -1,0 +1,142 @@
+"""Results of the four validation gates, as frozen dataclasses.
+
+Written by ``validate.run``; read by the console/JSON report, by diff/apply (which offer a
+cluster only when ``ValidationResult.usable``) and by ``measure`` for the pytest plugin.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+GATES = ("cluster numerics", "model numerics", "benchmark", "bandwidth")
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: str  # one of GATES
+    passed: bool
+    detail: str = ""
+    max_abs_err: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.gate not in GATES:
+            raise ValueError(f"unknown gate {self.gate!r}")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Repeated do_bench medians in microseconds (one sample per do_bench call)."""
+
+    kernel_us: tuple[float, ...]
+    eager_us: tuple[float, ...]
+    inductor_us: tuple[float, ...] = ()
+    model_patched_us: tuple[float, ...] = ()  # the model with only this cluster patched
+
+    @staticmethod
+    def median(xs: tuple[float, ...]) -> float | None:
+        return statistics.median(xs) if xs else None
+
+    @property
+    def kernel(self) -> float | None:
+        return self.median(self.kernel_us)
+
+    @property
+    def eager(self) -> float | None:
+        return self.median(self.eager_us)
+
+    @property
+    def inductor(self) -> float | None:
+        return self.median(self.inductor_us)
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    cluster: int
+    mode: str  # "cuda", "interpreter", or "skipped" (no kernel to run)
+    shape: tuple[int, ...]  # the cluster result's shape the numerics ran at
+    gates: tuple[GateResult, ...]
+    timing: Timing | None = None
+    regime: str | None = None  # "launch-bound", "l2-resident", "dram-bound"
+    fused_bytes: int = 0
+    gbps: float | None = None
+    peak_gbps: float | None = None
+    model_speedup: float | None = None
+
+    def gate(self, name: str) -> GateResult | None:
+        return next((g for g in self.gates if g.gate == name), None)
+
+    @property
+    def failed(self) -> GateResult | None:
+        return next((g for g in self.gates if not g.passed), None)
+
+    @property
+    def usable(self) -> bool:
+        """Offered for diff/apply: cluster numerics ran and passed, and no gate failed."""
+        numerics = self.gate("cluster numerics")
+        return numerics is not None and numerics.passed and self.failed is None
+
+    @property
+    def max_abs_err(self) -> float | None:
+        numerics = self.gate("cluster numerics")
+        return numerics.max_abs_err if numerics else None
+
+    @property
+    def cluster_speedup(self) -> float | None:
+        if self.timing is None or not self.timing.kernel or self.timing.eager is None:
+            return None
+        return self.timing.eager / self.timing.kernel
+
+    @property
+    def status(self) -> str:
+        """`verified (interpreter, 64×1024)`, `verified (cuda)` or `FAILED <gate>: ...`."""
+        bad = self.failed
+        if bad is not None:
+            err = f" (max abs err {bad.max_abs_err:.2e})" if bad.max_abs_err is not None else ""
+            return f"FAILED {bad.gate}{err}: {bad.detail}" if bad.detail else \
+                f"FAILED {bad.gate}{err}"
+        if self.mode == "interpreter":
+            return f"verified (interpreter, {'×'.join(map(str, self.shape))})"
+        if self.mode == "cuda":
+            return "verified (cuda)"
+        return "not verified"
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """Gate 2 for the whole model: every verified kernel patched in, output vs eager."""
+
+    passed: bool | None  # None: nothing to patch
+    max_abs_err: float | None
+    patched: tuple[int, ...]
+    blamed: tuple[int, ...] = ()  # clusters whose kernel alone breaks the model output
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ModelTiming:
+    eager_us: tuple[float, ...]
+    patched_us: tuple[float, ...]  # every usable kernel patched in
+
+    @property
+    def speedup(self) -> float | None:
+        e, p = Timing.median(self.eager_us), Timing.median(self.patched_us)
+        return e / p if e and p else None
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    results: tuple[ValidationResult, ...]
+    model: ModelCheck
+    mode: str  # "cuda" or "interpreter"
+    device: str  # "cpu" or the GPU name
+    model_timing: ModelTiming | None = None
+    peak_gbps: float | None = None
+    peak_source: str = ""  # "detected", "--peak-gbps", or ""
+
+    def result(self, index: int) -> ValidationResult | None:
+        return next((r for r in self.results if r.cluster == index), None)
+
+    @property
+    def usable(self) -> tuple[int, ...]:
+        return tuple(r.cluster for r in self.results if r.usable)
