@@ -79,4 +79,14 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
 
 def analyze_file(path: str | Path, specs: Sequence[InputSpec],
                  class_name: str | None = None, capture: str = "auto") -> Analysis:
-    return analyze(load_model(path, class_name), *specs, capture=capture)
+    """Load the model from `path` and analyze it.
+
+    A floating `--dtype` other than the parameters' (bfloat16 inputs, float32
+    weights) runs the model in that dtype: its floating parameters and buffers
+    are cast, as `model.to(dtype)` would, so the analysis matches a real bf16 run.
+    """
+    model = load_model(path, class_name)
+    floating = {s.dtype for s in specs if s.dtype.is_floating_point}
+    if len(floating) == 1 and len(floating) == len({s.dtype for s in specs}):
+        model = model.to(floating.pop())
+    return analyze(model, *specs, capture=capture)
