@@ -24,6 +24,8 @@ def import_model_file(path: str | Path):
         raise ModelLoadError(f"cannot import {path}: not a Python file (pass a .py file)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look modules up by name
+    folder = str(p.resolve().parent)
+    sys.path.insert(0, folder)  # sibling imports (e.g. an applied `*_fused` module) resolve
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:
@@ -36,6 +38,9 @@ def import_model_file(path: str | Path):
         raise ModelLoadError(
             f"{path}{line}: importing the model file failed: {type(e).__name__}: {e} "
             "(fix the import or install the missing package)") from e
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
     return module
 
 

@@ -1,0 +1,279 @@
+"""`--apply`: rewrite the model file with the exact, verified clusters, or change nothing.
+
+Reads an ``Analysis``, its ``SourceMapping``s, the generated kernels and the
+validation verdicts. ``plan_apply`` picks the edits (exact mapping, in the
+model file, every cluster on those lines passed numerics) and says why each
+other cluster is left alone. ``apply`` asks for confirmation (or takes
+``--yes``), checks the file's hash against the one the mapping was made from,
+keeps a backup, writes the sibling ``<stem>_fused/`` package and the rewritten
+file atomically (edits bottom-up, so earlier line numbers stay valid), then
+imports the rewritten model and runs it against the original on fresh inputs;
+on any mismatch or error it restores the original and says why.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from ..codegen import Kernel
+from ..errors import FusionAdvisorError
+from ..load import import_model_file, instantiate, pick_class
+from ..pipeline import Analysis
+from ..report.json_report import write_atomic
+from ..report.units import short_path
+from .fused import MARKER, FusedOp, import_block, package_files, package_name, shape_rule
+from .mapping import SourceMapping
+from .pysource import sha256
+
+Verdicts = Mapping[int, tuple[bool, str]]  # cluster → (usable, status in words)
+
+
+class ApplyError(FusionAdvisorError):
+    """--apply refused or rolled back; the model file is as it was."""
+
+
+@dataclass(frozen=True)
+class Skip:
+    cluster: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ApplyPlan:
+    path: Path
+    digest: str | None
+    edits: tuple[SourceMapping, ...]  # one per edited range, top-down
+    ops: tuple[FusedOp, ...] = field(repr=False)
+    skipped: tuple[Skip, ...]
+
+    @property
+    def clusters(self) -> tuple[int, ...]:
+        return tuple(sorted(i for m in self.edits for i in (m.cluster_index, *m.shared_with)))
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    path: Path
+    backup: Path
+    package: Path
+    clusters: tuple[int, ...]
+    new_lines: tuple[tuple[int, int], ...]  # (cluster, line of its call in the new file)
+    max_abs_err: float | None
+
+
+def _why_not(m: SourceMapping, path: Path, verdicts: Verdicts,
+             kernels: Mapping[int, Kernel]) -> str | None:
+    if not m.exact:
+        return f"maps only as a pointer ({m.reason})"
+    if m.file is None or Path(m.file).resolve() != path:
+        return f"lies in {m.file}; --apply edits only the model file"
+    for i in sorted((m.cluster_index, *m.shared_with)):
+        usable, status = verdicts.get(i, (False, "not validated"))
+        if not usable:
+            return f"cluster {i}'s kernel is not verified ({status})"
+    if kernels.get(int(m.call.removeprefix("cluster"))) is None:
+        return "no kernel was generated for it"
+    return None
+
+
+def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_path: str | Path,
+               kernels: Mapping[int, Kernel], verdicts: Verdicts) -> ApplyPlan:
+    """Which clusters `--apply` would write, and why the others are left alone."""
+    path = Path(model_path).resolve()
+    edits: dict[int, SourceMapping] = {}
+    ops: dict[int, FusedOp] = {}
+    skipped: list[Skip] = []
+    for m in mappings:
+        reason = _why_not(m, path, verdicts, kernels)
+        rep = int(m.call.removeprefix("cluster")) if m.call else m.cluster_index
+        if reason is None and rep not in ops:
+            reason, op = _fused_op(analysis, rep, kernels[rep], m.call)
+            if op is not None:
+                ops[rep] = op
+        if reason is not None:
+            skipped.append(Skip(m.cluster_index, reason))
+        elif rep == m.cluster_index:
+            edits[m.start] = m
+    digest = next((m.digest for m in edits.values()), None)
+    used = [op for rep, op in sorted(ops.items()) if any(
+        e.call == op.call for e in edits.values())]
+    return ApplyPlan(path, digest, tuple(edits[k] for k in sorted(edits)), tuple(used),
+                     tuple(skipped))
+
+
+def _fused_op(analysis: Analysis, index: int, kernel: Kernel, call: str
+              ) -> tuple[str | None, FusedOp | None]:
+    c = analysis.clusters[index]
+    metas = [analysis.graph[n].meta for n in (*c.inputs, c.outputs[-1])]
+    if any(m is None for m in metas):
+        return "a value it reads or writes has no recorded shape", None
+    rule = shape_rule([m.shape for m in metas[:-1]], metas[-1].shape)
+    if rule is None:
+        return "its result's shape does not follow from its inputs' broadcast shape", None
+    return None, FusedOp(call, kernel.name, kernel.source, len(c.inputs), metas[-1].dtype,
+                         rule)
+
+
+# -- writing -------------------------------------------------------------------------------
+
+def _insert_at(tree: ast.Module) -> int:
+    """0-based line index just below the module's leading docstring and imports."""
+    at = 0
+    for i, st in enumerate(tree.body):
+        if isinstance(st, (ast.Import, ast.ImportFrom)) or (
+                i == 0 and isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant)):
+            at = st.end_lineno or st.lineno
+        else:
+            break
+    return at
+
+
+def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[int, int]]:
+    """The new file text and, per edit's first cluster, the line its call lands on."""
+    lines = text.splitlines(keepends=True)
+    tree = ast.parse(text)
+    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))} | {
+        (a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    clash = sorted(taken & {o.call for o in plan.ops})
+    if clash:
+        raise ApplyError(f"{short_path(str(plan.path))} already uses the name `{clash[0]}`: "
+                         "rename it before --apply")
+    for m in sorted(plan.edits, key=lambda e: e.start, reverse=True):  # bottom-up
+        if "".join(lines[m.start - 1:m.end]) != m.original:
+            raise ApplyError(f"{short_path(str(plan.path))}:{m.start} no longer holds the "
+                             "analyzed code: run fusion-advisor again before --apply")
+        lines[m.start - 1:m.end] = [m.replacement + newline]
+    at = _insert_at(tree)
+    block = import_block(plan.path.stem, [o.call for o in plan.ops], newline)
+    lines[at:at] = [block]
+    added = block.count(newline)
+    new_lines, removed = {}, 0
+    for m in plan.edits:
+        for i in (m.cluster_index, *m.shared_with):
+            new_lines[i] = m.start - removed + (added if m.start > at else 0)
+        removed += m.end - m.start
+    return "".join(lines), new_lines
+
+
+def _backup_path(path: Path) -> Path:
+    candidate = path.with_name(path.name + ".bak")
+    n = 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.bak{n}")
+        n += 1
+    return candidate
+
+
+def _read_checked(plan: ApplyPlan) -> bytes:
+    data = plan.path.read_bytes()
+    if plan.digest is None or sha256(data) != plan.digest:
+        raise ApplyError(f"{short_path(str(plan.path))} changed since it was analyzed: run "
+                         "fusion-advisor again before --apply")
+    return data
+
+
+def _forget(package: str) -> None:
+    """Drop a cached copy of the package so the one just written is imported."""
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+        del sys.modules[name]
+
+
+def verify(analysis: Analysis, path: Path) -> float | None:
+    """Run the rewritten model against the original on fresh inputs; return max abs err."""
+    from ..validate.inputs import random_inputs, reduced_specs
+    from ..validate.numerics import MODEL_TOL, as_tuple, compare
+
+    _forget(package_name(path.stem))
+    module = import_model_file(path)
+    model = instantiate(pick_class(module, path, type(analysis.module).__name__), path)
+    model.load_state_dict(analysis.module.state_dict())
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    # Under the CPU interpreter every program costs ~2 ms: check at the reduced batch.
+    specs = analysis.inputs if cuda else reduced_specs(analysis)
+    inputs = random_inputs(specs, analysis.module, device, seed=20261202)
+    original = copy.deepcopy(analysis.module).to(device) if cuda else analysis.module
+    with torch.no_grad():
+        want = as_tuple(original(*inputs))
+        got = as_tuple(model.to(device).eval()(*inputs))
+    ok, err, detail = compare(got, want, MODEL_TOL)
+    if not ok:
+        raise ApplyError(f"its output differs from the original's: {detail}")
+    return err
+
+
+def _restore(path: Path, original: str, backup: Path, package: Path) -> None:
+    write_atomic(path, original)
+    shutil.rmtree(package, ignore_errors=True)
+    backup.unlink(missing_ok=True)
+
+
+def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: bool,
+          ask: Callable[[str], bool] | None) -> ApplyResult | None:
+    """Write the plan after confirmation; None when nothing was written."""
+    where = short_path(str(plan.path))
+    for s in plan.skipped:
+        console.print(f"cluster {s.cluster}: not applied, {s.reason}", highlight=False,
+                      markup=False)
+    if not plan.edits:
+        console.print(f"Nothing to apply to {where}.", highlight=False)
+        return None
+    package = plan.path.with_name(package_name(plan.path.stem))
+    question = (f"Rewrite {where} ({len(plan.edits)} edit(s): clusters "
+                f"{', '.join(map(str, plan.clusters))}) and write {short_path(str(package))}/?")
+    if not assume_yes:
+        if ask is None:
+            raise ApplyError("--apply needs a yes, but there is no terminal to ask on: "
+                             "pass --yes to apply without asking")
+        if not ask(question):
+            console.print("Nothing written.")
+            return None
+    data = _read_checked(plan)
+    text = data.decode("utf-8")
+    if MARKER in text:
+        raise ApplyError(f"{where} already calls kernels from an earlier --apply: restore its "
+                         "backup (.bak) before applying again")
+    if package.exists():
+        raise ApplyError(f"{short_path(str(package))} already exists: move it away before "
+                         "--apply")
+    newline = "\r\n" if text.split("\n", 1)[0].endswith("\r") else "\n"
+    new_text, new_lines = rewrite(text, plan, newline)
+    backup = _backup_path(plan.path)
+    write_atomic(backup, text)
+    try:
+        package.mkdir()
+        for name, body in package_files(plan.path.name, plan.ops).items():
+            write_atomic(package / name, body)
+        _read_checked(plan)  # right before the model file is replaced
+    except BaseException:
+        shutil.rmtree(package, ignore_errors=True)
+        backup.unlink(missing_ok=True)
+        raise
+    write_atomic(plan.path, new_text)
+    try:
+        err = verify(analysis, plan.path)
+    except Exception as e:  # noqa: BLE001 - any failure of the rewritten model rolls back
+        _restore(plan.path, text, backup, package)
+        why = str(e) if isinstance(e, ApplyError) else f"{type(e).__name__}: {e}"
+        raise ApplyError(f"the rewritten {where} failed its check against the original "
+                         f"({why.splitlines()[0] if why else type(e).__name__}); restored "
+                         "the original, nothing applied") from e
+    result = ApplyResult(plan.path, backup, package, plan.clusters,
+                         tuple(sorted(new_lines.items())), err)
+    err_text = f"max abs err {err:.2e}" if err is not None else "no error measured"
+    console.print(f"Applied {len(plan.edits)} edit(s) to {where}; kernels in "
+                  f"{short_path(str(package))}/; original saved as "
+                  f"{short_path(str(backup))}; rewritten model matches the original "
+                  f"({err_text}).", highlight=False, markup=False)
+    return result

@@ -1,0 +1,122 @@
+"""The sibling package `--apply` writes next to the model: its files' text.
+
+Reads the generated kernels (``codegen.Kernel``: one standalone module per
+cluster) and the analyzed shapes; writes nothing itself, it returns file
+names and text. The package is ``<stem>_fused/``: each kernel file verbatim,
+and an ``__init__.py`` that registers every launcher as a torch custom op with
+a fake (shape-only) implementation, so the rewritten model still traces with
+torch.fx, propagates shapes on fake tensors and compiles with torch.compile.
+The names it exports are the ones the rewritten lines call (``cluster0``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+MARKER = "fusion-advisor --apply"
+# How the result's shape follows from the inputs' broadcast shape.
+SHAPE_RULES = {
+    "same": "lambda shape: shape",
+    "drop_last": "lambda shape: shape[:-1]",
+    "keep_last": "lambda shape: (*shape[:-1], 1)",
+}
+
+
+@dataclass(frozen=True)
+class FusedOp:
+    call: str  # the exported name the rewritten lines call: `cluster0`
+    kernel_name: str  # the launcher (and file stem) in the kernel's source
+    kernel_source: str
+    n_inputs: int
+    dtype: torch.dtype  # the result's dtype
+    shape_rule: str  # key of SHAPE_RULES
+
+
+def package_name(stem: str) -> str:
+    return f"{stem}_fused"
+
+
+def shape_rule(inputs: Sequence[tuple[int, ...]], output: tuple[int, ...]) -> str | None:
+    """Which SHAPE_RULES entry turns the inputs' broadcast shape into `output` (None: none)."""
+    try:
+        shape = tuple(torch.broadcast_shapes(*inputs))
+    except RuntimeError:
+        return None
+    options = {"same": shape, "drop_last": shape[:-1], "keep_last": (*shape[:-1], 1)}
+    return next((k for k, v in options.items() if shape and tuple(v) == tuple(output)), None)
+
+
+def init_source(model_file: str, ops: Sequence[FusedOp]) -> str:
+    digest = hashlib.sha256("".join(o.kernel_source for o in ops).encode()).hexdigest()[:8]
+    imports = [f"from . import {o.kernel_name} as _{o.kernel_name}" for o in ops]
+    defs = []
+    for o in ops:
+        params = ", ".join(f"in{i}" for i in range(o.n_inputs))
+        schema = ", ".join(f"Tensor in{i}" for i in range(o.n_inputs))
+        defs.append(
+            f"{o.call} = _op(\n"
+            f"    {o.call!r}, \"({schema}) -> Tensor\",\n"
+            f"    lambda {params}: _{o.kernel_name}.{o.kernel_name}({params}),\n"
+            f"    lambda {params}: _fake(({params},), {SHAPE_RULES[o.shape_rule]}, "
+            f"{str(o.dtype)}),\n)")
+    return "\n".join([
+        f'"""Fused Triton kernels for {model_file}, written by `{MARKER}`.',
+        "",
+        "Each launcher is a torch custom op with a shape-only fake, so the rewritten model",
+        "still traces (torch.fx, torch.compile). Without CUDA the kernels run under",
+        "Triton's CPU interpreter (slow; for checking only).",
+        '"""',
+        "",
+        "import os",
+        "import uuid",
+        "",
+        "import torch",
+        "",
+        "if not torch.cuda.is_available():  # must be set before the kernels are decorated",
+        '    os.environ.setdefault("TRITON_INTERPRET", "1")',
+        "",
+        *imports,
+        "",
+        "# One namespace per import: re-importing this package never redefines an op.",
+        f'_NAMESPACE = "fused_{digest}_" + uuid.uuid4().hex[:8]',
+        '_LIB = torch.library.Library(_NAMESPACE, "FRAGMENT")',
+        "",
+        "",
+        "def _fake(tensors, rule, dtype):",
+        "    shape = tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))",
+        "    return tensors[0].new_empty(rule(shape), dtype=dtype)",
+        "",
+        "",
+        "def _op(name, schema, launch, fake):",
+        "    _LIB.define(name + schema)",
+        '    _LIB.impl(name, launch, "CompositeExplicitAutograd")',
+        '    torch.library.register_fake(f"{_NAMESPACE}::{name}", fake, lib=_LIB)',
+        "    return getattr(getattr(torch.ops, _NAMESPACE), name)",
+        "",
+        "",
+        *"\n\n".join(defs).splitlines(),
+        "",
+    ])
+
+
+def package_files(model_file: str, ops: Sequence[FusedOp]) -> dict[str, str]:
+    """File name inside the package → text."""
+    files = {f"{o.kernel_name}.py": o.kernel_source for o in ops}
+    files["__init__.py"] = init_source(model_file, ops)
+    return files
+
+
+def import_block(stem: str, calls: Sequence[str], newline: str = "\n") -> str:
+    """The lines the rewritten model file gains under its imports."""
+    names = ", ".join(sorted(calls, key=lambda c: (len(c), c)))
+    pkg = package_name(stem)
+    return newline.join([
+        f"if __package__:  # fused kernels written by {MARKER}",
+        f"    from .{pkg} import {names}",
+        "else:",
+        f"    from {pkg} import {names}",
+    ]) + newline
