@@ -1,9 +1,12 @@
 """Fusion detection: maximal absorbable components, then greedy pruning to legal groups.
 
 Reads a ``FusionGraph``; returns the clusters (legal groups of at least two
-compute ops) and the rejections met on the way. A component failing a check
-loses the check's culprit nodes and splits into what stays connected; each
-piece is checked again, so the legal tail of a rejected group survives.
+compute ops) and the rejections met on the way. A component holding several
+reductions is first cut into one region per reduction (prologue, reduction,
+epilogue). A candidate failing a check loses the check's culprit nodes and splits
+into what stays connected; each piece is checked again, so the legal tail of a
+rejected group survives. A group may write several results (multi-output) where
+the fan-out check's cost model says storing them pays.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Collection, Iterable
 
 from ..ir.graph import FusionGraph, OpKind
 from .legality import escaping, first_failure
+from .multi_output import lone_nodes, reduction_regions
 from .traffic import estimate_traffic, external_inputs
 from .types import Cluster, LineSpan, Rejection
 
@@ -60,6 +64,8 @@ def line_span(g: FusionGraph, names: Iterable[str]) -> LineSpan | None:
 
 def category(g: FusionGraph, group: Collection[str]) -> str:
     kinds = [g[n].kind for n in group]
+    if len(escaping(g, group)) > 1:
+        return "multi-output"
     if OpKind.REDUCTION in kinds:
         return "single-reduction-boundary"
     inner_fan = any(sum(u in group for u in g.users[n]) > 1 for n in group)
@@ -71,10 +77,27 @@ def _n_compute(g: FusionGraph, group: Collection[str]) -> int:
     return sum(g[n].kind.is_compute for n in group)
 
 
+def _cut_rejection(g: FusionGraph, component: tuple[str, ...], lone: tuple[str, ...]
+                   ) -> Rejection:
+    reds = [n for n in component if g[n].kind is OpKind.REDUCTION]
+    return Rejection(
+        check="reduction", nodes=component, ops=tuple(g[n].op for n in component),
+        culprits=lone, lines=line_span(g, component),
+        reason=f"{len(reds)} reductions ({', '.join(f'`{g[n].label}`' for n in reds)}); a "
+               "row-per-program kernel holds one, so the group was cut into one per "
+               "reduction and these were left alone")
+
+
 def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
     legal: list[tuple[str, ...]] = []
     rejections: list[Rejection] = []
-    work = components(g, candidates(g))
+    work: list[tuple[str, ...]] = []
+    for component in components(g, candidates(g)):
+        regions = reduction_regions(g, component)
+        work += [tuple(sorted(r, key=g.position)) for r in regions]
+        if len(regions) > 1 and lone_nodes(g, regions):
+            rejections.append(_cut_rejection(g, component, lone_nodes(g, regions)))
+    work.sort(key=lambda c: g.position(c[0]))
     while work:
         group = work.pop(0)
         if _n_compute(g, group) < MIN_OPS:

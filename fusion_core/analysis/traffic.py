@@ -2,7 +2,9 @@
 
 unfused = Σ over ops that move data: each distinct tensor operand read at its own
           size + the result written;
-fused   = each external tensor input read once + each escaping value written once.
+fused   = each external tensor input read once + each escaping value written once
+          (a value smaller than the kernel's domain, other than a per-row reduction
+          result, is written by every program: costed at the domain's size).
 An upper bound with no cache model: every eager op round-trips through DRAM.
 """
 
@@ -10,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from ..ir.graph import FusionGraph
+from ..ir.graph import FusionGraph, OpKind
 from ..ir.registry import SPECS
-from .legality import escaping
+from .legality import escaping, iteration_shape
 from .types import TrafficEstimate
 
 
@@ -49,5 +51,20 @@ def estimate_traffic(g: FusionGraph, group: Collection[str]) -> TrafficEstimate:
             continue  # eager returns an alias: no bytes move
         unfused += sum(_bytes(g, r) for r in dict.fromkeys(node.refs)) + _bytes(g, name)
     fused = sum(_bytes(g, r) for r in external_inputs(g, group))
-    fused += sum(_bytes(g, n) for n in escaping(g, group))
+    domain = iteration_shape(g, group)
+    fused += sum(store_bytes(g, group, n, domain) for n in escaping(g, group))
     return TrafficEstimate(unfused_bytes=unfused, fused_bytes=fused)
+
+
+def store_bytes(g: FusionGraph, group: Collection[str], name: str,
+                domain: tuple[int, ...]) -> int:
+    """Bytes one kernel iterating `domain` writes for the escaping value `name`."""
+    meta = g[name].meta
+    if meta is None:
+        return 0
+    size = 1
+    for d in domain:
+        size *= d
+    rows = size // domain[-1] if domain and domain[-1] else size
+    per_row = meta.numel == rows and any(g[n].kind is OpKind.REDUCTION for n in group)
+    return meta.nbytes if meta.numel >= size or per_row else size * meta.itemsize

@@ -1,0 +1,116 @@
+"""Multi-output groups and reduction regions: when one kernel may write several values.
+
+Reads a ``FusionGraph`` and a candidate group. Two decisions live here:
+
+* ``store_verdict``: a group whose values escape (a residual ``add`` feeding both a
+  LayerNorm inside and the next residual outside) may still be one kernel that stores
+  each escaping value once. It pays when that kernel's traffic, extra stores included,
+  is below the split the fan-out check would otherwise force (its culprits computed
+  alone, the remaining pieces fused). A value smaller than the kernel's iteration
+  domain (and not a per-row result of its reduction) would be stored by every program:
+  it is costed at the domain's size, which is where storing stops paying.
+* ``reduction_regions``: a component holding several reductions is cut into one region
+  per reduction -- its pointwise prologue (ops feeding it, up to the previous
+  reduction), the reduction, and its pointwise epilogue -- before any check runs, so
+  a residual stream of LayerNorms becomes one candidate per LayerNorm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from ..ir.graph import FusionGraph, OpKind
+from .legality import check_convexity
+from .traffic import estimate_traffic
+
+MIN_OPS = 2  # a piece with one compute op runs unfused
+
+
+@dataclass(frozen=True)
+class StoreVerdict:
+    fused_bytes: int  # one kernel writing every escaping value
+    split_bytes: int  # the culprits alone and the remaining pieces fused
+    convex: bool
+
+    @property
+    def pays(self) -> bool:
+        return self.convex and self.fused_bytes < self.split_bytes
+
+    def __str__(self) -> str:
+        if not self.convex:
+            return "storing it from the kernel cannot help: the group is not convex"
+        return (f"writing every result from one kernel would move {self.fused_bytes} B, "
+                f"not less than {self.split_bytes} B split")
+
+
+def store_verdict(g: FusionGraph, group: Collection[str], culprits: Collection[str]
+                  ) -> StoreVerdict:
+    group = set(group)
+    fused = estimate_traffic(g, group).fused_bytes
+    split = sum(_piece_bytes(g, {c}) for c in culprits)
+    split += sum(_piece_bytes(g, set(p)) for p in _pieces(g, group - set(culprits)))
+    return StoreVerdict(fused, split, check_convexity(g, group) is None)
+
+
+def _piece_bytes(g: FusionGraph, piece: set[str]) -> int:
+    t = estimate_traffic(g, piece)
+    return t.fused_bytes if sum(g[n].kind.is_compute for n in piece) >= MIN_OPS else (
+        t.unfused_bytes)
+
+
+def _pieces(g: FusionGraph, nodes: set[str]) -> list[set[str]]:
+    """Weakly connected pieces of `nodes` (one sweep in graph order with merging)."""
+    owner: dict[str, int] = {}
+    pieces: list[set[str]] = []
+    for n in sorted(nodes, key=g.position):
+        linked = {owner[r] for r in g[n].refs if r in owner}
+        if not linked:
+            owner[n] = len(pieces)
+            pieces.append({n})
+            continue
+        keep = min(linked)
+        for other in linked - {keep}:
+            for m in pieces[other]:
+                owner[m] = keep
+            pieces[keep] |= pieces[other]
+            pieces[other] = set()
+        owner[n] = keep
+        pieces[keep].add(n)
+    return [p for p in pieces if p]
+
+
+def reduction_regions(g: FusionGraph, component: Collection[str]) -> list[set[str]]:
+    """One region per reduction (prologue, reduction, epilogue); others stay whole."""
+    order = sorted(component, key=g.position)
+    members = set(order)
+    reds = [n for n in order if g[n].kind is OpKind.REDUCTION]
+    if len(reds) <= 1:
+        return [members]
+    # The first reduction each node feeds (prologue) and the last one feeding it (epilogue).
+    down: dict[str, str | None] = {}
+    for n in reversed(order):
+        hits = [down[u] for u in g.users[n] if u in members and down.get(u)]
+        down[n] = n if n in reds else min(hits, key=g.position, default=None)
+    up: dict[str, str | None] = {}
+    for n in order:
+        hits = [up[r] for r in g[n].refs if r in members and up.get(r)]
+        up[n] = n if n in reds else max(hits, key=g.position, default=None)
+    owner = {n: down[n] or up[n] for n in order}
+    # Side branches touching no reduction join a neighbour's region.
+    for sweep in (order, list(reversed(order))):
+        for n in sweep:
+            if owner[n] is None:
+                near = [owner[m] for m in (*g[n].refs, *g.users[n]) if owner.get(m)]
+                owner[n] = near[0] if near else None
+    regions: dict[str | None, set[str]] = {}
+    for n in order:
+        regions.setdefault(owner[n], set()).add(n)
+    return [p for region in regions.values() for p in _pieces(g, region)]
+
+
+def lone_nodes(g: FusionGraph, regions: list[set[str]]) -> tuple[str, ...]:
+    """Compute nodes left alone in their region: cutting the component dropped them."""
+    return tuple(sorted((n for r in regions if sum(g[m].kind.is_compute for m in r) < MIN_OPS
+                         for n in r if g[n].kind.is_compute), key=g.position))
+
