@@ -11,7 +11,10 @@ rewritten to their single-result form so the registry sees one value per node.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
+import logging
 import operator
 from collections.abc import Sequence
 from dataclasses import replace
@@ -48,7 +51,10 @@ def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule
     args = tuple(fake_inputs(mode, specs))
     _check_arity(model, args)
     try:
-        program = torch.export.export(model, args, strict=False)
+        # On failure torch prints the partial graph to stderr and logs a warning; the
+        # CaptureError below is the one line the user sees (--debug has the rest).
+        with contextlib.redirect_stderr(io.StringIO()), _quiet("torch.fx.experimental"):
+            program = torch.export.export(model, args, strict=False)
     except Exception as e:  # noqa: BLE001 - export raises many types for untraceable code
         raise CaptureError(f"torch.export failed on {type(model).__name__}.forward"
                            f"{_where(e)}: {_one_line(e)}") from e
@@ -57,6 +63,16 @@ def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule
     _single_results(gm.graph)
     gm.recompile()
     return gm
+
+
+@contextlib.contextmanager
+def _quiet(logger: str):
+    log = logging.getLogger(logger)
+    level, log.level = log.level, logging.CRITICAL
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _check_arity(model: nn.Module, args: tuple) -> None:
