@@ -14,6 +14,8 @@ from .ir.shapes import DTYPES, InputSpec
 from .pipeline import analyze_file
 from .report.console import print_analysis
 from .report.json_report import to_document, write_json
+from .validate.run import use_interpreter_without_cuda
+from .validate.steps import after_analysis
 
 
 def _specs(shapes: tuple[str, ...], dtypes: tuple[str, ...]) -> list[InputSpec]:
@@ -51,11 +53,17 @@ def _check_writable(path: str, flag: str) -> None:
 @click.option("--capture", type=click.Choice(["auto", "fx", "export"]), default="auto",
               show_default=True,
               help="Graph capture: FX symbolic tracing, torch.export, or FX then export.")
+@click.option("--peak-gbps", type=click.FloatRange(min=0, min_open=True), metavar="GB/S",
+              help="Peak memory bandwidth to compare against (default: read from the GPU).")
+@click.option("--vs-inductor", is_flag=True,
+              help="Compare each cluster with the kernels torch.compile generates.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         dtypes: tuple[str, ...], out_dir: str | None, explain_rejections: bool,
-        json_path: str | None, capture: str, debug: bool) -> None:
+        json_path: str | None, capture: str, peak_gbps: float | None, vs_inductor: bool,
+        debug: bool) -> None:
     """Analyze which ops in a PyTorch model fuse, why, and what fusion saves."""
+    use_interpreter_without_cuda()  # before any generated kernel is decorated
     try:
         specs = _specs(shapes, dtypes)
         if json_path:
@@ -64,8 +72,9 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         # Piped output keeps the table on one line per row instead of 80 columns.
         console = Console(width=None if sys.stdout.isatty() else 140)
         print_analysis(analysis, console, explain_rejections=explain_rejections)
+        extra = after_analysis(analysis, console, out_dir, peak_gbps, vs_inductor)
         if json_path:
-            write_json(json_path, to_document(analysis))
+            write_json(json_path, to_document(analysis, extra))
             console.print(f"Wrote {json_path}", highlight=False)
     except FusionAdvisorError as e:
         if debug:

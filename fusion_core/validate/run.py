@@ -82,7 +82,7 @@ def _numerics_analysis(analysis: Analysis, cuda: bool, target_rows: int
     if specs == analysis.inputs:
         return analysis, same
     try:
-        small = analyze(analysis.module, *specs)
+        small = analyze(analysis.module, *specs, capture=analysis.graph.frontend)
     except Exception:  # noqa: BLE001 - keep the full shape if the model rejects the smaller one
         return analysis, same
     by_nodes = {c.nodes: c for c in small.clusters}

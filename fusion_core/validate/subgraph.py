@@ -73,14 +73,17 @@ def patch(gm: fx.GraphModule, launchers: Mapping[int, tuple[Cluster, Callable]]
           ) -> fx.GraphModule:
     """A copy of `gm` where each cluster's nodes are replaced by a call to its launcher."""
     graph = copy.deepcopy(gm.graph)
+    renamed: dict[str, fx.Node] = {}  # a patched cluster's outputs, read by a later cluster
     for cluster, launcher in launchers.values():
-        _replace(graph, cluster, launcher)
+        _replace(graph, cluster, launcher, renamed)
     graph.lint()
     return fx.GraphModule(gm, graph, f"{type(gm).__name__}_patched")
 
 
-def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable) -> None:
+def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
+             renamed: dict[str, fx.Node]) -> None:
     nodes = {n.name: n for n in graph.nodes}
+    nodes.update(renamed)
     order = {n: i for i, n in enumerate(graph.nodes)}
     members = [nodes[n] for n in cluster.nodes]
     member_set = set(members)
@@ -107,5 +110,6 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable) -> None:
         results.append(prev)
     for o, new in zip(outs, results, strict=True):
         o.replace_all_uses_with(new, delete_user_cb=lambda u: u not in member_set)
+        renamed[o.name] = new
     for n in sorted(members, key=order.__getitem__, reverse=True):
         graph.erase_node(n)

@@ -1,0 +1,141 @@
+"""Validation in the reports: the console's Numerics/Measured sections and JSON fields.
+
+Reads a ``ValidationReport`` (and optionally the Inductor agreement's per-cluster verdicts);
+writes console lines and plain dicts for ``--json``. Also converts a report into the
+``measure()`` dict the pytest plugin consumes (see ``pytest_fusion/measure.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from ..report.units import fmt_bytes
+from .types import ValidationReport, ValidationResult
+
+NO_GPU_LINE = ("Benchmarks need a CUDA GPU: speedups, regimes and bandwidth are measured only "
+               "on a machine with CUDA.")
+
+
+def _err(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2e}"
+
+
+def _numerics_line(r: ValidationResult) -> str:
+    if r.failed is not None:
+        return f"cluster {r.cluster}: {r.status}"
+    return f"cluster {r.cluster}: {r.status}  max abs err {_err(r.max_abs_err)}"
+
+
+def _model_line(report: ValidationReport) -> str:
+    m = report.model
+    if m.passed is None:
+        return "model numerics: no verified kernel to patch in"
+    n = len(m.patched)
+    if m.passed:
+        return (f"model numerics: pass ({n} kernel(s) patched into the traced graph, max abs "
+                f"err {_err(m.max_abs_err)})")
+    blamed = ", ".join(map(str, m.blamed))
+    return (f"model numerics: FAILED with {n} kernel(s) patched (max abs err "
+            f"{_err(m.max_abs_err)}; {m.detail}); cluster(s) {blamed} not offered")
+
+
+def _measured_line(r: ValidationResult, inductor: bool) -> str:
+    t = r.timing
+    if t is None or r.regime is None:
+        return ""
+    head = f"  {r.regime:<11} {fmt_bytes(r.fused_bytes):>9}"
+    if r.regime == "launch-bound":
+        text = f"{head}  kernel {t.kernel:.1f} µs (launch overhead dominates: no speedup shown)"
+    else:
+        text = f"{head}  fused cluster speedup {r.cluster_speedup:.2f}x"
+        if r.model_speedup is not None:
+            text += f"  model speedup {r.model_speedup:.2f}x"
+        if r.gbps is not None:
+            text += f"  fused cluster bandwidth {r.gbps:.0f} GB/s"
+            if r.peak_gbps:
+                text += (f" ({r.gbps / r.peak_gbps:.0%} of {r.peak_gbps:.0f} GB/s detected peak "
+                         "memory bandwidth)")
+    if inductor and t.inductor is not None:
+        text += f"\n  inductor {t.inductor:.1f} µs  ours {t.kernel:.1f} µs  eager {t.eager:.1f} µs"
+    return text
+
+
+def print_validation(report: ValidationReport, console: Console, inductor: bool = False) -> None:
+    console.print()
+    if report.mode != "cuda":
+        console.print("Numerics", highlight=False)
+        for r in report.results:
+            console.print(_numerics_line(r), highlight=False, markup=False)
+        console.print(_model_line(report), highlight=False, markup=False)
+        console.print(NO_GPU_LINE, highlight=False)
+        return
+    console.print("Measured", highlight=False)
+    for r in report.results:
+        if r.failed is not None:
+            console.print(f"cluster {r.cluster}: {r.status}", highlight=False, markup=False)
+        else:
+            console.print(f"cluster {r.cluster}: verified (cuda)  max abs err "
+                          f"{_err(r.max_abs_err)}", highlight=False, markup=False)
+        line = _measured_line(r, inductor)
+        if line:
+            console.print(line, highlight=False, markup=False)
+    console.print(_model_line(report), highlight=False, markup=False)
+    mt = report.model_timing
+    if mt is not None and mt.speedup is not None:
+        console.print(f"model with every usable kernel: {mt.speedup:.2f}x vs eager "
+                      f"({len(report.usable)} kernel(s))", highlight=False)
+    if report.peak_gbps is None:
+        console.print("peak memory bandwidth unknown: pass --peak-gbps to compare", highlight=False)
+
+
+def result_dict(r: ValidationResult) -> dict[str, Any]:
+    t = r.timing
+    return {
+        "cluster": r.cluster, "mode": r.mode, "shape": list(r.shape), "usable": r.usable,
+        "status": r.status, "max_abs_err": _num(r.max_abs_err),
+        "gates": [{"gate": g.gate, "passed": g.passed, "detail": g.detail,
+                   "max_abs_err": _num(g.max_abs_err)} for g in r.gates],
+        "regime": r.regime, "fused_bytes": r.fused_bytes, "gbps": r.gbps,
+        "peak_gbps": r.peak_gbps, "cluster_speedup": r.cluster_speedup,
+        "model_speedup": r.model_speedup,
+        "timing_us": None if t is None else {
+            "kernel": list(t.kernel_us), "eager": list(t.eager_us),
+            "inductor": list(t.inductor_us), "model_patched": list(t.model_patched_us)},
+    }
+
+
+def _num(x: float | None) -> float | None:
+    """JSON has no NaN: a NaN error is reported as null with the gate's detail."""
+    return None if x is None or x != x else x
+
+
+def report_dict(report: ValidationReport) -> dict[str, Any]:
+    m, mt = report.model, report.model_timing
+    return {
+        "mode": report.mode, "device": report.device, "peak_gbps": report.peak_gbps,
+        "peak_source": report.peak_source,
+        "clusters": [result_dict(r) for r in report.results],
+        "model": {"passed": m.passed, "max_abs_err": _num(m.max_abs_err),
+                  "patched": list(m.patched), "blamed": list(m.blamed), "detail": m.detail,
+                  "eager_us": list(mt.eager_us) if mt else [],
+                  "patched_us": list(mt.patched_us) if mt else [],
+                  "speedup": mt.speedup if mt else None},
+    }
+
+
+def measure_dict(report: ValidationReport, capability: tuple[int, int]) -> dict[str, Any]:
+    """The pytest plugin's format: repeated samples per cluster, in microseconds."""
+    clusters = []
+    for r in report.results:
+        if r.timing is None:
+            continue
+        clusters.append({"index": r.cluster, "kernel_us": list(r.timing.kernel_us),
+                         "eager_us": list(r.timing.eager_us), "gbps": r.gbps,
+                         "regime": r.regime, "usable": r.usable})
+    mt = report.model_timing
+    return {"device": {"name": report.device, "capability": list(capability)},
+            "clusters": clusters,
+            "model": {"fused_us": list(mt.patched_us), "eager_us": list(mt.eager_us)}
+            if mt else {}}
