@@ -23,9 +23,10 @@ from .pysource import (
     SourceFile,
     Statement,
     enclosing_loop,
+    loaded_names,
     stored_names,
 )
-from .unify import Mismatch, Unifier
+from .unify import BINOPS, Mismatch, Unifier
 
 EXACT, POINTER = "exact", "pointer"
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
@@ -112,16 +113,22 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> _Span
         src.tree  # noqa: B018 - parse now so a syntax error degrades this mapping only
     except (OSError, SyntaxError, UnicodeDecodeError) as e:
         raise _Pointer(f"cannot read {paths[0]}: {e}", **where) from e
+    stale = next((n for n in nodes if n.source.code
+                  and src.line_text(n.source.line).strip() != n.source.code), None)
+    if stale is not None:
+        raise _Pointer(f"the file changed since it was traced (line {stale.source.line} no "
+                       f"longer reads `{stale.source.code}`)", **where)
     scopes = {line: src.scope_at(line) for line in lines}
     if None in scopes.values():
         line = next(k for k, v in scopes.items() if v is None)
         raise _Pointer(f"line {line} is not inside a function", **where)
-    distinct = sorted({(s.start, s.qualname) for s in scopes.values()})
-    if len(distinct) > 1:
-        first = {s.qualname: min(k for k, v in scopes.items() if v is s)
-                 for s in scopes.values()}
-        named = ", ".join(f"`{q}` line {first[q]}" for _, q in distinct)
-        raise _Pointer(f"spans {_count(len(distinct))} functions ({named})", **where)
+    # In execution order: the function of the cluster's first node comes first.
+    first: dict[str, int] = {}
+    for line in lines:
+        first.setdefault(scopes[line].qualname, line)
+    if len(first) > 1:
+        named = ", ".join(f"`{q}` line {line}" for q, line in first.items())
+        raise _Pointer(f"spans {_count(len(first))} functions ({named})", **where)
     scope = scopes[lines[0]]
     stmts = {line: src.statement_at(scope, line) for line in set(lines)}
     bad = sorted(line for line, st in stmts.items() if st is None)
@@ -144,19 +151,26 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> _Span
     return span
 
 
-def _describe(src: SourceFile, scope: Scope, node: Node) -> str:
+def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str) -> str:
     """The source text of what `node` computes, found on its line (`self.proj1(x)`)."""
     line = node.source.line
-    st = src.statement_at(scope, line)
-    want = node.target.rsplit(".", 1)[-1].strip("()")
-    if st is not None:
-        for n in ast.walk(st.node):
-            if isinstance(n, ast.Call):
-                f = n.func
-                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
-                if name == want:
-                    return src.segment(n)
-    return src.line_text(line).strip()
+    # A call is named by its function (`F.relu`, `.view()`) or, for a module the tracer
+    # inlined, by the attribute the source calls (`self.ln1` made the `F.layer_norm`);
+    # an operator by its `operator` name (`x + 1` is `add`).
+    wanted = {node.target.rsplit(".", 1)[-1].strip("()"), module_path.rsplit(".", 1)[-1]}
+    found = []
+    for n in ast.walk(scope.node):
+        if not (isinstance(n, (ast.Call, ast.BinOp))
+                and n.lineno <= line <= (n.end_lineno or n.lineno)):
+            continue
+        if isinstance(n, ast.BinOp):
+            name = getattr(BINOPS.get(type(n.op)), "__name__", None)
+        else:
+            f = n.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+        if name in wanted:
+            found.append(src.segment(n))
+    return min(found, key=len) if found else src.line_text(line).strip()
 
 
 def _is_feeder(node: Node) -> bool:
@@ -167,6 +181,7 @@ def _is_feeder(node: Node) -> bool:
 def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster]) -> None:
     """No node outside the group's clusters is computed on the range's lines."""
     members = {n for c in group for n in c.nodes}
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     ops_by_line = {(analysis.graph[n].source.line, analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
         s = n.source
@@ -175,7 +190,8 @@ def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster]) -> None:
             continue
         if span.src.scope_at(s.line) is not span.scope:
             continue
-        text = _describe(span.src, span.scope, n)
+        stack = fx_nodes[n.name].meta.get("nn_module_stack") or {} if n.name in fx_nodes else {}
+        text = _describe(span.src, span.scope, n, list(stack)[-1] if stack else "")
         if (s.line, n.op) in ops_by_line:
             raise _Pointer(f"line {s.line} (`{text}`) also runs in another call of "
                            f"`{span.scope}` that does not form this cluster")
@@ -229,20 +245,39 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span) -> tuple[str, ...]:
     return tuple(texts[n] for n in c.inputs)
 
 
+def _read_later(span: _Span, names: set[str]) -> tuple[str, int] | None:
+    """A read of `names` that may see the range's value (straight-line kills are honoured)."""
+    loop = enclosing_loop(span.scope, span.stmts[0])
+    if loop is None:
+        live = set(names)
+        last = span.stmts[-1]
+        for st in last.body[last.index + 1:]:
+            hit = sorted(loaded_names(st) & live)
+            if hit:
+                return hit[0], st.lineno
+            if isinstance(st, (ast.Assign, ast.AnnAssign)):
+                live -= stored_names(st)
+            if not live:
+                return None
+        if last.body is span.scope.node.body:
+            return None
+        names = live
+    # In a loop (or a nested block), any other read of the name may see the range's value.
+    for n in ast.walk(span.scope.node):
+        if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
+                and not span.start <= n.lineno <= span.end
+                and (loop is not None and n.lineno >= loop.lineno or n.lineno > span.end)):
+            return n.id, n.lineno
+    return None
+
+
 def _check_dead(span: _Span) -> None:
     """Names the range assigns on the way (all but the last target) must not be read later."""
-    last = span.stmts[-1].node
-    kept = stored_names(last)
+    kept = stored_names(span.stmts[-1].node)
     assigned = set().union(*(stored_names(s.node) for s in span.stmts[:-1])) - kept
-    loop = enclosing_loop(span.scope, span.stmts[0])
-    region = loop if loop is not None else span.scope.node
-    after = loop is None
-    for n in ast.walk(region):
-        if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in assigned
-                and (not after or n.lineno > span.end)
-                and not span.start <= n.lineno <= span.end):
-            raise _Pointer(f"`{n.id}`, assigned inside the range, is read again at line "
-                           f"{n.lineno}")
+    hit = _read_later(span, assigned) if assigned else None
+    if hit is not None:
+        raise _Pointer(f"`{hit[0]}`, assigned inside the range, is read again at line {hit[1]}")
 
 
 def _replacement(span: _Span, call: str) -> str:

@@ -159,12 +159,6 @@ def is_plain_access(expr: ast.AST) -> bool:
     return all(isinstance(n, _PURE) for n in ast.walk(expr))
 
 
-def reads_in_order(func: ast.AST, after: int) -> set[str]:
-    """Names loaded anywhere in `func` on lines after `after`."""
-    return {n.id for n in ast.walk(func)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.lineno > after}
-
-
 def enclosing_loop(scope: Scope, stmt: Statement) -> ast.stmt | None:
     """The innermost `for`/`while` of `scope` around `stmt`, if any."""
     best = None

@@ -1,0 +1,274 @@
+"""Source mapping: exact ranges, replacements, and pointer reasons, on real files."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import EXACT, POINTER, map_clusters
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+
+
+def line_of(path: Path, code: str) -> int:
+    """1-based line holding `code` (stripped), so tests survive edits above it."""
+    hits = [i for i, text in enumerate(path.read_text().splitlines(), 1) if text.strip() == code]
+    assert len(hits) == 1, f"{code!r} found {len(hits)} times in {path}"
+    return hits[0]
+
+
+def mapped(tmp_path: Path, body: str, *shape: int, name: str = "model.py"):
+    path = tmp_path / name
+    path.write_text(HEADER + textwrap.dedent(body))
+    analysis = analyze_file(path, [InputSpec(shape)])
+    return path, analysis, map_clusters(analysis)
+
+
+def test_example_net_three_exact_clusters_at_the_forward_lines():
+    path = EXAMPLES / "example_net.py"
+    analysis = analyze_file(path, [InputSpec((2, 1024))])
+    maps = map_clusters(analysis)
+    assert [m.quality for m in maps] == [EXACT, EXACT, EXACT]
+    first = [line_of(path, "x = x * 2.0"), line_of(path, "x = F.gelu(x)"),
+             line_of(path, "x = torch.tanh(x)")]
+    assert [(m.start, m.end) for m in maps] == [(s, s + 2) for s in first]
+    assert [m.replacement.strip() for m in maps] == [
+        "x = cluster0(x)", "x = cluster1(x)", "return cluster2(x)"]
+    assert all(m.function == "ExampleNet.forward" and m.reason is None for m in maps)
+    assert maps[0].original.splitlines()[1].strip() == "x = F.relu(x)"
+    assert maps[0].replacement.startswith("        x")  # the statement's own indentation
+
+
+def test_microgpt_attention_softmax_is_exact_inside_the_attention_module():
+    path = EXAMPLES / "microgpt.py"
+    analysis = analyze_file(path, [InputSpec((1, 8), torch.int64)])
+    maps = map_clusters(analysis)
+    softmax = [m for m, c in zip(maps, analysis.clusters, strict=True) if "softmax" in c.ops]
+    assert len(softmax) == 2  # one per block: the same lines, two calls
+    start = line_of(path, "scores = scores * self.scale")
+    end = line_of(path, "probs = self.attn_drop(probs)")
+    for m in softmax:
+        assert m.quality == EXACT, m.reason
+        assert (m.start, m.end) == (start, end)
+        assert m.function == "CausalSelfAttention.forward"
+        assert m.args == ("scores", "self.causal_mask[:T, :T]")
+        assert m.replacement.strip() == f"probs = {m.call}(scores, self.causal_mask[:T, :T])"
+    a, b = softmax
+    assert a.shared_with == (b.cluster_index,) and b.shared_with == (a.cluster_index,)
+    assert a.call == b.call  # one kernel serves both calls of the lines
+    # Everything else is approximate, and says why in words.
+    for m in maps:
+        if m not in softmax:
+            assert m.quality == POINTER
+            assert "spans" in m.reason or "also holds" in m.reason, m.reason
+
+
+def test_multi_line_statements_cover_their_full_extent(tmp_path):
+    path, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+
+            def forward(self, x):
+                x = self.proj(x)
+                y = torch.sigmoid(
+                    x * 2.0
+                )
+                y = (y
+                     + 1.0)
+                return self.proj(y)
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == EXACT, m.reason
+    assert m.start == line_of(path, "y = torch.sigmoid(")
+    assert m.end == line_of(path, "+ 1.0)")
+    assert m.replacement.strip() == "y = cluster0(x)"
+    assert m.original.count("\n") == 5
+
+
+def test_self_attribute_inputs_keep_their_source_expressions(tmp_path):
+    _, analysis, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+                self.gain = nn.Parameter(torch.ones(8))
+                self.register_buffer("mask", torch.rand(16, 8) > 0.5)
+                self.norm = nn.LayerNorm(8)
+
+            def forward(self, x):
+                x = self.proj(x)
+                n = x.shape[0]
+                h = x * self.gain
+                h = h.masked_fill(self.mask[:n], 0.0)
+                h = self.norm(h)
+                return self.proj(h)
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == EXACT, m.reason
+    by_node = dict(zip(analysis.clusters[0].inputs, m.args, strict=True))
+    assert sorted(by_node.values()) == sorted(
+        ["x", "self.gain", "self.mask[:n]", "self.norm.weight", "self.norm.bias"])
+    assert m.replacement.strip() == f"h = cluster0({', '.join(m.args)})"
+
+
+def test_a_cluster_ending_in_return_keeps_the_return(tmp_path):
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+
+            def forward(self, x):
+                y = self.proj(x)
+                return torch.relu(y * 2.0)
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == EXACT, m.reason
+    assert m.start == m.end
+    assert m.replacement.strip() == "return cluster0(y)"
+
+
+def test_a_line_shared_with_a_module_call_is_a_pointer(tmp_path):
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj1 = nn.Linear(8, 8)
+
+            def forward(self, x):
+                y = torch.relu(x * 2.0) + self.proj1(x)
+                return self.proj1(y)
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == POINTER
+    assert "line range also holds `self.proj1(x)`" in m.reason
+    assert m.replacement is None
+
+
+def test_a_cluster_across_two_functions_is_a_pointer(tmp_path):
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+
+            def act(self, x):
+                return torch.relu(x)
+
+            def forward(self, x):
+                x = self.proj(x)
+                y = self.act(x * 2.0)
+                return self.proj(y)
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == POINTER
+    assert m.reason.startswith("spans two functions (`M.forward` line")
+    assert "`M.act` line" in m.reason
+
+
+def test_an_unrolled_loop_is_a_pointer_and_per_iteration_clusters_share_lines(tmp_path):
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def forward(self, x):
+                for _ in range(2):
+                    h = x * 2.0
+                    x = torch.relu(h)
+                return x
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == POINTER
+    assert "run more than once" in m.reason
+
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+
+            def forward(self, x):
+                for _ in range(2):
+                    h = x * 2.0
+                    h = torch.relu(h)
+                    x = self.proj(h)
+                return x
+        """, 4, 8, name="loop2.py")
+    a, b = maps
+    assert a.quality == b.quality == EXACT, a.reason
+    assert a.shared_with == (b.cluster_index,)
+    assert a.replacement.strip() == b.replacement.strip() == f"h = {a.call}(x)"
+
+
+def test_names_assigned_in_the_range_may_be_reassigned_but_not_read_later(tmp_path):
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+
+            def forward(self, x):
+                t = x * 2.0
+                y = torch.relu(t)
+                t = self.proj(y)
+                return t
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == EXACT, m.reason
+    assert m.replacement.strip() == "y = cluster0(x)"
+
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def forward(self, x):
+                for _ in range(2):
+                    x = torch.sigmoid(x)
+                    t = x * 2.0
+                    y = torch.relu(t)
+                    x = torch.sin(y) + torch.cos(y)
+                return x
+        """, 4, 8, name="reads.py")
+    assert all(m.quality == POINTER for m in maps)
+
+
+def test_a_stale_file_maps_as_a_pointer(tmp_path):
+    path = tmp_path / "model.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        class M(nn.Module):
+            def forward(self, x):
+                x = x * 2.0
+                return torch.relu(x)
+        """))
+    analysis = analyze_file(path, [InputSpec((4, 8))])
+    path.write_text(path.read_text().replace("x = x * 2.0", "x = x * 3.0"))
+    (m,) = map_clusters(analysis)
+    assert m.quality == POINTER
+    assert "changed since it was traced" in m.reason
+
+
+@pytest.mark.parametrize("line", ["h = x * 2.0; k = x + 1", "h = x * 2.0; h = h + 1"])
+def test_statements_sharing_a_line_with_other_code(tmp_path, line):
+    _, _, maps = mapped(tmp_path, f"""
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+
+            def forward(self, x):
+                x = self.proj(x)
+                {line}
+                h = torch.relu(h)
+                return self.proj(h)
+        """, 4, 8)
+    m = maps[-1]
+    if "k =" in line:
+        assert m.quality == POINTER
+        assert "line range also holds `x + 1`" in m.reason
+    else:
+        assert m.quality == EXACT, m.reason
+        assert m.replacement.strip() == "h = cluster0(x)"
