@@ -93,8 +93,8 @@ def rotating(inputs, l2_bytes: int) -> list[tuple]:
 
 def copy_us(nbytes: int, l2_bytes: int) -> float:
     """Device time of a device-to-device copy that reads and writes `nbytes` in total."""
-    n = max(nbytes // 2, 1)
-    src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
+    n = max(nbytes // 8, 1)  # float32 elements: 16-byte vector copies, as a kernel would do
+    src = torch.randn(n, device="cuda")
     dsts = rotating((torch.empty_like(src),), l2_bytes)
     srcs = rotating((src,), l2_bytes)
     sets = [(d[0], s_[0]) for d, s_ in zip(dsts, srcs, strict=False)]
