@@ -14,6 +14,8 @@ from .ir.shapes import DTYPES, InputSpec
 from .pipeline import analyze_file
 from .report.console import print_analysis
 from .report.json_report import to_document, write_json
+from .sourcemap import map_clusters, print_diffs
+from .sourcemap.steps import apply_step, map_column, source_map_extra
 from .validate.run import use_interpreter_without_cuda
 from .validate.steps import after_analysis
 
@@ -57,25 +59,36 @@ def _check_writable(path: str, flag: str) -> None:
               help="Peak memory bandwidth to compare against (default: read from the GPU).")
 @click.option("--vs-inductor", is_flag=True,
               help="Compare each cluster with the kernels torch.compile generates.")
+@click.option("--apply", "apply_edits", is_flag=True,
+              help="Rewrite the model file with the exact, verified clusters (asks first).")
+@click.option("--yes", "assume_yes", is_flag=True, help="With --apply: apply without asking.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         dtypes: tuple[str, ...], out_dir: str | None, explain_rejections: bool,
         json_path: str | None, capture: str, peak_gbps: float | None, vs_inductor: bool,
-        debug: bool) -> None:
+        apply_edits: bool, assume_yes: bool, debug: bool) -> None:
     """Analyze which ops in a PyTorch model fuse, why, and what fusion saves."""
     use_interpreter_without_cuda()  # before any generated kernel is decorated
     try:
         specs = _specs(shapes, dtypes)
         if json_path:
             _check_writable(json_path, "--json")
+        if assume_yes and not apply_edits:
+            raise FusionAdvisorError("--yes answers --apply's question: pass --apply too")
         analysis = analyze_file(model_path, specs, model_class, capture=capture)
         # Piped output keeps the table on one line per row instead of 80 columns.
         console = Console(width=None if sys.stdout.isatty() else 140)
-        print_analysis(analysis, console, explain_rejections=explain_rejections)
+        mappings = map_clusters(analysis)
+        print_analysis(analysis, console, explain_rejections=explain_rejections,
+                       maps=map_column(mappings))
         extra = after_analysis(analysis, console, out_dir, peak_gbps, vs_inductor)
+        print_diffs(mappings, console)
+        extra.update(source_map_extra(mappings))
         if json_path:
             write_json(json_path, to_document(analysis, extra))
             console.print(f"Wrote {json_path}", highlight=False)
+        if apply_edits:
+            apply_step(analysis, mappings, model_path, extra, console, assume_yes)
     except FusionAdvisorError as e:
         if debug:
             raise
