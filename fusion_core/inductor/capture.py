@@ -271,8 +271,8 @@ def _pick(by_define, by_pass, names) -> tuple[tuple[InductorKernel, ...], str]:
     # Keep only kernels that made it into the code (benchmark-only compiles do not).
     defined = [(n, nodes) for n, nodes in _dedupe(by_define) if not generated or n in generated]
     if defined and any(nodes for _, nodes in defined):
-        ordered = sorted(defined, key=lambda t: _kernel_order(t[0]))  # stable for repeats
-        return tuple(InductorKernel(n, nodes, ops_from_name(n)) for n, nodes in ordered), \
+        # Call order is code order: the first kernel computing a value is its producer.
+        return tuple(InductorKernel(n, nodes, ops_from_name(n)) for n, nodes in defined), \
             "define_kernel"
     if by_pass and any(nodes for _, nodes in by_pass):
         return tuple(InductorKernel(n, nodes) for n, nodes in by_pass), "post_fusion"

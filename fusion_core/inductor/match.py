@@ -5,10 +5,12 @@ compute kernel a status (``exact`` / ``partial`` / ``missed``), and per cluster 
 verdict (``same group`` / ``different grouping`` with how / ``not fused by Inductor``).
 
 Both sides are compared by *keys*: (innermost module path, file, line) of each compute
-node. The module path tells block 0's line 31 from block 1's. Nodes Inductor created in a
-pattern rewrite carry no stack trace; such a node still explains one of our nodes whose op
-it has, when its kernel already overlaps our cluster by key. Ops that vanish in inference
-(dropout in eval mode) are ignored on our side.
+node. The module path tells block 0's line 31 from block 1's. Inductor inlines cheap
+pointwise producers into several consumers (recompute); a key belongs to the first kernel
+computing it, and a kernel's status and extra ops count only the keys it owns. Nodes
+Inductor created in a pattern rewrite carry no stack trace; such a node still explains one
+of our nodes whose op it has, when its kernel already overlaps our cluster by key. Ops
+that vanish in inference (dropout in eval mode) are ignored on our side.
 """
 
 from __future__ import annotations
@@ -105,6 +107,16 @@ def _coverage(ours: dict[str, tuple[Key | None, str]], kernels: list[InductorKer
     return cover
 
 
+def _owned(kkeys: list[set[Key]]) -> list[set[Key]]:
+    """Each kernel's keys minus those an earlier kernel already computed (recompute)."""
+    seen: set[Key] = set()
+    out = []
+    for ks in kkeys:
+        out.append(ks - seen or set(ks))  # a pure recompute kernel keeps its keys
+        seen |= ks
+    return out
+
+
 def _exact(i: int, ours: dict, cover: dict[str, set[int]], kkeys: list[set[Key]]) -> bool:
     if not ours or any(i not in cover[n] for n in ours):
         return False
@@ -112,10 +124,10 @@ def _exact(i: int, ours: dict, cover: dict[str, set[int]], kkeys: list[set[Key]]
     return kkeys[i] <= our_keys
 
 
-def _describe(i: int, k: InductorKernel, our_keys: set[Key]) -> str:
+def _describe(k: InductorKernel, owned: set[Key], our_keys: set[Key]) -> str:
     extra = sorted({(n.line or 0, n.op) for n in k.compute_nodes
-                    if n.line is not None and (n.module, _norm_file(n.file), n.line)
-                    not in our_keys})
+                    if n.line is not None and (key := (n.module, _norm_file(n.file), n.line))
+                    not in our_keys and key in owned})
     ops = ", ".join(f"{op} (L{line})" for line, op in extra)
     return f"{k.name} also computes {ops}" if ops else k.name
 
@@ -134,7 +146,8 @@ def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
         return ClusterVerdict(c.index, "not fused by Inductor", names, why)
     parts = []
     if len(hit) == 1:
-        parts.append("Inductor fuses more: " + _describe(hit[0], kernels[hit[0]], our_keys))
+        parts.append("Inductor fuses more: " + _describe(kernels[hit[0]], kkeys[hit[0]],
+                                                         our_keys))
     elif hit:
         split = "; ".join(
             f"{kernels[i].name} ({', '.join(n for n in ours if i in cover[n])})" for i in hit)
@@ -146,17 +159,19 @@ def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
 
 def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
     kernels = list(cap.compute_kernels)
-    kkeys = [_kernel_keys(k) for k in kernels]
+    all_keys = [_kernel_keys(k) for k in kernels]
+    kkeys = _owned(all_keys)
     per_cluster = [cluster_keys(analysis, c) for c in analysis.clusters]
-    covers = [_coverage(ours, kernels, kkeys) for ours in per_cluster]
+    covers = [_coverage(ours, kernels, all_keys) for ours in per_cluster]
     if cap.method == "names":
         return _match_by_names(analysis, cap, kernels, per_cluster)
     verdicts = tuple(_verdict(c, ours, cov, kernels, kkeys)
                      for c, ours, cov in zip(analysis.clusters, per_cluster, covers, strict=True))
     results = []
     for i, k in enumerate(kernels):
-        overlapping = tuple(c.index for c, cov in zip(analysis.clusters, covers, strict=True)
-                            if any(i in s for s in cov.values()))
+        overlapping = tuple(c.index for c, ours in zip(analysis.clusters, per_cluster,
+                                                      strict=True)
+                            if kkeys[i] & {key for key, _ in ours.values()})
         exact = any(_exact(i, per_cluster[c], covers[c], kkeys) for c in overlapping)
         status = "exact" if exact else "partial" if overlapping else "missed"
         results.append(KernelMatch(k.name, status, overlapping, k.ops, k.lines))

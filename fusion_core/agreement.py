@@ -1,0 +1,88 @@
+"""`python -m fusion_core.agreement`: how our clusters compare with what Inductor fuses.
+
+Reads a model file and example input shapes (the same options as `fusion-advisor`); compiles
+the model with torch.compile on CPU, matches Inductor's pointwise/reduction kernels with our
+clusters (``fusion_core.inductor``) and prints, per model, how many kernels we match exactly,
+partly, or miss, and which of our clusters Inductor does not fuse. ``--json FILE`` writes the
+same as a document. A separate entry point so ``fusion-advisor --model ...`` stays one command.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+
+from .cli import _check_writable, _specs
+from .errors import FusionAdvisorError
+from .inductor.capture import capture
+from .inductor.match import Agreement, match, to_dict
+from .ir.shapes import DTYPES
+from .pipeline import Analysis, analyze_file
+from .report.json_report import write_json
+from .validate.inputs import random_inputs
+
+
+def agreement(analysis: Analysis, seed: int = 0) -> Agreement:
+    """Compile `analysis.module` with torch.compile on CPU and match its kernels."""
+    inputs = random_inputs(analysis.inputs, analysis.module, "cpu", seed)
+    return match(analysis, capture(analysis.module, inputs))
+
+
+def print_agreement(a: Agreement, console: Console) -> None:
+    console.print(f"{a.model}: {len(a.kernels)} Inductor pointwise/reduction kernel(s): "
+                  f"{a.count('exact')} exact, {a.count('partial')} partial, "
+                  f"{a.count('missed')} missed ({a.matched_fraction:.0%} matched); "
+                  f"{a.layout_kernels} layout-only kernel(s) not counted", highlight=False)
+    for k in a.kernels:
+        ours = ", ".join(f"#{i}" for i in k.clusters) or "-"
+        lines = ",".join(f"L{x}" for x in k.lines) or "-"
+        console.print(f"  {k.status:<8} {k.kernel}  ours: {ours}  lines: {lines}",
+                      highlight=False, markup=False)
+    for v in a.clusters:
+        console.print(f"  cluster {v.cluster}: {v}", highlight=False, markup=False)
+
+
+def document(a: Agreement, analysis: Analysis) -> dict[str, Any]:
+    return {"model": analysis.model_name, "frontend": analysis.graph.frontend,
+            "inputs": [{"shape": list(s.shape), "dtype": str(s.dtype).removeprefix("torch.")}
+                       for s in analysis.inputs],
+            "inductor": to_dict(a)}
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--model", "model_path", required=True, metavar="PATH",
+              help="Python file defining the nn.Module.")
+@click.option("--model-class", metavar="NAME", help="Class to use when the file has several.")
+@click.option("--input-shape", "shapes", multiple=True, metavar="N,M,...",
+              help="Example input shape; repeat for multi-input models.")
+@click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE",
+              help=f"Input dtype ({', '.join(DTYPES)}); once for all inputs or once per input.")
+@click.option("--capture", "capture_mode", type=click.Choice(["auto", "fx", "export"]),
+              default="auto", show_default=True, help="Graph capture frontend.")
+@click.option("--json", "json_path", metavar="FILE", help="Write the comparison as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def main(model_path: str, model_class: str | None, shapes: tuple[str, ...],
+         dtypes: tuple[str, ...], capture_mode: str, json_path: str | None,
+         debug: bool) -> None:
+    """Compare our fusion clusters with the kernels Inductor generates on CPU."""
+    try:
+        specs = _specs(shapes, dtypes)
+        if json_path:
+            _check_writable(json_path, "--json")
+        analysis = analyze_file(model_path, specs, model_class, capture=capture_mode)
+        a = agreement(analysis)
+        print_agreement(a, Console(width=None if sys.stdout.isatty() else 140))
+        if json_path:
+            write_json(json_path, document(a, analysis))
+    except FusionAdvisorError as e:
+        if debug:
+            raise
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
