@@ -29,28 +29,34 @@ MIN_OPS = 2  # a piece with one compute op runs unfused
 
 @dataclass(frozen=True)
 class StoreVerdict:
-    fused_bytes: int  # one kernel writing every escaping value
+    fused_bytes: int  # one kernel writing every escaping value (after convexity pruning)
     split_bytes: int  # the culprits alone and the remaining pieces fused
-    convex: bool
 
     @property
     def pays(self) -> bool:
-        return self.convex and self.fused_bytes < self.split_bytes
+        return self.fused_bytes < self.split_bytes
 
     def __str__(self) -> str:
-        if not self.convex:
-            return "storing it from the kernel cannot help: the group is not convex"
         return (f"writing every result from one kernel would move {self.fused_bytes} B, "
                 f"not less than {self.split_bytes} B split")
 
 
 def store_verdict(g: FusionGraph, group: Collection[str], culprits: Collection[str]
                   ) -> StoreVerdict:
-    group = set(group)
-    fused = estimate_traffic(g, group).fused_bytes
+    """Compare keeping the group (multi-output) with dropping the fan-out culprits.
+
+    A kept group that is not convex will still lose the nodes the convexity check
+    drops; those run alone in the comparison, as they would in detection.
+    """
+    kept, alone = set(group), []
+    while (failure := check_convexity(g, kept)) is not None:
+        kept -= set(failure.culprits)
+        alone += failure.culprits
+    fused = sum(_piece_bytes(g, {n}) for n in alone)
+    fused += sum(_piece_bytes(g, p) for p in _pieces(g, kept))
     split = sum(_piece_bytes(g, {c}) for c in culprits)
-    split += sum(_piece_bytes(g, set(p)) for p in _pieces(g, group - set(culprits)))
-    return StoreVerdict(fused, split, check_convexity(g, group) is None)
+    split += sum(_piece_bytes(g, p) for p in _pieces(g, set(group) - set(culprits)))
+    return StoreVerdict(fused, split)
 
 
 def _piece_bytes(g: FusionGraph, piece: set[str]) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..errors import CaptureError
 
@@ -42,6 +43,15 @@ class FusionTracer(fx.Tracer):
         if isinstance(m, TRACE_THROUGH):
             return False
         return super().is_leaf_module(m, module_qualified_name)
+
+    def call_module(self, m: nn.Module, forward, args, kwargs):
+        # BatchNorm's forward checks input.dim() in Python, which FX cannot trace; in
+        # eval mode it is F.batch_norm on the running statistics, recorded as such.
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.training and (
+                m.running_mean is not None and len(args) == 1 and not kwargs):
+            return F.batch_norm(args[0], m.running_mean, m.running_var, m.weight, m.bias,
+                                False, 0.0, m.eps)
+        return super().call_module(m, forward, args, kwargs)
 
 
 def is_user_frame(filename: str) -> bool:
