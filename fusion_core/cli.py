@@ -15,7 +15,7 @@ from .pipeline import analyze_file
 from .report.console import print_analysis
 from .report.json_report import to_document, write_json
 from .sourcemap import map_clusters, print_diffs
-from .sourcemap.steps import apply_step, map_column, source_map_extra
+from .sourcemap.steps import apply_step, check_apply_flags, map_column, source_map_extra
 from .validate.run import use_interpreter_without_cuda
 from .validate.steps import after_analysis
 
@@ -73,8 +73,7 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         specs = _specs(shapes, dtypes)
         if json_path:
             _check_writable(json_path, "--json")
-        if assume_yes and not apply_edits:
-            raise FusionAdvisorError("--yes answers --apply's question: pass --apply too")
+        check_apply_flags(apply_edits, assume_yes)
         analysis = analyze_file(model_path, specs, model_class, capture=capture)
         # Piped output keeps the table on one line per row instead of 80 columns.
         console = Console(width=None if sys.stdout.isatty() else 140)

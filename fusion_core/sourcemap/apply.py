@@ -41,10 +41,16 @@ class ApplyError(FusionAdvisorError):
     """--apply refused or rolled back; the model file is as it was."""
 
 
+def no_terminal() -> ApplyError:
+    return ApplyError("--apply asks before writing, but stdin is not a terminal: pass --yes to "
+                      "apply without asking")
+
+
 @dataclass(frozen=True)
 class Skip:
     cluster: int
     reason: str
+    pointer: bool = False  # skipped because its mapping is only a pointer
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
             if op is not None:
                 ops[rep] = op
         if reason is not None:
-            skipped.append(Skip(m.cluster_index, reason))
+            skipped.append(Skip(m.cluster_index, reason, pointer=not m.exact))
         elif rep == m.cluster_index:
             edits[m.start] = m
     digest = next((m.digest for m in edits.values()), None)
@@ -223,9 +229,14 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
           ask: Callable[[str], bool] | None) -> ApplyResult | None:
     """Write the plan after confirmation; None when nothing was written."""
     where = short_path(str(plan.path))
+    pointers = [s.cluster for s in plan.skipped if s.pointer]
+    if pointers:
+        console.print(f"Not applied: cluster(s) {', '.join(map(str, pointers))} (pointer "
+                      "mappings: no exact lines to replace)", highlight=False)
     for s in plan.skipped:
-        console.print(f"cluster {s.cluster}: not applied, {s.reason}", highlight=False,
-                      markup=False)
+        if not s.pointer:
+            console.print(f"cluster {s.cluster}: not applied, {s.reason}", highlight=False,
+                          markup=False)
     if not plan.edits:
         console.print(f"Nothing to apply to {where}.", highlight=False)
         return None
@@ -234,8 +245,7 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
                 f"{', '.join(map(str, plan.clusters))}) and write {short_path(str(package))}/?")
     if not assume_yes:
         if ask is None:
-            raise ApplyError("--apply needs a yes, but there is no terminal to ask on: "
-                             "pass --yes to apply without asking")
+            raise no_terminal()
         if not ask(question):
             console.print("Nothing written.")
             return None

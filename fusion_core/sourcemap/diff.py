@@ -87,8 +87,9 @@ def print_diffs(mappings: Sequence[SourceMapping], console: Console) -> None:
         console.print(Text(header(m), style="bold"))
         for line in diff_lines(m):
             console.print(styled(line), soft_wrap=True)
+    if pointers:
+        console.print()
     for m in pointers:
         where = m.where.replace(m.file, short_path(m.file), 1) if m.file else m.where
-        console.print()
         console.print(Text(f"cluster {m.cluster_index}: pointer to {where}, no diff: "
                            f"{m.reason}"), soft_wrap=True)

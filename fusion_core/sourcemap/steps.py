@@ -17,8 +17,9 @@ import click
 from rich.console import Console
 
 from ..codegen import Kernel, LoweringError, generate
+from ..errors import FusionAdvisorError
 from ..pipeline import Analysis
-from .apply import Verdicts, apply, plan_apply
+from .apply import Verdicts, apply, no_terminal, plan_apply
 from .mapping import SourceMapping
 
 
@@ -54,6 +55,14 @@ def terminal_prompt() -> Callable[[str], bool] | None:
     if not stdin_is_terminal():
         return None
     return lambda question: click.confirm(question, default=False)
+
+
+def check_apply_flags(apply_edits: bool, assume_yes: bool) -> None:
+    """Refuse before any work when --apply could not ask its question."""
+    if assume_yes and not apply_edits:
+        raise FusionAdvisorError("--yes answers --apply's question: pass --apply too")
+    if apply_edits and not assume_yes and not stdin_is_terminal():
+        raise no_terminal()
 
 
 def _kernels(analysis: Analysis, mappings: Sequence[SourceMapping]) -> dict[int, Kernel]:
