@@ -1,0 +1,210 @@
+"""Shared harness for the codegen tests: analyze a tiny model, emit, load, run, compare.
+
+Every kernel runs on fresh random inputs (never zeros) into outputs that the
+harness poisons first (NaN for floats), so an element the kernel fails to write
+shows as a mismatch; NaN never passes the comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from fusion_core.codegen import Kernel, generate, load_kernel, write_kernels
+from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster
+from fusion_core.pipeline import Analysis, analyze
+
+TOLERANCE = {torch.float32: (2e-5, 1e-5), torch.float16: (2e-2, 1e-2),
+             torch.bfloat16: (6e-2, 3e-2), torch.float64: (1e-6, 1e-6)}
+
+
+class Lambda(nn.Module):
+    """A module whose forward is a function of its inputs (and its params)."""
+
+    def __init__(self, fn, **params: torch.Tensor) -> None:
+        super().__init__()
+        self.fn = fn
+        for name, value in params.items():
+            if value.is_floating_point():
+                self.register_parameter(name, nn.Parameter(value, requires_grad=False))
+            else:
+                self.register_buffer(name, value)
+
+    def forward(self, *xs):
+        return self.fn(self, *xs)
+
+
+@dataclass
+class Checked:
+    analysis: Analysis
+    kernels: list[Kernel]
+    max_err: float
+
+
+def poison(module, outputs: tuple[torch.Tensor, ...]) -> None:
+    for t in outputs:
+        t.fill_(float("nan") if t.is_floating_point() else -7 if t.dtype != torch.bool else 1)
+
+
+def compare(got: torch.Tensor, want: torch.Tensor, label: str) -> float:
+    assert got.shape == want.shape, f"{label}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert got.dtype == want.dtype, f"{label}: dtype {got.dtype} != {want.dtype}"
+    if not got.is_floating_point():
+        assert torch.equal(got, want), f"{label}: {(got != want).sum()} elements differ"
+        return 0.0
+    g, w = got.double(), want.double()
+    assert not torch.isnan(g[~torch.isnan(w)]).any(), f"{label}: NaN where eager has none"
+    assert torch.equal(torch.isnan(g), torch.isnan(w)), f"{label}: NaN pattern differs"
+    rtol, atol = TOLERANCE[want.dtype]
+    inf = torch.isinf(w)
+    assert torch.equal(g[inf], w[inf]), f"{label}: inf mismatch"
+    finite = torch.isfinite(w)
+    err = (g[finite] - w[finite]).abs()
+    bound = atol + rtol * w[finite].abs()
+    worst = float(err.max()) if err.numel() else 0.0
+    assert bool((err <= bound).all()), f"{label}: max abs err {worst:.3g} beyond tolerance"
+    return worst
+
+
+def run_kernel(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
+               check_poison: bool = True) -> tuple[torch.Tensor, ...]:
+    (path,) = write_kernels([kernel], tmp_path)
+    module = load_kernel(path)
+    launch = getattr(module, kernel.name)
+    if check_poison:
+        # Poison what torch.empty hands out: an unwritten element then reads as NaN.
+        real_empty = module.torch.empty
+
+        def poisoned(*args, **kwargs):
+            t = real_empty(*args, **kwargs)
+            poison(module, (t,))
+            return t
+
+        module.torch = _TorchWithEmpty(module.torch, poisoned)
+    out = launch(*inputs)
+    return out if isinstance(out, tuple) else (out,)
+
+
+class _TorchWithEmpty:
+    """`torch` as seen by one loaded kernel module, with a poisoning `empty`."""
+
+    def __init__(self, torch_module, empty) -> None:
+        self._torch, self.empty = torch_module, empty
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+
+def check_model(model: nn.Module, inputs: tuple[torch.Tensor, ...], tmp_path: Path,
+                n_clusters: int | None = None, seed: int = 0, **gen_kwargs) -> Checked:
+    """Every cluster of `model` against its eager subgraph; returns the worst error."""
+    analysis = analyze(model, *inputs)
+    if n_clusters is not None:
+        assert len(analysis.clusters) == n_clusters, [c.chain for c in analysis.clusters]
+    assert analysis.clusters, "no cluster found"
+    values = capture_values(analysis, *inputs)
+    gen = torch.Generator().manual_seed(seed)
+    kernels, worst = [], 0.0
+    for cluster in analysis.clusters:
+        kernel = generate(analysis, cluster, **gen_kwargs)
+        kernels.append(kernel)
+        args = cluster_inputs(analysis, cluster, values, gen)
+        want = eager_cluster(analysis, cluster)(*args)
+        got = run_kernel(kernel, tmp_path / f"c{cluster.index}", args)
+        assert len(got) == len(want) == len(cluster.outputs)
+        for name, g, w in zip(cluster.outputs, got, want, strict=True):
+            worst = max(worst, compare(g, w, f"cluster {cluster.index} ({cluster.chain}) {name}"))
+    return Checked(analysis, kernels, worst)
+
+
+_TL_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+             torch.float64: "fp64", torch.int64: "i64", torch.int32: "i32", torch.int16: "i16",
+             torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
+
+
+def launch_signature(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...]
+                     ) -> tuple[str, dict, dict]:
+    """Run the launcher on CPU tensors, catch its kernel launch: (file, signature, constexprs)."""
+    (path,) = write_kernels([kernel], tmp_path)
+    module = load_kernel(path)
+    jit = getattr(module, f"{kernel.name}_kernel")
+    names = list(getattr(jit, "arg_names", None) or jit.fn.__code__.co_varnames[
+        :jit.fn.__code__.co_argcount])
+    caught: dict = {}
+
+    class Catch:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                caught.update(args=args, kwargs=kwargs)
+            return launch
+
+    setattr(module, f"{kernel.name}_kernel", Catch())
+    getattr(module, kernel.name)(*inputs)
+    sig, consts = {}, {}
+    for name, value in zip(names, caught["args"], strict=False):
+        if isinstance(value, torch.Tensor):
+            sig[name] = "*" + _TL_NAMES[value.dtype]
+        else:
+            sig[name] = "i64" if abs(value) >= 2**31 else "i32"
+    for name, value in caught["kwargs"].items():
+        if name in names:
+            sig[name], consts[name] = "constexpr", value
+    return str(path), sig, consts
+
+
+_COMPILE = """
+import json, sys
+import triton
+from triton._C.libtriton import ir
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import make_backend
+from fusion_core.codegen import load_kernel
+target = GPUTarget("cuda", %d, 32)
+full = %r
+for path, name, sig, consts in json.loads(sys.stdin.read()):
+    fn = getattr(load_kernel(path), name + "_kernel")
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts)
+    if full:
+        asm = triton.compile(src, target=target).asm
+        print(name, bool(asm.get("cubin")))
+        continue
+    # Front end only (Python AST -> verified Triton IR): where type and scoping errors show.
+    backend = make_backend(target)
+    options = backend.parse_options({})
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
+                         backend.get_module_map(), context)
+    print(name, module.verify())
+"""
+
+
+def compile_for_gpu(jobs: list[tuple[Kernel, Path, tuple[torch.Tensor, ...]]],
+                    arch: int = 90) -> dict[str, bool]:
+    """Compile kernels for an sm_`arch` GPU without one: Triton's front end to verified IR
+    (the whole pipeline to cubin with FUSION_FULL_COMPILE=1).
+
+    The interpreter accepts code the compiler rejects (types, loop-carried values). Runs in a
+    subprocess without TRITON_INTERPRET (the interpreter patches `triton.language`).
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    payload = []
+    for kernel, tmp, inputs in jobs:
+        path, sig, consts = launch_signature(kernel, tmp, inputs)
+        payload.append((path, kernel.name, sig, consts))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    full = os.environ.get("FUSION_FULL_COMPILE") == "1"
+    proc = subprocess.run([sys.executable, "-c", _COMPILE % (arch, full)],
+                          input=json.dumps(payload), capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {line.split()[0]: line.split()[1] == "True" for line in proc.stdout.splitlines()}
