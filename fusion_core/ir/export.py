@@ -16,6 +16,7 @@ import inspect
 import io
 import logging
 import operator
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -30,6 +31,9 @@ from .shapes import InputSpec, fake_inputs
 from .trace import TRACE_THROUGH, _one_line, _where
 
 aten = torch.ops.aten
+# Copying the unlifted module (validation does) trips a torch-internal pytree deprecation.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)",
+                        category=FutureWarning)
 
 
 def _bn_args(args: tuple) -> tuple:
@@ -111,7 +115,8 @@ def _single_results(graph: fx.Graph) -> None:
 
 
 def label_modules(graph: FusionGraph, gm: fx.GraphModule) -> FusionGraph:
-    """Name opaque ops after the library layer that made them (`self.proj1`, `Linear`).
+    """Name opaque ops after the library layer that made them (`self.proj1`, `Linear`),
+    and views after their aten packet.
 
     Export records the module stack instead of keeping `call_module` nodes; an op whose
     innermost module is a torch.nn layer we do not trace through gets that layer's
@@ -121,7 +126,9 @@ def label_modules(graph: FusionGraph, gm: fx.GraphModule) -> FusionGraph:
     nodes = []
     for node in graph.nodes:
         stack = fx_nodes[node.name].meta.get("nn_module_stack") if node.name in fx_nodes else None
-        if node.kind is OpKind.OPAQUE and stack:
+        if node.kind is OpKind.VIEW:  # `transpose.int` -> `transpose`, as FX names it
+            node = replace(node, op=node.op.split(".")[0])
+        elif node.kind is OpKind.OPAQUE and stack:
             path, type_name = list(stack.values())[-1]
             cls = _nn_class(type_name)
             if path and cls is not None and not issubclass(cls, TRACE_THROUGH):
