@@ -189,7 +189,7 @@ def _read_checked(plan: ApplyPlan) -> bytes:
     return data
 
 
-def _forget(package: str) -> None:
+def forget_package(package: str) -> None:
     """Drop a cached copy of the package so the one just written is imported."""
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
         del sys.modules[name]
@@ -200,7 +200,7 @@ def verify(analysis: Analysis, path: Path) -> float | None:
     from ..validate.inputs import random_inputs, reduced_specs
     from ..validate.numerics import MODEL_TOL, as_tuple, compare
 
-    _forget(package_name(path.stem))
+    forget_package(package_name(path.stem))
     module = import_model_file(path)
     model = instantiate(pick_class(module, path, type(analysis.module).__name__), path)
     model.load_state_dict(analysis.module.state_dict())
