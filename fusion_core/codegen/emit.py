@@ -69,7 +69,7 @@ def _load(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
     if idx == "0":
         text = f"tl.load({arg.ptr})"
     else:
-        text = f"tl.load({arg.ptr} + ({idx}), mask={mask})"
+        text = f"tl.load({arg.ptr} + {_paren(idx)}, mask={mask})"
     if arg.compute_dtype != arg.dtype:
         text += f".to({TL_TYPES[arg.compute_dtype]})"
     return f"{arg.temp} = {text}"
@@ -82,7 +82,11 @@ def _store(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
     value = arg.temp if arg.compute_dtype == arg.dtype else (
         f"{arg.temp}.to({TL_TYPES[arg.dtype]})")
     mask = "row_mask" if arg.per_row else "mask"
-    return f"tl.store({arg.ptr} + ({idx}), {value}, mask={mask})"
+    return f"tl.store({arg.ptr} + {_paren(idx)}, {value}, mask={mask})"
+
+
+def _paren(idx: str) -> str:
+    return idx if idx.isidentifier() else f"({idx})"
 
 
 def _stmt(s: Stmt) -> str:

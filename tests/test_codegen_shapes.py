@@ -1,0 +1,134 @@
+"""Broadcasts, reduction widths (non-power-of-two, column loop, packed rows) and dtypes,
+each checked against eager PyTorch under Triton's interpreter."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from codegen_harness import Lambda, check_model, launch_signature
+
+from fusion_core.codegen import Tuning, generate
+from fusion_core.codegen.reference import capture_values, cluster_inputs
+from fusion_core.pipeline import analyze
+
+R, C = 6, 40
+LOOP = {"tuning": Tuning(max_block=64, loop_block=64)}  # rows of > 64 columns loop
+
+
+def rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+BROADCASTS = {
+    "row vector": (lambda m, x, b: (x + b) * 2, (rand(R, C), rand(C)), {}),
+    "column vector": (lambda m, x, c: torch.relu(x * c) - c, (rand(R, C), rand(R, 1)), {}),
+    "0-d tensor": (lambda m, x: (x * m.t) + 1, (rand(R, C),), {"t": torch.tensor(1.5)}),
+    "scalar literals": (lambda m, x: (x * 2).masked_fill(x > 0.5, float("nan")) + True,
+                        (rand(R, C),), {}),
+    "-inf literal": (lambda m, x: torch.exp(x.masked_fill(m.mask, float("-inf")) * 2),
+                     (rand(R, C),), {"mask": torch.rand(R, C) > 0.5}),
+    "parameter row": (lambda m, x: torch.sigmoid(x) * m.w, (rand(R, C),), {"w": rand(C)}),
+    "bool row mask": (lambda m, x: (x * 2).masked_fill(m.mask, 0.25),
+                      (rand(R, C),), {"mask": torch.rand(C) > 0.5}),
+    "sliced bool buffer": (lambda m, x: (x * 2).masked_fill(m.mask[:R, :C], -3.0) + 1,
+                           (rand(R, C),), {"mask": torch.rand(64, 64) > 0.5}),
+    "transposed input": (lambda m, x: x.t() * 2 + 1, (rand(C, R),), {}),
+    "middle broadcast": (lambda m, x, y: (x - y) * x, (rand(2, 3, C), rand(3, 1)), {}),
+    "two broadcasts": (lambda m, x, y: torch.maximum(x, y) + 1, (rand(2, 1, C), rand(5, 1)),
+                       {}),
+    "diamond": (lambda m, x: (x * 2.0 + x) * torch.sigmoid(x), (rand(R, C),), {}),
+}
+
+
+@pytest.mark.parametrize("name", BROADCASTS)
+def test_broadcast_operands(name, tmp_path):
+    torch.manual_seed(0)
+    fn, inputs, params = BROADCASTS[name]
+    check_model(Lambda(fn, **params), inputs, tmp_path, n_clusters=1)
+
+
+REDUCTIONS = {
+    "softmax": lambda m, x: F.softmax(torch.tanh(x) * 3, dim=-1),
+    "log_softmax": lambda m, x: F.log_softmax(x * 2, dim=-1),
+    "layer_norm": lambda m, x: F.layer_norm(x + 1, (x.shape[-1],), m.w, m.b),
+    "rms_norm": lambda m, x: F.rms_norm(x * 2, (x.shape[-1],), m.w),
+    "sum": lambda m, x: (x * 2).sum(-1),
+    "mean": lambda m, x: torch.mean(x * 2, dim=-1, keepdim=True),
+    "amax": lambda m, x: x - torch.amax(x * 2, dim=-1, keepdim=True),
+    "amin": lambda m, x: torch.amin(x + 1, dim=-1) * 3,
+}
+
+
+def _reduction_model(rule, width):
+    return Lambda(REDUCTIONS[rule], w=rand(width), b=rand(width))
+
+
+@pytest.mark.parametrize("rule", REDUCTIONS)
+@pytest.mark.parametrize("width,looped", [(300, False), (200, True)],
+                         ids=["width300", "width200-loop"])
+def test_reduction_widths(rule, width, looped, tmp_path):
+    torch.manual_seed(width)
+    checked = check_model(_reduction_model(rule, width), (rand(5, width),), tmp_path,
+                          n_clusters=1, **(LOOP if looped else {}))
+    kernel = checked.kernels[0]
+    assert kernel.skeleton == "reduction" and kernel.looped == looped
+    assert ("for col0 in range(0, n_cols, BLOCK_SIZE)" in kernel.source) == looped
+
+
+def test_wide_rows_loop_by_default(tmp_path):
+    """Rows wider than MAX_BLOCK use the column loop without being asked."""
+    checked = check_model(_reduction_model("softmax", 150), (rand(3, 150),), tmp_path,
+                          tuning=Tuning(max_block=128, loop_block=32))
+    assert checked.kernels[0].looped
+
+
+def test_online_softmax_with_leading_all_masked_blocks(tmp_path):
+    """A row whose first column blocks are all -inf (a causal mask) stays finite."""
+    mask = torch.zeros(4, 200, dtype=torch.bool)
+    mask[:, :150] = True  # blocks 0-1 of 64 columns fully masked, block 2 partly
+    model = Lambda(lambda m, x: F.softmax(x.masked_fill(m.mask, float("-inf")), dim=-1),
+                   mask=mask)
+    check_model(model, (rand(4, 200),), tmp_path, n_clusters=1, **LOOP)
+
+
+def test_per_row_operands_before_and_after_the_reduction(tmp_path):
+    """A column vector feeds the prologue; a per-row tensor joins a collapsed result."""
+    model = Lambda(lambda m, x, c, b: (x * c).sum(-1) + b)
+    inputs = (rand(5, 90), rand(5, 1), rand(5))
+    check_model(model, inputs, tmp_path, n_clusters=1)
+    check_model(model, inputs, tmp_path / "loop", n_clusters=1, **LOOP)
+
+
+def test_short_rows_pack_several_per_program(tmp_path):
+    model = Lambda(lambda m, x: F.softmax(x * 2, dim=-1))
+    x = rand(37, 24)  # 37 rows: the last program's rows are partly masked
+    checked = check_model(model, (x,), tmp_path, n_clusters=1)
+    analysis = checked.analysis
+    args = cluster_inputs(analysis, analysis.clusters[0], capture_values(analysis, x))
+    _, _, consts = launch_signature(checked.kernels[0], tmp_path / "sig", args)
+    assert consts["ROWS_PER_PROGRAM"] == 16 and consts["BLOCK_SIZE"] == 32
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("what", ["chain", "softmax", "layer_norm", "sum"])
+def test_half_precision(dtype, what, tmp_path):
+    torch.manual_seed(3)
+    fns = {
+        "chain": lambda m, x: torch.sigmoid(F.gelu(x)) * 0.5 + m.w,
+        "softmax": lambda m, x: F.softmax(torch.tanh(x) * 3, dim=-1),
+        "layer_norm": lambda m, x: F.layer_norm(x * 2 + m.w, (C,), m.w, m.b),
+        "sum": lambda m, x: (x * m.w).sum(-1, keepdim=True),
+    }
+    model = Lambda(fns[what], w=rand(C, dtype=dtype), b=rand(C, dtype=dtype))
+    checked = check_model(model, (rand(R, C, dtype=dtype),), tmp_path, n_clusters=1)
+    source = checked.kernels[0].source
+    assert ".to(tl.float32)" in source  # computed in float32...
+    assert f".to(tl.{str(dtype).removeprefix('torch.')})" in source  # ...stored as half
+
+
+def test_int64_index_math_for_huge_tensors():
+    """Past 2**31 elements the kernel switches to 64-bit offsets (shape only, no run)."""
+    model = Lambda(lambda m, x: x * 2 + 1)
+    big = analyze(model, (2**16, 2**15 + 1))
+    small = analyze(model, (64, 64))
+    assert "pid.to(tl.int64)" in generate(big, big.clusters[0]).source
+    assert "pid.to(tl.int64)" not in generate(small, small.clusters[0]).source
