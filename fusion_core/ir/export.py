@@ -88,10 +88,19 @@ def _check_arity(model: nn.Module, args: tuple) -> None:
             "repeat --input-shape once per input") from e
 
 
+# Run-time checks export inserts (dtype/shape asserts): they read values but produce
+# nothing, and would otherwise count as outside consumers in the fan-out check.
+ASSERTS = tuple(op for op in (getattr(aten, name, None) for name in (
+    "_assert_tensor_metadata", "_assert_scalar", "_assert_async", "sym_constrain_range",
+    "sym_constrain_range_for_size")) if op is not None)
+
+
 def _drop_guards(gm: fx.GraphModule) -> None:
-    """The unlifted module checks input shapes in a `_guards_fn` call: not dataflow."""
-    for n in list(gm.graph.nodes):
-        if n.op == "call_module" and str(n.target).startswith("_guards") and not n.users:
+    """Drop the `_guards_fn` input-shape check and the assert ops: not dataflow."""
+    for n in reversed(list(gm.graph.nodes)):
+        guard = n.op == "call_module" and str(n.target).startswith("_guards")
+        check = n.op == "call_function" and getattr(n.target, "overloadpacket", None) in ASSERTS
+        if (guard or check) and not n.users:
             gm.graph.erase_node(n)
 
 
