@@ -1,0 +1,76 @@
+"""Property test: random pointwise chains and diamonds over broadcast operands.
+
+Hypothesis draws a small program (each step applies an op to values made
+earlier, so values fan out and rejoin); the model runs it, the analyzer finds
+its clusters, and every emitted kernel must match eager under the interpreter.
+A few examples by default; FUSION_FUZZ=1 runs a long profile.
+"""
+
+import os
+
+import torch
+from codegen_harness import Lambda, check_model
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+settings.register_profile("codegen-default", max_examples=15, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.too_slow])
+settings.register_profile("codegen-fuzz", max_examples=400, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.too_slow])
+PROFILE = "codegen-fuzz" if os.environ.get("FUSION_FUZZ") == "1" else "codegen-default"
+
+R, C = 3, 20
+# Operand shapes: full, row vector, column vector, 0-d.
+SHAPES = [(R, C), (C,), (R, 1), ()]
+UNARY = {
+    "sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "neg": torch.neg,
+    "abs": torch.abs, "exp_tanh": lambda a: torch.exp(torch.tanh(a)),
+    "scale": lambda a: a * 1.5, "shift": lambda a: a + 0.25,
+}
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "maximum": torch.maximum,
+    "minimum": torch.minimum, "where_gt": lambda a, b: torch.where(a > b, a, b * 0.5),
+}
+
+
+@st.composite
+def programs(draw):
+    n_inputs = draw(st.integers(1, 3))
+    shapes = [SHAPES[0]] + [draw(st.sampled_from(SHAPES)) for _ in range(n_inputs - 1)]
+    steps = []
+    n_values = n_inputs
+    for _ in range(draw(st.integers(2, 6))):
+        if draw(st.booleans()):
+            steps.append(("u", draw(st.sampled_from(sorted(UNARY))),
+                          draw(st.integers(0, n_values - 1))))
+        else:
+            steps.append(("b", draw(st.sampled_from(sorted(BINARY))),
+                          draw(st.integers(0, n_values - 1)), draw(st.integers(0, n_values - 1))))
+        n_values += 1
+    return shapes, steps
+
+
+def run_program(steps, *xs):
+    values = list(xs)
+    for step in steps:
+        if step[0] == "u":
+            values.append(UNARY[step[1]](values[step[2]]))
+        else:
+            values.append(BINARY[step[1]](values[step[2]], values[step[3]]))
+    # Fold every value into the result so nothing else escapes.
+    out = values[-1]
+    for v in values[len(xs):-1]:
+        out = out + v
+    return out
+
+
+@settings.get_profile(PROFILE)
+@given(programs(), st.integers(0, 2**16))
+def test_random_pointwise_programs_match_eager(tmp_path_factory, program, seed):
+    shapes, steps = program
+    torch.manual_seed(seed)
+    inputs = tuple(torch.randn(s) for s in shapes)
+    model = Lambda(lambda m, *xs: run_program(steps, *xs))
+    check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed)
