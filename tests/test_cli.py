@@ -1,0 +1,109 @@
+"""The `fusion-advisor` command on the acceptance models: header, cluster rows, totals
+line, the DRAM note, --explain-rejections, and the --json file (validated against the
+shipped schema)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+from click.testing import CliRunner
+from rich.console import Console
+
+from fusion_core.cli import cli
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.report.console import print_analysis
+from fusion_core.report.json_report import schema
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture(scope="module")
+def example_net_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "analysis.json"
+    result = CliRunner().invoke(cli, [
+        "--model", str(EXAMPLES / "example_net.py"), "--input-shape", "16384,1024",
+        "--json", str(out)])
+    return result, out
+
+
+def test_example_net_exit_code_and_header(example_net_run):
+    result, _ = example_net_run
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == "ExampleNet (13 nodes, 3 fusable cluster(s))"
+
+
+@pytest.mark.parametrize("row", [
+    ("0", "elementwise-chain", "mul → relu → add", "384.0 MB", "128.0 MB", "67%", "L15-17"),
+    ("1", "elementwise-chain", "gelu → sigmoid → mul", "192.0 MB", "64.0 MB", "67%", "L20-22"),
+    ("2", "single-reduction-boundary", "tanh → mul → softmax", "192.0 MB", "64.0 MB", "67%",
+     "L25-27"),
+])
+def test_example_net_rows(example_net_run, row):
+    result, _ = example_net_run
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]]
+            for line in result.stdout.splitlines() if line.startswith("│")]
+    assert any(all(cell in cells for cell in row) and cells[0] == row[0] for cells in rows)
+
+
+def test_example_net_totals_and_note(example_net_run):
+    result, _ = example_net_run
+    assert ("Across 3 cluster(s): 512.0 MB of 768.0 MB cluster-local traffic avoided."
+            in result.stdout.splitlines())
+    assert "Estimates are a DRAM upper bound with no cache model." in result.stdout
+
+
+def test_example_net_json_validates_and_matches(example_net_run):
+    result, out = example_net_run
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, schema())
+    assert doc["schema_version"] == 1 and doc["model"] == "ExampleNet"
+    assert doc["inputs"] == [{"shape": [16384, 1024], "dtype": "float32"}]
+    assert [c["ops"] for c in doc["clusters"]] == [
+        ["mul", "relu", "add"], ["gelu", "sigmoid", "mul"], ["tanh", "mul", "softmax"]]
+    assert doc["totals"] == {"unfused_bytes": 768 * 2**20, "fused_bytes": 256 * 2**20}
+    assert f"Wrote {out}" in result.stdout
+
+
+def test_json_leaves_no_temp_file(example_net_run):
+    _, out = example_net_run
+    assert [p.name for p in out.parent.iterdir()] == [out.name]
+
+
+def render(analysis, **kw) -> str:
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    print_analysis(analysis, console, **kw)
+    return console.export_text()
+
+
+def test_microgpt_report_lists_attention_clusters_and_rejection_section():
+    a = analyze_file(EXAMPLES / "microgpt.py", [InputSpec((2, 128), torch.int64)])
+    text = render(a, explain_rejections=True)
+    assert text.count("mul → masked_fill → softmax → dropout") == 2
+    header = f"MicroGPT ({a.n_nodes} nodes, {len(a.clusters)} fusable cluster(s))"
+    assert text.splitlines()[0] == header
+    assert "Rejected candidates" in text
+    assert all(c.chain in text for c in a.clusters)
+
+
+def test_explain_rejections_names_check_reason_and_dropped_nodes(tmp_path):
+    model = tmp_path / "inplace.py"
+    model.write_text(
+        "import torch.nn as nn\n"
+        "import torch.nn.functional as F\n\n"
+        "class M(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        y = x * 2.0\n"
+        "        y = F.relu(y, inplace=True)\n"
+        "        return y + 1.0\n")
+    a = analyze_file(model, [InputSpec((4, 8))])
+    text = render(a, explain_rejections=True)
+    assert "Rejected candidates (1)" in text
+    assert "aliasing" in text and "mutates its input in place" in text
+    assert "inplace.py:6-8" in text
+    assert "dropped relu and retried" in text
+    assert "Rejected candidates" not in render(a)  # only with the flag
