@@ -6,8 +6,9 @@ from .ir.shapes import InputSpec, parse_dtype
 from .load import load_model
 from .pipeline import Analysis, analyze
 from .report.json_report import write_atomic
+from .validate.measure import measure
 
 __all__ = [
     "Analysis", "Cluster", "FusionAdvisorError", "InputSpec", "LineSpan", "Rejection",
-    "TrafficEstimate", "analyze", "load_model", "parse_dtype", "write_atomic",
+    "TrafficEstimate", "analyze", "load_model", "measure", "parse_dtype", "write_atomic",
 ]

@@ -80,6 +80,14 @@ def patch(gm: fx.GraphModule, launchers: Mapping[int, tuple[Cluster, Callable]]
     return fx.GraphModule(gm, graph, f"{type(gm).__name__}_patched")
 
 
+def _named(launcher: Callable, index: int) -> Callable:
+    """FX names call targets after the function: give every launcher a plain, unique one."""
+    def call(*args):
+        return launcher(*args)
+    call.__name__ = call.__qualname__ = f"cluster{index}_launch"
+    return call
+
+
 def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
              renamed: dict[str, fx.Node]) -> None:
     nodes = {n.name: n for n in graph.nodes}
@@ -101,7 +109,7 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
                          "its last input is computed; cannot place one kernel call")
     ctx = graph.inserting_before(anchor) if where == "before" else graph.inserting_after(anchor)
     with ctx:
-        call = graph.call_function(launcher, tuple(inputs))
+        call = graph.call_function(_named(launcher, cluster.index), tuple(inputs))
     results = [call] if len(outs) == 1 else []
     prev = call
     for i in range(len(outs) if len(outs) > 1 else 0):

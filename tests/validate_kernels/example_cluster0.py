@@ -47,3 +47,12 @@ def cluster0_nan(x):
 
 def cluster0_half(x):
     return _launch(x, fraction=0.5)
+
+
+_calls = {"n": 0}
+
+
+def cluster0_second_call_wrong(x):
+    """Right on its first call (gate 1 passes), wrong afterwards (gate 2 must catch it)."""
+    _calls["n"] += 1
+    return _launch(x, mode=0 if _calls["n"] == 1 else 1)

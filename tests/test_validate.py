@@ -1,0 +1,200 @@
+"""The validation gates on CPU: numerics under the Triton interpreter, poisoned outputs,
+NaN, model numerics with patched kernels, reduced shapes, reports and the CLI sections."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+from click.testing import CliRunner
+
+from fusion_core.cli import cli
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.report.json_report import schema, to_document
+from fusion_core.validate import LoadedKernel, validate
+from fusion_core.validate.inputs import random_inputs, record, reduced_specs
+from fusion_core.validate.numerics import CLUSTER_TOL, compare, poisoned_allocations
+from fusion_core.validate.report import NO_GPU_LINE, print_validation, report_dict
+from fusion_core.validate.subgraph import eager_subgraph, patch
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "example_net.py"
+MICROGPT = ROOT / "examples" / "microgpt.py"
+FIXTURE = Path(__file__).parent / "validate_kernels" / "example_cluster0.py"
+
+
+def _has_codegen() -> bool:
+    try:
+        from fusion_core import codegen
+    except ImportError:
+        return False
+    return all(hasattr(codegen, n) for n in ("generate", "write_kernels", "load_kernel"))
+
+
+needs_codegen = pytest.mark.skipif(not _has_codegen(), reason="fusion_core.codegen not present")
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    spec = importlib.util.spec_from_file_location("example_cluster0_kernels", FIXTURE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def example():
+    return analyze_file(EXAMPLE, [InputSpec((16384, 1024))])
+
+
+def only_cluster0(mod, name):
+    def provider(analysis, cluster, workdir):
+        if cluster.index != 0:
+            raise NotImplementedError("the fixture only has cluster 0")
+        return LoadedKernel(getattr(mod, name), mod)
+    return provider
+
+
+def test_reduced_shape_keeps_row_length(example):
+    assert reduced_specs(example) == (InputSpec((64, 1024)),)
+    gpt = analyze_file(MICROGPT, [InputSpec((2, 128), torch.int64)])
+    assert reduced_specs(gpt) == (InputSpec((1, 128), torch.int64),)
+
+
+def test_random_inputs_are_valid_tokens_and_never_zero():
+    gpt = analyze_file(MICROGPT, [InputSpec((2, 128), torch.int64)])
+    (tokens,) = random_inputs(gpt.inputs, gpt.module, "cpu", seed=1)
+    assert tokens.dtype == torch.int64 and int(tokens.max()) < 256 and int(tokens.min()) >= 0
+    assert len(torch.unique(tokens)) > 10
+    (x,) = random_inputs((InputSpec((8, 16)),), gpt.module, "cpu", seed=1)
+    assert bool((x != 0).all())
+
+
+def test_handwritten_kernel_verified_at_reduced_shape(example, kernels):
+    report = validate(example, only_cluster0(kernels, "cluster0"))
+    r0 = report.result(0)
+    assert r0.usable and r0.status == "verified (interpreter, 64×1024)"
+    assert r0.max_abs_err == 0.0
+    assert report.model.passed and report.model.patched == (0,)
+    # Clusters without a kernel fail gate 1 with the reason and are not usable.
+    for i in (1, 2):
+        r = report.result(i)
+        assert not r.usable and r.failed.gate == "cluster numerics"
+        assert "no kernel" in r.failed.detail
+
+
+def test_wrong_kernel_fails_with_max_error(example, kernels):
+    r0 = validate(example, only_cluster0(kernels, "cluster0_wrong")).result(0)
+    assert not r0.usable and r0.failed.gate == "cluster numerics"
+    assert r0.max_abs_err > 1.0  # relu dropped: negatives off by |2x|
+    assert "FAILED cluster numerics (max abs err" in r0.status
+
+
+def test_nan_never_passes(example, kernels):
+    r0 = validate(example, only_cluster0(kernels, "cluster0_nan")).result(0)
+    assert not r0.usable and "NaN" in r0.failed.detail
+
+
+def test_poisoned_output_catches_unwritten_elements(example, kernels):
+    r0 = validate(example, only_cluster0(kernels, "cluster0_half")).result(0)
+    assert not r0.usable and "NaN" in r0.failed.detail
+
+
+def test_poison_only_touches_the_launcher_module(kernels):
+    with poisoned_allocations(kernels):
+        mine = torch.empty(4)
+        fill = torch.empty_like(mine).fill_(1.0)
+    assert not torch.isnan(fill).any() and mine.shape == (4,)
+
+
+def test_model_numerics_blames_kernel_wrong_in_the_model(example, kernels):
+    report = validate(example, only_cluster0(kernels, "cluster0_second_call_wrong"))
+    r0 = report.result(0)
+    assert r0.gate("cluster numerics").passed
+    assert report.model.passed is False and report.model.blamed == (0,)
+    assert not r0.usable and r0.failed.gate == "model numerics"
+
+
+def test_compare_rules():
+    x = torch.tensor([1.0, float("inf"), -2.0])
+    assert compare((x.clone(),), (x,), CLUSTER_TOL)[0]
+    nan = x.clone()
+    nan[0] = float("nan")
+    ok, err, why = compare((nan,), (nan.clone(),), CLUSTER_TOL)
+    assert not ok and "NaN" in why  # even where eager is NaN too
+    ok, err, why = compare((x[:2],), (x,), CLUSTER_TOL)
+    assert not ok and "shape" in why
+    half = torch.tensor([1.0], dtype=torch.float16)
+    assert compare((half + 5e-3,), (half,), CLUSTER_TOL)[0]  # fp16 tolerance is loose
+    assert not compare((x + 1e-3,), (x,), CLUSTER_TOL)[0]  # fp32 is not
+
+
+def test_eager_subgraph_and_patch_reproduce_the_model(example):
+    small = analyze_file(EXAMPLE, [InputSpec((8, 1024))])
+    gm = small.graph_module
+    (x,) = random_inputs(small.inputs, small.module, "cpu", seed=3)
+    c = small.clusters[1]
+    out, values = record(gm, [x], set(c.inputs) | set(c.outputs))
+    sub = eager_subgraph(gm, c)
+    assert torch.equal(sub.module(*[values[n] for n in c.inputs]), values[c.outputs[-1]])
+    # Patching every cluster with its own eager subgraph leaves the model output unchanged.
+    subs = {k.index: (k, eager_subgraph(gm, k).module) for k in small.clusters}
+    patched = patch(gm, subs)
+    names = {n.name for n in patched.graph.nodes}
+    assert not any(n in names for k in small.clusters for n in k.nodes)
+    assert torch.equal(patched(x), out)
+
+
+def test_console_and_json(example, kernels):
+    from io import StringIO
+
+    from rich.console import Console
+
+    report = validate(example, only_cluster0(kernels, "cluster0"))
+    buf = StringIO()
+    print_validation(report, Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert "Numerics" in text and NO_GPU_LINE in text
+    assert "cluster 0: verified (interpreter, 64×1024)" in text
+    assert "cluster 1: FAILED cluster numerics" in text
+    doc = to_document(example, {"validation": report_dict(report)})
+    jsonschema.validate(json.loads(json.dumps(doc)), schema())
+    assert doc["validation"]["clusters"][0]["usable"] is True
+
+
+@needs_codegen
+@pytest.mark.parametrize("path,shape,dtype", [(EXAMPLE, (16384, 1024), torch.float32),
+                                              (MICROGPT, (2, 128), torch.int64)])
+def test_generated_kernels_verified_end_to_end(path, shape, dtype):
+    analysis = analyze_file(path, [InputSpec(shape, dtype)])
+    report = validate(analysis)
+    assert report.mode == "interpreter"
+    bad = [r.status for r in report.results if not r.usable]
+    assert not bad, bad
+    assert report.model.passed and len(report.model.patched) == len(analysis.clusters)
+
+
+@needs_codegen
+def test_cli_numerics_section_and_json(tmp_path):
+    out = tmp_path / "o.json"
+    res = CliRunner().invoke(cli, ["--model", str(EXAMPLE), "--input-shape", "256,1024",
+                                   "--out-dir", str(tmp_path / "gen"), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "verified (interpreter, 64×1024)" in res.output and NO_GPU_LINE in res.output
+    assert sorted(p.name for p in (tmp_path / "gen").glob("cluster*.py")) == [
+        "cluster0.py", "cluster1.py", "cluster2.py"]
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, schema())
+    assert [c["usable"] for c in doc["validation"]["clusters"]] == [True, True, True]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU answer")
+def test_measure_is_none_without_cuda(example):
+    import fusion_core
+
+    assert fusion_core.measure(example) is None
