@@ -272,3 +272,19 @@ def test_statements_sharing_a_line_with_other_code(tmp_path, line):
     else:
         assert m.quality == EXACT, m.reason
         assert m.replacement.strip() == "h = cluster0(x)"
+
+
+@pytest.mark.parametrize("example, spec", [
+    ("example_net.py", InputSpec((2, 1024))),
+    ("microgpt.py", InputSpec((1, 8), torch.int64)),
+])
+def test_the_export_frontend_maps_like_fx(example, spec):
+    path = EXAMPLES / example
+    fx_maps = map_clusters(analyze_file(path, [spec], capture="fx"))
+    export_maps = map_clusters(analyze_file(path, [spec], capture="export"))
+    assert any(m.quality == EXACT for m in fx_maps)
+
+    def key(maps):
+        return [(m.quality, m.start, m.end, m.replacement, m.reason) for m in maps]
+
+    assert key(export_maps) == key(fx_maps)

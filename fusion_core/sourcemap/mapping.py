@@ -24,9 +24,10 @@ from .pysource import (
     Statement,
     enclosing_loop,
     loaded_names,
+    local_names,
     stored_names,
 )
-from .unify import BINOPS, Mismatch, Unifier
+from .unify import BINOPS, Mismatch, Unifier, module_path
 
 EXACT, POINTER = "exact", "pointer"
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
@@ -190,8 +191,8 @@ def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster]) -> None:
             continue
         if span.src.scope_at(s.line) is not span.scope:
             continue
-        stack = fx_nodes[n.name].meta.get("nn_module_stack") or {} if n.name in fx_nodes else {}
-        text = _describe(span.src, span.scope, n, list(stack)[-1] if stack else "")
+        path = module_path(fx_nodes[n.name]) if n.name in fx_nodes else None
+        text = _describe(span.src, span.scope, n, path or "")
         if (s.line, n.op) in ops_by_line:
             raise _Pointer(f"line {s.line} (`{text}`) also runs in another call of "
                            f"`{span.scope}` that does not form this cluster")
@@ -226,7 +227,8 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span) -> tuple[str, ...]:
     path = _self_path(analysis, c, span.scope)
     try:
         unifier = Unifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
-                          _self_name(span.scope), path if path is not None else "\0")
+                          _self_name(span.scope), path if path is not None else "\0",
+                          local_names(span.scope.node))
         match = unifier.run(c.outputs[-1])
     except Mismatch as e:
         raise _Pointer(str(e)) from e

@@ -137,6 +137,16 @@ def _bodies(st: ast.stmt) -> list[list[ast.stmt]]:
     return out
 
 
+def local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """Parameters and every name the function body assigns (loop targets included)."""
+    a = func.args
+    params = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    params += [p.arg for p in (a.vararg, a.kwarg) if p is not None]
+    stored = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Store)}
+    return frozenset(params) | stored
+
+
 def loaded_names(expr: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 

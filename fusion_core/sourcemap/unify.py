@@ -38,6 +38,38 @@ COMPAREOPS: dict[type[ast.AST], Any] = {
 }
 
 
+# The same operators as aten ops (the torch.export frontend records these).
+ATEN_NAMES: dict[Any, str] = {
+    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
+    operator.floordiv: "floor_divide", operator.mod: "remainder", operator.pow: "pow",
+    operator.matmul: "matmul", operator.and_: "bitwise_and", operator.or_: "bitwise_or",
+    operator.xor: "bitwise_xor", operator.lshift: "bitwise_left_shift",
+    operator.rshift: "bitwise_right_shift", operator.neg: "neg", operator.pos: "positive",
+    operator.invert: "bitwise_not", operator.not_: "logical_not", operator.lt: "lt",
+    operator.le: "le", operator.gt: "gt", operator.ge: "ge", operator.eq: "eq",
+    operator.ne: "ne",
+}
+
+
+def op_names(node: fx.Node) -> set[str]:
+    """What the source may call this node's function: `relu`, `softmax` (aten `_softmax`)."""
+    t = node.target
+    if node.op == "call_method":
+        return {str(t)}
+    names = {getattr(t, "__name__", "")}
+    aten = getattr(t, "_opname", None)  # torch.export: aten.softmax.int → "softmax"
+    if aten:
+        names |= {aten, aten.lstrip("_")}
+    return names - {""}
+
+
+def same_operator(fn_or_node: Any, py_op: Any) -> bool:
+    node = fn_or_node
+    if node.op != "call_function" or py_op is None:
+        return False
+    return node.target is py_op or ATEN_NAMES.get(py_op) in op_names(node)
+
+
 class Mismatch(Exception):
     """The statements do not compute exactly the cluster; `str()` says why."""
 
@@ -79,8 +111,10 @@ def module_attr_text(self_name: str, self_path: str, target: str) -> str | None:
 
 class Unifier:
     def __init__(self, src: SourceFile, stmts: list[Statement], cluster: set[str],
-                 fx_nodes: dict[str, fx.Node], self_name: str, self_path: str) -> None:
+                 fx_nodes: dict[str, fx.Node], self_name: str, self_path: str,
+                 local_names: frozenset[str] = frozenset()) -> None:
         self.src, self.stmts, self.cluster = src, stmts, cluster
+        self.local_names = local_names  # parameters and names the function assigns
         self.fx_nodes, self.self_name, self.self_path = fx_nodes, self_name, self_path
         self.values: list[str | None] = [None] * len(stmts)
         self.inputs: dict[str, str] = {}
@@ -160,13 +194,12 @@ class Unifier:
                 self.match_value(e, v, k)
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
-        fn = node.target if node.op == "call_function" else None
-        if isinstance(expr, ast.BinOp) and fn is BINOPS.get(type(expr.op)):
+        if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
             self.match_args([expr.left, expr.right], node.args, k)
-        elif isinstance(expr, ast.UnaryOp) and fn is UNARYOPS.get(type(expr.op)):
+        elif isinstance(expr, ast.UnaryOp) and same_operator(node, UNARYOPS.get(type(expr.op))):
             self.match_args([expr.operand], node.args, k)
         elif (isinstance(expr, ast.Compare) and len(expr.ops) == 1
-              and fn is COMPAREOPS.get(type(expr.ops[0]))):
+              and same_operator(node, COMPAREOPS.get(type(expr.ops[0])))):
             self.match_args([expr.left, expr.comparators[0]], node.args, k)
         elif isinstance(expr, ast.Call):
             self.match_call(expr, node, k)
@@ -181,8 +214,13 @@ class Unifier:
 
     def match_call(self, expr: ast.Call, node: fx.Node, k: int) -> None:
         func, args = expr.func, tuple(node.args)
-        if node.op == "call_method":
-            if not (isinstance(func, ast.Attribute) and func.attr == node.target):
+        chain = _attr_chain(func)
+        # `scores.masked_fill(...)` calls a method of a local value (FX: call_method; export:
+        # an aten op whose first operand is the receiver); `F.relu(x)` a function.
+        method = isinstance(func, ast.Attribute) and (
+            not chain or (chain[0] in self.local_names and chain[0] != self.self_name))
+        if method and node.op in ("call_method", "call_function"):
+            if func.attr not in op_names(node) or not args:
                 raise self.callee_mismatch(expr, node)
             self.match_value(func.value, args[0], k)
             args = args[1:]
@@ -216,16 +254,22 @@ class Unifier:
     def same_callee(self, func: ast.expr, node: fx.Node) -> bool:
         chain = _attr_chain(func)
         if chain and chain[0] == self.self_name and len(chain) > 1:
-            stack = node.meta.get("nn_module_stack") or {}
-            inner = list(stack)[-1] if stack else None
             want = ".".join(p for p in (self.self_path, *chain[1:]) if p)
-            return inner == want
-        name = chain[-1] if chain else None
-        return name is not None and name == getattr(node.target, "__name__", None)
+            return module_path(node) == want
+        return bool(chain) and chain[-1] in op_names(node)
 
     def callee_mismatch(self, expr: ast.Call, node: fx.Node) -> Mismatch:
         return Mismatch(f"`{self.src.segment(expr.func)}(...)` at line {expr.lineno} is not "
                         f"the graph's `{node.name}`")
+
+
+def module_path(node: fx.Node) -> str | None:
+    """The innermost module `node` was traced in (`blocks.0.attn.attn_drop`)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return None
+    value = list(stack.values())[-1]
+    return value[0] if isinstance(value, tuple) else str(value)
 
 
 def _attr_chain(expr: ast.expr) -> list[str]:
@@ -251,6 +295,3 @@ def _nodes(obj: Any) -> Iterator[fx.Node]:
         yield from _nodes((obj.start, obj.stop, obj.step))
 
 
-def unify(src: SourceFile, stmts: list[Statement], cluster: set[str], output: str,
-          fx_nodes: dict[str, fx.Node], self_name: str, self_path: str) -> Match:
-    return Unifier(src, stmts, cluster, fx_nodes, self_name, self_path).run(output)
