@@ -43,7 +43,8 @@ def capture(model: nn.Module, specs: Sequence[InputSpec], how: str = "auto"
 def _both(model: nn.Module, fx_error: CaptureError, export_error: CaptureError) -> str:
     def why(err: CaptureError) -> str:
         cause = err.__cause__ or err
-        return f"{_where(cause).removeprefix(' ')} {_one_line(cause)}".strip()
+        where = _where(cause).removeprefix(" ")
+        return f"{where}: {_one_line(cause)}" if where else _one_line(cause)
 
     return (f"cannot capture {type(model).__name__}: FX symbolic tracing failed "
             f"({why(fx_error)}) and torch.export failed ({why(export_error)}); rewrite that "

@@ -1,0 +1,224 @@
+"""The torch.export frontend: aten ops through the same registry, the same clusters as FX
+on the acceptance models, params as constants, the auto fallback, and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from click.testing import CliRunner
+
+from fusion_core.analysis.detect import detect
+from fusion_core.cli import cli
+from fusion_core.errors import CaptureError
+from fusion_core.ir import registry as R
+from fusion_core.ir.export import _single_results, export_graph
+from fusion_core.ir.graph import OpKind
+from fusion_core.ir.normalize import to_fusion_graph
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.load import load_model
+from fusion_core.pipeline import analyze, analyze_file
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+aten = torch.ops.aten
+
+
+def summary(a):
+    """What must agree between frontends: node names differ, everything else must not."""
+    return [(c.ops, c.category, c.traffic, str(c.lines), len(c.outputs),
+             [a.graph[n].op for n in c.outputs]) for c in a.clusters]
+
+
+# --- registry ------------------------------------------------------------------
+
+@pytest.mark.parametrize("overload, spec", [
+    (aten.add.Tensor, "add"), (aten.mul.Scalar, "mul"), (aten.rsub.Scalar, "rsub"),
+    (aten._softmax.default, "softmax"), (aten.softmax.int, "softmax"),
+    (aten.layer_norm.default, "layer_norm"), (aten.gelu.default, "gelu"),
+    (aten.silu.default, "silu"), (aten.rsqrt.default, "rsqrt"),
+    (aten.pow.Tensor_Scalar, "pow"), (aten.mean.dim, "mean"), (aten.to.dtype, "to"),
+    (aten._to_copy.default, "to"), (aten.dropout.default, "dropout"),
+    (aten.masked_fill.Scalar, "masked_fill"), (aten.where.self, "where"),
+    (aten.hardtanh.default, "clamp"), (aten.batch_norm.default, "batch_norm"),
+])
+def test_aten_overloads_resolve_to_the_same_specs_as_fx_spellings(overload, spec):
+    found = R.lookup(overload)
+    assert isinstance(found, tuple) and found[0].name == spec
+
+
+@pytest.mark.parametrize("overload", [
+    aten.view.default, aten.expand.default, aten.permute.default, aten.transpose.int,
+    aten.unsqueeze.default, aten.slice.Tensor, aten.select.int, aten.split.Tensor,
+])
+def test_aten_views_are_views(overload):
+    assert R.lookup(overload) == "view"
+
+
+def test_aten_arguments_bind_to_canonical_names():
+    spec, sig = R.lookup(aten.dropout.default)
+    assert R.bind(spec, sig, ("x", 0.1, False), {})["training"] is False  # schema says `train`
+    spec, sig = R.lookup(aten.where.self)
+    values = R.bind(spec, sig, ("c", "x", "y"), {})
+    assert (values["condition"], values["input"], values["other"]) == ("c", "x", "y")
+    spec, sig = R.lookup(aten.hardtanh.default)
+    values = R.bind(spec, sig, ("x", -2.0, 2.0), {})
+    assert (values["min"], values["max"]) == (-2.0, 2.0)
+
+
+# --- same clusters on both frontends ---------------------------------------------
+
+def test_example_net_same_clusters_on_both_frontends():
+    spec = InputSpec((64, 1024))
+    fx_a = analyze_file(EXAMPLES / "example_net.py", [spec], capture="fx")
+    ex_a = analyze_file(EXAMPLES / "example_net.py", [spec], capture="export")
+    assert (fx_a.graph.frontend, ex_a.graph.frontend) == ("fx", "export")
+    assert summary(ex_a) == summary(fx_a)
+    assert [c.ops for c in ex_a.clusters] == [
+        ("mul", "relu", "add"), ("gelu", "sigmoid", "mul"), ("tanh", "mul", "softmax")]
+
+
+def test_microgpt_same_clusters_on_both_frontends():
+    spec = InputSpec((2, 128), torch.int64)
+    fx_a = analyze_file(EXAMPLES / "microgpt.py", [spec], capture="fx")
+    ex_a = analyze_file(EXAMPLES / "microgpt.py", [spec], capture="export")
+    assert summary(ex_a) == summary(fx_a)
+    attn = [c for c in ex_a.clusters if "softmax" in c.ops]
+    assert [c.ops for c in attn] == [("mul", "masked_fill", "softmax", "dropout")] * 2
+
+
+def test_export_of_a_large_shape_costs_nothing():
+    # 16384x1024 fp32 is 64 MiB per value: fake tensors, so only the traffic is big.
+    a = analyze_file(EXAMPLES / "example_net.py", [InputSpec((16384, 1024))], capture="export")
+    assert [c.traffic.unfused_bytes for c in a.clusters] == [384 * 2**20, 192 * 2**20,
+                                                              192 * 2**20]
+
+
+# --- the exported graph ------------------------------------------------------------
+
+def test_params_and_buffers_are_constants_and_the_graph_runs():
+    model = load_model(EXAMPLES / "microgpt.py")
+    a = analyze(model, InputSpec((2, 16), torch.int64), capture="export")
+    kinds = {n.name: n.kind for n in a.graph.nodes}
+    assert [n.name for n in a.graph.inputs] == ["idx"]
+    consts = [n for n in a.graph.nodes if n.kind is OpKind.CONSTANT]
+    assert any(n.target == "blocks.0.attn.causal_mask" for n in consts)
+    assert any(n.target == "blocks.0.ln1.weight" for n in consts)
+    assert all(kinds[i] is not OpKind.INPUT or i == "idx"
+               for c in a.clusters for i in c.inputs)
+    # Opaque layers carry the module path and class, as the FX frontend shows them.
+    assert any(n.target == "self.blocks.0.attn.qkv" and n.op == "Linear" for n in a.graph.nodes)
+    idx = torch.randint(0, 256, (2, 16))
+    torch.testing.assert_close(a.graph_module(idx), model(idx))
+
+
+def test_nodes_without_a_stack_trace_get_no_source_and_do_not_crash():
+    model = load_model(EXAMPLES / "example_net.py")
+    gm = export_graph(model, [InputSpec((8, 1024))])
+    for n in gm.graph.nodes:
+        n.meta.pop("stack_trace", None)
+    g = to_fusion_graph(gm, "ExampleNet", frontend="export")
+    clusters, _ = detect(g)
+    assert len(clusters) == 3
+    assert all(n.source is None for n in g.nodes) and all(c.lines is None for c in clusters)
+
+
+class LN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.ln(x * 2.0)
+
+
+def test_tuple_results_become_single_result_ops():
+    x = torch.randn(4, 8)
+    model = LN().eval()
+    gm = torch.export.export(model, (x,), strict=False).run_decompositions().module()
+    assert aten.native_layer_norm.default in {n.target for n in gm.graph.nodes}
+    _single_results(gm.graph)
+    gm.recompile()
+    targets = {n.target for n in gm.graph.nodes}
+    assert aten.layer_norm.default in targets and aten.native_layer_norm.default not in targets
+    torch.testing.assert_close(gm(x), model(x))
+
+
+# --- choosing a frontend -------------------------------------------------------------
+
+class ShapeBranch(nn.Module):
+    """FX cannot follow `if` on a traced size; export sees a concrete one."""
+
+    def forward(self, x):
+        if x.shape[-1] > 4:
+            x = x * 2.0
+        return torch.relu(x) + 1.0
+
+
+class DataBranch(nn.Module):
+    """Control flow on tensor *values*: neither frontend can capture it."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return torch.relu(x)
+        return -x
+
+
+def test_auto_falls_back_to_export_when_fx_fails():
+    with pytest.raises(CaptureError, match="cannot trace ShapeBranch"):
+        analyze(ShapeBranch(), (4, 8), capture="fx")
+    a = analyze(ShapeBranch(), (4, 8))
+    assert a.graph.frontend == "export"
+    assert [c.ops for c in a.clusters] == [("mul", "relu", "add")]
+
+
+def test_fx_first_when_it_works():
+    assert analyze(LN(), (4, 8)).graph.frontend == "fx"
+
+
+def test_both_frontends_failing_is_one_line_naming_both_reasons():
+    with pytest.raises(CaptureError) as err:
+        analyze(DataBranch(), (4, 8))
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "FX symbolic tracing failed" in msg and "torch.export failed" in msg
+    assert f"{__file__}:" in msg and "x.sum() > 0" in msg
+
+
+def test_unknown_capture_is_rejected():
+    with pytest.raises(CaptureError, match="unknown capture frontend 'jit'"):
+        analyze(LN(), (4, 8), capture="jit")
+
+
+def test_cli_capture_option(tmp_path):
+    runner = CliRunner()
+    args = ["--model", str(EXAMPLES / "example_net.py"), "--input-shape", "8,1024",
+            "--out-dir", str(tmp_path), "--json", str(tmp_path / "a.json")]
+    result = runner.invoke(cli, [*args, "--capture", "export"])
+    assert result.exit_code == 0, result.output
+    assert "3 fusable cluster(s)" in result.output
+    bad = runner.invoke(cli, [*args, "--capture", "jit"])
+    assert bad.exit_code == 2 and "jit" in bad.output
+
+
+def test_relu_after_batch_norm_reads_channels_on_dim_1():
+    # Per-channel statistics must broadcast along C (dim 1), not along W.
+    class BN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm2d(4)
+            nn.init.uniform_(self.bn.running_mean, -1.0, 1.0)
+
+        def forward(self, x):
+            return F.relu(self.bn(x)) * 2.0
+
+    model = BN().eval()
+    x = torch.randn(2, 4, 3, 4)  # W == C: a wrong broadcast would still type-check
+    for capture in ("fx", "export"):
+        a = analyze(model, x, capture=capture)
+        assert [c.ops for c in a.clusters] == [("batch_norm", "relu", "mul")], capture
+        stats = [a.graph[i].meta.shape for i in a.clusters[0].inputs[1:]]
+        assert stats == [(4, 1, 1)] * 4, capture
+        torch.testing.assert_close(a.graph_module(x), model(x))
