@@ -1,0 +1,102 @@
+"""Diffs of exact clusters: text, colours on a terminal only, the table column and JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+from click.testing import CliRunner
+from rich.console import Console
+
+from fusion_core.cli import cli
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.report.json_report import schema
+from fusion_core.sourcemap import map_clusters, print_diffs, render
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+RED, GREEN = "\x1b[31m", "\x1b[32m"
+
+
+@pytest.fixture(scope="module")
+def example_net_maps():
+    return map_clusters(analyze_file(EXAMPLES / "example_net.py", [InputSpec((2, 1024))]))
+
+
+@pytest.fixture(scope="module")
+def microgpt_maps():
+    analysis = analyze_file(EXAMPLES / "microgpt.py", [InputSpec((1, 8), torch.int64)])
+    return map_clusters(analysis)
+
+
+def test_example_net_diff_text(example_net_maps):
+    text = render(example_net_maps)
+    block = text.split("\n\n")[0].splitlines()
+    assert block[0].endswith("example_net.py:15-17  cluster 0")
+    assert block[1].startswith("--- a/") and block[2].startswith("+++ b/")
+    assert block[3] == "@@ -15,3 +15 @@"
+    assert block[4:] == ["-        x = x * 2.0", "-        x = F.relu(x)",
+                         "-        x = x + 1.0", "+        x = cluster0(x)"]
+    assert text.count("@@") == 6  # three hunks
+    assert "+        return cluster2(x)" in text
+
+
+def test_shared_lines_show_one_diff_naming_both_clusters(microgpt_maps):
+    exact = [m for m in microgpt_maps if m.exact]
+    text = render(microgpt_maps)
+    assert text.count("@@ -") == 1
+    names = ", ".join(str(m.cluster_index) for m in exact)
+    assert f"clusters {names}" in text.splitlines()[0]
+    assert "+        probs = cluster" in text
+    assert "-        probs = F.softmax(scores, dim=-1)" in text
+
+
+def _printed(maps, terminal: bool) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=terminal, color_system="standard" if terminal
+                      else None, width=200)
+    print_diffs(maps, console)
+    return buf.getvalue()
+
+
+def test_colours_on_a_terminal_plain_when_piped(example_net_maps, microgpt_maps):
+    coloured = _printed(example_net_maps, terminal=True)
+    assert RED + "-        x = x * 2.0" in coloured
+    assert GREEN + "+        x = cluster0(x)" in coloured
+    plain = _printed(example_net_maps, terminal=False)
+    assert "\x1b[" not in plain
+    assert "-        x = x * 2.0\n" in plain and "+        x = cluster0(x)\n" in plain
+    # Brackets in code are printed as written, not read as markup.
+    assert "self.causal_mask[:T, :T]" in _printed(microgpt_maps, terminal=True)
+    pointers = _printed(microgpt_maps, terminal=False)
+    assert "pointer to" in pointers and "no diff: spans" in pointers
+
+
+def test_cli_fills_the_map_column_and_json(tmp_path):
+    model = tmp_path / "microgpt.py"
+    shutil.copy(EXAMPLES / "microgpt.py", model)
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(cli, ["--model", str(model), "--input-shape", "1,8",
+                                      "--dtype", "int64", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("│")]
+    assert len(rows) == 7
+    assert sum(" exact " in r for r in rows) == 2 and sum(" pointer " in r for r in rows) == 5
+    assert "Source edits" in result.output and "+        probs = cluster" in result.output
+    assert "\x1b[" not in result.output  # piped: no colour codes
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, schema())
+    entries = {e["cluster"]: e for e in doc["source_map"]}
+    assert len(entries) == len(doc["clusters"]) == 7
+    exact = [e for e in entries.values() if e["map"] == "exact"]
+    assert len(exact) == 2 and all(e["reason"] is None for e in exact)
+    assert exact[0]["function"] == "CausalSelfAttention.forward"
+    assert exact[0]["replacement"].endswith("(scores, self.causal_mask[:T, :T])")
+    assert exact[0]["shared_with"] == [exact[1]["cluster"]]
+    pointers = [e for e in entries.values() if e["map"] == "pointer"]
+    assert all(e["reason"] and e["lines"]["start"] >= 1 for e in pointers)
