@@ -257,3 +257,13 @@ def test_an_existing_package_or_a_taken_name_is_refused(tmp_path):
     with pytest.raises(ApplyError, match="already uses the name `cluster0`"):
         apply(plan, analysis, Console(), assume_yes=True, ask=None)
     assert "cluster0 = None" in taken.read_text() and "= cluster0(" not in taken.read_text()
+
+
+def test_a_file_name_that_is_no_identifier_gets_an_importable_package(tmp_path):
+    path = tmp_path / "my-model.py"
+    path.write_text(ONE_CLUSTER)
+    analysis, plan = _plan(path, (4, 8))
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result.package.name == "my_model_fused"
+    assert "from my_model_fused import cluster0" in path.read_text()
+    assert result.backup.read_text() == ONE_CLUSTER

@@ -203,6 +203,10 @@ def verify(analysis: Analysis, path: Path) -> float | None:
     forget_package(package_name(path.stem))
     module = import_model_file(path)
     model = instantiate(pick_class(module, path, type(analysis.module).__name__), path)
+    # The analysis may have cast the model to the input dtype (`--dtype bfloat16`).
+    dtype = next((p.dtype for p in analysis.module.parameters() if p.is_floating_point()), None)
+    if dtype is not None:
+        model = model.to(dtype)
     model.load_state_dict(analysis.module.state_dict())
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"

@@ -12,6 +12,7 @@ The names it exports are the ones the rewritten lines call (``cluster0``).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,7 +38,9 @@ class FusedOp:
 
 
 def package_name(stem: str) -> str:
-    return f"{stem}_fused"
+    """`example_net` → `example_net_fused`; made an identifier (`my-model` → `my_model_fused`)."""
+    name = re.sub(r"\W", "_", stem)
+    return f"{'_' if name[:1].isdigit() else ''}{name}_fused"
 
 
 def shape_rule(inputs: Sequence[tuple[int, ...]], output: tuple[int, ...]) -> str | None:
