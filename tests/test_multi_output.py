@@ -1,0 +1,140 @@
+"""Multi-output clusters and reductions with prologues/epilogues: where storing an
+escaping value pays, where it does not, and how components with several reductions
+are cut (microgpt's residual LayerNorms, RMSNorm, gated MLPs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from analysis_helpers import run
+
+from fusion_core.analysis.multi_output import reduction_regions, store_verdict
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze, analyze_file
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+class Residual(nn.Module):
+    """`h = x + proj(x)` feeds a LayerNorm and the next residual add (through a layer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+        self.ln = nn.LayerNorm(16)
+        self.mlp = nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = x + self.proj(x)
+        return h + self.mlp(self.ln(h))
+
+
+def test_residual_add_and_layer_norm_fuse_with_two_outputs():
+    a = analyze(Residual(), (8, 16))
+    c = next(c for c in a.clusters if "layer_norm" in c.ops)
+    assert c.ops == ("add", "layer_norm")
+    assert c.category == "multi-output"
+    assert [a.graph[n].op for n in c.outputs] == ["add", "layer_norm"]
+    act, vec = 8 * 16 * 4, 16 * 4
+    # Reads x, proj(x), weight, bias once; writes h (for the next residual) and ln(h).
+    assert c.traffic.fused_bytes == 2 * act + 2 * vec + 2 * act
+    # Eager: add reads 2 and writes 1; layer_norm reads h, weight, bias and writes 1.
+    assert c.traffic.unfused_bytes == 3 * act + 2 * act + 2 * vec
+    # The next residual add is not fused into it: mlp's result re-enters (convexity).
+    assert any(r.check == "convexity" for r in a.rejections)
+
+
+def test_storing_pays_against_the_split_alternative():
+    a = analyze(Residual(), (8, 16))
+    c = next(c for c in a.clusters if "layer_norm" in c.ops)
+    add = c.nodes[0]
+    verdict = store_verdict(a.graph, c.nodes, (add,))
+    assert verdict.pays and verdict.fused_bytes == c.traffic.fused_bytes
+    # Split: add alone (eager) and layer_norm alone re-reading h.
+    assert verdict.split_bytes - verdict.fused_bytes == 8 * 16 * 4
+
+
+def test_an_alias_escaping_does_not_pay():
+    # dropout in eval returns its input: storing a copy costs a write the split avoids.
+    g = run(lambda x: (lambda d: (d, F.layer_norm(d, (8,))))(F.dropout(x, 0.1, False))).graph
+    group = {n.name for n in g.nodes if n.op in ("dropout", "layer_norm")}
+    verdict = store_verdict(g, group, tuple(n for n in group if g[n].op == "dropout"))
+    assert not verdict.pays
+
+
+# --- microgpt ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def microgpt():
+    return analyze_file(EXAMPLES / "microgpt.py", [InputSpec((2, 128), torch.int64)])
+
+
+def test_microgpt_every_layer_norm_is_fused_with_its_residual_add(microgpt):
+    lns = [c for c in microgpt.clusters if "layer_norm" in c.ops]
+    assert len(lns) == 5 and all(c.ops.count("layer_norm") == 1 for c in lns)
+    assert all(c.ops[-1] == "layer_norm" and "add" in c.ops for c in lns)
+
+
+def test_microgpt_multi_output_clusters_write_the_residual_and_the_norm(microgpt):
+    multi = [c for c in microgpt.clusters if c.category == "multi-output"]
+    # Embedding sum, then every residual add except the last (it only feeds ln_f).
+    assert len(multi) == 4
+    for c in multi:
+        ops = [microgpt.graph[n].op for n in c.outputs]
+        assert ops[-1] == "layer_norm" and ops[0] in ("add", "dropout") and len(ops) == 2
+
+
+def test_microgpt_attention_and_regions_do_not_overlap(microgpt):
+    nodes = [n for c in microgpt.clusters for n in c.nodes]
+    assert len(nodes) == len(set(nodes))
+    attn = [c.ops for c in microgpt.clusters if "softmax" in c.ops]
+    assert attn == [("mul", "masked_fill", "softmax", "dropout")] * 2
+
+
+# --- regions: one reduction per candidate ---------------------------------------------
+
+def test_two_layer_norms_in_a_row_are_cut_into_prologue_regions():
+    a = run(lambda x: F.layer_norm(F.layer_norm(x * 2.0, (8,)) + 1.0, (8,)))
+    assert [c.ops for c in a.clusters] == [("mul", "layer_norm"), ("add", "layer_norm")]
+    assert a.rejections == ()
+
+
+def test_regions_put_an_epilogue_after_its_reduction():
+    a = run(lambda x: F.softmax(torch.exp(x), dim=-1) * 2.0 + F.softmax(x, dim=-1))
+    g = a.graph
+    comp = {n.name for n in g.nodes if n.kind.is_compute}
+    regions = reduction_regions(g, comp)
+    assert sorted(sorted(g[n].op for n in r) for r in regions) == [
+        ["add", "softmax"], ["exp", "mul", "softmax"]]
+
+
+def test_rms_norm_written_out_is_one_reduction_cluster():
+    class RMS(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(16))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+    for capture in ("fx", "export"):
+        a = analyze(RMS(), (4, 16), capture=capture)
+        assert [c.ops for c in a.clusters] == [("pow", "mean", "add", "rsqrt", "mul", "mul")]
+        assert a.clusters[0].category == "single-reduction-boundary"
+
+
+def test_silu_gated_product_fuses():
+    class Gated(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate, self.up = nn.Linear(8, 16, bias=False), nn.Linear(8, 16, bias=False)
+
+        def forward(self, x):
+            return F.silu(self.gate(x)) * self.up(x)
+
+    a = analyze(Gated(), (4, 8))
+    assert [c.ops for c in a.clusters] == [("silu", "mul")]

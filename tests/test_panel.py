@@ -1,0 +1,78 @@
+"""The model panel in examples/: each file loads as one root model with no arguments, says
+its input in the docstring, gives the same clusters on both frontends, and the fusions a
+compiler would make (RMSNorm, rotary, gated MLP, BatchNorm+ReLU+residual, LayerNorms)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from test_capture_export import summary
+
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.load import import_model_file, load_model
+from fusion_core.pipeline import analyze
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+PANEL = ("llama_block.py", "resnet_block.py", "mixer_block.py")
+
+
+def documented_input(path: Path) -> InputSpec:
+    """The `--input-shape A,B --dtype D` example the file's docstring gives."""
+    doc = import_model_file(path).__doc__ or ""
+    shape = re.search(r"--input-shape ([\d,]+)", doc)
+    dtype = re.search(r"--dtype (\w+)", doc)
+    assert shape and dtype, f"{path.name}: docstring names no input"
+    return InputSpec.parse(shape.group(1), dtype.group(1))
+
+
+@pytest.fixture(scope="module")
+def analyses():
+    out = {}
+    for name in PANEL:
+        model = load_model(EXAMPLES / name)  # one root class, built with no arguments
+        spec = documented_input(EXAMPLES / name)
+        out[name] = {cap: analyze(model, spec, capture=cap) for cap in ("fx", "export")}
+    return out
+
+
+@pytest.mark.parametrize("name", PANEL)
+def test_panel_model_same_clusters_on_both_frontends(analyses, name):
+    fx_a, ex_a = analyses[name]["fx"], analyses[name]["export"]
+    assert fx_a.clusters, name
+    assert summary(ex_a) == summary(fx_a)
+
+
+@pytest.mark.parametrize("name", PANEL)
+def test_panel_graph_module_still_computes_the_model(analyses, name):
+    a = analyses[name]["fx"]
+    x = torch.randn(a.inputs[0].shape)
+    torch.testing.assert_close(a.graph_module(x), a.module(x))
+
+
+def test_llama_block_fusions(analyses):
+    ops = [c.ops for c in analyses["llama_block.py"]["fx"].clusters]
+    rms = ("pow", "mean", "add", "rsqrt", "mul", "mul")
+    assert ops[0] == rms  # the first RMSNorm reads the block input
+    assert ops.count(("mul", "mul", "add")) == 2  # rotary on q and on k
+    assert ("mul", "masked_fill", "softmax") in ops
+    assert ("add", *rms) in ops  # residual add → RMSNorm, multi-output
+    assert ("silu", "mul") in ops
+    multi = [c for c in analyses["llama_block.py"]["fx"].clusters
+             if c.category == "multi-output"]
+    assert [c.ops for c in multi] == [("add", *rms)]
+
+
+def test_resnet_block_fusions(analyses):
+    a = analyses["resnet_block.py"]["fx"]
+    assert [c.ops for c in a.clusters] == [("batch_norm", "relu"),
+                                          ("batch_norm", "add", "relu")]
+    assert all(c.category == "elementwise-chain" for c in a.clusters)
+
+
+def test_mixer_block_fusions(analyses):
+    a = analyses["mixer_block.py"]["fx"]
+    assert [(c.ops, c.category) for c in a.clusters] == [
+        (("add", "layer_norm"), "multi-output")]

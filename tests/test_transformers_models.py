@@ -1,0 +1,89 @@
+"""Hugging Face transformers models (small configs, random weights) that FX symbolic
+tracing cannot follow, analyzed end to end through the export frontend. Skipped when
+transformers is not installed."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from fusion_core.errors import CaptureError
+from fusion_core.ir.graph import OpKind
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze
+
+T = pytest.importorskip("transformers")
+
+SMALL = dict(vocab_size=128, max_position_embeddings=64)
+MODELS = {
+    "gpt2": lambda: T.GPT2Model(T.GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64, use_cache=False,
+        bos_token_id=0, eos_token_id=0)),
+    "llama": lambda: T.LlamaModel(T.LlamaConfig(
+        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, use_cache=False, **SMALL)),
+    "bert": lambda: T.BertModel(T.BertConfig(
+        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        **SMALL)),
+}
+# The reduction every model normalizes with, and how many clusters hold one.
+NORMS = {"gpt2": ("layer_norm", 5), "llama": ("mean", 5), "bert": ("layer_norm", 5)}
+TOKENS = InputSpec((2, 16), torch.int64)
+
+
+@pytest.fixture(scope="module")
+def analyses():
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, build in MODELS.items():
+            torch.manual_seed(0)
+            out[name] = analyze(build(), TOKENS)
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_fx_cannot_trace_it(name):
+    torch.manual_seed(0)
+    with pytest.raises(CaptureError, match="cannot trace"):
+        analyze(MODELS[name](), TOKENS, capture="fx")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_analyzed_through_export_end_to_end(analyses, name):
+    a = analyses[name]
+    assert a.graph.frontend == "export"
+    op, count = NORMS[name]
+    norms = [c for c in a.clusters if op in c.ops]
+    assert len(norms) == count  # every normalization fused with its neighbours
+    assert all(c.traffic.fused_bytes < c.traffic.unfused_bytes for c in norms)
+    # Parameters are constants, not inputs; the one input is the token ids.
+    assert [n.meta.dtype for n in a.graph.inputs] == [torch.int64]
+    assert any(n.kind is OpKind.CONSTANT for n in a.graph.nodes)
+    # Source lines come from stack traces: every cluster points into the model code.
+    assert all(c.lines is not None and "transformers" in c.lines.file for c in a.clusters)
+
+
+def test_gpt2_gelu_and_residual_layer_norms(analyses):
+    a = analyses["gpt2"]
+    gelu = [c for c in a.clusters if "tanh" in c.ops]  # GPT-2's tanh GELU, written out
+    assert len(gelu) == 2 and all(c.category == "elementwise-dag" for c in gelu)
+    assert sum(c.category == "multi-output" for c in a.clusters) >= 3
+
+
+def test_llama_rms_norm_and_gated_mlp(analyses):
+    ops = [c.ops for c in analyses["llama"].clusters]
+    assert ops.count(("silu", "mul")) == 2
+    assert sum(o.count("rsqrt") == 1 and o.count("mean") == 1 for o in ops) == 5
+
+
+def test_the_exported_graph_runs(analyses):
+    a = analyses["bert"]
+    ids = torch.randint(0, 128, TOKENS.shape)
+    ref = a.module(ids).last_hidden_state
+    out = a.graph_module(ids)
+    got = out["last_hidden_state"] if isinstance(out, dict) else getattr(
+        out, "last_hidden_state", out[0])
+    torch.testing.assert_close(got, ref)
