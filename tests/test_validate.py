@@ -198,3 +198,66 @@ def test_measure_is_none_without_cuda(example):
     import fusion_core
 
     assert fusion_core.measure(example) is None
+
+
+def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tmp_path):
+    """The CUDA-only steps (timings, regime, bandwidth, model speedup, the Measured section)
+    driven on CPU: do_bench replaced by one wall-clock call, the device by a fixed one."""
+    import time
+    from io import StringIO
+
+    from rich.console import Console
+
+    from fusion_core.validate import bench, run
+
+    def stub_time_us(fn, samples=3):
+        out = []
+        for _ in range(samples):
+            t = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t) * 1e6 + 20.0)  # keep it above launch-bound
+        return tuple(out)
+
+    monkeypatch.setattr(bench, "time_us", stub_time_us)
+    monkeypatch.setattr(torch, "compile", lambda fn: fn)  # Inductor's compile is tested elsewhere
+    monkeypatch.setattr(bench, "device_info", lambda peak=None: bench.Device(
+        "Stub GPU", (9, 0), 60 * 2**20, peak or 4000.0, "--peak-gbps" if peak else "detected"))
+    prep = run._prepare(example, False, 0, 64)
+    report = run._validate(example, prep, only_cluster0(kernels, "cluster0"), tmp_path, "cuda",
+                           None, True)
+    r0 = report.result(0)
+    assert report.mode == "cuda" and report.device == "Stub GPU"
+    assert len(r0.timing.kernel_us) == 3 and len(r0.timing.eager_us) == 3
+    assert r0.timing.inductor_us and r0.timing.model_patched_us
+    assert r0.regime == "l2-resident"  # 512 KB at the reduced shape fits the stub's L2
+    assert r0.gbps == pytest.approx(r0.fused_bytes / (r0.timing.kernel * 1e-6) / 1e9)
+    assert r0.cluster_speedup == pytest.approx(r0.timing.eager / r0.timing.kernel)
+    assert r0.model_speedup is not None and report.model_timing.speedup is not None
+    assert {g.gate for g in r0.gates} == {"cluster numerics", "model numerics", "benchmark",
+                                          "bandwidth"}
+    assert not report.result(1).usable and report.result(1).timing is None
+    buf = StringIO()
+    print_validation(report, Console(file=buf, width=300), inductor=True)
+    text = buf.getvalue()
+    assert "Measured" in text and "fused cluster speedup" in text and "inductor" in text
+    assert "of 4000 GB/s detected peak memory bandwidth" in text
+    jsonschema.validate(json.loads(json.dumps(
+        to_document(example, {"validation": report_dict(report)}))), schema())
+
+
+def test_regime_and_gates():
+    from fusion_core.validate import bench
+
+    assert bench.regime(5.0, 10**9, 60 * 2**20) == "launch-bound"
+    assert bench.regime(50.0, 2**20, 60 * 2**20) == "l2-resident"
+    assert bench.regime(50.0, 2**30, 60 * 2**20) == "dram-bound"
+    assert not bench.benchmark_gate(0.5, "dram-bound").passed
+    assert bench.benchmark_gate(0.5, "launch-bound").passed  # no speedup claimed there
+    assert not bench.bandwidth_gate(6000.0, 4000.0, "dram-bound").passed
+    assert bench.bandwidth_gate(6000.0, 4000.0, "l2-resident").passed
+
+    class Props:
+        memory_clock_rate = 2_619_000  # kHz
+        memory_bus_width = 6144  # bits
+
+    assert bench.detected_peak_gbps(Props()) == pytest.approx(2 * 2.619e9 * 768 / 1e9)

@@ -153,7 +153,7 @@ def _timings(prep: _Prepared, c: Cluster, kernel: LoadedKernel, sub: Subgraph,
     patched_us: tuple[float, ...] = ()
     model_speedup = None
     with contextlib.suppress(Exception):
-        one = patch(prep.gm, {c.index: (c, kernel.launcher)})
+        one = patch(prep.gm, {c.index: (prep.clusters[c.index], kernel.launcher)})
         patched_us = bench.time_us(lambda: one(*prep.inputs))
         if model_eager_us:
             model_speedup = model_eager_us / Timing.median(patched_us)
@@ -226,27 +226,26 @@ def _measure(analysis: Analysis, prep: _Prepared, usable: dict[int, LoadedKernel
                                        bench.time_us(lambda: all_patched(*prep.inputs)))
     results = []
     for c in analysis.clusters:
+        tc = prep.clusters[c.index]  # the cluster as timed (same as `c` on a GPU)
+        shape, fused = result_shape(prep.analysis, tc.index), tc.traffic.fused_bytes
         if c.index not in usable:
-            results.append(ValidationResult(c.index, "cuda", result_shape(analysis, c.index),
-                                            tuple(gates[c.index]),
-                                            fused_bytes=c.traffic.fused_bytes))
+            results.append(ValidationResult(c.index, "cuda", shape, tuple(gates[c.index]),
+                                            fused_bytes=fused))
             continue
         try:
             timing, model_speedup = _timings(prep, c, usable[c.index], subs[c.index], inductor,
                                              Timing.median(eager_model_us))
         except Exception as e:  # noqa: BLE001
             gates[c.index].append(GateResult("benchmark", False, _one_line(e)))
-            results.append(ValidationResult(c.index, "cuda", result_shape(analysis, c.index),
-                                            tuple(gates[c.index]),
-                                            fused_bytes=c.traffic.fused_bytes))
+            results.append(ValidationResult(c.index, "cuda", shape, tuple(gates[c.index]),
+                                            fused_bytes=fused))
             continue
-        tag = bench.regime(timing.kernel, c.traffic.fused_bytes, dev.l2_bytes)
-        achieved = bench.gbps(c.traffic.fused_bytes, timing.kernel)
+        tag = bench.regime(timing.kernel, fused, dev.l2_bytes)
+        achieved = bench.gbps(fused, timing.kernel)
         speedup = timing.eager / timing.kernel if timing.kernel else None
         gates[c.index] += [bench.benchmark_gate(speedup, tag),
                            bench.bandwidth_gate(achieved, dev.peak_gbps, tag)]
-        results.append(ValidationResult(
-            c.index, "cuda", result_shape(analysis, c.index), tuple(gates[c.index]), timing,
-            tag, c.traffic.fused_bytes, achieved, dev.peak_gbps, model_speedup))
+        results.append(ValidationResult(c.index, "cuda", shape, tuple(gates[c.index]), timing,
+                                        tag, fused, achieved, dev.peak_gbps, model_speedup))
     return ValidationReport(tuple(results), model, "cuda", dev.name, model_timing,
                             dev.peak_gbps, dev.peak_source)
