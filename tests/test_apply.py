@@ -267,3 +267,17 @@ def test_a_file_name_that_is_no_identifier_gets_an_importable_package(tmp_path):
     assert result.package.name == "my_model_fused"
     assert "from my_model_fused import cluster0" in path.read_text()
     assert result.backup.read_text() == ONE_CLUSTER
+
+
+def test_fused_ops_refuse_other_dtypes_and_backward(tmp_path):
+    path = tmp_path / "tiny.py"
+    path.write_text(ONE_CLUSTER)
+    analysis, plan = _plan(path, (4, 8))
+    apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    model = load(path, "Tiny")
+    with pytest.raises(TypeError, match="generated for inputs of dtype"):
+        model.double()(torch.randn(4, 8, dtype=torch.float64))
+    x = torch.randn(4, 8, requires_grad=True)
+    out = load(path, "Tiny")(x)
+    with pytest.raises(RuntimeError, match="inference only"):
+        out.sum().backward()

@@ -288,3 +288,42 @@ def test_the_export_frontend_maps_like_fx(example, spec):
         return [(m.quality, m.start, m.end, m.replacement, m.reason) for m in maps]
 
     assert key(export_maps) == key(fx_maps)
+
+
+@pytest.mark.parametrize("scales, exact", [((2.0, 2.0), True), ((2.0, 3.0), False)])
+def test_lines_shared_by_two_modules_need_the_same_constants(tmp_path, scales, exact):
+    _, _, maps = mapped(tmp_path, f"""
+        class Act(nn.Module):
+            def __init__(self, s):
+                super().__init__()
+                self.s = s
+
+            def forward(self, x):
+                y = x * self.s
+                return torch.relu(y)
+
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = Act({scales[0]}), Act({scales[1]})
+                self.proj = nn.Linear(8, 8)
+
+            def forward(self, x):
+                return self.b(self.proj(self.a(x)))
+        """, 4, 8)
+    a, b = maps
+    assert a.shared_with == (b.cluster_index,)
+    if exact:
+        assert a.quality == b.quality == EXACT, a.reason
+        assert a.baked == ("self.s = 2.0",)
+        assert a.replacement.strip() == "return cluster0(x)"
+    else:
+        assert a.quality == b.quality == POINTER
+        assert "other constants" in a.reason
+
+
+def test_values_read_from_attributes_are_reported_as_built_in():
+    analysis = analyze_file(EXAMPLES / "microgpt.py", [InputSpec((1, 8), torch.int64)])
+    (baked,) = {m.baked for m in map_clusters(analysis) if m.exact}
+    assert baked == (f"self.scale = {32 ** -0.5!r}",)

@@ -126,7 +126,7 @@ def _fused_op(analysis: Analysis, index: int, kernel: Kernel, call: str
     if rule is None:
         return "its result's shape does not follow from its inputs' broadcast shape", None
     return None, FusedOp(call, kernel.name, kernel.source, len(c.inputs), metas[-1].dtype,
-                         rule)
+                         tuple(m.dtype for m in metas[:-1]), rule)
 
 
 # -- writing -------------------------------------------------------------------------------

@@ -87,6 +87,10 @@ def print_diffs(mappings: Sequence[SourceMapping], console: Console) -> None:
         console.print(Text(header(m), style="bold"))
         for line in diff_lines(m):
             console.print(styled(line), soft_wrap=True)
+        if m.baked:
+            console.print(Text("note: built into the kernel (values at analysis; re-run "
+                               f"fusion-advisor if they change): {', '.join(m.baked)}",
+                               style="dim"), soft_wrap=True)
     if pointers:
         console.print()
     for m in pointers:

@@ -34,6 +34,7 @@ class FusedOp:
     kernel_source: str
     n_inputs: int
     dtype: torch.dtype  # the result's dtype
+    input_dtypes: tuple[torch.dtype, ...]  # what the kernel was generated for
     shape_rule: str  # key of SHAPE_RULES
 
 
@@ -60,9 +61,10 @@ def init_source(model_file: str, ops: Sequence[FusedOp]) -> str:
     for o in ops:
         params = ", ".join(f"in{i}" for i in range(o.n_inputs))
         schema = ", ".join(f"Tensor in{i}" for i in range(o.n_inputs))
+        dtypes = ", ".join(str(d) for d in o.input_dtypes)
         defs.append(
             f"{o.call} = _op(\n"
-            f"    {o.call!r}, \"({schema}) -> Tensor\",\n"
+            f"    {o.call!r}, \"({schema}) -> Tensor\", ({dtypes},),\n"
             f"    lambda {params}: _{o.kernel_name}.{o.kernel_name}({params}),\n"
             f"    lambda {params}: _fake(({params},), {SHAPE_RULES[o.shape_rule]}, "
             f"{str(o.dtype)}),\n)")
@@ -99,11 +101,22 @@ def init_source(model_file: str, ops: Sequence[FusedOp]) -> str:
         '                       "or restore the original lines (see the .bak file) to train")',
         "",
         "",
-        "def _op(name, schema, launch, fake):",
+        "def _checked(name, dtypes, fn):",
+        "    def run(*tensors):",
+        "        got = tuple(t.dtype for t in tensors)",
+        "        if got != dtypes:",
+        '            raise TypeError(f"{name} was generated for inputs of dtype "',
+        '                            f"{[str(d) for d in dtypes]}, got {[str(d) for d in got]}: "',
+        '                            "re-run fusion-advisor with that --dtype")',
+        "        return fn(*tensors)",
+        "    return run",
+        "",
+        "",
+        "def _op(name, schema, dtypes, launch, fake):",
         "    _LIB.define(name + schema)",
-        '    _LIB.impl(name, launch, "CompositeExplicitAutograd")',
+        '    _LIB.impl(name, _checked(name, dtypes, launch), "CompositeExplicitAutograd")',
         '    qualified = f"{_NAMESPACE}::{name}"',
-        "    torch.library.register_fake(qualified, fake, lib=_LIB)",
+        "    torch.library.register_fake(qualified, _checked(name, dtypes, fake), lib=_LIB)",
         "    torch.library.register_autograd(qualified, _no_backward, lib=_LIB)",
         "    return getattr(getattr(torch.ops, _NAMESPACE), name)",
         "",

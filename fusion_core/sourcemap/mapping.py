@@ -16,7 +16,7 @@ import ast
 from dataclasses import dataclass
 
 from ..analysis.types import Cluster
-from ..ir.graph import Node, OpKind
+from ..ir.graph import Node, OpKind, Ref
 from ..pipeline import Analysis
 from .pysource import (
     Scope,
@@ -48,6 +48,8 @@ class SourceMapping:
     shared_with: tuple[int, ...] = ()  # clusters the same lines form in other calls
     digest: str | None = None  # sha256 of the file content this mapping was made from
     original: str | None = None  # the text of lines start..end (exact only)
+    # Source expressions the kernel holds as constants, with their value at analysis time.
+    baked: tuple[str, ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -218,8 +220,9 @@ def _self_name(scope: Scope) -> str:
     return params[0].arg if scope.class_name and params else "self"
 
 
-def _unify(analysis: Analysis, c: Cluster, span: _Span) -> tuple[str, ...]:
-    """Source expressions of the cluster's inputs, in `c.inputs` order."""
+def _unify(analysis: Analysis, c: Cluster, span: _Span
+           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Source expressions of the cluster's inputs (in `c.inputs` order), and baked constants."""
     if len(c.outputs) != 1:
         raise _Pointer(f"the cluster writes {_count(len(c.outputs))} values "
                        f"({', '.join(c.outputs)}); one call can assign only one")
@@ -244,7 +247,8 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span) -> tuple[str, ...]:
     if absent:
         raise _Pointer(f"input `{absent[0]}` has no expression in the source at line "
                        f"{span.start}")
-    return tuple(texts[n] for n in c.inputs)
+    baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
+    return tuple(texts[n] for n in c.inputs), baked
 
 
 def _read_later(span: _Span, names: set[str]) -> tuple[str, int] | None:
@@ -298,6 +302,13 @@ def _shapes(analysis: Analysis, c: Cluster) -> tuple:
                  if analysis.graph[n].meta else None for n in (*c.inputs, *c.outputs))
 
 
+def _constants(analysis: Analysis, c: Cluster) -> tuple:
+    """What the kernel bakes in, node by node: params and non-tensor operands."""
+    nodes = [analysis.graph[n] for n in c.nodes]
+    return tuple((n.op, n.params, tuple(repr(x) for x in n.inputs if not isinstance(x, Ref)))
+                 for n in nodes)
+
+
 def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[SourceMapping]:
     rep = group[0]
     base = dict(file=span.src.path, start=span.start, end=span.end,
@@ -305,7 +316,8 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
     others = {c.index: tuple(o.index for o in group if o is not c) for c in group}
     try:
         _check_alone(analysis, span, group)
-        args = [_unify(analysis, c, span) for c in group]
+        found = [_unify(analysis, c, span) for c in group]
+        args = [a for a, _ in found]
         for c, a in zip(group[1:], args[1:], strict=True):
             if a != args[0] or c.ops != rep.ops:
                 raise _Pointer(f"the same lines also run as cluster {c.index}, which reads "
@@ -313,6 +325,9 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
             if _shapes(analysis, c) != _shapes(analysis, rep):
                 raise _Pointer(f"the same lines also run as cluster {c.index} with other "
                                "shapes; one kernel cannot serve both")
+            if _constants(analysis, c) != _constants(analysis, rep):
+                raise _Pointer(f"the same lines also run as cluster {c.index} with other "
+                               "constants (module settings); one kernel cannot serve both")
         _check_dead(span)
     except _Pointer as p:
         return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
@@ -321,7 +336,8 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
     text = _replacement(span, call)
     original = "".join(span.src.lines[span.start - 1:span.end])
     return [SourceMapping(c.index, EXACT, replacement=text, call=f"cluster{rep.index}",
-                          args=args[0], shared_with=others[c.index], original=original, **base)
+                          args=args[0], shared_with=others[c.index], original=original,
+                          baked=found[0][1], **base)
             for c in group]
 
 

@@ -32,7 +32,7 @@ def mapping_dict(m: SourceMapping) -> dict[str, Any]:
     return {"cluster": m.cluster_index, "map": m.quality, "lines": lines,
             "function": m.function, "reason": m.reason,
             "replacement": m.replacement.strip() if m.replacement else None,
-            "shared_with": list(m.shared_with)}
+            "shared_with": list(m.shared_with), "baked": list(m.baked)}
 
 
 def source_map_extra(mappings: Sequence[SourceMapping]) -> dict[str, Any]:

@@ -78,6 +78,8 @@ class Mismatch(Exception):
 class Match:
     inputs: tuple[tuple[str, str], ...]  # (FX node name, source expression)
     matched: frozenset[str]  # cluster nodes found in the statements
+    # Source expressions (not literals) whose trace-time value the kernel holds as a constant.
+    baked: tuple[tuple[str, Any], ...] = ()
 
     def text(self, node: str) -> str | None:
         return dict(self.inputs).get(node)
@@ -120,6 +122,7 @@ class Unifier:
         self.inputs: dict[str, str] = {}
         self.matched: set[str] = set()
         self.seen: set[str] = set()  # every node some expression stands for
+        self.baked: dict[str, Any] = {}
         self.queue: list[int] = []
 
     def run(self, output: str) -> Match:
@@ -134,7 +137,8 @@ class Unifier:
             if v is None:
                 raise Mismatch(f"line {st.start} (`{self.src.segment(st.node)}`) computes "
                                "nothing the cluster uses")
-        return Match(tuple(self.inputs.items()), frozenset(self.matched))
+        return Match(tuple(self.inputs.items()), frozenset(self.matched),
+                     tuple(self.baked.items()))
 
     # -- expressions -------------------------------------------------------------------
 
@@ -192,6 +196,8 @@ class Unifier:
                                f"{expr.lineno} with the graph's arguments")
             for e, v in zip(expr.elts, value, strict=True):
                 self.match_value(e, v, k)
+        elif not is_literal(expr):
+            self.baked.setdefault(self.src.segment(expr), value)
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
@@ -261,6 +267,25 @@ class Unifier:
     def callee_mismatch(self, expr: ast.Call, node: fx.Node) -> Mismatch:
         return Mismatch(f"`{self.src.segment(expr.func)}(...)` at line {expr.lineno} is not "
                         f"the graph's `{node.name}`")
+
+
+_LITERAL_NODES = (ast.Constant, ast.UnaryOp, ast.BinOp, ast.Tuple, ast.List, ast.Load,
+                  ast.unaryop, ast.operator)
+_LITERAL_CALLS = {"float", "int", "bool"}  # float("-inf")
+
+
+def is_literal(expr: ast.expr) -> bool:
+    """A value written out in the source (`2.0`, `-1`, `float("-inf")`), not read from a name."""
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call):
+            if not (isinstance(n.func, ast.Name) and n.func.id in _LITERAL_CALLS):
+                return False
+        elif isinstance(n, ast.Name):
+            if n.id not in _LITERAL_CALLS:
+                return False
+        elif not isinstance(n, _LITERAL_NODES):
+            return False
+    return True
 
 
 def module_path(node: fx.Node) -> str | None:
