@@ -21,8 +21,8 @@ TOLERANCE = {torch.float32: (2e-5, 1e-5), torch.float16: (2e-2, 1e-2),
              torch.bfloat16: (6e-2, 3e-2), torch.float64: (1e-6, 1e-6)}
 
 
-class Lambda(nn.Module):
-    """A module whose forward is a function of its inputs (and its params)."""
+class _Lambda(nn.Module):
+    """A module whose forward is a function of (module, *inputs); params become attributes."""
 
     def __init__(self, fn, **params: torch.Tensor) -> None:
         super().__init__()
@@ -33,8 +33,27 @@ class Lambda(nn.Module):
             else:
                 self.register_buffer(name, value)
 
-    def forward(self, *xs):
-        return self.fn(self, *xs)
+
+# Fixed arities trace with FX (fast); *args forwards need torch.export.
+class _Lambda1(_Lambda):
+    def forward(self, a):
+        return self.fn(self, a)
+
+
+class _Lambda2(_Lambda):
+    def forward(self, a, b):
+        return self.fn(self, a, b)
+
+
+class _Lambda3(_Lambda):
+    def forward(self, a, b, c):
+        return self.fn(self, a, b, c)
+
+
+def Lambda(fn, arity: int | None = None, **params: torch.Tensor) -> nn.Module:  # noqa: N802
+    if arity is None:
+        arity = fn.__code__.co_argcount - 1
+    return {1: _Lambda1, 2: _Lambda2, 3: _Lambda3}[arity](fn, **params)
 
 
 @dataclass
@@ -169,7 +188,7 @@ for path, name, sig, consts in json.loads(sys.stdin.read()):
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts)
     if full:
         asm = triton.compile(src, target=target).asm
-        print(name, bool(asm.get("cubin")))
+        print(path, bool(asm.get("cubin")))
         continue
     # Front end only (Python AST -> verified Triton IR): where type and scoping errors show.
     backend = make_backend(target)
@@ -179,7 +198,7 @@ for path, name, sig, consts in json.loads(sys.stdin.read()):
     backend.load_dialects(context)
     module = src.make_ir(target, options, backend.get_codegen_implementation(options),
                          backend.get_module_map(), context)
-    print(name, module.verify())
+    print(path, module.verify())
 """
 
 

@@ -13,7 +13,7 @@ from codegen_harness import Lambda, check_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-settings.register_profile("codegen-default", max_examples=15, deadline=None,
+settings.register_profile("codegen-default", max_examples=12, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                  HealthCheck.too_slow])
 settings.register_profile("codegen-fuzz", max_examples=400, deadline=None,
@@ -72,5 +72,5 @@ def test_random_pointwise_programs_match_eager(tmp_path_factory, program, seed):
     shapes, steps = program
     torch.manual_seed(seed)
     inputs = tuple(torch.randn(s) for s in shapes)
-    model = Lambda(lambda m, *xs: run_program(steps, *xs))
+    model = Lambda(lambda m, *xs: run_program(steps, *xs), arity=len(inputs))
     check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed)

@@ -34,7 +34,7 @@ def eager_cluster(analysis: Analysis, cluster: Cluster) -> Callable[..., tuple[t
     graph = fx.Graph()
     env: dict[str, fx.Node] = {name: graph.placeholder(name) for name in cluster.inputs}
     for name in cluster.nodes:
-        env[name] = graph.node_copy(fx_nodes[name], lambda n: env[n.name])
+        env[name] = graph.node_copy(fx_nodes[name], lambda n: env.get(n.name) or _static(n))
     graph.output(tuple(env[name] for name in cluster.outputs))
     module = fx.GraphModule(gm, graph, class_name=f"EagerCluster{cluster.index}")
 
@@ -43,6 +43,15 @@ def eager_cluster(analysis: Analysis, cluster: Cluster) -> Callable[..., tuple[t
             return tuple(module(*inputs))
 
     return run
+
+
+def _static(n: fx.Node) -> Any:
+    """A Python value the cluster reads from outside (`x.shape[-1]`), fixed at trace time."""
+    val = n.meta.get("val")
+    if isinstance(val, torch.Tensor) or val is None:
+        raise ValueError(f"cluster reads `{n.name}`, which is neither a cluster input nor a "
+                         "trace-time constant")
+    return val
 
 
 class _Recorder(fx.Interpreter):
