@@ -1,0 +1,79 @@
+"""Tiny models and project files for the pytester runs of the fusion plugin.
+
+Every variant keeps the chain `mul → relu → add` on lines 10-12 of model.py, so
+a baseline made from one variant is compared with another at the same lines.
+"""
+
+import json
+import textwrap
+from pathlib import Path
+
+HEAD = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.b = nn.Parameter(torch.zeros({bias}))
+    def forward(self, x):
+"""
+
+BODIES = {
+    "base": "y = x * 2.0\ny = F.relu(y)\nreturn y + self.b",
+    "inplace": "y = x * 2.0\ny = F.relu(y, inplace=True)\nreturn y + self.b",
+    "split": "y = x * 2.0\ny = F.relu(y)\nreturn torch.tanh(self.lin(y) + self.b)",
+    "dag": "y = x * 2.0\nr = F.relu(y)\nreturn r + y",
+    "newrej": "y = x * 2.0\ny = F.relu(y)\ny = y + self.b\na = torch.sigmoid(self.lin(y))\n"
+              "return (a * 3.0).sum(0)",
+    "grown": "y = x * 2.0\ny = F.relu(y)\nreturn torch.sigmoid(y + self.b)",
+}
+
+MARKED_TEST = """\
+import pytest
+import {module}
+
+@pytest.mark.fusion_check({module}.Net, (4, 8){kwargs})
+def {name}():
+    pass
+"""
+
+# A measurement provider for CPU tests: kernel timings come from timings.json.
+MEASURE_CONFTEST = """\
+import json
+import pathlib
+
+def pytest_fusion_measure(analysis, config):
+    path = pathlib.Path(config.rootpath, "timings.json")
+    if not path.exists():
+        return None
+    t = json.loads(path.read_text())
+    return {"device": t["device"],
+            "clusters": [{"index": c.index, "kernel_us": t["kernel_us"],
+                          "eager_us": [100.0] * len(t["kernel_us"]), "gbps": 1000.0,
+                          "regime": "dram-bound"} for c in analysis.clusters]}
+"""
+
+H200 = {"name": "NVIDIA H200", "capability": [9, 0]}
+
+
+def model_source(variant: str, bias: str = "8") -> str:
+    return HEAD.format(bias=bias) + textwrap.indent(BODIES[variant], " " * 8) + "\n"
+
+
+def marked_test(name: str = "test_net", module: str = "model", **kwargs) -> str:
+    extra = "".join(f", {k}={v!r}" for k, v in kwargs.items())
+    return MARKED_TEST.format(module=module, name=name, kwargs=extra)
+
+
+def write_timings(root: Path, kernel_us: list[float], device: dict = H200) -> None:
+    (root / "timings.json").write_text(json.dumps({"device": device, "kernel_us": kernel_us}))
+
+
+def baselines(root: Path) -> dict[str, Path]:
+    """Baseline files by the test id recorded inside them."""
+    import yaml
+
+    return {yaml.safe_load(p.read_text())["test"]: p
+            for p in sorted((root / "fusion_baselines").glob("*.yaml"))}
