@@ -20,6 +20,7 @@ from fusion_core.codegen import generate
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.load import import_model_file, instantiate, pick_class
 from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import apply as apply_module
 from fusion_core.sourcemap import map_clusters
 from fusion_core.sourcemap import steps as sm_steps
 from fusion_core.sourcemap.apply import ApplyError, apply, forget_package, plan_apply, rewrite
@@ -281,3 +282,21 @@ def test_fused_ops_refuse_other_dtypes_and_backward(tmp_path):
     out = load(path, "Tiny")(x)
     with pytest.raises(RuntimeError, match="inference only"):
         out.sum().backward()
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    path = tmp_path / "tiny.py"
+    path.write_text(ONE_CLUSTER)
+    analysis, plan = _plan(path, (4, 8))
+    real = apply_module.write_atomic
+
+    def refuse_model_file(target, text):
+        if Path(target) == path:
+            raise PermissionError(13, "Permission denied", str(target))
+        real(target, text)
+
+    monkeypatch.setattr(apply_module, "write_atomic", refuse_model_file)
+    with pytest.raises(ApplyError, match="cannot write next to .*Permission denied"):
+        apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert path.read_text() == ONE_CLUSTER
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["tiny.py"]

@@ -223,6 +223,29 @@ def verify(analysis: Analysis, path: Path) -> float | None:
     return err
 
 
+def _write(plan: ApplyPlan, text: str, new_text: str, package: Path) -> Path:
+    """Backup, package, then the model file; on any failure nothing of ours is left."""
+    backup = _backup_path(plan.path)
+    created = False
+    try:
+        write_atomic(backup, text)
+        package.mkdir()
+        created = True
+        for name, body in package_files(plan.path.name, plan.ops).items():
+            write_atomic(package / name, body)
+        _read_checked(plan)  # right before the model file is replaced
+        write_atomic(plan.path, new_text)
+    except BaseException as e:
+        if created:
+            shutil.rmtree(package, ignore_errors=True)
+        backup.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise ApplyError(f"cannot write next to {short_path(str(plan.path))}: {e} "
+                             "(check the folder's permissions)") from e
+        raise
+    return backup
+
+
 def _restore(path: Path, original: str, backup: Path, package: Path) -> None:
     write_atomic(path, original)
     shutil.rmtree(package, ignore_errors=True)
@@ -263,26 +286,20 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
                          "--apply")
     newline = "\r\n" if text.split("\n", 1)[0].endswith("\r") else "\n"
     new_text, new_lines = rewrite(text, plan, newline)
-    backup = _backup_path(plan.path)
-    write_atomic(backup, text)
-    try:
-        package.mkdir()
-        for name, body in package_files(plan.path.name, plan.ops).items():
-            write_atomic(package / name, body)
-        _read_checked(plan)  # right before the model file is replaced
-    except BaseException:
-        shutil.rmtree(package, ignore_errors=True)
-        backup.unlink(missing_ok=True)
-        raise
-    write_atomic(plan.path, new_text)
+    backup = _write(plan, text, new_text, package)
     try:
         err = verify(analysis, plan.path)
     except Exception as e:  # noqa: BLE001 - any failure of the rewritten model rolls back
-        _restore(plan.path, text, backup, package)
         why = str(e) if isinstance(e, ApplyError) else f"{type(e).__name__}: {e}"
+        why = why.splitlines()[0] if why else type(e).__name__
+        try:
+            _restore(plan.path, text, backup, package)
+        except OSError as r:
+            raise ApplyError(f"the rewritten {where} failed its check against the original "
+                             f"({why}) and restoring it failed ({r}): the original is in "
+                             f"{short_path(str(backup))}") from e
         raise ApplyError(f"the rewritten {where} failed its check against the original "
-                         f"({why.splitlines()[0] if why else type(e).__name__}); restored "
-                         "the original, nothing applied") from e
+                         f"({why}); restored the original, nothing applied") from e
     result = ApplyResult(plan.path, backup, package, plan.clusters,
                          tuple(sorted(new_lines.items())), err)
     err_text = f"max abs err {err:.2e}" if err is not None else "no error measured"

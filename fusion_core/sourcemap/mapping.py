@@ -112,7 +112,7 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> _Span
         raise _Pointer(f"spans {_count(len(paths))} files ({', '.join(paths)})")
     where = dict(file=paths[0], start=min(lines), end=max(lines))
     try:
-        src = files.setdefault(paths[0], SourceFile.read(paths[0]))
+        src = files.get(paths[0]) or files.setdefault(paths[0], SourceFile.read(paths[0]))
         src.tree  # noqa: B018 - parse now so a syntax error degrades this mapping only
     except (OSError, SyntaxError, UnicodeDecodeError) as e:
         raise _Pointer(f"cannot read {paths[0]}: {e}", **where) from e
