@@ -1,6 +1,7 @@
 """Multi-output groups and reduction regions: when one kernel may write several values.
 
-Reads a ``FusionGraph`` and a candidate group. Two decisions live here:
+Reads a ``FusionGraph`` and a candidate group; returns a ``StoreVerdict`` or the
+group's regions (node-name sets). Two decisions live here:
 
 * ``store_verdict``: a group whose values escape (a residual ``add`` feeding both a
   LayerNorm inside and the next residual outside) may still be one kernel that stores
@@ -24,7 +25,7 @@ from ..ir.graph import FusionGraph, OpKind
 from .legality import check_convexity
 from .traffic import estimate_traffic
 
-MIN_OPS = 2  # a piece with one compute op runs unfused
+MIN_OPS = 2  # a piece with one compute op runs unfused (as in detect)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def reduction_regions(g: FusionGraph, component: Collection[str]) -> list[set[st
     """One region per reduction (prologue, reduction, epilogue); others stay whole."""
     order = sorted(component, key=g.position)
     members = set(order)
-    reds = [n for n in order if g[n].kind is OpKind.REDUCTION]
+    reds = {n for n in order if g[n].kind is OpKind.REDUCTION}
     if len(reds) <= 1:
         return [members]
     # The first reduction each node feeds (prologue) and the last one feeding it (epilogue).
