@@ -52,10 +52,17 @@ def test_kernels_compile_for_sm90(tmp_path):
     per_row = Lambda(lambda m, x, c, b: (x * c).sum(-1) + b)
     jobs += _jobs(per_row, (torch.randn(3, W), torch.randn(3, 1), torch.randn(3)), tmp_path,
                   "row", tuning=LOOP)
+    ints = (torch.randint(0, 3, (3, W)), torch.randint(0, 3, (3, W)))
+    for i, fn in enumerate([lambda m, a, b: (a + 1) == b, lambda m, a, b: (a * b).sum(-1),
+                            lambda m, a, b: torch.amax(a - b, dim=-1),
+                            lambda m, a, b: (a.float() * 0.5).half() + 1]):
+        jobs += _jobs(Lambda(fn), ints, tmp_path, f"int{i}-")
+    casts = Lambda(lambda m, x: torch.logical_not(torch.sigmoid(x.to(torch.int32) * 2.5) > 0.5))
+    jobs += _jobs(casts, (torch.randn(3, W),), tmp_path, "cast")
     unique = {}
     for k, tmp, args in jobs:  # the same kernel body (other than its name) compiles once
         body = k.source[k.source.index("@triton.jit"):k.source.index("NAME = ")]
         unique.setdefault(body.replace(k.name, "clusterN"), (k, tmp, args))
     results = compile_for_gpu(list(unique.values()))
-    assert len(results) == len(unique) >= 18
+    assert len(results) == len(unique) >= 23
     assert all(results.values()), results

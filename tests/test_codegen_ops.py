@@ -96,12 +96,15 @@ CASES = {
                    case(lambda m, x: F.batch_norm(x + 1, m.mean, m.var), f32(),
                         mean=torch.randn(C), var=torch.rand(C) + 0.5)],
     "sum": [case(lambda m, x: (x * 2).sum(-1), f32()),
-            case(lambda m, x: (x * 2).sum(dim=-1, keepdim=True) + 1, f32())],
+            case(lambda m, x: (x * 2).sum(dim=-1, keepdim=True) + 1, f32()),
+            case(lambda m, a: (a + 1).sum(-1), ints())],
     "mean": [case(lambda m, x: (x * 2).mean(-1, keepdim=True), f32()),
              case(lambda m, x: torch.mean(x.abs(), dim=-1) * 3, f32())],
     "amax": [case(lambda m, x: torch.amax(x * 2, dim=-1), f32()),
-             case(lambda m, x: x - torch.amax(x * 2, dim=-1, keepdim=True), f32())],
-    "amin": [case(lambda m, x: torch.amin(x * 2, dim=-1, keepdim=True) * 3, f32())],
+             case(lambda m, x: x - torch.amax(x * 2, dim=-1, keepdim=True), f32()),
+             case(lambda m, a: torch.amax(a - 5, dim=-1), ints())],
+    "amin": [case(lambda m, x: torch.amin(x * 2, dim=-1, keepdim=True) * 3, f32()),
+             case(lambda m, a: torch.amin(a + 5, dim=-1), ints())],
 }
 
 PARAMS = [pytest.param(op, i, id=f"{op}-{i}") for op, cases in CASES.items()

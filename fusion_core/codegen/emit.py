@@ -104,13 +104,21 @@ def _zero(r: ReductionStep) -> str:
     return "0.0" if r.dtype.is_floating_point else "0"
 
 
+def _identity(r: ReductionStep) -> str:
+    """What tail lanes hold before the reduce: the rule's identity in the result dtype."""
+    if r.rule in ("amax", "amin") and not r.dtype.is_floating_point:
+        info = torch.iinfo(r.dtype)
+        return str(info.min if r.rule == "amax" else info.max)
+    return _IDENTITY.get(r.rule, _zero(r))
+
+
 def _affine(r: ReductionStep, y: str) -> str:
     return y + (f" * {r.weight}" if r.weight else "") + (f" + {r.bias}" if r.bias else "")
 
 
 def reduce_single(r: ReductionStep) -> list[str]:
     v, x, rule = r.temp, _source(r), r.rule
-    head = f"# {rule} over the last axis (tail lanes hold {_IDENTITY.get(rule, _zero(r))})"
+    head = f"# {rule} over the last axis (tail lanes hold {_identity(r)})"
     if rule in ("softmax", "log_softmax"):
         lines = [f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
                  f"{v}_max = tl.max({v}_in, axis=1){_ROW}"]
@@ -133,7 +141,7 @@ def reduce_single(r: ReductionStep) -> list[str]:
                 f"{v} = {_affine(r, f'{x} * {v}_rstd')}"]
     fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[rule]
     tail = " / n_cols" if rule == "mean" else ""
-    return [head, f"{v} = {fn}(tl.where(mask, {x}, {_IDENTITY.get(rule, _zero(r))}), "
+    return [head, f"{v} = {fn}(tl.where(mask, {x}, {_identity(r)}), "
                   f"axis=1){_ROW}{tail}"]
 
 
@@ -167,7 +175,7 @@ def reduce_passes(r: ReductionStep) -> list[tuple[list[str], list[str], list[str
                  [f"{v}_in = tl.where(mask, {x}, 0.0)",
                   f"{v}_acc = {v}_acc + tl.sum({v}_in * {v}_in, axis=1){_ROW}"],
                  [f"{v}_rstd = tl.math.rsqrt({v}_acc / n_cols + {r.eps!r})"])]
-    ident = _IDENTITY.get(rule, _zero(r))
+    ident = _identity(r)
     acc = f"{v}_acc" if rule == "mean" else v
     fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[rule]
     part = f"{fn}(tl.where(mask, {x}, {ident}), axis=1){_ROW}"
