@@ -19,8 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import FusionAdvisorError
 
-class LoweringError(Exception):
+
+class LoweringError(FusionAdvisorError):
     """A cluster the code generator cannot lower (the legality checks should have said so)."""
 
 
