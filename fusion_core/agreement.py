@@ -35,7 +35,8 @@ def print_agreement(a: Agreement, console: Console) -> None:
     console.print(f"{a.model}: {len(a.kernels)} Inductor pointwise/reduction kernel(s): "
                   f"{a.count('exact')} exact, {a.count('partial')} partial, "
                   f"{a.count('missed')} missed ({a.matched_fraction:.0%} matched); "
-                  f"{a.layout_kernels} layout-only kernel(s) not counted", highlight=False)
+                  f"not counted: {a.single_op_kernels} single-op and {a.layout_kernels} "
+                  "layout-only kernel(s)", highlight=False)
     for k in a.kernels:
         ours = ", ".join(f"#{i}" for i in k.clusters) or "-"
         lines = ",".join(f"L{x}" for x in k.lines) or "-"

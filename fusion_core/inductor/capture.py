@@ -105,6 +105,13 @@ class InductorKernel:
         return any(is_compute(op) for op in self.ops)
 
     @property
+    def n_user_ops(self) -> int:
+        """Distinct user-level ops computed (gelu's five aten nodes are one op on one line)."""
+        if not self.nodes:
+            return len(self.name_ops)
+        return len({(n.key, n.op) for n in self.compute_nodes})
+
+    @property
     def lines(self) -> tuple[int, ...]:
         return tuple(sorted({n.line for n in self.compute_nodes if n.line is not None}))
 

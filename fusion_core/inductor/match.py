@@ -54,6 +54,7 @@ class Agreement:
     kernels: tuple[KernelMatch, ...]  # Inductor's pointwise/reduction kernels
     clusters: tuple[ClusterVerdict, ...]
     layout_kernels: int  # kernels that only copy/gather (not counted)
+    single_op_kernels: int = 0  # one user op per kernel: nothing fused, so not counted
 
     def count(self, status: str) -> int:
         return sum(1 for k in self.kernels if k.status == status)
@@ -175,8 +176,15 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
         exact = any(_exact(i, per_cluster[c], covers[c], kkeys) for c in overlapping)
         status = "exact" if exact else "partial" if overlapping else "missed"
         results.append(KernelMatch(k.name, status, overlapping, k.ops, k.lines))
-    return Agreement(analysis.model_name, cap.method, tuple(results), verdicts,
-                     len(cap.kernels) - len(kernels))
+    return _agreement(analysis, cap, kernels, results, verdicts)
+
+
+def _agreement(analysis: Analysis, cap: InductorCapture, kernels: list[InductorKernel],
+               results, verdicts) -> Agreement:
+    """Count only kernels that fuse two or more user ops (a lone GELU is not a fusion)."""
+    fused = tuple(r for r, k in zip(results, kernels, strict=True) if k.n_user_ops >= 2)
+    return Agreement(analysis.model_name, cap.method, fused, tuple(verdicts),
+                     len(cap.kernels) - len(kernels), len(results) - len(fused))
 
 
 def _match_by_names(analysis: Analysis, cap: InductorCapture, kernels: list[InductorKernel],
@@ -197,11 +205,10 @@ def _match_by_names(analysis: Analysis, cap: InductorCapture, kernels: list[Indu
         verdicts.append(ClusterVerdict(
             c.index, "same group" if same is not None else "different grouping",
             (kernels[i].name,), "" if same is not None else f"by kernel names: {kernels[i].name}"))
-    results = tuple(KernelMatch(k.name, status.get(i, ("missed",))[0],
-                                status[i][1:] if i in status else (), k.ops, ())
-                    for i, k in enumerate(kernels))
-    return Agreement(analysis.model_name, cap.method, results, tuple(verdicts),
-                     len(cap.kernels) - len(kernels))
+    results = [KernelMatch(k.name, status.get(i, ("missed",))[0],
+                           status[i][1:] if i in status else (), k.ops, ())
+               for i, k in enumerate(kernels)]
+    return _agreement(analysis, cap, kernels, results, verdicts)
 
 
 def summary_row(a: Agreement) -> dict[str, object]:
@@ -209,7 +216,8 @@ def summary_row(a: Agreement) -> dict[str, object]:
             "partial": a.count("partial"), "missed": a.count("missed"),
             "matched_fraction": round(a.matched_fraction, 4),
             "ours": len(a.clusters), "ours_not_fused": len(a.not_fused),
-            "layout_kernels": a.layout_kernels, "method": a.method}
+            "layout_kernels": a.layout_kernels, "single_op_kernels": a.single_op_kernels,
+            "method": a.method}
 
 
 def to_dict(a: Agreement) -> dict[str, object]:

@@ -62,8 +62,8 @@ def inductor_agreement(analysis: Analysis):
 def print_agreement(agreement, console: Console) -> None:
     console.print()
     a = agreement
-    console.print(f"Inductor (torch.compile): {len(a.kernels)} pointwise/reduction kernel(s): "
-                  f"{a.count('exact')} same as ours, {a.count('partial')} partly, "
+    console.print(f"Inductor (torch.compile): {len(a.kernels)} kernel(s) fusing pointwise/"
+                  f"reduction ops: {a.count('exact')} same as ours, {a.count('partial')} partly, "
                   f"{a.count('missed')} missed", highlight=False)
     for v in a.clusters:
         console.print(f"cluster {v.cluster}: {v}", highlight=False, markup=False)
