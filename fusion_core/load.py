@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import sys
@@ -55,7 +56,24 @@ def module_classes(module) -> list[type[nn.Module]]:
     found = [obj for obj in vars(module).values()
              if inspect.isclass(obj) and issubclass(obj, nn.Module)
              and obj.__module__ == module.__name__]
-    return sorted(found, key=lambda c: inspect.getsourcelines(c)[1])
+    if len(found) < 2:
+        return found
+    lines = {name: line for name, (line, _) in class_sources(module).items()}
+    return sorted(found, key=lambda c: lines.get(c.__name__, sys.maxsize))
+
+
+def class_sources(module) -> dict[str, tuple[int, str]]:
+    """Line and source text of each top-level class in the module's file, from one parse.
+
+    (`inspect.getsource` re-parses the whole file for every class it is asked about.)
+    """
+    try:
+        text = Path(module.__file__).read_text(encoding="utf-8")
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, TypeError, ValueError):
+        return {}
+    return {n.name: (n.lineno, ast.get_source_segment(text, n) or "")
+            for n in tree.body if isinstance(n, ast.ClassDef)}
 
 
 def pick_class(module, path: str | Path, class_name: str | None) -> type[nn.Module]:
@@ -70,7 +88,7 @@ def pick_class(module, path: str | Path, class_name: str | None) -> type[nn.Modu
             f"(classes found: {', '.join(names) or 'none'})")
     if not classes:
         raise ModelLoadError(f"no nn.Module subclass defined in {path} (define one to analyze)")
-    roots = _roots(classes)
+    roots = _roots(module, classes)
     if len(roots) == 1:
         return roots[0]
     raise ModelLoadError(
@@ -78,14 +96,14 @@ def pick_class(module, path: str | Path, class_name: str | None) -> type[nn.Modu
         f"pick one with --model-class NAME")
 
 
-def _roots(classes: list[type[nn.Module]]) -> list[type[nn.Module]]:
+def _roots(module, classes: list[type[nn.Module]]) -> list[type[nn.Module]]:
     """Classes no other class in the file builds as a submodule (the model's top level)."""
+    if len(classes) < 2:
+        return classes
+    sources = class_sources(module)
     used: set[str] = set()
     for c in classes:
-        try:
-            src = inspect.getsource(c)
-        except (OSError, TypeError):
-            continue
+        src = sources.get(c.__name__, (0, ""))[1]
         used.update(o.__name__ for o in classes if o is not c and f"{o.__name__}(" in src)
     return [c for c in classes if c.__name__ not in used]
 

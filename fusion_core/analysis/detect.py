@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 
 from ..ir.graph import FusionGraph, OpKind
-from .legality import escaping, first_failure
+from .legality import escaping, first_failure, members
 from .multi_output import lone_nodes, reduction_regions
 from .traffic import estimate_traffic, external_inputs
 from .types import Cluster, LineSpan, Rejection
@@ -63,6 +63,7 @@ def line_span(g: FusionGraph, names: Iterable[str]) -> LineSpan | None:
 
 
 def category(g: FusionGraph, group: Collection[str]) -> str:
+    group = members(group)
     kinds = [g[n].kind for n in group]
     if len(escaping(g, group)) > 1:
         return "multi-output"

@@ -14,7 +14,7 @@ from collections.abc import Collection
 
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.registry import SPECS
-from .legality import escaping, iteration_shape
+from .legality import escaping, iteration_shape, members
 from .types import TrafficEstimate
 
 
@@ -35,6 +35,7 @@ def _same_dtype_cast(g: FusionGraph, name: str) -> bool:
 def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
     """Values the group reads from outside, in order of first use."""
     seen: dict[str, None] = {}
+    group = members(group)
     for name in sorted(group, key=g.position):
         for r in g[name].refs:
             if r not in group:
@@ -43,6 +44,7 @@ def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
 
 
 def estimate_traffic(g: FusionGraph, group: Collection[str]) -> TrafficEstimate:
+    group = members(group)
     unfused = 0
     for name in group:
         node = g[name]
