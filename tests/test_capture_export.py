@@ -3,6 +3,7 @@ on the acceptance models, params as constants, the auto fallback, and its errors
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from fusion_core.ir.normalize import to_fusion_graph
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.load import load_model
 from fusion_core.pipeline import analyze, analyze_file
+from fusion_core.sourcemap.mapping import map_clusters
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 aten = torch.ops.aten
@@ -123,6 +125,8 @@ def test_nodes_without_a_stack_trace_get_no_source_and_do_not_crash():
     clusters, _ = detect(g)
     assert len(clusters) == 3
     assert all(n.source is None for n in g.nodes) and all(c.lines is None for c in clusters)
+    a = replace(analyze(model, (8, 1024), capture="export"), graph=g, clusters=clusters)
+    assert [m.quality for m in map_clusters(a)] == ["pointer"] * 3
 
 
 class LN(nn.Module):
