@@ -300,3 +300,31 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
         apply(plan, analysis, Console(), assume_yes=True, ask=None)
     assert path.read_text() == ONE_CLUSTER
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["tiny.py"]
+
+
+def test_apply_a_cluster_with_two_results(tmp_path):
+    path = tmp_path / "resnorm.py"
+    path.write_text(textwrap.dedent("""\
+        import torch.nn as nn
+
+
+        class ResNorm(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+                self.norm = nn.LayerNorm(8)
+
+            def forward(self, x):
+                y = self.proj(x)
+                x = x + y
+                h = self.norm(x)
+                return x + self.proj(h)
+        """))
+    original = path.read_text()
+    analysis, plan = _plan(path, (4, 8))
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result.clusters == (0,)
+    assert "x, h = cluster0(x, y, self.norm.weight, self.norm.bias)" in path.read_text()
+    assert analyze_file(path, [InputSpec((4, 8))]).clusters == ()
+    assert_same_outputs(backup_as_py(result.backup), path, "ResNorm", torch.randn(3, 8))
+    assert result.backup.read_text() == original

@@ -327,3 +327,50 @@ def test_values_read_from_attributes_are_reported_as_built_in():
     analysis = analyze_file(EXAMPLES / "microgpt.py", [InputSpec((1, 8), torch.int64)])
     (baked,) = {m.baked for m in map_clusters(analysis) if m.exact}
     assert baked == (f"self.scale = {32 ** -0.5!r}",)
+
+
+RESIDUAL_NORM = """
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+            self.norm = nn.LayerNorm(8)
+
+        def forward(self, x):
+            y = self.proj(x)
+            x = x + y
+            h = self.norm(x)
+            {tail}
+    """
+
+
+def test_a_cluster_with_two_results_assigns_both_names(tmp_path):
+    _, analysis, maps = mapped(tmp_path, RESIDUAL_NORM.format(tail="return x + self.proj(h)"),
+                               4, 8)
+    (m,) = maps
+    assert len(analysis.clusters[0].outputs) == 2
+    assert m.quality == EXACT, m.reason
+    assert m.replacement.strip() == "x, h = cluster0(x, y, self.norm.weight, self.norm.bias)"
+
+
+def test_two_results_need_an_assignment_not_a_return(tmp_path):
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def forward(self, x):
+                a = x * 2.0
+                b = torch.relu(a)
+                return b, a
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == EXACT, m.reason
+    assert m.replacement.strip() == "a, b = cluster0(x)"
+
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def forward(self, x):
+                a = x * 2.0
+                return torch.relu(a), a
+        """, 4, 8, name="ret.py")
+    (m,) = maps
+    assert m.quality == POINTER
+    assert "writes two values" in m.reason and "only an assignment" in m.reason

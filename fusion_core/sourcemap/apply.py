@@ -119,14 +119,16 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
 def _fused_op(analysis: Analysis, index: int, kernel: Kernel, call: str
               ) -> tuple[str | None, FusedOp | None]:
     c = analysis.clusters[index]
-    metas = [analysis.graph[n].meta for n in (*c.inputs, c.outputs[-1])]
-    if any(m is None for m in metas):
+    ins = [analysis.graph[n].meta for n in c.inputs]
+    outs = [analysis.graph[n].meta for n in c.outputs]
+    if any(m is None for m in (*ins, *outs)):
         return "a value it reads or writes has no recorded shape", None
-    rule = shape_rule([m.shape for m in metas[:-1]], metas[-1].shape)
-    if rule is None:
+    rules = [shape_rule([m.shape for m in ins], m.shape) for m in outs]
+    if None in rules:
         return "its result's shape does not follow from its inputs' broadcast shape", None
-    return None, FusedOp(call, kernel.name, kernel.source, len(c.inputs), metas[-1].dtype,
-                         tuple(m.dtype for m in metas[:-1]), rule)
+    return None, FusedOp(call, kernel.name, kernel.source, len(c.inputs),
+                         tuple(m.dtype for m in ins),
+                         tuple((m.dtype, r) for m, r in zip(outs, rules, strict=True)))
 
 
 # -- writing -------------------------------------------------------------------------------

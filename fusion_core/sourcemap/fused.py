@@ -33,9 +33,8 @@ class FusedOp:
     kernel_name: str  # the launcher (and file stem) in the kernel's source
     kernel_source: str
     n_inputs: int
-    dtype: torch.dtype  # the result's dtype
     input_dtypes: tuple[torch.dtype, ...]  # what the kernel was generated for
-    shape_rule: str  # key of SHAPE_RULES
+    results: tuple[tuple[torch.dtype, str], ...]  # per result: dtype, key of SHAPE_RULES
 
 
 def package_name(stem: str) -> str:
@@ -62,12 +61,14 @@ def init_source(model_file: str, ops: Sequence[FusedOp]) -> str:
         params = ", ".join(f"in{i}" for i in range(o.n_inputs))
         schema = ", ".join(f"Tensor in{i}" for i in range(o.n_inputs))
         dtypes = ", ".join(str(d) for d in o.input_dtypes)
+        fakes = [f"_fake(({params},), {SHAPE_RULES[rule]}, {dtype})" for dtype, rule in o.results]
+        returns = "Tensor" if len(fakes) == 1 else f"({', '.join(['Tensor'] * len(fakes))})"
+        fake = fakes[0] if len(fakes) == 1 else f"({', '.join(fakes)})"
         defs.append(
             f"{o.call} = _op(\n"
-            f"    {o.call!r}, \"({schema}) -> Tensor\", ({dtypes},),\n"
+            f"    {o.call!r}, \"({schema}) -> {returns}\", ({dtypes},),\n"
             f"    lambda {params}: _{o.kernel_name}.{o.kernel_name}({params}),\n"
-            f"    lambda {params}: _fake(({params},), {SHAPE_RULES[o.shape_rule]}, "
-            f"{str(o.dtype)}),\n)")
+            f"    lambda {params}: {fake},\n)")
     return "\n".join([
         f'"""Fused Triton kernels for {model_file}, written by `{MARKER}`.',
         "",

@@ -22,9 +22,8 @@ from .pysource import (
     Scope,
     SourceFile,
     Statement,
-    enclosing_loop,
-    loaded_names,
     local_names,
+    read_later,
     stored_names,
 )
 from .unify import BINOPS, Mismatch, Unifier, module_path
@@ -220,12 +219,34 @@ def _self_name(scope: Scope) -> str:
     return params[0].arg if scope.class_name and params else "self"
 
 
-def _unify(analysis: Analysis, c: Cluster, span: _Span
-           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Source expressions of the cluster's inputs (in `c.inputs` order), and baked constants."""
-    if len(c.outputs) != 1:
+@dataclass(frozen=True)
+class _Found:
+    args: tuple[str, ...]  # source expression per cluster input, in `Cluster.inputs` order
+    baked: tuple[str, ...]  # `self.scale = 0.17...`: values the kernel holds as constants
+    targets: tuple[str, ...]  # names that receive the results before the last one
+
+
+def _targets(c: Cluster, span: _Span, values: tuple[str | None, ...]) -> tuple[str, ...]:
+    """For a cluster with several results: the name each earlier result is assigned to."""
+    names = []
+    for out in c.outputs[:-1]:
+        js = [j for j, v in enumerate(values) if v == out]
+        if not js:
+            raise _Pointer(f"the cluster also writes `{out}`, which no line of the range "
+                           "assigns to a name")
+        name = span.stmts[js[-1]].node.targets[0].id
+        later = [s for s in span.stmts[js[-1] + 1:] if name in stored_names(s.node)]
+        if later:
+            raise _Pointer(f"`{name}` holds the cluster's result `{out}` but line "
+                           f"{later[0].start} reassigns it")
+        names.append(name)
+    return tuple(names)
+
+
+def _unify(analysis: Analysis, c: Cluster, span: _Span) -> _Found:
+    if len(c.outputs) > 1 and not isinstance(span.stmts[-1].node, ast.Assign):
         raise _Pointer(f"the cluster writes {_count(len(c.outputs))} values "
-                       f"({', '.join(c.outputs)}); one call can assign only one")
+                       f"({', '.join(c.outputs)}); only an assignment can take them all")
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     path = _self_path(analysis, c, span.scope)
     try:
@@ -248,45 +269,19 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span
         raise _Pointer(f"input `{absent[0]}` has no expression in the source at line "
                        f"{span.start}")
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
-    return tuple(texts[n] for n in c.inputs), baked
+    return _Found(tuple(texts[n] for n in c.inputs), baked, _targets(c, span, match.values))
 
 
-def _read_later(span: _Span, names: set[str]) -> tuple[str, int] | None:
-    """A read of `names` that may see the range's value (straight-line kills are honoured)."""
-    loop = enclosing_loop(span.scope, span.stmts[0])
-    if loop is None:
-        live = set(names)
-        last = span.stmts[-1]
-        for st in last.body[last.index + 1:]:
-            hit = sorted(loaded_names(st) & live)
-            if hit:
-                return hit[0], st.lineno
-            if isinstance(st, (ast.Assign, ast.AnnAssign)):
-                live -= stored_names(st)
-            if not live:
-                return None
-        if last.body is span.scope.node.body:
-            return None
-        names = live
-    # In a loop (or a nested block), any other read of the name may see the range's value.
-    for n in ast.walk(span.scope.node):
-        if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
-                and not span.start <= n.lineno <= span.end
-                and (loop is not None and n.lineno >= loop.lineno or n.lineno > span.end)):
-            return n.id, n.lineno
-    return None
-
-
-def _check_dead(span: _Span) -> None:
-    """Names the range assigns on the way (all but the last target) must not be read later."""
-    kept = stored_names(span.stmts[-1].node)
+def _check_dead(span: _Span, targets: tuple[str, ...]) -> None:
+    """Names the range assigns on the way (not the results' names) must not be read later."""
+    kept = stored_names(span.stmts[-1].node) | set(targets)
     assigned = set().union(*(stored_names(s.node) for s in span.stmts[:-1])) - kept
-    hit = _read_later(span, assigned) if assigned else None
+    hit = read_later(span.scope, span.stmts, assigned) if assigned else None
     if hit is not None:
         raise _Pointer(f"`{hit[0]}`, assigned inside the range, is read again at line {hit[1]}")
 
 
-def _replacement(span: _Span, call: str) -> str:
+def _replacement(span: _Span, call: str, targets: tuple[str, ...]) -> str:
     src, first, last = span.src, span.stmts[0], span.stmts[-1].node
     line = src.line_text(first.start)
     indent = line[:len(line) - len(line.lstrip())]
@@ -294,7 +289,8 @@ def _replacement(span: _Span, call: str) -> str:
         return f"{indent}return {call}"
     if isinstance(last, ast.AnnAssign):
         return f"{indent}{src.segment(last.target)}: {src.segment(last.annotation)} = {call}"
-    return f"{indent}{src.segment(last.targets[0])} = {call}"
+    names = ", ".join((*targets, src.segment(last.targets[0])))
+    return f"{indent}{names} = {call}"
 
 
 def _shapes(analysis: Analysis, c: Cluster) -> tuple:
@@ -317,9 +313,8 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
     try:
         _check_alone(analysis, span, group)
         found = [_unify(analysis, c, span) for c in group]
-        args = [a for a, _ in found]
-        for c, a in zip(group[1:], args[1:], strict=True):
-            if a != args[0] or c.ops != rep.ops:
+        for c, f in zip(group[1:], found[1:], strict=True):
+            if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
                 raise _Pointer(f"the same lines also run as cluster {c.index}, which reads "
                                "or computes something else")
             if _shapes(analysis, c) != _shapes(analysis, rep):
@@ -328,16 +323,16 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
             if _constants(analysis, c) != _constants(analysis, rep):
                 raise _Pointer(f"the same lines also run as cluster {c.index} with other "
                                "constants (module settings); one kernel cannot serve both")
-        _check_dead(span)
+        _check_dead(span, found[0].targets)
     except _Pointer as p:
         return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
                               **base) for c in group]
-    call = f"cluster{rep.index}({', '.join(args[0])})"
-    text = _replacement(span, call)
+    call = f"cluster{rep.index}({', '.join(found[0].args)})"
+    text = _replacement(span, call, found[0].targets)
     original = "".join(span.src.lines[span.start - 1:span.end])
     return [SourceMapping(c.index, EXACT, replacement=text, call=f"cluster{rep.index}",
-                          args=args[0], shared_with=others[c.index], original=original,
-                          baked=found[0][1], **base)
+                          args=found[0].args, shared_with=others[c.index],
+                          original=original, baked=found[0].baked, **base)
             for c in group]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -178,3 +179,33 @@ def enclosing_loop(scope: Scope, stmt: Statement) -> ast.stmt | None:
                 if best is None or n.lineno > best.lineno:
                     best = n
     return best
+
+
+def read_later(scope: Scope, stmts: Sequence[Statement], names: set[str]
+               ) -> tuple[str, int] | None:
+    """A read of `names` after the run `stmts` that may see the run's value.
+
+    Straight-line reassignments end a name's life; in a loop or a nested block any
+    other read counts.
+    """
+    loop = enclosing_loop(scope, stmts[0])
+    if loop is None:
+        live = set(names)
+        last = stmts[-1]
+        for st in last.body[last.index + 1:]:
+            hit = sorted(loaded_names(st) & live)
+            if hit:
+                return hit[0], st.lineno
+            if isinstance(st, (ast.Assign, ast.AnnAssign)):
+                live -= stored_names(st)
+            if not live:
+                return None
+        if last.body is scope.node.body:
+            return None
+        names = live
+    for n in ast.walk(scope.node):
+        if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
+                and not stmts[0].start <= n.lineno <= stmts[-1].end
+                and (loop is not None and n.lineno >= loop.lineno or n.lineno > stmts[-1].end)):
+            return n.id, n.lineno
+    return None

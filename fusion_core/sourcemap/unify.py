@@ -80,6 +80,7 @@ class Match:
     matched: frozenset[str]  # cluster nodes found in the statements
     # Source expressions (not literals) whose trace-time value the kernel holds as a constant.
     baked: tuple[tuple[str, Any], ...] = ()
+    values: tuple[str | None, ...] = ()  # per statement: the FX node its value is
 
     def text(self, node: str) -> str | None:
         return dict(self.inputs).get(node)
@@ -138,7 +139,7 @@ class Unifier:
                 raise Mismatch(f"line {st.start} (`{self.src.segment(st.node)}`) computes "
                                "nothing the cluster uses")
         return Match(tuple(self.inputs.items()), frozenset(self.matched),
-                     tuple(self.baked.items()))
+                     tuple(self.baked.items()), tuple(self.values))
 
     # -- expressions -------------------------------------------------------------------
 
