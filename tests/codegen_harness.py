@@ -17,6 +17,9 @@ from fusion_core.codegen import Kernel, generate, load_kernel, write_kernels
 from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster
 from fusion_core.pipeline import Analysis, analyze
 
+# Kernels run on the GPU when there is one, else on CPU tensors under the interpreter
+# (tests/conftest.py sets TRITON_INTERPRET); the eager reference always runs on CPU.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOLERANCE = {torch.float32: (2e-5, 1e-5), torch.float16: (2e-2, 1e-2),
              torch.bfloat16: (6e-2, 3e-2), torch.float64: (1e-6, 1e-6)}
 
@@ -103,8 +106,16 @@ def run_kernel(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
             return t
 
         module.torch = _TorchWithEmpty(module.torch, poisoned)
-    out = launch(*inputs)
-    return out if isinstance(out, tuple) else (out,)
+    out = launch(*(to_device(t) for t in inputs))
+    return tuple(t.cpu() for t in (out if isinstance(out, tuple) else (out,)))
+
+
+def to_device(t: torch.Tensor) -> torch.Tensor:
+    """`t` on DEVICE with the same strides (a sliced buffer stays strided)."""
+    if t.device.type == DEVICE:
+        return t
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=DEVICE)
+    return out.copy_(t)
 
 
 class _TorchWithEmpty:

@@ -13,7 +13,7 @@ from codegen_harness import Lambda, check_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-settings.register_profile("codegen-default", max_examples=12, deadline=None,
+settings.register_profile("codegen-default", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                  HealthCheck.too_slow])
 settings.register_profile("codegen-fuzz", max_examples=400, deadline=None,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from codegen_harness import check_model, run_kernel
+from codegen_harness import DEVICE, check_model, run_kernel
 
 from fusion_core.codegen import generate, generate_all, load_kernel, write_kernels
 from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster
@@ -68,7 +68,7 @@ def test_autograd_wrapper_runs_forward_and_refuses_backward(tmp_path):
     analysis = analyze(ExampleNet(), torch.randn(4, 1024))
     (path,) = write_kernels([generate(analysis, analysis.clusters[0])], tmp_path)
     module = load_kernel(path)
-    x = torch.randn(4, 1024, requires_grad=True)
+    x = torch.randn(4, 1024, device=DEVICE, requires_grad=True)
     y = module.Cluster0Function.apply(x)
     torch.testing.assert_close(y, torch.relu(x * 2.0) + 1.0)
     with pytest.raises(RuntimeError, match="inference only"):

@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -56,7 +56,11 @@ def needs_loop(p: KernelPlan, tuning: Tuning) -> bool:
 
 def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: bool) -> str:
     body, params = emit.kernel(p, looped)
-    where = cluster.lines.where if cluster.lines is not None else None
+    where = None
+    if cluster.lines is not None:  # a path relative to the working directory when inside it
+        rel = os.path.relpath(cluster.lines.file)
+        file = cluster.lines.file if rel.startswith("..") else rel
+        where = replace(cluster.lines, file=file).where
     lines = (launcher.header(p, model, cluster.category, where)
              + launcher.constants(p, tuning, looped) + ["", *body, "", ""]
              + launcher.launcher(p, params, looped))
