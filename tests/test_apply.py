@@ -328,3 +328,17 @@ def test_apply_a_cluster_with_two_results(tmp_path):
     assert analyze_file(path, [InputSpec((4, 8))]).clusters == ()
     assert_same_outputs(backup_as_py(result.backup), path, "ResNorm", torch.randn(3, 8))
     assert result.backup.read_text() == original
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_apply_example_net_on_cuda(tmp_path):
+    """Natively compiled kernels at a real size: the check after writing runs on the GPU."""
+    path = copy_example(tmp_path, "example_net.py")
+    result = run_cli(path, "--input-shape", "4096,1024", "--apply", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "Applied 3 edit(s)" in result.output
+    model = load(path, "ExampleNet").cuda()
+    with torch.no_grad():
+        out = model(torch.randn(4096, 1024, device="cuda"))
+    assert out.shape == (4096, 512) and torch.isfinite(out).all()
