@@ -132,3 +132,22 @@ def test_int64_index_math_for_huge_tensors():
     small = analyze(model, (64, 64))
     assert "pid.to(tl.int64)" in generate(big, big.clusters[0]).source
     assert "pid.to(tl.int64)" not in generate(small, small.clusters[0]).source
+
+
+def _per_row_output(m, x):
+    a = x.abs()
+    s = a.sum(-1, keepdim=True)
+    return s, a / s
+
+
+MULTI = {"per-row output": (_per_row_output, (rand(5, 90),))}
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["single", "loop"])
+@pytest.mark.parametrize("name", MULTI)
+def test_multi_output_clusters(name, looped, tmp_path):
+    """Several results leave one kernel; one of them has one value per row."""
+    fn, inputs = MULTI[name]
+    checked = check_model(Lambda(fn), inputs, tmp_path, **(LOOP if looped else {}))
+    assert any(len(c.outputs) == 2 for c in checked.analysis.clusters), [
+        (c.chain, c.outputs) for c in checked.analysis.clusters]
