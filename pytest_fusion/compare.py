@@ -94,6 +94,8 @@ class _Diff:
             if gate and b.category != c.category:
                 self.regressions.append(f"`{c.chain}` at {c.lines} changed category: "
                                         f"{b.category} → {c.category}")
+            if gate:
+                self._kernel(b, c)
             if "traffic" in self.checks:
                 self._traffic(b, c)
         explained: set[int] = set()
@@ -102,6 +104,15 @@ class _Diff:
         for c in found:
             if id(c) not in explained and gate:
                 self.improvements.append(f"new cluster `{c.chain}` ({c.category}) at {c.lines}")
+
+    def _kernel(self, b: ClusterRec, c: ClusterRec) -> None:
+        if b.kernel and not c.kernel:
+            self.regressions.append(f"`{c.chain}` at {c.lines} no longer gets a kernel: "
+                                    f"{c.kernel_error or 'code generation failed'}")
+        elif c.kernel and not b.kernel:
+            self.improvements.append(f"`{c.chain}` at {c.lines} now gets a kernel ({c.kernel})")
+        elif b.kernel != c.kernel:
+            self.changes.append(f"`{c.chain}` at {c.lines}: {b.kernel} kernel → {c.kernel}")
 
     def _traffic(self, b: ClusterRec, c: ClusterRec) -> None:
         if c.fused_bytes > b.fused_bytes * (1 + self.tol.traffic):

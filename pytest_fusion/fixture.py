@@ -56,6 +56,24 @@ class FusionResult:
         return "\n".join(lines)
 
 
+def generated_kernels(analysis: Any) -> dict[int, tuple[str | None, str]]:
+    """Cluster index -> (kernel kind, "") or (None, why code generation failed)."""
+    import fusion_core
+
+    generate = getattr(fusion_core, "generate", None)
+    if generate is None:
+        return {}
+    out: dict[int, tuple[str | None, str]] = {}
+    for c in analysis.clusters:
+        try:
+            k = generate(analysis, c)
+        except Exception as e:  # noqa: BLE001 - any codegen failure is that cluster's verdict
+            out[c.index] = (None, f"{type(e).__name__}: {e}".splitlines()[0])
+            continue
+        out[c.index] = (k.skeleton + (" (looped)" if k.looped else ""), "")
+    return out
+
+
 def _is_subsequence(want: Sequence[str], ops: Sequence[str]) -> bool:
     it = iter(ops)
     return all(op in it for op in want)
@@ -118,7 +136,8 @@ class FusionAdvisor:
         if raw:
             key, m = to_measured(raw, analysis, rootdir)
             measured = {key: m}
-        snap = from_analysis(analysis, self.item.nodeid, rootdir, measured)
+        snap = from_analysis(analysis, self.item.nodeid, rootdir, measured,
+                             kernels=generated_kernels(analysis))
         return FusionResult(analysis, snap, raw, key)
 
     @property

@@ -32,6 +32,8 @@ class ClusterRec:
     nodes: tuple[str, ...]
     unfused_bytes: int
     fused_bytes: int
+    kernel: str | None = None  # "elementwise" / "reduction" / "reduction (looped)"; None: none
+    kernel_error: str = ""  # why code generation failed, when it did
 
     @property
     def chain(self) -> str:
@@ -89,7 +91,7 @@ class Snapshot:
 
     @property
     def kernels(self) -> int:
-        return len(self.clusters)  # one generated kernel per cluster
+        return sum(c.kernel is not None for c in self.clusters)
 
     @property
     def saved_bytes(self) -> int:
@@ -126,11 +128,16 @@ def where(span: Any, rootdir: Path) -> str:
 
 def from_analysis(analysis: Any, test: str, rootdir: Path,
                   measured: dict[str, Measured] | None = None,
-                  provenance: dict[str, str] | None = None) -> Snapshot:
+                  provenance: dict[str, str] | None = None,
+                  kernels: dict[int, tuple[str | None, str]] | None = None) -> Snapshot:
+    """`kernels`: cluster index -> (kernel kind or None, lowering error)."""
+    kernels = kernels or {}
     clusters = tuple(ClusterRec(
         ops=tuple(c.ops), lines=where(c.lines, rootdir), category=c.category,
         nodes=tuple(c.nodes), unfused_bytes=int(c.traffic.unfused_bytes),
-        fused_bytes=int(c.traffic.fused_bytes)) for c in analysis.clusters)
+        fused_bytes=int(c.traffic.fused_bytes),
+        kernel=kernels.get(c.index, (None, ""))[0],
+        kernel_error=kernels.get(c.index, (None, ""))[1]) for c in analysis.clusters)
     rejections = tuple(RejectionRec(
         check=r.check, ops=tuple(r.ops), lines=where(r.lines, rootdir), nodes=tuple(r.nodes),
         culprits=tuple(r.culprits), reason=r.reason) for r in analysis.rejections)
@@ -157,6 +164,17 @@ def _timing_data(t: ClusterTiming) -> dict[str, Any]:
     return d
 
 
+def _cluster_data(c: ClusterRec) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "ops": list(c.ops), "lines": c.lines, "category": c.category, "nodes": list(c.nodes),
+        "traffic": {"unfused_bytes": c.unfused_bytes, "fused_bytes": c.fused_bytes,
+                    "saved_bytes": c.saved_bytes},
+        "kernel": c.kernel}
+    if c.kernel_error:
+        d["kernel_error"] = c.kernel_error
+    return d
+
+
 def to_data(s: Snapshot) -> dict[str, Any]:
     data: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -165,10 +183,7 @@ def to_data(s: Snapshot) -> dict[str, Any]:
         "inputs": list(s.inputs),
         "provenance": dict(s.provenance),
         "kernels": s.kernels,
-        "clusters": [{"ops": list(c.ops), "lines": c.lines, "category": c.category,
-                      "nodes": list(c.nodes),
-                      "traffic": {"unfused_bytes": c.unfused_bytes, "fused_bytes": c.fused_bytes,
-                                  "saved_bytes": c.saved_bytes}} for c in s.clusters],
+        "clusters": [_cluster_data(c) for c in s.clusters],
         "rejections": [{"check": r.check, "ops": list(r.ops), "lines": r.lines,
                         "nodes": list(r.nodes), "culprits": list(r.culprits),
                         "reason": r.reason} for r in s.rejections],
@@ -232,7 +247,9 @@ def from_data(data: Any, file: str) -> Snapshot:
             ops=r.strs(c, "ops", at), lines=r.get(c, "lines", str, at),
             category=r.get(c, "category", str, at), nodes=r.strs(c, "nodes", at),
             unfused_bytes=r.get(t, "unfused_bytes", int, at + "traffic."),
-            fused_bytes=r.get(t, "fused_bytes", int, at + "traffic.")))
+            fused_bytes=r.get(t, "fused_bytes", int, at + "traffic."),
+            kernel=r.get(c, "kernel", (str, type(None)), at),
+            kernel_error=str(c.get("kernel_error", ""))))
     rejections = []
     for i, x in enumerate(r.get(data, "rejections", list, "")):
         at = f"rejections[{i}]."

@@ -23,8 +23,10 @@ F = "examples/example_net.py"
 H200 = "NVIDIA H200 sm_90"
 
 
-def cluster(ops, lines, nodes=None, category="elementwise-chain", unfused=3072, fused=1024):
-    return ClusterRec(tuple(ops), f"{F}:{lines}", category, tuple(nodes or ops), unfused, fused)
+def cluster(ops, lines, nodes=None, category="elementwise-chain", unfused=3072, fused=1024,
+            kernel="elementwise"):
+    return ClusterRec(tuple(ops), f"{F}:{lines}", category, tuple(nodes or ops), unfused, fused,
+                      kernel)
 
 
 def snap(*clusters, rejections=(), measured=None, inputs=("64×1024 float32",)):
@@ -125,6 +127,18 @@ def test_duplicate_clusters_pair_by_ordinal():
     assert len(r.regressions) == 1 and "no longer fuses" in r.regressions[0]
 
 
+def test_lost_kernel_fails_with_the_codegen_error_and_a_new_one_improves():
+    broken = replace(BASE.clusters[0], kernel=None,
+                     kernel_error="LoweringError: no rule for `relu`")
+    cur = snap(broken, BASE.clusters[1])
+    assert cur.kernels == 1 and BASE.kernels == 2
+    assert compare(BASE, cur).regressions == (
+        f"`mul → relu → add` at {F}:15-17 no longer gets a kernel: LoweringError: no rule for "
+        "`relu`",)
+    assert compare(cur, BASE).improvements == (
+        f"`mul → relu → add` at {F}:15-17 now gets a kernel (elementwise)",)
+
+
 def test_changed_inputs_fail_with_one_message():
     r = compare(BASE, snap(*BASE.clusters, inputs=("32×1024 float32",)))
     assert r.regressions == ("the example inputs changed (64×1024 float32 → 32×1024 float32): "
@@ -183,7 +197,8 @@ def test_faster_model_is_an_improvement():
 # ---------------------------------------------------------------- YAML data
 
 def test_round_trip_through_yaml_keeps_everything():
-    s = snap(*BASE.clusters, rejections=[FANOUT], measured=timed(BASE_T, SLOW))
+    broken = replace(BASE.clusters[1], kernel=None, kernel_error="LoweringError: x")
+    s = snap(BASE.clusters[0], broken, rejections=[FANOUT], measured=timed(BASE_T, SLOW))
     back = from_data(yaml.safe_load(dump_yaml(to_data(s))), "x.yaml")
     assert back == s and back.provenance == s.provenance
 

@@ -75,6 +75,7 @@ def test_create_then_pass_without_rewriting(proj):
     assert data["provenance"]["device"] == "cpu"
     (c,) = data["clusters"]
     assert c["ops"] == ["mul", "relu", "add"] and c["lines"] == "model.py:10-12"
+    assert c["kernel"] == "elementwise" and data["kernels"] == 1
     t = c["traffic"]  # fused: read x (128 B) and the bias (32 B), write the result (128 B)
     assert t["fused_bytes"] == 288 and t["saved_bytes"] == t["unfused_bytes"] - 288 > 0
     before = path.read_bytes()

@@ -1,0 +1,54 @@
+"""The fusion plugin under pytest-xdist: workers ship results, the controller alone writes."""
+
+import json
+
+import pytest
+import yaml
+from fusion_plugin_helpers import baselines, marked_test, model_source
+
+pytest.importorskip("xdist")
+
+
+def test_two_workers_create_update_report_and_find_stale(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(
+        model=model_source("base"), model2=model_source("base"),
+        test_one=marked_test("test_a") + "\n" + marked_test("test_b", "model2"),
+        test_two=marked_test("test_c") + "\n" + marked_test("test_d", "model2"))
+    args = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-n", "2")
+
+    r = pytester.runpytest_subprocess(*args, "--fusion-update-baselines")
+    r.assert_outcomes(passed=4)
+    ids = {f"test_{f}.py::test_{t}" for f, ts in (("one", "ab"), ("two", "cd")) for t in ts}
+    r.stdout.fnmatch_lines_random([f"created fusion_baselines/*.yaml ({i})" for i in ids])
+    files = baselines(pytester.path)
+    assert set(files) == ids  # every file parses and names its own test
+    assert all(yaml.safe_load(p.read_text())["clusters"][0]["ops"] == ["mul", "relu", "add"]
+               for p in files.values())
+    assert not list((pytester.path / "fusion_baselines").glob(".*.tmp"))
+
+    # test_a and test_c regress, test_d is gone: the stale file is found from workers' lists.
+    pytester.makepyfile(model=model_source("split"), test_two=marked_test("test_c"))
+    r = pytester.runpytest_subprocess(*args, "--fusion-report=rep")
+    r.assert_outcomes(passed=1, failed=2)
+    r.stdout.fnmatch_lines_random([
+        "*`mul → relu → add` at model.py:10-12 split into `mul → relu` (model.py:10-11) + "
+        "`add → tanh` (model.py:12)",
+        "stale fusion_baselines/*.yaml: test test_two.py::test_d no longer exists*"])
+    doc = json.loads((pytester.path / "rep.json").read_text())
+    assert {t["nodeid"]: t["status"] for t in doc["tests"]} == {
+        "test_one.py::test_a": "regressed", "test_one.py::test_b": "pass",
+        "test_two.py::test_c": "regressed"}
+
+    r = pytester.runpytest_subprocess(*args, "--fusion-update-baselines=all")
+    r.assert_outcomes(passed=3)
+    r.stdout.fnmatch_lines_random([
+        "updated fusion_baselines/*.yaml (test_one.py::test_a)",
+        "updated fusion_baselines/*.yaml (test_two.py::test_c)",
+        "removed stale fusion_baselines/*.yaml (test test_two.py::test_d*"])
+    assert set(baselines(pytester.path)) == ids - {"test_two.py::test_d"}
+    for test in ("test_one.py::test_a", "test_two.py::test_c"):
+        ops = [c["ops"] for c in yaml.safe_load(files[test].read_text())["clusters"]]
+        assert ops == [["mul", "relu"], ["add", "tanh"]]
