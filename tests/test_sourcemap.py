@@ -374,3 +374,32 @@ def test_two_results_need_an_assignment_not_a_return(tmp_path):
     (m,) = maps
     assert m.quality == POINTER
     assert "writes two values" in m.reason and "only an assignment" in m.reason
+
+
+@pytest.mark.parametrize("factor, exact", [("math.sqrt(self.d)", True),
+                                           ("self.next_scale()", False)])
+def test_constant_arguments_that_call_functions(tmp_path, factor, exact):
+    _, _, maps = mapped(tmp_path, f"""
+        import math
+
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.d, self.calls = 4, 0
+
+            def next_scale(self):
+                self.calls += 1
+                return 2.0
+
+            def forward(self, x):
+                y = x * {factor}
+                return torch.relu(y)
+        """, 4, 8)
+    (m,) = maps
+    if exact:
+        assert m.quality == EXACT, m.reason
+        assert m.baked == ("math.sqrt(self.d) = 2.0",)
+    else:
+        assert m.quality == POINTER
+        assert "`self.next_scale()` at line" in m.reason and "no longer call" in m.reason

@@ -198,7 +198,11 @@ class Unifier:
             for e, v in zip(expr.elts, value, strict=True):
                 self.match_value(e, v, k)
         elif not is_literal(expr):
-            self.baked.setdefault(self.src.segment(expr), value)
+            text = self.src.segment(expr)
+            if not calls_only_pure(expr):
+                raise Mismatch(f"`{text}` at line {expr.lineno} calls a function the rewritten "
+                               "line would no longer call (its value is built into the kernel)")
+            self.baked.setdefault(text, value)
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
@@ -287,6 +291,15 @@ def is_literal(expr: ast.expr) -> bool:
         elif not isinstance(n, _LITERAL_NODES):
             return False
     return True
+
+
+_PURE_CALLS = {"math", "float", "int", "bool", "abs", "min", "max", "round", "len", "pow"}
+
+
+def calls_only_pure(expr: ast.expr) -> bool:
+    """Calls in a constant argument are side-effect free (`math.sqrt(d)`, `float("-inf")`)."""
+    return all(_attr_chain(n.func)[:1] and _attr_chain(n.func)[0] in _PURE_CALLS
+               for n in ast.walk(expr) if isinstance(n, ast.Call))
 
 
 def module_path(node: fx.Node) -> str | None:
