@@ -151,3 +151,14 @@ def test_multi_output_clusters(name, looped, tmp_path):
     checked = check_model(Lambda(fn), inputs, tmp_path, **(LOOP if looped else {}))
     assert any(len(c.outputs) == 2 for c in checked.analysis.clusters), [
         (c.chain, c.outputs) for c in checked.analysis.clusters]
+
+
+def test_cross_row_broadcast_is_a_lowering_error():
+    """`x.sum(-1) + x` on a square x pairs row i's sum with column i: no row kernel does that."""
+    from fusion_core.codegen import LoweringError
+
+    analysis = analyze(Lambda(lambda m, x: x.sum(-1) + x), (8, 8))
+    if not analysis.clusters:
+        pytest.skip("the legality checks already reject this group")
+    with pytest.raises(LoweringError, match="per-row result"):
+        generate(analysis, analysis.clusters[0])

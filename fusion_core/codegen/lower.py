@@ -151,8 +151,10 @@ class _Lowering:
         red = self.red
         if red is not None and red.op in COLLAPSING and not red.param("keepdim", False):
             out.add(red.name)
-        for node in self.nodes:
-            if any(r in out for r in node.refs):
+        for node in self.nodes:  # a per-row value keeps fewer dims than the iteration shape
+            meta = node.meta
+            if any(r in out for r in node.refs) and meta is not None and (
+                    len(meta.shape) < self.rank):
                 out.add(node.name)
         for node in self.nodes:
             if node.name in out or node is red:
@@ -226,7 +228,7 @@ class _Lowering:
             raise LoweringError(f"`{node.label}` ({node.op}) has no lowering rule for params "
                                 f"{dict(node.params)}")
         deps = tuple(dict.fromkeys(o for o in operands if o in self.per_row))
-        per_row = all(self.per_row[d] for d in deps)
+        per_row = self.red is not None and all(self.per_row[d] for d in deps)
         if expr in deps:  # identity (dropout in eval, clone, same-dtype cast): no new temp
             self.temps[node.name] = expr
             return None
