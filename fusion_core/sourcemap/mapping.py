@@ -61,12 +61,6 @@ class SourceMapping:
         tail = f"{self.start}" if self.start == self.end else f"{self.start}-{self.end}"
         return f"{self.file}:{tail}"
 
-    @property
-    def lines_label(self) -> str:
-        if self.start is None:
-            return "-"
-        return f"L{self.start}" if self.start == self.end else f"L{self.start}-{self.end}"
-
 
 @dataclass(frozen=True)
 class _Span:

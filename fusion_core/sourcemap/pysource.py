@@ -125,11 +125,6 @@ class SourceFile:
     def line_text(self, line: int) -> str:
         return self.lines[line - 1].rstrip("\r\n") if 0 < line <= len(self.lines) else ""
 
-    @cached_property
-    def newline(self) -> str:
-        first = self.lines[0] if self.lines else "\n"
-        return "\r\n" if first.endswith("\r\n") else "\n"
-
 
 def _bodies(st: ast.stmt) -> list[list[ast.stmt]]:
     out = [getattr(st, k) for k in ("body", "orelse", "finalbody") if getattr(st, k, None)]

@@ -82,9 +82,6 @@ class Match:
     baked: tuple[tuple[str, Any], ...] = ()
     values: tuple[str | None, ...] = ()  # per statement: the FX node its value is
 
-    def text(self, node: str) -> str | None:
-        return dict(self.inputs).get(node)
-
 
 def value_of(st: ast.stmt, last: bool) -> ast.expr:
     """The expression a statement of the run evaluates (only plain forms fold into one call)."""
