@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ..errors import InputSpecError
@@ -63,12 +63,33 @@ def fake_inputs(mode: FakeTensorMode, specs: Sequence[InputSpec]) -> list[torch.
         return [torch.empty(s.shape, dtype=s.dtype) for s in specs]
 
 
+_SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 class _Prop(FakeTensorProp):
+    # FakeTensorProp stores a detached copy (snapshot) of every result in case a later
+    # in-place op changes its metadata; that copy is a fifth of the pass. Graphs without
+    # in-place methods store the result itself.
+    snapshot = True
+
     def run_node(self, n: fx.Node) -> Any:
         try:
-            return super().run_node(n)
+            if self.snapshot:
+                return super().run_node(n)
+            result = fx.Interpreter.run_node(self, n)
+            val = fx.node.map_aggregate(result, self._val)
+            if val is not None:
+                n.meta["val"] = val
+            return result
         except Exception as e:  # noqa: BLE001 - any op can reject the example input
             raise InputSpecError(_rejection(n, e)) from e
+
+    def _val(self, obj: Any) -> Any:
+        if isinstance(obj, FakeTensor):
+            return obj
+        if isinstance(obj, torch.Tensor):  # a real parameter or buffer
+            return self._mode.from_tensor(obj, static_shapes=True)
+        return obj if isinstance(obj, _SCALARS) else None
 
 
 def _rejection(n: fx.Node, exc: BaseException) -> str:
@@ -95,6 +116,8 @@ def propagate_shapes(gm: fx.GraphModule, specs: Sequence[InputSpec]) -> fx.Graph
             f"{len(specs)} --input-shape given: repeat --input-shape once per input")
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     prop = _Prop(gm, mode)
+    prop.snapshot = any(n.op == "call_method" and str(n.target).endswith("_")
+                        for n in gm.graph.nodes)
     prop.extra_traceback = False  # else FX appends the graph and a traceback to our one line
     # Fake-tensor dispatch logs a traceback for an op that rejects its input; we report it.
     log = logging.getLogger("torch._subclasses.fake_tensor")
