@@ -158,12 +158,14 @@ class FusionAdvisor:
     # ------------------------------------------------------------ assertions
     def assert_fused(self, result: FusionResult, ops: Sequence[str]) -> None:
         """Some cluster contains `ops`, in this order (other ops may sit between)."""
+        __tracebackhide__ = True
         if not any(_is_subsequence(ops, c.ops) for c in result.snapshot.clusters):
             raise AssertionError(f"`{' → '.join(ops)}` are not fused together.\n"
                                  + result.describe())
 
     def assert_no_rejection(self, result: FusionResult, check: str | None = None) -> None:
         """No candidate was rejected (for the given legality check, when given)."""
+        __tracebackhide__ = True
         bad = [r for r in result.snapshot.rejections if check is None or r.check == check]
         if bad:
             what = f"`{check}` rejection" if check else "rejection"
@@ -173,6 +175,7 @@ class FusionAdvisor:
     def assert_traffic_saved(self, result: FusionResult, at_least: int | None = None,
                              fraction: float | None = None) -> None:
         """Fusion saves at least `at_least` bytes and/or `fraction` of the unfused traffic."""
+        __tracebackhide__ = True
         s = result.snapshot
         got = s.saved_bytes
         if at_least is not None and got < at_least:
@@ -197,9 +200,11 @@ class FusionAdvisor:
     def check(self, result: FusionResult, checks: Sequence[str] | None = None,
               **tolerances: Any) -> None:
         """Compare `result` with this test's baseline; fail the test on a regression."""
+        __tracebackhide__ = True
         if self.checked:
             pytest.fail("a test has one fusion baseline: fusion_advisor.check() was already "
-                        "called (or the fusion_check marker checked this test)", pytrace=False)
+                        "called, or the fusion_check marker checked this test (give the "
+                        "marker the tolerances instead)", pytrace=False)
         unknown = set(tolerances) - set(TOLERANCE_ARGS)
         if unknown:
             raise TypeError(f"unknown tolerance(s) {sorted(unknown)}: use "

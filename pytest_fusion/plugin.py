@@ -145,11 +145,10 @@ def pytest_runtest_call(item: pytest.Item):
     if marker is None:
         return (yield)
     advisor = _advisor(item)
-    result = advisor.result  # analyze first, so the test body can use fusion_advisor.result
-    outcome = yield
-    if not advisor.checked:
-        advisor.check(result)
-    return outcome
+    # Check before the body: a regression message is the clearest failure a reviewer can get,
+    # and a failing body assertion must not hide it. The body reads fusion_advisor.result.
+    advisor.check(advisor.result)
+    return (yield)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

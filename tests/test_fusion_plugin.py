@@ -322,16 +322,42 @@ def test_fixture_helpers_and_their_failure_messages(proj):
     assert list(baselines(proj.path)) == ["test_net.py::test_helpers_pass"]
 
 
-def test_marker_result_in_the_body_and_one_baseline_per_test(proj):
-    proj.makepyfile(test_net=marked_test().replace(
-        "def test_net():\n    pass",
-        "def test_net(fusion_advisor):\n    assert fusion_advisor.result.kernels == 1\n"
-        "    fusion_advisor.check(fusion_advisor.result)\n"
-        "    fusion_advisor.check(fusion_advisor.result)"))
+ONE_BASELINE = """\
+import pytest
+import model
+
+@pytest.mark.fusion_check(model.Net, (4, 8))
+def test_marked(fusion_advisor):
+    assert fusion_advisor.result.kernels == 1
+    fusion_advisor.check(fusion_advisor.result)
+
+def test_twice(fusion_advisor):
+    r = fusion_advisor.analyze(model.Net, (4, 8))
+    fusion_advisor.check(r)
+    fusion_advisor.check(r)
+"""
+
+
+def test_one_baseline_per_test(proj):
+    proj.makepyfile(test_net=ONE_BASELINE)
     r = run(proj, "--fusion-update-baselines")
+    r.assert_outcomes(failed=2)
+    assert r.stdout.str().count("a test has one fusion baseline: fusion_advisor.check() was "
+                                "already called") == 2
+
+
+def test_marker_checks_before_the_body_so_a_regression_is_not_hidden(proj):
+    proj.makepyfile(test_net=marked_test().replace(
+        "    pass", "    assert fusion_advisor.result.kernels == 1").replace(
+        "def test_net():", "def test_net(fusion_advisor):"))
+    run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
+    use(proj, "inplace")  # the body's assertion would fail too; the regression is reported
+    r = run(proj, "--fusion-report=rep")
     r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["a test has one fusion baseline: fusion_advisor.check() was already "
-                            "called*"])
+    r.stdout.fnmatch_lines(["  - `mul → relu → add` at model.py:10-12 no longer fuses*"])
+    assert "assert 0 == 1" not in r.stdout.str()
+    (rec,) = json.loads((proj.path / "rep.json").read_text())["tests"]
+    assert rec["status"] == "regressed"
 
 
 def test_header_and_bad_update_mode(proj):

@@ -1,0 +1,31 @@
+"""Fusion baselines for the example models: a change that loses a fusion fails CI.
+
+The `fusion_check` marker analyzes the model and compares the result with the
+committed baseline in `fusion_baselines/`; the test bodies add assertions of
+their own through the `fusion_advisor` fixture. After an intended change:
+
+    pytest examples/test_examples_fusion.py --fusion-update-baselines=failing
+"""
+
+import pytest
+from example_net import ExampleNet
+from microgpt import MicroGPT
+
+
+@pytest.mark.fusion_check(ExampleNet, (64, 1024))
+def test_example_net_fuses_its_three_regions(fusion_advisor):
+    result = fusion_advisor.result
+    fusion_advisor.assert_fused(result, ["mul", "relu", "add"])
+    fusion_advisor.assert_fused(result, ["gelu", "sigmoid", "mul"])
+    fusion_advisor.assert_fused(result, ["tanh", "mul", "softmax"])
+    fusion_advisor.assert_no_rejection(result)
+    fusion_advisor.assert_traffic_saved(result, fraction=0.6)
+    assert result.kernels == 3
+
+
+@pytest.mark.fusion_check(MicroGPT, (2, 16), dtype="int64")
+def test_microgpt_fuses_attention_softmax_and_norms(fusion_advisor):
+    result = fusion_advisor.result
+    fusion_advisor.assert_fused(result, ["mul", "masked_fill", "softmax"])
+    fusion_advisor.assert_fused(result, ["add", "layer_norm"])
+    fusion_advisor.assert_traffic_saved(result, fraction=0.3)
