@@ -133,3 +133,14 @@ def test_names_fallback(example):
     a = match(example, cap)
     assert a.clusters[0].verdict == "same group"
     assert [k.status for k in a.kernels] == ["exact", "missed"]
+
+
+def test_missing_module_on_one_side_still_matches_the_line(example):
+    # Inductor knows the module (`bn1`) where our rewritten node has none, and vice versa.
+    def mod(name, op, line, module):
+        return InductorNode(name, op, module, str(EXAMPLE), line)
+
+    cap = _capture(InductorKernel("k", (mod("mul", "mul", 15, "scale"),
+                                        mod("relu", "relu", 16, ""), mod("add", "add", 17, ""))))
+    a = match(example, cap)
+    assert a.clusters[0].verdict == "same group" and a.kernels[0].status == "exact"

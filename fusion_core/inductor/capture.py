@@ -34,6 +34,8 @@ ATEN_TO_OP: dict[str, str] = {
     "_softmax": "softmax", "_log_softmax": "log_softmax", "native_layer_norm": "layer_norm",
     "_fused_rms_norm": "rms_norm", "_to_copy": "to", "relu_": "relu", "masked_fill_": "masked_fill",
     "true_divide": "div", "pow": "pow", "_safe_softmax": "softmax", "var_mean": "layer_norm",
+    "_native_batch_norm_legit_no_training": "batch_norm", "_native_batch_norm_legit": "batch_norm",
+    "native_batch_norm": "batch_norm", "_batch_norm_with_update": "batch_norm",
 }
 # Ops Inductor emits kernels for that only move data (never a fusion we would propose).
 LAYOUT_OPS = frozenset({"clone", "copy", "embedding", "index", "cat", "constant_pad_nd",

@@ -92,15 +92,31 @@ def _kernel_keys(k: InductorKernel) -> set[Key]:
     return {(n.module, _norm_file(n.file), n.line) for n in k.compute_nodes if n.line is not None}
 
 
+def _compatible(ours: Key, theirs: Key) -> bool:
+    """Same file and line; same module, or one side lacks the module (a rewritten node)."""
+    return ours[1:] == theirs[1:] and (ours[0] == theirs[0] or not ours[0] or not theirs[0])
+
+
+def _resolve(ours: dict[str, tuple[Key | None, str]], universe: set[Key]
+             ) -> dict[str, tuple[frozenset[Key], str]]:
+    """Our keys as the Inductor keys they stand for."""
+    return {name: (frozenset(u for u in universe if key is not None and _compatible(key, u)), op)
+            for name, (key, op) in ours.items()}
+
+
+def _our_keys(ours: dict[str, tuple[frozenset[Key], str]]) -> set[Key]:
+    return set().union(*(keys for keys, _ in ours.values())) if ours else set()
+
+
 def _unkeyed_ops(k: InductorKernel) -> set[str]:
     return {n.op for n in k.compute_nodes if n.line is None}
 
 
-def _coverage(ours: dict[str, tuple[Key | None, str]], kernels: list[InductorKernel],
+def _coverage(ours: dict[str, tuple[frozenset[Key], str]], kernels: list[InductorKernel],
               kkeys: list[set[Key]]) -> dict[str, set[int]]:
     """Which kernels compute each of our nodes (by key, then by op for unkeyed nodes)."""
-    cover = {name: {i for i, ks in enumerate(kkeys) if key in ks}
-             for name, (key, _) in ours.items()}
+    cover = {name: {i for i, ks in enumerate(kkeys) if keys & ks}
+             for name, (keys, _) in ours.items()}
     touching = set().union(*cover.values()) if cover else set()
     for name, (_, op) in ours.items():
         if not cover[name]:
@@ -121,8 +137,7 @@ def _owned(kkeys: list[set[Key]]) -> list[set[Key]]:
 def _exact(i: int, ours: dict, cover: dict[str, set[int]], kkeys: list[set[Key]]) -> bool:
     if not ours or any(i not in cover[n] for n in ours):
         return False
-    our_keys = {key for key, _ in ours.values() if key is not None}
-    return kkeys[i] <= our_keys
+    return kkeys[i] <= _our_keys(ours)
 
 
 def _describe(k: InductorKernel, owned: set[Key], our_keys: set[Key]) -> str:
@@ -137,7 +152,7 @@ def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
              kernels: list[InductorKernel], kkeys: list[set[Key]]) -> ClusterVerdict:
     hit = sorted(set().union(*cover.values())) if cover else []
     names = tuple(kernels[i].name for i in hit)
-    our_keys = {key for key, _ in ours.values() if key is not None}
+    our_keys = _our_keys(ours)
     if any(_exact(i, ours, cover, kkeys) for i in hit):
         return ClusterVerdict(c.index, "same group", names, "")
     uncovered = [n for n in ours if not cover[n]]
@@ -162,7 +177,8 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
     kernels = list(cap.compute_kernels)
     all_keys = [_kernel_keys(k) for k in kernels]
     kkeys = _owned(all_keys)
-    per_cluster = [cluster_keys(analysis, c) for c in analysis.clusters]
+    universe = set().union(*all_keys) if all_keys else set()
+    per_cluster = [_resolve(cluster_keys(analysis, c), universe) for c in analysis.clusters]
     covers = [_coverage(ours, kernels, all_keys) for ours in per_cluster]
     if cap.method == "names":
         return _match_by_names(analysis, cap, kernels, per_cluster)
@@ -172,7 +188,7 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
     for i, k in enumerate(kernels):
         overlapping = tuple(c.index for c, ours in zip(analysis.clusters, per_cluster,
                                                       strict=True)
-                            if kkeys[i] & {key for key, _ in ours.values()})
+                            if kkeys[i] & _our_keys(ours))
         exact = any(_exact(i, per_cluster[c], covers[c], kkeys) for c in overlapping)
         status = "exact" if exact else "partial" if overlapping else "missed"
         results.append(KernelMatch(k.name, status, overlapping, k.ops, k.lines))
