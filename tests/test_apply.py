@@ -343,3 +343,15 @@ def test_apply_example_net_on_cuda(tmp_path):
     with torch.no_grad():
         out = model(torch.randn(4096, 1024, device="cuda"))
     assert out.shape == (4096, 512) and torch.isfinite(out).all()
+
+
+def test_crlf_line_endings_survive_apply(tmp_path):
+    path = tmp_path / "tiny.py"
+    original = ONE_CLUSTER.replace("\n", "\r\n").encode()
+    path.write_bytes(original)
+    analysis, plan = _plan(path, (4, 8))
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    data = path.read_bytes()
+    assert b"y = cluster0(x)\r\n" in data
+    assert data.count(b"\n") == data.count(b"\r\n")
+    assert result.backup.read_bytes() == original

@@ -403,3 +403,20 @@ def test_constant_arguments_that_call_functions(tmp_path, factor, exact):
     else:
         assert m.quality == POINTER
         assert "`self.next_scale()` at line" in m.reason and "no longer call" in m.reason
+
+
+@pytest.mark.parametrize("body, exact", [
+    ("def forward(self, x): return torch.relu(x * 2.0)", False),
+    ("def forward(self, x):\n                if not self.training: return torch.relu(x * 2.0)\n"
+     "                return x", False),
+    ("def forward(self, x):\n                return torch.relu(x * 2.0)  # fused", True),
+])
+def test_the_range_must_own_its_lines(tmp_path, body, exact):
+    _, _, maps = mapped(tmp_path, f"""
+        class M(nn.Module):
+            {body}
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == (EXACT if exact else POINTER), m.reason
+    if not exact:
+        assert "also hold" in m.reason

@@ -144,6 +144,14 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> _Span
     for i, line in ((lo - 1, span.start), (hi + 1, span.end)):
         if 0 <= i < len(body) and body[i].lineno <= line <= (body[i].end_lineno or 0):
             raise _Pointer(f"line {line} also holds `{src.segment(body[i])}`", **where)
+    # The range must own its lines: nothing before it (`def f(x): return ...`, `if c: ...`)
+    # and nothing but a comment after it.
+    first, last = run[0].node, run[-1].node
+    before = src.line_text(span.start)[:first.col_offset]
+    after = src.line_text(span.end)[last.end_col_offset or 0:].strip()
+    if before.strip() or (after and not after.startswith("#")):
+        extra = before.strip() or after
+        raise _Pointer(f"the range's lines also hold `{extra}`", **where)
     return span
 
 
