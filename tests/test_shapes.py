@@ -95,3 +95,22 @@ def test_shape_mismatch_names_the_layer_in_one_line():
     message = str(info.value)
     assert "layer `self._0`" in message or "layer `self.0`" in message
     assert "\n" not in message
+
+
+def test_metadata_mutated_in_place_later_keeps_each_nodes_own_shape():
+    # `unsqueeze_` changes the tensor `mul` produced; mul's recorded shape must not follow.
+    def fn(x):
+        y = x * 2.0
+        y.unsqueeze_(0)
+        return y + 1.0
+
+    g = run(fn).graph
+    assert g["mul"].meta.shape == (4, 8)
+    assert g["add"].meta.shape == (1, 4, 8)
+
+
+def test_without_inplace_methods_values_are_the_propagated_fakes():
+    a = run(lambda x: torch.exp(x) * 2.0)
+    nodes = {n.name: n for n in a.graph_module.graph.nodes}
+    assert nodes["mul"].meta["val"].shape == (4, 8)
+    assert isinstance(nodes["mul"].meta["val"], FakeTensor)
