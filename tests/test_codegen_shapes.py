@@ -162,3 +162,22 @@ def test_cross_row_broadcast_is_a_lowering_error():
         pytest.skip("the legality checks already reject this group")
     with pytest.raises(LoweringError, match="per-row result"):
         generate(analysis, analysis.clusters[0])
+
+
+ONE_ROW = {
+    "0-d chain": (lambda m, x: torch.sigmoid(x) * 2, (torch.tensor(0.7),)),
+    "1-d softmax": (lambda m, x: F.softmax(x * 2, -1), (rand(7),)),
+    "1-d layer_norm": (lambda m, x: F.layer_norm(x * 2, (7,)), (rand(7),)),
+    "1-d sum to 0-d": (lambda m, x: (x * 2).sum(-1), (rand(7),)),
+    "1-d minus its max": (lambda m, x: x - (x * 2).amax(-1), (rand(7),)),
+    "width-1 rows": (lambda m, x: F.softmax(x * 2, -1), (rand(3, 1),)),
+}
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["single", "loop"])
+@pytest.mark.parametrize("name", ONE_ROW)
+def test_degenerate_shapes(name, looped, tmp_path):
+    """0-d and 1-d iteration shapes, a single row, rows of width 1."""
+    fn, inputs = ONE_ROW[name]
+    tuning = {"tuning": Tuning(max_block=2, loop_block=2)} if looped else {}
+    check_model(Lambda(fn), inputs, tmp_path, n_clusters=1, **tuning)

@@ -63,9 +63,18 @@ def _terms(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
     return " + ".join(out)
 
 
+def _mask(arg: TensorArg, plan: KernelPlan, idx: str) -> str:
+    """The mask matching the pointer block's shape: [ROWS, 1], [1, BLOCK] or the full block."""
+    if plan.skeleton == "elementwise":
+        return "mask"
+    if arg.per_row:
+        return "row_mask"
+    return "mask" if "rows" in idx else "col_mask"  # a row vector: one row of the block
+
+
 def _load(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
     idx = _terms(arg, plan, params)
-    mask = "row_mask" if arg.per_row else "mask"
+    mask = _mask(arg, plan, idx)
     if idx == "0":
         text = f"tl.load({arg.ptr})"
     else:
@@ -79,6 +88,8 @@ def _store(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
     idx = _terms(arg, plan, params)
     if idx == "0":  # one element, written by every lane with the same value
         idx = "rows * 0" if plan.skeleton == "reduction" else "offs * 0"
+    elif plan.skeleton == "reduction" and "rows" not in idx:
+        idx = f"rows * 0 + {idx}"  # the pointer block takes the value's [ROWS, ...] shape
     value = arg.temp if arg.compute_dtype == arg.dtype else (
         f"{arg.temp}.to({TL_TYPES[arg.dtype]})")
     mask = "row_mask" if arg.per_row else "mask"
@@ -247,7 +258,7 @@ def _rows_boilerplate(plan: KernelPlan, looped: bool) -> list[str]:
             "row_mask = rows < n_rows"]
 
 
-_COLS = ["mask = row_mask & (cols < n_cols)"]
+_COLS = ["col_mask = cols < n_cols", "mask = row_mask & col_mask"]
 
 
 def _single(plan: KernelPlan, params: dict[str, str]) -> list[str]:

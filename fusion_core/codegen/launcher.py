@@ -111,6 +111,8 @@ HELPERS = '''
 
 def _iteration_shape(*shapes):
     shape = tuple(torch.broadcast_shapes(*shapes))
+    if len(shape) < RANK:  # shapes are right-aligned: leading 1s change nothing
+        shape = (1,) * (RANK - len(shape)) + shape
     if len(shape) != RANK:
         raise ValueError(f"{NAME}: inputs broadcast to {shape}; this kernel iterates over "
                          f"{RANK}-d shapes")

@@ -116,6 +116,10 @@ def plan(graph: FusionGraph, cluster: Cluster) -> KernelPlan:
     return _Lowering(graph, cluster).run()
 
 
+def _numel(graph: FusionGraph, name: str) -> int:
+    return math.prod(_meta(graph, name).shape)
+
+
 def _meta(graph: FusionGraph, name: str):
     meta = graph[name].meta
     if meta is None:
@@ -137,6 +141,9 @@ class _Lowering:
                                 "one kernel lowers one")
         self.red = reds[0] if reds else None
         self.domain = tuple(iteration_shape(graph, cluster.nodes))
+        self.user_rank = len(self.domain)
+        if self.red is not None and len(self.domain) < 2:  # one row: (N,) -> (1, N)
+            self.domain = (1,) * (2 - len(self.domain)) + self.domain
         self.rank = len(self.domain)
         self.row_space = self._row_space()
         self.temps: dict[str, str] = {}  # graph value -> temporary
@@ -154,12 +161,13 @@ class _Lowering:
         for node in self.nodes:  # a per-row value keeps fewer dims than the iteration shape
             meta = node.meta
             if any(r in out for r in node.refs) and meta is not None and (
-                    len(meta.shape) < self.rank):
+                    len(meta.shape) < self.user_rank):
                 out.add(node.name)
         for node in self.nodes:
             if node.name in out or node is red:
                 continue
-            mixed = [r for r in node.refs if r in out]
+            # Right-aligned, a per-row value would index the columns; one value is fine.
+            mixed = [r for r in node.refs if r in out and _numel(self.g, r) != 1]
             if mixed:
                 raise LoweringError(f"`{node.label}` broadcasts the per-row result `{mixed[0]}` "
                                     "along the rows: it would need other rows' results")
