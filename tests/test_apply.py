@@ -355,3 +355,13 @@ def test_crlf_line_endings_survive_apply(tmp_path):
     assert b"y = cluster0(x)\r\n" in data
     assert data.count(b"\n") == data.count(b"\r\n")
     assert result.backup.read_bytes() == original
+
+
+def test_models_returning_a_dict_are_checked_leaf_by_leaf(tmp_path):
+    path = tmp_path / "dicty.py"
+    path.write_text(ONE_CLUSTER.replace("return self.proj(y)",
+                                        'return {"out": self.proj(y), "aux": (x, y)}'))
+    analysis, plan = _plan(path, (4, 8))
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result.max_abs_err is not None and result.max_abs_err < 1e-5
+    assert "y = cluster0(x)" in path.read_text()

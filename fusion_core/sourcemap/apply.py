@@ -197,10 +197,19 @@ def forget_package(package: str) -> None:
         del sys.modules[name]
 
 
+def _tensors(out: object) -> list[torch.Tensor]:
+    """Every tensor in a model output (a tensor, tuple, dict or dataclass-like tree)."""
+    from torch.utils._pytree import tree_leaves
+
+    if hasattr(out, "to_tuple"):  # transformers ModelOutput
+        out = out.to_tuple()
+    return [x for x in tree_leaves(out) if isinstance(x, torch.Tensor)]
+
+
 def verify(analysis: Analysis, path: Path) -> float | None:
     """Run the rewritten model against the original on fresh inputs; return max abs err."""
     from ..validate.inputs import random_inputs, reduced_specs
-    from ..validate.numerics import MODEL_TOL, as_tuple, compare
+    from ..validate.numerics import MODEL_TOL, compare
 
     forget_package(package_name(path.stem))
     module = import_model_file(path)
@@ -217,8 +226,8 @@ def verify(analysis: Analysis, path: Path) -> float | None:
     inputs = random_inputs(specs, analysis.module, device, seed=20261202)
     original = copy.deepcopy(analysis.module).to(device) if cuda else analysis.module
     with torch.no_grad():
-        want = as_tuple(original(*inputs))
-        got = as_tuple(model.to(device).eval()(*inputs))
+        want = _tensors(original(*inputs))
+        got = _tensors(model.to(device).eval()(*inputs))
     ok, err, detail = compare(got, want, MODEL_TOL)
     if not ok:
         raise ApplyError(f"its output differs from the original's: {detail}")
