@@ -47,7 +47,7 @@ def verdicts(extra: dict[str, Any]) -> Verdicts:
 
 
 def stdin_is_terminal() -> bool:
-    return sys.stdin.isatty()
+    return sys.stdin is not None and sys.stdin.isatty()
 
 
 def terminal_prompt() -> Callable[[str], bool] | None:
