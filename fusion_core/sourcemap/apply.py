@@ -292,8 +292,9 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
     if MARKER in text:
         raise ApplyError(f"{where} already calls kernels from an earlier --apply: restore its "
                          "backup (.bak) before applying again")
-    if package.exists():
-        raise ApplyError(f"{short_path(str(package))} already exists: move it away before "
+    taken = next((p for p in (package, package.with_suffix(".py")) if p.exists()), None)
+    if taken is not None:  # a module of that name would shadow (or be shadowed by) ours
+        raise ApplyError(f"{short_path(str(taken))} already exists: move it away before "
                          "--apply")
     newline = "\r\n" if text.split("\n", 1)[0].endswith("\r") else "\n"
     new_text, new_lines = rewrite(text, plan, newline)
