@@ -91,6 +91,39 @@ def test_microgpt_same_clusters_on_both_frontends():
     assert [c.ops for c in attn] == [("mul", "masked_fill", "softmax", "dropout")] * 2
 
 
+class Fn(nn.Module):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.where(x > 0, x * 2.0, -x) + 1.0,
+    lambda x: (x.half() * 2.0).float() + 1.0,
+    lambda x: 1.0 - torch.sigmoid(x),  # rsub in aten
+    lambda x: F.relu6(x) + F.hardswish(x),
+    lambda x: F.hardtanh(x - 1.0) * 2.0,
+    lambda x: x - x.mean(-1, keepdim=True),
+    lambda x: x.masked_fill(x > 1.0, 0.0) * 2.0,
+    lambda x: F.log_softmax(x * 2.0, dim=-1),
+    lambda x: F.rms_norm(x * 2.0, (8,)),
+    lambda x: torch.amax(x.abs(), dim=-1) + 1.0,
+], ids=["where", "casts", "rsub", "relu6", "hardtanh", "mean", "masked_fill", "log_softmax",
+        "rms_norm", "amax"])
+def test_small_functions_same_clusters_on_both_frontends(fn):
+    fx_a, ex_a = (analyze(Fn(fn), (4, 8), capture=c) for c in ("fx", "export"))
+    assert fx_a.clusters and summary(ex_a) == summary(fx_a)
+    # Same operands and params too, so codegen lowers both graphs alike.
+    for c_fx, c_ex in zip(fx_a.clusters, ex_a.clusters, strict=True):
+        for n_fx, n_ex in zip(c_fx.nodes, c_ex.nodes, strict=True):
+            a, b = fx_a.graph[n_fx], ex_a.graph[n_ex]
+            assert [type(i).__name__ if not isinstance(i, float) else i for i in a.inputs] == [
+                type(i).__name__ if not isinstance(i, float) else i for i in b.inputs]
+
+
 def test_export_of_a_large_shape_costs_nothing():
     # 16384x1024 fp32 is 64 MiB per value: fake tensors, so only the traffic is big.
     a = analyze_file(EXAMPLES / "example_net.py", [InputSpec((16384, 1024))], capture="export")

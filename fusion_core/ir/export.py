@@ -57,7 +57,8 @@ def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule
     try:
         # On failure torch prints the partial graph to stderr and logs a warning; the
         # CaptureError below is the one line the user sees (--debug has the rest).
-        with contextlib.redirect_stderr(io.StringIO()), _quiet("torch.fx.experimental"):
+        with contextlib.redirect_stderr(io.StringIO()), _quiet("torch.fx.experimental"), \
+                _whole_user_stacks():
             program = torch.export.export(model, args, strict=False)
     except Exception as e:  # noqa: BLE001 - export raises many types for untraceable code
         raise CaptureError(f"torch.export failed on {type(model).__name__}.forward"
@@ -67,6 +68,35 @@ def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule
     _single_results(gm.graph)
     gm.recompile()
     return gm
+
+
+@contextlib.contextmanager
+def _whole_user_stacks():
+    """Record stack traces from the first `forward` inwards, as FX does.
+
+    Export's tracer keeps only frames named `forward`, so an op in a helper (a lambda,
+    `rotate_half`, transformers' `apply_rotary_pos_emb`) would point at the call in
+    `forward` instead of its own line. Private API: without it, export's traces stand.
+    """
+    tracer = getattr(getattr(torch.fx, "proxy", None), "TracerBase", None)
+    original = getattr(tracer, "_filter_traceback_frames", None)
+    if original is None:
+        yield
+        return
+
+    def all_frames(self, summary):
+        forward_only = getattr(self, "_record_forward_stack_traces_only", False)
+        self._record_forward_stack_traces_only = False
+        try:
+            return original(self, summary)
+        finally:
+            self._record_forward_stack_traces_only = forward_only
+
+    tracer._filter_traceback_frames = all_frames
+    try:
+        yield
+    finally:
+        tracer._filter_traceback_frames = original
 
 
 @contextlib.contextmanager
@@ -125,7 +155,7 @@ def _single_results(graph: fx.Graph) -> None:
 
 def label_modules(graph: FusionGraph, gm: fx.GraphModule) -> FusionGraph:
     """Name opaque ops after the library layer that made them (`self.proj1`, `Linear`),
-    and views after their aten packet.
+    views after their aten packet, and `rsub` as the `sub` the user wrote.
 
     Export records the module stack instead of keeping `call_module` nodes; an op whose
     innermost module is a torch.nn layer we do not trace through gets that layer's
@@ -137,6 +167,8 @@ def label_modules(graph: FusionGraph, gm: fx.GraphModule) -> FusionGraph:
         stack = fx_nodes[node.name].meta.get("nn_module_stack") if node.name in fx_nodes else None
         if node.kind is OpKind.VIEW:  # `transpose.int` -> `transpose`, as FX names it
             node = replace(node, op=node.op.split(".")[0])
+        elif node.op == "rsub":  # `1.0 - x` arrives as rsub(x, 1.0); FX sees sub(1.0, x)
+            node = replace(node, op="sub", inputs=node.inputs[::-1])
         elif node.kind is OpKind.OPAQUE and stack:
             path, type_name = list(stack.values())[-1]
             cls = _nn_class(type_name)

@@ -337,6 +337,11 @@ for _name, _overloads in ATEN_OPS.items():
         _op = _aten(_q)
         if _op is not None:  # older torch may lack an overload
             _register(_name, _op, signature=_aten_signature(_op))
+# Spellings whose aten schema lacks our parameters: the same overrides as F.relu6 and `~`.
+for _q, _name, _sig in (("relu6", "clamp", "input, min=0.0, max=6.0"),
+                        ("bitwise_not", "logical_not", "input")):
+    if _aten(_q) is not None:
+        _register(_name, _aten(_q), signature=_sig)
 for _packet in ATEN_VIEWS:
     _p = getattr(torch.ops.aten, _packet, None)
     for _ov in _p.overloads() if _p is not None else ():
