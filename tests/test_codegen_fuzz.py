@@ -74,3 +74,32 @@ def test_random_pointwise_programs_match_eager(tmp_path_factory, program, seed):
     inputs = tuple(torch.randn(s) for s in shapes)
     model = Lambda(lambda m, *xs: run_program(steps, *xs), arity=len(inputs))
     check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed)
+
+
+REDUCE = {
+    "softmax": lambda v: torch.softmax(v, dim=-1),
+    "log_softmax": lambda v: torch.log_softmax(v, dim=-1),
+    "layer_norm": lambda v: torch.nn.functional.layer_norm(v, (v.shape[-1],)),
+    "sum": lambda v: v.sum(-1),
+    "mean_keepdim": lambda v: v.mean(-1, keepdim=True),
+    "amax": lambda v: v.amax(-1),
+}
+
+
+@settings.get_profile(PROFILE)
+@given(programs(), st.sampled_from(sorted(REDUCE)), st.sampled_from(sorted(UNARY)),
+       st.booleans(), st.integers(0, 2**16))
+def test_random_prologues_into_a_reduction(tmp_path_factory, program, rule, epilogue, loop,
+                                           seed):
+    """A random pointwise program feeds a row reduction, then one pointwise epilogue op."""
+    from fusion_core.codegen import Tuning
+
+    shapes, steps = program
+    torch.manual_seed(seed)
+    inputs = tuple(torch.randn(s) for s in shapes)
+    model = Lambda(lambda m, *xs: UNARY[epilogue](REDUCE[rule](run_program(steps, *xs))),
+                   arity=len(inputs))
+    tuning = Tuning(max_block=8, loop_block=8) if loop else Tuning()
+    checked = check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed,
+                          tuning=tuning)
+    assert any(k.skeleton == "reduction" for k in checked.kernels)
