@@ -15,7 +15,13 @@ from .pipeline import analyze_file
 from .report.console import print_analysis
 from .report.json_report import to_document, write_json
 from .sourcemap import map_clusters, print_diffs
-from .sourcemap.steps import apply_step, check_apply_flags, map_column, source_map_extra
+from .sourcemap.steps import (
+    apply_step,
+    check_apply_flags,
+    lines_column,
+    map_column,
+    source_map_extra,
+)
 from .validate.run import use_interpreter_without_cuda
 from .validate.steps import after_analysis
 
@@ -79,7 +85,7 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         console = Console(width=None if sys.stdout.isatty() else 140)
         mappings = map_clusters(analysis)
         print_analysis(analysis, console, explain_rejections=explain_rejections,
-                       maps=map_column(mappings))
+                       maps=map_column(mappings), lines=lines_column(mappings))
         extra = after_analysis(analysis, console, out_dir, peak_gbps, vs_inductor)
         print_diffs(mappings, console)
         extra.update(source_map_extra(mappings))

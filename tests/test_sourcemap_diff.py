@@ -100,3 +100,25 @@ def test_cli_fills_the_map_column_and_json(tmp_path):
     assert exact[0]["shared_with"] == [exact[1]["cluster"]]
     pointers = [e for e in entries.values() if e["map"] == "pointer"]
     assert all(e["reason"] and e["lines"]["start"] >= 1 for e in pointers)
+
+
+def test_the_lines_column_shows_whole_statements(tmp_path):
+    from fusion_core.report.console import cluster_table
+    from fusion_core.sourcemap.steps import lines_column, map_column
+
+    path = tmp_path / "model.py"
+    path.write_text("import torch\n\n\nclass M(torch.nn.Module):\n"
+                    "    def forward(self, x):\n"
+                    "        y = torch.sigmoid(\n"
+                    "            x * 2.0\n"
+                    "        )\n"
+                    "        return y\n")
+    analysis = analyze_file(path, [InputSpec((4, 8))])
+    maps = map_clusters(analysis)
+    assert (analysis.clusters[0].lines.start, analysis.clusters[0].lines.end) == (6, 7)
+    assert (maps[0].start, maps[0].end) == (6, 8)  # the closing parenthesis too
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(cluster_table(analysis, map_column(maps),
+                                                     lines_column(maps)))
+    row = next(line for line in buf.getvalue().splitlines() if line.startswith("│ 0"))
+    assert "│ exact │ L6-8" in row

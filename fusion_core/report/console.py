@@ -9,7 +9,8 @@ from ..pipeline import Analysis
 from .units import fmt_bytes, short_path
 
 
-def cluster_table(analysis: Analysis, maps: dict[int, str] | None = None) -> Table:
+def cluster_table(analysis: Analysis, maps: dict[int, str] | None = None,
+                  lines: dict[int, str] | None = None) -> Table:
     table = Table(title="Fusable clusters (estimated memory traffic)", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("category")
@@ -23,7 +24,8 @@ def cluster_table(analysis: Analysis, maps: dict[int, str] | None = None) -> Tab
         t = c.traffic
         table.add_row(str(c.index), c.category, c.chain, fmt_bytes(t.unfused_bytes),
                       fmt_bytes(t.fused_bytes), f"{t.saved_fraction:.0%}",
-                      (maps or {}).get(c.index, "pending"), str(c.lines) if c.lines else "-")
+                      (maps or {}).get(c.index, "pending"),
+                      (lines or {}).get(c.index) or (str(c.lines) if c.lines else "-"))
     return table
 
 
@@ -35,12 +37,13 @@ def totals_line(analysis: Analysis) -> str:
 
 
 def print_analysis(analysis: Analysis, console: Console, explain_rejections: bool = False,
-                   maps: dict[int, str] | None = None) -> None:
+                   maps: dict[int, str] | None = None, lines: dict[int, str] | None = None
+                   ) -> None:
     console.print(f"{analysis.model_name} ({analysis.n_nodes} nodes, "
                   f"{len(analysis.clusters)} fusable cluster(s))", highlight=False)
     console.print()
     if analysis.clusters:
-        console.print(cluster_table(analysis, maps))
+        console.print(cluster_table(analysis, maps, lines))
     console.print(totals_line(analysis), highlight=False)
     console.print("Estimates are a DRAM upper bound with no cache model.")
     if explain_rejections:

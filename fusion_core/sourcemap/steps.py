@@ -27,6 +27,12 @@ def map_column(mappings: Sequence[SourceMapping]) -> dict[int, str]:
     return {m.cluster_index: m.quality for m in mappings}
 
 
+def lines_column(mappings: Sequence[SourceMapping]) -> dict[int, str]:
+    """The statements each mapping covers (`L15-17`; multi-line statements whole)."""
+    return {m.cluster_index: f"L{m.start}" if m.start == m.end else f"L{m.start}-{m.end}"
+            for m in mappings if m.start is not None}
+
+
 def mapping_dict(m: SourceMapping) -> dict[str, Any]:
     lines = None if m.file is None else {"file": m.file, "start": m.start, "end": m.end}
     return {"cluster": m.cluster_index, "map": m.quality, "lines": lines,
