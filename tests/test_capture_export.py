@@ -259,3 +259,23 @@ def test_relu_after_batch_norm_reads_channels_on_dim_1():
         stats = [a.graph[i].meta.shape for i in a.clusters[0].inputs[1:]]
         assert stats == [(4, 1, 1)] * 4, capture
         torch.testing.assert_close(a.graph_module(x), model(x))
+
+
+@pytest.mark.parametrize("shape, stats", [((4, 6), (6,)), ((4, 6, 5), (6, 1))])
+def test_batch_norm_1d_statistics_broadcast_along_channels(shape, stats):
+    class BN1(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm1d(6)
+
+        def forward(self, x):
+            return torch.sigmoid(self.bn(x)) + 1.0
+
+    model = BN1().eval()
+    x = torch.randn(shape)
+    for capture in ("fx", "export"):
+        a = analyze(model, x, capture=capture)
+        c = a.clusters[0]
+        assert c.ops == ("batch_norm", "sigmoid", "add"), capture
+        assert {a.graph[i].meta.shape for i in c.inputs[1:]} == {stats}, capture
+        torch.testing.assert_close(a.graph_module(x), model(x))
