@@ -173,16 +173,20 @@ def _narrowed(config: pytest.Config) -> set[str]:
     return out
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    import fusion_core  # only when something is written: a run without fusion tests skips it
+
+    fusion_core.write_atomic(path, text)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    import fusion_core
-
     config = session.config
     p = config.stash[plugin_key]
     if p.is_worker:
         config.workeroutput["fusion"] = p.session.to_output()
         return
-    p.written = p.session.apply_writes(fusion_core.write_atomic)
+    p.written = p.session.apply_writes(_write_atomic)
     for w in p.written:
         w["path_shown"] = p.shown(Path(w["path"]))
     stale = p.session.stale(_narrowed(config))
@@ -202,8 +206,6 @@ def _report_args(p: FusionPlugin) -> tuple:
 def _write_reports(p: FusionPlugin) -> None:
     import json
 
-    import fusion_core
-
     md = report.markdown(*_report_args(p), p.provenance)
     if p.report_path:
         base = Path(p.config.invocation_params.dir, p.report_path)
@@ -212,9 +214,9 @@ def _write_reports(p: FusionPlugin) -> None:
         elif base.suffix in (".md", ".json"):
             base = base.with_suffix("")
         base.parent.mkdir(parents=True, exist_ok=True)
-        fusion_core.write_atomic(base.with_name(base.name + ".md"), md + "\n")
+        _write_atomic(base.with_name(base.name + ".md"), md + "\n")
         doc = report.json_doc(*_report_args(p), p.provenance)
-        fusion_core.write_atomic(base.with_name(base.name + ".json"),
+        _write_atomic(base.with_name(base.name + ".json"),
                                  json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
         p.report_files = [base.with_name(base.name + s) for s in (".md", ".json")]
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
