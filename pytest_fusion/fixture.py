@@ -74,6 +74,12 @@ def generated_kernels(analysis: Any) -> dict[int, tuple[str | None, str]]:
     return out
 
 
+def _as_checks(checks: str | Sequence[str] | None) -> tuple[str, ...]:
+    if checks is None:
+        return CHECKS
+    return (checks,) if isinstance(checks, str) else tuple(checks)
+
+
 def _is_subsequence(want: Sequence[str], ops: Sequence[str]) -> bool:
     it = iter(ops)
     return all(op in it for op in want)
@@ -146,10 +152,9 @@ class FusionAdvisor:
         if self._marker_result is None:
             marker = self.item.get_closest_marker("fusion_check")
             if marker is None or not marker.args:
-                raise pytest.UsageError(
-                    f"{self.item.nodeid}: fusion_advisor.result needs "
-                    "@pytest.mark.fusion_check(model, *inputs) on the test")
-            checks = marker.kwargs.get("checks", CHECKS)
+                pytest.fail("fusion_advisor.result needs @pytest.mark.fusion_check(model, "
+                            "*inputs) on the test", pytrace=False)
+            checks = _as_checks(marker.kwargs.get("checks"))
             self._marker_result = self.analyze(marker.args[0], *marker.args[1:],
                                                dtype=marker.kwargs.get("dtype"),
                                                measure="timings" in checks)
@@ -211,11 +216,11 @@ class FusionAdvisor:
                             f"{', '.join(TOLERANCE_ARGS)}")
         self.checked = True
         marker = self.item.get_closest_marker("fusion_check")
-        checks = tuple(checks or (marker.kwargs.get("checks") if marker else None) or CHECKS)
+        checks = _as_checks(checks or (marker.kwargs.get("checks") if marker else None))
         bad = set(checks) - set(CHECKS)
         if bad:
-            raise pytest.UsageError(f"unknown fusion check(s) {sorted(bad)}: choose from "
-                                    f"{', '.join(CHECKS)}")
+            pytest.fail(f"unknown fusion check(s) {', '.join(sorted(bad))}: choose from "
+                        f"{', '.join(CHECKS)}", pytrace=False)
         session = self.plugin.session
         rec, failure = session.check(result.snapshot, self.tolerances(**tolerances), checks,
                                      result.hw_key)

@@ -124,6 +124,8 @@ def test_more_traffic_fails_and_tolerances_come_from_ini_then_marker(proj):
     r = run(proj)
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*(+33%, tolerance 10%)"])
+    proj.makepyfile(test_net=marked_test(traffic_tolerance=0.1, checks="clusters"))
+    run(proj).assert_outcomes(passed=1)  # traffic is not gated for this test
 
 
 def test_improvement_passes_and_asks_to_ratchet(proj):
@@ -358,6 +360,34 @@ def test_marker_checks_before_the_body_so_a_regression_is_not_hidden(proj):
     assert "assert 0 == 1" not in r.stdout.str()
     (rec,) = json.loads((proj.path / "rep.json").read_text())["tests"]
     assert rec["status"] == "regressed"
+
+
+MISUSE = """\
+import pytest
+import model
+
+@pytest.mark.fusion_check
+def test_no_model(fusion_advisor):
+    pass
+
+@pytest.mark.fusion_check(model.Net, (4, 8), checks=["clusters", "speed"])
+def test_bad_check():
+    pass
+
+@pytest.mark.fusion_check(42, (4, 8))
+def test_bad_model():
+    pass
+"""
+
+
+def test_marker_misuse_fails_that_test_with_one_line(proj):
+    proj.makepyfile(test_net=MISUSE)
+    r = run(proj)
+    r.assert_outcomes(failed=3)
+    r.stdout.fnmatch_lines_random([
+        "fusion_advisor.result needs @pytest.mark.fusion_check(model, *inputs) on the test",
+        "unknown fusion check(s) speed: choose from clusters, rejections, traffic, timings",
+        "fusion analysis failed: fusion_check: cannot build a model from 42: pass an nn.Module,*"])
 
 
 def test_header_and_bad_update_mode(proj):
