@@ -1,0 +1,8 @@
+"""pytest plugin for fusion-advisor: fusion baselines checked like any other test.
+
+Entry point `pytest11: fusion = pytest_fusion.plugin`. Modules: ``snapshot`` (the
+baseline data model and YAML data), ``compare`` (regressions and improvements in
+words), ``timing`` (the noise-aware timing gate), ``measure`` (where measured fields
+come from), ``session`` (verdicts, queued writes, stale files), ``report`` (terminal,
+Markdown, JSON), ``fixture`` (`fusion_advisor`) and ``plugin`` (the hooks).
+"""
