@@ -20,6 +20,7 @@ comparison can judge significance rather than one number.
 from __future__ import annotations
 
 import datetime
+from statistics import median
 from typing import Any
 
 import pytest
@@ -86,8 +87,6 @@ def local_device() -> str:
 
 def median_speedup(eager: tuple[float, ...], fused: tuple[float, ...]) -> float | None:
     """median(eager) / median(fused), the speedup shown in the report."""
-    from statistics import median
-
     if not eager or not fused or median(fused) <= 0:
         return None
     return median(eager) / median(fused)

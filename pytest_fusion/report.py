@@ -18,7 +18,9 @@ FAILED = ("missing", "error", "regressed")
 
 
 def _timings(r: dict[str, Any]) -> str:
-    return r.get("timing_note") or "—"
+    note = r.get("timing_note") or "—"
+    speedup = r.get("model_speedup")
+    return f"model {speedup:.2f}× faster fused; {note}" if speedup else note
 
 
 def _row(r: dict[str, Any]) -> tuple[str, ...]:

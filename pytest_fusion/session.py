@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from .compare import CHECKS, NO_CUDA, Comparison, Tolerances, compare
+from .measure import median_speedup
 from .snapshot import BaselineError, Measured, Snapshot, baseline_name, from_data, to_data
 
 MODES = ("new", "failing", "all")
@@ -33,6 +34,7 @@ class TestRecord:
     unfused_bytes: int = 0
     saved_bytes: int = 0
     timing_note: str = ""
+    model_speedup: float | None = None  # median eager / median fused, when measured here
     messages: list[str] = field(default_factory=list)
     baseline: str = ""
 
@@ -89,6 +91,9 @@ class FusionSession:
         shown = self.shown(path)
         rec = TestRecord(nodeid, "pass", current.model, len(current.clusters),
                          current.unfused_bytes, current.saved_bytes, baseline=shown)
+        if hw_key in current.measured:
+            m = current.measured[hw_key]
+            rec.model_speedup = median_speedup(m.model_eager_us, m.model_us)
         if "timings" in checks:
             rec.timing_note = (NO_CUDA if hw_key is None else f"timings recorded on {hw_key}"
                                if hw_key in current.measured else f"nothing measured on {hw_key}")

@@ -52,7 +52,8 @@ def pytest_fusion_measure(analysis, config):
     return {"device": t["device"],
             "clusters": [{"index": c.index, "kernel_us": t["kernel_us"],
                           "eager_us": [100.0] * len(t["kernel_us"]), "gbps": 1000.0,
-                          "regime": "dram-bound"} for c in analysis.clusters]}
+                          "regime": "dram-bound"} for c in analysis.clusters],
+            "model": {"fused_us": t["kernel_us"], "eager_us": [100.0] * len(t["kernel_us"])}}
 """
 
 H200 = {"name": "NVIDIA H200", "capability": [9, 0]}
