@@ -214,6 +214,9 @@ def test_report_files_terminal_table_and_step_summary(proj, monkeypatch):
     assert rec["saved_bytes"] == saved and doc["provenance"]["device"] == "cpu"
     text = summary.read_text()
     assert text.startswith("earlier step\n") and text.count("## Fusion report") == 1
+    run(proj, "--fusion-report=out").assert_outcomes(passed=1)  # a folder gets fixed names
+    assert (proj.path / "out/fusion-report.md").read_text() == md
+    assert json.loads((proj.path / "out/fusion-report.json").read_text())["tests"] == doc["tests"]
 
 
 def test_corrupt_or_foreign_baseline_fails_with_one_line_naming_the_file(proj):
