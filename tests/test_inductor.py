@@ -63,6 +63,8 @@ def test_module_paths_normalize():
     assert module_path({"a": ("L['self'].blocks[1].mlp", object)}) == "blocks.1.mlp"
     assert module_path({"blocks.0": ("blocks.0", object)}) == "blocks.0"
     assert module_path(None) == ""
+    spelled = "L['self'].__dict__['_modules']['blocks'][0].attn"
+    assert module_path({"a": (spelled, object)}) == "blocks.0.attn"
 
 
 def _node(name, op, line):

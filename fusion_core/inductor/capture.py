@@ -69,6 +69,8 @@ def module_path(nn_module_stack: Any) -> str:
     path = re.sub(r"^L\['self'\]\.?|^L__self___?", "", str(path))
     path = re.sub(r"\[(\d+)\]", r".\1", path)
     path = re.sub(r"\['([^']+)'\]", r".\1", path)
+    # Dynamo sometimes spells the path through the module's dicts: L['self'].__dict__['_modules'].
+    path = re.sub(r"(^|\.)(__dict__|_modules|_parameters|_buffers)(?=\.|$)", "", path)
     return path.strip(".")
 
 
