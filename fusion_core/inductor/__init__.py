@@ -1,0 +1,8 @@
+"""What Inductor fused for a model (``capture``) and how it compares with our clusters
+(``match``): used by ``--vs-inductor`` and ``python -m fusion_core.agreement``."""
+
+from .capture import InductorCapture, InductorError, InductorKernel, InductorNode, capture
+from .match import Agreement, ClusterVerdict, KernelMatch, match, to_dict
+
+__all__ = ["Agreement", "ClusterVerdict", "InductorCapture", "InductorError", "InductorKernel",
+           "InductorNode", "KernelMatch", "capture", "match", "to_dict"]

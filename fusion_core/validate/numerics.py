@@ -122,13 +122,13 @@ def check_cluster(launcher: Callable, module: ModuleType | None, eager: Callable
         with torch.no_grad():
             expected = as_tuple(eager(*eager_args))
     except Exception as e:  # noqa: BLE001 - report, do not crash the run
-        return GateResult(gate, False, f"eager subgraph failed: {_one_line(e)}")
+        return GateResult(gate, False, f"eager subgraph failed: {one_line(e)}")
     try:
         with torch.no_grad(), poisoned_allocations(module):
             actual = as_tuple(launcher(*kernel_args))
         _sync(actual)
     except Exception as e:  # noqa: BLE001
-        return GateResult(gate, False, f"kernel failed: {_one_line(e)}")
+        return GateResult(gate, False, f"kernel failed: {one_line(e)}")
     passed, err, why = compare(actual, expected, CLUSTER_TOL)
     return GateResult(gate, passed, why, err)
 
@@ -138,6 +138,6 @@ def _sync(outs: Sequence[Any]) -> None:
         torch.cuda.synchronize()
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")

@@ -31,7 +31,7 @@ from ..analysis.types import Cluster
 from ..pipeline import Analysis, analyze
 from . import bench
 from .inputs import TARGET_ROWS, random_inputs, record, reduced_specs, result_shape
-from .numerics import MODEL_TOL, _one_line, as_tuple, check_cluster, compare
+from .numerics import MODEL_TOL, as_tuple, check_cluster, compare, one_line
 from .subgraph import PatchError, Subgraph, eager_subgraph, patch
 from .types import GateResult, ModelCheck, ModelTiming, Timing, ValidationReport, ValidationResult
 
@@ -128,7 +128,7 @@ def _model_check(prep: _Prepared, loaded: dict[int, LoadedKernel]) -> ModelCheck
             with torch.no_grad():
                 out = patched(*[t.clone() for t in prep.inputs])
         except (PatchError, Exception) as e:  # noqa: BLE001
-            return False, None, _one_line(e)
+            return False, None, one_line(e)
         return compare(as_tuple(out), as_tuple(prep.model_out), MODEL_TOL)
 
     indices = sorted(loaded)
@@ -189,7 +189,7 @@ def _validate(analysis: Analysis, prep: _Prepared, provider: KernelProvider, wor
             subs[c.index] = sub = eager_subgraph(prep.gm, sc)
         except Exception as e:  # noqa: BLE001 - a codegen failure fails gate 1 for this cluster
             gates[c.index] = [GateResult("cluster numerics", False,
-                                         f"no kernel: {_one_line(e)}")]
+                                         f"no kernel: {one_line(e)}")]
             continue
         kargs, eargs = _args(prep, sub)
         g = check_cluster(kernel.launcher, kernel.module, sub.module, kargs, eargs)
@@ -236,7 +236,7 @@ def _measure(analysis: Analysis, prep: _Prepared, usable: dict[int, LoadedKernel
             timing, model_speedup = _timings(prep, c, usable[c.index], subs[c.index], inductor,
                                              Timing.median(eager_model_us))
         except Exception as e:  # noqa: BLE001
-            gates[c.index].append(GateResult("benchmark", False, _one_line(e)))
+            gates[c.index].append(GateResult("benchmark", False, one_line(e)))
             results.append(ValidationResult(c.index, "cuda", shape, tuple(gates[c.index]),
                                             fused_bytes=fused))
             continue
