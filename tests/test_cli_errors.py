@@ -86,6 +86,22 @@ class M(nn.Module):
             return y
         return -y
 """,
+    "forward_bug.py": """
+import torch.nn as nn
+
+class M(nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        return y.not_a_tensor_method()
+""",
+    "uses_len.py": """
+import torch.nn as nn
+
+class M(nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        return y * len(x)
+""",
 }
 
 
@@ -171,6 +187,20 @@ def test_untraceable_forward_with_fx_capture(files):
         invoke("--model", files["data_dependent.py"], "--input-shape", "4,8", "--capture", "fx"),
         "cannot trace M.forward", "data_dependent.py:6", "if y.sum() > 0:", "control flow",
         "--capture export")
+
+
+def test_untraceable_builtin_names_line_without_the_control_flow_hint(files):
+    line = assert_one_line_error(
+        invoke("--model", files["uses_len.py"], "--input-shape", "4,8", "--capture", "fx"),
+        "cannot trace M.forward", "uses_len.py:6", "'len' is not supported", "fix that line")
+    assert "control flow" not in line
+
+
+def test_bug_in_forward_is_not_blamed_on_the_input(files):
+    line = assert_one_line_error(
+        invoke("--model", files["forward_bug.py"], "--input-shape", "4,8", "--capture", "fx"),
+        "forward_bug.py:6", "AttributeError", "not_a_tensor_method", "fix that line")
+    assert "input" not in line.replace("--input-shape", "")
 
 
 @pytest.mark.parametrize("shape", ["16384x1024", "-1,3", "", "4,,8", "4.5,8", "a"])

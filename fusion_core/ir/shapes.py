@@ -19,7 +19,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from ..errors import InputSpecError
+from ..errors import CaptureError, FusionAdvisorError, InputSpecError
 from .trace import is_user_frame
 
 DTYPES: dict[str, torch.dtype] = {
@@ -82,7 +82,7 @@ class _Prop(FakeTensorProp):
                 n.meta["val"] = val
             return result
         except Exception as e:  # noqa: BLE001 - any op can reject the example input
-            raise InputSpecError(_rejection(n, e)) from e
+            raise _rejection(n, e) from e
 
     def _val(self, obj: Any) -> Any:
         if isinstance(obj, FakeTensor):
@@ -92,7 +92,7 @@ class _Prop(FakeTensorProp):
         return obj if isinstance(obj, _SCALARS) else None
 
 
-def _rejection(n: fx.Node, exc: BaseException) -> str:
+def _rejection(n: fx.Node, exc: BaseException) -> FusionAdvisorError:
     where = ""
     for line in reversed((n.meta.get("stack_trace") or "").splitlines()):
         m = re.match(r'\s*File "(.+)", line (\d+)', line)
@@ -101,8 +101,11 @@ def _rejection(n: fx.Node, exc: BaseException) -> str:
             break
     layer = f"layer `self.{n.target}`" if n.op == "call_module" else f"`{n.name}`"
     msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return (f"the example input does not fit the model: {layer}{where} rejected it ({msg}); "
-            "check --input-shape and --dtype")
+    if isinstance(exc, (AttributeError, NameError)):  # a bug in forward, not the input
+        return CaptureError(f"{layer}{where} failed while tracing shapes: "
+                            f"{type(exc).__name__}: {msg} (fix that line)")
+    return InputSpecError(f"the example input does not fit the model: {layer}{where} "
+                          f"rejected it ({msg}); check --input-shape and --dtype")
 
 
 def propagate_shapes(gm: fx.GraphModule, specs: Sequence[InputSpec]) -> fx.GraphModule:

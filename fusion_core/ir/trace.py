@@ -112,10 +112,15 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
         graph = tracer.trace(model)
     except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
         raise CaptureError(f"cannot trace {type(model).__name__}.forward{_where(e)}: "
-                           f"{_one_line(e)} (FX symbolic tracing follows no data-dependent "
-                           "Python control flow: rewrite it with torch.where, or try "
-                           "--capture export)") from e
+                           f"{_one_line(e)} ({_hint(e)})") from e
     return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+def _hint(exc: BaseException) -> str:
+    if isinstance(exc, fx.proxy.TraceError) or "control flow" in str(exc):
+        return ("FX symbolic tracing follows no data-dependent Python control flow: "
+                "rewrite it with torch.where, or try --capture export")
+    return "fix that line, or try --capture export"
 
 
 def _where(exc: BaseException) -> str:
