@@ -97,7 +97,8 @@ def test_random_prologues_into_a_reduction(tmp_path_factory, program, rule, epil
     shapes, steps = program
     torch.manual_seed(seed)
     inputs = tuple(torch.randn(s) for s in shapes)
-    model = Lambda(lambda m, *xs: UNARY[epilogue](REDUCE[rule](run_program(steps, *xs))),
+    # `+ xs[0]` makes the reduced value full-size whatever shape the program ends with.
+    model = Lambda(lambda m, *xs: UNARY[epilogue](REDUCE[rule](run_program(steps, *xs) + xs[0])),
                    arity=len(inputs))
     tuning = Tuning(max_block=8, loop_block=8) if loop else Tuning()
     checked = check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed,
