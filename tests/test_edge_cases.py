@@ -3,11 +3,15 @@ nn.Sequential, in-place ops, reversed scalar forms and dtype casts."""
 
 from __future__ import annotations
 
+import gc
+
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from analysis_helpers import run
 
+from fusion_core.errors import InputSpecError
 from fusion_core.ir.graph import OpKind
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze
@@ -109,3 +113,12 @@ def test_integer_model():
 def test_bool_mask_input():
     a = run(lambda x: torch.where(x, 1.0, 0.0) * 2.0, InputSpec((4, 8), torch.bool))
     assert a.clusters[0].ops == ("where", "mul")
+
+
+def test_garbage_collection_is_restored_after_analysis_even_on_error():
+    assert gc.isenabled()
+    run(lambda x: torch.exp(x) * 2.0)
+    assert gc.isenabled()
+    with pytest.raises(InputSpecError):
+        analyze(nn.Linear(8, 4), (4, 5))
+    assert gc.isenabled()
