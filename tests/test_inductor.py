@@ -138,7 +138,7 @@ def test_names_fallback(example):
 
 
 def test_missing_module_on_one_side_still_matches_the_line(example):
-    # Inductor knows the module (`bn1`) where our rewritten node has none, and vice versa.
+    # Inductor knows the module (`scale`) where our rewritten node has none.
     def mod(name, op, line, module):
         return InductorNode(name, op, module, str(EXAMPLE), line)
 
@@ -146,3 +146,16 @@ def test_missing_module_on_one_side_still_matches_the_line(example):
                                         mod("relu", "relu", 16, ""), mod("add", "add", 17, ""))))
     a = match(example, cap)
     assert a.clusters[0].verdict == "same group" and a.kernels[0].status == "exact"
+
+
+
+def test_top_level_code_does_not_match_a_module_on_the_same_line():
+    from fusion_core.inductor.match import _compatible
+
+    f = str(EXAMPLE)
+    # Inductor's "" is the model's own forward, not our LayerNorm module on that line.
+    assert not _compatible(("norm2", f, 36), ("", f, 36))
+    # Our node without a module (rewritten by a capture pass) matches by file and line.
+    assert _compatible(("", f, 30), ("bn2", f, 30))
+    assert not _compatible(("blocks.0", f, 61), ("blocks.1", f, 61))
+    assert not _compatible(("", f, 30), ("bn2", f, 31))

@@ -93,8 +93,9 @@ def _kernel_keys(k: InductorKernel) -> set[Key]:
 
 
 def _compatible(ours: Key, theirs: Key) -> bool:
-    """Same file and line; same module, or one side lacks the module (a rewritten node)."""
-    return ours[1:] == theirs[1:] and (ours[0] == theirs[0] or not ours[0] or not theirs[0])
+    """Same file and line, and the same module unless ours has none (a node a capture pass
+    rewrote without metadata). Inductor's "" is real: the model's own top-level code."""
+    return ours[1:] == theirs[1:] and (ours[0] == theirs[0] or not ours[0])
 
 
 def _resolve(ours: dict[str, tuple[Key | None, str]], universe: set[Key]
