@@ -174,6 +174,8 @@ def validate(analysis: Analysis, provider: KernelProvider | None = None, *,
         if workdir is None or not cuda:  # reduced-shape kernels never go to the user's dir
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="fusion-validate-"))
         Path(workdir).mkdir(parents=True, exist_ok=True)
+        # Inference only: eager timings must not pay for autograd bookkeeping.
+        stack.enter_context(torch.no_grad())
         return _validate(analysis, prep, provider, Path(workdir), mode, peak_gbps, inductor)
 
 
