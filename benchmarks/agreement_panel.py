@@ -100,8 +100,8 @@ def row(entry: Entry) -> tuple[list[str], list[str]]:
              str(a.count("partial")), str(a.count("missed")), f"{a.matched_fraction:.0%}",
              not_fused, f"{a.single_op_kernels} / {a.layout_kernels}", verified, model_ok,
              f"{seconds:.0f}"]
-    notes = [f"- {a.model}: missed `{k.kernel}` (lines {', '.join(map(str, k.lines)) or '-'})"
-             for k in a.kernels if k.status == "missed"]
+    notes = [f"- {a.model}: missed `{k.kernel}`: {', '.join(k.ops)} on lines "
+             f"{', '.join(map(str, k.lines)) or '-'}" for k in a.kernels if k.status == "missed"]
     notes += [f"- {a.model}: our cluster {v.cluster}: {v}" for v in a.clusters
               if v.verdict != "same group"]
     return cells, notes

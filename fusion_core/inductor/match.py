@@ -192,7 +192,8 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
                             if kkeys[i] & _our_keys(ours))
         exact = any(_exact(i, per_cluster[c], covers[c], kkeys) for c in overlapping)
         status = "exact" if exact else "partial" if overlapping else "missed"
-        results.append(KernelMatch(k.name, status, overlapping, k.ops, k.lines))
+        ops = tuple(sorted({n.op for n in k.compute_nodes})) or k.ops
+        results.append(KernelMatch(k.name, status, overlapping, ops, k.lines))
     return _agreement(analysis, cap, kernels, results, verdicts)
 
 
