@@ -109,7 +109,8 @@ def test_short_rows_pack_several_per_program(tmp_path):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("what", ["chain", "softmax", "layer_norm", "sum"])
+@pytest.mark.parametrize("what", ["chain", "softmax", "layer_norm", "sum", "softmax-loop",
+                                  "layer_norm-loop"])
 def test_half_precision(dtype, what, tmp_path):
     torch.manual_seed(3)
     fns = {
@@ -118,8 +119,11 @@ def test_half_precision(dtype, what, tmp_path):
         "layer_norm": lambda m, x: F.layer_norm(x * 2 + m.w, (C,), m.w, m.b),
         "sum": lambda m, x: (x * m.w).sum(-1, keepdim=True),
     }
-    model = Lambda(fns[what], w=rand(C, dtype=dtype), b=rand(C, dtype=dtype))
-    checked = check_model(model, (rand(R, C, dtype=dtype),), tmp_path, n_clusters=1)
+    model = Lambda(fns[what.removesuffix("-loop")], w=rand(C, dtype=dtype),
+                   b=rand(C, dtype=dtype))
+    tuning = {"tuning": Tuning(max_block=16, loop_block=16)} if what.endswith("loop") else {}
+    checked = check_model(model, (rand(R, C, dtype=dtype),), tmp_path, n_clusters=1, **tuning)
+    assert checked.kernels[0].looped == what.endswith("loop")
     source = checked.kernels[0].source
     assert ".to(tl.float32)" in source  # computed in float32...
     assert f".to(tl.{str(dtype).removeprefix('torch.')})" in source  # ...stored as half
