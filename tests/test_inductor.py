@@ -49,6 +49,18 @@ def test_example_net_kernels_all_match_exactly(compiled):
     assert to_dict(a)["exact"] == 3
 
 
+def test_agreement_json_fits_the_schema(example, compiled):
+    import json
+
+    import jsonschema
+
+    from fusion_core.report.json_report import schema, to_document
+
+    doc = json.loads(json.dumps(to_document(example, {"inductor": to_dict(compiled)})))
+    jsonschema.validate(doc, schema())
+    assert doc["inductor"]["cluster_verdicts"][2]["verdict"] == "same group"
+
+
 def test_kernel_names_parse():
     assert ops_from_name("cpp_fused_add_mul_relu_0") == ("add", "mul", "relu")
     assert ops_from_name("triton_per_fused__softmax_masked_fill_mul_3") == (
