@@ -9,6 +9,7 @@ Linear, Conv, Embedding, attention and unknown library modules stay single
 
 from __future__ import annotations
 
+import bisect
 import functools
 import linecache
 import sys
@@ -86,11 +87,27 @@ def forward_stack(frame: types.FrameType | None) -> str | None:
         file = f.f_code.co_filename
         if file in skip:
             continue
-        lines.append(f'  File "{file}", line {f.f_lineno}, in {f.f_code.co_name}\n')
-        code = linecache.getline(file, f.f_lineno).strip()
+        lineno = _lineno(f)
+        lines.append(f'  File "{file}", line {lineno}, in {f.f_code.co_name}\n')
+        code = linecache.getline(file, lineno).strip()
         if code:
             lines.append(f"    {code}\n")
     return "".join(lines).strip() or None
+
+
+def _lineno(frame: types.FrameType) -> int:
+    """`frame.f_lineno` by bisection: f_lineno scans the line table from the top of the
+    function, which made tracing a 10,000-line forward quadratic."""
+    starts, lines = _line_table(frame.f_code)
+    i = bisect.bisect_right(starts, frame.f_lasti) - 1
+    return lines[i] if i >= 0 and lines[i] is not None else frame.f_lineno
+
+
+@functools.lru_cache(maxsize=1024)
+def _line_table(code: types.CodeType) -> tuple[list[int], list[int | None]]:
+    """Start offset and line of each bytecode range of `code`."""
+    table = list(code.co_lines())
+    return [start for start, _, _ in table], [line for _, _, line in table]
 
 
 @functools.cache
