@@ -85,3 +85,20 @@ def test_harness_catches_an_unwritten_output(tmp_path):
 
     (got,) = run_kernel(replace(kernel, source=broken), tmp_path, (torch.randn(4, 1024),))
     assert torch.isnan(got).all()
+
+
+def test_generated_files_are_lint_clean(tmp_path):
+    """No unused names or other pyflakes findings in what we emit (ruff's default rules)."""
+    import shutil
+    import subprocess
+
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    if not Path(ruff).exists():
+        pytest.skip("ruff is not installed")
+    analysis = analyze(MicroGPT(), torch.randint(0, 256, (1, 16)))
+    paths = write_kernels(generate_all(analysis), tmp_path)
+    paths += write_kernels([generate(analysis, c, looped=True) for c in analysis.clusters],
+                           tmp_path / "loop")
+    proc = subprocess.run([ruff, "check", "--isolated", *map(str, paths)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]

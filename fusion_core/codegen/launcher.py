@@ -183,7 +183,9 @@ def launcher(plan: KernelPlan, params: dict[str, str], looped: bool) -> list[str
              f"    shape = _iteration_shape({', '.join(shapes)})"]
     for i, (a, t) in enumerate(zip(names, plan.inputs, strict=True)):
         row = ", row_space=True" if t.access.row_space else ""
-        lines.append(f"    {a}, in{i}_strides = _layout({a}, shape, IN_GROUPS[{i}]{row})")
+        strides = f"in{i}_strides" if any(v.startswith(f"in{i}_strides") for v in
+                                           params.values()) else "_"
+        lines.append(f"    {a}, {strides} = _layout({a}, shape, IN_GROUPS[{i}]{row})")
     device = names[0] + ".device"
     for i, t in enumerate(plan.outputs):
         lines.append(f"    out{i} = torch.empty({_shape_expr(t, plan)}, dtype={_dtype(t)}, "
