@@ -154,8 +154,9 @@ def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
     hit = sorted(set().union(*cover.values())) if cover else []
     names = tuple(kernels[i].name for i in hit)
     our_keys = _our_keys(ours)
-    if any(_exact(i, ours, cover, kkeys) for i in hit):
-        return ClusterVerdict(c.index, "same group", names, "")
+    same = next((i for i in hit if _exact(i, ours, cover, kkeys)), None)
+    if same is not None:
+        return ClusterVerdict(c.index, "same group", names, kernels[same].name)
     uncovered = [n for n in ours if not cover[n]]
     fused_with_ours = [i for i in hit if sum(1 for n in ours if i in cover[n]) >= 2]
     if not fused_with_ours and all(len(kkeys[i]) <= 1 for i in hit):
