@@ -57,6 +57,7 @@ def test_kernels_compile_for_sm90(tmp_path):
                             lambda m, a, b: torch.amax(a - b, dim=-1),
                             lambda m, a, b: (a.float() * 0.5).half() + 1]):
         jobs += _jobs(Lambda(fn), ints, tmp_path, f"int{i}-")
+        jobs += _jobs(Lambda(fn), ints, tmp_path, f"intloop{i}-", tuning=LOOP)
     casts = Lambda(lambda m, x: torch.logical_not(torch.sigmoid(x.to(torch.int32) * 2.5) > 0.5))
     jobs += _jobs(casts, (torch.randn(3, W),), tmp_path, "cast")
     unique = {}

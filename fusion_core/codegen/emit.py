@@ -119,7 +119,8 @@ def _identity(r: ReductionStep) -> str:
     """What tail lanes hold before the reduce: the rule's identity in the result dtype."""
     if r.rule in ("amax", "amin") and not r.dtype.is_floating_point:
         info = torch.iinfo(r.dtype)
-        return str(info.min if r.rule == "amax" else info.max)
+        # Written `(min + 1 - 1)`: the literal `-min` would not fit the signed type.
+        return f"({info.min + 1} - 1)" if r.rule == "amax" else str(info.max)
     return _IDENTITY.get(r.rule, _zero(r))
 
 
