@@ -261,3 +261,15 @@ def test_regime_and_gates():
         memory_bus_width = 6144  # bits
 
     assert bench.detected_peak_gbps(Props()) == pytest.approx(2 * 2.619e9 * 768 / 1e9)
+
+
+def test_a_model_that_fails_on_random_inputs_is_reported_not_raised(example, monkeypatch):
+    from fusion_core.validate import run
+
+    def broken(*args, **kwargs):
+        raise IndexError("index out of range in self")
+
+    monkeypatch.setattr(run, "record", broken)
+    report = validate(example, lambda *a: pytest.fail("no kernel should be built"))
+    assert all(not r.usable for r in report.results)
+    assert "did not run on random inputs: IndexError" in report.results[0].failed.detail

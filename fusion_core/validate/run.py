@@ -169,7 +169,11 @@ def validate(analysis: Analysis, provider: KernelProvider | None = None, *,
     cuda = torch.cuda.is_available()
     use_interpreter_without_cuda()
     mode = "cuda" if cuda else "interpreter"
-    prep = _prepare(analysis, cuda, seed, target_rows)
+    try:
+        prep = _prepare(analysis, cuda, seed, target_rows)
+    except Exception as e:  # noqa: BLE001 - the model itself fails on random inputs
+        return _unrunnable(analysis, mode, f"the model did not run on random inputs: "
+                                            f"{one_line(e)}")
     with contextlib.ExitStack() as stack:
         if workdir is None or not cuda:  # reduced-shape kernels never go to the user's dir
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="fusion-validate-"))
@@ -177,6 +181,15 @@ def validate(analysis: Analysis, provider: KernelProvider | None = None, *,
         # Inference only: eager timings must not pay for autograd bookkeeping.
         stack.enter_context(torch.no_grad())
         return _validate(analysis, prep, provider, Path(workdir), mode, peak_gbps, inductor)
+
+
+def _unrunnable(analysis: Analysis, mode: str, why: str) -> ValidationReport:
+    results = tuple(ValidationResult(c.index, "skipped", result_shape(analysis, c.index),
+                                     (GateResult("cluster numerics", False, why),),
+                                     fused_bytes=c.traffic.fused_bytes)
+                    for c in analysis.clusters)
+    return ValidationReport(results, ModelCheck(None, None, (), detail=why), mode,
+                            "cuda" if mode == "cuda" else "cpu")
 
 
 def _validate(analysis: Analysis, prep: _Prepared, provider: KernelProvider, workdir: Path,
