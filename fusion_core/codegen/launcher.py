@@ -135,6 +135,9 @@ def _layout(t, shape, groups, row_space=False):
     for u in (t, t.contiguous()):
         found = _group_strides(u, shape, groups, row_space)
         if found is not None:
+            if not INT64_INDEX and sum((d - 1) * s for d, s in zip(u.shape, u.stride())) >= 2**31:
+                raise ValueError(f"{NAME}: offsets into an input of shape {tuple(t.shape)} "
+                                 "overflow this kernel's 32-bit index math; regenerate it")
             return u, found
     raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} does not broadcast over "
                      f"{shape} the way this kernel indexes it ({groups}); regenerate it")
@@ -151,8 +154,6 @@ def _group_strides(t, shape, groups, row_space):
     covered = {k for first, end, _ in groups for k in range(first, end)}
     if any(k not in covered and dims[k] != 1 and shape[k] != 1 for k in range(len(shape))):
         return None  # varies along a dim the kernel broadcasts it over
-    if not INT64_INDEX and sum((d - 1) * s for d, s in zip(dims, strides)) >= 2**31:
-        return None
     found = []
     for first, end, unit in groups:
         step = outer = None
