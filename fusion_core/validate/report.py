@@ -41,7 +41,7 @@ def _model_line(report: ValidationReport) -> str:
             f"{_err(m.max_abs_err)}; {m.detail}); cluster(s) {blamed} not offered")
 
 
-def _measured_line(r: ValidationResult, inductor: bool) -> str:
+def _measured_line(r: ValidationResult, inductor: bool, peak_label: str) -> str:
     t = r.timing
     if t is None or r.regime is None:
         return ""
@@ -55,8 +55,8 @@ def _measured_line(r: ValidationResult, inductor: bool) -> str:
         if r.gbps is not None:
             text += f"  fused cluster bandwidth {r.gbps:.0f} GB/s"
             if r.peak_gbps:
-                text += (f" ({r.gbps / r.peak_gbps:.0%} of {r.peak_gbps:.0f} GB/s detected peak "
-                         "memory bandwidth)")
+                text += (f" ({r.gbps / r.peak_gbps:.0%} of {r.peak_gbps:.0f} GB/s {peak_label} "
+                         "peak memory bandwidth)")
     if inductor and t.inductor is not None:
         text += f"\n  inductor {t.inductor:.1f} µs  ours {t.kernel:.1f} µs  eager {t.eager:.1f} µs"
     return text
@@ -78,7 +78,8 @@ def print_validation(report: ValidationReport, console: Console, inductor: bool 
         else:
             console.print(f"cluster {r.cluster}: verified (cuda)  max abs err "
                           f"{_err(r.max_abs_err)}", highlight=False, markup=False)
-        line = _measured_line(r, inductor)
+        label = "given" if report.peak_source == "--peak-gbps" else "detected"
+        line = _measured_line(r, inductor, label)
         if line:
             console.print(line, highlight=False, markup=False)
     console.print(_model_line(report), highlight=False, markup=False)
