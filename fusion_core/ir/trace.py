@@ -103,11 +103,20 @@ def _lineno(frame: types.FrameType) -> int:
     return lines[i] if i >= 0 and lines[i] is not None else frame.f_lineno
 
 
-@functools.lru_cache(maxsize=1024)
 def _line_table(code: types.CodeType) -> tuple[list[int], list[int | None]]:
-    """Start offset and line of each bytecode range of `code`."""
-    table = list(code.co_lines())
-    return [start for start, _, _ in table], [line for _, _, line in table]
+    """Start offset and line of each bytecode range of `code`, cached by identity
+    (hashing a code object hashes all its bytecode: linear in the function's length)."""
+    hit = _LINE_TABLES.get(id(code))
+    if hit is None or hit[0] is not code:
+        if len(_LINE_TABLES) > 1024:
+            _LINE_TABLES.clear()
+        table = list(code.co_lines())
+        hit = (code, [start for start, _, _ in table], [line for _, _, line in table])
+        _LINE_TABLES[id(code)] = hit
+    return hit[1], hit[2]
+
+
+_LINE_TABLES: dict[int, tuple[types.CodeType, list[int], list[int | None]]] = {}
 
 
 @functools.cache
