@@ -1,5 +1,6 @@
 """fusion-advisor's public API (what the pytest plugin and other tools may import)."""
 
+from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 from .analysis.types import Cluster, LineSpan, Rejection, TrafficEstimate
 from .codegen import Kernel, LoweringError, generate, generate_all, load_kernel, write_kernels
 from .errors import FusionAdvisorError

@@ -83,7 +83,13 @@ def poisoned_allocations(module: ModuleType | None) -> Iterator[None]:
 
 
 def as_tuple(x: Any) -> tuple[Any, ...]:
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+    """The tensors of an output (a tensor, a tuple, or a nested structure such as a model
+    output dataclass), in pytree order."""
+    if isinstance(x, torch.Tensor):
+        return (x,)
+    from torch.utils._pytree import tree_leaves
+
+    return tuple(t for t in tree_leaves(x) if isinstance(t, torch.Tensor))
 
 
 def compare(actual: Sequence[Any], expected: Sequence[Any],
@@ -128,7 +134,9 @@ def check_cluster(launcher: Callable, module: ModuleType | None, eager: Callable
             actual = as_tuple(launcher(*kernel_args))
         _sync(actual)
     except Exception as e:  # noqa: BLE001
-        return GateResult(gate, False, f"kernel failed: {one_line(e)}")
+        hint = (" (triton was imported before TRITON_INTERPRET=1 was set: set it in the "
+                "environment)" if "outside of the scope of a kernel" in str(e) else "")
+        return GateResult(gate, False, f"kernel failed: {one_line(e)}{hint}")
     passed, err, why = compare(actual, expected, CLUSTER_TOL)
     return GateResult(gate, passed, why, err)
 
