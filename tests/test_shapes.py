@@ -114,3 +114,23 @@ def test_without_inplace_methods_values_are_the_propagated_fakes():
     nodes = {n.name: n for n in a.graph_module.graph.nodes}
     assert nodes["mul"].meta["val"].shape == (4, 8)
     assert isinstance(nodes["mul"].meta["val"], FakeTensor)
+
+
+def test_repeated_ops_share_results_only_when_inputs_match():
+    # The same `* 2.0` on a different shape or dtype must get its own result.
+    a = run(lambda x, y: ((x * 2.0 + y) * 2.0).half() * 2.0, (8,), (4, 8))
+    muls = [n.meta for n in a.graph.nodes if n.op == "mul"]
+    assert [(m.shape, m.dtype) for m in muls] == [
+        ((8,), torch.float32), ((4, 8), torch.float32), ((4, 8), torch.float16)]
+
+
+def test_long_chain_of_repeated_ops_keeps_every_node_meta():
+    def fn(x):
+        for _ in range(50):
+            x = torch.sigmoid(x * 1.5)
+        return x.sum(dim=-1)
+
+    g = run(fn, (4, 8)).graph
+    metas = [n.meta for n in g.nodes if n.op in ("mul", "sigmoid")]
+    assert len(metas) == 100 and all(m.shape == (4, 8) for m in metas)
+    assert result_node(g).meta.shape == (4,)

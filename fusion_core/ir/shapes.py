@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ..errors import CaptureError, FusionAdvisorError, InputSpecError
+from .registry import lookup
 from .trace import is_user_frame
 
 DTYPES: dict[str, torch.dtype] = {
@@ -72,11 +73,23 @@ class _Prop(FakeTensorProp):
     # in-place methods store the result itself.
     snapshot = True
 
+    def __init__(self, gm: fx.GraphModule, mode: FakeTensorMode) -> None:
+        super().__init__(gm, mode)
+        # A pointwise op or reduction's result depends only on its inputs' metadata:
+        # nodes repeating one (a long chain of same-shape ops) share one fake result
+        # instead of paying ~0.15 ms to build another. Only without in-place methods.
+        self._memo: dict[tuple, FakeTensor] = {}
+
     def run_node(self, n: fx.Node) -> Any:
         try:
             if self.snapshot:
                 return super().run_node(n)
-            result = fx.Interpreter.run_node(self, n)
+            key = self._memo_key(n)
+            result = self._memo.get(key) if key is not None else None
+            if result is None:
+                result = fx.Interpreter.run_node(self, n)
+                if key is not None and isinstance(result, FakeTensor):
+                    self._memo[key] = result
             val = fx.node.map_aggregate(result, self._val)
             if val is not None:
                 n.meta["val"] = val
@@ -84,12 +97,42 @@ class _Prop(FakeTensorProp):
         except Exception as e:  # noqa: BLE001 - any op can reject the example input
             raise _rejection(n, e) from e
 
+    def _memo_key(self, n: fx.Node) -> tuple | None:
+        if n.op not in ("call_function", "call_method"):
+            return None
+        found = lookup(("method", n.target) if n.op == "call_method" else n.target)
+        if not isinstance(found, tuple) or not found[0].kind.is_compute:
+            return None
+        try:
+            return (n.op, n.target, self._describe(n.args), self._describe(n.kwargs))
+        except _NotMemoizable:
+            return None
+
+    def _describe(self, obj: Any) -> Any:
+        """A hashable description of an argument: tensors by metadata, scalars by value."""
+        if isinstance(obj, fx.Node):
+            obj = self.env[obj]
+        if isinstance(obj, FakeTensor):
+            return ("T", tuple(obj.shape), obj.stride(), obj.storage_offset(), obj.dtype,
+                    obj.device, obj.requires_grad)
+        if isinstance(obj, (tuple, list)):
+            return (type(obj).__name__, *(self._describe(x) for x in obj))
+        if isinstance(obj, dict):
+            return ("dict", *((k, self._describe(v)) for k, v in obj.items()))
+        if obj is None or isinstance(obj, (bool, int, float, str, torch.dtype)):
+            return (type(obj).__name__, obj)
+        raise _NotMemoizable
+
     def _val(self, obj: Any) -> Any:
         if isinstance(obj, FakeTensor):
             return obj
         if isinstance(obj, torch.Tensor):  # a real parameter or buffer
             return self._mode.from_tensor(obj, static_shapes=True)
         return obj if isinstance(obj, _SCALARS) else None
+
+
+class _NotMemoizable(Exception):
+    pass
 
 
 def _rejection(n: fx.Node, exc: BaseException) -> FusionAdvisorError:
