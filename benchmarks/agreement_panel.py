@@ -3,7 +3,8 @@
     python benchmarks/agreement_panel.py [--out benchmarks/RESULTS.md] [--only NAME ...]
 
 For every model of the panel that exists in examples/ (the list below, then any other
-example whose docstring gives `--input-shape ...`), analyze it, compile it with torch.compile
+example whose docstring gives `--input-shape ...`), plus transformers' GPT-2, LLaMA and BERT
+from small configs where transformers is installed, analyze it, compile it with torch.compile
 on CPU, match Inductor's pointwise/reduction kernels with our clusters, and validate every
 cluster's kernel under the Triton interpreter (cluster and model numerics). Writes only the
 `## Agreement with Inductor (CPU)` section (creating the file if needed).
@@ -50,6 +51,30 @@ PANEL = (
     Entry("resnet_block.py", ("2,16,16,16",)),
     Entry("mixer_block.py", ("2,64,128",)),
 )
+TOKENS = ("2,16",)
+HF_PREFIX = "transformers:"
+
+
+def _hf_models() -> dict[str, object]:
+    """transformers' GPT-2, LLaMA and BERT from small configs (random weights, no downloads)."""
+    try:
+        import transformers as T
+    except ImportError:
+        return {}
+    small = dict(vocab_size=128, max_position_embeddings=64)
+    return {
+        "gpt2": lambda: T.GPT2Model(T.GPT2Config(
+            n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64, use_cache=False,
+            bos_token_id=0, eos_token_id=0)),
+        "llama": lambda: T.LlamaModel(T.LlamaConfig(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, use_cache=False, **small)),
+        "bert": lambda: T.BertModel(T.BertConfig(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            **small)),
+    }
+
+
 _SHAPE = re.compile(r"--input-shape\s+([\d,]+)(?:\s+--dtype\s+(\w+))?")
 
 
@@ -70,7 +95,24 @@ def panel(only: list[str]) -> list[Entry]:
             found = from_docstring(path)
             if found is not None:
                 entries[path.name] = found
-    return [e for e in entries.values() if not only or Path(e.file).stem in only]
+    for name in _hf_models():  # optional rows: only where transformers is installed
+        entries[HF_PREFIX + name] = Entry(HF_PREFIX + name, TOKENS, "int64")
+    return [e for e in entries.values()
+            if not only or Path(e.file).stem in only or e.file.removeprefix(HF_PREFIX) in only]
+
+
+def _analyze(entry: Entry):
+    specs = [InputSpec.parse(s, entry.dtype) for s in entry.shapes]
+    if entry.file.startswith(HF_PREFIX):
+        import warnings
+
+        from fusion_core.pipeline import analyze
+
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return analyze(_hf_models()[entry.file.removeprefix(HF_PREFIX)](), *specs)
+    return analyze_file(ROOT / "examples" / entry.file, specs, entry.model_class)
 
 
 def validation_cells(analysis) -> tuple[str, str]:
@@ -86,10 +128,8 @@ def validation_cells(analysis) -> tuple[str, str]:
 
 
 def row(entry: Entry) -> tuple[list[str], list[str]]:
-    path = ROOT / "examples" / entry.file
-    specs = [InputSpec.parse(s, entry.dtype) for s in entry.shapes]
     start = time.perf_counter()
-    analysis = analyze_file(path, specs, entry.model_class)
+    analysis = _analyze(entry)
     a = agreement(analysis)
     verified, model_ok = validation_cells(analysis)
     seconds = time.perf_counter() - start

@@ -77,6 +77,8 @@ def test_module_paths_normalize():
     assert module_path(None) == ""
     spelled = "L['self'].__dict__['_modules']['blocks'][0].attn"
     assert module_path({"a": (spelled, object)}) == "blocks.0.attn"
+    wrapped = "L['args'][0].layers[0].input_layernorm"  # forward behind a decorator
+    assert module_path({"a": (wrapped, object)}) == "layers.0.input_layernorm"
 
 
 def _node(name, op, line):

@@ -66,7 +66,8 @@ def module_path(nn_module_stack: Any) -> str:
         return ""
     value = list(nn_module_stack.values())[-1]
     path = value[0] if isinstance(value, tuple) else str(value)
-    path = re.sub(r"^L\['self'\]\.?|^L__self___?", "", str(path))
+    # The model is `L['self']`, or `L['args'][0]` when a decorator wraps its forward.
+    path = re.sub(r"^L\['(?:self|args|kwargs)'\](?:\[\d+\])?\.?|^L__self___?", "", str(path))
     path = re.sub(r"\[(\d+)\]", r".\1", path)
     path = re.sub(r"\['([^']+)'\]", r".\1", path)
     # Dynamo sometimes spells the path through the module's dicts: L['self'].__dict__['_modules'].
