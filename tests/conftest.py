@@ -1,1 +1,1 @@
-"""Shared fixtures for the unit tests (interpreter setup and the gpu rule live in ../conftest.py)."""
+"""Shared fixtures for the unit tests (interpreter setup and gpu rule: ../conftest.py)."""
