@@ -10,7 +10,7 @@ pointwise producers into several consumers (recompute); a key belongs to the fir
 computing it, and a kernel's status and extra ops count only the keys it owns. Nodes
 Inductor created in a pattern rewrite carry no stack trace; such a node still explains one
 of our nodes whose op it has, when its kernel already overlaps our cluster by key. Ops
-that vanish in inference (dropout in eval mode) are ignored on our side.
+Inductor drops (dropout in eval mode, casts to the same dtype) are ignored on our side.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..pipeline import Analysis
 from .capture import InductorCapture, InductorKernel, module_path
 
 IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
+# (same-dtype casts are skipped too: see _same_dtype_cast)
 
 Key = tuple[str, str, int]
 
@@ -79,13 +80,21 @@ def cluster_keys(analysis: Analysis, cluster: Cluster) -> dict[str, tuple[Key | 
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     out: dict[str, tuple[Key | None, str]] = {}
     for name, op in zip(cluster.nodes, cluster.ops, strict=True):
-        if op in IGNORED_OPS:
-            continue
         node, fx = analysis.graph[name], fx_nodes.get(name)
+        if op in IGNORED_OPS or _same_dtype_cast(analysis, node):
+            continue
         mod = module_path(fx.meta.get("nn_module_stack")) if fx is not None else ""
         key = (mod, _norm_file(node.source.file), node.source.line) if node.source else None
         out[name] = (key, op)
     return out
+
+
+def _same_dtype_cast(analysis: Analysis, node) -> bool:
+    """`x.to(torch.float32)` on a float32 x: Inductor drops it, so it cannot be matched."""
+    if node.op != "to" or node.meta is None or not node.refs:
+        return False
+    src = analysis.graph[node.refs[0]].meta
+    return src is not None and src.dtype == node.meta.dtype
 
 
 def _kernel_keys(k: InductorKernel) -> set[Key]:
