@@ -107,3 +107,18 @@ def test_explain_rejections_names_check_reason_and_dropped_nodes(tmp_path):
     assert "inplace.py:6-8" in text
     assert "dropped relu and retried" in text
     assert "Rejected candidates" not in render(a)  # only with the flag
+
+
+def test_multi_input_model_with_a_dtype_per_input(tmp_path):
+    model = tmp_path / "masked.py"
+    model.write_text(
+        "import torch.nn as nn\n\n"
+        "class Masked(nn.Module):\n"
+        "    def forward(self, x, mask):\n"
+        "        return (x * 2.0).masked_fill(mask, 0.0) + 1.0\n")
+    result = CliRunner().invoke(cli, [
+        "--model", str(model), "--input-shape", "4,8", "--input-shape", "4,8",
+        "--dtype", "float32", "--dtype", "bool"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == "Masked (6 nodes, 1 fusable cluster(s))"
+    assert "mul → masked_fill → add" in result.stdout
