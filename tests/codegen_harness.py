@@ -230,7 +230,8 @@ def compile_for_gpu(jobs: list[tuple[Kernel, Path, tuple[torch.Tensor, ...]]],
     for kernel, tmp, inputs in jobs:
         path, sig, consts = launch_signature(kernel, tmp, inputs)
         payload.append((path, kernel.name, sig, consts))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # "0", not unset: fusion_core sets the interpreter on import when it finds no CUDA.
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     full = os.environ.get("FUSION_FULL_COMPILE") == "1"
     proc = subprocess.run([sys.executable, "-c", _COMPILE % (arch, full)],
