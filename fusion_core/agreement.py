@@ -15,13 +15,12 @@ from typing import Any
 import click
 from rich.console import Console
 
-from .cli import _check_writable, _specs
+from .cli import _check_writable, _specs, model_options
 from .errors import FusionAdvisorError
 from .inductor.capture import capture
 from .inductor.match import Agreement, match, to_dict
-from .ir.shapes import DTYPES
 from .pipeline import Analysis, analyze_file
-from .report.json_report import write_json
+from .report.json_report import inputs_json, write_json
 from .validate.inputs import random_inputs
 
 
@@ -48,19 +47,12 @@ def print_agreement(a: Agreement, console: Console) -> None:
 
 def document(a: Agreement, analysis: Analysis) -> dict[str, Any]:
     return {"model": analysis.model_name, "frontend": analysis.graph.frontend,
-            "inputs": [{"shape": list(s.shape), "dtype": str(s.dtype).removeprefix("torch.")}
-                       for s in analysis.inputs],
+            "inputs": inputs_json(analysis.inputs),
             "inductor": to_dict(a)}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--model", "model_path", required=True, metavar="PATH",
-              help="Python file defining the nn.Module.")
-@click.option("--model-class", metavar="NAME", help="Class to use when the file has several.")
-@click.option("--input-shape", "shapes", multiple=True, metavar="N,M,...",
-              help="Example input shape; repeat for multi-input models.")
-@click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE",
-              help=f"Input dtype ({', '.join(DTYPES)}); once for all inputs or once per input.")
+@model_options
 @click.option("--capture", "capture_mode", type=click.Choice(["auto", "fx", "export"]),
               default="auto", show_default=True, help="Graph capture frontend.")
 @click.option("--json", "json_path", metavar="FILE", help="Write the comparison as JSON.")

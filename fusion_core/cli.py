@@ -45,14 +45,25 @@ def _check_writable(path: str, flag: str) -> None:
                                  "is not writable (choose another path)")
 
 
+def model_options(command):
+    """The options that name a model and its example inputs (shared with `agreement`)."""
+    for option in reversed((
+        click.option("--model", "model_path", required=True, metavar="PATH",
+                     help="Python file defining the nn.Module to analyze."),
+        click.option("--model-class", metavar="NAME",
+                     help="Class to analyze when the file has several."),
+        click.option("--input-shape", "shapes", multiple=True, metavar="N,M,...",
+                     help="Example input shape; repeat for multi-input models."),
+        click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE",
+                     help=f"Input dtype ({', '.join(DTYPES)}); once for all inputs or once "
+                          "per input."),
+    )):
+        command = option(command)
+    return command
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--model", "model_path", required=True, metavar="PATH",
-              help="Python file defining the nn.Module to analyze.")
-@click.option("--model-class", metavar="NAME", help="Class to analyze when the file has several.")
-@click.option("--input-shape", "shapes", multiple=True, metavar="N,M,...",
-              help="Example input shape; repeat for multi-input models.")
-@click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE",
-              help=f"Input dtype ({', '.join(DTYPES)}); once for all inputs or once per input.")
+@model_options
 @click.option("--out-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Where generated kernels are written.")
 @click.option("--explain-rejections", is_flag=True,

@@ -19,6 +19,11 @@ def _lines(span: LineSpan | None) -> dict[str, Any] | None:
     return None if span is None else {"file": span.file, "start": span.start, "end": span.end}
 
 
+def inputs_json(specs) -> list[dict[str, Any]]:
+    return [{"shape": list(s.shape), "dtype": str(s.dtype).removeprefix("torch.")}
+            for s in specs]
+
+
 def cluster_dict(c: Cluster) -> dict[str, Any]:
     return {
         "index": c.index, "category": c.category, "ops": list(c.ops), "nodes": list(c.nodes),
@@ -41,8 +46,7 @@ def to_document(analysis: Analysis, extra: dict[str, Any] | None = None) -> dict
         "schema_version": SCHEMA_VERSION,
         "model": analysis.model_name,
         "frontend": analysis.graph.frontend,
-        "inputs": [{"shape": list(s.shape), "dtype": str(s.dtype).removeprefix("torch.")}
-                   for s in analysis.inputs],
+        "inputs": inputs_json(analysis.inputs),
         "n_nodes": analysis.n_nodes,
         "clusters": [cluster_dict(c) for c in analysis.clusters],
         "rejections": [rejection_dict(r) for r in analysis.rejections],
