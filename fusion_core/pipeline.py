@@ -20,10 +20,11 @@ import torch.nn as nn
 from .analysis.detect import detect
 from .analysis.types import Cluster, Rejection
 from .errors import InputSpecError
-from .ir.capture import capture as capture_graph
+from .ir.capture import captured
 from .ir.channels import explicit_channels
 from .ir.export import label_modules
 from .ir.graph import FusionGraph
+from .ir.linear_bias import split_linear_bias
 from .ir.normalize import to_fusion_graph
 from .ir.shapes import InputSpec
 from .load import load_model
@@ -39,6 +40,8 @@ class Analysis:
     # Kept for the passes that run code (validation, patching); not part of equality.
     module: nn.Module = field(compare=False, repr=False)
     graph_module: fx.GraphModule = field(compare=False, repr=False)
+    # `capture="auto"` fell back to torch.export: why FX failed, one line ("" otherwise).
+    capture_fallback: str = ""
 
     @property
     def n_nodes(self) -> int:
@@ -84,14 +87,17 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
     specs = tuple(as_spec(x) for x in inputs)
     model = model.eval()
     with gc_paused():
-        gm, frontend = capture_graph(model, specs, capture)
+        cap = captured(model, specs, capture)
+        gm, frontend = cap.gm, cap.frontend
         explicit_channels(gm)
+        split_linear_bias(gm)
         graph = to_fusion_graph(gm, type(model).__name__, frontend=frontend)
         if frontend == "export":
             graph = label_modules(graph, gm)
         clusters, rejections = detect(graph)
     return Analysis(model_name=type(model).__name__, inputs=specs, graph=graph,
-                    clusters=clusters, rejections=rejections, module=model, graph_module=gm)
+                    clusters=clusters, rejections=rejections, module=model, graph_module=gm,
+                    capture_fallback=cap.fallback)
 
 
 def analyze_file(path: str | Path, specs: Sequence[InputSpec],

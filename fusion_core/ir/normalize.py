@@ -82,6 +82,10 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     if n.op == "call_module":
         return Node(op=module_types.get(str(n.target), "opaque"), kind=OpKind.OPAQUE,
                     inputs=refs, **common)
+    if "fusion_module" in n.meta:  # what remains of a module call a pass rewrote
+        path, type_name = n.meta["fusion_module"]
+        return Node(op=type_name, kind=OpKind.OPAQUE, inputs=refs,
+                    **{**common, "target": f"self.{path}"})
     if meta is None and not _is_tensor_tuple(val):
         # Python values computed at trace time (x.shape, sizes): never fused.
         return Node(op="meta", kind=OpKind.OPAQUE, inputs=refs, **common)
