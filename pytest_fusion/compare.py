@@ -222,6 +222,14 @@ def _timing_of(timings_: tuple[ClusterTiming, ...], c: ClusterRec,
     return same[nth] if nth < len(same) else None
 
 
+def frontend_change(base: Snapshot, cur: Snapshot) -> str:
+    """Why the clusters may differ beyond the model: another frontend ("" when the same
+    or unknown, as in baselines written before the frontend was recorded)."""
+    if base.frontend and cur.frontend and base.frontend != cur.frontend:
+        return f"captured through {cur.frontend}, the baseline through {base.frontend}"
+    return ""
+
+
 def compare(base: Snapshot, cur: Snapshot, tol: Tolerances = Tolerances(),
             checks: Iterable[str] = CHECKS, hw_key: str | None = None) -> Comparison:
     checks = set(checks)
@@ -230,6 +238,8 @@ def compare(base: Snapshot, cur: Snapshot, tol: Tolerances = Tolerances(),
             (f"the example inputs changed ({', '.join(base.inputs)} → {', '.join(cur.inputs)}):"
              " the baseline no longer applies",), (), (), "")
     d = _Diff(base, cur, tol, checks)
+    if switched := frontend_change(base, cur):
+        d.changes.append(switched)
     d.clusters()
     if "rejections" in checks:
         d.rejections()

@@ -21,6 +21,9 @@ from .snapshot import Snapshot, from_analysis
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha"}
+# fusion_core's capture frontends, spelled out here so pytest can validate the ini option
+# without importing torch (a test keeps the two in step).
+CAPTURES = ("auto", "fx", "export")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,11 @@ class FusionResult:
     @property
     def clusters(self):
         return self.analysis.clusters
+
+    @property
+    def frontend(self) -> str:
+        """The frontend that captured the graph: "fx" or "export" (auto resolves to one)."""
+        return self.analysis.graph.frontend
 
     @property
     def rejections(self):
@@ -126,13 +134,22 @@ class FusionAdvisor:
         self._marker_result: FusionResult | None = None
 
     # ------------------------------------------------------------ analysis
-    def analyze(self, model: Any, *inputs: Any, dtype: Any = None,
-                measure: bool = True) -> FusionResult:
-        """Analyze `model` for the example inputs (tensors, shapes, InputSpecs)."""
+    def analyze(self, model: Any, *inputs: Any, dtype: Any = None, measure: bool = True,
+                capture: str | None = None) -> FusionResult:
+        """Analyze `model` for the example inputs (tensors, shapes, InputSpecs).
+
+        `capture`: "auto", "fx" or "export"; None takes the `fusion_capture` ini option.
+        """
         import fusion_core
 
+        if capture is None:
+            capture = self.plugin.capture
+        elif capture not in CAPTURES:
+            pytest.fail(f"unknown capture frontend capture={capture!r}: choose from "
+                        f"{', '.join(CAPTURES)}", pytrace=False)
         try:
-            analysis = fusion_core.analyze(build_model(model), *build_inputs(inputs, dtype))
+            analysis = fusion_core.analyze(build_model(model), *build_inputs(inputs, dtype),
+                                           capture=capture)
         except fusion_core.FusionAdvisorError as e:
             pytest.fail(f"fusion analysis failed: {e}", pytrace=False)
         rootdir = self.item.config.rootpath
@@ -157,7 +174,8 @@ class FusionAdvisor:
             checks = _as_checks(marker.kwargs.get("checks"))
             self._marker_result = self.analyze(marker.args[0], *marker.args[1:],
                                                dtype=marker.kwargs.get("dtype"),
-                                               measure="timings" in checks)
+                                               measure="timings" in checks,
+                                               capture=marker.kwargs.get("capture"))
         return self._marker_result
 
     # ------------------------------------------------------------ assertions

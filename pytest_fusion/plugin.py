@@ -19,16 +19,17 @@ from typing import Any
 import pytest
 
 from . import report
-from .fixture import FusionAdvisor
+from .fixture import CAPTURES, FusionAdvisor
 from .measure import FusionHookSpecs, default_measure, local_device
 from .session import MODES, FusionSession
 
 MARKER = (
     "fusion_check(model, *inputs, dtype=None, checks=('clusters', 'rejections', 'traffic', "
-    "'timings'), traffic_tolerance=None, timing_tolerance=None, timing_alpha=None): analyze "
-    "`model` (an nn.Module, its class, a zero-argument factory or a .py path) for the example "
-    "`inputs` (tensors, shape tuples or 'N,M' strings of `dtype`) and compare the result with "
-    "the test's baseline in the fusion_baselines folder; the keyword tolerances override the "
+    "'timings'), traffic_tolerance=None, timing_tolerance=None, timing_alpha=None, "
+    "capture=None): analyze `model` (an nn.Module, its class, a zero-argument factory or a .py "
+    "path) for the example `inputs` (tensors, shape tuples or 'N,M' strings of `dtype`), "
+    "captured with `capture` (auto, fx or export), and compare the result with the test's "
+    "baseline in the fusion_baselines folder; the tolerance and capture keywords override the "
     "ini options for this test")
 INI_TOLERANCES = {  # ini name -> (Tolerances field, default, help)
     "fusion_traffic_tolerance": ("traffic", "0.0",
@@ -66,6 +67,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "rootdir", default="fusion_baselines")
     for name, (_, default, help_) in INI_TOLERANCES.items():
         parser.addini(name, help_, default=default)
+    parser.addini("fusion_capture", "graph capture frontend: auto (FX, then torch.export when "
+                  "FX cannot trace), fx or export", default="auto")
 
 
 def _versions() -> dict[str, str]:
@@ -92,6 +95,10 @@ class FusionPlugin:
             except ValueError as e:
                 raise pytest.UsageError(f"ini option {name} must be a number, got "
                                         f"{config.getini(name)!r}") from e
+        self.capture: str = config.getini("fusion_capture").strip()
+        if self.capture not in CAPTURES:
+            raise pytest.UsageError(f"ini option fusion_capture must be one of "
+                                    f"{', '.join(CAPTURES)}, got {self.capture!r}")
         self.device = local_device()
         self.hw_key = None if self.device == "cpu" else self.device
         self.provenance = {**_versions(), "device": self.device,

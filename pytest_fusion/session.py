@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .compare import CHECKS, NO_CUDA, Comparison, Tolerances, compare
+from .compare import CHECKS, NO_CUDA, Comparison, Tolerances, compare, frontend_change
 from .measure import median_speedup
 from .snapshot import BaselineError, Measured, Snapshot, baseline_name, from_data, to_data
 
@@ -126,6 +126,9 @@ class FusionSession:
             self._write(rec, "measured", merged, base, path, keep_status=True)
         if result.regressions:
             lines = "\n".join(f"  - {m}" for m in result.regressions)
+            switched = frontend_change(base, current)  # e.g. auto fell back to export
+            if switched:
+                lines += f"\n  ({switched})"
             return rec, (f"fusion regression against {shown}:\n{lines}\nIf this is intended, "
                          f"accept it with: {cmd.format('failing')}")
         return rec, None

@@ -88,6 +88,7 @@ class Snapshot:
     rejections: tuple[RejectionRec, ...]
     provenance: dict[str, str] = field(default_factory=dict, compare=False)
     measured: dict[str, Measured] = field(default_factory=dict)
+    frontend: str = ""  # "fx" or "export"; "" in baselines written before it was recorded
 
     @property
     def kernels(self) -> int:
@@ -144,7 +145,7 @@ def from_analysis(analysis: Any, test: str, rootdir: Path,
     return Snapshot(test=test, model=analysis.model_name,
                     inputs=tuple(str(s) for s in analysis.inputs), clusters=clusters,
                     rejections=rejections, provenance=dict(provenance or {}),
-                    measured=dict(measured or {}))
+                    measured=dict(measured or {}), frontend=analysis.graph.frontend)
 
 
 # ---------------------------------------------------------------- to / from YAML data
@@ -181,13 +182,17 @@ def to_data(s: Snapshot) -> dict[str, Any]:
         "test": s.test,
         "model": s.model,
         "inputs": list(s.inputs),
+    }
+    if s.frontend:  # absent from old baselines: rewriting one must not invent it
+        data["frontend"] = s.frontend
+    data.update({
         "provenance": dict(s.provenance),
         "kernels": s.kernels,
         "clusters": [_cluster_data(c) for c in s.clusters],
         "rejections": [{"check": r.check, "ops": list(r.ops), "lines": r.lines,
                         "nodes": list(r.nodes), "culprits": list(r.culprits),
                         "reason": r.reason} for r in s.rejections],
-    }
+    })
     if s.measured:
         data["measured"] = {
             key: {"date": m.date, "model_us": _samples(m.model_us),
@@ -271,12 +276,15 @@ def from_data(data: Any, file: str) -> Snapshot:
                                       model_eager_us=r.nums(m, "model_eager_us", at),
                                       date=str(m.get("date", "")))
     prov = data.get("provenance") or {}
+    frontend = data.get("frontend", "")  # optional: baselines before it was recorded lack it
+    if not isinstance(frontend, str):
+        raise r.fail(f"`frontend` has the wrong type ({type(frontend).__name__})")
     return Snapshot(
         test=r.get(data, "test", str, ""), model=r.get(data, "model", str, ""),
         inputs=r.strs(data, "inputs", ""), clusters=tuple(clusters),
         rejections=tuple(rejections),
         provenance={str(k): str(v) for k, v in prov.items()} if isinstance(prov, dict) else {},
-        measured=measured)
+        measured=measured, frontend=frontend)
 
 
 # ---------------------------------------------------------------- file names

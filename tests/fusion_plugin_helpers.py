@@ -28,6 +28,10 @@ BODIES = {
     "newrej": "y = x * 2.0\ny = F.relu(y)\ny = y + self.b\na = torch.sigmoid(self.lin(y))\n"
               "return (a * 3.0).sum(0)",
     "grown": "y = x * 2.0\ny = F.relu(y)\nreturn torch.sigmoid(y + self.b)",
+    # A branch on a shape: FX symbolic tracing cannot follow it, torch.export can.
+    "branch": "y = x * 2.0\ny = F.relu(y)\nreturn y + self.b if x.shape[-1] > 4 else y",
+    "branch-split": "y = x * 2.0\ny = F.relu(y)\n"
+                    "return torch.tanh(self.lin(y) + self.b) if x.shape[-1] > 4 else y",
 }
 
 MARKED_TEST = """\
