@@ -110,6 +110,43 @@ def test_shapes_rejects_a_python_value_operand():
     assert "Python value" in failure.reason
 
 
+
+# A reduction without keepdim right-aligns with the last axis: on a square x, element
+# (i, j) of `x.sum(-1) + x` reads row j's sum, which a row-per-program kernel never holds.
+def test_shapes_rejects_a_per_row_result_broadcast_against_the_full_shape():
+    g = run(lambda x: x.sum(-1) + x, (8, 8)).graph
+    failure = L.check_shapes(g, _group(g, "sum", "add"))
+    assert failure is not None and failure.check == "shapes"
+    assert failure.culprits == ("add",)
+    assert "`sum_1` of shape (8,), reduced without keepdim" in failure.reason
+    assert "(8, 8)" in failure.reason and "keepdim=True" in failure.reason
+
+
+def test_shapes_follows_the_per_row_result_through_pointwise_ops():
+    g = run(lambda x: x.amax(-1) * 2.0 - x, (8, 8)).graph
+    failure = L.check_shapes(g, _group(g, "amax", "mul", "sub"))
+    assert failure is not None and failure.culprits == ("sub",)
+
+
+def test_shapes_accepts_keepdim_and_per_row_epilogues():
+    keep = run(lambda x: x - x.amax(-1, keepdim=True), (8, 8)).graph
+    assert L.check_shapes(keep, _group(keep, "amax", "sub")) is None
+    # Per-row values combined with each other (and with a one-element value) stay per row.
+    rows = run(lambda x: x.sum(-1) * 2.0 + x.sum(), (8, 8)).graph
+    group = set(names_by_op(rows, "sum")[:1]) | _group(rows, "mul", "add")
+    assert L.check_shapes(rows, group) is None
+
+
+def test_detection_does_not_fuse_a_cross_row_broadcast():
+    a = run(lambda x: (x * 2.0).sum(-1) + x, (8, 8))
+    assert [c.ops for c in a.clusters] == [("mul", "sum")]  # the add is dropped
+    assert [(r.check, r.culprits) for r in a.rejections] == [("shapes", ("add",))]
+    assert "reduced without keepdim" in a.rejections[0].reason
+    # The keepdim form of the same pattern still fuses into one cluster.
+    k = run(lambda x: (x * 2.0).sum(-1, keepdim=True) + x, (8, 8))
+    assert [c.ops for c in k.clusters] == [("mul", "sum", "add")]
+
+
 # --- aliasing ----------------------------------------------------------------
 
 def test_aliasing_accepts_pure_pointwise():

@@ -162,6 +162,37 @@ def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
             return Failure("shapes", (name,),
                            f"`{node.label}` produces shape {tuple(node.meta.shape)}, which "
                            f"does not broadcast to the group's {tuple(domain)}")
+    return _cross_row_broadcast(g, group, domain)
+
+
+def _cross_row_broadcast(g: FusionGraph, group: Collection[str],
+                         domain: tuple[int, ...]) -> Failure | None:
+    """A reduction result without keepdim read next to full-size values.
+
+    Broadcasting right-aligns it with the *last* axis, so element (i, j) pairs with row
+    j's result (legal in torch only when the shape is square, e.g. `x.sum(-1) + x` on
+    8x8); a row-per-program kernel holds only its own row's result.
+    """
+    per_row: set[str] = set()  # reduced without keepdim, and values computed at that rank
+    for name in _ordered(g, group):
+        node = g[name]
+        meta = node.meta
+        if meta is None or len(meta.shape) >= len(domain):
+            continue
+        if node.kind is OpKind.REDUCTION or any(r in per_row for r in node.refs):
+            per_row.add(name)
+    for name in _ordered(g, group):
+        node = g[name]
+        if name in per_row or node.kind is OpKind.REDUCTION:
+            continue  # a second reduction is the reduction check's to report
+        for r in node.refs:
+            meta = g[r].meta
+            if r in per_row and meta is not None and _numel(meta.shape) != 1:
+                return Failure("shapes", (name,),
+                               f"`{node.label}` broadcasts `{g[r].label}` of shape "
+                               f"{tuple(meta.shape)}, reduced without keepdim, against the "
+                               f"group's {tuple(domain)}: it lines up with the last axis, not "
+                               "the rows (keepdim=True keeps the reduced axis)")
     return None
 
 
