@@ -3,6 +3,7 @@ on the acceptance models, params as constants, the auto fallback, and its errors
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from fusion_core.ir.normalize import to_fusion_graph
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.load import load_model
 from fusion_core.pipeline import analyze, analyze_file
+from fusion_core.report.console import header
+from fusion_core.report.json_report import to_document
 from fusion_core.sourcemap.mapping import map_clusters
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -213,6 +216,45 @@ def test_auto_falls_back_to_export_when_fx_fails():
 
 def test_fx_first_when_it_works():
     assert analyze(LN(), (4, 8)).graph.frontend == "fx"
+
+
+def test_the_header_names_the_frontend_and_why_auto_fell_back():
+    fell_back = analyze(ShapeBranch(), (4, 8))
+    # The FX failure in one line: the user's line and the tracer's error.
+    why = fell_back.capture_fallback
+    assert "\n" not in why and f"{__file__}:" in why
+    assert "`if x.shape[-1] > 4:`" in why and "TraceError" in why
+    assert header(fell_back) == [
+        "ShapeBranch (5 nodes, 1 fusable cluster(s), captured with torch.export)",
+        f"FX tracing failed, so torch.export was used: {why}"]
+    assert to_document(fell_back)["capture_fallback"] == why
+    # Asked for export, or FX worked: nothing fell back, the header says which was used.
+    chosen = analyze(ShapeBranch(), (4, 8), capture="export")
+    assert chosen.capture_fallback == "" and to_document(chosen)["capture_fallback"] is None
+    assert header(chosen) == [
+        "ShapeBranch (5 nodes, 1 fusable cluster(s), captured with torch.export)"]
+    fx_run = analyze(LN(), (4, 8))
+    assert fx_run.capture_fallback == ""
+    assert header(fx_run)[1:] == [] and header(fx_run)[0].endswith(", captured with FX tracing)")
+
+
+def test_cli_header_on_fallback(tmp_path):
+    model = tmp_path / "branchy.py"
+    model.write_text("import torch\nimport torch.nn as nn\n\n\n"
+                     "class Branchy(nn.Module):\n"
+                     "    def forward(self, x):\n"
+                     "        if x.shape[-1] > 4:\n"
+                     "            x = x * 2.0\n"
+                     "        return torch.relu(x) + 1.0\n")
+    out = tmp_path / "a.json"
+    result = CliRunner().invoke(cli, ["--model", str(model), "--input-shape", "4,8",
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Branchy (5 nodes, 1 fusable cluster(s), captured with torch.export)"
+    assert lines[1].startswith(f"FX tracing failed, so torch.export was used: {model}:7 ")
+    assert "(`if x.shape[-1] > 4:`): TraceError: " in lines[1]
+    assert json.loads(out.read_text())["capture_fallback"] in lines[1]
 
 
 def test_both_frontends_failing_is_one_line_naming_both_reasons():

@@ -52,13 +52,11 @@ def test_example_net_kernels_all_match_exactly(compiled):
 def test_agreement_json_fits_the_schema(example, compiled):
     import json
 
-    import jsonschema
-
     from fusion_core.report.json_report import schema, to_document
 
     doc = json.loads(json.dumps(to_document(example, {"inductor": to_dict(compiled)})))
-    jsonschema.validate(doc, schema())
     assert doc["inductor"]["cluster_verdicts"][2]["verdict"] == "same group"
+    pytest.importorskip("jsonschema").validate(doc, schema())
 
 
 def test_kernel_names_parse():

@@ -9,7 +9,6 @@ import json
 from importlib import resources
 from pathlib import Path
 
-import jsonschema
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,6 +17,8 @@ from analysis_helpers import run
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.report.json_report import schema, to_document, write_json
+
+jsonschema = pytest.importorskip("jsonschema")  # the GPU box's environment lacks it
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -31,6 +32,11 @@ def docs():
         lambda x: F.softmax(torch.relu((x * 2.0).add_(1.0)), -1).sum(-1)))
     yield "two inputs", to_document(run(lambda x, y: x * y + 1.0, (4, 8), (8,)))
     yield "no clusters", to_document(run(lambda x: torch.exp(x)))
+    yield "capture fallback", to_document(run(  # FX cannot branch on a traced size
+        lambda x: (x * 2.0 if x.shape[-1] > 4 else x).relu() + 1.0))
+    yield "kernel skipped", to_document(run(lambda x: torch.exp(x) * 2.0), {"kernels": {
+        "out_dir": "gen", "files": [],
+        "skipped": [{"cluster": 0, "reason": "`y` is read both per element and per row"}]}})
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +51,17 @@ def test_schema_is_shipped_as_package_data():
 
 
 @pytest.mark.parametrize("name", ["example_net", "microgpt", "rejections", "two inputs",
-                                  "no clusters"])
+                                  "no clusters", "capture fallback", "kernel skipped"])
 def test_document_validates(all_docs, name):
     doc = all_docs[name]
     jsonschema.validate(doc, schema())
     json.loads(json.dumps(doc))  # plain JSON types only
+
+
+def test_capture_fallback_is_recorded_only_when_auto_fell_back(all_docs):
+    fell_back = all_docs["capture fallback"]
+    assert fell_back["frontend"] == "export" and "TraceError" in fell_back["capture_fallback"]
+    assert all_docs["example_net"]["capture_fallback"] is None
 
 
 def test_rejection_document_carries_the_checks(all_docs):
@@ -65,6 +77,11 @@ BREAKAGES = {
     "cluster without ops": lambda d: d["clusters"][0].pop("ops"),
     "traffic as string": lambda d: d["clusters"][0]["traffic"].update(unfused_bytes="384 MB"),
     "bad lines": lambda d: d["clusters"][0].update(lines={"file": "x.py", "start": 0, "end": 1}),
+    "capture_fallback on two lines": lambda d: d.update(capture_fallback="a\nb"),
+    "skipped kernel without a reason": lambda d: d.update(kernels={
+        "out_dir": "gen", "files": [], "skipped": [{"cluster": 1}]}),
+    "skipped kernel reason on two lines": lambda d: d.update(kernels={
+        "out_dir": "gen", "files": [], "skipped": [{"cluster": 1, "reason": "a\nb"}]}),
 }
 
 

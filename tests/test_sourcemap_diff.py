@@ -7,7 +7,6 @@ import json
 import shutil
 from pathlib import Path
 
-import jsonschema
 import pytest
 import torch
 from click.testing import CliRunner
@@ -90,7 +89,6 @@ def test_cli_fills_the_map_column_and_json(tmp_path):
     assert "Source edits" in result.output and "+        probs = cluster" in result.output
     assert "\x1b[" not in result.output  # piped: no colour codes
     doc = json.loads(out.read_text())
-    jsonschema.validate(doc, schema())
     entries = {e["cluster"]: e for e in doc["source_map"]}
     assert len(entries) == len(doc["clusters"]) == 7
     exact = [e for e in entries.values() if e["map"] == "exact"]
@@ -100,6 +98,7 @@ def test_cli_fills_the_map_column_and_json(tmp_path):
     assert exact[0]["shared_with"] == [exact[1]["cluster"]]
     pointers = [e for e in entries.values() if e["map"] == "pointer"]
     assert all(e["reason"] and e["lines"]["start"] >= 1 for e in pointers)
+    pytest.importorskip("jsonschema").validate(doc, schema())  # last: it may skip
 
 
 def test_the_lines_column_shows_whole_statements(tmp_path):

@@ -7,7 +7,6 @@ import importlib.util
 import json
 from pathlib import Path
 
-import jsonschema
 import pytest
 import torch
 from click.testing import CliRunner
@@ -163,8 +162,8 @@ def test_console_and_json(example, kernels):
     assert "cluster 0: verified (interpreter, 64×1024)" in text
     assert "cluster 1: FAILED cluster numerics" in text
     doc = to_document(example, {"validation": report_dict(report)})
-    jsonschema.validate(json.loads(json.dumps(doc)), schema())
     assert doc["validation"]["clusters"][0]["usable"] is True
+    pytest.importorskip("jsonschema").validate(json.loads(json.dumps(doc)), schema())
 
 
 @needs_codegen
@@ -189,8 +188,8 @@ def test_cli_numerics_section_and_json(tmp_path):
     assert sorted(p.name for p in (tmp_path / "gen").glob("cluster*.py")) == [
         "cluster0.py", "cluster1.py", "cluster2.py"]
     doc = json.loads(out.read_text())
-    jsonschema.validate(doc, schema())
     assert [c["usable"] for c in doc["validation"]["clusters"]] == [True, True, True]
+    pytest.importorskip("jsonschema").validate(doc, schema())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU answer")
@@ -241,7 +240,7 @@ def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tm
     text = buf.getvalue()
     assert "Measured" in text and "fused cluster speedup" in text and "inductor" in text
     assert "of 4000 GB/s detected peak memory bandwidth" in text
-    jsonschema.validate(json.loads(json.dumps(
+    pytest.importorskip("jsonschema").validate(json.loads(json.dumps(
         to_document(example, {"validation": report_dict(report)}))), schema())
 
 

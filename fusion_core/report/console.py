@@ -36,11 +36,24 @@ def totals_line(analysis: Analysis) -> str:
             f"{fmt_bytes(unfused)} cluster-local traffic avoided.")
 
 
+FRONTEND_NAMES = {"fx": "FX tracing", "export": "torch.export"}
+
+
+def header(analysis: Analysis) -> list[str]:
+    """The model, its size, the capture frontend; on an auto fallback, why FX failed."""
+    frontend = analysis.graph.frontend
+    lines = [f"{analysis.model_name} ({analysis.n_nodes} nodes, {len(analysis.clusters)} "
+             f"fusable cluster(s), captured with {FRONTEND_NAMES.get(frontend, frontend)})"]
+    if analysis.capture_fallback:
+        lines.append(f"FX tracing failed, so torch.export was used: {analysis.capture_fallback}")
+    return lines
+
+
 def print_analysis(analysis: Analysis, console: Console, explain_rejections: bool = False,
                    maps: dict[int, str] | None = None, lines: dict[int, str] | None = None
                    ) -> None:
-    console.print(f"{analysis.model_name} ({analysis.n_nodes} nodes, "
-                  f"{len(analysis.clusters)} fusable cluster(s))", highlight=False)
+    for line in header(analysis):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print()
     if analysis.clusters:
         console.print(cluster_table(analysis, maps, lines))

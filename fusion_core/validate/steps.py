@@ -29,23 +29,40 @@ def _codegen():
         from .. import codegen
     except ImportError:
         return None
-    needed = ("generate", "generate_all", "write_kernels", "load_kernel")
+    needed = ("generate", "write_kernels", "load_kernel", "LoweringError")
     return codegen if all(hasattr(codegen, n) for n in needed) else None
 
 
-def write_kernels(analysis: Analysis, out_dir: str | Path, console: Console) -> list[str]:
+def write_kernels(analysis: Analysis, out_dir: str | Path, console: Console) -> dict[str, Any]:
+    """Write one kernel file per cluster that lowers; report and skip the others.
+
+    Returns the JSON `kernels` section: `out_dir`, `files`, and `skipped` (cluster, reason).
+    """
     codegen = _codegen()
     if codegen is None:
         raise FusionAdvisorError("--out-dir needs fusion_core.codegen, which this install lacks "
                                  "(reinstall fusion-advisor)")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    kernels = codegen.generate_all(analysis)
+    kernels, skipped = [], []
+    for c in analysis.clusters:
+        try:
+            kernels.append(codegen.generate(analysis, c))
+        except codegen.LoweringError as e:  # one cluster's limit must not cost the others
+            skipped.append({"cluster": c.index, "reason": _one_line(e)})
     codegen.write_kernels(kernels, out_dir)
-    names = [f"{k.name}.py" for k in kernels]
+    names = [k.filename for k in kernels]
     if names:
         console.print(f"Wrote {len(names)} kernel(s) to {out_dir}: {', '.join(names)}",
                       highlight=False)
-    return names
+    for s in skipped:
+        console.print(f"cluster {s['cluster']}: no kernel written, it cannot be lowered: "
+                      f"{s['reason']}", highlight=False, markup=False)
+    return {"out_dir": str(out_dir), "files": names, "skipped": skipped}
+
+
+def _one_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
 
 
 def inductor_agreement(analysis: Analysis):
@@ -79,8 +96,7 @@ def after_analysis(analysis: Analysis, console: Console, out_dir: str | None,
     """Run the post-analysis steps the options ask for; return the JSON extras."""
     extra: dict[str, Any] = {}
     if out_dir and analysis.clusters:
-        extra["kernels"] = {"out_dir": str(out_dir),
-                            "files": write_kernels(analysis, out_dir, console)}
+        extra["kernels"] = write_kernels(analysis, out_dir, console)
     agreement = None
     if vs_inductor:
         from ..inductor.match import to_dict
