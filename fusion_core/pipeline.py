@@ -18,10 +18,12 @@ import torch.fx as fx
 import torch.nn as nn
 
 from .analysis.detect import detect
+from .analysis.recompute import recompute_plan
 from .analysis.types import Cluster, Rejection
 from .errors import InputSpecError
 from .ir.capture import captured
 from .ir.channels import explicit_channels
+from .ir.duplicate import duplicate_values, undo
 from .ir.export import label_modules
 from .ir.graph import FusionGraph
 from .ir.linear_bias import split_linear_bias
@@ -91,13 +93,26 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
         gm, frontend = cap.gm, cap.frontend
         explicit_channels(gm)
         split_linear_bias(gm)
-        graph = to_fusion_graph(gm, type(model).__name__, frontend=frontend)
-        if frontend == "export":
-            graph = label_modules(graph, gm)
-        clusters, rejections = detect(graph)
+        graph, clusters, rejections = _detect(gm, type(model).__name__, frontend)
+        plan = recompute_plan(graph, clusters)
+        if plan:
+            copies = duplicate_values(gm, ((p.value, p.consumer) for p in plan))
+            graph, clusters, rejections = _detect(gm, type(model).__name__, frontend)
+            fused = {n for c in clusters for n in c.nodes}
+            if lone := [c for c in copies if c not in fused]:  # no kernel took the copy
+                undo(gm, lone)
+                graph, clusters, rejections = _detect(gm, type(model).__name__, frontend)
     return Analysis(model_name=type(model).__name__, inputs=specs, graph=graph,
                     clusters=clusters, rejections=rejections, module=model, graph_module=gm,
                     capture_fallback=cap.fallback)
+
+
+def _detect(gm: fx.GraphModule, name: str, frontend: str
+            ) -> tuple[FusionGraph, tuple[Cluster, ...], tuple[Rejection, ...]]:
+    graph = to_fusion_graph(gm, name, frontend=frontend)
+    if frontend == "export":
+        graph = label_modules(graph, gm)
+    return graph, *detect(graph)
 
 
 def analyze_file(path: str | Path, specs: Sequence[InputSpec],

@@ -318,7 +318,7 @@ def test_apply_a_cluster_with_two_results(tmp_path):
                 y = self.proj(x)
                 x = x + y
                 h = self.norm(x)
-                return x + self.proj(h)
+                return self.proj(h) - self.proj(x)
         """))
     original = path.read_text()
     analysis, plan = _plan(path, (4, 8))

@@ -177,3 +177,33 @@ def test_microgpt_residual_layer_norms_are_fused(microgpt):
     # The final residual add feeds only ln_f: that pair fuses with one result.
     assert any(c.ops[-2:] == ("add", "layer_norm") and len(c.outputs) == 1
                for c in microgpt.clusters)
+
+
+class PrunedPair(nn.Module):
+    """`h` feeds a LayerNorm (through a layer, back into `mul`) and the final add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = torch.sigmoid(x)
+        return h + self.fc(F.layer_norm(h, (16,))) * 0.5
+
+
+def test_nodes_pruned_from_a_group_get_a_second_round():
+    from fusion_core.analysis.detect import detect
+    from fusion_core.ir.capture import capture
+    from fusion_core.ir.normalize import to_fusion_graph
+
+    gm, _ = capture(PrunedPair(), [InputSpec((8, 16))], "fx")
+    clusters, rejections = detect(to_fusion_graph(gm, "PrunedPair"))
+    # The fan-out check drops `sigmoid`; it still fuses with the LayerNorm it feeds.
+    assert [r.check for r in rejections] == ["fan-out"]
+    assert sorted(c.ops for c in clusters) == [("mul", "add"), ("sigmoid", "layer_norm")]
+
+
+def test_a_cluster_of_one_real_op_and_an_alias_is_not_reported():
+    # dropout in eval returns its input: relu → dropout moves the bytes relu alone does.
+    a = run(lambda x: F.dropout(torch.relu(x), 0.1, False))
+    assert a.clusters == ()

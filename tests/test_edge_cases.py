@@ -59,7 +59,8 @@ def test_sequential_model():
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 8),
                           nn.Tanh(), nn.Softmax(dim=-1))
     a = analyze(model, (4, 8))
-    assert [c.ops for c in a.clusters] == [("gelu", "dropout"), ("tanh", "softmax")]
+    # gelu → dropout is one op that moves data (dropout in eval is an alias): no cluster.
+    assert [c.ops for c in a.clusters] == [("tanh", "softmax")]
     assert a.model_name == "Sequential"
 
 

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable
 from ..ir.graph import FusionGraph, OpKind
 from .legality import escaping, first_failure, members
 from .multi_output import lone_nodes, reduction_regions
-from .traffic import estimate_traffic, external_inputs
+from .traffic import estimate_traffic, external_inputs, n_working_ops
 from .types import Cluster, LineSpan, Rejection
 
 MIN_OPS = 2
@@ -74,10 +74,6 @@ def category(g: FusionGraph, group: Collection[str]) -> str:
     return "elementwise-dag" if inner_fan or inner_join else "elementwise-chain"
 
 
-def _n_compute(g: FusionGraph, group: Collection[str]) -> int:
-    return sum(g[n].kind.is_compute for n in group)
-
-
 def _cut_rejection(g: FusionGraph, component: tuple[str, ...], lone: tuple[str, ...]
                    ) -> Rejection:
     reds = [n for n in component if g[n].kind is OpKind.REDUCTION]
@@ -98,25 +94,36 @@ def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
         work += [tuple(sorted(r, key=g.position)) for r in regions]
         if len(regions) > 1 and lone_nodes(g, regions):
             rejections.append(_cut_rejection(g, component, lone_nodes(g, regions)))
-    work.sort(key=lambda c: g.position(c[0]))
+    tried: set[tuple[str, ...]] = set()
     while work:
-        group = work.pop(0)
-        if _n_compute(g, group) < MIN_OPS:
-            continue
-        failure = first_failure(g, set(group))
-        if failure is None:
-            legal.append(group)
-            continue
-        rejections.append(Rejection(
-            check=failure.check, nodes=group, ops=tuple(g[n].op for n in group),
-            culprits=failure.culprits, reason=failure.reason, lines=line_span(g, group)))
-        rest = set(group) - set(failure.culprits)
-        work = sorted(work + components(g, rest), key=lambda c: g.position(c[0]))
+        work.sort(key=lambda c: g.position(c[0]))
+        while work:
+            group = work.pop(0)
+            if n_working_ops(g, group) < MIN_OPS or group in tried:
+                continue
+            tried.add(group)
+            failure = first_failure(g, set(group))
+            if failure is None:
+                legal.append(group)
+                continue
+            rejections.append(Rejection(
+                check=failure.check, nodes=group, ops=tuple(g[n].op for n in group),
+                culprits=failure.culprits, reason=failure.reason, lines=line_span(g, group)))
+            rest = set(group) - set(failure.culprits)
+            work = sorted(work + components(g, rest), key=lambda c: g.position(c[0]))
+        # Culprits pruned from different groups may still fuse with each other: give the
+        # leftovers one more round, until no new group forms.
+        fused = {n for grp in legal for n in grp}
+        leftover = {n for comp in components(g, candidates(g)) for n in comp
+                    if n not in fused}
+        work = [c for c in components(g, leftover) if c not in tried
+                and n_working_ops(g, c) >= MIN_OPS]
     legal.sort(key=lambda c: g.position(c[0]))
     clusters = tuple(
         Cluster(index=i, nodes=grp, ops=tuple(g[n].op for n in grp),
                 category=category(g, grp), inputs=external_inputs(g, grp),
                 outputs=tuple(escaping(g, grp)), traffic=estimate_traffic(g, grp),
-                lines=line_span(g, grp))
+                lines=line_span(g, grp),
+                recomputes=tuple(g[n].copy_of for n in grp if g[n].copy_of))
         for i, grp in enumerate(legal))
     return clusters, tuple(rejections)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..ir.graph import FusionGraph, OpKind
 from .legality import check_convexity
-from .traffic import estimate_traffic
+from .traffic import estimate_traffic, n_working_ops
 
 MIN_OPS = 2  # a piece with one compute op runs unfused (as in detect)
 
@@ -62,7 +62,7 @@ def store_verdict(g: FusionGraph, group: Collection[str], culprits: Collection[s
 
 def _piece_bytes(g: FusionGraph, piece: set[str]) -> int:
     t = estimate_traffic(g, piece)
-    return t.fused_bytes if sum(g[n].kind.is_compute for n in piece) >= MIN_OPS else (
+    return t.fused_bytes if n_working_ops(g, piece) >= MIN_OPS else (
         t.unfused_bytes)
 
 
@@ -118,6 +118,6 @@ def reduction_regions(g: FusionGraph, component: Collection[str]) -> list[set[st
 
 def lone_nodes(g: FusionGraph, regions: list[set[str]]) -> tuple[str, ...]:
     """Compute nodes left alone in their region: cutting the component dropped them."""
-    return tuple(sorted((n for r in regions if sum(g[m].kind.is_compute for m in r) < MIN_OPS
+    return tuple(sorted((n for r in regions if n_working_ops(g, r) < MIN_OPS
                          for n in r if g[n].kind.is_compute), key=g.position))
 

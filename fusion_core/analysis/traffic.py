@@ -32,6 +32,17 @@ def _same_dtype_cast(g: FusionGraph, name: str) -> bool:
     return src is not None and src.dtype == node.meta.dtype
 
 
+def moves_data(g: FusionGraph, name: str) -> bool:
+    """False for ops eager runs as an alias (dropout in eval, a same-dtype cast)."""
+    spec = SPECS.get(g[name].op.rstrip("_"))
+    return not ((spec is not None and not spec.moves_data) or _same_dtype_cast(g, name))
+
+
+def n_working_ops(g: FusionGraph, group: Collection[str]) -> int:
+    """Compute ops that move data: a group needs two of them to save anything."""
+    return sum(g[n].kind.is_compute and moves_data(g, n) for n in group)
+
+
 def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
     """Values the group reads from outside, in order of first use."""
     seen: dict[str, None] = {}
@@ -47,11 +58,9 @@ def estimate_traffic(g: FusionGraph, group: Collection[str]) -> TrafficEstimate:
     group = members(group)
     unfused = 0
     for name in group:
-        node = g[name]
-        spec = SPECS.get(node.op.rstrip("_"))
-        if (spec is not None and not spec.moves_data) or _same_dtype_cast(g, name):
+        if not moves_data(g, name):
             continue  # eager returns an alias: no bytes move
-        unfused += sum(_bytes(g, r) for r in dict.fromkeys(node.refs)) + _bytes(g, name)
+        unfused += sum(_bytes(g, r) for r in dict.fromkeys(g[name].refs)) + _bytes(g, name)
     fused = sum(_bytes(g, r) for r in external_inputs(g, group))
     domain = iteration_shape(g, group)
     fused += sum(store_bytes(g, group, n, domain) for n in escaping(g, group))

@@ -49,6 +49,9 @@ class Cluster:
     outputs: tuple[str, ...]  # values written out (last one is the cluster's result)
     traffic: TrafficEstimate
     lines: LineSpan | None
+    # Values another cluster also computes, recomputed here from their inputs instead of
+    # read back from memory (analysis/recompute.py).
+    recomputes: tuple[str, ...] = ()
 
     @property
     def chain(self) -> str:

@@ -108,6 +108,7 @@ class Node:
     meta: TensorMeta | None = None
     source: SourceLoc | None = None
     target: str = ""  # what the user wrote, for messages: "F.relu", "self.proj1"
+    copy_of: str = ""  # a recomputed copy of this node (see analysis/recompute.py)
 
     @property
     def refs(self) -> tuple[str, ...]:

@@ -47,7 +47,7 @@ def split_linear_bias(gm: fx.GraphModule) -> fx.GraphModule:
             matmul = graph.create_node("call_function", linear, (x, weight), {},
                                        name=f"{n.name}_matmul")
             added = graph.create_node("call_function", add, (matmul, bias), {},
-                                      name=f"{n.name}_bias")
+                                      name=f"{n.name}_add_bias")
         matmul.meta.update(n.meta)
         if n.op == "call_module":
             matmul.meta["fusion_module"] = (str(n.target), type(module).__name__)

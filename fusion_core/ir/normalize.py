@@ -70,7 +70,8 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     val = n.meta.get("val")
     meta = _meta(val)
     source = parse_stack_trace(n.meta.get("stack_trace"))
-    common = dict(name=n.name, meta=meta, source=source, target=_target_name(n))
+    common = dict(name=n.name, meta=meta, source=source, target=_target_name(n),
+                  copy_of=n.meta.get("fusion_copy_of", ""))
     if n.op == "placeholder":
         return Node(op="input", kind=OpKind.INPUT, **common)
     if n.op == "get_attr":

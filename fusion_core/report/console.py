@@ -36,6 +36,20 @@ def totals_line(analysis: Analysis) -> str:
             f"{fmt_bytes(unfused)} cluster-local traffic avoided.")
 
 
+def recompute_lines(analysis: Analysis) -> list[str]:
+    """Which cluster recomputes a value instead of another cluster storing it."""
+    g = analysis.graph
+    owner = {n: c.index for c in analysis.clusters for n in c.nodes}
+    out = []
+    for c in analysis.clusters:
+        for name in c.recomputes:
+            where = f" (line {g[name].source.line})" if g[name].source else ""
+            by = f"; cluster {owner[name]} does not store it" if name in owner else ""
+            out.append(f"Cluster {c.index} recomputes `{g[name].label}`{where} from its "
+                       f"inputs rather than reading it back{by}.")
+    return out
+
+
 FRONTEND_NAMES = {"fx": "FX tracing", "export": "torch.export"}
 
 
@@ -58,6 +72,8 @@ def print_analysis(analysis: Analysis, console: Console, explain_rejections: boo
     if analysis.clusters:
         console.print(cluster_table(analysis, maps, lines))
     console.print(totals_line(analysis), highlight=False)
+    for line in recompute_lines(analysis):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print("Estimates are a DRAM upper bound with no cache model.")
     if explain_rejections:
         print_rejections(analysis, console)

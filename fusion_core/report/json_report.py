@@ -31,7 +31,7 @@ def cluster_dict(c: Cluster) -> dict[str, Any]:
         "traffic": {"unfused_bytes": c.traffic.unfused_bytes,
                     "fused_bytes": c.traffic.fused_bytes,
                     "saved_bytes": c.traffic.saved_bytes},
-        "lines": _lines(c.lines),
+        "lines": _lines(c.lines), "recomputes": list(c.recomputes),
     }
 
 

@@ -104,6 +104,15 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> _Span
     if len(paths) > 1:
         raise _Pointer(f"spans {_count(len(paths))} files ({', '.join(paths)})")
     where = dict(file=paths[0], start=min(lines), end=max(lines))
+    # A recomputed value lives in two kernels; no single-range edit keeps the variable
+    # the source reads it from (see analysis/recompute.py).
+    recomputed = {n.copy_of for n in analysis.graph.nodes if n.copy_of}
+    shared = next((n for n in nodes if n.copy_of or n.name in recomputed), None)
+    if shared is not None:
+        value = analysis.graph[shared.copy_of or shared.name]
+        raise _Pointer(f"`{value.label}` (line {value.source.line}) is computed by two "
+                       "kernels (recomputed instead of stored); a source edit would have to "
+                       "rewrite both together", **where)
     try:
         src = files.get(paths[0]) or files.setdefault(paths[0], SourceFile.read(paths[0]))
         src.tree  # noqa: B018 - parse now so a syntax error degrades this mapping only
