@@ -105,6 +105,13 @@ CASES = {
              case(lambda m, a: torch.amax(a - 5, dim=-1), ints())],
     "amin": [case(lambda m, x: torch.amin(x * 2, dim=-1, keepdim=True) * 3, f32()),
              case(lambda m, a: torch.amin(a + 5, dim=-1), ints())],
+    "cumsum": [case(lambda m, x: torch.cumsum(x * 2, dim=-1), f32()),
+               case(lambda m, a: (a + 1).cumsum(-1), ints())],
+    "bitwise_and": [case(lambda m, x, y: (x > 0) & (y < 0.5), f32(), f32()),
+                    case(lambda m, a, b: torch.bitwise_and(a + 1, b), ints(), ints())],
+    "bitwise_or": [case(lambda m, x, y: (x > 0) | (y < 0.5), f32(), f32())],
+    "logical_and": [case(lambda m, x, a: torch.logical_and(x > 0, a), f32(), ints())],
+    "logical_or": [case(lambda m, x, a: torch.logical_or(x > 0, a - 1), f32(), ints())],
 }
 
 PARAMS = [pytest.param(op, i, id=f"{op}-{i}") for op, cases in CASES.items()

@@ -55,6 +55,7 @@ REDUCTIONS = {
     "mean": lambda m, x: torch.mean(x * 2, dim=-1, keepdim=True),
     "amax": lambda m, x: x - torch.amax(x * 2, dim=-1, keepdim=True),
     "amin": lambda m, x: torch.amin(x + 1, dim=-1) * 3,
+    "cumsum": lambda m, x: torch.cumsum(x * 0.5, dim=-1) - x,
 }
 
 
@@ -191,3 +192,13 @@ def test_degenerate_shapes(name, looped, tmp_path):
     fn, inputs = ONE_ROW[name]
     tuning = {"tuning": Tuning(max_block=2, loop_block=2)} if looped else {}
     check_model(Lambda(fn), inputs, tmp_path, n_clusters=1, **tuning)
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["single", "loop"])
+def test_cumsum_of_a_bool_mask_counts_in_int64(looped, tmp_path):
+    # transformers' packed-sequence ids: `(position_diff != 1).cumsum(-1)`.
+    ids = torch.randint(0, 3, (4, 150))
+    checked = check_model(Lambda(lambda m, x: (x != 1).cumsum(-1) - 1), (ids,), tmp_path,
+                          n_clusters=1, **(LOOP if looped else {}))
+    assert checked.kernels[0].looped == looped
+    assert "tl.cumsum" in checked.kernels[0].source

@@ -151,6 +151,8 @@ def reduce_single(r: ReductionStep) -> list[str]:
                 f"{v}_rstd = tl.math.rsqrt(tl.sum({v}_in * {v}_in, axis=1){_ROW} / n_cols"
                 f" + {r.eps!r})",
                 f"{v} = {_affine(r, f'{x} * {v}_rstd')}"]
+    if rule == "cumsum":
+        return [head, f"{v} = tl.cumsum(tl.where(mask, {x}, {_zero(r)}), axis=1)"]
     fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[rule]
     tail = " / n_cols" if rule == "mean" else ""
     return [head, f"{v} = {fn}(tl.where(mask, {x}, {_identity(r)}), "
@@ -187,6 +189,8 @@ def reduce_passes(r: ReductionStep) -> list[tuple[list[str], list[str], list[str
                  [f"{v}_in = tl.where(mask, {x}, 0.0)",
                   f"{v}_acc = {v}_acc + tl.sum({v}_in * {v}_in, axis=1){_ROW}"],
                  [f"{v}_rstd = tl.math.rsqrt({v}_acc / n_cols + {r.eps!r})"])]
+    if rule == "cumsum":  # no statistics: the last pass carries the running sum
+        return []
     ident = _identity(r)
     acc = f"{v}_acc" if rule == "mean" else v
     fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[rule]
@@ -197,9 +201,18 @@ def reduce_passes(r: ReductionStep) -> list[tuple[list[str], list[str], list[str
              [f"{v} = {acc} / n_cols"] if rule == "mean" else [])]
 
 
+def reduce_carry(r: ReductionStep) -> list[str]:
+    """State the last pass carries from one column block to the next (a scan's sum)."""
+    return [f"{r.temp}_carry = {_full(r, _zero(r))}"] if r.rule == "cumsum" else []
+
+
 def reduce_final(r: ReductionStep) -> list[str]:
     """The row-preserving result for the current column block, after the passes."""
     v, x = r.temp, _source(r)
+    if r.rule == "cumsum":
+        return [f"{v}_part = tl.where(mask, {x}, {_zero(r)})",
+                f"{v} = {v}_carry + tl.cumsum({v}_part, axis=1)",
+                f"{v}_carry = {v}_carry + tl.sum({v}_part, axis=1){_ROW}"]
     return {
         "softmax": [f"{v} = tl.exp({x} - {v}_max) / {v}_sum"],
         "log_softmax": [f"{v} = {x} - {v}_max - tl.log({v}_sum)"],
@@ -313,6 +326,7 @@ def _looped(plan: KernelPlan, params: dict[str, str]) -> list[str]:
                 if s.temp in need and s.phase == "post" and not s.per_row]
         stores = [_store(t, plan, params) for t in col_out]
         lines += ["", "# last pass: recompute the chain, finish the reduction, store",
+                  *(reduce_carry(r) if finish else []),
                   *block([t.temp for t in col_out], finish + post + stores)]
     row_out = [t for t in plan.outputs if t.per_row]
     if row_out:

@@ -262,7 +262,7 @@ class _Lowering:
         collapse = spec.lower in COLLAPSING
         temp = self._new_temp(node.name, collapse, "post")
         dtype = COMPUTE.get(meta.dtype, meta.dtype)
-        if spec.lower not in ("sum", "amax", "amin") and not dtype.is_floating_point:
+        if spec.lower not in ("sum", "amax", "amin", "cumsum") and not dtype.is_floating_point:
             raise LoweringError(f"`{node.label}` ({node.op}) on {meta.dtype} is not lowered")
         return ReductionStep(spec.lower, temp, node.name, names["input"], names.get("weight"),
                              names.get("bias"), float(eps), collapse, dtype)

@@ -155,6 +155,13 @@ _SPECS = [
     OpSpec("masked_fill", BINARY, "input, mask, value", ("input", "mask", "value"),
            lambda a, p: f"tl.where({a[1]}, {a[2]}, {a[0]})"),
     OpSpec("eq", BINARY, "input, other", ("input", "other"), _infix("==")),
+    # On bool masks (attention masks combined with `&`) bitwise and logical agree.
+    OpSpec("bitwise_and", BINARY, "input, other", ("input", "other"), _infix("&")),
+    OpSpec("bitwise_or", BINARY, "input, other", ("input", "other"), _infix("|")),
+    OpSpec("logical_and", BINARY, "input, other", ("input", "other"),
+           lambda a, p: f"(({a[0]} != 0) & ({a[1]} != 0))"),
+    OpSpec("logical_or", BINARY, "input, other", ("input", "other"),
+           lambda a, p: f"(({a[0]} != 0) | ({a[1]} != 0))"),
     OpSpec("ne", BINARY, "input, other", ("input", "other"), _infix("!=")),
     OpSpec("lt", BINARY, "input, other", ("input", "other"), _infix("<")),
     OpSpec("le", BINARY, "input, other", ("input", "other"), _infix("<=")),
@@ -208,6 +215,8 @@ _SPECS = [
     OpSpec("mean", REDUCTION, "input, dim=None, keepdim=False, *, dtype=None", lower="mean"),
     OpSpec("amax", REDUCTION, "input, dim=(), keepdim=False", lower="amax"),
     OpSpec("amin", REDUCTION, "input, dim=(), keepdim=False", lower="amin"),
+    # A scan: one value per element, so it keeps the row like softmax does.
+    OpSpec("cumsum", REDUCTION, "input, dim, *, dtype=None", lower="cumsum"),
     # --- pointwise with per-channel operands (eval mode); the channel broadcast along
     # dim 1 is made explicit by ir/channels.py before any check reads shapes ---
     OpSpec("batch_norm", BINARY, "input, running_mean, running_var, weight=None, bias=None, "
@@ -242,7 +251,8 @@ for _name in ("add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "r
               "reciprocal", "square", "sin", "cos", "erf", "pow", "sigmoid", "tanh", "relu",
               "maximum", "minimum", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge",
               "clamp", "logical_not", "clone", "softmax", "log_softmax", "sum", "mean", "amax",
-              "amin", "rsub"):
+              "amin", "rsub", "cumsum", "bitwise_and", "bitwise_or", "logical_and",
+              "logical_or"):
     _register(_name, ("method", _name), signature=None)
     if hasattr(torch, _name):
         _register(_name, getattr(torch, _name))
@@ -254,6 +264,8 @@ _register("neg", operator.neg)
 _register("pow", operator.pow)
 _register("logical_not", operator.invert, torch.logical_not, ("method", "logical_not"))
 _register("eq", operator.eq)
+_register("bitwise_and", operator.and_)
+_register("bitwise_or", operator.or_)
 _register("ne", operator.ne)
 _register("lt", operator.lt)
 _register("le", operator.le)
@@ -306,6 +318,10 @@ ATEN_OPS: dict[str, tuple[str, ...]] = {
     "softmax": ("_softmax", "softmax.int"), "log_softmax": ("_log_softmax", "log_softmax.int"),
     "layer_norm": ("layer_norm",), "rms_norm": ("rms_norm",), "batch_norm": ("batch_norm",),
     "sum": ("sum.dim_IntList",), "mean": ("mean.dim",), "amax": ("amax",), "amin": ("amin",),
+    "cumsum": ("cumsum.default",),
+    **{b: (f"{b}.Tensor", f"{b}.Scalar", f"__{b[8:]}__.Tensor", f"__{b[8:]}__.Scalar")
+       for b in ("bitwise_and", "bitwise_or")},
+    "logical_and": ("logical_and",), "logical_or": ("logical_or",),
 }
 # Every overload of these packets is a view (or a tuple of views, read through getitem).
 ATEN_VIEWS = (
