@@ -198,6 +198,8 @@ _SPECS = [
     OpSpec("hardswish", UNARY, "input, inplace=False",
            lower=lambda a, p: f"({a[0]} * tl.minimum(tl.maximum({a[0]} / 6.0 + 0.5, 0.0), 1.0))"),
     OpSpec("logical_not", UNARY, "input", lower=lambda a, p: f"({a[0]} == 0)"),
+    # `~x`: on a bool mask the same as logical_not, on integers two's complement.
+    OpSpec("bitwise_not", UNARY, "input", lower=lambda a, p: f"(~{a[0]})"),
     # `dtype` is a torch.dtype; codegen computes in float32 and rounds through it.
     OpSpec("to", UNARY, "input, dtype=None", lower=lambda a, p: _cast(a[0], p["dtype"])),
     OpSpec("clone", UNARY, "input, *, memory_format=None", lower=lambda a, p: a[0]),
@@ -262,7 +264,8 @@ _register("mul", operator.mul)
 _register("div", operator.truediv, torch.true_divide, ("method", "true_divide"))
 _register("neg", operator.neg)
 _register("pow", operator.pow)
-_register("logical_not", operator.invert, torch.logical_not, ("method", "logical_not"))
+_register("logical_not", torch.logical_not, ("method", "logical_not"))
+_register("bitwise_not", operator.invert, torch.bitwise_not, ("method", "bitwise_not"))
 _register("eq", operator.eq)
 _register("bitwise_and", operator.and_)
 _register("bitwise_or", operator.or_)
@@ -355,7 +358,7 @@ for _name, _overloads in ATEN_OPS.items():
             _register(_name, _op, signature=_aten_signature(_op))
 # Spellings whose aten schema lacks our parameters: the same overrides as F.relu6 and `~`.
 for _q, _name, _sig in (("relu6", "clamp", "input, min=0.0, max=6.0"),
-                        ("bitwise_not", "logical_not", "input")):
+                        ("bitwise_not", "bitwise_not", "input")):
     if _aten(_q) is not None:
         _register(_name, _aten(_q), signature=_sig)
 for _packet in ATEN_VIEWS:
