@@ -115,7 +115,8 @@ def relative_file(path: str, rootdir: Path) -> str:
     if not p.is_absolute():
         return p.as_posix()
     p, root = p.resolve(), rootdir.resolve()
-    if p.is_relative_to(root):
+    # An installed library (a venv inside the project, as CI makes) is not project code.
+    if p.is_relative_to(root) and not {"site-packages", "dist-packages"} & set(p.parts):
         return p.relative_to(root).as_posix()
     return "…/" + "/".join(p.parts[-2:])  # outside the project: keep it short and stable
 

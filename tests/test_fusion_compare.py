@@ -16,6 +16,7 @@ from pytest_fusion.snapshot import (
     Snapshot,
     baseline_name,
     from_data,
+    relative_file,
     to_data,
 )
 
@@ -238,3 +239,14 @@ def test_baseline_names_are_safe_and_unique():
     assert a.startswith("tests_test_a__TestX__test_y[64-float32]-") and a.endswith(".yaml")
     assert a != b and "/" not in b and " " not in b
     assert len(baseline_name("t.py::" + "x" * 500)) < 140
+
+
+def test_source_paths_are_portable(tmp_path):
+    root = tmp_path / "repo"
+    assert relative_file(str(root / "models" / "net.py"), root) == "models/net.py"
+    outside = tmp_path / "lib" / "pkg" / "mod.py"
+    assert relative_file(str(outside), root) == "…/pkg/mod.py"
+    # A venv inside the project (CI's .venv) holds libraries, not project code: the same
+    # short form as anywhere else, so a baseline recorded elsewhere still matches.
+    venv = root / ".venv" / "lib" / "python3.11" / "site-packages" / "pkg" / "mod.py"
+    assert relative_file(str(venv), root) == "…/pkg/mod.py"
