@@ -81,6 +81,28 @@ def test_next_residual_recomputes_the_add_instead_of_reading_it_back():
     torch.testing.assert_close(a.graph_module(x), a.module(x))
 
 
+def test_a_copy_that_joins_no_kernel_is_undone():
+    class FloorDiv(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.ln, self.b = nn.Linear(16, 16), nn.LayerNorm(16), nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = x + self.a(x)
+            return self.b(self.ln(h)), torch.div(h, 2.0, rounding_mode="floor")
+
+    a = analyze(FloorDiv(), (8, 16))
+    # Recomputing `h` for the floor division would leave the copy alone (floor division has
+    # no lowering): the copy is taken back and the LayerNorm's kernel stores `h`.
+    assert not any(n.copy_of for n in a.graph.nodes)
+    assert not any("fusion_copy_of" in n.meta for n in a.graph_module.graph.nodes)
+    (c,) = a.clusters
+    assert c.category == "multi-output" and c.recomputes == ()
+    x = torch.randn(8, 16)
+    for got, want in zip(a.graph_module(x), a.module(x), strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_an_alias_escaping_does_not_pay():
     # dropout in eval returns its input: storing a copy costs a write the split avoids.
     g = run(lambda x: (lambda d: (d, F.layer_norm(d, (8,))))(F.dropout(x, 0.1, False))).graph
