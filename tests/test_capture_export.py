@@ -321,3 +321,17 @@ def test_batch_norm_1d_statistics_broadcast_along_channels(shape, stats):
         assert c.ops == ("batch_norm", "sigmoid", "add"), capture
         assert {a.graph[i].meta.shape for i in c.inputs[1:]} == {stats}, capture
         torch.testing.assert_close(a.graph_module(x), model(x))
+
+
+def test_export_leaves_no_torch_trace_records_in_the_callers_log(caplog):
+    # pytest shows every captured record of a failing test: export's structured-trace
+    # records are empty DEBUG lines that bury the failure.
+    import logging
+
+    class Small(nn.Module):
+        def forward(self, x):
+            return torch.relu(x * 2.0) + 1.0
+
+    caplog.set_level(logging.DEBUG)
+    analyze(Small(), (4, 8), capture="export")
+    assert not [r for r in caplog.records if r.name.startswith("torch.__trace")]

@@ -57,8 +57,9 @@ def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule
     try:
         # On failure torch prints the partial graph to stderr and logs a warning; the
         # CaptureError below is the one line the user sees (--debug has the rest).
+        # torch.__trace: structured-trace records (empty DEBUG lines in pytest's log capture).
         with contextlib.redirect_stderr(io.StringIO()), _quiet("torch.fx.experimental"), \
-                _whole_user_stacks():
+                _quiet("torch.__trace"), _whole_user_stacks():
             program = torch.export.export(model, args, strict=False)
     except Exception as e:  # noqa: BLE001 - export raises many types for untraceable code
         raise CaptureError(f"torch.export failed on {type(model).__name__}.forward"
