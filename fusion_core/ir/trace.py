@@ -145,8 +145,12 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
 def _hint(exc: BaseException) -> str:
     if isinstance(exc, fx.proxy.TraceError) or "control flow" in str(exc):
         return ("FX symbolic tracing follows no data-dependent Python control flow: "
-                "rewrite it with torch.where, or try --capture export")
-    return "fix that line, or try --capture export"
+                f"rewrite it with torch.where, or {_EXPORT}")
+    return f"fix that line, or {_EXPORT}"
+
+
+# The same words fit the CLI, `analyze()` and the pytest marker.
+_EXPORT = 'capture with torch.export (--capture export, or capture="export")'
 
 
 def _where(exc: BaseException) -> str:
