@@ -1,12 +1,17 @@
 """The host side of a generated file: header, tuning constants, launcher, autograd wrapper.
 
 Reads a ``KernelPlan``, the tuning choices and the kernel's scalar parameters
-(from ``emit.kernel``); writes the text around the kernel: ``clusterN(*inputs)``
-works out the iteration shape from its arguments, checks each tensor still
-broadcasts the way the kernel indexes it (copying it contiguous once if only
-its strides differ), allocates contiguous outputs, picks the block, rows per
-program and grid, and launches. ``ClusterNFunction`` wraps it for autograd
-with a ``backward`` that refuses: the kernels are inference only.
+(from ``emit.kernel``); writes the text around the kernel. ``_plan(*inputs)``
+works out the iteration shape from the arguments, checks each tensor still
+broadcasts the way the kernel indexes it (or must be copied contiguous, if only
+its strides differ), and picks the output shapes, block, rows per program, grid
+and scalar kernel arguments. All of that depends only on the inputs' shapes and
+strides, so ``clusterN(*inputs)`` caches it in ``LAUNCH_CACHE``, keyed by every
+input's (shape, stride, dtype, device): a repeated call builds the key, looks it
+up, copies what the plan says, allocates contiguous outputs and launches (the
+Python work used to dominate small kernels' host time). A failed check raises
+and caches nothing; the cache is emptied when full. ``ClusterNFunction`` wraps
+the launcher for autograd with a ``backward`` that refuses: inference only.
 """
 
 from __future__ import annotations
@@ -30,7 +35,11 @@ class Tuning:
 
 
 _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block", "rows",
-             "num_warps", "n_rows", "n_cols", "n_elements"}
+             "num_warps", "n_rows", "n_cols", "n_elements", "key", "plan", "copies",
+             "out_shapes", "args", "NAME", "RANK", "IN_GROUPS", "OUT_GROUPS",
+             "INT64_INDEX", "LAUNCH_CACHE", "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS",
+             "MAX_BLOCK", "LOOP_BLOCK", "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS"}
+CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 
 
 def arg_names(plan: KernelPlan) -> list[str]:
@@ -39,7 +48,7 @@ def arg_names(plan: KernelPlan) -> list[str]:
     for t in plan.inputs:
         name = re.sub(r"\W", "_", t.value)
         if not name.isidentifier() or keyword.iskeyword(name) or name in _RESERVED \
-                or re.fullmatch(r"(in|out)\d+(_strides)?", name):
+                or re.fullmatch(r"(in|out)\d+(_strides)?|copy\d+", name):
             name = "in_" + name
         out.append(name)
     return out
@@ -131,14 +140,19 @@ def _spans(shape):
 
 
 def _layout(t, shape, groups, row_space=False):
-    """Strides of `t` for its non-unit index groups; copies `t` once if its strides don't fit."""
-    for u in (t, t.contiguous()):
+    """(copy, strides): whether `t` must be copied contiguous first (its own strides don't
+    fit), and the strides of its non-unit index groups then."""
+    u = t
+    for copy in (False, True):
+        if copy:  # the strides `t.contiguous()` will have, without copying any data now
+            u = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+                                    device="meta").contiguous()
         found = _group_strides(u, shape, groups, row_space)
         if found is not None:
             if not INT64_INDEX and sum((d - 1) * s for d, s in zip(u.shape, u.stride())) >= 2**31:
                 raise ValueError(f"{NAME}: offsets into an input of shape {tuple(t.shape)} "
                                  "overflow this kernel's 32-bit index math; regenerate it")
-            return u, found
+            return copy, found
     raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} does not broadcast over "
                      f"{shape} the way this kernel indexes it ({groups}); regenerate it")
 
@@ -172,38 +186,48 @@ def _group_strides(t, shape, groups, row_space):
 '''
 
 
-def launcher(plan: KernelPlan, params: dict[str, str], looped: bool) -> list[str]:
-    names = arg_names(plan)
-    n, ew = plan.name, plan.skeleton == "elementwise"
+def _key(names: list[str]) -> list[str]:
+    """The launch cache key: every input's shape, strides, dtype and device."""
+    parts = [f"{a}.{p}" for a in names for p in ("shape", "stride()", "dtype", "device")]
+    return ["    key = (", *wrap_args(parts, "        "), "    )"]
+
+
+def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list[str]
+             ) -> list[str]:
+    """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
     shapes = [f"(*{a}.shape, 1)" if t.access.row_space else f"{a}.shape"
               for a, t in zip(names, plan.inputs, strict=True)]
-    outs = ", ".join(t.value for t in plan.outputs)
-    lines = [f"NAME = {n!r}", *HELPERS.splitlines(), "", "",
-             f"def {n}({', '.join(names)}):",
-             f'    """Run the fused kernel; returns {outs} (newly allocated, contiguous)."""',
+    lines = [f"def _plan({', '.join(names)}):",
+             '    """Copies, output shapes, grid and kernel arguments for these inputs\' '
+             'layout;',
+             '    raises if the kernel cannot run them. The launcher caches the result."""',
              f"    shape = _iteration_shape({', '.join(shapes)})"]
     for i, (a, t) in enumerate(zip(names, plan.inputs, strict=True)):
         row = ", row_space=True" if t.access.row_space else ""
         strides = f"in{i}_strides" if any(v.startswith(f"in{i}_strides") for v in
                                            params.values()) else "_"
-        lines.append(f"    {a}, {strides} = _layout({a}, shape, IN_GROUPS[{i}]{row})")
-    device = names[0] + ".device"
+        lines.append(f"    copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}]{row})")
+    copies = ", ".join(f"copy{i}" for i in range(len(names)))
+    lines += [f"    copies = ({copies}{',' if len(names) == 1 else ''})",
+              "    copies = copies if any(copies) else ()",
+              "    out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
+                                           for t in plan.outputs).rstrip() + ")"]
     for i, t in enumerate(plan.outputs):
-        lines.append(f"    out{i} = torch.empty({_shape_expr(t, plan)}, dtype={_dtype(t)}, "
-                     f"device={device})")
         if any(v.startswith(f"out{i}_strides") for v in params.values()):
             row = ", row_space=True" if t.access.row_space else ""
-            lines.append(f"    _, out{i}_strides = _layout(out{i}, shape, OUT_GROUPS[{i}]{row})")
-    result = "out0" if len(plan.outputs) == 1 else "(" + ", ".join(
-        f"out{i}" for i in range(len(plan.outputs))) + ")"
+            lines.append(f"    _, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
+                         f"device=\"meta\"), shape, OUT_GROUPS[{i}]{row})")
     lines.append("    span = _spans(shape)")
-    if ew:
-        lines += ["    if span[0] == 0:", f"        return {result}",
+    if plan.skeleton == "elementwise":
+        sizes = ["span[0]"]
+        lines += ["    if span[0] == 0:", "        return copies, out_shapes, None, (), 0, 0",
                   "    grid = (triton.cdiv(span[0], BLOCK),)"]
-        sizes, consts = ["span[0]"], ["BLOCK_SIZE=BLOCK", "num_warps=NUM_WARPS"]
+        choices = ["BLOCK", "NUM_WARPS"]
     else:
+        sizes = ["n_rows", "n_cols"]
         lines += ["    n_cols = shape[-1] if shape else 1", "    if span[0] == 0:",
-                  f"        return {result}", "    n_rows = span[0] // n_cols"]
+                  "        return copies, out_shapes, None, (), 0, 0, 0",
+                  "    n_rows = span[0] // n_cols"]
         if any(v.startswith("rspan") for v in params.values()):
             lines.append("    rspan = [s // n_cols for s in span]")
         if looped:
@@ -217,20 +241,57 @@ def launcher(plan: KernelPlan, params: dict[str, str], looped: bool) -> list[str
                   "if block <= PACK_WIDTH else 1",
                   "    num_warps = max(NUM_WARPS, min(16, block * rows // 512))",
                   "    grid = (triton.cdiv(n_rows, rows),)"]
-        sizes = ["n_rows", "n_cols"]
-        consts = ["BLOCK_SIZE=block", "ROWS_PER_PROGRAM=rows", "num_warps=num_warps"]
-    call = names + [f"out{i}" for i in range(len(plan.outputs))] + sizes + list(
-        params.values()) + consts
+        choices = ["block", "rows", "num_warps"]
+    scalars = sizes + list(params.values())
+    lines += ["    args = (", *wrap_args(scalars, "        "), "    )",
+              f"    return copies, out_shapes, grid, args, {', '.join(choices)}"]
+    return lines
+
+
+def launcher(plan: KernelPlan, params: dict[str, str], looped: bool) -> list[str]:
+    names = arg_names(plan)
+    n, ew = plan.name, plan.skeleton == "elementwise"
+    outs = ", ".join(t.value for t in plan.outputs)
+    result = "out0" if len(plan.outputs) == 1 else "(" + ", ".join(
+        f"out{i}" for i in range(len(plan.outputs))) + ")"
+    choices = ["block", "num_warps"] if ew else ["block", "rows", "num_warps"]
+    consts = (["BLOCK_SIZE=block", "num_warps=num_warps"] if ew else
+              ["BLOCK_SIZE=block", "ROWS_PER_PROGRAM=rows", "num_warps=num_warps"])
+    inputs = ", ".join(names)
+    lines = [f"NAME = {n!r}",
+             "# Launch plans by the inputs' (shape, stride, dtype, device): a repeated call",
+             "# skips the checks and choices of `_plan`. Emptied when it holds",
+             "# LAUNCH_CACHE_SIZE plans (dynamic shapes); clear it after editing the tuning",
+             "# constants in a running process.",
+             "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
+             *HELPERS.splitlines(), "", "", *_plan_fn(plan, params, looped, names), "", "",
+             f"def {n}({inputs}):",
+             f'    """Run the fused kernel; returns {outs} (newly allocated, contiguous)."""',
+             *_key(names),
+             "    plan = LAUNCH_CACHE.get(key)",
+             "    if plan is None:  # a new layout: check it and work out the launch once",
+             f"        plan = _plan({inputs})",
+             "        if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
+             "            LAUNCH_CACHE.clear()",
+             "        LAUNCH_CACHE[key] = plan",
+             f"    copies, out_shapes, grid, args, {', '.join(choices)} = plan",
+             "    if copies:  # inputs whose strides the kernel cannot index: copied contiguous",
+             *(line for i, a in enumerate(names)
+               for line in (f"        if copies[{i}]:", f"            {a} = {a}.contiguous()"))]
+    device = names[0] + ".device"
+    for i, t in enumerate(plan.outputs):
+        lines.append(f"    out{i} = torch.empty(out_shapes[{i}], dtype={_dtype(t)}, "
+                     f"device={device})")
+    lines += ["    if grid is None:  # no elements", f"        return {result}"]
+    call = names + [f"out{i}" for i in range(len(plan.outputs))] + ["*args"] + consts
     lines += [f"    {n}_kernel[grid](", *wrap_args(call, "        "), "    )",
               f"    return {result}", "", "",
               f"class {_class(plan)}(torch.autograd.Function):",
               f'    """`{n}` in autograd graphs: forward runs the kernel, backward refuses."""',
-              "", "    @staticmethod", f"    def forward(ctx, {', '.join(names)}):",
-              f"        return {n}({', '.join(names)})", "", "    @staticmethod",
+              "", "    @staticmethod", f"    def forward(ctx, {inputs}):",
+              f"        return {n}({inputs})", "", "    @staticmethod",
               "    def backward(ctx, *grad_outputs):",
               f"        raise RuntimeError(\"{n} is inference only: fusion-advisor generates \"",
               "                           \"no backward kernel; call it under torch.no_grad() \"",
               "                           \"or keep the original ops for training\")", ""]
     return lines
-
-

@@ -1,0 +1,147 @@
+"""The generated launcher's plan cache: a repeated call with the same input layout skips the
+checks and launch choices (`_plan`), a different layout recomputes them, bad inputs still raise
+on every call, and the cache stays bounded."""
+
+import pytest
+import torch
+from codegen_harness import DEVICE, Lambda, to_device
+
+from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.pipeline import analyze
+
+
+def _load(model, inputs, tmp_path, **gen_kwargs):
+    """The cluster's loaded module, with `_plan` wrapped to count its calls."""
+    analysis = analyze(model, *inputs)
+    assert len(analysis.clusters) == 1, [c.chain for c in analysis.clusters]
+    kernel = generate(analysis, analysis.clusters[0], **gen_kwargs)
+    module = load_kernel(write_kernels([kernel], tmp_path)[0])
+    real, module.plans = module._plan, []
+
+    def counting(*args):
+        module.plans.append(args)
+        return real(*args)
+
+    module._plan = counting
+    return module, getattr(module, kernel.name)
+
+
+def _transposed_add(m, x, y):
+    return torch.relu(x + y.transpose(1, 2))  # the cluster reads y.transpose through strides
+
+
+def _add(m, x, yt):
+    """The cluster of `_transposed_add`: its launcher takes (x, y.transpose(1, 2))."""
+    return torch.relu(x + yt)
+
+
+def _transposed_module(tmp_path):
+    return _load(Lambda(_transposed_add), (torch.randn(2, 4, 8), torch.randn(2, 8, 4)),
+                 tmp_path)
+
+
+def _yt():
+    return torch.randn(2, 8, 4).transpose(1, 2)
+
+
+def _check(launch, fn, *inputs):
+    """The launcher's result on `inputs` against `fn(None, *inputs)` in eager."""
+    got = launch(*(to_device(t) for t in inputs))
+    torch.testing.assert_close(got.cpu(), fn(None, *inputs))
+
+
+def test_same_layout_reuses_the_plan(tmp_path):
+    module, launch = _transposed_module(tmp_path)
+    for _ in range(3):
+        _check(launch, _add, torch.randn(2, 4, 8), _yt())  # fresh data, same layout
+    assert len(module.plans) == 1 and len(module.LAUNCH_CACHE) == 1
+
+
+def test_other_strides_recompute_the_plan(tmp_path):
+    """Same shapes, other strides: the kernel's stride arguments must change with them."""
+    module, launch = _transposed_module(tmp_path)
+    x, yt = torch.randn(2, 4, 8), _yt()
+    _check(launch, _add, x, yt)
+    wider = torch.randn(2, 8, 7)[:, :, :4].transpose(1, 2)  # yt's shape, strides (56, 1, 7)
+    _check(launch, _add, x, wider)
+    _check(launch, _add, x, yt)  # and back: the first plan is still right
+    assert len(module.plans) == 2 and len(module.LAUNCH_CACHE) == 2
+    assert module.plans[1][1].stride() == (56, 1, 7)
+
+
+def test_strides_the_kernel_cannot_index_copy_the_input(tmp_path):
+    module, launch = _transposed_module(tmp_path)
+    yt = _yt()
+    _check(launch, _add, torch.randn(2, 4, 8), yt)
+    x_t = torch.randn(2, 8, 4).transpose(1, 2)  # x's shape, not contiguous: copied
+    for _ in range(2):
+        _check(launch, _add, x_t, yt)
+    assert len(module.plans) == 2
+    copies = [plan[0] for plan in module.LAUNCH_CACHE.values()]
+    assert sorted(copies) == [(), (True, False)]  # only the new layout copies, only x
+
+
+def test_another_batch_size_recomputes_the_plan(tmp_path):
+    fn = lambda m, x: torch.softmax(x * 2.0, dim=-1)  # noqa: E731
+    module, launch = _load(Lambda(fn, 1), (torch.randn(4, 16),), tmp_path)
+    for rows in (4, 3, 4, 1):
+        _check(launch, fn, torch.randn(rows, 16))
+    assert len(module.plans) == 3 and len(module.LAUNCH_CACHE) == 3
+
+
+def test_empty_inputs_skip_the_launch_from_the_cache_too(tmp_path):
+    fn = lambda m, x: torch.relu(x * 2.0)  # noqa: E731
+    module, launch = _load(Lambda(fn, 1), (torch.randn(4, 16),), tmp_path)
+    for _ in range(2):
+        assert launch(to_device(torch.randn(0, 16))).shape == (0, 16)
+    assert len(module.plans) == 1
+
+
+def test_the_cache_is_bounded(tmp_path):
+    fn = lambda m, x: torch.relu(x * 2.0)  # noqa: E731
+    module, launch = _load(Lambda(fn, 1), (torch.randn(4, 16),), tmp_path)
+    module.LAUNCH_CACHE_SIZE = 2
+    for rows in range(1, 6):
+        _check(launch, fn, torch.randn(rows, 16))
+        assert 1 <= len(module.LAUNCH_CACHE) <= 2
+    _check(launch, fn, torch.randn(5, 16))  # the newest plan survived the clearing
+    assert len(module.plans) == 5
+
+
+def _raises_every_time(module, launch, inputs, error, match):
+    before = dict(module.LAUNCH_CACHE)
+    for _ in range(2):  # a failed plan is never cached: the second call checks again
+        with pytest.raises(error, match=match):
+            launch(*(to_device(t) for t in inputs))
+    assert module.LAUNCH_CACHE == before
+
+
+def test_bad_inputs_raise_after_a_good_call(tmp_path):
+    module, launch = _transposed_module(tmp_path)
+    x, yt = torch.randn(2, 4, 8), _yt()
+    _check(launch, _add, x, yt)
+    # yt's shape, but contiguous: the kernel indexes yt's middle dim with stride 1
+    _raises_every_time(module, launch, (x, yt.contiguous()), ValueError,
+                       "does not broadcast over .* the way this kernel indexes it")
+    _raises_every_time(module, launch, (torch.randn(3, 2, 4, 8), yt), ValueError,
+                       "this kernel iterates over 3-d shapes")
+    _raises_every_time(module, launch, (torch.randn(2, 4, 9), yt), RuntimeError, "broadcast")
+    _check(launch, _add, x, yt)
+    assert len(module.plans) == 1 + 6  # the good layout was planned once
+
+
+def test_rows_too_wide_raise_on_every_call(tmp_path):
+    fn = lambda m, x: torch.softmax(x * 2.0, dim=-1)  # noqa: E731
+    module, launch = _load(Lambda(fn, 1), (torch.randn(4, 16),), tmp_path, looped=False)
+    _check(launch, fn, torch.randn(4, 16))
+    wide = torch.randn(2, module.MAX_BLOCK + 1)
+    _raises_every_time(module, launch, (wide,), ValueError, "exceed MAX_BLOCK")
+
+
+def test_dtype_and_device_are_part_of_the_key(tmp_path):
+    fn = lambda m, x: torch.relu(x * 2.0)  # noqa: E731
+    module, launch = _load(Lambda(fn, 1), (torch.randn(4, 16),), tmp_path)
+    x = to_device(torch.randn(4, 16))
+    launch(x)
+    ((key, _),) = module.LAUNCH_CACHE.items()
+    assert key == (x.shape, x.stride(), x.dtype, torch.device(DEVICE))
