@@ -67,10 +67,15 @@ def call_lines(path: Path) -> list[int]:
             if "= cluster" in line or "return cluster" in line]
 
 
+# Kernels run on the GPU where there is one (Triton's interpreter takes CPU tensors otherwise).
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def assert_same_outputs(original: Path, rewritten: Path, class_name: str, x: torch.Tensor):
-    before = load(original, class_name)
-    after = load(rewritten, class_name)
+    before = load(original, class_name).to(DEVICE)
+    after = load(rewritten, class_name).to(DEVICE)
     after.load_state_dict(before.state_dict())
+    x = x.to(DEVICE)
     with torch.no_grad():
         torch.testing.assert_close(after(x), before(x), atol=1e-4, rtol=1e-3)
 
@@ -275,11 +280,11 @@ def test_fused_ops_refuse_other_dtypes_and_backward(tmp_path):
     path.write_text(ONE_CLUSTER)
     analysis, plan = _plan(path, (4, 8))
     apply(plan, analysis, Console(), assume_yes=True, ask=None)
-    model = load(path, "Tiny")
+    model = load(path, "Tiny").to(DEVICE)
     with pytest.raises(TypeError, match="generated for inputs of dtype"):
-        model.double()(torch.randn(4, 8, dtype=torch.float64))
-    x = torch.randn(4, 8, requires_grad=True)
-    out = load(path, "Tiny")(x)
+        model.double()(torch.randn(4, 8, dtype=torch.float64, device=DEVICE))
+    x = torch.randn(4, 8, requires_grad=True, device=DEVICE)
+    out = load(path, "Tiny").to(DEVICE)(x)
     with pytest.raises(RuntimeError, match="inference only"):
         out.sum().backward()
 
