@@ -6,7 +6,13 @@ a baseline made from one variant is compared with another at the same lines.
 
 import json
 import textwrap
+from importlib.metadata import entry_points
 from pathlib import Path
+
+# Installed, pytest finds the plugin through its `pytest11` entry point; a checkout run with
+# PYTHONPATH=. (no install) loads it by name in the inner pytest runs.
+PLUGIN_ARGS = () if any(ep.value.startswith("pytest_fusion") for ep in
+                        entry_points(group="pytest11")) else ("-p", "pytest_fusion.plugin")
 
 HEAD = """\
 import torch

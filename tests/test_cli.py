@@ -161,7 +161,7 @@ def test_a_cluster_that_cannot_be_lowered_is_skipped_and_the_rest_written(tmp_pa
     assert f"Wrote 1 kernel(s) to {gen}: cluster0.py" in result.stdout
     assert f"cluster 1: no kernel written, it cannot be lowered: {reason}" in (
         result.stdout.splitlines())
-    assert "cluster 0: verified (interpreter, 8×8)" in result.stdout
+    assert "cluster 0: verified (" in result.stdout  # interpreter or cuda
     assert "model numerics: pass (1 kernel(s) patched" in result.stdout
     doc = json.loads(out.read_text())
     assert doc["kernels"] == {"out_dir": str(gen), "files": ["cluster0.py"],

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import yaml
-from fusion_plugin_helpers import baselines, marked_test, model_source
+from fusion_plugin_helpers import PLUGIN_ARGS, baselines, marked_test, model_source
 
 from fusion_core.ir.capture import FRONTENDS
 from pytest_fusion.fixture import CAPTURES
@@ -37,7 +37,8 @@ def proj(pytester, monkeypatch):
 
 
 def run(p, *args):
-    return p.runpytest("-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args)
+    return p.runpytest("-p", "no:cacheprovider", "-p", "no:hypothesispytest", *PLUGIN_ARGS,
+                       *args)
 
 
 def frontend(p) -> str | None:

@@ -8,6 +8,7 @@ import pytest
 import yaml
 from fusion_plugin_helpers import (
     MEASURE_CONFTEST,
+    PLUGIN_ARGS,
     baselines,
     marked_test,
     model_source,
@@ -49,7 +50,8 @@ def proj(pytester, monkeypatch):
 def run(p, *args):
     # hypothesis' plugin imports all of hypothesis at the end of every run, and pytester
     # unloads it again after each run: leave it out of the inner runs.
-    return p.runpytest("-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args)
+    return p.runpytest("-p", "no:cacheprovider", "-p", "no:hypothesispytest", *PLUGIN_ARGS,
+                       *args)
 
 
 def use(p, variant, bias="8"):

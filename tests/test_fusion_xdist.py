@@ -4,7 +4,7 @@ import json
 
 import pytest
 import yaml
-from fusion_plugin_helpers import baselines, marked_test, model_source
+from fusion_plugin_helpers import PLUGIN_ARGS, baselines, marked_test, model_source
 
 pytest.importorskip("xdist")
 
@@ -19,7 +19,7 @@ def test_two_workers_create_update_report_and_find_stale(pytester, monkeypatch):
         test_two=marked_test("test_c") + "\n" + marked_test("test_d", "model2"))
     args = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-n", "2")
 
-    r = pytester.runpytest_subprocess(*args, "--fusion-update-baselines")
+    r = pytester.runpytest_subprocess(*PLUGIN_ARGS, *args, "--fusion-update-baselines")
     r.assert_outcomes(passed=4)
     ids = {f"test_{f}.py::test_{t}" for f, ts in (("one", "ab"), ("two", "cd")) for t in ts}
     r.stdout.fnmatch_lines_random([f"created fusion_baselines/*.yaml ({i})" for i in ids])
@@ -32,7 +32,8 @@ def test_two_workers_create_update_report_and_find_stale(pytester, monkeypatch):
     # test_a and test_c regress, test_d is gone: one run accepts both, finds the stale file from
     # the workers' collection lists, removes it, and reports every worker's result.
     pytester.makepyfile(model=model_source("split"), test_two=marked_test("test_c"))
-    r = pytester.runpytest_subprocess(*args, "--fusion-update-baselines=all", "--fusion-report=rep")
+    r = pytester.runpytest_subprocess(*PLUGIN_ARGS, *args, "--fusion-update-baselines=all",
+                                      "--fusion-report=rep")
     r.assert_outcomes(passed=3)
     split = ("    `mul → relu → add` at model.py:10-12 split into `mul → relu` (model.py:10-11) + "
              "`add → tanh` (model.py:12)")

@@ -67,6 +67,11 @@ def fake_inputs(mode: FakeTensorMode, specs: Sequence[InputSpec]) -> list[torch.
 _SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
+_EMBEDDINGS = (torch.nn.Embedding, torch.nn.EmbeddingBag)
+_ATEN_EMBEDDING = torch.ops.aten.embedding.default
+_EMBEDDING_FNS = (torch.nn.functional.embedding, _ATEN_EMBEDDING)
+
+
 class _Prop(FakeTensorProp):
     # FakeTensorProp stores a detached copy (snapshot) of every result in case a later
     # in-place op changes its metadata; that copy is a fifth of the pass. Graphs without
@@ -82,6 +87,7 @@ class _Prop(FakeTensorProp):
 
     def run_node(self, n: fx.Node) -> Any:
         try:
+            self._check_indices(n)
             if self.snapshot:
                 return super().run_node(n)
             key = self._memo_key(n)
@@ -96,6 +102,20 @@ class _Prop(FakeTensorProp):
             return result
         except Exception as e:  # noqa: BLE001 - any op can reject the example input
             raise _rejection(n, e) from e
+
+    def _check_indices(self, n: fx.Node) -> None:
+        """An embedding's indices must be integers; some torch versions' fake kernels
+        accept float ids, and the model then fails only when it runs for real."""
+        if n.op == "call_module":
+            is_embedding = isinstance(self.module.get_submodule(str(n.target)), _EMBEDDINGS)
+            ids = n.args[0] if n.args else None
+        else:
+            is_embedding = n.op == "call_function" and n.target in _EMBEDDING_FNS
+            ids = n.args[1 if n.target is _ATEN_EMBEDDING else 0] if len(n.args) > 1 else None
+        val = self.env.get(ids) if is_embedding and isinstance(ids, fx.Node) else None
+        if isinstance(val, torch.Tensor) and (val.dtype.is_floating_point
+                                              or val.dtype == torch.bool):
+            raise TypeError(f"embedding indices must be integers (token ids), got {val.dtype}")
 
     def _memo_key(self, n: fx.Node) -> tuple | None:
         if n.op not in ("call_function", "call_method"):
