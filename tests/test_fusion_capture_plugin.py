@@ -27,12 +27,17 @@ def _torch_modules_loaded():
     gc.unfreeze()
 
 
+# These tests are about what is captured: on a CUDA machine measured timings of the tiny
+# model would be gated too, and its noise is not what they check.
+STRUCTURE = ("clusters", "rejections", "traffic")
+
+
 @pytest.fixture
 def proj(pytester, monkeypatch):
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     pytester.makeini("[pytest]\n")
-    pytester.makepyfile(model=model_source("base"), test_net=marked_test())
+    pytester.makepyfile(model=model_source("base"), test_net=marked_test(checks=STRUCTURE))
     return pytester
 
 
@@ -83,14 +88,14 @@ def test_marker_keyword_overrides_the_ini_option(proj):
     r = run(proj, "--fusion-update-baselines")
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["fusion analysis failed: cannot trace Net.forward at *model.py:12*"])
-    proj.makepyfile(test_net=marked_test(capture="auto"))
+    proj.makepyfile(test_net=marked_test(capture="auto", checks=STRUCTURE))
     run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
     assert frontend(proj) == "export"  # auto fell back to export
     (path,) = baselines(proj.path).values()
     (c,) = yaml.safe_load(path.read_text())["clusters"]
     assert c["ops"] == ["mul", "relu", "add"] and c["lines"] == "model.py:10-12"
     proj.makeini("[pytest]\nfusion_capture = export\n")
-    proj.makepyfile(test_net=marked_test(capture="fx"))
+    proj.makepyfile(test_net=marked_test(capture="fx", checks=STRUCTURE))
     run(proj).assert_outcomes(failed=1)
 
 
