@@ -65,6 +65,7 @@ def test_missing_baseline_fails_with_the_command_to_create_it(proj):
                             f"test_net-*.yaml); create it with: {CMD}=new test_net.py::test_net"])
 
 
+@pytest.mark.cpu
 def test_create_then_pass_without_rewriting(proj):
     r = run(proj, "--fusion-update-baselines=new")
     r.assert_outcomes(passed=1)
@@ -130,6 +131,7 @@ def test_more_traffic_fails_and_tolerances_come_from_ini_then_marker(proj):
     run(proj).assert_outcomes(passed=1)  # traffic is not gated for this test
 
 
+@pytest.mark.cpu
 def test_improvement_passes_and_asks_to_ratchet(proj):
     run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
     use(proj, "grown")
@@ -171,6 +173,7 @@ def test_update_modes_new_failing_all(proj):
                                                                    "sigmoid"]
 
 
+@pytest.mark.cpu
 def test_stale_baselines_reported_never_for_skipped_or_deselected(proj):
     files = _two_tests(proj)
     stale_b = "stale fusion_baselines/*test_b*.yaml: test test_net.py::test_b no longer exists*"
@@ -194,6 +197,7 @@ def test_stale_baselines_reported_never_for_skipped_or_deselected(proj):
     assert not files["test_net.py::test_b"].exists() and files["test_net.py::test_a"].exists()
 
 
+@pytest.mark.cpu
 def test_report_files_terminal_table_and_step_summary(proj, monkeypatch):
     summary = proj.path / "step_summary.md"
     summary.write_text("earlier step\n")
@@ -244,6 +248,7 @@ def test_corrupt_or_foreign_baseline_fails_with_one_line_naming_the_file(proj):
 SAMPLES = [40.0, 40.3, 39.8, 40.1, 40.6, 39.9]
 
 
+@pytest.mark.cpu
 def test_measured_fields_on_cpu_are_kept_but_not_checked(proj):
     proj.makeconftest(MEASURE_CONFTEST)
     write_timings(proj.path, SAMPLES)
@@ -314,6 +319,7 @@ def test_bad_input(fusion_advisor):
 """
 
 
+@pytest.mark.cpu
 def test_fixture_helpers_and_their_failure_messages(proj):
     proj.makepyfile(model2=model_source("inplace"), test_net=FIXTURE_TESTS)
     r = run(proj, "--fusion-update-baselines=new")
@@ -399,6 +405,7 @@ def test_marker_misuse_fails_that_test_with_one_line(proj):
         "fusion analysis failed: fusion_check: cannot build a model from 42: pass an nn.Module,*"])
 
 
+@pytest.mark.cpu
 def test_header_and_bad_update_mode(proj):
     r = run(proj)
     r.stdout.fnmatch_lines(["fusion-advisor: torch *, triton *, device cpu (timings not checked:"

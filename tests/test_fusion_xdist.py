@@ -9,6 +9,7 @@ from fusion_plugin_helpers import PLUGIN_ARGS, baselines, marked_test, model_sou
 pytest.importorskip("xdist")
 
 
+@pytest.mark.cpu
 def test_two_workers_create_update_report_and_find_stale(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)

@@ -74,7 +74,7 @@ def test_random_inputs_are_valid_tokens_and_never_zero():
     assert bool((x != 0).all())
 
 
-@pytest.mark.interpreter
+@pytest.mark.cpu
 def test_handwritten_kernel_verified_at_reduced_shape(example, kernels):
     report = validate(example, only_cluster0(kernels, "cluster0"))
     r0 = report.result(0)
@@ -150,7 +150,7 @@ def test_eager_subgraph_and_patch_reproduce_the_model(example):
     assert torch.equal(patched(x), out)
 
 
-@pytest.mark.interpreter
+@pytest.mark.cpu
 def test_console_and_json(example, kernels):
     from io import StringIO
 
@@ -169,7 +169,7 @@ def test_console_and_json(example, kernels):
 
 
 @needs_codegen
-@pytest.mark.interpreter
+@pytest.mark.cpu
 @pytest.mark.parametrize("path,shape,dtype", [(EXAMPLE, (16384, 1024), torch.float32),
                                               (MICROGPT, (2, 128), torch.int64)])
 def test_generated_kernels_verified_end_to_end(path, shape, dtype):
@@ -182,7 +182,7 @@ def test_generated_kernels_verified_end_to_end(path, shape, dtype):
 
 
 @needs_codegen
-@pytest.mark.interpreter
+@pytest.mark.cpu
 def test_cli_numerics_section_and_json(tmp_path):
     out = tmp_path / "o.json"
     res = CliRunner().invoke(cli, ["--model", str(EXAMPLE), "--input-shape", "256,1024",
@@ -196,14 +196,14 @@ def test_cli_numerics_section_and_json(tmp_path):
     pytest.importorskip("jsonschema").validate(doc, schema())
 
 
-@pytest.mark.interpreter
+@pytest.mark.cpu
 def test_measure_is_none_without_cuda(example):
     import fusion_core
 
     assert fusion_core.measure(example) is None
 
 
-@pytest.mark.interpreter
+@pytest.mark.cpu
 def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tmp_path):
     """The CUDA-only steps (timings, regime, bandwidth, model speedup, the Measured section)
     driven on CPU: do_bench replaced by one wall-clock call, the device by a fixed one."""
