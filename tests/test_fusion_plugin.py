@@ -114,6 +114,7 @@ def test_each_regression_fails_with_a_readable_message(proj, variant):
     assert f"accept it with: {CMD}=failing test_net.py::test_net" in out
 
 
+@pytest.mark.cpu
 def test_more_traffic_fails_and_tolerances_come_from_ini_then_marker(proj):
     run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
     use(proj, "base", bias="4, 8")  # the bias grows from a row to a full matrix: +44% fused bytes
@@ -150,6 +151,7 @@ def _two_tests(p):
     return baselines(p.path)
 
 
+@pytest.mark.cpu
 def test_update_modes_new_failing_all(proj):
     files = _two_tests(proj)
     a, b = files["test_net.py::test_a"], files["test_net.py::test_b"]
