@@ -207,3 +207,11 @@ def test_a_cluster_of_one_real_op_and_an_alias_is_not_reported():
     # dropout in eval returns its input: relu → dropout moves the bytes relu alone does.
     a = run(lambda x: F.dropout(torch.relu(x), 0.1, False))
     assert a.clusters == ()
+
+
+def test_second_round_does_not_report_a_cut_component_again():
+    # Both softmaxes are left alone by the region cut (reported once); the second round
+    # must not regroup them and report the same two reductions again.
+    a = run(lambda x: F.softmax(F.softmax(x, dim=-1), dim=-1))
+    assert a.clusters == ()
+    assert [(r.check, len(r.nodes)) for r in a.rejections] == [("reduction", 2)]

@@ -112,12 +112,14 @@ def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
             rest = set(group) - set(failure.culprits)
             work = sorted(work + components(g, rest), key=lambda c: g.position(c[0]))
         # Culprits pruned from different groups may still fuse with each other: give the
-        # leftovers one more round, until no new group forms.
+        # leftovers one more round, until no new group forms. They are cut into reduction
+        # regions as in the first round (that cut was reported already).
         fused = {n for grp in legal for n in grp}
         leftover = {n for comp in components(g, candidates(g)) for n in comp
                     if n not in fused}
-        work = [c for c in components(g, leftover) if c not in tried
-                and n_working_ops(g, c) >= MIN_OPS]
+        regions = [tuple(sorted(r, key=g.position))
+                   for comp in components(g, leftover) for r in reduction_regions(g, comp)]
+        work = [c for c in regions if c not in tried and n_working_ops(g, c) >= MIN_OPS]
     legal.sort(key=lambda c: g.position(c[0]))
     clusters = tuple(
         Cluster(index=i, nodes=grp, ops=tuple(g[n].op for n in grp),
