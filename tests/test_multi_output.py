@@ -188,3 +188,37 @@ def test_silu_gated_product_fuses():
 
     a = analyze(Gated(), (4, 8))
     assert [c.ops for c in a.clusters] == [("silu", "mul")]
+
+
+class MutatedOperand(nn.Module):
+    """`y` is written in place between `h = x + y` and `h`'s last use."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.ln, self.fc = nn.LayerNorm(16), nn.Linear(16, 16)
+        self.how = how
+
+    def forward(self, x, y):
+        h = x + y
+        n = self.fc(self.ln(h))
+        if self.how == "mul_":
+            y.mul_(2.0)
+        elif self.how == "view":
+            y[:, :4].mul_(3.0)
+        else:
+            y.copy_(n)
+        return h + n
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+@pytest.mark.parametrize("how", ["mul_", "view", "copy_"])
+def test_no_recompute_across_an_in_place_write_to_an_operand(how, capture):
+    # A copy of `h` before the last add would read the overwritten `y`.
+    model = MutatedOperand(how).eval()
+    a = analyze(model, (8, 16), (8, 16), capture=capture)
+    assert not any(n.copy_of for n in a.graph.nodes)
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    with torch.no_grad():
+        got = a.graph_module(x, y.clone())
+        want = model(x, y.clone())
+    torch.testing.assert_close(got[-1] if isinstance(got, (tuple, list)) else got, want)
