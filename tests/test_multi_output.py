@@ -81,6 +81,19 @@ def test_next_residual_recomputes_the_add_instead_of_reading_it_back():
     torch.testing.assert_close(a.graph_module(x), a.module(x))
 
 
+def test_a_recomputed_value_counts_once_in_the_eager_traffic():
+    # Eager computes `h` once: the copy is no eager op, so the last add's unfused bytes
+    # are the add's own (read h and mlp(...), write), and the savings over both clusters
+    # are what the two kernels really save over eager.
+    a = analyze(Residual(), (8, 16))
+    norm, last = a.clusters
+    assert last.traffic.unfused_bytes == 3 * ACT
+    eager = 3 * ACT + (2 * ACT + 2 * VEC) + 3 * ACT  # add, layer_norm, last add
+    fused = norm.traffic.fused_bytes + last.traffic.fused_bytes
+    assert sum(c.traffic.unfused_bytes for c in a.clusters) == eager
+    assert sum(c.traffic.saved_bytes for c in a.clusters) == eager - fused == ACT
+
+
 def test_a_copy_that_joins_no_kernel_is_undone():
     class FloorDiv(nn.Module):
         def __init__(self) -> None:

@@ -124,7 +124,8 @@ def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
     clusters = tuple(
         Cluster(index=i, nodes=grp, ops=tuple(g[n].op for n in grp),
                 category=category(g, grp), inputs=external_inputs(g, grp),
-                outputs=tuple(escaping(g, grp)), traffic=estimate_traffic(g, grp),
+                outputs=tuple(escaping(g, grp)),
+                traffic=estimate_traffic(g, grp, copies=False),
                 lines=line_span(g, grp),
                 recomputes=tuple(g[n].copy_of for n in grp if g[n].copy_of))
         for i, grp in enumerate(legal))

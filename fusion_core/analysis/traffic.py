@@ -54,12 +54,16 @@ def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def estimate_traffic(g: FusionGraph, group: Collection[str]) -> TrafficEstimate:
+def estimate_traffic(g: FusionGraph, group: Collection[str], copies: bool = True
+                     ) -> TrafficEstimate:
+    """`copies=False` leaves recompute copies out of the unfused bytes: the model computes
+    each such value once, at the original (what the report compares against). A split
+    that runs a copy on its own does pay for it (multi_output's cost model)."""
     group = members(group)
     unfused = 0
     for name in group:
-        if not moves_data(g, name):
-            continue  # eager returns an alias: no bytes move
+        if not moves_data(g, name) or (g[name].copy_of and not copies):
+            continue  # eager returns an alias (or never runs the copy): no bytes move
         unfused += sum(_bytes(g, r) for r in dict.fromkeys(g[name].refs)) + _bytes(g, name)
     fused = sum(_bytes(g, r) for r in external_inputs(g, group))
     domain = iteration_shape(g, group)
