@@ -98,13 +98,22 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
         if plan:
             copies = duplicate_values(gm, ((p.value, p.consumer) for p in plan))
             graph, clusters, rejections = _detect(gm, type(model).__name__, frontend)
-            fused = {n for c in clusters for n in c.nodes}
-            if lone := [c for c in copies if c not in fused]:  # no kernel took the copy
+            while lone := _unused_copies(graph, clusters, copies):
                 undo(gm, lone)
+                copies = [c for c in copies if c not in lone]
                 graph, clusters, rejections = _detect(gm, type(model).__name__, frontend)
     return Analysis(model_name=type(model).__name__, inputs=specs, graph=graph,
                     clusters=clusters, rejections=rejections, module=model, graph_module=gm,
                     capture_fallback=cap.fallback)
+
+
+def _unused_copies(graph: FusionGraph, clusters: Sequence[Cluster], copies: Sequence[str]
+                   ) -> list[str]:
+    """Every copy of a value one of whose copies no kernel took: that value stays stored,
+    so its other consumers would re-read its operands for nothing."""
+    fused = {n for c in clusters for n in c.nodes}
+    stored = {graph[c].copy_of for c in copies if c not in fused}
+    return [c for c in copies if graph[c].copy_of in stored]
 
 
 def _detect(gm: fx.GraphModule, name: str, frontend: str

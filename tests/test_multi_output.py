@@ -116,6 +116,25 @@ def test_a_copy_that_joins_no_kernel_is_undone():
         torch.testing.assert_close(got, want)
 
 
+def test_a_value_is_recomputed_by_all_its_consumers_or_by_none():
+    class TwoConsumers(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln, self.fc = nn.LayerNorm(16), nn.Linear(16, 16)
+
+        def forward(self, x, y):
+            h = x + y
+            return h + self.fc(self.ln(h)), torch.div(h, 2.0, rounding_mode="floor")
+
+    # The floor division cannot take its copy of `h`, so the LayerNorm's kernel stores `h`
+    # anyway; the last add recomputing it would read x and y (1.5x h's bytes) instead of h.
+    a = analyze(TwoConsumers(), (2, 8, 16), (1, 8, 16))
+    assert not any(n.copy_of for n in a.graph.nodes)
+    (c,) = a.clusters
+    assert [a.graph[n].op for n in c.outputs] == ["add", "layer_norm"]
+    assert all(c.traffic.saved_bytes > 0 for c in a.clusters)
+
+
 def test_an_alias_escaping_does_not_pay():
     # dropout in eval returns its input: storing a copy costs a write the split avoids.
     g = run(lambda x: (lambda d: (d, F.layer_norm(d, (8,))))(F.dropout(x, 0.1, False))).graph
