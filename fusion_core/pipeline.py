@@ -109,10 +109,11 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
 
 def _unused_copies(graph: FusionGraph, clusters: Sequence[Cluster], copies: Sequence[str]
                    ) -> list[str]:
-    """Every copy of a value one of whose copies no kernel took: that value stays stored,
-    so its other consumers would re-read its operands for nothing."""
-    fused = {n for c in clusters for n in c.nodes}
-    stored = {graph[c].copy_of for c in copies if c not in fused}
+    """Every copy of a value one of whose copies no kernel took, or its kernel stores (it
+    joined another kernel than its consumer's): that value stays stored, so its other
+    consumers would re-read its operands for nothing."""
+    owner = {n: c for c in clusters for n in c.nodes}
+    stored = {graph[c].copy_of for c in copies if c not in owner or c in owner[c].outputs}
     return [c for c in copies if graph[c].copy_of in stored]
 
 

@@ -135,6 +135,29 @@ def test_a_value_is_recomputed_by_all_its_consumers_or_by_none():
     assert all(c.traffic.saved_bytes > 0 for c in a.clusters)
 
 
+def test_a_recompute_copy_is_never_stored():
+    class TwoResiduals(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(16), nn.LayerNorm(16)
+            self.fc1, self.fc2 = nn.Linear(16, 16), nn.Linear(16, 16)
+
+        def forward(self, x, y):
+            h1 = x + y
+            h2 = h1 + self.fc1(self.ln1(h1))
+            return h2 + self.fc2(self.ln2(h2))
+
+    # The copy of `h2` made for the last add joined `h2`'s own kernel, which then stored the
+    # copy: nothing was recomputed where it is read, and the report said it was.
+    model = TwoResiduals().eval()
+    a = analyze(model, (8, 16), (8, 16))
+    g = a.graph
+    assert not any(g[n].copy_of for c in a.clusters for n in c.outputs)
+    assert [c.recomputes for c in a.clusters] == [(), ("add",)]
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    torch.testing.assert_close(a.graph_module(x, y), model(x, y))
+
+
 def test_an_alias_escaping_does_not_pay():
     # dropout in eval returns its input: storing a copy costs a write the split avoids.
     g = run(lambda x: (lambda d: (d, F.layer_norm(d, (8,))))(F.dropout(x, 0.1, False))).graph
