@@ -215,3 +215,18 @@ def test_second_round_does_not_report_a_cut_component_again():
     a = run(lambda x: F.softmax(F.softmax(x, dim=-1), dim=-1))
     assert a.clusters == ()
     assert [(r.check, len(r.nodes)) for r in a.rejections] == [("reduction", 2)]
+
+
+def test_a_cut_rejection_names_only_nodes_no_cluster_took():
+    # Two reductions: the cut leaves `relu`, the add and a sum alone in their regions, and
+    # the second round fuses some of them; the rejection must not call those left alone.
+    def fn(x):
+        m = x.sum(-1, keepdim=True) * x.sum(-1, keepdim=True)
+        e = torch.exp(m)
+        return torch.relu(e) + F.softmax(e, dim=-1), x + m
+
+    a = run(fn)
+    fused = {n for c in a.clusters for n in c.nodes}
+    cuts = [r for r in a.rejections if r.check == "reduction" and "left alone" in r.reason]
+    assert all(not set(r.culprits) & fused for r in cuts)
+    assert len(a.clusters) >= 2

@@ -88,12 +88,13 @@ def _cut_rejection(g: FusionGraph, component: tuple[str, ...], lone: tuple[str, 
 def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
     legal: list[tuple[str, ...]] = []
     rejections: list[Rejection] = []
+    cuts: list[tuple[tuple[str, ...], tuple[str, ...]]] = []  # (component, nodes left alone)
     work: list[tuple[str, ...]] = []
     for component in components(g, candidates(g)):
         regions = reduction_regions(g, component)
         work += [tuple(sorted(r, key=g.position)) for r in regions]
         if len(regions) > 1 and lone_nodes(g, regions):
-            rejections.append(_cut_rejection(g, component, lone_nodes(g, regions)))
+            cuts.append((component, lone_nodes(g, regions)))
     tried: set[tuple[str, ...]] = set()
     while work:
         work.sort(key=lambda c: g.position(c[0]))
@@ -121,6 +122,11 @@ def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
                    for comp in components(g, leftover) for r in reduction_regions(g, comp)]
         work = [c for c in regions if c not in tried and n_working_ops(g, c) >= MIN_OPS]
     legal.sort(key=lambda c: g.position(c[0]))
+    # A node the cut left alone may have fused in the second round: name only the rest.
+    fused = {n for grp in legal for n in grp}
+    cut_rejections = [_cut_rejection(g, comp, alone) for comp, lone in cuts
+                      if (alone := tuple(n for n in lone if n not in fused))]
+    rejections = cut_rejections + rejections
     clusters = tuple(
         Cluster(index=i, nodes=grp, ops=tuple(g[n].op for n in grp),
                 category=category(g, grp), inputs=external_inputs(g, grp),
