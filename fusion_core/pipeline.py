@@ -93,16 +93,17 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
         gm, frontend = cap.gm, cap.frontend
         explicit_channels(gm)
         split_linear_bias(gm)
-        graph, clusters, rejections = _detect(gm, type(model).__name__, frontend)
+        name = type(model).__name__
+        graph, clusters, rejections = _detect(gm, name, frontend)
         plan = recompute_plan(graph, clusters)
         if plan:
             copies = duplicate_values(gm, ((p.value, p.consumer) for p in plan))
-            graph, clusters, rejections = _detect(gm, type(model).__name__, frontend)
+            graph, clusters, rejections = _detect(gm, name, frontend)
             while lone := _unused_copies(graph, clusters, copies):
                 undo(gm, lone)
                 copies = [c for c in copies if c not in lone]
-                graph, clusters, rejections = _detect(gm, type(model).__name__, frontend)
-    return Analysis(model_name=type(model).__name__, inputs=specs, graph=graph,
+                graph, clusters, rejections = _detect(gm, name, frontend)
+    return Analysis(model_name=name, inputs=specs, graph=graph,
                     clusters=clusters, rejections=rejections, module=model, graph_module=gm,
                     capture_fallback=cap.fallback)
 

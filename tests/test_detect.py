@@ -228,5 +228,7 @@ def test_a_cut_rejection_names_only_nodes_no_cluster_took():
     a = run(fn)
     fused = {n for c in a.clusters for n in c.nodes}
     cuts = [r for r in a.rejections if r.check == "reduction" and "left alone" in r.reason]
+    assert len(cuts) == 1 and cuts[0].culprits
     assert all(not set(r.culprits) & fused for r in cuts)
+    assert any(a.graph[n].op == "relu" for n in fused)  # left alone by the cut, fused later
     assert len(a.clusters) >= 2

@@ -54,19 +54,15 @@ def captured(model: nn.Module, specs: Sequence[InputSpec], how: str = "auto") ->
     return Captured(propagate_shapes(gm, specs), "fx")
 
 
-def _why(err: CaptureError) -> str:
+def _why(err: CaptureError, prefix: str = " at ") -> str:
     """`file:line (`code`): Error: message` of the frontend's underlying failure."""
     cause = err.__cause__ or err
-    where = _where(cause).removeprefix(" at ")
+    where = _where(cause).removeprefix(prefix)
     return f"{where}: {_one_line(cause)}" if where else _one_line(cause)
 
 
 def _both(model: nn.Module, fx_error: CaptureError, export_error: CaptureError) -> str:
-    def why(err: CaptureError) -> str:
-        cause = err.__cause__ or err
-        where = _where(cause).removeprefix(" ")
-        return f"{where}: {_one_line(cause)}" if where else _one_line(cause)
-
+    fx_why, export_why = _why(fx_error, " "), _why(export_error, " ")  # keep "at file:line"
     return (f"cannot capture {type(model).__name__}: FX symbolic tracing failed "
-            f"({why(fx_error)}) and torch.export failed ({why(export_error)}); rewrite that "
+            f"({fx_why}) and torch.export failed ({export_why}); rewrite that "
             "construct (data-dependent Python control flow → torch.where)")

@@ -106,7 +106,7 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> _Span
     where = dict(file=paths[0], start=min(lines), end=max(lines))
     # A recomputed value lives in two kernels; no single-range edit keeps the variable
     # the source reads it from (see analysis/recompute.py).
-    recomputed = {n.copy_of for n in analysis.graph.nodes if n.copy_of}
+    recomputed = {v for other in analysis.clusters for v in other.recomputes}
     shared = next((n for n in nodes if n.copy_of or n.name in recomputed), None)
     if shared is not None:
         value = analysis.graph[shared.copy_of or shared.name]
