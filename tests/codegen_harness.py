@@ -155,24 +155,32 @@ _TL_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16
              torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
 
 
-def launch_signature(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...]
-                     ) -> tuple[str, dict, dict]:
-    """Run the launcher on CPU tensors, catch its kernel launch: (file, signature, constexprs)."""
+def catch_launch(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...]) -> dict:
+    """Run the launcher on CPU tensors without running the kernel: the launch's file, jit
+    argument names, grid, positional args and keyword args."""
     (path,) = write_kernels([kernel], tmp_path)
     module = load_kernel(path)
     jit = getattr(module, f"{kernel.name}_kernel")
     names = list(getattr(jit, "arg_names", None) or jit.fn.__code__.co_varnames[
         :jit.fn.__code__.co_argcount])
-    caught: dict = {}
+    caught: dict = {"path": str(path), "names": names}
 
     class Catch:
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                caught.update(args=args, kwargs=kwargs)
+                caught.update(grid=grid, args=args, kwargs=kwargs)
             return launch
 
     setattr(module, f"{kernel.name}_kernel", Catch())
     getattr(module, kernel.name)(*inputs)
+    return caught
+
+
+def launch_signature(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...]
+                     ) -> tuple[str, dict, dict]:
+    """Run the launcher on CPU tensors, catch its kernel launch: (file, signature, constexprs)."""
+    caught = catch_launch(kernel, tmp_path, inputs)
+    names, path = caught["names"], caught["path"]
     sig, consts = {}, {}
     for name, value in zip(names, caught["args"], strict=False):
         if isinstance(value, torch.Tensor):

@@ -22,8 +22,10 @@ settings.register_profile("codegen-fuzz", max_examples=400, deadline=None,
 PROFILE = "codegen-fuzz" if os.environ.get("FUSION_FUZZ") == "1" else "codegen-default"
 
 R, C = 3, 20
-# Operand shapes: full, row vector, column vector, 0-d.
-SHAPES = [(R, C), (C,), (R, 1), ()]
+# Operand shapes: full, row vector, column vector, 0-d, and a full operand read through a
+# transposed view (drawn as (C, R), `.t()` in the program: the tiled elementwise kernel).
+TRANSPOSED = "transposed"
+SHAPES = [(R, C), (C,), (R, 1), (), TRANSPOSED]
 UNARY = {
     "sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "neg": torch.neg,
     "abs": torch.abs, "exp_tanh": lambda a: torch.exp(torch.tanh(a)),
@@ -52,8 +54,12 @@ def programs(draw):
     return shapes, steps
 
 
+def make_inputs(shapes):
+    return tuple(torch.randn((C, R) if s == TRANSPOSED else s) for s in shapes)
+
+
 def run_program(steps, *xs):
-    values = list(xs)
+    values = [x.t() if x.dim() == 2 and x.shape == (C, R) else x for x in xs]
     for step in steps:
         if step[0] == "u":
             values.append(UNARY[step[1]](values[step[2]]))
@@ -71,7 +77,7 @@ def run_program(steps, *xs):
 def test_random_pointwise_programs_match_eager(tmp_path_factory, program, seed):
     shapes, steps = program
     torch.manual_seed(seed)
-    inputs = tuple(torch.randn(s) for s in shapes)
+    inputs = make_inputs(shapes)
     model = Lambda(lambda m, *xs: run_program(steps, *xs), arity=len(inputs))
     check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed)
 
@@ -96,7 +102,7 @@ def test_random_prologues_into_a_reduction(tmp_path_factory, program, rule, epil
 
     shapes, steps = program
     torch.manual_seed(seed)
-    inputs = tuple(torch.randn(s) for s in shapes)
+    inputs = make_inputs(shapes)
     # `+ xs[0]` makes the reduced value full-size whatever shape the program ends with.
     model = Lambda(lambda m, *xs: UNARY[epilogue](REDUCE[rule](run_program(steps, *xs) + xs[0])),
                    arity=len(inputs))

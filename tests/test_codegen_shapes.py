@@ -4,7 +4,7 @@ each checked against eager PyTorch under Triton's interpreter."""
 import pytest
 import torch
 import torch.nn.functional as F
-from codegen_harness import Lambda, check_model, launch_signature
+from codegen_harness import Lambda, catch_launch, check_model, launch_signature
 
 from fusion_core.codegen import Tuning, generate
 from fusion_core.codegen.reference import capture_values, cluster_inputs
@@ -202,3 +202,57 @@ def test_cumsum_of_a_bool_mask_counts_in_int64(looped, tmp_path):
                           n_clusters=1, **(LOOP if looped else {}))
     assert checked.kernels[0].looped == looped
     assert "tl.cumsum" in checked.kernels[0].source
+
+
+TILED = {  # elementwise clusters whose flat index would need `offs // span` on the last axis
+    "transposed input": True, "middle broadcast": False, "two broadcasts": True,
+    "sliced bool buffer": True, "row vector": False, "column vector": False,
+    "0-d tensor": False, "diamond": False,
+}
+
+
+@pytest.mark.parametrize("name", TILED)
+def test_tiled_skeleton_only_where_a_flat_index_needs_divisions(name, tmp_path):
+    fn, inputs, params = BROADCASTS[name]
+    model = Lambda(fn, **params)
+    analysis = analyze(model, *[tuple(t.shape) for t in inputs])
+    source = generate(analysis, analysis.clusters[0]).source
+    assert ("cols = tl.program_id(1) * BLOCK_SIZE" in source) == TILED[name]
+    assert ("offs = pid * BLOCK_SIZE" in source) != TILED[name]
+    # Square tiles only when an input is contiguous along the rows (a transposed view).
+    assert ("TILE_COLS = 32" in source) == (name == "transposed input")
+
+
+@pytest.mark.parametrize("tuning", [Tuning(), Tuning(block=64, tile_cols=16)],
+                         ids=["default", "small-tiles"])
+def test_tiled_kernel_masks_row_and_column_tails(tuning, tmp_path):
+    """A transposed 70x5 input: 5 rows of 70 columns; tiles leave partial blocks on both axes."""
+    torch.manual_seed(5)
+    model = Lambda(lambda m, x, c: torch.sigmoid(x.t() * 2) + c)
+    inputs = (rand(70, 5), rand(5, 1))
+    checked = check_model(model, inputs, tmp_path, n_clusters=1, tuning=tuning)
+    analysis = checked.analysis
+    args = cluster_inputs(analysis, analysis.clusters[0], capture_values(analysis, *inputs))
+    launch = catch_launch(checked.kernels[0], tmp_path / "sig", args)
+    block, rows = launch["kwargs"]["BLOCK_SIZE"], launch["kwargs"]["ROWS_PER_PROGRAM"]
+    assert block == tuning.tile_cols and 70 % block and rows * block <= tuning.block
+    assert 5 % rows or tuning.block // block > 5  # a partial row block, or rows capped at 8
+    assert launch["grid"] == (-(-5 // rows), -(-70 // block))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tiled_kernel_half_precision_two_outputs(dtype, tmp_path):
+    """Rotary-style `q * cos + rot * sin` on a transposed view, with an escaping product."""
+    torch.manual_seed(6)
+
+    def fn(m, q, rot):
+        a = q.transpose(1, 2) * m.cos
+        return a, a + rot * m.sin
+
+    model = Lambda(fn, cos=rand(6, 40, dtype=dtype), sin=rand(6, 40, dtype=dtype))
+    checked = check_model(model, (rand(2, 6, 3, 40, dtype=dtype), rand(2, 3, 6, 40,
+                                                                        dtype=dtype)),
+                          tmp_path, n_clusters=1)
+    source = checked.kernels[0].source
+    assert "cols = tl.program_id(1) * BLOCK_SIZE" in source
+    assert len(checked.analysis.clusters[0].outputs) == 2

@@ -7,7 +7,9 @@ comments (boilerplate, loads, chain, reduction, store); every SSA value is one
 temporary, named as in the plan.
 
 Elementwise kernels run a flat grid: ``offs`` is the flat index into the
-iteration shape, masked at the tail. Reduction kernels give each program
+iteration shape, masked at the tail; a ``tiled`` one (see ``lower.py``) runs a
+2-D grid of ``[ROWS, BLOCK]`` tiles indexed by ``rows`` and ``cols`` as below,
+without the reduction. Reduction kernels give each program
 ``ROWS_PER_PROGRAM`` rows (``rows``, a ``[ROWS, 1]`` column) and a
 power-of-two block of columns (``cols``, ``[1, BLOCK]``); tail lanes take the
 reduction's identity before every reduce. A row wider than one block loops
@@ -32,7 +34,7 @@ _ROW = "[:, None]"  # a row reduction keeps its axis: [ROWS, 1]
 
 def _terms(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
     """Index of `arg` for the current block; adds the scalars it needs to `params`."""
-    rank, reduction = plan.rank, plan.skeleton == "reduction"
+    rank, reduction = plan.rank, plan.two_d
     out = []
     strides = 0
     for g in arg.access.groups:
@@ -65,7 +67,7 @@ def _terms(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
 
 def _mask(arg: TensorArg, plan: KernelPlan, idx: str) -> str:
     """The mask matching the pointer block's shape: [ROWS, 1], [1, BLOCK] or the full block."""
-    if plan.skeleton == "elementwise":
+    if not plan.two_d:
         return "mask"
     if arg.per_row:
         return "row_mask"
@@ -87,8 +89,8 @@ def _load(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
 def _store(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
     idx = _terms(arg, plan, params)
     if idx == "0":  # one element, written by every lane with the same value
-        idx = "rows * 0" if plan.skeleton == "reduction" else "offs * 0"
-    elif plan.skeleton == "reduction" and "rows" not in idx:
+        idx = "rows * 0" if plan.two_d else "offs * 0"
+    elif plan.two_d and "rows" not in idx:
         idx = f"rows * 0 + {idx}"  # the pointer block takes the value's [ROWS, ...] shape
     value = arg.temp if arg.compute_dtype == arg.dtype else (
         f"{arg.temp}.to({TL_TYPES[arg.dtype]})")
@@ -240,12 +242,12 @@ def _closure(plan: KernelPlan, targets: Iterable[str]) -> set[str]:
 def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], dict[str, str]]:
     """Kernel source lines and its scalar parameters {name: launcher expression}."""
     params: dict[str, str] = {}
-    if plan.skeleton == "elementwise":
+    if plan.skeleton == "elementwise" and not plan.tiled:
         body = _elementwise(plan, params)
         sizes = ["n_elements"]
         consts = ["BLOCK_SIZE: tl.constexpr"]
     else:
-        body = (_looped if looped else _single)(plan, params)
+        body = (_tiled if plan.tiled else _looped if looped else _single)(plan, params)
         sizes = ["n_rows", "n_cols"]
         consts = ["BLOCK_SIZE: tl.constexpr", "ROWS_PER_PROGRAM: tl.constexpr"]
     ptrs = [t.ptr for t in plan.inputs] + [t.ptr for t in plan.outputs]
@@ -257,8 +259,22 @@ def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], dict[str, str]]:
 def _elementwise(plan: KernelPlan, params: dict[str, str]) -> list[str]:
     start = "pid.to(tl.int64) * BLOCK_SIZE" if plan.int64 else "pid * BLOCK_SIZE"
     lines = ["# boilerplate (elementwise)", "pid = tl.program_id(0)",
-             f"offs = {start} + tl.arange(0, BLOCK_SIZE)", "mask = offs < n_elements", "",
-             "# loads", *(_load(t, plan, params) for t in plan.inputs), ""]
+             f"offs = {start} + tl.arange(0, BLOCK_SIZE)", "mask = offs < n_elements", ""]
+    return lines + _pointwise_body(plan, params)
+
+
+def _tiled(plan: KernelPlan, params: dict[str, str]) -> list[str]:
+    start = "pid.to(tl.int64) * ROWS_PER_PROGRAM" if plan.int64 else "pid * ROWS_PER_PROGRAM"
+    lines = ["# boilerplate (elementwise, tiles of rows x columns of the last axis)",
+             "pid = tl.program_id(0)",
+             f"rows = {start} + tl.arange(0, ROWS_PER_PROGRAM)[:, None]",
+             "cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)[None, :]",
+             "row_mask = rows < n_rows", *_COLS, ""]
+    return lines + _pointwise_body(plan, params)
+
+
+def _pointwise_body(plan: KernelPlan, params: dict[str, str]) -> list[str]:
+    lines = ["# loads", *(_load(t, plan, params) for t in plan.inputs), ""]
     if plan.stmts:
         lines += ["# chain", *(_stmt(s) for s in plan.stmts), ""]
     return lines + ["# store", *(_store(t, plan, params) for t in plan.outputs)]

@@ -25,8 +25,9 @@ from .lower import KernelPlan, TensorArg, wrap_args
 
 @dataclass(frozen=True)
 class Tuning:
-    block: int = 1024  # elementwise: elements per program
+    block: int = 1024  # elementwise: elements per program (flat or per tile)
     num_warps: int = 4
+    tile_cols: int = 32  # tiled elementwise reading a transposed view: square tiles
     max_block: int = 4096  # reduction: widest row one block holds; wider rows loop
     loop_block: int = 1024  # reduction: column block when rows loop
     pack_width: int = 256  # rows at most this wide are packed several per program...
@@ -37,7 +38,7 @@ class Tuning:
 _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block", "rows",
              "num_warps", "n_rows", "n_cols", "n_elements", "key", "plan", "copies",
              "out_shapes", "args", "NAME", "RANK", "IN_GROUPS", "OUT_GROUPS",
-             "INT64_INDEX", "LAUNCH_CACHE", "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS",
+             "INT64_INDEX", "LAUNCH_CACHE", "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS",
              "MAX_BLOCK", "LOOP_BLOCK", "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS"}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 
@@ -97,7 +98,14 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
         return f"({inner}{',' if len(t.access.groups) == 1 else ''})"
 
     lines = ["# Tuning, chosen by fusion-advisor (edit freely)."]
-    if plan.skeleton == "elementwise":
+    if plan.tiled:
+        cols = tuning.tile_cols if plan.column_strided else tuning.block
+        why = ("an input is contiguous along the rows" if plan.column_strided
+               else "as wide as the rows allow")
+        lines += [f"BLOCK = {tuning.block}  # elements per tile",
+                  f"TILE_COLS = {cols}  # widest column block of a tile: {why}",
+                  f"NUM_WARPS = {tuning.num_warps}"]
+    elif plan.skeleton == "elementwise":
         lines += [f"BLOCK = {tuning.block}", f"NUM_WARPS = {tuning.num_warps}"]
     else:
         lines += [f"MAX_BLOCK = {tuning.max_block}  # widest row one block holds"
@@ -218,45 +226,63 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
             lines.append(f"    _, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
                          f"device=\"meta\"), shape, OUT_GROUPS[{i}]{row})")
     lines.append("    span = _spans(shape)")
-    if plan.skeleton == "elementwise":
+    choices = _choices(plan)
+    empty = ", ".join(["copies", "out_shapes", "None", "()"] + ["0"] * len(choices))
+    if not plan.two_d:
         sizes = ["span[0]"]
-        lines += ["    if span[0] == 0:", "        return copies, out_shapes, None, (), 0, 0",
+        lines += ["    if span[0] == 0:", f"        return {empty}",
                   "    grid = (triton.cdiv(span[0], BLOCK),)"]
         choices = ["BLOCK", "NUM_WARPS"]
     else:
         sizes = ["n_rows", "n_cols"]
         lines += ["    n_cols = shape[-1] if shape else 1", "    if span[0] == 0:",
-                  "        return copies, out_shapes, None, (), 0, 0, 0",
+                  f"        return {empty}",
                   "    n_rows = span[0] // n_cols"]
         if any(v.startswith("rspan") for v in params.values()):
             lines.append("    rspan = [s // n_cols for s in span]")
-        if looped:
+        if plan.tiled:
+            lines += ["    block = min(TILE_COLS, triton.next_power_of_2(n_cols))",
+                      "    # the grid's second axis holds at most 65535 column blocks",
+                      "    block = max(block, triton.next_power_of_2(triton.cdiv(n_cols, 65535)))",
+                      "    rows = max(1, min(BLOCK // block, triton.next_power_of_2(n_rows)))",
+                      "    num_warps = NUM_WARPS",
+                      "    grid = (triton.cdiv(n_rows, rows), triton.cdiv(n_cols, block))"]
+        elif looped:
             lines.append("    block = min(LOOP_BLOCK, triton.next_power_of_2(n_cols))")
         else:
             lines += ["    block = triton.next_power_of_2(n_cols)",
                       "    if block > MAX_BLOCK:",
                       "        raise ValueError(f\"{NAME}: rows of {n_cols} columns exceed \"",
                       "                         \"MAX_BLOCK; regenerate with the column loop\")"]
-        lines += ["    rows = max(1, min(MAX_ROWS, PACK_ELEMENTS // block)) "
-                  "if block <= PACK_WIDTH else 1",
-                  "    num_warps = max(NUM_WARPS, min(16, block * rows // 512))",
-                  "    grid = (triton.cdiv(n_rows, rows),)"]
-        choices = ["block", "rows", "num_warps"]
+        if not plan.tiled:
+            lines += ["    rows = max(1, min(MAX_ROWS, PACK_ELEMENTS // block)) "
+                      "if block <= PACK_WIDTH else 1",
+                      "    num_warps = max(NUM_WARPS, min(16, block * rows // 512))",
+                      "    grid = (triton.cdiv(n_rows, rows),)"]
     scalars = sizes + list(params.values())
     lines += ["    args = (", *wrap_args(scalars, "        "), "    )",
               f"    return copies, out_shapes, grid, args, {', '.join(choices)}"]
     return lines
 
 
+def _choices(plan: KernelPlan) -> list[str]:
+    """The launch choices `_plan` returns last, in order."""
+    return ["block", "rows", "num_warps"] if plan.two_d else ["block", "num_warps"]
+
+
+def _consts(plan: KernelPlan) -> list[str]:
+    """The kernel's constexpr and launch keywords, from the choices."""
+    rows = ["ROWS_PER_PROGRAM=rows"] if plan.two_d else []
+    return ["BLOCK_SIZE=block", *rows, "num_warps=num_warps"]
+
+
 def launcher(plan: KernelPlan, params: dict[str, str], looped: bool) -> list[str]:
     names = arg_names(plan)
-    n, ew = plan.name, plan.skeleton == "elementwise"
+    n = plan.name
     outs = ", ".join(t.value for t in plan.outputs)
     result = "out0" if len(plan.outputs) == 1 else "(" + ", ".join(
         f"out{i}" for i in range(len(plan.outputs))) + ")"
-    choices = ["block", "num_warps"] if ew else ["block", "rows", "num_warps"]
-    consts = (["BLOCK_SIZE=block", "num_warps=num_warps"] if ew else
-              ["BLOCK_SIZE=block", "ROWS_PER_PROGRAM=rows", "num_warps=num_warps"])
+    choices, consts = _choices(plan), _consts(plan)
     inputs = ", ".join(names)
     lines = [f"NAME = {n!r}",
              "# Launch plans by the inputs' (shape, stride, dtype, device): a repeated call",

@@ -11,6 +11,13 @@ In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
 block) or per-row (``[ROWS, 1]``: column vectors, and whatever follows a
 reduction that collapses the row); ``phase`` says whether it comes before the
 reduction (recomputed in each column pass when rows loop) or after it.
+
+An elementwise kernel is ``tiled`` (rows x a block of the last axis's columns,
+like a reduction kernel) when some tensor spans the last axis through more than
+one index group: a transposed or sliced view, or a broadcast over a middle dim.
+Its flat index would need ``offs // span`` terms, which hide from Triton that
+neighbouring lanes read neighbouring addresses and so cost vector loads; in a
+tile the last axis is indexed by ``cols`` itself.
 """
 
 from __future__ import annotations
@@ -91,10 +98,23 @@ class KernelPlan:
     outputs: tuple[TensorArg, ...]
     int64: bool  # index math needs 64 bits
     chain: str
+    tiled: bool = False  # elementwise over 2-D tiles (see the module docstring)
 
     @property
     def rank(self) -> int:
         return len(self.domain)
+
+    @property
+    def two_d(self) -> bool:
+        """Indexed by `rows` and `cols` (reductions and tiled elementwise kernels)."""
+        return self.skeleton == "reduction" or self.tiled
+
+    @property
+    def column_strided(self) -> bool:
+        """An input steps through memory along the last axis (a transposed view): it is
+        contiguous along the rows instead, so tiles should be square, not row-shaped."""
+        return any(t.access.groups and t.access.groups[-1].last == self.rank
+                   and not t.access.groups[-1].unit for t in self.inputs)
 
 
 def literal(value: object) -> str:
@@ -203,11 +223,13 @@ class _Lowering:
                 stmts.append(stmt)
         outputs = tuple(self._output(i, name) for i, name in enumerate(self.c.outputs))
         stmts = _live(stmts, reduction, outputs)
+        tiled = reduction is None and _needs_tiles(self.domain, inputs + outputs)
         return KernelPlan(
             name=f"cluster{self.c.index}", cluster_index=self.c.index,
             skeleton="reduction" if self.red is not None else "elementwise",
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
-            outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain)
+            outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
+            tiled=tiled)
 
     def _input(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
@@ -281,6 +303,14 @@ class _Lowering:
             extent = max(extent, 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride,
                                                                            strict=True)))
         return extent >= 2**31
+
+
+def _needs_tiles(domain: tuple[int, ...], args: Sequence[TensorArg]) -> bool:
+    """Some tensor spans the last axis through several index groups (module docstring)."""
+    rank = len(domain)
+    if rank < 2 or domain[-1] == 1:
+        return False
+    return any(len(t.access.groups) > 1 and t.access.spans_cols(rank) for t in args)
 
 
 def _live(stmts: list[Stmt], reduction: ReductionStep | None,
