@@ -105,9 +105,13 @@ def copy_us(nbytes: int, l2_bytes: int) -> float:
     return graph_us(lambda d, s_: d.copy_(s_), sets)
 
 
-def variants(skeleton: str) -> list[Tuning]:
+def variants(kernel) -> list[Tuning]:
     base = Tuning()
-    if skeleton == "elementwise":
+    if kernel.tiled:  # elements per tile, widest column block (transposed inputs), warps
+        return [base] + [replace(base, block=b, tile_cols=c, num_warps=w)
+                         for b, c, w in ((2048, 32, 4), (1024, 64, 4), (4096, 64, 4),
+                                         (4096, 64, 8), (2048, 64, 8))]
+    if kernel.skeleton == "elementwise":
         return [base] + [replace(base, block=b, num_warps=w)
                          for b, w in ((1024, 8), (2048, 4), (2048, 8), (4096, 8), (4096, 16))
                          if (b, w) != (base.block, base.num_warps)]
@@ -162,14 +166,14 @@ def run_case(label, path, shape, dtype, l2_bytes, work: Path) -> list[dict]:
                "eager_host_us": median_us(eager, inputs),
                "copy_us": copy_us(fused, l2_bytes), "variants": []}
         best = None
-        for i, tuning in enumerate(variants(generate(analysis, cluster).skeleton)):
+        for i, tuning in enumerate(variants(generate(analysis, cluster))):
             kernel = generate(analysis, cluster, tuning)
             folder = work / f"{label.replace(' ', '_')}_{cluster.index}_{i}"
             module = load_kernel(write_kernels([kernel], folder)[0])
             launch = getattr(module, kernel.name)
             ok, err = close(launch(*inputs), ref, out_dtype)
             entry = {"tuning": asdict(tuning), "ok": ok, "max_abs_err": err,
-                     "looped": kernel.looped}
+                     "looped": kernel.looped, "tiled": kernel.tiled}
             if ok:
                 entry["us"] = graph_us(launch, sets)
                 if i == 0:
@@ -186,6 +190,13 @@ def run_case(label, path, shape, dtype, l2_bytes, work: Path) -> list[dict]:
             row["inductor_host_us"] = median_us(compiled, inputs)
         except Exception as e:  # noqa: BLE001 - report, keep benchmarking
             row["inductor_error"] = f"{type(e).__name__}: {e}"[:200]
+        if generate(analysis, cluster).tiled:  # the flat kernel it replaces, same run
+            flat = load_kernel(write_kernels([generate(analysis, cluster, tiled=False)],
+                                             work / f"{label.replace(' ', '_')}_flat")[0])
+            launch = getattr(flat, f"cluster{cluster.index}")
+            ok, err = close(launch(*inputs), ref, out_dtype)
+            row["flat"] = {"ok": ok, "max_abs_err": err,
+                           **({"us": graph_us(launch, sets)} if ok else {})}
         row["default"] = row["variants"][0]
         row["best"] = best
         if best is not None:
@@ -232,6 +243,12 @@ def table(rows: list[dict], big_copy_gbps: float) -> str:
             f"{r.get('ours_over_inductor', float('nan')):.2f} | {d.get('host_us', 0):.1f} | "
             f"{r.get('regime', '-')} |")
     lines.append(f"\n1 GiB device-to-device copy: {big_copy_gbps:.0f} GB/s (read + write).")
+    for r in rows:
+        if "flat" in r and r.get("best"):
+            flat = r["flat"]
+            was = f"{flat['us']:.1f} µs" if "us" in flat else "FAILED"
+            lines.append(f"{r['case']} cluster {r['cluster']}: flat-index kernel {was}, "
+                         f"tiled {r['best']['us']:.1f} µs (best tuning {r['best']['tuning']})")
     return "\n".join(lines)
 
 

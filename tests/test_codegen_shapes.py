@@ -256,3 +256,11 @@ def test_tiled_kernel_half_precision_two_outputs(dtype, tmp_path):
     source = checked.kernels[0].source
     assert "cols = tl.program_id(1) * BLOCK_SIZE" in source
     assert len(checked.analysis.clusters[0].outputs) == 2
+
+
+@pytest.mark.parametrize("name", [n for n, tiled in TILED.items() if tiled])
+def test_flat_kernel_for_tiled_clusters_still_matches(name, tmp_path):
+    """`generate(tiled=False)` (what benchmarks compare the tiles against) stays correct."""
+    fn, inputs, params = BROADCASTS[name]
+    checked = check_model(Lambda(fn, **params), inputs, tmp_path, n_clusters=1, tiled=False)
+    assert not checked.kernels[0].tiled and "offs = pid * BLOCK_SIZE" in checked.kernels[0].source

@@ -43,6 +43,7 @@ class Kernel:
     outputs: tuple[str, ...]  # returned in this order (= cluster.outputs)
     looped: bool  # reduction rows loop over column blocks
     int64_index: bool
+    tiled: bool  # elementwise over 2-D tiles (a transposed or sliced input, see lower.py)
     tuning: Tuning
 
     @property
@@ -68,16 +69,19 @@ def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: 
 
 
 def generate(analysis: Analysis, cluster: Cluster, tuning: Tuning | None = None,
-             looped: bool | None = None) -> Kernel:
-    """Lower and emit one cluster. `looped` forces (or forbids) the column loop."""
+             looped: bool | None = None, tiled: bool | None = None) -> Kernel:
+    """Lower and emit one cluster. `looped` forces (or forbids) the column loop of a
+    reduction, `tiled` the 2-D tiles of an elementwise kernel (benchmarks compare both)."""
     tuning = tuning or Tuning()
     p = plan(analysis.graph, cluster)
+    if tiled is not None and p.skeleton == "elementwise" and p.rank >= 2:
+        p = replace(p, tiled=tiled)
     loop = needs_loop(p, tuning) if looped is None else looped and p.skeleton == "reduction"
     return Kernel(cluster_index=cluster.index, name=p.name,
                   source=render(p, analysis.model_name, cluster, tuning, loop),
                   skeleton=p.skeleton, inputs=tuple(cluster.inputs),
                   outputs=tuple(cluster.outputs), looped=loop, int64_index=p.int64,
-                  tuning=tuning)
+                  tiled=p.tiled, tuning=tuning)
 
 
 def generate_all(analysis: Analysis, tuning: Tuning | None = None) -> tuple[Kernel, ...]:
