@@ -264,3 +264,13 @@ def test_flat_kernel_for_tiled_clusters_still_matches(name, tmp_path):
     fn, inputs, params = BROADCASTS[name]
     checked = check_model(Lambda(fn, **params), inputs, tmp_path, n_clusters=1, tiled=False)
     assert not checked.kernels[0].tiled and "offs = pid * BLOCK_SIZE" in checked.kernels[0].source
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["single", "loop"])
+def test_reduction_reads_a_trailing_block_broadcast_over_leading_dims(looped, tmp_path):
+    """A (3, C) bias over (2, 3, C) rows: indexed by a per-row remainder, then `cols`."""
+    torch.manual_seed(7)
+    model = Lambda(lambda m, x: F.softmax(x + m.bias, dim=-1), bias=rand(3, 90))
+    checked = check_model(model, (rand(2, 3, 90),), tmp_path, n_clusters=1,
+                          **(LOOP if looped else {}))
+    assert "(rows % rspan1) * n_cols + cols" in checked.kernels[0].source

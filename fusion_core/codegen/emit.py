@@ -43,10 +43,15 @@ def _terms(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
             top = rank - 1
         else:
             base, lo, hi, span, top = "offs", g.first, g.last, "span", rank
-            if reduction:
-                base = "cols" if lo == rank - 1 else "rows * n_cols + cols"
+            if reduction:  # the group ends at the last dim: rows within it, then `cols`
                 if lo == rank - 1:
-                    lo = 0  # `cols` is already the index within the last dim
+                    base = "cols"
+                elif lo == 0:
+                    base = "rows * n_cols + cols"
+                else:  # a per-row remainder, not a per-element one
+                    base = f"(rows % rspan{lo}) * n_cols + cols"
+                    params[f"rspan{lo}"] = f"rspan[{lo}]"
+                lo = 0
         term = base
         if lo > 0:
             term = (f"({term})" if "+" in term else term) + f" % {span}{lo}"
