@@ -335,3 +335,28 @@ def test_export_leaves_no_torch_trace_records_in_the_callers_log(caplog):
     caplog.set_level(logging.DEBUG)
     analyze(Small(), (4, 8), capture="export")
     assert not [r for r in caplog.records if r.name.startswith("torch.__trace")]
+
+
+class _Positions(nn.Module):
+    def forward(self, x):
+        pos = torch.arange(x.shape[-1], device=x.device)  # export bakes in device=cpu
+        return torch.relu(x + pos) * 2
+
+
+def test_exported_graph_moves_its_factory_calls_to_the_target_device():
+    """Validation on a GPU runs a copy of the captured graph there; export recorded
+    `arange(..., device=cpu)`, which `Module.to` leaves behind. "meta" stands in for cuda."""
+    import copy
+
+    from fusion_core.codegen.reference import graph_on
+
+    analysis = analyze(_Positions(), InputSpec((2, 8), torch.float32), capture="export")
+    gm = analysis.graph_module
+    x = torch.empty(2, 8, device="meta")
+    with pytest.raises(RuntimeError):  # what the plain `.to` leaves: cpu + meta tensors
+        copy.deepcopy(gm).to("meta")(x)
+    moved = graph_on(gm, "meta")
+    out = moved(x)
+    out = out if isinstance(out, torch.Tensor) else out[0]
+    assert out.device.type == "meta" and out.shape == (2, 8)
+    assert str(gm(torch.ones(2, 8)).device) == "cpu"  # the original is untouched

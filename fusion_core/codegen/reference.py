@@ -11,10 +11,12 @@ returns plain PyTorch callables and tensors for numerics checks:
 - ``cluster_inputs(analysis, cluster, values, generator)``: inputs for one
   check: fresh random floats (never zeros, same shape, strides and dtype) for
   activations; params, buffers, masks and integer tensors as captured.
+- ``graph_on(gm, device)``: a copy of a captured graph that runs on `device`.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -90,3 +92,20 @@ def cluster_inputs(analysis: Analysis, cluster: Cluster, values: Mapping[str, An
         fresh = t.is_floating_point() and kind is not OpKind.CONSTANT
         out.append(random_like(t, generator) if fresh else t)
     return tuple(out)
+
+
+def graph_on(gm: fx.GraphModule, device: str | torch.device) -> fx.GraphModule:
+    """A copy of `gm` with its parameters and buffers on `device`, and every tensor the graph
+    creates there too: torch.export records factory calls (`arange`, `ones`, `to`) with the
+    capture device as a constant keyword, which `Module.to` does not touch."""
+    device = torch.device(device)
+    moved = copy.deepcopy(gm).to(device)
+    changed = False
+    for node in moved.graph.nodes:
+        old = node.kwargs.get("device")
+        if isinstance(old, torch.device) and old != device:
+            node.kwargs = {**node.kwargs, "device": device}
+            changed = True
+    if changed:
+        moved.recompile()
+    return moved

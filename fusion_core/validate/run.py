@@ -16,7 +16,6 @@ each kernel, writes it to disk and imports it); writes a ``ValidationReport``.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import tempfile
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 
 from ..analysis.types import Cluster
+from ..codegen.reference import graph_on
 from ..pipeline import Analysis, analyze
 from . import bench
 from .inputs import TARGET_ROWS, random_inputs, record, reduced_specs, result_shape
@@ -100,7 +100,7 @@ def _prepare(analysis: Analysis, cuda: bool, seed: int, target_rows: int) -> _Pr
     device = "cuda" if cuda else "cpu"
     gm = num.graph_module
     if cuda:
-        gm = copy.deepcopy(gm).to(device)
+        gm = graph_on(gm, device)
     inputs = random_inputs(num.inputs, num.module, device, seed)
     needed = {n for c in clusters.values() for n in c.inputs}
     for c in clusters.values():  # outside values the FX nodes read beyond cluster.inputs
@@ -189,7 +189,7 @@ def _unrunnable(analysis: Analysis, mode: str, why: str) -> ValidationReport:
                                      fused_bytes=c.traffic.fused_bytes)
                     for c in analysis.clusters)
     return ValidationReport(results, ModelCheck(None, None, (), detail=why), mode,
-                            "cuda" if mode == "cuda" else "cpu")
+                            torch.cuda.get_device_name() if mode == "cuda" else "cpu")
 
 
 def _validate(analysis: Analysis, prep: _Prepared, provider: KernelProvider, workdir: Path,
