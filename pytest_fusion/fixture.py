@@ -158,7 +158,8 @@ class FusionAdvisor:
         measured, key = {}, self.plugin.hw_key  # None without CUDA
         if raw:
             key, m = to_measured(raw, analysis, rootdir)
-            measured = {key: m}
+            if m.clusters or m.model_us:  # nothing timed (the model failed there): none stored
+                measured = {key: m}
         snap = from_analysis(analysis, self.item.nodeid, rootdir, measured,
                              kernels=generated_kernels(analysis))
         return FusionResult(analysis, snap, raw, key)

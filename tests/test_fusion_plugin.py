@@ -267,6 +267,19 @@ def test_measured_fields_on_cpu_are_kept_but_not_checked(proj):
     assert "NVIDIA H200 sm_90" in yaml.safe_load(path.read_text())["measured"]
 
 
+def test_a_measurement_that_timed_nothing_is_not_stored(proj):
+    """A GPU run where the model could not run (so no kernel was timed) adds no empty
+    per-hardware entry that later runs would compare against."""
+    proj.makeconftest(MEASURE_CONFTEST)
+    write_timings(proj.path, [])
+    run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
+    (path,) = baselines(proj.path).values()
+    assert "measured" not in yaml.safe_load(path.read_text())
+    write_timings(proj.path, SAMPLES)  # the same hook with timings does store them
+    run(proj, "--fusion-update-baselines=new").assert_outcomes(passed=1)
+    assert "NVIDIA H200 sm_90" in yaml.safe_load(path.read_text())["measured"]
+
+
 def test_measured_slowdown_fails_only_on_the_same_hardware(proj):
     proj.makeconftest(MEASURE_CONFTEST)
     write_timings(proj.path, SAMPLES)
