@@ -146,3 +146,20 @@ def test_dtype_and_device_are_part_of_the_key(tmp_path):
     ((key, _),) = module.LAUNCH_CACHE.items()
     assert key == (x.shape, x.stride(), x.dtype, x.device)
     assert x.device.type == DEVICE
+
+
+@pytest.mark.parametrize("fn,want_error", [
+    (lambda m, x: torch.softmax(x * 2, dim=-1), False),  # results as empty as the rows
+    (lambda m, x: (x * 2).sum(-1) + 1, True),  # one result per empty row: not computed
+], ids=["softmax", "sum"])
+def test_rows_of_width_zero(fn, want_error, tmp_path):
+    """An empty last axis: no layout complaint about the empty tensor; a reduction whose
+    results would not be empty says so instead of returning uninitialized memory."""
+    _, launch = _load(Lambda(fn), (torch.randn(4, 8),), tmp_path)
+    x = to_device(torch.randn(4, 0))
+    if want_error:
+        with pytest.raises(ValueError, match="rows to reduce are empty"):
+            launch(x)
+    else:
+        assert launch(x).shape == (4, 0)
+    assert launch(to_device(torch.randn(0, 8))).shape == fn(None, torch.randn(0, 8)).shape

@@ -150,6 +150,8 @@ def _spans(shape):
 def _layout(t, shape, groups, row_space=False):
     """(copy, strides): whether `t` must be copied contiguous first (its own strides don't
     fit), and the strides of its non-unit index groups then."""
+    if t.numel() == 0:  # nothing is read: any strides do
+        return False, [0 for _, _, unit in groups if not unit]
     u = t
     for copy in (False, True):
         if copy:  # the strides `t.contiguous()` will have, without copying any data now
@@ -235,9 +237,14 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
         choices = ["BLOCK", "NUM_WARPS"]
     else:
         sizes = ["n_rows", "n_cols"]
-        lines += ["    n_cols = shape[-1] if shape else 1", "    if span[0] == 0:",
-                  f"        return {empty}",
-                  "    n_rows = span[0] // n_cols"]
+        lines += ["    n_cols = shape[-1] if shape else 1", "    if span[0] == 0:"]
+        if plan.skeleton == "reduction":
+            lines += ["        if any(0 not in s for s in out_shapes):",
+                      "            raise ValueError(f\"{NAME}: the rows to reduce are empty (last "
+                      "axis of size 0); \"",
+                      "                             \"call the original ops for empty "
+                      "inputs\")"]
+        lines += [f"        return {empty}", "    n_rows = span[0] // n_cols"]
         if any(v.startswith("rspan") for v in params.values()):
             lines.append("    rspan = [s // n_cols for s in span]")
         if plan.tiled:
