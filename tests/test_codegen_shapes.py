@@ -1,6 +1,8 @@
 """Broadcasts, reduction widths (non-power-of-two, column loop, packed rows) and dtypes,
 each checked against eager PyTorch under Triton's interpreter."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -139,6 +141,19 @@ def test_int64_index_math_for_huge_tensors():
     assert "pid.to(tl.int64)" not in generate(small, small.clusters[0]).source
 
 
+@pytest.mark.parametrize("fn", [lambda m, x: x.t() * 2 + 1,
+                                lambda m, x: F.softmax(x.t() * 2, dim=-1)],
+                         ids=["tiled", "reduction"])
+def test_int64_column_index_for_huge_transposed_inputs(fn):
+    """`cols * row_stride` of a transposed input passes 2**31 although both fit 32 bits:
+    the column block is 64-bit too (shape only, no run)."""
+    big = analyze(Lambda(fn), (2**19 + 1, 4096))
+    source = generate(big, big.clusters[0]).source
+    assert "pid.to(tl.int64)" in source
+    assert re.search(r"cols = \(.*tl\.arange\(0, BLOCK_SIZE\)\[None, :\]\)\.to\(tl\.int64\)",
+                     source)
+
+
 def _per_row_output(m, x):
     a = x.abs()
     s = a.sum(-1, keepdim=True)
@@ -274,3 +289,22 @@ def test_reduction_reads_a_trailing_block_broadcast_over_leading_dims(looped, tm
     checked = check_model(model, (rand(2, 3, 90),), tmp_path, n_clusters=1,
                           **(LOOP if looped else {}))
     assert "(rows % rspan1) * n_cols + cols" in checked.kernels[0].source
+
+
+INT64_CASES = {
+    "flat": (lambda m, x: torch.sigmoid(x) * 2, (rand(R, C),), {}),
+    "tiled": (lambda m, x: x.t() * 2 + 1, (rand(C, R),), {}),
+    "reduction": (lambda m, x: F.softmax(x.t() * 2, dim=-1), (rand(C, R),), {}),
+    "reduction-loop": (lambda m, x: F.softmax(x.t() * 2, dim=-1), (rand(90, R),), LOOP),
+}
+
+
+@pytest.mark.parametrize("name", INT64_CASES)
+def test_int64_index_math_runs(name, tmp_path, monkeypatch):
+    """The 64-bit index variants (normally only past 2**31 elements) at a small size."""
+    from fusion_core.codegen import lower
+
+    monkeypatch.setattr(lower._Lowering, "_needs_int64", lambda self, inputs: True)
+    fn, inputs, kwargs = INT64_CASES[name]
+    checked = check_model(Lambda(fn), inputs, tmp_path, n_clusters=1, **kwargs)
+    assert "pid.to(tl.int64)" in checked.kernels[0].source

@@ -273,7 +273,7 @@ def _tiled(plan: KernelPlan, params: dict[str, str]) -> list[str]:
     lines = ["# boilerplate (elementwise, tiles of rows x columns of the last axis)",
              "pid = tl.program_id(0)",
              f"rows = {start} + tl.arange(0, ROWS_PER_PROGRAM)[:, None]",
-             "cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)[None, :]",
+             _cols(plan, "tl.program_id(1) * BLOCK_SIZE + "),
              "row_mask = rows < n_rows", *_COLS, ""]
     return lines + _pointwise_body(plan, params)
 
@@ -296,10 +296,17 @@ def _rows_boilerplate(plan: KernelPlan, looped: bool) -> list[str]:
 _COLS = ["col_mask = cols < n_cols", "mask = row_mask & col_mask"]
 
 
+def _cols(plan: KernelPlan, start: str) -> str:
+    """The column index block; 64-bit with the rows when offsets need it (a column times a
+    transposed input's row stride can pass 2**31 while both fit 32 bits)."""
+    cols = f"{start}tl.arange(0, BLOCK_SIZE)[None, :]"
+    return f"cols = ({cols}).to(tl.int64)" if plan.int64 else f"cols = {cols}"
+
+
 def _single(plan: KernelPlan, params: dict[str, str]) -> list[str]:
     r = plan.reduction
     assert r is not None
-    lines = _rows_boilerplate(plan, False) + ["cols = tl.arange(0, BLOCK_SIZE)[None, :]",
+    lines = _rows_boilerplate(plan, False) + [_cols(plan, ""),
                                               *_COLS, "", "# loads"]
     lines += [_load(t, plan, params) for t in plan.inputs]
     pre = [_stmt(s) for s in plan.stmts if s.phase == "pre"]
@@ -326,7 +333,7 @@ def _looped(plan: KernelPlan, params: dict[str, str]) -> list[str]:
     def block(targets: Iterable[str], extra: list[str]) -> list[str]:
         """A column loop: the loads and pre-reduction statements `targets` need, then `extra`."""
         need = _closure(plan, targets)
-        body = ["cols = col0 + tl.arange(0, BLOCK_SIZE)[None, :]", *_COLS]
+        body = [_cols(plan, "col0 + "), *_COLS]
         body += [_load(t, plan, params) for t in col_loads if t.temp in need]
         body += [_stmt(s) for s in plan.stmts
                  if s.temp in need and not s.per_row and s.phase == "pre"]
