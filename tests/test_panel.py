@@ -85,3 +85,21 @@ def test_mixer_block_fusions(analyses):
         (("add", "gelu"), "elementwise-chain"),
         (("add", "layer_norm"), "single-reduction-boundary"),
         (("dropout", "add", "add"), "elementwise-dag")]
+
+
+def test_recomputing_cluster_explains_its_negative_saving(analyses):
+    """The last residual re-reads `x` and `attn` instead of `h`: alone it moves more than its
+    eager op, and the report says where the avoided store is credited."""
+    from fusion_core.report.console import recompute_lines
+
+    a = analyses["llama_block.py"]["fx"]
+    last = a.clusters[-1]
+    assert last.traffic.saved_bytes < 0
+    lines = recompute_lines(a)
+    assert lines[-1].strip().startswith(f"Cluster {last.index} alone shows "
+                                        f"{last.traffic.saved_fraction:.0%}")
+    assert "credited to cluster 4" in lines[-1]
+    # microgpt's recomputing clusters still save on their own: no such note.
+    gpt = analyze(load_model(EXAMPLES / "microgpt.py"), InputSpec((2, 64), torch.int64))
+    assert [c for c in gpt.clusters if c.recomputes and c.traffic.saved_bytes > 0]
+    assert all("alone shows" not in line for line in recompute_lines(gpt))

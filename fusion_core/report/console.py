@@ -47,6 +47,15 @@ def recompute_lines(analysis: Analysis) -> list[str]:
             by = f"; cluster {owner[name]} does not store it" if name in owner else ""
             out.append(f"Cluster {c.index} recomputes `{g[name].label}`{where} from its "
                        f"inputs rather than reading it back{by}.")
+        if c.recomputes and c.traffic.saved_bytes < 0:
+            # The eager op and the write it no longer needs belong to the cluster that
+            # computes the value; only the re-read operands land here.
+            owners = sorted({owner[n] for n in c.recomputes if n in owner})
+            there = (f"credited to cluster {', '.join(map(str, owners))}" if owners
+                     else "credited where the value is computed")
+            out.append(f"  Cluster {c.index} alone shows {c.traffic.saved_fraction:.0%}: it "
+                       f"re-reads the operands, while the store this avoids is {there}; "
+                       "the total above counts both.")
     return out
 
 
