@@ -25,6 +25,11 @@ LOOP = Tuning(max_block=64, loop_block=64)
 W = 100
 
 
+def _column_result(m, x, b):
+    bb = torch.sigmoid(b * 2) + 1  # escapes too: a (7, 1) result of a (7, 2) tiled kernel
+    return x.t() * 2 + bb, bb
+
+
 def _jobs(model, inputs, tmp_path, tag, **gen):
     analysis = analyze(model, *inputs)
     values = capture_values(analysis, *inputs)
@@ -60,10 +65,22 @@ def test_kernels_compile_for_sm90(tmp_path):
         jobs += _jobs(Lambda(fn), ints, tmp_path, f"intloop{i}-", tuning=LOOP)
     casts = Lambda(lambda m, x: torch.logical_not(torch.sigmoid(x.to(torch.int32) * 2.5) > 0.5))
     jobs += _jobs(casts, (torch.randn(3, W),), tmp_path, "cast")
+    tiled = [  # 2-D tiles: a column result, a bool mask and half data through transposed views
+        (_column_result, (torch.randn(2, 7), torch.randn(7, 1))),
+        (lambda m, x, k: x.masked_fill(k.t(), 0.5) * 2, (torch.randn(4, 6),
+                                                          torch.rand(6, 4) > 0.5)),
+        (lambda m, x, y: torch.sigmoid(x.t()) * y, (torch.randn(6, 4, dtype=half),
+                                                     torch.randn(4, 6, dtype=half))),
+        (lambda m, x, y: x.permute(0, 2, 1, 3) * y + 1, (torch.randn(2, 3, 4, 5),
+                                                          torch.randn(4, 1, 5))),
+    ]
+    for i, (fn, inputs) in enumerate(tiled):
+        jobs += _jobs(Lambda(fn), inputs, tmp_path, f"tile{i}-")
     unique = {}
     for k, tmp, args in jobs:  # the same kernel body (other than its name) compiles once
         body = k.source[k.source.index("@triton.jit"):k.source.index("NAME = ")]
         unique.setdefault(body.replace(k.name, "clusterN"), (k, tmp, args))
+    assert sum(k.tiled for k, _, _ in unique.values()) >= len(tiled)
     results = compile_for_gpu(list(unique.values()))
-    assert len(results) == len(unique) >= 23
+    assert len(results) == len(unique) >= 27
     assert all(results.values()), results

@@ -97,6 +97,8 @@ def _store(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
         idx = "rows * 0" if plan.two_d else "offs * 0"
     elif plan.two_d and "rows" not in idx:
         idx = f"rows * 0 + {idx}"  # the pointer block takes the value's [ROWS, ...] shape
+    if plan.tiled and not arg.access.spans_cols(plan.rank):
+        idx += " + cols * 0"  # a broadcast-shaped result: stored under the tile's full mask
     value = arg.temp if arg.compute_dtype == arg.dtype else (
         f"{arg.temp}.to({TL_TYPES[arg.dtype]})")
     mask = "row_mask" if arg.per_row else "mask"
