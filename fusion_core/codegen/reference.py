@@ -75,12 +75,16 @@ def capture_values(analysis: Analysis, *model_inputs: torch.Tensor) -> dict[str,
 
 
 def random_like(t: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Same shape, strides and dtype; uniform in ±[0.5, 2] so no element is (near) zero."""
-    base = torch.empty_strided(t.shape, t.stride(), dtype=torch.float32, device=t.device)
-    mag = torch.rand(t.shape, generator=generator, device=t.device) * 1.5 + 0.5
-    sign = torch.randint(0, 2, t.shape, generator=generator, device=t.device) * 2 - 1
+    """Same shape, strides and dtype; uniform in ±[0.5, 2] so no element is (near) zero.
+
+    An expanded dim (stride 0) gets one random value, expanded again: a tensor whose elements
+    share memory cannot be written elementwise."""
+    shape = tuple(1 if s == 0 else d for d, s in zip(t.shape, t.stride(), strict=True))
+    base = torch.empty_strided(shape, t.stride(), dtype=t.dtype, device=t.device)
+    mag = torch.rand(shape, generator=generator, device=t.device) * 1.5 + 0.5
+    sign = torch.randint(0, 2, shape, generator=generator, device=t.device) * 2 - 1
     base.copy_(mag * sign)
-    return base.to(t.dtype) if t.dtype != torch.float32 else base
+    return base.expand(t.shape)
 
 
 def cluster_inputs(analysis: Analysis, cluster: Cluster, values: Mapping[str, Any],
