@@ -308,3 +308,13 @@ def test_int64_index_math_runs(name, tmp_path, monkeypatch):
     fn, inputs, kwargs = INT64_CASES[name]
     checked = check_model(Lambda(fn), inputs, tmp_path, n_clusters=1, **kwargs)
     assert "pid.to(tl.int64)" in checked.kernels[0].source
+
+
+def test_strided_slice_alone_keeps_wide_tiles(tmp_path):
+    """`x[..., ::2]` steps through memory along the last axis but is not contiguous along
+    the rows either: square tiles would not help it, so tiles stay row-wide."""
+    model = Lambda(lambda m, x, y: torch.relu(x[..., ::2] + y))
+    inputs = (rand(2, 3, 2 * C), rand(2, 1, C))  # y's middle broadcast makes it tiled
+    checked = check_model(model, inputs, tmp_path, n_clusters=1)
+    source = checked.kernels[0].source
+    assert checked.kernels[0].tiled and "TILE_COLS = 1024" in source

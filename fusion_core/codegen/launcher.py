@@ -163,8 +163,10 @@ def _layout(t, shape, groups, row_space=False):
                 raise ValueError(f"{NAME}: offsets into an input of shape {tuple(t.shape)} "
                                  "overflow this kernel's 32-bit index math; regenerate it")
             return copy, found
-    raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} does not broadcast over "
-                     f"{shape} the way this kernel indexes it ({groups}); regenerate it")
+    raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} and strides {t.stride()} "
+                     f"does not broadcast over {shape} the way this kernel indexes it "
+                     f"({groups}: another memory layout than the analysed one, even copied "
+                     "contiguous); regenerate it for this layout")
 
 
 def _group_strides(t, shape, groups, row_space):

@@ -114,7 +114,8 @@ class KernelPlan:
         """An input steps through memory along the last axis (a transposed view): it is
         contiguous along the rows instead, so tiles should be square, not row-shaped."""
         return any(t.access.groups and t.access.groups[-1].last == self.rank
-                   and not t.access.groups[-1].unit for t in self.inputs)
+                   and not t.access.groups[-1].unit
+                   and any(g.unit for g in t.access.groups[:-1]) for t in self.inputs)
 
 
 def literal(value: object) -> str:
