@@ -163,3 +163,32 @@ def test_rows_of_width_zero(fn, want_error, tmp_path):
     else:
         assert launch(x).shape == (4, 0)
     assert launch(to_device(torch.randn(0, 8))).shape == fn(None, torch.randn(0, 8)).shape
+
+
+@pytest.mark.parametrize("fn,analysed,width,called", [
+    (lambda m, x: torch.sigmoid(x * m.w) + 1, (2, 3, 8), 8, [(3, 8), (8,)]),
+    (lambda m, x: torch.relu(x.transpose(-1, -2) * m.w), (2, 8, 3), 8, [(8, 3)]),  # tiled
+    (lambda m, x: torch.softmax(x * m.w, dim=-1), (2, 3, 8), 8, [(3, 8), (8,)]),
+    (lambda m, x: (x * m.w).sum(-1), (2, 3, 8), 8, [(3, 8), (8,)]),
+], ids=["elementwise", "tiled", "softmax", "sum"])
+def test_fewer_dims_than_analysed_give_results_of_eager_rank(fn, analysed, width, called,
+                                                             tmp_path):
+    """A kernel analysed on 3-d inputs, called on 2-d or 1-d ones: results have the dims
+    eager's have, not the analysed rank's leading 1s."""
+    torch.manual_seed(2)
+    model = Lambda(fn, w=torch.randn(width))
+    analysis = analyze(model, analysed)
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster)
+    launch = getattr(load_kernel(write_kernels([kernel], tmp_path)[0]), kernel.name)
+    for shape in called:
+        x = torch.randn(shape)
+        # The cluster's inputs: the parameter, and `x` or (tiled case) its transposed view.
+        args = [to_device(model.w.detach() if name == "w" else
+                          x.transpose(-1, -2) if name.startswith("transpose") else x)
+                for name in cluster.inputs]
+        assert len(cluster.inputs) == 2 and "w" in cluster.inputs
+        want = fn(model, x)
+        got = launch(*args)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got.cpu(), want)

@@ -127,13 +127,15 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
 HELPERS = '''
 
 def _iteration_shape(*shapes):
+    """The inputs' broadcast shape padded to RANK dims, and how many dims were padded."""
     shape = tuple(torch.broadcast_shapes(*shapes))
-    if len(shape) < RANK:  # shapes are right-aligned: leading 1s change nothing
-        shape = (1,) * (RANK - len(shape)) + shape
+    lead = RANK - len(shape)
+    if lead > 0:  # shapes are right-aligned: leading 1s change nothing
+        shape = (1,) * lead + shape
     if len(shape) != RANK:
         raise ValueError(f"{NAME}: inputs broadcast to {shape}; this kernel iterates over "
                          f"{RANK}-d shapes")
-    return shape
+    return shape, max(lead, 0)
 
 
 def _spans(shape):
@@ -213,7 +215,7 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
              '    """Copies, output shapes, grid and kernel arguments for these inputs\' '
              'layout;',
              '    raises if the kernel cannot run them. The launcher caches the result."""',
-             f"    shape = _iteration_shape({', '.join(shapes)})"]
+             f"    shape, lead = _iteration_shape({', '.join(shapes)})"]
     for i, (a, t) in enumerate(zip(names, plan.inputs, strict=True)):
         row = ", row_space=True" if t.access.row_space else ""
         strides = f"in{i}_strides" if any(v.startswith(f"in{i}_strides") for v in
@@ -224,6 +226,12 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
               "    copies = copies if any(copies) else ()",
               "    out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
                                            for t in plan.outputs).rstrip() + ")"]
+    # Each result's first dim as a position in the iteration shape: inputs with fewer dims
+    # than analysed give results without the dims no input has, as eager does.
+    firsts = [plan.rank - len(t.shape) - t.access.row_space for t in plan.outputs]
+    lines += ["    if lead:  # inputs with fewer dims than the iteration shape",
+              "        out_shapes = tuple(s[max(0, lead - first):] for s, first in "
+              f"zip(out_shapes, ({', '.join(map(str, firsts))},)))"]
     for i, t in enumerate(plan.outputs):
         if any(v.startswith(f"out{i}_strides") for v in params.values()):
             row = ", row_space=True" if t.access.row_space else ""
