@@ -120,14 +120,33 @@ def test_bad_inputs_raise_after_a_good_call(tmp_path):
     module, launch = _transposed_module(tmp_path)
     x, yt = torch.randn(2, 4, 8), _yt()
     _check(launch, _add, x, yt)
-    # yt's shape, but contiguous: the kernel indexes yt's middle dim with stride 1
-    _raises_every_time(module, launch, (x, yt.contiguous()), ValueError,
-                       "does not broadcast over .* the way this kernel indexes it")
     _raises_every_time(module, launch, (torch.randn(3, 2, 4, 8), yt), ValueError,
                        "this kernel iterates over 3-d shapes")
     _raises_every_time(module, launch, (torch.randn(2, 4, 9), yt), RuntimeError, "broadcast")
     _check(launch, _add, x, yt)
-    assert len(module.plans) == 1 + 6  # the good layout was planned once
+    assert len(module.plans) == 1 + 4  # the good layout was planned once
+
+
+def test_a_layout_no_copy_fixes_raises(tmp_path):
+    """A row-vector operand given as a full matrix varies along a dim the kernel broadcasts
+    it over: no copy makes that indexable."""
+    fn = lambda m, x, b: torch.relu(x + b)  # noqa: E731
+    module, launch = _load(Lambda(fn), (torch.randn(4, 8), torch.randn(8)), tmp_path)
+    _raises_every_time(module, launch, (torch.randn(4, 8), torch.randn(4, 8)), ValueError,
+                       r"shape \(4, 8\) and strides \(8, 1\) does not broadcast over "
+                       r"\(4, 8\) the way this kernel indexes it")
+
+
+def test_a_contiguous_input_where_a_transposed_one_was_analysed_is_relaid(tmp_path):
+    """The kernel reads yt's middle dim with stride 1; a contiguous yt is copied into that
+    layout (dims in the analysed memory order), not refused and not copied contiguous."""
+    module, launch = _transposed_module(tmp_path)
+    x, yt = torch.randn(2, 4, 8), _yt()
+    assert module.IN_ORDERS[1] == (0, 2, 1)
+    _check(launch, _add, x, yt.contiguous())
+    ((copies, *_),) = module.LAUNCH_CACHE.values()
+    assert copies == (False, True)
+    assert module._relaid(yt.contiguous(), (0, 2, 1)).stride() == yt.stride()
 
 
 def test_rows_too_wide_raise_on_every_call(tmp_path):

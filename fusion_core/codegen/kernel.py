@@ -7,8 +7,9 @@ from disk, because ``@triton.jit`` reads its function's source file.
 
 Layout choice: tensors are indexed through their own strides (broadcast dims
 get no index term, see ``layout.py``), so sliced buffers and broadcast
-operands are read in place. The launcher copies an input contiguous only when
-its runtime strides do not fit the pattern the kernel was generated for; at the
+operands are read in place. The launcher copies an input (dense, its dims in
+the analysed memory order: contiguous for a contiguous one) only when its
+runtime strides do not fit the pattern the kernel was generated for; at the
 analyzed shapes that never happens, so the traffic estimate needs no copy term.
 """
 

@@ -38,8 +38,9 @@ class Tuning:
 _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block", "rows",
              "num_warps", "n_rows", "n_cols", "n_elements", "key", "plan", "copies",
              "out_shapes", "args", "NAME", "RANK", "IN_GROUPS", "OUT_GROUPS",
-             "INT64_INDEX", "LAUNCH_CACHE", "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS",
-             "MAX_BLOCK", "LOOP_BLOCK", "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS"}
+             "INT64_INDEX", "IN_ORDERS", "LAUNCH_CACHE", "LAUNCH_CACHE_SIZE", "BLOCK",
+             "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK", "PACK_WIDTH",
+             "PACK_ELEMENTS", "MAX_ROWS", "_relaid", "_dense_strides", "_layout"}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 
 
@@ -120,8 +121,16 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
               f"RANK = {plan.rank}",
               "IN_GROUPS = (" + "".join(groups(t) + ", " for t in plan.inputs).rstrip() + ")",
               "OUT_GROUPS = (" + "".join(groups(t) + ", " for t in plan.outputs).rstrip() + ")",
+              "# Each input's dims from outermost to innermost in memory at analysis: an input",
+              "# whose strides the kernel cannot index is copied into this layout.",
+              "IN_ORDERS = (" + "".join(f"{_order(t)}, " for t in plan.inputs).rstrip() + ")",
               f"INT64_INDEX = {plan.int64}", ""]
     return lines
+
+
+def _order(t: TensorArg) -> tuple[int, ...]:
+    """The tensor's dims by decreasing stride (a stable sort: contiguous is 0, 1, ...)."""
+    return tuple(sorted(range(len(t.shape)), key=lambda k: -t.stride[k]))
 
 
 HELPERS = '''
@@ -149,16 +158,32 @@ def _spans(shape):
     return span
 
 
-def _layout(t, shape, groups, row_space=False):
-    """(copy, strides): whether `t` must be copied contiguous first (its own strides don't
-    fit), and the strides of its non-unit index groups then."""
+def _dense_strides(shape, order):
+    """Strides of a dense tensor of `shape` whose dims lie in memory in `order`."""
+    if len(order) != len(shape):  # another rank than analysed: plain contiguous
+        order = range(len(shape))
+    strides, step = [0] * len(shape), 1
+    for k in reversed(order):
+        strides[k], step = step, step * max(shape[k], 1)
+    return tuple(strides)
+
+
+def _relaid(t, order):
+    """`t` copied into the analysed layout (`.contiguous()` when that is contiguous)."""
+    out = torch.empty_strided(t.shape, _dense_strides(t.shape, order), dtype=t.dtype,
+                              device=t.device)
+    return out.copy_(t)
+
+
+def _layout(t, shape, groups, order, row_space=False):
+    """(copy, strides): whether `t` must be copied into the analysed layout first (its own
+    strides don't fit), and the strides of its non-unit index groups then."""
     if t.numel() == 0:  # nothing is read: any strides do
         return False, [0 for _, _, unit in groups if not unit]
     u = t
     for copy in (False, True):
-        if copy:  # the strides `t.contiguous()` will have, without copying any data now
-            u = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
-                                    device="meta").contiguous()
+        if copy:  # the strides `_relaid(t, order)` will have, without copying any data now
+            u = torch.empty_strided(t.shape, _dense_strides(t.shape, order), device="meta")
         found = _group_strides(u, shape, groups, row_space)
         if found is not None:
             if not INT64_INDEX and sum((d - 1) * s for d, s in zip(u.shape, u.stride())) >= 2**31:
@@ -167,8 +192,7 @@ def _layout(t, shape, groups, row_space=False):
             return copy, found
     raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} and strides {t.stride()} "
                      f"does not broadcast over {shape} the way this kernel indexes it "
-                     f"({groups}: another memory layout than the analysed one, even copied "
-                     "contiguous); regenerate it for this layout")
+                     f"({groups}); regenerate it for this layout")
 
 
 def _group_strides(t, shape, groups, row_space):
@@ -220,7 +244,8 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
         row = ", row_space=True" if t.access.row_space else ""
         strides = f"in{i}_strides" if any(v.startswith(f"in{i}_strides") for v in
                                            params.values()) else "_"
-        lines.append(f"    copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}]{row})")
+        lines.append(f"    copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], "
+                     f"IN_ORDERS[{i}]{row})")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
     lines += [f"    copies = ({copies}{',' if len(names) == 1 else ''})",
               "    copies = copies if any(copies) else ()",
@@ -236,7 +261,7 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
         if any(v.startswith(f"out{i}_strides") for v in params.values()):
             row = ", row_space=True" if t.access.row_space else ""
             lines.append(f"    _, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
-                         f"device=\"meta\"), shape, OUT_GROUPS[{i}]{row})")
+                         f"device=\"meta\"), shape, OUT_GROUPS[{i}], (){row})")
     lines.append("    span = _spans(shape)")
     choices = _choices(plan)
     empty = ", ".join(["copies", "out_shapes", "None", "()"] + ["0"] * len(choices))
@@ -318,9 +343,10 @@ def launcher(plan: KernelPlan, params: dict[str, str], looped: bool) -> list[str
              "            LAUNCH_CACHE.clear()",
              "        LAUNCH_CACHE[key] = plan",
              f"    copies, out_shapes, grid, args, {', '.join(choices)} = plan",
-             "    if copies:  # inputs whose strides the kernel cannot index: copied contiguous",
+             "    if copies:  # inputs whose strides the kernel cannot index: copied",
              *(line for i, a in enumerate(names)
-               for line in (f"        if copies[{i}]:", f"            {a} = {a}.contiguous()"))]
+               for line in (f"        if copies[{i}]:",
+                            f"            {a} = _relaid({a}, IN_ORDERS[{i}])"))]
     device = names[0] + ".device"
     for i, t in enumerate(plan.outputs):
         lines.append(f"    out{i} = torch.empty(out_shapes[{i}], dtype={_dtype(t)}, "
