@@ -211,3 +211,25 @@ def test_fewer_dims_than_analysed_give_results_of_eager_rank(fn, analysed, width
         got = launch(*args)
         assert got.shape == want.shape
         torch.testing.assert_close(got.cpu(), want)
+
+
+def _relu2(m, v):
+    return torch.relu(v * 2.0)
+
+
+@pytest.mark.parametrize("fn,make,constant", [
+    (_relu2, lambda: torch.randn(4, 16), "BLOCK"),
+    # The cluster reads `x.t()`: its launcher takes the transposed view.
+    (lambda m, x: _relu2(m, x.t()), lambda: torch.randn(16, 4).t(), "TILE_COLS"),
+    (lambda m, x: torch.softmax(x * 2.0, dim=-1), lambda: torch.randn(4, 16), "MAX_ROWS"),
+], ids=["flat", "tiled", "reduction"])
+def test_an_edited_tuning_size_that_is_not_a_power_of_two_is_named(fn, make, constant,
+                                                                   tmp_path):
+    module, launch = _load(Lambda(fn, 1), (make() if constant != "TILE_COLS"
+                                           else torch.randn(16, 4),), tmp_path)
+    ref = _relu2 if constant == "TILE_COLS" else fn
+    setattr(module, constant, 48)
+    with pytest.raises(ValueError, match=f"{constant} = 48: tuning sizes must be powers of two"):
+        launch(to_device(make()))
+    setattr(module, constant, 32)
+    _check(launch, ref, make())

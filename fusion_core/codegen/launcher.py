@@ -98,7 +98,8 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
         inner = ", ".join(f"({g.first}, {g.last}, {g.unit})" for g in t.access.groups)
         return f"({inner}{',' if len(t.access.groups) == 1 else ''})"
 
-    lines = ["# Tuning, chosen by fusion-advisor (edit freely)."]
+    lines = ["# Tuning, chosen by fusion-advisor (edit freely; block sizes, rows and warps are",
+             "# powers of two)."]
     if plan.tiled:
         cols = tuning.tile_cols if plan.column_strided else tuning.block
         why = ("an input is contiguous along the rows" if plan.column_strided
@@ -156,6 +157,14 @@ def _spans(shape):
         raise ValueError(f"{NAME}: {span[0]} elements overflow this kernel's 32-bit index "
                          "math; regenerate it for this shape")
     return span
+
+
+def _powers_of_two(**sizes):
+    bad = [f"{k} = {v!r}" for k, v in sizes.items()
+           if not (isinstance(v, int) and v > 0 and v & (v - 1) == 0)]
+    if bad:
+        raise ValueError(f"{NAME}: {', '.join(bad)}: tuning sizes must be powers of two "
+                         "(Triton's blocks are)")
 
 
 def _dense_strides(shape, order):
@@ -262,7 +271,9 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
             row = ", row_space=True" if t.access.row_space else ""
             lines.append(f"    _, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
                          f"device=\"meta\"), shape, OUT_GROUPS[{i}], (){row})")
-    lines.append("    span = _spans(shape)")
+    sizes = _pow2_constants(plan, looped)
+    lines += ["    _powers_of_two(" + ", ".join(f"{c}={c}" for c in sizes) + ")",
+              "    span = _spans(shape)"]
     choices = _choices(plan)
     empty = ", ".join(["copies", "out_shapes", "None", "()"] + ["0"] * len(choices))
     if not plan.two_d:
@@ -305,6 +316,15 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
     lines += ["    args = (", *wrap_args(scalars, "        "), "    )",
               f"    return copies, out_shapes, grid, args, {', '.join(choices)}"]
     return lines
+
+
+def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
+    """Tuning constants that end up as block shapes or warp counts."""
+    if plan.tiled:
+        return ["BLOCK", "TILE_COLS", "NUM_WARPS"]
+    if plan.skeleton == "elementwise":
+        return ["BLOCK", "NUM_WARPS"]
+    return (["LOOP_BLOCK"] if looped else []) + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
 def _choices(plan: KernelPlan) -> list[str]:
