@@ -8,7 +8,7 @@ import torch
 from codegen_harness import Lambda, check_model, run_kernel
 
 from fusion_core.analysis import multi_output
-from fusion_core.codegen import generate
+from fusion_core.codegen import Tuning, generate
 from fusion_core.codegen.reference import random_like
 from fusion_core.pipeline import analyze
 
@@ -114,3 +114,15 @@ def test_runtime_layouts_other_than_the_analysed_one(tmp_path):
     y = rand(5, 7)
     (got,) = run_kernel(kernel, tmp_path / "contiguous", (y,))
     torch.testing.assert_close(got, torch.sigmoid(y) * 2 + 1)
+
+
+def test_a_column_operand_is_loaded_once_per_row(tmp_path):
+    """In a tile, a column vector is a [ROWS, 1] load under the row mask, not a full tile."""
+    torch.manual_seed(11)
+    model = Lambda(lambda m, x, c: torch.relu(x.t() * c) + c)
+    checked = check_model(model, (rand(40, 7), rand(7, 1)), tmp_path, n_clusters=1,
+                          tuning=Tuning(block=64, tile_cols=16))  # 7 rows: a partial row block
+    (kernel,) = checked.kernels
+    assert kernel.tiled
+    loads = [line.strip() for line in kernel.source.splitlines() if "tl.load(" in line]
+    assert any(line.endswith("+ rows, mask=row_mask)") for line in loads), loads

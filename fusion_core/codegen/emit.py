@@ -74,7 +74,7 @@ def _mask(arg: TensorArg, plan: KernelPlan, idx: str) -> str:
     """The mask matching the pointer block's shape: [ROWS, 1], [1, BLOCK] or the full block."""
     if not plan.two_d:
         return "mask"
-    if arg.per_row:
+    if arg.per_row or (plan.tiled and "cols" not in idx):  # [ROWS, 1]: once per row
         return "row_mask"
     return "mask" if "rows" in idx else "col_mask"  # a row vector: one row of the block
 
