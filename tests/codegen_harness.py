@@ -111,11 +111,16 @@ def run_kernel(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
 
 
 def to_device(t: torch.Tensor) -> torch.Tensor:
-    """`t` on DEVICE with the same strides (a sliced buffer stays strided)."""
+    """`t` on DEVICE with the same strides (a sliced buffer stays strided, an expanded one
+    expanded: its stride-0 dims are copied once and expanded again)."""
     if t.device.type == DEVICE:
         return t
-    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=DEVICE)
-    return out.copy_(t)
+    src = t
+    for k, s in enumerate(t.stride()):
+        if s == 0:
+            src = src.narrow(k, 0, min(1, t.shape[k]))
+    out = torch.empty_strided(src.shape, t.stride(), dtype=t.dtype, device=DEVICE)
+    return out.copy_(src).expand(t.shape)
 
 
 class _TorchWithEmpty:
