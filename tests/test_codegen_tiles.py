@@ -126,3 +126,17 @@ def test_a_column_operand_is_loaded_once_per_row(tmp_path):
     assert kernel.tiled
     loads = [line.strip() for line in kernel.source.splitlines() if "tl.load(" in line]
     assert any(line.endswith("+ rows, mask=row_mask)") for line in loads), loads
+
+
+def test_an_expanded_input_given_another_layout_is_relaid(tmp_path):
+    """Analysed on `x.expand` of a column (strides (1, 0)), the kernel reads its rows with
+    stride 1; a contiguous or row-expanded tensor in that slot is copied so that the rows keep
+    stride 1 (the expanded dim outermost), not refused as unindexable."""
+    fn = lambda m, x, y: x.expand(4, 8) * y.t() + 1  # noqa: E731
+    analysis = analyze(Lambda(fn), rand(4, 1), rand(8, 4))
+    kernel = generate(analysis, analysis.clusters[0])
+    assert kernel.tiled
+    yt = rand(8, 4).t()
+    for i, e in enumerate((rand(4, 8), rand(8).expand(4, 8))):
+        (got,) = run_kernel(kernel, tmp_path / str(i), (e, yt))
+        torch.testing.assert_close(got, e * yt + 1)

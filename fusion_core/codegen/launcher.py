@@ -130,8 +130,10 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
 
 
 def _order(t: TensorArg) -> tuple[int, ...]:
-    """The tensor's dims by decreasing stride (a stable sort: contiguous is 0, 1, ...)."""
-    return tuple(sorted(range(len(t.shape)), key=lambda k: -t.stride[k]))
+    """The tensor's dims by decreasing stride (a stable sort: contiguous is 0, 1, ...).
+    Expanded dims (stride 0) go outermost: innermost, they would take the unit stride that
+    the kernel expects of the dim that had it."""
+    return tuple(sorted(range(len(t.shape)), key=lambda k: (t.stride[k] != 0, -t.stride[k])))
 
 
 HELPERS = '''
