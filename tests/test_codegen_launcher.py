@@ -149,6 +149,17 @@ def test_a_contiguous_input_where_a_transposed_one_was_analysed_is_relaid(tmp_pa
     assert module._relaid(yt.contiguous(), (0, 2, 1)).stride() == yt.stride()
 
 
+def test_fewer_dims_and_a_copy_keep_the_analysed_order_of_the_dims_left(tmp_path):
+    """A kernel analysed on (2, 4, 8) inputs, the second a transposed view, called on 2-d
+    ones with a contiguous second input: copied as the 2-d transposed layout, result 2-d."""
+    module, launch = _transposed_module(tmp_path)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)  # y contiguous where a transpose was analysed
+    _check(launch, _add, x, y)
+    ((copies, *_),) = module.LAUNCH_CACHE.values()
+    assert copies == (False, True)
+    assert module._dense_strides((4, 8), (0, 2, 1)) == (1, 4)
+
+
 def test_rows_too_wide_raise_on_every_call(tmp_path):
     fn = lambda m, x: torch.softmax(x * 2.0, dim=-1)  # noqa: E731
     module, launch = _load(Lambda(fn, 1), (torch.randn(4, 16),), tmp_path, looped=False)

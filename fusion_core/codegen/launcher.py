@@ -171,7 +171,10 @@ def _powers_of_two(**sizes):
 
 def _dense_strides(shape, order):
     """Strides of a dense tensor of `shape` whose dims lie in memory in `order`."""
-    if len(order) != len(shape):  # another rank than analysed: plain contiguous
+    drop = len(order) - len(shape)
+    if drop > 0:  # fewer dims (right-aligned): the analysed order of the dims it has
+        order = [k - drop for k in order if k >= drop]
+    elif drop < 0:  # more dims than analysed: plain contiguous
         order = range(len(shape))
     strides, step = [0] * len(shape), 1
     for k in reversed(order):
