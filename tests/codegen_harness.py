@@ -14,7 +14,12 @@ import torch
 import torch.nn as nn
 
 from fusion_core.codegen import Kernel, generate, load_kernel, write_kernels
-from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster
+from fusion_core.codegen.reference import (
+    capture_values,
+    cluster_inputs,
+    eager_cluster,
+    expanded_base,
+)
 from fusion_core.pipeline import Analysis, analyze
 
 # Kernels run on the GPU when there is one, else on CPU tensors under the interpreter
@@ -115,10 +120,7 @@ def to_device(t: torch.Tensor) -> torch.Tensor:
     expanded: its stride-0 dims are copied once and expanded again)."""
     if t.device.type == DEVICE:
         return t
-    src = t
-    for k, s in enumerate(t.stride()):
-        if s == 0:
-            src = src.narrow(k, 0, min(1, t.shape[k]))
+    src = expanded_base(t)
     out = torch.empty_strided(src.shape, t.stride(), dtype=t.dtype, device=DEVICE)
     return out.copy_(src).expand(t.shape)
 

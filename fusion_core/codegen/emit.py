@@ -249,7 +249,7 @@ def _closure(plan: KernelPlan, targets: Iterable[str]) -> set[str]:
 def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], dict[str, str]]:
     """Kernel source lines and its scalar parameters {name: launcher expression}."""
     params: dict[str, str] = {}
-    if plan.skeleton == "elementwise" and not plan.tiled:
+    if not plan.two_d:
         body = _elementwise(plan, params)
         sizes = ["n_elements"]
         consts = ["BLOCK_SIZE: tl.constexpr"]

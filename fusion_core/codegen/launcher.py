@@ -3,8 +3,8 @@
 Reads a ``KernelPlan``, the tuning choices and the kernel's scalar parameters
 (from ``emit.kernel``); writes the text around the kernel. ``_plan(*inputs)``
 works out the iteration shape from the arguments, checks each tensor still
-broadcasts the way the kernel indexes it (or must be copied contiguous, if only
-its strides differ), and picks the output shapes, block, rows per program, grid
+broadcasts the way the kernel indexes it (or must be copied into the analysed
+layout, if only its strides differ), and picks the output shapes, block, rows per program, grid
 and scalar kernel arguments. All of that depends only on the inputs' shapes and
 strides, so ``clusterN(*inputs)`` caches it in ``LAUNCH_CACHE``, keyed by every
 input's (shape, stride, dtype, device): a repeated call builds the key, looks it
@@ -276,16 +276,16 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
             row = ", row_space=True" if t.access.row_space else ""
             lines.append(f"    _, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
                          f"device=\"meta\"), shape, OUT_GROUPS[{i}], (){row})")
-    sizes = _pow2_constants(plan, looped)
-    lines += ["    _powers_of_two(" + ", ".join(f"{c}={c}" for c in sizes) + ")",
+    pow2 = _pow2_constants(plan, looped)
+    lines += ["    _powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
               "    span = _spans(shape)"]
     choices = _choices(plan)
     empty = ", ".join(["copies", "out_shapes", "None", "()"] + ["0"] * len(choices))
     if not plan.two_d:
         sizes = ["span[0]"]
         lines += ["    if span[0] == 0:", f"        return {empty}",
-                  "    grid = (triton.cdiv(span[0], BLOCK),)"]
-        choices = ["BLOCK", "NUM_WARPS"]
+                  "    block, num_warps = BLOCK, NUM_WARPS",
+                  "    grid = (triton.cdiv(span[0], block),)"]
     else:
         sizes = ["n_rows", "n_cols"]
         lines += ["    n_cols = shape[-1] if shape else 1", "    if span[0] == 0:"]

@@ -74,12 +74,20 @@ def capture_values(analysis: Analysis, *model_inputs: torch.Tensor) -> dict[str,
     return rec.values
 
 
+def expanded_base(t: torch.Tensor) -> torch.Tensor:
+    """`t` cut to one element along its expanded (stride-0) dims: the memory it really has.
+    A tensor whose elements share memory cannot be written elementwise; its base can, and
+    `base.expand(t.shape)` is `t` again."""
+    for k, s in enumerate(t.stride()):
+        if s == 0:
+            t = t.narrow(k, 0, min(1, t.shape[k]))
+    return t
+
+
 def random_like(t: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Same shape, strides and dtype; uniform in ±[0.5, 2] so no element is (near) zero.
-
-    An expanded dim (stride 0) gets one random value, expanded again: a tensor whose elements
-    share memory cannot be written elementwise."""
-    shape = tuple(1 if s == 0 else d for d, s in zip(t.shape, t.stride(), strict=True))
+    An expanded dim (stride 0) gets one random value, expanded again."""
+    shape = expanded_base(t).shape
     base = torch.empty_strided(shape, t.stride(), dtype=t.dtype, device=t.device)
     mag = torch.rand(shape, generator=generator, device=t.device) * 1.5 + 0.5
     sign = torch.randint(0, 2, shape, generator=generator, device=t.device) * 2 - 1
