@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import click
+import torch
 from rich.console import Console
 
 from .errors import FusionAdvisorError, InputSpecError
@@ -91,6 +92,9 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         if json_path:
             _check_writable(json_path, "--json")
         check_apply_flags(apply_edits, assume_yes)
+        # A model built with no arguments has random weights: seeded, the same command
+        # reports the same numerics errors every time.
+        torch.manual_seed(0)
         analysis = analyze_file(model_path, specs, model_class, capture=capture)
         # Piped output keeps the table on one line per row instead of 80 columns.
         console = Console(width=None if sys.stdout.isatty() else 140)

@@ -168,3 +168,16 @@ def test_a_cluster_that_cannot_be_lowered_is_skipped_and_the_rest_written(tmp_pa
                               "skipped": [{"cluster": 1, "reason": reason}]}
     assert [c["usable"] for c in doc["validation"]["clusters"]] == [True, False]
     pytest.importorskip("jsonschema").validate(doc, schema())  # last: it may skip
+
+
+def test_the_same_command_prints_the_same_report(example_net_run):
+    """The model's random initial weights are seeded, so the numerics errors (and the whole
+    report, as the README shows it) repeat from run to run."""
+    torch.manual_seed(1234)  # whatever the global generator held before
+    again = CliRunner().invoke(cli, [
+        "--model", str(EXAMPLES / "example_net.py"), "--input-shape", "16384,1024",
+        "--json", str(example_net_run[1].with_name("again.json"))])
+    assert again.exit_code == 0
+    first = example_net_run[0].output
+    assert again.output.replace("again.json", "analysis.json") == first
+    assert "max abs err" in again.output
