@@ -168,7 +168,7 @@ def section(rows: list[list[str]], notes: list[str], failures: list[str]) -> str
 
 
 def write_section(path: Path, text: str) -> None:
-    from fusion_core.report.json_report import write_atomic
+    from fusion_core.fileio import write_atomic
 
     old = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmark results\n"
     start = old.find(HEADING)

@@ -1,17 +1,52 @@
-"""fusion-advisor's public API (what the pytest plugin and other tools may import)."""
+"""fusion-advisor's public API (what the pytest plugin and other tools may import).
 
-from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
-from .analysis.types import Cluster, LineSpan, Rejection, TrafficEstimate
-from .codegen import Kernel, LoweringError, generate, generate_all, load_kernel, write_kernels
-from .errors import FusionAdvisorError
-from .ir.shapes import InputSpec, parse_dtype
-from .load import load_model
-from .pipeline import Analysis, analyze
-from .report.json_report import write_atomic
-from .validate.measure import measure
+Names load on first use (PEP 562), so ``import fusion_core`` costs no torch import:
+the pytest plugin is installed in every test run of an environment and must not
+slow the runs that check no fusion. Every subpackage that can import triton imports
+``_interpret`` first, which sets ``TRITON_INTERPRET`` on a machine without CUDA.
+"""
 
-__all__ = [
-    "Analysis", "Cluster", "FusionAdvisorError", "InputSpec", "Kernel", "LineSpan",
-    "LoweringError", "Rejection", "generate", "generate_all", "load_kernel", "write_kernels",
-    "TrafficEstimate", "analyze", "load_model", "measure", "parse_dtype", "write_atomic",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> module that defines it (relative to this package)
+_EXPORTS = {
+    "Cluster": ".analysis.types", "LineSpan": ".analysis.types", "Rejection": ".analysis.types",
+    "TrafficEstimate": ".analysis.types",
+    "Kernel": ".codegen", "LoweringError": ".codegen", "generate": ".codegen",
+    "generate_all": ".codegen", "load_kernel": ".codegen", "write_kernels": ".codegen",
+    "FusionAdvisorError": ".errors",
+    "InputSpec": ".ir.shapes", "parse_dtype": ".ir.shapes",
+    "load_model": ".load",
+    "Analysis": ".pipeline", "analyze": ".pipeline",
+    "measure": ".validate.measure",
+    "write_atomic": ".fileio", "remove_stray_temp_files": ".fileio",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fusion_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # for type checkers and editors only
+    from .analysis.types import Cluster, LineSpan, Rejection, TrafficEstimate  # noqa: F401
+    from .codegen import Kernel, LoweringError, generate, generate_all, load_kernel, write_kernels  # noqa: F401
+    from .errors import FusionAdvisorError  # noqa: F401
+    from .fileio import remove_stray_temp_files, write_atomic  # noqa: F401
+    from .ir.shapes import InputSpec, parse_dtype  # noqa: F401
+    from .load import load_model  # noqa: F401
+    from .pipeline import Analysis, analyze  # noqa: F401
+    from .validate.measure import measure  # noqa: F401

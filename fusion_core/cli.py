@@ -10,6 +10,7 @@ import click
 import torch
 from rich.console import Console
 
+from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 from .errors import FusionAdvisorError, InputSpecError
 from .ir.shapes import DTYPES, InputSpec
 from .pipeline import analyze_file

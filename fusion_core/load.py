@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch.nn as nn
 
+from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 from .errors import ModelLoadError
 
 

@@ -17,6 +17,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 from .analysis.detect import detect
 from .analysis.recompute import recompute_plan
 from .analysis.types import Cluster, Rejection

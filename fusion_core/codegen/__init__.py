@@ -1,5 +1,6 @@
 """Triton code generation: one standalone kernel file per cluster (see ``kernel.py``)."""
 
+from .. import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 from .kernel import Kernel, generate, generate_all, load_kernel, write_kernels
 from .launcher import Tuning
 from .layout import LoweringError

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ..analysis.types import Cluster
+from ..fileio import write_atomic
 from . import emit, launcher
 from .launcher import Tuning
 from .lower import KernelPlan, plan
@@ -96,14 +96,7 @@ def write_kernels(kernels: Iterable[Kernel], out_dir: str | Path) -> list[Path]:
     paths = []
     for k in kernels:
         path = out / k.filename
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{k.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(k.source)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, k.source)
         paths.append(path)
     return paths
 

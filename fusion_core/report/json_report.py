@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..analysis.types import Cluster, LineSpan, Rejection
+from ..fileio import write_atomic
 from ..pipeline import Analysis
 
 SCHEMA_VERSION = 1
@@ -63,19 +62,6 @@ def to_document(analysis: Analysis, extra: dict[str, Any] | None = None) -> dict
 def schema() -> dict[str, Any]:
     text = resources.files("fusion_core.report").joinpath("analysis.schema.json").read_text()
     return json.loads(text)
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write via a temp file in the same folder and os.replace: never a half-written file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_json(path: str | Path, doc: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
 """Source mapping: which lines each cluster replaces, the diff, and a guarded `--apply`."""
 
+from .. import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 from .diff import print_diffs, render
 from .mapping import EXACT, POINTER, SourceMapping, map_clusters
 

@@ -26,9 +26,9 @@ from rich.console import Console
 
 from ..codegen import Kernel
 from ..errors import FusionAdvisorError
+from ..fileio import write_atomic
 from ..load import import_model_file, instantiate, pick_class
 from ..pipeline import Analysis
-from ..report.json_report import write_atomic
 from ..report.units import short_path
 from .fused import MARKER, FusedOp, import_block, package_files, package_name, shape_rule
 from .mapping import SourceMapping
