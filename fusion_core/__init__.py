@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "Cluster": ".analysis.types", "LineSpan": ".analysis.types", "Rejection": ".analysis.types",
     "TrafficEstimate": ".analysis.types",
+    "Barrier": ".analysis.barriers", "find_barriers": ".analysis.barriers",
+    "Scope": ".analysis.scope", "scope_of": ".analysis.scope",
     "Kernel": ".codegen", "LoweringError": ".codegen", "generate": ".codegen",
     "generate_all": ".codegen", "load_kernel": ".codegen", "write_kernels": ".codegen",
     "FusionAdvisorError": ".errors",
@@ -42,6 +44,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and editors only
+    from .analysis.barriers import Barrier, find_barriers  # noqa: F401
+    from .analysis.scope import Scope, scope_of  # noqa: F401
     from .analysis.types import Cluster, LineSpan, Rejection, TrafficEstimate  # noqa: F401
     from .codegen import Kernel, LoweringError, generate, generate_all, load_kernel, write_kernels  # noqa: F401
     from .errors import FusionAdvisorError  # noqa: F401

@@ -3,8 +3,13 @@
 Reads two ``Snapshot``s (baseline, current), the tolerances, the checks to gate
 and the current hardware key; returns a ``Comparison``: regressions (fail the
 test), improvements (pass, suggest ratcheting), changes (pass, e.g. a cluster
-whose source lines moved) and a note on timings. Works on parsed data only,
-never on YAML text. Clusters pair up by (ops, lines), then by ops alone.
+that moved to another module), a note on timings, and the pairs of cluster
+identities it matched. Works on parsed data only, never on YAML text. Clusters
+pair up by identity (ops, module, function, ordinal), then by ops and lines
+(baselines of schema 1 have no identity), then by ops alone; lines that moved are
+no change. A lost cluster is explained by the op that now separates its ops
+(``explain.py``) or the rejection that covers it. Messages about the items of a
+repeated container come out once (``findings.py``).
 """
 
 from __future__ import annotations
@@ -12,8 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .snapshot import ClusterRec, ClusterTiming, RejectionRec, Snapshot
+from .explain import Explainer, fmt_bytes, head
+from .findings import LOC, Finding, messages
+from .snapshot import ClusterId, ClusterRec, ClusterTiming, RejectionRec, Snapshot
 from .timing import TimingVerdict, compare_samples
+
+__all__ = ["CHECKS", "NO_CUDA", "Comparison", "Tolerances", "compare", "fmt_bytes",
+           "frontend_change"]
 
 CHECKS = ("clusters", "rejections", "traffic", "timings")
 NO_CUDA = "timings not checked: no CUDA device"
@@ -32,6 +42,7 @@ class Comparison:
     improvements: tuple[str, ...]
     changes: tuple[str, ...]
     timing_note: str
+    pairs: tuple[tuple[ClusterId, ClusterId], ...] = ()  # (baseline, current) identities
 
     @property
     def status(self) -> str:
@@ -40,18 +51,6 @@ class Comparison:
             if found:
                 return status
         return "pass"
-
-
-def fmt_bytes(n: float) -> str:
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
-
-
-def _pairs(rec: ClusterRec | RejectionRec) -> set[tuple[str, str]]:
-    """(node, op) pairs: the same node name with the same op is the same computation."""
-    return set(zip(rec.nodes, rec.ops, strict=False))
 
 
 def _match(base: list, cur: list, key) -> tuple[list[tuple], list, list]:
@@ -68,32 +67,48 @@ def _match(base: list, cur: list, key) -> tuple[list[tuple], list, list]:
     return pairs, rest_base, rest_cur
 
 
-def _head(reason: str) -> str:
-    """The first clause of a legality reason (the part before the pruning details)."""
-    return reason.split(";")[0].strip()
+def _staged(base: list, cur: list, keys) -> tuple[list[tuple], list[tuple], list, list]:
+    """Pairs by the first key, pairs by the later ones, and the leftovers."""
+    exact, lost, found = _match(base, cur, keys[0])
+    later = []
+    for key in keys[1:]:
+        more, lost, found = _match(lost, found, key)
+        later += more
+    return exact, later, lost, found
+
+
+def _scope(rec: ClusterRec) -> str:
+    return ".".join(p for p in (rec.module, rec.function) if p) or "the model"
+
+
+def at(rec: ClusterRec | RejectionRec) -> str:
+    """` at file:lines` after the module placeholder."""
+    return f"{LOC} at {rec.lines}"
 
 
 class _Diff:
     def __init__(self, base: Snapshot, cur: Snapshot, tol: Tolerances, checks: set[str]):
         self.base, self.cur, self.tol, self.checks = base, cur, tol, checks
-        self.regressions: list[str] = []
-        self.improvements: list[str] = []
-        self.changes: list[str] = []
-        self.explained_rejections: list[RejectionRec] = []
+        self.findings: list[Finding] = []
+        self.explain = Explainer(cur)
         self.pairs: list[tuple[ClusterRec, ClusterRec]] = []
 
+    def say(self, bucket: str, rec: ClusterRec | RejectionRec | None, text: str) -> None:
+        self.findings.append(Finding(bucket, text, rec.module if rec else None))
+
     def clusters(self) -> None:
-        exact, lost, found = _match(list(self.base.clusters), list(self.cur.clusters),
-                                    lambda c: (c.ops, c.lines))
-        moved, lost, found = _match(lost, found, lambda c: c.ops)
-        self.pairs = exact + moved
+        exact, later, lost, found = _staged(
+            list(self.base.clusters), list(self.cur.clusters),
+            (lambda c: c.ident, lambda c: (c.ops, c.lines), lambda c: c.ops))
+        self.pairs = exact + later
         gate = "clusters" in self.checks
-        for b, c in moved:
-            self.changes.append(f"`{b.chain}` moved from {b.lines} to {c.lines}")
+        for b, c in later:  # schema 1 records no scope: nothing to say
+            if b.module is not None and (b.module, b.function) != (c.module, c.function):
+                self.say("changes", c, f"`{c.chain}` moved from {_scope(b)} to {_scope(c)}")
         for b, c in self.pairs:
             if gate and b.category != c.category:
-                self.regressions.append(f"`{c.chain}` at {c.lines} changed category: "
-                                        f"{b.category} → {c.category}")
+                self.say("regressions", c, f"`{c.chain}`{at(c)} changed category: "
+                                           f"{b.category} → {c.category}")
             if gate:
                 self._kernel(b, c)
             if "traffic" in self.checks:
@@ -103,74 +118,67 @@ class _Diff:
             explained |= self._lost(b, gate)
         for c in found:
             if id(c) not in explained and gate:
-                self.improvements.append(f"new cluster `{c.chain}` ({c.category}) at {c.lines}")
+                self.say("improvements", c, f"new cluster `{c.chain}` ({c.category}){at(c)}")
 
     def _kernel(self, b: ClusterRec, c: ClusterRec) -> None:
         if b.kernel and not c.kernel:
-            self.regressions.append(f"`{c.chain}` at {c.lines} no longer gets a kernel: "
-                                    f"{c.kernel_error or 'code generation failed'}")
+            self.say("regressions", c, f"`{c.chain}`{at(c)} no longer gets a kernel: "
+                                       f"{c.kernel_error or 'code generation failed'}")
         elif c.kernel and not b.kernel:
-            self.improvements.append(f"`{c.chain}` at {c.lines} now gets a kernel ({c.kernel})")
+            self.say("improvements", c, f"`{c.chain}`{at(c)} now gets a kernel ({c.kernel})")
         elif b.kernel != c.kernel:
-            self.changes.append(f"`{c.chain}` at {c.lines}: {b.kernel} kernel → {c.kernel}")
+            self.say("changes", c, f"`{c.chain}`{at(c)}: {b.kernel} kernel → {c.kernel}")
 
     def _traffic(self, b: ClusterRec, c: ClusterRec) -> None:
         if c.fused_bytes > b.fused_bytes * (1 + self.tol.traffic):
             pct = (c.fused_bytes / b.fused_bytes - 1) * 100 if b.fused_bytes else float("inf")
-            self.regressions.append(
-                f"`{c.chain}` at {c.lines} moves more traffic: {fmt_bytes(b.fused_bytes)} → "
-                f"{fmt_bytes(c.fused_bytes)} fused (+{pct:.0f}%, "
-                f"tolerance {self.tol.traffic:.0%})")
+            self.say("regressions", c,
+                     f"`{c.chain}`{at(c)} moves more traffic: {fmt_bytes(b.fused_bytes)} → "
+                     f"{fmt_bytes(c.fused_bytes)} fused (+{pct:.0f}%, "
+                     f"tolerance {self.tol.traffic:.0%})")
         elif c.fused_bytes < b.fused_bytes:
-            self.improvements.append(f"`{c.chain}` at {c.lines} moves less traffic: "
-                                     f"{fmt_bytes(b.fused_bytes)} → {fmt_bytes(c.fused_bytes)}")
+            self.say("improvements", c, f"`{c.chain}`{at(c)} moves less traffic: "
+                                        f"{fmt_bytes(b.fused_bytes)} → "
+                                        f"{fmt_bytes(c.fused_bytes)}")
 
     def _lost(self, b: ClusterRec, gate: bool) -> set[int]:
         """Explain a baseline cluster with no counterpart; return ids of clusters it explains."""
-        mine = _pairs(b)
-        parts = [c for c in self.cur.clusters if _pairs(c) & mine]
-        bigger = [c for c in parts if mine <= _pairs(c)]
-        why = self._why(b)
+        parts, bigger = self.explain.parts(b)
         if bigger:
             c = bigger[0]
             if gate:
-                self.improvements.append(f"`{b.chain}` at {b.lines} now fuses into the larger "
-                                         f"`{c.chain}` at {c.lines}")
+                self.say("improvements", b, f"`{b.chain}`{at(b)} now fuses into the larger "
+                                            f"`{c.chain}` at {c.lines}")
             return {id(c)}
         if not gate:
             return {id(c) for c in parts}
+        why = self.explain.why(b)
         if len(parts) > 1:
             into = " + ".join(f"`{p.chain}` ({p.lines})" for p in parts)
-            self.regressions.append(f"`{b.chain}` at {b.lines} split into {into}{why}")
+            self.say("regressions", b, f"`{b.chain}`{at(b)} split into {into}{why}")
         elif parts:
             p = parts[0]
-            self.regressions.append(f"`{b.chain}` at {b.lines} no longer fuses as one: now "
-                                    f"`{p.chain}` ({p.lines}){why}")
+            self.say("regressions", b, f"`{b.chain}`{at(b)} no longer fuses as one: now "
+                                       f"`{p.chain}` ({p.lines}){why}")
         elif why:
-            self.regressions.append(f"`{b.chain}` at {b.lines} no longer fuses{why}")
+            self.say("regressions", b, f"`{b.chain}`{at(b)} no longer fuses{why}")
         else:
-            self.regressions.append(f"`{b.chain}` at {b.lines} no longer fuses (no rejection "
-                                    "names its ops: they may have changed or left the model)")
+            self.say("regressions", b, f"`{b.chain}`{at(b)} no longer fuses (no rejection "
+                                       "names its ops and no op now sits between them: they "
+                                       "may have changed or left the model)")
         return {id(c) for c in parts}
 
-    def _why(self, b: ClusterRec) -> str:
-        """`: fan-out, `relu` is also used by …` from the current rejection covering `b`."""
-        mine = _pairs(b)
-        for r in self.cur.rejections:
-            if _pairs(r) & mine:
-                self.explained_rejections.append(r)
-                return f": {r.check}, {_head(r.reason)}"
-        return ""
-
     def rejections(self) -> None:
-        _, gone, new = _match(list(self.base.rejections), list(self.cur.rejections),
-                              lambda r: (r.check, r.ops, r.lines))
+        exact, later, gone, new = _staged(
+            list(self.base.rejections), list(self.cur.rejections),
+            (lambda r: r.ident, lambda r: (r.check, r.ops, r.lines),
+             lambda r: (r.check, r.ops)))
         for r in new:
-            if not any(r is e for e in self.explained_rejections):
-                self.regressions.append(f"new rejection at {r.lines}: {r.check} on `{r.chain}`, "
-                                        f"{_head(r.reason)}")
+            if not any(r is e for e in self.explain.used):
+                self.say("regressions", r, f"new rejection{at(r)}: {r.check} on `{r.chain}`, "
+                                           f"{head(r.reason)}")
         for r in gone:
-            self.changes.append(f"rejection gone: {r.check} on `{r.chain}` at {r.lines}")
+            self.say("changes", r, f"rejection gone: {r.check} on `{r.chain}`{at(r)}")
 
 
 def _timing_line(what: str, key: str, v: TimingVerdict, tol: Tolerances) -> str:
@@ -180,46 +188,42 @@ def _timing_line(what: str, key: str, v: TimingVerdict, tol: Tolerances) -> str:
             f"{v.current_median:.1f} µs ({v.change}, tolerance {tol.timing:.0%}, p={p:.3f})")
 
 
+def _timing_of(timings_: tuple[ClusterTiming, ...], c: ClusterRec) -> ClusterTiming | None:
+    return next((t for t in timings_ if t.cluster == c.ident), None)
+
+
 def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
-            pairs: list[tuple[ClusterRec, ClusterRec]]) -> tuple[list[str], list[str], str]:
-    """(regressions, improvements, note) for the measured fields on this hardware."""
+            pairs: list[tuple[ClusterRec, ClusterRec]]) -> tuple[list[Finding], str]:
+    """(findings, note) for the measured fields on this hardware."""
     if hw_key is None:
-        return [], [], NO_CUDA
+        return [], NO_CUDA
     if hw_key not in cur.measured:
-        return [], [], f"timings not checked: nothing measured on {hw_key}"
+        return [], f"timings not checked: nothing measured on {hw_key}"
     if hw_key not in base.measured:
-        return [], [], f"timings not checked: no baseline for {hw_key}"
+        return [], f"timings not checked: no baseline for {hw_key}"
     bm, cm = base.measured[hw_key], cur.measured[hw_key]
-    slow: list[str] = []
-    fast: list[str] = []
+    found: list[Finding] = []
     judged = 0
 
-    def judge(what: str, b: tuple[float, ...], c: tuple[float, ...]) -> None:
+    def judge(rec: ClusterRec | None, what: str, b: tuple[float, ...],
+              c: tuple[float, ...]) -> None:
         nonlocal judged
         v = compare_samples(list(b), list(c), tol.timing, tol.alpha)
         judged += v.status != "insufficient"
         if v.status in ("slower", "faster"):
-            (slow if v.status == "slower" else fast).append(_timing_line(what, hw_key, v, tol))
+            bucket = "regressions" if v.status == "slower" else "improvements"
+            found.append(Finding(bucket, _timing_line(what, hw_key, v, tol),
+                                 rec.module if rec else None))
 
     for b, c in pairs:
-        bt, ct = _timing_of(bm.clusters, b, base.clusters), _timing_of(cm.clusters, c,
-                                                                        cur.clusters)
+        bt, ct = _timing_of(bm.clusters, b), _timing_of(cm.clusters, c)
         if bt is not None and ct is not None:
-            judge(f"`{c.chain}` at {c.lines}", bt.kernel_us, ct.kernel_us)
+            judge(c, f"`{c.chain}`{at(c)}", bt.kernel_us, ct.kernel_us)
     if bm.model_us and cm.model_us:
-        judge("the model with fused kernels", bm.model_us, cm.model_us)
+        judge(None, "the model with fused kernels", bm.model_us, cm.model_us)
     note = (f"timings checked on {hw_key} ({judged} compared)" if judged
             else f"timings not checked: too few samples on {hw_key}")
-    return slow, fast, note
-
-
-def _timing_of(timings_: tuple[ClusterTiming, ...], c: ClusterRec,
-               clusters: tuple[ClusterRec, ...]) -> ClusterTiming | None:
-    """The timing entry of cluster `c`: same ops and lines, same ordinal among equals."""
-    equals = [x for x in clusters if (x.ops, x.lines) == (c.ops, c.lines)]
-    nth = next(i for i, x in enumerate(equals) if x is c)
-    same = [t for t in timings_ if (t.ops, t.lines) == (c.ops, c.lines)]
-    return same[nth] if nth < len(same) else None
+    return found, note
 
 
 def frontend_change(base: Snapshot, cur: Snapshot) -> str:
@@ -239,13 +243,14 @@ def compare(base: Snapshot, cur: Snapshot, tol: Tolerances = Tolerances(),
              " the baseline no longer applies",), (), (), "")
     d = _Diff(base, cur, tol, checks)
     if switched := frontend_change(base, cur):
-        d.changes.append(switched)
+        d.say("changes", None, switched)
     d.clusters()
     if "rejections" in checks:
         d.rejections()
     note = ""
     if "timings" in checks:
-        slow, fast, note = timings(base, cur, hw_key, tol, d.pairs)
-        d.regressions += slow
-        d.improvements += fast
-    return Comparison(tuple(d.regressions), tuple(d.improvements), tuple(d.changes), note)
+        found, note = timings(base, cur, hw_key, tol, d.pairs)
+        d.findings += found
+    said = messages(d.findings)
+    return Comparison(said["regressions"], said["improvements"], said["changes"], note,
+                      tuple((b.ident, c.ident) for b, c in d.pairs))

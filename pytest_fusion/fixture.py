@@ -10,7 +10,7 @@ through the session and fails the test with the reviewer-facing message.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -155,13 +155,13 @@ class FusionAdvisor:
         rootdir = self.item.config.rootpath
         raw = self.item.config.hook.pytest_fusion_measure(
             analysis=analysis, config=self.item.config) if measure else None
-        measured, key = {}, self.plugin.hw_key  # None without CUDA
-        if raw:
-            key, m = to_measured(raw, analysis, rootdir)
-            if m.clusters or m.model_us:  # nothing timed (the model failed there): none stored
-                measured = {key: m}
-        snap = from_analysis(analysis, self.item.nodeid, rootdir, measured,
+        key = self.plugin.hw_key  # None without CUDA
+        snap = from_analysis(analysis, self.item.nodeid, rootdir,
                              kernels=generated_kernels(analysis))
+        if raw:
+            key, m = to_measured(raw, snap.clusters)
+            if m.clusters or m.model_us:  # nothing timed (the model failed there): none stored
+                snap = replace(snap, measured={key: m})
         return FusionResult(analysis, snap, raw, key)
 
     @property

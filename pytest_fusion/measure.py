@@ -20,12 +20,13 @@ comparison can judge significance rather than one number.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from statistics import median
 from typing import Any
 
 import pytest
 
-from .snapshot import ClusterTiming, Measured, where
+from .snapshot import ClusterRec, ClusterTiming, Measured
 
 
 class FusionHookSpecs:
@@ -44,16 +45,19 @@ def _floats(xs: Any) -> tuple[float, ...]:
     return tuple(float(x) for x in (xs or ()))
 
 
-def to_measured(result: dict[str, Any], analysis: Any, rootdir) -> tuple[str, Measured]:
-    """Convert a measure() result into (hardware key, Measured) keyed by cluster identity."""
-    by_index = {c.index: c for c in analysis.clusters}
+def to_measured(result: dict[str, Any], clusters: Sequence[ClusterRec]
+                ) -> tuple[str, Measured]:
+    """Convert a measure() result into (hardware key, Measured) keyed by cluster identity.
+
+    `clusters` are the snapshot's, in the analysis' order (`Cluster.index`).
+    """
     timings = []
     for entry in result.get("clusters") or ():
-        c = by_index.get(entry.get("index"))
-        if c is None or not entry.get("kernel_us"):
+        i = entry.get("index")
+        if not isinstance(i, int) or not 0 <= i < len(clusters) or not entry.get("kernel_us"):
             continue
         timings.append(ClusterTiming(
-            ops=tuple(c.ops), lines=where(c.lines, rootdir), kernel_us=_floats(entry["kernel_us"]),
+            cluster=clusters[i].ident, kernel_us=_floats(entry["kernel_us"]),
             eager_us=_floats(entry.get("eager_us")), gbps=entry.get("gbps"),
             regime=entry.get("regime")))
     model = result.get("model") or {}

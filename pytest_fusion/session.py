@@ -17,9 +17,11 @@ from typing import Any
 
 import yaml
 
+from .carry import attach_timings, carry_timings, same_content
 from .compare import CHECKS, NO_CUDA, Comparison, Tolerances, compare, frontend_change
 from .measure import median_speedup
-from .snapshot import BaselineError, Measured, Snapshot, baseline_name, from_data, to_data
+from .schema import from_data, to_data
+from .snapshot import BaselineError, ClusterId, Snapshot, baseline_name
 
 MODES = ("new", "failing", "all")
 FAILING = {"missing", "error", "regressed"}
@@ -56,15 +58,6 @@ def read_baseline(path: Path, shown: str) -> Snapshot | None:
         raise BaselineError(f"corrupt fusion baseline {shown}: not valid YAML ({first}); fix "
                             "it, or delete it and rerun with --fusion-update-baselines=new") from e
     return from_data(data, shown)
-
-
-def _merge_measured(old: dict[str, Measured], new: dict[str, Measured],
-                    snap: Snapshot) -> dict[str, Measured]:
-    """Keep other machines' timings (only for clusters that still exist), add this one's."""
-    keys = {(c.ops, c.lines) for c in snap.clusters}
-    kept = {k: replace(m, clusters=tuple(t for t in m.clusters if (t.ops, t.lines) in keys))
-            for k, m in old.items() if k not in new}
-    return {**kept, **new}
 
 
 class FusionSession:
@@ -119,10 +112,10 @@ class FusionSession:
         rec.status = result.status
         rewrite = (self.mode == "all" or (self.mode == "failing" and result.regressions))
         if rewrite:
-            return self._write(rec, "updated", current, base, path), None
+            return self._write(rec, "updated", current, base, path, result.pairs), None
         if self.mode is not None and hw_key in current.measured and hw_key not in base.measured:
             # A machine with no timings yet: add them without touching the structure.
-            merged = replace(base, measured={**base.measured, hw_key: current.measured[hw_key]})
+            merged = attach_timings(base, current, hw_key, result.pairs)
             self._write(rec, "measured", merged, base, path, keep_status=True)
         if result.regressions:
             lines = "\n".join(f"  - {m}" for m in result.regressions)
@@ -134,13 +127,14 @@ class FusionSession:
         return rec, None
 
     def _write(self, rec: TestRecord, action: str, snap: Snapshot, old: Snapshot | None,
-               path: Path, keep_status: bool = False) -> TestRecord:
+               path: Path, pairs: tuple[tuple[ClusterId, ClusterId], ...] = (),
+               keep_status: bool = False) -> TestRecord:
         if old is not None and action != "measured":
-            snap = replace(snap, measured=_merge_measured(old.measured, snap.measured, snap))
+            snap = replace(snap, measured=carry_timings(old, snap, pairs))
         snap = replace(snap, provenance=old.provenance if action == "measured" and old
                        else self.provenance)
-        unchanged = old is not None and to_data(replace(snap, provenance={})) == to_data(
-            replace(old, provenance={}))
+        # Moved source lines alone are no reason to rewrite (and churn) a baseline.
+        unchanged = old is not None and same_content(snap, old)
         if not unchanged:
             self.writes.append({"path": str(path), "text": dump_yaml(to_data(snap)),
                                 "action": action, "test": rec.nodeid,

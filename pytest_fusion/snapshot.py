@@ -1,22 +1,23 @@
-"""The baseline data model: what one test's fusion result looks like on disk.
+"""The baseline data model: what one test's fusion result looks like in memory.
 
 Reads an ``Analysis`` (and optional measurements) and the rootdir; writes a
-``Snapshot`` of plain values. ``to_data``/``from_data`` convert to and from the
-YAML mapping (stable key order, ``schema_version``, provenance); ``from_data``
-validates and raises ``BaselineError`` with one line naming the file. Clusters
-and rejections are identified by ops and rootdir-relative source lines, so a
-baseline made on one checkout applies to every other.
+``Snapshot`` of plain values (``schema.py`` turns it into YAML data and back).
+A cluster is identified by what it is: its ops, the module path and function it
+runs in, and its ordinal among identical clusters there (``ClusterId``). Source
+lines are kept as information only, so an edit elsewhere in the file does not
+change any identity; timings are keyed by the identity. Paths are
+rootdir-relative, so a baseline made on one checkout applies to every other.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
 MAX_NAME = 120
 
 
@@ -25,15 +26,28 @@ class BaselineError(Exception):
 
 
 @dataclass(frozen=True)
+class ClusterId:
+    """What a cluster is, independent of line numbers."""
+
+    ops: tuple[str, ...]
+    module: str | None  # "blocks.3.mlp"; "" for the model itself; None: not recorded (v1)
+    function: str | None  # "forward"; None: not recorded (v1)
+    nth: int = 0  # ordinal among clusters with the same ops, module and function
+
+
+@dataclass(frozen=True)
 class ClusterRec:
     ops: tuple[str, ...]
-    lines: str  # "examples/example_net.py:15-17" or "?" when unknown
+    lines: str  # "examples/example_net.py:15-17" or "?" when unknown; information only
     category: str
     nodes: tuple[str, ...]
     unfused_bytes: int
     fused_bytes: int
     kernel: str | None = None  # "elementwise" / "reduction" / "reduction (looped)"; None: none
     kernel_error: str = ""  # why code generation failed, when it did
+    module: str | None = None  # see ClusterId
+    function: str | None = None
+    nth: int = 0
 
     @property
     def chain(self) -> str:
@@ -42,6 +56,10 @@ class ClusterRec:
     @property
     def saved_bytes(self) -> int:
         return self.unfused_bytes - self.fused_bytes
+
+    @property
+    def ident(self) -> ClusterId:
+        return ClusterId(self.ops, self.module, self.function, self.nth)
 
 
 @dataclass(frozen=True)
@@ -52,17 +70,36 @@ class RejectionRec:
     nodes: tuple[str, ...]
     culprits: tuple[str, ...]
     reason: str
+    module: str | None = None  # as for ClusterRec; nth counts equal check, ops and scope
+    function: str | None = None
+    nth: int = 0
 
     @property
     def chain(self) -> str:
         return " → ".join(self.ops) if len(self.ops) <= 4 else (
             " → ".join(self.ops[:3]) + f" → … ({len(self.ops)} ops)")
 
+    @property
+    def ident(self) -> tuple:
+        return (self.check, self.ops, self.module, self.function, self.nth)
+
+
+@dataclass(frozen=True)
+class BarrierRec:
+    """An op the analyzer cannot fuse through, between compute ops (never stored)."""
+
+    node: str
+    op: str  # registry op, module class ("Linear"), or "opaque" for an unknown call
+    target: str  # what the user wrote: "torch.roll", "F.relu", "self.proj"
+    inplace: bool
+    lines: str
+    before: tuple[tuple[str, str], ...]  # (node, op) of the compute values reaching it
+    after: tuple[tuple[str, str], ...]  # (node, op) of the compute ops reading its result
+
 
 @dataclass(frozen=True)
 class ClusterTiming:
-    ops: tuple[str, ...]
-    lines: str
+    cluster: ClusterId
     kernel_us: tuple[float, ...]
     eager_us: tuple[float, ...] = ()
     gbps: float | None = None
@@ -89,6 +126,8 @@ class Snapshot:
     provenance: dict[str, str] = field(default_factory=dict, compare=False)
     measured: dict[str, Measured] = field(default_factory=dict)
     frontend: str = ""  # "fx" or "export"; "" in baselines written before it was recorded
+    # What separates compute ops in the current graph (explains a lost cluster); not stored.
+    barriers: tuple[BarrierRec, ...] = field(default=(), compare=False)
 
     @property
     def kernels(self) -> int:
@@ -105,6 +144,17 @@ class Snapshot:
     def structural(self) -> Snapshot:
         """The same snapshot without provenance and measurements (for equality)."""
         return replace(self, provenance={}, measured={})
+
+
+def numbered(recs: list, key) -> list:
+    """`recs` with `nth` set: the ordinal of each among those with the same `key`."""
+    seen: Counter = Counter()
+    out = []
+    for r in recs:
+        k = key(r)
+        out.append(replace(r, nth=seen[k]))
+        seen[k] += 1
+    return out
 
 
 # ---------------------------------------------------------------- from an Analysis
@@ -132,160 +182,43 @@ def from_analysis(analysis: Any, test: str, rootdir: Path,
                   measured: dict[str, Measured] | None = None,
                   provenance: dict[str, str] | None = None,
                   kernels: dict[int, tuple[str | None, str]] | None = None) -> Snapshot:
-    """`kernels`: cluster index -> (kernel kind or None, lowering error)."""
+    """`kernels`: cluster index -> (kernel kind or None, lowering error).
+
+    Clusters keep the analysis' order, so `clusters[c.index]` is cluster `c`.
+    """
+    import fusion_core
+
     kernels = kernels or {}
-    clusters = tuple(ClusterRec(
-        ops=tuple(c.ops), lines=where(c.lines, rootdir), category=c.category,
-        nodes=tuple(c.nodes), unfused_bytes=int(c.traffic.unfused_bytes),
-        fused_bytes=int(c.traffic.fused_bytes),
-        kernel=kernels.get(c.index, (None, ""))[0],
-        kernel_error=kernels.get(c.index, (None, ""))[1]) for c in analysis.clusters)
-    rejections = tuple(RejectionRec(
-        check=r.check, ops=tuple(r.ops), lines=where(r.lines, rootdir), nodes=tuple(r.nodes),
-        culprits=tuple(r.culprits), reason=r.reason) for r in analysis.rejections)
-    return Snapshot(test=test, model=analysis.model_name,
-                    inputs=tuple(str(s) for s in analysis.inputs), clusters=clusters,
-                    rejections=rejections, provenance=dict(provenance or {}),
-                    measured=dict(measured or {}), frontend=analysis.graph.frontend)
-
-
-# ---------------------------------------------------------------- to / from YAML data
-
-def _samples(xs: tuple[float, ...]) -> list[float]:
-    return [round(float(x), 3) for x in xs]
-
-
-def _timing_data(t: ClusterTiming) -> dict[str, Any]:
-    d: dict[str, Any] = {"ops": list(t.ops), "lines": t.lines, "kernel_us": _samples(t.kernel_us)}
-    if t.eager_us:
-        d["eager_us"] = _samples(t.eager_us)
-    if t.gbps is not None:
-        d["gbps"] = round(float(t.gbps), 1)
-    if t.regime is not None:
-        d["regime"] = t.regime
-    return d
-
-
-def _cluster_data(c: ClusterRec) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "ops": list(c.ops), "lines": c.lines, "category": c.category, "nodes": list(c.nodes),
-        "traffic": {"unfused_bytes": c.unfused_bytes, "fused_bytes": c.fused_bytes,
-                    "saved_bytes": c.saved_bytes},
-        "kernel": c.kernel}
-    if c.kernel_error:
-        d["kernel_error"] = c.kernel_error
-    return d
-
-
-def to_data(s: Snapshot) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "test": s.test,
-        "model": s.model,
-        "inputs": list(s.inputs),
-    }
-    if s.frontend:  # absent from old baselines: rewriting one must not invent it
-        data["frontend"] = s.frontend
-    data.update({
-        "provenance": dict(s.provenance),
-        "kernels": s.kernels,
-        "clusters": [_cluster_data(c) for c in s.clusters],
-        "rejections": [{"check": r.check, "ops": list(r.ops), "lines": r.lines,
-                        "nodes": list(r.nodes), "culprits": list(r.culprits),
-                        "reason": r.reason} for r in s.rejections],
-    })
-    if s.measured:
-        data["measured"] = {
-            key: {"date": m.date, "model_us": _samples(m.model_us),
-                  "model_eager_us": _samples(m.model_eager_us),
-                  "clusters": [_timing_data(t) for t in m.clusters]}
-            for key, m in sorted(s.measured.items())}
-    return data
-
-
-class _Reader:
-    """Typed access to parsed YAML that fails with the path to the bad field."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def fail(self, what: str) -> BaselineError:
-        return BaselineError(f"corrupt fusion baseline {self.file}: {what} (fix it, or delete "
-                             "it and rerun with --fusion-update-baselines=new)")
-
-    def get(self, d: Any, key: str, typ: type | tuple[type, ...], where: str) -> Any:
-        if not isinstance(d, dict) or key not in d:
-            raise self.fail(f"missing `{where}{key}`")
-        v = d[key]
-        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
-            raise self.fail(f"`{where}{key}` has the wrong type ({type(v).__name__})")
-        return v
-
-    def strs(self, d: Any, key: str, where: str) -> tuple[str, ...]:
-        v = self.get(d, key, list, where)
-        if not all(isinstance(x, str) for x in v):
-            raise self.fail(f"`{where}{key}` must be a list of strings")
-        return tuple(v)
-
-    def nums(self, d: Any, key: str, where: str, default: tuple = ()) -> tuple[float, ...]:
-        if key not in d and default is not None:
-            return default
-        v = self.get(d, key, list, where)
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
-            raise self.fail(f"`{where}{key}` must be a list of numbers")
-        return tuple(float(x) for x in v)
-
-
-def from_data(data: Any, file: str) -> Snapshot:
-    r = _Reader(file)
-    if not isinstance(data, dict):
-        raise r.fail("not a YAML mapping")
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise BaselineError(
-            f"fusion baseline {file} has schema_version {version!r}, this plugin reads "
-            f"{SCHEMA_VERSION} (regenerate it with --fusion-update-baselines=failing)")
+    graph = analysis.graph
     clusters = []
-    for i, c in enumerate(r.get(data, "clusters", list, "")):
-        at = f"clusters[{i}]."
-        t = r.get(c, "traffic", dict, at)
+    for c in analysis.clusters:
+        scope = fusion_core.scope_of(graph, c.nodes)
         clusters.append(ClusterRec(
-            ops=r.strs(c, "ops", at), lines=r.get(c, "lines", str, at),
-            category=r.get(c, "category", str, at), nodes=r.strs(c, "nodes", at),
-            unfused_bytes=r.get(t, "unfused_bytes", int, at + "traffic."),
-            fused_bytes=r.get(t, "fused_bytes", int, at + "traffic."),
-            kernel=r.get(c, "kernel", (str, type(None)), at),
-            kernel_error=str(c.get("kernel_error", ""))))
+            ops=tuple(c.ops), lines=where(c.lines, rootdir), category=c.category,
+            nodes=tuple(c.nodes), unfused_bytes=int(c.traffic.unfused_bytes),
+            fused_bytes=int(c.traffic.fused_bytes),
+            kernel=kernels.get(c.index, (None, ""))[0],
+            kernel_error=kernels.get(c.index, (None, ""))[1],
+            module=scope.module, function=scope.function))
     rejections = []
-    for i, x in enumerate(r.get(data, "rejections", list, "")):
-        at = f"rejections[{i}]."
+    for r in analysis.rejections:
+        scope = fusion_core.scope_of(graph, r.nodes)
         rejections.append(RejectionRec(
-            check=r.get(x, "check", str, at), ops=r.strs(x, "ops", at),
-            lines=r.get(x, "lines", str, at), nodes=r.strs(x, "nodes", at),
-            culprits=r.strs(x, "culprits", at), reason=r.get(x, "reason", str, at)))
-    measured = {}
-    for key, m in (data.get("measured") or {}).items():
-        at = f"measured[{key}]."
-        if not isinstance(m, dict):
-            raise r.fail(f"`{at[:-1]}` is not a mapping")
-        timings = tuple(ClusterTiming(
-            ops=r.strs(t, "ops", at + "clusters."), lines=r.get(t, "lines", str, at),
-            kernel_us=r.nums(t, "kernel_us", at, None), eager_us=r.nums(t, "eager_us", at),
-            gbps=t.get("gbps"), regime=t.get("regime"))
-            for t in r.get(m, "clusters", list, at))
-        measured[str(key)] = Measured(clusters=timings, model_us=r.nums(m, "model_us", at),
-                                      model_eager_us=r.nums(m, "model_eager_us", at),
-                                      date=str(m.get("date", "")))
-    prov = data.get("provenance") or {}
-    frontend = data.get("frontend", "")  # optional: baselines before it was recorded lack it
-    if not isinstance(frontend, str):
-        raise r.fail(f"`frontend` has the wrong type ({type(frontend).__name__})")
-    return Snapshot(
-        test=r.get(data, "test", str, ""), model=r.get(data, "model", str, ""),
-        inputs=r.strs(data, "inputs", ""), clusters=tuple(clusters),
-        rejections=tuple(rejections),
-        provenance={str(k): str(v) for k, v in prov.items()} if isinstance(prov, dict) else {},
-        measured=measured, frontend=frontend)
+            check=r.check, ops=tuple(r.ops), lines=where(r.lines, rootdir), nodes=tuple(r.nodes),
+            culprits=tuple(r.culprits), reason=r.reason, module=scope.module,
+            function=scope.function))
+    barriers = tuple(BarrierRec(
+        node=b.node, op=b.op, target=b.target or b.op, inplace=b.inplace,
+        lines=where(b.lines, rootdir),
+        before=tuple((n, graph[n].op) for n in b.before),
+        after=tuple((n, graph[n].op) for n in b.after))
+        for b in fusion_core.find_barriers(graph, analysis.clusters))
+    return Snapshot(test=test, model=analysis.model_name,
+                    inputs=tuple(str(s) for s in analysis.inputs),
+                    clusters=tuple(numbered(clusters, lambda c: c.ident)),
+                    rejections=tuple(numbered(rejections, lambda r: r.ident)),
+                    provenance=dict(provenance or {}), measured=dict(measured or {}),
+                    frontend=graph.frontend, barriers=barriers)
 
 
 # ---------------------------------------------------------------- file names
@@ -299,3 +232,8 @@ def baseline_name(nodeid: str) -> str:
     readable = nodeid.replace(".py::", "__").replace("::", "__").replace("/", "_")
     safe = re.sub(r"[^A-Za-z0-9_.\-\[\]]", "_", readable)[:MAX_NAME]
     return f"{safe}-{hashlib.sha1(nodeid.encode()).hexdigest()[:8]}.yaml"
+
+
+# The YAML conversion lives in schema.py (it imports this module); these names stay
+# importable from here, where callers have always found them.
+from .schema import SCHEMA_VERSION, from_data, to_data  # noqa: E402, F401

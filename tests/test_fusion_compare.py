@@ -103,11 +103,24 @@ def test_merged_clusters_are_an_improvement_not_a_split():
     assert all("now fuses into the larger" in m for m in r.improvements)
 
 
-def test_moved_lines_are_a_change_not_a_regression():
+def test_moved_lines_are_no_change():
+    """Lines are information: a cluster that only moved down the file is the same cluster."""
     cur = snap(replace(BASE.clusters[0], lines=f"{F}:18-20"), BASE.clusters[1])
     r = compare(BASE, cur)
+    assert r.status == "pass" and r.changes == ()
+    scoped = snap(*(replace(c, module="", function="forward") for c in BASE.clusters))
+    moved = snap(replace(scoped.clusters[0], lines=f"{F}:18-20"), scoped.clusters[1])
+    r = compare(scoped, moved)
+    assert r.status == "pass" and r.changes == ()
+    assert r.pairs == tuple((c.ident, c.ident) for c in scoped.clusters)
+
+
+def test_a_cluster_that_moved_to_another_module_is_a_change():
+    base = snap(replace(BASE.clusters[0], module="mlp", function="forward"))
+    cur = snap(replace(BASE.clusters[0], module="ffn", function="forward"))
+    r = compare(base, cur)
     assert r.status == "changed"
-    assert r.changes == (f"`mul → relu → add` moved from {F}:15-17 to {F}:18-20",)
+    assert r.changes == ("`mul → relu → add` moved from mlp.forward to ffn.forward",)
 
 
 def test_new_rejection_fails_and_a_gone_one_is_a_change():
@@ -149,7 +162,7 @@ def test_changed_inputs_fail_with_one_message():
 # ---------------------------------------------------------------- measured fields
 
 def timed(kernel_us, model_us=()):
-    t = ClusterTiming(("mul", "relu", "add"), f"{F}:15-17", tuple(kernel_us))
+    t = ClusterTiming(BASE.clusters[0].ident, tuple(kernel_us))
     return {H200: Measured((t,), tuple(model_us))}
 
 
@@ -229,7 +242,7 @@ def test_corrupt_data_names_file_and_field(data, words):
 
 def test_foreign_schema_version_is_named():
     with pytest.raises(BaselineError, match=r"fb/x.yaml has schema_version 7, this plugin "
-                                            r"reads 1"):
+                                            r"reads 1, 2"):
         from_data({"schema_version": 7}, "fb/x.yaml")
 
 

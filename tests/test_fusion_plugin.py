@@ -73,7 +73,7 @@ def test_create_then_pass_without_rewriting(proj):
                             "*.yaml (test_net.py::test_net)"])
     (path,) = baselines(proj.path).values()
     data = yaml.safe_load(path.read_text())
-    assert data["schema_version"] == 1 and data["test"] == "test_net.py::test_net"
+    assert data["schema_version"] == 2 and data["test"] == "test_net.py::test_net"
     assert set(data["provenance"]) == {"torch", "triton", "device", "date"}
     assert data["provenance"]["device"] == "cpu"
     (c,) = data["clusters"]
@@ -94,7 +94,8 @@ REGRESSIONS = {
     "inplace": "`mul → relu → add` at model.py:10-12 no longer fuses: aliasing, `F.relu` "
                "mutates its input in place",
     "split": "`mul → relu → add` at model.py:10-12 split into `mul → relu` (model.py:10-11) + "
-             "`add → tanh` (model.py:12)",
+             "`add → tanh` (model.py:12): `self.lin` (Linear) at model.py:12 now sits between "
+             "`relu` and `add`: fusion-advisor cannot fuse through it",
     "dag": "`mul → relu → add` at model.py:10-12 changed category: elementwise-chain → "
            "elementwise-dag",
     "newrej": "new rejection at model.py:13-14: reduction on `sigmoid → mul → sum`, `sum_1` "
@@ -240,11 +241,11 @@ def test_corrupt_or_foreign_baseline_fails_with_one_line_naming_the_file(proj):
     r = run(proj)
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines([f"fusion baseline {shown} has schema_version 99, this plugin reads "
-                            "1 (regenerate it with --fusion-update-baselines=failing)"])
+                            "1, 2 (regenerate it with --fusion-update-baselines=failing)"])
     r = run(proj, "--fusion-update-baselines=failing")
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines([f"replaced {shown} (test_net.py::test_net)"])
-    assert yaml.safe_load(path.read_text())["schema_version"] == 1
+    assert yaml.safe_load(path.read_text())["schema_version"] == 2
 
 
 SAMPLES = [40.0, 40.3, 39.8, 40.1, 40.6, 39.9]

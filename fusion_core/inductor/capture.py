@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import FusionAdvisorError
-from ..ir.normalize import parse_stack_trace
+from ..ir.normalize import module_path, parse_stack_trace
 from ..ir.registry import SPECS
 
 # aten overload packet name -> our registry op name, where they differ.
@@ -58,21 +58,6 @@ def op_name(aten: str) -> str:
 def is_compute(op: str) -> bool:
     spec = SPECS.get(op)
     return spec is not None and spec.kind.is_compute and op not in LAYOUT_OPS
-
-
-def module_path(nn_module_stack: Any) -> str:
-    """`blocks.0.attn` from the innermost entry of an nn_module_stack (FX or dynamo form)."""
-    if not nn_module_stack:
-        return ""
-    value = list(nn_module_stack.values())[-1]
-    path = value[0] if isinstance(value, tuple) else str(value)
-    # The model is `L['self']`, or `L['args'][0]` when a decorator wraps its forward.
-    path = re.sub(r"^L\['(?:self|args|kwargs)'\](?:\[\d+\])?\.?|^L__self___?", "", str(path))
-    path = re.sub(r"\[(\d+)\]", r".\1", path)
-    path = re.sub(r"\['([^']+)'\]", r".\1", path)
-    # Dynamo sometimes spells the path through the module's dicts: L['self'].__dict__['_modules'].
-    path = re.sub(r"(^|\.)(__dict__|_modules|_parameters|_buffers)(?=\.|$)", "", path)
-    return path.strip(".")
 
 
 @dataclass(frozen=True)

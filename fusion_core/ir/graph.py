@@ -109,6 +109,7 @@ class Node:
     source: SourceLoc | None = None
     target: str = ""  # what the user wrote, for messages: "F.relu", "self.proj1"
     copy_of: str = ""  # a recomputed copy of this node (see analysis/recompute.py)
+    module: str = ""  # innermost module it ran in: "blocks.3.mlp"; "" for the model itself
 
     @property
     def refs(self) -> tuple[str, ...]:

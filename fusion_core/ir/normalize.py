@@ -2,7 +2,8 @@
 
 Reads each FX node's target, args and ``meta["val"]``/``meta["stack_trace"]``;
 writes one ``Node`` with the registry op, its class, tensor operands as
-``Ref``s, the other arguments as params, its ``TensorMeta`` and ``SourceLoc``.
+``Ref``s, the other arguments as params, its ``TensorMeta``, ``SourceLoc`` and
+the module path it ran in (from ``meta["nn_module_stack"]``).
 Works for both frontends: FX targets (torch/F/operator/methods) and aten
 overloads resolve through the same registry.
 """
@@ -35,6 +36,21 @@ def parse_stack_trace(text: str | None) -> SourceLoc | None:
                 lines[i + 1]) else ""
             found = SourceLoc(m.group("file"), int(m.group("line")), m.group("func"), code)
     return found
+
+
+def module_path(nn_module_stack: Any) -> str:
+    """`blocks.0.attn` from the innermost entry of an nn_module_stack (FX or dynamo form)."""
+    if not nn_module_stack:
+        return ""
+    value = list(nn_module_stack.values())[-1]
+    path = value[0] if isinstance(value, tuple) else str(value)
+    # The model is `L['self']`, or `L['args'][0]` when a decorator wraps its forward.
+    path = re.sub(r"^L\['(?:self|args|kwargs)'\](?:\[\d+\])?\.?|^L__self___?", "", str(path))
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    path = re.sub(r"\['([^']+)'\]", r".\1", path)
+    # Dynamo sometimes spells the path through the module's dicts: L['self'].__dict__['_modules'].
+    path = re.sub(r"(^|\.)(__dict__|_modules|_parameters|_buffers)(?=\.|$)", "", path)
+    return path.strip(".")
 
 
 def _meta(val: Any) -> TensorMeta | None:
@@ -71,7 +87,8 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     meta = _meta(val)
     source = parse_stack_trace(n.meta.get("stack_trace"))
     common = dict(name=n.name, meta=meta, source=source, target=_target_name(n),
-                  copy_of=n.meta.get("fusion_copy_of", ""))
+                  copy_of=n.meta.get("fusion_copy_of", ""),
+                  module=module_path(n.meta.get("nn_module_stack")))
     if n.op == "placeholder":
         return Node(op="input", kind=OpKind.INPUT, **common)
     if n.op == "get_attr":

@@ -1,10 +1,13 @@
-"""The console report: header, cluster table, totals, and (optionally) rejections."""
+"""The console report: header, cluster table, totals, and (optionally) rejections and the
+unknown ops that sit between compute ops (no candidate group holds them, so no rejection
+names them)."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
 
+from ..analysis.barriers import find_barriers
 from ..pipeline import Analysis
 from .units import fmt_bytes, short_path
 
@@ -90,6 +93,7 @@ def print_analysis(analysis: Analysis, console: Console, explain_rejections: boo
 
 def print_rejections(analysis: Analysis, console: Console) -> None:
     console.print()
+    print_barriers(analysis, console)
     if not analysis.rejections:
         console.print("Rejected candidates: none")
         return
@@ -103,3 +107,15 @@ def print_rejections(analysis: Analysis, console: Console) -> None:
         console.print(f"  [bold]{r.check}[/bold]  {ops}{where}", highlight=False)
         console.print(f"      {r.reason}; dropped {', '.join(r.culprits)} and retried",
                       highlight=False, markup=False)
+
+
+def print_barriers(analysis: Analysis, console: Console) -> None:
+    """Calls fusion-advisor has no rule for, between compute ops it could otherwise fuse."""
+    found = [b for b in find_barriers(analysis.graph, analysis.clusters) if b.unknown]
+    if not found:
+        return
+    console.print(f"Fusion barriers ({len(found)})")
+    for b in found:
+        console.print(f"  {b.describe(analysis.graph, short_path)}", highlight=False, markup=False,
+                      soft_wrap=True)
+    console.print()

@@ -1,0 +1,83 @@
+"""Fusion barriers: ops the detector cannot fuse through that sit between compute ops.
+
+Reads a ``FusionGraph`` and its clusters; returns one ``Barrier`` per opaque or
+in-place node outside every cluster that has compute on both sides: the compute
+nodes whose values reach it and those that read its result (through views). An
+in-place op also separates its input from every later reader of the value it
+mutated. No candidate group contains such a node, so no rejection names it; the
+CLI lists the unknown ones, and the pytest plugin names the barrier that now
+splits a cluster its baseline recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..ir.graph import FusionGraph, OpKind
+from .detect import line_span
+from .types import Cluster, LineSpan
+
+UNKNOWN = "opaque"  # the op of a call the registry does not know
+
+
+@dataclass(frozen=True)
+class Barrier:
+    node: str
+    op: str  # registry op ("relu_"), a module class ("Linear"), or "opaque"
+    target: str  # what the user wrote: "torch.roll", "F.relu", "self.proj"
+    inplace: bool
+    lines: LineSpan | None
+    before: tuple[str, ...]  # compute nodes whose values reach it
+    after: tuple[str, ...]  # compute nodes that read its result (or the value it mutated)
+
+    @property
+    def unknown(self) -> bool:
+        """A call fusion-advisor has no rule for (as opposed to a known layer)."""
+        return self.op == UNKNOWN
+
+    def describe(self, graph: FusionGraph, path: Callable[[str], str] = str) -> str:
+        """`torch.roll` at f.py:10 sits between `silu` and `mul`: …; `path` shortens files."""
+        where = f" at {path(self.lines.file)}:{str(self.lines)[1:]}" if self.lines else ""
+        ops = [" / ".join(f"`{graph[n].op}`" for n in side) for side in (self.before,
+                                                                          self.after)]
+        why = ("it writes its input in place" if self.inplace
+               else "fusion-advisor cannot fuse through it")
+        return f"`{self.target or self.op}`{where} sits between {ops[0]} and {ops[1]}: {why}"
+
+
+def _walk(graph: FusionGraph, start: Iterable[str], step) -> tuple[str, ...]:
+    """The nearest compute nodes from `start` along `step` (refs or users), through views."""
+    found: list[str] = []
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        node = graph[name]
+        if node.kind.is_compute:
+            found.append(name)
+        elif node.kind is OpKind.VIEW:
+            todo += step(name)
+    return tuple(sorted(found, key=graph.position))
+
+
+def find_barriers(graph: FusionGraph, clusters: Iterable[Cluster]) -> tuple[Barrier, ...]:
+    fused = {n for c in clusters for n in c.nodes}
+    out = []
+    for node in graph.nodes:
+        if node.name in fused or not (node.kind is OpKind.INPLACE or (
+                node.kind is OpKind.OPAQUE and node.op != "meta")):
+            continue
+        before = _walk(graph, node.refs, lambda n: graph[n].refs)
+        readers = list(graph.users[node.name])
+        if node.kind is OpKind.INPLACE and node.refs:
+            pos = graph.position(node.name)  # readers of the mutated value after the write
+            readers += [u for u in graph.users[node.refs[0]] if graph.position(u) > pos]
+        after = _walk(graph, readers, lambda n: graph.users[n])
+        if before and after:
+            out.append(Barrier(node.name, node.op, node.target, node.kind is OpKind.INPLACE,
+                               line_span(graph, [node.name]), before, after))
+    return tuple(out)

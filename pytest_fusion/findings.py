@@ -1,0 +1,60 @@
+"""Findings of a comparison, and how they become the messages a reviewer reads.
+
+Reads ``Finding``s (a bucket, a text with a placeholder where the module goes, the
+module path); returns the message lists. Findings that say the same thing about
+the items of one repeated container (`h.0` … `h.11`) become one message naming
+them all: "`add → layer_norm` in h.0…h.11 (×12) at … no longer fuses: …". Labels
+that carry the item (`self.h.3.fc`) or a node counter (`relu_3`) are read as the
+same when grouping, and shown with `*` / without the counter in the grouped text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .grouping import pattern, short_form, split_item
+
+LOC = "\x00"  # where " in <module>" goes in a finding's text
+BUCKETS = ("regressions", "improvements", "changes")
+_COUNTER = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*?)_\d+`")  # `relu_3`: an FX node name
+
+
+@dataclass(frozen=True)
+class Finding:
+    bucket: str  # one of BUCKETS
+    text: str  # holds LOC once, where the module path goes
+    module: str | None  # None or "": the model itself, or not recorded
+
+
+def located(text: str, module: str | None) -> str:
+    """The text with its place filled: ` in h.3` (nothing for the model itself)."""
+    return text.replace(LOC, f" in {module}" if module else "")
+
+
+def _generic(f: Finding) -> str | None:
+    """The text with the item of its container made generic; None if it has none."""
+    if not f.module or split_item(f.module) is None:
+        return None
+    star = pattern(f.module)
+    text = re.sub(rf"(?<![\w]){re.escape(f.module)}(?![\w])", star, f.text)
+    return _COUNTER.sub(r"`\1`", text)
+
+
+def messages(findings: Iterable[Finding]) -> dict[str, tuple[str, ...]]:
+    """Bucket -> messages, one per group of findings, in order of first appearance."""
+    groups: dict[tuple, list[Finding]] = {}
+    for i, f in enumerate(findings):
+        generic = _generic(f)
+        key = (f.bucket, generic) if generic is not None else (f.bucket, i)
+        groups.setdefault(key, []).append(f)
+    out: dict[str, list[str]] = {b: [] for b in BUCKETS}
+    for (bucket, generic), members in groups.items():
+        modules = list(dict.fromkeys(m.module for m in members))
+        if len(modules) == 1:
+            out[bucket] += [located(m.text, m.module) for m in members]
+        else:
+            paths = sorted(modules, key=lambda p: split_item(p)[1])  # type: ignore[arg-type,index]
+            out[bucket].append(str(generic).replace(LOC, f" in {short_form(paths)}"))
+    return {b: tuple(v) for b, v in out.items()}
