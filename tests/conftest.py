@@ -1,1 +1,24 @@
 """Shared fixtures for the unit tests (interpreter setup and gpu rule: ../conftest.py)."""
+
+import gc
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def torch_warm():
+    """Run one analysis before pytester snapshots sys.modules.
+
+    pytester removes the modules an in-process run imported; torch's lazily
+    imported internals must not be imported a second time (that aborts).
+    """
+    import torch
+
+    import fusion_core
+
+    fusion_core.analyze(torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Sigmoid()), (2, 4))
+    # Each inner run ends with pytest's full gc.collect(); freezing torch's millions of
+    # long-lived objects keeps that from scanning them every time.
+    gc.freeze()
+    yield
+    gc.unfreeze()

@@ -2,38 +2,27 @@
 timings), one grouped message per change in a repeated block, and the op that now
 separates a lost cluster's ops (an unknown call, an in-place write)."""
 
-import gc
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from fusion_plugin_helpers import MEASURE_CONFTEST, PLUGIN_ARGS, baselines, write_timings
+from fusion_plugin_helpers import HEAD, MEASURE_CONFTEST, PLUGIN_ARGS, baselines, write_timings
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = "NVIDIA H200 sm_90"
 CHECKS = "checks=('clusters', 'rejections', 'traffic')"  # no timing noise on a CUDA machine
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _torch_modules_loaded():
-    """Run one analysis before pytester snapshots sys.modules (see test_fusion_plugin)."""
-    import torch
-
-    import fusion_core
-
-    fusion_core.analyze(torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Sigmoid()), (2, 4))
-    gc.freeze()
-    yield
-    gc.unfreeze()
+pytestmark = pytest.mark.usefixtures("torch_warm")  # tests/conftest.py
 
 
 @pytest.fixture
 def proj(pytester, monkeypatch):
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # model.py is rewritten between runs
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    for name in ("model", "microgpt"):  # the inner runs must import this project's copy
+    for name in ("model", "microgpt", "test_examples_fusion"):  # import this project's copies
         monkeypatch.delitem(sys.modules, name, raising=False)
     pytester.makeini("[pytest]\n")
     return pytester
@@ -49,19 +38,9 @@ def edit(p: pytest.Pytester, source: str) -> None:
     sys.modules.pop("model", None)
 
 
-TWO = """\
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(8, 8)
-        self.b = nn.Parameter(torch.zeros({bias}))
-    def forward(self, x):
-        y = F.relu(x * 2.0) + self.b
-        return torch.sigmoid(self.lin(y)) * 3.0
-"""
+# Two clusters: `mul → relu → add` on line 10 and `sigmoid → mul` on line 11.
+TWO = HEAD + ("        y = F.relu(x * 2.0) + self.b\n"
+              "        return torch.sigmoid(self.lin(y)) * 3.0\n")
 
 TEST_TWO = f"""\
 import pytest

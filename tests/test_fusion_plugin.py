@@ -1,6 +1,5 @@
 """The pytest plugin end to end, through pytester (in-process runs on tiny models)."""
 
-import gc
 import json
 import sys
 
@@ -18,23 +17,7 @@ from fusion_plugin_helpers import (
 CMD = "pytest --fusion-update-baselines"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _torch_modules_loaded():
-    """Run one analysis before pytester snapshots sys.modules.
-
-    pytester removes the modules an in-process run imported; torch's lazily
-    imported internals must not be imported a second time (that aborts).
-    """
-    import torch
-
-    import fusion_core
-
-    fusion_core.analyze(torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Sigmoid()), (2, 4))
-    # Each inner run ends with pytest's full gc.collect(); freezing torch's millions of
-    # long-lived objects keeps that from scanning them every time.
-    gc.freeze()
-    yield
-    gc.unfreeze()
+pytestmark = pytest.mark.usefixtures("torch_warm")  # tests/conftest.py
 
 
 @pytest.fixture
