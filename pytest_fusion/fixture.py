@@ -58,7 +58,8 @@ class FusionResult:
         """Every cluster and rejection, one per line (used in assertion messages)."""
         s = self.snapshot
         lines = [f"{s.model}: {len(s.clusters)} cluster(s)"]
-        lines += [f"  cluster `{c.chain}` ({c.category}) at {c.lines}" for c in s.clusters]
+        lines += [f"  cluster `{c.chain}` ({c.category}){f' in {c.module}' if c.module else ''}"
+                  f" at {c.lines}" for c in s.clusters]
         lines += [f"  rejected: {r.check} on `{r.chain}` at {r.lines}: {r.reason}"
                   for r in s.rejections]
         return "\n".join(lines)
