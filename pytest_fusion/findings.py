@@ -38,7 +38,9 @@ def _generic(f: Finding) -> str | None:
     if not f.module or split_item(f.module) is None:
         return None
     star = pattern(f.module)
-    text = re.sub(rf"(?<![\w]){re.escape(f.module)}(?![\w])", star, f.text)
+    # Module paths appear in messages only inside labels (`self.h.3.fc`); a bare "0" of a
+    # Sequential's child must not rewrite numbers elsewhere in the text.
+    text = re.sub(rf"(?<=`self\.){re.escape(f.module)}(?=[.`])", star, f.text)
     return _COUNTER.sub(r"`\1`", text)
 
 

@@ -165,6 +165,12 @@ def test_findings_about_repeated_items_become_one_message():
         "`add → layer_norm` in h.0…h.11 (×12) at m.py:5-6 no longer fuses: fan-out, `add` is "
         "also used by `self.h.*.fc`",)
     assert said["changes"] == ("`mul` in head at m.py:9",)
+    # Children of an nn.Sequential are `0`, `1`, …: only labels take the `*`.
+    seq = [Finding("regressions", f"`mul`{LOC} at m.py:3 moves more traffic: 0 B → 10 B "
+                   f"(+100%, tolerance 0%), see `self.{i}.fc`", str(i)) for i in range(3)]
+    assert messages(seq)["regressions"] == (
+        "`mul` in 0…2 (×3) at m.py:3 moves more traffic: 0 B → 10 B (+100%, tolerance 0%), "
+        "see `self.*.fc`",)
     one = messages(found[3:4])["regressions"]
     assert one == ("`add → layer_norm` in h.3 at m.py:5-6 no longer fuses: fan-out, `add_3` is "
                    "also used by `self.h.3.fc`",)
