@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import inspect
 import sys
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.nn as nn
@@ -15,25 +17,58 @@ from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before tri
 from .errors import ModelLoadError
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """A model file's bytes as they were imported: what its traced line numbers refer to,
+    and what `--apply` checks the file against before writing."""
+
+    path: str  # the file name its code objects (and so its stack traces) carry
+    data: bytes = field(repr=False)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
 def import_model_file(path: str | Path):
     """Import `path` as a module (named after the file) and return it."""
+    return import_model_source(path)[0]
+
+
+def import_model_source(path: str | Path):
+    """Import `path` from one read of its bytes; return the module and those bytes.
+
+    The module is compiled from the bytes kept, so a file saved again while the analysis
+    runs cannot make the mapped lines (or `--apply`) disagree with the imported code.
+    """
     p = Path(path)
     if not p.is_file():
         raise ModelLoadError(f"model file not found: {path} (pass --model PATH to a .py file)")
     name = f"fusion_model_{p.stem}"
     spec = importlib.util.spec_from_file_location(name, p)
-    if spec is None or spec.loader is None:
+    if spec is None or spec.loader is None or spec.origin is None:
         raise ModelLoadError(f"cannot import {path}: not a Python file (pass a .py file)")
+    try:
+        source = ModelSource(spec.origin, p.read_bytes())
+    except OSError as e:
+        raise ModelLoadError(f"cannot read {path}: {e.strerror or e} (check its "
+                             "permissions)") from e
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look modules up by name
     folder = str(p.resolve().parent)
     sys.path.insert(0, folder)  # sibling imports (e.g. an applied `*_fused` module) resolve
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source.data, source.path, "exec", dont_inherit=True), module.__dict__)
     except SyntaxError as e:
         sys.modules.pop(name, None)
         raise ModelLoadError(
             f"{path}:{e.lineno}: syntax error: {e.msg} (fix the file and retry)") from e
+    except SystemExit as e:  # a script-style file: its exit must not end the analyzer
+        sys.modules.pop(name, None)
+        raise ModelLoadError(
+            f"model file {path}{_user_line(e, p)} exited with status {_status(e)} while "
+            "importing it: move the sys.exit() (or the script code) under "
+            "`if __name__ == '__main__':`") from e
     except Exception as e:  # noqa: BLE001 - anything the user's module raises at import
         sys.modules.pop(name, None)
         line = _user_line(e, p)
@@ -43,7 +78,14 @@ def import_model_file(path: str | Path):
     finally:
         if folder in sys.path:
             sys.path.remove(folder)
-    return module
+    return module, source
+
+
+def _status(e: SystemExit) -> str:
+    """The process status `sys.exit(code)` asks for, as Python would set it."""
+    if e.code is None or isinstance(e.code, int):
+        return str(e.code or 0)
+    return f"1 ({e.code})"
 
 
 def _user_line(exc: BaseException, path: Path) -> str:
@@ -127,5 +169,11 @@ def instantiate(cls: type[nn.Module], path: str | Path) -> nn.Module:
 
 def load_model(path: str | Path, class_name: str | None = None) -> nn.Module:
     """Import `path`, pick the model class, and return an instance in eval mode."""
-    module = import_model_file(path)
-    return instantiate(pick_class(module, path, class_name), path)
+    return load_model_source(path, class_name)[0]
+
+
+def load_model_source(path: str | Path, class_name: str | None = None
+                      ) -> tuple[nn.Module, ModelSource]:
+    """`load_model`, plus the file's bytes as imported."""
+    module, source = import_model_source(path)
+    return instantiate(pick_class(module, path, class_name), path), source

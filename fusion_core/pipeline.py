@@ -8,6 +8,7 @@ results; nothing here depends on them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from .ir.graph import FusionGraph
 from .ir.linear_bias import split_linear_bias
 from .ir.normalize import to_fusion_graph
 from .ir.shapes import InputSpec
-from .load import load_model
+from .load import ModelSource, load_model_source
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class Analysis:
     graph_module: fx.GraphModule = field(compare=False, repr=False)
     # `capture="auto"` fell back to torch.export: why FX failed, one line ("" otherwise).
     capture_fallback: str = ""
+    # The model file's bytes as imported (`analyze_file` only): the source map reads its
+    # lines from them and `--apply` refuses to write a file that no longer holds them.
+    source: ModelSource | None = field(default=None, compare=False, repr=False)
 
     @property
     def n_nodes(self) -> int:
@@ -135,8 +139,8 @@ def analyze_file(path: str | Path, specs: Sequence[InputSpec],
     weights) runs the model in that dtype: its floating parameters and buffers
     are cast, as `model.to(dtype)` would, so the analysis matches a real bf16 run.
     """
-    model = load_model(path, class_name)
+    model, source = load_model_source(path, class_name)
     floating = {s.dtype for s in specs if s.dtype.is_floating_point}
     if len(floating) == 1 and len(floating) == len({s.dtype for s in specs}):
         model = model.to(floating.pop())
-    return analyze(model, *specs, capture=capture)
+    return dataclasses.replace(analyze(model, *specs, capture=capture), source=source)

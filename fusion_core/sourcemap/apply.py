@@ -32,7 +32,7 @@ from ..pipeline import Analysis
 from ..report.units import short_path
 from .fused import MARKER, FusedOp, import_block, package_files, package_name, shape_rule
 from .mapping import SourceMapping
-from .pysource import sha256
+from .pysource import physical_lines, sha256
 
 Verdicts = Mapping[int, tuple[bool, str]]  # cluster → (usable, status in words)
 
@@ -109,7 +109,11 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
             skipped.append(Skip(m.cluster_index, reason, pointer=not m.exact))
         elif rep == m.cluster_index:
             edits[m.start] = m
-    digest = next((m.digest for m in edits.values()), None)
+    # The bytes the model was imported from, when this is that file: what the edits and
+    # the kernels were made from, so what the file must still hold at write time.
+    source = analysis.source
+    imported = source is not None and Path(source.path).resolve() == path
+    digest = source.digest if imported else next((m.digest for m in edits.values()), None)
     used = [op for rep, op in sorted(ops.items()) if any(
         e.call == op.call for e in edits.values())]
     return ApplyPlan(path, digest, tuple(edits[k] for k in sorted(edits)), tuple(used),
@@ -147,7 +151,7 @@ def _insert_at(tree: ast.Module) -> int:
 
 def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[int, int]]:
     """The new file text and, per edit's first cluster, the line its call lands on."""
-    lines = text.splitlines(keepends=True)
+    lines = physical_lines(text)
     tree = ast.parse(text)
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
         n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))} | {
@@ -184,7 +188,11 @@ def _backup_path(path: Path) -> Path:
 
 
 def _read_checked(plan: ApplyPlan) -> bytes:
-    data = plan.path.read_bytes()
+    try:
+        data = plan.path.read_bytes()
+    except OSError as e:
+        raise ApplyError(f"cannot read {short_path(str(plan.path))} again: {e.strerror or e} "
+                         "(check it is still there and readable)") from e
     if plan.digest is None or sha256(data) != plan.digest:
         raise ApplyError(f"{short_path(str(plan.path))} changed since it was analyzed: run "
                          "fusion-advisor again before --apply")
@@ -267,6 +275,8 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
           ask: Callable[[str], bool] | None) -> ApplyResult | None:
     """Write the plan after confirmation; None when nothing was written."""
     where = short_path(str(plan.path))
+    if plan.digest is not None:
+        _read_checked(plan)  # saved again during the run: refuse before anything else
     pointers = [s.cluster for s in plan.skipped if s.pointer]
     if pointers:
         console.print(f"Not applied: cluster(s) {', '.join(map(str, pointers))} (pointer "

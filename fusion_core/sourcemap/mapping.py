@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, Ref
@@ -94,7 +95,15 @@ def _count(n: int) -> str:
     return _NUMBERS.get(n, str(n))
 
 
-def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> _Span:
+def _disk_bytes(path: str) -> bytes | None:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None
+
+
+def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
+          changed: frozenset[str] = frozenset()) -> _Span:
     nodes = [analysis.graph[n] for n in c.nodes]
     missing = [n.name for n in nodes if n.source is None]
     if missing:
@@ -118,6 +127,9 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> _Span
         src.tree  # noqa: B018 - parse now so a syntax error degrades this mapping only
     except (OSError, SyntaxError, UnicodeDecodeError) as e:
         raise _Pointer(f"cannot read {paths[0]}: {e}", **where) from e
+    if src.path in changed:
+        raise _Pointer("the file changed since it was traced (it no longer holds the code "
+                       "that was imported): run fusion-advisor again", **where)
     stale = next((n for n in nodes if n.source.code
                   and src.line_text(n.source.line).strip() != n.source.code), None)
     if stale is not None:
@@ -255,6 +267,8 @@ def _targets(c: Cluster, span: _Span, values: tuple[str | None, ...]) -> tuple[s
 
 
 def _unify(analysis: Analysis, c: Cluster, span: _Span) -> _Found:
+    if not c.outputs:  # detection keeps dead code out of clusters; never index past this
+        raise _Pointer("the cluster writes no result the model uses")
     if len(c.outputs) > 1 and not isinstance(span.stmts[-1].node, ast.Assign):
         raise _Pointer(f"the cluster writes {_count(len(c.outputs))} values "
                        f"({', '.join(c.outputs)}); only an assignment can take them all")
@@ -348,13 +362,21 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
 
 
 def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
-    """One mapping per cluster, in cluster order."""
+    """One mapping per cluster, in cluster order.
+
+    The model file's lines are those it was imported from (``Analysis.source``), not
+    what the disk holds now: a file saved again during the run maps as imported, and
+    ``--apply`` then refuses to overwrite the newer file.
+    """
     files: dict[str, SourceFile] = {}
+    if analysis.source is not None:
+        files[analysis.source.path] = SourceFile(analysis.source.path, analysis.source.data)
+    changed = frozenset(p for p, f in files.items() if _disk_bytes(p) != f.data)
     spans: dict[int, _Span] = {}
     out: dict[int, SourceMapping] = {}
     for c in analysis.clusters:
         try:
-            spans[c.index] = _span(analysis, c, files)
+            spans[c.index] = _span(analysis, c, files, changed)
         except _Pointer as p:
             digest = files[p.file].digest if p.file in files else None
             out[c.index] = SourceMapping(c.index, POINTER, p.file, p.start, p.end, p.reason,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -20,6 +21,17 @@ _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+# Python ends a line at \n, \r\n or \r only; str.splitlines also splits at form feeds,
+# vertical tabs and other separators the tokenizer reads as whitespace, which would shift
+# every later line number.
+_LINE_END = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")
+
+
+def physical_lines(text: str) -> list[str]:
+    """The file's lines as Python numbers them, each with its ending."""
+    return [line for line in _LINE_END.split(text) if line]
 
 
 @dataclass(frozen=True)
@@ -66,7 +78,7 @@ class SourceFile:
     @cached_property
     def lines(self) -> list[str]:
         """Lines with their endings, 0-based (line n is lines[n - 1])."""
-        return self.text.splitlines(keepends=True)
+        return physical_lines(self.text)
 
     @cached_property
     def tree(self) -> ast.Module:
