@@ -23,9 +23,25 @@ from .types import Cluster, LineSpan, Rejection
 MIN_OPS = 2
 
 
+def dead_code(g: FusionGraph) -> set[str]:
+    """Compute and view nodes whose value reaches neither the model's output nor any op
+    that may have an effect (in-place and opaque ops count as effects)."""
+    live: set[str] = set()
+    stack = [n.name for n in g.nodes if not (n.kind.is_compute or n.kind is OpKind.VIEW)]
+    while stack:
+        name = stack.pop()
+        if name not in live:
+            live.add(name)
+            stack.extend(g[name].refs)
+    return {n.name for n in g.nodes if n.name not in live}
+
+
 def candidates(g: FusionGraph) -> set[str]:
-    """Compute and in-place nodes, plus views that sit between two of them."""
-    compute = {n.name for n in g.nodes if n.kind.is_compute or n.kind is OpKind.INPLACE}
+    """Compute and in-place nodes, plus views that sit between two of them; never dead
+    code (a group whose result nothing reads has no output to write)."""
+    dead = dead_code(g)
+    compute = {n.name for n in g.nodes if (n.kind.is_compute or n.kind is OpKind.INPLACE)
+               and n.name not in dead}
     views = {n.name for n in g.nodes if n.kind is OpKind.VIEW
              and any(r in compute for r in n.refs)
              and any(u in compute for u in g.users[n.name])}
@@ -85,9 +101,19 @@ def _cut_rejection(g: FusionGraph, component: tuple[str, ...], lone: tuple[str, 
                "reduction and these were left alone")
 
 
+def _dead_rejections(g: FusionGraph) -> list[Rejection]:
+    """One rejection per connected piece of unused code that would have been a group."""
+    dead = {n for n in dead_code(g) if g[n].kind.is_compute}
+    return [Rejection(check="dead-code", nodes=group, ops=tuple(g[n].op for n in group),
+                      culprits=group, lines=line_span(g, group),
+                      reason="dead code: result unused (nothing on the way to the model's "
+                             "output reads it), so there is no kernel to make")
+            for group in components(g, dead) if n_working_ops(g, group) >= MIN_OPS]
+
+
 def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
     legal: list[tuple[str, ...]] = []
-    rejections: list[Rejection] = []
+    rejections: list[Rejection] = _dead_rejections(g)
     cuts: list[tuple[tuple[str, ...], tuple[str, ...]]] = []  # (component, nodes left alone)
     work: list[tuple[str, ...]] = []
     for component in components(g, candidates(g)):

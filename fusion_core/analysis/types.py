@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CHECKS = ("fan-out", "convexity", "shapes", "aliasing", "reduction", "lowering")
+CHECKS = ("fan-out", "convexity", "shapes", "aliasing", "reduction", "lowering", "dead-code")
 
 
 @dataclass(frozen=True)

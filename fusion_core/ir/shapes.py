@@ -9,6 +9,7 @@ allocates nothing at that size.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,11 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from ..errors import CaptureError, FusionAdvisorError, InputSpecError
 from .registry import lookup
 from .trace import is_user_frame
+
+# torch's TensorIterator kernels (reductions among them) take at most 64 dims, and a
+# tensor's size in bytes is a signed 64-bit integer.
+MAX_DIMS = 64
+MAX_BYTES = 2**63 - 1
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -45,7 +51,17 @@ class InputSpec:
         if any(d == 0 for d in shape):
             raise InputSpecError(f"--input-shape {text!r} has a zero dimension: "
                                  "every dimension must be at least 1")
-        return cls(shape, parse_dtype(dtype))
+        if len(shape) > MAX_DIMS:
+            raise InputSpecError(f"--input-shape has {len(shape)} dimensions; torch's kernels "
+                                 f"take at most {MAX_DIMS}: give a shape with fewer dimensions")
+        spec = cls(shape, parse_dtype(dtype))
+        nbytes = math.prod(shape) * spec.dtype.itemsize
+        if nbytes > MAX_BYTES:
+            raise InputSpecError(
+                f"--input-shape {text.strip()!r} of {str(spec.dtype).removeprefix('torch.')} "
+                f"is {nbytes:.3g} bytes, more than torch can address (2**63 - 1 bytes): "
+                "give a smaller shape")
+        return spec
 
     def __str__(self) -> str:
         return "×".join(map(str, self.shape)) + f" {str(self.dtype).removeprefix('torch.')}"

@@ -13,19 +13,23 @@ from .units import fmt_bytes, short_path
 
 
 def cluster_table(analysis: Analysis, maps: dict[int, str] | None = None,
-                  lines: dict[int, str] | None = None) -> Table:
-    table = Table(title="Fusable clusters (estimated memory traffic)", title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("category")
-    table.add_column("ops")
-    table.add_column("traffic\n(unfused)", justify="right")
-    table.add_column("traffic\n(fused)", justify="right")
-    table.add_column("traffic\nsaved", justify="right")
-    table.add_column("map")
-    table.add_column("lines")
+                  lines: dict[int, str] | None = None, narrow: bool = False) -> Table:
+    """One row per cluster. `narrow` (a console too slim for the full table): no box
+    lines, categories broken at their hyphens, and only the ops column wraps, so no cell
+    is cut short."""
+    table = Table(title="Fusable clusters (estimated memory traffic)", title_justify="left",
+                  **({"box": None, "pad_edge": False} if narrow else {}))
+    table.add_column("#", justify="right", no_wrap=narrow)
+    table.add_column("category", no_wrap=narrow)
+    table.add_column("ops", overflow="fold" if narrow else "ellipsis")
+    for head in ("traffic\n(unfused)", "traffic\n(fused)", "traffic\nsaved"):
+        table.add_column(head, justify="right", no_wrap=narrow)
+    table.add_column("map", no_wrap=narrow)
+    table.add_column("lines", no_wrap=narrow)
     for c in analysis.clusters:
         t = c.traffic
-        table.add_row(str(c.index), c.category, c.chain, fmt_bytes(t.unfused_bytes),
+        category = c.category.replace("-", "-\n") if narrow else c.category
+        table.add_row(str(c.index), category, c.chain, fmt_bytes(t.unfused_bytes),
                       fmt_bytes(t.fused_bytes), f"{t.saved_fraction:.0%}",
                       (maps or {}).get(c.index, "pending"),
                       (lines or {}).get(c.index) or (str(c.lines) if c.lines else "-"))
@@ -82,7 +86,11 @@ def print_analysis(analysis: Analysis, console: Console, explain_rejections: boo
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print()
     if analysis.clusters:
-        console.print(cluster_table(analysis, maps, lines))
+        table = cluster_table(analysis, maps, lines)
+        natural = console.measure(table, options=console.options.update_width(10**4))
+        if natural.maximum > console.width:
+            table = cluster_table(analysis, maps, lines, narrow=True)
+        console.print(table)
     console.print(totals_line(analysis), highlight=False)
     for line in recompute_lines(analysis):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -105,8 +113,9 @@ def print_rejections(analysis: Analysis, console: Console) -> None:
         ops = " → ".join(r.ops) if len(r.ops) <= 6 else (
             " → ".join(r.ops[:3]) + f" → … ({len(r.ops)} ops)")
         console.print(f"  [bold]{r.check}[/bold]  {ops}{where}", highlight=False)
-        console.print(f"      {r.reason}; dropped {', '.join(r.culprits)} and retried",
-                      highlight=False, markup=False)
+        retried = "" if r.check == "dead-code" else (
+            f"; dropped {', '.join(r.culprits)} and retried")
+        console.print(f"      {r.reason}{retried}", highlight=False, markup=False)
 
 
 def print_barriers(analysis: Analysis, console: Console) -> None:
