@@ -152,7 +152,11 @@ class FusionAdvisor:
             analysis = fusion_core.analyze(build_model(model), *build_inputs(inputs, dtype),
                                            capture=capture)
         except fusion_core.FusionAdvisorError as e:
-            pytest.fail(f"fusion analysis failed: {e}", pytrace=False)
+            failure = f"fusion analysis failed: {e}"
+        else:
+            failure = None
+        if failure is not None:  # outside the handler: pytest would print the whole chain
+            pytest.fail(failure, pytrace=False)
         rootdir = self.item.config.rootpath
         raw = self.item.config.hook.pytest_fusion_measure(
             analysis=analysis, config=self.item.config) if measure else None

@@ -157,3 +157,28 @@ def test_frontend_in_the_baseline_data_is_optional_and_typed():
     with pytest.raises(BaselineError, match="corrupt fusion baseline b.yaml: `frontend` has "
                                             "the wrong type"):
         from_data({**data, "frontend": 3}, "b.yaml")
+
+
+def test_a_capture_error_fails_the_test_with_one_line(proj):
+    """No chain of the frontends' exceptions under the message, at any --tb setting."""
+    proj.makepyfile(test_branch=(
+        "import pytest\nimport torch.nn as nn\n\n"
+        "class M(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if (x * 2.0).sum() > 0:\n"
+        "            return x\n"
+        "        return -x\n\n"
+        "@pytest.mark.fusion_check(M, (4, 8))\n"
+        "def test_branch():\n"
+        "    pass\n"))
+    for tb in ("short", "long"):
+        r = run(proj, "test_branch.py", f"--tb={tb}")
+        r.assert_outcomes(failed=1)
+        out = r.stdout.str()
+        section = out[out.index("_ test_branch _"):out.index("short test summary")]
+        lines = [line for line in section.splitlines()[1:]
+                 if line.strip() and not line.startswith("=")]
+        assert len(lines) == 1, section
+        assert lines[0].startswith("fusion analysis failed: cannot capture M")
+        assert "torch.where" in lines[0]
+        assert "direct cause" not in out and "During handling" not in out
