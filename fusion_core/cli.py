@@ -11,12 +11,14 @@ import torch
 from rich.console import Console
 
 from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
+from .codegen.kernel import GENERATED_MARK, foreign_files
 from .errors import FusionAdvisorError, InputSpecError
 from .ir.shapes import DTYPES, InputSpec
 from .pipeline import analyze_file
 from .report.console import print_analysis
 from .report.json_report import to_document, write_json
 from .sourcemap import map_clusters, print_diffs
+from .sourcemap.apply import ApplyError
 from .sourcemap.steps import (
     apply_step,
     check_apply_flags,
@@ -24,6 +26,7 @@ from .sourcemap.steps import (
     map_column,
     source_map_extra,
 )
+from .triton_support import INSTALL_HINT, triton_missing, triton_note
 from .validate.run import use_interpreter_without_cuda
 from .validate.steps import after_analysis
 
@@ -47,6 +50,57 @@ def _check_writable(path: str, flag: str) -> None:
                                  "is not writable (choose another path)")
 
 
+def _check_out_dir(path: str) -> None:
+    """--out-dir must be a folder we can write, or one we can create: checked before the
+    analysis so a long run does not end on a permission error."""
+    target = Path(path).resolve()
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if existing == target and not target.is_dir():
+        raise FusionAdvisorError(f"cannot write --out-dir {path}: it is a file, not a folder "
+                                 "(choose another path)")
+    if not existing.is_dir():
+        raise FusionAdvisorError(f"cannot create --out-dir {path}: {existing} is a file, not a "
+                                 "folder (choose another path)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise FusionAdvisorError(f"cannot write --out-dir {path}: {existing} is not writable "
+                                 "(choose another folder or fix its permissions)")
+
+
+def _check_foreign_files(out_dir: str, clusters: list[int], force: bool) -> None:
+    """Never replace a file of the user's in --out-dir without being told to."""
+    foreign = [] if force else foreign_files(out_dir, clusters)
+    if foreign:
+        names = ", ".join(p.name for p in foreign)
+        raise FusionAdvisorError(
+            f"--out-dir {out_dir} already holds {names}, which fusion-advisor did not write "
+            f"(no '{GENERATED_MARK}' first line): move it away, choose another --out-dir, or "
+            "pass --force to overwrite")
+
+
+def _console() -> Console:
+    """On a terminal rich wraps to its width. Piped, prose lines stay whole (soft wrap: no
+    break mid-sentence) and tables get COLUMNS columns when set, else 140."""
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=None if os.environ.get("COLUMNS", "").isdigit() else 140,
+                   soft_wrap=True)
+
+
+class _OneLineUsageError(click.UsageError):
+    """click's option errors as one line like ours (no usage block)."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()} (see fusion-advisor --help)", err=True)
+
+
+class _Command(click.Command):
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            raise _OneLineUsageError(e.format_message(), e.ctx) from None
+
+
 def model_options(command):
     """The options that name a model and its example inputs (shared with `agreement`)."""
     for option in reversed((
@@ -64,10 +118,12 @@ def model_options(command):
     return command
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fusion-advisor", message="fusion-advisor %(version)s")
 @model_options
-@click.option("--out-dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="Where generated kernels are written.")
+@click.option("--out-dir", metavar="DIR", help="Where generated kernels are written.")
+@click.option("--force", is_flag=True,
+              help="Let --out-dir overwrite files fusion-advisor did not generate.")
 @click.option("--explain-rejections", is_flag=True,
               help="List every candidate that failed a legality check, and why.")
 @click.option("--json", "json_path", metavar="FILE", help="Write machine-readable results.")
@@ -83,7 +139,7 @@ def model_options(command):
 @click.option("--yes", "assume_yes", is_flag=True, help="With --apply: apply without asking.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
-        dtypes: tuple[str, ...], out_dir: str | None, explain_rejections: bool,
+        dtypes: tuple[str, ...], out_dir: str | None, force: bool, explain_rejections: bool,
         json_path: str | None, capture: str, peak_gbps: float | None, vs_inductor: bool,
         apply_edits: bool, assume_yes: bool, debug: bool) -> None:
     """Analyze which ops in a PyTorch model fuse, why, and what fusion saves."""
@@ -92,16 +148,23 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         specs = _specs(shapes, dtypes)
         if json_path:
             _check_writable(json_path, "--json")
+        if out_dir:
+            _check_out_dir(out_dir)
         check_apply_flags(apply_edits, assume_yes)
+        if apply_edits and triton_missing() is not None:
+            raise ApplyError(f"--apply writes only kernels it has verified, and triton is not "
+                             f"installed ({triton_missing()}): {INSTALL_HINT}")
         # A model built with no arguments has random weights: seeded, the same command
         # reports the same numerics errors every time.
         torch.manual_seed(0)
         analysis = analyze_file(model_path, specs, model_class, capture=capture)
-        # Piped output keeps the table on one line per row instead of 80 columns.
-        console = Console(width=None if sys.stdout.isatty() else 140)
+        if out_dir:
+            _check_foreign_files(out_dir, [c.index for c in analysis.clusters], force)
+        console = _console()
         mappings = map_clusters(analysis)
         print_analysis(analysis, console, explain_rejections=explain_rejections,
-                       maps=map_column(mappings), lines=lines_column(mappings))
+                       maps=map_column(mappings), lines=lines_column(mappings),
+                       notes=triton_note())
         extra = after_analysis(analysis, console, out_dir, peak_gbps, vs_inductor)
         print_diffs(mappings, console)
         extra.update(source_map_extra(mappings))

@@ -61,8 +61,9 @@ def import_model_source(path: str | Path):
         exec(compile(source.data, source.path, "exec", dont_inherit=True), module.__dict__)
     except SyntaxError as e:
         sys.modules.pop(name, None)
+        line = f":{e.lineno}" if e.lineno else ""
         raise ModelLoadError(
-            f"{path}:{e.lineno}: syntax error: {e.msg} (fix the file and retry)") from e
+            f"{path}{line}: syntax error: {e.msg} (fix the file and retry)") from e
     except SystemExit as e:  # a script-style file: its exit must not end the analyzer
         sys.modules.pop(name, None)
         raise ModelLoadError(

@@ -22,3 +22,13 @@ def torch_warm():
     gc.freeze()
     yield
     gc.unfreeze()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_terminal_width():
+    """The CLI sizes piped tables by COLUMNS when it is set, and pytest-xdist's workers
+    export COLUMNS=80: tests that want a width ask for it themselves."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("COLUMNS", raising=False)
+        mp.delenv("LINES", raising=False)
+        yield

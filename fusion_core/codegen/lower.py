@@ -137,6 +137,11 @@ def plan(graph: FusionGraph, cluster: Cluster) -> KernelPlan:
     return _Lowering(graph, cluster).run()
 
 
+def kernel_name(cluster_index: int) -> str:
+    """The kernel's launcher name and file stem (`cluster0`)."""
+    return f"cluster{cluster_index}"
+
+
 def _numel(graph: FusionGraph, name: str) -> int:
     return math.prod(_meta(graph, name).shape)
 
@@ -226,7 +231,7 @@ class _Lowering:
         stmts = _live(stmts, reduction, outputs)
         tiled = reduction is None and _needs_tiles(self.domain, inputs + outputs)
         return KernelPlan(
-            name=f"cluster{self.c.index}", cluster_index=self.c.index,
+            name=kernel_name(self.c.index), cluster_index=self.c.index,
             skeleton="reduction" if self.red is not None else "elementwise",
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,

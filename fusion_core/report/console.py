@@ -4,6 +4,8 @@ names them)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
 from rich.table import Table
 
@@ -80,9 +82,10 @@ def header(analysis: Analysis) -> list[str]:
 
 
 def print_analysis(analysis: Analysis, console: Console, explain_rejections: bool = False,
-                   maps: dict[int, str] | None = None, lines: dict[int, str] | None = None
-                   ) -> None:
-    for line in header(analysis):
+                   maps: dict[int, str] | None = None, lines: dict[int, str] | None = None,
+                   notes: Sequence[str] = ()) -> None:
+    """`notes`: lines for the header, under the model line (e.g. what this install lacks)."""
+    for line in (*header(analysis), *notes):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print()
     if analysis.clusters:

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from ..errors import FusionAdvisorError
 from ..pipeline import Analysis
+from ..triton_support import triton_missing
 from .inputs import random_inputs
 from .report import print_validation, report_dict
 from .run import validate
@@ -115,11 +116,22 @@ def after_analysis(analysis: Analysis, console: Console, out_dir: str | None,
     return extra
 
 
+def print_triton_missing(analysis: Analysis, console: Console) -> None:
+    """The Numerics section of a run without Triton (the header said why and the fix)."""
+    console.print()
+    console.print("Numerics: skipped, triton is not installed", highlight=False)
+    for c in analysis.clusters:
+        console.print(f"cluster {c.index}: skipped: triton not installed", highlight=False)
+
+
 def _validate(analysis: Analysis, console: Console, out_dir: str | None,
               peak_gbps: float | None, vs_inductor: bool) -> ValidationReport | None:
     if _codegen() is None:
         console.print()
         console.print("Numerics: skipped (no code generator in this install)", highlight=False)
+        return None
+    if triton_missing() is not None:
+        print_triton_missing(analysis, console)
         return None
     report = validate(analysis, workdir=out_dir, peak_gbps=peak_gbps, inductor=vs_inductor)
     print_validation(report, console, inductor=vs_inductor)
