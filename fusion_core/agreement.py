@@ -15,11 +15,12 @@ from typing import Any
 import click
 from rich.console import Console
 
-from .cli import _check_writable, _specs, model_options
+from .cli import OneLineErrors, _check_writable, _specs, model_options
 from .errors import FusionAdvisorError
 from .inductor.capture import capture
 from .inductor.match import Agreement, match, to_dict
 from .pipeline import Analysis, analyze_file
+from .report.console import report_console
 from .report.json_report import inputs_json, write_json
 from .validate.inputs import random_inputs
 
@@ -51,7 +52,7 @@ def document(a: Agreement, analysis: Analysis) -> dict[str, Any]:
             "inductor": to_dict(a)}
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @model_options
 @click.option("--capture", "capture_mode", type=click.Choice(["auto", "fx", "export"]),
               default="auto", show_default=True, help="Graph capture frontend.")
@@ -67,7 +68,7 @@ def main(model_path: str, model_class: str | None, shapes: tuple[str, ...],
             _check_writable(json_path, "--json")
         analysis = analyze_file(model_path, specs, model_class, capture=capture_mode)
         a = agreement(analysis)
-        print_agreement(a, Console(width=None if sys.stdout.isatty() else 140))
+        print_agreement(a, report_console())
         if json_path:
             write_json(json_path, document(a, analysis))
     except FusionAdvisorError as e:

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import click
 import torch
-from rich.console import Console
 
 from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 from .codegen.kernel import GENERATED_MARK, foreign_files
 from .errors import FusionAdvisorError, InputSpecError
 from .ir.shapes import DTYPES, InputSpec
 from .pipeline import analyze_file
-from .report.console import print_analysis
+from .report.console import print_analysis, report_console
 from .report.json_report import to_document, write_json
 from .sourcemap import map_clusters, print_diffs
 from .sourcemap.apply import ApplyError
@@ -77,23 +76,17 @@ def _check_foreign_files(out_dir: str, clusters: list[int], force: bool) -> None
             "pass --force to overwrite")
 
 
-def _console() -> Console:
-    """On a terminal rich wraps to its width. Piped, prose lines stay whole (soft wrap: no
-    break mid-sentence) and tables get COLUMNS columns when set, else 140."""
-    if sys.stdout.isatty():
-        return Console()
-    return Console(width=None if os.environ.get("COLUMNS", "").isdigit() else 140,
-                   soft_wrap=True)
-
-
 class _OneLineUsageError(click.UsageError):
     """click's option errors as one line like ours (no usage block)."""
 
     def show(self, file=None) -> None:
-        click.echo(f"error: {self.format_message()} (see fusion-advisor --help)", err=True)
+        where = self.ctx.command_path if self.ctx else "the command"
+        click.echo(f"error: {self.format_message()} (see {where} --help)", err=True)
 
 
-class _Command(click.Command):
+class OneLineErrors(click.Command):
+    """A command whose option errors print one line, exit code 2."""
+
     def make_context(self, info_name, args, parent=None, **extra):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
@@ -118,7 +111,7 @@ def model_options(command):
     return command
 
 
-@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fusion-advisor", message="fusion-advisor %(version)s")
 @model_options
 @click.option("--out-dir", metavar="DIR", help="Where generated kernels are written.")
@@ -160,7 +153,7 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         analysis = analyze_file(model_path, specs, model_class, capture=capture)
         if out_dir:
             _check_foreign_files(out_dir, [c.index for c in analysis.clusters], force)
-        console = _console()
+        console = report_console()
         mappings = map_clusters(analysis)
         print_analysis(analysis, console, explain_rejections=explain_rejections,
                        maps=map_column(mappings), lines=lines_column(mappings),

@@ -4,6 +4,8 @@ names them)."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -12,6 +14,15 @@ from rich.table import Table
 from ..analysis.barriers import find_barriers
 from ..pipeline import Analysis
 from .units import fmt_bytes, short_path
+
+
+def report_console() -> Console:
+    """On a terminal rich wraps to its width. Piped, prose lines stay whole (soft wrap: no
+    break mid-sentence) and tables get COLUMNS columns when set, else 140."""
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=None if os.environ.get("COLUMNS", "").isdigit() else 140,
+                   soft_wrap=True)
 
 
 def cluster_table(analysis: Analysis, maps: dict[int, str] | None = None,
