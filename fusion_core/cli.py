@@ -143,6 +143,9 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
             _check_writable(json_path, "--json")
         if out_dir:
             _check_out_dir(out_dir)
+        elif force:
+            raise FusionAdvisorError("--force lets --out-dir overwrite files: pass --out-dir "
+                                     "too")
         check_apply_flags(apply_edits, assume_yes)
         if apply_edits and triton_missing() is not None:
             raise ApplyError(f"--apply writes only kernels it has verified, and triton is not "

@@ -166,6 +166,7 @@ CASES = [
     Case("--out-dir holds a folder named cluster0.py", (*M, *SHAPE, "--out-dir", "{d}/gen"),
          ("already holds cluster0.py", "--force"),
          files={"model.py": TINY, "gen/cluster0.py/x": "mine\n"}),
+    Case("--force without --out-dir", (*M, *SHAPE, "--force"), ("pass --out-dir too",)),
     Case("--apply without a terminal", (*M, *SHAPE, "--apply"),
          ("stdin is not a terminal", "--yes")),
     Case("--yes without --apply", (*M, *SHAPE, "--yes"), ("pass --apply too",)),
