@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..analysis.legality import iteration_shape
+from ..analysis.group import iteration_shape
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.registry import SPECS
