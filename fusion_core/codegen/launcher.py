@@ -20,6 +20,7 @@ import keyword
 import re
 from dataclasses import dataclass
 
+from . import runtime
 from .lower import KernelPlan, TensorArg, wrap_args
 
 
@@ -35,12 +36,14 @@ class Tuning:
     max_rows: int = 16
 
 
+# Names a generated file defines at module level or the launcher uses as locals: an input
+# named like one of them gets a prefix. The runtime's part comes from the runtime module.
 _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block", "rows",
              "num_warps", "n_rows", "n_cols", "n_elements", "key", "plan", "copies",
-             "out_shapes", "args", "NAME", "RANK", "IN_GROUPS", "OUT_GROUPS",
-             "INT64_INDEX", "IN_ORDERS", "LAUNCH_CACHE", "LAUNCH_CACHE_SIZE", "BLOCK",
-             "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK", "PACK_WIDTH",
-             "PACK_ELEMENTS", "MAX_ROWS", "_relaid", "_dense_strides", "_layout"}
+             "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
+             "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
+             "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS,
+             *(fn.__name__ for fn in runtime.HELPERS)}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 
 
@@ -134,108 +137,6 @@ def _order(t: TensorArg) -> tuple[int, ...]:
     Expanded dims (stride 0) go outermost: innermost, they would take the unit stride that
     the kernel expects of the dim that had it."""
     return tuple(sorted(range(len(t.shape)), key=lambda k: (t.stride[k] != 0, -t.stride[k])))
-
-
-HELPERS = '''
-
-def _iteration_shape(*shapes):
-    """The inputs' broadcast shape padded to RANK dims, and how many dims were padded."""
-    shape = tuple(torch.broadcast_shapes(*shapes))
-    lead = RANK - len(shape)
-    if lead > 0:  # shapes are right-aligned: leading 1s change nothing
-        shape = (1,) * lead + shape
-    if len(shape) != RANK:
-        raise ValueError(f"{NAME}: inputs broadcast to {shape}; this kernel iterates over "
-                         f"{RANK}-d shapes")
-    return shape, max(lead, 0)
-
-
-def _spans(shape):
-    """span[k]: elements in dims k.. of the iteration shape (span[0] is the total)."""
-    span = [1] * (len(shape) + 1)
-    for k in reversed(range(len(shape))):
-        span[k] = span[k + 1] * shape[k]
-    if not INT64_INDEX and span[0] >= 2**31:
-        raise ValueError(f"{NAME}: {span[0]} elements overflow this kernel's 32-bit index "
-                         "math; regenerate it for this shape")
-    return span
-
-
-def _powers_of_two(**sizes):
-    bad = [f"{k} = {v!r}" for k, v in sizes.items()
-           if not (isinstance(v, int) and v > 0 and v & (v - 1) == 0)]
-    if bad:
-        raise ValueError(f"{NAME}: {', '.join(bad)}: tuning sizes must be powers of two "
-                         "(Triton's blocks are)")
-
-
-def _dense_strides(shape, order):
-    """Strides of a dense tensor of `shape` whose dims lie in memory in `order`."""
-    drop = len(order) - len(shape)
-    if drop > 0:  # fewer dims (right-aligned): the analysed order of the dims it has
-        order = [k - drop for k in order if k >= drop]
-    elif drop < 0:  # more dims than analysed: plain contiguous
-        order = range(len(shape))
-    strides, step = [0] * len(shape), 1
-    for k in reversed(order):
-        strides[k], step = step, step * max(shape[k], 1)
-    return tuple(strides)
-
-
-def _relaid(t, order):
-    """`t` copied into the analysed layout (`.contiguous()` when that is contiguous)."""
-    out = torch.empty_strided(t.shape, _dense_strides(t.shape, order), dtype=t.dtype,
-                              device=t.device)
-    return out.copy_(t)
-
-
-def _layout(t, shape, groups, order, row_space=False):
-    """(copy, strides): whether `t` must be copied into the analysed layout first (its own
-    strides don't fit), and the strides of its non-unit index groups then."""
-    if t.numel() == 0:  # nothing is read: any strides do
-        return False, [0 for _, _, unit in groups if not unit]
-    u = t
-    for copy in (False, True):
-        if copy:  # the strides `_relaid(t, order)` will have, without copying any data now
-            u = torch.empty_strided(t.shape, _dense_strides(t.shape, order), device="meta")
-        found = _group_strides(u, shape, groups, row_space)
-        if found is not None:
-            if not INT64_INDEX and sum((d - 1) * s for d, s in zip(u.shape, u.stride())) >= 2**31:
-                raise ValueError(f"{NAME}: offsets into an input of shape {tuple(t.shape)} "
-                                 "overflow this kernel's 32-bit index math; regenerate it")
-            return copy, found
-    raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} and strides {t.stride()} "
-                     f"does not broadcast over {shape} the way this kernel indexes it "
-                     f"({groups}); regenerate it for this layout")
-
-
-def _group_strides(t, shape, groups, row_space):
-    dims, strides = tuple(t.shape), tuple(t.stride())
-    if row_space:  # a per-row value: aligned to the rows, not the last axis
-        dims, strides = dims + (1,), strides + (0,)
-    pad = len(shape) - len(dims)
-    if pad < 0:
-        return None
-    dims, strides = (1,) * pad + dims, (0,) * pad + strides
-    covered = {k for first, end, _ in groups for k in range(first, end)}
-    if any(k not in covered and dims[k] != 1 and shape[k] != 1 for k in range(len(shape))):
-        return None  # varies along a dim the kernel broadcasts it over
-    found = []
-    for first, end, unit in groups:
-        step = outer = None
-        for k in reversed(range(first, end)):
-            if shape[k] == 1:
-                continue
-            if dims[k] != shape[k] or (outer is not None and strides[k] != outer):
-                return None
-            step = strides[k] if step is None else step
-            outer = strides[k] * dims[k]
-        if unit and step not in (None, 1):
-            return None
-        if not unit:
-            found.append(0 if step is None else step)
-    return found
-'''
 
 
 def _key(names: list[str]) -> list[str]:
@@ -357,7 +258,8 @@ def launcher(plan: KernelPlan, params: dict[str, str], looped: bool) -> list[str
              "# LAUNCH_CACHE_SIZE plans (dynamic shapes); clear it after editing the tuning",
              "# constants in a running process.",
              "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
-             *HELPERS.splitlines(), "", "", *_plan_fn(plan, params, looped, names), "", "",
+             "", "", *runtime.source().splitlines(), "", "",
+             *_plan_fn(plan, params, looped, names), "", "",
              f"def {n}({inputs}):",
              f'    """Run the fused kernel; returns {outs} (newly allocated, contiguous)."""',
              *_key(names),
