@@ -22,14 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import torch
-
 from ..ir.registry import TL_TYPES
-from .lower import KernelPlan, ReductionStep, Stmt, TensorArg, wrap_args
-
-NEG_INF, POS_INF = "-float('inf')", "float('inf')"
-_IDENTITY = {"softmax": NEG_INF, "log_softmax": NEG_INF, "amax": NEG_INF, "amin": POS_INF}
-_ROW = "[:, None]"  # a row reduction keeps its axis: [ROWS, 1]
+from .lower import KernelPlan, Stmt, TensorArg, wrap_args
+from .reduce import emitter
 
 
 def _terms(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
@@ -111,123 +106,6 @@ def _paren(idx: str) -> str:
 
 def _stmt(s: Stmt) -> str:
     return f"{s.temp} = {s.expr}"
-
-
-# -- reductions: single block -------------------------------------------------------------
-def _source(r: ReductionStep) -> str:
-    return r.source if r.dtype == torch.float32 else f"{r.source}.to({TL_TYPES[r.dtype]})"
-
-
-
-
-def _zero(r: ReductionStep) -> str:
-    return "0.0" if r.dtype.is_floating_point else "0"
-
-
-def _identity(r: ReductionStep) -> str:
-    """What tail lanes hold before the reduce: the rule's identity in the result dtype."""
-    if r.rule in ("amax", "amin") and not r.dtype.is_floating_point:
-        info = torch.iinfo(r.dtype)
-        # Written `(min + 1 - 1)`: the literal `-min` would not fit the signed type.
-        return f"({info.min + 1} - 1)" if r.rule == "amax" else str(info.max)
-    return _IDENTITY.get(r.rule, _zero(r))
-
-
-def _affine(r: ReductionStep, y: str) -> str:
-    return y + (f" * {r.weight}" if r.weight else "") + (f" + {r.bias}" if r.bias else "")
-
-
-def reduce_single(r: ReductionStep) -> list[str]:
-    v, x, rule = r.temp, _source(r), r.rule
-    head = f"# {rule} over the last axis (tail lanes hold {_identity(r)})"
-    if rule in ("softmax", "log_softmax"):
-        lines = [f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
-                 f"{v}_max = tl.max({v}_in, axis=1){_ROW}"]
-        if rule == "softmax":
-            return [head, *lines, f"{v}_exp = tl.exp({v}_in - {v}_max)",
-                    f"{v} = {v}_exp / tl.sum({v}_exp, axis=1){_ROW}"]
-        return [head, *lines, f"{v}_sum = tl.sum(tl.exp({v}_in - {v}_max), axis=1){_ROW}",
-                f"{v} = {x} - {v}_max - tl.log({v}_sum)"]
-    if rule == "layer_norm":
-        return [head,
-                f"{v}_mean = tl.sum(tl.where(mask, {x}, 0.0), axis=1){_ROW} / n_cols",
-                f"{v}_xc = tl.where(mask, {x} - {v}_mean, 0.0)",
-                f"{v}_rstd = tl.math.rsqrt(tl.sum({v}_xc * {v}_xc, axis=1){_ROW} / n_cols"
-                f" + {r.eps!r})",
-                f"{v} = {_affine(r, f'{v}_xc * {v}_rstd')}"]
-    if rule == "rms_norm":
-        return [head, f"{v}_in = tl.where(mask, {x}, 0.0)",
-                f"{v}_rstd = tl.math.rsqrt(tl.sum({v}_in * {v}_in, axis=1){_ROW} / n_cols"
-                f" + {r.eps!r})",
-                f"{v} = {_affine(r, f'{x} * {v}_rstd')}"]
-    if rule == "cumsum":
-        return [head, f"{v} = tl.cumsum(tl.where(mask, {x}, {_zero(r)}), axis=1)"]
-    fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[rule]
-    tail = " / n_cols" if rule == "mean" else ""
-    return [head, f"{v} = {fn}(tl.where(mask, {x}, {_identity(r)}), "
-                  f"axis=1){_ROW}{tail}"]
-
-
-# -- reductions: rows looping over column blocks ---------------------------------------------
-def _full(r: ReductionStep, value: str) -> str:
-    return f"tl.full([ROWS_PER_PROGRAM, 1], {value}, {TL_TYPES[r.dtype]})"
-
-
-def reduce_passes(r: ReductionStep) -> list[tuple[list[str], list[str], list[str]]]:
-    """(before, in-loop, after) lines of each statistics pass over the row."""
-    v, x, rule = r.temp, _source(r), r.rule
-    if rule in ("softmax", "log_softmax"):
-        return [([f"{v}_max = {_full(r, NEG_INF)}", f"{v}_sum = {_full(r, '0.0')}"],
-                 [f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
-                  f"{v}_new = tl.maximum({v}_max, tl.max({v}_in, axis=1){_ROW})",
-                  "# rows still all -inf shift by 0, so no inf - inf",
-                  f"{v}_ref = tl.where({v}_new == {NEG_INF}, 0.0, {v}_new)",
-                  f"{v}_sum = {v}_sum * tl.exp({v}_max - {v}_ref)"
-                  f" + tl.sum(tl.exp({v}_in - {v}_ref), axis=1){_ROW}",
-                  f"{v}_max = {v}_new"], [])]
-    if rule == "layer_norm":
-        return [([f"{v}_acc = {_full(r, '0.0')}"],
-                 [f"{v}_acc = {v}_acc + tl.sum(tl.where(mask, {x}, 0.0), axis=1){_ROW}"],
-                 [f"{v}_mean = {v}_acc / n_cols"]),
-                ([f"{v}_var = {_full(r, '0.0')}"],
-                 [f"{v}_xc = tl.where(mask, {x} - {v}_mean, 0.0)",
-                  f"{v}_var = {v}_var + tl.sum({v}_xc * {v}_xc, axis=1){_ROW}"],
-                 [f"{v}_rstd = tl.math.rsqrt({v}_var / n_cols + {r.eps!r})"])]
-    if rule == "rms_norm":
-        return [([f"{v}_acc = {_full(r, '0.0')}"],
-                 [f"{v}_in = tl.where(mask, {x}, 0.0)",
-                  f"{v}_acc = {v}_acc + tl.sum({v}_in * {v}_in, axis=1){_ROW}"],
-                 [f"{v}_rstd = tl.math.rsqrt({v}_acc / n_cols + {r.eps!r})"])]
-    if rule == "cumsum":  # no statistics: the last pass carries the running sum
-        return []
-    ident = _identity(r)
-    acc = f"{v}_acc" if rule == "mean" else v
-    fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[rule]
-    part = f"{fn}(tl.where(mask, {x}, {ident}), axis=1){_ROW}"
-    step = {"amax": f"tl.maximum({acc}, {part})", "amin": f"tl.minimum({acc}, {part})"}.get(
-        rule, f"{acc} + {part}")
-    return [([f"{acc} = {_full(r, ident)}"], [f"{acc} = {step}"],
-             [f"{v} = {acc} / n_cols"] if rule == "mean" else [])]
-
-
-def reduce_carry(r: ReductionStep) -> list[str]:
-    """State the last pass carries from one column block to the next (a scan's sum)."""
-    return [f"{r.temp}_carry = {_full(r, _zero(r))}"] if r.rule == "cumsum" else []
-
-
-def reduce_final(r: ReductionStep) -> list[str]:
-    """The row-preserving result for the current column block, after the passes."""
-    v, x = r.temp, _source(r)
-    if r.rule == "cumsum":
-        return [f"{v}_part = tl.where(mask, {x}, {_zero(r)})",
-                f"{v} = {v}_carry + tl.cumsum({v}_part, axis=1)",
-                f"{v}_carry = {v}_carry + tl.sum({v}_part, axis=1){_ROW}"]
-    return {
-        "softmax": [f"{v} = tl.exp({x} - {v}_max) / {v}_sum"],
-        "log_softmax": [f"{v} = {x} - {v}_max - tl.log({v}_sum)"],
-        "layer_norm": [f"{v} = {_affine(r, f'({x} - {v}_mean) * {v}_rstd')}"],
-        "rms_norm": [f"{v} = {_affine(r, f'{x} * {v}_rstd')}"],
-    }.get(r.rule, [])
 
 
 # -- kernel bodies ------------------------------------------------------------------------
@@ -315,7 +193,7 @@ def _single(plan: KernelPlan, params: dict[str, str]) -> list[str]:
     post = [_stmt(s) for s in plan.stmts if s.phase == "post"]
     if pre:
         lines += ["", "# chain (before the reduction)", *pre]
-    lines += ["", *reduce_single(r)]
+    lines += ["", *emitter(r).single(r)]
     if post:
         lines += ["", "# chain (after the reduction)", *post]
     return lines + ["", "# store", *(_store(t, plan, params) for t in plan.outputs)]
@@ -342,7 +220,7 @@ def _looped(plan: KernelPlan, params: dict[str, str]) -> list[str]:
         return ["for col0 in range(0, n_cols, BLOCK_SIZE):",
                 *("    " + line for line in body + extra)]
 
-    for i, (before, inside, after) in enumerate(reduce_passes(r)):
+    for i, (before, inside, after) in enumerate(emitter(r).passes(r)):
         lines += ["", f"# pass {i + 1}: row statistics", *before,
                   *block([r.source], inside), *after]
     row_post = [s for s in plan.stmts if s.per_row and s.phase == "post"]
@@ -351,12 +229,12 @@ def _looped(plan: KernelPlan, params: dict[str, str]) -> list[str]:
     col_out = [t for t in plan.outputs if not t.per_row]
     if col_out:
         need = _closure(plan, [t.temp for t in col_out])
-        finish = reduce_final(r) if r.temp in need and not r.collapse else []
+        finish = emitter(r).final(r) if r.temp in need and not r.collapse else []
         post = [_stmt(s) for s in plan.stmts
                 if s.temp in need and s.phase == "post" and not s.per_row]
         stores = [_store(t, plan, params) for t in col_out]
         lines += ["", "# last pass: recompute the chain, finish the reduction, store",
-                  *(reduce_carry(r) if finish else []),
+                  *(emitter(r).carry(r) if finish else []),
                   *block([t.temp for t in col_out], finish + post + stores)]
     row_out = [t for t in plan.outputs if t.per_row]
     if row_out:

@@ -31,13 +31,12 @@ import torch
 from ..analysis.group import iteration_shape
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
+from ..ir.reductions import ACCUMULATE, ReductionRule
 from ..ir.registry import SPECS
 from .layout import Access, LoweringError, access
 
 # Half-precision values are computed in float32 and rounded once, at the store.
-COMPUTE: dict[torch.dtype, torch.dtype] = {torch.float16: torch.float32,
-                                           torch.bfloat16: torch.float32}
-COLLAPSING = ("sum", "mean", "amax", "amin")  # rules whose result has one value per row
+COMPUTE = ACCUMULATE
 
 
 @dataclass(frozen=True)
@@ -71,15 +70,19 @@ class Stmt:
 
 @dataclass(frozen=True)
 class ReductionStep:
-    rule: str  # the registry's rule name: softmax, log_softmax, layer_norm, rms_norm, sum, ...
+    rule: ReductionRule  # the registry's rule: combine, identity, finalize, accumulation
     temp: str
     node: str
     source: str  # temporary reduced over the row
     weight: str | None  # layer_norm / rms_norm affine operands (temporaries or None)
     bias: str | None
     eps: float
-    collapse: bool  # one value per row (sum, mean, amax, amin)
-    dtype: torch.dtype  # compute dtype of the result
+    dtype: torch.dtype  # accumulation dtype of the result
+
+    @property
+    def collapse(self) -> bool:
+        """One value per row (sum, mean, amax, amin), not one per element."""
+        return not self.rule.keeps_row
 
     @property
     def deps(self) -> tuple[str, ...]:
@@ -177,7 +180,8 @@ class _Lowering:
         """Values with one entry per row and no trailing axis (a collapse without keepdim)."""
         out: set[str] = set()
         red = self.red
-        if red is not None and red.op in COLLAPSING and not red.param("keepdim", False):
+        collapsing = red is not None and not SPECS[red.op].lower.keeps_row
+        if collapsing and not red.param("keepdim", False):
             out.add(red.name)
         for node in self.nodes:  # a per-row value keeps fewer dims than the iteration shape
             meta = node.meta
@@ -269,7 +273,8 @@ class _Lowering:
 
     def _reduction(self, node: Node) -> ReductionStep:
         spec = SPECS[node.op]
-        if not isinstance(spec.lower, str):
+        rule = spec.lower
+        if not isinstance(rule, ReductionRule):
             raise LoweringError(f"`{node.label}` ({node.op}) has no reduction rule")
         operands = dict(zip(spec.operands, node.inputs, strict=False))
         names = {k: self.temps[v.name] if isinstance(v, Ref) else None
@@ -282,13 +287,12 @@ class _Lowering:
         if eps is None:  # rms_norm's default: the input dtype's machine epsilon
             eps = torch.finfo(src_meta.dtype).eps if src_meta.dtype.is_floating_point else 0.0
         meta = _meta(self.g, node.name)
-        collapse = spec.lower in COLLAPSING
-        temp = self._new_temp(node.name, collapse, "post")
-        dtype = COMPUTE.get(meta.dtype, meta.dtype)
-        if spec.lower not in ("sum", "amax", "amin", "cumsum") and not dtype.is_floating_point:
+        dtype = rule.accumulation_dtype(meta.dtype)
+        if dtype is None:
             raise LoweringError(f"`{node.label}` ({node.op}) on {meta.dtype} is not lowered")
-        return ReductionStep(spec.lower, temp, node.name, names["input"], names.get("weight"),
-                             names.get("bias"), float(eps), collapse, dtype)
+        temp = self._new_temp(node.name, not rule.keeps_row, "post")
+        return ReductionStep(rule, temp, node.name, names["input"], names.get("weight"),
+                             names.get("bias"), float(eps), dtype)
 
     def _output(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
