@@ -80,3 +80,21 @@ def test_inputs_named_like_runtime_globals_or_helpers_get_a_prefix():
         inputs = tuple(_Arg(v) for v in ("RANK", "_layout", "x", "in0"))
 
     assert arg_names(_Plan()) == ["in_RANK", "in__layout", "x", "in_in0"]
+
+
+def test_index_terms_render_and_know_their_axes():
+    from fusion_core.codegen.writer import COLS, ROWS, Index, KernelParams, Term, zero_term
+
+    params = KernelParams()
+    term = Term(ROWS, modulo=params.span("rspan", 1), stride=params.stride("in", 0, 0))
+    idx = Index((term, Term(COLS)))
+    assert str(idx) == "(rows % rspan1) * in0_stride0 + cols"
+    assert idx.offset("in_ptr0") == "in_ptr0 + ((rows % rspan1) * in0_stride0 + cols)"
+    assert idx.varies("rows") and idx.varies("cols")
+    assert Index((Term(COLS),)).offset("p") == "p + cols"
+    padded = Index((Term(COLS),)).plus(before=(zero_term(ROWS),))
+    assert str(padded) == "rows * 0 + cols"
+    assert padded.shaped("rows") and not padded.varies("rows")
+    assert params.names == ["rspan1", "in0_stride0"]
+    assert params.has_strides("in", 0) and not params.has_strides("out", 0)
+    assert params.uses_span("rspan") and not params.uses_span("span")

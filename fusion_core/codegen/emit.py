@@ -23,85 +23,84 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..ir.registry import TL_TYPES
-from .lower import KernelPlan, Stmt, TensorArg, wrap_args
+from .lower import KernelPlan, Stmt, TensorArg
 from .reduce import emitter
+from .writer import (
+    COLS,
+    OFFS,
+    ROW_MAJOR,
+    ROWS,
+    CodeWriter,
+    Index,
+    KernelParams,
+    Term,
+    row_remainder,
+    wrap_args,
+    zero_term,
+)
 
 
-def _terms(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
-    """Index of `arg` for the current block; adds the scalars it needs to `params`."""
-    rank, reduction = plan.rank, plan.two_d
-    out = []
+def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
+    """Offset of `arg` for the current block; registers the scalars it needs in `params`."""
+    rank, two_d = plan.rank, plan.two_d
+    terms = []
     strides = 0
     for g in arg.access.groups:
-        if reduction and g.last < rank:  # dims of the row index only
-            base, lo, hi, span = "rows", g.first, g.last, "rspan"
-            top = rank - 1
+        lo, hi = g.first, g.last
+        if two_d and hi < rank:  # dims of the row index only
+            base, family, top = ROWS, "rspan", rank - 1
         else:
-            base, lo, hi, span, top = "offs", g.first, g.last, "span", rank
-            if reduction:  # the group ends at the last dim: rows within it, then `cols`
+            base, family, top = OFFS, "span", rank
+            if two_d:  # the group ends at the last dim: rows within it, then `cols`
                 if lo == rank - 1:
-                    base = "cols"
+                    base = COLS
                 elif lo == 0:
-                    base = "rows * n_cols + cols"
+                    base = ROW_MAJOR
                 else:  # a per-row remainder, not a per-element one
-                    base = f"(rows % rspan{lo}) * n_cols + cols"
-                    params[f"rspan{lo}"] = f"rspan[{lo}]"
+                    base = row_remainder(params.span("rspan", lo))
                 lo = 0
-        term = base
-        if lo > 0:
-            term = (f"({term})" if "+" in term else term) + f" % {span}{lo}"
-            params[f"{span}{lo}"] = f"{span}[{lo}]"
-        if hi < top:
-            term += f" // {span}{hi}"
-            params[f"{span}{hi}"] = f"{span}[{hi}]"
+        modulo = params.span(family, lo) if lo > 0 else None
+        divisor = params.span(family, hi) if hi < top else None
+        stride = None
         if not g.unit:
-            name = f"{arg.ptr.replace('_ptr', '')}_stride{strides}"
-            params[name] = f"{arg.ptr.replace('_ptr', '')}_strides[{strides}]"
+            stride = params.stride(arg.role, arg.index, strides)
             strides += 1
-            term = f"({term}) * {name}" if " " in term else f"{term} * {name}"
-        out.append(term)
-    if not out:
-        return "0"
-    return " + ".join(out)
+        terms.append(Term(base, modulo, divisor, stride))
+    return Index(tuple(terms))
 
 
-def _mask(arg: TensorArg, plan: KernelPlan, idx: str) -> str:
+def _mask(arg: TensorArg, plan: KernelPlan, idx: Index) -> str:
     """The mask matching the pointer block's shape: [ROWS, 1], [1, BLOCK] or the full block."""
     if not plan.two_d:
         return "mask"
-    if arg.per_row or (plan.tiled and "cols" not in idx):  # [ROWS, 1]: once per row
+    if arg.per_row or (plan.tiled and not idx.varies("cols")):  # [ROWS, 1]: once per row
         return "row_mask"
-    return "mask" if "rows" in idx else "col_mask"  # a row vector: one row of the block
+    return "mask" if idx.varies("rows") else "col_mask"  # a row vector: one row of the block
 
 
-def _load(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
-    idx = _terms(arg, plan, params)
-    mask = _mask(arg, plan, idx)
-    if idx == "0":
+def _load(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
+    idx = index_of(arg, plan, params)
+    if idx.is_zero:
         text = f"tl.load({arg.ptr})"
     else:
-        text = f"tl.load({arg.ptr} + {_paren(idx)}, mask={mask})"
+        text = f"tl.load({idx.offset(arg.ptr)}, mask={_mask(arg, plan, idx)})"
     if arg.compute_dtype != arg.dtype:
         text += f".to({TL_TYPES[arg.compute_dtype]})"
     return f"{arg.temp} = {text}"
 
 
-def _store(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
-    idx = _terms(arg, plan, params)
-    if idx == "0":  # one element, written by every lane with the same value
-        idx = "rows * 0" if plan.two_d else "offs * 0"
-    elif plan.two_d and "rows" not in idx:
-        idx = f"rows * 0 + {idx}"  # the pointer block takes the value's [ROWS, ...] shape
+def _store(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
+    idx = index_of(arg, plan, params)
+    if idx.is_zero:  # one element, written by every lane with the same value
+        idx = Index((zero_term(ROWS if plan.two_d else OFFS),))
+    elif plan.two_d and not idx.shaped("rows"):
+        idx = idx.plus(before=(zero_term(ROWS),))  # the pointer block takes [ROWS, ...]
     if plan.tiled and not arg.access.spans_cols(plan.rank):
-        idx += " + cols * 0"  # a broadcast-shaped result: stored under the tile's full mask
+        idx = idx.plus(after=(zero_term(COLS),))  # broadcast-shaped: under the tile's mask
     value = arg.temp if arg.compute_dtype == arg.dtype else (
         f"{arg.temp}.to({TL_TYPES[arg.dtype]})")
     mask = "row_mask" if arg.per_row else "mask"
-    return f"tl.store({arg.ptr} + {_paren(idx)}, {value}, mask={mask})"
-
-
-def _paren(idx: str) -> str:
-    return idx if idx.isidentifier() else f"({idx})"
+    return f"tl.store({idx.offset(arg.ptr)}, {value}, mask={mask})"
 
 
 def _stmt(s: Stmt) -> str:
@@ -124,31 +123,32 @@ def _closure(plan: KernelPlan, targets: Iterable[str]) -> set[str]:
     return seen
 
 
-def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], dict[str, str]]:
-    """Kernel source lines and its scalar parameters {name: launcher expression}."""
-    params: dict[str, str] = {}
+def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelParams]:
+    """Kernel source lines and its scalar parameters (what the launcher passes for each)."""
+    params = KernelParams()
     if not plan.two_d:
         body = _elementwise(plan, params)
-        sizes = ["n_elements"]
-        consts = ["BLOCK_SIZE: tl.constexpr"]
+        sizes, consts = ["n_elements"], ["BLOCK_SIZE"]
     else:
         body = (_tiled if plan.tiled else _looped if looped else _single)(plan, params)
-        sizes = ["n_rows", "n_cols"]
-        consts = ["BLOCK_SIZE: tl.constexpr", "ROWS_PER_PROGRAM: tl.constexpr"]
-    ptrs = [t.ptr for t in plan.inputs] + [t.ptr for t in plan.outputs]
-    args = ptrs + sizes + list(params) + consts
-    head = ["@triton.jit", f"def {plan.name}_kernel(", *wrap_args(args, "    "), "):"]
-    return head + ["    " + line if line else "" for line in body], params
+        sizes, consts = ["n_rows", "n_cols"], ["BLOCK_SIZE", "ROWS_PER_PROGRAM"]
+    signature = [t.ptr for t in (*plan.inputs, *plan.outputs)] + sizes + params.names
+    signature += [f"{c}: tl.constexpr" for c in consts]
+    out = CodeWriter()
+    out.lines(["@triton.jit", f"def {plan.name}_kernel(", *wrap_args(signature, "    "), "):"])
+    with out.indented():
+        out.lines(body)
+    return out.result(), params
 
 
-def _elementwise(plan: KernelPlan, params: dict[str, str]) -> list[str]:
+def _elementwise(plan: KernelPlan, params: KernelParams) -> list[str]:
     start = "pid.to(tl.int64) * BLOCK_SIZE" if plan.int64 else "pid * BLOCK_SIZE"
     lines = ["# boilerplate (elementwise)", "pid = tl.program_id(0)",
              f"offs = {start} + tl.arange(0, BLOCK_SIZE)", "mask = offs < n_elements", ""]
     return lines + _pointwise_body(plan, params)
 
 
-def _tiled(plan: KernelPlan, params: dict[str, str]) -> list[str]:
+def _tiled(plan: KernelPlan, params: KernelParams) -> list[str]:
     start = "pid.to(tl.int64) * ROWS_PER_PROGRAM" if plan.int64 else "pid * ROWS_PER_PROGRAM"
     lines = ["# boilerplate (elementwise, tiles of rows x columns of the last axis)",
              "pid = tl.program_id(0)",
@@ -158,7 +158,7 @@ def _tiled(plan: KernelPlan, params: dict[str, str]) -> list[str]:
     return lines + _pointwise_body(plan, params)
 
 
-def _pointwise_body(plan: KernelPlan, params: dict[str, str]) -> list[str]:
+def _pointwise_body(plan: KernelPlan, params: KernelParams) -> list[str]:
     lines = ["# loads", *(_load(t, plan, params) for t in plan.inputs), ""]
     if plan.stmts:
         lines += ["# chain", *(_stmt(s) for s in plan.stmts), ""]
@@ -183,7 +183,7 @@ def _cols(plan: KernelPlan, start: str) -> str:
     return f"cols = ({cols}).to(tl.int64)" if plan.int64 else f"cols = {cols}"
 
 
-def _single(plan: KernelPlan, params: dict[str, str]) -> list[str]:
+def _single(plan: KernelPlan, params: KernelParams) -> list[str]:
     r = plan.reduction
     assert r is not None
     lines = _rows_boilerplate(plan, False) + [_cols(plan, ""),
@@ -199,7 +199,7 @@ def _single(plan: KernelPlan, params: dict[str, str]) -> list[str]:
     return lines + ["", "# store", *(_store(t, plan, params) for t in plan.outputs)]
 
 
-def _looped(plan: KernelPlan, params: dict[str, str]) -> list[str]:
+def _looped(plan: KernelPlan, params: KernelParams) -> list[str]:
     r = plan.reduction
     assert r is not None
     row_loads = [t for t in plan.inputs if t.per_row or t.access.is_scalar]

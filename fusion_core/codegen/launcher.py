@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass
 
 from . import runtime
-from .lower import KernelPlan, TensorArg, wrap_args
+from .lower import KernelPlan, TensorArg
+from .writer import KernelParams, wrap_args
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def _key(names: list[str]) -> list[str]:
     return ["    key = (", *wrap_args(parts, "        "), "    )"]
 
 
-def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list[str]
+def _plan_fn(plan: KernelPlan, params: KernelParams, looped: bool, names: list[str]
              ) -> list[str]:
     """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
     shapes = [f"(*{a}.shape, 1)" if t.access.row_space else f"{a}.shape"
@@ -157,8 +158,7 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
              f"    shape, lead = _iteration_shape({', '.join(shapes)})"]
     for i, (a, t) in enumerate(zip(names, plan.inputs, strict=True)):
         row = ", row_space=True" if t.access.row_space else ""
-        strides = f"in{i}_strides" if any(v.startswith(f"in{i}_strides") for v in
-                                           params.values()) else "_"
+        strides = f"in{i}_strides" if params.has_strides("in", i) else "_"
         lines.append(f"    copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], "
                      f"IN_ORDERS[{i}]{row})")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
@@ -173,7 +173,7 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
               "        out_shapes = tuple(s[max(0, lead - first):] for s, first in "
               f"zip(out_shapes, ({', '.join(map(str, firsts))},)))"]
     for i, t in enumerate(plan.outputs):
-        if any(v.startswith(f"out{i}_strides") for v in params.values()):
+        if params.has_strides("out", i):
             row = ", row_space=True" if t.access.row_space else ""
             lines.append(f"    _, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
                          f"device=\"meta\"), shape, OUT_GROUPS[{i}], (){row})")
@@ -197,7 +197,7 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
                       "                             \"call the original ops for empty "
                       "inputs\")"]
         lines += [f"        return {empty}", "    n_rows = span[0] // n_cols"]
-        if any(v.startswith("rspan") for v in params.values()):
+        if params.uses_span("rspan"):
             lines.append("    rspan = [s // n_cols for s in span]")
         if plan.tiled:
             lines += ["    block = min(TILE_COLS, triton.next_power_of_2(n_cols))",
@@ -218,7 +218,7 @@ def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list
                       "if block <= PACK_WIDTH else 1",
                       "    num_warps = max(NUM_WARPS, min(16, block * rows // 512))",
                       "    grid = (triton.cdiv(n_rows, rows),)"]
-    scalars = sizes + list(params.values())
+    scalars = sizes + params.launch
     lines += ["    args = (", *wrap_args(scalars, "        "), "    )",
               f"    return copies, out_shapes, grid, args, {', '.join(choices)}"]
     return lines
@@ -244,7 +244,7 @@ def _consts(plan: KernelPlan) -> list[str]:
     return ["BLOCK_SIZE=block", *rows, "num_warps=num_warps"]
 
 
-def launcher(plan: KernelPlan, params: dict[str, str], looped: bool) -> list[str]:
+def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     names = arg_names(plan)
     n = plan.name
     outs = ", ".join(t.value for t in plan.outputs)

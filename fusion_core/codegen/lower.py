@@ -44,13 +44,19 @@ class TensorArg:
     """A kernel input (loaded) or output (stored)."""
 
     value: str  # graph value name
-    ptr: str  # kernel pointer argument: in_ptr0, out_ptr0
+    role: str  # "in" (loaded) or "out" (stored)
+    index: int  # position among the inputs or the outputs
     temp: str  # SSA temporary loaded into / stored from
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
     access: Access
     per_row: bool  # one value per row (reduction skeleton only)
+
+    @property
+    def ptr(self) -> str:
+        """The kernel's pointer parameter: in_ptr0, out_ptr0."""
+        return f"{self.role}_ptr{self.index}"
 
     @property
     def compute_dtype(self) -> torch.dtype:
@@ -240,7 +246,7 @@ class _Lowering:
         meta = _meta(self.g, name)
         acc = self._access(name, meta.shape, meta.stride, self._input_space(name))
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
-        return TensorArg(name, f"in_ptr{i}", temp, tuple(meta.shape), tuple(meta.stride),
+        return TensorArg(name, "in", i, temp, tuple(meta.shape), tuple(meta.stride),
                          meta.dtype, acc, self.per_row[temp])
 
     def _operands(self, node: Node) -> tuple[str, ...]:
@@ -299,7 +305,7 @@ class _Lowering:
         contiguous = torch.empty(meta.shape, device="meta").stride()
         acc = self._access(name, meta.shape, contiguous, name in self.row_space)
         temp = self.temps[name]
-        return TensorArg(name, f"out_ptr{i}", temp, tuple(meta.shape), tuple(contiguous),
+        return TensorArg(name, "out", i, temp, tuple(meta.shape), tuple(contiguous),
                          meta.dtype, acc, self.per_row[temp])
 
     def _needs_int64(self, inputs: Sequence[TensorArg]) -> bool:
@@ -330,17 +336,3 @@ def _live(stmts: list[Stmt], reduction: ReductionStep | None,
         if reduction is not None and reduction.temp in need:
             need.update(reduction.deps)
     return [s for s in stmts if s.temp in need]
-
-
-def wrap_args(items: Sequence[str], indent: str, width: int = 96) -> list[str]:
-    """Comma-separated `items` as lines of at most `width` characters (generated code)."""
-    lines, cur = [], indent
-    for item in items:
-        piece = item + ","
-        if cur.strip() and len(cur) + len(piece) + 1 > width:
-            lines.append(cur.rstrip())
-            cur = indent
-        cur += piece + " "
-    if cur.strip():
-        lines.append(cur.rstrip())
-    return lines
