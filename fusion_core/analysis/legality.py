@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
+from ..codegen.lower import dry_run
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.registry import SPECS
 from .group import check_convexity, escaping, iteration_shape, numel, ordered
@@ -188,11 +189,17 @@ def has_lowering(node: Node) -> bool:
 
 
 def check_lowering(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    """Every op has a rule, and the code generator plans the group (a dry run of lowering):
+    a group this check accepts is one `codegen.generate` lowers."""
     bad = [n for n in ordered(g, group) if g[n].kind.is_compute and not has_lowering(g[n])]
-    if not bad:
+    if bad:
+        return Failure("lowering", tuple(bad),
+                       f"no Triton lowering rule for {_names(g, bad)} with these arguments")
+    error = dry_run(g, group)
+    if error is None:
         return None
-    return Failure("lowering", tuple(bad),
-                   f"no Triton lowering rule for {_names(g, bad)} with these arguments")
+    culprits = tuple(n for n in error.nodes if n in group) or tuple(ordered(g, group))[-1:]
+    return Failure("lowering", culprits, f"the code generator cannot lower it: {error}")
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (

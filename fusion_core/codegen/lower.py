@@ -23,12 +23,12 @@ tile the last axis is indexed by ``cols`` itself.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from ..analysis.group import iteration_shape
+from ..analysis.group import escaping, external_inputs, iteration_shape, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import ACCUMULATE, ReductionRule
@@ -142,8 +142,33 @@ def literal(value: object) -> str:
     raise LoweringError(f"cannot write {value!r} ({type(value).__name__}) as a Triton literal")
 
 
+@dataclass(frozen=True)
+class Group:
+    """What lowering reads of a cluster (a candidate group has no Cluster yet)."""
+
+    index: int
+    nodes: tuple[str, ...]  # topological order
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    chain: str
+
+
 def plan(graph: FusionGraph, cluster: Cluster) -> KernelPlan:
-    return _Lowering(graph, cluster).run()
+    group = Group(cluster.index, tuple(cluster.nodes), tuple(cluster.inputs),
+                  tuple(cluster.outputs), cluster.chain)
+    return _Lowering(graph, group).run()
+
+
+def dry_run(graph: FusionGraph, nodes: Collection[str]) -> LoweringError | None:
+    """Plan a candidate group as the code generator would; the error if it cannot."""
+    order = tuple(ordered(graph, nodes))
+    group = Group(0, order, external_inputs(graph, order), tuple(escaping(graph, order)),
+                  " → ".join(graph[n].op for n in order))
+    try:
+        _Lowering(graph, group).run()
+    except LoweringError as e:
+        return e
+    return None
 
 
 def _numel(graph: FusionGraph, name: str) -> int:
@@ -158,17 +183,17 @@ def _meta(graph: FusionGraph, name: str):
 
 
 class _Lowering:
-    def __init__(self, graph: FusionGraph, cluster: Cluster) -> None:
+    def __init__(self, graph: FusionGraph, cluster: Group) -> None:
         self.g, self.c = graph, cluster
         self.nodes = [graph[n] for n in cluster.nodes]
-        bad = [n.name for n in self.nodes if not n.kind.is_compute]
+        bad = tuple(n.name for n in self.nodes if not n.kind.is_compute)
         if bad:
             raise LoweringError(f"cluster {cluster.index}: {', '.join(bad)} compute nothing "
-                                "(views and in-place ops cannot be lowered)")
+                                "(views and in-place ops cannot be lowered)", bad)
         reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
         if len(reds) > 1:
             raise LoweringError(f"cluster {cluster.index} holds {len(reds)} reductions; "
-                                "one kernel lowers one")
+                                "one kernel lowers one", tuple(n.name for n in reds[1:]))
         self.red = reds[0] if reds else None
         self.domain = tuple(iteration_shape(graph, cluster.nodes))
         self.user_rank = len(self.domain)
@@ -201,21 +226,27 @@ class _Lowering:
             mixed = [r for r in node.refs if r in out and _numel(self.g, r) != 1]
             if mixed:
                 raise LoweringError(f"`{node.label}` broadcasts the per-row result `{mixed[0]}` "
-                                    "along the rows: it would need other rows' results")
+                                    "along the rows: it would need other rows' results",
+                                    (node.name,))
         return out
 
     def _input_space(self, name: str) -> bool:
         users = [n for n in self.nodes if name in n.refs]
         spaces = {n.name in self.row_space and n is not self.red for n in users}
         if len(spaces) > 1:
-            raise LoweringError(f"`{name}` is read both per element and per row")
+            per_row = tuple(n.name for n in users if n.name in self.row_space and n is not self.red)
+            raise LoweringError(f"`{name}` is read both per element and per row (by "
+                                f"{', '.join(f'`{self.g[n].label}`' for n in per_row)})", per_row)
         return spaces.pop()
 
     def _access(self, name: str, shape, stride, row_space: bool) -> Access:
         try:
             return access(tuple(shape), tuple(stride), self.domain, row_space)
         except LoweringError as e:
-            raise LoweringError(f"cluster {self.c.index}: `{name}`: {e}") from None
+            # Blame the value's producer in the group, else the group nodes that read it.
+            blame = (name,) if name in self.c.nodes else tuple(
+                n.name for n in self.nodes if name in n.refs)
+            raise LoweringError(f"cluster {self.c.index}: `{name}`: {e}", blame) from None
 
     def _is_per_row(self, acc: Access) -> bool:
         if self.red is None or self.rank == 0 or self.domain[-1] == 1:
@@ -228,10 +259,13 @@ class _Lowering:
         stmts: list[Stmt] = []
         reduction = None
         for node in self.nodes:
-            if node is self.red:
-                reduction = self._reduction(node)
-            elif (stmt := self._stmt(node)) is not None:
-                stmts.append(stmt)
+            try:
+                if node is self.red:
+                    reduction = self._reduction(node)
+                elif (stmt := self._stmt(node)) is not None:
+                    stmts.append(stmt)
+            except LoweringError as e:  # blame the node being lowered
+                raise (e if e.nodes else LoweringError(str(e), (node.name,))) from None
         outputs = tuple(self._output(i, name) for i, name in enumerate(self.c.outputs))
         stmts = _live(stmts, reduction, outputs)
         tiled = reduction is None and _needs_tiles(self.domain, inputs + outputs)
