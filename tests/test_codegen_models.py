@@ -102,3 +102,16 @@ def test_generated_files_are_lint_clean(tmp_path):
     proc = subprocess.run([ruff, "check", "--isolated", *map(str, paths)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rmsnorm_reading_its_input_dtype_matches_eager(tmp_path, dtype):
+    """LlamaRMSNorm's `dtype = x.dtype; ...; x.to(dtype)`: the eager reference recomputes
+    the dtype read (it was "neither a cluster input nor a trace-time constant")."""
+    from dtype_rmsnorm import DtypeNormMLP
+
+    torch.manual_seed(0)
+    model = DtypeNormMLP().to(dtype)
+    checked = check_model(model, (torch.randn(2, 8, 128, dtype=dtype),), tmp_path)
+    norms = [c for c in checked.analysis.clusters if "mean" in c.ops]
+    assert len(norms) == 2 and all("to" in c.ops for c in norms)
