@@ -35,7 +35,6 @@ from .writer import (
     KernelParams,
     Term,
     row_remainder,
-    wrap_args,
     zero_term,
 )
 
@@ -126,51 +125,61 @@ def _closure(plan: KernelPlan, targets: Iterable[str]) -> set[str]:
 def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelParams]:
     """Kernel source lines and its scalar parameters (what the launcher passes for each)."""
     params = KernelParams()
+    body = CodeWriter()
     if not plan.two_d:
-        body = _elementwise(plan, params)
+        _elementwise(plan, params, body)
         sizes, consts = ["n_elements"], ["BLOCK_SIZE"]
     else:
-        body = (_tiled if plan.tiled else _looped if looped else _single)(plan, params)
+        (_tiled if plan.tiled else _looped if looped else _single)(plan, params, body)
         sizes, consts = ["n_rows", "n_cols"], ["BLOCK_SIZE", "ROWS_PER_PROGRAM"]
+    # The signature comes last: the body registered the scalar parameters it reads.
     signature = [t.ptr for t in (*plan.inputs, *plan.outputs)] + sizes + params.names
     signature += [f"{c}: tl.constexpr" for c in consts]
     out = CodeWriter()
-    out.lines(["@triton.jit", f"def {plan.name}_kernel(", *wrap_args(signature, "    "), "):"])
+    out.lines(["@triton.jit", f"def {plan.name}_kernel("])
     with out.indented():
-        out.lines(body)
+        out.wrapped(signature)
+    out.line("):")
+    with out.indented():
+        out.lines(body.result())
     return out.result(), params
 
 
-def _elementwise(plan: KernelPlan, params: KernelParams) -> list[str]:
-    start = "pid.to(tl.int64) * BLOCK_SIZE" if plan.int64 else "pid * BLOCK_SIZE"
-    lines = ["# boilerplate (elementwise)", "pid = tl.program_id(0)",
-             f"offs = {start} + tl.arange(0, BLOCK_SIZE)", "mask = offs < n_elements", ""]
-    return lines + _pointwise_body(plan, params)
+def _start(plan: KernelPlan, size: str) -> str:
+    """The program's first row or element; 64-bit when offsets need it."""
+    return f"pid.to(tl.int64) * {size}" if plan.int64 else f"pid * {size}"
 
 
-def _tiled(plan: KernelPlan, params: KernelParams) -> list[str]:
-    start = "pid.to(tl.int64) * ROWS_PER_PROGRAM" if plan.int64 else "pid * ROWS_PER_PROGRAM"
-    lines = ["# boilerplate (elementwise, tiles of rows x columns of the last axis)",
-             "pid = tl.program_id(0)",
-             f"rows = {start} + tl.arange(0, ROWS_PER_PROGRAM)[:, None]",
-             _cols(plan, "tl.program_id(1) * BLOCK_SIZE + "),
-             "row_mask = rows < n_rows", *_COLS, ""]
-    return lines + _pointwise_body(plan, params)
+def _elementwise(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+    out.lines(["# boilerplate (elementwise)", "pid = tl.program_id(0)",
+               f"offs = {_start(plan, 'BLOCK_SIZE')} + tl.arange(0, BLOCK_SIZE)",
+               "mask = offs < n_elements", ""])
+    _pointwise_body(plan, params, out)
 
 
-def _pointwise_body(plan: KernelPlan, params: KernelParams) -> list[str]:
-    lines = ["# loads", *(_load(t, plan, params) for t in plan.inputs), ""]
+def _tiled(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+    out.lines(["# boilerplate (elementwise, tiles of rows x columns of the last axis)",
+               "pid = tl.program_id(0)",
+               f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
+               "[:, None]",
+               _cols(plan, "tl.program_id(1) * BLOCK_SIZE + "),
+               "row_mask = rows < n_rows", *_COLS, ""])
+    _pointwise_body(plan, params, out)
+
+
+def _pointwise_body(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+    out.lines(["# loads", *(_load(t, plan, params) for t in plan.inputs), ""])
     if plan.stmts:
-        lines += ["# chain", *(_stmt(s) for s in plan.stmts), ""]
-    return lines + ["# store", *(_store(t, plan, params) for t in plan.outputs)]
+        out.lines(["# chain", *(_stmt(s) for s in plan.stmts), ""])
+    out.lines(["# store", *(_store(t, plan, params) for t in plan.outputs)])
 
 
-def _rows_boilerplate(plan: KernelPlan, looped: bool) -> list[str]:
-    start = "pid.to(tl.int64) * ROWS_PER_PROGRAM" if plan.int64 else "pid * ROWS_PER_PROGRAM"
+def _rows_boilerplate(plan: KernelPlan, looped: bool, out: CodeWriter) -> None:
     what = "rows loop over column blocks" if looped else "one block per row"
-    return [f"# boilerplate (reduction, {what})", "pid = tl.program_id(0)",
-            f"rows = {start} + tl.arange(0, ROWS_PER_PROGRAM)[:, None]",
-            "row_mask = rows < n_rows"]
+    out.lines([f"# boilerplate (reduction, {what})", "pid = tl.program_id(0)",
+               f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
+               "[:, None]",
+               "row_mask = rows < n_rows"])
 
 
 _COLS = ["col_mask = cols < n_cols", "mask = row_mask & col_mask"]
@@ -183,60 +192,61 @@ def _cols(plan: KernelPlan, start: str) -> str:
     return f"cols = ({cols}).to(tl.int64)" if plan.int64 else f"cols = {cols}"
 
 
-def _single(plan: KernelPlan, params: KernelParams) -> list[str]:
+def _single(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     r = plan.reduction
     assert r is not None
-    lines = _rows_boilerplate(plan, False) + [_cols(plan, ""),
-                                              *_COLS, "", "# loads"]
-    lines += [_load(t, plan, params) for t in plan.inputs]
+    _rows_boilerplate(plan, False, out)
+    out.lines([_cols(plan, ""), *_COLS, "", "# loads"])
+    out.lines(_load(t, plan, params) for t in plan.inputs)
     pre = [_stmt(s) for s in plan.stmts if s.phase == "pre"]
     post = [_stmt(s) for s in plan.stmts if s.phase == "post"]
     if pre:
-        lines += ["", "# chain (before the reduction)", *pre]
-    lines += ["", *emitter(r).single(r)]
+        out.lines(["", "# chain (before the reduction)", *pre])
+    out.lines(["", *emitter(r).single(r)])
     if post:
-        lines += ["", "# chain (after the reduction)", *post]
-    return lines + ["", "# store", *(_store(t, plan, params) for t in plan.outputs)]
+        out.lines(["", "# chain (after the reduction)", *post])
+    out.lines(["", "# store", *(_store(t, plan, params) for t in plan.outputs)])
 
 
-def _looped(plan: KernelPlan, params: KernelParams) -> list[str]:
+def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     r = plan.reduction
     assert r is not None
     row_loads = [t for t in plan.inputs if t.per_row or t.access.is_scalar]
     col_loads = [t for t in plan.inputs if t not in row_loads]
     row_pre = [s for s in plan.stmts if s.per_row and s.phase == "pre"]
-    lines = _rows_boilerplate(plan, True)
+    _rows_boilerplate(plan, True, out)
     if row_loads or row_pre:
-        lines += ["", "# per-row loads and values",
-                  *(_load(t, plan, params) for t in row_loads), *map(_stmt, row_pre)]
+        out.lines(["", "# per-row loads and values",
+                   *(_load(t, plan, params) for t in row_loads), *map(_stmt, row_pre)])
 
-    def block(targets: Iterable[str], extra: list[str]) -> list[str]:
+    def column_loop(targets: Iterable[str], extra: list[str]) -> None:
         """A column loop: the loads and pre-reduction statements `targets` need, then `extra`."""
         need = _closure(plan, targets)
-        body = [_cols(plan, "col0 + "), *_COLS]
-        body += [_load(t, plan, params) for t in col_loads if t.temp in need]
-        body += [_stmt(s) for s in plan.stmts
-                 if s.temp in need and not s.per_row and s.phase == "pre"]
-        return ["for col0 in range(0, n_cols, BLOCK_SIZE):",
-                *("    " + line for line in body + extra)]
+        out.line("for col0 in range(0, n_cols, BLOCK_SIZE):")
+        with out.indented():
+            out.lines([_cols(plan, "col0 + "), *_COLS])
+            out.lines(_load(t, plan, params) for t in col_loads if t.temp in need)
+            out.lines(_stmt(s) for s in plan.stmts
+                      if s.temp in need and not s.per_row and s.phase == "pre")
+            out.lines(extra)
 
     for i, (before, inside, after) in enumerate(emitter(r).passes(r)):
-        lines += ["", f"# pass {i + 1}: row statistics", *before,
-                  *block([r.source], inside), *after]
+        out.lines(["", f"# pass {i + 1}: row statistics", *before])
+        column_loop([r.source], inside)
+        out.lines(after)
     row_post = [s for s in plan.stmts if s.per_row and s.phase == "post"]
     if row_post:
-        lines += ["", "# chain (per row, after the reduction)", *map(_stmt, row_post)]
+        out.lines(["", "# chain (per row, after the reduction)", *map(_stmt, row_post)])
     col_out = [t for t in plan.outputs if not t.per_row]
     if col_out:
         need = _closure(plan, [t.temp for t in col_out])
         finish = emitter(r).final(r) if r.temp in need and not r.collapse else []
         post = [_stmt(s) for s in plan.stmts
                 if s.temp in need and s.phase == "post" and not s.per_row]
-        stores = [_store(t, plan, params) for t in col_out]
-        lines += ["", "# last pass: recompute the chain, finish the reduction, store",
-                  *(emitter(r).carry(r) if finish else []),
-                  *block([t.temp for t in col_out], finish + post + stores)]
+        out.lines(["", "# last pass: recompute the chain, finish the reduction, store",
+                   *(emitter(r).carry(r) if finish else [])])
+        column_loop([t.temp for t in col_out],
+                    finish + post + [_store(t, plan, params) for t in col_out])
     row_out = [t for t in plan.outputs if t.per_row]
     if row_out:
-        lines += ["", "# store", *(_store(t, plan, params) for t in row_out)]
-    return lines
+        out.lines(["", "# store", *(_store(t, plan, params) for t in row_out)])

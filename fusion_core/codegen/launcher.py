@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from . import runtime
 from .lower import KernelPlan, TensorArg
-from .writer import KernelParams, wrap_args
+from .writer import CodeWriter, KernelParams
 
 
 @dataclass(frozen=True)
@@ -140,88 +140,109 @@ def _order(t: TensorArg) -> tuple[int, ...]:
     return tuple(sorted(range(len(t.shape)), key=lambda k: (t.stride[k] != 0, -t.stride[k])))
 
 
-def _key(names: list[str]) -> list[str]:
+def _key(names: list[str], out: CodeWriter) -> None:
     """The launch cache key: every input's shape, strides, dtype and device."""
     parts = [f"{a}.{p}" for a in names for p in ("shape", "stride()", "dtype", "device")]
-    return ["    key = (", *wrap_args(parts, "        "), "    )"]
+    _call("key = (", parts, out)
 
 
-def _plan_fn(plan: KernelPlan, params: KernelParams, looped: bool, names: list[str]
-             ) -> list[str]:
+def _call(opening: str, items: list[str], out: CodeWriter) -> None:
+    """`opening` (ending in a bracket), the items wrapped one level deeper, the closing."""
+    out.line(opening)
+    with out.indented():
+        out.wrapped(items)
+    out.line({"(": ")", "[": "]"}[opening[-1]])
+
+
+def _plan_fn(plan: KernelPlan, params: KernelParams, looped: bool, names: list[str],
+             out: CodeWriter) -> None:
     """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
     shapes = [f"(*{a}.shape, 1)" if t.access.row_space else f"{a}.shape"
               for a, t in zip(names, plan.inputs, strict=True)]
-    lines = [f"def _plan({', '.join(names)}):",
-             '    """Copies, output shapes, grid and kernel arguments for these inputs\' '
-             'layout;',
-             '    raises if the kernel cannot run them. The launcher caches the result."""',
-             f"    shape, lead = _iteration_shape({', '.join(shapes)})"]
+    out.line(f"def _plan({', '.join(names)}):")
+    with out.indented():
+        _plan_body(plan, params, looped, names, shapes, out)
+
+
+def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list[str],
+               shapes: list[str], out: CodeWriter) -> None:
+    out.lines(['"""Copies, output shapes, grid and kernel arguments for these inputs\' layout;',
+               'raises if the kernel cannot run them. The launcher caches the result."""',
+               f"shape, lead = _iteration_shape({', '.join(shapes)})"])
     for i, (a, t) in enumerate(zip(names, plan.inputs, strict=True)):
         row = ", row_space=True" if t.access.row_space else ""
         strides = f"in{i}_strides" if params.has_strides("in", i) else "_"
-        lines.append(f"    copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], "
-                     f"IN_ORDERS[{i}]{row})")
+        out.line(f"copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], IN_ORDERS[{i}]{row})")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
-    lines += [f"    copies = ({copies}{',' if len(names) == 1 else ''})",
-              "    copies = copies if any(copies) else ()",
-              "    out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
-                                           for t in plan.outputs).rstrip() + ")"]
+    out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})",
+               "copies = copies if any(copies) else ()",
+               "out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
+                                         for t in plan.outputs).rstrip() + ")"])
     # Each result's first dim as a position in the iteration shape: inputs with fewer dims
     # than analysed give results without the dims no input has, as eager does.
     firsts = [plan.rank - len(t.shape) - t.access.row_space for t in plan.outputs]
-    lines += ["    if lead:  # inputs with fewer dims than the iteration shape",
-              "        out_shapes = tuple(s[max(0, lead - first):] for s, first in "
-              f"zip(out_shapes, ({', '.join(map(str, firsts))},)))"]
+    out.line("if lead:  # inputs with fewer dims than the iteration shape")
+    with out.indented():
+        out.line("out_shapes = tuple(s[max(0, lead - first):] for s, first in "
+                 f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
     for i, t in enumerate(plan.outputs):
         if params.has_strides("out", i):
             row = ", row_space=True" if t.access.row_space else ""
-            lines.append(f"    _, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
-                         f"device=\"meta\"), shape, OUT_GROUPS[{i}], (){row})")
+            out.line(f"_, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
+                     f"device=\"meta\"), shape, OUT_GROUPS[{i}], (){row})")
     pow2 = _pow2_constants(plan, looped)
-    lines += ["    _powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
-              "    span = _spans(shape)"]
+    out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
+               "span = _spans(shape)"])
     choices = _choices(plan)
     empty = ", ".join(["copies", "out_shapes", "None", "()"] + ["0"] * len(choices))
     if not plan.two_d:
         sizes = ["span[0]"]
-        lines += ["    if span[0] == 0:", f"        return {empty}",
-                  "    block, num_warps = BLOCK, NUM_WARPS",
-                  "    grid = (triton.cdiv(span[0], block),)"]
+        out.line("if span[0] == 0:")
+        with out.indented():
+            out.line(f"return {empty}")
+        out.lines(["block, num_warps = BLOCK, NUM_WARPS",
+                   "grid = (triton.cdiv(span[0], block),)"])
     else:
         sizes = ["n_rows", "n_cols"]
-        lines += ["    n_cols = shape[-1] if shape else 1", "    if span[0] == 0:"]
+        _rows_choices(plan, params, looped, empty, out)
+    _call("args = (", sizes + params.launch, out)
+    out.line(f"return copies, out_shapes, grid, args, {', '.join(choices)}")
+
+
+def _rows_choices(plan: KernelPlan, params: KernelParams, looped: bool, empty: str,
+                  out: CodeWriter) -> None:
+    """Block, rows per program, warps and grid of a kernel indexed by rows and columns."""
+    out.lines(["n_cols = shape[-1] if shape else 1", "if span[0] == 0:"])
+    with out.indented():
         if plan.skeleton == "reduction":
-            lines += ["        if any(0 not in s for s in out_shapes):",
-                      "            raise ValueError(f\"{NAME}: the rows to reduce are empty (last "
-                      "axis of size 0); \"",
-                      "                             \"call the original ops for empty "
-                      "inputs\")"]
-        lines += [f"        return {empty}", "    n_rows = span[0] // n_cols"]
-        if params.uses_span("rspan"):
-            lines.append("    rspan = [s // n_cols for s in span]")
-        if plan.tiled:
-            lines += ["    block = min(TILE_COLS, triton.next_power_of_2(n_cols))",
-                      "    # the grid's second axis holds at most 65535 column blocks",
-                      "    block = max(block, triton.next_power_of_2(triton.cdiv(n_cols, 65535)))",
-                      "    rows = max(1, min(BLOCK // block, triton.next_power_of_2(n_rows)))",
-                      "    num_warps = NUM_WARPS",
-                      "    grid = (triton.cdiv(n_rows, rows), triton.cdiv(n_cols, block))"]
-        elif looped:
-            lines.append("    block = min(LOOP_BLOCK, triton.next_power_of_2(n_cols))")
-        else:
-            lines += ["    block = triton.next_power_of_2(n_cols)",
-                      "    if block > MAX_BLOCK:",
-                      "        raise ValueError(f\"{NAME}: rows of {n_cols} columns exceed \"",
-                      "                         \"MAX_BLOCK; regenerate with the column loop\")"]
-        if not plan.tiled:
-            lines += ["    rows = max(1, min(MAX_ROWS, PACK_ELEMENTS // block)) "
-                      "if block <= PACK_WIDTH else 1",
-                      "    num_warps = max(NUM_WARPS, min(16, block * rows // 512))",
-                      "    grid = (triton.cdiv(n_rows, rows),)"]
-    scalars = sizes + params.launch
-    lines += ["    args = (", *wrap_args(scalars, "        "), "    )",
-              f"    return copies, out_shapes, grid, args, {', '.join(choices)}"]
-    return lines
+            out.line("if any(0 not in s for s in out_shapes):")
+            with out.indented():
+                out.lines(['raise ValueError(f"{NAME}: the rows to reduce are empty (last '
+                           'axis of size 0); "',
+                           '                 "call the original ops for empty inputs")'])
+        out.line(f"return {empty}")
+    out.line("n_rows = span[0] // n_cols")
+    if params.uses_span("rspan"):
+        out.line("rspan = [s // n_cols for s in span]")
+    if plan.tiled:
+        out.lines(["block = min(TILE_COLS, triton.next_power_of_2(n_cols))",
+                   "# the grid's second axis holds at most 65535 column blocks",
+                   "block = max(block, triton.next_power_of_2(triton.cdiv(n_cols, 65535)))",
+                   "rows = max(1, min(BLOCK // block, triton.next_power_of_2(n_rows)))",
+                   "num_warps = NUM_WARPS",
+                   "grid = (triton.cdiv(n_rows, rows), triton.cdiv(n_cols, block))"])
+        return
+    if looped:
+        out.line("block = min(LOOP_BLOCK, triton.next_power_of_2(n_cols))")
+    else:
+        out.lines(["block = triton.next_power_of_2(n_cols)", "if block > MAX_BLOCK:"])
+        with out.indented():
+            out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns exceed "',
+                       '                 "MAX_BLOCK; regenerate with the column loop")'])
+    out.lines(["rows = max(1, min(MAX_ROWS, PACK_ELEMENTS // block)) if block <= PACK_WIDTH "
+               "else 1",
+               "num_warps = max(NUM_WARPS, min(16, block * rows // 512))",
+               "grid = (triton.cdiv(n_rows, rows),)"])
 
 
 def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
@@ -252,42 +273,44 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
         f"out{i}" for i in range(len(plan.outputs))) + ")"
     choices, consts = _choices(plan), _consts(plan)
     inputs = ", ".join(names)
-    lines = [f"NAME = {n!r}",
-             "# Launch plans by the inputs' (shape, stride, dtype, device): a repeated call",
-             "# skips the checks and choices of `_plan`. Emptied when it holds",
-             "# LAUNCH_CACHE_SIZE plans (dynamic shapes); clear it after editing the tuning",
-             "# constants in a running process.",
-             "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
-             "", "", *runtime.source().splitlines(), "", "",
-             *_plan_fn(plan, params, looped, names), "", "",
-             f"def {n}({inputs}):",
-             f'    """Run the fused kernel; returns {outs} (newly allocated, contiguous)."""',
-             *_key(names),
-             "    plan = LAUNCH_CACHE.get(key)",
-             "    if plan is None:  # a new layout: check it and work out the launch once",
-             f"        plan = _plan({inputs})",
-             "        if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
-             "            LAUNCH_CACHE.clear()",
-             "        LAUNCH_CACHE[key] = plan",
-             f"    copies, out_shapes, grid, args, {', '.join(choices)} = plan",
-             "    if copies:  # inputs whose strides the kernel cannot index: copied",
-             *(line for i, a in enumerate(names)
-               for line in (f"        if copies[{i}]:",
-                            f"            {a} = _relaid({a}, IN_ORDERS[{i}])"))]
-    device = names[0] + ".device"
-    for i, t in enumerate(plan.outputs):
-        lines.append(f"    out{i} = torch.empty(out_shapes[{i}], dtype={_dtype(t)}, "
-                     f"device={device})")
-    lines += ["    if grid is None:  # no elements", f"        return {result}"]
-    call = names + [f"out{i}" for i in range(len(plan.outputs))] + ["*args"] + consts
-    lines += [f"    {n}_kernel[grid](", *wrap_args(call, "        "), "    )",
-              f"    return {result}", "", "",
-              f"class {_class(plan)}(torch.autograd.Function):",
-              f'    """`{n}` in autograd graphs: forward runs the kernel, backward refuses."""',
-              "", "    @staticmethod", f"    def forward(ctx, {inputs}):",
-              f"        return {n}({inputs})", "", "    @staticmethod",
-              "    def backward(ctx, *grad_outputs):",
-              f"        raise RuntimeError(\"{n} is inference only: fusion-advisor generates \"",
-              "                           \"no backward kernel; call it under torch.no_grad() \"",
-              "                           \"or keep the original ops for training\")", ""]
-    return lines
+    out = CodeWriter()
+    out.lines([f"NAME = {n!r}",
+               "# Launch plans by the inputs' (shape, stride, dtype, device): a repeated call",
+               "# skips the checks and choices of `_plan`. Emptied when it holds",
+               "# LAUNCH_CACHE_SIZE plans (dynamic shapes); clear it after editing the tuning",
+               "# constants in a running process.",
+               "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
+               "", "", *runtime.source().splitlines(), "", ""])
+    _plan_fn(plan, params, looped, names, out)
+    out.lines(["", "", f"def {n}({inputs}):"])
+    with out.indented():
+        out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
+        _key(names, out)
+        out.lines(["plan = LAUNCH_CACHE.get(key)",
+                   "if plan is None:  # a new layout: check it and work out the launch once"])
+        with out.indented():
+            out.lines([f"plan = _plan({inputs})", "if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
+                       "    LAUNCH_CACHE.clear()", "LAUNCH_CACHE[key] = plan"])
+        out.lines([f"copies, out_shapes, grid, args, {', '.join(choices)} = plan",
+                   "if copies:  # inputs whose strides the kernel cannot index: copied"])
+        with out.indented():
+            for i, a in enumerate(names):
+                out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}])"])
+        device = names[0] + ".device"
+        out.lines(f"out{i} = torch.empty(out_shapes[{i}], dtype={_dtype(t)}, device={device})"
+                  for i, t in enumerate(plan.outputs))
+        out.lines(["if grid is None:  # no elements", f"    return {result}"])
+        call = names + [f"out{i}" for i in range(len(plan.outputs))] + ["*args"] + consts
+        _call(f"{n}_kernel[grid](", call, out)
+        out.line(f"return {result}")
+    out.lines(["", "", f"class {_class(plan)}(torch.autograd.Function):"])
+    with out.indented():
+        out.lines([f'"""`{n}` in autograd graphs: forward runs the kernel, backward refuses."""',
+                   "", "@staticmethod", f"def forward(ctx, {inputs}):",
+                   f"    return {n}({inputs})", "", "@staticmethod",
+                   "def backward(ctx, *grad_outputs):",
+                   f'    raise RuntimeError("{n} is inference only: fusion-advisor generates "',
+                   '                       "no backward kernel; call it under torch.no_grad() "',
+                   '                       "or keep the original ops for training")'])
+    out.line()
+    return out.result()

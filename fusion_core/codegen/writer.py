@@ -29,6 +29,11 @@ class CodeWriter:
         for text in texts:
             self.line(text)
 
+    def wrapped(self, items: Iterable[str], width: int = 96) -> None:
+        """Comma-separated `items` over lines of at most `width` characters, indentation
+        included (an argument list)."""
+        self._lines.extend(wrap_args(items, INDENT * self._level, width))
+
     @contextmanager
     def indented(self) -> Iterator[None]:
         self._level += 1
