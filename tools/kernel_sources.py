@@ -6,9 +6,9 @@ Run from the repository root (CPU is enough, nothing is launched):
     diff -r BEFORE_DIR AFTER_DIR
 
 Reads the example models under ``examples/`` at the shapes their docstrings give (plus a
-wide-row variant, so the looping reduction kernel appears, and a bf16 one); writes one
-``<case>__clusterN.py`` per cluster and per forced variant (looped reductions, flat
-elementwise) into OUT_DIR. A code generator change that should preserve behaviour must
+bf16 ExampleNet); writes one ``<case>__clusterN.py`` per cluster and per forced variant
+(the looping form of each reduction, the flat form of each tiled elementwise kernel)
+into OUT_DIR. A code generator change that should preserve behaviour must
 leave these files identical, or the difference must be explained.
 """
 
@@ -34,6 +34,7 @@ CASES = [
     ("mixer", "examples/mixer_block.py", (2, 64, 128), torch.float32),
     ("llama_block", "examples/llama_block.py", (2, 64, 128), torch.float32),
     ("resnet_block", "examples/resnet_block.py", (2, 32, 16, 16), torch.float32),
+    ("dtype_rmsnorm", "examples/dtype_rmsnorm.py", (2, 8, 128), torch.bfloat16),
 ]
 
 
