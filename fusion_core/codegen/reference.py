@@ -11,7 +11,7 @@ returns plain PyTorch callables and tensors for numerics checks:
   run of the whole model, by node name (real params, buffers, sliced masks).
 - ``cluster_inputs(analysis, cluster, values, generator)``: inputs for one
   check: fresh random floats (never zeros, same shape, strides and dtype) for
-  activations; params, buffers, masks and integer tensors as captured.
+  activations; params, buffers (and views of them), masks and integer tensors as captured.
 - ``graph_on(gm, device)``: a copy of a captured graph that runs on `device`.
 """
 
@@ -91,10 +91,19 @@ def cluster_inputs(analysis: Analysis, cluster: Cluster, values: Mapping[str, An
     out = []
     for name in cluster.inputs:
         t = values[name]
-        kind = analysis.graph[name].kind
-        fresh = t.is_floating_point() and kind is not OpKind.CONSTANT
+        fresh = t.is_floating_point() and not _is_constant(analysis, name)
         out.append(random_like(t, generator) if fresh else t)
     return tuple(out)
+
+
+def _is_constant(analysis: Analysis, name: str) -> bool:
+    """A parameter or buffer, or a view of one (BatchNorm's statistics reshaped to
+    (C, 1, 1) by ir/channels.py): random values there would be unrealistic (a negative
+    running variance)."""
+    node = analysis.graph[name]
+    if node.kind is OpKind.VIEW:
+        return bool(node.refs) and all(_is_constant(analysis, r) for r in node.refs)
+    return node.kind is OpKind.CONSTANT
 
 
 def graph_on(gm: fx.GraphModule, device: str | torch.device) -> fx.GraphModule:
