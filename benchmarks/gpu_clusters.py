@@ -5,7 +5,8 @@ Run on a CUDA machine from the repository root:
     PYTHONPATH=. python benchmarks/gpu_clusters.py --out results.json
 
 For ExampleNet at 16384×1024 (float32 and bfloat16), microgpt at 32×256 tokens, the
-MLP-Mixer block at 256×64×128 and the LLaMA-style block at 64×256×128 it
+MLP-Mixer block at 256×64×128, the LLaMA-style block at 64×256×128 and the gated MLP
+between dtype-remembering RMSNorms (bf16, 64×256×128) it
 analyzes the model, generates each cluster's kernel under a few tuning variants, checks
 each variant against the eager subgraph on fresh random inputs, and times eager, every
 variant, and torch.compile (Inductor, default mode) of the same subgraph with
@@ -51,6 +52,9 @@ CASES = [
     # Recomputed residuals, the split Linear bias (Mixer) and rotary/RMSNorm (LLaMA block).
     ("Mixer 256x64x128", "examples/mixer_block.py", (256, 64, 128), torch.float32),
     ("LlamaBlock 64x256x128", "examples/llama_block.py", (64, 256, 128), torch.float32),
+    # HF LlamaRMSNorm's `dtype = x.dtype; ...; x.to(dtype)` (eager reference recomputes it).
+    ("DtypeRMSNorm MLP bf16 64x256x128", "examples/dtype_rmsnorm.py", (64, 256, 128),
+     torch.bfloat16),
 ]
 TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3)}
 

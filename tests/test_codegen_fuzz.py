@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 settings.register_profile("codegen-default", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                  HealthCheck.too_slow])
-settings.register_profile("codegen-fuzz", max_examples=400, deadline=None,
+# Two tests: FUSION_FUZZ=1 runs 1,000 random graphs in all.
+settings.register_profile("codegen-fuzz", max_examples=500, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                  HealthCheck.too_slow])
 PROFILE = "codegen-fuzz" if os.environ.get("FUSION_FUZZ") == "1" else "codegen-default"
@@ -89,6 +90,9 @@ REDUCE = {
     "sum": lambda v: v.sum(-1),
     "mean_keepdim": lambda v: v.mean(-1, keepdim=True),
     "amax": lambda v: v.amax(-1),
+    "amin_keepdim": lambda v: v.amin(-1, keepdim=True),
+    "rms_norm": lambda v: torch.nn.functional.rms_norm(v, (v.shape[-1],), eps=1e-6),
+    "cumsum": lambda v: v.cumsum(-1),
 }
 
 

@@ -176,7 +176,8 @@ def test_multi_output_clusters(name, looped, tmp_path):
 def test_cross_row_broadcast_is_a_lowering_error(monkeypatch):
     """`x.sum(-1) + x` on a square x pairs row i's sum with column i: no row kernel does that.
 
-    The shapes check rejects that group; lowering keeps its own guard, tested without it."""
+    The shapes check rejects that group; without it the lowering check's dry run does, and
+    lowering keeps its own guard, tested without both."""
     from fusion_core.analysis import legality
     from fusion_core.codegen import LoweringError
 
@@ -184,6 +185,12 @@ def test_cross_row_broadcast_is_a_lowering_error(monkeypatch):
     assert analyze(fn, (8, 8)).clusters == ()
     monkeypatch.setattr(legality, "CHECKS",
                         tuple(c for c in legality.CHECKS if c[0] != "shapes"))
+    rejected = analyze(fn, (8, 8))
+    assert rejected.clusters == ()
+    assert [r.check for r in rejected.rejections] == ["lowering"]
+    assert "per-row result" in rejected.rejections[0].reason
+    monkeypatch.setattr(legality, "CHECKS",
+                        tuple(c for c in legality.CHECKS if c[0] not in ("shapes", "lowering")))
     analysis = analyze(fn, (8, 8))
     assert [c.ops for c in analysis.clusters] == [("sum", "add")]
     with pytest.raises(LoweringError, match="per-row result"):

@@ -232,3 +232,22 @@ def test_each_check_produces_a_rejection_in_detection():
         rejections = run(fn).rejections
         assert [r.check for r in rejections][:1] == [check], check
         assert rejections[0].lines is not None and rejections[0].lines.file == __file__
+
+
+def test_lowering_check_dry_runs_the_code_generator():
+    """`(x * y).sum(-1) + y` on a square x: legal shapes, but `y` would be read per element
+    (by mul) and per row (by add). The dry run names `add`; `mul → sum` still fuses and
+    every group legality accepts lowers."""
+    from fusion_core.codegen import generate
+
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            return (x * y).sum(-1) + y
+
+    analysis = analyze(M(), (8, 8), (8,))
+    assert [c.ops for c in analysis.clusters] == [("mul", "sum")]
+    (rejection,) = analysis.rejections
+    assert rejection.check == "lowering" and rejection.culprits == ("add",)
+    assert "read both per element and per row" in rejection.reason
+    for cluster in analysis.clusters:
+        generate(analysis, cluster)

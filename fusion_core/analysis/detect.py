@@ -15,12 +15,11 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 
 from ..ir.graph import FusionGraph, OpKind
-from .legality import escaping, first_failure, members
+from .group import MIN_OPS, components, escaping, external_inputs, members, n_working_ops
+from .legality import first_failure
 from .multi_output import lone_nodes, reduction_regions
-from .traffic import estimate_traffic, external_inputs, n_working_ops
+from .traffic import estimate_traffic
 from .types import Cluster, LineSpan, Rejection
-
-MIN_OPS = 2
 
 
 def dead_code(g: FusionGraph) -> set[str]:
@@ -46,27 +45,6 @@ def candidates(g: FusionGraph) -> set[str]:
              and any(r in compute for r in n.refs)
              and any(u in compute for u in g.users[n.name])}
     return compute | views
-
-
-def components(g: FusionGraph, nodes: Collection[str]) -> list[tuple[str, ...]]:
-    """Weakly connected components of the subgraph induced by `nodes`, in graph order."""
-    nodes = set(nodes)
-    parent = {n: n for n in nodes}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for n in nodes:
-        for r in g[n].refs:
-            if r in nodes:
-                parent[find(r)] = find(n)
-    groups: dict[str, list[str]] = {}
-    for n in sorted(nodes, key=g.position):
-        groups.setdefault(find(n), []).append(n)
-    return sorted((tuple(v) for v in groups.values()), key=lambda c: g.position(c[0]))
 
 
 def line_span(g: FusionGraph, names: Iterable[str]) -> LineSpan | None:

@@ -8,18 +8,14 @@ drops before it retries -- and the reason in words.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from ..codegen.lower import dry_run
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.registry import SPECS
-
-
-@dataclass(frozen=True)
-class Failure:
-    check: str
-    culprits: tuple[str, ...]
-    reason: str
-
+from .group import check_convexity, escaping, iteration_shape, numel, ordered
+from .multi_output import store_verdict
+from .types import Failure
 
 Check = Callable[[FusionGraph, Collection[str]], "Failure | None"]
 
@@ -28,28 +24,11 @@ def _names(g: FusionGraph, names: Collection[str]) -> str:
     return ", ".join(f"`{g[n].label}`" for n in names)
 
 
-def members(group: Collection[str]) -> set[str] | frozenset[str]:
-    """`group` as a set: membership tests on a tuple would make the checks quadratic."""
-    return group if isinstance(group, (set, frozenset)) else set(group)
-
-
-def escaping(g: FusionGraph, group: Collection[str]) -> list[str]:
-    """Group values read outside the group (by another node or the graph output)."""
-    inside = members(group)
-    return [n for n in _ordered(g, inside) if any(u not in inside for u in g.users[n])]
-
-
-def _ordered(g: FusionGraph, group: Collection[str]) -> list[str]:
-    return sorted(group, key=g.position)
-
-
 def check_fan_out(g: FusionGraph, group: Collection[str]) -> Failure | None:
     failure = _single_output_failure(g, group)
     if failure is None:
         return None
     # One kernel may store several results when that moves fewer bytes than the split.
-    from .multi_output import store_verdict  # noqa: PLC0415 - it imports this module
-
     verdict = store_verdict(g, group, failure.culprits)
     return None if verdict.pays else replace(failure, reason=f"{failure.reason}; {verdict}")
 
@@ -84,54 +63,14 @@ def _forks(g: FusionGraph, group: Collection[str], out: list[str]) -> tuple[str,
     """
     results = set(out)
     reach: dict[str, object] = {}
-    for name in reversed(_ordered(g, group)):
+    for name in reversed(ordered(g, group)):
         seen: set[object] = {name} if name in results else set()
         for u in g.users[name]:
             if u in group and reach.get(u) is not None:
                 seen.add(reach[u])
         reach[name] = (_MANY if len(seen) > 1 or _MANY in seen
                        else next(iter(seen)) if seen else None)
-    return tuple(n for n in _ordered(g, group) if reach[n] is _MANY)
-
-
-def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
-    # Outside nodes reachable from the group; a group node reading one re-enters.
-    outside_reach: dict[str, str] = {}  # outside node -> group node it came from
-    for name in _ordered(g, group):
-        for u in g.users[name]:
-            if u not in group and u not in outside_reach:
-                outside_reach[u] = name
-    for node in g.nodes:  # graph order is topological: one sweep propagates
-        if node.name in outside_reach:
-            for u in g.users[node.name]:
-                if u not in group:
-                    outside_reach.setdefault(u, outside_reach[node.name])
-    for name in _ordered(g, group):
-        for r in g[name].refs:
-            if r in outside_reach:
-                return Failure("convexity", (name,),
-                               f"path `{g[outside_reach[r]].label}` → `{g[r].label}` → "
-                               f"`{g[name].label}` leaves the group and re-enters")
-    return None
-
-
-def iteration_shape(g: FusionGraph, group: Collection[str]) -> tuple[int, ...]:
-    """The shape one kernel iterates over: a reduction's input, else the largest value."""
-    for name in _ordered(g, group):
-        node = g[name]
-        if node.kind is OpKind.REDUCTION and node.inputs and isinstance(node.inputs[0], Ref):
-            meta = g[node.inputs[0].name].meta
-            if meta is not None:
-                return meta.shape
-    shapes = [g[n].meta.shape for n in group if g[n].meta is not None]
-    return max(shapes, key=lambda s: (_numel(s), len(s)), default=())
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    return tuple(n for n in ordered(g, group) if reach[n] is _MANY)
 
 
 def _fits(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
@@ -145,7 +84,7 @@ def _fits(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
 
 def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
     domain = iteration_shape(g, group)
-    for name in _ordered(g, group):
+    for name in ordered(g, group):
         node = g[name]
         for r in node.refs:
             meta = g[r].meta
@@ -174,20 +113,20 @@ def _cross_row_broadcast(g: FusionGraph, group: Collection[str],
     8x8); a row-per-program kernel holds only its own row's result.
     """
     per_row: set[str] = set()  # reduced without keepdim, and values computed at that rank
-    for name in _ordered(g, group):
+    for name in ordered(g, group):
         node = g[name]
         meta = node.meta
         if meta is None or len(meta.shape) >= len(domain):
             continue
         if node.kind is OpKind.REDUCTION or any(r in per_row for r in node.refs):
             per_row.add(name)
-    for name in _ordered(g, group):
+    for name in ordered(g, group):
         node = g[name]
         if name in per_row or node.kind is OpKind.REDUCTION:
             continue  # a second reduction is the reduction check's to report
         for r in node.refs:
             meta = g[r].meta
-            if r in per_row and meta is not None and _numel(meta.shape) != 1:
+            if r in per_row and meta is not None and numel(meta.shape) != 1:
                 return Failure("shapes", (name,),
                                f"`{node.label}` broadcasts `{g[r].label}` of shape "
                                f"{tuple(meta.shape)}, reduced without keepdim, against the "
@@ -197,7 +136,7 @@ def _cross_row_broadcast(g: FusionGraph, group: Collection[str],
 
 
 def check_aliasing(g: FusionGraph, group: Collection[str]) -> Failure | None:
-    bad = [n for n in _ordered(g, group) if g[n].kind in (OpKind.VIEW, OpKind.INPLACE)]
+    bad = [n for n in ordered(g, group) if g[n].kind in (OpKind.VIEW, OpKind.INPLACE)]
     if not bad:
         return None
     n = g[bad[0]]
@@ -223,7 +162,7 @@ def reduced_axis(node: Node, rank: int) -> int | None:
 
 
 def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
-    reds = [n for n in _ordered(g, group) if g[n].kind is OpKind.REDUCTION]
+    reds = [n for n in ordered(g, group) if g[n].kind is OpKind.REDUCTION]
     if len(reds) > 1:
         return Failure("reduction", tuple(reds[1:]),
                        f"{len(reds)} reductions ({_names(g, reds)}); one row-per-program "
@@ -243,18 +182,24 @@ def has_lowering(node: Node) -> bool:
     spec = SPECS.get(node.op)
     if spec is None or spec.lower is None:
         return False
-    if isinstance(spec.lower, str):
+    if not callable(spec.lower):  # a reduction rule
         return True
     args = tuple(str(a) if isinstance(a, Ref) else repr(a) for a in node.inputs)
     return spec.lower(args, dict(node.params)) is not None
 
 
 def check_lowering(g: FusionGraph, group: Collection[str]) -> Failure | None:
-    bad = [n for n in _ordered(g, group) if g[n].kind.is_compute and not has_lowering(g[n])]
-    if not bad:
+    """Every op has a rule, and the code generator plans the group (a dry run of lowering):
+    a group this check accepts is one `codegen.generate` lowers."""
+    bad = [n for n in ordered(g, group) if g[n].kind.is_compute and not has_lowering(g[n])]
+    if bad:
+        return Failure("lowering", tuple(bad),
+                       f"no Triton lowering rule for {_names(g, bad)} with these arguments")
+    error = dry_run(g, group)
+    if error is None:
         return None
-    return Failure("lowering", tuple(bad),
-                   f"no Triton lowering rule for {_names(g, bad)} with these arguments")
+    culprits = tuple(n for n in error.nodes if n in group) or tuple(ordered(g, group))[-1:]
+    return Failure("lowering", culprits, f"the code generator cannot lower it: {error}")
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (

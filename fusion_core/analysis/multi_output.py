@@ -22,10 +22,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..ir.graph import FusionGraph, OpKind
-from .legality import check_convexity
-from .traffic import estimate_traffic, n_working_ops
-
-MIN_OPS = 2  # a piece with one compute op runs unfused (as in detect)
+from .group import MIN_OPS, check_convexity, components, n_working_ops
+from .traffic import estimate_traffic
 
 
 @dataclass(frozen=True)
@@ -54,37 +52,16 @@ def store_verdict(g: FusionGraph, group: Collection[str], culprits: Collection[s
         kept -= set(failure.culprits)
         alone += failure.culprits
     fused = sum(_piece_bytes(g, {n}) for n in alone)
-    fused += sum(_piece_bytes(g, p) for p in _pieces(g, kept))
+    fused += sum(_piece_bytes(g, p) for p in components(g, kept))
     split = sum(_piece_bytes(g, {c}) for c in culprits)
-    split += sum(_piece_bytes(g, p) for p in _pieces(g, set(group) - set(culprits)))
+    split += sum(_piece_bytes(g, p) for p in components(g, set(group) - set(culprits)))
     return StoreVerdict(fused, split)
 
 
-def _piece_bytes(g: FusionGraph, piece: set[str]) -> int:
+def _piece_bytes(g: FusionGraph, piece: Collection[str]) -> int:
     t = estimate_traffic(g, piece)
     return t.fused_bytes if n_working_ops(g, piece) >= MIN_OPS else (
         t.unfused_bytes)
-
-
-def _pieces(g: FusionGraph, nodes: set[str]) -> list[set[str]]:
-    """Weakly connected pieces of `nodes` (one sweep in graph order with merging)."""
-    owner: dict[str, int] = {}
-    pieces: list[set[str]] = []
-    for n in sorted(nodes, key=g.position):
-        linked = {owner[r] for r in g[n].refs if r in owner}
-        if not linked:
-            owner[n] = len(pieces)
-            pieces.append({n})
-            continue
-        keep = min(linked)
-        for other in linked - {keep}:
-            for m in pieces[other]:
-                owner[m] = keep
-            pieces[keep] |= pieces[other]
-            pieces[other] = set()
-        owner[n] = keep
-        pieces[keep].add(n)
-    return [p for p in pieces if p]
 
 
 def reduction_regions(g: FusionGraph, component: Collection[str]) -> list[set[str]]:
@@ -113,7 +90,7 @@ def reduction_regions(g: FusionGraph, component: Collection[str]) -> list[set[st
     regions: dict[str | None, set[str]] = {}
     for n in order:
         regions.setdefault(owner[n], set()).add(n)
-    return [p for region in regions.values() for p in _pieces(g, region)]
+    return [p for region in regions.values() for p in components(g, region)]
 
 
 def lone_nodes(g: FusionGraph, regions: list[set[str]]) -> tuple[str, ...]:

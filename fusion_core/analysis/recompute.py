@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..ir.graph import FusionGraph, OpKind
-from .legality import escaping
+from .group import escaping
 from .types import Cluster
 
 

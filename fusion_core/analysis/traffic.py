@@ -13,45 +13,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..ir.graph import FusionGraph, OpKind
-from ..ir.registry import SPECS
-from .legality import escaping, iteration_shape, members
+from .group import escaping, external_inputs, iteration_shape, members, moves_data, value_bytes
 from .types import TrafficEstimate
-
-
-def _bytes(g: FusionGraph, name: str) -> int:
-    meta = g[name].meta
-    return meta.nbytes if meta is not None else 0
-
-
-def _same_dtype_cast(g: FusionGraph, name: str) -> bool:
-    """`x.float()` / `x.to(x.dtype)` on a value already of that dtype returns `x` itself."""
-    node = g[name]
-    if node.op != "to" or not node.refs or node.meta is None:
-        return False
-    src = g[node.refs[0]].meta
-    return src is not None and src.dtype == node.meta.dtype
-
-
-def moves_data(g: FusionGraph, name: str) -> bool:
-    """False for ops eager runs as an alias (dropout in eval, a same-dtype cast)."""
-    spec = SPECS.get(g[name].op.rstrip("_"))
-    return not ((spec is not None and not spec.moves_data) or _same_dtype_cast(g, name))
-
-
-def n_working_ops(g: FusionGraph, group: Collection[str]) -> int:
-    """Compute ops that move data: a group needs two of them to save anything."""
-    return sum(g[n].kind.is_compute and moves_data(g, n) for n in group)
-
-
-def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
-    """Values the group reads from outside, in order of first use."""
-    seen: dict[str, None] = {}
-    group = members(group)
-    for name in sorted(group, key=g.position):
-        for r in g[name].refs:
-            if r not in group:
-                seen.setdefault(r)
-    return tuple(seen)
 
 
 def estimate_traffic(g: FusionGraph, group: Collection[str], copies: bool = True
@@ -64,8 +27,9 @@ def estimate_traffic(g: FusionGraph, group: Collection[str], copies: bool = True
     for name in group:
         if not moves_data(g, name) or (g[name].copy_of and not copies):
             continue  # eager returns an alias (or never runs the copy): no bytes move
-        unfused += sum(_bytes(g, r) for r in dict.fromkeys(g[name].refs)) + _bytes(g, name)
-    fused = sum(_bytes(g, r) for r in external_inputs(g, group))
+        operands = dict.fromkeys(g[name].refs)
+        unfused += sum(value_bytes(g, r) for r in operands) + value_bytes(g, name)
+    fused = sum(value_bytes(g, r) for r in external_inputs(g, group))
     domain = iteration_shape(g, group)
     fused += sum(store_bytes(g, group, n, domain) for n in escaping(g, group))
     return TrafficEstimate(unfused_bytes=unfused, fused_bytes=fused)

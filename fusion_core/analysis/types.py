@@ -70,3 +70,10 @@ class Rejection:
     def __post_init__(self) -> None:
         if self.check not in CHECKS:
             raise ValueError(f"unknown legality check {self.check!r}")
+
+
+@dataclass(frozen=True)
+class Failure:
+    check: str
+    culprits: tuple[str, ...]
+    reason: str

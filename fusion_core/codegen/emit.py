@@ -22,212 +22,88 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import torch
-
 from ..ir.registry import TL_TYPES
-from .lower import KernelPlan, ReductionStep, Stmt, TensorArg, wrap_args
+from .lower import KernelPlan, Stmt, TensorArg
+from .reduce import emitter
+from .writer import (
+    COLS,
+    OFFS,
+    ROW_MAJOR,
+    ROWS,
+    CodeWriter,
+    Index,
+    KernelParams,
+    Term,
+    row_remainder,
+    zero_term,
+)
 
-NEG_INF, POS_INF = "-float('inf')", "float('inf')"
-_IDENTITY = {"softmax": NEG_INF, "log_softmax": NEG_INF, "amax": NEG_INF, "amin": POS_INF}
-_ROW = "[:, None]"  # a row reduction keeps its axis: [ROWS, 1]
 
-
-def _terms(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
-    """Index of `arg` for the current block; adds the scalars it needs to `params`."""
-    rank, reduction = plan.rank, plan.two_d
-    out = []
+def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
+    """Offset of `arg` for the current block; registers the scalars it needs in `params`."""
+    rank, two_d = plan.rank, plan.two_d
+    terms = []
     strides = 0
     for g in arg.access.groups:
-        if reduction and g.last < rank:  # dims of the row index only
-            base, lo, hi, span = "rows", g.first, g.last, "rspan"
-            top = rank - 1
+        lo, hi = g.first, g.last
+        if two_d and hi < rank:  # dims of the row index only
+            base, family, top = ROWS, "rspan", rank - 1
         else:
-            base, lo, hi, span, top = "offs", g.first, g.last, "span", rank
-            if reduction:  # the group ends at the last dim: rows within it, then `cols`
+            base, family, top = OFFS, "span", rank
+            if two_d:  # the group ends at the last dim: rows within it, then `cols`
                 if lo == rank - 1:
-                    base = "cols"
+                    base = COLS
                 elif lo == 0:
-                    base = "rows * n_cols + cols"
+                    base = ROW_MAJOR
                 else:  # a per-row remainder, not a per-element one
-                    base = f"(rows % rspan{lo}) * n_cols + cols"
-                    params[f"rspan{lo}"] = f"rspan[{lo}]"
+                    base = row_remainder(params.span("rspan", lo))
                 lo = 0
-        term = base
-        if lo > 0:
-            term = (f"({term})" if "+" in term else term) + f" % {span}{lo}"
-            params[f"{span}{lo}"] = f"{span}[{lo}]"
-        if hi < top:
-            term += f" // {span}{hi}"
-            params[f"{span}{hi}"] = f"{span}[{hi}]"
+        modulo = params.span(family, lo) if lo > 0 else None
+        divisor = params.span(family, hi) if hi < top else None
+        stride = None
         if not g.unit:
-            name = f"{arg.ptr.replace('_ptr', '')}_stride{strides}"
-            params[name] = f"{arg.ptr.replace('_ptr', '')}_strides[{strides}]"
+            stride = params.stride(arg.role, arg.index, strides)
             strides += 1
-            term = f"({term}) * {name}" if " " in term else f"{term} * {name}"
-        out.append(term)
-    if not out:
-        return "0"
-    return " + ".join(out)
+        terms.append(Term(base, modulo, divisor, stride))
+    return Index(tuple(terms))
 
 
-def _mask(arg: TensorArg, plan: KernelPlan, idx: str) -> str:
+def _mask(arg: TensorArg, plan: KernelPlan, idx: Index) -> str:
     """The mask matching the pointer block's shape: [ROWS, 1], [1, BLOCK] or the full block."""
     if not plan.two_d:
         return "mask"
-    if arg.per_row or (plan.tiled and "cols" not in idx):  # [ROWS, 1]: once per row
+    if arg.per_row or (plan.tiled and not idx.varies("cols")):  # [ROWS, 1]: once per row
         return "row_mask"
-    return "mask" if "rows" in idx else "col_mask"  # a row vector: one row of the block
+    return "mask" if idx.varies("rows") else "col_mask"  # a row vector: one row of the block
 
 
-def _load(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
-    idx = _terms(arg, plan, params)
-    mask = _mask(arg, plan, idx)
-    if idx == "0":
+def _load(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
+    idx = index_of(arg, plan, params)
+    if idx.is_zero:
         text = f"tl.load({arg.ptr})"
     else:
-        text = f"tl.load({arg.ptr} + {_paren(idx)}, mask={mask})"
+        text = f"tl.load({idx.offset(arg.ptr)}, mask={_mask(arg, plan, idx)})"
     if arg.compute_dtype != arg.dtype:
         text += f".to({TL_TYPES[arg.compute_dtype]})"
     return f"{arg.temp} = {text}"
 
 
-def _store(arg: TensorArg, plan: KernelPlan, params: dict[str, str]) -> str:
-    idx = _terms(arg, plan, params)
-    if idx == "0":  # one element, written by every lane with the same value
-        idx = "rows * 0" if plan.two_d else "offs * 0"
-    elif plan.two_d and "rows" not in idx:
-        idx = f"rows * 0 + {idx}"  # the pointer block takes the value's [ROWS, ...] shape
+def _store(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
+    idx = index_of(arg, plan, params)
+    if idx.is_zero:  # one element, written by every lane with the same value
+        idx = Index((zero_term(ROWS if plan.two_d else OFFS),))
+    elif plan.two_d and not idx.shaped("rows"):
+        idx = idx.plus(before=(zero_term(ROWS),))  # the pointer block takes [ROWS, ...]
     if plan.tiled and not arg.access.spans_cols(plan.rank):
-        idx += " + cols * 0"  # a broadcast-shaped result: stored under the tile's full mask
+        idx = idx.plus(after=(zero_term(COLS),))  # broadcast-shaped: under the tile's mask
     value = arg.temp if arg.compute_dtype == arg.dtype else (
         f"{arg.temp}.to({TL_TYPES[arg.dtype]})")
     mask = "row_mask" if arg.per_row else "mask"
-    return f"tl.store({arg.ptr} + {_paren(idx)}, {value}, mask={mask})"
-
-
-def _paren(idx: str) -> str:
-    return idx if idx.isidentifier() else f"({idx})"
+    return f"tl.store({idx.offset(arg.ptr)}, {value}, mask={mask})"
 
 
 def _stmt(s: Stmt) -> str:
     return f"{s.temp} = {s.expr}"
-
-
-# -- reductions: single block -------------------------------------------------------------
-def _source(r: ReductionStep) -> str:
-    return r.source if r.dtype == torch.float32 else f"{r.source}.to({TL_TYPES[r.dtype]})"
-
-
-
-
-def _zero(r: ReductionStep) -> str:
-    return "0.0" if r.dtype.is_floating_point else "0"
-
-
-def _identity(r: ReductionStep) -> str:
-    """What tail lanes hold before the reduce: the rule's identity in the result dtype."""
-    if r.rule in ("amax", "amin") and not r.dtype.is_floating_point:
-        info = torch.iinfo(r.dtype)
-        # Written `(min + 1 - 1)`: the literal `-min` would not fit the signed type.
-        return f"({info.min + 1} - 1)" if r.rule == "amax" else str(info.max)
-    return _IDENTITY.get(r.rule, _zero(r))
-
-
-def _affine(r: ReductionStep, y: str) -> str:
-    return y + (f" * {r.weight}" if r.weight else "") + (f" + {r.bias}" if r.bias else "")
-
-
-def reduce_single(r: ReductionStep) -> list[str]:
-    v, x, rule = r.temp, _source(r), r.rule
-    head = f"# {rule} over the last axis (tail lanes hold {_identity(r)})"
-    if rule in ("softmax", "log_softmax"):
-        lines = [f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
-                 f"{v}_max = tl.max({v}_in, axis=1){_ROW}"]
-        if rule == "softmax":
-            return [head, *lines, f"{v}_exp = tl.exp({v}_in - {v}_max)",
-                    f"{v} = {v}_exp / tl.sum({v}_exp, axis=1){_ROW}"]
-        return [head, *lines, f"{v}_sum = tl.sum(tl.exp({v}_in - {v}_max), axis=1){_ROW}",
-                f"{v} = {x} - {v}_max - tl.log({v}_sum)"]
-    if rule == "layer_norm":
-        return [head,
-                f"{v}_mean = tl.sum(tl.where(mask, {x}, 0.0), axis=1){_ROW} / n_cols",
-                f"{v}_xc = tl.where(mask, {x} - {v}_mean, 0.0)",
-                f"{v}_rstd = tl.math.rsqrt(tl.sum({v}_xc * {v}_xc, axis=1){_ROW} / n_cols"
-                f" + {r.eps!r})",
-                f"{v} = {_affine(r, f'{v}_xc * {v}_rstd')}"]
-    if rule == "rms_norm":
-        return [head, f"{v}_in = tl.where(mask, {x}, 0.0)",
-                f"{v}_rstd = tl.math.rsqrt(tl.sum({v}_in * {v}_in, axis=1){_ROW} / n_cols"
-                f" + {r.eps!r})",
-                f"{v} = {_affine(r, f'{x} * {v}_rstd')}"]
-    if rule == "cumsum":
-        return [head, f"{v} = tl.cumsum(tl.where(mask, {x}, {_zero(r)}), axis=1)"]
-    fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[rule]
-    tail = " / n_cols" if rule == "mean" else ""
-    return [head, f"{v} = {fn}(tl.where(mask, {x}, {_identity(r)}), "
-                  f"axis=1){_ROW}{tail}"]
-
-
-# -- reductions: rows looping over column blocks ---------------------------------------------
-def _full(r: ReductionStep, value: str) -> str:
-    return f"tl.full([ROWS_PER_PROGRAM, 1], {value}, {TL_TYPES[r.dtype]})"
-
-
-def reduce_passes(r: ReductionStep) -> list[tuple[list[str], list[str], list[str]]]:
-    """(before, in-loop, after) lines of each statistics pass over the row."""
-    v, x, rule = r.temp, _source(r), r.rule
-    if rule in ("softmax", "log_softmax"):
-        return [([f"{v}_max = {_full(r, NEG_INF)}", f"{v}_sum = {_full(r, '0.0')}"],
-                 [f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
-                  f"{v}_new = tl.maximum({v}_max, tl.max({v}_in, axis=1){_ROW})",
-                  "# rows still all -inf shift by 0, so no inf - inf",
-                  f"{v}_ref = tl.where({v}_new == {NEG_INF}, 0.0, {v}_new)",
-                  f"{v}_sum = {v}_sum * tl.exp({v}_max - {v}_ref)"
-                  f" + tl.sum(tl.exp({v}_in - {v}_ref), axis=1){_ROW}",
-                  f"{v}_max = {v}_new"], [])]
-    if rule == "layer_norm":
-        return [([f"{v}_acc = {_full(r, '0.0')}"],
-                 [f"{v}_acc = {v}_acc + tl.sum(tl.where(mask, {x}, 0.0), axis=1){_ROW}"],
-                 [f"{v}_mean = {v}_acc / n_cols"]),
-                ([f"{v}_var = {_full(r, '0.0')}"],
-                 [f"{v}_xc = tl.where(mask, {x} - {v}_mean, 0.0)",
-                  f"{v}_var = {v}_var + tl.sum({v}_xc * {v}_xc, axis=1){_ROW}"],
-                 [f"{v}_rstd = tl.math.rsqrt({v}_var / n_cols + {r.eps!r})"])]
-    if rule == "rms_norm":
-        return [([f"{v}_acc = {_full(r, '0.0')}"],
-                 [f"{v}_in = tl.where(mask, {x}, 0.0)",
-                  f"{v}_acc = {v}_acc + tl.sum({v}_in * {v}_in, axis=1){_ROW}"],
-                 [f"{v}_rstd = tl.math.rsqrt({v}_acc / n_cols + {r.eps!r})"])]
-    if rule == "cumsum":  # no statistics: the last pass carries the running sum
-        return []
-    ident = _identity(r)
-    acc = f"{v}_acc" if rule == "mean" else v
-    fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[rule]
-    part = f"{fn}(tl.where(mask, {x}, {ident}), axis=1){_ROW}"
-    step = {"amax": f"tl.maximum({acc}, {part})", "amin": f"tl.minimum({acc}, {part})"}.get(
-        rule, f"{acc} + {part}")
-    return [([f"{acc} = {_full(r, ident)}"], [f"{acc} = {step}"],
-             [f"{v} = {acc} / n_cols"] if rule == "mean" else [])]
-
-
-def reduce_carry(r: ReductionStep) -> list[str]:
-    """State the last pass carries from one column block to the next (a scan's sum)."""
-    return [f"{r.temp}_carry = {_full(r, _zero(r))}"] if r.rule == "cumsum" else []
-
-
-def reduce_final(r: ReductionStep) -> list[str]:
-    """The row-preserving result for the current column block, after the passes."""
-    v, x = r.temp, _source(r)
-    if r.rule == "cumsum":
-        return [f"{v}_part = tl.where(mask, {x}, {_zero(r)})",
-                f"{v} = {v}_carry + tl.cumsum({v}_part, axis=1)",
-                f"{v}_carry = {v}_carry + tl.sum({v}_part, axis=1){_ROW}"]
-    return {
-        "softmax": [f"{v} = tl.exp({x} - {v}_max) / {v}_sum"],
-        "log_softmax": [f"{v} = {x} - {v}_max - tl.log({v}_sum)"],
-        "layer_norm": [f"{v} = {_affine(r, f'({x} - {v}_mean) * {v}_rstd')}"],
-        "rms_norm": [f"{v} = {_affine(r, f'{x} * {v}_rstd')}"],
-    }.get(r.rule, [])
 
 
 # -- kernel bodies ------------------------------------------------------------------------
@@ -246,53 +122,64 @@ def _closure(plan: KernelPlan, targets: Iterable[str]) -> set[str]:
     return seen
 
 
-def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], dict[str, str]]:
-    """Kernel source lines and its scalar parameters {name: launcher expression}."""
-    params: dict[str, str] = {}
+def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelParams]:
+    """Kernel source lines and its scalar parameters (what the launcher passes for each)."""
+    params = KernelParams()
+    body = CodeWriter()
     if not plan.two_d:
-        body = _elementwise(plan, params)
-        sizes = ["n_elements"]
-        consts = ["BLOCK_SIZE: tl.constexpr"]
+        _elementwise(plan, params, body)
+        sizes, consts = ["n_elements"], ["BLOCK_SIZE"]
     else:
-        body = (_tiled if plan.tiled else _looped if looped else _single)(plan, params)
-        sizes = ["n_rows", "n_cols"]
-        consts = ["BLOCK_SIZE: tl.constexpr", "ROWS_PER_PROGRAM: tl.constexpr"]
-    ptrs = [t.ptr for t in plan.inputs] + [t.ptr for t in plan.outputs]
-    args = ptrs + sizes + list(params) + consts
-    head = ["@triton.jit", f"def {plan.name}_kernel(", *wrap_args(args, "    "), "):"]
-    return head + ["    " + line if line else "" for line in body], params
+        (_tiled if plan.tiled else _looped if looped else _single)(plan, params, body)
+        sizes, consts = ["n_rows", "n_cols"], ["BLOCK_SIZE", "ROWS_PER_PROGRAM"]
+    # The signature comes last: the body registered the scalar parameters it reads.
+    signature = [t.ptr for t in (*plan.inputs, *plan.outputs)] + sizes + params.names
+    signature += [f"{c}: tl.constexpr" for c in consts]
+    out = CodeWriter()
+    out.lines(["@triton.jit", f"def {plan.name}_kernel("])
+    with out.indented():
+        out.wrapped(signature)
+    out.line("):")
+    with out.indented():
+        out.lines(body.result())
+    return out.result(), params
 
 
-def _elementwise(plan: KernelPlan, params: dict[str, str]) -> list[str]:
-    start = "pid.to(tl.int64) * BLOCK_SIZE" if plan.int64 else "pid * BLOCK_SIZE"
-    lines = ["# boilerplate (elementwise)", "pid = tl.program_id(0)",
-             f"offs = {start} + tl.arange(0, BLOCK_SIZE)", "mask = offs < n_elements", ""]
-    return lines + _pointwise_body(plan, params)
+def _start(plan: KernelPlan, size: str) -> str:
+    """The program's first row or element; 64-bit when offsets need it."""
+    return f"pid.to(tl.int64) * {size}" if plan.int64 else f"pid * {size}"
 
 
-def _tiled(plan: KernelPlan, params: dict[str, str]) -> list[str]:
-    start = "pid.to(tl.int64) * ROWS_PER_PROGRAM" if plan.int64 else "pid * ROWS_PER_PROGRAM"
-    lines = ["# boilerplate (elementwise, tiles of rows x columns of the last axis)",
-             "pid = tl.program_id(0)",
-             f"rows = {start} + tl.arange(0, ROWS_PER_PROGRAM)[:, None]",
-             _cols(plan, "tl.program_id(1) * BLOCK_SIZE + "),
-             "row_mask = rows < n_rows", *_COLS, ""]
-    return lines + _pointwise_body(plan, params)
+def _elementwise(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+    out.lines(["# boilerplate (elementwise)", "pid = tl.program_id(0)",
+               f"offs = {_start(plan, 'BLOCK_SIZE')} + tl.arange(0, BLOCK_SIZE)",
+               "mask = offs < n_elements", ""])
+    _pointwise_body(plan, params, out)
 
 
-def _pointwise_body(plan: KernelPlan, params: dict[str, str]) -> list[str]:
-    lines = ["# loads", *(_load(t, plan, params) for t in plan.inputs), ""]
+def _tiled(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+    out.lines(["# boilerplate (elementwise, tiles of rows x columns of the last axis)",
+               "pid = tl.program_id(0)",
+               f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
+               "[:, None]",
+               _cols(plan, "tl.program_id(1) * BLOCK_SIZE + "),
+               "row_mask = rows < n_rows", *_COLS, ""])
+    _pointwise_body(plan, params, out)
+
+
+def _pointwise_body(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+    out.lines(["# loads", *(_load(t, plan, params) for t in plan.inputs), ""])
     if plan.stmts:
-        lines += ["# chain", *(_stmt(s) for s in plan.stmts), ""]
-    return lines + ["# store", *(_store(t, plan, params) for t in plan.outputs)]
+        out.lines(["# chain", *(_stmt(s) for s in plan.stmts), ""])
+    out.lines(["# store", *(_store(t, plan, params) for t in plan.outputs)])
 
 
-def _rows_boilerplate(plan: KernelPlan, looped: bool) -> list[str]:
-    start = "pid.to(tl.int64) * ROWS_PER_PROGRAM" if plan.int64 else "pid * ROWS_PER_PROGRAM"
+def _rows_boilerplate(plan: KernelPlan, looped: bool, out: CodeWriter) -> None:
     what = "rows loop over column blocks" if looped else "one block per row"
-    return [f"# boilerplate (reduction, {what})", "pid = tl.program_id(0)",
-            f"rows = {start} + tl.arange(0, ROWS_PER_PROGRAM)[:, None]",
-            "row_mask = rows < n_rows"]
+    out.lines([f"# boilerplate (reduction, {what})", "pid = tl.program_id(0)",
+               f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
+               "[:, None]",
+               "row_mask = rows < n_rows"])
 
 
 _COLS = ["col_mask = cols < n_cols", "mask = row_mask & col_mask"]
@@ -305,60 +192,61 @@ def _cols(plan: KernelPlan, start: str) -> str:
     return f"cols = ({cols}).to(tl.int64)" if plan.int64 else f"cols = {cols}"
 
 
-def _single(plan: KernelPlan, params: dict[str, str]) -> list[str]:
+def _single(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     r = plan.reduction
     assert r is not None
-    lines = _rows_boilerplate(plan, False) + [_cols(plan, ""),
-                                              *_COLS, "", "# loads"]
-    lines += [_load(t, plan, params) for t in plan.inputs]
+    _rows_boilerplate(plan, False, out)
+    out.lines([_cols(plan, ""), *_COLS, "", "# loads"])
+    out.lines(_load(t, plan, params) for t in plan.inputs)
     pre = [_stmt(s) for s in plan.stmts if s.phase == "pre"]
     post = [_stmt(s) for s in plan.stmts if s.phase == "post"]
     if pre:
-        lines += ["", "# chain (before the reduction)", *pre]
-    lines += ["", *reduce_single(r)]
+        out.lines(["", "# chain (before the reduction)", *pre])
+    out.lines(["", *emitter(r).single(r)])
     if post:
-        lines += ["", "# chain (after the reduction)", *post]
-    return lines + ["", "# store", *(_store(t, plan, params) for t in plan.outputs)]
+        out.lines(["", "# chain (after the reduction)", *post])
+    out.lines(["", "# store", *(_store(t, plan, params) for t in plan.outputs)])
 
 
-def _looped(plan: KernelPlan, params: dict[str, str]) -> list[str]:
+def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     r = plan.reduction
     assert r is not None
     row_loads = [t for t in plan.inputs if t.per_row or t.access.is_scalar]
     col_loads = [t for t in plan.inputs if t not in row_loads]
     row_pre = [s for s in plan.stmts if s.per_row and s.phase == "pre"]
-    lines = _rows_boilerplate(plan, True)
+    _rows_boilerplate(plan, True, out)
     if row_loads or row_pre:
-        lines += ["", "# per-row loads and values",
-                  *(_load(t, plan, params) for t in row_loads), *map(_stmt, row_pre)]
+        out.lines(["", "# per-row loads and values",
+                   *(_load(t, plan, params) for t in row_loads), *map(_stmt, row_pre)])
 
-    def block(targets: Iterable[str], extra: list[str]) -> list[str]:
+    def column_loop(targets: Iterable[str], extra: list[str]) -> None:
         """A column loop: the loads and pre-reduction statements `targets` need, then `extra`."""
         need = _closure(plan, targets)
-        body = [_cols(plan, "col0 + "), *_COLS]
-        body += [_load(t, plan, params) for t in col_loads if t.temp in need]
-        body += [_stmt(s) for s in plan.stmts
-                 if s.temp in need and not s.per_row and s.phase == "pre"]
-        return ["for col0 in range(0, n_cols, BLOCK_SIZE):",
-                *("    " + line for line in body + extra)]
+        out.line("for col0 in range(0, n_cols, BLOCK_SIZE):")
+        with out.indented():
+            out.lines([_cols(plan, "col0 + "), *_COLS])
+            out.lines(_load(t, plan, params) for t in col_loads if t.temp in need)
+            out.lines(_stmt(s) for s in plan.stmts
+                      if s.temp in need and not s.per_row and s.phase == "pre")
+            out.lines(extra)
 
-    for i, (before, inside, after) in enumerate(reduce_passes(r)):
-        lines += ["", f"# pass {i + 1}: row statistics", *before,
-                  *block([r.source], inside), *after]
+    for i, (before, inside, after) in enumerate(emitter(r).passes(r)):
+        out.lines(["", f"# pass {i + 1}: row statistics", *before])
+        column_loop([r.source], inside)
+        out.lines(after)
     row_post = [s for s in plan.stmts if s.per_row and s.phase == "post"]
     if row_post:
-        lines += ["", "# chain (per row, after the reduction)", *map(_stmt, row_post)]
+        out.lines(["", "# chain (per row, after the reduction)", *map(_stmt, row_post)])
     col_out = [t for t in plan.outputs if not t.per_row]
     if col_out:
         need = _closure(plan, [t.temp for t in col_out])
-        finish = reduce_final(r) if r.temp in need and not r.collapse else []
+        finish = emitter(r).final(r) if r.temp in need and not r.collapse else []
         post = [_stmt(s) for s in plan.stmts
                 if s.temp in need and s.phase == "post" and not s.per_row]
-        stores = [_store(t, plan, params) for t in col_out]
-        lines += ["", "# last pass: recompute the chain, finish the reduction, store",
-                  *(reduce_carry(r) if finish else []),
-                  *block([t.temp for t in col_out], finish + post + stores)]
+        out.lines(["", "# last pass: recompute the chain, finish the reduction, store",
+                   *(emitter(r).carry(r) if finish else [])])
+        column_loop([t.temp for t in col_out],
+                    finish + post + [_store(t, plan, params) for t in col_out])
     row_out = [t for t in plan.outputs if t.per_row]
     if row_out:
-        lines += ["", "# store", *(_store(t, plan, params) for t in row_out)]
-    return lines
+        out.lines(["", "# store", *(_store(t, plan, params) for t in row_out)])

@@ -20,7 +20,9 @@ import keyword
 import re
 from dataclasses import dataclass
 
-from .lower import KernelPlan, TensorArg, wrap_args
+from . import runtime
+from .lower import KernelPlan, TensorArg
+from .writer import CodeWriter, KernelParams
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,14 @@ class Tuning:
     max_rows: int = 16
 
 
+# Names a generated file defines at module level or the launcher uses as locals: an input
+# named like one of them gets a prefix. The runtime's part comes from the runtime module.
 _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block", "rows",
              "num_warps", "n_rows", "n_cols", "n_elements", "key", "plan", "copies",
-             "out_shapes", "args", "NAME", "RANK", "IN_GROUPS", "OUT_GROUPS",
-             "INT64_INDEX", "IN_ORDERS", "LAUNCH_CACHE", "LAUNCH_CACHE_SIZE", "BLOCK",
-             "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK", "PACK_WIDTH",
-             "PACK_ELEMENTS", "MAX_ROWS", "_relaid", "_dense_strides", "_layout"}
+             "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
+             "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
+             "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS,
+             *(fn.__name__ for fn in runtime.HELPERS)}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 
 
@@ -136,191 +140,109 @@ def _order(t: TensorArg) -> tuple[int, ...]:
     return tuple(sorted(range(len(t.shape)), key=lambda k: (t.stride[k] != 0, -t.stride[k])))
 
 
-HELPERS = '''
-
-def _iteration_shape(*shapes):
-    """The inputs' broadcast shape padded to RANK dims, and how many dims were padded."""
-    shape = tuple(torch.broadcast_shapes(*shapes))
-    lead = RANK - len(shape)
-    if lead > 0:  # shapes are right-aligned: leading 1s change nothing
-        shape = (1,) * lead + shape
-    if len(shape) != RANK:
-        raise ValueError(f"{NAME}: inputs broadcast to {shape}; this kernel iterates over "
-                         f"{RANK}-d shapes")
-    return shape, max(lead, 0)
-
-
-def _spans(shape):
-    """span[k]: elements in dims k.. of the iteration shape (span[0] is the total)."""
-    span = [1] * (len(shape) + 1)
-    for k in reversed(range(len(shape))):
-        span[k] = span[k + 1] * shape[k]
-    if not INT64_INDEX and span[0] >= 2**31:
-        raise ValueError(f"{NAME}: {span[0]} elements overflow this kernel's 32-bit index "
-                         "math; regenerate it for this shape")
-    return span
-
-
-def _powers_of_two(**sizes):
-    bad = [f"{k} = {v!r}" for k, v in sizes.items()
-           if not (isinstance(v, int) and v > 0 and v & (v - 1) == 0)]
-    if bad:
-        raise ValueError(f"{NAME}: {', '.join(bad)}: tuning sizes must be powers of two "
-                         "(Triton's blocks are)")
-
-
-def _dense_strides(shape, order):
-    """Strides of a dense tensor of `shape` whose dims lie in memory in `order`."""
-    drop = len(order) - len(shape)
-    if drop > 0:  # fewer dims (right-aligned): the analysed order of the dims it has
-        order = [k - drop for k in order if k >= drop]
-    elif drop < 0:  # more dims than analysed: plain contiguous
-        order = range(len(shape))
-    strides, step = [0] * len(shape), 1
-    for k in reversed(order):
-        strides[k], step = step, step * max(shape[k], 1)
-    return tuple(strides)
-
-
-def _relaid(t, order):
-    """`t` copied into the analysed layout (`.contiguous()` when that is contiguous)."""
-    out = torch.empty_strided(t.shape, _dense_strides(t.shape, order), dtype=t.dtype,
-                              device=t.device)
-    return out.copy_(t)
-
-
-def _layout(t, shape, groups, order, row_space=False):
-    """(copy, strides): whether `t` must be copied into the analysed layout first (its own
-    strides don't fit), and the strides of its non-unit index groups then."""
-    if t.numel() == 0:  # nothing is read: any strides do
-        return False, [0 for _, _, unit in groups if not unit]
-    u = t
-    for copy in (False, True):
-        if copy:  # the strides `_relaid(t, order)` will have, without copying any data now
-            u = torch.empty_strided(t.shape, _dense_strides(t.shape, order), device="meta")
-        found = _group_strides(u, shape, groups, row_space)
-        if found is not None:
-            if not INT64_INDEX and sum((d - 1) * s for d, s in zip(u.shape, u.stride())) >= 2**31:
-                raise ValueError(f"{NAME}: offsets into an input of shape {tuple(t.shape)} "
-                                 "overflow this kernel's 32-bit index math; regenerate it")
-            return copy, found
-    raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} and strides {t.stride()} "
-                     f"does not broadcast over {shape} the way this kernel indexes it "
-                     f"({groups}); regenerate it for this layout")
-
-
-def _group_strides(t, shape, groups, row_space):
-    dims, strides = tuple(t.shape), tuple(t.stride())
-    if row_space:  # a per-row value: aligned to the rows, not the last axis
-        dims, strides = dims + (1,), strides + (0,)
-    pad = len(shape) - len(dims)
-    if pad < 0:
-        return None
-    dims, strides = (1,) * pad + dims, (0,) * pad + strides
-    covered = {k for first, end, _ in groups for k in range(first, end)}
-    if any(k not in covered and dims[k] != 1 and shape[k] != 1 for k in range(len(shape))):
-        return None  # varies along a dim the kernel broadcasts it over
-    found = []
-    for first, end, unit in groups:
-        step = outer = None
-        for k in reversed(range(first, end)):
-            if shape[k] == 1:
-                continue
-            if dims[k] != shape[k] or (outer is not None and strides[k] != outer):
-                return None
-            step = strides[k] if step is None else step
-            outer = strides[k] * dims[k]
-        if unit and step not in (None, 1):
-            return None
-        if not unit:
-            found.append(0 if step is None else step)
-    return found
-'''
-
-
-def _key(names: list[str]) -> list[str]:
+def _key(names: list[str], out: CodeWriter) -> None:
     """The launch cache key: every input's shape, strides, dtype and device."""
     parts = [f"{a}.{p}" for a in names for p in ("shape", "stride()", "dtype", "device")]
-    return ["    key = (", *wrap_args(parts, "        "), "    )"]
+    _call("key = (", parts, out)
 
 
-def _plan_fn(plan: KernelPlan, params: dict[str, str], looped: bool, names: list[str]
-             ) -> list[str]:
+def _call(opening: str, items: list[str], out: CodeWriter) -> None:
+    """`opening` (ending in a bracket), the items wrapped one level deeper, the closing."""
+    out.line(opening)
+    with out.indented():
+        out.wrapped(items)
+    out.line({"(": ")", "[": "]"}[opening[-1]])
+
+
+def _plan_fn(plan: KernelPlan, params: KernelParams, looped: bool, names: list[str],
+             out: CodeWriter) -> None:
     """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
     shapes = [f"(*{a}.shape, 1)" if t.access.row_space else f"{a}.shape"
               for a, t in zip(names, plan.inputs, strict=True)]
-    lines = [f"def _plan({', '.join(names)}):",
-             '    """Copies, output shapes, grid and kernel arguments for these inputs\' '
-             'layout;',
-             '    raises if the kernel cannot run them. The launcher caches the result."""',
-             f"    shape, lead = _iteration_shape({', '.join(shapes)})"]
+    out.line(f"def _plan({', '.join(names)}):")
+    with out.indented():
+        _plan_body(plan, params, looped, names, shapes, out)
+
+
+def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list[str],
+               shapes: list[str], out: CodeWriter) -> None:
+    out.lines(['"""Copies, output shapes, grid and kernel arguments for these inputs\' layout;',
+               'raises if the kernel cannot run them. The launcher caches the result."""',
+               f"shape, lead = _iteration_shape({', '.join(shapes)})"])
     for i, (a, t) in enumerate(zip(names, plan.inputs, strict=True)):
         row = ", row_space=True" if t.access.row_space else ""
-        strides = f"in{i}_strides" if any(v.startswith(f"in{i}_strides") for v in
-                                           params.values()) else "_"
-        lines.append(f"    copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], "
-                     f"IN_ORDERS[{i}]{row})")
+        strides = f"in{i}_strides" if params.has_strides("in", i) else "_"
+        out.line(f"copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], IN_ORDERS[{i}]{row})")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
-    lines += [f"    copies = ({copies}{',' if len(names) == 1 else ''})",
-              "    copies = copies if any(copies) else ()",
-              "    out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
-                                           for t in plan.outputs).rstrip() + ")"]
+    out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})",
+               "copies = copies if any(copies) else ()",
+               "out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
+                                         for t in plan.outputs).rstrip() + ")"])
     # Each result's first dim as a position in the iteration shape: inputs with fewer dims
     # than analysed give results without the dims no input has, as eager does.
     firsts = [plan.rank - len(t.shape) - t.access.row_space for t in plan.outputs]
-    lines += ["    if lead:  # inputs with fewer dims than the iteration shape",
-              "        out_shapes = tuple(s[max(0, lead - first):] for s, first in "
-              f"zip(out_shapes, ({', '.join(map(str, firsts))},)))"]
+    out.line("if lead:  # inputs with fewer dims than the iteration shape")
+    with out.indented():
+        out.line("out_shapes = tuple(s[max(0, lead - first):] for s, first in "
+                 f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
     for i, t in enumerate(plan.outputs):
-        if any(v.startswith(f"out{i}_strides") for v in params.values()):
+        if params.has_strides("out", i):
             row = ", row_space=True" if t.access.row_space else ""
-            lines.append(f"    _, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
-                         f"device=\"meta\"), shape, OUT_GROUPS[{i}], (){row})")
+            out.line(f"_, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
+                     f"device=\"meta\"), shape, OUT_GROUPS[{i}], (){row})")
     pow2 = _pow2_constants(plan, looped)
-    lines += ["    _powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
-              "    span = _spans(shape)"]
+    out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
+               "span = _spans(shape)"])
     choices = _choices(plan)
     empty = ", ".join(["copies", "out_shapes", "None", "()"] + ["0"] * len(choices))
     if not plan.two_d:
         sizes = ["span[0]"]
-        lines += ["    if span[0] == 0:", f"        return {empty}",
-                  "    block, num_warps = BLOCK, NUM_WARPS",
-                  "    grid = (triton.cdiv(span[0], block),)"]
+        out.line("if span[0] == 0:")
+        with out.indented():
+            out.line(f"return {empty}")
+        out.lines(["block, num_warps = BLOCK, NUM_WARPS",
+                   "grid = (triton.cdiv(span[0], block),)"])
     else:
         sizes = ["n_rows", "n_cols"]
-        lines += ["    n_cols = shape[-1] if shape else 1", "    if span[0] == 0:"]
+        _rows_choices(plan, params, looped, empty, out)
+    _call("args = (", sizes + params.launch, out)
+    out.line(f"return copies, out_shapes, grid, args, {', '.join(choices)}")
+
+
+def _rows_choices(plan: KernelPlan, params: KernelParams, looped: bool, empty: str,
+                  out: CodeWriter) -> None:
+    """Block, rows per program, warps and grid of a kernel indexed by rows and columns."""
+    out.lines(["n_cols = shape[-1] if shape else 1", "if span[0] == 0:"])
+    with out.indented():
         if plan.skeleton == "reduction":
-            lines += ["        if any(0 not in s for s in out_shapes):",
-                      "            raise ValueError(f\"{NAME}: the rows to reduce are empty (last "
-                      "axis of size 0); \"",
-                      "                             \"call the original ops for empty "
-                      "inputs\")"]
-        lines += [f"        return {empty}", "    n_rows = span[0] // n_cols"]
-        if any(v.startswith("rspan") for v in params.values()):
-            lines.append("    rspan = [s // n_cols for s in span]")
-        if plan.tiled:
-            lines += ["    block = min(TILE_COLS, triton.next_power_of_2(n_cols))",
-                      "    # the grid's second axis holds at most 65535 column blocks",
-                      "    block = max(block, triton.next_power_of_2(triton.cdiv(n_cols, 65535)))",
-                      "    rows = max(1, min(BLOCK // block, triton.next_power_of_2(n_rows)))",
-                      "    num_warps = NUM_WARPS",
-                      "    grid = (triton.cdiv(n_rows, rows), triton.cdiv(n_cols, block))"]
-        elif looped:
-            lines.append("    block = min(LOOP_BLOCK, triton.next_power_of_2(n_cols))")
-        else:
-            lines += ["    block = triton.next_power_of_2(n_cols)",
-                      "    if block > MAX_BLOCK:",
-                      "        raise ValueError(f\"{NAME}: rows of {n_cols} columns exceed \"",
-                      "                         \"MAX_BLOCK; regenerate with the column loop\")"]
-        if not plan.tiled:
-            lines += ["    rows = max(1, min(MAX_ROWS, PACK_ELEMENTS // block)) "
-                      "if block <= PACK_WIDTH else 1",
-                      "    num_warps = max(NUM_WARPS, min(16, block * rows // 512))",
-                      "    grid = (triton.cdiv(n_rows, rows),)"]
-    scalars = sizes + list(params.values())
-    lines += ["    args = (", *wrap_args(scalars, "        "), "    )",
-              f"    return copies, out_shapes, grid, args, {', '.join(choices)}"]
-    return lines
+            out.line("if any(0 not in s for s in out_shapes):")
+            with out.indented():
+                out.lines(['raise ValueError(f"{NAME}: the rows to reduce are empty (last '
+                           'axis of size 0); "',
+                           '                 "call the original ops for empty inputs")'])
+        out.line(f"return {empty}")
+    out.line("n_rows = span[0] // n_cols")
+    if params.uses_span("rspan"):
+        out.line("rspan = [s // n_cols for s in span]")
+    if plan.tiled:
+        out.lines(["block = min(TILE_COLS, triton.next_power_of_2(n_cols))",
+                   "# the grid's second axis holds at most 65535 column blocks",
+                   "block = max(block, triton.next_power_of_2(triton.cdiv(n_cols, 65535)))",
+                   "rows = max(1, min(BLOCK // block, triton.next_power_of_2(n_rows)))",
+                   "num_warps = NUM_WARPS",
+                   "grid = (triton.cdiv(n_rows, rows), triton.cdiv(n_cols, block))"])
+        return
+    if looped:
+        out.line("block = min(LOOP_BLOCK, triton.next_power_of_2(n_cols))")
+    else:
+        out.lines(["block = triton.next_power_of_2(n_cols)", "if block > MAX_BLOCK:"])
+        with out.indented():
+            out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns exceed "',
+                       '                 "MAX_BLOCK; regenerate with the column loop")'])
+    out.lines(["rows = max(1, min(MAX_ROWS, PACK_ELEMENTS // block)) if block <= PACK_WIDTH "
+               "else 1",
+               "num_warps = max(NUM_WARPS, min(16, block * rows // 512))",
+               "grid = (triton.cdiv(n_rows, rows),)"])
 
 
 def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
@@ -343,7 +265,7 @@ def _consts(plan: KernelPlan) -> list[str]:
     return ["BLOCK_SIZE=block", *rows, "num_warps=num_warps"]
 
 
-def launcher(plan: KernelPlan, params: dict[str, str], looped: bool) -> list[str]:
+def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     names = arg_names(plan)
     n = plan.name
     outs = ", ".join(t.value for t in plan.outputs)
@@ -351,41 +273,44 @@ def launcher(plan: KernelPlan, params: dict[str, str], looped: bool) -> list[str
         f"out{i}" for i in range(len(plan.outputs))) + ")"
     choices, consts = _choices(plan), _consts(plan)
     inputs = ", ".join(names)
-    lines = [f"NAME = {n!r}",
-             "# Launch plans by the inputs' (shape, stride, dtype, device): a repeated call",
-             "# skips the checks and choices of `_plan`. Emptied when it holds",
-             "# LAUNCH_CACHE_SIZE plans (dynamic shapes); clear it after editing the tuning",
-             "# constants in a running process.",
-             "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
-             *HELPERS.splitlines(), "", "", *_plan_fn(plan, params, looped, names), "", "",
-             f"def {n}({inputs}):",
-             f'    """Run the fused kernel; returns {outs} (newly allocated, contiguous)."""',
-             *_key(names),
-             "    plan = LAUNCH_CACHE.get(key)",
-             "    if plan is None:  # a new layout: check it and work out the launch once",
-             f"        plan = _plan({inputs})",
-             "        if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
-             "            LAUNCH_CACHE.clear()",
-             "        LAUNCH_CACHE[key] = plan",
-             f"    copies, out_shapes, grid, args, {', '.join(choices)} = plan",
-             "    if copies:  # inputs whose strides the kernel cannot index: copied",
-             *(line for i, a in enumerate(names)
-               for line in (f"        if copies[{i}]:",
-                            f"            {a} = _relaid({a}, IN_ORDERS[{i}])"))]
-    device = names[0] + ".device"
-    for i, t in enumerate(plan.outputs):
-        lines.append(f"    out{i} = torch.empty(out_shapes[{i}], dtype={_dtype(t)}, "
-                     f"device={device})")
-    lines += ["    if grid is None:  # no elements", f"        return {result}"]
-    call = names + [f"out{i}" for i in range(len(plan.outputs))] + ["*args"] + consts
-    lines += [f"    {n}_kernel[grid](", *wrap_args(call, "        "), "    )",
-              f"    return {result}", "", "",
-              f"class {_class(plan)}(torch.autograd.Function):",
-              f'    """`{n}` in autograd graphs: forward runs the kernel, backward refuses."""',
-              "", "    @staticmethod", f"    def forward(ctx, {inputs}):",
-              f"        return {n}({inputs})", "", "    @staticmethod",
-              "    def backward(ctx, *grad_outputs):",
-              f"        raise RuntimeError(\"{n} is inference only: fusion-advisor generates \"",
-              "                           \"no backward kernel; call it under torch.no_grad() \"",
-              "                           \"or keep the original ops for training\")", ""]
-    return lines
+    out = CodeWriter()
+    out.lines([f"NAME = {n!r}",
+               "# Launch plans by the inputs' (shape, stride, dtype, device): a repeated call",
+               "# skips the checks and choices of `_plan`. Emptied when it holds",
+               "# LAUNCH_CACHE_SIZE plans (dynamic shapes); clear it after editing the tuning",
+               "# constants in a running process.",
+               "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
+               "", "", *runtime.source().splitlines(), "", ""])
+    _plan_fn(plan, params, looped, names, out)
+    out.lines(["", "", f"def {n}({inputs}):"])
+    with out.indented():
+        out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
+        _key(names, out)
+        out.lines(["plan = LAUNCH_CACHE.get(key)",
+                   "if plan is None:  # a new layout: check it and work out the launch once"])
+        with out.indented():
+            out.lines([f"plan = _plan({inputs})", "if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
+                       "    LAUNCH_CACHE.clear()", "LAUNCH_CACHE[key] = plan"])
+        out.lines([f"copies, out_shapes, grid, args, {', '.join(choices)} = plan",
+                   "if copies:  # inputs whose strides the kernel cannot index: copied"])
+        with out.indented():
+            for i, a in enumerate(names):
+                out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}])"])
+        device = names[0] + ".device"
+        out.lines(f"out{i} = torch.empty(out_shapes[{i}], dtype={_dtype(t)}, device={device})"
+                  for i, t in enumerate(plan.outputs))
+        out.lines(["if grid is None:  # no elements", f"    return {result}"])
+        call = names + [f"out{i}" for i in range(len(plan.outputs))] + ["*args"] + consts
+        _call(f"{n}_kernel[grid](", call, out)
+        out.line(f"return {result}")
+    out.lines(["", "", f"class {_class(plan)}(torch.autograd.Function):"])
+    with out.indented():
+        out.lines([f'"""`{n}` in autograd graphs: forward runs the kernel, backward refuses."""',
+                   "", "@staticmethod", f"def forward(ctx, {inputs}):",
+                   f"    return {n}({inputs})", "", "@staticmethod",
+                   "def backward(ctx, *grad_outputs):",
+                   f'    raise RuntimeError("{n} is inference only: fusion-advisor generates "',
+                   '                       "no backward kernel; call it under torch.no_grad() "',
+                   '                       "or keep the original ops for training")'])
+    out.line()
+    return out.result()

@@ -23,7 +23,12 @@ from ..errors import FusionAdvisorError
 
 
 class LoweringError(FusionAdvisorError):
-    """A cluster the code generator cannot lower (the legality checks should have said so)."""
+    """A group the code generator cannot lower; `nodes` names the group nodes to blame
+    (what the legality check's dry run prunes), empty when no node is to blame."""
+
+    def __init__(self, message: str, nodes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.nodes = nodes
 
 
 @dataclass(frozen=True)

@@ -23,21 +23,20 @@ tile the last axis is indexed by ``cols`` itself.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from ..analysis.legality import iteration_shape
+from ..analysis.group import escaping, external_inputs, iteration_shape, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
+from ..ir.reductions import ACCUMULATE, ReductionRule
 from ..ir.registry import SPECS
 from .layout import Access, LoweringError, access
 
 # Half-precision values are computed in float32 and rounded once, at the store.
-COMPUTE: dict[torch.dtype, torch.dtype] = {torch.float16: torch.float32,
-                                           torch.bfloat16: torch.float32}
-COLLAPSING = ("sum", "mean", "amax", "amin")  # rules whose result has one value per row
+COMPUTE = ACCUMULATE
 
 
 @dataclass(frozen=True)
@@ -45,13 +44,19 @@ class TensorArg:
     """A kernel input (loaded) or output (stored)."""
 
     value: str  # graph value name
-    ptr: str  # kernel pointer argument: in_ptr0, out_ptr0
+    role: str  # "in" (loaded) or "out" (stored)
+    index: int  # position among the inputs or the outputs
     temp: str  # SSA temporary loaded into / stored from
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
     access: Access
     per_row: bool  # one value per row (reduction skeleton only)
+
+    @property
+    def ptr(self) -> str:
+        """The kernel's pointer parameter: in_ptr0, out_ptr0."""
+        return f"{self.role}_ptr{self.index}"
 
     @property
     def compute_dtype(self) -> torch.dtype:
@@ -71,15 +76,19 @@ class Stmt:
 
 @dataclass(frozen=True)
 class ReductionStep:
-    rule: str  # the registry's rule name: softmax, log_softmax, layer_norm, rms_norm, sum, ...
+    rule: ReductionRule  # the registry's rule: combine, identity, finalize, accumulation
     temp: str
     node: str
     source: str  # temporary reduced over the row
     weight: str | None  # layer_norm / rms_norm affine operands (temporaries or None)
     bias: str | None
     eps: float
-    collapse: bool  # one value per row (sum, mean, amax, amin)
-    dtype: torch.dtype  # compute dtype of the result
+    dtype: torch.dtype  # accumulation dtype of the result
+
+    @property
+    def collapse(self) -> bool:
+        """One value per row (sum, mean, amax, amin), not one per element."""
+        return not self.rule.keeps_row
 
     @property
     def deps(self) -> tuple[str, ...]:
@@ -133,8 +142,33 @@ def literal(value: object) -> str:
     raise LoweringError(f"cannot write {value!r} ({type(value).__name__}) as a Triton literal")
 
 
+@dataclass(frozen=True)
+class Group:
+    """What lowering reads of a cluster (a candidate group has no Cluster yet)."""
+
+    index: int
+    nodes: tuple[str, ...]  # topological order
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    chain: str
+
+
 def plan(graph: FusionGraph, cluster: Cluster) -> KernelPlan:
-    return _Lowering(graph, cluster).run()
+    group = Group(cluster.index, tuple(cluster.nodes), tuple(cluster.inputs),
+                  tuple(cluster.outputs), cluster.chain)
+    return _Lowering(graph, group).run()
+
+
+def dry_run(graph: FusionGraph, nodes: Collection[str]) -> LoweringError | None:
+    """Plan a candidate group as the code generator would; the error if it cannot."""
+    order = tuple(ordered(graph, nodes))
+    group = Group(0, order, external_inputs(graph, order), tuple(escaping(graph, order)),
+                  " → ".join(graph[n].op for n in order))
+    try:
+        _Lowering(graph, group).run()
+    except LoweringError as e:
+        return e
+    return None
 
 
 def kernel_name(cluster_index: int) -> str:
@@ -154,17 +188,17 @@ def _meta(graph: FusionGraph, name: str):
 
 
 class _Lowering:
-    def __init__(self, graph: FusionGraph, cluster: Cluster) -> None:
+    def __init__(self, graph: FusionGraph, cluster: Group) -> None:
         self.g, self.c = graph, cluster
         self.nodes = [graph[n] for n in cluster.nodes]
-        bad = [n.name for n in self.nodes if not n.kind.is_compute]
+        bad = tuple(n.name for n in self.nodes if not n.kind.is_compute)
         if bad:
             raise LoweringError(f"cluster {cluster.index}: {', '.join(bad)} compute nothing "
-                                "(views and in-place ops cannot be lowered)")
+                                "(views and in-place ops cannot be lowered)", bad)
         reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
         if len(reds) > 1:
             raise LoweringError(f"cluster {cluster.index} holds {len(reds)} reductions; "
-                                "one kernel lowers one")
+                                "one kernel lowers one", tuple(n.name for n in reds[1:]))
         self.red = reds[0] if reds else None
         self.domain = tuple(iteration_shape(graph, cluster.nodes))
         self.user_rank = len(self.domain)
@@ -182,7 +216,8 @@ class _Lowering:
         """Values with one entry per row and no trailing axis (a collapse without keepdim)."""
         out: set[str] = set()
         red = self.red
-        if red is not None and red.op in COLLAPSING and not red.param("keepdim", False):
+        collapsing = red is not None and not SPECS[red.op].lower.keeps_row
+        if collapsing and not red.param("keepdim", False):
             out.add(red.name)
         for node in self.nodes:  # a per-row value keeps fewer dims than the iteration shape
             meta = node.meta
@@ -196,21 +231,27 @@ class _Lowering:
             mixed = [r for r in node.refs if r in out and _numel(self.g, r) != 1]
             if mixed:
                 raise LoweringError(f"`{node.label}` broadcasts the per-row result `{mixed[0]}` "
-                                    "along the rows: it would need other rows' results")
+                                    "along the rows: it would need other rows' results",
+                                    (node.name,))
         return out
 
     def _input_space(self, name: str) -> bool:
         users = [n for n in self.nodes if name in n.refs]
         spaces = {n.name in self.row_space and n is not self.red for n in users}
         if len(spaces) > 1:
-            raise LoweringError(f"`{name}` is read both per element and per row")
+            per_row = tuple(n.name for n in users if n.name in self.row_space and n is not self.red)
+            raise LoweringError(f"`{name}` is read both per element and per row (by "
+                                f"{', '.join(f'`{self.g[n].label}`' for n in per_row)})", per_row)
         return spaces.pop()
 
     def _access(self, name: str, shape, stride, row_space: bool) -> Access:
         try:
             return access(tuple(shape), tuple(stride), self.domain, row_space)
         except LoweringError as e:
-            raise LoweringError(f"cluster {self.c.index}: `{name}`: {e}") from None
+            # Blame the value's producer in the group, else the group nodes that read it.
+            blame = (name,) if name in self.c.nodes else tuple(
+                n.name for n in self.nodes if name in n.refs)
+            raise LoweringError(f"cluster {self.c.index}: `{name}`: {e}", blame) from None
 
     def _is_per_row(self, acc: Access) -> bool:
         if self.red is None or self.rank == 0 or self.domain[-1] == 1:
@@ -223,10 +264,13 @@ class _Lowering:
         stmts: list[Stmt] = []
         reduction = None
         for node in self.nodes:
-            if node is self.red:
-                reduction = self._reduction(node)
-            elif (stmt := self._stmt(node)) is not None:
-                stmts.append(stmt)
+            try:
+                if node is self.red:
+                    reduction = self._reduction(node)
+                elif (stmt := self._stmt(node)) is not None:
+                    stmts.append(stmt)
+            except LoweringError as e:  # blame the node being lowered
+                raise (e if e.nodes else LoweringError(str(e), (node.name,))) from None
         outputs = tuple(self._output(i, name) for i, name in enumerate(self.c.outputs))
         stmts = _live(stmts, reduction, outputs)
         tiled = reduction is None and _needs_tiles(self.domain, inputs + outputs)
@@ -241,7 +285,7 @@ class _Lowering:
         meta = _meta(self.g, name)
         acc = self._access(name, meta.shape, meta.stride, self._input_space(name))
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
-        return TensorArg(name, f"in_ptr{i}", temp, tuple(meta.shape), tuple(meta.stride),
+        return TensorArg(name, "in", i, temp, tuple(meta.shape), tuple(meta.stride),
                          meta.dtype, acc, self.per_row[temp])
 
     def _operands(self, node: Node) -> tuple[str, ...]:
@@ -274,7 +318,8 @@ class _Lowering:
 
     def _reduction(self, node: Node) -> ReductionStep:
         spec = SPECS[node.op]
-        if not isinstance(spec.lower, str):
+        rule = spec.lower
+        if not isinstance(rule, ReductionRule):
             raise LoweringError(f"`{node.label}` ({node.op}) has no reduction rule")
         operands = dict(zip(spec.operands, node.inputs, strict=False))
         names = {k: self.temps[v.name] if isinstance(v, Ref) else None
@@ -287,20 +332,19 @@ class _Lowering:
         if eps is None:  # rms_norm's default: the input dtype's machine epsilon
             eps = torch.finfo(src_meta.dtype).eps if src_meta.dtype.is_floating_point else 0.0
         meta = _meta(self.g, node.name)
-        collapse = spec.lower in COLLAPSING
-        temp = self._new_temp(node.name, collapse, "post")
-        dtype = COMPUTE.get(meta.dtype, meta.dtype)
-        if spec.lower not in ("sum", "amax", "amin", "cumsum") and not dtype.is_floating_point:
+        dtype = rule.accumulation_dtype(meta.dtype)
+        if dtype is None:
             raise LoweringError(f"`{node.label}` ({node.op}) on {meta.dtype} is not lowered")
-        return ReductionStep(spec.lower, temp, node.name, names["input"], names.get("weight"),
-                             names.get("bias"), float(eps), collapse, dtype)
+        temp = self._new_temp(node.name, not rule.keeps_row, "post")
+        return ReductionStep(rule, temp, node.name, names["input"], names.get("weight"),
+                             names.get("bias"), float(eps), dtype)
 
     def _output(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
         contiguous = torch.empty(meta.shape, device="meta").stride()
         acc = self._access(name, meta.shape, contiguous, name in self.row_space)
         temp = self.temps[name]
-        return TensorArg(name, f"out_ptr{i}", temp, tuple(meta.shape), tuple(contiguous),
+        return TensorArg(name, "out", i, temp, tuple(meta.shape), tuple(contiguous),
                          meta.dtype, acc, self.per_row[temp])
 
     def _needs_int64(self, inputs: Sequence[TensorArg]) -> bool:
@@ -331,17 +375,3 @@ def _live(stmts: list[Stmt], reduction: ReductionStep | None,
         if reduction is not None and reduction.temp in need:
             need.update(reduction.deps)
     return [s for s in stmts if s.temp in need]
-
-
-def wrap_args(items: Sequence[str], indent: str, width: int = 96) -> list[str]:
-    """Comma-separated `items` as lines of at most `width` characters (generated code)."""
-    lines, cur = [], indent
-    for item in items:
-        piece = item + ","
-        if cur.strip() and len(cur) + len(piece) + 1 > width:
-            lines.append(cur.rstrip())
-            cur = indent
-        cur += piece + " "
-    if cur.strip():
-        lines.append(cur.rstrip())
-    return lines

@@ -5,12 +5,13 @@ returns plain PyTorch callables and tensors for numerics checks:
 
 - ``eager_cluster(analysis, cluster)``: runs the cluster's own FX nodes on
   real tensors, ``f(*inputs) -> tuple`` of the cluster's outputs, in
-  ``cluster.outputs`` order (inputs in ``cluster.inputs`` order).
+  ``cluster.outputs`` order (inputs in ``cluster.inputs`` order); the subgraph comes
+  from ``ir/subgraph.py``, the builder validation uses too.
 - ``capture_values(analysis, *model_inputs)``: every graph value of one eager
   run of the whole model, by node name (real params, buffers, sliced masks).
 - ``cluster_inputs(analysis, cluster, values, generator)``: inputs for one
   check: fresh random floats (never zeros, same shape, strides and dtype) for
-  activations; params, buffers, masks and integer tensors as captured.
+  activations; params, buffers (and views of them), masks and integer tensors as captured.
 - ``graph_on(gm, device)``: a copy of a captured graph that runs on `device`.
 """
 
@@ -25,35 +26,25 @@ import torch.fx as fx
 
 from ..analysis.types import Cluster
 from ..ir.graph import OpKind
+from ..ir.subgraph import eager_subgraph
 
 if TYPE_CHECKING:
     from ..pipeline import Analysis
 
 
 def eager_cluster(analysis: Analysis, cluster: Cluster) -> Callable[..., tuple[torch.Tensor, ...]]:
-    gm = analysis.graph_module
-    fx_nodes = {n.name: n for n in gm.graph.nodes}
-    graph = fx.Graph()
-    env: dict[str, fx.Node] = {name: graph.placeholder(name) for name in cluster.inputs}
-    for name in cluster.nodes:
-        env[name] = graph.node_copy(fx_nodes[name], lambda n: env.get(n.name) or _static(n))
-    graph.output(tuple(env[name] for name in cluster.outputs))
-    module = fx.GraphModule(gm, graph, class_name=f"EagerCluster{cluster.index}")
+    sub = eager_subgraph(analysis.graph_module, cluster)
+    if sub.extras:
+        raise ValueError(f"cluster reads `{sub.extras[0]}`, which is neither a cluster input, "
+                         "nor computable from its values, nor a trace-time constant")
+    module = sub.module
 
     def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         with torch.no_grad():
-            return tuple(module(*inputs))
+            out = module(*inputs)
+        return out if isinstance(out, tuple) else (out,)
 
     return run
-
-
-def _static(n: fx.Node) -> Any:
-    """A Python value the cluster reads from outside (`x.shape[-1]`), fixed at trace time."""
-    val = n.meta.get("val")
-    if isinstance(val, torch.Tensor) or val is None:
-        raise ValueError(f"cluster reads `{n.name}`, which is neither a cluster input nor a "
-                         "trace-time constant")
-    return val
 
 
 class _Recorder(fx.Interpreter):
@@ -100,10 +91,19 @@ def cluster_inputs(analysis: Analysis, cluster: Cluster, values: Mapping[str, An
     out = []
     for name in cluster.inputs:
         t = values[name]
-        kind = analysis.graph[name].kind
-        fresh = t.is_floating_point() and kind is not OpKind.CONSTANT
+        fresh = t.is_floating_point() and not _is_constant(analysis, name)
         out.append(random_like(t, generator) if fresh else t)
     return tuple(out)
+
+
+def _is_constant(analysis: Analysis, name: str) -> bool:
+    """A parameter or buffer, or a view of one (BatchNorm's statistics reshaped to
+    (C, 1, 1) by ir/channels.py): random values there would be unrealistic (a negative
+    running variance)."""
+    node = analysis.graph[name]
+    if node.kind is OpKind.VIEW:
+        return bool(node.refs) and all(_is_constant(analysis, r) for r in node.refs)
+    return node.kind is OpKind.CONSTANT
 
 
 def graph_on(gm: fx.GraphModule, device: str | torch.device) -> fx.GraphModule:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .graph import OpKind
+from .reductions import RULES, ReductionRule
 
 UNARY, BINARY, REDUCTION = OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.REDUCTION
 VIEW, OPAQUE = OpKind.VIEW, OpKind.OPAQUE
@@ -37,7 +38,7 @@ class OpSpec:
     kind: OpKind
     signature: str  # canonical Python parameter list, first parameter is the input
     operands: tuple[str, ...] = ("input",)  # params that may be tensors
-    lower: Lowering | str | None = None  # pointwise expression, or a reduction rule name
+    lower: Lowering | ReductionRule | None = None  # pointwise expression, or reduction rule
     moves_data: bool = True  # False for ops eager implements as an alias (dropout in eval)
 
     @property
@@ -139,6 +140,10 @@ def _call(fn: str) -> Lowering:
     return lambda a, p: f"{fn}({', '.join(a)})"
 
 
+def _reduction(name: str, signature: str, operands: tuple[str, ...] = ("input",)) -> OpSpec:
+    return OpSpec(name, REDUCTION, signature, operands, RULES[name])
+
+
 _SPECS = [
     # --- pointwise binary (two or more operands; scalars allowed) ---
     OpSpec("add", BINARY, "input, other, *, alpha=1", ("input", "other"), _alpha("+")),
@@ -205,20 +210,18 @@ _SPECS = [
     OpSpec("clone", UNARY, "input, *, memory_format=None", lower=lambda a, p: a[0]),
     OpSpec("dropout", UNARY, "input, p=0.5, training=True, inplace=False",
            lower=lambda a, p: a[0], moves_data=False),
-    # --- reductions (lowered by codegen's reduction skeleton; value is the rule name) ---
-    OpSpec("softmax", REDUCTION, "input, dim=None, _stacklevel=3, dtype=None", lower="softmax"),
-    OpSpec("log_softmax", REDUCTION, "input, dim=None, _stacklevel=3, dtype=None",
-           lower="log_softmax"),
-    OpSpec("layer_norm", REDUCTION, "input, normalized_shape, weight=None, bias=None, eps=1e-05",
-           ("input", "weight", "bias"), "layer_norm"),
-    OpSpec("rms_norm", REDUCTION, "input, normalized_shape, weight=None, eps=None",
-           ("input", "weight"), "rms_norm"),
-    OpSpec("sum", REDUCTION, "input, dim=None, keepdim=False, *, dtype=None", lower="sum"),
-    OpSpec("mean", REDUCTION, "input, dim=None, keepdim=False, *, dtype=None", lower="mean"),
-    OpSpec("amax", REDUCTION, "input, dim=(), keepdim=False", lower="amax"),
-    OpSpec("amin", REDUCTION, "input, dim=(), keepdim=False", lower="amin"),
-    # A scan: one value per element, so it keeps the row like softmax does.
-    OpSpec("cumsum", REDUCTION, "input, dim, *, dtype=None", lower="cumsum"),
+    # --- reductions: their rules (combine, identity, finalize, accumulation dtype) are in
+    # ir/reductions.py; codegen's reduction skeleton lowers them ---
+    _reduction("softmax", "input, dim=None, _stacklevel=3, dtype=None"),
+    _reduction("log_softmax", "input, dim=None, _stacklevel=3, dtype=None"),
+    _reduction("layer_norm", "input, normalized_shape, weight=None, bias=None, eps=1e-05",
+               ("input", "weight", "bias")),
+    _reduction("rms_norm", "input, normalized_shape, weight=None, eps=None", ("input", "weight")),
+    _reduction("sum", "input, dim=None, keepdim=False, *, dtype=None"),
+    _reduction("mean", "input, dim=None, keepdim=False, *, dtype=None"),
+    _reduction("amax", "input, dim=(), keepdim=False"),
+    _reduction("amin", "input, dim=(), keepdim=False"),
+    _reduction("cumsum", "input, dim, *, dtype=None"),  # a scan: keeps the row like softmax
     # --- pointwise with per-channel operands (eval mode); the channel broadcast along
     # dim 1 is made explicit by ir/channels.py before any check reads shapes ---
     OpSpec("batch_norm", BINARY, "input, running_mean, running_var, weight=None, bias=None, "

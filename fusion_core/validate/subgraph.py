@@ -1,7 +1,8 @@
 """Graph surgery for validation: a cluster's eager subgraph, and a graph with kernels patched in.
 
 Reads the traced ``fx.GraphModule`` and ``Cluster``s; writes new GraphModules (the original is
-never modified): ``eager_subgraph`` computes only the cluster (same inputs and outputs as the
+never modified): ``eager_subgraph`` (the one builder, in ``ir/subgraph.py``, shared with
+codegen and the benchmarks) computes only the cluster (same inputs and outputs as the
 kernel launcher, so the two can be compared and timed on the same tensors), and ``patch``
 replaces each cluster's nodes by one call to its launcher.
 """
@@ -11,58 +12,13 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import torch.fx as fx
 
 from ..analysis.types import Cluster
+from ..ir.subgraph import Subgraph, eager_subgraph
 
-
-@dataclass(frozen=True)
-class Subgraph:
-    module: fx.GraphModule
-    inputs: tuple[str, ...]  # cluster.inputs: what the launcher takes
-    extras: tuple[str, ...]  # other outside values the FX nodes read (fed from the recording)
-
-
-def _nodes(gm: fx.GraphModule) -> dict[str, fx.Node]:
-    return {n.name: n for n in gm.graph.nodes}
-
-
-def eager_subgraph(gm: fx.GraphModule, cluster: Cluster) -> Subgraph:
-    """A GraphModule `(*cluster.inputs, *extras) -> output or tuple of outputs`."""
-    nodes = _nodes(gm)
-    graph = fx.Graph()
-    env: dict[str, fx.Node] = {}
-    for name in cluster.inputs:
-        env[name] = graph.placeholder(name)
-    extras: list[str] = []
-    members = set(cluster.nodes)
-
-    def arg(n: fx.Node) -> fx.Node:
-        if n.name in env:
-            return env[n.name]
-        if n.op == "get_attr":  # a parameter or buffer the analysis did not list as an input
-            env[n.name] = graph.get_attr(n.target)
-        else:
-            extras.append(n.name)
-            env[n.name] = graph.placeholder(n.name)
-        return env[n.name]
-
-    for name in cluster.nodes:
-        src = nodes[name]
-        # Create placeholders for outside values before copying (placeholders must lead).
-        for dep in src.all_input_nodes:
-            if dep.name not in members:
-                arg(dep)
-    for name in cluster.nodes:
-        env[name] = graph.node_copy(nodes[name], lambda n: env[n.name] if n.name in env
-                                    else arg(n))
-    outs = [env[o] for o in cluster.outputs]
-    graph.output(outs[0] if len(outs) == 1 else tuple(outs))
-    graph.lint()
-    return Subgraph(fx.GraphModule(gm, graph, f"cluster{cluster.index}_eager"),
-                    tuple(cluster.inputs), tuple(extras))
+__all__ = ["PatchError", "Subgraph", "eager_subgraph", "patch"]
 
 
 class PatchError(Exception):

@@ -1,0 +1,132 @@
+"""Facts about a candidate group that every analysis pass reads (the bottom module).
+
+Reads a ``FusionGraph`` and a group (node names); answers what the group reads and
+writes (``external_inputs``, ``escaping``), the shape one kernel iterates over, how many
+ops in it move data, whether it is convex, and how a node set falls apart into
+weakly connected components. Legality, traffic, multi-output and detection import
+these; nothing here imports them, so ``analysis/`` has no import cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from ..ir.graph import FusionGraph, OpKind, Ref
+from ..ir.registry import SPECS
+from .types import Failure
+
+MIN_OPS = 2  # a group needs two compute ops that move data to save anything
+
+
+def members(group: Collection[str]) -> set[str] | frozenset[str]:
+    """`group` as a set: membership tests on a tuple would make the checks quadratic."""
+    return group if isinstance(group, (set, frozenset)) else set(group)
+
+
+def escaping(g: FusionGraph, group: Collection[str]) -> list[str]:
+    """Group values read outside the group (by another node or the graph output)."""
+    inside = members(group)
+    return [n for n in ordered(g, inside) if any(u not in inside for u in g.users[n])]
+
+
+def ordered(g: FusionGraph, group: Collection[str]) -> list[str]:
+    return sorted(group, key=g.position)
+
+
+def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    # Outside nodes reachable from the group; a group node reading one re-enters.
+    outside_reach: dict[str, str] = {}  # outside node -> group node it came from
+    for name in ordered(g, group):
+        for u in g.users[name]:
+            if u not in group and u not in outside_reach:
+                outside_reach[u] = name
+    for node in g.nodes:  # graph order is topological: one sweep propagates
+        if node.name in outside_reach:
+            for u in g.users[node.name]:
+                if u not in group:
+                    outside_reach.setdefault(u, outside_reach[node.name])
+    for name in ordered(g, group):
+        for r in g[name].refs:
+            if r in outside_reach:
+                return Failure("convexity", (name,),
+                               f"path `{g[outside_reach[r]].label}` → `{g[r].label}` → "
+                               f"`{g[name].label}` leaves the group and re-enters")
+    return None
+
+
+def iteration_shape(g: FusionGraph, group: Collection[str]) -> tuple[int, ...]:
+    """The shape one kernel iterates over: a reduction's input, else the largest value."""
+    for name in ordered(g, group):
+        node = g[name]
+        if node.kind is OpKind.REDUCTION and node.inputs and isinstance(node.inputs[0], Ref):
+            meta = g[node.inputs[0].name].meta
+            if meta is not None:
+                return meta.shape
+    shapes = [g[n].meta.shape for n in group if g[n].meta is not None]
+    return max(shapes, key=lambda s: (numel(s), len(s)), default=())
+
+
+def numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def value_bytes(g: FusionGraph, name: str) -> int:
+    meta = g[name].meta
+    return meta.nbytes if meta is not None else 0
+
+
+def _same_dtype_cast(g: FusionGraph, name: str) -> bool:
+    """`x.float()` / `x.to(x.dtype)` on a value already of that dtype returns `x` itself."""
+    node = g[name]
+    if node.op != "to" or not node.refs or node.meta is None:
+        return False
+    src = g[node.refs[0]].meta
+    return src is not None and src.dtype == node.meta.dtype
+
+
+def moves_data(g: FusionGraph, name: str) -> bool:
+    """False for ops eager runs as an alias (dropout in eval, a same-dtype cast)."""
+    spec = SPECS.get(g[name].op.rstrip("_"))
+    return not ((spec is not None and not spec.moves_data) or _same_dtype_cast(g, name))
+
+
+def n_working_ops(g: FusionGraph, group: Collection[str]) -> int:
+    """Compute ops that move data: a group needs two of them to save anything."""
+    return sum(g[n].kind.is_compute and moves_data(g, n) for n in group)
+
+
+def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
+    """Values the group reads from outside, in order of first use."""
+    seen: dict[str, None] = {}
+    group = members(group)
+    for name in sorted(group, key=g.position):
+        for r in g[name].refs:
+            if r not in group:
+                seen.setdefault(r)
+    return tuple(seen)
+
+
+def components(g: FusionGraph, nodes: Collection[str]) -> list[tuple[str, ...]]:
+    """Weakly connected components of the subgraph induced by `nodes`, in graph order."""
+    nodes = set(nodes)
+    parent = {n: n for n in nodes}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for n in nodes:
+        for r in g[n].refs:
+            if r in nodes:
+                parent[find(r)] = find(n)
+    groups: dict[str, list[str]] = {}
+    for n in sorted(nodes, key=g.position):
+        groups.setdefault(find(n), []).append(n)
+    return sorted((tuple(v) for v in groups.values()), key=lambda c: g.position(c[0]))
+
+

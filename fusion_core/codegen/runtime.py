@@ -1,0 +1,129 @@
+"""Runtime helpers of every generated launcher: real Python, linted and unit-tested here.
+
+Each generated kernel file holds a verbatim copy of the functions listed in ``HELPERS``
+(``source()`` gives their text), so a kernel file still needs only torch and triton. The
+helpers read three globals the generated file defines above them: ``NAME`` (the kernel's
+name, for messages), ``RANK`` (the rank of its iteration shape) and ``INT64_INDEX``
+(whether its index math is 64-bit). The values below only let this module import; tests
+set them.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+NAME = "kernel"
+RANK = 2
+INT64_INDEX = False
+
+
+def _iteration_shape(*shapes):
+    """The inputs' broadcast shape padded to RANK dims, and how many dims were padded."""
+    shape = tuple(torch.broadcast_shapes(*shapes))
+    lead = RANK - len(shape)
+    if lead > 0:  # shapes are right-aligned: leading 1s change nothing
+        shape = (1,) * lead + shape
+    if len(shape) != RANK:
+        raise ValueError(f"{NAME}: inputs broadcast to {shape}; this kernel iterates over "
+                         f"{RANK}-d shapes")
+    return shape, max(lead, 0)
+
+
+def _spans(shape):
+    """span[k]: elements in dims k.. of the iteration shape (span[0] is the total)."""
+    span = [1] * (len(shape) + 1)
+    for k in reversed(range(len(shape))):
+        span[k] = span[k + 1] * shape[k]
+    if not INT64_INDEX and span[0] >= 2**31:
+        raise ValueError(f"{NAME}: {span[0]} elements overflow this kernel's 32-bit index "
+                         "math; regenerate it for this shape")
+    return span
+
+
+def _powers_of_two(**sizes):
+    bad = [f"{k} = {v!r}" for k, v in sizes.items()
+           if not (isinstance(v, int) and v > 0 and v & (v - 1) == 0)]
+    if bad:
+        raise ValueError(f"{NAME}: {', '.join(bad)}: tuning sizes must be powers of two "
+                         "(Triton's blocks are)")
+
+
+def _dense_strides(shape, order):
+    """Strides of a dense tensor of `shape` whose dims lie in memory in `order`."""
+    drop = len(order) - len(shape)
+    if drop > 0:  # fewer dims (right-aligned): the analysed order of the dims it has
+        order = [k - drop for k in order if k >= drop]
+    elif drop < 0:  # more dims than analysed: plain contiguous
+        order = range(len(shape))
+    strides, step = [0] * len(shape), 1
+    for k in reversed(order):
+        strides[k], step = step, step * max(shape[k], 1)
+    return tuple(strides)
+
+
+def _relaid(t, order):
+    """`t` copied into the analysed layout (`.contiguous()` when that is contiguous)."""
+    out = torch.empty_strided(t.shape, _dense_strides(t.shape, order), dtype=t.dtype,
+                              device=t.device)
+    return out.copy_(t)
+
+
+def _layout(t, shape, groups, order, row_space=False):
+    """(copy, strides): whether `t` must be copied into the analysed layout first (its own
+    strides don't fit), and the strides of its non-unit index groups then."""
+    if t.numel() == 0:  # nothing is read: any strides do
+        return False, [0 for _, _, unit in groups if not unit]
+    u = t
+    for copy in (False, True):
+        if copy:  # the strides `_relaid(t, order)` will have, without copying any data now
+            u = torch.empty_strided(t.shape, _dense_strides(t.shape, order), device="meta")
+        found = _group_strides(u, shape, groups, row_space)
+        if found is not None:
+            extent = sum((d - 1) * s for d, s in zip(u.shape, u.stride(), strict=True))
+            if not INT64_INDEX and extent >= 2**31:
+                raise ValueError(f"{NAME}: offsets into an input of shape {tuple(t.shape)} "
+                                 "overflow this kernel's 32-bit index math; regenerate it")
+            return copy, found
+    raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} and strides {t.stride()} "
+                     f"does not broadcast over {shape} the way this kernel indexes it "
+                     f"({groups}); regenerate it for this layout")
+
+
+def _group_strides(t, shape, groups, row_space):
+    dims, strides = tuple(t.shape), tuple(t.stride())
+    if row_space:  # a per-row value: aligned to the rows, not the last axis
+        dims, strides = dims + (1,), strides + (0,)
+    pad = len(shape) - len(dims)
+    if pad < 0:
+        return None
+    dims, strides = (1,) * pad + dims, (0,) * pad + strides
+    covered = {k for first, end, _ in groups for k in range(first, end)}
+    if any(k not in covered and dims[k] != 1 and shape[k] != 1 for k in range(len(shape))):
+        return None  # varies along a dim the kernel broadcasts it over
+    found = []
+    for first, end, unit in groups:
+        step = outer = None
+        for k in reversed(range(first, end)):
+            if shape[k] == 1:
+                continue
+            if dims[k] != shape[k] or (outer is not None and strides[k] != outer):
+                return None
+            step = strides[k] if step is None else step
+            outer = strides[k] * dims[k]
+        if unit and step not in (None, 1):
+            return None
+        if not unit:
+            found.append(0 if step is None else step)
+    return found
+
+
+HELPERS = (_iteration_shape, _spans, _powers_of_two, _dense_strides, _relaid, _layout,
+           _group_strides)
+GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
+
+
+def source() -> str:
+    """The helpers' text as a generated file holds it, two blank lines apart."""
+    return "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in HELPERS) + "\n"

@@ -1,0 +1,197 @@
+"""Small pieces for writing generated code: lines with indentation, kernel parameters, index terms.
+
+Nothing here searches generated text: an index is a tuple of ``Term`` objects that know
+which block axes they vary along, and a kernel's scalar parameters are ``ScalarParam``
+records that say what the launcher passes for each and which tensor owns them.
+Read by ``emit.py`` and ``launcher.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+INDENT = "    "
+
+
+class CodeWriter:
+    """Lines of Python source at the current indentation (blank lines stay empty)."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._level = 0
+
+    def line(self, text: str = "") -> None:
+        self._lines.append(INDENT * self._level + text if text else "")
+
+    def lines(self, texts: Iterable[str]) -> None:
+        for text in texts:
+            self.line(text)
+
+    def wrapped(self, items: Iterable[str], width: int = 96) -> None:
+        """Comma-separated `items` over lines of at most `width` characters, indentation
+        included (an argument list)."""
+        self._lines.extend(wrap_args(items, INDENT * self._level, width))
+
+    @contextmanager
+    def indented(self) -> Iterator[None]:
+        self._level += 1
+        try:
+            yield
+        finally:
+            self._level -= 1
+
+    def result(self) -> list[str]:
+        return list(self._lines)
+
+
+def wrap_args(items: Iterable[str], indent: str, width: int = 96) -> list[str]:
+    """Comma-separated `items` as lines of at most `width` characters (generated code)."""
+    lines, cur = [], indent
+    for item in items:
+        piece = item + ","
+        if cur.strip() and len(cur) + len(piece) + 1 > width:
+            lines.append(cur.rstrip())
+            cur = indent
+        cur += piece + " "
+    if cur.strip():
+        lines.append(cur.rstrip())
+    return lines
+
+
+# -- kernel parameters --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScalarParam:
+    """A scalar kernel parameter and the launcher expression passed for it."""
+
+    name: str
+    launch: str
+    family: str  # "span", "rspan" (sizes of the iteration shape) or "stride"
+    owner: tuple[str, int] | None = None  # ("in", 0): a stride of input 0
+
+
+class KernelParams:
+    """The scalar parameters an index needs, in order of first use (names are unique)."""
+
+    def __init__(self) -> None:
+        self._params: dict[str, ScalarParam] = {}
+
+    def _add(self, param: ScalarParam) -> str:
+        self._params.setdefault(param.name, param)
+        return param.name
+
+    def span(self, family: str, k: int) -> str:
+        """`span{k}` / `rspan{k}`: elements in dims k.. of the iteration shape (or its rows)."""
+        return self._add(ScalarParam(f"{family}{k}", f"{family}[{k}]", family))
+
+    def stride(self, role: str, index: int, k: int) -> str:
+        """The k-th strided index group's stride of tensor `role``index` (in0, out1)."""
+        return self._add(ScalarParam(f"{role}{index}_stride{k}",
+                                     f"{role}{index}_strides[{k}]", "stride", (role, index)))
+
+    def __iter__(self) -> Iterator[ScalarParam]:
+        return iter(self._params.values())
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._params)
+
+    @property
+    def launch(self) -> list[str]:
+        return [p.launch for p in self._params.values()]
+
+    def has_strides(self, role: str, index: int) -> bool:
+        return any(p.owner == (role, index) for p in self._params.values())
+
+    def uses_span(self, family: str) -> bool:
+        return any(p.family == family for p in self._params.values())
+
+
+# -- index terms ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Base:
+    """What an index term starts from: `offs`, `rows`, `cols` or a row-major mix of them."""
+
+    text: str
+    axes: frozenset[str]  # block axes it varies along: offs, rows, cols
+    compound: bool = False  # a sum: parenthesized before an operator binds tighter
+
+    @property
+    def bare(self) -> bool:
+        return self.text.isidentifier()
+
+
+OFFS = Base("offs", frozenset({"offs"}))
+ROWS = Base("rows", frozenset({"rows"}))
+COLS = Base("cols", frozenset({"cols"}))
+ROW_MAJOR = Base("rows * n_cols + cols", frozenset({"rows", "cols"}), compound=True)
+
+
+def row_remainder(rspan: str) -> Base:
+    """The position within an index group that starts inside the rows: a per-row
+    remainder, then the columns."""
+    return Base(f"(rows % {rspan}) * n_cols + cols", frozenset({"rows", "cols"}), compound=True)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One summand of an offset: `base % modulo // divisor * stride` (parts optional)."""
+
+    base: Base
+    modulo: str | None = None
+    divisor: str | None = None
+    stride: str | None = None
+
+    @property
+    def zero(self) -> bool:
+        return self.stride == "0"  # only gives the pointer block its shape
+
+    @property
+    def bare(self) -> bool:
+        return self.base.bare and not (self.modulo or self.divisor or self.stride)
+
+    def __str__(self) -> str:
+        text = self.base.text
+        if self.modulo:
+            text = (f"({text})" if self.base.compound else text) + f" % {self.modulo}"
+        if self.divisor:
+            text += f" // {self.divisor}"
+        if self.stride:
+            plain = self.base.bare and not (self.modulo or self.divisor)
+            text = f"{text} * {self.stride}" if plain else f"({text}) * {self.stride}"
+        return text
+
+
+def zero_term(base: Base) -> Term:
+    return Term(base, stride="0")
+
+
+@dataclass(frozen=True)
+class Index:
+    """A tensor's offset for the current block: a sum of terms (no terms: offset 0)."""
+
+    terms: tuple[Term, ...] = ()
+
+    @property
+    def is_zero(self) -> bool:
+        return not self.terms
+
+    def varies(self, axis: str) -> bool:
+        return any(axis in t.base.axes for t in self.terms if not t.zero)
+
+    def shaped(self, axis: str) -> bool:
+        """The pointer block has this axis (a zero term gives it one too)."""
+        return any(axis in t.base.axes for t in self.terms)
+
+    def plus(self, before: tuple[Term, ...] = (), after: tuple[Term, ...] = ()) -> Index:
+        return Index(before + self.terms + after)
+
+    def __str__(self) -> str:
+        return " + ".join(map(str, self.terms)) if self.terms else "0"
+
+    def offset(self, ptr: str) -> str:
+        """`ptr + index`, parenthesized unless the index is one bare name."""
+        text = str(self)
+        one = len(self.terms) == 1 and self.terms[0].bare
+        return f"{ptr} + {text}" if one else f"{ptr} + ({text})"

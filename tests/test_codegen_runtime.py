@@ -1,0 +1,100 @@
+"""The launcher's runtime helpers, tested directly (each generated file holds a copy)."""
+
+import pytest
+import torch
+
+from fusion_core.codegen import runtime
+from fusion_core.codegen.launcher import arg_names
+
+
+@pytest.fixture
+def rank3(monkeypatch):
+    monkeypatch.setattr(runtime, "RANK", 3)
+    monkeypatch.setattr(runtime, "NAME", "clusterX")
+    monkeypatch.setattr(runtime, "INT64_INDEX", False)
+
+
+def test_iteration_shape_pads_leading_dims_and_refuses_extra_ones(rank3):
+    assert runtime._iteration_shape((4, 5), (5,)) == ((1, 4, 5), 1)
+    assert runtime._iteration_shape((2, 4, 5), (1, 5)) == ((2, 4, 5), 0)
+    with pytest.raises(ValueError, match="clusterX: inputs broadcast to .* 3-d shapes"):
+        runtime._iteration_shape((2, 2, 4, 5))
+
+
+def test_spans_are_suffix_products_and_32_bit_overflow_is_named(rank3, monkeypatch):
+    assert runtime._spans((2, 3, 4)) == [24, 12, 4, 1]
+    with pytest.raises(ValueError, match="overflow this kernel's 32-bit index"):
+        runtime._spans((2**16, 2**16, 1))
+    monkeypatch.setattr(runtime, "INT64_INDEX", True)
+    assert runtime._spans((2**16, 2**16, 1))[0] == 2**32
+
+
+def test_powers_of_two_names_every_bad_size():
+    runtime._powers_of_two(BLOCK=1024, NUM_WARPS=4)
+    with pytest.raises(ValueError, match=r"BLOCK = 1000, NUM_WARPS = 0"):
+        runtime._powers_of_two(BLOCK=1000, NUM_WARPS=0, MAX_ROWS=16)
+
+
+def test_dense_strides_follow_the_memory_order():
+    assert runtime._dense_strides((2, 3, 4), (0, 1, 2)) == (12, 4, 1)
+    assert runtime._dense_strides((2, 3, 4), (0, 2, 1)) == (12, 1, 3)
+    # fewer dims than analysed keep the analysed order of the dims they have
+    assert runtime._dense_strides((3, 4), (0, 2, 1)) == (1, 3)
+    relaid = runtime._relaid(torch.arange(12.0).reshape(3, 4), (1, 0))
+    assert relaid.stride() == (1, 3) and torch.equal(relaid, torch.arange(12.0).reshape(3, 4))
+
+
+def test_layout_reads_in_place_copies_or_refuses(rank3):
+    shape = (2, 3, 4)
+    contiguous = ((0, 3, True),)
+    t = torch.randn(2, 3, 4)
+    assert runtime._layout(t, shape, contiguous, (0, 1, 2)) == (False, [])
+    # a transposed view does not fit one unit-stride group: copied into the analysed layout
+    assert runtime._layout(t.transpose(1, 2).contiguous().transpose(1, 2), shape,
+                           contiguous, (0, 1, 2)) == (True, [])
+    # a strided group reports its stride; a row vector broadcasts over the other dims
+    per_dim = ((0, 1, False), (1, 2, False), (2, 3, True))
+    assert runtime._layout(t.transpose(0, 1).contiguous().transpose(0, 1), shape, per_dim,
+                           (1, 0, 2)) == (False, [4, 8])
+    assert runtime._layout(torch.randn(4), shape, ((2, 3, True),), (0,)) == (False, [])
+    # varying along a dim the kernel broadcasts it over: refused with the layout named
+    with pytest.raises(ValueError, match=r"clusterX: an input of shape \(3, 4\)"):
+        runtime._layout(torch.randn(3, 4), shape, ((2, 3, True),), (0, 1))
+
+
+def test_helpers_source_is_what_generated_files_hold():
+    text = runtime.source()
+    for fn in runtime.HELPERS:
+        assert f"def {fn.__name__}(" in text
+    scope = {"torch": torch, "NAME": "k", "RANK": 2, "INT64_INDEX": False}
+    exec(compile(text, "<runtime>", "exec"), scope)  # noqa: S102 - our own module's text
+    assert scope["_dense_strides"]((2, 3), (1, 0)) == (1, 2)
+
+
+def test_inputs_named_like_runtime_globals_or_helpers_get_a_prefix():
+    class _Arg:
+        def __init__(self, value):
+            self.value = value
+
+    class _Plan:
+        inputs = tuple(_Arg(v) for v in ("RANK", "_layout", "x", "in0"))
+
+    assert arg_names(_Plan()) == ["in_RANK", "in__layout", "x", "in_in0"]
+
+
+def test_index_terms_render_and_know_their_axes():
+    from fusion_core.codegen.writer import COLS, ROWS, Index, KernelParams, Term, zero_term
+
+    params = KernelParams()
+    term = Term(ROWS, modulo=params.span("rspan", 1), stride=params.stride("in", 0, 0))
+    idx = Index((term, Term(COLS)))
+    assert str(idx) == "(rows % rspan1) * in0_stride0 + cols"
+    assert idx.offset("in_ptr0") == "in_ptr0 + ((rows % rspan1) * in0_stride0 + cols)"
+    assert idx.varies("rows") and idx.varies("cols")
+    assert Index((Term(COLS),)).offset("p") == "p + cols"
+    padded = Index((Term(COLS),)).plus(before=(zero_term(ROWS),))
+    assert str(padded) == "rows * 0 + cols"
+    assert padded.shaped("rows") and not padded.varies("rows")
+    assert params.names == ["rspan1", "in0_stride0"]
+    assert params.has_strides("in", 0) and not params.has_strides("out", 0)
+    assert params.uses_span("rspan") and not params.uses_span("span")
