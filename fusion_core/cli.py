@@ -11,21 +11,14 @@ import torch
 from rich.console import Console
 
 from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
+from .cli_apply import check_apply_flags
+from .cli_run import Run
 from .errors import FusionAdvisorError, InputSpecError
 from .ir.shapes import DTYPES, InputSpec
 from .pipeline import analyze_file
-from .report.console import print_analysis
 from .report.json_report import to_document, write_json
-from .sourcemap import map_clusters, print_diffs
-from .sourcemap.steps import (
-    apply_step,
-    check_apply_flags,
-    lines_column,
-    map_column,
-    source_map_extra,
-)
+from .report.progress import for_stderr
 from .validate.run import use_interpreter_without_cuda
-from .validate.steps import after_analysis
 
 
 def _specs(shapes: tuple[str, ...], dtypes: tuple[str, ...]) -> list[InputSpec]:
@@ -99,17 +92,20 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         analysis = analyze_file(model_path, specs, model_class, capture=capture)
         # Piped output keeps the table on one line per row instead of 80 columns.
         console = Console(width=None if sys.stdout.isatty() else 140)
-        mappings = map_clusters(analysis)
-        print_analysis(analysis, console, explain_rejections=explain_rejections,
-                       maps=map_column(mappings), lines=lines_column(mappings))
-        extra = after_analysis(analysis, console, out_dir, peak_gbps, vs_inductor)
-        print_diffs(mappings, console)
-        extra.update(source_map_extra(mappings))
+        run = Run.start(analysis, console, for_stderr(), explain_rejections)
+        run.generate()
+        if out_dir:
+            run.write_kernels(out_dir)
+        if vs_inductor:
+            run.compare_inductor()
+        run.validate(peak_gbps, vs_inductor)
+        run.print_agreement()
+        run.print_diffs()
         if json_path:
-            write_json(json_path, to_document(analysis, extra))
+            write_json(json_path, to_document(analysis, run.json_extras()))
             console.print(f"Wrote {json_path}", highlight=False)
         if apply_edits:
-            apply_step(analysis, mappings, model_path, extra, console, assume_yes)
+            run.apply(model_path, assume_yes)
     except FusionAdvisorError as e:
         if debug:
             raise
