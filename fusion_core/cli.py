@@ -92,7 +92,8 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         analysis = analyze_file(model_path, specs, model_class, capture=capture)
         # Piped output keeps the table on one line per row instead of 80 columns.
         console = Console(width=None if sys.stdout.isatty() else 140)
-        run = Run.start(analysis, console, for_stderr(), explain_rejections)
+        run = Run.start(analysis, console, for_stderr(len(analysis.clusters)),
+                        explain_rejections)
         run.generate()
         if out_dir:
             run.write_kernels(out_dir)

@@ -3,7 +3,7 @@
 Reads nothing; writes to stderr, so stdout and ``--json`` stay clean: a rich progress bar
 when stderr is a terminal (it disappears when the step ends), one plain line per step
 otherwise (``fusion-advisor: cluster numerics: 6 distinct kernel(s) for 49 cluster(s)``).
-Only steps with at least ``LONG_STEP`` items report: a three-cluster model finishes before
+Only runs over at least ``LONG_RUN`` clusters report: a three-cluster model finishes before
 a bar would be read, and its stderr stays empty for the error messages.
 """
 
@@ -17,7 +17,7 @@ from typing import IO, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-LONG_STEP = 8  # items (clusters or kernels) from which a step reports its progress
+LONG_RUN = 8  # clusters from which a run reports the progress of its steps
 Advance = Callable[[], None]
 
 
@@ -33,6 +33,9 @@ class NoProgress:
         yield lambda: None
 
 
+NO_PROGRESS = NoProgress()
+
+
 class PlainProgress:
     """One line per long step, written when the step starts."""
 
@@ -41,8 +44,7 @@ class PlainProgress:
 
     @contextlib.contextmanager
     def step(self, label: str, total: int) -> Iterator[Advance]:
-        if total >= LONG_STEP:
-            print(f"fusion-advisor: {label}", file=self.stream, flush=True)
+        print(f"fusion-advisor: {label}", file=self.stream, flush=True)
         yield lambda: None
 
 
@@ -54,9 +56,6 @@ class BarProgress:
 
     @contextlib.contextmanager
     def step(self, label: str, total: int) -> Iterator[Advance]:
-        if total < LONG_STEP:
-            yield lambda: None
-            return
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())
         with Progress(*columns, console=self.console, transient=True) as bar:
@@ -64,12 +63,12 @@ class BarProgress:
             yield lambda: bar.advance(task)
 
 
-def for_stderr() -> StepProgress:
-    """A bar on a terminal, plain lines on a pipe or file."""
+def for_stderr(clusters: int) -> StepProgress:
+    """For a run over `clusters` clusters: a bar on a terminal, plain lines on a pipe or
+    file, nothing for a short run."""
     stream = sys.stderr
-    if stream is not None and stream.isatty():
+    if clusters < LONG_RUN or stream is None:
+        return NO_PROGRESS
+    if stream.isatty():
         return BarProgress(Console(stderr=True))
-    return PlainProgress(stream) if stream is not None else NoProgress()
-
-
-NO_PROGRESS = NoProgress()
+    return PlainProgress(stream)

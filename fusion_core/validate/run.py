@@ -126,11 +126,13 @@ class _Validation:
         device = "cuda" if cuda else "cpu"
         checked = [c.index for c in self.analysis.clusters if self.same_as(c.index) is None]
         try:
-            wide = recording(self.analysis, [] if cuda else
-                             [reduced_specs(self.analysis, self.target_rows)], keep_rows=True,
-                             device=device, seed=self.seed,
-                             clusters=[c.index for c in self.analysis.clusters] if cuda
-                             else checked)
+            with self.progress.step("recording activations" + (
+                    "" if cuda else " at a reduced batch"), 1):
+                wide = recording(self.analysis, [] if cuda else
+                                 [reduced_specs(self.analysis, self.target_rows)],
+                                 keep_rows=True, device=device, seed=self.seed,
+                                 clusters=[c.index for c in self.analysis.clusters] if cuda
+                                 else checked)
         except Exception as e:  # noqa: BLE001 - the model itself fails on random inputs
             return self._unrunnable(f"the model did not run on random inputs: {one_line(e)}")
         gates: dict[int, list[GateResult]] = {}
