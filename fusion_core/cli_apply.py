@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from .codegen import Kernel
 from .errors import FusionAdvisorError
 from .pipeline import Analysis
 from .sourcemap.apply import Verdicts, apply, no_terminal, plan_apply
@@ -39,7 +40,7 @@ def check_apply_flags(apply_edits: bool, assume_yes: bool) -> None:
 
 
 def apply_edits(analysis: Analysis, mappings: Sequence[SourceMapping], model_path: str | Path,
-                kernels: Mapping[int, object], verdicts: Verdicts, console: Console,
+                kernels: Mapping[int, Kernel], verdicts: Verdicts, console: Console,
                 assume_yes: bool) -> None:
     """Plan, show, confirm, write, verify (see ``sourcemap.apply.apply``)."""
     plan = plan_apply(analysis, tuple(mappings), model_path, kernels, verdicts)

@@ -18,14 +18,18 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 
+if TYPE_CHECKING:
+    from ..codegen import Kernel
+
 
 @dataclass(frozen=True)
 class KernelSet:
-    kernels: Mapping[int, object]  # cluster index -> codegen.Kernel
+    kernels: Mapping[int, Kernel]  # cluster index -> its generated kernel
     failed: Mapping[int, str]  # cluster index -> why no kernel was generated (one line)
     same_as: Mapping[int, int]  # cluster index -> earlier cluster with the same kernel
 
@@ -48,7 +52,9 @@ def build_kernels(analysis: Analysis, clusters: tuple[Cluster, ...] | None = Non
     """Generate each cluster's kernel once; a cluster that cannot be lowered gets a reason."""
     from .. import codegen
 
-    kernels, failed, same_as = {}, {}, {}
+    kernels: dict[int, Kernel] = {}
+    failed: dict[int, str] = {}
+    same_as: dict[int, int] = {}
     first_with: dict[str, int] = {}
     for c in analysis.clusters if clusters is None else clusters:
         try:
