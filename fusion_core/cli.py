@@ -10,24 +10,18 @@ import click
 import torch
 
 from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
+from .cli_apply import check_apply_flags
+from .cli_run import Run
 from .codegen.kernel import GENERATED_MARK, foreign_files
 from .errors import FusionAdvisorError, InputSpecError
 from .ir.shapes import DTYPES, InputSpec
 from .pipeline import analyze_file
-from .report.console import print_analysis, report_console
+from .report.console import report_console
 from .report.json_report import to_document, write_json
-from .sourcemap import map_clusters, print_diffs
+from .report.progress import for_stderr
 from .sourcemap.apply import ApplyError
-from .sourcemap.steps import (
-    apply_step,
-    check_apply_flags,
-    lines_column,
-    map_column,
-    source_map_extra,
-)
-from .triton_support import INSTALL_HINT, triton_missing, triton_note
+from .triton_support import INSTALL_HINT, triton_missing
 from .validate.run import use_interpreter_without_cuda
-from .validate.steps import after_analysis
 
 
 def _specs(shapes: tuple[str, ...], dtypes: tuple[str, ...]) -> list[InputSpec]:
@@ -157,18 +151,21 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         if out_dir:
             _check_foreign_files(out_dir, [c.index for c in analysis.clusters], force)
         console = report_console()
-        mappings = map_clusters(analysis)
-        print_analysis(analysis, console, explain_rejections=explain_rejections,
-                       maps=map_column(mappings), lines=lines_column(mappings),
-                       notes=triton_note())
-        extra = after_analysis(analysis, console, out_dir, peak_gbps, vs_inductor)
-        print_diffs(mappings, console)
-        extra.update(source_map_extra(mappings))
+        run = Run.start(analysis, console, for_stderr(len(analysis.clusters)),
+                        explain_rejections)
+        run.generate()
+        if out_dir:
+            run.write_kernels(out_dir)
+        if vs_inductor:
+            run.compare_inductor()
+        run.validate(peak_gbps, vs_inductor)
+        run.print_agreement()
+        run.print_diffs()
         if json_path:
-            write_json(json_path, to_document(analysis, extra))
+            write_json(json_path, to_document(analysis, run.json_extras()))
             console.print(f"Wrote {json_path}", highlight=False)
         if apply_edits:
-            apply_step(analysis, mappings, model_path, extra, console, assume_yes)
+            run.apply(model_path, assume_yes)
     except FusionAdvisorError as e:
         if debug:
             raise

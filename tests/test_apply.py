@@ -15,6 +15,7 @@ import torch
 from click.testing import CliRunner
 from rich.console import Console
 
+from fusion_core import cli_apply as sm_steps
 from fusion_core.cli import cli
 from fusion_core.codegen import generate
 from fusion_core.ir.shapes import InputSpec
@@ -22,7 +23,6 @@ from fusion_core.load import import_model_file, instantiate, pick_class
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import apply as apply_module
 from fusion_core.sourcemap import map_clusters
-from fusion_core.sourcemap import steps as sm_steps
 from fusion_core.sourcemap.apply import ApplyError, apply, forget_package, plan_apply, rewrite
 from fusion_core.sourcemap.fused import package_name
 from fusion_core.validate import run as validate_run
@@ -164,13 +164,13 @@ def test_yes_at_the_prompt_applies(tmp_path, monkeypatch):
 def test_a_cluster_that_failed_numerics_is_not_applied(tmp_path, monkeypatch):
     path = tmp_path / "tiny.py"
     path.write_text(ONE_CLUSTER)
-    real = validate_run.codegen_provider
+    real = validate_run.load_generated
 
-    def wrong(analysis, cluster, workdir):  # a kernel off by one everywhere
-        loaded = real(analysis, cluster, workdir)
+    def wrong(kernel, workdir):  # a kernel off by one everywhere
+        loaded = real(kernel, workdir)
         return dataclasses.replace(loaded, launcher=lambda *a: loaded.launcher(*a) + 1.0)
 
-    monkeypatch.setattr(validate_run, "codegen_provider", wrong)
+    monkeypatch.setattr(validate_run, "load_generated", wrong)
     result = run_cli(path, "--input-shape", "4,8", "--apply", "--yes")
     assert result.exit_code == 0, result.output
     assert "FAILED cluster numerics" in result.output

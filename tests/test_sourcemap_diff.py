@@ -102,8 +102,8 @@ def test_cli_fills_the_map_column_and_json(tmp_path):
 
 
 def test_the_lines_column_shows_whole_statements(tmp_path):
+    from fusion_core.cli_run import lines_column, map_column
     from fusion_core.report.console import cluster_table
-    from fusion_core.sourcemap.steps import lines_column, map_column
 
     path = tmp_path / "model.py"
     path.write_text("import torch\n\n\nclass M(torch.nn.Module):\n"

@@ -78,7 +78,7 @@ def test_random_inputs_are_valid_tokens_and_never_zero():
 def test_handwritten_kernel_verified_at_reduced_shape(example, kernels):
     report = validate(example, only_cluster0(kernels, "cluster0"))
     r0 = report.result(0)
-    assert r0.usable and r0.status == "verified (interpreter, 64×1024)"
+    assert r0.usable and r0.status == "verified (interpreter, 64×1024 of 16384×1024)"
     assert r0.max_abs_err == 0.0
     assert report.model.passed and report.model.patched == (0,)
     # Clusters without a kernel fail gate 1 with the reason and are not usable.
@@ -161,7 +161,7 @@ def test_console_and_json(example, kernels):
     print_validation(report, Console(file=buf, width=200))
     text = buf.getvalue()
     assert "Numerics" in text and NO_GPU_LINE in text
-    assert "cluster 0: verified (interpreter, 64×1024)" in text
+    assert "cluster 0: verified (interpreter, 64×1024 of 16384×1024)" in text
     assert "cluster 1: FAILED cluster numerics" in text
     doc = to_document(example, {"validation": report_dict(report)})
     assert doc["validation"]["clusters"][0]["usable"] is True
@@ -188,7 +188,7 @@ def test_cli_numerics_section_and_json(tmp_path):
     res = CliRunner().invoke(cli, ["--model", str(EXAMPLE), "--input-shape", "256,1024",
                                    "--out-dir", str(tmp_path / "gen"), "--json", str(out)])
     assert res.exit_code == 0, res.output
-    assert "verified (interpreter, 64×1024)" in res.output and NO_GPU_LINE in res.output
+    assert "verified (interpreter, 64×1024 of 256×1024)" in res.output and NO_GPU_LINE in res.output
     assert sorted(p.name for p in (tmp_path / "gen").glob("cluster*.py")) == [
         "cluster0.py", "cluster1.py", "cluster2.py"]
     doc = json.loads(out.read_text())
@@ -213,6 +213,7 @@ def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tm
     from rich.console import Console
 
     from fusion_core.validate import bench, run
+    from fusion_core.validate.prepare import recording
 
     def stub_time_us(fn, samples=3):
         out = []
@@ -226,9 +227,11 @@ def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tm
     monkeypatch.setattr(torch, "compile", lambda fn: fn)  # Inductor's compile is tested elsewhere
     monkeypatch.setattr(bench, "device_info", lambda peak=None: bench.Device(
         "Stub GPU", (9, 0), 60 * 2**20, peak or 4000.0, "--peak-gbps" if peak else "detected"))
-    prep = run._prepare(example, False, 0, 64)
-    report = run._validate(example, prep, only_cluster0(kernels, "cluster0"), tmp_path, "cuda",
-                           None, True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(run, "recording", lambda analysis, candidates, **kw: recording(
+        analysis, [reduced_specs(analysis)], **{**kw, "device": "cpu"}))
+    report = validate(example, only_cluster0(kernels, "cluster0"), peak_gbps=None,
+                      inductor=True)
     r0 = report.result(0)
     assert report.mode == "cuda" and report.device == "Stub GPU"
     assert len(r0.timing.kernel_us) == 3 and len(r0.timing.eager_us) == 3
@@ -268,12 +271,12 @@ def test_regime_and_gates():
 
 
 def test_a_model_that_fails_on_random_inputs_is_reported_not_raised(example, monkeypatch):
-    from fusion_core.validate import run
+    from fusion_core.validate import prepare
 
     def broken(*args, **kwargs):
         raise IndexError("index out of range in self")
 
-    monkeypatch.setattr(run, "record", broken)
+    monkeypatch.setattr(prepare, "record", broken)
     report = validate(example, lambda *a: pytest.fail("no kernel should be built"))
     assert all(not r.usable for r in report.results)
     assert "did not run on random inputs: IndexError" in report.results[0].failed.detail

@@ -33,11 +33,12 @@ def _model_line(report: ValidationReport) -> str:
     if m.passed is None:
         return "model numerics: no verified kernel to patch in"
     n = len(m.patched)
+    at = f" at input {', '.join('×'.join(map(str, s)) for s in m.inputs)}" if m.inputs else ""
     if m.passed:
-        return (f"model numerics: pass ({n} kernel(s) patched into the traced graph, max abs "
-                f"err {_err(m.max_abs_err)})")
+        return (f"model numerics: pass ({n} kernel(s) patched into the traced graph{at}, max "
+                f"abs err {_err(m.max_abs_err)})")
     blamed = ", ".join(map(str, m.blamed))
-    return (f"model numerics: FAILED with {n} kernel(s) patched (max abs err "
+    return (f"model numerics: FAILED with {n} kernel(s) patched{at} (max abs err "
             f"{_err(m.max_abs_err)}; {m.detail}); cluster(s) {blamed} not offered")
 
 
@@ -100,7 +101,8 @@ def result_dict(r: ValidationResult) -> dict[str, Any]:
                    "max_abs_err": _num(g.max_abs_err)} for g in r.gates],
         "regime": r.regime, "fused_bytes": r.fused_bytes, "gbps": r.gbps,
         "peak_gbps": r.peak_gbps, "cluster_speedup": r.cluster_speedup,
-        "model_speedup": r.model_speedup,
+        "model_speedup": r.model_speedup, "analysed_shape": list(r.analysed_shape),
+        "same_as": r.same_as,
         "timing_us": None if t is None else {
             "kernel": list(t.kernel_us), "eager": list(t.eager_us),
             "inductor": list(t.inductor_us), "model_patched": list(t.model_patched_us)},
@@ -120,6 +122,8 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
         "clusters": [result_dict(r) for r in report.results],
         "model": {"passed": m.passed, "max_abs_err": _num(m.max_abs_err),
                   "patched": list(m.patched), "blamed": list(m.blamed), "detail": m.detail,
+                  "inputs": [list(s) for s in m.inputs],
+                  "details": [{"cluster": i, "detail": d} for i, d in m.details],
                   "eager_us": list(mt.eager_us) if mt else [],
                   "patched_us": list(mt.patched_us) if mt else [],
                   "speedup": mt.speedup if mt else None},

@@ -60,9 +60,12 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
         anchor, where = last_input, "after"
     outs = [nodes[o] for o in cluster.outputs]
     users = [u for o in outs for u in o.users if u not in member_set]
-    if users and min(order[u] for u in users) <= order[anchor]:
-        raise PatchError(f"cluster {cluster.index}: an outside user of its result runs before "
-                         "its last input is computed; cannot place one kernel call")
+    early = min(users, key=order.__getitem__, default=None)
+    if early is not None and order[early] <= order[anchor]:
+        result = next(o for o in outs if early in o.users)
+        raise PatchError(f"cluster {cluster.index}: its result `{result.name}` is read by "
+                         f"`{early.name}` before its input `{anchor.name}` is computed; cannot "
+                         "place one kernel call")
     ctx = graph.inserting_before(anchor) if where == "before" else graph.inserting_after(anchor)
     with ctx:
         call = graph.call_function(_named(launcher, cluster.index), tuple(inputs))

@@ -62,6 +62,8 @@ class ValidationResult:
     gbps: float | None = None
     peak_gbps: float | None = None
     model_speedup: float | None = None
+    analysed_shape: tuple[int, ...] = ()  # the cluster result's shape in the analysis
+    same_as: int | None = None  # an earlier cluster with the same kernel (checked there)
 
     def gate(self, name: str) -> GateResult | None:
         return next((g for g in self.gates if g.gate == name), None)
@@ -89,14 +91,23 @@ class ValidationResult:
 
     @property
     def status(self) -> str:
-        """`verified (interpreter, 64×1024)`, `verified (cuda)` or `FAILED <gate>: ...`."""
+        """`verified (interpreter, 64×1024)`, `verified (interpreter, 2×16×512 of
+        8×512×512)` when checked on fewer rows, `verified (same kernel as cluster 1)`,
+        `verified (cuda)` or `FAILED <gate>: ...`."""
         bad = self.failed
         if bad is not None:
             err = f" (max abs err {bad.max_abs_err:.2e})" if bad.max_abs_err is not None else ""
-            return f"FAILED {bad.gate}{err}: {bad.detail}" if bad.detail else \
-                f"FAILED {bad.gate}{err}"
+            same = (f" (same kernel as cluster {self.same_as})"
+                    if self.same_as is not None and bad.gate == "cluster numerics" else "")
+            return f"FAILED {bad.gate}{same}{err}: {bad.detail}" if bad.detail else \
+                f"FAILED {bad.gate}{same}{err}"
+        if self.mode in ("interpreter", "cuda") and self.same_as is not None:
+            return f"verified (same kernel as cluster {self.same_as})"
         if self.mode == "interpreter":
-            return f"verified (interpreter, {'×'.join(map(str, self.shape))})"
+            shape = "×".join(map(str, self.shape))
+            if self.analysed_shape and tuple(self.analysed_shape) != tuple(self.shape):
+                shape += f" of {'×'.join(map(str, self.analysed_shape))}"
+            return f"verified (interpreter, {shape})"
         if self.mode == "cuda":
             return "verified (cuda)"
         return "not verified"
@@ -110,7 +121,9 @@ class ModelCheck:
     max_abs_err: float | None
     patched: tuple[int, ...]
     blamed: tuple[int, ...] = ()  # clusters whose kernel alone breaks the model output
-    detail: str = ""
+    detail: str = ""  # what went wrong with every kernel patched in
+    inputs: tuple[tuple[int, ...], ...] = ()  # the model input shapes, when smaller than analysed
+    details: tuple[tuple[int, str], ...] = ()  # per blamed cluster: what its kernel alone did
 
 
 @dataclass(frozen=True)

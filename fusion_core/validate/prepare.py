@@ -1,0 +1,83 @@
+"""Where the numerics run: the model re-analysed at a smaller input shape, and its activations.
+
+Reads an ``Analysis`` and candidate input specs; writes a ``Recording``: the analysis at
+the first candidate whose clusters are the real ones (same nodes, inputs and outputs,
+matched by node names), the traced graph, random inputs, the model output and the values
+of the nodes asked for. A candidate the model rejects, or where the clusters come out
+different, is skipped; the analysed shape itself is the last resort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..analysis.types import Cluster
+from ..codegen.reference import graph_on
+from ..ir.shapes import InputSpec
+from ..pipeline import Analysis, analyze
+from .inputs import random_inputs, record, result_shape
+from .subgraph import eager_subgraph
+
+
+@dataclass
+class Recording:
+    analysis: Analysis  # the analysis at the shape the numerics run at
+    clusters: dict[int, Cluster]  # index in the real analysis -> cluster in `analysis`
+    gm: torch.fx.GraphModule
+    inputs: list[torch.Tensor]
+    model_out: Any
+    values: dict[str, Any]
+
+    @property
+    def specs(self) -> tuple[InputSpec, ...]:
+        return self.analysis.inputs
+
+
+def _matched(analysis: Analysis, specs: tuple[InputSpec, ...], keep_rows: bool
+             ) -> tuple[Analysis, dict[int, Cluster]] | None:
+    """The analysis at `specs` with its clusters keyed by the real ones, or None when the
+    model rejects the shape or its clusters differ. `keep_rows`: each cluster's result
+    must keep its last dim (the row a reduction walks)."""
+    if specs == analysis.inputs:
+        return analysis, {c.index: c for c in analysis.clusters}
+    try:
+        other = analyze(analysis.module, *specs, capture=analysis.graph.frontend)
+    except Exception:  # noqa: BLE001 - the model does not take this shape
+        return None
+    by_nodes = {c.nodes: c for c in other.clusters}
+    matched = {}
+    for c in analysis.clusters:
+        oc = by_nodes.get(c.nodes)
+        if oc is None or (oc.inputs, oc.outputs) != (c.inputs, c.outputs):
+            return None
+        if keep_rows and result_shape(other, oc.index)[-1:] != result_shape(analysis, c.index)[-1:]:
+            return None
+        matched[c.index] = oc
+    return other, matched
+
+
+def recording(analysis: Analysis, candidates: Sequence[tuple[InputSpec, ...]], *,
+              keep_rows: bool, device: str, seed: int, clusters: Iterable[int] = ()
+              ) -> Recording:
+    """Run the model at the first usable candidate shape (else the analysed one) and record
+    the inputs (and other outside values) of `clusters`."""
+    found = None
+    for specs in (*candidates, analysis.inputs):
+        found = _matched(analysis, tuple(specs), keep_rows)
+        if found is not None:
+            break
+    assert found is not None  # the analysed shape always matches itself
+    num, matched = found
+    gm = graph_on(num.graph_module, device) if device != "cpu" else num.graph_module
+    inputs = random_inputs(num.inputs, num.module, device, seed)
+    needed: set[str] = set()
+    for i in clusters:
+        c = matched[i]
+        needed.update(c.inputs)
+        needed.update(eager_subgraph(gm, c).extras)  # outside values beyond cluster.inputs
+    model_out, values = record(gm, inputs, needed)
+    return Recording(num, matched, gm, inputs, model_out, values)
