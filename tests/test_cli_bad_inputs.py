@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fusion_core import cli as cli_module
+from fusion_core import cli_apply as sm_steps
+from fusion_core import cli_run
 from fusion_core.cli import cli
 from fusion_core.codegen.kernel import GENERATED_MARK
-from fusion_core.sourcemap import steps as sm_steps
 
 TINY = """\
 import torch.nn as nn
@@ -273,13 +273,13 @@ def test_a_file_saved_between_import_and_mapping_is_not_overwritten(tmp_path, mo
     path = tmp_path / "model.py"
     path.write_text(TINY)
     edited = TINY.replace("y + 1.0", "y + 2.0")
-    real = cli_module.map_clusters
+    real = cli_run.map_clusters
 
     def save_then_map(analysis):  # the user saves the file while the analysis runs
         path.write_text(edited)
         return real(analysis)
 
-    monkeypatch.setattr(cli_module, "map_clusters", save_then_map)
+    monkeypatch.setattr(cli_run, "map_clusters", save_then_map)
     result = CliRunner().invoke(cli, _apply_args(path))
     before = {"model.py": (edited.encode(), stat.S_IMODE(path.stat().st_mode))}
     assert_refused(result, before, tmp_path, "model.py changed since it was analyzed",
