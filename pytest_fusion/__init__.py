@@ -4,5 +4,7 @@ Entry point `pytest11: fusion = pytest_fusion.plugin`. Modules: ``snapshot`` (th
 baseline data model and YAML data), ``compare`` (regressions and improvements in
 words), ``timing`` (the noise-aware timing gate), ``measure`` (where measured fields
 come from), ``session`` (verdicts, queued writes, stale files), ``report`` (terminal,
-Markdown, JSON), ``fixture`` (`fusion_advisor`) and ``plugin`` (the hooks).
+Markdown, JSON), ``fixture`` (`fusion_advisor`), ``options`` (command-line and ini
+values), ``finish`` (session end: writes, stale files, temp files, report files) and
+``plugin`` (the hooks).
 """

@@ -17,13 +17,12 @@ import pytest
 
 from .compare import CHECKS, Tolerances, fmt_bytes
 from .measure import to_measured
+from .options import CAPTURES, check_tolerance
 from .snapshot import Snapshot, from_analysis
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha"}
-# fusion_core's capture frontends, spelled out here so pytest can validate the ini option
-# without importing torch (a test keeps the two in step).
-CAPTURES = ("auto", "fx", "export")
+MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture")
 
 
 @dataclass(frozen=True)
@@ -133,6 +132,7 @@ class FusionAdvisor:
         self.item, self.plugin = item, plugin
         self.checked = False
         self._marker_result: FusionResult | None = None
+        self.last_result: FusionResult | None = None  # named in the report if check() never ran
 
     # ------------------------------------------------------------ analysis
     def analyze(self, model: Any, *inputs: Any, dtype: Any = None, measure: bool = True,
@@ -167,7 +167,8 @@ class FusionAdvisor:
             key, m = to_measured(raw, snap.clusters)
             if m.clusters or m.model_us:  # nothing timed (the model failed there): none stored
                 snap = replace(snap, measured={key: m})
-        return FusionResult(analysis, snap, raw, key)
+        self.last_result = FusionResult(analysis, snap, raw, key)
+        return self.last_result
 
     @property
     def result(self) -> FusionResult:
@@ -177,6 +178,10 @@ class FusionAdvisor:
             if marker is None or not marker.args:
                 pytest.fail("fusion_advisor.result needs @pytest.mark.fusion_check(model, "
                             "*inputs) on the test", pytrace=False)
+            unknown = sorted(set(marker.kwargs) - set(MARKER_KEYWORDS))
+            if unknown:  # a typo would otherwise be ignored and a baseline written
+                pytest.fail(f"fusion_check got unknown keyword(s) {', '.join(unknown)}: the "
+                            f"allowed keywords are {', '.join(MARKER_KEYWORDS)}", pytrace=False)
             checks = _as_checks(marker.kwargs.get("checks"))
             self._marker_result = self.analyze(marker.args[0], *marker.args[1:],
                                                dtype=marker.kwargs.get("dtype"),
@@ -218,12 +223,17 @@ class FusionAdvisor:
     # ------------------------------------------------------------ baseline
     def tolerances(self, **overrides: Any) -> Tolerances:
         """ini values, overridden by the marker, overridden by `overrides`."""
+        __tracebackhide__ = True
         marker = self.item.get_closest_marker("fusion_check")
         values = dict(self.plugin.ini_tolerances)
-        for source in (marker.kwargs if marker else {}, overrides):
+        for where, source in (("fusion_check", marker.kwargs if marker else {}),
+                              ("fusion_advisor.check", overrides)):
             for arg, name in TOLERANCE_ARGS.items():
                 if source.get(arg) is not None:
-                    values[name] = float(source[arg])
+                    value = check_tolerance(name, source[arg], f"{where}({arg}=...)")
+                    if isinstance(value, str):
+                        pytest.fail(value, pytrace=False)
+                    values[name] = value
         return Tolerances(**values)
 
     def check(self, result: FusionResult, checks: Sequence[str] | None = None,
@@ -238,6 +248,7 @@ class FusionAdvisor:
         if unknown:
             raise TypeError(f"unknown tolerance(s) {sorted(unknown)}: use "
                             f"{', '.join(TOLERANCE_ARGS)}")
+        tol = self.tolerances(**tolerances)
         self.checked = True
         marker = self.item.get_closest_marker("fusion_check")
         checks = _as_checks(checks or (marker.kwargs.get("checks") if marker else None))
@@ -246,7 +257,7 @@ class FusionAdvisor:
             pytest.fail(f"unknown fusion check(s) {', '.join(sorted(bad))}: choose from "
                         f"{', '.join(CHECKS)}", pytrace=False)
         session = self.plugin.session
-        rec, failure = session.check(result.snapshot, self.tolerances(**tolerances), checks,
+        rec, failure = session.check(result.snapshot, tol, checks,
                                      result.hw_key)
         session.record(rec)
         if failure:

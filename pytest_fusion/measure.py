@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .snapshot import ClusterRec, ClusterTiming, Measured
+if TYPE_CHECKING:  # the data model loads when something is measured
+    from .snapshot import ClusterRec, Measured
 
 
 class FusionHookSpecs:
@@ -51,6 +51,8 @@ def to_measured(result: dict[str, Any], clusters: Sequence[ClusterRec]
 
     `clusters` are the snapshot's, in the analysis' order (`Cluster.index`).
     """
+    from .snapshot import ClusterTiming, Measured
+
     timings = []
     for entry in result.get("clusters") or ():
         i = entry.get("index")
@@ -91,6 +93,8 @@ def local_device() -> str:
 
 def median_speedup(eager: tuple[float, ...], fused: tuple[float, ...]) -> float | None:
     """median(eager) / median(fused), the speedup shown in the report."""
+    from statistics import median
+
     if not eager or not fused or median(fused) <= 0:
         return None
     return median(eager) / median(fused)

@@ -1,27 +1,31 @@
 """pytest glue for fusion-advisor (entry point `pytest11: fusion`).
 
-Reads command-line and ini options, the `fusion_check` marker and xdist worker
-output; writes baselines (controller only, atomically, at session end), the
+Reads command-line and ini options, the `fusion_check` marker and what xdist
+workers send; writes baselines (controller only, atomically, at session end), the
 terminal summary and, with `--fusion-report[=PATH]`, Markdown and JSON reports.
-The data model, comparison, session bookkeeping and report text live in the
-sibling modules; this file only wires them into pytest's hooks.
+Options live in ``options``, session-end work in ``finish``, the data model,
+comparison and report text in the sibling modules: this file wires them into
+pytest's hooks. Importing it loads no torch: the device is probed when a fusion
+test first needs it, so runs without fusion tests pay (almost) nothing.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import os
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import report
-from .fixture import CAPTURES, FusionAdvisor
+from . import options
 from .measure import FusionHookSpecs, default_measure, local_device
-from .session import MODES, FusionSession
+from .options import CAPTURES
+from .session import FusionSession, TestRecord
+
+if TYPE_CHECKING:  # the fixture, report and session-end modules load when first needed
+    from .fixture import FusionAdvisor
 
 MARKER = (
     "fusion_check(model, *inputs, dtype=None, checks=('clusters', 'rejections', 'traffic', "
@@ -31,22 +35,9 @@ MARKER = (
     "captured with `capture` (auto, fx or export), and compare the result with the test's "
     "baseline in the fusion_baselines folder; the tolerance and capture keywords override the "
     "ini options for this test")
-INI_TOLERANCES = {  # ini name -> (Tolerances field, default, help)
-    "fusion_traffic_tolerance": ("traffic", "0.0",
-                                 "allowed relative increase of a cluster's fused bytes"),
-    "fusion_timing_tolerance": ("timing", "0.10", "allowed relative slowdown of a kernel median"),
-    "fusion_timing_alpha": ("alpha", "0.05", "significance level for calling a slowdown"),
-}
+DISABLED = "fusion checks disabled (--fusion-disable)"
 plugin_key = pytest.StashKey["FusionPlugin"]()
-advisor_key = pytest.StashKey[FusionAdvisor]()
-
-
-def _mode(value: str) -> str:
-    if value not in MODES:
-        raise argparse.ArgumentTypeError(
-            f"unknown mode {value!r}: use new, failing or all, written "
-            "--fusion-update-baselines=MODE (put test paths before the flag)")
-    return value
+advisor_key = pytest.StashKey["FusionAdvisor"]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -54,21 +45,13 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("fusion", "fusion-advisor baselines")
-    group.addoption("--fusion-report", nargs="?", const="", default=None, metavar="PATH",
-                    help="print a fusion summary table after the run; with PATH also write "
-                         "PATH.md and PATH.json (PATH may be a folder)")
-    group.addoption("--fusion-update-baselines", nargs="?", const="all", default=None,
-                    type=_mode, metavar="MODE",
-                    help="write fusion baselines: new (missing only), failing (missing, corrupt "
-                         "or regressed), all (every checked test, and remove stale ones; the "
-                         "default mode)")
-    parser.addini("fusion_baselines_dir", "folder of the fusion baselines, relative to the "
-                  "rootdir", default="fusion_baselines")
-    for name, (_, default, help_) in INI_TOLERANCES.items():
-        parser.addini(name, help_, default=default)
-    parser.addini("fusion_capture", "graph capture frontend: auto (FX, then torch.export when "
-                  "FX cannot trace), fx or export", default="auto")
+    options.add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
+                                  args: list[str]) -> None:
+    options.split_update_flag(args)  # before pytest's last parse of the command line
 
 
 def _versions() -> dict[str, str]:
@@ -82,32 +65,54 @@ def _versions() -> dict[str, str]:
 
 
 class FusionPlugin:
+    """Per-run state (in ``config.stash``): options, the session, session-end results."""
+
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         folder = Path(config.getini("fusion_baselines_dir"))
         self.folder = folder if folder.is_absolute() else config.rootpath / folder
-        self.mode: str | None = config.getoption("fusion_update_baselines")
-        self.report_path: str | None = config.getoption("fusion_report")
-        self.ini_tolerances = {}
-        for name, (field, _, _) in INI_TOLERANCES.items():
-            try:
-                self.ini_tolerances[field] = float(config.getini(name))
-            except ValueError as e:
-                raise pytest.UsageError(f"ini option {name} must be a number, got "
-                                        f"{config.getini(name)!r}") from e
+        self.mode = options.update_mode(config)
+        self.report_requested = config.getoption("fusion_report") is not None
+        self.report_base = options.report_base(config)
+        self.ini_tolerances = options.ini_tolerances(config)
         self.capture: str = config.getini("fusion_capture").strip()
         if self.capture not in CAPTURES:
             raise pytest.UsageError(f"ini option fusion_capture must be one of "
                                     f"{', '.join(CAPTURES)}, got {self.capture!r}")
-        self.device = local_device()
-        self.hw_key = None if self.device == "cpu" else self.device
-        self.provenance = {**_versions(), "device": self.device,
-                           "date": datetime.date.today().isoformat()}
-        self.session = FusionSession(config.rootpath, self.folder, self.mode, self.provenance)
+        flag = config.getoption("fusion_fail_stale")
+        self.fail_stale = bool(config.getini("fusion_fail_stale") if flag is None else flag)
+        self.prune_stale: bool = config.getoption("fusion_prune_stale")
+        self.disabled: bool = config.getoption("fusion_disable")
+        self.session = FusionSession(config.rootpath, self.folder, self.mode,
+                                     lambda: self.provenance, config.get_verbosity())
+        self.is_worker = hasattr(config, "workerinput")
         self.stale: list[dict[str, Any]] = []
         self.written: list[dict[str, Any]] = []
-        self.is_worker = hasattr(config, "workerinput")
         self.report_files: list[Path] = []
+        self.removing_stale = False
+        self.lost_workers: set[str] = set()
+        self.errors: list[str] = []  # problems that fail the run
+        self.notes: list[str] = []  # things worth a line that do not
+
+    @cached_property
+    def versions(self) -> dict[str, str]:
+        return _versions()  # package metadata (~10 ms): for the header and provenance only
+
+    @cached_property
+    def device(self) -> str:
+        return local_device()  # imports torch: only once a fusion test or report needs it
+
+    @property
+    def hw_key(self) -> str | None:
+        return None if self.device == "cpu" else self.device
+
+    @cached_property
+    def provenance(self) -> dict[str, str]:
+        prov = {**self.versions, "device": self.device,
+                "date": datetime.date.today().isoformat()}
+        if not self.session.owns({}):  # a folder outside the rootdir may be shared
+            prov["project"] = self.config.rootpath.name
+        return prov
 
     def shown(self, path: Path) -> str:
         return self.session.shown(path)
@@ -122,11 +127,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     p = config.stash[plugin_key]
-    v = p.provenance
-    timing = "" if p.hw_key else " (timings not checked: no CUDA device)"
+    v = p.versions
     update = f", updating baselines: {p.mode}" if p.mode else ""
-    return (f"fusion-advisor: torch {v['torch']}, triton {v['triton']}, device "
-            f"{p.device}{timing}, baselines {p.shown(p.folder)}/{update}")
+    off = ", checks disabled" if p.disabled else ""
+    return (f"fusion-advisor: torch {v['torch']}, triton {v['triton']}, baselines "
+            f"{p.shown(p.folder)}/{update}{off}")
 
 
 @pytest.hookimpl(trylast=True)
@@ -141,21 +146,72 @@ def fusion_advisor(request: pytest.FixtureRequest) -> FusionAdvisor:
 
 
 def _advisor(item: pytest.Item) -> FusionAdvisor:
+    from .fixture import FusionAdvisor
+
     if advisor_key not in item.stash:
         item.stash[advisor_key] = FusionAdvisor(item, item.config.stash[plugin_key])
     return item.stash[advisor_key]
 
 
+def _uses_fusion(item: pytest.Item) -> bool:
+    return (item.get_closest_marker("fusion_check") is not None
+            or "fusion_advisor" in getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.stash[plugin_key].disabled:
+        for item in items:
+            if _uses_fusion(item):
+                item.add_marker(pytest.mark.skip(reason=DISABLED))
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    # Innermost wrapper: sees a file's items before pytest's --lf wrapper filters them.
+    rep = yield
+    ids = [x.nodeid for x in rep.result or () if isinstance(x, pytest.Item)]
+    if ids:
+        collector.config.stash[plugin_key].session.defined.update(ids)
+    return rep
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    marker = item.get_closest_marker("fusion_check")
-    if marker is None:
+    if item.get_closest_marker("fusion_check") is None:
         return (yield)
     advisor = _advisor(item)
     # Check before the body: a regression message is the clearest failure a reviewer can get,
     # and a failing body assertion must not hide it. The body reads fusion_advisor.result.
     advisor.check(advisor.result)
     return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    rep = yield
+    p = item.config.stash[plugin_key]
+    advisor = item.stash.get(advisor_key, None)
+    if rep.when == "call" and rep.failed and advisor is not None and not advisor.checked:
+        # The test used the fixture but failed before check(): keep it in the report.
+        from .report import NOT_CHECKED
+
+        last = advisor.last_result
+        p.session.record(TestRecord(item.nodeid, NOT_CHECKED,
+                                    last.snapshot.model if last else ""))
+    if rep.when == "teardown" and p.is_worker:
+        # Ship this test's verdict and pending writes now: a worker that dies later
+        # loses nothing (the attribute travels with the serialized report).
+        data = p.session.take(item.nodeid)
+        if data:
+            rep.fusion_data = data
+    return rep
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    data = getattr(report, "fusion_data", None)
+    node = getattr(report, "node", None)  # set by xdist on the controller
+    if data and node is not None:
+        node.config.stash[plugin_key].session.merge(data)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -167,25 +223,6 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
         items[0].config.stash[plugin_key].session.deselected.update(i.nodeid for i in items)
 
 
-def _narrowed(config: pytest.Config) -> set[str]:
-    """Test files named with `::` on the command line: not collected in full."""
-    out = set()
-    for arg in config.args:
-        if "::" in arg:
-            path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
-            try:
-                out.add(path.relative_to(config.rootpath.resolve()).as_posix())
-            except ValueError:
-                pass
-    return out
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    import fusion_core  # only when something is written: a run without fusion tests skips it
-
-    fusion_core.write_atomic(path, text)
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
@@ -193,67 +230,44 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if p.is_worker:
         config.workeroutput["fusion"] = p.session.to_output()
         return
-    p.written = p.session.apply_writes(_write_atomic)
-    for w in p.written:
-        w["path_shown"] = p.shown(Path(w["path"]))
-    stale = p.session.stale(_narrowed(config))
-    if p.mode == "all":
-        for path, _ in stale:
-            path.unlink(missing_ok=True)
-    p.stale = [{"path": p.shown(path), "test": test} for path, test in stale]
-    if p.report_path is not None:
-        _write_reports(p)
+    from . import finish
 
-
-def _report_args(p: FusionPlugin) -> tuple:
-    records = sorted(p.session.records.values(), key=lambda r: r["nodeid"])
-    return records, p.written, p.stale, p.mode == "all"
-
-
-def _write_reports(p: FusionPlugin) -> None:
-    import json
-
-    md = report.markdown(*_report_args(p), p.provenance)
-    if p.report_path:
-        base = Path(p.config.invocation_params.dir, p.report_path)
-        if base.is_dir():
-            base = base / "fusion-report"
-        elif base.suffix in (".md", ".json"):
-            base = base.with_suffix("")
-        base.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(base.with_name(base.name + ".md"), md + "\n")
-        doc = report.json_doc(*_report_args(p), p.provenance)
-        _write_atomic(base.with_name(base.name + ".json"),
-                                 json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-        p.report_files = [base.with_name(base.name + s) for s in (".md", ".json")]
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as f:  # GitHub appends step summaries
-            f.write(md + "\n")
+    if finish.finish(p, session) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     p = config.stash[plugin_key]
-    if p.is_worker:
-        return
-    records, written, stale, removed = _report_args(p)
-    lines = report.summary_lines(records, written, stale, removed)
-    if p.report_path is not None:
+    if p.is_worker or not (p.session.records or p.written or p.stale or p.notes or p.errors
+                           or p.report_requested):
+        return  # nothing to say: a run without fusion tests loads no report code
+    from . import finish, report
+
+    records, written, stale, removed = finish.report_args(p)
+    lines = report.summary_lines(records, written, stale, removed) + p.notes
+    if p.report_requested:
         terminalreporter.write_sep("=", "fusion report")
+        if records:
+            terminalreporter.write_line(f"device: {p.device}")
         for line in report.table_lines(records) if records else ["no fusion checks ran"]:
             terminalreporter.write_line(line)
-        for f in getattr(p, "report_files", []):
+        for f in p.report_files:
             terminalreporter.write_line(f"wrote {f}")
     if lines:
         terminalreporter.write_sep("-", "fusion baselines")
         for line in lines:
             terminalreporter.write_line(line)
+    for line in p.errors:
+        terminalreporter.write_line(f"ERROR: {line}", red=True, bold=True)
 
 
 class XdistHooks:
     """Registered only when pytest-xdist is loaded (its hook is unknown otherwise)."""
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        p = node.config.stash[plugin_key]
         data = getattr(node, "workeroutput", {}).get("fusion")
-        if data:
-            node.config.stash[plugin_key].session.merge(data)
+        if data is None:
+            p.lost_workers.add(str(getattr(getattr(node, "gateway", None), "id", node)))
+        else:
+            p.session.merge(data)

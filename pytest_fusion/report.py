@@ -8,13 +8,19 @@ something needs attention (created/updated/stale/improved); ``table_lines``,
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from .compare import fmt_bytes
 
 REPORT_SCHEMA_VERSION = 1
-RATCHET = "run `pytest --fusion-update-baselines` to ratchet"
 FAILED = ("missing", "error", "regressed")
+NOT_CHECKED = "not checked: test failed before check"
+
+
+def ratchet_command(nodeids: list[str]) -> str:
+    """The update command for exactly these tests (`=all` on node ids judges no stale file)."""
+    return "pytest --fusion-update-baselines=all " + " ".join(shlex.quote(n) for n in nodeids)
 
 
 def _timings(r: dict[str, Any]) -> str:
@@ -49,12 +55,14 @@ def summary_lines(records: list[dict[str, Any]], writes: list[dict[str, Any]],
             out.append(f"removed stale {s['path']} (test {s['test']} no longer exists)")
         else:
             out.append(f"stale {s['path']}: test {s['test']} no longer exists; remove it with "
-                       "pytest --fusion-update-baselines=all")
-    for r in records:
-        if r["status"] in ("improved", "changed"):
-            word = "improved" if r["status"] == "improved" else "changed (not a regression)"
-            out.append(f"{r['nodeid']}: {word} — {RATCHET}")
-            out += [f"    {m}" for m in r["messages"]]
+                       "pytest --fusion-prune-stale")
+    ratchet = [r for r in records if r["status"] in ("improved", "changed")]
+    for r in ratchet:
+        word = "improved" if r["status"] == "improved" else "changed (not a regression)"
+        out.append(f"{r['nodeid']}: {word}")
+        out += [f"    {m}" for m in r["messages"]]
+    if ratchet:
+        out.append("accept with: " + ratchet_command([r["nodeid"] for r in ratchet]))
     return out
 
 

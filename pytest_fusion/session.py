@@ -3,27 +3,27 @@
 Reads the current ``Snapshot`` of each checked test and its baseline file;
 decides pass/fail and what to write under the update mode. Writes nothing
 during tests: writes are queued (as YAML text) and applied by the controller at
-session end, so under xdist workers only ship their queue (``to_output``) and
-the controller alone touches the baselines folder (``merge`` + ``finish``).
-Everything kept here is plain JSON-able data for ``config.workeroutput``.
+session end (``apply_writes``, called from ``finish``), so under xdist the
+controller alone touches the baselines folder. Everything kept here is plain
+JSON-able data: a worker sends each test's record and writes to the controller as
+soon as the test ends (``take``, ``merge``), so a worker that dies loses only the
+test it was running; its collection lists follow at its end (``to_output``).
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from .carry import attach_timings, carry_timings, same_content
-from .compare import CHECKS, NO_CUDA, Comparison, Tolerances, compare, frontend_change
 from .measure import median_speedup
-from .schema import from_data, to_data
-from .snapshot import BaselineError, ClusterId, Snapshot, baseline_name
 
-MODES = ("new", "failing", "all")
+if TYPE_CHECKING:  # loaded when a fusion test runs, not by a run without one
+    from .compare import Tolerances
+    from .snapshot import ClusterId, Snapshot
+
 FAILING = {"missing", "error", "regressed"}
 
 
@@ -43,12 +43,19 @@ class TestRecord:
 
 def dump_yaml(data: dict[str, Any]) -> str:
     """Stable, review-friendly YAML: our key order, short lists of scalars inline."""
+    import yaml  # only when a fusion test runs: a run with none does not pay for it
+
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, allow_unicode=True,
                           width=100)
 
 
 def read_baseline(path: Path, shown: str) -> Snapshot | None:
     """The parsed baseline, None when missing; BaselineError names `shown` when unusable."""
+    import yaml
+
+    from .schema import from_data
+    from .snapshot import BaselineError
+
     if not path.exists():
         return None
     try:
@@ -57,17 +64,50 @@ def read_baseline(path: Path, shown: str) -> Snapshot | None:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BaselineError(f"corrupt fusion baseline {shown}: not valid YAML ({first}); fix "
                             "it, or delete it and rerun with --fusion-update-baselines=new") from e
-    return from_data(data, shown)
+    try:
+        return from_data(data, shown)
+    except BaselineError:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError) as e:  # a field of the wrong type
+        raise BaselineError(f"corrupt fusion baseline {shown}: a field has the wrong type "
+                            f"({type(e).__name__}: {e}); regenerate it with "
+                            "--fusion-update-baselines=failing") from e
+
+
+def yaml_diff(base: Snapshot, current: Snapshot, pairs: Iterable[tuple[ClusterId, ClusterId]],
+              shown: str) -> str:
+    """The baseline and the current result (with the timings an update would keep) as a
+    unified diff of their YAML, for -vv; provenance is left out (never compared)."""
+    import difflib
+
+    from .carry import carry_timings
+    from .schema import to_data
+
+    texts = []
+    for snap in (base, replace(current, measured=carry_timings(base, current, pairs))):
+        data = to_data(snap)
+        data.pop("provenance", None)
+        texts.append(dump_yaml(data).splitlines())
+    return "\n".join(difflib.unified_diff(*texts, f"{shown} (baseline)", "current result",
+                                          lineterm=""))
 
 
 class FusionSession:
     def __init__(self, rootdir: Path, folder: Path, mode: str | None,
-                 provenance: dict[str, str]) -> None:
-        self.rootdir, self.folder, self.mode, self.provenance = rootdir, folder, mode, provenance
+                 provenance: Callable[[], dict[str, str]], verbosity: int = 0) -> None:
+        self.rootdir, self.folder, self.mode = rootdir, folder, mode
+        self._provenance, self.verbosity = provenance, verbosity
         self.records: dict[str, dict[str, Any]] = {}
         self.writes: list[dict[str, Any]] = []
-        self.collected: set[str] = set()
+        self.collected: set[str] = set()  # items this run would run
         self.deselected: set[str] = set()
+        # Every test id the collected files define, seen before any plugin narrowed them
+        # (pytest's --lf drops items inside collection, not through deselection).
+        self.defined: set[str] = set()
+
+    @property
+    def provenance(self) -> dict[str, str]:
+        return self._provenance()  # the device probe imports torch: only when writing
 
     # ------------------------------------------------------------ per test
     def shown(self, path: Path) -> str:
@@ -76,9 +116,14 @@ class FusionSession:
         except ValueError:
             return str(path)
 
-    def check(self, current: Snapshot, tol: Tolerances, checks: tuple[str, ...] = CHECKS,
+    def check(self, current: Snapshot, tol: Tolerances, checks: tuple[str, ...] | None = None,
               hw_key: str | None = None) -> tuple[TestRecord, str | None]:
         """Compare with the baseline; return the record and a failure message (None: pass)."""
+        from .carry import attach_timings
+        from .compare import CHECKS, NO_CUDA, compare, frontend_change
+        from .snapshot import BaselineError, baseline_name
+
+        checks = CHECKS if checks is None else checks
         nodeid = current.test
         path = self.folder / baseline_name(nodeid)
         shown = self.shown(path)
@@ -91,6 +136,11 @@ class FusionSession:
             rec.timing_note = (NO_CUDA if hw_key is None else f"timings recorded on {hw_key}"
                                if hw_key in current.measured else f"nothing measured on {hw_key}")
         cmd = f"pytest --fusion-update-baselines={{}} {shlex.quote(nodeid)}"
+        if path.is_dir():  # never replaced: the folder is the user's
+            rec.status, msg = "error", (f"fusion baseline {shown} is a folder, not a file; "
+                                        "move it away and rerun")
+            rec.messages = [msg]
+            return rec, msg
         try:
             base = read_baseline(path, shown)
         except BaselineError as e:
@@ -106,7 +156,7 @@ class FusionSession:
             rec.status = "missing"
             return rec, (f"no fusion baseline for this test ({shown}); create it with: "
                          + cmd.format("new"))
-        result: Comparison = compare(base, current, tol, checks, hw_key)
+        result = compare(base, current, tol, checks, hw_key)
         rec.timing_note = result.timing_note
         rec.messages = list(result.regressions + result.improvements + result.changes)
         rec.status = result.status
@@ -122,13 +172,18 @@ class FusionSession:
             switched = frontend_change(base, current)  # e.g. auto fell back to export
             if switched:
                 lines += f"\n  ({switched})"
+            diff = (f"\n{yaml_diff(base, current, result.pairs, shown)}"
+                    if self.verbosity >= 2 else "")
             return rec, (f"fusion regression against {shown}:\n{lines}\nIf this is intended, "
-                         f"accept it with: {cmd.format('failing')}")
+                         f"accept it with: {cmd.format('failing')}{diff}")
         return rec, None
 
     def _write(self, rec: TestRecord, action: str, snap: Snapshot, old: Snapshot | None,
                path: Path, pairs: tuple[tuple[ClusterId, ClusterId], ...] = (),
                keep_status: bool = False) -> TestRecord:
+        from .carry import carry_timings, same_content
+        from .schema import to_data
+
         if old is not None and action != "measured":
             snap = replace(snap, measured=carry_timings(old, snap, pairs))
         snap = replace(snap, provenance=old.provenance if action == "measured" and old
@@ -147,47 +202,76 @@ class FusionSession:
         self.records[rec.nodeid] = asdict(rec)
 
     # ------------------------------------------------------------ xdist
+    def take(self, nodeid: str) -> dict[str, Any] | None:
+        """Remove and return one test's record and queued writes (a worker sends them)."""
+        writes = [w for w in self.writes if w["test"] == nodeid]
+        record = self.records.pop(nodeid, None)
+        if record is None and not writes:
+            return None
+        self.writes = [w for w in self.writes if w["test"] != nodeid]
+        return {"records": {nodeid: record} if record else {}, "writes": writes}
+
     def to_output(self) -> dict[str, Any]:
         return {"records": self.records, "writes": self.writes,
-                "collected": sorted(self.collected), "deselected": sorted(self.deselected)}
+                "collected": sorted(self.collected), "deselected": sorted(self.deselected),
+                "defined": sorted(self.defined)}
 
     def merge(self, data: dict[str, Any]) -> None:
         self.records.update(data.get("records", {}))
         self.writes.extend(data.get("writes", []))
         self.collected.update(data.get("collected", []))
         self.deselected.update(data.get("deselected", []))
+        self.defined.update(data.get("defined", []))
 
     # ------------------------------------------------------------ session end
-    def stale(self, narrowed: set[str]) -> list[tuple[Path, str]]:
-        """Baselines no collected or deselected test uses: (file, its test id).
+    def owns(self, data: dict[str, Any]) -> bool:
+        """Whether a baseline belongs to this project (a folder outside the rootdir may be
+        shared: only baselines that name this project in their provenance are ours)."""
+        if self.folder.resolve().is_relative_to(self.rootdir.resolve()):
+            return True
+        prov = data.get("provenance")
+        return isinstance(prov, dict) and prov.get("project") == self.rootdir.name
 
-        Judged only for test modules collected in full this run (a module named
-        with `::` on the command line is not), or whose file no longer exists.
+    def stale(self, narrowed: set[str]) -> list[tuple[Path, str]]:
+        """Baselines no test of this run's files uses: (file, its test id).
+
+        Judged only for test files that contributed items to this run (minus files
+        named with `::` on the command line), against every test id those files
+        define (so --lf, -k, -m and --deselect keep the tests they leave out), or whose
+        file no longer exists; never for another project's baselines.
         """
         if not self.folder.is_dir():
             return []
-        known = self.collected | self.deselected
-        full = {n.split("::")[0] for n in known} - narrowed
+        import yaml
+
+        known = self.collected | self.deselected | self.defined
+        full = {n.split("::")[0] for n in self.collected | self.deselected} - narrowed
         written = {w["path"] for w in self.writes}
         found = []
         for path in sorted(self.folder.glob("*.yaml")):
             try:
-                test = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("test")
+                data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+                test = data.get("test")
             except (yaml.YAMLError, OSError, UnicodeDecodeError, AttributeError):
                 continue
             if not isinstance(test, str) or test in known or str(path) in written:
                 continue
             module = test.split("::")[0]
-            if module in full or not (self.rootdir / module).exists():
+            if self.owns(data) and (module in full or not (self.rootdir / module).exists()):
                 found.append((path, test))
         return found
 
-    def apply_writes(self, write_atomic) -> list[dict[str, Any]]:
-        """Write every queued baseline (controller only); return what was written."""
-        done = []
+    def apply_writes(self, write_atomic) -> tuple[list[dict[str, Any]], list[str]]:
+        """Write every queued baseline (controller only): (what was written, error lines)."""
+        done, errors = [], []
         for w in sorted(self.writes, key=lambda w: w["path"]):
             path = Path(w["path"])
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, w["text"])
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(path, w["text"])
+            except OSError as e:
+                errors.append(f"could not write fusion baseline {self.shown(path)} for "
+                              f"{w['test']}: {e.strerror or e}")
+                continue
             done.append(w)
-        return done
+        return done, errors

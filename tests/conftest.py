@@ -32,3 +32,11 @@ def _no_terminal_width():
         mp.delenv("COLUMNS", raising=False)
         mp.delenv("LINES", raising=False)
         yield
+
+
+@pytest.fixture
+def proj(pytester, monkeypatch):
+    """A plugin test project: model.py (variant `base`) and one marked test, no baselines."""
+    from fusion_plugin_helpers import make_proj
+
+    return make_proj(pytester, monkeypatch)

@@ -88,3 +88,35 @@ def baselines(root: Path) -> dict[str, Path]:
 
     return {yaml.safe_load(p.read_text())["test"]: p
             for p in sorted((root / "fusion_baselines").glob("*.yaml"))}
+
+
+def warm_torch() -> None:
+    """Run one analysis before pytester snapshots sys.modules.
+
+    pytester removes the modules an in-process run imported; torch's lazily
+    imported internals must not be imported a second time (that aborts).
+    """
+    import torch
+
+    import fusion_core
+
+    fusion_core.analyze(torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Sigmoid()), (2, 4))
+
+
+def make_proj(pytester, monkeypatch, test_source: str | None = None):
+    """A project with model.py (variant `base`) and one marked test, no baselines yet."""
+    import sys
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # model.py is rewritten between runs
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(model=model_source("base"), test_net=test_source or marked_test())
+    return pytester
+
+
+def run(p, *args, cache: bool = False):
+    """An in-process pytest run of the project `p` with the plugin loaded."""
+    # hypothesis' plugin imports all of hypothesis at the end of every run, and pytester
+    # unloads it again after each run: leave it out of the inner runs.
+    no_cache = () if cache else ("-p", "no:cacheprovider")
+    return p.runpytest(*no_cache, "-p", "no:hypothesispytest", *PLUGIN_ARGS, *args)

@@ -28,7 +28,7 @@ def test_two_workers_create_update_report_and_find_stale(pytester, monkeypatch):
     assert set(files) == ids  # every file parses and names its own test
     assert all(yaml.safe_load(p.read_text())["clusters"][0]["ops"] == ["mul", "relu", "add"]
                for p in files.values())
-    assert not list((pytester.path / "fusion_baselines").glob(".*.tmp"))
+    assert not list((pytester.path / "fusion_baselines").glob(".*.fusion-tmp"))
 
     # test_a and test_c regress, test_d is gone: one run accepts both, finds the stale file from
     # the workers' collection lists, removes it, and reports every worker's result.

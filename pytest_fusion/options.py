@@ -1,0 +1,138 @@
+"""The plugin's command-line and ini options, and the checks on their values.
+
+Reads pytest's parser and config; returns validated plain values (update mode,
+tolerances, report base path). Bad values raise ``pytest.UsageError`` with one
+line naming the option and what it accepts; per-test values (marker keywords,
+``check()`` keywords) are checked by ``check_tolerance`` and fail only that test.
+Imports nothing heavy: a run with no fusion test must not pay for torch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MODES = ("new", "failing", "all")
+UPDATE_FLAG = "--fusion-update-baselines"
+INI_TOLERANCES = {  # ini name -> (Tolerances field, default, help)
+    "fusion_traffic_tolerance": ("traffic", "0.0",
+                                 "allowed relative increase of a cluster's fused bytes"),
+    "fusion_timing_tolerance": ("timing", "0.10", "allowed relative slowdown of a kernel median"),
+    "fusion_timing_alpha": ("alpha", "0.05", "significance level for calling a slowdown"),
+}
+# Tolerances field -> (lowest allowed, highest allowed, whether the lowest is allowed itself)
+RANGES = {"traffic": (0.0, math.inf, True), "timing": (0.0, math.inf, True),
+          "alpha": (0.0, 1.0, False)}
+RANGE_TEXT = {"traffic": "a finite number >= 0", "timing": "a finite number >= 0",
+              "alpha": "a number in (0, 1]"}
+REPORT_NAME = "fusion-report"
+# fusion_core's capture frontends, spelled out here so pytest can validate the ini option
+# without importing torch (a test keeps the two in step).
+CAPTURES = ("auto", "fx", "export")
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fusion", "fusion-advisor baselines")
+    group.addoption("--fusion-report", nargs="?", const="", default=None, metavar="PATH",
+                    help="print a fusion summary table after the run; with PATH also write "
+                         "PATH.md and PATH.json (a PATH ending in / or naming a folder gets "
+                         f"{REPORT_NAME}.md/json inside it)")
+    # The value is checked in `update_mode`, not by argparse: `--fusion-update-baselines
+    # tests/` must leave the path to pytest (see `split_update_flag`).
+    group.addoption(UPDATE_FLAG, nargs="?", const="all", default=None, metavar="MODE",
+                    help="write fusion baselines: new (missing only), failing (missing, corrupt "
+                         "or regressed), all (every checked test, and remove stale ones; the "
+                         "default mode)")
+    group.addoption("--fusion-fail-stale", action="store_true", default=None,
+                    help="fail the run when a fusion baseline is stale (its test is gone); "
+                         "also ini fusion_fail_stale")
+    group.addoption("--fusion-prune-stale", action="store_true", default=False,
+                    help="remove stale fusion baselines without rewriting any other")
+    group.addoption("--fusion-disable", action="store_true", default=False,
+                    help="skip every fusion check (tests with the fusion_check marker or the "
+                         "fusion_advisor fixture), with that reason")
+    parser.addini("fusion_baselines_dir", "folder of the fusion baselines, relative to the "
+                  "rootdir", default="fusion_baselines")
+    for name, (_, default, help_) in INI_TOLERANCES.items():
+        parser.addini(name, help_, default=default)
+    parser.addini("fusion_capture", "graph capture frontend: auto (FX, then torch.export when "
+                  "FX cannot trace), fx or export", default="auto")
+    parser.addini("fusion_fail_stale", "fail the run when a fusion baseline is stale",
+                  type="bool", default=False)
+
+
+def split_update_flag(args: list[str]) -> None:
+    """`--fusion-update-baselines PATH` -> `--fusion-update-baselines=all PATH`, in place.
+
+    argparse gives an optional value the next token whatever it is; only the three
+    mode names are taken as the value, anything else stays a positional argument.
+    """
+    for i, arg in enumerate(args[:-1]):
+        if arg == UPDATE_FLAG and args[i + 1] not in MODES and not args[i + 1].startswith("-"):
+            args[i] = f"{UPDATE_FLAG}=all"
+
+
+def update_mode(config: pytest.Config) -> str | None:
+    mode = config.getoption("fusion_update_baselines")
+    if mode is not None and mode not in MODES:
+        raise pytest.UsageError(f"unknown mode {mode!r}: use new, failing or all, written "
+                                f"{UPDATE_FLAG}=MODE")
+    return mode
+
+
+def check_tolerance(field: str, value: Any, source: str) -> float | str:
+    """The value as a float, or the one-line reason it is not allowed."""
+    lo, hi, lo_ok = RANGES[field]
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number) or number > hi or (
+            number < lo or (number == lo and not lo_ok)):
+        return f"{source} must be {RANGE_TEXT[field]}, got {value!r}"
+    return number
+
+
+def ini_tolerances(config: pytest.Config) -> dict[str, float]:
+    out = {}
+    for name, (field, _, _) in INI_TOLERANCES.items():
+        value = check_tolerance(field, config.getini(name), f"ini option {name}")
+        if isinstance(value, str):
+            raise pytest.UsageError(value)
+        out[field] = value
+    return out
+
+
+def report_base(config: pytest.Config) -> Path | None:
+    """`PATH` of `--fusion-report=PATH` without suffix (files get .md/.json); None: no files.
+
+    A PATH ending in a separator, or naming an existing folder, is a folder (created
+    when missing) holding fusion-report.md/json. What cannot be written is a usage error
+    now rather than a traceback after the tests ran.
+    """
+    given = config.getoption("fusion_report")
+    if not given:
+        return None
+    path = Path(config.invocation_params.dir, given)
+    if given.endswith(("/", os.sep)) or path.is_dir():
+        base = path / REPORT_NAME
+    elif path.suffix in (".md", ".json"):
+        base = path.with_suffix("")
+    else:
+        base = path
+    for parent in (base.parent, *base.parent.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise pytest.UsageError(f"--fusion-report={given}: {parent} is a file, not a "
+                                        "folder; choose another path")
+            break
+    for suffix in (".md", ".json"):
+        target = base.with_name(base.name + suffix)
+        if target.is_dir():
+            raise pytest.UsageError(f"--fusion-report={given}: {target} is a folder; choose "
+                                    "another path")
+    return base
