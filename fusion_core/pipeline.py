@@ -27,6 +27,7 @@ from .ir.capture import captured
 from .ir.channels import explicit_channels
 from .ir.duplicate import duplicate_values, undo
 from .ir.export import label_modules
+from .ir.functionalize import functionalize
 from .ir.graph import FusionGraph
 from .ir.linear_bias import split_linear_bias
 from .ir.normalize import to_fusion_graph
@@ -96,6 +97,7 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
     with gc_paused():
         cap = captured(model, specs, capture)
         gm, frontend = cap.gm, cap.frontend
+        functionalize(gm)
         explicit_channels(gm)
         split_linear_bias(gm)
         name = type(model).__name__

@@ -77,13 +77,27 @@ class InPlace(nn.Module):
         return y * 3.0
 
 
-def test_inplace_ops_are_known_and_rejected_by_aliasing():
+def test_inplace_ops_on_fresh_values_are_rewritten_out_of_place_and_fuse():
     a = analyze(InPlace(), (4, 8))
+    assert not [n for n in a.graph.nodes if n.kind is OpKind.INPLACE]
+    assert [c.ops for c in a.clusters] == [("mul", "add", "relu", "relu", "mul")]
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(a.graph_module(x.clone()), InPlace()(x.clone()))
+
+
+class InPlaceOnInput(nn.Module):
+    def forward(self, x):
+        x.add_(1.0)  # the caller sees this: no rewrite may drop it
+        y = F.relu(x * 2.0)
+        return y * 3.0
+
+
+def test_inplace_op_on_the_input_stays_in_place():
+    a = analyze(InPlaceOnInput(), (4, 8))
     inplace = [n for n in a.graph.nodes if n.kind is OpKind.INPLACE]
-    assert [n.op for n in inplace] == ["add_", "relu_", "relu_"]
-    assert [r.check for r in a.rejections] == ["aliasing"]
-    assert set(a.rejections[0].culprits) == {n.name for n in inplace}
-    assert a.clusters == ()  # what is left are single ops
+    assert [n.op for n in inplace] == ["add_"]
+    # The ops after it read the mutated input, before the kernel runs: they fuse.
+    assert [c.ops for c in a.clusters] == [("mul", "relu", "mul")]
 
 
 def test_reversed_scalar_forms():

@@ -94,8 +94,10 @@ def moves_data(g: FusionGraph, name: str) -> bool:
 
 
 def n_working_ops(g: FusionGraph, group: Collection[str]) -> int:
-    """Compute ops that move data: a group needs two of them to save anything."""
-    return sum(g[n].kind.is_compute and moves_data(g, n) for n in group)
+    """Compute ops that move data: a group needs two of them to save anything. An in-place
+    op counts: it would fuse if it were out of place, so its rejection gets reported."""
+    return sum((g[n].kind.is_compute or g[n].kind is OpKind.INPLACE) and moves_data(g, n)
+               for n in group)
 
 
 def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.registry import SPECS
 from .group import check_convexity, escaping, iteration_shape, numel, ordered
 from .multi_output import store_verdict
+from .mutation import check_mutation
 from .types import Failure
 
 Check = Callable[[FusionGraph, Collection[str]], "Failure | None"]
@@ -207,6 +208,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("convexity", check_convexity),
     ("shapes", check_shapes),
     ("aliasing", check_aliasing),
+    ("aliasing", check_mutation),
     ("reduction", check_reduction),
     ("lowering", check_lowering),
 )

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .functionalize import out_of_place_overload
 from .graph import FusionGraph, Node, OpKind, Ref, SourceLoc, TensorMeta
 from .registry import bind, lookup
 from .trace import is_user_frame
@@ -112,6 +113,8 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     found = lookup(key)
     if found is None and n.op == "call_method" and str(n.target).endswith("_"):
         found, inplace = lookup(("method", str(n.target)[:-1])), True
+    if found is None and (functional := out_of_place_overload(n.target)) is not None:
+        found, inplace = lookup(functional), True  # `aten.relu_` that stayed in place
     if found is None:
         return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
     if found == "view":

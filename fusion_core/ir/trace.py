@@ -12,7 +12,10 @@ from __future__ import annotations
 import bisect
 import functools
 import linecache
+import os
+import site
 import sys
+import sysconfig
 import traceback
 import types
 from pathlib import Path
@@ -32,8 +35,20 @@ TRACE_THROUGH: tuple[type[nn.Module], ...] = tuple(
     ) if hasattr(nn, name)
 )
 
-_TORCH_DIR = str(Path(torch.__file__).parent)
-_OUR_DIR = str(Path(__file__).resolve().parents[1])
+# With a trailing separator: `…/site-packages/torch` is a prefix of `…/torchvision/`.
+_TORCH_DIR = os.path.join(str(Path(torch.__file__).parent), "")
+_OUR_DIR = os.path.join(str(Path(__file__).resolve().parents[1]), "")
+
+
+def _library_roots() -> tuple[str, ...]:
+    """Folders installed packages live in (site-packages, the standard library)."""
+    roots = {sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib")}
+    roots |= set(getattr(site, "getsitepackages", list)())
+    roots.add(site.getusersitepackages() or "")
+    return tuple(sorted(os.path.join(r, "") for r in roots if r))
+
+
+LIBRARY_ROOTS = _library_roots()
 
 
 class FusionTracer(fx.Tracer):
@@ -126,9 +141,25 @@ def _uninteresting_files() -> frozenset[str]:
     return frozenset(uninteresting_files())
 
 
-def is_user_frame(filename: str) -> bool:
-    return not (filename.startswith(_TORCH_DIR) or filename.startswith(_OUR_DIR)
-                or filename.startswith("<"))
+def is_user_frame(filename: str, internal: tuple[str, ...] = (_TORCH_DIR, _OUR_DIR)) -> bool:
+    """A frame whose line is worth showing: anything but torch's, ours and generated code.
+
+    Installed libraries that build models (torchvision, transformers) count: their
+    lines locate a cluster. `is_library_file` keeps them out of source edits.
+    """
+    return not (filename.startswith(internal) or filename.startswith("<"))
+
+
+def is_library_file(filename: str, roots: tuple[str, ...] | None = None) -> bool:
+    """True for a file of an installed package (or the standard library): never edited.
+
+    A path with `site-packages` or `dist-packages` as a folder counts too (another
+    environment's install); only files of the user's project may be proposed or applied.
+    """
+    path = os.path.abspath(filename)
+    parts = Path(path).parts
+    return path.startswith(roots if roots is not None else LIBRARY_ROOTS) or any(
+        p in ("site-packages", "dist-packages") for p in parts)
 
 
 def trace_fx(model: nn.Module) -> fx.GraphModule:

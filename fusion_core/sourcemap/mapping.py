@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, Ref
+from ..ir.trace import is_library_file
 from ..pipeline import Analysis
 from .pysource import (
     Scope,
@@ -113,6 +114,10 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
     if len(paths) > 1:
         raise _Pointer(f"spans {_count(len(paths))} files ({', '.join(paths)})")
     where = dict(file=paths[0], start=min(lines), end=max(lines))
+    if is_library_file(paths[0]):
+        raise _Pointer(f"{paths[0]} is an installed library's file, not your project's: "
+                       "edit the code that calls it instead", **where)
+    _check_in_place(analysis, nodes, where)
     # A recomputed value lives in two kernels; no single-range edit keeps the variable
     # the source reads it from (see analysis/recompute.py).
     recomputed = {v for other in analysis.clusters for v in other.recomputes}
@@ -174,6 +179,20 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
         extra = before.strip() or after
         raise _Pointer(f"the range's lines also hold `{extra}`", **where)
     return span
+
+
+def _check_in_place(analysis: Analysis, nodes: list[Node], where: dict) -> None:
+    """`y.relu_()` or `y += x` the pipeline rewrote out of place (ir/functionalize.py):
+    the source keeps using `y`, which the kernel's new tensor cannot rebind."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    for node in nodes:
+        spelling = fx_nodes[node.name].meta.get("fusion_inplace", "") \
+            if node.name in fx_nodes else ""
+        if spelling.startswith((".", "aten.")):
+            code = f"`{node.source.code}`" if node.source.code else spelling
+            raise _Pointer(f"{code} (line {node.source.line}) writes its input in place; the "
+                           "kernel returns a new tensor, so an edit would have to rebind the "
+                           "name every later line reads", **where)
 
 
 def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str) -> str:

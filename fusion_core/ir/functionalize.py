@@ -1,0 +1,138 @@
+"""Functionalize in-place ops: rewrite them out of place when that keeps the results.
+
+Reads a shape-propagated ``fx.GraphModule`` from either frontend; rewrites it in
+place. ``nn.ReLU(inplace=True)`` after a BatchNorm, ``x.relu_()``, in-place SiLU or
+Hardswish, and ``y += x`` under export (``aten.add_``) overwrite a fresh
+intermediate: computing a new tensor instead, and pointing every later reader of
+the old name at it (FX records ``y.relu_(); z * y`` as ``z * y`` reading ``y``),
+gives the same model outputs and lets the op fuse. Each rewritten node keeps its
+result's metadata and records the spelling it replaced in ``meta["fusion_inplace"]``
+(for messages and source mapping).
+
+An in-place op stays as it is (normalized to ``OpKind.INPLACE``, which the legality
+checks reject by name) when no rewrite can keep the results: it writes a model
+input, a parameter/buffer or a view (another tensor shares the memory), or the
+out-of-place op would promote the dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .registry import lookup
+
+aten = torch.ops.aten
+
+
+def out_of_place_overload(target: Any) -> torch._ops.OpOverload | None:
+    """`aten.add_.Tensor` -> `aten.add.Tensor` when the registry knows the latter."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    packet = target._schema.name.split("::")[-1]
+    if not packet.endswith("_") or packet.endswith("__"):
+        return None
+    base = getattr(aten, packet[:-1], None)
+    functional = getattr(base, target._overloadname, None) if base is not None else None
+    return functional if isinstance(lookup(functional), tuple) else None
+
+
+def _inplace_kwarg_index(node: fx.Node) -> tuple[int, bool] | None:
+    """(position of `inplace` in the call's signature, its value), for F.* calls."""
+    found = lookup(node.target)
+    if not isinstance(found, tuple):
+        return None
+    spec, sig = found
+    if "inplace" not in sig.parameters:
+        return None
+    try:
+        bound = sig.bind(*node.args, **node.kwargs)
+    except TypeError:
+        return None
+    return list(sig.parameters).index("inplace"), bound.arguments.get("inplace") is True
+
+
+def inplace_spelling(node: fx.Node) -> str | None:
+    """How the node spells an in-place op we can rewrite (`.relu_()`, `F.relu(inplace=True)`,
+    `aten.add_.Tensor`), or None when it is not one."""
+    if node.op == "call_method":
+        name = str(node.target)
+        if name.endswith("_") and not name.endswith("__") and isinstance(
+                lookup(("method", name[:-1])), tuple):
+            return f".{name}()"
+        return None
+    if node.op != "call_function":
+        return None
+    if out_of_place_overload(node.target) is not None:
+        return str(node.target)
+    found = _inplace_kwarg_index(node)
+    if found is not None and found[1]:
+        return f"{getattr(node.target, '__name__', node.target)}(inplace=True)"
+    return None
+
+
+def _is_alias(node: fx.Node) -> bool:
+    """The node's value shares memory with another value (a view, or an op returning one)."""
+    if node.op in ("placeholder", "get_attr"):
+        return True
+    key = ("method", node.target) if node.op == "call_method" else node.target
+    if lookup(key) == "view":
+        return True
+    schema = getattr(node.target, "_schema", None)
+    returns = schema.returns if schema is not None else ()
+    return bool(returns) and returns[0].alias_info is not None
+
+
+def _hazard(node: fx.Node) -> str | None:
+    """Why rewriting `node` could change the model's results, or None when it cannot."""
+    base = node.args[0] if node.args else None
+    if not isinstance(base, fx.Node):
+        return "no tensor to write"
+    if _is_alias(base) or any(_is_alias(u) and u is not node and u.args and u.args[0] is base
+                              for u in base.users):
+        return "it writes a model input, a parameter or a view"
+    want = getattr(base.meta.get("val"), "dtype", None)
+    others = [a.meta.get("val") for a in (*node.args[1:], *node.kwargs.values())
+              if isinstance(a, fx.Node)]
+    if any(getattr(v, "dtype", want) != want for v in others):
+        return "the out-of-place op would change the dtype"
+    return None
+
+
+def _rewrite(node: fx.Node, position: dict[fx.Node, int]) -> None:
+    base = node.args[0]
+    # Readers after the mutation read the new value: they read this node from now on.
+    for user in list(base.users):
+        if position[user] > position[node]:
+            user.replace_input_with(base, node)
+    if node.op == "call_method":
+        node.target = str(node.target)[:-1]
+        return
+    functional = out_of_place_overload(node.target)
+    if functional is not None:
+        node.target = functional
+        return
+    index, _ = _inplace_kwarg_index(node)
+    if index < len(node.args):
+        node.args = (*node.args[:index], False, *node.args[index + 1:])
+    else:
+        node.kwargs = {**node.kwargs, "inplace": False}
+
+
+def functionalize(gm: fx.GraphModule) -> list[str]:
+    """Rewrite every safe in-place op out of place; returns the rewritten nodes' names."""
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    done = []
+    for node in gm.graph.nodes:
+        spelling = inplace_spelling(node)
+        if spelling is None or _hazard(node) is not None:
+            continue
+        _rewrite(node, position)
+        node.meta["fusion_inplace"] = spelling
+        done.append(node.name)
+    if done:
+        gm.recompile()
+    return done
+

@@ -1,0 +1,173 @@
+"""In-place ops: rewritten out of place where that keeps the results, else rejected by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from fusion_core.ir.graph import OpKind
+from fusion_core.pipeline import analyze
+
+FRONTENDS = ("fx", "export")
+
+
+class ConvBatchNormReLU(nn.Module):
+    """torchvision's stem: conv, batch norm, then a ReLU that overwrites the BN result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x))) * 0.5
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels: int, squeezed: int) -> None:
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, squeezed, 1)
+        self.expand = nn.Conv2d(squeezed, channels, 1)
+        self.act = nn.SiLU(inplace=True)
+
+    def forward(self, x):
+        s = x.mean((2, 3), keepdim=True)
+        s = self.act(self.reduce(s))
+        return x * torch.sigmoid(self.expand(s))
+
+
+class InvertedResidual(nn.Module):
+    """An MBConv block: expand, depthwise, squeeze-excite, project, each BN'd, with in-place
+    SiLU and Hardswish as EfficientNet and MobileNetV3 write them."""
+
+    def __init__(self, channels: int = 8, expanded: int = 16) -> None:
+        super().__init__()
+        self.expand = nn.Conv2d(channels, expanded, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(expanded)
+        self.act1 = nn.SiLU(inplace=True)
+        self.depthwise = nn.Conv2d(expanded, expanded, 3, padding=1, groups=expanded, bias=False)
+        self.bn2 = nn.BatchNorm2d(expanded)
+        self.act2 = nn.Hardswish(inplace=True)
+        self.se = SqueezeExcite(expanded, 4)
+        self.project = nn.Conv2d(expanded, channels, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        h = self.act1(self.bn1(self.expand(x)))
+        h = self.act2(self.bn2(self.depthwise(h)))
+        h = self.se(h)
+        return x + self.bn3(self.project(h))
+
+
+class MethodChain(nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        y.relu_()
+        return y.sigmoid()
+
+
+class MutatedAfterRead(nn.Module):
+    """Issue 16.5: `z` reads `y` before the mutations, the product after them."""
+
+    def forward(self, x):
+        y = x * 2.0
+        z = torch.sigmoid(y)
+        y.relu_()
+        y.add_(1.0)
+        return z * y
+
+
+class AugmentedAssign(nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        y += x
+        return y.sigmoid()
+
+
+class MutatesThroughView(nn.Module):
+    """The ReLU writes a view of `y`: `y` changes too, which no rewrite of one node keeps."""
+
+    def forward(self, x):
+        y = x * 2.0
+        z = torch.sigmoid(y)
+        y.view(-1).relu_()
+        return z * y
+
+
+class MutatesInput(nn.Module):
+    def forward(self, x):
+        return x.mul_(2.0).tanh()  # the caller's tensor changes: must stay in place
+
+
+def _randomize_bn(model: nn.Module) -> nn.Module:
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+def _same_results(model: nn.Module, gm: torch.nn.Module, shape: tuple[int, ...]) -> None:
+    x = torch.randn(shape)
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x.clone()), model(x.clone()))
+
+
+@pytest.mark.parametrize("frontend", FRONTENDS)
+def test_batch_norm_then_inplace_relu_fuses(frontend):
+    model = _randomize_bn(ConvBatchNormReLU())
+    a = analyze(model, (2, 3, 6, 6), capture=frontend)
+    assert [c.ops for c in a.clusters] == [("batch_norm", "relu", "mul")]
+    assert not any(n.kind is OpKind.INPLACE for n in a.graph.nodes)
+    _same_results(model, a.graph_module, (2, 3, 6, 6))
+
+
+@pytest.mark.parametrize("frontend", FRONTENDS)
+def test_mbconv_with_inplace_silu_and_hardswish_fuses(frontend):
+    model = _randomize_bn(InvertedResidual())
+    a = analyze(model, (2, 8, 6, 6), capture=frontend)
+    chains = {c.ops for c in a.clusters}
+    assert ("batch_norm", "silu") in chains
+    assert any(ops[:2] == ("batch_norm", "hardswish") for ops in chains)
+    assert not any(n.kind is OpKind.INPLACE for n in a.graph.nodes)
+    _same_results(model, a.graph_module, (2, 8, 6, 6))
+
+
+@pytest.mark.parametrize("frontend", FRONTENDS)
+def test_method_inplace_is_rewritten_and_fuses(frontend):
+    a = analyze(MethodChain(), (4, 8), capture=frontend)
+    assert [c.ops for c in a.clusters] == [("mul", "relu", "sigmoid")]
+    _same_results(MethodChain(), a.graph_module, (4, 8))
+
+
+@pytest.mark.parametrize("frontend", FRONTENDS)
+def test_value_read_after_its_mutation_reads_the_new_value(frontend):
+    # FX records `z * y` as reading the old `y`; the rewrite points it at the mutated value.
+    a = analyze(MutatedAfterRead(), (4, 8), capture=frontend)
+    assert [c.ops for c in a.clusters] == [("mul", "sigmoid", "relu", "add", "mul")]
+    _same_results(MutatedAfterRead(), a.graph_module, (4, 8))
+
+
+def test_augmented_assignment_under_export_fuses():
+    a = analyze(AugmentedAssign(), (4, 8), capture="export")
+    assert [c.ops for c in a.clusters] == [("mul", "add", "sigmoid")]
+    _same_results(AugmentedAssign(), a.graph_module, (4, 8))
+
+
+def test_mutation_through_a_view_is_rejected_by_name():
+    a = analyze(MutatesThroughView(), (4, 8), capture="fx")
+    assert all("mul_1" not in c.nodes or "mul" not in c.nodes for c in a.clusters)
+    hits = [r for r in a.rejections if r.check == "aliasing" and ".relu_()" in r.reason]
+    assert any("mutates `mul` through `view` in place" in r.reason for r in hits)
+    _same_results(MutatesThroughView(), a.graph_module, (4, 8))
+
+
+def test_mutation_of_a_model_input_stays_in_place_and_is_rejected():
+    a = analyze(MutatesInput(), (4, 8), capture="fx")
+    mul = next(n for n in a.graph.nodes if n.op.startswith("mul"))
+    assert mul.kind is OpKind.INPLACE
+    assert a.clusters == ()
+    assert [(r.check, r.culprits) for r in a.rejections] == [("aliasing", (mul.name,))]
+    assert "`.mul_()` mutates its input in place" in a.rejections[0].reason
