@@ -31,6 +31,7 @@ from .ir.functionalize import functionalize
 from .ir.graph import FusionGraph
 from .ir.linear_bias import split_linear_bias
 from .ir.normalize import to_fusion_graph
+from .ir.shape_checks import drop_shape_checks
 from .ir.shapes import InputSpec
 from .load import ModelSource, load_model_source
 
@@ -98,6 +99,7 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
         cap = captured(model, specs, capture)
         gm, frontend = cap.gm, cap.frontend
         functionalize(gm)
+        drop_shape_checks(gm)
         explicit_channels(gm)
         split_linear_bias(gm)
         name = type(model).__name__

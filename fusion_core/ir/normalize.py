@@ -126,6 +126,7 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     except TypeError:
         return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
     if spec.name == "to":
+        values.pop("other", None)  # `type_as`: the other tensor only names the dtype
         values["dtype"] = next((a for a in _flatten((n.args, n.kwargs))
                                 if isinstance(a, torch.dtype)), meta.dtype if meta else None)
     inputs = tuple(Ref(v.name) if isinstance(v, fx.Node) else _literal(v)

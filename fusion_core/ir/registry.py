@@ -234,7 +234,7 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
 VIEW_METHODS = (
     "view", "reshape", "transpose", "permute", "flatten", "unflatten", "unsqueeze", "squeeze",
     "expand", "expand_as", "contiguous", "split", "chunk", "narrow", "t", "view_as", "unbind",
-    "select", "movedim", "swapaxes", "as_strided", "detach",
+    "select", "movedim", "swapaxes", "as_strided", "detach", "reshape_as",
 )
 VIEW_FUNCTIONS = (
     torch.reshape, torch.transpose, torch.permute, torch.flatten, torch.unsqueeze,
@@ -292,6 +292,8 @@ _register("log_softmax", torch.log_softmax, ("method", "log_softmax"),
           signature="input, dim, dtype=None")
 _register("dropout", torch.dropout, signature="input, p, training")
 _register("to", ("method", "to"), ("method", "type"))
+# `x.type_as(y)`: a cast to y's dtype; normalize reads the dtype from the result.
+_register("to", ("method", "type_as"), signature="input, other")
 for _meth, _dtype in (("float", torch.float32), ("half", torch.float16),
                       ("bfloat16", torch.bfloat16), ("double", torch.float64),
                       ("int", torch.int32), ("long", torch.int64), ("bool", torch.bool)):
@@ -334,7 +336,7 @@ ATEN_VIEWS = (
     "view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "expand_as", "permute",
     "transpose", "t", "unsqueeze", "squeeze", "slice", "select", "alias", "contiguous", "split",
     "split_with_sizes", "chunk", "unbind", "narrow", "flatten", "unflatten", "view_as",
-    "movedim", "as_strided", "detach", "lift_fresh", "lift_fresh_copy",
+    "movedim", "as_strided", "detach", "lift_fresh", "lift_fresh_copy", "reshape_as",
 )
 _ATEN_RENAME = {"self": "input", "train": "training"}
 
@@ -361,7 +363,8 @@ for _name, _overloads in ATEN_OPS.items():
             _register(_name, _op, signature=_aten_signature(_op))
 # Spellings whose aten schema lacks our parameters: the same overrides as F.relu6 and `~`.
 for _q, _name, _sig in (("relu6", "clamp", "input, min=0.0, max=6.0"),
-                        ("bitwise_not", "bitwise_not", "input")):
+                        ("bitwise_not", "bitwise_not", "input"),
+                        ("type_as", "to", "input, other")):
     if _aten(_q) is not None:
         _register(_name, _aten(_q), signature=_sig)
 for _packet in ATEN_VIEWS:

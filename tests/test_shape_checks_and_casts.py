@@ -1,0 +1,76 @@
+"""Shape asserts are not data readers; `type_as` is a cast and `reshape_as` a named view."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from fusion_core.ir.graph import OpKind
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze
+from fusion_core.validate.run import validate
+
+
+class CheckedEncoder(nn.Module):
+    """torchvision's ViT encoder checks the rank of an intermediate before its LayerNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(1, 4, 8))
+        self.ln = nn.LayerNorm(8)
+        self.head = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = x * 2.0 + self.pos
+        torch._assert(h.dim() == 3, f"expected (batch, seq, hidden), got {h.shape}")
+        return self.head(self.ln(h)).relu() * 0.5
+
+
+class CastLike(nn.Module):
+    def forward(self, x, ref):
+        h = torch.sigmoid(x * 2.0).type_as(ref)
+        return h + ref
+
+
+class ReshapeLike(nn.Module):
+    def forward(self, x, ref):
+        return ((x * 2.0).sigmoid().reshape_as(ref) + 1.0).tanh()
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_an_assert_on_an_intermediate_reads_no_data(frontend):
+    a = analyze(CheckedEncoder(), (2, 4, 8), capture=frontend)
+    assert [(c.ops, c.outputs) for c in a.clusters] == [
+        (("mul", "add", "layer_norm"), ("layer_norm",)), (("relu", "mul"), ("mul_1",))]
+    assert not any(n.op == "meta" for n in a.graph.nodes)
+
+
+def test_an_assert_on_an_intermediate_patches_and_verifies():
+    report = validate(analyze(CheckedEncoder(), (2, 4, 8), capture="fx"))
+    assert [r.usable for r in report.results] == [True, True]
+    assert report.model.passed, report.model.detail
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_type_as_is_a_cast_that_fuses(frontend):
+    specs = (InputSpec((4, 8)), InputSpec((4, 8), torch.float16))
+    a = analyze(CastLike(), *specs, capture=frontend)
+    cast = next(n for n in a.graph.nodes if n.name == "type_as")
+    assert (cast.op, cast.kind, cast.param("dtype")) == ("to", OpKind.POINTWISE_UNARY,
+                                                        torch.float16)
+    assert [c.ops for c in a.clusters] == [("mul", "sigmoid", "to", "add")]
+    report = validate(a)
+    assert [r.usable for r in report.results] == [True]
+    assert report.model.passed, report.model.detail
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_reshape_as_is_a_named_view(frontend):
+    a = analyze(ReshapeLike(), InputSpec((4, 8)), InputSpec((32,)), capture=frontend)
+    view = next(n for n in a.graph.nodes if n.name == "reshape_as")
+    assert view.kind is OpKind.VIEW
+    # Fused once views can be (the index model), else a barrier whose rejection names it.
+    assert any("reshape_as" in c.nodes for c in a.clusters) or (
+        [c.ops for c in a.clusters] == [("mul", "sigmoid"), ("add", "tanh")]
+        and any("reshape_as" in r.reason for r in a.rejections))
