@@ -23,7 +23,7 @@ from .analysis.detect import detect
 from .analysis.recompute import recompute_plan
 from .analysis.types import Cluster, Rejection
 from .errors import InputSpecError
-from .ir.capture import captured
+from .ir.capture import captured, leaf_list
 from .ir.channels import explicit_channels
 from .ir.duplicate import duplicate_values, undo
 from .ir.export import label_modules
@@ -48,6 +48,8 @@ class Analysis:
     graph_module: fx.GraphModule = field(compare=False, repr=False)
     # `capture="auto"` fell back to torch.export: why FX failed, one line ("" otherwise).
     capture_fallback: str = ""
+    # `capture="auto"` met torch.fx.wrap-ed functions: which frontend it kept, and why.
+    capture_choice: str = ""
     # The model file's bytes as imported (`analyze_file` only): the source map reads its
     # lines from them and `--apply` refuses to write a file that no longer holds them.
     source: ModelSource | None = field(default=None, compare=False, repr=False)
@@ -95,26 +97,54 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
         raise InputSpecError("no example input given: pass at least one tensor or shape")
     specs = tuple(as_spec(x) for x in inputs)
     model = model.eval()
+    name = type(model).__name__
     with gc_paused():
         cap = captured(model, specs, capture)
-        gm, frontend = cap.gm, cap.frontend
-        functionalize(gm)
-        drop_shape_checks(gm)
-        explicit_channels(gm)
-        split_linear_bias(gm)
-        name = type(model).__name__
-        graph, clusters, rejections = _detect(gm, name, frontend)
-        plan = recompute_plan(graph, clusters)
-        if plan:
-            copies = duplicate_values(gm, ((p.value, p.consumer) for p in plan))
-            graph, clusters, rejections = _detect(gm, name, frontend)
-            while lone := _unused_copies(graph, clusters, copies):
-                undo(gm, lone)
-                copies = [c for c in copies if c not in lone]
-                graph, clusters, rejections = _detect(gm, name, frontend)
+        gm, frontend, choice = cap.gm, cap.frontend, cap.choice
+        graph, clusters, rejections = _analyze_graph(gm, name, frontend)
+        if cap.alternative is not None:
+            alt = _analyze_graph(cap.alternative, name, "export")
+            fx_merge, export_merge = _merged(clusters), _merged(alt[1])
+            hidden = f"FX left {leaf_list(list(cap.leaves))} opaque (torch.fx.wrap)"
+            if export_merge[0] - export_merge[1] > fx_merge[0] - fx_merge[1]:
+                gm, frontend = cap.alternative, "export"
+                graph, clusters, rejections = alt
+                choice = (f"chose torch.export over FX: {hidden}; export fuses "
+                          f"{_ops_in(export_merge)}, FX {_ops_in(fx_merge)}")
+            else:
+                choice = (f"kept FX: {hidden}, but torch.export fuses no more "
+                          f"({_ops_in(export_merge)}, FX {_ops_in(fx_merge)})")
     return Analysis(model_name=name, inputs=specs, graph=graph,
                     clusters=clusters, rejections=rejections, module=model, graph_module=gm,
-                    capture_fallback=cap.fallback)
+                    capture_fallback=cap.fallback, capture_choice=choice)
+
+
+def _merged(clusters: Sequence[Cluster]) -> tuple[int, int]:
+    """(ops in clusters, clusters): ops minus kernels is the launches fusion removes."""
+    return sum(len(c.ops) for c in clusters), len(clusters)
+
+
+def _ops_in(merged: tuple[int, int]) -> str:
+    return f"{merged[0]} ops into {merged[1]} kernel(s)"
+
+
+def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str
+                   ) -> tuple[FusionGraph, tuple[Cluster, ...], tuple[Rejection, ...]]:
+    """The graph passes, then detection (again after recomputing shared values)."""
+    functionalize(gm)
+    drop_shape_checks(gm)
+    explicit_channels(gm)
+    split_linear_bias(gm)
+    graph, clusters, rejections = _detect(gm, name, frontend)
+    plan = recompute_plan(graph, clusters)
+    if plan:
+        copies = duplicate_values(gm, ((p.value, p.consumer) for p in plan))
+        graph, clusters, rejections = _detect(gm, name, frontend)
+        while lone := _unused_copies(graph, clusters, copies):
+            undo(gm, lone)
+            copies = [c for c in copies if c not in lone]
+            graph, clusters, rejections = _detect(gm, name, frontend)
+    return graph, clusters, rejections
 
 
 def _unused_copies(graph: FusionGraph, clusters: Sequence[Cluster], copies: Sequence[str]

@@ -28,7 +28,8 @@ class Net(nn.Module):
 
 BODIES = {
     "base": "y = x * 2.0\ny = F.relu(y)\nreturn y + self.b",
-    "inplace": "y = x * 2.0\ny = F.relu(y, inplace=True)\nreturn y + self.b",
+    # In place on the input (the caller sees it): no rewrite out of place may drop that.
+    "inplace": "y = x.mul_(2.0)\ny = F.relu(y)\nreturn y + self.b",
     "split": "y = x * 2.0\ny = F.relu(y)\nreturn torch.tanh(self.lin(y) + self.b)",
     "dag": "y = x * 2.0\nr = F.relu(y)\nreturn r + y",
     "newrej": "y = x * 2.0\ny = F.relu(y)\ny = y + self.b\na = torch.sigmoid(self.lin(y))\n"

@@ -55,8 +55,8 @@ def test_create_then_pass_without_rewriting(proj):
 
 
 REGRESSIONS = {
-    "inplace": "`mul → relu → add` at model.py:10-12 no longer fuses: aliasing, `F.relu` "
-               "mutates its input in place",
+    "inplace": "`mul → relu → add` at model.py:10-12 no longer fuses as one: now `relu → add` "
+               "(model.py:11-12): aliasing, `.mul_()` mutates its input in place",
     "split": "`mul → relu → add` at model.py:10-12 split into `mul → relu` (model.py:10-11) + "
              "`add → tanh` (model.py:12): `self.lin` (Linear) at model.py:12 now sits between "
              "`relu` and `add`: fusion-advisor cannot fuse through it",
@@ -130,9 +130,10 @@ def test_update_modes_new_failing_all(proj):
     r = run(proj, "--fusion-update-baselines=failing")
     r.assert_outcomes(passed=2)
     r.stdout.fnmatch_lines(["updated fusion_baselines/*test_a*.yaml (test_net.py::test_a)",
-                            "    `mul → relu → add` at model.py:10-12 no longer fuses: aliasing*"])
+                            "    `mul → relu → add` at model.py:10-12 no longer fuses as one: "
+                            "*aliasing, `.mul_()`*"])
     assert a.read_bytes() != before_a and b.read_bytes() == before_b
-    assert yaml.safe_load(a.read_text())["clusters"] == []
+    assert [c["ops"] for c in yaml.safe_load(a.read_text())["clusters"]] == [["relu", "add"]]
     run(proj).assert_outcomes(passed=2)
     r = run(proj, "--fusion-update-baselines=all")
     r.assert_outcomes(passed=2)
@@ -311,7 +312,7 @@ def test_fixture_helpers_and_their_failure_messages(proj):
         "E*cluster `mul → relu → add` (elementwise-chain) at model.py:10-12"])
     r.stdout.fnmatch_lines([
         "E*AssertionError: expected no `aliasing` rejection, found 1:",
-        "E*aliasing on `mul → relu_ → add` at model2.py:10-12: `F.relu` mutates its input*"])
+        "E*aliasing on `mul_ → relu → add` at model2.py:10-12: `.mul_()` mutates its input*"])
     r.stdout.fnmatch_lines(["E*fusion saves * B (* B), expected at least 4.0 KB (4096 B)"])
     r.stdout.fnmatch_lines(["fusion analysis failed: the example input does not fit the model*"])
     assert list(baselines(proj.path)) == ["test_net.py::test_helpers_pass"]

@@ -29,7 +29,7 @@ def docs():
     yield "microgpt", to_document(
         analyze_file(EXAMPLES / "microgpt.py", [InputSpec((1, 16), torch.int64)]))
     yield "rejections", to_document(run(
-        lambda x: F.softmax(torch.relu((x * 2.0).add_(1.0)), -1).sum(-1)))
+        lambda x: F.softmax(torch.relu(x.add_(1.0) * 2.0), -1).sum(-1)))  # input in place
     yield "two inputs", to_document(run(lambda x, y: x * y + 1.0, (4, 8), (8,)))
     yield "no clusters", to_document(run(lambda x: torch.exp(x)))
     yield "capture fallback", to_document(run(  # FX cannot branch on a traced size

@@ -108,16 +108,36 @@ def _is_constant(analysis: Analysis, name: str) -> bool:
 
 def graph_on(gm: fx.GraphModule, device: str | torch.device) -> fx.GraphModule:
     """A copy of `gm` with its parameters and buffers on `device`, and every tensor the graph
-    creates there too: torch.export records factory calls (`arange`, `ones`, `to`) with the
-    capture device as a constant keyword, which `Module.to` does not touch."""
+    creates or reads there too: torch.export records factory calls (`arange`, `ones`, `to`)
+    with the capture device as a constant argument, and keeps tensor constants it lifted
+    (`torch.tensor(...)` in a forward, a mask) as plain attributes; `Module.to` moves
+    neither."""
     device = torch.device(device)
     moved = copy.deepcopy(gm).to(device)
+    _constants_on(moved, device)
     changed = False
     for node in moved.graph.nodes:
-        old = node.kwargs.get("device")
-        if isinstance(old, torch.device) and old != device:
-            node.kwargs = {**node.kwargs, "device": device}
+        args = tuple(device if _other_device(a, device) else a for a in node.args)
+        kwargs = {k: device if _other_device(v, device) else v for k, v in node.kwargs.items()}
+        if args != node.args or kwargs != node.kwargs:
+            node.args, node.kwargs = args, kwargs
             changed = True
     if changed:
         moved.recompile()
     return moved
+
+
+def _other_device(value: object, device: torch.device) -> bool:
+    return isinstance(value, torch.device) and value != device
+
+
+def _constants_on(gm: fx.GraphModule, device: torch.device) -> None:
+    """Move every tensor a `get_attr` reads that is not a parameter or buffer."""
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        *path, name = str(node.target).split(".")
+        owner = gm.get_submodule(".".join(path)) if path else gm
+        value = getattr(owner, name, None)
+        if isinstance(value, torch.Tensor) and value.device != device:
+            setattr(owner, name, value.to(device))

@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 import torch.fx as fx
 import torch.nn as nn
 
 from ..errors import CaptureError
 from .export import export_graph
+from .registry import lookup
 from .shapes import InputSpec, propagate_shapes
 from .trace import _one_line, _where, trace_fx
 
@@ -27,6 +29,12 @@ class Captured:
     gm: fx.GraphModule
     frontend: str  # "fx" or "export"
     fallback: str = ""  # auto mode only: why FX failed, one line ("" when FX was used)
+    # auto mode only: which frontend was kept when FX left wrapped functions opaque, and why.
+    choice: str = ""
+    # auto mode, FX left fx.wrap-ed functions opaque and export succeeded: the exported
+    # graph, for the pipeline to keep if its analysis fuses more (`leaves`: their names).
+    alternative: fx.GraphModule | None = None
+    leaves: tuple[str, ...] = ()
 
 
 def capture(model: nn.Module, specs: Sequence[InputSpec], how: str = "auto"
@@ -51,7 +59,39 @@ def captured(model: nn.Module, specs: Sequence[InputSpec], how: str = "auto") ->
             return Captured(export_graph(model, specs), "export", _why(fx_error))
         except CaptureError as export_error:
             raise CaptureError(_both(model, fx_error, export_error)) from export_error
-    return Captured(propagate_shapes(gm, specs), "fx")
+    gm = propagate_shapes(gm, specs)
+    leaves = wrapped_leaves(gm)
+    if how == "fx" or not leaves:
+        return Captured(gm, "fx")
+    try:
+        exported = export_graph(model, specs)
+    except CaptureError as export_error:
+        return Captured(gm, "fx", choice=f"kept FX: it left {leaf_list(leaves)} opaque "
+                                         f"(torch.fx.wrap) and torch.export failed "
+                                         f"({_why(export_error, ' ')})")
+    return Captured(gm, "fx", alternative=exported, leaves=tuple(leaves))
+
+
+# Modules whose functions the registry (or FX itself) knows: a call to one is no leaf.
+_KNOWN_MODULES = ("torch", "_operator", "operator", "builtins", "math")
+
+
+def wrapped_leaves(gm: fx.GraphModule) -> list[str]:
+    """Names of the plain Python functions FX recorded as single calls (fx.wrap leaves)."""
+    names: dict[str, None] = {}
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or lookup(n.target) is not None:
+            continue
+        module = getattr(n.target, "__module__", None) or ""
+        if isinstance(n.target, torch._ops.OpOverload) or module.split(".")[0] in _KNOWN_MODULES:
+            continue
+        names.setdefault(getattr(n.target, "__name__", str(n.target)))
+    return list(names)
+
+
+def leaf_list(names: list[str]) -> str:
+    shown = ", ".join(f"`{n}`" for n in names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _why(err: CaptureError, prefix: str = " at ") -> str:

@@ -46,6 +46,7 @@ def to_document(analysis: Analysis, extra: dict[str, Any] | None = None) -> dict
         "model": analysis.model_name,
         "frontend": analysis.graph.frontend,
         "capture_fallback": analysis.capture_fallback or None,
+        "capture_choice": analysis.capture_choice or None,
         "inputs": inputs_json(analysis.inputs),
         "n_nodes": analysis.n_nodes,
         "clusters": [cluster_dict(c) for c in analysis.clusters],

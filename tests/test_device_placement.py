@@ -1,0 +1,99 @@
+"""Validation on another device moves every tensor the graph reads or creates there.
+
+torch.export keeps a tensor constant built in a forward (`torch.tensor(...)`, a mask) as
+a plain attribute of the unlifted module, which `Module.to` does not move: on the H200 a
+Hugging Face LLaMA failed every cluster with a CPU/CUDA device mismatch. The CPU tests
+use the `meta` device as the target, which no CPU tensor may meet either.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+from fusion_core.codegen.reference import graph_on
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze
+
+
+class RotaryWithConstants(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        steps = torch.arange(0, 8, 2).float() / 8
+        self.register_buffer("inv_freq", 1.0 / (10000 ** steps), persistent=False)
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1], device=x.device).float()
+        angles = torch.outer(pos, self.inv_freq)
+        emb = torch.cat((angles, angles), dim=-1)
+        gain = torch.tensor([0.5, 2.0]).mean()  # lifted by export as a tensor constant
+        return (x * emb.cos() + x * emb.sin()) * gain
+
+
+def _tensors_read(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
+    out = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = gm
+            for part in str(node.target).split("."):
+                value = getattr(value, part)
+            out[str(node.target)] = value
+    return out
+
+
+def test_export_keeps_a_constant_that_module_to_does_not_move():
+    gm = analyze(RotaryWithConstants(), (2, 4, 8), capture="export").graph_module
+    moved = gm.to("meta")
+    left = [name for name, t in _tensors_read(moved).items() if t.device.type != "meta"]
+    assert left  # the premise: without graph_on a constant stays behind
+
+
+def test_every_constant_buffer_and_device_argument_moves():
+    gm = analyze(RotaryWithConstants(), (2, 4, 8), capture="export").graph_module
+    moved = graph_on(gm, "meta")
+    tensors = _tensors_read(moved)
+    assert {"inv_freq"} < set(tensors)
+    assert all(t.device.type == "meta" for t in tensors.values())
+    devices = [a for n in moved.graph.nodes for a in (*n.args, *n.kwargs.values())
+               if isinstance(a, torch.device)]
+    assert devices and all(d.type == "meta" for d in devices)
+    assert moved(torch.empty(2, 4, 8, device="meta")).device.type == "meta"
+    # The original stays where it was (validation works on a copy).
+    assert all(t.device.type == "cpu" for t in _tensors_read(gm).values())
+
+
+def _llama_bf16():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, use_cache=False, vocab_size=128, max_position_embeddings=64)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.LlamaModel(config).to(torch.bfloat16)
+        return analyze(model, InputSpec((2, 16), torch.int64))
+
+
+def test_llama_graph_runs_on_the_target_device():
+    # Its rotary cast is `aten.to.device(x, cpu, ...)`: the device is positional.
+    moved = graph_on(_llama_bf16().graph_module, "meta")
+    devices = [a for n in moved.graph.nodes for a in (*n.args, *n.kwargs.values())
+               if isinstance(a, torch.device)]
+    assert devices and {d.type for d in devices} == {"meta"}
+    assert all(t.device.type == "meta" for t in _tensors_read(moved).values())
+    out = moved(torch.zeros(2, 16, dtype=torch.int64, device="meta"))
+    assert out.last_hidden_state.device.type == "meta"
+
+
+@pytest.mark.gpu
+def test_llama_bf16_validates_on_the_gpu():
+    from fusion_core.validate.run import validate
+
+    report = validate(_llama_bf16())
+    failed = [(r.cluster, [g.detail for g in r.gates if not g.passed]) for r in report.results
+              if not r.usable]
+    assert not failed
+    assert report.model.passed, report.model.detail
