@@ -18,7 +18,8 @@ from rich.console import Console
 from .cli import OneLineErrors, _check_writable, _specs, model_options
 from .errors import FusionAdvisorError
 from .inductor.capture import capture
-from .inductor.match import Agreement, match, to_dict
+from .inductor.explain import short_name
+from .inductor.match import Agreement, match, missed_lines, to_dict
 from .pipeline import Analysis, analyze_file
 from .report.console import report_console
 from .report.json_report import inputs_json, write_json
@@ -38,10 +39,14 @@ def print_agreement(a: Agreement, console: Console) -> None:
                   f"not counted: {a.single_op_kernels} single-op and {a.layout_kernels} "
                   "layout-only kernel(s)", highlight=False)
     for k in a.kernels:
+        if k.status == "missed":
+            continue
         ours = ", ".join(f"#{i}" for i in k.clusters) or "-"
         lines = ",".join(f"L{x}" for x in k.lines) or "-"
-        console.print(f"  {k.status:<8} {k.kernel}  ours: {ours}  lines: {lines}",
+        console.print(f"  {k.status:<8} {short_name(k.kernel)}  ours: {ours}  lines: {lines}",
                       highlight=False, markup=False)
+    for line in missed_lines(a):
+        console.print(f"  missed   {line}", highlight=False, markup=False)
     for v in a.clusters:
         console.print(f"  cluster {v.cluster}: {v}", highlight=False, markup=False)
 

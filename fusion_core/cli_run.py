@@ -161,11 +161,10 @@ class Run:
                       f"partly, {a.count('missed')} missed", highlight=False)
         for v in a.clusters:
             console.print(f"cluster {v.cluster}: {v}", highlight=False, markup=False)
-        for k in a.kernels:
-            if k.status == "missed":
-                lines = ",".join(f"L{x}" for x in k.lines) or "no source line"
-                console.print(f"  not proposed by us: {k.kernel} ({' → '.join(k.ops)}; "
-                              f"{lines})", highlight=False, markup=False)
+        from .inductor.match import missed_lines
+
+        for line in missed_lines(a):  # one line per (ops, reason), names shortened
+            console.print(f"  not proposed by us: {line}", highlight=False, markup=False)
 
     def print_diffs(self) -> None:
         print_diffs(self.mappings, self.console)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from .capture import InductorCapture, InductorKernel, module_path
+from .explain import MissLine, collapse, miss_reason
 
 IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
 # (same-dtype casts are skipped too: see _same_dtype_cast)
@@ -35,6 +36,7 @@ class KernelMatch:
     clusters: tuple[int, ...]  # our clusters overlapping it
     ops: tuple[str, ...]
     lines: tuple[int, ...]
+    reason: str = ""  # a missed kernel: why we do not propose it (see explain.py)
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,8 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
         exact = any(_exact(i, per_cluster[c], covers[c], kkeys) for c in overlapping)
         status = "exact" if exact else "partial" if overlapping else "missed"
         ops = tuple(sorted({n.op for n in k.compute_nodes})) or k.ops
-        results.append(KernelMatch(k.name, status, overlapping, ops, k.lines))
+        reason = miss_reason(analysis, k) if status == "missed" and k.n_user_ops >= 2 else ""
+        results.append(KernelMatch(k.name, status, overlapping, ops, k.lines, reason))
     return _agreement(analysis, cap, kernels, results, verdicts)
 
 
@@ -234,9 +237,20 @@ def _match_by_names(analysis: Analysis, cap: InductorCapture, kernels: list[Indu
             c.index, "same group" if same is not None else "different grouping",
             (kernels[i].name,), "" if same is not None else f"by kernel names: {kernels[i].name}"))
     results = [KernelMatch(k.name, status.get(i, ("missed",))[0],
-                           status[i][1:] if i in status else (), k.ops, ())
+                           status[i][1:] if i in status else (), k.ops, (),
+                           "" if i in status else _NAMES_ONLY)
                for i, k in enumerate(kernels)]
     return _agreement(analysis, cap, kernels, results, verdicts)
+
+
+_NAMES_ONLY = ("no cluster of ours has these ops (Inductor's kernels were found by name only, "
+               "without the nodes that would say why)")
+
+
+def missed_lines(a: Agreement) -> list[MissLine]:
+    """The missed kernels, one line per (ops, reason), kernel names shortened."""
+    return collapse((k.kernel, k.ops, k.lines, k.reason) for k in a.kernels
+                    if k.status == "missed")
 
 
 def summary_row(a: Agreement) -> dict[str, object]:
@@ -251,7 +265,8 @@ def summary_row(a: Agreement) -> dict[str, object]:
 def to_dict(a: Agreement) -> dict[str, object]:
     return {**summary_row(a),
             "kernels": [{"name": k.kernel, "status": k.status, "clusters": list(k.clusters),
-                         "ops": list(k.ops), "lines": list(k.lines)} for k in a.kernels],
+                         "ops": list(k.ops), "lines": list(k.lines),
+                         "reason": k.reason or None} for k in a.kernels],
             "cluster_verdicts": [{"cluster": v.cluster, "verdict": v.verdict,
                                   "kernels": list(v.kernels), "detail": v.detail}
                                  for v in a.clusters]}

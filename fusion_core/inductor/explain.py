@@ -1,0 +1,130 @@
+"""Why we do not propose a kernel Inductor generated, and short names for printing it.
+
+Reads an ``Analysis`` (our graph, clusters, rejections, the captured FX graph) and one
+``InductorKernel``; returns one line naming the cause, first match wins:
+
+1. Inductor fused a GEMM or convolution's epilogue (the bias add, an activation after
+   ``addmm``/``convolution``); we keep those ops opaque.
+2. None of our compute ops sit on the kernel's lines: the capture hid them (an opaque
+   op or a module we do not trace through, named when there is one).
+3. A legality check of ours rejected a group holding those ops: the check and reason.
+4. An opaque op or a view of ours lies between them.
+5. Inductor fused ops that share a loop but do not feed each other (horizontal fusion).
+6. Otherwise, the ops are split over groups of ours too small to fuse.
+
+``collapse`` folds kernels with the same ops and reason into one line (a model of N
+identical blocks otherwise prints N copies).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..ir.graph import Node, OpKind
+from ..pipeline import Analysis
+from .capture import InductorKernel, module_path
+
+# Inductor (aten) and our names for matrix products and convolutions.
+GEMM_OPS = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "conv1d", "conv2d",
+    "conv3d", "_convolution", "conv_transpose2d", "einsum", "Linear", "Conv1d", "Conv2d",
+    "Conv3d", "ConvTranspose2d", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "scaled_dot_product_attention",
+})
+EPILOGUE = "Inductor fuses across a GEMM/conv epilogue"
+NAME_LIMIT = 48
+
+
+def short_name(name: str, limit: int = NAME_LIMIT) -> str:
+    """`cpp_fused__native_batch_norm_legit_no_training_add_…_17`: the head and the number."""
+    if len(name) <= limit:
+        return name
+    m = re.search(r"_\d+$", name)
+    tail = m.group(0) if m else ""
+    return name[:limit - len(tail) - 1] + "…" + tail
+
+
+def _norm(path: str | None) -> str:
+    return os.path.realpath(path) if path else ""
+
+
+def _our_nodes(analysis: Analysis, k: InductorKernel) -> list[Node]:
+    """Our nodes on the kernel's (module, file, line) keys."""
+    keys = {(n.module, _norm(n.file), n.line) for n in k.nodes if n.line is not None}
+    lines = {key[1:] for key in keys}
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    out = []
+    for node in analysis.graph.nodes:
+        s = node.source
+        if s is None or (_norm(s.file), s.line) not in lines:
+            continue
+        fx = fx_nodes.get(node.name)
+        mod = module_path(fx.meta.get("nn_module_stack")) if fx is not None else ""
+        if not mod or any((mod, _norm(s.file), s.line) == key for key in keys):
+            out.append(node)
+    return out
+
+
+def _where(node: Node) -> str:
+    return f"`{node.target or node.op}`" + (
+        f" (line {node.source.line})" if node.source else "")
+
+
+def miss_reason(analysis: Analysis, k: InductorKernel) -> str:
+    """One line: why no cluster of ours computes what kernel `k` computes."""
+    if any(n.op in GEMM_OPS for n in k.nodes):
+        return EPILOGUE
+    ours = _our_nodes(analysis, k)
+    if any(n.op in GEMM_OPS and n.kind is OpKind.OPAQUE for n in ours):
+        return EPILOGUE
+    compute = [n for n in ours if n.kind.is_compute or n.kind is OpKind.INPLACE]
+    hidden = [n for n in ours if n.kind is OpKind.OPAQUE and n.op != "meta"]
+    if len(compute) < 2:
+        if hidden:
+            return f"capture: opaque {_where(hidden[0])} hides the ops Inductor fused"
+        return ("capture: our graph has no pointwise/reduction ops on these lines (a module or "
+                "function we keep as one call)")
+    names = {n.name for n in compute}
+    rejection = next((r for r in analysis.rejections if names & set(r.culprits)), None) or next(
+        (r for r in analysis.rejections if names & set(r.nodes)), None)
+    if rejection is not None:
+        return f"split by our {rejection.check} check: {rejection.reason}"
+    views = [n for n in ours if n.kind is OpKind.VIEW]
+    if hidden or views:
+        barrier = (hidden or views)[0]
+        what = "opaque op" if hidden else "view"
+        return f"a {what} {_where(barrier)} separates the ops in our graph"
+    if not any(r in names for n in compute for r in n.refs):
+        return "Inductor fuses ops that share a loop but do not feed each other (horizontal)"
+    clustered = {n for c in analysis.clusters for n in c.nodes}
+    return ("our groups on these lines are too small to fuse (fewer than two ops that move data)"
+            if not names & clustered else "the ops fall into different clusters of ours")
+
+
+@dataclass(frozen=True)
+class MissLine:
+    ops: tuple[str, ...]
+    reason: str
+    kernels: tuple[str, ...]
+    lines: tuple[int, ...]
+
+    def __str__(self) -> str:
+        first = short_name(self.kernels[0])
+        more = f" and {len(self.kernels) - 1} more like it" if len(self.kernels) > 1 else ""
+        lines = ",".join(f"L{x}" for x in self.lines) or "no source line"
+        return f"{first}{more} ({' → '.join(self.ops)}; {lines}): {self.reason}"
+
+
+def collapse(missed: Iterable[tuple[str, tuple[str, ...], tuple[int, ...], str]]
+             ) -> list[MissLine]:
+    """(kernel, ops, lines, reason) rows folded by (ops, reason), first seen first."""
+    groups: dict[tuple[tuple[str, ...], str], tuple[list[str], set[int]]] = {}
+    for name, ops, lines, reason in missed:
+        names, all_lines = groups.setdefault((ops, reason), ([], set()))
+        names.append(name)
+        all_lines.update(lines)
+    return [MissLine(ops, reason, tuple(names), tuple(sorted(lines)))
+            for (ops, reason), (names, lines) in groups.items()]
