@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from .capture import InductorCapture, InductorKernel, module_path
-from .explain import MissLine, collapse, miss_reason
+from .explain import MissLine, collapse, miss_reason, short_name
 
 IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
 # (same-dtype casts are skipped too: see _same_dtype_cast)
@@ -157,7 +157,7 @@ def _describe(k: InductorKernel, owned: set[Key], our_keys: set[Key]) -> str:
                     if n.line is not None and (key := (n.module, _norm_file(n.file), n.line))
                     not in our_keys and key in owned})
     ops = ", ".join(f"{op} (L{line})" for line, op in extra)
-    return f"{k.name} also computes {ops}" if ops else k.name
+    return f"{short_name(k.name)} also computes {ops}" if ops else short_name(k.name)
 
 
 def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
@@ -167,7 +167,7 @@ def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
     our_keys = _our_keys(ours)
     same = next((i for i in hit if _exact(i, ours, cover, kkeys)), None)
     if same is not None:
-        return ClusterVerdict(c.index, "same group", names, kernels[same].name)
+        return ClusterVerdict(c.index, "same group", names, short_name(kernels[same].name))
     uncovered = [n for n in ours if not cover[n]]
     fused_with_ours = [i for i in hit if sum(1 for n in ours if i in cover[n]) >= 2]
     if not fused_with_ours and all(len(kkeys[i]) <= 1 for i in hit):
@@ -179,7 +179,8 @@ def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
                                                          our_keys))
     elif hit:
         split = "; ".join(
-            f"{kernels[i].name} ({', '.join(n for n in ours if i in cover[n])})" for i in hit)
+            f"{short_name(kernels[i].name)} ({', '.join(n for n in ours if i in cover[n])})"
+            for i in hit)
         parts.append(f"Inductor splits it over {len(hit)} kernels: {split}")
     if uncovered:
         parts.append(f"not in any Inductor kernel: {', '.join(uncovered)}")

@@ -1,0 +1,261 @@
+"""The model zoo: common torchvision, timm and transformers models, analyzed end to end.
+
+    python benchmarks/model_zoo.py [--out FILE] [--only NAME ...] [--no-inductor]
+                                   [--no-validate] [--list]
+
+Builds each model from a small config (random weights, nothing downloaded), analyzes it
+(`--capture auto`), compiles it with torch.compile and matches Inductor's fused kernels
+(`--vs-inductor`), validates every cluster's kernel and the patched model (under the
+Triton interpreter without CUDA, natively with it), and writes one Markdown table: model,
+frontend, nodes, clusters, Inductor kernels, exact/partial/missed with the reasons for the
+misses, kernels verified, model numerics, analysis seconds. A model whose library is not
+importable is listed as skipped; a model that fails gets its error in the table.
+
+On the GPU machine: `python benchmarks/model_zoo.py --out $OUT/zoo.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel is decorated
+
+from vision_libs import import_timm, import_torchvision  # noqa: E402
+
+from fusion_core.ir.shapes import InputSpec  # noqa: E402
+from fusion_core.pipeline import analyze  # noqa: E402
+
+IMAGE = (InputSpec((1, 3, 32, 32)),)
+TOKENS = (InputSpec((1, 16), torch.int64),)
+SMALL_LM = dict(vocab_size=128, max_position_embeddings=64, use_cache=False)
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    library: str  # "torchvision", "timm" or "transformers"
+    build: Callable[[Any], torch.nn.Module]  # gets the imported library
+    inputs: tuple[InputSpec, ...] = IMAGE
+
+
+def _tv(fn: str, **kw) -> Callable[[Any], torch.nn.Module]:
+    return lambda tv: getattr(tv.models, fn)(weights=None, num_classes=10, **kw)
+
+
+def _timm(name: str, **kw) -> Callable[[Any], torch.nn.Module]:
+    return lambda timm: timm.create_model(name, pretrained=False, num_classes=10, **kw)
+
+
+def _hf(model: str, config: str, **kw) -> Callable[[Any], torch.nn.Module]:
+    return lambda T: getattr(T, model)(getattr(T, config)(**kw))
+
+
+def _vit(tv: Any) -> torch.nn.Module:
+    return tv.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                       hidden_dim=32, mlp_dim=64, num_classes=10)
+
+
+def _swin(tv: Any) -> torch.nn.Module:
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2],
+                           window_size=[4, 4], stochastic_depth_prob=0.1, num_classes=10)
+
+
+DECODER = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+               num_attention_heads=4, num_key_value_heads=2, **SMALL_LM)
+ENCODER = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+               num_attention_heads=4, vocab_size=128, max_position_embeddings=64)
+
+ZOO = (
+    ZooModel("resnet18", "torchvision", _tv("resnet18")),
+    ZooModel("mobilenet_v3_small", "torchvision", _tv("mobilenet_v3_small")),
+    ZooModel("efficientnet_b0", "torchvision", _tv("efficientnet_b0")),
+    ZooModel("convnext_tiny", "torchvision",
+             lambda tv: tv.models.convnext.ConvNeXt(
+                 [tv.models.convnext.CNBlockConfig(16, 32, 1),
+                  tv.models.convnext.CNBlockConfig(32, None, 1)],
+                 stochastic_depth_prob=0.1, num_classes=10)),
+    ZooModel("vit (small config)", "torchvision", _vit),
+    ZooModel("swin (small config)", "torchvision", _swin),
+    ZooModel("shufflenet_v2_x0_5", "torchvision", _tv("shufflenet_v2_x0_5")),
+    ZooModel("resnet18", "timm", _timm("resnet18")),
+    ZooModel("efficientnet_b0", "timm", _timm("efficientnet_b0")),
+    ZooModel("mobilenetv3_small_100", "timm", _timm("mobilenetv3_small_100")),
+    ZooModel("convnext_atto", "timm", _timm("convnext_atto")),
+    ZooModel("vit_tiny_patch16", "timm",
+             _timm("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2)),
+    ZooModel("levit_128s", "timm", _timm("levit_128s", img_size=64), (InputSpec((1, 3, 64, 64)),)),
+    ZooModel("gpt2", "transformers", _hf("GPT2Model", "GPT2Config", n_layer=2, n_embd=64,
+                                        n_head=4, vocab_size=128, n_positions=64,
+                                        use_cache=False), TOKENS),
+    ZooModel("llama", "transformers", _hf("LlamaModel", "LlamaConfig", **DECODER), TOKENS),
+    ZooModel("mistral", "transformers", _hf("MistralModel", "MistralConfig", **DECODER), TOKENS),
+    ZooModel("qwen2", "transformers", _hf("Qwen2Model", "Qwen2Config", **DECODER), TOKENS),
+    ZooModel("gemma3 (text)", "transformers",
+             _hf("Gemma3TextModel", "Gemma3TextConfig", head_dim=16, **DECODER), TOKENS),
+    ZooModel("phi3", "transformers", _hf("Phi3Model", "Phi3Config", pad_token_id=0, **DECODER),
+             TOKENS),
+    ZooModel("bert", "transformers", _hf("BertModel", "BertConfig", **ENCODER), TOKENS),
+    ZooModel("roberta", "transformers",
+             _hf("RobertaModel", "RobertaConfig", pad_token_id=1, **ENCODER), TOKENS),
+    ZooModel("distilbert", "transformers",
+             _hf("DistilBertModel", "DistilBertConfig", n_layers=2, dim=64, hidden_dim=128,
+                 n_heads=4, vocab_size=128, max_position_embeddings=64), TOKENS),
+)
+
+COLUMNS = ("model", "library", "frontend", "nodes", "clusters", "Inductor kernels", "exact",
+           "partial", "missed (reasons)", "kernels verified", "model numerics",
+           "analysis s")
+
+
+def _library(name: str) -> Any:
+    if name == "torchvision":
+        return import_torchvision()
+    if name == "timm":
+        return import_timm()
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return transformers
+
+
+def _reasons(agreement: Any) -> str:
+    """`3 (2 epilogue, 1 aliasing)`: misses counted by the head of their reason."""
+    missed = [k.reason for k in agreement.kernels if k.status == "missed"]
+    if not missed:
+        return "0"
+    heads = collections.Counter(_reason_head(r) for r in missed)
+    return f"{len(missed)} ({', '.join(f'{n} {h}' for h, n in heads.most_common())})"
+
+
+def _reason_head(reason: str) -> str:
+    if reason.startswith("Inductor fuses across"):
+        return "GEMM/conv epilogue"
+    if reason.startswith("split by our "):
+        return reason.removeprefix("split by our ").split(" check")[0] + " check"
+    if reason.startswith("capture"):
+        return "capture"
+    if "horizontal" in reason:
+        return "horizontal"
+    return reason.split(":")[0][:40] or "no reason"
+
+
+def run_one(entry: ZooModel, inductor: bool, check: bool) -> dict[str, str]:
+    row = {"model": entry.name, "library": entry.library}
+    lib = _library(entry.library)
+    if lib is None:
+        return {**row, "frontend": f"skipped: {entry.library} not importable"}
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model = entry.build(lib)
+            start = time.perf_counter()
+            a = analyze(model, *entry.inputs)
+            seconds = time.perf_counter() - start
+        except Exception as e:  # noqa: BLE001 - one model's failure is a row, not a crash
+            return {**row, "frontend": f"error: {type(e).__name__}: {str(e)[:120]}"}
+        row.update({"frontend": a.graph.frontend, "nodes": str(a.n_nodes),
+                    "clusters": str(len(a.clusters)), "analysis s": f"{seconds:.1f}"})
+        if inductor:
+            row.update(_inductor_columns(a))
+        if check:
+            row.update(_validation_columns(a))
+    return row
+
+
+def _inductor_columns(a: Any) -> dict[str, str]:
+    from fusion_core.validate.steps import inductor_agreement
+
+    try:
+        ag = inductor_agreement(a)
+    except Exception as e:  # noqa: BLE001
+        return {"Inductor kernels": f"error: {type(e).__name__}"}
+    return {"Inductor kernels": str(len(ag.kernels)), "exact": str(ag.count("exact")),
+            "partial": str(ag.count("partial")), "missed (reasons)": _reasons(ag)}
+
+
+def _validation_columns(a: Any) -> dict[str, str]:
+    from fusion_core.validate.run import validate
+
+    report = validate(a)
+    verified = sum(r.usable for r in report.results)
+    model = ("pass" if report.model.passed else "-" if report.model.passed is None
+             else f"FAIL ({report.model.detail[:60]})")
+    return {"kernels verified": f"{verified}/{len(report.results)}", "model numerics": model}
+
+
+def table(rows: list[dict[str, str]]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in rows:
+        cells = [row.get(c, "-").replace("|", "/") for c in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def header() -> str:
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (interpreter)"
+    versions = [f"torch {torch.__version__}"]
+    for name in ("triton", "torchvision", "timm", "transformers"):
+        lib = _library(name) if name != "triton" else _import("triton")
+        if lib is not None:
+            versions.append(f"{name} {getattr(lib, '__version__', '?')}")
+    return (f"Model zoo run by `python benchmarks/model_zoo.py` on "
+            f"{datetime.date.today().isoformat()}, {device}; {', '.join(versions)}.\n\n")
+
+
+def _import(name: str) -> Any:
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the table here (Markdown)")
+    parser.add_argument("--only", nargs="*", help="model names (or libraries) to run")
+    parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
+    parser.add_argument("--no-validate", action="store_true", help="skip kernel validation")
+    parser.add_argument("--list", action="store_true", help="list the models and exit")
+    args = parser.parse_args(argv)
+    chosen = [m for m in ZOO if not args.only or m.name in args.only or m.library in args.only]
+    if args.list:
+        print("\n".join(f"{m.library}: {m.name}" for m in chosen))
+        return 0
+    rows = []
+    for entry in chosen:
+        start = time.perf_counter()
+        rows.append(run_one(entry, not args.no_inductor, not args.no_validate))
+        print(f"{entry.library}/{entry.name}: {rows[-1].get('frontend')} "
+              f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+    text = header() + table(rows)
+    if args.out:
+        from fusion_core.fileio import write_atomic
+
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(args.out, text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
