@@ -171,3 +171,48 @@ def test_mutation_of_a_model_input_stays_in_place_and_is_rejected():
     assert a.clusters == ()
     assert [(r.check, r.culprits) for r in a.rejections] == [("aliasing", (mul.name,))]
     assert "`.mul_()` mutates its input in place" in a.rejections[0].reason
+
+
+SOURCE = '''\
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class KeywordInPlace(nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        y = F.relu(y, inplace=True)
+        return y + 1.0
+
+
+class StatementInPlace(nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        y.relu_()
+        return y + 1.0
+'''
+
+
+def _mapping(tmp_path, name):
+    from fusion_core.load import load_model
+    from fusion_core.sourcemap.mapping import map_clusters
+
+    path = tmp_path / "inplace_model.py"
+    path.write_text(SOURCE)
+    a = analyze(load_model(path, name), (4, 8))
+    (mapping,) = map_clusters(a)
+    return a, mapping
+
+
+def test_an_inplace_keyword_call_maps_to_an_exact_edit(tmp_path):
+    a, m = _mapping(tmp_path, "KeywordInPlace")
+    assert a.clusters[0].ops == ("mul", "relu", "add")
+    assert m.exact, m.reason
+    assert m.replacement.strip() == "return cluster0(x)"
+
+
+def test_a_statement_inplace_call_maps_to_a_pointer_with_the_reason(tmp_path):
+    a, m = _mapping(tmp_path, "StatementInPlace")
+    assert a.clusters[0].ops == ("mul", "relu", "add")
+    assert not m.exact
+    assert m.reason.startswith("`y.relu_()` (line 15) writes its input in place")
