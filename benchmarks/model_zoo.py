@@ -241,19 +241,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("\n".join(f"{m.library}: {m.name}" for m in chosen))
         return 0
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for entry in chosen:
         start = time.perf_counter()
         rows.append(run_one(entry, not args.no_inductor, not args.no_validate))
         print(f"{entry.library}/{entry.name}: {rows[-1].get('frontend')} "
               f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
-    text = header() + table(rows)
-    if args.out:
-        from fusion_core.fileio import write_atomic
+        if args.out:  # after every model: an interrupted run keeps the rows it finished
+            from fusion_core.fileio import write_atomic
 
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(args.out, text)
-    print(text)
+            write_atomic(args.out, header() + table(rows))
+    print(header() + table(rows))
     return 0
 
 
