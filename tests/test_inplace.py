@@ -216,3 +216,22 @@ def test_a_statement_inplace_call_maps_to_a_pointer_with_the_reason(tmp_path):
     assert a.clusters[0].ops == ("mul", "relu", "add")
     assert not m.exact
     assert m.reason.startswith("`y.relu_()` (line 15) writes its input in place")
+
+
+class MutatesAFlattenedView(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flat = nn.Flatten()
+
+    def forward(self, x):
+        h = x * 2.0
+        self.flat(h).relu_()  # writes `h` through the view
+        return h.sigmoid()
+
+
+def test_inplace_on_a_view_module_output_stays_in_place():
+    a = analyze(MutatesAFlattenedView(), (4, 2, 4), capture="fx")
+    assert [n.op for n in a.graph.nodes if n.kind is OpKind.INPLACE] == ["relu_"]
+    assert a.clusters == ()  # the sigmoid reads `h` after the ReLU wrote it
+    assert any("mutates `mul` through `self.flat`" in r.reason for r in a.rejections)
+    _same_results(MutatesAFlattenedView(), a.graph_module, (4, 2, 4))

@@ -18,6 +18,12 @@ from .group import members
 from .types import Failure
 
 _ALIASING = (OpKind.VIEW, OpKind.INPLACE)
+# Layers kept as one call that return a view of their input.
+_VIEW_LAYERS = frozenset({"Flatten", "Unflatten", "Identity"})
+
+
+def _is_alias(node) -> bool:
+    return node.kind in _ALIASING or (node.kind is OpKind.OPAQUE and node.op in _VIEW_LAYERS)
 # Per graph (by identity): positions of its in-place nodes, and each one's alias set.
 _CACHE: dict[int, tuple[FusionGraph, tuple[tuple[int, str, frozenset[str]], ...]]] = {}
 
@@ -28,8 +34,8 @@ def _aliases(g: FusionGraph, name: str) -> frozenset[str]:
     while todo:
         n = todo.pop()
         node = g[n]
-        linked = list(node.refs[:1]) if node.kind in _ALIASING else []
-        linked += [u for u in g.users[n] if g[u].kind in _ALIASING and g[u].refs[:1] == (n,)]
+        linked = list(node.refs[:1]) if _is_alias(node) else []
+        linked += [u for u in g.users[n] if _is_alias(g[u]) and g[u].refs[:1] == (n,)]
         for m in linked:
             if m not in seen:
                 seen.add(m)

@@ -25,6 +25,8 @@ import torch.fx as fx
 from .registry import lookup
 
 aten = torch.ops.aten
+# Layers that return a view of their input (FX keeps them as one call).
+_VIEW_MODULES = (torch.nn.Flatten, torch.nn.Unflatten, torch.nn.Identity)
 
 
 def out_of_place_overload(target: Any) -> torch._ops.OpOverload | None:
@@ -77,6 +79,10 @@ def _is_alias(node: fx.Node) -> bool:
     """The node's value shares memory with another value (a view, or an op returning one)."""
     if node.op in ("placeholder", "get_attr"):
         return True
+    if node.op == "call_module":
+        owner = node.graph.owning_module
+        module = owner.get_submodule(str(node.target)) if owner is not None else None
+        return isinstance(module, _VIEW_MODULES)
     key = ("method", node.target) if node.op == "call_method" else node.target
     if lookup(key) == "view":
         return True
