@@ -135,19 +135,39 @@ def test_mbconv_with_inplace_silu_and_hardswish_fuses(frontend):
     _same_results(model, a.graph_module, (2, 8, 6, 6))
 
 
-@pytest.mark.parametrize("frontend", FRONTENDS)
-def test_method_inplace_is_rewritten_and_fuses(frontend):
-    a = analyze(MethodChain(), (4, 8), capture=frontend)
-    assert [c.ops for c in a.clusters] == [("mul", "relu", "sigmoid")]
-    _same_results(MethodChain(), a.graph_module, (4, 8))
+def test_a_chained_inplace_method_is_rewritten_and_fuses():
+    class Chained(nn.Module):
+        def forward(self, x):
+            return (x * 2.0).relu_().sigmoid()
+
+    for frontend in FRONTENDS:
+        a = analyze(Chained(), (4, 8), capture=frontend)
+        assert [c.ops for c in a.clusters] == [("mul", "relu", "sigmoid")], frontend
+        _same_results(Chained(), a.graph_module, (4, 8))
 
 
-@pytest.mark.parametrize("frontend", FRONTENDS)
-def test_value_read_after_its_mutation_reads_the_new_value(frontend):
-    # FX records `z * y` as reading the old `y`; the rewrite points it at the mutated value.
-    a = analyze(MutatedAfterRead(), (4, 8), capture=frontend)
-    assert [c.ops for c in a.clusters] == [("mul", "sigmoid", "relu", "add", "mul")]
-    _same_results(MutatedAfterRead(), a.graph_module, (4, 8))
+def test_export_points_later_readers_at_the_mutated_value_so_it_fuses():
+    for model in (MethodChain(), MutatedAfterRead()):
+        a = analyze(model, (4, 8), capture="export")
+        assert len(a.clusters) == 1 and "relu" in a.clusters[0].ops
+        _same_results(model, a.graph_module, (4, 8))
+
+
+@pytest.mark.parametrize("model", [MethodChain(), MutatedAfterRead()], ids=type)
+def test_fx_mutation_of_a_value_read_later_is_rejected_by_name(model):
+    # Issue 16.5: FX records the later read as reading the old value; the op stays in
+    # place and no kernel may span it.
+    a = analyze(model, (4, 8), capture="fx")
+    assert any(n.kind is OpKind.INPLACE and n.op == "relu_" for n in a.graph.nodes)
+    assert all("relu_" not in c.nodes for c in a.clusters)
+    named = [r for r in a.rejections if r.check == "aliasing" and "`.relu_()`" in r.reason]
+    assert named
+    # No cluster spans the mutation: each lies wholly before or after it.
+    relu = a.graph.position("relu_")
+    for c in a.clusters:
+        positions = [a.graph.position(n) for n in c.nodes]
+        assert max(positions) < relu or min(positions) > relu
+    _same_results(model, a.graph_module, (4, 8))
 
 
 def test_augmented_assignment_under_export_fuses():
@@ -185,10 +205,9 @@ class KeywordInPlace(nn.Module):
         return y + 1.0
 
 
-class StatementInPlace(nn.Module):
+class ChainedInPlace(nn.Module):
     def forward(self, x):
-        y = x * 2.0
-        y.relu_()
+        y = (x * 2.0).relu_()
         return y + 1.0
 '''
 
@@ -211,11 +230,11 @@ def test_an_inplace_keyword_call_maps_to_an_exact_edit(tmp_path):
     assert m.replacement.strip() == "return cluster0(x)"
 
 
-def test_a_statement_inplace_call_maps_to_a_pointer_with_the_reason(tmp_path):
-    a, m = _mapping(tmp_path, "StatementInPlace")
+def test_an_inplace_method_maps_to_a_pointer_with_the_reason(tmp_path):
+    a, m = _mapping(tmp_path, "ChainedInPlace")
     assert a.clusters[0].ops == ("mul", "relu", "add")
     assert not m.exact
-    assert m.reason.startswith("`y.relu_()` (line 15) writes its input in place")
+    assert m.reason.startswith("`y = (x * 2.0).relu_()` (line 14) writes its input in place")
 
 
 class MutatesAFlattenedView(nn.Module):

@@ -6,7 +6,8 @@ kernel reads its inputs at one moment, so an outside in-place op that runs betwe
 the group's first and last node and writes a value the group computes or reads
 (directly or through a view) would be seen by the eager model but not by the
 kernel: FX records ``y.relu_(); z * y`` as ``z * y`` reading the old ``y``.
-Culprits are the group's nodes after the mutation; the part before it may fuse.
+Culprits are the group's nodes on the smaller side of the mutation (the later side on a
+tie); the other side may still fuse.
 """
 
 from __future__ import annotations
@@ -65,12 +66,16 @@ def check_mutation(g: FusionGraph, group: Collection[str]) -> Failure | None:
     for pos, name, written in mutations:
         if not lo < pos < hi or name in inside or not written & touched:
             continue
-        after = tuple(n for n in sorted(inside, key=g.position) if g.position(n) > pos)
+        ordered = sorted(inside, key=g.position)
+        after = tuple(n for n in ordered if g.position(n) > pos)
+        before = tuple(n for n in ordered if g.position(n) < pos)
+        # Drop the smaller side (the later one on a tie); the other may still fuse.
+        culprits = before if len(before) < len(after) else after
         m = g[name]
         value = g[min(written & touched, key=g.position)]
         via = f" through `{g[m.refs[0]].label}`" if value.name != m.refs[0] else ""
         line = f" (line {m.source.line})" if m.source else ""
-        return Failure("aliasing", after,
+        return Failure("aliasing", culprits,
                        f"`{m.target or m.op}`{line} mutates `{value.label}`{via} in place between "
                        f"the group's ops (before `{g[after[0]].label}`); one kernel would "
                        "read it before the mutation, the model after it")

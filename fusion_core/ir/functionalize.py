@@ -1,18 +1,20 @@
-"""Functionalize in-place ops: rewrite them out of place when that keeps the results.
+"""Functionalize in-place ops whose overwritten value nobody reads again.
 
 Reads a shape-propagated ``fx.GraphModule`` from either frontend; rewrites it in
-place. ``nn.ReLU(inplace=True)`` after a BatchNorm, ``x.relu_()``, in-place SiLU or
-Hardswish, and ``y += x`` under export (``aten.add_``) overwrite a fresh
-intermediate: computing a new tensor instead, and pointing every later reader of
-the old name at it (FX records ``y.relu_(); z * y`` as ``z * y`` reading ``y``),
-gives the same model outputs and lets the op fuse. Each rewritten node keeps its
-result's metadata and records the spelling it replaced in ``meta["fusion_inplace"]``
-(for messages and source mapping).
+place. ``nn.ReLU(inplace=True)`` after a BatchNorm, ``x.mul_(2).relu_()``, in-place
+SiLU or Hardswish, and ``y += x`` under export (``aten.add_``, whose later readers
+export already points at the result) overwrite a fresh intermediate that no later
+op reads under its old name: computing a new tensor instead gives the same model
+outputs and lets the op fuse. Each rewritten node keeps its result's metadata and
+records the spelling it replaced in ``meta["fusion_inplace"]`` (for messages and
+source mapping).
 
-An in-place op stays as it is (normalized to ``OpKind.INPLACE``, which the legality
-checks reject by name) when no rewrite can keep the results: it writes a model
-input, a parameter/buffer or a view (another tensor shares the memory), or the
-out-of-place op would promote the dtype.
+An in-place op stays as it is (normalized to ``OpKind.INPLACE``; the legality checks
+reject a group holding it, or one it mutates between, by name) when it writes a model
+input, a parameter/buffer or a view (another tensor shares the memory), when a later
+op still reads the mutated value by its old name (FX records ``y.relu_(); z * y`` as
+``z * y`` reading ``y``: the hazard of issue 16.5), or when the out-of-place op would
+promote the dtype.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def _is_alias(node: fx.Node) -> bool:
     return bool(returns) and returns[0].alias_info is not None
 
 
-def _hazard(node: fx.Node) -> str | None:
+def _hazard(node: fx.Node, position: dict[fx.Node, int]) -> str | None:
     """Why rewriting `node` could change the model's results, or None when it cannot."""
     base = node.args[0] if node.args else None
     if not isinstance(base, fx.Node):
@@ -99,6 +101,8 @@ def _hazard(node: fx.Node) -> str | None:
     if _is_alias(base) or any(_is_alias(u) and u is not node and u.args and u.args[0] is base
                               for u in base.users):
         return "it writes a model input, a parameter or a view"
+    if any(position[u] > position[node] for u in base.users if u is not node):
+        return "a later op reads the mutated value by its old name"
     want = getattr(base.meta.get("val"), "dtype", None)
     others = [a.meta.get("val") for a in (*node.args[1:], *node.kwargs.values())
               if isinstance(a, fx.Node)]
@@ -107,12 +111,7 @@ def _hazard(node: fx.Node) -> str | None:
     return None
 
 
-def _rewrite(node: fx.Node, position: dict[fx.Node, int]) -> None:
-    base = node.args[0]
-    # Readers after the mutation read the new value: they read this node from now on.
-    for user in list(base.users):
-        if position[user] > position[node]:
-            user.replace_input_with(base, node)
+def _rewrite(node: fx.Node) -> None:
     if node.op == "call_method":
         node.target = str(node.target)[:-1]
         return
@@ -133,9 +132,9 @@ def functionalize(gm: fx.GraphModule) -> list[str]:
     done = []
     for node in gm.graph.nodes:
         spelling = inplace_spelling(node)
-        if spelling is None or _hazard(node) is not None:
+        if spelling is None or _hazard(node, position) is not None:
             continue
-        _rewrite(node, position)
+        _rewrite(node)
         node.meta["fusion_inplace"] = spelling
         done.append(node.name)
     if done:
