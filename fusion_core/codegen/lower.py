@@ -1,10 +1,10 @@
 """Lowering: a cluster of the ``FusionGraph`` → a ``KernelPlan`` (no source text yet).
 
 Reads the cluster's nodes in topological order, their propagated ``TensorMeta``
-and the op registry's lowering rules; writes a small frozen plan: every input
+and the op registry's lowering rules; writes a small frozen plan (``plan.py``): every input
 with its dtype and broadcast ``Access`` (``layout.py``), one SSA statement per
 computed value (the registry's Triton expression over operand temporaries and
-literals), the reduction step if there is one, and the outputs. ``emit.py``
+literals), the reduction steps if there are any, and the outputs. ``emit.py``
 turns the plan into source; nothing here knows the skeleton's text.
 
 In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
@@ -31,111 +31,13 @@ import torch
 from ..analysis.group import escaping, external_inputs, iteration_shape, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.reductions import ACCUMULATE, ReductionRule
+from ..ir.reductions import ReductionRule
 from ..ir.registry import SPECS
 from .layout import Access, LoweringError, access
+from .plan import COMPUTE, MAX_BLOCK, KernelPlan, ReductionStep, Stmt, TensorArg
 
-# Half-precision values are computed in float32 and rounded once, at the store.
-COMPUTE = ACCUMULATE
-MAX_BLOCK = 4096  # widest row one block holds by default (Tuning.max_block)
-
-
-@dataclass(frozen=True)
-class TensorArg:
-    """A kernel input (loaded) or output (stored)."""
-
-    value: str  # graph value name
-    role: str  # "in" (loaded) or "out" (stored)
-    index: int  # position among the inputs or the outputs
-    temp: str  # SSA temporary loaded into / stored from
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    dtype: torch.dtype
-    access: Access
-    per_row: bool  # one value per row (reduction skeleton only)
-
-    @property
-    def ptr(self) -> str:
-        """The kernel's pointer parameter: in_ptr0, out_ptr0."""
-        return f"{self.role}_ptr{self.index}"
-
-    @property
-    def compute_dtype(self) -> torch.dtype:
-        return COMPUTE.get(self.dtype, self.dtype)
-
-
-@dataclass(frozen=True)
-class Stmt:
-    temp: str
-    expr: str
-    node: str  # graph node name, for the comment
-    op: str
-    deps: tuple[str, ...]  # temporaries read
-    per_row: bool
-    phase: str  # "pre" or "post" (the reduction)
-
-
-@dataclass(frozen=True)
-class ReductionStep:
-    rule: ReductionRule  # the registry's rule: combine, identity, finalize, accumulation
-    temp: str
-    node: str
-    source: str  # temporary reduced over the row
-    weight: str | None  # layer_norm / rms_norm affine operands (temporaries or None)
-    bias: str | None
-    eps: float
-    dtype: torch.dtype  # accumulation dtype of the result
-
-    @property
-    def collapse(self) -> bool:
-        """One value per row (sum, mean, amax, amin), not one per element."""
-        return not self.rule.keeps_row
-
-    @property
-    def deps(self) -> tuple[str, ...]:
-        return tuple(t for t in (self.source, self.weight, self.bias) if t is not None)
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    name: str  # "cluster0"
-    cluster_index: int
-    skeleton: str  # "elementwise" | "reduction"
-    domain: tuple[int, ...]  # iteration shape at analysis time
-    inputs: tuple[TensorArg, ...]
-    stmts: tuple[Stmt, ...]
-    reduction: ReductionStep | None  # the first reduction (the only one a looped kernel has)
-    outputs: tuple[TensorArg, ...]
-    int64: bool  # index math needs 64 bits
-    chain: str
-    tiled: bool = False  # elementwise over 2-D tiles (see the module docstring)
-    # Statements and reductions in node order, when the kernel holds several reductions
-    # over the same rows (emitted in one block, one after another); () otherwise.
-    steps: tuple[Stmt | ReductionStep, ...] = ()
-
-    @property
-    def reductions(self) -> tuple[ReductionStep, ...]:
-        if self.steps:
-            return tuple(s for s in self.steps if isinstance(s, ReductionStep))
-        return () if self.reduction is None else (self.reduction,)
-
-    @property
-    def rank(self) -> int:
-        return len(self.domain)
-
-    @property
-    def two_d(self) -> bool:
-        """Indexed by `rows` and `cols` (reductions and tiled elementwise kernels)."""
-        return self.skeleton == "reduction" or self.tiled
-
-    @property
-    def column_strided(self) -> bool:
-        """An input steps through memory along the last axis (a transposed view): it is
-        contiguous along the rows instead, so tiles should be square, not row-shaped."""
-        return any(t.access.groups and t.access.groups[-1].last == self.rank
-                   and not t.access.groups[-1].unit
-                   and any(g.unit for g in t.access.groups[:-1]) for t in self.inputs)
-
+__all__ = ["COMPUTE", "MAX_BLOCK", "Group", "KernelPlan", "ReductionStep", "Stmt", "TensorArg",
+           "dry_run", "literal", "plan"]
 
 def literal(value: object) -> str:
     """A Python constant as Triton source (inf/nan, bools, ints, floats, None)."""
