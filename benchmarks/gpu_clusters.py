@@ -6,7 +6,8 @@ Run on a CUDA machine from the repository root:
 
 For ExampleNet at 16384×1024 (float32 and bfloat16), microgpt at 32×256 tokens, the
 MLP-Mixer block at 256×64×128, the LLaMA-style block at 64×256×128 and the gated MLP
-between dtype-remembering RMSNorms (bf16, 64×256×128) it
+between dtype-remembering RMSNorms (bf16, 64×256×128) and the two LayerNorms of one value
+(64×256×64, one kernel) it
 analyzes the model, generates each cluster's kernel under a few tuning variants, checks
 each variant against the eager subgraph on fresh random inputs, and times eager, every
 variant, and torch.compile (Inductor, default mode) of the same subgraph with
@@ -55,6 +56,9 @@ CASES = [
     # HF LlamaRMSNorm's `dtype = x.dtype; ...; x.to(dtype)` (eager reference recomputes it).
     ("DtypeRMSNorm MLP bf16 64x256x128", "examples/dtype_rmsnorm.py", (64, 256, 128),
      torch.bfloat16),
+    # Two LayerNorms of one value in one kernel (several reductions over the same rows).
+    ("TwoNorms 64x256x64 (x2 inputs)", "examples/two_norms.py", [(64, 256, 64)] * 2,
+     torch.float32),
 ]
 TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3)}
 
@@ -153,11 +157,12 @@ def model_inputs(spec: InputSpec, gen: torch.Generator) -> tuple[torch.Tensor, .
 
 
 def run_case(label, path, shape, dtype, l2_bytes, work: Path) -> list[dict]:
-    spec = InputSpec(shape, dtype)
-    analysis = analyze_file(ROOT / path, [spec])
+    """`shape`: one input's shape, or a list of shapes for a model with several inputs."""
+    specs = [InputSpec(tuple(sh), dtype) for sh in (shape if isinstance(shape, list) else [shape])]
+    analysis = analyze_file(ROOT / path, specs)
     analysis.graph_module.to("cuda")
     gen = torch.Generator(device="cuda").manual_seed(0)
-    values = capture_values(analysis, *model_inputs(spec, gen))
+    values = capture_values(analysis, *(t for spec in specs for t in model_inputs(spec, gen)))
     rows = []
     for cluster in analysis.clusters:
         inputs = cluster_inputs(analysis, cluster, values, gen)

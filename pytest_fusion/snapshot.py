@@ -233,7 +233,3 @@ def baseline_name(nodeid: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.\-\[\]]", "_", readable)[:MAX_NAME]
     return f"{safe}-{hashlib.sha1(nodeid.encode()).hexdigest()[:8]}.yaml"
 
-
-# The YAML conversion lives in schema.py (it imports this module); these names stay
-# importable from here, where callers have always found them.
-from .schema import SCHEMA_VERSION, from_data, to_data  # noqa: E402, F401

@@ -106,11 +106,19 @@ def test_category_single_reduction_boundary():
     assert [c.category for c in a.clusters] == ["single-reduction-boundary"]
 
 
-def test_pruned_reduction_pair_keeps_a_legal_part():
-    # Two reductions: the second (sum) is dropped, exp -> softmax survives.
+def test_reductions_over_different_rows_keep_a_legal_part():
+    # sum reduces the (4, 8) rows, softmax the (4,) vector sum wrote: cut apart, exp -> sum
+    # survives and softmax is named.
+    a = run(lambda x: F.softmax(torch.exp(x).sum(-1), dim=-1))
+    assert [c.ops for c in a.clusters] == [("exp", "sum")]
+    assert [(r.check, r.culprits) for r in a.rejections] == [("reduction", ("softmax",))]
+
+
+def test_reductions_over_the_same_rows_share_a_kernel():
+    # softmax and the sum of its result reduce the same rows: one kernel, one after the other.
     a = run(lambda x: F.softmax(torch.exp(x), dim=-1).sum(dim=-1))
-    assert [c.ops for c in a.clusters] == [("exp", "softmax")]
-    assert [r.check for r in a.rejections] == ["reduction"]
+    assert [c.ops for c in a.clusters] == [("exp", "softmax", "sum")]
+    assert a.rejections == ()
 
 
 def test_cluster_lines_point_at_the_user_code():
@@ -210,9 +218,10 @@ def test_a_cluster_of_one_real_op_and_an_alias_is_not_reported():
 
 
 def test_second_round_does_not_report_a_cut_component_again():
-    # Both softmaxes are left alone by the region cut (reported once); the second round
-    # must not regroup them and report the same two reductions again.
-    a = run(lambda x: F.softmax(F.softmax(x, dim=-1), dim=-1))
+    # The sum and the softmax of its result reduce different rows: both are left alone by
+    # the region cut (reported once); the second round must not regroup them and report the
+    # same two reductions again.
+    a = run(lambda x: x.sum(-1).softmax(-1))
     assert a.clusters == ()
     assert [(r.check, len(r.nodes)) for r in a.rejections] == [("reduction", 2)]
 
@@ -220,12 +229,12 @@ def test_second_round_does_not_report_a_cut_component_again():
 def test_a_cut_rejection_names_only_nodes_no_cluster_took():
     # Two reductions: the cut leaves `relu`, the add and a sum alone in their regions, and
     # the second round fuses some of them; the rejection must not call those left alone.
-    def fn(x):
-        m = x.sum(-1, keepdim=True) * x.sum(-1, keepdim=True)
+    def fn(x):  # the sums reduce the (8, 8) rows, the softmax the (8,) vector
+        m = x.sum(-1) * x.sum(-1)
         e = torch.exp(m)
         return torch.relu(e) + F.softmax(e, dim=-1), x + m
 
-    a = run(fn)
+    a = run(fn, (8, 8))
     fused = {n for c in a.clusters for n in c.nodes}
     cuts = [r for r in a.rejections if r.check == "reduction" and "left alone" in r.reason]
     assert len(cuts) == 1 and cuts[0].culprits

@@ -10,7 +10,8 @@ from fusion_plugin_helpers import PLUGIN_ARGS, baselines, marked_test, model_sou
 
 from fusion_core.ir.capture import FRONTENDS
 from pytest_fusion.fixture import CAPTURES
-from pytest_fusion.snapshot import BaselineError, Snapshot, from_data, to_data
+from pytest_fusion.schema import from_data, to_data
+from pytest_fusion.snapshot import BaselineError, Snapshot
 
 
 @pytest.fixture(scope="module", autouse=True)

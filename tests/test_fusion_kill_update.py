@@ -12,7 +12,7 @@ import pytest
 import yaml
 from fusion_plugin_helpers import PLUGIN_ARGS, marked_test, model_source, run
 
-from pytest_fusion.snapshot import from_data
+from pytest_fusion.schema import from_data
 
 N_TESTS = 6
 # Slow each fsync down, in the killed process only: it widens the moment between a temp

@@ -179,10 +179,12 @@ def test_reduction_accepts_one_reduction_over_the_last_axis():
 
 
 def test_reduction_rejects_two_reductions():
-    g = run(lambda x: F.softmax(torch.exp(x), dim=-1).sum(dim=-1)).graph
-    failure = L.check_reduction(g, _group(g, "exp", "softmax", "sum"))
+    # over different rows: the sum's (4, 8) rows, then the (4,) vector it wrote
+    g = run(lambda x: F.softmax(torch.exp(x).sum(dim=-1), dim=-1)).graph
+    assert L.check_reduction(g, _group(g, "exp", "sum")) is None
+    failure = L.check_reduction(g, _group(g, "exp", "sum", "softmax"))
     assert failure is not None and failure.check == "reduction"
-    assert failure.culprits == tuple(names_by_op(g, "sum"))
+    assert failure.culprits == tuple(names_by_op(g, "softmax"))
     assert "2 reductions" in failure.reason
 
 
@@ -225,7 +227,7 @@ def test_each_check_produces_a_rejection_in_detection():
     cases = {
         "fan-out": lambda x: (lambda e: (x * e, e))(torch.exp(x[0])),
         "aliasing": lambda x: torch.relu(x.add_(1.0)) * 3.0,
-        "reduction": lambda x: F.softmax(torch.exp(x), dim=-1).sum(dim=-1),
+        "reduction": lambda x: F.softmax(torch.exp(x).sum(dim=-1), dim=-1),
         "lowering": lambda x: torch.div(x * 2.0, 3.0, rounding_mode="floor"),
     }
     for check, fn in cases.items():

@@ -202,19 +202,38 @@ def test_microgpt_attention_and_regions_do_not_overlap(microgpt):
 
 # --- regions: one reduction per candidate ---------------------------------------------
 
-def test_two_layer_norms_in_a_row_are_cut_into_prologue_regions():
+def test_two_layer_norms_in_a_row_share_one_kernel():
+    # Same rows, the second reads the first inside the component: one kernel does both.
     a = run(lambda x: F.layer_norm(F.layer_norm(x * 2.0, (8,)) + 1.0, (8,)))
-    assert [c.ops for c in a.clusters] == [("mul", "layer_norm"), ("add", "layer_norm")]
+    assert [c.ops for c in a.clusters] == [("mul", "layer_norm", "add", "layer_norm")]
     assert a.rejections == ()
 
 
+def test_norms_of_a_residual_stream_stay_apart():
+    # The second norm is reached from the first through a GEMM (outside): no shared kernel.
+    class Stream(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = x + self.lin(F.layer_norm(x * 2.0, (8,)))
+            return F.layer_norm(h, (8,)), h * 3.0
+
+    a = analyze(Stream(), (4, 8))
+    assert all(sum(op == "layer_norm" for op in c.ops) == 1 for c in a.clusters), [
+        c.ops for c in a.clusters]
+    assert sum(op == "layer_norm" for c in a.clusters for op in c.ops) == 2
+
+
 def test_regions_put_an_epilogue_after_its_reduction():
-    a = run(lambda x: F.softmax(torch.exp(x), dim=-1) * 2.0 + F.softmax(x, dim=-1))
+    # The second softmax reduces the (4, 1) sums: other rows than the first.
+    a = run(lambda x: F.softmax(torch.exp(x), -1) * 2.0 + F.softmax(x.sum(-1, keepdim=True), -1))
     g = a.graph
     comp = {n.name for n in g.nodes if n.kind.is_compute}
     regions = reduction_regions(g, comp)
     assert sorted(sorted(g[n].op for n in r) for r in regions) == [
-        ["add", "softmax"], ["exp", "mul", "softmax"]]
+        ["add", "softmax"], ["exp", "mul", "softmax"], ["sum"]]
 
 
 def test_rms_norm_written_out_is_one_reduction_cluster():

@@ -280,3 +280,15 @@ def test_a_model_that_fails_on_random_inputs_is_reported_not_raised(example, mon
     report = validate(example, lambda *a: pytest.fail("no kernel should be built"))
     assert all(not r.usable for r in report.results)
     assert "did not run on random inputs: IndexError" in report.results[0].failed.detail
+
+
+def test_cluster_reading_a_parameter_fetched_late_patches_into_the_model(tmp_path):
+    """two_norms: FX fetches the second LayerNorm's weight and bias where `norm_mlp` runs,
+    after `attn` already read the first norm; the patch moves those fetches before the
+    cluster, so its one kernel call fits (was a PatchError)."""
+    res = CliRunner().invoke(cli, ["--model", str(ROOT / "examples" / "two_norms.py"),
+                                   "--input-shape", "2,16,64", "--input-shape", "2,16,64",
+                                   "--out-dir", str(tmp_path / "gen")])
+    assert res.exit_code == 0, res.output
+    assert "model numerics: pass (2 kernel(s) patched" in res.output
+    assert "PatchError" not in res.output

@@ -35,6 +35,7 @@ CASES = [
     ("llama_block", "examples/llama_block.py", (2, 64, 128), torch.float32),
     ("resnet_block", "examples/resnet_block.py", (2, 32, 16, 16), torch.float32),
     ("dtype_rmsnorm", "examples/dtype_rmsnorm.py", (2, 8, 128), torch.bfloat16),
+    ("two_norms", "examples/two_norms.py", [(2, 32, 64)] * 2, torch.float32),
 ]
 
 
@@ -44,7 +45,8 @@ def main(out_dir: str) -> int:
     written = 0
     for case, path, shape, dtype in CASES:
         torch.manual_seed(0)
-        analysis = analyze_file(ROOT / path, [InputSpec(shape, dtype)])
+        shapes = shape if isinstance(shape, list) else [shape]
+        analysis = analyze_file(ROOT / path, [InputSpec(sh, dtype) for sh in shapes])
         for cluster in analysis.clusters:
             kernel = generate(analysis, cluster)
             write_atomic(out / f"{case}__{kernel.name}.py", kernel.source)
@@ -54,7 +56,7 @@ def main(out_dir: str) -> int:
                 variant = ("looped", generate(analysis, cluster, looped=True))
             elif kernel.tiled:
                 variant = ("flat", generate(analysis, cluster, tiled=False))
-            if variant is not None:
+            if variant is not None and variant[1].source != kernel.source:  # may not loop
                 write_atomic(out / f"{case}__{kernel.name}__{variant[0]}.py", variant[1].source)
                 written += 1
     print(f"{written} kernel files written to {out}")

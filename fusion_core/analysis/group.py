@@ -66,6 +66,14 @@ def iteration_shape(g: FusionGraph, group: Collection[str]) -> tuple[int, ...]:
     return max(shapes, key=lambda s: (numel(s), len(s)), default=())
 
 
+def reduced_shape(g: FusionGraph, name: str) -> tuple[int, ...] | None:
+    """The shape reduction `name` reduces (its input's): reductions over the same rows share
+    it, and may share one kernel."""
+    src = g[name].inputs[0] if g[name].inputs else None
+    meta = g[src.name].meta if isinstance(src, Ref) else None
+    return None if meta is None else tuple(meta.shape)
+
+
 def numel(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:

@@ -13,7 +13,14 @@ from dataclasses import replace
 from ..codegen.lower import dry_run
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.registry import SPECS
-from .group import check_convexity, escaping, iteration_shape, numel, ordered
+from .group import (
+    check_convexity,
+    escaping,
+    iteration_shape,
+    numel,
+    ordered,
+    reduced_shape,
+)
 from .multi_output import store_verdict
 from .mutation import check_mutation
 from .types import Failure
@@ -164,10 +171,11 @@ def reduced_axis(node: Node, rank: int) -> int | None:
 
 def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
     reds = [n for n in ordered(g, group) if g[n].kind is OpKind.REDUCTION]
-    if len(reds) > 1:
-        return Failure("reduction", tuple(reds[1:]),
-                       f"{len(reds)} reductions ({_names(g, reds)}); one row-per-program "
-                       "kernel holds one")
+    other = [n for n in reds[1:] if reduced_shape(g, n) != reduced_shape(g, reds[0])]
+    if other:
+        return Failure("reduction", tuple(other),
+                       f"{len(reds)} reductions ({_names(g, reds)}) over different rows; a "
+                       "row-per-program kernel reduces one set of rows")
     for name in reds:
         node = g[name]
         src = g[node.inputs[0].name].meta if isinstance(node.inputs[0], Ref) else None

@@ -22,7 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..ir.graph import FusionGraph, OpKind
-from .group import MIN_OPS, check_convexity, components, n_working_ops
+from .group import MIN_OPS, check_convexity, components, n_working_ops, reduced_shape
 from .traffic import estimate_traffic
 
 
@@ -69,8 +69,9 @@ def reduction_regions(g: FusionGraph, component: Collection[str]) -> list[set[st
     order = sorted(component, key=g.position)
     members = set(order)
     reds = {n for n in order if g[n].kind is OpKind.REDUCTION}
-    if len(reds) <= 1:
-        return [members]
+    share = _sharing(g, members, sorted(reds, key=g.position))
+    if len(set(share.values())) <= 1:
+        return [members]  # no reduction, or all may share one kernel
     # The first reduction each node feeds (prologue) and the last one feeding it (epilogue).
     down: dict[str, str | None] = {}
     for n in reversed(order):
@@ -80,7 +81,7 @@ def reduction_regions(g: FusionGraph, component: Collection[str]) -> list[set[st
     for n in order:
         hits = [up[r] for r in g[n].refs if r in members and up.get(r)]
         up[n] = n if n in reds else max(hits, key=g.position, default=None)
-    owner = {n: down[n] or up[n] for n in order}
+    owner = {n: share[r] if (r := down[n] or up[n]) else None for n in order}
     # Side branches touching no reduction join a neighbour's region.
     for sweep in (order, list(reversed(order))):
         for n in sweep:
@@ -91,6 +92,32 @@ def reduction_regions(g: FusionGraph, component: Collection[str]) -> list[set[st
     for n in order:
         regions.setdefault(owner[n], set()).add(n)
     return [p for region in regions.values() for p in components(g, region)]
+
+
+def _sharing(g: FusionGraph, members: set[str], reds: list[str]) -> dict[str, str]:
+    """Each reduction → the first reduction whose kernel it may share: the same rows, and no
+    path to it that leaves the component (a residual stream's next norm is reached through a
+    GEMM, so it stays apart; two norms of one input, or mean then variance, share)."""
+    share: dict[str, str] = {}
+    reach: dict[str, set[str]] = {}  # reduction -> nodes it reaches through outside nodes
+    for r in reds:
+        reach[r] = _through_outside(g, members, r)
+        heads = dict.fromkeys(share.values())
+        share[r] = next((h for h in heads if reduced_shape(g, h) == reduced_shape(g, r)
+                         and not any(r in reach[q] for q, hq in share.items() if hq == h)), r)
+    return share
+
+
+def _through_outside(g: FusionGraph, members: set[str], src: str) -> set[str]:
+    """Nodes reachable from `src` only by paths through at least one node outside `members`."""
+    inside, outside = {src}, set()
+    for node in g.nodes[g.position(src) + 1:]:  # graph order is topological
+        refs = node.refs
+        if any(r in outside for r in refs):
+            outside.add(node.name)
+        elif any(r in inside for r in refs):
+            (inside if node.name in members else outside).add(node.name)
+    return outside
 
 
 def lone_nodes(g: FusionGraph, regions: list[set[str]]) -> tuple[str, ...]:

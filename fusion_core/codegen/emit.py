@@ -1,10 +1,13 @@
 """Emission of the ``@triton.jit`` kernel: a ``KernelPlan`` → kernel source lines.
 
 Reads a plan (``lower.py``) and whether rows loop over column blocks; writes
-the kernel function's text and the list of its scalar parameters, which the
-launcher (``launcher.py``) passes in the same order. Sections carry short
-comments (boilerplate, loads, chain, reduction, store); every SSA value is one
-temporary, named as in the plan.
+the kernel function's text through a ``CodeWriter`` and its scalar parameters as
+``KernelParams`` (``writer.py``), which the launcher (``launcher.py``) passes in the
+same order. Each tensor's offset is an ``Index`` of ``Term`` objects; its mask and
+the shape of a store's pointer block follow from the axes those terms vary along.
+The reduction itself comes from ``reduce.py``. Sections carry short comments
+(boilerplate, loads, chain, reduction, store); every SSA value is one temporary,
+named as in the plan.
 
 Elementwise kernels run a flat grid: ``offs`` is the flat index into the
 iteration shape, masked at the tail; a ``tiled`` one (see ``lower.py``) runs a
@@ -130,7 +133,9 @@ def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelParams]:
         _elementwise(plan, params, body)
         sizes, consts = ["n_elements"], ["BLOCK_SIZE"]
     else:
-        (_tiled if plan.tiled else _looped if looped else _single)(plan, params, body)
+        write = (_tiled if plan.tiled else _several if plan.steps else _looped if looped
+                 else _single)
+        write(plan, params, body)
         sizes, consts = ["n_rows", "n_cols"], ["BLOCK_SIZE", "ROWS_PER_PROGRAM"]
     # The signature comes last: the body registered the scalar parameters it reads.
     signature = [t.ptr for t in (*plan.inputs, *plan.outputs)] + sizes + params.names
@@ -250,3 +255,23 @@ def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     row_out = [t for t in plan.outputs if t.per_row]
     if row_out:
         out.lines(["", "# store", *(_store(t, plan, params) for t in row_out)])
+
+
+def _several(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+    """Several reductions over the same rows, the whole row in one block: statements and
+    reductions in node order (a reduction may read an earlier one's result)."""
+    _rows_boilerplate(plan, False, out)
+    out.lines([_cols(plan, ""), *_COLS, "", "# loads"])
+    out.lines(_load(t, plan, params) for t in plan.inputs)
+    chain: list[str] = []
+    for step in plan.steps:
+        if isinstance(step, Stmt):
+            chain.append(_stmt(step))
+            continue
+        if chain:
+            out.lines(["", "# chain", *chain])
+            chain = []
+        out.lines(["", *emitter(step).single(step)])
+    if chain:
+        out.lines(["", "# chain", *chain])
+    out.lines(["", "# store", *(_store(t, plan, params) for t in plan.outputs)])

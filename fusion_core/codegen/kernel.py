@@ -60,6 +60,11 @@ def needs_loop(p: KernelPlan, tuning: Tuning) -> bool:
     return p.skeleton == "reduction" and bool(p.domain) and p.domain[-1] > tuning.max_block
 
 
+def can_loop(p: KernelPlan) -> bool:
+    """Rows may loop over column blocks: one reduction (several need the row in one block)."""
+    return p.skeleton == "reduction" and not p.steps
+
+
 def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: bool) -> str:
     body, params = emit.kernel(p, looped)
     where = None
@@ -82,7 +87,7 @@ def generate(analysis: Analysis, cluster: Cluster, tuning: Tuning | None = None,
     p = plan(analysis.graph, cluster)
     if tiled is not None and p.skeleton == "elementwise" and p.rank >= 2:
         p = replace(p, tiled=tiled)
-    loop = needs_loop(p, tuning) if looped is None else looped and p.skeleton == "reduction"
+    loop = (needs_loop(p, tuning) if looped is None else looped) and can_loop(p)
     return Kernel(cluster_index=cluster.index, name=p.name,
                   source=render(p, analysis.model_name, cluster, tuning, loop),
                   skeleton=p.skeleton, inputs=tuple(cluster.inputs),

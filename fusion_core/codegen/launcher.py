@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from . import runtime
-from .lower import KernelPlan, TensorArg
+from .lower import MAX_BLOCK, KernelPlan, TensorArg
 from .writer import CodeWriter, KernelParams
 
 
@@ -30,7 +30,7 @@ class Tuning:
     block: int = 1024  # elementwise: elements per program (flat or per tile)
     num_warps: int = 4
     tile_cols: int = 32  # tiled elementwise reading a transposed view: square tiles
-    max_block: int = 4096  # reduction: widest row one block holds; wider rows loop
+    max_block: int = MAX_BLOCK  # reduction: widest row one block holds; wider rows loop
     loop_block: int = 1024  # reduction: column block when rows loop
     pack_width: int = 256  # rows at most this wide are packed several per program...
     pack_elements: int = 2048  # ...up to this many elements per program

@@ -1,10 +1,10 @@
 """Lowering: a cluster of the ``FusionGraph`` → a ``KernelPlan`` (no source text yet).
 
 Reads the cluster's nodes in topological order, their propagated ``TensorMeta``
-and the op registry's lowering rules; writes a small frozen plan: every input
+and the op registry's lowering rules; writes a small frozen plan (``plan.py``): every input
 with its dtype and broadcast ``Access`` (``layout.py``), one SSA statement per
 computed value (the registry's Triton expression over operand temporaries and
-literals), the reduction step if there is one, and the outputs. ``emit.py``
+literals), the reduction steps if there are any, and the outputs. ``emit.py``
 turns the plan into source; nothing here knows the skeleton's text.
 
 In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
@@ -31,101 +31,13 @@ import torch
 from ..analysis.group import escaping, external_inputs, iteration_shape, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.reductions import ACCUMULATE, ReductionRule
+from ..ir.reductions import ReductionRule
 from ..ir.registry import SPECS
 from .layout import Access, LoweringError, access
+from .plan import COMPUTE, MAX_BLOCK, KernelPlan, ReductionStep, Stmt, TensorArg
 
-# Half-precision values are computed in float32 and rounded once, at the store.
-COMPUTE = ACCUMULATE
-
-
-@dataclass(frozen=True)
-class TensorArg:
-    """A kernel input (loaded) or output (stored)."""
-
-    value: str  # graph value name
-    role: str  # "in" (loaded) or "out" (stored)
-    index: int  # position among the inputs or the outputs
-    temp: str  # SSA temporary loaded into / stored from
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    dtype: torch.dtype
-    access: Access
-    per_row: bool  # one value per row (reduction skeleton only)
-
-    @property
-    def ptr(self) -> str:
-        """The kernel's pointer parameter: in_ptr0, out_ptr0."""
-        return f"{self.role}_ptr{self.index}"
-
-    @property
-    def compute_dtype(self) -> torch.dtype:
-        return COMPUTE.get(self.dtype, self.dtype)
-
-
-@dataclass(frozen=True)
-class Stmt:
-    temp: str
-    expr: str
-    node: str  # graph node name, for the comment
-    op: str
-    deps: tuple[str, ...]  # temporaries read
-    per_row: bool
-    phase: str  # "pre" or "post" (the reduction)
-
-
-@dataclass(frozen=True)
-class ReductionStep:
-    rule: ReductionRule  # the registry's rule: combine, identity, finalize, accumulation
-    temp: str
-    node: str
-    source: str  # temporary reduced over the row
-    weight: str | None  # layer_norm / rms_norm affine operands (temporaries or None)
-    bias: str | None
-    eps: float
-    dtype: torch.dtype  # accumulation dtype of the result
-
-    @property
-    def collapse(self) -> bool:
-        """One value per row (sum, mean, amax, amin), not one per element."""
-        return not self.rule.keeps_row
-
-    @property
-    def deps(self) -> tuple[str, ...]:
-        return tuple(t for t in (self.source, self.weight, self.bias) if t is not None)
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    name: str  # "cluster0"
-    cluster_index: int
-    skeleton: str  # "elementwise" | "reduction"
-    domain: tuple[int, ...]  # iteration shape at analysis time
-    inputs: tuple[TensorArg, ...]
-    stmts: tuple[Stmt, ...]
-    reduction: ReductionStep | None
-    outputs: tuple[TensorArg, ...]
-    int64: bool  # index math needs 64 bits
-    chain: str
-    tiled: bool = False  # elementwise over 2-D tiles (see the module docstring)
-
-    @property
-    def rank(self) -> int:
-        return len(self.domain)
-
-    @property
-    def two_d(self) -> bool:
-        """Indexed by `rows` and `cols` (reductions and tiled elementwise kernels)."""
-        return self.skeleton == "reduction" or self.tiled
-
-    @property
-    def column_strided(self) -> bool:
-        """An input steps through memory along the last axis (a transposed view): it is
-        contiguous along the rows instead, so tiles should be square, not row-shaped."""
-        return any(t.access.groups and t.access.groups[-1].last == self.rank
-                   and not t.access.groups[-1].unit
-                   and any(g.unit for g in t.access.groups[:-1]) for t in self.inputs)
-
+__all__ = ["COMPUTE", "MAX_BLOCK", "Group", "KernelPlan", "ReductionStep", "Stmt", "TensorArg",
+           "dry_run", "literal", "plan"]
 
 def literal(value: object) -> str:
     """A Python constant as Triton source (inf/nan, bools, ints, floats, None)."""
@@ -195,16 +107,14 @@ class _Lowering:
         if bad:
             raise LoweringError(f"cluster {cluster.index}: {', '.join(bad)} compute nothing "
                                 "(views and in-place ops cannot be lowered)", bad)
-        reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
-        if len(reds) > 1:
-            raise LoweringError(f"cluster {cluster.index} holds {len(reds)} reductions; "
-                                "one kernel lowers one", tuple(n.name for n in reds[1:]))
-        self.red = reds[0] if reds else None
+        self.reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
+        self.red = self.reds[0] if self.reds else None
         self.domain = tuple(iteration_shape(graph, cluster.nodes))
         self.user_rank = len(self.domain)
         if self.red is not None and len(self.domain) < 2:  # one row: (N,) -> (1, N)
             self.domain = (1,) * (2 - len(self.domain)) + self.domain
         self.rank = len(self.domain)
+        self._same_rows()
         self.row_space = self._row_space()
         self.temps: dict[str, str] = {}  # graph value -> temporary
         self.per_row: dict[str, bool] = {}  # temporary -> one value per row
@@ -212,20 +122,34 @@ class _Lowering:
         self.count = 0
 
     # -- spaces -------------------------------------------------------------------------
+    def _same_rows(self) -> None:
+        """Several reductions share one kernel only over the same rows, all in one block."""
+        if len(self.reds) < 2:
+            return
+        for node in self.reds[1:]:
+            src = node.inputs[0]
+            if not isinstance(src, Ref) or tuple(_meta(self.g, src.name).shape) != tuple(
+                    iteration_shape(self.g, [self.red.name])):
+                raise LoweringError(f"`{node.label}` reduces other rows than `{self.red.label}`",
+                                    (node.name,))
+        if self.domain and self.domain[-1] > MAX_BLOCK:
+            raise LoweringError(f"{len(self.reds)} reductions in one kernel need the whole row in "
+                                f"one block; rows of {self.domain[-1]} columns are wider than "
+                                f"{MAX_BLOCK}", tuple(n.name for n in self.reds[1:]))
+
     def _row_space(self) -> set[str]:
         """Values with one entry per row and no trailing axis (a collapse without keepdim)."""
         out: set[str] = set()
-        red = self.red
-        collapsing = red is not None and not SPECS[red.op].lower.keeps_row
-        if collapsing and not red.param("keepdim", False):
-            out.add(red.name)
+        for red in self.reds:
+            if not SPECS[red.op].lower.keeps_row and not red.param("keepdim", False):
+                out.add(red.name)
         for node in self.nodes:  # a per-row value keeps fewer dims than the iteration shape
             meta = node.meta
             if any(r in out for r in node.refs) and meta is not None and (
                     len(meta.shape) < self.user_rank):
                 out.add(node.name)
         for node in self.nodes:
-            if node.name in out or node is red:
+            if node.name in out or node in self.reds:
                 continue
             # Right-aligned, a per-row value would index the columns; one value is fine.
             mixed = [r for r in node.refs if r in out and _numel(self.g, r) != 1]
@@ -237,9 +161,10 @@ class _Lowering:
 
     def _input_space(self, name: str) -> bool:
         users = [n for n in self.nodes if name in n.refs]
-        spaces = {n.name in self.row_space and n is not self.red for n in users}
+        spaces = {n.name in self.row_space and n not in self.reds for n in users}
         if len(spaces) > 1:
-            per_row = tuple(n.name for n in users if n.name in self.row_space and n is not self.red)
+            per_row = tuple(n.name for n in users if n.name in self.row_space
+                            and n not in self.reds)
             raise LoweringError(f"`{name}` is read both per element and per row (by "
                                 f"{', '.join(f'`{self.g[n].label}`' for n in per_row)})", per_row)
         return spaces.pop()
@@ -262,24 +187,30 @@ class _Lowering:
     def run(self) -> KernelPlan:
         inputs = tuple(self._input(i, name) for i, name in enumerate(self.c.inputs))
         stmts: list[Stmt] = []
-        reduction = None
+        reductions: list[ReductionStep] = []
+        steps: list[Stmt | ReductionStep] = []
         for node in self.nodes:
             try:
-                if node is self.red:
-                    reduction = self._reduction(node)
+                if node in self.reds:
+                    reductions.append(self._reduction(node))
+                    steps.append(reductions[-1])
                 elif (stmt := self._stmt(node)) is not None:
                     stmts.append(stmt)
+                    steps.append(stmt)
             except LoweringError as e:  # blame the node being lowered
                 raise (e if e.nodes else LoweringError(str(e), (node.name,))) from None
         outputs = tuple(self._output(i, name) for i, name in enumerate(self.c.outputs))
-        stmts = _live(stmts, reduction, outputs)
+        reduction = reductions[0] if reductions else None
+        stmts = _live(stmts, reductions, outputs)
+        live = {s.temp for s in stmts} | {r.temp for r in reductions}
+        several = tuple(s for s in steps if s.temp in live) if len(reductions) > 1 else ()
         tiled = reduction is None and _needs_tiles(self.domain, inputs + outputs)
         return KernelPlan(
             name=kernel_name(self.c.index), cluster_index=self.c.index,
             skeleton="reduction" if self.red is not None else "elementwise",
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
-            tiled=tiled)
+            tiled=tiled, steps=several)
 
     def _input(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
@@ -308,7 +239,7 @@ class _Lowering:
             raise LoweringError(f"`{node.label}` ({node.op}) has no lowering rule for params "
                                 f"{dict(node.params)}")
         deps = tuple(dict.fromkeys(o for o in operands if o in self.per_row))
-        per_row = self.red is not None and all(self.per_row[d] for d in deps)
+        per_row = bool(self.reds) and all(self.per_row[d] for d in deps)
         if expr in deps:  # identity (dropout in eval, clone, same-dtype cast): no new temp
             self.temps[node.name] = expr
             return None
@@ -363,15 +294,19 @@ def _needs_tiles(domain: tuple[int, ...], args: Sequence[TensorArg]) -> bool:
     return any(len(t.access.groups) > 1 and t.access.spans_cols(rank) for t in args)
 
 
-def _live(stmts: list[Stmt], reduction: ReductionStep | None,
+def _live(stmts: list[Stmt], reductions: Sequence[ReductionStep],
           outputs: Sequence[TensorArg]) -> list[Stmt]:
     """Drop statements no output depends on (a cluster never has them; cheap insurance)."""
     need = {o.temp for o in outputs}
-    if reduction is not None and reduction.temp in need:
-        need.update(reduction.deps)
+
+    def through_reductions() -> None:
+        for r in reversed(reductions):
+            if r.temp in need:
+                need.update(r.deps)
+
+    through_reductions()
     for s in reversed(stmts):
         if s.temp in need:
             need.update(s.deps)
-        if reduction is not None and reduction.temp in need:
-            need.update(reduction.deps)
+        through_reductions()
     return [s for s in stmts if s.temp in need]

@@ -53,6 +53,13 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
     member_set = set(members)
     inputs = [nodes[n] for n in cluster.inputs]
     first = min(members, key=order.__getitem__)
+    # A parameter FX fetched where it was first used (after another cluster result's reader)
+    # reads nothing: fetched before the cluster instead, the call can go where the
+    # activations allow.
+    for inp in inputs:
+        if inp.op == "get_attr" and order[inp] > order[first]:
+            first.prepend(inp)
+    order = {n: i for i, n in enumerate(graph.nodes)}
     last_input = max(inputs, key=order.__getitem__, default=None)
     if last_input is None or order[last_input] < order[first]:
         anchor, where = first, "before"

@@ -1,0 +1,116 @@
+"""The kernel plan: the frozen seam between lowering (``lower.py``) and emission.
+
+Holds what ``lower.py`` decides and ``emit.py``/``launcher.py`` write out: each kernel
+input or output (``TensorArg``, with its broadcast ``Access``), one ``Stmt`` per computed
+value, the ``ReductionStep``s, and the ``KernelPlan`` around them. No source text here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..ir.reductions import ACCUMULATE, ReductionRule
+from .layout import Access
+
+# Half-precision values are computed in float32 and rounded once, at the store.
+COMPUTE = ACCUMULATE
+MAX_BLOCK = 4096  # widest row one block holds by default (Tuning.max_block)
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A kernel input (loaded) or output (stored)."""
+
+    value: str  # graph value name
+    role: str  # "in" (loaded) or "out" (stored)
+    index: int  # position among the inputs or the outputs
+    temp: str  # SSA temporary loaded into / stored from
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    access: Access
+    per_row: bool  # one value per row (reduction skeleton only)
+
+    @property
+    def ptr(self) -> str:
+        """The kernel's pointer parameter: in_ptr0, out_ptr0."""
+        return f"{self.role}_ptr{self.index}"
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return COMPUTE.get(self.dtype, self.dtype)
+
+
+@dataclass(frozen=True)
+class Stmt:
+    temp: str
+    expr: str
+    node: str  # graph node name, for the comment
+    op: str
+    deps: tuple[str, ...]  # temporaries read
+    per_row: bool
+    phase: str  # "pre" or "post" (the reduction)
+
+
+@dataclass(frozen=True)
+class ReductionStep:
+    rule: ReductionRule  # the registry's rule: combine, identity, finalize, accumulation
+    temp: str
+    node: str
+    source: str  # temporary reduced over the row
+    weight: str | None  # layer_norm / rms_norm affine operands (temporaries or None)
+    bias: str | None
+    eps: float
+    dtype: torch.dtype  # accumulation dtype of the result
+
+    @property
+    def collapse(self) -> bool:
+        """One value per row (sum, mean, amax, amin), not one per element."""
+        return not self.rule.keeps_row
+
+    @property
+    def deps(self) -> tuple[str, ...]:
+        return tuple(t for t in (self.source, self.weight, self.bias) if t is not None)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    name: str  # "cluster0"
+    cluster_index: int
+    skeleton: str  # "elementwise" | "reduction"
+    domain: tuple[int, ...]  # iteration shape at analysis time
+    inputs: tuple[TensorArg, ...]
+    stmts: tuple[Stmt, ...]
+    reduction: ReductionStep | None  # the first reduction (the only one a looped kernel has)
+    outputs: tuple[TensorArg, ...]
+    int64: bool  # index math needs 64 bits
+    chain: str
+    tiled: bool = False  # elementwise over 2-D tiles (see the module docstring)
+    # Statements and reductions in node order, when the kernel holds several reductions
+    # over the same rows (emitted in one block, one after another); () otherwise.
+    steps: tuple[Stmt | ReductionStep, ...] = ()
+
+    @property
+    def reductions(self) -> tuple[ReductionStep, ...]:
+        if self.steps:
+            return tuple(s for s in self.steps if isinstance(s, ReductionStep))
+        return () if self.reduction is None else (self.reduction,)
+
+    @property
+    def rank(self) -> int:
+        return len(self.domain)
+
+    @property
+    def two_d(self) -> bool:
+        """Indexed by `rows` and `cols` (reductions and tiled elementwise kernels)."""
+        return self.skeleton == "reduction" or self.tiled
+
+    @property
+    def column_strided(self) -> bool:
+        """An input steps through memory along the last axis (a transposed view): it is
+        contiguous along the rows instead, so tiles should be square, not row-shaped."""
+        return any(t.access.groups and t.access.groups[-1].last == self.rank
+                   and not t.access.groups[-1].unit
+                   and any(g.unit for g in t.access.groups[:-1]) for t in self.inputs)
