@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from pytest_fusion.compare import NO_CUDA, Tolerances, compare
+from pytest_fusion.schema import from_data, to_data
 from pytest_fusion.session import dump_yaml
 from pytest_fusion.snapshot import (
     BaselineError,
@@ -15,9 +16,7 @@ from pytest_fusion.snapshot import (
     RejectionRec,
     Snapshot,
     baseline_name,
-    from_data,
     relative_file,
-    to_data,
 )
 
 F = "examples/example_net.py"
