@@ -1,23 +1,56 @@
 #!/usr/bin/env bash
-# The GPU runs recorded in benchmarks/RESULTS.md, in one call of the device tool:
-#   bash benchmarks/h200_session.sh            (from the repository root; results under $OUT)
-# 1. every cluster of the panel cases against eager, Inductor and the same-size copy;
-# 2. the CLI's Measured section for ExampleNet at 16384x1024 (compare with step 1);
-# 3. the GPU-only tests, and the GPT-2 plugin check (its model runs on the GPU through export).
+# The GPU runs recorded in benchmarks/RESULTS.md, from the repository root on a CUDA machine;
+# results and logs under $OUT. One step or several per device call:
+#   bash benchmarks/h200_session.sh suite            the whole test suite with CUDA
+#   bash benchmarks/h200_session.sh clusters zoo     the cluster panel, the CLI check, the zoo
+# Steps:
+#   suite     python -m pytest -q (every test, kernels compiled for the GPU instead of the
+#             interpreter; `cpu`-marked tests skip) and the GPT-2 plugin check
+#   clusters  every cluster of the panel cases against eager, Inductor and the same-size copy,
+#             then the CLI's Measured section for ExampleNet at 16384x1024 (compare the two)
+#   zoo       benchmarks/model_zoo.py: torchvision/timm/transformers models, kernels verified
+#             natively
+#   panel     benchmarks/shapes_panel.py: wide rows, odd sizes, strided reductions
 set -u
 export PYTHONPATH=.
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)"
-timeout "${CLUSTERS_TIMEOUT:-360}" python benchmarks/gpu_clusters.py --out "$OUT/gpu_clusters.json" \
-    > "$OUT/gpu_clusters.log" 2>&1
-echo "gpu_clusters rc=$?"
-sed -n '/^| case/,$p' "$OUT/gpu_clusters.log"
-timeout 120 python -m fusion_core.cli --model examples/example_net.py --input-shape 16384,1024 \
-    --out-dir "$OUT/gen" --vs-inductor > "$OUT/cli_example_net.txt" 2>&1
-echo "cli rc=$?"
-sed -n '/^Measured/,$p' "$OUT/cli_example_net.txt"
-timeout 90 python -m pytest -q -p no:cacheprovider -m gpu tests/ 2>&1 | tail -2
-timeout 90 python -m pytest -q -p no:cacheprovider examples/test_transformers_fusion.py \
-    --fusion-report 2>&1 | grep -v "moved from" | tail -6
+[ $# -gt 0 ] || set -- suite clusters
+for step in "$@"; do
+  case $step in
+    suite)
+      timeout "${SUITE_TIMEOUT:-420}" python -m pytest -q -p no:cacheprovider -n "${JOBS:-12}" \
+          > "$OUT/suite.log" 2>&1
+      echo "suite rc=$?"
+      grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -30
+      tail -1 "$OUT/suite.log"
+      ;;
+    clusters)
+      timeout "${CLUSTERS_TIMEOUT:-330}" python benchmarks/gpu_clusters.py \
+          --cases "${CASES:-all}" --out "$OUT/gpu_clusters.json" > "$OUT/gpu_clusters.log" 2>&1
+      echo "gpu_clusters rc=$?"
+      sed -n '/^| case/,$p' "$OUT/gpu_clusters.log"
+      timeout 120 python -m fusion_core.cli --model examples/example_net.py \
+          --input-shape 16384,1024 --out-dir "$OUT/gen" --vs-inductor \
+          > "$OUT/cli_example_net.txt" 2>&1
+      echo "cli rc=$?"
+      sed -n '/^Measured/,$p' "$OUT/cli_example_net.txt"
+      ;;
+    zoo)
+      timeout "${ZOO_TIMEOUT:-300}" python benchmarks/model_zoo.py --out "$OUT/zoo.md" \
+          > "$OUT/zoo.log" 2>&1
+      echo "zoo rc=$?"
+      cat "$OUT/zoo.md"
+      ;;
+    panel)
+      timeout "${PANEL_TIMEOUT:-330}" python benchmarks/shapes_panel.py \
+          --out "$OUT/shapes_panel.json" > "$OUT/shapes_panel.log" 2>&1
+      echo "shapes_panel rc=$?"
+      sed -n '/^| case/,$p' "$OUT/shapes_panel.log"
+      ;;
+    *) echo "unknown step $step (suite, clusters, zoo, panel)"; exit 2 ;;
+  esac
+done
