@@ -25,6 +25,8 @@ _EXPORTS = {
     "Analysis": ".pipeline", "analyze": ".pipeline",
     "measure": ".validate.measure",
     "write_atomic": ".fileio", "remove_stray_temp_files": ".fileio",
+    "page_data": ".report.html", "analysis_html": ".report.html",
+    "compare_html": ".report.html", "index_html": ".report.html",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -53,4 +55,5 @@ if TYPE_CHECKING:  # for type checkers and editors only
     from .ir.shapes import InputSpec, parse_dtype  # noqa: F401
     from .load import load_model  # noqa: F401
     from .pipeline import Analysis, analyze  # noqa: F401
+    from .report.html import analysis_html, compare_html, index_html, page_data  # noqa: F401
     from .validate.measure import measure  # noqa: F401

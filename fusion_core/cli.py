@@ -17,6 +17,7 @@ from .errors import FusionAdvisorError, InputSpecError
 from .ir.shapes import DTYPES, InputSpec
 from .pipeline import analyze_file
 from .report.console import report_console
+from .report.html import write_html
 from .report.json_report import to_document, write_json
 from .report.progress import for_stderr
 from .sourcemap.apply import ApplyError
@@ -114,6 +115,8 @@ def model_options(command):
 @click.option("--explain-rejections", is_flag=True,
               help="List every candidate that failed a legality check, and why.")
 @click.option("--json", "json_path", metavar="FILE", help="Write machine-readable results.")
+@click.option("--html", "html_path", metavar="FILE",
+              help="Write a self-contained HTML page: the graph, its clusters and kernels.")
 @click.option("--capture", type=click.Choice(["auto", "fx", "export"]), default="auto",
               show_default=True,
               help="Graph capture: FX symbolic tracing, torch.export, or FX then export.")
@@ -127,7 +130,8 @@ def model_options(command):
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         dtypes: tuple[str, ...], out_dir: str | None, force: bool, explain_rejections: bool,
-        json_path: str | None, capture: str, peak_gbps: float | None, vs_inductor: bool,
+        json_path: str | None, html_path: str | None, capture: str, peak_gbps: float | None,
+        vs_inductor: bool,
         apply_edits: bool, assume_yes: bool, debug: bool) -> None:
     """Analyze which ops in a PyTorch model fuse, why, and what fusion saves."""
     use_interpreter_without_cuda()  # before any generated kernel is decorated
@@ -135,6 +139,8 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         specs = _specs(shapes, dtypes)
         if json_path:
             _check_writable(json_path, "--json")
+        if html_path:
+            _check_writable(html_path, "--html")
         if out_dir:
             _check_out_dir(out_dir)
         elif force:
@@ -164,6 +170,9 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         if json_path:
             write_json(json_path, to_document(analysis, run.json_extras()))
             console.print(f"Wrote {json_path}", highlight=False)
+        if html_path:
+            write_html(html_path, analysis, run.json_extras(), run.mappings)
+            console.print(f"Wrote {html_path}", highlight=False)
         if apply_edits:
             run.apply(model_path, assume_yes)
     except FusionAdvisorError as e:

@@ -131,6 +131,7 @@ class FusionAdvisor:
     def __init__(self, item: pytest.Item, plugin: Any) -> None:
         self.item, self.plugin = item, plugin
         self.checked = False
+        self.checked_result: FusionResult | None = None  # what check() compared (HTML page)
         self._marker_result: FusionResult | None = None
         self.last_result: FusionResult | None = None  # named in the report if check() never ran
 
@@ -250,6 +251,7 @@ class FusionAdvisor:
                             f"{', '.join(TOLERANCE_ARGS)}")
         tol = self.tolerances(**tolerances)
         self.checked = True
+        self.checked_result = result
         marker = self.item.get_closest_marker("fusion_check")
         checks = _as_checks(checks or (marker.kwargs.get("checks") if marker else None))
         bad = set(checks) - set(CHECKS)

@@ -121,6 +121,10 @@ class FusionPlugin:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     config.stash[plugin_key] = FusionPlugin(config)
+    if config.stash[plugin_key].report_base is not None:  # --fusion-report=PATH
+        from . import html_report
+
+        html_report.register(config, config.stash[plugin_key])
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "fusion-xdist")
 

@@ -1,0 +1,22 @@
+"""The visual report: a self-contained HTML page with the graph, its clusters and kernels.
+
+``page_data`` collects what a page shows (data.py, laid out by layout.py); ``analysis_html``,
+``compare_html`` and ``index_html`` write the pages (page.py); ``write_html`` is the CLI's
+``--html FILE``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .data import page_data
+from .page import analysis_html, compare_html, index_html, write_page
+
+__all__ = ["analysis_html", "compare_html", "index_html", "page_data", "write_html"]
+
+
+def write_html(path: str | Path, analysis: Any, extra: dict[str, Any] | None = None,
+               mappings: Any = None) -> None:
+    """Write the page for `analysis` and the CLI's later results (`extra`) to `path`."""
+    write_page(path, analysis_html(page_data(analysis, extra, mappings)))
