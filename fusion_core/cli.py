@@ -131,8 +131,7 @@ def model_options(command):
 def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         dtypes: tuple[str, ...], out_dir: str | None, force: bool, explain_rejections: bool,
         json_path: str | None, html_path: str | None, capture: str, peak_gbps: float | None,
-        vs_inductor: bool,
-        apply_edits: bool, assume_yes: bool, debug: bool) -> None:
+        vs_inductor: bool, apply_edits: bool, assume_yes: bool, debug: bool) -> None:
     """Analyze which ops in a PyTorch model fuse, why, and what fusion saves."""
     use_interpreter_without_cuda()  # before any generated kernel is decorated
     try:

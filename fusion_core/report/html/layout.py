@@ -163,13 +163,12 @@ class _Builder:
             ref = order[li - 1] if layers.step > 0 else order[li + 1]
             pos = {v: i for i, v in enumerate(ref)}
             row = order[li]
-
-            def key(item: tuple[int, str]) -> float:
-                i, v = item
+            scale = len(ref) / max(len(row), 1)  # a node with no neighbour keeps its place
+            keys = {}
+            for i, v in enumerate(row):
                 ps = [pos[p] for p in nbrs.get(v, ()) if p in pos]
-                return sum(ps) / len(ps) if ps else i * len(ref) / max(len(row), 1)
-
-            order[li] = [v for _, v in sorted(enumerate(row), key=key)]
+                keys[v] = sum(ps) / len(ps) if ps else i * scale
+            order[li] = sorted(row, key=keys.__getitem__)
 
     def _positions(self, order: list[list[str]], chains) -> dict[str, float]:
         width = dict(self.width)
