@@ -127,8 +127,8 @@ class FusionGraph {
       });
       const [lo] = r.get(first), h = hue(id), cls = ov.cls(id);
       out.push(`<g class="cluster ${cls}" data-cluster="${id}" style="--h:${h}">`
-        + rects.map(a => `<rect class="edge-of" ${a} rx="5"/>`).join("")
-        + rects.map(a => `<rect class="fill" ${a} rx="5"/>`).join("")
+        + rects.map(a => `<rect class="edge-of" ${a}/>`).join("")
+        + rects.map(a => `<rect class="fill" ${a}/>`).join("")
         + `<text class="cluster-label" x="${lo + 2}" y="${this.y(first) - NODE_H / 2 - PAD - 3}">${esc(ov.label(id))}</text></g>`);
     }
     return out.join("");

@@ -59,7 +59,7 @@ function baselinePanel(k) {
 function addPane(title, overlay, baseline) {
   const wrap = document.createElement("section");
   wrap.className = "pane";
-  wrap.innerHTML = `<div class="toolbar"><b>${esc(title)}</b> <button data-z="in">+</button><button data-z="out">−</button><button data-z="fit">fit</button><button data-z="collapse">collapse blocks</button><button data-z="expand">expand blocks</button></div><div class="graph"></div>`;
+  wrap.innerHTML = `<div class="toolbar"><b>${esc(title)}</b> <button data-z="in">+</button><button data-z="out">−</button><button data-z="fit">fit</button>${PAGE.graph.groups.length ? '<button data-z="collapse">collapse blocks</button><button data-z="expand">expand blocks</button>' : ""}</div><div class="graph"></div>`;
   document.getElementById("panes").appendChild(wrap);
   const pane = {baseline};
   pane.graph = new FusionGraph(wrap.querySelector(".graph"), PAGE.graph, overlay,
