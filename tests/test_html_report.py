@@ -78,6 +78,19 @@ def test_block_keys_and_repeated_runs():
     assert dict(bands.groups[0].counterpart) == {"a1": "a0", "b1": "b0"}
 
 
+def test_without_module_paths_blocks_come_from_a_repeated_op_sequence():
+    from fusion_core.report.html.blocks import repeated_run
+
+    layer = ["layer_norm", "Linear", "gelu", "Linear", "add"]
+    ops = ["input", "Embedding"] + layer * 3 + ["layer_norm", "output"]
+    assert repeated_run(ops) == (2, 5, 3)
+    nodes = [f"n{i}" for i in range(len(ops))]
+    bands = find_bands(nodes, {}, dict(zip(nodes, ops, strict=True)))
+    assert [b.label for b in bands.bands] == ["", "repeat.0", "repeat.1", "repeat.2", ""]
+    assert bands.groups[0].label == "repeat.0–2"
+    assert repeated_run(["a", "b", "c", "d", "e", "f"]) is None
+
+
 def test_page_data_for_microgpt_draws_its_blocks_clusters_and_kernels(microgpt):
     page = page_data(microgpt)
     g = page["graph"]

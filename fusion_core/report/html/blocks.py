@@ -4,8 +4,8 @@ Reads the drawn nodes in topological order with each one's module path (``blocks
 ``transformer.h.11.mlp``, from FX's or export's ``nn_module_stack``); writes one band per
 block instance and per stretch of graph between blocks, and the groups of consecutive
 instances of one container (``h.0`` … ``h.11``) whose op sequences are identical, which the
-page can collapse into their first instance marked ×N. Without module paths there are no
-blocks and the whole graph is one band.
+page can collapse into their first instance marked ×N. Without module paths, the longest
+stretch of the graph that repeats one op sequence (four ops or more) gives the blocks.
 """
 
 from __future__ import annotations
@@ -48,9 +48,43 @@ def block_key(module_path: str) -> tuple[str, int] | None:
     return (m["prefix"], int(m["index"])) if m else None
 
 
+MIN_PERIOD = 4  # ops; shorter repeats (view → transpose pairs) are not blocks
+
+
+def repeated_run(ops: Sequence[str]) -> tuple[int, int, int] | None:
+    """(start, period, count) of the longest stretch made of one op sequence repeated, or
+    None. Among runs covering as many ops, the shortest period wins (12 layers, not 6
+    pairs of layers)."""
+    best: tuple[int, int, int] | None = None
+    n = len(ops)
+    for period in range(MIN_PERIOD, n // 2 + 1):
+        i = 0
+        while i + period < n:
+            j = i
+            while j + period < n and ops[j] == ops[j + period]:
+                j += 1
+            count = (j - i) // period + 1
+            if count >= 2 and (best is None or count * period > best[1] * best[2]):
+                best = (i, period, count)
+            i = j + 1
+    return best
+
+
+def _sequence_keys(nodes: Sequence[str], ops: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """Without module paths: blocks from the longest repeated op sequence."""
+    run = repeated_run([ops[n] for n in nodes])
+    if run is None:
+        return {}
+    start, period, count = run
+    return {nodes[start + k * period + i]: ("repeat", k)
+            for k in range(count) for i in range(period)}
+
+
 def find_bands(nodes: Sequence[str], paths: dict[str, str], ops: dict[str, str]) -> Bands:
     """Bands in execution order; `paths`: node -> outermost module path ('' when none)."""
     keys = {n: block_key(paths.get(n, "")) for n in nodes}
+    if not any(keys.values()):
+        keys.update(_sequence_keys(nodes, ops))
     members: list[list[str]] = []
     labels: list[tuple[str, int] | None] = []
     band_of_key: dict[tuple[str, int], int] = {}
