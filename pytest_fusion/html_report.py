@@ -111,15 +111,17 @@ class HtmlReport:
         rec = self.plugin.session.records.get(item.nodeid)
         if result is None or rec is None:
             return
-        self.pages[item.nodeid] = self._page(item.nodeid, result, rec)
+        page = self._page(item.nodeid, result, rec)
+        if self.plugin.is_worker:  # shipped with the worker's output, whatever the hook order
+            item.config.workeroutput.setdefault(PAGES_KEY, {})[item.nodeid] = page
+        else:
+            self.pages[item.nodeid] = page
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionfinish(self, session: pytest.Session):
         # After the plugin's own session end: the records are final, the md/json written.
         result = yield
-        if self.plugin.is_worker:
-            session.config.workeroutput[PAGES_KEY] = self.pages
-        else:
+        if not self.plugin.is_worker:
             self.write()
         return result
 

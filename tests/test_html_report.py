@@ -181,3 +181,37 @@ def test_baseline_clusters_are_kept_split_merged_or_lost():
     base_status, cur_status = cluster_status(base, cur)
     assert base_status == ["split", "merged", "lost", "kept"]
     assert cur_status == {0: "split", 1: "split", 2: "kept", 3: "kept", 4: "new"}
+
+
+def test_cli_refuses_an_html_path_it_cannot_write(tmp_path):
+    from click.testing import CliRunner
+
+    from fusion_core.cli import cli
+
+    target = tmp_path / "missing" / "page.html"
+    result = CliRunner().invoke(cli, ["--model", str(ROOT / "examples" / "example_net.py"),
+                                      "--input-shape", "4,8", "--html", str(target)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"error: cannot write --html {target}: its folder does not exist or is not writable "
+        "(choose another path)"]
+
+
+@pytest.mark.slow
+def test_plugin_pages_under_xdist_next_to_a_report_path(tmp_path):
+    """Workers build the pages, the controller writes them: PATH.html and PATH-tests/."""
+    pytest.importorskip("xdist")
+    from fusion_plugin_helpers import PLUGIN_ARGS
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PLUGIN_ARGS, "-n", "2",
+         "examples/test_examples_fusion.py", f"--fusion-report={tmp_path}/out/report"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:]
+    index = (tmp_path / "out" / "report.html").read_text()
+    pages = sorted((tmp_path / "out" / "report-tests").glob("*.html"))
+    assert len(pages) == 2
+    for page in pages:
+        assert f'href="report-tests/{page.name}"' in index
+        assert '"kind":"analysis"' in page.read_text()
+    assert f"wrote {tmp_path}/out/report.html" in done.stdout
