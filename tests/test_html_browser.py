@@ -184,3 +184,47 @@ def test_regressed_test_page_shows_baseline_and_current_side_by_side(browser,
     click(browser, ".pane g.cluster.split")
     assert "split" in browser.find_element("id", "tab-details").text
     assert_clean(browser)
+
+
+@pytest.fixture(scope="module")
+def rejection_page(tmp_path_factory) -> Path:
+    """A model with a rejected candidate, and an Inductor section (as --vs-inductor writes it,
+    made up here: compiling would take a minute) holding a kernel we did not propose."""
+    import torch
+
+    from fusion_core.report.html import analysis_html, page_data
+
+    proj = tmp_path_factory.mktemp("rejection")
+    (proj / "inplace_model.py").write_text(model_source("inplace"))
+    sys.path.insert(0, str(proj))
+    try:
+        import inplace_model
+    finally:
+        sys.path.remove(str(proj))
+    torch.manual_seed(0)
+    import fusion_core
+
+    analysis = fusion_core.analyze(inplace_model.Net(), (4, 8))
+    assert [r.check for r in analysis.rejections] == ["aliasing"]
+    inductor = {"kernels": [{"name": "cpp_fused_add_mul_relu_0", "status": "missed",
+                             "clusters": [], "ops": ["mul", "relu", "add"],
+                             "lines": [10, 11, 12]}], "cluster_verdicts": []}
+    page = proj / "page.html"
+    page.write_text(analysis_html(page_data(analysis, {"inductor": inductor})))
+    return page
+
+
+def test_rejected_candidate_is_marked_and_explained(browser, rejection_page):
+    load(browser, rejection_page)
+    badge = click(browser, ".badge")
+    assert badge.text == "✗ aliasing"
+    details = browser.find_element("id", "tab-details").text
+    assert "aliasing" in details and "mutates its input in place" in details
+    assert browser.find_elements("css selector", "g.node.rejected.selected")
+    click(browser, '.tab[data-tab="rejections"]')
+    assert "mutates its input in place" in browser.find_element("id", "tab-rejections").text
+    click(browser, '.tab[data-tab="inductor"]')
+    inductor = browser.find_element("id", "tab-inductor").text
+    assert "cpp_fused_add_mul_relu_0" in inductor
+    assert "we rejected a candidate on these lines: aliasing" in inductor
+    assert_clean(browser)
