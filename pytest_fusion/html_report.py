@@ -129,7 +129,7 @@ class HtmlReport:
         """(index file, folder of the test pages)."""
         p = self.plugin
         where = Path(p.config.invocation_params.dir, p.report_path)
-        if where.is_dir() or p.report_path.endswith(("/", "\\")):
+        if where.is_dir():
             return where / "index.html", where / "tests"
         if where.suffix in (".md", ".json", ".html"):
             where = where.with_suffix("")
