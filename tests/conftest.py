@@ -1,8 +1,14 @@
 """Shared fixtures for the unit tests (interpreter setup and gpu rule: ../conftest.py)."""
 
 import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +46,20 @@ def proj(pytester, monkeypatch):
     from fusion_plugin_helpers import make_proj
 
     return make_proj(pytester, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def example_report(tmp_path_factory) -> tuple[Path, str]:
+    """`pytest -n 2 examples/test_examples_fusion.py --fusion-report=DIR` (DIR, its output):
+    the HTML report's tests read its index and pages, with and without a browser."""
+    pytest.importorskip("xdist")
+    from fusion_plugin_helpers import PLUGIN_ARGS
+
+    out = tmp_path_factory.mktemp("examples-report")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PLUGIN_ARGS, "-n", "2",
+         "examples/test_examples_fusion.py", f"--fusion-report={out}"], cwd=ROOT,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True,
+        timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:]
+    return out, done.stdout

@@ -127,17 +127,8 @@ def test_rejections_and_inductor_tabs(browser, cli_page):
     assert_clean(browser)
 
 
-@pytest.fixture(scope="module")
-def example_report(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("examples-report")
-    done = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", *PLUGIN_ARGS,
-                "examples/test_examples_fusion.py", f"--fusion-report={out}"], ROOT)
-    assert done.returncode == 0, done.stdout[-2000:]
-    return out
-
-
 def test_plugin_index_links_a_page_per_example_test(browser, example_report):
-    load(browser, example_report / "index.html")
+    load(browser, example_report[0] / "index.html")
     rows = browser.find_elements("css selector", ".index tr")[1:]
     assert len(rows) == 2
     assert [r.find_elements("css selector", "td")[4].text for r in rows] == ["pass", "pass"]

@@ -197,21 +197,27 @@ def test_cli_refuses_an_html_path_it_cannot_write(tmp_path):
         "(choose another path)"]
 
 
-@pytest.mark.slow
-def test_plugin_pages_under_xdist_next_to_a_report_path(tmp_path):
-    """Workers build the pages, the controller writes them: PATH.html and PATH-tests/."""
-    pytest.importorskip("xdist")
-    from fusion_plugin_helpers import PLUGIN_ARGS
-
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PLUGIN_ARGS, "-n", "2",
-         "examples/test_examples_fusion.py", f"--fusion-report={tmp_path}/out/report"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:]
-    index = (tmp_path / "out" / "report.html").read_text()
-    pages = sorted((tmp_path / "out" / "report-tests").glob("*.html"))
+def test_plugin_pages_under_xdist(example_report):
+    """Workers build the pages, the controller writes them: DIR/index.html and DIR/tests/."""
+    out, stdout = example_report
+    index = (out / "index.html").read_text()
+    pages = sorted((out / "tests").glob("*.html"))
     assert len(pages) == 2
     for page in pages:
-        assert f'href="report-tests/{page.name}"' in index
+        assert f'href="tests/{page.name}"' in index
         assert '"kind":"analysis"' in page.read_text()
-    assert f"wrote {tmp_path}/out/report.html" in done.stdout
+    assert f"wrote {out}/index.html" in stdout
+
+
+@pytest.mark.parametrize("given, index, pages", [
+    ("out", "out.html", "out-tests"), ("out.md", "out.html", "out-tests"),
+    ("folder", "folder/index.html", "folder/tests")])
+def test_report_path_names_the_index_and_the_pages_folder(tmp_path, given, index, pages):
+    from types import SimpleNamespace
+
+    from pytest_fusion.html_report import HtmlReport
+
+    (tmp_path / "folder").mkdir()
+    config = SimpleNamespace(invocation_params=SimpleNamespace(dir=tmp_path))
+    report = HtmlReport(SimpleNamespace(config=config, report_path=given))
+    assert report.targets() == (tmp_path / index, tmp_path / pages)
