@@ -20,6 +20,9 @@ from .compare import fmt_bytes
 from .snapshot import BaselineError, Snapshot, baseline_name
 
 PAGES_KEY = "fusion_html"
+# How the comparison pairs clusters, stage by stage (compare.py); baselines of schema 1
+# record no identity, so their clusters pair by the later keys.
+PAIRING = (lambda c: c.ident, lambda c: (c.ops, c.lines), lambda c: c.ops)
 
 
 def _pairs(rec: Any) -> set[tuple[str, str]]:
@@ -29,23 +32,23 @@ def _pairs(rec: Any) -> set[tuple[str, str]]:
 def cluster_status(base: Snapshot, cur: Snapshot) -> tuple[list[str], dict[int, str]]:
     """Per baseline cluster kept/merged/split/lost; per current cluster index kept/split/new.
 
-    Clusters pair by ops and lines, then by ops alone (as the comparison does); an unpaired
-    baseline cluster whose (node, op) pairs now sit in one larger cluster merged, in several
-    or in a smaller one split, in none was lost.
+    Clusters pair as the comparison pairs them: by identity (ops, module, function,
+    ordinal), then by ops and lines, then by ops alone, each stage over what the earlier
+    ones left. An unpaired baseline cluster whose (node, op) pairs now sit in one larger
+    cluster merged, in several or in a smaller one split, in none was lost.
     """
     rest = list(range(len(cur.clusters)))
-    base_status: list[str] = []
-    unpaired = []
-    for bi, b in enumerate(base.clusters):
-        hit = next((i for i in rest if (cur.clusters[i].ops, cur.clusters[i].lines)
-                    == (b.ops, b.lines)), None)
-        if hit is None:
-            hit = next((i for i in rest if cur.clusters[i].ops == b.ops), None)
-        base_status.append("kept" if hit is not None else "")
-        if hit is None:
-            unpaired.append(bi)
-        else:
-            rest.remove(hit)
+    paired: set[int] = set()
+    for key in PAIRING:
+        for bi, b in enumerate(base.clusters):
+            if bi in paired:
+                continue
+            hit = next((i for i in rest if key(cur.clusters[i]) == key(b)), None)
+            if hit is not None:
+                paired.add(bi)
+                rest.remove(hit)
+    base_status = ["kept" if bi in paired else "" for bi in range(len(base.clusters))]
+    unpaired = [bi for bi in range(len(base.clusters)) if bi not in paired]
     cur_status = {i: "kept" for i in range(len(cur.clusters)) if i not in rest}
     for bi in unpaired:
         mine = _pairs(base.clusters[bi])
