@@ -4,13 +4,15 @@ Reads, after each checked test, its analysis (``FusionAdvisor.checked_result``),
 record and, for a regressed test, its baseline file; builds the test's page there (in the
 worker under xdist, where the analysis lives) and keeps the HTML text. The controller
 collects the pages (``workeroutput["fusion_html"]``) and writes ``DIR/index.html`` and
-``DIR/tests/<test>.html`` when PATH is a folder, else ``PATH.html`` and ``PATH-tests/``.
+``DIR/tests/<test>.html`` when PATH is a folder (as the md/json files decide), else
+``PATH.html`` and ``PATH-tests/``.
 A regressed test's page puts the baseline's clusters and the current ones side by side
 on the current graph, with lost, split and new clusters marked.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +133,9 @@ class HtmlReport:
     def targets(self) -> tuple[Path, Path]:
         """(index file, folder of the test pages)."""
         p = self.plugin
-        where = Path(p.config.invocation_params.dir, p.report_path)
-        if where.is_dir():
+        given = p.config.getoption("fusion_report")
+        where = Path(p.config.invocation_params.dir, given)
+        if given.endswith(("/", os.sep)) or where.is_dir():  # as for the md/json files
             return where / "index.html", where / "tests"
         if where.suffix in (".md", ".json", ".html"):
             where = where.with_suffix("")
@@ -176,9 +179,7 @@ class _XdistPages:
 
 
 def register(config: pytest.Config, plugin: Any) -> None:
-    """Register the HTML report when `--fusion-report` was given a path."""
-    if not plugin.report_path:
-        return
+    """Register the HTML report (`--fusion-report` was given a path)."""
     report = HtmlReport(plugin)
     config.pluginmanager.register(report, "fusion-html-report")
     if config.pluginmanager.hasplugin("xdist"):

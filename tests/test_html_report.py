@@ -211,13 +211,15 @@ def test_plugin_pages_under_xdist(example_report):
 
 @pytest.mark.parametrize("given, index, pages", [
     ("out", "out.html", "out-tests"), ("out.md", "out.html", "out-tests"),
-    ("folder", "folder/index.html", "folder/tests")])
+    ("folder", "folder/index.html", "folder/tests"),
+    ("new/", "new/index.html", "new/tests")])
 def test_report_path_names_the_index_and_the_pages_folder(tmp_path, given, index, pages):
     from types import SimpleNamespace
 
     from pytest_fusion.html_report import HtmlReport
 
     (tmp_path / "folder").mkdir()
-    config = SimpleNamespace(invocation_params=SimpleNamespace(dir=tmp_path))
-    report = HtmlReport(SimpleNamespace(config=config, report_path=given))
+    config = SimpleNamespace(invocation_params=SimpleNamespace(dir=tmp_path),
+                             getoption={"fusion_report": given}.get)
+    report = HtmlReport(SimpleNamespace(config=config))
     assert report.targets() == (tmp_path / index, tmp_path / pages)
