@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -269,6 +270,9 @@ def main() -> None:
     ap.add_argument("--out", default="gpu_clusters.json")
     ap.add_argument("--cases", default="all", help="comma-separated case labels, or all")
     args = ap.parse_args()
+    # Each variant is one fixed tuning: its launcher uses its own constants (the heuristic's
+    # pick) instead of timing the candidates per shape (benchmarks/shapes_panel.py does that).
+    os.environ.setdefault("FUSION_ADVISOR_AUTOTUNE", "0")
     env = environment()
     big = 2**30
     torch._inductor.config.compile_threads = 1  # no worker processes competing for the host

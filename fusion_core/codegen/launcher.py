@@ -4,14 +4,17 @@ Reads a ``KernelPlan``, the tuning choices and the kernel's scalar parameters
 (from ``emit.kernel``); writes the text around the kernel. ``_plan(*inputs)``
 works out the iteration shape from the arguments, checks each tensor still
 broadcasts the way the kernel indexes it (or must be copied into the analysed
-layout, if only its strides differ), and picks the output shapes, block, rows per program, grid
-and scalar kernel arguments. All of that depends only on the inputs' shapes and
-strides, so ``clusterN(*inputs)`` caches it in ``LAUNCH_CACHE``, keyed by every
-input's (shape, stride, dtype, device): a repeated call builds the key, looks it
-up, copies what the plan says, allocates contiguous outputs and launches (the
-Python work used to dominate small kernels' host time). A failed check raises
-and caches nothing; the cache is emptied when full. ``ClusterNFunction`` wraps
-the launcher for autograd with a ``backward`` that refuses: inference only.
+layout, if only its strides differ), and picks the output shapes, the scalar kernel
+arguments and the configurations (block, rows per program, warps) its shape bucket may
+launch with (``tuning.py``; ``_launch`` computes the grid from the one chosen). All of
+that depends only on the inputs' shapes and strides, so ``clusterN(*inputs)`` caches it
+in ``LAUNCH_CACHE``, keyed by every input's (shape, stride, dtype, device): a repeated
+call builds the key, looks it up, copies what the plan says, allocates contiguous
+outputs and launches with its bucket's configuration, chosen on the bucket's first call
+and kept in ``CHOSEN`` (the Python work used to dominate small kernels' host time). A
+failed check raises and caches nothing; the cache is emptied when full.
+``ClusterNFunction`` wraps the launcher for autograd with a ``backward`` that refuses:
+inference only.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from . import runtime
+from . import tuning as autotune
 from .lower import MAX_BLOCK, KernelPlan, TensorArg
 from .writer import CodeWriter, KernelParams
 
@@ -37,14 +41,47 @@ class Tuning:
     max_rows: int = 16
 
 
+# What each kernel kind's launcher times per shape bucket (tuning.py's `_config` says what the
+# numbers mean): few enough to time in well under a second on the first call in a bucket.
+CANDIDATES = {
+    "flat": ((1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16)),
+    "tiled": ((2048, 32, 4), (1024, 64, 4), (4096, 64, 4), (4096, 64, 8), (2048, 64, 8)),
+    "tiled-wide": ((2048, 2048, 4), (4096, 4096, 8), (2048, 2048, 8), (1024, 1024, 4)),
+    "single": ((1024, 2), (2048, 4), (4096, 8), (8192, 8), (2048, 8), (4096, 16)),
+    "looped": ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)),
+}
+_CANDIDATE_FIELDS = {
+    "flat": "(BLOCK, NUM_WARPS)",
+    "tiled": "(elements per tile, widest column block, warps)",
+    "single": "(elements per program, warps); rows are packed only up to PACK_WIDTH wide",
+    "looped": "(column block of the row loop, warps)",
+}
+
+
+def kind(plan: KernelPlan, looped: bool) -> str:
+    """The kernel's launch kind: which configurations it takes."""
+    if plan.tiled:
+        return "tiled"
+    if plan.skeleton == "elementwise":
+        return "flat"
+    return "looped" if looped else "single"
+
+
+def _candidates(plan: KernelPlan, looped: bool) -> tuple[tuple[int, ...], ...]:
+    k = kind(plan, looped)
+    return CANDIDATES["tiled-wide" if k == "tiled" and not plan.column_strided else k]
+
+
 # Names a generated file defines at module level or the launcher uses as locals: an input
 # named like one of them gets a prefix. The runtime's part comes from the runtime module.
 _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block", "rows",
              "num_warps", "n_rows", "n_cols", "n_elements", "key", "plan", "copies",
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
+             "config", "configs", "tune_key", "bucket", "_launch", "os",
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS,
-             *(fn.__name__ for fn in runtime.HELPERS)}
+             *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS),
+             *(fn.__name__ for pair in autotune.KINDS.values() for fn in pair)}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 
 
@@ -89,7 +126,7 @@ def header(plan: KernelPlan, model: str, category: str, where: str | None) -> li
             f"Outputs: {desc(plan.outputs)}.",
             f"Iteration shape at analysis time: {plan.domain}.",
             f"Call `{plan.name}(*inputs)`; `{_class(plan)}.apply` is the autograd wrapper "
-            "(inference only).", '"""', "", "import torch", "import triton",
+            "(inference only).", '"""', "", "import os", "", "import torch", "import triton",
             "import triton.language as tl", ""]
 
 
@@ -121,6 +158,7 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
         lines += [f"PACK_WIDTH = {tuning.pack_width}  # rows this narrow share a program...",
                   f"PACK_ELEMENTS = {tuning.pack_elements}  # ...up to this many elements",
                   f"MAX_ROWS = {tuning.max_rows}", f"NUM_WARPS = {tuning.num_warps}"]
+    lines += _tuning_lines(plan, looped)
     lines += ["", "# How each tensor is indexed over the iteration shape: groups of dims",
               "# (first, end, unit stride) it spans; other dims are broadcast.",
               f"RANK = {plan.rank}",
@@ -131,6 +169,25 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
               "IN_ORDERS = (" + "".join(f"{_order(t)}, " for t in plan.inputs).rstrip() + ")",
               f"INT64_INDEX = {plan.int64}", ""]
     return lines
+
+
+def _tuning_lines(plan: KernelPlan, looped: bool) -> list[str]:
+    """The per-shape tuning constants the tuning helpers read."""
+    k = kind(plan, looped)
+    out = CodeWriter()
+    out.lines(["", "# Per-shape tuning: the first call in a new shape bucket (row width rounded up",
+               "# to a power of two; row count rounded up to a power of ROW_CLASSES, at most",
+               "# ROW_CLASS_CAP) times these candidates and the constants above on CUDA, and",
+               "# keeps the fastest in CHOSEN. Without timing (CPU, the Triton interpreter, or",
+               "# FUSION_ADVISOR_AUTOTUNE=0) the constants above, fitted to the bucket, are used.",
+               f'KIND = "{k}"', f"CANDIDATES = (  # {_CANDIDATE_FIELDS[k]}"])
+    with out.indented():
+        out.lines(f"{c}," for c in _candidates(plan, looped))
+    out.lines([")", f"ROW_CLASSES = {autotune.ROW_CLASSES}",
+               f"ROW_CLASS_CAP = {autotune.ROW_CLASS_CAP}",
+               f"TUNE_WARMUP_MS = {autotune.TUNE_WARMUP_MS}  # per candidate, once per bucket",
+               f"TUNE_REP_MS = {autotune.TUNE_REP_MS}"])
+    return out.result()
 
 
 def _order(t: TensorArg) -> tuple[int, ...]:
@@ -166,8 +223,9 @@ def _plan_fn(plan: KernelPlan, params: KernelParams, looped: bool, names: list[s
 
 def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list[str],
                shapes: list[str], out: CodeWriter) -> None:
-    out.lines(['"""Copies, output shapes, grid and kernel arguments for these inputs\' layout;',
-               'raises if the kernel cannot run them. The launcher caches the result."""',
+    out.lines(['"""Copies, output shapes, kernel arguments, tuning key (shape bucket, dtypes,',
+               'device) and candidate configurations for these inputs\' layout; raises if the',
+               'kernel cannot run them. The launcher caches the result."""',
                f"shape, lead = _iteration_shape({', '.join(shapes)})"])
     for i, (a, t) in enumerate(zip(names, plan.inputs, strict=True)):
         row = ", row_space=True" if t.access.row_space else ""
@@ -193,25 +251,26 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
     pow2 = _pow2_constants(plan, looped)
     out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
                "span = _spans(shape)"])
-    choices = _choices(plan)
-    empty = ", ".join(["copies", "out_shapes", "None", "()"] + ["0"] * len(choices))
+    empty = "copies, out_shapes, (), None, ()"
     if not plan.two_d:
         sizes = ["span[0]"]
         out.line("if span[0] == 0:")
         with out.indented():
             out.line(f"return {empty}")
-        out.lines(["block, num_warps = BLOCK, NUM_WARPS",
-                   "grid = (triton.cdiv(span[0], block),)"])
+        out.line("bucket = _bucket(1, span[0])")
     else:
         sizes = ["n_rows", "n_cols"]
-        _rows_choices(plan, params, looped, empty, out)
+        _rows_checks(plan, params, looped, empty, out)
+        out.line("bucket = _bucket(n_rows, n_cols)")
     _call("args = (", sizes + params.launch, out)
-    out.line(f"return copies, out_shapes, grid, args, {', '.join(choices)}")
+    dtypes = "".join(f"{a}.dtype, " for a in names).rstrip()
+    out.lines([f"tune_key = (bucket, ({dtypes}), {names[0]}.device)",
+               "return copies, out_shapes, args, tune_key, _configs(bucket)"])
 
 
-def _rows_choices(plan: KernelPlan, params: KernelParams, looped: bool, empty: str,
-                  out: CodeWriter) -> None:
-    """Block, rows per program, warps and grid of a kernel indexed by rows and columns."""
+def _rows_checks(plan: KernelPlan, params: KernelParams, looped: bool, empty: str,
+                 out: CodeWriter) -> None:
+    """Row count and checks of a kernel indexed by rows and columns."""
     out.lines(["n_cols = shape[-1] if shape else 1", "if span[0] == 0:"])
     with out.indented():
         if plan.skeleton == "reduction":
@@ -224,25 +283,11 @@ def _rows_choices(plan: KernelPlan, params: KernelParams, looped: bool, empty: s
     out.line("n_rows = span[0] // n_cols")
     if params.uses_span("rspan"):
         out.line("rspan = [s // n_cols for s in span]")
-    if plan.tiled:
-        out.lines(["block = min(TILE_COLS, triton.next_power_of_2(n_cols))",
-                   "# the grid's second axis holds at most 65535 column blocks",
-                   "block = max(block, triton.next_power_of_2(triton.cdiv(n_cols, 65535)))",
-                   "rows = max(1, min(BLOCK // block, triton.next_power_of_2(n_rows)))",
-                   "num_warps = NUM_WARPS",
-                   "grid = (triton.cdiv(n_rows, rows), triton.cdiv(n_cols, block))"])
-        return
-    if looped:
-        out.line("block = min(LOOP_BLOCK, triton.next_power_of_2(n_cols))")
-    else:
-        out.lines(["block = triton.next_power_of_2(n_cols)", "if block > MAX_BLOCK:"])
+    if not plan.tiled and not looped:
+        out.line("if triton.next_power_of_2(n_cols) > MAX_BLOCK:")
         with out.indented():
             out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns exceed "',
                        '                 "MAX_BLOCK; regenerate with the column loop")'])
-    out.lines(["rows = max(1, min(MAX_ROWS, PACK_ELEMENTS // block)) if block <= PACK_WIDTH "
-               "else 1",
-               "num_warps = max(NUM_WARPS, min(16, block * rows // 512))",
-               "grid = (triton.cdiv(n_rows, rows),)"])
 
 
 def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
@@ -254,15 +299,27 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
     return (["LOOP_BLOCK"] if looped else []) + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
-def _choices(plan: KernelPlan) -> list[str]:
-    """The launch choices `_plan` returns last, in order."""
-    return ["block", "rows", "num_warps"] if plan.two_d else ["block", "num_warps"]
-
-
 def _consts(plan: KernelPlan) -> list[str]:
-    """The kernel's constexpr and launch keywords, from the choices."""
+    """The kernel's constexpr and launch keywords, from the configuration."""
     rows = ["ROWS_PER_PROGRAM=rows"] if plan.two_d else []
     return ["BLOCK_SIZE=block", *rows, "num_warps=num_warps"]
+
+
+def _grid(plan: KernelPlan) -> str:
+    """The launch grid from the configuration and the size arguments `args` starts with."""
+    if plan.tiled:
+        return "(triton.cdiv(args[0], rows), triton.cdiv(args[1], block))"
+    return "(triton.cdiv(args[0], rows),)" if plan.two_d else "(triton.cdiv(args[0], block),)"
+
+
+def _launch_fn(plan: KernelPlan, names: list[str], out: CodeWriter) -> None:
+    """`_launch(config, args, *tensors)`: one launch of the kernel under a configuration."""
+    tensors = names + [f"out{i}" for i in range(len(plan.outputs))]
+    out.line(f"def _launch(config, args, {', '.join(tensors)}):")
+    with out.indented():
+        out.lines(['"""One launch under `config` = (block, rows, num_warps)."""',
+                   "block, rows, num_warps = config"])
+        _call(f"{plan.name}_kernel[{_grid(plan)}](", tensors + ["*args"] + _consts(plan), out)
 
 
 def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
@@ -271,7 +328,6 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     outs = ", ".join(t.value for t in plan.outputs)
     result = "out0" if len(plan.outputs) == 1 else "(" + ", ".join(
         f"out{i}" for i in range(len(plan.outputs))) + ")"
-    choices, consts = _choices(plan), _consts(plan)
     inputs = ", ".join(names)
     out = CodeWriter()
     out.lines([f"NAME = {n!r}",
@@ -280,8 +336,13 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                "# LAUNCH_CACHE_SIZE plans (dynamic shapes); clear it after editing the tuning",
                "# constants in a running process.",
                "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
-               "", "", *runtime.source().splitlines(), "", ""])
+               "# The configuration chosen per (shape bucket, input dtypes, device).",
+               "CHOSEN = {}",
+               "", "", *runtime.source().splitlines(), "", "",
+               *autotune.source(kind(plan, looped)).splitlines(), "", ""])
     _plan_fn(plan, params, looped, names, out)
+    out.lines(["", ""])
+    _launch_fn(plan, names, out)
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
@@ -291,7 +352,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
         with out.indented():
             out.lines([f"plan = _plan({inputs})", "if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
                        "    LAUNCH_CACHE.clear()", "LAUNCH_CACHE[key] = plan"])
-        out.lines([f"copies, out_shapes, grid, args, {', '.join(choices)} = plan",
+        out.lines(["copies, out_shapes, args, tune_key, configs = plan",
                    "if copies:  # inputs whose strides the kernel cannot index: copied"])
         with out.indented():
             for i, a in enumerate(names):
@@ -299,10 +360,14 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
         device = names[0] + ".device"
         out.lines(f"out{i} = torch.empty(out_shapes[{i}], dtype={_dtype(t)}, device={device})"
                   for i, t in enumerate(plan.outputs))
-        out.lines(["if grid is None:  # no elements", f"    return {result}"])
-        call = names + [f"out{i}" for i in range(len(plan.outputs))] + ["*args"] + consts
-        _call(f"{n}_kernel[grid](", call, out)
-        out.line(f"return {result}")
+        out.lines(["if not configs:  # no elements", f"    return {result}"])
+        tensors = ", ".join(names + [f"out{i}" for i in range(len(plan.outputs))])
+        out.lines(["config = CHOSEN.get(tune_key)",
+                   "if config is None:  # a new shape bucket: choose its configuration once",
+                   "    config = _choose(tune_key, configs,",
+                   f"                     lambda c: _launch(c, args, {tensors}),",
+                   f"                     {names[0]}.device)",
+                   f"_launch(config, args, {tensors})", f"return {result}"])
     out.lines(["", "", f"class {_class(plan)}(torch.autograd.Function):"])
     with out.indented():
         out.lines([f'"""`{n}` in autograd graphs: forward runs the kernel, backward refuses."""',

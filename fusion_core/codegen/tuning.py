@@ -1,0 +1,168 @@
+"""Per-shape launch tuning of a generated launcher: shape buckets, candidates, the choice.
+
+Like ``runtime.py``, real Python copied verbatim into every generated kernel file (``source()``).
+A launch configuration is ``(block, rows, num_warps)``: the kernel's ``BLOCK_SIZE``, its
+``ROWS_PER_PROGRAM`` (1 for flat elementwise kernels) and its warps. Shapes fall into buckets
+(``_bucket``); per bucket, ``_configs`` lists the heuristic's pick first (``HEURISTIC``: the
+file's tuning constants fitted to the bucket), then the file's ``CANDIDATES`` turned into
+configurations (``CONFIG``). The first call in a new bucket (``_choose``) times
+each on CUDA and keeps the fastest in ``CHOSEN``; where nothing is timed (CPU, the Triton
+interpreter, a CUDA graph being captured, or ``FUSION_ADVISOR_AUTOTUNE=0``) the heuristic's
+pick is used. The helpers read the file's globals: ``CANDIDATES``, ``CHOSEN``, the tuning
+constants of its kind ("flat", "tiled", "single", "looped") and ``HEURISTIC``/``CONFIG``;
+the values below only let this module import, tests set them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import torch
+
+from .runtime import _powers_of_two
+
+CANDIDATES: tuple = ()
+CHOSEN: dict = {}
+BLOCK, NUM_WARPS, TILE_COLS = 1024, 4, 32
+MAX_BLOCK, LOOP_BLOCK, PACK_WIDTH, PACK_ELEMENTS, MAX_ROWS = 4096, 1024, 256, 2048, 16
+ROW_CLASSES = 4  # row counts are bucketed by powers of this...
+ROW_CLASS_CAP = 16384  # ...up to this many rows (more rows: one class)
+TUNE_WARMUP_MS, TUNE_REP_MS = 5, 25  # per candidate, once per bucket
+
+
+def _pow2(n):
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _bucket(n_rows, n_cols):
+    """(width, row class): the row width rounded up to a power of two (the block a whole row
+    needs), and the row count rounded up to a power of ROW_CLASSES, capped at ROW_CLASS_CAP.
+    Flat kernels pass (1, n_elements). Rows per program and grid sizes only change between
+    classes, so one timing serves the whole bucket."""
+    rows = 1
+    while rows < n_rows and rows < ROW_CLASS_CAP:
+        rows *= ROW_CLASSES
+    return _pow2(n_cols), rows
+
+
+def _row_warps(block, rows, floor):
+    """About 512 elements per warp, at least `floor` warps (at most the elements' lanes)."""
+    return max(1, min(max(floor, min(16, block * rows // 512)), _pow2(block * rows // 32)))
+
+
+# One heuristic and one candidate reader per kernel kind; a generated file holds its kind's
+# pair only (as HEURISTIC and CONFIG), so it reads only the tuning constants it defines.
+def _flat_heuristic(bucket):
+    """BLOCK and NUM_WARPS, with no block wider than the tensor (but 128 lanes at least)."""
+    return min(BLOCK, max(bucket[0], 128)), 1, NUM_WARPS
+
+
+def _flat_config(bucket, candidate):
+    """A candidate (BLOCK, NUM_WARPS)."""
+    return candidate[0], 1, candidate[1]
+
+
+def _tiled_heuristic(bucket):
+    return _tiled_config(bucket, (BLOCK, TILE_COLS, NUM_WARPS))
+
+
+def _tiled_config(bucket, candidate):
+    """A candidate (elements per tile, widest column block, warps)."""
+    width, n_rows = bucket
+    elements, tile_cols, num_warps = candidate
+    block = min(tile_cols, width)
+    block = max(block, _pow2(-(-width // 65535)))  # the grid's 2nd axis: <= 65535 blocks
+    return block, max(1, min(elements // block, n_rows)), num_warps
+
+
+def _single_heuristic(bucket):
+    """Whole rows: packed up to PACK_ELEMENTS when at most PACK_WIDTH wide, but fewer per
+    program when there are few rows (more programs to share the SMs); ~512 elements a warp."""
+    width, n_rows = bucket
+    packed = min(MAX_ROWS, PACK_ELEMENTS // width) if width <= PACK_WIDTH else 1
+    packed = max(1, min(packed, n_rows // 128))
+    return width, packed, _row_warps(width, packed, NUM_WARPS)
+
+
+def _single_config(bucket, candidate):
+    """A candidate (elements per program, warps); rows are packed only up to PACK_WIDTH."""
+    width, n_rows = bucket
+    elements, num_warps = candidate
+    packed = max(1, min(MAX_ROWS, elements // width, n_rows)) if width <= PACK_WIDTH else 1
+    return width, packed, max(1, min(num_warps, _pow2(width * packed // 32)))
+
+
+def _looped_heuristic(bucket):
+    block = min(LOOP_BLOCK, bucket[0])
+    return block, 1, _row_warps(block, 1, NUM_WARPS)
+
+
+def _looped_config(bucket, candidate):
+    """A candidate (column block of the row loop, warps)."""
+    block = min(candidate[0], bucket[0])
+    return block, 1, max(1, min(candidate[1], _pow2(block // 32)))
+
+
+def _configs(bucket):
+    """The bucket's configurations: the heuristic's first, then the candidates, no repeats."""
+    _powers_of_two(**{f"CANDIDATES[{i}][{j}]": v for i, c in enumerate(CANDIDATES)
+                      for j, v in enumerate(c)})
+    found = [HEURISTIC(bucket)]
+    for candidate in CANDIDATES:
+        config = CONFIG(bucket, candidate)
+        if config not in found:
+            found.append(config)
+    return tuple(found)
+
+
+def _timing_on(device):
+    """Whether a new bucket's candidates are timed here (else the heuristic's pick)."""
+    return (device.type == "cuda" and os.environ.get("FUSION_ADVISOR_AUTOTUNE", "1") != "0"
+            and os.environ.get("TRITON_INTERPRET", "0") != "1"
+            and not torch.cuda.is_current_stream_capturing())
+
+
+def _time(run, config):
+    """Median milliseconds of `run(config)` (L2 flushed between calls); inf if it fails."""
+    import triton.testing
+
+    try:
+        run(config)  # compiles this configuration first
+        return triton.testing.do_bench(lambda: run(config), warmup=TUNE_WARMUP_MS, rep=TUNE_REP_MS,
+                        return_mode="median")
+    except Exception:  # noqa: BLE001 - e.g. out of registers: a candidate, not the kernel
+        return float("inf")
+
+
+def _choose(key, configs, run, device):
+    """The configuration for a bucket seen for the first time: the fastest of `configs` by
+    `run(config)` where timing is on, else the first (the heuristic's); kept in CHOSEN except
+    while a CUDA graph is being captured (timing then would break the capture)."""
+    if len(configs) > 1 and _timing_on(device):
+        times = [_time(run, c) for c in configs]
+        choice = configs[times.index(min(times))]
+    else:
+        choice = configs[0]
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return choice
+    CHOSEN[key] = choice
+    return choice
+
+
+HEURISTIC, CONFIG = _single_heuristic, _single_config
+KINDS = {"flat": (_flat_heuristic, _flat_config), "tiled": (_tiled_heuristic, _tiled_config),
+         "single": (_single_heuristic, _single_config),
+         "looped": (_looped_heuristic, _looped_config)}
+HELPERS = (_pow2, _bucket, _row_warps, _configs, _timing_on, _time, _choose)
+GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
+           "ROW_CLASS_CAP", "TUNE_WARMUP_MS", "TUNE_REP_MS")
+
+
+def source(kind: str) -> str:
+    """The helpers' text as a generated file of this kernel kind holds it, two blank lines
+    apart, ending with the kind's HEURISTIC and CONFIG."""
+    heuristic, config = KINDS[kind]
+    fns = (*HELPERS, heuristic, config)
+    text = "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in fns)
+    return text + f"\n\n\nHEURISTIC, CONFIG = {heuristic.__name__}, {config.__name__}\n"

@@ -1,0 +1,192 @@
+"""Per-shape launch tuning: the bucket function, the heuristic's table, the candidates, the
+choice (timed or not) and a launcher that chooses again in a new bucket but not in a known one;
+every candidate configuration still computes the right result under the interpreter."""
+
+import pytest
+import torch
+from codegen_harness import Lambda, to_device
+
+from fusion_core.codegen import Tuning, generate, load_kernel, tuning, write_kernels
+from fusion_core.pipeline import analyze
+
+
+@pytest.mark.parametrize("n_rows,n_cols,bucket", [
+    (1, 1, (1, 1)),
+    (4, 16, (16, 4)),
+    (3, 16, (16, 4)),  # 3 and 4 rows: one class
+    (5, 16, (16, 16)),
+    (5, 1000, (1024, 16)),
+    (1000, 3001, (4096, 1024)),
+    (4096, 32768, (32768, 4096)),
+    (10**6, 8, (8, 16384)),  # past the cap: one class
+])
+def test_bucket_is_the_width_power_of_two_and_a_row_class(n_rows, n_cols, bucket):
+    assert tuning._bucket(n_rows, n_cols) == bucket
+
+
+def _kind(monkeypatch, kind, **constants):
+    heuristic, config = tuning.KINDS[kind]
+    monkeypatch.setattr(tuning, "HEURISTIC", heuristic)
+    monkeypatch.setattr(tuning, "CONFIG", config)
+    for name, value in constants.items():
+        monkeypatch.setattr(tuning, name, value)
+
+
+@pytest.mark.parametrize("kind,bucket,config", [
+    ("flat", (1 << 20, 1), (1024, 1, 4)),
+    ("flat", (128, 1), (128, 1, 4)),  # no block wider than the tensor
+    ("flat", (16, 1), (128, 1, 4)),  # ...but at least 128 lanes
+    ("single", (16, 16384), (16, 16, 4)),  # narrow rows packed up to MAX_ROWS
+    ("single", (16, 256), (16, 2, 1)),  # few rows: fewer per program, more programs
+    ("single", (16, 16), (16, 1, 1)),
+    ("single", (128, 16384), (128, 16, 4)),  # PACK_ELEMENTS // width
+    ("single", (1024, 16384), (1024, 1, 4)),  # wider than PACK_WIDTH: one row each
+    ("single", (4096, 16384), (4096, 1, 8)),  # ~512 elements per warp
+    ("looped", (65536, 1024), (1024, 1, 4)),
+    ("tiled", (8, 64), (8, 64, 4)),
+    ("tiled", (4096, 4096), (32, 32, 4)),
+])
+def test_heuristic_table(monkeypatch, kind, bucket, config):
+    _kind(monkeypatch, kind, BLOCK=1024, NUM_WARPS=4, TILE_COLS=32, LOOP_BLOCK=1024,
+          PACK_WIDTH=256, PACK_ELEMENTS=2048, MAX_ROWS=16)
+    assert tuning.HEURISTIC(bucket) == config
+
+
+@pytest.mark.parametrize("kind,candidates,bucket", [
+    ("flat", ((1024, 4), (2048, 8)), (1 << 20, 1)),
+    ("single", ((1024, 2), (2048, 4), (4096, 8)), (16, 16384)),
+    ("single", ((1024, 2), (2048, 4), (4096, 8)), (4096, 4)),
+    ("looped", ((1024, 4), (4096, 16)), (65536, 64)),
+    ("tiled", ((2048, 32, 4), (4096, 64, 8)), (64, 256)),
+])
+def test_configs_start_with_the_heuristic_and_repeat_nothing(monkeypatch, kind, candidates,
+                                                            bucket):
+    _kind(monkeypatch, kind, CANDIDATES=candidates, NUM_WARPS=4, PACK_ELEMENTS=2048,
+          MAX_ROWS=16, PACK_WIDTH=256, LOOP_BLOCK=1024, BLOCK=1024, TILE_COLS=32)
+    configs = tuning._configs(bucket)
+    assert configs[0] == tuning.HEURISTIC(bucket)
+    assert len(set(configs)) == len(configs) >= 2
+    for block, rows, warps in configs:
+        assert all(v > 0 and v & (v - 1) == 0 for v in (block, rows, warps))
+        assert block * rows >= 32 * warps or warps == 1  # no warp without an element
+
+
+def test_configs_name_a_candidate_that_is_not_a_power_of_two(monkeypatch):
+    _kind(monkeypatch, "flat", CANDIDATES=((1024, 4), (1000, 4)))
+    with pytest.raises(ValueError, match=r"CANDIDATES\[1\]\[0\] = 1000"):
+        tuning._configs((1024, 1))
+
+
+def test_timing_is_off_on_cpu_under_the_interpreter_and_when_the_user_says(monkeypatch):
+    cuda = torch.device("cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setenv("FUSION_ADVISOR_AUTOTUNE", "0")
+    assert not tuning._timing_on(cuda)
+    monkeypatch.setenv("FUSION_ADVISOR_AUTOTUNE", "1")
+    assert not tuning._timing_on(torch.device("cpu"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not tuning._timing_on(cuda)
+
+
+def test_choose_keeps_the_fastest_when_timing_and_the_heuristic_otherwise(monkeypatch):
+    monkeypatch.setattr(tuning, "CHOSEN", {})
+    configs = ((64, 1, 4), (128, 1, 4), (256, 1, 8))
+    speed = {(64, 1, 4): 3.0, (128, 1, 4): 1.0, (256, 1, 8): 2.0}
+    timed = []
+    monkeypatch.setattr(tuning, "_time", lambda run, c: timed.append(c) or speed[c])
+    monkeypatch.setattr(tuning, "_timing_on", lambda device: True)
+    assert tuning._choose("a", configs, None, torch.device("cpu")) == (128, 1, 4)
+    assert timed == list(configs) and tuning.CHOSEN == {"a": (128, 1, 4)}
+    monkeypatch.setattr(tuning, "_timing_on", lambda device: False)
+    assert tuning._choose("b", configs, None, torch.device("cpu")) == (64, 1, 4)
+    assert len(timed) == 3 and tuning.CHOSEN["b"] == (64, 1, 4)
+
+
+def _softmax(m, x):
+    return torch.softmax(x * 2.0, dim=-1)
+
+
+def _module(fn, example, tmp_path, **gen_kwargs):
+    analysis = analyze(Lambda(fn, 1), example)
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster, **gen_kwargs)
+    module = load_kernel(write_kernels([kernel], tmp_path)[0])
+    return module, getattr(module, kernel.name)
+
+
+def test_a_new_bucket_chooses_again_and_a_known_one_does_not(tmp_path):
+    module, launch = _module(_softmax, torch.randn(4, 16), tmp_path)
+    chooses, launches = [], []
+    real_choose, real_launch = module._choose, module._launch
+    module._choose = lambda key, *a: chooses.append(key) or real_choose(key, *a)
+    module._launch = lambda config, *a: launches.append(config) or real_launch(config, *a)
+    for shape in ((4, 16), (3, 16), (4, 16), (4, 40), (64, 16), (3, 16)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(launch(to_device(x)).cpu(), _softmax(None, x))
+    buckets = [key[0] for key in chooses]
+    assert buckets == [(16, 4), (64, 4), (16, 64)]
+    assert len(module.LAUNCH_CACHE) == 4 and len(module.CHOSEN) == 3
+    # Without timing, each bucket launches with the heuristic's pick for it.
+    assert launches[3] == module.HEURISTIC((64, 4)) == (64, 1, 2)
+    assert launches[4] == module.HEURISTIC((16, 64)) == (16, 1, 1)
+
+
+def test_a_timed_choice_is_what_the_launcher_then_uses(tmp_path):
+    """With the timer faked (no CUDA here): the bucket's slowest-looking configurations lose,
+    the one timed fastest launches, and the next bucket is timed on its own configurations."""
+    module, launch = _module(_softmax, torch.randn(4, 16), tmp_path)
+    timed, launches = [], []
+    real_launch = module._launch
+    module._timing_on = lambda device: True
+    module._time = lambda run, c: timed.append(c) or -c[1] * 100 - c[2]  # most rows, warps
+    module._launch = lambda config, *a: launches.append(config) or real_launch(config, *a)
+    for shape in ((64, 16), (64, 16), (64, 64)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(launch(to_device(x)).cpu(), _softmax(None, x))
+    first, second = module._configs((16, 64)), module._configs((64, 64))
+    assert timed == [*first, *second] and first != second
+    assert launches == [max(first, key=lambda c: (c[1], c[2]))] * 2 + [
+        max(second, key=lambda c: (c[1], c[2]))]
+
+
+def _transposed(x):
+    return x.t()
+
+
+@pytest.mark.parametrize("fn,view,example,shapes,gen_kwargs", [
+    (lambda m, x: torch.sigmoid(x * 2.0) + 1.0, None, (5, 7), [(5, 7), (3, 300)], {}),
+    # The cluster reads `x.t()`: its launcher takes the transposed view (a tiled kernel).
+    (lambda m, x: torch.relu(x.t() * 2.0), _transposed, (12, 5), [(12, 5), (40, 3)], {}),
+    (_softmax, None, (4, 16), [(4, 16), (9, 5), (2, 100)], {}),
+    (lambda m, x: torch.log_softmax(x, dim=-1) * 2.0, None, (3, 40), [(3, 40), (2, 70)],
+     {"tuning": Tuning(max_block=16, loop_block=16)}),  # rows loop over column blocks
+], ids=["flat", "tiled", "single", "looped"])
+def test_every_candidate_computes_the_same_result(fn, view, example, shapes, gen_kwargs,
+                                                  tmp_path):
+    """What the timing may pick on CUDA: each configuration of each bucket, run under the
+    interpreter (or on the device) against eager."""
+    torch.manual_seed(0)
+    module, launch = _module(fn, torch.randn(example), tmp_path, **gen_kwargs)
+    assert module.KIND == ("tiled" if view else "looped" if gen_kwargs else
+                           "single" if fn is _softmax else "flat")
+    for shape in shapes:
+        x = torch.randn(shape)
+        arg = to_device(view(x) if view else x)
+        want = fn(None, x)
+        torch.testing.assert_close(launch(arg).cpu(), want)  # plans this layout
+        key = (arg.shape, arg.stride(), arg.dtype, arg.device)
+        copies, out_shapes, args, _, configs = module.LAUNCH_CACHE[key]
+        assert not copies and len(configs) >= 2
+        for config in configs:
+            out = torch.empty(out_shapes[0], dtype=want.dtype, device=arg.device)
+            module._launch(config, args, arg, out)
+            torch.testing.assert_close(out.cpu(), want, msg=f"{shape} {config}")
+
+
+@pytest.mark.parametrize("kind", sorted(tuning.KINDS))
+def test_helpers_source_holds_only_its_kinds_heuristic(kind):
+    text = tuning.source(kind)
+    for other, (heuristic, config) in tuning.KINDS.items():
+        assert (f"def {heuristic.__name__}(" in text) == (other == kind)
+        assert (f"def {config.__name__}(" in text) == (other == kind)
+    assert text.rstrip().endswith(f"HEURISTIC, CONFIG = _{kind}_heuristic, _{kind}_config")
