@@ -215,7 +215,9 @@ def fused_cluster(analysis):
 
 
 def run_case(case: Case, args, l2_bytes: int, liger: dict, work: Path) -> dict:
-    device = "cpu" if args.dry_run else "cuda"
+    # A dry run checks numerics at tiny sizes: under the interpreter without CUDA, natively
+    # (CUDA tensors, compiled kernels) where CUDA is.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator().manual_seed(0)
     module, model_inputs = build(case, args.dry_run, device, gen)
     shapes = [tuple(t.shape) for t in model_inputs]

@@ -11,6 +11,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# The one place the version is written (pyproject reads it): `--version` shows it also
+# from a source checkout that was never installed.
+__version__ = "0.2.0"
+
 # public name -> module that defines it (relative to this package)
 _EXPORTS = {
     "Cluster": ".analysis.types", "LineSpan": ".analysis.types", "Rejection": ".analysis.types",

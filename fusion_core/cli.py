@@ -9,7 +9,10 @@ from pathlib import Path
 import click
 import torch
 
-from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
+from . import (
+    __version__,
+    _interpret,  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
+)
 from .cli_apply import check_apply_flags
 from .cli_run import Run
 from .codegen.kernel import GENERATED_MARK, foreign_files
@@ -107,7 +110,7 @@ def model_options(command):
 
 
 @click.command(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="fusion-advisor", message="fusion-advisor %(version)s")
+@click.version_option(version=__version__, message="fusion-advisor %(version)s")
 @model_options
 @click.option("--out-dir", metavar="DIR", help="Where generated kernels are written.")
 @click.option("--force", is_flag=True,

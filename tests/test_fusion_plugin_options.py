@@ -69,7 +69,8 @@ def test_baseline_with_a_wrong_typed_field_is_corrupt_and_failing_regenerates_it
     r = run(proj, "--fusion-update-baselines=failing")
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines([f"replaced fusion_baselines/{path.name} (test_net.py::test_net)"])
-    assert "measured" not in yaml.safe_load(path.read_text())
+    # Regenerated: no list left (on a GPU machine the new file holds that GPU's timings)
+    assert isinstance(yaml.safe_load(path.read_text()).get("measured", {}), dict)
 
 
 def test_a_folder_where_the_baseline_belongs_fails_that_test_and_is_left_alone(proj):
@@ -208,17 +209,25 @@ def pytest_unconfigure(config):
 """
 
 
+def _heavy_modules(pytester, *args) -> set[str]:
+    r = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider", "-p",
+                                      "no:hypothesispytest")
+    r.assert_outcomes(passed=1)
+    modules = set((pytester.path / "modules.txt").read_text().split())
+    return {m for m in modules if m.split(".")[0] in ("torch", "triton", "yaml")
+            or m.startswith("fusion_core.") and m != "fusion_core.fileio"}, modules, r
+
+
 @pytest.mark.parametrize("args", [(), ("--fusion-report",), ("--fusion-update-baselines",)])
 def test_a_run_without_fusion_tests_imports_neither_torch_nor_the_analyzer(pytester, args):
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(MODULES_AT_EXIT)
     pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
-    r = pytester.runpytest_subprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider", "-p",
-                                      "no:hypothesispytest", *args)
-    r.assert_outcomes(passed=1)
+    # What the environment's other plugins import anyway (on a GPU machine some import
+    # torch or yaml themselves): the plugin is judged only on what it adds.
+    without = ("-p", "no:fusion") if not PLUGIN_ARGS else ()
+    baseline, _, _ = _heavy_modules(pytester, *without)
+    heavy, modules, r = _heavy_modules(pytester, *PLUGIN_ARGS, *args)
     r.stdout.fnmatch_lines(["fusion-advisor: torch *, triton *, baselines fusion_baselines/*"])
-    modules = set((pytester.path / "modules.txt").read_text().split())
     assert "pytest_fusion.plugin" in modules  # the plugin was loaded...
-    heavy = {m for m in modules if m.split(".")[0] in ("torch", "triton", "yaml")
-             or m.startswith("fusion_core.") and m != "fusion_core.fileio"}
-    assert heavy == set()  # ...and loaded nothing heavy
+    assert heavy - baseline == set()  # ...and loaded nothing heavy of its own

@@ -148,8 +148,9 @@ def test_progress_lines_go_to_stderr_on_a_pipe_for_long_runs(repeated_file):
     assert result.exit_code == 0, result.output
     lines = result.stderr.splitlines()
     assert lines[0] == "fusion-advisor: generating kernels for 8 cluster(s)"
-    assert "fusion-advisor: cluster numerics: 1 distinct kernel(s) for 8 cluster(s) under the " \
-           "Triton interpreter" in lines
+    where = "" if torch.cuda.is_available() else " under the Triton interpreter"
+    assert f"fusion-advisor: cluster numerics: 1 distinct kernel(s) for 8 cluster(s){where}" \
+        in lines
     assert any(line.startswith("fusion-advisor: model numerics") for line in lines)
     assert "fusion-advisor:" not in result.stdout
     assert "cluster 7: verified (same kernel as cluster 0)" in result.stdout
