@@ -28,6 +28,7 @@ _EXPORTS = {
     "load_model": ".load",
     "Analysis": ".pipeline", "analyze": ".pipeline",
     "measure": ".validate.measure",
+    "fmt_bytes": ".report.units",
     "write_atomic": ".fileio", "remove_stray_temp_files": ".fileio",
     "page_data": ".report.html", "analysis_html": ".report.html",
     "compare_html": ".report.html", "index_html": ".report.html",
@@ -60,4 +61,5 @@ if TYPE_CHECKING:  # for type checkers and editors only
     from .load import load_model  # noqa: F401
     from .pipeline import Analysis, analyze  # noqa: F401
     from .report.html import analysis_html, compare_html, index_html, page_data  # noqa: F401
+    from .report.units import fmt_bytes  # noqa: F401
     from .validate.measure import measure  # noqa: F401

@@ -11,14 +11,9 @@ The current rejection covering the cluster's ops follows.
 
 from __future__ import annotations
 
+from fusion_core import fmt_bytes  # noqa: F401  (compare and the report take it from here)
+
 from .snapshot import BarrierRec, ClusterRec, RejectionRec, Snapshot
-
-
-def fmt_bytes(n: float) -> str:
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def head(reason: str) -> str:
