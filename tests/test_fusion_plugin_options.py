@@ -209,13 +209,17 @@ def pytest_unconfigure(config):
 """
 
 
+# fusion_core modules that import neither torch nor the analyzer (file writes, byte units)
+LIGHT = {"fusion_core.fileio", "fusion_core.report", "fusion_core.report.units"}
+
+
 def _heavy_modules(pytester, *args) -> set[str]:
     r = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider", "-p",
                                       "no:hypothesispytest")
     r.assert_outcomes(passed=1)
     modules = set((pytester.path / "modules.txt").read_text().split())
     return {m for m in modules if m.split(".")[0] in ("torch", "triton", "yaml")
-            or m.startswith("fusion_core.") and m != "fusion_core.fileio"}, modules, r
+            or m.startswith("fusion_core.") and m not in LIGHT}, modules, r
 
 
 @pytest.mark.parametrize("args", [(), ("--fusion-report",), ("--fusion-update-baselines",)])
