@@ -213,7 +213,8 @@ def pytest_unconfigure(config):
 LIGHT = {"fusion_core.fileio", "fusion_core.report", "fusion_core.report.units"}
 
 
-def _heavy_modules(pytester, *args) -> set[str]:
+def _heavy_modules(pytester, *args):
+    """(heavy modules after a run, all modules, the run result)."""
     r = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider", "-p",
                                       "no:hypothesispytest")
     r.assert_outcomes(passed=1)
