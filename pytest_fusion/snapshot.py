@@ -141,10 +141,6 @@ class Snapshot:
     def unfused_bytes(self) -> int:
         return sum(c.unfused_bytes for c in self.clusters)
 
-    def structural(self) -> Snapshot:
-        """The same snapshot without provenance and measurements (for equality)."""
-        return replace(self, provenance={}, measured={})
-
 
 def numbered(recs: list, key) -> list:
     """`recs` with `nth` set: the ordinal of each among those with the same `key`."""

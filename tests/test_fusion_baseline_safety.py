@@ -11,6 +11,7 @@ import yaml
 from fusion_plugin_helpers import (
     MEASURE_CONFTEST,
     PLUGIN_ARGS,
+    SAMPLES,
     baselines,
     marked_test,
     model_source,
@@ -110,8 +111,6 @@ def test_a_killed_writers_temp_file_is_removed_by_the_next_run(proj):
                             "in fusion_baselines/"])
     assert not stray.exists() and live.exists()
 
-
-SAMPLES = [40.0, 40.3, 39.8, 40.1, 40.6, 39.9]
 
 
 @pytest.mark.cpu

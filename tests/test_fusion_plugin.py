@@ -6,6 +6,7 @@ import pytest
 import yaml
 from fusion_plugin_helpers import (
     MEASURE_CONFTEST,
+    SAMPLES,
     baselines,
     marked_test,
     model_source,
@@ -213,8 +214,6 @@ def test_corrupt_or_foreign_baseline_fails_with_one_line_naming_the_file(proj):
     r.stdout.fnmatch_lines([f"replaced {shown} (test_net.py::test_net)"])
     assert yaml.safe_load(path.read_text())["schema_version"] == 2
 
-
-SAMPLES = [40.0, 40.3, 39.8, 40.1, 40.6, 39.9]
 
 
 @pytest.mark.cpu

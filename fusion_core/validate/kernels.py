@@ -33,9 +33,6 @@ class KernelSet:
     failed: Mapping[int, str]  # cluster index -> why no kernel was generated (one line)
     same_as: Mapping[int, int]  # cluster index -> earlier cluster with the same kernel
 
-    def representative(self, index: int) -> int:
-        return self.same_as.get(index, index)
-
     @property
     def distinct(self) -> tuple[int, ...]:
         """Clusters whose kernel is the first of its kind, in cluster order."""
