@@ -19,8 +19,11 @@ comparison can judge significance rather than one number.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-from collections.abc import Sequence
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -70,7 +73,10 @@ def to_measured(result: dict[str, Any], clusters: Sequence[ClusterRec]
 
 
 def default_measure(analysis: Any) -> dict | None:
-    """fusion_core.measure when it exists and CUDA is present; otherwise None."""
+    """fusion_core.measure when it exists and CUDA is present; otherwise None.
+
+    Timings are taken holding the GPU's lock, so xdist workers (or two pytest runs) that
+    share one GPU take turns instead of timing each other's kernels."""
     import torch
 
     import fusion_core
@@ -78,7 +84,35 @@ def default_measure(analysis: Any) -> dict | None:
     fn = getattr(fusion_core, "measure", None)
     if fn is None or not torch.cuda.is_available():
         return None
-    return fn(analysis)
+    with device_lock(_device_id()):
+        return fn(analysis)
+
+
+def _device_id() -> str:
+    """The current CUDA device's UUID (the same GPU under any CUDA_VISIBLE_DEVICES)."""
+    import torch
+
+    index = torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return str(uuid) if uuid is not None else f"cuda{index}"
+
+
+@contextlib.contextmanager
+def device_lock(device_id: str, blocking: bool = True) -> Iterator[None]:
+    """Hold an exclusive lock named after `device_id` in the temp folder; BlockingIOError
+    when `blocking` is False and another holder has it. No lock where flock does not exist."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: timings may overlap, as before
+        yield
+        return
+    name = "fusion-advisor-" + "".join(c if c.isalnum() else "-" for c in device_id) + ".lock"
+    with open(os.path.join(tempfile.gettempdir(), name), "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def local_device() -> str:

@@ -34,14 +34,26 @@ class RotaryWithConstants(nn.Module):
 
 
 def _tensors_read(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
+    """Every tensor a `get_attr` reads, in `gm` and in the graphs nested in it (an autocast
+    block's body); a nested graph module itself is not a tensor."""
     out = {}
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value = gm
-            for part in str(node.target).split("."):
-                value = getattr(value, part)
-            out[str(node.target)] = value
+    for prefix, module in gm.named_modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            if node.op == "get_attr":
+                value = module
+                for part in str(node.target).split("."):
+                    value = getattr(value, part)
+                if isinstance(value, torch.Tensor):
+                    out[".".join(filter(None, (prefix, str(node.target))))] = value
     return out
+
+
+def _device_arguments(gm: torch.fx.GraphModule) -> list[torch.device]:
+    return [a for module in gm.modules() if isinstance(module, torch.fx.GraphModule)
+            for n in module.graph.nodes for a in (*n.args, *n.kwargs.values())
+            if isinstance(a, torch.device)]
 
 
 def test_export_keeps_a_constant_that_module_to_does_not_move():
@@ -57,12 +69,34 @@ def test_every_constant_buffer_and_device_argument_moves():
     tensors = _tensors_read(moved)
     assert {"inv_freq"} < set(tensors)
     assert all(t.device.type == "meta" for t in tensors.values())
-    devices = [a for n in moved.graph.nodes for a in (*n.args, *n.kwargs.values())
-               if isinstance(a, torch.device)]
+    devices = _device_arguments(moved)
     assert devices and all(d.type == "meta" for d in devices)
     assert moved(torch.empty(2, 4, 8, device="meta")).device.type == "meta"
     # The original stays where it was (validation works on a copy).
     assert all(t.device.type == "cpu" for t in _tensors_read(gm).values())
+
+
+class AutocastBlock(nn.Module):
+    """Hugging Face's rotary embedding computes its angles under `torch.autocast(...,
+    enabled=False)`: export moves that block into a nested graph module (a higher-order op),
+    where transformers 5.17 put `arange(..., device=cpu)` on the H200."""
+
+    def forward(self, x):
+        with torch.autocast(device_type="cpu", enabled=False):
+            pos = torch.arange(x.shape[1], device=x.device).float()
+            angles = pos[:, None] * torch.ones(x.shape[-1], device=x.device)
+        return x * angles.cos() + 1.0
+
+
+def test_a_nested_autocast_graph_moves_too():
+    gm = analyze(AutocastBlock(), (2, 4, 8), capture="export").graph_module
+    nested = [m for name, m in gm.named_modules() if name and isinstance(m, torch.fx.GraphModule)]
+    assert nested  # the premise: export nests the autocast block
+    assert any(d.type == "cpu" for d in _device_arguments(gm))
+    moved = graph_on(gm, "meta")
+    assert {d.type for d in _device_arguments(moved)} == {"meta"}
+    assert moved(torch.empty(2, 4, 8, device="meta")).device.type == "meta"
+    assert any(d.type == "cpu" for d in _device_arguments(gm))  # the original is untouched
 
 
 def _llama_bf16():
@@ -80,8 +114,7 @@ def _llama_bf16():
 def test_llama_graph_runs_on_the_target_device():
     # Its rotary cast is `aten.to.device(x, cpu, ...)`: the device is positional.
     moved = graph_on(_llama_bf16().graph_module, "meta")
-    devices = [a for n in moved.graph.nodes for a in (*n.args, *n.kwargs.values())
-               if isinstance(a, torch.device)]
+    devices = _device_arguments(moved)
     assert devices and {d.type for d in devices} == {"meta"}
     assert all(t.device.type == "meta" for t in _tensors_read(moved).values())
     out = moved(torch.zeros(2, 16, dtype=torch.int64, device="meta"))

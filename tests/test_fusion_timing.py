@@ -93,3 +93,40 @@ def test_clear_speedup_is_faster():
 def test_too_few_samples_are_insufficient():
     v = compare_samples([40.0, 41.0], [90.0, 91.0], tolerance=0.10)
     assert v.status == "insufficient" and math.isnan(v.ratio)
+
+
+def _try_lock_elsewhere(device_id: str) -> str:
+    """Another process's attempt to take the GPU lock without waiting: `taken` or `busy`."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom pytest_fusion.measure import device_lock\n"
+            "try:\n    with device_lock(sys.argv[1], blocking=False):\n        print('taken')\n"
+            "except BlockingIOError:\n    print('busy')\n")
+    done = subprocess.run([sys.executable, "-c", code, device_id], capture_output=True,
+                          text=True, timeout=60, check=True)
+    return done.stdout.strip()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="flock is POSIX-only")
+def test_measuring_holds_the_gpu_lock_so_workers_take_turns(monkeypatch):
+    import uuid
+
+    import torch
+
+    import fusion_core
+    from pytest_fusion import measure
+
+    gpu = f"test-gpu-{uuid.uuid4()}"  # a name no other run uses
+    seen = []
+
+    def fake_measure(analysis):
+        seen.append(_try_lock_elsewhere(gpu))
+        return {"clusters": []}
+
+    monkeypatch.setattr(fusion_core, "measure", fake_measure, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(measure, "_device_id", lambda: gpu)
+    assert measure.default_measure(object()) == {"clusters": []}
+    assert seen == ["busy"]  # a second worker waits while this one times
+    assert _try_lock_elsewhere(gpu) == "taken"  # and gets it once the timing is done

@@ -114,17 +114,25 @@ def graph_on(gm: fx.GraphModule, device: str | torch.device) -> fx.GraphModule:
     neither."""
     device = torch.device(device)
     moved = copy.deepcopy(gm).to(device)
-    _constants_on(moved, device)
+    # Export puts the body of a `with torch.autocast(...)` block (Hugging Face's rotary
+    # embedding) in a nested GraphModule called through a higher-order op: walk those too.
+    for module in moved.modules():
+        if isinstance(module, fx.GraphModule):
+            _constants_on(module, device)
+            _device_arguments_on(module, device)
+    return moved
+
+
+def _device_arguments_on(gm: fx.GraphModule, device: torch.device) -> None:
     changed = False
-    for node in moved.graph.nodes:
+    for node in gm.graph.nodes:
         args = tuple(device if _other_device(a, device) else a for a in node.args)
         kwargs = {k: device if _other_device(v, device) else v for k, v in node.kwargs.items()}
         if args != node.args or kwargs != node.kwargs:
             node.args, node.kwargs = args, kwargs
             changed = True
     if changed:
-        moved.recompile()
-    return moved
+        gm.recompile()
 
 
 def _other_device(value: object, device: torch.device) -> bool:

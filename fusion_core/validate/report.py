@@ -74,11 +74,7 @@ def print_validation(report: ValidationReport, console: Console, inductor: bool 
         return
     console.print("Measured", highlight=False)
     for r in report.results:
-        if r.failed is not None:
-            console.print(f"cluster {r.cluster}: {r.status}", highlight=False, markup=False)
-        else:
-            console.print(f"cluster {r.cluster}: verified (cuda)  max abs err "
-                          f"{_err(r.max_abs_err)}", highlight=False, markup=False)
+        console.print(_numerics_line(r), highlight=False, markup=False)
         label = "given" if report.peak_source == "--peak-gbps" else "detected"
         line = _measured_line(r, inductor, label)
         if line:
