@@ -13,7 +13,7 @@
 #             natively
 #   panel     benchmarks/shapes_panel.py: wide rows, odd sizes, strided reductions
 set -u
-export PYTHONPATH=.
+export PYTHONPATH=$PWD  # absolute: pytester runs subprocesses in other folders
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200}
 mkdir -p "$OUT"

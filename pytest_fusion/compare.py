@@ -181,6 +181,9 @@ class _Diff:
             self.say("changes", r, f"rejection gone: {r.check} on `{r.chain}`{at(r)}")
 
 
+LAUNCH_BOUND = "launch-bound"  # fusion_core's regime for a kernel its launch cost dominates
+
+
 def _timing_line(what: str, key: str, v: TimingVerdict, tol: Tolerances) -> str:
     word = {"slower": "is slower", "faster": "is faster"}[v.status]
     p = v.p_slower if v.status == "slower" else v.p_faster
@@ -215,14 +218,29 @@ def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
             found.append(Finding(bucket, _timing_line(what, hw_key, v, tol),
                                  rec.module if rec else None))
 
+    host_bound = 0  # launch-bound timings left unjudged
     for b, c in pairs:
         bt, ct = _timing_of(bm.clusters, b), _timing_of(cm.clusters, c)
-        if bt is not None and ct is not None:
-            judge(c, f"`{c.chain}`{at(c)}", bt.kernel_us, ct.kernel_us)
+        if bt is None or ct is None:
+            continue
+        if LAUNCH_BOUND in (bt.regime, ct.regime):
+            host_bound += 1
+            continue
+        judge(c, f"`{c.chain}`{at(c)}", bt.kernel_us, ct.kernel_us)
     if bm.model_us and cm.model_us:
-        judge(None, "the model with fused kernels", bm.model_us, cm.model_us)
-    note = (f"timings checked on {hw_key} ({judged} compared)" if judged
-            else f"timings not checked: too few samples on {hw_key}")
+        # A model whose every kernel is launch-bound is timed by its host's launch rate.
+        if any(m.clusters and all(t.regime == LAUNCH_BOUND for t in m.clusters)
+               for m in (bm, cm)):
+            host_bound += 1
+        else:
+            judge(None, "the model with fused kernels", bm.model_us, cm.model_us)
+    unjudged = (f"{host_bound} launch-bound timing(s) not judged: they measure the host's "
+                "launch rate, not the kernel") if host_bound else ""
+    if judged:
+        note = f"timings checked on {hw_key} ({judged} compared" + (
+            f"; {unjudged})" if unjudged else ")")
+    else:
+        note = f"timings not checked on {hw_key}: " + (unjudged or "too few samples")
     return found, note
 
 

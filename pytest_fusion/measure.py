@@ -3,7 +3,8 @@
 Measurements come from the ``pytest_fusion_measure(analysis, config)`` hook
 (first non-None result wins). The plugin's own fallback implementation calls
 ``fusion_core.measure(analysis)`` when fusion_core exports it and CUDA is
-available. Either returns ``None`` (nothing measured, e.g. no CUDA) or a dict::
+available. Either returns ``None`` (nothing measured, e.g. no CUDA; a conftest's
+``None`` lets the fallback measure), ``{}`` (measure nothing, even with CUDA) or a dict::
 
     {"device": {"name": "NVIDIA H200", "capability": [9, 0]},
      "clusters": [{"index": 0,                      # Cluster.index

@@ -160,8 +160,8 @@ def test_changed_inputs_fail_with_one_message():
 
 # ---------------------------------------------------------------- measured fields
 
-def timed(kernel_us, model_us=()):
-    t = ClusterTiming(BASE.clusters[0].ident, tuple(kernel_us))
+def timed(kernel_us, model_us=(), regime=None):
+    t = ClusterTiming(BASE.clusters[0].ident, tuple(kernel_us), regime=regime)
     return {H200: Measured((t,), tuple(model_us))}
 
 
@@ -197,6 +197,24 @@ def test_noisy_timings_within_spread_pass():
     base = snap(*BASE.clusters, measured=timed([40, 80, 45, 70, 42, 90]))
     cur = snap(*BASE.clusters, measured=timed([48, 85, 44, 95, 60, 75]))
     assert compare(base, cur, hw_key=H200).status == "pass"
+
+
+def test_launch_bound_timings_are_not_judged():
+    # A 4 µs kernel timed at 19 µs on a loaded host: the host's launch rate moved, not the kernel.
+    base = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T, regime="launch-bound"))
+    cur = snap(*BASE.clusters, measured=timed(SLOW, SLOW, regime="launch-bound"))
+    r = compare(base, cur, hw_key=H200)
+    assert r.status == "pass"
+    assert r.timing_note == (f"timings not checked on {H200}: 2 launch-bound timing(s) not "
+                             "judged: they measure the host's launch rate, not the kernel")
+    # The same slowdown of a kernel that is not launch-bound fails.
+    cur = snap(*BASE.clusters, measured=timed(SLOW, SLOW, regime="dram-bound"))
+    r = compare(base, cur, hw_key=H200)
+    assert r.status == "pass"  # the baseline's timing was launch-bound: still not judged
+    base = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T, regime="dram-bound"))
+    r = compare(base, cur, hw_key=H200)
+    assert r.status == "regressed" and len(r.regressions) == 2
+    assert r.timing_note == f"timings checked on {H200} (2 compared)"
 
 
 def test_faster_model_is_an_improvement():
