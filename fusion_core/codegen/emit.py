@@ -16,9 +16,10 @@ without the reduction. Reduction kernels give each program
 ``ROWS_PER_PROGRAM`` rows (``rows``, a ``[ROWS, 1]`` column) and a
 power-of-two block of columns (``cols``, ``[1, BLOCK]``); tail lanes take the
 reduction's identity before every reduce. A row wider than one block loops
-over column blocks: one pass for the statistics (online max/sum for softmax;
-mean then variance for layer_norm), then a pass that recomputes the prologue
-and writes the results.
+over column blocks: one pass that reads the row once for all its statistics
+(per-lane online max and sum for softmax, Welford for layer_norm, see
+``reduce.py``), then a pass that re-reads it (from L2, where the first pass asked
+the cache to keep it), recomputes the prologue and writes the results.
 """
 
 from __future__ import annotations
@@ -80,12 +81,20 @@ def _mask(arg: TensorArg, plan: KernelPlan, idx: Index) -> str:
     return "mask" if idx.varies("rows") else "col_mask"  # a row vector: one row of the block
 
 
-def _load(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
+def _load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
+          last_read: bool | None = None) -> str:
+    """`arg`'s load; `last_read` (looped rows only) gives the L2 a hint: keep the lines of
+    a row read again in a later pass and of column vectors every row reads, let the last
+    pass's row blocks go first."""
     idx = index_of(arg, plan, params)
     if idx.is_zero:
         text = f"tl.load({arg.ptr})"
     else:
-        text = f"tl.load({idx.offset(arg.ptr)}, mask={_mask(arg, plan, idx)})"
+        mask = _mask(arg, plan, idx)
+        evict = "" if last_read is None or mask == "row_mask" else (
+            ', eviction_policy="evict_first"' if last_read and mask == "mask"
+            else ', eviction_policy="evict_last"')
+        text = f"tl.load({idx.offset(arg.ptr)}, mask={mask}{evict})"
     if arg.compute_dtype != arg.dtype:
         text += f".to({TL_TYPES[arg.compute_dtype]})"
     return f"{arg.temp} = {text}"
@@ -224,34 +233,39 @@ def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
         out.lines(["", "# per-row loads and values",
                    *(_load(t, plan, params) for t in row_loads), *map(_stmt, row_pre)])
 
-    def column_loop(targets: Iterable[str], extra: list[str]) -> None:
-        """A column loop: the loads and pre-reduction statements `targets` need, then `extra`."""
+    col_out = [t for t in plan.outputs if not t.per_row]
+    later = _closure(plan, [t.temp for t in col_out]) if col_out else set()
+
+    def column_loop(targets: Iterable[str], extra: Iterable[str], reread: set[str]) -> None:
+        """A column loop: the loads and pre-reduction statements `targets` need, then `extra`;
+        `reread`: the loaded temporaries a later pass reads again."""
         need = _closure(plan, targets)
         out.line("for col0 in range(0, n_cols, BLOCK_SIZE):")
         with out.indented():
             out.lines([_cols(plan, "col0 + "), *_COLS])
-            out.lines(_load(t, plan, params) for t in col_loads if t.temp in need)
+            out.lines(_load(t, plan, params, t.temp not in reread)
+                      for t in col_loads if t.temp in need)
             out.lines(_stmt(s) for s in plan.stmts
                       if s.temp in need and not s.per_row and s.phase == "pre")
             out.lines(extra)
 
-    for i, (before, inside, after) in enumerate(emitter(r).passes(r)):
-        out.lines(["", f"# pass {i + 1}: row statistics", *before])
-        column_loop([r.source], inside)
-        out.lines(after)
+    stats = emitter(r).statistics(r)
+    if stats is not None:
+        out.lines(["", "# pass 1: the row statistics, per lane of the column block",
+                   *stats.before])
+        column_loop([r.source], stats.inside, later)
+        out.lines(["# the lanes combined", *stats.after])
     row_post = [s for s in plan.stmts if s.per_row and s.phase == "post"]
     if row_post:
         out.lines(["", "# chain (per row, after the reduction)", *map(_stmt, row_post)])
-    col_out = [t for t in plan.outputs if not t.per_row]
     if col_out:
-        need = _closure(plan, [t.temp for t in col_out])
-        finish = emitter(r).final(r) if r.temp in need and not r.collapse else []
+        finish = emitter(r).final(r) if r.temp in later and not r.collapse else []
         post = [_stmt(s) for s in plan.stmts
-                if s.temp in need and s.phase == "post" and not s.per_row]
+                if s.temp in later and s.phase == "post" and not s.per_row]
         out.lines(["", "# last pass: recompute the chain, finish the reduction, store",
                    *(emitter(r).carry(r) if finish else [])])
         column_loop([t.temp for t in col_out],
-                    finish + post + [_store(t, plan, params) for t in col_out])
+                    finish + post + [_store(t, plan, params) for t in col_out], set())
     row_out = [t for t in plan.outputs if t.per_row]
     if row_out:
         out.lines(["", "# store", *(_store(t, plan, params) for t in row_out)])

@@ -5,14 +5,20 @@ combine, identity, finalize expression and accumulation dtype; writes source lin
 (without indentation) for the two kernel shapes ``emit.py`` builds:
 
 * the whole row in one block: ``single``;
-* rows looping over column blocks: ``passes`` (statistics, one loop each: online
-  max and rescaled sum for softmax, mean then variance for layer_norm), ``carry``
-  (state the last pass carries between column blocks: a scan's running sum) and
-  ``final`` (the row-preserving result for the current block, in the last pass).
+* rows looping over column blocks: ``statistics`` (one loop over the row that leaves
+  the row's statistics: ``Stats``), ``carry`` (state the last pass carries between
+  column blocks: a scan's running sum) and ``final`` (the row-preserving result for the
+  current block, in the last pass).
+
+A looped row reads its columns once for the statistics. Every lane of the column
+block keeps its own running statistics (``[ROWS, BLOCK]`` accumulators: a partial sum,
+max or sum of squares; an online max and rescaled sum for softmax; Welford's count,
+mean and M2 for layer_norm); the lanes are combined once, after the loop, with block
+reductions, so the loop body has no cross-lane work. Tail lanes hold the identity of
+the combine (or keep their state) wherever the mask is off.
 
 One emitter per rule family (``EMITTERS``); the rule's fields fill it in, so adding a
-collapsing reduction is a registry row, not code here. Tail lanes hold the identity
-of the combine before every block reduction.
+collapsing reduction is a registry row, not code here.
 """
 
 from __future__ import annotations
@@ -26,7 +32,17 @@ from ..ir.registry import TL_TYPES
 from .lower import ReductionStep
 
 _ROW = "[:, None]"  # a row reduction keeps its axis: [ROWS, 1]
-Passes = list[tuple[list[str], list[str], list[str]]]  # (before, in the loop, after) each
+_LANE = "tl.arange(0, BLOCK_SIZE)[None, :]"  # each lane's column within a block
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A looped row's statistics pass: lines before its column loop, in the loop (after the
+    loads and the prologue), and after it (the lanes combined into per-row values)."""
+
+    before: tuple[str, ...]
+    inside: tuple[str, ...]
+    after: tuple[str, ...]
 
 
 def _source(r: ReductionStep) -> str:
@@ -39,6 +55,11 @@ def _zero(r: ReductionStep) -> str:
 
 def _full(r: ReductionStep, value: str) -> str:
     return f"tl.full([ROWS_PER_PROGRAM, 1], {value}, {TL_TYPES[r.dtype]})"
+
+
+def _lanes(r: ReductionStep, value: str) -> str:
+    """A per-lane accumulator: one running value per row and column of the block."""
+    return f"tl.full([ROWS_PER_PROGRAM, BLOCK_SIZE], {value}, {TL_TYPES[r.dtype]})"
 
 
 def _affine(r: ReductionStep, y: str) -> str:
@@ -62,14 +83,15 @@ class _Collapse:
         acc = _block(r, f"tl.where(mask, {_source(r)}, {r.rule.identity(r.dtype)})")
         return [_head(r), f"{r.temp} = {r.rule.finalize.format(acc=acc, v=r.temp)}"]
 
-    def passes(self, r: ReductionStep) -> Passes:
-        v, rule = r.temp, r.rule
+    def statistics(self, r: ReductionStep) -> Stats | None:
+        v, rule, identity = r.temp, r.rule, r.rule.identity(r.dtype)
         final = rule.finalize.format(acc=f"{v}_acc", v=v)
-        acc = v if final == f"{v}_acc" else f"{v}_acc"  # no finalize: accumulate in place
-        part = _block(r, f"tl.where(mask, {_source(r)}, {rule.identity(r.dtype)})")
-        after = [] if acc == v else [f"{v} = {final}"]
-        return [([f"{acc} = {_full(r, rule.identity(r.dtype))}"],
-                 [f"{acc} = {rule.combine.merge(acc, part)}"], after)]
+        acc = v if final == f"{v}_acc" else f"{v}_acc"  # no finalize: the result itself
+        part = f"tl.where(mask, {_source(r)}, {identity})"
+        return Stats((f"{v}_lanes = {_lanes(r, identity)}",),
+                     (f"{v}_lanes = {rule.combine.merge(f'{v}_lanes', part)}",),
+                     (f"{acc} = {_block(r, f'{v}_lanes')}",
+                      *(() if acc == v else (f"{v} = {final}",))))
 
     def carry(self, r: ReductionStep) -> list[str]:
         return []
@@ -90,16 +112,25 @@ class _Softmax:
                 f"{v}_sum = tl.sum({v}_exp, axis=1){_ROW}",
                 f"{v} = {r.rule.finalize.format(x=x, v=v, exp=f'{v}_exp')}"]
 
-    def passes(self, r: ReductionStep) -> Passes:
+    def statistics(self, r: ReductionStep) -> Stats | None:
+        """Per lane, an online max and the sum of exp(x - max) rescaled as the max grows;
+        then the row max over the lanes and each lane's sum rescaled to it."""
         v, x = r.temp, _source(r)
-        return [([f"{v}_max = {_full(r, NEG_INF)}", f"{v}_sum = {_full(r, '0.0')}"],
-                 [f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
-                  f"{v}_new = tl.maximum({v}_max, tl.max({v}_in, axis=1){_ROW})",
-                  "# rows still all -inf shift by 0, so no inf - inf",
-                  f"{v}_ref = tl.where({v}_new == {NEG_INF}, 0.0, {v}_new)",
-                  f"{v}_sum = {v}_sum * tl.exp({v}_max - {v}_ref)"
-                  f" + tl.sum(tl.exp({v}_in - {v}_ref), axis=1){_ROW}",
-                  f"{v}_max = {v}_new"], [])]
+        return Stats(
+            (f"{v}_lmax = {_lanes(r, NEG_INF)}", f"{v}_lsum = {_lanes(r, '0.0')}"),
+            (f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
+             f"{v}_new = tl.maximum({v}_lmax, {v}_in)",
+             "# lanes still all -inf shift by 0, so no inf - inf",
+             f"{v}_ref = tl.where({v}_new == {NEG_INF}, 0.0, {v}_new)",
+             "# one exp per element: exp(smaller - new max) scales the lane's sum when the",
+             "# value raises its max, else it is the value's own term",
+             f"{v}_e = tl.exp(tl.minimum({v}_lmax, {v}_in) - {v}_ref)",
+             f"{v}_lsum = tl.where({v}_in > {v}_lmax, {v}_lsum * {v}_e + 1.0, {v}_lsum + {v}_e)",
+             f"{v}_lmax = {v}_new"),
+            (f"{v}_max = tl.max({v}_lmax, axis=1){_ROW}",
+             "# rows of -inf only shift by 0, so no inf - inf",
+             f"{v}_ref = tl.where({v}_max == {NEG_INF}, 0.0, {v}_max)",
+             f"{v}_sum = tl.sum({v}_lsum * tl.exp({v}_lmax - {v}_ref), axis=1){_ROW}"))
 
     def carry(self, r: ReductionStep) -> list[str]:
         return []
@@ -126,20 +157,31 @@ class _Normalize:
         return [_head(r), *stats, rstd,
                 f"{v} = {_affine(r, r.rule.finalize.format(x=x, v=v, c=c))}"]
 
-    def passes(self, r: ReductionStep) -> Passes:
+    def statistics(self, r: ReductionStep) -> Stats | None:
+        """rms_norm: per-lane sums of squares. layer_norm: Welford per lane (the lane's
+        mean and M2, the sum of squared deviations from it), combined over the lanes with
+        Chan's formula: no E[x^2] - E[x]^2, which loses the variance of large-mean rows."""
         v, x = r.temp, _source(r)
         if not r.rule.centered:
-            return [([f"{v}_acc = {_full(r, '0.0')}"],
-                     [f"{v}_in = tl.where(mask, {x}, 0.0)",
-                      f"{v}_acc = {v}_acc + {_block(r, f'{v}_in * {v}_in')}"],
-                     [f"{v}_rstd = tl.math.rsqrt({v}_acc / n_cols + {r.eps!r})"])]
-        return [([f"{v}_acc = {_full(r, '0.0')}"],
-                 [f"{v}_acc = {v}_acc + {_block(r, f'tl.where(mask, {x}, 0.0)')}"],
-                 [f"{v}_mean = {v}_acc / n_cols"]),
-                ([f"{v}_var = {_full(r, '0.0')}"],
-                 [f"{v}_xc = tl.where(mask, {x} - {v}_mean, 0.0)",
-                  f"{v}_var = {v}_var + {_block(r, f'{v}_xc * {v}_xc')}"],
-                 [f"{v}_rstd = tl.math.rsqrt({v}_var / n_cols + {r.eps!r})"])]
+            return Stats((f"{v}_lsq = {_lanes(r, '0.0')}",),
+                         (f"{v}_in = tl.where(mask, {x}, 0.0)",
+                          f"{v}_lsq = {v}_lsq + {v}_in * {v}_in"),
+                         (f"{v}_rstd = tl.math.rsqrt({_block(r, f'{v}_lsq')} / n_cols"
+                          f" + {r.eps!r})",))
+        step = f"{v}_delta / (col0 // BLOCK_SIZE + 1)"
+        return Stats(
+            (f"{v}_lmean = {_lanes(r, '0.0')}", f"{v}_lm2 = {_lanes(r, '0.0')}"),
+            ("# Welford: an unmasked lane holds its (col0 // BLOCK_SIZE + 1)-th value",
+             f"{v}_delta = {x} - {v}_lmean",
+             f"{v}_lmean = tl.where(mask, {v}_lmean + {step}, {v}_lmean)",
+             f"{v}_lm2 = tl.where(mask, {v}_lm2 + {v}_delta * ({x} - {v}_lmean), {v}_lm2)"),
+            ("# Chan: lane j saw n_j values; M2 = sum of M2_j + n_j * (mean_j - mean)^2",
+             f"{v}_left = tl.maximum(n_cols - {_LANE}, 0)  # columns from the lane's first on",
+             f"{v}_n = (({v}_left + BLOCK_SIZE - 1) // BLOCK_SIZE).to({TL_TYPES[r.dtype]})",
+             f"{v}_mean = tl.sum({v}_n * {v}_lmean, axis=1){_ROW} / n_cols",
+             f"{v}_dev = {v}_lmean - {v}_mean",
+             f"{v}_m2 = {_block(r, f'{v}_lm2')} + {_block(r, f'{v}_n * {v}_dev * {v}_dev')}",
+             f"{v}_rstd = tl.math.rsqrt({v}_m2 / n_cols + {r.eps!r})"))
 
     def carry(self, r: ReductionStep) -> list[str]:
         return []
@@ -159,8 +201,8 @@ class _Scan:
         acc = f"{scan}(tl.where(mask, {_source(r)}, {_zero(r)}), axis=1)"
         return [_head(r), f"{r.temp} = {r.rule.finalize.format(acc=acc, v=r.temp)}"]
 
-    def passes(self, r: ReductionStep) -> Passes:
-        return []  # no statistics: the last pass carries the running sum
+    def statistics(self, r: ReductionStep) -> Stats | None:
+        return None  # no statistics: the last pass carries the running sum
 
     def carry(self, r: ReductionStep) -> list[str]:
         return [f"{r.temp}_carry = {_full(r, _zero(r))}"]
