@@ -1,7 +1,7 @@
 """Rows wider than one block: one statistics pass per row (per-lane accumulators combined
 after the loop), checked against eager PyTorch under the interpreter for every reduction
 family and float dtype, at widths that are not a multiple of the block; layer_norm's
-Welford statistics on large-mean rows;.
+Welford statistics on large-mean rows; and the width and dtype at which rows start looping.
 
 A tiny `max_block` forces the column loop at interpreter-friendly sizes."""
 
@@ -136,6 +136,37 @@ def test_softmax_rows_with_lanes_that_see_only_minus_inf(tmp_path):
     model = Lambda(lambda m, x: F.softmax(x.masked_fill(m.mask, float("-inf")), dim=-1),
                    mask=mask)
     check_model(model, (_rows(70, torch.float32),), tmp_path, n_clusters=1, tuning=LOOP)
+
+
+@pytest.mark.parametrize("dtype,width,looped", [
+    (torch.float32, 8192, False),
+    (torch.float32, 8193, True),
+    (torch.bfloat16, 8192, False),  # computed in fp32: the same registers as fp32
+    (torch.float16, 8193, True),
+    (torch.float64, 4096, False),
+    (torch.float64, 4097, True),
+])
+def test_rows_stay_in_one_block_up_to_a_width_set_by_the_element_size(dtype, width, looped):
+    model = Lambda(lambda m, x: F.softmax(x * 2.0, dim=-1), arity=1)
+    analysis = analyze(model, torch.empty(2, width, dtype=dtype))
+    kernel = generate(analysis, analysis.clusters[0])
+    assert kernel.looped == looped
+    assert kernel.tuning.max_block == (4096 if dtype == torch.float64 else 8192)
+    assert f"MAX_BLOCK = {kernel.tuning.max_block}" in kernel.source
+
+
+def test_an_int64_accumulator_counts_as_eight_bytes():
+    """cumsum of a bool mask reads one byte a column but accumulates in int64."""
+    model = Lambda(lambda m, x: (x != 1).cumsum(-1) - 1, arity=1)
+    analysis = analyze(model, torch.randint(0, 3, (2, 4097)))
+    kernel = generate(analysis, analysis.clusters[0])
+    assert kernel.looped and kernel.tuning.max_block == 4096
+
+
+def test_a_given_max_block_wins_over_the_element_size():
+    analysis = analyze(_model("softmax", 70, torch.float32), (3, 70))
+    assert generate(analysis, analysis.clusters[0], Tuning(max_block=64)).looped
+    assert not generate(analysis, analysis.clusters[0]).looped
 
 
 def test_many_rows_keep_their_own_lane_state(tmp_path):

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from ..analysis.types import Cluster
 from ..fileio import write_atomic
 from . import emit, launcher
+from . import tuning as autotune
 from .launcher import Tuning
 from .lower import KernelPlan, kernel_name, plan
 
@@ -57,7 +58,19 @@ class Kernel:
 
 
 def needs_loop(p: KernelPlan, tuning: Tuning) -> bool:
+    assert tuning.max_block is not None, "resolve it first: with_max_block"
     return p.skeleton == "reduction" and bool(p.domain) and p.domain[-1] > tuning.max_block
+
+
+def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
+    """`tuning` with its widest single block by the plan's widest element (an input's or the
+    accumulator's), unless given."""
+    if tuning.max_block is not None:
+        return tuning
+    sizes = [t.dtype.itemsize for t in p.inputs if not t.per_row]
+    if p.reduction is not None:
+        sizes.append(p.reduction.dtype.itemsize)
+    return replace(tuning, max_block=autotune.widest_one_block(max(sizes, default=4)))
 
 
 def can_loop(p: KernelPlan) -> bool:
@@ -83,8 +96,8 @@ def generate(analysis: Analysis, cluster: Cluster, tuning: Tuning | None = None,
              looped: bool | None = None, tiled: bool | None = None) -> Kernel:
     """Lower and emit one cluster. `looped` forces (or forbids) the column loop of a
     reduction, `tiled` the 2-D tiles of an elementwise kernel (benchmarks compare both)."""
-    tuning = tuning or Tuning()
     p = plan(analysis.graph, cluster)
+    tuning = with_max_block(p, tuning or Tuning())
     if tiled is not None and p.skeleton == "elementwise" and p.rank >= 2:
         p = replace(p, tiled=tiled)
     loop = (needs_loop(p, tuning) if looped is None else looped) and can_loop(p)

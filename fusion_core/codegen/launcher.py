@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from . import runtime
 from . import tuning as autotune
-from .lower import MAX_BLOCK, KernelPlan, TensorArg
+from .lower import KernelPlan, TensorArg
 from .writer import CodeWriter, KernelParams
 
 
@@ -34,8 +34,12 @@ class Tuning:
     block: int = 1024  # elementwise: elements per program (flat or per tile)
     num_warps: int = 4
     tile_cols: int = 32  # tiled elementwise reading a transposed view: square tiles
-    max_block: int = MAX_BLOCK  # reduction: widest row one block holds; wider rows loop
-    loop_block: int = 1024  # reduction: column block when rows loop
+    # reduction: widest row one block holds, wider rows loop; None: by the element size
+    # (tuning.widest_one_block), which `kernel.generate` fills in
+    max_block: int | None = None
+    loop_block: int = 1024  # reduction: column block when rows loop...
+    loop_in_flight: int = 1 << 20  # ...wider while rows x block stay below this...
+    max_loop_block: int = 8192  # ...up to this (and max_block)
     pack_width: int = 256  # rows at most this wide are packed several per program...
     pack_elements: int = 2048  # ...up to this many elements per program
     max_rows: int = 16
@@ -79,6 +83,7 @@ _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block",
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os",
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
+             "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK",
              "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS,
              *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS),
              *(fn.__name__ for pair in autotune.KINDS.values() for fn in pair)}
@@ -154,7 +159,10 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
         lines += [f"MAX_BLOCK = {tuning.max_block}  # widest row one block holds"
                   + ("" if looped else "; wider rows need the looping kernel")]
         if looped:
-            lines += [f"LOOP_BLOCK = {tuning.loop_block}  # column block of the row loop"]
+            lines += [f"LOOP_BLOCK = {tuning.loop_block}  # column block of the row loop; with few",
+                      f"LOOP_IN_FLIGHT = {tuning.loop_in_flight}  # rows wider while rows x block"
+                      " < this,",
+                      f"MAX_LOOP_BLOCK = {tuning.max_loop_block}  # up to this and MAX_BLOCK"]
         lines += [f"PACK_WIDTH = {tuning.pack_width}  # rows this narrow share a program...",
                   f"PACK_ELEMENTS = {tuning.pack_elements}  # ...up to this many elements",
                   f"MAX_ROWS = {tuning.max_rows}", f"NUM_WARPS = {tuning.num_warps}"]
@@ -296,7 +304,8 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
         return ["BLOCK", "TILE_COLS", "NUM_WARPS"]
     if plan.skeleton == "elementwise":
         return ["BLOCK", "NUM_WARPS"]
-    return (["LOOP_BLOCK"] if looped else []) + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
+    loop = ["LOOP_BLOCK", "MAX_LOOP_BLOCK"] if looped else []
+    return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
 def _consts(plan: KernelPlan) -> list[str]:

@@ -11,6 +11,10 @@ interpreter, a CUDA graph being captured, or ``FUSION_ADVISOR_AUTOTUNE=0``) the 
 pick is used. The helpers read the file's globals: ``CANDIDATES``, ``CHOSEN``, the tuning
 constants of its kind ("flat", "tiled", "single", "looped") and ``HEURISTIC``/``CONFIG``;
 the values below only let this module import, tests set them.
+
+One choice is made when the file is generated, not per shape: whether a reduction's rows stay
+whole in one block or loop over column blocks (``widest_one_block``: by the width and the
+element size, the file's ``MAX_BLOCK``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ CANDIDATES: tuple = ()
 CHOSEN: dict = {}
 BLOCK, NUM_WARPS, TILE_COLS = 1024, 4, 32
 MAX_BLOCK, LOOP_BLOCK, PACK_WIDTH, PACK_ELEMENTS, MAX_ROWS = 4096, 1024, 256, 2048, 16
+LOOP_IN_FLIGHT, MAX_LOOP_BLOCK = 1 << 20, 8192
 ROW_CLASSES = 4  # row counts are bucketed by powers of this...
 ROW_CLASS_CAP = 16384  # ...up to this many rows (more rows: one class)
 TUNE_WARMUP_MS, TUNE_REP_MS = 5, 25  # per candidate, once per bucket
@@ -86,22 +91,31 @@ def _single_heuristic(bucket):
 
 
 def _single_config(bucket, candidate):
-    """A candidate (elements per program, warps); rows are packed only up to PACK_WIDTH."""
+    """A candidate (elements per program, warps); rows are packed only up to PACK_WIDTH;
+    never fewer warps than hold 32 elements a thread (more spill registers)."""
     width, n_rows = bucket
     elements, num_warps = candidate
     packed = max(1, min(MAX_ROWS, elements // width, n_rows)) if width <= PACK_WIDTH else 1
+    num_warps = max(num_warps, width * packed // 1024)
     return width, packed, max(1, min(num_warps, _pow2(width * packed // 32)))
 
 
 def _looped_heuristic(bucket):
-    block = min(LOOP_BLOCK, bucket[0])
+    """LOOP_BLOCK columns a step; with few rows (few programs) a wider step, doubled until
+    rows x block reach LOOP_IN_FLIGHT elements or the block MAX_LOOP_BLOCK (and MAX_BLOCK),
+    so that the programs there are still keep enough loads in flight; ~512 elements a warp."""
+    width, n_rows = bucket
+    block = LOOP_BLOCK
+    while block < min(MAX_LOOP_BLOCK, MAX_BLOCK) and n_rows * block < LOOP_IN_FLIGHT:
+        block *= 2
+    block = min(block, width)
     return block, 1, _row_warps(block, 1, NUM_WARPS)
 
 
 def _looped_config(bucket, candidate):
-    """A candidate (column block of the row loop, warps)."""
+    """A candidate (column block of the row loop, warps); at most 32 elements a thread."""
     block = min(candidate[0], bucket[0])
-    return block, 1, max(1, min(candidate[1], _pow2(block // 32)))
+    return block, 1, max(1, min(max(candidate[1], block // 1024), _pow2(block // 32)))
 
 
 def _configs(bucket):
@@ -157,6 +171,20 @@ KINDS = {"flat": (_flat_heuristic, _flat_config), "tiled": (_tiled_heuristic, _t
 HELPERS = (_pow2, _bucket, _row_warps, _configs, _timing_on, _time, _choose)
 GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
            "ROW_CLASS_CAP", "TUNE_WARMUP_MS", "TUNE_REP_MS")
+
+
+# Generation time only (not copied into kernel files). A whole-row block holds its row in
+# registers: at most ONE_BLOCK_BYTES of values as the kernel computes them, at least 4 bytes
+# each (16-bit inputs compute in fp32): 8192 columns, 4096 of fp64 or int64. Wider rows loop.
+# For sm_90, ptxas gives layer_norm -> gelu 93 registers a thread and no spills at 8192 fp32
+# (16 warps), spills at 16384 in fp32 and in bf16 alike (128 registers, the most at 16 warps).
+ONE_BLOCK_BYTES = 32768
+
+
+def widest_one_block(element_bytes: int) -> int:
+    """MAX_BLOCK for a reduction whose widest input or accumulator element has this many
+    bytes: the widest row kept whole in one block."""
+    return _pow2(max(1, ONE_BLOCK_BYTES // max(4, element_bytes)))
 
 
 def source(kind: str) -> str:
