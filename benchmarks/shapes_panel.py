@@ -81,6 +81,7 @@ class Case:
     dtype: torch.dtype
     params: tuple[str, ...] = ()  # weights as wide as the last dim of the first input
     liger: str | None = None  # Liger-Kernel's function for the same work (`_liger`)
+    looped: bool | None = None  # force (or forbid) the column loop; None: the generator's choice
 
 
 def _causal(m, x, mask):
@@ -119,6 +120,12 @@ CASES = [
          ((3, 40),), FP16, ("w", "b"), liger="layer_norm"),
     Case("layer_norm->gelu 2048x8192", lambda m, x: F.gelu(_ln(m, x)), ((2048, 8192),),
          ((3, 40),), FP32, ("w", "b")),
+    # The same rows through the column loop (the generator keeps 8192 fp32 in one block):
+    # which of the two is faster says where MAX_BLOCK should be.
+    Case("layer_norm->gelu 2048x8192 looped", lambda m, x: F.gelu(_ln(m, x)),
+         ((2048, 8192),), ((3, 40),), FP32, ("w", "b"), looped=True),
+    Case("layer_norm->gelu 1024x16384", lambda m, x: F.gelu(_ln(m, x)), ((1024, 16384),),
+         ((3, 70),), BF16, ("w", "b"), liger="layer_norm"),
     Case("residual+layer_norm 4096x4096", lambda m, x, r: _ln(m, x + r),
          ((4096, 4096), (4096, 4096)), ((3, 40), (3, 40)), FP16, ("w", "b")),
     Case("rms_norm 4096x4096", lambda m, x: _rms(x, m.w), ((4096, 4096),), ((3, 40),), BF16,
@@ -234,7 +241,8 @@ def run_case(case: Case, args, l2_bytes: int, liger: dict, work: Path) -> dict:
     eager = eager_cluster(analysis, cluster)
     ref = eager(*inputs)
     try:
-        kernel = generate(analysis, cluster, DRY_RUN_TUNING if args.dry_run else None)
+        kernel = generate(analysis, cluster, DRY_RUN_TUNING if args.dry_run else None,
+                          looped=case.looped)
     except Exception as e:  # noqa: BLE001 - a lowering refusal is this case's result
         row["not_fused"] = f"code generator: {type(e).__name__}: {e}"[:300]
         return row

@@ -42,8 +42,9 @@ def _kind(monkeypatch, kind, **constants):
     ("single", (128, 16384), (128, 16, 4)),  # PACK_ELEMENTS // width
     ("single", (1024, 16384), (1024, 1, 4)),  # wider than PACK_WIDTH: one row each
     ("single", (4096, 16384), (4096, 1, 8)),  # ~512 elements per warp
-    ("looped", (65536, 1024), (1024, 1, 4)),  # rows x LOOP_BLOCK reach LOOP_IN_FLIGHT
-    ("looped", (65536, 256), (4096, 1, 8)),  # few rows: a wider step, more warps...
+    ("looped", (65536, 4096), (1024, 1, 4)),  # rows x LOOP_BLOCK reach LOOP_IN_FLIGHT
+    ("looped", (65536, 1024), (4096, 1, 8)),  # fewer rows: a wider step, more warps...
+    ("looped", (65536, 256), (8192, 1, 16)),
     ("looped", (65536, 4), (8192, 1, 16)),  # ...up to MAX_LOOP_BLOCK
     ("looped", (2048, 4), (2048, 1, 4)),  # ...and the row's width
     ("tiled", (8, 64), (8, 64, 4)),
@@ -52,7 +53,7 @@ def _kind(monkeypatch, kind, **constants):
 def test_heuristic_table(monkeypatch, kind, bucket, config):
     _kind(monkeypatch, kind, BLOCK=1024, NUM_WARPS=4, TILE_COLS=32, LOOP_BLOCK=1024,
           PACK_WIDTH=256, PACK_ELEMENTS=2048, MAX_ROWS=16, MAX_BLOCK=8192,
-          LOOP_IN_FLIGHT=1 << 20, MAX_LOOP_BLOCK=8192)
+          LOOP_IN_FLIGHT=1 << 22, MAX_LOOP_BLOCK=8192)
     assert tuning.HEURISTIC(bucket) == config
 
 
@@ -60,7 +61,7 @@ def test_looped_step_never_passes_max_block(monkeypatch):
     """A file generated with a small MAX_BLOCK (tests force the loop that way) keeps its
     steps that narrow: the rows still take several steps."""
     _kind(monkeypatch, "looped", LOOP_BLOCK=16, MAX_BLOCK=64, NUM_WARPS=4,
-          LOOP_IN_FLIGHT=1 << 20, MAX_LOOP_BLOCK=8192)
+          LOOP_IN_FLIGHT=1 << 22, MAX_LOOP_BLOCK=8192)
     assert tuning.HEURISTIC((256, 4)) == (64, 1, 2)
 
 

@@ -254,7 +254,7 @@ def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
         out.lines(["", "# pass 1: the row statistics, per lane of the column block",
                    *stats.before])
         column_loop([r.source], stats.inside, later)
-        out.lines(["# the lanes combined", *stats.after])
+        out.lines(stats.after)
     row_post = [s for s in plan.stmts if s.per_row and s.phase == "post"]
     if row_post:
         out.lines(["", "# chain (per row, after the reduction)", *map(_stmt, row_post)])

@@ -38,7 +38,9 @@ class Tuning:
     # (tuning.widest_one_block), which `kernel.generate` fills in
     max_block: int | None = None
     loop_block: int = 1024  # reduction: column block when rows loop...
-    loop_in_flight: int = 1 << 20  # ...wider while rows x block stay below this...
+    # ...wider while rows x block stay below this (the rows in flight at once, times the
+    # block, should cover the DRAM's latency: ~4 MB on an H200)...
+    loop_in_flight: int = 1 << 22
     max_loop_block: int = 8192  # ...up to this (and max_block)
     pack_width: int = 256  # rows at most this wide are packed several per program...
     pack_elements: int = 2048  # ...up to this many elements per program
@@ -159,10 +161,10 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
         lines += [f"MAX_BLOCK = {tuning.max_block}  # widest row one block holds"
                   + ("" if looped else "; wider rows need the looping kernel")]
         if looped:
-            lines += [f"LOOP_BLOCK = {tuning.loop_block}  # column block of the row loop; with few",
-                      f"LOOP_IN_FLIGHT = {tuning.loop_in_flight}  # rows wider while rows x block"
-                      " < this,",
-                      f"MAX_LOOP_BLOCK = {tuning.max_loop_block}  # up to this and MAX_BLOCK"]
+            lines += [f"LOOP_BLOCK = {tuning.loop_block}  # column block of the row loop...",
+                      f"LOOP_IN_FLIGHT = {tuning.loop_in_flight}  # ...doubled while rows x block"
+                      " is below this...",
+                      f"MAX_LOOP_BLOCK = {tuning.max_loop_block}  # ...up to this (and MAX_BLOCK)"]
         lines += [f"PACK_WIDTH = {tuning.pack_width}  # rows this narrow share a program...",
                   f"PACK_ELEMENTS = {tuning.pack_elements}  # ...up to this many elements",
                   f"MAX_ROWS = {tuning.max_rows}", f"NUM_WARPS = {tuning.num_warps}"]

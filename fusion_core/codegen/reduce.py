@@ -90,7 +90,7 @@ class _Collapse:
         part = f"tl.where(mask, {_source(r)}, {identity})"
         return Stats((f"{v}_lanes = {_lanes(r, identity)}",),
                      (f"{v}_lanes = {rule.combine.merge(f'{v}_lanes', part)}",),
-                     (f"{acc} = {_block(r, f'{v}_lanes')}",
+                     ("# the lanes combined", f"{acc} = {_block(r, f'{v}_lanes')}",
                       *(() if acc == v else (f"{v} = {final}",))))
 
     def carry(self, r: ReductionStep) -> list[str]:
@@ -127,8 +127,9 @@ class _Softmax:
              f"{v}_e = tl.exp(tl.minimum({v}_lmax, {v}_in) - {v}_ref)",
              f"{v}_lsum = tl.where({v}_in > {v}_lmax, {v}_lsum * {v}_e + 1.0, {v}_lsum + {v}_e)",
              f"{v}_lmax = {v}_new"),
-            (f"{v}_max = tl.max({v}_lmax, axis=1){_ROW}",
-             "# rows of -inf only shift by 0, so no inf - inf",
+            ("# the lanes combined: the row max, and each lane's sum rescaled to it (rows of",
+             "# -inf only shift by 0, so no inf - inf)",
+             f"{v}_max = tl.max({v}_lmax, axis=1){_ROW}",
              f"{v}_ref = tl.where({v}_max == {NEG_INF}, 0.0, {v}_max)",
              f"{v}_sum = tl.sum({v}_lsum * tl.exp({v}_lmax - {v}_ref), axis=1){_ROW}"))
 
@@ -166,17 +167,19 @@ class _Normalize:
             return Stats((f"{v}_lsq = {_lanes(r, '0.0')}",),
                          (f"{v}_in = tl.where(mask, {x}, 0.0)",
                           f"{v}_lsq = {v}_lsq + {v}_in * {v}_in"),
-                         (f"{v}_rstd = tl.math.rsqrt({_block(r, f'{v}_lsq')} / n_cols"
-                          f" + {r.eps!r})",))
+                         ("# the lanes combined",
+                          f"{v}_rstd = tl.math.rsqrt({_block(r, f'{v}_lsq')} / n_cols"
+                          f" + {r.eps!r})"))
         step = f"{v}_delta / (col0 // BLOCK_SIZE + 1)"
         return Stats(
             (f"{v}_lmean = {_lanes(r, '0.0')}", f"{v}_lm2 = {_lanes(r, '0.0')}"),
-            ("# Welford: an unmasked lane holds its (col0 // BLOCK_SIZE + 1)-th value",
+            ("# Welford per lane: each unmasked lane takes its (col0 // BLOCK_SIZE + 1)-th value",
              f"{v}_delta = {x} - {v}_lmean",
              f"{v}_lmean = tl.where(mask, {v}_lmean + {step}, {v}_lmean)",
              f"{v}_lm2 = tl.where(mask, {v}_lm2 + {v}_delta * ({x} - {v}_lmean), {v}_lm2)"),
-            ("# Chan: lane j saw n_j values; M2 = sum of M2_j + n_j * (mean_j - mean)^2",
-             f"{v}_left = tl.maximum(n_cols - {_LANE}, 0)  # columns from the lane's first on",
+            ("# the lanes combined (Chan): lane j took n_j values, and the row's M2 is the",
+             "# sum of M2_j + n_j * (mean_j - mean)^2",
+             f"{v}_left = tl.maximum(n_cols - {_LANE}, 0)",
              f"{v}_n = (({v}_left + BLOCK_SIZE - 1) // BLOCK_SIZE).to({TL_TYPES[r.dtype]})",
              f"{v}_mean = tl.sum({v}_n * {v}_lmean, axis=1){_ROW} / n_cols",
              f"{v}_dev = {v}_lmean - {v}_mean",
