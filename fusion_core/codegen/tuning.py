@@ -103,7 +103,7 @@ def _single_config(bucket, candidate):
 def _looped_heuristic(bucket):
     """LOOP_BLOCK columns a step; with few rows (few programs) a wider step, doubled until
     rows x block reach LOOP_IN_FLIGHT elements or the block MAX_LOOP_BLOCK (and MAX_BLOCK),
-    so that the programs there are still keep enough loads in flight; ~512 elements a warp."""
+    so that the few programs still keep enough loads in flight; ~512 elements a warp."""
     width, n_rows = bucket
     block = LOOP_BLOCK
     while block < min(MAX_LOOP_BLOCK, MAX_BLOCK) and n_rows * block < LOOP_IN_FLIGHT:
