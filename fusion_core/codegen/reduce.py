@@ -170,10 +170,15 @@ class _Normalize:
                          ("# the lanes combined",
                           f"{v}_rstd = tl.math.rsqrt({_block(r, f'{v}_lsq')} / n_cols"
                           f" + {r.eps!r})"))
-        step = f"{v}_delta / (col0 // BLOCK_SIZE + 1)"
+        count = "(col0 // BLOCK_SIZE + 1)"
+        # fp32: one division per block, not per element (a float literal over the int count
+        # is fp32; fp64 divides each element, so as not to round the weight to fp32)
+        weight = [f"{v}_w = 1.0 / {count}"] if r.dtype == torch.float32 else []
+        step = f"{v}_delta * {v}_w" if weight else f"{v}_delta / {count}"
         return Stats(
             (f"{v}_lmean = {_lanes(r, '0.0')}", f"{v}_lm2 = {_lanes(r, '0.0')}"),
-            ("# Welford per lane: each unmasked lane takes its (col0 // BLOCK_SIZE + 1)-th value",
+            (f"# Welford per lane: each unmasked lane takes its {count}-th value",
+             *weight,
              f"{v}_delta = {x} - {v}_lmean",
              f"{v}_lmean = tl.where(mask, {v}_lmean + {step}, {v}_lmean)",
              f"{v}_lm2 = tl.where(mask, {v}_lm2 + {v}_delta * ({x} - {v}_lmean), {v}_lm2)"),
