@@ -116,22 +116,22 @@ class _Softmax:
         """Per lane, an online max and the sum of exp(x - max) rescaled as the max grows;
         then the row max over the lanes and each lane's sum rescaled to it."""
         v, x = r.temp, _source(r)
+        # A lane's max starts at the lowest finite value, not -inf: exp(smaller - larger)
+        # then never meets -inf - -inf (a lane that sees only -inf keeps a zero sum).
+        lowest = repr(torch.finfo(r.dtype).min)
         return Stats(
-            (f"{v}_lmax = {_lanes(r, NEG_INF)}", f"{v}_lsum = {_lanes(r, '0.0')}"),
+            (f"{v}_lmax = {_lanes(r, lowest)}  # lowest finite value",
+             f"{v}_lsum = {_lanes(r, '0.0')}"),
             (f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
              f"{v}_new = tl.maximum({v}_lmax, {v}_in)",
-             "# lanes still all -inf shift by 0, so no inf - inf",
-             f"{v}_ref = tl.where({v}_new == {NEG_INF}, 0.0, {v}_new)",
-             "# one exp per element: exp(smaller - new max) scales the lane's sum when the",
-             "# value raises its max, else it is the value's own term",
-             f"{v}_e = tl.exp(tl.minimum({v}_lmax, {v}_in) - {v}_ref)",
+             "# one exp per element: exp(smaller - larger) scales the lane's sum when the",
+             "# value raises the lane's max, else it is the value's own term",
+             f"{v}_e = tl.exp(tl.minimum({v}_lmax, {v}_in) - {v}_new)",
              f"{v}_lsum = tl.where({v}_in > {v}_lmax, {v}_lsum * {v}_e + 1.0, {v}_lsum + {v}_e)",
              f"{v}_lmax = {v}_new"),
-            ("# the lanes combined: the row max, and each lane's sum rescaled to it (rows of",
-             "# -inf only shift by 0, so no inf - inf)",
+            ("# the lanes combined: the row max, and each lane's sum rescaled to it",
              f"{v}_max = tl.max({v}_lmax, axis=1){_ROW}",
-             f"{v}_ref = tl.where({v}_max == {NEG_INF}, 0.0, {v}_max)",
-             f"{v}_sum = tl.sum({v}_lsum * tl.exp({v}_lmax - {v}_ref), axis=1){_ROW}"))
+             f"{v}_sum = tl.sum({v}_lsum * tl.exp({v}_lmax - {v}_max), axis=1){_ROW}"))
 
     def carry(self, r: ReductionStep) -> list[str]:
         return []
