@@ -16,7 +16,9 @@ from .layout import Access
 
 # Half-precision values are computed in float32 and rounded once, at the store.
 COMPUTE = ACCUMULATE
-MAX_BLOCK = 4096  # widest row one block holds by default (Tuning.max_block)
+# Widest row several reductions share one block in (lowering keeps them apart past it); one
+# reduction's rows stay in one block up to tuning.widest_one_block (Tuning.max_block).
+MAX_BLOCK = 4096
 
 
 @dataclass(frozen=True)
