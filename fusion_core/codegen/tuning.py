@@ -177,7 +177,8 @@ GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
 # registers: at most ONE_BLOCK_BYTES of values as the kernel computes them, at least 4 bytes
 # each (16-bit inputs compute in fp32): 8192 columns, 4096 of fp64 or int64. Wider rows loop.
 # For sm_90, ptxas gives layer_norm -> gelu 93 registers a thread and no spills at 8192 fp32
-# (16 warps), spills at 16384 in fp32 and in bf16 alike (128 registers, the most at 16 warps).
+# (16 warps), spills at 16384 in fp32 and in bf16 alike (128 registers, the most at 16 warps):
+# tools/kernel_registers.py.
 ONE_BLOCK_BYTES = 32768
 
 

@@ -1,0 +1,116 @@
+"""Registers and spills of generated reduction kernels for an sm_90 GPU, without one.
+
+Run from the repository root (CPU is enough; Triton compiles to PTX, ptxas reports):
+
+    python tools/kernel_registers.py
+
+Reads the cases below: a reduction, its dtype and width, one block or the column loop, and a
+launch configuration (BLOCK_SIZE, warps). Generates each kernel, compiles it with Triton for
+sm_90 in a subprocess (without the interpreter) and runs the ptxas Triton ships on its PTX
+with -v. Prints one line a case: registers a thread and spill bytes. These are the numbers
+behind tuning.py's ONE_BLOCK_BYTES (which rows stay in one block) and its candidates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from codegen_harness import Lambda, launch_signature  # noqa: E402
+
+from fusion_core.codegen import Tuning, generate  # noqa: E402
+from fusion_core.codegen.reference import capture_values, cluster_inputs  # noqa: E402
+from fusion_core.pipeline import analyze  # noqa: E402
+
+FNS = {
+    "layer_norm->gelu": lambda m, x: F.gelu(F.layer_norm(x, (x.shape[-1],), m.w, m.b)),
+    "softmax(x/8)": lambda m, x: torch.softmax(x * 0.125, -1),
+    "log_softmax(x.float())": lambda m, x: torch.log_softmax(x.float(), -1),
+}
+BF16, FP32 = torch.bfloat16, torch.float32
+CASES = [  # (function, dtype, width, looped, BLOCK_SIZE, warps)
+    ("layer_norm->gelu", FP32, 8192, False, 8192, 8),
+    ("layer_norm->gelu", FP32, 8192, False, 8192, 16),
+    ("layer_norm->gelu", FP32, 8192, False, 8192, 32),
+    ("layer_norm->gelu", FP32, 16384, False, 16384, 16),
+    ("layer_norm->gelu", BF16, 16384, False, 16384, 16),
+    ("softmax(x/8)", BF16, 16384, False, 16384, 16),
+    ("layer_norm->gelu", FP32, 8192, True, 1024, 4),
+    ("layer_norm->gelu", FP32, 8192, True, 4096, 8),
+    ("layer_norm->gelu", FP32, 8192, True, 8192, 16),
+    ("softmax(x/8)", FP32, 50257, True, 8192, 16),
+    ("log_softmax(x.float())", BF16, 32768, True, 4096, 8),
+]
+
+_COMPILE = r"""
+import json, os, subprocess, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from fusion_core.codegen import load_kernel
+bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+ptxas = next(os.path.join(bin_dir, n) for n in ("ptxas-blackwell", "ptxas")
+             if os.path.exists(os.path.join(bin_dir, n)))
+for path, name, sig, consts, warps in json.loads(sys.stdin.read()):
+    fn = getattr(load_kernel(path), name + "_kernel")
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    with open(path + ".ptx", "w") as f:
+        f.write(ptx.asm["ptx"])
+    out = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", path + ".ptx", "-o", os.devnull],
+                         capture_output=True, text=True).stderr
+    print(json.dumps(out), flush=True)
+"""
+
+
+def _job(fn: str, dtype: torch.dtype, width: int, looped: bool, block: int, warps: int,
+         work: Path):
+    model = Lambda(FNS[fn], w=torch.randn(width).to(dtype), b=torch.randn(width).to(dtype))
+    x = torch.randn(2, width).to(dtype)
+    analysis = analyze(model, x)
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster, Tuning(max_block=width), looped=looped)
+    args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
+    path, sig, consts = launch_signature(kernel, work, args)
+    return path, kernel.name, sig, {**consts, "BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1}, warps
+
+
+def _usage(ptxas_output: str) -> str:
+    """`N registers, S bytes spilled` from ptxas -v."""
+    regs = spill = "?"
+    for line in ptxas_output.splitlines():
+        if "Used" in line and "registers" in line:
+            regs = line.split("Used")[1].split("registers")[0].strip()
+        if "spill stores" in line:
+            spill = line.split("bytes stack frame,")[1].split("bytes spill stores")[0].strip()
+    return f"{regs} registers, {spill} bytes spilled"
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = [_job(*case, Path(tmp) / f"k{i}") for i, case in enumerate(CASES)]
+        env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+        proc = subprocess.run([sys.executable, "-c", _COMPILE], input=json.dumps(jobs),
+                              capture_output=True, text=True, env=env, cwd=ROOT)
+        if proc.returncode:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            return 1
+        for case, out in zip(CASES, proc.stdout.splitlines(), strict=True):
+            fn, dtype, width, looped, block, warps = case
+            what = "loop" if looped else "one block"
+            print(f"{fn} {str(dtype).removeprefix('torch.')} x{width} ({what}, BLOCK_SIZE "
+                  f"{block}, {warps} warps): {_usage(json.loads(out))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
