@@ -15,7 +15,16 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 
 from ..ir.graph import FusionGraph, OpKind
-from .group import MIN_OPS, components, escaping, external_inputs, members, n_working_ops
+from .group import (
+    MIN_OPS,
+    components,
+    eager_copies,
+    escaping,
+    external_inputs,
+    members,
+    moves_data,
+    n_working_ops,
+)
 from .legality import first_failure
 from .multi_output import lone_nodes, reduction_regions
 from .traffic import estimate_traffic
@@ -36,14 +45,26 @@ def dead_code(g: FusionGraph) -> set[str]:
 
 
 def candidates(g: FusionGraph) -> set[str]:
-    """Compute and in-place nodes, plus views that sit between two of them; never dead
-    code (a group whose result nothing reads has no output to write)."""
+    """Compute and in-place nodes, plus views (chains of them) from a compute op that moves
+    data to another compute op, and views eager copies before a norm or softmax; never dead
+    code (a group whose result nothing reads has no output to write). A view of a value
+    read from memory stays out: the kernel reads that value through its strides anyway,
+    and left outside it does not stop a consumer from recomputing the group's result."""
     dead = dead_code(g)
     compute = {n.name for n in g.nodes if (n.kind.is_compute or n.kind is OpKind.INPLACE)
                and n.name not in dead}
+
+    def computed(name: str) -> bool:  # reached through views from an op that moves data
+        while g[name].kind is OpKind.VIEW and g[name].refs:
+            name = g[name].refs[0]
+        return name in compute and moves_data(g, name)
+
+    def feeds_compute(name: str) -> bool:
+        return any(u in compute or (g[u].kind is OpKind.VIEW and feeds_compute(u))
+                   for u in g.users[name])
+
     views = {n.name for n in g.nodes if n.kind is OpKind.VIEW
-             and any(r in compute for r in n.refs)
-             and any(u in compute for u in g.users[n.name])}
+             and (computed(n.name) or eager_copies(g, n.name)) and feeds_compute(n.name)}
     return compute | views
 
 

@@ -95,8 +95,24 @@ def _same_dtype_cast(g: FusionGraph, name: str) -> bool:
     return src is not None and src.dtype == node.meta.dtype
 
 
+# Reductions whose eager kernel reads a contiguous copy of a non-contiguous input.
+_COPY_STRIDED_INPUT = frozenset({"layer_norm", "rms_norm", "softmax", "log_softmax"})
+
+
+def eager_copies(g: FusionGraph, name: str) -> bool:
+    """View `name` is not contiguous and feeds a reduction that eager runs on a contiguous
+    copy (`layer_norm` after ConvNeXt's permute): that copy is a pass a kernel saves."""
+    node = g[name]
+    return (node.kind is OpKind.VIEW and node.meta is not None and not node.meta.is_contiguous
+            and any(g[u].op in _COPY_STRIDED_INPUT and g[u].refs[:1] == (name,)
+                    for u in g.users[name]))
+
+
 def moves_data(g: FusionGraph, name: str) -> bool:
-    """False for ops eager runs as an alias (dropout in eval, a same-dtype cast)."""
+    """False for ops eager runs as an alias (dropout in eval, a same-dtype cast, a view
+    other than one eager copies)."""
+    if g[name].kind is OpKind.VIEW:
+        return eager_copies(g, name)
     spec = SPECS.get(g[name].op.rstrip("_"))
     return not ((spec is not None and not spec.moves_data) or _same_dtype_cast(g, name))
 
@@ -104,8 +120,8 @@ def moves_data(g: FusionGraph, name: str) -> bool:
 def n_working_ops(g: FusionGraph, group: Collection[str]) -> int:
     """Compute ops that move data: a group needs two of them to save anything. An in-place
     op counts: it would fuse if it were out of place, so its rejection gets reported."""
-    return sum((g[n].kind.is_compute or g[n].kind is OpKind.INPLACE) and moves_data(g, n)
-               for n in group)
+    return sum((g[n].kind.is_compute or g[n].kind is OpKind.INPLACE or eager_copies(g, n))
+               and moves_data(g, n) for n in group)
 
 
 def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
+from ..codegen.indexing import last_axis_only, reduced_dims
 from ..codegen.lower import dry_run
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.registry import SPECS
@@ -91,6 +92,11 @@ def _fits(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
 
 
 def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    """Every value broadcasts to the group's iteration shape. A group with views, or a
+    reduction over other dims than the last, is the lowering check's: its index maps
+    (``codegen/indexing.py``) decide, and name the node to drop when there are none."""
+    if not last_axis_only(g, ordered(g, group)):
+        return None
     domain = iteration_shape(g, group)
     for name in ordered(g, group):
         node = g[name]
@@ -144,29 +150,36 @@ def _cross_row_broadcast(g: FusionGraph, group: Collection[str],
 
 
 def check_aliasing(g: FusionGraph, group: Collection[str]) -> Failure | None:
-    bad = [n for n in ordered(g, group) if g[n].kind in (OpKind.VIEW, OpKind.INPLACE)]
-    if not bad:
-        return None
-    n = g[bad[0]]
-    what = "mutates its input in place" if n.kind is OpKind.INPLACE else "is a view"
-    return Failure("aliasing", tuple(bad),
-                   f"`{n.target or n.op}` {what}; the graph records dataflow, not memory "
-                   "order, so the kernel could read stale or aliased data")
-
-
-def reduced_axis(node: Node, rank: int) -> int | None:
-    """The single axis a reduction reduces (non-negative), or None if not one axis."""
-    if node.op in ("layer_norm", "rms_norm"):
-        shape = node.param("normalized_shape")
-        return rank - 1 if shape is not None and len(tuple(shape)) == 1 else None
-    dim = node.param("dim")
-    if isinstance(dim, tuple) and len(dim) == 1:
-        dim = dim[0]
-    if dim is None or dim == ():
-        return 0 if rank == 1 else None
-    if isinstance(dim, int):
-        return dim % rank if rank else None
+    """In-place ops, and results that alias an input. A view inside the group is a change of
+    index map (``codegen/indexing.py``); outside in-place ops that mutate what the group reads
+    are ``check_mutation``'s."""
+    bad = [n for n in ordered(g, group) if g[n].kind is OpKind.INPLACE]
+    if bad:
+        n = g[bad[0]]
+        return Failure("aliasing", tuple(bad),
+                       f"`{n.target or n.op}` mutates its input in place; the graph records "
+                       "dataflow, not memory order, so the kernel could read stale data")
+    for name in escaping(g, group):
+        root = name
+        while g[root].kind is OpKind.VIEW and g[root].refs and g[root].refs[0] in group:
+            root = g[root].refs[0]
+        if g[root].kind is OpKind.VIEW:  # a view of an input escapes: eager's shares memory
+            chain = [n for n in ordered(g, group) if _views_of(g, n, root)]
+            return Failure("aliasing", tuple(chain),
+                           f"`{g[name].label}` is a view of the group's input "
+                           f"`{g[g[root].refs[0]].label}` read outside the group; eager's "
+                           "result shares the input's memory, a kernel's would be a copy")
     return None
+
+
+def _views_of(g: FusionGraph, name: str, root: str) -> bool:
+    """`name` is `root` or a view reached from it through views only."""
+    while name != root:
+        node = g[name]
+        if node.kind is not OpKind.VIEW or not node.refs:
+            return False
+        name = node.refs[0]
+    return True
 
 
 def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
@@ -180,10 +193,14 @@ def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
         node = g[name]
         src = g[node.inputs[0].name].meta if isinstance(node.inputs[0], Ref) else None
         rank = len(src.shape) if src is not None else 0
-        axis = reduced_axis(node, rank)
-        if axis is None or axis != rank - 1:
+        dims = reduced_dims(node, rank)
+        if not dims:
             return Failure("reduction", (name,),
-                           f"`{node.label}` does not reduce over the last axis alone")
+                           f"`{node.label}`: the dims it reduces are not known at trace time")
+        if dims != reduced_dims(g[reds[0]], rank):
+            return Failure("reduction", (name,),
+                           f"`{node.label}` reduces other dims than `{g[reds[0]].label}`; a "
+                           "row-per-program kernel reduces one set of rows")
     return None
 
 

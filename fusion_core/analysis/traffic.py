@@ -1,7 +1,8 @@
 """Traffic estimation: DRAM bytes for a group, unfused (eager) and fused (one kernel).
 
 unfused = Σ over ops that move data: each distinct tensor operand read at its own
-          size + the result written;
+          size + the result written; a view moves nothing, except a strided one that an
+          eager norm or softmax copies to contiguous memory first (read + write);
 fused   = each external tensor input read once + each escaping value written once
           (a value smaller than the kernel's domain, other than a per-row reduction
           result, is written by every program: costed at the domain's size).
@@ -10,8 +11,10 @@ An upper bound with no cache model: every eager op round-trips through DRAM.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 
+from ..codegen.indexing import reduced_dims
 from ..ir.graph import FusionGraph, OpKind
 from .group import escaping, external_inputs, iteration_shape, members, moves_data, value_bytes
 from .types import TrafficEstimate
@@ -35,6 +38,12 @@ def estimate_traffic(g: FusionGraph, group: Collection[str], copies: bool = True
     return TrafficEstimate(unfused_bytes=unfused, fused_bytes=fused)
 
 
+def _row_width(g: FusionGraph, reduction: str, domain: tuple[int, ...]) -> int:
+    """Elements one row of the kernel reduces: the sizes of the reduction's dims."""
+    dims = reduced_dims(g[reduction], len(domain)) or (len(domain) - 1,)
+    return math.prod(domain[d] for d in dims if d < len(domain)) if domain else 0
+
+
 def store_bytes(g: FusionGraph, group: Collection[str], name: str,
                 domain: tuple[int, ...]) -> int:
     """Bytes one kernel iterating `domain` writes for the escaping value `name`."""
@@ -44,6 +53,8 @@ def store_bytes(g: FusionGraph, group: Collection[str], name: str,
     size = 1
     for d in domain:
         size *= d
-    rows = size // domain[-1] if domain and domain[-1] else size
-    per_row = meta.numel == rows and any(g[n].kind is OpKind.REDUCTION for n in group)
+    reds = [n for n in group if g[n].kind is OpKind.REDUCTION]
+    width = _row_width(g, min(reds, key=g.position), domain) if reds else 0
+    rows = size // width if width else size
+    per_row = meta.numel == rows and bool(reds)
     return meta.nbytes if meta.numel >= size or per_row else size * meta.itemsize

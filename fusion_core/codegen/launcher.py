@@ -23,7 +23,8 @@ import keyword
 import re
 from dataclasses import dataclass
 
-from . import runtime
+from ..ir.views import inverse
+from . import indexing, runtime
 from . import tuning as autotune
 from .lower import KernelPlan, TensorArg
 from .writer import CodeWriter, KernelParams
@@ -123,8 +124,8 @@ def _dtype(t: TensorArg) -> str:
 
 def header(plan: KernelPlan, model: str, category: str, where: str | None) -> list[str]:
     def desc(ts: tuple[TensorArg, ...]) -> str:
-        return ", ".join(f"{t.value} {tuple(t.shape)} {_dtype(t).removeprefix('torch.')}"
-                         for t in ts)
+        return ", ".join(f"{t.value} {tuple(t.value_shape or t.shape)} "
+                         f"{_dtype(t).removeprefix('torch.')}" for t in ts)
 
     loc = f", {where}" if where else ""
     return ['"""' + f"{plan.name} of {model}: {plan.chain} ({category}{loc}).", "",
@@ -253,11 +254,17 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
     with out.indented():
         out.line("out_shapes = tuple(s[max(0, lead - first):] for s, first in "
                  f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
+    if any(t.view for t in plan.outputs):  # stored through an index map: own shape
+        out.line("out_shapes = list(out_shapes)  # results in their own shape")
+        out.lines(f"out_shapes[{i}] = tuple("
+                  f"{indexing.source(inverse(t.view, t.value_shape), _meta_out(i))}.shape)"
+                  for i, t in enumerate(plan.outputs) if t.view)
+        out.line("out_shapes = tuple(out_shapes)")
     for i, t in enumerate(plan.outputs):
         if params.has_strides("out", i):
             row = ", row_space=True" if t.access.row_space else ""
-            out.line(f"_, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
-                     f"device=\"meta\"), shape, OUT_GROUPS[{i}], (){row})")
+            seen = indexing.source(t.view, _meta_out(i))
+            out.line(f"_, out{i}_strides = _layout({seen}, shape, OUT_GROUPS[{i}], (){row})")
     pow2 = _pow2_constants(plan, looped)
     out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
                "span = _spans(shape)"])
@@ -298,6 +305,10 @@ def _rows_checks(plan: KernelPlan, params: KernelParams, looped: bool, empty: st
         with out.indented():
             out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns exceed "',
                        '                 "MAX_BLOCK; regenerate with the column loop")'])
+
+
+def _meta_out(i: int) -> str:
+    return f'torch.empty(out_shapes[{i}], device="meta")'
 
 
 def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
@@ -357,6 +368,10 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
+        views = [(a, t) for a, t in zip(names, plan.inputs, strict=True) if t.view]
+        if views:
+            out.line("# inputs seen through their index maps (views: no copy)")
+            out.lines(f"{a} = {indexing.source(t.view, a)}" for a, t in views)
         _key(names, out)
         out.lines(["plan = LAUNCH_CACHE.get(key)",
                    "if plan is None:  # a new layout: check it and work out the launch once"])
@@ -372,7 +387,8 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
         out.lines(f"out{i} = torch.empty(out_shapes[{i}], dtype={_dtype(t)}, device={device})"
                   for i, t in enumerate(plan.outputs))
         out.lines(["if not configs:  # no elements", f"    return {result}"])
-        tensors = ", ".join(names + [f"out{i}" for i in range(len(plan.outputs))])
+        tensors = ", ".join(names + [indexing.source(t.view, f"out{i}")
+                                     for i, t in enumerate(plan.outputs)])
         out.lines(["config = CHOSEN.get(tune_key)",
                    "if config is None:  # a new shape bucket: choose its configuration once",
                    "    config = _choose(tune_key, configs,",

@@ -33,6 +33,7 @@ from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import ReductionRule
 from ..ir.registry import SPECS
+from .indexing import domain_view, index_maps, last_axis_only
 from .layout import Access, LoweringError, access
 from .plan import COMPUTE, MAX_BLOCK, KernelPlan, ReductionStep, Stmt, TensorArg
 
@@ -103,19 +104,24 @@ class _Lowering:
     def __init__(self, graph: FusionGraph, cluster: Group) -> None:
         self.g, self.c = graph, cluster
         self.nodes = [graph[n] for n in cluster.nodes]
-        bad = tuple(n.name for n in self.nodes if not n.kind.is_compute)
+        bad = tuple(n.name for n in self.nodes
+                    if not (n.kind.is_compute or n.kind is OpKind.VIEW))
         if bad:
             raise LoweringError(f"cluster {cluster.index}: {', '.join(bad)} compute nothing "
-                                "(views and in-place ops cannot be lowered)", bad)
+                                "(in-place ops cannot be lowered)", bad)
         self.reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
         self.red = self.reds[0] if self.reds else None
-        self.domain = tuple(iteration_shape(graph, cluster.nodes))
+        # Views inside, or a reduction over other dims than the last: index maps.
+        self.maps = None if last_axis_only(graph, cluster.nodes) else index_maps(
+            graph, cluster.nodes, cluster.inputs, cluster.outputs)
+        self.domain = tuple(iteration_shape(graph, cluster.nodes) if self.maps is None
+                            else self.maps.domain)
         self.user_rank = len(self.domain)
         if self.red is not None and len(self.domain) < 2:  # one row: (N,) -> (1, N)
             self.domain = (1,) * (2 - len(self.domain)) + self.domain
         self.rank = len(self.domain)
         self._same_rows()
-        self.row_space = self._row_space()
+        self.row_space = self._row_space() if self.maps is None else set()
         self.temps: dict[str, str] = {}  # graph value -> temporary
         self.per_row: dict[str, bool] = {}  # temporary -> one value per row
         self.phase: dict[str, str] = {}  # temporary -> "pre" / "post"
@@ -126,7 +132,7 @@ class _Lowering:
         """Several reductions share one kernel only over the same rows, all in one block."""
         if len(self.reds) < 2:
             return
-        for node in self.reds[1:]:
+        for node in self.reds[1:] if self.maps is None else ():  # index maps checked theirs
             src = node.inputs[0]
             if not isinstance(src, Ref) or tuple(_meta(self.g, src.name).shape) != tuple(
                     iteration_shape(self.g, [self.red.name])):
@@ -212,12 +218,29 @@ class _Lowering:
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
             tiled=tiled, steps=several)
 
+    def _viewed(self, name: str, shape, stride) -> tuple[tuple, tuple, dict]:
+        """(shape, strides, TensorArg fields) of `name` as the kernel indexes it."""
+        if self.maps is None:
+            return tuple(shape), tuple(stride), {}
+        steps = self.maps.chains[name]
+        if not steps:
+            return tuple(shape), tuple(stride), {}
+        try:
+            seen = domain_view(steps, tuple(shape), tuple(stride), self.g[name].label)
+        except LoweringError as e:
+            blame = tuple(n.name for n in self.nodes if n.kind is OpKind.VIEW)
+            raise LoweringError(str(e), blame or (name,)) from None
+        if _squeezed(seen) == _squeezed((shape, stride)):  # right-alignment does the same
+            return tuple(shape), tuple(stride), {}
+        return (*seen, {"view": steps, "value_shape": tuple(shape)})
+
     def _input(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
-        acc = self._access(name, meta.shape, meta.stride, self._input_space(name))
+        shape, stride, view = self._viewed(name, meta.shape, meta.stride)
+        acc = self._access(name, shape, stride, self._input_space(name))
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
-        return TensorArg(name, "in", i, temp, tuple(meta.shape), tuple(meta.stride),
-                         meta.dtype, acc, self.per_row[temp])
+        return TensorArg(name, "in", i, temp, shape, stride, meta.dtype, acc,
+                         self.per_row[temp], **view)
 
     def _operands(self, node: Node) -> tuple[str, ...]:
         return tuple(self.temps[a.name] if isinstance(a, Ref) else literal(a)
@@ -230,6 +253,9 @@ class _Lowering:
         return temp
 
     def _stmt(self, node: Node) -> Stmt | None:
+        if node.kind is OpKind.VIEW:  # a change of index map: same registers, no statement
+            self.temps[node.name] = self.temps[node.refs[0]]
+            return None
         spec = SPECS.get(node.op)
         if spec is None or not callable(spec.lower):
             raise LoweringError(f"`{node.label}` ({node.op}) has no pointwise lowering rule")
@@ -273,10 +299,11 @@ class _Lowering:
     def _output(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
         contiguous = torch.empty(meta.shape, device="meta").stride()
-        acc = self._access(name, meta.shape, contiguous, name in self.row_space)
+        shape, stride, view = self._viewed(name, meta.shape, contiguous)
+        acc = self._access(name, shape, stride, name in self.row_space)
         temp = self.temps[name]
-        return TensorArg(name, "out", i, temp, tuple(meta.shape), tuple(contiguous),
-                         meta.dtype, acc, self.per_row[temp])
+        return TensorArg(name, "out", i, temp, shape, stride, meta.dtype, acc,
+                         self.per_row[temp], **view)
 
     def _needs_int64(self, inputs: Sequence[TensorArg]) -> bool:
         extent = math.prod(self.domain)
@@ -284,6 +311,15 @@ class _Lowering:
             extent = max(extent, 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride,
                                                                            strict=True)))
         return extent >= 2**31
+
+
+def _squeezed(layout: tuple[Sequence[int], Sequence[int]]) -> tuple[tuple[int, int], ...]:
+    """(size, stride) per dim after the leading size-1 dims, a size-1 dim's stride as 0:
+    what right-aligned indexing reads of a layout."""
+    pairs = [(d, s if d != 1 else 0) for d, s in zip(*layout, strict=True)]
+    while pairs and pairs[0][0] == 1:
+        pairs.pop(0)
+    return tuple(pairs)
 
 
 def _needs_tiles(domain: tuple[int, ...], args: Sequence[TensorArg]) -> bool:

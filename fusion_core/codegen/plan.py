@@ -1,7 +1,8 @@
 """The kernel plan: the frozen seam between lowering (``lower.py``) and emission.
 
 Holds what ``lower.py`` decides and ``emit.py``/``launcher.py`` write out: each kernel
-input or output (``TensorArg``, with its broadcast ``Access``), one ``Stmt`` per computed
+input or output (``TensorArg``, with its broadcast ``Access`` and, where views are
+fused, its index map), one ``Stmt`` per computed
 value, the ``ReductionStep``s, and the ``KernelPlan`` around them. No source text here.
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..ir.reductions import ACCUMULATE, ReductionRule
+from ..ir.views import Step
 from .layout import Access
 
 # Half-precision values are computed in float32 and rounded once, at the store.
@@ -34,6 +36,10 @@ class TensorArg:
     dtype: torch.dtype
     access: Access
     per_row: bool  # one value per row (reduction skeleton only)
+    # Index map (``indexing.py``): view steps from the value's own shape to the domain's;
+    # `shape`/`stride` above are then the value seen through them. () when right-aligned.
+    view: tuple[Step, ...] = ()
+    value_shape: tuple[int, ...] = ()  # the value's own shape, when `view` is set
 
     @property
     def ptr(self) -> str:

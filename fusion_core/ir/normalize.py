@@ -20,6 +20,7 @@ from .functionalize import out_of_place_overload
 from .graph import FusionGraph, Node, OpKind, Ref, SourceLoc, TensorMeta
 from .registry import bind, lookup
 from .trace import is_user_frame
+from .views import INDEX_STEPS, describe
 
 _FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>\S+)')
 
@@ -118,8 +119,8 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     if found is None:
         return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
     if found == "view":
-        return Node(op=str(getattr(key, "__name__", n.target) if n.op != "call_method"
-                           else n.target), kind=OpKind.VIEW, inputs=refs, **common)
+        op = str(getattr(key, "__name__", n.target) if n.op != "call_method" else n.target)
+        return Node(op=op, kind=OpKind.VIEW, inputs=refs, params=_view_params(n, op), **common)
     spec, sig = found
     try:
         values = bind(spec, sig, n.args, n.kwargs)
@@ -142,6 +143,34 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
         kind = OpKind.OPAQUE  # random, or batch statistics, in training mode
     return Node(op=spec.name + ("_" if kind is OpKind.INPLACE else ""), kind=kind,
                 inputs=inputs, params=params, **common)
+
+
+def _view_params(n: fx.Node, op: str) -> tuple[tuple[str, Any], ...]:
+    """A view's index steps (``ir/views.py``), replayed on a meta tensor; () if unknown."""
+    src = next((a for a in _flatten((n.args, n.kwargs)) if isinstance(a, fx.Node)), None)
+    out, src_val = n.meta.get("val"), src.meta.get("val") if src is not None else None
+    if not isinstance(out, torch.Tensor) or not isinstance(src_val, torch.Tensor):
+        return ()
+
+    def value(a: Any, probe: torch.Tensor) -> Any:
+        if a is src:
+            return probe
+        if isinstance(a, fx.Node):
+            val = a.meta.get("val")
+            return torch.empty(val.shape, device="meta") if isinstance(val, torch.Tensor) else val
+        if isinstance(a, (list, tuple)):
+            return type(a)(value(x, probe) for x in a)
+        return a
+
+    def call(probe: torch.Tensor) -> Any:
+        args = tuple(value(a, probe) for a in n.args)
+        kwargs = {k: value(v, probe) for k, v in n.kwargs.items()}
+        if n.op == "call_method":
+            return getattr(args[0], str(n.target))(*args[1:], **kwargs)
+        return n.target(*args, **kwargs)
+
+    steps = describe(op.split(".")[0], call, tuple(src_val.shape), tuple(out.shape))
+    return () if steps is None else ((INDEX_STEPS, steps),)
 
 
 def _flatten(obj: Any):

@@ -1,0 +1,306 @@
+"""Index maps: how each value of a group is addressed from the kernel's iteration space.
+
+Reads a group of the ``FusionGraph`` (its nodes, inputs and outputs, the view nodes'
+steps from ``ir/views.py`` and the reductions' dims); returns ``IndexMaps``: the
+iteration shape (the *domain*) and, for every value the group reads, computes or
+writes, a chain of view steps that turns a tensor of that value's shape into one
+indexed by domain coordinates (right-aligned; size-1 dims broadcast).
+
+The domain comes from an anchor value: a reduction's source with the reduced dims moved
+last and merged into one (softmax over dim 1 of NCHW iterates over (N, H, W, C);
+``mean(dim=(2, 3))`` over (N, C, H*W)); without a reduction, the largest result the
+group writes. Chains then spread from the anchor through the group until every value has
+one: through a pointwise op unchanged (a broadcast operand first gains leading size-1
+dims), through a view with its steps (operand side) or their inverse (result side), and
+through a reduction by putting its reduced dims back as size 1. A computed value lives
+in registers over one index map, so a value reached through two different maps is
+refused, naming both; an input that would be loaded through two maps is refused too
+(the launcher passes each input once).
+
+``domain_view`` applies a chain to a meta tensor with the value's real strides: torch
+composes the strides exactly, and a reshape of a non-contiguous value that no strides
+can express is refused by name. ``layout.access`` then indexes the result as usual.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..ir.graph import FusionGraph, Node, OpKind, Ref
+from ..ir.registry import SPECS
+from ..ir.views import (
+    INDEX_STEPS,
+    Merge,
+    Permute,
+    Step,
+    Unsqueeze,
+    ViewError,
+    apply,
+    inverse,
+    shape_after,
+)
+from .layout import LoweringError
+
+
+@dataclass(frozen=True)
+class IndexMaps:
+    domain: tuple[int, ...]
+    chains: dict[str, tuple[Step, ...]]  # value -> steps from its shape to the domain's
+
+
+def reduced_dims(node: Node, rank: int) -> tuple[int, ...] | None:
+    """The dims reduction `node` reduces over (non-negative, ascending); None if unknown."""
+    if node.op in ("layer_norm", "rms_norm"):
+        shape = node.param("normalized_shape")
+        if shape is None:
+            return None
+        n = 1 if isinstance(shape, int) else len(tuple(shape))
+        return tuple(range(rank - n, rank)) if 0 < n <= rank else None
+    dim = node.param("dim")
+    if dim is None or dim == ():
+        return tuple(range(rank)) if node.op in ("sum", "mean", "amax", "amin") or rank == 1 \
+            else None
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    if not all(isinstance(d, int) for d in dims) or rank == 0:
+        return None
+    return tuple(sorted({d % rank for d in dims}))
+
+
+def last_axis_only(g: FusionGraph, nodes: Sequence[str]) -> bool:
+    """No view inside and every reduction over its input's last axis alone: the plain
+    right-aligned indexing of ``layout.py`` serves, with no index maps."""
+    for name in nodes:
+        node = g[name]
+        if node.kind is OpKind.VIEW:
+            return False
+        if node.kind is OpKind.REDUCTION:
+            rank = _rank(g, node.inputs[0])
+            if reduced_dims(node, rank) != (rank - 1,):
+                return False
+    return True
+
+
+def _rank(g: FusionGraph, operand: object) -> int:
+    meta = g[operand.name].meta if isinstance(operand, Ref) else None
+    return len(meta.shape) if meta is not None else 0
+
+
+def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
+    meta = g[name].meta
+    if meta is None:
+        raise LoweringError(f"`{name}` has no tensor metadata (shape propagation missed it)",
+                            (name,))
+    return tuple(meta.shape)
+
+
+def _anchor(g: FusionGraph, nodes: Sequence[str], outputs: Sequence[str]
+            ) -> tuple[str, tuple[Step, ...]]:
+    """The value the domain is built from, and its chain (module docstring)."""
+    for name in nodes:
+        node = g[name]
+        if node.kind is OpKind.REDUCTION and isinstance(node.inputs[0], Ref):
+            src = node.inputs[0].name
+            shape = _shape(g, src)
+            dims = reduced_dims(node, len(shape))
+            if not dims:
+                raise LoweringError(f"`{node.label}`: cannot tell which dims it reduces",
+                                    (name,))
+            kept = tuple(k for k in range(len(shape)) if k not in dims)
+            steps: list[Step] = []
+            if kept + dims != tuple(range(len(shape))):
+                steps.append(Permute(kept + dims))
+            if len(dims) > 1:
+                steps.append(Merge(len(kept), len(shape)))
+            if not kept:  # one row: (N,) -> (1, N)
+                steps.append(Unsqueeze((0,)))
+            return src, tuple(steps)
+    best = max(outputs, key=lambda n: (math.prod(_shape(g, n)), len(_shape(g, n))))
+    return best, ()
+
+
+def _effective(steps: Sequence[Step], shape: tuple[int, ...], rank: int
+               ) -> tuple[tuple[int, int], ...] | None:
+    """What a chain does to a dense tensor of `shape`, right-aligned to `rank` dims:
+    (size, stride) per dim, size-1 dims as (1, 0). None if the chain cannot apply."""
+    try:
+        t = apply(steps, torch.empty(shape, device="meta"))
+    except ViewError:
+        return None
+    pairs = [(s, st if s != 1 else 0) for s, st in zip(t.shape, t.stride(), strict=True)]
+    while len(pairs) > rank and pairs[0] == (1, 0):
+        pairs.pop(0)
+    return tuple([(1, 0)] * (rank - len(pairs)) + pairs)
+
+
+class _Spread:
+    """Chains spread from the anchor until every value of the group has one."""
+
+    def __init__(self, g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str]) -> None:
+        self.g, self.nodes, self.members = g, list(nodes), set(nodes)
+        self.values = [*inputs, *nodes]
+        self.chains: dict[str, tuple[Step, ...]] = {}
+        self.why: dict[str, str] = {}  # value -> the node its chain came through
+        self.rank = 0
+
+    def offer(self, name: str, steps: tuple[Step, ...], via: str) -> bool:
+        """Give `name` a chain; True if it was new. Two different maps raise."""
+        have = self.chains.get(name)
+        if have is None:
+            self.chains[name], self.why[name] = steps, via
+            return True
+        shape = _shape(self.g, name)
+        if _effective(have, shape, self.rank) != _effective(steps, shape, self.rank):
+            what = "input" if name not in self.members else "computed value"
+            raise LoweringError(
+                f"the {what} `{self.g[name].label}` is needed through two different index "
+                f"maps (by `{self.g[self.why[name]].label}` and by `{self.g[via].label}`); "
+                "a kernel holds one", tuple(n for n in (name, via) if n in self.members))
+        return False
+
+    def run(self, anchor: str, steps: tuple[Step, ...]) -> dict[str, tuple[Step, ...]]:
+        self.rank = len(shape_after(steps, _shape(self.g, anchor)))
+        self.offer(anchor, steps, anchor if anchor in self.members else self.nodes[0])
+        changed = True
+        while changed:
+            changed = False
+            for name in self.nodes:
+                changed |= self._through(self.g[name])
+        missing = [v for v in self.values if v not in self.chains]
+        if missing:
+            raise LoweringError(f"no index map reaches `{self.g[missing[0]].label}` from the "
+                                "kernel's iteration space", tuple(
+                                    m for m in missing if m in self.members))
+        return self.chains
+
+    def _through(self, node: Node) -> bool:
+        """Spread across `node` in both directions; True if a chain was added."""
+        g, name = self.g, node.name
+        refs = list(dict.fromkeys(node.refs))
+        own = self.chains.get(name)
+        added = False
+        if node.kind is OpKind.VIEW:
+            steps = node.param(INDEX_STEPS)
+            if steps is None:
+                raise LoweringError(f"`{node.label}` ({node.op}) is a view the code generator "
+                                    "cannot express as an index map", (name,))
+            src = node.refs[0]
+            if own is not None:
+                added |= self.offer(src, tuple(steps) + own, name)
+            elif src in self.chains:
+                back = inverse(steps, _shape(g, src))
+                if back is None:
+                    raise LoweringError(f"`{node.label}` ({node.op}) selects part of a value "
+                                        "computed in the group; the kernel iterates over the "
+                                        "whole value", (name,))
+                added |= self.offer(name, back + self.chains[src], name)
+            return added
+        if node.kind is OpKind.REDUCTION:
+            return self._reduction(node, own)
+        if own is not None:  # pointwise: operands broadcast to the result
+            rank = len(_shape(g, name))
+            for r in refs:
+                pad = rank - len(_shape(g, r))
+                lead = (Unsqueeze(tuple(range(pad))),) if pad > 0 else ()
+                added |= self.offer(r, lead + own, name)
+        else:
+            same = [r for r in refs if r in self.chains and _shape(g, r) == _shape(g, name)]
+            if same:
+                added |= self.offer(name, self.chains[same[0]], name)
+        return added
+
+    def _reduction(self, node: Node, own: tuple[Step, ...] | None) -> bool:
+        g, name = self.g, node.name
+        src = node.inputs[0].name
+        rule = SPECS[node.op].lower
+        keeps_row = getattr(rule, "keeps_row", True)
+        rank = len(_shape(g, src))
+        dims = reduced_dims(node, rank) or ()
+        # The result's shape -> the source's: the reduced dims back as size 1.
+        back: tuple[Step, ...] = ()
+        if not keeps_row and not node.param("keepdim", False):
+            back = (Unsqueeze(dims),)
+        added = False
+        if src in self.chains:
+            added |= self.offer(name, back + self.chains[src], name)
+        elif own is not None and keeps_row:
+            added |= self.offer(src, own, name)
+        own = self.chains.get(name)
+        if own is not None and keeps_row:  # affine operands broadcast to the result
+            for r in node.refs[1:]:
+                pad = rank - len(_shape(g, r))
+                lead = (Unsqueeze(tuple(range(pad))),) if pad > 0 else ()
+                added |= self.offer(r, lead + own, name)
+        return added
+
+
+def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
+               outputs: Sequence[str]) -> IndexMaps:
+    """The domain and every value's chain (module docstring); LoweringError naming the nodes
+    to blame when the group has no single iteration space."""
+    for name in inputs:
+        if g[name].meta is None:
+            user = next(n for n in nodes if name in g[n].refs)
+            raise LoweringError(f"`{g[user].label}` reads `{g[name].label}`, a Python value "
+                                "computed at run time (a size), not a tensor", (user,))
+    for name in nodes:
+        node = g[name]
+        if node.kind is OpKind.VIEW and len(set(node.refs)) > 1:
+            raise LoweringError(f"`{node.label}` ({node.op}) reads `{g[node.refs[1]].label}` "
+                                "only for its shape; a kernel takes tensors it loads", (name,))
+    anchor, steps = _anchor(g, nodes, outputs)
+    chains = _Spread(g, nodes, inputs).run(anchor, steps)
+    domain = tuple(shape_after(steps, _shape(g, anchor)))
+    for name in nodes:
+        if g[name].kind is OpKind.REDUCTION:
+            _check_rows(g, g[name], chains, domain)
+    return IndexMaps(domain, chains)
+
+
+def _check_rows(g: FusionGraph, node: Node, chains: dict[str, tuple[Step, ...]],
+                domain: tuple[int, ...]) -> None:
+    """The reduction's own dims are exactly the domain's last axis under its source's map."""
+    src = node.inputs[0].name
+    shape = _shape(g, src)
+    dims = reduced_dims(node, len(shape)) or ()
+    kept = tuple(1 if k in dims else d for k, d in enumerate(shape))
+    try:
+        full = _aligned(shape_after(chains[src], shape), len(domain))
+        rows = _aligned(shape_after(chains[src], kept), len(domain))
+    except (RuntimeError, ValueError):
+        full = rows = None
+    if full != domain or rows != domain[:-1] + (1,):
+        raise LoweringError(f"`{node.label}` reduces other dims than the kernel's rows (its "
+                            f"iteration shape is {domain}, reduced over the last axis)",
+                            (node.name,))
+
+
+def _aligned(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    shape = tuple(shape)
+    while len(shape) > rank and shape[0] == 1:
+        shape = shape[1:]
+    return (1,) * (rank - len(shape)) + shape
+
+
+def domain_view(steps: Sequence[Step], shape: tuple[int, ...], stride: tuple[int, ...],
+                value: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, strides) of a tensor of `shape`/`stride` seen through `steps`."""
+    t = torch.empty_strided(shape, stride, device="meta")
+    try:
+        t = apply(steps, t)
+    except ViewError as e:
+        raise LoweringError(f"`{value}`: {e} cannot be expressed as strides (the value is not "
+                            "contiguous there); a copy would be needed") from None
+    return tuple(t.shape), tuple(t.stride())
+
+
+def source(steps: Sequence[Step], var: str) -> str:
+    """The chain as a Python expression on `var` (a generated launcher's text); a reshape
+    there copies where the run-time strides need it, as eager's would."""
+    text = var
+    for s in steps:
+        text = s.source(text)
+    return text

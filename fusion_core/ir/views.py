@@ -1,0 +1,304 @@
+"""View ops as index steps: what a permute, reshape, slice or expand does to coordinates.
+
+Reads one FX view node (its target, literal arguments and the shapes shape propagation
+recorded); returns the view as a short tuple of ``Step`` objects in our own terms, which
+``ir/normalize.py`` stores in the node's params under ``INDEX_STEPS``. Each step maps a
+tensor to a view of the same memory: ``apply`` does it to a torch tensor (meta tensors
+in the code generator), ``source`` writes the same call as Python text for a generated
+launcher, and ``inverse`` gives the step that maps the result back, when there is one
+(a slice drops elements, so it has none).
+
+How a view is recognised: the node's own call is replayed on a contiguous meta tensor of
+its input's shape, and the result's sizes, strides and storage offset say what it is.
+A dense result of the same size is a reshape (an unsqueeze or squeeze when only size-1
+dims differ), a result whose strides are the input's permuted is a permute, and
+anything else whose strides and offset decompose over the input's dims (slice, narrow,
+select, expand, ``as_strided`` of such a selection) is a ``Strided`` selection. Views
+returning several tensors (``split``, ``chunk``, ``unbind``) or reading sizes computed at
+run time other than the output shape get no steps, and nothing fuses through them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+INDEX_STEPS = "index_steps"  # the params key of a view node's steps
+
+# Views whose result is the input's elements in the same order (only the shape changes).
+_RESHAPES = frozenset({"view", "_unsafe_view", "reshape", "_reshape_alias", "flatten",
+                       "unflatten", "unsqueeze", "squeeze", "contiguous", "view_as",
+                       "reshape_as", "alias", "detach", "lift_fresh", "lift_fresh_copy"})
+
+
+class ViewError(ValueError):
+    """A step that cannot be applied to this tensor's strides (a reshape that would copy)."""
+
+
+def _literal(values: Sequence[int]) -> str:
+    inner = ", ".join(map(str, values))
+    return f"({inner},)" if len(values) == 1 else f"({inner})"
+
+
+@dataclass(frozen=True)
+class Permute:
+    perm: tuple[int, ...]
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        return t.permute(self.perm)
+
+    def source(self, var: str) -> str:
+        return f"{var}.permute{_literal(self.perm)}"
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        inv = [0] * len(self.perm)
+        for i, p in enumerate(self.perm):
+            inv[p] = i
+        return Permute(tuple(inv))
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(shape[p] for p in self.perm)
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """To a fixed shape; only where the strides allow it without a copy (`.view`)."""
+
+    target: tuple[int, ...]
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        try:
+            return t.view(self.target)
+        except RuntimeError:
+            raise ViewError(f"a reshape of shape {tuple(t.shape)}, strides {t.stride()} to "
+                            f"{self.target}") from None
+
+    def source(self, var: str) -> str:
+        return f"{var}.reshape{_literal(self.target)}"
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return Reshape(tuple(shape))
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return self.target
+
+
+@dataclass(frozen=True)
+class Merge:
+    """Dims [first, last) merged into one (`flatten`): any sizes, so launchers stay generic."""
+
+    first: int
+    last: int
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        return Reshape(self.shape(tuple(t.shape))).apply(t)
+
+    def source(self, var: str) -> str:
+        return f"{var}.flatten({self.first}, {self.last - 1})"
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return Reshape(tuple(shape))
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (*shape[:self.first], math.prod(shape[self.first:self.last]),
+                *shape[self.last:])
+
+
+@dataclass(frozen=True)
+class Unsqueeze:
+    """Size-1 dims inserted at these positions of the result (ascending)."""
+
+    dims: tuple[int, ...]
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        for d in self.dims:
+            t = t.unsqueeze(d)
+        return t
+
+    def source(self, var: str) -> str:
+        return "".join(f".unsqueeze({d})" for d in self.dims).join((var, ""))
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return Squeeze(self.dims)
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        out = list(shape)
+        for d in self.dims:
+            out.insert(d, 1)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Squeeze:
+    """Size-1 dims removed at these positions of the input (ascending)."""
+
+    dims: tuple[int, ...]
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        for d in reversed(self.dims):
+            t = t.squeeze(d)
+        return t
+
+    def source(self, var: str) -> str:
+        return "".join(f".squeeze({d})" for d in reversed(self.dims)).join((var, ""))
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return Unsqueeze(self.dims)
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(s for k, s in enumerate(shape) if k not in self.dims)
+
+
+@dataclass(frozen=True)
+class Strided:
+    """A selection: result dim j walks input dim `dims[j][0]` in steps of `dims[j][1]`
+    (dim -1: a broadcast, stride 0), starting at input coordinates `offsets`."""
+
+    sizes: tuple[int, ...]
+    dims: tuple[tuple[int, int], ...]
+    offsets: tuple[int, ...]
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        st = t.stride()
+        strides = tuple(m * st[k] if k >= 0 else 0 for k, m in self.dims)
+        start = t.storage_offset() + sum(c * s for c, s in zip(self.offsets, st, strict=True))
+        return t.as_strided(self.sizes, strides, start)
+
+    def source(self, var: str) -> str:
+        strides = [f"{m} * {var}.stride({k})" if k >= 0 else "0" for k, m in self.dims]
+        start = "".join(f" + {c} * {var}.stride({k})" for k, c in enumerate(self.offsets) if c)
+        return (f"{var}.as_strided({_literal(self.sizes)}, ({', '.join(strides)}"
+                f"{',' if len(strides) == 1 else ''}), {var}.storage_offset(){start})")
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return None  # it drops or repeats elements
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return self.sizes
+
+
+Step = Permute | Reshape | Merge | Unsqueeze | Squeeze | Strided
+
+
+def apply(steps: Sequence[Step], t: torch.Tensor) -> torch.Tensor:
+    for s in steps:
+        t = s.apply(t)
+    return t
+
+
+def shape_after(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[int, ...]:
+    for s in steps:
+        shape = s.shape(shape)
+    return tuple(shape)
+
+
+def inverse(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...] | None:
+    """Steps mapping the result of `steps` (applied to `shape`) back to `shape`."""
+    out: list[Step] = []
+    for s in steps:
+        back = s.inverse(shape)
+        if back is None:
+            return None
+        out.insert(0, back)
+        shape = s.shape(shape)
+    return tuple(out)
+
+
+# -- recognising a view node --------------------------------------------------------------
+def reshape_steps(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[Step, ...]:
+    """A same-size reshape: an unsqueeze or squeeze when only size-1 dims differ."""
+    if src == dst:
+        return ()
+    if len(dst) > len(src) and tuple(d for d in dst if d != 1) == tuple(
+            s for s in src if s != 1):
+        dims = _inserted(src, dst)
+        if dims is not None:
+            return (Unsqueeze(dims),)
+    if len(src) > len(dst):
+        dims = _inserted(dst, src)
+        if dims is not None:
+            return (Squeeze(dims),)
+    return (Reshape(dst),)
+
+
+def _inserted(short: tuple[int, ...], long: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Positions of `long` holding size-1 dims that `short` lacks, if that is all that differs."""
+    dims, i = [], 0
+    for k, d in enumerate(long):
+        if i < len(short) and short[i] == d:
+            i += 1
+        elif d == 1:
+            dims.append(k)
+        else:
+            return None
+    return tuple(dims) if i == len(short) else None
+
+
+def describe(name: str, call: Any, src_shape: tuple[int, ...], out_shape: tuple[int, ...]
+             ) -> tuple[Step, ...] | None:
+    """The steps of view `name` (the op's short name); `call(probe)` replays it on a tensor.
+    None when the view is not one of the kinds the module docstring lists."""
+    if name in _RESHAPES:
+        return reshape_steps(tuple(src_shape), tuple(out_shape))
+    probe = torch.empty(src_shape, device="meta")
+    try:
+        out = call(probe)
+    except Exception:  # noqa: BLE001 - any failure to replay means: no steps
+        return None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(out_shape):
+        return None
+    return recognise(tuple(src_shape), tuple(out.shape), tuple(out.stride()),
+                     out.storage_offset())
+
+
+def recognise(src: tuple[int, ...], shape: tuple[int, ...], stride: tuple[int, ...],
+              offset: int) -> tuple[Step, ...] | None:
+    """Steps for a view of a contiguous tensor of shape `src` (module docstring)."""
+    dense = torch.empty(src, device="meta").stride()
+    if offset == 0 and math.prod(shape) == math.prod(src) and tuple(
+            torch.empty(shape, device="meta").stride()) == stride:
+        return reshape_steps(src, shape)
+    if offset == 0 and len(shape) == len(src):
+        perm = _permutation(src, dense, shape, stride)
+        if perm is not None:
+            return () if perm == tuple(range(len(src))) else (Permute(perm),)
+    dims: list[tuple[int, int]] = []
+    for size, s in zip(shape, stride, strict=True):
+        if size == 1 or s == 0:
+            dims.append((-1, 0))
+            continue
+        hit = next(((k, s // dense[k]) for k in range(len(src)) if src[k] > 1
+                    and s % dense[k] == 0 and (s // dense[k]) * (size - 1) < src[k]), None)
+        if hit is None:
+            return None
+        dims.append(hit)
+    offsets = []
+    rest = offset
+    for k in range(len(src)):
+        offsets.append(rest // dense[k] if src[k] > 1 else 0)
+        rest -= offsets[-1] * dense[k] if src[k] > 1 else 0
+    if rest:
+        return None
+    for k in range(len(src)):  # every coordinate stays inside the input
+        reach = offsets[k] + sum(m * (size - 1) for (d, m), size in zip(dims, shape, strict=True)
+                                 if d == k)
+        if reach >= max(src[k], 1):
+            return None
+    return (Strided(shape, tuple(dims), tuple(offsets)),)
+
+
+def _permutation(src, dense, shape, stride) -> tuple[int, ...] | None:
+    used: set[int] = set()
+    perm = []
+    for size, s in zip(shape, stride, strict=True):
+        k = next((k for k in range(len(src)) if k not in used and src[k] == size
+                  and (size == 1 or dense[k] == s)), None)
+        if k is None:
+            return None
+        used.add(k)
+        perm.append(k)
+    return tuple(perm)
