@@ -46,7 +46,7 @@ def dead_code(g: FusionGraph) -> set[str]:
 
 def candidates(g: FusionGraph) -> set[str]:
     """Compute and in-place nodes, plus views (chains of them) from a compute op that moves
-    data to another compute op, and views eager copies before a norm or softmax; never dead
+    data to compute ops only, and views eager copies before a norm or softmax; never dead
     code (a group whose result nothing reads has no output to write). A view of a value
     read from memory stays out: the kernel reads that value through its strides anyway,
     and left outside it does not stop a consumer from recomputing the group's result."""
@@ -59,9 +59,10 @@ def candidates(g: FusionGraph) -> set[str]:
             name = g[name].refs[0]
         return name in compute and moves_data(g, name)
 
-    def feeds_compute(name: str) -> bool:
-        return any(u in compute or (g[u].kind is OpKind.VIEW and feeds_compute(u))
-                   for u in g.users[name])
+    def feeds_compute(name: str) -> bool:  # and nothing else reads it: no opaque op
+        users = g.users[name]
+        return bool(users) and all(u in compute or g[u].kind is OpKind.VIEW for u in users) \
+            and any(u in compute or feeds_compute(u) for u in users)
 
     views = {n.name for n in g.nodes if n.kind is OpKind.VIEW
              and (computed(n.name) or eager_copies(g, n.name)) and feeds_compute(n.name)}

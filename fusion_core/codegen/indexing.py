@@ -292,8 +292,9 @@ def domain_view(steps: Sequence[Step], shape: tuple[int, ...], stride: tuple[int
     try:
         t = apply(steps, t)
     except ViewError as e:
-        raise LoweringError(f"`{value}`: {e} cannot be expressed as strides (the value is not "
-                            "contiguous there); a copy would be needed") from None
+        raise LoweringError(f"reading or writing `{value}` needs {e}, which cannot be "
+                            "expressed as strides (the value is not contiguous there); a "
+                            "copy would be needed") from None
     return tuple(t.shape), tuple(t.stride())
 
 

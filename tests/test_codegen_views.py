@@ -1,0 +1,164 @@
+"""Views inside clusters and reductions over other dims than the last (codegen/indexing.py).
+
+Each fusing case runs its kernel under the interpreter against the eager subgraph; each
+refusal is checked for the reason it names. Shapes stay tiny (the interpreter runs one
+program at a time).
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from codegen_harness import Lambda, check_model
+
+from fusion_core.analysis.traffic import estimate_traffic
+from fusion_core.codegen.lower import dry_run
+from fusion_core.ir.graph import OpKind
+from fusion_core.pipeline import analyze
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+
+def _views(analysis, cluster) -> list[str]:
+    return [n for n in cluster.nodes if analysis.graph[n].kind is OpKind.VIEW]
+
+
+def test_convnext_block_fuses_both_permutes_and_verifies(tmp_path):
+    from convnext_block import ConvNeXtBlock
+
+    torch.manual_seed(0)
+    checked = check_model(ConvNeXtBlock().eval(), (torch.randn(2, 32, 4, 4),), tmp_path,
+                          n_clusters=2)
+    a = checked.analysis
+    assert [c.chain for c in a.clusters] == ["permute → layer_norm", "mul → permute → add"]
+    assert all(len(_views(a, c)) == 1 for c in a.clusters)
+    norm, tail = checked.kernels
+    # The norm reads the convolution's NCHW output through the permute: no copy first.
+    assert "dwconv = dwconv.permute(0, 2, 3, 1)" in norm.source
+    # The tail iterates over NCHW (its result's shape) and reads the Linear's NHWC output
+    # through the inverse permute.
+    assert "pwconv2 = pwconv2.permute(0, 3, 1, 2)" in tail.source
+
+
+def test_convnext_block_verifies_with_looped_rows(tmp_path):
+    from convnext_block import ConvNeXtBlock
+
+    torch.manual_seed(1)
+    check_model(ConvNeXtBlock().eval(), (torch.randn(1, 32, 3, 3),), tmp_path, looped=True)
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_channel_softmax_reduces_over_dim_1_and_verifies(tmp_path, looped):
+    from channel_softmax import ChannelSoftmax
+
+    torch.manual_seed(0)
+    checked = check_model(ChannelSoftmax().eval(), (torch.randn(2, 16, 4, 4),), tmp_path,
+                          n_clusters=1, looped=looped)
+    (kernel,) = checked.kernels
+    assert checked.analysis.clusters[0].chain == "div → add → softmax → mul"
+    # Channels last in the iteration space; the NCHW result is stored through that order.
+    assert "Iteration shape at analysis time: (2, 4, 4, 16)." in kernel.source
+    assert "out0.permute(0, 2, 3, 1)" in kernel.source
+
+
+@pytest.mark.parametrize("fn, shapes", [
+    # a permute between two elementwise ops
+    (lambda m, x, y: torch.relu(x * 2.0).permute(0, 2, 1) + y, [(2, 5, 6), (2, 6, 5)]),
+    # reshape (split and merge) between ops
+    (lambda m, x: torch.sigmoid((x * 2.0).reshape(2, 3, 4, 5)).flatten(1) - 1.0,
+     [(2, 12, 5)]),
+    # unsqueeze / squeeze / transpose chains, a broadcast operand after the view
+    (lambda m, x, y: torch.exp(x).unsqueeze(1).transpose(0, 2).squeeze(1) * y,
+     [(4, 6), (4,)]),
+    # slice of a computed value: the kernel computes only the slice's elements
+    (lambda m, x: torch.relu(x * 2.0)[:, 1:6:2] + 1.0, [(4, 8)]),
+    # expand of a computed row
+    (lambda m, x, y: torch.exp(x).expand(5, 8) * y, [(1, 8), (5, 8)]),
+])
+def test_views_between_elementwise_ops_fuse_and_verify(tmp_path, fn, shapes):
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, len(shapes)), tuple(torch.randn(s) for s in shapes),
+                          tmp_path, n_clusters=1)
+    a = checked.analysis
+    assert _views(a, a.clusters[0]), a.clusters[0].chain
+
+
+@pytest.mark.parametrize("fn, shape, reduced", [
+    (lambda m, x: torch.exp(x).sum(1), (3, 5, 4), "sum"),  # one middle axis, no keepdim
+    (lambda m, x: (x * 2.0).mean((2, 3), keepdim=True) + 1.0, (2, 3, 4, 5), "mean"),
+    (lambda m, x: torch.softmax(x * 2.0, dim=0) + 1.0, (6, 5), "softmax"),
+    (lambda m, x: (x - 1.0).amax(dim=(0, 1)) * 3.0, (3, 4, 5), "amax"),
+    (lambda m, x: torch.cumsum(x * 2.0, dim=1), (3, 7, 2), "cumsum"),
+    (lambda m, x: torch.exp(x).permute(0, 2, 1).sum(-1), (2, 5, 6), "sum"),
+])
+def test_reductions_over_other_axes_fuse_and_verify(tmp_path, fn, shape, reduced):
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 1), (torch.randn(shape),), tmp_path, n_clusters=1)
+    assert reduced in checked.analysis.clusters[0].ops
+    check_model(Lambda(fn, 1), (torch.randn(shape),), tmp_path / "loop", looped=True)
+
+
+def test_layer_norm_over_two_trailing_dims_merges_them(tmp_path):
+    torch.manual_seed(0)
+    w, b = torch.rand(4, 5) + 0.5, torch.randn(4, 5)
+    fn = lambda m, x: torch.nn.functional.layer_norm(x * 2.0, (4, 5), m.w, m.b)  # noqa: E731
+    checked = check_model(Lambda(fn, 1, w=w, b=b), (torch.randn(3, 4, 5),), tmp_path,
+                          n_clusters=1)
+    assert "Iteration shape at analysis time: (3, 20)." in checked.kernels[0].source
+
+
+def _group_error(fn, *shapes):
+    a = analyze(Lambda(fn, len(shapes)), *(torch.randn(s) for s in shapes))
+    group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
+    return a, dry_run(a.graph, group)
+
+
+def test_a_reshape_no_strides_express_is_refused_by_name():
+    """`t().reshape(-1)` of a computed value: its operand would need div/mod indexing."""
+    a, error = _group_error(lambda m, x: (torch.relu(x).t().reshape(-1)) * 2.0, (4, 8))
+    assert error is not None
+    assert "cannot be expressed as strides" in str(error)
+    assert set(error.nodes) <= {"t", "reshape"} and error.nodes
+    # Detection drops the views and fuses nothing across them; no group is left unexplained.
+    assert not any(set(c.nodes) & {"t", "reshape"} for c in a.clusters)
+
+
+def test_reduced_dims_that_cannot_merge_into_one_stride_are_refused():
+    """amax over dims 0 and 2 of (3, 4, 5): no single stride walks both."""
+    _, error = _group_error(lambda m, x: (x - 1.0).amax(dim=(0, 2)) * 3.0, (3, 4, 5))
+    assert error is not None and "cannot be expressed as strides" in str(error)
+
+
+def test_a_value_needed_through_two_index_maps_is_refused():
+    _, error = _group_error(lambda m, x: (lambda e: e + e.t())(torch.exp(x)), (6, 6))
+    assert error is not None and "two different index maps" in str(error)
+
+
+def test_an_escaping_view_of_a_computed_value_is_stored(tmp_path):
+    """A view that escapes is written like any result (its own shape, contiguous)."""
+    torch.manual_seed(0)
+    fn = lambda m, x: (lambda r: (r.t() * 3.0, torch.exp(r.t())))(torch.relu(x + 1.0))  # noqa: E731
+    checked = check_model(Lambda(fn, 1), (torch.randn(4, 6),), tmp_path, n_clusters=1)
+    assert len(checked.analysis.clusters[0].outputs) == 2
+
+
+def test_views_move_no_bytes_in_the_traffic_model():
+    a = analyze(Lambda(lambda m, x: torch.exp(x).transpose(0, 1) * 2.0, 1), torch.randn(8, 16))
+    g = a.graph
+    with_view = {n.name for n in g.nodes if n.kind.is_compute or n.kind is OpKind.VIEW}
+    without = {n for n in with_view if g[n].kind is not OpKind.VIEW}
+    assert estimate_traffic(g, with_view).unfused_bytes == 2 * 2 * 8 * 16 * 4
+    assert estimate_traffic(g, without).unfused_bytes == 2 * 2 * 8 * 16 * 4
+
+
+def test_a_strided_view_eager_copies_before_a_norm_counts_as_a_pass():
+    """Eager's layer_norm makes a permuted input contiguous first: read + write."""
+    from convnext_block import ConvNeXtBlock
+
+    a = analyze(ConvNeXtBlock().eval(), torch.randn(2, 32, 4, 4))
+    norm = a.clusters[0]
+    nbytes = 2 * 32 * 4 * 4 * 4
+    # the copy (read + write), then layer_norm reads it and its weight and bias, writes
+    assert norm.traffic.unfused_bytes == 2 * nbytes + 2 * nbytes + 2 * 32 * 4
+    assert norm.traffic.fused_bytes == 2 * nbytes + 2 * 32 * 4
