@@ -8,6 +8,8 @@ their own through the `fusion_advisor` fixture. After an intended change:
 """
 
 import pytest
+from channel_softmax import ChannelSoftmax
+from convnext_block import ConvNeXtBlock
 from example_net import ExampleNet
 from microgpt import MicroGPT
 
@@ -29,3 +31,22 @@ def test_microgpt_fuses_attention_softmax_and_norms(fusion_advisor):
     fusion_advisor.assert_fused(result, ["mul", "masked_fill", "softmax"])
     fusion_advisor.assert_fused(result, ["add", "layer_norm"])
     fusion_advisor.assert_traffic_saved(result, fraction=0.3)
+
+
+@pytest.mark.fusion_check(ConvNeXtBlock, (2, 32, 8, 8))
+def test_convnext_block_fuses_through_its_permutes(fusion_advisor):
+    """The permutes are index maps inside the groups: LayerNorm reads the convolution's
+    NCHW output directly, and the layer scale, permute back and residual are one kernel."""
+    result = fusion_advisor.result
+    fusion_advisor.assert_fused(result, ["permute", "layer_norm"])
+    fusion_advisor.assert_fused(result, ["mul", "permute", "add"])
+    fusion_advisor.assert_no_rejection(result)
+    assert result.kernels == 2
+
+
+@pytest.mark.fusion_check(ChannelSoftmax, (2, 16, 8, 8))
+def test_channel_softmax_fuses_over_dim_1(fusion_advisor):
+    result = fusion_advisor.result
+    fusion_advisor.assert_fused(result, ["div", "add", "softmax", "mul"])
+    fusion_advisor.assert_no_rejection(result)
+    assert result.kernels == 1
