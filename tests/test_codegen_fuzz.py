@@ -1,8 +1,10 @@
-"""Property test: random pointwise chains and diamonds over broadcast operands.
+"""Property test: random pointwise chains and diamonds over broadcast operands and views.
 
 Hypothesis draws a small program (each step applies an op to values made
-earlier, so values fan out and rejoin); the model runs it, the analyzer finds
-its clusters, and every emitted kernel must match eager under the interpreter.
+earlier, so values fan out and rejoin; some steps go through views: a transpose,
+reshape or permute around a unary op, a slice expanded back); the model runs it, the
+analyzer finds its clusters, and every emitted kernel must match eager under the
+interpreter. Reductions run over the last axis, or over random dims of a 3-d view.
 A few examples by default; FUSION_FUZZ=1 runs a long profile.
 """
 
@@ -16,17 +18,18 @@ from hypothesis import strategies as st
 settings.register_profile("codegen-default", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                  HealthCheck.too_slow])
-# Two tests: FUSION_FUZZ=1 runs 1,000 random graphs in all.
+# Three tests: FUSION_FUZZ=1 runs 1,500 random graphs in all.
 settings.register_profile("codegen-fuzz", max_examples=500, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                  HealthCheck.too_slow])
 PROFILE = "codegen-fuzz" if os.environ.get("FUSION_FUZZ") == "1" else "codegen-default"
 
 R, C = 3, 20
-# Operand shapes: full, row vector, column vector, 0-d, and a full operand read through a
-# transposed view (drawn as (C, R), `.t()` in the program: the tiled elementwise kernel).
-TRANSPOSED = "transposed"
-SHAPES = [(R, C), (C,), (R, 1), (), TRANSPOSED]
+# Operand shapes: full, row vector, column vector, 0-d, a full operand read through a
+# transposed view (drawn as (C, R), `.t()` in the program: the tiled elementwise kernel),
+# and one cut from a wider buffer (drawn as (R, C + 4), sliced in the program).
+TRANSPOSED, SLICED = "transposed", "sliced"
+SHAPES = [(R, C), (C,), (R, 1), (), TRANSPOSED, SLICED]
 UNARY = {
     "sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "neg": torch.neg,
     "abs": torch.abs, "exp_tanh": lambda a: torch.exp(torch.tanh(a)),
@@ -38,16 +41,35 @@ BINARY = {
 }
 
 
+# Views around a unary op `f`, back to the (R, C) shape (a full-size value `a`).
+VIEWS = {
+    "t": lambda a, f: f(a.t()).t(),
+    "split": lambda a, f: f(a.reshape(R, 4, C // 4)).reshape(R, C),
+    "flat": lambda a, f: f(a.reshape(-1)).view(R, C),
+    "permute3": lambda a, f: f(a.reshape(R, 4, C // 4).permute(2, 0, 1)).permute(1, 2, 0)
+    .reshape(R, C),
+    "unsqueeze": lambda a, f: f(a.unsqueeze(0).transpose(0, 1)).squeeze(1),
+    "column": lambda a, f: f(a[:, 3:4]).expand(R, C),  # a slice, broadcast back
+    "row": lambda a, f: f(a[1:2]).expand(R, C),
+    "every_other": lambda a, f: f(a[:, ::2]).repeat_interleave(2, dim=1),  # not a view
+}
+
+
 @st.composite
-def programs(draw):
+def programs(draw, views: bool = True):
     n_inputs = draw(st.integers(1, 3))
     shapes = [SHAPES[0]] + [draw(st.sampled_from(SHAPES)) for _ in range(n_inputs - 1)]
     steps = []
     n_values = n_inputs
     for _ in range(draw(st.integers(2, 6))):
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from("uubbv" if views else "ub"))
+        if kind == "u":
             steps.append(("u", draw(st.sampled_from(sorted(UNARY))),
                           draw(st.integers(0, n_values - 1))))
+        elif kind == "v":  # a view of a full-size value (the first input, or a later one)
+            steps.append(("v", draw(st.sampled_from(sorted(VIEWS))),
+                          draw(st.sampled_from(sorted(UNARY))),
+                          draw(st.sampled_from([0, *range(n_inputs, n_values)]))))
         else:
             steps.append(("b", draw(st.sampled_from(sorted(BINARY))),
                           draw(st.integers(0, n_values - 1)), draw(st.integers(0, n_values - 1))))
@@ -56,14 +78,19 @@ def programs(draw):
 
 
 def make_inputs(shapes):
-    return tuple(torch.randn((C, R) if s == TRANSPOSED else s) for s in shapes)
+    sizes = {TRANSPOSED: (C, R), SLICED: (R, C + 4)}
+    return tuple(torch.randn(sizes.get(s, s)) for s in shapes)
 
 
 def run_program(steps, *xs):
-    values = [x.t() if x.dim() == 2 and x.shape == (C, R) else x for x in xs]
+    views = {(C, R): lambda x: x.t(), (R, C + 4): lambda x: x[:, 2:C + 2]}
+    values = [views[tuple(x.shape)](x) if tuple(x.shape) in views else x for x in xs]
     for step in steps:
         if step[0] == "u":
             values.append(UNARY[step[1]](values[step[2]]))
+        elif step[0] == "v":
+            full = values[step[3]].expand(R, C)  # a broadcast operand made full-size
+            values.append(VIEWS[step[1]](full, UNARY[step[2]]))
         else:
             values.append(BINARY[step[1]](values[step[2]], values[step[3]]))
     # Fold every value into the result so nothing else escapes.
@@ -110,6 +137,43 @@ def test_random_prologues_into_a_reduction(tmp_path_factory, program, rule, epil
     # `+ xs[0]` makes the reduced value full-size whatever shape the program ends with.
     model = Lambda(lambda m, *xs: UNARY[epilogue](REDUCE[rule](run_program(steps, *xs) + xs[0])),
                    arity=len(inputs))
+    tuning = Tuning(max_block=8, loop_block=8) if loop else Tuning()
+    checked = check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed,
+                          tuning=tuning)
+    assert any(k.skeleton == "reduction" for k in checked.kernels)
+
+
+# Reductions over a random set of dims of a 3-d view of the program's result.
+AXES = [(0,), (1,), (2,), (0, 1), (1, 2), (0, 1, 2)]
+REDUCE_AXES = {
+    "sum": lambda v, d: v.sum(d),
+    "mean_keepdim": lambda v, d: v.mean(d, keepdim=True),
+    "amax": lambda v, d: v.amax(d),
+    "softmax": lambda v, d: torch.softmax(v, dim=d[-1]),
+    "log_softmax": lambda v, d: torch.log_softmax(v, dim=d[0]),
+    "cumsum": lambda v, d: v.cumsum(d[0]),
+    "layer_norm": lambda v, d: torch.nn.functional.layer_norm(v, v.shape[d[0]:]),
+}
+
+
+@settings.get_profile(PROFILE)
+@given(programs(views=False), st.sampled_from(sorted(REDUCE_AXES)), st.sampled_from(AXES),
+       st.sampled_from(sorted(UNARY)), st.booleans(), st.integers(0, 2**16))
+def test_random_reductions_over_random_axes(tmp_path_factory, program, rule, axes, epilogue,
+                                            loop, seed):
+    """A random pointwise program, a reshape to (R, 4, C/4), a reduction over random dims
+    (the kernel puts them last, merged into one), one pointwise epilogue op."""
+    from fusion_core.codegen import Tuning
+
+    shapes, steps = program
+    torch.manual_seed(seed)
+    inputs = make_inputs(shapes)
+
+    def forward(m, *xs):
+        v = (run_program(steps, *xs) + xs[0]).reshape(R, 4, C // 4)
+        return UNARY[epilogue](REDUCE_AXES[rule](v, axes))
+
+    model = Lambda(forward, arity=len(inputs))
     tuning = Tuning(max_block=8, loop_block=8) if loop else Tuning()
     checked = check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed,
                           tuning=tuning)
