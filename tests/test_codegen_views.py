@@ -162,3 +162,16 @@ def test_a_strided_view_eager_copies_before_a_norm_counts_as_a_pass():
     # the copy (read + write), then layer_norm reads it and its weight and bias, writes
     assert norm.traffic.unfused_bytes == 2 * nbytes + 2 * nbytes + 2 * 32 * 4
     assert norm.traffic.fused_bytes == 2 * nbytes + 2 * 32 * 4
+
+
+def test_validation_runs_the_view_kernels_in_the_model_at_a_smaller_batch():
+    """Launchers apply their index maps to whatever shapes they get: the model check runs
+    every kernel patched into the model at batch 1."""
+    from convnext_block import ConvNeXtBlock
+
+    from fusion_core.validate.run import validate
+
+    torch.manual_seed(0)
+    report = validate(analyze(ConvNeXtBlock().eval(), torch.randn(2, 32, 4, 4)))
+    assert [r.usable for r in report.results] == [True, True]
+    assert report.model.passed and report.model.inputs == ((1, 32, 4, 4),), report.model.detail

@@ -7,6 +7,11 @@ computed value (the registry's Triton expression over operand temporaries and
 literals), the reduction steps if there are any, and the outputs. ``emit.py``
 turns the plan into source; nothing here knows the skeleton's text.
 
+A group holding views, or reducing over other dims than the last, takes its iteration
+shape and each value's index map from ``indexing.py``: inputs and outputs are then the
+value seen through its map (composed strides), and a view node is no statement, only
+another name for its operand's registers.
+
 In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
 block) or per-row (``[ROWS, 1]``: column vectors, and whatever follows a
 reduction that collapses the row); ``phase`` says whether it comes before the
