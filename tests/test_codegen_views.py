@@ -135,6 +135,19 @@ def test_a_value_needed_through_two_index_maps_is_refused():
     assert error is not None and "two different index maps" in str(error)
 
 
+def test_an_input_read_through_two_index_maps_is_loaded_twice(tmp_path):
+    """`exp(x).t() + x * 2`: the kernel iterates over the result; x is read transposed by
+    exp and as it is by mul, so the launcher passes it twice (the second through a view)."""
+    torch.manual_seed(0)
+    fn = lambda m, x: torch.exp(x).t() + x * 2.0  # noqa: E731
+    checked = check_model(Lambda(fn, 1), (torch.randn(6, 6),), tmp_path, n_clusters=1)
+    (kernel,) = checked.kernels
+    assert kernel.inputs == ("a",)
+    assert "def cluster0(a):" in kernel.source
+    assert "a_map1 = a.permute(1, 0)" in kernel.source
+    assert kernel.source.count("tl.load(") == 2
+
+
 def test_an_escaping_view_of_a_computed_value_is_stored(tmp_path):
     """A view that escapes is written like any result (its own shape, contiguous)."""
     torch.manual_seed(0)

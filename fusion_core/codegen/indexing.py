@@ -14,8 +14,7 @@ one: through a pointwise op unchanged (a broadcast operand first gains leading s
 dims), through a view with its steps (operand side) or their inverse (result side), and
 through a reduction by putting its reduced dims back as size 1. A computed value lives
 in registers over one index map, so a value reached through two different maps is
-refused, naming both; an input that would be loaded through two maps is refused too
-(the launcher passes each input once).
+refused, naming both; an input read through two maps (`x + x.t()`) is loaded twice.
 
 ``domain_view`` applies a chain to a meta tensor with the value's real strides: torch
 composes the strides exactly, and a reshape of a non-contiguous value that no strides
@@ -50,6 +49,9 @@ from .layout import LoweringError
 class IndexMaps:
     domain: tuple[int, ...]
     chains: dict[str, tuple[Step, ...]]  # value -> steps from its shape to the domain's
+    # (reader, input) -> the steps that reader needs, where they differ from `chains`':
+    # that input is loaded once more, through them.
+    reads: dict[tuple[str, str], tuple[Step, ...]]
 
 
 def reduced_dims(node: Node, rank: int) -> tuple[int, ...] | None:
@@ -143,6 +145,7 @@ class _Spread:
         self.g, self.nodes, self.members = g, list(nodes), set(nodes)
         self.values = [*inputs, *nodes]
         self.chains: dict[str, tuple[Step, ...]] = {}
+        self.reads: dict[tuple[str, str], tuple[Step, ...]] = {}
         self.why: dict[str, str] = {}  # value -> the node its chain came through
         self.rank = 0
 
@@ -154,14 +157,16 @@ class _Spread:
             return True
         shape = _shape(self.g, name)
         if _effective(have, shape, self.rank) != _effective(steps, shape, self.rank):
-            what = "input" if name not in self.members else "computed value"
+            if name not in self.members:  # an input: `via` loads it once more, its own way
+                self.reads[(via, name)] = steps
+                return False
             raise LoweringError(
-                f"the {what} `{self.g[name].label}` is needed through two different index "
-                f"maps (by `{self.g[self.why[name]].label}` and by `{self.g[via].label}`); "
+                f"the computed value `{self.g[name].label}` is needed through two different "
+                f"index maps (by `{self.g[self.why[name]].label}` and by `{self.g[via].label}`); "
                 "a kernel holds one", tuple(n for n in (name, via) if n in self.members))
         return False
 
-    def run(self, anchor: str, steps: tuple[Step, ...]) -> dict[str, tuple[Step, ...]]:
+    def run(self, anchor: str, steps: tuple[Step, ...]) -> None:
         self.rank = len(shape_after(steps, _shape(self.g, anchor)))
         self.offer(anchor, steps, anchor if anchor in self.members else self.nodes[0])
         changed = True
@@ -174,7 +179,6 @@ class _Spread:
             raise LoweringError(f"no index map reaches `{self.g[missing[0]].label}` from the "
                                 "kernel's iteration space", tuple(
                                     m for m in missing if m in self.members))
-        return self.chains
 
     def _through(self, node: Node) -> bool:
         """Spread across `node` in both directions; True if a chain was added."""
@@ -252,24 +256,25 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
             raise LoweringError(f"`{node.label}` ({node.op}) reads `{g[node.refs[1]].label}` "
                                 "only for its shape; a kernel takes tensors it loads", (name,))
     anchor, steps = _anchor(g, nodes, outputs)
-    chains = _Spread(g, nodes, inputs).run(anchor, steps)
+    spread = _Spread(g, nodes, inputs)
+    spread.run(anchor, steps)
     domain = tuple(shape_after(steps, _shape(g, anchor)))
     for name in nodes:
         if g[name].kind is OpKind.REDUCTION:
-            _check_rows(g, g[name], chains, domain)
-    return IndexMaps(domain, chains)
+            src = g[name].inputs[0].name
+            _check_rows(g, g[name], spread.reads.get((name, src), spread.chains[src]), domain)
+    return IndexMaps(domain, spread.chains, spread.reads)
 
 
-def _check_rows(g: FusionGraph, node: Node, chains: dict[str, tuple[Step, ...]],
+def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
                 domain: tuple[int, ...]) -> None:
     """The reduction's own dims are exactly the domain's last axis under its source's map."""
-    src = node.inputs[0].name
-    shape = _shape(g, src)
+    shape = _shape(g, node.inputs[0].name)
     dims = reduced_dims(node, len(shape)) or ()
     kept = tuple(1 if k in dims else d for k, d in enumerate(shape))
     try:
-        full = _aligned(shape_after(chains[src], shape), len(domain))
-        rows = _aligned(shape_after(chains[src], kept), len(domain))
+        full = _aligned(shape_after(chain, shape), len(domain))
+        rows = _aligned(shape_after(chain, kept), len(domain))
     except (RuntimeError, ValueError):
         full = rows = None
     if full != domain or rows != domain[:-1] + (1,):

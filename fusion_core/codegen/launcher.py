@@ -94,13 +94,22 @@ CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layou
 
 
 def arg_names(plan: KernelPlan) -> list[str]:
-    """Launcher parameter names: the graph's value names, made safe as identifiers."""
-    out = []
+    """Launcher parameter names: the graph's value names, made safe as identifiers. An input
+    loaded again through another index map is a local of the launcher: `<name>_map<k>`."""
+    out: list[str] = []
+    first: dict[str, str] = {}
     for t in plan.inputs:
+        if t.value in first:
+            name = f"{first[t.value]}_map{sum(u.value == t.value for u in plan.inputs[:t.index])}"
+            while name in out:
+                name += "_"
+            out.append(name)
+            continue
         name = re.sub(r"\W", "_", t.value)
         if not name.isidentifier() or keyword.iskeyword(name) or name in _RESERVED \
                 or re.fullmatch(r"(in|out)\d+(_strides)?|copy\d+", name):
             name = "in_" + name
+        first[t.value] = name
         out.append(name)
     return out
 
@@ -350,7 +359,8 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     outs = ", ".join(t.value for t in plan.outputs)
     result = "out0" if len(plan.outputs) == 1 else "(" + ", ".join(
         f"out{i}" for i in range(len(plan.outputs))) + ")"
-    inputs = ", ".join(names)
+    firsts = {t.value: a for a, t in reversed(list(zip(names, plan.inputs, strict=True)))}
+    inputs = ", ".join(firsts[v] for v in dict.fromkeys(t.value for t in plan.inputs))
     out = CodeWriter()
     out.lines([f"NAME = {n!r}",
                "# Launch plans by the inputs' (shape, stride, dtype, device): a repeated call",
@@ -368,15 +378,19 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
-        views = [(a, t) for a, t in zip(names, plan.inputs, strict=True) if t.view]
-        if views:
+        again = [(a, t) for a, t in zip(names, plan.inputs, strict=True) if a != firsts[t.value]]
+        views = [(a, t) for a, t in zip(names, plan.inputs, strict=True)
+                 if t.view and a == firsts[t.value]]
+        if again or views:
             out.line("# inputs seen through their index maps (views: no copy)")
+            out.lines(f"{a} = {indexing.source(t.view, firsts[t.value])}" for a, t in again)
             out.lines(f"{a} = {indexing.source(t.view, a)}" for a, t in views)
         _key(names, out)
         out.lines(["plan = LAUNCH_CACHE.get(key)",
                    "if plan is None:  # a new layout: check it and work out the launch once"])
         with out.indented():
-            out.lines([f"plan = _plan({inputs})", "if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
+            out.lines([f"plan = _plan({', '.join(names)})",
+                       "if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
                        "    LAUNCH_CACHE.clear()", "LAUNCH_CACHE[key] = plan"])
         out.lines(["copies, out_shapes, args, tune_key, configs = plan",
                    "if copies:  # inputs whose strides the kernel cannot index: copied"])

@@ -128,6 +128,7 @@ class _Lowering:
         self._same_rows()
         self.row_space = self._row_space() if self.maps is None else set()
         self.temps: dict[str, str] = {}  # graph value -> temporary
+        self.read_temps: dict[tuple[str, str], str] = {}  # (reader, input) loaded its own way
         self.per_row: dict[str, bool] = {}  # temporary -> one value per row
         self.phase: dict[str, str] = {}  # temporary -> "pre" / "post"
         self.count = 0
@@ -197,6 +198,7 @@ class _Lowering:
     # -- the plan -----------------------------------------------------------------------
     def run(self) -> KernelPlan:
         inputs = tuple(self._input(i, name) for i, name in enumerate(self.c.inputs))
+        inputs += self._second_loads(len(inputs))
         stmts: list[Stmt] = []
         reductions: list[ReductionStep] = []
         steps: list[Stmt | ReductionStep] = []
@@ -223,11 +225,38 @@ class _Lowering:
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
             tiled=tiled, steps=several)
 
-    def _viewed(self, name: str, shape, stride) -> tuple[tuple, tuple, dict]:
+    def _second_loads(self, start: int) -> tuple[TensorArg, ...]:
+        """Inputs some node reads through another index map than the first load's: loaded
+        again, once per distinct map (`x + x.t()`)."""
+        if self.maps is None:
+            return ()
+        out: list[TensorArg] = []
+        loaded: dict[tuple[str, tuple], str] = {}
+        for (reader, name), steps in self.maps.reads.items():
+            key = (name, steps)
+            if key not in loaded:
+                meta = _meta(self.g, name)
+                shape, stride, view = self._viewed(name, meta.shape, meta.stride, steps)
+                acc = self._access(name, shape, stride, False)
+                temp = f"v{self.count}"
+                self.count += 1
+                self.per_row[temp], self.phase[temp] = self._is_per_row(acc), "pre"
+                out.append(TensorArg(name, "in", start + len(out), temp, shape, stride,
+                                     meta.dtype, acc, self.per_row[temp],
+                                     **(view or {"view": (), "value_shape": tuple(shape)})))
+                loaded[key] = temp
+            self.read_temps[(reader, name)] = loaded[key]
+        return tuple(out)
+
+    def _temp(self, reader: str, name: str) -> str:
+        return self.read_temps.get((reader, name), self.temps[name])
+
+    def _viewed(self, name: str, shape, stride, steps: tuple | None = None
+                ) -> tuple[tuple, tuple, dict]:
         """(shape, strides, TensorArg fields) of `name` as the kernel indexes it."""
         if self.maps is None:
             return tuple(shape), tuple(stride), {}
-        steps = self.maps.chains[name]
+        steps = self.maps.chains[name] if steps is None else steps
         if not steps:
             return tuple(shape), tuple(stride), {}
         try:
@@ -248,7 +277,7 @@ class _Lowering:
                          self.per_row[temp], **view)
 
     def _operands(self, node: Node) -> tuple[str, ...]:
-        return tuple(self.temps[a.name] if isinstance(a, Ref) else literal(a)
+        return tuple(self._temp(node.name, a.name) if isinstance(a, Ref) else literal(a)
                      for a in node.inputs)
 
     def _new_temp(self, name: str, per_row: bool, phase: str) -> str:
@@ -259,7 +288,7 @@ class _Lowering:
 
     def _stmt(self, node: Node) -> Stmt | None:
         if node.kind is OpKind.VIEW:  # a change of index map: same registers, no statement
-            self.temps[node.name] = self.temps[node.refs[0]]
+            self.temps[node.name] = self._temp(node.name, node.refs[0])
             return None
         spec = SPECS.get(node.op)
         if spec is None or not callable(spec.lower):
@@ -284,7 +313,7 @@ class _Lowering:
         if not isinstance(rule, ReductionRule):
             raise LoweringError(f"`{node.label}` ({node.op}) has no reduction rule")
         operands = dict(zip(spec.operands, node.inputs, strict=False))
-        names = {k: self.temps[v.name] if isinstance(v, Ref) else None
+        names = {k: self._temp(node.name, v.name) if isinstance(v, Ref) else None
                  for k, v in operands.items()}
         for k, v in operands.items():
             if not isinstance(v, Ref) and v is not None:
