@@ -84,6 +84,17 @@ def test_views_between_elementwise_ops_fuse_and_verify(tmp_path, fn, shapes):
     assert _views(a, a.clusters[0]), a.clusters[0].chain
 
 
+def test_a_slice_inside_a_kernel_refuses_other_input_shapes(tmp_path):
+    """The slice's sizes are the analysed ones: another shape gets one line, not a wrong read."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    a = analyze(Lambda(lambda m, x: torch.relu(x * 2.0)[:, 1:6:2] + 1.0, 1), torch.randn(4, 8))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    with pytest.raises(ValueError, match=r"`a` of shape \(2, 8\); this kernel slices it as "
+                                         r"analysed, at \(4, 8\)"):
+        load_kernel(path).cluster0(torch.randn(2, 8))
+
+
 @pytest.mark.parametrize("fn, shape, reduced", [
     (lambda m, x: torch.exp(x).sum(1), (3, 5, 4), "sum"),  # one middle axis, no keepdim
     (lambda m, x: (x * 2.0).mean((2, 3), keepdim=True) + 1.0, (2, 3, 4, 5), "mean"),

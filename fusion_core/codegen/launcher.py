@@ -23,7 +23,7 @@ import keyword
 import re
 from dataclasses import dataclass
 
-from ..ir.views import inverse
+from ..ir.views import Strided, inverse
 from . import indexing, runtime
 from . import tuning as autotune
 from .lower import KernelPlan, TensorArg
@@ -316,6 +316,11 @@ def _rows_checks(plan: KernelPlan, params: KernelParams, looped: bool, empty: st
                        '                 "MAX_BLOCK; regenerate with the column loop")'])
 
 
+def _fixed(t: TensorArg) -> bool:
+    """Read through a selection (slice, select, expand) sized at analysis: only that shape."""
+    return any(isinstance(s, Strided) for s in t.view)
+
+
 def _meta_out(i: int) -> str:
     return f'torch.empty(out_shapes[{i}], device="meta")'
 
@@ -381,6 +386,10 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
         again = [(a, t) for a, t in zip(names, plan.inputs, strict=True) if a != firsts[t.value]]
         views = [(a, t) for a, t in zip(names, plan.inputs, strict=True)
                  if t.view and a == firsts[t.value]]
+        for a, t in {firsts[t.value]: t for t in plan.inputs if _fixed(t)}.items():
+            out.lines([f"if tuple({a}.shape) != {tuple(t.value_shape)}:  # a slice's index map",
+                       f'    raise ValueError(f"{{NAME}}: `{a}` of shape {{tuple({a}.shape)}}; '
+                       f'this kernel slices it as analysed, at {tuple(t.value_shape)}")'])
         if again or views:
             out.line("# inputs seen through their index maps (views: no copy)")
             out.lines(f"{a} = {indexing.source(t.view, firsts[t.value])}" for a, t in again)
