@@ -23,8 +23,7 @@ import keyword
 import re
 from dataclasses import dataclass
 
-from ..ir.views import Strided, inverse
-from . import indexing, runtime
+from . import launch_maps, runtime
 from . import tuning as autotune
 from .lower import KernelPlan, TensorArg
 from .writer import CodeWriter, KernelParams
@@ -263,16 +262,11 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
     with out.indented():
         out.line("out_shapes = tuple(s[max(0, lead - first):] for s, first in "
                  f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
-    if any(t.view for t in plan.outputs):  # stored through an index map: own shape
-        out.line("out_shapes = list(out_shapes)  # results in their own shape")
-        out.lines(f"out_shapes[{i}] = tuple("
-                  f"{indexing.source(inverse(t.view, t.value_shape), _meta_out(i))}.shape)"
-                  for i, t in enumerate(plan.outputs) if t.view)
-        out.line("out_shapes = tuple(out_shapes)")
+    out.lines(launch_maps.output_shape_lines(plan))
     for i, t in enumerate(plan.outputs):
         if params.has_strides("out", i):
             row = ", row_space=True" if t.access.row_space else ""
-            seen = indexing.source(t.view, _meta_out(i))
+            seen = launch_maps.output_layout(t, i)
             out.line(f"_, out{i}_strides = _layout({seen}, shape, OUT_GROUPS[{i}], (){row})")
     pow2 = _pow2_constants(plan, looped)
     out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
@@ -316,15 +310,6 @@ def _rows_checks(plan: KernelPlan, params: KernelParams, looped: bool, empty: st
                        '                 "MAX_BLOCK; regenerate with the column loop")'])
 
 
-def _fixed(t: TensorArg) -> bool:
-    """Read through a selection (slice, select, expand) sized at analysis: only that shape."""
-    return any(isinstance(s, Strided) for s in t.view)
-
-
-def _meta_out(i: int) -> str:
-    return f'torch.empty(out_shapes[{i}], device="meta")'
-
-
 def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
     """Tuning constants that end up as block shapes or warp counts."""
     if plan.tiled:
@@ -364,7 +349,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     outs = ", ".join(t.value for t in plan.outputs)
     result = "out0" if len(plan.outputs) == 1 else "(" + ", ".join(
         f"out{i}" for i in range(len(plan.outputs))) + ")"
-    firsts = {t.value: a for a, t in reversed(list(zip(names, plan.inputs, strict=True)))}
+    firsts = launch_maps.first_names(plan, names)
     inputs = ", ".join(firsts[v] for v in dict.fromkeys(t.value for t in plan.inputs))
     out = CodeWriter()
     out.lines([f"NAME = {n!r}",
@@ -383,17 +368,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
-        again = [(a, t) for a, t in zip(names, plan.inputs, strict=True) if a != firsts[t.value]]
-        views = [(a, t) for a, t in zip(names, plan.inputs, strict=True)
-                 if t.view and a == firsts[t.value]]
-        for a, t in {firsts[t.value]: t for t in plan.inputs if _fixed(t)}.items():
-            out.lines([f"if tuple({a}.shape) != {tuple(t.value_shape)}:  # a slice's index map",
-                       f'    raise ValueError(f"{{NAME}}: `{a}` of shape {{tuple({a}.shape)}}; '
-                       f'this kernel slices it as analysed, at {tuple(t.value_shape)}")'])
-        if again or views:
-            out.line("# inputs seen through their index maps (views: no copy)")
-            out.lines(f"{a} = {indexing.source(t.view, firsts[t.value])}" for a, t in again)
-            out.lines(f"{a} = {indexing.source(t.view, a)}" for a, t in views)
+        out.lines(launch_maps.input_lines(plan, names))
         _key(names, out)
         out.lines(["plan = LAUNCH_CACHE.get(key)",
                    "if plan is None:  # a new layout: check it and work out the launch once"])
@@ -410,7 +385,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
         out.lines(f"out{i} = torch.empty(out_shapes[{i}], dtype={_dtype(t)}, device={device})"
                   for i, t in enumerate(plan.outputs))
         out.lines(["if not configs:  # no elements", f"    return {result}"])
-        tensors = ", ".join(names + [indexing.source(t.view, f"out{i}")
+        tensors = ", ".join(names + [launch_maps.kernel_output(t, i)
                                      for i, t in enumerate(plan.outputs)])
         out.lines(["config = CHOSEN.get(tune_key)",
                    "if config is None:  # a new shape bucket: choose its configuration once",

@@ -1,0 +1,70 @@
+"""The generated launcher's index-map lines: inputs seen through their maps, results
+allocated in their own shape and stored through theirs.
+
+Reads a ``KernelPlan`` whose ``TensorArg``s carry index maps (``indexing.py``) and the
+launcher's argument names; writes lines and expressions that ``launcher.py`` places in
+the generated file. Each map is the chain of torch view calls itself (no copy), so the
+layout checks and the kernel then see domain-shaped tensors as for any other kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..ir.views import Strided, inverse
+from .indexing import source
+from .plan import KernelPlan, TensorArg
+
+
+def first_names(plan: KernelPlan, names: Sequence[str]) -> dict[str, str]:
+    """Graph value -> the launcher parameter that takes it (an input loaded twice has
+    one parameter; its second load is a local view of it)."""
+    return {t.value: a for a, t in reversed(list(zip(names, plan.inputs, strict=True)))}
+
+
+def _fixed(t: TensorArg) -> bool:
+    """Read through a selection (slice, select, expand) sized at analysis: only that shape."""
+    return any(isinstance(s, Strided) for s in t.view)
+
+
+def input_lines(plan: KernelPlan, names: Sequence[str]) -> list[str]:
+    """Shape guards for sliced inputs, then every input rebound to its domain view (second
+    loads first: they view the parameter before it is rebound)."""
+    firsts = first_names(plan, names)
+    pairs = list(zip(names, plan.inputs, strict=True))
+    out: list[str] = []
+    for a, t in {firsts[t.value]: t for t in plan.inputs if _fixed(t)}.items():
+        out += [f"if tuple({a}.shape) != {tuple(t.value_shape)}:  # a slice's index map",
+                f'    raise ValueError(f"{{NAME}}: `{a}` of shape {{tuple({a}.shape)}}; '
+                f'this kernel slices it as analysed, at {tuple(t.value_shape)}")']
+    again = [f"{a} = {source(t.view, firsts[t.value])}" for a, t in pairs
+             if a != firsts[t.value]]
+    views = [f"{a} = {source(t.view, a)}" for a, t in pairs if t.view and a == firsts[t.value]]
+    if again or views:
+        out += ["# inputs seen through their index maps (views: no copy)", *again, *views]
+    return out
+
+
+def _meta_out(i: int) -> str:
+    return f'torch.empty(out_shapes[{i}], device="meta")'
+
+
+def output_shape_lines(plan: KernelPlan) -> list[str]:
+    """`out_shapes` (domain-aligned) turned into each result's own shape."""
+    if not any(t.view for t in plan.outputs):
+        return []
+    return ["out_shapes = list(out_shapes)  # results in their own shape",
+            *(f"out_shapes[{i}] = tuple("
+              f"{source(inverse(t.view, t.value_shape), _meta_out(i))}.shape)"
+              for i, t in enumerate(plan.outputs) if t.view),
+            "out_shapes = tuple(out_shapes)"]
+
+
+def output_layout(t: TensorArg, i: int) -> str:
+    """A meta tensor laid out as result `i` is stored: its own shape through its map."""
+    return source(t.view, _meta_out(i))
+
+
+def kernel_output(t: TensorArg, i: int) -> str:
+    """What the kernel stores into for result `i` (`out{i}` through its map)."""
+    return source(t.view, f"out{i}")
