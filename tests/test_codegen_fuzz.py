@@ -107,7 +107,10 @@ def test_random_pointwise_programs_match_eager(tmp_path_factory, program, seed):
     torch.manual_seed(seed)
     inputs = make_inputs(shapes)
     model = Lambda(lambda m, *xs: run_program(steps, *xs), arity=len(inputs))
-    check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed)
+    # Without views some group always fuses; a view step may leave a computed value needed
+    # through two index maps (the kernel refuses it, and the ops stay apart).
+    check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed,
+                require=not any(step[0] == "v" for step in steps))
 
 
 REDUCE = {
@@ -175,6 +178,9 @@ def test_random_reductions_over_random_axes(tmp_path_factory, program, rule, axe
 
     model = Lambda(forward, arity=len(inputs))
     tuning = Tuning(max_block=8, loop_block=8) if loop else Tuning()
+    # Dims 0 and 1 merge into one stride only for inputs laid out densely: a transposed or
+    # sliced input there is refused by name (no strides express it), and the ops stay apart.
+    strided = len(axes) > 1 and axes[0] == 0 and any(s in (TRANSPOSED, SLICED) for s in shapes)
     checked = check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed,
-                          tuning=tuning)
-    assert any(k.skeleton == "reduction" for k in checked.kernels)
+                          tuning=tuning, require=not strided)
+    assert strided or any(k.skeleton == "reduction" for k in checked.kernels)

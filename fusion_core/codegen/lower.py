@@ -264,7 +264,8 @@ class _Lowering:
         except LoweringError as e:
             blame = tuple(n.name for n in self.nodes if n.kind is OpKind.VIEW)
             raise LoweringError(str(e), blame or (name,)) from None
-        if _squeezed(seen) == _squeezed((shape, stride)):  # right-alignment does the same
+        if len(shape) <= self.rank and _squeezed(seen) == _squeezed((shape, stride)):
+            # right-alignment does the same
             return tuple(shape), tuple(stride), {}
         return (*seen, {"view": steps, "value_shape": tuple(shape)})
 
