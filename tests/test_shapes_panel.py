@@ -22,8 +22,8 @@ def test_dry_run_builds_and_checks_cases(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     assert code == 0 and len(rows) == 4
     looped, causal, tiled, channels = rows
-    for row in (looped, causal, tiled):
+    # softmax over dim 1 of NCHW: channels last in the kernel's iteration space (index maps)
+    for row in (looped, causal, tiled, channels):
         assert row["ok"] and row["default_ok"] and row["user_config"], row
     assert looped["kernel"]["looped"] and tiled["kernel"]["tiled"]
-    assert channels["not_fused"].startswith("0 clusters")  # recorded, not timed
-    assert "not fused: 0 clusters" in capsys.readouterr().out.splitlines()[-1]
+    assert "not_fused" not in channels
