@@ -169,7 +169,8 @@ def _view_params(n: fx.Node, op: str) -> tuple[tuple[str, Any], ...]:
             return getattr(args[0], str(n.target))(*args[1:], **kwargs)
         return n.target(*args, **kwargs)
 
-    steps = describe(op.split(".")[0], call, tuple(src_val.shape), tuple(out.shape))
+    steps = describe(op.split(".")[0], call, tuple(src_val.shape), tuple(out.shape),
+                     src_val.is_contiguous())
     return () if steps is None else ((INDEX_STEPS, steps),)
 
 

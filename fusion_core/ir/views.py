@@ -238,12 +238,16 @@ def _inserted(short: tuple[int, ...], long: tuple[int, ...]) -> tuple[int, ...] 
     return tuple(dims) if i == len(short) else None
 
 
-def describe(name: str, call: Any, src_shape: tuple[int, ...], out_shape: tuple[int, ...]
-             ) -> tuple[Step, ...] | None:
+def describe(name: str, call: Any, src_shape: tuple[int, ...], out_shape: tuple[int, ...],
+             contiguous: bool = True) -> tuple[Step, ...] | None:
     """The steps of view `name` (the op's short name); `call(probe)` replays it on a tensor.
-    None when the view is not one of the kinds the module docstring lists."""
+    None when the view is not one of the kinds the module docstring lists, or it is an
+    `as_strided` of an operand that was not contiguous (`contiguous`): that one addresses
+    its operand's memory, which a kernel computing the operand does not reproduce."""
     if name in _RESHAPES:
         return reshape_steps(tuple(src_shape), tuple(out_shape))
+    if name == "as_strided" and not contiguous:
+        return None
     probe = torch.empty(src_shape, device="meta")
     try:
         out = call(probe)

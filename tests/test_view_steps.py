@@ -1,0 +1,90 @@
+"""ir/views.py: each view op is recognised as index steps that reproduce it exactly, on
+contiguous and strided inputs, and the invertible ones map back."""
+
+import pytest
+import torch
+
+from fusion_core.ir.graph import OpKind
+from fusion_core.ir.views import (
+    INDEX_STEPS,
+    Merge,
+    Permute,
+    Reshape,
+    Squeeze,
+    Strided,
+    Unsqueeze,
+    ViewError,
+    apply,
+    describe,
+    inverse,
+)
+from fusion_core.pipeline import analyze
+
+SHAPE = (3, 4, 5)
+
+CASES = [
+    ("permute", lambda t: t.permute(2, 0, 1), Permute),
+    ("transpose", lambda t: t.transpose(0, 2), Permute),
+    ("movedim", lambda t: t.movedim(0, -1), Permute),
+    ("view", lambda t: t.view(12, 5), Reshape),
+    ("flatten", lambda t: t.flatten(1), Reshape),
+    ("unsqueeze", lambda t: t.unsqueeze(1), Unsqueeze),
+    ("getitem", lambda t: t[:, 1:4:2], Strided),
+    ("select", lambda t: t.select(1, 2), Strided),
+    ("narrow", lambda t: t.narrow(2, 1, 3), Strided),
+    ("expand", lambda t: t[:, :1].expand(3, 4, 5), Strided),
+    ("as_strided", lambda t: t.as_strided((3, 2), (20, 2), 1), Strided),
+]
+
+
+@pytest.mark.parametrize("name, view, kind", CASES, ids=[c[0] for c in CASES])
+def test_recognised_steps_reproduce_the_view(name, view, kind):
+    steps = describe(name, view, SHAPE, tuple(view(torch.empty(SHAPE, device="meta")).shape))
+    assert steps is not None and len(steps) == 1 and isinstance(steps[0], kind)
+    # Replayed on real data, contiguous and strided (every other element of a wider buffer),
+    # the elements agree. as_strided addresses its operand's storage: contiguous only.
+    bases = [torch.randn(SHAPE)]
+    if name != "as_strided":
+        bases.append(torch.randn(3, 4, 10)[:, :, ::2])
+    for t in bases:
+        torch.testing.assert_close(apply(steps, t), view(t), rtol=0, atol=0)
+
+
+def test_squeeze_and_reshape_to_ones_are_squeezes():
+    steps = describe("squeeze", lambda t: t.squeeze(1), (3, 1, 5), (3, 5))
+    assert steps == (Squeeze((1,)),)
+
+
+def test_invertible_steps_map_back():
+    x = torch.randn(SHAPE)
+    for steps in ((Permute((2, 0, 1)),), (Merge(0, 2),), (Unsqueeze((0, 3)),),
+                  (Permute((2, 0, 1)), Merge(1, 3))):
+        back = inverse(steps, SHAPE)
+        assert back is not None
+        torch.testing.assert_close(apply(back, apply(steps, x)), x, rtol=0, atol=0)
+    assert inverse((Strided((3, 2), ((0, 1), (1, 1)), (0, 0, 0)),), SHAPE) is None
+
+
+def test_a_reshape_no_strides_express_raises_a_view_error():
+    with pytest.raises(ViewError, match="a reshape of shape"):
+        apply((Reshape((60,)),), torch.randn(3, 20).t())
+
+
+def test_views_with_several_results_get_no_steps():
+    assert describe("split", lambda t: t.split(2), SHAPE, (2, 4, 5)) is None
+
+
+def test_as_strided_of_a_strided_operand_gets_no_steps():
+    """Its result depends on the operand's memory layout, which a kernel does not keep."""
+    view = lambda t: t.as_strided((3, 2), (20, 2), 1)  # noqa: E731
+    assert describe("as_strided", view, SHAPE, (3, 2), contiguous=False) is None
+
+
+def test_normalize_stores_the_steps_in_view_nodes():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x * 2.0).permute(0, 2, 1).reshape(3, 20) + 1.0
+
+    a = analyze(M(), torch.randn(SHAPE))
+    views = {n.op: n.param(INDEX_STEPS) for n in a.graph.nodes if n.kind is OpKind.VIEW}
+    assert views == {"permute": (Permute((0, 2, 1)),), "reshape": (Reshape((3, 20)),)}
