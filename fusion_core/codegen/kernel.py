@@ -59,7 +59,7 @@ class Kernel:
 
 def needs_loop(p: KernelPlan, tuning: Tuning) -> bool:
     assert tuning.max_block is not None, "resolve it first: with_max_block"
-    return p.skeleton == "reduction" and bool(p.domain) and p.domain[-1] > tuning.max_block
+    return p.skeleton == "reduction" and bool(p.domain) and p.n_cols > tuning.max_block
 
 
 def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:

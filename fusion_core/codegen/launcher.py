@@ -86,8 +86,9 @@ _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block",
              "config", "configs", "tune_key", "bucket", "_launch", "os",
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK",
-             "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS,
-             *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS),
+             "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS, *runtime.DOMAIN_GLOBALS,
+             *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS
+                                  + runtime.DOMAIN_HELPERS),
              *(fn.__name__ for pair in autotune.KINDS.values() for fn in pair)}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 
@@ -105,16 +106,25 @@ def arg_names(plan: KernelPlan) -> list[str]:
 
 
 def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:
-    """The output's runtime shape, from the iteration shape `shape`."""
+    """The output's runtime shape, from the iteration shape `shape` (in the user's order
+    where the kernel has its own)."""
     rank = plan.rank
     dims = [f"shape[{k}]" if arg.access.aligned[k] == plan.domain[k] else "1"
             for k in range(rank)]
     if arg.access.row_space:
-        dims = dims[:-1]
-    dims = dims[len(dims) - len(arg.shape):]
+        dims = dims[:rank - plan.reduced]
+    elif plan.order is not None:
+        dims = plan.order.user_dims(dims)
+    dims = dims[len(dims) - len(arg.value_shape):]
     if dims == [f"shape[{k}]" for k in range(rank)]:
         return "shape"
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _view(t: TensorArg) -> str:
+    """The runtime helper that views `t` in the kernel's order: per-row values are in row
+    order already."""
+    return "_row_view" if t.access.row_space else "_domain_view"
 
 
 def _dtype(t: TensorArg) -> str:
@@ -123,7 +133,7 @@ def _dtype(t: TensorArg) -> str:
 
 def header(plan: KernelPlan, model: str, category: str, where: str | None) -> list[str]:
     def desc(ts: tuple[TensorArg, ...]) -> str:
-        return ", ".join(f"{t.value} {tuple(t.shape)} {_dtype(t).removeprefix('torch.')}"
+        return ", ".join(f"{t.value} {tuple(t.value_shape)} {_dtype(t).removeprefix('torch.')}"
                          for t in ts)
 
     loc = f", {where}" if where else ""
@@ -178,6 +188,13 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
               "# whose strides the kernel cannot index is copied into this layout.",
               "IN_ORDERS = (" + "".join(f"{_order(t)}, " for t in plan.inputs).rstrip() + ")",
               f"INT64_INDEX = {plan.int64}", ""]
+    if plan.order is not None:
+        o = plan.order
+        lines[-1:] = ["# The reduction's own order: the launcher views each tensor with its dims",
+                      "# reordered (and a channel dim split into groups) before indexing it.",
+                      f"USER_RANK = {len(o.perm)}", f"PERM = {o.perm}", f"SPLIT = {o.split}",
+                      f"REDUCED = {o.reduced}  # trailing dims of the iteration shape reduced",
+                      ""]
     return lines
 
 
@@ -256,8 +273,10 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
     for i, t in enumerate(plan.outputs):
         if params.has_strides("out", i):
             row = ", row_space=True" if t.access.row_space else ""
-            out.line(f"_, out{i}_strides = _layout(torch.empty(out_shapes[{i}], "
-                     f"device=\"meta\"), shape, OUT_GROUPS[{i}], (){row})")
+            meta = f"torch.empty(out_shapes[{i}], device=\"meta\")"
+            if plan.order is not None:  # the kernel indexes the result through its view
+                meta = f"{_view(t)}({meta})"
+            out.line(f"_, out{i}_strides = _layout({meta}, shape, OUT_GROUPS[{i}], (){row})")
     pow2 = _pow2_constants(plan, looped)
     out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
                "span = _spans(shape)"])
@@ -281,7 +300,8 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
 def _rows_checks(plan: KernelPlan, params: KernelParams, looped: bool, empty: str,
                  out: CodeWriter) -> None:
     """Row count and checks of a kernel indexed by rows and columns."""
-    out.lines(["n_cols = shape[-1] if shape else 1", "if span[0] == 0:"])
+    cols = "shape[-1] if shape else 1" if plan.reduced == 1 else f"span[{plan.rank - plan.reduced}]"
+    out.lines([f"n_cols = {cols}", "if span[0] == 0:"])
     with out.indented():
         if plan.skeleton == "reduction":
             out.line("if any(0 not in s for s in out_shapes):")
@@ -349,7 +369,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
                "# The configuration chosen per (shape bucket, input dtypes, device).",
                "CHOSEN = {}",
-               "", "", *runtime.source().splitlines(), "", "",
+               "", "", *runtime.source(plan.order is not None).splitlines(), "", "",
                *autotune.source(kind(plan, looped)).splitlines(), "", ""])
     _plan_fn(plan, params, looped, names, out)
     out.lines(["", ""])
@@ -357,6 +377,9 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
+        if plan.order is not None:
+            out.line("# every input as the kernel indexes it: in its order (a view)")
+            out.lines(f"{a} = {_view(t)}({a})" for a, t in zip(names, plan.inputs, strict=True))
         _key(names, out)
         out.lines(["plan = LAUNCH_CACHE.get(key)",
                    "if plan is None:  # a new layout: check it and work out the launch once"])

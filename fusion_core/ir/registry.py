@@ -222,6 +222,13 @@ _SPECS = [
     _reduction("amax", "input, dim=(), keepdim=False"),
     _reduction("amin", "input, dim=(), keepdim=False"),
     _reduction("cumsum", "input, dim, *, dtype=None"),  # a scan: keeps the row like softmax
+    # `unbiased` (old spelling) or `correction` (new): ir/reductions.py's `correction` reads both
+    _reduction("var", "input, dim=None, unbiased=None, keepdim=False, *, correction=None"),
+    _reduction("std", "input, dim=None, unbiased=None, keepdim=False, *, correction=None"),
+    # weight/bias are per channel: ir/channels.py reshapes them to (C, 1, ..., 1) first
+    _reduction("group_norm", "input, num_groups, weight=None, bias=None, eps=1e-05",
+               ("input", "weight", "bias")),
+    _reduction("adaptive_avg_pool2d", "input, output_size"),  # to 1x1: a mean over (H, W)
     # --- pointwise with per-channel operands (eval mode); the channel broadcast along
     # dim 1 is made explicit by ir/channels.py before any check reads shapes ---
     OpSpec("batch_norm", BINARY, "input, running_mean, running_var, weight=None, bias=None, "
@@ -256,7 +263,7 @@ for _name in ("add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "r
               "reciprocal", "square", "sin", "cos", "erf", "pow", "sigmoid", "tanh", "relu",
               "maximum", "minimum", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge",
               "clamp", "logical_not", "clone", "softmax", "log_softmax", "sum", "mean", "amax",
-              "amin", "rsub", "cumsum", "bitwise_and", "bitwise_or", "logical_and",
+              "amin", "rsub", "cumsum", "var", "std", "bitwise_and", "bitwise_or", "logical_and",
               "logical_or"):
     _register(_name, ("method", _name), signature=None)
     if hasattr(torch, _name):
@@ -283,7 +290,8 @@ _register("clamp", torch.clamp_max, ("method", "clamp_max"), signature="input, m
 _register("clamp", F.hardtanh, signature="input, min_val=-1.0, max_val=1.0, inplace=False")
 _register("clamp", F.relu6, signature="input, inplace=False, min=0.0, max=6.0")
 for _name in ("relu", "gelu", "silu", "leaky_relu", "elu", "hardsigmoid", "hardswish",
-              "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "dropout"):
+              "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "dropout",
+              "group_norm", "adaptive_avg_pool2d"):
     if hasattr(F, _name):
         _register(_name, getattr(F, _name))
 _register("softmax", torch.softmax, ("method", "softmax"), torch.special.softmax,
@@ -326,7 +334,9 @@ ATEN_OPS: dict[str, tuple[str, ...]] = {
     "softmax": ("_softmax", "softmax.int"), "log_softmax": ("_log_softmax", "log_softmax.int"),
     "layer_norm": ("layer_norm",), "rms_norm": ("rms_norm",), "batch_norm": ("batch_norm",),
     "sum": ("sum.dim_IntList",), "mean": ("mean.dim",), "amax": ("amax",), "amin": ("amin",),
-    "cumsum": ("cumsum.default",),
+    "cumsum": ("cumsum.default",), "var": ("var.correction", "var.dim"),
+    "std": ("std.correction", "std.dim"), "group_norm": ("group_norm",),
+    "adaptive_avg_pool2d": ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"),
     **{b: (f"{b}.Tensor", f"{b}.Scalar", f"__{b[8:]}__.Tensor", f"__{b[8:]}__.Scalar")
        for b in ("bitwise_and", "bitwise_or")},
     "logical_and": ("logical_and",), "logical_or": ("logical_or",),

@@ -31,7 +31,8 @@ TRACE_THROUGH: tuple[type[nn.Module], ...] = tuple(
     getattr(nn, name) for name in (
         "ReLU", "ReLU6", "GELU", "SiLU", "Sigmoid", "Tanh", "LeakyReLU", "ELU", "Hardtanh",
         "Hardsigmoid", "Hardswish", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
-        "LayerNorm", "RMSNorm", "Softmax", "LogSoftmax", "Identity",
+        "LayerNorm", "RMSNorm", "GroupNorm", "Softmax", "LogSoftmax", "Identity",
+        "AdaptiveAvgPool2d",
     ) if hasattr(nn, name)
 )
 
