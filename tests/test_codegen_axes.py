@@ -1,0 +1,158 @@
+"""Reductions over any set of dims: the kernel's own order, index terms over several
+column dims, and end-to-end runs under the interpreter (or the GPU) against eager."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from codegen_harness import Lambda, check_model
+
+from fusion_core.codegen import emit
+from fusion_core.codegen.domain import Domain, domain_of
+from fusion_core.codegen.launcher import Tuning
+from fusion_core.codegen.lower import plan
+from fusion_core.codegen.writer import KernelParams
+from fusion_core.ir.reductions import RULES
+from fusion_core.pipeline import analyze
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+X4 = (2, 6, 3, 5)
+CASES = {
+    # name: (function of (module, x), input shape, reduction op in the cluster)
+    "mean over (H, W), keepdim": (lambda m, x: (x * 2.0).mean((2, 3), keepdim=True) + 1.0,
+                                  X4, "mean"),
+    "mean over (H, W)": (lambda m, x: torch.sigmoid((x * 2.0).mean(dim=(-1, -2))), X4, "mean"),
+    "sum over channels": (lambda m, x: (x - 1.0).sum(1), X4, "sum"),
+    "softmax over channels": (lambda m, x: torch.softmax(x * 2.0, dim=1), X4, "softmax"),
+    "log_softmax over dim 0": (lambda m, x: F.log_softmax(x * 2.0, dim=0), (4, 3, 5),
+                               "log_softmax"),
+    "batch statistics": (lambda m, x: (x * 2.0).mean((0, 2, 3)), X4, "mean"),
+    "batch variance": (lambda m, x: (x + 1.0).var((0, 2, 3), unbiased=False), X4, "var"),
+    "std with correction": (lambda m, x: (x * 2.0).std(dim=(1, 3), keepdim=True,
+                                                       correction=2) * 3.0, X4, "std"),
+    "var of one dim": (lambda m, x: torch.var(x * 2.0, 1), (3, 7, 4), "var"),
+    "amax over dim 0": (lambda m, x: (x * 2.0).amax(0), (3, 4, 5), "amax"),
+    "amin over (0, 2), keepdim": (lambda m, x: (x * 2.0).amin((0, 2), keepdim=True) - x,
+                                  (3, 4, 5), "amin"),
+    "cumsum over dim 1": (lambda m, x: torch.cumsum(x * 2.0, 1), (3, 5, 4), "cumsum"),
+    "squeeze-excite pool": (lambda m, x: F.adaptive_avg_pool2d(F.silu(x), (1, 1)), X4,
+                            "adaptive_avg_pool2d"),
+    "group_norm, affine": (lambda m, x: F.silu(F.group_norm(x * 1.5, 3, m.w, m.b)), X4,
+                           "group_norm"),
+    "group_norm of a 3-d input": (lambda m, x: F.group_norm(x + 1.0, 2, eps=1e-3) * 2.0,
+                                  (2, 4, 7), "group_norm"),
+}
+PARAMS = {"w": torch.randn(6), "b": torch.randn(6)}
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["one block", "column loop"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_reduction_over_other_dims_matches_eager(tmp_path, name, looped):
+    fn, shape, op = CASES[name]
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, arity=1, **PARAMS), (torch.randn(*shape),), tmp_path,
+                          n_clusters=1, looped=looped, tuning=Tuning(loop_block=8))
+    (cluster,) = checked.analysis.clusters
+    (kernel,) = checked.kernels
+    assert op in cluster.ops and kernel.skeleton == "reduction"
+    assert kernel.looped == looped
+
+
+def test_the_order_puts_the_reduced_dims_last_in_their_own_order():
+    assert domain_of(RULES["mean"], {"dim": (0, 2, 3)}, X4) == Domain((1, 0, 2, 3), None, 3)
+    assert domain_of(RULES["softmax"], {"dim": 1}, X4) == Domain((0, 2, 3, 1), None, 1)
+    assert domain_of(RULES["sum"], {"dim": -1}, X4).trivial
+    gn = domain_of(RULES["group_norm"], {"num_groups": 3}, X4)
+    assert gn == Domain((0, 1, 2, 3), (1, 3), 3) and gn.shape(X4) == (2, 3, 2, 3, 5)
+    # a per-channel operand (C, 1, 1): the split gives each group its C/G channels
+    assert gn.tensor((6, 1, 1), (1, 1, 1)) == ((1, 3, 2, 1, 1), (0, 2, 1, 1, 1))
+    assert gn.user_dims(["shape[0]", "shape[1]", "shape[2]", "1", "1"]) == [
+        "shape[0]", "shape[1] * shape[2]", "1", "1"]
+
+
+def _offsets(arg, p, idx: str, params: KernelParams) -> torch.Tensor:
+    """The offsets an index expression gives for every (row, column) of the plan's domain."""
+    n_cols = p.n_cols
+    n_rows = math.prod(p.domain) // n_cols
+    span = [math.prod(p.domain[k:]) for k in range(p.rank + 1)]
+    values = {"rows": torch.arange(n_rows)[:, None], "cols": torch.arange(n_cols)[None, :],
+              "n_cols": n_cols, "span": span, "rspan": [s // n_cols for s in span]}
+    strides = [s for g in arg.access.groups if not g.unit
+               for s in [next(arg.stride[k] for k in reversed(range(g.first, g.last))
+                              if p.domain[k] != 1)]]
+    values.update({f"{arg.role}{arg.index}_strides": strides})
+    scope = dict(values)
+    for param in params:
+        scope[param.name] = eval(param.launch, {}, values)  # noqa: S307 - our own text
+    return eval(idx, {}, scope)  # noqa: S307
+
+
+@pytest.mark.parametrize("name", ["batch statistics", "group_norm, affine",
+                                  "softmax over channels", "std with correction"])
+def test_index_terms_address_each_element_of_the_kernel_order(name):
+    """Every input's offset at (row, col) is where its element of the kernel's order lies."""
+    fn, shape, _ = CASES[name]
+    analysis = analyze(Lambda(fn, arity=1, **PARAMS), torch.randn(*shape))
+    p = plan(analysis.graph, analysis.clusters[0])
+    assert p.order is not None
+    for arg in p.inputs:
+        params = KernelParams()
+        idx = str(emit.index_of(arg, p, params))
+        got = _offsets(arg, p, idx, params).expand(-1, p.n_cols) if idx != "0" else None
+        # a buffer laid out with the value's strides, each element holding its own offset
+        base = torch.arange(1 + sum((d - 1) * s for d, s in zip(
+            arg.value_shape, _value_stride(analysis, arg), strict=True)))
+        value = base.as_strided(arg.value_shape, _value_stride(analysis, arg))
+        view = p.order.tensor(tuple(value.shape), value.stride())
+        want = value.as_strided(view[0], view[1]).expand(p.domain).reshape(
+            -1, p.n_cols)
+        if got is None:
+            assert (want == 0).all()
+        else:
+            assert torch.equal(got, want), (arg.value, idx)
+
+
+def _value_stride(analysis, arg) -> tuple[int, ...]:
+    return tuple(analysis.graph[arg.value].meta.stride)
+
+
+def test_group_norm_rows_are_sample_group_pairs_and_columns_three_dims():
+    fn, shape, _ = CASES["group_norm, affine"]
+    analysis = analyze(Lambda(fn, arity=1, **PARAMS), torch.randn(*shape))
+    p = plan(analysis.graph, analysis.clusters[0])
+    assert p.domain == (2, 3, 2, 3, 5) and p.reduced == 3 and p.n_cols == 30
+    weight = next(a for a in p.inputs if a.value_shape == (6, 1, 1))
+    # straddles rows (the group) and columns (the channel in it): a per-element load
+    assert str(emit.index_of(weight, p, KernelParams())) == (
+        "((rows % rspan1) * n_cols + cols) // span3")
+
+
+def test_pool_to_another_size_stays_opaque():
+    analysis = analyze(Lambda(lambda m, x: F.adaptive_avg_pool2d(F.silu(x), 2) * 2.0,
+                              arity=1), torch.randn(*X4))
+    for cluster in analysis.clusters:
+        assert "adaptive_avg_pool2d" not in cluster.ops
+
+
+def test_mbconv_example_fuses_the_squeeze_into_the_batch_norm_chain(tmp_path):
+    from mbconv_se import MBConv
+
+    torch.manual_seed(0)
+    checked = check_model(MBConv().eval(), (torch.randn(2, 16, 8, 8),), tmp_path)
+    chains = [c.chain for c in checked.analysis.clusters]
+    assert "batch_norm → silu → adaptive_avg_pool2d" in chains, chains
+    assert "sigmoid → mul" in chains and "batch_norm → add" in chains
+
+
+def test_groupnorm_example_fuses_each_norm_with_its_silu(tmp_path):
+    from groupnorm_silu import ResBlock
+
+    torch.manual_seed(0)
+    checked = check_model(ResBlock().eval(), (torch.randn(2, 32, 8, 8),), tmp_path,
+                          n_clusters=2)
+    assert [c.chain for c in checked.analysis.clusters] == ["group_norm → silu"] * 2
+    assert all(k.skeleton == "reduction" for k in checked.kernels)
