@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from ..codegen.lower import dry_run
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.reductions import ReductionRule, reduced_dims
+from ..ir.reductions import ReductionRule, axes_said, reduced_dims
 from ..ir.registry import SPECS
 from .group import (
     check_convexity,
@@ -189,9 +189,9 @@ def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
         dims = reduced_dims(rule, dict(node.params), len(src.shape)) if (
             src is not None and isinstance(rule, ReductionRule)) else None
         if not dims:
-            said = ", ".join(f"{k}={v!r}" for k, v in node.params) or "no arguments"
             return Failure("reduction", (name,),
-                           f"`{node.label}` ({said}) names no dims the kernel can reduce")
+                           f"`{node.label}` ({axes_said(dict(node.params))}) names no dims "
+                           "the kernel can reduce")
         found[name] = dims
     differ = [n for n in reds[1:] if found[n] != found[reds[0]]]
     if differ:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.reductions import ReductionRule, reduced_dims
+from ..ir.reductions import ReductionRule, axes_said, reduced_dims
 from .layout import LoweringError
 
 
@@ -79,7 +79,7 @@ def domain_of(rule: ReductionRule, params: dict, user: tuple[int, ...]) -> Domai
     rank = len(user)
     dims = reduced_dims(rule, params, rank)
     if dims is None or not dims:
-        raise LoweringError(f"{rule.name} with {_said(params)} names no dims the code "
+        raise LoweringError(f"{rule.name} with {axes_said(params)} names no dims the code "
                             "generator can reduce")
     if rule.axes == "groups":  # (N, C, *S) -> (N, G, C/G, *S); reduce C/G and S
         groups = params["num_groups"]
@@ -87,8 +87,3 @@ def domain_of(rule: ReductionRule, params: dict, user: tuple[int, ...]) -> Domai
     kept = tuple(k for k in range(rank) if k not in dims)
     return Domain(kept + tuple(dims), None, len(dims))
 
-
-def _said(params: dict) -> str:
-    shown = {k: v for k, v in params.items() if k in ("dim", "normalized_shape", "output_size",
-                                                      "num_groups")}
-    return ", ".join(f"{k}={v!r}" for k, v in shown.items()) or "these arguments"

@@ -175,3 +175,10 @@ def correction(params: Mapping[str, Any]) -> float:
     if given is not None:
         return float(given)
     return 0.0 if params.get("unbiased") is False else 1.0
+
+
+def axes_said(params: Mapping[str, Any]) -> str:
+    """The params that name a reduction's dims, as the user wrote them (for messages)."""
+    shown = [f"{k}={v!r}" for k, v in params.items()
+             if k in ("dim", "normalized_shape", "output_size", "num_groups")]
+    return ", ".join(shown) or "no dims"
