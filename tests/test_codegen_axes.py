@@ -62,6 +62,42 @@ def test_reduction_over_other_dims_matches_eager(tmp_path, name, looped):
     assert kernel.looped == looped
 
 
+OTHER_INPUTS = {
+    # name: (function, input): dtypes, layouts and a reduction over every dim
+    "integer sum over dim 0": (lambda m, a: (a + 1).sum(0),
+                               lambda: torch.randint(-5, 5, (3, 4, 5))),
+    "bf16 variance over (1, 2)": (lambda m, x: (x * 2).var((1, 2)),
+                                  lambda: torch.randn(3, 4, 5, dtype=torch.bfloat16)),
+    "sum of every element": (lambda m, x: (x * 2).sum(), lambda: torch.randn(3, 4, 5)),
+    "mean of every element, keepdim": (lambda m, x: (x * 2).mean((0, 1, 2), keepdim=True) + x,
+                                       lambda: torch.randn(3, 4, 5)),
+    "channel softmax of a channels-last input": (
+        lambda m, x: torch.softmax(x * 2, 1), lambda: torch.randn(2, 5, 4, 3).permute(0, 3, 1, 2)),
+}
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["one block", "column loop"])
+@pytest.mark.parametrize("name", sorted(OTHER_INPUTS))
+def test_reduction_over_other_dims_of_other_inputs_matches_eager(tmp_path, name, looped):
+    fn, make = OTHER_INPUTS[name]
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, arity=1), (make(),), tmp_path, n_clusters=1,
+                          looped=looped, tuning=Tuning(loop_block=8))
+    assert checked.kernels[0].skeleton == "reduction" and checked.kernels[0].looped == looped
+
+
+def test_mean_and_variance_over_the_batch_statistics_dims_share_one_kernel(tmp_path):
+    def fn(m, x):
+        h = x * 2.0
+        centered = h - h.mean((0, 2, 3), keepdim=True)
+        return centered * torch.rsqrt(h.var((0, 2, 3), keepdim=True, unbiased=False) + 1e-5)
+
+    checked = check_model(Lambda(fn, arity=1), (torch.randn(*X4),), tmp_path, n_clusters=1)
+    (cluster,) = checked.analysis.clusters
+    assert {"mean", "var"} <= set(cluster.ops)
+    assert checked.kernels[0].skeleton == "reduction"
+
+
 def test_the_order_puts_the_reduced_dims_last_in_their_own_order():
     assert domain_of(RULES["mean"], {"dim": (0, 2, 3)}, X4) == Domain((1, 0, 2, 3), None, 3)
     assert domain_of(RULES["softmax"], {"dim": 1}, X4) == Domain((0, 2, 3, 1), None, 1)
