@@ -15,6 +15,7 @@ from fusion_core.codegen.domain import Domain, domain_of
 from fusion_core.codegen.launcher import Tuning
 from fusion_core.codegen.lower import plan
 from fusion_core.codegen.writer import KernelParams
+from fusion_core.ir.graph import OpKind
 from fusion_core.ir.reductions import RULES
 from fusion_core.pipeline import analyze
 
@@ -96,6 +97,36 @@ def test_mean_and_variance_over_the_batch_statistics_dims_share_one_kernel(tmp_p
     (cluster,) = checked.analysis.clusters
     assert {"mean", "var"} <= set(cluster.ops)
     assert checked.kernels[0].skeleton == "reduction"
+
+
+class _BatchStatisticsNorm(torch.nn.Module):
+    """A BatchNorm without running statistics: it always normalizes by the batch's own."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(6, track_running_stats=False)
+        torch.nn.init.uniform_(self.bn.weight, 0.5, 1.5)
+        torch.nn.init.uniform_(self.bn.bias, -0.5, 0.5)
+
+    def forward(self, x):
+        return F.relu(self.bn(x * 2.0))
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["one block", "column loop"])
+def test_batch_norm_on_batch_statistics_is_a_reduction_over_all_but_the_channels(tmp_path,
+                                                                                 looped):
+    checked = check_model(_BatchStatisticsNorm(), (torch.randn(*X4),), tmp_path, n_clusters=1,
+                          looped=looped, tuning=Tuning(loop_block=8))
+    assert checked.analysis.clusters[0].chain == "mul → batch_norm_train → relu"
+    p = plan(checked.analysis.graph, checked.analysis.clusters[0])
+    assert p.domain == (6, 2, 3, 5) and p.reduced == 3  # rows: channels
+
+
+def test_batch_norm_updating_running_statistics_stays_opaque():
+    g = analyze(Lambda(lambda m, x: F.batch_norm(x * 2.0, m.rm, m.rv, training=True) + 1.0,
+                       arity=1, rm=torch.zeros(6), rv=torch.ones(6)), torch.randn(*X4)).graph
+    (bn,) = [n for n in g.nodes if n.target == "F.batch_norm"]
+    assert bn.kind is OpKind.OPAQUE  # it writes new running statistics: not ours to fuse
 
 
 def test_the_order_puts_the_reduced_dims_last_in_their_own_order():

@@ -1,9 +1,10 @@
-"""Make per-channel broadcasts explicit: BatchNorm's statistics and GroupNorm's affine
-parameters become (C, 1, …, 1) views.
+"""Make per-channel broadcasts explicit: BatchNorm's statistics and affine parameters and
+GroupNorm's affine parameters become (C, 1, …, 1) views.
 
 Reads a shape-propagated ``fx.GraphModule`` (either frontend); rewrites it in place.
 ``batch_norm`` reads its running mean/var, weight and bias along dim 1 of an
-(N, C, H, W) input, and ``group_norm`` its weight and bias, which right-aligned
+(N, C, H, W) input (on batch statistics in training mode without running ones: only its
+weight and bias), and ``group_norm`` its weight and bias, which right-aligned
 broadcasting would pair with W instead. Each such operand is routed through a
 ``torch.reshape`` to (C, 1, …, 1) and the call is replaced by the function of the same
 name below, which takes operands of that shape, so the module still runs and the shapes
@@ -18,7 +19,7 @@ from collections.abc import Callable
 import torch
 import torch.fx as fx
 
-from .registry import TARGETS, bind, lookup
+from .registry import TARGETS, bind, lookup, training_spec
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -38,14 +39,24 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
     return y if bias is None else y + bias
 
 
+def batch_norm_train(input, weight=None, bias=None, eps=1e-05):
+    """Batch norm on the batch's own statistics (no running statistics to update), with an
+    affine part that already broadcasts against `input`."""
+    y = torch.nn.functional.batch_norm(input, None, None, None, None, True, 0.0, eps)
+    y = y if weight is None else y * weight
+    return y if bias is None else y + bias
+
+
 TARGETS[batch_norm] = ("batch_norm", None)  # same spec as F.batch_norm / aten.batch_norm
 TARGETS[group_norm] = ("group_norm", None)
+TARGETS[batch_norm_train] = ("batch_norm_train", None)
 
-# Per op: its explicit-channel replacement, the operands read per channel, and the tensor
-# operands it cannot do without (batch_norm in training mode has no running statistics).
+# Per spec: its explicit-channel replacement, the operands read per channel, and the tensor
+# operands it cannot do without (eval-mode batch_norm reads its running statistics).
 PER_CHANNEL: dict[str, tuple[Callable, tuple[str, ...], tuple[str, ...]]] = {
     "batch_norm": (batch_norm, ("running_mean", "running_var", "weight", "bias"),
                    ("running_mean", "running_var")),
+    "batch_norm_train": (batch_norm_train, ("weight", "bias"), ()),
     "group_norm": (group_norm, ("weight", "bias"), ()),
 }
 
@@ -95,9 +106,14 @@ def _per_channel_call(n: fx.Node) -> tuple[str, dict] | None:
         values = bind(found[0], found[1], n.args, n.kwargs)
     except TypeError:
         return None
-    required = PER_CHANNEL[found[0].name][2]
-    if values.get("training") or not all(isinstance(values.get(k), fx.Node) for k in required):
+    spec = found[0]
+    if values.get("training"):  # batch statistics, when there are no running ones to update
+        spec = training_spec(spec, values)
+        if spec is None or spec.name not in PER_CHANNEL:
+            return None
+    required = PER_CHANNEL[spec.name][2]
+    if not all(isinstance(values.get(k), fx.Node) for k in required):
         return None
     if not isinstance(values.get("input"), fx.Node):
         return None
-    return found[0].name, values
+    return spec.name, values

@@ -8,7 +8,8 @@ mean, amax, amin, var, std). ``family`` names the kernel skeleton that computes 
 statistics (codegen's ``reduce.py`` has one emitter per family); the rule's fields fill it
 in. ``axes`` says which of a call's params name the reduced dims (``reduced_dims`` reads
 them): any set of dims for the collapsing ops, one dim for softmax and cumsum, the
-trailing ``normalized_shape`` for the norms, (C/G, *spatial) for group_norm.
+trailing ``normalized_shape`` for the norms, (C/G, *spatial) for group_norm, all but the
+channels for batch statistics.
 Read by ``ir/registry.py`` (each reduction ``OpSpec`` carries its rule), by the
 lowering, and by the emitter.
 """
@@ -109,6 +110,10 @@ RULES: dict[str, ReductionRule] = {r.name: r for r in (
     # Each (sample, group) normalized over its C/G channels and the spatial dims.
     ReductionRule("group_norm", "normalize", COMBINES["sum"], "{c} * {v}_rstd", True, False,
                   centered=True, axes="groups"),
+    # BatchNorm on batch statistics (training mode without running statistics): each
+    # channel normalized over the batch and the spatial dims; the affine part is per channel.
+    ReductionRule("batch_norm_train", "normalize", COMBINES["sum"], "{c} * {v}_rstd", True,
+                  False, centered=True, axes="channels"),
     # A scan: a running sum, one value per element.
     ReductionRule("cumsum", "scan", COMBINES["sum"], "{acc}", True, True, axes="dim"),
 )}
@@ -152,8 +157,14 @@ def _groups(params: Mapping[str, Any], rank: int) -> tuple[int, ...] | None:
         else None
 
 
+def _channels(params: Mapping[str, Any], rank: int) -> tuple[int, ...] | None:
+    """Batch statistics: every dim but the channels (dim 1)."""
+    return (0, *range(2, rank)) if rank >= 2 else None
+
+
 AXES: dict[str, Callable[[Mapping[str, Any], int], tuple[int, ...] | None]] = {
-    "dims": _dims, "dim": _one_dim, "trailing": _trailing, "pool": _pool, "groups": _groups}
+    "dims": _dims, "dim": _one_dim, "trailing": _trailing, "pool": _pool, "groups": _groups,
+    "channels": _channels}
 
 
 def reduced_dims(rule: ReductionRule, params: Mapping[str, Any], rank: int

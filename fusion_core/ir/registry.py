@@ -36,7 +36,7 @@ from .lowerings import (
 )
 from .reductions import RULES, ReductionRule
 
-__all__ = ["SPECS", "TARGETS", "TL_TYPES", "OpSpec", "bind", "lookup", "tanh_expr"]
+__all__ = ["SPECS", "TARGETS", "TL_TYPES", "OpSpec", "bind", "lookup", "tanh_expr", "training_spec"]
 
 UNARY, BINARY, REDUCTION = OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.REDUCTION
 VIEW, OPAQUE = OpKind.VIEW, OpKind.OPAQUE
@@ -52,6 +52,10 @@ class OpSpec:
     operands: tuple[str, ...] = ("input",)  # params that may be tensors
     lower: Lowering | ReductionRule | None = None  # pointwise expression, or reduction rule
     moves_data: bool = True  # False for ops eager implements as an alias (dropout in eval)
+    # What a call with `training=True` is: "" (opaque: random, or it updates state), or the
+    # name of the spec that computes it when none of the operands that spec lacks is given
+    # (batch_norm on batch statistics, without running statistics to update).
+    training: str | None = None
 
     @property
     def bind_signature(self) -> inspect.Signature:
@@ -138,7 +142,7 @@ _SPECS = [
     # `dtype` is a torch.dtype; codegen computes in float32 and rounds through it.
     OpSpec("to", UNARY, "input, dtype=None", lower=lambda a, p: cast(a[0], p["dtype"])),
     OpSpec("clone", UNARY, "input, *, memory_format=None", lower=lambda a, p: a[0]),
-    OpSpec("dropout", UNARY, "input, p=0.5, training=True, inplace=False",
+    OpSpec("dropout", UNARY, "input, p=0.5, training=True, inplace=False", training="",
            lower=lambda a, p: a[0], moves_data=False),
     # --- reductions: their rules (combine, identity, finalize, accumulation dtype) are in
     # ir/reductions.py; codegen's reduction skeleton lowers them ---
@@ -163,7 +167,12 @@ _SPECS = [
     # dim 1 is made explicit by ir/channels.py before any check reads shapes ---
     OpSpec("batch_norm", BINARY, "input, running_mean, running_var, weight=None, bias=None, "
            "training=False, momentum=0.1, eps=1e-05",
-           ("input", "running_mean", "running_var", "weight", "bias"), batch_norm_expr),
+           ("input", "running_mean", "running_var", "weight", "bias"), batch_norm_expr,
+           training="batch_norm_train"),
+    # ir/channels.py writes a training-mode batch_norm without running statistics as this,
+    # with weight and bias as (C, 1, ..., 1)
+    _reduction("batch_norm_train", "input, weight=None, bias=None, eps=1e-05",
+               ("input", "weight", "bias")),
 ]
 SPECS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
 
@@ -325,6 +334,16 @@ def lookup(target: Any) -> tuple[OpSpec, inspect.Signature] | str | None:
     if sig is None:
         return spec, spec.bind_signature
     return spec, _signature(sig)
+
+
+def training_spec(spec: OpSpec, values: Mapping[str, Any]) -> OpSpec | None:
+    """The spec a `training=True` call of `spec` is computed by, or None (opaque): the
+    operands that spec lacks (batch_norm's running statistics) must not be given."""
+    target = SPECS.get(spec.training or "")
+    if target is None or any(values.get(k) is not None for k in spec.operands
+                             if k not in target.operands):
+        return None
+    return target
 
 
 def bind(spec: OpSpec, sig: inspect.Signature, args: tuple, kwargs: Mapping[str, Any]
