@@ -223,3 +223,39 @@ def test_groupnorm_example_fuses_each_norm_with_its_silu(tmp_path):
                           n_clusters=2)
     assert [c.chain for c in checked.analysis.clusters] == ["group_norm → silu"] * 2
     assert all(k.skeleton == "reduction" for k in checked.kernels)
+
+
+def _load_layouts(shape: str, case: str) -> dict:
+    """tests/ttgir_layouts.py in its own process (Triton imported without the interpreter)."""
+    import json
+    import os
+    import subprocess
+
+    script = Path(__file__).resolve().parent / "ttgir_layouts.py"
+    done = subprocess.run([sys.executable, str(script), shape, case], capture_output=True,
+                          text=True, timeout=300, cwd=script.parent.parent,
+                          env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
+    if done.returncode == 3:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape, case, rows", [
+    ("2,512,32,32", "channel sum", 16),  # 512 columns: one row per program before
+    ("2,64,32,32", "channel softmax", 32),
+])
+def test_a_reduction_over_strided_channels_loads_along_the_contiguous_rows(shape, case, rows):
+    """Compiled for sm_90 (no GPU needed): the strided input's tile is read fastest along the
+    rows, several rows a thread, with many rows per program."""
+    found = _load_layouts(shape, case)
+    assert found["rows_per_program"] == rows
+    (load,) = found["loads"]
+    assert load["order"] == [0, 1] and load["sizePerThread"][0] > 1, load
+
+
+@pytest.mark.slow
+def test_a_reduction_over_contiguous_rows_loads_along_the_columns():
+    (load,) = _load_layouts("2048,64", "row softmax")["loads"]
+    assert load["order"] == [1, 0] and load["sizePerThread"][1] > 1, load

@@ -45,6 +45,11 @@ class Tuning:
     pack_width: int = 256  # rows at most this wide are packed several per program...
     pack_elements: int = 2048  # ...up to this many elements per program
     max_rows: int = 16
+    # A reduction whose input is contiguous along the rows but strided along the columns
+    # (softmax over the channels of NCHW) packs rows of any width that fits one block, this
+    # many at most: each column's loads then read a contiguous run of rows.
+    strided_pack_elements: int = 8192
+    strided_max_rows: int = 64
 
 
 # What each kernel kind's launcher times per shape bucket (tuning.py's `_config` says what the
@@ -175,9 +180,15 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
                       f"LOOP_IN_FLIGHT = {tuning.loop_in_flight}  # ...doubled while rows x block"
                       " is below this...",
                       f"MAX_LOOP_BLOCK = {tuning.max_loop_block}  # ...up to this (and MAX_BLOCK)"]
-        lines += [f"PACK_WIDTH = {tuning.pack_width}  # rows this narrow share a program...",
-                  f"PACK_ELEMENTS = {tuning.pack_elements}  # ...up to this many elements",
-                  f"MAX_ROWS = {tuning.max_rows}", f"NUM_WARPS = {tuning.num_warps}"]
+        width, elements, rows = tuning.pack_width, tuning.pack_elements, tuning.max_rows
+        if plan.column_strided and not looped:
+            width, elements, rows = (tuning.max_block, tuning.strided_pack_elements,
+                                     tuning.strided_max_rows)
+            lines += ["# The input is contiguous along the rows and strided along the columns:",
+                      "# many rows per program, so each column's loads read a contiguous run."]
+        lines += [f"PACK_WIDTH = {width}  # rows this narrow share a program...",
+                  f"PACK_ELEMENTS = {elements}  # ...up to this many elements",
+                  f"MAX_ROWS = {rows}", f"NUM_WARPS = {tuning.num_warps}"]
     lines += _tuning_lines(plan, looped)
     lines += ["", "# How each tensor is indexed over the iteration shape: groups of dims",
               "# (first, end, unit stride) it spans; other dims are broadcast.",

@@ -134,8 +134,9 @@ class KernelPlan:
 
     @property
     def column_strided(self) -> bool:
-        """An input steps through memory along the last axis (a transposed view): it is
-        contiguous along the rows instead, so tiles should be square, not row-shaped."""
+        """An input steps through memory along the last axis (a transposed view, or the
+        channels of NCHW reduced in a kernel's own order): it is contiguous along the rows
+        instead, so tiles should be square (or hold many rows), not row-shaped."""
         return any(t.access.groups and t.access.groups[-1].last == self.rank
                    and not t.access.groups[-1].unit
                    and any(g.unit for g in t.access.groups[:-1]) for t in self.inputs)
