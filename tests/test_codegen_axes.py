@@ -10,9 +10,8 @@ import torch
 import torch.nn.functional as F
 from codegen_harness import Lambda, check_model
 
-from fusion_core.codegen import emit
+from fusion_core.codegen import Tuning, emit
 from fusion_core.codegen.domain import Domain, domain_of
-from fusion_core.codegen.launcher import Tuning
 from fusion_core.codegen.lower import plan
 from fusion_core.codegen.writer import KernelParams
 from fusion_core.ir.graph import OpKind

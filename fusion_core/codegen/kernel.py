@@ -28,7 +28,7 @@ from ..analysis.types import Cluster
 from ..fileio import write_atomic
 from . import emit, launcher
 from . import tuning as autotune
-from .launcher import Tuning
+from .choices import Tuning
 from .lower import KernelPlan, kernel_name, plan
 
 # The first line of every file `write_kernels` makes: a file in --out-dir without it is the
