@@ -10,7 +10,11 @@ turns the plan into source; nothing here knows the skeleton's text.
 In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
 block) or per-row (``[ROWS, 1]``: column vectors, and whatever follows a
 reduction that collapses the row); ``phase`` says whether it comes before the
-reduction (recomputed in each column pass when rows loop) or after it.
+reduction (recomputed in each column pass when rows loop) or after it. A reduction
+over dims other than the last one alone runs in its own order (``domain.py``: kept dims,
+then the reduced ones, group_norm's channels split): the plan's domain is in that order,
+every input and output is indexed through it, and the columns cover its last
+``order.reduced`` dims.
 
 An elementwise kernel is ``tiled`` (rows x a block of the last axis's columns,
 like a reduction kernel) when some tensor spans the last axis through more than
