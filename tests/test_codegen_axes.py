@@ -47,6 +47,7 @@ CASES = {
                                   (2, 4, 7), "group_norm"),
 }
 PARAMS = {"w": torch.randn(6), "b": torch.randn(6)}
+LOOP_8 = Tuning(loop_block=8, max_loop_block=8)  # a looped row takes several column blocks
 
 
 @pytest.mark.parametrize("looped", [False, True], ids=["one block", "column loop"])
@@ -55,7 +56,7 @@ def test_reduction_over_other_dims_matches_eager(tmp_path, name, looped):
     fn, shape, op = CASES[name]
     torch.manual_seed(0)
     checked = check_model(Lambda(fn, arity=1, **PARAMS), (torch.randn(*shape),), tmp_path,
-                          n_clusters=1, looped=looped, tuning=Tuning(loop_block=8))
+                          n_clusters=1, looped=looped, tuning=LOOP_8)
     (cluster,) = checked.analysis.clusters
     (kernel,) = checked.kernels
     assert op in cluster.ops and kernel.skeleton == "reduction"
@@ -82,7 +83,7 @@ def test_reduction_over_other_dims_of_other_inputs_matches_eager(tmp_path, name,
     fn, make = OTHER_INPUTS[name]
     torch.manual_seed(0)
     checked = check_model(Lambda(fn, arity=1), (make(),), tmp_path, n_clusters=1,
-                          looped=looped, tuning=Tuning(loop_block=8))
+                          looped=looped, tuning=LOOP_8)
     assert checked.kernels[0].skeleton == "reduction" and checked.kernels[0].looped == looped
 
 
@@ -115,7 +116,7 @@ class _BatchStatisticsNorm(torch.nn.Module):
 def test_batch_norm_on_batch_statistics_is_a_reduction_over_all_but_the_channels(tmp_path,
                                                                                  looped):
     checked = check_model(_BatchStatisticsNorm(), (torch.randn(*X4),), tmp_path, n_clusters=1,
-                          looped=looped, tuning=Tuning(loop_block=8))
+                          looped=looped, tuning=LOOP_8)
     assert checked.analysis.clusters[0].chain == "mul → batch_norm_train → relu"
     p = plan(checked.analysis.graph, checked.analysis.clusters[0])
     assert p.domain == (6, 2, 3, 5) and p.reduced == 3  # rows: channels
