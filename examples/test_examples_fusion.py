@@ -9,6 +9,8 @@ their own through the `fusion_advisor` fixture. After an intended change:
 
 import pytest
 from example_net import ExampleNet
+from groupnorm_silu import ResBlock
+from mbconv_se import MBConv
 from microgpt import MicroGPT
 
 
@@ -29,3 +31,18 @@ def test_microgpt_fuses_attention_softmax_and_norms(fusion_advisor):
     fusion_advisor.assert_fused(result, ["mul", "masked_fill", "softmax"])
     fusion_advisor.assert_fused(result, ["add", "layer_norm"])
     fusion_advisor.assert_traffic_saved(result, fraction=0.3)
+
+
+@pytest.mark.fusion_check(MBConv, (2, 16, 8, 8))
+def test_mbconv_fuses_the_squeeze_average_into_its_batch_norm_chain(fusion_advisor):
+    result = fusion_advisor.result
+    fusion_advisor.assert_fused(result, ["batch_norm", "silu", "adaptive_avg_pool2d"])
+    fusion_advisor.assert_fused(result, ["sigmoid", "mul"])
+    fusion_advisor.assert_fused(result, ["batch_norm", "add"])
+
+
+@pytest.mark.fusion_check(ResBlock, (2, 32, 8, 8))
+def test_groupnorm_block_fuses_each_norm_with_its_silu(fusion_advisor):
+    result = fusion_advisor.result
+    fusion_advisor.assert_fused(result, ["group_norm", "silu"])
+    assert result.kernels == 2

@@ -114,3 +114,45 @@ def test_random_prologues_into_a_reduction(tmp_path_factory, program, rule, epil
     checked = check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed,
                           tuning=tuning)
     assert any(k.skeleton == "reduction" for k in checked.kernels)
+
+
+# -- reductions over random sets of axes ----------------------------------------------------
+AXIS_REDUCE = {
+    "sum": lambda v, dims, keep, c: v.sum(dims, keepdim=keep),
+    "mean": lambda v, dims, keep, c: v.mean(dims, keepdim=keep),
+    "amax": lambda v, dims, keep, c: v.amax(dims, keepdim=keep),
+    "amin": lambda v, dims, keep, c: v.amin(dims, keepdim=keep),
+    "var": lambda v, dims, keep, c: v.var(dims, keepdim=keep, correction=c),
+    "std": lambda v, dims, keep, c: v.std(dims, keepdim=keep, correction=c),
+}
+
+
+@st.composite
+def axis_reductions(draw):
+    """A small 2- to 4-d shape, a non-empty set of its dims, the reduction and its keepdim
+    and correction, and the pointwise ops around it."""
+    shape = tuple(draw(st.lists(st.integers(2, 5), min_size=2, max_size=4)))
+    dims = tuple(sorted(draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    op = draw(st.sampled_from(sorted(AXIS_REDUCE)))
+    return (shape, dims, op, draw(st.booleans()), draw(st.sampled_from([0, 1])),
+            draw(st.sampled_from(sorted(UNARY))), draw(st.sampled_from(sorted(UNARY))))
+
+
+@settings.get_profile(PROFILE)
+@given(axis_reductions(), st.booleans(), st.integers(0, 2**16))
+def test_random_reductions_over_random_axes(tmp_path_factory, drawn, loop, seed):
+    """A pointwise prologue, a reduction over a random set of dims (keepdim or not), then
+    an epilogue: with keepdim the result is broadcast back against the input."""
+    from fusion_core.codegen import Tuning
+
+    shape, dims, op, keep, correction, prologue, epilogue = drawn
+    torch.manual_seed(seed)
+
+    def fn(m, x):
+        r = AXIS_REDUCE[op](UNARY[prologue](x), dims, keep, correction)
+        return UNARY[epilogue](r) + x if keep else UNARY[epilogue](r)
+
+    tuning = Tuning(max_block=8, loop_block=8) if loop else Tuning()
+    checked = check_model(Lambda(fn, arity=1), (torch.randn(shape),),
+                          tmp_path_factory.mktemp("fuzz"), seed=seed, tuning=tuning)
+    assert any(k.skeleton == "reduction" for k in checked.kernels)

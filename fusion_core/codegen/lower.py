@@ -10,7 +10,11 @@ turns the plan into source; nothing here knows the skeleton's text.
 In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
 block) or per-row (``[ROWS, 1]``: column vectors, and whatever follows a
 reduction that collapses the row); ``phase`` says whether it comes before the
-reduction (recomputed in each column pass when rows loop) or after it.
+reduction (recomputed in each column pass when rows loop) or after it. A reduction
+over dims other than the last one alone runs in its own order (``domain.py``: kept dims,
+then the reduced ones, group_norm's channels split): the plan's domain is in that order,
+every input and output is indexed through it, and the columns cover its last
+``order.reduced`` dims.
 
 An elementwise kernel is ``tiled`` (rows x a block of the last axis's columns,
 like a reduction kernel) when some tensor spans the last axis through more than
@@ -31,8 +35,9 @@ import torch
 from ..analysis.group import escaping, external_inputs, iteration_shape, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.reductions import ReductionRule
+from ..ir.reductions import ReductionRule, correction, keeps_dims
 from ..ir.registry import SPECS
+from .domain import Domain, domain_of
 from .layout import Access, LoweringError, access
 from .plan import COMPUTE, MAX_BLOCK, KernelPlan, ReductionStep, Stmt, TensorArg
 
@@ -111,9 +116,16 @@ class _Lowering:
         self.red = self.reds[0] if self.reds else None
         self.domain = tuple(iteration_shape(graph, cluster.nodes))
         self.user_rank = len(self.domain)
-        if self.red is not None and len(self.domain) < 2:  # one row: (N,) -> (1, N)
+        self.first_order = self._order(self.red) if self.red is not None else None
+        # Reduced dims that are not just the last one: the kernel's own order (domain.py).
+        self.order = None if self.first_order is None or self.first_order.trivial else (
+            self.first_order)
+        if self.order is not None:
+            self.domain = self.order.shape(self.domain)
+        elif self.red is not None and len(self.domain) < 2:  # one row: (N,) -> (1, N)
             self.domain = (1,) * (2 - len(self.domain)) + self.domain
         self.rank = len(self.domain)
+        self.reduced = 1 if self.order is None else self.order.reduced
         self._same_rows()
         self.row_space = self._row_space()
         self.temps: dict[str, str] = {}  # graph value -> temporary
@@ -122,6 +134,18 @@ class _Lowering:
         self.count = 0
 
     # -- spaces -------------------------------------------------------------------------
+    def _order(self, node: Node) -> Domain:
+        rule = SPECS[node.op].lower
+        if not isinstance(rule, ReductionRule):
+            raise LoweringError(f"`{node.label}` ({node.op}) has no reduction rule", (node.name,))
+        src = node.inputs[0]
+        if not isinstance(src, Ref):
+            raise LoweringError(f"`{node.label}` reduces a constant", (node.name,))
+        try:
+            return domain_of(rule, dict(node.params), tuple(_meta(self.g, src.name).shape))
+        except LoweringError as e:
+            raise LoweringError(f"`{node.label}`: {e}", (node.name,)) from None
+
     def _same_rows(self) -> None:
         """Several reductions share one kernel only over the same rows, all in one block."""
         if len(self.reds) < 2:
@@ -132,16 +156,20 @@ class _Lowering:
                     iteration_shape(self.g, [self.red.name])):
                 raise LoweringError(f"`{node.label}` reduces other rows than `{self.red.label}`",
                                     (node.name,))
-        if self.domain and self.domain[-1] > MAX_BLOCK:
+            if self._order(node) != self.first_order:
+                raise LoweringError(f"`{node.label}` reduces other dims than `{self.red.label}`",
+                                    (node.name,))
+        n_cols = math.prod(self.domain[self.rank - self.reduced:])
+        if self.domain and n_cols > MAX_BLOCK:
             raise LoweringError(f"{len(self.reds)} reductions in one kernel need the whole row in "
-                                f"one block; rows of {self.domain[-1]} columns are wider than "
+                                f"one block; rows of {n_cols} columns are wider than "
                                 f"{MAX_BLOCK}", tuple(n.name for n in self.reds[1:]))
 
     def _row_space(self) -> set[str]:
         """Values with one entry per row and no trailing axis (a collapse without keepdim)."""
         out: set[str] = set()
         for red in self.reds:
-            if not SPECS[red.op].lower.keeps_row and not red.param("keepdim", False):
+            if not keeps_dims(SPECS[red.op].lower, dict(red.params)):
                 out.add(red.name)
         for node in self.nodes:  # a per-row value keeps fewer dims than the iteration shape
             meta = node.meta
@@ -169,6 +197,20 @@ class _Lowering:
                                 f"{', '.join(f'`{self.g[n].label}`' for n in per_row)})", per_row)
         return spaces.pop()
 
+    def _in_order(self, shape, stride, row_space: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A value's shape and strides in the kernel's order (unchanged without one). A
+        per-row value is in row order already; it gets a size-1 dim per reduced dim but
+        the last (``access`` adds that one)."""
+        shape, stride = tuple(shape), tuple(stride)
+        if self.order is None:
+            return shape, stride
+        if not row_space:
+            return self.order.tensor(shape, stride)
+        if self.order.split is not None:
+            raise LoweringError("a value reduced without keepdim next to a group split")
+        pad = self.reduced - 1
+        return shape + (1,) * pad, stride + (0,) * pad
+
     def _access(self, name: str, shape, stride, row_space: bool) -> Access:
         try:
             return access(tuple(shape), tuple(stride), self.domain, row_space)
@@ -179,9 +221,10 @@ class _Lowering:
             raise LoweringError(f"cluster {self.c.index}: `{name}`: {e}", blame) from None
 
     def _is_per_row(self, acc: Access) -> bool:
-        if self.red is None or self.rank == 0 or self.domain[-1] == 1:
+        first_col = self.rank - self.reduced
+        if self.red is None or self.rank == 0 or math.prod(self.domain[first_col:]) == 1:
             return False
-        return not acc.spans_cols(self.rank)
+        return not any(g.last > first_col for g in acc.groups)
 
     # -- the plan -----------------------------------------------------------------------
     def run(self) -> KernelPlan:
@@ -210,14 +253,19 @@ class _Lowering:
             skeleton="reduction" if self.red is not None else "elementwise",
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
-            tiled=tiled, steps=several)
+            tiled=tiled, steps=several, order=self.order)
 
     def _input(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
-        acc = self._access(name, meta.shape, meta.stride, self._input_space(name))
+        row_space = self._input_space(name)
+        shape, stride = self._in_order(meta.shape, meta.stride, row_space)
+        acc = self._access(name, shape, stride, row_space)
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
-        return TensorArg(name, "in", i, temp, tuple(meta.shape), tuple(meta.stride),
-                         meta.dtype, acc, self.per_row[temp])
+        return TensorArg(name, "in", i, temp, shape, stride, meta.dtype, acc,
+                         self.per_row[temp], self._value_shape(meta.shape))
+
+    def _value_shape(self, shape) -> tuple[int, ...] | None:
+        return None if self.order is None else tuple(shape)
 
     def _operands(self, node: Node) -> tuple[str, ...]:
         return tuple(self.temps[a.name] if isinstance(a, Ref) else literal(a)
@@ -268,15 +316,18 @@ class _Lowering:
             raise LoweringError(f"`{node.label}` ({node.op}) on {meta.dtype} is not lowered")
         temp = self._new_temp(node.name, not rule.keeps_row, "post")
         return ReductionStep(rule, temp, node.name, names["input"], names.get("weight"),
-                             names.get("bias"), float(eps), dtype)
+                             names.get("bias"), float(eps), dtype, self.reduced,
+                             correction(dict(node.params)))
 
     def _output(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
         contiguous = torch.empty(meta.shape, device="meta").stride()
-        acc = self._access(name, meta.shape, contiguous, name in self.row_space)
+        row_space = name in self.row_space
+        shape, stride = self._in_order(meta.shape, contiguous, row_space)
+        acc = self._access(name, shape, stride, row_space)
         temp = self.temps[name]
-        return TensorArg(name, "out", i, temp, tuple(meta.shape), tuple(contiguous),
-                         meta.dtype, acc, self.per_row[temp])
+        return TensorArg(name, "out", i, temp, shape, stride, meta.dtype, acc,
+                         self.per_row[temp], self._value_shape(meta.shape))
 
     def _needs_int64(self, inputs: Sequence[TensorArg]) -> bool:
         extent = math.prod(self.domain)

@@ -254,6 +254,8 @@ def _cut_rows(rec: Recording, c: Cluster, args: list[Any], target_rows: int
         plan = codegen.plan(rec.analysis.graph, c)
     except Exception:  # noqa: BLE001 - check at the recorded shape instead
         return None
+    if plan.order is not None:  # rows in the kernel's own order are not the user's leading dims
+        return None
     small = row_shape(plan.domain, target_rows)
     if small == tuple(plan.domain) or len(plan.inputs) != len(args) or not plan.outputs:
         return None
