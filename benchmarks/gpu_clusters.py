@@ -60,6 +60,11 @@ CASES = [
     # Two LayerNorms of one value in one kernel (several reductions over the same rows).
     ("TwoNorms 64x256x64 (x2 inputs)", "examples/two_norms.py", [(64, 256, 64)] * 2,
      torch.float32),
+    # Reductions over other dims: squeeze-excite's mean over (H, W) after BatchNorm and SiLU,
+    # and GroupNorm's (sample, group) rows over channels and the image.
+    ("MBConv-SE 64x16x56x56", "examples/mbconv_se.py", (64, 16, 56, 56), torch.float32),
+    ("GroupNorm ResBlock 32x32x64x64", "examples/groupnorm_silu.py", (32, 32, 64, 64),
+     torch.float32),
 ]
 TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3)}
 

@@ -49,7 +49,9 @@ for step in "$@"; do
       cat "$OUT/zoo.md"
       ;;
     panel)
+      # --budget skips the cases left when it runs out (said in the table), the timeout kills.
       timeout "${PANEL_TIMEOUT:-330}" python benchmarks/shapes_panel.py \
+          --cases "${PANEL_CASES:-all}" --budget "${PANEL_BUDGET:-290}" \
           --out "$OUT/shapes_panel.json" > "$OUT/shapes_panel.log" 2>&1
       echo "shapes_panel rc=$?"
       sed -n '/^| case/,$p' "$OUT/shapes_panel.log"

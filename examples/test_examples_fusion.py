@@ -11,6 +11,8 @@ import pytest
 from channel_softmax import ChannelSoftmax
 from convnext_block import ConvNeXtBlock
 from example_net import ExampleNet
+from groupnorm_silu import ResBlock
+from mbconv_se import MBConv
 from microgpt import MicroGPT
 
 
@@ -50,3 +52,18 @@ def test_channel_softmax_fuses_over_dim_1(fusion_advisor):
     fusion_advisor.assert_fused(result, ["div", "add", "softmax", "mul"])
     fusion_advisor.assert_no_rejection(result)
     assert result.kernels == 1
+
+
+@pytest.mark.fusion_check(MBConv, (2, 16, 8, 8))
+def test_mbconv_fuses_the_squeeze_average_into_its_batch_norm_chain(fusion_advisor):
+    result = fusion_advisor.result
+    fusion_advisor.assert_fused(result, ["batch_norm", "silu", "adaptive_avg_pool2d"])
+    fusion_advisor.assert_fused(result, ["sigmoid", "mul"])
+    fusion_advisor.assert_fused(result, ["batch_norm", "add"])
+
+
+@pytest.mark.fusion_check(ResBlock, (2, 32, 8, 8))
+def test_groupnorm_block_fuses_each_norm_with_its_silu(fusion_advisor):
+    result = fusion_advisor.result
+    fusion_advisor.assert_fused(result, ["group_norm", "silu"])
+    assert result.kernels == 2

@@ -33,7 +33,7 @@ BODIES = {
     "split": "y = x * 2.0\ny = F.relu(y)\nreturn torch.tanh(self.lin(y) + self.b)",
     "dag": "y = x * 2.0\nr = F.relu(y)\nreturn r + y",
     "newrej": "y = x * 2.0\ny = F.relu(y)\ny = y + self.b\na = torch.sigmoid(self.lin(y))\n"
-              "return (a * 3.0).sum(0, keepdim=True) * a.sum(1, keepdim=True)",
+              "return F.softmax(a * 3.0, dim=None)",
     "grown": "y = x * 2.0\ny = F.relu(y)\nreturn torch.sigmoid(y + self.b)",
     # A branch on a shape: FX symbolic tracing cannot follow it, torch.export can.
     "branch": "y = x * 2.0\ny = F.relu(y)\nreturn y + self.b if x.shape[-1] > 4 else y",

@@ -162,10 +162,11 @@ REDUCE_AXES = {
 @settings.get_profile(PROFILE)
 @given(programs(views=False), st.sampled_from(sorted(REDUCE_AXES)), st.sampled_from(AXES),
        st.sampled_from(sorted(UNARY)), st.booleans(), st.integers(0, 2**16))
-def test_random_reductions_over_random_axes(tmp_path_factory, program, rule, axes, epilogue,
-                                            loop, seed):
+def test_random_reductions_over_axes_of_a_reshape(tmp_path_factory, program, rule, axes,
+                                                  epilogue, loop, seed):
     """A random pointwise program, a reshape to (R, 4, C/4), a reduction over random dims
-    (the kernel puts them last, merged into one), one pointwise epilogue op."""
+    (the reshape is a view in the group: its index map puts them last, merged into one),
+    one pointwise epilogue op."""
     from fusion_core.codegen import Tuning
 
     shapes, steps = program
@@ -184,3 +185,45 @@ def test_random_reductions_over_random_axes(tmp_path_factory, program, rule, axe
     checked = check_model(model, inputs, tmp_path_factory.mktemp("fuzz"), seed=seed,
                           tuning=tuning, require=not strided)
     assert strided or any(k.skeleton == "reduction" for k in checked.kernels)
+
+
+# -- reductions over random sets of axes ----------------------------------------------------
+AXIS_REDUCE = {
+    "sum": lambda v, dims, keep, c: v.sum(dims, keepdim=keep),
+    "mean": lambda v, dims, keep, c: v.mean(dims, keepdim=keep),
+    "amax": lambda v, dims, keep, c: v.amax(dims, keepdim=keep),
+    "amin": lambda v, dims, keep, c: v.amin(dims, keepdim=keep),
+    "var": lambda v, dims, keep, c: v.var(dims, keepdim=keep, correction=c),
+    "std": lambda v, dims, keep, c: v.std(dims, keepdim=keep, correction=c),
+}
+
+
+@st.composite
+def axis_reductions(draw):
+    """A small 2- to 4-d shape, a non-empty set of its dims, the reduction and its keepdim
+    and correction, and the pointwise ops around it."""
+    shape = tuple(draw(st.lists(st.integers(2, 5), min_size=2, max_size=4)))
+    dims = tuple(sorted(draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    op = draw(st.sampled_from(sorted(AXIS_REDUCE)))
+    return (shape, dims, op, draw(st.booleans()), draw(st.sampled_from([0, 1])),
+            draw(st.sampled_from(sorted(UNARY))), draw(st.sampled_from(sorted(UNARY))))
+
+
+@settings.get_profile(PROFILE)
+@given(axis_reductions(), st.booleans(), st.integers(0, 2**16))
+def test_random_reductions_over_random_axes(tmp_path_factory, drawn, loop, seed):
+    """A pointwise prologue, a reduction over a random set of dims (keepdim or not), then
+    an epilogue: with keepdim the result is broadcast back against the input."""
+    from fusion_core.codegen import Tuning
+
+    shape, dims, op, keep, correction, prologue, epilogue = drawn
+    torch.manual_seed(seed)
+
+    def fn(m, x):
+        r = AXIS_REDUCE[op](UNARY[prologue](x), dims, keep, correction)
+        return UNARY[epilogue](r) + x if keep else UNARY[epilogue](r)
+
+    tuning = Tuning(max_block=8, loop_block=8) if loop else Tuning()
+    checked = check_model(Lambda(fn, arity=1), (torch.randn(shape),),
+                          tmp_path_factory.mktemp("fuzz"), seed=seed, tuning=tuning)
+    assert any(k.skeleton == "reduction" for k in checked.kernels)

@@ -98,3 +98,40 @@ def test_index_terms_render_and_know_their_axes():
     assert params.names == ["rspan1", "in0_stride0"]
     assert params.has_strides("in", 0) and not params.has_strides("out", 0)
     assert params.uses_span("rspan") and not params.uses_span("span")
+
+
+@pytest.fixture
+def grouped(monkeypatch):
+    """group_norm's order over (N, C, H, W): the channels split into 2 groups, the last
+    three dims of (N, G, C/G, H, W) reduced."""
+    monkeypatch.setattr(runtime, "NAME", "clusterX")
+    monkeypatch.setattr(runtime, "USER_RANK", 4)
+    monkeypatch.setattr(runtime, "PERM", (0, 1, 2, 3))
+    monkeypatch.setattr(runtime, "SPLIT", (1, 2))
+    monkeypatch.setattr(runtime, "REDUCED", 3)
+
+
+def test_domain_view_splits_the_channels_into_groups_without_copying(grouped):
+    x = torch.randn(2, 6, 3, 5)
+    v = runtime._domain_view(x)
+    assert v.shape == (2, 2, 3, 3, 5) and v.data_ptr() == x.data_ptr()
+    assert torch.equal(v.reshape(x.shape), x)
+    w = runtime._domain_view(torch.randn(6, 1, 1))  # per-channel: aligned, then split
+    assert w.shape == (1, 2, 3, 1, 1)
+    assert runtime._domain_view(torch.randn(1, 1)).shape == (1, 1, 1, 1, 1)
+    with pytest.raises(ValueError, match="clusterX: 5 channels do not split into 2 groups"):
+        runtime._domain_view(torch.randn(2, 5, 3, 5))
+    with pytest.raises(ValueError, match="has more dims than the 4"):
+        runtime._domain_view(torch.randn(1, 2, 6, 3, 5))
+
+
+def test_domain_view_puts_the_reduced_dims_last(monkeypatch):
+    monkeypatch.setattr(runtime, "USER_RANK", 4)
+    monkeypatch.setattr(runtime, "PERM", (1, 0, 2, 3))  # batch statistics: channels first
+    monkeypatch.setattr(runtime, "SPLIT", None)
+    x = torch.randn(2, 6, 3, 5)
+    assert torch.equal(runtime._domain_view(x), x.permute(1, 0, 2, 3))
+
+
+def test_row_view_adds_a_dim_per_reduced_dim_but_the_last(grouped):
+    assert runtime._row_view(torch.randn(6)).shape == (6, 1, 1)

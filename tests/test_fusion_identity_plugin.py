@@ -85,7 +85,7 @@ def test_a_comment_above_the_model_changes_nothing_and_keeps_gpu_timings(proj):
 
 
 def test_schema_1_baseline_loads_passes_and_is_rewritten_as_2_with_its_timings(proj):
-    """The committed microgpt baseline (schema 1, seven H200 entries) after a comment line
+    """The microgpt baseline as schema 1 wrote it (seven H200 entries) after a comment line
     above the model, on a machine without a GPU."""
     examples = proj.mkdir("examples")
     src = (ROOT / "examples" / "microgpt.py").read_text()
@@ -94,7 +94,7 @@ def test_schema_1_baseline_loads_passes_and_is_rewritten_as_2_with_its_timings(p
         "import pytest\nfrom microgpt import MicroGPT\n\n\n"
         f"@pytest.mark.fusion_check(MicroGPT, (2, 16), dtype='int64', {CHECKS})\n"
         "def test_microgpt_fuses_attention_softmax_and_norms():\n    pass\n")
-    (committed,) = (ROOT / "fusion_baselines").glob("*microgpt*.yaml")
+    (committed,) = (ROOT / "tests" / "data").glob("*microgpt*.yaml")  # schema 1, as written
     folder = proj.mkdir("fusion_baselines")
     shutil.copy(committed, folder)
     path = folder / committed.name

@@ -202,7 +202,7 @@ def test_plugin_pages_under_xdist(example_report):
     out, stdout = example_report
     index = (out / "index.html").read_text()
     pages = sorted((out / "tests").glob("*.html"))
-    assert len(pages) == 4  # one per fusion_check test in examples/test_examples_fusion.py
+    assert len(pages) == 6  # the six fusion_check tests of examples/test_examples_fusion.py
     for page in pages:
         assert f'href="tests/{page.name}"' in index
         assert '"kind":"analysis"' in page.read_text()

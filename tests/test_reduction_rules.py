@@ -5,7 +5,14 @@ import torch
 
 from fusion_core.codegen.reduce import EMITTERS
 from fusion_core.ir.graph import OpKind
-from fusion_core.ir.reductions import COMBINES, RULES, ReductionRule
+from fusion_core.ir.reductions import (
+    COMBINES,
+    RULES,
+    ReductionRule,
+    correction,
+    keeps_dims,
+    reduced_dims,
+)
 from fusion_core.ir.registry import SPECS
 
 
@@ -38,5 +45,40 @@ def test_accumulation_dtype_widens_half_and_refuses_integer_means():
 
 def test_collapsing_rules_are_the_ones_without_a_row():
     collapsing = {name for name, rule in RULES.items() if not rule.keeps_row}
-    assert collapsing == {"sum", "mean", "amax", "amin"}
+    assert collapsing == {"sum", "mean", "amax", "amin", "var", "std", "adaptive_avg_pool2d"}
     assert RULES["mean"].finalize.format(acc="a") == "a / n_cols"
+
+
+def test_reduced_dims_follow_each_rules_params():
+    assert reduced_dims(RULES["sum"], {"dim": (3, -2)}, 4) == (2, 3)
+    assert reduced_dims(RULES["mean"], {"dim": None}, 3) == (0, 1, 2)
+    assert reduced_dims(RULES["amax"], {"dim": ()}, 2) == (0, 1)
+    assert reduced_dims(RULES["sum"], {"dim": (1, -2)}, 3) is None  # one dim named twice
+    assert reduced_dims(RULES["sum"], {"dim": 4}, 4) is None  # out of range
+    assert reduced_dims(RULES["softmax"], {"dim": 1}, 4) == (1,)
+    assert reduced_dims(RULES["softmax"], {"dim": None}, 4) is None  # the implicit dim
+    assert reduced_dims(RULES["softmax"], {"dim": (1, 2)}, 4) is None  # one dim only
+    assert reduced_dims(RULES["layer_norm"], {"normalized_shape": (4, 5)}, 3) == (1, 2)
+    assert reduced_dims(RULES["adaptive_avg_pool2d"], {"output_size": (1, 1)}, 4) == (2, 3)
+    assert reduced_dims(RULES["adaptive_avg_pool2d"], {"output_size": 1}, 3) == (1, 2)
+    assert reduced_dims(RULES["adaptive_avg_pool2d"], {"output_size": (2, 2)}, 4) is None
+    assert reduced_dims(RULES["group_norm"], {"num_groups": 4}, 4) == (1, 2, 3)
+
+
+def test_pools_and_norms_keep_their_dims_and_collapses_follow_keepdim():
+    assert keeps_dims(RULES["adaptive_avg_pool2d"], {"output_size": 1})
+    assert keeps_dims(RULES["group_norm"], {})
+    assert keeps_dims(RULES["mean"], {"keepdim": True})
+    assert not keeps_dims(RULES["var"], {"keepdim": False})
+
+
+def test_var_correction_follows_torch():
+    x = torch.randn(3, 7, dtype=torch.float64)
+    for params in ({}, {"unbiased": True}, {"unbiased": False}, {"correction": 0},
+                   {"correction": 2}):
+        want = torch.var(x, dim=1, **params)
+        c = correction({"unbiased": None, "correction": None, **params})
+        m2 = ((x - x.mean(1, keepdim=True)) ** 2).sum(1)
+        got = eval(RULES["var"].finalize.format(m2="m2", correction=repr(c)),  # noqa: S307
+                   {"m2": m2, "n_cols": 7})
+        torch.testing.assert_close(got, want)

@@ -36,6 +36,8 @@ CASES = [
     ("resnet_block", "examples/resnet_block.py", (2, 32, 16, 16), torch.float32),
     ("dtype_rmsnorm", "examples/dtype_rmsnorm.py", (2, 8, 128), torch.bfloat16),
     ("two_norms", "examples/two_norms.py", [(2, 32, 64)] * 2, torch.float32),
+    ("mbconv_se", "examples/mbconv_se.py", (2, 16, 8, 8), torch.float32),
+    ("groupnorm_silu", "examples/groupnorm_silu.py", (2, 32, 8, 8), torch.float32),
     ("convnext_block", "examples/convnext_block.py", (2, 32, 8, 8), torch.float32),
     ("channel_softmax", "examples/channel_softmax.py", (2, 16, 8, 8), torch.float32),
 ]

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
-from ..codegen.indexing import last_axis_only, reduced_dims
+from ..codegen.indexing import has_views
 from ..codegen.lower import dry_run
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
+from ..ir.reductions import ReductionRule, axes_said, reduced_dims
 from ..ir.registry import SPECS
 from .group import (
     check_convexity,
@@ -82,22 +83,39 @@ def _forks(g: FusionGraph, group: Collection[str], out: list[str]) -> tuple[str,
     return tuple(n for n in ordered(g, group) if reach[n] is _MANY)
 
 
-def _fits(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
+def _fits(shape: tuple[int, ...], domain: tuple[int, ...],
+          per_row: Collection[tuple[int, ...]] = ()) -> bool:
     # Broadcasts to exactly `domain` (plain Python: torch.broadcast_shapes costs ~0.1 ms).
     tail = tuple(domain[len(domain) - len(shape):]) if len(shape) <= len(domain) else None
     if tail is not None and all(s in (d, 1) for s, d in zip(shape, tail, strict=True)):
         return True
     # A per-row value after a reduction without keepdim.
-    return tuple(shape) == tuple(domain[:-1])
+    return tuple(shape) == tuple(domain[:-1]) or tuple(shape) in per_row
+
+
+def _row_shapes(g: FusionGraph, group: Collection[str], domain: tuple[int, ...]
+                ) -> set[tuple[int, ...]]:
+    """`domain` without the dims a reduction of the group reduces: its per-row results'
+    shape without keepdim."""
+    out = set()
+    for name in group:
+        node = g[name]
+        rule = SPECS[node.op].lower if node.op in SPECS else None
+        if node.kind is OpKind.REDUCTION and isinstance(rule, ReductionRule):
+            dims = reduced_dims(rule, dict(node.params), len(domain))
+            if dims:
+                out.add(tuple(d for k, d in enumerate(domain) if k not in dims))
+    return out
 
 
 def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
-    """Every value broadcasts to the group's iteration shape. A group with views, or a
-    reduction over other dims than the last, is the lowering check's: its index maps
-    (``codegen/indexing.py``) decide, and name the node to drop when there are none."""
-    if not last_axis_only(g, ordered(g, group)):
+    """Every value broadcasts to the group's iteration shape. A group with views is the
+    lowering check's: its index maps (``codegen/indexing.py``) decide, and name the node to
+    drop when there are none."""
+    if has_views(g, group):
         return None
     domain = iteration_shape(g, group)
+    per_row = _row_shapes(g, group, domain)
     for name in ordered(g, group):
         node = g[name]
         for r in node.refs:
@@ -106,12 +124,12 @@ def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
                 return Failure("shapes", (name,),
                                f"`{node.label}` reads `{r}`, a Python value computed at run "
                                "time, not a tensor")
-            if not _fits(meta.shape, domain):
+            if not _fits(meta.shape, domain, per_row):
                 return Failure("shapes", (name,),
                                f"`{node.label}` reads `{g[r].label}` of shape "
                                f"{tuple(meta.shape)}, which does not broadcast to the "
                                f"group's {tuple(domain)}")
-        if node.meta is not None and not _fits(node.meta.shape, domain):
+        if node.meta is not None and not _fits(node.meta.shape, domain, per_row):
             return Failure("shapes", (name,),
                            f"`{node.label}` produces shape {tuple(node.meta.shape)}, which "
                            f"does not broadcast to the group's {tuple(domain)}")
@@ -183,24 +201,31 @@ def _views_of(g: FusionGraph, name: str, root: str) -> bool:
 
 
 def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    """Every reduction names dims its rule can reduce, and several reduce the same dims of
+    the same shape (one kernel walks one set of rows)."""
     reds = [n for n in ordered(g, group) if g[n].kind is OpKind.REDUCTION]
     other = [n for n in reds[1:] if reduced_shape(g, n) != reduced_shape(g, reds[0])]
     if other:
         return Failure("reduction", tuple(other),
                        f"{len(reds)} reductions ({_names(g, reds)}) over different rows; a "
                        "row-per-program kernel reduces one set of rows")
+    found: dict[str, tuple[int, ...]] = {}
     for name in reds:
         node = g[name]
         src = g[node.inputs[0].name].meta if isinstance(node.inputs[0], Ref) else None
-        rank = len(src.shape) if src is not None else 0
-        dims = reduced_dims(node, rank)
+        rule = SPECS[node.op].lower if node.op in SPECS else None
+        dims = reduced_dims(rule, dict(node.params), len(src.shape)) if (
+            src is not None and isinstance(rule, ReductionRule)) else None
         if not dims:
             return Failure("reduction", (name,),
-                           f"`{node.label}`: the dims it reduces are not known at trace time")
-        if dims != reduced_dims(g[reds[0]], rank):
-            return Failure("reduction", (name,),
-                           f"`{node.label}` reduces other dims than `{g[reds[0]].label}`; a "
-                           "row-per-program kernel reduces one set of rows")
+                           f"`{node.label}` ({axes_said(dict(node.params))}) names no dims "
+                           "the kernel can reduce")
+        found[name] = dims
+    differ = [n for n in reds[1:] if found[n] != found[reds[0]]]
+    if differ:
+        return Failure("reduction", tuple(differ),
+                       f"{_names(g, differ)} reduce other dims than `{g[reds[0]].label}` "
+                       f"({found[reds[0]]}); one kernel reduces one set of dims")
     return None
 
 

@@ -44,24 +44,28 @@ from .writer import (
 
 
 def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
-    """Offset of `arg` for the current block; registers the scalars it needs in `params`."""
+    """Offset of `arg` for the current block; registers the scalars it needs in `params`.
+
+    In a 2-D kernel the rows cover the domain dims before `first_col` and the flat column
+    index `cols` the `plan.reduced` dims from it on: a group inside the columns takes
+    `cols % span[lo] // span[hi]` (the full domain's spans, which there are the columns'),
+    one inside the rows the same over `rows` and the rows' spans."""
     rank, two_d = plan.rank, plan.two_d
+    first_col = rank - plan.reduced
     terms = []
     strides = 0
     for g in arg.access.groups:
         lo, hi = g.first, g.last
-        if two_d and hi < rank:  # dims of the row index only
-            base, family, top = ROWS, "rspan", rank - 1
+        if two_d and hi <= first_col:  # dims of the row index only
+            base, family, top = ROWS, "rspan", first_col
         else:
             base, family, top = OFFS, "span", rank
-            if two_d:  # the group ends at the last dim: rows within it, then `cols`
-                if lo == rank - 1:
-                    base = COLS
-                elif lo == 0:
-                    base = ROW_MAJOR
-                else:  # a per-row remainder, not a per-element one
-                    base = row_remainder(params.span("rspan", lo))
-                lo = 0
+            if two_d:
+                if lo >= first_col:  # dims of the column index only
+                    base, lo = COLS, (lo if lo > first_col else 0)
+                else:  # rows within the group, then `cols`
+                    base = ROW_MAJOR if lo == 0 else row_remainder(params.span("rspan", lo))
+                    lo = 0
         modulo = params.span(family, lo) if lo > 0 else None
         divisor = params.span(family, hi) if hi < top else None
         stride = None

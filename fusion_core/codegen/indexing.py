@@ -24,12 +24,14 @@ can express is refused by name. ``layout.access`` then indexes the result as usu
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from ..ir import reductions as rules
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
+from ..ir.reductions import ReductionRule, keeps_dims
 from ..ir.registry import SPECS
 from ..ir.views import (
     INDEX_STEPS,
@@ -55,35 +57,18 @@ class IndexMaps:
 
 
 def reduced_dims(node: Node, rank: int) -> tuple[int, ...] | None:
-    """The dims reduction `node` reduces over (non-negative, ascending); None if unknown."""
-    if node.op in ("layer_norm", "rms_norm"):
-        shape = node.param("normalized_shape")
-        if shape is None:
-            return None
-        n = 1 if isinstance(shape, int) else len(tuple(shape))
-        return tuple(range(rank - n, rank)) if 0 < n <= rank else None
-    dim = node.param("dim")
-    if dim is None or dim == ():
-        return tuple(range(rank)) if node.op in ("sum", "mean", "amax", "amin") or rank == 1 \
-            else None
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    if not all(isinstance(d, int) for d in dims) or rank == 0:
+    """The dims reduction `node` reduces over a rank-`rank` input (non-negative, ascending);
+    None if unknown. The registry's table (``ir/reductions.py``) says; this reads it."""
+    rule = SPECS[node.op].lower if node.op in SPECS else None
+    if not isinstance(rule, ReductionRule):
         return None
-    return tuple(sorted({d % rank for d in dims}))
+    return rules.reduced_dims(rule, dict(node.params), rank)
 
 
-def last_axis_only(g: FusionGraph, nodes: Sequence[str]) -> bool:
-    """No view inside and every reduction over its input's last axis alone: the plain
-    right-aligned indexing of ``layout.py`` serves, with no index maps."""
-    for name in nodes:
-        node = g[name]
-        if node.kind is OpKind.VIEW:
-            return False
-        if node.kind is OpKind.REDUCTION:
-            rank = _rank(g, node.inputs[0])
-            if reduced_dims(node, rank) != (rank - 1,):
-                return False
-    return True
+def has_views(g: FusionGraph, nodes: Collection[str]) -> bool:
+    """A view node inside: the group is indexed through index maps (this module); without
+    one, ``domain.py``'s kernel order serves (``lower.py``)."""
+    return any(g[name].kind is OpKind.VIEW for name in nodes)
 
 
 def _rank(g: FusionGraph, operand: object) -> int:
@@ -111,6 +96,10 @@ def _anchor(g: FusionGraph, nodes: Sequence[str], outputs: Sequence[str]
             if not dims:
                 raise LoweringError(f"`{node.label}`: cannot tell which dims it reduces",
                                     (name,))
+            if SPECS[node.op].lower.axes == "groups":  # its C/G part: domain.py splits C
+                raise LoweringError(f"`{node.label}` ({node.op}) splits its channels into "
+                                    "groups, which index maps through views do not; fuse "
+                                    "it without the views", (name,))
             kept = tuple(k for k in range(len(shape)) if k not in dims)
             steps: list[Step] = []
             if kept + dims != tuple(range(len(shape))):
@@ -225,7 +214,7 @@ class _Spread:
         dims = reduced_dims(node, rank) or ()
         # The result's shape -> the source's: the reduced dims back as size 1.
         back: tuple[Step, ...] = ()
-        if not keeps_row and not node.param("keepdim", False):
+        if not keeps_dims(rule, dict(node.params)):
             back = (Unsqueeze(dims),)
         added = False
         if src in self.chains:

@@ -28,7 +28,7 @@ from ..analysis.types import Cluster
 from ..fileio import write_atomic
 from . import emit, launcher
 from . import tuning as autotune
-from .launcher import Tuning
+from .choices import Tuning
 from .lower import KernelPlan, kernel_name, plan
 
 # The first line of every file `write_kernels` makes: a file in --out-dir without it is the
@@ -59,7 +59,7 @@ class Kernel:
 
 def needs_loop(p: KernelPlan, tuning: Tuning) -> bool:
     assert tuning.max_block is not None, "resolve it first: with_max_block"
-    return p.skeleton == "reduction" and bool(p.domain) and p.domain[-1] > tuning.max_block
+    return p.skeleton == "reduction" and bool(p.domain) and p.n_cols > tuning.max_block
 
 
 def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:

@@ -21,61 +21,14 @@ from __future__ import annotations
 
 import keyword
 import re
-from dataclasses import dataclass
 
 from . import launch_maps, runtime
 from . import tuning as autotune
+from .choices import CANDIDATE_FIELDS, Tuning, candidates, kind
 from .lower import KernelPlan, TensorArg
 from .writer import CodeWriter, KernelParams
 
-
-@dataclass(frozen=True)
-class Tuning:
-    block: int = 1024  # elementwise: elements per program (flat or per tile)
-    num_warps: int = 4
-    tile_cols: int = 32  # tiled elementwise reading a transposed view: square tiles
-    # reduction: widest row one block holds, wider rows loop; None: by the element size
-    # (tuning.widest_one_block), which `kernel.generate` fills in
-    max_block: int | None = None
-    loop_block: int = 1024  # reduction: column block when rows loop...
-    # ...wider while rows x block stay below this (the rows in flight at once, times the
-    # block, should cover the DRAM's latency: ~4 MB on an H200)...
-    loop_in_flight: int = 1 << 22
-    max_loop_block: int = 8192  # ...up to this (and max_block)
-    pack_width: int = 256  # rows at most this wide are packed several per program...
-    pack_elements: int = 2048  # ...up to this many elements per program
-    max_rows: int = 16
-
-
-# What each kernel kind's launcher times per shape bucket (tuning.py's `_config` says what the
-# numbers mean): few enough to time in well under a second on the first call in a bucket.
-CANDIDATES = {
-    "flat": ((1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16)),
-    "tiled": ((2048, 32, 4), (1024, 64, 4), (4096, 64, 4), (4096, 64, 8), (2048, 64, 8)),
-    "tiled-wide": ((2048, 2048, 4), (4096, 4096, 8), (2048, 2048, 8), (1024, 1024, 4)),
-    "single": ((1024, 2), (2048, 4), (4096, 8), (8192, 8), (2048, 8), (4096, 16), (8192, 32)),
-    "looped": ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)),
-}
-_CANDIDATE_FIELDS = {
-    "flat": "(BLOCK, NUM_WARPS)",
-    "tiled": "(elements per tile, widest column block, warps)",
-    "single": "(elements per program, warps); rows are packed only up to PACK_WIDTH wide",
-    "looped": "(column block of the row loop, warps)",
-}
-
-
-def kind(plan: KernelPlan, looped: bool) -> str:
-    """The kernel's launch kind: which configurations it takes."""
-    if plan.tiled:
-        return "tiled"
-    if plan.skeleton == "elementwise":
-        return "flat"
-    return "looped" if looped else "single"
-
-
-def _candidates(plan: KernelPlan, looped: bool) -> tuple[tuple[int, ...], ...]:
-    k = kind(plan, looped)
-    return CANDIDATES["tiled-wide" if k == "tiled" and not plan.column_strided else k]
+__all__ = ["Tuning", "arg_names", "constants", "header", "kind", "launcher"]
 
 
 # Names a generated file defines at module level or the launcher uses as locals: an input
@@ -86,8 +39,9 @@ _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block",
              "config", "configs", "tune_key", "bucket", "_launch", "os",
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK",
-             "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS,
-             *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS),
+             "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS, *runtime.DOMAIN_GLOBALS,
+             *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS
+                                  + runtime.DOMAIN_HELPERS),
              *(fn.__name__ for pair in autotune.KINDS.values() for fn in pair)}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 
@@ -114,16 +68,25 @@ def arg_names(plan: KernelPlan) -> list[str]:
 
 
 def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:
-    """The output's runtime shape, from the iteration shape `shape`."""
+    """The output's runtime shape, from the iteration shape `shape` (in the user's order
+    where the kernel has its own)."""
     rank = plan.rank
     dims = [f"shape[{k}]" if arg.access.aligned[k] == plan.domain[k] else "1"
             for k in range(rank)]
     if arg.access.row_space:
-        dims = dims[:-1]
-    dims = dims[len(dims) - len(arg.shape):]
+        dims = dims[:rank - plan.reduced]
+    elif plan.order is not None:
+        dims = plan.order.user_dims(dims)
+    dims = dims[len(dims) - len(arg.value_shape if plan.order is not None else arg.shape):]
     if dims == [f"shape[{k}]" for k in range(rank)]:
         return "shape"
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _view(t: TensorArg) -> str:
+    """The runtime helper that views `t` in the kernel's order: per-row values are in row
+    order already."""
+    return "_row_view" if t.access.row_space else "_domain_view"
 
 
 def _dtype(t: TensorArg) -> str:
@@ -132,8 +95,8 @@ def _dtype(t: TensorArg) -> str:
 
 def header(plan: KernelPlan, model: str, category: str, where: str | None) -> list[str]:
     def desc(ts: tuple[TensorArg, ...]) -> str:
-        return ", ".join(f"{t.value} {tuple(t.value_shape or t.shape)} "
-                         f"{_dtype(t).removeprefix('torch.')}" for t in ts)
+        return ", ".join(f"{t.value} {tuple(t.value_shape)} {_dtype(t).removeprefix('torch.')}"
+                         for t in ts)
 
     loc = f", {where}" if where else ""
     return ['"""' + f"{plan.name} of {model}: {plan.chain} ({category}{loc}).", "",
@@ -174,9 +137,15 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
                       f"LOOP_IN_FLIGHT = {tuning.loop_in_flight}  # ...doubled while rows x block"
                       " is below this...",
                       f"MAX_LOOP_BLOCK = {tuning.max_loop_block}  # ...up to this (and MAX_BLOCK)"]
-        lines += [f"PACK_WIDTH = {tuning.pack_width}  # rows this narrow share a program...",
-                  f"PACK_ELEMENTS = {tuning.pack_elements}  # ...up to this many elements",
-                  f"MAX_ROWS = {tuning.max_rows}", f"NUM_WARPS = {tuning.num_warps}"]
+        width, elements, rows = tuning.pack_width, tuning.pack_elements, tuning.max_rows
+        if plan.column_strided and not looped:
+            width, elements, rows = (tuning.max_block, tuning.strided_pack_elements,
+                                     tuning.strided_max_rows)
+            lines += ["# The input is contiguous along the rows and strided along the columns:",
+                      "# many rows per program, so each column's loads read a contiguous run."]
+        lines += [f"PACK_WIDTH = {width}  # rows this narrow share a program...",
+                  f"PACK_ELEMENTS = {elements}  # ...up to this many elements",
+                  f"MAX_ROWS = {rows}", f"NUM_WARPS = {tuning.num_warps}"]
     lines += _tuning_lines(plan, looped)
     lines += ["", "# How each tensor is indexed over the iteration shape: groups of dims",
               "# (first, end, unit stride) it spans; other dims are broadcast.",
@@ -187,6 +156,13 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
               "# whose strides the kernel cannot index is copied into this layout.",
               "IN_ORDERS = (" + "".join(f"{_order(t)}, " for t in plan.inputs).rstrip() + ")",
               f"INT64_INDEX = {plan.int64}", ""]
+    if plan.order is not None:
+        o = plan.order
+        lines[-1:] = ["# The reduction's own order: the launcher views each tensor with its dims",
+                      "# reordered (and a channel dim split into groups) before indexing it.",
+                      f"USER_RANK = {len(o.perm)}", f"PERM = {o.perm}", f"SPLIT = {o.split}",
+                      f"REDUCED = {o.reduced}  # trailing dims of the iteration shape reduced",
+                      ""]
     return lines
 
 
@@ -199,9 +175,9 @@ def _tuning_lines(plan: KernelPlan, looped: bool) -> list[str]:
                "# ROW_CLASS_CAP) times these candidates and the constants above on CUDA, and",
                "# keeps the fastest in CHOSEN. Without timing (CPU, the Triton interpreter, or",
                "# FUSION_ADVISOR_AUTOTUNE=0) the constants above, fitted to the bucket, are used.",
-               f'KIND = "{k}"', f"CANDIDATES = (  # {_CANDIDATE_FIELDS[k]}"])
+               f'KIND = "{k}"', f"CANDIDATES = (  # {CANDIDATE_FIELDS[k]}"])
     with out.indented():
-        out.lines(f"{c}," for c in _candidates(plan, looped))
+        out.lines(f"{c}," for c in candidates(plan, looped))
     out.lines([")", f"ROW_CLASSES = {autotune.ROW_CLASSES}",
                f"ROW_CLASS_CAP = {autotune.ROW_CLASS_CAP}",
                f"TUNE_WARMUP_MS = {autotune.TUNE_WARMUP_MS}  # per candidate, once per bucket",
@@ -267,6 +243,8 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
         if params.has_strides("out", i):
             row = ", row_space=True" if t.access.row_space else ""
             seen = launch_maps.output_layout(t, i)
+            if plan.order is not None:  # the kernel indexes the result through its view
+                seen = f"{_view(t)}({seen})"
             out.line(f"_, out{i}_strides = _layout({seen}, shape, OUT_GROUPS[{i}], (){row})")
     pow2 = _pow2_constants(plan, looped)
     out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
@@ -291,7 +269,8 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
 def _rows_checks(plan: KernelPlan, params: KernelParams, looped: bool, empty: str,
                  out: CodeWriter) -> None:
     """Row count and checks of a kernel indexed by rows and columns."""
-    out.lines(["n_cols = shape[-1] if shape else 1", "if span[0] == 0:"])
+    cols = "shape[-1] if shape else 1" if plan.reduced == 1 else f"span[{plan.rank - plan.reduced}]"
+    out.lines([f"n_cols = {cols}", "if span[0] == 0:"])
     with out.indented():
         if plan.skeleton == "reduction":
             out.line("if any(0 not in s for s in out_shapes):")
@@ -360,7 +339,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
                "# The configuration chosen per (shape bucket, input dtypes, device).",
                "CHOSEN = {}",
-               "", "", *runtime.source().splitlines(), "", "",
+               "", "", *runtime.source(plan.order is not None).splitlines(), "", "",
                *autotune.source(kind(plan, looped)).splitlines(), "", ""])
     _plan_fn(plan, params, looped, names, out)
     out.lines(["", ""])
@@ -369,6 +348,9 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     with out.indented():
         out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
         out.lines(launch_maps.input_lines(plan, names))
+        if plan.order is not None:
+            out.line("# every input as the kernel indexes it: in its order (a view)")
+            out.lines(f"{a} = {_view(t)}({a})" for a, t in zip(names, plan.inputs, strict=True))
         _key(names, out)
         out.lines(["plan = LAUNCH_CACHE.get(key)",
                    "if plan is None:  # a new layout: check it and work out the launch once"])

@@ -15,7 +15,11 @@ another name for its operand's registers.
 In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
 block) or per-row (``[ROWS, 1]``: column vectors, and whatever follows a
 reduction that collapses the row); ``phase`` says whether it comes before the
-reduction (recomputed in each column pass when rows loop) or after it.
+reduction (recomputed in each column pass when rows loop) or after it. A reduction
+over dims other than the last one alone runs in its own order (``domain.py``: kept dims,
+then the reduced ones, group_norm's channels split): the plan's domain is in that order,
+every input and output is indexed through it, and the columns cover its last
+``order.reduced`` dims.
 
 An elementwise kernel is ``tiled`` (rows x a block of the last axis's columns,
 like a reduction kernel) when some tensor spans the last axis through more than
@@ -36,9 +40,10 @@ import torch
 from ..analysis.group import escaping, external_inputs, iteration_shape, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.reductions import ReductionRule
+from ..ir.reductions import ReductionRule, correction, keeps_dims
 from ..ir.registry import SPECS
-from .indexing import domain_view, index_maps, last_axis_only
+from .domain import Domain, domain_of
+from .indexing import domain_view, has_views, index_maps
 from .layout import Access, LoweringError, access
 from .plan import COMPUTE, MAX_BLOCK, KernelPlan, ReductionStep, Stmt, TensorArg
 
@@ -116,15 +121,23 @@ class _Lowering:
                                 "(in-place ops cannot be lowered)", bad)
         self.reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
         self.red = self.reds[0] if self.reds else None
-        # Views inside, or a reduction over other dims than the last: index maps.
-        self.maps = None if last_axis_only(graph, cluster.nodes) else index_maps(
-            graph, cluster.nodes, cluster.inputs, cluster.outputs)
+        # Views inside: index maps (indexing.py); else a reduction's own order (domain.py).
+        self.maps = index_maps(graph, cluster.nodes, cluster.inputs, cluster.outputs) \
+            if has_views(graph, cluster.nodes) else None
         self.domain = tuple(iteration_shape(graph, cluster.nodes) if self.maps is None
                             else self.maps.domain)
         self.user_rank = len(self.domain)
-        if self.red is not None and len(self.domain) < 2:  # one row: (N,) -> (1, N)
+        self.first_order = self._order(self.red) if self.red is not None and (
+            self.maps is None) else None
+        # Reduced dims that are not just the last one: the kernel's own order (domain.py).
+        self.order = None if self.first_order is None or self.first_order.trivial else (
+            self.first_order)
+        if self.order is not None:
+            self.domain = self.order.shape(self.domain)
+        elif self.red is not None and len(self.domain) < 2:  # one row: (N,) -> (1, N)
             self.domain = (1,) * (2 - len(self.domain)) + self.domain
         self.rank = len(self.domain)
+        self.reduced = 1 if self.order is None else self.order.reduced
         self._same_rows()
         self.row_space = self._row_space() if self.maps is None else set()
         self.temps: dict[str, str] = {}  # graph value -> temporary
@@ -134,6 +147,18 @@ class _Lowering:
         self.count = 0
 
     # -- spaces -------------------------------------------------------------------------
+    def _order(self, node: Node) -> Domain:
+        rule = SPECS[node.op].lower
+        if not isinstance(rule, ReductionRule):
+            raise LoweringError(f"`{node.label}` ({node.op}) has no reduction rule", (node.name,))
+        src = node.inputs[0]
+        if not isinstance(src, Ref):
+            raise LoweringError(f"`{node.label}` reduces a constant", (node.name,))
+        try:
+            return domain_of(rule, dict(node.params), tuple(_meta(self.g, src.name).shape))
+        except LoweringError as e:
+            raise LoweringError(f"`{node.label}`: {e}", (node.name,)) from None
+
     def _same_rows(self) -> None:
         """Several reductions share one kernel only over the same rows, all in one block."""
         if len(self.reds) < 2:
@@ -144,16 +169,20 @@ class _Lowering:
                     iteration_shape(self.g, [self.red.name])):
                 raise LoweringError(f"`{node.label}` reduces other rows than `{self.red.label}`",
                                     (node.name,))
-        if self.domain and self.domain[-1] > MAX_BLOCK:
+            if self._order(node) != self.first_order:
+                raise LoweringError(f"`{node.label}` reduces other dims than `{self.red.label}`",
+                                    (node.name,))
+        n_cols = math.prod(self.domain[self.rank - self.reduced:])
+        if self.domain and n_cols > MAX_BLOCK:
             raise LoweringError(f"{len(self.reds)} reductions in one kernel need the whole row in "
-                                f"one block; rows of {self.domain[-1]} columns are wider than "
+                                f"one block; rows of {n_cols} columns are wider than "
                                 f"{MAX_BLOCK}", tuple(n.name for n in self.reds[1:]))
 
     def _row_space(self) -> set[str]:
         """Values with one entry per row and no trailing axis (a collapse without keepdim)."""
         out: set[str] = set()
         for red in self.reds:
-            if not SPECS[red.op].lower.keeps_row and not red.param("keepdim", False):
+            if not keeps_dims(SPECS[red.op].lower, dict(red.params)):
                 out.add(red.name)
         for node in self.nodes:  # a per-row value keeps fewer dims than the iteration shape
             meta = node.meta
@@ -181,6 +210,18 @@ class _Lowering:
                                 f"{', '.join(f'`{self.g[n].label}`' for n in per_row)})", per_row)
         return spaces.pop()
 
+    def _in_order(self, shape, stride, row_space: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A value's shape and strides in the kernel's order (unchanged without one). A
+        per-row value is in row order already; it gets a size-1 dim per reduced dim but
+        the last (``access`` adds that one)."""
+        shape, stride = tuple(shape), tuple(stride)
+        if not row_space:
+            return self.order.tensor(shape, stride)
+        if self.order.split is not None:
+            raise LoweringError("a value reduced without keepdim next to a group split")
+        pad = self.reduced - 1
+        return shape + (1,) * pad, stride + (0,) * pad
+
     def _access(self, name: str, shape, stride, row_space: bool) -> Access:
         try:
             return access(tuple(shape), tuple(stride), self.domain, row_space)
@@ -191,9 +232,10 @@ class _Lowering:
             raise LoweringError(f"cluster {self.c.index}: `{name}`: {e}", blame) from None
 
     def _is_per_row(self, acc: Access) -> bool:
-        if self.red is None or self.rank == 0 or self.domain[-1] == 1:
+        first_col = self.rank - self.reduced
+        if self.red is None or self.rank == 0 or math.prod(self.domain[first_col:]) == 1:
             return False
-        return not acc.spans_cols(self.rank)
+        return not any(g.last > first_col for g in acc.groups)
 
     # -- the plan -----------------------------------------------------------------------
     def run(self) -> KernelPlan:
@@ -223,7 +265,7 @@ class _Lowering:
             skeleton="reduction" if self.red is not None else "elementwise",
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
-            tiled=tiled, steps=several)
+            tiled=tiled, steps=several, order=self.order)
 
     def _second_loads(self, start: int) -> tuple[TensorArg, ...]:
         """Inputs some node reads through another index map than the first load's: loaded
@@ -236,14 +278,13 @@ class _Lowering:
             key = (name, steps)
             if key not in loaded:
                 meta = _meta(self.g, name)
-                shape, stride, view = self._viewed(name, meta.shape, meta.stride, steps)
+                shape, stride, fields = self._viewed(name, meta.shape, meta.stride, False, steps)
                 acc = self._access(name, shape, stride, False)
                 temp = f"v{self.count}"
                 self.count += 1
                 self.per_row[temp], self.phase[temp] = self._is_per_row(acc), "pre"
                 out.append(TensorArg(name, "in", start + len(out), temp, shape, stride,
-                                     meta.dtype, acc, self.per_row[temp],
-                                     **(view or {"view": (), "value_shape": tuple(shape)})))
+                                     meta.dtype, acc, self.per_row[temp], **fields))
                 loaded[key] = temp
             self.read_temps[(reader, name)] = loaded[key]
         return tuple(out)
@@ -251,11 +292,14 @@ class _Lowering:
     def _temp(self, reader: str, name: str) -> str:
         return self.read_temps.get((reader, name), self.temps[name])
 
-    def _viewed(self, name: str, shape, stride, steps: tuple | None = None
+    def _viewed(self, name: str, shape, stride, row_space: bool, steps: tuple | None = None
                 ) -> tuple[tuple, tuple, dict]:
-        """(shape, strides, TensorArg fields) of `name` as the kernel indexes it."""
+        """(shape, strides, TensorArg fields) of `name` as the kernel indexes it: through its
+        index map (views), in the kernel's own order (domain.py), or as it is."""
         if self.maps is None:
-            return tuple(shape), tuple(stride), {}
+            if self.order is None:
+                return tuple(shape), tuple(stride), {}
+            return (*self._in_order(shape, stride, row_space), {"user_shape": tuple(shape)})
         steps = self.maps.chains[name] if steps is None else steps
         if not steps:
             return tuple(shape), tuple(stride), {}
@@ -267,15 +311,16 @@ class _Lowering:
         if len(shape) <= self.rank and _squeezed(seen) == _squeezed((shape, stride)):
             # right-alignment does the same
             return tuple(shape), tuple(stride), {}
-        return (*seen, {"view": steps, "value_shape": tuple(shape)})
+        return (*seen, {"view": steps, "user_shape": tuple(shape)})
 
     def _input(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
-        shape, stride, view = self._viewed(name, meta.shape, meta.stride)
-        acc = self._access(name, shape, stride, self._input_space(name))
+        row_space = self._input_space(name)
+        shape, stride, fields = self._viewed(name, meta.shape, meta.stride, row_space)
+        acc = self._access(name, shape, stride, row_space)
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
         return TensorArg(name, "in", i, temp, shape, stride, meta.dtype, acc,
-                         self.per_row[temp], **view)
+                         self.per_row[temp], **fields)
 
     def _operands(self, node: Node) -> tuple[str, ...]:
         return tuple(self._temp(node.name, a.name) if isinstance(a, Ref) else literal(a)
@@ -329,16 +374,18 @@ class _Lowering:
             raise LoweringError(f"`{node.label}` ({node.op}) on {meta.dtype} is not lowered")
         temp = self._new_temp(node.name, not rule.keeps_row, "post")
         return ReductionStep(rule, temp, node.name, names["input"], names.get("weight"),
-                             names.get("bias"), float(eps), dtype)
+                             names.get("bias"), float(eps), dtype, self.reduced,
+                             correction(dict(node.params)))
 
     def _output(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
         contiguous = torch.empty(meta.shape, device="meta").stride()
-        shape, stride, view = self._viewed(name, meta.shape, contiguous)
-        acc = self._access(name, shape, stride, name in self.row_space)
+        row_space = name in self.row_space
+        shape, stride, fields = self._viewed(name, meta.shape, contiguous, row_space)
+        acc = self._access(name, shape, stride, row_space)
         temp = self.temps[name]
         return TensorArg(name, "out", i, temp, shape, stride, meta.dtype, acc,
-                         self.per_row[temp], **view)
+                         self.per_row[temp], **fields)
 
     def _needs_int64(self, inputs: Sequence[TensorArg]) -> bool:
         extent = math.prod(self.domain)

@@ -8,12 +8,14 @@ value, the ``ReductionStep``s, and the ``KernelPlan`` around them. No source tex
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from ..ir.reductions import ACCUMULATE, ReductionRule
 from ..ir.views import Step
+from .domain import Domain
 from .layout import Access
 
 # Half-precision values are computed in float32 and rounded once, at the store.
@@ -31,7 +33,7 @@ class TensorArg:
     role: str  # "in" (loaded) or "out" (stored)
     index: int  # position among the inputs or the outputs
     temp: str  # SSA temporary loaded into / stored from
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # in the kernel's order (the plan's `order`), as indexed
     stride: tuple[int, ...]
     dtype: torch.dtype
     access: Access
@@ -39,7 +41,13 @@ class TensorArg:
     # Index map (``indexing.py``): view steps from the value's own shape to the domain's;
     # `shape`/`stride` above are then the value seen through them. () when right-aligned.
     view: tuple[Step, ...] = ()
-    value_shape: tuple[int, ...] = ()  # the value's own shape, when `view` is set
+    # The value's own shape, where the kernel indexes it in another (its `order`, or `view`)
+    user_shape: tuple[int, ...] | None = None
+
+    @property
+    def value_shape(self) -> tuple[int, ...]:
+        """The graph value's shape (what the launcher returns or takes)."""
+        return self.shape if self.user_shape is None else self.user_shape
 
     @property
     def ptr(self) -> str:
@@ -72,6 +80,8 @@ class ReductionStep:
     bias: str | None
     eps: float
     dtype: torch.dtype  # accumulation dtype of the result
+    axes: int = 1  # trailing domain dims it reduces (the columns)
+    correction: float = 0.0  # var / std: the divisor is n - correction
 
     @property
     def collapse(self) -> bool:
@@ -99,6 +109,19 @@ class KernelPlan:
     # Statements and reductions in node order, when the kernel holds several reductions
     # over the same rows (emitted in one block, one after another); () otherwise.
     steps: tuple[Stmt | ReductionStep, ...] = ()
+    # A reduction's kernel order (``domain.py``) when it is not the user's order with one
+    # reduced dim: the columns then cover the last `order.reduced` dims of `domain`.
+    order: Domain | None = None
+
+    @property
+    def reduced(self) -> int:
+        """Trailing domain dims the columns cover (1 for elementwise kernels)."""
+        return 1 if self.order is None else self.order.reduced
+
+    @property
+    def n_cols(self) -> int:
+        """Columns of a row at analysis time: the product of the reduced dims."""
+        return math.prod(self.domain[self.rank - self.reduced:]) if self.domain else 1
 
     @property
     def reductions(self) -> tuple[ReductionStep, ...]:
@@ -117,8 +140,9 @@ class KernelPlan:
 
     @property
     def column_strided(self) -> bool:
-        """An input steps through memory along the last axis (a transposed view): it is
-        contiguous along the rows instead, so tiles should be square, not row-shaped."""
+        """An input steps through memory along the last axis (a transposed view, or the
+        channels of NCHW reduced in a kernel's own order): it is contiguous along the rows
+        instead, so tiles should be square (or hold many rows), not row-shaped."""
         return any(t.access.groups and t.access.groups[-1].last == self.rank
                    and not t.access.groups[-1].unit
                    and any(g.unit for g in t.access.groups[:-1]) for t in self.inputs)

@@ -1,4 +1,4 @@
-"""Reduction emitters: the Triton lines that compute a ``ReductionStep`` over the last axis.
+"""Reduction emitters: the Triton lines that compute a ``ReductionStep`` over the columns.
 
 Reads a plan's reduction step, whose ``rule`` (``ir/reductions.py``) supplies the
 combine, identity, finalize expression and accumulation dtype; writes source lines
@@ -13,7 +13,7 @@ combine, identity, finalize expression and accumulation dtype; writes source lin
 A looped row reads its columns once for the statistics. Every lane of the column
 block keeps its own running statistics (``[ROWS, BLOCK]`` accumulators: a partial sum,
 max or sum of squares; an online max and rescaled sum for softmax; Welford's count,
-mean and M2 for layer_norm); the lanes are combined once, after the loop, with block
+mean and M2 for layer_norm, var and std); the lanes are combined once, after the loop, with block
 reductions, so the loop body has no cross-lane work. Tail lanes hold the identity of
 the combine (or keep their state) wherever the mask is off.
 
@@ -72,7 +72,8 @@ def _block(r: ReductionStep, value: str) -> str:
 
 
 def _head(r: ReductionStep) -> str:
-    return f"# {r.rule.name} over the last axis (tail lanes hold {r.rule.identity(r.dtype)})"
+    over = "the last axis" if r.axes == 1 else f"the last {r.axes} axes"
+    return f"# {r.rule.name} over {over} (tail lanes hold {r.rule.identity(r.dtype)})"
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,32 @@ class _Softmax:
         return [f"{v} = {r.rule.finalize.format(x=x, v=v, exp=exp)}"]
 
 
+def _welford(r: ReductionStep) -> Stats:
+    """Welford per lane (the lane's mean and M2, the sum of squared deviations from it),
+    combined over the lanes with Chan's formula into `{v}_mean` and `{v}_m2`: no
+    E[x^2] - E[x]^2, which loses the variance of large-mean rows."""
+    v, x = r.temp, _source(r)
+    count = "(col0 // BLOCK_SIZE + 1)"
+    # fp32: one division per block, not per element (a float literal over the int count
+    # is fp32; fp64 divides each element, so as not to round the weight to fp32)
+    weight = [f"{v}_w = 1.0 / {count}"] if r.dtype == torch.float32 else []
+    step = f"{v}_delta * {v}_w" if weight else f"{v}_delta / {count}"
+    return Stats(
+        (f"{v}_lmean = {_lanes(r, '0.0')}", f"{v}_lm2 = {_lanes(r, '0.0')}"),
+        (f"# Welford per lane: each unmasked lane takes its {count}-th value",
+         *weight,
+         f"{v}_delta = {x} - {v}_lmean",
+         f"{v}_lmean = tl.where(mask, {v}_lmean + {step}, {v}_lmean)",
+         f"{v}_lm2 = tl.where(mask, {v}_lm2 + {v}_delta * ({x} - {v}_lmean), {v}_lm2)"),
+        ("# the lanes combined (Chan): lane j took n_j values, and the row's M2 is the",
+         "# sum of M2_j + n_j * (mean_j - mean)^2",
+         f"{v}_left = tl.maximum(n_cols - {_LANE}, 0)",
+         f"{v}_n = (({v}_left + BLOCK_SIZE - 1) // BLOCK_SIZE).to({TL_TYPES[r.dtype]})",
+         f"{v}_mean = tl.sum({v}_n * {v}_lmean, axis=1){_ROW} / n_cols",
+         f"{v}_dev = {v}_lmean - {v}_mean",
+         f"{v}_m2 = {_block(r, f'{v}_lm2')} + {_block(r, f'{v}_n * {v}_dev * {v}_dev')}"))
+
+
 @dataclass(frozen=True)
 class _Normalize:
     """layer_norm (centered: mean, then variance) and rms_norm (mean of squares)."""
@@ -159,9 +186,7 @@ class _Normalize:
                 f"{v} = {_affine(r, r.rule.finalize.format(x=x, v=v, c=c))}"]
 
     def statistics(self, r: ReductionStep) -> Stats | None:
-        """rms_norm: per-lane sums of squares. layer_norm: Welford per lane (the lane's
-        mean and M2, the sum of squared deviations from it), combined over the lanes with
-        Chan's formula: no E[x^2] - E[x]^2, which loses the variance of large-mean rows."""
+        """rms_norm: per-lane sums of squares. layer_norm: Welford per lane (``_welford``)."""
         v, x = r.temp, _source(r)
         if not r.rule.centered:
             return Stats((f"{v}_lsq = {_lanes(r, '0.0')}",),
@@ -170,26 +195,9 @@ class _Normalize:
                          ("# the lanes combined",
                           f"{v}_rstd = tl.math.rsqrt({_block(r, f'{v}_lsq')} / n_cols"
                           f" + {r.eps!r})"))
-        count = "(col0 // BLOCK_SIZE + 1)"
-        # fp32: one division per block, not per element (a float literal over the int count
-        # is fp32; fp64 divides each element, so as not to round the weight to fp32)
-        weight = [f"{v}_w = 1.0 / {count}"] if r.dtype == torch.float32 else []
-        step = f"{v}_delta * {v}_w" if weight else f"{v}_delta / {count}"
-        return Stats(
-            (f"{v}_lmean = {_lanes(r, '0.0')}", f"{v}_lm2 = {_lanes(r, '0.0')}"),
-            (f"# Welford per lane: each unmasked lane takes its {count}-th value",
-             *weight,
-             f"{v}_delta = {x} - {v}_lmean",
-             f"{v}_lmean = tl.where(mask, {v}_lmean + {step}, {v}_lmean)",
-             f"{v}_lm2 = tl.where(mask, {v}_lm2 + {v}_delta * ({x} - {v}_lmean), {v}_lm2)"),
-            ("# the lanes combined (Chan): lane j took n_j values, and the row's M2 is the",
-             "# sum of M2_j + n_j * (mean_j - mean)^2",
-             f"{v}_left = tl.maximum(n_cols - {_LANE}, 0)",
-             f"{v}_n = (({v}_left + BLOCK_SIZE - 1) // BLOCK_SIZE).to({TL_TYPES[r.dtype]})",
-             f"{v}_mean = tl.sum({v}_n * {v}_lmean, axis=1){_ROW} / n_cols",
-             f"{v}_dev = {v}_lmean - {v}_mean",
-             f"{v}_m2 = {_block(r, f'{v}_lm2')} + {_block(r, f'{v}_n * {v}_dev * {v}_dev')}",
-             f"{v}_rstd = tl.math.rsqrt({v}_m2 / n_cols + {r.eps!r})"))
+        welford = _welford(r)
+        return Stats(welford.before, welford.inside, (
+            *welford.after, f"{v}_rstd = tl.math.rsqrt({v}_m2 / n_cols + {r.eps!r})"))
 
     def carry(self, r: ReductionStep) -> list[str]:
         return []
@@ -223,9 +231,35 @@ class _Scan:
                 f"{v}_carry = {combine.merge(f'{v}_carry', _block(r, f'{v}_part'))}"]
 
 
+@dataclass(frozen=True)
+class _Moments:
+    """var, std: the mean, then the sum of squared deviations from it (Welford per lane
+    when rows loop), finished by the rule over `n - correction`."""
+
+    def _finish(self, r: ReductionStep, m2: str) -> str:
+        return r.rule.finalize.format(m2=m2, v=r.temp, correction=repr(r.correction))
+
+    def single(self, r: ReductionStep) -> list[str]:
+        v, x = r.temp, _source(r)
+        return [_head(r), f"{v}_mean = {_block(r, f'tl.where(mask, {x}, 0.0)')} / n_cols",
+                f"{v}_xc = tl.where(mask, {x} - {v}_mean, 0.0)",
+                f"{v} = {self._finish(r, _block(r, f'{v}_xc * {v}_xc'))}"]
+
+    def statistics(self, r: ReductionStep) -> Stats | None:
+        welford = _welford(r)
+        return Stats(welford.before, welford.inside,
+                     (*welford.after, f"{r.temp} = {self._finish(r, f'{r.temp}_m2')}"))
+
+    def carry(self, r: ReductionStep) -> list[str]:
+        return []
+
+    def final(self, r: ReductionStep) -> list[str]:
+        return []  # one value per row, computed after the statistics
+
+
 EMITTERS = {"collapse": _Collapse(), "softmax": _Softmax(), "normalize": _Normalize(),
-            "scan": _Scan()}
+            "scan": _Scan(), "moments": _Moments()}
 
 
-def emitter(r: ReductionStep) -> _Collapse | _Softmax | _Normalize | _Scan:
+def emitter(r: ReductionStep) -> _Collapse | _Softmax | _Normalize | _Scan | _Moments:
     return EMITTERS[r.rule.family]

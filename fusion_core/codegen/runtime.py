@@ -4,8 +4,9 @@ Each generated kernel file holds a verbatim copy of the functions listed in ``HE
 (``source()`` gives their text), so a kernel file still needs only torch and triton. The
 helpers read three globals the generated file defines above them: ``NAME`` (the kernel's
 name, for messages), ``RANK`` (the rank of its iteration shape) and ``INT64_INDEX``
-(whether its index math is 64-bit). The values below only let this module import; tests
-set them.
+(whether its index math is 64-bit). A kernel whose reduction runs in its own order
+(``codegen/domain.py``) also holds ``DOMAIN_HELPERS``, which read ``DOMAIN_GLOBALS``. The
+values below only let this module import; tests set them.
 """
 
 from __future__ import annotations
@@ -119,11 +120,46 @@ def _group_strides(t, shape, groups, row_space):
     return found
 
 
+# A kernel whose reduction has its own order (codegen/domain.py) also reads these.
+USER_RANK = 2  # rank of the values as the graph holds them
+PERM = (0, 1)  # user dims in kernel order
+SPLIT = None  # (position, groups): that kernel dim split into (groups, size / groups)
+REDUCED = 1  # trailing kernel dims the reduction covers
+
+
+def _domain_view(t):
+    """`t` as the kernel indexes it: right-aligned to USER_RANK dims, reordered by PERM, and
+    the dim SPLIT names split into its groups. A view: no data moves."""
+    if t.dim() > USER_RANK:
+        raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} has more dims than the "
+                         f"{USER_RANK} this kernel was generated for")
+    t = t[(None,) * (USER_RANK - t.dim())].permute(PERM)
+    if SPLIT is None:
+        return t
+    at, groups = SPLIT
+    size = t.shape[at]
+    if size == 1:
+        return t.unsqueeze(at)
+    if size % groups:
+        raise ValueError(f"{NAME}: {size} channels do not split into {groups} groups")
+    return t.unflatten(at, (groups, size // groups))
+
+
+def _row_view(t):
+    """A value with one entry per row (reduced without keepdim) with a size-1 dim for each
+    reduced dim but the last, which the row-space shapes add."""
+    return t[(..., *(None,) * (REDUCED - 1))]
+
+
 HELPERS = (_iteration_shape, _spans, _powers_of_two, _dense_strides, _relaid, _layout,
            _group_strides)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
+DOMAIN_HELPERS = (_domain_view, _row_view)
+DOMAIN_GLOBALS = ("USER_RANK", "PERM", "SPLIT", "REDUCED")
 
 
-def source() -> str:
-    """The helpers' text as a generated file holds it, two blank lines apart."""
-    return "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in HELPERS) + "\n"
+def source(domain: bool = False) -> str:
+    """The helpers' text as a generated file holds it, two blank lines apart; `domain`: with
+    the views of a kernel that has its own order."""
+    helpers = HELPERS + (DOMAIN_HELPERS if domain else ())
+    return "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in helpers) + "\n"

@@ -156,6 +156,8 @@ class Term:
         if self.modulo:
             text = (f"({text})" if self.base.compound else text) + f" % {self.modulo}"
         if self.divisor:
+            if self.base.compound and not self.modulo:
+                text = f"({text})"
             text += f" // {self.divisor}"
         if self.stride:
             plain = self.base.bare and not (self.modulo or self.divisor)

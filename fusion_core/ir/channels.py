@@ -1,24 +1,25 @@
-"""Make per-channel broadcasts explicit: BatchNorm's statistics become (C, 1, …, 1) views.
+"""Make per-channel broadcasts explicit: BatchNorm's statistics and affine parameters and
+GroupNorm's affine parameters become (C, 1, …, 1) views.
 
 Reads a shape-propagated ``fx.GraphModule`` (either frontend); rewrites it in place.
 ``batch_norm`` reads its running mean/var, weight and bias along dim 1 of an
-(N, C, H, W) input, which right-aligned broadcasting would pair with W instead.
-Each such operand is routed through a ``torch.reshape`` to (C, 1, …, 1) and the call
-is replaced by ``batch_norm`` below, which takes statistics of that shape, so the
-module still runs and the shapes check, traffic and code generation see an
-ordinary broadcast.
+(N, C, H, W) input (on batch statistics in training mode without running ones: only its
+weight and bias), and ``group_norm`` its weight and bias, which right-aligned
+broadcasting would pair with W instead. Each such operand is routed through a
+``torch.reshape`` to (C, 1, …, 1) and the call is replaced by the function of the same
+name below, which takes operands of that shape, so the module still runs and the shapes
+check, traffic and code generation see an ordinary broadcast.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import torch
 import torch.fx as fx
 
-from .registry import TARGETS, bind, lookup
-
-PER_CHANNEL: dict[str, tuple[str, ...]] = {
-    "batch_norm": ("running_mean", "running_var", "weight", "bias"),
-}
+from .registry import TARGETS, bind, lookup, training_spec
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -31,19 +32,50 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     return y if bias is None else y + bias
 
 
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
+    """Group norm whose affine parameters already broadcast against `input`."""
+    y = torch.nn.functional.group_norm(input, num_groups, None, None, eps)
+    y = y if weight is None else y * weight
+    return y if bias is None else y + bias
+
+
+def batch_norm_train(input, weight=None, bias=None, eps=1e-05):
+    """Batch norm on the batch's own statistics (no running statistics to update), with an
+    affine part that already broadcasts against `input`."""
+    y = torch.nn.functional.batch_norm(input, None, None, None, None, True, 0.0, eps)
+    y = y if weight is None else y * weight
+    return y if bias is None else y + bias
+
+
 TARGETS[batch_norm] = ("batch_norm", None)  # same spec as F.batch_norm / aten.batch_norm
+TARGETS[group_norm] = ("group_norm", None)
+TARGETS[batch_norm_train] = ("batch_norm_train", None)
+
+# Per spec: its explicit-channel replacement, the operands read per channel, and the tensor
+# operands it cannot do without (eval-mode batch_norm reads its running statistics).
+PER_CHANNEL: dict[str, tuple[Callable, tuple[str, ...], tuple[str, ...]]] = {
+    "batch_norm": (batch_norm, ("running_mean", "running_var", "weight", "bias"),
+                   ("running_mean", "running_var")),
+    "batch_norm_train": (batch_norm_train, ("weight", "bias"), ()),
+    "group_norm": (group_norm, ("weight", "bias"), ()),
+}
 
 
 def explicit_channels(gm: fx.GraphModule) -> fx.GraphModule:
     changed = False
     for n in list(gm.graph.nodes):
-        values = _eval_batch_norm(n)
-        val = values["input"].meta.get("val") if values else None
+        found = _per_channel_call(n)
+        if found is None:
+            continue
+        name, values = found
+        replacement, per_channel, _ = PER_CHANNEL[name]
+        val = values["input"].meta.get("val")
         if not isinstance(val, torch.Tensor) or val.dim() < 3:
             continue  # (N, C) already broadcasts along C
         shape = (val.shape[1],) + (1,) * (val.dim() - 2)
-        kwargs = {"eps": values["eps"]}
-        for key in PER_CHANNEL["batch_norm"]:
+        kwargs = {k: values[k] for k in inspect.signature(replacement).parameters
+                  if k not in ("input", "training") and k in values}
+        for key in per_channel:
             op = values.get(key)
             if isinstance(op, fx.Node):
                 with gm.graph.inserting_before(n):
@@ -52,7 +84,7 @@ def explicit_channels(gm: fx.GraphModule) -> fx.GraphModule:
                                stack_trace=n.meta.get("stack_trace"))
             kwargs[key] = op
         with gm.graph.inserting_before(n):
-            new = gm.graph.call_function(batch_norm, (values["input"],), kwargs)
+            new = gm.graph.call_function(replacement, (values["input"],), kwargs)
         new.meta.update(n.meta)
         n.replace_all_uses_with(new)
         gm.graph.erase_node(n)
@@ -62,20 +94,26 @@ def explicit_channels(gm: fx.GraphModule) -> fx.GraphModule:
     return gm
 
 
-def _eval_batch_norm(n: fx.Node) -> dict | None:
-    """Bound arguments of an eval-mode batch_norm call with tensor statistics, else None."""
-    if n.op != "call_function" or n.target is batch_norm:
+def _per_channel_call(n: fx.Node) -> tuple[str, dict] | None:
+    """(op, bound arguments) of a batch_norm (eval mode, tensor statistics) or group_norm
+    call not yet rewritten, else None."""
+    if n.op != "call_function" or any(n.target is r for r, _, _ in PER_CHANNEL.values()):
         return None
     found = lookup(n.target)
-    if not isinstance(found, tuple) or found[0].name != "batch_norm":
+    if not isinstance(found, tuple) or found[0].name not in PER_CHANNEL:
         return None
     try:
         values = bind(found[0], found[1], n.args, n.kwargs)
     except TypeError:
         return None
-    stats = (values.get("running_mean"), values.get("running_var"))
-    if values.get("training") or not all(isinstance(v, fx.Node) for v in stats):
+    spec = found[0]
+    if values.get("training"):  # batch statistics, when there are no running ones to update
+        spec = training_spec(spec, values)
+        if spec is None or spec.name not in PER_CHANNEL:
+            return None
+    required = PER_CHANNEL[spec.name][2]
+    if not all(isinstance(values.get(k), fx.Node) for k in required):
         return None
     if not isinstance(values.get("input"), fx.Node):
         return None
-    return values
+    return spec.name, values

@@ -18,7 +18,7 @@ import torch.fx as fx
 
 from .functionalize import out_of_place_overload
 from .graph import FusionGraph, Node, OpKind, Ref, SourceLoc, TensorMeta
-from .registry import bind, lookup
+from .registry import bind, lookup, training_spec
 from .trace import is_user_frame
 from .views import INDEX_STEPS, describe
 
@@ -130,6 +130,10 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
         values.pop("other", None)  # `type_as`: the other tensor only names the dtype
         values["dtype"] = next((a for a in _flatten((n.args, n.kwargs))
                                 if isinstance(a, torch.dtype)), meta.dtype if meta else None)
+    training = values.get("training") is True and spec.training is not None
+    if training and (computed := training_spec(spec, values)) is not None:
+        spec, training = computed, False  # batch statistics: a reduction of its own
+        values = {k: v for k, v in values.items() if k in spec.bind_signature.parameters}
     inputs = tuple(Ref(v.name) if isinstance(v, fx.Node) else _literal(v)
                    for v in (values.get(k) for k in spec.operands))
     params = tuple((k, _literal(v)) for k, v in values.items() if k not in spec.operands)
@@ -139,8 +143,8 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     kind = spec.kind
     if inplace or values.get("inplace") is True:
         kind = OpKind.INPLACE
-    elif spec.name in ("dropout", "batch_norm") and values.get("training"):
-        kind = OpKind.OPAQUE  # random, or batch statistics, in training mode
+    elif training:
+        kind = OpKind.OPAQUE  # random, or it would update running statistics
     return Node(op=spec.name + ("_" if kind is OpKind.INPLACE else ""), kind=kind,
                 inputs=inputs, params=params, **common)
 

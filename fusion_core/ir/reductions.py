@@ -4,15 +4,21 @@ A rule says how partial results combine (``COMBINES``: the Triton block reductio
 pairwise merge of two partials, and the identity element tail lanes hold), how the
 result follows from the statistics (``finalize``), which dtype accumulates, and whether
 the result keeps the reduced axis (softmax, the norms, cumsum) or collapses it (sum,
-mean, amax, amin). ``family`` names the kernel skeleton that computes the statistics
-(codegen's ``reduce.py`` has one emitter per family); the rule's fields fill it in.
+mean, amax, amin, var, std). ``family`` names the kernel skeleton that computes the
+statistics (codegen's ``reduce.py`` has one emitter per family); the rule's fields fill it
+in. ``axes`` says which of a call's params name the reduced dims (``reduced_dims`` reads
+them): any set of dims for the collapsing ops, one dim for softmax and cumsum, the
+trailing ``normalized_shape`` for the norms, (C/G, *spatial) for group_norm, all but the
+channels for batch statistics.
 Read by ``ir/registry.py`` (each reduction ``OpSpec`` carries its rule), by the
 lowering, and by the emitter.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -66,6 +72,9 @@ class ReductionRule:
     keeps_row: bool  # one result per element (softmax, norms, cumsum), not one per row
     integers: bool  # integer inputs accumulate in their own dtype (else floats only)
     centered: bool = False  # normalize: subtract the mean first (layer_norm, not rms_norm)
+    axes: str = "dims"  # how the call names its reduced dims: a key of AXES
+    keepdim: bool = False  # a collapse whose result always keeps the reduced dims (a pool)
+
 
     def identity(self, dtype: torch.dtype) -> str:
         return self.combine.identity_of(dtype)
@@ -81,14 +90,106 @@ RULES: dict[str, ReductionRule] = {r.name: r for r in (
     ReductionRule("mean", "collapse", COMBINES["sum"], "{acc} / n_cols", False, False),
     ReductionRule("amax", "collapse", COMBINES["max"], "{acc}", False, True),
     ReductionRule("amin", "collapse", COMBINES["min"], "{acc}", False, True),
+    # Moments: the mean, then the sum of squared deviations `{m2}` over n - correction.
+    ReductionRule("var", "moments", COMBINES["sum"], "{m2} / (n_cols - {correction})",
+                  False, False),
+    ReductionRule("std", "moments", COMBINES["sum"], "tl.sqrt({m2} / (n_cols - {correction}))",
+                  False, False),
+    # adaptive_avg_pool2d to 1x1: a mean over (H, W) that keeps both dims.
+    ReductionRule("adaptive_avg_pool2d", "collapse", COMBINES["sum"], "{acc} / n_cols", False,
+                  False, axes="pool", keepdim=True),
     # softmax's statistics: the row max (its combine), then the sum of exp(x - max)
     ReductionRule("softmax", "softmax", COMBINES["max"], "{exp} / {v}_sum",
-                  True, False),
+                  True, False, axes="dim"),
     ReductionRule("log_softmax", "softmax", COMBINES["max"],
-                  "{x} - {v}_max - tl.log({v}_sum)", True, False),
+                  "{x} - {v}_max - tl.log({v}_sum)", True, False, axes="dim"),
     ReductionRule("layer_norm", "normalize", COMBINES["sum"], "{c} * {v}_rstd",
-                  True, False, centered=True),
-    ReductionRule("rms_norm", "normalize", COMBINES["sum"], "{c} * {v}_rstd", True, False),
+                  True, False, centered=True, axes="trailing"),
+    ReductionRule("rms_norm", "normalize", COMBINES["sum"], "{c} * {v}_rstd", True, False,
+                  axes="trailing"),
+    # Each (sample, group) normalized over its C/G channels and the spatial dims.
+    ReductionRule("group_norm", "normalize", COMBINES["sum"], "{c} * {v}_rstd", True, False,
+                  centered=True, axes="groups"),
+    # BatchNorm on batch statistics (training mode without running statistics): each
+    # channel normalized over the batch and the spatial dims; the affine part is per channel.
+    ReductionRule("batch_norm_train", "normalize", COMBINES["sum"], "{c} * {v}_rstd", True,
+                  False, centered=True, axes="channels"),
     # A scan: a running sum, one value per element.
-    ReductionRule("cumsum", "scan", COMBINES["sum"], "{acc}", True, True),
+    ReductionRule("cumsum", "scan", COMBINES["sum"], "{acc}", True, True, axes="dim"),
 )}
+
+
+def _dims(params: Mapping[str, Any], rank: int) -> tuple[int, ...] | None:
+    """`dim=`: an int, a tuple of ints, or None/() for every dim."""
+    dim = params.get("dim")
+    if dim is None or dim == ():
+        return tuple(range(rank))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    if not all(isinstance(d, int) and not isinstance(d, bool) and -rank <= d < max(rank, 1)
+               for d in dims):
+        return None
+    found = sorted({d % rank for d in dims}) if rank else []
+    return tuple(found) if len(found) == len(dims) else None  # a dim named twice: torch errs
+
+
+def _one_dim(params: Mapping[str, Any], rank: int) -> tuple[int, ...] | None:
+    dim = params.get("dim")
+    return _dims(params, rank) if isinstance(dim, int) and not isinstance(dim, bool) else None
+
+
+def _trailing(params: Mapping[str, Any], rank: int) -> tuple[int, ...] | None:
+    shape = params.get("normalized_shape")
+    n = 1 if isinstance(shape, int) else len(tuple(shape)) if shape is not None else 0
+    return tuple(range(rank - n, rank)) if 0 < n <= rank else None
+
+
+def _pool(params: Mapping[str, Any], rank: int) -> tuple[int, ...] | None:
+    """adaptive_avg_pool2d to one value per plane (`1` or `(1, 1)`): the last two dims."""
+    size = params.get("output_size")
+    one = size == 1 or (isinstance(size, tuple) and tuple(size) == (1, 1))
+    return (rank - 2, rank - 1) if one and rank >= 3 else None
+
+
+def _groups(params: Mapping[str, Any], rank: int) -> tuple[int, ...] | None:
+    """group_norm: the channel dim (its C/G part: `reduced_dims` names dim 1) and the rest."""
+    groups = params.get("num_groups")
+    return tuple(range(1, rank)) if isinstance(groups, int) and groups > 0 and rank >= 2 \
+        else None
+
+
+def _channels(params: Mapping[str, Any], rank: int) -> tuple[int, ...] | None:
+    """Batch statistics: every dim but the channels (dim 1)."""
+    return (0, *range(2, rank)) if rank >= 2 else None
+
+
+AXES: dict[str, Callable[[Mapping[str, Any], int], tuple[int, ...] | None]] = {
+    "dims": _dims, "dim": _one_dim, "trailing": _trailing, "pool": _pool, "groups": _groups,
+    "channels": _channels}
+
+
+def reduced_dims(rule: ReductionRule, params: Mapping[str, Any], rank: int
+                 ) -> tuple[int, ...] | None:
+    """The dims of a rank-`rank` input that the call reduces (sorted, non-negative), or None
+    when its params name none this rule can lower (softmax's implicit dim, a pool to 2x2).
+    group_norm reduces only the C/G part of dim 1; the code generator splits that dim."""
+    return AXES[rule.axes](params, rank)
+
+
+def keeps_dims(rule: ReductionRule, params: Mapping[str, Any]) -> bool:
+    """The result keeps the reduced dims (size 1 for a collapse): keepdim, a pool, a norm."""
+    return rule.keeps_row or rule.keepdim or bool(params.get("keepdim", False))
+
+
+def correction(params: Mapping[str, Any]) -> float:
+    """var/std's divisor offset: `correction=`, else 1 unless `unbiased=False` (torch's rule)."""
+    given = params.get("correction")
+    if given is not None:
+        return float(given)
+    return 0.0 if params.get("unbiased") is False else 1.0
+
+
+def axes_said(params: Mapping[str, Any]) -> str:
+    """The params that name a reduction's dims, as the user wrote them (for messages)."""
+    shown = [f"{k}={v!r}" for k, v in params.items()
+             if k in ("dim", "normalized_shape", "output_size", "num_groups")]
+    return ", ".join(shown) or "no dims"

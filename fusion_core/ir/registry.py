@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,15 +21,27 @@ import torch
 import torch.nn.functional as F
 
 from .graph import OpKind
+from .lowerings import (
+    TL_TYPES,
+    Lowering,
+    batch_norm_expr,
+    call,
+    cast,
+    clamp_expr,
+    gelu_expr,
+    infix,
+    pow_expr,
+    tanh_expr,
+    with_alpha,
+)
 from .reductions import RULES, ReductionRule
+
+__all__ = ["SPECS", "TARGETS", "TL_TYPES", "OpSpec", "bind", "lookup", "tanh_expr", "training_spec"]
 
 UNARY, BINARY, REDUCTION = OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.REDUCTION
 VIEW, OPAQUE = OpKind.VIEW, OpKind.OPAQUE
 
-# A pointwise lowering turns operand expressions (Triton SSA names or literals)
-# and bound params into one Triton expression; None means "no rule for these
-# params", which the lowering check reports.
-Lowering = Callable[[tuple[str, ...], Mapping[str, Any]], "str | None"]
+# Pointwise lowerings (and TL_TYPES, re-exported for codegen) live in lowerings.py.
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,10 @@ class OpSpec:
     operands: tuple[str, ...] = ("input",)  # params that may be tensors
     lower: Lowering | ReductionRule | None = None  # pointwise expression, or reduction rule
     moves_data: bool = True  # False for ops eager implements as an alias (dropout in eval)
+    # What a call with `training=True` is: "" (opaque: random, or it updates state), or the
+    # name of the spec that computes it when none of the operands that spec lacks is given
+    # (batch_norm on batch statistics, without running statistics to update).
+    training: str | None = None
 
     @property
     def bind_signature(self) -> inspect.Signature:
@@ -58,138 +74,56 @@ def _signature(params: str) -> inspect.Signature:
 _SIG_CACHE: dict[str, inspect.Signature] = {}
 
 
-def tanh_expr(x: str) -> str:
-    # Triton has no tl.tanh and libdevice does not run in the interpreter.
-    return f"(2.0 * tl.sigmoid(2.0 * {x}) - 1.0)"
-
-
-def _pow(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
-    e = p["exponent"]
-    if not isinstance(e, (int, float)) or isinstance(e, bool):
-        return None  # tensor exponent (or scalar base): no rule
-    x = a[0]
-    if e == int(e) and 0 <= e <= 4:
-        return "(" + " * ".join([x] * int(e)) + ")" if e else "1.0"
-    if e == -1:
-        return f"(1.0 / {x})"
-    if e == 0.5:
-        return f"tl.sqrt({x})"
-    if e == -0.5:
-        return f"tl.math.rsqrt({x})"
-    return f"tl.exp({float(e)!r} * tl.log({x}))"
-
-
-# Triton names of torch dtypes. Kernels compute half precision in float32, so a cast
-# to a half type rounds through it and comes back.
-TL_TYPES: dict[torch.dtype, str] = {
-    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
-    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32",
-    torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
-}
-
-
-def _cast(x: str, dtype: Any) -> str | None:
-    if dtype is torch.bool:
-        return f"({x} != 0)"
-    if dtype in (torch.float16, torch.bfloat16):
-        return f"{x}.to({TL_TYPES[dtype]}).to(tl.float32)"
-    return f"{x}.to({TL_TYPES[dtype]})" if dtype in TL_TYPES else None
-
-
-def _gelu(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
-    x = a[0]
-    if p["approximate"] == "tanh":
-        inner = f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})"
-        return f"(0.5 * {x} * (1.0 + {tanh_expr(inner)}))"
-    if p["approximate"] == "none":
-        return f"(0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476)))"
-    return None
-
-
-def _clamp(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
-    x, lo, hi = a
-    if lo != "None":
-        x = f"tl.maximum({x}, {lo})"
-    if hi != "None":
-        x = f"tl.minimum({x}, {hi})"
-    return x
-
-
-def _batch_norm(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
-    if p["training"]:
-        return None  # batch statistics: a reduction, not a pointwise op
-    x, mean, var, weight, bias = a
-    y = f"(({x} - {mean}) * tl.math.rsqrt({var} + {p['eps']!r}))"
-    y = y if weight == "None" else f"({y} * {weight})"
-    return y if bias == "None" else f"({y} + {bias})"
-
-
-def _alpha(sym: str) -> Lowering:
-    def lower(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
-        other = a[1] if p.get("alpha", 1) == 1 else f"({p['alpha']!r} * {a[1]})"
-        return f"({a[0]} {sym} {other})"
-
-    return lower
-
-
-def _infix(sym: str) -> Lowering:
-    return lambda a, p: f"({a[0]} {sym} {a[1]})"
-
-
-def _call(fn: str) -> Lowering:
-    return lambda a, p: f"{fn}({', '.join(a)})"
-
-
 def _reduction(name: str, signature: str, operands: tuple[str, ...] = ("input",)) -> OpSpec:
     return OpSpec(name, REDUCTION, signature, operands, RULES[name])
 
 
 _SPECS = [
     # --- pointwise binary (two or more operands; scalars allowed) ---
-    OpSpec("add", BINARY, "input, other, *, alpha=1", ("input", "other"), _alpha("+")),
-    OpSpec("sub", BINARY, "input, other, *, alpha=1", ("input", "other"), _alpha("-")),
+    OpSpec("add", BINARY, "input, other, *, alpha=1", ("input", "other"), with_alpha("+")),
+    OpSpec("sub", BINARY, "input, other, *, alpha=1", ("input", "other"), with_alpha("-")),
     OpSpec("rsub", BINARY, "input, other, alpha=1", ("input", "other"),
-           lambda a, p: _alpha("-")((a[1], a[0]), p)),
-    OpSpec("mul", BINARY, "input, other", ("input", "other"), _infix("*")),
+           lambda a, p: with_alpha("-")((a[1], a[0]), p)),
+    OpSpec("mul", BINARY, "input, other", ("input", "other"), infix("*")),
     OpSpec("div", BINARY, "input, other, *, rounding_mode=None", ("input", "other"),
            lambda a, p: None if p["rounding_mode"] else f"({a[0]} / {a[1]})"),
-    OpSpec("maximum", BINARY, "input, other", ("input", "other"), _call("tl.maximum")),
-    OpSpec("minimum", BINARY, "input, other", ("input", "other"), _call("tl.minimum")),
+    OpSpec("maximum", BINARY, "input, other", ("input", "other"), call("tl.maximum")),
+    OpSpec("minimum", BINARY, "input, other", ("input", "other"), call("tl.minimum")),
     OpSpec("where", BINARY, "condition, input, other", ("condition", "input", "other"),
-           _call("tl.where")),
+           call("tl.where")),
     OpSpec("masked_fill", BINARY, "input, mask, value", ("input", "mask", "value"),
            lambda a, p: f"tl.where({a[1]}, {a[2]}, {a[0]})"),
-    OpSpec("eq", BINARY, "input, other", ("input", "other"), _infix("==")),
+    OpSpec("eq", BINARY, "input, other", ("input", "other"), infix("==")),
     # On bool masks (attention masks combined with `&`) bitwise and logical agree.
-    OpSpec("bitwise_and", BINARY, "input, other", ("input", "other"), _infix("&")),
-    OpSpec("bitwise_or", BINARY, "input, other", ("input", "other"), _infix("|")),
+    OpSpec("bitwise_and", BINARY, "input, other", ("input", "other"), infix("&")),
+    OpSpec("bitwise_or", BINARY, "input, other", ("input", "other"), infix("|")),
     OpSpec("logical_and", BINARY, "input, other", ("input", "other"),
            lambda a, p: f"(({a[0]} != 0) & ({a[1]} != 0))"),
     OpSpec("logical_or", BINARY, "input, other", ("input", "other"),
            lambda a, p: f"(({a[0]} != 0) | ({a[1]} != 0))"),
-    OpSpec("ne", BINARY, "input, other", ("input", "other"), _infix("!=")),
-    OpSpec("lt", BINARY, "input, other", ("input", "other"), _infix("<")),
-    OpSpec("le", BINARY, "input, other", ("input", "other"), _infix("<=")),
-    OpSpec("gt", BINARY, "input, other", ("input", "other"), _infix(">")),
-    OpSpec("ge", BINARY, "input, other", ("input", "other"), _infix(">=")),
+    OpSpec("ne", BINARY, "input, other", ("input", "other"), infix("!=")),
+    OpSpec("lt", BINARY, "input, other", ("input", "other"), infix("<")),
+    OpSpec("le", BINARY, "input, other", ("input", "other"), infix("<=")),
+    OpSpec("gt", BINARY, "input, other", ("input", "other"), infix(">")),
+    OpSpec("ge", BINARY, "input, other", ("input", "other"), infix(">=")),
     # --- pointwise unary ---
     OpSpec("neg", UNARY, "input", lower=lambda a, p: f"(-{a[0]})"),
-    OpSpec("abs", UNARY, "input", lower=_call("tl.abs")),
-    OpSpec("exp", UNARY, "input", lower=_call("tl.exp")),
-    OpSpec("log", UNARY, "input", lower=_call("tl.log")),
-    OpSpec("sqrt", UNARY, "input", lower=_call("tl.sqrt")),
-    OpSpec("rsqrt", UNARY, "input", lower=_call("tl.math.rsqrt")),
+    OpSpec("abs", UNARY, "input", lower=call("tl.abs")),
+    OpSpec("exp", UNARY, "input", lower=call("tl.exp")),
+    OpSpec("log", UNARY, "input", lower=call("tl.log")),
+    OpSpec("sqrt", UNARY, "input", lower=call("tl.sqrt")),
+    OpSpec("rsqrt", UNARY, "input", lower=call("tl.math.rsqrt")),
     OpSpec("reciprocal", UNARY, "input", lower=lambda a, p: f"(1.0 / {a[0]})"),
     OpSpec("square", UNARY, "input", lower=lambda a, p: f"({a[0]} * {a[0]})"),
-    OpSpec("sin", UNARY, "input", lower=_call("tl.sin")),
-    OpSpec("cos", UNARY, "input", lower=_call("tl.cos")),
-    OpSpec("erf", UNARY, "input", lower=_call("tl.erf")),
+    OpSpec("sin", UNARY, "input", lower=call("tl.sin")),
+    OpSpec("cos", UNARY, "input", lower=call("tl.cos")),
+    OpSpec("erf", UNARY, "input", lower=call("tl.erf")),
     # The exponent is a param: a tensor (or scalar-base) pow is left opaque.
-    OpSpec("pow", UNARY, "input, exponent", ("input",), _pow),
-    OpSpec("sigmoid", UNARY, "input", lower=_call("tl.sigmoid")),
+    OpSpec("pow", UNARY, "input, exponent", ("input",), pow_expr),
+    OpSpec("sigmoid", UNARY, "input", lower=call("tl.sigmoid")),
     OpSpec("tanh", UNARY, "input", lower=lambda a, p: tanh_expr(a[0])),
     OpSpec("relu", UNARY, "input, inplace=False", lower=lambda a, p: f"tl.maximum({a[0]}, 0.0)"),
-    OpSpec("gelu", UNARY, "input, approximate='none'", lower=_gelu),
+    OpSpec("gelu", UNARY, "input, approximate='none'", lower=gelu_expr),
     OpSpec("silu", UNARY, "input, inplace=False",
            lower=lambda a, p: f"({a[0]} * tl.sigmoid({a[0]}))"),
     OpSpec("leaky_relu", UNARY, "input, negative_slope=0.01, inplace=False",
@@ -197,7 +131,7 @@ _SPECS = [
     OpSpec("elu", UNARY, "input, alpha=1.0, scale=1.0, input_scale=1.0, inplace=False",
            lower=lambda a, p: None if (p["scale"], p["input_scale"]) != (1.0, 1.0) else
            f"tl.where({a[0]} > 0, {a[0]}, {p['alpha']!r} * (tl.exp({a[0]}) - 1.0))"),
-    OpSpec("clamp", UNARY, "input, min=None, max=None", ("input", "min", "max"), _clamp),
+    OpSpec("clamp", UNARY, "input, min=None, max=None", ("input", "min", "max"), clamp_expr),
     OpSpec("hardsigmoid", UNARY, "input, inplace=False",
            lower=lambda a, p: f"tl.minimum(tl.maximum({a[0]} / 6.0 + 0.5, 0.0), 1.0)"),
     OpSpec("hardswish", UNARY, "input, inplace=False",
@@ -206,9 +140,9 @@ _SPECS = [
     # `~x`: on a bool mask the same as logical_not, on integers two's complement.
     OpSpec("bitwise_not", UNARY, "input", lower=lambda a, p: f"(~{a[0]})"),
     # `dtype` is a torch.dtype; codegen computes in float32 and rounds through it.
-    OpSpec("to", UNARY, "input, dtype=None", lower=lambda a, p: _cast(a[0], p["dtype"])),
+    OpSpec("to", UNARY, "input, dtype=None", lower=lambda a, p: cast(a[0], p["dtype"])),
     OpSpec("clone", UNARY, "input, *, memory_format=None", lower=lambda a, p: a[0]),
-    OpSpec("dropout", UNARY, "input, p=0.5, training=True, inplace=False",
+    OpSpec("dropout", UNARY, "input, p=0.5, training=True, inplace=False", training="",
            lower=lambda a, p: a[0], moves_data=False),
     # --- reductions: their rules (combine, identity, finalize, accumulation dtype) are in
     # ir/reductions.py; codegen's reduction skeleton lowers them ---
@@ -222,11 +156,23 @@ _SPECS = [
     _reduction("amax", "input, dim=(), keepdim=False"),
     _reduction("amin", "input, dim=(), keepdim=False"),
     _reduction("cumsum", "input, dim, *, dtype=None"),  # a scan: keeps the row like softmax
+    # `unbiased` (old spelling) or `correction` (new): ir/reductions.py's `correction` reads both
+    _reduction("var", "input, dim=None, unbiased=None, keepdim=False, *, correction=None"),
+    _reduction("std", "input, dim=None, unbiased=None, keepdim=False, *, correction=None"),
+    # weight/bias are per channel: ir/channels.py reshapes them to (C, 1, ..., 1) first
+    _reduction("group_norm", "input, num_groups, weight=None, bias=None, eps=1e-05",
+               ("input", "weight", "bias")),
+    _reduction("adaptive_avg_pool2d", "input, output_size"),  # to 1x1: a mean over (H, W)
     # --- pointwise with per-channel operands (eval mode); the channel broadcast along
     # dim 1 is made explicit by ir/channels.py before any check reads shapes ---
     OpSpec("batch_norm", BINARY, "input, running_mean, running_var, weight=None, bias=None, "
            "training=False, momentum=0.1, eps=1e-05",
-           ("input", "running_mean", "running_var", "weight", "bias"), _batch_norm),
+           ("input", "running_mean", "running_var", "weight", "bias"), batch_norm_expr,
+           training="batch_norm_train"),
+    # ir/channels.py writes a training-mode batch_norm without running statistics as this,
+    # with weight and bias as (C, 1, ..., 1)
+    _reduction("batch_norm_train", "input, weight=None, bias=None, eps=1e-05",
+               ("input", "weight", "bias")),
 ]
 SPECS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
 
@@ -256,7 +202,7 @@ for _name in ("add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "r
               "reciprocal", "square", "sin", "cos", "erf", "pow", "sigmoid", "tanh", "relu",
               "maximum", "minimum", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge",
               "clamp", "logical_not", "clone", "softmax", "log_softmax", "sum", "mean", "amax",
-              "amin", "rsub", "cumsum", "bitwise_and", "bitwise_or", "logical_and",
+              "amin", "rsub", "cumsum", "var", "std", "bitwise_and", "bitwise_or", "logical_and",
               "logical_or"):
     _register(_name, ("method", _name), signature=None)
     if hasattr(torch, _name):
@@ -283,7 +229,8 @@ _register("clamp", torch.clamp_max, ("method", "clamp_max"), signature="input, m
 _register("clamp", F.hardtanh, signature="input, min_val=-1.0, max_val=1.0, inplace=False")
 _register("clamp", F.relu6, signature="input, inplace=False, min=0.0, max=6.0")
 for _name in ("relu", "gelu", "silu", "leaky_relu", "elu", "hardsigmoid", "hardswish",
-              "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "dropout"):
+              "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "dropout",
+              "group_norm", "adaptive_avg_pool2d"):
     if hasattr(F, _name):
         _register(_name, getattr(F, _name))
 _register("softmax", torch.softmax, ("method", "softmax"), torch.special.softmax,
@@ -326,7 +273,9 @@ ATEN_OPS: dict[str, tuple[str, ...]] = {
     "softmax": ("_softmax", "softmax.int"), "log_softmax": ("_log_softmax", "log_softmax.int"),
     "layer_norm": ("layer_norm",), "rms_norm": ("rms_norm",), "batch_norm": ("batch_norm",),
     "sum": ("sum.dim_IntList",), "mean": ("mean.dim",), "amax": ("amax",), "amin": ("amin",),
-    "cumsum": ("cumsum.default",),
+    "cumsum": ("cumsum.default",), "var": ("var.correction", "var.dim"),
+    "std": ("std.correction", "std.dim"), "group_norm": ("group_norm",),
+    "adaptive_avg_pool2d": ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"),
     **{b: (f"{b}.Tensor", f"{b}.Scalar", f"__{b[8:]}__.Tensor", f"__{b[8:]}__.Scalar")
        for b in ("bitwise_and", "bitwise_or")},
     "logical_and": ("logical_and",), "logical_or": ("logical_or",),
@@ -385,6 +334,16 @@ def lookup(target: Any) -> tuple[OpSpec, inspect.Signature] | str | None:
     if sig is None:
         return spec, spec.bind_signature
     return spec, _signature(sig)
+
+
+def training_spec(spec: OpSpec, values: Mapping[str, Any]) -> OpSpec | None:
+    """The spec a `training=True` call of `spec` is computed by, or None (opaque): the
+    operands that spec lacks (batch_norm's running statistics) must not be given."""
+    target = SPECS.get(spec.training or "")
+    if target is None or any(values.get(k) is not None for k in spec.operands
+                             if k not in target.operands):
+        return None
+    return target
 
 
 def bind(spec: OpSpec, sig: inspect.Signature, args: tuple, kwargs: Mapping[str, Any]

@@ -31,7 +31,8 @@ TRACE_THROUGH: tuple[type[nn.Module], ...] = tuple(
     getattr(nn, name) for name in (
         "ReLU", "ReLU6", "GELU", "SiLU", "Sigmoid", "Tanh", "LeakyReLU", "ELU", "Hardtanh",
         "Hardsigmoid", "Hardswish", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
-        "LayerNorm", "RMSNorm", "Softmax", "LogSoftmax", "Identity",
+        "LayerNorm", "RMSNorm", "GroupNorm", "Softmax", "LogSoftmax", "Identity",
+        "AdaptiveAvgPool2d",
     ) if hasattr(nn, name)
 )
 
@@ -79,6 +80,10 @@ class FusionTracer(fx.Tracer):
                 m.running_mean is not None and len(args) == 1 and not kwargs):
             return F.batch_norm(args[0], m.running_mean, m.running_var, m.weight, m.bias,
                                 False, 0.0, m.eps)
+        # Without running statistics it always normalizes by the batch's own (a reduction).
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is None and (
+                len(args) == 1 and not kwargs):
+            return F.batch_norm(args[0], None, None, m.weight, m.bias, True, 0.0, m.eps)
         return super().call_module(m, forward, args, kwargs)
 
 

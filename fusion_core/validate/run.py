@@ -254,8 +254,8 @@ def _cut_rows(rec: Recording, c: Cluster, args: list[Any], target_rows: int
         plan = codegen.plan(rec.analysis.graph, c)
     except Exception:  # noqa: BLE001 - check at the recorded shape instead
         return None
-    if any(t.view for t in (*plan.inputs, *plan.outputs)):
-        return None  # values seen through index maps: their dims are not the domain's
+    if plan.order is not None or any(t.view for t in (*plan.inputs, *plan.outputs)):
+        return None  # kernel dims (own order, index maps) are not the user's leading dims
     small = row_shape(plan.domain, target_rows)
     if small == tuple(plan.domain) or len(plan.inputs) != len(args) or not plan.outputs:
         return None

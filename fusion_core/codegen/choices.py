@@ -1,0 +1,65 @@
+"""The launch choices the generator writes into a kernel file: ``Tuning`` (the defaults of its
+tuning constants), the candidate configurations each kernel kind times per shape bucket, and
+which kind a plan is. Read by ``launcher.py`` (which writes them out) and ``kernel.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .plan import KernelPlan
+
+
+@dataclass(frozen=True)
+class Tuning:
+    block: int = 1024  # elementwise: elements per program (flat or per tile)
+    num_warps: int = 4
+    tile_cols: int = 32  # tiled elementwise reading a transposed view: square tiles
+    # reduction: widest row one block holds, wider rows loop; None: by the element size
+    # (tuning.widest_one_block), which `kernel.generate` fills in
+    max_block: int | None = None
+    loop_block: int = 1024  # reduction: column block when rows loop...
+    # ...wider while rows x block stay below this (the rows in flight at once, times the
+    # block, should cover the DRAM's latency: ~4 MB on an H200)...
+    loop_in_flight: int = 1 << 22
+    max_loop_block: int = 8192  # ...up to this (and max_block)
+    pack_width: int = 256  # rows at most this wide are packed several per program...
+    pack_elements: int = 2048  # ...up to this many elements per program
+    max_rows: int = 16
+    # A reduction whose input is contiguous along the rows but strided along the columns
+    # (softmax over the channels of NCHW) packs rows of any width that fits one block, this
+    # many at most: each column's loads then read a contiguous run of rows.
+    strided_pack_elements: int = 8192
+    strided_max_rows: int = 64
+
+
+# What each kernel kind's launcher times per shape bucket (tuning.py's `_config` says what the
+# numbers mean): few enough to time in well under a second on the first call in a bucket.
+CANDIDATES = {
+    "flat": ((1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16)),
+    "tiled": ((2048, 32, 4), (1024, 64, 4), (4096, 64, 4), (4096, 64, 8), (2048, 64, 8)),
+    "tiled-wide": ((2048, 2048, 4), (4096, 4096, 8), (2048, 2048, 8), (1024, 1024, 4)),
+    "single": ((1024, 2), (2048, 4), (4096, 8), (8192, 8), (2048, 8), (4096, 16), (8192, 32)),
+    "looped": ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)),
+}
+CANDIDATE_FIELDS = {
+    "flat": "(BLOCK, NUM_WARPS)",
+    "tiled": "(elements per tile, widest column block, warps)",
+    "single": "(elements per program, warps); rows are packed only up to PACK_WIDTH wide",
+    "looped": "(column block of the row loop, warps)",
+}
+
+
+def kind(plan: KernelPlan, looped: bool) -> str:
+    """The kernel's launch kind: which configurations it takes."""
+    if plan.tiled:
+        return "tiled"
+    if plan.skeleton == "elementwise":
+        return "flat"
+    return "looped" if looped else "single"
+
+
+def candidates(plan: KernelPlan, looped: bool) -> tuple[tuple[int, ...], ...]:
+    """The configurations a kernel's launcher times on its first call in a shape bucket."""
+    k = kind(plan, looped)
+    return CANDIDATES["tiled-wide" if k == "tiled" and not plan.column_strided else k]

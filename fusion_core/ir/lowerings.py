@@ -1,0 +1,98 @@
+"""Pointwise lowerings: each turns operand expressions into one Triton expression.
+
+Read by the op registry (``registry.py``), whose ``OpSpec`` rows name these functions;
+``TL_TYPES`` (Triton names of torch dtypes) is also read by codegen's emitters. Operands are
+Triton SSA names or literals; a lowering returns None where it has no rule for the call's
+params, which the lowering check reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+Lowering = Callable[[tuple[str, ...], Mapping[str, Any]], "str | None"]
+
+
+def tanh_expr(x: str) -> str:
+    # Triton has no tl.tanh and libdevice does not run in the interpreter.
+    return f"(2.0 * tl.sigmoid(2.0 * {x}) - 1.0)"
+
+
+def pow_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+    e = p["exponent"]
+    if not isinstance(e, (int, float)) or isinstance(e, bool):
+        return None  # tensor exponent (or scalar base): no rule
+    x = a[0]
+    if e == int(e) and 0 <= e <= 4:
+        return "(" + " * ".join([x] * int(e)) + ")" if e else "1.0"
+    if e == -1:
+        return f"(1.0 / {x})"
+    if e == 0.5:
+        return f"tl.sqrt({x})"
+    if e == -0.5:
+        return f"tl.math.rsqrt({x})"
+    return f"tl.exp({float(e)!r} * tl.log({x}))"
+
+
+# Triton names of torch dtypes. Kernels compute half precision in float32, so a cast
+# to a half type rounds through it and comes back.
+TL_TYPES: dict[torch.dtype, str] = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32",
+    torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+
+def cast(x: str, dtype: Any) -> str | None:
+    if dtype is torch.bool:
+        return f"({x} != 0)"
+    if dtype in (torch.float16, torch.bfloat16):
+        return f"{x}.to({TL_TYPES[dtype]}).to(tl.float32)"
+    return f"{x}.to({TL_TYPES[dtype]})" if dtype in TL_TYPES else None
+
+
+def gelu_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+    x = a[0]
+    if p["approximate"] == "tanh":
+        inner = f"0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})"
+        return f"(0.5 * {x} * (1.0 + {tanh_expr(inner)}))"
+    if p["approximate"] == "none":
+        return f"(0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476)))"
+    return None
+
+
+def clamp_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
+    x, lo, hi = a
+    if lo != "None":
+        x = f"tl.maximum({x}, {lo})"
+    if hi != "None":
+        x = f"tl.minimum({x}, {hi})"
+    return x
+
+
+def batch_norm_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+    if p["training"]:
+        return None  # batch statistics: a reduction, not a pointwise op
+    x, mean, var, weight, bias = a
+    y = f"(({x} - {mean}) * tl.math.rsqrt({var} + {p['eps']!r}))"
+    y = y if weight == "None" else f"({y} * {weight})"
+    return y if bias == "None" else f"({y} + {bias})"
+
+
+def with_alpha(sym: str) -> Lowering:
+    def lower(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
+        other = a[1] if p.get("alpha", 1) == 1 else f"({p['alpha']!r} * {a[1]})"
+        return f"({a[0]} {sym} {other})"
+
+    return lower
+
+
+def infix(sym: str) -> Lowering:
+    return lambda a, p: f"({a[0]} {sym} {a[1]})"
+
+
+def call(fn: str) -> Lowering:
+    return lambda a, p: f"{fn}({', '.join(a)})"

@@ -1,0 +1,261 @@
+"""Reductions over any set of dims: the kernel's own order, index terms over several
+column dims, and end-to-end runs under the interpreter (or the GPU) against eager."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from codegen_harness import Lambda, check_model
+
+from fusion_core.codegen import Tuning, emit
+from fusion_core.codegen.domain import Domain, domain_of
+from fusion_core.codegen.lower import plan
+from fusion_core.codegen.writer import KernelParams
+from fusion_core.ir.graph import OpKind
+from fusion_core.ir.reductions import RULES
+from fusion_core.pipeline import analyze
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+X4 = (2, 6, 3, 5)
+CASES = {
+    # name: (function of (module, x), input shape, reduction op in the cluster)
+    "mean over (H, W), keepdim": (lambda m, x: (x * 2.0).mean((2, 3), keepdim=True) + 1.0,
+                                  X4, "mean"),
+    "mean over (H, W)": (lambda m, x: torch.sigmoid((x * 2.0).mean(dim=(-1, -2))), X4, "mean"),
+    "sum over channels": (lambda m, x: (x - 1.0).sum(1), X4, "sum"),
+    "softmax over channels": (lambda m, x: torch.softmax(x * 2.0, dim=1), X4, "softmax"),
+    "log_softmax over dim 0": (lambda m, x: F.log_softmax(x * 2.0, dim=0), (4, 3, 5),
+                               "log_softmax"),
+    "batch statistics": (lambda m, x: (x * 2.0).mean((0, 2, 3)), X4, "mean"),
+    "batch variance": (lambda m, x: (x + 1.0).var((0, 2, 3), unbiased=False), X4, "var"),
+    "std with correction": (lambda m, x: (x * 2.0).std(dim=(1, 3), keepdim=True,
+                                                       correction=2) * 3.0, X4, "std"),
+    "var of one dim": (lambda m, x: torch.var(x * 2.0, 1), (3, 7, 4), "var"),
+    "amax over dim 0": (lambda m, x: (x * 2.0).amax(0), (3, 4, 5), "amax"),
+    "amin over (0, 2), keepdim": (lambda m, x: (x * 2.0).amin((0, 2), keepdim=True) - x,
+                                  (3, 4, 5), "amin"),
+    "cumsum over dim 1": (lambda m, x: torch.cumsum(x * 2.0, 1), (3, 5, 4), "cumsum"),
+    "squeeze-excite pool": (lambda m, x: F.adaptive_avg_pool2d(F.silu(x), (1, 1)), X4,
+                            "adaptive_avg_pool2d"),
+    "group_norm, affine": (lambda m, x: F.silu(F.group_norm(x * 1.5, 3, m.w, m.b)), X4,
+                           "group_norm"),
+    "group_norm of a 3-d input": (lambda m, x: F.group_norm(x + 1.0, 2, eps=1e-3) * 2.0,
+                                  (2, 4, 7), "group_norm"),
+}
+PARAMS = {"w": torch.randn(6), "b": torch.randn(6)}
+LOOP_8 = Tuning(loop_block=8, max_loop_block=8)  # a looped row takes several column blocks
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["one block", "column loop"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_reduction_over_other_dims_matches_eager(tmp_path, name, looped):
+    fn, shape, op = CASES[name]
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, arity=1, **PARAMS), (torch.randn(*shape),), tmp_path,
+                          n_clusters=1, looped=looped, tuning=LOOP_8)
+    (cluster,) = checked.analysis.clusters
+    (kernel,) = checked.kernels
+    assert op in cluster.ops and kernel.skeleton == "reduction"
+    assert kernel.looped == looped
+
+
+OTHER_INPUTS = {
+    # name: (function, input): dtypes, layouts and a reduction over every dim
+    "integer sum over dim 0": (lambda m, a: (a + 1).sum(0),
+                               lambda: torch.randint(-5, 5, (3, 4, 5))),
+    "bf16 variance over (1, 2)": (lambda m, x: (x * 2).var((1, 2)),
+                                  lambda: torch.randn(3, 4, 5, dtype=torch.bfloat16)),
+    "sum of every element": (lambda m, x: (x * 2).sum(), lambda: torch.randn(3, 4, 5)),
+    "mean of every element, keepdim": (lambda m, x: (x * 2).mean((0, 1, 2), keepdim=True) + x,
+                                       lambda: torch.randn(3, 4, 5)),
+    "channel softmax of a channels-last input": (
+        lambda m, x: torch.softmax(x * 2, 1), lambda: torch.randn(2, 5, 4, 3).permute(0, 3, 1, 2)),
+}
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["one block", "column loop"])
+@pytest.mark.parametrize("name", sorted(OTHER_INPUTS))
+def test_reduction_over_other_dims_of_other_inputs_matches_eager(tmp_path, name, looped):
+    fn, make = OTHER_INPUTS[name]
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, arity=1), (make(),), tmp_path, n_clusters=1,
+                          looped=looped, tuning=LOOP_8)
+    assert checked.kernels[0].skeleton == "reduction" and checked.kernels[0].looped == looped
+
+
+def test_mean_and_variance_over_the_batch_statistics_dims_share_one_kernel(tmp_path):
+    def fn(m, x):
+        h = x * 2.0
+        centered = h - h.mean((0, 2, 3), keepdim=True)
+        return centered * torch.rsqrt(h.var((0, 2, 3), keepdim=True, unbiased=False) + 1e-5)
+
+    checked = check_model(Lambda(fn, arity=1), (torch.randn(*X4),), tmp_path, n_clusters=1)
+    (cluster,) = checked.analysis.clusters
+    assert {"mean", "var"} <= set(cluster.ops)
+    assert checked.kernels[0].skeleton == "reduction"
+
+
+class _BatchStatisticsNorm(torch.nn.Module):
+    """A BatchNorm without running statistics: it always normalizes by the batch's own."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(6, track_running_stats=False)
+        torch.nn.init.uniform_(self.bn.weight, 0.5, 1.5)
+        torch.nn.init.uniform_(self.bn.bias, -0.5, 0.5)
+
+    def forward(self, x):
+        return F.relu(self.bn(x * 2.0))
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["one block", "column loop"])
+def test_batch_norm_on_batch_statistics_is_a_reduction_over_all_but_the_channels(tmp_path,
+                                                                                 looped):
+    checked = check_model(_BatchStatisticsNorm(), (torch.randn(*X4),), tmp_path, n_clusters=1,
+                          looped=looped, tuning=LOOP_8)
+    assert checked.analysis.clusters[0].chain == "mul → batch_norm_train → relu"
+    p = plan(checked.analysis.graph, checked.analysis.clusters[0])
+    assert p.domain == (6, 2, 3, 5) and p.reduced == 3  # rows: channels
+
+
+def test_batch_norm_updating_running_statistics_stays_opaque():
+    g = analyze(Lambda(lambda m, x: F.batch_norm(x * 2.0, m.rm, m.rv, training=True) + 1.0,
+                       arity=1, rm=torch.zeros(6), rv=torch.ones(6)), torch.randn(*X4)).graph
+    (bn,) = [n for n in g.nodes if n.target == "F.batch_norm"]
+    assert bn.kind is OpKind.OPAQUE  # it writes new running statistics: not ours to fuse
+
+
+def test_the_order_puts_the_reduced_dims_last_in_their_own_order():
+    assert domain_of(RULES["mean"], {"dim": (0, 2, 3)}, X4) == Domain((1, 0, 2, 3), None, 3)
+    assert domain_of(RULES["softmax"], {"dim": 1}, X4) == Domain((0, 2, 3, 1), None, 1)
+    assert domain_of(RULES["sum"], {"dim": -1}, X4).trivial
+    gn = domain_of(RULES["group_norm"], {"num_groups": 3}, X4)
+    assert gn == Domain((0, 1, 2, 3), (1, 3), 3) and gn.shape(X4) == (2, 3, 2, 3, 5)
+    # a per-channel operand (C, 1, 1): the split gives each group its C/G channels
+    assert gn.tensor((6, 1, 1), (1, 1, 1)) == ((1, 3, 2, 1, 1), (0, 2, 1, 1, 1))
+    assert gn.user_dims(["shape[0]", "shape[1]", "shape[2]", "1", "1"]) == [
+        "shape[0]", "shape[1] * shape[2]", "1", "1"]
+
+
+def _offsets(arg, p, idx: str, params: KernelParams) -> torch.Tensor:
+    """The offsets an index expression gives for every (row, column) of the plan's domain."""
+    n_cols = p.n_cols
+    n_rows = math.prod(p.domain) // n_cols
+    span = [math.prod(p.domain[k:]) for k in range(p.rank + 1)]
+    values = {"rows": torch.arange(n_rows)[:, None], "cols": torch.arange(n_cols)[None, :],
+              "n_cols": n_cols, "span": span, "rspan": [s // n_cols for s in span]}
+    strides = [s for g in arg.access.groups if not g.unit
+               for s in [next(arg.stride[k] for k in reversed(range(g.first, g.last))
+                              if p.domain[k] != 1)]]
+    values.update({f"{arg.role}{arg.index}_strides": strides})
+    scope = dict(values)
+    for param in params:
+        scope[param.name] = eval(param.launch, {}, values)  # noqa: S307 - our own text
+    return eval(idx, {}, scope)  # noqa: S307
+
+
+@pytest.mark.parametrize("name", ["batch statistics", "group_norm, affine",
+                                  "softmax over channels", "std with correction"])
+def test_index_terms_address_each_element_of_the_kernel_order(name):
+    """Every input's offset at (row, col) is where its element of the kernel's order lies."""
+    fn, shape, _ = CASES[name]
+    analysis = analyze(Lambda(fn, arity=1, **PARAMS), torch.randn(*shape))
+    p = plan(analysis.graph, analysis.clusters[0])
+    assert p.order is not None
+    for arg in p.inputs:
+        params = KernelParams()
+        idx = str(emit.index_of(arg, p, params))
+        got = _offsets(arg, p, idx, params).expand(-1, p.n_cols) if idx != "0" else None
+        # a buffer laid out with the value's strides, each element holding its own offset
+        base = torch.arange(1 + sum((d - 1) * s for d, s in zip(
+            arg.value_shape, _value_stride(analysis, arg), strict=True)))
+        value = base.as_strided(arg.value_shape, _value_stride(analysis, arg))
+        view = p.order.tensor(tuple(value.shape), value.stride())
+        want = value.as_strided(view[0], view[1]).expand(p.domain).reshape(
+            -1, p.n_cols)
+        if got is None:
+            assert (want == 0).all()
+        else:
+            assert torch.equal(got, want), (arg.value, idx)
+
+
+def _value_stride(analysis, arg) -> tuple[int, ...]:
+    return tuple(analysis.graph[arg.value].meta.stride)
+
+
+def test_group_norm_rows_are_sample_group_pairs_and_columns_three_dims():
+    fn, shape, _ = CASES["group_norm, affine"]
+    analysis = analyze(Lambda(fn, arity=1, **PARAMS), torch.randn(*shape))
+    p = plan(analysis.graph, analysis.clusters[0])
+    assert p.domain == (2, 3, 2, 3, 5) and p.reduced == 3 and p.n_cols == 30
+    weight = next(a for a in p.inputs if a.value_shape == (6, 1, 1))
+    # straddles rows (the group) and columns (the channel in it): a per-element load
+    assert str(emit.index_of(weight, p, KernelParams())) == (
+        "((rows % rspan1) * n_cols + cols) // span3")
+
+
+def test_pool_to_another_size_stays_opaque():
+    analysis = analyze(Lambda(lambda m, x: F.adaptive_avg_pool2d(F.silu(x), 2) * 2.0,
+                              arity=1), torch.randn(*X4))
+    for cluster in analysis.clusters:
+        assert "adaptive_avg_pool2d" not in cluster.ops
+
+
+def test_mbconv_example_fuses_the_squeeze_into_the_batch_norm_chain(tmp_path):
+    from mbconv_se import MBConv
+
+    torch.manual_seed(0)
+    checked = check_model(MBConv().eval(), (torch.randn(2, 16, 8, 8),), tmp_path)
+    chains = [c.chain for c in checked.analysis.clusters]
+    assert "batch_norm → silu → adaptive_avg_pool2d" in chains, chains
+    assert "sigmoid → mul" in chains and "batch_norm → add" in chains
+
+
+def test_groupnorm_example_fuses_each_norm_with_its_silu(tmp_path):
+    from groupnorm_silu import ResBlock
+
+    torch.manual_seed(0)
+    checked = check_model(ResBlock().eval(), (torch.randn(2, 32, 8, 8),), tmp_path,
+                          n_clusters=2)
+    assert [c.chain for c in checked.analysis.clusters] == ["group_norm → silu"] * 2
+    assert all(k.skeleton == "reduction" for k in checked.kernels)
+
+
+def _load_layouts(shape: str, case: str) -> dict:
+    """tests/ttgir_layouts.py in its own process (Triton imported without the interpreter)."""
+    import json
+    import os
+    import subprocess
+
+    script = Path(__file__).resolve().parent / "ttgir_layouts.py"
+    done = subprocess.run([sys.executable, str(script), shape, case], capture_output=True,
+                          text=True, timeout=300, cwd=script.parent.parent,
+                          env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
+    if done.returncode == 3:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape, case, rows", [
+    ("2,512,32,32", "channel sum", 16),  # 512 columns: one row per program before
+    ("2,64,32,32", "channel softmax", 32),
+])
+def test_a_reduction_over_strided_channels_loads_along_the_contiguous_rows(shape, case, rows):
+    """Compiled for sm_90 (no GPU needed): the strided input's tile is read fastest along the
+    rows, several rows a thread, with many rows per program."""
+    found = _load_layouts(shape, case)
+    assert found["rows_per_program"] == rows
+    (load,) = found["loads"]
+    assert load["order"] == [0, 1] and load["sizePerThread"][0] > 1, load
+
+
+@pytest.mark.slow
+def test_a_reduction_over_contiguous_rows_loads_along_the_columns():
+    (load,) = _load_layouts("2048,64", "row softmax")["loads"]
+    assert load["order"] == [1, 0] and load["sizePerThread"][1] > 1, load

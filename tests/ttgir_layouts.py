@@ -1,0 +1,79 @@
+"""Compile one generated kernel for an H100/H200 (sm_90) without a GPU and print the layout
+of each of its loads, as JSON: whether Triton walks a load's tile fastest along the rows
+or the columns (`order`) and how many elements a thread reads at once (`sizePerThread`).
+
+Run as a script (Triton must be imported without TRITON_INTERPRET, so not inside the test
+process): `python tests/ttgir_layouts.py SHAPE CASE`, CASE a key of CASES. Integer
+arguments divisible by 16 and the pointers are marked so, as Triton's launcher
+specializes them. Exit status 3: this Triton cannot compile for sm_90 here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from codegen_harness import Lambda, catch_launch  # noqa: E402
+
+from fusion_core.codegen import generate, load_kernel  # noqa: E402
+from fusion_core.pipeline import analyze  # noqa: E402
+
+CASES = {
+    "channel softmax": lambda m, x: torch.softmax(x * 2.0, 1),
+    "channel sum": lambda m, x: (x * 2.0).sum(1),
+    "row softmax": lambda m, x: torch.softmax(x * 2.0, -1),
+}
+
+
+def load_layouts(shape: tuple[int, ...], case: str) -> dict:
+    from triton.runtime.jit import JITFunction
+
+    x = torch.randn(shape)
+    analysis = analyze(Lambda(CASES[case], arity=1), x)
+    kernel = generate(analysis, analysis.clusters[0])
+    with tempfile.TemporaryDirectory() as d:  # Triton reads the kernel's source file
+        caught = catch_launch(kernel, Path(d), (x,))
+        jit = getattr(load_kernel(Path(caught["path"])), f"{kernel.name}_kernel")
+        return _compiled_loads(JITFunction(getattr(jit, "fn", jit)), caught)
+
+
+def _compiled_loads(jit, caught: dict) -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    sig, consts, attrs = {}, {}, {}
+    for i, (name, value) in enumerate(zip(caught["names"], caught["args"], strict=False)):
+        tensor = isinstance(value, torch.Tensor)
+        sig[name] = "*fp32" if tensor else "i32"
+        if tensor or value % 16 == 0:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    for name, value in caught["kwargs"].items():
+        if name in caught["names"]:
+            sig[name], consts[name] = "constexpr", value
+    source = triton.compiler.ASTSource(fn=jit, signature=sig, constexprs=consts, attrs=attrs)
+    ir = triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ttgir"]
+    blocked = dict(re.findall(r"^(#blocked\d*) = #ttg.blocked<(.*)>$", ir, re.M))
+    loads = []
+    for line in ir.splitlines():
+        if "tt.load" in line and (m := re.search(r"(#blocked\d*)>", line)):
+            fields = blocked[m.group(1)]
+            loads.append({k: [int(v) for v in re.search(rf"{k} = \[([\d, ]+)\]", fields)
+                              .group(1).split(",")] for k in ("order", "sizePerThread")})
+    return {"rows_per_program": caught["kwargs"]["ROWS_PER_PROGRAM"], "loads": loads}
+
+
+if __name__ == "__main__":
+    try:
+        found = load_layouts(tuple(int(v) for v in sys.argv[1].split(",")), sys.argv[2])
+    except (ImportError, RuntimeError) as e:  # no sm_90 compiler in this Triton
+        print(f"cannot compile for sm_90: {e}", file=sys.stderr)
+        sys.exit(3)
+    print(json.dumps(found))
