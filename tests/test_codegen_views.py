@@ -57,9 +57,11 @@ def test_channel_softmax_reduces_over_dim_1_and_verifies(tmp_path, looped):
                           n_clusters=1, looped=looped)
     (kernel,) = checked.kernels
     assert checked.analysis.clusters[0].chain == "div → add → softmax → mul"
-    # Channels last in the iteration space; the NCHW result is stored through that order.
+    # No view inside: the kernel's own order (domain.py) puts the channels last, and the
+    # launcher views every tensor, the NCHW result included, in that order.
     assert "Iteration shape at analysis time: (2, 4, 4, 16)." in kernel.source
-    assert "out0.permute(0, 2, 3, 1)" in kernel.source
+    assert "PERM = (0, 2, 3, 1)" in kernel.source
+    assert "_layout(_domain_view(torch.empty(out_shapes[0]" in kernel.source
 
 
 @pytest.mark.parametrize("fn, shapes", [
@@ -110,13 +112,14 @@ def test_reductions_over_other_axes_fuse_and_verify(tmp_path, fn, shape, reduced
     check_model(Lambda(fn, 1), (torch.randn(shape),), tmp_path / "loop", looped=True)
 
 
-def test_layer_norm_over_two_trailing_dims_merges_them(tmp_path):
+def test_layer_norm_over_two_trailing_dims_verifies(tmp_path):
     torch.manual_seed(0)
     w, b = torch.rand(4, 5) + 0.5, torch.randn(4, 5)
     fn = lambda m, x: torch.nn.functional.layer_norm(x * 2.0, (4, 5), m.w, m.b)  # noqa: E731
     checked = check_model(Lambda(fn, 1, w=w, b=b), (torch.randn(3, 4, 5),), tmp_path,
                           n_clusters=1)
-    assert "Iteration shape at analysis time: (3, 20)." in checked.kernels[0].source
+    # no view inside: domain.py's order, its columns over the last two dims
+    assert "Iteration shape at analysis time: (3, 4, 5)." in checked.kernels[0].source
 
 
 def _group_error(fn, *shapes):
@@ -135,10 +138,26 @@ def test_a_reshape_no_strides_express_is_refused_by_name():
     assert not any(set(c.nodes) & {"t", "reshape"} for c in a.clusters)
 
 
-def test_reduced_dims_that_cannot_merge_into_one_stride_are_refused():
-    """amax over dims 0 and 2 of (3, 4, 5): no single stride walks both."""
-    _, error = _group_error(lambda m, x: (x - 1.0).amax(dim=(0, 2)) * 3.0, (3, 4, 5))
+def test_reduced_dims_that_cannot_merge_into_one_stride_are_refused_with_views():
+    """amax over dims 1 and 2 of a permuted (3, 4, 5), dims 0 and 2 of its input: an index
+    map holds one reduced dim and no single stride walks both. Without the view the kernel's
+    own order (domain.py) indexes the two dims apart, and the group fuses."""
+    _, error = _group_error(lambda m, x: (x - 1.0).permute(1, 0, 2).amax(dim=(1, 2)) * 3.0,
+                            (3, 4, 5))
     assert error is not None and "cannot be expressed as strides" in str(error)
+    _, error = _group_error(lambda m, x: (x - 1.0).amax(dim=(0, 2)) * 3.0, (3, 4, 5))
+    assert error is None
+
+
+def test_a_group_norm_with_views_is_refused_by_name():
+    """group_norm's channel split is domain.py's; an index map does not express it."""
+    w, b = torch.rand(8), torch.randn(8)
+    fn = lambda m, x: torch.nn.functional.group_norm(  # noqa: E731
+        (x * 2.0).permute(0, 3, 1, 2), 2, m.w, m.b) + 1.0
+    a = analyze(Lambda(fn, 1, w=w, b=b), torch.randn(2, 4, 4, 8))
+    group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
+    error = dry_run(a.graph, group)
+    assert error is not None and "splits its channels into groups" in str(error)
 
 
 def test_a_value_needed_through_two_index_maps_is_refused():

@@ -59,6 +59,19 @@ class Domain:
             parts, part_steps = (groups, size // groups), (step * (size // groups), step)
         return (dims[:at] + parts + dims[at + 1:], steps[:at] + part_steps + steps[at + 1:])
 
+    def value(self, shape, stride, row_space: bool
+              ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A kernel argument's shape and strides in this order. A per-row value is in row
+        order already; it gets a size-1 dim per reduced dim but the last (``layout.access``
+        adds that one)."""
+        shape, stride = tuple(shape), tuple(stride)
+        if not row_space:
+            return self.tensor(shape, stride)
+        if self.split is not None:
+            raise LoweringError("a value reduced without keepdim next to a group split")
+        pad = self.reduced - 1
+        return shape + (1,) * pad, stride + (0,) * pad
+
     def user_dims(self, kernel: list[str]) -> list[str]:
         """Per-kernel-dim size expressions back in the user's order: the split pair
         multiplied together again, the permutation undone."""

@@ -1,14 +1,17 @@
-"""Index maps: how each value of a group is addressed from the kernel's iteration space.
+"""Index maps: how each value of a group holding views is addressed from the kernel's
+iteration space (a group without views uses ``domain.py``'s kernel order instead).
 
 Reads a group of the ``FusionGraph`` (its nodes, inputs and outputs, the view nodes'
-steps from ``ir/views.py`` and the reductions' dims); returns ``IndexMaps``: the
+steps from ``ir/views.py`` and the reductions' dims, from the registry's table in
+``ir/reductions.py``); returns ``IndexMaps``: the
 iteration shape (the *domain*) and, for every value the group reads, computes or
 writes, a chain of view steps that turns a tensor of that value's shape into one
 indexed by domain coordinates (right-aligned; size-1 dims broadcast).
 
 The domain comes from an anchor value: a reduction's source with the reduced dims moved
 last and merged into one (softmax over dim 1 of NCHW iterates over (N, H, W, C);
-``mean(dim=(2, 3))`` over (N, C, H*W)); without a reduction, the largest result the
+``mean(dim=(2, 3))`` over (N, C, H*W)); reduced dims whose strides do not merge, and
+group_norm's channel split, are refused by name; without a reduction, the largest result the
 group writes. Chains then spread from the anchor through the group until every value has
 one: through a pointwise op unchanged (a broadcast operand first gains leading size-1
 dims), through a view with its steps (operand side) or their inverse (result side), and
@@ -290,6 +293,32 @@ def domain_view(steps: Sequence[Step], shape: tuple[int, ...], stride: tuple[int
                             "expressed as strides (the value is not contiguous there); a "
                             "copy would be needed") from None
     return tuple(t.shape), tuple(t.stride())
+
+
+def seen_through(maps: IndexMaps, name: str, label: str, shape: tuple[int, ...],
+                 stride: tuple[int, ...], rank: int, steps: tuple[Step, ...] | None = None,
+                 blame: tuple[str, ...] = ()) -> tuple[tuple, tuple, dict]:
+    """(shape, strides, ``TensorArg`` fields) of value `name` as a `rank`-d kernel indexes it
+    through its chain (or `steps`): its own layout where right-alignment reads the same."""
+    steps = maps.chains[name] if steps is None else steps
+    if not steps:
+        return shape, stride, {}
+    try:
+        seen = domain_view(steps, shape, stride, label)
+    except LoweringError as e:
+        raise LoweringError(str(e), blame or (name,)) from None
+    if len(shape) <= rank and _squeezed(seen) == _squeezed((shape, stride)):
+        return shape, stride, {}
+    return (*seen, {"view": steps, "user_shape": shape})
+
+
+def _squeezed(layout: tuple[Sequence[int], Sequence[int]]) -> tuple[tuple[int, int], ...]:
+    """(size, stride) per dim after the leading size-1 dims, a size-1 dim's stride as 0:
+    what right-aligned indexing reads of a layout."""
+    pairs = [(d, s if d != 1 else 0) for d, s in zip(*layout, strict=True)]
+    while pairs and pairs[0][0] == 1:
+        pairs.pop(0)
+    return tuple(pairs)
 
 
 def source(steps: Sequence[Step], var: str) -> str:

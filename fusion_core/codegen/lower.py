@@ -7,16 +7,16 @@ computed value (the registry's Triton expression over operand temporaries and
 literals), the reduction steps if there are any, and the outputs. ``emit.py``
 turns the plan into source; nothing here knows the skeleton's text.
 
-A group holding views, or reducing over other dims than the last, takes its iteration
-shape and each value's index map from ``indexing.py``: inputs and outputs are then the
+A group holding views takes its iteration shape and each value's index map from
+``indexing.py`` (and no ``domain.py`` order): inputs and outputs are then the
 value seen through its map (composed strides), and a view node is no statement, only
 another name for its operand's registers.
 
 In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
 block) or per-row (``[ROWS, 1]``: column vectors, and whatever follows a
 reduction that collapses the row); ``phase`` says whether it comes before the
-reduction (recomputed in each column pass when rows loop) or after it. A reduction
-over dims other than the last one alone runs in its own order (``domain.py``: kept dims,
+reduction (recomputed in each column pass when rows loop) or after it. Without views, a
+reduction over dims other than the last one alone runs in its own order (``domain.py``: kept dims,
 then the reduced ones, group_norm's channels split): the plan's domain is in that order,
 every input and output is indexed through it, and the columns cover its last
 ``order.reduced`` dims.
@@ -43,7 +43,7 @@ from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import ReductionRule, correction, keeps_dims
 from ..ir.registry import SPECS
 from .domain import Domain, domain_of
-from .indexing import domain_view, has_views, index_maps
+from .indexing import has_views, index_maps, seen_through
 from .layout import Access, LoweringError, access
 from .plan import COMPUTE, MAX_BLOCK, KernelPlan, ReductionStep, Stmt, TensorArg
 
@@ -210,18 +210,6 @@ class _Lowering:
                                 f"{', '.join(f'`{self.g[n].label}`' for n in per_row)})", per_row)
         return spaces.pop()
 
-    def _in_order(self, shape, stride, row_space: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """A value's shape and strides in the kernel's order (unchanged without one). A
-        per-row value is in row order already; it gets a size-1 dim per reduced dim but
-        the last (``access`` adds that one)."""
-        shape, stride = tuple(shape), tuple(stride)
-        if not row_space:
-            return self.order.tensor(shape, stride)
-        if self.order.split is not None:
-            raise LoweringError("a value reduced without keepdim next to a group split")
-        pad = self.reduced - 1
-        return shape + (1,) * pad, stride + (0,) * pad
-
     def _access(self, name: str, shape, stride, row_space: bool) -> Access:
         try:
             return access(tuple(shape), tuple(stride), self.domain, row_space)
@@ -296,22 +284,13 @@ class _Lowering:
                 ) -> tuple[tuple, tuple, dict]:
         """(shape, strides, TensorArg fields) of `name` as the kernel indexes it: through its
         index map (views), in the kernel's own order (domain.py), or as it is."""
-        if self.maps is None:
-            if self.order is None:
-                return tuple(shape), tuple(stride), {}
-            return (*self._in_order(shape, stride, row_space), {"user_shape": tuple(shape)})
-        steps = self.maps.chains[name] if steps is None else steps
-        if not steps:
-            return tuple(shape), tuple(stride), {}
-        try:
-            seen = domain_view(steps, tuple(shape), tuple(stride), self.g[name].label)
-        except LoweringError as e:
+        if self.maps is not None:
             blame = tuple(n.name for n in self.nodes if n.kind is OpKind.VIEW)
-            raise LoweringError(str(e), blame or (name,)) from None
-        if len(shape) <= self.rank and _squeezed(seen) == _squeezed((shape, stride)):
-            # right-alignment does the same
+            return seen_through(self.maps, name, self.g[name].label, tuple(shape), tuple(stride),
+                                self.rank, steps, blame)
+        if self.order is None:
             return tuple(shape), tuple(stride), {}
-        return (*seen, {"view": steps, "user_shape": tuple(shape)})
+        return (*self.order.value(shape, stride, row_space), {"user_shape": tuple(shape)})
 
     def _input(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
@@ -393,15 +372,6 @@ class _Lowering:
             extent = max(extent, 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride,
                                                                            strict=True)))
         return extent >= 2**31
-
-
-def _squeezed(layout: tuple[Sequence[int], Sequence[int]]) -> tuple[tuple[int, int], ...]:
-    """(size, stride) per dim after the leading size-1 dims, a size-1 dim's stride as 0:
-    what right-aligned indexing reads of a layout."""
-    pairs = [(d, s if d != 1 else 0) for d, s in zip(*layout, strict=True)]
-    while pairs and pairs[0][0] == 1:
-        pairs.pop(0)
-    return tuple(pairs)
 
 
 def _needs_tiles(domain: tuple[int, ...], args: Sequence[TensorArg]) -> bool:
