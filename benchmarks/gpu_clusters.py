@@ -65,6 +65,12 @@ CASES = [
     ("MBConv-SE 64x16x56x56", "examples/mbconv_se.py", (64, 16, 56, 56), torch.float32),
     ("GroupNorm ResBlock 32x32x64x64", "examples/groupnorm_silu.py", (32, 32, 64, 64),
      torch.float32),
+    # Views inside groups: LayerNorm over channels between two permutes (ConvNeXt), and a
+    # softmax over the strided channel dim of NCHW.
+    ("ConvNeXt block 64x32x56x56", "examples/convnext_block.py", (64, 32, 56, 56),
+     torch.float32),
+    ("ChannelSoftmax 64x16x56x56", "examples/channel_softmax.py", (64, 16, 56, 56),
+     torch.float32),
 ]
 TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3)}
 
