@@ -21,7 +21,7 @@ from .options import CAPTURES, check_tolerance
 from .snapshot import Snapshot, from_analysis
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
-                  "timing_alpha": "alpha"}
+                  "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
 MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture")
 
 

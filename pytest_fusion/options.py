@@ -23,12 +23,15 @@ INI_TOLERANCES = {  # ini name -> (Tolerances field, default, help)
                                  "allowed relative increase of a cluster's fused bytes"),
     "fusion_timing_tolerance": ("timing", "0.10", "allowed relative slowdown of a kernel median"),
     "fusion_timing_alpha": ("alpha", "0.05", "significance level for calling a slowdown"),
+    "fusion_timing_min_bytes": ("min_bytes", "1048576",
+                                "kernels moving fewer fused bytes are not timing-judged: their "
+                                "time is the launch, which follows the host's load"),
 }
 # Tolerances field -> (lowest allowed, highest allowed, whether the lowest is allowed itself)
 RANGES = {"traffic": (0.0, math.inf, True), "timing": (0.0, math.inf, True),
-          "alpha": (0.0, 1.0, False)}
+          "alpha": (0.0, 1.0, False), "min_bytes": (0.0, math.inf, True)}
 RANGE_TEXT = {"traffic": "a finite number >= 0", "timing": "a finite number >= 0",
-              "alpha": "a number in (0, 1]"}
+              "alpha": "a number in (0, 1]", "min_bytes": "a finite number >= 0"}
 REPORT_NAME = "fusion-report"
 # fusion_core's capture frontends, spelled out here so pytest can validate the ini option
 # without importing torch (a test keeps the two in step).

@@ -30,8 +30,9 @@ if TYPE_CHECKING:  # the fixture, report and session-end modules load when first
 MARKER = (
     "fusion_check(model, *inputs, dtype=None, checks=('clusters', 'rejections', 'traffic', "
     "'timings'), traffic_tolerance=None, timing_tolerance=None, timing_alpha=None, "
-    "capture=None): analyze `model` (an nn.Module, its class, a zero-argument factory or a .py "
-    "path) for the example `inputs` (tensors, shape tuples or 'N,M' strings of `dtype`), "
+    "timing_min_bytes=None, capture=None): analyze `model` (an nn.Module, its class, a "
+    "zero-argument factory or a .py path) for the example `inputs` (tensors, shape tuples or "
+    "'N,M' strings of `dtype`), "
     "captured with `capture` (auto, fx or export), and compare the result with the test's "
     "baseline in the fusion_baselines folder; the tolerance and capture keywords override the "
     "ini options for this test")

@@ -67,6 +67,9 @@ def pytest_fusion_measure(analysis, config):
             "model": {"fused_us": t["kernel_us"], "eager_us": [100.0] * len(t["kernel_us"])}}
 """
 
+# An ini for projects with faked timings: their tiny models move less than the default
+# `fusion_timing_min_bytes`, under which timings are not judged.
+TIMED_INI = "[pytest]\nfusion_timing_min_bytes = 0\n"
 H200 = {"name": "NVIDIA H200", "capability": [9, 0]}
 # Kernel timings (µs) the fake measure hook reports
 SAMPLES = [40.0, 40.3, 39.8, 40.1, 40.6, 39.9]
@@ -112,7 +115,7 @@ def make_proj(pytester, monkeypatch, test_source: str | None = None):
 
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # model.py is rewritten between runs
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    pytester.makeini("[pytest]\n")
+    pytester.makeini(TIMED_INI)
     pytester.makepyfile(model=model_source("base"), test_net=test_source or marked_test())
     return pytester
 

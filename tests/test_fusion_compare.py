@@ -166,6 +166,8 @@ def timed(kernel_us, model_us=(), regime=None):
 
 
 SLOW = [52.0, 52.5, 51.8, 52.2, 52.9, 51.9]
+# These clusters move a few hundred bytes, far under the default `min_bytes`: judge them anyway.
+TIMED = Tolerances(min_bytes=0)
 BASE_T = [40.0, 40.3, 39.8, 40.1, 40.6, 39.9]
 
 
@@ -186,41 +188,52 @@ def test_timings_on_other_hardware_are_not_compared():
 def test_significant_slowdown_on_same_hardware_fails():
     base = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T))
     cur = snap(*BASE.clusters, measured=timed(SLOW, BASE_T))
-    (msg,) = compare(base, cur, hw_key=H200).regressions
+    (msg,) = compare(base, cur, TIMED, hw_key=H200).regressions
     assert msg.startswith(f"`mul → relu → add` at {F}:15-17 is slower on {H200}: median "
                           "40.0 µs → 52.1 µs (+30%, tolerance 10%, p=")
-    assert compare(base, cur, Tolerances(timing=0.5), hw_key=H200).status == "pass"
-    assert compare(base, cur, checks=("clusters",), hw_key=H200).status == "pass"
+    assert compare(base, cur, Tolerances(timing=0.5, min_bytes=0), hw_key=H200).status == "pass"
+    assert compare(base, cur, TIMED, checks=("clusters",), hw_key=H200).status == "pass"
 
 
 def test_noisy_timings_within_spread_pass():
     base = snap(*BASE.clusters, measured=timed([40, 80, 45, 70, 42, 90]))
     cur = snap(*BASE.clusters, measured=timed([48, 85, 44, 95, 60, 75]))
-    assert compare(base, cur, hw_key=H200).status == "pass"
+    assert compare(base, cur, TIMED, hw_key=H200).status == "pass"
 
 
 def test_launch_bound_timings_are_not_judged():
     # A 4 µs kernel timed at 19 µs on a loaded host: the host's launch rate moved, not the kernel.
     base = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T, regime="launch-bound"))
     cur = snap(*BASE.clusters, measured=timed(SLOW, SLOW, regime="launch-bound"))
-    r = compare(base, cur, hw_key=H200)
+    r = compare(base, cur, TIMED, hw_key=H200)
     assert r.status == "pass"
     assert r.timing_note == (f"timings not checked on {H200}: 2 launch-bound timing(s) not "
                              "judged: they measure the host's launch rate, not the kernel")
     # The same slowdown of a kernel that is not launch-bound fails.
     cur = snap(*BASE.clusters, measured=timed(SLOW, SLOW, regime="dram-bound"))
-    r = compare(base, cur, hw_key=H200)
+    r = compare(base, cur, TIMED, hw_key=H200)
     assert r.status == "pass"  # the baseline's timing was launch-bound: still not judged
     base = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T, regime="dram-bound"))
-    r = compare(base, cur, hw_key=H200)
+    r = compare(base, cur, TIMED, hw_key=H200)
     assert r.status == "regressed" and len(r.regressions) == 2
     assert r.timing_note == f"timings checked on {H200} (2 compared)"
+
+
+def test_kernels_moving_little_data_are_not_judged_by_default():
+    # Under 1 MiB a kernel finishes within its launch on any GPU: its time follows the host.
+    base = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T, regime="dram-bound"))
+    cur = snap(*BASE.clusters, measured=timed(SLOW, SLOW, regime="dram-bound"))
+    assert BASE.clusters[0].fused_bytes < Tolerances().min_bytes
+    r = compare(base, cur, hw_key=H200)
+    assert r.status == "pass" and r.timing_note.startswith(f"timings not checked on {H200}: 2 ")
+    assert compare(base, cur, Tolerances(min_bytes=BASE.clusters[0].fused_bytes),
+                   hw_key=H200).status == "regressed"
 
 
 def test_faster_model_is_an_improvement():
     base = snap(*BASE.clusters, measured=timed(BASE_T, SLOW))
     cur = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T))
-    r = compare(base, cur, hw_key=H200)
+    r = compare(base, cur, TIMED, hw_key=H200)
     assert r.status == "improved"
     assert r.improvements[0].startswith(f"the model with fused kernels is faster on {H200}")
 

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fusion_plugin_helpers import HEAD, MEASURE_CONFTEST, PLUGIN_ARGS, baselines, write_timings
+from fusion_plugin_helpers import (
+    HEAD,
+    MEASURE_CONFTEST,
+    PLUGIN_ARGS,
+    TIMED_INI,
+    baselines,
+    write_timings,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = "NVIDIA H200 sm_90"
@@ -26,7 +33,7 @@ def proj(pytester, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     for name in ("model", "microgpt", "test_examples_fusion"):  # import this project's copies
         monkeypatch.delitem(sys.modules, name, raising=False)
-    pytester.makeini("[pytest]\n")
+    pytester.makeini(TIMED_INI)
     return pytester
 
 
