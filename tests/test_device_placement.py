@@ -130,3 +130,20 @@ def test_llama_bf16_validates_on_the_gpu():
               if not r.usable]
     assert not failed
     assert report.model.passed, report.model.detail
+
+
+class NormGelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.ones(8)), nn.Parameter(torch.zeros(8))
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (8,), self.w, self.b))
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_a_model_on_another_device_is_analyzed_with_inputs_there(capture):
+    # A model moved to CUDA met CPU example inputs in its first op (the shapes panel on the
+    # H200); `meta` plays the other device here.
+    analysis = analyze(NormGelu().to("meta"), (4, 8), capture=capture)
+    assert [c.chain for c in analysis.clusters] == ["layer_norm → gelu"]

@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..errors import CaptureError, InputSpecError
 from .graph import FusionGraph, OpKind
-from .shapes import InputSpec, fake_inputs
+from .shapes import InputSpec, fake_inputs, model_device
 from .trace import TRACE_THROUGH, _one_line, _where
 
 aten = torch.ops.aten
@@ -52,7 +52,7 @@ SINGLE_RESULT = {
 def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule:
     """`torch.export.export(model, fake inputs, strict=False)`, unlifted and tidied."""
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    args = tuple(fake_inputs(mode, specs))
+    args = tuple(fake_inputs(mode, specs, model_device(model)))
     _check_arity(model, args)
     try:
         # On failure torch prints the partial graph to stderr and logs a warning; the

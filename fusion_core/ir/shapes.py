@@ -75,9 +75,18 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def fake_inputs(mode: FakeTensorMode, specs: Sequence[InputSpec]) -> list[torch.Tensor]:
+def fake_inputs(mode: FakeTensorMode, specs: Sequence[InputSpec],
+                device: torch.device | None = None) -> list[torch.Tensor]:
     with mode:
-        return [torch.empty(s.shape, dtype=s.dtype) for s in specs]
+        return [torch.empty(s.shape, dtype=s.dtype, device=device) for s in specs]
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where the model's parameters (else buffers) live: its example inputs go there too, or
+    a model moved to CUDA would meet CPU inputs in its first op."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
 
 
 _SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -205,7 +214,7 @@ def propagate_shapes(gm: fx.GraphModule, specs: Sequence[InputSpec]) -> fx.Graph
     log = logging.getLogger("torch._subclasses.fake_tensor")
     level, log.level = log.level, logging.CRITICAL
     try:
-        prop.propagate_dont_convert_inputs(*fake_inputs(mode, specs))
+        prop.propagate_dont_convert_inputs(*fake_inputs(mode, specs, model_device(gm)))
     finally:
         log.setLevel(level)
     return gm
