@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 settings.register_profile("codegen-default", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                  HealthCheck.too_slow])
-# Three tests: FUSION_FUZZ=1 runs 1,500 random graphs in all.
+# Four tests: FUSION_FUZZ=1 runs up to 2,000 random graphs in all.
 settings.register_profile("codegen-fuzz", max_examples=500, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                  HealthCheck.too_slow])
