@@ -74,3 +74,24 @@ def test_reshape_as_is_a_named_view(frontend):
     assert any("reshape_as" in c.nodes for c in a.clusters) or (
         [c.ops for c in a.clusters] == [("mul", "sigmoid"), ("add", "tanh")]
         and any("reshape_as" in r.reason for r in a.rejections))
+
+
+class DtypeReference(nn.Module):
+    """`type_as` outside a cluster reads a cluster member only for its dtype (Gemma 3's norm
+    after attention): patching the cluster out used to fail with "Tried to erase Node"."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        t = x * 3.0
+        return torch.sigmoid(t) + 1.0, self.lin(x).type_as(t)
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_a_dtype_only_read_of_a_cluster_member_patches_and_verifies(capture):
+    analysis = analyze(DtypeReference(), (4, 8), capture=capture)
+    assert [c.outputs for c in analysis.clusters] == [("add",)]  # `mul` is no result
+    report = validate(analysis)
+    assert report.model.passed, report.model.detail
