@@ -197,7 +197,9 @@ def _post_fusion_patch(sink: list[tuple[str, tuple[InductorNode, ...]]]):
                 sink.append((str(sn.get_name()), _origins([sn])))
         return nodes
 
-    return cfg.patch(_post_fusion_custom_pass=record)
+    # The compile runs in a fresh cache anyway; with the FX graph cache on, Inductor tries to
+    # pickle this local function into a cache key and logs a traceback for every graph.
+    return cfg.patch(_post_fusion_custom_pass=record, fx_graph_cache=False)
 
 
 def _kernel_order(name: str) -> int:
