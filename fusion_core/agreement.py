@@ -9,14 +9,12 @@ same as a document. A separate entry point so ``fusion-advisor --model ...`` sta
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 from rich.console import Console
 
-from .cli import OneLineErrors, _check_writable, _specs, model_options
-from .errors import FusionAdvisorError
+from .cli import OneLineErrors, _check_writable, _specs, model_options, one_line_errors
 from .inductor.capture import capture
 from .inductor.explain import short_name
 from .inductor.match import Agreement, match, missed_lines, to_dict
@@ -67,7 +65,7 @@ def main(model_path: str, model_class: str | None, shapes: tuple[str, ...],
          dtypes: tuple[str, ...], capture_mode: str, json_path: str | None,
          debug: bool) -> None:
     """Compare our fusion clusters with the kernels Inductor generates on CPU."""
-    try:
+    with one_line_errors(debug, model_path):
         specs = _specs(shapes, dtypes)
         if json_path:
             _check_writable(json_path, "--json")
@@ -76,11 +74,6 @@ def main(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         print_agreement(a, report_console())
         if json_path:
             write_json(json_path, document(a, analysis))
-    except FusionAdvisorError as e:
-        if debug:
-            raise
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
 
 
 if __name__ == "__main__":

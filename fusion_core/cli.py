@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -18,6 +20,7 @@ from .cli_run import Run
 from .codegen.kernel import GENERATED_MARK, foreign_files
 from .errors import FusionAdvisorError, InputSpecError
 from .ir.shapes import DTYPES, InputSpec
+from .load import exit_status, user_line
 from .pipeline import analyze_file
 from .report.console import report_console
 from .report.html import write_html
@@ -72,6 +75,33 @@ def _check_foreign_files(out_dir: str, clusters: list[int], force: bool) -> None
             f"--out-dir {out_dir} already holds {names}, which fusion-advisor did not write "
             f"(no '{GENERATED_MARK}' first line): move it away, choose another --out-dir, or "
             "pass --force to overwrite")
+
+
+@contextlib.contextmanager
+def one_line_errors(debug: bool, model_path: str) -> Iterator[None]:
+    """Bad input, a model that exits while we run it, or a write the checks before the run
+    could not foresee (a full disk, /proc): one line on stderr and exit status 2."""
+    try:
+        yield
+    except SystemExit as e:  # the model's own sys.exit(), from its forward
+        if debug:
+            raise
+        click.echo(f"error: {model_path}{user_line(e, Path(model_path))} called sys.exit() "
+                   f"(status {exit_status(e)}) while fusion-advisor ran the model: remove "
+                   "the exit from its forward", err=True)
+        sys.exit(2)
+    except OSError as e:
+        if debug:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"error: {where}{e.strerror or e} (check that path, its permissions and "
+                   "free space; --debug shows where it failed)", err=True)
+        sys.exit(2)
+    except FusionAdvisorError as e:
+        if debug:
+            raise
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
 
 
 class _OneLineUsageError(click.UsageError):
@@ -137,7 +167,7 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         vs_inductor: bool, apply_edits: bool, assume_yes: bool, debug: bool) -> None:
     """Analyze which ops in a PyTorch model fuse, why, and what fusion saves."""
     use_interpreter_without_cuda()  # before any generated kernel is decorated
-    try:
+    with one_line_errors(debug, model_path):
         specs = _specs(shapes, dtypes)
         if json_path:
             _check_writable(json_path, "--json")
@@ -177,12 +207,6 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
             console.print(f"Wrote {html_path}", highlight=False)
         if apply_edits:
             run.apply(model_path, assume_yes)
-    except FusionAdvisorError as e:
-        if debug:
-            raise
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
-
 
 def main() -> None:
     cli()

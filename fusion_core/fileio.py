@@ -56,8 +56,10 @@ def write_atomic(path: str | Path, text: str, *, mode: int | None = None) -> Non
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is None:  # a full disk: name the file meant
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
 
 

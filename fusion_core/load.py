@@ -67,12 +67,12 @@ def import_model_source(path: str | Path):
     except SystemExit as e:  # a script-style file: its exit must not end the analyzer
         sys.modules.pop(name, None)
         raise ModelLoadError(
-            f"model file {path}{_user_line(e, p)} exited with status {_status(e)} while "
+            f"model file {path}{user_line(e, p)} exited with status {exit_status(e)} while "
             "importing it: move the sys.exit() (or the script code) under "
             "`if __name__ == '__main__':`") from e
     except Exception as e:  # noqa: BLE001 - anything the user's module raises at import
         sys.modules.pop(name, None)
-        line = _user_line(e, p)
+        line = user_line(e, p)
         raise ModelLoadError(
             f"{path}{line}: importing the model file failed: {type(e).__name__}: {e} "
             "(fix the import or install the missing package)") from e
@@ -82,14 +82,14 @@ def import_model_source(path: str | Path):
     return module, source
 
 
-def _status(e: SystemExit) -> str:
+def exit_status(e: SystemExit) -> str:
     """The process status `sys.exit(code)` asks for, as Python would set it."""
     if e.code is None or isinstance(e.code, int):
         return str(e.code or 0)
     return f"1 ({e.code})"
 
 
-def _user_line(exc: BaseException, path: Path) -> str:
+def user_line(exc: BaseException, path: Path) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if Path(f.filename).resolve() == path.resolve()]
     return f":{frames[-1].lineno}" if frames else ""
@@ -162,6 +162,11 @@ def instantiate(cls: type[nn.Module], path: str | Path) -> nn.Module:
             f"in {path} so the analyzer can build the model with no arguments")
     try:
         model = cls()
+    except SystemExit as e:
+        raise ModelLoadError(
+            f"{cls.__name__}() ({Path(path).name}{user_line(e, Path(path))}) called "
+            f"sys.exit() (status {exit_status(e)}) while the analyzer built it: remove the "
+            "exit from the constructor") from e
     except Exception as e:  # noqa: BLE001
         raise ModelLoadError(
             f"{cls.__name__}() raised {type(e).__name__}: {e} (fix the constructor)") from e

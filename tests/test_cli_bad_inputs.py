@@ -126,6 +126,14 @@ CASES = [
          files={"model.py": "import sys\nsys.exit(0)\n" + TINY}),
     Case("sys.exit() at import", (*M, *SHAPE), ("exited with status 0 while importing it",),
          files={"model.py": "import sys\nsys.exit()\n" + TINY}),
+    Case("sys.exit(4) in the constructor", (*M, *SHAPE),
+         ("M() (model.py:7) called sys.exit() (status 4)", "constructor"),
+         files={"model.py": "import sys\n\nimport torch.nn as nn\n\nclass M(nn.Module):\n"
+                            "    def __init__(self):\n        sys.exit(4)\n"}),
+    Case("sys.exit(5) in forward", (*M, *SHAPE),
+         ("model.py:7 called sys.exit() (status 5)", "forward"),
+         files={"model.py": "import sys\n\nimport torch.nn as nn\n\nclass M(nn.Module):\n"
+                            "    def forward(self, x):\n        sys.exit(5)\n"}),
     Case("constructor needs args", (*M, *SHAPE), ("needs arguments (width)", "defaults"),
          files={"model.py": "import torch.nn as nn\n\nclass M(nn.Module):\n"
                             "    def __init__(self, width):\n        super().__init__()\n"}),
@@ -220,6 +228,33 @@ def test_version():
         assert version("fusion-advisor") == fusion_core.__version__
     except PackageNotFoundError:  # a source checkout on PYTHONPATH
         pass
+
+
+def test_a_write_failing_after_the_checks_is_one_line(tmp_path, monkeypatch):
+    """A full disk is found only when writing: one line naming the file, nothing left."""
+    import errno
+
+    from fusion_core import fileio
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    (tmp_path / "model.py").write_text(TINY)
+    before = snapshot(tmp_path)
+    monkeypatch.setattr(fileio.os, "fsync", full_disk)
+    result = CliRunner().invoke(cli, ["--model", str(tmp_path / "model.py"), *SHAPE,
+                                      "--json", str(tmp_path / "out.json")])
+    assert_refused(result, before, tmp_path, "out.json: No space left on device")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_out_dir_in_proc_is_one_line(tmp_path):
+    """Writable to root by permission bits, yet nothing can be created there."""
+    (tmp_path / "model.py").write_text(TINY)
+    before = snapshot(tmp_path)
+    result = CliRunner().invoke(cli, ["--model", str(tmp_path / "model.py"), *SHAPE,
+                                      "--out-dir", "/proc/fusion-advisor-gen"])
+    assert_refused(result, before, tmp_path, "/proc/fusion-advisor-gen")
 
 
 # -- --out-dir: our own files are replaced, the user's only with --force -------------------
