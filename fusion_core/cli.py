@@ -189,7 +189,7 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         if out_dir:
             _check_foreign_files(out_dir, [c.index for c in analysis.clusters], force)
         console = report_console()
-        run = Run.start(analysis, console, for_stderr(len(analysis.clusters)),
+        run = Run.start(analysis, console, for_stderr(len(analysis.clusters), vs_inductor),
                         explain_rejections)
         run.generate()
         if out_dir:

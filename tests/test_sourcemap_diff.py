@@ -45,6 +45,13 @@ def test_example_net_diff_text(example_net_maps):
     assert "+        return cluster2(x)" in text
 
 
+def test_a_model_outside_the_working_folder_gets_absolute_diff_names(tmp_path):
+    model = tmp_path / "example_net.py"
+    shutil.copy(EXAMPLES / "example_net.py", model)
+    block = render(map_clusters(analyze_file(model, [InputSpec((2, 1024))]))).splitlines()
+    assert block[1] == f"--- {model.as_posix()}" and block[2] == f"+++ {model.as_posix()}"
+
+
 def test_shared_lines_show_one_diff_naming_both_clusters(microgpt_maps):
     exact = [m for m in microgpt_maps if m.exact]
     text = render(microgpt_maps)

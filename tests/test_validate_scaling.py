@@ -164,6 +164,8 @@ def test_short_runs_print_no_progress_and_terminals_get_a_bar(monkeypatch):
     monkeypatch.setattr("sys.stderr", io.StringIO())
     assert not isinstance(for_stderr(LONG_RUN - 1), (PlainProgress, BarProgress))
     assert isinstance(for_stderr(LONG_RUN), PlainProgress)
+    # torch.compile takes tens of seconds even for a small model: such a run always reports.
+    assert isinstance(for_stderr(1, compiles=True), PlainProgress)
     monkeypatch.setattr("sys.stderr", Tty())
     assert isinstance(for_stderr(LONG_RUN), BarProgress)
 

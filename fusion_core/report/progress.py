@@ -3,8 +3,9 @@
 Reads nothing; writes to stderr, so stdout and ``--json`` stay clean: a rich progress bar
 when stderr is a terminal (it disappears when the step ends), one plain line per step
 otherwise (``fusion-advisor: cluster numerics: 6 distinct kernel(s) for 49 cluster(s)``).
-Only runs over at least ``LONG_RUN`` clusters report: a three-cluster model finishes before
-a bar would be read, and its stderr stays empty for the error messages.
+Only long runs report: those over at least ``LONG_RUN`` clusters, and any run that compiles
+the model with torch.compile (tens of seconds even for a small model). A three-cluster model
+without it finishes before a bar would be read, and its stderr stays empty for the errors.
 """
 
 from __future__ import annotations
@@ -63,11 +64,11 @@ class BarProgress:
             yield lambda: bar.advance(task)
 
 
-def for_stderr(clusters: int) -> StepProgress:
-    """For a run over `clusters` clusters: a bar on a terminal, plain lines on a pipe or
-    file, nothing for a short run."""
+def for_stderr(clusters: int, compiles: bool = False) -> StepProgress:
+    """For a run over `clusters` clusters (`compiles`: it also runs torch.compile): a bar on
+    a terminal, plain lines on a pipe or file, nothing for a short run."""
     stream = sys.stderr
-    if clusters < LONG_RUN or stream is None:
+    if (clusters < LONG_RUN and not compiles) or stream is None:
         return NO_PROGRESS
     if stream.isatty():
         return BarProgress(Console(stderr=True))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
@@ -46,8 +47,10 @@ def diff_lines(m: SourceMapping) -> list[str]:
     path = short_path(m.file or "")
     old = m.original.splitlines()
     new = [m.replacement]
-    body = list(difflib.unified_diff(old, new, fromfile=f"a/{path}", tofile=f"b/{path}",
-                                     n=0, lineterm=""))
+    # git's a/ b/ prefixes for a path under the working folder; a path outside it stays
+    # absolute, as plain `diff -u` writes it (`a//tmp/m.py` would name no file).
+    names = (path, path) if Path(path).is_absolute() else (f"a/{path}", f"b/{path}")
+    body = list(difflib.unified_diff(old, new, *names, n=0, lineterm=""))
     # difflib numbers hunks from 1; shift them to the file's real line numbers.
     return [_shift_hunk(line, m.start - 1) if line.startswith("@@") else line for line in body]
 
