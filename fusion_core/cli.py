@@ -83,12 +83,15 @@ def one_line_errors(debug: bool, model_path: str) -> Iterator[None]:
     could not foresee (a full disk, /proc): one line on stderr and exit status 2."""
     try:
         yield
-    except SystemExit as e:  # the model's own sys.exit(), from its forward
-        if debug:
+    except SystemExit as e:
+        line = user_line(e, Path(model_path))
+        # Only the model's own sys.exit(), from its forward; rich ends a run whose stdout
+        # pipe closed (`| head`) with SystemExit(1), which stays as it is.
+        if debug or not line:
             raise
-        click.echo(f"error: {model_path}{user_line(e, Path(model_path))} called sys.exit() "
-                   f"(status {exit_status(e)}) while fusion-advisor ran the model: remove "
-                   "the exit from its forward", err=True)
+        click.echo(f"error: {model_path}{line} called sys.exit() (status {exit_status(e)}) "
+                   "while fusion-advisor ran the model: remove the exit from its forward",
+                   err=True)
         sys.exit(2)
     except OSError as e:
         if debug:

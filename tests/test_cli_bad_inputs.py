@@ -470,3 +470,16 @@ def test_at_80_columns_no_table_cell_is_cut(tmp_path):
     # Prose is not wrapped: the recompute note stays one line though wider than 80.
     assert any(line.startswith("Cluster 3 recomputes") and line.endswith("store it.")
                for line in result.output.splitlines())
+
+
+def test_a_reader_closing_the_pipe_is_not_called_a_model_exit(tmp_path):
+    """`fusion-advisor ... | head -1`: rich ends the run with status 1, as it would anyway;
+    stderr must not blame the model for calling sys.exit()."""
+    (tmp_path / "model.py").write_text(TINY)
+    cmd = [sys.executable, "-m", "fusion_core.cli", "--model", str(tmp_path / "model.py"),
+           *SHAPE]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout.readline().startswith(b"Tiny")
+        proc.stdout.close()  # the reader goes away before the report is written
+        stderr = proc.stderr.read().decode()
+    assert "sys.exit" not in stderr and "Traceback" not in stderr, stderr
