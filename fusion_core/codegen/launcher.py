@@ -22,7 +22,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from . import launch_maps, runtime
+from . import launch_maps, runtime, split_rows
 from . import tuning as autotune
 from .choices import CANDIDATE_FIELDS, Tuning, candidates, kind
 from .lower import KernelPlan, TensorArg
@@ -38,7 +38,8 @@ _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block",
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os",
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
-             "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK",
+             "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
+             *split_rows.LOCALS,
              "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS, *runtime.DOMAIN_GLOBALS,
              *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS
                                   + runtime.DOMAIN_HELPERS),
@@ -137,6 +138,11 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
                       f"LOOP_IN_FLIGHT = {tuning.loop_in_flight}  # ...doubled while rows x block"
                       " is below this...",
                       f"MAX_LOOP_BLOCK = {tuning.max_loop_block}  # ...up to this (and MAX_BLOCK)"]
+        if kind(plan, looped) == "split":
+            lines += ["# Few wide rows: each split over programs while rows x programs stay",
+                      "# within SPLIT_PROGRAMS and each program keeps SPLIT_MIN_COLS columns.",
+                      f"SPLIT_PROGRAMS = {tuning.split_programs}",
+                      f"SPLIT_MIN_COLS = {tuning.split_min_cols}"]
         width, elements, rows = tuning.pack_width, tuning.pack_elements, tuning.max_rows
         if plan.column_strided and not looped:
             width, elements, rows = (tuning.max_block, tuning.strided_pack_elements,
@@ -296,6 +302,8 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
     if plan.skeleton == "elementwise":
         return ["BLOCK", "NUM_WARPS"]
     loop = ["LOOP_BLOCK", "MAX_LOOP_BLOCK"] if looped else []
+    if kind(plan, looped) == "split":
+        loop.append("SPLIT_PROGRAMS")
     return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
@@ -312,8 +320,11 @@ def _grid(plan: KernelPlan) -> str:
     return "(triton.cdiv(args[0], rows),)" if plan.two_d else "(triton.cdiv(args[0], block),)"
 
 
-def _launch_fn(plan: KernelPlan, names: list[str], out: CodeWriter) -> None:
+def _launch_fn(plan: KernelPlan, looped: bool, names: list[str], out: CodeWriter) -> None:
     """`_launch(config, args, *tensors)`: one launch of the kernel under a configuration."""
+    if kind(plan, looped) == "split":
+        split_rows.launch_fn(plan, names, _consts(plan), out)
+        return
     tensors = names + [f"out{i}" for i in range(len(plan.outputs))]
     out.line(f"def _launch(config, args, {', '.join(tensors)}):")
     with out.indented():
@@ -343,7 +354,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                *autotune.source(kind(plan, looped)).splitlines(), "", ""])
     _plan_fn(plan, params, looped, names, out)
     out.lines(["", ""])
-    _launch_fn(plan, names, out)
+    _launch_fn(plan, looped, names, out)
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
