@@ -1,8 +1,9 @@
 """Few wide rows split over several programs (``codegen/split_rows.py``): the rule that picks
 the programs per row for a shape bucket, a launcher choosing again at a new shape, numerics
 against eager under the interpreter (softmax and log_softmax with a prologue and an epilogue in
-fp32 and bf16, layer_norm, rms_norm and group_norm, chunks that do not divide the row, chunks
-of -inf, large-mean rows), and the two kernels compiling for sm_90.
+fp32 and bf16, layer_norm, rms_norm, group_norm, and a mean/amax/amin feeding the row, chunks
+that do not divide the row, chunks of -inf, large-mean rows), and the two kernels compiling for
+sm_90.
 
 A small `max_block` makes rows of 4096 columns loop, and `split_min_cols` lets chunks of 1024
 columns count as wide: several programs per row at interpreter-friendly sizes."""
@@ -25,6 +26,7 @@ FAMILIES = {
     "log_softmax": lambda m, x: F.log_softmax(x.float() * 2.0, dim=-1) - 1.0,
     "layer_norm": lambda m, x: F.gelu(F.layer_norm(x + 1.0, (x.shape[-1],), m.w, m.b)),
     "rms_norm": lambda m, x: F.rms_norm(x * 2.0, (x.shape[-1],), m.w) + 1.0,
+    "mean": lambda m, x: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * 2.0,
 }
 
 
@@ -78,7 +80,8 @@ ROW = (2, 4096)
     (lambda m, x: F.group_norm(x * 2.0, 2), (2, 4, 8, 128), True),
     (lambda m, x: (x * 2.0).sum(-1), ROW, False),  # a per-row result
     (lambda m, x: torch.cumsum(x * 2.0, -1), ROW, False),  # a scan carries: no partials
-    (lambda m, x: x - torch.amax(x * 2.0, -1, keepdim=True), ROW, False),
+    (lambda m, x: x - torch.amax(x * 2.0, -1, keepdim=True), ROW, True),
+    (lambda m, x: torch.var(x * 2.0, -1, keepdim=True) + x, ROW, False),  # no partials
 ])
 def test_which_reductions_may_split(fn, shape, split):
     x = torch.randn(shape)
@@ -157,6 +160,21 @@ def test_split_norms_match_eager(name, tmp_path):
     compare(got, want, name)
 
 
+@pytest.mark.parametrize("fn", [
+    FAMILIES["mean"],  # an RMSNorm by hand
+    lambda m, x: x - torch.amax(x * 2.0, -1, keepdim=True),
+    lambda m, x: torch.amin(x + 1.0, -1, keepdim=True) * x,
+], ids=["mean", "amax", "amin"])
+def test_split_collapsing_reductions_feeding_the_row_match_eager(fn, tmp_path):
+    """A per-row sum, mean, max or min that per-element outputs read: each chunk's
+    accumulator, merged by the combine (a mean divides by the whole row's width)."""
+    torch.manual_seed(9)
+    module, launch, inputs, want = _load(fn, torch.randn(2, 4096), tmp_path)
+    got = launch(*inputs).cpu()
+    assert list(module.CHOSEN.values())[0][3] == 4
+    compare(got, want, "collapse")
+
+
 def test_split_group_norm_matches_eager(tmp_path):
     """A row of group_norm is one group's channels x H x W (the kernel's own order): chunks
     cut across channels."""
@@ -233,10 +251,10 @@ def test_a_launcher_at_a_new_shape_picks_its_own_configuration(tmp_path):
 
 def test_split_kernels_compile_for_sm90(tmp_path):
     """The interpreter accepts a loop bound that is a tensor and reads of tl.num_programs;
-    the compiler must too: both kernels of softmax and layer_norm, in bf16 and fp32."""
+    the compiler must too: both kernels of each partials family, in bf16 and fp32."""
     jobs = []
     small = Tuning(max_block=16, loop_block=16, split_min_cols=16)
-    for name in ("softmax", "layer_norm", "rms_norm"):
+    for name in ("softmax", "layer_norm", "rms_norm", "mean"):
         for dtype in (torch.bfloat16, torch.float32):
             x = torch.randn(3, 70).to(dtype)
             analysis = analyze(_model(name, 70, dtype), x)
@@ -248,3 +266,21 @@ def test_split_kernels_compile_for_sm90(tmp_path):
                 jobs.append((kernel, where, args, suffix))
     compiled = compile_for_gpu(jobs)
     assert len(compiled) == len(jobs) and all(compiled.values()), compiled
+
+
+def test_readme_shows_the_split_kernels_the_generator_writes():
+    """README's split-row kernels are the real output of `tools/wide_row_kernel.py --split`
+    (rerun it and paste its output when the generator's text changes)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("wide_row_kernel",
+                                                  root / "tools" / "wide_row_kernel.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    readme = (root / "README.md").read_text()
+    after = readme[readme.index("`python tools/wide_row_kernel.py --split`\nprints"):]
+    block = after[after.index("```python\n") + len("```python\n"):after.index("```\n\n")]
+    assert block == tool.split_text()
+    assert "def cluster0_partials(" in block and "def cluster0_finish(" in block

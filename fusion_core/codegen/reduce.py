@@ -14,7 +14,8 @@ Few wide rows may also be split over several programs (``split_rows.py``): each 
 chunk's statistics (``Partials``: the same statistics pass over the chunk) to a workspace, and
 a second kernel merges a row's partials before its last pass. softmax, log_softmax (the
 chunk's max and rescaled sum), layer_norm (the chunk's Welford mean and M2, merged by Chan's
-formula) and rms_norm (the chunk's sum of squares) have partials; other families do not split.
+formula), rms_norm (the chunk's sum of squares) and sum/mean/amax/amin (the chunk's
+accumulator) have partials; var/std and cumsum do not split.
 
 A looped row reads its columns once for the statistics. Every lane of the column
 block keeps its own running statistics (``[ROWS, BLOCK]`` accumulators: a partial sum,
@@ -124,7 +125,19 @@ class _Collapse:
                       *(() if acc == v else (f"{v} = {final}",))))
 
     def partials(self, r: ReductionStep) -> Partials | None:
-        return None  # its rows are not split
+        """The chunk's accumulator (no finalize: a mean divides the merged sum by the whole
+        row's n_cols); split only where the per-row result feeds per-element outputs."""
+        v, identity = r.temp, r.rule.identity(r.dtype)
+        plain = self.statistics(r)
+        assert plain is not None
+        final = r.rule.finalize.format(acc=f"{v}_acc", v=v)
+        acc = v if final == f"{v}_acc" else f"{v}_acc"
+        return Partials(
+            Stats(plain.before, plain.inside,
+                  ("# the lanes combined", f"{v}_part = {_block(r, f'{v}_lanes')}")),
+            (f"{v}_part",), (identity,),
+            ("# the chunks combined", f"{acc} = {_block(r, f'{v}_part_parts')}",
+             *(() if acc == v else (f"{v} = {final}",))))
 
     def carry(self, r: ReductionStep) -> list[str]:
         return []

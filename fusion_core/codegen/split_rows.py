@@ -1,7 +1,8 @@
 """Split rows: the two kernels and the launch of a looped reduction whose rows are few and wide.
 
-Reads a plan of kind "split" (``choices.kind``: one softmax, log_softmax, layer_norm or
-rms_norm whose outputs are all per element) and the scalar parameters its looped kernel
+Reads a plan of kind "split" (``choices.kind``: one softmax, log_softmax, layer_norm,
+rms_norm, group_norm, or sum/mean/amax/amin read per element, whose outputs are all per
+element) and the scalar parameters its looped kernel
 registered; writes, through the same ``CodeWriter`` and the same column loop as that kernel
 (``emit.py``), two more ``@triton.jit`` functions and the ``_launch`` that picks between them.
 One program per row leaves most SMs idle when rows are few (64 rows on 132 SMs), so each row
@@ -9,8 +10,9 @@ is cut into `splits` chunks of `chunk` columns (a multiple of the block), one pr
 
 * ``<name>_partials`` (grid rows x splits): the statistics pass over its chunk only, then the
   chunk's per-row statistics (``reduce.Partials``: max and rescaled sum, Welford mean and M2,
-  sum of squares) into a small workspace of [rows, splits, statistics] in the accumulation
-  dtype. Its loads ask L2 to keep the chunk for the second kernel.
+  sum of squares, a collapse's accumulator) into a small workspace of [rows, splits,
+  statistics] in the accumulation dtype. Its loads ask L2 to keep the chunk for the second
+  kernel.
 * ``<name>_finish`` (the same grid): loads all of its row's partials (a [ROWS, SPLITS_BLOCK]
   block), merges them into the row's statistics, then runs the looped kernel's last pass over
   its own chunk: prologue recomputed, reduction finished, epilogue, store.
