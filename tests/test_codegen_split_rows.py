@@ -188,17 +188,33 @@ def test_split_group_norm_matches_eager(tmp_path):
 
 
 def test_chunks_that_do_not_divide_the_row(tmp_path):
-    """2100 columns in a 4096-wide bucket: four programs per row configured, chunks of 768
-    (a multiple of the block), so three chunks, the last one 564 wide and ending mid-block;
-    the finish kernel's fourth partial slot is masked."""
+    """2100 columns, four programs per row: chunks of 528 columns (2100 / 4 rounded up to a
+    multiple of 16), the last one 516 wide; every chunk ends inside a block of 256."""
     torch.manual_seed(7)
     x = torch.randn(3, 2100)
-    fn = FAMILIES["softmax"]
-    module, launch, inputs, want = _load(fn, x, tmp_path)
+    module, launch, inputs, want = _load(FAMILIES["softmax"], x, tmp_path)
     seen = _launches(module)
     got = launch(*inputs).cpu()
-    assert seen == [("partials", (3, 3)), ("finish", (3, 3))]
+    assert seen == [("partials", (3, 4)), ("finish", (3, 4))]
     compare(got, want, "softmax 2100")
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm"])
+def test_programs_per_row_not_a_power_of_two(name, tmp_path):
+    """Three programs per row (a configuration edited by hand, or rows too narrow for the
+    configured count): the finish kernel's fourth partial slot is masked to the merge's
+    identity."""
+    torch.manual_seed(10)
+    x = torch.randn(2, 3000)
+    module, launch, inputs, want = _load(FAMILIES[name], x, tmp_path)
+    launch(*inputs)  # plans this layout
+    key = next(iter(module.LAUNCH_CACHE))
+    _, out_shapes, args, _, _ = module.LAUNCH_CACHE[key]
+    out = torch.empty(out_shapes[0], dtype=want.dtype, device=inputs[0].device)
+    seen = _launches(module)
+    module._launch((256, 1, 4, 3), args, *inputs, out)
+    assert seen == [("partials", (2, 3)), ("finish", (2, 3))]
+    compare(out.cpu(), want, f"{name} in 3 chunks")
 
 
 @pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])

@@ -230,10 +230,11 @@ def _single(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
 @dataclass(frozen=True)
 class Chunk:
     """Where a column loop runs: the whole row (`bound` n_cols from column 0), or a split
-    row's chunk (`chunk_cols` columns from `start`, ``split_rows.py``)."""
+    row's chunk (`chunk_cols` columns from `start`, up to `end`, ``split_rows.py``)."""
 
     bound: str = "n_cols"
     start: str = ""  # added to each block's first column
+    end: str = "n_cols"  # the columns' mask: below this
 
 
 WHOLE_ROW = Chunk()
@@ -259,7 +260,8 @@ def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets
     need = _closure(plan, targets)
     out.line(f"for col0 in range(0, {where.bound}, BLOCK_SIZE):")
     with out.indented():
-        out.lines([_cols(plan, f"{where.start}col0 + "), *_COLS])
+        out.lines([_cols(plan, f"{where.start}col0 + "), f"col_mask = cols < {where.end}",
+                   _COLS[1]])
         out.lines(_load(t, plan, params, t.temp not in reread)
                   for t in plan.inputs if not _row_load(t) and t.temp in need)
         out.lines(_stmt(s) for s in plan.stmts

@@ -6,7 +6,8 @@ element) and the scalar parameters its looped kernel
 registered; writes, through the same ``CodeWriter`` and the same column loop as that kernel
 (``emit.py``), two more ``@triton.jit`` functions and the ``_launch`` that picks between them.
 One program per row leaves most SMs idle when rows are few (64 rows on 132 SMs), so each row
-is cut into `splits` chunks of `chunk` columns (a multiple of the block), one program each:
+is cut into `splits` chunks of `chunk` columns (about equal, a multiple of 16), one program
+each:
 
 * ``<name>_partials`` (grid rows x splits): the statistics pass over its chunk only, then the
   chunk's per-row statistics (``reduce.Partials``: max and rescaled sum, Welford mean and M2,
@@ -33,7 +34,10 @@ from .writer import CodeWriter, KernelParams
 WORKSPACE = "partial_ptr"  # the workspace's kernel parameter
 # The launcher's locals besides the kernel's: input names must not take them.
 LOCALS = ("splits", "chunk", "partials")
-_CHUNK = Chunk(bound="chunk_cols", start="start + ")
+_CHUNK = Chunk(bound="chunk_cols", start="start + ", end="end")
+# A chunk's width is a multiple of this: Triton then knows every chunk starts 16-aligned (as
+# it knows of a row when n_cols is a multiple of 16), and keeps its loads vectorized.
+CHUNK_ALIGN = 16
 
 
 def _partials(plan: KernelPlan) -> Partials:
@@ -49,6 +53,7 @@ def _chunk_lines(n: int) -> list[str]:
     return ["split = tl.program_id(1)  # this program's chunk of the row",
             "start = split * chunk",
             "chunk_cols = tl.minimum(chunk, n_cols - start)",
+            "end = start + chunk_cols",
             f"slot = rows * (tl.num_programs(1) * {n})  # the rows' partials in {WORKSPACE}"]
 
 
@@ -115,8 +120,8 @@ def launch_fn(plan: KernelPlan, names: list[str], consts: list[str], out: CodeWr
     out.line(f"def _launch(config, args, {', '.join(tensors)}):")
     with out.indented():
         out.lines(['"""One launch under `config` = (block, rows, num_warps, splits): with',
-                   "splits > 1 each row is cut into chunks of a multiple of `block` columns,",
-                   'one program each, and the partials and finish kernels run."""',
+                   "splits > 1 each row is cut into chunks of equal width (a multiple of",
+                   f'{CHUNK_ALIGN}), one program each, and the partials and finish kernels run."""',
                    "block, rows, num_warps, splits = config",
                    "if splits == 1:"])
         with out.indented():
@@ -124,7 +129,8 @@ def launch_fn(plan: KernelPlan, names: list[str], consts: list[str], out: CodeWr
             with out.indented():
                 out.wrapped([*tensors, "*args", *consts])
             out.lines([")", "return"])
-        out.lines(["chunk = triton.cdiv(triton.cdiv(args[1], splits), block) * block",
+        out.lines([f"chunk = triton.cdiv(triton.cdiv(args[1], splits), {CHUNK_ALIGN}) * "
+                   f"{CHUNK_ALIGN}",
                    "splits = triton.cdiv(args[1], chunk)  # none empty",
                    f"partials = torch.empty((args[0], splits, {n}), "
                    f"dtype={r.dtype}, device={outputs[0]}.device)",
