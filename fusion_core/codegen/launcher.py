@@ -5,8 +5,9 @@ Reads a ``KernelPlan``, the tuning choices and the kernel's scalar parameters
 works out the iteration shape from the arguments, checks each tensor still
 broadcasts the way the kernel indexes it (or must be copied into the analysed
 layout, if only its strides differ), and picks the output shapes, the scalar kernel
-arguments and the configurations (block, rows per program, warps) its shape bucket may
-launch with (``tuning.py``; ``_launch`` computes the grid from the one chosen). All of
+arguments and the configurations (block, rows per program, warps; and programs per row for
+split rows, whose ``_launch`` comes from ``split_rows.py``) its shape bucket may launch with
+(``tuning.py``; ``_launch`` computes the grid from the one chosen). All of
 that depends only on the inputs' shapes and strides, so ``clusterN(*inputs)`` caches it
 in ``LAUNCH_CACHE``, keyed by every input's (shape, stride, dtype, device): a repeated
 call builds the key, looks it up, copies what the plan says, allocates contiguous
