@@ -102,17 +102,40 @@ def run_kernel(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
     module = load_kernel(path)
     launch = getattr(module, kernel.name)
     if check_poison:
-        # Poison what torch.empty hands out: an unwritten element then reads as NaN.
-        real_empty = module.torch.empty
-
-        def poisoned(*args, **kwargs):
-            t = real_empty(*args, **kwargs)
-            poison(module, (t,))
-            return t
-
-        module.torch = _TorchWithEmpty(module.torch, poisoned)
+        poison_empty(module)
     out = launch(*(to_device(t) for t in inputs))
     return tuple(t.cpu() for t in (out if isinstance(out, tuple) else (out,)))
+
+
+def poison_empty(module) -> None:
+    """Poison what a loaded kernel module's torch.empty hands out (outputs, workspaces): an
+    element the kernels never write then reads as NaN."""
+    real_empty = module.torch.empty
+
+    def poisoned(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        poison(module, (t,))
+        return t
+
+    module.torch = _TorchWithEmpty(module.torch, poisoned)
+
+
+def readme_code_after(marker: str) -> str:
+    """The first ```python block of README.md after `marker`."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    after = readme[readme.index(marker):]
+    return after[after.index("```python\n") + len("```python\n"):after.index("```\n\n")]
+
+
+def load_tool(name: str):
+    """`tools/<name>.py` imported as a module."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
 
 
 def to_device(t: torch.Tensor) -> torch.Tensor:

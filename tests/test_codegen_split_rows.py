@@ -11,7 +11,15 @@ columns count as wide: several programs per row at interpreter-friendly sizes.""
 import pytest
 import torch
 import torch.nn.functional as F
-from codegen_harness import Lambda, _TorchWithEmpty, compare, compile_for_gpu, poison, to_device
+from codegen_harness import (
+    Lambda,
+    compare,
+    compile_for_gpu,
+    load_tool,
+    poison_empty,
+    readme_code_after,
+    to_device,
+)
 
 from fusion_core.codegen import Tuning, generate, load_kernel, tuning, write_kernels
 from fusion_core.codegen.lower import plan
@@ -104,14 +112,7 @@ def _load(fn, x: torch.Tensor, tmp_path, tuning_=SPLIT):
     (cluster,) = analysis.clusters
     kernel = generate(analysis, cluster, tuning_)
     module = load_kernel(write_kernels([kernel], tmp_path)[0])
-    real_empty = module.torch.empty
-
-    def poisoned(*args, **kwargs):
-        t = real_empty(*args, **kwargs)
-        poison(module, (t,))
-        return t
-
-    module.torch = _TorchWithEmpty(module.torch, poisoned)
+    poison_empty(module)
     module._timing_on = lambda device: False
     values = capture_values(analysis, x)
     args = tuple(values[n] for n in cluster.inputs)
@@ -287,16 +288,6 @@ def test_split_kernels_compile_for_sm90(tmp_path):
 def test_readme_shows_the_split_kernels_the_generator_writes():
     """README's split-row kernels are the real output of `tools/wide_row_kernel.py --split`
     (rerun it and paste its output when the generator's text changes)."""
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("wide_row_kernel",
-                                                  root / "tools" / "wide_row_kernel.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    readme = (root / "README.md").read_text()
-    after = readme[readme.index("`python tools/wide_row_kernel.py --split`\nprints"):]
-    block = after[after.index("```python\n") + len("```python\n"):after.index("```\n\n")]
-    assert block == tool.split_text()
+    block = readme_code_after("`python tools/wide_row_kernel.py --split`\nprints")
+    assert block == load_tool("wide_row_kernel").split_text()
     assert "def cluster0_partials(" in block and "def cluster0_finish(" in block
