@@ -103,12 +103,14 @@ def test_which_reductions_may_split(fn, shape, split):
     assert (f'KIND = "{"split" if split else "looped"}"') in kernel.source
 
 
-def _load(fn, x: torch.Tensor, tmp_path, tuning_=SPLIT):
-    """The kernel of `fn`'s one cluster, loaded with a poisoning `torch.empty` (a workspace
-    slot or output element never written reads as NaN) and the heuristic's picks (no timing,
-    also where CUDA is); (module, launcher, cluster inputs, eager result on them)."""
-    analysis = analyze(Lambda(fn, w=torch.randn(x.shape[-1]).to(x.dtype),
-                              b=torch.randn(x.shape[-1]).to(x.dtype)), x)
+def _load(fn, x: torch.Tensor, tmp_path, tuning_=SPLIT, width: int | None = None):
+    """The kernel of `fn`'s one cluster (weights `m.w`, `m.b` of `width`, by default the last
+    dim's), loaded with a poisoning `torch.empty` (a workspace slot or output element never
+    written reads as NaN) and the heuristic's picks (no timing, also where CUDA is); (module,
+    launcher, cluster inputs, eager result on them)."""
+    width = x.shape[-1] if width is None else width
+    analysis = analyze(Lambda(fn, w=torch.randn(width).to(x.dtype),
+                              b=torch.randn(width).to(x.dtype)), x)
     (cluster,) = analysis.clusters
     kernel = generate(analysis, cluster, tuning_)
     module = load_kernel(write_kernels([kernel], tmp_path)[0])
@@ -178,11 +180,11 @@ def test_split_collapsing_reductions_feeding_the_row_match_eager(fn, tmp_path):
 
 def test_split_group_norm_matches_eager(tmp_path):
     """A row of group_norm is one group's channels x H x W (the kernel's own order): chunks
-    cut across channels."""
+    cut across channels, each column reading its channel's weight and bias."""
     torch.manual_seed(6)
     x = torch.randn(2, 4, 16, 128)
-    fn = lambda m, x: F.group_norm(x * 2.0, 2)  # noqa: E731
-    module, launch, inputs, want = _load(fn, x, tmp_path)
+    fn = lambda m, x: F.silu(F.group_norm(x * 2.0, 2, m.w, m.b))  # noqa: E731
+    module, launch, inputs, want = _load(fn, x, tmp_path, width=4)
     got = launch(*inputs).cpu()
     assert list(module.CHOSEN.values())[0][3] == 4
     compare(got, want, "group_norm")
