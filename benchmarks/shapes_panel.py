@@ -10,7 +10,8 @@ the channel dim of NCHW, SiLU·mul, a row sum) at one shape and dtype. The case 
 when it does not give one cluster the row says "not fused: <reason>" instead of a time.
 Otherwise its kernel is generated and checked against the eager subgraph, and every column is
 timed with gpu_clusters.py's device clock (CUDA-graph replays over rotating inputs larger than
-L2): the launcher as a user calls it, after its own per-shape tuning (the headline), the same
+L2): the launcher as a user calls it, after its own per-shape tuning (the headline: for few
+wide rows that includes whether each row is split over several programs), the same
 kernel with timing turned off (FUSION_ADVISOR_AUTOTUNE=0: the heuristic's pick) twice to show
 the spread, eager, Inductor (default mode), Liger-Kernel's kernel for the same work when
 `liger_kernel` is importable, and a device copy of the same bytes. A case past --case-timeout
@@ -49,8 +50,10 @@ from fusion_core.pipeline import analyze  # noqa: E402
 from gpu_clusters import as_tuple, close, copy_us, environment, graph_us, rotating  # noqa: E402
 
 EPS = 1e-6
-# Tiny rows wider than 64 columns loop over column blocks, as the wide rows do at full size.
-DRY_RUN_TUNING = Tuning(max_block=64, loop_block=16)
+# Tiny rows wider than 64 columns loop over column blocks, as the wide rows do at full size,
+# and few of them are split over several programs (chunks of 16 columns or more), as few wide
+# rows are at full size (64x262144).
+DRY_RUN_TUNING = Tuning(max_block=64, loop_block=16, split_min_cols=16)
 AUTOTUNE_ENV = "FUSION_ADVISOR_AUTOTUNE"
 
 
@@ -249,7 +252,8 @@ def run_case(case: Case, args, l2_bytes: int, liger: dict, work: Path) -> dict:
     path = write_kernels([kernel], work / f"case{len(list(work.iterdir()))}")[0]
     user, default = (getattr(load_kernel(path), kernel.name) for _ in range(2))
     out_dtype = as_tuple(ref)[-1].dtype
-    row["kernel"] = {"looped": kernel.looped, "tiled": kernel.tiled}
+    row["kernel"] = {"looped": kernel.looped, "tiled": kernel.tiled,
+                     "kind": user.__globals__["KIND"]}
     with autotune(False):  # the default module's buckets get the heuristic's pick
         row["default_ok"], row["default_err"] = close(default(*inputs), ref, out_dtype)
     row["ok"], row["max_abs_err"] = close(user(*inputs), ref, out_dtype)  # tunes on CUDA
@@ -294,7 +298,8 @@ def _us(row: dict, key: str) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| case | dtype | copy µs | user gets µs | default µs (again) | eager µs | "
-            "Inductor µs | Liger µs | % copy | user/Inductor | chosen (block, rows, warps) |")
+            "Inductor µs | Liger µs | % copy | user/Inductor | "
+            "chosen (block, rows, warps[, programs per row]) |")
     lines = [head, "|" + "---|" * 11]
     for r in rows:
         if "user_us" not in r:  # no timings: say why

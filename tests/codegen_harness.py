@@ -102,17 +102,40 @@ def run_kernel(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
     module = load_kernel(path)
     launch = getattr(module, kernel.name)
     if check_poison:
-        # Poison what torch.empty hands out: an unwritten element then reads as NaN.
-        real_empty = module.torch.empty
-
-        def poisoned(*args, **kwargs):
-            t = real_empty(*args, **kwargs)
-            poison(module, (t,))
-            return t
-
-        module.torch = _TorchWithEmpty(module.torch, poisoned)
+        poison_empty(module)
     out = launch(*(to_device(t) for t in inputs))
     return tuple(t.cpu() for t in (out if isinstance(out, tuple) else (out,)))
+
+
+def poison_empty(module) -> None:
+    """Poison what a loaded kernel module's torch.empty hands out (outputs, workspaces): an
+    element the kernels never write then reads as NaN."""
+    real_empty = module.torch.empty
+
+    def poisoned(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        poison(module, (t,))
+        return t
+
+    module.torch = _TorchWithEmpty(module.torch, poisoned)
+
+
+def readme_code_after(marker: str) -> str:
+    """The first ```python block of README.md after `marker`."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    after = readme[readme.index(marker):]
+    return after[after.index("```python\n") + len("```python\n"):after.index("```\n\n")]
+
+
+def load_tool(name: str):
+    """`tools/<name>.py` imported as a module."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
 
 
 def to_device(t: torch.Tensor) -> torch.Tensor:
@@ -164,12 +187,14 @@ _TL_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16
              torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
 
 
-def catch_launch(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...]) -> dict:
-    """Run the launcher on CPU tensors without running the kernel: the launch's file, jit
-    argument names, grid, positional args and keyword args."""
+def catch_launch(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
+                 suffix: str = "kernel") -> dict:
+    """Run the launcher on CPU tensors without running the kernel (the jit function named
+    `<kernel>_<suffix>`): the launch's file, jit argument names, grid, positional args and
+    keyword args."""
     (path,) = write_kernels([kernel], tmp_path)
     module = load_kernel(path)
-    jit = getattr(module, f"{kernel.name}_kernel")
+    jit = getattr(module, f"{kernel.name}_{suffix}")
     names = list(getattr(jit, "arg_names", None) or jit.fn.__code__.co_varnames[
         :jit.fn.__code__.co_argcount])
     caught: dict = {"path": str(path), "names": names}
@@ -180,15 +205,15 @@ def catch_launch(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...
                 caught.update(grid=grid, args=args, kwargs=kwargs)
             return launch
 
-    setattr(module, f"{kernel.name}_kernel", Catch())
+    setattr(module, f"{kernel.name}_{suffix}", Catch())
     getattr(module, kernel.name)(*inputs)
     return caught
 
 
-def launch_signature(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...]
-                     ) -> tuple[str, dict, dict]:
+def launch_signature(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
+                     suffix: str = "kernel") -> tuple[str, dict, dict]:
     """Run the launcher on CPU tensors, catch its kernel launch: (file, signature, constexprs)."""
-    caught = catch_launch(kernel, tmp_path, inputs)
+    caught = catch_launch(kernel, tmp_path, inputs, suffix)
     names, path = caught["names"], caught["path"]
     sig, consts = {}, {}
     for name, value in zip(names, caught["args"], strict=False):
@@ -212,7 +237,7 @@ from fusion_core.codegen import load_kernel
 target = GPUTarget("cuda", %d, 32)
 full = %r
 for path, name, sig, consts in json.loads(sys.stdin.read()):
-    fn = getattr(load_kernel(path), name + "_kernel")
+    fn = getattr(load_kernel(path), name)
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts)
     if full:
         asm = triton.compile(src, target=target).asm
@@ -230,10 +255,10 @@ for path, name, sig, consts in json.loads(sys.stdin.read()):
 """
 
 
-def compile_for_gpu(jobs: list[tuple[Kernel, Path, tuple[torch.Tensor, ...]]],
-                    arch: int = 90) -> dict[str, bool]:
+def compile_for_gpu(jobs: list[tuple], arch: int = 90) -> dict[str, bool]:
     """Compile kernels for an sm_`arch` GPU without one: Triton's front end to verified IR
-    (the whole pipeline to cubin with FUSION_FULL_COMPILE=1).
+    (the whole pipeline to cubin with FUSION_FULL_COMPILE=1). A job is (kernel, directory,
+    inputs), or with a fourth item the jit function's suffix ("partials": a split row's).
 
     The interpreter accepts code the compiler rejects (types, loop-carried values). Runs in a
     subprocess without TRITON_INTERPRET (the interpreter patches `triton.language`).
@@ -244,9 +269,9 @@ def compile_for_gpu(jobs: list[tuple[Kernel, Path, tuple[torch.Tensor, ...]]],
     import sys
 
     payload = []
-    for kernel, tmp, inputs in jobs:
-        path, sig, consts = launch_signature(kernel, tmp, inputs)
-        payload.append((path, kernel.name, sig, consts))
+    for kernel, tmp, inputs, *jit in jobs:
+        path, sig, consts = launch_signature(kernel, tmp, inputs, *jit)
+        payload.append((path, f"{kernel.name}_{(jit or ['kernel'])[0]}", sig, consts))
     # "0", not unset: fusion_core sets the interpreter on import when it finds no CUDA.
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")

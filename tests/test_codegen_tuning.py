@@ -183,17 +183,21 @@ def _transposed(x):
     # The cluster reads `x.t()`: its launcher takes the transposed view (a tiled kernel).
     (lambda m, x: torch.relu(x.t() * 2.0), _transposed, (12, 5), [(12, 5), (40, 3)], {}),
     (_softmax, None, (4, 16), [(4, 16), (9, 5), (2, 100)], {}),
-    (lambda m, x: torch.log_softmax(x, dim=-1) * 2.0, None, (3, 40), [(3, 40), (2, 70)],
+    (lambda m, x: (x * 2.0).sum(-1), None, (3, 40), [(3, 40), (2, 70)],
      {"tuning": Tuning(max_block=16, loop_block=16)}),  # rows loop over column blocks
-], ids=["flat", "tiled", "single", "looped"])
+    # ...and may be split over several programs each (chunks of at least 16 columns)
+    (lambda m, x: torch.log_softmax(x, dim=-1) * 2.0, None, (3, 40), [(3, 40), (2, 70)],
+     {"tuning": Tuning(max_block=16, loop_block=16, split_min_cols=16)}),
+], ids=["flat", "tiled", "single", "looped", "split"])
 def test_every_candidate_computes_the_same_result(fn, view, example, shapes, gen_kwargs,
                                                   tmp_path):
     """What the timing may pick on CUDA: each configuration of each bucket, run under the
     interpreter (or on the device) against eager."""
     torch.manual_seed(0)
     module, launch = _module(fn, torch.randn(example), tmp_path, **gen_kwargs)
-    assert module.KIND == ("tiled" if view else "looped" if gen_kwargs else
-                           "single" if fn is _softmax else "flat")
+    kinds = {"tiled": view, "split": gen_kwargs and gen_kwargs["tuning"].split_min_cols == 16,
+             "looped": gen_kwargs, "single": fn is _softmax, "flat": True}
+    assert module.KIND == next(k for k, v in kinds.items() if v)
     for shape in shapes:
         x = torch.randn(shape)
         arg = to_device(view(x) if view else x)
@@ -202,6 +206,8 @@ def test_every_candidate_computes_the_same_result(fn, view, example, shapes, gen
         key = (arg.shape, arg.stride(), arg.dtype, arg.device)
         copies, out_shapes, args, _, configs = module.LAUNCH_CACHE[key]
         assert not copies and len(configs) >= 2
+        if module.KIND == "split":  # the rows are split in some, not in others
+            assert {c[3] for c in configs} > {1}, configs
         for config in configs:
             out = torch.empty(out_shapes[0], dtype=want.dtype, device=arg.device)
             module._launch(config, args, arg, out)
@@ -211,7 +217,8 @@ def test_every_candidate_computes_the_same_result(fn, view, example, shapes, gen
 @pytest.mark.parametrize("kind", sorted(tuning.KINDS))
 def test_helpers_source_holds_only_its_kinds_heuristic(kind):
     text = tuning.source(kind)
+    called = {fn.__name__ for fn in tuning.KIND_HELPERS.get(kind, ())}  # a split row's loop
     for other, (heuristic, config) in tuning.KINDS.items():
-        assert (f"def {heuristic.__name__}(" in text) == (other == kind)
-        assert (f"def {config.__name__}(" in text) == (other == kind)
+        for fn in (heuristic, config):
+            assert (f"def {fn.__name__}(" in text) == (other == kind or fn.__name__ in called)
     assert text.rstrip().endswith(f"HEURISTIC, CONFIG = _{kind}_heuristic, _{kind}_config")

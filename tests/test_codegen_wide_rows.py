@@ -6,12 +6,18 @@ Welford statistics on large-mean rows; and the width and dtype at which rows sta
 A tiny `max_block` forces the column loop at interpreter-friendly sizes."""
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from codegen_harness import Lambda, check_model, compare, run_kernel
+from codegen_harness import (
+    Lambda,
+    check_model,
+    compare,
+    load_tool,
+    readme_code_after,
+    run_kernel,
+)
 
 from fusion_core.codegen import Tuning, generate
 from fusion_core.codegen.reference import capture_values, cluster_inputs
@@ -205,14 +211,5 @@ def test_looped_kernels_compile_for_sm90(tmp_path):
 def test_readme_shows_the_wide_row_kernel_the_generator_writes():
     """README's wide-row kernel is the real output of tools/wide_row_kernel.py (rerun it and
     paste its output when the generator's text changes)."""
-    import importlib.util
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("wide_row_kernel",
-                                                  root / "tools" / "wide_row_kernel.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    readme = (root / "README.md").read_text()
-    after = readme[readme.index("`python tools/wide_row_kernel.py` prints"):]
-    block = after[after.index("```python\n") + len("```python\n"):after.index("```\n\n")]
-    assert block == tool.kernel_text()
+    block = readme_code_after("`python tools/wide_row_kernel.py` prints")
+    assert block == load_tool("wide_row_kernel").kernel_text()

@@ -25,5 +25,7 @@ def test_dry_run_builds_and_checks_cases(tmp_path):
     for row in (looped, causal, tiled, channels):
         assert row["ok"] and row["default_ok"] and row["user_config"], row
     assert looped["kernel"]["looped"] and tiled["kernel"]["tiled"]
+    # 2 tiny rows of 77 columns stand for few wide ones: the launcher's own pick splits them
+    assert looped["kernel"]["kind"] == "split" and looped["user_config"][0][3] > 1, looped
     # a softmax over the channel dim now fuses: its rows are (N, H, W) positions
     assert channels["ok"] and channels["default_ok"] and not channels["kernel"]["looped"]

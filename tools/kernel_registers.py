@@ -4,8 +4,9 @@ Run from the repository root (CPU is enough; Triton compiles to PTX, ptxas repor
 
     python tools/kernel_registers.py
 
-Reads the cases below: a reduction, its dtype and width, one block or the column loop, and a
-launch configuration (BLOCK_SIZE, warps). Generates each kernel, compiles it with Triton for
+Reads the cases below: a reduction, its dtype and width, which kernel (one block, the column
+loop, or a split row's partials or finish kernel), and a launch configuration (BLOCK_SIZE,
+warps). Generates each kernel, compiles it with Triton for
 sm_90 in a subprocess (without the interpreter) and runs the ptxas Triton ships on its PTX
 with -v. Prints one line a case: registers a thread and spill bytes. These are the numbers
 behind tuning.py's ONE_BLOCK_BYTES (which rows stay in one block) and its candidates.
@@ -37,19 +38,27 @@ FNS = {
     "softmax(x/8)": lambda m, x: torch.softmax(x * 0.125, -1),
     "log_softmax(x.float())": lambda m, x: torch.log_softmax(x.float(), -1),
 }
-BF16, FP32 = torch.bfloat16, torch.float32
-CASES = [  # (function, dtype, width, looped, BLOCK_SIZE, warps)
-    ("layer_norm->gelu", FP32, 8192, False, 8192, 8),
-    ("layer_norm->gelu", FP32, 8192, False, 8192, 16),
-    ("layer_norm->gelu", FP32, 8192, False, 8192, 32),
-    ("layer_norm->gelu", FP32, 16384, False, 16384, 16),
-    ("layer_norm->gelu", BF16, 16384, False, 16384, 16),
-    ("softmax(x/8)", BF16, 16384, False, 16384, 16),
-    ("layer_norm->gelu", FP32, 8192, True, 1024, 4),
-    ("layer_norm->gelu", FP32, 8192, True, 4096, 8),
-    ("layer_norm->gelu", FP32, 8192, True, 8192, 16),
-    ("softmax(x/8)", FP32, 50257, True, 8192, 16),
-    ("log_softmax(x.float())", BF16, 32768, True, 4096, 8),
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+# The jit function each form compiles (and whether the kernel is generated looping).
+FORMS = {"one block": ("kernel", False), "loop": ("kernel", True),
+         "split partials": ("partials", True), "split finish": ("finish", True)}
+CASES = [  # (function, dtype, width, form, BLOCK_SIZE, warps)
+    ("layer_norm->gelu", FP32, 8192, "one block", 8192, 8),
+    ("layer_norm->gelu", FP32, 8192, "one block", 8192, 16),
+    ("layer_norm->gelu", FP32, 8192, "one block", 8192, 32),
+    ("layer_norm->gelu", FP32, 16384, "one block", 16384, 16),
+    ("layer_norm->gelu", BF16, 16384, "one block", 16384, 16),
+    ("softmax(x/8)", BF16, 16384, "one block", 16384, 16),
+    ("layer_norm->gelu", FP32, 8192, "loop", 1024, 4),
+    ("layer_norm->gelu", FP32, 8192, "loop", 4096, 8),
+    ("layer_norm->gelu", FP32, 8192, "loop", 8192, 16),
+    ("softmax(x/8)", FP32, 50257, "loop", 8192, 16),
+    ("log_softmax(x.float())", BF16, 32768, "loop", 4096, 8),
+    # the shapes panel's 64x262144 softmax: the heuristic's split (8 programs a row)
+    ("softmax(x/8)", FP16, 262144, "split partials", 8192, 16),
+    ("softmax(x/8)", FP16, 262144, "split finish", 8192, 16),
+    ("layer_norm->gelu", BF16, 262144, "split partials", 8192, 16),
+    ("layer_norm->gelu", BF16, 262144, "split finish", 8192, 16),
 ]
 
 _COMPILE = r"""
@@ -61,7 +70,7 @@ bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "
 ptxas = next(os.path.join(bin_dir, n) for n in ("ptxas-blackwell", "ptxas")
              if os.path.exists(os.path.join(bin_dir, n)))
 for path, name, sig, consts, warps in json.loads(sys.stdin.read()):
-    fn = getattr(load_kernel(path), name + "_kernel")
+    fn = getattr(load_kernel(path), name)
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     with open(path + ".ptx", "w") as f:
@@ -72,16 +81,23 @@ for path, name, sig, consts, warps in json.loads(sys.stdin.read()):
 """
 
 
-def _job(fn: str, dtype: torch.dtype, width: int, looped: bool, block: int, warps: int,
+def _job(fn: str, dtype: torch.dtype, width: int, form: str, block: int, warps: int,
          work: Path):
+    """The compile job of one case. Split forms run the launcher on 2 rows, which it splits
+    (only the caught kernel's launch is skipped: a finish case runs the partials kernel under
+    the interpreter first)."""
+    suffix, looped = FORMS[form]
     model = Lambda(FNS[fn], w=torch.randn(width).to(dtype), b=torch.randn(width).to(dtype))
     x = torch.randn(2, width).to(dtype)
     analysis = analyze(model, x)
     (cluster,) = analysis.clusters
-    kernel = generate(analysis, cluster, Tuning(max_block=width), looped=looped)
+    # 2 rows of a loop case would be split too: not there (the row loop's kernel is the case)
+    unsplit = {"split_min_cols": 1 << 30} if suffix == "kernel" else {}
+    kernel = generate(analysis, cluster, Tuning(max_block=width, **unsplit), looped=looped)
     args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
-    path, sig, consts = launch_signature(kernel, work, args)
-    return path, kernel.name, sig, {**consts, "BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1}, warps
+    path, sig, consts = launch_signature(kernel, work, args, suffix)
+    return (path, f"{kernel.name}_{suffix}", sig,
+            {**consts, "BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1}, warps)
 
 
 def _usage(ptxas_output: str) -> str:
@@ -105,9 +121,8 @@ def main() -> int:
             print(proc.stderr[-3000:], file=sys.stderr)
             return 1
         for case, out in zip(CASES, proc.stdout.splitlines(), strict=True):
-            fn, dtype, width, looped, block, warps = case
-            what = "loop" if looped else "one block"
-            print(f"{fn} {str(dtype).removeprefix('torch.')} x{width} ({what}, BLOCK_SIZE "
+            fn, dtype, width, form, block, warps = case
+            print(f"{fn} {str(dtype).removeprefix('torch.')} x{width} ({form}, BLOCK_SIZE "
                   f"{block}, {warps} warps): {_usage(json.loads(out))}")
     return 0
 

@@ -1,6 +1,8 @@
 """The launch choices the generator writes into a kernel file: ``Tuning`` (the defaults of its
 tuning constants), the candidate configurations each kernel kind times per shape bucket, and
-which kind a plan is. Read by ``launcher.py`` (which writes them out) and ``kernel.py``.
+which kind a plan is ("split": a looped reduction whose few wide rows may each be split over
+several programs, ``split_rows.py``). Read by ``launcher.py`` (which writes them out) and
+``kernel.py``.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .plan import KernelPlan
+from .reduce import splittable
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,11 @@ class Tuning:
     # block, should cover the DRAM's latency: ~4 MB on an H200)...
     loop_in_flight: int = 1 << 22
     max_loop_block: int = 8192  # ...up to this (and max_block)
+    # Few wide rows (softmax, log_softmax, layer_norm, rms_norm): each row split over several
+    # programs while rows x programs stay within this (about 4 programs per SM of an H200, as
+    # Inductor aims its split reductions)...
+    split_programs: int = 512
+    split_min_cols: int = 8192  # ...and each program keeps at least this many columns
     pack_width: int = 256  # rows at most this wide are packed several per program...
     pack_elements: int = 2048  # ...up to this many elements per program
     max_rows: int = 16
@@ -41,12 +49,15 @@ CANDIDATES = {
     "tiled-wide": ((2048, 2048, 4), (4096, 4096, 8), (2048, 2048, 8), (1024, 1024, 4)),
     "single": ((1024, 2), (2048, 4), (4096, 8), (8192, 8), (2048, 8), (4096, 16), (8192, 32)),
     "looped": ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)),
+    "split": ((1024, 4, 1), (2048, 8, 1), (4096, 8, 1), (4096, 16, 1), (8192, 16, 1),
+              (4096, 8, 4), (4096, 8, 8), (8192, 16, 8), (4096, 8, 16), (2048, 8, 32)),
 }
 CANDIDATE_FIELDS = {
     "flat": "(BLOCK, NUM_WARPS)",
     "tiled": "(elements per tile, widest column block, warps)",
     "single": "(elements per program, warps); rows are packed only up to PACK_WIDTH wide",
     "looped": "(column block of the row loop, warps)",
+    "split": "(column block of the row loop, warps, programs per row at most)",
 }
 
 
@@ -56,7 +67,9 @@ def kind(plan: KernelPlan, looped: bool) -> str:
         return "tiled"
     if plan.skeleton == "elementwise":
         return "flat"
-    return "looped" if looped else "single"
+    if not looped:
+        return "single"
+    return "split" if splittable(plan) else "looped"
 
 
 def candidates(plan: KernelPlan, looped: bool) -> tuple[tuple[int, ...], ...]:

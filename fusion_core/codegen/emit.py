@@ -25,6 +25,7 @@ the cache to keep it), recomputes the prologue and writes the results.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..ir.registry import TL_TYPES
 from .lower import KernelPlan, Stmt, TensorArg
@@ -192,8 +193,8 @@ def _pointwise_body(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> 
     out.lines(["# store", *(_store(t, plan, params) for t in plan.outputs)])
 
 
-def _rows_boilerplate(plan: KernelPlan, looped: bool, out: CodeWriter) -> None:
-    what = "rows loop over column blocks" if looped else "one block per row"
+def rows_boilerplate(plan: KernelPlan, what: str, out: CodeWriter) -> None:
+    """The program's rows and their mask; `what` names the kernel's shape."""
     out.lines([f"# boilerplate (reduction, {what})", "pid = tl.program_id(0)",
                f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
                "[:, None]",
@@ -213,7 +214,7 @@ def _cols(plan: KernelPlan, start: str) -> str:
 def _single(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     r = plan.reduction
     assert r is not None
-    _rows_boilerplate(plan, False, out)
+    rows_boilerplate(plan, "one block per row", out)
     out.lines([_cols(plan, ""), *_COLS, "", "# loads"])
     out.lines(_load(t, plan, params) for t in plan.inputs)
     pre = [_stmt(s) for s in plan.stmts if s.phase == "pre"]
@@ -226,50 +227,87 @@ def _single(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     out.lines(["", "# store", *(_store(t, plan, params) for t in plan.outputs)])
 
 
-def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
-    r = plan.reduction
-    assert r is not None
-    row_loads = [t for t in plan.inputs if t.per_row or t.access.is_scalar]
-    col_loads = [t for t in plan.inputs if t not in row_loads]
+@dataclass(frozen=True)
+class Chunk:
+    """Where a column loop runs: the whole row (`bound` n_cols from column 0), or a split
+    row's chunk (`chunk_cols` columns from `start`, up to `end`, ``split_rows.py``)."""
+
+    bound: str = "n_cols"
+    start: str = ""  # added to each block's first column
+    end: str = "n_cols"  # the columns' mask: below this
+
+
+WHOLE_ROW = Chunk()
+
+
+def row_prologue(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+    """Loads of per-row inputs and scalars, and the per-row values computed from them."""
+    row_loads = [t for t in plan.inputs if _row_load(t)]
     row_pre = [s for s in plan.stmts if s.per_row and s.phase == "pre"]
-    _rows_boilerplate(plan, True, out)
     if row_loads or row_pre:
         out.lines(["", "# per-row loads and values",
                    *(_load(t, plan, params) for t in row_loads), *map(_stmt, row_pre)])
 
+
+def _row_load(t: TensorArg) -> bool:
+    return t.per_row or t.access.is_scalar
+
+
+def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets: Iterable[str],
+                extra: Iterable[str], reread: set[str], where: Chunk = WHOLE_ROW) -> None:
+    """A column loop: the loads and pre-reduction statements `targets` need, then `extra`;
+    `reread`: the loaded temporaries a later pass reads again."""
+    need = _closure(plan, targets)
+    out.line(f"for col0 in range(0, {where.bound}, BLOCK_SIZE):")
+    with out.indented():
+        out.lines([_cols(plan, f"{where.start}col0 + "), f"col_mask = cols < {where.end}",
+                   _COLS[1]])
+        out.lines(_load(t, plan, params, t.temp not in reread)
+                  for t in plan.inputs if not _row_load(t) and t.temp in need)
+        out.lines(_stmt(s) for s in plan.stmts
+                  if s.temp in need and not s.per_row and s.phase == "pre")
+        out.lines(extra)
+
+
+def rewritten(plan: KernelPlan) -> set[str]:
+    """Temporaries the last pass computes (what per-element outputs depend on)."""
     col_out = [t for t in plan.outputs if not t.per_row]
-    later = _closure(plan, [t.temp for t in col_out]) if col_out else set()
+    return _closure(plan, [t.temp for t in col_out]) if col_out else set()
 
-    def column_loop(targets: Iterable[str], extra: Iterable[str], reread: set[str]) -> None:
-        """A column loop: the loads and pre-reduction statements `targets` need, then `extra`;
-        `reread`: the loaded temporaries a later pass reads again."""
-        need = _closure(plan, targets)
-        out.line("for col0 in range(0, n_cols, BLOCK_SIZE):")
-        with out.indented():
-            out.lines([_cols(plan, "col0 + "), *_COLS])
-            out.lines(_load(t, plan, params, t.temp not in reread)
-                      for t in col_loads if t.temp in need)
-            out.lines(_stmt(s) for s in plan.stmts
-                      if s.temp in need and not s.per_row and s.phase == "pre")
-            out.lines(extra)
 
-    stats = emitter(r).statistics(r)
-    if stats is not None:
-        out.lines(["", "# pass 1: the row statistics, per lane of the column block",
-                   *stats.before])
-        column_loop([r.source], stats.inside, later)
-        out.lines(stats.after)
+def last_pass(plan: KernelPlan, params: KernelParams, out: CodeWriter,
+              where: Chunk = WHOLE_ROW) -> None:
+    """Per-row values after the reduction, then the loop that recomputes the chain,
+    finishes the reduction and stores the per-element outputs."""
+    r = plan.reduction
+    assert r is not None
     row_post = [s for s in plan.stmts if s.per_row and s.phase == "post"]
     if row_post:
         out.lines(["", "# chain (per row, after the reduction)", *map(_stmt, row_post)])
+    col_out = [t for t in plan.outputs if not t.per_row]
     if col_out:
+        later = rewritten(plan)
         finish = emitter(r).final(r) if r.temp in later and not r.collapse else []
         post = [_stmt(s) for s in plan.stmts
                 if s.temp in later and s.phase == "post" and not s.per_row]
         out.lines(["", "# last pass: recompute the chain, finish the reduction, store",
                    *(emitter(r).carry(r) if finish else [])])
-        column_loop([t.temp for t in col_out],
-                    finish + post + [_store(t, plan, params) for t in col_out], set())
+        column_loop(plan, params, out, [t.temp for t in col_out],
+                    finish + post + [_store(t, plan, params) for t in col_out], set(), where)
+
+
+def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+    r = plan.reduction
+    assert r is not None
+    rows_boilerplate(plan, "rows loop over column blocks", out)
+    row_prologue(plan, params, out)
+    stats = emitter(r).statistics(r)
+    if stats is not None:
+        out.lines(["", "# pass 1: the row statistics, per lane of the column block",
+                   *stats.before])
+        column_loop(plan, params, out, [r.source], stats.inside, rewritten(plan))
+        out.lines(stats.after)
+    last_pass(plan, params, out)
     row_out = [t for t in plan.outputs if t.per_row]
     if row_out:
         out.lines(["", "# store", *(_store(t, plan, params) for t in row_out)])
@@ -278,7 +316,7 @@ def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
 def _several(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     """Several reductions over the same rows, the whole row in one block: statements and
     reductions in node order (a reduction may read an earlier one's result)."""
-    _rows_boilerplate(plan, False, out)
+    rows_boilerplate(plan, "one block per row", out)
     out.lines([_cols(plan, ""), *_COLS, "", "# loads"])
     out.lines(_load(t, plan, params) for t in plan.inputs)
     chain: list[str] = []

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 from ..analysis.types import Cluster
 from ..fileio import write_atomic
-from . import emit, launcher
+from . import emit, launcher, split_rows
 from . import tuning as autotune
-from .choices import Tuning
+from .choices import Tuning, kind
 from .lower import KernelPlan, kernel_name, plan
 
 # The first line of every file `write_kernels` makes: a file in --out-dir without it is the
@@ -80,6 +80,8 @@ def can_loop(p: KernelPlan) -> bool:
 
 def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: bool) -> str:
     body, params = emit.kernel(p, looped)
+    if kind(p, looped) == "split":  # few wide rows may be split over several programs
+        body += ["", "", *split_rows.kernels(p, params)]
     where = None
     if cluster.lines is not None:  # a path relative to the working directory when inside it
         rel = os.path.relpath(cluster.lines.file)

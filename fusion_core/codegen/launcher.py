@@ -5,8 +5,9 @@ Reads a ``KernelPlan``, the tuning choices and the kernel's scalar parameters
 works out the iteration shape from the arguments, checks each tensor still
 broadcasts the way the kernel indexes it (or must be copied into the analysed
 layout, if only its strides differ), and picks the output shapes, the scalar kernel
-arguments and the configurations (block, rows per program, warps) its shape bucket may
-launch with (``tuning.py``; ``_launch`` computes the grid from the one chosen). All of
+arguments and the configurations (block, rows per program, warps; and programs per row for
+split rows, whose ``_launch`` comes from ``split_rows.py``) its shape bucket may launch with
+(``tuning.py``; ``_launch`` computes the grid from the one chosen). All of
 that depends only on the inputs' shapes and strides, so ``clusterN(*inputs)`` caches it
 in ``LAUNCH_CACHE``, keyed by every input's (shape, stride, dtype, device): a repeated
 call builds the key, looks it up, copies what the plan says, allocates contiguous
@@ -22,7 +23,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from . import launch_maps, runtime
+from . import launch_maps, runtime, split_rows
 from . import tuning as autotune
 from .choices import CANDIDATE_FIELDS, Tuning, candidates, kind
 from .lower import KernelPlan, TensorArg
@@ -38,7 +39,8 @@ _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block",
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os",
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
-             "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK",
+             "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
+             *split_rows.LOCALS,
              "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS, *runtime.DOMAIN_GLOBALS,
              *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS
                                   + runtime.DOMAIN_HELPERS),
@@ -137,6 +139,11 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
                       f"LOOP_IN_FLIGHT = {tuning.loop_in_flight}  # ...doubled while rows x block"
                       " is below this...",
                       f"MAX_LOOP_BLOCK = {tuning.max_loop_block}  # ...up to this (and MAX_BLOCK)"]
+        if kind(plan, looped) == "split":
+            lines += ["# Few wide rows: each split over programs while rows x programs stay",
+                      "# within SPLIT_PROGRAMS and each program keeps SPLIT_MIN_COLS columns.",
+                      f"SPLIT_PROGRAMS = {tuning.split_programs}",
+                      f"SPLIT_MIN_COLS = {tuning.split_min_cols}"]
         width, elements, rows = tuning.pack_width, tuning.pack_elements, tuning.max_rows
         if plan.column_strided and not looped:
             width, elements, rows = (tuning.max_block, tuning.strided_pack_elements,
@@ -296,6 +303,8 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
     if plan.skeleton == "elementwise":
         return ["BLOCK", "NUM_WARPS"]
     loop = ["LOOP_BLOCK", "MAX_LOOP_BLOCK"] if looped else []
+    if kind(plan, looped) == "split":
+        loop.append("SPLIT_PROGRAMS")
     return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
@@ -312,8 +321,11 @@ def _grid(plan: KernelPlan) -> str:
     return "(triton.cdiv(args[0], rows),)" if plan.two_d else "(triton.cdiv(args[0], block),)"
 
 
-def _launch_fn(plan: KernelPlan, names: list[str], out: CodeWriter) -> None:
+def _launch_fn(plan: KernelPlan, looped: bool, names: list[str], out: CodeWriter) -> None:
     """`_launch(config, args, *tensors)`: one launch of the kernel under a configuration."""
+    if kind(plan, looped) == "split":
+        split_rows.launch_fn(plan, names, _consts(plan), out)
+        return
     tensors = names + [f"out{i}" for i in range(len(plan.outputs))]
     out.line(f"def _launch(config, args, {', '.join(tensors)}):")
     with out.indented():
@@ -343,7 +355,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                *autotune.source(kind(plan, looped)).splitlines(), "", ""])
     _plan_fn(plan, params, looped, names, out)
     out.lines(["", ""])
-    _launch_fn(plan, names, out)
+    _launch_fn(plan, looped, names, out)
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')

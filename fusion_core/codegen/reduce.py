@@ -10,6 +10,13 @@ combine, identity, finalize expression and accumulation dtype; writes source lin
   column blocks: a scan's running sum) and ``final`` (the row-preserving result for the
   current block, in the last pass).
 
+Few wide rows may also be split over several programs (``split_rows.py``): each writes its
+chunk's statistics (``Partials``: the same statistics pass over the chunk) to a workspace, and
+a second kernel merges a row's partials before its last pass. softmax, log_softmax (the
+chunk's max and rescaled sum), layer_norm (the chunk's Welford mean and M2, merged by Chan's
+formula), rms_norm (the chunk's sum of squares) and sum/mean/amax/amin (the chunk's
+accumulator) have partials; var/std and cumsum do not split.
+
 A looped row reads its columns once for the statistics. Every lane of the column
 block keeps its own running statistics (``[ROWS, BLOCK]`` accumulators: a partial sum,
 max or sum of squares; an online max and rescaled sum for softmax; Welford's count,
@@ -29,7 +36,7 @@ import torch
 
 from ..ir.reductions import NEG_INF
 from ..ir.registry import TL_TYPES
-from .lower import ReductionStep
+from .lower import KernelPlan, ReductionStep
 
 _ROW = "[:, None]"  # a row reduction keeps its axis: [ROWS, 1]
 _LANE = "tl.arange(0, BLOCK_SIZE)[None, :]"  # each lane's column within a block
@@ -43,6 +50,29 @@ class Stats:
     before: tuple[str, ...]
     inside: tuple[str, ...]
     after: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Partials:
+    """A split row's statistics: `stats` over one chunk of the row (its `after` lines leave
+    the per-row values `names`), written to the workspace; `merge` combines a row's partials,
+    loaded as `<name>_parts` blocks of [ROWS, SPLITS_BLOCK] (a missing chunk reads as
+    `empty`; `parts` is each chunk's index, `part_mask` says which exist, `chunk` is their
+    width) into what the row's last pass reads."""
+
+    stats: Stats
+    names: tuple[str, ...]
+    empty: tuple[str, ...]
+    merge: tuple[str, ...]
+
+
+def splittable(plan: KernelPlan) -> bool:
+    """A looped plan whose rows may be split over several programs: its one reduction has
+    partials and every output is per element (a per-row result would be written by every
+    chunk's program)."""
+    r = plan.reduction
+    return (plan.skeleton == "reduction" and not plan.steps and r is not None
+            and emitter(r).partials(r) is not None and not any(t.per_row for t in plan.outputs))
 
 
 def _source(r: ReductionStep) -> str:
@@ -94,6 +124,21 @@ class _Collapse:
                      ("# the lanes combined", f"{acc} = {_block(r, f'{v}_lanes')}",
                       *(() if acc == v else (f"{v} = {final}",))))
 
+    def partials(self, r: ReductionStep) -> Partials | None:
+        """The chunk's accumulator (no finalize: a mean divides the merged sum by the whole
+        row's n_cols); split only where the per-row result feeds per-element outputs."""
+        v, identity = r.temp, r.rule.identity(r.dtype)
+        plain = self.statistics(r)
+        assert plain is not None
+        final = r.rule.finalize.format(acc=f"{v}_acc", v=v)
+        acc = v if final == f"{v}_acc" else f"{v}_acc"
+        return Partials(
+            Stats(plain.before, plain.inside,
+                  ("# the lanes combined", f"{v}_part = {_block(r, f'{v}_lanes')}")),
+            (f"{v}_part",), (identity,),
+            ("# the chunks combined", f"{acc} = {_block(r, f'{v}_part_parts')}",
+             *(() if acc == v else (f"{v} = {final}",))))
+
     def carry(self, r: ReductionStep) -> list[str]:
         return []
 
@@ -134,6 +179,16 @@ class _Softmax:
              f"{v}_max = tl.max({v}_lmax, axis=1){_ROW}",
              f"{v}_sum = tl.sum({v}_lsum * tl.exp({v}_lmax - {v}_max), axis=1){_ROW}"))
 
+    def partials(self, r: ReductionStep) -> Partials | None:
+        """The chunk's max and sum of exp(x - max); merged as the lanes are."""
+        v = r.temp
+        stats = self.statistics(r)
+        assert stats is not None
+        return Partials(stats, (f"{v}_max", f"{v}_sum"), (NEG_INF, "0.0"), (
+            "# the row max over its chunks, and each chunk's sum rescaled to it",
+            f"{v}_max = tl.max({v}_max_parts, axis=1){_ROW}",
+            f"{v}_sum = tl.sum({v}_sum_parts * tl.exp({v}_max_parts - {v}_max), axis=1){_ROW}"))
+
     def carry(self, r: ReductionStep) -> list[str]:
         return []
 
@@ -143,10 +198,11 @@ class _Softmax:
         return [f"{v} = {r.rule.finalize.format(x=x, v=v, exp=exp)}"]
 
 
-def _welford(r: ReductionStep) -> Stats:
+def _welford(r: ReductionStep, width: str = "n_cols") -> Stats:
     """Welford per lane (the lane's mean and M2, the sum of squared deviations from it),
     combined over the lanes with Chan's formula into `{v}_mean` and `{v}_m2`: no
-    E[x^2] - E[x]^2, which loses the variance of large-mean rows."""
+    E[x^2] - E[x]^2, which loses the variance of large-mean rows. `width`: the columns the
+    loop covers (a split row's chunk)."""
     v, x = r.temp, _source(r)
     count = "(col0 // BLOCK_SIZE + 1)"
     # fp32: one division per block, not per element (a float literal over the int count
@@ -162,9 +218,9 @@ def _welford(r: ReductionStep) -> Stats:
          f"{v}_lm2 = tl.where(mask, {v}_lm2 + {v}_delta * ({x} - {v}_lmean), {v}_lm2)"),
         ("# the lanes combined (Chan): lane j took n_j values, and the row's M2 is the",
          "# sum of M2_j + n_j * (mean_j - mean)^2",
-         f"{v}_left = tl.maximum(n_cols - {_LANE}, 0)",
+         f"{v}_left = tl.maximum({width} - {_LANE}, 0)",
          f"{v}_n = (({v}_left + BLOCK_SIZE - 1) // BLOCK_SIZE).to({TL_TYPES[r.dtype]})",
-         f"{v}_mean = tl.sum({v}_n * {v}_lmean, axis=1){_ROW} / n_cols",
+         f"{v}_mean = tl.sum({v}_n * {v}_lmean, axis=1){_ROW} / {width}",
          f"{v}_dev = {v}_lmean - {v}_mean",
          f"{v}_m2 = {_block(r, f'{v}_lm2')} + {_block(r, f'{v}_n * {v}_dev * {v}_dev')}"))
 
@@ -199,6 +255,28 @@ class _Normalize:
         return Stats(welford.before, welford.inside, (
             *welford.after, f"{v}_rstd = tl.math.rsqrt({v}_m2 / n_cols + {r.eps!r})"))
 
+    def partials(self, r: ReductionStep) -> Partials | None:
+        """rms_norm: the chunk's sum of squares. layer_norm: the chunk's Welford mean and M2
+        (over `chunk_cols` columns), merged by Chan's formula over the chunks' widths."""
+        v, rstd = r.temp, f"{r.temp}_rstd = tl.math.rsqrt({{}} / n_cols + {r.eps!r})"
+        if not r.rule.centered:
+            plain = self.statistics(r)
+            assert plain is not None
+            stats = Stats(plain.before, plain.inside,
+                          ("# the lanes combined", f"{v}_ssq = {_block(r, f'{v}_lsq')}"))
+            return Partials(stats, (f"{v}_ssq",), ("0.0",), (
+                "# the row's sum of squares over its chunks",
+                rstd.format(_block(r, f"{v}_ssq_parts"))))
+        n = "tl.where(part_mask, tl.minimum(chunk, n_cols - parts * chunk), 0)"
+        return Partials(_welford(r, "chunk_cols"), (f"{v}_mean", f"{v}_m2"), ("0.0", "0.0"), (
+            "# the chunks combined (Chan): chunk j took n_j columns",
+            f"{v}_n_parts = {n}.to({TL_TYPES[r.dtype]})",
+            f"{v}_mean = tl.sum({v}_n_parts * {v}_mean_parts, axis=1){_ROW} / n_cols",
+            f"{v}_dev = {v}_mean_parts - {v}_mean",
+            f"{v}_m2 = {_block(r, f'{v}_m2_parts')} + "
+            f"{_block(r, f'{v}_n_parts * {v}_dev * {v}_dev')}",
+            rstd.format(f"{v}_m2")))
+
     def carry(self, r: ReductionStep) -> list[str]:
         return []
 
@@ -219,6 +297,9 @@ class _Scan:
 
     def statistics(self, r: ReductionStep) -> Stats | None:
         return None  # no statistics: the last pass carries the running sum
+
+    def partials(self, r: ReductionStep) -> Partials | None:
+        return None  # its rows are not split
 
     def carry(self, r: ReductionStep) -> list[str]:
         return [f"{r.temp}_carry = {_full(r, _zero(r))}"]
@@ -249,6 +330,9 @@ class _Moments:
         welford = _welford(r)
         return Stats(welford.before, welford.inside,
                      (*welford.after, f"{r.temp} = {self._finish(r, f'{r.temp}_m2')}"))
+
+    def partials(self, r: ReductionStep) -> Partials | None:
+        return None  # its rows are not split
 
     def carry(self, r: ReductionStep) -> list[str]:
         return []

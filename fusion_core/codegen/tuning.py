@@ -2,14 +2,16 @@
 
 Like ``runtime.py``, real Python copied verbatim into every generated kernel file (``source()``).
 A launch configuration is ``(block, rows, num_warps)``: the kernel's ``BLOCK_SIZE``, its
-``ROWS_PER_PROGRAM`` (1 for flat elementwise kernels) and its warps. Shapes fall into buckets
+``ROWS_PER_PROGRAM`` (1 for flat elementwise kernels) and its warps; a looped reduction whose
+rows may be split over several programs ("split") adds a fourth number, the programs per row
+(1: the row loop of one program). Shapes fall into buckets
 (``_bucket``); per bucket, ``_configs`` lists the heuristic's pick first (``HEURISTIC``: the
 file's tuning constants fitted to the bucket), then the file's ``CANDIDATES`` turned into
 configurations (``CONFIG``). The first call in a new bucket (``_choose``) times
 each on CUDA and keeps the fastest in ``CHOSEN``; where nothing is timed (CPU, the Triton
 interpreter, a CUDA graph being captured, or ``FUSION_ADVISOR_AUTOTUNE=0``) the heuristic's
 pick is used. The helpers read the file's globals: ``CANDIDATES``, ``CHOSEN``, the tuning
-constants of its kind ("flat", "tiled", "single", "looped") and ``HEURISTIC``/``CONFIG``;
+constants of its kind ("flat", "tiled", "single", "looped", "split") and ``HEURISTIC``/``CONFIG``;
 the values below only let this module import, tests set them.
 
 One choice is made when the file is generated, not per shape: whether a reduction's rows stay
@@ -31,6 +33,7 @@ CHOSEN: dict = {}
 BLOCK, NUM_WARPS, TILE_COLS = 1024, 4, 32
 MAX_BLOCK, LOOP_BLOCK, PACK_WIDTH, PACK_ELEMENTS, MAX_ROWS = 4096, 1024, 256, 2048, 16
 LOOP_IN_FLIGHT, MAX_LOOP_BLOCK = 1 << 22, 8192
+SPLIT_PROGRAMS, SPLIT_MIN_COLS = 512, 8192
 ROW_CLASSES = 4  # row counts are bucketed by powers of this...
 ROW_CLASS_CAP = 16384  # ...up to this many rows (more rows: one class)
 TUNE_WARMUP_MS, TUNE_REP_MS = 5, 25  # per candidate, once per bucket
@@ -118,6 +121,35 @@ def _looped_config(bucket, candidate):
     return block, 1, max(1, min(max(candidate[1], block // 1024), _pow2(block // 32)))
 
 
+def _splits(bucket):
+    """Programs per row: doubled while rows x programs stay within SPLIT_PROGRAMS and each
+    program keeps at least SPLIT_MIN_COLS columns of the row (1: no split)."""
+    width, n_rows = bucket
+    splits = 1
+    while n_rows * splits * 2 <= SPLIT_PROGRAMS and width // (splits * 2) >= SPLIT_MIN_COLS:
+        splits *= 2
+    return splits
+
+
+def _split_heuristic(bucket):
+    """Few wide rows: each split over `_splits` programs, every program looping over its
+    chunk as the looped heuristic would over a row that narrow, with that many rows."""
+    width, n_rows = bucket
+    splits = _splits(bucket)
+    block, rows, num_warps = _looped_heuristic((width // splits, n_rows * splits))
+    return block, rows, num_warps, splits
+
+
+def _split_config(bucket, candidate):
+    """A candidate (column block of the row loop, warps, programs per row at most): the
+    programs per row only while the chunk keeps a whole block and rows x programs stay
+    within 4 x SPLIT_PROGRAMS (with more rows a split only adds a second launch)."""
+    width, n_rows = bucket
+    block, rows, num_warps = _looped_config(bucket, candidate[:2])
+    splits = max(1, min(candidate[2], width // block, 4 * SPLIT_PROGRAMS // n_rows))
+    return block, rows, num_warps, splits
+
+
 def _configs(bucket):
     """The bucket's configurations: the heuristic's first, then the candidates, no repeats."""
     _powers_of_two(**{f"CANDIDATES[{i}][{j}]": v for i, c in enumerate(CANDIDATES)
@@ -167,7 +199,10 @@ def _choose(key, configs, run, device):
 HEURISTIC, CONFIG = _single_heuristic, _single_config
 KINDS = {"flat": (_flat_heuristic, _flat_config), "tiled": (_tiled_heuristic, _tiled_config),
          "single": (_single_heuristic, _single_config),
-         "looped": (_looped_heuristic, _looped_config)}
+         "looped": (_looped_heuristic, _looped_config),
+         "split": (_split_heuristic, _split_config)}
+# Helpers a kind's pair calls besides the shared ones (copied into its files before the pair).
+KIND_HELPERS = {"split": (_looped_heuristic, _looped_config, _splits)}
 HELPERS = (_pow2, _bucket, _row_warps, _configs, _timing_on, _time, _choose)
 GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
            "ROW_CLASS_CAP", "TUNE_WARMUP_MS", "TUNE_REP_MS")
@@ -192,6 +227,6 @@ def source(kind: str) -> str:
     """The helpers' text as a generated file of this kernel kind holds it, two blank lines
     apart, ending with the kind's HEURISTIC and CONFIG."""
     heuristic, config = KINDS[kind]
-    fns = (*HELPERS, heuristic, config)
+    fns = (*HELPERS, *KIND_HELPERS.get(kind, ()), heuristic, config)
     text = "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in fns)
     return text + f"\n\n\nHEURISTIC, CONFIG = {heuristic.__name__}, {config.__name__}\n"

@@ -1,0 +1,295 @@
+"""Few wide rows split over several programs (``codegen/split_rows.py``): the rule that picks
+the programs per row for a shape bucket, a launcher choosing again at a new shape, numerics
+against eager under the interpreter (softmax and log_softmax with a prologue and an epilogue in
+fp32 and bf16, layer_norm, rms_norm, group_norm, and a mean/amax/amin feeding the row, chunks
+that do not divide the row, chunks of -inf, large-mean rows), and the two kernels compiling for
+sm_90.
+
+A small `max_block` makes rows of 4096 columns loop, and `split_min_cols` lets chunks of 1024
+columns count as wide: several programs per row at interpreter-friendly sizes."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from codegen_harness import (
+    Lambda,
+    compare,
+    compile_for_gpu,
+    load_tool,
+    poison_empty,
+    readme_code_after,
+    to_device,
+)
+
+from fusion_core.codegen import Tuning, generate, load_kernel, tuning, write_kernels
+from fusion_core.codegen.lower import plan
+from fusion_core.codegen.reduce import splittable
+from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster
+from fusion_core.pipeline import analyze
+
+SPLIT = Tuning(max_block=256, loop_block=256, split_min_cols=1024)
+
+FAMILIES = {
+    "softmax": lambda m, x: F.softmax(x * 0.5 + 1.0, dim=-1) * 3.0,
+    "log_softmax": lambda m, x: F.log_softmax(x.float() * 2.0, dim=-1) - 1.0,
+    "layer_norm": lambda m, x: F.gelu(F.layer_norm(x + 1.0, (x.shape[-1],), m.w, m.b)),
+    "rms_norm": lambda m, x: F.rms_norm(x * 2.0, (x.shape[-1],), m.w) + 1.0,
+    "mean": lambda m, x: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * 2.0,
+}
+
+
+def _model(name: str, width: int, dtype: torch.dtype):
+    return Lambda(FAMILIES[name], w=torch.randn(width).to(dtype), b=torch.randn(width).to(dtype))
+
+
+def _split_kind(monkeypatch, **constants):
+    heuristic, config = tuning.KINDS["split"]
+    monkeypatch.setattr(tuning, "HEURISTIC", heuristic)
+    monkeypatch.setattr(tuning, "CONFIG", config)
+    defaults = dict(LOOP_BLOCK=1024, MAX_BLOCK=8192, NUM_WARPS=4, LOOP_IN_FLIGHT=1 << 22,
+                    MAX_LOOP_BLOCK=8192, SPLIT_PROGRAMS=512, SPLIT_MIN_COLS=8192)
+    for name, value in {**defaults, **constants}.items():
+        monkeypatch.setattr(tuning, name, value)
+
+
+@pytest.mark.parametrize("bucket,config", [
+    ((262144, 64), (8192, 1, 16, 8)),  # 64 rows x 8 programs: 512, chunks of 32768
+    ((262144, 4), (8192, 1, 16, 32)),  # few rows: more programs, down to SPLIT_MIN_COLS
+    ((65536, 256), (8192, 1, 16, 2)),
+    ((16384, 64), (8192, 1, 16, 2)),  # a chunk never narrower than SPLIT_MIN_COLS
+    ((8192, 4), (8192, 1, 16, 1)),  # too narrow to split
+    ((262144, 1024), (4096, 1, 8, 1)),  # enough rows: the looped kernel's own pick
+    ((32768, 4096), (1024, 1, 4, 1)),
+])
+def test_which_buckets_split_and_into_how_many_programs(monkeypatch, bucket, config):
+    _split_kind(monkeypatch)
+    assert tuning.HEURISTIC(bucket) == config
+
+
+@pytest.mark.parametrize("candidate,bucket,splits", [
+    ((4096, 8, 16), (262144, 64), 16),
+    ((4096, 8, 16), (262144, 4096), 1),  # many rows: candidates do not split
+    ((4096, 8, 32), (8192, 4), 2),  # each chunk keeps a whole block
+    ((8192, 16, 8), (4096, 4), 1),
+])
+def test_candidates_split_only_where_it_can_pay(monkeypatch, candidate, bucket, splits):
+    _split_kind(monkeypatch)
+    assert tuning.CONFIG(bucket, candidate)[3] == splits
+
+
+ROW = (2, 4096)
+
+
+@pytest.mark.parametrize("fn,shape,split", [
+    (FAMILIES["softmax"], ROW, True),
+    (FAMILIES["log_softmax"], ROW, True),
+    (FAMILIES["layer_norm"], ROW, True),
+    (FAMILIES["rms_norm"], ROW, True),
+    (lambda m, x: F.group_norm(x * 2.0, 2), (2, 4, 8, 128), True),
+    (lambda m, x: (x * 2.0).sum(-1), ROW, False),  # a per-row result
+    (lambda m, x: torch.cumsum(x * 2.0, -1), ROW, False),  # a scan carries: no partials
+    (lambda m, x: x - torch.amax(x * 2.0, -1, keepdim=True), ROW, True),
+    (lambda m, x: torch.var(x * 2.0, -1, keepdim=True) + x, ROW, False),  # no partials
+])
+def test_which_reductions_may_split(fn, shape, split):
+    x = torch.randn(shape)
+    model = Lambda(fn, w=torch.randn(x.shape[-1]), b=torch.randn(x.shape[-1]))
+    analysis = analyze(model, x)
+    (cluster,) = analysis.clusters
+    assert splittable(plan(analysis.graph, cluster)) == split
+    kernel = generate(analysis, cluster, SPLIT)
+    assert kernel.looped
+    assert (f"def {kernel.name}_partials(" in kernel.source) == split
+    assert (f'KIND = "{"split" if split else "looped"}"') in kernel.source
+
+
+def _load(fn, x: torch.Tensor, tmp_path, tuning_=SPLIT, width: int | None = None):
+    """The kernel of `fn`'s one cluster (weights `m.w`, `m.b` of `width`, by default the last
+    dim's), loaded with a poisoning `torch.empty` (a workspace slot or output element never
+    written reads as NaN) and the heuristic's picks (no timing, also where CUDA is); (module,
+    launcher, cluster inputs, eager result on them)."""
+    width = x.shape[-1] if width is None else width
+    analysis = analyze(Lambda(fn, w=torch.randn(width).to(x.dtype),
+                              b=torch.randn(width).to(x.dtype)), x)
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster, tuning_)
+    module = load_kernel(write_kernels([kernel], tmp_path)[0])
+    poison_empty(module)
+    module._timing_on = lambda device: False
+    values = capture_values(analysis, x)
+    args = tuple(values[n] for n in cluster.inputs)
+    (want,) = eager_cluster(analysis, cluster)(*args)
+    return module, getattr(module, kernel.name), tuple(map(to_device, args)), want
+
+
+def _launches(module) -> list[tuple[str, tuple]]:
+    """Record each jit launch of the module's kernels as (suffix, grid), still running it."""
+    seen = []
+    for suffix in ("kernel", "partials", "finish"):
+        name = f"{module.NAME}_{suffix}"
+        jit = getattr(module, name)
+
+        class Recording:
+            def __getitem__(self, grid, jit=jit, suffix=suffix):
+                seen.append((suffix, grid))
+                return jit[grid]
+
+        setattr(module, name, Recording())
+    return seen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_split_softmax_matches_eager(name, dtype, tmp_path):
+    """2 x 4096: four programs per row, each over 1024 columns in four blocks of 256."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 4096).to(dtype)
+    fn = FAMILIES[name]
+    module, launch, inputs, want = _load(fn, x, tmp_path)
+    seen = _launches(module)
+    got = launch(*inputs).cpu()
+    assert seen == [("partials", (2, 4)), ("finish", (2, 4))]
+    assert list(module.CHOSEN.values()) == [(256, 1, 4, 4)]
+    compare(got, want, f"{name} {dtype}")
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm"])
+def test_split_norms_match_eager(name, tmp_path):
+    torch.manual_seed(4)
+    x = torch.randn(2, 4096)
+    module, launch, inputs, want = _load(FAMILIES[name], x, tmp_path)
+    got = launch(*inputs).cpu()
+    assert list(module.CHOSEN.values())[0][3] == 4
+    compare(got, want, name)
+
+
+@pytest.mark.parametrize("fn", [
+    FAMILIES["mean"],  # an RMSNorm by hand
+    lambda m, x: x - torch.amax(x * 2.0, -1, keepdim=True),
+    lambda m, x: torch.amin(x + 1.0, -1, keepdim=True) * x,
+], ids=["mean", "amax", "amin"])
+def test_split_collapsing_reductions_feeding_the_row_match_eager(fn, tmp_path):
+    """A per-row sum, mean, max or min that per-element outputs read: each chunk's
+    accumulator, merged by the combine (a mean divides by the whole row's width)."""
+    torch.manual_seed(9)
+    module, launch, inputs, want = _load(fn, torch.randn(2, 4096), tmp_path)
+    got = launch(*inputs).cpu()
+    assert list(module.CHOSEN.values())[0][3] == 4
+    compare(got, want, "collapse")
+
+
+def test_split_group_norm_matches_eager(tmp_path):
+    """A row of group_norm is one group's channels x H x W (the kernel's own order): chunks
+    cut across channels, each column reading its channel's weight and bias."""
+    torch.manual_seed(6)
+    x = torch.randn(2, 4, 16, 128)
+    fn = lambda m, x: F.silu(F.group_norm(x * 2.0, 2, m.w, m.b))  # noqa: E731
+    module, launch, inputs, want = _load(fn, x, tmp_path, width=4)
+    got = launch(*inputs).cpu()
+    assert list(module.CHOSEN.values())[0][3] == 4
+    compare(got, want, "group_norm")
+
+
+def test_chunks_that_do_not_divide_the_row(tmp_path):
+    """2100 columns, four programs per row: chunks of 528 columns (2100 / 4 rounded up to a
+    multiple of 16), the last one 516 wide; every chunk ends inside a block of 256."""
+    torch.manual_seed(7)
+    x = torch.randn(3, 2100)
+    module, launch, inputs, want = _load(FAMILIES["softmax"], x, tmp_path)
+    seen = _launches(module)
+    got = launch(*inputs).cpu()
+    assert seen == [("partials", (3, 4)), ("finish", (3, 4))]
+    compare(got, want, "softmax 2100")
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm"])
+def test_programs_per_row_not_a_power_of_two(name, tmp_path):
+    """Three programs per row (a configuration edited by hand, or rows too narrow for the
+    configured count): the finish kernel's fourth partial slot is masked to the merge's
+    identity."""
+    torch.manual_seed(10)
+    x = torch.randn(2, 3000)
+    module, launch, inputs, want = _load(FAMILIES[name], x, tmp_path)
+    launch(*inputs)  # plans this layout
+    key = next(iter(module.LAUNCH_CACHE))
+    _, out_shapes, args, _, _ = module.LAUNCH_CACHE[key]
+    out = torch.empty(out_shapes[0], dtype=want.dtype, device=inputs[0].device)
+    seen = _launches(module)
+    module._launch((256, 1, 4, 3), args, *inputs, out)
+    assert seen == [("partials", (2, 3)), ("finish", (2, 3))]
+    compare(out.cpu(), want, f"{name} in 3 chunks")
+
+
+@pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])
+def test_a_chunk_of_minus_inf_and_a_row_of_it(fn, tmp_path):
+    """A chunk whose every value is -inf adds nothing (its partial sum is 0 at the lowest
+    finite max); a row of -inf only is NaN, as in eager."""
+    x = torch.randn(3, 4096)
+    x[0, 1024:2048] = float("-inf")
+    x[1, :3000] = float("-inf")
+    x[2] = float("-inf")
+    model = lambda m, x: fn(x * 1.0, dim=-1)  # noqa: E731
+    module, launch, inputs, want = _load(model, x, tmp_path)
+    got = launch(*inputs).cpu()
+    assert list(module.CHOSEN.values())[0][3] == 4
+    compare(got, want, fn.__name__)
+
+
+def test_large_mean_rows_keep_their_variance_across_chunks(tmp_path):
+    """`1e4 + N(0, 1)` in fp32: chunk means differ only by noise, and Chan's merge of the
+    chunks' M2 keeps the unit variance (compared with float64)."""
+    torch.manual_seed(8)
+    x = 1e4 + torch.randn(2, 4096)
+    model = lambda m, x: F.layer_norm(x * 1.0, (4096,))  # noqa: E731
+    module, launch, inputs, _ = _load(model, x, tmp_path)
+    got = launch(*inputs).cpu().double()
+    assert list(module.CHOSEN.values())[0][3] == 4
+    want = F.layer_norm(x.double(), (4096,))
+    eager_err = (F.layer_norm(x, (4096,)).double() - want).abs().max()
+    assert (got - want).abs().max() <= max(4 * eager_err, 1e-3)
+
+
+def test_a_launcher_at_a_new_shape_picks_its_own_configuration(tmp_path):
+    """One file, three buckets: 2 rows of 4096 split four ways; 20 rows (a row class of 64,
+    past SPLIT_PROGRAMS = 16 here) and rows of 1000 columns (too narrow) run the looped
+    kernel, each under its own bucket's pick, and all match eager."""
+    fn = FAMILIES["softmax"]
+    few = Tuning(max_block=256, loop_block=256, split_min_cols=1024, split_programs=16)
+    module, launch, inputs, _ = _load(fn, torch.randn(2, 4096), tmp_path, few)
+    seen = _launches(module)
+    for shape in ((2, 4096), (20, 4096), (2, 1000), (2, 4096)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(launch(to_device(x)).cpu(), fn(None, x))
+    assert [s for s, _ in seen] == ["partials", "finish", "kernel", "kernel", "partials",
+                                    "finish"]
+    key = (torch.float32,), inputs[0].device
+    assert module.CHOSEN == {((4096, 4), *key): (256, 1, 4, 4),
+                             ((4096, 64), *key): (256, 1, 4, 1),
+                             ((1024, 4), *key): (256, 1, 4, 1)}
+
+
+def test_split_kernels_compile_for_sm90(tmp_path):
+    """The interpreter accepts a loop bound that is a tensor and reads of tl.num_programs;
+    the compiler must too: both kernels of each partials family, in bf16 and fp32."""
+    jobs = []
+    small = Tuning(max_block=16, loop_block=16, split_min_cols=16)
+    for name in ("softmax", "layer_norm", "rms_norm", "mean"):
+        for dtype in (torch.bfloat16, torch.float32):
+            x = torch.randn(3, 70).to(dtype)
+            analysis = analyze(_model(name, 70, dtype), x)
+            (cluster,) = analysis.clusters
+            kernel = generate(analysis, cluster, small)
+            args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
+            for suffix in ("partials", "finish"):
+                where = tmp_path / f"{name}-{dtype}-{suffix}".replace("torch.", "")
+                jobs.append((kernel, where, args, suffix))
+    compiled = compile_for_gpu(jobs)
+    assert len(compiled) == len(jobs) and all(compiled.values()), compiled
+
+
+def test_readme_shows_the_split_kernels_the_generator_writes():
+    """README's split-row kernels are the real output of `tools/wide_row_kernel.py --split`
+    (rerun it and paste its output when the generator's text changes)."""
+    block = readme_code_after("`python tools/wide_row_kernel.py --split`\nprints")
+    assert block == load_tool("wide_row_kernel").split_text()
+    assert "def cluster0_partials(" in block and "def cluster0_finish(" in block
