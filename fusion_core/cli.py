@@ -206,7 +206,8 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
             write_json(json_path, to_document(analysis, run.json_extras()))
             console.print(f"Wrote {json_path}", highlight=False)
         if html_path:
-            write_html(html_path, analysis, run.json_extras(), run.mappings)
+            write_html(html_path, analysis, run.json_extras(), run.mappings,
+                       run.kernel_sources())
             console.print(f"Wrote {html_path}", highlight=False)
         if apply_edits:
             run.apply(model_path, assume_yes)

@@ -113,6 +113,13 @@ class Run:
                                f"lowered: {s['reason']}", highlight=False, markup=False)
         self.written = {"out_dir": str(out_dir), "files": names, "skipped": skipped}
 
+    def kernel_sources(self) -> dict[int, tuple[str, str]] | None:
+        """Cluster -> (kernel source, why there is none), from the kernels generated once."""
+        if self.kernels is None:
+            return None
+        found = {i: (k.source, "") for i, k in self.kernels.kernels.items()}
+        return found | {i: ("", why) for i, why in self.kernels.failed.items()}
+
     def compare_inductor(self) -> None:
         """`--vs-inductor`: compile with torch.compile (on the GPU when there is one), match."""
         from .inductor.capture import capture

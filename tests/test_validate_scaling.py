@@ -208,3 +208,25 @@ def test_each_blamed_cluster_names_its_own_failure(three_layers, monkeypatch):
                                                    "one kernel call")
     others = [r for r in report.results if r.cluster not in multi]
     assert all(r.usable for r in others)
+
+
+def test_a_cli_run_with_every_output_generates_each_kernel_once(tmp_path, monkeypatch):
+    """--out-dir, --json and --html all show the kernels the run generated once."""
+    import fusion_core.codegen as codegen
+
+    generated: list[int] = []
+    real = codegen.generate
+
+    def counting(analysis, cluster, *args, **kwargs):
+        generated.append(cluster.index)
+        return real(analysis, cluster, *args, **kwargs)
+
+    monkeypatch.setattr(codegen, "generate", counting)
+    result = CliRunner().invoke(cli, [
+        "--model", str(ROOT / "examples" / "example_net.py"), "--input-shape", "4,1024",
+        "--out-dir", str(tmp_path / "gen"), "--json", str(tmp_path / "r.json"),
+        "--html", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+    assert sorted(generated) == [0, 1, 2]
+    page = (tmp_path / "r.html").read_text()
+    assert (tmp_path / "gen" / "cluster0.py").read_text().splitlines()[5] in page

@@ -17,6 +17,7 @@ __all__ = ["analysis_html", "compare_html", "index_html", "page_data", "write_ht
 
 
 def write_html(path: str | Path, analysis: Any, extra: dict[str, Any] | None = None,
-               mappings: Any = None) -> None:
-    """Write the page for `analysis` and the CLI's later results (`extra`) to `path`."""
-    write_page(path, analysis_html(page_data(analysis, extra, mappings)))
+               mappings: Any = None, kernels: Any = None) -> None:
+    """Write the page for `analysis` and the CLI's later results (`extra`) to `path`;
+    `kernels` (cluster -> source, why none) spares generating each kernel again."""
+    write_page(path, analysis_html(page_data(analysis, extra, mappings, kernels=kernels)))

@@ -11,7 +11,7 @@ detail lists its inputs instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,10 @@ def _timings(extra: dict[str, Any], measured: dict | None) -> dict[int, dict[str
 
 
 def clusters_view(analysis: Analysis, mappings: Sequence[Any], extra: dict[str, Any],
-                  measured: dict | None) -> list[dict[str, Any]]:
+                  measured: dict | None, kernels: Mapping[int, tuple[str, str]] | None = None
+                  ) -> list[dict[str, Any]]:
+    """One entry per cluster; `kernels` (cluster -> source, why none) are the kernels the
+    caller already generated, else each is generated here."""
     from ...sourcemap.diff import diff_lines, header
 
     sources = _Sources()
@@ -162,7 +165,8 @@ def clusters_view(analysis: Analysis, mappings: Sequence[Any], extra: dict[str, 
     out = []
     for c in analysis.clusters:
         m = by_index.get(c.index)
-        kernel, kernel_error = _kernel_source(analysis, c)
+        known = kernels.get(c.index) if kernels is not None else None
+        kernel, kernel_error = known if known is not None else _kernel_source(analysis, c)
         check = numerics.get(c.index)
         out.append({
             "index": c.index, "category": c.category, "ops": list(c.ops), "nodes": list(c.nodes),
@@ -202,7 +206,8 @@ def _missed(analysis: Analysis, inductor: dict[str, Any]) -> list[dict[str, Any]
 
 def page_data(analysis: Analysis, extra: dict[str, Any] | None = None,
               mappings: Sequence[Any] | None = None, measured: dict | None = None,
-              title: str = "") -> dict[str, Any]:
+              title: str = "", kernels: Mapping[int, tuple[str, str]] | None = None
+              ) -> dict[str, Any]:
     """Everything one page shows, as plain JSON-able data."""
     from ...sourcemap import map_clusters
 
@@ -222,7 +227,7 @@ def page_data(analysis: Analysis, extra: dict[str, Any] | None = None,
         "mode": validation.get("mode", ""), "device": validation.get("device", ""),
         "model_check": validation.get("model"),
         "graph": graph_view(analysis),
-        "clusters": clusters_view(analysis, mappings, extra, measured),
+        "clusters": clusters_view(analysis, mappings, extra, measured, kernels),
         "rejections": [{"check": r.check, "ops": list(r.ops), "nodes": list(r.nodes),
                         "culprits": list(r.culprits), "reason": r.reason,
                         "where": _where(r.lines)} for r in analysis.rejections],
