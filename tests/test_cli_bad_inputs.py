@@ -302,6 +302,16 @@ def test_dead_code_forms_no_cluster_and_is_named_once(tmp_path):
     assert "M (6 nodes, 0 fusable cluster(s)" in result.output
     assert result.output.count("dead code: result unused") == 1
     assert "mul → relu → add at " in result.output and "model.py:6" in result.output
+    assert "--explain-rejections says" not in result.output
+
+
+def test_without_explain_rejections_the_report_says_a_reason_exists(tmp_path):
+    (tmp_path / "model.py").write_text(DEAD_CODE)
+    result = CliRunner().invoke(cli, ["--model", str(tmp_path / "model.py"), *SHAPE])
+    assert result.exit_code == 0, result.output
+    assert ("1 candidate group(s) failed a legality check: --explain-rejections says which "
+            "and why.") in result.output
+    assert "dead code: result unused" not in result.output
 
 
 # -- --apply: the file at write time must be the file imported ------------------------------

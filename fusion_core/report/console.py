@@ -113,6 +113,10 @@ def print_analysis(analysis: Analysis, console: Console, explain_rejections: boo
     console.print("Estimates are a DRAM upper bound with no cache model.")
     if explain_rejections:
         print_rejections(analysis, console)
+    elif analysis.rejections:  # a fusion not made always gets a reason, if asked for
+        n = len(analysis.rejections)
+        console.print(f"{n} candidate group(s) failed a legality check: --explain-rejections "
+                      "says which and why.", highlight=False, soft_wrap=True)
 
 
 def print_rejections(analysis: Analysis, console: Console) -> None:
