@@ -30,17 +30,23 @@ CASES = {
     "channel softmax": lambda m, x: torch.softmax(x * 2.0, 1),
     "channel sum": lambda m, x: (x * 2.0).sum(1),
     "row softmax": lambda m, x: torch.softmax(x * 2.0, -1),
+    # ConvNeXt's tail: a channels-last value permuted back to NCHW, plus an NCHW one
+    "channels-last add": lambda m, y, x: (y * 2.0).permute(0, 3, 1, 2) + x,
+}
+# Cases with other inputs than one tensor of SHAPE, in the kernel's argument order.
+INPUTS = {
+    "channels-last add": lambda n, c, h, w: (torch.randn(n, h, w, c), torch.randn(n, c, h, w)),
 }
 
 
 def load_layouts(shape: tuple[int, ...], case: str) -> dict:
     from triton.runtime.jit import JITFunction
 
-    x = torch.randn(shape)
-    analysis = analyze(Lambda(CASES[case], arity=1), x)
+    inputs = INPUTS[case](*shape) if case in INPUTS else (torch.randn(shape),)
+    analysis = analyze(Lambda(CASES[case], arity=len(inputs)), *inputs)
     kernel = generate(analysis, analysis.clusters[0])
     with tempfile.TemporaryDirectory() as d:  # Triton reads the kernel's source file
-        caught = catch_launch(kernel, Path(d), (x,))
+        caught = catch_launch(kernel, Path(d), inputs)
         jit = getattr(load_kernel(Path(caught["path"])), f"{kernel.name}_kernel")
         return _compiled_loads(JITFunction(getattr(jit, "fn", jit)), caught)
 

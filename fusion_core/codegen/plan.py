@@ -112,11 +112,16 @@ class KernelPlan:
     # A reduction's kernel order (``domain.py``) when it is not the user's order with one
     # reduced dim: the columns then cover the last `order.reduced` dims of `domain`.
     order: Domain | None = None
+    # A tiled elementwise kernel: trailing domain dims its columns cover (``tiling.py``).
+    col_dims: int = 1
 
     @property
     def reduced(self) -> int:
-        """Trailing domain dims the columns cover (1 for elementwise kernels)."""
-        return 1 if self.order is None else self.order.reduced
+        """Trailing domain dims the columns cover: a reduction's reduced dims, a tiled
+        kernel's column dims, 1 for a flat elementwise kernel."""
+        if self.order is not None:
+            return self.order.reduced
+        return self.col_dims if self.tiled else 1
 
     @property
     def n_cols(self) -> int:
