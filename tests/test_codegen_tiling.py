@@ -109,6 +109,15 @@ def test_a_broadcast_or_sliced_operand_is_not_a_permuted_one():
     assert column_dims(domain, [gamma, sliced]) == 1
 
 
+def test_an_operand_broadcast_along_the_last_axis_still_counts_where_it_is_permuted():
+    """Channels-last (N, H, W) values, broadcast along W: contiguous along C, varying along
+    H, so C still ends the rows."""
+    domain = (2, 3, 4, 5)
+    per_h = _arg("in", 0, (2, 3, 4, 1), (12, 1, 3, 0), domain)
+    sliced = _arg("in", 1, domain, (3 * 4 * 6, 4 * 6, 6, 1), domain)
+    assert unit_dim_against(per_h, 4) == 1 and column_dims(domain, [per_h, sliced]) == 2
+
+
 def test_the_convnext_example_tiles_its_tail_over_the_image():
     from convnext_block import ConvNeXtBlock
 

@@ -35,13 +35,14 @@ def needs_tiles(domain: tuple[int, ...], args: Sequence[TensorArg]) -> bool:
 
 
 def unit_dim_against(arg: TensorArg, rank: int) -> int | None:
-    """The domain dim along which `arg` has stride 1, where `arg` varies along the last axis
-    with another stride (a permuted read or write); None otherwise."""
+    """The domain dim along which `arg` has stride 1, where `arg` also varies along a later
+    dim (a permuted read or write); None otherwise (contiguous along its innermost dim, or
+    broadcast along every dim after its contiguous one)."""
     groups = arg.access.groups
-    if not groups or groups[-1].last != rank or groups[-1].unit:
+    units = [g for g in groups if g.unit]
+    if not units or units[-1] == groups[-1]:
         return None
-    units = [g for g in groups[:-1] if g.unit]
-    return units[-1].last - 1 if units else None
+    return units[-1].last - 1
 
 
 def column_dims(domain: tuple[int, ...], args: Sequence[TensorArg]) -> int:
