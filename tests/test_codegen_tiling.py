@@ -13,6 +13,7 @@ import torch
 from codegen_harness import Lambda, check_model, run_kernel, ttgir_load_layouts
 
 from fusion_core.codegen import Tuning, generate
+from fusion_core.codegen.choices import CANDIDATES, candidates
 from fusion_core.codegen.layout import access
 from fusion_core.codegen.lower import plan
 from fusion_core.codegen.plan import TensorArg
@@ -64,15 +65,18 @@ def test_a_channels_last_read_makes_the_image_dims_the_columns():
     assert unit_dim_against(permuted, p.rank) == 1
 
 
+def _nchw_and_nhwc(m, x):
+    a = torch.sigmoid(x)
+    return a, a.permute(0, 2, 3, 1) * 3
+
+
 def test_a_value_written_channels_last_decides_like_a_read():
     """Two results, NCHW and through a permute NHWC: the second is written against the
     iteration order, so its contiguous dim (C) ends the rows."""
-    def fn(m, x):
-        a = torch.sigmoid(x)
-        return a, a.permute(0, 2, 3, 1) * 3
-
-    p = _plan_of(fn, rand(2, 3, 4, 5))
+    p = _plan_of(_nchw_and_nhwc, rand(2, 3, 4, 5))
     assert p.tiled and p.domain == (2, 3, 4, 5) and p.reduced == 2
+    # ...and its tiles are square like a permuted read's, not a row of 1024 columns
+    assert p.column_strided and candidates(p, False) == CANDIDATES["tiled"]
 
 
 @pytest.mark.parametrize("perm, cols", [((2, 0, 1), 2), ((1, 2, 0), 1), ((0, 2, 1), 1)])
@@ -143,6 +147,7 @@ CASES = {  # fn, input shapes; odd sizes so tiles end part-way in both direction
         lambda m, x, y: x.permute(1, 3, 0, 2) * y + 1, ((3, 5, 2, 7), (7, 1, 2))),
     "5-d (4, 2, 0, 3, 1)": (lambda m, x, y: torch.sigmoid(x.permute(4, 2, 0, 3, 1) - y),
                             ((2, 3, 5, 3, 7), (5, 1, 3, 1))),
+    "a result written channels-last": (_nchw_and_nhwc, ((2, 5, 3, 7),)),
     "two permuted inputs": (lambda m, x, y, z: x.permute(0, 2, 1) * y.permute(2, 0, 1) + z,
                             ((3, 7, 5), (5, 7, 3), (3, 5, 7))),
 }
