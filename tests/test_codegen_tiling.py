@@ -190,3 +190,14 @@ def test_a_channels_last_tile_loads_each_input_along_its_contiguous_dim():
     permuted, plain = found["loads"]
     assert permuted["order"] == [0, 1] and permuted["sizePerThread"] == [4, 1], permuted
     assert plain["order"] == [1, 0] and plain["sizePerThread"] == [1, 4], plain
+    assert found["stores"] == [plain]
+
+
+@pytest.mark.slow
+def test_a_result_written_channels_last_is_stored_down_the_rows():
+    """NCHW in, NCHW and NHWC results: the NHWC store runs fastest down the rows (channels),
+    four a thread, the NCHW load and store along the columns."""
+    found = ttgir_load_layouts("64,32,56,56", "channels-last result")
+    along = {"order": [1, 0], "sizePerThread": [1, 4]}
+    assert found["loads"] == [along]
+    assert found["stores"] == [along, {"order": [0, 1], "sizePerThread": [4, 1]}], found
