@@ -6,17 +6,17 @@ Run on a CUDA machine from the repository root (one call, under six minutes on a
 
 Each case is a small function (softmax, log_softmax, layer_norm, rms_norm with and without a
 prologue/epilogue, elementwise chains on odd sizes, a softmax over a transposed view and over
-the channel dim of NCHW, SiLU·mul, a row sum) at one shape and dtype. The case is analyzed;
-when it does not give one cluster the row says "not fused: <reason>" instead of a time.
-Otherwise its kernel is generated and checked against the eager subgraph, and every column is
-timed with gpu_clusters.py's device clock (CUDA-graph replays over rotating inputs larger than
-L2): the launcher as a user calls it, after its own per-shape tuning (the headline: for few
-wide rows that includes whether each row is split over several programs), the same
-kernel with timing turned off (FUSION_ADVISOR_AUTOTUNE=0: the heuristic's pick) twice to show
-the spread, eager, Inductor (default mode), Liger-Kernel's kernel for the same work when
-`liger_kernel` is importable, and a device copy of the same bytes. A case past --case-timeout
-seconds, or started after --budget seconds, is recorded as such. Full numbers go to --out; a
-Markdown table is printed last.
+the channel dim of NCHW, SiLU·mul, a row sum, a channels-last value permuted back to NCHW) at
+one shape and dtype. The case is analyzed; when it does not give one cluster the row says "not
+fused: <reason>" instead of a time. Otherwise its kernel is generated and checked against the
+eager subgraph, and every column is timed with gpu_clusters.py's device clock (CUDA-graph
+replays over rotating inputs larger than L2): the launcher as a user calls it, after its own
+per-shape tuning (the headline: for few wide rows that includes whether each row is split over
+several programs), the same kernel with timing turned off (FUSION_ADVISOR_AUTOTUNE=0: the
+heuristic's pick) twice to show the spread, eager, Inductor (default mode), Liger-Kernel's
+kernel for the same work when `liger_kernel` is importable, and a device copy of the same
+bytes. A case past --case-timeout seconds, or started after --budget seconds, is recorded as
+such. Full numbers go to --out; a Markdown table is printed last.
 
 `--dry-run` builds every case at tiny sizes and checks the launcher's numerics (under the
 Triton interpreter without CUDA); nothing is timed.
@@ -103,6 +103,10 @@ def _t(x):
     return x.transpose(-1, -2)
 
 
+def _layer_scale_tail(m, y, x):
+    return (y * m.g).permute(0, 3, 1, 2) + x
+
+
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 # A lone op is no fusion (the analyzer makes no cluster of it): every case has a prologue or
 # an epilogue. Liger-Kernel's kernels do the op alone, moving the same bytes.
@@ -149,6 +153,13 @@ CASES = [
          ((4096, 4096),), ((40, 3),), FP32),
     Case("softmax(x/8, dim=1) NCHW 32x64x56x56", lambda m, x: torch.softmax(x * 0.125, 1),
          ((32, 64, 56, 56),), ((2, 5, 3, 3),), FP32),
+    # ConvNeXt's block tail: a channels-last value scaled per channel, back to NCHW, plus the
+    # NCHW residual (the tile's rows are (N, C), its columns (H, W)); a first-stage and a
+    # last-stage shape (7x7 images: 49 columns).
+    Case("(y*g).permute(0,3,1,2)+x 64x96x56x56", _layer_scale_tail,
+         ((64, 56, 56, 96), (64, 96, 56, 56)), ((2, 3, 5, 7), (2, 7, 3, 5)), FP32, ("g",)),
+    Case("(y*g).permute(0,3,1,2)+x 64x768x7x7", _layer_scale_tail,
+         ((64, 7, 7, 768), (64, 768, 7, 7)), ((2, 3, 3, 9), (2, 9, 3, 3)), BF16, ("g",)),
 ]
 
 

@@ -281,3 +281,24 @@ def compile_for_gpu(jobs: list[tuple], arch: int = 90) -> dict[str, bool]:
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {line.split()[0]: line.split()[1] == "True" for line in proc.stdout.splitlines()}
+
+
+def ttgir_load_layouts(shape: str, case: str) -> dict:
+    """tests/ttgir_layouts.py in its own process (Triton imported without the interpreter):
+    each load's layout when the kernel of CASES[case] at `shape` is compiled for sm_90;
+    skips where this Triton cannot compile for sm_90."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    script = Path(__file__).resolve().parent / "ttgir_layouts.py"
+    done = subprocess.run([sys.executable, str(script), shape, case], capture_output=True,
+                          text=True, timeout=300, cwd=script.parent.parent,
+                          env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
+    if done.returncode == 3:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

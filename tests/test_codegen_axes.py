@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from codegen_harness import Lambda, check_model
+from codegen_harness import Lambda, check_model, ttgir_load_layouts
 
 from fusion_core.codegen import Tuning, emit
 from fusion_core.codegen.domain import Domain, domain_of
@@ -225,22 +225,6 @@ def test_groupnorm_example_fuses_each_norm_with_its_silu(tmp_path):
     assert all(k.skeleton == "reduction" for k in checked.kernels)
 
 
-def _load_layouts(shape: str, case: str) -> dict:
-    """tests/ttgir_layouts.py in its own process (Triton imported without the interpreter)."""
-    import json
-    import os
-    import subprocess
-
-    script = Path(__file__).resolve().parent / "ttgir_layouts.py"
-    done = subprocess.run([sys.executable, str(script), shape, case], capture_output=True,
-                          text=True, timeout=300, cwd=script.parent.parent,
-                          env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
-    if done.returncode == 3:
-        pytest.skip(done.stderr.strip().splitlines()[-1])
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("shape, case, rows", [
     ("2,512,32,32", "channel sum", 16),  # 512 columns: one row per program before
@@ -249,7 +233,7 @@ def _load_layouts(shape: str, case: str) -> dict:
 def test_a_reduction_over_strided_channels_loads_along_the_contiguous_rows(shape, case, rows):
     """Compiled for sm_90 (no GPU needed): the strided input's tile is read fastest along the
     rows, several rows a thread, with many rows per program."""
-    found = _load_layouts(shape, case)
+    found = ttgir_load_layouts(shape, case)
     assert found["rows_per_program"] == rows
     (load,) = found["loads"]
     assert load["order"] == [0, 1] and load["sizePerThread"][0] > 1, load
@@ -257,5 +241,5 @@ def test_a_reduction_over_strided_channels_loads_along_the_contiguous_rows(shape
 
 @pytest.mark.slow
 def test_a_reduction_over_contiguous_rows_loads_along_the_columns():
-    (load,) = _load_layouts("2048,64", "row softmax")["loads"]
+    (load,) = ttgir_load_layouts("2048,64", "row softmax")["loads"]
     assert load["order"] == [1, 0] and load["sizePerThread"][1] > 1, load

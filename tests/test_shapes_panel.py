@@ -15,17 +15,19 @@ def test_dry_run_builds_and_checks_cases(tmp_path):
     picks = [labels.index("softmax(x/8) 256x50257"),  # 77 columns: the looped kernel
              labels.index("causal-mask softmax 8x1024x1024"),
              labels.index("relu(x.T*2) 4096x4096"),  # tiled
-             labels.index("softmax(x/8, dim=1) NCHW 32x64x56x56")]
+             labels.index("softmax(x/8, dim=1) NCHW 32x64x56x56"),
+             labels.index("(y*g).permute(0,3,1,2)+x 64x96x56x56")]  # tiled over (N, C) rows
     out = tmp_path / "panel.json"
     code = shapes_panel.main(["--dry-run", "--out", str(out),
                               "--cases", ",".join(map(str, picks))])
     rows = json.loads(out.read_text())["rows"]
-    assert code == 0 and len(rows) == 4
-    looped, causal, tiled, channels = rows
-    for row in (looped, causal, tiled, channels):
+    assert code == 0 and len(rows) == 5
+    looped, causal, tiled, channels, channels_last = rows
+    for row in (looped, causal, tiled, channels, channels_last):
         assert row["ok"] and row["default_ok"] and row["user_config"], row
     assert looped["kernel"]["looped"] and tiled["kernel"]["tiled"]
     # 2 tiny rows of 77 columns stand for few wide ones: the launcher's own pick splits them
     assert looped["kernel"]["kind"] == "split" and looped["user_config"][0][3] > 1, looped
+    assert channels_last["kernel"]["tiled"]
     # a softmax over the channel dim now fuses: its rows are (N, H, W) positions
     assert channels["ok"] and channels["default_ok"] and not channels["kernel"]["looped"]

@@ -1,6 +1,6 @@
 """Compile one generated kernel for an H100/H200 (sm_90) without a GPU and print the layout
-of each of its loads, as JSON: whether Triton walks a load's tile fastest along the rows
-or the columns (`order`) and how many elements a thread reads at once (`sizePerThread`).
+of each of its loads and stores, as JSON: whether Triton walks a tile fastest along the rows
+or the columns (`order`) and how many elements a thread moves at once (`sizePerThread`).
 
 Run as a script (Triton must be imported without TRITON_INTERPRET, so not inside the test
 process): `python tests/ttgir_layouts.py SHAPE CASE`, CASE a key of CASES. Integer
@@ -30,17 +30,25 @@ CASES = {
     "channel softmax": lambda m, x: torch.softmax(x * 2.0, 1),
     "channel sum": lambda m, x: (x * 2.0).sum(1),
     "row softmax": lambda m, x: torch.softmax(x * 2.0, -1),
+    # ConvNeXt's tail: a channels-last value permuted back to NCHW, plus an NCHW one
+    "channels-last add": lambda m, y, x: (y * 2.0).permute(0, 3, 1, 2) + x,
+    # ...and a result written channels-last beside the NCHW one
+    "channels-last result": lambda m, x: ((a := torch.sigmoid(x)), a.permute(0, 2, 3, 1) * 3),
+}
+# Cases with other inputs than one tensor of SHAPE, in the kernel's argument order.
+INPUTS = {
+    "channels-last add": lambda n, c, h, w: (torch.randn(n, h, w, c), torch.randn(n, c, h, w)),
 }
 
 
 def load_layouts(shape: tuple[int, ...], case: str) -> dict:
     from triton.runtime.jit import JITFunction
 
-    x = torch.randn(shape)
-    analysis = analyze(Lambda(CASES[case], arity=1), x)
+    inputs = INPUTS[case](*shape) if case in INPUTS else (torch.randn(shape),)
+    analysis = analyze(Lambda(CASES[case], arity=len(inputs)), *inputs)
     kernel = generate(analysis, analysis.clusters[0])
     with tempfile.TemporaryDirectory() as d:  # Triton reads the kernel's source file
-        caught = catch_launch(kernel, Path(d), (x,))
+        caught = catch_launch(kernel, Path(d), inputs)
         jit = getattr(load_kernel(Path(caught["path"])), f"{kernel.name}_kernel")
         return _compiled_loads(JITFunction(getattr(jit, "fn", jit)), caught)
 
@@ -61,13 +69,14 @@ def _compiled_loads(jit, caught: dict) -> dict:
     source = triton.compiler.ASTSource(fn=jit, signature=sig, constexprs=consts, attrs=attrs)
     ir = triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ttgir"]
     blocked = dict(re.findall(r"^(#blocked\d*) = #ttg.blocked<(.*)>$", ir, re.M))
-    loads = []
+    found = {"loads": [], "stores": []}
     for line in ir.splitlines():
-        if "tt.load" in line and (m := re.search(r"(#blocked\d*)>", line)):
+        op = "loads" if "tt.load" in line else "stores" if "tt.store" in line else None
+        if op and (m := re.search(r"(#blocked\d*)>", line)):
             fields = blocked[m.group(1)]
-            loads.append({k: [int(v) for v in re.search(rf"{k} = \[([\d, ]+)\]", fields)
-                              .group(1).split(",")] for k in ("order", "sizePerThread")})
-    return {"rows_per_program": caught["kwargs"]["ROWS_PER_PROGRAM"], "loads": loads}
+            found[op].append({k: [int(v) for v in re.search(rf"{k} = \[([\d, ]+)\]", fields)
+                                  .group(1).split(",")] for k in ("order", "sizePerThread")})
+    return {"rows_per_program": caught["kwargs"]["ROWS_PER_PROGRAM"], **found}
 
 
 if __name__ == "__main__":

@@ -10,16 +10,16 @@ The reduction itself comes from ``reduce.py``. Sections carry short comments
 named as in the plan.
 
 Elementwise kernels run a flat grid: ``offs`` is the flat index into the
-iteration shape, masked at the tail; a ``tiled`` one (see ``lower.py``) runs a
-2-D grid of ``[ROWS, BLOCK]`` tiles indexed by ``rows`` and ``cols`` as below,
-without the reduction. Reduction kernels give each program
-``ROWS_PER_PROGRAM`` rows (``rows``, a ``[ROWS, 1]`` column) and a
-power-of-two block of columns (``cols``, ``[1, BLOCK]``); tail lanes take the
-reduction's identity before every reduce. A row wider than one block loops
-over column blocks: one pass that reads the row once for all its statistics
-(per-lane online max and sum for softmax, Welford for layer_norm, see
-``reduce.py``), then a pass that re-reads it (from L2, where the first pass asked
-the cache to keep it), recomputes the prologue and writes the results.
+iteration shape, masked at the tail; a ``tiled`` one (see ``tiling.py``) runs a
+2-D grid of ``[ROWS, BLOCK]`` tiles indexed by ``rows`` and ``cols`` as below (the
+columns cover the domain's last ``plan.reduced`` dims), without the reduction.
+Reduction kernels give each program ``ROWS_PER_PROGRAM`` rows (``rows``, a
+``[ROWS, 1]`` column) and a power-of-two block of columns (``cols``,
+``[1, BLOCK]``); tail lanes take the reduction's identity before every reduce. A
+row wider than one block loops over column blocks: one pass that reads the row
+once for all its statistics (per-lane online max and sum for softmax, Welford for
+layer_norm, see ``reduce.py``), then a pass that re-reads it (from L2, where the
+first pass asked the cache to keep it), recomputes the prologue and writes the results.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _store(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
         idx = Index((zero_term(ROWS if plan.two_d else OFFS),))
     elif plan.two_d and not idx.shaped("rows"):
         idx = idx.plus(before=(zero_term(ROWS),))  # the pointer block takes [ROWS, ...]
-    if plan.tiled and not arg.access.spans_cols(plan.rank):
+    if plan.tiled and not idx.shaped("cols"):
         idx = idx.plus(after=(zero_term(COLS),))  # broadcast-shaped: under the tile's mask
     value = arg.temp if arg.compute_dtype == arg.dtype else (
         f"{arg.temp}.to({TL_TYPES[arg.dtype]})")
@@ -177,7 +177,12 @@ def _elementwise(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> Non
 
 
 def _tiled(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
-    out.lines(["# boilerplate (elementwise, tiles of rows x columns of the last axis)",
+    what = ["# boilerplate (elementwise, tiles of rows x columns of the last axis)"]
+    if plan.reduced > 1:
+        what = [f"# boilerplate (elementwise, tiles of rows x columns of the last {plan.reduced} "
+                "axes)", "# (a permuted tensor is contiguous down the rows, the rest along "
+                "the columns)"]
+    out.lines([*what,
                "pid = tl.program_id(0)",
                f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
                "[:, None]",

@@ -27,6 +27,7 @@ from . import launch_maps, runtime, split_rows
 from . import tuning as autotune
 from .choices import CANDIDATE_FIELDS, Tuning, candidates, kind
 from .lower import KernelPlan, TensorArg
+from .plan import steps_along_cols
 from .writer import CodeWriter, KernelParams
 
 __all__ = ["Tuning", "arg_names", "constants", "header", "kind", "launcher"]
@@ -124,8 +125,10 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
              "# powers of two)."]
     if plan.tiled:
         cols = tuning.tile_cols if plan.column_strided else tuning.block
-        why = ("an input is contiguous along the rows" if plan.column_strided
-               else "as wide as the rows allow")
+        why = ("as wide as the rows allow" if not plan.column_strided
+               else "an input is contiguous along the rows"
+               if any(steps_along_cols(t, plan.rank) for t in plan.inputs)
+               else "a result is stored contiguous along the rows")
         lines += [f"BLOCK = {tuning.block}  # elements per tile",
                   f"TILE_COLS = {cols}  # widest column block of a tile: {why}",
                   f"NUM_WARPS = {tuning.num_warps}"]

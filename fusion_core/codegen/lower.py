@@ -21,12 +21,13 @@ then the reduced ones, group_norm's channels split): the plan's domain is in tha
 every input and output is indexed through it, and the columns cover its last
 ``order.reduced`` dims.
 
-An elementwise kernel is ``tiled`` (rows x a block of the last axis's columns,
-like a reduction kernel) when some tensor spans the last axis through more than
-one index group: a transposed or sliced view, or a broadcast over a middle dim.
-Its flat index would need ``offs // span`` terms, which hide from Triton that
-neighbouring lanes read neighbouring addresses and so cost vector loads; in a
-tile the last axis is indexed by ``cols`` itself.
+An elementwise kernel is ``tiled`` (rows x a block of columns, like a reduction
+kernel) when some tensor spans the last axis through more than one index group: a
+transposed or sliced view, or a broadcast over a middle dim. Its flat index would
+need ``offs // span`` terms, which hide from Triton that neighbouring lanes read
+neighbouring addresses and so cost vector loads; in a tile the columns are indexed
+by ``cols`` itself. ``tiling.py`` decides both, and how many trailing dims the
+columns cover (those after a permuted tensor's contiguous dim).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from .domain import Domain, domain_of
 from .indexing import has_views, index_maps, seen_through
 from .layout import Access, LoweringError, access
 from .plan import COMPUTE, MAX_BLOCK, KernelPlan, ReductionStep, Stmt, TensorArg
+from .tiling import column_dims, needs_tiles
 
 __all__ = ["COMPUTE", "MAX_BLOCK", "Group", "KernelPlan", "ReductionStep", "Stmt", "TensorArg",
            "dry_run", "literal", "plan"]
@@ -247,13 +249,14 @@ class _Lowering:
         stmts = _live(stmts, reductions, outputs)
         live = {s.temp for s in stmts} | {r.temp for r in reductions}
         several = tuple(s for s in steps if s.temp in live) if len(reductions) > 1 else ()
-        tiled = reduction is None and _needs_tiles(self.domain, inputs + outputs)
+        tiled = reduction is None and needs_tiles(self.domain, inputs + outputs)
+        col_dims = column_dims(self.domain, inputs + outputs) if reduction is None else 1
         return KernelPlan(
             name=kernel_name(self.c.index), cluster_index=self.c.index,
             skeleton="reduction" if self.red is not None else "elementwise",
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
-            tiled=tiled, steps=several, order=self.order)
+            tiled=tiled, steps=several, order=self.order, col_dims=col_dims)
 
     def _second_loads(self, start: int) -> tuple[TensorArg, ...]:
         """Inputs some node reads through another index map than the first load's: loaded
@@ -372,14 +375,6 @@ class _Lowering:
             extent = max(extent, 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride,
                                                                            strict=True)))
         return extent >= 2**31
-
-
-def _needs_tiles(domain: tuple[int, ...], args: Sequence[TensorArg]) -> bool:
-    """Some tensor spans the last axis through several index groups (module docstring)."""
-    rank = len(domain)
-    if rank < 2 or domain[-1] == 1:
-        return False
-    return any(len(t.access.groups) > 1 and t.access.spans_cols(rank) for t in args)
 
 
 def _live(stmts: list[Stmt], reductions: Sequence[ReductionStep],

@@ -112,11 +112,16 @@ class KernelPlan:
     # A reduction's kernel order (``domain.py``) when it is not the user's order with one
     # reduced dim: the columns then cover the last `order.reduced` dims of `domain`.
     order: Domain | None = None
+    # A tiled elementwise kernel: trailing domain dims its columns cover (``tiling.py``).
+    col_dims: int = 1
 
     @property
     def reduced(self) -> int:
-        """Trailing domain dims the columns cover (1 for elementwise kernels)."""
-        return 1 if self.order is None else self.order.reduced
+        """Trailing domain dims the columns cover: a reduction's reduced dims, a tiled
+        kernel's column dims, 1 for a flat elementwise kernel."""
+        if self.order is not None:
+            return self.order.reduced
+        return self.col_dims if self.tiled else 1
 
     @property
     def n_cols(self) -> int:
@@ -140,9 +145,16 @@ class KernelPlan:
 
     @property
     def column_strided(self) -> bool:
-        """An input steps through memory along the last axis (a transposed view, or the
+        """A tensor steps through memory along the last axis (a transposed view, or the
         channels of NCHW reduced in a kernel's own order): it is contiguous along the rows
-        instead, so tiles should be square (or hold many rows), not row-shaped."""
-        return any(t.access.groups and t.access.groups[-1].last == self.rank
-                   and not t.access.groups[-1].unit
-                   and any(g.unit for g in t.access.groups[:-1]) for t in self.inputs)
+        instead, so tiles should be square (or hold many rows), not row-shaped. Inputs, and in
+        a tiled kernel also results (stored through a permute)."""
+        args = self.inputs + (self.outputs if self.tiled else ())
+        return any(steps_along_cols(t, self.rank) for t in args)
+
+
+def steps_along_cols(t: TensorArg, rank: int) -> bool:
+    """`t` is strided along the domain's last axis and has stride 1 along an earlier dim."""
+    groups = t.access.groups
+    return bool(groups) and groups[-1].last == rank and not groups[-1].unit and any(
+        g.unit for g in groups[:-1])
