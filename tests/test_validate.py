@@ -88,6 +88,33 @@ def test_handwritten_kernel_verified_at_reduced_shape(example, kernels):
         assert "no kernel" in r.failed.detail
 
 
+@pytest.fixture
+def tf32_on():
+    backends = torch.backends
+    saved = (backends.cudnn.allow_tf32, backends.cuda.matmul.allow_tf32)
+    backends.cudnn.allow_tf32 = backends.cuda.matmul.allow_tf32 = True
+    yield
+    backends.cudnn.allow_tf32, backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_validation_runs_without_tf32_and_restores_the_settings(example, kernels, tf32_on):
+    """TF32 convolutions would amplify a kernel's last-bit differences in a deep CNN."""
+    backends = torch.backends
+    seen = []
+
+    def provider(analysis, cluster, workdir):
+        inner = only_cluster0(kernels, "cluster0")(analysis, cluster, workdir)
+
+        def launcher(*args):
+            seen.append((backends.cudnn.allow_tf32, backends.cuda.matmul.allow_tf32))
+            return inner.launcher(*args)
+        return LoadedKernel(launcher, inner.module)
+
+    report = validate(example, provider)
+    assert report.model.passed and seen and set(seen) == {(False, False)}
+    assert (backends.cudnn.allow_tf32, backends.cuda.matmul.allow_tf32) == (True, True)
+
+
 def test_wrong_kernel_fails_with_max_error(example, kernels):
     r0 = validate(example, only_cluster0(kernels, "cluster0_wrong")).result(0)
     assert not r0.usable and r0.failed.gate == "cluster numerics"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -78,6 +78,22 @@ def use_interpreter_without_cuda() -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@contextlib.contextmanager
+def exact_float32() -> Iterator[None]:
+    """float32 convolutions and matmuls without TF32 while validating.
+
+    cuDNN convolutions default to TF32 on CUDA: a one-ulp difference between a kernel's
+    output and eager's then flips the 10-bit rounding of the next convolution's inputs, and
+    a deep CNN turns that into errors far above the model tolerance although every kernel is
+    right. Both the reference run and the patched one compute in full float32 here."""
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def validate(analysis: Analysis, provider: KernelProvider | None = None, *,
              kernels: KernelSet | None = None, workdir: str | Path | None = None,
              peak_gbps: float | None = None, inductor: bool = False, seed: int = 0,
@@ -96,6 +112,7 @@ def validate(analysis: Analysis, provider: KernelProvider | None = None, *,
         Path(workdir).mkdir(parents=True, exist_ok=True)
         # Inference only: eager timings must not pay for autograd bookkeeping.
         stack.enter_context(torch.no_grad())
+        stack.enter_context(exact_float32())
         return _Validation(analysis, provider, kernels, Path(workdir), peak_gbps, inductor,
                            seed, target_rows, progress).run()
 
