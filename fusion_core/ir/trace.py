@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import CaptureError
+from .module_state import kept_as_it_was
 
 TRACE_THROUGH: tuple[type[nn.Module], ...] = tuple(
     getattr(nn, name) for name in (
@@ -178,7 +179,8 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
     """Symbolically trace `model` with `FusionTracer`; raise CaptureError naming the line."""
     tracer = FusionTracer()
     try:
-        graph = tracer.trace(model)
+        with kept_as_it_was(model):  # a forward that caches would keep a Proxy
+            graph = tracer.trace(model)
     except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
         raise CaptureError(f"cannot trace {type(model).__name__}.forward{_where(e)}: "
                            f"{_one_line(e)} ({_hint(e)})") from e
