@@ -57,6 +57,20 @@ def test_analysis_leaves_a_caching_forward_as_it_was(capture):
     torch.testing.assert_close(a.graph_module(x), model(x))
 
 
+class ConstantInForward(nn.Module):
+    def forward(self, x):
+        return (x * torch.tensor([1.0, 2.0, 3.0])).relu()
+
+
+def test_a_tensor_made_in_forward_stays_in_the_graph_not_in_the_model():
+    model = ConstantInForward()
+    x = torch.randn(2, 3)
+    a = analyze(model, x, capture="fx")
+    assert [c.ops for c in a.clusters] == [("mul", "relu")]
+    torch.testing.assert_close(a.graph_module(x), model(x))
+    assert not [k for k in vars(model) if "constant" in k]
+
+
 def test_kept_as_it_was_undoes_added_replaced_and_mutated_attributes():
     model = nn.Sequential(nn.Linear(2, 2))
     inner = model[0]

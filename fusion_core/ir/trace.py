@@ -178,13 +178,16 @@ def is_library_file(filename: str, roots: tuple[str, ...] | None = None) -> bool
 def trace_fx(model: nn.Module) -> fx.GraphModule:
     """Symbolically trace `model` with `FusionTracer`; raise CaptureError naming the line."""
     tracer = FusionTracer()
-    try:
-        with kept_as_it_was(model):  # a forward that caches would keep a Proxy
+    # A forward that caches would keep a Proxy in the model; the tracer itself stores the
+    # tensors a forward creates (`_tensor_constant0`) on it, so the GraphModule takes them
+    # before the model is put back as it was.
+    with kept_as_it_was(model):
+        try:
             graph = tracer.trace(model)
-    except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
-        raise CaptureError(f"cannot trace {type(model).__name__}.forward{_where(e)}: "
-                           f"{_one_line(e)} ({_hint(e)})") from e
-    return fx.GraphModule(tracer.root, graph, type(model).__name__)
+        except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
+            raise CaptureError(f"cannot trace {type(model).__name__}.forward{_where(e)}: "
+                               f"{_one_line(e)} ({_hint(e)})") from e
+        return fx.GraphModule(tracer.root, graph, type(model).__name__)
 
 
 def _hint(exc: BaseException) -> str:
