@@ -70,10 +70,36 @@ def test_reshape_as_is_a_named_view(frontend):
     a = analyze(ReshapeLike(), InputSpec((4, 8)), InputSpec((32,)), capture=frontend)
     view = next(n for n in a.graph.nodes if n.name == "reshape_as")
     assert view.kind is OpKind.VIEW
-    # Fused once views can be (the index model), else a barrier whose rejection names it.
-    assert any("reshape_as" in c.nodes for c in a.clusters) or (
-        [c.ops for c in a.clusters] == [("mul", "sigmoid"), ("add", "tanh")]
-        and any("reshape_as" in r.reason for r in a.rejections))
+    (c,) = a.clusters
+    assert c.ops == ("mul", "sigmoid", "reshape_as", "add", "tanh")
+
+
+class LinearNorm(nn.Module):
+    """LeViT's projection: a Linear over tokens, BatchNorm1d over (batch * tokens, C), then
+    `reshape_as` the Linear's result, which it reads for its shape alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 16, bias=False)
+        self.bn = nn.BatchNorm1d(16)
+        nn.init.uniform_(self.bn.running_mean, -1.0, 1.0)
+
+    def forward(self, x):
+        h = self.linear(x)
+        return nn.functional.hardswish(self.bn(h.flatten(0, 1)).reshape_as(h))
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+@pytest.mark.parametrize("batch", [1, 2])  # 1: the view adds a dim no kernel input has
+def test_a_norm_viewed_back_by_reshape_as_fuses_with_its_activation(frontend, batch):
+    a = analyze(LinearNorm().eval(), (batch, 5, 8), capture=frontend)
+    assert a.rejections == ()
+    (c,) = a.clusters
+    assert c.ops == ("batch_norm", "reshape_as", "hardswish")
+    assert len(c.inputs) == 5  # the flattened h and four statistics, not h itself
+    report = validate(a)
+    assert [r.usable for r in report.results] == [True]
+    assert report.model.passed, report.model.detail
 
 
 class DtypeReference(nn.Module):

@@ -40,7 +40,9 @@ from ..ir.views import (
     INDEX_STEPS,
     Merge,
     Permute,
+    Reshape,
     Step,
+    Strided,
     Unsqueeze,
     ViewError,
     apply,
@@ -114,6 +116,18 @@ def _anchor(g: FusionGraph, nodes: Sequence[str], outputs: Sequence[str]
             return src, tuple(steps)
     best = max(outputs, key=lambda n: (math.prod(_shape(g, n)), len(_shape(g, n))))
     return best, ()
+
+
+def _expanded(shape: tuple[int, ...], out: tuple[int, ...], chain: Sequence[Step]
+              ) -> tuple[Step, ...]:
+    """A broadcast operand made the result's full extent (stride 0 along its size-1 dims)
+    when the chain reshapes: a reshape regroups elements, so it needs the full extent
+    (BatchNorm statistics of (B*N, C) viewed back as (B, N, C)). () otherwise."""
+    if shape == out or not any(isinstance(s, (Reshape, Merge)) for s in chain):
+        return ()
+    dims = tuple((k, 1) if d == o else (-1, 0) for k, (d, o) in enumerate(zip(shape, out,
+                                                                          strict=True)))
+    return (Strided(out, dims, (0,) * len(shape)),)
 
 
 def _effective(steps: Sequence[Step], shape: tuple[int, ...], rank: int
@@ -197,10 +211,11 @@ class _Spread:
         if node.kind is OpKind.REDUCTION:
             return self._reduction(node, own)
         if own is not None:  # pointwise: operands broadcast to the result
-            rank = len(_shape(g, name))
+            out = _shape(g, name)
             for r in refs:
-                pad = rank - len(_shape(g, r))
+                pad = len(out) - len(_shape(g, r))
                 lead = (Unsqueeze(tuple(range(pad))),) if pad > 0 else ()
+                lead += _expanded((1,) * pad + _shape(g, r), out, own)
                 added |= self.offer(r, lead + own, name)
         else:
             same = [r for r in refs if r in self.chains and _shape(g, r) == _shape(g, name)]

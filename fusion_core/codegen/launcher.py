@@ -244,9 +244,13 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
     # Each result's first dim as a position in the iteration shape: inputs with fewer dims
     # than analysed give results without the dims no input has, as eager does.
     firsts = [plan.rank - len(t.shape) - t.access.row_space for t in plan.outputs]
-    out.line("if lead:  # inputs with fewer dims than the iteration shape")
+    # Counted from the analysed inputs' padding: a view in the group can give the results
+    # more dims than any input has (`reshape_as` adding a size-1 dim).
+    base = _analysed_lead(plan)
+    extra = f" - {base}" if base else ""
+    out.line(f"if lead{f' > {base}' if base else ''}:  # inputs with fewer dims than analysed")
     with out.indented():
-        out.line("out_shapes = tuple(s[max(0, lead - first):] for s, first in "
+        out.line(f"out_shapes = tuple(s[max(0, lead{extra} - first):] for s, first in "
                  f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
     out.lines(launch_maps.output_shape_lines(plan))
     for i, t in enumerate(plan.outputs):
@@ -297,6 +301,13 @@ def _rows_checks(plan: KernelPlan, params: KernelParams, looped: bool, empty: st
         with out.indented():
             out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns exceed "',
                        '                 "MAX_BLOCK; regenerate with the column loop")'])
+
+
+def _analysed_lead(plan: KernelPlan) -> int:
+    """The dims `_iteration_shape` pads at the analysed shapes (what the launcher passes it:
+    each input's own shape, a per-row input with a trailing 1)."""
+    ranks = [len(t.value_shape) + t.access.row_space for t in plan.inputs]
+    return max(0, plan.rank - max(ranks, default=plan.rank))
 
 
 def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:

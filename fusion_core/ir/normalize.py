@@ -55,6 +55,11 @@ def module_path(nn_module_stack: Any) -> str:
     return path.strip(".")
 
 
+# `x.reshape_as(y)` and its kin read `y` for its shape alone: no data edge, so a kernel
+# holding the view need not take `y` (LeViT's norm layers end in `reshape_as`).
+SHAPE_ONLY_OTHER = frozenset({"reshape_as", "view_as", "expand_as"})
+
+
 def _meta(val: Any) -> TensorMeta | None:
     return TensorMeta.of(val) if isinstance(val, torch.Tensor) else None
 
@@ -120,6 +125,8 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
         return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
     if found == "view":
         op = str(getattr(key, "__name__", n.target) if n.op != "call_method" else n.target)
+        if op.split(".")[0] in SHAPE_ONLY_OTHER:
+            refs = refs[:1]  # the other tensor lends its shape, already in the result's meta
         return Node(op=op, kind=OpKind.VIEW, inputs=refs, params=_view_params(n, op), **common)
     spec, sig = found
     try:

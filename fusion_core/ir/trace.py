@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import CaptureError
+from .module_state import kept_as_it_was
 
 TRACE_THROUGH: tuple[type[nn.Module], ...] = tuple(
     getattr(nn, name) for name in (
@@ -76,15 +77,22 @@ class FusionTracer(fx.Tracer):
     def call_module(self, m: nn.Module, forward, args, kwargs):
         # BatchNorm's forward checks input.dim() in Python, which FX cannot trace; in
         # eval mode it is F.batch_norm on the running statistics, recorded as such.
-        if isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.training and (
+        # Only torch's own forward: a subclass with its own (timm's BatchNormAct2d adds
+        # an activation after the norm) is traced through, or its extra ops would be lost.
+        if _plain_batch_norm(m) and not m.training and (
                 m.running_mean is not None and len(args) == 1 and not kwargs):
             return F.batch_norm(args[0], m.running_mean, m.running_var, m.weight, m.bias,
                                 False, 0.0, m.eps)
         # Without running statistics it always normalizes by the batch's own (a reduction).
-        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is None and (
-                len(args) == 1 and not kwargs):
+        if _plain_batch_norm(m) and m.running_mean is None and len(args) == 1 and not kwargs:
             return F.batch_norm(args[0], None, None, m.weight, m.bias, True, 0.0, m.eps)
         return super().call_module(m, forward, args, kwargs)
+
+
+def _plain_batch_norm(m: nn.Module) -> bool:
+    """A BatchNorm whose forward is torch's own: F.batch_norm and nothing else."""
+    return isinstance(m, nn.modules.batchnorm._BatchNorm) and (
+        type(m).forward is nn.modules.batchnorm._BatchNorm.forward)
 
 
 def forward_stack(frame: types.FrameType | None) -> str | None:
@@ -170,12 +178,16 @@ def is_library_file(filename: str, roots: tuple[str, ...] | None = None) -> bool
 def trace_fx(model: nn.Module) -> fx.GraphModule:
     """Symbolically trace `model` with `FusionTracer`; raise CaptureError naming the line."""
     tracer = FusionTracer()
-    try:
-        graph = tracer.trace(model)
-    except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
-        raise CaptureError(f"cannot trace {type(model).__name__}.forward{_where(e)}: "
-                           f"{_one_line(e)} ({_hint(e)})") from e
-    return fx.GraphModule(tracer.root, graph, type(model).__name__)
+    # A forward that caches would keep a Proxy in the model; the tracer itself stores the
+    # tensors a forward creates (`_tensor_constant0`) on it, so the GraphModule takes them
+    # before the model is put back as it was.
+    with kept_as_it_was(model):
+        try:
+            graph = tracer.trace(model)
+        except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
+            raise CaptureError(f"cannot trace {type(model).__name__}.forward{_where(e)}: "
+                               f"{_one_line(e)} ({_hint(e)})") from e
+        return fx.GraphModule(tracer.root, graph, type(model).__name__)
 
 
 def _hint(exc: BaseException) -> str:
