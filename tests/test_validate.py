@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
-from fusion_core.pipeline import analyze_file
+from fusion_core.pipeline import analyze, analyze_file
 from fusion_core.report.json_report import schema, to_document
 from fusion_core.validate import LoadedKernel, validate
 from fusion_core.validate.inputs import random_inputs, record, reduced_specs
@@ -319,3 +319,24 @@ def test_cluster_reading_a_parameter_fetched_late_patches_into_the_model(tmp_pat
     assert res.exit_code == 0, res.output
     assert "model numerics: pass (2 kernel(s) patched" in res.output
     assert "PatchError" not in res.output
+
+
+@needs_codegen
+def test_a_graph_that_is_not_the_model_fails_model_numerics():
+    """Model numerics compares patched against unpatched graph; a graph that differs from
+    the model (here: a constant FX baked in, changed on the model afterwards) must not pass."""
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 2.0
+
+        def forward(self, x):
+            return torch.relu(x * self.scale) + 1.0
+
+    model = Scaled().eval()
+    analysis = analyze(model, InputSpec((4, 64)))
+    assert validate(analysis).model.passed
+    model.scale = 3.0
+    check = validate(analysis).model
+    assert check.passed is False and check.blamed == ()
+    assert "the traced graph differs from the model itself" in check.detail

@@ -36,6 +36,7 @@ import torch
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from ..report.progress import NO_PROGRESS, StepProgress
+from .capture_check import graph_matches_model
 from .inputs import reduced_specs, result_shape
 from .kernels import KernelSet, build_kernels
 from .numerics import MODEL_TOL, as_tuple, check_cluster, compare, one_line
@@ -299,6 +300,12 @@ def _model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) -
     indices = sorted(launchers)
     ok, err, why = run(indices)
     if ok:
+        same, graph_err, differs = graph_matches_model(rec)
+        if same is False:
+            return ModelCheck(False, graph_err, tuple(indices), inputs=inputs, detail=(
+                f"the traced graph differs from the model itself before any kernel is "
+                f"patched in ({differs}): a capture problem, not a kernel's (try the other "
+                "--capture)"))
         return ModelCheck(True, err, tuple(indices), inputs=inputs)
     if len(indices) == 1:
         details = ((indices[0], why),)

@@ -1,0 +1,43 @@
+"""Does the traced graph compute what the model computes?
+
+Reads a ``Recording`` (the traced graph's output on random inputs, and those inputs) and the
+model it was captured from; writes a verdict: (passed, max abs error, what differs), passed
+None when the two cannot be compared (the model does not run there, or its outputs do not
+line up with the graph's).
+
+Model numerics compares the graph with kernels patched in against the unpatched graph. A
+capture that dropped or changed an op (say an activation inside a norm layer traced as a bare
+``batch_norm``) passes that comparison and is still not the model; running the model itself
+on the same inputs catches it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from .numerics import MODEL_TOL, as_tuple, compare, one_line
+from .prepare import Recording
+
+
+def _device(module: nn.Module) -> torch.device:
+    tensor = next(iter([*module.parameters(), *module.buffers()]), None)
+    return tensor.device if tensor is not None else torch.device("cpu")
+
+
+def graph_matches_model(rec: Recording) -> tuple[bool | None, float | None, str]:
+    module = rec.analysis.module
+    device = rec.inputs[0].device if rec.inputs else torch.device("cpu")
+    try:
+        model = module if _device(module) == device else copy.deepcopy(module).to(device)
+        with torch.no_grad():
+            out = model(*[t.clone() for t in rec.inputs])
+    except Exception as e:  # noqa: BLE001 - the graph ran; the model's own failure is noted
+        return None, None, f"the model itself did not run: {one_line(e)}"
+    expected, actual = as_tuple(out), as_tuple(rec.model_out)
+    if not expected or len(expected) != len(actual) or any(
+            a.shape != e.shape for a, e in zip(actual, expected, strict=True)):
+        return None, None, "the model's outputs do not line up with the graph's"
+    return compare(actual, expected, MODEL_TOL)
