@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..analysis.types import Cluster
 from ..fileio import write_atomic
-from . import emit, launcher, split_rows
+from . import emit, file_head, launcher, split_rows
 from . import tuning as autotune
 from .choices import Tuning, kind
 from .lower import KernelPlan, kernel_name, plan
@@ -88,8 +88,8 @@ def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: 
         file = cluster.lines.file if rel.startswith("..") else rel
         where = replace(cluster.lines, file=file).where
     lines = ([f"{GENERATED_MARK}: rewritten by the next run that writes here"]
-             + launcher.header(p, model, cluster.category, where)
-             + launcher.constants(p, tuning, looped) + ["", *body, "", ""]
+             + file_head.header(p, model, cluster.category, where)
+             + file_head.constants(p, tuning, looped) + ["", *body, "", ""]
              + launcher.launcher(p, params, looped))
     return "\n".join(lines).rstrip() + "\n"
 
