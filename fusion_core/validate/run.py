@@ -79,20 +79,36 @@ def use_interpreter_without_cuda() -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def float32_switches() -> tuple[tuple[Any, str, Any], ...]:
+    """(object, attribute, value for full float32) of the switches that allow TF32: torch's
+    per-backend precision settings where it has them (mixing them with the older
+    `allow_tf32` flags is an error there), else those flags."""
+    backends = torch.backends
+    conv = getattr(backends.cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):
+        return ((backends.cuda.matmul, "fp32_precision", "ieee"),
+                (conv, "fp32_precision", "ieee"))
+    return ((backends.cuda.matmul, "allow_tf32", False), (backends.cudnn, "allow_tf32", False))
+
+
 @contextlib.contextmanager
 def exact_float32() -> Iterator[None]:
-    """float32 convolutions and matmuls without TF32 while validating.
+    """float32 convolutions and matmuls without TF32 while checking numerics.
 
     cuDNN convolutions default to TF32 on CUDA: a one-ulp difference between a kernel's
     output and eager's then flips the 10-bit rounding of the next convolution's inputs, and
     a deep CNN turns that into errors far above the model tolerance although every kernel is
-    right. Both the reference run and the patched one compute in full float32 here."""
-    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    right. Both the reference run and the patched one compute in full float32; timings keep
+    the user's settings."""
+    switches = float32_switches()
+    saved = [getattr(obj, name) for obj, name, _ in switches]
     try:
+        for obj, name, exact in switches:
+            setattr(obj, name, exact)
         yield
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        for (obj, name, _), value in zip(switches, saved, strict=True):
+            setattr(obj, name, value)
 
 
 def validate(analysis: Analysis, provider: KernelProvider | None = None, *,
@@ -113,7 +129,6 @@ def validate(analysis: Analysis, provider: KernelProvider | None = None, *,
         Path(workdir).mkdir(parents=True, exist_ok=True)
         # Inference only: eager timings must not pay for autograd bookkeeping.
         stack.enter_context(torch.no_grad())
-        stack.enter_context(exact_float32())
         return _Validation(analysis, provider, kernels, Path(workdir), peak_gbps, inductor,
                            seed, target_rows, progress).run()
 
@@ -145,7 +160,7 @@ class _Validation:
         checked = [c.index for c in self.analysis.clusters if self.same_as(c.index) is None]
         try:
             with self.progress.step("recording activations" + (
-                    "" if cuda else " at a reduced batch"), 1):
+                    "" if cuda else " at a reduced batch"), 1), exact_float32():
                 wide = recording(self.analysis, [] if cuda else
                                  [reduced_specs(self.analysis, self.target_rows)],
                                  keep_rows=True, device=device, seed=self.seed,
@@ -172,7 +187,8 @@ class _Validation:
                 gates[c.index], shapes[c.index] = list(gates[rep]), shapes[rep]
                 if rep in launchers:
                     launchers[c.index] = launchers[rep]
-        model = self._model(wide, launchers)
+        with exact_float32():  # the timings below keep the user's TF32 settings
+            model = self._model(wide, launchers)
         for i in launchers:
             why = dict(model.details).get(i)
             gates[i].append(GateResult("model numerics", why is None, why or "",
