@@ -121,3 +121,26 @@ def test_a_dtype_only_read_of_a_cluster_member_patches_and_verifies(capture):
     assert [c.outputs for c in analysis.clusters] == [("add",)]  # `mul` is no result
     report = validate(analysis)
     assert report.model.passed, report.model.detail
+
+
+class ShapeReference(nn.Module):
+    """`reshape_as` (and kin) outside a cluster reading a cluster member for its shape only."""
+
+    def __init__(self, read: str = "reshape_as") -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8))
+        self.read = read
+
+    def forward(self, x):
+        h = torch.relu(x)
+        a = h * 2.0 + 1.0
+        return getattr(a @ self.w, self.read)(h)
+
+
+@pytest.mark.parametrize("read", ["reshape_as", "view_as", "expand_as"])
+def test_a_shape_only_read_of_a_cluster_member_patches_and_verifies(read):
+    analysis = analyze(ShapeReference(read).eval(), (4, 8), capture="fx")
+    assert [c.outputs for c in analysis.clusters] == [("add",)]  # `relu` is no result
+    report = validate(analysis)
+    assert [r.usable for r in report.results] == [True]
+    assert report.model.passed, report.model.detail

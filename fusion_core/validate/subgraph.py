@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -86,24 +87,32 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
     for o, new in zip(outs, results, strict=True):
         o.replace_all_uses_with(new, delete_user_cb=lambda u: u not in member_set)
         renamed[o.name] = new
-    _drop_dtype_only_reads(members, member_set)
+    _drop_meta_only_reads(members, member_set)
     for n in sorted(members, key=order.__getitem__, reverse=True):
         graph.erase_node(n)
 
 
-# `y.type_as(x)` reads `x` for its dtype alone, so analysis does not make `x` a cluster result;
-# once the cluster is patched out, that read becomes a cast to the dtype `x` had.
-_TYPE_AS = (("call_function", torch.ops.aten.type_as.default, torch.ops.aten.to.dtype),
-            ("call_method", "type_as", "to"))
+# `y.type_as(x)` reads `x` for its dtype alone, `y.reshape_as(x)` (view_as, expand_as) for
+# its shape, so analysis does not make `x` a cluster result; once the cluster is patched out,
+# such a read becomes a cast to the dtype, or a reshape to the shape, that `x` had.
+# (op, target) -> (replacement target, what of `x` it takes)
+_META_READS: dict[tuple[str, Any], tuple[Any, Callable[[torch.Tensor], Any]]] = {
+    ("call_function", torch.ops.aten.type_as.default): (torch.ops.aten.to.dtype,
+                                                        lambda v: v.dtype),
+    ("call_method", "type_as"): ("to", lambda v: v.dtype),
+    ("call_method", "reshape_as"): ("reshape", lambda v: tuple(v.shape)),
+    ("call_method", "view_as"): ("view", lambda v: tuple(v.shape)),
+    ("call_method", "expand_as"): ("expand", lambda v: tuple(v.shape)),
+}
 
 
-def _drop_dtype_only_reads(members: list[fx.Node], member_set: set[fx.Node]) -> None:
+def _drop_meta_only_reads(members: list[fx.Node], member_set: set[fx.Node]) -> None:
     for n in members:
         val = n.meta.get("val")
         for user in list(n.users):
             if user in member_set or len(user.args) != 2 or user.args[1] is not n:
                 continue
-            cast = next((to for op, target, to in _TYPE_AS
-                         if user.op == op and user.target == target), None)
-            if cast is not None and isinstance(val, torch.Tensor):
-                user.target, user.args = cast, (user.args[0], val.dtype)
+            rewrite = _META_READS.get((user.op, user.target))
+            if rewrite is not None and isinstance(val, torch.Tensor):
+                target, take = rewrite
+                user.target, user.args = target, (user.args[0], take(val))
