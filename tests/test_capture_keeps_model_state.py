@@ -57,6 +57,19 @@ def test_analysis_leaves_a_caching_forward_as_it_was(capture):
     torch.testing.assert_close(a.graph_module(x), model(x))
 
 
+class RemembersLast(nn.Module):
+    def forward(self, x):
+        self.last = x * 1.0  # a plain attribute, set on every call
+        return torch.relu(x) + 1.0
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_an_attribute_set_in_forward_is_not_left_holding_a_stand_in(capture):
+    model = nn.Sequential(RemembersLast()).eval()
+    analyze(model, (2, 4), capture=capture)
+    assert not hasattr(model[0], "last")
+
+
 class ConstantInForward(nn.Module):
     def forward(self, x):
         return (x * torch.tensor([1.0, 2.0, 3.0])).relu()

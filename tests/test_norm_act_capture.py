@@ -69,3 +69,10 @@ def test_norm_act_chains_fuse_under_auto_as_under_export():
     assert any(chain.startswith("batch_norm → add") for chain in chains), chains
     exported = analyze(model, (2, 4, 6, 6), capture="export")
     assert sorted(c.ops for c in auto.clusters) == sorted(c.ops for c in exported.clusters)
+
+
+def test_sync_batch_norm_in_eval_is_a_batch_norm_that_fuses():
+    """SyncBatchNorm has its own forward, yet in eval on one process it is F.batch_norm."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.SyncBatchNorm(4), nn.ReLU()).eval()
+    a = analyze(model, (1, 3, 8, 8), capture="fx")
+    assert [c.ops for c in a.clusters] == [("batch_norm", "relu")]

@@ -27,6 +27,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..errors import CaptureError, InputSpecError
 from .graph import FusionGraph, OpKind
+from .module_state import kept_as_it_was
 from .shapes import InputSpec, fake_inputs, model_device
 from .trace import TRACE_THROUGH, _one_line, _where
 
@@ -58,8 +59,9 @@ def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule
         # On failure torch prints the partial graph to stderr and logs a warning; the
         # CaptureError below is the one line the user sees (--debug has the rest).
         # torch.__trace: structured-trace records (empty DEBUG lines in pytest's log capture).
+        # A forward that stores a value on itself would keep a fake tensor there.
         with contextlib.redirect_stderr(io.StringIO()), _quiet("torch.fx.experimental"), \
-                _quiet("torch.__trace"), _whole_user_stacks():
+                _quiet("torch.__trace"), _whole_user_stacks(), kept_as_it_was(model):
             program = torch.export.export(model, args, strict=False)
     except Exception as e:  # noqa: BLE001 - export raises many types for untraceable code
         raise CaptureError(f"torch.export failed on {type(model).__name__}.forward"

@@ -89,10 +89,15 @@ class FusionTracer(fx.Tracer):
         return super().call_module(m, forward, args, kwargs)
 
 
+# torch's own BatchNorm forwards: in eval (and on one process, for SyncBatchNorm) each is
+# F.batch_norm and nothing else.
+_TORCH_BATCH_NORM_FORWARDS = (nn.modules.batchnorm._BatchNorm.forward, nn.SyncBatchNorm.forward)
+
+
 def _plain_batch_norm(m: nn.Module) -> bool:
-    """A BatchNorm whose forward is torch's own: F.batch_norm and nothing else."""
+    """A BatchNorm whose forward is one of torch's own."""
     return isinstance(m, nn.modules.batchnorm._BatchNorm) and (
-        type(m).forward is nn.modules.batchnorm._BatchNorm.forward)
+        type(m).forward in _TORCH_BATCH_NORM_FORWARDS)
 
 
 def forward_stack(frame: types.FrameType | None) -> str | None:
