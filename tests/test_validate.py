@@ -4,12 +4,14 @@ NaN, model numerics with patched kernels, reduced shapes, reports and the CLI se
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 from pathlib import Path
 
 import pytest
 import torch
 from click.testing import CliRunner
+from rich.console import Console
 
 from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
@@ -346,6 +348,25 @@ def test_a_graph_that_is_not_the_model_fails_model_numerics():
     analysis = analyze(model, InputSpec((4, 64)))
     assert validate(analysis).model.passed
     model.scale = 3.0
-    check = validate(analysis).model
-    assert check.passed is False and check.blamed == ()
+    report = validate(analysis)
+    check = report.model
+    assert check.passed is False and check.blamed == (0,)  # not offered: nothing vouches for it
     assert "the traced graph differs from the model itself" in check.detail
+    assert not report.result(0).usable
+
+
+@needs_codegen
+def test_a_model_that_cannot_be_compared_with_its_graph_says_so_on_the_pass_line():
+    class TracesButFailsEagerly(torch.nn.Module):
+        def forward(self, x):
+            if not torch.fx._symbolic_trace.is_fx_tracing():
+                raise RuntimeError("needs the traced graph")
+            return torch.relu(x * 2.0) + 1.0
+
+    report = validate(analyze(TracesButFailsEagerly(), InputSpec((4, 64)), capture="fx"))
+    assert report.model.passed
+    out = io.StringIO()
+    print_validation(report, Console(file=out, width=400))
+    (line,) = [ln for ln in out.getvalue().splitlines() if ln.startswith("model numerics")]
+    assert ("the graph was not compared with the model: the model itself did not run: "
+            "RuntimeError: needs the traced graph") in line

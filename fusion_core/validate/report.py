@@ -35,8 +35,9 @@ def _model_line(report: ValidationReport) -> str:
     n = len(m.patched)
     at = f" at input {', '.join('×'.join(map(str, s)) for s in m.inputs)}" if m.inputs else ""
     if m.passed:
+        unchecked = f"; the graph was not compared with the model: {m.detail}" if m.detail else ""
         return (f"model numerics: pass ({n} kernel(s) patched into the traced graph{at}, max "
-                f"abs err {_err(m.max_abs_err)})")
+                f"abs err {_err(m.max_abs_err)}{unchecked})")
     blamed = ", ".join(map(str, m.blamed))
     return (f"model numerics: FAILED with {n} kernel(s) patched{at} (max abs err "
             f"{_err(m.max_abs_err)}; {m.detail}); cluster(s) {blamed} not offered")

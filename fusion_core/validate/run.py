@@ -318,11 +318,16 @@ def _model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) -
     if ok:
         same, graph_err, differs = graph_matches_model(rec)
         if same is False:
-            return ModelCheck(False, graph_err, tuple(indices), inputs=inputs, detail=(
-                f"the traced graph differs from the model itself before any kernel is "
-                f"patched in ({differs}): a capture problem, not a kernel's (try the other "
-                "--capture)"))
-        return ModelCheck(True, err, tuple(indices), inputs=inputs)
+            # No kernel is at fault, but none can be vouched for against the model either:
+            # none is offered as an edit.
+            why = (f"the traced graph differs from the model itself before any kernel is "
+                   f"patched in ({differs}): a capture problem, not a kernel's (try the other "
+                   "--capture)")
+            return ModelCheck(False, graph_err, tuple(indices), tuple(indices), why,
+                              inputs=inputs, details=tuple((i, why) for i in indices))
+        # A model that cannot be compared with its graph says why, on the passing line.
+        return ModelCheck(True, err, tuple(indices), inputs=inputs,
+                          detail="" if same else differs)
     if len(indices) == 1:
         details = ((indices[0], why),)
     else:
