@@ -20,12 +20,13 @@ from .cli_run import Run
 from .codegen.kernel import GENERATED_MARK, foreign_files
 from .errors import FusionAdvisorError, InputSpecError
 from .ir.shapes import DTYPES, InputSpec
-from .load import exit_status, user_line
+from .load import exit_status, user_exit_frame
 from .pipeline import analyze_file
 from .report.console import report_console
 from .report.html import write_html
 from .report.json_report import to_document, write_json
 from .report.progress import for_stderr
+from .report.units import short_path
 from .sourcemap.apply import ApplyError
 from .triton_support import INSTALL_HINT, triton_missing
 from .validate.run import use_interpreter_without_cuda
@@ -84,14 +85,15 @@ def one_line_errors(debug: bool, model_path: str) -> Iterator[None]:
     try:
         yield
     except SystemExit as e:
-        line = user_line(e, Path(model_path))
-        # Only the model's own sys.exit(), from its forward; rich ends a run whose stdout
-        # pipe closed (`| head`) with SystemExit(1), which stays as it is.
-        if debug or not line:
+        where = user_exit_frame(e)
+        # Only an exit from the user's code (the model's forward, or a module of theirs it
+        # calls); rich ends a run whose stdout pipe closed (`| head`) with SystemExit(1),
+        # which stays as it is.
+        if debug or where is None:
             raise
-        click.echo(f"error: {model_path}{line} called sys.exit() (status {exit_status(e)}) "
-                   "while fusion-advisor ran the model: remove the exit from its forward",
-                   err=True)
+        click.echo(f"error: {short_path(where)} called sys.exit() (status {exit_status(e)}) "
+                   "while fusion-advisor ran the model: remove the exit from its forward "
+                   "(or the code it calls)", err=True)
         sys.exit(2)
     except OSError as e:
         if debug:

@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 from .errors import ModelLoadError
+from .ir.trace import is_library_file
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,16 @@ def user_line(exc: BaseException, path: Path) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if Path(f.filename).resolve() == path.resolve()]
     return f":{frames[-1].lineno}" if frames else ""
+
+
+def user_exit_frame(exc: BaseException) -> str | None:
+    """`file:line` of the innermost frame of the user's code in `exc`'s traceback: not an
+    installed library's, not fusion-advisor's own, not generated (`<...>`); None if none."""
+    ours = Path(__file__).resolve().parent
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<") and not is_library_file(f.filename)
+              and not Path(f.filename).resolve().is_relative_to(ours)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
 
 
 def module_classes(module) -> list[type[nn.Module]]:

@@ -134,6 +134,12 @@ CASES = [
          ("model.py:7 called sys.exit() (status 5)", "forward"),
          files={"model.py": "import sys\n\nimport torch.nn as nn\n\nclass M(nn.Module):\n"
                             "    def forward(self, x):\n        sys.exit(5)\n"}),
+    Case("sys.exit(6) in a helper module forward calls", (*M, *SHAPE),
+         ("helper.py:5 called sys.exit() (status 6)", "forward"),
+         files={"model.py": "import torch.nn as nn\n\nfrom helper import stop\n\n"
+                            "class M(nn.Module):\n    def forward(self, x):\n"
+                            "        return stop(x)\n",
+                "helper.py": "import sys\n\n\ndef stop(x):\n    sys.exit(6)\n"}),
     Case("constructor needs args", (*M, *SHAPE), ("needs arguments (width)", "defaults"),
          files={"model.py": "import torch.nn as nn\n\nclass M(nn.Module):\n"
                             "    def __init__(self, width):\n        super().__init__()\n"}),
