@@ -69,7 +69,7 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
                       f"MAX_LOOP_BLOCK = {tuning.max_loop_block}  # ...up to this (and MAX_BLOCK)"]
         if kind(plan, looped) == "split":
             lines += ["# Few wide rows: each split over programs while rows x programs stay",
-                      "# within SPLIT_PROGRAMS and each program keeps SPLIT_MIN_COLS columns.",
+                      "# within SPLIT_PROGRAMS, each keeping SPLIT_MIN_COLS of the bucket's width.",
                       f"SPLIT_PROGRAMS = {tuning.split_programs}",
                       f"SPLIT_MIN_COLS = {tuning.split_min_cols}"]
         width, elements, rows = tuning.pack_width, tuning.pack_elements, tuning.max_rows

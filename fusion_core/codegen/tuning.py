@@ -123,7 +123,8 @@ def _looped_config(bucket, candidate):
 
 def _splits(bucket):
     """Programs per row: doubled while rows x programs stay within SPLIT_PROGRAMS and each
-    program keeps at least SPLIT_MIN_COLS columns of the row (1: no split)."""
+    program keeps at least SPLIT_MIN_COLS columns of the bucket's width, the row width
+    rounded up to a power of two (1: no split)."""
     width, n_rows = bucket
     splits = 1
     while n_rows * splits * 2 <= SPLIT_PROGRAMS and width // (splits * 2) >= SPLIT_MIN_COLS:
