@@ -96,7 +96,7 @@ def one_line_errors(debug: bool, model_path: str) -> Iterator[None]:
                    "(or the code it calls)", err=True)
         sys.exit(2)
     except OSError as e:
-        if debug:
+        if debug or isinstance(e, BrokenPipeError):  # the reader went away: nothing to say
             raise
         where = f"{e.filename}: " if e.filename else ""
         click.echo(f"error: {where}{e.strerror or e} (check that path, its permissions and "
