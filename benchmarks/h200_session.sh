@@ -62,6 +62,11 @@ for step in "$@"; do
       cat "$OUT/zoo.md"
       ;;
     panel)
+      # Liger-Kernel travels as a wheel in .whl/ (git-ignored: name it in the call's carry).
+      if compgen -G ".whl/*.whl" > /dev/null; then
+        python3 -m pip install -q --no-index --no-deps --target /tmp/liger-site .whl/*.whl \
+          && export PYTHONPATH=$PYTHONPATH:/tmp/liger-site
+      fi
       # --budget skips the cases left when it runs out (said in the table), the timeout kills.
       timeout "${PANEL_TIMEOUT:-330}" python benchmarks/shapes_panel.py \
           --cases "${PANEL_CASES:-all}" --budget "${PANEL_BUDGET:-290}" \
