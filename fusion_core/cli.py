@@ -84,6 +84,7 @@ def one_line_errors(debug: bool, model_path: str) -> Iterator[None]:
     could not foresee (a full disk, /proc): one line on stderr and exit status 2."""
     try:
         yield
+        return
     except SystemExit as e:
         where = user_exit_frame(e)
         # Only an exit from the user's code (the model's forward, or a module of theirs it
@@ -91,22 +92,21 @@ def one_line_errors(debug: bool, model_path: str) -> Iterator[None]:
         # which stays as it is.
         if debug or where is None:
             raise
-        click.echo(f"error: {short_path(where)} called sys.exit() (status {exit_status(e)}) "
-                   "while fusion-advisor ran the model: remove the exit from its forward "
-                   "(or the code it calls)", err=True)
-        sys.exit(2)
+        message = (f"{short_path(where)} called sys.exit() (status {exit_status(e)}) while "
+                   "fusion-advisor ran the model: remove the exit from its forward (or the "
+                   "code it calls)")
     except OSError as e:
         if debug or isinstance(e, BrokenPipeError):  # the reader went away: nothing to say
             raise
         where = f"{e.filename}: " if e.filename else ""
-        click.echo(f"error: {where}{e.strerror or e} (check that path, its permissions and "
-                   "free space; --debug shows where it failed)", err=True)
-        sys.exit(2)
+        message = (f"{where}{e.strerror or e} (check that path, its permissions and free "
+                   "space; --debug shows where it failed)")
     except FusionAdvisorError as e:
         if debug:
             raise
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
+        message = str(e)
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
 
 
 class _OneLineUsageError(click.UsageError):

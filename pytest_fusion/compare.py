@@ -184,7 +184,8 @@ class _Diff:
             self.say("changes", r, f"rejection gone: {r.check} on `{r.chain}`{at(r)}")
 
 
-LAUNCH_BOUND = "launch-bound"  # fusion_core's regime for a kernel its launch cost dominates
+# fusion_core.validate.types.LAUNCH_BOUND, written again: importing it would load torch here
+LAUNCH_BOUND = "launch-bound"
 
 
 def _timing_line(what: str, key: str, v: TimingVerdict, tol: Tolerances) -> str:

@@ -61,14 +61,20 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     return out
 
 
-def assert_refused(result, before: dict, folder: Path, *needles: str) -> str:
-    """Exit 2, one stderr line naming the problem, no traceback, no file touched."""
+def assert_one_line(result, *needles: str) -> str:
+    """Exit 2 and one stderr line naming the problem (every needle), no traceback."""
     assert result.exit_code == 2, (result.output, result.exception)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")
-    assert "Traceback" not in result.output
+    assert "Traceback" not in result.output and "Traceback" not in result.stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
-    assert snapshot(folder) == before
     return lines[0]
+
+
+def assert_refused(result, before: dict, folder: Path, *needles: str) -> str:
+    """`assert_one_line`, and no file in `folder` touched."""
+    line = assert_one_line(result, *needles)
+    assert snapshot(folder) == before
+    return line

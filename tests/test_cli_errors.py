@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_inputs import assert_one_line
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
@@ -120,15 +121,9 @@ def files(tmp_path):
 
 
 def assert_one_line_error(result, *needles: str) -> str:
-    assert result.exit_code == 2, result.output
+    """One error line (see cli_inputs.assert_one_line) and nothing on stdout."""
     assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
+    return assert_one_line(result, *needles)
 
 
 def test_missing_model_file(tmp_path):

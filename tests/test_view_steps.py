@@ -50,7 +50,7 @@ def test_recognised_steps_reproduce_the_view(name, view, kind):
         torch.testing.assert_close(apply(steps, t), view(t), rtol=0, atol=0)
 
 
-def test_squeeze_and_reshape_to_ones_are_squeezes():
+def test_squeeze_of_a_size_one_dim_is_a_squeeze_step():
     steps = describe("squeeze", lambda t: t.squeeze(1), (3, 1, 5), (3, 5))
     assert steps == (Squeeze((1,)),)
 

@@ -76,11 +76,6 @@ def has_views(g: FusionGraph, nodes: Collection[str]) -> bool:
     return any(g[name].kind is OpKind.VIEW for name in nodes)
 
 
-def _rank(g: FusionGraph, operand: object) -> int:
-    meta = g[operand.name].meta if isinstance(operand, Ref) else None
-    return len(meta.shape) if meta is not None else 0
-
-
 def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
     meta = g[name].meta
     if meta is None:
@@ -161,6 +156,8 @@ class _Spread:
         if have is None:
             self.chains[name], self.why[name] = steps, via
             return True
+        if have == steps:  # the same chain again (every pass re-offers every edge)
+            return False
         shape = _shape(self.g, name)
         if _effective(have, shape, self.rank) != _effective(steps, shape, self.rank):
             if name not in self.members:  # an input: `via` loads it once more, its own way

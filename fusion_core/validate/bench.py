@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .types import GateResult
+from .types import LAUNCH_BOUND, GateResult
 
 WARMUP_MS, REP_MS = 25, 100  # do_bench's own defaults, passed explicitly
 SAMPLES = 5  # do_bench medians per callable: the plugin compares distributions
@@ -68,7 +68,7 @@ def time_us(fn: Callable[[], object], samples: int = SAMPLES) -> tuple[float, ..
 
 def regime(kernel_us: float, fused_bytes: int, l2_bytes: int | None) -> str:
     if kernel_us < LAUNCH_BOUND_US:
-        return "launch-bound"
+        return LAUNCH_BOUND
     if l2_bytes and fused_bytes <= l2_bytes:
         return "l2-resident"
     return "dram-bound"
@@ -81,7 +81,7 @@ def gbps(fused_bytes: int, kernel_us: float) -> float:
 def benchmark_gate(speedup: float | None, tag: str) -> GateResult:
     if speedup is None:
         return GateResult("benchmark", False, "no timing")
-    if tag != "launch-bound" and speedup < SLOWER_LIMIT:
+    if tag != LAUNCH_BOUND and speedup < SLOWER_LIMIT:
         return GateResult("benchmark", False, f"kernel is slower than eager ({speedup:.2f}x)")
     return GateResult("benchmark", True)
 

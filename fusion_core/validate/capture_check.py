@@ -16,22 +16,17 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch import nn
 
+from ..ir.shapes import model_device
 from .numerics import MODEL_TOL, as_tuple, compare, one_line
 from .prepare import Recording
-
-
-def _device(module: nn.Module) -> torch.device:
-    tensor = next(iter([*module.parameters(), *module.buffers()]), None)
-    return tensor.device if tensor is not None else torch.device("cpu")
 
 
 def graph_matches_model(rec: Recording) -> tuple[bool | None, float | None, str]:
     module = rec.analysis.module
     device = rec.inputs[0].device if rec.inputs else torch.device("cpu")
     try:
-        model = module if _device(module) == device else copy.deepcopy(module).to(device)
+        model = module if model_device(module) == device else copy.deepcopy(module).to(device)
         with torch.no_grad():
             out = model(*[t.clone() for t in rec.inputs])
     except Exception as e:  # noqa: BLE001 - the graph ran; the model's own failure is noted

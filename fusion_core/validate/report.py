@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from ..report.units import fmt_bytes
-from .types import ValidationReport, ValidationResult
+from .types import LAUNCH_BOUND, ValidationReport, ValidationResult
 
 NO_GPU_LINE = ("Benchmarks need a CUDA GPU: speedups, regimes and bandwidth are measured only "
                "on a machine with CUDA.")
@@ -48,7 +48,7 @@ def _measured_line(r: ValidationResult, inductor: bool, peak_label: str) -> str:
     if t is None or r.regime is None:
         return ""
     head = f"  {r.regime:<11} {fmt_bytes(r.fused_bytes):>9}"
-    if r.regime == "launch-bound":
+    if r.regime == LAUNCH_BOUND:
         text = f"{head}  kernel {t.kernel:.1f} µs (launch overhead dominates: no speedup shown)"
     else:
         text = f"{head}  fused cluster speedup {r.cluster_speedup:.2f}x"

@@ -50,6 +50,9 @@ class Timing:
         return self.median(self.inductor_us)
 
 
+LAUNCH_BOUND = "launch-bound"  # the regime of a kernel its launch cost dominates
+
+
 @dataclass(frozen=True)
 class ValidationResult:
     cluster: int
