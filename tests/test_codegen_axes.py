@@ -243,3 +243,15 @@ def test_a_reduction_over_strided_channels_loads_along_the_contiguous_rows(shape
 def test_a_reduction_over_contiguous_rows_loads_along_the_columns():
     (load,) = ttgir_load_layouts("2048,64", "row softmax")["loads"]
     assert load["order"] == [1, 0] and load["sizePerThread"][1] > 1, load
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape, loads", [("1000,3001", "ld.global.v4.b32"),
+                                          ("998,3001", "ld.global.v2.b32")])
+def test_a_flat_kernel_vectorizes_its_loads_when_the_size_is_no_multiple_of_16(shape, loads):
+    """3001000 elements (a multiple of 8) and 2994998 (of 2): Triton only marks integer
+    arguments divisible by 16, so a plain `offs < n_elements` mask kept every load scalar
+    (`ld.global.b32`); written as a multiple of the size's alignment, the loads move as many
+    floats at once as that alignment allows."""
+    found = ttgir_load_layouts(shape, "flat chain")
+    assert found["ptx_loads"] == [loads], found

@@ -35,6 +35,11 @@ def test_powers_of_two_names_every_bad_size():
         runtime._powers_of_two(BLOCK=1000, NUM_WARPS=0, MAX_ROWS=16)
 
 
+def test_multiple_of_is_the_largest_power_of_two_up_to_16_dividing_the_size():
+    assert [runtime._multiple_of(n) for n in (3001000, 2994998, 2997999, 48, 0)] == [
+        8, 2, 1, 16, 16]
+
+
 def test_dense_strides_follow_the_memory_order():
     assert runtime._dense_strides((2, 3, 4), (0, 1, 2)) == (12, 4, 1)
     assert runtime._dense_strides((2, 3, 4), (0, 2, 1)) == (12, 1, 3)

@@ -1,6 +1,8 @@
 """Compile one generated kernel for an H100/H200 (sm_90) without a GPU and print the layout
 of each of its loads and stores, as JSON: whether Triton walks a tile fastest along the rows
-or the columns (`order`) and how many elements a thread moves at once (`sizePerThread`).
+or the columns (`order`) and how many elements a thread moves at once (`sizePerThread`), and
+the global load instructions of its PTX (`ld.global.v4.b32`: four floats at once, a masked
+load Triton could not vectorize is `ld.global.b32`).
 
 Run as a script (Triton must be imported without TRITON_INTERPRET, so not inside the test
 process): `python tests/ttgir_layouts.py SHAPE CASE`, CASE a key of CASES. Integer
@@ -30,6 +32,7 @@ CASES = {
     "channel softmax": lambda m, x: torch.softmax(x * 2.0, 1),
     "channel sum": lambda m, x: (x * 2.0).sum(1),
     "row softmax": lambda m, x: torch.softmax(x * 2.0, -1),
+    "flat chain": lambda m, x: torch.tanh(x) * x + 1.0,
     # ConvNeXt's tail: a channels-last value permuted back to NCHW, plus an NCHW one
     "channels-last add": lambda m, y, x: (y * 2.0).permute(0, 3, 1, 2) + x,
     # ...and a result written channels-last beside the NCHW one
@@ -67,7 +70,8 @@ def _compiled_loads(jit, caught: dict) -> dict:
         if name in caught["names"]:
             sig[name], consts[name] = "constexpr", value
     source = triton.compiler.ASTSource(fn=jit, signature=sig, constexprs=consts, attrs=attrs)
-    ir = triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ttgir"]
+    asm = triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm
+    ir = asm["ttgir"]
     blocked = dict(re.findall(r"^(#blocked\d*) = #ttg.blocked<(.*)>$", ir, re.M))
     found = {"loads": [], "stores": []}
     for line in ir.splitlines():
@@ -76,7 +80,8 @@ def _compiled_loads(jit, caught: dict) -> dict:
             fields = blocked[m.group(1)]
             found[op].append({k: [int(v) for v in re.search(rf"{k} = \[([\d, ]+)\]", fields)
                                   .group(1).split(",")] for k in ("order", "sizePerThread")})
-    return {"rows_per_program": caught["kwargs"]["ROWS_PER_PROGRAM"], **found}
+    found["ptx_loads"] = sorted(set(re.findall(r"\bld\.global[.\w]*", asm["ptx"])))
+    return {"rows_per_program": caught["kwargs"].get("ROWS_PER_PROGRAM"), **found}
 
 
 if __name__ == "__main__":

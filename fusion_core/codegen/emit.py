@@ -145,7 +145,7 @@ def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelParams]:
     body = CodeWriter()
     if not plan.two_d:
         _elementwise(plan, params, body)
-        sizes, consts = ["n_elements"], ["BLOCK_SIZE"]
+        sizes, consts = ["n_elements"], ["BLOCK_SIZE", "N_ALIGN"]
     else:
         write = (_tiled if plan.tiled else _several if plan.steps else _looped if looped
                  else _single)
@@ -172,7 +172,8 @@ def _start(plan: KernelPlan, size: str) -> str:
 def _elementwise(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     out.lines(["# boilerplate (elementwise)", "pid = tl.program_id(0)",
                f"offs = {_start(plan, 'BLOCK_SIZE')} + tl.arange(0, BLOCK_SIZE)",
-               "mask = offs < n_elements", ""])
+               "# n_elements is a multiple of N_ALIGN; said so, Triton vectorizes the masked loads",
+               "mask = offs < n_elements // N_ALIGN * N_ALIGN", ""])
     _pointwise_body(plan, params, out)
 
 

@@ -51,6 +51,13 @@ def _powers_of_two(**sizes):
                          "(Triton's blocks are)")
 
 
+def _multiple_of(n):
+    """The largest power of two, at most 16, that divides `n` (16 for 0). A flat kernel's
+    mask is written as a multiple of it: Triton vectorizes a masked load only when it knows
+    the bound is a multiple of the vector width, and it checks integer arguments for 16 only."""
+    return min(16, n & -n) if n else 16
+
+
 def _dense_strides(shape, order):
     """Strides of a dense tensor of `shape` whose dims lie in memory in `order`."""
     drop = len(order) - len(shape)
@@ -151,8 +158,8 @@ def _row_view(t):
     return t[(..., *(None,) * (REDUCED - 1))]
 
 
-HELPERS = (_iteration_shape, _spans, _powers_of_two, _dense_strides, _relaid, _layout,
-           _group_strides)
+HELPERS = (_iteration_shape, _spans, _powers_of_two, _multiple_of, _dense_strides, _relaid,
+           _layout, _group_strides)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
 DOMAIN_HELPERS = (_domain_view, _row_view)
 DOMAIN_GLOBALS = ("USER_RANK", "PERM", "SPLIT", "REDUCED")
