@@ -47,6 +47,7 @@ from torch import nn  # noqa: E402
 from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels  # noqa: E402
 from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster  # noqa: E402
 from fusion_core.pipeline import analyze  # noqa: E402
+from fusion_core.validate.numerics import no_worse_than_eager  # noqa: E402
 from gpu_clusters import as_tuple, close, copy_us, environment, graph_us, rotating  # noqa: E402
 
 EPS = 1e-6
@@ -265,9 +266,18 @@ def run_case(case: Case, args, l2_bytes: int, liger: dict, work: Path) -> dict:
     out_dtype = as_tuple(ref)[-1].dtype
     row["kernel"] = {"looped": kernel.looped, "tiled": kernel.tiled,
                      "kind": user.__globals__["KIND"]}
+    def checked(got) -> tuple[bool, float]:
+        """The panel's tolerance, else validation's float64 rule (a long float32 sum adds in
+        another order than eager's: fine if no further from float64 than eager is)."""
+        ok, err = close(got, ref, out_dtype)
+        if not ok and no_worse_than_eager(as_tuple(got), as_tuple(ref), eager, inputs):
+            row["float64_rule"] = True
+            ok = True
+        return ok, err
+
     with autotune(False):  # the default module's buckets get the heuristic's pick
-        row["default_ok"], row["default_err"] = close(default(*inputs), ref, out_dtype)
-    row["ok"], row["max_abs_err"] = close(user(*inputs), ref, out_dtype)  # tunes on CUDA
+        row["default_ok"], row["default_err"] = checked(default(*inputs))
+    row["ok"], row["max_abs_err"] = checked(user(*inputs))  # tunes on CUDA
     row["user_config"] = [list(c) for c in user.__globals__["CHOSEN"].values()]
     row["default_config"] = [list(c) for c in default.__globals__["CHOSEN"].values()]
     if args.dry_run or not row["ok"]:

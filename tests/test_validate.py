@@ -19,7 +19,12 @@ from fusion_core.pipeline import analyze, analyze_file
 from fusion_core.report.json_report import schema, to_document
 from fusion_core.validate import LoadedKernel, validate
 from fusion_core.validate.inputs import random_inputs, record, reduced_specs
-from fusion_core.validate.numerics import CLUSTER_TOL, compare, poisoned_allocations
+from fusion_core.validate.numerics import (
+    CLUSTER_TOL,
+    check_cluster,
+    compare,
+    poisoned_allocations,
+)
 from fusion_core.validate.report import NO_GPU_LINE, print_validation, report_dict
 from fusion_core.validate.subgraph import eager_subgraph, patch
 
@@ -170,6 +175,31 @@ def test_compare_rules():
     half = torch.tensor([1.0], dtype=torch.float16)
     assert compare((half + 5e-3,), (half,), CLUSTER_TOL)[0]  # fp16 tolerance is loose
     assert not compare((x + 1e-3,), (x,), CLUSTER_TOL)[0]  # fp32 is not
+
+
+def _cancelling_rows() -> torch.Tensor:
+    """Rows of 8192 large values whose exact sum is about 0: float32 sums err far beyond the
+    plain tolerance, by an amount that depends on the order of the additions."""
+    x = torch.randn(64, 8192, generator=torch.Generator().manual_seed(0)) * 100
+    x[:, -1] = -x[:, :-1].double().sum(1).float()
+    return x
+
+
+def test_a_sum_rounded_in_another_order_passes_against_float64():
+    x = _cancelling_rows()
+    eager = lambda t: t.sum(-1)  # noqa: E731
+    exact = x.double().sum(-1).float()  # a kernel that adds in another (better) order
+    assert not compare((exact,), (eager(x),), CLUSTER_TOL)[0]  # the plain rule refuses it
+    gate = check_cluster(lambda t: t.double().sum(-1).float(), None, eager, [x], [x])
+    assert gate.passed and "float64" in gate.detail, gate
+
+
+def test_a_sum_further_from_float64_than_eager_fails():
+    x = _cancelling_rows()
+    eager = lambda t: t.sum(-1)  # noqa: E731
+    err = float((eager(x).double() - x.double().sum(-1)).abs().max())
+    gate = check_cluster(lambda t: t.sum(-1) + 3 * err, None, eager, [x], [x])
+    assert not gate.passed and "beyond atol" in gate.detail, gate
 
 
 def test_eager_subgraph_and_patch_reproduce_the_model(example):

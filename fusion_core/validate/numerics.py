@@ -138,7 +138,45 @@ def check_cluster(launcher: Callable, module: ModuleType | None, eager: Callable
                 "environment)" if "outside of the scope of a kernel" in str(e) else "")
         return GateResult(gate, False, f"kernel failed: {one_line(e)}{hint}")
     passed, err, why = compare(actual, expected, CLUSTER_TOL)
+    if not passed and err is not None and err == err:  # finite: maybe only a rounding order
+        closer = no_worse_than_eager(actual, expected, eager, eager_args)
+        if closer is not None:
+            return GateResult(gate, True, closer, err)
     return GateResult(gate, passed, why, err)
+
+
+# A kernel may round differently from eager (a sum over 8192 floats in another order); it
+# passes if, against the same subgraph computed in float64, it errs at most this much more.
+EAGER_ERROR_FACTOR = 2.0
+
+
+def no_worse_than_eager(actual: Sequence[Any], expected: Sequence[Any], eager: Callable,
+                        eager_args: Sequence[Any]) -> str | None:
+    """Why the kernel passes after all (a line for the report), or None: each float32 output
+    is within EAGER_ERROR_FACTOR x eager's own largest error (plus the tolerance's atol) of a
+    float64 run of the eager subgraph. Other dtypes have no such excuse."""
+    if not all(isinstance(e, torch.Tensor) and e.dtype == torch.float32 for e in expected):
+        return None
+    wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+            for a in eager_args]
+    try:
+        with torch.no_grad():
+            reference = as_tuple(eager(*wide))
+    except Exception:  # noqa: BLE001 - an op without float64 support: no excuse
+        return None
+    if len(reference) != len(expected):
+        return None
+    atol = CLUSTER_TOL[torch.float32].atol
+    worst = 0.0
+    for a, e, r in zip(actual, expected, reference, strict=True):
+        r64 = r.detach().cpu().double()
+        kernel_err = float((a.detach().cpu().double() - r64).abs().max()) if r64.numel() else 0.0
+        eager_err = float((e.detach().cpu().double() - r64).abs().max()) if r64.numel() else 0.0
+        if not kernel_err <= EAGER_ERROR_FACTOR * eager_err + atol:
+            return None
+        worst = max(worst, kernel_err / eager_err if eager_err else 0.0)
+    return (f"within {worst:.2g}x eager's own error against float64 (rounding order; "
+            "beyond the plain float32 tolerance)")
 
 
 def _sync(outs: Sequence[Any]) -> None:
