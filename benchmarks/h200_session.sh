@@ -10,7 +10,8 @@
 #   clusters  every cluster of the panel cases against eager, Inductor and the same-size copy,
 #             then the CLI's Measured section for ExampleNet at 16384x1024 (compare the two)
 #   zoo       benchmarks/model_zoo.py in five processes: torchvision/timm/transformers models, kernels verified
-#             natively
+#             natively (numerics only, untimed); ZOO_MODEL_TIMEOUT s per model (120), ZOO_TIMEOUT s
+#             per process (300) with models left after ZOO_TIMEOUT - 30 s listed as not run
 #   panel     benchmarks/shapes_panel.py: wide rows, odd sizes, strided reductions
 set -u
 export PYTHONPATH=$PWD  # absolute: pytester runs subprocesses in other folders
@@ -52,7 +53,9 @@ for step in "$@"; do
       parts=$(mktemp -d)  # $OUT takes back few files: one table and one log come back
       for i in "${!groups[@]}"; do
         IFS='|' read -r -a names <<< "${groups[$i]}"
+        # The per-model limit and the budget keep every row; the timeout is the last resort.
         timeout "${ZOO_TIMEOUT:-300}" python benchmarks/model_zoo.py --out "$parts/$i.md" \
+            --model-timeout "${ZOO_MODEL_TIMEOUT:-120}" --budget $((${ZOO_TIMEOUT:-300} - 30)) \
             --only "${names[@]}" > "$parts/$i.log" 2>&1 &
       done
       wait

@@ -1,15 +1,20 @@
 """The model zoo: common torchvision, timm and transformers models, analyzed end to end.
 
     python benchmarks/model_zoo.py [--out FILE] [--only NAME ...] [--no-inductor]
-                                   [--no-validate] [--list]
+                                   [--no-validate] [--model-timeout S] [--budget S] [--list]
 
 Builds each model from a small config (random weights, nothing downloaded), analyzes it
 (`--capture auto`), compiles it with torch.compile and matches Inductor's fused kernels
 (`--vs-inductor`), validates every cluster's kernel and the patched model (under the
-Triton interpreter without CUDA, natively with it), and writes one Markdown table: model,
-frontend, nodes, clusters, Inductor kernels, exact/partial/missed with the reasons for the
-misses, kernels verified, model numerics, analysis seconds. A model whose library is not
-importable is listed as skipped; a model that fails gets its error in the table.
+Triton interpreter without CUDA, natively with it; numerics only, as `--no-timing`: the
+table has no timings), and writes one Markdown table: model, frontend, nodes, clusters,
+Inductor kernels, exact/partial/missed with the reasons for the misses, kernels verified,
+model numerics, analysis seconds, wall seconds for the whole model. Each model's phases
+(analysis, Inductor comparison, validation) and their wall seconds go to stderr, one line
+per model. A model whose library is not importable is listed as skipped; a model that fails
+gets its error in the table; a model past --model-timeout gets "not finished (over N s)" in
+the column of the phase it was in, and the next model runs; models not started within
+--budget seconds get "not run" rows.
 
 On the GPU machine: `python benchmarks/model_zoo.py --out $OUT/zoo.md`.
 """
@@ -18,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import datetime
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,11 +37,12 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel is decorated
 
+from time_limit import OverTime, time_guard  # noqa: E402
 from vision_libs import import_timm, import_torchvision  # noqa: E402
 
 from fusion_core.ir.shapes import InputSpec  # noqa: E402
@@ -122,7 +129,11 @@ ZOO = (
 
 COLUMNS = ("model", "library", "frontend", "nodes", "clusters", "Inductor kernels", "exact",
            "partial", "missed (reasons)", "kernels verified", "model numerics",
-           "analysis s")
+           "analysis s", "wall s")
+# The column that says a phase did not finish.
+PHASE_COLUMNS = {"build": "frontend", "analysis": "frontend", "Inductor": "Inductor kernels",
+                 "validation": "kernels verified"}
+MODEL_TIMEOUT_S = 150.0  # --model-timeout default: the H200 finished most models in < 60 s
 
 
 def _library(name: str) -> Any:
@@ -158,28 +169,72 @@ def _reason_head(reason: str) -> str:
     return reason.split(":")[0][:40] or "no reason"
 
 
-def run_one(entry: ZooModel, inductor: bool, check: bool) -> dict[str, str]:
+class Phases:
+    """Wall seconds per phase of one model, and the phase running now."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.current = ""
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.current, start = name, time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = time.perf_counter() - start
+
+    def line(self) -> str:
+        """`build 0.1 s, analysis 1.2 s, Inductor 31.0 s, validation 11.4 s`."""
+        return ", ".join(f"{name} {s:.1f} s" for name, s in self.seconds.items())
+
+
+def run_one(entry: ZooModel, inductor: bool, check: bool, limit: float | None = None,
+            phases: Phases | None = None) -> dict[str, str]:
+    """One model's row; past `limit` seconds the running phase's column says so."""
     row = {"model": entry.name, "library": entry.library}
     lib = _library(entry.library)
     if lib is None:
         return {**row, "frontend": f"skipped: {entry.library} not importable"}
+    phases = phases or Phases()
+    start = time.perf_counter()
     torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            model = entry.build(lib)
-            start = time.perf_counter()
-            a = analyze(model, *entry.inputs)
-            seconds = time.perf_counter() - start
-        except Exception as e:  # noqa: BLE001 - one model's failure is a row, not a crash
-            return {**row, "frontend": f"error: {type(e).__name__}: {str(e)[:120]}"}
-        row.update({"frontend": a.graph.frontend, "nodes": str(a.n_nodes),
-                    "clusters": str(len(a.clusters)), "analysis s": f"{seconds:.1f}"})
-        if inductor:
-            row.update(_inductor_columns(a))
-        if check:
-            row.update(_validation_columns(a))
+    try:
+        with time_guard(limit), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _phases(entry, lib, inductor, check, row, phases)
+    except OverTime:
+        row[PHASE_COLUMNS.get(phases.current, "frontend")] = (
+            f"not finished (over {_seconds(limit)} s)")
+        torch._dynamo.reset()  # a compile cut short leaves nothing for the next model
+    row["wall s"] = _seconds(time.perf_counter() - start)
     return row
+
+
+def _seconds(x: float | None) -> str:
+    return "?" if x is None else f"{x:.0f}" if x >= 10 else f"{x:.2g}"
+
+
+def _phases(entry: ZooModel, lib: Any, inductor: bool, check: bool, row: dict[str, str],
+            phases: Phases) -> None:
+    """Fill `row` phase by phase; a phase's error is its cells, not a crash."""
+    try:
+        with phases.phase("build"):
+            model = entry.build(lib)
+        with phases.phase("analysis"):
+            a = analyze(model, *entry.inputs)
+    except Exception as e:  # noqa: BLE001 - one model's failure is a row, not a crash
+        row["frontend"] = f"error: {type(e).__name__}: {str(e)[:120]}"
+        return
+    row.update({"frontend": a.graph.frontend, "nodes": str(a.n_nodes),
+                "clusters": str(len(a.clusters)),
+                "analysis s": f"{phases.seconds['analysis']:.1f}"})
+    if inductor:
+        with phases.phase("Inductor"):
+            row.update(_inductor_columns(a))
+    if check:
+        with phases.phase("validation"):
+            row.update(_validation_columns(a))
 
 
 def _inductor_agreement(a: Any) -> Any:
@@ -207,7 +262,7 @@ def _inductor_columns(a: Any) -> dict[str, str]:
 def _validation_columns(a: Any) -> dict[str, str]:
     from fusion_core.validate.run import validate
 
-    report = validate(a)
+    report = validate(a, timing=False)  # the table shows no timings: gates 1 and 2 only
     verified = sum(r.usable for r in report.results)
     model = ("pass" if report.model.passed else "-" if report.model.passed is None
              else f"FAIL ({report.model.detail[:60]})")
@@ -246,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="model names (or libraries) to run")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
     parser.add_argument("--no-validate", action="store_true", help="skip kernel validation")
+    parser.add_argument("--model-timeout", type=float, default=MODEL_TIMEOUT_S, metavar="S",
+                        help="wall seconds per model (0: none); past it the model's row says "
+                             "so and the next model runs")
+    parser.add_argument("--budget", type=float, default=0, metavar="S",
+                        help="models not started within S seconds get a 'not run' row "
+                             "(0: no budget); each model's limit is cut to what is left")
     parser.add_argument("--list", action="store_true", help="list the models and exit")
     args = parser.parse_args(argv)
     chosen = [m for m in ZOO if not args.only or m.name in args.only or m.library in args.only]
@@ -254,12 +315,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, start = [], time.perf_counter()
     for entry in chosen:
-        start = time.perf_counter()
-        rows.append(run_one(entry, not args.no_inductor, not args.no_validate))
-        print(f"{entry.library}/{entry.name}: {rows[-1].get('frontend')} "
-              f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+        limit, left = args.model_timeout or None, None
+        if args.budget:
+            left = args.budget - (time.perf_counter() - start)
+            limit = min(limit or left, left)
+        phases = Phases()
+        if left is not None and left <= 0:
+            rows.append({"model": entry.name, "library": entry.library,
+                         "frontend": f"not run (the {_seconds(args.budget)} s budget was "
+                                     "spent)"})
+        else:
+            rows.append(run_one(entry, not args.no_inductor, not args.no_validate, limit,
+                                phases))
+        cut = [v for v in rows[-1].values() if v.startswith("not finished")]
+        print(f"{entry.library}/{entry.name}: {(cut or [rows[-1].get('frontend')])[0]}; "
+              f"{phases.line() or 'no phase run'}; wall {rows[-1].get('wall s', '0')} s",
+              file=sys.stderr, flush=True)
         if args.out:  # after every model: an interrupted run keeps the rows it finished
             from fusion_core.fileio import write_atomic
 

@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -49,6 +48,7 @@ from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_
 from fusion_core.pipeline import analyze  # noqa: E402
 from fusion_core.validate.numerics import no_worse_than_eager  # noqa: E402
 from gpu_clusters import as_tuple, close, copy_us, environment, graph_us, rotating  # noqa: E402
+from time_limit import OverTime, time_guard  # noqa: E402
 
 EPS = 1e-6
 # Tiny rows wider than 64 columns loop over column blocks, as the wide rows do at full size,
@@ -183,25 +183,6 @@ def _liger() -> dict[str, tuple[Callable, Callable]]:
         "swiglu": (lambda m, a, b: LigerSiLUMulFunction.apply(a, b),
                    lambda m, a, b: F.silu(a) * b),
     }
-
-
-class CaseTimeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def time_guard(seconds: int):
-    """Raise CaseTimeout in the main thread after `seconds` (between Python bytecodes)."""
-    def expire(signum, frame):
-        raise CaseTimeout(f"past the {seconds} s case guard")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @contextlib.contextmanager
@@ -372,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 with time_guard(args.case_timeout):
                     row = run_case(case, args, l2_bytes, liger, Path(tmp))
-            except Exception as e:  # noqa: BLE001 - one case's failure is its row
+            except (Exception, OverTime) as e:  # noqa: BLE001 - one case's failure is its row
                 row = {**label, "error": f"{type(e).__name__}: {e}"[:300]}
             row["seconds"] = round(time.monotonic() - t0, 1)
             rows.append(row)

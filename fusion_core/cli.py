@@ -162,6 +162,8 @@ def model_options(command):
               help="Peak memory bandwidth to compare against (default: read from the GPU).")
 @click.option("--vs-inductor", is_flag=True,
               help="Compare each cluster with the kernels torch.compile generates.")
+@click.option("--no-timing", is_flag=True,
+              help="On a CUDA GPU: check numerics only, skip the timings (seconds per cluster).")
 @click.option("--apply", "apply_edits", is_flag=True,
               help="Rewrite the model file with the exact, verified clusters (asks first).")
 @click.option("--yes", "assume_yes", is_flag=True, help="With --apply: apply without asking.")
@@ -169,7 +171,8 @@ def model_options(command):
 def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         dtypes: tuple[str, ...], out_dir: str | None, force: bool, explain_rejections: bool,
         json_path: str | None, html_path: str | None, capture: str, peak_gbps: float | None,
-        vs_inductor: bool, apply_edits: bool, assume_yes: bool, debug: bool) -> None:
+        vs_inductor: bool, no_timing: bool, apply_edits: bool, assume_yes: bool,
+        debug: bool) -> None:
     """Analyze which ops in a PyTorch model fuse, why, and what fusion saves."""
     use_interpreter_without_cuda()  # before any generated kernel is decorated
     with one_line_errors(debug, model_path):
@@ -183,6 +186,9 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         elif force:
             raise FusionAdvisorError("--force lets --out-dir overwrite files: pass --out-dir "
                                      "too")
+        if no_timing and peak_gbps:
+            raise FusionAdvisorError("--peak-gbps is compared with measured bandwidth, which "
+                                     "--no-timing skips: drop one of them")
         check_apply_flags(apply_edits, assume_yes)
         if apply_edits and triton_missing() is not None:
             raise ApplyError(f"--apply writes only kernels it has verified, and triton is not "
@@ -201,7 +207,7 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
             run.write_kernels(out_dir)
         if vs_inductor:
             run.compare_inductor()
-        run.validate(peak_gbps, vs_inductor)
+        run.validate(peak_gbps, vs_inductor, timing=not no_timing)
         run.print_agreement()
         run.print_diffs()
         if json_path:

@@ -136,8 +136,9 @@ class Run:
             self.console.print(f"Inductor comparison skipped: {e}", highlight=False,
                                markup=False)
 
-    def validate(self, peak_gbps: float | None, vs_inductor: bool) -> None:
-        """The four gates on the kernels generated above; prints Numerics or Measured."""
+    def validate(self, peak_gbps: float | None, vs_inductor: bool, timing: bool = True) -> None:
+        """The four gates on the kernels generated above (gates 1 and 2 only with
+        `timing=False`); prints Numerics or Measured."""
         if not self.analysis.clusters:
             return
         if self.kernels is None:
@@ -155,7 +156,7 @@ class Run:
         from .validate.run import validate
 
         self.report = validate(self.analysis, kernels=self.kernels, peak_gbps=peak_gbps,
-                               inductor=vs_inductor, progress=self.progress)
+                               inductor=vs_inductor, progress=self.progress, timing=timing)
         print_validation(self.report, self.console, inductor=vs_inductor)
 
     def print_agreement(self) -> None:

@@ -210,3 +210,26 @@ def test_the_same_command_prints_the_same_report(example_net_run):
         deterministic_part(first.output, json.loads(first_json.read_text())))
     if not torch.cuda.is_available():
         assert output == first.output
+
+
+def test_no_timing_validates_numerics_only(tmp_path, monkeypatch):
+    """`--no-timing` reaches validation as `timing=False`: the section is Numerics, never
+    Measured (on a GPU it says the timings were not run), and the JSON says `timed: false`."""
+    from fusion_core.validate import run as validate_run
+    from fusion_core.validate.report import NO_GPU_LINE, NOT_TIMED_LINE
+
+    asked, real = [], validate_run.validate
+    monkeypatch.setattr(validate_run, "validate",
+                        lambda *a, **kw: asked.append(kw.get("timing")) or real(*a, **kw))
+    out = tmp_path / "a.json"
+    result = CliRunner().invoke(cli, ["--model", str(EXAMPLES / "example_net.py"),
+                                      "--input-shape", "64,1024", "--no-timing",
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert asked == [False]
+    assert "\nNumerics\n" in result.stdout and "\nMeasured\n" not in result.stdout
+    assert (NOT_TIMED_LINE if torch.cuda.is_available() else NO_GPU_LINE) in result.stdout
+    doc = json.loads(out.read_text())
+    assert doc["validation"]["timed"] is False
+    assert all(c["timing_us"] is None and c["usable"] for c in doc["validation"]["clusters"])
+    pytest.importorskip("jsonschema").validate(doc, schema())  # last: it may skip

@@ -114,6 +114,8 @@ CASES = [
     Case("--apply without a terminal", (*M, *SHAPE, "--apply"),
          ("stdin is not a terminal", "--yes")),
     Case("--yes without --apply", (*M, *SHAPE, "--yes"), ("pass --apply too",)),
+    Case("--peak-gbps with --no-timing", (*M, *SHAPE, "--no-timing", "--peak-gbps", "3000"),
+         ("--no-timing skips", "drop one of them")),
 ]
 
 

@@ -219,3 +219,36 @@ def test_rejected_candidate_is_marked_and_explained(browser, rejection_page):
     assert "cpp_fused_add_mul_relu_0" in inductor
     assert "we rejected a candidate on these lines: aliasing" in inductor
     assert_clean(browser)
+
+
+def test_untimed_cuda_run_says_its_timings_were_not_run(browser, tmp_path):
+    """A CUDA validation with timing off (`--no-timing`, made up here: no GPU needed) keeps its
+    numerics and says why the Timings are empty."""
+    import torch
+
+    import fusion_core
+    from fusion_core.report.html import analysis_html, page_data
+    from fusion_core.validate import GateResult, ModelCheck, ValidationReport, ValidationResult
+    from fusion_core.validate.report import report_dict
+
+    class Small(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x * 2) + 1
+
+    analysis = fusion_core.analyze(Small(), (4, 8))
+    verified = ValidationResult(0, "cuda", (4, 8), (
+        GateResult("cluster numerics", True, max_abs_err=0.0),
+        GateResult("model numerics", True, max_abs_err=0.0)))
+    report = ValidationReport((verified,), ModelCheck(True, 0.0, (0,)), "cuda", "Stub GPU")
+    page = tmp_path / "page.html"
+    page.write_text(analysis_html(page_data(analysis, {"validation": report_dict(report)})))
+    load(browser, page)
+    relu = browser.execute_script(
+        "return [...document.querySelectorAll('g.node')].find(g => g.textContent.startsWith("
+        "'relu')).dataset.node")
+    click(browser, f'g.node[data-node="{relu}"]')
+    details = browser.find_element("id", "tab-details").text
+    assert "verified (cuda)" in details
+    assert "not measured (timings not run: --no-timing)" in details
+    assert "needs a CUDA GPU" not in details
+    assert_clean(browser)

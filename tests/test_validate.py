@@ -228,7 +228,7 @@ def test_console_and_json(example, kernels):
     buf = StringIO()
     print_validation(report, Console(file=buf, width=200))
     text = buf.getvalue()
-    assert "Numerics" in text and NO_GPU_LINE in text
+    assert "Numerics" in text and NO_GPU_LINE in text and not report.timed
     assert "cluster 0: verified (interpreter, 64×1024 of 16384×1024)" in text
     assert "cluster 1: FAILED cluster numerics" in text
     doc = to_document(example, {"validation": report_dict(report)})
@@ -301,7 +301,7 @@ def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tm
     report = validate(example, only_cluster0(kernels, "cluster0"), peak_gbps=None,
                       inductor=True)
     r0 = report.result(0)
-    assert report.mode == "cuda" and report.device == "Stub GPU"
+    assert report.mode == "cuda" and report.device == "Stub GPU" and report.timed
     assert len(r0.timing.kernel_us) == 3 and len(r0.timing.eager_us) == 3
     assert r0.timing.inductor_us and r0.timing.model_patched_us
     assert r0.regime == "l2-resident"  # 512 KB at the reduced shape fits the stub's L2
@@ -318,6 +318,43 @@ def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tm
     assert "of 4000 GB/s detected peak memory bandwidth" in text
     pytest.importorskip("jsonschema").validate(json.loads(json.dumps(
         to_document(example, {"validation": report_dict(report)}))), schema())
+
+
+@pytest.mark.cpu
+def test_timing_false_on_cuda_checks_numerics_and_times_nothing(example, kernels, monkeypatch):
+    """`validate(timing=False)` on a (stubbed) CUDA machine: gates 1 and 2 only, no timer or
+    device query called, and the console, JSON and HTML data say the timings were not run."""
+    from fusion_core.report.html import page_data
+    from fusion_core.validate import bench, run
+    from fusion_core.validate.prepare import recording
+    from fusion_core.validate.report import NOT_TIMED_LINE
+
+    timed = []
+    monkeypatch.setattr(bench, "time_us", lambda fn, samples=5: timed.append(fn) or (20.0,))
+    monkeypatch.setattr(bench, "device_info", lambda peak=None: timed.append(peak))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Stub GPU")
+    monkeypatch.setattr(run, "recording", lambda analysis, candidates, **kw: recording(
+        analysis, [reduced_specs(analysis)], **{**kw, "device": "cpu"}))
+    report = validate(example, only_cluster0(kernels, "cluster0"), timing=False)
+    assert timed == []
+    assert report.mode == "cuda" and report.device == "Stub GPU" and not report.timed
+    r0 = report.result(0)
+    assert r0.usable and r0.status == "verified (cuda)" and r0.timing is None
+    assert [g.gate for g in r0.gates] == ["cluster numerics", "model numerics"]
+    assert report.model.passed and report.model_timing is None
+    assert [r.mode for r in report.results] == ["cuda"] * 3 and not report.result(1).usable
+    buf = io.StringIO()
+    print_validation(report, Console(file=buf, width=300))
+    text = buf.getvalue()
+    assert "Numerics" in text and "Measured" not in text and "cluster speedup" not in text
+    assert NOT_TIMED_LINE in text and NO_GPU_LINE not in text
+    doc = json.loads(json.dumps(to_document(example, {"validation": report_dict(report)})))
+    assert doc["validation"]["timed"] is False and doc["validation"]["mode"] == "cuda"
+    assert all(c["timing_us"] is None for c in doc["validation"]["clusters"])
+    pytest.importorskip("jsonschema").validate(doc, schema())
+    page = page_data(example, {"validation": report_dict(report)})
+    assert page["mode"] == "cuda" and page["timed"] is False
 
 
 def test_regime_and_gates():

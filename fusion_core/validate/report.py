@@ -16,6 +16,8 @@ from .types import LAUNCH_BOUND, ValidationReport, ValidationResult
 
 NO_GPU_LINE = ("Benchmarks need a CUDA GPU: speedups, regimes and bandwidth are measured only "
                "on a machine with CUDA.")
+NOT_TIMED_LINE = ("Timings not run (--no-timing): speedups, regimes and bandwidth were not "
+                  "measured; run without it to measure them.")
 
 
 def _err(x: float | None) -> str:
@@ -66,12 +68,12 @@ def _measured_line(r: ValidationResult, inductor: bool, peak_label: str) -> str:
 
 def print_validation(report: ValidationReport, console: Console, inductor: bool = False) -> None:
     console.print()
-    if report.mode != "cuda":
+    if not report.timed:
         console.print("Numerics", highlight=False)
         for r in report.results:
             console.print(_numerics_line(r), highlight=False, markup=False)
         console.print(_model_line(report), highlight=False, markup=False)
-        console.print(NO_GPU_LINE, highlight=False)
+        console.print(NOT_TIMED_LINE if report.mode == "cuda" else NO_GPU_LINE, highlight=False)
         return
     console.print("Measured", highlight=False)
     for r in report.results:
@@ -115,7 +117,7 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
     m, mt = report.model, report.model_timing
     return {
         "mode": report.mode, "device": report.device, "peak_gbps": report.peak_gbps,
-        "peak_source": report.peak_source,
+        "peak_source": report.peak_source, "timed": report.timed,
         "clusters": [result_dict(r) for r in report.results],
         "model": {"passed": m.passed, "max_abs_err": _num(m.max_abs_err),
                   "patched": list(m.patched), "blamed": list(m.blamed), "detail": m.detail,

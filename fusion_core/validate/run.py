@@ -16,7 +16,8 @@ caller has none) or a kernel provider (tests hand in their own launchers); write
 - Gate 1 compares each kernel with its eager subgraph; gate 2 patches every kernel that
   passed into a copy of the traced graph and compares the model output (and, on failure,
   patches them one at a time to find the culprits, each with its own reason); gates 3 and 4
-  (CUDA only, ``timed.py``) time the kernel, the eager subgraph and the model.
+  (CUDA only, ``timed.py``) time the kernel, the eager subgraph and the model, about 2 s per
+  cluster: ``timing=False`` leaves them out (the report says ``timed=False``).
 - A failure is recorded in the cluster's result and never raises.
 """
 
@@ -114,12 +115,13 @@ def exact_float32() -> Iterator[None]:
 def validate(analysis: Analysis, provider: KernelProvider | None = None, *,
              kernels: KernelSet | None = None, workdir: str | Path | None = None,
              peak_gbps: float | None = None, inductor: bool = False, seed: int = 0,
-             target_rows: int = TARGET_ROWS, progress: StepProgress = NO_PROGRESS
-             ) -> ValidationReport:
+             target_rows: int = TARGET_ROWS, progress: StepProgress = NO_PROGRESS,
+             timing: bool = True) -> ValidationReport:
     """Run every gate for every cluster; failures are recorded, never raised.
 
     `provider` replaces the generated kernels (each cluster loads its own); `workdir` is
-    where generated kernels are imported from (a temporary folder by default)."""
+    where generated kernels are imported from (a temporary folder by default); with
+    `timing=False` a CUDA run checks numerics only (gates 1 and 2, no timings)."""
     use_interpreter_without_cuda()
     if provider is None and kernels is None:
         kernels = build_kernels(analysis)
@@ -130,7 +132,7 @@ def validate(analysis: Analysis, provider: KernelProvider | None = None, *,
         # Inference only: eager timings must not pay for autograd bookkeeping.
         stack.enter_context(torch.no_grad())
         return _Validation(analysis, provider, kernels, Path(workdir), peak_gbps, inductor,
-                           seed, target_rows, progress).run()
+                           seed, target_rows, progress, timing).run()
 
 
 @dataclass
@@ -144,6 +146,7 @@ class _Validation:
     seed: int
     target_rows: int
     progress: StepProgress
+    timing: bool
 
     @property
     def cuda(self) -> bool:
@@ -193,18 +196,21 @@ class _Validation:
             why = dict(model.details).get(i)
             gates[i].append(GateResult("model numerics", why is None, why or "",
                                        model.max_abs_err))
-        if cuda:
+        if cuda and self.timing:
             from .timed import measure_all
 
             usable = {i: k for i, k in launchers.items() if i not in model.blamed}
             report = measure_all(self.analysis, wide, usable, gates, model, self.peak_gbps,
                                  self.inductor)
             return replace(report, results=tuple(self._annotate(r) for r in report.results))
+        # Untimed; on CUDA every cluster is "cuda", as in a timed run (timed.measure_all).
+        mode = "cuda" if cuda else "interpreter"
         results = tuple(self._annotate(ValidationResult(
-            c.index, "interpreter" if c.index in launchers else "skipped", shapes[c.index],
+            c.index, mode if cuda or c.index in launchers else "skipped", shapes[c.index],
             tuple(gates[c.index]), fused_bytes=c.traffic.fused_bytes))
             for c in self.analysis.clusters)
-        return ValidationReport(results, model, "interpreter", "cpu")
+        return ValidationReport(results, model, mode,
+                                torch.cuda.get_device_name() if cuda else "cpu")
 
     def _annotate(self, r: ValidationResult) -> ValidationResult:
         return replace(r, analysed_shape=result_shape(self.analysis, r.cluster),

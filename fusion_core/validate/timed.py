@@ -89,4 +89,4 @@ def measure_all(analysis: Analysis, rec: Recording, usable: Mapping[int, Callabl
         results.append(ValidationResult(c.index, "cuda", shape, tuple(gates[c.index]), timing,
                                         tag, fused, achieved, dev.peak_gbps, model_speedup))
     return ValidationReport(tuple(results), model, "cuda", dev.name, model_timing,
-                            dev.peak_gbps, dev.peak_source)
+                            dev.peak_gbps, dev.peak_source, timed=True)

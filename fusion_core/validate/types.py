@@ -149,6 +149,7 @@ class ValidationReport:
     model_timing: ModelTiming | None = None
     peak_gbps: float | None = None
     peak_source: str = ""  # "detected", "--peak-gbps", or ""
+    timed: bool = False  # gates 3 and 4 ran (CUDA, and timing was not turned off)
 
     def result(self, index: int) -> ValidationResult | None:
         return next((r for r in self.results if r.cluster == index), None)

@@ -45,7 +45,7 @@ function numericsBlock(c) {
 
 function timingBlock(c) {
   const t = c.timing;
-  if (!t) return `<p class="muted">not measured${PAGE.mode === "interpreter" || !PAGE.mode ? " (needs a CUDA GPU)" : ""}</p>`;
+  if (!t) return `<p class="muted">not measured${PAGE.mode === "interpreter" || !PAGE.mode ? " (needs a CUDA GPU)" : PAGE.timed === false ? " (timings not run: --no-timing)" : ""}</p>`;
   const us = v => `${v.toFixed(1)} µs`, gb = v => `${v.toFixed(0)} GB/s`;
   let out = bars([["fused kernel", median(t.kernel_us), "k"], ["eager ops", median(t.eager_us), "e"],
     ["Inductor", median(t.inductor_us), "i"]].filter(r => r[1] !== null), us);

@@ -1,0 +1,115 @@
+"""benchmarks/model_zoo.py's own machinery on small models of ours (no torchvision needed):
+the per-model time limit, the budget, the phase seconds and validation without timings."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import model_zoo  # noqa: E402
+
+
+class Small(nn.Module):
+    def forward(self, x):
+        return torch.relu(x * 2) + 1  # one pointwise cluster
+
+
+def stall(lib):
+    """A model build that hangs, inside the kind of `except Exception` library code has."""
+    try:
+        time.sleep(120)
+    except Exception:  # noqa: BLE001 - the limit must get through this
+        pass
+    return Small()
+
+
+def table_rows(text: str) -> dict[str, dict[str, str]]:
+    """The table's rows by model name, each as {column: cell}."""
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith("| model |"):
+            cells = [c.strip() for c in line.strip("| ").split(" | ")]
+            rows[cells[0]] = dict(zip(model_zoo.COLUMNS, cells, strict=True))
+    return rows
+
+
+@pytest.fixture
+def our_zoo(monkeypatch):
+    """Replace the zoo with `entries`; their library is torch.nn, always importable."""
+    monkeypatch.setattr(model_zoo, "_library", lambda name: nn)
+
+    def use(*entries):
+        monkeypatch.setattr(model_zoo, "ZOO", entries)
+    return use
+
+
+def test_a_model_over_its_limit_gets_its_row_and_the_next_model_runs(our_zoo, tmp_path,
+                                                                       capsys):
+    our_zoo(model_zoo.ZooModel("stalls", "torch", stall),
+            model_zoo.ZooModel("small", "torch", lambda lib: Small()))
+    out = tmp_path / "zoo.md"
+    start = time.perf_counter()
+    assert model_zoo.main(["--out", str(out), "--model-timeout", "3", "--no-inductor",
+                           "--no-validate"]) == 0
+    assert time.perf_counter() - start < 60  # not the 120 s the build sleeps
+    rows = table_rows(out.read_text())
+    assert rows["stalls"]["frontend"] == "not finished (over 3 s)"
+    assert 3 <= float(rows["stalls"]["wall s"]) < 30
+    assert rows["small"]["frontend"] in ("fx", "export") and rows["small"]["clusters"] == "1"
+    log = capsys.readouterr().err
+    assert "torch/stalls: not finished (over 3 s); build 3" in log
+    assert "torch/small: fx; build" in log and ", analysis " in log
+
+
+def test_models_left_when_the_budget_is_spent_get_not_run_rows(our_zoo, tmp_path):
+    our_zoo(model_zoo.ZooModel("stalls", "torch", stall),
+            model_zoo.ZooModel("small", "torch", lambda lib: Small()))
+    out = tmp_path / "zoo.md"
+    assert model_zoo.main(["--out", str(out), "--budget", "2", "--no-inductor",
+                           "--no-validate"]) == 0
+    rows = table_rows(out.read_text())
+    assert rows["stalls"]["frontend"] == "not finished (over 2 s)"  # cut to the budget
+    assert rows["small"]["frontend"] == "not run (the 2 s budget was spent)"
+
+
+def test_validation_past_the_limit_is_cut_and_asked_for_no_timings(monkeypatch):
+    from fusion_core.validate import run
+
+    asked = []
+
+    def slow_validate(analysis, *args, **kwargs):
+        asked.append(kwargs.get("timing"))
+        try:
+            time.sleep(120)
+        except Exception:  # noqa: BLE001 - validation records failures and goes on
+            pass
+
+    monkeypatch.setattr(model_zoo, "_library", lambda name: nn)
+    monkeypatch.setattr(run, "validate", slow_validate)
+    phases = model_zoo.Phases()
+    row = model_zoo.run_one(model_zoo.ZooModel("small", "torch", lambda lib: Small()),
+                            inductor=False, check=True, limit=3, phases=phases)
+    assert asked == [False]
+    assert row["clusters"] == "1" and float(row["analysis s"]) < 3
+    assert row["kernels verified"] == "not finished (over 3 s)"
+    assert "model numerics" not in row
+    assert list(phases.seconds) == ["build", "analysis", "validation"]
+    assert phases.seconds["validation"] >= 2
+
+
+def test_a_finished_model_gets_its_verdicts_and_wall_seconds(monkeypatch):
+    """The real validation, untimed (under the interpreter here, natively on a GPU)."""
+    monkeypatch.setattr(model_zoo, "_library", lambda name: nn)
+    phases = model_zoo.Phases()
+    row = model_zoo.run_one(model_zoo.ZooModel("small", "torch", lambda lib: Small()),
+                            inductor=False, check=True, limit=300, phases=phases)
+    assert row["kernels verified"] == "1/1" and row["model numerics"] == "pass"
+    assert float(row["wall s"]) >= phases.seconds["validation"] > 0
+    assert phases.line().startswith("build ") and ", validation " in phases.line()
