@@ -61,7 +61,7 @@ for step in "$@"; do
       wait
       { head -n 4 "$parts/0.md"; for i in "${!groups[@]}"; do tail -n +5 "$parts/$i.md"; done
       } > "$OUT/zoo.md"
-      tail -n 30 "$parts"/*.log > "$OUT/zoo.log"
+      tail -n 200 "$parts"/*.log > "$OUT/zoo.log"
       cat "$OUT/zoo.md"
       ;;
     panel)

@@ -255,6 +255,9 @@ def _inductor_columns(a: Any) -> dict[str, str]:
         ag = _inductor_agreement(a)
     except Exception as e:  # noqa: BLE001
         return {"Inductor kernels": f"error: {type(e).__name__}"}
+    for k in ag.kernels:  # the table counts reasons; the log keeps each miss whole
+        if k.status == "missed":
+            print(f"  missed {k.name[:60]} ({', '.join(k.ops)}): {k.reason}", file=sys.stderr)
     return {"Inductor kernels": str(len(ag.kernels)), "exact": str(ag.count("exact")),
             "partial": str(ag.count("partial")), "missed (reasons)": _reasons(ag)}
 
@@ -264,6 +267,11 @@ def _validation_columns(a: Any) -> dict[str, str]:
 
     report = validate(a, timing=False)  # the table shows no timings: gates 1 and 2 only
     verified = sum(r.usable for r in report.results)
+    for r in report.results:  # the log keeps each failure's reason
+        if r.failed is not None:
+            print(f"  cluster {r.cluster}: {r.failed.gate}: {r.failed.detail}", file=sys.stderr)
+    if report.model.passed is False:
+        print(f"  model numerics: {report.model.detail}", file=sys.stderr)
     model = ("pass" if report.model.passed else "-" if report.model.passed is None
              else f"FAIL ({report.model.detail[:60]})")
     return {"kernels verified": f"{verified}/{len(report.results)}", "model numerics": model}
