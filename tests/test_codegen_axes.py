@@ -255,3 +255,11 @@ def test_a_flat_kernel_vectorizes_its_loads_when_the_size_is_no_multiple_of_16(s
     floats at once as that alignment allows."""
     found = ttgir_load_layouts(shape, "flat chain")
     assert found["ptx_loads"] == [loads], found
+
+
+@pytest.mark.slow
+def test_rows_of_1000_columns_load_four_floats_at_once():
+    """1000 is a multiple of 8, not of 16: told so through COLS_ALIGN, Triton vectorizes the
+    row loads (they were `ld.global.b32`, one float each, before)."""
+    found = ttgir_load_layouts("64,1000", "row softmax")
+    assert found["ptx_loads"] == ["ld.global.v4.b32"], found

@@ -150,7 +150,7 @@ def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelParams]:
         write = (_tiled if plan.tiled else _several if plan.steps else _looped if looped
                  else _single)
         write(plan, params, body)
-        sizes, consts = ["n_rows", "n_cols"], ["BLOCK_SIZE", "ROWS_PER_PROGRAM"]
+        sizes, consts = ["n_rows", "n_cols"], ["BLOCK_SIZE", "ROWS_PER_PROGRAM", "COLS_ALIGN"]
     # The signature comes last: the body registered the scalar parameters it reads.
     signature = [t.ptr for t in (*plan.inputs, *plan.outputs)] + sizes + params.names
     signature += [f"{c}: tl.constexpr" for c in consts]
@@ -188,7 +188,7 @@ def _tiled(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
                f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
                "[:, None]",
                _cols(plan, "tl.program_id(1) * BLOCK_SIZE + "),
-               "row_mask = rows < n_rows", *_COLS, ""])
+               "row_mask = rows < n_rows", *_ALIGNED_COLS, *_COLS, ""])
     _pointwise_body(plan, params, out)
 
 
@@ -204,9 +204,13 @@ def rows_boilerplate(plan: KernelPlan, what: str, out: CodeWriter) -> None:
     out.lines([f"# boilerplate (reduction, {what})", "pid = tl.program_id(0)",
                f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
                "[:, None]",
-               "row_mask = rows < n_rows"])
+               "row_mask = rows < n_rows", *_ALIGNED_COLS])
 
 
+# Triton knows an integer argument is a multiple of 16 only when it is one: a row of 1000
+# columns would get scalar loads without being told it is a multiple of 8.
+_ALIGNED_COLS = ["# n_cols is a multiple of COLS_ALIGN; said so, Triton vectorizes the loads",
+                 "n_cols = n_cols // COLS_ALIGN * COLS_ALIGN"]
 _COLS = ["col_mask = cols < n_cols", "mask = row_mask & col_mask"]
 
 

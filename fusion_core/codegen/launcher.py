@@ -215,7 +215,8 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
 
 def _consts(plan: KernelPlan) -> list[str]:
     """The kernel's constexpr and launch keywords, from the configuration."""
-    shape = ["ROWS_PER_PROGRAM=rows"] if plan.two_d else ["N_ALIGN=_multiple_of(args[0])"]
+    shape = (["ROWS_PER_PROGRAM=rows", "COLS_ALIGN=_multiple_of(args[1])"] if plan.two_d
+             else ["N_ALIGN=_multiple_of(args[0])"])
     return ["BLOCK_SIZE=block", *shape, "num_warps=num_warps"]
 
 

@@ -52,9 +52,10 @@ def _powers_of_two(**sizes):
 
 
 def _multiple_of(n):
-    """The largest power of two, at most 16, that divides `n` (16 for 0). A flat kernel's
-    mask is written as a multiple of it: Triton vectorizes a masked load only when it knows
-    the bound is a multiple of the vector width, and it checks integer arguments for 16 only."""
+    """The largest power of two, at most 16, that divides `n` (16 for 0). A kernel writes its
+    element or column count as a multiple of it: Triton vectorizes a masked load only when it
+    knows the bound is a multiple of the vector width, and checks integer arguments for 16
+    only."""
     return min(16, n & -n) if n else 16
 
 

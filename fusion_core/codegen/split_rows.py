@@ -78,7 +78,7 @@ def kernels(plan: KernelPlan, params: KernelParams) -> list[str]:
     outs = [t.ptr for t in plan.outputs]
     out = CodeWriter()
     _signature(f"{plan.name}_partials", [*ins, WORKSPACE], params,
-               ["BLOCK_SIZE", "ROWS_PER_PROGRAM"], out)
+               ["BLOCK_SIZE", "ROWS_PER_PROGRAM", "COLS_ALIGN"], out)
     with out.indented():
         rows_boilerplate(plan, "split rows, pass 1: one chunk's statistics", out)
         out.lines(_chunk_lines(n))
@@ -91,7 +91,7 @@ def kernels(plan: KernelPlan, params: KernelParams) -> list[str]:
                   for k, name in enumerate(found.names))
     out.lines(["", ""])
     _signature(f"{plan.name}_finish", [*ins, *outs, WORKSPACE], params,
-               ["BLOCK_SIZE", "ROWS_PER_PROGRAM", "SPLITS_BLOCK"], out)
+               ["BLOCK_SIZE", "ROWS_PER_PROGRAM", "COLS_ALIGN", "SPLITS_BLOCK"], out)
     with out.indented():
         rows_boilerplate(plan, "split rows, pass 2: merge the partials, write one chunk", out)
         out.lines(_chunk_lines(n))
