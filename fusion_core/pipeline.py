@@ -25,6 +25,7 @@ from .analysis.types import Cluster, Rejection
 from .errors import InputSpecError
 from .ir.capture import captured, leaf_list
 from .ir.channels import explicit_channels
+from .ir.conv_bias import split_conv_bias
 from .ir.duplicate import duplicate_values, undo
 from .ir.export import label_modules
 from .ir.functionalize import functionalize
@@ -135,6 +136,7 @@ def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str
     drop_shape_checks(gm)
     explicit_channels(gm)
     split_linear_bias(gm)
+    split_conv_bias(gm)
     graph, clusters, rejections = _detect(gm, name, frontend)
     plan = recompute_plan(graph, clusters)
     if plan:
