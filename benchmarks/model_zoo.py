@@ -48,6 +48,7 @@ from vision_libs import import_timm, import_torchvision  # noqa: E402
 from fusion_core.ir.shapes import InputSpec  # noqa: E402
 from fusion_core.pipeline import analyze  # noqa: E402
 
+_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # where Inductor compiles
 IMAGE = (InputSpec((1, 3, 32, 32)),)
 TOKENS = (InputSpec((1, 16), torch.int64),)
 SMALL_LM = dict(vocab_size=128, max_position_embeddings=64, use_cache=False)
@@ -222,7 +223,8 @@ def _phases(entry: ZooModel, lib: Any, inductor: bool, check: bool, row: dict[st
         with phases.phase("build"):
             model = entry.build(lib)
         with phases.phase("analysis"):
-            a = analyze(model, *entry.inputs)
+            # Analyzed for the device Inductor compiles it for below (conv biases differ).
+            a = analyze(model, *entry.inputs, device=_DEVICE)
     except Exception as e:  # noqa: BLE001 - one model's failure is a row, not a crash
         row["frontend"] = f"error: {type(e).__name__}: {str(e)[:120]}"
         return
@@ -245,9 +247,8 @@ def _inductor_agreement(a: Any) -> Any:
     from fusion_core.inductor.match import match
     from fusion_core.validate.inputs import random_inputs
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = copy.deepcopy(a.module).to(device)
-    return match(a, capture(model, random_inputs(a.inputs, model, device, seed=0)))
+    model = copy.deepcopy(a.module).to(_DEVICE)
+    return match(a, capture(model, random_inputs(a.inputs, model, _DEVICE, seed=0)))
 
 
 def _inductor_columns(a: Any) -> dict[str, str]:

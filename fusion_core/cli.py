@@ -196,7 +196,10 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         # A model built with no arguments has random weights: seeded, the same command
         # reports the same numerics errors every time.
         torch.manual_seed(0)
-        analysis = analyze_file(model_path, specs, model_class, capture=capture)
+        # Kernels are validated, timed and compared with Inductor on the GPU when there is
+        # one: the analysis is made for that device (conv biases differ, ir/conv_bias.py).
+        analysis = analyze_file(model_path, specs, model_class, capture=capture,
+                                device="cuda" if torch.cuda.is_available() else None)
         if out_dir:
             _check_foreign_files(out_dir, [c.index for c in analysis.clusters], force)
         console = report_console()

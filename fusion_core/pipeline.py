@@ -89,10 +89,13 @@ def gc_paused():
 
 
 def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
-            capture: str = "auto") -> Analysis:
+            capture: str = "auto", device: str | torch.device | None = None) -> Analysis:
     """Analyze `model` (put in eval mode) for the given example inputs or shapes.
 
     `capture`: "fx", "export", or "auto" (FX symbolic tracing, export if FX fails).
+    `device`: where the model will run (and Inductor compile it), when that is not where
+    its parameters are now (a model loaded on the CPU to be run on CUDA); it decides the
+    lowerings that differ by device (a convolution's bias, see `ir/conv_bias.py`).
     """
     if not inputs:
         raise InputSpecError("no example input given: pass at least one tensor or shape")
@@ -102,9 +105,10 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
     with gc_paused():
         cap = captured(model, specs, capture)
         gm, frontend, choice = cap.gm, cap.frontend, cap.choice
-        graph, clusters, rejections = _analyze_graph(gm, name, frontend)
+        target = torch.device(device) if device is not None else None
+        graph, clusters, rejections = _analyze_graph(gm, name, frontend, target)
         if cap.alternative is not None:
-            alt = _analyze_graph(cap.alternative, name, "export")
+            alt = _analyze_graph(cap.alternative, name, "export", target)
             fx_merge, export_merge = _merged(clusters), _merged(alt[1])
             hidden = f"FX left {leaf_list(list(cap.leaves))} opaque (torch.fx.wrap)"
             if export_merge[0] - export_merge[1] > fx_merge[0] - fx_merge[1]:
@@ -129,14 +133,14 @@ def _ops_in(merged: tuple[int, int]) -> str:
     return f"{merged[0]} ops into {merged[1]} kernel(s)"
 
 
-def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str
+def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.device | None
                    ) -> tuple[FusionGraph, tuple[Cluster, ...], tuple[Rejection, ...]]:
     """The graph passes, then detection (again after recomputing shared values)."""
     functionalize(gm)
     drop_shape_checks(gm)
     explicit_channels(gm)
     split_linear_bias(gm)
-    split_conv_bias(gm)
+    split_conv_bias(gm, device)
     graph, clusters, rejections = _detect(gm, name, frontend)
     plan = recompute_plan(graph, clusters)
     if plan:
@@ -168,7 +172,8 @@ def _detect(gm: fx.GraphModule, name: str, frontend: str
 
 
 def analyze_file(path: str | Path, specs: Sequence[InputSpec],
-                 class_name: str | None = None, capture: str = "auto") -> Analysis:
+                 class_name: str | None = None, capture: str = "auto",
+                 device: str | torch.device | None = None) -> Analysis:
     """Load the model from `path` and analyze it.
 
     A floating `--dtype` other than the parameters' (bfloat16 inputs, float32
@@ -179,4 +184,5 @@ def analyze_file(path: str | Path, specs: Sequence[InputSpec],
     floating = {s.dtype for s in specs if s.dtype.is_floating_point}
     if len(floating) == 1 and len(floating) == len({s.dtype for s in specs}):
         model = model.to(floating.pop())
-    return dataclasses.replace(analyze(model, *specs, capture=capture), source=source)
+    return dataclasses.replace(analyze(model, *specs, capture=capture, device=device),
+                               source=source)

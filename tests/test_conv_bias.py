@@ -13,8 +13,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from click.testing import CliRunner
 
-from fusion_core import pipeline
+from fusion_core import cli, pipeline
+from fusion_core.errors import FusionAdvisorError
 from fusion_core.ir import conv_bias
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze, analyze_file
@@ -138,7 +140,7 @@ def test_cpu_target_leaves_the_graph_as_captured(case, capture, monkeypatch):
     build, shape, _, _ = CASES[case]
     a = analyze(build(), shape, capture=capture)
     assert ops(a) == CPU_CLUSTERS[case] and split_nodes(a) == []
-    monkeypatch.setattr(pipeline, "split_conv_bias", lambda gm: gm)
+    monkeypatch.setattr(pipeline, "split_conv_bias", lambda gm, device: gm)
     without = analyze(build(), shape, capture=capture)
     assert [n.format_node() for n in a.graph_module.graph.nodes] == \
         [n.format_node() for n in without.graph_module.graph.nodes]
@@ -180,6 +182,21 @@ def test_other_convolution_forms_are_split_too(model, shape, first, capture, spl
     x = torch.randn(shape)
     with torch.no_grad():
         torch.testing.assert_close(a.graph_module(x), model(x))
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_named_device_overrides_where_the_parameters_are(capture):
+    # A CPU model analyzed for CUDA (the CLI on a GPU machine loads the model on the CPU):
+    # split, and the graph still runs on the CPU and computes what the model does.
+    model = conv_bn_relu()
+    a = analyze(model, (1, 4, 4, 4), capture=capture, device="cuda")
+    assert ops(a) == [("add", "batch_norm", "relu")]
+    x = torch.randn(1, 4, 4, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(a.graph_module(x), model(x))
+    # ...and a model elsewhere analyzed for the CPU is not split.
+    on_cpu = analyze(conv_bn_relu().to("meta"), (1, 4, 4, 4), capture=capture, device="cpu")
+    assert ops(on_cpu) == CPU_CLUSTERS["conv_bn_relu"] and split_nodes(on_cpu) == []
 
 
 def test_no_split_without_a_pointwise_or_reduction_reader():
@@ -230,3 +247,23 @@ def test_cluster_taking_a_split_bias_is_a_pointer_without_diff(tmp_path, split_e
     (m,) = map_clusters(a)
     assert m.quality == POINTER and m.replacement is None
     assert "self.conv(x)" in m.reason and (m.start, m.end) == (12, 14)
+
+
+@pytest.mark.parametrize("cuda, device", [(True, "cuda"), (False, None)])
+def test_cli_analyzes_for_the_gpu_it_validates_on(tmp_path, monkeypatch, cuda, device):
+    # The CLI loads the model on the CPU and runs its kernels (and Inductor) on the GPU
+    # when there is one: the analysis must be made for that GPU.
+    seen = []
+
+    def record(*args, **kwargs):
+        seen.append(kwargs.get("device"))
+        raise FusionAdvisorError("stop after the analysis call")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(cli, "analyze_file", record)
+    path = tmp_path / "model.py"
+    path.write_text("import torch.nn as nn\n\n\nclass M(nn.Module):\n"
+                    "    def forward(self, x):\n        return x.relu() + 1.0\n")
+    result = CliRunner().invoke(cli.cli, ["--model", str(path), "--input-shape", "2,4"])
+    assert result.exit_code == 2 and "stop after the analysis call" in result.output
+    assert seen == [device]

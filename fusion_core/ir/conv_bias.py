@@ -10,7 +10,8 @@ such an op (directly or through views) becomes a bias-free convolution (still op
 and an ordinary ``add`` of the bias reshaped to (C, 1, ..., 1), so detection can fuse it
 the same way. On the CPU, mkldnn adds the bias inside the convolution, in eager and
 under Inductor alike: there the graph is left alone, since splitting would only move
-bytes. The target device is the one the shape pass gave the convolution's result.
+bytes. The target device is the one the caller names, else the one the shape pass gave
+the convolution's result (where the model's parameters are).
 
 The bias-free call carries ``meta["fusion_module"] = (path, class name)`` when it
 replaces a module call, so the report still names it after the user's layer.
@@ -67,11 +68,11 @@ def bias_added_apart(device: torch.device) -> bool:
     return device.type != "cpu"
 
 
-def split_conv_bias(gm: fx.GraphModule) -> fx.GraphModule:
+def split_conv_bias(gm: fx.GraphModule, device: torch.device | None = None) -> fx.GraphModule:
     changed = False
     for n in list(gm.graph.nodes):
         val = n.meta.get("val")
-        if not (isinstance(val, torch.Tensor) and bias_added_apart(val.device)
+        if not (isinstance(val, torch.Tensor) and bias_added_apart(device or val.device)
                 and _is_biased_conv(gm, n) and _feeds_compute(n)):
             continue
         graph = gm.graph
