@@ -4,7 +4,10 @@ Reads an ``Analysis`` (our graph, clusters, rejections, the captured FX graph) a
 ``InductorKernel``; returns one line naming the cause, first match wins:
 
 1. Inductor fused a GEMM or convolution's epilogue (the bias add, an activation after
-   ``addmm``/``convolution``); we keep those ops opaque.
+   ``addmm``/``convolution``); we keep those ops opaque. A GEMM or convolution whose bias
+   our capture split off into an ``add`` of its own (``ir/conv_bias.py``,
+   ``ir/linear_bias.py``) is not such a case: its epilogue is in our graph, so the kernel
+   goes on to the checks below.
 2. None of our compute ops sit on the kernel's lines: the capture hid them (an opaque
    op or a module we do not trace through, named when there is one).
 3. A legality check of ours rejected a group holding those ops: the check and reason.
@@ -24,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..ir.graph import Node, OpKind
+from ..ir.normalize import parse_stack_trace
 from ..pipeline import Analysis
 from .capture import InductorKernel, module_path
 
@@ -68,20 +72,50 @@ def _our_nodes(analysis: Analysis, k: InductorKernel) -> list[Node]:
     return out
 
 
+def _key(fx_nodes: dict, node: Node) -> tuple[str, str, int]:
+    fx_node = fx_nodes.get(node.name)
+    module = module_path(fx_node.meta.get("nn_module_stack")) if fx_node is not None else ""
+    source = node.source
+    return (module, _norm(source.file), source.line) if source else (module, "", 0)
+
+
 def _where(node: Node) -> str:
     return f"`{node.target or node.op}`" + (
         f" (line {node.source.line})" if node.source else "")
 
 
+def _split_bias_keys(analysis: Analysis) -> set[tuple[str, str, int]]:
+    """(module, file, line) of every bias add our capture split off a GEMM or convolution:
+    the add keeps its layer's module and line."""
+    keys = set()
+    for fx_node in analysis.graph_module.graph.nodes:
+        loc = parse_stack_trace(fx_node.meta.get("stack_trace"))
+        if fx_node.meta.get("fusion_split_bias") and loc is not None:
+            keys.add((module_path(fx_node.meta.get("nn_module_stack")), _norm(loc.file), loc.line))
+    return keys
+
+
+def _kept_whole(key: tuple[str, str, int], split: set[tuple[str, str, int]]) -> bool:
+    """A GEMM/conv at `key` whose bias we did not split off (module "" matches any)."""
+    return not any(key[1:] == s[1:] and (key[0] == s[0] or not key[0] or not s[0])
+                   for s in split)
+
+
 def miss_reason(analysis: Analysis, k: InductorKernel) -> str:
     """One line: why no cluster of ours computes what kernel `k` computes."""
-    if any(n.op in GEMM_OPS for n in k.nodes):
+    split = _split_bias_keys(analysis)
+    if any(n.op in GEMM_OPS and _kept_whole((n.module, _norm(n.file), n.line or 0), split)
+           for n in k.nodes):
         return EPILOGUE
     ours = _our_nodes(analysis, k)
-    if any(n.op in GEMM_OPS and n.kind is OpKind.OPAQUE for n in ours):
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    whole = [n.op in GEMM_OPS and _kept_whole(_key(fx_nodes, n), split) for n in ours]
+    if any(w and n.kind is OpKind.OPAQUE for n, w in zip(ours, whole, strict=True)):
         return EPILOGUE
     compute = [n for n in ours if n.kind.is_compute or n.kind is OpKind.INPLACE]
-    hidden = [n for n in ours if n.kind is OpKind.OPAQUE and n.op != "meta"]
+    # A convolution whose bias we split off sits on its add's line, not between our ops.
+    hidden = [n for n in ours if n.kind is OpKind.OPAQUE and n.op != "meta"
+              and not (n.op in GEMM_OPS and not _kept_whole(_key(fx_nodes, n), split))]
     if len(compute) < 2:
         if hidden:
             return f"capture: opaque {_where(hidden[0])} hides the ops Inductor fused"
@@ -92,7 +126,9 @@ def miss_reason(analysis: Analysis, k: InductorKernel) -> str:
         (r for r in analysis.rejections if names & set(r.nodes)), None)
     if rejection is not None:
         return f"split by our {rejection.check} check: {rejection.reason}"
-    views = [n for n in ours if n.kind is OpKind.VIEW]
+    # A view of a parameter (a bias or BatchNorm statistic shaped (C, 1, 1)) only feeds.
+    views = [n for n in ours if n.kind is OpKind.VIEW
+             and not all(analysis.graph[r].kind is OpKind.CONSTANT for r in n.refs)]
     if hidden or views:
         barrier = (hidden or views)[0]
         what = "opaque op" if hidden else "view"

@@ -11,6 +11,9 @@ computing it, and a kernel's status and extra ops count only the keys it owns. N
 Inductor created in a pattern rewrite carry no stack trace; such a node still explains one
 of our nodes whose op it has, when its kernel already overlaps our cluster by key. Ops
 Inductor drops (dropout in eval mode, casts to the same dtype) are ignored on our side.
+A bias add our capture split off a convolution or Linear (``meta["fusion_split_bias"]``)
+has no node of its own in Inductor's graph either: its lowering adds the bias on behalf
+of the convolution or matmul node, so that node, on the same key, stands for it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from .capture import InductorCapture, InductorKernel, module_path
-from .explain import MissLine, collapse, miss_reason, short_name
+from .explain import GEMM_OPS, MissLine, collapse, miss_reason, short_name
 
 IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
 # (same-dtype casts are skipped too: see _same_dtype_cast)
@@ -136,6 +139,25 @@ def _coverage(ours: dict[str, tuple[frozenset[Key], str]], kernels: list[Inducto
     return cover
 
 
+def _gemm_keys(k: InductorKernel) -> set[Key]:
+    """Keys of the convolutions and matmuls among a kernel's origins (their bias adds)."""
+    return {(n.module, _norm_file(n.file), n.line) for n in k.nodes
+            if n.op in GEMM_OPS and n.line is not None}
+
+
+def _cover_split_biases(analysis: Analysis, c: Cluster, keys: dict[str, tuple[Key | None, str]],
+                        cover: dict[str, set[int]], gemm_keys: list[set[Key]]) -> None:
+    """A split-off bias add no kernel computes by key: the kernels holding its convolution
+    or matmul on a compatible key compute it (see the module docstring)."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    for name in c.nodes:
+        fx = fx_nodes.get(name)
+        key = keys.get(name, (None, ""))[0]
+        if fx is None or not fx.meta.get("fusion_split_bias") or key is None or cover[name]:
+            continue
+        cover[name] = {i for i, ks in enumerate(gemm_keys) if any(_compatible(key, k) for k in ks)}
+
+
 def _owned(kkeys: list[set[Key]]) -> list[set[Key]]:
     """Each kernel's keys minus those an earlier kernel already computed (recompute)."""
     seen: set[Key] = set()
@@ -192,8 +214,12 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
     all_keys = [_kernel_keys(k) for k in kernels]
     kkeys = _owned(all_keys)
     universe = set().union(*all_keys) if all_keys else set()
-    per_cluster = [_resolve(cluster_keys(analysis, c), universe) for c in analysis.clusters]
+    raw = [cluster_keys(analysis, c) for c in analysis.clusters]
+    per_cluster = [_resolve(keys, universe) for keys in raw]
     covers = [_coverage(ours, kernels, all_keys) for ours in per_cluster]
+    gemm_keys = [_gemm_keys(k) for k in kernels]
+    for c, keys, cover in zip(analysis.clusters, raw, covers, strict=True):
+        _cover_split_biases(analysis, c, keys, cover, gemm_keys)
     if cap.method == "names":
         return _match_by_names(analysis, cap, kernels, per_cluster)
     verdicts = tuple(_verdict(c, ours, cov, kernels, kkeys)

@@ -93,6 +93,7 @@ def split_conv_bias(gm: fx.GraphModule, device: torch.device | None = None) -> f
         shaped.meta.update(val=torch.reshape(bias.meta["val"], shape),
                            stack_trace=n.meta.get("stack_trace"))
         added.meta.update(n.meta)
+        added.meta["fusion_split_bias"] = True  # Inductor attributes it to the conv node
         n.replace_all_uses_with(added)
         graph.erase_node(n)
         changed = True

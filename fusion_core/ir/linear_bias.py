@@ -52,6 +52,7 @@ def split_linear_bias(gm: fx.GraphModule) -> fx.GraphModule:
         if n.op == "call_module":
             matmul.meta["fusion_module"] = (str(n.target), type(module).__name__)
         added.meta.update(n.meta)
+        added.meta["fusion_split_bias"] = True  # Inductor attributes it to the matmul node
         n.replace_all_uses_with(added)
         graph.erase_node(n)
         changed = True
