@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..ir.bias_split import SPLIT_BIAS
 from ..ir.graph import Node, OpKind
 from ..ir.normalize import parse_stack_trace
 from ..pipeline import Analysis
@@ -90,7 +91,7 @@ def _split_bias_keys(analysis: Analysis) -> set[tuple[str, str, int]]:
     keys = set()
     for fx_node in analysis.graph_module.graph.nodes:
         loc = parse_stack_trace(fx_node.meta.get("stack_trace"))
-        if fx_node.meta.get("fusion_split_bias") and loc is not None:
+        if fx_node.meta.get(SPLIT_BIAS) and loc is not None:
             keys.add((module_path(fx_node.meta.get("nn_module_stack")), _norm(loc.file), loc.line))
     return keys
 

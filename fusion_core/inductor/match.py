@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 
 from ..analysis.types import Cluster
+from ..ir.bias_split import SPLIT_BIAS
 from ..pipeline import Analysis
 from .capture import InductorCapture, InductorKernel, module_path
 from .explain import GEMM_OPS, MissLine, collapse, miss_reason, short_name
@@ -153,7 +154,7 @@ def _cover_split_biases(analysis: Analysis, c: Cluster, keys: dict[str, tuple[Ke
     for name in c.nodes:
         fx = fx_nodes.get(name)
         key = keys.get(name, (None, ""))[0]
-        if fx is None or not fx.meta.get("fusion_split_bias") or key is None or cover[name]:
+        if fx is None or not fx.meta.get(SPLIT_BIAS) or key is None or cover[name]:
             continue
         cover[name] = {i for i, ks in enumerate(gemm_keys) if any(_compatible(key, k) for k in ks)}
 

@@ -13,8 +13,7 @@ under Inductor alike: there the graph is left alone, since splitting would only 
 bytes. The target device is the one the caller names, else the one the shape pass gave
 the convolution's result (where the model's parameters are).
 
-The bias-free call carries ``meta["fusion_module"] = (path, class name)`` when it
-replaces a module call, so the report still names it after the user's layer.
+The bias-free call and the add carry the metadata ``bias_split.py`` describes.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .bias_split import get_attr, put_in_place
 from .registry import lookup
 
 aten = torch.ops.aten
@@ -72,7 +72,9 @@ def split_conv_bias(gm: fx.GraphModule, device: torch.device | None = None) -> f
     changed = False
     for n in list(gm.graph.nodes):
         val = n.meta.get("val")
-        if not (isinstance(val, torch.Tensor) and bias_added_apart(device or val.device)
+        if not isinstance(val, torch.Tensor):
+            continue
+        if not (bias_added_apart(val.device if device is None else device)
                 and _is_biased_conv(gm, n) and _feeds_compute(n)):
             continue
         graph = gm.graph
@@ -86,16 +88,10 @@ def split_conv_bias(gm: fx.GraphModule, device: torch.device | None = None) -> f
             add = _ATEN_ADD if isinstance(target, torch._ops.OpOverload) else operator.add
             added = graph.create_node("call_function", add, (conv, shaped), {},
                                       name=f"{n.name}_add_bias")
-        conv.meta.update(n.meta)
-        if n.op == "call_module":
-            module = gm.get_submodule(str(n.target))
-            conv.meta["fusion_module"] = (str(n.target), type(module).__name__)
         shaped.meta.update(val=torch.reshape(bias.meta["val"], shape),
                            stack_trace=n.meta.get("stack_trace"))
-        added.meta.update(n.meta)
-        added.meta["fusion_split_bias"] = True  # Inductor attributes it to the conv node
-        n.replace_all_uses_with(added)
-        graph.erase_node(n)
+        module = gm.get_submodule(str(n.target)) if n.op == "call_module" else None
+        put_in_place(n, conv, added, module)
         changed = True
     if changed:
         gm.recompile()
@@ -121,8 +117,8 @@ def _bias_free_call(gm: fx.GraphModule, n: fx.Node) -> tuple[object, tuple, dict
     if n.op == "call_module":
         module = gm.get_submodule(str(n.target))
         target, build = _MODULE_CALLS[type(module)]
-        weight = _get_attr(gm.graph, f"{n.target}.weight", module.weight)
-        bias = _get_attr(gm.graph, f"{n.target}.bias", module.bias)
+        weight = get_attr(gm.graph, f"{n.target}.weight", module.weight)
+        bias = get_attr(gm.graph, f"{n.target}.bias", module.bias)
         return target, build(n.args[0], weight, module), {}, bias
     args, kwargs = list(n.args), dict(n.kwargs)
     if len(args) > _BIAS_INDEX:
@@ -147,8 +143,3 @@ def _feeds_compute(n: fx.Node) -> bool:
             return True
     return False
 
-
-def _get_attr(graph: fx.Graph, target: str, value: torch.Tensor) -> fx.Node:
-    node = graph.get_attr(target)
-    node.meta["val"] = value.detach()
-    return node

@@ -22,6 +22,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .bias_split import get_attr, put_in_place
 from .registry import lookup
 
 _ATEN_LINEAR = torch.ops.aten.linear.default
@@ -40,21 +41,15 @@ def split_linear_bias(gm: fx.GraphModule) -> fx.GraphModule:
         graph = gm.graph
         with graph.inserting_before(n):
             if n.op == "call_module":
-                weight = _get_attr(graph, f"{n.target}.weight", module.weight)
-                bias = _get_attr(graph, f"{n.target}.bias", module.bias)
+                weight = get_attr(graph, f"{n.target}.weight", module.weight)
+                bias = get_attr(graph, f"{n.target}.bias", module.bias)
             linear, add = (_ATEN_LINEAR, _ATEN_ADD) if n.target is _ATEN_LINEAR else (
                 F.linear, operator.add)
             matmul = graph.create_node("call_function", linear, (x, weight), {},
                                        name=f"{n.name}_matmul")
             added = graph.create_node("call_function", add, (matmul, bias), {},
                                       name=f"{n.name}_add_bias")
-        matmul.meta.update(n.meta)
-        if n.op == "call_module":
-            matmul.meta["fusion_module"] = (str(n.target), type(module).__name__)
-        added.meta.update(n.meta)
-        added.meta["fusion_split_bias"] = True  # Inductor attributes it to the matmul node
-        n.replace_all_uses_with(added)
-        graph.erase_node(n)
+        put_in_place(n, matmul, added, module)
         changed = True
     if changed:
         gm.recompile()
@@ -90,8 +85,3 @@ def _is_pointwise(n: fx.Node) -> bool:
     found = lookup(key) if n.op in ("call_function", "call_method") else None
     return isinstance(found, tuple) and found[0].kind.is_pointwise
 
-
-def _get_attr(graph: fx.Graph, target: str, value: torch.Tensor) -> fx.Node:
-    node = graph.get_attr(target)
-    node.meta["val"] = value
-    return node
