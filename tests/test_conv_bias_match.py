@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 from fusion_core.inductor.capture import InductorCapture, InductorKernel, InductorNode
 from fusion_core.inductor.explain import EPILOGUE, miss_reason
@@ -86,3 +88,71 @@ def test_miss_across_a_split_convolution_is_not_called_an_epilogue(model_file):
     reason = miss_reason(split, k)
     assert reason != EPILOGUE and reason
     assert "self.conv" not in reason and "reshape" not in reason  # neither is between ops
+
+
+class _LayerNorm2d(nn.LayerNorm):
+    """timm's LayerNorm2d: channels last, normalize, channels first."""
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class _ConvMlpBlock(nn.Module):
+    """timm's ConvNeXt block with conv_mlp=True (convnext_atto): every layer a biased conv."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.conv_dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = _LayerNorm2d(c)
+        self.fc1 = nn.Conv2d(c, 4 * c, 1)
+        self.act = nn.GELU()
+        self.fc2 = nn.Conv2d(4 * c, c, 1)
+        self.gamma = nn.Parameter(torch.rand(c) + 0.5)
+
+    def forward(self, x):
+        shortcut = x
+        x = self.norm(self.conv_dw(x))
+        x = self.fc2(self.act(self.fc1(x)))
+        return x.mul(self.gamma.reshape(1, -1, 1, 1)) + shortcut
+
+
+@pytest.fixture
+def gpu_lowering(monkeypatch):
+    """Inductor's CPU backend lowering biased convolutions as it does for a GPU: its
+    `convolution` lowering asks `ir.get_device_type`; only that module's view is changed."""
+    import types
+
+    import torch._inductor.kernel.conv as conv_lowering
+
+    real = getattr(conv_lowering, "ir", None)
+    if real is None or not hasattr(real, "get_device_type"):
+        pytest.skip("this torch's convolution lowering does not ask ir.get_device_type")
+
+    class GpuIr(types.ModuleType):
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def get_device_type(x):
+            return "cuda"
+
+    monkeypatch.setattr(conv_lowering, "ir", GpuIr("ir"))
+
+
+@pytest.mark.slow  # an Inductor compile on the CPU (~20 s)
+def test_convnext_conv_mlp_kernels_are_matched_once_the_bias_is_split(gpu_lowering):
+    from fusion_core.inductor.capture import capture
+    from fusion_core.pipeline import analyze
+
+    torch.manual_seed(0)
+    model = _ConvMlpBlock().eval()
+    shape = (1, 8, 4, 4)
+    cap = capture(model, [torch.randn(shape)])
+    # The kernel after fc1 adds its bias and applies the GELU, on fc1's behalf.
+    assert any({"convolution", "gelu"} <= set(k.ops) for k in cap.compute_kernels)
+    whole = match(analyze(model, shape), cap)
+    assert any(k.reason == EPILOGUE for k in whole.kernels if k.status == "missed")
+    split = match(analyze(model, shape, device="cuda"), cap)
+    assert split.kernels and all(k.status != "missed" for k in split.kernels)
