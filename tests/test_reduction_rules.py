@@ -4,14 +4,16 @@ what codegen uses them for (identity, combine, finalize, accumulation dtype)."""
 import torch
 
 from fusion_core.codegen.reduce import EMITTERS
-from fusion_core.ir.graph import OpKind
+from fusion_core.ir.graph import Node, OpKind
 from fusion_core.ir.reductions import (
     COMBINES,
     RULES,
     ReductionRule,
     correction,
     keeps_dims,
+    node_reduced_dims,
     reduced_dims,
+    rule_of,
 )
 from fusion_core.ir.registry import SPECS
 
@@ -23,6 +25,8 @@ def test_every_reduction_spec_carries_a_rule_with_an_emitter():
         assert isinstance(spec.lower, ReductionRule), spec.name
         assert spec.lower is RULES[spec.name]
         assert spec.lower.family in EMITTERS
+    # rule_of reads RULES by op name: that holds only while the names match one to one.
+    assert {s.name for s in reductions} == set(RULES)
 
 
 def test_identities_change_nothing_under_their_combine():
@@ -63,6 +67,14 @@ def test_reduced_dims_follow_each_rules_params():
     assert reduced_dims(RULES["adaptive_avg_pool2d"], {"output_size": 1}, 3) == (1, 2)
     assert reduced_dims(RULES["adaptive_avg_pool2d"], {"output_size": (2, 2)}, 4) is None
     assert reduced_dims(RULES["group_norm"], {"num_groups": 4}, 4) == (1, 2, 3)
+
+
+def test_a_nodes_reduced_dims_come_from_its_ops_rule_and_none_for_other_ops():
+    mean = Node("m", "mean", OpKind.REDUCTION, params=(("dim", (-1, 1)), ("keepdim", True)))
+    assert rule_of(mean) is RULES["mean"]
+    assert node_reduced_dims(mean, 3) == (1, 2)
+    relu = Node("r", "relu", OpKind.POINTWISE_UNARY)
+    assert rule_of(relu) is None and node_reduced_dims(relu, 3) is None
 
 
 def test_pools_and_norms_keep_their_dims_and_collapses_follow_keepdim():

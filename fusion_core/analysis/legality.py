@@ -13,7 +13,7 @@ from dataclasses import replace
 from ..codegen.indexing import has_views
 from ..codegen.lower import dry_run
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.reductions import ReductionRule, axes_said, reduced_dims
+from ..ir.reductions import axes_said, node_reduced_dims
 from ..ir.registry import SPECS
 from .group import (
     check_convexity,
@@ -100,9 +100,8 @@ def _row_shapes(g: FusionGraph, group: Collection[str], domain: tuple[int, ...]
     out = set()
     for name in group:
         node = g[name]
-        rule = SPECS[node.op].lower if node.op in SPECS else None
-        if node.kind is OpKind.REDUCTION and isinstance(rule, ReductionRule):
-            dims = reduced_dims(rule, dict(node.params), len(domain))
+        if node.kind is OpKind.REDUCTION:
+            dims = node_reduced_dims(node, len(domain))
             if dims:
                 out.add(tuple(d for k, d in enumerate(domain) if k not in dims))
     return out
@@ -213,9 +212,7 @@ def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
     for name in reds:
         node = g[name]
         src = g[node.inputs[0].name].meta if isinstance(node.inputs[0], Ref) else None
-        rule = SPECS[node.op].lower if node.op in SPECS else None
-        dims = reduced_dims(rule, dict(node.params), len(src.shape)) if (
-            src is not None and isinstance(rule, ReductionRule)) else None
+        dims = node_reduced_dims(node, len(src.shape)) if src is not None else None
         if not dims:
             return Failure("reduction", (name,),
                            f"`{node.label}` ({axes_said(dict(node.params))}) names no dims "

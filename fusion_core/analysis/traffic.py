@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
-from ..codegen.indexing import reduced_dims
 from ..ir.graph import FusionGraph, OpKind
+from ..ir.reductions import node_reduced_dims
 from .group import escaping, external_inputs, iteration_shape, members, moves_data, value_bytes
 from .types import TrafficEstimate
 
@@ -40,7 +40,7 @@ def estimate_traffic(g: FusionGraph, group: Collection[str], copies: bool = True
 
 def _row_width(g: FusionGraph, reduction: str, domain: tuple[int, ...]) -> int:
     """Elements one row of the kernel reduces: the sizes of the reduction's dims."""
-    dims = reduced_dims(g[reduction], len(domain)) or (len(domain) - 1,)
+    dims = node_reduced_dims(g[reduction], len(domain)) or (len(domain) - 1,)
     return math.prod(domain[d] for d in dims if d < len(domain)) if domain else 0
 
 

@@ -32,10 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ir import reductions as rules
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.reductions import ReductionRule, keeps_dims
-from ..ir.registry import SPECS
+from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
 from ..ir.views import (
     INDEX_STEPS,
     Merge,
@@ -61,15 +59,6 @@ class IndexMaps:
     reads: dict[tuple[str, str], tuple[Step, ...]]
 
 
-def reduced_dims(node: Node, rank: int) -> tuple[int, ...] | None:
-    """The dims reduction `node` reduces over a rank-`rank` input (non-negative, ascending);
-    None if unknown. The registry's table (``ir/reductions.py``) says; this reads it."""
-    rule = SPECS[node.op].lower if node.op in SPECS else None
-    if not isinstance(rule, ReductionRule):
-        return None
-    return rules.reduced_dims(rule, dict(node.params), rank)
-
-
 def has_views(g: FusionGraph, nodes: Collection[str]) -> bool:
     """A view node inside: the group is indexed through index maps (this module); without
     one, ``domain.py``'s kernel order serves (``lower.py``)."""
@@ -92,11 +81,11 @@ def _anchor(g: FusionGraph, nodes: Sequence[str], outputs: Sequence[str]
         if node.kind is OpKind.REDUCTION and isinstance(node.inputs[0], Ref):
             src = node.inputs[0].name
             shape = _shape(g, src)
-            dims = reduced_dims(node, len(shape))
+            dims = node_reduced_dims(node, len(shape))
             if not dims:
                 raise LoweringError(f"`{node.label}`: cannot tell which dims it reduces",
                                     (name,))
-            if SPECS[node.op].lower.axes == "groups":  # its C/G part: domain.py splits C
+            if rule_of(node).axes == "groups":  # its C/G part: domain.py splits C
                 raise LoweringError(f"`{node.label}` ({node.op}) splits its channels into "
                                     "groups, which index maps through views do not; fuse "
                                     "it without the views", (name,))
@@ -223,10 +212,10 @@ class _Spread:
     def _reduction(self, node: Node, own: tuple[Step, ...] | None) -> bool:
         g, name = self.g, node.name
         src = node.inputs[0].name
-        rule = SPECS[node.op].lower
+        rule = rule_of(node)
         keeps_row = getattr(rule, "keeps_row", True)
         rank = len(_shape(g, src))
-        dims = reduced_dims(node, rank) or ()
+        dims = node_reduced_dims(node, rank) or ()
         # The result's shape -> the source's: the reduced dims back as size 1.
         back: tuple[Step, ...] = ()
         if not keeps_dims(rule, dict(node.params)):
@@ -274,7 +263,7 @@ def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
                 domain: tuple[int, ...]) -> None:
     """The reduction's own dims are exactly the domain's last axis under its source's map."""
     shape = _shape(g, node.inputs[0].name)
-    dims = reduced_dims(node, len(shape)) or ()
+    dims = node_reduced_dims(node, len(shape)) or ()
     kept = tuple(1 if k in dims else d for k, d in enumerate(shape))
     try:
         full = _aligned(shape_after(chain, shape), len(domain))

@@ -11,7 +11,8 @@ them): any set of dims for the collapsing ops, one dim for softmax and cumsum, t
 trailing ``normalized_shape`` for the norms, (C/G, *spatial) for group_norm, all but the
 channels for batch statistics.
 Read by ``ir/registry.py`` (each reduction ``OpSpec`` carries its rule), by the
-lowering, and by the emitter.
+analysis passes and the lowering (``node_reduced_dims``: the dims a graph node reduces),
+and by the emitter.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .graph import Node
 
 NEG_INF, POS_INF = "-float('inf')", "float('inf')"
 
@@ -173,6 +176,20 @@ def reduced_dims(rule: ReductionRule, params: Mapping[str, Any], rank: int
     when its params name none this rule can lower (softmax's implicit dim, a pool to 2x2).
     group_norm reduces only the C/G part of dim 1; the code generator splits that dim."""
     return AXES[rule.axes](params, rank)
+
+
+def rule_of(node: Node) -> ReductionRule | None:
+    """The reduction rule of `node`'s op, or None (not a reduction). Read from RULES, not the
+    registry (which imports this module): the registry gives each reduction spec the rule
+    of its own name."""
+    return RULES.get(node.op)
+
+
+def node_reduced_dims(node: Node, rank: int) -> tuple[int, ...] | None:
+    """`reduced_dims` for the reduction `node` over a rank-`rank` input; None when `node`
+    is no reduction or its params name no dims its rule can lower."""
+    rule = rule_of(node)
+    return reduced_dims(rule, dict(node.params), rank) if rule is not None else None
 
 
 def keeps_dims(rule: ReductionRule, params: Mapping[str, Any]) -> bool:
