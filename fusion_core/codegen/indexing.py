@@ -197,12 +197,7 @@ class _Spread:
         if node.kind is OpKind.REDUCTION:
             return self._reduction(node, own)
         if own is not None:  # pointwise: operands broadcast to the result
-            out = _shape(g, name)
-            for r in refs:
-                pad = len(out) - len(_shape(g, r))
-                lead = (Unsqueeze(tuple(range(pad))),) if pad > 0 else ()
-                lead += _expanded((1,) * pad + _shape(g, r), out, own)
-                added |= self.offer(r, lead + own, name)
+            added |= self._broadcast(refs, _shape(g, name), own, name, expand=True)
         else:
             same = [r for r in refs if r in self.chains and _shape(g, r) == _shape(g, name)]
             if same:
@@ -227,10 +222,22 @@ class _Spread:
             added |= self.offer(src, own, name)
         own = self.chains.get(name)
         if own is not None and keeps_row:  # affine operands broadcast to the result
-            for r in node.refs[1:]:
-                pad = rank - len(_shape(g, r))
-                lead = (Unsqueeze(tuple(range(pad))),) if pad > 0 else ()
-                added |= self.offer(r, lead + own, name)
+            added |= self._broadcast(node.refs[1:], _shape(g, src), own, name, expand=False)
+        return added
+
+    def _broadcast(self, operands: Sequence[str], out: tuple[int, ...],
+                   own: tuple[Step, ...], via: str, expand: bool) -> bool:
+        """Offer each operand of `via` the result's chain `own`, after leading size-1 dims
+        that bring it to `out`'s rank; `expand`: also to `out`'s full extent where the
+        chain reshapes (``_expanded``). True if a chain was added."""
+        added = False
+        for r in operands:
+            shape = _shape(self.g, r)
+            pad = len(out) - len(shape)
+            lead = (Unsqueeze(tuple(range(pad))),) if pad > 0 else ()
+            if expand:
+                lead += _expanded((1,) * pad + shape, out, own)
+            added |= self.offer(r, lead + own, via)
         return added
 
 
