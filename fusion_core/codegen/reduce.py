@@ -225,6 +225,14 @@ def _welford(r: ReductionStep, width: str = "n_cols") -> Stats:
          f"{v}_m2 = {_block(r, f'{v}_lm2')} + {_block(r, f'{v}_n * {v}_dev * {v}_dev')}"))
 
 
+def _centered(r: ReductionStep) -> list[str]:
+    """A single-block row's mean `{v}_mean` and its values less the mean `{v}_xc` (0.0 in
+    the masked lanes), for a centered norm and for var/std."""
+    v, x = r.temp, _source(r)
+    return [f"{v}_mean = {_block(r, f'tl.where(mask, {x}, 0.0)')} / n_cols",
+            f"{v}_xc = tl.where(mask, {x} - {v}_mean, 0.0)"]
+
+
 @dataclass(frozen=True)
 class _Normalize:
     """layer_norm (centered: mean, then variance) and rms_norm (mean of squares)."""
@@ -232,9 +240,7 @@ class _Normalize:
     def single(self, r: ReductionStep) -> list[str]:
         v, x = r.temp, _source(r)
         if r.rule.centered:
-            stats = [f"{v}_mean = {_block(r, f'tl.where(mask, {x}, 0.0)')} / n_cols",
-                     f"{v}_xc = tl.where(mask, {x} - {v}_mean, 0.0)"]
-            c, sq = f"{v}_xc", f"{v}_xc * {v}_xc"
+            stats, c, sq = _centered(r), f"{v}_xc", f"{v}_xc * {v}_xc"
         else:
             stats, c, sq = [f"{v}_in = tl.where(mask, {x}, 0.0)"], x, f"{v}_in * {v}_in"
         rstd = f"{v}_rstd = tl.math.rsqrt({_block(r, sq)} / n_cols + {r.eps!r})"
@@ -321,9 +327,8 @@ class _Moments:
         return r.rule.finalize.format(m2=m2, v=r.temp, correction=repr(r.correction))
 
     def single(self, r: ReductionStep) -> list[str]:
-        v, x = r.temp, _source(r)
-        return [_head(r), f"{v}_mean = {_block(r, f'tl.where(mask, {x}, 0.0)')} / n_cols",
-                f"{v}_xc = tl.where(mask, {x} - {v}_mean, 0.0)",
+        v = r.temp
+        return [_head(r), *_centered(r),
                 f"{v} = {self._finish(r, _block(r, f'{v}_xc * {v}_xc'))}"]
 
     def statistics(self, r: ReductionStep) -> Stats | None:
