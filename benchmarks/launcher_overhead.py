@@ -2,7 +2,7 @@
 
     python benchmarks/launcher_overhead.py [--calls 2000] [--repeat 7]
 
-For ExampleNet, microgpt and the Mixer block at small shapes it analyzes the model,
+For ExampleNet, microgpt, the Mixer and the ConvNeXt block at small shapes it analyzes the model,
 generates and loads every cluster's file, and replaces the module's ``@triton.jit``
 kernel with a stub whose ``[grid]`` returns a no-op, so only the launcher's own Python
 work is timed (key, checks, output allocation, argument packing), on CPU tensors.
@@ -40,6 +40,8 @@ CASES = [
     ("ExampleNet 8x1024", "examples/example_net.py", (8, 1024), torch.float32),
     ("microgpt 2x32", "examples/microgpt.py", (2, 32), torch.int64),
     ("Mixer 2x64x128", "examples/mixer_block.py", (2, 64, 128), torch.float32),
+    # Its clusters read inputs through views (permutes of NCHW values, the layer scale).
+    ("ConvNeXt 2x32x8x8", "examples/convnext_block.py", (2, 32, 8, 8), torch.float32),
 ]
 
 

@@ -244,3 +244,37 @@ def test_an_edited_tuning_size_that_is_not_a_power_of_two_is_named(fn, make, con
         launch(to_device(make()))
     setattr(module, constant, 32)
     _check(launch, ref, make())
+
+
+
+def _permuted(m, x, y):
+    return torch.relu(x * 2.0).permute(0, 2, 1) + y  # the kernel reads x through a permute
+
+
+def test_a_viewed_input_is_keyed_raw_and_read_at_this_calls_data(tmp_path):
+    """The plan keeps where the view lies in the raw input, not the view: a later call with
+    the same layout but another buffer and storage offset still reads its own data."""
+    module, launch = _load(Lambda(_permuted), (torch.randn(2, 5, 6), torch.randn(2, 6, 5)),
+                           tmp_path)
+    _check(launch, _permuted, torch.randn(2, 5, 6), torch.randn(2, 6, 5))
+    big = torch.randn(3, 5, 6)
+    _check(launch, _permuted, big[1:], torch.randn(2, 6, 5))  # same strides, offset 30
+    _check(launch, _permuted, torch.randn(2, 5, 6), torch.randn(2, 6, 5))
+    assert len(module.plans) == 1 and len(module.LAUNCH_CACHE) == 1
+    (seats, _), = module.LAUNCH_CACHE.values()
+    assert seats == (((2, 6, 5), (30, 1, 6), 0),)  # x permuted: no offset of its own
+
+
+def _reshaped(m, x, y):
+    return torch.exp(x).reshape(8, 4) * y  # the kernel reads x through a reshape to (8, 4)
+
+
+def test_a_reshape_that_copies_is_taken_again_on_every_call(tmp_path):
+    """Strides the reshape cannot view: it copies, so the plan keeps no seats and each call
+    views (copies) that call's input again."""
+    module, launch = _load(Lambda(_reshaped), (torch.randn(4, 8), torch.randn(8, 4)),
+                           tmp_path)
+    for _ in range(2):
+        _check(launch, _reshaped, torch.randn(8, 4).t(), torch.randn(8, 4))
+    assert len(module.plans) == 1
+    assert [seats for seats, _ in module.LAUNCH_CACHE.values()] == [None]

@@ -45,6 +45,14 @@ def input_lines(plan: KernelPlan, names: Sequence[str]) -> list[str]:
     return out
 
 
+def seen_through_views(plan: KernelPlan, names: Sequence[str]) -> list[int]:
+    """Positions of the launcher names the kernel reads through a view of a parameter: a
+    second load, an index map, or every input of a kernel with its own order."""
+    firsts = first_names(plan, names)
+    return [i for i, (a, t) in enumerate(zip(names, plan.inputs, strict=True))
+            if plan.order is not None or t.view or a != firsts[t.value]]
+
+
 def _meta_out(i: int) -> str:
     return f'torch.empty(out_shapes[{i}], device="meta")'
 

@@ -10,8 +10,12 @@ arguments and the configurations (block, rows per program, warps; and programs p
 split rows, whose ``_launch`` comes from ``split_rows.py``) its shape bucket may launch with
 (``tuning.py``; ``_launch`` computes the grid from the one chosen). All of
 that depends only on the inputs' shapes and strides, so ``clusterN(*inputs)`` caches it
-in ``LAUNCH_CACHE``, keyed by every input's (shape, stride, dtype, device): a repeated
-call builds the key, looks it up, copies what the plan says, allocates contiguous
+in ``LAUNCH_CACHE``, keyed by every input's (shape, stride, dtype, device). Inputs the
+kernel reads through views (an index map, its own order) are keyed as passed: ``_views``
+takes the views on a new layout only, and the plan keeps where each view lies in its
+input (``runtime._seats``), so a repeated call rebuilds it with one ``as_strided`` on that
+call's tensor (its data, its storage offset). A repeated call builds the key, looks it up,
+copies what the plan says, allocates contiguous
 outputs and launches with its bucket's configuration, chosen on the bucket's first call
 and kept in ``CHOSEN`` (the Python work used to dominate small kernels' host time). A
 failed check raises and caches nothing; the cache is emptied when full.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Iterable
 
 from . import launch_maps, runtime, split_rows
 from . import tuning as autotune
@@ -39,13 +44,14 @@ __all__ = ["Tuning", "arg_names", "kind", "launcher"]
 _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block", "rows",
              "num_warps", "n_rows", "n_cols", "n_elements", "key", "plan", "copies",
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
-             "config", "configs", "tune_key", "bucket", "_launch", "os",
+             "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
+             "_views",
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
              *split_rows.LOCALS,
              "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS, *runtime.DOMAIN_GLOBALS,
              *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS
-                                  + runtime.DOMAIN_HELPERS),
+                                  + runtime.DOMAIN_HELPERS + runtime.VIEW_HELPERS),
              *(fn.__name__ for pair in autotune.KINDS.values() for fn in pair)}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 
@@ -94,9 +100,45 @@ def _view(t: TensorArg) -> str:
 
 
 def _key(names: list[str], out: CodeWriter) -> None:
-    """The launch cache key: every input's shape, strides, dtype and device."""
+    """The launch cache key: every input's shape, strides, dtype and device (the raw
+    parameters': what a view of one gives follows from them)."""
     parts = [f"{a}.{p}" for a in names for p in ("shape", "stride()", "dtype", "device")]
     _call("key = (", parts, out)
+
+
+def _views_fn(plan: KernelPlan, names: list[str], params: str, out: CodeWriter) -> None:
+    """`_views(*parameters)`: every input as the kernel reads it, through its views."""
+    out.lines([f"def _views({params}):",
+               '    """The inputs as the kernel indexes them (views of the parameters: no '
+               'copy,', '    unless a reshape meets strides it cannot view)."""'])
+    with out.indented():
+        out.lines(launch_maps.input_lines(plan, names))
+        if plan.order is not None:
+            out.line("# every input as the kernel indexes it: in its order (a view)")
+            out.lines(f"{a} = {_view(t)}({a})" for a, t in zip(names, plan.inputs, strict=True))
+        out.line(f"return {_tuple(names)}")
+
+
+def _tuple(items: Iterable[str]) -> str:
+    """A tuple literal of `items` (a trailing comma for one)."""
+    items = list(items)
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _seated(names: list[str], viewed: list[int], firsts: list[str], params: str,
+            out: CodeWriter) -> None:
+    """The viewed inputs rebuilt from the plan's seats on this call's parameters (their
+    data pointers are this call's), or viewed again where the seats say so."""
+    out.line("if seats is None:  # a view copied data, or nothing is read: view again")
+    with out.indented():
+        out.line(f"{_tuple(names)} = _views({params})")
+    out.line("else:")
+    with out.indented():
+        for k, i in enumerate(viewed):
+            raw = firsts[i]
+            _call(f"{names[i]} = {raw}.as_strided(", [
+                f"seats[{k}][0]", f"seats[{k}][1]", f"{raw}.storage_offset() + seats[{k}][2]"],
+                out)
 
 
 def _call(opening: str, items: list[str], out: CodeWriter) -> None:
@@ -247,7 +289,10 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     result = "out0" if len(plan.outputs) == 1 else "(" + ", ".join(
         f"out{i}" for i in range(len(plan.outputs))) + ")"
     firsts = launch_maps.first_names(plan, names)
-    inputs = ", ".join(firsts[v] for v in dict.fromkeys(t.value for t in plan.inputs))
+    parameters = [firsts[v] for v in dict.fromkeys(t.value for t in plan.inputs)]
+    inputs = ", ".join(parameters)
+    viewed = launch_maps.seen_through_views(plan, names)
+    raw = [firsts[t.value] for t in plan.inputs]  # the parameter each name views
     out = CodeWriter()
     out.lines([f"NAME = {n!r}",
                "# Launch plans by the inputs' (shape, stride, dtype, device): a repeated call",
@@ -257,27 +302,36 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
                "# The configuration chosen per (shape bucket, input dtypes, device).",
                "CHOSEN = {}",
-               "", "", *runtime.source(plan.order is not None).splitlines(), "", "",
-               *autotune.source(kind(plan, looped)).splitlines(), "", ""])
+               "", "", *runtime.source(plan.order is not None, bool(viewed)).splitlines(),
+               "", "", *autotune.source(kind(plan, looped)).splitlines(), "", ""])
     _plan_fn(plan, params, looped, names, out)
     out.lines(["", ""])
     _launch_fn(plan, looped, names, out)
+    if viewed:
+        out.lines(["", ""])
+        _views_fn(plan, names, inputs, out)
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
-        out.lines(launch_maps.input_lines(plan, names))
-        if plan.order is not None:
-            out.line("# every input as the kernel indexes it: in its order (a view)")
-            out.lines(f"{a} = {_view(t)}({a})" for a, t in zip(names, plan.inputs, strict=True))
-        _key(names, out)
+        _key(parameters if viewed else names, out)
         out.lines(["plan = LAUNCH_CACHE.get(key)",
                    "if plan is None:  # a new layout: check it and work out the launch once"])
         with out.indented():
-            out.lines([f"plan = _plan({', '.join(names)})",
-                       "if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
+            if viewed:  # where the views lie in the raw inputs, kept for later calls
+                out.line(f"seen = _views({inputs})")
+                _call("seats = _seats(", [_tuple(raw[i] for i in viewed),
+                                          _tuple(f"seen[{i}]" for i in viewed)], out)
+                out.line("plan = (seats, _plan(*seen))")
+            else:
+                out.line(f"plan = _plan({', '.join(names)})")
+            out.lines(["if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
                        "    LAUNCH_CACHE.clear()", "LAUNCH_CACHE[key] = plan"])
-        out.lines(["copies, out_shapes, args, tune_key, configs = plan",
-                   "if copies:  # inputs whose strides the kernel cannot index: copied"])
+        if viewed:
+            out.line("seats, (copies, out_shapes, args, tune_key, configs) = plan")
+            _seated(names, viewed, raw, inputs, out)
+        else:
+            out.line("copies, out_shapes, args, tune_key, configs = plan")
+        out.line("if copies:  # inputs whose strides the kernel cannot index: copied")
         with out.indented():
             for i, a in enumerate(names):
                 out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}])"])

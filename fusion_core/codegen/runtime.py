@@ -5,7 +5,8 @@ Each generated kernel file holds a verbatim copy of the functions listed in ``HE
 helpers read three globals the generated file defines above them: ``NAME`` (the kernel's
 name, for messages), ``RANK`` (the rank of its iteration shape) and ``INT64_INDEX``
 (whether its index math is 64-bit). A kernel whose reduction runs in its own order
-(``codegen/domain.py``) also holds ``DOMAIN_HELPERS``, which read ``DOMAIN_GLOBALS``. The
+(``codegen/domain.py``) also holds ``DOMAIN_HELPERS``, which read ``DOMAIN_GLOBALS``; one
+whose launcher sees inputs through views holds ``VIEW_HELPERS``. The
 values below only let this module import; tests set them.
 """
 
@@ -159,15 +160,30 @@ def _row_view(t):
     return t[(..., *(None,) * (REDUCED - 1))]
 
 
+def _seats(raws, seen):
+    """Where each input seen through an index map lies in its raw input, for later calls
+    with the same layout: (shape, strides, storage offset past the raw input's). None when
+    a view copied data (a reshape the strides did not allow) or there is nothing to read:
+    then every call takes the views again."""
+    out = []
+    for raw, t in zip(raws, seen, strict=True):
+        if t.numel() == 0 or t.untyped_storage().data_ptr() != raw.untyped_storage().data_ptr():
+            return None
+        out.append((tuple(t.shape), t.stride(), t.storage_offset() - raw.storage_offset()))
+    return tuple(out)
+
+
 HELPERS = (_iteration_shape, _spans, _powers_of_two, _multiple_of, _dense_strides, _relaid,
            _layout, _group_strides)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
 DOMAIN_HELPERS = (_domain_view, _row_view)
 DOMAIN_GLOBALS = ("USER_RANK", "PERM", "SPLIT", "REDUCED")
+VIEW_HELPERS = (_seats,)  # a launcher that sees inputs through views
 
 
-def source(domain: bool = False) -> str:
+def source(domain: bool = False, views: bool = False) -> str:
     """The helpers' text as a generated file holds it, two blank lines apart; `domain`: with
-    the views of a kernel that has its own order."""
-    helpers = HELPERS + (DOMAIN_HELPERS if domain else ())
+    the views of a kernel that has its own order; `views`: with what a launcher that views
+    its inputs keeps of them."""
+    helpers = HELPERS + (DOMAIN_HELPERS if domain else ()) + (VIEW_HELPERS if views else ())
     return "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in helpers) + "\n"
