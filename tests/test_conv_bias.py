@@ -260,6 +260,9 @@ def test_cli_analyzes_for_the_gpu_it_validates_on(tmp_path, monkeypatch, cuda, d
         raise FusionAdvisorError("stop after the analysis call")
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    # Without CUDA the CLI turns the interpreter on for the process: undone after the test,
+    # or a GPU machine's later tests would decorate their kernels for the interpreter.
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(cli, "analyze_file", record)
     path = tmp_path / "model.py"
     path.write_text("import torch.nn as nn\n\n\nclass M(nn.Module):\n"

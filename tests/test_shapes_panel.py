@@ -26,8 +26,9 @@ def test_dry_run_builds_and_checks_cases(tmp_path):
     for row in (looped, causal, tiled, channels, channels_last):
         assert row["ok"] and row["default_ok"] and row["user_config"], row
     assert looped["kernel"]["looped"] and tiled["kernel"]["tiled"]
-    # 2 tiny rows of 77 columns stand for few wide ones: the launcher's own pick splits them
-    assert looped["kernel"]["kind"] == "split" and looped["user_config"][0][3] > 1, looped
+    # 2 tiny rows of 77 columns stand for few wide ones: the heuristic splits them (with
+    # CUDA the user's column is whatever the launcher's timing picked)
+    assert looped["kernel"]["kind"] == "split" and looped["default_config"][0][3] > 1, looped
     assert channels_last["kernel"]["tiled"]
     # a softmax over the channel dim now fuses: its rows are (N, H, W) positions
     assert channels["ok"] and channels["default_ok"] and not channels["kernel"]["looped"]
