@@ -258,7 +258,7 @@ def _inductor_columns(a: Any) -> dict[str, str]:
         return {"Inductor kernels": f"error: {type(e).__name__}"}
     for k in ag.kernels:  # the table counts reasons; the log keeps each miss whole
         if k.status == "missed":
-            print(f"  missed {k.name[:60]} ({', '.join(k.ops)}): {k.reason}", file=sys.stderr)
+            print(f"  missed {k.kernel[:60]} ({', '.join(k.ops)}): {k.reason}", file=sys.stderr)
     return {"Inductor kernels": str(len(ag.kernels)), "exact": str(ag.count("exact")),
             "partial": str(ag.count("partial")), "missed (reasons)": _reasons(ag)}
 

@@ -113,3 +113,19 @@ def test_a_finished_model_gets_its_verdicts_and_wall_seconds(monkeypatch):
     assert row["kernels verified"] == "1/1" and row["model numerics"] == "pass"
     assert float(row["wall s"]) >= phases.seconds["validation"] > 0
     assert phases.line().startswith("build ") and ", validation " in phases.line()
+
+
+def test_the_log_keeps_each_missed_kernel_with_its_reason(monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from fusion_core.inductor.match import KernelMatch
+
+    kernels = [KernelMatch("triton_poi_fused_add_relu_0", "exact", (0,), ("add", "relu"), ()),
+               KernelMatch("triton_per_fused_mean_mul_1", "missed", (), ("mean", "mul"), (),
+                           "split by our fan-out check: mul feeds two clusters")]
+    monkeypatch.setattr(model_zoo, "_inductor_agreement", lambda a: SimpleNamespace(
+        kernels=kernels, count=lambda s: sum(k.status == s for k in kernels)))
+    columns = model_zoo._inductor_columns(None)
+    assert columns["missed (reasons)"] == "1 (1 fan-out check)"
+    assert ("missed triton_per_fused_mean_mul_1 (mean, mul): split by our fan-out check: "
+            "mul feeds two clusters") in capsys.readouterr().err
