@@ -202,6 +202,24 @@ def test_a_sum_further_from_float64_than_eager_fails():
     assert not gate.passed and "beyond atol" in gate.detail, gate
 
 
+def test_an_overflow_in_eager_excuses_no_kernel_error():
+    """eager's exp(100) is inf in float32 and finite in float64: no excuse for a kernel that
+    is wrong elsewhere (a largest-error rule would have passed it)."""
+    x = torch.tensor([100.0, 1.0, 2.0])
+    gate = check_cluster(lambda t: torch.tensor([float("inf"), 5.0, -3.0]), None, torch.exp,
+                         [x], [x])
+    assert not gate.passed, gate
+
+
+def test_a_large_eager_error_on_one_element_excuses_no_other_element():
+    x = _cancelling_rows()
+    eager = lambda t: t.sum(-1)  # noqa: E731
+    wrong = x.double().sum(-1).float()
+    wrong[0] += 1e-3  # far beyond this row's float64 distance, below the worst row's
+    gate = check_cluster(lambda t: wrong, None, eager, [x], [x])
+    assert not gate.passed, gate
+
+
 def test_eager_subgraph_and_patch_reproduce_the_model(example):
     small = analyze_file(EXAMPLE, [InputSpec((8, 1024))])
     gm = small.graph_module

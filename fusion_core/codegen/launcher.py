@@ -134,11 +134,15 @@ def _seated(names: list[str], viewed: list[int], firsts: list[str], params: str,
         out.line(f"{_tuple(names)} = _views({params})")
     out.line("else:")
     with out.indented():
-        for k, i in enumerate(viewed):
-            raw = firsts[i]
-            _call(f"{names[i]} = {raw}.as_strided(", [
-                f"seats[{k}][0]", f"seats[{k}][1]", f"{raw}.storage_offset() + seats[{k}][2]"],
-                out)
+        if len(viewed) == 1:
+            raw = firsts[viewed[0]]
+            _call(f"{names[viewed[0]]} = {raw}.as_strided(", [
+                "seats[0][0]", "seats[0][1]", f"{raw}.storage_offset() + seats[0][2]"], out)
+            return
+        # One assignment: every view is taken from the raw parameters before any is rebound.
+        _call(f"{', '.join(names[i] for i in viewed)} = (", [
+            f"{firsts[i]}.as_strided(seats[{k}][0], seats[{k}][1], "
+            f"{firsts[i]}.storage_offset() + seats[{k}][2])" for k, i in enumerate(viewed)], out)
 
 
 def _call(opening: str, items: list[str], out: CodeWriter) -> None:
