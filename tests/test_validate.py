@@ -25,8 +25,14 @@ from fusion_core.validate.numerics import (
     compare,
     poisoned_allocations,
 )
-from fusion_core.validate.report import NO_GPU_LINE, print_validation, report_dict
+from fusion_core.validate.report import (
+    NO_GPU_LINE,
+    _numerics_line,
+    print_validation,
+    report_dict,
+)
 from fusion_core.validate.subgraph import eager_subgraph, patch
+from fusion_core.validate.types import ValidationResult
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "example_net.py"
@@ -192,6 +198,8 @@ def test_a_sum_rounded_in_another_order_passes_against_float64():
     assert not compare((exact,), (eager(x),), CLUSTER_TOL)[0]  # the plain rule refuses it
     gate = check_cluster(lambda t: t.double().sum(-1).float(), None, eager, [x], [x])
     assert gate.passed and "float64" in gate.detail, gate
+    result = ValidationResult(0, "interpreter", (64,), (gate,))
+    assert "against float64" in _numerics_line(result)  # the pass line says why
 
 
 def test_a_sum_further_from_float64_than_eager_fails():

@@ -27,7 +27,9 @@ def _err(x: float | None) -> str:
 def _numerics_line(r: ValidationResult) -> str:
     if r.failed is not None:
         return f"cluster {r.cluster}: {r.status}"
-    return f"cluster {r.cluster}: {r.status}  max abs err {_err(r.max_abs_err)}"
+    numerics = r.gate("cluster numerics")
+    why = f"  ({numerics.detail})" if numerics is not None and numerics.detail else ""
+    return f"cluster {r.cluster}: {r.status}  max abs err {_err(r.max_abs_err)}{why}"
 
 
 def _model_line(report: ValidationReport) -> str:
