@@ -247,6 +247,7 @@ def run_case(case: Case, args, l2_bytes: int, liger: dict, work: Path) -> dict:
     out_dtype = as_tuple(ref)[-1].dtype
     row["kernel"] = {"looped": kernel.looped, "tiled": kernel.tiled,
                      "kind": user.__globals__["KIND"]}
+
     def checked(got) -> tuple[bool, float]:
         """The panel's tolerance, else validation's float64 rule (a long float32 sum adds in
         another order than eager's: fine if no further from float64 than eager is)."""

@@ -32,6 +32,7 @@ from .registry import lookup
 aten = torch.ops.aten
 _ATEN_ADD = aten.add.Tensor
 
+
 def _conv_args(x: fx.Node, weight: fx.Node, m: nn.Module) -> tuple:
     return (x, weight, None, m.stride, m.padding, m.dilation, m.groups)
 
