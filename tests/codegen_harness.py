@@ -104,7 +104,8 @@ def run_kernel(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
     launch = getattr(module, kernel.name)
     if check_poison:
         poison_empty(module)
-    out = launch(*(to_device(t) for t in inputs))
+    # A kernel without inputs (every value generated, `arange`) takes the device instead.
+    out = launch(*([to_device(t) for t in inputs] or [torch.device(DEVICE)]))
     return tuple(t.cpu() for t in (out if isinstance(out, tuple) else (out,)))
 
 
@@ -161,10 +162,10 @@ class _TorchWithEmpty:
 
 def check_model(model: nn.Module, inputs: tuple[torch.Tensor, ...], tmp_path: Path,
                 n_clusters: int | None = None, seed: int = 0, require: bool = True,
-                **gen_kwargs) -> Checked:
+                capture: str = "auto", **gen_kwargs) -> Checked:
     """Every cluster of `model` against its eager subgraph; returns the worst error.
     `require=False` lets a model have no cluster (a random program may fuse nothing)."""
-    analysis = analyze(model, *inputs)
+    analysis = analyze(model, *inputs, capture=capture)
     if n_clusters is not None:
         assert len(analysis.clusters) == n_clusters, [c.chain for c in analysis.clusters]
     assert analysis.clusters or not require, "no cluster found"

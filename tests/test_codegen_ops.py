@@ -85,6 +85,10 @@ CASES = {
            case(lambda m, x: (x * 2).bfloat16() + 1, f32()),
            case(lambda m, a: a.float() * 0.5, ints())],
     "clone": [case(lambda m, x: (x * 2).clone() + 1, f32())],
+    # `device=x.device` keeps FX from evaluating the call at trace time
+    "arange": [case(lambda m, x: x * torch.arange(C, device=x.device) + 1, f32()),
+               case(lambda m, x: torch.arange(1.0, R + 0.5, 0.5, device=x.device)[::2, None]
+                    - x, f32())],
     "dropout": [case(lambda m, x: F.dropout(x * 2, 0.3, training=False) + 1, f32())],
     "softmax": [case(lambda m, x: F.softmax(x * 2, dim=-1), f32())],
     "log_softmax": [case(lambda m, x: F.log_softmax(x * 2, dim=-1), f32())],

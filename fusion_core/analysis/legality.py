@@ -233,6 +233,8 @@ def has_lowering(node: Node) -> bool:
     if not callable(spec.lower):  # a reduction rule
         return True
     args = tuple(str(a) if isinstance(a, Ref) else repr(a) for a in node.inputs)
+    if node.kind is OpKind.GENERATOR:
+        args = ("index",)  # a generator's one operand is the element's own index
     return spec.lower(args, dict(node.params)) is not None
 
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..ir.registry import TL_TYPES
+from ..ir.registry import SPECS, TL_TYPES
+from .layout import align
 from .lower import KernelPlan, Stmt, TensorArg
 from .reduce import emitter
 from .writer import (
@@ -70,7 +71,9 @@ def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
         modulo = params.span(family, lo) if lo > 0 else None
         divisor = params.span(family, hi) if hi < top else None
         stride = None
-        if not g.unit:
+        if not g.unit and arg.role == "gen":  # no tensor to read strides from: a literal
+            stride = str(align(arg.shape, arg.stride, rank, arg.access.row_space)[1][hi - 1])
+        elif not g.unit:
             stride = params.stride(arg.role, arg.index, strides)
             strides += 1
         terms.append(Term(base, modulo, divisor, stride))
@@ -86,11 +89,26 @@ def _mask(arg: TensorArg, plan: KernelPlan, idx: Index) -> str:
     return "mask" if idx.varies("rows") else "col_mask"  # a row vector: one row of the block
 
 
+def _generate(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
+    """A generated value (`arange`): the registry's lowering of the element's own index,
+    which is the value's offset as if it were a contiguous tensor (no load, no mask)."""
+    gen = arg.generated
+    assert gen is not None
+    idx = index_of(arg, plan, params)
+    dtype = TL_TYPES[arg.compute_dtype]
+    index = "tl.full([1], 0, tl.int32)" if idx.is_zero else f"({idx})"
+    if gen.offset:
+        index = f"({index} + {gen.offset})"
+    return f"{arg.temp} = {SPECS[gen.op].lower((f'{index}.to({dtype})',), dict(gen.params))}"
+
+
 def _load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
           last_read: bool | None = None) -> str:
     """`arg`'s load; `last_read` (looped rows only) gives the L2 a hint: keep the lines of
     a row read again in a later pass and of column vectors every row reads, let the last
-    pass's row blocks go first."""
+    pass's row blocks go first. A generated value is computed instead."""
+    if arg.role == "gen":
+        return _generate(arg, plan, params)
     idx = index_of(arg, plan, params)
     if idx.is_zero:
         text = f"tl.load({arg.ptr})"
@@ -193,7 +211,7 @@ def _tiled(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
 
 
 def _pointwise_body(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
-    out.lines(["# loads", *(_load(t, plan, params) for t in plan.inputs), ""])
+    out.lines(["# loads", *(_load(t, plan, params) for t in plan.sources), ""])
     if plan.stmts:
         out.lines(["# chain", *(_stmt(s) for s in plan.stmts), ""])
     out.lines(["# store", *(_store(t, plan, params) for t in plan.outputs)])
@@ -226,7 +244,7 @@ def _single(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     assert r is not None
     rows_boilerplate(plan, "one block per row", out)
     out.lines([_cols(plan, ""), *_COLS, "", "# loads"])
-    out.lines(_load(t, plan, params) for t in plan.inputs)
+    out.lines(_load(t, plan, params) for t in plan.sources)
     pre = [_stmt(s) for s in plan.stmts if s.phase == "pre"]
     post = [_stmt(s) for s in plan.stmts if s.phase == "post"]
     if pre:
@@ -252,7 +270,7 @@ WHOLE_ROW = Chunk()
 
 def row_prologue(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     """Loads of per-row inputs and scalars, and the per-row values computed from them."""
-    row_loads = [t for t in plan.inputs if _row_load(t)]
+    row_loads = [t for t in plan.sources if _row_load(t)]
     row_pre = [s for s in plan.stmts if s.per_row and s.phase == "pre"]
     if row_loads or row_pre:
         out.lines(["", "# per-row loads and values",
@@ -273,7 +291,7 @@ def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets
         out.lines([_cols(plan, f"{where.start}col0 + "), f"col_mask = cols < {where.end}",
                    _COLS[1]])
         out.lines(_load(t, plan, params, t.temp not in reread)
-                  for t in plan.inputs if not _row_load(t) and t.temp in need)
+                  for t in plan.sources if not _row_load(t) and t.temp in need)
         out.lines(_stmt(s) for s in plan.stmts
                   if s.temp in need and not s.per_row and s.phase == "pre")
         out.lines(extra)
@@ -328,7 +346,7 @@ def _several(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     reductions in node order (a reduction may read an earlier one's result)."""
     rows_boilerplate(plan, "one block per row", out)
     out.lines([_cols(plan, ""), *_COLS, "", "# loads"])
-    out.lines(_load(t, plan, params) for t in plan.inputs)
+    out.lines(_load(t, plan, params) for t in plan.sources)
     chain: list[str] = []
     for step in plan.steps:
         if isinstance(step, Stmt):

@@ -303,6 +303,18 @@ def domain_view(steps: Sequence[Step], shape: tuple[int, ...], stride: tuple[int
     return tuple(t.shape), tuple(t.stride())
 
 
+def view_offset(steps: Sequence[Step], shape: tuple[int, ...]) -> int:
+    """Where a contiguous value of `shape` seen through `steps` starts (a slice's start):
+    a generated value has no pointer to carry it."""
+    if not steps:
+        return 0
+    t = torch.empty(shape, device="meta")
+    try:
+        return apply(steps, t).storage_offset()
+    except ViewError:
+        return 0  # not a view of a contiguous value: domain_view refuses it by name
+
+
 def seen_through(maps: IndexMaps, name: str, label: str, shape: tuple[int, ...],
                  stride: tuple[int, ...], rank: int, steps: tuple[Step, ...] | None = None,
                  blame: tuple[str, ...] = ()) -> tuple[tuple, tuple, dict]:

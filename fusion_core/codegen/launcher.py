@@ -101,9 +101,20 @@ def _view(t: TensorArg) -> str:
 
 def _key(names: list[str], out: CodeWriter) -> None:
     """The launch cache key: every input's shape, strides, dtype and device (the raw
-    parameters': what a view of one gives follows from them)."""
+    parameters': what a view of one gives follows from them); a kernel without inputs
+    keys on its device."""
     parts = [f"{a}.{p}" for a in names for p in ("shape", "stride()", "dtype", "device")]
-    _call("key = (", parts, out)
+    _call("key = (", parts or [NO_INPUTS_DEVICE], out)
+
+
+# A kernel with no tensor input (its values all generated, `arange → add → to`) takes the
+# device to run on as its one parameter.
+NO_INPUTS_DEVICE = "device"
+
+
+def _device(names: list[str]) -> str:
+    """Where the kernel runs: its first input's device, or the device parameter."""
+    return f"{names[0]}.device" if names else NO_INPUTS_DEVICE
 
 
 def _views_fn(plan: KernelPlan, names: list[str], params: str, out: CodeWriter) -> None:
@@ -158,7 +169,10 @@ def _plan_fn(plan: KernelPlan, params: KernelParams, looped: bool, names: list[s
     """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
     shapes = [f"(*{a}.shape, 1)" if t.access.row_space else f"{a}.shape"
               for a, t in zip(names, plan.inputs, strict=True)]
-    out.line(f"def _plan({', '.join(names)}):")
+    # A generated value's shape is the analysed one (the graph fixed it too: `arange(16)`).
+    shapes += [repr((*t.shape, 1) if t.access.row_space else tuple(t.shape))
+               for t in plan.generated]
+    out.line(f"def _plan({', '.join(names) or NO_INPUTS_DEVICE}):")
     with out.indented():
         _plan_body(plan, params, looped, names, shapes, out)
 
@@ -174,7 +188,7 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
         strides = f"in{i}_strides" if params.has_strides("in", i) else "_"
         out.line(f"copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], IN_ORDERS[{i}]{row})")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
-    out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})",
+    out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
                "copies = copies if any(copies) else ()",
                "out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
                                          for t in plan.outputs).rstrip() + ")"])
@@ -213,7 +227,7 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
         out.line("bucket = _bucket(n_rows, n_cols)")
     _call("args = (", sizes + params.launch, out)
     dtypes = "".join(f"{a}.dtype, " for a in names).rstrip()
-    out.lines([f"tune_key = (bucket, ({dtypes}), {names[0]}.device)",
+    out.lines([f"tune_key = (bucket, ({dtypes}), {_device(names)})",
                "return copies, out_shapes, args, tune_key, _configs(bucket)"])
 
 
@@ -244,6 +258,7 @@ def _analysed_lead(plan: KernelPlan) -> int:
     """The dims `_iteration_shape` pads at the analysed shapes (what the launcher passes it:
     each input's own shape, a per-row input with a trailing 1)."""
     ranks = [len(t.value_shape) + t.access.row_space for t in plan.inputs]
+    ranks += [len(t.shape) + t.access.row_space for t in plan.generated]
     return max(0, plan.rank - max(ranks, default=plan.rank))
 
 
@@ -294,7 +309,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
         f"out{i}" for i in range(len(plan.outputs))) + ")"
     firsts = launch_maps.first_names(plan, names)
     parameters = [firsts[v] for v in dict.fromkeys(t.value for t in plan.inputs)]
-    inputs = ", ".join(parameters)
+    inputs = ", ".join(parameters) or NO_INPUTS_DEVICE
     viewed = launch_maps.seen_through_views(plan, names)
     raw = [firsts[t.value] for t in plan.inputs]  # the parameter each name views
     out = CodeWriter()
@@ -327,7 +342,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                                           _tuple(f"seen[{i}]" for i in viewed)], out)
                 out.line("plan = (seats, _plan(*seen))")
             else:
-                out.line(f"plan = _plan({', '.join(names)})")
+                out.line(f"plan = _plan({', '.join(names) or NO_INPUTS_DEVICE})")
             out.lines(["if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
                        "    LAUNCH_CACHE.clear()", "LAUNCH_CACHE[key] = plan"])
         if viewed:
@@ -335,11 +350,12 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
             _seated(names, viewed, raw, inputs, out)
         else:
             out.line("copies, out_shapes, args, tune_key, configs = plan")
-        out.line("if copies:  # inputs whose strides the kernel cannot index: copied")
-        with out.indented():
-            for i, a in enumerate(names):
-                out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}])"])
-        device = names[0] + ".device"
+        if names:
+            out.line("if copies:  # inputs whose strides the kernel cannot index: copied")
+            with out.indented():
+                for i, a in enumerate(names):
+                    out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}])"])
+        device = _device(names)
         out.lines(f"out{i} = torch.empty(out_shapes[{i}], dtype={dtype_literal(t)}, "
                   f"device={device})" for i, t in enumerate(plan.outputs))
         out.lines(["if not configs:  # no elements", f"    return {result}"])
@@ -349,7 +365,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                    "if config is None:  # a new shape bucket: choose its configuration once",
                    "    config = _choose(tune_key, configs,",
                    f"                     lambda c: _launch(c, args, {tensors}),",
-                   f"                     {names[0]}.device)",
+                   f"                     {device})",
                    f"_launch(config, args, {tensors})", f"return {result}"])
     out.lines(["", "", f"class {wrapper_class(plan)}(torch.autograd.Function):"])
     with out.indented():

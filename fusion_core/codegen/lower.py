@@ -44,9 +44,9 @@ from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import ReductionRule, correction, keeps_dims
 from ..ir.registry import SPECS
 from .domain import Domain, domain_of
-from .indexing import has_views, index_maps, seen_through
+from .indexing import has_views, index_maps, seen_through, view_offset
 from .layout import Access, LoweringError, access
-from .plan import COMPUTE, MAX_BLOCK, KernelPlan, ReductionStep, Stmt, TensorArg
+from .plan import COMPUTE, MAX_BLOCK, Generated, KernelPlan, ReductionStep, Stmt, TensorArg
 from .tiling import column_dims, needs_tiles
 
 __all__ = ["COMPUTE", "MAX_BLOCK", "Group", "KernelPlan", "ReductionStep", "Stmt", "TensorArg",
@@ -231,11 +231,15 @@ class _Lowering:
     def run(self) -> KernelPlan:
         inputs = tuple(self._input(i, name) for i, name in enumerate(self.c.inputs))
         inputs += self._second_loads(len(inputs))
+        generated = tuple(self._generated(i, n.name) for i, n in enumerate(
+            n for n in self.nodes if n.kind is OpKind.GENERATOR))
         stmts: list[Stmt] = []
         reductions: list[ReductionStep] = []
         steps: list[Stmt | ReductionStep] = []
         for node in self.nodes:
             try:
+                if node.kind is OpKind.GENERATOR:
+                    continue  # made where the inputs are loaded (`generated`)
                 if node in self.reds:
                     reductions.append(self._reduction(node))
                     steps.append(reductions[-1])
@@ -249,14 +253,16 @@ class _Lowering:
         stmts = _live(stmts, reductions, outputs)
         live = {s.temp for s in stmts} | {r.temp for r in reductions}
         several = tuple(s for s in steps if s.temp in live) if len(reductions) > 1 else ()
-        tiled = reduction is None and needs_tiles(self.domain, inputs + outputs)
-        col_dims = column_dims(self.domain, inputs + outputs) if reduction is None else 1
+        tiled = reduction is None and needs_tiles(self.domain, inputs + generated + outputs)
+        col_dims = column_dims(self.domain, inputs + generated + outputs) if (
+            reduction is None) else 1
         return KernelPlan(
             name=kernel_name(self.c.index), cluster_index=self.c.index,
             skeleton="reduction" if self.red is not None else "elementwise",
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
-            tiled=tiled, steps=several, order=self.order, col_dims=col_dims)
+            tiled=tiled, steps=several, order=self.order, col_dims=col_dims,
+            generated=generated)
 
     def _second_loads(self, start: int) -> tuple[TensorArg, ...]:
         """Inputs some node reads through another index map than the first load's: loaded
@@ -303,6 +309,20 @@ class _Lowering:
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
         return TensorArg(name, "in", i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields)
+
+    def _generated(self, i: int, name: str) -> TensorArg:
+        """A generator's value, indexed like a contiguous input of its shape (through its
+        index map where views are fused): its offset there is the element's own index."""
+        node, meta = self.g[name], _meta(self.g, name)
+        contiguous = torch.empty(meta.shape, device="meta").stride()
+        row_space = self._input_space(name)
+        shape, stride, fields = self._viewed(name, meta.shape, contiguous, row_space)
+        acc = self._access(name, shape, stride, row_space)
+        temp = self._new_temp(name, self._is_per_row(acc), "pre")
+        offset = view_offset(fields["view"], tuple(meta.shape)) if "view" in fields else 0
+        return TensorArg(name, "gen", i, temp, shape, stride, meta.dtype, acc,
+                         self.per_row[temp], **fields,
+                         generated=Generated(node.op, node.params, offset))
 
     def _operands(self, node: Node) -> tuple[str, ...]:
         return tuple(self._temp(node.name, a.name) if isinstance(a, Ref) else literal(a)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -26,11 +27,22 @@ MAX_BLOCK = 4096
 
 
 @dataclass(frozen=True)
+class Generated:
+    """How a generator (`arange`) makes its value: the registry lowers `op` with `params`
+    from the element's own index, which is `offset` plus the kernel's index into it."""
+
+    op: str
+    params: tuple[tuple[str, Any], ...]
+    offset: int = 0  # where the kernel's view of the value starts in it (a slice)
+
+
+@dataclass(frozen=True)
 class TensorArg:
-    """A kernel input (loaded) or output (stored)."""
+    """A kernel input (loaded), output (stored), or generated value (computed from its
+    index like an input's offset, with nothing to load: role "gen")."""
 
     value: str  # graph value name
-    role: str  # "in" (loaded) or "out" (stored)
+    role: str  # "in" (loaded), "out" (stored) or "gen" (computed from the index)
     index: int  # position among the inputs or the outputs
     temp: str  # SSA temporary loaded into / stored from
     shape: tuple[int, ...]  # in the kernel's order (the plan's `order`), as indexed
@@ -43,6 +55,7 @@ class TensorArg:
     view: tuple[Step, ...] = ()
     # The value's own shape, where the kernel indexes it in another (its `order`, or `view`)
     user_shape: tuple[int, ...] | None = None
+    generated: Generated | None = None  # role "gen" only
 
     @property
     def value_shape(self) -> tuple[int, ...]:
@@ -114,6 +127,14 @@ class KernelPlan:
     order: Domain | None = None
     # A tiled elementwise kernel: trailing domain dims its columns cover (``tiling.py``).
     col_dims: int = 1
+    # Values the kernel computes from their index (role "gen"): each load of the inputs
+    # writes them too, where it runs (``sources``).
+    generated: tuple[TensorArg, ...] = ()
+
+    @property
+    def sources(self) -> tuple[TensorArg, ...]:
+        """What the kernel reads before its statements: the inputs, then generated values."""
+        return self.inputs + self.generated
 
     @property
     def reduced(self) -> int:

@@ -21,6 +21,8 @@ class OpKind(enum.Enum):
     POINTWISE_UNARY = "pointwise-unary"
     POINTWISE_BINARY = "pointwise-binary"  # two or more tensor-or-scalar operands
     REDUCTION = "reduction"
+    # Values made from their own index alone (`arange`): no operands, nothing to load.
+    GENERATOR = "generator"
     OPAQUE = "opaque"
     # Known, but never computed inside a kernel: they feed the aliasing check.
     VIEW = "view"
@@ -32,7 +34,8 @@ class OpKind(enum.Enum):
 
     @property
     def is_pointwise(self) -> bool:
-        return self in (OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY)
+        """Each element depends on its own position only (a generator on nothing else)."""
+        return self in (OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.GENERATOR)
 
     @property
     def is_compute(self) -> bool:

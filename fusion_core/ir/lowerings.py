@@ -82,6 +82,24 @@ def batch_norm_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
     return y if bias == "None" else f"({y} + {bias})"
 
 
+def arange_bounds(p: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """(start, end, step) of an `arange` call: `torch.arange(n)` binds n to `start`, aten's
+    `arange.default` to `end`."""
+    if p.get("end") is None:
+        return 0, p.get("start"), p.get("step", 1)
+    return p.get("start", 0), p["end"], p.get("step", 1)
+
+
+def arange_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+    """A generator's value from its operand, the element's own index (already in the
+    value's compute dtype): `start + step * i`. Only constant bounds are generated."""
+    start, _, step = arange_bounds(p)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, step)):
+        return None
+    scaled = a[0] if step == 1 else f"({a[0]} * {step!r})"
+    return f"({scaled} + {start!r})" if start else scaled
+
+
 def with_alpha(sym: str) -> Lowering:
     def lower(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
         other = a[1] if p.get("alpha", 1) == 1 else f"({p['alpha']!r} * {a[1]})"

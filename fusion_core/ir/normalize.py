@@ -143,7 +143,9 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
         values = {k: v for k, v in values.items() if k in spec.bind_signature.parameters}
     inputs = tuple(Ref(v.name) if isinstance(v, fx.Node) else _literal(v)
                    for v in (values.get(k) for k in spec.operands))
-    params = tuple((k, _literal(v)) for k, v in values.items() if k not in spec.operands)
+    params = tuple((k, _literal(v)) for k, v in values.items() if k not in spec.operands
+                   # where a generator runs changes no value (`arange(n, device=x.device)`)
+                   and not (spec.kind is OpKind.GENERATOR and k == "device"))
     if any(isinstance(v, fx.Node) for _, v in params):
         # A non-operand argument computed at run time (`2.0 ** x`): opaque, all edges kept.
         return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)

@@ -24,6 +24,7 @@ from .graph import OpKind
 from .lowerings import (
     TL_TYPES,
     Lowering,
+    arange_expr,
     batch_norm_expr,
     call,
     cast,
@@ -39,7 +40,7 @@ from .reductions import RULES, ReductionRule
 __all__ = ["SPECS", "TARGETS", "TL_TYPES", "OpSpec", "bind", "lookup", "tanh_expr", "training_spec"]
 
 UNARY, BINARY, REDUCTION = OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.REDUCTION
-VIEW, OPAQUE = OpKind.VIEW, OpKind.OPAQUE
+VIEW, OPAQUE, GENERATOR = OpKind.VIEW, OpKind.OPAQUE, OpKind.GENERATOR
 
 # Pointwise lowerings (and TL_TYPES, re-exported for codegen) live in lowerings.py.
 
@@ -144,6 +145,10 @@ _SPECS = [
     OpSpec("clone", UNARY, "input, *, memory_format=None", lower=lambda a, p: a[0]),
     OpSpec("dropout", UNARY, "input, p=0.5, training=True, inplace=False", training="",
            lower=lambda a, p: a[0], moves_data=False),
+    # --- generators: no operands; the lowering's one operand is the element's own index
+    # (codegen computes it like an offset into a contiguous tensor of the value's shape) ---
+    OpSpec("arange", GENERATOR, "start, end=None, step=1, *, dtype=None, layout=None, "
+           "device=None, pin_memory=None, requires_grad=False", (), arange_expr),
     # --- reductions: their rules (combine, identity, finalize, accumulation dtype) are in
     # ir/reductions.py; codegen's reduction skeleton lowers them ---
     _reduction("softmax", "input, dim=None, _stacklevel=3, dtype=None"),
@@ -239,6 +244,7 @@ _register("log_softmax", torch.log_softmax, ("method", "log_softmax"),
           signature="input, dim, dtype=None")
 _register("dropout", torch.dropout, signature="input, p, training")
 _register("to", ("method", "to"), ("method", "type"))
+_register("arange", torch.arange)
 # `x.type_as(y)`: a cast to y's dtype; normalize reads the dtype from the result.
 _register("to", ("method", "type_as"), signature="input, other")
 for _meth, _dtype in (("float", torch.float32), ("half", torch.float16),
@@ -279,6 +285,7 @@ ATEN_OPS: dict[str, tuple[str, ...]] = {
     **{b: (f"{b}.Tensor", f"{b}.Scalar", f"__{b[8:]}__.Tensor", f"__{b[8:]}__.Scalar")
        for b in ("bitwise_and", "bitwise_or")},
     "logical_and": ("logical_and",), "logical_or": ("logical_or",),
+    "arange": ("arange.default", "arange.start", "arange.start_step"),
 }
 # Every overload of these packets is a view (or a tuple of views, read through getitem).
 ATEN_VIEWS = (

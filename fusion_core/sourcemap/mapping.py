@@ -118,6 +118,13 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
         raise _Pointer(f"{paths[0]} is an installed library's file, not your project's: "
                        "edit the code that calls it instead", **where)
     _check_in_place(analysis, nodes, where)
+    generator = next((n for n in nodes if n.kind is OpKind.GENERATOR), None)
+    if generator is not None:
+        shape = tuple(generator.meta.shape) if generator.meta is not None else ()
+        raise _Pointer(f"`{generator.label}` (line {generator.source.line}) makes its values "
+                       f"from the index; the kernel fixes its shape {shape} as analysed, and a "
+                       "source edit would stop following the sizes your code computes",
+                       **where)
     # A recomputed value lives in two kernels; no single-range edit keeps the variable
     # the source reads it from (see analysis/recompute.py).
     recomputed = {v for other in analysis.clusters for v in other.recomputes}

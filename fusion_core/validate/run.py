@@ -43,7 +43,7 @@ from .kernels import KernelSet, build_kernels
 from .numerics import MODEL_TOL, as_tuple, check_cluster, compare, one_line
 from .prepare import Recording, recording
 from .shrink import TARGET_ROWS, cut_shape, row_shape, slice_rows, small_specs
-from .subgraph import eager_subgraph, patch
+from .subgraph import eager_subgraph, launch_args, patch
 from .types import GateResult, ModelCheck, ValidationReport, ValidationResult
 
 
@@ -248,7 +248,8 @@ class _Validation:
                 if not gate.detail.startswith("eager subgraph failed"):
                     return gate, cut_result, kernel.launcher
         args = [v.clone() if isinstance(v, torch.Tensor) else v for v in args]
-        gate = check_cluster(kernel.launcher, kernel.module, sub.module, args, args + extras)
+        gate = check_cluster(kernel.launcher, kernel.module, sub.module,
+                             launch_args(args, "cuda" if self.cuda else "cpu"), args + extras)
         return gate, shape, kernel.launcher
 
     def _model(self, wide: Recording, launchers: dict[int, Callable]) -> ModelCheck:
@@ -296,6 +297,8 @@ def _cut_rows(rec: Recording, c: Cluster, args: list[Any], target_rows: int
         return None
     if plan.order is not None or any(t.view for t in (*plan.inputs, *plan.outputs)):
         return None  # kernel dims (own order, index maps) are not the user's leading dims
+    if plan.generated:
+        return None  # a generated value's shape is fixed in the kernel, rows and all
     small = row_shape(plan.domain, target_rows)
     if small == tuple(plan.domain) or len(plan.inputs) != len(args) or not plan.outputs:
         return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -36,6 +36,19 @@ def patch(gm: fx.GraphModule, launchers: Mapping[int, tuple[Cluster, Callable]]
         _replace(graph, cluster, launcher, renamed)
     graph.lint()
     return fx.GraphModule(gm, graph, f"{type(gm).__name__}_patched")
+
+
+def launch_args(inputs: Sequence[Any], device: str | torch.device) -> list[Any]:
+    """A launcher's arguments: the cluster's input values, or, for a kernel with none
+    (every value generated from the index, `arange → add → to`), the device to run on."""
+    return list(inputs) if inputs else [torch.device(device)]
+
+
+def _device_of(members: Sequence[fx.Node]) -> Any:
+    """Where an input-less cluster's values were made: its generator's `device` argument
+    (an FX node such as `x.device`, or a constant), else torch's default, the CPU."""
+    found = (n.kwargs.get("device") for n in members if n.op == "call_function")
+    return next((d for d in found if d is not None), torch.device("cpu"))
 
 
 def _named(launcher: Callable, index: int) -> Callable:
@@ -77,7 +90,8 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
                          "place one kernel call")
     ctx = graph.inserting_before(anchor) if where == "before" else graph.inserting_after(anchor)
     with ctx:
-        call = graph.call_function(_named(launcher, cluster.index), tuple(inputs))
+        args = tuple(inputs) if inputs else (_device_of(members),)
+        call = graph.call_function(_named(launcher, cluster.index), args)
     results = [call] if len(outs) == 1 else []
     prev = call
     for i in range(len(outs) if len(outs) > 1 else 0):

@@ -19,7 +19,7 @@ from . import bench
 from .inputs import result_shape
 from .numerics import one_line
 from .prepare import Recording
-from .subgraph import Subgraph, eager_subgraph, patch
+from .subgraph import Subgraph, eager_subgraph, launch_args, patch
 from .types import GateResult, ModelCheck, ModelTiming, Timing, ValidationReport, ValidationResult
 
 
@@ -28,7 +28,8 @@ def _args(rec: Recording, sub: Subgraph) -> tuple[list[Any], list[Any]]:
         v = rec.values[name]
         return v.clone() if isinstance(v, torch.Tensor) else v
     kernel_args = [val(n) for n in sub.inputs]
-    return kernel_args, kernel_args + [val(n) for n in sub.extras]
+    device = rec.inputs[0].device if rec.inputs else torch.device("cpu")
+    return launch_args(kernel_args, device), kernel_args + [val(n) for n in sub.extras]
 
 
 def _timings(rec: Recording, c: Cluster, launcher: Callable, sub: Subgraph, inductor: bool,

@@ -1,0 +1,75 @@
+"""Give every reader of an index-only value its own copy of the ops that make it.
+
+Reads a shape-propagated ``fx.GraphModule``; rewrites it in place and returns the copies'
+names. A value is *index-only* when a generator (``arange``) makes it from nothing, or a
+pointwise op or a view makes it from index-only values and scalars alone. Such a value
+costs no loads to recompute, so one kernel storing it for several readers is the wrong
+trade: each reader that computes (a pointwise op, a reduction, a view on the way to one)
+gets its own copy of the chain, inserted just before it, and detection may fuse that copy
+into the reader's kernel; readers that cannot fuse (an opaque op, the graph's output)
+share the original. Inductor does the same with the positions a decoder makes once
+(``arange(n) + past_length``) and reads in several places.
+
+Copies carry ``meta["fusion_copy_of"]`` like the recompute copies of
+``ir/duplicate.py``: the model computes the value once, at the original, and a source
+edit cannot rewrite a value two kernels compute.
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+
+from .graph import FusionGraph, OpKind
+from .normalize import to_fusion_graph
+
+
+def index_only(graph: FusionGraph) -> set[str]:
+    """Names of the index-only values (see the module docstring), in one forward sweep."""
+    out: set[str] = set()
+    for node in graph.nodes:
+        if node.kind is OpKind.GENERATOR:
+            out.add(node.name)
+        elif (node.kind.is_pointwise or node.kind is OpKind.VIEW) and node.refs and all(
+                r in out for r in node.refs):
+            out.add(node.name)
+    return out
+
+
+def copy_index_values(gm: fx.GraphModule) -> list[str]:
+    """One copy of each index-only chain per reader; returns the copies' names."""
+    graph = to_fusion_graph(gm, type(gm).__name__)
+    values = index_only(graph)
+    if not values:
+        return []
+    fusable = _fusable_readers(graph)
+    copies = []
+    # Last node first: copying a value gives its operands more readers, and those come
+    # earlier in the graph, so they are reached after it and copied in turn.
+    for node in reversed(list(gm.graph.nodes)):
+        if node.name not in values:
+            continue
+        readers = [u for u in node.users
+                   if u.name in fusable or u.meta.get("fusion_copy_of") in fusable]
+        shared = len(node.users) > len(readers)  # the original stays for the others
+        for user in readers[0 if shared else 1:]:
+            with gm.graph.inserting_before(user):
+                copy = gm.graph.node_copy(node)
+            copy.meta.update(node.meta)
+            copy.meta["fusion_copy_of"] = node.meta.get("fusion_copy_of", node.name)
+            user.replace_input_with(node, copy)
+            values.add(copy.name)
+            copies.append(copy.name)
+    if copies:
+        gm.recompile()
+    return copies
+
+
+
+def _fusable_readers(graph: FusionGraph) -> set[str]:
+    """Nodes a copy may join in one kernel: compute ops, and views on the way to one."""
+    out: set[str] = set()
+    for node in reversed(graph.nodes):
+        if node.kind.is_compute or (node.kind is OpKind.VIEW and any(
+                u in out for u in graph.users[node.name])):
+            out.add(node.name)
+    return out
