@@ -22,7 +22,8 @@ from ..units import short_path
 from .blocks import block_key, find_bands
 from .layout import LayoutNode, layout
 
-KIND_CODE = {OpKind.POINTWISE_UNARY: "p", OpKind.POINTWISE_BINARY: "p", OpKind.REDUCTION: "r",
+KIND_CODE = {OpKind.POINTWISE_UNARY: "p", OpKind.POINTWISE_BINARY: "p", OpKind.GENERATOR: "p",
+             OpKind.REDUCTION: "r",
              OpKind.OPAQUE: "o", OpKind.VIEW: "v", OpKind.INPLACE: "i", OpKind.INPUT: "in",
              OpKind.OUTPUT: "out"}
 CHAR_WIDTH, PAD = 6.6, 16  # 11px monospace labels
