@@ -13,6 +13,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
+from vision_libs import import_transformers
 
 from fusion_core.codegen.reference import graph_on
 from fusion_core.ir.shapes import InputSpec
@@ -100,7 +101,9 @@ def test_a_nested_autocast_graph_moves_too():
 
 
 def _llama_bf16():
-    transformers = pytest.importorskip("transformers")
+    transformers = import_transformers()
+    if transformers is None:
+        pytest.skip("transformers is not installed")
     config = transformers.LlamaConfig(
         num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
         num_key_value_heads=2, use_cache=False, vocab_size=128, max_position_embeddings=64)
