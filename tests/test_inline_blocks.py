@@ -206,3 +206,49 @@ def test_the_body_goes_when_no_call_reads_it_any_more():
     assert not _blocks(gm) and not hasattr(gm, "body")
     x = torch.randn(3)
     torch.testing.assert_close(gm(x), (x.cos(), x.cos()))
+
+
+class Rotary(nn.Module):
+    """The shape of Hugging Face LLaMA's rotary embedding (transformers 5.17): a
+    `@torch.no_grad()` forward whose angles are computed with autocast disabled."""
+
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        steps = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+        self.register_buffer("inv_freq", 1.0 / (10000 ** steps), persistent=False)
+
+    @torch.no_grad()
+    def forward(self, x, position_ids):
+        inv = self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1).to(x.device)
+        pos = position_ids[:, None, :].float()
+        with torch.autocast(device_type="cpu", enabled=False):
+            freqs = (inv.float() @ pos.float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos = emb.cos() * 1.0
+            sin = emb.sin() * 1.0
+        return cos.to(x.dtype), sin.to(x.dtype)
+
+
+class RotaryUser(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rotary_emb = Rotary()
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1], device=x.device)[None, :]
+        cos, sin = self.rotary_emb(x, positions)
+        return x * cos + x.flip(-1) * sin
+
+
+def test_a_rotary_embedding_under_no_grad_and_autocast_off_fuses():
+    with _without_inlining():
+        before = analyze(RotaryUser(), (1, 6, 8), capture="export")
+    assert _blocks(before.graph_module)
+    assert not [c for c in before.clusters if {"cos", "sin"} & set(c.ops)]
+    a = analyze(RotaryUser(), (1, 6, 8), capture="export")
+    assert not _blocks(a.graph_module) and not _nested(a.graph_module)
+    fused = [c for c in a.clusters if {"cos", "sin"} & set(c.ops)]
+    assert fused and {"cos", "sin"} <= {op for c in fused for op in c.ops}
+    assert all(a.graph[n].module == "rotary_emb" for c in fused for n in c.nodes
+               if a.graph[n].op in ("cos", "sin"))
+    _graph_matches_model(a, 1, 6, 8)
