@@ -252,3 +252,28 @@ def test_a_rotary_embedding_under_no_grad_and_autocast_off_fuses():
     assert all(a.graph[n].module == "rotary_emb" for c in fused for n in c.nodes
                if a.graph[n].op in ("cos", "sin"))
     _graph_matches_model(a, 1, 6, 8)
+
+
+def _passing_through(read: int) -> fx.GraphModule:
+    """A grad-mode call whose body returns (cos(x), k) for operands (x, 2.0); the caller
+    reads result `read`."""
+    root = nn.Module()
+    g = fx.Graph()
+    x, k = g.placeholder("x"), g.placeholder("k")
+    g.output((g.call_function(torch.cos, (x,)), k))
+    root.body = fx.GraphModule(nn.Module(), g)
+    g = fx.Graph()
+    x = g.placeholder("x")
+    call = g.call_function(HOP.wrap_with_set_grad_enabled, (False, g.get_attr("body"), x, 2.0))
+    g.output(g.call_function(operator.getitem, (call, read)))
+    return fx.GraphModule(root, g)
+
+
+def test_a_result_that_is_not_a_graph_value_keeps_the_call():
+    gm = _passing_through(read=1)
+    assert inline_blocks(gm) == [] and len(_blocks(gm)) == 1
+    assert gm(torch.randn(3)) == 2.0
+    gm = _passing_through(read=0)
+    assert len(inline_blocks(gm)) == 1 and not _blocks(gm)
+    x = torch.randn(3)
+    torch.testing.assert_close(gm(x), x.cos())

@@ -94,7 +94,9 @@ def _body(gm: fx.GraphModule, call: fx.Node) -> tuple[fx.Node, fx.GraphModule] |
     if any(n.op == "get_attr" and _attribute(body, str(n.target)) is None
            for n in body.graph.nodes):
         return None
-    results = _results(body)
+    # What each result becomes in the parent: a body value, or an operand passed through.
+    operands = dict(zip(_placeholders(body), call.args[at + 1:], strict=True))
+    results = [operands.get(r, r) for r in _results(body)]
     for user in call.users:
         index = user.args[1] if user.target is operator.getitem and len(user.args) == 2 else None
         if not isinstance(index, int) or not -len(results) <= index < len(results) \
