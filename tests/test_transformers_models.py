@@ -8,13 +8,16 @@ import warnings
 
 import pytest
 import torch
+from vision_libs import import_transformers
 
 from fusion_core.errors import CaptureError
 from fusion_core.ir.graph import OpKind
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze
 
-T = pytest.importorskip("transformers")
+T = import_transformers()
+if T is None:
+    pytest.skip("transformers is not installed", allow_module_level=True)
 
 SMALL = dict(vocab_size=128, max_position_embeddings=64)
 MODELS = {

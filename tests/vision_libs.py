@@ -49,3 +49,13 @@ def import_timm() -> ModuleType | None:
         return importlib.import_module("timm")
     except ImportError:
         return None
+
+
+def import_transformers() -> ModuleType | None:
+    """transformers, or None when it is not installed. Its model classes import torchvision
+    lazily (through its image utilities), so torchvision is made importable first."""
+    import_torchvision()
+    try:
+        return importlib.import_module("transformers")
+    except ImportError:
+        return None

@@ -114,8 +114,9 @@ def graph_on(gm: fx.GraphModule, device: str | torch.device) -> fx.GraphModule:
     neither."""
     device = torch.device(device)
     moved = copy.deepcopy(gm).to(device)
-    # Export puts the body of a `with torch.autocast(...)` block (Hugging Face's rotary
-    # embedding) in a nested GraphModule called through a higher-order op: walk those too.
+    # Export puts the body of an enabled `with torch.autocast(...)` block in a nested
+    # GraphModule called through a higher-order op (ir/inline_blocks.py inlines the blocks
+    # that change no value): walk those too.
     for module in moved.modules():
         if isinstance(module, fx.GraphModule):
             _constants_on(module, device)

@@ -4,7 +4,9 @@ Reads an ``nn.Module`` and ``InputSpec``s; writes a ``torch.fx.GraphModule`` of 
 ops whose nodes carry ``meta["val"]`` (fake tensors, so a 16384x1024 input costs
 nothing) and ``meta["stack_trace"]``. The graph is the *unlifted* program: parameters
 and buffers are ``get_attr`` nodes (normalized to CONSTANT exactly as on the FX side)
-and the module runs on the user's inputs alone, like the FX frontend's. Ops that
+and the module runs on the user's inputs alone, like the FX frontend's. Grad-mode and
+disabled autocast blocks, which export wraps in one opaque call, are inlined first
+(``inline_blocks.py``), so the tidying below sees their ops too. Ops that
 return a tuple whose other results nobody reads (``native_layer_norm``…) are
 rewritten to their single-result form so the registry sees one value per node.
 """
@@ -27,6 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..errors import CaptureError, InputSpecError
 from .graph import FusionGraph, OpKind
+from .inline_blocks import inline_blocks
 from .module_state import kept_as_it_was
 from .shapes import InputSpec, fake_inputs, model_device
 from .trace import TRACE_THROUGH, _one_line, _where
@@ -67,6 +70,7 @@ def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule
         raise CaptureError(f"torch.export failed on {type(model).__name__}.forward"
                            f"{_where(e)}: {_one_line(e)}") from e
     gm = program.module()
+    inline_blocks(gm)  # first: the tidying below then sees the blocks' ops too
     _drop_guards(gm)
     _single_results(gm.graph)
     gm.recompile()
