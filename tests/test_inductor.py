@@ -162,12 +162,12 @@ def test_missing_module_on_one_side_still_matches_the_line(example):
 
 
 def test_top_level_code_does_not_match_a_module_on_the_same_line():
-    from fusion_core.inductor.match import _compatible
+    from fusion_core.inductor.kernel_graph import compatible
 
     f = str(EXAMPLE)
     # Inductor's "" is the model's own forward, not our LayerNorm module on that line.
-    assert not _compatible(("norm2", f, 36), ("", f, 36))
+    assert not compatible(("norm2", f, 36), ("", f, 36))
     # Our node without a module (rewritten by a capture pass) matches by file and line.
-    assert _compatible(("", f, 30), ("bn2", f, 30))
-    assert not _compatible(("blocks.0", f, 61), ("blocks.1", f, 61))
-    assert not _compatible(("", f, 30), ("bn2", f, 31))
+    assert compatible(("", f, 30), ("bn2", f, 30))
+    assert not compatible(("blocks.0", f, 61), ("blocks.1", f, 61))
+    assert not compatible(("", f, 30), ("bn2", f, 31))

@@ -4,16 +4,23 @@ Reads an ``Analysis`` (our graph, clusters, rejections, the captured FX graph) a
 ``InductorKernel``; returns one line naming the cause, first match wins:
 
 1. Inductor fused a GEMM or convolution's epilogue (the bias add, an activation after
-   ``addmm``/``convolution``); we keep those ops opaque. A GEMM or convolution whose bias
-   our capture split off into an ``add`` of its own (``ir/conv_bias.py``,
-   ``ir/linear_bias.py``) is not such a case: its epilogue is in our graph, so the kernel
-   goes on to the checks below.
+   ``addmm``/``convolution``) that we keep inside one opaque call: our ops on the kernel's
+   lines read the call's result and the kernel computes on its behalf (``kernel_graph.py``).
+   When our graph cannot tell (no op of ours on the kernel's lines, or a GEMM among Inductor's
+   origins with no call of ours on its line) a GEMM among the origins still means this. A
+   GEMM or convolution whose bias our capture split off into an ``add`` of its own
+   (``ir/conv_bias.py``, ``ir/linear_bias.py``) is not such a case: its epilogue is in our
+   graph, so the kernel goes on to the checks below.
 2. None of our compute ops sit on the kernel's lines: the capture hid them (an opaque
    op or a module we do not trace through, named when there is one).
 3. A legality check of ours rejected a group holding those ops: the check and reason.
-4. An opaque op or a view of ours lies between them.
+4. An opaque op or a view of ours lies between two of them.
 5. Inductor fused ops that share a loop but do not feed each other (horizontal fusion).
 6. Otherwise, the ops are split over groups of ours too small to fuse.
+
+A kernel whose ops produce the operands of a GEMM or attention call and do not read its
+result (Inductor lists the consumer among the origins of the kernel preparing its inputs)
+is that call's prologue, not its epilogue: its reason from 2-6 says so first.
 
 ``collapse`` folds kernels with the same ops and reason into one line (a model of N
 identical blocks otherwise prints N copies).
@@ -21,7 +28,6 @@ identical blocks otherwise prints N copies).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,14 +37,8 @@ from ..ir.graph import Node, OpKind
 from ..ir.normalize import parse_stack_trace
 from ..pipeline import Analysis
 from .capture import InductorKernel, module_path
+from .kernel_graph import GEMM_OPS, KernelGraph, Role, callee, compatible, norm_path
 
-# Inductor (aten) and our names for matrix products and convolutions.
-GEMM_OPS = frozenset({
-    "mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "conv1d", "conv2d",
-    "conv3d", "_convolution", "conv_transpose2d", "einsum", "Linear", "Conv1d", "Conv2d",
-    "Conv3d", "ConvTranspose2d", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention", "scaled_dot_product_attention",
-})
 EPILOGUE = "Inductor fuses across a GEMM/conv epilogue"
 NAME_LIMIT = 48
 
@@ -52,23 +52,19 @@ def short_name(name: str, limit: int = NAME_LIMIT) -> str:
     return name[:limit - len(tail) - 1] + "…" + tail
 
 
-def _norm(path: str | None) -> str:
-    return os.path.realpath(path) if path else ""
-
-
 def _our_nodes(analysis: Analysis, k: InductorKernel) -> list[Node]:
     """Our nodes on the kernel's (module, file, line) keys."""
-    keys = {(n.module, _norm(n.file), n.line) for n in k.nodes if n.line is not None}
+    keys = {(n.module, norm_path(n.file), n.line) for n in k.nodes if n.line is not None}
     lines = {key[1:] for key in keys}
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     out = []
     for node in analysis.graph.nodes:
         s = node.source
-        if s is None or (_norm(s.file), s.line) not in lines:
+        if s is None or (norm_path(s.file), s.line) not in lines:
             continue
         fx = fx_nodes.get(node.name)
         mod = module_path(fx.meta.get("nn_module_stack")) if fx is not None else ""
-        if not mod or any((mod, _norm(s.file), s.line) == key for key in keys):
+        if not mod or any((mod, norm_path(s.file), s.line) == key for key in keys):
             out.append(node)
     return out
 
@@ -77,7 +73,7 @@ def _key(fx_nodes: dict, node: Node) -> tuple[str, str, int]:
     fx_node = fx_nodes.get(node.name)
     module = module_path(fx_node.meta.get("nn_module_stack")) if fx_node is not None else ""
     source = node.source
-    return (module, _norm(source.file), source.line) if source else (module, "", 0)
+    return (module, norm_path(source.file), source.line) if source else (module, "", 0)
 
 
 def _where(node: Node) -> str:
@@ -92,7 +88,8 @@ def _split_bias_keys(analysis: Analysis) -> set[tuple[str, str, int]]:
     for fx_node in analysis.graph_module.graph.nodes:
         loc = parse_stack_trace(fx_node.meta.get("stack_trace"))
         if fx_node.meta.get(SPLIT_BIAS) and loc is not None:
-            keys.add((module_path(fx_node.meta.get("nn_module_stack")), _norm(loc.file), loc.line))
+            keys.add((module_path(fx_node.meta.get("nn_module_stack")), norm_path(loc.file),
+                      loc.line))
     return keys
 
 
@@ -105,17 +102,36 @@ def _kept_whole(key: tuple[str, str, int], split: set[tuple[str, str, int]]) -> 
 def miss_reason(analysis: Analysis, k: InductorKernel) -> str:
     """One line: why no cluster of ours computes what kernel `k` computes."""
     split = _split_bias_keys(analysis)
-    if any(n.op in GEMM_OPS and _kept_whole((n.module, _norm(n.file), n.line or 0), split)
-           for n in k.nodes):
-        return EPILOGUE
     ours = _our_nodes(analysis, k)
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    whole = [n.op in GEMM_OPS and _kept_whole(_key(fx_nodes, n), split) for n in ours]
-    if any(w and n.kind is OpKind.OPAQUE for n, w in zip(ours, whole, strict=True)):
+    kg = KernelGraph(analysis.graph, k, frozenset(n.name for n in ours))
+    calls = {n.name: _key(fx_nodes, n) for n in ours
+             if callee(n) and _kept_whole(_key(fx_nodes, n), split)}
+    theirs = [key for n in k.nodes if n.op in GEMM_OPS
+              and _kept_whole(key := (n.module, norm_path(n.file), n.line or 0), split)]
+    if (theirs or any(analysis.graph[c].op in GEMM_OPS for c in calls)) and (
+            not kg.compute
+            or not all(any(compatible(c, t) for c in calls.values()) for t in theirs)):
+        return EPILOGUE  # our graph cannot tell which side of the GEMM the ops are on
+    roles = {c: kg.role(analysis.graph[c], key) for c, key in calls.items()}
+    if Role.EPILOGUE in roles.values():
         return EPILOGUE
-    compute = [n for n in ours if n.kind.is_compute or n.kind is OpKind.INPLACE]
+    reason = _own_reason(analysis, kg, ours, set(calls) if kg.compute else set(), split,
+                         fx_nodes)
+    fed = [analysis.graph[c] for c, role in roles.items() if role is Role.PROLOGUE]
+    if fed:
+        return f"Inductor fuses the ops that feed {_where(fed[0])} into one kernel; {reason}"
+    return reason
+
+
+def _own_reason(analysis: Analysis, kg: KernelGraph, ours: list[Node], calls: set[str],
+                split: set[tuple[str, str, int]], fx_nodes: dict) -> str:
+    """Rules 2-6: what in our graph keeps the kernel's ops apart; `calls` are the GEMM and
+    attention calls already placed beside the kernel (they hide nothing)."""
+    compute = [n for n in ours if n.name in kg.compute]
     # A convolution whose bias we split off sits on its add's line, not between our ops.
     hidden = [n for n in ours if n.kind is OpKind.OPAQUE and n.op != "meta"
+              and n.name not in calls
               and not (n.op in GEMM_OPS and not _kept_whole(_key(fx_nodes, n), split))]
     if len(compute) < 2:
         if hidden:
@@ -127,12 +143,12 @@ def miss_reason(analysis: Analysis, k: InductorKernel) -> str:
         (r for r in analysis.rejections if names & set(r.nodes)), None)
     if rejection is not None:
         return f"split by our {rejection.check} check: {rejection.reason}"
-    # A view of a parameter (a bias or BatchNorm statistic shaped (C, 1, 1)) only feeds.
-    views = [n for n in ours if n.kind is OpKind.VIEW
-             and not all(analysis.graph[r].kind is OpKind.CONSTANT for r in n.refs)]
-    if hidden or views:
-        barrier = (hidden or views)[0]
-        what = "opaque op" if hidden else "view"
+    # Only what lies on a path from one of the kernel's ops to another keeps them apart (not
+    # a call they feed, nor a view of a parameter).
+    views = [n for n in ours if n.kind is OpKind.VIEW]
+    barrier = next((n for n in hidden + views if kg.between(n.name)), None)
+    if barrier is not None:
+        what = "opaque op" if barrier.kind is OpKind.OPAQUE else "view"
         return f"a {what} {_where(barrier)} separates the ops in our graph"
     if not any(r in names for n in compute for r in n.refs):
         return "Inductor fuses ops that share a loop but do not feed each other (horizontal)"

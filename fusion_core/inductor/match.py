@@ -18,14 +18,14 @@ of the convolution or matmul node, so that node, on the same key, stands for it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from ..analysis.types import Cluster
 from ..ir.bias_split import SPLIT_BIAS
 from ..pipeline import Analysis
 from .capture import InductorCapture, InductorKernel, module_path
-from .explain import GEMM_OPS, MissLine, collapse, miss_reason, short_name
+from .explain import MissLine, collapse, miss_reason, short_name
+from .kernel_graph import GEMM_OPS, compatible, norm_path
 
 IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
 # (same-dtype casts are skipped too: see _same_dtype_cast)
@@ -77,10 +77,6 @@ class Agreement:
         return tuple(v.cluster for v in self.clusters if v.verdict == "not fused by Inductor")
 
 
-def _norm_file(path: str | None) -> str:
-    return os.path.realpath(path) if path else ""
-
-
 def cluster_keys(analysis: Analysis, cluster: Cluster) -> dict[str, tuple[Key | None, str]]:
     """Per cluster node: its key and op (nodes with ignored ops left out)."""
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
@@ -90,7 +86,7 @@ def cluster_keys(analysis: Analysis, cluster: Cluster) -> dict[str, tuple[Key | 
         if op in IGNORED_OPS or _same_dtype_cast(analysis, node):
             continue
         mod = module_path(fx.meta.get("nn_module_stack")) if fx is not None else ""
-        key = (mod, _norm_file(node.source.file), node.source.line) if node.source else None
+        key = (mod, norm_path(node.source.file), node.source.line) if node.source else None
         out[name] = (key, op)
     return out
 
@@ -104,19 +100,13 @@ def _same_dtype_cast(analysis: Analysis, node) -> bool:
 
 
 def _kernel_keys(k: InductorKernel) -> set[Key]:
-    return {(n.module, _norm_file(n.file), n.line) for n in k.compute_nodes if n.line is not None}
-
-
-def _compatible(ours: Key, theirs: Key) -> bool:
-    """Same file and line, and the same module unless ours has none (a node a capture pass
-    rewrote without metadata). Inductor's "" is real: the model's own top-level code."""
-    return ours[1:] == theirs[1:] and (ours[0] == theirs[0] or not ours[0])
+    return {(n.module, norm_path(n.file), n.line) for n in k.compute_nodes if n.line is not None}
 
 
 def _resolve(ours: dict[str, tuple[Key | None, str]], universe: set[Key]
              ) -> dict[str, tuple[frozenset[Key], str]]:
     """Our keys as the Inductor keys they stand for."""
-    return {name: (frozenset(u for u in universe if key is not None and _compatible(key, u)), op)
+    return {name: (frozenset(u for u in universe if key is not None and compatible(key, u)), op)
             for name, (key, op) in ours.items()}
 
 
@@ -142,7 +132,7 @@ def _coverage(ours: dict[str, tuple[frozenset[Key], str]], kernels: list[Inducto
 
 def _gemm_keys(k: InductorKernel) -> set[Key]:
     """Keys of the convolutions and matmuls among a kernel's origins (their bias adds)."""
-    return {(n.module, _norm_file(n.file), n.line) for n in k.nodes
+    return {(n.module, norm_path(n.file), n.line) for n in k.nodes
             if n.op in GEMM_OPS and n.line is not None}
 
 
@@ -156,7 +146,7 @@ def _cover_split_biases(analysis: Analysis, c: Cluster, keys: dict[str, tuple[Ke
         key = keys.get(name, (None, ""))[0]
         if fx is None or not fx.meta.get(SPLIT_BIAS) or key is None or cover[name]:
             continue
-        cover[name] = {i for i, ks in enumerate(gemm_keys) if any(_compatible(key, k) for k in ks)}
+        cover[name] = {i for i, ks in enumerate(gemm_keys) if any(compatible(key, k) for k in ks)}
 
 
 def _owned(kkeys: list[set[Key]]) -> list[set[Key]]:
@@ -177,7 +167,7 @@ def _exact(i: int, ours: dict, cover: dict[str, set[int]], kkeys: list[set[Key]]
 
 def _describe(k: InductorKernel, owned: set[Key], our_keys: set[Key]) -> str:
     extra = sorted({(n.line or 0, n.op) for n in k.compute_nodes
-                    if n.line is not None and (key := (n.module, _norm_file(n.file), n.line))
+                    if n.line is not None and (key := (n.module, norm_path(n.file), n.line))
                     not in our_keys and key in owned})
     ops = ", ".join(f"{op} (L{line})" for line, op in extra)
     return f"{short_name(k.name)} also computes {ops}" if ops else short_name(k.name)
