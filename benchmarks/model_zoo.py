@@ -161,6 +161,8 @@ def _reasons(agreement: Any) -> str:
 def _reason_head(reason: str) -> str:
     if reason.startswith("Inductor fuses across"):
         return "GEMM/conv epilogue"
+    if reason.startswith("Inductor fuses the ops that feed"):
+        return "GEMM/attention prologue"
     if reason.startswith("split by our "):
         return reason.removeprefix("split by our ").split(" check")[0] + " check"
     if reason.startswith("capture"):
