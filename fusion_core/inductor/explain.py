@@ -116,6 +116,8 @@ def miss_reason(analysis: Analysis, k: InductorKernel) -> str:
     roles = {c: kg.role(analysis.graph[c], key) for c, key in calls.items()}
     if Role.EPILOGUE in roles.values():
         return EPILOGUE
+    # Beside ops of ours, a call has a role and hides nothing; with none, it is all there is
+    # to name.
     reason = _own_reason(analysis, kg, ours, set(calls) if kg.compute else set(), split,
                          fx_nodes)
     fed = [analysis.graph[c] for c, role in roles.items() if role is Role.PROLOGUE]
