@@ -150,8 +150,8 @@ def _own_reason(analysis: Analysis, kg: KernelGraph, ours: list[Node], calls: se
     views = [n for n in ours if n.kind is OpKind.VIEW]
     barrier = next((n for n in hidden + views if kg.between(n.name)), None)
     if barrier is not None:
-        what = "opaque op" if barrier.kind is OpKind.OPAQUE else "view"
-        return f"a {what} {_where(barrier)} separates the ops in our graph"
+        what = "an opaque op" if barrier.kind is OpKind.OPAQUE else "a view"
+        return f"{what} {_where(barrier)} separates the ops in our graph"
     if not any(r in names for n in compute for r in n.refs):
         return "Inductor fuses ops that share a loop but do not feed each other (horizontal)"
     clustered = {n for c in analysis.clusters for n in c.nodes}
