@@ -49,4 +49,5 @@ class AttentionNet(nn.Module):
         k = self.norm(k) * self.sin
         o = nn.functional.scaled_dot_product_attention(q, k, v)
         o = o.transpose(1, 2).reshape(x.shape)
-        return nn.functional.gelu(self.fc(o))  # the op after a GEMM: its epilogue
+        h = nn.functional.gelu(self.fc(o))  # the op after a GEMM: its epilogue
+        return torch.cumprod(h, -1).exp()  # an op opaque to us between two pointwise ops

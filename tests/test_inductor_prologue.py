@@ -31,6 +31,7 @@ SPLIT, NORM = _line(".view(x.shape[0]"), _line("torch.rsqrt(x.pow(2)")
 Q_PROJ, K_PROJ = _line("q = self.split("), _line("k = self.split(")
 Q_SCALE, K_SCALE = _line("q = self.norm(q)"), _line("k = self.norm(k)")
 ATTN, FC = _line("scaled_dot_product_attention(q, k, v)"), _line("gelu(self.fc(o))")
+SCAN = _line("torch.cumprod(h, -1).exp()")
 
 
 def _kernel(*nodes: tuple[str, int] | tuple[str, int, str]) -> InductorKernel:
@@ -87,6 +88,14 @@ def test_a_gemm_whose_result_the_kernel_does_not_read_is_not_its_epilogue(analys
                                            ("mul", K_SCALE)))
     assert reason == ("Inductor fuses ops that share a loop but do not feed each other "
                       "(horizontal)")
+
+
+def test_an_opaque_op_between_the_kernels_ops_is_named(analysis):
+    # The GELU reads fc's result, but the kernel computes nothing on fc's behalf: the reason
+    # comes from our graph, where the cumprod lies between the GELU and the exp.
+    reason = miss_reason(analysis, _kernel(("view", FC, "fc"), ("gelu", FC), ("exp", SCAN)))
+    call = "torch.cumprod" if analysis.graph.frontend == "fx" else "cumprod.default"
+    assert reason == f"an opaque op `{call}` (line {SCAN}) separates the ops in our graph"
 
 
 def test_a_gemm_our_graph_cannot_place_is_still_an_epilogue(analysis):
