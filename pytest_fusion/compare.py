@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .explain import Explainer, fmt_bytes, head
 from .findings import LOC, Finding, messages
-from .snapshot import ClusterId, ClusterRec, ClusterTiming, RejectionRec, Snapshot
+from .snapshot import ClusterId, ClusterRec, ClusterTiming, Measured, RejectionRec, Snapshot
 from .timing import TimingVerdict, compare_samples
 
 __all__ = ["CHECKS", "NO_CUDA", "Comparison", "Tolerances", "compare", "fmt_bytes",
@@ -199,6 +199,14 @@ def _timing_of(timings_: tuple[ClusterTiming, ...], c: ClusterRec) -> ClusterTim
     return next((t for t in timings_ if t.cluster == c.ident), None)
 
 
+def _host_only(m: Measured, snap: Snapshot, tol: Tolerances) -> bool:
+    """Every kernel timed in `m` is launch-bound or moves too little to judge."""
+    recs = {c.ident: c for c in snap.clusters}
+    return bool(m.clusters) and all(
+        t.regime == LAUNCH_BOUND or (t.cluster in recs and recs[t.cluster].fused_bytes
+                                     < tol.min_bytes) for t in m.clusters)
+
+
 def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
             pairs: list[tuple[ClusterRec, ClusterRec]]) -> tuple[list[Finding], str]:
     """(findings, note) for the measured fields on this hardware."""
@@ -234,8 +242,10 @@ def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
         device_bound += 1
         judge(c, f"`{c.chain}`{at(c)}", bt.kernel_us, ct.kernel_us)
     if bm.model_us and cm.model_us:
-        # A model made only of launch-bound kernels is timed by its host's launch rate.
-        if host_bound and not device_bound:
+        # A model made only of launch-bound kernels is timed by its host's launch rate. When
+        # the clusters were regrouped no pair says so: every timed kernel on both sides does.
+        if not device_bound and (host_bound or (
+                _host_only(bm, base, tol) and _host_only(cm, cur, tol))):
             host_bound += 1
         else:
             judge(None, "the model with fused kernels", bm.model_us, cm.model_us)

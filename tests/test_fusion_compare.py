@@ -219,6 +219,24 @@ def test_launch_bound_timings_are_not_judged():
     assert r.timing_note == f"timings checked on {H200} (2 compared)"
 
 
+def test_a_regrouped_model_of_launch_bound_kernels_is_not_judged():
+    # The cluster grew (`mul → relu → add` → `… → sigmoid`): no pair of clusters, but every
+    # kernel on both sides is launch-bound, so the model's time is the host's launch rate.
+    grown = replace(BASE.clusters[0], ops=(*BASE.clusters[0].ops, "sigmoid"))
+    grown_t = ClusterTiming(grown.ident, tuple(SLOW), regime="launch-bound")
+    base = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T, regime="launch-bound"))
+    cur = snap(grown, measured={H200: Measured((grown_t,), tuple(SLOW))})
+    r = compare(base, cur, TIMED, hw_key=H200)
+    assert not any("the model with fused kernels" in m for m in r.regressions)
+    assert r.timing_note.startswith(f"timings not checked on {H200}: 1 launch-bound")
+    # A kernel on either side that is not launch-bound: the model is judged.
+    cur = snap(grown, measured={H200: Measured((replace(grown_t, regime="dram-bound"),),
+                                               tuple(SLOW))})
+    r = compare(base, cur, TIMED, hw_key=H200)
+    assert any(m.startswith(f"the model with fused kernels is slower on {H200}")
+               for m in r.regressions)
+
+
 def test_kernels_moving_little_data_are_not_judged_by_default():
     # Under 1 MiB a kernel finishes within its launch on any GPU: its time follows the host.
     base = snap(*BASE.clusters, measured=timed(BASE_T, BASE_T, regime="dram-bound"))
