@@ -29,7 +29,7 @@ from .ir.conv_bias import split_conv_bias
 from .ir.duplicate import duplicate_values, undo
 from .ir.export import label_modules
 from .ir.functionalize import functionalize
-from .ir.generators import copy_index_values
+from .ir.generators import copy_index_values, stray_copies
 from .ir.graph import FusionGraph
 from .ir.linear_bias import split_linear_bias
 from .ir.normalize import to_fusion_graph
@@ -142,8 +142,11 @@ def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.d
     explicit_channels(gm)
     split_linear_bias(gm)
     split_conv_bias(gm, device)
-    copy_index_values(gm)
+    index_copies = copy_index_values(gm)
     graph, clusters, rejections = _detect(gm, name, frontend)
+    if stray := stray_copies(graph, [c.nodes for c in clusters], index_copies):
+        undo(gm, stray)
+        graph, clusters, rejections = _detect(gm, name, frontend)
     plan = recompute_plan(graph, clusters)
     if plan:
         copies = duplicate_values(gm, ((p.value, p.consumer) for p in plan))

@@ -155,3 +155,19 @@ def test_no_source_edit_is_offered_for_a_generated_kernel(tmp_path: Path) -> Non
     assert mapping.quality == POINTER
     assert "makes its values from the index" in mapping.reason
     assert "(16,)" in mapping.reason
+
+
+def test_a_copy_that_joined_no_reader_is_taken_back() -> None:
+    from fusion_core.ir.generators import stray_copies
+
+    analysis = analyze(SharedPositions(), InputSpec((3, 10)), capture="export")
+    g = analysis.graph
+    copies = [n.name for n in g.nodes if n.copy_of and n.op in ("arange", "add")]
+    relu = _cluster_with(analysis, "relu")
+    mine = [c for c in copies if c in relu.nodes]
+    assert mine and stray_copies(g, [c.nodes for c in analysis.clusters], copies) == []
+    # The same copies in a kernel of their own (their reader's kernel refused them): stray,
+    # the chain's tail first so that undoing it leaves no reader of an erased node.
+    alone = [tuple(mine)] + [c.nodes for c in analysis.clusters if c is not relu]
+    stray = stray_copies(g, alone, copies)
+    assert set(stray) == set(mine) and [g[n].op for n in stray] == ["add", "arange"]

@@ -12,10 +12,14 @@ share the original. Inductor does the same with the positions a decoder makes on
 
 Copies carry ``meta["fusion_copy_of"]`` like the recompute copies of
 ``ir/duplicate.py``: the model computes the value once, at the original, and a source
-edit cannot rewrite a value two kernels compute.
+edit cannot rewrite a value two kernels compute. A copy that joined no reader's kernel
+(``stray_copies``: it is in no kernel, or in one of copies alone) is taken back with
+``duplicate.undo``: its reader reads the original again rather than a second small kernel.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection, Sequence
 
 import torch.fx as fx
 
@@ -73,3 +77,12 @@ def _fusable_readers(graph: FusionGraph) -> set[str]:
                 u in out for u in graph.users[node.name])):
             out.add(node.name)
     return out
+
+
+def stray_copies(graph: FusionGraph, clusters: Sequence[Collection[str]],
+                 copies: Collection[str]) -> list[str]:
+    """The copies that joined no reader's kernel (in none, or in one of copies alone), last
+    first: the order ``duplicate.undo`` takes them back in, a chain's tail before its head."""
+    made = set(copies)
+    joined = {n for c in clusters if not set(c) <= made for n in c}
+    return sorted((c for c in copies if c not in joined), key=graph.position, reverse=True)
