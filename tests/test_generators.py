@@ -64,6 +64,21 @@ class FloatRange(nn.Module):
         return torch.tanh(x * torch.arange(0.0, 8.0, 0.5, device=x.device) - 1)
 
 
+class IntRangeFloatBounds(nn.Module):
+    """An integer range with a float start and step: torch truncates both first
+    (0, 1, 2, 3, 4), not 0.5 + 1.5 i."""
+
+    def forward(self, x):
+        return torch.sin(x + torch.arange(0.5, 5, 1.5, dtype=torch.int64, device=x.device))
+
+
+class HalfRange(nn.Module):
+    """A float16 range past 2048 holds rounded values (2049 is 2048): the kernel rounds too."""
+
+    def forward(self, x):
+        return x + torch.arange(2100, dtype=torch.float16, device=x.device).float()
+
+
 class SoftmaxBias(nn.Module):
     """A generated bias inside a reduction kernel's row."""
 
@@ -103,7 +118,9 @@ def test_fx_arange_with_constant_length_and_device_of_a_tensor_is_generated() ->
 @pytest.mark.parametrize("model, shape", [
     (PositionsAdded(), (2, 16, 8)), (PositionsOnly(), (2, 16, 8)), (SlicedRange(), (3, 16)),
     (FloatRange(), (3, 16)), (SoftmaxBias(), (4, 24)), (SharedPositions(), (3, 10)),
-], ids=["with-input", "no-input", "sliced", "float", "softmax", "shared"])
+    (IntRangeFloatBounds(), (2, 5)), (HalfRange(), (1, 2100)),
+], ids=["with-input", "no-input", "sliced", "float", "softmax", "shared", "int-float-bounds",
+        "float16"])
 def test_generated_kernels_match_eager(model: nn.Module, shape, tmp_path: Path) -> None:
     # check_model runs every cluster's kernel against its eager subgraph (poisoned outputs)
     x = torch.randn(shape)

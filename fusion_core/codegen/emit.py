@@ -99,7 +99,10 @@ def _generate(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
     index = "tl.full([1], 0, tl.int32)" if idx.is_zero else f"({idx})"
     if gen.offset:
         index = f"({index} + {gen.offset})"
-    return f"{arg.temp} = {SPECS[gen.op].lower((f'{index}.to({dtype})',), dict(gen.params))}"
+    value = SPECS[gen.op].lower((f"{index}.to({dtype})",), dict(gen.params))
+    if arg.dtype != arg.compute_dtype:  # a 16-bit float value: rounded once, as torch does
+        value = f"{value}.to({TL_TYPES[arg.dtype]}).to({dtype})"
+    return f"{arg.temp} = {value}"
 
 
 def _load(arg: TensorArg, plan: KernelPlan, params: KernelParams,

@@ -96,6 +96,11 @@ def arange_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
     start, _, step = arange_bounds(p)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, step)):
         return None
+    dtype = p.get("dtype")
+    if isinstance(dtype, torch.dtype) and not dtype.is_floating_point:
+        # torch makes an integer range in its own type: a float start or step is
+        # truncated first (`arange(0.5, 5, 1.5, dtype=torch.int64)` is 0, 1, 2, 3, 4)
+        start, step = int(start), int(step)
     scaled = a[0] if step == 1 else f"({a[0]} * {step!r})"
     return f"({scaled} + {start!r})" if start else scaled
 
