@@ -140,6 +140,21 @@ def test_a_kernel_without_inputs_takes_the_device(tmp_path: Path) -> None:
     assert "Inputs: none." in source and "Generated from the index" in source
 
 
+def test_a_kernel_without_inputs_takes_the_device_by_name(tmp_path: Path) -> None:
+    from codegen_harness import DEVICE
+
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    analysis = analyze(PositionsOnly(), InputSpec((2, 16, 8)), capture="export")
+    kernel = generate(analysis, _cluster_with(analysis, "arange"))
+    launch = getattr(load_kernel(write_kernels([kernel], tmp_path)[0]), kernel.name)
+    want = torch.arange(16, dtype=torch.float32)
+    # a string as the docstring's `device` (what `torch.arange(n, device="cuda")` passes)
+    for device in (DEVICE, torch.device(DEVICE)):
+        got = launch(device)
+        assert got.device.type == DEVICE and torch.equal(got.cpu().flatten(), want)
+
+
 def test_each_computing_reader_gets_its_own_copy() -> None:
     analysis = analyze(SharedPositions(), InputSpec((3, 10)), capture="export")
     g = analysis.graph

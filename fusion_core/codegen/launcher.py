@@ -332,6 +332,8 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
+        if not names:  # `"cuda"` as well as `torch.device("cuda")`: one key, and `.type`
+            out.line(f"{NO_INPUTS_DEVICE} = torch.device({NO_INPUTS_DEVICE})")
         _key(parameters if viewed else names, out)
         out.lines(["plan = LAUNCH_CACHE.get(key)",
                    "if plan is None:  # a new layout: check it and work out the launch once"])
