@@ -177,6 +177,7 @@ def test_validation_passes_with_and_without_inputs() -> None:
         analysis = analyze(model, InputSpec(shape), capture="export")
         report = validate(analysis, timing=False)
         assert report.model.passed, report.model.detail
+        assert report.results and all(r.mode != "skipped" for r in report.results)
         assert all(g.passed for r in report.results for g in r.gates), report.results
 
 
