@@ -51,6 +51,15 @@ class SharedPositions(nn.Module):
         return torch.exp(b - pos) + torch.flip(pos, [0])  # flip: opaque
 
 
+class TwoReadersOneKernel(nn.Module):
+    """Positions read by two ops that end in one kernel (after an opaque cumsum): the
+    kernel computes them once, not once per reader."""
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[-1], device=x.device) * 2 + 1
+        return torch.cumsum(x, -1).sin() + pos + x.cos() * pos
+
+
 class SlicedRange(nn.Module):
     """A strided slice of a range, inside the group: the offset and step are literals."""
 
@@ -188,6 +197,14 @@ def test_no_source_edit_is_offered_for_a_generated_kernel(tmp_path: Path) -> Non
     assert mapping.quality == POINTER
     assert "makes its values from the index" in mapping.reason
     assert "(16,)" in mapping.reason
+
+
+def test_a_copy_in_its_originals_kernel_is_taken_back(tmp_path: Path) -> None:
+    checked = check_model(TwoReadersOneKernel(), (torch.randn(3, 8),), tmp_path,
+                          capture="export")
+    (cluster,) = [c for c in checked.analysis.clusters if "arange" in c.ops]
+    assert cluster.ops.count("arange") == 1 and {"sin", "cos"} <= set(cluster.ops)
+    assert not any(checked.analysis.graph[n].copy_of for n in cluster.nodes)
 
 
 def test_a_copy_that_joined_no_reader_is_taken_back() -> None:
