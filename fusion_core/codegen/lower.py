@@ -46,7 +46,16 @@ from ..ir.registry import SPECS
 from .domain import Domain, domain_of
 from .indexing import has_views, index_maps, seen_through, view_offset
 from .layout import Access, LoweringError, access
-from .plan import COMPUTE, MAX_BLOCK, Generated, KernelPlan, ReductionStep, Stmt, TensorArg
+from .plan import (
+    COMPUTE,
+    MAX_BLOCK,
+    Generated,
+    KernelPlan,
+    ReductionStep,
+    Stmt,
+    TensorArg,
+    live_statements,
+)
 from .tiling import column_dims, needs_tiles
 
 __all__ = ["COMPUTE", "MAX_BLOCK", "Group", "KernelPlan", "ReductionStep", "Stmt", "TensorArg",
@@ -250,9 +259,9 @@ class _Lowering:
                 raise (e if e.nodes else LoweringError(str(e), (node.name,))) from None
         outputs = tuple(self._output(i, name) for i, name in enumerate(self.c.outputs))
         reduction = reductions[0] if reductions else None
-        stmts = _live(stmts, reductions, outputs)
-        live = {s.temp for s in stmts} | {r.temp for r in reductions}
-        several = tuple(s for s in steps if s.temp in live) if len(reductions) > 1 else ()
+        stmts = live_statements(stmts, reductions, outputs)
+        needed = {s.temp for s in stmts} | {r.temp for r in reductions}
+        several = tuple(s for s in steps if s.temp in needed) if len(reductions) > 1 else ()
         tiled = reduction is None and needs_tiles(self.domain, inputs + generated + outputs)
         col_dims = column_dims(self.domain, inputs + generated + outputs) if (
             reduction is None) else 1
@@ -396,20 +405,3 @@ class _Lowering:
                                                                            strict=True)))
         return extent >= 2**31
 
-
-def _live(stmts: list[Stmt], reductions: Sequence[ReductionStep],
-          outputs: Sequence[TensorArg]) -> list[Stmt]:
-    """Drop statements no output depends on (a cluster never has them; cheap insurance)."""
-    need = {o.temp for o in outputs}
-
-    def through_reductions() -> None:
-        for r in reversed(reductions):
-            if r.temp in need:
-                need.update(r.deps)
-
-    through_reductions()
-    for s in reversed(stmts):
-        if s.temp in need:
-            need.update(s.deps)
-        through_reductions()
-    return [s for s in stmts if s.temp in need]

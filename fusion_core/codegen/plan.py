@@ -1,14 +1,16 @@
 """The kernel plan: the frozen seam between lowering (``lower.py``) and emission.
 
 Holds what ``lower.py`` decides and ``emit.py``/``launcher.py`` write out: each kernel
-input or output (``TensorArg``, with its broadcast ``Access`` and, where views are
-fused, its index map), one ``Stmt`` per computed
-value, the ``ReductionStep``s, and the ``KernelPlan`` around them. No source text here.
+input, output or generated value (``TensorArg``, with its broadcast ``Access`` and, where
+views are fused, its index map), one ``Stmt`` per computed value, the ``ReductionStep``s,
+and the ``KernelPlan`` around them; ``live_statements`` drops statements no output needs.
+No source text here.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,3 +181,21 @@ def steps_along_cols(t: TensorArg, rank: int) -> bool:
     groups = t.access.groups
     return bool(groups) and groups[-1].last == rank and not groups[-1].unit and any(
         g.unit for g in groups[:-1])
+
+
+def live_statements(stmts: list[Stmt], reductions: Sequence[ReductionStep],
+                    outputs: Sequence[TensorArg]) -> list[Stmt]:
+    """Drop statements no output depends on (a cluster never has them; cheap insurance)."""
+    need = {o.temp for o in outputs}
+
+    def through_reductions() -> None:
+        for r in reversed(reductions):
+            if r.temp in need:
+                need.update(r.deps)
+
+    through_reductions()
+    for s in reversed(stmts):
+        if s.temp in need:
+            need.update(s.deps)
+        through_reductions()
+    return [s for s in stmts if s.temp in need]
