@@ -177,6 +177,9 @@ def run_case(label, path, shape, dtype, l2_bytes, work: Path) -> list[dict]:
     values = capture_values(analysis, *(t for spec in specs for t in model_inputs(spec, gen)))
     rows = []
     for cluster in analysis.clusters:
+        if not cluster.inputs:  # every value generated (`arange → …`): no inputs to rotate
+            print(f"{label} cluster {cluster.index}: no tensor input, not timed", flush=True)
+            continue
         inputs = cluster_inputs(analysis, cluster, values, gen)
         eager = eager_cluster(analysis, cluster)
         ref = eager(*inputs)
