@@ -100,3 +100,12 @@ def test_reduction_output_is_counted_at_its_reduced_size():
     big, rows = 64 * 16 * 4, 64 * 4
     assert c.traffic.unfused_bytes == (big + big) + (big + rows)
     assert c.traffic.fused_bytes == big + rows
+
+
+def test_a_slice_inside_the_group_stores_at_the_kernels_shape():
+    # The kernel iterates over what it writes, (16, 4): the (16, 16) product it slices is
+    # never stored, so the result is not charged at that size.
+    a = run(lambda x: torch.relu((x * 2.0)[:, :4]) + 1.0, (16, 16))
+    (c,) = a.clusters
+    assert c.ops == ("mul", "getitem", "relu", "add")  # the slice is inside
+    assert c.traffic.fused_bytes == 16 * 16 * 4 + 16 * 4 * 4
