@@ -17,18 +17,21 @@ import torch.fx as fx
 def duplicate_values(gm: fx.GraphModule, pairs: Iterable[tuple[str, str]]) -> list[str]:
     """Copy each value for its consumer; returns the copies' names."""
     nodes = {n.name: n for n in gm.graph.nodes}
-    copies = []
-    for value, consumer in pairs:
-        v, u = nodes[value], nodes[consumer]
-        with gm.graph.inserting_before(u):
-            copy = gm.graph.node_copy(v)
-        copy.meta.update(v.meta)
-        copy.meta["fusion_copy_of"] = v.name
-        u.replace_input_with(v, copy)
-        copies.append(copy.name)
+    copies = [copy_for(gm, nodes[value], nodes[consumer]).name for value, consumer in pairs]
     if copies:
         gm.recompile()
     return copies
+
+
+def copy_for(gm: fx.GraphModule, value: fx.Node, consumer: fx.Node) -> fx.Node:
+    """A copy of `value` just before `consumer`, which reads it instead; marked with the
+    original's name (a copy of a copy with the first original's). The caller recompiles."""
+    with gm.graph.inserting_before(consumer):
+        copy = gm.graph.node_copy(value)
+    copy.meta.update(value.meta)
+    copy.meta["fusion_copy_of"] = value.meta.get("fusion_copy_of", value.name)
+    consumer.replace_input_with(value, copy)
+    return copy
 
 
 def undo(gm: fx.GraphModule, copies: Iterable[str]) -> None:

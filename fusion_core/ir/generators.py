@@ -10,9 +10,9 @@ into the reader's kernel; readers that cannot fuse (an opaque op, the graph's ou
 share the original. Inductor does the same with the positions a decoder makes once
 (``arange(n) + past_length``) and reads in several places.
 
-Copies carry ``meta["fusion_copy_of"]`` like the recompute copies of
-``ir/duplicate.py``: the model computes the value once, at the original, and a source
-edit cannot rewrite a value two kernels compute. A copy that joined no reader's kernel
+Copies are made by ``ir/duplicate.py``'s ``copy_for``, marked like its recompute copies: the
+model computes the value once, at the original, and a source edit cannot rewrite a value two
+kernels compute. A copy that joined no reader's kernel
 (``stray_copies``: it is in no kernel, or in one of copies alone) is taken back with
 ``duplicate.undo``: its reader reads the original again rather than a second small kernel.
 So is a copy in the kernel that computes its original (two readers fused into one kernel):
@@ -25,6 +25,7 @@ from collections.abc import Collection, Sequence
 
 import torch.fx as fx
 
+from .duplicate import copy_for
 from .graph import FusionGraph, OpKind
 from .normalize import to_fusion_graph
 
@@ -57,18 +58,10 @@ def copy_index_values(gm: fx.GraphModule) -> list[str]:
         readers = [u for u in node.users
                    if u.name in fusable or u.meta.get("fusion_copy_of") in fusable]
         shared = len(node.users) > len(readers)  # the original stays for the others
-        for user in readers[0 if shared else 1:]:
-            with gm.graph.inserting_before(user):
-                copy = gm.graph.node_copy(node)
-            copy.meta.update(node.meta)
-            copy.meta["fusion_copy_of"] = node.meta.get("fusion_copy_of", node.name)
-            user.replace_input_with(node, copy)
-            values.add(copy.name)
-            copies.append(copy.name)
+        copies += [copy_for(gm, node, user).name for user in readers[0 if shared else 1:]]
     if copies:
         gm.recompile()
     return copies
-
 
 
 def _fusable_readers(graph: FusionGraph) -> set[str]:

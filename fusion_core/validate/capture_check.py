@@ -24,7 +24,7 @@ from .prepare import Recording
 
 def graph_matches_model(rec: Recording) -> tuple[bool | None, float | None, str]:
     module = rec.analysis.module
-    device = rec.inputs[0].device if rec.inputs else torch.device("cpu")
+    device = rec.device
     try:
         model = module if model_device(module) == device else copy.deepcopy(module).to(device)
         with torch.no_grad():

@@ -36,6 +36,11 @@ class Recording:
     def specs(self) -> tuple[InputSpec, ...]:
         return self.analysis.inputs
 
+    @property
+    def device(self) -> torch.device:
+        """Where the recorded values live: the inputs' device (the CPU for a model without)."""
+        return self.inputs[0].device if self.inputs else torch.device("cpu")
+
 
 def _matched(analysis: Analysis, specs: tuple[InputSpec, ...], keep_rows: bool
              ) -> tuple[Analysis, dict[int, Cluster]] | None:

@@ -28,8 +28,7 @@ def _args(rec: Recording, sub: Subgraph) -> tuple[list[Any], list[Any]]:
         v = rec.values[name]
         return v.clone() if isinstance(v, torch.Tensor) else v
     kernel_args = [val(n) for n in sub.inputs]
-    device = rec.inputs[0].device if rec.inputs else torch.device("cpu")
-    return launch_args(kernel_args, device), kernel_args + [val(n) for n in sub.extras]
+    return launch_args(kernel_args, rec.device), kernel_args + [val(n) for n in sub.extras]
 
 
 def _timings(rec: Recording, c: Cluster, launcher: Callable, sub: Subgraph, inductor: bool,
