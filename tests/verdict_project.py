@@ -46,13 +46,16 @@ class Attention(nn.Module):
     def __init__(self, d, heads):
         super().__init__()
         self.heads = heads
+        self.scale = (d // heads) ** -0.5
+        self.register_buffer("mask", torch.tril(torch.ones(64, 64)))
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
 
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        att = (q @ k.transpose(-2, -1)) * (d // self.heads) ** -0.5
+        att = (q @ k.transpose(-2, -1)) * self.scale
+        att = att.masked_fill(self.mask[:t, :t] == 0, float("-inf"))
         att = F.softmax(att, dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, d)
         return self.proj(y)
