@@ -20,10 +20,12 @@ _EXPORTS = {
     "Cluster": ".analysis.types", "LineSpan": ".analysis.types", "Rejection": ".analysis.types",
     "TrafficEstimate": ".analysis.types",
     "Barrier": ".analysis.barriers", "find_barriers": ".analysis.barriers",
-    "Scope": ".analysis.scope", "scope_of": ".analysis.scope",
+    "Scope": ".analysis.scope", "scope_of": ".analysis.scope", "op_sites": ".analysis.scope",
+    "ModelTotals": ".analysis.totals", "model_totals": ".analysis.totals",
     "Kernel": ".codegen", "LoweringError": ".codegen", "generate": ".codegen",
     "generate_all": ".codegen", "load_kernel": ".codegen", "write_kernels": ".codegen",
     "FusionAdvisorError": ".errors",
+    "split_biases": ".ir.bias_split",
     "InputSpec": ".ir.shapes", "parse_dtype": ".ir.shapes",
     "load_model": ".load",
     "Analysis": ".pipeline", "analyze": ".pipeline",
@@ -52,11 +54,13 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and editors only
     from .analysis.barriers import Barrier, find_barriers  # noqa: F401
-    from .analysis.scope import Scope, scope_of  # noqa: F401
+    from .analysis.scope import Scope, op_sites, scope_of  # noqa: F401
+    from .analysis.totals import ModelTotals, model_totals  # noqa: F401
     from .analysis.types import Cluster, LineSpan, Rejection, TrafficEstimate  # noqa: F401
     from .codegen import Kernel, LoweringError, generate, generate_all, load_kernel, write_kernels  # noqa: F401
     from .errors import FusionAdvisorError  # noqa: F401
     from .fileio import remove_stray_temp_files, write_atomic  # noqa: F401
+    from .ir.bias_split import split_biases  # noqa: F401
     from .ir.shapes import InputSpec, parse_dtype  # noqa: F401
     from .load import load_model  # noqa: F401
     from .pipeline import Analysis, analyze  # noqa: F401

@@ -5,7 +5,8 @@ made; returns measurements re-keyed to the other side's identities. Timings foll
 their cluster wherever the comparison found it (moved lines, a schema-1 baseline
 without identities), so rewriting a baseline on a machine without a GPU keeps
 every other machine's timings of clusters that still exist. ``same_content`` says
-whether a rewrite would change anything but provenance and lines.
+whether a rewrite would change anything but provenance and lines; ``refresh_lines``
+brings a baseline's lines up to date without taking anything else from the run.
 """
 
 from __future__ import annotations
@@ -51,10 +52,30 @@ def attach_timings(base: Snapshot, current: Snapshot, hw_key: str,
 
 
 def _without_lines(s: Snapshot) -> Snapshot:
-    return replace(s, provenance={}, clusters=tuple(replace(c, lines="") for c in s.clusters),
+    return replace(s, clusters=tuple(replace(c, lines="") for c in s.clusters),
                    rejections=tuple(replace(r, lines="") for r in s.rejections))
 
 
-def same_content(a: Snapshot, b: Snapshot) -> bool:
-    """Equal as written, but for provenance and source lines (information only)."""
-    return to_data(_without_lines(a)) == to_data(_without_lines(b))
+def same_content(a: Snapshot, b: Snapshot, lines: bool = False) -> bool:
+    """Equal as written, but for provenance (and source lines unless `lines`)."""
+    a, b = replace(a, provenance={}), replace(b, provenance={})
+    if not lines:
+        a, b = _without_lines(a), _without_lines(b)
+    return to_data(a) == to_data(b)
+
+
+def refresh_lines(base: Snapshot, cur: Snapshot,
+                  pairs: Iterable[tuple[ClusterId, ClusterId]]) -> Snapshot:
+    """`base` with the informational fields of its paired clusters (lines, node names,
+    sites) and of its rejections found by identity taken from `cur`; nothing else."""
+    now = {c.ident: c for c in cur.clusters}
+    back = {b: now[c] for b, c in pairs if c in now}
+    rejections = {r.ident: r for r in cur.rejections}
+
+    def fresh(rec, new):
+        return replace(rec, lines=new.lines, nodes=new.nodes, sites=new.sites) if new else rec
+
+    return replace(base,
+                   clusters=tuple(fresh(c, back.get(c.ident)) for c in base.clusters),
+                   rejections=tuple(fresh(r, rejections.get(r.ident))
+                                    for r in base.rejections))

@@ -19,8 +19,12 @@ from dataclasses import dataclass
 
 from .explain import Explainer, fmt_bytes, head
 from .findings import LOC, Finding, messages
+from .locate import locate
+from .pairing import match as _match
+from .pairing import staged as _staged
 from .snapshot import ClusterId, ClusterRec, ClusterTiming, Measured, RejectionRec, Snapshot
 from .timing import TimingVerdict, compare_samples
+from .verdicts import ClusterVerdicts, model_change
 
 __all__ = ["CHECKS", "NO_CUDA", "Comparison", "Tolerances", "compare", "fmt_bytes",
            "frontend_change"]
@@ -56,34 +60,6 @@ class Comparison:
         return "pass"
 
 
-def _match(base: list, cur: list, key) -> tuple[list[tuple], list, list]:
-    """Pair items with equal keys in order; return pairs and the leftovers of each side."""
-    pairs, rest_cur = [], list(cur)
-    rest_base = []
-    for b in base:
-        hit = next((c for c in rest_cur if key(c) == key(b)), None)
-        if hit is None:
-            rest_base.append(b)
-        else:
-            rest_cur.remove(hit)
-            pairs.append((b, hit))
-    return pairs, rest_base, rest_cur
-
-
-def _staged(base: list, cur: list, keys) -> tuple[list[tuple], list[tuple], list, list]:
-    """Pairs by the first key, pairs by the later ones, and the leftovers."""
-    exact, lost, found = _match(base, cur, keys[0])
-    later = []
-    for key in keys[1:]:
-        more, lost, found = _match(lost, found, key)
-        later += more
-    return exact, later, lost, found
-
-
-def _scope(rec: ClusterRec) -> str:
-    return ".".join(p for p in (rec.module, rec.function) if p) or "the model"
-
-
 def at(rec: ClusterRec | RejectionRec) -> str:
     """` at file:lines` after the module placeholder."""
     return f"{LOC} at {rec.lines}"
@@ -100,14 +76,10 @@ class _Diff:
         self.findings.append(Finding(bucket, text, rec.module if rec else None))
 
     def clusters(self) -> None:
-        exact, later, lost, found = _staged(
-            list(self.base.clusters), list(self.cur.clusters),
-            (lambda c: c.ident, lambda c: (c.ops, c.lines), lambda c: c.ops))
-        self.pairs = exact + later
         gate = "clusters" in self.checks
-        for b, c in later:  # schema 1 records no scope: nothing to say
-            if b.module is not None and (b.module, b.function) != (c.module, c.function):
-                self.say("changes", c, f"`{c.chain}` moved from {_scope(b)} to {_scope(c)}")
+        verdicts = ClusterVerdicts(self.base, self.cur, gate, self.explain)
+        self.pairs = verdicts.run()
+        self.findings += verdicts.findings
         for b, c in self.pairs:
             if gate and b.category != c.category:
                 self.say("regressions", c, f"`{c.chain}`{at(c)} changed category: "
@@ -116,12 +88,6 @@ class _Diff:
                 self._kernel(b, c)
             if "traffic" in self.checks:
                 self._traffic(b, c)
-        explained: set[int] = set()
-        for b in lost:
-            explained |= self._lost(b, gate)
-        for c in found:
-            if id(c) not in explained and gate:
-                self.say("improvements", c, f"new cluster `{c.chain}` ({c.category}){at(c)}")
 
     def _kernel(self, b: ClusterRec, c: ClusterRec) -> None:
         if b.kernel and not c.kernel:
@@ -144,44 +110,28 @@ class _Diff:
                                         f"{fmt_bytes(b.fused_bytes)} → "
                                         f"{fmt_bytes(c.fused_bytes)}")
 
-    def _lost(self, b: ClusterRec, gate: bool) -> set[int]:
-        """Explain a baseline cluster with no counterpart; return ids of clusters it explains."""
-        parts, bigger = self.explain.parts(b)
-        if bigger:
-            c = bigger[0]
-            if gate:
-                self.say("improvements", b, f"`{b.chain}`{at(b)} now fuses into the larger "
-                                            f"`{c.chain}` at {c.lines}")
-            return {id(c)}
-        if not gate:
-            return {id(c) for c in parts}
-        why = self.explain.why(b)
-        if len(parts) > 1:
-            into = " + ".join(f"`{p.chain}` ({p.lines})" for p in parts)
-            self.say("regressions", b, f"`{b.chain}`{at(b)} split into {into}{why}")
-        elif parts:
-            p = parts[0]
-            self.say("regressions", b, f"`{b.chain}`{at(b)} no longer fuses as one: now "
-                                       f"`{p.chain}` ({p.lines}){why}")
-        elif why:
-            self.say("regressions", b, f"`{b.chain}`{at(b)} no longer fuses{why}")
-        else:
-            self.say("regressions", b, f"`{b.chain}`{at(b)} no longer fuses (no rejection "
-                                       "names its ops and no op now sits between them: they "
-                                       "may have changed or left the model)")
-        return {id(c) for c in parts}
-
     def rejections(self) -> None:
-        exact, later, gone, new = _staged(
+        _, gone, new = _staged(
             list(self.base.rejections), list(self.cur.rejections),
-            (lambda r: r.ident, lambda r: (r.check, r.ops, r.lines),
-             lambda r: (r.check, r.ops)))
+            (lambda r: r.ident, lambda r: (r.check, r.sites) if r.sites else None,
+             lambda r: (r.check, r.ops, r.lines), lambda r: (r.check, r.ops)))
+        # The same check on a group that kept some of its ops at their sites: the candidate
+        # changed with the code around it, and is rejected for the same reason.
+        changed, gone, new = _match(gone, new, lambda r: r.check,
+                                    lambda b, c: bool({o.site for o in locate(b, self.cur)
+                                                       .found} & set(c.sites)))
+        # A new rejection loses no cluster (a lost one says so itself): it fails only when
+        # the model as a whole got worse, else it is a candidate the edit changed.
+        change = model_change(self.base, self.cur)
+        bucket = "changes" if change is not None and change <= 0 else "regressions"
         for r in new:
             if not any(r is e for e in self.explain.used):
-                self.say("regressions", r, f"new rejection{at(r)}: {r.check} on `{r.chain}`, "
-                                           f"{head(r.reason)}")
+                self.say(bucket, r, f"new rejection{at(r)}: {r.check} on `{r.chain}`, "
+                                    f"{head(r.reason)}")
         for r in gone:
-            self.say("changes", r, f"rejection gone: {r.check} on `{r.chain}`{at(r)}")
+            lines = locate(r, self.cur).lines
+            where = f" at {lines}" if lines else f" (at {r.lines} when recorded)"
+            self.say("changes", r, f"rejection gone: {r.check} on `{r.chain}`{LOC}{where}")
 
 
 # fusion_core.validate.types.LAUNCH_BOUND, written again: importing it would load torch here

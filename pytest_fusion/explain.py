@@ -1,19 +1,25 @@
-"""Why a baseline cluster no longer fuses: what now separates its ops.
+"""Why a baseline cluster's ops no longer fuse as they did, in the model as it is now.
 
-Reads the current ``Snapshot`` (its clusters, rejections and barriers) and a
-baseline ``ClusterRec`` that has no counterpart; returns the current clusters
-holding its ops and the reason in words. An op the analyzer cannot fuse through
-that now sits between two of the cluster's ops is named first, with its source
-line (`torch.roll` between `silu` and `mul`); an in-place write is named as such,
-also when a rejection blames something else (fan-out on the value it overwrote).
-The current rejection covering the cluster's ops follows.
+Reads the current ``Snapshot`` (its clusters, rejections, barriers and op index) and
+the current ops of a baseline cluster (``locate.py``); names the cause: an op the
+analyzer cannot fuse through that now sits between two of its ops (`torch.roll` at
+blocks.py:49 between `masked_fill` and `softmax`), an in-place write, an opaque op
+that took the place of one that left (a custom op for `torch.sigmoid`), the legality
+check that now rejects the group, or the fused library op its ops went into. Every
+name is the user's spelling at the line where it is now.
 """
 
 from __future__ import annotations
 
+import re
+
 from fusion_core import fmt_bytes  # noqa: F401  (compare and the report take it from here)
 
-from .snapshot import BarrierRec, ClusterRec, RejectionRec, Snapshot
+from .locate import Located, lines_of
+from .snapshot import BarrierRec, OpRec, RejectionRec, Snapshot
+
+# Calls that compute what several pointwise and reduction ops did, in one library kernel.
+_FUSED_LIBRARY = re.compile(r"attention|fused|flash|::")
 
 
 def head(reason: str) -> str:
@@ -21,13 +27,8 @@ def head(reason: str) -> str:
     return reason.split(";")[0].strip()
 
 
-def pairs(rec: ClusterRec | RejectionRec) -> set[tuple[str, str]]:
-    """(node, op) pairs: the same node name with the same op is the same computation."""
-    return set(zip(rec.nodes, rec.ops, strict=False))
-
-
-def _ops(side: list[tuple[str, str]]) -> str:
-    return " / ".join(f"`{op}`" for op in dict.fromkeys(op for _, op in side))
+def ops_list(ops: list[str] | tuple[str, ...]) -> str:
+    return " / ".join(f"`{op}`" for op in dict.fromkeys(ops))
 
 
 def _inplace_ops(r: RejectionRec) -> list[str]:
@@ -35,51 +36,56 @@ def _inplace_ops(r: RejectionRec) -> list[str]:
     return [op for op in r.ops if op.endswith("_") and not op.startswith("_")]
 
 
+def spelled(o: OpRec) -> str:
+    """`torch.roll` at blocks.py:49; a layer as `self.fc` (Linear)."""
+    layer = f" ({o.op})" if o.spelled.startswith("self.") and o.op != "opaque" else ""
+    where = f" at {o.line}" if o.line != "?" else ""
+    return f"`{o.spelled}`{layer}{where}"
+
+
 class Explainer:
     def __init__(self, cur: Snapshot) -> None:
         self.cur = cur
+        self.ops = {o.node: o for o in cur.ops}
         self.used: list[RejectionRec] = []  # rejections quoted in an explanation
 
-    def parts(self, b: ClusterRec) -> tuple[list[ClusterRec], list[ClusterRec]]:
-        """Current clusters sharing ops with `b`, and those among them holding all of it."""
-        mine = pairs(b)
-        found = [c for c in self.cur.clusters if pairs(c) & mine]
-        return found, [c for c in found if mine <= pairs(c)]
+    def name(self, node: str, op: str) -> str:
+        """A node in the user's words: the split-off bias of `self.fc`, else its op."""
+        o = self.ops.get(node)
+        return f"the bias add of `{o.synthetic[8:]}`" if o and o.synthetic else f"`{op}`"
 
-    def barrier(self, b: ClusterRec) -> tuple[BarrierRec, str] | None:
-        """The op now between two of `b`'s ops, and `torch.roll` at f.py:12 now sits …"""
-        mine, names = pairs(b), set(b.nodes)
+    def barrier(self, nodes: set[str]) -> tuple[BarrierRec, str] | None:
+        """The op now between two of `nodes`, as `torch.roll` at f.py:12 now sits …"""
         for x in self.cur.barriers:
-            before = [p for p in x.before if p in mine]
-            after = [p for p in x.after if p in mine]
+            before = [op for n, op in x.before if n in nodes]
+            after = [op for n, op in x.after if n in nodes]
             # An in-place op may take the place of one of the cluster's own ops (`F.relu`
             # with inplace=True keeps the node name `relu`): one side suffices then.
-            took_place = x.inplace and x.node in names and (before or after)
+            took_place = x.inplace and (before or after) and x.node in nodes
             if (before and after) or took_place:
-                return x, self._describe(x, before or list(x.before), after or list(x.after))
+                return x, self._describe(x, before or [op for _, op in x.before],
+                                         after or [op for _, op in x.after])
         return None
 
-    @staticmethod
-    def _describe(x: BarrierRec, before: list, after: list) -> str:
-        where = f" at {x.lines}" if x.lines != "?" else ""
+    def _describe(self, x: BarrierRec, before: list[str], after: list[str]) -> str:
+        o = self.ops.get(x.node)
+        what = spelled(o) if o else f"`{x.target}`"
         if x.inplace:
-            return (f"`{x.target}`{where} now writes in place between {_ops(before)} and "
-                    f"{_ops(after)}: fusion-advisor cannot fuse across an in-place op")
-        layer = f" ({x.op})" if x.target.startswith("self.") else ""  # `self.lin` (Linear)
-        return (f"`{x.target}`{layer}{where} now sits between {_ops(before)} and "
-                f"{_ops(after)}: fusion-advisor cannot fuse through it")
+            return (f"{what} now writes in place between {ops_list(before)} and "
+                    f"{ops_list(after)}: fusion-advisor cannot fuse across an in-place op")
+        return (f"{what} now sits between {ops_list(before)} and {ops_list(after)}: "
+                "fusion-advisor cannot fuse through it")
 
-    def rejection(self, b: ClusterRec) -> RejectionRec | None:
-        mine = pairs(b)
+    def rejection(self, nodes: set[str]) -> RejectionRec | None:
         for r in self.cur.rejections:
-            if pairs(r) & mine:
+            if set(r.nodes) & nodes:
                 self.used.append(r)
                 return r
         return None
 
-    def why(self, b: ClusterRec) -> str:
-        """`: <what separates the ops>` (empty when nothing is known)."""
-        found, r = self.barrier(b), self.rejection(b)
+    def why(self, nodes: set[str]) -> str:
+        """`: <what separates the ops>` for the current `nodes` ("" when nothing is known)."""
+        found, r = self.barrier(nodes), self.rejection(nodes)
         if found and not (r and f"`{found[0].target}`" in r.reason):
             text = found[1]
             return f": {text} (rejected as {r.check}: {head(r.reason)})" if r else f": {text}"
@@ -88,3 +94,30 @@ class Explainer:
         inplace = _inplace_ops(r) if "in place" not in r.reason else []
         note = f" (the group holds the in-place `{inplace[0]}`)" if inplace else ""
         return f": {r.check}, {head(r.reason)}{note}"
+
+    def newcomers(self, loc: Located) -> list[OpRec]:
+        """Opaque calls (not layers) that read one of the found ops or feed one: what may
+        have taken the place of the ops that left."""
+        nodes = loc.nodes
+        feeding = {r for o in loc.found for r in o.reads}
+        return [o for o in self.cur.ops
+                if o.kind != "compute" and not o.spelled.startswith("self.")
+                and (o.node in feeding or nodes & set(o.reads))]
+
+    def fused_library(self, modules: set[str]) -> list[OpRec]:
+        """Library calls that compute a whole pattern (SDPA, a custom fused op) in `modules`."""
+        return [o for o in self.cur.ops if o.kind == "opaque" and o.module in modules
+                and _FUSED_LIBRARY.search(o.spelled)]
+
+    def where_they_went(self, loc: Located, modules: set[str]) -> str:
+        """`was replaced by …` / `…: … now computes them`, for ops that left the model
+        ("" when nothing now stands where they were)."""
+        if loc.found:
+            came = self.newcomers(loc)
+            return (f" was replaced by {' and '.join(spelled(o) for o in came)}, which "
+                    "fusion-advisor cannot fuse through") if came else ""
+        came = self.fused_library(modules)
+        return f"; {' and '.join(spelled(o) for o in came)} now computes them" if came else ""
+
+    def located_lines(self, nodes: set[str]) -> str:
+        return lines_of([self.ops[n] for n in nodes if n in self.ops])

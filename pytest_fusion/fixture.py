@@ -17,12 +17,12 @@ import pytest
 
 from .compare import CHECKS, Tolerances, fmt_bytes
 from .measure import to_measured
-from .options import CAPTURES, check_tolerance
+from .options import CAPTURES, check_improvements, check_tolerance
 from .snapshot import Snapshot, from_analysis
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
-MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture")
+MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "improvements")
 
 
 @dataclass(frozen=True)
@@ -237,9 +237,24 @@ class FusionAdvisor:
                     values[name] = value
         return Tolerances(**values)
 
+    def improvements(self, given: str | None) -> str:
+        """What an improvement does: `given`, else the marker's keyword, else the ini."""
+        __tracebackhide__ = True
+        marker = self.item.get_closest_marker("fusion_check")
+        for where, value in (("fusion_advisor.check(improvements=...)", given),
+                             ("fusion_check(improvements=...)",
+                              marker.kwargs.get("improvements") if marker else None)):
+            if value is not None:
+                bad = check_improvements(value, where)
+                if bad:
+                    pytest.fail(bad, pytrace=False)
+                return value
+        return self.plugin.improvements
+
     def check(self, result: FusionResult, checks: Sequence[str] | None = None,
-              **tolerances: Any) -> None:
-        """Compare `result` with this test's baseline; fail the test on a regression."""
+              improvements: str | None = None, **tolerances: Any) -> None:
+        """Compare `result` with this test's baseline; fail the test on a regression (and
+        on an improvement when `improvements="fail"`)."""
         __tracebackhide__ = True
         if self.checked:
             pytest.fail("a test has one fusion baseline: fusion_advisor.check() was already "
@@ -250,6 +265,7 @@ class FusionAdvisor:
             raise TypeError(f"unknown tolerance(s) {sorted(unknown)}: use "
                             f"{', '.join(TOLERANCE_ARGS)}")
         tol = self.tolerances(**tolerances)
+        fail_improvements = self.improvements(improvements) == "fail"
         self.checked = True
         self.checked_result = result
         marker = self.item.get_closest_marker("fusion_check")
@@ -259,8 +275,8 @@ class FusionAdvisor:
             pytest.fail(f"unknown fusion check(s) {', '.join(sorted(bad))}: choose from "
                         f"{', '.join(CHECKS)}", pytrace=False)
         session = self.plugin.session
-        rec, failure = session.check(result.snapshot, tol, checks,
-                                     result.hw_key)
+        rec, failure = session.check(result.snapshot, tol, checks, result.hw_key,
+                                     fail_improvements)
         session.record(rec)
         if failure:
             pytest.fail(failure, pytrace=False)

@@ -36,6 +36,8 @@ REPORT_NAME = "fusion-report"
 # fusion_core's capture frontends, spelled out here so pytest can validate the ini option
 # without importing torch (a test keeps the two in step).
 CAPTURES = ("auto", "fx", "export")
+# What an improvement does to its test: pass with a notice (default), or fail until accepted.
+IMPROVEMENTS = ("pass", "fail")
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -66,6 +68,16 @@ def add_options(parser: pytest.Parser) -> None:
                   "FX cannot trace), fx or export", default="auto")
     parser.addini("fusion_fail_stale", "fail the run when a fusion baseline is stale",
                   type="bool", default=False)
+    parser.addini("fusion_improvements", "what a fusion improvement does to its test: pass "
+                  "(with a notice and the accept command) or fail (until the baseline is "
+                  "updated, so it cannot drift)", default="pass")
+
+
+def check_improvements(value: Any, source: str) -> str | None:
+    """None when `value` is allowed, else the one-line reason."""
+    if value in IMPROVEMENTS:
+        return None
+    return f"{source} must be one of {', '.join(IMPROVEMENTS)}, got {value!r}"
 
 
 def split_update_flag(args: list[str]) -> None:

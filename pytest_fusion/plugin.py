@@ -30,12 +30,13 @@ if TYPE_CHECKING:  # the fixture, report and session-end modules load when first
 MARKER = (
     "fusion_check(model, *inputs, dtype=None, checks=('clusters', 'rejections', 'traffic', "
     "'timings'), traffic_tolerance=None, timing_tolerance=None, timing_alpha=None, "
-    "timing_min_bytes=None, capture=None): analyze `model` (an nn.Module, its class, a "
+    "timing_min_bytes=None, capture=None, improvements=None): analyze `model` (an nn.Module, "
+    "its class, a "
     "zero-argument factory or a .py path) for the example `inputs` (tensors, shape tuples or "
     "'N,M' strings of `dtype`), "
     "captured with `capture` (auto, fx or export), and compare the result with the test's "
-    "baseline in the fusion_baselines folder; the tolerance and capture keywords override the "
-    "ini options for this test")
+    "baseline in the fusion_baselines folder; the tolerance, capture and improvements ('pass' or "
+    "'fail') keywords override the ini options for this test")
 DISABLED = "fusion checks disabled (--fusion-disable)"
 plugin_key = pytest.StashKey["FusionPlugin"]()
 advisor_key = pytest.StashKey["FusionAdvisor"]()
@@ -80,6 +81,10 @@ class FusionPlugin:
         if self.capture not in CAPTURES:
             raise pytest.UsageError(f"ini option fusion_capture must be one of "
                                     f"{', '.join(CAPTURES)}, got {self.capture!r}")
+        self.improvements: str = config.getini("fusion_improvements").strip()
+        bad = options.check_improvements(self.improvements, "ini option fusion_improvements")
+        if bad:
+            raise pytest.UsageError(bad)
         flag = config.getoption("fusion_fail_stale")
         self.fail_stale = bool(config.getini("fusion_fail_stale") if flag is None else flag)
         self.prune_stale: bool = config.getoption("fusion_prune_stale")

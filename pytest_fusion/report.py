@@ -14,7 +14,7 @@ from typing import Any
 from .compare import fmt_bytes
 
 REPORT_SCHEMA_VERSION = 1
-FAILED = ("missing", "error", "regressed")
+FAILED = ("missing", "error", "regressed", "unaccepted")
 NOT_CHECKED = "not checked: test failed before check"
 
 
@@ -56,9 +56,10 @@ def summary_lines(records: list[dict[str, Any]], writes: list[dict[str, Any]],
         else:
             out.append(f"stale {s['path']}: test {s['test']} no longer exists; remove it with "
                        "pytest --fusion-prune-stale")
-    ratchet = [r for r in records if r["status"] in ("improved", "changed")]
+    ratchet = [r for r in records if r["status"] in ("improved", "unaccepted", "changed")]
     for r in ratchet:
-        word = "improved" if r["status"] == "improved" else "changed (not a regression)"
+        word = {"improved": "improved", "unaccepted": "improved (fails until accepted)",
+                "changed": "changed (not a regression)"}[r["status"]]
         out.append(f"{r['nodeid']}: {word}")
         out += [f"    {m}" for m in r["messages"]]
     if ratchet:

@@ -24,12 +24,13 @@ from .snapshot import (
     Measured,
     RejectionRec,
     Snapshot,
+    Totals,
     numbered,
 )
 
 SCHEMA_VERSION = 2
 READS = (1, 2)
-PER_INSTANCE = ("nodes", "culprits")  # differ between the items of a repeated container
+PER_INSTANCE = ("nodes", "sites", "culprits")  # differ between the items of a repeated container
 
 
 def _samples(xs: tuple[float, ...]) -> list[float]:
@@ -48,6 +49,10 @@ def _scope_data(module: str | None, function: str | None, nth: int) -> dict[str,
     return d
 
 
+def _sites_data(sites: tuple[str, ...]) -> dict[str, Any]:
+    return {"sites": list(sites)} if sites else {}
+
+
 def _timing_data(t: ClusterTiming) -> dict[str, Any]:
     c = t.cluster
     d: dict[str, Any] = {"ops": list(c.ops), **_scope_data(c.module, c.function, c.nth),
@@ -64,7 +69,7 @@ def _timing_data(t: ClusterTiming) -> dict[str, Any]:
 def _cluster_data(c: ClusterRec) -> dict[str, Any]:
     d: dict[str, Any] = {
         "ops": list(c.ops), **_scope_data(c.module, c.function, c.nth), "lines": c.lines,
-        "category": c.category, "nodes": list(c.nodes),
+        "category": c.category, "nodes": list(c.nodes), **_sites_data(c.sites),
         "traffic": {"unfused_bytes": c.unfused_bytes, "fused_bytes": c.fused_bytes,
                     "saved_bytes": c.saved_bytes},
         "kernel": c.kernel}
@@ -75,7 +80,8 @@ def _cluster_data(c: ClusterRec) -> dict[str, Any]:
 
 def _rejection_data(r: RejectionRec) -> dict[str, Any]:
     return {"check": r.check, "ops": list(r.ops), **_scope_data(r.module, r.function, r.nth),
-            "lines": r.lines, "nodes": list(r.nodes), "culprits": list(r.culprits),
+            "lines": r.lines, "nodes": list(r.nodes), **_sites_data(r.sites),
+            "culprits": list(r.culprits),
             "reason": r.reason}
 
 
@@ -88,6 +94,9 @@ def to_data(s: Snapshot) -> dict[str, Any]:
     }
     if s.frontend:  # absent from old baselines: rewriting one must not invent it
         data["frontend"] = s.frontend
+    if s.totals is not None:
+        data["totals"] = {"kernels": s.totals.kernels,
+                          "traffic_bytes": s.totals.traffic_bytes}
     data.update({
         "provenance": dict(s.provenance),
         "kernels": s.kernels,
@@ -139,6 +148,22 @@ class _Reader:
             raise self.fail(f"`{where}{key}` must be a list of numbers")
         return tuple(float(x) for x in v)
 
+    def sites(self, d: dict, where: str) -> tuple[str, ...]:
+        """A record's sites: () when not recorded, else one per node."""
+        if "sites" not in d:
+            return ()
+        sites = self.strs(d, "sites", where)
+        if len(sites) != len(self.strs(d, "nodes", where)):
+            raise self.fail(f"`{where}sites` must name one site per node")
+        return sites
+
+    def totals(self, data: dict) -> Totals | None:
+        if "totals" not in data:
+            return None
+        t = self.get(data, "totals", dict, "")
+        return Totals(self.get(t, "kernels", int, "totals."),
+                      self.get(t, "traffic_bytes", int, "totals."))
+
     def scope(self, d: dict, where: str) -> dict[str, Any]:
         return {"module": self.optional(d, "in", str, where),
                 "function": self.optional(d, "function", str, where),
@@ -166,7 +191,8 @@ def _cluster(r: _Reader, c: dict, at: str) -> ClusterRec:
         unfused_bytes=r.get(t, "unfused_bytes", int, at + "traffic."),
         fused_bytes=r.get(t, "fused_bytes", int, at + "traffic."),
         kernel=r.get(c, "kernel", (str, type(None)), at),
-        kernel_error=str(c.get("kernel_error", "")), **r.scope(c, at))
+        kernel_error=str(c.get("kernel_error", "")), **r.scope(c, at),
+        sites=r.sites(c, at))
 
 
 def _rejection(r: _Reader, x: dict, at: str) -> RejectionRec:
@@ -174,7 +200,7 @@ def _rejection(r: _Reader, x: dict, at: str) -> RejectionRec:
         check=r.get(x, "check", str, at), ops=r.strs(x, "ops", at),
         lines=r.get(x, "lines", str, at), nodes=r.strs(x, "nodes", at),
         culprits=r.strs(x, "culprits", at), reason=r.get(x, "reason", str, at),
-        **r.scope(x, at))
+        **r.scope(x, at), sites=r.sites(x, at))
 
 
 def _v1_timing_owner(clusters: tuple[ClusterRec, ...]) -> Callable[[dict, str], ClusterId | None]:
@@ -253,4 +279,5 @@ def from_data(data: Any, file: str) -> Snapshot:
         inputs=r.strs(data, "inputs", ""), clusters=clusters_t,
         rejections=tuple(rejections),
         provenance={str(k): str(v) for k, v in prov.items()} if isinstance(prov, dict) else {},
-        measured=_measured(r, data, clusters_t, version), frontend=frontend)
+        measured=_measured(r, data, clusters_t, version), frontend=frontend,
+        totals=r.totals(data))

@@ -24,13 +24,15 @@ if TYPE_CHECKING:  # loaded when a fusion test runs, not by a run without one
     from .compare import Tolerances
     from .snapshot import ClusterId, Snapshot
 
-FAILING = {"missing", "error", "regressed"}
+FAILING = {"missing", "error", "regressed", "unaccepted"}
 
 
 @dataclass
 class TestRecord:
     nodeid: str
-    status: str  # created updated replaced measured missing error regressed improved changed pass
+    # created updated replaced measured missing error regressed unaccepted (an improvement,
+    # under fusion_improvements = fail) improved changed pass
+    status: str
     model: str = ""
     clusters: int = 0
     unfused_bytes: int = 0
@@ -117,9 +119,12 @@ class FusionSession:
             return str(path)
 
     def check(self, current: Snapshot, tol: Tolerances, checks: tuple[str, ...] | None = None,
-              hw_key: str | None = None) -> tuple[TestRecord, str | None]:
-        """Compare with the baseline; return the record and a failure message (None: pass)."""
-        from .carry import attach_timings
+              hw_key: str | None = None, fail_improvements: bool = False
+              ) -> tuple[TestRecord, str | None]:
+        """Compare with the baseline; return the record and a failure message (None: pass).
+
+        `fail_improvements`: an improvement fails the test too, until it is accepted."""
+        from .carry import attach_timings, refresh_lines
         from .compare import CHECKS, NO_CUDA, compare, frontend_change
         from .snapshot import BaselineError, baseline_name
 
@@ -160,22 +165,40 @@ class FusionSession:
         rec.timing_note = result.timing_note
         rec.messages = list(result.regressions + result.improvements + result.changes)
         rec.status = result.status
-        rewrite = (self.mode == "all" or (self.mode == "failing" and result.regressions))
+        ratchet = fail_improvements and bool(result.improvements)
+        failing = bool(result.regressions) or ratchet
+        rewrite = (self.mode == "all" or (self.mode == "failing" and failing))
         if rewrite:
             return self._write(rec, "updated", current, base, path, result.pairs), None
-        if self.mode is not None and hw_key in current.measured and hw_key not in base.measured:
-            # A machine with no timings yet: add them without touching the structure.
-            merged = attach_timings(base, current, hw_key, result.pairs)
-            self._write(rec, "measured", merged, base, path, keep_status=True)
-        if result.regressions:
-            lines = "\n".join(f"  - {m}" for m in result.regressions)
+        if self.mode is not None:
+            # Moved lines are refreshed, and a machine with no timings yet adds them, without
+            # touching the structure.
+            kept = refresh_lines(base, current, result.pairs)
+            action = "refreshed lines of"
+            if hw_key in current.measured and hw_key not in base.measured:
+                kept, action = attach_timings(kept, current, hw_key, result.pairs), "measured"
+            self._write(rec, action, kept, base, path, keep_status=True)
+        if failing:
+            said = result.regressions or result.improvements
+            lines = "\n".join(f"  - {m}" for m in said)
+            others = [m for m in result.regressions + result.improvements + result.changes
+                      if m not in said]
+            if others:
+                lines += "\nAlso:\n" + "\n".join(f"  - {m}" for m in others)
             switched = frontend_change(base, current)  # e.g. auto fell back to export
             if switched:
                 lines += f"\n  ({switched})"
             diff = (f"\n{yaml_diff(base, current, result.pairs, shown)}"
                     if self.verbosity >= 2 else "")
-            return rec, (f"fusion regression against {shown}:\n{lines}\nIf this is intended, "
-                         f"accept it with: {cmd.format('failing')}{diff}")
+            if result.regressions:
+                head = f"fusion regression against {shown}:"
+                accept = "If this is intended, accept it with"
+            else:
+                rec.status = "unaccepted"
+                head = (f"fusion improved against {shown} (fusion_improvements = fail: an "
+                        "improvement fails until the baseline records it):")
+                accept = "Record it with"
+            return rec, f"{head}\n{lines}\n{accept}: {cmd.format('failing')}{diff}"
         return rec, None
 
     def _write(self, rec: TestRecord, action: str, snap: Snapshot, old: Snapshot | None,
@@ -184,16 +207,16 @@ class FusionSession:
         from .carry import carry_timings, same_content
         from .schema import to_data
 
-        if old is not None and action != "measured":
+        amended = action in ("measured", "refreshed lines of")  # the baseline, not the run
+        if old is not None and not amended:
             snap = replace(snap, measured=carry_timings(old, snap, pairs))
-        snap = replace(snap, provenance=old.provenance if action == "measured" and old
-                       else self.provenance)
-        # Moved source lines alone are no reason to rewrite (and churn) a baseline.
-        unchanged = old is not None and same_content(snap, old)
+        snap = replace(snap, provenance=old.provenance if amended and old else self.provenance)
+        # An update writes current lines; a baseline equal but for provenance is left alone.
+        unchanged = old is not None and same_content(snap, old, lines=True)
         if not unchanged:
             self.writes.append({"path": str(path), "text": dump_yaml(to_data(snap)),
                                 "action": action, "test": rec.nodeid,
-                                "changes": list(rec.messages)})
+                                "changes": [] if amended else list(rec.messages)})
             if not keep_status:
                 rec.status = action
         return rec

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,9 @@ class ClusterRec:
     module: str | None = None  # see ClusterId
     function: str | None = None
     nth: int = 0
+    # Where each op runs (`blocks.0.attn:softmax#0`, parallel to `nodes`): how the ops are
+    # found again after an edit renamed the nodes. () in baselines written before.
+    sites: tuple[str, ...] = ()
 
     @property
     def chain(self) -> str:
@@ -73,6 +77,7 @@ class RejectionRec:
     module: str | None = None  # as for ClusterRec; nth counts equal check, ops and scope
     function: str | None = None
     nth: int = 0
+    sites: tuple[str, ...] = ()  # as for ClusterRec
 
     @property
     def chain(self) -> str:
@@ -95,6 +100,35 @@ class BarrierRec:
     lines: str
     before: tuple[tuple[str, str], ...]  # (node, op) of the compute values reaching it
     after: tuple[tuple[str, str], ...]  # (node, op) of the compute ops reading its result
+
+
+@dataclass(frozen=True)
+class OpRec:
+    """One compute, opaque or in-place op of the current graph (never stored): how a
+    baseline's ops are found, and named, in the model as it is now."""
+
+    node: str
+    op: str  # registry op, module class ("Linear") or "opaque"
+    site: str  # see ClusterRec.sites
+    target: str  # what the user wrote: "torch.roll", "self.proj", "F.gelu"
+    kind: str  # "compute", "opaque" or "inplace"
+    module: str
+    line: str  # "blocks.py:44" or "?"
+    synthetic: str = ""  # a node the user never wrote: what it stands for ("bias of self.fc")
+    reads: tuple[str, ...] = ()  # the ops whose values it reads (through views), by node
+
+    @property
+    def spelled(self) -> str:
+        """The op as the user wrote it."""
+        return self.synthetic or self.target or self.op
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The whole model with its clusters fused (``fusion_core.model_totals``)."""
+
+    kernels: int
+    traffic_bytes: int
 
 
 @dataclass(frozen=True)
@@ -128,6 +162,32 @@ class Snapshot:
     frontend: str = ""  # "fx" or "export"; "" in baselines written before it was recorded
     # What separates compute ops in the current graph (explains a lost cluster); not stored.
     barriers: tuple[BarrierRec, ...] = field(default=(), compare=False)
+    # Every op of the current graph by site (finds a baseline's ops again); not stored.
+    op_index: tuple[OpRec, ...] = field(default=(), compare=False)
+    totals: Totals | None = None  # None in baselines written before it was recorded
+
+    @property
+    def ops(self) -> tuple[OpRec, ...]:
+        """The op index; a snapshot without one (read back from YAML, made by hand) knows
+        the ops its records name, at their records' lines."""
+        if self.op_index:
+            return self.op_index
+        seen: dict[str, OpRec] = {}
+        for rec in (*self.clusters, *self.rejections):
+            sites = rec.sites or ("",) * len(rec.nodes)
+            for node, op, site in zip(rec.nodes, rec.ops, sites, strict=False):
+                seen.setdefault(node, OpRec(node, op, site, op, "compute", rec.module or "",
+                                            rec.lines))
+        for x in self.barriers:
+            seen[x.node] = OpRec(x.node, x.op, "", x.target,
+                                 "inplace" if x.inplace else "opaque", "", x.lines)
+            for node, op in (*x.before, *x.after):
+                seen.setdefault(node, OpRec(node, op, "", op, "compute", "", "?"))
+        return tuple(seen.values())
+
+    @property
+    def by_site(self) -> dict[str, OpRec]:
+        return {o.site: o for o in self.ops if o.site}
 
     @property
     def kernels(self) -> int:
@@ -167,11 +227,25 @@ def relative_file(path: str, rootdir: Path) -> str:
     return "…/" + "/".join(p.parts[-2:])  # outside the project: keep it short and stable
 
 
-def where(span: Any, rootdir: Path) -> str:
-    if span is None:
+def line_runs(lines: Iterable[int]) -> str:
+    """`15-16, 29` for lines 15, 16 and 29."""
+    runs: list[list[int]] = []
+    for n in sorted(set(lines)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def where(graph: Any, names: Iterable[str], rootdir: Path) -> str:
+    """`blocks.py:15-16, 29`: the lines the nodes come from, in the file most of them do
+    (a span from 15 to 29 would quote the class between); "?" when none has a source."""
+    locs = [graph[n].source for n in names if graph[n].source is not None]
+    if not locs:
         return "?"
-    tail = f"{span.start}" if span.start == span.end else f"{span.start}-{span.end}"
-    return f"{relative_file(span.file, rootdir)}:{tail}"
+    file = Counter(loc.file for loc in locs).most_common(1)[0][0]
+    return f"{relative_file(file, rootdir)}:{line_runs(x.line for x in locs if x.file == file)}"
 
 
 def from_analysis(analysis: Any, test: str, rootdir: Path,
@@ -186,35 +260,75 @@ def from_analysis(analysis: Any, test: str, rootdir: Path,
 
     kernels = kernels or {}
     graph = analysis.graph
+    sites = fusion_core.op_sites(graph)
     clusters = []
     for c in analysis.clusters:
         scope = fusion_core.scope_of(graph, c.nodes)
         clusters.append(ClusterRec(
-            ops=tuple(c.ops), lines=where(c.lines, rootdir), category=c.category,
+            ops=tuple(c.ops), lines=where(graph, c.nodes, rootdir), category=c.category,
             nodes=tuple(c.nodes), unfused_bytes=int(c.traffic.unfused_bytes),
             fused_bytes=int(c.traffic.fused_bytes),
             kernel=kernels.get(c.index, (None, ""))[0],
             kernel_error=kernels.get(c.index, (None, ""))[1],
-            module=scope.module, function=scope.function))
+            module=scope.module, function=scope.function,
+            sites=tuple(sites.get(n, "") for n in c.nodes)))
     rejections = []
     for r in analysis.rejections:
         scope = fusion_core.scope_of(graph, r.nodes)
         rejections.append(RejectionRec(
-            check=r.check, ops=tuple(r.ops), lines=where(r.lines, rootdir), nodes=tuple(r.nodes),
-            culprits=tuple(r.culprits), reason=r.reason, module=scope.module,
-            function=scope.function))
+            check=r.check, ops=tuple(r.ops), lines=where(graph, r.nodes, rootdir),
+            nodes=tuple(r.nodes), culprits=tuple(r.culprits), reason=r.reason,
+            module=scope.module, function=scope.function,
+            sites=tuple(sites.get(n, "") for n in r.nodes)))
     barriers = tuple(BarrierRec(
         node=b.node, op=b.op, target=b.target or b.op, inplace=b.inplace,
-        lines=where(b.lines, rootdir),
+        lines=where(graph, [b.node], rootdir),
         before=tuple((n, graph[n].op) for n in b.before),
         after=tuple((n, graph[n].op) for n in b.after))
         for b in fusion_core.find_barriers(graph, analysis.clusters))
+    totals = fusion_core.model_totals(graph, analysis.clusters)
     return Snapshot(test=test, model=analysis.model_name,
                     inputs=tuple(str(s) for s in analysis.inputs),
                     clusters=tuple(numbered(clusters, lambda c: c.ident)),
                     rejections=tuple(numbered(rejections, lambda r: r.ident)),
                     provenance=dict(provenance or {}), measured=dict(measured or {}),
-                    frontend=graph.frontend, barriers=barriers)
+                    frontend=graph.frontend, barriers=barriers,
+                    totals=Totals(totals.kernels, totals.traffic_bytes),
+                    op_index=op_index(graph, sites, rootdir,
+                                      fusion_core.split_biases(analysis.graph_module)))
+
+
+_KINDS = {"opaque": "opaque", "inplace": "inplace"}
+
+
+def op_index(graph: Any, sites: dict[str, str], rootdir: Path, biases: dict[str, str]
+             ) -> tuple[OpRec, ...]:
+    """`biases`: split-off bias adds -> their layer (`fusion_core.split_biases`)."""
+    out = []
+    for name, site in sites.items():
+        n = graph[name]
+        out.append(OpRec(node=name, op=n.op, site=site, target=n.target,
+                         kind=_KINDS.get(n.kind.value, "compute"), module=n.module,
+                         line=where(graph, [name], rootdir),
+                         synthetic=f"bias of {biases[name]}" if name in biases else "",
+                         reads=_reads(graph, name, sites)))
+    return tuple(out)
+
+
+def _reads(graph: Any, name: str, sites: dict[str, str]) -> tuple[str, ...]:
+    """The ops (nodes with a site) whose values `name` reads, looking through views."""
+    found: list[str] = []
+    todo, seen = list(graph[name].refs), set()
+    while todo:
+        ref = todo.pop()
+        if ref in seen:
+            continue
+        seen.add(ref)
+        if ref in sites:
+            found.append(ref)
+        elif graph[ref].kind.value == "view":
+            todo += graph[ref].refs
+    return tuple(found)
 
 
 # ---------------------------------------------------------------- file names

@@ -13,6 +13,7 @@ from pytest_fusion.snapshot import (
     ClusterRec,
     ClusterTiming,
     Measured,
+    OpRec,
     RejectionRec,
     Snapshot,
     baseline_name,
@@ -32,6 +33,13 @@ def cluster(ops, lines, nodes=None, category="elementwise-chain", unfused=3072, 
 def snap(*clusters, rejections=(), measured=None, inputs=("64×1024 float32",)):
     return Snapshot("t.py::t", "ExampleNet", inputs, tuple(clusters), tuple(rejections),
                     {"torch": "2.13"}, measured or {})
+
+
+def with_ops(s, *ops):
+    """`s` with an op index: each op "node op line" where it is in the current graph."""
+    index = tuple(OpRec(node, op, "", op, "compute", "", f"{F}:{line}")
+                  for node, op, line in (o.split() for o in ops))
+    return replace(s, op_index=index)
 
 
 BASE = snap(cluster(["mul", "relu", "add"], "15-17"),
@@ -56,13 +64,20 @@ def test_lost_cluster_names_the_rejection_that_covers_it():
 
 
 def test_lost_cluster_without_a_rejection_still_fails():
-    r = compare(BASE, snap(BASE.clusters[1]))
-    assert len(r.regressions) == 1 and "no longer fuses (no rejection" in r.regressions[0]
+    cur = with_ops(snap(BASE.clusters[1]), "mul mul 15", "relu relu 16", "add add 17")
+    (msg,) = compare(BASE, cur).regressions
+    assert msg.startswith(f"`mul → relu → add` at {F}:15-17 no longer fuses: no rejection names")
+
+
+def test_ops_that_left_the_model_say_where_they_were_recorded():
+    (msg,) = compare(BASE, snap(BASE.clusters[1])).regressions
+    assert msg == (f"`mul → relu → add`: its ops left the model (at {F}:15-17 "
+                   "when the baseline was recorded)")
 
 
 def test_split_lists_the_parts():
-    cur = snap(cluster(["mul", "relu"], "15-16"), cluster(["add", "tanh"], "17-18"),
-               BASE.clusters[1])
+    cur = with_ops(snap(cluster(["mul", "relu"], "15-16"), cluster(["add", "tanh"], "17-18"),
+                        BASE.clusters[1]), "mul mul 15", "relu relu 16", "add add 17")
     (msg,) = compare(BASE, cur).regressions
     assert msg == (f"`mul → relu → add` at {F}:15-17 split into `mul → relu` ({F}:15-16) + "
                    f"`add → tanh` ({F}:17-18)")
@@ -129,15 +144,19 @@ def test_new_rejection_fails_and_a_gone_one_is_a_change():
         f"new rejection at {F}:30-31: shapes on `add → sum`, `sum` reduces an axis the group "
         "does not end with",)
     assert compare(snap(*BASE.clusters, rejections=[other]), BASE).changes == (
-        f"rejection gone: shapes on `add → sum` at {F}:30-31",)
+        f"rejection gone: shapes on `add → sum` (at {F}:30-31 when recorded)",)
+    kept = with_ops(BASE, "add_9 add 32", "sum sum 33")  # the ops moved down, unrejected
+    assert compare(snap(*BASE.clusters, rejections=[other]), kept).changes == (
+        f"rejection gone: shapes on `add → sum` at {F}:32-33",)
 
 
 def test_duplicate_clusters_pair_by_ordinal():
     """microgpt has two identical attention clusters: losing one is one regression."""
     twin = cluster(["mul", "masked_fill", "softmax"], "31-34", nodes=["mul_3", "mf", "sm"])
     twin2 = replace(twin, nodes=("mul_7", "mf_1", "sm_1"))
-    r = compare(snap(twin, twin2), snap(twin))
-    assert len(r.regressions) == 1 and "no longer fuses" in r.regressions[0]
+    cur = with_ops(snap(twin), "mul_7 mul 35", "mf_1 masked_fill 36", "sm_1 softmax 37")
+    r = compare(snap(twin, twin2), cur)
+    assert len(r.regressions) == 1 and f"at {F}:35-37 no longer fuses" in r.regressions[0]
 
 
 def test_lost_kernel_fails_with_the_codegen_error_and_a_new_one_improves():

@@ -27,6 +27,7 @@ from pytest_fusion.snapshot import (
     ClusterRec,
     ClusterTiming,
     Measured,
+    OpRec,
     RejectionRec,
     Snapshot,
 )
@@ -187,7 +188,11 @@ ROLL = BarrierRec("roll", "opaque", "torch.roll", False, "m.py:12", (("silu", "s
 
 def test_a_lost_cluster_names_the_opaque_op_now_between_its_ops():
     base = _snap(_cluster(["silu", "mul"], ""))
-    (msg,) = compare(base, _snap(barriers=[ROLL])).regressions
+    cur = replace(_snap(barriers=[ROLL]), op_index=(
+        OpRec("silu", "silu", "", "F.silu", "compute", "", "m.py:10"),
+        OpRec("roll", "opaque", "", "torch.roll", "opaque", "", "m.py:12"),
+        OpRec("mul", "mul", "", "operator.mul", "compute", "", "m.py:11")))
+    (msg,) = compare(base, cur).regressions
     assert msg == ("`silu → mul` at m.py:10-11 no longer fuses: `torch.roll` at m.py:12 now "
                    "sits between `silu` and `mul`: fusion-advisor cannot fuse through it")
 
@@ -202,13 +207,17 @@ def test_an_in_place_op_is_named_even_when_the_rejection_blames_fan_out():
                            module="", function="forward")
     relu_ = BarrierRec("relu", "relu_", "F.relu", True, "m.py:11",
                        (("batch_norm_1", "batch_norm"),), (("add", "add"),))
-    (msg,) = compare(base, _snap(rejections=[fan_out], barriers=[relu_])).regressions
+    index = (OpRec("batch_norm_1", "batch_norm", "", "F.batch_norm", "compute", "", "m.py:10"),
+             OpRec("relu", "relu_", "", "F.relu", "inplace", "", "m.py:11"),
+             OpRec("add", "add", "", "operator.add", "compute", "", "m.py:12"))
+    cur = replace(_snap(rejections=[fan_out], barriers=[relu_]), op_index=index)
+    (msg,) = compare(base, cur).regressions
     assert msg == ("`batch_norm → relu` at m.py:10-11 no longer fuses: `F.relu` at m.py:11 now "
                    "writes in place between `batch_norm` and `add`: fusion-advisor cannot fuse "
                    "across an in-place op (rejected as fan-out: `relu` is also used by "
                    "`self.conv2` outside the group)")
     # Without the graph's barrier the rejection alone still names the in-place op.
-    (msg,) = compare(base, _snap(rejections=[fan_out])).regressions
+    (msg,) = compare(base, replace(_snap(rejections=[fan_out]), op_index=index)).regressions
     assert msg.endswith("outside the group (the group holds the in-place `relu_`)")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..ir.graph import FusionGraph
+from ..ir.graph import FusionGraph, OpKind
 
 
 @dataclass(frozen=True)
@@ -52,3 +52,25 @@ def scope_of(graph: FusionGraph, names: Iterable[str]) -> Scope:
     if len(first) > depth and first[depth].isdigit():
         module = ".".join(first[:depth + 1])
     return Scope(module, function)
+
+
+def op_sites(graph: FusionGraph) -> dict[str, str]:
+    """Node name -> its site: `blocks.0.attn:softmax#0`, the k-th `softmax` run in that module.
+
+    Sites name compute and opaque ops by where they run and their order there, not by the
+    node names capture generated (`softmax_1` shifts when an op is added anywhere before
+    it), so an op keeps its site through edits elsewhere in the model. A recomputed copy
+    takes its original's site with a `'`.
+    """
+    seen: dict[tuple[str, str], int] = {}
+    sites: dict[str, str] = {}
+    for n in graph.nodes:
+        if n.copy_of or not (n.kind.is_compute or n.kind in (OpKind.OPAQUE, OpKind.INPLACE)):
+            continue
+        k = seen.get((n.module, n.op), 0)
+        seen[(n.module, n.op)] = k + 1
+        sites[n.name] = f"{n.module}:{n.op}#{k}"
+    for n in graph.nodes:
+        if n.copy_of and n.copy_of in sites:
+            sites[n.name] = sites[n.copy_of] + "'"
+    return sites

@@ -32,3 +32,14 @@ def get_attr(graph: fx.Graph, target: str, value: torch.Tensor) -> fx.Node:
     node = graph.get_attr(target)
     node.meta["val"] = value.detach()
     return node
+
+
+def split_biases(gm: fx.GraphModule) -> dict[str, str]:
+    """The bias adds the passes made, by node name -> the layer they came from (`self.fc`):
+    nodes the user never wrote, named in messages after what they did write."""
+    out = {}
+    for n in gm.graph.nodes:
+        if n.meta.get(SPLIT_BIAS):
+            call = next((a for a in n.all_input_nodes if "fusion_module" in a.meta), None)
+            out[n.name] = f"self.{call.meta['fusion_module'][0]}" if call else "a layer"
+    return out

@@ -1,0 +1,82 @@
+"""Find a baseline's ops again in the model as it is now.
+
+Reads a baseline ``ClusterRec`` or ``RejectionRec`` and the current ``Snapshot`` (its
+op index); returns ``Located``: the baseline's ops found in the current graph (as
+current ``OpRec``s, in baseline order), the ops no longer there, and the lines the
+found ops are on now. Ops are found by site (module path, op and its order there:
+``blocks.0.attn:softmax#0``), so a renamed node or lines moved by an edit elsewhere
+find the same op; a baseline written before sites were recorded falls back to node
+names with the same op. Messages quote ``Located.lines``, never the recorded lines
+as if they were current.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from .snapshot import ClusterRec, OpRec, RejectionRec, Snapshot, line_runs
+
+
+@dataclass(frozen=True)
+class Located:
+    found: tuple[OpRec, ...]
+    missing: tuple[tuple[str, str], ...]  # (op, site or node name) of ops no longer there
+
+    @property
+    def nodes(self) -> set[str]:
+        return {o.node for o in self.found}
+
+    @property
+    def lines(self) -> str:
+        """`blocks.py:47-48, 50`: where the found ops are now; "" when none was found."""
+        return lines_of(self.found)
+
+
+def lines_of(ops: tuple[OpRec, ...] | list[OpRec]) -> str:
+    spots = [o.line.rsplit(":", 1) for o in ops if o.line != "?"]
+    if not spots:
+        return ""
+    file = Counter(f for f, _ in spots).most_common(1)[0][0]
+    lines = [int(n) for f, tail in spots if f == file for n in _numbers(tail)]
+    return f"{file}:{line_runs(lines)}"
+
+
+def _numbers(tail: str) -> list[int]:
+    """The line numbers `15-16, 29` names."""
+    out: list[int] = []
+    for part in tail.split(","):
+        a, _, b = part.strip().partition("-")
+        out += range(int(a), int(b or a) + 1)
+    return out
+
+
+def unprimed(site: str) -> str:
+    """A recomputed copy's site names its original's place."""
+    return site.rstrip("'")
+
+
+def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
+    found: list[OpRec] = []
+    missing: list[tuple[str, str]] = []
+    if rec.sites:
+        by_site = cur.by_site
+        for op, site in zip(rec.ops, rec.sites, strict=False):
+            where, _, nth = unprimed(site).rpartition("#")
+            # An op now written in place (`F.relu(inplace=True)`) is the same op, at its
+            # own site: `relu_`.
+            hit = by_site.get(unprimed(site)) or by_site.get(f"{where}_#{nth}")
+            if hit is not None and hit.op.rstrip("_") == op.rstrip("_"):
+                if hit not in found:
+                    found.append(hit)
+            else:
+                missing.append((op, site))
+    else:  # written before sites: the same node name holding the same op
+        by_node = {o.node: o for o in cur.ops}
+        for op, node in zip(rec.ops, rec.nodes, strict=False):
+            hit = by_node.get(node)
+            if hit is not None and hit.op.rstrip("_") == op.rstrip("_"):
+                found.append(hit)
+            else:
+                missing.append((op, node))
+    return Located(tuple(found), tuple(missing))

@@ -1,0 +1,165 @@
+"""What became of each baseline cluster, in reviewer's words.
+
+Reads the baseline and current ``Snapshot``s; pairs their clusters by what they are
+(identity, then sites, then ops for a cluster that moved to another module) and says,
+for each baseline cluster without a counterpart, what happened and why: it grew into
+a larger cluster or merged with another (an improvement), it is still one kernel with
+some ops spelled another way (a change), it shrank, split or no longer fuses (a
+regression naming the cause), or its ops left the model. Ops that left are judged by
+the model as a whole (``Snapshot.totals``): fewer kernels or less traffic is an
+improvement (attention moved into `F.scaled_dot_product_attention`), the same is a
+change, more is a regression naming what took their place. Returns ``Finding``s and
+the (baseline, current) pairs; never reads node names across the two runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .explain import Explainer, ops_list
+from .findings import LOC, Finding
+from .locate import Located, locate, unprimed
+from .pairing import match as _match
+from .snapshot import ClusterRec, OpRec, Snapshot
+
+
+def _scope(rec: ClusterRec) -> str:
+    return ".".join(p for p in (rec.module, rec.function) if p) or "the model"
+
+
+def model_change(base: Snapshot, cur: Snapshot) -> int | None:
+    """-1: the model as a whole runs fewer kernels or moves fewer bytes (and neither more),
+    0: the same, 1: more of either; None when the baseline recorded no totals."""
+    if base.totals is None or cur.totals is None:
+        return None
+    b, c = base.totals, cur.totals
+    if (c.kernels, c.traffic_bytes) == (b.kernels, b.traffic_bytes):
+        return 0
+    return -1 if c.kernels <= b.kernels and c.traffic_bytes <= b.traffic_bytes else 1
+
+
+@dataclass
+class ClusterVerdicts:
+    base: Snapshot
+    cur: Snapshot
+    gate: bool  # the `clusters` check is on: say what changed
+    explain: Explainer
+    findings: list[Finding] = field(default_factory=list)
+    pairs: list[tuple[ClusterRec, ClusterRec]] = field(default_factory=list)
+
+    def say(self, bucket: str, rec: ClusterRec | None, text: str) -> None:
+        self.findings.append(Finding(bucket, text, rec.module if rec else None))
+
+    def run(self) -> list[tuple[ClusterRec, ClusterRec]]:
+        """Pair the clusters and say what became of the rest; the pairs' clusters are
+        compared field by field by the caller."""
+        exact, lost, found = _match(list(self.base.clusters), list(self.cur.clusters),
+                                    lambda c: c.ident)
+        # The same ops at the same sites: a changed ordinal or function, nothing else.
+        same, lost, found = _match(lost, found, lambda c: c.sites or None)
+        # Written before sites: the same ops at the same lines, or the same ops.
+        old = [b for b in lost if not b.sites]
+        by_lines, old, found = _match(old, found, lambda c: (c.ops, c.lines))
+        by_ops, old, found = _match(old, found, lambda c: c.ops)
+        lost = [b for b in lost if b.sites] + old
+        # A cluster none of whose ops is where it was, with its ops in a new module: moved.
+        gone = [b for b in lost if b.sites and not locate(b, self.cur).found]
+        moved, gone, found = _match(gone, found, lambda c: c.ops)
+        lost = [b for b in lost if all(b is not g for g, _ in moved)]
+        self.pairs = exact + same + by_lines + by_ops + moved
+        for b, c in by_lines + by_ops + moved:
+            if self.gate and b.module is not None and (b.module, b.function) != (
+                    c.module, c.function):
+                self.say("changes", c, f"`{c.chain}` moved from {_scope(b)} to {_scope(c)}")
+        explained: set[int] = set()
+        for b in lost:
+            explained |= self.lost(b)
+        for c in found:
+            if id(c) not in explained and self.gate:
+                self.say("improvements", c, f"new cluster `{c.chain}` ({c.category}){LOC} "
+                                            f"at {c.lines}")
+        return self.pairs
+
+    # ------------------------------------------------------------ one baseline cluster
+    def holders(self, loc: Located) -> list[ClusterRec]:
+        """Current clusters holding any of the found ops."""
+        return [c for c in self.cur.clusters if any(holds(c, o) for o in loc.found)]
+
+    def lost(self, b: ClusterRec) -> set[int]:
+        """Say what became of `b`; return the ids of the current clusters that says it of."""
+        loc = locate(b, self.cur)
+        parts = self.holders(loc)
+        if loc.missing:
+            return self._ops_left(b, loc, parts)
+        at = f"{LOC} at {loc.lines}"
+        whole = [c for c in parts if all(holds(c, o) for o in loc.found)]
+        if whole:
+            c = whole[0]
+            if self.gate:
+                self.say("improvements", b, f"`{b.chain}`{at} now fuses into the larger "
+                                            f"`{c.chain}` at {c.lines}")
+            return {id(c)}
+        if not self.gate:
+            return {id(c) for c in parts}
+        why = self.explain.why(loc.nodes)
+        if len(parts) > 1:
+            into = " + ".join(f"`{p.chain}` ({p.lines})" for p in parts)
+            self.say("regressions", b, f"`{b.chain}`{at} split into {into}{why}")
+        elif parts:
+            p = parts[0]
+            out = [o.op for o in loc.found if not holds(p, o)]
+            self.say("regressions", b, f"`{b.chain}`{at} shrank to `{p.chain}`, without "
+                                       f"{ops_list(out)}{why}")
+        else:
+            self.say("regressions", b, f"`{b.chain}`{at} no longer fuses"
+                                       f"{why or self._no_cause(loc)}")
+        return {id(c) for c in parts}
+
+    def _no_cause(self, loc: Located) -> str:
+        """The last resort: nothing recorded separates the ops; say what each reads now."""
+        return (": no rejection names its ops and no op the analyzer cannot fuse through sits "
+                f"between them (the ops are at {loc.lines})")
+
+    def _ops_left(self, b: ClusterRec, loc: Located, parts: list[ClusterRec]) -> set[int]:
+        """Some of `b`'s ops are no longer in the model: spelled another way inside one
+        kernel (a change), or gone, judged by the model as a whole."""
+        if not self.gate:
+            return {id(c) for c in parts}
+        left = ops_list([op for op, _ in loc.missing])
+        whole = [c for c in parts if all(holds(c, o) for o in loc.found)]
+        if loc.found and len(parts) == 1 and whole:
+            c = whole[0]
+            if len(c.ops) > len(loc.found):  # others took the place of those that left
+                self.say("changes", b, f"`{b.chain}`{LOC} at {c.lines} is still one kernel, "
+                                       f"now `{c.chain}` ({left} spelled another way)")
+                return {id(c)}
+        modules = {unprimed(s).split(":")[0] for _, s in loc.missing if ":" in s}
+        went = self.explain.where_they_went(loc, modules)
+        if loc.found:
+            text = f"`{b.chain}`{LOC} at {loc.lines}: {left}{went or ' left the model'}"
+        else:
+            text = (f"`{b.chain}`{LOC}: its ops left the model (at {b.lines} when the baseline "
+                    f"was recorded){went}")
+        if parts:
+            text += "; the rest fuses as " + " + ".join(f"`{p.chain}` ({p.lines})"
+                                                         for p in parts)
+        elif loc.found:
+            text += f"; the rest no longer fuses{self.explain.why(loc.nodes)}"
+        change = model_change(self.base, self.cur)
+        bucket = {-1: "improvements", 0: "changes"}.get(change, "regressions")  # type: ignore
+        self.say(bucket, b, text + _totals(self.base, self.cur, change))
+        return {id(c) for c in parts}
+
+
+def holds(c: ClusterRec, o: OpRec) -> bool:
+    """Whether current cluster `c` computes op `o` (itself, or a recomputed copy of it)."""
+    return o.node in c.nodes or bool(o.site) and o.site in {unprimed(s) for s in c.sites}
+
+
+def _totals(base: Snapshot, cur: Snapshot, change: int | None) -> str:
+    if change is None or base.totals is None or cur.totals is None:
+        return ""
+    b, c = base.totals.kernels, cur.totals.kernels
+    word = {-1: "fewer", 0: "the same", 1: "more"}[change]
+    return f" (the model runs {word} kernels: {b} → {c})" if b != c else (
+        f" (the model moves {word} bytes)" if change else "")
