@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .grouping import pattern, short_form, split_item
 
 LOC = "\x00"  # where " in <module>" goes in a finding's text
-BUCKETS = ("regressions", "improvements", "changes")
+BUCKETS = ("regressions", "improvements", "changes", "notes")  # notes: rejections gone
 _COUNTER = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*?)_\d+`")  # `relu_3`: an FX node name
 
 

@@ -163,7 +163,7 @@ class FusionSession:
                          + cmd.format("new"))
         result = compare(base, current, tol, checks, hw_key)
         rec.timing_note = result.timing_note
-        rec.messages = list(result.regressions + result.improvements + result.changes)
+        rec.messages = list(result.messages)
         rec.status = result.status
         ratchet = fail_improvements and bool(result.improvements)
         failing = bool(result.regressions) or ratchet

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .explain import Explainer, ops_list
+from .explain import Explainer, fmt_bytes, ops_list
 from .findings import LOC, Finding
 from .locate import Located, locate, unprimed
 from .pairing import match as _match
+from .pairing import staged as _staged
 from .snapshot import ClusterRec, OpRec, Snapshot
 
 
@@ -53,10 +54,10 @@ class ClusterVerdicts:
     def run(self) -> list[tuple[ClusterRec, ClusterRec]]:
         """Pair the clusters and say what became of the rest; the pairs' clusters are
         compared field by field by the caller."""
-        exact, lost, found = _match(list(self.base.clusters), list(self.cur.clusters),
-                                    lambda c: c.ident)
-        # The same ops at the same sites: a changed ordinal or function, nothing else.
-        same, lost, found = _match(lost, found, lambda c: c.sites or None)
+        # The same identity at the same sites; the same sites (a changed ordinal: a cluster
+        # before it left); the same identity (ops shifted by an op added before them).
+        exact, lost, found = _staged(list(self.base.clusters), list(self.cur.clusters), (
+            lambda c: (c.ident, c.sites), lambda c: c.sites or None, lambda c: c.ident))
         # Written before sites: the same ops at the same lines, or the same ops.
         old = [b for b in lost if not b.sites]
         by_lines, old, found = _match(old, found, lambda c: (c.ops, c.lines))
@@ -66,7 +67,7 @@ class ClusterVerdicts:
         gone = [b for b in lost if b.sites and not locate(b, self.cur).found]
         moved, gone, found = _match(gone, found, lambda c: c.ops)
         lost = [b for b in lost if all(b is not g for g, _ in moved)]
-        self.pairs = exact + same + by_lines + by_ops + moved
+        self.pairs = exact + by_lines + by_ops + moved
         for b, c in by_lines + by_ops + moved:
             if self.gate and b.module is not None and (b.module, b.function) != (
                     c.module, c.function):
@@ -93,6 +94,9 @@ class ClusterVerdicts:
             return self._ops_left(b, loc, parts)
         at = f"{LOC} at {loc.lines}"
         whole = [c for c in parts if all(holds(c, o) for o in loc.found)]
+        if whole and len(whole[0].ops) == len(b.ops):  # the same cluster, found by its ops
+            self.pairs.append((b, whole[0]))
+            return {id(whole[0])}
         if whole:
             c = whole[0]
             if self.gate:
@@ -120,12 +124,23 @@ class ClusterVerdicts:
         return (": no rejection names its ops and no op the analyzer cannot fuse through sits "
                 f"between them (the ops are at {loc.lines})")
 
+    def _silent(self, b: ClusterRec, loc: Located) -> str:
+        """` (`self.ln2` no longer runs)` for the submodules of `b` the missing ops ran in
+        that run no op now."""
+        running = {o.module for o in self.cur.ops}
+        inside = f"{b.module}." if b.module else ""
+        where = [unprimed(s).split(":")[0] for _, s in loc.missing if ":" in s]
+        gone = [m[len(inside):] for m in dict.fromkeys(where)
+                if m not in running and m.startswith(inside) and m != b.module]
+        names = ", ".join(f"`self.{m}`" for m in gone)
+        return f" ({names} no longer run{'s' if len(gone) == 1 else ''})" if gone else ""
+
     def _ops_left(self, b: ClusterRec, loc: Located, parts: list[ClusterRec]) -> set[int]:
         """Some of `b`'s ops are no longer in the model: spelled another way inside one
         kernel (a change), or gone, judged by the model as a whole."""
         if not self.gate:
             return {id(c) for c in parts}
-        left = ops_list([op for op, _ in loc.missing])
+        left = ops_list([op for op, _ in loc.missing]) + self._silent(b, loc)
         whole = [c for c in parts if all(holds(c, o) for o in loc.found)]
         if loc.found and len(parts) == 1 and whole:
             c = whole[0]
@@ -147,7 +162,8 @@ class ClusterVerdicts:
             text += f"; the rest no longer fuses{self.explain.why(loc.nodes)}"
         change = model_change(self.base, self.cur)
         bucket = {-1: "improvements", 0: "changes"}.get(change, "regressions")  # type: ignore
-        self.say(bucket, b, text + _totals(self.base, self.cur, change))
+        totals = model_totals(self.base, self.cur)
+        self.say(bucket, b, text + (f" ({totals.strip()})" if totals else ""))
         return {id(c) for c in parts}
 
 
@@ -156,10 +172,12 @@ def holds(c: ClusterRec, o: OpRec) -> bool:
     return o.node in c.nodes or bool(o.site) and o.site in {unprimed(s) for s in c.sites}
 
 
-def _totals(base: Snapshot, cur: Snapshot, change: int | None) -> str:
-    if change is None or base.totals is None or cur.totals is None:
+def model_totals(base: Snapshot, cur: Snapshot) -> str:
+    """` the model as a whole runs 21 → 17 kernels and moves 1.0 MB → 0.9 MB` ("" unknown)."""
+    if base.totals is None or cur.totals is None:
         return ""
-    b, c = base.totals.kernels, cur.totals.kernels
-    word = {-1: "fewer", 0: "the same", 1: "more"}[change]
-    return f" (the model runs {word} kernels: {b} → {c})" if b != c else (
-        f" (the model moves {word} bytes)" if change else "")
+    b, c = base.totals, cur.totals
+    parts = [f"runs {b.kernels} → {c.kernels} kernels"] if b.kernels != c.kernels else []
+    if b.traffic_bytes != c.traffic_bytes:
+        parts.append(f"moves {fmt_bytes(b.traffic_bytes)} → {fmt_bytes(c.traffic_bytes)}")
+    return f" the model as a whole {' and '.join(parts)}" if parts else ""
