@@ -124,6 +124,18 @@ class ClusterVerdicts:
         return (": no rejection names its ops and no op the analyzer cannot fuse through sits "
                 f"between them (the ops are at {loc.lines})")
 
+    def _left(self, loc: Located) -> str:
+        """The ops that left, in the user's words: a bias add our capture split off a layer
+        is `the bias add of `self.embed` (Linear)` (the layer now adds it itself)."""
+        layers = {o.module: o for o in self.cur.ops
+                  if o.kind == "opaque" and o.spelled.startswith("self.")}
+        names = []
+        for op, site in loc.missing:
+            layer = layers.get(unprimed(site).split(":")[0]) if op == "add" else None
+            names.append(f"the bias add of `{layer.spelled}` ({layer.op}), which the layer "
+                         "now adds itself," if layer else f"`{op}`")
+        return " / ".join(dict.fromkeys(names))
+
     def _silent(self, b: ClusterRec, loc: Located) -> str:
         """` (`self.ln2` no longer runs)` for the submodules of `b` the missing ops ran in
         that run no op now."""
@@ -140,7 +152,7 @@ class ClusterVerdicts:
         kernel (a change), or gone, judged by the model as a whole."""
         if not self.gate:
             return {id(c) for c in parts}
-        left = ops_list([op for op, _ in loc.missing]) + self._silent(b, loc)
+        left = self._left(loc) + self._silent(b, loc)
         whole = [c for c in parts if all(holds(c, o) for o in loc.found)]
         if loc.found and len(parts) == 1 and whole:
             c = whole[0]
