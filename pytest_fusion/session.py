@@ -12,6 +12,7 @@ test it was running; its collection lists follow at its end (``to_output``).
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
@@ -30,7 +31,8 @@ FAILING = {"missing", "error", "regressed"}
 @dataclass
 class TestRecord:
     nodeid: str
-    status: str  # created updated replaced measured missing error regressed improved changed pass
+    status: str  # created updated replaced renamed measured missing error regressed improved
+    #              changed pass
     model: str = ""
     clusters: int = 0
     unfused_bytes: int = 0
@@ -72,6 +74,18 @@ def read_baseline(path: Path, shown: str) -> Snapshot | None:
         raise BaselineError(f"corrupt fusion baseline {shown}: a field has the wrong type "
                             f"({type(e).__name__}: {e}); regenerate it with "
                             "--fusion-update-baselines=failing") from e
+
+
+def baseline_path(folder: Path, nodeid: str) -> tuple[Path, Path | None]:
+    """(where the test's baseline belongs, the old-named file to read instead or None).
+
+    A baseline under the name earlier versions gave it (with `[...]`) is read while no file
+    has the new name; the next rewrite moves it there."""
+    from .snapshot import baseline_name, legacy_baseline_name
+
+    path = folder / baseline_name(nodeid)
+    old = folder / legacy_baseline_name(nodeid)
+    return path, (old if old != path and old.is_file() and not path.exists() else None)
 
 
 def yaml_diff(base: Snapshot, current: Snapshot, pairs: Iterable[tuple[ClusterId, ClusterId]],
@@ -121,12 +135,12 @@ class FusionSession:
         """Compare with the baseline; return the record and a failure message (None: pass)."""
         from .carry import attach_timings
         from .compare import CHECKS, NO_CUDA, compare, frontend_change
-        from .snapshot import BaselineError, baseline_name
+        from .snapshot import BaselineError
 
         checks = CHECKS if checks is None else checks
         nodeid = current.test
-        path = self.folder / baseline_name(nodeid)
-        shown = self.shown(path)
+        path, legacy = baseline_path(self.folder, nodeid)
+        shown = self.shown(legacy or path)
         rec = TestRecord(nodeid, "pass", current.model, len(current.clusters),
                          current.unfused_bytes, current.saved_bytes, baseline=shown)
         if hw_key in current.measured:
@@ -142,11 +156,11 @@ class FusionSession:
             rec.messages = [msg]
             return rec, msg
         try:
-            base = read_baseline(path, shown)
+            base = read_baseline(legacy or path, shown)
         except BaselineError as e:
             rec.messages = [str(e)]
             if self.mode in ("failing", "all"):
-                return self._write(rec, "replaced", current, None, path), None
+                return self._write(rec, "replaced", current, None, path, legacy=legacy), None
             rec.status = "error"
             return rec, str(e)
         if base is None:
@@ -162,11 +176,12 @@ class FusionSession:
         rec.status = result.status
         rewrite = (self.mode == "all" or (self.mode == "failing" and result.regressions))
         if rewrite:
-            return self._write(rec, "updated", current, base, path, result.pairs), None
+            return self._write(rec, "updated", current, base, path, result.pairs,
+                               legacy=legacy), None
         if self.mode is not None and hw_key in current.measured and hw_key not in base.measured:
             # A machine with no timings yet: add them without touching the structure.
             merged = attach_timings(base, current, hw_key, result.pairs)
-            self._write(rec, "measured", merged, base, path, keep_status=True)
+            self._write(rec, "measured", merged, base, path, keep_status=True, legacy=legacy)
         if result.regressions:
             lines = "\n".join(f"  - {m}" for m in result.regressions)
             switched = frontend_change(base, current)  # e.g. auto fell back to export
@@ -180,7 +195,9 @@ class FusionSession:
 
     def _write(self, rec: TestRecord, action: str, snap: Snapshot, old: Snapshot | None,
                path: Path, pairs: tuple[tuple[ClusterId, ClusterId], ...] = (),
-               keep_status: bool = False) -> TestRecord:
+               keep_status: bool = False, legacy: Path | None = None) -> TestRecord:
+        """Queue `snap` for `path`; `legacy`: the file it was read from under its old name,
+        removed once the new one is written."""
         from .carry import carry_timings, same_content
         from .schema import to_data
 
@@ -188,12 +205,19 @@ class FusionSession:
             snap = replace(snap, measured=carry_timings(old, snap, pairs))
         snap = replace(snap, provenance=old.provenance if action == "measured" and old
                        else self.provenance)
-        # Moved source lines alone are no reason to rewrite (and churn) a baseline.
+        # Moved source lines alone are no reason to rewrite (and churn) a baseline; `=all`
+        # still moves an old-named file to its new name, as it is.
         unchanged = old is not None and same_content(snap, old)
-        if not unchanged:
-            self.writes.append({"path": str(path), "text": dump_yaml(to_data(snap)),
-                                "action": action, "test": rec.nodeid,
-                                "changes": list(rec.messages)})
+        if unchanged and legacy is not None and self.mode == "all":
+            self.writes.append({"path": str(path), "move_from": str(legacy), "action": "renamed",
+                                "test": rec.nodeid, "changes": [f"from {self.shown(legacy)}"]})
+            rec.status = "renamed"
+        elif not unchanged:
+            write = {"path": str(path), "text": dump_yaml(to_data(snap)), "action": action,
+                     "test": rec.nodeid, "changes": list(rec.messages)}
+            if legacy is not None:
+                write["move_from"] = str(legacy)
+            self.writes.append(write)
             if not keep_status:
                 rec.status = action
         return rec
@@ -266,9 +290,15 @@ class FusionSession:
         done, errors = [], []
         for w in sorted(self.writes, key=lambda w: w["path"]):
             path = Path(w["path"])
+            old = Path(w["move_from"]) if "move_from" in w else None
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(path, w["text"])
+                if "text" in w:
+                    write_atomic(path, w["text"])
+                elif old is not None:
+                    os.replace(old, path)  # a rename keeps the user's bytes and mode
+                if old is not None:
+                    old.unlink(missing_ok=True)  # only once the new file is in place
             except OSError as e:
                 errors.append(f"could not write fusion baseline {self.shown(path)} for "
                               f"{w['test']}: {e.strerror or e}")

@@ -222,10 +222,25 @@ def from_analysis(analysis: Any, test: str, rootdir: Path,
 def baseline_name(nodeid: str) -> str:
     """A safe, readable file name for a test's node id.
 
-    The hash of the exact node id keeps names unique however the readable part
-    was shortened or had characters replaced.
+    Only letters, digits, `_`, `.` and `-`: no glob character (`[`, `]`, `*`, `?`), so a
+    parametrized test's file can be named unquoted in any shell (zsh stops at `[`). The hash
+    of the exact node id keeps names unique however the readable part was shortened or had
+    characters replaced.
     """
-    readable = nodeid.replace(".py::", "__").replace("::", "__").replace("/", "_")
-    safe = re.sub(r"[^A-Za-z0-9_.\-\[\]]", "_", readable)[:MAX_NAME]
-    return f"{safe}-{hashlib.sha1(nodeid.encode()).hexdigest()[:8]}.yaml"
+    readable = _readable(nodeid).replace("[", "_").replace("]", "")  # t[a-b] -> t_a-b
+    safe = re.sub(r"[^A-Za-z0-9_.\-]", "_", readable)[:MAX_NAME]
+    return f"{safe}-{_digest(nodeid)}.yaml"
 
+
+def legacy_baseline_name(nodeid: str) -> str:
+    """The name earlier versions gave the file (brackets kept); still read, moved on rewrite."""
+    safe = re.sub(r"[^A-Za-z0-9_.\-\[\]]", "_", _readable(nodeid))[:MAX_NAME]
+    return f"{safe}-{_digest(nodeid)}.yaml"
+
+
+def _readable(nodeid: str) -> str:
+    return nodeid.replace(".py::", "__").replace("::", "__").replace("/", "_")
+
+
+def _digest(nodeid: str) -> str:
+    return hashlib.sha1(nodeid.encode()).hexdigest()[:8]

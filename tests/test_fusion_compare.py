@@ -16,6 +16,7 @@ from pytest_fusion.snapshot import (
     RejectionRec,
     Snapshot,
     baseline_name,
+    legacy_baseline_name,
     relative_file,
 )
 
@@ -297,9 +298,16 @@ def test_foreign_schema_version_is_named():
 def test_baseline_names_are_safe_and_unique():
     a = baseline_name("tests/test_a.py::TestX::test_y[64-float32]")
     b = baseline_name("tests/test_a.py::TestX::test_y[64 float32]")
-    assert a.startswith("tests_test_a__TestX__test_y[64-float32]-") and a.endswith(".yaml")
+    assert a.startswith("tests_test_a__TestX__test_y_64-float32-") and a.endswith(".yaml")
     assert a != b and "/" not in b and " " not in b
     assert len(baseline_name("t.py::" + "x" * 500)) < 140
+    # No glob character a shell would expand (zsh fails on an unmatched `[...]`).
+    odd = baseline_name("t.py::test[a*b?c[d]]")
+    assert not set("[]*?") & set(odd)
+    # The name earlier versions gave the file, still read: same hash, brackets kept.
+    old = legacy_baseline_name("tests/test_a.py::TestX::test_y[64-float32]")
+    assert old.startswith("tests_test_a__TestX__test_y[64-float32]-") and old[-13:] == a[-13:]
+    assert legacy_baseline_name("t.py::t") == baseline_name("t.py::t")
 
 
 def test_source_paths_are_portable(tmp_path):

@@ -1,0 +1,79 @@
+"""A project's first run: file names a shell takes as they are."""
+
+import pytest
+import yaml
+from fusion_plugin_helpers import model_source, run
+
+from pytest_fusion.snapshot import baseline_name, legacy_baseline_name
+
+pytestmark = pytest.mark.usefixtures("torch_warm")
+
+PARAMETRIZED = """\
+import pytest
+import model
+
+@pytest.mark.parametrize("size", ["small", "big one"])
+@pytest.mark.fusion_check(model.Net, (4, 8))
+def test_sized(size):
+    pass
+"""
+IDS = ["test_net.py::test_a", "test_net.py::test_b", "test_sized.py::test_sized[big one]",
+       "test_sized.py::test_sized[small]"]
+
+
+def test_baseline_names_carry_no_glob_characters(proj):
+    proj.makepyfile(test_net=PARAMETRIZED)
+    run(proj, "--fusion-update-baselines").assert_outcomes(passed=2)
+    names = sorted(p.name for p in (proj.path / "fusion_baselines").iterdir())
+    assert names == sorted(baseline_name(i.replace("test_sized.py", "test_net.py"))
+                           for i in IDS[2:])
+    assert not any(set("[]*? ") & set(n) for n in names)
+
+
+def _as_legacy(p, nodeid: str):
+    """Move the test's baseline to the name earlier versions gave it."""
+    folder = p.path / "fusion_baselines"
+    new, old = folder / baseline_name(nodeid), folder / legacy_baseline_name(nodeid)
+    assert new != old
+    new.rename(old)
+    return new, old
+
+
+@pytest.mark.cpu
+def test_an_old_bracketed_baseline_is_read_kept_and_moved_on_rewrite(proj):
+    proj.makepyfile(test_net=PARAMETRIZED)
+    small = "test_net.py::test_sized[small]"
+    run(proj, "--fusion-update-baselines").assert_outcomes(passed=2)
+    new, old = _as_legacy(proj, small)
+    text = old.read_text() + "# the user's comment\n"
+    old.write_text(text)
+
+    # Read as it is: no failure, not stale (its test exists), not moved by a plain run.
+    r = run(proj)
+    r.assert_outcomes(passed=2)
+    assert "stale" not in r.stdout.str() and old.exists() and not new.exists()
+    run(proj, "--fusion-update-baselines=failing").assert_outcomes(passed=2)
+    assert old.read_text() == text and not new.exists()  # nothing failed: nothing written
+
+    # A regression names the file it read; accepting it writes the new name, drops the old.
+    proj.makepyfile(model=model_source("split"))
+    r = run(proj, small)
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines([f"fusion regression against fusion_baselines/{old.name}:"])
+    r = run(proj, "--fusion-update-baselines=failing", small)
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines([f"updated fusion_baselines/{new.name} ({small})"])
+    assert new.exists() and not old.exists()
+    assert yaml.safe_load(new.read_text())["test"] == small
+
+    # `=all` moves an unchanged old-named file as it is, bytes and all.
+    new, old = _as_legacy(proj, small)
+    old.write_text(old.read_text() + "# kept\n")
+    before = old.read_bytes()
+    r = run(proj, "--fusion-update-baselines=all")
+    r.assert_outcomes(passed=2)
+    r.stdout.fnmatch_lines([f"renamed fusion_baselines/{new.name} ({small})",
+                            f"    from fusion_baselines/{old.name}"])
+    assert new.read_bytes() == before and not old.exists()
+    assert "stale" not in r.stdout.str()
+    run(proj).assert_outcomes(passed=2)
