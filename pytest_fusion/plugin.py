@@ -30,12 +30,12 @@ if TYPE_CHECKING:  # the fixture, report and session-end modules load when first
 MARKER = (
     "fusion_check(model, *inputs, dtype=None, checks=('clusters', 'rejections', 'traffic', "
     "'timings'), traffic_tolerance=None, timing_tolerance=None, timing_alpha=None, "
-    "timing_min_bytes=None, capture=None): analyze `model` (an nn.Module, its class, a "
-    "zero-argument factory or a .py path) for the example `inputs` (tensors, shape tuples or "
-    "'N,M' strings of `dtype`), "
-    "captured with `capture` (auto, fx or export), and compare the result with the test's "
-    "baseline in the fusion_baselines folder; the tolerance and capture keywords override the "
-    "ini options for this test")
+    "timing_min_bytes=None, capture=None, device=None): analyze `model` (an nn.Module, its "
+    "class, a zero-argument factory or a .py path) for the example `inputs` (tensors, shape "
+    "tuples or 'N,M' strings of `dtype`), "
+    "captured with `capture` (auto, fx or export), for the target `device` (cpu or cuda), and "
+    "compare the result with the test's baseline in the fusion_baselines folder; the "
+    "tolerance, capture and device keywords override the ini options for this test")
 DISABLED = "fusion checks disabled (--fusion-disable)"
 plugin_key = pytest.StashKey["FusionPlugin"]()
 advisor_key = pytest.StashKey["FusionAdvisor"]()
@@ -80,6 +80,7 @@ class FusionPlugin:
         if self.capture not in CAPTURES:
             raise pytest.UsageError(f"ini option fusion_capture must be one of "
                                     f"{', '.join(CAPTURES)}, got {self.capture!r}")
+        self.target = options.ini_target(config)  # the marker's or analyze()'s device= wins
         flag = config.getoption("fusion_fail_stale")
         self.fail_stale = bool(config.getini("fusion_fail_stale") if flag is None else flag)
         self.prune_stale: bool = config.getoption("fusion_prune_stale")
@@ -136,12 +137,12 @@ def pytest_report_header(config: pytest.Config) -> str:
     update = f", updating baselines: {p.mode}" if p.mode else ""
     off = ", checks disabled" if p.disabled else ""
     return (f"fusion-advisor: torch {v['torch']}, triton {v['triton']}, baselines "
-            f"{p.shown(p.folder)}/{update}{off}")
+            f"{p.shown(p.folder)}/, target {p.target}{update}{off}")
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_fusion_measure(analysis: Any, config: pytest.Config) -> dict | None:
-    return default_measure(analysis)
+def pytest_fusion_measure(analysis: Any, config: pytest.Config, device: str) -> dict | None:
+    return default_measure(analysis, device)
 
 
 @pytest.fixture

@@ -131,8 +131,10 @@ class FusionSession:
             return str(path)
 
     def check(self, current: Snapshot, tol: Tolerances, checks: tuple[str, ...] | None = None,
-              hw_key: str | None = None) -> tuple[TestRecord, str | None]:
-        """Compare with the baseline; return the record and a failure message (None: pass)."""
+              hw_key: str | None = None, untimed: str = "") -> tuple[TestRecord, str | None]:
+        """Compare with the baseline; return the record and a failure message (None: pass).
+
+        `untimed`: why nothing was timed, when that is not for want of a GPU."""
         from .carry import attach_timings
         from .compare import CHECKS, NO_CUDA, compare, frontend_change
         from .snapshot import BaselineError
@@ -147,8 +149,9 @@ class FusionSession:
             m = current.measured[hw_key]
             rec.model_speedup = median_speedup(m.model_eager_us, m.model_us)
         if "timings" in checks:
-            rec.timing_note = (NO_CUDA if hw_key is None else f"timings recorded on {hw_key}"
-                               if hw_key in current.measured else f"nothing measured on {hw_key}")
+            rec.timing_note = untimed or (
+                NO_CUDA if hw_key is None else f"timings recorded on {hw_key}"
+                if hw_key in current.measured else f"nothing measured on {hw_key}")
         cmd = f"pytest --fusion-update-baselines={{}} {shlex.quote(nodeid)}"
         if path.is_dir():  # never replaced: the folder is the user's
             rec.status, msg = "error", (f"fusion baseline {shown} is a folder, not a file; "
@@ -170,8 +173,19 @@ class FusionSession:
             rec.status = "missing"
             return rec, (f"no fusion baseline for this test ({shown}); create it with: "
                          + cmd.format("new"))
+        if base.target != current.target:  # nothing to compare: say that, not the differences
+            msg = (f"fusion baseline {shown} describes the {base.target} target, this run "
+                   f"analyses for {current.target}: analyse for {base.target} (ini fusion_device, "
+                   "or device= on the marker or in analyze()), or record it for "
+                   f"{current.target} with: pytest --fusion-update-baselines=failing -o "
+                   f"fusion_device={current.target} {shlex.quote(nodeid)}")
+            if self.mode in ("failing", "all"):  # timings of the other target do not carry
+                rec.messages = [f"target {base.target} → {current.target}"]
+                return self._write(rec, "replaced", current, None, path, legacy=legacy), None
+            rec.status, rec.messages = "error", [msg]
+            return rec, msg
         result = compare(base, current, tol, checks, hw_key)
-        rec.timing_note = result.timing_note
+        rec.timing_note = untimed if untimed and "timings" in checks else result.timing_note
         rec.messages = list(result.regressions + result.improvements + result.changes)
         rec.status = result.status
         rewrite = (self.mode == "all" or (self.mode == "failing" and result.regressions))

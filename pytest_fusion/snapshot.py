@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 MAX_NAME = 120
+# What a baseline describes: the device the model is analysed for (Inductor lowers some ops
+# differently there), not where the test's tensors live. Baselines without it are "cpu".
+TARGETS = ("cpu", "cuda")
 
 
 class BaselineError(Exception):
@@ -128,6 +131,7 @@ class Snapshot:
     frontend: str = ""  # "fx" or "export"; "" in baselines written before it was recorded
     # What separates compute ops in the current graph (explains a lost cluster); not stored.
     barriers: tuple[BarrierRec, ...] = field(default=(), compare=False)
+    target: str = "cpu"  # one of TARGETS: the device the analysis describes
 
     @property
     def kernels(self) -> int:
@@ -177,8 +181,10 @@ def where(span: Any, rootdir: Path) -> str:
 def from_analysis(analysis: Any, test: str, rootdir: Path,
                   measured: dict[str, Measured] | None = None,
                   provenance: dict[str, str] | None = None,
-                  kernels: dict[int, tuple[str | None, str]] | None = None) -> Snapshot:
-    """`kernels`: cluster index -> (kernel kind or None, lowering error).
+                  kernels: dict[int, tuple[str | None, str]] | None = None,
+                  target: str = "cpu") -> Snapshot:
+    """`kernels`: cluster index -> (kernel kind or None, lowering error); `target`: the
+    device the analysis was made for.
 
     Clusters keep the analysis' order, so `clusters[c.index]` is cluster `c`.
     """
@@ -214,7 +220,7 @@ def from_analysis(analysis: Any, test: str, rootdir: Path,
                     clusters=tuple(numbered(clusters, lambda c: c.ident)),
                     rejections=tuple(numbered(rejections, lambda r: r.ident)),
                     provenance=dict(provenance or {}), measured=dict(measured or {}),
-                    frontend=graph.frontend, barriers=barriers)
+                    frontend=graph.frontend, target=target, barriers=barriers)
 
 
 # ---------------------------------------------------------------- file names
