@@ -1,12 +1,17 @@
-"""A project's first run: file names a shell takes as they are."""
+"""A project's first run: one command for every missing baseline, and file names a shell
+takes as they are."""
+
+import shlex
 
 import pytest
 import yaml
-from fusion_plugin_helpers import model_source, run
+from fusion_plugin_helpers import baselines, marked_test, model_source, run
 
 from pytest_fusion.snapshot import baseline_name, legacy_baseline_name
 
 pytestmark = pytest.mark.usefixtures("torch_warm")
+
+CMD = "pytest --fusion-update-baselines"
 
 PARAMETRIZED = """\
 import pytest
@@ -19,6 +24,35 @@ def test_sized(size):
 """
 IDS = ["test_net.py::test_a", "test_net.py::test_b", "test_sized.py::test_sized[big one]",
        "test_sized.py::test_sized[small]"]
+
+
+def _four_tests(p) -> None:
+    p.makepyfile(test_net=marked_test("test_a") + "\n" + marked_test("test_b"),
+                 test_sized=PARAMETRIZED)
+
+
+def test_missing_baselines_get_one_command_that_creates_them_all(proj):
+    _four_tests(proj)
+    r = run(proj)
+    r.assert_outcomes(failed=4)
+    quoted = " ".join(shlex.quote(i) for i in IDS)
+    assert "'test_sized.py::test_sized[small]'" in quoted  # zsh would glob it unquoted
+    r.stdout.fnmatch_lines(["*- fusion baselines -*",
+                            f"4 fusion baselines are missing; create them with: {CMD}=new "
+                            f"{quoted}"])
+    # Each test's own failure stays one line, with its own command.
+    failures = [line for line in r.stdout.lines if line.startswith("no fusion baseline")]
+    assert len(failures) == 4 and all("\n" not in f for f in failures)
+    # The command does what it says: every baseline, nothing else.
+    args = shlex.split(r.stdout.lines[[i for i, line in enumerate(r.stdout.lines)
+                                       if line.startswith("4 fusion baselines")][0]]
+                       .split("create them with: ")[1])
+    assert args[0] == "pytest"
+    run(proj, *args[1:]).assert_outcomes(passed=4)
+    assert sorted(baselines(proj.path)) == IDS
+    r = run(proj)
+    r.assert_outcomes(passed=4)
+    assert "fusion baselines are missing" not in r.stdout.str()
 
 
 def test_baseline_names_carry_no_glob_characters(proj):
