@@ -18,6 +18,7 @@ import pytest
 from .compare import CHECKS, Tolerances, fmt_bytes
 from .measure import to_measured
 from .options import CAPTURES, check_target, check_tolerance
+from .session import TestRecord
 from .snapshot import Snapshot, from_analysis
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
@@ -262,6 +263,25 @@ class FusionAdvisor:
               **tolerances: Any) -> None:
         """Compare `result` with this test's baseline; fail the test on a regression."""
         __tracebackhide__ = True
+        _, failure = self._check(result, checks, tolerances)
+        if failure:
+            pytest.fail(failure, pytrace=False)
+
+    def check_marker(self) -> str | None:
+        """The marker's check, made before the test body: fails the test on a regression or
+        an unusable baseline; returns the message of a missing baseline instead, so the body
+        (the test's own assertions) still runs before that fails the test."""
+        __tracebackhide__ = True
+        rec, failure = self._check(self.result, None, {})
+        if failure and rec.status == "missing":
+            return failure
+        if failure:
+            pytest.fail(failure, pytrace=False)
+        return None
+
+    def _check(self, result: FusionResult, checks: Sequence[str] | None,
+               tolerances: dict[str, Any]) -> tuple[TestRecord, str | None]:
+        __tracebackhide__ = True
         if self.checked:
             pytest.fail("a test has one fusion baseline: fusion_advisor.check() was already "
                         "called, or the fusion_check marker checked this test (give the "
@@ -288,5 +308,4 @@ class FusionAdvisor:
         rec, failure = session.check(result.snapshot, tol, checks,
                                      result.hw_key, untimed)
         session.record(rec)
-        if failure:
-            pytest.fail(failure, pytrace=False)
+        return rec, failure

@@ -188,8 +188,18 @@ def pytest_runtest_call(item: pytest.Item):
     advisor = _advisor(item)
     # Check before the body: a regression message is the clearest failure a reviewer can get,
     # and a failing body assertion must not hide it. The body reads fusion_advisor.result.
-    advisor.check(advisor.result)
-    return (yield)
+    # A missing baseline waits for the body: on a first run the test's own assertions run,
+    # and a body failure carries the missing baseline as a note, so both are reported.
+    missing = advisor.check_marker()
+    try:
+        out = yield
+    except Exception as e:
+        if missing:
+            e.add_note(missing)
+        raise
+    if missing:
+        pytest.fail(missing, pytrace=False)
+    return out
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,5 +1,5 @@
-"""A project's first run: one command for every missing baseline, and file names a shell
-takes as they are."""
+"""A project's first run: one command for every missing baseline, the marker test's body
+still runs, and file names a shell takes as they are."""
 
 import shlex
 
@@ -53,6 +53,42 @@ def test_missing_baselines_get_one_command_that_creates_them_all(proj):
     r = run(proj)
     r.assert_outcomes(passed=4)
     assert "fusion baselines are missing" not in r.stdout.str()
+
+
+BODY = """\
+import pathlib
+import pytest
+import model
+
+@pytest.mark.fusion_check(model.Net, (4, 8))
+def test_net(fusion_advisor):
+    pathlib.Path("body-ran").write_text("yes")
+    assert fusion_advisor.result.kernels == {kernels}
+"""
+
+
+def test_a_marker_test_without_baseline_runs_its_body_and_still_fails(proj):
+    proj.makepyfile(test_net=BODY.format(kernels=1))
+    r = run(proj, "--fusion-report=rep")
+    r.assert_outcomes(failed=1)
+    assert (proj.path / "body-ran").exists()
+    r.stdout.fnmatch_lines(["no fusion baseline for this test (*); create it with: "
+                            f"{CMD}=new test_net.py::test_net"])
+    assert '"status": "missing"' in (proj.path / "rep.json").read_text()
+
+    # A failing body and the missing baseline are both reported, in the one failure.
+    (proj.path / "body-ran").unlink()
+    proj.makepyfile(test_net=BODY.format(kernels=5))
+    r = run(proj)
+    r.assert_outcomes(failed=1)
+    assert (proj.path / "body-ran").exists()
+    r.stdout.fnmatch_lines(["E*assert 1 == 5*", "*no fusion baseline for this test (*); "
+                            f"create it with: {CMD}=new test_net.py::test_net"])
+
+    # With the baseline in place the body runs as ever, after the check.
+    proj.makepyfile(test_net=BODY.format(kernels=1))
+    run(proj, "--fusion-update-baselines=new").assert_outcomes(passed=1)
+    run(proj).assert_outcomes(passed=1)
 
 
 def test_baseline_names_carry_no_glob_characters(proj):
