@@ -3,8 +3,8 @@
 Reads the session's test records (plain dicts), the baseline writes applied and
 the stale baselines found; returns text. ``summary_lines`` is always shown when
 something needs attention (created/updated/stale/improved/missing); ``table_lines``,
-``markdown`` and ``json_doc`` only with ``--fusion-report``. Update commands are quoted
-for a shell.
+``markdown`` and ``json_doc`` only with ``--fusion-report``. Each ends with the update
+commands that create or accept what the run found, quoted for a shell.
 """
 
 from __future__ import annotations
@@ -116,7 +116,21 @@ def markdown(records: list[dict[str, Any]], writes: list[dict[str, Any]],
         lines += [f"- {'removed ' if removed else ''}`{s['path']}` (test `{s['test']}`)"
                   for s in stale]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _accept_md(records))
+
+
+def _accept_md(records: list[dict[str, Any]]) -> list[str]:
+    """The commands that create or accept what this run found, last in the report."""
+    steps = [("Create the missing baselines:", "new", _ids(records, "missing")),
+             ("Accept the regressions above, if they are intended:", "failing",
+              _ids(records, "regressed")),
+             ("Record the improvements and changes:", "all",
+              _ids(records, "improved", "changed"))]
+    lines = []
+    for text, mode, ids in steps:
+        if ids:
+            lines += [text, "", "```sh", update_command(mode, ids), "```", ""]
+    return ["### Accept", "", *lines] if lines else []
 
 
 def json_doc(records: list[dict[str, Any]], writes: list[dict[str, Any]],

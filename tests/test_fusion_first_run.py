@@ -1,5 +1,5 @@
 """A project's first run: one command for every missing baseline, the marker test's body
-still runs, and file names a shell takes as they are."""
+still runs, file names a shell takes as they are, and the report's accept commands."""
 
 import shlex
 
@@ -147,3 +147,22 @@ def test_an_old_bracketed_baseline_is_read_kept_and_moved_on_rewrite(proj):
     assert new.read_bytes() == before and not old.exists()
     assert "stale" not in r.stdout.str()
     run(proj).assert_outcomes(passed=2)
+
+
+@pytest.mark.cpu
+def test_the_markdown_report_ends_with_the_accept_commands(proj):
+    _four_tests(proj)
+    run(proj, "test_net.py", "--fusion-update-baselines").assert_outcomes(passed=2)
+    proj.makepyfile(model=model_source("split"))  # test_a and test_b regress
+    r = run(proj, "--fusion-report=rep")
+    r.assert_outcomes(failed=4)
+    md = (proj.path / "rep.md").read_text()
+    sized = " ".join(shlex.quote(i) for i in IDS[2:])
+    assert md.rstrip().endswith(
+        "### Accept\n\n"
+        f"Create the missing baselines:\n\n```sh\n{CMD}=new {sized}\n```\n\n"
+        "Accept the regressions above, if they are intended:\n\n"
+        f"```sh\n{CMD}=failing test_net.py::test_a test_net.py::test_b\n```")
+    run(proj, "--fusion-update-baselines").assert_outcomes(passed=4)
+    run(proj, "--fusion-report=rep").assert_outcomes(passed=4)
+    assert "### Accept" not in (proj.path / "rep.md").read_text()
