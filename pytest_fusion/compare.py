@@ -88,7 +88,8 @@ class _Diff:
         self.findings += verdicts.findings
         # A kernel that now writes more because a neighbour's ops left the model is no
         # regression when the model as a whole moves fewer bytes.
-        self.worse = "regressions" if model_change(self.base, self.cur) != -1 else "changes"
+        self.worse = ("changes" if verdicts.ops_left
+                      and model_change(self.base, self.cur) == -1 else "regressions")
         for b, c in self.pairs:
             if gate and b.category != c.category:
                 self.say(self.worse, c, f"`{c.chain}`{at(c)} changed category: "

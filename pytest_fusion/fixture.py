@@ -17,12 +17,13 @@ import pytest
 
 from .compare import CHECKS, Tolerances, fmt_bytes
 from .measure import to_measured
-from .options import CAPTURES, check_improvements, check_tolerance
+from .options import CAPTURES, check_improvements, check_target, check_tolerance
+from .session import TestRecord
 from .snapshot import Snapshot, from_analysis
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
-MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "improvements")
+MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "device", "improvements")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,11 @@ class FusionResult:
     @property
     def rejections(self):
         return self.analysis.rejections
+
+    @property
+    def target(self) -> str:
+        """The device the analysis was made for: "cpu" or "cuda"."""
+        return self.snapshot.target
 
     @property
     def kernels(self) -> int:
@@ -137,10 +143,13 @@ class FusionAdvisor:
 
     # ------------------------------------------------------------ analysis
     def analyze(self, model: Any, *inputs: Any, dtype: Any = None, measure: bool = True,
-                capture: str | None = None) -> FusionResult:
+                capture: str | None = None, device: str | None = None) -> FusionResult:
         """Analyze `model` for the example inputs (tensors, shapes, InputSpecs).
 
         `capture`: "auto", "fx" or "export"; None takes the `fusion_capture` ini option.
+        `device`: the target, "cpu" or "cuda"; None takes the `fusion_device` ini option.
+        It is what the analysis (and the baseline) describes, possible on any machine;
+        kernels are timed where CUDA is (a cuda target is not timed without it).
         """
         import fusion_core
 
@@ -149,9 +158,13 @@ class FusionAdvisor:
         elif capture not in CAPTURES:
             pytest.fail(f"unknown capture frontend capture={capture!r}: choose from "
                         f"{', '.join(CAPTURES)}", pytrace=False)
+        if device is None:
+            device = self.plugin.target
+        elif problem := check_target(device, "fusion_advisor.analyze(device=...)"):
+            pytest.fail(problem, pytrace=False)
         try:
             analysis = fusion_core.analyze(build_model(model), *build_inputs(inputs, dtype),
-                                           capture=capture)
+                                           capture=capture, device=device)
         except fusion_core.FusionAdvisorError as e:
             failure = f"fusion analysis failed: {e}"
         else:
@@ -159,11 +172,15 @@ class FusionAdvisor:
         if failure is not None:  # outside the handler: pytest would print the whole chain
             pytest.fail(failure, pytrace=False)
         rootdir = self.item.config.rootpath
+        # The kernels are Triton kernels, timed on the GPU whatever the target; a cuda target
+        # is not timed on a machine without CUDA (nothing there runs what it describes).
+        runs_here = device == "cpu" or self.plugin.hw_key is not None
         raw = self.item.config.hook.pytest_fusion_measure(
-            analysis=analysis, config=self.item.config) if measure else None
-        key = self.plugin.hw_key  # None without CUDA
+            analysis=analysis, config=self.item.config,
+            device=device) if measure and runs_here else None
+        key = self.plugin.hw_key
         snap = from_analysis(analysis, self.item.nodeid, rootdir,
-                             kernels=generated_kernels(analysis))
+                             kernels=generated_kernels(analysis), target=device)
         if raw:
             key, m = to_measured(raw, snap.clusters)
             if m.clusters or m.model_us:  # nothing timed (the model failed there): none stored
@@ -183,11 +200,16 @@ class FusionAdvisor:
             if unknown:  # a typo would otherwise be ignored and a baseline written
                 pytest.fail(f"fusion_check got unknown keyword(s) {', '.join(unknown)}: the "
                             f"allowed keywords are {', '.join(MARKER_KEYWORDS)}", pytrace=False)
+            device = marker.kwargs.get("device")
+            if device is not None and (problem := check_target(device,
+                                                               "fusion_check(device=...)")):
+                pytest.fail(problem, pytrace=False)
             checks = _as_checks(marker.kwargs.get("checks"))
             self._marker_result = self.analyze(marker.args[0], *marker.args[1:],
                                                dtype=marker.kwargs.get("dtype"),
                                                measure="timings" in checks,
-                                               capture=marker.kwargs.get("capture"))
+                                               capture=marker.kwargs.get("capture"),
+                                               device=device)
         return self._marker_result
 
     # ------------------------------------------------------------ assertions
@@ -256,6 +278,26 @@ class FusionAdvisor:
         """Compare `result` with this test's baseline; fail the test on a regression (and
         on an improvement when `improvements="fail"`)."""
         __tracebackhide__ = True
+        _, failure = self._check(result, checks, tolerances, improvements)
+        if failure:
+            pytest.fail(failure, pytrace=False)
+
+    def check_marker(self) -> str | None:
+        """The marker's check, made before the test body: fails the test on a regression or
+        an unusable baseline; returns the message of a missing baseline instead, so the body
+        (the test's own assertions) still runs before that fails the test."""
+        __tracebackhide__ = True
+        rec, failure = self._check(self.result, None, {}, None)
+        if failure and rec.status == "missing":
+            return failure
+        if failure:
+            pytest.fail(failure, pytrace=False)
+        return None
+
+    def _check(self, result: FusionResult, checks: Sequence[str] | None,
+               tolerances: dict[str, Any], improvements: str | None
+               ) -> tuple[TestRecord, str | None]:
+        __tracebackhide__ = True
         if self.checked:
             pytest.fail("a test has one fusion baseline: fusion_advisor.check() was already "
                         "called, or the fusion_check marker checked this test (give the "
@@ -278,5 +320,4 @@ class FusionAdvisor:
         rec, failure = session.check(result.snapshot, tol, checks, result.hw_key,
                                      fail_improvements)
         session.record(rec)
-        if failure:
-            pytest.fail(failure, pytrace=False)
+        return rec, failure

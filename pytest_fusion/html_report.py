@@ -94,11 +94,11 @@ class HtmlReport:
                                      title=nodeid)
         if rec["status"] != "regressed":
             return fusion_core.analysis_html(page, back=back)
-        from .session import read_baseline
+        from .session import baseline_path, read_baseline
 
-        path = self.plugin.folder / baseline_name(nodeid)
+        path, legacy = baseline_path(self.plugin.folder, nodeid)
         try:
-            base = read_baseline(path, self.plugin.shown(path))
+            base = read_baseline(legacy or path, self.plugin.shown(legacy or path))
         except BaselineError:
             base = None
         if base is None:

@@ -1,10 +1,14 @@
 """Measured fields: where they come from and how they become baseline data.
 
-Measurements come from the ``pytest_fusion_measure(analysis, config)`` hook
-(first non-None result wins). The plugin's own fallback implementation calls
-``fusion_core.measure(analysis)`` when fusion_core exports it and CUDA is
-available. Either returns ``None`` (nothing measured, e.g. no CUDA; a conftest's
-``None`` lets the fallback measure), ``{}`` (measure nothing, even with CUDA) or a dict::
+Measurements come from the ``pytest_fusion_measure(analysis, config, device)`` hook
+(first non-None result wins; ``device`` is the analysis target, ``cpu`` or ``cuda``).
+The plugin calls it only where the target can run: never for a ``cuda`` target on a
+machine without CUDA. Its own fallback implementation calls
+``fusion_core.measure(analysis)`` when fusion_core exports it and CUDA is available (our
+kernels are Triton kernels: they run on the GPU whichever target the clusters were
+analysed for). Either returns ``None`` (nothing measured, e.g. no
+CUDA; a conftest's ``None`` lets the fallback measure), ``{}`` (measure nothing, even
+with CUDA) or a dict::
 
     {"device": {"name": "NVIDIA H200", "capability": [9, 0]},
      "clusters": [{"index": 0,                      # Cluster.index
@@ -35,8 +39,11 @@ if TYPE_CHECKING:  # the data model loads when something is measured
 
 class FusionHookSpecs:
     @pytest.hookspec(firstresult=True)
-    def pytest_fusion_measure(self, analysis: Any, config: pytest.Config) -> dict | None:
-        """Measure the analysis' generated kernels on this machine, or return None."""
+    def pytest_fusion_measure(self, analysis: Any, config: pytest.Config,
+                              device: str) -> dict | None:
+        """Measure the analysis' generated kernels on this machine, or return None.
+
+        `device` is the target the analysis was made for ("cpu" or "cuda")."""
 
 
 def hardware_key(device: dict[str, Any]) -> str:
@@ -73,8 +80,8 @@ def to_measured(result: dict[str, Any], clusters: Sequence[ClusterRec]
         date=datetime.date.today().isoformat())
 
 
-def default_measure(analysis: Any) -> dict | None:
-    """fusion_core.measure when it exists and CUDA is present; otherwise None.
+def default_measure(analysis: Any, device: str) -> dict | None:
+    """fusion_core.measure when it exists and CUDA is present; else None.
 
     Timings are taken holding the GPU's lock, so xdist workers (or two pytest runs) that
     share one GPU take turns instead of timing each other's kernels."""

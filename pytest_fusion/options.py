@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from .snapshot import TARGETS  # the data model's module imports nothing heavy
+
 MODES = ("new", "failing", "all")
 UPDATE_FLAG = "--fusion-update-baselines"
 INI_TOLERANCES = {  # ini name -> (Tolerances field, default, help)
@@ -38,6 +40,13 @@ REPORT_NAME = "fusion-report"
 CAPTURES = ("auto", "fx", "export")
 # What an improvement does to its test: pass with a notice (default), or fail until accepted.
 IMPROVEMENTS = ("pass", "fail")
+
+
+def check_target(value: Any, source: str) -> str | None:
+    """The one-line reason `value` is no analysis target, or None when it is one."""
+    if isinstance(value, str) and value in TARGETS:
+        return None
+    return f"{source} must be {' or '.join(TARGETS)}, got {value!r}"
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -66,6 +75,9 @@ def add_options(parser: pytest.Parser) -> None:
         parser.addini(name, help_, default=default)
     parser.addini("fusion_capture", "graph capture frontend: auto (FX, then torch.export when "
                   "FX cannot trace), fx or export", default="auto")
+    parser.addini("fusion_device", "the device baselines describe: the analysis target (cpu or "
+                  "cuda), analysed on any machine; kernels are timed only for a cuda target "
+                  "on a CUDA machine", default="cpu")
     parser.addini("fusion_fail_stale", "fail the run when a fusion baseline is stale",
                   type="bool", default=False)
     parser.addini("fusion_improvements", "what a fusion improvement does to its test: pass "
@@ -120,6 +132,14 @@ def ini_tolerances(config: pytest.Config) -> dict[str, float]:
             raise pytest.UsageError(value)
         out[field] = value
     return out
+
+
+def ini_target(config: pytest.Config) -> str:
+    value = config.getini("fusion_device").strip()
+    problem = check_target(value, "ini option fusion_device")
+    if problem:
+        raise pytest.UsageError(problem)
+    return value
 
 
 def report_base(config: pytest.Config) -> Path | None:

@@ -30,13 +30,13 @@ if TYPE_CHECKING:  # the fixture, report and session-end modules load when first
 MARKER = (
     "fusion_check(model, *inputs, dtype=None, checks=('clusters', 'rejections', 'traffic', "
     "'timings'), traffic_tolerance=None, timing_tolerance=None, timing_alpha=None, "
-    "timing_min_bytes=None, capture=None, improvements=None): analyze `model` (an nn.Module, "
-    "its class, a "
-    "zero-argument factory or a .py path) for the example `inputs` (tensors, shape tuples or "
-    "'N,M' strings of `dtype`), "
-    "captured with `capture` (auto, fx or export), and compare the result with the test's "
-    "baseline in the fusion_baselines folder; the tolerance, capture and improvements ('pass' or "
-    "'fail') keywords override the ini options for this test")
+    "timing_min_bytes=None, capture=None, device=None, improvements=None): analyze `model` "
+    "(an nn.Module, its class, a zero-argument factory or a .py path) for the example "
+    "`inputs` (tensors, shape tuples or 'N,M' strings of `dtype`), "
+    "captured with `capture` (auto, fx or export), for the target `device` (cpu or cuda), and "
+    "compare the result with the test's baseline in the fusion_baselines folder; the "
+    "tolerance, capture, device and improvements ('pass' or 'fail') keywords override the ini "
+    "options for this test")
 DISABLED = "fusion checks disabled (--fusion-disable)"
 plugin_key = pytest.StashKey["FusionPlugin"]()
 advisor_key = pytest.StashKey["FusionAdvisor"]()
@@ -85,6 +85,7 @@ class FusionPlugin:
         bad = options.check_improvements(self.improvements, "ini option fusion_improvements")
         if bad:
             raise pytest.UsageError(bad)
+        self.target = options.ini_target(config)  # the marker's or analyze()'s device= wins
         flag = config.getoption("fusion_fail_stale")
         self.fail_stale = bool(config.getini("fusion_fail_stale") if flag is None else flag)
         self.prune_stale: bool = config.getoption("fusion_prune_stale")
@@ -141,12 +142,12 @@ def pytest_report_header(config: pytest.Config) -> str:
     update = f", updating baselines: {p.mode}" if p.mode else ""
     off = ", checks disabled" if p.disabled else ""
     return (f"fusion-advisor: torch {v['torch']}, triton {v['triton']}, baselines "
-            f"{p.shown(p.folder)}/{update}{off}")
+            f"{p.shown(p.folder)}/, target {p.target}{update}{off}")
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_fusion_measure(analysis: Any, config: pytest.Config) -> dict | None:
-    return default_measure(analysis)
+def pytest_fusion_measure(analysis: Any, config: pytest.Config, device: str) -> dict | None:
+    return default_measure(analysis, device)
 
 
 @pytest.fixture
@@ -192,8 +193,18 @@ def pytest_runtest_call(item: pytest.Item):
     advisor = _advisor(item)
     # Check before the body: a regression message is the clearest failure a reviewer can get,
     # and a failing body assertion must not hide it. The body reads fusion_advisor.result.
-    advisor.check(advisor.result)
-    return (yield)
+    # A missing baseline waits for the body: on a first run the test's own assertions run,
+    # and a body failure carries the missing baseline as a note, so both are reported.
+    missing = advisor.check_marker()
+    try:
+        out = yield
+    except Exception as e:
+        if missing:
+            e.add_note(missing)
+        raise
+    if missing:
+        pytest.fail(missing, pytrace=False)
+    return out
 
 
 @pytest.hookimpl(wrapper=True)

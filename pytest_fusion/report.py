@@ -2,8 +2,9 @@
 
 Reads the session's test records (plain dicts), the baseline writes applied and
 the stale baselines found; returns text. ``summary_lines`` is always shown when
-something needs attention (created/updated/stale/improved); ``table_lines``,
-``markdown`` and ``json_doc`` only with ``--fusion-report``.
+something needs attention (created/updated/stale/improved/missing); ``table_lines``,
+``markdown`` and ``json_doc`` only with ``--fusion-report``. Each ends with the update
+commands that create or accept what the run found, quoted for a shell.
 """
 
 from __future__ import annotations
@@ -18,9 +19,30 @@ FAILED = ("missing", "error", "regressed", "unaccepted")
 NOT_CHECKED = "not checked: test failed before check"
 
 
+def update_command(mode: str, nodeids: list[str]) -> str:
+    """`pytest --fusion-update-baselines=MODE` for exactly these tests, quoted for a shell
+    (`[...]` of a parametrized id is a glob in zsh)."""
+    return f"pytest --fusion-update-baselines={mode} " + " ".join(map(shlex.quote, nodeids))
+
+
 def ratchet_command(nodeids: list[str]) -> str:
     """The update command for exactly these tests (`=all` on node ids judges no stale file)."""
-    return "pytest --fusion-update-baselines=all " + " ".join(shlex.quote(n) for n in nodeids)
+    return update_command("all", nodeids)
+
+
+def _ids(records: list[dict[str, Any]], *statuses: str) -> list[str]:
+    return [r["nodeid"] for r in records if r["status"] in statuses]
+
+
+def missing_line(records: list[dict[str, Any]]) -> list[str]:
+    """One line creating every missing baseline of the run (each test's failure names its
+    own; one command is what a first run of many tests needs)."""
+    ids = _ids(records, "missing")
+    if not ids:
+        return []
+    what = "1 fusion baseline is" if len(ids) == 1 else f"{len(ids)} fusion baselines are"
+    return [f"{what} missing; create {'it' if len(ids) == 1 else 'them'} with: "
+            + update_command("new", ids)]
 
 
 def _timings(r: dict[str, Any]) -> str:
@@ -64,7 +86,7 @@ def summary_lines(records: list[dict[str, Any]], writes: list[dict[str, Any]],
         out += [f"    {m}" for m in r["messages"]]
     if ratchet:
         out.append("accept with: " + ratchet_command([r["nodeid"] for r in ratchet]))
-    return out
+    return out + missing_line(records)
 
 
 def _md_cell(text: str) -> str:
@@ -95,7 +117,21 @@ def markdown(records: list[dict[str, Any]], writes: list[dict[str, Any]],
         lines += [f"- {'removed ' if removed else ''}`{s['path']}` (test `{s['test']}`)"
                   for s in stale]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _accept_md(records))
+
+
+def _accept_md(records: list[dict[str, Any]]) -> list[str]:
+    """The commands that create or accept what this run found, last in the report."""
+    steps = [("Create the missing baselines:", "new", _ids(records, "missing")),
+             ("Accept the regressions above, if they are intended:", "failing",
+              _ids(records, "regressed")),
+             ("Record the improvements and changes:", "all",
+              _ids(records, "improved", "changed"))]
+    lines = []
+    for text, mode, ids in steps:
+        if ids:
+            lines += [text, "", "```sh", update_command(mode, ids), "```", ""]
+    return ["### Accept", "", *lines] if lines else []
 
 
 def json_doc(records: list[dict[str, Any]], writes: list[dict[str, Any]],

@@ -5,9 +5,10 @@ Reads and writes parsed YAML (dicts and lists; ``session.py`` does the text).
 (``in``: module path, ``function``, ``nth`` when not 0) next to its lines, and
 entries identical but for the item of a repeated container are stored once, with
 ``in: h.{0..11}`` and one ``nodes`` list per instance (``grouping.py``). Timings
-name their cluster by identity. ``from_data`` reads schema 2 and schema 1 (no
-identity: clusters match by ops, timings by ops and lines) and raises
-``BaselineError`` with one line naming the file and field.
+name their cluster by identity; ``target`` names the device the analysis was made for
+(``cpu`` when absent, as in baselines written before it was recorded). ``from_data``
+reads schema 2 and schema 1 (no identity: clusters match by ops, timings by ops and
+lines) and raises ``BaselineError`` with one line naming the file and field.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from .grouping import compact, expand
 from .snapshot import (
+    TARGETS,
     BaselineError,
     ClusterId,
     ClusterRec,
@@ -91,6 +93,7 @@ def to_data(s: Snapshot) -> dict[str, Any]:
         "test": s.test,
         "model": s.model,
         "inputs": list(s.inputs),
+        "target": s.target,
     }
     if s.frontend:  # absent from old baselines: rewriting one must not invent it
         data["frontend"] = s.frontend
@@ -274,10 +277,13 @@ def from_data(data: Any, file: str) -> Snapshot:
     frontend = data.get("frontend", "")  # optional: baselines before it was recorded lack it
     if not isinstance(frontend, str):
         raise r.fail(f"`frontend` has the wrong type ({type(frontend).__name__})")
+    target = data.get("target", "cpu")  # baselines before targets were recorded: the CPU
+    if target not in TARGETS:
+        raise r.fail(f"`target` must be {' or '.join(TARGETS)}, got {target!r}")
     return Snapshot(
         test=r.get(data, "test", str, ""), model=r.get(data, "model", str, ""),
         inputs=r.strs(data, "inputs", ""), clusters=clusters_t,
         rejections=tuple(rejections),
         provenance={str(k): str(v) for k, v in prov.items()} if isinstance(prov, dict) else {},
-        measured=_measured(r, data, clusters_t, version), frontend=frontend,
+        measured=_measured(r, data, clusters_t, version), frontend=frontend, target=target,
         totals=r.totals(data))

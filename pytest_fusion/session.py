@@ -12,6 +12,7 @@ test it was running; its collection lists follow at its end (``to_output``).
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
@@ -30,8 +31,8 @@ FAILING = {"missing", "error", "regressed", "unaccepted"}
 @dataclass
 class TestRecord:
     nodeid: str
-    # created updated replaced measured missing error regressed unaccepted (an improvement,
-    # under fusion_improvements = fail) improved changed pass
+    # created updated replaced renamed measured missing error regressed unaccepted (an
+    # improvement, under fusion_improvements = fail) improved changed pass
     status: str
     model: str = ""
     clusters: int = 0
@@ -74,6 +75,18 @@ def read_baseline(path: Path, shown: str) -> Snapshot | None:
         raise BaselineError(f"corrupt fusion baseline {shown}: a field has the wrong type "
                             f"({type(e).__name__}: {e}); regenerate it with "
                             "--fusion-update-baselines=failing") from e
+
+
+def baseline_path(folder: Path, nodeid: str) -> tuple[Path, Path | None]:
+    """(where the test's baseline belongs, the old-named file to read instead or None).
+
+    A baseline under the name earlier versions gave it (with `[...]`) is read while no file
+    has the new name; the next rewrite moves it there."""
+    from .snapshot import baseline_name, legacy_baseline_name
+
+    path = folder / baseline_name(nodeid)
+    old = folder / legacy_baseline_name(nodeid)
+    return path, (old if old != path and old.is_file() and not path.exists() else None)
 
 
 def yaml_diff(base: Snapshot, current: Snapshot, pairs: Iterable[tuple[ClusterId, ClusterId]],
@@ -126,12 +139,12 @@ class FusionSession:
         `fail_improvements`: an improvement fails the test too, until it is accepted."""
         from .carry import attach_timings, refresh_lines
         from .compare import CHECKS, NO_CUDA, compare, frontend_change
-        from .snapshot import BaselineError, baseline_name
+        from .snapshot import BaselineError
 
         checks = CHECKS if checks is None else checks
         nodeid = current.test
-        path = self.folder / baseline_name(nodeid)
-        shown = self.shown(path)
+        path, legacy = baseline_path(self.folder, nodeid)
+        shown = self.shown(legacy or path)
         rec = TestRecord(nodeid, "pass", current.model, len(current.clusters),
                          current.unfused_bytes, current.saved_bytes, baseline=shown)
         if hw_key in current.measured:
@@ -147,11 +160,11 @@ class FusionSession:
             rec.messages = [msg]
             return rec, msg
         try:
-            base = read_baseline(path, shown)
+            base = read_baseline(legacy or path, shown)
         except BaselineError as e:
             rec.messages = [str(e)]
             if self.mode in ("failing", "all"):
-                return self._write(rec, "replaced", current, None, path), None
+                return self._write(rec, "replaced", current, None, path, legacy=legacy), None
             rec.status = "error"
             return rec, str(e)
         if base is None:
@@ -161,6 +174,17 @@ class FusionSession:
             rec.status = "missing"
             return rec, (f"no fusion baseline for this test ({shown}); create it with: "
                          + cmd.format("new"))
+        if base.target != current.target:  # nothing to compare: say that, not the differences
+            msg = (f"fusion baseline {shown} describes the {base.target} target, this run "
+                   f"analyses for {current.target}: analyse for {base.target} (ini fusion_device, "
+                   "or device= on the marker or in analyze()), or record it for "
+                   f"{current.target} with: pytest --fusion-update-baselines=failing -o "
+                   f"fusion_device={current.target} {shlex.quote(nodeid)}")
+            if self.mode in ("failing", "all"):  # timings of the other target do not carry
+                rec.messages = [f"target {base.target} → {current.target}"]
+                return self._write(rec, "replaced", current, None, path, legacy=legacy), None
+            rec.status, rec.messages = "error", [msg]
+            return rec, msg
         result = compare(base, current, tol, checks, hw_key)
         rec.timing_note = result.timing_note
         rec.messages = list(result.messages)
@@ -169,7 +193,8 @@ class FusionSession:
         failing = bool(result.regressions) or ratchet
         rewrite = (self.mode == "all" or (self.mode == "failing" and failing))
         if rewrite:
-            return self._write(rec, "updated", current, base, path, result.pairs), None
+            return self._write(rec, "updated", current, base, path, result.pairs,
+                               legacy=legacy), None
         if self.mode is not None:
             # Moved lines are refreshed, and a machine with no timings yet adds them, without
             # touching the structure.
@@ -177,7 +202,7 @@ class FusionSession:
             action = "refreshed lines of"
             if hw_key in current.measured and hw_key not in base.measured:
                 kept, action = attach_timings(kept, current, hw_key, result.pairs), "measured"
-            self._write(rec, action, kept, base, path, keep_status=True)
+            self._write(rec, action, kept, base, path, keep_status=True, legacy=legacy)
         if failing:
             said = result.regressions or result.improvements
             lines = "\n".join(f"  - {m}" for m in said)
@@ -203,7 +228,9 @@ class FusionSession:
 
     def _write(self, rec: TestRecord, action: str, snap: Snapshot, old: Snapshot | None,
                path: Path, pairs: tuple[tuple[ClusterId, ClusterId], ...] = (),
-               keep_status: bool = False) -> TestRecord:
+               keep_status: bool = False, legacy: Path | None = None) -> TestRecord:
+        """Queue `snap` for `path`; `legacy`: the file it was read from under its old name,
+        removed once the new one is written."""
         from .carry import carry_timings, same_content
         from .schema import to_data
 
@@ -211,12 +238,19 @@ class FusionSession:
         if old is not None and not amended:
             snap = replace(snap, measured=carry_timings(old, snap, pairs))
         snap = replace(snap, provenance=old.provenance if amended and old else self.provenance)
-        # An update writes current lines; a baseline equal but for provenance is left alone.
+        # An update writes current lines; a baseline equal but for provenance is left alone,
+        # except that `=all` moves an old-named file to its new name, as it is.
         unchanged = old is not None and same_content(snap, old, lines=True)
-        if not unchanged:
-            self.writes.append({"path": str(path), "text": dump_yaml(to_data(snap)),
-                                "action": action, "test": rec.nodeid,
-                                "changes": [] if amended else list(rec.messages)})
+        if unchanged and legacy is not None and self.mode == "all":
+            self.writes.append({"path": str(path), "move_from": str(legacy), "action": "renamed",
+                                "test": rec.nodeid, "changes": [f"from {self.shown(legacy)}"]})
+            rec.status = "renamed"
+        elif not unchanged:
+            write = {"path": str(path), "text": dump_yaml(to_data(snap)), "action": action,
+                     "test": rec.nodeid, "changes": [] if amended else list(rec.messages)}
+            if legacy is not None:
+                write["move_from"] = str(legacy)
+            self.writes.append(write)
             if not keep_status:
                 rec.status = action
         return rec
@@ -289,9 +323,15 @@ class FusionSession:
         done, errors = [], []
         for w in sorted(self.writes, key=lambda w: w["path"]):
             path = Path(w["path"])
+            old = Path(w["move_from"]) if "move_from" in w else None
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(path, w["text"])
+                if "text" in w:
+                    write_atomic(path, w["text"])
+                elif old is not None:
+                    os.replace(old, path)  # a rename keeps the user's bytes and mode
+                if old is not None:
+                    old.unlink(missing_ok=True)  # only once the new file is in place
             except OSError as e:
                 errors.append(f"could not write fusion baseline {self.shown(path)} for "
                               f"{w['test']}: {e.strerror or e}")

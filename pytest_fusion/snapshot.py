@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 MAX_NAME = 120
+# What a baseline describes: the device the model is analysed for (Inductor lowers some ops
+# differently there), not where the test's tensors live. Baselines without it are "cpu".
+TARGETS = ("cpu", "cuda")
 
 
 class BaselineError(Exception):
@@ -188,6 +191,7 @@ class Snapshot:
     @property
     def by_site(self) -> dict[str, OpRec]:
         return {o.site: o for o in self.ops if o.site}
+    target: str = "cpu"  # one of TARGETS: the device the analysis describes
 
     @property
     def kernels(self) -> int:
@@ -251,8 +255,10 @@ def where(graph: Any, names: Iterable[str], rootdir: Path) -> str:
 def from_analysis(analysis: Any, test: str, rootdir: Path,
                   measured: dict[str, Measured] | None = None,
                   provenance: dict[str, str] | None = None,
-                  kernels: dict[int, tuple[str | None, str]] | None = None) -> Snapshot:
-    """`kernels`: cluster index -> (kernel kind or None, lowering error).
+                  kernels: dict[int, tuple[str | None, str]] | None = None,
+                  target: str = "cpu") -> Snapshot:
+    """`kernels`: cluster index -> (kernel kind or None, lowering error); `target`: the
+    device the analysis was made for.
 
     Clusters keep the analysis' order, so `clusters[c.index]` is cluster `c`.
     """
@@ -292,7 +298,7 @@ def from_analysis(analysis: Any, test: str, rootdir: Path,
                     clusters=tuple(numbered(clusters, lambda c: c.ident)),
                     rejections=tuple(numbered(rejections, lambda r: r.ident)),
                     provenance=dict(provenance or {}), measured=dict(measured or {}),
-                    frontend=graph.frontend, barriers=barriers,
+                    frontend=graph.frontend, target=target, barriers=barriers,
                     totals=Totals(totals.kernels, totals.traffic_bytes),
                     op_index=op_index(graph, sites, rootdir,
                                       fusion_core.split_biases(analysis.graph_module)))
@@ -336,10 +342,25 @@ def _reads(graph: Any, name: str, sites: dict[str, str]) -> tuple[str, ...]:
 def baseline_name(nodeid: str) -> str:
     """A safe, readable file name for a test's node id.
 
-    The hash of the exact node id keeps names unique however the readable part
-    was shortened or had characters replaced.
+    Only letters, digits, `_`, `.` and `-`: no glob character (`[`, `]`, `*`, `?`), so a
+    parametrized test's file can be named unquoted in any shell (zsh stops at `[`). The hash
+    of the exact node id keeps names unique however the readable part was shortened or had
+    characters replaced.
     """
-    readable = nodeid.replace(".py::", "__").replace("::", "__").replace("/", "_")
-    safe = re.sub(r"[^A-Za-z0-9_.\-\[\]]", "_", readable)[:MAX_NAME]
-    return f"{safe}-{hashlib.sha1(nodeid.encode()).hexdigest()[:8]}.yaml"
+    readable = _readable(nodeid).replace("[", "_").replace("]", "")  # t[a-b] -> t_a-b
+    safe = re.sub(r"[^A-Za-z0-9_.\-]", "_", readable)[:MAX_NAME]
+    return f"{safe}-{_digest(nodeid)}.yaml"
 
+
+def legacy_baseline_name(nodeid: str) -> str:
+    """The name earlier versions gave the file (brackets kept); still read, moved on rewrite."""
+    safe = re.sub(r"[^A-Za-z0-9_.\-\[\]]", "_", _readable(nodeid))[:MAX_NAME]
+    return f"{safe}-{_digest(nodeid)}.yaml"
+
+
+def _readable(nodeid: str) -> str:
+    return nodeid.replace(".py::", "__").replace("::", "__").replace("/", "_")
+
+
+def _digest(nodeid: str) -> str:
+    return hashlib.sha1(nodeid.encode()).hexdigest()[:8]

@@ -47,6 +47,7 @@ class ClusterVerdicts:
     explain: Explainer
     findings: list[Finding] = field(default_factory=list)
     pairs: list[tuple[ClusterRec, ClusterRec]] = field(default_factory=list)
+    ops_left: bool = False  # some baseline cluster's ops are no longer in the model
 
     def say(self, bucket: str, rec: ClusterRec | None, text: str) -> None:
         self.findings.append(Finding(bucket, text, rec.module if rec else None))
@@ -91,6 +92,7 @@ class ClusterVerdicts:
         loc = locate(b, self.cur)
         parts = self.holders(loc)
         if loc.missing:
+            self.ops_left = True
             return self._ops_left(b, loc, parts)
         at = f"{LOC} at {loc.lines}"
         whole = [c for c in parts if all(holds(c, o) for o in loc.found)]

@@ -150,7 +150,7 @@ def test_baseline_without_a_frontend_still_loads(proj):
 def test_frontend_in_the_baseline_data_is_optional_and_typed():
     s = Snapshot("t.py::t", "Net", ("4×8 float32",), (), (), frontend="export")
     data = to_data(s)
-    assert list(data)[:5] == ["schema_version", "test", "model", "inputs", "frontend"]
+    assert list(data)[:6] == ["schema_version", "test", "model", "inputs", "target", "frontend"]
     assert from_data(data, "b.yaml") == s
     del data["frontend"]
     old = from_data(data, "b.yaml")

@@ -1,5 +1,6 @@
 """Baseline data model and comparison (pytest_fusion.snapshot / compare) on hand-built data."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -17,6 +18,7 @@ from pytest_fusion.snapshot import (
     RejectionRec,
     Snapshot,
     baseline_name,
+    legacy_baseline_name,
     relative_file,
 )
 
@@ -288,8 +290,8 @@ def test_round_trip_through_yaml_keeps_everything():
 def test_yaml_has_stable_key_order_and_version():
     text = dump_yaml(to_data(BASE))
     keys = [line.split(":")[0] for line in text.splitlines() if line and line[0] not in " -"]
-    assert keys == ["schema_version", "test", "model", "inputs", "provenance", "kernels",
-                    "clusters", "rejections"]
+    assert keys == ["schema_version", "test", "model", "inputs", "target", "provenance",
+                    "kernels", "clusters", "rejections"]
     assert dump_yaml(to_data(BASE)) == text
 
 
@@ -317,9 +319,29 @@ def test_foreign_schema_version_is_named():
 def test_baseline_names_are_safe_and_unique():
     a = baseline_name("tests/test_a.py::TestX::test_y[64-float32]")
     b = baseline_name("tests/test_a.py::TestX::test_y[64 float32]")
-    assert a.startswith("tests_test_a__TestX__test_y[64-float32]-") and a.endswith(".yaml")
+    assert a.startswith("tests_test_a__TestX__test_y_64-float32-") and a.endswith(".yaml")
     assert a != b and "/" not in b and " " not in b
     assert len(baseline_name("t.py::" + "x" * 500)) < 140
+    # No glob character a shell would expand (zsh fails on an unmatched `[...]`).
+    odd = baseline_name("t.py::test[a*b?c[d]]")
+    assert not set("[]*?") & set(odd)
+    # The name earlier versions gave the file, still read: same hash, brackets kept.
+    old = legacy_baseline_name("tests/test_a.py::TestX::test_y[64-float32]")
+    assert old.startswith("tests_test_a__TestX__test_y[64-float32]-") and old[-13:] == a[-13:]
+    assert legacy_baseline_name("t.py::t") == baseline_name("t.py::t")
+
+
+@pytest.mark.parametrize("target, words", [
+    ("gpu", "`target` must be cpu or cuda, got 'gpu'"),
+    (["cuda"], "`target` must be cpu or cuda, got ['cuda']"),
+])
+def test_target_is_read_back_and_defaults_to_cpu(target, words):
+    data = to_data(replace(BASE, target="cuda"))
+    assert data["target"] == "cuda" and from_data(data, "x.yaml").target == "cuda"
+    del data["target"]  # a baseline written before the target was recorded
+    assert from_data(data, "x.yaml").target == "cpu"
+    with pytest.raises(BaselineError, match=re.escape(words)):
+        from_data({**data, "target": target}, "x.yaml")
 
 
 def test_source_paths_are_portable(tmp_path):

@@ -390,7 +390,8 @@ def test_marker_misuse_fails_that_test_with_one_line(proj):
 def test_header_and_bad_update_mode(proj):
     """The header reads versions from package metadata (no torch import for it)."""
     r = run(proj)
-    r.stdout.fnmatch_lines(["fusion-advisor: torch *, triton *, baselines fusion_baselines/"])
+    r.stdout.fnmatch_lines(["fusion-advisor: torch *, triton *, baselines fusion_baselines/, "
+                            "target cpu"])
     r = run(proj, "--fusion-update-baselines=bogus")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*unknown mode 'bogus': use new, failing or all*"])

@@ -127,6 +127,6 @@ def test_measuring_holds_the_gpu_lock_so_workers_take_turns(monkeypatch):
     monkeypatch.setattr(fusion_core, "measure", fake_measure, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(measure, "_device_id", lambda: gpu)
-    assert measure.default_measure(object()) == {"clusters": []}
+    assert measure.default_measure(object(), "cuda") == {"clusters": []}
     assert seen == ["busy"]  # a second worker waits while this one times
     assert _try_lock_elsewhere(gpu) == "taken"  # and gets it once the timing is done
