@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,6 +19,9 @@ from .compare import CHECKS, Tolerances, fmt_bytes
 from .measure import to_measured
 from .options import CAPTURES, check_tolerance
 from .snapshot import Snapshot, from_analysis
+
+if TYPE_CHECKING:  # fusion_core loads on first use (see fusion_core/__init__.py)
+    from fusion_core.errors import Fix
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
@@ -127,6 +130,17 @@ def build_inputs(inputs: Sequence[Any], dtype: Any = None) -> list[Any]:
     return out
 
 
+def fixes(call: str) -> dict[Fix, str]:
+    """fusion_core's fixes outside the model (errors.Fix) in a test's terms: the
+    arguments of `call`, where the test gave the model and its example inputs."""
+    from fusion_core.errors import Fix
+
+    return {Fix.INPUTS: f"check the example inputs given to {call}: their shapes and dtypes",
+            Fix.INPUT_COUNT: f"give {call} one example input per argument of forward",
+            Fix.EXPORT: f'or capture with torch.export (capture="export" in {call}, or '
+                        "fusion_capture = export in the ini file)"}
+
+
 class FusionAdvisor:
     def __init__(self, item: pytest.Item, plugin: Any) -> None:
         self.item, self.plugin = item, plugin
@@ -142,6 +156,12 @@ class FusionAdvisor:
 
         `capture`: "auto", "fx" or "export"; None takes the `fusion_capture` ini option.
         """
+        return self._analyze(model, inputs, dtype, measure, capture,
+                             "fusion_advisor.analyze(...)")
+
+    def _analyze(self, model: Any, inputs: Sequence[Any], dtype: Any, measure: bool,
+                 capture: str | None, call: str) -> FusionResult:
+        """`analyze`; `call` names where the test gave the model and inputs, for errors."""
         import fusion_core
 
         if capture is None:
@@ -153,7 +173,7 @@ class FusionAdvisor:
             analysis = fusion_core.analyze(build_model(model), *build_inputs(inputs, dtype),
                                            capture=capture)
         except fusion_core.FusionAdvisorError as e:
-            failure = f"fusion analysis failed: {e}"
+            failure = f"fusion analysis failed: {e.worded(fixes(call))}"
         else:
             failure = None
         if failure is not None:  # outside the handler: pytest would print the whole chain
@@ -184,10 +204,11 @@ class FusionAdvisor:
                 pytest.fail(f"fusion_check got unknown keyword(s) {', '.join(unknown)}: the "
                             f"allowed keywords are {', '.join(MARKER_KEYWORDS)}", pytrace=False)
             checks = _as_checks(marker.kwargs.get("checks"))
-            self._marker_result = self.analyze(marker.args[0], *marker.args[1:],
-                                               dtype=marker.kwargs.get("dtype"),
-                                               measure="timings" in checks,
-                                               capture=marker.kwargs.get("capture"))
+            self._marker_result = self._analyze(marker.args[0], marker.args[1:],
+                                                marker.kwargs.get("dtype"),
+                                                "timings" in checks,
+                                                marker.kwargs.get("capture"),
+                                                "@pytest.mark.fusion_check(...)")
         return self._marker_result
 
     # ------------------------------------------------------------ assertions

@@ -20,7 +20,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from ..errors import CaptureError, FusionAdvisorError, InputSpecError
+from ..errors import CaptureError, Fix, FusionAdvisorError, InputSpecError
 from .registry import lookup
 from .trace import is_user_frame
 
@@ -45,20 +45,20 @@ class InputSpec:
         """Parse `16384,1024` (comma-separated positive ints)."""
         if not re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", text or ""):
             raise InputSpecError(
-                f"malformed --input-shape {text!r}: give positive integers separated by "
-                "commas, e.g. --input-shape 16384,1024")
+                f"malformed input shape {text!r}: give positive integers separated by "
+                "commas, e.g. 16384,1024")
         shape = tuple(int(d) for d in text.split(","))
         if any(d == 0 for d in shape):
-            raise InputSpecError(f"--input-shape {text!r} has a zero dimension: "
+            raise InputSpecError(f"input shape {text!r} has a zero dimension: "
                                  "every dimension must be at least 1")
         if len(shape) > MAX_DIMS:
-            raise InputSpecError(f"--input-shape has {len(shape)} dimensions; torch's kernels "
+            raise InputSpecError(f"input shape has {len(shape)} dimensions; torch's kernels "
                                  f"take at most {MAX_DIMS}: give a shape with fewer dimensions")
         spec = cls(shape, parse_dtype(dtype))
         nbytes = math.prod(shape) * spec.dtype.itemsize
         if nbytes > MAX_BYTES:
             raise InputSpecError(
-                f"--input-shape {text.strip()!r} of {str(spec.dtype).removeprefix('torch.')} "
+                f"input shape {text.strip()!r} of {str(spec.dtype).removeprefix('torch.')} "
                 f"is {nbytes:.3g} bytes, more than torch can address (2**63 - 1 bytes): "
                 "give a smaller shape")
         return spec
@@ -71,7 +71,7 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
-        raise InputSpecError(f"unknown --dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+        raise InputSpecError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     return DTYPES[dtype]
 
 
@@ -193,7 +193,7 @@ def _rejection(n: fx.Node, exc: BaseException) -> FusionAdvisorError:
         return CaptureError(f"{layer}{where} failed while tracing shapes: "
                             f"{type(exc).__name__}: {msg} (fix that line)")
     return InputSpecError(f"the example input does not fit the model: {layer}{where} "
-                          f"rejected it ({msg}); check --input-shape and --dtype")
+                          f"rejected it ({msg})", Fix.INPUTS)
 
 
 def propagate_shapes(gm: fx.GraphModule, specs: Sequence[InputSpec]) -> fx.GraphModule:
@@ -204,7 +204,7 @@ def propagate_shapes(gm: fx.GraphModule, specs: Sequence[InputSpec]) -> fx.Graph
         names = ", ".join(n.name for n in placeholders)
         raise InputSpecError(
             f"{type(gm).__name__}.forward takes {len(required)} input(s) ({names}) but "
-            f"{len(specs)} --input-shape given: repeat --input-shape once per input")
+            f"{len(specs)} were given", Fix.INPUT_COUNT)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     prop = _Prop(gm, mode)
     prop.snapshot = any(n.op == "call_method" and str(n.target).endswith("_")

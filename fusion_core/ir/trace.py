@@ -25,7 +25,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import CaptureError
+from ..errors import CaptureError, Fix
 from .module_state import kept_as_it_was
 
 TRACE_THROUGH: tuple[type[nn.Module], ...] = tuple(
@@ -191,19 +191,16 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
             graph = tracer.trace(model)
         except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
             raise CaptureError(f"cannot trace {type(model).__name__}.forward{_where(e)}: "
-                               f"{_one_line(e)} ({_hint(e)})") from e
+                               f"{_one_line(e)} ({_hint(e)})", Fix.EXPORT) from e
         return fx.GraphModule(tracer.root, graph, type(model).__name__)
 
 
 def _hint(exc: BaseException) -> str:
+    """How to change the line; the other way out, torch.export, is the error's `Fix`."""
     if isinstance(exc, fx.proxy.TraceError) or "control flow" in str(exc):
         return ("FX symbolic tracing follows no data-dependent Python control flow: "
-                f"rewrite it with torch.where, or {_EXPORT}")
-    return f"fix that line, or {_EXPORT}"
-
-
-# The same words fit the CLI, `analyze()` and the pytest marker.
-_EXPORT = 'capture with torch.export (--capture export, or capture="export")'
+                "rewrite it with torch.where")
+    return "fix that line"
 
 
 def _where(exc: BaseException) -> str:
