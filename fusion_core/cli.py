@@ -81,7 +81,7 @@ def _check_foreign_files(out_dir: str, clusters: list[int], force: bool) -> None
 # The fixes fusion_core leaves to its caller (errors.Fix), in the command's own terms.
 FIXES = {Fix.INPUTS: "check --input-shape and --dtype",
          Fix.INPUT_COUNT: "repeat --input-shape once per input",
-         Fix.EXPORT: "or capture with torch.export (--capture export)"}
+         Fix.EXPORT: "try torch.export instead (--capture export)"}
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ class Fix(Enum):
 
     INPUTS = "check the example inputs' shapes and dtypes"
     INPUT_COUNT = "give one example input per argument of forward"
-    EXPORT = 'or capture with torch.export (capture="export")'
+    EXPORT = 'try torch.export instead (capture="export")'
 
 
 class FusionAdvisorError(Exception):
@@ -42,6 +42,21 @@ class ModelLoadError(FusionAdvisorError):
 
 class CaptureError(FusionAdvisorError):
     pass
+
+
+class ShapePropagationError(CaptureError):
+    """FX traced the model, but a construct of the model's own cannot run on fake tensors:
+    it reads a tensor's value (``.item()``, ``.tolist()``, ``bool(t)``) or makes a shape
+    from one (``nonzero``, a boolean mask). Not the example input's fault; torch.export,
+    which carries such values symbolically, may still capture the model.
+
+    `where`: ``file:line (`code`)`` of the user's line ("" when unknown); `reason`: what
+    failed there, one line."""
+
+    def __init__(self, problem: str, where: str = "", reason: str = "",
+                 fix: Fix | None = None) -> None:
+        super().__init__(problem, fix)
+        self.where, self.reason = where, reason
 
 
 class InputSpecError(FusionAdvisorError):

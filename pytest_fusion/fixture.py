@@ -137,7 +137,7 @@ def fixes(call: str) -> dict[Fix, str]:
 
     return {Fix.INPUTS: f"check the example inputs given to {call}: their shapes and dtypes",
             Fix.INPUT_COUNT: f"give {call} one example input per argument of forward",
-            Fix.EXPORT: f'or capture with torch.export (capture="export" in {call}, or '
+            Fix.EXPORT: f'try torch.export instead (capture="export" in {call}, or '
                         "fusion_capture = export in the ini file)"}
 
 

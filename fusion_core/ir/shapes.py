@@ -17,12 +17,13 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._subclasses import fake_tensor
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from ..errors import CaptureError, Fix, FusionAdvisorError, InputSpecError
+from ..errors import CaptureError, Fix, FusionAdvisorError, InputSpecError, ShapePropagationError
+from .normalize import parse_stack_trace
 from .registry import lookup
-from .trace import is_user_frame
 
 # torch's TensorIterator kernels (reductions among them) take at most 64 dims, and a
 # tensor's size in bytes is a signed 64-bit integer.
@@ -126,7 +127,7 @@ class _Prop(FakeTensorProp):
                 n.meta["val"] = val
             return result
         except Exception as e:  # noqa: BLE001 - any op can reject the example input
-            raise _rejection(n, e) from e
+            raise _rejection(n, e, type(self.module).__name__) from e
 
     def _check_indices(self, n: fx.Node) -> None:
         """An embedding's indices must be integers; some torch versions' fake kernels
@@ -180,15 +181,40 @@ class _NotMemoizable(Exception):
     pass
 
 
-def _rejection(n: fx.Node, exc: BaseException) -> FusionAdvisorError:
-    where = ""
-    for line in reversed((n.meta.get("stack_trace") or "").splitlines()):
-        m = re.match(r'\s*File "(.+)", line (\d+)', line)
-        if m and is_user_frame(m.group(1)):
-            where = f" at {m.group(1)}:{m.group(2)}"
-            break
+# What no example input can make a fake tensor compute, by the exception the fake-tensor
+# dispatch raises: the model's construct, not the input, failed.
+_CONSTRUCTS = tuple((cls, why) for cls, why in (
+    (getattr(fake_tensor, "DataDependentOutputException", None), "reads a tensor's value"),
+    (getattr(fake_tensor, "DynamicOutputShapeException", None),
+     "makes a shape out of a tensor's values"),
+    (getattr(fake_tensor, "UnsupportedOperatorException", None),
+     "is an op without a fake-tensor implementation"),
+) if cls is not None)
+
+
+# Methods that hand a tensor's values to Python (debug code's `t.cpu().numpy()`): a fake
+# tensor has none to give, whatever the example input.
+_VALUE_METHODS = frozenset({"numpy", "tolist", "item"})
+
+
+def _construct(n: fx.Node, exc: BaseException) -> str:
+    """What the model did that fake tensors cannot follow ("" for anything else)."""
+    if n.op == "call_method" and n.target in _VALUE_METHODS:
+        return "reads a tensor's value"
+    return next((why for cls, why in _CONSTRUCTS if isinstance(exc, cls)), "")
+
+
+def _rejection(n: fx.Node, exc: BaseException, model: str) -> FusionAdvisorError:
+    loc = parse_stack_trace(n.meta.get("stack_trace"))
+    where = f" at {loc}" if loc else ""
     layer = f"layer `self.{n.target}`" if n.op == "call_module" else f"`{n.name}`"
     msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if construct := _construct(n, exc):
+        line = f"{loc} (`{loc.code}`)" if loc and loc.code else str(loc or "")
+        reason = (f"{layer} {construct}, which FX's shape propagation on fake tensors cannot "
+                  f"compute ({type(exc).__name__}: {msg})")
+        return ShapePropagationError(f"cannot capture {model} with FX{where and ' at ' + line}: "
+                                     f"{reason}", line, reason, Fix.EXPORT)
     if isinstance(exc, (AttributeError, NameError)):  # a bug in forward, not the input
         return CaptureError(f"{layer}{where} failed while tracing shapes: "
                             f"{type(exc).__name__}: {msg} (fix that line)")

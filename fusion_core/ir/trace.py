@@ -203,12 +203,15 @@ def _hint(exc: BaseException) -> str:
     return "fix that line"
 
 
-def _where(exc: BaseException) -> str:
+def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of the user's code in `exc`'s traceback (None: none there)."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_frame(f.filename)]
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f" at {f.filename}:{f.lineno} (`{(f.line or '').strip()}`)"
+    return frames[-1] if frames else None
+
+
+def _where(exc: BaseException) -> str:
+    f = user_frame(exc)
+    return "" if f is None else f" at {f.filename}:{f.lineno} (`{(f.line or '').strip()}`)"
 
 
 def _one_line(exc: BaseException) -> str:
