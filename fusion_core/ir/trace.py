@@ -183,6 +183,10 @@ def is_library_file(filename: str, roots: tuple[str, ...] | None = None) -> bool
 def trace_fx(model: nn.Module) -> fx.GraphModule:
     """Symbolically trace `model` with `FusionTracer`; raise CaptureError naming the line."""
     tracer = FusionTracer()
+    # The code quoted in stack traces comes from linecache, which keeps a file's lines
+    # from its first read: a model file edited since (a notebook, pytest's in-process
+    # runs) would show its old lines. One stat per cached file, then none per node.
+    linecache.checkcache()
     # A forward that caches would keep a Proxy in the model; the tracer itself stores the
     # tensors a forward creates (`_tensor_constant0`) on it, so the GraphModule takes them
     # before the model is put back as it was.
