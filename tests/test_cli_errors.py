@@ -95,6 +95,15 @@ class M(nn.Module):
         y = x * 2.0
         return y.not_a_tensor_method()
 """,
+    "debug_item.py": """
+import torch.nn as nn
+
+class M(nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        print(y.max().item())
+        return y + 1.0
+""",
     "uses_len.py": """
 import torch.nn as nn
 
@@ -173,8 +182,21 @@ def test_untraceable_forward_names_line_and_reason(files):
     line = assert_one_line_error(
         invoke("--model", files["data_dependent.py"], "--input-shape", "4,8"),
         "cannot capture M", "data_dependent.py:6", "if y.sum() > 0:", "control flow",
-        "torch.where")
-    assert files["data_dependent.py"] in line
+        "torch.where", "torch.compiler.is_compiling()")
+    assert files["data_dependent.py"] in line and "--input-shape" not in line
+
+
+def test_a_debug_print_of_a_value_is_captured_through_export(files):
+    result = invoke("--model", files["debug_item.py"], "--input-shape", "4,8")
+    assert result.exit_code == 0, result.output
+    assert (f"FX could not capture it, so torch.export was used: {files['debug_item.py']}:6 "
+            "(`print(y.max().item())`): `item` reads a tensor's value") in result.stdout
+    # The model's own print still prints (what FX traces: `Proxy(item)`); the error is one line.
+    line = assert_one_line(
+        invoke("--model", files["debug_item.py"], "--input-shape", "4,8", "--capture", "fx"),
+        "cannot capture M with FX at", "debug_item.py:6 (`print(y.max().item())`)",
+        "reads a tensor's value", "try torch.export instead (--capture export)")
+    assert "does not fit" not in line and "--input-shape" not in line
 
 
 def test_untraceable_forward_with_fx_capture(files):
