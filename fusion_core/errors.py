@@ -17,6 +17,7 @@ from enum import Enum
 class Fix(Enum):
     """A fix outside the model's code; the value is its wording for the Python API."""
 
+    SHAPE_TEXT = "give positive integers separated by commas, e.g. '16384,1024'"
     INPUTS = "check the example inputs' shapes and dtypes"
     INPUT_COUNT = "give one example input per argument of forward"
     EXPORT = 'try torch.export instead (capture="export")'

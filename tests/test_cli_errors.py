@@ -12,8 +12,9 @@ import pytest
 from cli_inputs import assert_one_line
 from click.testing import CliRunner
 
-from fusion_core.cli import cli
-from fusion_core.errors import CaptureError, FusionAdvisorError, InputSpecError, ModelLoadError
+from fusion_core.cli import FIXES, cli
+from fusion_core.errors import CaptureError, Fix, FusionAdvisorError, InputSpecError, ModelLoadError
+from fusion_core.ir.shapes import InputSpec
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "example_net.py")
 
@@ -223,7 +224,8 @@ def test_bug_in_forward_is_not_blamed_on_the_input(files):
 @pytest.mark.parametrize("shape", ["16384x1024", "-1,3", "", "4,,8", "4.5,8", "a"])
 def test_malformed_input_shape(shape):
     assert_one_line_error(invoke("--model", EXAMPLE, f"--input-shape={shape}"),
-                          f"malformed input shape {shape!r}", "e.g. 16384,1024")
+                          f"malformed input shape {shape!r}; give --input-shape positive integers",
+                          "e.g. --input-shape 16384,1024")
 
 
 def test_zero_dimension_input_shape():
@@ -313,3 +315,19 @@ def test_console_script_exit_code_and_stderr(tmp_path):
     assert proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
         f"error: model file not found: {tmp_path / 'absent.py'} (pass --model PATH to a .py file)"]
+
+
+def test_every_fix_is_worded_by_the_cli_and_the_plugin():
+    from pytest_fusion.fixture import fixes
+
+    plugin = fixes("fusion_advisor.analyze(...)")
+    assert set(FIXES) == set(Fix) == set(plugin)
+    assert not any("--" in text for text in plugin.values())
+    with pytest.raises(InputSpecError) as err:
+        InputSpec.parse("4x8")
+    assert err.value.worded(FIXES) == (
+        "malformed input shape '4x8'; give --input-shape positive integers separated by commas, "
+        "e.g. --input-shape 16384,1024")
+    assert err.value.worded(plugin) == ("malformed input shape '4x8'; give a shape as a tuple of "
+                                        "positive ints, e.g. (16384, 1024), or as a string of them "
+                                        "separated by commas, e.g. '16384,1024'")

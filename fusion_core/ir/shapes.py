@@ -45,9 +45,7 @@ class InputSpec:
     def parse(cls, text: str, dtype: str | torch.dtype = "float32") -> InputSpec:
         """Parse `16384,1024` (comma-separated positive ints)."""
         if not re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", text or ""):
-            raise InputSpecError(
-                f"malformed input shape {text!r}: give positive integers separated by "
-                "commas, e.g. 16384,1024")
+            raise InputSpecError(f"malformed input shape {text!r}", Fix.SHAPE_TEXT)
         shape = tuple(int(d) for d in text.split(","))
         if any(d == 0 for d in shape):
             raise InputSpecError(f"input shape {text!r} has a zero dimension: "
