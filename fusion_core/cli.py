@@ -79,7 +79,9 @@ def _check_foreign_files(out_dir: str, clusters: list[int], force: bool) -> None
 
 
 # The fixes fusion_core leaves to its caller (errors.Fix), in the command's own terms.
-FIXES = {Fix.SHAPE_TEXT: "give --input-shape positive integers separated by commas, e.g. "
+FIXES = {Fix.MODEL_FILE: "pass --model PATH to a .py file",
+         Fix.MODEL_CLASS: "pick one with --model-class NAME",
+         Fix.SHAPE_TEXT: "give --input-shape positive integers separated by commas, e.g. "
                          "--input-shape 16384,1024",
          Fix.INPUTS: "check --input-shape and --dtype",
          Fix.INPUT_COUNT: "repeat --input-shape once per input",

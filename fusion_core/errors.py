@@ -17,6 +17,8 @@ from enum import Enum
 class Fix(Enum):
     """A fix outside the model's code; the value is its wording for the Python API."""
 
+    MODEL_FILE = "give the path of a .py file"
+    MODEL_CLASS = "pick one with load_model(path, class_name)"
     SHAPE_TEXT = "give positive integers separated by commas, e.g. '16384,1024'"
     INPUTS = "check the example inputs' shapes and dtypes"
     INPUT_COUNT = "give one example input per argument of forward"

@@ -135,7 +135,9 @@ def fixes(call: str) -> dict[Fix, str]:
     arguments of `call`, where the test gave the model and its example inputs."""
     from fusion_core.errors import Fix
 
-    return {Fix.SHAPE_TEXT: "give a shape as a tuple of positive ints, e.g. (16384, 1024), or "
+    return {Fix.MODEL_FILE: f"give {call} the path of a .py file, or the model's class",
+            Fix.MODEL_CLASS: f"give {call} the class itself instead of the file's path",
+            Fix.SHAPE_TEXT: "give a shape as a tuple of positive ints, e.g. (16384, 1024), or "
                             "as a string of them separated by commas, e.g. '16384,1024'",
             Fix.INPUTS: f"check the example inputs given to {call}: their shapes and dtypes",
             Fix.INPUT_COUNT: f"give {call} one example input per argument of forward",

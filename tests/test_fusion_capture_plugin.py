@@ -295,3 +295,16 @@ def test_an_input_the_model_rejects_is_blamed_on_the_test_inputs(blocks_proj):
                      "given; give fusion_advisor.analyze(...) one example input per argument of "
                      "forward")
     assert not any(flag in r.stdout.str() for flag in CLI_FLAGS)
+
+
+def test_a_model_file_with_several_classes_is_answered_in_the_tests_terms(blocks_proj):
+    blocks_proj.makepyfile(test_path=(
+        "import pytest\n\n\n"
+        "@pytest.mark.fusion_check('blocks.py', (2, 8, 32))\n"
+        "def test_path():\n"
+        "    pass\n"))
+    r = run(blocks_proj, "test_path.py")
+    r.assert_outcomes(failed=1)
+    assert failure_lines(r) == [
+        "fusion analysis failed: blocks.py defines several nn.Module classes (Transformer, Conv); "
+        "give @pytest.mark.fusion_check(...) the class itself instead of the file's path"]
