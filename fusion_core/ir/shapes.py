@@ -3,7 +3,11 @@
 Reads a ``GraphModule`` and ``InputSpec``s; writes ``node.meta["val"]`` (a
 FakeTensor, or a tuple/int for non-tensor values) on every node, from which
 the normalized graph takes shape, dtype and stride. A 16384x1024 analysis
-allocates nothing at that size.
+allocates nothing at that size. A node that fails raises, by what failed:
+``ShapePropagationError`` for a construct no input could make fake tensors run
+(``.item()``, ``nonzero``: the model's, which torch.export may still capture),
+``CaptureError`` for a bug in forward, ``InputSpecError`` otherwise (the op
+rejected the example input).
 """
 
 from __future__ import annotations
