@@ -18,7 +18,7 @@ from . import (
 from .cli_apply import check_apply_flags
 from .cli_run import Run
 from .codegen.kernel import GENERATED_MARK, foreign_files
-from .errors import FusionAdvisorError, InputSpecError
+from .errors import Fix, FusionAdvisorError, InputSpecError
 from .ir.shapes import DTYPES, InputSpec
 from .load import exit_status, user_exit_frame
 from .pipeline import analyze_file
@@ -78,6 +78,16 @@ def _check_foreign_files(out_dir: str, clusters: list[int], force: bool) -> None
             "pass --force to overwrite")
 
 
+# The fixes fusion_core leaves to its caller (errors.Fix), in the command's own terms.
+FIXES = {Fix.MODEL_FILE: "pass --model PATH to a .py file",
+         Fix.MODEL_CLASS: "pick one with --model-class NAME",
+         Fix.SHAPE_TEXT: "give --input-shape positive integers separated by commas, e.g. "
+                         "--input-shape 16384,1024",
+         Fix.INPUTS: "check --input-shape and --dtype",
+         Fix.INPUT_COUNT: "repeat --input-shape once per input",
+         Fix.EXPORT: "try torch.export instead (--capture export)"}
+
+
 @contextlib.contextmanager
 def one_line_errors(debug: bool, model_path: str) -> Iterator[None]:
     """Bad input, a model that exits while we run it, or a write the checks before the run
@@ -104,7 +114,7 @@ def one_line_errors(debug: bool, model_path: str) -> Iterator[None]:
     except FusionAdvisorError as e:
         if debug:
             raise
-        message = str(e)
+        message = e.worded(FIXES)
     click.echo(f"error: {message}", err=True)
     sys.exit(2)
 

@@ -1,8 +1,42 @@
-"""User-facing errors: each carries one line that names the problem and the fix."""
+"""User-facing errors: each carries one line that names the problem and the fix.
+
+Some fixes lie outside the model's code, in how the analysis was asked for: other
+example inputs, another capture frontend. Only the caller knows how the user gives
+those (the CLI through its flags, the pytest plugin through the arguments of
+``fusion_check`` and ``fusion_advisor.analyze``), so such an error carries the problem
+and a ``Fix``; ``str(err)`` words the fix for the Python API and ``err.worded(...)``
+in the caller's terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+
+
+class Fix(Enum):
+    """A fix outside the model's code; the value is its wording for the Python API."""
+
+    MODEL_FILE = "give the path of a .py file"
+    MODEL_CLASS = "pick one with load_model(path, class_name)"
+    SHAPE_TEXT = "give positive integers separated by commas, e.g. '16384,1024'"
+    INPUTS = "check the example inputs' shapes and dtypes"
+    INPUT_COUNT = "give one example input per argument of forward"
+    EXPORT = 'try torch.export instead (capture="export")'
 
 
 class FusionAdvisorError(Exception):
-    """Bad input or an unanalyzable model. The CLI prints `str(err)` and exits 2."""
+    """Bad input or an unanalyzable model. The CLI prints `err.worded(...)` and exits 2."""
+
+    def __init__(self, problem: str, fix: Fix | None = None) -> None:
+        super().__init__(problem if fix is None else f"{problem}; {fix.value}")
+        self.problem, self.fix = problem, fix
+
+    def worded(self, fixes: Mapping[Fix, str]) -> str:
+        """The problem and its fix, the fix in the caller's words (`fixes`)."""
+        problem = getattr(self, "problem", str(self))  # a subclass may skip our __init__
+        fix = getattr(self, "fix", None)
+        return problem if fix is None else f"{problem}; {fixes[fix]}"
 
 
 class ModelLoadError(FusionAdvisorError):
@@ -11,6 +45,21 @@ class ModelLoadError(FusionAdvisorError):
 
 class CaptureError(FusionAdvisorError):
     pass
+
+
+class ShapePropagationError(CaptureError):
+    """FX traced the model, but a construct of the model's own cannot run on fake tensors:
+    it reads a tensor's value (``.item()``, ``.tolist()``, ``bool(t)``) or makes a shape
+    from one (``nonzero``, a boolean mask). Not the example input's fault; torch.export,
+    which carries such values symbolically, may still capture the model.
+
+    `where`: ``file:line (`code`)`` of the user's line ("" when unknown); `reason`: what
+    failed there, one line."""
+
+    def __init__(self, problem: str, where: str = "", reason: str = "",
+                 fix: Fix | None = None) -> None:
+        super().__init__(problem, fix)
+        self.where, self.reason = where, reason
 
 
 class InputSpecError(FusionAdvisorError):

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch.nn as nn
 
 from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
-from .errors import ModelLoadError
+from .errors import Fix, ModelLoadError
 from .ir.trace import is_library_file
 
 
@@ -44,7 +44,7 @@ def import_model_source(path: str | Path):
     """
     p = Path(path)
     if not p.is_file():
-        raise ModelLoadError(f"model file not found: {path} (pass --model PATH to a .py file)")
+        raise ModelLoadError(f"model file not found: {path}", Fix.MODEL_FILE)
     name = f"fusion_model_{p.stem}"
     spec = importlib.util.spec_from_file_location(name, p)
     if spec is None or spec.loader is None or spec.origin is None:
@@ -147,8 +147,8 @@ def pick_class(module, path: str | Path, class_name: str | None) -> type[nn.Modu
     if len(roots) == 1:
         return roots[0]
     raise ModelLoadError(
-        f"{path} defines several nn.Module classes ({', '.join(c.__name__ for c in roots)}): "
-        f"pick one with --model-class NAME")
+        f"{path} defines several nn.Module classes ({', '.join(c.__name__ for c in roots)})",
+        Fix.MODEL_CLASS)
 
 
 def _roots(module, classes: list[type[nn.Module]]) -> list[type[nn.Module]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,6 +20,9 @@ from .measure import to_measured
 from .options import CAPTURES, check_improvements, check_target, check_tolerance
 from .session import TestRecord
 from .snapshot import Snapshot, from_analysis
+
+if TYPE_CHECKING:  # fusion_core loads on first use (see fusion_core/__init__.py)
+    from fusion_core.errors import Fix
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
@@ -133,6 +136,21 @@ def build_inputs(inputs: Sequence[Any], dtype: Any = None) -> list[Any]:
     return out
 
 
+def fixes(call: str) -> dict[Fix, str]:
+    """fusion_core's fixes outside the model (errors.Fix) in a test's terms: the
+    arguments of `call`, where the test gave the model and its example inputs."""
+    from fusion_core.errors import Fix
+
+    return {Fix.MODEL_FILE: f"give {call} the path of a .py file, or the model's class",
+            Fix.MODEL_CLASS: f"give {call} the class itself instead of the file's path",
+            Fix.SHAPE_TEXT: "give a shape as a tuple of positive ints, e.g. (16384, 1024), or "
+                            "as a string of them separated by commas, e.g. '16384,1024'",
+            Fix.INPUTS: f"check the example inputs given to {call}: their shapes and dtypes",
+            Fix.INPUT_COUNT: f"give {call} one example input per argument of forward",
+            Fix.EXPORT: f'try torch.export instead (capture="export" in {call}, or '
+                        "fusion_capture = export in the ini file)"}
+
+
 class FusionAdvisor:
     def __init__(self, item: pytest.Item, plugin: Any) -> None:
         self.item, self.plugin = item, plugin
@@ -151,6 +169,12 @@ class FusionAdvisor:
         It is what the analysis (and the baseline) describes, possible on any machine;
         kernels are timed where CUDA is (a cuda target is not timed without it).
         """
+        return self._analyze(model, inputs, dtype, measure, capture, device,
+                             "fusion_advisor.analyze(...)")
+
+    def _analyze(self, model: Any, inputs: Sequence[Any], dtype: Any, measure: bool,
+                 capture: str | None, device: str | None, call: str) -> FusionResult:
+        """`analyze`; `call` names where the test gave the model and inputs, for errors."""
         import fusion_core
 
         if capture is None:
@@ -160,13 +184,13 @@ class FusionAdvisor:
                         f"{', '.join(CAPTURES)}", pytrace=False)
         if device is None:
             device = self.plugin.target
-        elif problem := check_target(device, "fusion_advisor.analyze(device=...)"):
+        elif problem := check_target(device, call.replace("(...)", "(device=...)")):
             pytest.fail(problem, pytrace=False)
         try:
             analysis = fusion_core.analyze(build_model(model), *build_inputs(inputs, dtype),
                                            capture=capture, device=device)
         except fusion_core.FusionAdvisorError as e:
-            failure = f"fusion analysis failed: {e}"
+            failure = f"fusion analysis failed: {e.worded(fixes(call))}"
         else:
             failure = None
         if failure is not None:  # outside the handler: pytest would print the whole chain
@@ -205,11 +229,11 @@ class FusionAdvisor:
                                                                "fusion_check(device=...)")):
                 pytest.fail(problem, pytrace=False)
             checks = _as_checks(marker.kwargs.get("checks"))
-            self._marker_result = self.analyze(marker.args[0], *marker.args[1:],
-                                               dtype=marker.kwargs.get("dtype"),
-                                               measure="timings" in checks,
-                                               capture=marker.kwargs.get("capture"),
-                                               device=device)
+            self._marker_result = self._analyze(marker.args[0], marker.args[1:],
+                                                marker.kwargs.get("dtype"),
+                                                "timings" in checks,
+                                                marker.kwargs.get("capture"), device,
+                                                "@pytest.mark.fusion_check(...)")
         return self._marker_result
 
     # ------------------------------------------------------------ assertions

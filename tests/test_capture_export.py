@@ -3,6 +3,7 @@ on the acceptance models, params as constants, the auto fallback, and its errors
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -14,8 +15,8 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 
 from fusion_core.analysis.detect import detect
-from fusion_core.cli import cli
-from fusion_core.errors import CaptureError
+from fusion_core.cli import FIXES, cli
+from fusion_core.errors import CaptureError, Fix, InputSpecError, ShapePropagationError
 from fusion_core.ir import registry as R
 from fusion_core.ir.export import _single_results, export_graph
 from fusion_core.ir.graph import OpKind
@@ -26,6 +27,7 @@ from fusion_core.pipeline import analyze, analyze_file
 from fusion_core.report.console import header
 from fusion_core.report.json_report import to_document
 from fusion_core.sourcemap.mapping import map_clusters
+from pytest_fusion.fixture import fixes
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 aten = torch.ops.aten
@@ -226,7 +228,7 @@ def test_the_header_names_the_frontend_and_why_auto_fell_back():
     assert "`if x.shape[-1] > 4:`" in why and "TraceError" in why
     assert header(fell_back) == [
         "ShapeBranch (5 nodes, 1 fusable cluster(s), captured with torch.export)",
-        f"FX tracing failed, so torch.export was used: {why}"]
+        f"FX could not capture it, so torch.export was used: {why}"]
     assert to_document(fell_back)["capture_fallback"] == why
     # Asked for export, or FX worked: nothing fell back, the header says which was used.
     chosen = analyze(ShapeBranch(), (4, 8), capture="export")
@@ -252,7 +254,7 @@ def test_cli_header_on_fallback(tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == "Branchy (5 nodes, 1 fusable cluster(s), captured with torch.export)"
-    assert lines[1].startswith(f"FX tracing failed, so torch.export was used: {model}:7 ")
+    assert lines[1].startswith(f"FX could not capture it, so torch.export was used: {model}:7 ")
     assert "(`if x.shape[-1] > 4:`): TraceError: " in lines[1]
     assert json.loads(out.read_text())["capture_fallback"] in lines[1]
 
@@ -262,8 +264,112 @@ def test_both_frontends_failing_is_one_line_naming_both_reasons():
         analyze(DataBranch(), (4, 8))
     msg = str(err.value)
     assert "\n" not in msg
-    assert "FX symbolic tracing failed" in msg and "torch.export failed" in msg
-    assert f"{__file__}:" in msg and "x.sum() > 0" in msg
+    assert "neither FX (TraceError: " in msg and "nor torch.export (GuardOnDataDependent" in msg
+    assert f"`if x.sum() > 0:` at {__file__}:{line_of(DataBranch, 'if x.sum() > 0:')} " in msg
+
+
+def line_of(cls: type, code: str) -> int:
+    """The line of `cls`'s source that holds `code` (once)."""
+    lines, first = inspect.getsourcelines(cls)
+    (line,) = [first + i for i, text in enumerate(lines) if code in text]
+    return line
+
+
+class DebugPrint(nn.Module):
+    """A debug print of a value: FX traces `.item()` as a node its fake tensors cannot run."""
+
+    def forward(self, x):
+        y = torch.relu(x) * 2.0
+        print(y.max().item())
+        return y + 1.0
+
+
+class MaskedMean(nn.Module):
+    """A boolean mask makes a shape out of values: FX's fake tensors cannot size it."""
+
+    def forward(self, x):
+        y = torch.relu(x) * 2.0
+        kept = y[y > 0.5]
+        return y + kept.mean()
+
+
+@pytest.mark.parametrize("model, code, what", [
+    (DebugPrint, "print(y.max().item())", "`item` reads a tensor's value"),
+    (MaskedMean, "kept = y[y > 0.5]", "`getitem` makes a shape out of a tensor's values"),
+])
+def test_auto_falls_back_to_export_when_fx_cannot_propagate_shapes(model, code, what):
+    """FX traces these, then fails on a construct of the model's: not the input's fault."""
+    a = analyze(model(), (4, 8))
+    assert a.graph.frontend == "export"
+    assert ("relu", "mul") == a.clusters[0].ops[:2]
+    why = a.capture_fallback
+    assert why.startswith(f"{__file__}:{line_of(model, code)} (`{code}`): {what}"), why
+    assert header(a)[1] == f"FX could not capture it, so torch.export was used: {why}"
+    with pytest.raises(ShapePropagationError) as err:  # a CaptureError, not an InputSpecError
+        analyze(model(), (4, 8), capture="fx")
+    assert str(err.value).startswith(
+        f"cannot capture {model.__name__} with FX at {__file__}:{line_of(model, code)} "
+        f"(`{code}`): ")
+    assert str(err.value).endswith('; try torch.export instead (capture="export")')
+    assert err.value.worded(FIXES).endswith("; try torch.export instead (--capture export)")
+
+
+class DebugCheck(nn.Module):
+    def forward(self, x):
+        y = torch.relu(x) * 2.0
+        assert (y >= 0).all(), "relu went negative"
+        return y + 1.0
+
+
+class GuardedDebugCheck(nn.Module):
+    def forward(self, x):
+        y = torch.relu(x) * 2.0
+        if not torch.compiler.is_compiling():
+            assert (y >= 0).all(), "relu went negative"
+        return y + 1.0
+
+
+def test_a_value_read_neither_frontend_captures_is_named_with_its_line_and_fix():
+    with pytest.raises(CaptureError) as err:
+        analyze(DebugCheck(), (4, 8))
+    msg = str(err.value)
+    code = 'assert (y >= 0).all(), "relu went negative"'
+    where = f"{__file__}:{line_of(DebugCheck, code)}"
+    assert msg.startswith(f"cannot capture DebugCheck: `{code}` at {where} reads a tensor's "
+                          "value in Python")
+    assert msg.endswith("compute it with tensor ops instead (torch.where for a branch); if it is "
+                        "a debug print or check, move it out of forward or guard it with `if "
+                        "not torch.compiler.is_compiling():`, which torch.export skips")
+    assert not isinstance(err.value, InputSpecError) and "example input" not in msg
+    # The fix it names works: export skips the guarded check, FX still cannot trace it.
+    a = analyze(GuardedDebugCheck(), (4, 8))
+    assert a.graph.frontend == "export" and [c.ops for c in a.clusters] == [("relu", "mul", "add")]
+    assert "TraceError" in a.capture_fallback
+
+
+class TwoLayers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(16, 32)
+        self.out = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.inp(x)))
+
+
+def test_an_input_the_model_rejects_is_still_blamed_on_the_input():
+    """Only the input's fault falls back to nothing; each caller words the fix its way."""
+    with pytest.raises(InputSpecError) as err:
+        analyze(TwoLayers(), (4, 8))
+    e = err.value
+    assert e.fix is Fix.INPUTS
+    assert e.problem.startswith("the example input does not fit the model: layer `self.inp` at "
+                                f"{__file__}:{line_of(TwoLayers, 'self.inp(x)')} rejected it")
+    assert e.worded(FIXES) == f"{e.problem}; check --input-shape and --dtype"
+    plugin = e.worded(fixes("fusion_advisor.analyze(...)"))
+    assert plugin == (f"{e.problem}; check the example inputs given to "
+                      "fusion_advisor.analyze(...): their shapes and dtypes")
+    assert str(e) == f"{e.problem}; check the example inputs' shapes and dtypes"
 
 
 def test_unknown_capture_is_rejected():

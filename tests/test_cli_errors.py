@@ -12,8 +12,9 @@ import pytest
 from cli_inputs import assert_one_line
 from click.testing import CliRunner
 
-from fusion_core.cli import cli
-from fusion_core.errors import CaptureError, FusionAdvisorError, InputSpecError, ModelLoadError
+from fusion_core.cli import FIXES, cli
+from fusion_core.errors import CaptureError, Fix, FusionAdvisorError, InputSpecError, ModelLoadError
+from fusion_core.ir.shapes import InputSpec
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "example_net.py")
 
@@ -95,6 +96,15 @@ class M(nn.Module):
         y = x * 2.0
         return y.not_a_tensor_method()
 """,
+    "debug_item.py": """
+import torch.nn as nn
+
+class M(nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        print(y.max().item())
+        return y + 1.0
+""",
     "uses_len.py": """
 import torch.nn as nn
 
@@ -173,8 +183,21 @@ def test_untraceable_forward_names_line_and_reason(files):
     line = assert_one_line_error(
         invoke("--model", files["data_dependent.py"], "--input-shape", "4,8"),
         "cannot capture M", "data_dependent.py:6", "if y.sum() > 0:", "control flow",
-        "torch.where")
-    assert files["data_dependent.py"] in line
+        "torch.where", "torch.compiler.is_compiling()")
+    assert files["data_dependent.py"] in line and "--input-shape" not in line
+
+
+def test_a_debug_print_of_a_value_is_captured_through_export(files):
+    result = invoke("--model", files["debug_item.py"], "--input-shape", "4,8")
+    assert result.exit_code == 0, result.output
+    assert (f"FX could not capture it, so torch.export was used: {files['debug_item.py']}:6 "
+            "(`print(y.max().item())`): `item` reads a tensor's value") in result.stdout
+    # The model's own print still prints (what FX traces: `Proxy(item)`); the error is one line.
+    line = assert_one_line(
+        invoke("--model", files["debug_item.py"], "--input-shape", "4,8", "--capture", "fx"),
+        "cannot capture M with FX at", "debug_item.py:6 (`print(y.max().item())`)",
+        "reads a tensor's value", "try torch.export instead (--capture export)")
+    assert "does not fit" not in line and "--input-shape" not in line
 
 
 def test_untraceable_forward_with_fx_capture(files):
@@ -201,7 +224,8 @@ def test_bug_in_forward_is_not_blamed_on_the_input(files):
 @pytest.mark.parametrize("shape", ["16384x1024", "-1,3", "", "4,,8", "4.5,8", "a"])
 def test_malformed_input_shape(shape):
     assert_one_line_error(invoke("--model", EXAMPLE, f"--input-shape={shape}"),
-                          f"malformed --input-shape {shape!r}", "e.g. --input-shape 16384,1024")
+                          f"malformed input shape {shape!r}; give --input-shape positive integers",
+                          "e.g. --input-shape 16384,1024")
 
 
 def test_zero_dimension_input_shape():
@@ -216,13 +240,13 @@ def test_missing_input_shape():
 def test_wrong_number_of_input_shapes():
     assert_one_line_error(
         invoke("--model", EXAMPLE, "--input-shape", "4,1024", "--input-shape", "4,1024"),
-        "takes 1 input(s) (x) but 2 --input-shape given", "repeat --input-shape")
+        "takes 1 input(s) (x) but 2 were given", "repeat --input-shape once per input")
 
 
 def test_unknown_dtype():
     assert_one_line_error(
         invoke("--model", EXAMPLE, "--input-shape", "4,1024", "--dtype", "float64"),
-        "unknown --dtype 'float64'", "float32, float16, bfloat16, int64, int32, bool")
+        "unknown dtype 'float64'", "float32, float16, bfloat16, int64, int32, bool")
 
 
 def test_dtype_count_mismatch(files):
@@ -290,4 +314,20 @@ def test_console_script_exit_code_and_stderr(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
-        f"error: model file not found: {tmp_path / 'absent.py'} (pass --model PATH to a .py file)"]
+        f"error: model file not found: {tmp_path / 'absent.py'}; pass --model PATH to a .py file"]
+
+
+def test_every_fix_is_worded_by_the_cli_and_the_plugin():
+    from pytest_fusion.fixture import fixes
+
+    plugin = fixes("fusion_advisor.analyze(...)")
+    assert set(FIXES) == set(Fix) == set(plugin)
+    assert not any("--" in text for text in plugin.values())
+    with pytest.raises(InputSpecError) as err:
+        InputSpec.parse("4x8")
+    assert err.value.worded(FIXES) == (
+        "malformed input shape '4x8'; give --input-shape positive integers separated by commas, "
+        "e.g. --input-shape 16384,1024")
+    assert err.value.worded(plugin) == ("malformed input shape '4x8'; give a shape as a tuple of "
+                                        "positive ints, e.g. (16384, 1024), or as a string of them "
+                                        "separated by commas, e.g. '16384,1024'")

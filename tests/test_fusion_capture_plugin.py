@@ -7,6 +7,7 @@ import sys
 import pytest
 import yaml
 from fusion_plugin_helpers import PLUGIN_ARGS, baselines, marked_test, model_source
+from verdict_project import BLOCKS, edited, project
 
 from fusion_core.ir.capture import FRONTENDS
 from pytest_fusion.fixture import CAPTURES
@@ -50,6 +51,10 @@ def run(p, *args):
 def frontend(p) -> str | None:
     (path,) = baselines(p.path).values()
     return yaml.safe_load(path.read_text()).get("frontend")
+
+
+def frontend_of(p, test: str) -> str | None:
+    return yaml.safe_load(baselines(p.path)[test].read_text()).get("frontend")
 
 
 def test_plugin_offers_the_frontends_fusion_core_has():
@@ -183,3 +188,123 @@ def test_a_capture_error_fails_the_test_with_one_line(proj):
         assert lines[0].startswith("fusion analysis failed: cannot capture M")
         assert "torch.where" in lines[0]
         assert "direct cause" not in out and "During handling" not in out
+
+
+# --- debug code in forward, and inputs the model rejects (tests/verdict_project.py) ----------
+
+SOFTMAX = "        att = F.softmax(att, dim=-1)\n"
+# The debug print a developer adds while chasing a NaN: FX traces `.item()`, fake tensors
+# cannot run it, torch.export can.
+DEBUG_PRINT = (SOFTMAX, SOFTMAX + "        print(att.max().item())\n")
+PRINT_LINE = BLOCKS.splitlines().index(SOFTMAX.rstrip()) + 2
+CLI_FLAGS = ("--input-shape", "--dtype", "--capture")
+
+FALLBACK_NOTED = f"""\
+import blocks
+
+
+def test_fallback_noted(fusion_advisor):
+    r = fusion_advisor.analyze(blocks.Transformer(), (2, 8, 32))
+    assert r.frontend == "export"
+    why = r.analysis.capture_fallback
+    assert "blocks.py:{PRINT_LINE} (`print(att.max().item())`): `item` reads a tensor's " \\
+        "value" in why, why
+"""
+
+
+@pytest.fixture
+def blocks_proj(pytester, monkeypatch):
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # blocks.py is edited between runs
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    pytester.makeini("[pytest]\n")
+    project(pytester)
+    return pytester
+
+
+def test_a_debug_print_in_forward_is_captured_through_export(blocks_proj):
+    run(blocks_proj, "--fusion-update-baselines=new").assert_outcomes(passed=3)
+    edited(blocks_proj, DEBUG_PRINT)
+    blocks_proj.makepyfile(test_fallback=FALLBACK_NOTED)
+    r = run(blocks_proj, "--fusion-update-baselines=new")  # records only test_fallback's
+    r.assert_outcomes(passed=4)
+    out = r.stdout.str()
+    # Both transformer tests compare with their FX baselines and say how this was captured.
+    assert out.count("    captured through export, the baseline through fx") == 2, out
+    assert "fusion analysis failed" not in out and "does not fit the model" not in out
+    assert not any(flag in out for flag in CLI_FLAGS)
+
+
+def failure_lines(r) -> list[str]:
+    """The `fusion analysis failed: ...` lines of a run's output."""
+    return [line for line in r.stdout.lines if line.startswith("fusion analysis failed: ")]
+
+
+def test_a_debug_check_neither_frontend_captures_names_its_line_and_fix(blocks_proj):
+    check = "        assert (att >= 0).all()\n"
+    edited(blocks_proj, (SOFTMAX, SOFTMAX + check))
+    r = run(blocks_proj, "--fusion-update-baselines=new", "test_blocks.py::test_transformer")
+    r.assert_outcomes(failed=1)
+    (line,) = failure_lines(r)
+    assert line.startswith("fusion analysis failed: cannot capture Transformer: `assert (att >= "
+                           f"0).all()` at {blocks_proj.path / 'blocks.py'}:{PRINT_LINE} reads a "
+                           "tensor's value in Python"), line
+    assert line.endswith("guard it with `if not torch.compiler.is_compiling():`, which "
+                         "torch.export skips")
+    assert not any(flag in r.stdout.str() for flag in CLI_FLAGS)
+    # The guard it recommends lets auto capture take torch.export's graph.
+    edited(blocks_proj, (check, "        if not torch.compiler.is_compiling():\n    " + check))
+    run(blocks_proj, "--fusion-update-baselines=new", "test_blocks.py::test_transformer"
+        ).assert_outcomes(passed=1)
+    assert frontend_of(blocks_proj, "test_blocks.py::test_transformer") == "export"
+
+
+WRONG_INPUTS = """\
+import pytest
+import blocks
+
+
+@pytest.mark.fusion_check(blocks.Transformer, (2, 8, 16))
+def test_marker():
+    pass
+
+
+def test_fixture(fusion_advisor):
+    fusion_advisor.analyze(blocks.Transformer(), (2, 8, 16))
+
+
+def test_count(fusion_advisor):
+    fusion_advisor.analyze(blocks.Transformer(), (2, 8, 32), (2, 8, 32))
+"""
+
+
+def test_an_input_the_model_rejects_is_blamed_on_the_test_inputs(blocks_proj):
+    blocks_proj.makepyfile(test_wrong=WRONG_INPUTS)
+    r = run(blocks_proj, "--fusion-update-baselines=new", "test_wrong.py")
+    r.assert_outcomes(failed=3)
+    ln1 = BLOCKS.splitlines().index("        x = x + self.attn(self.ln1(x))") + 1
+    rejected = (f"fusion analysis failed: the example input does not fit the model: `layer_norm` "
+                f"at {blocks_proj.path / 'blocks.py'}:{ln1} rejected it (")
+    marker, fixture, count = failure_lines(r)
+    assert marker.startswith(rejected) and marker.endswith(
+        "; check the example inputs given to @pytest.mark.fusion_check(...): their shapes and "
+        "dtypes")
+    assert fixture.startswith(rejected) and fixture.endswith(
+        "; check the example inputs given to fusion_advisor.analyze(...): their shapes and "
+        "dtypes")
+    assert count == ("fusion analysis failed: Transformer.forward takes 1 input(s) (x) but 2 were "
+                     "given; give fusion_advisor.analyze(...) one example input per argument of "
+                     "forward")
+    assert not any(flag in r.stdout.str() for flag in CLI_FLAGS)
+
+
+def test_a_model_file_with_several_classes_is_answered_in_the_tests_terms(blocks_proj):
+    blocks_proj.makepyfile(test_path=(
+        "import pytest\n\n\n"
+        "@pytest.mark.fusion_check('blocks.py', (2, 8, 32))\n"
+        "def test_path():\n"
+        "    pass\n"))
+    r = run(blocks_proj, "test_path.py")
+    r.assert_outcomes(failed=1)
+    assert failure_lines(r) == [
+        "fusion analysis failed: blocks.py defines several nn.Module classes (Transformer, Conv); "
+        "give @pytest.mark.fusion_check(...) the class itself instead of the file's path"]

@@ -25,7 +25,7 @@ def test_parse_shape(text, shape):
 
 @pytest.mark.parametrize("text", ["16384x1024", "-1,3", "", "1,,2", "2.0,3", "1,2,", "x"])
 def test_parse_shape_rejects(text):
-    with pytest.raises(InputSpecError, match="malformed --input-shape"):
+    with pytest.raises(InputSpecError, match="malformed input shape"):
         InputSpec.parse(text)
 
 
@@ -33,7 +33,7 @@ def test_parse_dtype_names():
     assert {name: parse_dtype(name) for name in DTYPES} == {
         "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
         "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
-    with pytest.raises(InputSpecError, match="unknown --dtype 'fp32'"):
+    with pytest.raises(InputSpecError, match="unknown dtype 'fp32'"):
         parse_dtype("fp32")
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from fusion_core.ir.trace import is_library_file, is_user_frame
+from fusion_core.ir.normalize import parse_stack_trace
+from fusion_core.ir.trace import is_library_file, is_user_frame, trace_fx
 from fusion_core.load import load_model
 from fusion_core.pipeline import analyze
 from fusion_core.sourcemap.mapping import map_clusters
@@ -54,3 +55,17 @@ def test_a_cluster_in_library_code_has_lines_but_no_edit(tmp_path):
     (mapping,) = map_clusters(a)
     assert not mapping.exact and mapping.replacement is None
     assert "installed library" in mapping.reason
+
+
+def test_stack_traces_quote_the_lines_of_a_file_edited_since_its_first_read(tmp_path):
+    """linecache keeps a file's first read; a model edited in the same process (a notebook,
+    pytest's in-process runs) must not be quoted from its old text."""
+    path = tmp_path / "net.py"
+    head = "import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n"
+    path.write_text(head + "    def forward(self, x):\n        return torch.relu(x) * 2.0\n")
+    analyze(load_model(path), (4, 8))
+    path.write_text(head + "    def forward(self, x):\n        y = x + 1.0\n"
+                           "        return torch.relu(y) * 2.0\n")
+    gm = trace_fx(load_model(path))
+    (add,) = [n for n in gm.graph.nodes if n.name == "add"]
+    assert parse_stack_trace(add.stack_trace).code == "y = x + 1.0"

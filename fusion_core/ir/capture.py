@@ -3,7 +3,11 @@
 Reads an ``nn.Module`` (eval mode) and ``InputSpec``s; returns a shape-propagated
 ``fx.GraphModule`` (``meta["val"]`` on every node) and the frontend's name. ``auto``
 tries FX first (its graph keeps the user's module calls) and falls back to export
-when FX cannot trace; when both fail, one line names each frontend's reason.
+when FX cannot trace the model, or traces it but cannot propagate shapes through a
+construct of the model's own (``.item()``, ``nonzero``: see ``ShapePropagationError``);
+an input the model rejects is not FX's failure and falls back to nothing. When both
+fail, one line names each frontend's reason, or the line that reads a tensor's value
+and how to change it.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from torch._subclasses import fake_tensor
+from torch.fx.experimental import symbolic_shapes
 
-from ..errors import CaptureError
+from ..errors import CaptureError, ShapePropagationError
 from .export import export_graph
 from .registry import lookup
 from .shapes import InputSpec, propagate_shapes
-from .trace import _one_line, _where, trace_fx
+from .trace import _one_line, _where, trace_fx, user_frame
 
 FRONTENDS = ("auto", "fx", "export")
 
@@ -55,11 +61,13 @@ def captured(model: nn.Module, specs: Sequence[InputSpec], how: str = "auto") ->
     except CaptureError as fx_error:
         if how == "fx":
             raise
-        try:
-            return Captured(export_graph(model, specs), "export", _why(fx_error))
-        except CaptureError as export_error:
-            raise CaptureError(_both(model, fx_error, export_error)) from export_error
-    gm = propagate_shapes(gm, specs)
+        return _export_instead(model, specs, fx_error)
+    try:
+        gm = propagate_shapes(gm, specs)
+    except ShapePropagationError as fx_error:  # the model's construct, not the input
+        if how == "fx":
+            raise
+        return _export_instead(model, specs, fx_error)
     leaves = wrapped_leaves(gm)
     if how == "fx" or not leaves:
         return Captured(gm, "fx")
@@ -70,6 +78,16 @@ def captured(model: nn.Module, specs: Sequence[InputSpec], how: str = "auto") ->
                                          f"(torch.fx.wrap) and torch.export failed "
                                          f"({_why(export_error, ' ')})")
     return Captured(gm, "fx", alternative=exported, leaves=tuple(leaves))
+
+
+def _export_instead(model: nn.Module, specs: Sequence[InputSpec], fx_error: CaptureError
+                    ) -> Captured:
+    """Auto mode after FX failed (tracing, or shape propagation on a construct of the
+    model's): the exported graph, with FX's reason for the report."""
+    try:
+        return Captured(export_graph(model, specs), "export", _why(fx_error))
+    except CaptureError as export_error:
+        raise CaptureError(_both(model, fx_error, export_error)) from export_error
 
 
 # Modules whose functions the registry (or FX itself) knows: a call to one is no leaf.
@@ -96,13 +114,51 @@ def leaf_list(names: list[str]) -> str:
 
 def _why(err: CaptureError, prefix: str = " at ") -> str:
     """`file:line (`code`): Error: message` of the frontend's underlying failure."""
+    if isinstance(err, ShapePropagationError):  # its cause's traceback ends in FX's code
+        where = f" at {err.where}".removeprefix(prefix) if err.where else ""
+        return f"{where}: {err.reason}" if where else err.reason
     cause = err.__cause__ or err
     where = _where(cause).removeprefix(prefix)
     return f"{where}: {_one_line(cause)}" if where else _one_line(cause)
 
 
 def _both(model: nn.Module, fx_error: CaptureError, export_error: CaptureError) -> str:
+    name = type(model).__name__
+    cause = export_error.__cause__ or export_error
+    if _reads_a_value(cause):
+        # The line torch.export stopped at is the one to change: once it goes, auto
+        # capture has a frontend that takes the rest.
+        frame = user_frame(cause)
+        line = (f"`{(frame.line or '').strip()}` at {frame.filename}:{frame.lineno}" if frame
+                else f"{name}.forward")
+        fx_why = _why(fx_error, " ").removeprefix(_where(cause).strip() + ": ")  # named once
+        return (f"cannot capture {name}: {line} reads a tensor's value in Python, which "
+                f"neither FX ({fx_why}) nor torch.export ({_one_line(cause)}) can follow: "
+                f"compute it with tensor ops instead (torch.where for a branch); {DEBUG_FIX}")
     fx_why, export_why = _why(fx_error, " "), _why(export_error, " ")  # keep "at file:line"
-    return (f"cannot capture {type(model).__name__}: FX symbolic tracing failed "
-            f"({fx_why}) and torch.export failed ({export_why}); rewrite that "
-            "construct (data-dependent Python control flow → torch.where)")
+    return (f"cannot capture {name}: FX failed ({fx_why}) and torch.export failed "
+            f"({export_why}): rewrite the line they name; {DEBUG_FIX}")
+
+
+# The guard works for auto capture (checked on torch 2.13): `is_compiling()` is true under
+# torch.export, which skips the guarded code; FX symbolic tracing sees it false and fails
+# on the line as before, and auto capture then keeps export's graph.
+DEBUG_FIX = ("if it is a debug print or check, move it out of forward or guard it with "
+             "`if not torch.compiler.is_compiling():`, which torch.export skips")
+
+_DATA_DEPENDENT = tuple(cls for cls in (
+    getattr(symbolic_shapes, "GuardOnDataDependentSymNode", None),
+    getattr(fake_tensor, "DataDependentOutputException", None),
+    getattr(fake_tensor, "DynamicOutputShapeException", None)) if cls is not None)
+
+
+def _reads_a_value(exc: BaseException | None) -> bool:
+    """torch.export failed because the model's Python needed a value only a real run has."""
+    for _ in range(8):  # export may wrap the error it met (`raise ... from`): a few links
+        if exc is None:
+            return False
+        if isinstance(exc, _DATA_DEPENDENT):
+            return True
+        exc = exc.__cause__  # not __context__: torch handles such errors internally too
+    return False
+

@@ -27,7 +27,7 @@ import torch.fx as fx
 import torch.nn as nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ..errors import CaptureError, InputSpecError
+from ..errors import CaptureError, Fix, InputSpecError
 from .graph import FusionGraph, OpKind
 from .inline_blocks import inline_blocks
 from .module_state import kept_as_it_was
@@ -121,8 +121,8 @@ def _check_arity(model: nn.Module, args: tuple) -> None:
         inspect.signature(model.forward).bind(*args)
     except TypeError as e:
         raise InputSpecError(
-            f"{type(model).__name__}.forward does not take {len(args)} input(s) ({e}): "
-            "repeat --input-shape once per input") from e
+            f"{type(model).__name__}.forward does not take {len(args)} input(s) ({e})",
+            Fix.INPUT_COUNT) from e
 
 
 # Run-time checks export inserts (dtype/shape asserts): they read values but produce

@@ -3,7 +3,11 @@
 Reads a ``GraphModule`` and ``InputSpec``s; writes ``node.meta["val"]`` (a
 FakeTensor, or a tuple/int for non-tensor values) on every node, from which
 the normalized graph takes shape, dtype and stride. A 16384x1024 analysis
-allocates nothing at that size.
+allocates nothing at that size. A node that fails raises, by what failed:
+``ShapePropagationError`` for a construct no input could make fake tensors run
+(``.item()``, ``nonzero``: the model's, which torch.export may still capture),
+``CaptureError`` for a bug in forward, ``InputSpecError`` otherwise (the op
+rejected the example input).
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._subclasses import fake_tensor
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from ..errors import CaptureError, FusionAdvisorError, InputSpecError
+from ..errors import CaptureError, Fix, FusionAdvisorError, InputSpecError, ShapePropagationError
+from .normalize import parse_stack_trace
 from .registry import lookup
-from .trace import is_user_frame
 
 # torch's TensorIterator kernels (reductions among them) take at most 64 dims, and a
 # tensor's size in bytes is a signed 64-bit integer.
@@ -44,21 +49,19 @@ class InputSpec:
     def parse(cls, text: str, dtype: str | torch.dtype = "float32") -> InputSpec:
         """Parse `16384,1024` (comma-separated positive ints)."""
         if not re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", text or ""):
-            raise InputSpecError(
-                f"malformed --input-shape {text!r}: give positive integers separated by "
-                "commas, e.g. --input-shape 16384,1024")
+            raise InputSpecError(f"malformed input shape {text!r}", Fix.SHAPE_TEXT)
         shape = tuple(int(d) for d in text.split(","))
         if any(d == 0 for d in shape):
-            raise InputSpecError(f"--input-shape {text!r} has a zero dimension: "
+            raise InputSpecError(f"input shape {text!r} has a zero dimension: "
                                  "every dimension must be at least 1")
         if len(shape) > MAX_DIMS:
-            raise InputSpecError(f"--input-shape has {len(shape)} dimensions; torch's kernels "
+            raise InputSpecError(f"input shape has {len(shape)} dimensions; torch's kernels "
                                  f"take at most {MAX_DIMS}: give a shape with fewer dimensions")
         spec = cls(shape, parse_dtype(dtype))
         nbytes = math.prod(shape) * spec.dtype.itemsize
         if nbytes > MAX_BYTES:
             raise InputSpecError(
-                f"--input-shape {text.strip()!r} of {str(spec.dtype).removeprefix('torch.')} "
+                f"input shape {text.strip()!r} of {str(spec.dtype).removeprefix('torch.')} "
                 f"is {nbytes:.3g} bytes, more than torch can address (2**63 - 1 bytes): "
                 "give a smaller shape")
         return spec
@@ -71,7 +74,7 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
-        raise InputSpecError(f"unknown --dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+        raise InputSpecError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     return DTYPES[dtype]
 
 
@@ -126,7 +129,7 @@ class _Prop(FakeTensorProp):
                 n.meta["val"] = val
             return result
         except Exception as e:  # noqa: BLE001 - any op can reject the example input
-            raise _rejection(n, e) from e
+            raise _rejection(n, e, type(self.module).__name__) from e
 
     def _check_indices(self, n: fx.Node) -> None:
         """An embedding's indices must be integers; some torch versions' fake kernels
@@ -180,20 +183,45 @@ class _NotMemoizable(Exception):
     pass
 
 
-def _rejection(n: fx.Node, exc: BaseException) -> FusionAdvisorError:
-    where = ""
-    for line in reversed((n.meta.get("stack_trace") or "").splitlines()):
-        m = re.match(r'\s*File "(.+)", line (\d+)', line)
-        if m and is_user_frame(m.group(1)):
-            where = f" at {m.group(1)}:{m.group(2)}"
-            break
+# What no example input can make a fake tensor compute, by the exception the fake-tensor
+# dispatch raises: the model's construct, not the input, failed.
+_CONSTRUCTS = tuple((cls, why) for cls, why in (
+    (getattr(fake_tensor, "DataDependentOutputException", None), "reads a tensor's value"),
+    (getattr(fake_tensor, "DynamicOutputShapeException", None),
+     "makes a shape out of a tensor's values"),
+    (getattr(fake_tensor, "UnsupportedOperatorException", None),
+     "is an op without a fake-tensor implementation"),
+) if cls is not None)
+
+
+# Methods that hand a tensor's values to Python (debug code's `t.cpu().numpy()`): a fake
+# tensor has none to give, whatever the example input.
+_VALUE_METHODS = frozenset({"numpy", "tolist", "item"})
+
+
+def _construct(n: fx.Node, exc: BaseException) -> str:
+    """What the model did that fake tensors cannot follow ("" for anything else)."""
+    if n.op == "call_method" and n.target in _VALUE_METHODS:
+        return "reads a tensor's value"
+    return next((why for cls, why in _CONSTRUCTS if isinstance(exc, cls)), "")
+
+
+def _rejection(n: fx.Node, exc: BaseException, model: str) -> FusionAdvisorError:
+    loc = parse_stack_trace(n.meta.get("stack_trace"))
+    where = f" at {loc}" if loc else ""
     layer = f"layer `self.{n.target}`" if n.op == "call_module" else f"`{n.name}`"
     msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if construct := _construct(n, exc):
+        line = f"{loc} (`{loc.code}`)" if loc and loc.code else str(loc or "")
+        reason = (f"{layer} {construct}, which FX's shape propagation on fake tensors cannot "
+                  f"compute ({type(exc).__name__}: {msg})")
+        return ShapePropagationError(f"cannot capture {model} with FX{where and ' at ' + line}: "
+                                     f"{reason}", line, reason, Fix.EXPORT)
     if isinstance(exc, (AttributeError, NameError)):  # a bug in forward, not the input
         return CaptureError(f"{layer}{where} failed while tracing shapes: "
                             f"{type(exc).__name__}: {msg} (fix that line)")
     return InputSpecError(f"the example input does not fit the model: {layer}{where} "
-                          f"rejected it ({msg}); check --input-shape and --dtype")
+                          f"rejected it ({msg})", Fix.INPUTS)
 
 
 def propagate_shapes(gm: fx.GraphModule, specs: Sequence[InputSpec]) -> fx.GraphModule:
@@ -204,7 +232,7 @@ def propagate_shapes(gm: fx.GraphModule, specs: Sequence[InputSpec]) -> fx.Graph
         names = ", ".join(n.name for n in placeholders)
         raise InputSpecError(
             f"{type(gm).__name__}.forward takes {len(required)} input(s) ({names}) but "
-            f"{len(specs)} --input-shape given: repeat --input-shape once per input")
+            f"{len(specs)} were given", Fix.INPUT_COUNT)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     prop = _Prop(gm, mode)
     prop.snapshot = any(n.op == "call_method" and str(n.target).endswith("_")

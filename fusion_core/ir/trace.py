@@ -25,7 +25,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import CaptureError
+from ..errors import CaptureError, Fix
 from .module_state import kept_as_it_was
 
 TRACE_THROUGH: tuple[type[nn.Module], ...] = tuple(
@@ -183,6 +183,10 @@ def is_library_file(filename: str, roots: tuple[str, ...] | None = None) -> bool
 def trace_fx(model: nn.Module) -> fx.GraphModule:
     """Symbolically trace `model` with `FusionTracer`; raise CaptureError naming the line."""
     tracer = FusionTracer()
+    # The code quoted in stack traces comes from linecache, which keeps a file's lines
+    # from its first read: a model file edited since (a notebook, pytest's in-process
+    # runs) would show its old lines. One stat per cached file, then none per node.
+    linecache.checkcache()
     # A forward that caches would keep a Proxy in the model; the tracer itself stores the
     # tensors a forward creates (`_tensor_constant0`) on it, so the GraphModule takes them
     # before the model is put back as it was.
@@ -191,27 +195,27 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
             graph = tracer.trace(model)
         except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
             raise CaptureError(f"cannot trace {type(model).__name__}.forward{_where(e)}: "
-                               f"{_one_line(e)} ({_hint(e)})") from e
+                               f"{_one_line(e)} ({_hint(e)})", Fix.EXPORT) from e
         return fx.GraphModule(tracer.root, graph, type(model).__name__)
 
 
 def _hint(exc: BaseException) -> str:
+    """How to change the line; the other way out, torch.export, is the error's `Fix`."""
     if isinstance(exc, fx.proxy.TraceError) or "control flow" in str(exc):
         return ("FX symbolic tracing follows no data-dependent Python control flow: "
-                f"rewrite it with torch.where, or {_EXPORT}")
-    return f"fix that line, or {_EXPORT}"
+                "rewrite it with torch.where")
+    return "fix that line"
 
 
-# The same words fit the CLI, `analyze()` and the pytest marker.
-_EXPORT = 'capture with torch.export (--capture export, or capture="export")'
+def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of the user's code in `exc`'s traceback (None: none there)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_frame(f.filename)]
+    return frames[-1] if frames else None
 
 
 def _where(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_frame(f.filename)]
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f" at {f.filename}:{f.lineno} (`{(f.line or '').strip()}`)"
+    f = user_frame(exc)
+    return "" if f is None else f" at {f.filename}:{f.lineno} (`{(f.line or '').strip()}`)"
 
 
 def _one_line(exc: BaseException) -> str:

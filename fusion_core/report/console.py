@@ -88,7 +88,8 @@ def header(analysis: Analysis) -> list[str]:
     lines = [f"{analysis.model_name} ({analysis.n_nodes} nodes, {len(analysis.clusters)} "
              f"fusable cluster(s), captured with {FRONTEND_NAMES.get(frontend, frontend)})"]
     if analysis.capture_fallback:
-        lines.append(f"FX tracing failed, so torch.export was used: {analysis.capture_fallback}")
+        lines.append("FX could not capture it, so torch.export was used: "
+                     + analysis.capture_fallback)
     if analysis.capture_choice:
         lines.append(f"Capture: {analysis.capture_choice}")
     return lines
