@@ -227,7 +227,8 @@ def frontend_change(base: Snapshot, cur: Snapshot) -> str:
     """Why the clusters may differ beyond the model: another frontend ("" when the same
     or unknown, as in baselines written before the frontend was recorded)."""
     if base.frontend and cur.frontend and base.frontend != cur.frontend:
-        return f"captured through {cur.frontend}, the baseline through {base.frontend}"
+        why = f" ({cur.fallback})" if cur.fallback else ""
+        return f"captured through {cur.frontend}{why}, the baseline through {base.frontend}"
     return ""
 
 

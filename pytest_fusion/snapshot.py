@@ -168,6 +168,8 @@ class Snapshot:
     # Every op of the current graph by site (finds a baseline's ops again); not stored.
     op_index: tuple[OpRec, ...] = field(default=(), compare=False)
     totals: Totals | None = None  # None in baselines written before it was recorded
+    # Why `auto` captured through torch.export rather than FX ("" otherwise); not stored.
+    fallback: str = field(default="", compare=False)
 
     @property
     def ops(self) -> tuple[OpRec, ...]:
@@ -299,6 +301,9 @@ def from_analysis(analysis: Any, test: str, rootdir: Path,
                     rejections=tuple(numbered(rejections, lambda r: r.ident)),
                     provenance=dict(provenance or {}), measured=dict(measured or {}),
                     frontend=graph.frontend, target=target, barriers=barriers,
+                    # fusion_core names the file as imported: shown rootdir-relative here.
+                    fallback=getattr(analysis, "capture_fallback", "").replace(
+                        f"{rootdir.resolve()}/", ""),
                     totals=Totals(totals.kernels, totals.traffic_bytes),
                     op_index=op_index(graph, sites, rootdir,
                                       fusion_core.split_biases(analysis.graph_module)))
