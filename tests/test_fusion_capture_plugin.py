@@ -78,13 +78,14 @@ def test_a_regression_after_auto_fell_back_says_so(proj):
     proj.makepyfile(model=model_source("branch"))  # FX can no longer trace it: export
     r = run(proj)
     r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines(["    captured through export, the baseline through fx"])
+    r.stdout.fnmatch_lines(["    captured through export (model.py:12 (`return y + self.b if "
+                            "x.shape?-1? > 4 else y`): TraceError: *), the baseline through fx"])
     proj.makepyfile(model=model_source("branch-split"))
     r = run(proj)
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["fusion regression against fusion_baselines/*.yaml:",
                             "  - `mul → relu → add` at model.py:10-12 split into *",
-                            "  (captured through export, the baseline through fx)",
+                            "  (captured through export (model.py:12 *), the baseline through fx)",
                             "If this is intended, accept it with: *"])
 
 
@@ -229,7 +230,9 @@ def test_a_debug_print_in_forward_is_captured_through_export(blocks_proj):
     r.assert_outcomes(passed=4)
     out = r.stdout.str()
     # Both transformer tests compare with their FX baselines and say how this was captured.
-    assert out.count("    captured through export, the baseline through fx") == 2, out
+    said = ("    captured through export (blocks.py:47 (`print(att.max().item())`): `item` reads a "
+            "tensor's value")
+    assert out.count(said) == 2, out
     assert "fusion analysis failed" not in out and "does not fit the model" not in out
     assert not any(flag in out for flag in CLI_FLAGS)
 
