@@ -62,6 +62,8 @@ def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
     if rec.sites:
         by_site = cur.by_site
         for op, site in zip(rec.ops, rec.sites, strict=False):
+            if not site:  # a view: it moves nothing and names no place of its own
+                continue
             where, _, nth = unprimed(site).rpartition("#")
             # An op now written in place (`F.relu(inplace=True)`) is the same op, at its
             # own site: `relu_`.
