@@ -158,7 +158,10 @@ class ClusterVerdicts:
         whole = [c for c in parts if all(holds(c, o) for o in loc.found)]
         if loc.found and len(parts) == 1 and whole:
             c = whole[0]
-            if len(c.ops) > len(loc.found):  # others took the place of those that left
+            sites = c.sites or ("?",) * len(c.nodes)  # unknown: every node counts
+            came = [n for n, s in zip(c.nodes, sites, strict=False)
+                    if s and n not in loc.nodes and unprimed(s) not in {o.site for o in loc.found}]
+            if came:  # ops (not views) that were not in `b` took the place of those that left
                 self.say("changes", b, f"`{b.chain}`{LOC} at {c.lines} is still one kernel, "
                                        f"now `{c.chain}` ({left} spelled another way)")
                 return {id(c)}
