@@ -22,6 +22,14 @@ from .snapshot import ClusterRec, OpRec, RejectionRec, Snapshot, line_runs
 class Located:
     found: tuple[OpRec, ...]
     missing: tuple[tuple[str, str], ...]  # (op, site or node name) of ops no longer there
+    # Found ops the baseline cluster held as a recomputed copy: the analyzer may as well
+    # read the stored value now, so they do not decide what became of the cluster.
+    recomputed: tuple[OpRec, ...] = ()
+
+    @property
+    def own(self) -> tuple[OpRec, ...]:
+        """The found ops the cluster computed as their original (all, if only copies)."""
+        return tuple(o for o in self.found if o not in self.recomputed) or self.found
 
     @property
     def nodes(self) -> set[str]:
@@ -59,6 +67,7 @@ def unprimed(site: str) -> str:
 def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
     found: list[OpRec] = []
     missing: list[tuple[str, str]] = []
+    recomputed: list[OpRec] = []
     if rec.sites:
         by_site = cur.by_site
         for op, site in zip(rec.ops, rec.sites, strict=False):
@@ -71,6 +80,8 @@ def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
             if hit is not None and hit.op.rstrip("_") == op.rstrip("_"):
                 if hit not in found:
                     found.append(hit)
+                if site.endswith("'"):
+                    recomputed.append(hit)
             else:
                 missing.append((op, site))
     else:  # written before sites: the same node name holding the same op
@@ -81,4 +92,4 @@ def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
                 found.append(hit)
             else:
                 missing.append((op, node))
-    return Located(tuple(found), tuple(missing))
+    return Located(tuple(found), tuple(missing), tuple(recomputed))

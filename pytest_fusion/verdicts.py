@@ -95,10 +95,17 @@ class ClusterVerdicts:
             self.ops_left = True
             return self._ops_left(b, loc, parts)
         at = f"{LOC} at {loc.lines}"
-        whole = [c for c in parts if all(holds(c, o) for o in loc.found)]
-        if whole and len(whole[0].ops) == len(b.ops):  # the same cluster, found by its ops
-            self.pairs.append((b, whole[0]))
-            return {id(whole[0])}
+        parts = [c for c in parts if any(holds(c, o) for o in loc.own)]
+        whole = [c for c in parts if all(holds(c, o) for o in loc.own)]
+        if whole and same_ops(b, whole[0]):
+            # The same cluster, found by its ops; it may read a value it recomputed before.
+            c = whole[0]
+            self.pairs.append((b, c))
+            dropped = [o.op for o in loc.recomputed if not holds(c, o)]
+            if dropped and self.gate:
+                self.say("changes", b, f"`{b.chain}`{at} no longer recomputes "
+                                       f"{ops_list(dropped)}: `{c.chain}` reads its stored value")
+            return {id(c)}
         if whole:
             c = whole[0]
             if self.gate:
@@ -113,7 +120,7 @@ class ClusterVerdicts:
             self.say("regressions", b, f"`{b.chain}`{at} split into {into}{why}")
         elif parts:
             p = parts[0]
-            out = [o.op for o in loc.found if not holds(p, o)]
+            out = [o.op for o in loc.own if not holds(p, o)]
             self.say("regressions", b, f"`{b.chain}`{at} shrank to `{p.chain}`, without "
                                        f"{ops_list(out)}{why}")
         else:
@@ -182,6 +189,13 @@ class ClusterVerdicts:
         totals = model_totals(self.base, self.cur)
         self.say(bucket, b, text + (f" ({totals.strip()})" if totals else ""))
         return {id(c) for c in parts}
+
+
+def same_ops(b: ClusterRec, c: ClusterRec) -> bool:
+    """`c` computes no op at a site `b` did not (copies aside): the same cluster."""
+    if not (b.sites and c.sites):
+        return len(c.ops) == len(b.ops)
+    return {unprimed(s) for s in c.sites if s} <= {unprimed(s) for s in b.sites if s}
 
 
 def holds(c: ClusterRec, o: OpRec) -> bool:
