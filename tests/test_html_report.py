@@ -183,6 +183,16 @@ def test_baseline_clusters_are_kept_split_merged_or_lost():
     assert cur_status == {0: "split", 1: "split", 2: "kept", 3: "kept", 4: "new"}
 
 
+@pytest.mark.parametrize("target, shown", [
+    ("operator.matmul", "matmul"), ("torch.roll", "roll"), ("F.gelu", "gelu"),
+    (".roll()", "roll()"), ("cumprod.default", "cumprod"), ("demo::gate", "demo::gate"),
+    ("demo::gate.out", "demo::gate.out"), ("my_helper", "my_helper")])
+def test_an_opaque_call_is_labelled_by_its_name(target, shown):
+    from fusion_core.report.html.data import call_label
+
+    assert call_label(target) == shown
+
+
 def test_cli_refuses_an_html_path_it_cannot_write(tmp_path):
     from click.testing import CliRunner
 

@@ -33,9 +33,20 @@ def drawn(n: Node) -> bool:
     return n.kind is not OpKind.CONSTANT and n.op != "meta"
 
 
+def call_label(target: str) -> str:
+    """The short name of a call normalize.py spelled `target`: `matmul` for `operator.matmul`,
+    `roll()` for `.roll()`, `cumprod` for an exported graph's `cumprod.default`; a library
+    op keeps its library (`mylib::scale`)."""
+    if "::" in target:
+        return target
+    if target.startswith(("torch.", "F.", "operator.", ".")):
+        return target.rsplit(".", 1)[-1]
+    return target.split(".", 1)[0]  # `name.overload`: the overload says nothing here
+
+
 def label(n: Node) -> str:
     if n.kind is OpKind.OPAQUE and n.op == "opaque":
-        return n.target.rsplit(".", 1)[-1] or n.name  # `operator.matmul` -> `matmul`
+        return call_label(n.target) or n.name
     if n.kind in (OpKind.INPUT, OpKind.OUTPUT):
         return n.name
     return n.op
