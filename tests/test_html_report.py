@@ -52,12 +52,15 @@ def test_layout_puts_every_edge_downwards_and_keeps_a_layer_free_of_overlaps():
 
 
 def test_layout_sinks_input_less_nodes_and_stubs_edges_that_skip_a_band():
-    nodes = [LayoutNode("in", 30, 0), LayoutNode("k", 30, 0, source=True),
-             LayoutNode("a", 30, 0), LayoutNode("b", 30, 0), LayoutNode("c", 30, 0),
+    nodes = [LayoutNode("in", 30, 0), LayoutNode("k", 30, 0, sink=True),
+             LayoutNode("a", 30, 0), LayoutNode("copy", 30, 0, sink=True),
+             LayoutNode("b", 30, 0), LayoutNode("c", 30, 0),
              LayoutNode("m", 30, 1), LayoutNode("z", 30, 2)]
-    edges = [("in", "a"), ("a", "b"), ("b", "c"), ("k", "c"), ("c", "m"), ("in", "z")]
+    edges = [("in", "a"), ("a", "b"), ("b", "c"), ("k", "c"), ("c", "m"), ("in", "z"),
+             ("in", "copy"), ("copy", "c")]
     lay = layout(nodes, edges)
     assert lay.layer["k"] == lay.layer["c"] - 1  # next to its consumer, not at the top
+    assert lay.layer["copy"] == lay.layer["c"] - 1  # a recompute copy beside its reader
     assert lay.band_start == (0, 4, 5) and lay.band_depth == (4, 1, 1)
     assert lay.stubs == (("in", "z"),)
 

@@ -106,7 +106,8 @@ def graph_view(analysis: Analysis) -> dict[str, Any]:
     has_input = {v for _, v in edges}
     lay = layout([LayoutNode(n.name, round(len(label(n)) * CHAR_WIDTH + PAD, 1),
                              band_of[n.name], cluster_of.get(n.name, -1),
-                             source=n.name not in has_input and n.kind is not OpKind.INPUT)
+                             sink=bool(n.copy_of) or (n.name not in has_input
+                                                      and n.kind is not OpKind.INPUT))
                   for n in nodes], edges)
     index = {n.name: i for i, n in enumerate(nodes)}
     marks = {}
