@@ -22,6 +22,10 @@ from .compare import fmt_bytes
 from .snapshot import BaselineError, Snapshot, baseline_name
 
 PAGES_KEY = "fusion_html"
+# Why a page's section is empty: the plugin runs no Inductor and no numerics check (and
+# names no command-line flags: those are the CLI's).
+HINTS = {"inductor": "the pytest plugin does not run Inductor",
+         "numerics": "the pytest plugin checks structure and, on a GPU, timings"}
 # How the comparison pairs clusters, stage by stage (compare.py); baselines of schema 1
 # record no identity, so their clusters pair by the later keys.
 PAIRING = (lambda c: c.ident, lambda c: (c.ops, c.lines), lambda c: c.ops)
@@ -91,7 +95,7 @@ class HtmlReport:
 
         back = "../index.html"
         page = fusion_core.page_data(result.analysis, measured=result.measurement,
-                                     title=nodeid)
+                                     title=nodeid, hints=HINTS)
         if rec["status"] != "regressed":
             return fusion_core.analysis_html(page, back=back)
         from .session import read_baseline

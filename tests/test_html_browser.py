@@ -223,11 +223,11 @@ def test_rejected_candidate_is_marked_and_explained(browser, rejection_page):
 
 def test_untimed_cuda_run_says_its_timings_were_not_run(browser, tmp_path):
     """A CUDA validation with timing off (`--no-timing`, made up here: no GPU needed) keeps its
-    numerics and says why the Timings are empty."""
+    numerics and says why the Timings are empty, in the CLI's words."""
     import torch
 
     import fusion_core
-    from fusion_core.report.html import analysis_html, page_data
+    from fusion_core.report.html import CLI_HINTS, analysis_html, page_data
     from fusion_core.validate import GateResult, ModelCheck, ValidationReport, ValidationResult
     from fusion_core.validate.report import report_dict
 
@@ -241,7 +241,8 @@ def test_untimed_cuda_run_says_its_timings_were_not_run(browser, tmp_path):
         GateResult("model numerics", True, max_abs_err=0.0)))
     report = ValidationReport((verified,), ModelCheck(True, 0.0, (0,)), "cuda", "Stub GPU")
     page = tmp_path / "page.html"
-    page.write_text(analysis_html(page_data(analysis, {"validation": report_dict(report)})))
+    page.write_text(analysis_html(page_data(analysis, {"validation": report_dict(report)},
+                                            hints=CLI_HINTS)))
     load(browser, page)
     relu = browser.execute_script(
         "return [...document.querySelectorAll('g.node')].find(g => g.textContent.startsWith("

@@ -186,6 +186,24 @@ def test_baseline_clusters_are_kept_split_merged_or_lost():
     assert cur_status == {0: "split", 1: "split", 2: "kept", 3: "kept", 4: "new"}
 
 
+def _cli_flags() -> list[str]:
+    from fusion_core.cli import cli
+
+    return [o for p in cli.params for o in p.opts if o.startswith("--")]
+
+
+def test_plugin_pages_name_no_cli_flag_the_cli_page_does(verdict_report, microgpt, tmp_path):
+    from fusion_core.report.html import write_html
+
+    pages = [*verdict_report.glob("*.html"), verdict_report.parent / "rep.html"]
+    assert len(pages) == 4
+    for page in pages:
+        text = page.read_text()
+        assert [f for f in _cli_flags() if f in text] == [], page.name
+    write_html(tmp_path / "cli.html", microgpt)
+    assert "--vs-inductor" in (tmp_path / "cli.html").read_text()
+
+
 @pytest.mark.parametrize("target, shown", [
     ("operator.matmul", "matmul"), ("torch.roll", "roll"), ("F.gelu", "gelu"),
     (".roll()", "roll()"), ("cumprod.default", "cumprod"), ("demo::gate", "demo::gate"),

@@ -219,9 +219,13 @@ def _missed(analysis: Analysis, inductor: dict[str, Any]) -> list[dict[str, Any]
 
 def page_data(analysis: Analysis, extra: dict[str, Any] | None = None,
               mappings: Sequence[Any] | None = None, measured: dict | None = None,
-              title: str = "", kernels: Mapping[int, tuple[str, str]] | None = None
-              ) -> dict[str, Any]:
-    """Everything one page shows, as plain JSON-able data."""
+              title: str = "", kernels: Mapping[int, tuple[str, str]] | None = None,
+              hints: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Everything one page shows, as plain JSON-able data.
+
+    `hints`: why a section is empty, by section (`inductor`, `numerics`, `untimed`), in the
+    words of the tool that wrote the page (only the CLI names its own flags).
+    """
     from ...sourcemap import map_clusters
 
     extra = extra or {}
@@ -240,6 +244,7 @@ def page_data(analysis: Analysis, extra: dict[str, Any] | None = None,
         "mode": validation.get("mode", ""), "device": validation.get("device", ""),
         "timed": validation.get("timed"),
         "model_check": validation.get("model"),
+        "hints": dict(hints or {}),
         "graph": graph_view(analysis),
         "clusters": clusters_view(analysis, mappings, extra, measured, kernels),
         "rejections": [{"check": r.check, "ops": list(r.ops), "nodes": list(r.nodes),
