@@ -1,7 +1,7 @@
 """The HTML pages in a real headless browser (the system chromium through selenium).
 
 Loads the CLI's page for examples/microgpt.py, the plugin's index for the example tests
-and a regressed test's side-by-side page; every test fails on a JavaScript console error
+and regressed tests' side-by-side pages; every test fails on a JavaScript console error
 or on any resource the page loads. Skips when selenium, chromium or chromedriver is absent
 (`apt-get install chromium chromium-driver`).
 """
@@ -174,6 +174,48 @@ def test_regressed_test_page_shows_baseline_and_current_side_by_side(browser,
     assert len(panes[1].find_elements("css selector", "g.cluster.split")) == 2  # its parts
     click(browser, ".pane g.cluster.split")
     assert "split" in browser.find_element("id", "tab-details").text
+    assert_clean(browser)
+
+
+def pane_nodes(driver, pane: int, css: str) -> list[str]:
+    """The labels of the nodes matching `css` in the pane-th pane."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('.pane')[arguments[0]].querySelectorAll("
+        "arguments[1])].map(g => g.querySelector('text').textContent)", pane, css)
+
+
+def test_a_lost_recompute_copy_is_marked_on_both_panes(browser, verdict_report):
+    (page,) = verdict_report.glob("test_blocks__test_transformer-*.html")
+    load(browser, page)
+    # baseline: the copy, inside its shrunk cluster; current: the value it recomputed, now
+    # read from memory; the copy is not drawn there at all
+    assert pane_nodes(browser, 0, "g.node.mark-lost") == ["add"]
+    assert pane_nodes(browser, 1, "g.node.mark-outside") == ["add"]
+    assert not pane_nodes(browser, 1, "g.node.mark-lost")
+    shrunk = [len(p.find_elements("css selector", "g.cluster.shrunk"))
+              for p in browser.find_elements("css selector", ".pane")]
+    assert shrunk == [1, 1]
+    # the ops new to a cluster, on both panes (dashed on the baseline's where only a copy)
+    assert sorted(pane_nodes(browser, 0, "g.node.mark-new")) == sorted(
+        pane_nodes(browser, 1, "g.node.mark-new"))
+    assert pane_nodes(browser, 0, "g.node.mark-new.absent")
+    click(browser, ".pane g.cluster.shrunk")
+    details = browser.find_element("id", "tab-details").text
+    assert "shrunk" in details and "now in no cluster: add (a recompute of" in details
+    assert_clean(browser)
+
+
+def test_a_custom_op_and_the_op_it_replaced(browser, verdict_report):
+    (page,) = verdict_report.glob("test_blocks__test_conv-*.html")
+    load(browser, page)
+    for pane in (0, 1):
+        labels = pane_nodes(browser, pane, "g.node")
+        assert "demo::gate" in labels and "default" not in labels
+    assert pane_nodes(browser, 0, "g.node.mark-lost") == ["sigmoid"]
+    assert pane_nodes(browser, 1, "g.node.absent.mark-gone") == ["sigmoid"]
+    click(browser, '.tab[data-tab="inductor"]')
+    assert browser.find_element("id", "tab-inductor").text == (
+        "Inductor was not compared (the pytest plugin does not run Inductor).")
     assert_clean(browser)
 
 

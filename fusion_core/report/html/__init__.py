@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .data import page_data
+from .data import Ghost, page_data
 from .page import analysis_html, compare_html, index_html, write_page
 
-__all__ = ["CLI_HINTS", "analysis_html", "compare_html", "index_html", "page_data",
+__all__ = ["CLI_HINTS", "Ghost", "analysis_html", "compare_html", "index_html", "page_data",
            "write_html"]
 
 
