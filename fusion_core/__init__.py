@@ -32,7 +32,7 @@ _EXPORTS = {
     "measure": ".validate.measure",
     "fmt_bytes": ".report.units",
     "write_atomic": ".fileio", "remove_stray_temp_files": ".fileio",
-    "page_data": ".report.html", "analysis_html": ".report.html",
+    "page_data": ".report.html", "Ghost": ".report.html", "analysis_html": ".report.html",
     "compare_html": ".report.html", "index_html": ".report.html",
 }
 
@@ -64,6 +64,6 @@ if TYPE_CHECKING:  # for type checkers and editors only
     from .ir.shapes import InputSpec, parse_dtype  # noqa: F401
     from .load import load_model  # noqa: F401
     from .pipeline import Analysis, analyze  # noqa: F401
-    from .report.html import analysis_html, compare_html, index_html, page_data  # noqa: F401
+    from .report.html import Ghost, analysis_html, compare_html, index_html, page_data  # noqa: F401
     from .report.units import fmt_bytes  # noqa: F401
     from .validate.measure import measure  # noqa: F401

@@ -1,79 +1,51 @@
 """The HTML side of `--fusion-report=PATH`: an index of checked tests and a page per test.
 
 Reads, after each checked test, its analysis (``FusionAdvisor.checked_result``), its
-record and, for a regressed test, its baseline file; builds the test's page there (in the
-worker under xdist, where the analysis lives) and keeps the HTML text. The controller
-collects the pages (``workeroutput["fusion_html"]``) and writes ``DIR/index.html`` and
-``DIR/tests/<test>.html`` when PATH is a folder (as the md/json files decide), else
-``PATH.html`` and ``PATH-tests/``.
-A regressed test's page puts the baseline's clusters and the current ones side by side
-on the current graph, with lost, split and new clusters marked.
+record and, for a test whose baseline differs, that baseline file; builds the test's page
+there (in the worker under xdist, where the analysis lives) and keeps the HTML text. The
+controller collects the pages (``workeroutput["fusion_html"]``) and writes
+``DIR/index.html`` and ``DIR/tests/<test>.html`` when PATH is a folder (as the md/json
+files decide), else ``PATH.html`` and ``PATH-tests/``.
+The page of a test that differs from its baseline (regressed, improved, changed) puts the
+baseline's clusters and the current ones side by side, on one layout of both graphs, with
+each cluster's status and the ops it lost or gained marked on both panes
+(``page_diff.py``), paired as the comparison paired them.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .compare import fmt_bytes
 from .snapshot import BaselineError, Snapshot, baseline_name
 
+if TYPE_CHECKING:  # imported where used: it imports torch
+    from .page_diff import Change, PageDiff
+
 PAGES_KEY = "fusion_html"
-# How the comparison pairs clusters, stage by stage (compare.py); baselines of schema 1
-# record no identity, so their clusters pair by the later keys.
-PAIRING = (lambda c: c.ident, lambda c: (c.ops, c.lines), lambda c: c.ops)
+# Statuses whose page shows the baseline beside the current clusters.
+DIFFERS = ("regressed", "unaccepted", "improved", "changed")
+# Why a page's section is empty: the plugin runs no Inductor and no numerics check (and
+# names no command-line flags: those are the CLI's).
+HINTS = {"inductor": "the pytest plugin does not run Inductor",
+         "numerics": "the pytest plugin checks structure and, on a GPU, timings"}
 
 
-def _pairs(rec: Any) -> set[tuple[str, str]]:
-    return set(zip(rec.nodes, rec.ops, strict=False))
+def _change(c: Change) -> dict[str, Any]:
+    return {"status": c.status, "parts": list(c.parts), "lost": list(c.lost),
+            "new": list(c.new)}
 
 
-def cluster_status(base: Snapshot, cur: Snapshot) -> tuple[list[str], dict[int, str]]:
-    """Per baseline cluster kept/merged/split/lost; per current cluster index kept/split/new.
-
-    Clusters pair as the comparison pairs them: by identity (ops, module, function,
-    ordinal), then by ops and lines, then by ops alone, each stage over what the earlier
-    ones left. An unpaired baseline cluster whose (node, op) pairs now sit in one larger
-    cluster merged, in several or in a smaller one split, in none was lost.
-    """
-    rest = list(range(len(cur.clusters)))
-    paired: set[int] = set()
-    for key in PAIRING:
-        for bi, b in enumerate(base.clusters):
-            if bi in paired:
-                continue
-            hit = next((i for i in rest if key(cur.clusters[i]) == key(b)), None)
-            if hit is not None:
-                paired.add(bi)
-                rest.remove(hit)
-    base_status = ["kept" if bi in paired else "" for bi in range(len(base.clusters))]
-    unpaired = [bi for bi in range(len(base.clusters)) if bi not in paired]
-    cur_status = {i: "kept" for i in range(len(cur.clusters)) if i not in rest}
-    for bi in unpaired:
-        mine = _pairs(base.clusters[bi])
-        parts = [i for i in range(len(cur.clusters)) if _pairs(cur.clusters[i]) & mine]
-        if any(mine <= _pairs(cur.clusters[i]) for i in parts):
-            base_status[bi] = "merged"
-            cur_status.update({i: "kept" for i in parts})
-        elif parts:
-            base_status[bi] = "split"
-            cur_status.update({i: "split" for i in parts})
-        else:
-            base_status[bi] = "lost"
-    for i in rest:
-        cur_status.setdefault(i, "new")
-    return base_status, cur_status
-
-
-def _baseline_view(base: Snapshot, status: list[str]) -> list[dict[str, Any]]:
+def _baseline_view(base: Snapshot, diff: PageDiff) -> list[dict[str, Any]]:
     return [{"ops": list(c.ops), "where": c.lines, "category": c.category,
-             "nodes": list(c.nodes), "status": s, "unfused_bytes": c.unfused_bytes,
-             "fused_bytes": c.fused_bytes,
+             "nodes": list(ch.nodes), "unfused_bytes": c.unfused_bytes,
+             "fused_bytes": c.fused_bytes, **_change(ch),
              "note": "" if c.kernel else f"no kernel: {c.kernel_error}" if c.kernel_error else ""}
-            for c, s in zip(base.clusters, status, strict=True)]
+            for c, ch in zip(base.clusters, diff.baseline, strict=True)]
 
 
 class HtmlReport:
@@ -90,21 +62,29 @@ class HtmlReport:
         import fusion_core
 
         back = "../index.html"
-        page = fusion_core.page_data(result.analysis, measured=result.measurement,
-                                     title=nodeid)
-        if rec["status"] != "regressed":
-            return fusion_core.analysis_html(page, back=back)
-        from .session import baseline_path, read_baseline
+        base = None
+        if rec["status"] in DIFFERS:
+            from .session import baseline_path, read_baseline
 
-        path, legacy = baseline_path(self.plugin.folder, nodeid)
-        try:
-            base = read_baseline(legacy or path, self.plugin.shown(legacy or path))
-        except BaselineError:
-            base = None
+            path, legacy = baseline_path(self.plugin.folder, nodeid)
+            try:
+                base = read_baseline(legacy or path, self.plugin.shown(legacy or path))
+            except BaselineError:
+                pass
         if base is None:
+            page = fusion_core.page_data(result.analysis, measured=result.measurement,
+                                         title=nodeid, hints=HINTS)
             return fusion_core.analysis_html(page, back=back)
-        base_status, cur_status = cluster_status(base, result.snapshot)
-        return fusion_core.compare_html(page, _baseline_view(base, base_status), cur_status,
+        from .compare import compare
+        from .page_diff import page_diff
+
+        diff = page_diff(base, result.snapshot, result.analysis.graph,
+                         compare(base, result.snapshot).pairs)
+        page = fusion_core.page_data(result.analysis, measured=result.measurement, title=nodeid,
+                                     hints=HINTS, ghosts=diff.ghosts,
+                                     current_only=diff.current_only)
+        return fusion_core.compare_html(page, _baseline_view(base, diff),
+                                        [_change(c) for c in diff.current], diff.marks,
                                         rec["status"], rec["messages"], back=back)
 
     @pytest.hookimpl(trylast=True)

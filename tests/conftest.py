@@ -63,3 +63,52 @@ def example_report(tmp_path_factory) -> tuple[Path, str]:
         timeout=600)
     assert done.returncode == 0, done.stdout[-2000:]
     return out, done.stdout
+
+
+# Two ordinary edits of tests/verdict_project.py's blocks.py: the squeeze-excite gate becomes
+# a custom op (the conv test's `sigmoid → mul → add` loses its sigmoid), and the MLP residual
+# is scaled (the transformer's `add → add → layer_norm`, whose first add recomputed the
+# previous block's output, no longer holds that copy).
+CUSTOM_GATE = ("import torch.nn.functional as F\n", """import torch.nn.functional as F
+
+
+@torch.library.custom_op("demo::gate", mutates_args=())
+def gate(x: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(x)
+
+
+@gate.register_fake
+def _(x):
+    return torch.empty_like(x)
+""")
+VERDICT_EDITS = (CUSTOM_GATE,
+                 ("s = torch.sigmoid(self.expand(s))", "s = gate(self.expand(s))"),
+                 ("return x + self.out(h)", "return x + self.out(h) * 0.5"))
+
+
+@pytest.fixture(scope="session")
+def verdict_report(tmp_path_factory) -> Path:
+    """tests/verdict_project.py with its baselines recorded, then VERDICT_EDITS, run with
+    `--fusion-report=rep` in a fresh interpreter (a custom op registers once per process):
+    the report's folder of test pages."""
+    from types import SimpleNamespace
+
+    from fusion_plugin_helpers import PLUGIN_ARGS
+    from verdict_project import BLOCKS, TESTS, edited
+
+    proj = tmp_path_factory.mktemp("verdict")
+    (proj / "pytest.ini").write_text("[pytest]\n")
+    (proj / "blocks.py").write_text(BLOCKS)
+    (proj / "test_blocks.py").write_text(TESTS)
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PLUGIN_ARGS]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([*args, "--fusion-update-baselines=new"], cwd=proj, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:]
+    edited(SimpleNamespace(path=proj), *VERDICT_EDITS)
+    done = subprocess.run([*args, "--fusion-report=rep"], cwd=proj, env=env,
+                          capture_output=True, text=True, timeout=600)
+    # the custom op shrinks the conv's cluster (a regression); the transformer's residual
+    # scale is an improvement and a change: pages for both
+    assert done.returncode == 1 and "1 failed, 2 passed" in done.stdout, done.stdout[-2000:]
+    return proj / "rep-tests"

@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import yaml
@@ -283,3 +284,27 @@ def test_an_in_place_write_is_a_barrier_for_the_later_readers_of_its_input():
     (b,) = [b for b in fusion_core.find_barriers(a.graph, a.clusters) if b.inplace]
     assert b.target == ".relu_()" and [a.graph[n].op for n in b.before] == ["mul"]
     assert [a.graph[n].op for n in b.after] == ["mul"]
+
+
+@torch.library.custom_op("fusion_identity_test::scale", mutates_args=())
+def _scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 3.0
+
+
+@_scale.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class _CustomOp(nn.Module):
+    def forward(self, x):
+        return _scale(F.silu(x)) * x
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_a_custom_op_is_named_by_its_library_and_name(capture):
+    # FX records `scale.default` as the call's `__name__`: neither the library nor the op.
+    a = fusion_core.analyze(_CustomOp(), (4, 8), capture=capture)
+    (b,) = fusion_core.find_barriers(a.graph, a.clusters)
+    assert (b.target, b.op) == ("fusion_identity_test::scale", "opaque")
+    assert "`fusion_identity_test::scale` at " in b.describe(a.graph)

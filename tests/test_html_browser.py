@@ -1,7 +1,7 @@
 """The HTML pages in a real headless browser (the system chromium through selenium).
 
 Loads the CLI's page for examples/microgpt.py, the plugin's index for the example tests
-and a regressed test's side-by-side page; every test fails on a JavaScript console error
+and regressed tests' side-by-side pages; every test fails on a JavaScript console error
 or on any resource the page loads. Skips when selenium, chromium or chromedriver is absent
 (`apt-get install chromium chromium-driver`).
 """
@@ -177,6 +177,48 @@ def test_regressed_test_page_shows_baseline_and_current_side_by_side(browser,
     assert_clean(browser)
 
 
+def pane_nodes(driver, pane: int, css: str) -> list[str]:
+    """The labels of the nodes matching `css` in the pane-th pane."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('.pane')[arguments[0]].querySelectorAll("
+        "arguments[1])].map(g => g.querySelector('text').textContent)", pane, css)
+
+
+def test_a_lost_recompute_copy_is_marked_on_both_panes(browser, verdict_report):
+    (page,) = verdict_report.glob("test_blocks__test_transformer-*.html")
+    load(browser, page)
+    # baseline: the copy, inside its shrunk cluster; current: the value it recomputed, now
+    # read from memory; the copy is not drawn there at all
+    assert pane_nodes(browser, 0, "g.node.mark-lost") == ["add"]
+    assert pane_nodes(browser, 1, "g.node.mark-outside") == ["add"]
+    assert not pane_nodes(browser, 1, "g.node.mark-lost")
+    shrunk = [len(p.find_elements("css selector", "g.cluster.shrunk"))
+              for p in browser.find_elements("css selector", ".pane")]
+    assert shrunk == [1, 1]
+    # the ops new to a cluster, on both panes (dashed on the baseline's where only a copy)
+    assert sorted(pane_nodes(browser, 0, "g.node.mark-new")) == sorted(
+        pane_nodes(browser, 1, "g.node.mark-new"))
+    assert pane_nodes(browser, 0, "g.node.mark-new.absent")
+    click(browser, ".pane g.cluster.shrunk")
+    details = browser.find_element("id", "tab-details").text
+    assert "shrunk" in details and "now in no cluster: add (a recompute of" in details
+    assert_clean(browser)
+
+
+def test_a_custom_op_and_the_op_it_replaced(browser, verdict_report):
+    (page,) = verdict_report.glob("test_blocks__test_conv-*.html")
+    load(browser, page)
+    for pane in (0, 1):
+        labels = pane_nodes(browser, pane, "g.node")
+        assert "demo::gate" in labels and "default" not in labels
+    assert pane_nodes(browser, 0, "g.node.mark-lost") == ["sigmoid"]
+    assert pane_nodes(browser, 1, "g.node.absent.mark-gone") == ["sigmoid"]
+    click(browser, '.tab[data-tab="inductor"]')
+    assert browser.find_element("id", "tab-inductor").text == (
+        "Inductor was not compared (the pytest plugin does not run Inductor).")
+    assert_clean(browser)
+
+
 @pytest.fixture(scope="module")
 def rejection_page(tmp_path_factory) -> Path:
     """A model with a rejected candidate, and an Inductor section (as --vs-inductor writes it,
@@ -223,11 +265,11 @@ def test_rejected_candidate_is_marked_and_explained(browser, rejection_page):
 
 def test_untimed_cuda_run_says_its_timings_were_not_run(browser, tmp_path):
     """A CUDA validation with timing off (`--no-timing`, made up here: no GPU needed) keeps its
-    numerics and says why the Timings are empty."""
+    numerics and says why the Timings are empty, in the CLI's words."""
     import torch
 
     import fusion_core
-    from fusion_core.report.html import analysis_html, page_data
+    from fusion_core.report.html import CLI_HINTS, analysis_html, page_data
     from fusion_core.validate import GateResult, ModelCheck, ValidationReport, ValidationResult
     from fusion_core.validate.report import report_dict
 
@@ -241,7 +283,8 @@ def test_untimed_cuda_run_says_its_timings_were_not_run(browser, tmp_path):
         GateResult("model numerics", True, max_abs_err=0.0)))
     report = ValidationReport((verified,), ModelCheck(True, 0.0, (0,)), "cuda", "Stub GPU")
     page = tmp_path / "page.html"
-    page.write_text(analysis_html(page_data(analysis, {"validation": report_dict(report)})))
+    page.write_text(analysis_html(page_data(analysis, {"validation": report_dict(report)},
+                                            hints=CLI_HINTS)))
     load(browser, page)
     relu = browser.execute_script(
         "return [...document.querySelectorAll('g.node')].find(g => g.textContent.startsWith("

@@ -69,12 +69,34 @@ def _is_tensor_tuple(val: Any) -> bool:
         isinstance(v, torch.Tensor) for v in val)
 
 
+# Exported graphs call these; their overloads keep torch's spelling (`cumprod.default`),
+# the one messages about exported graphs have always shown.
+_TORCH_LIBRARIES = ("aten", "prims")
+
+
+def _library_op(t: Any) -> str | None:
+    """`mylib::scale` for a call to a library op outside torch's own (`torch.library.custom_op`),
+    with `.overload` unless it is the default one; None for anything else. Its `__name__`,
+    `scale.default`, names neither the library nor the op as the user registered it."""
+    if isinstance(t, torch._ops.OpOverload):
+        qualified, overload = t._schema.name, t._overloadname
+    elif isinstance(t, torch._ops.OpOverloadPacket):
+        qualified, overload = t._qualified_op_name, "default"
+    else:
+        return None
+    if qualified.split("::", 1)[0] in _TORCH_LIBRARIES:
+        return None
+    return qualified if overload == "default" else f"{qualified}.{overload}"
+
+
 def _target_name(n: fx.Node) -> str:
     if n.op == "call_module":
         return f"self.{n.target}"
     if n.op == "call_method":
         return f".{n.target}()"
     t = n.target
+    if (library := _library_op(t)) is not None:
+        return library
     mod = getattr(t, "__module__", "") or ""
     name = getattr(t, "__name__", str(t))
     prefix = {"torch.nn.functional": "F.", "torch._C._nn": "F.", "_operator": "operator.",

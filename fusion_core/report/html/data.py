@@ -6,17 +6,20 @@ JSON-able dict: drawn nodes with their positions, edges with their bends, bands 
 collapsible groups, and per cluster its ops, source lines, diff, generated Triton source,
 traffic, numerics and timings; the rejections; Inductor's kernels we did not propose.
 Parameters and shape queries are not drawn (they would triple the node count); a cluster's
-detail lists its inputs instead.
+detail lists its inputs instead. For a comparison page the graph also holds the baseline's
+nodes the current graph lacks (``Ghost``), each node and edge only one graph has marked so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ...analysis.types import LineSpan
 from ...ir.graph import FusionGraph, Node, OpKind
+from ...ir.registry import SPECS
 from ...pipeline import Analysis
 from ..units import short_path
 from .blocks import block_key, find_bands
@@ -33,9 +36,20 @@ def drawn(n: Node) -> bool:
     return n.kind is not OpKind.CONSTANT and n.op != "meta"
 
 
+def call_label(target: str) -> str:
+    """The short name of a call normalize.py spelled `target`: `matmul` for `operator.matmul`,
+    `roll()` for `.roll()`, `cumprod` for an exported graph's `cumprod.default`; a library
+    op keeps its library (`mylib::scale`)."""
+    if "::" in target:
+        return target
+    if target.startswith(("torch.", "F.", "operator.", ".")):
+        return target.rsplit(".", 1)[-1]
+    return target.split(".", 1)[0]  # `name.overload`: the overload says nothing here
+
+
 def label(n: Node) -> str:
     if n.kind is OpKind.OPAQUE and n.op == "opaque":
-        return n.target.rsplit(".", 1)[-1] or n.name  # `operator.matmul` -> `matmul`
+        return call_label(n.target) or n.name
     if n.kind in (OpKind.INPUT, OpKind.OUTPUT):
         return n.name
     return n.op
@@ -82,26 +96,97 @@ class _Sources:
         return [(i, text[i - 1]) for i in range(span.start, span.end + 1) if 0 < i <= len(text)]
 
 
-def graph_view(analysis: Analysis) -> dict[str, Any]:
-    """Nodes, edges, bands and groups, laid out (see layout.py and blocks.py)."""
+@dataclass(frozen=True)
+class Ghost:
+    """A node of the baseline's graph that the current graph lacks (a comparison page).
+
+    A recompute copy (`copy_of` names its original) reads what the original reads and feeds
+    `anchor`, the cluster member that read it. An op the current graph lacks altogether sits
+    just above `anchor`, the member after it in its cluster, with no edge drawn: the baseline
+    records which ops a cluster held, not which one fed which.
+    """
+
+    name: str  # drawn name, unique in the graph: `add_5 (baseline)`
+    op: str
+    anchor: str  # a node of the current graph
+    copy_of: str = ""
+
+
+def _ghost_node(g: FusionGraph, ghost: Ghost) -> Node:
+    anchor = g[ghost.anchor]
+    if ghost.copy_of:
+        original = g[ghost.copy_of]
+        return replace(original, name=ghost.name, copy_of=ghost.copy_of, module=anchor.module)
+    spec = SPECS.get(ghost.op.rstrip("_"))
+    return Node(name=ghost.name, op=ghost.op,
+                kind=spec.kind if spec is not None else OpKind.POINTWISE_UNARY,
+                target="not in the current graph", module=anchor.module)
+
+
+def _two_graphs(g: FusionGraph, ghosts: Sequence[Ghost], current_only: Collection[str]
+                ) -> tuple[list[Node], dict[tuple[str, str], str]]:
+    """The drawn nodes with the ghosts in (each just before its anchor), and which edges only
+    one of the two graphs has: `base` (the ghosts' own, and an original read where only the
+    current graph has a copy), `current` (the current-only copies' own, and an original read
+    where the baseline had a copy), `layout` (placing an op the current graph lacks)."""
+    made = {gh.name: _ghost_node(g, gh) for gh in ghosts}
+    before: dict[str, list[Node]] = {}
+    for ghost in ghosts:
+        before.setdefault(ghost.anchor, []).append(made[ghost.name])
+    nodes = [m for n in g.nodes if drawn(n) for m in (*before.get(n.name, ()), n)]
+    only: dict[tuple[str, str], str] = {}
+    for ghost in ghosts:
+        if ghost.copy_of:
+            only.update({(r, ghost.name): "base" for r in made[ghost.name].refs})
+            only[(ghost.name, ghost.anchor)] = "base"
+            only[(ghost.copy_of, ghost.anchor)] = "current"
+        else:
+            only[(ghost.name, ghost.anchor)] = "layout"
+    for name in current_only:
+        copy = g[name]
+        only.update({(r, name): "current" for r in copy.refs})
+        for user in g.users[name]:
+            only[(name, user)] = "current"
+            if copy.copy_of not in g[user].refs:  # without the copy it read the original
+                only.setdefault((copy.copy_of, user), "base")
+    return nodes, only
+
+
+def graph_view(analysis: Analysis, ghosts: Sequence[Ghost] = (),
+               current_only: Collection[str] = ()) -> dict[str, Any]:
+    """Nodes, edges, bands and groups, laid out (see layout.py and blocks.py).
+
+    A comparison page draws two graphs on one layout: `ghosts` only the baseline's,
+    `current_only` (recompute copies) only the current one's; `only` lists their indices
+    and an edge only one graph has carries `base` or `current` last.
+    """
     g: FusionGraph = analysis.graph
-    nodes = [n for n in g.nodes if drawn(n)]
+    nodes, only = _two_graphs(g, ghosts, current_only)
     names = {n.name for n in nodes}
     cluster_of = {m: c.index for c in analysis.clusters for m in c.nodes}
     paths = module_paths(analysis)
+    paths.update({gh.name: paths.get(gh.anchor, "") for gh in ghosts})
     bands = find_bands([n.name for n in nodes], paths, {n.name: n.op for n in nodes})
     band_of = bands.band_of()
     edges = [(r, n.name) for n in nodes for r in dict.fromkeys(n.refs) if r in names]
+    known = set(edges)
+    edges += [(u, v) for (u, v), side in only.items()
+              if side != "current" and (u, v) not in known and u in names and v in names]
     has_input = {v for _, v in edges}
     lay = layout([LayoutNode(n.name, round(len(label(n)) * CHAR_WIDTH + PAD, 1),
                              band_of[n.name], cluster_of.get(n.name, -1),
-                             source=n.name not in has_input and n.kind is not OpKind.INPUT)
+                             sink=bool(n.copy_of) or (n.name not in has_input
+                                                      and n.kind is not OpKind.INPUT))
                   for n in nodes], edges)
     index = {n.name: i for i, n in enumerate(nodes)}
     marks = {}
     for ri, r in enumerate(analysis.rejections):
         for m in r.nodes:
             marks.setdefault(m, ri)
+
+    def side(u: str, v: str) -> list[str]:
+        return [only[(u, v)]] if (u, v) in only else []
+
     return {
         "width": lay.width,
         # [name, label, kind, x, layer, width, cluster or -1, rejection or -1]
@@ -111,9 +196,13 @@ def graph_view(analysis: Analysis) -> dict[str, Any]:
         # [target, source line, shape and dtype, module path]
         "info": [[n.target, str(n.source.line) if n.source else "", _shape(n),
                   paths.get(n.name, "")] for n in nodes],
-        "edges": [[index[u], index[v], [c for x, layer in pts for c in (x, layer)]]
-                  for u, v, pts in lay.edges],
-        "stubs": [[index[u], index[v]] for u, v in lay.stubs],
+        # [source, target, bends (x, layer, ...), and `base` or `current` if one graph's]
+        "edges": [[index[u], index[v], [c for x, layer in pts for c in (x, layer)],
+                   *side(u, v)] for u, v, pts in lay.edges if only.get((u, v)) != "layout"],
+        "stubs": [[index[u], index[v], *side(u, v)] for u, v in lay.stubs
+                  if only.get((u, v)) != "layout"],
+        "only": {"base": [index[gh.name] for gh in ghosts],
+                 "current": sorted(index[n] for n in current_only)},
         "bands": [{"label": b.label, "start": lay.band_start[i], "depth": lay.band_depth[i],
                    "group": b.group} for i, b in enumerate(bands.bands)],
         "groups": [{"label": gr.label, "bands": list(gr.bands), "n": len(gr.bands),
@@ -207,9 +296,15 @@ def _missed(analysis: Analysis, inductor: dict[str, Any]) -> list[dict[str, Any]
 
 def page_data(analysis: Analysis, extra: dict[str, Any] | None = None,
               mappings: Sequence[Any] | None = None, measured: dict | None = None,
-              title: str = "", kernels: Mapping[int, tuple[str, str]] | None = None
-              ) -> dict[str, Any]:
-    """Everything one page shows, as plain JSON-able data."""
+              title: str = "", kernels: Mapping[int, tuple[str, str]] | None = None,
+              hints: Mapping[str, str] | None = None, ghosts: Sequence[Ghost] = (),
+              current_only: Collection[str] = ()) -> dict[str, Any]:
+    """Everything one page shows, as plain JSON-able data.
+
+    `hints`: why a section is empty, by section (`inductor`, `numerics`, `untimed`), in the
+    words of the tool that wrote the page (only the CLI names its own flags); `ghosts` and
+    `current_only`: see ``graph_view``.
+    """
     from ...sourcemap import map_clusters
 
     extra = extra or {}
@@ -228,7 +323,8 @@ def page_data(analysis: Analysis, extra: dict[str, Any] | None = None,
         "mode": validation.get("mode", ""), "device": validation.get("device", ""),
         "timed": validation.get("timed"),
         "model_check": validation.get("model"),
-        "graph": graph_view(analysis),
+        "hints": dict(hints or {}),
+        "graph": graph_view(analysis, ghosts, current_only),
         "clusters": clusters_view(analysis, mappings, extra, measured, kernels),
         "rejections": [{"check": r.check, "ops": list(r.ops), "nodes": list(r.nodes),
                         "culprits": list(r.culprits), "reason": r.reason,

@@ -6,12 +6,13 @@ stubs. Bands are horizontal strips that never share a layer: one per repeated bl
 transformer layer) and one per stretch of graph between blocks, so the page can hide a band
 and slide the ones below it up without laying the graph out again.
 
-Steps: longest-path layering inside each band (nodes with no inputs sink to just above their
-first consumer), one dummy node per layer an edge crosses, a few barycenter sweeps to cut
-crossings (a cluster's members kept side by side in each layer), then x positions: each sweep
-moves every node towards the mean x of its neighbours, as close as the order and spacing
-allow (isotonic regression by pool-adjacent-violators). Edges that would skip a whole band or
-span more than ``MAX_SPAN`` layers become stubs (labelled at both ends) instead of long lines.
+Steps: longest-path layering inside each band (nodes with no inputs, and recompute copies,
+sink to just above their first consumer), one dummy node per layer an edge crosses, a few
+barycenter sweeps to cut crossings (a cluster's members kept side by side in each layer),
+then x positions: each sweep moves every node towards the mean x of its neighbours, as close
+as the order and spacing allow (isotonic regression by pool-adjacent-violators). Edges that
+would skip a whole band or span more than ``MAX_SPAN`` layers become stubs (labelled at both
+ends) instead of long lines.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ class LayoutNode:
     width: float
     band: int
     group: int = -1  # members of one group (a cluster) stay adjacent within a layer
-    source: bool = False  # no drawn inputs: sink to just above its first consumer
+    # Sinks to just above its first consumer in its band: a node with no drawn inputs, or
+    # a recompute copy, which belongs beside the op reading it, not beside its inputs.
+    sink: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,14 +50,14 @@ class Layout:
 
 def _layers(nodes: Sequence[LayoutNode], preds: dict[str, list[str]],
             succs: dict[str, list[str]]) -> dict[str, int]:
-    """Band-local longest-path layers; input-less nodes sink towards their consumers."""
+    """Band-local longest-path layers; sinking nodes move down towards their consumers."""
     band = {n.name: n.band for n in nodes}
     local: dict[str, int] = {}
     for n in nodes:
         inside = [local[p] for p in preds[n.name] if band[p] == n.band]
         local[n.name] = max(inside) + 1 if inside else 0
     for n in reversed(nodes):
-        if n.source and not preds[n.name]:
+        if n.sink:
             below = [local[s] for s in succs[n.name] if band[s] == n.band]
             if below:
                 local[n.name] = max(local[n.name], min(below) - 1)

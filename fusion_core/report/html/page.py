@@ -1,16 +1,17 @@
 """Self-contained HTML pages: one analysis, a baseline-vs-current comparison, and an index.
 
-Reads the dict ``data.page_data`` builds (and, for a comparison, the baseline's clusters
-overlaid on the current graph); writes one HTML string with the CSS, the scripts
-(``static/*.js``, package data) and the data (JSON in a ``<script type=application/json>``)
-inline, so the file opens from disk with no network. Nothing in a page loads anything.
+Reads the dict ``data.page_data`` builds (and, for a comparison, the baseline's clusters,
+what became of each cluster and the ops to mark on each pane); writes one HTML string with
+the CSS, the scripts (``static/*.js``, package data) and the data (JSON in a
+``<script type=application/json>``) inline, so the file opens from disk with no network.
+Nothing in a page loads anything.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -82,22 +83,48 @@ def analysis_html(page: dict[str, Any], back: str = "") -> str:
                   {"kind": "analysis", "page": page})
 
 
-def compare_html(page: dict[str, Any], baseline: Sequence[dict[str, Any]],
-                 current_status: dict[int, str], status: str, messages: Sequence[str],
-                 back: str = "") -> str:
-    """Baseline and current result side by side on the current graph.
+# What a compare page's colours mean: cluster outlines by status, then marked ops.
+LEGEND = (
+    ("clusters", (("st-kept", "kept"), ("st-grown", "grown"), ("st-merged", "merged"),
+                  ("st-shrunk", "shrunk: its ops in one smaller cluster"),
+                  ("st-split", "split: in several"), ("st-lost", "lost: in none"),
+                  ("st-new", "new"))),
+    ("ops", (("mark-lost", "lost from its baseline cluster"),
+             ("mark-outside", "now outside that cluster"),
+             ("mark-gone", "no longer in the graph"),
+             ("mark-new", "new in a cluster"),
+             ("absent", "dashed: only in the other pane's graph"))),
+)
 
-    `baseline`: the baseline's clusters, each with `nodes`, `ops`, `where`, `category`,
-    traffic and `status` (kept, lost, split, merged); `current_status`: cluster index ->
-    kept, new or split.
+
+def _legend() -> str:
+    rows = "".join(f"<span class=legend-group>{html.escape(title)}:</span>" + "".join(
+        f'<span class="key {cls}">{html.escape(text)}</span>' for cls, text in keys)
+        for title, keys in LEGEND)
+    return f'<div class="legend">{rows}</div>'
+
+
+def compare_html(page: dict[str, Any], baseline: Sequence[dict[str, Any]],
+                 current: Sequence[dict[str, Any]],
+                 marks: Mapping[str, Mapping[str, Sequence[str]]], status: str,
+                 messages: Sequence[str], back: str = "") -> str:
+    """The baseline's clusters and the current ones side by side, on one layout.
+
+    `baseline`: the baseline's clusters, each with `nodes` (as drawn: `page`'s graph holds
+    the baseline's nodes the current graph lacks), `ops`, `where`, `category`, traffic and
+    what became of it (`status`, `parts`, `lost`, `new`); `current`: per current cluster the
+    same change fields; `marks`: per pane (`base`, `current`) node name -> (mark, why).
     """
     link = f'<a href="{html.escape(back)}">← all tests</a> · ' if back else ""
     items = "".join(f"<li>{html.escape(m)}</li>" for m in messages)
     header = (f"<h1>{html.escape(page['title'])} — {html.escape(status)}</h1>"
-              f"<div class=facts>{link}{_facts(page)}</div><ul class=messages>{items}</ul>")
+              f"<div class=facts>{link}{_facts(page)}</div><ul class=messages>{items}</ul>"
+              f"{_legend()}")
     doc = {"kind": "compare", "page": page,
-           "compare": {"baseline": list(baseline), "status": status,
-                       "current_status": {str(k): v for k, v in current_status.items()}}}
+           "compare": {"baseline": list(baseline), "current": list(current),
+                       "marks": {pane: {n: list(m) for n, m in by_node.items()}
+                                 for pane, by_node in marks.items()},
+                       "status": status}}
     return _shell(f"fusion-advisor: {page['title']} ({status})", header, _workspace(page),
                   True, doc)
 

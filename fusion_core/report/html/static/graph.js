@@ -1,5 +1,5 @@
 // fusion-advisor report: draws the laid-out graph (positions come from layout.py) as SVG.
-// One FusionGraph per pane; a compare page has two (baseline overlay and current result).
+// One FusionGraph per pane; a compare page has two (the baseline's side and the current one).
 "use strict";
 
 const STEP = 44, NODE_H = 22, BAND_GAP = 26, MARGIN = 30, PAD = 6;
@@ -11,11 +11,16 @@ function esc(text) {
 
 function hue(k) { return (k * 47 + 200) % 360; }
 
-// overlay: {clusterOf: node index -> cluster id, label(id), cls(id)}; onPick(kind, id)
+// overlay: {clusterOf: node index -> cluster id, label(id), cls(id), side, mark(i)}; a compare
+// page's pane draws one side ("base" or "current") of a graph holding both: a node only the
+// other side has is drawn dashed where it carries a mark ([class, why]), else not at all.
+// onPick(kind, id)
 class FusionGraph {
   constructor(host, graph, overlay, onPick) {
     this.host = host; this.g = graph; this.overlay = overlay; this.onPick = onPick;
     this.zoom = 1; this.selected = null;
+    const other = {base: "current", current: "base"}[overlay.side];
+    this.absent = new Set(other && graph.only ? graph.only[other] : []);
     // Large runs start collapsed so the first view fits; small ones start expanded.
     this.collapsed = new Set(graph.groups.map((gr, i) => [gr, i])
       .filter(([gr]) => gr.n >= 4).map(([, i]) => i));
@@ -46,7 +51,17 @@ class FusionGraph {
     return this.top[band] + (layer - b.start) * STEP + NODE_H / 2;
   }
 
-  visible(i) { return !this.hidden(this.bandOfLayer[this.g.nodes[i][4]]); }
+  mark(i) { return this.overlay.mark ? this.overlay.mark(i) : null; }
+
+  visible(i) {
+    return !this.hidden(this.bandOfLayer[this.g.nodes[i][4]]) && (!this.absent.has(i) || !!this.mark(i));
+  }
+
+  // An edge only the other side has: drawn dashed to or from a node drawn dashed, else not.
+  edgeClass(u, v, side) {
+    if (!side || side === this.overlay.side) return "";
+    return this.absent.has(u) || this.absent.has(v) ? " absent" : null;
+  }
 
   render() {
     this.placeBands();
@@ -105,9 +120,10 @@ class FusionGraph {
       if (id === undefined || id < 0 || !this.visible(i)) return;
       add(id, n[4], n[3] - n[5] / 2 - PAD, n[3] + n[5] / 2 + PAD, true);
     });
-    for (const [u, v, pts] of this.g.edges) {
+    for (const [u, v, pts, side] of this.g.edges) {
       const id = ov.clusterOf[u];
-      if (id === undefined || id < 0 || ov.clusterOf[v] !== id || !this.visible(u)) continue;
+      if (id === undefined || id < 0 || ov.clusterOf[v] !== id || !this.visible(u)
+        || this.edgeClass(u, v, side) === null) continue;
       for (let k = 0; k < pts.length; k += 2) add(id, pts[k + 1], pts[k] - 8, pts[k] + 8, false);
     }
     const out = [], others = this.obstacles();
@@ -158,18 +174,21 @@ class FusionGraph {
     const out = [], nodes = this.g.nodes;
     const from = i => [nodes[i][3], this.y(nodes[i][4]) + NODE_H / 2];
     const to = i => [nodes[i][3], this.y(nodes[i][4]) - NODE_H / 2];
-    for (const [u, v, pts] of this.g.edges) {
+    for (const [u, v, pts, side] of this.g.edges) {
+      const cls = this.edgeClass(u, v, side);
+      if (cls === null) continue;
       if (this.visible(u) && this.visible(v)) {
         const mid = [];
         for (let k = 0; k < pts.length; k += 2) mid.push([pts[k], this.y(pts[k + 1])]);
-        out.push(`<path class="edge" d="${this.curve([from(u), ...mid, to(v)])}"/>`);
+        out.push(`<path class="edge${cls}" d="${this.curve([from(u), ...mid, to(v)])}"/>`);
       } else if (this.visible(v)) {  // leaves a collapsed run: start at its first instance
         const gr = this.g.groups[this.g.bands[this.bandOfLayer[nodes[u][4]]].group];
         const twin = gr && gr.counterpart[u];
         if (twin !== undefined) out.push(`<path class="edge exit" d="${this.curve([from(twin), to(v)])}"/>`);
       }
     }
-    for (const [u, v] of this.g.stubs) {
+    for (const [u, v, side] of this.g.stubs) {
+      if (this.edgeClass(u, v, side) === null) continue;
       if (this.visible(u)) {
         const [x, y] = from(u);
         out.push(`<path class="stub" d="M${x},${y}v10"/>`);
@@ -187,9 +206,13 @@ class FusionGraph {
     this.g.nodes.forEach((n, i) => {
       if (!this.visible(i)) return;
       const [name, text, kind, x, layer, w, , rej] = n, y = this.y(layer) - NODE_H / 2;
-      const cls = `node k-${kind}${rej >= 0 ? " rejected" : ""}`;
-      out.push(`<g class="${cls}" data-node="${i}"><rect x="${x - w / 2}" y="${y}" width="${w}" height="${NODE_H}" rx="4"/><text x="${x}" y="${y + 15}">${esc(text)}</text><title>${esc(name)}</title></g>`);
-      if (rej >= 0 && this.overlay.badge) {
+      const mark = this.mark(i), absent = this.absent.has(i);
+      // Rejections are the current analysis': a pane without their badges leaves them out.
+      const rejected = rej >= 0 && this.overlay.badge;
+      const cls = `node k-${kind}${rejected ? " rejected" : ""}${absent ? " absent" : ""}${mark ? " mark-" + mark[0] : ""}`;
+      const title = name + (absent ? ` (only in the ${this.overlay.side === "base" ? "current" : "baseline's"} graph)` : "") + (mark ? `: ${mark[0]}, ${mark[1]}` : "");
+      out.push(`<g class="${cls}" data-node="${i}"><rect x="${x - w / 2}" y="${y}" width="${w}" height="${NODE_H}" rx="4"/><text x="${x}" y="${y + 15}">${esc(text)}</text><title>${esc(title)}</title></g>`);
+      if (rejected) {
         out.push(`<text class="badge" data-rejection="${rej}" x="${x + w / 2 + 4}" y="${y + 15}">✗ ${esc(this.overlay.badge(rej))}</text>`);
       }
     });

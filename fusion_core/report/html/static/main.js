@@ -1,5 +1,6 @@
 // fusion-advisor report: builds the panes and tabs; on a compare page, the baseline beside
-// the current result. Loaded last (after graph.js and panel.js).
+// the current result, each cluster with its status and each changed op marked on both.
+// Loaded last (after graph.js and panel.js).
 "use strict";
 
 const panes = [];
@@ -15,7 +16,8 @@ function pick(kind, id, from) {
     details.innerHTML = baselinePanel(id);
     panes.forEach(p => p.graph.highlight(p.baseline ? ["cluster", id] : null));
   } else if (kind === "cluster") {
-    details.innerHTML = clusterPanel(PAGE.clusters[id]);
+    details.innerHTML = (DATA.kind === "compare" ? changePanel(DATA.compare.current[id], "baseline") : "")
+      + clusterPanel(PAGE.clusters[id]);
     panes.forEach(p => p.graph.highlight(p.baseline ? null : ["cluster", id]));
   } else if (kind === "node") {
     details.innerHTML = nodePanel(id);
@@ -29,29 +31,46 @@ function pick(kind, id, from) {
   showTab("details");
 }
 
-function overlayCurrent(status) {
+// marks: drawn node name -> [mark, why] for one pane (compare pages only).
+function markOf(marks) {
+  const names = PAGE.graph.nodes.map(n => n[0]);
+  return i => (marks && marks[names[i]]) || null;
+}
+
+function overlayCurrent(compare) {
   const clusterOf = PAGE.graph.nodes.map(n => n[6]);
+  const status = id => compare ? compare.current[id].status : "";
   return {
-    clusterOf,
-    label: id => `#${id}${status && status[id] && status[id] !== "kept" ? " " + status[id] : ""}`,
-    cls: id => (status && status[id]) || "",
+    clusterOf, side: compare ? "current" : undefined,
+    label: id => `#${id}${status(id) && status(id) !== "kept" ? " " + status(id) : ""}`,
+    cls: id => status(id),
+    mark: markOf(compare && compare.marks.current),
     badge: k => PAGE.rejections[k].check,
   };
 }
 
-function overlayBaseline(baseline) {
-  const clusterOf = PAGE.graph.nodes.map(() => -1);
+function overlayBaseline(compare) {
+  const clusterOf = PAGE.graph.nodes.map(() => -1), baseline = compare.baseline;
   baseline.forEach((c, k) => c.nodes.forEach(n => {
     const i = NODE_INDEX.get(n);
     if (i !== undefined) clusterOf[i] = k;
   }));
-  return {clusterOf, label: k => `#${k} ${baseline[k].status}`, cls: k => baseline[k].status};
+  return {clusterOf, side: "base", label: k => `#${k} ${baseline[k].status}`,
+    cls: k => baseline[k].status, mark: markOf(compare.marks.base)};
+}
+
+// What became of a cluster: its status, the other side's clusters and the ops it lost or gained.
+function changePanel(c, other) {
+  const parts = c.parts.length ? ` (${other} ${c.parts.map(p => "#" + p).join(", ")})` : "";
+  return `<p class="change"><b class="st-${esc(c.status)}">${esc(c.status)}</b>${esc(parts)}</p>`
+    + (c.lost.length ? `<p>now in no cluster: <span class="mark-lost">${esc(c.lost.join(", "))}</span></p>` : "")
+    + (c.new.length ? `<p>in no baseline cluster: <span class="mark-new">${esc(c.new.join(", "))}</span></p>` : "");
 }
 
 function baselinePanel(k) {
   const c = DATA.compare.baseline[k];
   return `<h2>Baseline cluster ${k} <small>${esc(c.category)}</small></h2><p class="chain">${esc(c.ops.join(" → "))}</p>`
-    + `<p>${esc(c.where)} — <b class="st-${esc(c.status)}">${esc(c.status)}</b></p>`
+    + `<p>${esc(c.where)}</p>` + changePanel(c, "current")
     + (c.note ? `<p>${esc(c.note)}</p>` : "")
     + section("Traffic", bars([["unfused", c.unfused_bytes, "e"], ["fused", c.fused_bytes, "k"]], fmtBytes));
 }
@@ -81,8 +100,8 @@ function start() {
     if (r) pick("rejection", Number(r.dataset.pickRejection));
   });
   if (DATA.kind === "compare") {
-    addPane("baseline", overlayBaseline(DATA.compare.baseline), true);
-    addPane("current", overlayCurrent(DATA.compare.current_status), false);
+    addPane("baseline", overlayBaseline(DATA.compare), true);
+    addPane("current", overlayCurrent(DATA.compare), false);
   } else {
     addPane("graph", overlayCurrent(null), false);
   }

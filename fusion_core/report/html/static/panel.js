@@ -5,6 +5,10 @@
 const DATA = JSON.parse(document.getElementById("fusion-data").textContent);
 const PAGE = DATA.page;
 const NODE_INDEX = new Map(PAGE.graph.nodes.map((n, i) => [n[0], i]));
+// Why a section is empty, in the words of the tool that wrote the page (page_data's hints).
+const HINTS = PAGE.hints || {};
+
+function because(key) { return HINTS[key] ? ` (${esc(HINTS[key])})` : ""; }
 
 function fmtBytes(n) {
   for (const [unit, scale] of [["GB", 2 ** 30], ["MB", 2 ** 20], ["KB", 2 ** 10]]) {
@@ -38,14 +42,14 @@ function diffBlock(text) {
 }
 
 function numericsBlock(c) {
-  if (!c.numerics) return `<p class="muted">not run here${DATA.kind === "analysis" ? "" : " (the pytest plugin checks structure and, on a GPU, timings)"}</p>`;
+  if (!c.numerics) return `<p class="muted">not run here${because("numerics")}</p>`;
   const n = c.numerics, err = n.max_abs_err === null ? "" : `, max abs err ${n.max_abs_err.toExponential(2)}`;
   return `<p class="${n.status.startsWith("FAILED") ? "bad" : "good"}">${esc(n.status)}${err}</p><ul>${n.gates.map(g => `<li>${g.passed ? "✓" : "✗"} ${esc(g.gate)}${g.detail ? ": " + esc(g.detail) : ""}</li>`).join("")}</ul>`;
 }
 
 function timingBlock(c) {
   const t = c.timing;
-  if (!t) return `<p class="muted">not measured${PAGE.mode === "interpreter" || !PAGE.mode ? " (needs a CUDA GPU)" : PAGE.timed === false ? " (timings not run: --no-timing)" : ""}</p>`;
+  if (!t) return `<p class="muted">not measured${PAGE.mode === "interpreter" || !PAGE.mode ? " (needs a CUDA GPU)" : PAGE.timed === false ? because("untimed") || " (timings not run)" : ""}</p>`;
   const us = v => `${v.toFixed(1)} µs`, gb = v => `${v.toFixed(0)} GB/s`;
   let out = bars([["fused kernel", median(t.kernel_us), "k"], ["eager ops", median(t.eager_us), "e"],
     ["Inductor", median(t.inductor_us), "i"]].filter(r => r[1] !== null), us);
@@ -56,7 +60,7 @@ function timingBlock(c) {
 }
 
 function inductorBlock(c) {
-  if (!PAGE.inductor_ran) return `<p class="muted">run with --vs-inductor to compare</p>`;
+  if (!PAGE.inductor_ran) return `<p class="muted">not compared${because("inductor")}</p>`;
   const v = c.inductor;
   let out = v ? `<p>${esc(v.verdict)}${v.detail ? ": " + esc(v.detail) : ""}</p>` : "<p>no verdict</p>";
   if (c.inductor_kernels.length) out += `<ul>${c.inductor_kernels.map(k => `<li><code>${esc(k.name)}</code> (${esc(k.ops.join(" → "))})</li>`).join("")}</ul>`;
@@ -102,7 +106,7 @@ function rejectionsPanel() {
 }
 
 function inductorPanel() {
-  if (!PAGE.inductor_ran) return `<p class="muted">Inductor was not compared: run with --vs-inductor.</p>`;
+  if (!PAGE.inductor_ran) return `<p class="muted">Inductor was not compared${because("inductor")}.</p>`;
   if (!PAGE.inductor_missed.length) return "<p>Every Inductor kernel that fuses pointwise or reduction ops matches one of our clusters, in whole or in part.</p>";
   return `<p>Inductor kernels we did not propose:</p>` + PAGE.inductor_missed.map(k =>
     `<div class="rejection"><code>${esc(k.name)}</code> ${esc(k.ops.join(" → "))} <span class="muted">${esc(k.lines.map(l => "L" + l).join(","))}</span><p>${esc(k.reason)}</p></div>`).join("");
