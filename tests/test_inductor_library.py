@@ -1,8 +1,10 @@
-"""A nested BatchNorm's grouping, matched against Inductor's.
+"""A nested BatchNorm's grouping, matched against Inductor's, and the library calls
+Inductor makes.
 
 One real CPU compile (module-scoped, ~20 s) of a conv → BatchNorm → ReLU block and an
-attention written out as matmul → scale → softmax → matmul, matched against both of our
-capture frontends."""
+attention written out as matmul → scale → softmax → matmul, which Inductor's attention
+pattern replaces with one ``_scaled_dot_product_flash_attention_for_cpu`` call; matched
+against both of our capture frontends."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import torch.nn.functional as F
 
 from fusion_core.inductor.capture import capture
 from fusion_core.inductor.match import cluster_keys, match
+from fusion_core.inductor.rewrites import Rewrites
 from fusion_core.pipeline import analyze
 
 SHAPE = (2, 4, 8, 8)  # (batch, heads = channels, sequence, head dim) for the attention
@@ -73,3 +76,25 @@ def test_batch_norm_relu_is_the_same_group(analysis, compiled):
     a = match(analysis, compiled)
     v = a.clusters[_cluster(analysis, "batch_norm", "relu").index]
     assert v.verdict == "same group", v
+
+
+def test_a_library_call_claims_only_what_it_was_lowered_from(compiled):
+    # The attention call's origins also list the BatchNorm and ReLU producing its input;
+    # the call keeps only its own node, and what the rewrite replaced.
+    ops = {call.op: call for call in compiled.calls}
+    attention = ops["_scaled_dot_product_flash_attention_for_cpu"]
+    assert [n.op for n in attention.nodes] == ["scaled_dot_product_flash_attention_for_cpu"]
+    assert {n.op for n in attention.replaced} >= {"bmm", "mul", "softmax"}
+    assert not {"batch_norm", "relu"} & {n.op for n in attention.computes}
+    assert attention.pattern.startswith("_sfdp_pattern")
+    assert [n.op for n in ops["convolution"].nodes] == ["convolution"]
+    assert not ops["convolution"].replaced
+
+
+def test_rewrites_of_rewrites_stand_for_the_user_nodes():
+    log = Rewrites()
+    log.add(["first"], ["mul", "softmax"], "p1")
+    log.add(["second", "view"], ["first", "bmm"], "p2")
+    assert log.sources("second") == ("mul", "softmax", "bmm")
+    assert log.sources("view") == log.sources("second") and log.pattern["second"] == "p2"
+    assert log.sources("mul") == ()
