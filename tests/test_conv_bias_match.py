@@ -8,6 +8,7 @@ below are written out by hand in that form, so no GPU is needed.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fusion_core.inductor.capture import InductorCapture, InductorKernel, InductorNode
+from fusion_core.inductor.capture import (
+    InductorCapture,
+    InductorKernel,
+    InductorNode,
+    LibraryCall,
+)
 from fusion_core.inductor.explain import EPILOGUE, miss_reason
 from fusion_core.inductor.match import match
 from fusion_core.ir.shapes import InputSpec
@@ -74,6 +80,19 @@ def test_split_bias_is_not_claimed_by_a_kernel_without_its_convolution(model_fil
     agreement = match(a, _capture(k))
     assert agreement.clusters[0].verdict == "different grouping"
     assert "not in any Inductor kernel" in agreement.clusters[0].detail
+
+
+def test_split_bias_a_library_convolution_adds_is_named(model_file):
+    # Inductor calls the convolution with its bias (a library call) and fuses BN + ReLU.
+    a = analyze_file(model_file, [InputSpec((1, 4, 4, 4))], device="cuda")
+    k = _kernel(model_file, ("batch_norm", "bn", BN), ("relu", "act", ACT))
+    conv = LibraryCall("convolution", (
+        InductorNode("convolution", "convolution", "conv", str(model_file), CONV),))
+    v = match(a, dataclasses.replace(_capture(k), calls=(conv,))).clusters[0]
+    add, bn, relu = a.clusters[0].nodes
+    assert v.verdict == "different grouping"
+    assert v.detail == (f"triton_poi_fused_k_0 computes {bn}, {relu}; "
+                        f"Inductor's `convolution` computes {add} (library call)")
 
 
 def test_miss_across_a_split_convolution_is_not_called_an_epilogue(model_file):

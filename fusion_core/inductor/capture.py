@@ -12,6 +12,14 @@ each step is guarded and the next one is the fallback):
    becomes a kernel (the C++ backend may later put several loops into one function).
 3. Kernel names in the generated code (``cpp_fused_<ops>_<n>``, ``triton_poi_fused_...``):
    op names only, no nodes or lines.
+
+Beside the kernels it generates, Inductor calls library kernels (its ``ExternKernel`` nodes:
+BLAS ``mm``/``addmm``, convolutions, aten fallbacks, flash or efficient attention). Each
+becomes a ``LibraryCall`` (from the same ``_post_fusion_custom_pass``): the post-grad node
+it was lowered from and, when a pattern rewrite put that node there, the user's nodes it
+replaced (``rewrites.py``): the attention block Inductor hands to
+``_scaled_dot_product_flash_attention_for_cpu`` is found that way. A call's other origins
+(the ops producing its inputs) are left out: it does not compute them.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import torch.nn as nn
 from ..errors import FusionAdvisorError
 from ..ir.normalize import module_path, parse_stack_trace
 from ..ir.registry import SPECS
+from .rewrites import Rewrites, record_rewrites
 
 # aten overload packet name -> our registry op name, where they differ.
 ATEN_TO_OP: dict[str, str] = {
@@ -107,11 +116,27 @@ class InductorKernel:
 
 
 @dataclass(frozen=True)
+class LibraryCall:
+    """A kernel Inductor calls rather than generates (an ``ExternKernel``)."""
+
+    op: str  # what it calls: `addmm`, `_scaled_dot_product_flash_attention_for_cpu`
+    nodes: tuple[InductorNode, ...]  # the post-grad node(s) it was lowered from
+    replaced: tuple[InductorNode, ...] = ()  # the user's nodes a pattern rewrite put it for
+    pattern: str = ""  # that rewrite's name, when Inductor gives one
+
+    @property
+    def computes(self) -> tuple[InductorNode, ...]:
+        """Its nodes with a line, the replaced ones included."""
+        return tuple(n for n in (*self.nodes, *self.replaced) if n.line is not None)
+
+
+@dataclass(frozen=True)
 class InductorCapture:
     kernels: tuple[InductorKernel, ...]
     method: str  # "define_kernel", "post_fusion" or "names"
     code: tuple[str, ...]  # generated wrapper sources
     torch_version: str
+    calls: tuple[LibraryCall, ...] = ()  # library kernels (needs `_post_fusion_custom_pass`)
 
     @property
     def compute_kernels(self) -> tuple[InductorKernel, ...]:
@@ -183,7 +208,44 @@ def _record_define_kernel(sink: list[tuple[str, tuple[InductorNode, ...]]]) -> I
             cls.define_kernel = original
 
 
-def _post_fusion_patch(sink: list[tuple[str, tuple[InductorNode, ...]]]):
+def _packet(target: Any) -> str:
+    """`addmm` for aten.addmm.out or aten.addmm.default; "" for a Python function."""
+    packet = getattr(target, "_overloadpacket", None)
+    return getattr(packet, "__name__", "") if packet is not None else ""
+
+
+def _call_op(ir_node: Any) -> str:
+    """`addmm` for aten.addmm.out, `mkldnn._convolution_pointwise` outside aten."""
+    overload = getattr(ir_node, "op_overload", None)
+    if _packet(overload):
+        ns = getattr(overload._overloadpacket, "_qualified_op_name", "aten::").split("::")[0]
+        return _packet(overload) if ns == "aten" else f"{ns}.{_packet(overload)}"
+    name = str(getattr(ir_node, "python_kernel_name", None) or type(ir_node).__name__)
+    return name.removeprefix("extern_kernels.").removeprefix("torch.ops.")
+
+
+def _library_call(sn: Any, rewrites: Rewrites) -> LibraryCall | None:
+    """The library call of an extern scheduler node (None for a MultiOutput, which only
+    picks one result of the call before it)."""
+    ir_node = getattr(sn, "node", None)
+    if ir_node is None or type(ir_node).__name__ == "MultiOutput":
+        return None
+    op = _call_op(ir_node)
+    # Its origins also name the ops whose results it reads (the LayerNorm before an addmm):
+    # only the node it was lowered from is its own, by op, or a rewrite's product whose
+    # target is a lowering function rather than an aten op (oneDNN's fused convolutions).
+    own = [o for o in sorted(getattr(ir_node, "origins", None) or (), key=lambda o: o.name)
+           if _packet(o.target) == op.rsplit(".", 1)[-1]
+           or (rewrites.sources(o) and not _packet(o.target))]
+    replaced = [src for o in own for src in rewrites.sources(o)]
+    pattern = next((rewrites.pattern[o] for o in own if o in rewrites.pattern), "")
+    return LibraryCall(op, tuple(r for r in map(_node_record, own) if r is not None),
+                       tuple(dict.fromkeys(r for r in map(_node_record, replaced) if r)),
+                       pattern)
+
+
+def _post_fusion_patch(sink: list[tuple[str, tuple[InductorNode, ...]]],
+                       calls: list[LibraryCall], rewrites: Rewrites):
     import torch._inductor.config as cfg
 
     if not hasattr(cfg, "_post_fusion_custom_pass"):
@@ -192,7 +254,13 @@ def _post_fusion_patch(sink: list[tuple[str, tuple[InductorNode, ...]]]):
     def record(nodes):
         with contextlib.suppress(Exception):
             for sn in nodes:
-                if "Extern" in type(sn).__name__ or "Nop" in type(sn).__name__:
+                if "Extern" in type(sn).__name__:
+                    with contextlib.suppress(Exception):  # the kernels matter more
+                        call = _library_call(sn, rewrites)
+                        if call is not None:
+                            calls.append(call)
+                    continue
+                if "Nop" in type(sn).__name__:
                     continue
                 sink.append((str(sn.get_name()), _origins([sn])))
         return nodes
@@ -248,10 +316,12 @@ def capture(model: nn.Module, inputs: Sequence[torch.Tensor]) -> InductorCapture
                             "upgrade torch to compare with torch.compile") from e
     by_define: list[tuple[str, tuple[InductorNode, ...]]] = []
     by_pass: list[tuple[str, tuple[InductorNode, ...]]] = []
+    calls: list[LibraryCall] = []
+    rewrites = Rewrites()
     model = model.eval()
     try:
         with fresh_inductor_cache(), _record_define_kernel(by_define), \
-                _post_fusion_patch(by_pass):
+                record_rewrites(rewrites), _post_fusion_patch(by_pass, calls, rewrites):
             code = _compile(model, inputs)
     except Exception as e:  # noqa: BLE001 - any compiler failure becomes one line
         msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -262,7 +332,7 @@ def capture(model: nn.Module, inputs: Sequence[torch.Tensor]) -> InductorCapture
     names = names_from_code(code)
     kernels, method = _pick(by_define, by_pass, names)
     return InductorCapture(kernels=kernels, method=method, code=code,
-                           torch_version=torch.__version__)
+                           torch_version=torch.__version__, calls=tuple(calls))
 
 
 def _pick(by_define, by_pass, names) -> tuple[tuple[InductorKernel, ...], str]:

@@ -2,7 +2,8 @@
 
 Reads an ``Analysis`` and an ``InductorCapture``; writes an ``Agreement``: per Inductor
 compute kernel a status (``exact`` / ``partial`` / ``missed``), and per cluster of ours a
-verdict (``same group`` / ``different grouping`` with how / ``not fused by Inductor``).
+verdict (``same group`` / ``different grouping`` with how / ``inside a library kernel`` /
+``not fused by Inductor``).
 
 Both sides are compared by *keys*: (innermost module path, file, line) of each compute
 node. The module path tells block 0's line 31 from block 1's. Inductor inlines cheap
@@ -14,6 +15,12 @@ Inductor drops (dropout in eval mode, casts to the same dtype) are ignored on ou
 A bias add our capture split off a convolution or Linear (``meta["fusion_split_bias"]``)
 has no node of its own in Inductor's graph either: its lowering adds the bias on behalf
 of the convolution or matmul node, so that node, on the same key, stands for it.
+
+A node of ours no generated kernel computes may be computed inside a library call
+(``capture.LibraryCall``): a pattern rewrite replaced it (the attention block's scale and
+softmax, now inside ``_scaled_dot_product_flash_attention_for_cpu``), or it is the split-off
+bias of a GEMM Inductor calls as ``addmm``. A cluster computed wholly so is ``inside a
+library kernel``; partly so, a ``different grouping`` that names the call.
 """
 
 from __future__ import annotations
@@ -23,14 +30,23 @@ from dataclasses import dataclass
 from ..analysis.types import Cluster
 from ..ir.bias_split import SPLIT_BIAS
 from ..pipeline import Analysis
-from .capture import InductorCapture, InductorKernel, module_path
+from .capture import (
+    InductorCapture,
+    InductorKernel,
+    InductorNode,
+    LibraryCall,
+    is_compute,
+    module_path,
+)
 from .explain import MissLine, collapse, miss_reason, short_name
-from .kernel_graph import GEMM_OPS, compatible, norm_path
+from .kernel_graph import ATTENTION_OPS, GEMM_OPS, compatible, norm_path
 
 IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
 # (same-dtype casts are skipped too: see _same_dtype_cast)
 
 Key = tuple[str, str, int]
+SAME, DIFFERENT, NOT_FUSED = "same group", "different grouping", "not fused by Inductor"
+INSIDE = "inside a library kernel"
 
 
 @dataclass(frozen=True)
@@ -46,8 +62,8 @@ class KernelMatch:
 @dataclass(frozen=True)
 class ClusterVerdict:
     cluster: int
-    verdict: str  # "same group", "different grouping", "not fused by Inductor"
-    kernels: tuple[str, ...]  # Inductor kernels computing any of its nodes
+    verdict: str  # SAME, DIFFERENT, INSIDE or NOT_FUSED
+    kernels: tuple[str, ...]  # Inductor kernels (and library calls) computing its nodes
     detail: str  # how the grouping differs, in words
 
     def __str__(self) -> str:
@@ -74,7 +90,7 @@ class Agreement:
 
     @property
     def not_fused(self) -> tuple[int, ...]:
-        return tuple(v.cluster for v in self.clusters if v.verdict == "not fused by Inductor")
+        return tuple(v.cluster for v in self.clusters if v.verdict == NOT_FUSED)
 
 
 def cluster_keys(analysis: Analysis, cluster: Cluster) -> dict[str, tuple[Key | None, str]]:
@@ -130,23 +146,68 @@ def _coverage(ours: dict[str, tuple[frozenset[Key], str]], kernels: list[Inducto
     return cover
 
 
-def _gemm_keys(k: InductorKernel) -> set[Key]:
+def _gemm_keys(nodes: tuple[InductorNode, ...]) -> set[Key]:
     """Keys of the convolutions and matmuls among a kernel's origins (their bias adds)."""
-    return {(n.module, norm_path(n.file), n.line) for n in k.nodes
+    return {(n.module, norm_path(n.file), n.line) for n in nodes
             if n.op in GEMM_OPS and n.line is not None}
 
 
-def _cover_split_biases(analysis: Analysis, c: Cluster, keys: dict[str, tuple[Key | None, str]],
+def _split_biases(analysis: Analysis, c: Cluster) -> set[str]:
+    """The cluster's bias adds our capture split off a GEMM or convolution."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    return {name for name in c.nodes
+            if name in fx_nodes and fx_nodes[name].meta.get(SPLIT_BIAS)}
+
+
+def _cover_split_biases(biases: set[str], keys: dict[str, tuple[Key | None, str]],
                         cover: dict[str, set[int]], gemm_keys: list[set[Key]]) -> None:
     """A split-off bias add no kernel computes by key: the kernels holding its convolution
     or matmul on a compatible key compute it (see the module docstring)."""
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    for name in c.nodes:
-        fx = fx_nodes.get(name)
+    for name in biases:
         key = keys.get(name, (None, ""))[0]
-        if fx is None or not fx.meta.get(SPLIT_BIAS) or key is None or cover[name]:
+        if key is None or cover.get(name, True):
             continue
         cover[name] = {i for i, ks in enumerate(gemm_keys) if any(compatible(key, k) for k in ks)}
+
+
+def _call_keys(call: LibraryCall) -> set[Key]:
+    """Keys of the compute ops a library call stands for (a rewrite's scale and softmax)."""
+    return {(n.module, norm_path(n.file), n.line) for n in call.computes if is_compute(n.op)}
+
+
+def _inside(keys: dict[str, tuple[Key | None, str]], cover: dict[str, set[int]],
+            biases: set[str], calls: list[LibraryCall]) -> dict[str, set[int]]:
+    """The library calls computing each of our nodes no generated kernel computes."""
+    by_op = [_call_keys(call) for call in calls]
+    gemms = [_gemm_keys(call.nodes) for call in calls]
+    out: dict[str, set[int]] = {}
+    for name, (key, _) in keys.items():
+        if cover.get(name) or key is None:
+            continue
+        found = {j for j, ks in enumerate(by_op) if any(compatible(key, k) for k in ks)}
+        if name in biases:
+            found |= {j for j, ks in enumerate(gemms) if any(compatible(key, k) for k in ks)}
+        if found:
+            out[name] = found
+    return out
+
+
+def _call_words(call: LibraryCall) -> str:
+    """Why Inductor computes our ops inside `call`, in a few words."""
+    if not call.replaced:
+        return "library call"
+    if call.op.lstrip("_") in ATTENTION_OPS:
+        return "attention pattern replaced"
+    return f"pattern `{call.pattern}` replaced" if call.pattern else "pattern replaced"
+
+
+def _inside_words(inside: dict[str, set[int]], calls: list[LibraryCall]) -> str:
+    """`Inductor's `X` computes mul, softmax (attention pattern replaced)`, per call."""
+    parts = []
+    for j in sorted(set().union(*inside.values())):
+        names = ", ".join(n for n, js in inside.items() if j in js)
+        parts.append(f"Inductor's `{calls[j].op}` computes {names} ({_call_words(calls[j])})")
+    return "; ".join(parts)
 
 
 def _owned(kkeys: list[set[Key]]) -> list[set[Key]]:
@@ -174,30 +235,39 @@ def _describe(k: InductorKernel, owned: set[Key], our_keys: set[Key]) -> str:
 
 
 def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
-             kernels: list[InductorKernel], kkeys: list[set[Key]]) -> ClusterVerdict:
+             kernels: list[InductorKernel], kkeys: list[set[Key]],
+             inside: dict[str, set[int]], calls: list[LibraryCall]) -> ClusterVerdict:
     hit = sorted(set().union(*cover.values())) if cover else []
-    names = tuple(kernels[i].name for i in hit)
+    in_calls = sorted(set().union(*inside.values())) if inside else []
+    names = tuple(kernels[i].name for i in hit) + tuple(calls[j].op for j in in_calls)
     our_keys = _our_keys(ours)
     same = next((i for i in hit if _exact(i, ours, cover, kkeys)), None)
     if same is not None:
-        return ClusterVerdict(c.index, "same group", names, short_name(kernels[same].name))
-    uncovered = [n for n in ours if not cover[n]]
+        return ClusterVerdict(c.index, SAME, names, short_name(kernels[same].name))
+    if ours and len(inside) == len(ours):
+        return ClusterVerdict(c.index, INSIDE, names, _inside_words(inside, calls))
+    uncovered = [n for n in ours if not cover[n] and n not in inside]
     fused_with_ours = [i for i in hit if sum(1 for n in ours if i in cover[n]) >= 2]
-    if not fused_with_ours and all(len(kkeys[i]) <= 1 for i in hit):
+    if not inside and not fused_with_ours and all(len(kkeys[i]) <= 1 for i in hit):
         why = "each op is its own kernel" if hit else "no Inductor kernel computes these lines"
-        return ClusterVerdict(c.index, "not fused by Inductor", names, why)
+        return ClusterVerdict(c.index, NOT_FUSED, names, why)
     parts = []
-    if len(hit) == 1:
+    if len(hit) == 1 and not inside:
         parts.append("Inductor fuses more: " + _describe(kernels[hit[0]], kkeys[hit[0]],
                                                          our_keys))
+    elif len(hit) == 1:  # beside a library call
+        parts.append(f"{short_name(kernels[hit[0]].name)} computes "
+                     f"{', '.join(n for n in ours if hit[0] in cover[n])}")
     elif hit:
         split = "; ".join(
             f"{short_name(kernels[i].name)} ({', '.join(n for n in ours if i in cover[n])})"
             for i in hit)
         parts.append(f"Inductor splits it over {len(hit)} kernels: {split}")
+    if inside:
+        parts.append(_inside_words(inside, calls))
     if uncovered:
         parts.append(f"not in any Inductor kernel: {', '.join(uncovered)}")
-    return ClusterVerdict(c.index, "different grouping", names, "; ".join(parts))
+    return ClusterVerdict(c.index, DIFFERENT, names, "; ".join(parts))
 
 
 def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
@@ -208,13 +278,16 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
     raw = [cluster_keys(analysis, c) for c in analysis.clusters]
     per_cluster = [_resolve(keys, universe) for keys in raw]
     covers = [_coverage(ours, kernels, all_keys) for ours in per_cluster]
-    gemm_keys = [_gemm_keys(k) for k in kernels]
-    for c, keys, cover in zip(analysis.clusters, raw, covers, strict=True):
-        _cover_split_biases(analysis, c, keys, cover, gemm_keys)
+    gemm_keys = [_gemm_keys(k.nodes) for k in kernels]
+    biases = [_split_biases(analysis, c) for c in analysis.clusters]
+    for b, keys, cover in zip(biases, raw, covers, strict=True):
+        _cover_split_biases(b, keys, cover, gemm_keys)
     if cap.method == "names":
         return _match_by_names(analysis, cap, kernels, per_cluster)
-    verdicts = tuple(_verdict(c, ours, cov, kernels, kkeys)
-                     for c, ours, cov in zip(analysis.clusters, per_cluster, covers, strict=True))
+    calls = list(cap.calls)
+    verdicts = tuple(_verdict(c, ours, cov, kernels, kkeys, _inside(keys, cov, b, calls), calls)
+                     for c, ours, cov, keys, b in zip(analysis.clusters, per_cluster, covers,
+                                                      raw, biases, strict=True))
     results = []
     for i, k in enumerate(kernels):
         overlapping = tuple(c.index for c, ours in zip(analysis.clusters, per_cluster,
@@ -247,12 +320,12 @@ def _match_by_names(analysis: Analysis, cap: InductorCapture, kernels: list[Indu
         part = next((i for i in free if ops & set(kernels[i].ops)), None)
         i = same if same is not None else part
         if i is None:
-            verdicts.append(ClusterVerdict(c.index, "not fused by Inductor", (), "by kernel names"))
+            verdicts.append(ClusterVerdict(c.index, NOT_FUSED, (), "by kernel names"))
             continue
         free.remove(i)
         status[i] = ("exact" if same is not None else "partial", c.index)
         verdicts.append(ClusterVerdict(
-            c.index, "same group" if same is not None else "different grouping",
+            c.index, SAME if same is not None else DIFFERENT,
             (kernels[i].name,), "" if same is not None else f"by kernel names: {kernels[i].name}"))
     results = [KernelMatch(k.name, status.get(i, ("missed",))[0],
                            status[i][1:] if i in status else (), k.ops, (),

@@ -70,28 +70,46 @@ class FusionTracer(fx.Tracer):
         return node
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        if isinstance(m, TRACE_THROUGH):
+        if isinstance(m, TRACE_THROUGH) or m is self._replaced_forward:
             return False
         return super().is_leaf_module(m, module_qualified_name)
 
+    _replaced_forward: nn.Module | None = None  # the module call_module is tracing through
+
     def call_module(self, m: nn.Module, forward, args, kwargs):
-        # BatchNorm's forward checks input.dim() in Python, which FX cannot trace; in
-        # eval mode it is F.batch_norm on the running statistics, recorded as such.
-        # Only torch's own forward: a subclass with its own (timm's BatchNormAct2d adds
-        # an activation after the norm) is traced through, or its extra ops would be lost.
-        if _plain_batch_norm(m) and not m.training and (
-                m.running_mean is not None and len(args) == 1 and not kwargs):
-            return F.batch_norm(args[0], m.running_mean, m.running_var, m.weight, m.bias,
-                                False, 0.0, m.eps)
-        # Without running statistics it always normalizes by the batch's own (a reduction).
-        if _plain_batch_norm(m) and m.running_mean is None and len(args) == 1 and not kwargs:
-            return F.batch_norm(args[0], None, None, m.weight, m.bias, True, 0.0, m.eps)
-        return super().call_module(m, forward, args, kwargs)
+        replacement = _batch_norm_forward(m, args, kwargs)
+        if replacement is None:
+            return super().call_module(m, forward, args, kwargs)
+        # Through FX's own call_module, so the node records the BatchNorm's module path as an
+        # inlined ReLU records its own (Inductor keys the same node by that path).
+        outer, self._replaced_forward = self._replaced_forward, m
+        try:
+            return super().call_module(m, replacement, args, kwargs)
+        finally:
+            self._replaced_forward = outer
 
 
 # torch's own BatchNorm forwards: in eval (and on one process, for SyncBatchNorm) each is
 # F.batch_norm and nothing else.
 _TORCH_BATCH_NORM_FORWARDS = (nn.modules.batchnorm._BatchNorm.forward, nn.SyncBatchNorm.forward)
+
+
+def _batch_norm_forward(m: nn.Module, args, kwargs):
+    """What to trace instead of a BatchNorm's forward, None to trace it as usual.
+
+    BatchNorm's forward checks input.dim() in Python, which FX cannot trace; in eval mode it
+    is F.batch_norm on the running statistics, recorded as such. Only torch's own forward: a
+    subclass with its own (timm's BatchNormAct2d adds an activation after the norm) is traced
+    through, or its extra ops would be lost.
+    """
+    if not (_plain_batch_norm(m) and len(args) == 1 and not kwargs):
+        return None
+    if not m.training and m.running_mean is not None:
+        return lambda x: F.batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias,
+                                      False, 0.0, m.eps)
+    if m.running_mean is None:  # it always normalizes by the batch's own statistics
+        return lambda x: F.batch_norm(x, None, None, m.weight, m.bias, True, 0.0, m.eps)
+    return None
 
 
 def _plain_batch_norm(m: nn.Module) -> bool:
