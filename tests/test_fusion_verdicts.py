@@ -66,7 +66,7 @@ def test_a_failure_quotes_the_lines_where_the_ops_are_now_and_the_op_between(pro
         "blocks.py:47-48, 50 shrank to `mul → eq → masked_fill`, without `softmax`: "
         "`torch.roll` at blocks.py:49 now sits between `masked_fill` and `softmax`: "
         "fusion-advisor cannot fuse through it"]
-    assert "44" not in r.stdout.str()  # the recorded lines are never quoted as current
+    assert "blocks.py:44" not in r.stdout.str()  # recorded lines are never quoted as current
 
 
 def test_updating_refreshes_moved_lines_and_nothing_else(proj):

@@ -101,7 +101,9 @@ def test_a_library_call_claims_only_what_it_was_lowered_from(compiled):
     assert [n.op for n in attention.nodes] == ["scaled_dot_product_flash_attention_for_cpu"]
     assert {n.op for n in attention.replaced} >= {"bmm", "mul", "softmax"}
     assert not {"batch_norm", "relu"} & {n.op for n in attention.computes}
-    assert attention.pattern.startswith("_sfdp_pattern")
+    # The pattern's name comes with Inductor's entries in torch 2.13 (2.11's carry none).
+    named = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+    assert attention.pattern.startswith("_sfdp_pattern") if named else attention.pattern == ""
     assert [n.op for n in ops["convolution"].nodes] == ["convolution"]
     assert not ops["convolution"].replaced
 
