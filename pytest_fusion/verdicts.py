@@ -24,10 +24,6 @@ from .pairing import staged as _staged
 from .snapshot import ClusterRec, OpRec, Snapshot
 
 
-def _scope(rec: ClusterRec) -> str:
-    return ".".join(p for p in (rec.module, rec.function) if p) or "the model"
-
-
 def model_change(base: Snapshot, cur: Snapshot) -> int | None:
     """-1: the model as a whole runs fewer kernels or moves fewer bytes (and neither more),
     0: the same, 1: more of either; None when the baseline recorded no totals."""
@@ -72,7 +68,7 @@ class ClusterVerdicts:
         for b, c in by_lines + by_ops + moved:
             if self.gate and b.module is not None and (b.module, b.function) != (
                     c.module, c.function):
-                self.say("changes", c, f"`{c.chain}` moved from {_scope(b)} to {_scope(c)}")
+                self._moved(b, c)
         explained: set[int] = set()
         for b in lost:
             explained |= self.lost(b)
@@ -81,6 +77,22 @@ class ClusterVerdicts:
                 self.say("improvements", c, f"new cluster `{c.chain}` ({c.category}){LOC} "
                                             f"at {c.lines}")
         return self.pairs
+
+    def _moved(self, b: ClusterRec, c: ClusterRec) -> None:
+        """`mul → add` in blocks.0 moved from attn.forward to attention.forward: said from
+        the module both share, so the same move in every item of a container is one line."""
+        old, new = (b.module or "").split("."), (c.module or "").split(".")
+        n = 0
+        while n < min(len(old), len(new)) and old[n] == new[n] and old[n]:
+            n += 1
+        shared = ".".join(old[:n])
+
+        def rest(parts: list[str], function: str | None) -> str:
+            return ".".join(p for p in (*parts[n:], function) if p) or "the model"
+
+        self.findings.append(Finding("changes", f"`{c.chain}`{LOC} moved from "
+                                     f"{rest(old, b.function)} to {rest(new, c.function)}",
+                                     shared or None))
 
     # ------------------------------------------------------------ one baseline cluster
     def holders(self, loc: Located) -> list[ClusterRec]:

@@ -247,3 +247,15 @@ def test_embed():
         "`add → gelu` at embed.py:13: the bias add of `self.embed` (Linear), which the layer "
         "now adds itself, left the model; the rest no longer fuses (the model as a whole runs "
         "3 → 4 kernels and moves 8.1 KB → 10.0 KB)"]
+
+
+def test_a_renamed_submodule_is_one_move_for_every_block(proj):
+    record(proj)
+    edited(proj, ("self.attn = Attention(d, heads)", "self.attention = Attention(d, heads)"),
+           ("self.attn(self.ln1(x))", "self.attention(self.ln1(x))"))
+    r = run(proj)
+    r.assert_outcomes(passed=3)
+    r.stdout.fnmatch_lines(["test_blocks.py::test_transformer: changed (not a regression)",
+                            "    `mul → eq → masked_fill → softmax` in blocks.0…blocks.1 (×2) "
+                            "moved from attn.forward to attention.forward",
+                            "test_blocks.py::test_transformer_fixture: *"])
