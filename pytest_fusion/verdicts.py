@@ -44,6 +44,7 @@ class ClusterVerdicts:
     findings: list[Finding] = field(default_factory=list)
     pairs: list[tuple[ClusterRec, ClusterRec]] = field(default_factory=list)
     ops_left: bool = False  # some baseline cluster's ops are no longer in the model
+    totals_said: bool = False  # a finding quotes the model's totals
 
     def say(self, bucket: str, rec: ClusterRec | None, text: str) -> None:
         self.findings.append(Finding(bucket, text, rec.module if rec else None))
@@ -76,6 +77,11 @@ class ClusterVerdicts:
             if id(c) not in explained and self.gate:
                 self.say("improvements", c, f"new cluster `{c.chain}` ({c.category}){LOC} "
                                             f"at {c.lines}")
+        totals = model_totals(self.base, self.cur)
+        regressed = any(f.bucket == "regressions" for f in self.findings)
+        if totals and self.gate and not self.totals_said and not regressed:
+            better = model_change(self.base, self.cur) == -1
+            self.say("improvements" if better else "changes", None, totals.strip())
         return self.pairs
 
     def _moved(self, b: ClusterRec, c: ClusterRec) -> None:
@@ -175,7 +181,7 @@ class ClusterVerdicts:
             return {id(c) for c in parts}
         left = self._left(loc) + self._silent(b, loc)
         whole = [c for c in parts if all(holds(c, o) for o in loc.found)]
-        if loc.found and len(parts) == 1 and whole:
+        if loc.found and whole:
             c = whole[0]
             sites = c.sites or ("?",) * len(c.nodes)  # unknown: every node counts
             came = [n for n, s in zip(c.nodes, sites, strict=False)
@@ -199,6 +205,7 @@ class ClusterVerdicts:
         change = model_change(self.base, self.cur)
         bucket = {-1: "improvements", 0: "changes"}.get(change, "regressions")  # type: ignore
         totals = model_totals(self.base, self.cur)
+        self.totals_said |= bool(totals)
         self.say(bucket, b, text + (f" ({totals.strip()})" if totals else ""))
         return {id(c) for c in parts}
 
