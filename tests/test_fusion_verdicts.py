@@ -52,7 +52,12 @@ def record(p, *edits: tuple[str, str]) -> None:
 
 
 def bullets(r) -> list[str]:
-    return [line[4:] for line in r.stdout.lines if line.startswith("  - ")]
+    """The failure messages' bullets, each once: with CI set, pytest repeats whole messages
+    in its short summary, which this stops before."""
+    lines = r.stdout.lines
+    end = next((i for i, line in enumerate(lines) if "short test summary info" in line),
+               len(lines))
+    return [line[4:] for line in lines[:end] if line.startswith("  - ")]
 
 
 def test_a_failure_quotes_the_lines_where_the_ops_are_now_and_the_op_between(proj):
