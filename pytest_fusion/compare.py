@@ -3,13 +3,13 @@
 Reads two ``Snapshot``s (baseline, current), the tolerances, the checks to gate
 and the current hardware key; returns a ``Comparison``: regressions (fail the
 test), improvements (pass, suggest ratcheting), changes (pass, e.g. a cluster
-that moved to another module), a note on timings, and the pairs of cluster
-identities it matched. Works on parsed data only, never on YAML text. Clusters
-pair up by identity (ops, module, function, ordinal), then by ops and lines
-(baselines of schema 1 have no identity), then by ops alone; lines that moved are
-no change. A lost cluster is explained by the op that now separates its ops
-(``explain.py``) or the rejection that covers it. Messages about the items of a
-repeated container come out once (``findings.py``).
+that moved to another module), notes (rejections gone), a note on timings, and the
+pairs of cluster identities it matched. Works on parsed data only, never on YAML
+text. What became of each cluster is ``verdicts.py``'s (pairing by identity and
+sites, the named cause); this module judges the pairs field by field (category,
+kernel, traffic), the rejections and the timings, and says the model's totals once
+when nothing else did. Messages about the items of a repeated container come out
+once (``findings.py``).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class _Diff:
 
     def clusters(self) -> None:
         gate = "clusters" in self.checks
-        verdicts = ClusterVerdicts(self.base, self.cur, gate, self.explain)
+        verdicts = self.verdicts = ClusterVerdicts(self.base, self.cur, gate, self.explain)
         self.pairs = verdicts.run()
         self.findings += verdicts.findings
         # A kernel that now writes more is no regression when a neighbour's ops left the
@@ -97,16 +97,17 @@ class _Diff:
                        f", but the {len(self.pairs)} kernels compared move {fmt_bytes(before)} → "
                        f"{fmt_bytes(after)} in all" if shifted else "")
         for b, c in self.pairs:
-            stores = "multi-output" in (b.category, c.category)  # stores one more value, or less
+            # Only a kernel that now stores a value another reads (or no longer does) has its
+            # growth excused by the kernels compared: another kernel's saving is no excuse.
+            excused = left or (shifted and "multi-output" in (b.category, c.category))
             if gate and b.category != c.category:
-                excused = left or (shifted and stores)
                 self.say("changes" if excused else "regressions", c,
                          f"`{c.chain}`{at(c)} changed category: {b.category} → "
                          f"{c.category}{self.excuse if excused else ''}")
             if gate:
                 self._kernel(b, c)
             if "traffic" in self.checks:
-                self._traffic(b, c)
+                self._traffic(b, c, self.excuse if excused else "")
 
     def _kernel(self, b: ClusterRec, c: ClusterRec) -> None:
         if b.kernel and not c.kernel:
@@ -117,13 +118,14 @@ class _Diff:
         elif b.kernel != c.kernel:
             self.say("changes", c, f"`{c.chain}`{at(c)}: {b.kernel} kernel → {c.kernel}")
 
-    def _traffic(self, b: ClusterRec, c: ClusterRec) -> None:
+    def _traffic(self, b: ClusterRec, c: ClusterRec, excuse: str) -> None:
+        """`excuse`: why more traffic here is no regression ("" when it is one)."""
         if c.fused_bytes > b.fused_bytes * (1 + self.tol.traffic):
             pct = (c.fused_bytes / b.fused_bytes - 1) * 100 if b.fused_bytes else float("inf")
-            self.say("changes" if self.excuse else "regressions", c,
+            self.say("changes" if excuse else "regressions", c,
                      f"`{c.chain}`{at(c)} moves more traffic: {fmt_bytes(b.fused_bytes)} → "
                      f"{fmt_bytes(c.fused_bytes)} fused (+{pct:.0f}%, "
-                     f"tolerance {self.tol.traffic:.0%}){self.excuse}")
+                     f"tolerance {self.tol.traffic:.0%}){excuse}")
         elif c.fused_bytes < b.fused_bytes:
             self.say("improvements", c, f"`{c.chain}`{at(c)} moves less traffic: "
                                         f"{fmt_bytes(b.fused_bytes)} → "
@@ -254,6 +256,12 @@ def compare(base: Snapshot, cur: Snapshot, tol: Tolerances = Tolerances(),
     if "timings" in checks:
         found, note = timings(base, cur, hw_key, tol, d.pairs)
         d.findings += found
+    totals = model_totals(base, cur)
+    if ("clusters" in checks and totals and not d.verdicts.totals_said
+            and not any(f.bucket == "regressions" for f in d.findings)):
+        # Said once, when no message quoted it and no regression explains it.
+        better = model_change(base, cur) == -1
+        d.say("improvements" if better else "changes", None, totals.strip())
     said = messages(d.findings)
     return Comparison(said["regressions"], said["improvements"], said["changes"], note,
                       tuple((b.ident, c.ident) for b, c in d.pairs), said["notes"])

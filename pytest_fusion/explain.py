@@ -15,7 +15,7 @@ import re
 
 from fusion_core import fmt_bytes  # noqa: F401  (compare and the report take it from here)
 
-from .locate import Located, lines_of
+from .locate import Located
 from .snapshot import BarrierRec, OpRec, RejectionRec, Snapshot
 
 # Calls that compute what several pointwise and reduction ops did, in one library kernel.
@@ -48,11 +48,6 @@ class Explainer:
         self.cur = cur
         self.ops = {o.node: o for o in cur.ops}
         self.used: list[RejectionRec] = []  # rejections quoted in an explanation
-
-    def name(self, node: str, op: str) -> str:
-        """A node in the user's words: the split-off bias of `self.fc`, else its op."""
-        o = self.ops.get(node)
-        return f"the bias add of `{o.synthetic[8:]}`" if o and o.synthetic else f"`{op}`"
 
     def barrier(self, nodes: set[str]) -> tuple[BarrierRec, str] | None:
         """The op now between two of `nodes`, as `torch.roll` at f.py:12 now sits …"""
@@ -101,7 +96,7 @@ class Explainer:
         nodes = loc.nodes
         feeding = {r for o in loc.found for r in o.reads}
         return [o for o in self.cur.ops
-                if o.kind != "compute" and not o.spelled.startswith("self.")
+                if o.kind in ("opaque", "inplace") and not o.spelled.startswith("self.")
                 and (o.node in feeding or nodes & set(o.reads))]
 
     def fused_library(self, modules: set[str]) -> list[OpRec]:
@@ -118,6 +113,3 @@ class Explainer:
                     "fusion-advisor cannot fuse through") if came else ""
         came = self.fused_library(modules)
         return f"; {' and '.join(spelled(o) for o in came)} now computes them" if came else ""
-
-    def located_lines(self, nodes: set[str]) -> str:
-        return lines_of([self.ops[n] for n in nodes if n in self.ops])

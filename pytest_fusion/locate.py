@@ -86,7 +86,10 @@ def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
                 missing.append((op, site))
     else:  # written before sites: the same node name holding the same op
         by_node = {o.node: o for o in cur.ops}
+        views = {o.op for o in cur.ops if o.kind == "view"}
         for op, node in zip(rec.ops, rec.nodes, strict=False):
+            if op in views:  # a view: it moves nothing, as the site path skips it
+                continue
             hit = by_node.get(node)
             if hit is not None and hit.op.rstrip("_") == op.rstrip("_"):
                 found.append(hit)

@@ -114,7 +114,7 @@ class OpRec:
     op: str  # registry op, module class ("Linear") or "opaque"
     site: str  # see ClusterRec.sites
     target: str  # what the user wrote: "torch.roll", "self.proj", "F.gelu"
-    kind: str  # "compute", "opaque" or "inplace"
+    kind: str  # "compute", "opaque", "inplace" or "view" (a view has no site)
     module: str
     line: str  # "blocks.py:44" or "?"
     synthetic: str = ""  # a node the user never wrote: what it stands for ("bias of self.fc")
@@ -314,15 +314,18 @@ _KINDS = {"opaque": "opaque", "inplace": "inplace"}
 
 def op_index(graph: Any, sites: dict[str, str], rootdir: Path, biases: dict[str, str]
              ) -> tuple[OpRec, ...]:
-    """`biases`: split-off bias adds -> their layer (`fusion_core.split_biases`)."""
+    """Every op with a site, and every view (site ""), in graph order. `biases`: split-off
+    bias adds -> their layer (`fusion_core.split_biases`)."""
     out = []
-    for name, site in sites.items():
-        n = graph[name]
-        out.append(OpRec(node=name, op=n.op, site=site, target=n.target,
-                         kind=_KINDS.get(n.kind.value, "compute"), module=n.module,
-                         line=where(graph, [name], rootdir),
-                         synthetic=f"bias of {biases[name]}" if name in biases else "",
-                         reads=_reads(graph, name, sites)))
+    for n in graph.nodes:
+        view = n.kind.value == "view"
+        if n.name not in sites and not view:
+            continue
+        out.append(OpRec(node=n.name, op=n.op, site=sites.get(n.name, ""), target=n.target,
+                         kind="view" if view else _KINDS.get(n.kind.value, "compute"),
+                         module=n.module, line=where(graph, [n.name], rootdir),
+                         synthetic=f"bias of {biases[n.name]}" if n.name in biases else "",
+                         reads=_reads(graph, n.name, sites)))
     return tuple(out)
 
 

@@ -9,7 +9,8 @@ regression naming the cause), or its ops left the model. Ops that left are judge
 the model as a whole (``Snapshot.totals``): fewer kernels or less traffic is an
 improvement (attention moved into `F.scaled_dot_product_attention`), the same is a
 change, more is a regression naming what took their place. Returns ``Finding``s and
-the (baseline, current) pairs; never reads node names across the two runs.
+the (baseline, current) pairs. Ops are found again by site (``locate.py``); node names
+are compared across the two runs only for baselines written before sites were recorded.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class ClusterVerdicts:
     pairs: list[tuple[ClusterRec, ClusterRec]] = field(default_factory=list)
     ops_left: bool = False  # some baseline cluster's ops are no longer in the model
     totals_said: bool = False  # a finding quotes the model's totals
+    unpaired: set[int] = field(default_factory=set)  # ids of current clusters not yet paired
 
     def say(self, bucket: str, rec: ClusterRec | None, text: str) -> None:
         self.findings.append(Finding(bucket, text, rec.module if rec else None))
@@ -55,7 +57,14 @@ class ClusterVerdicts:
         # The same identity at the same sites; the same sites (a changed ordinal: a cluster
         # before it left); the same identity (ops shifted by an op added before them).
         exact, lost, found = _staged(list(self.base.clusters), list(self.cur.clusters), (
-            lambda c: (c.ident, c.sites), lambda c: c.sites or None, lambda c: c.ident))
+            lambda c: (c.ident, c.sites) if c.sites else None, lambda c: c.sites or None))
+        # Written before sites: the same ops on the same nodes first, so an identity shared
+        # by two clusters (`nth`) does not pair the wrong one.
+        unsited = [b for b in lost if not b.sites]
+        by_nodes, unsited, found = _match(unsited, found, lambda c: (c.ops, c.nodes))
+        lost = [b for b in lost if b.sites] + unsited
+        more, lost, found = _match(lost, found, lambda c: c.ident)
+        exact += more
         # Written before sites: the same ops at the same lines, or the same ops.
         old = [b for b in lost if not b.sites]
         by_lines, old, found = _match(old, found, lambda c: (c.ops, c.lines))
@@ -65,11 +74,12 @@ class ClusterVerdicts:
         gone = [b for b in lost if b.sites and not locate(b, self.cur).found]
         moved, gone, found = _match(gone, found, lambda c: c.ops)
         lost = [b for b in lost if all(b is not g for g, _ in moved)]
-        self.pairs = exact + by_lines + by_ops + moved
-        for b, c in by_lines + by_ops + moved:
+        self.pairs = exact + by_nodes + by_lines + by_ops + moved
+        for b, c in by_nodes + by_lines + by_ops + moved:
             if self.gate and b.module is not None and (b.module, b.function) != (
                     c.module, c.function):
                 self._moved(b, c)
+        self.unpaired = {id(c) for c in found}  # a current cluster pairs with one at most
         explained: set[int] = set()
         for b in lost:
             explained |= self.lost(b)
@@ -77,11 +87,6 @@ class ClusterVerdicts:
             if id(c) not in explained and self.gate:
                 self.say("improvements", c, f"new cluster `{c.chain}` ({c.category}){LOC} "
                                             f"at {c.lines}")
-        totals = model_totals(self.base, self.cur)
-        regressed = any(f.bucket == "regressions" for f in self.findings)
-        if totals and self.gate and not self.totals_said and not regressed:
-            better = model_change(self.base, self.cur) == -1
-            self.say("improvements" if better else "changes", None, totals.strip())
         return self.pairs
 
     def _moved(self, b: ClusterRec, c: ClusterRec) -> None:
@@ -101,6 +106,12 @@ class ClusterVerdicts:
                                      shared or None))
 
     # ------------------------------------------------------------ one baseline cluster
+    @property
+    def recorded(self) -> set[str]:
+        """The sites of every op a baseline record names: ops that were there before."""
+        return {unprimed(s) for r in (*self.base.clusters, *self.base.rejections)
+                for s in r.sites if s}
+
     def holders(self, loc: Located) -> list[ClusterRec]:
         """Current clusters holding any of the found ops."""
         return [c for c in self.cur.clusters if any(holds(c, o) for o in loc.found)]
@@ -112,12 +123,13 @@ class ClusterVerdicts:
         if loc.missing:
             self.ops_left = True
             return self._ops_left(b, loc, parts)
-        at = f"{LOC} at {loc.lines}"
+        at = f"{LOC} at {loc.lines}" if loc.lines else f"{LOC} (at {b.lines} when recorded)"
         parts = [c for c in parts if any(holds(c, o) for o in loc.own)]
         whole = [c for c in parts if all(holds(c, o) for o in loc.own)]
-        if whole and same_ops(b, whole[0]):
+        if whole and same_ops(b, whole[0]) and id(whole[0]) in self.unpaired:
             # The same cluster, found by its ops; it may read a value it recomputed before.
             c = whole[0]
+            self.unpaired.discard(id(c))
             self.pairs.append((b, c))
             dropped = [o.op for o in loc.recomputed if not holds(c, o)]
             if dropped and self.gate:
@@ -143,13 +155,8 @@ class ClusterVerdicts:
                                        f"{ops_list(out)}{why}")
         else:
             self.say("regressions", b, f"`{b.chain}`{at} no longer fuses"
-                                       f"{why or self._no_cause(loc)}")
+                                       f"{why or NO_CAUSE}")
         return {id(c) for c in parts}
-
-    def _no_cause(self, loc: Located) -> str:
-        """The last resort: nothing recorded separates the ops; say what each reads now."""
-        return (": no rejection names its ops and no op the analyzer cannot fuse through sits "
-                f"between them (the ops are at {loc.lines})")
 
     def _left(self, loc: Located) -> str:
         """The ops that left, in the user's words: a bias add our capture split off a layer
@@ -184,8 +191,9 @@ class ClusterVerdicts:
         if loc.found and whole:
             c = whole[0]
             sites = c.sites or ("?",) * len(c.nodes)  # unknown: every node counts
+            known = self.recorded | {o.site for o in loc.found}
             came = [n for n, s in zip(c.nodes, sites, strict=False)
-                    if s and n not in loc.nodes and unprimed(s) not in {o.site for o in loc.found}]
+                    if s and n not in loc.nodes and unprimed(s) not in known]
             if came:  # ops (not views) that were not in `b` took the place of those that left
                 self.say("changes", b, f"`{b.chain}`{LOC} at {c.lines} is still one kernel, "
                                        f"now `{c.chain}` ({left} spelled another way)")
@@ -193,7 +201,8 @@ class ClusterVerdicts:
         modules = {unprimed(s).split(":")[0] for _, s in loc.missing if ":" in s}
         went = self.explain.where_they_went(loc, modules)
         if loc.found:
-            text = f"`{b.chain}`{LOC} at {loc.lines}: {left}{went or ' left the model'}"
+            where = f"at {loc.lines}" if loc.lines else f"(at {b.lines} when recorded)"
+            text = f"`{b.chain}`{LOC} {where}: {left}{went or ' left the model'}"
         else:
             text = (f"`{b.chain}`{LOC}: its ops left the model (at {b.lines} when the baseline "
                     f"was recorded){went}")
@@ -210,10 +219,15 @@ class ClusterVerdicts:
         return {id(c) for c in parts}
 
 
+# The last resort, when nothing recorded in the current run separates the ops.
+NO_CAUSE = (": no rejection names its ops and no op the analyzer cannot fuse through sits "
+            "between them")
+
+
 def same_ops(b: ClusterRec, c: ClusterRec) -> bool:
     """`c` computes no op at a site `b` did not (copies aside): the same cluster."""
     if not (b.sites and c.sites):
-        return len(c.ops) == len(b.ops)
+        return c.ops == b.ops
     return {unprimed(s) for s in c.sites if s} <= {unprimed(s) for s in b.sites if s}
 
 

@@ -353,3 +353,25 @@ def test_source_paths_are_portable(tmp_path):
     # short form as anywhere else, so a baseline recorded elsewhere still matches.
     venv = root / ".venv" / "lib" / "python3.11" / "site-packages" / "pkg" / "mod.py"
     assert relative_file(str(venv), root) == "…/pkg/mod.py"
+
+
+def test_two_clusters_with_one_identity_pair_by_their_nodes_and_a_split_one_fails():
+    """Baselines written before sites: `nth` 0 split by a roll, `nth` 1 intact. The intact
+    one keeps its pair; the split one is a regression, not silently paired."""
+    first = cluster(["mul", "add"], "10-11", nodes=["mul", "add"])
+    second = cluster(["mul", "add"], "20-21", nodes=["mul_1", "add_1"])
+    base = snap(*(replace(c, module="", function="forward") for c in (first, second)))
+    base = replace(base, clusters=(base.clusters[0], replace(base.clusters[1], nth=1)))
+    kept = replace(second, module="", function="forward")  # now the only one: nth 0
+    cur = with_ops(snap(kept), "mul mul 10", "add add 12", "mul_1 mul 21", "add_1 add 22")
+    r = compare(base, cur)
+    assert r.pairs == ((base.clusters[1].ident, kept.ident),)
+    (msg,) = r.regressions
+    assert msg.startswith(f"`mul → add` at {F}:10, 12 no longer fuses")
+
+
+def test_a_kernel_that_grows_while_an_unrelated_one_shrinks_still_regresses():
+    grows = replace(BASE.clusters[0], fused_bytes=2048)
+    shrinks = replace(BASE.clusters[1], fused_bytes=10)
+    r = compare(BASE, snap(grows, shrinks))
+    assert any("moves more traffic: 1.0 KB → 2.0 KB" in m for m in r.regressions)
