@@ -166,3 +166,22 @@ def test_rewrites_of_rewrites_stand_for_the_user_nodes():
     assert log.sources("second") == ("mul", "softmax", "bmm")
     assert log.sources("view") == log.sources("second") and log.pattern["second"] == "p2"
     assert log.sources("mul") == ()
+
+
+def test_the_verdict_projects_conv_block_is_the_same_group_as_inductors(tmp_path):
+    """The plugin tests' conv → BatchNorm → ReLU(inplace) → squeeze-excite block, through the
+    CLI: both clusters are the groups Inductor makes (the BatchNorm keeps `block.bn`)."""
+    from click.testing import CliRunner
+    from verdict_project import BLOCKS
+
+    from fusion_core.cli import cli
+
+    (tmp_path / "blocks.py").write_text(BLOCKS)
+    result = CliRunner().invoke(cli, ["--model", str(tmp_path / "blocks.py"), "--model-class",
+                                      "Conv", "--input-shape", "2,16,8,8", "--vs-inductor",
+                                      "--no-timing"])
+    assert result.exit_code == 0, result.output
+    verdicts = [line for line in result.output.splitlines()
+                if line.startswith("cluster ") and "group" in line]
+    assert [v.split(":")[1].strip() for v in verdicts] == ["same group", "same group"], \
+        result.output
