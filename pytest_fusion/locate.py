@@ -64,6 +64,11 @@ def unprimed(site: str) -> str:
     return site.rstrip("'")
 
 
+def site_module(site: str) -> str | None:
+    """The module path a site names (`blocks.0.attn`); None for a node name (no site)."""
+    return unprimed(site).split(":")[0] if ":" in site else None
+
+
 def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
     found: list[OpRec] = []
     missing: list[tuple[str, str]] = []

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .explain import Explainer, fmt_bytes, ops_list
 from .findings import LOC, Finding
-from .locate import Located, locate, unprimed
+from .locate import Located, locate, site_module, unprimed
 from .pairing import match as _match
 from .pairing import staged as _staged
 from .snapshot import ClusterRec, OpRec, Snapshot
@@ -165,7 +165,7 @@ class ClusterVerdicts:
                   if o.kind == "opaque" and o.spelled.startswith("self.")}
         names = []
         for op, site in loc.missing:
-            layer = layers.get(unprimed(site).split(":")[0]) if op == "add" else None
+            layer = layers.get(site_module(site) or "") if op == "add" else None
             names.append(f"the bias add of `{layer.spelled}` ({layer.op}), which the layer "
                          "now adds itself," if layer else f"`{op}`")
         return " / ".join(dict.fromkeys(names))
@@ -175,7 +175,7 @@ class ClusterVerdicts:
         that run no op now."""
         running = {o.module for o in self.cur.ops}
         inside = f"{b.module}." if b.module else ""
-        where = [unprimed(s).split(":")[0] for _, s in loc.missing if ":" in s]
+        where = [m for _, s in loc.missing if (m := site_module(s)) is not None]
         gone = [m[len(inside):] for m in dict.fromkeys(where)
                 if m not in running and m.startswith(inside) and m != b.module]
         names = ", ".join(f"`self.{m}`" for m in gone)
@@ -198,7 +198,7 @@ class ClusterVerdicts:
                 self.say("changes", b, f"`{b.chain}`{LOC} at {c.lines} is still one kernel, "
                                        f"now `{c.chain}` ({left} spelled another way)")
                 return {id(c)}
-        modules = {unprimed(s).split(":")[0] for _, s in loc.missing if ":" in s}
+        modules = {m for _, s in loc.missing if (m := site_module(s)) is not None}
         went = self.explain.where_they_went(loc, modules)
         if loc.found:
             where = f"at {loc.lines}" if loc.lines else f"(at {b.lines} when recorded)"
