@@ -170,7 +170,7 @@ def test_rewrites_of_rewrites_stand_for_the_user_nodes():
 
 def test_the_verdict_projects_conv_block_is_the_same_group_as_inductors(tmp_path):
     """The plugin tests' conv → BatchNorm → ReLU(inplace) → squeeze-excite block, through the
-    CLI: both clusters are the groups Inductor makes (the BatchNorm keeps `block.bn`)."""
+    CLI: its two main clusters are the groups Inductor makes (the BatchNorm keeps `block.bn`)."""
     from click.testing import CliRunner
     from verdict_project import BLOCKS
 
@@ -181,7 +181,9 @@ def test_the_verdict_projects_conv_block_is_the_same_group_as_inductors(tmp_path
                                       "Conv", "--input-shape", "2,16,8,8", "--vs-inductor",
                                       "--no-timing"])
     assert result.exit_code == 0, result.output
-    verdicts = [line for line in result.output.splitlines()
-                if line.startswith("cluster ") and "group" in line]
-    assert [v.split(":")[1].strip() for v in verdicts] == ["same group", "same group"], \
-        result.output
+    # On a GPU the convolutions' biases are split off, so their adds give a third cluster (a
+    # lone `add → relu` between the two); every cluster is still one of Inductor's groups.
+    section = result.output.split("Inductor (torch.compile):")[1].split("\n\n")[0]
+    verdicts = [line.split(":")[1].strip() for line in section.splitlines()
+                if line.startswith("cluster ")]
+    assert len(verdicts) >= 2 and set(verdicts) == {"same group"}, result.output
