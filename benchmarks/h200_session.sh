@@ -13,6 +13,8 @@
 #             natively (numerics only, untimed); ZOO_MODEL_TIMEOUT s per model (120), ZOO_TIMEOUT s
 #             per process (300) with models left after ZOO_TIMEOUT - 30 s listed as not run
 #   panel     benchmarks/shapes_panel.py: wide rows, odd sizes, strided reductions
+#   e2e       benchmarks/end_to_end.py: GPT-2 and a LLaMA-style model, eager / our kernels
+#             applied (also as one CUDA graph) / torch.compile, wall and device time
 set -u
 export PYTHONPATH=$PWD  # absolute: pytester runs subprocesses in other folders
 export PYTHONUNBUFFERED=1
@@ -77,6 +79,12 @@ for step in "$@"; do
       echo "shapes_panel rc=$?"
       sed -n '/^| case/,$p' "$OUT/shapes_panel.log"
       ;;
-    *) echo "unknown step $step (suite, clusters, zoo, panel)"; exit 2 ;;
+    e2e)
+      timeout "${E2E_TIMEOUT:-420}" python benchmarks/end_to_end.py ${E2E_ARGS:-} \
+          --out "$OUT/end_to_end.json" > "$OUT/end_to_end.log" 2>&1
+      echo "end_to_end rc=$?"
+      sed -n '/^| model/,$p' "$OUT/end_to_end.log" | tail -20
+      ;;
+    *) echo "unknown step $step (suite, clusters, zoo, panel, e2e)"; exit 2 ;;
   esac
 done

@@ -1,0 +1,251 @@
+"""The whole model, eager against our kernels against torch.compile, measured in one run.
+
+Run on a CUDA machine from the repository root:
+
+    PYTHONPATH=. python benchmarks/end_to_end.py --out end_to_end.json
+
+For Hugging Face GPT-2 (12 layers, fp16, input 8×512) and a LLaMA-style model (4 layers,
+hidden 2048, bf16, input 4×512), random weights, it analyzes the model, generates and
+validates every cluster's kernel (numerics only, as the CLI does), patches every usable
+kernel into the traced graph, and times, per forward:
+
+- the HF module in eager mode, and the traced graph in eager mode;
+- the traced graph with our kernels patched in, called from Python ("applied");
+- that patched graph captured once in a CUDA graph and replayed ("applied, CUDA graph");
+- torch.compile (default mode) of the traced graph, and of the patched graph.
+
+Two clocks: wall time per forward (a loop of calls, one synchronize, divided: what a caller
+waits for, host work included) and device time per forward (one CUDA-graph replay of the
+forward timed with events: the GPU's own work, host launch cost out). GPU kernels per
+forward are counted with the profiler. A row whose compile or capture fails says why and
+keeps the others. The headline is the applied model's wall time against eager's, as a user
+calling it would see it; the device time is printed beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fusion_core.ir.shapes import InputSpec  # noqa: E402
+from fusion_core.pipeline import analyze  # noqa: E402
+from fusion_core.validate.kernels import build_kernels  # noqa: E402
+from fusion_core.validate.prepare import recording  # noqa: E402
+from fusion_core.validate.run import load_generated, validate  # noqa: E402
+from fusion_core.validate.subgraph import patch  # noqa: E402
+
+
+def gpt2(tiny: bool) -> tuple[torch.nn.Module, InputSpec]:
+    import transformers
+
+    size = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64) if tiny else \
+        dict(n_layer=12, n_embd=768, n_head=12)
+    config = transformers.GPT2Config(**size, use_cache=False)
+    model = transformers.GPT2Model(config).to(torch.float16)
+    return model, InputSpec((2, 16) if tiny else (8, 512), torch.int64)
+
+
+def llama(tiny: bool) -> tuple[torch.nn.Module, InputSpec]:
+    import transformers
+
+    size = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                num_attention_heads=4, num_key_value_heads=4, vocab_size=128,
+                max_position_embeddings=64) if tiny else \
+        dict(num_hidden_layers=4, hidden_size=2048, intermediate_size=5632,
+             num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
+             max_position_embeddings=1024)
+    config = transformers.LlamaConfig(**size, use_cache=False)
+    model = transformers.LlamaModel(config).to(torch.bfloat16)
+    return model, InputSpec((2, 16) if tiny else (4, 512), torch.int64)
+
+
+MODELS: dict[str, Callable[[bool], tuple[torch.nn.Module, InputSpec]]] = {
+    "GPT-2 12L fp16 8x512": gpt2, "LLaMA-style 4L bf16 4x512": llama}
+
+
+def wall_us(fn: Callable[[], Any], calls: int = 30, repeat: int = 5) -> float:
+    """Wall time per call: `calls` calls back to back, one synchronize, median of repeats."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def captured(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
+    """`fn` recorded once in a CUDA graph (after warm-up calls on a side stream)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def device_us(graph: torch.cuda.CUDAGraph, reps: int = 10, samples: int = 7) -> float:
+    """GPU time per replay of `graph`, from CUDA events (median of samples)."""
+    graph.replay()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / reps)
+    return statistics.median(times)
+
+
+def kernels_per_call(fn: Callable[[], Any]) -> int:
+    """GPU kernels one call launches, counted by the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
+
+
+def row(name: str, fn: Callable[[], Any], graphable: bool = True) -> dict[str, Any]:
+    """Wall time, device time and kernel count of one way to run the forward."""
+    out: dict[str, Any] = {"row": name}
+    try:
+        out["wall_us"] = wall_us(fn)
+        out["kernels"] = kernels_per_call(fn)
+        if graphable:
+            out["device_us"] = device_us(captured(fn))
+    except Exception as e:  # noqa: BLE001 - one row's failure keeps the others
+        out["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
+        traceback.print_exc()
+    return out
+
+
+def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, InputSpec]],
+                  tiny: bool, workdir: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, spec = build(tiny)
+    hf = copy.deepcopy(model).to("cuda")  # the module as the user runs it, apart from ours
+    started = time.perf_counter()
+    analysis = analyze(model, spec, device="cuda")
+    kernels = build_kernels(analysis)
+    report = validate(analysis, kernels=kernels, workdir=workdir, timing=False)
+    usable = [r.cluster for r in report.results if r.usable]
+    print(f"{label}: {len(analysis.clusters)} clusters, {len(usable)} usable, "
+          f"{len(kernels.distinct)} distinct kernels; model numerics "
+          f"{'pass' if report.model.passed else 'FAIL: ' + report.model.detail} "
+          f"({time.perf_counter() - started:.0f} s)", flush=True)
+    rec = recording(analysis, [], keep_rows=False, device="cuda", seed=0)
+    loaded: dict[int, Callable] = {}
+    for i in usable:
+        first = kernels.same_as.get(i, i)
+        if first not in loaded:
+            loaded[first] = load_generated(kernels.kernels[first], workdir).launcher
+        loaded[i] = loaded[first]
+    applied = patch(rec.gm, {i: (rec.clusters[i], loaded[i]) for i in usable})
+    inputs = rec.inputs
+    hf_inputs = [t.clone() for t in inputs]
+    rows = []
+    with torch.no_grad():
+        rows.append(row("the HF module, eager", lambda: hf(*hf_inputs)))
+        rows.append(row("traced graph, eager", lambda: rec.gm(*inputs)))
+        rows.append(row("traced graph, our kernels applied", lambda: applied(*inputs)))
+        try:
+            graph = captured(lambda: applied(*inputs))
+            rows.append(row("applied, as one CUDA graph", graph.replay))
+        except Exception as e:  # noqa: BLE001
+            rows.append({"row": "applied, as one CUDA graph", "error": str(e).splitlines()[0]})
+        for name, gm in (("torch.compile of the traced graph", rec.gm),
+                         ("torch.compile of the applied graph", applied)):
+            torch._dynamo.reset()
+            counters.clear()
+            compiled = torch.compile(gm)
+            r = row(name, lambda c=compiled: c(*inputs))
+            r["graph_breaks"] = sum(counters["graph_break"].values())
+            rows.append(r)
+    return {"model": label, "clusters": len(analysis.clusters), "usable": len(usable),
+            "model_numerics": report.model.passed, "rows": rows}
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = ["| model | how it runs | wall per forward | device per forward | GPU kernels "
+             "| wall vs traced eager |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for res in results:
+        base = next((r.get("wall_us") for r in res["rows"] if r["row"] == "traced graph, eager"),
+                    None)
+        for r in res["rows"]:
+            if "error" in r and "wall_us" not in r:
+                lines.append(f"| {res['model']} | {r['row']} | failed: {r['error']} | | | |")
+                continue
+            dev = f"{r['device_us'] / 1e3:.2f} ms" if "device_us" in r else "–"
+            ratio = f"{base / r['wall_us']:.2f}×" if base else "–"
+            breaks = f" ({r['graph_breaks']} graph breaks)" if r.get("graph_breaks") else ""
+            lines.append(f"| {res['model']} | {r['row']}{breaks} | {r['wall_us'] / 1e3:.2f} ms "
+                         f"| {dev} | {r.get('kernels', '–')} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help="comma-separated labels or prefixes (gpt2 → GPT-2…)")
+    parser.add_argument("--tiny", action="store_true", help="small configs (a smoke run)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("end_to_end.py times CUDA graphs and device time: it needs a CUDA GPU")
+    wanted = [w.strip().lower() for w in args.models.split(",")]
+    chosen = {k: v for k, v in MODELS.items()
+              if any(k.lower().startswith(w) or w in k.lower() for w in wanted)}
+    import triton
+
+    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "triton": triton.__version__, "python": sys.version.split()[0],
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    print(env, flush=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="fusion-e2e-") as work:
+        for label, build in chosen.items():
+            try:
+                results.append(measure_model(label, build, args.tiny, Path(work)))
+            except Exception:  # noqa: BLE001 - the next model still runs
+                traceback.print_exc()
+            print(table(results), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps({"environment": env, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
