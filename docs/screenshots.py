@@ -1,4 +1,4 @@
-"""Regenerate the README's screenshots of the HTML report from real output.
+"""Regenerate the screenshots of the HTML report that docs/cli.md and docs/plugin.md show.
 
     python docs/screenshots.py
 

@@ -122,10 +122,15 @@ def poison_empty(module) -> None:
     module.torch = _TorchWithEmpty(module.torch, poisoned)
 
 
-def readme_code_after(marker: str) -> str:
-    """The first ```python block of README.md after `marker`."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    after = readme[readme.index(marker):]
+def doc_code_after(doc: str, marker: str) -> str:
+    """The first ```python block of `doc` (a path from the repository root) after `marker`;
+    the marker's spaces match any run of whitespace, so rewrapping the prose keeps it found."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / doc).read_text()
+    found = re.search(r"\s+".join(map(re.escape, marker.split())), text)
+    assert found, f"{doc} no longer says {marker!r}"
+    after = text[found.end():]
     return after[after.index("```python\n") + len("```python\n"):after.index("```\n\n")]
 
 

@@ -15,9 +15,9 @@ from codegen_harness import (
     Lambda,
     compare,
     compile_for_gpu,
+    doc_code_after,
     load_tool,
     poison_empty,
-    readme_code_after,
     to_device,
 )
 
@@ -288,8 +288,9 @@ def test_split_kernels_compile_for_sm90(tmp_path):
 
 
 def test_readme_shows_the_split_kernels_the_generator_writes():
-    """README's split-row kernels are the real output of `tools/wide_row_kernel.py --split`
-    (rerun it and paste its output when the generator's text changes)."""
-    block = readme_code_after("`python tools/wide_row_kernel.py --split`\nprints")
+    """docs/kernels.md's split-row kernels are the real output of
+    `tools/wide_row_kernel.py --split` (rerun it and paste its output when the generator's text
+    changes)."""
+    block = doc_code_after("docs/kernels.md", "`python tools/wide_row_kernel.py --split` prints")
     assert block == load_tool("wide_row_kernel").split_text()
     assert "def cluster0_partials(" in block and "def cluster0_finish(" in block

@@ -14,8 +14,8 @@ from codegen_harness import (
     Lambda,
     check_model,
     compare,
+    doc_code_after,
     load_tool,
-    readme_code_after,
     run_kernel,
 )
 
@@ -209,7 +209,7 @@ def test_looped_kernels_compile_for_sm90(tmp_path):
 
 
 def test_readme_shows_the_wide_row_kernel_the_generator_writes():
-    """README's wide-row kernel is the real output of tools/wide_row_kernel.py (rerun it and
-    paste its output when the generator's text changes)."""
-    block = readme_code_after("`python tools/wide_row_kernel.py` prints")
+    """docs/kernels.md's wide-row kernel is the real output of tools/wide_row_kernel.py (rerun it
+    and paste its output when the generator's text changes)."""
+    block = doc_code_after("docs/kernels.md", "`python tools/wide_row_kernel.py` prints")
     assert block == load_tool("wide_row_kernel").kernel_text()

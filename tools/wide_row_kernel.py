@@ -1,5 +1,5 @@
 """Print the kernels the generator writes for rows wider than one block: the wide-row kernels
-the README shows and explains.
+docs/kernels.md shows and explains.
 
 Run from the repository root (CPU is enough, nothing is launched):
 
