@@ -9,6 +9,7 @@ the top package on ``sys.path`` for the import, so its relative imports resolve.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -16,7 +17,7 @@ import inspect
 import os
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -127,17 +128,15 @@ def import_module_source(dotted: str):
                       keep_previous=True)
 
 
-class _on_sys_path:
+@contextlib.contextmanager
+def _on_sys_path(folders: list[Path]) -> Iterator[None]:
     """`folders` first on sys.path for the block (imports the model makes at import time)."""
-
-    def __init__(self, folders: list[Path]) -> None:
-        self.folders = [str(f) for f in folders]
-
-    def __enter__(self) -> None:
-        sys.path[:0] = self.folders
-
-    def __exit__(self, *exc: object) -> None:
-        for f in self.folders:
+    added = [str(f) for f in folders]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for f in added:
             if f in sys.path:
                 sys.path.remove(f)
 

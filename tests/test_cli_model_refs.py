@@ -218,3 +218,37 @@ def test_apply_rebuilds_the_model_as_it_was_built(package, tmp_path, ref, kwargs
     assert "Applied 1 edit(s)" in result.output
     assert "from .needs_fused import cluster0" in path.read_text()
     assert (path.parent / "needs.py.bak").read_text() == NEEDS_ARGS
+
+
+def test_a_second_package_of_the_same_name_is_refused(tmp_path, monkeypatch):
+    """Relative imports would resolve into the package already imported: refused."""
+    name = f"pkg_{tmp_path.name}"
+    for side in ("a", "b"):
+        _write(
+            tmp_path / side,
+            {
+                f"{name}/__init__.py": "",
+                f"{name}/layers.py": LAYERS,
+                f"{name}/models/__init__.py": "",
+                f"{name}/models/net.py": PACKAGED,
+            },
+        )
+    try:
+        _analysed(
+            _invoke("--model", f"{tmp_path}/a/{name}/models/net.py", "--model-kwargs", '{"dim": 8}')
+        )
+        before = snapshot(tmp_path)
+        result = _invoke(
+            "--model", f"{tmp_path}/b/{name}/models/net.py", "--model-kwargs", '{"dim": 8}'
+        )
+    finally:
+        for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[module]
+    assert_refused(
+        result,
+        before,
+        tmp_path,
+        f"is in package {name} ({tmp_path}/b/{name})",
+        f"another package of that name is already imported (from {tmp_path}/a/{name})",
+        "rename one of them",
+    )
