@@ -27,7 +27,7 @@ _EXPORTS = {
     "FusionAdvisorError": ".errors",
     "split_biases": ".ir.bias_split",
     "InputSpec": ".ir.shapes", "parse_dtype": ".ir.shapes",
-    "load_model": ".load",
+    "load_model": ".load", "build_model": ".build",
     "Analysis": ".pipeline", "analyze": ".pipeline",
     "measure": ".validate.measure",
     "fmt_bytes": ".report.units",
@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # for type checkers and editors only
     from .analysis.scope import Scope, op_sites, scope_of  # noqa: F401
     from .analysis.totals import ModelTotals, model_totals  # noqa: F401
     from .analysis.types import Cluster, LineSpan, Rejection, TrafficEstimate  # noqa: F401
+    from .build import build_model  # noqa: F401
     from .codegen import Kernel, LoweringError, generate, generate_all, load_kernel, write_kernels  # noqa: F401
     from .errors import FusionAdvisorError  # noqa: F401
     from .fileio import remove_stray_temp_files, write_atomic  # noqa: F401

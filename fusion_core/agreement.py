@@ -14,7 +14,14 @@ from typing import Any
 import click
 from rich.console import Console
 
-from .cli import OneLineErrors, _check_writable, _specs, model_options, one_line_errors
+from .cli import (
+    OneLineErrors,
+    _check_writable,
+    _specs,
+    model_options,
+    one_line_errors,
+    parse_model_kwargs,
+)
 from .inductor.capture import capture
 from .inductor.explain import short_name
 from .inductor.match import Agreement, match, missed_lines, to_dict
@@ -61,7 +68,8 @@ def document(a: Agreement, analysis: Analysis) -> dict[str, Any]:
               default="auto", show_default=True, help="Graph capture frontend.")
 @click.option("--json", "json_path", metavar="FILE", help="Write the comparison as JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def main(model_path: str, model_class: str | None, shapes: tuple[str, ...],
+def main(model_path: str, model_class: str | None, model_kwargs: str | None,
+         shapes: tuple[str, ...],
          dtypes: tuple[str, ...], capture_mode: str, json_path: str | None,
          debug: bool) -> None:
     """Compare our fusion clusters with the kernels Inductor generates on CPU."""
@@ -69,7 +77,8 @@ def main(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         specs = _specs(shapes, dtypes)
         if json_path:
             _check_writable(json_path, "--json")
-        analysis = analyze_file(model_path, specs, model_class, capture=capture_mode)
+        analysis = analyze_file(model_path, specs, model_class, capture=capture_mode,
+                                model_kwargs=parse_model_kwargs(model_kwargs))
         a = agreement(analysis)
         print_agreement(a, report_console())
         if json_path:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 import torch
@@ -15,12 +17,13 @@ from . import (
     __version__,
     _interpret,  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 )
+from .build import exit_status
 from .cli_apply import check_apply_flags
 from .cli_run import Run
 from .codegen.kernel import GENERATED_MARK, foreign_files
 from .errors import Fix, FusionAdvisorError, InputSpecError
 from .ir.shapes import DTYPES, InputSpec
-from .load import exit_status, user_exit_frame
+from .load import user_exit_frame
 from .pipeline import analyze_file
 from .report.console import report_console
 from .report.html import write_html
@@ -42,6 +45,25 @@ def _specs(shapes: tuple[str, ...], dtypes: tuple[str, ...]) -> list[InputSpec]:
     dtypes = dtypes or ("float32",)
     per_input = dtypes if len(dtypes) == len(shapes) else dtypes * len(shapes)
     return [InputSpec.parse(s, d) for s, d in zip(shapes, per_input, strict=True)]
+
+
+def parse_model_kwargs(text: str | None) -> dict[str, Any]:
+    """--model-kwargs: a JSON object of the constructor's (or factory's) keyword arguments."""
+    if text is None:
+        return {}
+    example = """'{"dim": 64, "act": "gelu"}'"""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FusionAdvisorError(f"--model-kwargs is not valid JSON ({e.msg} at column "
+                                 f"{e.colno}): write a JSON object, e.g. --model-kwargs "
+                                 f"{example}, quoted for the shell") from None
+    if not isinstance(value, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(value), "a number")
+        raise FusionAdvisorError(f"--model-kwargs must be a JSON object of keyword arguments, "
+                                 f"got {kind}: e.g. --model-kwargs {example}")
+    return value
 
 
 def _check_writable(path: str, flag: str) -> None:
@@ -79,13 +101,18 @@ def _check_foreign_files(out_dir: str, clusters: list[int], force: bool) -> None
 
 
 # The fixes fusion_core leaves to its caller (errors.Fix), in the command's own terms.
-FIXES = {Fix.MODEL_FILE: "pass --model PATH to a .py file",
+FIXES = {Fix.MODEL_FILE: "pass --model PATH to a .py file (or FILE.py:NAME, or "
+                         "package.module:NAME)",
          Fix.MODEL_CLASS: "pick one with --model-class NAME",
          Fix.SHAPE_TEXT: "give --input-shape positive integers separated by commas, e.g. "
                          "--input-shape 16384,1024",
          Fix.INPUTS: "check --input-shape and --dtype",
          Fix.INPUT_COUNT: "repeat --input-shape once per input",
-         Fix.EXPORT: "try torch.export instead (--capture export)"}
+         Fix.EXPORT: "try torch.export instead (--capture export)",
+         Fix.MODEL_ARGS: "give them defaults, pass them as JSON with --model-kwargs "
+                         "'{example_json}', or name a function that builds the model with "
+                         "--model FILE.py:FUNCTION",
+         Fix.MODEL_KWARGS: "check the names given in --model-kwargs"}
 
 
 @contextlib.contextmanager
@@ -140,10 +167,17 @@ class OneLineErrors(click.Command):
 def model_options(command):
     """The options that name a model and its example inputs (shared with `agreement`)."""
     for option in reversed((
-        click.option("--model", "model_path", required=True, metavar="PATH",
-                     help="Python file defining the nn.Module to analyze."),
+        click.option("--model", "model_path", required=True, metavar="PATH[:NAME]",
+                     help="The model: a .py file defining the nn.Module, FILE.py:NAME or "
+                          "package.module:NAME, NAME an nn.Module class or a function "
+                          "returning the model (package.module is imported from the "
+                          "current folder; a file inside a package is imported as part of "
+                          "it)."),
         click.option("--model-class", metavar="NAME",
-                     help="Class to analyze when the file has several."),
+                     help="Class to analyze when the file has several (as FILE.py:NAME)."),
+        click.option("--model-kwargs", "model_kwargs", metavar="JSON",
+                     help="""Keyword arguments for the class or function, as a JSON """
+                          """object, e.g. '{"dim": 64}'."""),
         click.option("--input-shape", "shapes", multiple=True, metavar="N,M,...",
                      help="Example input shape; repeat for multi-input models."),
         click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE",
@@ -178,7 +212,8 @@ def model_options(command):
               help="Rewrite the model file with the exact, verified clusters (asks first).")
 @click.option("--yes", "assume_yes", is_flag=True, help="With --apply: apply without asking.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
+def cli(model_path: str, model_class: str | None, model_kwargs: str | None,
+        shapes: tuple[str, ...],
         dtypes: tuple[str, ...], out_dir: str | None, force: bool, explain_rejections: bool,
         json_path: str | None, html_path: str | None, capture: str, peak_gbps: float | None,
         vs_inductor: bool, no_timing: bool, apply_edits: bool, assume_yes: bool,
@@ -187,6 +222,7 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
     use_interpreter_without_cuda()  # before any generated kernel is decorated
     with one_line_errors(debug, model_path):
         specs = _specs(shapes, dtypes)
+        kwargs = parse_model_kwargs(model_kwargs)
         if json_path:
             _check_writable(json_path, "--json")
         if html_path:
@@ -209,7 +245,8 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
         # Kernels are validated, timed and compared with Inductor on the GPU when there is
         # one: the analysis is made for that device (conv biases differ, ir/conv_bias.py).
         analysis = analyze_file(model_path, specs, model_class, capture=capture,
-                                device="cuda" if torch.cuda.is_available() else None)
+                                device="cuda" if torch.cuda.is_available() else None,
+                                model_kwargs=kwargs)
         if out_dir:
             _check_foreign_files(out_dir, [c.index for c in analysis.clusters], force)
         console = report_console()
@@ -231,7 +268,8 @@ def cli(model_path: str, model_class: str | None, shapes: tuple[str, ...],
                        run.kernel_sources())
             console.print(f"Wrote {html_path}", highlight=False)
         if apply_edits:
-            run.apply(model_path, assume_yes)
+            # The file the model came from (--model may name a module, or FILE.py:NAME).
+            run.apply(analysis.source.path if analysis.source else model_path, assume_yes)
 
 def main() -> None:
     cli()

@@ -23,20 +23,30 @@ class Fix(Enum):
     INPUTS = "check the example inputs' shapes and dtypes"
     INPUT_COUNT = "give one example input per argument of forward"
     EXPORT = 'try torch.export instead (capture="export")'
+    # `{example_json}` / `{example_py}`: the missing arguments as a JSON / Python dict to fill in
+    MODEL_ARGS = ("give them defaults, or pass them as keyword arguments: "
+                  "load_model(path, model_kwargs={example_py})")
+    MODEL_KWARGS = "check the names given in model_kwargs"
 
 
 class FusionAdvisorError(Exception):
     """Bad input or an unanalyzable model. The CLI prints `err.worded(...)` and exits 2."""
 
-    def __init__(self, problem: str, fix: Fix | None = None) -> None:
-        super().__init__(problem if fix is None else f"{problem}; {fix.value}")
-        self.problem, self.fix = problem, fix
+    def __init__(self, problem: str, fix: Fix | None = None,
+                 fill: Mapping[str, str] | None = None) -> None:
+        """`fill`: the values of the fix wording's `{placeholders}` (see ``Fix``)."""
+        self.problem, self.fix, self.fill = problem, fix, dict(fill or {})
+        super().__init__(self.worded({f: f.value for f in Fix}))
 
     def worded(self, fixes: Mapping[Fix, str]) -> str:
         """The problem and its fix, the fix in the caller's words (`fixes`)."""
         problem = getattr(self, "problem", str(self))  # a subclass may skip our __init__
         fix = getattr(self, "fix", None)
-        return problem if fix is None else f"{problem}; {fixes[fix]}"
+        if fix is None:
+            return problem
+        fill = getattr(self, "fill", None)
+        # Only a fix that names placeholders is given values: other wordings stay literal.
+        return f"{problem}; {fixes[fix].format_map(fill) if fill else fixes[fix]}"
 
 
 class ModelLoadError(FusionAdvisorError):

@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -178,14 +179,16 @@ def _detect(gm: fx.GraphModule, name: str, frontend: str
 
 def analyze_file(path: str | Path, specs: Sequence[InputSpec],
                  class_name: str | None = None, capture: str = "auto",
-                 device: str | torch.device | None = None) -> Analysis:
-    """Load the model from `path` and analyze it.
+                 device: str | torch.device | None = None,
+                 model_kwargs: Mapping[str, Any] | None = None) -> Analysis:
+    """Load the model from `path` (see `load.load_model`: a file, `file.py:NAME` or
+    `package.module:NAME`, built with `model_kwargs`) and analyze it.
 
     A floating `--dtype` other than the parameters' (bfloat16 inputs, float32
     weights) runs the model in that dtype: its floating parameters and buffers
     are cast, as `model.to(dtype)` would, so the analysis matches a real bf16 run.
     """
-    model, source = load_model_source(path, class_name)
+    model, source = load_model_source(path, class_name, model_kwargs)
     floating = {s.dtype for s in specs if s.dtype.is_floating_point}
     if len(floating) == 1 and len(floating) == len({s.dtype for s in specs}):
         model = model.to(floating.pop())

@@ -1,15 +1,17 @@
 """The `fusion_advisor` fixture: analyze a model, assert on it, check it against the baseline.
 
-Reads a model (instance, class, zero-argument factory or path to a .py file) and
-example inputs; returns a ``FusionResult`` (the ``Analysis`` plus its snapshot
-and any measurements). Assertion helpers raise ``AssertionError`` with the
-clusters and rejections spelled out; ``check`` compares with the test's baseline
-through the session and fails the test with the reviewer-facing message.
+Reads a model (instance, class or factory, with ``model_kwargs`` for the last two, or
+a path to a .py file, ``file.py:NAME`` or ``package.module:NAME``) and example inputs;
+returns a ``FusionResult`` (the ``Analysis`` plus its snapshot and any measurements).
+Assertion helpers raise ``AssertionError`` with the clusters and rejections spelled out;
+``check`` compares with the test's baseline through the session and fails the test with
+the reviewer-facing message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +28,8 @@ if TYPE_CHECKING:  # fusion_core loads on first use (see fusion_core/__init__.py
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
-MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "device", "improvements")
+MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "device", "improvements",
+                   "model_kwargs")
 
 
 @dataclass(frozen=True)
@@ -102,23 +105,30 @@ def _is_subsequence(want: Sequence[str], ops: Sequence[str]) -> bool:
     return all(op in it for op in want)
 
 
-def build_model(model: Any):
-    """An nn.Module from an instance, a class / zero-argument factory, or a .py path."""
+def build_model(model: Any, model_kwargs: Mapping[str, Any] | None = None):
+    """An nn.Module from an instance, a class or factory called with `model_kwargs`, or a
+    .py path (`file.py:NAME`, `package.module:NAME`) whose class or factory is."""
     import torch.nn as nn
 
     import fusion_core
 
+    if model_kwargs is not None and not isinstance(model_kwargs, Mapping):
+        raise fusion_core.FusionAdvisorError(
+            f"model_kwargs must be a dict of keyword arguments, got "
+            f"{type(model_kwargs).__name__}: e.g. model_kwargs={{'dim': 64}}")
     if isinstance(model, nn.Module):
+        if model_kwargs:
+            raise fusion_core.FusionAdvisorError(
+                f"model_kwargs were given with a model already built ({type(model).__name__} "
+                "instance): pass its class or a factory instead, or drop model_kwargs")
         return model
-    if isinstance(model, str):
-        return fusion_core.load_model(model)
+    if isinstance(model, (str, os.PathLike)):
+        return fusion_core.load_model(model, model_kwargs=model_kwargs)
     if callable(model):
-        built = model()
-        if isinstance(built, nn.Module):
-            return built
+        return fusion_core.build_model(model, model_kwargs)
     raise fusion_core.FusionAdvisorError(
-        f"fusion_check: cannot build a model from {model!r}: pass an nn.Module, its class, "
-        "a zero-argument factory, or the path of a .py file")
+        f"cannot build a model from {model!r}: pass an nn.Module, its class or a function "
+        "returning one (with model_kwargs for their arguments), or the path of a .py file")
 
 
 def build_inputs(inputs: Sequence[Any], dtype: Any = None) -> list[Any]:
@@ -148,7 +158,12 @@ def fixes(call: str) -> dict[Fix, str]:
             Fix.INPUTS: f"check the example inputs given to {call}: their shapes and dtypes",
             Fix.INPUT_COUNT: f"give {call} one example input per argument of forward",
             Fix.EXPORT: f'try torch.export instead (capture="export" in {call}, or '
-                        "fusion_capture = export in the ini file)"}
+                        "fusion_capture = export in the ini file)",
+            # `{example_py}` and `{label}` are filled in by the error (errors.Fix)
+            Fix.MODEL_ARGS: f"pass them as model_kwargs={{example_py}} in {call}, or give "
+                            "it a function that builds the model with no arguments (e.g. "
+                            "functools.partial({label}, ...)) or the model itself",
+            Fix.MODEL_KWARGS: f"check the names given as model_kwargs in {call}"}
 
 
 class FusionAdvisor:
@@ -161,8 +176,11 @@ class FusionAdvisor:
 
     # ------------------------------------------------------------ analysis
     def analyze(self, model: Any, *inputs: Any, dtype: Any = None, measure: bool = True,
-                capture: str | None = None, device: str | None = None) -> FusionResult:
+                capture: str | None = None, device: str | None = None,
+                model_kwargs: Mapping[str, Any] | None = None) -> FusionResult:
         """Analyze `model` for the example inputs (tensors, shapes, InputSpecs).
+
+        `model_kwargs`: the keyword arguments `model` (a class or factory) is called with.
 
         `capture`: "auto", "fx" or "export"; None takes the `fusion_capture` ini option.
         `device`: the target, "cpu" or "cuda"; None takes the `fusion_device` ini option.
@@ -170,10 +188,11 @@ class FusionAdvisor:
         kernels are timed where CUDA is (a cuda target is not timed without it).
         """
         return self._analyze(model, inputs, dtype, measure, capture, device,
-                             "fusion_advisor.analyze(...)")
+                             "fusion_advisor.analyze(...)", model_kwargs)
 
     def _analyze(self, model: Any, inputs: Sequence[Any], dtype: Any, measure: bool,
-                 capture: str | None, device: str | None, call: str) -> FusionResult:
+                 capture: str | None, device: str | None, call: str,
+                 model_kwargs: Mapping[str, Any] | None = None) -> FusionResult:
         """`analyze`; `call` names where the test gave the model and inputs, for errors."""
         import fusion_core
 
@@ -187,7 +206,8 @@ class FusionAdvisor:
         elif problem := check_target(device, call.replace("(...)", "(device=...)")):
             pytest.fail(problem, pytrace=False)
         try:
-            analysis = fusion_core.analyze(build_model(model), *build_inputs(inputs, dtype),
+            analysis = fusion_core.analyze(build_model(model, model_kwargs),
+                                           *build_inputs(inputs, dtype),
                                            capture=capture, device=device)
         except fusion_core.FusionAdvisorError as e:
             failure = f"fusion analysis failed: {e.worded(fixes(call))}"
@@ -233,7 +253,8 @@ class FusionAdvisor:
                                                 marker.kwargs.get("dtype"),
                                                 "timings" in checks,
                                                 marker.kwargs.get("capture"), device,
-                                                "@pytest.mark.fusion_check(...)")
+                                                "@pytest.mark.fusion_check(...)",
+                                                marker.kwargs.get("model_kwargs"))
         return self._marker_result
 
     # ------------------------------------------------------------ assertions

@@ -106,8 +106,11 @@ class HtmlReport:
     def pytest_sessionfinish(self, session: pytest.Session):
         # After the plugin's own session end: the records are final, the md/json written.
         result = yield
-        if not self.plugin.is_worker:
-            self.write()
+        if not self.plugin.is_worker and not self.write():
+            # Asked for and not written, as for the md/json files (the plugin's session end,
+            # which set the exit status from those, has run already).
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return result
 
     def targets(self) -> tuple[Path, Path]:
@@ -121,11 +124,29 @@ class HtmlReport:
             where = where.with_suffix("")
         return where.with_name(where.name + ".html"), where.with_name(where.name + "-tests")
 
-    def write(self) -> None:
+    def write(self) -> bool:
+        """Write the pages and the index; False (and one line in the plugin's errors) when a
+        file or the pages folder cannot be written: the run still ends with its summary."""
+        index, folder = self.targets()
+        try:
+            self._write(index, folder)
+        except OSError as e:
+            where = e.filename or index
+            if isinstance(e, (FileExistsError, NotADirectoryError)):
+                reason = (f"{where} is not a folder (a file of that name is in the way): "
+                          "move it away or choose another --fusion-report PATH")
+            else:
+                reason = (f"{e.strerror or e} (check that folder's permissions, or choose "
+                          "another --fusion-report PATH)")
+                reason = f"{where}: {reason}"
+            self.plugin.errors.append(f"could not write the fusion HTML report: {reason}")
+            return False
+        return True
+
+    def _write(self, index: Path, folder: Path) -> None:
         import fusion_core
 
         p = self.plugin
-        index, folder = self.targets()
         rows = []
         for rec in sorted(p.session.records.values(), key=lambda r: r["nodeid"]):
             href = ""

@@ -30,8 +30,9 @@ if TYPE_CHECKING:  # the fixture, report and session-end modules load when first
 MARKER = (
     "fusion_check(model, *inputs, dtype=None, checks=('clusters', 'rejections', 'traffic', "
     "'timings'), traffic_tolerance=None, timing_tolerance=None, timing_alpha=None, "
-    "timing_min_bytes=None, capture=None, device=None, improvements=None): analyze `model` "
-    "(an nn.Module, its class, a zero-argument factory or a .py path) for the example "
+    "timing_min_bytes=None, capture=None, device=None, improvements=None, model_kwargs=None): "
+    "analyze `model` (an nn.Module; its class or a factory, called with `model_kwargs`; or a "
+    ".py path, path.py:NAME or package.module:NAME) for the example "
     "`inputs` (tensors, shape tuples or 'N,M' strings of `dtype`), "
     "captured with `capture` (auto, fx or export), for the target `device` (cpu or cuda), and "
     "compare the result with the test's baseline in the fusion_baselines folder; the "

@@ -314,7 +314,8 @@ def test_console_script_exit_code_and_stderr(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
-        f"error: model file not found: {tmp_path / 'absent.py'}; pass --model PATH to a .py file"]
+        f"error: model file not found: {tmp_path / 'absent.py'}; pass --model PATH to a .py file "
+        "(or FILE.py:NAME, or package.module:NAME)"]
 
 
 def test_every_fix_is_worded_by_the_cli_and_the_plugin():

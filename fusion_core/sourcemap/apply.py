@@ -27,7 +27,7 @@ from rich.console import Console
 from ..codegen import Kernel
 from ..errors import FusionAdvisorError
 from ..fileio import write_atomic
-from ..load import import_model_file, instantiate, pick_class
+from ..load import import_model_file, instantiate, package_module, pick_factory
 from ..pipeline import Analysis
 from ..report.units import short_path
 from .fused import MARKER, FusedOp, import_block, package_files, package_name, shape_rule
@@ -219,9 +219,17 @@ def verify(analysis: Analysis, path: Path) -> float | None:
     from ..validate.inputs import random_inputs, reduced_specs
     from ..validate.numerics import MODEL_TOL, compare
 
-    forget_package(package_name(path.stem))
+    fused = package_name(path.stem)
+    forget_package(fused)
+    inside = package_module(path)  # a file in a package imports its fused package relatively
+    if inside is not None:
+        forget_package(f"{inside[1].rpartition('.')[0]}.{fused}")
     module = import_model_file(path)
-    model = instantiate(pick_class(module, path, type(analysis.module).__name__), path)
+    # Built as the analyzed model was: the same class or factory, the same keyword arguments.
+    source = analysis.source
+    name = source.factory if source and source.factory else type(analysis.module).__name__
+    model = instantiate(pick_factory(module, path, name), path,
+                        dict(source.kwargs) if source else None)
     # The analysis may have cast the model to the input dtype (`--dtype bfloat16`).
     dtype = next((p.dtype for p in analysis.module.parameters() if p.is_floating_point()), None)
     if dtype is not None:

@@ -1,0 +1,113 @@
+"""Build a model from a class or a factory function, with keyword arguments.
+
+Reads the callable's signature before calling it, so a missing or misspelt argument is
+one line naming the arguments (and how to give them) instead of a ``TypeError`` from
+inside the constructor; whatever the call itself raises is one line too. Writes nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch.nn as nn
+
+from .errors import Fix, ModelLoadError
+
+# Kinds of parameter a keyword argument can fill
+NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def exit_status(e: SystemExit) -> str:
+    """The process status `sys.exit(code)` asks for, as Python would set it."""
+    if e.code is None or isinstance(e.code, int):
+        return str(e.code or 0)
+    return f"1 ({e.code})"
+
+
+def user_line(exc: BaseException, path: Path) -> str:
+    """`:line` of the innermost frame of `exc` in the file `path`, "" when none is."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if Path(f.filename).resolve() == path.resolve()
+    ]
+    return f":{frames[-1].lineno}" if frames else ""
+
+
+def label_of(factory: Callable[..., Any]) -> str:
+    """How a message names the callable: its name (`partial` for a functools.partial)."""
+    return getattr(factory, "__qualname__", None) or type(factory).__name__
+
+
+def check_arguments(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> None:
+    """Refuse keyword arguments the callable does not take, and arguments it needs that
+    were not given; a callable without a readable signature is left to the call."""
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # some builtins and C extensions have none
+        return
+    label = label_of(factory)
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        named = [p.name for p in params if p.kind in NAMED]
+        unknown = [k for k in kwargs if k not in named]
+        if unknown:
+            raise ModelLoadError(
+                f"{label}() takes no argument {', '.join(map(repr, unknown))} "
+                f"(its arguments: {', '.join(named) or 'none'})",
+                Fix.MODEL_KWARGS,
+            )
+    missing = [
+        p.name
+        for p in params
+        if p.default is p.empty
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        and p.name not in kwargs
+    ]
+    if missing:
+        example = dict.fromkeys(missing, "...")
+        raise ModelLoadError(
+            f"{label}() needs arguments ({', '.join(missing)})",
+            Fix.MODEL_ARGS,
+            {
+                "label": label,
+                "example_json": json.dumps(example).replace('"..."', "..."),
+                "example_py": repr(example).replace("'...'", "..."),
+            },
+        )
+
+
+def build_model(
+    factory: Callable[..., Any],
+    model_kwargs: Mapping[str, Any] | None = None,
+    path: str | Path | None = None,
+) -> nn.Module:
+    """`factory(**model_kwargs)` (a class or a function returning an nn.Module), in eval
+    mode. `path`: the file the factory comes from, to point at its line on an exit."""
+    kwargs = dict(model_kwargs or {})
+    check_arguments(factory, kwargs)
+    label = label_of(factory)
+    shown = f"{label}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+    try:
+        model = factory(**kwargs)
+    except SystemExit as e:
+        where = f" ({Path(path).name}{user_line(e, Path(path))})" if path else ""
+        raise ModelLoadError(
+            f"{shown}{where} called sys.exit() (status {exit_status(e)}) while the analyzer "
+            "built it: remove the exit from the constructor"
+        ) from e
+    except Exception as e:  # noqa: BLE001 - whatever the user's constructor raises
+        first = (str(e).splitlines() or [""])[0]
+        raise ModelLoadError(
+            f"{shown} raised {type(e).__name__}: {first} (fix the constructor)"
+        ) from e
+    if not isinstance(model, nn.Module):
+        raise ModelLoadError(
+            f"{shown} returned {type(model).__name__}, not an nn.Module "
+            "(name a class, or a function that returns the model)"
+        )
+    return model.eval()
