@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .compare import CHECKS, Tolerances, fmt_bytes
-from .measure import to_measured
+from .measure import cluster_map, to_measured
 from .options import CAPTURES, check_improvements, check_target, check_tolerance
 from .session import TestRecord
 from .snapshot import Snapshot, from_analysis
@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # fusion_core loads on first use (see fusion_core/__init__.py
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
-MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "device", "improvements")
+MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "device", "improvements",
+                   "timing_inputs")
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,38 @@ def fixes(call: str) -> dict[Fix, str]:
                         "fusion_capture = export in the ini file)"}
 
 
+def timing_analysis(analysis: Any, timing_inputs: Any, dtype: Any, device: str, call: str
+                    ) -> tuple[Any, dict[int, int] | None]:
+    """(the analysis the kernels are timed on, its cluster indices -> `analysis`' ones; None
+    when it is `analysis` itself). Fails the test when `timing_inputs` is no list of inputs,
+    the model rejects it, or the clusters there are not the analysed ones."""
+    import fusion_core
+
+    where = call.replace("(...)", "(timing_inputs=...)")
+    if isinstance(timing_inputs, str) or not isinstance(timing_inputs, Sequence):
+        pytest.fail(f"{where} must be a list of inputs like the example inputs, e.g. "
+                    f"[(16384, 1024)], got {timing_inputs!r}", pytrace=False)
+    try:
+        specs = build_inputs(timing_inputs, dtype)
+        if [str(s) for s in specs] == [str(s) for s in analysis.inputs]:
+            return analysis, None
+        timed = fusion_core.analyze(analysis.module, *specs, capture=analysis.graph.frontend,
+                                    device=device)
+    except fusion_core.FusionAdvisorError as e:
+        failure = f"{where}: {e.worded(fixes(call))}"
+    else:
+        failure = None
+    if failure is not None:  # outside the handler: pytest would print the whole chain
+        pytest.fail(failure, pytrace=False)
+    index_map, lacking = cluster_map(analysis, timed)
+    if lacking:
+        pytest.fail(f"{where}: at {', '.join(str(s) for s in timed.inputs)} the model fuses "
+                    f"differently (no cluster `{lacking[0]}` there), so its timings would not "
+                    "be the analysed kernels'; choose a timing shape with the same clusters",
+                    pytrace=False)
+    return timed, index_map
+
+
 class FusionAdvisor:
     def __init__(self, item: pytest.Item, plugin: Any) -> None:
         self.item, self.plugin = item, plugin
@@ -161,19 +194,23 @@ class FusionAdvisor:
 
     # ------------------------------------------------------------ analysis
     def analyze(self, model: Any, *inputs: Any, dtype: Any = None, measure: bool = True,
-                capture: str | None = None, device: str | None = None) -> FusionResult:
+                capture: str | None = None, device: str | None = None,
+                timing_inputs: Sequence[Any] | None = None) -> FusionResult:
         """Analyze `model` for the example inputs (tensors, shapes, InputSpecs).
 
         `capture`: "auto", "fx" or "export"; None takes the `fusion_capture` ini option.
         `device`: the target, "cpu" or "cuda"; None takes the `fusion_device` ini option.
         It is what the analysis (and the baseline) describes, possible on any machine;
         kernels are timed where CUDA is (a cuda target is not timed without it).
+        `timing_inputs`: the inputs (same forms) the kernels are timed at, e.g. a larger
+        batch than the analysed one; None times them at `inputs`.
         """
         return self._analyze(model, inputs, dtype, measure, capture, device,
-                             "fusion_advisor.analyze(...)")
+                             "fusion_advisor.analyze(...)", timing_inputs)
 
     def _analyze(self, model: Any, inputs: Sequence[Any], dtype: Any, measure: bool,
-                 capture: str | None, device: str | None, call: str) -> FusionResult:
+                 capture: str | None, device: str | None, call: str,
+                 timing_inputs: Sequence[Any] | None = None) -> FusionResult:
         """`analyze`; `call` names where the test gave the model and inputs, for errors."""
         import fusion_core
 
@@ -199,14 +236,19 @@ class FusionAdvisor:
         # The kernels are Triton kernels, timed on the GPU whatever the target; a cuda target
         # is not timed on a machine without CUDA (nothing there runs what it describes).
         runs_here = device == "cpu" or self.plugin.hw_key is not None
+        timed, index_map = analysis, None
+        if measure and runs_here and timing_inputs is not None:
+            timed, index_map = timing_analysis(analysis, timing_inputs, dtype, device,
+                                               call)
         raw = self.item.config.hook.pytest_fusion_measure(
-            analysis=analysis, config=self.item.config,
+            analysis=timed, config=self.item.config,
             device=device) if measure and runs_here else None
         key = self.plugin.hw_key
         snap = from_analysis(analysis, self.item.nodeid, rootdir,
                              kernels=generated_kernels(analysis), target=device)
         if raw:
-            key, m = to_measured(raw, snap.clusters)
+            taken = () if timed is analysis else tuple(str(s) for s in timed.inputs)
+            key, m = to_measured(raw, snap.clusters, taken, index_map)
             if m.clusters or m.model_us:  # nothing timed (the model failed there): none stored
                 snap = replace(snap, measured={key: m})
         self.last_result = FusionResult(analysis, snap, raw, key)
@@ -233,7 +275,8 @@ class FusionAdvisor:
                                                 marker.kwargs.get("dtype"),
                                                 "timings" in checks,
                                                 marker.kwargs.get("capture"), device,
-                                                "@pytest.mark.fusion_check(...)")
+                                                "@pytest.mark.fusion_check(...)",
+                                                marker.kwargs.get("timing_inputs"))
         return self._marker_result
 
     # ------------------------------------------------------------ assertions

@@ -88,6 +88,9 @@ class FusionPlugin:
         self.target = options.ini_target(config)  # the marker's or analyze()'s device= wins
         flag = config.getoption("fusion_fail_stale")
         self.fail_stale = bool(config.getini("fusion_fail_stale") if flag is None else flag)
+        flag = config.getoption("fusion_require_timings")
+        self.require_timings = bool(config.getini("fusion_require_timings") if flag is None
+                                    else flag)
         self.prune_stale: bool = config.getoption("fusion_prune_stale")
         self.disabled: bool = config.getoption("fusion_disable")
         self.session = FusionSession(config.rootpath, self.folder, self.mode,
@@ -266,6 +269,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
     records, written, stale, removed = finish.report_args(p)
     lines = report.summary_lines(records, written, stale, removed) + p.notes
+    unjudged = report.unjudged_line(records, p.require_timings)
+    if unjudged and not p.require_timings:  # required, it is among the errors below
+        lines.append(unjudged)
     if p.report_requested:
         terminalreporter.write_sep("=", "fusion report")
         if records:

@@ -132,16 +132,22 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
 
 
 def measure_dict(report: ValidationReport, capability: tuple[int, int]) -> dict[str, Any]:
-    """The pytest plugin's format: repeated samples per cluster, in microseconds."""
+    """The pytest plugin's format: repeated samples per cluster, in microseconds, by the
+    clock every judged figure shares ("device" only where each one was device time), with
+    the host-timed figures beside them."""
     clusters = []
-    for r in report.results:
-        if r.timing is None:
-            continue
+    timed = [r for r in report.results if r.timing is not None]
+    mt = report.model_timing
+    clocks = {r.timing.clock for r in timed} | ({mt.clock} if mt else set())
+    for r in timed:
         clusters.append({"index": r.cluster, "kernel_us": list(r.timing.kernel_us),
                          "eager_us": list(r.timing.eager_us), "gbps": r.gbps,
-                         "regime": r.regime, "usable": r.usable})
-    mt = report.model_timing
+                         "regime": r.regime, "usable": r.usable,
+                         "kernel_host_us": list(r.timing.kernel_host_us),
+                         "eager_host_us": list(r.timing.eager_host_us)})
+    model = {"fused_us": list(mt.patched_us), "eager_us": list(mt.eager_us),
+             "fused_host_us": list(mt.patched_host_us),
+             "eager_host_us": list(mt.eager_host_us)} if mt else {}
     return {"device": {"name": report.device, "capability": list(capability)},
-            "clusters": clusters,
-            "model": {"fused_us": list(mt.patched_us), "eager_us": list(mt.eager_us)}
-            if mt else {}}
+            "clock": "device" if clocks == {"device"} else "host",
+            "clusters": clusters, "model": model}
