@@ -85,10 +85,15 @@ def unjudged_line(records: list[dict[str, Any]], required: bool = False) -> str:
     return f"no timing judged{where}: " + ", ".join(parts)
 
 
+def model_timing_cell(speedup: float | None, note: str) -> str:
+    """`model 1.45× slower fused; <note>`: the model's speedup worded by its direction."""
+    import fusion_core  # the units module only: no torch
+
+    return f"model {fusion_core.speedup_words(speedup)} fused; {note}" if speedup else note
+
+
 def _timings(r: dict[str, Any]) -> str:
-    note = r.get("timing_note") or "—"
-    speedup = r.get("model_speedup")
-    return f"model {speedup:.2f}× faster fused; {note}" if speedup else note
+    return model_timing_cell(r.get("model_speedup"), r.get("timing_note") or "—")
 
 
 def _row(r: dict[str, Any]) -> tuple[str, ...]:
