@@ -30,9 +30,11 @@ if TYPE_CHECKING:  # the fixture, report and session-end modules load when first
 MARKER = (
     "fusion_check(model, *inputs, dtype=None, checks=('clusters', 'rejections', 'traffic', "
     "'timings'), traffic_tolerance=None, timing_tolerance=None, timing_alpha=None, "
-    "timing_min_bytes=None, capture=None, device=None, improvements=None): analyze `model` "
+    "timing_min_bytes=None, capture=None, device=None, improvements=None, "
+    "timing_inputs=None): analyze `model` "
     "(an nn.Module, its class, a zero-argument factory or a .py path) for the example "
-    "`inputs` (tensors, shape tuples or 'N,M' strings of `dtype`), "
+    "`inputs` (tensors, shape tuples or 'N,M' strings of `dtype`), timing its kernels at "
+    "`timing_inputs` (same forms; default: `inputs`), "
     "captured with `capture` (auto, fx or export), for the target `device` (cpu or cuda), and "
     "compare the result with the test's baseline in the fusion_baselines folder; the "
     "tolerance, capture, device and improvements ('pass' or 'fail') keywords override the ini "
