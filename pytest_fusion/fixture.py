@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .compare import CHECKS, Tolerances, fmt_bytes
-from .measure import cluster_map, to_measured
+from .measure import to_measured
 from .options import CAPTURES, check_improvements, check_target, check_tolerance
 from .session import TestRecord
 from .snapshot import Snapshot, from_analysis
+from .timing_shape import timing_analysis
 
 if TYPE_CHECKING:  # fusion_core loads on first use (see fusion_core/__init__.py)
     from fusion_core.errors import Fix
@@ -150,38 +151,6 @@ def fixes(call: str) -> dict[Fix, str]:
             Fix.INPUT_COUNT: f"give {call} one example input per argument of forward",
             Fix.EXPORT: f'try torch.export instead (capture="export" in {call}, or '
                         "fusion_capture = export in the ini file)"}
-
-
-def timing_analysis(analysis: Any, timing_inputs: Any, dtype: Any, device: str, call: str
-                    ) -> tuple[Any, dict[int, int] | None]:
-    """(the analysis the kernels are timed on, its cluster indices -> `analysis`' ones; None
-    when it is `analysis` itself). Fails the test when `timing_inputs` is no list of inputs,
-    the model rejects it, or the clusters there are not the analysed ones."""
-    import fusion_core
-
-    where = call.replace("(...)", "(timing_inputs=...)")
-    if isinstance(timing_inputs, str) or not isinstance(timing_inputs, Sequence):
-        pytest.fail(f"{where} must be a list of inputs like the example inputs, e.g. "
-                    f"[(16384, 1024)], got {timing_inputs!r}", pytrace=False)
-    try:
-        specs = build_inputs(timing_inputs, dtype)
-        if [str(s) for s in specs] == [str(s) for s in analysis.inputs]:
-            return analysis, None
-        timed = fusion_core.analyze(analysis.module, *specs, capture=analysis.graph.frontend,
-                                    device=device)
-    except fusion_core.FusionAdvisorError as e:
-        failure = f"{where}: {e.worded(fixes(call))}"
-    else:
-        failure = None
-    if failure is not None:  # outside the handler: pytest would print the whole chain
-        pytest.fail(failure, pytrace=False)
-    index_map, lacking = cluster_map(analysis, timed)
-    if lacking:
-        pytest.fail(f"{where}: at {', '.join(str(s) for s in timed.inputs)} the model fuses "
-                    f"differently (no cluster `{lacking[0]}` there), so its timings would not "
-                    "be the analysed kernels'; choose a timing shape with the same clusters",
-                    pytrace=False)
-    return timed, index_map
 
 
 class FusionAdvisor:

@@ -96,22 +96,6 @@ def to_measured(result: dict[str, Any], clusters: Sequence[ClusterRec],
         model_eager_host_us=_floats(model.get("eager_host_us")))
 
 
-def cluster_map(analysis: Any, timed: Any) -> tuple[dict[int, int], list[str]]:
-    """(timed cluster index -> analysis cluster index, chains of the analysis' clusters
-    the timing analysis lacks): clusters match by their node names and boundary values."""
-    by_nodes = {(tuple(c.nodes), tuple(c.inputs), tuple(c.outputs)): c.index
-                for c in timed.clusters}
-    found: dict[int, int] = {}
-    lacking = []
-    for c in analysis.clusters:
-        j = by_nodes.get((tuple(c.nodes), tuple(c.inputs), tuple(c.outputs)))
-        if j is None:
-            lacking.append(" → ".join(c.ops))
-        else:
-            found[j] = c.index
-    return found, lacking
-
-
 def default_measure(analysis: Any, device: str) -> dict | None:
     """fusion_core.measure when it exists and CUDA is present; else None.
 
