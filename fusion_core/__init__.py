@@ -30,7 +30,7 @@ _EXPORTS = {
     "load_model": ".load", "build_model": ".build",
     "Analysis": ".pipeline", "analyze": ".pipeline",
     "measure": ".validate.measure",
-    "fmt_bytes": ".report.units",
+    "fmt_bytes": ".report.units", "speedup_words": ".report.units",
     "write_atomic": ".fileio", "remove_stray_temp_files": ".fileio",
     "page_data": ".report.html", "Ghost": ".report.html", "analysis_html": ".report.html",
     "compare_html": ".report.html", "index_html": ".report.html",

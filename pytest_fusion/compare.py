@@ -31,6 +31,9 @@ __all__ = ["CHECKS", "NO_CUDA", "Comparison", "Tolerances", "compare", "fmt_byte
 
 CHECKS = ("clusters", "rejections", "traffic", "timings")
 NO_CUDA = "timings not checked: no CUDA device"
+# Why a test judged no timing (TestRecord.timing_gap), for the run's summary.
+GAPS = ("no-cuda", "not-measured", "no-baseline", "other-timing", "launch-bound",
+        "few-samples", "not-checked", "error")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class Comparison:
     timing_note: str
     pairs: tuple[tuple[ClusterId, ClusterId], ...] = ()  # (baseline, current) identities
     notes: tuple[str, ...] = ()  # rejections gone: worth a line, never the headline
+    timings_judged: int = 0  # timings compared with the baseline's on this hardware
+    timing_gap: str = ""  # one of GAPS when none was, else ""
 
     @property
     def messages(self) -> tuple[str, ...]:
@@ -170,24 +175,56 @@ def _timing_of(timings_: tuple[ClusterTiming, ...], c: ClusterRec) -> ClusterTim
     return next((t for t in timings_ if t.cluster == c.ident), None)
 
 
+def _too_small(m: Measured, fused_bytes: int, tol: Tolerances) -> bool:
+    """Host-timed, a kernel moving under `min_bytes` finishes within its launch: its time is
+    the host's. Device time (CUDA-graph replays) has no launch in it."""
+    return m.clock == "host" and fused_bytes < tol.min_bytes
+
+
 def _host_only(m: Measured, snap: Snapshot, tol: Tolerances) -> bool:
     """Every kernel timed in `m` is launch-bound or moves too little to judge."""
     recs = {c.ident: c for c in snap.clusters}
     return bool(m.clusters) and all(
-        t.regime == LAUNCH_BOUND or (t.cluster in recs and recs[t.cluster].fused_bytes
-                                     < tol.min_bytes) for t in m.clusters)
+        t.regime == LAUNCH_BOUND or (t.cluster in recs and _too_small(m, recs[t.cluster]
+                                                                      .fused_bytes, tol))
+        for t in m.clusters)
+
+
+@dataclass(frozen=True)
+class TimingOutcome:
+    findings: tuple[Finding, ...]
+    note: str  # the report's timings column
+    judged: int  # timings compared
+    gap: str  # why none was (one of GAPS), "" when some were
+
+
+def other_timing(base: Snapshot, bm: Measured, cur: Snapshot, cm: Measured) -> str:
+    """Why `bm` and `cm` are not comparable ("" when they are): timed by another clock or
+    at another shape than this run's. Said, never judged."""
+    if bm.clock != cm.clock:
+        return (f"the baseline's timings are {bm.clock} time, this run's {cm.clock} time")
+    taken = bm.inputs or base.inputs, cm.inputs or cur.inputs
+    if taken[0] != taken[1]:
+        return (f"the baseline's timings were taken at {', '.join(taken[0])}, this run's at "
+                f"{', '.join(taken[1])}")
+    return ""
 
 
 def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
-            pairs: list[tuple[ClusterRec, ClusterRec]]) -> tuple[list[Finding], str]:
-    """(findings, note) for the measured fields on this hardware."""
+            pairs: list[tuple[ClusterRec, ClusterRec]]) -> TimingOutcome:
+    """The findings and note for the measured fields on this hardware."""
     if hw_key is None:
-        return [], NO_CUDA
+        return TimingOutcome((), NO_CUDA, 0, "no-cuda")
     if hw_key not in cur.measured:
-        return [], f"timings not checked: nothing measured on {hw_key}"
+        return TimingOutcome((), f"timings not checked: nothing measured on {hw_key}", 0,
+                             "not-measured")
     if hw_key not in base.measured:
-        return [], f"timings not checked: no baseline for {hw_key}"
+        return TimingOutcome((), f"timings not checked: no baseline for {hw_key}", 0,
+                             "no-baseline")
     bm, cm = base.measured[hw_key], cur.measured[hw_key]
+    if why := other_timing(base, bm, cur, cm):
+        return TimingOutcome((), f"timings not checked on {hw_key}: {why} (record this run's "
+                             "with --fusion-update-baselines=new)", 0, "other-timing")
     found: list[Finding] = []
     judged = 0
 
@@ -207,7 +244,7 @@ def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
         bt, ct = _timing_of(bm.clusters, b), _timing_of(cm.clusters, c)
         if bt is None or ct is None:
             continue
-        if LAUNCH_BOUND in (bt.regime, ct.regime) or c.fused_bytes < tol.min_bytes:
+        if LAUNCH_BOUND in (bt.regime, ct.regime) or _too_small(cm, c.fused_bytes, tol):
             host_bound += 1
             continue
         device_bound += 1
@@ -227,7 +264,8 @@ def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
             f"; {unjudged})" if unjudged else ")")
     else:
         note = f"timings not checked on {hw_key}: " + (unjudged or "too few samples")
-    return found, note
+    gap = "" if judged else "launch-bound" if unjudged else "few-samples"
+    return TimingOutcome(tuple(found), note, judged, gap)
 
 
 def frontend_change(base: Snapshot, cur: Snapshot) -> str:
@@ -252,10 +290,10 @@ def compare(base: Snapshot, cur: Snapshot, tol: Tolerances = Tolerances(),
     d.clusters()
     if "rejections" in checks:
         d.rejections()
-    note = ""
+    outcome = TimingOutcome((), "", 0, "not-checked")
     if "timings" in checks:
-        found, note = timings(base, cur, hw_key, tol, d.pairs)
-        d.findings += found
+        outcome = timings(base, cur, hw_key, tol, d.pairs)
+        d.findings += outcome.findings
     totals = model_totals(base, cur)
     if ("clusters" in checks and totals and not d.verdicts.totals_said
             and not any(f.bucket == "regressions" for f in d.findings)):
@@ -263,5 +301,6 @@ def compare(base: Snapshot, cur: Snapshot, tol: Tolerances = Tolerances(),
         better = model_change(base, cur) == -1
         d.say("improvements" if better else "changes", None, totals.strip())
     said = messages(d.findings)
-    return Comparison(said["regressions"], said["improvements"], said["changes"], note,
-                      tuple((b.ident, c.ident) for b, c in d.pairs), said["notes"])
+    return Comparison(said["regressions"], said["improvements"], said["changes"], outcome.note,
+                      tuple((b.ident, c.ident) for b, c in d.pairs), said["notes"],
+                      outcome.judged, outcome.gap)

@@ -72,6 +72,13 @@ def finish(p: Any, session: pytest.Session) -> bool:
         p.errors.append(f"{len(stale)} stale fusion baseline(s) and fusion_fail_stale is set: "
                         "remove them with pytest --fusion-prune-stale")
         failed = True
+    if p.require_timings:
+        from .report import unjudged_line
+
+        unjudged = unjudged_line(report_args(p)[0], required=True)
+        if unjudged:
+            p.errors.append(unjudged)
+            failed = True
     if p.report_requested:
         failed |= not _write_reports(p)
     return failed

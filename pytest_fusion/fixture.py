@@ -22,6 +22,7 @@ from .measure import to_measured
 from .options import CAPTURES, check_improvements, check_target, check_tolerance
 from .session import TestRecord
 from .snapshot import Snapshot, from_analysis
+from .timing_shape import timing_analysis
 
 if TYPE_CHECKING:  # fusion_core loads on first use (see fusion_core/__init__.py)
     from fusion_core.errors import Fix
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # fusion_core loads on first use (see fusion_core/__init__.py
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
 MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "device", "improvements",
-                   "model_kwargs")
+                   "model_kwargs", "timing_inputs")
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,8 @@ class FusionAdvisor:
     # ------------------------------------------------------------ analysis
     def analyze(self, model: Any, *inputs: Any, dtype: Any = None, measure: bool = True,
                 capture: str | None = None, device: str | None = None,
-                model_kwargs: Mapping[str, Any] | None = None) -> FusionResult:
+                model_kwargs: Mapping[str, Any] | None = None,
+                timing_inputs: Sequence[Any] | None = None) -> FusionResult:
         """Analyze `model` for the example inputs (tensors, shapes, InputSpecs).
 
         `model_kwargs`: the keyword arguments `model` (a class or factory) is called with.
@@ -186,13 +188,16 @@ class FusionAdvisor:
         `device`: the target, "cpu" or "cuda"; None takes the `fusion_device` ini option.
         It is what the analysis (and the baseline) describes, possible on any machine;
         kernels are timed where CUDA is (a cuda target is not timed without it).
+        `timing_inputs`: the inputs (same forms) the kernels are timed at, e.g. a larger
+        batch than the analysed one; None times them at `inputs`.
         """
         return self._analyze(model, inputs, dtype, measure, capture, device,
-                             "fusion_advisor.analyze(...)", model_kwargs)
+                             "fusion_advisor.analyze(...)", model_kwargs, timing_inputs)
 
     def _analyze(self, model: Any, inputs: Sequence[Any], dtype: Any, measure: bool,
                  capture: str | None, device: str | None, call: str,
-                 model_kwargs: Mapping[str, Any] | None = None) -> FusionResult:
+                 model_kwargs: Mapping[str, Any] | None = None,
+                 timing_inputs: Sequence[Any] | None = None) -> FusionResult:
         """`analyze`; `call` names where the test gave the model and inputs, for errors."""
         import fusion_core
 
@@ -219,14 +224,19 @@ class FusionAdvisor:
         # The kernels are Triton kernels, timed on the GPU whatever the target; a cuda target
         # is not timed on a machine without CUDA (nothing there runs what it describes).
         runs_here = device == "cpu" or self.plugin.hw_key is not None
+        timed, index_map = analysis, None
+        if measure and runs_here and timing_inputs is not None:
+            timed, index_map = timing_analysis(analysis, timing_inputs, dtype, device,
+                                               call)
         raw = self.item.config.hook.pytest_fusion_measure(
-            analysis=analysis, config=self.item.config,
+            analysis=timed, config=self.item.config,
             device=device) if measure and runs_here else None
         key = self.plugin.hw_key
         snap = from_analysis(analysis, self.item.nodeid, rootdir,
                              kernels=generated_kernels(analysis), target=device)
         if raw:
-            key, m = to_measured(raw, snap.clusters)
+            taken = () if timed is analysis else tuple(str(s) for s in timed.inputs)
+            key, m = to_measured(raw, snap.clusters, taken, index_map)
             if m.clusters or m.model_us:  # nothing timed (the model failed there): none stored
                 snap = replace(snap, measured={key: m})
         self.last_result = FusionResult(analysis, snap, raw, key)
@@ -254,7 +264,8 @@ class FusionAdvisor:
                                                 "timings" in checks,
                                                 marker.kwargs.get("capture"), device,
                                                 "@pytest.mark.fusion_check(...)",
-                                                marker.kwargs.get("model_kwargs"))
+                                                marker.kwargs.get("model_kwargs"),
+                                                marker.kwargs.get("timing_inputs"))
         return self._marker_result
 
     # ------------------------------------------------------------ assertions

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .compare import fmt_bytes
+from .report import model_timing_cell
 from .snapshot import BaselineError, Snapshot, baseline_name
 
 if TYPE_CHECKING:  # imported where used: it imports torch
@@ -161,8 +162,7 @@ class HtmlReport:
                          "clusters": rec["clusters"], "href": href,
                          "traffic saved": fmt_bytes(rec["saved_bytes"]),
                          "baseline": rec["status"],
-                         "timings": f"model {speedup:.2f}× faster fused; {timing}" if speedup
-                         else timing})
+                         "timings": model_timing_cell(speedup, timing)})
         index.parent.mkdir(parents=True, exist_ok=True)
         fusion_core.write_atomic(index, fusion_core.index_html(rows, p.provenance))
         p.report_files = [*getattr(p, "report_files", []), index]

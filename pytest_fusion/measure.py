@@ -16,10 +16,16 @@ with CUDA) or a dict::
                    "eager_us": [108.0, ...],        # optional: the eager subgraph
                    "gbps": 3400.0,                  # optional: achieved bandwidth
                    "regime": "dram-bound"}],        # optional: launch-bound | l2-resident | ...
-     "model": {"fused_us": [...], "eager_us": [...]}}  # optional: whole model
+     "model": {"fused_us": [...], "eager_us": [...]},  # optional: whole model
+     "clock": "device"}                             # optional: "host" when absent
 
 Timings are lists of repeated samples (at least 3, better 10+), so the
-comparison can judge significance rather than one number.
+comparison can judge significance rather than one number. ``clock`` says how the judged
+figures were taken: "device" (CUDA-graph replays: the kernels' own time, which
+``fusion_core.measure`` gives on CUDA) or "host" (a clock around each call, launch
+included); a cluster's ``kernel_host_us``/``eager_host_us`` and the model's
+``fused_host_us``/``eager_host_us`` keep host figures beside device ones (recorded, never
+judged).
 """
 
 from __future__ import annotations
@@ -56,28 +62,38 @@ def _floats(xs: Any) -> tuple[float, ...]:
     return tuple(float(x) for x in (xs or ()))
 
 
-def to_measured(result: dict[str, Any], clusters: Sequence[ClusterRec]
+def to_measured(result: dict[str, Any], clusters: Sequence[ClusterRec],
+                inputs: tuple[str, ...] = (), index_map: dict[int, int] | None = None
                 ) -> tuple[str, Measured]:
     """Convert a measure() result into (hardware key, Measured) keyed by cluster identity.
 
-    `clusters` are the snapshot's, in the analysis' order (`Cluster.index`).
+    `clusters` are the snapshot's, in the analysis' order (`Cluster.index`); `inputs` the
+    shapes the timings were taken at; `index_map` takes the measured analysis' cluster
+    indices to the snapshot's when the timings were taken on another analysis (a timing
+    shape), and leaves out clusters it does not name.
     """
-    from .snapshot import ClusterTiming, Measured
+    from .snapshot import CLOCKS, ClusterTiming, Measured
 
     timings = []
     for entry in result.get("clusters") or ():
         i = entry.get("index")
+        if index_map is not None:
+            i = index_map.get(i) if isinstance(i, int) else None
         if not isinstance(i, int) or not 0 <= i < len(clusters) or not entry.get("kernel_us"):
             continue
         timings.append(ClusterTiming(
             cluster=clusters[i].ident, kernel_us=_floats(entry["kernel_us"]),
             eager_us=_floats(entry.get("eager_us")), gbps=entry.get("gbps"),
-            regime=entry.get("regime")))
+            regime=entry.get("regime"), kernel_host_us=_floats(entry.get("kernel_host_us")),
+            eager_host_us=_floats(entry.get("eager_host_us"))))
     model = result.get("model") or {}
+    clock = result.get("clock", "host")
     return hardware_key(result.get("device") or {}), Measured(
         clusters=tuple(timings), model_us=_floats(model.get("fused_us")),
         model_eager_us=_floats(model.get("eager_us")),
-        date=datetime.date.today().isoformat())
+        date=datetime.date.today().isoformat(), clock=clock if clock in CLOCKS else "host",
+        inputs=tuple(inputs), model_host_us=_floats(model.get("fused_host_us")),
+        model_eager_host_us=_floats(model.get("eager_host_us")))
 
 
 def default_measure(analysis: Any, device: str) -> dict | None:

@@ -64,6 +64,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--fusion-fail-stale", action="store_true", default=None,
                     help="fail the run when a fusion baseline is stale (its test is gone); "
                          "also ini fusion_fail_stale")
+    group.addoption("--fusion-require-timings", action="store_true", default=None,
+                    help="fail the run when no fusion test judged a timing (a GPU job that "
+                         "compared nothing); also ini fusion_require_timings")
     group.addoption("--fusion-prune-stale", action="store_true", default=False,
                     help="remove stale fusion baselines without rewriting any other")
     group.addoption("--fusion-disable", action="store_true", default=False,
@@ -80,6 +83,9 @@ def add_options(parser: pytest.Parser) -> None:
                   "on a CUDA machine", default="cpu")
     parser.addini("fusion_fail_stale", "fail the run when a fusion baseline is stale",
                   type="bool", default=False)
+    parser.addini("fusion_require_timings", "fail the run when no fusion test judged a "
+                  "timing against its baseline (e.g. none has one for this GPU)", type="bool",
+                  default=False)
     parser.addini("fusion_improvements", "what a fusion improvement does to its test: pass "
                   "(with a notice and the accept command) or fail (until the baseline is "
                   "updated, so it cannot drift)", default="pass")

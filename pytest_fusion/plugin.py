@@ -30,10 +30,12 @@ if TYPE_CHECKING:  # the fixture, report and session-end modules load when first
 MARKER = (
     "fusion_check(model, *inputs, dtype=None, checks=('clusters', 'rejections', 'traffic', "
     "'timings'), traffic_tolerance=None, timing_tolerance=None, timing_alpha=None, "
-    "timing_min_bytes=None, capture=None, device=None, improvements=None, model_kwargs=None): "
+    "timing_min_bytes=None, capture=None, device=None, improvements=None, model_kwargs=None, "
+    "timing_inputs=None): "
     "analyze `model` (an nn.Module; its class or a factory, called with `model_kwargs`; or a "
     ".py path, path.py:NAME or package.module:NAME) for the example "
-    "`inputs` (tensors, shape tuples or 'N,M' strings of `dtype`), "
+    "`inputs` (tensors, shape tuples or 'N,M' strings of `dtype`), timing its kernels at "
+    "`timing_inputs` (same forms; default: `inputs`), "
     "captured with `capture` (auto, fx or export), for the target `device` (cpu or cuda), and "
     "compare the result with the test's baseline in the fusion_baselines folder; the "
     "tolerance, capture, device and improvements ('pass' or 'fail') keywords override the ini "
@@ -89,6 +91,9 @@ class FusionPlugin:
         self.target = options.ini_target(config)  # the marker's or analyze()'s device= wins
         flag = config.getoption("fusion_fail_stale")
         self.fail_stale = bool(config.getini("fusion_fail_stale") if flag is None else flag)
+        flag = config.getoption("fusion_require_timings")
+        self.require_timings = bool(config.getini("fusion_require_timings") if flag is None
+                                    else flag)
         self.prune_stale: bool = config.getoption("fusion_prune_stale")
         self.disabled: bool = config.getoption("fusion_disable")
         self.session = FusionSession(config.rootpath, self.folder, self.mode,
@@ -267,6 +272,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
     records, written, stale, removed = finish.report_args(p)
     lines = report.summary_lines(records, written, stale, removed) + p.notes
+    unjudged = report.unjudged_line(records, p.require_timings)
+    if unjudged and not p.require_timings:  # required, it is among the errors below
+        lines.append(unjudged)
     if p.report_requested:
         terminalreporter.write_sep("=", "fusion report")
         if records:

@@ -10,6 +10,7 @@ commands that create or accept what the run found, quoted for a shell.
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 from typing import Any
 
 from .compare import fmt_bytes
@@ -45,10 +46,54 @@ def missing_line(records: list[dict[str, Any]]) -> list[str]:
             + update_command("new", ids)]
 
 
+# Why tests judged no timing (TestRecord.timing_gap), in the order the summary says them:
+# (singular, plural) of what follows the count.
+GAP_WORDS = {
+    "no-baseline": ("has no baseline for this GPU", "have no baseline for this GPU",
+                    " (record with `--fusion-update-baselines=new`)"),
+    "other-timing": ("has timings of another clock or shape",
+                     "have timings of another clock or shape",
+                     " (record this run's with `--fusion-update-baselines=new`)"),
+    "launch-bound": ("has only launch-bound kernels", "have only launch-bound kernels", ""),
+    "few-samples": ("has too few timing samples", "have too few timing samples", ""),
+    "not-measured": ("was not measured here", "were not measured here", ""),
+    "no-cuda": ("was not timed (no CUDA device)", "were not timed (no CUDA device)", ""),
+    "not-checked": ("does not check timings", "do not check timings", ""),
+    "error": ("failed before its timings were compared",
+              "failed before their timings were compared", ""),
+}
+
+
+def unjudged_line(records: list[dict[str, Any]], required: bool = False) -> str:
+    """`no timing judged on NVIDIA H200: 5 tests have no baseline for this GPU (…), 2 have
+    only launch-bound kernels`, when the run's fusion tests judged no timing ("" when one
+    did, or when nothing was timed on a GPU and timings are not `required`)."""
+    if not records or any(r.get("timings_judged") for r in records):
+        return ""
+    keys = Counter(r["hw_key"] for r in records if r.get("hw_key"))
+    if not keys and not required:
+        return ""  # a CPU run: nothing to time, nothing to say
+    # The device's name, without the compute capability the hardware key adds.
+    where = f" on {keys.most_common(1)[0][0].rsplit(' sm_', 1)[0]}" if keys else ""
+    gaps = Counter(r.get("timing_gap") or "error" for r in records)
+    parts = []
+    for gap, (one, many, how) in GAP_WORDS.items():
+        n = gaps.get(gap, 0)
+        if n:
+            noun = ("test " if n == 1 else "tests ") if not parts else ""
+            parts.append(f"{n} {noun}{one if n == 1 else many}{how}")
+    return f"no timing judged{where}: " + ", ".join(parts)
+
+
+def model_timing_cell(speedup: float | None, note: str) -> str:
+    """`model 1.45× slower fused; <note>`: the model's speedup worded by its direction."""
+    import fusion_core  # the units module only: no torch
+
+    return f"model {fusion_core.speedup_words(speedup)} fused; {note}" if speedup else note
+
+
 def _timings(r: dict[str, Any]) -> str:
-    note = r.get("timing_note") or "—"
-    speedup = r.get("model_speedup")
-    return f"model {speedup:.2f}× faster fused; {note}" if speedup else note
+    return model_timing_cell(r.get("model_speedup"), r.get("timing_note") or "—")
 
 
 def _row(r: dict[str, Any]) -> tuple[str, ...]:

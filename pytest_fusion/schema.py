@@ -6,9 +6,13 @@ Reads and writes parsed YAML (dicts and lists; ``session.py`` does the text).
 entries identical but for the item of a repeated container are stored once, with
 ``in: h.{0..11}`` and one ``nodes`` list per instance (``grouping.py``). Timings
 name their cluster by identity; ``target`` names the device the analysis was made for
-(``cpu`` when absent, as in baselines written before it was recorded). ``from_data``
-reads schema 2 and schema 1 (no identity: clusters match by ops, timings by ops and
-lines) and raises ``BaselineError`` with one line naming the file and field.
+(``cpu`` when absent, as in baselines written before it was recorded). Schema 3 adds to
+each hardware's timings the ``clock`` they were taken by (``device``: CUDA-graph replays;
+``host``) and the ``inputs`` they were taken at, and keeps host-timed figures
+(``kernel_host_us``…) beside device-timed ones. ``from_data`` reads schemas 1 to 3 (schema 2
+timings: host clock, at the baseline's inputs; schema 1 has no identity: clusters match by
+ops, timings by ops and lines) and raises ``BaselineError`` with one line naming the file
+and field.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from .grouping import compact, expand
 from .snapshot import (
+    CLOCKS,
     TARGETS,
     BaselineError,
     ClusterId,
@@ -30,8 +35,8 @@ from .snapshot import (
     numbered,
 )
 
-SCHEMA_VERSION = 2
-READS = (1, 2)
+SCHEMA_VERSION = 3
+READS = (1, 2, 3)
 PER_INSTANCE = ("nodes", "sites", "culprits")  # differ between the items of a repeated container
 
 
@@ -65,6 +70,22 @@ def _timing_data(t: ClusterTiming) -> dict[str, Any]:
         d["gbps"] = round(float(t.gbps), 1)
     if t.regime is not None:
         d["regime"] = t.regime
+    for key, xs in (("kernel_host_us", t.kernel_host_us), ("eager_host_us", t.eager_host_us)):
+        if xs:
+            d[key] = _samples(xs)
+    return d
+
+
+def _measured_data(m: Measured, inputs: tuple[str, ...]) -> dict[str, Any]:
+    """One hardware's timings; `inputs`: the snapshot's, where `m` does not name its own."""
+    d: dict[str, Any] = {"date": m.date, "clock": m.clock, "inputs": list(m.inputs or inputs),
+                         "model_us": _samples(m.model_us),
+                         "model_eager_us": _samples(m.model_eager_us)}
+    for key, xs in (("model_host_us", m.model_host_us),
+                    ("model_eager_host_us", m.model_eager_host_us)):
+        if xs:
+            d[key] = _samples(xs)
+    d["clusters"] = [_timing_data(t) for t in m.clusters]
     return d
 
 
@@ -107,11 +128,8 @@ def to_data(s: Snapshot) -> dict[str, Any]:
         "rejections": compact([_rejection_data(r) for r in s.rejections], PER_INSTANCE),
     })
     if s.measured:
-        data["measured"] = {
-            key: {"date": m.date, "model_us": _samples(m.model_us),
-                  "model_eager_us": _samples(m.model_eager_us),
-                  "clusters": [_timing_data(t) for t in m.clusters]}
-            for key, m in sorted(s.measured.items())}
+        data["measured"] = {key: _measured_data(m, s.inputs)
+                            for key, m in sorted(s.measured.items())}
     return data
 
 
@@ -220,8 +238,9 @@ def _v1_timing_owner(clusters: tuple[ClusterRec, ...]) -> Callable[[dict, str], 
     return owner
 
 
-def _measured(r: _Reader, data: dict, clusters: tuple[ClusterRec, ...], version: int
-              ) -> dict[str, Measured]:
+def _measured(r: _Reader, data: dict, clusters: tuple[ClusterRec, ...], version: int,
+              inputs: tuple[str, ...]) -> dict[str, Measured]:
+    """Every hardware's timings; before schema 3: host-timed at the baseline's `inputs`."""
     idents = {c.ident for c in clusters}
     measured: dict[str, Measured] = {}
     found = data.get("measured") or {}
@@ -247,11 +266,18 @@ def _measured(r: _Reader, data: dict, clusters: tuple[ClusterRec, ...], version:
             timings.append(ClusterTiming(
                 cluster=ident, kernel_us=r.nums(t, "kernel_us", tat, None),
                 eager_us=r.nums(t, "eager_us", tat), gbps=t.get("gbps"),
-                regime=t.get("regime")))
-        measured[str(key)] = Measured(clusters=tuple(timings),
-                                      model_us=r.nums(m, "model_us", at),
-                                      model_eager_us=r.nums(m, "model_eager_us", at),
-                                      date=str(m.get("date", "")))
+                regime=t.get("regime"), kernel_host_us=r.nums(t, "kernel_host_us", tat),
+                eager_host_us=r.nums(t, "eager_host_us", tat)))
+        taken = r.strs(m, "inputs", at) if "inputs" in m else ()
+        clock = m.get("clock", "host")
+        if clock not in CLOCKS:
+            raise r.fail(f"`{at}clock` must be {' or '.join(CLOCKS)}, got {clock!r}")
+        measured[str(key)] = Measured(
+            clusters=tuple(timings), model_us=r.nums(m, "model_us", at),
+            model_eager_us=r.nums(m, "model_eager_us", at), date=str(m.get("date", "")),
+            clock=clock, inputs=() if taken == inputs else taken,  # (): the analysis inputs
+            model_host_us=r.nums(m, "model_host_us", at),
+            model_eager_host_us=r.nums(m, "model_eager_host_us", at))
     return measured
 
 
@@ -280,10 +306,11 @@ def from_data(data: Any, file: str) -> Snapshot:
     target = data.get("target", "cpu")  # baselines before targets were recorded: the CPU
     if target not in TARGETS:
         raise r.fail(f"`target` must be {' or '.join(TARGETS)}, got {target!r}")
+    inputs = r.strs(data, "inputs", "")
     return Snapshot(
         test=r.get(data, "test", str, ""), model=r.get(data, "model", str, ""),
-        inputs=r.strs(data, "inputs", ""), clusters=clusters_t,
+        inputs=inputs, clusters=clusters_t,
         rejections=tuple(rejections),
         provenance={str(k): str(v) for k, v in prov.items()} if isinstance(prov, dict) else {},
-        measured=_measured(r, data, clusters_t, version), frontend=frontend, target=target,
-        totals=r.totals(data))
+        measured=_measured(r, data, clusters_t, version, inputs), frontend=frontend,
+        target=target, totals=r.totals(data))

@@ -42,6 +42,9 @@ class TestRecord:
     model_speedup: float | None = None  # median eager / median fused, when measured here
     messages: list[str] = field(default_factory=list)
     baseline: str = ""
+    hw_key: str | None = None  # the GPU the test's timings came from (None: no CUDA)
+    timings_judged: int = 0  # timings compared with the baseline's
+    timing_gap: str = ""  # why none was (compare.GAPS), "" when some were
 
 
 def dump_yaml(data: dict[str, Any]) -> str:
@@ -138,7 +141,7 @@ class FusionSession:
 
         `fail_improvements`: an improvement fails the test too, until it is accepted."""
         from .carry import attach_timings, refresh_lines
-        from .compare import CHECKS, NO_CUDA, compare, frontend_change
+        from .compare import CHECKS, NO_CUDA, compare, frontend_change, other_timing
         from .snapshot import BaselineError
 
         checks = CHECKS if checks is None else checks
@@ -150,6 +153,10 @@ class FusionSession:
         if hw_key in current.measured:
             m = current.measured[hw_key]
             rec.model_speedup = median_speedup(m.model_eager_us, m.model_us)
+        rec.hw_key = hw_key
+        rec.timing_gap = ("not-checked" if "timings" not in checks else "no-cuda"
+                          if hw_key is None else "no-baseline" if hw_key in current.measured
+                          else "not-measured")
         if "timings" in checks:
             rec.timing_note = (NO_CUDA if hw_key is None else f"timings recorded on {hw_key}"
                                if hw_key in current.measured else f"nothing measured on {hw_key}")
@@ -187,6 +194,7 @@ class FusionSession:
             return rec, msg
         result = compare(base, current, tol, checks, hw_key)
         rec.timing_note = result.timing_note
+        rec.timings_judged, rec.timing_gap = result.timings_judged, result.timing_gap
         rec.messages = list(result.messages)
         rec.status = result.status
         ratchet = fail_improvements and bool(result.improvements)
@@ -196,11 +204,14 @@ class FusionSession:
             return self._write(rec, "updated", current, base, path, result.pairs,
                                legacy=legacy), None
         if self.mode is not None:
-            # Moved lines are refreshed, and a machine with no timings yet adds them, without
-            # touching the structure.
+            # Moved lines are refreshed, and a machine with no timings yet (or with timings
+            # of another clock or shape than this run's) adds them, without touching the
+            # structure.
             kept = refresh_lines(base, current, result.pairs)
             action = "refreshed lines of"
-            if hw_key in current.measured and hw_key not in base.measured:
+            if hw_key in current.measured and (
+                    hw_key not in base.measured or other_timing(
+                        base, base.measured[hw_key], current, current.measured[hw_key])):
                 kept, action = attach_timings(kept, current, hw_key, result.pairs), "measured"
             self._write(rec, action, kept, base, path, keep_status=True, legacy=legacy)
         if failing:

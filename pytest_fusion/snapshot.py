@@ -141,6 +141,14 @@ class ClusterTiming:
     eager_us: tuple[float, ...] = ()
     gbps: float | None = None
     regime: str | None = None
+    # Host-timed (launch included) beside device-timed figures: informative, never judged.
+    kernel_host_us: tuple[float, ...] = ()
+    eager_host_us: tuple[float, ...] = ()
+
+
+# How the judged figures were timed: CUDA-graph replays ("device", the kernels' own time) or
+# a host clock around each call ("host", launch included). Baselines before it: "host".
+CLOCKS = ("device", "host")
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,12 @@ class Measured:
     model_us: tuple[float, ...] = ()  # the patched model
     model_eager_us: tuple[float, ...] = ()
     date: str = ""
+    clock: str = "host"
+    # The input shapes the timings were taken at ("64×1024 float32", as Snapshot.inputs);
+    # () in memory: the analysis inputs (the YAML always names them).
+    inputs: tuple[str, ...] = ()
+    model_host_us: tuple[float, ...] = ()
+    model_eager_host_us: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

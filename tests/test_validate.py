@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -340,10 +341,56 @@ def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tm
     buf = StringIO()
     print_validation(report, Console(file=buf, width=300), inductor=True)
     text = buf.getvalue()
-    assert "Measured" in text and "fused cluster speedup" in text and "inductor" in text
+    assert "Measured" in text and "fused cluster " in text and "inductor" in text
+    # A ratio is worded by its direction, never as "0.69x faster".
+    assert re.search(r"fused cluster \d+\.\d\dx (faster|slower) than eager \(host time\)", text)
     assert "of 4000 GB/s detected peak memory bandwidth" in text
     pytest.importorskip("jsonschema").validate(json.loads(json.dumps(
         to_document(example, {"validation": report_dict(report)}))), schema())
+
+
+@pytest.mark.cpu
+def test_device_clock_with_a_stub_device_timer(example, kernels, monkeypatch):
+    """Kernel and eager subgraph captured (a stub stands for CUDA graphs): judged by device
+    time, launch-bound only below the timer's resolution, host figures kept beside; where
+    the eager side cannot be captured both sides fall back to host time."""
+    from fusion_core.validate import bench, devicetime, run
+    from fusion_core.validate.prepare import recording
+    from fusion_core.validate.report import measure_dict
+
+    monkeypatch.setattr(bench, "time_us", lambda fn, samples=5: (30.0,) * samples)
+    monkeypatch.setattr(bench, "device_info", lambda peak=None: bench.Device(
+        "Stub GPU", (9, 0), 60 * 2**20, 4000.0, "detected"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(run, "recording", lambda analysis, candidates, **kw: recording(
+        analysis, [reduced_specs(analysis)], **{**kw, "device": "cpu"}))
+    uncapturable: list[type] = []
+
+    def stub_device_time(fn, arg_sets, samples=devicetime.SAMPLES):
+        if isinstance(fn, tuple(uncapturable)):
+            raise devicetime.CaptureError("RuntimeError: operation not permitted")
+        fn(*arg_sets[0])
+        return devicetime.DeviceTime((4.0,) * samples, 0.01, len(arg_sets))
+
+    monkeypatch.setattr(devicetime, "device_time", stub_device_time)
+    report = validate(example, only_cluster0(kernels, "cluster0"))
+    r0 = report.result(0)
+    assert r0.timing.clock == "device" and r0.timing.kernel_us == (4.0,) * devicetime.SAMPLES
+    assert r0.timing.kernel_host_us == r0.timing.eager_host_us == (30.0,) * 5
+    assert r0.timing.resolution_us == 0.01
+    assert r0.regime == "l2-resident"  # 4 µs: launch-bound by the host rule, not the device's
+    assert report.model_timing.clock == "device"
+    measured = measure_dict(report, (9, 0))
+    assert measured["clock"] == "device"
+    assert measured["clusters"][0]["kernel_host_us"] == [30.0] * 5
+    assert measured["model"]["fused_host_us"] == [30.0] * 5
+
+    uncapturable.append(torch.fx.GraphModule)  # eager subgraphs and the model
+    report = validate(example, only_cluster0(kernels, "cluster0"))
+    r0 = report.result(0)
+    assert r0.timing.clock == "host" and r0.timing.kernel_us == (30.0,) * 5
+    assert r0.timing.resolution_us is None and report.model_timing.clock == "host"
+    assert measure_dict(report, (9, 0))["clock"] == "host"
 
 
 @pytest.mark.cpu
@@ -463,3 +510,15 @@ def test_a_model_that_cannot_be_compared_with_its_graph_says_so_on_the_pass_line
     (line,) = [ln for ln in out.getvalue().splitlines() if ln.startswith("model numerics")]
     assert ("the graph was not compared with the model: the model itself did not run: "
             "RuntimeError: needs the traced graph") in line
+
+
+def test_input_copies_rotate_past_the_l2():
+    from fusion_core.validate.devicetime import MAX_COPIES, copy_count, rotating
+
+    l2 = 60 * 2**20
+    assert copy_count(4 * 2**20, l2) == MAX_COPIES  # 45 would be needed: capped
+    assert copy_count(30 * 2**20, l2) == 6  # 6 x 30 MiB = 3 x the L2
+    assert copy_count(2**30, l2) == 2  # past the L2 alone: two copies still alternate
+    assert copy_count(2**20, None) == 2  # L2 unknown
+    x = torch.ones(4)  # not on a GPU: nothing to keep out of its L2, shared as it is
+    assert all(s[0] is x for s in rotating([x], l2))

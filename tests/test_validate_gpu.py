@@ -10,7 +10,7 @@ import torch
 import fusion_core
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
-from fusion_core.validate import validate
+from fusion_core.validate import devicetime, validate
 from fusion_core.validate.bench import IMPLAUSIBLE_PEAK, SAMPLES
 
 pytestmark = [pytest.mark.gpu,
@@ -44,13 +44,16 @@ def test_model_numerics_with_every_kernel(report, analysis):
 def test_benchmark_regime_and_speedup(report):
     for r in report.results:
         assert r.gate("benchmark").passed, r.status
-        assert len(r.timing.kernel_us) == SAMPLES and min(r.timing.kernel_us) > 0
+        assert r.timing.clock == "device", "kernel and eager subgraph captured in CUDA graphs"
+        assert len(r.timing.kernel_us) == devicetime.SAMPLES and min(r.timing.kernel_us) > 0
+        assert len(r.timing.kernel_host_us) == SAMPLES
         # 64-128 MB of fused traffic per cluster: more than the H200's 60 MiB L2.
         assert r.regime == "dram-bound", (r.cluster, r.regime, r.fused_bytes)
         assert r.cluster_speedup > 1.2, (r.cluster, r.cluster_speedup)
         assert r.model_speedup is not None and r.model_speedup > 1.0
         assert r.timing.inductor_us, "Inductor time for the same cluster"
     assert report.model_timing.speedup > 1.0
+    assert report.model_timing.clock == "device" and report.model_timing.patched_host_us
 
 
 def test_bandwidth_against_detected_peak(report):

@@ -1,8 +1,9 @@
 """Benchmark and bandwidth (CUDA only): timings, regime tags, achieved vs peak GB/s.
 
 Reads callables to time and a cluster's fused bytes; writes repeated ``do_bench`` medians
-(microseconds), the regime tag, the device's peak bandwidth and the gate results for gates 3
-(benchmark) and 4 (bandwidth). Nothing here runs without CUDA.
+(microseconds: host time, launch included; device time is ``devicetime``'s), the regime
+tag, the device's peak bandwidth and the gate results for gates 3 (benchmark) and 4
+(bandwidth). Nothing here runs without CUDA.
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ def time_us(fn: Callable[[], object], samples: int = SAMPLES) -> tuple[float, ..
     return tuple(out)
 
 
-def regime(kernel_us: float, fused_bytes: int, l2_bytes: int | None) -> str:
-    if kernel_us < LAUNCH_BOUND_US:
+def regime(kernel_us: float, fused_bytes: int, l2_bytes: int | None,
+           resolution_us: float | None = None) -> str:
+    """`resolution_us` given: `kernel_us` is device time, launch-bound only when below what
+    the timer resolves; else host time, launch-bound below LAUNCH_BOUND_US."""
+    if kernel_us < (LAUNCH_BOUND_US if resolution_us is None else resolution_us):
         return LAUNCH_BOUND
     if l2_bytes and fused_bytes <= l2_bytes:
         return "l2-resident"

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..report.units import fmt_bytes
+from ..report.units import fmt_bytes, speedup_words
 from .types import LAUNCH_BOUND, ValidationReport, ValidationResult
 
 NO_GPU_LINE = ("Benchmarks need a CUDA GPU: speedups, regimes and bandwidth are measured only "
@@ -55,9 +55,10 @@ def _measured_line(r: ValidationResult, inductor: bool, peak_label: str) -> str:
     if r.regime == LAUNCH_BOUND:
         text = f"{head}  kernel {t.kernel:.1f} µs (launch overhead dominates: no speedup shown)"
     else:
-        text = f"{head}  fused cluster speedup {r.cluster_speedup:.2f}x"
+        text = (f"{head}  fused cluster {speedup_words(r.cluster_speedup, 'x')} than eager "
+                f"({t.clock} time)")
         if r.model_speedup is not None:
-            text += f"  model speedup {r.model_speedup:.2f}x"
+            text += f"  model {speedup_words(r.model_speedup, 'x')}"
         if r.gbps is not None:
             text += f"  fused cluster bandwidth {r.gbps:.0f} GB/s"
             if r.peak_gbps:
@@ -87,8 +88,9 @@ def print_validation(report: ValidationReport, console: Console, inductor: bool 
     console.print(_model_line(report), highlight=False, markup=False)
     mt = report.model_timing
     if mt is not None and mt.speedup is not None:
-        console.print(f"model with every usable kernel: {mt.speedup:.2f}x vs eager "
-                      f"({len(report.usable)} kernel(s))", highlight=False)
+        console.print(f"model with every usable kernel: {speedup_words(mt.speedup, 'x')} than "
+                      f"eager ({len(report.usable)} kernel(s), {mt.clock} time)",
+                      highlight=False)
     if report.peak_gbps is None:
         console.print("peak memory bandwidth unknown: pass --peak-gbps to compare", highlight=False)
 
@@ -132,16 +134,22 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
 
 
 def measure_dict(report: ValidationReport, capability: tuple[int, int]) -> dict[str, Any]:
-    """The pytest plugin's format: repeated samples per cluster, in microseconds."""
+    """The pytest plugin's format: repeated samples per cluster, in microseconds, by the
+    clock every judged figure shares ("device" only where each one was device time), with
+    the host-timed figures beside them."""
     clusters = []
-    for r in report.results:
-        if r.timing is None:
-            continue
+    timed = [r for r in report.results if r.timing is not None]
+    mt = report.model_timing
+    clocks = {r.timing.clock for r in timed} | ({mt.clock} if mt else set())
+    for r in timed:
         clusters.append({"index": r.cluster, "kernel_us": list(r.timing.kernel_us),
                          "eager_us": list(r.timing.eager_us), "gbps": r.gbps,
-                         "regime": r.regime, "usable": r.usable})
-    mt = report.model_timing
+                         "regime": r.regime, "usable": r.usable,
+                         "kernel_host_us": list(r.timing.kernel_host_us),
+                         "eager_host_us": list(r.timing.eager_host_us)})
+    model = {"fused_us": list(mt.patched_us), "eager_us": list(mt.eager_us),
+             "fused_host_us": list(mt.patched_host_us),
+             "eager_host_us": list(mt.eager_host_us)} if mt else {}
     return {"device": {"name": report.device, "capability": list(capability)},
-            "clusters": clusters,
-            "model": {"fused_us": list(mt.patched_us), "eager_us": list(mt.eager_us)}
-            if mt else {}}
+            "clock": "device" if clocks == {"device"} else "host",
+            "clusters": clusters, "model": model}

@@ -2,25 +2,57 @@
 
 Reads the ``Recording`` the numerics ran on (on a GPU: the analysed shape), the usable
 kernels and the gate results so far; writes the CUDA ``ValidationReport`` with timings,
-regime tags, achieved bandwidth and the benchmark and bandwidth gates.
+regime tags, achieved bandwidth and the benchmark and bandwidth gates. Timings are device
+time (``devicetime``: CUDA-graph replays over inputs past the L2) wherever both sides of a
+comparison could be captured, host time (do_bench) otherwise; the host figures are kept
+beside the device ones either way.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
-from . import bench
+from . import bench, devicetime
 from .inputs import result_shape
 from .numerics import one_line
 from .prepare import Recording
 from .subgraph import Subgraph, eager_subgraph, launch_args, patch
 from .types import GateResult, ModelCheck, ModelTiming, Timing, ValidationReport, ValidationResult
+
+MODEL_COPIES = 4  # a model's weights cannot rotate: a few input copies keep capture short
+
+
+@dataclass(frozen=True)
+class Clocked:
+    """One callable timed both ways: device time (None when it could not be captured)."""
+
+    device: devicetime.DeviceTime | None
+    host_us: tuple[float, ...]
+
+
+def clocked(fn: Callable[..., object], args: Sequence[Any], l2_bytes: int | None,
+            max_copies: int = devicetime.MAX_COPIES) -> Clocked:
+    host = bench.time_us(lambda: fn(*args))
+    try:
+        device = devicetime.device_time(fn, devicetime.rotating(args, l2_bytes, max_copies))
+    except devicetime.CaptureError:
+        device = None
+    return Clocked(device, host)
+
+
+def pick(a: Clocked, b: Clocked) -> tuple[str, tuple[float, ...], tuple[float, ...]]:
+    """(clock, a's samples, b's samples): device time when both have it, else host time
+    (a ratio of the two clocks would mean nothing)."""
+    if a.device is not None and b.device is not None:
+        return "device", a.device.samples_us, b.device.samples_us
+    return "host", a.host_us, b.host_us
 
 
 def _args(rec: Recording, sub: Subgraph) -> tuple[list[Any], list[Any]]:
@@ -32,24 +64,28 @@ def _args(rec: Recording, sub: Subgraph) -> tuple[list[Any], list[Any]]:
 
 
 def _timings(rec: Recording, c: Cluster, launcher: Callable, sub: Subgraph, inductor: bool,
-             model_eager_us: float | None) -> tuple[Timing, float | None]:
+             model_eager: Clocked, l2_bytes: int | None) -> tuple[Timing, float | None]:
     kargs, eargs = _args(rec, sub)
-    kernel_us = bench.time_us(lambda: launcher(*kargs))
-    eager_us = bench.time_us(lambda: sub.module(*eargs))
+    kernel, eager = clocked(launcher, kargs, l2_bytes), clocked(sub.module, eargs, l2_bytes)
+    clock, kernel_us, eager_us = pick(kernel, eager)
     inductor_us: tuple[float, ...] = ()
     if inductor:
         with contextlib.suppress(Exception):
             compiled = torch.compile(sub.module)
             compiled(*eargs)
-            inductor_us = bench.time_us(lambda: compiled(*eargs))
+            theirs = clocked(compiled, eargs, l2_bytes)
+            inductor_us = (theirs.device.samples_us if clock == "device" and theirs.device
+                           else theirs.host_us)
     patched_us: tuple[float, ...] = ()
     model_speedup = None
     with contextlib.suppress(Exception):
         one = patch(rec.gm, {c.index: (rec.clusters[c.index], launcher)})
-        patched_us = bench.time_us(lambda: one(*rec.inputs))
-        if model_eager_us:
-            model_speedup = model_eager_us / Timing.median(patched_us)
-    return Timing(kernel_us, eager_us, inductor_us, patched_us), model_speedup
+        patched = clocked(one, rec.inputs, l2_bytes, MODEL_COPIES)
+        _, eager_model_us, patched_us = pick(model_eager, patched)
+        model_speedup = Timing.median(eager_model_us) / Timing.median(patched_us)
+    resolution = kernel.device.resolution_us if clock == "device" and kernel.device else None
+    return Timing(kernel_us, eager_us, inductor_us, patched_us, clock, kernel.host_us,
+                  eager.host_us, resolution), model_speedup
 
 
 def measure_all(analysis: Analysis, rec: Recording, usable: Mapping[int, Callable],
@@ -57,13 +93,15 @@ def measure_all(analysis: Analysis, rec: Recording, usable: Mapping[int, Callabl
                 peak_gbps: float | None, inductor: bool) -> ValidationReport:
     """Gates 3 and 4 for every usable cluster; the others keep the gates they have."""
     dev = bench.device_info(peak_gbps)
-    eager_model_us = bench.time_us(lambda: rec.gm(*rec.inputs))
+    eager_model = clocked(rec.gm, rec.inputs, dev.l2_bytes, MODEL_COPIES)
     model_timing = None
     if usable:
         with contextlib.suppress(Exception):
             all_patched = patch(rec.gm, {i: (rec.clusters[i], k) for i, k in usable.items()})
-            model_timing = ModelTiming(eager_model_us,
-                                       bench.time_us(lambda: all_patched(*rec.inputs)))
+            patched = clocked(all_patched, rec.inputs, dev.l2_bytes, MODEL_COPIES)
+            clock, eager_us, patched_us = pick(eager_model, patched)
+            model_timing = ModelTiming(eager_us, patched_us, clock, eager_model.host_us,
+                                       patched.host_us)
     results = []
     for c in analysis.clusters:
         tc = rec.clusters[c.index]  # the cluster as timed (same as `c` on a GPU)
@@ -75,13 +113,13 @@ def measure_all(analysis: Analysis, rec: Recording, usable: Mapping[int, Callabl
         try:
             sub = eager_subgraph(rec.gm, tc)
             timing, model_speedup = _timings(rec, c, usable[c.index], sub, inductor,
-                                             Timing.median(eager_model_us))
+                                             eager_model, dev.l2_bytes)
         except Exception as e:  # noqa: BLE001
             gates[c.index].append(GateResult("benchmark", False, one_line(e)))
             results.append(ValidationResult(c.index, "cuda", shape, tuple(gates[c.index]),
                                             fused_bytes=fused))
             continue
-        tag = bench.regime(timing.kernel, fused, dev.l2_bytes)
+        tag = bench.regime(timing.kernel, fused, dev.l2_bytes, timing.resolution_us)
         achieved = bench.gbps(fused, timing.kernel)
         speedup = timing.eager / timing.kernel if timing.kernel else None
         gates[c.index] += [bench.benchmark_gate(speedup, tag),

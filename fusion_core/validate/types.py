@@ -26,12 +26,18 @@ class GateResult:
 
 @dataclass(frozen=True)
 class Timing:
-    """Repeated do_bench medians in microseconds (one sample per do_bench call)."""
+    """Repeated timings in microseconds, by `clock`: "device" (CUDA-graph replays, the
+    kernels' own time) or "host" (do_bench medians, launch included: where the kernel or
+    its eager subgraph could not be captured). The host figures are kept either way."""
 
     kernel_us: tuple[float, ...]
     eager_us: tuple[float, ...]
     inductor_us: tuple[float, ...] = ()
     model_patched_us: tuple[float, ...] = ()  # the model with only this cluster patched
+    clock: str = "host"
+    kernel_host_us: tuple[float, ...] = ()  # do_bench medians: what a Python caller waits
+    eager_host_us: tuple[float, ...] = ()
+    resolution_us: float | None = None  # device clock: the smallest difference a sample shows
 
     @staticmethod
     def median(xs: tuple[float, ...]) -> float | None:
@@ -133,6 +139,9 @@ class ModelCheck:
 class ModelTiming:
     eager_us: tuple[float, ...]
     patched_us: tuple[float, ...]  # every usable kernel patched in
+    clock: str = "host"  # as in Timing
+    eager_host_us: tuple[float, ...] = ()
+    patched_host_us: tuple[float, ...] = ()
 
     @property
     def speedup(self) -> float | None:

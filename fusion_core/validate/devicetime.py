@@ -1,0 +1,106 @@
+"""Device time on CUDA: CUDA-graph replays over input copies that together exceed the L2.
+
+Reads a callable and the arguments of one call; returns repeated per-call device times in
+microseconds (CUDA events around graph replays), with the resolution of one sample. The
+callable is captured once per copy of its arguments, so each replayed call reads inputs
+no earlier call left in the L2, and replays launch nothing from the host: the figure is
+the kernels' own time, however small. ``CaptureError`` when the callable cannot be
+captured (a host sync, a CPU tensor): the caller keeps its host-timed figure then.
+Nothing here runs without CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+ROTATE_FACTOR = 3  # the copies of a call's inputs together hold at least 3x the L2
+MAX_COPIES = 32  # tiny inputs: enough calls per replay without a huge graph
+# cudaEventElapsedTime's resolution, as the CUDA runtime documents it (around 0.5 µs).
+EVENT_RESOLUTION_US = 0.5
+SAMPLE_US = 200.0  # each sample spans at least this much device time (0.25% resolution)
+MAX_REPLAYS = 1000
+SAMPLES = 10  # replays are cheap: more samples give the significance test more to go on
+
+
+class CaptureError(Exception):
+    """The callable could not be captured in a CUDA graph (or replayed)."""
+
+
+@dataclass(frozen=True)
+class DeviceTime:
+    samples_us: tuple[float, ...]  # device time per call, one figure per sample
+    resolution_us: float  # the smallest per-call difference one sample can show
+    copies: int  # input copies the replays cycle through
+
+
+def nbytes(values: Sequence[Any]) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def copy_count(input_bytes: int, l2_bytes: int | None, max_copies: int = MAX_COPIES) -> int:
+    """How many copies of a call's inputs make ROTATE_FACTOR x the L2 (at least 2)."""
+    if not l2_bytes:
+        return 2
+    return min(max_copies, max(2, math.ceil(ROTATE_FACTOR * l2_bytes / max(input_bytes, 1))))
+
+
+def rotating(
+    args: Sequence[Any], l2_bytes: int | None, max_copies: int = MAX_COPIES
+) -> list[list[Any]]:
+    """Copies of `args` (every CUDA tensor cloned; other values shared) that together
+    exceed the L2, so a call never finds its inputs left there by the previous one."""
+    count = copy_count(nbytes(args), l2_bytes, max_copies)
+    return [
+        [a.clone() if isinstance(a, torch.Tensor) and a.is_cuda else a for a in args]
+        for _ in range(count)
+    ]
+
+
+def _elapsed_us(graph: torch.cuda.CUDAGraph, replays: int) -> float:
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3
+
+
+def capture(fn: Callable[..., object], arg_sets: Sequence[Sequence[Any]]) -> torch.cuda.CUDAGraph:
+    """One graph calling `fn` once per argument set, after a warm-up on a side stream
+    (first calls compile kernels and grow the allocator: neither may be captured)."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for args in arg_sets:
+                fn(*args)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for args in arg_sets:
+                fn(*args)
+        graph.replay()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - whatever broke the capture, the host clock remains
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CaptureError(f"{type(e).__name__}: {first}") from e
+    return graph
+
+
+def device_time(
+    fn: Callable[..., object], arg_sets: Sequence[Sequence[Any]], samples: int = SAMPLES
+) -> DeviceTime:
+    """Per-call device time of `fn` over `arg_sets` (see ``rotating``), `samples` times."""
+    graph = capture(fn, arg_sets)
+    calls = len(arg_sets)
+    once = _elapsed_us(graph, 1)
+    replays = max(1, min(MAX_REPLAYS, math.ceil(SAMPLE_US / max(once, 1e-3))))
+    per_call = tuple(_elapsed_us(graph, replays) / (replays * calls) for _ in range(samples))
+    return DeviceTime(per_call, EVENT_RESOLUTION_US / (replays * calls), calls)
