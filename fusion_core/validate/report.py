@@ -45,9 +45,7 @@ def _model_line(report: ValidationReport) -> str:
     blamed = ", ".join(map(str, m.blamed))
     line = (f"model numerics: FAILED with {n} kernel(s) patched{at} (max abs err "
             f"{_err(m.max_abs_err)}; {m.detail}); cluster(s) {blamed} not offered")
-    for i, why in m.details if len(m.blamed) < n else ():
-        line += f"\n  cluster {i}: {why}"
-    if m.offered:
+    if m.offered:  # each blamed cluster's own line above says why
         line += (f"\n  the other {len(m.offered)} kernel(s) pass together (max abs err "
                  f"{_err(m.offered_max_abs_err)}{_rmse(m)})")
     return line
