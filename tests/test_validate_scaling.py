@@ -18,8 +18,8 @@ from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze
 from fusion_core.report.progress import LONG_RUN, BarProgress, PlainProgress, for_stderr
+from fusion_core.validate import model_check, validate
 from fusion_core.validate import run as validate_run
-from fusion_core.validate import validate
 from fusion_core.validate.kernels import build_kernels, same_source_key
 from fusion_core.validate.shrink import row_shape, slice_rows, small_specs
 from fusion_core.validate.subgraph import PatchError
@@ -191,7 +191,7 @@ def test_cross_block_multi_output_clusters_pass_model_numerics(three_layers):
 def test_each_blamed_cluster_names_its_own_failure(three_layers, monkeypatch):
     """Issue 16: clusters 5, 8, … 32 all quoted cluster 2's PatchError."""
     multi = [c.index for c in three_layers.clusters if len(c.outputs) > 1][:2]
-    real = validate_run.patch
+    real = model_check.patch
 
     def refusing(gm, launchers):
         bad = [i for i in launchers if i in multi]
@@ -199,7 +199,7 @@ def test_each_blamed_cluster_names_its_own_failure(three_layers, monkeypatch):
             raise PatchError(f"cluster {bad[0]}: cannot place one kernel call")
         return real(gm, launchers)
 
-    monkeypatch.setattr(validate_run, "patch", refusing)
+    monkeypatch.setattr(model_check, "patch", refusing)
     report = validate(three_layers)
     assert report.model.passed is False and report.model.blamed == tuple(multi)
     for i in multi:

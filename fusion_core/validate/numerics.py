@@ -100,25 +100,36 @@ def compare(actual: Sequence[Any], expected: Sequence[Any],
         return False, None, f"kernel returned {len(actual)} output(s), eager {len(expected)}"
     worst = 0.0
     for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        if not isinstance(a, torch.Tensor):
-            return False, None, f"output {i} is {type(a).__name__}, not a tensor"
-        if tuple(a.shape) != tuple(e.shape):
-            return False, None, f"output {i} has shape {tuple(a.shape)}, eager {tuple(e.shape)}"
-        a64, e64 = a.detach().cpu().double(), e.detach().cpu().double()
-        nan = torch.isnan(a64)
-        if nan.any():
-            return False, float("nan"), f"output {i} has {int(nan.sum())} NaN element(s)"
-        both_inf = torch.isinf(a64) & torch.isinf(e64) & (torch.sign(a64) == torch.sign(e64))
-        diff = torch.where(both_inf, torch.zeros_like(a64), (a64 - e64).abs())
-        diff = torch.nan_to_num(diff, nan=float("inf"))
-        err = float(diff.max()) if diff.numel() else 0.0
-        worst = max(worst, err)
-        tol = tolerance(e.dtype, table)
-        bad = diff > tol.atol + tol.rtol * e64.abs().nan_to_num(posinf=0.0, neginf=0.0)
-        if bad.any():
-            return False, worst, (f"output {i}: {int(bad.sum())} of {bad.numel()} element(s) "
-                                  f"beyond atol {tol.atol:g} + rtol {tol.rtol:g}")
+        passed, err, why = compare_one(i, a, e, table)
+        if err is not None:
+            worst = max(worst, err) if err == err else err
+        if not passed:
+            return False, worst if err is not None else None, why
     return True, worst, ""
+
+
+def compare_one(i: int, a: Any, e: torch.Tensor, table: dict[torch.dtype, Tolerance]
+                ) -> tuple[bool, float | None, str]:
+    """(passed, max abs error, what went wrong) for output `i`; the error is None when the
+    output is not comparable at all (not a tensor, another shape) and NaN when it has NaN."""
+    if not isinstance(a, torch.Tensor):
+        return False, None, f"output {i} is {type(a).__name__}, not a tensor"
+    if tuple(a.shape) != tuple(e.shape):
+        return False, None, f"output {i} has shape {tuple(a.shape)}, eager {tuple(e.shape)}"
+    a64, e64 = a.detach().cpu().double(), e.detach().cpu().double()
+    nan = torch.isnan(a64)
+    if nan.any():
+        return False, float("nan"), f"output {i} has {int(nan.sum())} NaN element(s)"
+    both_inf = torch.isinf(a64) & torch.isinf(e64) & (torch.sign(a64) == torch.sign(e64))
+    diff = torch.where(both_inf, torch.zeros_like(a64), (a64 - e64).abs())
+    diff = torch.nan_to_num(diff, nan=float("inf"))
+    err = float(diff.max()) if diff.numel() else 0.0
+    tol = tolerance(e.dtype, table)
+    bad = diff > tol.atol + tol.rtol * e64.abs().nan_to_num(posinf=0.0, neginf=0.0)
+    if bad.any():
+        return False, err, (f"output {i}: {int(bad.sum())} of {bad.numel()} element(s) "
+                            f"beyond atol {tol.atol:g} + rtol {tol.rtol:g}")
+    return True, err, ""
 
 
 def check_cluster(launcher: Callable, module: ModuleType | None, eager: Callable,

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from ..report.units import fmt_bytes, speedup_words
-from .types import LAUNCH_BOUND, ValidationReport, ValidationResult
+from .types import LAUNCH_BOUND, ModelCheck, ValidationReport, ValidationResult
 
 NO_GPU_LINE = ("Benchmarks need a CUDA GPU: speedups, regimes and bandwidth are measured only "
                "on a machine with CUDA.")
@@ -41,10 +41,21 @@ def _model_line(report: ValidationReport) -> str:
     if m.passed:
         unchecked = f"; the graph was not compared with the model: {m.detail}" if m.detail else ""
         return (f"model numerics: pass ({n} kernel(s) patched into the traced graph{at}, max "
-                f"abs err {_err(m.max_abs_err)}{unchecked})")
+                f"abs err {_err(m.max_abs_err)}{_rmse(m)}{unchecked})")
     blamed = ", ".join(map(str, m.blamed))
-    return (f"model numerics: FAILED with {n} kernel(s) patched{at} (max abs err "
+    line = (f"model numerics: FAILED with {n} kernel(s) patched{at} (max abs err "
             f"{_err(m.max_abs_err)}; {m.detail}); cluster(s) {blamed} not offered")
+    if m.offered:  # each blamed cluster's own line above says why
+        line += (f"\n  the other {len(m.offered)} kernel(s) pass together (max abs err "
+                 f"{_err(m.offered_max_abs_err)}{_rmse(m)})")
+    return line
+
+
+def _rmse(m: ModelCheck) -> str:
+    if m.patched_rmse is None or m.eager_rmse is None:
+        return ""
+    return (f", RMSE against a float64 run {_err(m.patched_rmse)} where eager's is "
+            f"{_err(m.eager_rmse)}")
 
 
 def _measured_line(r: ValidationResult, inductor: bool, peak_label: str) -> str:
@@ -127,6 +138,8 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
                   "patched": list(m.patched), "blamed": list(m.blamed), "detail": m.detail,
                   "inputs": [list(s) for s in m.inputs],
                   "details": [{"cluster": i, "detail": d} for i, d in m.details],
+                  "patched_rmse": _num(m.patched_rmse), "eager_rmse": _num(m.eager_rmse),
+                  "offered_max_abs_err": _num(m.offered_max_abs_err),
                   "eager_us": list(mt.eager_us) if mt else [],
                   "patched_us": list(mt.patched_us) if mt else [],
                   "speedup": mt.speedup if mt else None},

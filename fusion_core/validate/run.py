@@ -13,9 +13,10 @@ caller has none) or a kernel provider (tests hand in their own launchers); write
   real shape); gate 2 with the whole model at a small input shape (every large input dim
   shrunk), retried at the reduced batch if it fails there. With CUDA, everything runs
   natively at the analysed shape.
-- Gate 1 compares each kernel with its eager subgraph; gate 2 patches every kernel that
-  passed into a copy of the traced graph and compares the model output (and, on failure,
-  patches them one at a time to find the culprits, each with its own reason); gates 3 and 4
+- Gate 1 compares each kernel with its eager subgraph; gate 2 (``model_check.py``) patches
+  every kernel that passed into a copy of the traced graph and judges the model output
+  against eager and a float64 run of the graph (on failure it bisects the kernels to find
+  the culprits, each with its own reason, and offers the others); gates 3 and 4
   (CUDA only, ``timed.py``) time the kernel, the eager subgraph and the model, about 2 s per
   cluster: ``timing=False`` leaves them out (the report says ``timed=False``).
 - A failure is recorded in the cluster's result and never raises.
@@ -37,13 +38,13 @@ import torch
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from ..report.progress import NO_PROGRESS, StepProgress
-from .capture_check import graph_matches_model
 from .inputs import reduced_specs, result_shape
 from .kernels import KernelSet, build_kernels
-from .numerics import MODEL_TOL, as_tuple, check_cluster, compare, one_line
+from .model_check import model_check
+from .numerics import check_cluster, one_line
 from .prepare import Recording, recording
 from .shrink import TARGET_ROWS, cut_shape, row_shape, slice_rows, small_specs
-from .subgraph import eager_subgraph, launch_args, patch
+from .subgraph import eager_subgraph, launch_args
 from .types import GateResult, ModelCheck, ValidationReport, ValidationResult
 
 
@@ -194,8 +195,10 @@ class _Validation:
             model = self._model(wide, launchers)
         for i in launchers:
             why = dict(model.details).get(i)
-            gates[i].append(GateResult("model numerics", why is None, why or "",
-                                       model.max_abs_err))
+            # An offered kernel's error is the one it has beside the other offered kernels.
+            err = model.max_abs_err if model.passed or why is not None \
+                else model.offered_max_abs_err
+            gates[i].append(GateResult("model numerics", why is None, why or "", err))
         if cuda and self.timing:
             from .timed import measure_all
 
@@ -258,17 +261,17 @@ class _Validation:
         with self.progress.step(f"model numerics: {len(launchers)} kernel(s) patched in",
                                 len(launchers)):
             if self.cuda:
-                return _model_check(wide, launchers, shrunk=False)
+                return model_check(wide, launchers, shrunk=False)
             try:
                 small = recording(self.analysis, [*small_specs(self.analysis.inputs),
                                                   wide.specs], keep_rows=False, device="cpu",
                                   seed=self.seed)
             except Exception:  # noqa: BLE001 - fall back to the reduced batch
                 small = wide
-            model = _model_check(small, launchers, shrunk=small.specs != self.analysis.inputs)
+            model = model_check(small, launchers, shrunk=small.specs != self.analysis.inputs)
             if model.passed is False and small.specs != wide.specs:
                 # A failure at the small shape is confirmed where the rows are the real ones.
-                model = _model_check(wide, launchers, shrunk=wide.specs != self.analysis.inputs)
+                model = model_check(wide, launchers, shrunk=wide.specs != self.analysis.inputs)
             return model
 
     def _unrunnable(self, why: str) -> ValidationReport:
@@ -308,42 +311,3 @@ def _cut_rows(rec: Recording, c: Cluster, args: list[Any], target_rows: int
     return cut, cut_shape(result_shape(rec.analysis, c.index), plan.domain, small,
                           out.access.row_space)
 
-
-def _model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) -> ModelCheck:
-    """Gate 2 at `rec`'s shape; on failure each kernel alone, each with its own reason."""
-    inputs = tuple(tuple(s.shape) for s in rec.specs) if shrunk else ()
-
-    def run(indices: list[int]) -> tuple[bool, float | None, str]:
-        try:
-            patched = patch(rec.gm, {i: (rec.clusters[i], launchers[i]) for i in indices})
-            with torch.no_grad():
-                out = patched(*[t.clone() for t in rec.inputs])
-        except Exception as e:  # noqa: BLE001 - PatchError or a failing launcher
-            return False, None, one_line(e)
-        return compare(as_tuple(out), as_tuple(rec.model_out), MODEL_TOL)
-
-    indices = sorted(launchers)
-    ok, err, why = run(indices)
-    if ok:
-        same, graph_err, differs = graph_matches_model(rec)
-        if same is False:
-            # No kernel is at fault, but none can be vouched for against the model either:
-            # none is offered as an edit.
-            why = (f"the traced graph differs from the model itself before any kernel is "
-                   f"patched in ({differs}): a capture problem, not a kernel's (try the other "
-                   "--capture)")
-            return ModelCheck(False, graph_err, tuple(indices), tuple(indices), why,
-                              inputs=inputs, details=tuple((i, why) for i in indices))
-        # A model that cannot be compared with its graph says why, on the passing line.
-        return ModelCheck(True, err, tuple(indices), inputs=inputs,
-                          detail="" if same else differs)
-    if len(indices) == 1:
-        details = ((indices[0], why),)
-    else:
-        alone = {i: run([i]) for i in indices}
-        details = tuple((i, r[2] or "fails the model output") for i, r in alone.items()
-                        if not r[0])
-    if not details:  # each passes alone, together they do not: none can be singled out
-        details = tuple((i, why) for i in indices)
-    return ModelCheck(False, err, tuple(indices), tuple(i for i, _ in details), why,
-                      inputs=inputs, details=details)

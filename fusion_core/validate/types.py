@@ -124,15 +124,26 @@ class ValidationResult:
 
 @dataclass(frozen=True)
 class ModelCheck:
-    """Gate 2 for the whole model: every verified kernel patched in, output vs eager."""
+    """Gate 2 for the whole model: every verified kernel patched in, judged against eager
+    and a float64 run of the graph (``model_check.py``)."""
 
     passed: bool | None  # None: nothing to patch
     max_abs_err: float | None
     patched: tuple[int, ...]
-    blamed: tuple[int, ...] = ()  # clusters whose kernel alone breaks the model output
+    blamed: tuple[int, ...] = ()  # clusters whose kernel breaks the model output
     detail: str = ""  # what went wrong with every kernel patched in
     inputs: tuple[tuple[int, ...], ...] = ()  # the model input shapes, when smaller than analysed
-    details: tuple[tuple[int, str], ...] = ()  # per blamed cluster: what its kernel alone did
+    details: tuple[tuple[int, str], ...] = ()  # per blamed cluster: what its kernel did
+    # With the offered kernels (all, or all but the blamed) patched in: the worst output's
+    # RMSE against a float64 run of the graph, and eager's own (None: not judged that way).
+    patched_rmse: float | None = None
+    eager_rmse: float | None = None
+    offered_max_abs_err: float | None = None  # after a failure: the offered kernels' error
+
+    @property
+    def offered(self) -> tuple[int, ...]:
+        """The patched kernels that pass together: all of them, or all but the blamed."""
+        return tuple(i for i in self.patched if i not in self.blamed)
 
 
 @dataclass(frozen=True)
