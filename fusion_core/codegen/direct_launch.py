@@ -34,13 +34,12 @@ POINTER_ALIGN = 16  # bytes: Triton specializes pointer arguments on this alignm
 
 def _hooks_set():
     """Whether Triton has a launch enter/exit hook installed (a profiler): warm launches then
-    go through Triton, which calls them."""
+    go through Triton, which calls them. Newer Tritons hold a chain of hooks, empty when none
+    is installed; older ones a function or None."""
     knobs = getattr(triton, "knobs", None)
     holder = knobs.runtime if knobs is not None else triton.compiler.CompiledKernel
-    return (
-        getattr(holder, "launch_enter_hook", None) is not None
-        or getattr(holder, "launch_exit_hook", None) is not None
-    )
+    hooks = (getattr(holder, "launch_enter_hook", None), getattr(holder, "launch_exit_hook", None))
+    return any(h is not None and bool(getattr(h, "calls", True)) for h in hooks)
 
 
 def _direct(kernel, compiled, grid, tensors, scalars, constexprs):
