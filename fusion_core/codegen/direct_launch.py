@@ -30,6 +30,7 @@ import triton
 from .writer import CodeWriter
 
 POINTER_ALIGN = 16  # bytes: Triton specializes pointer arguments on this alignment
+DIRECT_SINCE = (3, 3)  # the Triton whose launcher takes every bound argument
 
 
 def _hooks_set():
@@ -51,6 +52,9 @@ def _direct(kernel, compiled, grid, tensors, scalars, constexprs):
     run = getattr(compiled, "run", None)
     init = getattr(compiled, "_init_handles", None)
     if run is None or init is None or not hasattr(compiled, "packed_metadata") or _hooks_set():
+        return None
+    # Tritons before 3.3 passed the launcher no constexprs: another calling convention.
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) < DIRECT_SINCE:
         return None
     names = getattr(kernel, "arg_names", None)
     rest = names[len(tensors) + len(scalars) :] if names is not None else None
@@ -91,14 +95,15 @@ def _direct(kernel, compiled, grid, tensors, scalars, constexprs):
 
 
 HELPERS = (_hooks_set, _direct)
-GLOBALS = ("POINTER_ALIGN",)
+GLOBALS = ("POINTER_ALIGN", "DIRECT_SINCE")
 
 
 def source() -> str:
     """The helpers' text as a generated file holds it, after its constant."""
     text = "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in HELPERS)
     return (
-        f"POINTER_ALIGN = {POINTER_ALIGN}  # bytes: Triton specializes pointers on it\n\n\n"
+        f"POINTER_ALIGN = {POINTER_ALIGN}  # bytes: Triton specializes pointers on it\n"
+        f"DIRECT_SINCE = {DIRECT_SINCE}  # the Triton whose launcher takes every argument\n\n\n"
         + text
         + "\n"
     )
