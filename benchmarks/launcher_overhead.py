@@ -177,8 +177,11 @@ def _eager_op(inputs: tuple[torch.Tensor, ...]):
 def _inductor(analysis, cluster, inputs):
     """torch.compile of the cluster's eager region on CUDA, compiled by a first call; and the
     region's eager op count."""
-    region = graph_on(eager_subgraph(analysis.graph_module, cluster).module, "cuda")
+    sub = eager_subgraph(analysis.graph_module, cluster)
+    region = graph_on(sub.module, "cuda")
     ops = sum(n.op in ("call_function", "call_method", "call_module") for n in region.graph.nodes)
+    if sub.extras:  # reads a value that is not among the cluster's inputs: no region to run
+        return None, ops
     compiled = torch.compile(region)
     with torch.no_grad():
         compiled(*inputs)
@@ -234,7 +237,8 @@ def _gpu_cluster(analysis, cluster, module, name: str, inputs, calls: int, repea
         times["compiled[grid]"] = host_us(lambda: runner(*bound), calls, repeat)
         times[".run"] = host_us(_raw_run(compiled, grid, bound), calls, repeat)
     compiled_region, ops = _inductor(analysis, cluster, inputs)
-    times["Inductor"] = host_us(compiled_region, calls, repeat)
+    if compiled_region is not None:
+        times["Inductor"] = host_us(compiled_region, calls, repeat)
     times["eager op"] = host_us(_eager_op(inputs), calls, repeat)
     empties = [(o.shape, o.dtype) for o in outputs]
     times["empty"] = host_us(lambda: [torch.empty(s, dtype=d, device="cuda") for s, d in empties],
