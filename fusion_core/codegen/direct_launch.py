@@ -111,15 +111,15 @@ def source() -> str:
 
 # Generation time only (not copied into kernel files).
 def launch_lines(
-    kernel: str, grid: str, tensors: list[str], constexprs: list[str], out: CodeWriter
+    kernel: str, grid: str, tensors: list[str], constexprs: list[tuple[str, str]], out: CodeWriter
 ) -> None:
     """One launch of `kernel` through Triton, then `return` of a thunk giving its direct
     launcher (called only when the launcher keeps it: the timing of candidates skips it)."""
     out.line(f"grid = {grid}")
-    out.line("consts = dict(")
+    out.line("consts = {")
     with out.indented():
-        out.wrapped(constexprs)
-    out.line(")")
+        out.wrapped([f'"{name}": {value}' for name, value in constexprs])
+    out.line("}")
     out.line(f"compiled = {kernel}[grid](")
     with out.indented():
         out.wrapped([*tensors, "*args", "**consts", "num_warps=num_warps"])

@@ -278,12 +278,12 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
     return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
-def _consts(plan: KernelPlan) -> list[str]:
-    """The kernel's constexpr keywords, from the configuration (`num_warps` is passed
-    besides them: a launch option, no kernel parameter)."""
-    shape = (["ROWS_PER_PROGRAM=rows", "COLS_ALIGN=_multiple_of(args[1])"] if plan.two_d
-             else ["N_ALIGN=_multiple_of(args[0])"])
-    return ["BLOCK_SIZE=block", *shape]
+def _consts(plan: KernelPlan) -> list[tuple[str, str]]:
+    """The kernel's constexpr parameters and their values' expressions, from the
+    configuration (`num_warps` is passed besides them: a launch option, no parameter)."""
+    shape = ([("ROWS_PER_PROGRAM", "rows"), ("COLS_ALIGN", "_multiple_of(args[1])")]
+             if plan.two_d else [("N_ALIGN", "_multiple_of(args[0])")])
+    return [("BLOCK_SIZE", "block"), *shape]
 
 
 def _grid(plan: KernelPlan) -> str:

@@ -110,7 +110,8 @@ def kernels(plan: KernelPlan, params: KernelParams) -> list[str]:
     return out.result()
 
 
-def launch_fn(plan: KernelPlan, names: list[str], consts: list[str], out: CodeWriter) -> None:
+def launch_fn(plan: KernelPlan, names: list[str], consts: list[tuple[str, str]],
+              out: CodeWriter) -> None:
     """`_launch(config, args, *tensors)` of a split plan: the looped kernel when the
     configuration's programs per row is 1 (returning its direct launcher's thunk), else the
     partials and finish kernels (None: two launches and a workspace per call, through
@@ -141,7 +142,8 @@ def launch_fn(plan: KernelPlan, names: list[str], consts: list[str], out: CodeWr
                 ("finish", tensors, ["SPLITS_BLOCK=triton.next_power_of_2(splits)"])):
             out.line(f"{plan.name}_{kernel}[grid](")
             with out.indented():
-                out.wrapped([*pointers, "partials", "*args", "chunk", *consts, *extra,
+                out.wrapped([*pointers, "partials", "*args", "chunk",
+                             *(f"{name}={value}" for name, value in consts), *extra,
                              "num_warps=num_warps"])
             out.line(")")
 
