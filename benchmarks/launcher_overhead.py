@@ -1,24 +1,42 @@
-"""Host (Python) time of the generated launchers, per call, with the kernel launch stubbed out.
+"""Host time of the generated launchers per call: stubbed on CPU, every launch path on CUDA.
 
-    python benchmarks/launcher_overhead.py [--calls 2000] [--repeat 7]
+    python benchmarks/launcher_overhead.py [--calls 2000] [--repeat 7] [--cases ExampleNet,Mixer]
 
 For ExampleNet, microgpt, the Mixer and the ConvNeXt block at small shapes it analyzes the model,
-generates and loads every cluster's file, and replaces the module's ``@triton.jit``
-kernel with a stub whose ``[grid]`` returns a no-op, so only the launcher's own Python
-work is timed (key, checks, output allocation, argument packing), on CPU tensors.
+generates and loads every cluster's file, then prints two tables.
 
-Two numbers per cluster, in the same process: "cold" clears the launcher's plan cache
-(``LAUNCH_CACHE``) before every call, i.e. every call redoes the shape, stride and grid
-work as the launcher did before the cache; "warm" keeps it. For files generated before
-the cache existed (no ``LAUNCH_CACHE``), both columns time the plain launcher. Each figure
-is the median over --repeat runs of --calls calls. This is CPU time of the Python side
-only: Triton's own dispatch and the CUDA launch are not in it.
+1. CPU, kernel stubbed out (always): the module's ``@triton.jit`` kernel is replaced with a
+   stub whose ``[grid]`` returns a no-op, so only the launcher's own Python work is timed
+   (key, checks, output allocation, argument packing), on CPU tensors. "cold" clears the plan
+   cache (``LAUNCH_CACHE``) before every call, "warm" keeps it.
+2. CUDA, real launches (needs a CUDA GPU; without one it says so and stops): host time per
+   warm call, on the same inputs, of
+   * ``ours``: the generated launcher (plan lookup, output allocation, direct launch);
+   * ``via Triton``: the same launcher with its direct launchers switched off (plan lookup,
+     output allocation, ``kernel[grid](...)``), i.e. the launcher before direct launches;
+   * ``kernel[grid]``: the kernel called through Triton with the launcher's last arguments
+     (no allocation, no plan);
+   * ``compiled[grid]``: the ``CompiledKernel`` that call returned, through its own runner;
+   * ``.run``: ``CompiledKernel.run`` called as ``JITFunction.run`` calls it (stream looked up
+     per call, no launch metadata, no hooks): the floor of Triton's Python launch path;
+   * ``Inductor``: ``torch.compile`` of the cluster's eager region (its eager op count in the
+     ``ops`` column): Dynamo's guards, Inductor's allocations and its launcher(s), per call;
+   * ``eager op``: one eager aten op of the kernel's arity (relu, add, addcmul) on its first
+     input, output allocated as ours;
+   * ``empty``: allocating the launcher's outputs alone (``torch.empty``), which ``ours`` and
+     ``eager op`` include and the three direct rows do not.
+   Inputs are small so the GPU keeps up with the host: a row whose final synchronize waited
+   more than a tenth of its loop is marked ``*`` (device-bound: it times the GPU, not the
+   host). A split-rows plan with several launches per call has no direct rows.
+
+Each figure is the median over --repeat runs of --calls calls.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import statistics
 import sys
@@ -32,8 +50,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fusion_core.codegen import generate, load_kernel, write_kernels  # noqa: E402
-from fusion_core.codegen.reference import capture_values, cluster_inputs  # noqa: E402
+from fusion_core.codegen.reference import capture_values, cluster_inputs, graph_on  # noqa: E402
 from fusion_core.ir.shapes import InputSpec  # noqa: E402
+from fusion_core.ir.subgraph import eager_subgraph  # noqa: E402
 from fusion_core.pipeline import analyze_file  # noqa: E402
 
 CASES = [
@@ -83,9 +102,12 @@ def run_case(label: str, path: str, shape, dtype, work: Path, calls: int, repeat
         inputs = cluster_inputs(analysis, cluster, values, gen)
         cache = getattr(module, "LAUNCH_CACHE", None)
 
-        def cold(launch=launch, inputs=inputs, cache=cache):
+        direct = getattr(module, "DIRECT_LAUNCH", {})
+
+        def cold(launch=launch, inputs=inputs, cache=cache, direct=direct):
             if cache is not None:
                 cache.clear()
+                direct.clear()
             launch(*inputs)
 
         def warm(launch=launch, inputs=inputs):
@@ -98,27 +120,205 @@ def run_case(label: str, path: str, shape, dtype, work: Path, calls: int, repeat
     return rows
 
 
+# --- CUDA: every launch path, real launches ------------------------------------------------
+
+
+class _Spy:
+    """Stands in for the jitted kernel and passes every launch on: keeps the last launch's
+    grid, arguments and the CompiledKernel Triton returned, and counts launches."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel, self.launches, self.last = kernel, 0, None
+
+    def __getattr__(self, name):  # arg_names and the rest, as the kernel has them
+        return getattr(self.kernel, name)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches += 1
+            compiled = self.kernel[grid](*args, **kwargs)
+            self.last = (grid, args, kwargs, compiled)
+            return compiled
+
+        return launch
+
+
+def host_us(fn, calls: int, repeat: int) -> tuple[float, bool]:
+    """Median host µs per call of `fn`, and whether the device fell behind (the final
+    synchronize waited more than a tenth of the loop: the figure is then device time)."""
+    runs, behind = [], False
+    torch.cuda.synchronize()
+    for _ in range(repeat):
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        queued = time.perf_counter_ns()
+        torch.cuda.synchronize()
+        waited = time.perf_counter_ns() - queued
+        behind |= waited > (queued - start) / 10
+        runs.append((queued - start) / calls / 1e3)
+    return statistics.median(runs), behind
+
+
+def _eager_op(inputs: tuple[torch.Tensor, ...]):
+    """One eager aten op with as many tensor operands as the kernel has inputs (at most 3),
+    on its first input (the dispatch cost depends on the arity, not on the shape)."""
+    a = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+    if a is None:  # a kernel without tensor inputs: a one-element tensor
+        a = torch.ones(1, device="cuda")
+    arity = len(inputs)
+    if arity <= 1:
+        return lambda: torch.relu(a)
+    if arity == 2:
+        return lambda: torch.add(a, a)
+    return lambda: torch.addcmul(a, a, a)
+
+
+def _inductor(analysis, cluster, inputs):
+    """torch.compile of the cluster's eager region on CUDA, compiled by a first call; and the
+    region's eager op count."""
+    sub = eager_subgraph(analysis.graph_module, cluster)
+    region = graph_on(sub.module, "cuda")
+    ops = sum(n.op in ("call_function", "call_method", "call_module") for n in region.graph.nodes)
+    if sub.extras:  # reads a value that is not among the cluster's inputs: no region to run
+        return None, ops
+    compiled = torch.compile(region)
+    with torch.no_grad():
+        compiled(*inputs)
+    return (lambda: compiled(*inputs)), ops
+
+
+def gpu_case(label: str, path: str, shape, dtype, work: Path, calls: int, repeat: int):
+    spec = InputSpec(shape, dtype)
+    analysis = analyze_file(ROOT / path, [spec])
+    gen = torch.Generator().manual_seed(0)
+    values = capture_values(analysis, *model_inputs(spec, gen))
+    rows = []
+    for cluster in analysis.clusters:
+        kernel = generate(analysis, cluster)
+        folder = work / f"gpu{label.split()[0]}{cluster.index}"
+        module = load_kernel(write_kernels([kernel], folder)[0])
+        inputs = tuple(t.to("cuda") if isinstance(t, torch.Tensor) else t
+                       for t in cluster_inputs(analysis, cluster, values, gen))
+        ops, direct, times = _gpu_cluster(analysis, cluster, module, kernel.name, inputs,
+                                          calls, repeat)
+        rows.append((label, cluster.index, cluster.chain, len(inputs), ops, direct, times))
+    return rows
+
+
+def _gpu_cluster(analysis, cluster, module, name: str, inputs, calls: int, repeat: int):
+    """(eager ops of the region, whether warm calls launched directly, {row: host_us})."""
+    real = getattr(module, f"{name}_kernel")
+    spy = _Spy(real)
+    setattr(module, f"{name}_kernel", spy)
+    launch = getattr(module, name)
+    launch(*inputs)  # chooses the bucket's configuration (timed), keeps the direct launcher
+    result = launch(*inputs)
+    outputs = result if isinstance(result, tuple) else (result,)
+    before = spy.launches
+    launch(*inputs)
+    kept = dict(module.DIRECT_LAUNCH)
+    direct = spy.launches == before and any(map(callable, kept.values()))
+    module.DIRECT_LAUNCH.update(dict.fromkeys(kept, False))  # Triton's path, as before
+    before = spy.last, spy.launches
+    launch(*inputs)
+    one_launch = spy.launches - before[1] == 1  # split rows launch other kernels
+    triton_call = spy.last
+    setattr(module, f"{name}_kernel", real)  # the spy's own Python is in no figure
+    times = {"via Triton": host_us(lambda: launch(*inputs), calls, repeat)}
+    module.DIRECT_LAUNCH.update(kept)
+    times["ours"] = host_us(lambda: launch(*inputs), calls, repeat)
+    compiled = triton_call[3] if one_launch else None
+    if callable(getattr(type(compiled), "__getitem__", None)):  # a CompiledKernel
+        grid, args, kwargs, _ = triton_call
+        times["kernel[grid]"] = host_us(lambda: real[grid](*args, **kwargs), calls, repeat)
+        bound = (*args, *(kwargs[n] for n in real.arg_names[len(args):]))
+        runner = compiled[grid]
+        times["compiled[grid]"] = host_us(lambda: runner(*bound), calls, repeat)
+        times[".run"] = host_us(_raw_run(compiled, grid, bound), calls, repeat)
+    compiled_region, ops = _inductor(analysis, cluster, inputs)
+    if compiled_region is not None:
+        times["Inductor"] = host_us(compiled_region, calls, repeat)
+    times["eager op"] = host_us(_eager_op(inputs), calls, repeat)
+    empties = [(o.shape, o.dtype) for o in outputs]
+    times["empty"] = host_us(lambda: [torch.empty(s, dtype=d, device="cuda") for s, d in empties],
+                             calls, repeat)
+    return ops, direct, times
+
+
+def _raw_run(compiled, grid, bound):
+    """`CompiledKernel.run` called the way `JITFunction.run` calls it, minus hooks."""
+    import triton
+
+    driver = triton.runtime.driver.active
+    device = driver.get_current_device()
+    run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+    g0, g1, g2 = (*grid, 1, 1)[:3]
+    stream = driver.get_current_stream
+    return lambda: run(g0, g1, g2, stream(device), function, metadata, None, None, None, *bound)
+
+
+GPU_COLUMNS = ("ours", "via Triton", "kernel[grid]", "compiled[grid]", ".run", "Inductor",
+               "eager op", "empty")
+
+
+def print_gpu(rows) -> None:
+    import triton
+
+    print(f"\nCUDA: {torch.cuda.get_device_name()}  triton {triton.__version__}  "
+          "host µs per warm call (* device-bound)")
+    print("| case | # | cluster | inputs | ops | direct | " + " | ".join(GPU_COLUMNS)
+          + " | ours − .run |")
+    print("|---|---|---|---|---|---|" + "---|" * (len(GPU_COLUMNS) + 1))
+    for label, index, chain, n_in, ops, direct, times in rows:
+        cells = [f"{times[c][0]:.1f}{'*' if times[c][1] else ''}" if c in times else "–"
+                 for c in GPU_COLUMNS]
+        gap = f"{times['ours'][0] - times['.run'][0]:+.1f}" if ".run" in times else "–"
+        print(f"| {label} | {index} | {chain} | {n_in} | {ops} | {'yes' if direct else 'no'} | "
+              + " | ".join(cells) + f" | {gap} |")
+    print("ours includes the output allocation (`empty`); the goal is ours within 1.5 µs of .run "
+          "plus empty, and no more than `eager op`.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--cases", default="",
+                        help="comma-separated case names to run (first word: ExampleNet, ...)")
     args = parser.parse_args()
+    wanted = {c for c in args.cases.split(",") if c}
+    cases = [c for c in CASES if not wanted or c[0].split()[0] in wanted]
+    if wanted - {c[0].split()[0] for c in CASES}:
+        parser.error(f"unknown case in --cases {args.cases!r}; known: "
+                     + ", ".join(c[0].split()[0] for c in CASES))
     torch.set_num_threads(1)
     print(f"{datetime.datetime.now(datetime.UTC).isoformat(timespec='minutes')}  "
           f"{platform.processor() or platform.machine()}  Python {platform.python_version()}  "
           f"torch {torch.__version__}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for case in CASES:
+        for case in cases:
             rows += run_case(*case, Path(tmp), args.calls, args.repeat)
-    cached = all(r[-1] for r in rows)
-    print("| case | # | cluster | inputs | cold µs/call | warm µs/call | cold/warm |")
-    print("|---|---|---|---|---|---|---|")
-    for label, index, chain, n_in, cold, warm, _ in rows:
-        print(f"| {label} | {index} | {chain} | {n_in} | {cold:.1f} | {warm:.1f} | "
-              f"{cold / warm:.1f}× |")
-    if not cached:
-        print("(no LAUNCH_CACHE in these launchers: cold and warm both time the plain launcher)")
+        cached = all(r[-1] for r in rows)
+        print("CPU, kernel stubbed out: the launcher's own Python work")
+        print("| case | # | cluster | inputs | cold µs/call | warm µs/call | cold/warm |")
+        print("|---|---|---|---|---|---|---|")
+        for label, index, chain, n_in, cold, warm, _ in rows:
+            print(f"| {label} | {index} | {chain} | {n_in} | {cold:.1f} | {warm:.1f} | "
+                  f"{cold / warm:.1f}× |")
+        if not cached:
+            print("(no LAUNCH_CACHE in these launchers: cold and warm both time the plain "
+                  "launcher)")
+        if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET", "0") == "1":
+            print("\nThe launch-path comparison (ours, Triton, the compiled kernel, Inductor, an "
+                  "eager op) needs a CUDA GPU without TRITON_INTERPRET=1: skipped here.")
+            return
+        gpu_rows = []
+        with torch.no_grad():  # the launchers are inference only; Inductor's guards see it
+            for case in cases:
+                gpu_rows += gpu_case(*case, Path(tmp), args.calls, args.repeat)
+        print_gpu(gpu_rows)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,8 @@ def test_the_cache_is_bounded(tmp_path):
     for rows in range(1, 6):
         _check(launch, fn, torch.randn(rows, 16))
         assert 1 <= len(module.LAUNCH_CACHE) <= 2
-    _check(launch, fn, torch.randn(5, 16))  # the newest plan survived the clearing
+    assert [key[0][0] for key in module.LAUNCH_CACHE] == [4, 5]  # the oldest made room
+    _check(launch, fn, torch.randn(5, 16))  # the newest plan survived
     assert len(module.plans) == 5
 
 

@@ -17,8 +17,11 @@ input (``runtime._seats``), so a repeated call rebuilds it with one ``as_strided
 call's tensor (its data, its storage offset). A repeated call builds the key, looks it up,
 copies what the plan says, allocates contiguous
 outputs and launches with its bucket's configuration, chosen on the bucket's first call
-and kept in ``CHOSEN`` (the Python work used to dominate small kernels' host time). A
-failed check raises and caches nothing; the cache is emptied when full.
+and kept in ``CHOSEN`` (the Python work used to dominate small kernels' host time). Once
+a plan has launched with its bucket's kept configuration, ``DIRECT_LAUNCH`` holds the
+compiled kernel's direct launcher for it (``direct_launch.py``): a warm call then skips
+Triton's dispatch too, and does the key lookup, the output allocation and one launch. A
+failed check raises and caches nothing; a full cache drops its oldest plan.
 ``ClusterNFunction`` wraps the launcher for autograd with a ``backward`` that refuses:
 inference only.
 """
@@ -29,7 +32,7 @@ import keyword
 import re
 from collections.abc import Iterable
 
-from . import launch_maps, runtime, split_rows
+from . import direct_launch, launch_maps, runtime, split_rows
 from . import tuning as autotune
 from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
@@ -45,7 +48,8 @@ _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block",
              "num_warps", "n_rows", "n_cols", "n_elements", "key", "plan", "copies",
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
-             "_views",
+             "_views", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
+             *direct_launch.GLOBALS, *(fn.__name__ for fn in direct_launch.HELPERS),
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
              *split_rows.LOCALS,
@@ -274,11 +278,12 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
     return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
-def _consts(plan: KernelPlan) -> list[str]:
-    """The kernel's constexpr and launch keywords, from the configuration."""
-    shape = (["ROWS_PER_PROGRAM=rows", "COLS_ALIGN=_multiple_of(args[1])"] if plan.two_d
-             else ["N_ALIGN=_multiple_of(args[0])"])
-    return ["BLOCK_SIZE=block", *shape, "num_warps=num_warps"]
+def _consts(plan: KernelPlan) -> list[tuple[str, str]]:
+    """The kernel's constexpr parameters and their values' expressions, from the
+    configuration (`num_warps` is passed besides them: a launch option, no parameter)."""
+    shape = ([("ROWS_PER_PROGRAM", "rows"), ("COLS_ALIGN", "_multiple_of(args[1])")]
+             if plan.two_d else [("N_ALIGN", "_multiple_of(args[0])")])
+    return [("BLOCK_SIZE", "block"), *shape]
 
 
 def _grid(plan: KernelPlan) -> str:
@@ -296,9 +301,11 @@ def _launch_fn(plan: KernelPlan, looped: bool, names: list[str], out: CodeWriter
     tensors = names + [f"out{i}" for i in range(len(plan.outputs))]
     out.line(f"def _launch(config, args, {', '.join(tensors)}):")
     with out.indented():
-        out.lines(['"""One launch under `config` = (block, rows, num_warps)."""',
+        out.lines(['"""One launch under `config` = (block, rows, num_warps); returns a thunk',
+                   'giving its direct launcher for the plan\'s later calls (or None)."""',
                    "block, rows, num_warps = config"])
-        _call(f"{plan.name}_kernel[{_grid(plan)}](", tensors + ["*args"] + _consts(plan), out)
+        direct_launch.launch_lines(f"{plan.name}_kernel", _grid(plan), tensors, _consts(plan),
+                                   out)
 
 
 def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
@@ -315,13 +322,17 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     out = CodeWriter()
     out.lines([f"NAME = {n!r}",
                "# Launch plans by the inputs' (shape, stride, dtype, device): a repeated call",
-               "# skips the checks and choices of `_plan`. Emptied when it holds",
-               "# LAUNCH_CACHE_SIZE plans (dynamic shapes); clear it after editing the tuning",
-               "# constants in a running process.",
+               "# skips the checks and choices of `_plan`. Holds at most LAUNCH_CACHE_SIZE",
+               "# plans (dynamic shapes): the oldest makes room. Clear it and DIRECT_LAUNCH",
+               "# after editing the tuning constants in a running process.",
                "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
                "# The configuration chosen per (shape bucket, input dtypes, device).",
                "CHOSEN = {}",
+               "# Per launch plan (same keys), once its configuration is chosen: the compiled",
+               "# kernel's direct launcher (`_direct`), or False to launch through Triton.",
+               "DIRECT_LAUNCH = {}",
                "", "", *runtime.source(plan.order is not None, bool(viewed)).splitlines(),
+               "", "", *direct_launch.source().splitlines(),
                "", "", *autotune.source(kind(plan, looped)).splitlines(), "", ""])
     _plan_fn(plan, params, looped, names, out)
     out.lines(["", ""])
@@ -345,8 +356,11 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                 out.line("plan = (seats, _plan(*seen))")
             else:
                 out.line(f"plan = _plan({', '.join(names) or NO_INPUTS_DEVICE})")
-            out.lines(["if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:",
-                       "    LAUNCH_CACHE.clear()", "LAUNCH_CACHE[key] = plan"])
+            out.lines(["if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:  # the oldest plan makes room",
+                       "    oldest = next(iter(LAUNCH_CACHE))",
+                       "    del LAUNCH_CACHE[oldest]",
+                       "    DIRECT_LAUNCH.pop(oldest, None)",
+                       "LAUNCH_CACHE[key] = plan"])
         if viewed:
             out.line("seats, (copies, out_shapes, args, tune_key, configs) = plan")
             _seated(names, viewed, raw, inputs, out)
@@ -363,12 +377,18 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
         out.lines(["if not configs:  # no elements", f"    return {result}"])
         tensors = ", ".join(names + [launch_maps.kernel_output(t, i)
                                      for i, t in enumerate(plan.outputs)])
-        out.lines(["config = CHOSEN.get(tune_key)",
+        out.lines(["fire = DIRECT_LAUNCH.get(key)",
+                   f"if fire and fire({tensors}):  # the plan's kernel, past Triton's dispatch",
+                   f"    return {result}",
+                   "config = CHOSEN.get(tune_key)",
                    "if config is None:  # a new shape bucket: choose its configuration once",
                    "    config = _choose(tune_key, configs,",
                    f"                     lambda c: _launch(c, args, {tensors}),",
                    f"                     {device})",
-                   f"_launch(config, args, {tensors})", f"return {result}"])
+                   f"launched = _launch(config, args, {tensors})",
+                   "if fire is None and CHOSEN.get(tune_key) == config:  # kept: launch directly",
+                   "    DIRECT_LAUNCH[key] = (launched() if launched else None) or False",
+                   f"return {result}"])
     out.lines(["", "", f"class {wrapper_class(plan)}(torch.autograd.Function):"])
     with out.indented():
         out.lines([f'"""`{n}` in autograd graphs: forward runs the kernel, backward refuses."""',

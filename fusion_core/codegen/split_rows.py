@@ -26,6 +26,7 @@ workspace per launch (the caching allocator makes that cheap, and CUDA graphs ca
 
 from __future__ import annotations
 
+from . import direct_launch
 from .emit import Chunk, column_loop, last_pass, rewritten, row_prologue, rows_boilerplate
 from .lower import KernelPlan
 from .reduce import Partials, emitter
@@ -33,7 +34,7 @@ from .writer import CodeWriter, KernelParams
 
 WORKSPACE = "partial_ptr"  # the workspace's kernel parameter
 # The launcher's locals besides the kernel's: input names must not take them.
-LOCALS = ("splits", "chunk", "partials")
+LOCALS = ("splits", "chunk", "partials", "grid")
 _CHUNK = Chunk(bound="chunk_cols", start="start + ", end="end")
 # A chunk's width is a multiple of this: Triton then knows every chunk starts 16-aligned (as
 # it knows of a row when n_cols is a multiple of 16), and keeps its loads vectorized.
@@ -109,9 +110,12 @@ def kernels(plan: KernelPlan, params: KernelParams) -> list[str]:
     return out.result()
 
 
-def launch_fn(plan: KernelPlan, names: list[str], consts: list[str], out: CodeWriter) -> None:
+def launch_fn(plan: KernelPlan, names: list[str], consts: list[tuple[str, str]],
+              out: CodeWriter) -> None:
     """`_launch(config, args, *tensors)` of a split plan: the looped kernel when the
-    configuration's programs per row is 1, else the partials and finish kernels."""
+    configuration's programs per row is 1 (returning its direct launcher's thunk), else the
+    partials and finish kernels (None: two launches and a workspace per call, through
+    Triton)."""
     r = plan.reduction
     assert r is not None
     n = len(_partials(plan).names)
@@ -124,11 +128,9 @@ def launch_fn(plan: KernelPlan, names: list[str], consts: list[str], out: CodeWr
                    f'{CHUNK_ALIGN}), one program each, and the partials and finish kernels run."""',
                    "block, rows, num_warps, splits = config",
                    "if splits == 1:"])
-        with out.indented():
-            out.line(f"{plan.name}_kernel[(triton.cdiv(args[0], rows),)](")
-            with out.indented():
-                out.wrapped([*tensors, "*args", *consts])
-            out.lines([")", "return"])
+        with out.indented():  # one kernel: kept for a direct launch like any other
+            direct_launch.launch_lines(f"{plan.name}_kernel", "(triton.cdiv(args[0], rows),)",
+                                       tensors, consts, out)
         out.lines([f"chunk = triton.cdiv(triton.cdiv(args[1], splits), {CHUNK_ALIGN}) * "
                    f"{CHUNK_ALIGN}",
                    "splits = triton.cdiv(args[1], chunk)  # none empty",
@@ -140,6 +142,8 @@ def launch_fn(plan: KernelPlan, names: list[str], consts: list[str], out: CodeWr
                 ("finish", tensors, ["SPLITS_BLOCK=triton.next_power_of_2(splits)"])):
             out.line(f"{plan.name}_{kernel}[grid](")
             with out.indented():
-                out.wrapped([*pointers, "partials", "*args", "chunk", *consts, *extra])
+                out.wrapped([*pointers, "partials", "*args", "chunk",
+                             *(f"{name}={value}" for name, value in consts), *extra,
+                             "num_warps=num_warps"])
             out.line(")")
 
