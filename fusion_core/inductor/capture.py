@@ -88,6 +88,16 @@ class InductorKernel:
     name: str
     nodes: tuple[InductorNode, ...]
     name_ops: tuple[str, ...] = ()  # op names parsed from the kernel name (fallback mode)
+    # The user's `cat` nodes whose output buffer this kernel writes its results into
+    # (Inductor's ConcatKernel lends each input a slice: a `NonOwningLayout`).
+    into_cat: tuple[InductorNode, ...] = ()
+
+    @property
+    def cats(self) -> tuple[InductorNode, ...]:
+        """The concatenations this kernel fuses a producer into: those it writes into, and
+        a `cat` among its own origins (a concatenation lowered as a pointwise read)."""
+        found = {n.name: n for n in (*self.into_cat, *self.nodes) if n.op == "cat"}
+        return tuple(found.values())
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -129,6 +139,17 @@ class LibraryCall:
         """Its nodes with a line, the replaced ones included."""
         return tuple(n for n in (*self.nodes, *self.replaced) if n.line is not None)
 
+    @property
+    def epilogue(self) -> tuple[InductorNode, ...]:
+        """The pointwise ops a pattern folded into this convolution or matmul call (oneDNN's
+        `_convolution_pointwise` applying the ReLU that read its result)."""
+        from .kernel_graph import GEMM_OPS  # kernel_graph imports this module
+
+        if not any(n.op in GEMM_OPS for n in (*self.nodes, *self.replaced)) and not any(
+                word in self.op for word in ("convolution", "linear", "mm")):
+            return ()
+        return tuple(n for n in self.replaced if is_compute(n.op) and n.op not in GEMM_OPS)
+
 
 @dataclass(frozen=True)
 class InductorCapture:
@@ -156,18 +177,61 @@ def _node_record(fx_node: Any) -> InductorNode | None:
                         file=loc.file if loc else None, line=loc.line if loc else None)
 
 
-def _origins(scheduler_nodes: Sequence[Any]) -> tuple[InductorNode, ...]:
-    seen: dict[str, InductorNode] = {}
+def _ir_nodes(scheduler_nodes: Sequence[Any]) -> Iterator[Any]:
     for sn in scheduler_nodes:
-        if not hasattr(sn, "get_nodes"):
-            continue  # reduction markers in a Triton node schedule
-        for inner in sn.get_nodes():
-            ir_node = getattr(inner, "node", None)
-            for origin in sorted(getattr(ir_node, "origins", None) or (), key=lambda o: o.name):
-                rec = _node_record(origin)
-                if rec is not None:
-                    seen.setdefault(rec.name, rec)
+        if hasattr(sn, "get_nodes"):  # not a reduction marker in a Triton node schedule
+            for inner in sn.get_nodes():
+                if getattr(inner, "node", None) is not None:
+                    yield inner.node
+
+
+def _origins(scheduler_nodes: Sequence[Any], rewrites: Rewrites) -> tuple[InductorNode, ...]:
+    """The post-grad nodes the kernel computes. A lowering pattern's product (its target a
+    Python function, not an aten op) stands for a library call: a kernel listing it only
+    prepares that call's inputs (oneDNN's weight and input layouts)."""
+    seen: dict[str, InductorNode] = {}
+    for ir_node in _ir_nodes(scheduler_nodes):
+        for origin in sorted(getattr(ir_node, "origins", None) or (), key=lambda o: o.name):
+            if rewrites.sources(origin) and not _packet(origin.target):
+                continue
+            rec = _node_record(origin)
+            if rec is not None:
+                seen.setdefault(rec.name, rec)
     return tuple(seen.values())
+
+
+def _concat_of(layout: Any) -> Any:
+    """The ConcatKernel a `NonOwningLayout` lends its slice of, else None."""
+    if type(layout).__name__ != "NonOwningLayout":
+        return None
+    data = getattr(layout, "view", None)
+    for _ in range(8):  # ReinterpretView -> StorageBox -> ConcatKernel
+        if data is None or type(data).__name__ == "ConcatKernel":
+            return data
+        data = getattr(data, "data", None)
+    return None
+
+
+def _into_cat(scheduler_nodes: Sequence[Any]) -> tuple[InductorNode, ...]:
+    """The `cat` nodes whose output the kernel's buffers are slices of."""
+    found: dict[str, InductorNode] = {}
+    for ir_node in _ir_nodes(scheduler_nodes):
+        concat = _concat_of(getattr(ir_node, "layout", None))
+        for origin in getattr(concat, "origins", None) or ():
+            rec = _node_record(origin)
+            if rec is not None and rec.op == "cat":
+                found.setdefault(rec.name, rec)
+    return tuple(found.values())
+
+
+Record = tuple[str, tuple[InductorNode, ...], tuple[InductorNode, ...]]  # name, nodes, cats
+
+
+def _record(name: str, scheduler_nodes: Sequence[Any], rewrites: Rewrites) -> Record:
+    cats: tuple[InductorNode, ...] = ()
+    with contextlib.suppress(Exception):  # the layouts are private API: the nodes matter more
+        cats = _into_cat(scheduler_nodes)
+    return name, _origins(scheduler_nodes, rewrites), cats
 
 
 def _scheduling_classes() -> list[type]:
@@ -182,7 +246,7 @@ def _scheduling_classes() -> list[type]:
 
 
 @contextlib.contextmanager
-def _record_define_kernel(sink: list[tuple[str, tuple[InductorNode, ...]]]) -> Iterator[None]:
+def _record_define_kernel(sink: list[Record], rewrites: Rewrites) -> Iterator[None]:
     """Wrap each scheduler's define_kernel(src_code, nodes, ...) to record name and nodes."""
     patched: list[tuple[type, Callable]] = []
 
@@ -190,7 +254,7 @@ def _record_define_kernel(sink: list[tuple[str, tuple[InductorNode, ...]]]) -> I
         def define_kernel(self, src_code, nodes, *args, **kwargs):
             name = original(self, src_code, nodes, *args, **kwargs)
             with contextlib.suppress(Exception):
-                sink.append((str(name), _origins(list(nodes))))
+                sink.append(_record(str(name), list(nodes), rewrites))
             return name
         define_kernel._fusion_advisor = True  # type: ignore[attr-defined]
         return define_kernel
@@ -244,8 +308,7 @@ def _library_call(sn: Any, rewrites: Rewrites) -> LibraryCall | None:
                        pattern)
 
 
-def _post_fusion_patch(sink: list[tuple[str, tuple[InductorNode, ...]]],
-                       calls: list[LibraryCall], rewrites: Rewrites):
+def _post_fusion_patch(sink: list[Record], calls: list[LibraryCall], rewrites: Rewrites):
     import torch._inductor.config as cfg
 
     if not hasattr(cfg, "_post_fusion_custom_pass"):
@@ -262,7 +325,7 @@ def _post_fusion_patch(sink: list[tuple[str, tuple[InductorNode, ...]]],
                     continue
                 if "Nop" in type(sn).__name__:
                     continue
-                sink.append((str(sn.get_name()), _origins([sn])))
+                sink.append(_record(str(sn.get_name()), [sn], rewrites))
         return nodes
 
     # The compile runs in a fresh cache anyway; with the FX graph cache on, Inductor tries to
@@ -314,13 +377,13 @@ def capture(model: nn.Module, inputs: Sequence[torch.Tensor]) -> InductorCapture
     except ImportError as e:  # pragma: no cover - very old torch
         raise InductorError(f"this torch ({torch.__version__}) has no Inductor: "
                             "upgrade torch to compare with torch.compile") from e
-    by_define: list[tuple[str, tuple[InductorNode, ...]]] = []
-    by_pass: list[tuple[str, tuple[InductorNode, ...]]] = []
+    by_define: list[Record] = []
+    by_pass: list[Record] = []
     calls: list[LibraryCall] = []
     rewrites = Rewrites()
     model = model.eval()
     try:
-        with fresh_inductor_cache(), _record_define_kernel(by_define), \
+        with fresh_inductor_cache(), _record_define_kernel(by_define, rewrites), \
                 record_rewrites(rewrites), _post_fusion_patch(by_pass, calls, rewrites):
             code = _compile(model, inputs)
     except Exception as e:  # noqa: BLE001 - any compiler failure becomes one line
@@ -335,23 +398,25 @@ def capture(model: nn.Module, inputs: Sequence[torch.Tensor]) -> InductorCapture
                            torch_version=torch.__version__, calls=tuple(calls))
 
 
-def _pick(by_define, by_pass, names) -> tuple[tuple[InductorKernel, ...], str]:
+def _pick(by_define: list[Record], by_pass: list[Record], names: list[str]
+          ) -> tuple[tuple[InductorKernel, ...], str]:
     generated = set(names)
     # Keep only kernels that made it into the code (benchmark-only compiles do not).
-    defined = [(n, nodes) for n, nodes in _dedupe(by_define) if not generated or n in generated]
-    if defined and any(nodes for _, nodes in defined):
+    defined = [r for r in _dedupe(by_define) if not generated or r[0] in generated]
+    if defined and any(nodes for _, nodes, _ in defined):
         # Call order is code order: the first kernel computing a value is its producer.
-        return tuple(InductorKernel(n, nodes, ops_from_name(n)) for n, nodes in defined), \
-            "define_kernel"
-    if by_pass and any(nodes for _, nodes in by_pass):
-        return tuple(InductorKernel(n, nodes) for n, nodes in by_pass), "post_fusion"
+        return tuple(InductorKernel(n, nodes, ops_from_name(n), cats)
+                     for n, nodes, cats in defined), "define_kernel"
+    if by_pass and any(nodes for _, nodes, _ in by_pass):
+        return tuple(InductorKernel(n, nodes, (), cats) for n, nodes, cats in by_pass), \
+            "post_fusion"
     return tuple(InductorKernel(n, (), ops_from_name(n)) for n in names), "names"
 
 
-def _dedupe(records):
+def _dedupe(records: list[Record]) -> Iterator[Record]:
     seen = set()
-    for name, nodes in records:
+    for name, nodes, cats in records:
         key = (name, tuple(n.name for n in nodes))
         if key not in seen:
             seen.add(key)
-            yield name, nodes
+            yield name, nodes, cats
