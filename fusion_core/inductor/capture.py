@@ -12,6 +12,8 @@ each step is guarded and the next one is the fallback):
    becomes a kernel (the C++ backend may later put several loops into one function).
 3. Kernel names in the generated code (``cpp_fused_<ops>_<n>``, ``triton_poi_fused_...``):
    op names only, no nodes or lines.
+A kernel also records the ``cat`` nodes whose output its buffers are slices of
+(``layouts.py``): Inductor writes a concatenation's producers straight into its output.
 
 Beside the kernels it generates, Inductor calls library kernels (its ``ExternKernel`` nodes:
 BLAS ``mm``/``addmm``, convolutions, aten fallbacks, flash or efficient attention). Each
@@ -36,6 +38,7 @@ import torch.nn as nn
 from ..errors import FusionAdvisorError
 from ..ir.normalize import module_path, parse_stack_trace
 from ..ir.registry import SPECS
+from .layouts import cat_origins, ir_nodes
 from .rewrites import Rewrites, record_rewrites
 
 # aten overload packet name -> our registry op name, where they differ.
@@ -143,11 +146,12 @@ class LibraryCall:
     def epilogue(self) -> tuple[InductorNode, ...]:
         """The pointwise ops a pattern folded into this convolution or matmul call (oneDNN's
         `_convolution_pointwise` applying the ReLU that read its result)."""
-        from .kernel_graph import GEMM_OPS  # kernel_graph imports this module
+        from .kernel_graph import ATTENTION_OPS, GEMM_OPS  # it imports this module
 
-        if not any(n.op in GEMM_OPS for n in (*self.nodes, *self.replaced)) and not any(
-                word in self.op for word in ("convolution", "linear", "mm")):
-            return ()
+        if self.op.lstrip("_") in ATTENTION_OPS or not (
+                any(n.op in GEMM_OPS for n in (*self.nodes, *self.replaced))
+                or any(word in self.op for word in ("convolution", "linear", "mm"))):
+            return ()  # an attention rewrite replaced its matmuls and softmax: no epilogue
         return tuple(n for n in self.replaced if is_compute(n.op) and n.op not in GEMM_OPS)
 
 
@@ -177,20 +181,12 @@ def _node_record(fx_node: Any) -> InductorNode | None:
                         file=loc.file if loc else None, line=loc.line if loc else None)
 
 
-def _ir_nodes(scheduler_nodes: Sequence[Any]) -> Iterator[Any]:
-    for sn in scheduler_nodes:
-        if hasattr(sn, "get_nodes"):  # not a reduction marker in a Triton node schedule
-            for inner in sn.get_nodes():
-                if getattr(inner, "node", None) is not None:
-                    yield inner.node
-
-
 def _origins(scheduler_nodes: Sequence[Any], rewrites: Rewrites) -> tuple[InductorNode, ...]:
     """The post-grad nodes the kernel computes. A lowering pattern's product (its target a
     Python function, not an aten op) stands for a library call: a kernel listing it only
     prepares that call's inputs (oneDNN's weight and input layouts)."""
     seen: dict[str, InductorNode] = {}
-    for ir_node in _ir_nodes(scheduler_nodes):
+    for ir_node in ir_nodes(scheduler_nodes):
         for origin in sorted(getattr(ir_node, "origins", None) or (), key=lambda o: o.name):
             if rewrites.sources(origin) and not _packet(origin.target):
                 continue
@@ -200,37 +196,14 @@ def _origins(scheduler_nodes: Sequence[Any], rewrites: Rewrites) -> tuple[Induct
     return tuple(seen.values())
 
 
-def _concat_of(layout: Any) -> Any:
-    """The ConcatKernel a `NonOwningLayout` lends its slice of, else None."""
-    if type(layout).__name__ != "NonOwningLayout":
-        return None
-    data = getattr(layout, "view", None)
-    for _ in range(8):  # ReinterpretView -> StorageBox -> ConcatKernel
-        if data is None or type(data).__name__ == "ConcatKernel":
-            return data
-        data = getattr(data, "data", None)
-    return None
-
-
-def _into_cat(scheduler_nodes: Sequence[Any]) -> tuple[InductorNode, ...]:
-    """The `cat` nodes whose output the kernel's buffers are slices of."""
-    found: dict[str, InductorNode] = {}
-    for ir_node in _ir_nodes(scheduler_nodes):
-        concat = _concat_of(getattr(ir_node, "layout", None))
-        for origin in getattr(concat, "origins", None) or ():
-            rec = _node_record(origin)
-            if rec is not None and rec.op == "cat":
-                found.setdefault(rec.name, rec)
-    return tuple(found.values())
-
-
 Record = tuple[str, tuple[InductorNode, ...], tuple[InductorNode, ...]]  # name, nodes, cats
 
 
 def _record(name: str, scheduler_nodes: Sequence[Any], rewrites: Rewrites) -> Record:
     cats: tuple[InductorNode, ...] = ()
     with contextlib.suppress(Exception):  # the layouts are private API: the nodes matter more
-        cats = _into_cat(scheduler_nodes)
+        cats = tuple(r for r in map(_node_record, cat_origins(scheduler_nodes))
+                     if r is not None and r.op == "cat")
     return name, _origins(scheduler_nodes, rewrites), cats
 
 

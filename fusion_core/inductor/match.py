@@ -196,12 +196,12 @@ def _call_words(call: LibraryCall) -> str:
     """Why Inductor computes our ops inside `call`, in a few words."""
     if not call.replaced:
         return "library call"
+    if call.op.lstrip("_") in ATTENTION_OPS:
+        return "attention pattern replaced"
     if call.epilogue:
         what = "convolution" if "conv" in call.op or any(
             "conv" in n.op for n in call.replaced) else "matrix product"
         return f"fused into the {what} call: an extern kernel's epilogue"
-    if call.op.lstrip("_") in ATTENTION_OPS:
-        return "attention pattern replaced"
     return f"pattern `{call.pattern}` replaced" if call.pattern else "pattern replaced"
 
 
