@@ -64,3 +64,46 @@ def test_rows_too_wide_for_one_block_keep_the_reductions_apart():
     assert all(c.ops.count("layer_norm") <= 1 for c in a.clusters)
     assert any(r.check == "lowering" and "whole row in one block" in r.reason
                for r in a.rejections)
+
+
+class ParallelResidual(nn.Module):
+    """GPT-NeoX's parallel residual: two LayerNorms of the same hidden states, which come
+    from a GEMM (outside any group), feed the attention and MLP branches side by side."""
+
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d, eps=1e-3)
+        self.attn, self.mlp = nn.Linear(d, d), nn.Linear(d, d)
+        with torch.no_grad():  # affine parameters that are not the identity
+            for ln in (self.ln1, self.ln2):
+                ln.weight.uniform_(0.5, 1.5)
+                ln.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return h + self.attn(self.ln1(h)) + self.mlp(self.ln2(h))
+
+
+def test_sibling_norms_of_one_input_share_one_kernel_that_reads_the_row_once(tmp_path):
+    torch.manual_seed(0)
+    checked = check_model(ParallelResidual(), (torch.randn(2, 5, 32),), tmp_path)
+    (norms,) = [c for c in checked.analysis.clusters if "layer_norm" in c.ops]
+    assert norms.ops == ("layer_norm", "layer_norm") and len(norms.outputs) == 2
+    assert norms.inputs[0] == "proj"  # the GEMM's output, read by one kernel for both norms
+    # one read of the row instead of two: the fused kernel moves fewer bytes than eager
+    assert norms.traffic.fused_bytes < norms.traffic.unfused_bytes
+    (kernel,) = [k for k in checked.kernels if k.cluster_index == norms.index]
+    assert kernel.skeleton == "reduction" and not kernel.looped
+    assert checked.max_err < 1e-4
+
+
+def test_sibling_norms_over_rows_too_wide_for_one_block_are_rejected_by_name():
+    class Wide(nn.Module):
+        def forward(self, x):  # the model's input, read by both norms
+            return F.layer_norm(x, (8192,)), F.layer_norm(x, (8192,), eps=1e-3)
+
+    a = analyze(Wide(), (2, 8192))
+    assert all(c.ops.count("layer_norm") <= 1 for c in a.clusters)
+    (rejection,) = [r for r in a.rejections if r.ops == ("layer_norm", "layer_norm")]
+    assert rejection.check == "lowering" and "whole row in one block" in rejection.reason

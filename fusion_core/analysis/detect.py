@@ -24,6 +24,7 @@ from .group import (
     members,
     moves_data,
     n_working_ops,
+    sibling_reductions,
 )
 from .legality import first_failure
 from .multi_output import lone_nodes, reduction_regions
@@ -123,6 +124,7 @@ def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
         if len(regions) > 1 and lone_nodes(g, regions):
             cuts.append((component, lone_nodes(g, regions)))
     tried: set[tuple[str, ...]] = set()
+    siblings = False  # the last round joins sibling reductions of one outside value
     while work:
         work.sort(key=lambda c: g.position(c[0]))
         while work:
@@ -146,8 +148,19 @@ def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
         leftover = {n for comp in components(g, candidates(g)) for n in comp
                     if n not in fused}
         regions = [tuple(sorted(r, key=g.position))
-                   for comp in components(g, leftover) for r in reduction_regions(g, comp)]
+                   for comp in components(g, leftover, siblings)
+                   for r in reduction_regions(g, comp, siblings)]
         work = [c for c in regions if c not in tried and n_working_ops(g, c) >= MIN_OPS]
+        if not work and not siblings:
+            # What is still alone may share a kernel with a sibling reduction: two norms of
+            # one GEMM's output read its rows once (GPT-NeoX's parallel residual). Last, so
+            # that a sibling joins no group before the ordinary rounds had their say.
+            siblings, tried = True, set()
+            work = [c for c in (tuple(sorted(r, key=g.position))
+                                for comp in components(g, leftover, True)
+                                for r in reduction_regions(g, comp, True))
+                    if n_working_ops(g, c) >= MIN_OPS and len(c) > 1
+                    and sibling_reductions(g, c)]
     legal.sort(key=lambda c: g.position(c[0]))
     # A node the cut left alone may have fused in the second round: name only the rest.
     fused = {n for grp in legal for n in grp}

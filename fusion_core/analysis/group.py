@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..ir.graph import FusionGraph, OpKind, Ref
+from ..ir.reductions import node_reduced_dims
 from ..ir.registry import SPECS
 from .types import Failure
 
@@ -135,8 +136,27 @@ def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def components(g: FusionGraph, nodes: Collection[str]) -> list[tuple[str, ...]]:
-    """Weakly connected components of the subgraph induced by `nodes`, in graph order."""
+def sibling_reductions(g: FusionGraph, nodes: Collection[str]) -> list[tuple[str, ...]]:
+    """Reductions in `nodes` reading one value over the same dims, two or more per value:
+    GPT-NeoX's parallel residual normalizes the same hidden states twice (`ln1(x)`,
+    `ln2(x)`). One kernel reads the row once for all of them, as Inductor's does, so they
+    count as connected even when the value they read is computed outside `nodes`."""
+    by_row: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    for n in sorted(nodes, key=g.position):
+        node = g[n]
+        src = node.inputs[0] if node.kind is OpKind.REDUCTION and node.inputs else None
+        meta = g[src.name].meta if isinstance(src, Ref) else None
+        dims = node_reduced_dims(node, len(meta.shape)) if meta is not None else None
+        if dims is not None:
+            by_row.setdefault((src.name, dims), []).append(n)
+    return [tuple(v) for v in by_row.values() if len(v) > 1]
+
+
+def components(g: FusionGraph, nodes: Collection[str], siblings: bool = False
+               ) -> list[tuple[str, ...]]:
+    """Weakly connected components of the subgraph induced by `nodes`, in graph order;
+    with `siblings`, sibling reductions of one value (``sibling_reductions``) are
+    connected too (one kernel may compute them)."""
     nodes = set(nodes)
     parent = {n: n for n in nodes}
 
@@ -150,6 +170,9 @@ def components(g: FusionGraph, nodes: Collection[str]) -> list[tuple[str, ...]]:
         for r in g[n].refs:
             if r in nodes:
                 parent[find(r)] = find(n)
+    for row in sibling_reductions(g, nodes) if siblings else ():
+        for n in row[1:]:
+            parent[find(n)] = find(row[0])
     groups: dict[str, list[str]] = {}
     for n in sorted(nodes, key=g.position):
         groups.setdefault(find(n), []).append(n)

@@ -22,6 +22,7 @@ from .group import (
     numel,
     ordered,
     reduced_shape,
+    sibling_reductions,
 )
 from .multi_output import store_verdict
 from .mutation import check_mutation
@@ -55,9 +56,20 @@ def _single_output_failure(g: FusionGraph, group: Collection[str]) -> Failure | 
                        f"`{g[n].label}` is also used by {_names(g, outside)} outside the group")
     if len(out) > 1:
         forks = _forks(g, group, out)
-        return Failure("fan-out", forks,
+        if forks:
+            return Failure("fan-out", forks,
+                           f"the group has {len(out)} results ({_names(g, out)}); one kernel "
+                           f"writes one, and {_names(g, forks[-1:])} feeds more than one of "
+                           "them")
+        # No node inside forks: sibling reductions of one outside value; the split computes
+        # each alone.
+        siblings = sibling_reductions(g, group)
+        later = tuple(n for s in siblings for n in s[1:])
+        shared = g[siblings[0][0]].refs[0] if siblings else ""
+        return Failure("fan-out", later,
                        f"the group has {len(out)} results ({_names(g, out)}); one kernel "
-                       f"writes one, and {_names(g, forks[-1:])} feeds more than one of them")
+                       f"writes one, and {_names(g, [s for ss in siblings for s in ss])} "
+                       f"reduce the same `{g[shared].label if shared else '?'}` side by side")
     return None
 
 

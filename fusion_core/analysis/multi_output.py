@@ -52,7 +52,7 @@ def store_verdict(g: FusionGraph, group: Collection[str], culprits: Collection[s
         kept -= set(failure.culprits)
         alone += failure.culprits
     fused = sum(_piece_bytes(g, {n}) for n in alone)
-    fused += sum(_piece_bytes(g, p) for p in components(g, kept))
+    fused += sum(_piece_bytes(g, p) for p in components(g, kept, siblings=True))
     split = sum(_piece_bytes(g, {c}) for c in culprits)
     split += sum(_piece_bytes(g, p) for p in components(g, set(group) - set(culprits)))
     return StoreVerdict(fused, split)
@@ -64,8 +64,10 @@ def _piece_bytes(g: FusionGraph, piece: Collection[str]) -> int:
         t.unfused_bytes)
 
 
-def reduction_regions(g: FusionGraph, component: Collection[str]) -> list[set[str]]:
-    """One region per reduction (prologue, reduction, epilogue); others stay whole."""
+def reduction_regions(g: FusionGraph, component: Collection[str], siblings: bool = False
+                      ) -> list[set[str]]:
+    """One region per reduction (prologue, reduction, epilogue); others stay whole.
+    `siblings`: sibling reductions of one outside value stay in one region."""
     order = sorted(component, key=g.position)
     members = set(order)
     reds = {n for n in order if g[n].kind is OpKind.REDUCTION}
@@ -91,7 +93,8 @@ def reduction_regions(g: FusionGraph, component: Collection[str]) -> list[set[st
     regions: dict[str | None, set[str]] = {}
     for n in order:
         regions.setdefault(owner[n], set()).add(n)
-    return [p for region in regions.values() for p in components(g, region)]
+    return [p for region in regions.values()
+            for p in components(g, region, siblings)]
 
 
 def _sharing(g: FusionGraph, members: set[str], reds: list[str]) -> dict[str, str]:

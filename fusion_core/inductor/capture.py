@@ -12,6 +12,8 @@ each step is guarded and the next one is the fallback):
    becomes a kernel (the C++ backend may later put several loops into one function).
 3. Kernel names in the generated code (``cpp_fused_<ops>_<n>``, ``triton_poi_fused_...``):
    op names only, no nodes or lines.
+A kernel also records the ``cat`` nodes whose output its buffers are slices of
+(``layouts.py``): Inductor writes a concatenation's producers straight into its output.
 
 Beside the kernels it generates, Inductor calls library kernels (its ``ExternKernel`` nodes:
 BLAS ``mm``/``addmm``, convolutions, aten fallbacks, flash or efficient attention). Each
@@ -36,6 +38,7 @@ import torch.nn as nn
 from ..errors import FusionAdvisorError
 from ..ir.normalize import module_path, parse_stack_trace
 from ..ir.registry import SPECS
+from .layouts import cat_origins, ir_nodes
 from .rewrites import Rewrites, record_rewrites
 
 # aten overload packet name -> our registry op name, where they differ.
@@ -88,6 +91,16 @@ class InductorKernel:
     name: str
     nodes: tuple[InductorNode, ...]
     name_ops: tuple[str, ...] = ()  # op names parsed from the kernel name (fallback mode)
+    # The user's `cat` nodes whose output buffer this kernel writes its results into
+    # (Inductor's ConcatKernel lends each input a slice: a `NonOwningLayout`).
+    into_cat: tuple[InductorNode, ...] = ()
+
+    @property
+    def cats(self) -> tuple[InductorNode, ...]:
+        """The concatenations this kernel fuses a producer into: those it writes into, and
+        a `cat` among its own origins (a concatenation lowered as a pointwise read)."""
+        found = {n.name: n for n in (*self.into_cat, *self.nodes) if n.op == "cat"}
+        return tuple(found.values())
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -129,6 +142,18 @@ class LibraryCall:
         """Its nodes with a line, the replaced ones included."""
         return tuple(n for n in (*self.nodes, *self.replaced) if n.line is not None)
 
+    @property
+    def epilogue(self) -> tuple[InductorNode, ...]:
+        """The pointwise ops a pattern folded into this convolution or matmul call (oneDNN's
+        `_convolution_pointwise` applying the ReLU that read its result)."""
+        from .kernel_graph import ATTENTION_OPS, GEMM_OPS  # it imports this module
+
+        if self.op.lstrip("_") in ATTENTION_OPS or not (
+                any(n.op in GEMM_OPS for n in (*self.nodes, *self.replaced))
+                or any(word in self.op for word in ("convolution", "linear", "mm"))):
+            return ()  # an attention rewrite replaced its matmuls and softmax: no epilogue
+        return tuple(n for n in self.replaced if is_compute(n.op) and n.op not in GEMM_OPS)
+
 
 @dataclass(frozen=True)
 class InductorCapture:
@@ -156,18 +181,30 @@ def _node_record(fx_node: Any) -> InductorNode | None:
                         file=loc.file if loc else None, line=loc.line if loc else None)
 
 
-def _origins(scheduler_nodes: Sequence[Any]) -> tuple[InductorNode, ...]:
+def _origins(scheduler_nodes: Sequence[Any], rewrites: Rewrites) -> tuple[InductorNode, ...]:
+    """The post-grad nodes the kernel computes. A lowering pattern's product (its target a
+    Python function, not an aten op) stands for a library call: a kernel listing it only
+    prepares that call's inputs (oneDNN's weight and input layouts)."""
     seen: dict[str, InductorNode] = {}
-    for sn in scheduler_nodes:
-        if not hasattr(sn, "get_nodes"):
-            continue  # reduction markers in a Triton node schedule
-        for inner in sn.get_nodes():
-            ir_node = getattr(inner, "node", None)
-            for origin in sorted(getattr(ir_node, "origins", None) or (), key=lambda o: o.name):
-                rec = _node_record(origin)
-                if rec is not None:
-                    seen.setdefault(rec.name, rec)
+    for ir_node in ir_nodes(scheduler_nodes):
+        for origin in sorted(getattr(ir_node, "origins", None) or (), key=lambda o: o.name):
+            if rewrites.sources(origin) and not _packet(origin.target):
+                continue
+            rec = _node_record(origin)
+            if rec is not None:
+                seen.setdefault(rec.name, rec)
     return tuple(seen.values())
+
+
+Record = tuple[str, tuple[InductorNode, ...], tuple[InductorNode, ...]]  # name, nodes, cats
+
+
+def _record(name: str, scheduler_nodes: Sequence[Any], rewrites: Rewrites) -> Record:
+    cats: tuple[InductorNode, ...] = ()
+    with contextlib.suppress(Exception):  # the layouts are private API: the nodes matter more
+        cats = tuple(r for r in map(_node_record, cat_origins(scheduler_nodes))
+                     if r is not None and r.op == "cat")
+    return name, _origins(scheduler_nodes, rewrites), cats
 
 
 def _scheduling_classes() -> list[type]:
@@ -182,7 +219,7 @@ def _scheduling_classes() -> list[type]:
 
 
 @contextlib.contextmanager
-def _record_define_kernel(sink: list[tuple[str, tuple[InductorNode, ...]]]) -> Iterator[None]:
+def _record_define_kernel(sink: list[Record], rewrites: Rewrites) -> Iterator[None]:
     """Wrap each scheduler's define_kernel(src_code, nodes, ...) to record name and nodes."""
     patched: list[tuple[type, Callable]] = []
 
@@ -190,7 +227,7 @@ def _record_define_kernel(sink: list[tuple[str, tuple[InductorNode, ...]]]) -> I
         def define_kernel(self, src_code, nodes, *args, **kwargs):
             name = original(self, src_code, nodes, *args, **kwargs)
             with contextlib.suppress(Exception):
-                sink.append((str(name), _origins(list(nodes))))
+                sink.append(_record(str(name), list(nodes), rewrites))
             return name
         define_kernel._fusion_advisor = True  # type: ignore[attr-defined]
         return define_kernel
@@ -244,8 +281,7 @@ def _library_call(sn: Any, rewrites: Rewrites) -> LibraryCall | None:
                        pattern)
 
 
-def _post_fusion_patch(sink: list[tuple[str, tuple[InductorNode, ...]]],
-                       calls: list[LibraryCall], rewrites: Rewrites):
+def _post_fusion_patch(sink: list[Record], calls: list[LibraryCall], rewrites: Rewrites):
     import torch._inductor.config as cfg
 
     if not hasattr(cfg, "_post_fusion_custom_pass"):
@@ -262,7 +298,7 @@ def _post_fusion_patch(sink: list[tuple[str, tuple[InductorNode, ...]]],
                     continue
                 if "Nop" in type(sn).__name__:
                     continue
-                sink.append((str(sn.get_name()), _origins([sn])))
+                sink.append(_record(str(sn.get_name()), [sn], rewrites))
         return nodes
 
     # The compile runs in a fresh cache anyway; with the FX graph cache on, Inductor tries to
@@ -314,13 +350,13 @@ def capture(model: nn.Module, inputs: Sequence[torch.Tensor]) -> InductorCapture
     except ImportError as e:  # pragma: no cover - very old torch
         raise InductorError(f"this torch ({torch.__version__}) has no Inductor: "
                             "upgrade torch to compare with torch.compile") from e
-    by_define: list[tuple[str, tuple[InductorNode, ...]]] = []
-    by_pass: list[tuple[str, tuple[InductorNode, ...]]] = []
+    by_define: list[Record] = []
+    by_pass: list[Record] = []
     calls: list[LibraryCall] = []
     rewrites = Rewrites()
     model = model.eval()
     try:
-        with fresh_inductor_cache(), _record_define_kernel(by_define), \
+        with fresh_inductor_cache(), _record_define_kernel(by_define, rewrites), \
                 record_rewrites(rewrites), _post_fusion_patch(by_pass, calls, rewrites):
             code = _compile(model, inputs)
     except Exception as e:  # noqa: BLE001 - any compiler failure becomes one line
@@ -335,23 +371,25 @@ def capture(model: nn.Module, inputs: Sequence[torch.Tensor]) -> InductorCapture
                            torch_version=torch.__version__, calls=tuple(calls))
 
 
-def _pick(by_define, by_pass, names) -> tuple[tuple[InductorKernel, ...], str]:
+def _pick(by_define: list[Record], by_pass: list[Record], names: list[str]
+          ) -> tuple[tuple[InductorKernel, ...], str]:
     generated = set(names)
     # Keep only kernels that made it into the code (benchmark-only compiles do not).
-    defined = [(n, nodes) for n, nodes in _dedupe(by_define) if not generated or n in generated]
-    if defined and any(nodes for _, nodes in defined):
+    defined = [r for r in _dedupe(by_define) if not generated or r[0] in generated]
+    if defined and any(nodes for _, nodes, _ in defined):
         # Call order is code order: the first kernel computing a value is its producer.
-        return tuple(InductorKernel(n, nodes, ops_from_name(n)) for n, nodes in defined), \
-            "define_kernel"
-    if by_pass and any(nodes for _, nodes in by_pass):
-        return tuple(InductorKernel(n, nodes) for n, nodes in by_pass), "post_fusion"
+        return tuple(InductorKernel(n, nodes, ops_from_name(n), cats)
+                     for n, nodes, cats in defined), "define_kernel"
+    if by_pass and any(nodes for _, nodes, _ in by_pass):
+        return tuple(InductorKernel(n, nodes, (), cats) for n, nodes, cats in by_pass), \
+            "post_fusion"
     return tuple(InductorKernel(n, (), ops_from_name(n)) for n in names), "names"
 
 
-def _dedupe(records):
+def _dedupe(records: list[Record]) -> Iterator[Record]:
     seen = set()
-    for name, nodes in records:
+    for name, nodes, cats in records:
         key = (name, tuple(n.name for n in nodes))
         if key not in seen:
             seen.add(key)
-            yield name, nodes
+            yield name, nodes, cats

@@ -15,8 +15,11 @@ Reads an ``Analysis`` (our graph, clusters, rejections, the captured FX graph) a
    op or a module we do not trace through, named when there is one).
 3. A legality check of ours rejected a group holding those ops: the check and reason.
 4. An opaque op or a view of ours lies between two of them.
-5. Inductor fused ops that share a loop but do not feed each other (horizontal fusion).
-6. Otherwise, the ops are split over groups of ours too small to fuse.
+5. Inductor wrote the kernel's results into a concatenation's output (its ``cat`` lends
+   each input a slice of its buffer, or reads the inputs inline), where our ``cat`` is an
+   opaque call the kernel's ops feed: ``INTO_CAT``, with what our side lacks.
+6. Inductor fused ops that share a loop but do not feed each other (horizontal fusion).
+7. Otherwise, the ops are split over groups of ours too small to fuse.
 
 A kernel whose ops produce the operands of a GEMM or attention call and do not read its
 result (Inductor lists the consumer among the origins of the kernel preparing its inputs)
@@ -40,6 +43,16 @@ from .capture import InductorKernel, module_path
 from .kernel_graph import GEMM_OPS, KernelGraph, Role, callee, compatible, norm_path
 
 EPILOGUE = "Inductor fuses across a GEMM/conv epilogue"
+INTO_CAT = "written into `cat`'s output: Inductor fuses a producer into a concatenation"
+
+
+def into_cat(where: str) -> str:
+    """INTO_CAT with where the concatenation is (" (line 17)") after its name."""
+    return INTO_CAT.replace("output:", f"output{where}:", 1)
+
+# What our side lacks, said beside INTO_CAT (see the module docstring).
+NO_CAT_FUSION = ("our `cat` stays a call of its own: we do not yet fuse a producer into a "
+                 "concatenation (each input's kernel writing its slice of the output)")
 NAME_LIMIT = 48
 
 
@@ -145,6 +158,10 @@ def _own_reason(analysis: Analysis, kg: KernelGraph, ours: list[Node], calls: se
         (r for r in analysis.rejections if names & set(r.nodes)), None)
     if rejection is not None:
         return f"split by our {rejection.check} check: {rejection.reason}"
+    cat = _our_cat(analysis, kg, ours)
+    if cat is not None:
+        line = f" (line {cat.source.line})" if cat.source else ""
+        return f"{into_cat(line)}; {NO_CAT_FUSION}"
     # Only what lies on a path from one of the kernel's ops to another keeps them apart (not
     # a call they feed, nor a view of a parameter).
     views = [n for n in ours if n.kind is OpKind.VIEW]
@@ -157,6 +174,32 @@ def _own_reason(analysis: Analysis, kg: KernelGraph, ours: list[Node], calls: se
     clustered = {n for c in analysis.clusters for n in c.nodes}
     return ("our groups on these lines are too small to fuse (fewer than two ops that move data)"
             if not names & clustered else "the ops fall into different clusters of ours")
+
+
+def is_cat(node: Node) -> bool:
+    return node.kind is OpKind.OPAQUE and node.target.rsplit(".", 1)[-1] in (
+        "cat", "concat", "concatenate")
+
+
+def _our_cat(analysis: Analysis, kg: KernelGraph, ours: list[Node]) -> Node | None:
+    """Our opaque `cat` on the line of a concatenation the kernel writes into, when one of
+    the kernel's ops of ours feeds it (directly or through views)."""
+    lines = {(norm_path(c.file), c.line) for c in kg.kernel.cats if c.line is not None}
+    if not lines:
+        return None
+    names = {n.name for n in ours if n.name in kg.compute}
+    for node in analysis.graph.nodes:
+        if not (is_cat(node) and node.source is not None
+                and (norm_path(node.source.file), node.source.line) in lines):
+            continue
+        todo = list(node.refs)
+        while todo:
+            ref = analysis.graph[todo.pop()]
+            if ref.name in names:
+                return node
+            if ref.kind is OpKind.VIEW:
+                todo.extend(ref.refs)
+    return None
 
 
 @dataclass(frozen=True)

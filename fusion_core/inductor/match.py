@@ -38,7 +38,7 @@ from .capture import (
     is_compute,
     module_path,
 )
-from .explain import MissLine, collapse, miss_reason, short_name
+from .explain import MissLine, collapse, into_cat, miss_reason, short_name
 from .kernel_graph import ATTENTION_OPS, GEMM_OPS, compatible, norm_path
 
 IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
@@ -198,6 +198,10 @@ def _call_words(call: LibraryCall) -> str:
         return "library call"
     if call.op.lstrip("_") in ATTENTION_OPS:
         return "attention pattern replaced"
+    if call.epilogue:
+        what = "convolution" if "conv" in call.op or any(
+            "conv" in n.op for n in call.replaced) else "matrix product"
+        return f"fused into the {what} call: an extern kernel's epilogue"
     return f"pattern `{call.pattern}` replaced" if call.pattern else "pattern replaced"
 
 
@@ -234,6 +238,19 @@ def _describe(k: InductorKernel, owned: set[Key], our_keys: set[Key]) -> str:
     return f"{short_name(k.name)} also computes {ops}" if ops else short_name(k.name)
 
 
+def _cat_words(hit: list[int], ours: dict, cover: dict[str, set[int]],
+               kernels: list[InductorKernel]) -> list[str]:
+    """`K writes batch_norm_3 into `cat`'s output (L17): …`, per hit kernel that does."""
+    out = []
+    for i in hit:
+        if kernels[i].cats:
+            lines = ",".join(f"L{n.line}" for n in kernels[i].cats if n.line is not None)
+            out.append(f"{short_name(kernels[i].name)}: "
+                       f"{', '.join(n for n in ours if i in cover[n])} "
+                       f"{into_cat(f' ({lines})' if lines else '')}")
+    return out
+
+
 def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
              kernels: list[InductorKernel], kkeys: list[set[Key]],
              inside: dict[str, set[int]], calls: list[LibraryCall]) -> ClusterVerdict:
@@ -250,7 +267,8 @@ def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
     fused_with_ours = [i for i in hit if sum(1 for n in ours if i in cover[n]) >= 2]
     if not inside and not fused_with_ours and all(len(kkeys[i]) <= 1 for i in hit):
         why = "each op is its own kernel" if hit else "no Inductor kernel computes these lines"
-        return ClusterVerdict(c.index, NOT_FUSED, names, why)
+        return ClusterVerdict(c.index, NOT_FUSED, names,
+                              "; ".join([why, *_cat_words(hit, ours, cover, kernels)]))
     parts = []
     if len(hit) == 1 and not inside:
         parts.append("Inductor fuses more: " + _describe(kernels[hit[0]], kkeys[hit[0]],
@@ -263,6 +281,7 @@ def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
             f"{short_name(kernels[i].name)} ({', '.join(n for n in ours if i in cover[n])})"
             for i in hit)
         parts.append(f"Inductor splits it over {len(hit)} kernels: {split}")
+    parts += _cat_words(hit, ours, cover, kernels)
     if inside:
         parts.append(_inside_words(inside, calls))
     if uncovered:

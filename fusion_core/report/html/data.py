@@ -289,7 +289,8 @@ def _missed(analysis: Analysis, inductor: dict[str, Any]) -> list[dict[str, Any]
         hit = next((r for r in analysis.rejections if r.lines and lines & set(
             range(r.lines.start, r.lines.end + 1))), None)
         why = (f"we rejected a candidate on these lines: {hit.check}, {hit.reason}" if hit
-               else "no candidate of ours covers these ops (no rejection names these lines)")
+               else k.get("reason")  # the comparison's own (an epilogue, a concatenation)
+               or "no candidate of ours covers these ops (no rejection names these lines)")
         out.append({**k, "reason": why})
     return out
 

@@ -1,0 +1,43 @@
+"""Models whose Inductor kernels need the concatenation, extern-epilogue and sibling-norm
+reasons (`tests/test_inductor_cat_reasons.py`); the comments say what each line shows."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+class CatNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 1)
+        self.bn = nn.BatchNorm2d(8)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.e1 = nn.Conv2d(8, 4, 1)
+        self.e3 = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x))  # a lone activation after a convolution
+        a = self.bn(self.conv2(h))  # a BatchNorm written into the cat's output
+        b = self.bn2(h)  # the same, in one cluster of ours with the ReLU above
+        c = torch.cat([a, b], 1) * 2.0
+        e = torch.relu(self.e1(h))  # two activations written into a cat's output,
+        f = torch.relu(self.e3(h))  # with no cluster of ours (SqueezeNet's Fire module)
+        return c, torch.cat([e, f], 1)
+
+
+class NeoXNorms(nn.Module):
+    """GPT-NeoX's parallel residual: both norms read the projection's output."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn, self.mlp = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.proj(x)
+        a = self.attn(self.ln1(h))
+        m = self.mlp(self.ln2(h))
+        return h + a + m
