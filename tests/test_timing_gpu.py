@@ -41,7 +41,8 @@ def test_device_time_of_a_tiny_kernel_is_above_the_timer_resolution():
 
 
 def test_rotated_copies_together_exceed_the_l2_in_distinct_memory():
-    x = torch.randn(1 << 20, device="cuda")  # 4 MiB per call
+    # Sized from the L2 so that about 16 copies (under MAX_COPIES) reach ROTATE_FACTOR x L2.
+    x = torch.randn(max(1 << 20, devicetime.ROTATE_FACTOR * _l2() // (16 * 4)), device="cuda")
     w = torch.randn(8)  # not a CUDA tensor: shared, never copied
     sets = devicetime.rotating([x, w, 3], _l2())
     assert len(sets) * x.numel() * 4 >= devicetime.ROTATE_FACTOR * _l2()

@@ -65,7 +65,9 @@ def generated(rounding_only, tmp_path_factory):
     kernels = build_kernels(rounding_only)
     workdir = tmp_path_factory.mktemp("kernels")
     launchers = {i: load_generated(kernels.kernels[i], workdir).launcher for i in (0, 1)}
-    rec = recording(rounding_only, [], keep_rows=False, device="cpu", seed=0)
+    # Where validation records: the kernels are compiled for CUDA when there is one.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rec = recording(rounding_only, [], keep_rows=False, device=device, seed=0)
     return rec, launchers
 
 

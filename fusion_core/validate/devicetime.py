@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 ROTATE_FACTOR = 3  # the copies of a call's inputs together hold at least 3x the L2
+WARMUP_US = 20_000.0  # device time spent replaying before the samples are taken
 MAX_COPIES = 32  # tiny inputs: enough calls per replay without a huge graph
 # cudaEventElapsedTime's resolution, as the CUDA runtime documents it (around 0.5 µs).
 EVENT_RESOLUTION_US = 0.5
@@ -102,5 +103,9 @@ def device_time(
     calls = len(arg_sets)
     once = _elapsed_us(graph, 1)
     replays = max(1, min(MAX_REPLAYS, math.ceil(SAMPLE_US / max(once, 1e-3))))
+    # Busy the GPU first: an idle GPU clocks down, and a microsecond kernel timed right after
+    # idling read 30 % slower in one run than in the next (GPT-2's GELU, H200).
+    for _ in range(math.ceil(WARMUP_US / (SAMPLE_US + once))):
+        _elapsed_us(graph, replays)
     per_call = tuple(_elapsed_us(graph, replays) / (replays * calls) for _ in range(samples))
     return DeviceTime(per_call, EVENT_RESOLUTION_US / (replays * calls), calls)
