@@ -10,9 +10,9 @@ caller has none) or a kernel provider (tests hand in their own launchers); write
 - Without CUDA, kernels run under Triton's interpreter on smaller problems (``shrink.py``):
   gate 1 on a few rows of the cluster's real values, recorded at a reduced batch, with the
   row length kept (so the launcher picks the block, rows per program and column loop of the
-  real shape); gate 2 with the whole model at a small input shape (every large input dim
-  shrunk), retried at the reduced batch if it fails there. With CUDA, everything runs
-  natively at the analysed shape.
+  real shape); gate 2 with the whole model at the smallest input shape it runs at with the
+  same graph (``model_shape.py``: every input dim it allows cut), retried at the reduced
+  batch if it fails there. With CUDA, everything runs natively at the analysed shape.
 - Gate 1 compares each kernel with its eager subgraph; gate 2 patches every kernel that
   passed into a copy of the traced graph and compares the model output (and, on failure,
   patches them one at a time to find the culprits, each with its own reason); gates 3 and 4
@@ -40,9 +40,10 @@ from ..report.progress import NO_PROGRESS, StepProgress
 from .capture_check import graph_matches_model
 from .inputs import reduced_specs, result_shape
 from .kernels import KernelSet, build_kernels
+from .model_shape import smallest_matching
 from .numerics import MODEL_TOL, as_tuple, check_cluster, compare, one_line
-from .prepare import Recording, recording
-from .shrink import TARGET_ROWS, cut_shape, row_shape, slice_rows, small_specs
+from .prepare import Recording, record_at, recording
+from .shrink import TARGET_ROWS, cut_shape, row_shape, slice_rows
 from .subgraph import eager_subgraph, launch_args, patch
 from .types import GateResult, ModelCheck, ValidationReport, ValidationResult
 
@@ -257,18 +258,19 @@ class _Validation:
             return ModelCheck(None, None, ())
         with self.progress.step(f"model numerics: {len(launchers)} kernel(s) patched in",
                                 len(launchers)):
+            analysed = tuple(tuple(s.shape) for s in self.analysis.inputs)
             if self.cuda:
-                return _model_check(wide, launchers, shrunk=False)
+                return _model_check(wide, launchers, analysed)
             try:
-                small = recording(self.analysis, [*small_specs(self.analysis.inputs),
-                                                  wide.specs], keep_rows=False, device="cpu",
-                                  seed=self.seed)
+                found = smallest_matching(self.analysis, self.seed)
+                small = wide if found[0] is self.analysis else record_at(
+                    found, device="cpu", seed=self.seed)
             except Exception:  # noqa: BLE001 - fall back to the reduced batch
                 small = wide
-            model = _model_check(small, launchers, shrunk=small.specs != self.analysis.inputs)
+            model = _model_check(small, launchers, analysed)
             if model.passed is False and small.specs != wide.specs:
                 # A failure at the small shape is confirmed where the rows are the real ones.
-                model = _model_check(wide, launchers, shrunk=wide.specs != self.analysis.inputs)
+                model = _model_check(wide, launchers, analysed)
             return model
 
     def _unrunnable(self, why: str) -> ValidationReport:
@@ -309,9 +311,10 @@ def _cut_rows(rec: Recording, c: Cluster, args: list[Any], target_rows: int
                           out.access.row_space)
 
 
-def _model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) -> ModelCheck:
+def _model_check(rec: Recording, launchers: dict[int, Callable],
+                 analysed: tuple[tuple[int, ...], ...]) -> ModelCheck:
     """Gate 2 at `rec`'s shape; on failure each kernel alone, each with its own reason."""
-    inputs = tuple(tuple(s.shape) for s in rec.specs) if shrunk else ()
+    inputs = tuple(tuple(s.shape) for s in rec.specs)
 
     def run(indices: list[int]) -> tuple[bool, float | None, str]:
         try:
@@ -333,10 +336,11 @@ def _model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) -
                    f"patched in ({differs}): a capture problem, not a kernel's (try the other "
                    "--capture)")
             return ModelCheck(False, graph_err, tuple(indices), tuple(indices), why,
-                              inputs=inputs, details=tuple((i, why) for i in indices))
+                              inputs=inputs, analysed_inputs=analysed,
+                              details=tuple((i, why) for i in indices))
         # A model that cannot be compared with its graph says why, on the passing line.
-        return ModelCheck(True, err, tuple(indices), inputs=inputs,
-                          detail="" if same else differs)
+        return ModelCheck(True, err, tuple(indices), detail="" if same else differs,
+                          inputs=inputs, analysed_inputs=analysed)
     if len(indices) == 1:
         details = ((indices[0], why),)
     else:
@@ -346,4 +350,4 @@ def _model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) -
     if not details:  # each passes alone, together they do not: none can be singled out
         details = tuple((i, why) for i in indices)
     return ModelCheck(False, err, tuple(indices), tuple(i for i, _ in details), why,
-                      inputs=inputs, details=details)
+                      inputs=inputs, analysed_inputs=analysed, details=details)

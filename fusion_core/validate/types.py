@@ -125,8 +125,14 @@ class ModelCheck:
     patched: tuple[int, ...]
     blamed: tuple[int, ...] = ()  # clusters whose kernel alone breaks the model output
     detail: str = ""  # what went wrong with every kernel patched in
-    inputs: tuple[tuple[int, ...], ...] = ()  # the model input shapes, when smaller than analysed
+    inputs: tuple[tuple[int, ...], ...] = ()  # the model input shapes the check ran at
+    analysed_inputs: tuple[tuple[int, ...], ...] = ()  # the input shapes of the analysis
     details: tuple[tuple[int, str], ...] = ()  # per blamed cluster: what its kernel alone did
+
+    @property
+    def shrunk(self) -> bool:
+        """The check ran at a smaller input shape than the analysed one (the interpreter)."""
+        return bool(self.inputs) and self.inputs != self.analysed_inputs
 
 
 @dataclass(frozen=True)
