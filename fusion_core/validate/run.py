@@ -42,7 +42,7 @@ from .inputs import reduced_specs, result_shape
 from .kernels import KernelSet, build_kernels
 from .model_shape import smallest_matching
 from .numerics import MODEL_TOL, as_tuple, check_cluster, compare, one_line
-from .prepare import Recording, record_at, recording
+from .prepare import Matched, Recording, record_at, recording
 from .shrink import TARGET_ROWS, cut_shape, row_shape, slice_rows
 from .subgraph import eager_subgraph, launch_args, patch
 from .types import GateResult, ModelCheck, ValidationReport, ValidationResult
@@ -101,7 +101,9 @@ def exact_float32() -> Iterator[None]:
     output and eager's then flips the 10-bit rounding of the next convolution's inputs, and
     a deep CNN turns that into errors far above the model tolerance although every kernel is
     right. Both the reference run and the patched one compute in full float32; timings keep
-    the user's settings."""
+    the user's settings. No capture may run inside: torch.export reads the legacy
+    `cudnn.allow_tf32`, which raises once a per-backend precision has been set (torch 2.13),
+    and a failed capture silently left the numerics at the analysed shape."""
     switches = float32_switches()
     saved = [getattr(obj, name) for obj, name, _ in switches]
     try:
@@ -163,8 +165,11 @@ class _Validation:
         device = "cuda" if cuda else "cpu"
         checked = [c.index for c in self.analysis.clusters if self.same_as(c.index) is None]
         try:
+            # Without CUDA the model is captured again at a smaller shape: that runs with
+            # the user's TF32 flags (see `exact_float32`), which the CPU never reads anyway.
             with self.progress.step("recording activations" + (
-                    "" if cuda else " at a reduced batch"), 1), exact_float32():
+                    "" if cuda else " at a reduced batch"), 1), (
+                    exact_float32() if cuda else contextlib.nullcontext()):
                 wide = recording(self.analysis, [] if cuda else
                                  [reduced_specs(self.analysis, self.target_rows)],
                                  keep_rows=True, device=device, seed=self.seed,
@@ -191,8 +196,7 @@ class _Validation:
                 gates[c.index], shapes[c.index] = list(gates[rep]), shapes[rep]
                 if rep in launchers:
                     launchers[c.index] = launchers[rep]
-        with exact_float32():  # the timings below keep the user's TF32 settings
-            model = self._model(wide, launchers)
+        model = self._model(wide, launchers)  # the timings below keep the user's TF32 settings
         for i in launchers:
             why = dict(model.details).get(i)
             gates[i].append(GateResult("model numerics", why is None, why or "",
@@ -260,17 +264,22 @@ class _Validation:
                                 len(launchers)):
             analysed = tuple(tuple(s.shape) for s in self.analysis.inputs)
             if self.cuda:
-                return _model_check(wide, launchers, analysed)
-            try:
-                found = smallest_matching(self.analysis, self.seed)
-                small = wide if found[0] is self.analysis else record_at(
-                    found, device="cpu", seed=self.seed)
+                with exact_float32():
+                    return _model_check(wide, launchers, analysed)
+            try:  # captures the model again: outside `exact_float32`
+                found: Matched | None = smallest_matching(self.analysis, self.seed)
             except Exception:  # noqa: BLE001 - fall back to the reduced batch
-                small = wide
-            model = _model_check(small, launchers, analysed)
-            if model.passed is False and small.specs != wide.specs:
-                # A failure at the small shape is confirmed where the rows are the real ones.
-                model = _model_check(wide, launchers, analysed)
+                found = None
+            with exact_float32():
+                try:
+                    small = wide if found is None or found[0] is self.analysis else record_at(
+                        found, device="cpu", seed=self.seed)
+                except Exception:  # noqa: BLE001 - fall back to the reduced batch
+                    small = wide
+                model = _model_check(small, launchers, analysed)
+                if model.passed is False and small.specs != wide.specs:
+                    # A failure at the small shape is confirmed where the rows are the real ones.
+                    model = _model_check(wide, launchers, analysed)
             return model
 
     def _unrunnable(self, why: str) -> ValidationReport:
