@@ -13,7 +13,7 @@ fails every size and keeps its own. A step's test is one eager forward on random
 (milliseconds, as a fixed dim fails at its first use); the shape found is then captured and
 compared with the analysis once. Only when that comparison fails (a dim that changes the
 graph, not just the sizes) are the steps taken again with a capture for each, seconds
-apiece, so that dim keeps its size while the others still shrink.
+apiece (at most ``MAX_CAPTURES``), so that dim keeps its size while the others still shrink.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from .prepare import Matched, matched
 from .shrink import Position, resized, shrink_steps
 
 Specs = tuple[InputSpec, ...]
+# Captures the careful search may spend (a 12-layer transformer takes 1-2 s each): past
+# that, the dims not settled yet keep their size.
+MAX_CAPTURES = 8
 
 
 def smallest_matching(analysis: Analysis, seed: int = 0) -> Matched:
@@ -45,9 +48,10 @@ def smallest_matching(analysis: Analysis, seed: int = 0) -> Matched:
         if found is not None:
             return found
         captured: dict[Specs, Matched] = {}
+        attempts = iter(range(MAX_CAPTURES))
 
         def same_graph(candidate: Specs) -> bool:
-            if not runs(candidate):
+            if not runs(candidate) or next(attempts, None) is None:
                 return False
             found = matched(analysis, candidate, keep_rows=False)
             if found is not None:

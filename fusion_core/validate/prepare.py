@@ -51,8 +51,11 @@ def graph_difference(analysis: Analysis, other: Analysis) -> str:
     in another graph they would be checked in a context the analysis never saw, and a dim
     collapsed to 1 hides any indexing mistake along it."""
     ours, theirs = analysis.graph.nodes, other.graph.nodes
-    if [(n.name, n.op) for n in ours] != [(n.name, n.op) for n in theirs]:
-        return "its ops differ"
+    for a, b in zip(ours, theirs, strict=False):  # lengths compared below
+        if (a.name, a.op) != (b.name, b.op):
+            return f"its ops differ from {a.name} ({a.op}) on"
+    if len(ours) != len(theirs):
+        return f"it has {len(theirs)} nodes, not {len(ours)}"
     batch_cut = {s.shape[0] for s in analysis.inputs if s.shape} if all(
         s.shape[:1] == (1,) for s in other.inputs if s.shape) else set()
     for a, b in zip(ours, theirs, strict=True):
