@@ -102,7 +102,7 @@ def test_a_rounding_only_bf16_model_passes_where_the_elementwise_rule_fails(gene
         out = as_tuple(patched(*[t.clone() for t in rec.inputs]))
     strict, err, why = compare(out, as_tuple(rec.model_out), MODEL_TOL)
     assert not strict and "beyond atol 0.05 + rtol 0.1" in why  # the old rule refused it
-    check = model_check.model_check(rec, launchers, shrunk=False)
+    check = model_check.model_check(rec, launchers)
     assert check.passed and check.blamed == () and check.max_abs_err == err
     # The kernels round once: closer to float64 than eager, which rounds after every op.
     assert 0 < check.patched_rmse <= check.eager_rmse
@@ -156,7 +156,7 @@ def test_the_elementwise_rule_decides_without_a_float64_run(generated, monkeypat
         raise RuntimeError("\"addmm\" not implemented for 'Double'")
 
     monkeypatch.setattr(model_check, "graph_in_float64", no_float64)
-    check = model_check.model_check(rec, launchers, shrunk=False)
+    check = model_check.model_check(rec, launchers)
     assert check.passed is False
     assert "beyond atol 0.05 + rtol 0.1; no float64 run of the graph (RuntimeError" in check.detail
 

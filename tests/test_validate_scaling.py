@@ -21,7 +21,7 @@ from fusion_core.report.progress import LONG_RUN, BarProgress, PlainProgress, fo
 from fusion_core.validate import model_check, validate
 from fusion_core.validate import run as validate_run
 from fusion_core.validate.kernels import build_kernels, same_source_key
-from fusion_core.validate.shrink import row_shape, slice_rows, small_specs
+from fusion_core.validate.shrink import row_shape, shrink_steps, slice_rows
 from fusion_core.validate.subgraph import PatchError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,8 +139,9 @@ def test_shrinking_keeps_the_row_and_the_broadcasts():
     t = torch.randn(8, 512, 4, 64).transpose(1, 2)  # strides of a transposed view
     cut = slice_rows(t, (8, 4, 512, 64), (2, 2, 16, 64))
     assert cut.shape == (2, 2, 16, 64) and cut.stride() == (2048, 64, 128, 1)
-    assert small_specs((InputSpec((8, 512), torch.int64),)) == (
-        (InputSpec((1, 16), torch.int64),), (InputSpec((1, 512), torch.int64),))
+    # The model numerics run tries the batch at 1 and the token dim at 16 up to 256.
+    assert shrink_steps((InputSpec((8, 512), torch.int64),)) == (
+        (((0, 0),), (1,)), (((0, 1),), (16, 32, 64, 128, 256)))
 
 
 def test_progress_lines_go_to_stderr_on_a_pipe_for_long_runs(repeated_file):

@@ -146,9 +146,12 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) -> ModelCheck:
-    """Gate 2 at `rec`'s shape; on failure, the kernels that cause it, each with its reason."""
-    inputs = tuple(tuple(s.shape) for s in rec.specs) if shrunk else ()
+def model_check(rec: Recording, launchers: dict[int, Callable],
+                analysed: tuple[tuple[int, ...], ...] | None = None) -> ModelCheck:
+    """Gate 2 at `rec`'s shape; on failure, the kernels that cause it, each with its reason.
+    `analysed`: the analysis' input shapes, when `rec` ran at smaller ones."""
+    inputs = tuple(tuple(s.shape) for s in rec.specs)
+    analysed = inputs if analysed is None else analysed
     reference = functools.cache(lambda: float64_reference(rec))
     runs: dict[frozenset[int], Verdict] = {}
 
@@ -171,6 +174,7 @@ def model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) ->
             blamed,
             everything.why,
             inputs=inputs,
+            analysed_inputs=analysed,
             details=culprits,
         )
     same, graph_err, differs = graph_matches_model(rec)
@@ -189,6 +193,7 @@ def model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) ->
             tuple(indices),
             why,
             inputs=inputs,
+            analysed_inputs=analysed,
             details=tuple((i, why) for i in indices),
         )
     offered = run(kept)  # passed: the bisection kept only groups that pass together
@@ -199,6 +204,7 @@ def model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) ->
             everything.max_abs_err,
             tuple(indices),
             inputs=inputs,
+            analysed_inputs=analysed,
             detail="" if same else differs,
             patched_rmse=offered.patched_rmse,
             eager_rmse=offered.eager_rmse,
@@ -210,6 +216,7 @@ def model_check(rec: Recording, launchers: dict[int, Callable], shrunk: bool) ->
         blamed,
         everything.why,
         inputs=inputs,
+        analysed_inputs=analysed,
         details=culprits,
         patched_rmse=offered.patched_rmse,
         eager_rmse=offered.eager_rmse,

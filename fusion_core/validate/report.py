@@ -32,12 +32,16 @@ def _numerics_line(r: ValidationResult) -> str:
     return f"cluster {r.cluster}: {r.status}  max abs err {_err(r.max_abs_err)}{why}"
 
 
+def _shapes(shapes: tuple[tuple[int, ...], ...]) -> str:
+    return ", ".join("×".join(map(str, s)) for s in shapes)
+
+
 def _model_line(report: ValidationReport) -> str:
     m = report.model
     if m.passed is None:
         return "model numerics: no verified kernel to patch in"
     n = len(m.patched)
-    at = f" at input {', '.join('×'.join(map(str, s)) for s in m.inputs)}" if m.inputs else ""
+    at = f" at input {_shapes(m.inputs)} of {_shapes(m.analysed_inputs)}" if m.shrunk else ""
     if m.passed:
         unchecked = f"; the graph was not compared with the model: {m.detail}" if m.detail else ""
         return (f"model numerics: pass ({n} kernel(s) patched into the traced graph{at}, max "
@@ -137,6 +141,7 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
         "model": {"passed": m.passed, "max_abs_err": _num(m.max_abs_err),
                   "patched": list(m.patched), "blamed": list(m.blamed), "detail": m.detail,
                   "inputs": [list(s) for s in m.inputs],
+                  "analysed_inputs": [list(s) for s in m.analysed_inputs],
                   "details": [{"cluster": i, "detail": d} for i, d in m.details],
                   "patched_rmse": _num(m.patched_rmse), "eager_rmse": _num(m.eager_rmse),
                   "offered_max_abs_err": _num(m.offered_max_abs_err),

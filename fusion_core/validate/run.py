@@ -10,9 +10,9 @@ caller has none) or a kernel provider (tests hand in their own launchers); write
 - Without CUDA, kernels run under Triton's interpreter on smaller problems (``shrink.py``):
   gate 1 on a few rows of the cluster's real values, recorded at a reduced batch, with the
   row length kept (so the launcher picks the block, rows per program and column loop of the
-  real shape); gate 2 with the whole model at a small input shape (every large input dim
-  shrunk), retried at the reduced batch if it fails there. With CUDA, everything runs
-  natively at the analysed shape.
+  real shape); gate 2 with the whole model at the smallest input shape it runs at with the
+  same graph (``model_shape.py``: every input dim it allows cut), retried at the reduced
+  batch if it fails there. With CUDA, everything runs natively at the analysed shape.
 - Gate 1 compares each kernel with its eager subgraph; gate 2 (``model_check.py``) patches
   every kernel that passed into a copy of the traced graph and judges the model output
   against eager and a float64 run of the graph (on failure it bisects the kernels to find
@@ -41,9 +41,10 @@ from ..report.progress import NO_PROGRESS, StepProgress
 from .inputs import reduced_specs, result_shape
 from .kernels import KernelSet, build_kernels
 from .model_check import model_check
+from .model_shape import smallest_matching
 from .numerics import check_cluster, one_line
-from .prepare import Recording, recording
-from .shrink import TARGET_ROWS, cut_shape, row_shape, slice_rows, small_specs
+from .prepare import Matched, Recording, record_at, recording
+from .shrink import TARGET_ROWS, cut_shape, row_shape, slice_rows
 from .subgraph import eager_subgraph, launch_args
 from .types import GateResult, ModelCheck, ValidationReport, ValidationResult
 
@@ -101,7 +102,9 @@ def exact_float32() -> Iterator[None]:
     output and eager's then flips the 10-bit rounding of the next convolution's inputs, and
     a deep CNN turns that into errors far above the model tolerance although every kernel is
     right. Both the reference run and the patched one compute in full float32; timings keep
-    the user's settings."""
+    the user's settings. No capture may run inside: torch.export reads the legacy
+    `cudnn.allow_tf32`, which raises once a per-backend precision has been set (torch 2.13),
+    and a failed capture silently left the numerics at the analysed shape."""
     switches = float32_switches()
     saved = [getattr(obj, name) for obj, name, _ in switches]
     try:
@@ -163,8 +166,11 @@ class _Validation:
         device = "cuda" if cuda else "cpu"
         checked = [c.index for c in self.analysis.clusters if self.same_as(c.index) is None]
         try:
+            # Without CUDA the model is captured again at a smaller shape: that runs with
+            # the user's TF32 flags (see `exact_float32`), which the CPU never reads anyway.
             with self.progress.step("recording activations" + (
-                    "" if cuda else " at a reduced batch"), 1), exact_float32():
+                    "" if cuda else " at a reduced batch"), 1), (
+                    exact_float32() if cuda else contextlib.nullcontext()):
                 wide = recording(self.analysis, [] if cuda else
                                  [reduced_specs(self.analysis, self.target_rows)],
                                  keep_rows=True, device=device, seed=self.seed,
@@ -191,8 +197,7 @@ class _Validation:
                 gates[c.index], shapes[c.index] = list(gates[rep]), shapes[rep]
                 if rep in launchers:
                     launchers[c.index] = launchers[rep]
-        with exact_float32():  # the timings below keep the user's TF32 settings
-            model = self._model(wide, launchers)
+        model = self._model(wide, launchers)  # the timings below keep the user's TF32 settings
         for i in launchers:
             why = dict(model.details).get(i)
             # An offered kernel's error is the one it has beside the other offered kernels.
@@ -260,18 +265,24 @@ class _Validation:
             return ModelCheck(None, None, ())
         with self.progress.step(f"model numerics: {len(launchers)} kernel(s) patched in",
                                 len(launchers)):
+            analysed = tuple(tuple(s.shape) for s in self.analysis.inputs)
             if self.cuda:
-                return model_check(wide, launchers, shrunk=False)
-            try:
-                small = recording(self.analysis, [*small_specs(self.analysis.inputs),
-                                                  wide.specs], keep_rows=False, device="cpu",
-                                  seed=self.seed)
+                with exact_float32():
+                    return model_check(wide, launchers, analysed)
+            try:  # captures the model again: outside `exact_float32`
+                found: Matched | None = smallest_matching(self.analysis, self.seed)
             except Exception:  # noqa: BLE001 - fall back to the reduced batch
-                small = wide
-            model = model_check(small, launchers, shrunk=small.specs != self.analysis.inputs)
-            if model.passed is False and small.specs != wide.specs:
-                # A failure at the small shape is confirmed where the rows are the real ones.
-                model = model_check(wide, launchers, shrunk=wide.specs != self.analysis.inputs)
+                found = None
+            with exact_float32():
+                try:
+                    small = wide if found is None or found[0] is self.analysis else record_at(
+                        found, device="cpu", seed=self.seed)
+                except Exception:  # noqa: BLE001 - fall back to the reduced batch
+                    small = wide
+                model = model_check(small, launchers, analysed)
+                if model.passed is False and small.specs != wide.specs:
+                    # A failure at the small shape is confirmed where the rows are the real ones.
+                    model = model_check(wide, launchers, analysed)
             return model
 
     def _unrunnable(self, why: str) -> ValidationReport:

@@ -3,11 +3,11 @@
 Reads input specs, kernel iteration shapes and recorded tensors; writes smaller ones.
 Two shrinks, for the two numerics gates:
 
-- ``small_specs``: the model's inputs with every large dim shrunk (dim 0 to 1, any other dim
-  above ``SMALL_DIM`` to ``SMALL_DIM`` plus its remainder mod 16, so multiples of 16 stay
-  multiples of 16), or failing that only the batch. The whole model runs there with every
-  kernel patched in (gate 2): the launchers read sizes at run time, so the very kernels
-  written for the real shape run.
+- ``shrink_steps`` / ``smaller_sizes`` / ``resized``: the sizes each model input dim may
+  try (the batch 1, any other dim above ``SMALL_DIM`` a few smaller sizes down to about
+  ``SMALL_DIM``); ``model_shape.py`` keeps those the model runs at with the same graph.
+  The whole model runs there with every kernel patched in (gate 2): the launchers read
+  sizes at run time, so the very kernels written for the real shape run.
 - ``row_shape`` / ``slice_rows``: one kernel's own inputs cut to a few rows (gate 1). The
   last dim of the iteration shape, the row a reduction walks, is never cut, and every other
   dim larger than 1 keeps at least 2: the launcher then makes the choices it makes at the
@@ -32,23 +32,47 @@ def _small_dim(d: int) -> int:
     return d if d <= SMALL_DIM else min(d, SMALL_DIM + d % _ALIGN)
 
 
-def small_specs(specs: Sequence[InputSpec]) -> tuple[tuple[InputSpec, ...], ...]:
-    """Smaller input shapes to try, smallest first: every dim shrunk as the module
-    docstring says, then only the batch (dim 0 to 1, when all inputs agree on it) for
-    models whose other dims are fixed by their weights. Either may be the specs given."""
+Position = tuple[int, int]  # (input, dim)
+
+
+def smaller_sizes(d: int) -> tuple[int, ...]:
+    """Sizes below `d` to try for one input dim, smallest first: ``SMALL_DIM`` plus `d`'s
+    remainder mod 16 (multiples of 16 stay multiples of 16), then `d` halved as long as it
+    divides evenly and stays at least ``SMALL_DIM`` (models that need a divisor of `d`,
+    such as a patch or window size). Dims of ``SMALL_DIM`` or less stay."""
+    halves = {d >> k for k in range(1, d.bit_length()) if d % (1 << k) == 0 and d >> k >= SMALL_DIM}
+    return tuple(sorted(x for x in {_small_dim(d), *halves} if x < d))
+
+
+def shrink_steps(specs: Sequence[InputSpec]
+                 ) -> tuple[tuple[tuple[Position, ...], tuple[int, ...]], ...]:
+    """(input dims shrunk together, sizes to try smallest first) for the model numerics
+    run, in the order to try them: the batch (dim 0 of every input, when all agree) to 1,
+    then the other dims grouped by size, largest first (a sequence length shared by two
+    inputs only shrinks in both at once)."""
     leading = {s.shape[0] for s in specs if s.shape}
-    batch = len(leading) == 1
+    batch = len(leading) == 1 and leading != {1}
+    steps: list[tuple[tuple[Position, ...], tuple[int, ...]]] = []
+    if batch:
+        steps.append((tuple((i, 0) for i, s in enumerate(specs) if s.shape), (1,)))
+    by_size: dict[int, list[Position]] = {}
+    for i, s in enumerate(specs):
+        for k, d in enumerate(s.shape):
+            if (k > 0 or not batch) and smaller_sizes(d):
+                by_size.setdefault(d, []).append((i, k))
+    for d in sorted(by_size, reverse=True):
+        steps.append((tuple(by_size[d]), smaller_sizes(d)))
+    return tuple(steps)
 
-    def shrunk(every_dim: bool) -> tuple[InputSpec, ...]:
-        out = []
-        for s in specs:
-            dims = [_small_dim(d) if every_dim else d for d in s.shape]
-            if batch and dims:
-                dims[0] = 1
-            out.append(InputSpec(tuple(dims), s.dtype))
-        return tuple(out)
 
-    return tuple(dict.fromkeys((shrunk(True), shrunk(False))))
+def resized(specs: Sequence[InputSpec], positions: Sequence[Position], size: int
+            ) -> tuple[InputSpec, ...]:
+    """`specs` with each dim at `positions` set to `size`."""
+    out = []
+    for i, s in enumerate(specs):
+        dims = [size if (i, k) in positions else d for k, d in enumerate(s.shape)]
+        out.append(InputSpec(tuple(dims), s.dtype))
+    return tuple(out)
 
 
 def row_shape(domain: Sequence[int], target_rows: int = TARGET_ROWS) -> tuple[int, ...]:

@@ -132,7 +132,8 @@ class ModelCheck:
     patched: tuple[int, ...]
     blamed: tuple[int, ...] = ()  # clusters whose kernel breaks the model output
     detail: str = ""  # what went wrong with every kernel patched in
-    inputs: tuple[tuple[int, ...], ...] = ()  # the model input shapes, when smaller than analysed
+    inputs: tuple[tuple[int, ...], ...] = ()  # the model input shapes the check ran at
+    analysed_inputs: tuple[tuple[int, ...], ...] = ()  # the input shapes of the analysis
     details: tuple[tuple[int, str], ...] = ()  # per blamed cluster: what its kernel did
     # With the offered kernels (all, or all but the blamed) patched in: the worst output's
     # RMSE against a float64 run of the graph, and eager's own (None: not judged that way).
@@ -144,6 +145,11 @@ class ModelCheck:
     def offered(self) -> tuple[int, ...]:
         """The patched kernels that pass together: all of them, or all but the blamed."""
         return tuple(i for i in self.patched if i not in self.blamed)
+
+    @property
+    def shrunk(self) -> bool:
+        """The check ran at a smaller input shape than the analysed one (the interpreter)."""
+        return bool(self.inputs) and self.inputs != self.analysed_inputs
 
 
 @dataclass(frozen=True)
