@@ -233,9 +233,10 @@ def _gpu_cluster(analysis, cluster, module, name: str, inputs, calls: int, repea
         grid, args, kwargs, _ = triton_call
         times["kernel[grid]"] = host_us(lambda: real[grid](*args, **kwargs), calls, repeat)
         bound = (*args, *(kwargs[n] for n in real.arg_names[len(args):]))
-        runner = compiled[grid]
+        grid3 = (*grid, 1, 1)[:3] if isinstance(grid, tuple) else (grid, 1, 1)
+        runner = compiled[grid3]  # CompiledKernel's runner reads three grid dims
         times["compiled[grid]"] = host_us(lambda: runner(*bound), calls, repeat)
-        times[".run"] = host_us(_raw_run(compiled, grid, bound), calls, repeat)
+        times[".run"] = host_us(_raw_run(compiled, grid3, bound), calls, repeat)
     compiled_region, ops = _inductor(analysis, cluster, inputs)
     if compiled_region is not None:
         times["Inductor"] = host_us(compiled_region, calls, repeat)

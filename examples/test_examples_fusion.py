@@ -16,7 +16,7 @@ from mbconv_se import MBConv
 from microgpt import MicroGPT
 
 
-@pytest.mark.fusion_check(ExampleNet, (64, 1024))
+@pytest.mark.fusion_check(ExampleNet, (64, 1024), timing_inputs=[(16384, 1024)])
 def test_example_net_fuses_its_three_regions(fusion_advisor):
     result = fusion_advisor.result
     fusion_advisor.assert_fused(result, ["mul", "relu", "add"])
@@ -27,7 +27,7 @@ def test_example_net_fuses_its_three_regions(fusion_advisor):
     assert result.kernels == 3
 
 
-@pytest.mark.fusion_check(MicroGPT, (2, 16), dtype="int64")
+@pytest.mark.fusion_check(MicroGPT, (2, 16), dtype="int64", timing_inputs=[(64, 256)])
 def test_microgpt_fuses_attention_softmax_and_norms(fusion_advisor):
     result = fusion_advisor.result
     fusion_advisor.assert_fused(result, ["mul", "masked_fill", "softmax"])
@@ -35,7 +35,7 @@ def test_microgpt_fuses_attention_softmax_and_norms(fusion_advisor):
     fusion_advisor.assert_traffic_saved(result, fraction=0.3)
 
 
-@pytest.mark.fusion_check(ConvNeXtBlock, (2, 32, 8, 8))
+@pytest.mark.fusion_check(ConvNeXtBlock, (2, 32, 8, 8), timing_inputs=[(64, 32, 56, 56)])
 def test_convnext_block_fuses_through_its_permutes(fusion_advisor):
     """The permutes are index maps inside the groups: LayerNorm reads the convolution's
     NCHW output directly, and the layer scale, permute back and residual are one kernel."""
@@ -46,7 +46,7 @@ def test_convnext_block_fuses_through_its_permutes(fusion_advisor):
     assert result.kernels == 2
 
 
-@pytest.mark.fusion_check(ChannelSoftmax, (2, 16, 8, 8))
+@pytest.mark.fusion_check(ChannelSoftmax, (2, 16, 8, 8), timing_inputs=[(64, 16, 64, 64)])
 def test_channel_softmax_fuses_over_dim_1(fusion_advisor):
     result = fusion_advisor.result
     fusion_advisor.assert_fused(result, ["div", "add", "softmax", "mul"])
@@ -54,7 +54,7 @@ def test_channel_softmax_fuses_over_dim_1(fusion_advisor):
     assert result.kernels == 1
 
 
-@pytest.mark.fusion_check(MBConv, (2, 16, 8, 8))
+@pytest.mark.fusion_check(MBConv, (2, 16, 8, 8), timing_inputs=[(64, 16, 56, 56)])
 def test_mbconv_fuses_the_squeeze_average_into_its_batch_norm_chain(fusion_advisor):
     result = fusion_advisor.result
     fusion_advisor.assert_fused(result, ["batch_norm", "silu", "adaptive_avg_pool2d"])
@@ -62,7 +62,7 @@ def test_mbconv_fuses_the_squeeze_average_into_its_batch_norm_chain(fusion_advis
     fusion_advisor.assert_fused(result, ["batch_norm", "add"])
 
 
-@pytest.mark.fusion_check(ResBlock, (2, 32, 8, 8))
+@pytest.mark.fusion_check(ResBlock, (2, 32, 8, 8), timing_inputs=[(32, 32, 56, 56)])
 def test_groupnorm_block_fuses_each_norm_with_its_silu(fusion_advisor):
     result = fusion_advisor.result
     fusion_advisor.assert_fused(result, ["group_norm", "silu"])

@@ -21,7 +21,8 @@ def small_gpt2():
         bos_token_id=0, eos_token_id=0))
 
 
-@pytest.mark.fusion_check(small_gpt2, (2, 16), dtype="int64", capture="export")
+@pytest.mark.fusion_check(small_gpt2, (2, 16), dtype="int64", capture="export",
+                           timing_inputs=[(256, 64)])
 def test_gpt2_from_config_through_export(fusion_advisor):
     result = fusion_advisor.result
     assert result.frontend == "export"

@@ -357,6 +357,7 @@ def test_device_clock_with_a_stub_device_timer(example, kernels, monkeypatch):
     from fusion_core.validate import bench, devicetime, run
     from fusion_core.validate.prepare import recording
     from fusion_core.validate.report import measure_dict
+    from fusion_core.validate.types import LAUNCH_BOUND
 
     monkeypatch.setattr(bench, "time_us", lambda fn, samples=5: (30.0,) * samples)
     monkeypatch.setattr(bench, "device_info", lambda peak=None: bench.Device(
@@ -373,12 +374,17 @@ def test_device_clock_with_a_stub_device_timer(example, kernels, monkeypatch):
         return devicetime.DeviceTime((4.0,) * samples, 0.01, len(arg_sets))
 
     monkeypatch.setattr(devicetime, "device_time", stub_device_time)
+    floor = [1.0]  # the GPU's per-kernel cost in a graph, as devicetime.floor_us measures it
+    monkeypatch.setattr(devicetime, "floor_us", lambda index=0: floor[0])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     report = validate(example, only_cluster0(kernels, "cluster0"))
     r0 = report.result(0)
     assert r0.timing.clock == "device" and r0.timing.kernel_us == (4.0,) * devicetime.SAMPLES
     assert r0.timing.kernel_host_us == r0.timing.eager_host_us == (30.0,) * 5
-    assert r0.timing.resolution_us == 0.01
+    assert r0.timing.resolution_us == devicetime.FLOOR_FACTOR * 1.0  # the floor, not 0.01
     assert r0.regime == "l2-resident"  # 4 µs: launch-bound by the host rule, not the device's
+    floor[0] = 3.0  # 4 µs is then mostly the per-kernel floor: not judged
+    assert validate(example, only_cluster0(kernels, "cluster0")).result(0).regime == LAUNCH_BOUND
     assert report.model_timing.clock == "device"
     measured = measure_dict(report, (9, 0))
     assert measured["clock"] == "device"

@@ -11,6 +11,7 @@ Nothing here runs without CUDA.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import torch
 
 ROTATE_FACTOR = 3  # the copies of a call's inputs together hold at least 3x the L2
 WARMUP_US = 20_000.0  # device time spent replaying before the samples are taken
+FLOOR_FACTOR = 2.0  # device time under this many per-kernel floors is not judged
 MAX_COPIES = 32  # tiny inputs: enough calls per replay without a huge graph
 # cudaEventElapsedTime's resolution, as the CUDA runtime documents it (around 0.5 µs).
 EVENT_RESOLUTION_US = 0.5
@@ -37,6 +39,25 @@ class DeviceTime:
     samples_us: tuple[float, ...]  # device time per call, one figure per sample
     resolution_us: float  # the smallest per-call difference one sample can show
     copies: int  # input copies the replays cycle through
+
+
+@functools.cache
+def floor_us(device_index: int = 0) -> float:
+    """Device time of a kernel that does nothing worth timing (a one-element fill), replayed
+    as the timed kernels are: the GPU's fixed cost per kernel in a graph (about 1.5 µs on an
+    H200). Measured once per process and device."""
+    with torch.cuda.device(device_index):
+        one = torch.empty(1, device="cuda")
+        t = device_time(lambda a: a.fill_(0.0), [[one.clone()] for _ in range(MAX_COPIES)])
+    return sorted(t.samples_us)[len(t.samples_us) // 2]
+
+
+def judged_resolution(t: DeviceTime) -> float:
+    """Below this a kernel's device time is not judged: what one sample resolves, or
+    FLOOR_FACTOR x the per-kernel floor, whichever is larger. A kernel under twice the floor
+    is mostly that fixed cost, and it moved by 20-30 % from one process to the next
+    (1.5-2 µs kernels of the examples, H200), past any tolerance a gate could use."""
+    return max(t.resolution_us, FLOOR_FACTOR * floor_us(torch.cuda.current_device()))
 
 
 def nbytes(values: Sequence[Any]) -> int:

@@ -83,7 +83,8 @@ def _timings(rec: Recording, c: Cluster, launcher: Callable, sub: Subgraph, indu
         patched = clocked(one, rec.inputs, l2_bytes, MODEL_COPIES)
         _, eager_model_us, patched_us = pick(model_eager, patched)
         model_speedup = Timing.median(eager_model_us) / Timing.median(patched_us)
-    resolution = kernel.device.resolution_us if clock == "device" and kernel.device else None
+    resolution = (devicetime.judged_resolution(kernel.device)
+                  if clock == "device" and kernel.device else None)
     return Timing(kernel_us, eager_us, inductor_us, patched_us, clock, kernel.host_us,
                   eager.host_us, resolution), model_speedup
 
