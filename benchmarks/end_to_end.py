@@ -227,8 +227,12 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("end_to_end.py times CUDA graphs and device time: it needs a CUDA GPU")
     wanted = [w.strip().lower() for w in args.models.split(",")]
-    chosen = {k: v for k, v in MODELS.items()
-              if any(k.lower().startswith(w) or w in k.lower() for w in wanted)}
+    def plain(text: str) -> str:  # "GPT-2 12L" and "gpt2" name the same model
+        return "".join(ch for ch in text.lower() if ch.isalnum())
+
+    chosen = {k: v for k, v in MODELS.items() if any(plain(w) in plain(k) for w in wanted)}
+    if not chosen:
+        sys.exit(f"--models {args.models}: none of {', '.join(MODELS)}")
     import triton
 
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
