@@ -23,9 +23,13 @@ own caches are.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
-import triton
+# The helpers below run inside generated files, which import triton themselves; this module
+# is also imported by the CLI, which must start (and say how to install triton) without it.
+with contextlib.suppress(ImportError):
+    import triton
 
 from .writer import CodeWriter
 
