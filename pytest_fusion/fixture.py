@@ -367,7 +367,12 @@ class FusionAdvisor:
         self.checked = True
         self.checked_result = result
         marker = self.item.get_closest_marker("fusion_check")
-        checks = _as_checks(checks or (marker.kwargs.get("checks") if marker else None))
+        if checks is None and marker is not None:
+            checks = marker.kwargs.get("checks")
+        checks = _as_checks(checks)
+        if not checks:  # an empty list gates nothing: say so rather than gate everything
+            pytest.fail(f"checks=[] gates nothing: name at least one of {', '.join(CHECKS)}, "
+                        "or leave checks out to gate them all", pytrace=False)
         bad = set(checks) - set(CHECKS)
         if bad:
             pytest.fail(f"unknown fusion check(s) {', '.join(sorted(bad))}: choose from "

@@ -79,8 +79,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("fusion_capture", "graph capture frontend: auto (FX, then torch.export when "
                   "FX cannot trace), fx or export", default="auto")
     parser.addini("fusion_device", "the device baselines describe: the analysis target (cpu or "
-                  "cuda), analysed on any machine; kernels are timed only for a cuda target "
-                  "on a CUDA machine", default="cpu")
+                  "cuda), analysed on any machine; kernels are timed on any CUDA machine, "
+                  "whatever the target", default="cpu")
     parser.addini("fusion_fail_stale", "fail the run when a fusion baseline is stale",
                   type="bool", default=False)
     parser.addini("fusion_require_timings", "fail the run when no fusion test judged a "

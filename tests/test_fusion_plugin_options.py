@@ -35,6 +35,15 @@ def test_unknown_marker_keyword_fails_the_test_and_writes_nothing(proj):
     assert baselines(proj.path) == {}
 
 
+def test_an_empty_checks_list_fails_the_test_instead_of_gating_everything(proj):
+    proj.makepyfile(test_net=marked_test(checks=[]))
+    r = run(proj, "--fusion-update-baselines=new")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*checks=[] gates nothing: name at least one of clusters, "
+                            "rejections, traffic, timings, or leave checks out to gate them all"])
+    _no_traceback(r)
+
+
 def test_out_of_range_tolerances_are_refused_with_the_allowed_range(proj):
     proj.makeini("[pytest]\nfusion_traffic_tolerance = -5\n")
     r = run(proj)
