@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
-from ..codegen.indexing import has_views
 from ..codegen.lower import dry_run
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import axes_said, node_reduced_dims
@@ -18,6 +17,7 @@ from ..ir.registry import SPECS
 from .group import (
     check_convexity,
     escaping,
+    has_views,
     iteration_shape,
     numel,
     ordered,
