@@ -240,8 +240,12 @@ def test_lowering_rejects_an_op_whose_arguments_have_no_rule():
 # --- order and end-to-end ----------------------------------------------------
 
 def test_checks_run_in_the_documented_order():
+    from fusion_core import pipeline
+
     assert [name for name, _ in L.CHECKS] == [
         "fan-out", "convexity", "shapes", "aliasing", "aliasing", "reduction", "lowering"]
+    # the pipeline asks the code generator last (legality imports no codegen)
+    assert pipeline.CHECKS == (*L.CHECKS, ("lowering", pipeline.lowers))
 
 
 def test_first_failure_wins():
