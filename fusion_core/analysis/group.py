@@ -59,7 +59,8 @@ def iteration_shape(g: FusionGraph, group: Collection[str]) -> tuple[int, ...]:
     """The shape one kernel iterates over, in the user's own dims: its anchor's shape
     (``ir/iteration.py``: a reduction's input, else the largest result); () if it has none."""
     order = ordered(g, group)
-    name = anchor(g, order, escaping(g, order))
+    # A reduction's source needs no outputs: only a group without one pays for `escaping`.
+    name = anchor(g, order, ()) or anchor(g, order, escaping(g, order))
     meta = g[name].meta if name is not None else None
     return () if meta is None else tuple(meta.shape)
 
