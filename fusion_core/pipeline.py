@@ -1,8 +1,10 @@
 """The analysis pipeline: load → capture → shapes → normalize → detect.
 
-``analyze`` is the one entry point the CLI and the pytest plugin share. Later
-passes (codegen, validate, sourcemap) read an ``Analysis`` and return their own
-results; nothing here depends on them.
+``analyze`` is the one entry point the CLI and the pytest plugin share. Detection runs
+``CHECKS``: legality's checks of the graph, then a dry run of the code generator's lowering
+(the way Inductor's scheduler asks its backend whether it can fuse), so every cluster
+found is one ``codegen.generate`` lowers. Later passes (validate, sourcemap, report) read
+an ``Analysis`` and return their own results; nothing here depends on them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,9 +22,12 @@ import torch.fx as fx
 import torch.nn as nn
 
 from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
+from .analysis import legality
 from .analysis.detect import detect
+from .analysis.group import ordered
 from .analysis.recompute import recompute_plan
-from .analysis.types import Cluster, Rejection
+from .analysis.types import Cluster, Failure, Rejection
+from .codegen.lower import dry_run
 from .errors import InputSpecError
 from .ir.capture import captured, leaf_list
 from .ir.channels import explicit_channels
@@ -169,12 +174,26 @@ def _unused_copies(graph: FusionGraph, clusters: Sequence[Cluster], copies: Sequ
     return [c for c in copies if graph[c].copy_of in stored]
 
 
+def lowers(g: FusionGraph, group: Collection[str]) -> Failure | None:
+    """The code generator plans the group (a dry run of lowering), or the nodes its error
+    blames, else the group's last node."""
+    error = dry_run(g, group)
+    if error is None:
+        return None
+    culprits = tuple(n for n in error.nodes if n in group) or tuple(ordered(g, group))[-1:]
+    return Failure("lowering", culprits, f"the code generator cannot lower it: {error}")
+
+
+# Legality's checks of the graph, then the code generator's answer (module docstring).
+CHECKS: tuple[tuple[str, legality.Check], ...] = (*legality.CHECKS, ("lowering", lowers))
+
+
 def _detect(gm: fx.GraphModule, name: str, frontend: str
             ) -> tuple[FusionGraph, tuple[Cluster, ...], tuple[Rejection, ...]]:
     graph = to_fusion_graph(gm, name, frontend=frontend)
     if frontend == "export":
         graph = label_modules(graph, gm)
-    return graph, *detect(graph)
+    return graph, *detect(graph, CHECKS)
 
 
 def analyze_file(path: str | Path, specs: Sequence[InputSpec],

@@ -1,5 +1,6 @@
-"""Reductions over any set of dims: the kernel's own order, index terms over several
-column dims, and end-to-end runs under the interpreter (or the GPU) against eager."""
+"""Reductions over any set of dims: the reduction's own order (view steps from
+``ir/iteration.py``), index terms over several column dims, and end-to-end runs under the
+interpreter (or the GPU) against eager."""
 
 import math
 import sys
@@ -11,11 +12,12 @@ import torch.nn.functional as F
 from codegen_harness import Lambda, check_model, ttgir_load_layouts
 
 from fusion_core.codegen import Tuning, emit
-from fusion_core.codegen.domain import Domain, domain_of
 from fusion_core.codegen.lower import plan
 from fusion_core.codegen.writer import KernelParams
 from fusion_core.ir.graph import OpKind
+from fusion_core.ir.iteration import reduction_order
 from fusion_core.ir.reductions import RULES
+from fusion_core.ir.views import Permute, Split, Unsqueeze, apply, shape_after
 from fusion_core.pipeline import analyze
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -130,15 +132,20 @@ def test_batch_norm_updating_running_statistics_stays_opaque():
 
 
 def test_the_order_puts_the_reduced_dims_last_in_their_own_order():
-    assert domain_of(RULES["mean"], {"dim": (0, 2, 3)}, X4) == Domain((1, 0, 2, 3), None, 3)
-    assert domain_of(RULES["softmax"], {"dim": 1}, X4) == Domain((0, 2, 3, 1), None, 1)
-    assert domain_of(RULES["sum"], {"dim": -1}, X4).trivial
-    gn = domain_of(RULES["group_norm"], {"num_groups": 3}, X4)
-    assert gn == Domain((0, 1, 2, 3), (1, 3), 3) and gn.shape(X4) == (2, 3, 2, 3, 5)
-    # a per-channel operand (C, 1, 1): the split gives each group its C/G channels
-    assert gn.tensor((6, 1, 1), (1, 1, 1)) == ((1, 3, 2, 1, 1), (0, 2, 1, 1, 1))
-    assert gn.user_dims(["shape[0]", "shape[1]", "shape[2]", "1", "1"]) == [
-        "shape[0]", "shape[1] * shape[2]", "1", "1"]
+    assert reduction_order(RULES["mean"], {"dim": (0, 2, 3)}, X4) == (
+        (Permute((1, 0, 2, 3)),), 3)
+    assert reduction_order(RULES["softmax"], {"dim": 1}, X4) == ((Permute((0, 2, 3, 1)),), 1)
+    assert reduction_order(RULES["sum"], {"dim": -1}, X4) == ((), 1)
+    assert reduction_order(RULES["sum"], {"dim": 0}, (7,)) == ((Unsqueeze((0,)),), 1)
+    assert reduction_order(RULES["softmax"], {}, X4) is None  # no dim named
+    steps, reduced = reduction_order(RULES["group_norm"], {"num_groups": 3}, X4)
+    assert (steps, reduced) == ((Split(1, 3),), 3)
+    assert shape_after(steps, X4) == (2, 3, 2, 3, 5)
+    # a per-channel operand (C, 1, 1), right-aligned: each group gets its C/G channels
+    w = apply((Unsqueeze((0,)), *steps), torch.empty_strided((6, 1, 1), (1, 1, 1)))
+    assert (tuple(w.shape), w.stride()) == ((1, 3, 2, 1, 1), (6, 2, 1, 1, 1))
+    # an operand broadcast over the channels stays broadcast along both parts
+    assert apply(steps, torch.empty(2, 1, 3, 5)).shape == (2, 1, 1, 3, 5)
 
 
 def _offsets(arg, p, idx: str, params: KernelParams) -> torch.Tensor:
@@ -165,7 +172,7 @@ def test_index_terms_address_each_element_of_the_kernel_order(name):
     fn, shape, _ = CASES[name]
     analysis = analyze(Lambda(fn, arity=1, **PARAMS), torch.randn(*shape))
     p = plan(analysis.graph, analysis.clusters[0])
-    assert p.order is not None
+    assert any(arg.view for arg in p.inputs)  # a permute or split: not the user's order
     for arg in p.inputs:
         params = KernelParams()
         idx = str(emit.index_of(arg, p, params))
@@ -174,9 +181,8 @@ def test_index_terms_address_each_element_of_the_kernel_order(name):
         base = torch.arange(1 + sum((d - 1) * s for d, s in zip(
             arg.value_shape, _value_stride(analysis, arg), strict=True)))
         value = base.as_strided(arg.value_shape, _value_stride(analysis, arg))
-        view = p.order.tensor(tuple(value.shape), value.stride())
-        want = value.as_strided(view[0], view[1]).expand(p.domain).reshape(
-            -1, p.n_cols)
+        view = apply(arg.view, value) if arg.view else value
+        want = view.expand(p.domain).reshape(-1, p.n_cols)
         if got is None:
             assert (want == 0).all()
         else:

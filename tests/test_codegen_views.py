@@ -57,11 +57,12 @@ def test_channel_softmax_reduces_over_dim_1_and_verifies(tmp_path, looped):
                           n_clusters=1, looped=looped)
     (kernel,) = checked.kernels
     assert checked.analysis.clusters[0].chain == "div → add → softmax → mul"
-    # No view inside: the kernel's own order (domain.py) puts the channels last, and the
-    # launcher views every tensor, the NCHW result included, in that order.
+    # No view inside: the reduction's own order (an index map) puts the channels last, and
+    # the launcher views every tensor, the NCHW result included, through that map.
     assert "Iteration shape at analysis time: (2, 4, 4, 16)." in kernel.source
-    assert "PERM = (0, 2, 3, 1)" in kernel.source
-    assert "_layout(_domain_view(torch.empty(out_shapes[0]" in kernel.source
+    assert "x = x.permute(0, 2, 3, 1)" in kernel.source
+    assert ("_layout(torch.empty(out_shapes[0], device=\"meta\").permute(0, 2, 3, 1)"
+            in kernel.source)
 
 
 @pytest.mark.parametrize("fn, shapes", [
@@ -118,7 +119,7 @@ def test_layer_norm_over_two_trailing_dims_verifies(tmp_path):
     fn = lambda m, x: torch.nn.functional.layer_norm(x * 2.0, (4, 5), m.w, m.b)  # noqa: E731
     checked = check_model(Lambda(fn, 1, w=w, b=b), (torch.randn(3, 4, 5),), tmp_path,
                           n_clusters=1)
-    # no view inside: domain.py's order, its columns over the last two dims
+    # its columns cover the last two dims, kept apart (not merged into one)
     assert "Iteration shape at analysis time: (3, 4, 5)." in checked.kernels[0].source
 
 
@@ -138,26 +139,45 @@ def test_a_reshape_no_strides_express_is_refused_by_name():
     assert not any(set(c.nodes) & {"t", "reshape"} for c in a.clusters)
 
 
-def test_reduced_dims_that_cannot_merge_into_one_stride_are_refused_with_views():
-    """amax over dims 1 and 2 of a permuted (3, 4, 5), dims 0 and 2 of its input: an index
-    map holds one reduced dim and no single stride walks both. Without the view the kernel's
-    own order (domain.py) indexes the two dims apart, and the group fuses."""
-    _, error = _group_error(lambda m, x: (x - 1.0).permute(1, 0, 2).amax(dim=(1, 2)) * 3.0,
-                            (3, 4, 5))
-    assert error is not None and "cannot be expressed as strides" in str(error)
-    _, error = _group_error(lambda m, x: (x - 1.0).amax(dim=(0, 2)) * 3.0, (3, 4, 5))
+def test_reduced_dims_no_single_stride_walks_fuse_with_views(tmp_path):
+    """amax over dims 1 and 2 of a permuted (3, 4, 5), dims 0 and 2 of its input: no single
+    stride walks both, and the index map keeps them as two column dims, so the group fuses
+    and matches eager (it was refused while index maps merged the reduced dims)."""
+    fn = lambda m, x: (x - 1.0).permute(1, 0, 2).amax(dim=(1, 2)) * 3.0  # noqa: E731
+    _, error = _group_error(fn, (3, 4, 5))
     assert error is None
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 1), (torch.randn(3, 4, 5),), tmp_path, n_clusters=1)
+    assert "amax" in checked.analysis.clusters[0].ops
+    assert "Iteration shape at analysis time: (4, 3, 5)." in checked.kernels[0].source
 
 
-def test_a_group_norm_with_views_is_refused_by_name():
-    """group_norm's channel split is domain.py's; an index map does not express it."""
-    w, b = torch.rand(8), torch.randn(8)
-    fn = lambda m, x: torch.nn.functional.group_norm(  # noqa: E731
-        (x * 2.0).permute(0, 3, 1, 2), 2, m.w, m.b) + 1.0
-    a = analyze(Lambda(fn, 1, w=w, b=b), torch.randn(2, 4, 4, 8))
-    group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
-    error = dry_run(a.graph, group)
-    assert error is not None and "splits its channels into groups" in str(error)
+class _GroupNormOfAPermute(torch.nn.Module):
+    """group_norm of an NHWC activation permuted to NCHW, then a pointwise op."""
+
+    def __init__(self):
+        super().__init__()
+        self.w, self.b = torch.nn.Parameter(torch.rand(8) + 0.5), torch.nn.Parameter(
+            torch.randn(8))
+
+    def forward(self, x):
+        h = (x * 2.0).permute(0, 3, 1, 2)
+        return torch.nn.functional.group_norm(h, 2, self.w, self.b) + 1.0
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["one block", "column loop"])
+def test_a_group_norm_next_to_a_view_fuses_and_verifies(tmp_path, looped):
+    """The channel split is a view step (``Split``) like the permute before it: one index
+    map from the NHWC input to the (N, G, C/G, H, W) iteration shape."""
+    torch.manual_seed(0)
+    checked = check_model(_GroupNormOfAPermute().eval(), (torch.randn(2, 4, 4, 8),), tmp_path,
+                          n_clusters=1, looped=looped)
+    (cluster,) = checked.analysis.clusters
+    assert cluster.chain == "mul → permute → group_norm → add", cluster.chain
+    (kernel,) = checked.kernels
+    assert kernel.skeleton == "reduction" and kernel.looped == looped
+    assert "Iteration shape at analysis time: (2, 2, 4, 4, 4)." in kernel.source
+    assert "x = x.permute(0, 3, 1, 2).unflatten(1, (2, -1))" in kernel.source
 
 
 def test_a_value_needed_through_two_index_maps_is_refused():
@@ -176,6 +196,17 @@ def test_an_input_read_through_two_index_maps_is_loaded_twice(tmp_path):
     assert "def cluster0(a):" in kernel.source
     assert "a_map1 = a.permute(1, 0)" in kernel.source
     assert kernel.source.count("tl.load(") == 2
+
+
+def test_an_input_read_per_element_and_per_row_is_loaded_both_ways(tmp_path):
+    """`(x * y).sum(-1) + y`: mul reads y along the columns, add along the rows (the sum's
+    index map puts its reduced dim back as size 1); y is loaded once each way."""
+    torch.manual_seed(0)
+    fn = lambda m, x, y: (x * y).sum(-1) + y  # noqa: E731
+    checked = check_model(Lambda(fn, 2), (torch.randn(6, 6), torch.randn(6)), tmp_path,
+                          n_clusters=1)
+    assert checked.analysis.clusters[0].ops == ("mul", "sum", "add")
+    assert "b_map1 = b.unsqueeze(-1)" in checked.kernels[0].source
 
 
 def test_an_escaping_view_of_a_computed_value_is_stored(tmp_path):

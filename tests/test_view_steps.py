@@ -10,6 +10,7 @@ from fusion_core.ir.views import (
     Merge,
     Permute,
     Reshape,
+    Split,
     Squeeze,
     Strided,
     Unsqueeze,
@@ -17,6 +18,8 @@ from fusion_core.ir.views import (
     apply,
     describe,
     inverse,
+    plain,
+    shape_after,
 )
 from fusion_core.pipeline import analyze
 
@@ -63,6 +66,39 @@ def test_invertible_steps_map_back():
         assert back is not None
         torch.testing.assert_close(apply(back, apply(steps, x)), x, rtol=0, atol=0)
     assert inverse((Strided((3, 2), ((0, 1), (1, 1)), (0, 0, 0)),), SHAPE) is None
+
+
+def test_positions_from_the_end_hold_for_any_leading_dims():
+    """A reduction's dims put back count from the end: the same step serves a value with
+    fewer leading dims (a launcher called on 2-d inputs after a 3-d analysis)."""
+    step = Unsqueeze((-3, -1))
+    for shape in ((2, 3, 4), (3, 4)):
+        x = torch.randn(shape)
+        want = x.unsqueeze(-2).unsqueeze(-1)  # (..., 3, 1, 4, 1)
+        assert torch.equal(apply((step,), x), want)
+        assert step.shape(shape) == tuple(want.shape)
+        assert torch.equal(eval(step.source("x"), {"x": x}), want)  # noqa: S307
+        assert torch.equal(apply(inverse((step,), shape), want), x)
+        assert Squeeze((-3, -1)).shape(tuple(want.shape)) == shape
+
+
+def test_split_gives_each_group_its_channels_and_merges_back():
+    """group_norm's channel split: (N, C, H) -> (N, G, C/G, H), a view of any strides; the
+    launcher's text does the same; a size-1 dim stays broadcast along both parts."""
+    step = Split(1, 2)
+    x = torch.randn(2, 6, 10)[:, :, ::2]  # strided
+    v = apply((step,), x)
+    assert v.shape == (2, 2, 3, 5) == shape_after((step,), (2, 6, 5))
+    assert v.data_ptr() == x.data_ptr()
+    torch.testing.assert_close(v[:, 1, 2], x[:, 5], rtol=0, atol=0)
+    assert torch.equal(eval(step.source("x"), {"x": x}), v)  # noqa: S307 - our own text
+    torch.testing.assert_close(apply(inverse((step,), (2, 6, 5)), v), x, rtol=0, atol=0)
+    one = torch.randn(2, 1, 5)
+    assert apply((step,), one).shape == (2, 1, 1, 5) == shape_after((step,), (2, 1, 5))
+    assert plain((step,), (2, 1, 5)) == (Unsqueeze((1,)),)  # what a launcher writes there
+    assert plain((step,), (2, 6, 5)) == (step,)
+    with pytest.raises(ViewError, match="a split of 5 channels into 2 groups"):
+        apply((step,), torch.randn(2, 5, 3))
 
 
 def test_a_reshape_no_strides_express_raises_a_view_error():

@@ -12,7 +12,7 @@ the fan-out check's cost model says storing them pays.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 
 from ..ir.graph import FusionGraph, OpKind
 from .group import (
@@ -26,7 +26,7 @@ from .group import (
     n_working_ops,
     sibling_reductions,
 )
-from .legality import first_failure
+from .legality import CHECKS, Check, first_failure
 from .multi_output import lone_nodes, reduction_regions
 from .traffic import estimate_traffic
 from .types import Cluster, LineSpan, Rejection
@@ -113,7 +113,10 @@ def _dead_rejections(g: FusionGraph) -> list[Rejection]:
             for group in components(g, dead) if n_working_ops(g, group) >= MIN_OPS]
 
 
-def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
+def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
+           ) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
+    """Clusters and rejections (module docstring); `checks`: the legality checks in order
+    (the pipeline's add the code generator's dry run to legality's own)."""
     legal: list[tuple[str, ...]] = []
     rejections: list[Rejection] = _dead_rejections(g)
     cuts: list[tuple[tuple[str, ...], tuple[str, ...]]] = []  # (component, nodes left alone)
@@ -132,7 +135,7 @@ def detect(g: FusionGraph) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
             if n_working_ops(g, group) < MIN_OPS or group in tried:
                 continue
             tried.add(group)
-            failure = first_failure(g, set(group))
+            failure = first_failure(g, set(group), checks)
             if failure is None:
                 legal.append(group)
                 continue

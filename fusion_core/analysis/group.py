@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..ir.graph import FusionGraph, OpKind, Ref
+from ..ir.iteration import anchor
 from ..ir.reductions import node_reduced_dims
 from ..ir.registry import SPECS
 from .types import Failure
@@ -56,15 +57,18 @@ def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
 
 
 def iteration_shape(g: FusionGraph, group: Collection[str]) -> tuple[int, ...]:
-    """The shape one kernel iterates over: a reduction's input, else the largest value."""
-    for name in ordered(g, group):
-        node = g[name]
-        if node.kind is OpKind.REDUCTION and node.inputs and isinstance(node.inputs[0], Ref):
-            meta = g[node.inputs[0].name].meta
-            if meta is not None:
-                return meta.shape
-    shapes = [g[n].meta.shape for n in group if g[n].meta is not None]
-    return max(shapes, key=lambda s: (numel(s), len(s)), default=())
+    """The shape one kernel iterates over, in the user's own dims: its anchor's shape
+    (``ir/iteration.py``: a reduction's input, else the largest result); () if it has none."""
+    order = ordered(g, group)
+    # A reduction's source needs no outputs: only a group without one pays for `escaping`.
+    name = anchor(g, order, ()) or anchor(g, order, escaping(g, order))
+    meta = g[name].meta if name is not None else None
+    return () if meta is None else tuple(meta.shape)
+
+
+def has_views(g: FusionGraph, group: Collection[str]) -> bool:
+    """A view node inside: only lowering's index maps tell whether its values line up."""
+    return any(g[name].kind is OpKind.VIEW for name in group)
 
 
 def reduced_shape(g: FusionGraph, name: str) -> tuple[int, ...] | None:

@@ -6,7 +6,7 @@ unfused = Σ over ops that move data: each distinct tensor operand read at its o
 fused   = each external tensor input read once + each escaping value written once
           (a value smaller than the kernel's domain, other than a per-row reduction
           result, is written by every program: costed at the domain's size; the domain
-          is ``kernel_domain``'s, as the code generator picks it).
+          is ``group.iteration_shape``, the code generator's anchor).
 An upper bound with no cache model: every eager op round-trips through DRAM.
 """
 
@@ -34,20 +34,9 @@ def estimate_traffic(g: FusionGraph, group: Collection[str], copies: bool = True
         operands = dict.fromkeys(g[name].refs)
         unfused += sum(value_bytes(g, r) for r in operands) + value_bytes(g, name)
     fused = sum(value_bytes(g, r) for r in external_inputs(g, group))
-    domain = kernel_domain(g, group)
+    domain = iteration_shape(g, group)
     fused += sum(store_bytes(g, group, n, domain) for n in escaping(g, group))
     return TrafficEstimate(unfused_bytes=unfused, fused_bytes=fused)
-
-
-def kernel_domain(g: FusionGraph, group: Collection[str]) -> tuple[int, ...]:
-    """The shape the group's kernel iterates over. With views inside and no reduction it is
-    the largest result the kernel writes (``codegen/indexing.py``'s anchor): a slice inside
-    shrinks it below the values it was cut from. Otherwise ``group.iteration_shape``."""
-    has_view = any(g[n].kind is OpKind.VIEW for n in group)
-    if not has_view or any(g[n].kind is OpKind.REDUCTION for n in group):
-        return iteration_shape(g, group)
-    shapes = [g[n].meta.shape for n in escaping(g, group) if g[n].meta is not None]
-    return max(shapes, key=lambda s: (math.prod(s), len(s)), default=iteration_shape(g, group))
 
 
 def _row_width(g: FusionGraph, reduction: str, domain: tuple[int, ...]) -> int:

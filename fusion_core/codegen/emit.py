@@ -72,7 +72,7 @@ def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
         divisor = params.span(family, hi) if hi < top else None
         stride = None
         if not g.unit and arg.role == "gen":  # no tensor to read strides from: a literal
-            stride = str(align(arg.shape, arg.stride, rank, arg.access.row_space)[1][hi - 1])
+            stride = str(align(arg.shape, arg.stride, rank)[1][hi - 1])
         elif not g.unit:
             stride = params.stride(arg.role, arg.index, strides)
             strides += 1

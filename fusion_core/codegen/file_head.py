@@ -3,7 +3,7 @@
 Reads a ``KernelPlan`` and the tuning choices; writes the lines before the kernel: what the
 file computes, the tuning constants and per-shape candidates (``choices.py``,
 ``tuning.py``), and how each tensor is indexed over the iteration shape (groups of dims,
-each input's memory order, a reduction's own dim order). ``launcher.py`` writes the rest.
+each input's memory order). ``launcher.py`` writes the rest.
 """
 
 from __future__ import annotations
@@ -94,13 +94,6 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
               "# whose strides the kernel cannot index is copied into this layout.",
               "IN_ORDERS = (" + "".join(f"{_order(t)}, " for t in plan.inputs).rstrip() + ")",
               f"INT64_INDEX = {plan.int64}", ""]
-    if plan.order is not None:
-        o = plan.order
-        lines[-1:] = ["# The reduction's own order: the launcher views each tensor with its dims",
-                      "# reordered (and a channel dim split into groups) before indexing it.",
-                      f"USER_RANK = {len(o.perm)}", f"PERM = {o.perm}", f"SPLIT = {o.split}",
-                      f"REDUCED = {o.reduced}  # trailing dims of the iteration shape reduced",
-                      ""]
     return lines
 
 

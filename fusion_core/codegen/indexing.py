@@ -1,18 +1,17 @@
-"""Index maps: how each value of a group holding views is addressed from the kernel's
-iteration space (a group without views uses ``domain.py``'s kernel order instead).
+"""Index maps: how each value of a group is addressed from the kernel's iteration space.
 
 Reads a group of the ``FusionGraph`` (its nodes, inputs and outputs, the view nodes'
 steps from ``ir/views.py`` and the reductions' dims, from the registry's table in
-``ir/reductions.py``); returns ``IndexMaps``: the
-iteration shape (the *domain*) and, for every value the group reads, computes or
-writes, a chain of view steps that turns a tensor of that value's shape into one
-indexed by domain coordinates (right-aligned; size-1 dims broadcast).
+``ir/reductions.py``); returns ``IndexMaps``: the iteration shape (the *domain*), how many
+of its trailing dims a reduction's columns cover, and, for every value the group reads,
+computes or writes, a chain of view steps that turns a tensor of that value's shape into
+one indexed by domain coordinates (right-aligned; size-1 dims broadcast).
 
-The domain comes from an anchor value: a reduction's source with the reduced dims moved
-last and merged into one (softmax over dim 1 of NCHW iterates over (N, H, W, C);
-``mean(dim=(2, 3))`` over (N, C, H*W)); reduced dims whose strides do not merge, and
-group_norm's channel split, are refused by name; without a reduction, the largest result the
-group writes. Chains then spread from the anchor through the group until every value has
+The domain comes from the group's anchor (``ir/iteration.py``): a reduction's source in
+the reduction's own order, the reduced dims last (softmax over dim 1 of NCHW iterates over
+(N, H, W, C); ``mean(dim=(2, 3))`` over (N, C, H, W) with two reduced dims; group_norm over
+(N, G, C/G, H, W) with three); without a reduction, the largest result the group writes.
+Chains then spread from the anchor through the group until every value has
 one: through a pointwise op unchanged (a broadcast operand first gains leading size-1
 dims), through a view with its steps (operand side) or their inverse (result side), and
 through a reduction by putting its reduced dims back as size 1. A computed value lives
@@ -26,18 +25,17 @@ can express is refused by name. ``layout.access`` then indexes the result as usu
 
 from __future__ import annotations
 
-import math
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from ..ir.graph import FusionGraph, Node, OpKind, Ref
+from ..ir.graph import FusionGraph, Node, OpKind
+from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
 from ..ir.views import (
     INDEX_STEPS,
     Merge,
-    Permute,
     Reshape,
     Step,
     Strided,
@@ -45,6 +43,7 @@ from ..ir.views import (
     ViewError,
     apply,
     inverse,
+    plain,
     shape_after,
 )
 from .layout import LoweringError
@@ -53,16 +52,11 @@ from .layout import LoweringError
 @dataclass(frozen=True)
 class IndexMaps:
     domain: tuple[int, ...]
+    reduced: int  # trailing domain dims a reduction's columns cover (0: none)
     chains: dict[str, tuple[Step, ...]]  # value -> steps from its shape to the domain's
     # (reader, input) -> the steps that reader needs, where they differ from `chains`':
     # that input is loaded once more, through them.
     reads: dict[tuple[str, str], tuple[Step, ...]]
-
-
-def has_views(g: FusionGraph, nodes: Collection[str]) -> bool:
-    """A view node inside: the group is indexed through index maps (this module); without
-    one, ``domain.py``'s kernel order serves (``lower.py``)."""
-    return any(g[name].kind is OpKind.VIEW for name in nodes)
 
 
 def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
@@ -71,35 +65,6 @@ def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
         raise LoweringError(f"`{name}` has no tensor metadata (shape propagation missed it)",
                             (name,))
     return tuple(meta.shape)
-
-
-def _anchor(g: FusionGraph, nodes: Sequence[str], outputs: Sequence[str]
-            ) -> tuple[str, tuple[Step, ...]]:
-    """The value the domain is built from, and its chain (module docstring)."""
-    for name in nodes:
-        node = g[name]
-        if node.kind is OpKind.REDUCTION and isinstance(node.inputs[0], Ref):
-            src = node.inputs[0].name
-            shape = _shape(g, src)
-            dims = node_reduced_dims(node, len(shape))
-            if not dims:
-                raise LoweringError(f"`{node.label}`: cannot tell which dims it reduces",
-                                    (name,))
-            if rule_of(node).axes == "groups":  # its C/G part: domain.py splits C
-                raise LoweringError(f"`{node.label}` ({node.op}) splits its channels into "
-                                    "groups, which index maps through views do not; fuse "
-                                    "it without the views", (name,))
-            kept = tuple(k for k in range(len(shape)) if k not in dims)
-            steps: list[Step] = []
-            if kept + dims != tuple(range(len(shape))):
-                steps.append(Permute(kept + dims))
-            if len(dims) > 1:
-                steps.append(Merge(len(kept), len(shape)))
-            if not kept:  # one row: (N,) -> (1, N)
-                steps.append(Unsqueeze((0,)))
-            return src, tuple(steps)
-    best = max(outputs, key=lambda n: (math.prod(_shape(g, n)), len(_shape(g, n))))
-    return best, ()
 
 
 def _expanded(shape: tuple[int, ...], out: tuple[int, ...], chain: Sequence[Step]
@@ -152,6 +117,12 @@ class _Spread:
             if name not in self.members:  # an input: `via` loads it once more, its own way
                 self.reads[(via, name)] = steps
                 return False
+            node = self.g[name]
+            if node.kind is OpKind.REDUCTION and not keeps_dims(rule_of(node), dict(node.params)):
+                raise LoweringError(f"`{self.g[via].label}` broadcasts the per-row result "
+                                    f"`{node.label}` along the rows: it would need other rows' "
+                                    "results (keepdim=True keeps the reduced axis)",
+                                    (via,) if via in self.members else (name,))
             raise LoweringError(
                 f"the computed value `{self.g[name].label}` is needed through two different "
                 f"index maps (by `{self.g[self.why[name]].label}` and by `{self.g[via].label}`); "
@@ -211,10 +182,11 @@ class _Spread:
         keeps_row = getattr(rule, "keeps_row", True)
         rank = len(_shape(g, src))
         dims = node_reduced_dims(node, rank) or ()
-        # The result's shape -> the source's: the reduced dims back as size 1.
+        # The result's shape -> the source's: the reduced dims back as size 1, counted from
+        # the end (right-aligned: a launcher called with fewer leading dims keeps them).
         back: tuple[Step, ...] = ()
         if not keeps_dims(rule, dict(node.params)):
-            back = (Unsqueeze(dims),)
+            back = (Unsqueeze(tuple(d - rank for d in dims)),)
         added = False
         if src in self.chains:
             added |= self.offer(name, back + self.chains[src], name)
@@ -255,32 +227,34 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
         if node.kind is OpKind.VIEW and len(set(node.refs)) > 1:
             raise LoweringError(f"`{node.label}` ({node.op}) reads `{g[node.refs[1]].label}` "
                                 "only for its shape; a kernel takes tensors it loads", (name,))
-    anchor, steps = _anchor(g, nodes, outputs)
+    try:
+        space = iteration_space(g, nodes, outputs)
+    except NoIterationSpace as e:
+        raise LoweringError(str(e), e.nodes) from None
     spread = _Spread(g, nodes, inputs)
-    spread.run(anchor, steps)
-    domain = tuple(shape_after(steps, _shape(g, anchor)))
+    spread.run(space.anchor, space.steps)
+    domain = space.shape
     for name in nodes:
         if g[name].kind is OpKind.REDUCTION:
             src = g[name].inputs[0].name
-            _check_rows(g, g[name], spread.reads.get((name, src), spread.chains[src]), domain)
-    return IndexMaps(domain, spread.chains, spread.reads)
+            _check_rows(g, g[name], spread.reads.get((name, src), spread.chains[src]), domain,
+                        space.reduced)
+    return IndexMaps(domain, space.reduced, spread.chains, spread.reads)
 
 
 def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
-                domain: tuple[int, ...]) -> None:
-    """The reduction's own dims are exactly the domain's last axis under its source's map."""
+                domain: tuple[int, ...], reduced: int) -> None:
+    """The reduction's source reaches the domain the way the reduction's own order would
+    take it there (``ir/iteration.py``): its rows are the kernel's rows, its reduced dims the
+    last `reduced` axes."""
     shape = _shape(g, node.inputs[0].name)
-    dims = node_reduced_dims(node, len(shape)) or ()
-    kept = tuple(1 if k in dims else d for k, d in enumerate(shape))
-    try:
-        full = _aligned(shape_after(chain, shape), len(domain))
-        rows = _aligned(shape_after(chain, kept), len(domain))
-    except (RuntimeError, ValueError):
-        full = rows = None
-    if full != domain or rows != domain[:-1] + (1,):
+    own = reduction_order(rule_of(node), dict(node.params), shape)
+    rank = len(domain)
+    if own is None or own[1] != reduced or _effective(chain, shape, rank) is None or (
+            _effective(chain, shape, rank) != _effective(own[0], shape, rank)):
         raise LoweringError(f"`{node.label}` reduces other dims than the kernel's rows (its "
-                            f"iteration shape is {domain}, reduced over the last axis)",
-                            (node.name,))
+                            f"iteration shape is {domain}, reduced over the last {reduced} "
+                            f"ax{'i' if reduced == 1 else 'e'}s)", (node.name,))
 
 
 def _aligned(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
@@ -320,7 +294,7 @@ def seen_through(maps: IndexMaps, name: str, label: str, shape: tuple[int, ...],
                  blame: tuple[str, ...] = ()) -> tuple[tuple, tuple, dict]:
     """(shape, strides, ``TensorArg`` fields) of value `name` as a `rank`-d kernel indexes it
     through its chain (or `steps`): its own layout where right-alignment reads the same."""
-    steps = maps.chains[name] if steps is None else steps
+    steps = plain(maps.chains[name] if steps is None else steps, shape)
     if not steps:
         return shape, stride, {}
     try:

@@ -47,10 +47,10 @@ def input_lines(plan: KernelPlan, names: Sequence[str]) -> list[str]:
 
 def seen_through_views(plan: KernelPlan, names: Sequence[str]) -> list[int]:
     """Positions of the launcher names the kernel reads through a view of a parameter: a
-    second load, an index map, or every input of a kernel with its own order."""
+    second load or an index map."""
     firsts = first_names(plan, names)
     return [i for i, (a, t) in enumerate(zip(names, plan.inputs, strict=True))
-            if plan.order is not None or t.view or a != firsts[t.value]]
+            if t.view or a != firsts[t.value]]
 
 
 def _meta_out(i: int) -> str:

@@ -11,7 +11,7 @@ split rows, whose ``_launch`` comes from ``split_rows.py``) its shape bucket may
 (``tuning.py``; ``_launch`` computes the grid from the one chosen). All of
 that depends only on the inputs' shapes and strides, so ``clusterN(*inputs)`` caches it
 in ``LAUNCH_CACHE``, keyed by every input's (shape, stride, dtype, device). Inputs the
-kernel reads through views (an index map, its own order) are keyed as passed: ``_views``
+kernel reads through views (their index maps) are keyed as passed: ``_views``
 takes the views on a new layout only, and the plan keeps where each view lies in its
 input (``runtime._seats``), so a repeated call rebuilds it with one ``as_strided`` on that
 call's tensor (its data, its storage offset). A repeated call builds the key, looks it up,
@@ -53,9 +53,9 @@ _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block",
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
              *split_rows.LOCALS,
-             "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS, *runtime.DOMAIN_GLOBALS,
+             "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS,
              *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS
-                                  + runtime.DOMAIN_HELPERS + runtime.VIEW_HELPERS),
+                                  + runtime.VIEW_HELPERS),
              *(fn.__name__ for pair in autotune.KINDS.values() for fn in pair)}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 
@@ -82,25 +82,15 @@ def arg_names(plan: KernelPlan) -> list[str]:
 
 
 def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:
-    """The output's runtime shape, from the iteration shape `shape` (in the user's order
-    where the kernel has its own)."""
+    """The output's runtime shape as the kernel indexes it, from the iteration shape `shape`
+    (``launch_maps.output_shape_lines`` maps it back through the output's index map)."""
     rank = plan.rank
     dims = [f"shape[{k}]" if arg.access.aligned[k] == plan.domain[k] else "1"
             for k in range(rank)]
-    if arg.access.row_space:
-        dims = dims[:rank - plan.reduced]
-    elif plan.order is not None:
-        dims = plan.order.user_dims(dims)
-    dims = dims[len(dims) - len(arg.value_shape if plan.order is not None else arg.shape):]
+    dims = dims[len(dims) - len(arg.shape):]
     if dims == [f"shape[{k}]" for k in range(rank)]:
         return "shape"
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
-
-
-def _view(t: TensorArg) -> str:
-    """The runtime helper that views `t` in the kernel's order: per-row values are in row
-    order already."""
-    return "_row_view" if t.access.row_space else "_domain_view"
 
 
 def _key(names: list[str], out: CodeWriter) -> None:
@@ -128,9 +118,6 @@ def _views_fn(plan: KernelPlan, names: list[str], params: str, out: CodeWriter) 
                'copy,', '    unless a reshape meets strides it cannot view)."""'])
     with out.indented():
         out.lines(launch_maps.input_lines(plan, names))
-        if plan.order is not None:
-            out.line("# every input as the kernel indexes it: in its order (a view)")
-            out.lines(f"{a} = {_view(t)}({a})" for a, t in zip(names, plan.inputs, strict=True))
         out.line(f"return {_tuple(names)}")
 
 
@@ -171,11 +158,9 @@ def _call(opening: str, items: list[str], out: CodeWriter) -> None:
 def _plan_fn(plan: KernelPlan, params: KernelParams, looped: bool, names: list[str],
              out: CodeWriter) -> None:
     """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
-    shapes = [f"(*{a}.shape, 1)" if t.access.row_space else f"{a}.shape"
-              for a, t in zip(names, plan.inputs, strict=True)]
+    shapes = [f"{a}.shape" for a in names]
     # A generated value's shape is the analysed one (the graph fixed it too: `arange(16)`).
-    shapes += [repr((*t.shape, 1) if t.access.row_space else tuple(t.shape))
-               for t in plan.generated]
+    shapes += [repr(tuple(t.shape)) for t in plan.generated]
     out.line(f"def _plan({', '.join(names) or NO_INPUTS_DEVICE}):")
     with out.indented():
         _plan_body(plan, params, looped, names, shapes, out)
@@ -187,10 +172,9 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
                'device) and candidate configurations for these inputs\' layout; raises if the',
                'kernel cannot run them. The launcher caches the result."""',
                f"shape, lead = _iteration_shape({', '.join(shapes)})"])
-    for i, (a, t) in enumerate(zip(names, plan.inputs, strict=True)):
-        row = ", row_space=True" if t.access.row_space else ""
+    for i, a in enumerate(names):
         strides = f"in{i}_strides" if params.has_strides("in", i) else "_"
-        out.line(f"copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], IN_ORDERS[{i}]{row})")
+        out.line(f"copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], IN_ORDERS[{i}])")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
     out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
                "copies = copies if any(copies) else ()",
@@ -198,7 +182,7 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
                                          for t in plan.outputs).rstrip() + ")"])
     # Each result's first dim as a position in the iteration shape: inputs with fewer dims
     # than analysed give results without the dims no input has, as eager does.
-    firsts = [plan.rank - len(t.shape) - t.access.row_space for t in plan.outputs]
+    firsts = [plan.rank - len(t.shape) for t in plan.outputs]
     # Counted from the analysed inputs' padding: a view in the group can give the results
     # more dims than any input has (`reshape_as` adding a size-1 dim).
     base = _analysed_lead(plan)
@@ -210,11 +194,8 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
     out.lines(launch_maps.output_shape_lines(plan))
     for i, t in enumerate(plan.outputs):
         if params.has_strides("out", i):
-            row = ", row_space=True" if t.access.row_space else ""
             seen = launch_maps.output_layout(t, i)
-            if plan.order is not None:  # the kernel indexes the result through its view
-                seen = f"{_view(t)}({seen})"
-            out.line(f"_, out{i}_strides = _layout({seen}, shape, OUT_GROUPS[{i}], (){row})")
+            out.line(f"_, out{i}_strides = _layout({seen}, shape, OUT_GROUPS[{i}], ())")
     pow2 = _pow2_constants(plan, looped)
     out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
                "span = _spans(shape)"])
@@ -260,9 +241,9 @@ def _rows_checks(plan: KernelPlan, params: KernelParams, looped: bool, empty: st
 
 def _analysed_lead(plan: KernelPlan) -> int:
     """The dims `_iteration_shape` pads at the analysed shapes (what the launcher passes it:
-    each input's own shape, a per-row input with a trailing 1)."""
-    ranks = [len(t.value_shape) + t.access.row_space for t in plan.inputs]
-    ranks += [len(t.shape) + t.access.row_space for t in plan.generated]
+    each input's own shape)."""
+    ranks = [len(t.value_shape) for t in plan.inputs]
+    ranks += [len(t.shape) for t in plan.generated]
     return max(0, plan.rank - max(ranks, default=plan.rank))
 
 
@@ -331,7 +312,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                "# Per launch plan (same keys), once its configuration is chosen: the compiled",
                "# kernel's direct launcher (`_direct`), or False to launch through Triton.",
                "DIRECT_LAUNCH = {}",
-               "", "", *runtime.source(plan.order is not None, bool(viewed)).splitlines(),
+               "", "", *runtime.source(bool(viewed)).splitlines(),
                "", "", *direct_launch.source().splitlines(),
                "", "", *autotune.source(kind(plan, looped)).splitlines(), "", ""])
     _plan_fn(plan, params, looped, names, out)

@@ -42,7 +42,6 @@ class Group:
 class Access:
     aligned: tuple[int, ...]  # the tensor's shape, right-aligned to the domain's rank
     groups: tuple[Group, ...]
-    row_space: bool = False  # aligned to the domain's rows (a per-row result, no keepdim)
 
     @property
     def is_scalar(self) -> bool:
@@ -52,11 +51,9 @@ class Access:
         return any(g.last == rank for g in self.groups)
 
 
-def align(shape: tuple[int, ...], stride: tuple[int, ...], rank: int, row_space: bool
+def align(shape: tuple[int, ...], stride: tuple[int, ...], rank: int
           ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Right-align shape/stride to `rank`; a row-space value gets a trailing size-1 dim."""
-    if row_space:
-        shape, stride = shape + (1,), stride + (0,)
+    """Right-align shape/stride to `rank` (leading size-1 dims of stride 0)."""
     pad = rank - len(shape)
     if pad < 0:
         raise LoweringError(f"a value of shape {shape} has more dims than the kernel's "
@@ -64,11 +61,11 @@ def align(shape: tuple[int, ...], stride: tuple[int, ...], rank: int, row_space:
     return (1,) * pad + tuple(shape), (0,) * pad + tuple(stride)
 
 
-def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, ...],
-           row_space: bool = False) -> Access:
+def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, ...]
+           ) -> Access:
     """Group the domain dims `shape` spans (see the module docstring)."""
     rank = len(domain)
-    dims, strides = align(tuple(shape), tuple(stride), rank, row_space)
+    dims, strides = align(tuple(shape), tuple(stride), rank)
     groups: list[Group] = []
     first = last = None  # the open group
     unit = True
@@ -100,4 +97,4 @@ def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, .
         ordered[0] = Group(0, ordered[0].last, ordered[0].unit)
     if ordered and all(d == 1 for d in domain[ordered[-1].last:]):
         ordered[-1] = Group(ordered[-1].first, rank, ordered[-1].unit)
-    return Access(dims, tuple(ordered), row_space)
+    return Access(dims, tuple(ordered))

@@ -7,19 +7,16 @@ computed value (the registry's Triton expression over operand temporaries and
 literals), the reduction steps if there are any, and the outputs. ``emit.py``
 turns the plan into source; nothing here knows the skeleton's text.
 
-A group holding views takes its iteration shape and each value's index map from
-``indexing.py`` (and no ``domain.py`` order): inputs and outputs are then the
-value seen through its map (composed strides), and a view node is no statement, only
-another name for its operand's registers.
+Every group takes its iteration shape and each value's index map from ``indexing.py``:
+inputs and outputs are the value seen through its map (composed strides), and a view
+node is no statement, only another name for its operand's registers. A reduction runs in
+its own order there (kept dims, then the reduced ones, group_norm's channels split), and
+the columns cover the domain's last ``reduced`` dims.
 
 In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
 block) or per-row (``[ROWS, 1]``: column vectors, and whatever follows a
 reduction that collapses the row); ``phase`` says whether it comes before the
-reduction (recomputed in each column pass when rows loop) or after it. Without views, a
-reduction over dims other than the last one alone runs in its own order (``domain.py``: kept dims,
-then the reduced ones, group_norm's channels split): the plan's domain is in that order,
-every input and output is indexed through it, and the columns cover its last
-``order.reduced`` dims.
+reduction (recomputed in each column pass when rows loop) or after it.
 
 An elementwise kernel is ``tiled`` (rows x a block of columns, like a reduction
 kernel) when some tensor spans the last axis through more than one index group: a
@@ -38,13 +35,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..analysis.group import escaping, external_inputs, iteration_shape, ordered
+from ..analysis.group import escaping, external_inputs, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.reductions import ReductionRule, correction, keeps_dims
+from ..ir.reductions import ReductionRule, correction
 from ..ir.registry import SPECS
-from .domain import Domain, domain_of
-from .indexing import has_views, index_maps, seen_through, view_offset
+from .indexing import index_maps, seen_through, view_offset
 from .layout import Access, LoweringError, access
 from .plan import (
     COMPUTE,
@@ -110,10 +106,6 @@ def kernel_name(cluster_index: int) -> str:
     return f"cluster{cluster_index}"
 
 
-def _numel(graph: FusionGraph, name: str) -> int:
-    return math.prod(_meta(graph, name).shape)
-
-
 def _meta(graph: FusionGraph, name: str):
     meta = graph[name].meta
     if meta is None:
@@ -132,98 +124,29 @@ class _Lowering:
                                 "(in-place ops cannot be lowered)", bad)
         self.reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
         self.red = self.reds[0] if self.reds else None
-        # Views inside: index maps (indexing.py); else a reduction's own order (domain.py).
-        self.maps = index_maps(graph, cluster.nodes, cluster.inputs, cluster.outputs) \
-            if has_views(graph, cluster.nodes) else None
-        self.domain = tuple(iteration_shape(graph, cluster.nodes) if self.maps is None
-                            else self.maps.domain)
-        self.user_rank = len(self.domain)
-        self.first_order = self._order(self.red) if self.red is not None and (
-            self.maps is None) else None
-        # Reduced dims that are not just the last one: the kernel's own order (domain.py).
-        self.order = None if self.first_order is None or self.first_order.trivial else (
-            self.first_order)
-        if self.order is not None:
-            self.domain = self.order.shape(self.domain)
-        elif self.red is not None and len(self.domain) < 2:  # one row: (N,) -> (1, N)
-            self.domain = (1,) * (2 - len(self.domain)) + self.domain
+        self.maps = index_maps(graph, cluster.nodes, cluster.inputs, cluster.outputs)
+        self.domain = self.maps.domain
         self.rank = len(self.domain)
-        self.reduced = 1 if self.order is None else self.order.reduced
-        self._same_rows()
-        self.row_space = self._row_space() if self.maps is None else set()
+        self.reduced = max(self.maps.reduced, 1)
+        self._one_block()
         self.temps: dict[str, str] = {}  # graph value -> temporary
         self.read_temps: dict[tuple[str, str], str] = {}  # (reader, input) loaded its own way
         self.per_row: dict[str, bool] = {}  # temporary -> one value per row
         self.phase: dict[str, str] = {}  # temporary -> "pre" / "post"
         self.count = 0
 
-    # -- spaces -------------------------------------------------------------------------
-    def _order(self, node: Node) -> Domain:
-        rule = SPECS[node.op].lower
-        if not isinstance(rule, ReductionRule):
-            raise LoweringError(f"`{node.label}` ({node.op}) has no reduction rule", (node.name,))
-        src = node.inputs[0]
-        if not isinstance(src, Ref):
-            raise LoweringError(f"`{node.label}` reduces a constant", (node.name,))
-        try:
-            return domain_of(rule, dict(node.params), tuple(_meta(self.g, src.name).shape))
-        except LoweringError as e:
-            raise LoweringError(f"`{node.label}`: {e}", (node.name,)) from None
-
-    def _same_rows(self) -> None:
-        """Several reductions share one kernel only over the same rows, all in one block."""
-        if len(self.reds) < 2:
-            return
-        for node in self.reds[1:] if self.maps is None else ():  # index maps checked theirs
-            src = node.inputs[0]
-            if not isinstance(src, Ref) or tuple(_meta(self.g, src.name).shape) != tuple(
-                    iteration_shape(self.g, [self.red.name])):
-                raise LoweringError(f"`{node.label}` reduces other rows than `{self.red.label}`",
-                                    (node.name,))
-            if self._order(node) != self.first_order:
-                raise LoweringError(f"`{node.label}` reduces other dims than `{self.red.label}`",
-                                    (node.name,))
+    def _one_block(self) -> None:
+        """Several reductions share one kernel only with the whole row in one block (the
+        index maps checked they reduce the same rows)."""
         n_cols = math.prod(self.domain[self.rank - self.reduced:])
-        if self.domain and n_cols > MAX_BLOCK:
+        if len(self.reds) > 1 and self.domain and n_cols > MAX_BLOCK:
             raise LoweringError(f"{len(self.reds)} reductions in one kernel need the whole row in "
                                 f"one block; rows of {n_cols} columns are wider than "
                                 f"{MAX_BLOCK}", tuple(n.name for n in self.reds[1:]))
 
-    def _row_space(self) -> set[str]:
-        """Values with one entry per row and no trailing axis (a collapse without keepdim)."""
-        out: set[str] = set()
-        for red in self.reds:
-            if not keeps_dims(SPECS[red.op].lower, dict(red.params)):
-                out.add(red.name)
-        for node in self.nodes:  # a per-row value keeps fewer dims than the iteration shape
-            meta = node.meta
-            if any(r in out for r in node.refs) and meta is not None and (
-                    len(meta.shape) < self.user_rank):
-                out.add(node.name)
-        for node in self.nodes:
-            if node.name in out or node in self.reds:
-                continue
-            # Right-aligned, a per-row value would index the columns; one value is fine.
-            mixed = [r for r in node.refs if r in out and _numel(self.g, r) != 1]
-            if mixed:
-                raise LoweringError(f"`{node.label}` broadcasts the per-row result `{mixed[0]}` "
-                                    "along the rows: it would need other rows' results",
-                                    (node.name,))
-        return out
-
-    def _input_space(self, name: str) -> bool:
-        users = [n for n in self.nodes if name in n.refs]
-        spaces = {n.name in self.row_space and n not in self.reds for n in users}
-        if len(spaces) > 1:
-            per_row = tuple(n.name for n in users if n.name in self.row_space
-                            and n not in self.reds)
-            raise LoweringError(f"`{name}` is read both per element and per row (by "
-                                f"{', '.join(f'`{self.g[n].label}`' for n in per_row)})", per_row)
-        return spaces.pop()
-
-    def _access(self, name: str, shape, stride, row_space: bool) -> Access:
+    def _access(self, name: str, shape, stride) -> Access:
         try:
-            return access(tuple(shape), tuple(stride), self.domain, row_space)
+            return access(tuple(shape), tuple(stride), self.domain)
         except LoweringError as e:
             # Blame the value's producer in the group, else the group nodes that read it.
             blame = (name,) if name in self.c.nodes else tuple(
@@ -264,28 +187,26 @@ class _Lowering:
         several = tuple(s for s in steps if s.temp in needed) if len(reductions) > 1 else ()
         tiled = reduction is None and needs_tiles(self.domain, inputs + generated + outputs)
         col_dims = column_dims(self.domain, inputs + generated + outputs) if (
-            reduction is None) else 1
+            reduction is None) else self.reduced
         return KernelPlan(
             name=kernel_name(self.c.index), cluster_index=self.c.index,
             skeleton="reduction" if self.red is not None else "elementwise",
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
-            tiled=tiled, steps=several, order=self.order, col_dims=col_dims,
+            tiled=tiled, steps=several, col_dims=col_dims,
             generated=generated)
 
     def _second_loads(self, start: int) -> tuple[TensorArg, ...]:
         """Inputs some node reads through another index map than the first load's: loaded
         again, once per distinct map (`x + x.t()`)."""
-        if self.maps is None:
-            return ()
         out: list[TensorArg] = []
         loaded: dict[tuple[str, tuple], str] = {}
         for (reader, name), steps in self.maps.reads.items():
             key = (name, steps)
             if key not in loaded:
                 meta = _meta(self.g, name)
-                shape, stride, fields = self._viewed(name, meta.shape, meta.stride, False, steps)
-                acc = self._access(name, shape, stride, False)
+                shape, stride, fields = self._viewed(name, meta.shape, meta.stride, steps)
+                acc = self._access(name, shape, stride)
                 temp = f"v{self.count}"
                 self.count += 1
                 self.per_row[temp], self.phase[temp] = self._is_per_row(acc), "pre"
@@ -298,23 +219,18 @@ class _Lowering:
     def _temp(self, reader: str, name: str) -> str:
         return self.read_temps.get((reader, name), self.temps[name])
 
-    def _viewed(self, name: str, shape, stride, row_space: bool, steps: tuple | None = None
+    def _viewed(self, name: str, shape, stride, steps: tuple | None = None
                 ) -> tuple[tuple, tuple, dict]:
         """(shape, strides, TensorArg fields) of `name` as the kernel indexes it: through its
-        index map (views), in the kernel's own order (domain.py), or as it is."""
-        if self.maps is not None:
-            blame = tuple(n.name for n in self.nodes if n.kind is OpKind.VIEW)
-            return seen_through(self.maps, name, self.g[name].label, tuple(shape), tuple(stride),
-                                self.rank, steps, blame)
-        if self.order is None:
-            return tuple(shape), tuple(stride), {}
-        return (*self.order.value(shape, stride, row_space), {"user_shape": tuple(shape)})
+        index map, or as it is where right-alignment reads the same."""
+        blame = tuple(n.name for n in self.nodes if n.kind is OpKind.VIEW)
+        return seen_through(self.maps, name, self.g[name].label, tuple(shape), tuple(stride),
+                            self.rank, steps, blame)
 
     def _input(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
-        row_space = self._input_space(name)
-        shape, stride, fields = self._viewed(name, meta.shape, meta.stride, row_space)
-        acc = self._access(name, shape, stride, row_space)
+        shape, stride, fields = self._viewed(name, meta.shape, meta.stride)
+        acc = self._access(name, shape, stride)
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
         return TensorArg(name, "in", i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields)
@@ -324,9 +240,8 @@ class _Lowering:
         index map where views are fused): its offset there is the element's own index."""
         node, meta = self.g[name], _meta(self.g, name)
         contiguous = torch.empty(meta.shape, device="meta").stride()
-        row_space = self._input_space(name)
-        shape, stride, fields = self._viewed(name, meta.shape, contiguous, row_space)
-        acc = self._access(name, shape, stride, row_space)
+        shape, stride, fields = self._viewed(name, meta.shape, contiguous)
+        acc = self._access(name, shape, stride)
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
         offset = view_offset(fields["view"], tuple(meta.shape)) if "view" in fields else 0
         return TensorArg(name, "gen", i, temp, shape, stride, meta.dtype, acc,
@@ -391,9 +306,8 @@ class _Lowering:
     def _output(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
         contiguous = torch.empty(meta.shape, device="meta").stride()
-        row_space = name in self.row_space
-        shape, stride, fields = self._viewed(name, meta.shape, contiguous, row_space)
-        acc = self._access(name, shape, stride, row_space)
+        shape, stride, fields = self._viewed(name, meta.shape, contiguous)
+        acc = self._access(name, shape, stride)
         temp = self.temps[name]
         return TensorArg(name, "out", i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields)

@@ -18,7 +18,6 @@ import torch
 
 from ..ir.reductions import ACCUMULATE, ReductionRule
 from ..ir.views import Step
-from .domain import Domain
 from .layout import Access
 
 # Half-precision values are computed in float32 and rounded once, at the store.
@@ -47,7 +46,7 @@ class TensorArg:
     role: str  # "in" (loaded), "out" (stored) or "gen" (computed from the index)
     index: int  # position among the inputs or the outputs
     temp: str  # SSA temporary loaded into / stored from
-    shape: tuple[int, ...]  # in the kernel's order (the plan's `order`), as indexed
+    shape: tuple[int, ...]  # as the kernel indexes it (through `view`)
     stride: tuple[int, ...]
     dtype: torch.dtype
     access: Access
@@ -55,7 +54,7 @@ class TensorArg:
     # Index map (``indexing.py``): view steps from the value's own shape to the domain's;
     # `shape`/`stride` above are then the value seen through them. () when right-aligned.
     view: tuple[Step, ...] = ()
-    # The value's own shape, where the kernel indexes it in another (its `order`, or `view`)
+    # The value's own shape, where the kernel indexes it through `view`
     user_shape: tuple[int, ...] | None = None
     generated: Generated | None = None  # role "gen" only
 
@@ -124,10 +123,8 @@ class KernelPlan:
     # Statements and reductions in node order, when the kernel holds several reductions
     # over the same rows (emitted in one block, one after another); () otherwise.
     steps: tuple[Stmt | ReductionStep, ...] = ()
-    # A reduction's kernel order (``domain.py``) when it is not the user's order with one
-    # reduced dim: the columns then cover the last `order.reduced` dims of `domain`.
-    order: Domain | None = None
-    # A tiled elementwise kernel: trailing domain dims its columns cover (``tiling.py``).
+    # Trailing domain dims the columns cover: a reduction's reduced dims (its index map's
+    # order puts them last, ``indexing.py``), a tiled elementwise kernel's (``tiling.py``).
     col_dims: int = 1
     # Values the kernel computes from their index (role "gen"): each load of the inputs
     # writes them too, where it runs (``sources``).
@@ -142,9 +139,7 @@ class KernelPlan:
     def reduced(self) -> int:
         """Trailing domain dims the columns cover: a reduction's reduced dims, a tiled
         kernel's column dims, 1 for a flat elementwise kernel."""
-        if self.order is not None:
-            return self.order.reduced
-        return self.col_dims if self.tiled else 1
+        return self.col_dims if self.two_d else 1
 
     @property
     def n_cols(self) -> int:

@@ -4,10 +4,9 @@ Each generated kernel file holds a verbatim copy of the functions listed in ``HE
 (``source()`` gives their text), so a kernel file still needs only torch and triton. The
 helpers read three globals the generated file defines above them: ``NAME`` (the kernel's
 name, for messages), ``RANK`` (the rank of its iteration shape) and ``INT64_INDEX``
-(whether its index math is 64-bit). A kernel whose reduction runs in its own order
-(``codegen/domain.py``) also holds ``DOMAIN_HELPERS``, which read ``DOMAIN_GLOBALS``; one
-whose launcher sees inputs through views holds ``VIEW_HELPERS``. The
-values below only let this module import; tests set them.
+(whether its index math is 64-bit). One whose launcher sees inputs through views (their
+index maps, ``codegen/indexing.py``) also holds ``VIEW_HELPERS``. The values below only let
+this module import; tests set them.
 """
 
 from __future__ import annotations
@@ -80,7 +79,7 @@ def _relaid(t, order):
     return out.copy_(t)
 
 
-def _layout(t, shape, groups, order, row_space=False):
+def _layout(t, shape, groups, order):
     """(copy, strides): whether `t` must be copied into the analysed layout first (its own
     strides don't fit), and the strides of its non-unit index groups then."""
     if t.numel() == 0:  # nothing is read: any strides do
@@ -89,7 +88,7 @@ def _layout(t, shape, groups, order, row_space=False):
     for copy in (False, True):
         if copy:  # the strides `_relaid(t, order)` will have, without copying any data now
             u = torch.empty_strided(t.shape, _dense_strides(t.shape, order), device="meta")
-        found = _group_strides(u, shape, groups, row_space)
+        found = _group_strides(u, shape, groups)
         if found is not None:
             extent = sum((d - 1) * s for d, s in zip(u.shape, u.stride(), strict=True))
             if not INT64_INDEX and extent >= 2**31:
@@ -101,10 +100,8 @@ def _layout(t, shape, groups, order, row_space=False):
                      f"({groups}); regenerate it for this layout")
 
 
-def _group_strides(t, shape, groups, row_space):
+def _group_strides(t, shape, groups):
     dims, strides = tuple(t.shape), tuple(t.stride())
-    if row_space:  # a per-row value: aligned to the rows, not the last axis
-        dims, strides = dims + (1,), strides + (0,)
     pad = len(shape) - len(dims)
     if pad < 0:
         return None
@@ -129,37 +126,6 @@ def _group_strides(t, shape, groups, row_space):
     return found
 
 
-# A kernel whose reduction has its own order (codegen/domain.py) also reads these.
-USER_RANK = 2  # rank of the values as the graph holds them
-PERM = (0, 1)  # user dims in kernel order
-SPLIT = None  # (position, groups): that kernel dim split into (groups, size / groups)
-REDUCED = 1  # trailing kernel dims the reduction covers
-
-
-def _domain_view(t):
-    """`t` as the kernel indexes it: right-aligned to USER_RANK dims, reordered by PERM, and
-    the dim SPLIT names split into its groups. A view: no data moves."""
-    if t.dim() > USER_RANK:
-        raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} has more dims than the "
-                         f"{USER_RANK} this kernel was generated for")
-    t = t[(None,) * (USER_RANK - t.dim())].permute(PERM)
-    if SPLIT is None:
-        return t
-    at, groups = SPLIT
-    size = t.shape[at]
-    if size == 1:
-        return t.unsqueeze(at)
-    if size % groups:
-        raise ValueError(f"{NAME}: {size} channels do not split into {groups} groups")
-    return t.unflatten(at, (groups, size // groups))
-
-
-def _row_view(t):
-    """A value with one entry per row (reduced without keepdim) with a size-1 dim for each
-    reduced dim but the last, which the row-space shapes add."""
-    return t[(..., *(None,) * (REDUCED - 1))]
-
-
 def _seats(raws, seen):
     """Where each input seen through an index map lies in its raw input, for later calls
     with the same layout: (shape, strides, storage offset past the raw input's). None when
@@ -176,14 +142,11 @@ def _seats(raws, seen):
 HELPERS = (_iteration_shape, _spans, _powers_of_two, _multiple_of, _dense_strides, _relaid,
            _layout, _group_strides)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
-DOMAIN_HELPERS = (_domain_view, _row_view)
-DOMAIN_GLOBALS = ("USER_RANK", "PERM", "SPLIT", "REDUCED")
 VIEW_HELPERS = (_seats,)  # a launcher that sees inputs through views
 
 
-def source(domain: bool = False, views: bool = False) -> str:
-    """The helpers' text as a generated file holds it, two blank lines apart; `domain`: with
-    the views of a kernel that has its own order; `views`: with what a launcher that views
-    its inputs keeps of them."""
-    helpers = HELPERS + (DOMAIN_HELPERS if domain else ()) + (VIEW_HELPERS if views else ())
+def source(views: bool = False) -> str:
+    """The helpers' text as a generated file holds it, two blank lines apart; `views`: with
+    what a launcher that views its inputs keeps of them."""
+    helpers = HELPERS + (VIEW_HELPERS if views else ())
     return "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in helpers) + "\n"

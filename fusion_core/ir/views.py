@@ -6,7 +6,9 @@ recorded); returns the view as a short tuple of ``Step`` objects in our own term
 tensor to a view of the same memory: ``apply`` does it to a torch tensor (meta tensors
 in the code generator), ``source`` writes the same call as Python text for a generated
 launcher, and ``inverse`` gives the step that maps the result back, when there is one
-(a slice drops elements, so it has none).
+(a slice drops elements, so it has none). ``Split`` is no view op of a model: it is
+group_norm's channel split, the one step a reduction's own order needs besides a
+permute (``ir/iteration.py``).
 
 How a view is recognised: the node's own call is replayed on a contiguous meta tensor of
 its input's shape, and the result's sizes, strides and storage offset say what it is.
@@ -109,48 +111,90 @@ class Merge:
 
 
 @dataclass(frozen=True)
+class Split:
+    """Dim `dim` split into (`groups`, size / `groups`): group_norm's channels, each group's
+    own dim. A size-1 dim (an operand broadcast over the channels) becomes (1, 1), so it
+    stays broadcast along both parts; ``plain`` writes that case as the unsqueeze it is."""
+
+    dim: int
+    groups: int
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        size = t.shape[self.dim]
+        if size == 1:
+            return t.unsqueeze(self.dim)
+        if size % self.groups:
+            raise ViewError(f"a split of {size} channels into {self.groups} groups")
+        return t.unflatten(self.dim, (self.groups, size // self.groups))
+
+    def source(self, var: str) -> str:
+        # unflatten raises for sizes the groups do not divide, as group_norm itself does
+        return f"{var}.unflatten({self.dim}, ({self.groups}, -1))"
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return Merge(self.dim, self.dim + 2)
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        size = shape[self.dim]
+        parts = (1, 1) if size == 1 else (self.groups, size // self.groups)
+        return (*shape[:self.dim], *parts, *shape[self.dim + 1:])
+
+
+def _insert_order(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """The order to insert size-1 dims at result positions `dims` (all counted from the
+    start, or all from the end): outermost first from the start, innermost first from the
+    end, so each lands where the finished result has it. Removal runs the other way."""
+    return tuple(sorted(dims, key=lambda d: (d < 0, -d if d < 0 else d)))
+
+
+@dataclass(frozen=True)
 class Unsqueeze:
-    """Size-1 dims inserted at these positions of the result (ascending)."""
+    """Size-1 dims inserted at these positions of the result; negative ones count from its
+    end (a reduction's dims put back: right-aligned, they hold for inputs with fewer
+    leading dims too)."""
 
     dims: tuple[int, ...]
 
     def apply(self, t: torch.Tensor) -> torch.Tensor:
-        for d in self.dims:
+        for d in _insert_order(self.dims):
             t = t.unsqueeze(d)
         return t
 
     def source(self, var: str) -> str:
-        return "".join(f".unsqueeze({d})" for d in self.dims).join((var, ""))
+        return "".join(f".unsqueeze({d})" for d in _insert_order(self.dims)).join((var, ""))
 
     def inverse(self, shape: tuple[int, ...]) -> Step | None:
         return Squeeze(self.dims)
 
     def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         out = list(shape)
-        for d in self.dims:
-            out.insert(d, 1)
+        for d in _insert_order(self.dims):
+            out.insert(d if d >= 0 else len(out) + 1 + d, 1)
         return tuple(out)
 
 
 @dataclass(frozen=True)
 class Squeeze:
-    """Size-1 dims removed at these positions of the input (ascending)."""
+    """Size-1 dims removed at these positions of the input; negative ones count from its
+    end."""
 
     dims: tuple[int, ...]
 
     def apply(self, t: torch.Tensor) -> torch.Tensor:
-        for d in reversed(self.dims):
+        for d in reversed(_insert_order(self.dims)):
             t = t.squeeze(d)
         return t
 
     def source(self, var: str) -> str:
-        return "".join(f".squeeze({d})" for d in reversed(self.dims)).join((var, ""))
+        return "".join(f".squeeze({d})"
+                       for d in reversed(_insert_order(self.dims))).join((var, ""))
 
     def inverse(self, shape: tuple[int, ...]) -> Step | None:
         return Unsqueeze(self.dims)
 
     def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(s for k, s in enumerate(shape) if k not in self.dims)
+        gone = {d % len(shape) for d in self.dims}
+        return tuple(s for k, s in enumerate(shape) if k not in gone)
 
 
 @dataclass(frozen=True)
@@ -181,7 +225,7 @@ class Strided:
         return self.sizes
 
 
-Step = Permute | Reshape | Merge | Unsqueeze | Squeeze | Strided
+Step = Permute | Reshape | Merge | Split | Unsqueeze | Squeeze | Strided
 
 
 def apply(steps: Sequence[Step], t: torch.Tensor) -> torch.Tensor:
@@ -194,6 +238,16 @@ def shape_after(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[int, ...
     for s in steps:
         shape = s.shape(shape)
     return tuple(shape)
+
+
+def plain(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...]:
+    """`steps` for a tensor of `shape`, a ``Split`` of a size-1 dim written as the
+    ``Unsqueeze`` it amounts to there (what a launcher runs: no size test at run time)."""
+    out: list[Step] = []
+    for s in steps:
+        out.append(Unsqueeze((s.dim,)) if isinstance(s, Split) and shape[s.dim] == 1 else s)
+        shape = s.shape(shape)
+    return tuple(out)
 
 
 def inverse(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...] | None:

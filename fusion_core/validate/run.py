@@ -31,11 +31,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..analysis.types import Cluster
+from ..ir.views import Unsqueeze
 from ..pipeline import Analysis
 from ..report.progress import NO_PROGRESS, StepProgress
 from .inputs import reduced_specs, result_shape
@@ -47,6 +48,9 @@ from .prepare import Matched, Recording, record_at, recording
 from .shrink import TARGET_ROWS, cut_shape, row_shape, slice_rows
 from .subgraph import eager_subgraph, launch_args
 from .types import GateResult, ModelCheck, ValidationReport, ValidationResult
+
+if TYPE_CHECKING:
+    from ..codegen.plan import TensorArg
 
 
 @dataclass(frozen=True)
@@ -309,16 +313,26 @@ def _cut_rows(rec: Recording, c: Cluster, args: list[Any], target_rows: int
         plan = codegen.plan(rec.analysis.graph, c)
     except Exception:  # noqa: BLE001 - check at the recorded shape instead
         return None
-    if plan.order is not None or any(t.view for t in (*plan.inputs, *plan.outputs)):
-        return None  # kernel dims (own order, index maps) are not the user's leading dims
+    if plan.skeleton == "reduction" and plan.reduced > 1:
+        return None  # the columns span several dims: a cut one would shorten the rows
+    per_row = [_per_row(t) for t in (*plan.inputs, *plan.outputs)]
+    if None in per_row:
+        return None  # kernel dims (an index map) are not the user's leading dims
     if plan.generated:
         return None  # a generated value's shape is fixed in the kernel, rows and all
     small = row_shape(plan.domain, target_rows)
     if small == tuple(plan.domain) or len(plan.inputs) != len(args) or not plan.outputs:
         return None
-    cut = [slice_rows(v, plan.domain, small, t.access.row_space)
-           if isinstance(v, torch.Tensor) else v for v, t in zip(args, plan.inputs, strict=True)]
-    out = plan.outputs[-1]
+    cut = [slice_rows(v, plan.domain, small, bool(row)) if isinstance(v, torch.Tensor) else v
+           for v, row in zip(args, per_row, strict=False)]
     return cut, cut_shape(result_shape(rec.analysis, c.index), plan.domain, small,
-                          out.access.row_space)
+                          bool(per_row[-1]))
+
+
+def _per_row(t: TensorArg) -> bool | None:
+    """Whether the kernel reads or writes `t` with one value per row (a result reduced
+    without keepdim: its index map only adds the last dim); None when its map does more."""
+    if not t.view:
+        return False
+    return t.view == (Unsqueeze((-1,)),) or None
 

@@ -95,8 +95,8 @@ def row_shape(domain: Sequence[int], target_rows: int = TARGET_ROWS) -> tuple[in
 
 
 def _cut_index(shape: Sequence[int], domain: Sequence[int], small: Sequence[int],
-               row_space: bool) -> list[slice]:
-    dom, sm = (domain[:-1], small[:-1]) if row_space else (domain, small)
+               per_row: bool) -> list[slice]:
+    dom, sm = (domain[:-1], small[:-1]) if per_row else (domain, small)
     pad = len(dom) - len(shape)
     index = []
     for k, size in enumerate(shape):
@@ -107,19 +107,19 @@ def _cut_index(shape: Sequence[int], domain: Sequence[int], small: Sequence[int]
 
 
 def cut_shape(shape: Sequence[int], domain: Sequence[int], small: Sequence[int],
-              row_space: bool = False) -> tuple[int, ...]:
+              per_row: bool = False) -> tuple[int, ...]:
     """The shape of a value of `shape` once the iteration shape is cut to `small`."""
     return tuple(len(range(size)[s]) for size, s in
-                 zip(shape, _cut_index(shape, domain, small, row_space), strict=True))
+                 zip(shape, _cut_index(shape, domain, small, per_row), strict=True))
 
 
 def slice_rows(t: torch.Tensor, domain: Sequence[int], small: Sequence[int],
-               row_space: bool = False) -> torch.Tensor:
+               per_row: bool = False) -> torch.Tensor:
     """`t` (broadcast against `domain`, right-aligned; a per-row value against its rows)
     cut to the part `small` covers, laid out densely in the same dim order as `t`."""
     if tuple(domain) == tuple(small) or t.dim() == 0:
         return t.clone()
-    part = t[tuple(_cut_index(t.shape, domain, small, row_space))]
+    part = t[tuple(_cut_index(t.shape, domain, small, per_row))]
     order = sorted(range(t.dim()), key=lambda k: (t.stride(k) != 0, -t.stride(k)))
     strides, step = [0] * t.dim(), 1
     for k in reversed(order):
