@@ -8,6 +8,7 @@ each input's memory order). ``launcher.py`` writes the rest.
 
 from __future__ import annotations
 
+from ..names import function_class_name
 from . import tuning as autotune
 from .choices import CANDIDATE_FIELDS, Tuning, candidates, kind
 from .lower import KernelPlan, TensorArg
@@ -41,7 +42,7 @@ def header(plan: KernelPlan, model: str, category: str, where: str | None) -> li
 
 
 def wrapper_class(plan: KernelPlan) -> str:
-    return f"Cluster{plan.cluster_index}Function"
+    return function_class_name(plan.cluster_index)
 
 
 def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:

@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING
 
 from ..analysis.types import Cluster
 from ..fileio import write_atomic
+from ..names import kernel_name
 from . import emit, file_head, launcher, split_rows
 from . import tuning as autotune
 from .choices import Tuning, kind
-from .lower import KernelPlan, kernel_name, plan
+from .lower import KernelPlan, plan
 
 # The first line of every file `write_kernels` makes: a file in --out-dir without it is the
 # user's, and is not overwritten unless they ask (--force).

@@ -40,6 +40,7 @@ from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import ReductionRule, correction
 from ..ir.registry import SPECS
+from ..names import kernel_name
 from .indexing import index_maps, seen_through, view_offset
 from .layout import Access, LoweringError, access
 from .plan import (
@@ -99,11 +100,6 @@ def dry_run(graph: FusionGraph, nodes: Collection[str]) -> LoweringError | None:
     except LoweringError as e:
         return e
     return None
-
-
-def kernel_name(cluster_index: int) -> str:
-    """The kernel's launcher name and file stem (`cluster0`)."""
-    return f"cluster{cluster_index}"
 
 
 def _meta(graph: FusionGraph, name: str):

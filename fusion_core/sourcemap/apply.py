@@ -28,6 +28,7 @@ from ..codegen import Kernel
 from ..errors import FusionAdvisorError
 from ..fileio import write_atomic
 from ..load import import_model_file, instantiate, package_module, pick_factory
+from ..names import cluster_of
 from ..pipeline import Analysis
 from ..report.units import short_path
 from .fused import MARKER, FusedOp, import_block, package_files, package_name, shape_rule
@@ -86,7 +87,7 @@ def _why_not(m: SourceMapping, path: Path, verdicts: Verdicts,
         usable, status = verdicts.get(i, (False, "not validated"))
         if not usable:
             return f"cluster {i}'s kernel is not verified ({status})"
-    if kernels.get(int(m.call.removeprefix("cluster"))) is None:
+    if kernels.get(cluster_of(m.call)) is None:
         return "no kernel was generated for it"
     return None
 
@@ -100,7 +101,8 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
     skipped: list[Skip] = []
     for m in mappings:
         reason = _why_not(m, path, verdicts, kernels)
-        rep = int(m.call.removeprefix("cluster")) if m.call else m.cluster_index
+        rep = cluster_of(m.call) if m.call else None
+        rep = m.cluster_index if rep is None else rep
         if reason is None and rep not in ops:
             reason, op = _fused_op(analysis, rep, kernels[rep], m.call)
             if op is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, Ref
 from ..ir.trace import is_library_file
+from ..names import kernel_name
 from ..pipeline import Analysis
 from .pysource import (
     Scope,
@@ -378,10 +379,10 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
     except _Pointer as p:
         return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
                               **base) for c in group]
-    call = f"cluster{rep.index}({', '.join(found[0].args)})"
+    call = f"{kernel_name(rep.index)}({', '.join(found[0].args)})"
     text = _replacement(span, call, found[0].targets)
     original = "".join(span.src.lines[span.start - 1:span.end])
-    return [SourceMapping(c.index, EXACT, replacement=text, call=f"cluster{rep.index}",
+    return [SourceMapping(c.index, EXACT, replacement=text, call=kernel_name(rep.index),
                           args=found[0].args, shared_with=others[c.index],
                           original=original, baked=found[0].baked, **base)
             for c in group]

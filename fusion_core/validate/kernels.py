@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..analysis.types import Cluster
+from ..names import function_class_name
 from ..pipeline import Analysis
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def same_source_key(source: str, kernel_name: str, cluster_index: int) -> str:
     tree = ast.parse(source)
     _drop_docstring(tree)
     names = {kernel_name: "K", f"{kernel_name}_kernel": "K_kernel",
-             f"Cluster{cluster_index}Function": "KFunction"}
+             function_class_name(cluster_index): "KFunction"}
     launcher = next((n for n in tree.body if isinstance(n, ast.FunctionDef)
                      and n.name == kernel_name), None)
     if launcher is not None:  # its parameters are the graph's value names

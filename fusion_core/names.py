@@ -1,0 +1,30 @@
+"""The names generated code carries, spelled in one place.
+
+A cluster's kernel file, its launcher function and the call ``--apply`` writes into the user's
+model are all ``cluster{N}``; the autograd wrapper class is ``Cluster{N}Function``. The code
+generator, the source map (which writes and later reads back the call) and kernel
+deduplication all take the names from here. No dependencies: the source map and the CLI use it
+without loading the code generator or triton.
+"""
+
+from __future__ import annotations
+
+import re
+
+_KERNEL = re.compile(r"cluster(\d+)")
+
+
+def kernel_name(cluster_index: int) -> str:
+    """The launcher's name, its file's stem and the call `--apply` writes: `cluster0`."""
+    return f"cluster{cluster_index}"
+
+
+def function_class_name(cluster_index: int) -> str:
+    """The inference-only autograd wrapper's class: `Cluster0Function`."""
+    return f"Cluster{cluster_index}Function"
+
+
+def cluster_of(name: str) -> int | None:
+    """The cluster index a kernel name holds (`cluster3` → 3); None for any other name."""
+    found = _KERNEL.fullmatch(name)
+    return int(found.group(1)) if found else None
