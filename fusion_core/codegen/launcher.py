@@ -37,6 +37,7 @@ from . import tuning as autotune
 from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
 from .lower import KernelPlan, TensorArg
+from .plan import Role
 from .writer import CodeWriter, KernelParams
 
 __all__ = ["Tuning", "arg_names", "kind", "launcher"]
@@ -173,7 +174,7 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
                'kernel cannot run them. The launcher caches the result."""',
                f"shape, lead = _iteration_shape({', '.join(shapes)})"])
     for i, a in enumerate(names):
-        strides = f"in{i}_strides" if params.has_strides("in", i) else "_"
+        strides = f"in{i}_strides" if params.has_strides(Role.IN, i) else "_"
         out.line(f"copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], IN_ORDERS[{i}])")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
     out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
@@ -193,7 +194,7 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
                  f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
     out.lines(launch_maps.output_shape_lines(plan))
     for i, t in enumerate(plan.outputs):
-        if params.has_strides("out", i):
+        if params.has_strides(Role.OUT, i):
             seen = launch_maps.output_layout(t, i)
             out.line(f"_, out{i}_strides = _layout({seen}, shape, OUT_GROUPS[{i}], ())")
     pow2 = _pow2_constants(plan, looped)

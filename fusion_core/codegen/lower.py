@@ -49,6 +49,7 @@ from .plan import (
     Generated,
     KernelPlan,
     ReductionStep,
+    Role,
     Stmt,
     TensorArg,
     live_statements,
@@ -206,7 +207,7 @@ class _Lowering:
                 temp = f"v{self.count}"
                 self.count += 1
                 self.per_row[temp], self.phase[temp] = self._is_per_row(acc), "pre"
-                out.append(TensorArg(name, "in", start + len(out), temp, shape, stride,
+                out.append(TensorArg(name, Role.IN, start + len(out), temp, shape, stride,
                                      meta.dtype, acc, self.per_row[temp], **fields))
                 loaded[key] = temp
             self.read_temps[(reader, name)] = loaded[key]
@@ -228,7 +229,7 @@ class _Lowering:
         shape, stride, fields = self._viewed(name, meta.shape, meta.stride)
         acc = self._access(name, shape, stride)
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
-        return TensorArg(name, "in", i, temp, shape, stride, meta.dtype, acc,
+        return TensorArg(name, Role.IN, i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields)
 
     def _generated(self, i: int, name: str) -> TensorArg:
@@ -240,7 +241,7 @@ class _Lowering:
         acc = self._access(name, shape, stride)
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
         offset = view_offset(fields["view"], tuple(meta.shape)) if "view" in fields else 0
-        return TensorArg(name, "gen", i, temp, shape, stride, meta.dtype, acc,
+        return TensorArg(name, Role.GEN, i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields,
                          generated=Generated(node.op, node.params, offset))
 
@@ -305,7 +306,7 @@ class _Lowering:
         shape, stride, fields = self._viewed(name, meta.shape, contiguous)
         acc = self._access(name, shape, stride)
         temp = self.temps[name]
-        return TensorArg(name, "out", i, temp, shape, stride, meta.dtype, acc,
+        return TensorArg(name, Role.OUT, i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields)
 
     def _needs_int64(self, inputs: Sequence[TensorArg]) -> bool:

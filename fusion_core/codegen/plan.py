@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import torch
@@ -25,6 +26,15 @@ COMPUTE = ACCUMULATE
 # Widest row several reductions share one block in (lowering keeps them apart past it); one
 # reduction's rows stay in one block up to tuning.widest_one_block (Tuning.max_block).
 MAX_BLOCK = 4096
+
+
+class Role(StrEnum):
+    """What a kernel does with a tensor argument; the value is the prefix of its generated
+    names (`in_ptr0`, `out0_strides`)."""
+
+    IN = "in"  # loaded
+    OUT = "out"  # stored
+    GEN = "gen"  # computed from the index, nothing loaded
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,7 @@ class TensorArg:
     index like an input's offset, with nothing to load: role "gen")."""
 
     value: str  # graph value name
-    role: str  # "in" (loaded), "out" (stored) or "gen" (computed from the index)
+    role: Role
     index: int  # position among the inputs or the outputs
     temp: str  # SSA temporary loaded into / stored from
     shape: tuple[int, ...]  # as the kernel indexes it (through `view`)
