@@ -72,7 +72,7 @@ def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
         modulo = params.span(family, lo) if lo > 0 else None
         divisor = params.span(family, hi) if hi < top else None
         stride = None
-        if not g.unit and arg.role is Role.GEN:  # no tensor to read strides from: a literal
+        if not g.unit and arg.role == Role.GEN:  # no tensor to read strides from: a literal
             stride = str(align(arg.shape, arg.stride, rank)[1][hi - 1])
         elif not g.unit:
             stride = params.stride(arg.role, arg.index, strides)
@@ -111,7 +111,7 @@ def _load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
     """`arg`'s load; `last_read` (looped rows only) gives the L2 a hint: keep the lines of
     a row read again in a later pass and of column vectors every row reads, let the last
     pass's row blocks go first. A generated value is computed instead."""
-    if arg.role is Role.GEN:
+    if arg.role == Role.GEN:
         return _generate(arg, plan, params)
     idx = index_of(arg, plan, params)
     if idx.is_zero:

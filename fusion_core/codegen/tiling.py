@@ -48,7 +48,7 @@ def unit_dim_against(arg: TensorArg, rank: int) -> int | None:
 def column_dims(domain: tuple[int, ...], args: Sequence[TensorArg]) -> int:
     """How many trailing domain dims a tile's columns cover (see the module docstring)."""
     rank = len(domain)
-    against = [(math.prod(t.shape) * t.dtype.itemsize, t.role is Role.OUT, -k, u)
+    against = [(math.prod(t.shape) * t.dtype.itemsize, t.role == Role.OUT, -k, u)
                for k, t in enumerate(args)
                if (u := unit_dim_against(t, rank)) is not None]
     if not against:
