@@ -205,7 +205,8 @@ def model_options(command):
 @click.option("--peak-gbps", type=click.FloatRange(min=0, min_open=True), metavar="GB/S",
               help="Peak memory bandwidth to compare against (default: read from the GPU).")
 @click.option("--vs-inductor", is_flag=True,
-              help="Compare each cluster with the kernels torch.compile generates.")
+              help="Compare each cluster with the kernels torch.compile generates; on a CUDA "
+                   "GPU also time the whole model under torch.compile (seconds to compile).")
 @click.option("--no-timing", is_flag=True,
               help="On a CUDA GPU: check numerics only, skip the timings (seconds per cluster).")
 @click.option("--apply", "apply_edits", is_flag=True,

@@ -162,7 +162,8 @@ class HtmlReport:
                          "clusters": rec["clusters"], "href": href,
                          "traffic saved": fmt_bytes(rec["saved_bytes"]),
                          "baseline": rec["status"],
-                         "timings": model_timing_cell(speedup, timing)})
+                         "timings": model_timing_cell(speedup, timing,
+                                                      rec.get("model_wall_speedup"))})
         index.parent.mkdir(parents=True, exist_ok=True)
         fusion_core.write_atomic(index, fusion_core.index_html(rows, p.provenance))
         p.report_files = [*getattr(p, "report_files", []), index]

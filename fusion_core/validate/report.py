@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from ..report.units import fmt_bytes, speedup_words
-from .types import LAUNCH_BOUND, ModelCheck, ValidationReport, ValidationResult
+from .types import LAUNCH_BOUND, ModelCheck, ModelTiming, Timing, ValidationReport, ValidationResult
 
 NO_GPU_LINE = ("Benchmarks need a CUDA GPU: speedups, regimes and bandwidth are measured only "
                "on a machine with CUDA.")
@@ -84,6 +84,47 @@ def _measured_line(r: ValidationResult, inductor: bool, peak_label: str) -> str:
     return text
 
 
+HOST_BOUND_FACTOR = 1.1  # wall time past this multiple of device time is host time
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
+
+
+def _against(ours: float | None, theirs: float | None, name: str) -> str:
+    if not ours or not theirs:
+        return ""
+    return f", {speedup_words(theirs / ours, 'x')} than {name} ({_ms(theirs)})"
+
+
+def model_time_lines(mt: ModelTiming, kernels: int) -> list[str]:
+    """The headline: wall time of the patched model called from Python (what a user gets),
+    against eager and torch.compile; then its device time the same way, and why the two
+    differ when wall time exceeds device time by more than HOST_BOUND_FACTOR."""
+    wall = Timing.median(mt.patched_host_us)
+    if not wall:
+        return []
+    head = (f"model with every usable kernel ({kernels}): {_ms(wall)} wall"
+            f"{_against(wall, Timing.median(mt.eager_host_us), 'eager')}"
+            f"{_against(wall, Timing.median(mt.compiled_host_us), 'torch.compile')}")
+    lines = [head]
+    device = Timing.median(mt.patched_us) if mt.clock == "device" else None
+    if device:
+        text = (f"  device time {_ms(device)}"
+                f"{_against(device, Timing.median(mt.eager_us), 'eager')}"
+                f"{_against(device, Timing.median(mt.compiled_us), 'torch.compile')}")
+        if wall > HOST_BOUND_FACTOR * device:
+            launches = (f"{mt.patched_kernels} launches" if mt.patched_kernels
+                        else "launches")
+            text += f"; host-bound: {launches} (wall {wall / device:.1f}x device time)"
+        lines.append(text)
+    counts = [(n, k) for n, k in (("eager", mt.eager_kernels), ("patched", mt.patched_kernels),
+                                  ("torch.compile", mt.compiled_kernels)) if k]
+    if counts:
+        lines.append("  GPU kernels per forward: " + ", ".join(f"{n} {k}" for n, k in counts))
+    return lines
+
+
 def print_validation(report: ValidationReport, console: Console, inductor: bool = False) -> None:
     console.print()
     if not report.timed:
@@ -101,11 +142,9 @@ def print_validation(report: ValidationReport, console: Console, inductor: bool 
         if line:
             console.print(line, highlight=False, markup=False)
     console.print(_model_line(report), highlight=False, markup=False)
-    mt = report.model_timing
-    if mt is not None and mt.speedup is not None:
-        console.print(f"model with every usable kernel: {speedup_words(mt.speedup, 'x')} than "
-                      f"eager ({len(report.usable)} kernel(s), {mt.clock} time)",
-                      highlight=False)
+    if report.model_timing is not None:
+        for line in model_time_lines(report.model_timing, len(report.usable)):
+            console.print(line, highlight=False, markup=False)
     if report.peak_gbps is None:
         console.print("peak memory bandwidth unknown: pass --peak-gbps to compare", highlight=False)
 
@@ -147,7 +186,17 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
                   "offered_max_abs_err": _num(m.offered_max_abs_err),
                   "eager_us": list(mt.eager_us) if mt else [],
                   "patched_us": list(mt.patched_us) if mt else [],
-                  "speedup": mt.speedup if mt else None},
+                  "speedup": mt.speedup if mt else None,
+                  "clock": mt.clock if mt else None,
+                  "eager_wall_us": list(mt.eager_host_us) if mt else [],
+                  "patched_wall_us": list(mt.patched_host_us) if mt else [],
+                  "compiled_us": list(mt.compiled_us) if mt else [],
+                  "compiled_wall_us": list(mt.compiled_host_us) if mt else [],
+                  "wall_speedup": mt.wall_speedup if mt else None,
+                  "kernels_per_forward": {
+                      "eager": mt.eager_kernels if mt else None,
+                      "patched": mt.patched_kernels if mt else None,
+                      "compiled": mt.compiled_kernels if mt else None}},
     }
 
 
@@ -159,15 +208,27 @@ def measure_dict(report: ValidationReport, capability: tuple[int, int]) -> dict[
     timed = [r for r in report.results if r.timing is not None]
     mt = report.model_timing
     clocks = {r.timing.clock for r in timed} | ({mt.clock} if mt else set())
+    clock = "device" if clocks == {"device"} else "host"
+
+    def judged(own_clock: str, by_clock: tuple[float, ...], host: tuple[float, ...]) -> list:
+        # One clock for every judged figure: device samples only when all of them are.
+        return list(by_clock if own_clock == clock else host)
+
     for r in timed:
-        clusters.append({"index": r.cluster, "kernel_us": list(r.timing.kernel_us),
-                         "eager_us": list(r.timing.eager_us), "gbps": r.gbps,
-                         "regime": r.regime, "usable": r.usable,
-                         "kernel_host_us": list(r.timing.kernel_host_us),
-                         "eager_host_us": list(r.timing.eager_host_us)})
-    model = {"fused_us": list(mt.patched_us), "eager_us": list(mt.eager_us),
+        t = r.timing
+        clusters.append({"index": r.cluster,
+                         "kernel_us": judged(t.clock, t.kernel_us, t.kernel_host_us),
+                         "eager_us": judged(t.clock, t.eager_us, t.eager_host_us),
+                         "gbps": r.gbps, "regime": r.regime, "usable": r.usable,
+                         "kernel_host_us": list(t.kernel_host_us),
+                         "eager_host_us": list(t.eager_host_us)})
+    model = {"fused_us": judged(mt.clock, mt.patched_us, mt.patched_host_us),
+             "eager_us": judged(mt.clock, mt.eager_us, mt.eager_host_us),
              "fused_host_us": list(mt.patched_host_us),
-             "eager_host_us": list(mt.eager_host_us)} if mt else {}
+             "eager_host_us": list(mt.eager_host_us),
+             "compiled_us": judged(mt.clock, mt.compiled_us, mt.compiled_host_us),
+             "compiled_host_us": list(mt.compiled_host_us),
+             "kernels_per_forward": {"eager": mt.eager_kernels, "fused": mt.patched_kernels,
+                                     "compiled": mt.compiled_kernels}} if mt else {}
     return {"device": {"name": report.device, "capability": list(capability)},
-            "clock": "device" if clocks == {"device"} else "host",
-            "clusters": clusters, "model": model}
+            "clock": clock, "clusters": clusters, "model": model}

@@ -21,12 +21,11 @@ from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from . import bench, devicetime
 from .inputs import result_shape
+from .modeltime import MODEL_COPIES, measure_model
 from .numerics import one_line
 from .prepare import Recording
 from .subgraph import Subgraph, eager_subgraph, launch_args, patch
-from .types import GateResult, ModelCheck, ModelTiming, Timing, ValidationReport, ValidationResult
-
-MODEL_COPIES = 4  # a model's weights cannot rotate: a few input copies keep capture short
+from .types import GateResult, ModelCheck, Timing, ValidationReport, ValidationResult
 
 
 @dataclass(frozen=True)
@@ -95,14 +94,7 @@ def measure_all(analysis: Analysis, rec: Recording, usable: Mapping[int, Callabl
     """Gates 3 and 4 for every usable cluster; the others keep the gates they have."""
     dev = bench.device_info(peak_gbps)
     eager_model = clocked(rec.gm, rec.inputs, dev.l2_bytes, MODEL_COPIES)
-    model_timing = None
-    if usable:
-        with contextlib.suppress(Exception):
-            all_patched = patch(rec.gm, {i: (rec.clusters[i], k) for i, k in usable.items()})
-            patched = clocked(all_patched, rec.inputs, dev.l2_bytes, MODEL_COPIES)
-            clock, eager_us, patched_us = pick(eager_model, patched)
-            model_timing = ModelTiming(eager_us, patched_us, clock, eager_model.host_us,
-                                       patched.host_us)
+    model_timing = measure_model(rec, usable, eager_model, dev.l2_bytes, inductor)
     results = []
     for c in analysis.clusters:
         tc = rec.clusters[c.index]  # the cluster as timed (same as `c` on a GPU)

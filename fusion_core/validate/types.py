@@ -159,10 +159,24 @@ class ModelTiming:
     clock: str = "host"  # as in Timing
     eager_host_us: tuple[float, ...] = ()
     patched_host_us: tuple[float, ...] = ()
+    # torch.compile (default mode) of the traced graph, by `clock` and by wall time; empty
+    # when not asked for (--vs-compile) or it failed to compile.
+    compiled_us: tuple[float, ...] = ()
+    compiled_host_us: tuple[float, ...] = ()
+    # GPU kernels per forward (torch.profiler), None when not counted
+    eager_kernels: int | None = None
+    patched_kernels: int | None = None
+    compiled_kernels: int | None = None
 
     @property
     def speedup(self) -> float | None:
         e, p = Timing.median(self.eager_us), Timing.median(self.patched_us)
+        return e / p if e and p else None
+
+    @property
+    def wall_speedup(self) -> float | None:
+        """Eager wall time / patched wall time: what a user calling the model gets."""
+        e, p = Timing.median(self.eager_host_us), Timing.median(self.patched_host_us)
         return e / p if e and p else None
 
 
