@@ -230,14 +230,30 @@ def _is_feeder(node: Node) -> bool:
     return node.kind in (OpKind.CONSTANT, OpKind.VIEW, OpKind.INPUT) or node.op == "meta"
 
 
-def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster]) -> None:
-    """No node outside the group's clusters is computed on the range's lines."""
+def _feeding(analysis: Analysis, inlined: frozenset[str]) -> set[str]:
+    """The inlined inputs and every node they are computed from."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    seen: set[str] = set()
+    todo = [n for n in inlined if n in fx_nodes]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(i.name for i in fx_nodes[name].all_input_nodes)
+    return seen
+
+
+def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster],
+                 kept: frozenset[str] = frozenset()) -> None:
+    """No node outside the group's clusters is computed on the range's lines, but those
+    of the inputs the rewrite keeps as its arguments' expressions (`kept`)."""
     members = {n for c in group for n in c.nodes}
+    feeding = _feeding(analysis, kept)
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     ops_by_line = {(analysis.graph[n].source.line, analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
         s = n.source
-        if (n.name in members or s is None or s.file != span.src.path
+        if (n.name in members or n.name in feeding or s is None or s.file != span.src.path
                 or not span.start <= s.line <= span.end or _is_feeder(n)):
             continue
         if span.src.scope_at(s.line) is not span.scope:
@@ -274,6 +290,7 @@ class _Found:
     args: tuple[str, ...]  # source expression per cluster input, in `Cluster.inputs` order
     baked: tuple[str, ...]  # `self.scale = 0.17...`: values the kernel holds as constants
     targets: tuple[str, ...]  # names that receive the results before the last one
+    inlined: frozenset[str] = frozenset()  # inputs computed by their argument expression
 
 
 def _targets(c: Cluster, span: _Span, values: tuple[str | None, ...]) -> tuple[str, ...]:
@@ -321,7 +338,8 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span) -> _Found:
         raise _Pointer(f"input `{absent[0]}` has no expression in the source at line "
                        f"{span.start}")
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
-    return _Found(tuple(texts[n] for n in c.inputs), baked, _targets(c, span, match.values))
+    return _Found(tuple(texts[n] for n in c.inputs), baked, _targets(c, span, match.values),
+                  match.inlined)
 
 
 def _check_dead(span: _Span, targets: tuple[str, ...]) -> None:
@@ -363,8 +381,12 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
                 function=span.scope.qualname, digest=span.src.digest)
     others = {c.index: tuple(o.index for o in group if o is not c) for c in group}
     try:
-        _check_alone(analysis, span, group)
-        found = [_unify(analysis, c, span) for c in group]
+        try:
+            found = [_unify(analysis, c, span) for c in group]
+        except _Pointer:
+            _check_alone(analysis, span, group)  # its reason names the stray code first
+            raise
+        _check_alone(analysis, span, group, frozenset().union(*(f.inlined for f in found)))
         for c, f in zip(group[1:], found[1:], strict=True):
             if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
                 raise _Pointer(f"the same lines also run as cluster {c.index}, which reads "

@@ -81,6 +81,9 @@ class Match:
     # Source expressions (not literals) whose trace-time value the kernel holds as a constant.
     baked: tuple[tuple[str, Any], ...] = ()
     values: tuple[str | None, ...] = ()  # per statement: the FX node its value is
+    # Inputs whose source expression computes them (`self.conv(x)`, `q @ k.T`): the rewrite
+    # keeps that un-fused computation as the fused call's argument.
+    inlined: frozenset[str] = frozenset()
 
 
 def value_of(st: ast.stmt, last: bool) -> ast.expr:
@@ -121,6 +124,7 @@ class Unifier:
         self.matched: set[str] = set()
         self.seen: set[str] = set()  # every node some expression stands for
         self.baked: dict[str, Any] = {}
+        self.inlined: set[str] = set()
         self.queue: list[int] = []
 
     def run(self, output: str) -> Match:
@@ -136,7 +140,7 @@ class Unifier:
                 raise Mismatch(f"line {st.start} (`{self.src.segment(st.node)}`) computes "
                                "nothing the cluster uses")
         return Match(tuple(self.inputs.items()), frozenset(self.matched),
-                     tuple(self.baked.items()), tuple(self.values))
+                     tuple(self.baked.items()), tuple(self.values), frozenset(self.inlined))
 
     # -- expressions -------------------------------------------------------------------
 
@@ -176,14 +180,34 @@ class Unifier:
 
     def match_outside(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         text = self.src.segment(expr)
-        if not is_plain_access(expr):
+        plain = is_plain_access(expr)
+        if not plain and not self.computes(expr, node):
             raise Mismatch(f"line range also holds `{text}` (line {expr.lineno}), which is "
                            "not in the cluster")
         late = sorted(n for n in loaded_names(expr) if self.assigned_before(k, n) is not None)
         if late:
             raise Mismatch(f"input `{text}` at line {expr.lineno} reads `{late[0]}`, which "
                            "an earlier line of the range reassigns")
+        if not plain:  # evaluated once, as the fused call's argument, as it was once before
+            self.inlined.add(node.name)
         self.bind(node, text)
+
+    def computes(self, expr: ast.expr, node: fx.Node) -> bool:
+        """`expr`'s outermost operation is the one that made `node` (a call of the same
+        function or of a child module whose graph `node` ends, or the same operator)."""
+        if isinstance(expr, ast.BinOp):
+            return same_operator(node, BINOPS.get(type(expr.op)))
+        if not isinstance(expr, ast.Call) or node.op not in (
+                "call_function", "call_method", "call_module"):
+            return False
+        chain = _attr_chain(expr.func)
+        if chain and chain[0] == self.self_name and len(chain) > 1:
+            child = ".".join(p for p in (self.self_path, *chain[1:]) if p)
+            where = str(node.target) if node.op == "call_module" else module_path(node)
+            return where is not None and (where == child or where.startswith(child + "."))
+        if isinstance(expr.func, ast.Attribute) and node.op == "call_method":
+            return expr.func.attr in op_names(node)
+        return bool(chain) and node.op != "call_module" and chain[-1] in op_names(node)
 
     def match_value(self, expr: ast.expr, value: Any, k: int) -> None:
         if isinstance(value, fx.Node):
