@@ -137,7 +137,7 @@ def test_a_cluster_ending_in_return_keeps_the_return(tmp_path):
     assert m.replacement.strip() == "return cluster0(y)"
 
 
-def test_a_line_shared_with_a_module_call_is_a_pointer(tmp_path):
+def test_a_module_call_on_the_line_stays_as_the_fused_calls_argument(tmp_path):
     _, _, maps = mapped(tmp_path, """
         class M(nn.Module):
             def __init__(self):
@@ -149,8 +149,24 @@ def test_a_line_shared_with_a_module_call_is_a_pointer(tmp_path):
                 return self.proj1(y)
         """, 4, 8)
     (m,) = maps
+    assert m.quality == EXACT, m.reason
+    assert m.replacement.strip() == "y = cluster0(x, self.proj1(x))"
+
+
+def test_an_unfused_call_around_the_cluster_is_a_pointer(tmp_path):
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj1 = nn.Linear(8, 8)
+
+            def forward(self, x):
+                y = self.proj1(torch.relu(x * 2.0) + 1.0)
+                return self.proj1(y)
+        """, 4, 8)
+    (m,) = maps
     assert m.quality == POINTER
-    assert "line range also holds `self.proj1(x)`" in m.reason
+    assert "line range also holds `self.proj1(torch.relu(x * 2.0) + 1.0)`" in m.reason
     assert m.replacement is None
 
 

@@ -16,6 +16,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch.fx as fx
+
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, Ref
 from ..ir.trace import is_library_file
@@ -191,16 +193,25 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
 
 def _check_in_place(analysis: Analysis, nodes: list[Node], where: dict) -> None:
     """`y.relu_()` or `y += x` the pipeline rewrote out of place (ir/functionalize.py):
-    the source keeps using `y`, which the kernel's new tensor cannot rebind."""
+    unless the written tensor was a temporary, the source keeps using `y`, which the
+    kernel's new tensor cannot rebind."""
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     for node in nodes:
         spelling = fx_nodes[node.name].meta.get("fusion_inplace", "") \
             if node.name in fx_nodes else ""
-        if spelling.startswith((".", "aten.")):
+        if spelling.startswith((".", "aten.")) and not _writes_a_temporary(fx_nodes[node.name]):
             code = f"`{node.source.code}`" if node.source.code else spelling
             raise _Pointer(f"{code} (line {node.source.line}) writes its input in place; the "
                            "kernel returns a new tensor, so an edit would have to rebind the "
                            "name every later line reads", **where)
+
+
+def _writes_a_temporary(node: fx.Node) -> bool:
+    """The tensor an in-place op wrote (`(x * 2).relu_()`'s product) is read by nothing
+    else in the graph, so no line can tell whether it was overwritten: a kernel that returns
+    a new tensor instead computes the same model."""
+    written = node.args[0] if node.args else None
+    return isinstance(written, fx.Node) and set(written.users) == {node}
 
 
 def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str) -> str:

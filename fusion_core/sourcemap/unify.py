@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 from .pysource import SourceFile, Statement, is_plain_access, loaded_names, stored_names
@@ -55,11 +56,14 @@ def op_names(node: fx.Node) -> set[str]:
     """What the source may call this node's function: `relu`, `softmax` (aten `_softmax`)."""
     t = node.target
     if node.op == "call_method":
-        return {str(t)}
-    names = {getattr(t, "__name__", "")}
-    aten = getattr(t, "_opname", None)  # torch.export: aten.softmax.int → "softmax"
-    if aten:
-        names |= {aten, aten.lstrip("_")}
+        names = {str(t)}
+    else:
+        names = {getattr(t, "__name__", "")}
+        aten = getattr(t, "_opname", None)  # torch.export: aten.softmax.int → "softmax"
+        if aten:
+            names |= {aten, aten.lstrip("_")}
+    if node.meta.get("fusion_inplace"):  # `.relu_()` the capture made out of place
+        names |= {f"{n}_" for n in names if n}
     return names - {""}
 
 
@@ -276,12 +280,27 @@ class Unifier:
         for n in _nodes((node.args, node.kwargs)):
             if n.name in self.seen:
                 continue
-            text = module_attr_text(self.self_name, self.self_path, str(n.target)) if (
-                n.op == "get_attr") else None
+            text = self.attr_text(n)
             if text is None:
                 raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} reads "
                                f"`{n.name}`, which has no expression in the source there")
             self.bind(n, text)
+
+    def attr_text(self, n: fx.Node) -> str | None:
+        """A module attribute (`self.ln.weight`), or one reshaped to broadcast against the
+        activations as the capture does for BatchNorm (`self.bn.weight.reshape(4, 1, 1)`)."""
+        if n.op == "get_attr":
+            return module_attr_text(self.self_name, self.self_path, str(n.target))
+        reshape = n.target is torch.reshape or (n.op == "call_method" and n.target in (
+            "reshape", "view"))
+        if not reshape or len(n.args) != 2 or n.kwargs:
+            return None
+        base, shape = n.args
+        if not (isinstance(base, fx.Node) and base.op == "get_attr" and isinstance(
+                shape, (tuple, list)) and all(isinstance(d, int) for d in shape)):
+            return None
+        text = module_attr_text(self.self_name, self.self_path, str(base.target))
+        return None if text is None else f"{text}.reshape({', '.join(map(str, shape))})"
 
     def same_callee(self, func: ast.expr, node: fx.Node) -> bool:
         chain = _attr_chain(func)
