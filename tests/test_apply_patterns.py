@@ -71,6 +71,21 @@ CASES = {
         "        y = (self.conv(x) * 2.0).relu_()",
         "        y = cluster0(self.conv(x))",
     ),
+    "unfused_call_around_the_cluster": (
+        """\
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 4, 1)
+                self.ln = nn.LayerNorm(8)
+
+            def forward(self, x):
+                y = self.conv(self.ln(x) * 2.0 + 1.0) - x
+                return self.conv(y)
+        """,
+        "        y = self.conv(self.ln(x) * 2.0 + 1.0) - x",
+        "        y = self.conv(cluster0(x, self.ln.weight, self.ln.bias)) - x",
+    ),
     "kept_matmul_in_the_first_line_of_three": (
         """\
         class M(nn.Module):

@@ -153,7 +153,7 @@ def test_a_module_call_on_the_line_stays_as_the_fused_calls_argument(tmp_path):
     assert m.replacement.strip() == "y = cluster0(x, self.proj1(x))"
 
 
-def test_an_unfused_call_around_the_cluster_is_a_pointer(tmp_path):
+def test_an_unfused_call_around_the_cluster_stays_around_the_fused_call(tmp_path):
     _, _, maps = mapped(tmp_path, """
         class M(nn.Module):
             def __init__(self):
@@ -165,8 +165,26 @@ def test_an_unfused_call_around_the_cluster_is_a_pointer(tmp_path):
                 return self.proj1(y)
         """, 4, 8)
     (m,) = maps
-    assert m.quality == POINTER
-    assert "line range also holds `self.proj1(torch.relu(x * 2.0) + 1.0)`" in m.reason
+    assert m.quality == EXACT, m.reason
+    assert m.replacement.strip() == "y = self.proj1(cluster0(x))"
+
+
+def test_an_unfused_statement_inside_the_range_is_a_pointer(tmp_path):
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj1 = nn.Linear(8, 8)
+
+            def forward(self, x):
+                y = x * 2.0
+                z = self.proj1(x)
+                y = torch.relu(y)
+                return self.proj1(y) + z
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == POINTER, m.replacement
+    assert "line range also holds `self.proj1(x)`" in m.reason, m.reason
     assert m.replacement is None
 
 

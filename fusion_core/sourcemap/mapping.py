@@ -31,7 +31,7 @@ from .pysource import (
     read_later,
     stored_names,
 )
-from .unify import BINOPS, Mismatch, Unifier, module_path
+from .unify import BINOPS, Mismatch, Unifier, module_path, value_of
 
 EXACT, POINTER = "exact", "pointer"
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
@@ -255,11 +255,12 @@ def _feeding(analysis: Analysis, inlined: frozenset[str]) -> set[str]:
 
 
 def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster],
-                 kept: frozenset[str] = frozenset()) -> None:
+                 kept: frozenset[str] = frozenset(), around: set[str] | None = None) -> None:
     """No node outside the group's clusters is computed on the range's lines, but those
-    of the inputs the rewrite keeps as its arguments' expressions (`kept`)."""
+    of the inputs the rewrite keeps as its arguments' expressions and the code kept
+    around the fused call (`kept`)."""
     members = {n for c in group for n in c.nodes}
-    feeding = _feeding(analysis, kept)
+    feeding = _feeding(analysis, kept) | (around or set())
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     ops_by_line = {(analysis.graph[n].source.line, analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
@@ -302,6 +303,7 @@ class _Found:
     baked: tuple[str, ...]  # `self.scale = 0.17...`: values the kernel holds as constants
     targets: tuple[str, ...]  # names that receive the results before the last one
     inlined: frozenset[str] = frozenset()  # inputs computed by their argument expression
+    within: ast.expr | None = None  # the part of the last statement the fused call replaces
 
 
 def _targets(c: Cluster, span: _Span, values: tuple[str | None, ...]) -> tuple[str, ...]:
@@ -321,7 +323,8 @@ def _targets(c: Cluster, span: _Span, values: tuple[str | None, ...]) -> tuple[s
     return tuple(names)
 
 
-def _unify(analysis: Analysis, c: Cluster, span: _Span) -> _Found:
+def _unify(analysis: Analysis, c: Cluster, span: _Span, within: ast.expr | None = None
+           ) -> _Found:
     if not c.outputs:  # detection keeps dead code out of clusters; never index past this
         raise _Pointer("the cluster writes no result the model uses")
     if len(c.outputs) > 1 and not isinstance(span.stmts[-1].node, ast.Assign):
@@ -333,7 +336,7 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span) -> _Found:
         unifier = Unifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
                           _self_name(span.scope), path if path is not None else "\0",
                           local_names(span.scope.node))
-        match = unifier.run(c.outputs[-1])
+        match = unifier.run(c.outputs[-1], within)
     except Mismatch as e:
         raise _Pointer(str(e)) from e
     missing = [n for n in c.nodes if n not in match.matched]
@@ -350,7 +353,53 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span) -> _Found:
                        f"{span.start}")
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
     return _Found(tuple(texts[n] for n in c.inputs), baked, _targets(c, span, match.values),
-                  match.inlined)
+                  match.inlined, within)
+
+
+def _parts(span: _Span) -> list[ast.expr]:
+    """Calls and operators inside the last statement's value, outermost first."""
+    try:
+        value = value_of(span.stmts[-1].node, last=True)
+    except Mismatch:
+        return []
+    out, todo = [], [value]
+    while todo:
+        e = todo.pop(0)
+        if e is not value and isinstance(e, (ast.Call, ast.BinOp, ast.UnaryOp)):
+            out.append(e)
+        todo.extend(n for n in ast.iter_child_nodes(e) if isinstance(n, ast.expr))
+    return out
+
+
+def _unify_part(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[_Found] | None:
+    """The group's match to a part of the last statement (`self.proj(<cluster>)`), if one
+    part computes exactly the cluster's single result."""
+    if any(len(c.outputs) != 1 for c in group):
+        return None
+    for part in _parts(span):
+        try:
+            return [_unify(analysis, c, span, part) for c in group]
+        except _Pointer:
+            continue
+    return None
+
+
+def _around(analysis: Analysis, span: _Span, group: list[Cluster]) -> set[str]:
+    """Nodes on the last statement's lines that consume the clusters' results: the code
+    kept around the fused call."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    last = span.stmts[-1]
+    seen: set[str] = set()
+    todo = [o for c in group for o in c.outputs]
+    while todo:
+        for user in fx_nodes[todo.pop()].users:
+            s = analysis.graph[user.name].source if user.name in fx_nodes and user.op != (
+                "output") else None
+            if (s is not None and s.file == span.src.path and last.start <= s.line <= last.end
+                    and user.name not in seen):
+                seen.add(user.name)
+                todo.append(user.name)
+    return seen
 
 
 def _check_dead(span: _Span, targets: tuple[str, ...]) -> None:
@@ -374,6 +423,23 @@ def _replacement(span: _Span, call: str, targets: tuple[str, ...]) -> str:
     return f"{indent}{names} = {call}"
 
 
+def _replace_part(span: _Span, part: ast.expr, call: str) -> str:
+    """The last statement, indented as the range's first line, with `part` replaced."""
+    src, last = span.src, span.stmts[-1].node
+    line = src.line_text(span.start)
+    indent = line[:len(line) - len(line.lstrip())]
+
+    def at(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes
+        before = sum(len(t) for t in src.lines[:lineno - 1])
+        return before + len(src.lines[lineno - 1].encode()[:col].decode())
+
+    begin = at(last.lineno, last.col_offset)
+    lo, hi = at(part.lineno, part.col_offset), at(part.end_lineno, part.end_col_offset)
+    end = at(last.end_lineno, last.end_col_offset)
+    text = src.text
+    return indent + text[begin:lo] + call + text[hi:end]
+
+
 def _shapes(analysis: Analysis, c: Cluster) -> tuple:
     return tuple((analysis.graph[n].meta.shape, analysis.graph[n].meta.dtype)
                  if analysis.graph[n].meta else None for n in (*c.inputs, *c.outputs))
@@ -392,12 +458,17 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
                 function=span.scope.qualname, digest=span.src.digest)
     others = {c.index: tuple(o.index for o in group if o is not c) for c in group}
     try:
+        around: set[str] = set()
         try:
             found = [_unify(analysis, c, span) for c in group]
         except _Pointer:
-            _check_alone(analysis, span, group)  # its reason names the stray code first
-            raise
-        _check_alone(analysis, span, group, frozenset().union(*(f.inlined for f in found)))
+            part = _unify_part(analysis, span, group)
+            if part is None:
+                _check_alone(analysis, span, group)  # its reason names the stray code first
+                raise
+            found, around = part, _around(analysis, span, group)
+        kept = frozenset().union(*(f.inlined for f in found)) | around
+        _check_alone(analysis, span, group, kept, around)
         for c, f in zip(group[1:], found[1:], strict=True):
             if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
                 raise _Pointer(f"the same lines also run as cluster {c.index}, which reads "
@@ -413,7 +484,9 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
         return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
                               **base) for c in group]
     call = f"{kernel_name(rep.index)}({', '.join(found[0].args)})"
-    text = _replacement(span, call, found[0].targets)
+    within = found[0].within
+    text = _replacement(span, call, found[0].targets) if within is None else (
+        _replace_part(span, within, call))
     original = "".join(span.src.lines[span.start - 1:span.end])
     return [SourceMapping(c.index, EXACT, replacement=text, call=kernel_name(rep.index),
                           args=found[0].args, shared_with=others[c.index],

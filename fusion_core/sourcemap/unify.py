@@ -131,13 +131,17 @@ class Unifier:
         self.inlined: set[str] = set()
         self.queue: list[int] = []
 
-    def run(self, output: str) -> Match:
+    def run(self, output: str, within: ast.expr | None = None) -> Match:
+        """Match the run's value, or `within` (a part of the last statement's value the
+        rewrite replaces, keeping the un-fused code around it), to `output`."""
         last = len(self.stmts) - 1
         self.values[last] = output
         self.queue.append(last)
         while self.queue:
             k = self.queue.pop()
             expr = value_of(self.stmts[k].node, last=k == last)
+            if k == last and within is not None:
+                expr = within
             self.match(expr, self.fx_nodes[self.values[k]], k)
         for st, v in zip(self.stmts, self.values, strict=True):
             if v is None:
