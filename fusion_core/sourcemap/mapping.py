@@ -23,6 +23,7 @@ from ..ir.graph import Node, OpKind, Ref
 from ..ir.trace import is_library_file
 from ..names import kernel_name
 from ..pipeline import Analysis
+from .parts import around, feeding, parts, replace_part
 from .pysource import (
     Scope,
     SourceFile,
@@ -31,7 +32,7 @@ from .pysource import (
     read_later,
     stored_names,
 )
-from .unify import BINOPS, Mismatch, Unifier, module_path, value_of
+from .unify import BINOPS, Mismatch, Unifier, module_path
 
 EXACT, POINTER = "exact", "pointer"
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
@@ -241,31 +242,19 @@ def _is_feeder(node: Node) -> bool:
     return node.kind in (OpKind.CONSTANT, OpKind.VIEW, OpKind.INPUT) or node.op == "meta"
 
 
-def _feeding(analysis: Analysis, inlined: frozenset[str]) -> set[str]:
-    """The inlined inputs and every node they are computed from."""
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    seen: set[str] = set()
-    todo = [n for n in inlined if n in fx_nodes]
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo.extend(i.name for i in fx_nodes[name].all_input_nodes)
-    return seen
-
-
 def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster],
-                 kept: frozenset[str] = frozenset(), around: set[str] | None = None) -> None:
+                 kept: frozenset[str] = frozenset(), kept_around: set[str] | None = None
+                 ) -> None:
     """No node outside the group's clusters is computed on the range's lines, but those
     of the inputs the rewrite keeps as its arguments' expressions and the code kept
-    around the fused call (`kept`)."""
+    around the fused call (`kept_around`)."""
     members = {n for c in group for n in c.nodes}
-    feeding = _feeding(analysis, kept) | (around or set())
+    kept_nodes = feeding(analysis, kept) | (kept_around or set())
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     ops_by_line = {(analysis.graph[n].source.line, analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
         s = n.source
-        if (n.name in members or n.name in feeding or s is None or s.file != span.src.path
+        if (n.name in members or n.name in kept_nodes or s is None or s.file != span.src.path
                 or not span.start <= s.line <= span.end or _is_feeder(n)):
             continue
         if span.src.scope_at(s.line) is not span.scope:
@@ -356,50 +345,17 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span, within: ast.expr | None 
                   match.inlined, within)
 
 
-def _parts(span: _Span) -> list[ast.expr]:
-    """Calls and operators inside the last statement's value, outermost first."""
-    try:
-        value = value_of(span.stmts[-1].node, last=True)
-    except Mismatch:
-        return []
-    out, todo = [], [value]
-    while todo:
-        e = todo.pop(0)
-        if e is not value and isinstance(e, (ast.Call, ast.BinOp, ast.UnaryOp)):
-            out.append(e)
-        todo.extend(n for n in ast.iter_child_nodes(e) if isinstance(n, ast.expr))
-    return out
-
-
 def _unify_part(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[_Found] | None:
     """The group's match to a part of the last statement (`self.proj(<cluster>)`), if one
     part computes exactly the cluster's single result."""
     if any(len(c.outputs) != 1 for c in group):
         return None
-    for part in _parts(span):
+    for part in parts(span):
         try:
             return [_unify(analysis, c, span, part) for c in group]
         except _Pointer:
             continue
     return None
-
-
-def _around(analysis: Analysis, span: _Span, group: list[Cluster]) -> set[str]:
-    """Nodes on the last statement's lines that consume the clusters' results: the code
-    kept around the fused call."""
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    last = span.stmts[-1]
-    seen: set[str] = set()
-    todo = [o for c in group for o in c.outputs]
-    while todo:
-        for user in fx_nodes[todo.pop()].users:
-            s = analysis.graph[user.name].source if user.name in fx_nodes and user.op != (
-                "output") else None
-            if (s is not None and s.file == span.src.path and last.start <= s.line <= last.end
-                    and user.name not in seen):
-                seen.add(user.name)
-                todo.append(user.name)
-    return seen
 
 
 def _check_dead(span: _Span, targets: tuple[str, ...]) -> None:
@@ -423,23 +379,6 @@ def _replacement(span: _Span, call: str, targets: tuple[str, ...]) -> str:
     return f"{indent}{names} = {call}"
 
 
-def _replace_part(span: _Span, part: ast.expr, call: str) -> str:
-    """The last statement, indented as the range's first line, with `part` replaced."""
-    src, last = span.src, span.stmts[-1].node
-    line = src.line_text(span.start)
-    indent = line[:len(line) - len(line.lstrip())]
-
-    def at(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes
-        before = sum(len(t) for t in src.lines[:lineno - 1])
-        return before + len(src.lines[lineno - 1].encode()[:col].decode())
-
-    begin = at(last.lineno, last.col_offset)
-    lo, hi = at(part.lineno, part.col_offset), at(part.end_lineno, part.end_col_offset)
-    end = at(last.end_lineno, last.end_col_offset)
-    text = src.text
-    return indent + text[begin:lo] + call + text[hi:end]
-
-
 def _shapes(analysis: Analysis, c: Cluster) -> tuple:
     return tuple((analysis.graph[n].meta.shape, analysis.graph[n].meta.dtype)
                  if analysis.graph[n].meta else None for n in (*c.inputs, *c.outputs))
@@ -458,7 +397,7 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
                 function=span.scope.qualname, digest=span.src.digest)
     others = {c.index: tuple(o.index for o in group if o is not c) for c in group}
     try:
-        around: set[str] = set()
+        kept_around: set[str] = set()
         try:
             found = [_unify(analysis, c, span) for c in group]
         except _Pointer:
@@ -466,9 +405,9 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
             if part is None:
                 _check_alone(analysis, span, group)  # its reason names the stray code first
                 raise
-            found, around = part, _around(analysis, span, group)
-        kept = frozenset().union(*(f.inlined for f in found)) | around
-        _check_alone(analysis, span, group, kept, around)
+            found, kept_around = part, around(analysis, span, group)
+        kept = frozenset().union(*(f.inlined for f in found))
+        _check_alone(analysis, span, group, kept, kept_around)
         for c, f in zip(group[1:], found[1:], strict=True):
             if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
                 raise _Pointer(f"the same lines also run as cluster {c.index}, which reads "
@@ -486,7 +425,7 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
     call = f"{kernel_name(rep.index)}({', '.join(found[0].args)})"
     within = found[0].within
     text = _replacement(span, call, found[0].targets) if within is None else (
-        _replace_part(span, within, call))
+        replace_part(span, within, call))
     original = "".join(span.src.lines[span.start - 1:span.end])
     return [SourceMapping(c.index, EXACT, replacement=text, call=kernel_name(rep.index),
                           args=found[0].args, shared_with=others[c.index],
