@@ -207,6 +207,7 @@ def test_a_cluster_across_two_functions_is_a_pointer(tmp_path):
     assert m.quality == POINTER
     assert m.reason.startswith("spans two functions (`M.forward` line")
     assert "`M.act` line" in m.reason
+    assert m.reason.endswith("move the fused ops into one function")
 
 
 def test_an_unrolled_loop_is_a_pointer_and_per_iteration_clusters_share_lines(tmp_path):
