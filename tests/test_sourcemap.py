@@ -457,3 +457,21 @@ def test_the_range_must_own_its_lines(tmp_path, body, exact):
     assert m.quality == (EXACT if exact else POINTER), m.reason
     if not exact:
         assert "also hold" in m.reason
+
+
+def test_kept_code_holding_another_cluster_is_a_pointer(tmp_path):
+    # Cluster 0 (mul, relu) sits inside the code cluster 1 (sigmoid, mul) keeps as its
+    # argument: two edits would overlap on line 12.
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+
+            def forward(self, x):
+                y = x * 2.0
+                z = torch.sigmoid(self.proj(torch.relu(y))) * 3.0
+                return self.proj(z)
+        """, 4, 8)
+    assert len(maps) == 2 and all(m.quality == POINTER for m in maps)
+    assert all("keep around the fused call also holds cluster" in m.reason for m in maps)

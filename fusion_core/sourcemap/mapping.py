@@ -254,6 +254,13 @@ def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster],
     around the fused call (`kept_around`)."""
     members = {n for c in group for n in c.nodes}
     kept_nodes = feeding(analysis, kept) | (kept_around or set())
+    # Kept code that another cluster fuses would be edited twice (overlapping ranges).
+    other = next((c for c in analysis.clusters if c not in group and kept_nodes & set(
+        c.nodes) and any(span.start <= (analysis.graph[n].source.line if analysis.graph[
+            n].source else 0) <= span.end for n in c.nodes)), None)
+    if other is not None:
+        raise _Pointer(f"the code these lines keep around the fused call also holds cluster "
+                       f"{other.index}; one edit cannot rewrite both")
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     ops_by_line = {(analysis.graph[n].source.line, analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
