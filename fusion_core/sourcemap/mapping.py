@@ -13,6 +13,7 @@ the reason in words.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,13 +255,6 @@ def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster],
     around the fused call (`kept_around`)."""
     members = {n for c in group for n in c.nodes}
     kept_nodes = feeding(analysis, kept) | (kept_around or set())
-    # Kept code that another cluster fuses would be edited twice (overlapping ranges).
-    other = next((c for c in analysis.clusters if c not in group and kept_nodes & set(
-        c.nodes) and any(span.start <= (analysis.graph[n].source.line if analysis.graph[
-            n].source else 0) <= span.end for n in c.nodes)), None)
-    if other is not None:
-        raise _Pointer(f"the code these lines keep around the fused call also holds cluster "
-                       f"{other.index}; one edit cannot rewrite both")
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     ops_by_line = {(analysis.graph[n].source.line, analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
@@ -471,4 +465,21 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     for group in groups.values():
         for m in _map_group(analysis, spans[group[0].index], group):
             out[m.cluster_index] = m
-    return tuple(out[c.index] for c in analysis.clusters)
+    return tuple(_no_overlaps(out[c.index] for c in analysis.clusters))
+
+
+def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
+    """Exact edits whose ranges overlap (one keeps code the other fuses) become pointers:
+    --apply could write only one, and would refuse the file at write time."""
+    maps = list(mappings)
+    edits = [m for m in maps if m.exact]
+    clash: dict[int, SourceMapping] = {}
+    for a in edits:
+        for b in edits:
+            if a.call != b.call and a.file == b.file and a.start <= b.end and b.start <= a.end:
+                clash.setdefault(a.cluster_index, b)
+    return [m if m.cluster_index not in clash else SourceMapping(
+        m.cluster_index, POINTER, m.file, m.start, m.end,
+        f"its lines overlap cluster {clash[m.cluster_index].cluster_index}'s edit (one keeps "
+        "code the other fuses); one edit cannot rewrite both", function=m.function,
+        shared_with=m.shared_with, digest=m.digest) for m in maps]
