@@ -56,10 +56,17 @@ def around(analysis: Analysis, span: _Span, group: list[Cluster]) -> set[str]:
     todo = [o for c in group for o in c.outputs]
     while todo:
         for user in fx_nodes[todo.pop()].users:
-            s = analysis.graph[user.name].source if user.name in fx_nodes and user.op != (
-                "output") else None
-            if (s is not None and s.file == span.src.path and last.start <= s.line <= last.end
-                    and user.name not in seen):
+            s = (
+                analysis.graph[user.name].source
+                if user.name in fx_nodes and user.op != ("output")
+                else None
+            )
+            if (
+                s is not None
+                and s.file == span.src.path
+                and last.start <= s.line <= last.end
+                and user.name not in seen
+            ):
                 seen.add(user.name)
                 todo.append(user.name)
     return seen
@@ -69,10 +76,10 @@ def replace_part(span: _Span, part: ast.expr, call: str) -> str:
     """The last statement, indented as the range's first line, with `part` replaced."""
     src, last = span.src, span.stmts[-1].node
     line = src.line_text(span.start)
-    indent = line[:len(line) - len(line.lstrip())]
+    indent = line[: len(line) - len(line.lstrip())]
 
     def at(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes
-        before = sum(len(t) for t in src.lines[:lineno - 1])
+        before = sum(len(t) for t in src.lines[: lineno - 1])
         return before + len(src.lines[lineno - 1].encode()[:col].decode())
 
     begin = at(last.lineno, last.col_offset)
