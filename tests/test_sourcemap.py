@@ -137,7 +137,7 @@ def test_a_cluster_ending_in_return_keeps_the_return(tmp_path):
     assert m.replacement.strip() == "return cluster0(y)"
 
 
-def test_a_line_shared_with_a_module_call_is_a_pointer(tmp_path):
+def test_a_module_call_on_the_line_stays_as_the_fused_calls_argument(tmp_path):
     _, _, maps = mapped(tmp_path, """
         class M(nn.Module):
             def __init__(self):
@@ -149,8 +149,42 @@ def test_a_line_shared_with_a_module_call_is_a_pointer(tmp_path):
                 return self.proj1(y)
         """, 4, 8)
     (m,) = maps
-    assert m.quality == POINTER
-    assert "line range also holds `self.proj1(x)`" in m.reason
+    assert m.quality == EXACT, m.reason
+    assert m.replacement.strip() == "y = cluster0(x, self.proj1(x))"
+
+
+def test_an_unfused_call_around_the_cluster_stays_around_the_fused_call(tmp_path):
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj1 = nn.Linear(8, 8)
+
+            def forward(self, x):
+                y = self.proj1(torch.relu(x * 2.0) + 1.0)
+                return self.proj1(y)
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == EXACT, m.reason
+    assert m.replacement.strip() == "y = self.proj1(cluster0(x))"
+
+
+def test_an_unfused_statement_inside_the_range_is_a_pointer(tmp_path):
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj1 = nn.Linear(8, 8)
+
+            def forward(self, x):
+                y = x * 2.0
+                z = self.proj1(x)
+                y = torch.relu(y)
+                return self.proj1(y) + z
+        """, 4, 8)
+    (m,) = maps
+    assert m.quality == POINTER, m.replacement
+    assert "line range also holds `self.proj1(x)`" in m.reason, m.reason
     assert m.replacement is None
 
 
@@ -173,6 +207,7 @@ def test_a_cluster_across_two_functions_is_a_pointer(tmp_path):
     assert m.quality == POINTER
     assert m.reason.startswith("spans two functions (`M.forward` line")
     assert "`M.act` line" in m.reason
+    assert m.reason.endswith("move the fused ops into one function")
 
 
 def test_an_unrolled_loop_is_a_pointer_and_per_iteration_clusters_share_lines(tmp_path):
@@ -422,3 +457,21 @@ def test_the_range_must_own_its_lines(tmp_path, body, exact):
     assert m.quality == (EXACT if exact else POINTER), m.reason
     if not exact:
         assert "also hold" in m.reason
+
+
+def test_kept_code_holding_another_cluster_is_a_pointer(tmp_path):
+    # Cluster 0 (mul, relu) sits inside the code cluster 1 (sigmoid, mul) keeps as its
+    # argument: two edits would overlap on line 12.
+    _, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+
+            def forward(self, x):
+                y = x * 2.0
+                z = torch.sigmoid(self.proj(torch.relu(y))) * 3.0
+                return self.proj(z)
+        """, 4, 8)
+    assert len(maps) == 2 and all(m.quality == POINTER for m in maps)
+    assert all("overlap cluster" in m.reason for m in maps), [m.reason for m in maps]

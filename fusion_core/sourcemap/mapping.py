@@ -13,14 +13,18 @@ the reason in words.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch.fx as fx
 
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, Ref
 from ..ir.trace import is_library_file
 from ..names import kernel_name
 from ..pipeline import Analysis
+from .parts import around, feeding, parts, replace_part
 from .pysource import (
     Scope,
     SourceFile,
@@ -158,7 +162,11 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
         first.setdefault(scopes[line].qualname, line)
     if len(first) > 1:
         named = ", ".join(f"`{q}` line {line}" for q, line in first.items())
-        raise _Pointer(f"spans {_count(len(first))} functions ({named})", **where)
+        # One edit replaces one range of one function; a kernel whose ops run in a module's
+        # forward and in a child's (or a helper's) would need both rewritten together.
+        raise _Pointer(f"spans {_count(len(first))} functions ({named}): one edit replaces "
+                       "lines of one function, so --apply leaves it; to apply it, move the "
+                       "fused ops into one function", **where)
     scope = scopes[lines[0]]
     stmts = {line: src.statement_at(scope, line) for line in set(lines)}
     bad = sorted(line for line, st in stmts.items() if st is None)
@@ -191,16 +199,25 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
 
 def _check_in_place(analysis: Analysis, nodes: list[Node], where: dict) -> None:
     """`y.relu_()` or `y += x` the pipeline rewrote out of place (ir/functionalize.py):
-    the source keeps using `y`, which the kernel's new tensor cannot rebind."""
+    unless the written tensor was a temporary, the source keeps using `y`, which the
+    kernel's new tensor cannot rebind."""
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     for node in nodes:
         spelling = fx_nodes[node.name].meta.get("fusion_inplace", "") \
             if node.name in fx_nodes else ""
-        if spelling.startswith((".", "aten.")):
+        if spelling.startswith((".", "aten.")) and not _writes_a_temporary(fx_nodes[node.name]):
             code = f"`{node.source.code}`" if node.source.code else spelling
             raise _Pointer(f"{code} (line {node.source.line}) writes its input in place; the "
                            "kernel returns a new tensor, so an edit would have to rebind the "
                            "name every later line reads", **where)
+
+
+def _writes_a_temporary(node: fx.Node) -> bool:
+    """The tensor an in-place op wrote (`(x * 2).relu_()`'s product) is read by nothing
+    else in the graph, so no line can tell whether it was overwritten: a kernel that returns
+    a new tensor instead computes the same model."""
+    written = node.args[0] if node.args else None
+    return isinstance(written, fx.Node) and set(written.users) == {node}
 
 
 def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str) -> str:
@@ -230,14 +247,19 @@ def _is_feeder(node: Node) -> bool:
     return node.kind in (OpKind.CONSTANT, OpKind.VIEW, OpKind.INPUT) or node.op == "meta"
 
 
-def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster]) -> None:
-    """No node outside the group's clusters is computed on the range's lines."""
+def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster],
+                 kept: frozenset[str] = frozenset(), kept_around: set[str] | None = None
+                 ) -> None:
+    """No node outside the group's clusters is computed on the range's lines, but those
+    of the inputs the rewrite keeps as its arguments' expressions and the code kept
+    around the fused call (`kept_around`)."""
     members = {n for c in group for n in c.nodes}
+    kept_nodes = feeding(analysis, kept) | (kept_around or set())
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     ops_by_line = {(analysis.graph[n].source.line, analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
         s = n.source
-        if (n.name in members or s is None or s.file != span.src.path
+        if (n.name in members or n.name in kept_nodes or s is None or s.file != span.src.path
                 or not span.start <= s.line <= span.end or _is_feeder(n)):
             continue
         if span.src.scope_at(s.line) is not span.scope:
@@ -274,6 +296,8 @@ class _Found:
     args: tuple[str, ...]  # source expression per cluster input, in `Cluster.inputs` order
     baked: tuple[str, ...]  # `self.scale = 0.17...`: values the kernel holds as constants
     targets: tuple[str, ...]  # names that receive the results before the last one
+    inlined: frozenset[str] = frozenset()  # inputs computed by their argument expression
+    within: ast.expr | None = None  # the part of the last statement the fused call replaces
 
 
 def _targets(c: Cluster, span: _Span, values: tuple[str | None, ...]) -> tuple[str, ...]:
@@ -293,7 +317,8 @@ def _targets(c: Cluster, span: _Span, values: tuple[str | None, ...]) -> tuple[s
     return tuple(names)
 
 
-def _unify(analysis: Analysis, c: Cluster, span: _Span) -> _Found:
+def _unify(analysis: Analysis, c: Cluster, span: _Span, within: ast.expr | None = None
+           ) -> _Found:
     if not c.outputs:  # detection keeps dead code out of clusters; never index past this
         raise _Pointer("the cluster writes no result the model uses")
     if len(c.outputs) > 1 and not isinstance(span.stmts[-1].node, ast.Assign):
@@ -305,7 +330,7 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span) -> _Found:
         unifier = Unifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
                           _self_name(span.scope), path if path is not None else "\0",
                           local_names(span.scope.node))
-        match = unifier.run(c.outputs[-1])
+        match = unifier.run(c.outputs[-1], within)
     except Mismatch as e:
         raise _Pointer(str(e)) from e
     missing = [n for n in c.nodes if n not in match.matched]
@@ -321,7 +346,21 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span) -> _Found:
         raise _Pointer(f"input `{absent[0]}` has no expression in the source at line "
                        f"{span.start}")
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
-    return _Found(tuple(texts[n] for n in c.inputs), baked, _targets(c, span, match.values))
+    return _Found(tuple(texts[n] for n in c.inputs), baked, _targets(c, span, match.values),
+                  match.inlined, within)
+
+
+def _unify_part(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[_Found] | None:
+    """The group's match to a part of the last statement (`self.proj(<cluster>)`), if one
+    part computes exactly the cluster's single result."""
+    if any(len(c.outputs) != 1 for c in group):
+        return None
+    for part in parts(span):
+        try:
+            return [_unify(analysis, c, span, part) for c in group]
+        except _Pointer:
+            continue
+    return None
 
 
 def _check_dead(span: _Span, targets: tuple[str, ...]) -> None:
@@ -363,8 +402,17 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
                 function=span.scope.qualname, digest=span.src.digest)
     others = {c.index: tuple(o.index for o in group if o is not c) for c in group}
     try:
-        _check_alone(analysis, span, group)
-        found = [_unify(analysis, c, span) for c in group]
+        kept_around: set[str] = set()
+        try:
+            found = [_unify(analysis, c, span) for c in group]
+        except _Pointer:
+            part = _unify_part(analysis, span, group)
+            if part is None:
+                _check_alone(analysis, span, group)  # its reason names the stray code first
+                raise
+            found, kept_around = part, around(analysis, span, group)
+        kept = frozenset().union(*(f.inlined for f in found))
+        _check_alone(analysis, span, group, kept, kept_around)
         for c, f in zip(group[1:], found[1:], strict=True):
             if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
                 raise _Pointer(f"the same lines also run as cluster {c.index}, which reads "
@@ -380,7 +428,9 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
         return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
                               **base) for c in group]
     call = f"{kernel_name(rep.index)}({', '.join(found[0].args)})"
-    text = _replacement(span, call, found[0].targets)
+    within = found[0].within
+    text = _replacement(span, call, found[0].targets) if within is None else (
+        replace_part(span, within, call))
     original = "".join(span.src.lines[span.start - 1:span.end])
     return [SourceMapping(c.index, EXACT, replacement=text, call=kernel_name(rep.index),
                           args=found[0].args, shared_with=others[c.index],
@@ -415,4 +465,21 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     for group in groups.values():
         for m in _map_group(analysis, spans[group[0].index], group):
             out[m.cluster_index] = m
-    return tuple(out[c.index] for c in analysis.clusters)
+    return tuple(_no_overlaps(out[c.index] for c in analysis.clusters))
+
+
+def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
+    """Exact edits whose ranges overlap (one keeps code the other fuses) become pointers:
+    --apply could write only one, and would refuse the file at write time."""
+    maps = list(mappings)
+    edits = [m for m in maps if m.exact]
+    clash: dict[int, SourceMapping] = {}
+    for a in edits:
+        for b in edits:
+            if a.call != b.call and a.file == b.file and a.start <= b.end and b.start <= a.end:
+                clash.setdefault(a.cluster_index, b)
+    return [m if m.cluster_index not in clash else SourceMapping(
+        m.cluster_index, POINTER, m.file, m.start, m.end,
+        f"its lines overlap cluster {clash[m.cluster_index].cluster_index}'s edit (one keeps "
+        "code the other fuses); one edit cannot rewrite both", function=m.function,
+        shared_with=m.shared_with, digest=m.digest) for m in maps]

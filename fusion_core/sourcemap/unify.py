@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 from .pysource import SourceFile, Statement, is_plain_access, loaded_names, stored_names
@@ -55,11 +56,14 @@ def op_names(node: fx.Node) -> set[str]:
     """What the source may call this node's function: `relu`, `softmax` (aten `_softmax`)."""
     t = node.target
     if node.op == "call_method":
-        return {str(t)}
-    names = {getattr(t, "__name__", "")}
-    aten = getattr(t, "_opname", None)  # torch.export: aten.softmax.int → "softmax"
-    if aten:
-        names |= {aten, aten.lstrip("_")}
+        names = {str(t)}
+    else:
+        names = {getattr(t, "__name__", "")}
+        aten = getattr(t, "_opname", None)  # torch.export: aten.softmax.int → "softmax"
+        if aten:
+            names |= {aten, aten.lstrip("_")}
+    if node.meta.get("fusion_inplace"):  # `.relu_()` the capture made out of place
+        names |= {f"{n}_" for n in names if n}
     return names - {""}
 
 
@@ -81,6 +85,9 @@ class Match:
     # Source expressions (not literals) whose trace-time value the kernel holds as a constant.
     baked: tuple[tuple[str, Any], ...] = ()
     values: tuple[str | None, ...] = ()  # per statement: the FX node its value is
+    # Inputs whose source expression computes them (`self.conv(x)`, `q @ k.T`): the rewrite
+    # keeps that un-fused computation as the fused call's argument.
+    inlined: frozenset[str] = frozenset()
 
 
 def value_of(st: ast.stmt, last: bool) -> ast.expr:
@@ -121,22 +128,27 @@ class Unifier:
         self.matched: set[str] = set()
         self.seen: set[str] = set()  # every node some expression stands for
         self.baked: dict[str, Any] = {}
+        self.inlined: set[str] = set()
         self.queue: list[int] = []
 
-    def run(self, output: str) -> Match:
+    def run(self, output: str, within: ast.expr | None = None) -> Match:
+        """Match the run's value, or `within` (a part of the last statement's value the
+        rewrite replaces, keeping the un-fused code around it), to `output`."""
         last = len(self.stmts) - 1
         self.values[last] = output
         self.queue.append(last)
         while self.queue:
             k = self.queue.pop()
             expr = value_of(self.stmts[k].node, last=k == last)
+            if k == last and within is not None:
+                expr = within
             self.match(expr, self.fx_nodes[self.values[k]], k)
         for st, v in zip(self.stmts, self.values, strict=True):
             if v is None:
                 raise Mismatch(f"line {st.start} (`{self.src.segment(st.node)}`) computes "
                                "nothing the cluster uses")
         return Match(tuple(self.inputs.items()), frozenset(self.matched),
-                     tuple(self.baked.items()), tuple(self.values))
+                     tuple(self.baked.items()), tuple(self.values), frozenset(self.inlined))
 
     # -- expressions -------------------------------------------------------------------
 
@@ -176,14 +188,34 @@ class Unifier:
 
     def match_outside(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         text = self.src.segment(expr)
-        if not is_plain_access(expr):
+        plain = is_plain_access(expr)
+        if not plain and not self.computes(expr, node):
             raise Mismatch(f"line range also holds `{text}` (line {expr.lineno}), which is "
                            "not in the cluster")
         late = sorted(n for n in loaded_names(expr) if self.assigned_before(k, n) is not None)
         if late:
             raise Mismatch(f"input `{text}` at line {expr.lineno} reads `{late[0]}`, which "
                            "an earlier line of the range reassigns")
+        if not plain:  # evaluated once, as the fused call's argument, as it was once before
+            self.inlined.add(node.name)
         self.bind(node, text)
+
+    def computes(self, expr: ast.expr, node: fx.Node) -> bool:
+        """`expr`'s outermost operation is the one that made `node` (a call of the same
+        function or of a child module whose graph `node` ends, or the same operator)."""
+        if isinstance(expr, ast.BinOp):
+            return same_operator(node, BINOPS.get(type(expr.op)))
+        if not isinstance(expr, ast.Call) or node.op not in (
+                "call_function", "call_method", "call_module"):
+            return False
+        chain = _attr_chain(expr.func)
+        if chain and chain[0] == self.self_name and len(chain) > 1:
+            child = ".".join(p for p in (self.self_path, *chain[1:]) if p)
+            where = str(node.target) if node.op == "call_module" else module_path(node)
+            return where is not None and (where == child or where.startswith(child + "."))
+        if isinstance(expr.func, ast.Attribute) and node.op == "call_method":
+            return expr.func.attr in op_names(node)
+        return bool(chain) and node.op != "call_module" and chain[-1] in op_names(node)
 
     def match_value(self, expr: ast.expr, value: Any, k: int) -> None:
         if isinstance(value, fx.Node):
@@ -252,12 +284,27 @@ class Unifier:
         for n in _nodes((node.args, node.kwargs)):
             if n.name in self.seen:
                 continue
-            text = module_attr_text(self.self_name, self.self_path, str(n.target)) if (
-                n.op == "get_attr") else None
+            text = self.attr_text(n)
             if text is None:
                 raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} reads "
                                f"`{n.name}`, which has no expression in the source there")
             self.bind(n, text)
+
+    def attr_text(self, n: fx.Node) -> str | None:
+        """A module attribute (`self.ln.weight`), or one reshaped to broadcast against the
+        activations as the capture does for BatchNorm (`self.bn.weight.reshape(4, 1, 1)`)."""
+        if n.op == "get_attr":
+            return module_attr_text(self.self_name, self.self_path, str(n.target))
+        reshape = n.target is torch.reshape or (n.op == "call_method" and n.target in (
+            "reshape", "view"))
+        if not reshape or len(n.args) != 2 or n.kwargs:
+            return None
+        base, shape = n.args
+        if not (isinstance(base, fx.Node) and base.op == "get_attr" and isinstance(
+                shape, (tuple, list)) and all(isinstance(d, int) for d in shape)):
+            return None
+        text = module_attr_text(self.self_name, self.self_path, str(base.target))
+        return None if text is None else f"{text}.reshape({', '.join(map(str, shape))})"
 
     def same_callee(self, func: ast.expr, node: fx.Node) -> bool:
         chain = _attr_chain(func)

@@ -1,0 +1,89 @@
+"""The parts of a source range a rewrite keeps: un-fused code around or inside the call.
+
+Reads an ``Analysis`` and a mapped statement run (mapping.py's ``_Span``); writes
+nothing. Answers which sub-expressions of the run's last statement may hold a
+cluster, which graph nodes the kept code computes (so the "nothing else on these
+lines" check lets them be), and the last statement with one part replaced.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from ..analysis.types import Cluster
+from ..pipeline import Analysis
+from .unify import Mismatch, value_of
+
+if TYPE_CHECKING:
+    from .mapping import _Span
+
+
+def feeding(analysis: Analysis, inlined: frozenset[str]) -> set[str]:
+    """The inlined inputs and every node they are computed from."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    seen: set[str] = set()
+    todo = [n for n in inlined if n in fx_nodes]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(i.name for i in fx_nodes[name].all_input_nodes)
+    return seen
+
+
+def parts(span: _Span) -> list[ast.expr]:
+    """Calls and operators inside the last statement's value, outermost first."""
+    try:
+        value = value_of(span.stmts[-1].node, last=True)
+    except Mismatch:
+        return []
+    out, todo = [], [value]
+    while todo:
+        e = todo.pop(0)
+        if e is not value and isinstance(e, (ast.Call, ast.BinOp, ast.UnaryOp)):
+            out.append(e)
+        todo.extend(n for n in ast.iter_child_nodes(e) if isinstance(n, ast.expr))
+    return out
+
+
+def around(analysis: Analysis, span: _Span, group: list[Cluster]) -> set[str]:
+    """Nodes on the last statement's lines that consume the clusters' results: the code
+    kept around the fused call."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    last = span.stmts[-1]
+    seen: set[str] = set()
+    todo = [o for c in group for o in c.outputs]
+    while todo:
+        for user in fx_nodes[todo.pop()].users:
+            s = (
+                analysis.graph[user.name].source
+                if user.name in fx_nodes and user.op != ("output")
+                else None
+            )
+            if (
+                s is not None
+                and s.file == span.src.path
+                and last.start <= s.line <= last.end
+                and user.name not in seen
+            ):
+                seen.add(user.name)
+                todo.append(user.name)
+    return seen
+
+
+def replace_part(span: _Span, part: ast.expr, call: str) -> str:
+    """The last statement, indented as the range's first line, with `part` replaced."""
+    src, last = span.src, span.stmts[-1].node
+    line = src.line_text(span.start)
+    indent = line[: len(line) - len(line.lstrip())]
+
+    def at(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes
+        before = sum(len(t) for t in src.lines[: lineno - 1])
+        return before + len(src.lines[lineno - 1].encode()[:col].decode())
+
+    begin = at(last.lineno, last.col_offset)
+    lo, hi = at(part.lineno, part.col_offset), at(part.end_lineno, part.end_col_offset)
+    end = at(last.end_lineno, last.end_col_offset)
+    text = src.text
+    return indent + text[begin:lo] + call + text[hi:end]

@@ -1,0 +1,164 @@
+"""`--apply` on the common module-call patterns: each rewrite imports, matches the
+original model's output and changes nothing but the fused statement and the import block.
+
+Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from fusion_core.cli import cli
+from fusion_core.load import import_model_file, instantiate, pick_class
+from fusion_core.sourcemap.apply import forget_package
+from fusion_core.sourcemap.fused import import_block, package_name
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+# (class body, the statement the cluster covers, what replaces it)
+CASES = {
+    "bn_act_around_a_kept_conv": (
+        """\
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+                self.bn = nn.BatchNorm2d(4)
+                self.act = nn.ReLU(inplace=True)
+
+            def forward(self, x):
+                y = self.act(self.bn(self.conv(x)))
+                return self.conv(y)
+        """,
+        "        y = self.act(self.bn(self.conv(x)))",
+        "        y = cluster0(self.conv(x), self.bn.running_mean.reshape(4, 1, 1), "
+        "self.bn.running_var.reshape(4, 1, 1), self.bn.weight.reshape(4, 1, 1), "
+        "self.bn.bias.reshape(4, 1, 1))",
+    ),
+    "functional_calls_around_a_kept_conv": (
+        """\
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+                self.ln = nn.LayerNorm(8)
+
+            def forward(self, x):
+                y = F.gelu(F.layer_norm(self.conv(x), (8,), self.ln.weight, self.ln.bias)) * 2.0
+                return self.conv(y)
+        """,
+        "        y = F.gelu(F.layer_norm(self.conv(x), (8,), self.ln.weight, self.ln.bias)) * 2.0",
+        "        y = cluster0(self.conv(x), self.ln.weight, self.ln.bias)",
+    ),
+    "inplace_method_on_a_temporary": (
+        """\
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+            def forward(self, x):
+                y = (self.conv(x) * 2.0).relu_()
+                return self.conv(y)
+        """,
+        "        y = (self.conv(x) * 2.0).relu_()",
+        "        y = cluster0(self.conv(x))",
+    ),
+    "unfused_call_around_the_cluster": (
+        """\
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 4, 1)
+                self.ln = nn.LayerNorm(8)
+
+            def forward(self, x):
+                y = self.conv(self.ln(x) * 2.0 + 1.0) - x
+                return self.conv(y)
+        """,
+        "        y = self.conv(self.ln(x) * 2.0 + 1.0) - x",
+        "        y = self.conv(cluster0(x, self.ln.weight, self.ln.bias)) - x",
+    ),
+    "kept_matmul_in_the_first_line_of_three": (
+        """\
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(4, 4, 1)
+
+            def forward(self, x):
+                q = self.conv(x)
+                att = (q @ q.transpose(-2, -1)) * 0.5
+                att = att.masked_fill(att > 1.0, 0.0)
+                att = F.softmax(att, dim=-1)
+                return self.conv(att)
+        """,
+        "        att = (q @ q.transpose(-2, -1)) * 0.5\n"
+        "        att = att.masked_fill(att > 1.0, 0.0)\n"
+        "        att = F.softmax(att, dim=-1)",
+        "        att = cluster0(q @ q.transpose(-2, -1))",
+    ),
+}
+
+
+def _load(path: Path) -> torch.nn.Module:
+    forget_package(package_name(path.stem))
+    return instantiate(pick_class(import_model_file(path), path, "M"), path)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_apply_rewrites_only_the_fused_statement(tmp_path, case):
+    body, statement, replacement = CASES[case]
+    path = tmp_path / f"{case}.py"
+    original = HEADER + textwrap.dedent(body)
+    assert statement in original  # the case's own spelling, not the tool's
+    path.write_text(original)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--model",
+            str(path),
+            "--model-class",
+            "M",
+            "--input-shape",
+            "2,4,8,8",
+            "--no-timing",
+            "--apply",
+            "--yes",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit(s)" in result.output, result.output
+    rewritten = path.read_text()
+    # Every difference is the fused statement or the import block of the fused package.
+    diff = [
+        d for d in difflib.ndiff(original.splitlines(), rewritten.splitlines()) if d[:1] in "+-"
+    ]
+    removed = [d[2:] for d in diff if d.startswith("-")]
+    added = [d[2:] for d in diff if d.startswith("+")]
+    assert removed == statement.splitlines()
+    assert replacement in added
+    others = [a for a in added if a != replacement]
+    assert [a for a in others if a.strip()] == [
+        line for line in import_block(path.stem, ["cluster0"], "\n").splitlines() if line.strip()
+    ]
+    # The rewritten model computes what the original did (its weights, a fresh input).
+    before_path = tmp_path / f"original_{case}.py"
+    before_path.write_text(original)
+    before, after = _load(before_path).eval(), _load(path).eval()
+    for name, buffer in before.named_buffers():  # BatchNorm starts at mean 0, var 1
+        if name.endswith(("running_mean", "running_var")):
+            buffer.uniform_(0.5, 1.5)
+    after.load_state_dict(before.state_dict())
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        want = before.to(DEVICE)(x.to(DEVICE))
+        got = after.to(DEVICE)(x.to(DEVICE))
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
