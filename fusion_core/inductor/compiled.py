@@ -224,3 +224,8 @@ def from_dict(backend: str, data: dict[str, Any]) -> CompiledRecord:
         recompiles=int(data.get("recompiles", 0)),
         extra_shapes=tuple(tuple(tuple(s) for s in e) for e in data.get("extra_shapes", ())),
     )
+
+
+# Methods so the plugin reaches the plain-data form through the public class alone.
+CompiledRecord.to_dict = to_dict  # type: ignore[attr-defined]
+CompiledRecord.from_dict = staticmethod(from_dict)  # type: ignore[attr-defined]
