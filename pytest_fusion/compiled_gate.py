@@ -1,7 +1,9 @@
 """The gate on a test's compiled record: what changed in ``torch.compile``'s output since
 the baseline, as ``Finding``s (``findings.py``) a reviewer reads.
 
-Reads two ``CompiledRecord``s (baseline, this run) of one backend; writes nothing. A new
+``compiled_data`` takes a test's record (``fusion_core.compiled_record``) as baseline data,
+its files rootdir-relative. ``compare_compiled`` reads two ``CompiledRecord``s (baseline,
+this run) of one backend; writes nothing. A new
 graph break, more graphs, more kernels or more recompiles are regressions, each one message
 naming where in the user's source and why; fewer kernels is an improvement; another torch
 or triton version is "compiler changed", a regression only when ``fusion_compiler_change``
@@ -11,12 +13,59 @@ is ``fail``.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from fusion_core import CompiledKernel, CompiledRecord, GraphBreak
 
 from .findings import LOC, Finding
+from .fixture import build_inputs, build_model
+from .snapshot import relative_file
 
 COMPILER_CHANGE = ("report", "fail")  # what a different torch/triton version does to a test
+
+
+def compiled_data(
+    model: Any,
+    model_kwargs: Mapping[str, Any] | None,
+    inputs: Sequence[Any],
+    dtype: Any,
+    extra_shapes: Sequence[Sequence[Any]],
+    call: str,
+    rootdir: Path,
+) -> dict[str, dict[str, Any]]:
+    """{backend: record data} of torch.compile on the model, files rootdir-relative."""
+    import fusion_core
+
+    try:
+        record = fusion_core.compiled_record(
+            build_model(model, model_kwargs),
+            *build_inputs(inputs, dtype),
+            extra_shapes=[tuple(map(tuple, e)) for e in extra_shapes],
+        )
+    except fusion_core.FusionAdvisorError as e:
+        failure = f"compiled record failed: {e} (in {call}; or leave compiled off)"
+    else:
+        failure = None
+    if failure is not None:  # outside the handler: pytest would print the whole chain
+        pytest.fail(failure, pytrace=False)
+    data = record.to_dict()
+    for brk in data["graph_breaks"]:
+        brk["file"] = relative_file(brk["file"], rootdir) if brk["file"] else None
+    for kernel in data["kernels"]:
+        kernel["sites"] = [
+            [op, module, relative_file(file, rootdir) if file else None, line]
+            for op, module, file, line in kernel["sites"]
+        ]
+    return {record.backend: data}
+
+
+def from_data(backend: str, data: dict) -> CompiledRecord:
+    """The record a baseline stores as plain data (``CompiledRecord.to_dict``)."""
+    return CompiledRecord.from_dict(backend, data)  # type: ignore[attr-defined]
 
 
 def _break_key(b: GraphBreak) -> tuple[str, str]:

@@ -141,11 +141,30 @@ def _recompiles(
         torch._dynamo.reset()
 
 
+def _as_tensor(x: Any) -> torch.Tensor:
+    """A tensor for an example input: a tensor, an InputSpec, a shape tuple or "4,8"."""
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, str):
+        from ..ir.shapes import InputSpec
+
+        x = InputSpec.parse(x)
+    if hasattr(x, "shape") and hasattr(x, "dtype"):  # an InputSpec
+        return torch.randn(tuple(x.shape), dtype=x.dtype)
+    if isinstance(x, (tuple, list)) and all(isinstance(d, int) for d in x):
+        return torch.randn(tuple(x))
+    raise InductorError(
+        f"example input {x!r} is no tensor, shape or InputSpec: give a tensor or a shape tuple"
+    )
+
+
 def compiled_record(
-    model: nn.Module, *inputs: torch.Tensor, extra_shapes: Sequence[Sequence[tuple[int, ...]]] = ()
+    model: nn.Module, *inputs: Any, extra_shapes: Sequence[Sequence[tuple[int, ...]]] = ()
 ) -> CompiledRecord:
     """Compile `model` on `inputs` (default mode, no grad, a fresh Inductor cache) and record
-    what came out; each entry of `extra_shapes` gives one shape per input to call it again."""
+    what came out; each entry of `extra_shapes` gives one shape per input to call it again.
+    Inputs are tensors, or shapes / InputSpecs (random tensors of that shape are made)."""
+    inputs = tuple(_as_tensor(x) for x in inputs)
     extra = [_like(inputs, shapes) for shapes in extra_shapes]  # bad shapes fail before compiling
     model = model.eval()
     graph_count, breaks = _graph_breaks(model, inputs)
