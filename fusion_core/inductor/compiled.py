@@ -184,7 +184,7 @@ def compiled_record(
     device = next((x.device.type for x in inputs if isinstance(x, torch.Tensor)), "cpu")
     return CompiledRecord(
         backend=f"{device}-inductor",
-        torch_version=torch.__version__,
+        torch_version=str(torch.__version__),  # a str subclass YAML cannot write
         triton_version=_triton_version(),
         graph_count=graph_count,
         graph_breaks=breaks,
