@@ -25,7 +25,7 @@ BODIES = {
     "item": "y = F.relu(x * 2.0)\ns = y.sum().item()\nreturn y + s",
     # A matmul between the pointwise ops: a kernel before it, the library call, one after.
     "matmul": "y = F.relu(x * 2.0) @ self.w\nreturn torch.sigmoid(y)",
-    "merged": "y = F.relu(x * 2.0) * self.w\nreturn torch.sigmoid(y)",
+    "merged": "y = F.relu(x * 2.0) * self.w[0]\nreturn torch.sigmoid(y)",
 }
 TEST = """\
 import pytest
@@ -39,13 +39,16 @@ def test_net():
 
 def project(p, body: str, ini: str = "", **marker) -> None:
     p.makeini(TIMED_INI + ini)
-    p.makepyfile(model=HEAD + "".join(f"        {ln}\n" for ln in BODIES[body].splitlines()),
-                 test_net=TEST.format(kwargs="".join(f", {k}={v!r}" for k, v in marker.items())))
+    p.makepyfile(
+        model=HEAD + "".join(f"        {ln}\n" for ln in BODIES[body].splitlines()),
+        test_net=TEST.format(kwargs="".join(f", {k}={v!r}" for k, v in marker.items())),
+    )
 
 
 def run(p, *args):
-    return p.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-                                  *PLUGIN_ARGS, *args)
+    return p.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *PLUGIN_ARGS, *args
+    )
 
 
 def compiled_of(p) -> dict:
@@ -61,8 +64,11 @@ def test_a_new_item_graph_break_fails_naming_line_and_reason(pytester):
     r = run(pytester)
     r.assert_outcomes(failed=1)
     out = r.stdout.str()
-    assert re.search(r"new graph break at model\.py:10 \(`s = y\.sum\(\)\.item\(\)`\): "
-                     r"Unsupported Tensor\.item\(\) call", out), out
+    assert re.search(
+        r"new graph break at model\.py:10 \(`s = y\.sum\(\)\.item\(\)`\): "
+        r"Unsupported Tensor\.item\(\) call",
+        out,
+    ), out
     assert out.count("new graph break") == 1  # the extra graph is that break: said once
 
 
@@ -74,9 +80,13 @@ def test_merged_kernels_pass_and_are_listed_as_improved(pytester):
     project(pytester, "merged", compiled=True)
     r = run(pytester)
     r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines(["test_net.py::test_net: improved",
-                            f"*Inductor now emits 1 kernel (baseline {len(before)})*",
-                            "accept with: pytest --fusion-update-baselines=all*"])
+    r.stdout.fnmatch_lines(
+        [
+            "test_net.py::test_net: improved",
+            f"*Inductor now emits 1 kernel (baseline {len(before)})*",
+            "accept with: pytest --fusion-update-baselines=all*",
+        ]
+    )
     assert "regress" not in r.stdout.str()
 
 
