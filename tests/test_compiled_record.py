@@ -10,6 +10,8 @@ import torch.nn as nn
 from fusion_core import compiled_record
 from fusion_core.inductor.compiled import from_dict, to_dict
 
+pytestmark = pytest.mark.slow  # a real torch.compile (~25 s on CPU)
+
 
 class BreaksOnItem(nn.Module):
     def forward(self, x):
