@@ -34,6 +34,8 @@ _EXPORTS = {
     "write_atomic": ".fileio", "remove_stray_temp_files": ".fileio",
     "page_data": ".report.html", "Ghost": ".report.html", "analysis_html": ".report.html",
     "compare_html": ".report.html", "index_html": ".report.html",
+    "CompiledRecord": ".inductor.compiled", "compiled_record": ".inductor.compiled",
+    "CompiledKernel": ".inductor.compiled", "GraphBreak": ".inductor.compiled",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -61,6 +63,7 @@ if TYPE_CHECKING:  # for type checkers and editors only
     from .codegen import Kernel, LoweringError, generate, generate_all, load_kernel, write_kernels  # noqa: F401
     from .errors import FusionAdvisorError  # noqa: F401
     from .fileio import remove_stray_temp_files, write_atomic  # noqa: F401
+    from .inductor.compiled import CompiledKernel, CompiledRecord, GraphBreak, compiled_record  # noqa: F401
     from .ir.bias_split import split_biases  # noqa: F401
     from .ir.shapes import InputSpec, parse_dtype  # noqa: F401
     from .load import load_model  # noqa: F401

@@ -268,6 +268,21 @@ def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
     return TimingOutcome(tuple(found), note, judged, gap)
 
 
+def compiled_findings(base: Snapshot, cur: Snapshot, compiler_change: str) -> list[Finding]:
+    """The compiled-record gate for each backend this run took a record on."""
+    from .compiled_gate import compare_compiled, from_data  # loads torch: only when used
+
+    found = []
+    for key, data in sorted(cur.compiled.items()):
+        if key not in base.compiled:
+            found.append(Finding("changes", f"compiled record taken on {key}{LOC}, none in the "
+                                 "baseline (recorded when the baseline is updated)", None))
+            continue
+        found += compare_compiled(from_data(key, base.compiled[key]), from_data(key, data),
+                                  compiler_change)
+    return found
+
+
 def frontend_change(base: Snapshot, cur: Snapshot) -> str:
     """Why the clusters may differ beyond the model: another frontend ("" when the same
     or unknown, as in baselines written before the frontend was recorded)."""
@@ -278,7 +293,10 @@ def frontend_change(base: Snapshot, cur: Snapshot) -> str:
 
 
 def compare(base: Snapshot, cur: Snapshot, tol: Tolerances = Tolerances(),
-            checks: Iterable[str] = CHECKS, hw_key: str | None = None) -> Comparison:
+            checks: Iterable[str] = CHECKS, hw_key: str | None = None,
+            compiler_change: str = "report") -> Comparison:
+    """`compiler_change`: what another torch/triton version than a compiled record's
+    baseline does ("report" or "fail"); compiled records are compared when this run took one."""
     checks = set(checks)
     if base.inputs != cur.inputs:
         return Comparison(
@@ -294,6 +312,8 @@ def compare(base: Snapshot, cur: Snapshot, tol: Tolerances = Tolerances(),
     if "timings" in checks:
         outcome = timings(base, cur, hw_key, tol, d.pairs)
         d.findings += outcome.findings
+    if cur.compiled:
+        d.findings += compiled_findings(base, cur, compiler_change)
     totals = model_totals(base, cur)
     if ("clusters" in checks and totals and not d.verdicts.totals_said
             and not any(f.bucket == "regressions" for f in d.findings)):

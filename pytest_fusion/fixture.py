@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # fusion_core loads on first use (see fusion_core/__init__.py
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
 MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "device", "improvements",
-                   "model_kwargs", "timing_inputs")
+                   "model_kwargs", "timing_inputs", "compiled", "compiled_shapes")
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,8 @@ class FusionAdvisor:
     def analyze(self, model: Any, *inputs: Any, dtype: Any = None, measure: bool = True,
                 capture: str | None = None, device: str | None = None,
                 model_kwargs: Mapping[str, Any] | None = None,
-                timing_inputs: Sequence[Any] | None = None) -> FusionResult:
+                timing_inputs: Sequence[Any] | None = None, compiled: bool | None = None,
+                compiled_shapes: Sequence[Sequence[Any]] = ()) -> FusionResult:
         """Analyze `model` for the example inputs (tensors, shapes, InputSpecs).
 
         `model_kwargs`: the keyword arguments `model` (a class or factory) is called with.
@@ -190,14 +191,19 @@ class FusionAdvisor:
         kernels are timed where CUDA is (a cuda target is not timed without it).
         `timing_inputs`: the inputs (same forms) the kernels are timed at, e.g. a larger
         batch than the analysed one; None times them at `inputs`.
+        `compiled`: also record what torch.compile makes of the model (None: the
+        `fusion_compiled` ini option); `compiled_shapes`: extra calls, one shape per input
+        each, whose recompiles are counted.
         """
         return self._analyze(model, inputs, dtype, measure, capture, device,
-                             "fusion_advisor.analyze(...)", model_kwargs, timing_inputs)
+                             "fusion_advisor.analyze(...)", model_kwargs, timing_inputs,
+                             compiled, compiled_shapes)
 
     def _analyze(self, model: Any, inputs: Sequence[Any], dtype: Any, measure: bool,
                  capture: str | None, device: str | None, call: str,
                  model_kwargs: Mapping[str, Any] | None = None,
-                 timing_inputs: Sequence[Any] | None = None) -> FusionResult:
+                 timing_inputs: Sequence[Any] | None = None, compiled: bool | None = None,
+                 compiled_shapes: Sequence[Sequence[Any]] = ()) -> FusionResult:
         """`analyze`; `call` names where the test gave the model and inputs, for errors."""
         import fusion_core
 
@@ -234,6 +240,11 @@ class FusionAdvisor:
         key = self.plugin.hw_key
         snap = from_analysis(analysis, self.item.nodeid, rootdir,
                              kernels=generated_kernels(analysis), target=device)
+        if self.plugin.compiled if compiled is None else compiled:
+            from .compiled_gate import compiled_data  # loads torch: only when asked for
+
+            snap = replace(snap, compiled=compiled_data(model, model_kwargs, inputs, dtype,
+                                                        compiled_shapes, call, rootdir))
         if raw:
             taken = () if timed is analysis else tuple(str(s) for s in timed.inputs)
             key, m = to_measured(raw, snap.clusters, taken, index_map)
@@ -265,7 +276,9 @@ class FusionAdvisor:
                                                 marker.kwargs.get("capture"), device,
                                                 "@pytest.mark.fusion_check(...)",
                                                 marker.kwargs.get("model_kwargs"),
-                                                marker.kwargs.get("timing_inputs"))
+                                                marker.kwargs.get("timing_inputs"),
+                                                marker.kwargs.get("compiled"),
+                                                marker.kwargs.get("compiled_shapes", ()))
         return self._marker_result
 
     # ------------------------------------------------------------ assertions
@@ -379,6 +392,6 @@ class FusionAdvisor:
                         f"{', '.join(CHECKS)}", pytrace=False)
         session = self.plugin.session
         rec, failure = session.check(result.snapshot, tol, checks, result.hw_key,
-                                     fail_improvements)
+                                     fail_improvements, self.plugin.compiler_change)
         session.record(rec)
         return rec, failure

@@ -40,6 +40,8 @@ REPORT_NAME = "fusion-report"
 CAPTURES = ("auto", "fx", "export")
 # What an improvement does to its test: pass with a notice (default), or fail until accepted.
 IMPROVEMENTS = ("pass", "fail")
+# What another torch/triton version than a compiled record's baseline does: say it, or fail.
+COMPILER_CHANGE = ("report", "fail")
 
 
 def check_target(value: Any, source: str) -> str | None:
@@ -89,6 +91,20 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("fusion_improvements", "what a fusion improvement does to its test: pass "
                   "(with a notice and the accept command) or fail (until the baseline is "
                   "updated, so it cannot drift)", default="pass")
+    parser.addini("fusion_compiled", "also run torch.compile on each checked model and gate "
+                  "its graph breaks, graphs, Inductor kernels and recompiles against the "
+                  "baseline (costs a compile per test; the marker's compiled=True does it for "
+                  "one test)", type="bool", default=False)
+    parser.addini("fusion_compiler_change", "what a torch/triton version other than the "
+                  "compiled record's baseline does: report (say it) or fail", default="report")
+
+
+def ini_compiler_change(config: pytest.Config) -> str:
+    value = config.getini("fusion_compiler_change").strip()
+    if value not in COMPILER_CHANGE:
+        raise pytest.UsageError(f"ini option fusion_compiler_change must be one of "
+                                f"{', '.join(COMPILER_CHANGE)}, got {value!r}")
+    return value
 
 
 def check_improvements(value: Any, source: str) -> str | None:

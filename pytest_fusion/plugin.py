@@ -31,7 +31,7 @@ MARKER = (
     "fusion_check(model, *inputs, dtype=None, checks=('clusters', 'rejections', 'traffic', "
     "'timings'), traffic_tolerance=None, timing_tolerance=None, timing_alpha=None, "
     "timing_min_bytes=None, capture=None, device=None, improvements=None, model_kwargs=None, "
-    "timing_inputs=None): "
+    "timing_inputs=None, compiled=None, compiled_shapes=()): "
     "analyze `model` (an nn.Module; its class or a factory, called with `model_kwargs`; or a "
     ".py path, path.py:NAME or package.module:NAME) for the example "
     "`inputs` (tensors, shape tuples or 'N,M' strings of `dtype`), timing its kernels at "
@@ -39,7 +39,9 @@ MARKER = (
     "captured with `capture` (auto, fx or export), for the target `device` (cpu or cuda), and "
     "compare the result with the test's baseline in the fusion_baselines folder; the "
     "tolerance, capture, device and improvements ('pass' or 'fail') keywords override the ini "
-    "options for this test")
+    "options for this test; compiled=True (or ini fusion_compiled) also gates what "
+    "torch.compile makes of the model (graph breaks, graphs, Inductor kernels, recompiles "
+    "under `compiled_shapes`: one shape per input each)")
 DISABLED = "fusion checks disabled (--fusion-disable)"
 plugin_key = pytest.StashKey["FusionPlugin"]()
 advisor_key = pytest.StashKey["FusionAdvisor"]()
@@ -89,6 +91,8 @@ class FusionPlugin:
         if bad:
             raise pytest.UsageError(bad)
         self.target = options.ini_target(config)  # the marker's or analyze()'s device= wins
+        self.compiled: bool = bool(config.getini("fusion_compiled"))  # compiled= on a test wins
+        self.compiler_change = options.ini_compiler_change(config)
         flag = config.getoption("fusion_fail_stale")
         self.fail_stale = bool(config.getini("fusion_fail_stale") if flag is None else flag)
         flag = config.getoption("fusion_require_timings")

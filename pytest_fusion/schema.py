@@ -9,7 +9,10 @@ name their cluster by identity; ``target`` names the device the analysis was mad
 (``cpu`` when absent, as in baselines written before it was recorded). Schema 3 adds to
 each hardware's timings the ``clock`` they were taken by (``device``: CUDA-graph replays;
 ``host``) and the ``inputs`` they were taken at, and keeps host-timed figures
-(``kernel_host_us``…) beside device-timed ones. ``from_data`` reads schemas 1 to 3 (schema 2
+(``kernel_host_us``…) beside device-timed ones. Schema 4 adds ``compiled``: per backend
+(``cpu-inductor``…), what torch.compile made of the model (graph breaks, graphs, Inductor's
+kernels, recompiles, versions); older baselines have none and read as {}. ``from_data``
+reads schemas 1 to 4 (schema 2
 timings: host clock, at the baseline's inputs; schema 1 has no identity: clusters match by
 ops, timings by ops and lines) and raises ``BaselineError`` with one line naming the file
 and field.
@@ -35,8 +38,8 @@ from .snapshot import (
     numbered,
 )
 
-SCHEMA_VERSION = 3
-READS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READS = (1, 2, 3, 4)
 PER_INSTANCE = ("nodes", "sites", "culprits")  # differ between the items of a repeated container
 
 
@@ -130,7 +133,25 @@ def to_data(s: Snapshot) -> dict[str, Any]:
     if s.measured:
         data["measured"] = {key: _measured_data(m, s.inputs)
                             for key, m in sorted(s.measured.items())}
+    if s.compiled:
+        data["compiled"] = {key: s.compiled[key] for key in sorted(s.compiled)}
     return data
+
+
+def _compiled(r: _Reader, data: dict) -> dict[str, dict[str, Any]]:
+    """Each backend's compiled record, checked for shape only (the gate reads the fields)."""
+    found = data.get("compiled") or {}
+    if not isinstance(found, dict):
+        raise r.fail(f"`compiled` has the wrong type ({type(found).__name__})")
+    out = {}
+    for key, rec in found.items():
+        if not isinstance(rec, dict):
+            raise r.fail(f"`compiled[{key}]` is not a mapping")
+        for field, typ in (("graphs", int), ("recompiles", int), ("kernels", list),
+                           ("graph_breaks", list)):
+            r.get(rec, field, typ, f"compiled[{key}].")
+        out[str(key)] = rec
+    return out
 
 
 class _Reader:
@@ -313,4 +334,4 @@ def from_data(data: Any, file: str) -> Snapshot:
         rejections=tuple(rejections),
         provenance={str(k): str(v) for k, v in prov.items()} if isinstance(prov, dict) else {},
         measured=_measured(r, data, clusters_t, version, inputs), frontend=frontend,
-        target=target, totals=r.totals(data))
+        target=target, totals=r.totals(data), compiled=_compiled(r, data))

@@ -137,11 +137,13 @@ class FusionSession:
             return str(path)
 
     def check(self, current: Snapshot, tol: Tolerances, checks: tuple[str, ...] | None = None,
-              hw_key: str | None = None, fail_improvements: bool = False
-              ) -> tuple[TestRecord, str | None]:
+              hw_key: str | None = None, fail_improvements: bool = False,
+              compiler_change: str = "report") -> tuple[TestRecord, str | None]:
         """Compare with the baseline; return the record and a failure message (None: pass).
 
-        `fail_improvements`: an improvement fails the test too, until it is accepted."""
+        `fail_improvements`: an improvement fails the test too, until it is accepted.
+        `compiler_change`: "fail" makes another torch/triton version than the baseline's
+        compiled record a regression; "report" only says it."""
         from .carry import attach_timings, refresh_lines
         from .compare import CHECKS, NO_CUDA, compare, frontend_change, other_timing
         from .snapshot import BaselineError
@@ -196,7 +198,7 @@ class FusionSession:
                 return self._write(rec, "replaced", current, None, path, legacy=legacy), None
             rec.status, rec.messages = "error", [msg]
             return rec, msg
-        result = compare(base, current, tol, checks, hw_key)
+        result = compare(base, current, tol, checks, hw_key, compiler_change)
         rec.timing_note = result.timing_note
         rec.timings_judged, rec.timing_gap = result.timings_judged, result.timing_gap
         rec.messages = list(result.messages)
@@ -217,6 +219,10 @@ class FusionSession:
                     hw_key not in base.measured or other_timing(
                         base, base.measured[hw_key], current, current.measured[hw_key])):
                 kept, action = attach_timings(kept, current, hw_key, result.pairs), "measured"
+            new_backends = {k: v for k, v in current.compiled.items() if k not in base.compiled}
+            if new_backends:  # a first compiled record is added like a first timing
+                kept = replace(kept, compiled={**kept.compiled, **new_backends})
+                action = "measured"
             self._write(rec, action, kept, base, path, keep_status=True, legacy=legacy)
         if failing:
             said = result.regressions or result.improvements
@@ -251,7 +257,9 @@ class FusionSession:
 
         amended = action in ("measured", "refreshed lines of")  # the baseline, not the run
         if old is not None and not amended:
-            snap = replace(snap, measured=carry_timings(old, snap, pairs))
+            # Like timings, another backend's compiled record stays (a CPU run keeps the GPU's).
+            snap = replace(snap, measured=carry_timings(old, snap, pairs),
+                           compiled={**old.compiled, **snap.compiled})
         snap = replace(snap, provenance=old.provenance if amended and old else self.provenance)
         # An update writes current lines; a baseline equal but for provenance is left alone,
         # except that `=all` moves an old-named file to its new name, as it is.

@@ -182,6 +182,9 @@ class Snapshot:
     # Every op of the current graph by site (finds a baseline's ops again); not stored.
     op_index: tuple[OpRec, ...] = field(default=(), compare=False)
     totals: Totals | None = None  # None in baselines written before it was recorded
+    # torch.compile's record per backend ("cpu-inductor"), as CompiledRecord.to_dict() data;
+    # {} when not taken (opt-in) and in baselines before schema 4.
+    compiled: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Why `auto` captured through torch.export rather than FX ("" otherwise); not stored.
     fallback: str = field(default="", compare=False)
 

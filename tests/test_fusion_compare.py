@@ -312,7 +312,7 @@ def test_corrupt_data_names_file_and_field(data, words):
 
 def test_foreign_schema_version_is_named():
     with pytest.raises(BaselineError, match=r"fb/x.yaml has schema_version 7, this plugin "
-                                            r"reads 1, 2, 3"):
+                                            r"reads 1, 2, 3, 4"):
         from_data({"schema_version": 7}, "fb/x.yaml")
 
 

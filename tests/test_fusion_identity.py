@@ -96,7 +96,7 @@ def test_committed_baselines_load_and_survive_a_rewrite(path):
         assert len(s.measured[key].clusters) == len(m["clusters"])
         assert {t.cluster for t in s.measured[key].clusters} <= {c.ident for c in s.clusters}
     again = from_data(yaml.safe_load(dump_yaml(to_data(s))), path.name)
-    assert again == s and to_data(again)["schema_version"] == SCHEMA_VERSION == 3
+    assert again == s and to_data(again)["schema_version"] == SCHEMA_VERSION == 4
 
 
 def test_schema_1_timings_follow_their_cluster_into_schema_2():

@@ -38,7 +38,7 @@ def test_create_then_pass_without_rewriting(proj):
                             "*.yaml (test_net.py::test_net)"])
     (path,) = baselines(proj.path).values()
     data = yaml.safe_load(path.read_text())
-    assert data["schema_version"] == 3 and data["test"] == "test_net.py::test_net"
+    assert data["schema_version"] == 4 and data["test"] == "test_net.py::test_net"
     assert set(data["provenance"]) == {"torch", "triton", "device", "date"}
     assert data["provenance"]["device"] == "cpu"
     (c,) = data["clusters"]
@@ -208,11 +208,11 @@ def test_corrupt_or_foreign_baseline_fails_with_one_line_naming_the_file(proj):
     r = run(proj)
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines([f"fusion baseline {shown} has schema_version 99, this plugin reads "
-                            "1, 2, 3 (regenerate it with --fusion-update-baselines=failing)"])
+                            "1, 2, 3, 4 (regenerate it with --fusion-update-baselines=failing)"])
     r = run(proj, "--fusion-update-baselines=failing")
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines([f"replaced {shown} (test_net.py::test_net)"])
-    assert yaml.safe_load(path.read_text())["schema_version"] == 3
+    assert yaml.safe_load(path.read_text())["schema_version"] == 4
 
 
 

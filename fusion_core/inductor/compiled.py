@@ -1,0 +1,250 @@
+"""What ``torch.compile`` does with a model, as one record a test can keep in its baseline.
+
+Reads an ``nn.Module``, its example inputs and optional extra input shapes; writes a
+``CompiledRecord``: Dynamo's graph breaks (reason and the user's source line) and graph count
+(``torch._dynamo.explain``), Inductor's kernels with the ops each computes (``capture.py``),
+the recompilations the extra shapes cause, and the backend and versions it was taken with.
+``to_dict``/``from_dict`` give the plain form a YAML baseline stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .capture import InductorError, InductorNode, capture
+
+KERNEL_KINDS = ("generated", "template", "extern")  # extern: a library call (GEMM, attention)
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    reason: str  # Dynamo's reason, first line ("Unsupported Tensor.item() call ...")
+    file: str | None  # the user's innermost frame at the break
+    line: int | None
+    source: str = ""  # that line's text
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.file else "unknown line"
+
+
+@dataclass(frozen=True)
+class OpSite:
+    op: str
+    module: str  # module path, "" for the top level
+    file: str | None
+    line: int | None
+
+    @property
+    def where(self) -> str:
+        at = f"{self.file}:{self.line}" if self.file else "unknown line"
+        return f"{self.module} {at}" if self.module else at
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    name: str
+    kind: str  # one of KERNEL_KINDS
+    ops: tuple[str, ...]  # sorted op names it computes
+    sites: tuple[OpSite, ...]  # the user's ops it computes, where known
+
+
+@dataclass(frozen=True)
+class CompiledRecord:
+    backend: str  # "cpu-inductor" or "cuda-inductor": baselines key records by it
+    torch_version: str
+    triton_version: str  # "" when triton is not installed
+    graph_count: int
+    graph_breaks: tuple[GraphBreak, ...]
+    kernels: tuple[CompiledKernel, ...]
+    recompiles: int  # extra compiles the extra shapes caused (0 without extra shapes)
+    extra_shapes: tuple[tuple[tuple[int, ...], ...], ...] = ()
+
+
+def _sites(nodes: Sequence[InductorNode]) -> tuple[OpSite, ...]:
+    found = dict.fromkeys(OpSite(n.op, n.module, n.file, n.line) for n in nodes)
+    return tuple(found)
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+    except ImportError:
+        return ""
+    return str(getattr(triton, "__version__", ""))
+
+
+def _graph_breaks(
+    model: nn.Module, inputs: Sequence[torch.Tensor]
+) -> tuple[int, tuple[GraphBreak, ...]]:
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            explained = torch._dynamo.explain(model)(*inputs)
+    finally:
+        torch._dynamo.reset()
+    breaks = []
+    for reason in explained.break_reasons:
+        stack = list(getattr(reason, "user_stack", None) or ())
+        frame = stack[-1] if stack else None  # innermost: the line that broke the graph
+        text = (str(reason.reason).strip().splitlines() or [""])[0]
+        breaks.append(
+            GraphBreak(
+                text,
+                frame.filename if frame else None,
+                frame.lineno if frame else None,
+                (frame.line or "").strip() if frame else "",
+            )
+        )
+    return explained.graph_count, tuple(breaks)
+
+
+def _like(inputs: Sequence[torch.Tensor], shapes: Sequence[tuple[int, ...]]) -> list[torch.Tensor]:
+    if len(shapes) != len(inputs):
+        raise InductorError(
+            f"an extra shape entry gives {len(shapes)} shapes for {len(inputs)} "
+            "inputs: give one shape per input"
+        )
+    return [
+        torch.randn(tuple(s), dtype=x.dtype, device=x.device)
+        if x.is_floating_point()
+        else torch.zeros(tuple(s), dtype=x.dtype, device=x.device)
+        for x, s in zip(inputs, shapes, strict=True)
+    ]
+
+
+def _recompiles(
+    model: nn.Module, inputs: Sequence[torch.Tensor], extra: Sequence[Sequence[torch.Tensor]]
+) -> int:
+    """Graphs Dynamo compiles beyond the first call's. Guards are Dynamo's, not the
+    backend's, so the cheap "eager" backend counts what Inductor would recompile."""
+    if not extra:
+        return 0
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        compiled = torch.compile(model, backend="eager")
+        with torch.no_grad():
+            compiled(*inputs)
+            first = counters["stats"]["unique_graphs"]
+            for args in extra:
+                compiled(*args)
+        return counters["stats"]["unique_graphs"] - first
+    finally:
+        torch._dynamo.reset()
+
+
+def _as_tensor(x: Any) -> torch.Tensor:
+    """A tensor for an example input: a tensor, an InputSpec, a shape tuple or "4,8"."""
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, str):
+        from ..ir.shapes import InputSpec
+
+        x = InputSpec.parse(x)
+    if hasattr(x, "shape") and hasattr(x, "dtype"):  # an InputSpec
+        return torch.randn(tuple(x.shape), dtype=x.dtype)
+    if isinstance(x, (tuple, list)) and all(isinstance(d, int) for d in x):
+        return torch.randn(tuple(x))
+    raise InductorError(
+        f"example input {x!r} is no tensor, shape or InputSpec: give a tensor or a shape tuple"
+    )
+
+
+def compiled_record(
+    model: nn.Module, *inputs: Any, extra_shapes: Sequence[Sequence[tuple[int, ...]]] = ()
+) -> CompiledRecord:
+    """Compile `model` on `inputs` (default mode, no grad, a fresh Inductor cache) and record
+    what came out; each entry of `extra_shapes` gives one shape per input to call it again.
+    Inputs are tensors, or shapes / InputSpecs (random tensors of that shape are made)."""
+    inputs = tuple(_as_tensor(x) for x in inputs)
+    extra = [_like(inputs, shapes) for shapes in extra_shapes]  # bad shapes fail before compiling
+    model = model.eval()
+    graph_count, breaks = _graph_breaks(model, inputs)
+    captured = capture(model, inputs)
+    kernels = [
+        CompiledKernel(
+            k.name, "template" if "_tem_" in k.name else "generated", k.ops, _sites(k.nodes)
+        )
+        for k in captured.kernels
+    ]
+    kernels += [
+        CompiledKernel(
+            c.op, "extern", tuple(sorted({n.op for n in c.computes} or {c.op})), _sites(c.computes)
+        )
+        for c in captured.calls
+    ]
+    device = next((x.device.type for x in inputs if isinstance(x, torch.Tensor)), "cpu")
+    return CompiledRecord(
+        backend=f"{device}-inductor",
+        torch_version=str(torch.__version__),  # a str subclass YAML cannot write
+        triton_version=_triton_version(),
+        graph_count=graph_count,
+        graph_breaks=breaks,
+        kernels=tuple(kernels),
+        recompiles=_recompiles(model, inputs, extra),
+        extra_shapes=tuple(tuple(tuple(int(d) for d in s) for s in e) for e in extra_shapes),
+    )
+
+
+def to_dict(record: CompiledRecord) -> dict[str, Any]:
+    """Plain data for a YAML baseline."""
+    return {
+        "torch": record.torch_version,
+        "triton": record.triton_version,
+        "graphs": record.graph_count,
+        "graph_breaks": [
+            {"reason": b.reason, "file": b.file, "line": b.line, "source": b.source}
+            for b in record.graph_breaks
+        ],
+        "kernels": [
+            {
+                "name": k.name,
+                "kind": k.kind,
+                "ops": list(k.ops),
+                "sites": [[s.op, s.module, s.file, s.line] for s in k.sites],
+            }
+            for k in record.kernels
+        ],
+        "recompiles": record.recompiles,
+        "extra_shapes": [[list(s) for s in e] for e in record.extra_shapes],
+    }
+
+
+def from_dict(backend: str, data: dict[str, Any]) -> CompiledRecord:
+    """The record `to_dict` wrote (the backend is the key it was stored under)."""
+    return CompiledRecord(
+        backend=backend,
+        torch_version=str(data.get("torch", "")),
+        triton_version=str(data.get("triton", "")),
+        graph_count=int(data.get("graphs", 1)),
+        graph_breaks=tuple(
+            GraphBreak(
+                str(b.get("reason", "")), b.get("file"), b.get("line"), str(b.get("source", ""))
+            )
+            for b in data.get("graph_breaks", ())
+        ),
+        kernels=tuple(
+            CompiledKernel(
+                str(k["name"]),
+                str(k.get("kind", "generated")),
+                tuple(k.get("ops", ())),
+                tuple(OpSite(*s) for s in k.get("sites", ())),
+            )
+            for k in data.get("kernels", ())
+        ),
+        recompiles=int(data.get("recompiles", 0)),
+        extra_shapes=tuple(tuple(tuple(s) for s in e) for e in data.get("extra_shapes", ())),
+    )
+
+
+# Methods so the plugin reaches the plain-data form through the public class alone.
+CompiledRecord.to_dict = to_dict  # type: ignore[attr-defined]
+CompiledRecord.from_dict = staticmethod(from_dict)  # type: ignore[attr-defined]

@@ -1,0 +1,58 @@
+"""compiled_record on CPU: graph breaks with their user line, Inductor's kernels with their
+ops, recompiles under an extra shape, and the baseline round trip. One tiny compile."""
+
+import inspect
+
+import pytest
+import torch
+import torch.nn as nn
+
+from fusion_core import compiled_record
+from fusion_core.inductor.compiled import from_dict, to_dict
+
+pytestmark = pytest.mark.slow  # a real torch.compile (~25 s on CPU)
+
+
+class BreaksOnItem(nn.Module):
+    def forward(self, x):
+        y = torch.relu(x * 2)
+        if y.sum().item() > 0:  # the graph break
+            y = y + 1
+        return y
+
+
+@pytest.fixture(scope="module")
+def record():
+    return compiled_record(BreaksOnItem(), torch.randn(4, 8), extra_shapes=[[(6, 8)]])
+
+
+def test_graph_break_names_the_item_line_and_reason(record):
+    src, start = inspect.getsourcelines(BreaksOnItem.forward)
+    item_line = start + next(i for i, text in enumerate(src) if ".item()" in text)
+    assert record.graph_count == 2
+    (brk,) = record.graph_breaks
+    assert brk.line == item_line and brk.file == __file__
+    assert "item()" in brk.reason and ".item()" in brk.source
+
+
+def test_kernels_list_their_ops_with_user_lines(record):
+    assert record.backend == "cpu-inductor" and record.torch_version == torch.__version__
+    ops = {op for k in record.kernels for op in k.ops}
+    assert {"mul", "relu", "add"} <= ops
+    assert all(k.kind == "generated" for k in record.kernels)
+    assert all(s.file == __file__ for k in record.kernels for s in k.sites)
+
+
+def test_extra_shape_recompiles(record):
+    assert record.recompiles >= 1
+
+
+def test_round_trip_through_plain_data(record):
+    assert from_dict(record.backend, to_dict(record)) == record
+
+
+def test_one_shape_per_input_is_required():
+    from fusion_core.inductor import InductorError
+
+    with pytest.raises(InductorError, match="one shape per input"):
+        compiled_record(nn.ReLU(), torch.randn(2, 2), extra_shapes=[[(3, 2), (3, 2)]])

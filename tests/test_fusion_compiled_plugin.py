@@ -1,0 +1,121 @@
+"""The compiled record in the plugin, end to end on CPU (pytester, one process per run so
+Dynamo's lazily imported modules are never reloaded). Each run compiles a 2-3 op model."""
+
+import re
+
+import pytest
+import yaml
+from fusion_plugin_helpers import PLUGIN_ARGS, TIMED_INI, baselines
+
+pytestmark = pytest.mark.slow  # every run here is a real torch.compile (~20 s on CPU)
+
+HEAD = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(8, 8))
+    def forward(self, x):
+"""
+BODIES = {
+    "base": "y = F.relu(x * 2.0)\nreturn y + 1.0",
+    # Line 10 of model.py reads a value into Python: Dynamo breaks the graph there.
+    "item": "y = F.relu(x * 2.0)\ns = y.sum().item()\nreturn y + s",
+    # A matmul between the pointwise ops: a kernel before it, the library call, one after.
+    "matmul": "y = F.relu(x * 2.0) @ self.w\nreturn torch.sigmoid(y)",
+    "merged": "y = F.relu(x * 2.0) * self.w[0]\nreturn torch.sigmoid(y)",
+}
+TEST = """\
+import pytest
+import model
+
+@pytest.mark.fusion_check(model.Net, (4, 8), checks=["clusters"]{kwargs})
+def test_net():
+    pass
+"""
+
+
+def project(p, body: str, ini: str = "", **marker) -> None:
+    p.makeini(TIMED_INI + ini)
+    p.makepyfile(
+        model=HEAD + "".join(f"        {ln}\n" for ln in BODIES[body].splitlines()),
+        test_net=TEST.format(kwargs="".join(f", {k}={v!r}" for k, v in marker.items())),
+    )
+
+
+def run(p, *args):
+    return p.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *PLUGIN_ARGS, *args
+    )
+
+
+def compiled_of(p) -> dict:
+    (path,) = baselines(p.path).values()
+    return yaml.safe_load(path.read_text())["compiled"]
+
+
+def test_a_new_item_graph_break_fails_naming_line_and_reason(pytester):
+    project(pytester, "base", compiled=True)
+    run(pytester, "--fusion-update-baselines=new").assert_outcomes(passed=1)
+    assert compiled_of(pytester)["cpu-inductor"]["graph_breaks"] == []
+    project(pytester, "item", compiled=True)
+    r = run(pytester)
+    r.assert_outcomes(failed=1)
+    out = r.stdout.str()
+    assert re.search(
+        r"new graph break at model\.py:10 \(`s = y\.sum\(\)\.item\(\)`\): "
+        r"Unsupported Tensor\.item\(\) call",
+        out,
+    ), out
+    assert out.count("new graph break") == 1  # the extra graph is that break: said once
+
+
+def test_merged_kernels_pass_and_are_listed_as_improved(pytester):
+    project(pytester, "matmul", compiled=True)
+    run(pytester, "--fusion-update-baselines=new").assert_outcomes(passed=1)
+    before = compiled_of(pytester)["cpu-inductor"]["kernels"]
+    assert len(before) >= 2
+    project(pytester, "merged", compiled=True)
+    r = run(pytester)
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(
+        [
+            "test_net.py::test_net: improved",
+            f"*Inductor now emits 1 kernel (baseline {len(before)})*",
+            "accept with: pytest --fusion-update-baselines=all*",
+        ]
+    )
+    assert "regress" not in r.stdout.str()
+
+
+def test_another_torch_version_is_said_and_follows_the_option(pytester):
+    project(pytester, "base", compiled=True)
+    run(pytester, "--fusion-update-baselines=new").assert_outcomes(passed=1)
+    (path,) = baselines(pytester.path).values()
+    data = yaml.safe_load(path.read_text())
+    now = data["compiled"]["cpu-inductor"]["torch"]
+    data["compiled"]["cpu-inductor"]["torch"] = "2.11.0"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    said = f"compiler changed: torch 2.11.0 → {now} (backend cpu-inductor)"
+    r = run(pytester, "-rA")
+    r.assert_outcomes(passed=1)
+    assert said in r.stdout.str()
+    r = run(pytester, "-o", "fusion_compiler_change=fail")
+    r.assert_outcomes(failed=1)
+    assert said in r.stdout.str()
+
+
+def test_a_baseline_without_a_compiled_record_keeps_loading(pytester):
+    project(pytester, "base")  # compiled off: the schema-3 shape of a baseline
+    run(pytester, "--fusion-update-baselines=new").assert_outcomes(passed=1)
+    (path,) = baselines(pytester.path).values()
+    data = yaml.safe_load(path.read_text())
+    data["schema_version"] = 3
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    r = run(pytester, "-o", "fusion_compiled=true")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*compiled record taken on cpu-inductor, none in the baseline*"])
+    run(pytester, "-o", "fusion_compiled=true", "--fusion-update-baselines=new")
+    assert compiled_of(pytester)["cpu-inductor"]["graphs"] == 1
