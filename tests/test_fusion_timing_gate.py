@@ -97,10 +97,12 @@ def test_another_clock_or_shape_is_said_not_judged():
     assert r.status == "regressed" and r.timings_judged == 1
 
 
-def test_schema_3_records_clock_and_shape_and_schema_2_loads_as_host_time():
+def test_baselines_record_clock_and_shape_and_schema_2_loads_as_host_time():
+    """Since schema 3 a GPU's entry holds its clock and timing shape (the current schema,
+    4, adds the compiled record)."""
     s = snap(*BASE.clusters, measured=measured(FAST, "device", ["4096×1024 float32"]))
     data = yaml.safe_load(dump_yaml(to_data(s)))
-    assert data["schema_version"] == 3
+    assert data["schema_version"] == 4
     entry = data["measured"][H200]
     assert entry["clock"] == "device" and entry["inputs"] == ["4096×1024 float32"]
     assert from_data(data, "x.yaml") == s
