@@ -120,7 +120,7 @@ def test_schema_1_baseline_loads_passes_and_is_rewritten_as_2_with_its_timings(p
     assert yaml.safe_load(path.read_text()) == old  # checking writes nothing
     run(proj, "--fusion-update-baselines=all").assert_outcomes(passed=1)
     new = yaml.safe_load(path.read_text())
-    assert new["schema_version"] == 3
+    assert new["schema_version"] == 4
     samples = [t["kernel_us"] for t in new["measured"][H200]["clusters"]]
     assert samples == [t["kernel_us"] for t in old["measured"][H200]["clusters"]]
     assert all("in" in t and "lines" not in t for t in new["measured"][H200]["clusters"])
