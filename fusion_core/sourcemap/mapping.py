@@ -165,7 +165,7 @@ def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
         # One edit replaces one range of one function; a kernel whose ops run in a module's
         # forward and in a child's (or a helper's) would need both rewritten together.
         raise _Pointer(f"spans {_count(len(first))} functions ({named}): one edit replaces "
-                       "lines of one function, so --apply leaves it; to apply it, move the "
+                       "lines of one function, so it is not rewritten; to rewrite it, move the "
                        "fused ops into one function", **where)
     scope = scopes[lines[0]]
     stmts = {line: src.statement_at(scope, line) for line in set(lines)}
