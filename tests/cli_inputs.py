@@ -78,3 +78,20 @@ def assert_refused(result, before: dict, folder: Path, *needles: str) -> str:
     line = assert_one_line(result, *needles)
     assert snapshot(folder) == before
     return line
+
+
+# A model class whose constructor needs an argument (the CLI and plugin bad-input tests).
+NEEDS_ARGS = """\
+import torch.nn as nn
+
+
+class NeedsArgs(nn.Module):
+    def __init__(self, dim, scale=2.0):
+        super().__init__()
+        self.dim, self.scale = dim, scale
+
+    def forward(self, x):
+        y = x * self.scale
+        y = y.relu()
+        return y + 1.0
+"""

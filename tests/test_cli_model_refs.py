@@ -8,24 +8,13 @@ from __future__ import annotations
 import sys
 
 import pytest
+from cli_inputs import NEEDS_ARGS as NEEDS_ARGS_CLASS
 from cli_inputs import SHAPE, assert_refused, snapshot
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
 
-NEEDS_ARGS = """\
-import torch.nn as nn
-
-
-class NeedsArgs(nn.Module):
-    def __init__(self, dim, scale=2.0):
-        super().__init__()
-        self.dim, self.scale = dim, scale
-
-    def forward(self, x):
-        y = x * self.scale
-        y = y.relu()
-        return y + 1.0
+NEEDS_ARGS = NEEDS_ARGS_CLASS + """
 
 
 def make():

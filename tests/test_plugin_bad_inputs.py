@@ -8,25 +8,11 @@ from __future__ import annotations
 import stat
 
 import pytest
-from cli_inputs import ROOT, snapshot
+from cli_inputs import NEEDS_ARGS, ROOT, snapshot
 from fusion_plugin_helpers import baselines, run
 
 pytestmark = pytest.mark.usefixtures("torch_warm")
 
-NEEDS_ARGS = """\
-import torch.nn as nn
-
-
-class NeedsArgs(nn.Module):
-    def __init__(self, dim, scale=2.0):
-        super().__init__()
-        self.dim, self.scale = dim, scale
-
-    def forward(self, x):
-        y = x * self.scale
-        y = y.relu()
-        return y + 1.0
-"""
 
 MARKED = """\
 import functools
