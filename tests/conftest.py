@@ -58,7 +58,10 @@ def example_report(tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("examples-report")
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PLUGIN_ARGS, "-n", "2",
-         "examples/test_examples_fusion.py", f"--fusion-report={out}"], cwd=ROOT,
+         "examples/test_examples_fusion.py", f"--fusion-report={out}",
+         # The pages are under test, not the timings: on a GPU shared with the rest of the
+         # suite, kernel times would follow that load (the examples judge them on their own).
+         "-o", "fusion_timing_tolerance=1000"], cwd=ROOT,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True,
         timeout=600)
     assert done.returncode == 0, done.stdout[-2000:]

@@ -126,3 +126,22 @@ def run(p, *args, cache: bool = False):
     # unloads it again after each run: leave it out of the inner runs.
     no_cache = () if cache else ("-p", "no:cacheprovider")
     return p.runpytest(*no_cache, "-p", "no:hypothesispytest", *PLUGIN_ARGS, *args)
+
+
+def baseline_notes(output: str) -> list[str]:
+    """The lines of pytest's "fusion baselines" section, without the run-wide
+    `no timing judged on <GPU>: …` notice a CUDA machine adds when no test judged a timing
+    (these tiny models are never timed): [] where the plugin had nothing to say about the
+    baselines themselves."""
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines) if " fusion baselines " in line
+                  and line.startswith("-")), None)
+    if start is None:
+        return []
+    notes = []
+    for line in lines[start + 1:]:
+        if line.startswith(("=", "-")) and line.strip("=- ") != line.strip():
+            break
+        if line.strip() and not line.startswith("no timing judged on "):
+            notes.append(line)
+    return notes

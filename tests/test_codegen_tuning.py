@@ -141,6 +141,7 @@ def _module(fn, example, tmp_path, **gen_kwargs):
 def test_a_new_bucket_chooses_again_and_a_known_one_does_not(tmp_path):
     module, launch = _module(_softmax, torch.randn(4, 16), tmp_path)
     module._timing_on = lambda device: False  # the heuristic's picks, also where CUDA is
+    module._direct = lambda *a: None  # every call through `_launch`, also where CUDA is
     chooses, launches = [], []
     real_choose, real_launch = module._choose, module._launch
     module._choose = lambda key, *a: chooses.append(key) or real_choose(key, *a)
@@ -163,6 +164,7 @@ def test_a_timed_choice_is_what_the_launcher_then_uses(tmp_path):
     timed, launches = [], []
     real_launch = module._launch
     module._timing_on = lambda device: True
+    module._direct = lambda *a: None  # on CUDA, warm calls would skip `_launch`
     module._time = lambda run, c: timed.append(c) or -c[1] * 100 - c[2]  # most rows, warps
     module._launch = lambda config, *a: launches.append(config) or real_launch(config, *a)
     for shape in ((64, 16), (64, 16), (64, 64)):

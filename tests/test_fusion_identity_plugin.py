@@ -13,6 +13,7 @@ from fusion_plugin_helpers import (
     MEASURE_CONFTEST,
     PLUGIN_ARGS,
     TIMED_INI,
+    baseline_notes,
     baselines,
     write_timings,
 )
@@ -77,7 +78,7 @@ def test_a_comment_above_the_model_changes_nothing_and_keeps_gpu_timings(proj):
     edit(proj, "# a comment line above the model\n" + TWO.format(bias="8"))
     r = run(proj)
     r.assert_outcomes(passed=1)
-    assert "fusion baselines" not in r.stdout.str()  # no "changed", no "moved"
+    assert baseline_notes(r.stdout.str()) == []  # no "changed", no "moved"
     r = run(proj, "--fusion-update-baselines=all")
     r.assert_outcomes(passed=1)
     # Updating brings the lines up to date and changes nothing else.
@@ -116,7 +117,7 @@ def test_schema_1_baseline_loads_passes_and_is_rewritten_as_2_with_its_timings(p
     assert old["schema_version"] == 1 and len(old["measured"][H200]["clusters"]) == 7
     r = run(proj)
     r.assert_outcomes(passed=1)
-    assert "fusion baselines" not in r.stdout.str()
+    assert baseline_notes(r.stdout.str()) == []
     assert yaml.safe_load(path.read_text()) == old  # checking writes nothing
     run(proj, "--fusion-update-baselines=all").assert_outcomes(passed=1)
     new = yaml.safe_load(path.read_text())

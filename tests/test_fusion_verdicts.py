@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from fusion_plugin_helpers import PLUGIN_ARGS, baselines
+from fusion_plugin_helpers import PLUGIN_ARGS, baseline_notes, baselines
 from verdict_project import edited, project
 
 pytestmark = pytest.mark.usefixtures("torch_warm")  # tests/conftest.py
@@ -81,7 +81,7 @@ def test_updating_refreshes_moved_lines_and_nothing_else(proj):
     edited(proj, THREE_COMMENTS)
     r = run(proj)
     r.assert_outcomes(passed=3)
-    assert "fusion baselines" not in r.stdout.str()  # moved lines are no change
+    assert baseline_notes(r.stdout.str()) == []  # moved lines are no change
     r = run(proj, "--fusion-update-baselines=new")
     r.stdout.fnmatch_lines(["refreshed lines of fusion_baselines/*test_conv*.yaml "
                             "(test_blocks.py::test_conv)"])
@@ -157,7 +157,7 @@ def test_attention_moved_into_sdpa_is_an_improvement_under_both_settings(proj, s
             "test_blocks.py::test_transformer"])
         run(proj, "--fusion-update-baselines=failing").assert_outcomes(passed=3)
     run(proj, "--fusion-update-baselines=all").assert_outcomes(passed=3)
-    assert "fusion baselines" not in run(proj).stdout.str()  # accepted: nothing left to say
+    assert baseline_notes(run(proj).stdout.str()) == []  # accepted: nothing left to say
 
 
 def test_the_marker_keyword_overrides_the_improvements_setting(proj):
