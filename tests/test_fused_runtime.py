@@ -1,0 +1,146 @@
+"""The fused package's runtime (``sourcemap/fused_runtime.py``) on a stand-in kernel module:
+which calls launch directly and which go through the operator, the operator's schema, its
+fake implementation and its refusals. No Triton kernel runs here (test_apply_compile.py
+runs the real package)."""
+
+from __future__ import annotations
+
+import types
+import uuid
+
+import pytest
+import torch
+from torch._library.infer_schema import infer_schema
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from fusion_core.sourcemap import fused_runtime as rt
+
+
+class StubKernelFile:
+    """A kernel file's surface: `NAME`, the launcher (x + 1 and its row sums: two results),
+    and `traceable`, which calls `wrap(kernel)[grid](...)` like the generated one. Counts
+    what ran."""
+
+    def __init__(self) -> None:
+        self.NAME = "stub"
+        self.stub_kernel = object()  # not a Triton kernel: the custom_op path
+        self.launches = 0
+        self.traced = []
+
+    def stub(self, x):
+        self.launches += 1
+        return x + 1, x.sum(-1)
+
+    def traceable(self, x, wrap):
+        one, rows = torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty(
+            x.shape[:-1], dtype=x.dtype, device=x.device)
+        self.traced.append(wrap(self.stub_kernel)[(1,)](x, one, rows))
+        return one, rows
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    monkeypatch.setattr(rt, "NAMESPACE", f"runtime_test_{uuid.uuid4().hex[:8]}")
+    module = StubKernelFile()
+    call = rt._register("stub", module, "stub", 2, (torch.float32,))
+    return module, call
+
+
+def test_a_plain_eager_call_launches_without_the_operator(registered):
+    module, call = registered
+    x = torch.randn(3, 4)
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        one, rows = call(x)
+    torch.testing.assert_close(one, x + 1)
+    torch.testing.assert_close(rows, x.sum(-1))
+    assert module.launches == 1
+    assert not [e for e in prof.events() if rt.NAMESPACE in e.name]
+
+
+def test_calls_that_autograd_or_a_mode_records_go_through_the_operator(registered):
+    module, call = registered
+    x = torch.randn(3, 4, requires_grad=True)
+    with torch.profiler.profile() as prof:
+        one, _ = call(x)
+    assert [e for e in prof.events() if rt.NAMESPACE in e.name]
+    with pytest.raises(RuntimeError, match="inference only"):
+        one.sum().backward()
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Seen() as seen:
+        call(torch.randn(3, 4))
+    assert f"{rt.NAMESPACE}.stub.default" in seen.ops
+    assert module.launches == 2  # the operator's implementation runs the launcher
+
+
+def test_the_operator_schema_follows_the_inputs_and_results(registered):
+    _, call = registered
+    assert str(call.operator._schema) == f"{rt.NAMESPACE}::stub(Tensor in0) -> (Tensor, Tensor)"
+
+    def one(*tensors):
+        pass
+
+    one.__signature__ = rt._signature(3, 1)
+    assert infer_schema(one, mutates_args=()) == "(Tensor in0, Tensor in1, Tensor in2) -> Tensor"
+
+
+def test_the_fake_implementation_runs_traceable_and_launches_nothing(registered):
+    module, call = registered
+    with FakeTensorMode():
+        one, rows = call(torch.empty(5, 7, dtype=torch.float32))
+    assert (one.shape, rows.shape, one.dtype) == ((5, 7), (5,), torch.float32)
+    assert module.launches == 0 and module.traced == [None]  # `_ShapesOnly` did nothing
+
+
+def test_another_dtype_is_refused_naming_both(registered):
+    module, call = registered
+    with pytest.raises(TypeError, match=r"generated for inputs of dtype \['torch.float32'\], "
+                                        r"got \['torch.float64'\]: re-run fusion-advisor"):
+        with torch.no_grad():
+            call(torch.randn(2, 2, dtype=torch.float64))
+    assert module.launches == 0
+
+
+def test_plain_eager_needs_plain_tensors_of_the_generated_dtypes():
+    x = torch.randn(2)
+    f32 = (torch.float32,)
+    assert rt._plain_eager((x,), f32)
+    assert not rt._plain_eager((x,), (torch.float16,))
+    assert not rt._plain_eager((x, x), f32)  # a wrong arity is the operator's to refuse
+    with FakeTensorMode() as mode:
+        assert not rt._plain_eager((mode.from_tensor(x),), f32)
+    grad = torch.randn(2, requires_grad=True)
+    assert not rt._plain_eager((grad,), f32)
+    with torch.no_grad():
+        assert rt._plain_eager((grad,), f32)
+
+
+def test_only_a_triton_compiled_kernel_takes_the_triton_op_path():
+    from triton.runtime.jit import JITFunction
+
+    def kernel(x):
+        pass
+
+    compiled = types.SimpleNamespace(NAME="k", k_kernel=JITFunction(kernel))
+    other = types.SimpleNamespace(NAME="k", k_kernel=kernel)
+    has_triton_op = hasattr(torch.library, "triton_op") and hasattr(torch.library, "wrap_triton")
+    assert rt._compiled_kernel(compiled) == has_triton_op
+    assert not rt._compiled_kernel(other)
+
+
+def test_the_package_holds_the_helpers_verbatim():
+    text = rt.source()
+    namespace = {"torch": torch, "inspect": __import__("inspect"), "NAMESPACE": "x"}
+    exec(compile(text, "<fused runtime>", "exec"), namespace)  # noqa: S102 - our own source
+    for helper in rt.HELPERS:
+        assert helper.__name__ in namespace
+        assert rt.inspect.getsource(helper).rstrip() in text
