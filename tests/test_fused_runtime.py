@@ -144,3 +144,20 @@ def test_the_package_holds_the_helpers_verbatim():
     for helper in rt.HELPERS:
         assert helper.__name__ in namespace
         assert rt.inspect.getsource(helper).rstrip() in text
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "triton_op"), reason="torch < 2.6")
+def test_the_triton_op_registration_runs_the_launcher_eagerly(monkeypatch):
+    """The path taken where Triton compiles the kernel (CUDA), registered here around the
+    stand-in: the operator's eager implementation is the launcher; tracing it needs a
+    compiled kernel (test_apply_compile_gpu.py)."""
+    monkeypatch.setattr(rt, "NAMESPACE", f"runtime_test_{uuid.uuid4().hex[:8]}")
+    monkeypatch.setattr(rt, "_compiled_kernel", lambda module: True)
+    module = StubKernelFile()
+    call = rt._register("stub", module, "stub", 2, (torch.float32,))
+    assert str(call.operator._schema).endswith("(Tensor in0) -> (Tensor, Tensor)")
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        one, rows = call.operator(x)
+    torch.testing.assert_close(one, x + 1)
+    assert module.launches == 1 and module.traced == []
