@@ -53,6 +53,7 @@ def _interleaved(paths: dict, calls: int, repeat: int) -> dict[str, float]:
 
 def run_case(label: str, path: str, shape, dtype, work: Path, calls: int, repeat: int,
              device: str) -> list[tuple]:
+    namespace = f"op_dispatch_{uuid.uuid4().hex[:8]}"
     spec = InputSpec(shape, dtype)
     analysis = analyze_file(ROOT / path, [spec])
     gen = torch.Generator().manual_seed(0)
@@ -70,8 +71,8 @@ def run_case(label: str, path: str, shape, dtype, work: Path, calls: int, repeat
         launch = getattr(module, kernel.name)
         out = launch(*inputs)
         results = len(out) if isinstance(out, tuple) else 1
-        name = f"c{cluster.index}_{uuid.uuid4().hex[:6]}"
-        entry = fused_runtime._register(name, module, kernel.name, results,
+        name = f"cluster{cluster.index}"
+        entry = fused_runtime._register(namespace, name, module, kernel.name, results,
                                         tuple(t.dtype for t in inputs))
         paths = {"launcher": lambda launch=launch, inputs=inputs: launch(*inputs),
                  "name": lambda entry=entry, inputs=inputs: entry(*inputs),
@@ -93,7 +94,6 @@ def main() -> None:
     ap.add_argument("--cases", default="", help="comma-separated prefixes of the case labels")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    fused_runtime.NAMESPACE = f"op_dispatch_{uuid.uuid4().hex[:8]}"
     wanted = [c for c in args.cases.split(",") if c]
     cases = [c for c in CASES if not wanted or any(c[0].startswith(w) for w in wanted)]
     print(f"torch {torch.__version__}, {device} "

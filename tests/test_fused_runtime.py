@@ -39,11 +39,14 @@ class StubKernelFile:
         return one, rows
 
 
+def _namespace() -> str:
+    return f"runtime_test_{uuid.uuid4().hex[:8]}"
+
+
 @pytest.fixture
-def registered(monkeypatch):
-    monkeypatch.setattr(rt, "NAMESPACE", f"runtime_test_{uuid.uuid4().hex[:8]}")
+def registered():
     module = StubKernelFile()
-    call = rt._register("stub", module, "stub", 2, (torch.float32,))
+    call = rt._register(_namespace(), "stub", module, "stub", 2, (torch.float32,))
     return module, call
 
 
@@ -55,7 +58,7 @@ def test_a_plain_eager_call_launches_without_the_operator(registered):
     torch.testing.assert_close(one, x + 1)
     torch.testing.assert_close(rows, x.sum(-1))
     assert module.launches == 1
-    assert not [e for e in prof.events() if rt.NAMESPACE in e.name]
+    assert not [e for e in prof.events() if call.operator.namespace in e.name]
 
 
 def test_calls_that_autograd_or_a_mode_records_go_through_the_operator(registered):
@@ -63,7 +66,7 @@ def test_calls_that_autograd_or_a_mode_records_go_through_the_operator(registere
     x = torch.randn(3, 4, requires_grad=True)
     with torch.profiler.profile() as prof:
         one, _ = call(x)
-    assert [e for e in prof.events() if rt.NAMESPACE in e.name]
+    assert [e for e in prof.events() if call.operator.namespace in e.name]
     with pytest.raises(RuntimeError, match="inference only"):
         one.sum().backward()
 
@@ -78,13 +81,14 @@ def test_calls_that_autograd_or_a_mode_records_go_through_the_operator(registere
 
     with torch.no_grad(), Seen() as seen:
         call(torch.randn(3, 4))
-    assert f"{rt.NAMESPACE}.stub.default" in seen.ops
+    assert str(call.operator) in seen.ops
     assert module.launches == 2  # the operator's implementation runs the launcher
 
 
 def test_the_operator_schema_follows_the_inputs_and_results(registered):
     _, call = registered
-    assert str(call.operator._schema) == f"{rt.NAMESPACE}::stub(Tensor in0) -> (Tensor, Tensor)"
+    namespace = call.operator.namespace
+    assert str(call.operator._schema) == f"{namespace}::stub(Tensor in0) -> (Tensor, Tensor)"
 
     def one(*tensors):
         pass
@@ -139,7 +143,7 @@ def test_only_a_triton_compiled_kernel_takes_the_triton_op_path():
 
 def test_the_package_holds_the_helpers_verbatim():
     text = rt.source()
-    namespace = {"torch": torch, "inspect": __import__("inspect"), "NAMESPACE": "x"}
+    namespace = {"torch": torch, "inspect": __import__("inspect")}
     exec(compile(text, "<fused runtime>", "exec"), namespace)  # noqa: S102 - our own source
     for helper in rt.HELPERS:
         assert helper.__name__ in namespace
@@ -151,10 +155,9 @@ def test_the_triton_op_registration_runs_the_launcher_eagerly(monkeypatch):
     """The path taken where Triton compiles the kernel (CUDA), registered here around the
     stand-in: the operator's eager implementation is the launcher; tracing it needs a
     compiled kernel (test_apply_compile_gpu.py)."""
-    monkeypatch.setattr(rt, "NAMESPACE", f"runtime_test_{uuid.uuid4().hex[:8]}")
     monkeypatch.setattr(rt, "_compiled_kernel", lambda module: True)
     module = StubKernelFile()
-    call = rt._register("stub", module, "stub", 2, (torch.float32,))
+    call = rt._register(_namespace(), "stub", module, "stub", 2, (torch.float32,))
     assert str(call.operator._schema).endswith("(Tensor in0) -> (Tensor, Tensor)")
     x = torch.randn(3, 4)
     with torch.no_grad():

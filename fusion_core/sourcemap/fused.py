@@ -74,8 +74,8 @@ def init_source(model_file: str, ops: Sequence[FusedOp]) -> str:
     out.lines(["", ""])
     for o in ops:
         dtypes = ", ".join(str(d) for d in o.input_dtypes) + ("," if o.n_inputs == 1 else "")
-        out.line(f"{o.call} = _register({o.call!r}, _{o.kernel_name}, {o.kernel_name!r}, "
-                 f"{len(o.results)}, ({dtypes}))")
+        out.line(f"{o.call} = _register(NAMESPACE, {o.call!r}, _{o.kernel_name}, "
+                 f"{o.kernel_name!r}, {len(o.results)}, ({dtypes}))")
     return "\n".join(out.result()) + "\n"
 
 

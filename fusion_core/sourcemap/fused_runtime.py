@@ -1,10 +1,11 @@
 """Runtime of the package `--apply` writes: real Python, linted and unit-tested here.
 
 The package's ``__init__.py`` (``fused.init_source``) holds a verbatim copy of the functions
-in ``HELPERS`` (``source()`` gives their text) below its ``NAMESPACE`` (one per import, so a
-re-import never redefines an operator), then one ``_register`` call per applied cluster.
+in ``HELPERS`` (``source()`` gives their text), then one ``_register`` call per applied
+cluster, in its ``NAMESPACE`` (one per import, so a re-import never redefines an operator).
+Model timing (``validate/modeltime.py``) registers the kernels it times the same way.
 
-``_register`` makes the cluster's launcher a PyTorch operator ``NAMESPACE::<name>`` and
+``_register`` makes the cluster's launcher a PyTorch operator ``<namespace>::<name>`` and
 returns the function the rewritten model calls. That function launches directly in a plain
 eager call: the operator's dispatch alone costs more host time than a warm launch
 (``benchmarks/op_dispatch.py``). Where something traces or records, it calls the operator:
@@ -27,8 +28,6 @@ from __future__ import annotations
 import inspect
 
 import torch
-
-NAMESPACE = "fused_runtime_test"  # each package defines its own; tests set one
 
 
 def _check_dtypes(name, dtypes, tensors):
@@ -93,11 +92,11 @@ def _signature(n_inputs, n_results):
     return inspect.Signature(params, return_annotation=results)
 
 
-def _register(name, module, launcher_name, n_results, dtypes):
-    """The operator `NAMESPACE::name` over `module`'s launcher `launcher_name` (inputs of
+def _register(namespace, name, module, launcher_name, n_results, dtypes):
+    """The operator `namespace::name` over `module`'s launcher `launcher_name` (inputs of
     `dtypes`, `n_results` results), and the function the rewritten model calls as `name`."""
     launcher, traceable = getattr(module, launcher_name), module.traceable
-    qualified = f"{NAMESPACE}::{name}"
+    qualified = f"{namespace}::{name}"
     if _compiled_kernel(module):
         wrap = torch.library.wrap_triton
 
@@ -122,7 +121,7 @@ def _register(name, module, launcher_name, n_results, dtypes):
         op = torch.library.custom_op(qualified, impl, mutates_args=())
         op.register_fake(fake)
     op.register_autograd(_no_backward)
-    overload = getattr(getattr(torch.ops, NAMESPACE), name).default
+    overload = getattr(getattr(torch.ops, namespace), name).default
 
     def call(*tensors):
         if torch.compiler.is_compiling() or not _plain_eager(tensors, dtypes):
