@@ -3,7 +3,7 @@
     python benchmarks/op_dispatch.py [--calls 2000] [--repeat 7] [--cases ExampleNet,Mixer]
 
 For the cases of ``launcher_overhead.py`` it generates and loads every cluster's file,
-registers it the way the fused package does (``sourcemap/fused_runtime._register``, the
+registers it the way the fused package does (``codegen/operators._register``, the
 code the package's ``__init__.py`` holds) and times, per warm call under ``torch.no_grad()``:
 
 * ``launcher``: the kernel file's launcher called directly;
@@ -34,11 +34,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from launcher_overhead import CASES, _NoLaunch, model_inputs, per_call_us  # noqa: E402
 
-from fusion_core.codegen import generate, load_kernel, write_kernels  # noqa: E402
+from fusion_core.codegen import generate, load_kernel, operators, write_kernels  # noqa: E402
 from fusion_core.codegen.reference import capture_values, cluster_inputs  # noqa: E402
 from fusion_core.ir.shapes import InputSpec  # noqa: E402
 from fusion_core.pipeline import analyze_file  # noqa: E402
-from fusion_core.sourcemap import fused_runtime  # noqa: E402
 
 
 def _interleaved(paths: dict, calls: int, repeat: int) -> dict[str, float]:
@@ -72,7 +71,7 @@ def run_case(label: str, path: str, shape, dtype, work: Path, calls: int, repeat
         out = launch(*inputs)
         results = len(out) if isinstance(out, tuple) else 1
         name = f"cluster{cluster.index}"
-        entry = fused_runtime._register(namespace, name, module, kernel.name, results,
+        entry = operators._register(namespace, name, module, kernel.name, results,
                                         tuple(t.dtype for t in inputs))
         paths = {"launcher": lambda launch=launch, inputs=inputs: launch(*inputs),
                  "name": lambda entry=entry, inputs=inputs: entry(*inputs),

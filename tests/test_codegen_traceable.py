@@ -11,9 +11,9 @@ from codegen_harness import DEVICE, Lambda, compare, to_device
 from test_codegen_split_rows import FAMILIES, _load
 
 from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.codegen.operators import _shapes_only
 from fusion_core.codegen.reference import capture_values, eager_cluster
 from fusion_core.pipeline import analyze
-from fusion_core.sourcemap.fused_runtime import _shapes_only
 
 
 def _recording(module):

@@ -3,7 +3,7 @@
 Reads the generated kernels (``codegen.Kernel``: one standalone module per
 cluster) and the analyzed shapes; writes nothing itself, it returns file
 names and text. The package is ``<stem>_fused/``: each kernel file verbatim,
-and an ``__init__.py`` holding the runtime of ``fused_runtime.py`` and one
+and an ``__init__.py`` holding the runtime of ``codegen/operators.py`` and one
 registration per cluster: each launcher becomes a torch operator (a triton op
 torch.compile traces into, or a custom op with a fake implementation), so the
 rewritten model still traces with torch.fx, propagates shapes on fake tensors
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..codegen import operators
 from ..codegen.writer import CodeWriter
-from . import fused_runtime
 
 MARKER = "fusion-advisor --apply"
 
@@ -63,14 +63,14 @@ def init_source(model_file: str, ops: Sequence[FusedOp]) -> str:
                "operator where something traces (torch.fx, torch.compile: Inductor keeps the",
                "kernel) or records autograd (inference only). Without CUDA the kernels run under",
                "Triton's CPU interpreter (slow; for checking only).", '"""', ""])
-    out.lines(f"import {name}" for name in sorted({"os", "uuid", *fused_runtime.IMPORTS}))
+    out.lines(f"import {name}" for name in sorted({"os", "uuid", *operators.IMPORTS}))
     out.lines(["", "import torch", "",
                "if not torch.cuda.is_available():  # must be set before the kernels are decorated",
                '    os.environ.setdefault("TRITON_INTERPRET", "1")', ""])
     out.lines(f"from . import {o.kernel_name} as _{o.kernel_name}" for o in ops)
     out.lines(["", "# One namespace per import: re-importing this package never redefines an op.",
                f'NAMESPACE = "fused_{digest}_" + uuid.uuid4().hex[:8]', "", ""])
-    out.lines(fused_runtime.source().splitlines())
+    out.lines(operators.source().splitlines())
     out.lines(["", ""])
     for o in ops:
         dtypes = ", ".join(str(d) for d in o.input_dtypes) + ("," if o.n_inputs == 1 else "")

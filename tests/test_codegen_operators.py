@@ -1,4 +1,4 @@
-"""The fused package's runtime (``sourcemap/fused_runtime.py``) on a stand-in kernel module:
+"""The fused package's runtime (``codegen/operators.py``) on a stand-in kernel module:
 which calls launch directly and which go through the operator, the operator's schema, its
 fake implementation and its refusals. No Triton kernel runs here (test_apply_compile.py
 runs the real package)."""
@@ -14,7 +14,7 @@ from torch._library.infer_schema import infer_schema
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fusion_core.sourcemap import fused_runtime as rt
+from fusion_core.codegen import operators as rt
 
 
 class StubKernelFile:

@@ -1,4 +1,5 @@
-"""Runtime of the package `--apply` writes: real Python, linted and unit-tested here.
+"""Kernels as torch operators: the runtime of the package `--apply` writes, real Python,
+linted and unit-tested here.
 
 The package's ``__init__.py`` (``fused.init_source``) holds a verbatim copy of the functions
 in ``HELPERS`` (``source()`` gives their text), then one ``_register`` call per applied
