@@ -164,3 +164,64 @@ def test_the_triton_op_registration_runs_the_launcher_eagerly(monkeypatch):
         one, rows = call.operator(x)
     torch.testing.assert_close(one, x + 1)
     assert module.launches == 1 and module.traced == []
+
+
+TRACE_SCRIPT = """
+import importlib.util, sys
+import torch
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+
+# The kernel file first: decorated while TRITON_INTERPRET is unset, its kernel is Triton's
+# JITFunction (importing fusion_core without CUDA would turn the interpreter on).
+spec = importlib.util.spec_from_file_location("traced_kernel", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules["traced_kernel"] = module
+spec.loader.exec_module(module)
+from fusion_core.codegen import operators
+
+assert operators._compiled_kernel(module), type(module.cluster0_kernel)
+call = operators._register("traced_test", "cluster0", module, "cluster0", 1, (torch.float32,))
+graphs = []
+
+def forward_compiler(gm, inputs):  # keeps the graph; runs nothing (no GPU needed)
+    graphs.append(gm)
+    return make_boxed_func(lambda args: [torch.zeros(4, 1024)])
+
+compiled = torch.compile(lambda x: call(x * 3.0) + 1.0, fullgraph=True,
+                         backend=aot_autograd(fw_compiler=forward_compiler))
+with torch.no_grad():
+    compiled(torch.randn(4, 1024))
+print(graphs[0].code)
+"""
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "triton_op"), reason="torch < 2.6")
+def test_under_compile_the_triton_op_becomes_our_kernels_launch(tmp_path):
+    """The CUDA path, traced without a GPU: Dynamo records the operator, and AOTAutograd
+    decomposes it (triton_op) into `traceable`'s allocation and one functional launch of
+    our kernel with the launcher's grid and arguments. Nothing runs: the forward compiler
+    keeps the graph."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fusion_core.codegen import generate, write_kernels
+    from fusion_core.ir.shapes import InputSpec
+    from fusion_core.pipeline import analyze_file
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "example_net.py"
+    analysis = analyze_file(example, [InputSpec((4, 1024))])
+    (path,) = write_kernels([generate(analysis, analysis.clusters[0])], tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(example.parents[1]), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", TRACE_SCRIPT, str(path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    code = done.stdout
+    assert "traced_test.cluster0" not in code  # decomposed, not called back
+    assert "torch.ops.aten.empty" in code
+    (launch,) = [line for line in code.splitlines() if "triton_kernel_wrapper_functional(" in line]
+    assert "'in_ptr0': mul" in launch and "'out_ptr0': empty" in launch
+    assert "grid = [(" in launch
