@@ -191,6 +191,11 @@ def test_plugin_row_leads_with_wall_time_when_judged_by_device_time():
     row = table_lines([rec])[1]
     assert "model 1.05× slower fused (wall time; device time 1.66× faster)" in row
     assert "timings checked" in row
+    rec["model_host_factor"] = 2.79  # wall time 2.79x the device time: host-bound
+    assert ("model 1.05× slower fused (wall time; device time 1.66× faster; host-bound: "
+            "wall 2.79× device time); timings checked") in table_lines([rec])[1]
+    rec["model_host_factor"] = 1.05  # within HOST_BOUND_FACTOR: nothing to explain
+    assert "host-bound" not in table_lines([rec])[1]
     del rec["model_wall_speedup"]  # host-judged: one figure, as before
     assert "model 1.66× faster fused; timings checked" in table_lines([rec])[1]
 
