@@ -223,3 +223,19 @@ def test_the_patched_graph_compiles_with_our_kernels_as_operators(tmp_path):
         torch._dynamo.reset()
         got = torch.compile(applied, backend="aot_eager", fullgraph=True)(*rec.inputs)
         torch.testing.assert_close(got, rec.gm(*rec.inputs), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_torch_compile_of_the_applied_model_on_the_gpu():
+    """ExampleNet with every kernel generated: torch.compile of the patched graph (our
+    kernels as operators Inductor traces into) is timed both ways and said in the line."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from fusion_core.validate import codegen_provider
+
+    example = analyze_file(EXAMPLE, [InputSpec((4096, 1024))])
+    report = validate(example, codegen_provider, inductor=True)
+    mt = report.model_timing
+    assert mt is not None and mt.compiled_applied_host_us and mt.compiled_applied_us
+    lines = model_time_lines(mt, len(report.usable))
+    assert any(line.startswith("  torch.compile of it: ") for line in lines), lines
