@@ -24,6 +24,7 @@ from ..codegen import operators
 from ..codegen.writer import CodeWriter
 
 MARKER = "fusion-advisor --apply"
+LINE_WIDTH = 96  # the package's lines, as the kernel files'
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,16 @@ def init_source(model_file: str, ops: Sequence[FusedOp]) -> str:
     out.lines(["", ""])
     for o in ops:
         dtypes = ", ".join(str(d) for d in o.input_dtypes) + ("," if o.n_inputs == 1 else "")
-        out.line(f"{o.call} = _register(NAMESPACE, {o.call!r}, _{o.kernel_name}, "
-                 f"{o.kernel_name!r}, {len(o.results)}, ({dtypes}))")
+        args = ["NAMESPACE", repr(o.call), f"_{o.kernel_name}", repr(o.kernel_name),
+                str(len(o.results)), f"({dtypes})"]
+        one_line = f"{o.call} = _register({', '.join(args)})"
+        if len(one_line) <= LINE_WIDTH:
+            out.line(one_line)
+            continue
+        out.line(f"{o.call} = _register(")
+        with out.indented():
+            out.wrapped(args, LINE_WIDTH)
+        out.line(")")
     return "\n".join(out.result()) + "\n"
 
 
