@@ -10,34 +10,16 @@ from __future__ import annotations
 
 import importlib
 import sys
-import textwrap
 
 import pytest
 import torch
 import torch._dynamo
 from rich.console import Console
-from test_apply import DEVICE, _plan, backup_as_py, copy_example, load
+from test_apply import DEVICE, RES_NORM, _plan, backup_as_py, copy_example, load
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from fusion_core.sourcemap.apply import apply
 from fusion_core.sourcemap.fused import package_name
-
-RES_NORM = textwrap.dedent("""\
-    import torch.nn as nn
-
-
-    class ResNorm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj = nn.Linear(8, 8)
-            self.norm = nn.LayerNorm(8)
-
-        def forward(self, x):
-            y = self.proj(x)
-            x = x + y
-            h = self.norm(x)
-            return self.proj(h) - self.proj(x)
-    """)
 
 
 def _applied(path, shape, class_name):
