@@ -78,6 +78,21 @@ def test_the_fake_implementation_gives_the_launchers_shapes_dtypes_and_strides(r
         assert (f.shape, f.dtype, f.stride(), f.device) == (r.shape, r.dtype, r.stride(), r.device)
 
 
+def test_plain_eager_calls_of_the_applied_model_skip_the_operators(res_norm):
+    """Its kernel reads the LayerNorm's weight and bias (parameters): under no_grad the
+    name the model calls launches directly; with grad on, autograd sees the operator."""
+    _, rewritten, package = res_norm
+    x = torch.randn(4, 8, device=DEVICE)
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        rewritten(x)
+    assert not [e for e in prof.events() if package.NAMESPACE in e.name]
+    with torch.profiler.profile() as prof:
+        out = rewritten(x)
+    assert [e for e in prof.events() if package.NAMESPACE in e.name]
+    with pytest.raises(RuntimeError, match="inference only"):
+        out.sum().backward()
+
+
 def test_torch_fx_traces_the_applied_model_through_the_operators(example_net):
     original, rewritten, package = example_net
     traced = torch.fx.symbolic_trace(rewritten)

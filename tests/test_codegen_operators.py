@@ -126,6 +126,8 @@ def test_plain_eager_needs_plain_tensors_of_the_generated_dtypes():
     assert not rt._plain_eager((grad,), f32)
     with torch.no_grad():
         assert rt._plain_eager((grad,), f32)
+        # a module's weight (cluster inputs often are): launched directly too
+        assert rt._plain_eager((x, torch.nn.Parameter(torch.randn(2))), f32 * 2)
 
 
 def test_only_a_triton_compiled_kernel_takes_the_triton_op_path():

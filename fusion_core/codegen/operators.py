@@ -60,14 +60,16 @@ def _shapes_only(kernel):
 
 
 def _plain_eager(tensors, dtypes):
-    """Whether the launcher can take this call itself: plain tensors of the generated
-    dtypes, no autograd recording and no torch function or dispatch mode (which must see
-    the operator). Anything else goes to the operator, which also says what is wrong."""
+    """Whether the launcher can take this call itself: plain tensors (or parameters) of the
+    generated dtypes, no autograd recording and no torch function or dispatch mode (which
+    must see the operator). Anything else goes to the operator, which also says what is
+    wrong."""
     if torch._C._is_torch_function_mode_enabled() or torch._C._len_torch_dispatch_stack():
         return False
     grad = torch.is_grad_enabled()
     for t, dtype in zip(tensors, dtypes, strict=False):
-        if type(t) is not torch.Tensor or t.dtype is not dtype or (grad and t.requires_grad):
+        if (type(t) not in (torch.Tensor, torch.nn.Parameter) or t.dtype is not dtype
+                or (grad and t.requires_grad)):
             return False
     return len(tensors) == len(dtypes)
 
@@ -103,7 +105,7 @@ def _register(namespace, name, module, launcher_name, n_results, dtypes):
 
         def impl(*tensors):
             _check_dtypes(name, dtypes, tensors)
-            if all(type(t) is torch.Tensor for t in tensors):  # run, not traced
+            if all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors):  # run
                 return launcher(*tensors)
             return traceable(*tensors, wrap=wrap)
 
