@@ -163,7 +163,8 @@ class HtmlReport:
                          "traffic saved": fmt_bytes(rec["saved_bytes"]),
                          "baseline": rec["status"],
                          "timings": model_timing_cell(speedup, timing,
-                                                      rec.get("model_wall_speedup"))})
+                                                      rec.get("model_wall_speedup"),
+                                                      rec.get("model_host_factor"))})
         index.parent.mkdir(parents=True, exist_ok=True)
         fusion_core.write_atomic(index, fusion_core.index_html(rows, p.provenance))
         p.report_files = [*getattr(p, "report_files", []), index]

@@ -85,24 +85,31 @@ def unjudged_line(records: list[dict[str, Any]], required: bool = False) -> str:
     return f"no timing judged{where}: " + ", ".join(parts)
 
 
-def model_timing_cell(speedup: float | None, note: str, wall: float | None = None) -> str:
+HOST_BOUND_FACTOR = 1.1  # as fusion_core's model line: wall time past this is host time
+
+
+def model_timing_cell(speedup: float | None, note: str, wall: float | None = None,
+                      host_factor: float | None = None) -> str:
     """`model 1.45× slower fused; <note>`: the model's speedup worded by its direction.
     With `wall` (the wall-time speedup, when `speedup` is device time) the wall figure
     leads, as it is what a caller gets: `model 1.05× faster fused (wall time; device time
-    1.66× faster); <note>`."""
+    1.66× faster); <note>`; with `host_factor` (its wall time / its device time) above the
+    CLI's HOST_BOUND_FACTOR, why they differ: `...; host-bound: wall 2.79× device time)`."""
     import fusion_core  # the units module only: no torch
 
     if not speedup:
         return note
     if wall:
+        bound = (f"; host-bound: wall {host_factor:.2f}× device time"
+                 if host_factor and host_factor > HOST_BOUND_FACTOR else "")
         return (f"model {fusion_core.speedup_words(wall)} fused (wall time; device time "
-                f"{fusion_core.speedup_words(speedup)}); {note}")
+                f"{fusion_core.speedup_words(speedup)}{bound}); {note}")
     return f"model {fusion_core.speedup_words(speedup)} fused; {note}"
 
 
 def _timings(r: dict[str, Any]) -> str:
     return model_timing_cell(r.get("model_speedup"), r.get("timing_note") or "—",
-                             r.get("model_wall_speedup"))
+                             r.get("model_wall_speedup"), r.get("model_host_factor"))
 
 
 def _row(r: dict[str, Any]) -> tuple[str, ...]:

@@ -42,6 +42,9 @@ class TestRecord:
     model_speedup: float | None = None  # median eager / median fused, when measured here
     # The same by wall time (a Python caller's clock), when model_speedup is device time
     model_wall_speedup: float | None = None
+    # Its wall time / its device time, when judged by device time: above HOST_BOUND_FACTOR
+    # the report says the model is host-bound
+    model_host_factor: float | None = None
     messages: list[str] = field(default_factory=list)
     baseline: str = ""
     hw_key: str | None = None  # the GPU the test's timings came from (None: no CUDA)
@@ -159,6 +162,7 @@ class FusionSession:
             rec.model_speedup = median_speedup(m.model_eager_us, m.model_us)
             if m.clock == "device":
                 rec.model_wall_speedup = median_speedup(m.model_eager_host_us, m.model_host_us)
+                rec.model_host_factor = median_speedup(m.model_host_us, m.model_us)
         rec.hw_key = hw_key
         rec.timing_gap = ("not-checked" if "timings" not in checks else "no-cuda"
                           if hw_key is None else "no-baseline" if hw_key in current.measured

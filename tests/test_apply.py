@@ -46,6 +46,25 @@ class Tiny(nn.Module):
 """
 
 
+# A cluster with two results (the residual sum and its LayerNorm), four inputs.
+RES_NORM = textwrap.dedent("""\
+    import torch.nn as nn
+
+
+    class ResNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+            self.norm = nn.LayerNorm(8)
+
+        def forward(self, x):
+            y = self.proj(x)
+            x = x + y
+            h = self.norm(x)
+            return self.proj(h) - self.proj(x)
+    """)
+
+
 def copy_example(tmp_path: Path, name: str) -> Path:
     dst = tmp_path / name
     shutil.copy(EXAMPLES / name, dst)
@@ -309,22 +328,7 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
 
 def test_apply_a_cluster_with_two_results(tmp_path):
     path = tmp_path / "resnorm.py"
-    path.write_text(textwrap.dedent("""\
-        import torch.nn as nn
-
-
-        class ResNorm(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.proj = nn.Linear(8, 8)
-                self.norm = nn.LayerNorm(8)
-
-            def forward(self, x):
-                y = self.proj(x)
-                x = x + y
-                h = self.norm(x)
-                return self.proj(h) - self.proj(x)
-        """))
+    path.write_text(RES_NORM)
     original = path.read_text()
     analysis, plan = _plan(path, (4, 8))
     result = apply(plan, analysis, Console(), assume_yes=True, ask=None)

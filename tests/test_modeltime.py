@@ -121,14 +121,19 @@ def test_model_timed_both_ways_with_stubs(kernels, monkeypatch, compiled):
     assert mt.patched_kernels == mt.eager_kernels == 7
     assert bool(mt.compiled_us) is compiled and bool(mt.compiled_host_us) is compiled
     assert (mt.compiled_kernels == 7) is compiled
-    # the usable cluster's subgraph and, once, the whole traced graph (more nodes)
-    assert len(compiles) == (2 if compiled else 0)
+    assert bool(mt.compiled_applied_us) is compiled
+    # the usable cluster's subgraph and, once each, the whole traced graph and the patched
+    # graph (more nodes than the subgraph)
+    assert len(compiles) == (3 if compiled else 0)
     if compiled:
         sizes = [len(fn.graph.nodes) for fn in compiles]
         assert max(sizes) > min(sizes)
     lines = model_time_lines(mt, 1)
     assert lines[0].startswith("model with every usable kernel (1): 30.0 µs wall")
     assert "host-bound: 7 launches (wall 7.5x device time)" in lines[1]
+    if compiled:
+        assert lines[2] == ("  torch.compile of it: 30.0 µs wall, device time 4.0 µs, "
+                            "1.00x faster than torch.compile alone (30.0 µs)")
     doc = report_dict(report)["model"]
     assert doc["patched_wall_us"] == [30.0] * 5 and doc["clock"] == "device"
     assert doc["kernels_per_forward"]["patched"] == 7
@@ -186,5 +191,51 @@ def test_plugin_row_leads_with_wall_time_when_judged_by_device_time():
     row = table_lines([rec])[1]
     assert "model 1.05× slower fused (wall time; device time 1.66× faster)" in row
     assert "timings checked" in row
+    rec["model_host_factor"] = 2.79  # wall time 2.79x the device time: host-bound
+    assert ("model 1.05× slower fused (wall time; device time 1.66× faster; host-bound: "
+            "wall 2.79× device time); timings checked") in table_lines([rec])[1]
+    rec["model_host_factor"] = 1.05  # within HOST_BOUND_FACTOR: nothing to explain
+    assert "host-bound" not in table_lines([rec])[1]
     del rec["model_wall_speedup"]  # host-judged: one figure, as before
     assert "model 1.66× faster fused; timings checked" in table_lines([rec])[1]
+
+
+def test_the_patched_graph_compiles_with_our_kernels_as_operators(tmp_path):
+    """What `torch.compile of it` times: the traced graph with each usable kernel as the
+    fused package's operator. Here on CPU with a real generated kernel: no graph break
+    under fullgraph, the operator in Dynamo's graph, and the eager graph's result."""
+    from fusion_core.validate import codegen_provider
+    from fusion_core.validate.modeltime import as_operators
+    from fusion_core.validate.prepare import recording
+    from fusion_core.validate.subgraph import patch
+
+    example = analyze_file(EXAMPLE, [InputSpec((4, 1024))])
+    rec = recording(example, [reduced_specs(example)], keep_rows=False, device="cpu", seed=0)
+    launcher = codegen_provider(example, example.clusters[0], tmp_path).launcher
+    ops = as_operators(rec, {0: launcher})
+    assert ops[0][1].operator.name().endswith("::cluster0")
+    applied = patch(rec.gm, ops)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        explained = torch._dynamo.explain(applied)(*rec.inputs)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        assert any("cluster0" in str(n.target) for g in explained.graphs for n in g.graph.nodes)
+        torch._dynamo.reset()
+        got = torch.compile(applied, backend="aot_eager", fullgraph=True)(*rec.inputs)
+        torch.testing.assert_close(got, rec.gm(*rec.inputs), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_torch_compile_of_the_applied_model_on_the_gpu():
+    """ExampleNet with every kernel generated: torch.compile of the patched graph (our
+    kernels as operators Inductor traces into) is timed both ways and said in the line."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from fusion_core.validate import codegen_provider
+
+    example = analyze_file(EXAMPLE, [InputSpec((4096, 1024))])
+    report = validate(example, codegen_provider, inductor=True)
+    mt = report.model_timing
+    assert mt is not None and mt.compiled_applied_host_us and mt.compiled_applied_us
+    lines = model_time_lines(mt, len(report.usable))
+    assert any(line.startswith("  torch.compile of it: ") for line in lines), lines

@@ -114,6 +114,12 @@ def source() -> str:
 
 
 # Generation time only (not copied into kernel files).
+def launched_kernel(kernel: str) -> str:
+    """`kernel` as a generated `_launch` launches it: as is, or through its `wrap` argument
+    (tracing for torch.compile: ``torch.library.wrap_triton``)."""
+    return f"({kernel} if wrap is None else wrap({kernel}))"
+
+
 def launch_lines(
     kernel: str, grid: str, tensors: list[str], constexprs: list[tuple[str, str]], out: CodeWriter
 ) -> None:

@@ -43,6 +43,8 @@ from .writer import CodeWriter, KernelParams
 __all__ = ["Tuning", "arg_names", "kind", "launcher"]
 
 
+# The launcher for tracing (torch.compile): `traceable(*inputs, wrap)`.
+TRACEABLE = "traceable"
 # Names a generated file defines at module level or the launcher uses as locals: an input
 # named like one of them gets a prefix. The runtime's part comes from the runtime module.
 _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block", "rows",
@@ -50,6 +52,7 @@ _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block",
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
              "_views", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
+             "kernel", "wrap", TRACEABLE,
              *direct_launch.GLOBALS, *(fn.__name__ for fn in direct_launch.HELPERS),
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
@@ -281,21 +284,69 @@ def _launch_fn(plan: KernelPlan, looped: bool, names: list[str], out: CodeWriter
         split_rows.launch_fn(plan, names, _consts(plan), out)
         return
     tensors = names + [f"out{i}" for i in range(len(plan.outputs))]
-    out.line(f"def _launch(config, args, {', '.join(tensors)}):")
+    out.line(f"def _launch(config, args, {', '.join(tensors)}, wrap=None):")
     with out.indented():
         out.lines(['"""One launch under `config` = (block, rows, num_warps); returns a thunk',
-                   'giving its direct launcher for the plan\'s later calls (or None)."""',
-                   "block, rows, num_warps = config"])
-        direct_launch.launch_lines(f"{plan.name}_kernel", _grid(plan), tensors, _consts(plan),
-                                   out)
+                   'giving its direct launcher for the plan\'s later calls (or None). `wrap`:',
+                   'what makes the launch traceable (`traceable`)."""',
+                   "block, rows, num_warps = config",
+                   f"kernel = {direct_launch.launched_kernel(f'{plan.name}_kernel')}"])
+        direct_launch.launch_lines("kernel", _grid(plan), tensors, _consts(plan), out)
+
+
+def _copies_and_outputs(plan: KernelPlan, names: list[str], result: str,
+                        out: CodeWriter) -> None:
+    """After `copies, out_shapes, ..., configs` of a plan: inputs copied where the plan says,
+    outputs allocated, and the return when there is nothing to launch."""
+    if names:
+        out.line("if copies:  # inputs whose strides the kernel cannot index: copied")
+        with out.indented():
+            for i, a in enumerate(names):
+                out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}])"])
+    device = _device(names)
+    out.lines(f"out{i} = torch.empty(out_shapes[{i}], dtype={dtype_literal(t)}, "
+              f"device={device})" for i, t in enumerate(plan.outputs))
+    out.lines(["if not configs:  # no elements", f"    return {result}"])
+
+
+def _kernel_tensors(plan: KernelPlan, names: list[str]) -> str:
+    """The tensors a launch passes the kernel: inputs, then outputs as it writes them."""
+    return ", ".join(names + [launch_maps.kernel_output(t, i)
+                              for i, t in enumerate(plan.outputs)])
+
+
+def _result(plan: KernelPlan) -> str:
+    return "out0" if len(plan.outputs) == 1 else "(" + ", ".join(
+        f"out{i}" for i in range(len(plan.outputs))) + ")"
+
+
+def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[int],
+                  out: CodeWriter) -> None:
+    """`traceable(*inputs, wrap)`: the launcher as torch.compile traces it (on fake tensors),
+    without its caches, candidate timing or direct launches."""
+    out.lines(["", "", f"def {TRACEABLE}({inputs}, wrap):"])
+    with out.indented():
+        out.lines([f'"""`{plan.name}` for tracing (torch.compile runs it on fake tensors): no',
+                   "launch cache, no timing of candidates, no direct launch; the bucket's kept",
+                   "configuration or else the heuristic's. `wrap` makes each launch traceable",
+                   '(torch.library.wrap_triton) or skips it (shapes only)."""'])
+        if not names:
+            out.line(f"{NO_INPUTS_DEVICE} = torch.device({NO_INPUTS_DEVICE})")
+        if viewed:
+            out.line(f"{_tuple(names)} = _views({inputs})")
+        out.line(f"copies, out_shapes, args, tune_key, configs = _plan("
+                 f"{', '.join(names) or NO_INPUTS_DEVICE})")
+        _copies_and_outputs(plan, names, _result(plan), out)
+        out.lines([f"_launch(CHOSEN.get(tune_key) or configs[0], args, "
+                   f"{_kernel_tensors(plan, names)}, wrap=wrap)",
+                   f"return {_result(plan)}"])
 
 
 def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
     names = arg_names(plan)
     n = plan.name
     outs = ", ".join(t.value for t in plan.outputs)
-    result = "out0" if len(plan.outputs) == 1 else "(" + ", ".join(
-        f"out{i}" for i in range(len(plan.outputs))) + ")"
+    result = _result(plan)
     firsts = launch_maps.first_names(plan, names)
     parameters = [firsts[v] for v in dict.fromkeys(t.value for t in plan.inputs)]
     inputs = ", ".join(parameters) or NO_INPUTS_DEVICE
@@ -348,17 +399,9 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
             _seated(names, viewed, raw, inputs, out)
         else:
             out.line("copies, out_shapes, args, tune_key, configs = plan")
-        if names:
-            out.line("if copies:  # inputs whose strides the kernel cannot index: copied")
-            with out.indented():
-                for i, a in enumerate(names):
-                    out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}])"])
+        _copies_and_outputs(plan, names, result, out)
         device = _device(names)
-        out.lines(f"out{i} = torch.empty(out_shapes[{i}], dtype={dtype_literal(t)}, "
-                  f"device={device})" for i, t in enumerate(plan.outputs))
-        out.lines(["if not configs:  # no elements", f"    return {result}"])
-        tensors = ", ".join(names + [launch_maps.kernel_output(t, i)
-                                     for i, t in enumerate(plan.outputs)])
+        tensors = _kernel_tensors(plan, names)
         out.lines(["fire = DIRECT_LAUNCH.get(key)",
                    f"if fire and fire({tensors}):  # the plan's kernel, past Triton's dispatch",
                    f"    return {result}",
@@ -371,6 +414,7 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                    "if fire is None and CHOSEN.get(tune_key) == config:  # kept: launch directly",
                    "    DIRECT_LAUNCH[key] = (launched() if launched else None) or False",
                    f"return {result}"])
+    _traceable_fn(plan, names, inputs, viewed, out)
     out.lines(["", "", f"class {wrapper_class(plan)}(torch.autograd.Function):"])
     with out.indented():
         out.lines([f'"""`{n}` in autograd graphs: forward runs the kernel, backward refuses."""',

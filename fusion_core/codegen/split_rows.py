@@ -121,16 +121,18 @@ def launch_fn(plan: KernelPlan, names: list[str], consts: list[tuple[str, str]],
     n = len(_partials(plan).names)
     outputs = [f"out{i}" for i in range(len(plan.outputs))]
     tensors = names + outputs
-    out.line(f"def _launch(config, args, {', '.join(tensors)}):")
+    out.line(f"def _launch(config, args, {', '.join(tensors)}, wrap=None):")
     with out.indented():
         out.lines(['"""One launch under `config` = (block, rows, num_warps, splits): with',
                    "splits > 1 each row is cut into chunks of equal width (a multiple of",
-                   f'{CHUNK_ALIGN}), one program each, and the partials and finish kernels run."""',
+                   f'{CHUNK_ALIGN}), one program each, and the partials and finish kernels run.',
+                   '`wrap`: what makes the launches traceable (`traceable`)."""',
                    "block, rows, num_warps, splits = config",
                    "if splits == 1:"])
         with out.indented():  # one kernel: kept for a direct launch like any other
-            direct_launch.launch_lines(f"{plan.name}_kernel", "(triton.cdiv(args[0], rows),)",
-                                       tensors, consts, out)
+            out.line(f"kernel = {direct_launch.launched_kernel(f'{plan.name}_kernel')}")
+            direct_launch.launch_lines("kernel", "(triton.cdiv(args[0], rows),)", tensors,
+                                       consts, out)
         out.lines([f"chunk = triton.cdiv(triton.cdiv(args[1], splits), {CHUNK_ALIGN}) * "
                    f"{CHUNK_ALIGN}",
                    "splits = triton.cdiv(args[1], chunk)  # none empty",
@@ -140,7 +142,7 @@ def launch_fn(plan: KernelPlan, names: list[str], consts: list[tuple[str, str]],
         for kernel, pointers, extra in (
                 ("partials", names, []),
                 ("finish", tensors, ["SPLITS_BLOCK=triton.next_power_of_2(splits)"])):
-            out.line(f"{plan.name}_{kernel}[grid](")
+            out.line(f"{direct_launch.launched_kernel(f'{plan.name}_{kernel}')}[grid](")
             with out.indented():
                 out.wrapped([*pointers, "partials", "*args", "chunk",
                              *(f"{name}={value}" for name, value in consts), *extra,

@@ -3,9 +3,11 @@
 Reads the generated kernels (``codegen.Kernel``: one standalone module per
 cluster) and the analyzed shapes; writes nothing itself, it returns file
 names and text. The package is ``<stem>_fused/``: each kernel file verbatim,
-and an ``__init__.py`` that registers every launcher as a torch custom op with
-a fake (shape-only) implementation, so the rewritten model still traces with
-torch.fx, propagates shapes on fake tensors and compiles with torch.compile.
+and an ``__init__.py`` holding the runtime of ``codegen/operators.py`` and one
+registration per cluster: each launcher becomes a torch operator (a triton op
+torch.compile traces into, or a custom op with a fake implementation), so the
+rewritten model still traces with torch.fx, propagates shapes on fake tensors
+and compiles with torch.compile, while plain eager calls launch directly.
 The names it exports are the ones the rewritten lines call (``cluster0``).
 """
 
@@ -18,13 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..codegen import operators
+from ..codegen.writer import CodeWriter
+
 MARKER = "fusion-advisor --apply"
-# How the result's shape follows from the inputs' broadcast shape.
-SHAPE_RULES = {
-    "same": "lambda shape: shape",
-    "drop_last": "lambda shape: shape[:-1]",
-    "keep_last": "lambda shape: (*shape[:-1], 1)",
-}
+LINE_WIDTH = 96  # the package's lines, as the kernel files'
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,9 @@ class FusedOp:
     kernel_source: str
     n_inputs: int
     input_dtypes: tuple[torch.dtype, ...]  # what the kernel was generated for
-    results: tuple[tuple[torch.dtype, str], ...]  # per result: dtype, key of SHAPE_RULES
+    # per result: dtype, and how its shape follows from the inputs' broadcast shape
+    # (`shape_rule`: --apply writes only clusters whose results' shapes follow from it)
+    results: tuple[tuple[torch.dtype, str], ...]
 
 
 def package_name(stem: str) -> str:
@@ -44,7 +46,8 @@ def package_name(stem: str) -> str:
 
 
 def shape_rule(inputs: Sequence[tuple[int, ...]], output: tuple[int, ...]) -> str | None:
-    """Which SHAPE_RULES entry turns the inputs' broadcast shape into `output` (None: none)."""
+    """How the inputs' broadcast shape becomes `output`: "same", "drop_last" (a reduction
+    over the last dim), "keep_last" (kept as size 1); None when none of them does."""
     try:
         shape = tuple(torch.broadcast_shapes(*inputs))
     except RuntimeError:
@@ -55,76 +58,34 @@ def shape_rule(inputs: Sequence[tuple[int, ...]], output: tuple[int, ...]) -> st
 
 def init_source(model_file: str, ops: Sequence[FusedOp]) -> str:
     digest = hashlib.sha256("".join(o.kernel_source for o in ops).encode()).hexdigest()[:8]
-    imports = [f"from . import {o.kernel_name} as _{o.kernel_name}" for o in ops]
-    defs = []
+    out = CodeWriter()
+    out.lines([f'"""Fused Triton kernels for {model_file}, written by `{MARKER}`.', "",
+               "Each name below launches its kernel directly when called eagerly, and is a torch",
+               "operator where something traces (torch.fx, torch.compile: Inductor keeps the",
+               "kernel) or records autograd (inference only). Without CUDA the kernels run under",
+               "Triton's CPU interpreter (slow; for checking only).", '"""', ""])
+    out.lines(f"import {name}" for name in sorted({"os", "uuid", *operators.IMPORTS}))
+    out.lines(["", "import torch", "",
+               "if not torch.cuda.is_available():  # must be set before the kernels are decorated",
+               '    os.environ.setdefault("TRITON_INTERPRET", "1")', ""])
+    out.lines(f"from . import {o.kernel_name} as _{o.kernel_name}" for o in ops)
+    out.lines(["", "# One namespace per import: re-importing this package never redefines an op.",
+               f'NAMESPACE = "fused_{digest}_" + uuid.uuid4().hex[:8]', "", ""])
+    out.lines(operators.source().splitlines())
+    out.lines(["", ""])
     for o in ops:
-        params = ", ".join(f"in{i}" for i in range(o.n_inputs))
-        schema = ", ".join(f"Tensor in{i}" for i in range(o.n_inputs))
-        dtypes = ", ".join(str(d) for d in o.input_dtypes)
-        fakes = [f"_fake(({params},), {SHAPE_RULES[rule]}, {dtype})" for dtype, rule in o.results]
-        returns = "Tensor" if len(fakes) == 1 else f"({', '.join(['Tensor'] * len(fakes))})"
-        fake = fakes[0] if len(fakes) == 1 else f"({', '.join(fakes)})"
-        defs.append(
-            f"{o.call} = _op(\n"
-            f"    {o.call!r}, \"({schema}) -> {returns}\", ({dtypes},),\n"
-            f"    lambda {params}: _{o.kernel_name}.{o.kernel_name}({params}),\n"
-            f"    lambda {params}: {fake},\n)")
-    return "\n".join([
-        f'"""Fused Triton kernels for {model_file}, written by `{MARKER}`.',
-        "",
-        "Each launcher is a torch custom op with a shape-only fake, so the rewritten model",
-        "still traces (torch.fx, torch.compile). Without CUDA the kernels run under",
-        "Triton's CPU interpreter (slow; for checking only).",
-        '"""',
-        "",
-        "import os",
-        "import uuid",
-        "",
-        "import torch",
-        "",
-        "if not torch.cuda.is_available():  # must be set before the kernels are decorated",
-        '    os.environ.setdefault("TRITON_INTERPRET", "1")',
-        "",
-        *imports,
-        "",
-        "# One namespace per import: re-importing this package never redefines an op.",
-        f'_NAMESPACE = "fused_{digest}_" + uuid.uuid4().hex[:8]',
-        '_LIB = torch.library.Library(_NAMESPACE, "FRAGMENT")',
-        "",
-        "",
-        "def _fake(tensors, rule, dtype):",
-        "    shape = tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))",
-        "    return tensors[0].new_empty(rule(shape), dtype=dtype)",
-        "",
-        "",
-        "def _no_backward(ctx, *grads):",
-        '    raise RuntimeError("fused kernels are inference only: run under torch.no_grad() "',
-        '                       "or restore the original lines (see the .bak file) to train")',
-        "",
-        "",
-        "def _checked(name, dtypes, fn):",
-        "    def run(*tensors):",
-        "        got = tuple(t.dtype for t in tensors)",
-        "        if got != dtypes:",
-        '            raise TypeError(f"{name} was generated for inputs of dtype "',
-        '                            f"{[str(d) for d in dtypes]}, got {[str(d) for d in got]}: "',
-        '                            "re-run fusion-advisor with that --dtype")',
-        "        return fn(*tensors)",
-        "    return run",
-        "",
-        "",
-        "def _op(name, schema, dtypes, launch, fake):",
-        "    _LIB.define(name + schema)",
-        '    _LIB.impl(name, _checked(name, dtypes, launch), "CompositeExplicitAutograd")',
-        '    qualified = f"{_NAMESPACE}::{name}"',
-        "    torch.library.register_fake(qualified, _checked(name, dtypes, fake), lib=_LIB)",
-        "    torch.library.register_autograd(qualified, _no_backward, lib=_LIB)",
-        "    return getattr(getattr(torch.ops, _NAMESPACE), name)",
-        "",
-        "",
-        *"\n\n".join(defs).splitlines(),
-        "",
-    ])
+        dtypes = ", ".join(str(d) for d in o.input_dtypes) + ("," if o.n_inputs == 1 else "")
+        args = ["NAMESPACE", repr(o.call), f"_{o.kernel_name}", repr(o.kernel_name),
+                str(len(o.results)), f"({dtypes})"]
+        one_line = f"{o.call} = _register({', '.join(args)})"
+        if len(one_line) <= LINE_WIDTH:
+            out.line(one_line)
+            continue
+        out.line(f"{o.call} = _register(")
+        with out.indented():
+            out.wrapped(args, LINE_WIDTH)
+        out.line(")")
+    return "\n".join(out.result()) + "\n"
 
 
 def package_files(model_file: str, ops: Sequence[FusedOp]) -> dict[str, str]:

@@ -1,21 +1,27 @@
-"""The whole model timed as a user runs it: eager, every usable kernel patched in, and
-torch.compile of the traced graph (default mode), each by wall time and device time.
+"""The whole model timed as a user runs it: eager, every usable kernel patched in,
+torch.compile of the traced graph (default mode), and torch.compile of the patched graph
+(our kernels as the fused package's operators, which Inductor traces into), each by wall
+time and device time.
 
 Reads the ``Recording`` (traced graph and inputs) and the usable kernels; writes a
 ``ModelTiming``. Wall time is the host clock around one Python call (what a user gets);
-device time is CUDA-graph replays (``devicetime``), the kernels' own time. Kernels per
-forward are counted once per callable with torch.profiler (None when it cannot count).
-Nothing here runs without CUDA.
+device time is CUDA-graph replays (``devicetime``): the kernels' own time, and what the
+model costs captured as one CUDA graph. Kernels per forward are counted once per callable
+with torch.profiler (None when it cannot count). Nothing here runs without CUDA.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from ..analysis.types import Cluster
+from ..codegen import operators
 from .prepare import Recording
 from .subgraph import patch
 from .types import ModelTiming
@@ -41,6 +47,47 @@ def kernel_count(fn: Callable[..., object], args: Sequence[Any]) -> int | None:
     return sum(not e.name.lower().startswith(_NOT_KERNELS) for e in device_events) or None
 
 
+def as_operators(rec: Recording, usable: Mapping[int, Callable]
+                 ) -> dict[int, tuple[Cluster, Callable]]:
+    """Each usable kernel as `--apply`'s package calls it (``operators._register``): a
+    torch operator under torch.compile, the launcher itself in eager calls. A launcher whose
+    file has no `traceable` (or a kernel without inputs) stays as it is."""
+    namespace = f"fusion_timing_{uuid.uuid4().hex[:8]}"
+    out: dict[int, tuple[Cluster, Callable]] = {}
+    for i, launcher in usable.items():
+        cluster = rec.clusters[i]
+        module = sys.modules.get(getattr(launcher, "__module__", None) or "")
+        metas = [rec.analysis.graph[n].meta for n in cluster.inputs]
+        if module is None or not hasattr(module, "traceable") or not metas or None in metas:
+            out[i] = (cluster, launcher)
+            continue
+        dtypes = tuple(m.dtype for m in metas)
+        out[i] = (cluster, operators._register(namespace, f"cluster{i}", module,
+                                                   launcher.__name__, len(cluster.outputs),
+                                                   dtypes))
+    return out
+
+
+def _compiled_clocked(fn: Callable, rec: Recording, l2_bytes: int | None) -> Any:
+    """`torch.compile(fn)` compiled by a first call, then clocked; None when it fails."""
+    from .timed import clocked
+
+    with contextlib.suppress(Exception):
+        compiled = torch.compile(fn)
+        compiled(*rec.inputs)  # compile outside the clock
+        return compiled, clocked(compiled, rec.inputs, l2_bytes, MODEL_COPIES)
+    return None
+
+
+def _by_clock(theirs: Any, clock: str) -> tuple[float, ...]:
+    """A clocked callable's samples by `clock` (empty when the device time is missing)."""
+    if theirs is None:
+        return ()
+    if clock == "host":
+        return theirs.host_us
+    return theirs.device.samples_us if theirs.device is not None else ()
+
+
 def measure_model(
     rec: Recording, usable: Mapping[int, Callable], eager: Any, l2_bytes: int | None, compiled: bool
 ) -> ModelTiming | None:
@@ -57,26 +104,26 @@ def measure_model(
     except Exception:  # noqa: BLE001 - the per-cluster figures stand without the model's
         return None
     clock, eager_us, patched_us = pick(eager, patched)
-    theirs = None
+    # compiled: torch.compile of the traced graph; applied: of the patched graph, our
+    # kernels as operators Inductor traces into (each `(compiled fn, clocked)` or None).
+    compiled_graph = _compiled_clocked(rec.gm, rec, l2_bytes) if compiled else None
+    applied = None
     if compiled:
         with contextlib.suppress(Exception):
-            fn = torch.compile(rec.gm)
-            fn(*rec.inputs)  # compile outside the clock
-            theirs = clocked(fn, rec.inputs, l2_bytes, MODEL_COPIES)
-    compiled_us: tuple[float, ...] = ()  # by `clock`: empty when it could not be captured
-    if theirs is not None and clock == "host":
-        compiled_us = theirs.host_us
-    elif theirs is not None and theirs.device is not None:
-        compiled_us = theirs.device.samples_us
+            applied = _compiled_clocked(patch(rec.gm, as_operators(rec, usable)), rec, l2_bytes)
+    theirs = compiled_graph[1] if compiled_graph else None
+    ours = applied[1] if applied else None
     return ModelTiming(
         eager_us,
         patched_us,
         clock,
         eager.host_us,
         patched.host_us,
-        compiled_us=compiled_us,
+        compiled_us=_by_clock(theirs, clock),
         compiled_host_us=theirs.host_us if theirs else (),
         eager_kernels=kernel_count(rec.gm, rec.inputs),
         patched_kernels=kernel_count(all_patched, rec.inputs),
-        compiled_kernels=kernel_count(fn, rec.inputs) if theirs else None,
+        compiled_kernels=kernel_count(compiled_graph[0], rec.inputs) if compiled_graph else None,
+        compiled_applied_us=_by_clock(ours, clock),
+        compiled_applied_host_us=ours.host_us if ours else (),
     )

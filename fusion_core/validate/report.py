@@ -99,8 +99,9 @@ def _against(ours: float | None, theirs: float | None, name: str) -> str:
 
 def model_time_lines(mt: ModelTiming, kernels: int) -> list[str]:
     """The headline: wall time of the patched model called from Python (what a user gets),
-    against eager and torch.compile; then its device time the same way, and why the two
-    differ when wall time exceeds device time by more than HOST_BOUND_FACTOR."""
+    against eager and torch.compile; then its device time (what it costs as one CUDA graph)
+    the same way, and why the two differ when wall time exceeds device time by more than
+    HOST_BOUND_FACTOR; then torch.compile of the patched model, when it was timed."""
     wall = Timing.median(mt.patched_host_us)
     if not wall:
         return []
@@ -118,6 +119,13 @@ def model_time_lines(mt: ModelTiming, kernels: int) -> list[str]:
                         else "launches")
             text += f"; host-bound: {launches} (wall {wall / device:.1f}x device time)"
         lines.append(text)
+    applied = Timing.median(mt.compiled_applied_host_us)
+    if applied:  # what a user who compiles the rewritten model gets
+        on_device = Timing.median(mt.compiled_applied_us) if mt.clock == "device" else None
+        lines.append(f"  torch.compile of it: {_ms(applied)} wall"
+                     + (f", device time {_ms(on_device)}" if on_device else "")
+                     + _against(applied, Timing.median(mt.compiled_host_us),
+                                "torch.compile alone"))
     counts = [(n, k) for n, k in (("eager", mt.eager_kernels), ("patched", mt.patched_kernels),
                                   ("torch.compile", mt.compiled_kernels)) if k]
     if counts:
@@ -192,6 +200,8 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
                   "patched_wall_us": list(mt.patched_host_us) if mt else [],
                   "compiled_us": list(mt.compiled_us) if mt else [],
                   "compiled_wall_us": list(mt.compiled_host_us) if mt else [],
+                  "compiled_applied_us": list(mt.compiled_applied_us) if mt else [],
+                  "compiled_applied_wall_us": list(mt.compiled_applied_host_us) if mt else [],
                   "wall_speedup": mt.wall_speedup if mt else None,
                   "kernels_per_forward": {
                       "eager": mt.eager_kernels if mt else None,
@@ -228,6 +238,9 @@ def measure_dict(report: ValidationReport, capability: tuple[int, int]) -> dict[
              "eager_host_us": list(mt.eager_host_us),
              "compiled_us": judged(mt.clock, mt.compiled_us, mt.compiled_host_us),
              "compiled_host_us": list(mt.compiled_host_us),
+             "compiled_applied_us": judged(mt.clock, mt.compiled_applied_us,
+                                           mt.compiled_applied_host_us),
+             "compiled_applied_host_us": list(mt.compiled_applied_host_us),
              "kernels_per_forward": {"eager": mt.eager_kernels, "fused": mt.patched_kernels,
                                      "compiled": mt.compiled_kernels}} if mt else {}
     return {"device": {"name": report.device, "capability": list(capability)},

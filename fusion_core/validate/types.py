@@ -167,6 +167,10 @@ class ModelTiming:
     eager_kernels: int | None = None
     patched_kernels: int | None = None
     compiled_kernels: int | None = None
+    # torch.compile of the patched graph (our kernels as operators it traces into), by
+    # `clock` and by wall time; empty when not asked for or it failed
+    compiled_applied_us: tuple[float, ...] = ()
+    compiled_applied_host_us: tuple[float, ...] = ()
 
     @property
     def speedup(self) -> float | None:
