@@ -91,10 +91,14 @@ def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, .
         base = strides[k] * size
     if first is not None:
         groups.append(Group(first, last, unit))
-    # Size-1 domain dims at the edges join the outer/inner group (`i` instead of `i % span0`).
+    # Size-1 domain dims at the edges join the outer/inner group (`i` instead of `i % span0`),
+    # the outer ones only where the tensor has those dims: one that lacks them (a (C, 1, 1)
+    # BatchNorm weight over NCHW analysed at batch 1) stays broadcast when the batch grows.
     ordered = list(reversed(groups))
-    if ordered and all(d == 1 for d in domain[:ordered[0].first]):
-        ordered[0] = Group(0, ordered[0].last, ordered[0].unit)
+    own_first = rank - len(shape)  # the first domain dim the tensor itself has
+    if ordered and own_first < ordered[0].first and all(
+            d == 1 for d in domain[:ordered[0].first]):
+        ordered[0] = Group(own_first, ordered[0].last, ordered[0].unit)
     if ordered and all(d == 1 for d in domain[ordered[-1].last:]):
         ordered[-1] = Group(ordered[-1].first, rank, ordered[-1].unit)
     return Access(dims, tuple(ordered))
