@@ -296,12 +296,16 @@ def _squeeze_excite(m, x, s):
     (Lambda(_scale_shift_relu, w=torch.randn(4, 1, 1), b=torch.randn(4, 1, 1)),
      lambda n: (torch.randn(n, 4, 3, 5),)),
     (nn.Sequential(nn.BatchNorm2d(4), nn.ReLU()).eval(), lambda n: (torch.randn(n, 4, 3, 5),)),
+    # parameters that have the batch dim, of size 1 (a scale, a positional embedding)
+    (Lambda(_scale_shift_relu, w=torch.randn(1, 4, 1, 1), b=torch.randn(1, 4, 3, 5)),
+     lambda n: (torch.randn(n, 4, 3, 5),)),
     # a per-sample (N, C, 1, 1) input (squeeze-excite's scale) grows with the batch
     (Lambda(_squeeze_excite), lambda n: (torch.randn(n, 4, 3, 5), torch.randn(n, 4, 1, 1))),
-], ids=["params-c11", "batch_norm", "per-sample-scale"])
+], ids=["params-c11", "batch_norm", "params-1c11", "per-sample-scale"])
 def test_a_kernel_analysed_at_batch_1_runs_at_batch_2(model, make_inputs, tmp_path):
-    """Per-channel operands lack the batch dim: analysed at batch 1, their index must not
-    merge it with the channels, or batch 2 reads past the channels (or is refused)."""
+    """Parameters keep their shape at any batch: analysed at batch 1, their index must not
+    merge the batch dim with the channels, or batch 2 reads past the channels (or is
+    refused); an input with that dim grows with it."""
     torch.manual_seed(3)
     if isinstance(model, nn.Sequential):
         with torch.no_grad():

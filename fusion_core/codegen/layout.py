@@ -61,9 +61,10 @@ def align(shape: tuple[int, ...], stride: tuple[int, ...], rank: int
     return (1,) * pad + tuple(shape), (0,) * pad + tuple(stride)
 
 
-def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, ...]
-           ) -> Access:
-    """Group the domain dims `shape` spans (see the module docstring)."""
+def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, ...],
+           fixed: bool = False) -> Access:
+    """Group the domain dims `shape` spans (see the module docstring). `fixed`: the tensor
+    keeps its shape whatever the batch (a parameter, or computed from parameters only)."""
     rank = len(domain)
     dims, strides = align(tuple(shape), tuple(stride), rank)
     groups: list[Group] = []
@@ -91,12 +92,13 @@ def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, .
         base = strides[k] * size
     if first is not None:
         groups.append(Group(first, last, unit))
-    # Size-1 domain dims at the edges join the outer/inner group (`i` instead of `i % span0`),
-    # the outer ones only where the tensor has those dims: one that lacks them (a (C, 1, 1)
-    # BatchNorm weight over NCHW analysed at batch 1) stays broadcast when the batch grows.
+    # Size-1 domain dims at the edges join the outer/inner group (`i` instead of `i % span0`).
+    # The outer ones may be a batch of 1 that grows at run time: only a tensor that has those
+    # dims and grows with them joins them; one that lacks them (a (C, 1, 1) BatchNorm weight
+    # over NCHW) or is `fixed` (a (1, C, 1, 1) parameter) stays broadcast along them.
     ordered = list(reversed(groups))
     own_first = rank - len(shape)  # the first domain dim the tensor itself has
-    if ordered and own_first < ordered[0].first and all(
+    if ordered and not fixed and own_first < ordered[0].first and all(
             d == 1 for d in domain[:ordered[0].first]):
         ordered[0] = Group(own_first, ordered[0].last, ordered[0].unit)
     if ordered and all(d == 1 for d in domain[ordered[-1].last:]):
