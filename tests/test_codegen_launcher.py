@@ -291,6 +291,10 @@ def _squeeze_excite(m, x, s):
     return x * torch.sigmoid(s)
 
 
+def _channel_softmax(m, x):
+    return torch.softmax(x * 2.0, dim=1)
+
+
 @pytest.mark.parametrize("model,make_inputs", [
     # per-channel parameters shaped (C, 1, 1), as a BatchNorm's folded into the graph
     (Lambda(_scale_shift_relu, w=torch.randn(4, 1, 1), b=torch.randn(4, 1, 1)),
@@ -301,7 +305,9 @@ def _squeeze_excite(m, x, s):
      lambda n: (torch.randn(n, 4, 3, 5),)),
     # a per-sample (N, C, 1, 1) input (squeeze-excite's scale) grows with the batch
     (Lambda(_squeeze_excite), lambda n: (torch.randn(n, 4, 3, 5), torch.randn(n, 4, 1, 1))),
-], ids=["params-c11", "batch_norm", "params-1c11", "per-sample-scale"])
+    # NCHW read as NHWC rows of channels: the batch stride does not continue H and W's
+    (Lambda(_channel_softmax), lambda n: (torch.randn(n, 4, 3, 5),)),
+], ids=["params-c11", "batch_norm", "params-1c11", "per-sample-scale", "channel-softmax"])
 def test_a_kernel_analysed_at_batch_1_runs_at_batch_2(model, make_inputs, tmp_path):
     """Parameters keep their shape at any batch: analysed at batch 1, their index must not
     merge the batch dim with the channels, or batch 2 reads past the channels (or is
