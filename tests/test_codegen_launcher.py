@@ -295,6 +295,10 @@ def _channel_softmax(m, x):
     return torch.softmax(x * 2.0, dim=1)
 
 
+def _flattened(m, x):
+    return torch.relu(x * 2.0).flatten(1) + 1.0
+
+
 @pytest.mark.parametrize("model,make_inputs", [
     # per-channel parameters shaped (C, 1, 1), as a BatchNorm's folded into the graph
     (Lambda(_scale_shift_relu, w=torch.randn(4, 1, 1), b=torch.randn(4, 1, 1)),
@@ -307,7 +311,10 @@ def _channel_softmax(m, x):
     (Lambda(_squeeze_excite), lambda n: (torch.randn(n, 4, 3, 5), torch.randn(n, 4, 1, 1))),
     # NCHW read as NHWC rows of channels: the batch stride does not continue H and W's
     (Lambda(_channel_softmax), lambda n: (torch.randn(n, 4, 3, 5),)),
-], ids=["params-c11", "batch_norm", "params-1c11", "per-sample-scale", "channel-softmax"])
+    # a view that merges the dims after the batch (`flatten(1)`), not a fixed (1, 60) target
+    (Lambda(_flattened), lambda n: (torch.randn(n, 4, 3, 5),)),
+], ids=["params-c11", "batch_norm", "params-1c11", "per-sample-scale", "channel-softmax",
+        "flatten"])
 def test_a_kernel_analysed_at_batch_1_runs_at_batch_2(model, make_inputs, tmp_path):
     """Parameters keep their shape at any batch: analysed at batch 1, their index must not
     merge the batch dim with the channels, or batch 2 reads past the channels (or is
