@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from fusion_core.ir.shapes import InputSpec  # noqa: E402
 from fusion_core.pipeline import analyze  # noqa: E402
+from fusion_core.validate.devicetime import capture, device_time  # noqa: E402
 from fusion_core.validate.kernels import build_kernels  # noqa: E402
 from fusion_core.validate.modeltime import as_operators  # noqa: E402
 from fusion_core.validate.prepare import recording  # noqa: E402
@@ -97,33 +98,10 @@ def wall_us(fn: Callable[[], Any], calls: int = 30, repeat: int = 5) -> float:
     return statistics.median(samples)
 
 
-def captured(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
-    """`fn` recorded once in a CUDA graph (after warm-up calls on a side stream)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
-def device_us(graph: torch.cuda.CUDAGraph, reps: int = 10, samples: int = 7) -> float:
-    """GPU time per replay of `graph`, from CUDA events (median of samples)."""
-    graph.replay()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    return statistics.median(times)
+def device_us(fn: Callable[[], Any]) -> float:
+    """GPU time per call of `fn`: CUDA-graph replays timed with events (devicetime.py's
+    method, the one the timing gate uses), median of the samples."""
+    return statistics.median(device_time(fn, [()]).samples_us)
 
 
 def kernels_per_call(fn: Callable[[], Any]) -> int:
@@ -146,7 +124,7 @@ def row(name: str, fn: Callable[[], Any], graphable: bool = True) -> dict[str, A
         out["wall_us"] = wall_us(fn)
         out["kernels"] = kernels_per_call(fn)
         if graphable:
-            out["device_us"] = device_us(captured(fn))
+            out["device_us"] = device_us(fn)
     except Exception as e:  # noqa: BLE001 - one row's failure keeps the others
         out["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
         traceback.print_exc()
@@ -185,7 +163,7 @@ def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, Inp
         rows.append(row("traced graph, eager", lambda: rec.gm(*inputs)))
         rows.append(row("traced graph, our kernels applied", lambda: applied(*inputs)))
         try:
-            graph = captured(lambda: applied(*inputs))
+            graph = capture(lambda: applied(*inputs), [()])
             rows.append(row("applied, as one CUDA graph", graph.replay))
         except Exception as e:  # noqa: BLE001
             rows.append({"row": "applied, as one CUDA graph", "error": str(e).splitlines()[0]})

@@ -25,6 +25,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ from fusion_core.codegen.reference import (  # noqa: E402
 )
 from fusion_core.ir.shapes import InputSpec  # noqa: E402
 from fusion_core.pipeline import analyze_file  # noqa: E402
+from fusion_core.validate.devicetime import device_time  # noqa: E402
 
 CASES = [
     ("ExampleNet fp32", "examples/example_net.py", (16384, 1024), torch.float32),
@@ -83,31 +85,11 @@ def median_us(fn, inputs) -> float:
                for _ in range(2)) * 1e3
 
 
-def graph_us(fn, input_sets, reps: int = 20, samples: int = 15) -> float:
+def graph_us(fn, input_sets, samples: int = 15) -> float:
     """Device time per call: median over CUDA-graph replays that cycle through
-    `input_sets` (together larger than L2, so every call reads from DRAM)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for ins in input_sets:
-            fn(*ins)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for ins in input_sets:
-            fn(*ins)
-    graph.replay()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / (reps * len(input_sets)))
-    times.sort()
-    return times[len(times) // 2]
+    `input_sets` (together larger than L2, so every call reads from DRAM), timed as the
+    timing gate times (validate/devicetime.py)."""
+    return statistics.median(device_time(fn, input_sets, samples=samples).samples_us)
 
 
 def rotating(inputs, l2_bytes: int) -> list[tuple]:

@@ -115,3 +115,45 @@ def verdict_report(tmp_path_factory) -> Path:
     # scale is an improvement and a change: pages for both
     assert done.returncode == 1 and "1 failed, 2 passed" in done.stdout, done.stdout[-2000:]
     return proj / "rep-tests"
+
+
+class StubGpu:
+    """What `stub_gpu` stands in for CUDA: a fixed device (4000 GB/s, 60 MiB of L2), a host
+    clock reading `host_us` per call, CUDA-graph device time `device_us` per call, the GPU's
+    per-kernel floor `floor_us`; callables of a type in `uncapturable` fail their capture."""
+
+    def __init__(self) -> None:
+        self.host_us = 30.0
+        self.device_us = 4.0
+        self.floor_us = 1.0
+        self.uncapturable: list[type] = []
+
+
+@pytest.fixture
+def stub_gpu(monkeypatch) -> StubGpu:
+    """`validate` on the CPU as if on a CUDA machine: its timers, device query and CUDA-graph
+    capture stubbed (``StubGpu``), its recordings run at the reduced shape on the CPU."""
+    import torch
+
+    from fusion_core.validate import bench, devicetime, run
+    from fusion_core.validate.inputs import reduced_specs
+    from fusion_core.validate.prepare import recording
+
+    stub = StubGpu()
+
+    def device_time(fn, arg_sets, samples=devicetime.SAMPLES):
+        if isinstance(fn, tuple(stub.uncapturable)):
+            raise devicetime.CaptureError("RuntimeError: operation not permitted")
+        fn(*arg_sets[0])
+        return devicetime.DeviceTime((stub.device_us,) * samples, 0.01, len(arg_sets))
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(bench, "time_us", lambda fn, samples=5: (stub.host_us,) * samples)
+    monkeypatch.setattr(bench, "device_info", lambda peak=None: bench.Device(
+        "Stub GPU", (9, 0), 60 * 2**20, peak or 4000.0, "--peak-gbps" if peak else "detected"))
+    monkeypatch.setattr(devicetime, "device_time", device_time)
+    monkeypatch.setattr(devicetime, "floor_us", lambda index=0: stub.floor_us)
+    monkeypatch.setattr(run, "recording", lambda analysis, candidates, **kw: recording(
+        analysis, [reduced_specs(analysis)], **{**kw, "device": "cpu"}))
+    return stub

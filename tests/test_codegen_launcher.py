@@ -4,9 +4,11 @@ on every call, and the cache stays bounded."""
 
 import pytest
 import torch
+import torch.nn as nn
 from codegen_harness import DEVICE, Lambda, to_device
 
 from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.codegen.reference import capture_values
 from fusion_core.pipeline import analyze
 
 
@@ -279,3 +281,54 @@ def test_a_reshape_that_copies_is_taken_again_on_every_call(tmp_path):
         _check(launch, _reshaped, torch.randn(8, 4).t(), torch.randn(8, 4))
     assert len(module.plans) == 1
     assert [seats for seats, _ in module.LAUNCH_CACHE.values()] == [None]
+
+
+def _scale_shift_relu(m, x):
+    return torch.relu(x * m.w + m.b)
+
+
+def _squeeze_excite(m, x, s):
+    return x * torch.sigmoid(s)
+
+
+def _channel_softmax(m, x):
+    return torch.softmax(x * 2.0, dim=1)
+
+
+def _flattened(m, x):
+    return torch.relu(x * 2.0).flatten(1) + 1.0
+
+
+@pytest.mark.parametrize("model,make_inputs", [
+    # per-channel parameters shaped (C, 1, 1), as a BatchNorm's folded into the graph
+    (Lambda(_scale_shift_relu, w=torch.randn(4, 1, 1), b=torch.randn(4, 1, 1)),
+     lambda n: (torch.randn(n, 4, 3, 5),)),
+    (nn.Sequential(nn.BatchNorm2d(4), nn.ReLU()).eval(), lambda n: (torch.randn(n, 4, 3, 5),)),
+    # parameters that have the batch dim, of size 1 (a scale, a positional embedding)
+    (Lambda(_scale_shift_relu, w=torch.randn(1, 4, 1, 1), b=torch.randn(1, 4, 3, 5)),
+     lambda n: (torch.randn(n, 4, 3, 5),)),
+    # a per-sample (N, C, 1, 1) input (squeeze-excite's scale) grows with the batch
+    (Lambda(_squeeze_excite), lambda n: (torch.randn(n, 4, 3, 5), torch.randn(n, 4, 1, 1))),
+    # NCHW read as NHWC rows of channels: the batch stride does not continue H and W's
+    (Lambda(_channel_softmax), lambda n: (torch.randn(n, 4, 3, 5),)),
+    # a view that merges the dims after the batch (`flatten(1)`), not a fixed (1, 60) target
+    (Lambda(_flattened), lambda n: (torch.randn(n, 4, 3, 5),)),
+], ids=["params-c11", "batch_norm", "params-1c11", "per-sample-scale", "channel-softmax",
+        "flatten"])
+def test_a_kernel_analysed_at_batch_1_runs_at_batch_2(model, make_inputs, tmp_path):
+    """Parameters keep their shape at any batch: analysed at batch 1, their index must not
+    merge the batch dim with the channels, or batch 2 reads past the channels (or is
+    refused); an input with that dim grows with it."""
+    torch.manual_seed(3)
+    if isinstance(model, nn.Sequential):
+        with torch.no_grad():
+            model[0].running_mean.normal_()
+            model[0].running_var.uniform_(0.5, 2.0)
+    analysis = analyze(model, *make_inputs(1))
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster)
+    launch = getattr(load_kernel(write_kernels([kernel], tmp_path)[0]), kernel.name)
+    inputs = make_inputs(2)
+    values = capture_values(analysis, *inputs)
+    got = launch(*(to_device(values[name]) for name in cluster.inputs))
+    torch.testing.assert_close(got.cpu(), model(*inputs))

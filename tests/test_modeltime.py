@@ -17,7 +17,6 @@ from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.report.json_report import schema, to_document
 from fusion_core.validate import LoadedKernel, validate
-from fusion_core.validate.inputs import reduced_specs
 from fusion_core.validate.report import measure_dict, model_time_lines, report_dict
 from fusion_core.validate.types import ModelTiming
 
@@ -81,37 +80,14 @@ def test_no_host_bound_reason_when_wall_is_near_device_time():
 
 @pytest.mark.cpu
 @pytest.mark.parametrize("compiled", [True, False])
-def test_model_timed_both_ways_with_stubs(kernels, monkeypatch, compiled):
+def test_model_timed_both_ways_with_stubs(kernels, monkeypatch, stub_gpu, compiled):
     """Stubs for CUDA: host clock 30 µs for every call, device time 4 µs for graphs, a
     torch.compile that returns the graph, a profiler count of 7. The model's figures go
     to the report, its JSON (schema-valid) and the plugin's measure() dict."""
-    from fusion_core.validate import bench, devicetime, modeltime, run
-    from fusion_core.validate.prepare import recording
+    from fusion_core.validate import devicetime, modeltime
 
-    monkeypatch.setattr(bench, "time_us", lambda fn, samples=5: (30.0,) * samples)
-    monkeypatch.setattr(
-        bench,
-        "device_info",
-        lambda peak=None: bench.Device("Stub GPU", (9, 0), 60 * 2**20, 4000.0, "detected"),
-    )
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(devicetime, "floor_us", lambda index=0: 1.0)
     example = analyze_file(EXAMPLE, [InputSpec((16384, 1024))])
-    monkeypatch.setattr(
-        run,
-        "recording",
-        lambda analysis, candidates, **kw: recording(
-            analysis, [reduced_specs(analysis)], **{**kw, "device": "cpu"}
-        ),
-    )
-
-    def stub_device_time(fn, arg_sets, samples=devicetime.SAMPLES):
-        fn(*arg_sets[0])
-        return devicetime.DeviceTime((4.0,) * samples, 0.01, len(arg_sets))
-
     compiles: list[object] = []
-    monkeypatch.setattr(devicetime, "device_time", stub_device_time)
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiles.append(fn) or fn)
     monkeypatch.setattr(modeltime, "kernel_count", lambda fn, args: 7)
     report = validate(example, only_cluster0(kernels), inductor=compiled)

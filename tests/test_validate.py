@@ -299,16 +299,16 @@ def test_measure_is_none_without_cuda(example):
 
 
 @pytest.mark.cpu
-def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tmp_path):
+def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, stub_gpu):
     """The CUDA-only steps (timings, regime, bandwidth, model speedup, the Measured section)
-    driven on CPU: do_bench replaced by one wall-clock call, the device by a fixed one."""
+    driven on CPU: do_bench replaced by one wall-clock call, the device by a fixed one, no
+    CUDA-graph capture (host time)."""
     import time
     from io import StringIO
 
     from rich.console import Console
 
-    from fusion_core.validate import bench, run
-    from fusion_core.validate.prepare import recording
+    from fusion_core.validate import bench
 
     def stub_time_us(fn, samples=3):
         out = []
@@ -320,11 +320,7 @@ def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tm
 
     monkeypatch.setattr(bench, "time_us", stub_time_us)
     monkeypatch.setattr(torch, "compile", lambda fn: fn)  # Inductor's compile is tested elsewhere
-    monkeypatch.setattr(bench, "device_info", lambda peak=None: bench.Device(
-        "Stub GPU", (9, 0), 60 * 2**20, peak or 4000.0, "--peak-gbps" if peak else "detected"))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(run, "recording", lambda analysis, candidates, **kw: recording(
-        analysis, [reduced_specs(analysis)], **{**kw, "device": "cpu"}))
+    stub_gpu.uncapturable.append(object)
     report = validate(example, only_cluster0(kernels, "cluster0"), peak_gbps=None,
                       inductor=True)
     r0 = report.result(0)
@@ -350,40 +346,22 @@ def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, tm
 
 
 @pytest.mark.cpu
-def test_device_clock_with_a_stub_device_timer(example, kernels, monkeypatch):
+def test_device_clock_with_a_stub_device_timer(example, kernels, stub_gpu):
     """Kernel and eager subgraph captured (a stub stands for CUDA graphs): judged by device
     time, launch-bound only below the timer's resolution, host figures kept beside; where
     the eager side cannot be captured both sides fall back to host time."""
-    from fusion_core.validate import bench, devicetime, run
-    from fusion_core.validate.prepare import recording
+    from fusion_core.validate import devicetime
     from fusion_core.validate.report import measure_dict
     from fusion_core.validate.types import LAUNCH_BOUND
 
-    monkeypatch.setattr(bench, "time_us", lambda fn, samples=5: (30.0,) * samples)
-    monkeypatch.setattr(bench, "device_info", lambda peak=None: bench.Device(
-        "Stub GPU", (9, 0), 60 * 2**20, 4000.0, "detected"))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(run, "recording", lambda analysis, candidates, **kw: recording(
-        analysis, [reduced_specs(analysis)], **{**kw, "device": "cpu"}))
-    uncapturable: list[type] = []
-
-    def stub_device_time(fn, arg_sets, samples=devicetime.SAMPLES):
-        if isinstance(fn, tuple(uncapturable)):
-            raise devicetime.CaptureError("RuntimeError: operation not permitted")
-        fn(*arg_sets[0])
-        return devicetime.DeviceTime((4.0,) * samples, 0.01, len(arg_sets))
-
-    monkeypatch.setattr(devicetime, "device_time", stub_device_time)
-    floor = [1.0]  # the GPU's per-kernel cost in a graph, as devicetime.floor_us measures it
-    monkeypatch.setattr(devicetime, "floor_us", lambda index=0: floor[0])
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    # stub_gpu: host clock 30 µs, device time 4 µs, the GPU's per-kernel floor 1 µs
     report = validate(example, only_cluster0(kernels, "cluster0"))
     r0 = report.result(0)
     assert r0.timing.clock == "device" and r0.timing.kernel_us == (4.0,) * devicetime.SAMPLES
     assert r0.timing.kernel_host_us == r0.timing.eager_host_us == (30.0,) * 5
     assert r0.timing.resolution_us == devicetime.FLOOR_FACTOR * 1.0  # the floor, not 0.01
     assert r0.regime == "l2-resident"  # 4 µs: launch-bound by the host rule, not the device's
-    floor[0] = 3.0  # 4 µs is then mostly the per-kernel floor: not judged
+    stub_gpu.floor_us = 3.0  # 4 µs is then mostly the per-kernel floor: not judged
     assert validate(example, only_cluster0(kernels, "cluster0")).result(0).regime == LAUNCH_BOUND
     assert report.model_timing.clock == "device"
     measured = measure_dict(report, (9, 0))
@@ -391,7 +369,7 @@ def test_device_clock_with_a_stub_device_timer(example, kernels, monkeypatch):
     assert measured["clusters"][0]["kernel_host_us"] == [30.0] * 5
     assert measured["model"]["fused_host_us"] == [30.0] * 5
 
-    uncapturable.append(torch.fx.GraphModule)  # eager subgraphs and the model
+    stub_gpu.uncapturable.append(torch.fx.GraphModule)  # eager subgraphs and the model
     report = validate(example, only_cluster0(kernels, "cluster0"))
     r0 = report.result(0)
     assert r0.timing.clock == "host" and r0.timing.kernel_us == (30.0,) * 5
@@ -400,21 +378,19 @@ def test_device_clock_with_a_stub_device_timer(example, kernels, monkeypatch):
 
 
 @pytest.mark.cpu
-def test_timing_false_on_cuda_checks_numerics_and_times_nothing(example, kernels, monkeypatch):
+def test_timing_false_on_cuda_checks_numerics_and_times_nothing(example, kernels, monkeypatch,
+                                                                 stub_gpu):
     """`validate(timing=False)` on a (stubbed) CUDA machine: gates 1 and 2 only, no timer or
     device query called, and the console, JSON and HTML data say the timings were not run."""
     from fusion_core.report.html import page_data
-    from fusion_core.validate import bench, run
-    from fusion_core.validate.prepare import recording
+    from fusion_core.validate import bench, devicetime
     from fusion_core.validate.report import NOT_TIMED_LINE
 
     timed = []
     monkeypatch.setattr(bench, "time_us", lambda fn, samples=5: timed.append(fn) or (20.0,))
     monkeypatch.setattr(bench, "device_info", lambda peak=None: timed.append(peak))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(devicetime, "device_time", lambda *a, **k: timed.append(a))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Stub GPU")
-    monkeypatch.setattr(run, "recording", lambda analysis, candidates, **kw: recording(
-        analysis, [reduced_specs(analysis)], **{**kw, "device": "cpu"}))
     report = validate(example, only_cluster0(kernels, "cluster0"), timing=False)
     assert timed == []
     assert report.mode == "cuda" and report.device == "Stub GPU" and not report.timed

@@ -13,6 +13,7 @@ from fusion_core.ir.views import (
     Split,
     Squeeze,
     Strided,
+    Unflatten,
     Unsqueeze,
     ViewError,
     apply,
@@ -29,8 +30,10 @@ CASES = [
     ("permute", lambda t: t.permute(2, 0, 1), Permute),
     ("transpose", lambda t: t.transpose(0, 2), Permute),
     ("movedim", lambda t: t.movedim(0, -1), Permute),
-    ("view", lambda t: t.view(12, 5), Reshape),
-    ("flatten", lambda t: t.flatten(1), Reshape),
+    ("view", lambda t: t.view(12, 5), Merge),
+    ("flatten", lambda t: t.flatten(1), Merge),
+    ("unflatten", lambda t: t.unflatten(1, (2, 2)), Unflatten),
+    ("reshape", lambda t: t.reshape(4, 15), Reshape),
     ("unsqueeze", lambda t: t.unsqueeze(1), Unsqueeze),
     ("getitem", lambda t: t[:, 1:4:2], Strided),
     ("select", lambda t: t.select(1, 2), Strided),
@@ -123,4 +126,20 @@ def test_normalize_stores_the_steps_in_view_nodes():
 
     a = analyze(M(), torch.randn(SHAPE))
     views = {n.op: n.param(INDEX_STEPS) for n in a.graph.nodes if n.kind is OpKind.VIEW}
-    assert views == {"permute": (Permute((0, 2, 1)),), "reshape": (Reshape((3, 20)),)}
+    assert views == {"permute": (Permute((0, 2, 1)),), "reshape": (Merge(1, 3),)}
+
+
+def test_a_merge_or_split_of_dims_leaves_the_batch_free():
+    """`flatten(1)` and `unflatten` recognised at batch 1 hold at batch 2: the steps name
+    dims, not the analysed shape, and map back to each other."""
+    merge = describe("flatten", lambda t: t.flatten(1), (1, 4, 3, 5), (1, 60))
+    split = describe("view", lambda t: t.view(1, 4, 15), (1, 60), (1, 4, 15))
+    assert merge == (Merge(1, 4),) and split == (Unflatten(1, (4, 15)),)
+    x = torch.randn(2, 4, 3, 5)
+    assert torch.equal(apply(merge, x), x.flatten(1))
+    assert torch.equal(eval(merge[0].source("x"), {"x": x}), x.flatten(1))  # noqa: S307
+    y = x.flatten(1)
+    assert torch.equal(apply(split, y), y.view(2, 4, 15))
+    assert torch.equal(eval(split[0].source("y"), {"y": y}), y.view(2, 4, 15))  # noqa: S307
+    assert inverse(merge, (1, 4, 3, 5)) == (Unflatten(1, (4, 3, 5)),)
+    assert torch.equal(apply(inverse(merge, (2, 4, 3, 5)), y), x)

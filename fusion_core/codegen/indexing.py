@@ -39,6 +39,7 @@ from ..ir.views import (
     Reshape,
     Step,
     Strided,
+    Unflatten,
     Unsqueeze,
     ViewError,
     apply,
@@ -72,7 +73,7 @@ def _expanded(shape: tuple[int, ...], out: tuple[int, ...], chain: Sequence[Step
     """A broadcast operand made the result's full extent (stride 0 along its size-1 dims)
     when the chain reshapes: a reshape regroups elements, so it needs the full extent
     (BatchNorm statistics of (B*N, C) viewed back as (B, N, C)). () otherwise."""
-    if shape == out or not any(isinstance(s, (Reshape, Merge)) for s in chain):
+    if shape == out or not any(isinstance(s, (Reshape, Merge, Unflatten)) for s in chain):
         return ()
     dims = tuple((k, 1) if d == o else (-1, 0) for k, (d, o) in enumerate(zip(shape, out,
                                                                           strict=True)))

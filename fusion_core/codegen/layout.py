@@ -61,9 +61,10 @@ def align(shape: tuple[int, ...], stride: tuple[int, ...], rank: int
     return (1,) * pad + tuple(shape), (0,) * pad + tuple(stride)
 
 
-def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, ...]
-           ) -> Access:
-    """Group the domain dims `shape` spans (see the module docstring)."""
+def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, ...],
+           fixed: bool = False) -> Access:
+    """Group the domain dims `shape` spans (see the module docstring). `fixed`: the tensor
+    keeps its shape whatever the batch (a parameter, or computed from parameters only)."""
     rank = len(domain)
     dims, strides = align(tuple(shape), tuple(stride), rank)
     groups: list[Group] = []
@@ -92,9 +93,20 @@ def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, .
     if first is not None:
         groups.append(Group(first, last, unit))
     # Size-1 domain dims at the edges join the outer/inner group (`i` instead of `i % span0`).
+    # The outer ones may be a batch of 1 that grows at run time: only a tensor that has those
+    # dims and grows with them spans them; one that lacks them (a (C, 1, 1) BatchNorm weight
+    # over NCHW) or is `fixed` (a (1, C, 1, 1) parameter) stays broadcast along them. They
+    # join the outer group where their strides continue it (a contiguous tensor), else they
+    # are a group of their own (NCHW permuted to NHWC: the batch stride is C·H·W).
     ordered = list(reversed(groups))
-    if ordered and all(d == 1 for d in domain[:ordered[0].first]):
-        ordered[0] = Group(0, ordered[0].last, ordered[0].unit)
+    own_first = rank - len(shape)  # the first domain dim the tensor itself has
+    if ordered and not fixed and own_first < ordered[0].first and all(
+            d == 1 for d in domain[:ordered[0].first]):
+        head = ordered[0]
+        if all(strides[k] == base for k in range(own_first, head.first)):
+            ordered[0] = Group(own_first, head.last, head.unit)
+        else:
+            ordered.insert(0, Group(own_first, head.first, False))
     if ordered and all(d == 1 for d in domain[ordered[-1].last:]):
         ordered[-1] = Group(ordered[-1].first, rank, ordered[-1].unit)
     return Access(dims, tuple(ordered))

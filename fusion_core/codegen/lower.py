@@ -143,7 +143,8 @@ class _Lowering:
 
     def _access(self, name: str, shape, stride) -> Access:
         try:
-            return access(tuple(shape), tuple(stride), self.domain)
+            return access(tuple(shape), tuple(stride), self.domain,
+                          name in self.g.fixed)
         except LoweringError as e:
             # Blame the value's producer in the group, else the group nodes that read it.
             blame = (name,) if name in self.c.nodes else tuple(

@@ -157,6 +157,18 @@ class FusionGraph:
                 out[r].append(n.name)
         return {k: tuple(v) for k, v in out.items()}
 
+    @cached_property
+    def fixed(self) -> frozenset[str]:
+        """Values computed from parameters and buffers only (one pass in graph order): their
+        shapes do not follow the model inputs', so a batch of 1 is none of their dims."""
+        out: set[str] = set()
+        for n in self.nodes:
+            if n.kind is OpKind.CONSTANT or (
+                    n.kind not in (OpKind.INPUT, OpKind.GENERATOR) and n.refs
+                    and all(r in out for r in n.refs)):
+                out.add(n.name)
+        return frozenset(out)
+
     @property
     def compute_nodes(self) -> tuple[Node, ...]:
         return tuple(n for n in self.nodes if n.kind not in _STRUCTURAL)

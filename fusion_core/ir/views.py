@@ -13,11 +13,13 @@ permute (``ir/iteration.py``).
 How a view is recognised: the node's own call is replayed on a contiguous meta tensor of
 its input's shape, and the result's sizes, strides and storage offset say what it is.
 A dense result of the same size is a reshape (an unsqueeze or squeeze when only size-1
-dims differ), a result whose strides are the input's permuted is a permute, and
-anything else whose strides and offset decompose over the input's dims (slice, narrow,
-select, expand, ``as_strided`` of such a selection) is a ``Strided`` selection. Views
-returning several tensors (``split``, ``chunk``, ``unbind``) or reading sizes computed at
-run time other than the output shape get no steps, and nothing fuses through them.
+dims differ, a merge or unflatten when one run of dims is merged or one dim split: the
+other dims stay free, so a launcher runs at another batch), a result whose strides are the
+input's permuted is a permute, and anything else whose strides and offset decompose over
+the input's dims (slice, narrow, select, expand, ``as_strided`` of such a selection) is a
+``Strided`` selection. Views returning several tensors (``split``, ``chunk``, ``unbind``)
+or reading sizes computed at run time other than the output shape get no steps, and
+nothing fuses through them.
 """
 
 from __future__ import annotations
@@ -103,11 +105,32 @@ class Merge:
         return f"{var}.flatten({self.first}, {self.last - 1})"
 
     def inverse(self, shape: tuple[int, ...]) -> Step | None:
-        return Reshape(tuple(shape))
+        return Unflatten(self.first, tuple(shape[self.first:self.last]))
 
     def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (*shape[:self.first], math.prod(shape[self.first:self.last]),
                 *shape[self.last:])
+
+
+@dataclass(frozen=True)
+class Unflatten:
+    """Dim `dim` split into `sizes` (`unflatten`, a merge undone); the other dims keep any
+    size, so a launcher called at another batch stays generic."""
+
+    dim: int
+    sizes: tuple[int, ...]
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        return Reshape(self.shape(tuple(t.shape))).apply(t)
+
+    def source(self, var: str) -> str:
+        return f"{var}.unflatten({self.dim}, {_literal(self.sizes)})"
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return Merge(self.dim, self.dim + len(self.sizes))
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (*shape[:self.dim], *self.sizes, *shape[self.dim + 1:])
 
 
 @dataclass(frozen=True)
@@ -225,7 +248,7 @@ class Strided:
         return self.sizes
 
 
-Step = Permute | Reshape | Merge | Split | Unsqueeze | Squeeze | Strided
+Step = Permute | Reshape | Merge | Unflatten | Split | Unsqueeze | Squeeze | Strided
 
 
 def apply(steps: Sequence[Step], t: torch.Tensor) -> torch.Tensor:
@@ -276,7 +299,26 @@ def reshape_steps(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[Step, ...
         dims = _inserted(dst, src)
         if dims is not None:
             return (Squeeze(dims),)
+    # A run of dims merged (`flatten(1)`) or one dim split (module docstring).
+    run = _merged_run(src, dst)
+    if run is not None:
+        return (Merge(*run),)
+    run = _merged_run(dst, src)
+    if run is not None:
+        return (Unflatten(run[0], tuple(dst[run[0]:run[1]])),)
     return (Reshape(dst),)
+
+
+def _merged_run(long: tuple[int, ...], short: tuple[int, ...]) -> tuple[int, int] | None:
+    """(first, last) when `short` is `long` with dims [first, last) merged into one."""
+    n = len(long) - len(short) + 1
+    if n < 2:
+        return None
+    for first in range(len(short)):
+        if (long[:first] == short[:first] and long[first + n:] == short[first + 1:]
+                and math.prod(long[first:first + n]) == short[first]):
+            return first, first + n
+    return None
 
 
 def _inserted(short: tuple[int, ...], long: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -162,21 +162,31 @@ def model_check(rec: Recording, launchers: dict[int, Callable],
         return runs[key]
 
     indices = sorted(launchers)
+
+    def failed(max_abs_err: float | None, blamed: tuple[int, ...], why: str,
+               details: tuple[tuple[int, str], ...], offered: Verdict | None = None
+               ) -> ModelCheck:
+        """A failed check of every kernel; `offered`: the run of those not blamed."""
+        return ModelCheck(
+            False,
+            max_abs_err,
+            tuple(indices),
+            blamed,
+            why,
+            inputs=inputs,
+            analysed_inputs=analysed,
+            details=details,
+            patched_rmse=offered.patched_rmse if offered is not None else None,
+            eager_rmse=offered.eager_rmse if offered is not None else None,
+            offered_max_abs_err=offered.max_abs_err if offered is not None else None,
+        )
+
     everything = run(indices)
     culprits = () if everything.passed else _culprits(run, (), tuple(indices))
     blamed = tuple(i for i, _ in culprits)
     kept = tuple(i for i in indices if i not in blamed)
     if not kept:
-        return ModelCheck(
-            False,
-            everything.max_abs_err,
-            tuple(indices),
-            blamed,
-            everything.why,
-            inputs=inputs,
-            analysed_inputs=analysed,
-            details=culprits,
-        )
+        return failed(everything.max_abs_err, blamed, everything.why, culprits)
     same, graph_err, differs = graph_matches_model(rec)
     if same is False:
         # No kernel is at fault, but none can be vouched for against the model either:
@@ -186,16 +196,7 @@ def model_check(rec: Recording, launchers: dict[int, Callable],
             f"patched in ({differs}): a capture problem, not a kernel's (try the other "
             "--capture)"
         )
-        return ModelCheck(
-            False,
-            graph_err,
-            tuple(indices),
-            tuple(indices),
-            why,
-            inputs=inputs,
-            analysed_inputs=analysed,
-            details=tuple((i, why) for i in indices),
-        )
+        return failed(graph_err, tuple(indices), why, tuple((i, why) for i in indices))
     offered = run(kept)  # passed: the bisection kept only groups that pass together
     if everything.passed:
         # A model that cannot be compared with its graph says why, on the passing line.
@@ -209,19 +210,7 @@ def model_check(rec: Recording, launchers: dict[int, Callable],
             patched_rmse=offered.patched_rmse,
             eager_rmse=offered.eager_rmse,
         )
-    return ModelCheck(
-        False,
-        everything.max_abs_err,
-        tuple(indices),
-        blamed,
-        everything.why,
-        inputs=inputs,
-        analysed_inputs=analysed,
-        details=culprits,
-        patched_rmse=offered.patched_rmse,
-        eager_rmse=offered.eager_rmse,
-        offered_max_abs_err=offered.max_abs_err,
-    )
+    return failed(everything.max_abs_err, blamed, everything.why, culprits, offered)
 
 
 def _run_patched(
