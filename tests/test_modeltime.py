@@ -17,6 +17,7 @@ from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.report.json_report import schema, to_document
 from fusion_core.validate import LoadedKernel, validate
+from fusion_core.validate.inputs import reduced_specs
 from fusion_core.validate.report import measure_dict, model_time_lines, report_dict
 from fusion_core.validate.types import ModelTiming
 
