@@ -3,6 +3,7 @@
 import os
 import shutil
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -114,8 +115,7 @@ def test_a_rewrite_keeps_the_files_mode_and_leaves_no_temp_file(tmp_path):
     store = storage(tmp_path)
     path = write(store, snapshot())
     path.chmod(0o600)
-    changed = snapshot()
-    write(store, Snapshot(**{**changed.__dict__, "model": "Net2"}), "updated")
+    write(store, replace(snapshot(), model="Net2"), "updated")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert store.read_test(TEST).model == "Net2"
     assert sorted(p.name for p in store.folder.iterdir()) == [path.name]
