@@ -3,7 +3,7 @@
 Reads, after each checked test, its result (``FusionAdvisor.checked_result``: the analysis
 and the kernels already generated for it), its record and, for a test whose baseline
 differs, that baseline file; builds the test's page there (in the worker under xdist, where
-the analysis lives) and keeps the HTML text. The controller collects the pages
+the analysis lives) and keeps the HTML text in the session. The controller collects the pages
 (``workeroutput["fusion_html"]``) and writes ``DIR/index.html`` (rows from the run's
 ``FusionReport``, as the terminal table's) and ``DIR/tests/<test>.html`` when PATH is a
 folder (as the md/json files decide), else ``PATH.html`` and ``PATH-tests/``.
@@ -56,7 +56,6 @@ class HtmlReport:
 
     def __init__(self, session: FusionSession) -> None:
         self.session = session
-        self.pages: dict[str, str] = {}  # nodeid -> page HTML
 
     def page_name(self, nodeid: str) -> str:
         return baseline_name(nodeid).removesuffix(".yaml") + ".html"
@@ -101,7 +100,7 @@ class HtmlReport:
         if self.session.is_worker:  # shipped with the worker's output, whatever the hook order
             item.config.workeroutput.setdefault(PAGES_KEY, {})[item.nodeid] = page
         else:
-            self.pages[item.nodeid] = page
+            self.session.pages[item.nodeid] = page
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionfinish(self, session: pytest.Session):
@@ -126,7 +125,7 @@ class HtmlReport:
         return where.with_name(where.name + ".html"), where.with_name(where.name + "-tests")
 
     def write(self) -> bool:
-        """Write the pages and the index; False (and one line in the plugin's errors) when a
+        """Write the pages and the index; False (and one line in the session's errors) when a
         file or the pages folder cannot be written: the run still ends with its summary."""
         index, folder = self.targets()
         try:
@@ -149,10 +148,10 @@ class HtmlReport:
 
         s = self.session
         hrefs = {}
-        for nodeid in sorted(set(self.pages) & set(s.records)):
+        for nodeid in sorted(set(s.pages) & set(s.records)):
             folder.mkdir(parents=True, exist_ok=True)
             name = self.page_name(nodeid)
-            fusion_core.write_atomic(folder / name, self.pages[nodeid])
+            fusion_core.write_atomic(folder / name, s.pages[nodeid])
             hrefs[nodeid] = f"{folder.name}/{name}"
         index.parent.mkdir(parents=True, exist_ok=True)
         rows = s.report().index_rows(hrefs)
@@ -160,7 +159,7 @@ class HtmlReport:
         s.report_files.append(index)
 
     def merge(self, node: Any) -> None:
-        self.pages.update(getattr(node, "workeroutput", {}).get(PAGES_KEY, {}))
+        self.session.pages.update(getattr(node, "workeroutput", {}).get(PAGES_KEY, {}))
 
 
 class _XdistPages:

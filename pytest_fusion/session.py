@@ -2,7 +2,8 @@
 
 Owns the options (``options.Settings``), the baselines folder (``storage.BaselineStorage``),
 each checked test's ``TestRecord``, the queued ``BaselineWrite``s, what collection saw
-(for stale baselines), what the session end did (``SessionEnd``) and the lines to say.
+(for stale baselines), the HTML pages made so far, what the session end did
+(``SessionEnd``) and the lines to say.
 Writes nothing during tests: writes are queued and applied by the controller at session
 end (``finish``), so under xdist the controller alone touches the baselines folder. A
 worker sends each test's record and writes to the controller as soon as the test ends
@@ -64,6 +65,7 @@ class FusionSession:
         self.defined: set[str] = set()
         self.lost_workers: set[str] = set()
         self.end: SessionEnd | None = None  # set by finish() on the controller
+        self.pages: dict[str, str] = {}  # test id -> its HTML page (--fusion-report=PATH)
         self.report_files: list[Path] = []
         self.errors: list[str] = []  # problems that fail the run
         self.notes: list[str] = []  # things worth a line that do not
