@@ -66,6 +66,7 @@ class FusionSession:
         self.lost_workers: set[str] = set()
         self.end: SessionEnd | None = None  # set by finish() on the controller
         self.pages: dict[str, str] = {}  # test id -> its HTML page (--fusion-report=PATH)
+        self._report: FusionReport | None = None  # see report()
         self.report_files: list[Path] = []
         self.errors: list[str] = []  # problems that fail the run
         self.notes: list[str] = []  # things worth a line that do not
@@ -161,9 +162,15 @@ class FusionSession:
         return found
 
     def report(self) -> FusionReport:
-        """The run's report, built once from the typed records (after the session end)."""
+        """The run's report, built from the typed records once the session end has applied
+        the writes and judged the stale files (built afresh on each call before that)."""
         from .report import FusionReport
 
+        if self._report is not None:
+            return self._report
         end = self.end or SessionEnd()
-        return FusionReport(tuple(sorted(self.records.values(), key=lambda r: r.nodeid)),
-                            end.written, end.stale, end.stale_removed)
+        report = FusionReport(tuple(sorted(self.records.values(), key=lambda r: r.nodeid)),
+                              end.written, end.stale, end.stale_removed)
+        if self.end is not None:
+            self._report = report
+        return report
