@@ -24,6 +24,8 @@ def test_assert_fused_accepts_ops_in_order_with_others_between():
     r = result()
     r.assert_fused(["mul", "relu", "add"])
     r.assert_fused(["mul", "add"])
+    with pytest.raises(AssertionError, match="`mul → mul` are not fused together"):
+        r.assert_fused(["mul", "mul"])  # an op named twice must occur twice
     with pytest.raises(AssertionError) as info:
         r.assert_fused(["add", "mul"])
     assert str(info.value).splitlines() == [
