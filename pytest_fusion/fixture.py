@@ -2,30 +2,35 @@
 
 Reads a model (instance, class or factory, with ``model_kwargs`` for the last two, or
 a path to a .py file, ``file.py:NAME`` or ``package.module:NAME``) and example inputs;
-returns a ``FusionResult`` (the ``Analysis`` plus its snapshot and any measurements).
-Assertion helpers raise ``AssertionError`` with the clusters and rejections spelled out;
-``check`` compares with the test's baseline through the session and fails the test with
-the reviewer-facing message.
+returns a ``FusionResult`` (``result.py``: the ``Analysis``, its snapshot, its kernels,
+generated once, and any measurements), whose methods make the assertions (the fixture's
+``assert_*`` methods are aliases kept for existing tests); ``check`` compares with the
+test's baseline through the session and fails the test with the reviewer-facing message.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .compare import CHECKS, Tolerances, fmt_bytes
+from .compare import CHECKS, Tolerances
+from .judge import Verdict
 from .measure import to_measured
 from .options import CAPTURES, check_improvements, check_target, check_tolerance
-from .session import TestRecord
-from .snapshot import Snapshot, from_analysis
+from .result import FusionResult, generate_kernels
+from .snapshot import from_analysis
 from .timing_shape import timing_analysis
 
 if TYPE_CHECKING:  # fusion_core loads on first use (see fusion_core/__init__.py)
     from fusion_core.errors import Fix
+
+    from .session import FusionSession
+
+__all__ = ["FusionAdvisor", "FusionResult", "build_inputs", "build_model", "fixes"]
 
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
@@ -33,77 +38,10 @@ MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "device", "imp
                    "model_kwargs", "timing_inputs", "compiled", "compiled_shapes")
 
 
-@dataclass(frozen=True)
-class FusionResult:
-    analysis: Any  # fusion_core.Analysis
-    snapshot: Snapshot
-    measurement: dict | None  # raw result of pytest_fusion_measure, None when not measured
-    hw_key: str | None
-
-    @property
-    def clusters(self):
-        return self.analysis.clusters
-
-    @property
-    def frontend(self) -> str:
-        """The frontend that captured the graph: "fx" or "export" (auto resolves to one)."""
-        return self.analysis.graph.frontend
-
-    @property
-    def rejections(self):
-        return self.analysis.rejections
-
-    @property
-    def target(self) -> str:
-        """The device the analysis was made for: "cpu" or "cuda"."""
-        return self.snapshot.target
-
-    @property
-    def kernels(self) -> int:
-        return self.snapshot.kernels
-
-    @property
-    def saved_bytes(self) -> int:
-        return self.snapshot.saved_bytes
-
-    def describe(self) -> str:
-        """Every cluster and rejection, one per line (used in assertion messages)."""
-        s = self.snapshot
-        lines = [f"{s.model}: {len(s.clusters)} cluster(s)"]
-        lines += [f"  cluster `{c.chain}` ({c.category}){f' in {c.module}' if c.module else ''}"
-                  f" at {c.lines}" for c in s.clusters]
-        lines += [f"  rejected: {r.check} on `{r.chain}` at {r.lines}: {r.reason}"
-                  for r in s.rejections]
-        return "\n".join(lines)
-
-
-def generated_kernels(analysis: Any) -> dict[int, tuple[str | None, str]]:
-    """Cluster index -> (kernel kind, "") or (None, why code generation failed)."""
-    import fusion_core
-
-    generate = getattr(fusion_core, "generate", None)
-    if generate is None:
-        return {}
-    out: dict[int, tuple[str | None, str]] = {}
-    for c in analysis.clusters:
-        try:
-            k = generate(analysis, c)
-        except Exception as e:  # noqa: BLE001 - any codegen failure is that cluster's verdict
-            out[c.index] = (None, f"{type(e).__name__}: {e}".splitlines()[0])
-            continue
-        out[c.index] = (k.skeleton + (" (looped)" if k.looped else ""), "")
-    return out
-
-
 def _as_checks(checks: str | Sequence[str] | None) -> tuple[str, ...]:
     if checks is None:
         return CHECKS
     return (checks,) if isinstance(checks, str) else tuple(checks)
-
-
-def _is_subsequence(want: Sequence[str], ops: Sequence[str]) -> bool:
-    it = iter(ops)
-    return all(op in it for op in want)
 
 
 def build_model(model: Any, model_kwargs: Mapping[str, Any] | None = None):
@@ -168,8 +106,10 @@ def fixes(call: str) -> dict[Fix, str]:
 
 
 class FusionAdvisor:
-    def __init__(self, item: pytest.Item, plugin: Any) -> None:
-        self.item, self.plugin = item, plugin
+    """The `fusion_advisor` fixture of one test: analyses, and the test's one baseline check."""
+
+    def __init__(self, item: pytest.Item, session: FusionSession) -> None:
+        self.item, self.session = item, session
         self.checked = False
         self.checked_result: FusionResult | None = None  # what check() compared (HTML page)
         self._marker_result: FusionResult | None = None
@@ -208,12 +148,12 @@ class FusionAdvisor:
         import fusion_core
 
         if capture is None:
-            capture = self.plugin.capture
+            capture = self.session.settings.capture
         elif capture not in CAPTURES:
             pytest.fail(f"unknown capture frontend capture={capture!r}: choose from "
                         f"{', '.join(CAPTURES)}", pytrace=False)
         if device is None:
-            device = self.plugin.target
+            device = self.session.settings.target
         elif problem := check_target(device, call.replace("(...)", "(device=...)")):
             pytest.fail(problem, pytrace=False)
         try:
@@ -229,18 +169,19 @@ class FusionAdvisor:
         rootdir = self.item.config.rootpath
         # The kernels are Triton kernels, timed on the GPU whatever the target; a cuda target
         # is not timed on a machine without CUDA (nothing there runs what it describes).
-        runs_here = device == "cpu" or self.plugin.hw_key is not None
+        runs_here = device == "cpu" or self.session.hw_key is not None
         timed, index_map = analysis, None
         if measure and runs_here and timing_inputs is not None:
             timed, index_map = timing_analysis(analysis, timing_inputs, dtype, device,
                                                call)
+        generated = generate_kernels(analysis)  # once: the snapshot, timings and page use it
         raw = self.item.config.hook.pytest_fusion_measure(
-            analysis=timed, config=self.item.config,
-            device=device) if measure and runs_here else None
-        key = self.plugin.hw_key
-        snap = from_analysis(analysis, self.item.nodeid, rootdir,
-                             kernels=generated_kernels(analysis), target=device)
-        if self.plugin.compiled if compiled is None else compiled:
+            analysis=timed, config=self.item.config, device=device,
+            kernels=generated if timed is analysis else None) if measure and runs_here else None
+        key = self.session.hw_key
+        snap = from_analysis(analysis, self.item.nodeid, rootdir, kernels=generated.kinds,
+                             target=device)
+        if self.session.settings.compiled if compiled is None else compiled:
             from .compiled_gate import compiled_data  # loads torch: only when asked for
 
             snap = replace(snap, compiled=compiled_data(model, model_kwargs, inputs, dtype,
@@ -250,7 +191,7 @@ class FusionAdvisor:
             key, m = to_measured(raw, snap.clusters, taken, index_map)
             if m.clusters or m.model_us:  # nothing timed (the model failed there): none stored
                 snap = replace(snap, measured={key: m})
-        self.last_result = FusionResult(analysis, snap, raw, key)
+        self.last_result = FusionResult(analysis, snap, raw, key, generated)
         return self.last_result
 
     @property
@@ -282,42 +223,30 @@ class FusionAdvisor:
         return self._marker_result
 
     # ------------------------------------------------------------ assertions
+    # Aliases of the result's own assertions (`result.assert_fused(ops)`), kept for tests
+    # written against the fixture.
     def assert_fused(self, result: FusionResult, ops: Sequence[str]) -> None:
-        """Some cluster contains `ops`, in this order (other ops may sit between)."""
+        """``result.assert_fused(ops)``."""
         __tracebackhide__ = True
-        if not any(_is_subsequence(ops, c.ops) for c in result.snapshot.clusters):
-            raise AssertionError(f"`{' → '.join(ops)}` are not fused together.\n"
-                                 + result.describe())
+        result.assert_fused(ops)
 
     def assert_no_rejection(self, result: FusionResult, check: str | None = None) -> None:
-        """No candidate was rejected (for the given legality check, when given)."""
+        """``result.assert_no_rejection(check)``."""
         __tracebackhide__ = True
-        bad = [r for r in result.snapshot.rejections if check is None or r.check == check]
-        if bad:
-            what = f"`{check}` rejection" if check else "rejection"
-            raise AssertionError(f"expected no {what}, found {len(bad)}:\n" + "\n".join(
-                f"  {r.check} on `{r.chain}` at {r.lines}: {r.reason}" for r in bad))
+        result.assert_no_rejection(check)
 
     def assert_traffic_saved(self, result: FusionResult, at_least: int | None = None,
                              fraction: float | None = None) -> None:
-        """Fusion saves at least `at_least` bytes and/or `fraction` of the unfused traffic."""
+        """``result.assert_traffic_saved(at_least, fraction)``."""
         __tracebackhide__ = True
-        s = result.snapshot
-        got = s.saved_bytes
-        if at_least is not None and got < at_least:
-            raise AssertionError(f"fusion saves {fmt_bytes(got)} ({got} B), expected at least "
-                                 f"{fmt_bytes(at_least)} ({at_least} B)\n" + result.describe())
-        share = got / s.unfused_bytes if s.unfused_bytes else 0.0
-        if fraction is not None and share < fraction:
-            raise AssertionError(f"fusion saves {share:.0%} of the cluster traffic, expected at "
-                                 f"least {fraction:.0%}\n" + result.describe())
+        result.assert_traffic_saved(at_least, fraction)
 
     # ------------------------------------------------------------ baseline
     def tolerances(self, **overrides: Any) -> Tolerances:
         """ini values, overridden by the marker, overridden by `overrides`."""
         __tracebackhide__ = True
         marker = self.item.get_closest_marker("fusion_check")
-        values = dict(self.plugin.ini_tolerances)
+        values = dict(self.session.settings.ini_tolerances)
         for where, source in (("fusion_check", marker.kwargs if marker else {}),
                               ("fusion_advisor.check", overrides)):
             for arg, name in TOLERANCE_ARGS.items():
@@ -340,14 +269,14 @@ class FusionAdvisor:
                 if bad:
                     pytest.fail(bad, pytrace=False)
                 return value
-        return self.plugin.improvements
+        return self.session.settings.improvements
 
     def check(self, result: FusionResult, checks: Sequence[str] | None = None,
               improvements: str | None = None, **tolerances: Any) -> None:
         """Compare `result` with this test's baseline; fail the test on a regression (and
         on an improvement when `improvements="fail"`)."""
         __tracebackhide__ = True
-        _, failure = self._check(result, checks, tolerances, improvements)
+        failure = self._check(result, checks, tolerances, improvements).failure
         if failure:
             pytest.fail(failure, pytrace=False)
 
@@ -356,16 +285,15 @@ class FusionAdvisor:
         an unusable baseline; returns the message of a missing baseline instead, so the body
         (the test's own assertions) still runs before that fails the test."""
         __tracebackhide__ = True
-        rec, failure = self._check(self.result, None, {}, None)
-        if failure and rec.status == "missing":
-            return failure
-        if failure:
-            pytest.fail(failure, pytrace=False)
+        verdict = self._check(self.result, None, {}, None)
+        if verdict.failure and verdict.record.status == "missing":
+            return verdict.failure
+        if verdict.failure:
+            pytest.fail(verdict.failure, pytrace=False)
         return None
 
     def _check(self, result: FusionResult, checks: Sequence[str] | None,
-               tolerances: dict[str, Any], improvements: str | None
-               ) -> tuple[TestRecord, str | None]:
+               tolerances: dict[str, Any], improvements: str | None) -> Verdict:
         __tracebackhide__ = True
         if self.checked:
             pytest.fail("a test has one fusion baseline: fusion_advisor.check() was already "
@@ -390,8 +318,5 @@ class FusionAdvisor:
         if bad:
             pytest.fail(f"unknown fusion check(s) {', '.join(sorted(bad))}: choose from "
                         f"{', '.join(CHECKS)}", pytrace=False)
-        session = self.plugin.session
-        rec, failure = session.check(result.snapshot, tol, checks, result.hw_key,
-                                     fail_improvements, self.plugin.compiler_change)
-        session.record(rec)
-        return rec, failure
+        return self.session.check(result.snapshot, tol, checks, result.hw_key,
+                                  fail_improvements, self.session.settings.compiler_change)

@@ -1,11 +1,12 @@
 """The HTML side of `--fusion-report=PATH`: an index of checked tests and a page per test.
 
-Reads, after each checked test, its analysis (``FusionAdvisor.checked_result``), its
-record and, for a test whose baseline differs, that baseline file; builds the test's page
-there (in the worker under xdist, where the analysis lives) and keeps the HTML text. The
-controller collects the pages (``workeroutput["fusion_html"]``) and writes
-``DIR/index.html`` and ``DIR/tests/<test>.html`` when PATH is a folder (as the md/json
-files decide), else ``PATH.html`` and ``PATH-tests/``.
+Reads, after each checked test, its result (``FusionAdvisor.checked_result``: the analysis
+and the kernels already generated for it), its record and, for a test whose baseline
+differs, that baseline file; builds the test's page there (in the worker under xdist, where
+the analysis lives) and keeps the HTML text in the session. The controller collects the pages
+(``workeroutput["fusion_html"]``) and writes ``DIR/index.html`` (rows from the run's
+``FusionReport``, as the terminal table's) and ``DIR/tests/<test>.html`` when PATH is a
+folder (as the md/json files decide), else ``PATH.html`` and ``PATH-tests/``.
 The page of a test that differs from its baseline (regressed, improved, changed) puts the
 baseline's clusters and the current ones side by side, on one layout of both graphs, with
 each cluster's status and the ops it lost or gained marked on both panes
@@ -20,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .compare import fmt_bytes
-from .report import model_timing_cell
+from .records import TestRecord
 from .snapshot import BaselineError, Snapshot, baseline_name
 
 if TYPE_CHECKING:  # imported where used: it imports torch
     from .page_diff import Change, PageDiff
+    from .result import FusionResult
+    from .session import FusionSession
 
 PAGES_KEY = "fusion_html"
 # Statuses whose page shows the baseline beside the current clusters.
@@ -52,29 +54,26 @@ def _baseline_view(base: Snapshot, diff: PageDiff) -> list[dict[str, Any]]:
 class HtmlReport:
     """Registered when `--fusion-report=PATH` names a path; see the module docstring."""
 
-    def __init__(self, plugin: Any) -> None:
-        self.plugin = plugin
-        self.pages: dict[str, str] = {}  # nodeid -> page HTML
+    def __init__(self, session: FusionSession) -> None:
+        self.session = session
 
     def page_name(self, nodeid: str) -> str:
         return baseline_name(nodeid).removesuffix(".yaml") + ".html"
 
-    def _page(self, nodeid: str, result: Any, rec: dict[str, Any]) -> str:
+    def _page(self, nodeid: str, result: FusionResult, rec: TestRecord) -> str:
         import fusion_core
 
         back = "../index.html"
         base = None
-        if rec["status"] in DIFFERS:
-            from .session import baseline_path, read_baseline
-
-            path, legacy = baseline_path(self.plugin.folder, nodeid)
+        kernels = result.generated.sources  # generated with the analysis: not again here
+        if rec.status in DIFFERS:
             try:
-                base = read_baseline(legacy or path, self.plugin.shown(legacy or path))
+                base = self.session.storage.read_test(nodeid)
             except BaselineError:
                 pass
         if base is None:
             page = fusion_core.page_data(result.analysis, measured=result.measurement,
-                                         title=nodeid, hints=HINTS)
+                                         title=nodeid, hints=HINTS, kernels=kernels)
             return fusion_core.analysis_html(page, back=back)
         from .compare import compare
         from .page_diff import page_diff
@@ -82,11 +81,11 @@ class HtmlReport:
         diff = page_diff(base, result.snapshot, result.analysis.graph,
                          compare(base, result.snapshot).pairs)
         page = fusion_core.page_data(result.analysis, measured=result.measurement, title=nodeid,
-                                     hints=HINTS, ghosts=diff.ghosts,
+                                     hints=HINTS, ghosts=diff.ghosts, kernels=kernels,
                                      current_only=diff.current_only)
         return fusion_core.compare_html(page, _baseline_view(base, diff),
                                         [_change(c) for c in diff.current], diff.marks,
-                                        rec["status"], rec["messages"], back=back)
+                                        rec.status, list(rec.messages), back=back)
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
@@ -94,20 +93,20 @@ class HtmlReport:
 
         advisor = item.stash.get(advisor_key, None)
         result = getattr(advisor, "checked_result", None)
-        rec = self.plugin.session.records.get(item.nodeid)
+        rec = self.session.records.get(item.nodeid)
         if result is None or rec is None:
             return
         page = self._page(item.nodeid, result, rec)
-        if self.plugin.is_worker:  # shipped with the worker's output, whatever the hook order
+        if self.session.is_worker:  # shipped with the worker's output, whatever the hook order
             item.config.workeroutput.setdefault(PAGES_KEY, {})[item.nodeid] = page
         else:
-            self.pages[item.nodeid] = page
+            self.session.pages[item.nodeid] = page
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionfinish(self, session: pytest.Session):
         # After the plugin's own session end: the records are final, the md/json written.
         result = yield
-        if not self.plugin.is_worker and not self.write():
+        if not self.session.is_worker and not self.write():
             # Asked for and not written, as for the md/json files (the plugin's session end,
             # which set the exit status from those, has run already).
             if session.exitstatus == pytest.ExitCode.OK:
@@ -116,9 +115,9 @@ class HtmlReport:
 
     def targets(self) -> tuple[Path, Path]:
         """(index file, folder of the test pages)."""
-        p = self.plugin
-        given = p.config.getoption("fusion_report")
-        where = Path(p.config.invocation_params.dir, given)
+        config = self.session.config
+        given = config.getoption("fusion_report")
+        where = Path(config.invocation_params.dir, given)
         if given.endswith(("/", os.sep)) or where.is_dir():  # as for the md/json files
             return where / "index.html", where / "tests"
         if where.suffix in (".md", ".json", ".html"):
@@ -126,7 +125,7 @@ class HtmlReport:
         return where.with_name(where.name + ".html"), where.with_name(where.name + "-tests")
 
     def write(self) -> bool:
-        """Write the pages and the index; False (and one line in the plugin's errors) when a
+        """Write the pages and the index; False (and one line in the session's errors) when a
         file or the pages folder cannot be written: the run still ends with its summary."""
         index, folder = self.targets()
         try:
@@ -140,37 +139,27 @@ class HtmlReport:
                 reason = (f"{e.strerror or e} (check that folder's permissions, or choose "
                           "another --fusion-report PATH)")
                 reason = f"{where}: {reason}"
-            self.plugin.errors.append(f"could not write the fusion HTML report: {reason}")
+            self.session.errors.append(f"could not write the fusion HTML report: {reason}")
             return False
         return True
 
     def _write(self, index: Path, folder: Path) -> None:
         import fusion_core
 
-        p = self.plugin
-        rows = []
-        for rec in sorted(p.session.records.values(), key=lambda r: r["nodeid"]):
-            href = ""
-            if rec["nodeid"] in self.pages:
-                folder.mkdir(parents=True, exist_ok=True)
-                name = self.page_name(rec["nodeid"])
-                fusion_core.write_atomic(folder / name, self.pages[rec["nodeid"]])
-                href = f"{folder.name}/{name}"
-            speedup = rec.get("model_speedup")
-            timing = rec.get("timing_note") or "—"
-            rows.append({"test": rec["nodeid"], "model": rec["model"],
-                         "clusters": rec["clusters"], "href": href,
-                         "traffic saved": fmt_bytes(rec["saved_bytes"]),
-                         "baseline": rec["status"],
-                         "timings": model_timing_cell(speedup, timing,
-                                                      rec.get("model_wall_speedup"),
-                                                      rec.get("model_host_factor"))})
+        s = self.session
+        hrefs = {}
+        for nodeid in sorted(set(s.pages) & set(s.records)):
+            folder.mkdir(parents=True, exist_ok=True)
+            name = self.page_name(nodeid)
+            fusion_core.write_atomic(folder / name, s.pages[nodeid])
+            hrefs[nodeid] = f"{folder.name}/{name}"
         index.parent.mkdir(parents=True, exist_ok=True)
-        fusion_core.write_atomic(index, fusion_core.index_html(rows, p.provenance))
-        p.report_files = [*getattr(p, "report_files", []), index]
+        rows = s.report().index_rows(hrefs)
+        fusion_core.write_atomic(index, fusion_core.index_html(rows, s.provenance))
+        s.report_files.append(index)
 
     def merge(self, node: Any) -> None:
-        self.pages.update(getattr(node, "workeroutput", {}).get(PAGES_KEY, {}))
+        self.session.pages.update(getattr(node, "workeroutput", {}).get(PAGES_KEY, {}))
 
 
 class _XdistPages:
@@ -181,9 +170,9 @@ class _XdistPages:
         self.report.merge(node)
 
 
-def register(config: pytest.Config, plugin: Any) -> None:
+def register(config: pytest.Config, session: FusionSession) -> None:
     """Register the HTML report (`--fusion-report` was given a path)."""
-    report = HtmlReport(plugin)
+    report = HtmlReport(session)
     config.pluginmanager.register(report, "fusion-html-report")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistPages(report), "fusion-html-xdist")

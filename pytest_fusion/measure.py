@@ -1,7 +1,9 @@
 """Measured fields: where they come from and how they become baseline data.
 
-Measurements come from the ``pytest_fusion_measure(analysis, config, device)`` hook
-(first non-None result wins; ``device`` is the analysis target, ``cpu`` or ``cuda``).
+Measurements come from the ``pytest_fusion_measure(analysis, config, device, kernels)``
+hook (first non-None result wins; ``device`` is the analysis target, ``cpu`` or ``cuda``;
+``kernels`` the kernels already generated for the analysis; an implementation may take
+any subset of these arguments).
 The plugin calls it only where the target can run: never for a ``cuda`` target on a
 machine without CUDA. Its own fallback implementation calls
 ``fusion_core.measure(analysis)`` when fusion_core exports it and CUDA is available (our
@@ -45,11 +47,13 @@ if TYPE_CHECKING:  # the data model loads when something is measured
 
 class FusionHookSpecs:
     @pytest.hookspec(firstresult=True)
-    def pytest_fusion_measure(self, analysis: Any, config: pytest.Config,
-                              device: str) -> dict | None:
+    def pytest_fusion_measure(self, analysis: Any, config: pytest.Config, device: str,
+                              kernels: Any) -> dict | None:
         """Measure the analysis' generated kernels on this machine, or return None.
 
-        `device` is the target the analysis was made for ("cpu" or "cuda")."""
+        `device` is the target the analysis was made for ("cpu" or "cuda"); `kernels` the
+        kernels the plugin generated for this analysis (``result.GeneratedKernels``), or
+        None when they are to be generated here (a timing shape is another analysis)."""
 
 
 def hardware_key(device: dict[str, Any]) -> str:
@@ -96,9 +100,10 @@ def to_measured(result: dict[str, Any], clusters: Sequence[ClusterRec],
         model_eager_host_us=_floats(model.get("eager_host_us")))
 
 
-def default_measure(analysis: Any, device: str) -> dict | None:
+def default_measure(analysis: Any, device: str, kernels: Any = None) -> dict | None:
     """fusion_core.measure when it exists and CUDA is present; else None.
 
+    `kernels` (``result.GeneratedKernels``): the analysis' kernels, already generated.
     Timings are taken holding the GPU's lock, so xdist workers (or two pytest runs) that
     share one GPU take turns instead of timing each other's kernels."""
     import torch
@@ -109,7 +114,9 @@ def default_measure(analysis: Any, device: str) -> dict | None:
     if fn is None or not torch.cuda.is_available():
         return None
     with device_lock(_device_id()):
-        return fn(analysis)
+        if kernels is None:
+            return fn(analysis)
+        return fn(analysis, kernels=kernels.kernels, failed=kernels.failed)
 
 
 def _device_id() -> str:

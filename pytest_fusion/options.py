@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,53 @@ def report_base(config: pytest.Config) -> Path | None:
             raise pytest.UsageError(f"--fusion-report={given}: {target} is a folder; choose "
                                     "another path")
     return base
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run's option values, read and checked once at configure time."""
+
+    folder: Path  # the baselines folder (absolute)
+    mode: str | None  # the update mode (MODES) or None
+    report_requested: bool  # --fusion-report given (with or without PATH)
+    report_base: Path | None  # PATH of --fusion-report=PATH without suffix
+    ini_tolerances: dict[str, float]
+    capture: str
+    improvements: str
+    target: str  # the marker's or analyze()'s device= wins
+    compiled: bool  # compiled= on a test wins
+    compiler_change: str
+    fail_stale: bool
+    require_timings: bool
+    prune_stale: bool
+    disabled: bool
+
+
+def settings(config: pytest.Config) -> Settings:
+    """Every option of the run; a bad value raises pytest.UsageError (one line)."""
+    folder = Path(config.getini("fusion_baselines_dir"))
+    # Checked in the order the options were always read: the first bad one is named.
+    mode, base, tolerances = update_mode(config), report_base(config), ini_tolerances(config)
+    capture = config.getini("fusion_capture").strip()
+    if capture not in CAPTURES:
+        raise pytest.UsageError(f"ini option fusion_capture must be one of "
+                                f"{', '.join(CAPTURES)}, got {capture!r}")
+    improvements = config.getini("fusion_improvements").strip()
+    bad = check_improvements(improvements, "ini option fusion_improvements")
+    if bad:
+        raise pytest.UsageError(bad)
+    fail_stale = config.getoption("fusion_fail_stale")
+    require_timings = config.getoption("fusion_require_timings")
+    return Settings(
+        folder=folder if folder.is_absolute() else config.rootpath / folder,
+        mode=mode, report_requested=config.getoption("fusion_report") is not None,
+        report_base=base, ini_tolerances=tolerances,
+        capture=capture, improvements=improvements, target=ini_target(config),
+        compiled=bool(config.getini("fusion_compiled")),
+        compiler_change=ini_compiler_change(config),
+        fail_stale=bool(config.getini("fusion_fail_stale") if fail_stale is None
+                        else fail_stale),
+        require_timings=bool(config.getini("fusion_require_timings") if require_timings is None
+                             else require_timings),
+        prune_stale=bool(config.getoption("fusion_prune_stale")),
+        disabled=bool(config.getoption("fusion_disable")))

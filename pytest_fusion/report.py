@@ -1,23 +1,28 @@
-"""The fusion report: a terminal table, a Markdown file and a JSON file.
+"""The fusion report: one object, ``FusionReport``, rendered as every report the run gives.
 
-Reads the session's test records (plain dicts), the baseline writes applied and
-the stale baselines found; returns text. ``summary_lines`` is always shown when
-something needs attention (created/updated/stale/improved/missing); ``table_lines``,
-``markdown`` and ``json_doc`` only with ``--fusion-report``. Each ends with the update
-commands that create or accept what the run found, quoted for a shell.
+Built once at the end of the run from the session's typed records (``TestRecord``), the
+baseline writes applied and the stale baselines found; returns text and rows, writes
+nothing. Every rendering reads one row per test from ``rows`` (the terminal table, the
+Markdown table, the HTML index), so a column is worded in one place. ``summary_lines`` is
+always shown when something needs attention (created/updated/stale/improved/missing);
+``table_lines``, ``markdown``, ``json_doc`` and ``index_rows`` only with
+``--fusion-report``. Each ends with the update commands that create or accept what the
+run found, quoted for a shell.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .compare import fmt_bytes
+from .records import NOT_CHECKED, BaselineWrite, StaleBaseline, TestRecord
 
+__all__ = ["NOT_CHECKED", "FusionReport", "table_lines", "unjudged_line"]
 REPORT_SCHEMA_VERSION = 1
-FAILED = ("missing", "error", "regressed", "unaccepted")
-NOT_CHECKED = "not checked: test failed before check"
 
 
 def update_command(mode: str, nodeids: list[str]) -> str:
@@ -31,11 +36,11 @@ def ratchet_command(nodeids: list[str]) -> str:
     return update_command("all", nodeids)
 
 
-def _ids(records: list[dict[str, Any]], *statuses: str) -> list[str]:
-    return [r["nodeid"] for r in records if r["status"] in statuses]
+def _ids(records: Iterable[TestRecord], *statuses: str) -> list[str]:
+    return [r.nodeid for r in records if r.status in statuses]
 
 
-def missing_line(records: list[dict[str, Any]]) -> list[str]:
+def missing_line(records: Iterable[TestRecord]) -> list[str]:
     """One line creating every missing baseline of the run (each test's failure names its
     own; one command is what a first run of many tests needs)."""
     ids = _ids(records, "missing")
@@ -64,27 +69,6 @@ GAP_WORDS = {
 }
 
 
-def unjudged_line(records: list[dict[str, Any]], required: bool = False) -> str:
-    """`no timing judged on NVIDIA H200: 5 tests have no baseline for this GPU (…), 2 have
-    only launch-bound kernels`, when the run's fusion tests judged no timing ("" when one
-    did, or when nothing was timed on a GPU and timings are not `required`)."""
-    if not records or any(r.get("timings_judged") for r in records):
-        return ""
-    keys = Counter(r["hw_key"] for r in records if r.get("hw_key"))
-    if not keys and not required:
-        return ""  # a CPU run: nothing to time, nothing to say
-    # The device's name, without the compute capability the hardware key adds.
-    where = f" on {keys.most_common(1)[0][0].rsplit(' sm_', 1)[0]}" if keys else ""
-    gaps = Counter(r.get("timing_gap") or "error" for r in records)
-    parts = []
-    for gap, (one, many, how) in GAP_WORDS.items():
-        n = gaps.get(gap, 0)
-        if n:
-            noun = ("test " if n == 1 else "tests ") if not parts else ""
-            parts.append(f"{n} {noun}{one if n == 1 else many}{how}")
-    return f"no timing judged{where}: " + ", ".join(parts)
-
-
 HOST_BOUND_FACTOR = 1.1  # as fusion_core's model line: wall time past this is host time
 
 
@@ -107,102 +91,147 @@ def model_timing_cell(speedup: float | None, note: str, wall: float | None = Non
     return f"model {fusion_core.speedup_words(speedup)} fused; {note}"
 
 
-def _timings(r: dict[str, Any]) -> str:
-    return model_timing_cell(r.get("model_speedup"), r.get("timing_note") or "—",
-                             r.get("model_wall_speedup"), r.get("model_host_factor"))
-
-
-def _row(r: dict[str, Any]) -> tuple[str, ...]:
-    return (r["nodeid"], r["model"], str(r["clusters"]), fmt_bytes(r["saved_bytes"]),
-            r["status"], _timings(r))
-
-
 HEADER = ("test", "model", "clusters", "traffic saved", "baseline", "timings")
+RATCHET_WORDS = {"improved": "improved", "unaccepted": "improved (fails until accepted)",
+                 "changed": "changed (not a regression)"}
 
 
-def table_lines(records: list[dict[str, Any]]) -> list[str]:
-    rows = [HEADER] + [_row(r) for r in records]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True))
-            + "  " + row[-1] for row in rows]
-
-
-def summary_lines(records: list[dict[str, Any]], writes: list[dict[str, Any]],
-                  stale: list[dict[str, Any]], removed: bool) -> list[str]:
-    out = []
-    for w in writes:
-        out.append(f"{w['action']} {w['path_shown']} ({w['test']})")
-        out += [f"    {c}" for c in w["changes"] if w["action"] != "created"]
-    for s in stale:
-        if removed:
-            out.append(f"removed stale {s['path']} (test {s['test']} no longer exists)")
-        else:
-            out.append(f"stale {s['path']}: test {s['test']} no longer exists; remove it with "
-                       "pytest --fusion-prune-stale")
-    ratchet = [r for r in records if r["status"] in ("improved", "unaccepted", "changed")]
-    for r in ratchet:
-        word = {"improved": "improved", "unaccepted": "improved (fails until accepted)",
-                "changed": "changed (not a regression)"}[r["status"]]
-        out.append(f"{r['nodeid']}: {word}")
-        out += [f"    {m}" for m in r["messages"]]
-    if ratchet:
-        out.append("accept with: " + ratchet_command([r["nodeid"] for r in ratchet]))
-    return out + missing_line(records)
+def _row(r: TestRecord) -> tuple[str, ...]:
+    """One test's cells under HEADER: the only place a column is worded."""
+    return (r.nodeid, r.model, str(r.clusters), fmt_bytes(r.saved_bytes), r.status,
+            model_timing_cell(r.model_speedup, r.timing_note or "—", r.model_wall_speedup,
+                              r.model_host_factor))
 
 
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(records: list[dict[str, Any]], writes: list[dict[str, Any]],
-             stale: list[dict[str, Any]], removed: bool, provenance: dict[str, str]) -> str:
-    prov = ", ".join(f"{k} {v}" for k, v in provenance.items() if k != "date")
-    failed = sum(r["status"] in FAILED for r in records)
-    lines = ["## Fusion report", "",
-             f"{len(records)} test(s) checked, {failed} failing. {prov}.", ""]
-    if records:
-        lines += ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-        lines += ["| " + " | ".join(_md_cell(c) for c in _row(r)) + " |" for r in records]
-        lines.append("")
-    details = [r for r in records if r["messages"]]
-    for r in details:
-        lines.append(f"**{_md_cell(r['nodeid'])}** — {r['status']}")
-        lines += [f"- {m}" for m in r["messages"]]
-        lines.append("")
-    if writes:
-        lines += ["### Baselines written", ""]
-        lines += [f"- {w['action']} `{w['path_shown']}`" for w in writes]
-        lines.append("")
-    if stale:
-        lines += ["### Stale baselines", ""]
-        lines += [f"- {'removed ' if removed else ''}`{s['path']}` (test `{s['test']}`)"
-                  for s in stale]
-        lines.append("")
-    return "\n".join(lines + _accept_md(records))
+@dataclass(frozen=True)
+class FusionReport:
+    """The run's fusion report; see the module docstring."""
+
+    records: tuple[TestRecord, ...]  # sorted by test id
+    written: tuple[BaselineWrite, ...] = ()
+    stale: tuple[StaleBaseline, ...] = ()
+    stale_removed: bool = False
+
+    @property
+    def rows(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(_row(r) for r in self.records)
+
+    @property
+    def failing(self) -> int:
+        return sum(r.failing for r in self.records)
+
+    def table_lines(self) -> list[str]:
+        """The terminal table: HEADER and one line per test, columns padded."""
+        rows = [HEADER, *self.rows]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
+        return ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True))
+                + "  " + row[-1] for row in rows]
+
+    def index_rows(self, pages: Mapping[str, str]) -> list[dict[str, str]]:
+        """The HTML index's rows: the same cells by column name, and `href`, the test's
+        page (`pages`: test id -> its page's path relative to the index; "" when none)."""
+        return [{**dict(zip(HEADER, row, strict=True)), "href": pages.get(r.nodeid, "")}
+                for r, row in zip(self.records, self.rows, strict=True)]
+
+    def summary_lines(self) -> list[str]:
+        """What needs attention: writes, stale files, improvements, missing baselines."""
+        out = []
+        for w in self.written:
+            out.append(f"{w.action} {w.shown} ({w.test})")
+            out += [f"    {c}" for c in w.changes if w.action != "created"]
+        for s in self.stale:
+            if self.stale_removed:
+                out.append(f"removed stale {s.shown} (test {s.test} no longer exists)")
+            else:
+                out.append(f"stale {s.shown}: test {s.test} no longer exists; remove it with "
+                           "pytest --fusion-prune-stale")
+        ratchet = [r for r in self.records if r.status in RATCHET_WORDS]
+        for r in ratchet:
+            out.append(f"{r.nodeid}: {RATCHET_WORDS[r.status]}")
+            out += [f"    {m}" for m in r.messages]
+        if ratchet:
+            out.append("accept with: " + ratchet_command([r.nodeid for r in ratchet]))
+        return out + missing_line(self.records)
+
+    def unjudged_line(self, required: bool = False) -> str:
+        """`no timing judged on NVIDIA H200: 5 tests have no baseline for this GPU (…), 2
+        have only launch-bound kernels`, when the run's fusion tests judged no timing (""
+        when one did, or when nothing was timed on a GPU and timings are not `required`)."""
+        records = self.records
+        if not records or any(r.timings_judged for r in records):
+            return ""
+        keys = Counter(r.hw_key for r in records if r.hw_key)
+        if not keys and not required:
+            return ""  # a CPU run: nothing to time, nothing to say
+        # The device's name, without the compute capability the hardware key adds.
+        where = f" on {keys.most_common(1)[0][0].rsplit(' sm_', 1)[0]}" if keys else ""
+        gaps = Counter(r.timing_gap or "error" for r in records)
+        parts = []
+        for gap, (one, many, how) in GAP_WORDS.items():
+            n = gaps.get(gap, 0)
+            if n:
+                noun = ("test " if n == 1 else "tests ") if not parts else ""
+                parts.append(f"{n} {noun}{one if n == 1 else many}{how}")
+        return f"no timing judged{where}: " + ", ".join(parts)
+
+    def markdown(self, provenance: Mapping[str, str]) -> str:
+        prov = ", ".join(f"{k} {v}" for k, v in provenance.items() if k != "date")
+        lines = ["## Fusion report", "",
+                 f"{len(self.records)} test(s) checked, {self.failing} failing. {prov}.", ""]
+        if self.records:
+            lines += ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in self.rows]
+            lines.append("")
+        for r in self.records:
+            if r.messages:
+                lines.append(f"**{_md_cell(r.nodeid)}** — {r.status}")
+                lines += [f"- {m}" for m in r.messages]
+                lines.append("")
+        if self.written:
+            lines += ["### Baselines written", ""]
+            lines += [f"- {w.action} `{w.shown}`" for w in self.written]
+            lines.append("")
+        if self.stale:
+            removed = "removed " if self.stale_removed else ""
+            lines += ["### Stale baselines", ""]
+            lines += [f"- {removed}`{s.shown}` (test `{s.test}`)" for s in self.stale]
+            lines.append("")
+        return "\n".join(lines + self._accept_md())
+
+    def _accept_md(self) -> list[str]:
+        """The commands that create or accept what this run found, last in the report."""
+        steps = [("Create the missing baselines:", "new", _ids(self.records, "missing")),
+                 ("Accept the regressions above, if they are intended:", "failing",
+                  _ids(self.records, "regressed")),
+                 ("Record the improvements and changes:", "all",
+                  _ids(self.records, "improved", "changed"))]
+        lines = []
+        for text, mode, ids in steps:
+            if ids:
+                lines += [text, "", "```sh", update_command(mode, ids), "```", ""]
+        return ["### Accept", "", *lines] if lines else []
+
+    def json_doc(self, provenance: Mapping[str, str]) -> dict[str, Any]:
+        return {
+            "schema_version": REPORT_SCHEMA_VERSION,
+            "provenance": dict(provenance),
+            "tests": [r.to_data() for r in self.records],
+            "baselines_written": [{"path": w.shown, "action": w.action, "test": w.test,
+                                   "changes": list(w.changes)} for w in self.written],
+            "stale": [{"path": s.shown, "test": s.test, "removed": self.stale_removed}
+                      for s in self.stale],
+        }
 
 
-def _accept_md(records: list[dict[str, Any]]) -> list[str]:
-    """The commands that create or accept what this run found, last in the report."""
-    steps = [("Create the missing baselines:", "new", _ids(records, "missing")),
-             ("Accept the regressions above, if they are intended:", "failing",
-              _ids(records, "regressed")),
-             ("Record the improvements and changes:", "all",
-              _ids(records, "improved", "changed"))]
-    lines = []
-    for text, mode, ids in steps:
-        if ids:
-            lines += [text, "", "```sh", update_command(mode, ids), "```", ""]
-    return ["### Accept", "", *lines] if lines else []
+def table_lines(records: Sequence[TestRecord]) -> list[str]:
+    """The terminal table of `records` (in their order)."""
+    return FusionReport(tuple(records)).table_lines()
 
 
-def json_doc(records: list[dict[str, Any]], writes: list[dict[str, Any]],
-             stale: list[dict[str, Any]], removed: bool,
-             provenance: dict[str, str]) -> dict[str, Any]:
-    return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "provenance": provenance,
-        "tests": records,
-        "baselines_written": [{"path": w["path_shown"], "action": w["action"], "test": w["test"],
-                               "changes": w["changes"]} for w in writes],
-        "stale": [{**s, "removed": removed} for s in stale],
-    }
+def unjudged_line(records: Sequence[TestRecord], required: bool = False) -> str:
+    """``FusionReport.unjudged_line`` of `records`."""
+    return FusionReport(tuple(records)).unjudged_line(required)

@@ -17,6 +17,7 @@ from test_fusion_compare import BASE, H200, snap
 
 import fusion_core
 from pytest_fusion.compare import Tolerances, compare
+from pytest_fusion.records import TestRecord
 from pytest_fusion.report import table_lines, unjudged_line
 from pytest_fusion.schema import from_data, to_data
 from pytest_fusion.session import dump_yaml
@@ -36,7 +37,7 @@ def test_a_ratio_is_worded_by_its_direction(speedup, words):
 
 
 def test_report_row_says_a_slower_model_is_slower():
-    rec = {
+    rec = TestRecord(**{
         "nodeid": "t.py::t",
         "model": "Net",
         "clusters": 1,
@@ -44,7 +45,7 @@ def test_report_row_says_a_slower_model_is_slower():
         "status": "pass",
         "timing_note": "timings checked",
         "model_speedup": 0.69,
-    }
+    })
     assert "model 1.45× slower fused; timings checked" in table_lines([rec])[1]
     assert "faster" not in table_lines([rec])[1]
 
@@ -125,7 +126,7 @@ def test_baselines_record_clock_and_shape_and_schema_2_loads_as_host_time():
 
 
 def rec(gap, judged=0, hw=H200):
-    return {"nodeid": f"t.py::{gap}", "hw_key": hw, "timings_judged": judged, "timing_gap": gap}
+    return TestRecord(f"t.py::{gap}", "pass", hw_key=hw, timings_judged=judged, timing_gap=gap)
 
 
 def test_unjudged_line_counts_each_reason_with_the_device_name():

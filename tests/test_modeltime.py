@@ -153,9 +153,12 @@ def test_model_time_on_the_gpu(kernels):
 
 
 def test_plugin_row_leads_with_wall_time_when_judged_by_device_time():
+    from dataclasses import replace
+
+    from pytest_fusion.records import TestRecord
     from pytest_fusion.report import table_lines
 
-    rec = {
+    rec = TestRecord(**{
         "nodeid": "t.py::t",
         "model": "Net",
         "clusters": 1,
@@ -164,16 +167,16 @@ def test_plugin_row_leads_with_wall_time_when_judged_by_device_time():
         "timing_note": "timings checked",
         "model_speedup": 1.66,
         "model_wall_speedup": 0.95,
-    }
+    })
     row = table_lines([rec])[1]
     assert "model 1.05× slower fused (wall time; device time 1.66× faster)" in row
     assert "timings checked" in row
-    rec["model_host_factor"] = 2.79  # wall time 2.79x the device time: host-bound
+    rec = replace(rec, model_host_factor=2.79)  # wall time 2.79x the device time: host-bound
     assert ("model 1.05× slower fused (wall time; device time 1.66× faster; host-bound: "
             "wall 2.79× device time); timings checked") in table_lines([rec])[1]
-    rec["model_host_factor"] = 1.05  # within HOST_BOUND_FACTOR: nothing to explain
+    rec = replace(rec, model_host_factor=1.05)  # within HOST_BOUND_FACTOR: nothing to explain
     assert "host-bound" not in table_lines([rec])[1]
-    del rec["model_wall_speedup"]  # host-judged: one figure, as before
+    rec = replace(rec, model_wall_speedup=None)  # host-judged: one figure, as before
     assert "model 1.66× faster fused; timings checked" in table_lines([rec])[1]
 
 

@@ -52,21 +52,26 @@ def build_kernels(analysis: Analysis, clusters: tuple[Cluster, ...] | None = Non
 
     kernels: dict[int, Kernel] = {}
     failed: dict[int, str] = {}
-    same_as: dict[int, int] = {}
-    first_with: dict[str, int] = {}
     for c in analysis.clusters if clusters is None else clusters:
         try:
-            kernel = codegen.generate(analysis, c)
+            kernels[c.index] = codegen.generate(analysis, c)
         except codegen.LoweringError as e:  # one cluster's limit must not cost the others
             failed[c.index] = one_line(e)
-            continue
-        kernels[c.index] = kernel
+    return kernel_set(kernels, failed)
+
+
+def kernel_set(kernels: Mapping[int, Kernel], failed: Mapping[int, str]) -> KernelSet:
+    """The set of kernels a caller already generated, identical ones found."""
+    same_as: dict[int, int] = {}
+    first_with: dict[str, int] = {}
+    for index in sorted(kernels):
+        kernel = kernels[index]
         key = same_source_key(kernel.source, kernel.name, kernel.cluster_index)
         if key in first_with:
-            same_as[c.index] = first_with[key]
+            same_as[index] = first_with[key]
         else:
-            first_with[key] = c.index
-    return KernelSet(kernels, failed, same_as)
+            first_with[key] = index
+    return KernelSet(dict(kernels), dict(failed), same_as)
 
 
 class _Renamer(ast.NodeTransformer):

@@ -8,18 +8,27 @@ of repeated do_bench medians in microseconds.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..pipeline import Analysis
+from .kernels import kernel_set
 from .report import measure_dict
 from .run import KernelProvider, validate
 
+if TYPE_CHECKING:
+    from ..codegen import Kernel
+
 
 def measure(analysis: Analysis, provider: KernelProvider | None = None,
-            peak_gbps: float | None = None) -> dict[str, Any] | None:
+            peak_gbps: float | None = None, kernels: Mapping[int, Kernel] | None = None,
+            failed: Mapping[int, str] | None = None) -> dict[str, Any] | None:
+    """`kernels`/`failed`: the analysis' kernels (and why the others have none) the caller
+    already generated, so none is generated again; None generates them here."""
     if not torch.cuda.is_available():
         return None
-    report = validate(analysis, provider, peak_gbps=peak_gbps)
+    given = None if kernels is None else kernel_set(kernels, failed or {})
+    report = validate(analysis, provider, kernels=given, peak_gbps=peak_gbps)
     return measure_dict(report, tuple(torch.cuda.get_device_capability()))
