@@ -55,7 +55,7 @@ def lines_column(mappings: Sequence[SourceMapping]) -> dict[int, str]:
 
 def mapping_dict(m: SourceMapping) -> dict[str, Any]:
     lines = None if m.file is None else {"file": m.file, "start": m.start, "end": m.end}
-    return {"cluster": m.cluster_index, "map": m.quality, "lines": lines,
+    return {"cluster": m.cluster_index, "map": m.quality.value, "lines": lines,
             "function": m.function, "reason": m.reason,
             "replacement": m.replacement.strip() if m.replacement else None,
             "shared_with": list(m.shared_with), "baked": list(m.baked)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import torch.fx as fx
@@ -35,14 +36,23 @@ from .pysource import (
 )
 from .unify import BINOPS, Mismatch, Unifier, module_path
 
-EXACT, POINTER = "exact", "pointer"
+
+class MapQuality(StrEnum):
+    """How a cluster maps to the user's source; the value is what the console table, the
+    JSON report and the HTML page show."""
+
+    EXACT = "exact"  # a diff: the range's statements become one call of the kernel
+    POINTER = "pointer"  # the file and line range (when known) and the reason, no diff
+
+
+EXACT, POINTER = MapQuality.EXACT, MapQuality.POINTER
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
 
 
 @dataclass(frozen=True)
 class SourceMapping:
     cluster_index: int
-    quality: str  # EXACT or POINTER
+    quality: MapQuality
     file: str | None
     start: int | None
     end: int | None
