@@ -72,16 +72,18 @@ class HtmlReport:
                 base = read_baseline(legacy or path, self.plugin.shown(legacy or path))
             except BaselineError:
                 pass
+        # The page takes typed results: the measurement hook's timings
+        results = fusion_core.PageResults(
+            measured=fusion_core.measured_times(result.measurement))
         if base is None:
-            page = fusion_core.page_data(result.analysis, measured=result.measurement,
-                                         title=nodeid, hints=HINTS)
+            page = fusion_core.page_data(result.analysis, results, title=nodeid, hints=HINTS)
             return fusion_core.analysis_html(page, back=back)
         from .compare import compare
         from .page_diff import page_diff
 
         diff = page_diff(base, result.snapshot, result.analysis.graph,
                          compare(base, result.snapshot).pairs)
-        page = fusion_core.page_data(result.analysis, measured=result.measurement, title=nodeid,
+        page = fusion_core.page_data(result.analysis, results, title=nodeid,
                                      hints=HINTS, ghosts=diff.ghosts,
                                      current_only=diff.current_only)
         return fusion_core.compare_html(page, _baseline_view(base, diff),
