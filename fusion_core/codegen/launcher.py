@@ -38,7 +38,7 @@ from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
 from .lower import KernelPlan, TensorArg
 from .plan import Role
-from .signature import N_COLS, N_ROWS, Family, KernelSignature, strides_local
+from .signature import N_COLS, N_ELEMENTS, N_ROWS, Family, KernelSignature, strides_local
 from .writer import CodeWriter
 
 __all__ = ["Tuning", "arg_names", "kind", "launcher"]
@@ -263,7 +263,7 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
 def _grid(plan: KernelPlan, sig: KernelSignature) -> str:
     """The launch grid from the configuration and the size arguments `args` starts with."""
     if not plan.two_d:
-        return f"(triton.cdiv({sig.size_arg(sig.sizes[0])}, block),)"
+        return f"(triton.cdiv({sig.size_arg(N_ELEMENTS)}, block),)"
     rows, cols = sig.size_arg(N_ROWS), sig.size_arg(N_COLS)
     if plan.tiled:
         return f"(triton.cdiv({rows}, rows), triton.cdiv({cols}, block))"

@@ -151,7 +151,7 @@ class KernelParams:
 
     def span(self, family: Family, k: int) -> str:
         """`span{k}` / `rspan{k}`: elements in dims k.. of the iteration shape (or its rows)."""
-        return self._add(ScalarParam(f"{family}{k}", f"{family}[{k}]", Family(family)))
+        return self._add(ScalarParam(f"{family}{k}", f"{family}[{k}]", family))
 
     def stride(self, role: str, index: int, k: int) -> str:
         """The k-th strided index group's stride of tensor `role``index` (in0, out1)."""
