@@ -29,11 +29,13 @@ _EXPORTS = {
     "InputSpec": ".ir.shapes", "parse_dtype": ".ir.shapes",
     "load_model": ".load", "build_model": ".build",
     "Analysis": ".pipeline", "analyze": ".pipeline",
-    "measure": ".validate.measure",
+    "measure": ".validate.measure", "kernel_set": ".validate.kernels",
     "fmt_bytes": ".report.units", "speedup_words": ".report.units",
     "write_atomic": ".fileio", "remove_stray_temp_files": ".fileio",
     "page_data": ".report.html", "Ghost": ".report.html", "analysis_html": ".report.html",
     "compare_html": ".report.html", "index_html": ".report.html",
+    "PageResults": ".report.html", "ClusterTimes": ".report.html",
+    "measured_times": ".report.html",
     "CompiledRecord": ".inductor.compiled", "compiled_record": ".inductor.compiled",
     "CompiledKernel": ".inductor.compiled", "GraphBreak": ".inductor.compiled",
 }
@@ -68,6 +70,16 @@ if TYPE_CHECKING:  # for type checkers and editors only
     from .ir.shapes import InputSpec, parse_dtype  # noqa: F401
     from .load import load_model  # noqa: F401
     from .pipeline import Analysis, analyze  # noqa: F401
-    from .report.html import Ghost, analysis_html, compare_html, index_html, page_data  # noqa: F401
+    from .report.html import (  # noqa: F401
+        ClusterTimes,
+        Ghost,
+        PageResults,
+        analysis_html,
+        compare_html,
+        index_html,
+        measured_times,
+        page_data,
+    )
     from .report.units import fmt_bytes  # noqa: F401
+    from .validate.kernels import kernel_set  # noqa: F401
     from .validate.measure import measure  # noqa: F401

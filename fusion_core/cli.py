@@ -265,8 +265,7 @@ def cli(model_path: str, model_class: str | None, model_kwargs: str | None,
             write_json(json_path, to_document(analysis, run.json_extras()))
             console.print(f"Wrote {json_path}", highlight=False)
         if html_path:
-            write_html(html_path, analysis, run.json_extras(), run.mappings,
-                       run.kernel_sources())
+            write_html(html_path, analysis, run.page_results())
             console.print(f"Wrote {html_path}", highlight=False)
         if apply_edits:
             # The file the model came from (--model may name a module, or FILE.py:NAME).

@@ -25,6 +25,7 @@ from .cli_apply import apply_edits
 from .errors import FusionAdvisorError
 from .pipeline import Analysis
 from .report.console import print_analysis
+from .report.html.results import PageResults
 from .report.progress import StepProgress
 from .sourcemap import SourceMapping, map_clusters, print_diffs
 from .triton_support import triton_missing, triton_note
@@ -55,7 +56,7 @@ def lines_column(mappings: Sequence[SourceMapping]) -> dict[int, str]:
 
 def mapping_dict(m: SourceMapping) -> dict[str, Any]:
     lines = None if m.file is None else {"file": m.file, "start": m.start, "end": m.end}
-    return {"cluster": m.cluster_index, "map": m.quality, "lines": lines,
+    return {"cluster": m.cluster_index, "map": m.quality.value, "lines": lines,
             "function": m.function, "reason": m.reason,
             "replacement": m.replacement.strip() if m.replacement else None,
             "shared_with": list(m.shared_with), "baked": list(m.baked)}
@@ -113,12 +114,9 @@ class Run:
                                f"lowered: {s['reason']}", highlight=False, markup=False)
         self.written = {"out_dir": str(out_dir), "files": names, "skipped": skipped}
 
-    def kernel_sources(self) -> dict[int, tuple[str, str]] | None:
-        """Cluster -> (kernel source, why there is none), from the kernels generated once."""
-        if self.kernels is None:
-            return None
-        found = {i: (k.source, "") for i, k in self.kernels.kernels.items()}
-        return found | {i: ("", why) for i, why in self.kernels.failed.items()}
+    def page_results(self) -> PageResults:
+        """The results above as the HTML page takes them (`--html`)."""
+        return PageResults(self.mappings, self.kernels, self.report, self.agreement)
 
     def compare_inductor(self) -> None:
         """`--vs-inductor`: compile with torch.compile (on the GPU when there is one), match."""

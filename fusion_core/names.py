@@ -1,10 +1,11 @@
 """The names generated code carries, spelled in one place.
 
 A cluster's kernel file, its launcher function and the call ``--apply`` writes into the user's
-model are all ``cluster{N}``; the autograd wrapper class is ``Cluster{N}Function``. The code
-generator, the source map (which writes and later reads back the call) and kernel
-deduplication all take the names from here. No dependencies: the source map and the CLI use it
-without loading the code generator or triton.
+model are all ``cluster{N}``; its ``@triton.jit`` functions are ``cluster{N}_kernel`` (and a
+split row's ``cluster{N}_partials`` and ``cluster{N}_finish``); the autograd wrapper class is
+``Cluster{N}Function``. The code generator, the source map (which writes and later reads back
+the call) and kernel deduplication all take the names from here. No dependencies: the source
+map and the CLI use it without loading the code generator or triton.
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ _KERNEL = re.compile(r"cluster(\d+)")
 def kernel_name(cluster_index: int) -> str:
     """The launcher's name, its file's stem and the call `--apply` writes: `cluster0`."""
     return f"cluster{cluster_index}"
+
+
+# The `@triton.jit` functions of a kernel file: the kernel, and a split row's two kernels.
+JIT_PARTS = ("kernel", "partials", "finish")
+
+
+def jit_function_name(cluster_index: int, part: str = "kernel") -> str:
+    """A `@triton.jit` function of the cluster's file: `cluster0_kernel`, `cluster0_partials`."""
+    assert part in JIT_PARTS, part
+    return f"{kernel_name(cluster_index)}_{part}"
 
 
 def function_class_name(cluster_index: int) -> str:

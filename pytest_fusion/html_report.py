@@ -65,23 +65,27 @@ class HtmlReport:
 
         back = "../index.html"
         base = None
-        kernels = result.generated.sources  # generated with the analysis: not again here
         if rec.status in DIFFERS:
             try:
                 base = self.session.storage.read_test(nodeid)
             except BaselineError:
                 pass
+        # The page takes typed results: the kernels generated with the analysis (not again
+        # here) and the measurement hook's timings
+        generated = result.generated
+        results = fusion_core.PageResults(
+            kernels=fusion_core.kernel_set(generated.kernels, generated.failed),
+            measured=fusion_core.measured_times(result.measurement))
         if base is None:
-            page = fusion_core.page_data(result.analysis, measured=result.measurement,
-                                         title=nodeid, hints=HINTS, kernels=kernels)
+            page = fusion_core.page_data(result.analysis, results, title=nodeid, hints=HINTS)
             return fusion_core.analysis_html(page, back=back)
         from .compare import compare
         from .page_diff import page_diff
 
         diff = page_diff(base, result.snapshot, result.analysis.graph,
                          compare(base, result.snapshot).pairs)
-        page = fusion_core.page_data(result.analysis, measured=result.measurement, title=nodeid,
-                                     hints=HINTS, ghosts=diff.ghosts, kernels=kernels,
+        page = fusion_core.page_data(result.analysis, results, title=nodeid,
+                                     hints=HINTS, ghosts=diff.ghosts,
                                      current_only=diff.current_only)
         return fusion_core.compare_html(page, _baseline_view(base, diff),
                                         [_change(c) for c in diff.current], diff.marks,

@@ -13,7 +13,7 @@ from codegen_harness import Lambda, check_model, ttgir_load_layouts
 
 from fusion_core.codegen import Tuning, emit
 from fusion_core.codegen.lower import plan
-from fusion_core.codegen.writer import KernelParams
+from fusion_core.codegen.signature import KernelParams
 from fusion_core.ir.graph import OpKind
 from fusion_core.ir.iteration import reduction_order
 from fusion_core.ir.reductions import RULES

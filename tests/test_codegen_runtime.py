@@ -88,10 +88,11 @@ def test_inputs_named_like_runtime_globals_or_helpers_get_a_prefix():
 
 
 def test_index_terms_render_and_know_their_axes():
-    from fusion_core.codegen.writer import COLS, ROWS, Index, KernelParams, Term, zero_term
+    from fusion_core.codegen.signature import Family, KernelParams
+    from fusion_core.codegen.writer import COLS, ROWS, Index, Term, zero_term
 
     params = KernelParams()
-    term = Term(ROWS, modulo=params.span("rspan", 1), stride=params.stride("in", 0, 0))
+    term = Term(ROWS, modulo=params.span(Family.RSPAN, 1), stride=params.stride("in", 0, 0))
     idx = Index((term, Term(COLS)))
     assert str(idx) == "(rows % rspan1) * in0_stride0 + cols"
     assert idx.offset("in_ptr0") == "in_ptr0 + ((rows % rspan1) * in0_stride0 + cols)"
@@ -101,5 +102,5 @@ def test_index_terms_render_and_know_their_axes():
     assert str(padded) == "rows * 0 + cols"
     assert padded.shaped("rows") and not padded.varies("rows")
     assert params.names == ["rspan1", "in0_stride0"]
-    assert params.has_strides("in", 0) and not params.has_strides("out", 0)
-    assert params.uses_span("rspan") and not params.uses_span("span")
+    assert [(p.family, p.owner, p.launch) for p in params] == [
+        (Family.RSPAN, None, "rspan[1]"), (Family.STRIDE, ("in", 0), "in0_strides[0]")]

@@ -221,7 +221,8 @@ def rejection_page(tmp_path_factory) -> Path:
     made up here: compiling would take a minute) holding a kernel we did not propose."""
     import torch
 
-    from fusion_core.report.html import analysis_html, page_data
+    from fusion_core.inductor.match import Agreement, KernelMatch
+    from fusion_core.report.html import PageResults, analysis_html, page_data
 
     proj = tmp_path_factory.mktemp("rejection")
     (proj / "inplace_model.py").write_text(model_source("inplace"))
@@ -235,11 +236,11 @@ def rejection_page(tmp_path_factory) -> Path:
 
     analysis = fusion_core.analyze(inplace_model.Net(), (4, 8))
     assert [r.check for r in analysis.rejections] == ["aliasing"]
-    inductor = {"kernels": [{"name": "cpp_fused_add_mul_relu_0", "status": "missed",
-                             "clusters": [], "ops": ["mul", "relu", "add"],
-                             "lines": [10, 11, 12]}], "cluster_verdicts": []}
+    missed = KernelMatch("cpp_fused_add_mul_relu_0", "missed", (), ("mul", "relu", "add"),
+                         (10, 11, 12))
+    inductor = Agreement(analysis.model_name, "define_kernel", (missed,), (), layout_kernels=0)
     page = proj / "page.html"
-    page.write_text(analysis_html(page_data(analysis, {"inductor": inductor})))
+    page.write_text(analysis_html(page_data(analysis, PageResults(agreement=inductor))))
     return page
 
 
@@ -265,9 +266,8 @@ def test_untimed_cuda_run_says_its_timings_were_not_run(browser, tmp_path):
     import torch
 
     import fusion_core
-    from fusion_core.report.html import CLI_HINTS, analysis_html, page_data
+    from fusion_core.report.html import CLI_HINTS, PageResults, analysis_html, page_data
     from fusion_core.validate import GateResult, ModelCheck, ValidationReport, ValidationResult
-    from fusion_core.validate.report import report_dict
 
     class Small(torch.nn.Module):
         def forward(self, x):
@@ -279,7 +279,7 @@ def test_untimed_cuda_run_says_its_timings_were_not_run(browser, tmp_path):
         GateResult("model numerics", True, max_abs_err=0.0)))
     report = ValidationReport((verified,), ModelCheck(True, 0.0, (0,)), "cuda", "Stub GPU")
     page = tmp_path / "page.html"
-    page.write_text(analysis_html(page_data(analysis, {"validation": report_dict(report)},
+    page.write_text(analysis_html(page_data(analysis, PageResults(report=report),
                                             hints=CLI_HINTS)))
     load(browser, page)
     relu = browser.execute_script(

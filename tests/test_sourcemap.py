@@ -475,3 +475,18 @@ def test_kept_code_holding_another_cluster_is_a_pointer(tmp_path):
         """, 4, 8)
     assert len(maps) == 2 and all(m.quality == POINTER for m in maps)
     assert all("overlap cluster" in m.reason for m in maps), [m.reason for m in maps]
+
+
+def test_map_quality_is_an_enum_reported_as_its_old_string():
+    import yaml
+
+    from fusion_core.cli_run import mapping_dict
+    from fusion_core.sourcemap import MapQuality
+
+    analysis = analyze_file(EXAMPLES / "example_net.py", [InputSpec((2, 1024))])
+    m = map_clusters(analysis)[0]
+    assert type(m.quality) is MapQuality and m.exact
+    entry = mapping_dict(m)
+    assert type(entry["map"]) is str and entry["map"] == "exact"
+    assert yaml.safe_load(yaml.safe_dump(entry))["map"] == "exact"  # a plain str dumps
+    assert [q.value for q in MapQuality] == ["exact", "pointer"]

@@ -382,7 +382,7 @@ def test_timing_false_on_cuda_checks_numerics_and_times_nothing(example, kernels
                                                                  stub_gpu):
     """`validate(timing=False)` on a (stubbed) CUDA machine: gates 1 and 2 only, no timer or
     device query called, and the console, JSON and HTML data say the timings were not run."""
-    from fusion_core.report.html import page_data
+    from fusion_core.report.html import PageResults, page_data
     from fusion_core.validate import bench, devicetime
     from fusion_core.validate.report import NOT_TIMED_LINE
 
@@ -408,7 +408,7 @@ def test_timing_false_on_cuda_checks_numerics_and_times_nothing(example, kernels
     assert doc["validation"]["timed"] is False and doc["validation"]["mode"] == "cuda"
     assert all(c["timing_us"] is None for c in doc["validation"]["clusters"])
     pytest.importorskip("jsonschema").validate(doc, schema())
-    page = page_data(example, {"validation": report_dict(report)})
+    page = page_data(example, PageResults(report=report))
     assert page["mode"] == "cuda" and page["timed"] is False
 
 

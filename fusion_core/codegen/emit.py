@@ -1,10 +1,11 @@
 """Emission of the ``@triton.jit`` kernel: a ``KernelPlan`` → kernel source lines.
 
 Reads a plan (``lower.py``) and whether rows loop over column blocks; writes
-the kernel function's text through a ``CodeWriter`` and its scalar parameters as
-``KernelParams`` (``writer.py``), which the launcher (``launcher.py``) passes in the
-same order. Each tensor's offset is an ``Index`` of ``Term`` objects; its mask and
-the shape of a store's pointer block follow from the axes those terms vary along.
+the kernel function's text through a ``CodeWriter``, registering the scalar parameters its
+index expressions read in a ``KernelParams``, and returns the kernel's ``KernelSignature``
+(``signature.py``), from which the launcher (``launcher.py``) writes the call. Each
+tensor's offset is an ``Index`` of ``Term`` objects; its mask and the shape of a store's
+pointer block follow from the axes those terms vary along.
 The reduction itself comes from ``reduce.py``. Sections carry short comments
 (boilerplate, loads, chain, reduction, store); every SSA value is one temporary,
 named as in the plan.
@@ -32,6 +33,7 @@ from .layout import align
 from .lower import KernelPlan, Stmt, TensorArg
 from .plan import Role
 from .reduce import emitter
+from .signature import Family, KernelParams, KernelSignature
 from .writer import (
     COLS,
     OFFS,
@@ -39,7 +41,6 @@ from .writer import (
     ROWS,
     CodeWriter,
     Index,
-    KernelParams,
     Term,
     row_remainder,
     zero_term,
@@ -60,14 +61,14 @@ def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
     for g in arg.access.groups:
         lo, hi = g.first, g.last
         if two_d and hi <= first_col:  # dims of the row index only
-            base, family, top = ROWS, "rspan", first_col
+            base, family, top = ROWS, Family.RSPAN, first_col
         else:
-            base, family, top = OFFS, "span", rank
+            base, family, top = OFFS, Family.SPAN, rank
             if two_d:
                 if lo >= first_col:  # dims of the column index only
                     base, lo = COLS, (lo if lo > first_col else 0)
                 else:  # rows within the group, then `cols`
-                    base = ROW_MAJOR if lo == 0 else row_remainder(params.span("rspan", lo))
+                    base = ROW_MAJOR if lo == 0 else row_remainder(params.span(Family.RSPAN, lo))
                     lo = 0
         modulo = params.span(family, lo) if lo > 0 else None
         divisor = params.span(family, hi) if hi < top else None
@@ -161,29 +162,31 @@ def _closure(plan: KernelPlan, targets: Iterable[str]) -> set[str]:
     return seen
 
 
-def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelParams]:
-    """Kernel source lines and its scalar parameters (what the launcher passes for each)."""
+def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelSignature]:
+    """Kernel source lines and its signature (what the launcher passes for each parameter)."""
     params = KernelParams()
     body = CodeWriter()
     if not plan.two_d:
         _elementwise(plan, params, body)
-        sizes, consts = ["n_elements"], ["BLOCK_SIZE", "N_ALIGN"]
     else:
         write = (_tiled if plan.tiled else _several if plan.steps else _looped if looped
                  else _single)
         write(plan, params, body)
-        sizes, consts = ["n_rows", "n_cols"], ["BLOCK_SIZE", "ROWS_PER_PROGRAM", "COLS_ALIGN"]
     # The signature comes last: the body registered the scalar parameters it reads.
-    signature = [t.ptr for t in (*plan.inputs, *plan.outputs)] + sizes + params.names
-    signature += [f"{c}: tl.constexpr" for c in consts]
+    signature = params.freeze(plan)
     out = CodeWriter()
-    out.lines(["@triton.jit", f"def {plan.name}_kernel("])
-    with out.indented():
-        out.wrapped(signature)
-    out.line("):")
+    def_line(signature, out)
     with out.indented():
         out.lines(body.result())
-    return out.result(), params
+    return out.result(), signature
+
+
+def def_line(signature: KernelSignature, out: CodeWriter) -> None:
+    """The decorator and `def` of a `@triton.jit` function, its parameters wrapped."""
+    out.lines(["@triton.jit", f"def {signature.function}("])
+    with out.indented():
+        out.wrapped(signature.parameters)
+    out.line("):")
 
 
 def _start(plan: KernelPlan, size: str) -> str:

@@ -80,9 +80,9 @@ def can_loop(p: KernelPlan) -> bool:
 
 
 def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: bool) -> str:
-    body, params = emit.kernel(p, looped)
+    body, signature = emit.kernel(p, looped)
     if kind(p, looped) == "split":  # few wide rows may be split over several programs
-        body += ["", "", *split_rows.kernels(p, params)]
+        body += ["", "", *split_rows.kernels(p, signature)]
     where = None
     if cluster.lines is not None:  # a path relative to the working directory when inside it
         rel = os.path.relpath(cluster.lines.file)
@@ -91,7 +91,7 @@ def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: 
     lines = ([f"{GENERATED_MARK}: rewritten by the next run that writes here"]
              + file_head.header(p, model, cluster.category, where)
              + file_head.constants(p, tuning, looped) + ["", *body, "", ""]
-             + launcher.launcher(p, params, looped))
+             + launcher.launcher(p, signature, looped))
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -1,8 +1,8 @@
 """The host side of a generated file: the launcher and its autograd wrapper (the file's
 header and constants come from ``file_head.py``).
 
-Reads a ``KernelPlan``, the tuning choices and the kernel's scalar parameters
-(from ``emit.kernel``); writes the text around the kernel. ``_plan(*inputs)``
+Reads a ``KernelPlan``, the tuning choices and the kernel's signature
+(from ``emit.kernel``, ``signature.py``); writes the text around the kernel. ``_plan(*inputs)``
 works out the iteration shape from the arguments, checks each tensor still
 broadcasts the way the kernel indexes it (or must be copied into the analysed
 layout, if only its strides differ), and picks the output shapes, the scalar kernel
@@ -38,7 +38,8 @@ from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
 from .lower import KernelPlan, TensorArg
 from .plan import Role
-from .writer import CodeWriter, KernelParams
+from .signature import N_COLS, N_ELEMENTS, N_ROWS, Family, KernelSignature, strides_local
+from .writer import CodeWriter
 
 __all__ = ["Tuning", "arg_names", "kind", "launcher"]
 
@@ -159,7 +160,7 @@ def _call(opening: str, items: list[str], out: CodeWriter) -> None:
     out.line({"(": ")", "[": "]"}[opening[-1]])
 
 
-def _plan_fn(plan: KernelPlan, params: KernelParams, looped: bool, names: list[str],
+def _plan_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
              out: CodeWriter) -> None:
     """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
     shapes = [f"{a}.shape" for a in names]
@@ -167,17 +168,17 @@ def _plan_fn(plan: KernelPlan, params: KernelParams, looped: bool, names: list[s
     shapes += [repr(tuple(t.shape)) for t in plan.generated]
     out.line(f"def _plan({', '.join(names) or NO_INPUTS_DEVICE}):")
     with out.indented():
-        _plan_body(plan, params, looped, names, shapes, out)
+        _plan_body(plan, sig, looped, names, shapes, out)
 
 
-def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list[str],
+def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
                shapes: list[str], out: CodeWriter) -> None:
     out.lines(['"""Copies, output shapes, kernel arguments, tuning key (shape bucket, dtypes,',
                'device) and candidate configurations for these inputs\' layout; raises if the',
                'kernel cannot run them. The launcher caches the result."""',
                f"shape, lead = _iteration_shape({', '.join(shapes)})"])
     for i, a in enumerate(names):
-        strides = f"in{i}_strides" if params.has_strides(Role.IN, i) else "_"
+        strides = strides_local(Role.IN, i) if sig.has_strides(Role.IN, i) else "_"
         out.line(f"copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], IN_ORDERS[{i}])")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
     out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
@@ -197,34 +198,33 @@ def _plan_body(plan: KernelPlan, params: KernelParams, looped: bool, names: list
                  f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
     out.lines(launch_maps.output_shape_lines(plan))
     for i, t in enumerate(plan.outputs):
-        if params.has_strides(Role.OUT, i):
+        if sig.has_strides(Role.OUT, i):
             seen = launch_maps.output_layout(t, i)
-            out.line(f"_, out{i}_strides = _layout({seen}, shape, OUT_GROUPS[{i}], ())")
+            out.line(f"_, {strides_local(Role.OUT, i)} = _layout({seen}, shape, "
+                     f"OUT_GROUPS[{i}], ())")
     pow2 = _pow2_constants(plan, looped)
     out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
-               "span = _spans(shape)"])
+               f"{Family.SPAN} = _spans(shape)"])
     empty = "copies, out_shapes, (), None, ()"
     if not plan.two_d:
-        sizes = ["span[0]"]
         out.line("if span[0] == 0:")
         with out.indented():
             out.line(f"return {empty}")
         out.line("bucket = _bucket(1, span[0])")
     else:
-        sizes = ["n_rows", "n_cols"]
-        _rows_checks(plan, params, looped, empty, out)
-        out.line("bucket = _bucket(n_rows, n_cols)")
-    _call("args = (", sizes + params.launch, out)
+        _rows_checks(plan, sig, looped, empty, out)
+        out.line(f"bucket = _bucket({N_ROWS.launch}, {N_COLS.launch})")
+    _call("args = (", sig.launch_args, out)
     dtypes = "".join(f"{a}.dtype, " for a in names).rstrip()
     out.lines([f"tune_key = (bucket, ({dtypes}), {_device(names)})",
                "return copies, out_shapes, args, tune_key, _configs(bucket)"])
 
 
-def _rows_checks(plan: KernelPlan, params: KernelParams, looped: bool, empty: str,
+def _rows_checks(plan: KernelPlan, sig: KernelSignature, looped: bool, empty: str,
                  out: CodeWriter) -> None:
     """Row count and checks of a kernel indexed by rows and columns."""
     cols = "shape[-1] if shape else 1" if plan.reduced == 1 else f"span[{plan.rank - plan.reduced}]"
-    out.lines([f"n_cols = {cols}", "if span[0] == 0:"])
+    out.lines([f"{N_COLS.launch} = {cols}", "if span[0] == 0:"])
     with out.indented():
         if plan.skeleton == "reduction":
             out.line("if any(0 not in s for s in out_shapes):")
@@ -233,9 +233,9 @@ def _rows_checks(plan: KernelPlan, params: KernelParams, looped: bool, empty: st
                            'axis of size 0); "',
                            '                 "call the original ops for empty inputs")'])
         out.line(f"return {empty}")
-    out.line("n_rows = span[0] // n_cols")
-    if params.uses_span("rspan"):
-        out.line("rspan = [s // n_cols for s in span]")
+    out.line(f"{N_ROWS.launch} = span[0] // {N_COLS.launch}")
+    if sig.uses(Family.RSPAN):  # the kernel reads spans of the rows' dims
+        out.line(f"{Family.RSPAN} = [s // {N_COLS.launch} for s in {Family.SPAN}]")
     if not plan.tiled and not looped:
         out.line("if triton.next_power_of_2(n_cols) > MAX_BLOCK:")
         with out.indented():
@@ -263,25 +263,22 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
     return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
-def _consts(plan: KernelPlan) -> list[tuple[str, str]]:
-    """The kernel's constexpr parameters and their values' expressions, from the
-    configuration (`num_warps` is passed besides them: a launch option, no parameter)."""
-    shape = ([("ROWS_PER_PROGRAM", "rows"), ("COLS_ALIGN", "_multiple_of(args[1])")]
-             if plan.two_d else [("N_ALIGN", "_multiple_of(args[0])")])
-    return [("BLOCK_SIZE", "block"), *shape]
-
-
-def _grid(plan: KernelPlan) -> str:
+def _grid(plan: KernelPlan, sig: KernelSignature) -> str:
     """The launch grid from the configuration and the size arguments `args` starts with."""
+    if not plan.two_d:
+        return f"(triton.cdiv({sig.size_arg(N_ELEMENTS)}, block),)"
+    rows, cols = sig.size_arg(N_ROWS), sig.size_arg(N_COLS)
     if plan.tiled:
-        return "(triton.cdiv(args[0], rows), triton.cdiv(args[1], block))"
-    return "(triton.cdiv(args[0], rows),)" if plan.two_d else "(triton.cdiv(args[0], block),)"
+        return f"(triton.cdiv({rows}, rows), triton.cdiv({cols}, block))"
+    return f"(triton.cdiv({rows}, rows),)"
 
 
-def _launch_fn(plan: KernelPlan, looped: bool, names: list[str], out: CodeWriter) -> None:
-    """`_launch(config, args, *tensors)`: one launch of the kernel under a configuration."""
+def _launch_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
+               out: CodeWriter) -> None:
+    """`_launch(config, args, *tensors)`: one launch of the kernel under a configuration
+    (`num_warps` is passed besides the constexprs: a launch option, no parameter)."""
     if kind(plan, looped) == "split":
-        split_rows.launch_fn(plan, names, _consts(plan), out)
+        split_rows.launch_fn(plan, sig, names, out)
         return
     tensors = names + [f"out{i}" for i in range(len(plan.outputs))]
     out.line(f"def _launch(config, args, {', '.join(tensors)}, wrap=None):")
@@ -290,8 +287,8 @@ def _launch_fn(plan: KernelPlan, looped: bool, names: list[str], out: CodeWriter
                    'giving its direct launcher for the plan\'s later calls (or None). `wrap`:',
                    'what makes the launch traceable (`traceable`)."""',
                    "block, rows, num_warps = config",
-                   f"kernel = {direct_launch.launched_kernel(f'{plan.name}_kernel')}"])
-        direct_launch.launch_lines("kernel", _grid(plan), tensors, _consts(plan), out)
+                   f"kernel = {direct_launch.launched_kernel(sig.function)}"])
+        direct_launch.launch_lines("kernel", _grid(plan, sig), tensors, sig.launch_consts, out)
 
 
 def _copies_and_outputs(plan: KernelPlan, names: list[str], result: str,
@@ -342,7 +339,7 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
                    f"return {_result(plan)}"])
 
 
-def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
+def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
     names = arg_names(plan)
     n = plan.name
     outs = ", ".join(t.value for t in plan.outputs)
@@ -367,9 +364,9 @@ def launcher(plan: KernelPlan, params: KernelParams, looped: bool) -> list[str]:
                "", "", *runtime.source(bool(viewed)).splitlines(),
                "", "", *direct_launch.source().splitlines(),
                "", "", *autotune.source(kind(plan, looped)).splitlines(), "", ""])
-    _plan_fn(plan, params, looped, names, out)
+    _plan_fn(plan, sig, looped, names, out)
     out.lines(["", ""])
-    _launch_fn(plan, looped, names, out)
+    _launch_fn(plan, sig, looped, names, out)
     if viewed:
         out.lines(["", ""])
         _views_fn(plan, names, inputs, out)

@@ -20,6 +20,7 @@ import torch
 from ..ir.reductions import ACCUMULATE, ReductionRule
 from ..ir.views import Step
 from .layout import Access
+from .signature import pointer_name
 
 # Half-precision values are computed in float32 and rounded once, at the store.
 COMPUTE = ACCUMULATE
@@ -76,7 +77,7 @@ class TensorArg:
     @property
     def ptr(self) -> str:
         """The kernel's pointer parameter: in_ptr0, out_ptr0."""
-        return f"{self.role}_ptr{self.index}"
+        return pointer_name(self.role, self.index)
 
     @property
     def compute_dtype(self) -> torch.dtype:

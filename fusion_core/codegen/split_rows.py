@@ -2,12 +2,11 @@
 
 Reads a plan of kind "split" (``choices.kind``: one softmax, log_softmax, layer_norm,
 rms_norm, group_norm, or sum/mean/amax/amin read per element, whose outputs are all per
-element) and the scalar parameters its looped kernel
-registered; writes, through the same ``CodeWriter`` and the same column loop as that kernel
-(``emit.py``), two more ``@triton.jit`` functions and the ``_launch`` that picks between them.
-One program per row leaves most SMs idle when rows are few (64 rows on 132 SMs), so each row
-is cut into `splits` chunks of `chunk` columns (about equal, a multiple of 16), one program
-each:
+element) and its looped kernel's signature (``signature.py``); writes, through the same
+``CodeWriter`` and the same column loop as that kernel (``emit.py``), two more
+``@triton.jit`` functions and the ``_launch`` that picks between them. One program per row
+leaves most SMs idle when rows are few (64 rows on 132 SMs), so each row is cut into `splits`
+chunks of `chunk` columns (about equal, a multiple of 16), one program each:
 
 * ``<name>_partials`` (grid rows x splits): the statistics pass over its chunk only, then the
   chunk's per-row statistics (``reduce.Partials``: max and rescaled sum, Welford mean and M2,
@@ -26,19 +25,25 @@ workspace per launch (the caching allocator makes that cheap, and CUDA graphs ca
 
 from __future__ import annotations
 
+from ..names import jit_function_name
 from . import direct_launch
-from .emit import Chunk, column_loop, last_pass, rewritten, row_prologue, rows_boilerplate
+from .emit import Chunk, column_loop, def_line, last_pass, rewritten, row_prologue, rows_boilerplate
 from .lower import KernelPlan
+from .plan import Role
 from .reduce import Partials, emitter
-from .writer import CodeWriter, KernelParams
+from .signature import CHUNK, N_COLS, N_ROWS, ConstParam, KernelParams, KernelSignature
+from .writer import CodeWriter
 
 WORKSPACE = "partial_ptr"  # the workspace's kernel parameter
+WORKSPACE_LOCAL = "partials"  # the launcher's workspace tensor
 # The launcher's locals besides the kernel's: input names must not take them.
-LOCALS = ("splits", "chunk", "partials", "grid")
+LOCALS = ("splits", CHUNK.launch, WORKSPACE_LOCAL, "grid")
 _CHUNK = Chunk(bound="chunk_cols", start="start + ", end="end")
 # A chunk's width is a multiple of this: Triton then knows every chunk starts 16-aligned (as
 # it knows of a row when n_cols is a multiple of 16), and keeps its loads vectorized.
 CHUNK_ALIGN = 16
+# The finish kernel's block of a row's partials: one lane per chunk.
+SPLITS_BLOCK = ConstParam("SPLITS_BLOCK", "triton.next_power_of_2(splits)")
 
 
 def _partials(plan: KernelPlan) -> Partials:
@@ -52,34 +57,34 @@ def _partials(plan: KernelPlan) -> Partials:
 def _chunk_lines(n: int) -> list[str]:
     """The program's chunk of its rows, and where the rows' `n` partials start."""
     return ["split = tl.program_id(1)  # this program's chunk of the row",
-            "start = split * chunk",
-            "chunk_cols = tl.minimum(chunk, n_cols - start)",
+            f"start = split * {CHUNK.name}",
+            f"chunk_cols = tl.minimum({CHUNK.name}, n_cols - start)",
             "end = start + chunk_cols",
             f"slot = rows * (tl.num_programs(1) * {n})  # the rows' partials in {WORKSPACE}"]
 
 
-def _signature(name: str, pointers: list[str], params: KernelParams, consts: list[str],
-               out: CodeWriter) -> None:
-    out.lines(["@triton.jit", f"def {name}("])
-    with out.indented():
-        out.wrapped([*pointers, "n_rows", "n_cols", *params.names, "chunk",
-                     *(f"{c}: tl.constexpr" for c in consts)])
-    out.line("):")
+def signatures(plan: KernelPlan, looped: KernelSignature) -> tuple[KernelSignature,
+                                                                   KernelSignature]:
+    """The partials and finish kernels' signatures: the looped kernel's `args` (both index
+    the same tensors, so one argument tuple serves all three), a workspace, the chunk width."""
+    ins = [p for p in looped.pointers if p.role == Role.IN]
+    partials = looped.variant(jit_function_name(plan.cluster_index, "partials"), ins,
+                              WORKSPACE, (CHUNK,), ())
+    finish = looped.variant(jit_function_name(plan.cluster_index, "finish"), looped.pointers,
+                            WORKSPACE, (CHUNK,), (SPLITS_BLOCK,))
+    return partials, finish
 
 
-def kernels(plan: KernelPlan, params: KernelParams) -> list[str]:
-    """The partials and finish kernels' source; `params` are the looped kernel's (both take
-    the same scalars, so one argument tuple serves all three)."""
+def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
+    """The partials and finish kernels' source, given the looped kernel's signature."""
     r = plan.reduction
     assert r is not None
     found = _partials(plan)
     n = len(found.names)
-    known = list(params.names)
-    ins = [t.ptr for t in plan.inputs]
-    outs = [t.ptr for t in plan.outputs]
+    params = KernelParams(looped.scalars)  # the same tensors' strides get the same names
+    partials, finish = signatures(plan, looped)
     out = CodeWriter()
-    _signature(f"{plan.name}_partials", [*ins, WORKSPACE], params,
-               ["BLOCK_SIZE", "ROWS_PER_PROGRAM", "COLS_ALIGN"], out)
+    def_line(partials, out)
     with out.indented():
         rows_boilerplate(plan, "split rows, pass 1: one chunk's statistics", out)
         out.lines(_chunk_lines(n))
@@ -91,12 +96,11 @@ def kernels(plan: KernelPlan, params: KernelParams) -> list[str]:
         out.lines(f"tl.store({WORKSPACE} + slot + split * {n} + {k}, {name}, mask=row_mask)"
                   for k, name in enumerate(found.names))
     out.lines(["", ""])
-    _signature(f"{plan.name}_finish", [*ins, *outs, WORKSPACE], params,
-               ["BLOCK_SIZE", "ROWS_PER_PROGRAM", "COLS_ALIGN", "SPLITS_BLOCK"], out)
+    def_line(finish, out)
     with out.indented():
         rows_boilerplate(plan, "split rows, pass 2: merge the partials, write one chunk", out)
         out.lines(_chunk_lines(n))
-        out.lines(["parts = tl.arange(0, SPLITS_BLOCK)[None, :]",
+        out.lines([f"parts = tl.arange(0, {SPLITS_BLOCK.name})[None, :]",
                    "part_mask = row_mask & (parts < tl.num_programs(1))"])
         out.lines(f"{name}_parts = tl.load({WORKSPACE} + slot + parts * {n} + {k}, "
                   f"mask=part_mask, other={empty})"
@@ -104,13 +108,13 @@ def kernels(plan: KernelPlan, params: KernelParams) -> list[str]:
         out.lines(found.merge)
         row_prologue(plan, params, out)
         last_pass(plan, params, out, _CHUNK)
-    if params.names != known:  # the launcher passes the looped kernel's scalars to all three
+    if tuple(params) != looped.scalars:  # the launcher passes the looped kernel's scalars
         raise AssertionError(f"{plan.name}: the split kernels index tensors the looped kernel "
-                             f"does not ({params.names} vs {known})")
+                             f"does not ({params.names} vs {[p.name for p in looped.scalars]})")
     return out.result()
 
 
-def launch_fn(plan: KernelPlan, names: list[str], consts: list[tuple[str, str]],
+def launch_fn(plan: KernelPlan, looped: KernelSignature, names: list[str],
               out: CodeWriter) -> None:
     """`_launch(config, args, *tensors)` of a split plan: the looped kernel when the
     configuration's programs per row is 1 (returning its direct launcher's thunk), else the
@@ -121,6 +125,7 @@ def launch_fn(plan: KernelPlan, names: list[str], consts: list[tuple[str, str]],
     n = len(_partials(plan).names)
     outputs = [f"out{i}" for i in range(len(plan.outputs))]
     tensors = names + outputs
+    rows, cols = looped.size_arg(N_ROWS), looped.size_arg(N_COLS)
     out.line(f"def _launch(config, args, {', '.join(tensors)}, wrap=None):")
     with out.indented():
         out.lines(['"""One launch under `config` = (block, rows, num_warps, splits): with',
@@ -130,22 +135,21 @@ def launch_fn(plan: KernelPlan, names: list[str], consts: list[tuple[str, str]],
                    "block, rows, num_warps, splits = config",
                    "if splits == 1:"])
         with out.indented():  # one kernel: kept for a direct launch like any other
-            out.line(f"kernel = {direct_launch.launched_kernel(f'{plan.name}_kernel')}")
-            direct_launch.launch_lines("kernel", "(triton.cdiv(args[0], rows),)", tensors,
-                                       consts, out)
-        out.lines([f"chunk = triton.cdiv(triton.cdiv(args[1], splits), {CHUNK_ALIGN}) * "
+            out.line(f"kernel = {direct_launch.launched_kernel(looped.function)}")
+            direct_launch.launch_lines("kernel", f"(triton.cdiv({rows}, rows),)", tensors,
+                                       looped.launch_consts, out)
+        out.lines([f"{CHUNK.launch} = triton.cdiv(triton.cdiv({cols}, splits), {CHUNK_ALIGN}) * "
                    f"{CHUNK_ALIGN}",
-                   "splits = triton.cdiv(args[1], chunk)  # none empty",
-                   f"partials = torch.empty((args[0], splits, {n}), "
+                   f"splits = triton.cdiv({cols}, {CHUNK.launch})  # none empty",
+                   f"{WORKSPACE_LOCAL} = torch.empty(({rows}, splits, {n}), "
                    f"dtype={r.dtype}, device={outputs[0]}.device)",
-                   "grid = (triton.cdiv(args[0], rows), splits)"])
-        for kernel, pointers, extra in (
-                ("partials", names, []),
-                ("finish", tensors, ["SPLITS_BLOCK=triton.next_power_of_2(splits)"])):
-            out.line(f"{direct_launch.launched_kernel(f'{plan.name}_{kernel}')}[grid](")
+                   f"grid = (triton.cdiv({rows}, rows), splits)"])
+        partials, finish = signatures(plan, looped)
+        for kernel, pointers in ((partials, names), (finish, tensors)):
+            out.line(f"{direct_launch.launched_kernel(kernel.function)}[grid](")
             with out.indented():
-                out.wrapped([*pointers, "partials", "*args", "chunk",
-                             *(f"{name}={value}" for name, value in consts), *extra,
+                out.wrapped([*pointers, WORKSPACE_LOCAL, "*args",
+                             *(p.launch for p in kernel.extra),
+                             *(f"{name}={value}" for name, value in kernel.launch_consts),
                              "num_warps=num_warps"])
             out.line(")")
-

@@ -1,9 +1,8 @@
-"""Small pieces for writing generated code: lines with indentation, kernel parameters, index terms.
+"""Small pieces for writing generated code: lines with indentation, index terms.
 
 Nothing here searches generated text: an index is a tuple of ``Term`` objects that know
-which block axes they vary along, and a kernel's scalar parameters are ``ScalarParam``
-records that say what the launcher passes for each and which tensor owns them.
-Read by ``emit.py`` and ``launcher.py``.
+which block axes they vary along (the scalar parameters they name are registered in
+``signature.py``'s ``KernelParams``). Read by ``emit.py`` and ``launcher.py``.
 """
 
 from __future__ import annotations
@@ -58,54 +57,6 @@ def wrap_args(items: Iterable[str], indent: str, width: int = 96) -> list[str]:
     if cur.strip():
         lines.append(cur.rstrip())
     return lines
-
-
-# -- kernel parameters --------------------------------------------------------------------
-@dataclass(frozen=True)
-class ScalarParam:
-    """A scalar kernel parameter and the launcher expression passed for it."""
-
-    name: str
-    launch: str
-    family: str  # "span", "rspan" (sizes of the iteration shape) or "stride"
-    owner: tuple[str, int] | None = None  # ("in", 0): a stride of input 0
-
-
-class KernelParams:
-    """The scalar parameters an index needs, in order of first use (names are unique)."""
-
-    def __init__(self) -> None:
-        self._params: dict[str, ScalarParam] = {}
-
-    def _add(self, param: ScalarParam) -> str:
-        self._params.setdefault(param.name, param)
-        return param.name
-
-    def span(self, family: str, k: int) -> str:
-        """`span{k}` / `rspan{k}`: elements in dims k.. of the iteration shape (or its rows)."""
-        return self._add(ScalarParam(f"{family}{k}", f"{family}[{k}]", family))
-
-    def stride(self, role: str, index: int, k: int) -> str:
-        """The k-th strided index group's stride of tensor `role``index` (in0, out1)."""
-        return self._add(ScalarParam(f"{role}{index}_stride{k}",
-                                     f"{role}{index}_strides[{k}]", "stride", (role, index)))
-
-    def __iter__(self) -> Iterator[ScalarParam]:
-        return iter(self._params.values())
-
-    @property
-    def names(self) -> list[str]:
-        return list(self._params)
-
-    @property
-    def launch(self) -> list[str]:
-        return [p.launch for p in self._params.values()]
-
-    def has_strides(self, role: str, index: int) -> bool:
-        return any(p.owner == (role, index) for p in self._params.values())
-
-    def uses_span(self, family: str) -> bool:
-        return any(p.family == family for p in self._params.values())
 
 
 # -- index terms ----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from .. import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 from .diff import print_diffs, render
-from .mapping import EXACT, POINTER, SourceMapping, map_clusters
+from .mapping import EXACT, POINTER, MapQuality, SourceMapping, map_clusters
 
-__all__ = ["EXACT", "POINTER", "SourceMapping", "map_clusters", "print_diffs", "render"]
+__all__ = ["EXACT", "POINTER", "MapQuality", "SourceMapping", "map_clusters", "print_diffs",
+           "render"]

@@ -2,8 +2,8 @@
 
 Reads an ``Analysis`` (cluster nodes, their ``SourceLoc``s, the FX graph) and
 the user's files; writes one ``SourceMapping`` per cluster. A cluster is
-``exact`` when its nodes sit in one function, the statements covering them
-compute the cluster and nothing else (other calls of the same lines aside:
+``exact`` when its nodes sit in one function, the statements covering them (``span.py``
+finds them) compute the cluster and nothing else (other calls of the same lines aside:
 those are the clusters it shares the lines with), every input has a source
 expression at the top of the range, and no name the range assigns is read
 afterwards. Otherwise it is a ``pointer`` (file and line range, no diff) with
@@ -15,34 +15,34 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-
-import torch.fx as fx
 
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, Ref
-from ..ir.trace import is_library_file
 from ..names import kernel_name
 from ..pipeline import Analysis
 from .parts import around, feeding, parts, replace_part
-from .pysource import (
-    Scope,
-    SourceFile,
-    Statement,
-    local_names,
-    read_later,
-    stored_names,
-)
+from .pysource import Scope, SourceFile, local_names, read_later, stored_names
+from .span import PointerOnly, Span, count_words, locate
 from .unify import BINOPS, Mismatch, Unifier, module_path
 
-EXACT, POINTER = "exact", "pointer"
-_NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
+
+class MapQuality(StrEnum):
+    """How a cluster maps to the user's source; the value is what the console table, the
+    JSON report and the HTML page show."""
+
+    EXACT = "exact"  # a diff: the range's statements become one call of the kernel
+    POINTER = "pointer"  # the file and line range (when known) and the reason, no diff
+
+
+EXACT, POINTER = MapQuality.EXACT, MapQuality.POINTER
 
 
 @dataclass(frozen=True)
 class SourceMapping:
     cluster_index: int
-    quality: str  # EXACT or POINTER
+    quality: MapQuality
     file: str | None
     start: int | None
     end: int | None
@@ -69,155 +69,11 @@ class SourceMapping:
         return f"{self.file}:{tail}"
 
 
-@dataclass(frozen=True)
-class _Span:
-    """The statements covering one cluster's nodes."""
-
-    src: SourceFile
-    scope: Scope
-    stmts: tuple[Statement, ...]
-
-    @property
-    def start(self) -> int:
-        return self.stmts[0].start
-
-    @property
-    def end(self) -> int:
-        return self.stmts[-1].end
-
-    @property
-    def key(self) -> tuple[str, int, int]:
-        return (self.src.path, self.start, self.end)
-
-
-class _Pointer(Exception):
-    def __init__(self, reason: str, file: str | None = None, start: int | None = None,
-                 end: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason, self.file, self.start, self.end = reason, file, start, end
-
-
-def _count(n: int) -> str:
-    return _NUMBERS.get(n, str(n))
-
-
 def _disk_bytes(path: str) -> bytes | None:
     try:
         return Path(path).read_bytes()
     except OSError:
         return None
-
-
-def _span(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
-          changed: frozenset[str] = frozenset()) -> _Span:
-    nodes = [analysis.graph[n] for n in c.nodes]
-    missing = [n.name for n in nodes if n.source is None]
-    if missing:
-        raise _Pointer(f"no source line recorded for `{missing[0]}`")
-    paths = sorted({n.source.file for n in nodes})
-    lines = [n.source.line for n in nodes]
-    if len(paths) > 1:
-        raise _Pointer(f"spans {_count(len(paths))} files ({', '.join(paths)})")
-    where = dict(file=paths[0], start=min(lines), end=max(lines))
-    if is_library_file(paths[0]):
-        raise _Pointer(f"{paths[0]} is an installed library's file, not your project's: "
-                       "edit the code that calls it instead", **where)
-    _check_in_place(analysis, nodes, where)
-    generator = next((n for n in nodes if n.kind is OpKind.GENERATOR), None)
-    if generator is not None:
-        shape = tuple(generator.meta.shape) if generator.meta is not None else ()
-        raise _Pointer(f"`{generator.label}` (line {generator.source.line}) makes its values "
-                       f"from the index; the kernel fixes its shape {shape} as analysed, and a "
-                       "source edit would stop following the sizes your code computes",
-                       **where)
-    # A recomputed value lives in two kernels; no single-range edit keeps the variable
-    # the source reads it from (see analysis/recompute.py).
-    recomputed = {v for other in analysis.clusters for v in other.recomputes}
-    shared = next((n for n in nodes if n.copy_of or n.name in recomputed), None)
-    if shared is not None:
-        value = analysis.graph[shared.copy_of or shared.name]
-        raise _Pointer(f"`{value.label}` (line {value.source.line}) is computed by two "
-                       "kernels (recomputed instead of stored); a source edit would have to "
-                       "rewrite both together", **where)
-    try:
-        src = files.get(paths[0]) or files.setdefault(paths[0], SourceFile.read(paths[0]))
-        src.tree  # noqa: B018 - parse now so a syntax error degrades this mapping only
-    except (OSError, SyntaxError, UnicodeDecodeError) as e:
-        raise _Pointer(f"cannot read {paths[0]}: {e}", **where) from e
-    if src.path in changed:
-        raise _Pointer("the file changed since it was traced (it no longer holds the code "
-                       "that was imported): run fusion-advisor again", **where)
-    stale = next((n for n in nodes if n.source.code
-                  and src.line_text(n.source.line).strip() != n.source.code), None)
-    if stale is not None:
-        raise _Pointer(f"the file changed since it was traced (line {stale.source.line} no "
-                       f"longer reads `{stale.source.code}`)", **where)
-    scopes = {line: src.scope_at(line) for line in lines}
-    if None in scopes.values():
-        line = next(k for k, v in scopes.items() if v is None)
-        raise _Pointer(f"line {line} is not inside a function", **where)
-    # In execution order: the function of the cluster's first node comes first.
-    first: dict[str, int] = {}
-    for line in lines:
-        first.setdefault(scopes[line].qualname, line)
-    if len(first) > 1:
-        named = ", ".join(f"`{q}` line {line}" for q, line in first.items())
-        # One edit replaces one range of one function; a kernel whose ops run in a module's
-        # forward and in a child's (or a helper's) would need both rewritten together.
-        raise _Pointer(f"spans {_count(len(first))} functions ({named}): one edit replaces "
-                       "lines of one function, so it is not rewritten; to rewrite it, move the "
-                       "fused ops into one function", **where)
-    scope = scopes[lines[0]]
-    stmts = {line: src.statement_at(scope, line) for line in set(lines)}
-    bad = sorted(line for line, st in stmts.items() if st is None)
-    if bad:
-        raise _Pointer(f"line {bad[0]} is not a simple statement", **where)
-    bodies = {id(st.body) for st in stmts.values()}
-    if len(bodies) > 1:
-        raise _Pointer("the lines lie in different blocks (e.g. inside and outside a loop)",
-                       **where)
-    body = next(iter(stmts.values())).body
-    lo = min(st.index for st in stmts.values())
-    hi = max(st.index for st in stmts.values())
-    run = tuple(Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
-                for i, st in enumerate(body) if lo <= i <= hi)
-    span = _Span(src, scope, run)
-    where = dict(file=src.path, start=span.start, end=span.end)
-    for i, line in ((lo - 1, span.start), (hi + 1, span.end)):
-        if 0 <= i < len(body) and body[i].lineno <= line <= (body[i].end_lineno or 0):
-            raise _Pointer(f"line {line} also holds `{src.segment(body[i])}`", **where)
-    # The range must own its lines: nothing before it (`def f(x): return ...`, `if c: ...`)
-    # and nothing but a comment after it.
-    first, last = run[0].node, run[-1].node
-    before = src.line_text(span.start)[:first.col_offset]
-    after = src.line_text(span.end)[last.end_col_offset or 0:].strip()
-    if before.strip() or (after and not after.startswith("#")):
-        extra = before.strip() or after
-        raise _Pointer(f"the range's lines also hold `{extra}`", **where)
-    return span
-
-
-def _check_in_place(analysis: Analysis, nodes: list[Node], where: dict) -> None:
-    """`y.relu_()` or `y += x` the pipeline rewrote out of place (ir/functionalize.py):
-    unless the written tensor was a temporary, the source keeps using `y`, which the
-    kernel's new tensor cannot rebind."""
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    for node in nodes:
-        spelling = fx_nodes[node.name].meta.get("fusion_inplace", "") \
-            if node.name in fx_nodes else ""
-        if spelling.startswith((".", "aten.")) and not _writes_a_temporary(fx_nodes[node.name]):
-            code = f"`{node.source.code}`" if node.source.code else spelling
-            raise _Pointer(f"{code} (line {node.source.line}) writes its input in place; the "
-                           "kernel returns a new tensor, so an edit would have to rebind the "
-                           "name every later line reads", **where)
-
-
-def _writes_a_temporary(node: fx.Node) -> bool:
-    """The tensor an in-place op wrote (`(x * 2).relu_()`'s product) is read by nothing
-    else in the graph, so no line can tell whether it was overwritten: a kernel that returns
-    a new tensor instead computes the same model."""
-    written = node.args[0] if node.args else None
-    return isinstance(written, fx.Node) and set(written.users) == {node}
 
 
 def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str) -> str:
@@ -247,7 +103,7 @@ def _is_feeder(node: Node) -> bool:
     return node.kind in (OpKind.CONSTANT, OpKind.VIEW, OpKind.INPUT) or node.op == "meta"
 
 
-def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster],
+def _check_alone(analysis: Analysis, span: Span, group: list[Cluster],
                  kept: frozenset[str] = frozenset(), kept_around: set[str] | None = None
                  ) -> None:
     """No node outside the group's clusters is computed on the range's lines, but those
@@ -267,9 +123,9 @@ def _check_alone(analysis: Analysis, span: _Span, group: list[Cluster],
         path = module_path(fx_nodes[n.name]) if n.name in fx_nodes else None
         text = _describe(span.src, span.scope, n, path or "")
         if (s.line, n.op) in ops_by_line:
-            raise _Pointer(f"line {s.line} (`{text}`) also runs in another call of "
+            raise PointerOnly(f"line {s.line} (`{text}`) also runs in another call of "
                            f"`{span.scope}` that does not form this cluster")
-        raise _Pointer(f"line range also holds `{text}` (line {s.line}), which is not in "
+        raise PointerOnly(f"line range also holds `{text}` (line {s.line}), which is not in "
                        "the cluster")
 
 
@@ -300,29 +156,29 @@ class _Found:
     within: ast.expr | None = None  # the part of the last statement the fused call replaces
 
 
-def _targets(c: Cluster, span: _Span, values: tuple[str | None, ...]) -> tuple[str, ...]:
+def _targets(c: Cluster, span: Span, values: tuple[str | None, ...]) -> tuple[str, ...]:
     """For a cluster with several results: the name each earlier result is assigned to."""
     names = []
     for out in c.outputs[:-1]:
         js = [j for j, v in enumerate(values) if v == out]
         if not js:
-            raise _Pointer(f"the cluster also writes `{out}`, which no line of the range "
+            raise PointerOnly(f"the cluster also writes `{out}`, which no line of the range "
                            "assigns to a name")
         name = span.stmts[js[-1]].node.targets[0].id
         later = [s for s in span.stmts[js[-1] + 1:] if name in stored_names(s.node)]
         if later:
-            raise _Pointer(f"`{name}` holds the cluster's result `{out}` but line "
+            raise PointerOnly(f"`{name}` holds the cluster's result `{out}` but line "
                            f"{later[0].start} reassigns it")
         names.append(name)
     return tuple(names)
 
 
-def _unify(analysis: Analysis, c: Cluster, span: _Span, within: ast.expr | None = None
+def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None
            ) -> _Found:
     if not c.outputs:  # detection keeps dead code out of clusters; never index past this
-        raise _Pointer("the cluster writes no result the model uses")
+        raise PointerOnly("the cluster writes no result the model uses")
     if len(c.outputs) > 1 and not isinstance(span.stmts[-1].node, ast.Assign):
-        raise _Pointer(f"the cluster writes {_count(len(c.outputs))} values "
+        raise PointerOnly(f"the cluster writes {count_words(len(c.outputs))} values "
                        f"({', '.join(c.outputs)}); only an assignment can take them all")
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     path = _self_path(analysis, c, span.scope)
@@ -332,25 +188,25 @@ def _unify(analysis: Analysis, c: Cluster, span: _Span, within: ast.expr | None 
                           local_names(span.scope.node))
         match = unifier.run(c.outputs[-1], within)
     except Mismatch as e:
-        raise _Pointer(str(e)) from e
+        raise PointerOnly(str(e)) from e
     missing = [n for n in c.nodes if n not in match.matched]
     if missing:
-        raise _Pointer(f"`{missing[0]}` ({analysis.graph[missing[0]].op}) is not computed on "
+        raise PointerOnly(f"`{missing[0]}` ({analysis.graph[missing[0]].op}) is not computed on "
                        "these lines")
     texts = dict(match.inputs)
     extra = sorted(set(texts) - set(c.inputs))
     if extra:
-        raise _Pointer(f"the lines read `{texts[extra[0]]}`, which the cluster does not take")
+        raise PointerOnly(f"the lines read `{texts[extra[0]]}`, which the cluster does not take")
     absent = [n for n in c.inputs if n not in texts]
     if absent:
-        raise _Pointer(f"input `{absent[0]}` has no expression in the source at line "
+        raise PointerOnly(f"input `{absent[0]}` has no expression in the source at line "
                        f"{span.start}")
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
     return _Found(tuple(texts[n] for n in c.inputs), baked, _targets(c, span, match.values),
                   match.inlined, within)
 
 
-def _unify_part(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[_Found] | None:
+def _unify_part(analysis: Analysis, span: Span, group: list[Cluster]) -> list[_Found] | None:
     """The group's match to a part of the last statement (`self.proj(<cluster>)`), if one
     part computes exactly the cluster's single result."""
     if any(len(c.outputs) != 1 for c in group):
@@ -358,21 +214,21 @@ def _unify_part(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[_
     for part in parts(span):
         try:
             return [_unify(analysis, c, span, part) for c in group]
-        except _Pointer:
+        except PointerOnly:
             continue
     return None
 
 
-def _check_dead(span: _Span, targets: tuple[str, ...]) -> None:
+def _check_dead(span: Span, targets: tuple[str, ...]) -> None:
     """Names the range assigns on the way (not the results' names) must not be read later."""
     kept = stored_names(span.stmts[-1].node) | set(targets)
     assigned = set().union(*(stored_names(s.node) for s in span.stmts[:-1])) - kept
     hit = read_later(span.scope, span.stmts, assigned) if assigned else None
     if hit is not None:
-        raise _Pointer(f"`{hit[0]}`, assigned inside the range, is read again at line {hit[1]}")
+        raise PointerOnly(f"`{hit[0]}`, assigned inside the range, is read again at line {hit[1]}")
 
 
-def _replacement(span: _Span, call: str, targets: tuple[str, ...]) -> str:
+def _replacement(span: Span, call: str, targets: tuple[str, ...]) -> str:
     src, first, last = span.src, span.stmts[0], span.stmts[-1].node
     line = src.line_text(first.start)
     indent = line[:len(line) - len(line.lstrip())]
@@ -396,7 +252,7 @@ def _constants(analysis: Analysis, c: Cluster) -> tuple:
                  for n in nodes)
 
 
-def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[SourceMapping]:
+def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[SourceMapping]:
     rep = group[0]
     base = dict(file=span.src.path, start=span.start, end=span.end,
                 function=span.scope.qualname, digest=span.src.digest)
@@ -405,7 +261,7 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
         kept_around: set[str] = set()
         try:
             found = [_unify(analysis, c, span) for c in group]
-        except _Pointer:
+        except PointerOnly:
             part = _unify_part(analysis, span, group)
             if part is None:
                 _check_alone(analysis, span, group)  # its reason names the stray code first
@@ -415,16 +271,16 @@ def _map_group(analysis: Analysis, span: _Span, group: list[Cluster]) -> list[So
         _check_alone(analysis, span, group, kept, kept_around)
         for c, f in zip(group[1:], found[1:], strict=True):
             if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
-                raise _Pointer(f"the same lines also run as cluster {c.index}, which reads "
+                raise PointerOnly(f"the same lines also run as cluster {c.index}, which reads "
                                "or computes something else")
             if _shapes(analysis, c) != _shapes(analysis, rep):
-                raise _Pointer(f"the same lines also run as cluster {c.index} with other "
+                raise PointerOnly(f"the same lines also run as cluster {c.index} with other "
                                "shapes; one kernel cannot serve both")
             if _constants(analysis, c) != _constants(analysis, rep):
-                raise _Pointer(f"the same lines also run as cluster {c.index} with other "
+                raise PointerOnly(f"the same lines also run as cluster {c.index} with other "
                                "constants (module settings); one kernel cannot serve both")
         _check_dead(span, found[0].targets)
-    except _Pointer as p:
+    except PointerOnly as p:
         return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
                               **base) for c in group]
     call = f"{kernel_name(rep.index)}({', '.join(found[0].args)})"
@@ -449,12 +305,12 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     if analysis.source is not None:
         files[analysis.source.path] = SourceFile(analysis.source.path, analysis.source.data)
     changed = frozenset(p for p, f in files.items() if _disk_bytes(p) != f.data)
-    spans: dict[int, _Span] = {}
+    spans: dict[int, Span] = {}
     out: dict[int, SourceMapping] = {}
     for c in analysis.clusters:
         try:
-            spans[c.index] = _span(analysis, c, files, changed)
-        except _Pointer as p:
+            spans[c.index] = locate(analysis, c, files, changed)
+        except PointerOnly as p:
             digest = files[p.file].digest if p.file in files else None
             out[c.index] = SourceMapping(c.index, POINTER, p.file, p.start, p.end, p.reason,
                                          digest=digest)

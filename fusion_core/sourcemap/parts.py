@@ -1,6 +1,6 @@
 """The parts of a source range a rewrite keeps: un-fused code around or inside the call.
 
-Reads an ``Analysis`` and a mapped statement run (mapping.py's ``_Span``); writes
+Reads an ``Analysis`` and a mapped statement run (``span.Span``); writes
 nothing. Answers which sub-expressions of the run's last statement may hold a
 cluster, which graph nodes the kept code computes (so the "nothing else on these
 lines" check lets them be), and the last statement with one part replaced.
@@ -9,14 +9,11 @@ lines" check lets them be), and the last statement with one part replaced.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
+from .span import Span
 from .unify import Mismatch, value_of
-
-if TYPE_CHECKING:
-    from .mapping import _Span
 
 
 def feeding(analysis: Analysis, inlined: frozenset[str]) -> set[str]:
@@ -32,7 +29,7 @@ def feeding(analysis: Analysis, inlined: frozenset[str]) -> set[str]:
     return seen
 
 
-def parts(span: _Span) -> list[ast.expr]:
+def parts(span: Span) -> list[ast.expr]:
     """Calls and operators inside the last statement's value, outermost first."""
     try:
         value = value_of(span.stmts[-1].node, last=True)
@@ -47,7 +44,7 @@ def parts(span: _Span) -> list[ast.expr]:
     return out
 
 
-def around(analysis: Analysis, span: _Span, group: list[Cluster]) -> set[str]:
+def around(analysis: Analysis, span: Span, group: list[Cluster]) -> set[str]:
     """Nodes on the last statement's lines that consume the clusters' results: the code
     kept around the fused call."""
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
@@ -72,7 +69,7 @@ def around(analysis: Analysis, span: _Span, group: list[Cluster]) -> set[str]:
     return seen
 
 
-def replace_part(span: _Span, part: ast.expr, call: str) -> str:
+def replace_part(span: Span, part: ast.expr, call: str) -> str:
     """The last statement, indented as the range's first line, with `part` replaced."""
     src, last = span.src, span.stmts[-1].node
     line = src.line_text(span.start)

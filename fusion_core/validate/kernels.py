@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..analysis.types import Cluster
-from ..names import function_class_name
+from ..names import JIT_PARTS, function_class_name, jit_function_name
 from ..pipeline import Analysis
 
 if TYPE_CHECKING:
@@ -115,8 +115,8 @@ def same_source_key(source: str, kernel_name: str, cluster_index: int) -> str:
     """A key two kernels share exactly when their sources are the same up to names."""
     tree = ast.parse(source)
     _drop_docstring(tree)
-    names = {kernel_name: "K", f"{kernel_name}_kernel": "K_kernel",
-             function_class_name(cluster_index): "KFunction"}
+    names = {kernel_name: "K", function_class_name(cluster_index): "KFunction",
+             **{jit_function_name(cluster_index, part): f"K_{part}" for part in JIT_PARTS}}
     launcher = next((n for n in tree.body if isinstance(n, ast.FunctionDef)
                      and n.name == kernel_name), None)
     if launcher is not None:  # its parameters are the graph's value names

@@ -1,10 +1,11 @@
 """The data one HTML page shows: the laid-out graph and everything known per cluster.
 
-Reads an ``Analysis``, its ``SourceMapping``s and the JSON extras the CLI's later steps
-returned (``validation``, ``inductor``) or the pytest plugin's measurement; writes one
-JSON-able dict: drawn nodes with their positions, edges with their bends, bands and
-collapsible groups, and per cluster its ops, source lines, diff, generated Triton source,
-traffic, numerics and timings; the rejections; Inductor's kernels we did not propose.
+Reads an ``Analysis`` and the typed results of the steps after it (``PageResults``,
+``results.py``: source mappings, kernels, the validation report, the Inductor agreement, or
+the pytest plugin's measurement); writes one JSON-able dict: drawn nodes with their
+positions, edges with their bends, bands and collapsible groups, and per cluster its ops,
+source lines, diff, generated Triton source, traffic, numerics and timings; the rejections;
+Inductor's kernels we did not propose.
 Parameters and shape queries are not drawn (they would triple the node count); a cluster's
 detail lists its inputs instead. For a comparison page the graph also holds the baseline's
 nodes the current graph lacks (``Ghost``), each node and edge only one graph has marked so.
@@ -15,15 +16,20 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...analysis.types import LineSpan
+from ...analysis.types import Cluster, LineSpan
 from ...ir.graph import FusionGraph, Node, OpKind
 from ...ir.registry import SPECS
 from ...pipeline import Analysis
 from ..units import short_path
 from .blocks import block_key, find_bands
 from .layout import LayoutNode, layout
+from .results import PageResults, inductor_view, missed, numerics_view
+
+if TYPE_CHECKING:
+    from ...sourcemap import SourceMapping
+    from ...validate.kernels import KernelSet
 
 KIND_CODE = {OpKind.POINTWISE_UNARY: "p", OpKind.POINTWISE_BINARY: "p", OpKind.GENERATOR: "p",
              OpKind.REDUCTION: "r",
@@ -211,7 +217,14 @@ def graph_view(analysis: Analysis, ghosts: Sequence[Ghost] = (),
     }
 
 
-def _kernel_source(analysis: Analysis, cluster) -> tuple[str, str]:
+def _kernel_source(analysis: Analysis, cluster: Cluster, kernels: KernelSet | None
+                   ) -> tuple[str, str]:
+    """The cluster's kernel source and why there is none: from the kernels the caller
+    generated, else generated here."""
+    if kernels is not None and cluster.index in kernels.kernels:
+        return kernels.kernels[cluster.index].source, ""
+    if kernels is not None and cluster.index in kernels.failed:
+        return "", kernels.failed[cluster.index]
     from ...codegen import LoweringError, generate
 
     try:
@@ -220,100 +233,53 @@ def _kernel_source(analysis: Analysis, cluster) -> tuple[str, str]:
         return "", str(e).strip().splitlines()[0] if str(e).strip() else "cannot be lowered"
 
 
-def _timings(extra: dict[str, Any], measured: dict | None) -> dict[int, dict[str, Any]]:
-    """Per cluster: samples in µs, GB/s and the ceilings, from the CLI or the plugin."""
-    out: dict[int, dict[str, Any]] = {}
-    validation = extra.get("validation") or {}
-    for r in validation.get("clusters", []):
-        t = r.get("timing_us") or {}
-        if t.get("kernel"):
-            out[r["cluster"]] = {"kernel_us": t["kernel"], "eager_us": t.get("eager", []),
-                                 "inductor_us": t.get("inductor", []), "gbps": r.get("gbps"),
-                                 "peak_gbps": r.get("peak_gbps"),
-                                 "copy_gbps": r.get("copy_gbps"), "regime": r.get("regime")}
-    for r in (measured or {}).get("clusters", []):
-        out.setdefault(r["index"], {"kernel_us": r.get("kernel_us", []),
-                                    "eager_us": r.get("eager_us", []), "inductor_us": [],
-                                    "gbps": r.get("gbps"), "peak_gbps": None,
-                                    "copy_gbps": r.get("copy_gbps"), "regime": r.get("regime")})
-    return out
-
-
-def clusters_view(analysis: Analysis, mappings: Sequence[Any], extra: dict[str, Any],
-                  measured: dict | None, kernels: Mapping[int, tuple[str, str]] | None = None
-                  ) -> list[dict[str, Any]]:
-    """One entry per cluster; `kernels` (cluster -> source, why none) are the kernels the
-    caller already generated, else each is generated here."""
+def clusters_view(analysis: Analysis, results: PageResults,
+                  mappings: Sequence[SourceMapping]) -> list[dict[str, Any]]:
+    """One entry per cluster."""
     from ...sourcemap.diff import diff_lines, header
 
     sources = _Sources()
     by_index = {m.cluster_index: m for m in mappings}
-    numerics = {r["cluster"]: r for r in (extra.get("validation") or {}).get("clusters", [])}
-    timings = _timings(extra, measured)
-    inductor = extra.get("inductor") or {}
-    verdicts = {v["cluster"]: v for v in inductor.get("cluster_verdicts", [])}
+    report = results.report
+    timings = results.timings()
     out = []
     for c in analysis.clusters:
         m = by_index.get(c.index)
-        known = kernels.get(c.index) if kernels is not None else None
-        kernel, kernel_error = known if known is not None else _kernel_source(analysis, c)
-        check = numerics.get(c.index)
+        kernel, kernel_error = _kernel_source(analysis, c, results.kernels)
+        timing = timings.get(c.index)
         out.append({
             "index": c.index, "category": c.category, "ops": list(c.ops), "nodes": list(c.nodes),
             "inputs": list(c.inputs), "outputs": list(c.outputs),
             "recomputes": list(c.recomputes), "where": _where(c.lines),
             "source": sources.lines(c.lines),
-            "map": m.quality if m else "", "map_reason": (m.reason or "") if m else "",
+            "map": m.quality.value if m else "", "map_reason": (m.reason or "") if m else "",
             "diff": "\n".join([header(m), *diff_lines(m)]) if m is not None and m.exact
             else "",
             "kernel": kernel, "kernel_error": kernel_error,
             "unfused_bytes": c.traffic.unfused_bytes, "fused_bytes": c.traffic.fused_bytes,
-            "numerics": None if check is None else {
-                "status": check["status"], "max_abs_err": check["max_abs_err"],
-                "gates": check["gates"]},
-            "timing": timings.get(c.index),
-            "inductor": verdicts.get(c.index),
-            "inductor_kernels": [k for k in inductor.get("kernels", [])
-                                 if c.index in k.get("clusters", [])],
+            "numerics": numerics_view(report.result(c.index) if report else None),
+            "timing": timing.view() if timing else None,
+            **inductor_view(results.agreement, c),
         })
     return out
 
 
-def _missed(analysis: Analysis, inductor: dict[str, Any]) -> list[dict[str, Any]]:
-    """Inductor kernels we did not propose, each with the rejection on its lines if any."""
-    out = []
-    for k in inductor.get("kernels", []):
-        if k.get("status") != "missed":
-            continue
-        lines = set(k.get("lines", []))
-        hit = next((r for r in analysis.rejections if r.lines and lines & set(
-            range(r.lines.start, r.lines.end + 1))), None)
-        why = (f"we rejected a candidate on these lines: {hit.check}, {hit.reason}" if hit
-               else k.get("reason")  # the comparison's own (an epilogue, a concatenation)
-               or "no candidate of ours covers these ops (no rejection names these lines)")
-        out.append({**k, "reason": why})
-    return out
-
-
-def page_data(analysis: Analysis, extra: dict[str, Any] | None = None,
-              mappings: Sequence[Any] | None = None, measured: dict | None = None,
-              title: str = "", kernels: Mapping[int, tuple[str, str]] | None = None,
+def page_data(analysis: Analysis, results: PageResults | None = None, *, title: str = "",
               hints: Mapping[str, str] | None = None, ghosts: Sequence[Ghost] = (),
               current_only: Collection[str] = ()) -> dict[str, Any]:
     """Everything one page shows, as plain JSON-able data.
 
-    `hints`: why a section is empty, by section (`inductor`, `numerics`, `untimed`), in the
-    words of the tool that wrote the page (only the CLI names its own flags); `ghosts` and
-    `current_only`: see ``graph_view``.
+    `results`: what later steps found (``PageResults``: the CLI's run, the plugin's
+    measurement); `hints`: why a section is empty, by section (`inductor`, `numerics`,
+    `untimed`), in the words of the tool that wrote the page (only the CLI names its own
+    flags); `ghosts` and `current_only`: see ``graph_view``.
     """
     from ...sourcemap import map_clusters
 
-    extra = extra or {}
-    if mappings is None:
-        mappings = map_clusters(analysis)
+    results = results or PageResults()
+    mappings = results.mappings if results.mappings is not None else map_clusters(analysis)
     clusters = analysis.clusters
-    validation = extra.get("validation") or {}
-    inductor = extra.get("inductor")
+    report, agreement = results.report, results.agreement
     return {
         "title": title or analysis.model_name,
         "model": analysis.model_name, "frontend": analysis.graph.frontend,
@@ -321,15 +287,14 @@ def page_data(analysis: Analysis, extra: dict[str, Any] | None = None,
         "inputs": [str(s) for s in analysis.inputs], "n_nodes": analysis.n_nodes,
         "unfused_bytes": sum(c.traffic.unfused_bytes for c in clusters),
         "fused_bytes": sum(c.traffic.fused_bytes for c in clusters),
-        "mode": validation.get("mode", ""), "device": validation.get("device", ""),
-        "timed": validation.get("timed"),
-        "model_check": validation.get("model"),
+        "mode": report.mode if report else "", "device": report.device if report else "",
+        "timed": report.timed if report else None,
         "hints": dict(hints or {}),
         "graph": graph_view(analysis, ghosts, current_only),
-        "clusters": clusters_view(analysis, mappings, extra, measured, kernels),
+        "clusters": clusters_view(analysis, results, mappings),
         "rejections": [{"check": r.check, "ops": list(r.ops), "nodes": list(r.nodes),
                         "culprits": list(r.culprits), "reason": r.reason,
                         "where": _where(r.lines)} for r in analysis.rejections],
-        "inductor_ran": inductor is not None,
-        "inductor_missed": _missed(analysis, inductor) if inductor else [],
+        "inductor_ran": agreement is not None,
+        "inductor_missed": missed(analysis, agreement) if agreement else [],
     }

@@ -1,0 +1,174 @@
+"""The statements covering a cluster: the range of the user's source a rewrite would replace.
+
+Reads an ``Analysis`` (a cluster's nodes, their ``SourceLoc``s, the FX graph's in-place
+spellings) and the user's files (``SourceFile``, read once each); writes a ``Span``: the
+file, the function and the run of whole statements holding every node of the cluster. Raises
+``PointerOnly`` with the reason in words (and the lines, where known) when no such run
+exists: the nodes lack source lines, lie in several files or functions, in a library's
+file, in a changed file, in different blocks, or share their lines with other code; or the
+cluster writes an input in place, makes values from the index or shares a recomputed value.
+Whether the run computes exactly the cluster is ``mapping.py``'s question.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.fx as fx
+
+from ..analysis.types import Cluster
+from ..ir.graph import Node, OpKind
+from ..ir.trace import is_library_file
+from ..pipeline import Analysis
+from .pysource import Scope, SourceFile, Statement
+
+_NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
+
+
+@dataclass(frozen=True)
+class Span:
+    """The statements covering one cluster's nodes."""
+
+    src: SourceFile
+    scope: Scope
+    stmts: tuple[Statement, ...]
+
+    @property
+    def start(self) -> int:
+        return self.stmts[0].start
+
+    @property
+    def end(self) -> int:
+        return self.stmts[-1].end
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.src.path, self.start, self.end)
+
+
+class PointerOnly(Exception):
+    """The cluster maps as a pointer: why, and where when known."""
+
+    def __init__(self, reason: str, file: str | None = None, start: int | None = None,
+                 end: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.file, self.start, self.end = reason, file, start, end
+
+
+def count_words(n: int) -> str:
+    """Small counts in words: "spans two files"."""
+    return _NUMBERS.get(n, str(n))
+
+
+def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
+           changed: frozenset[str] = frozenset()) -> Span:
+    """The run of statements covering `c`'s nodes; `files` caches the files read (the
+    model's file as imported), `changed` names those the disk holds differently now."""
+    nodes = [analysis.graph[n] for n in c.nodes]
+    missing = [n.name for n in nodes if n.source is None]
+    if missing:
+        raise PointerOnly(f"no source line recorded for `{missing[0]}`")
+    paths = sorted({n.source.file for n in nodes})
+    lines = [n.source.line for n in nodes]
+    if len(paths) > 1:
+        raise PointerOnly(f"spans {count_words(len(paths))} files ({', '.join(paths)})")
+    where = dict(file=paths[0], start=min(lines), end=max(lines))
+    if is_library_file(paths[0]):
+        raise PointerOnly(f"{paths[0]} is an installed library's file, not your project's: "
+                       "edit the code that calls it instead", **where)
+    _check_in_place(analysis, nodes, where)
+    generator = next((n for n in nodes if n.kind is OpKind.GENERATOR), None)
+    if generator is not None:
+        shape = tuple(generator.meta.shape) if generator.meta is not None else ()
+        raise PointerOnly(f"`{generator.label}` (line {generator.source.line}) makes its values "
+                       f"from the index; the kernel fixes its shape {shape} as analysed, and a "
+                       "source edit would stop following the sizes your code computes",
+                       **where)
+    # A recomputed value lives in two kernels; no single-range edit keeps the variable
+    # the source reads it from (see analysis/recompute.py).
+    recomputed = {v for other in analysis.clusters for v in other.recomputes}
+    shared = next((n for n in nodes if n.copy_of or n.name in recomputed), None)
+    if shared is not None:
+        value = analysis.graph[shared.copy_of or shared.name]
+        raise PointerOnly(f"`{value.label}` (line {value.source.line}) is computed by two "
+                       "kernels (recomputed instead of stored); a source edit would have to "
+                       "rewrite both together", **where)
+    try:
+        src = files.get(paths[0]) or files.setdefault(paths[0], SourceFile.read(paths[0]))
+        src.tree  # noqa: B018 - parse now so a syntax error degrades this mapping only
+    except (OSError, SyntaxError, UnicodeDecodeError) as e:
+        raise PointerOnly(f"cannot read {paths[0]}: {e}", **where) from e
+    if src.path in changed:
+        raise PointerOnly("the file changed since it was traced (it no longer holds the code "
+                       "that was imported): run fusion-advisor again", **where)
+    stale = next((n for n in nodes if n.source.code
+                  and src.line_text(n.source.line).strip() != n.source.code), None)
+    if stale is not None:
+        raise PointerOnly(f"the file changed since it was traced (line {stale.source.line} no "
+                       f"longer reads `{stale.source.code}`)", **where)
+    scopes = {line: src.scope_at(line) for line in lines}
+    if None in scopes.values():
+        line = next(k for k, v in scopes.items() if v is None)
+        raise PointerOnly(f"line {line} is not inside a function", **where)
+    # In execution order: the function of the cluster's first node comes first.
+    first: dict[str, int] = {}
+    for line in lines:
+        first.setdefault(scopes[line].qualname, line)
+    if len(first) > 1:
+        named = ", ".join(f"`{q}` line {line}" for q, line in first.items())
+        # One edit replaces one range of one function; a kernel whose ops run in a module's
+        # forward and in a child's (or a helper's) would need both rewritten together.
+        raise PointerOnly(f"spans {count_words(len(first))} functions ({named}): one edit replaces "
+                       "lines of one function, so it is not rewritten; to rewrite it, move the "
+                       "fused ops into one function", **where)
+    scope = scopes[lines[0]]
+    stmts = {line: src.statement_at(scope, line) for line in set(lines)}
+    bad = sorted(line for line, st in stmts.items() if st is None)
+    if bad:
+        raise PointerOnly(f"line {bad[0]} is not a simple statement", **where)
+    bodies = {id(st.body) for st in stmts.values()}
+    if len(bodies) > 1:
+        raise PointerOnly("the lines lie in different blocks (e.g. inside and outside a loop)",
+                       **where)
+    body = next(iter(stmts.values())).body
+    lo = min(st.index for st in stmts.values())
+    hi = max(st.index for st in stmts.values())
+    run = tuple(Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
+                for i, st in enumerate(body) if lo <= i <= hi)
+    span = Span(src, scope, run)
+    where = dict(file=src.path, start=span.start, end=span.end)
+    for i, line in ((lo - 1, span.start), (hi + 1, span.end)):
+        if 0 <= i < len(body) and body[i].lineno <= line <= (body[i].end_lineno or 0):
+            raise PointerOnly(f"line {line} also holds `{src.segment(body[i])}`", **where)
+    # The range must own its lines: nothing before it (`def f(x): return ...`, `if c: ...`)
+    # and nothing but a comment after it.
+    first, last = run[0].node, run[-1].node
+    before = src.line_text(span.start)[:first.col_offset]
+    after = src.line_text(span.end)[last.end_col_offset or 0:].strip()
+    if before.strip() or (after and not after.startswith("#")):
+        extra = before.strip() or after
+        raise PointerOnly(f"the range's lines also hold `{extra}`", **where)
+    return span
+
+
+def _check_in_place(analysis: Analysis, nodes: list[Node], where: dict) -> None:
+    """`y.relu_()` or `y += x` the pipeline rewrote out of place (ir/functionalize.py):
+    unless the written tensor was a temporary, the source keeps using `y`, which the
+    kernel's new tensor cannot rebind."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    for node in nodes:
+        spelling = fx_nodes[node.name].meta.get("fusion_inplace", "") \
+            if node.name in fx_nodes else ""
+        if spelling.startswith((".", "aten.")) and not _writes_a_temporary(fx_nodes[node.name]):
+            code = f"`{node.source.code}`" if node.source.code else spelling
+            raise PointerOnly(f"{code} (line {node.source.line}) writes its input in place; the "
+                           "kernel returns a new tensor, so an edit would have to rebind the "
+                           "name every later line reads", **where)
+
+
+def _writes_a_temporary(node: fx.Node) -> bool:
+    """The tensor an in-place op wrote (`(x * 2).relu_()`'s product) is read by nothing
+    else in the graph, so no line can tell whether it was overwritten: a kernel that returns
+    a new tensor instead computes the same model."""
+    written = node.args[0] if node.args else None
+    return isinstance(written, fx.Node) and set(written.users) == {node}
