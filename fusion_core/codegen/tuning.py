@@ -63,8 +63,10 @@ def _bucket(n_rows, n_cols):
 
 
 def _row_warps(block, rows, floor):
-    """About 512 elements per warp, at least `floor` warps (at most the elements' lanes)."""
-    return max(1, min(max(floor, min(16, block * rows // 512)), _pow2(block * rows // 32)))
+    """About 512 elements per warp (16 a thread: a 16384-wide row takes 32 warps, the most a
+    block has, and 64 registers a thread), at least `floor` warps (at most the elements'
+    lanes)."""
+    return max(1, min(max(floor, min(32, block * rows // 512)), _pow2(block * rows // 32)))
 
 
 # One heuristic and one candidate reader per kernel kind; a generated file holds its kind's
@@ -313,11 +315,12 @@ GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
 
 # Generation time only (not copied into kernel files). A whole-row block holds its row in
 # registers: at most ONE_BLOCK_BYTES of values as the kernel computes them, at least 4 bytes
-# each (16-bit inputs compute in fp32): 8192 columns, 4096 of fp64 or int64. Wider rows loop.
-# For sm_90, ptxas gives layer_norm -> gelu 93 registers a thread and no spills at 8192 fp32
-# (16 warps), spills at 16384 in fp32 and in bf16 alike (128 registers, the most at 16 warps):
-# tools/kernel_registers.py.
-ONE_BLOCK_BYTES = 32768
+# each (16-bit inputs compute in fp32): 16384 columns, 8192 of fp64 or int64. Wider rows loop.
+# Liger-Kernel keeps rows up to 65536 in one block; ptxas for sm_90, with the pointers aligned
+# as Triton's launcher specializes them (tools/kernel_registers.py), gives layer_norm -> gelu
+# no spills at 16384 columns in fp32 and bf16 (124 registers a thread at 16 warps, 64 at 32)
+# and spills at 32768 (336 bytes in fp32 at 32 warps, the most warps a block has).
+ONE_BLOCK_BYTES = 65536
 
 
 def widest_one_block(element_bytes: int) -> int:
