@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default="all",
                     help=f"comma-separated case numbers or groups ({', '.join(GROUPS)}), or all")
     ap.add_argument("--list", action="store_true", help="print the cases and groups, then exit")
-    ap.add_argument("--case-timeout", type=int, default=40, help="seconds per case")
+    ap.add_argument("--case-timeout", type=int, default=60, help="seconds per case")
     ap.add_argument("--budget", type=int, default=290,
                     help="seconds after which remaining cases are skipped")
     args = ap.parse_args(argv)
