@@ -88,3 +88,33 @@ def test_every_candidate_is_timed_with_its_own_configuration(monkeypatch, tmp_pa
     assert not any("error" in c for c in found), found
     assert [tuple(c["config"]) for c in found] == seen and len(set(seen)) == len(seen) >= 3
     assert min(found, key=lambda c: c["us"])["config"] == list(seen[-1])
+
+
+def test_the_timed_path_fills_every_column_with_the_clock_faked(monkeypatch, tmp_path):
+    """What a GPU run does after the numerics, on CPU: the device clock, the copy, the input
+    rotation, the CUDA sync and torch.compile faked, a case at tiny size; every column the
+    table prints is filled (the GPU run is the first to see real times)."""
+    def fake_graph_us(fn, sets):
+        fn(*sets[0])
+        return 2.0
+
+    monkeypatch.setattr(shapes_panel, "graph_us", fake_graph_us)
+    monkeypatch.setattr(shapes_panel, "copy_us", lambda nbytes, l2: 1.0)
+    monkeypatch.setattr(shapes_panel, "rotating", lambda inputs, l2: [tuple(inputs)])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch, "compile", lambda fn: fn)
+    monkeypatch.setenv("FUSION_ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
+    small = [c for c in shapes_panel.CASES if c.label == "layer_norm*2 8192x4096"][0]
+    case = shapes_panel.Case("layer_norm*2 tiny", small.fn, ((4, 64),), ((4, 64),),
+                             small.dtype, small.params, liger=small.liger)
+    args = shapes_panel.argparse.Namespace(dry_run=False)
+    (tmp_path / "work").mkdir()
+    row = shapes_panel.run_case(case, args, 0, {}, tmp_path / "work")
+    assert row["ok"] and row["default_ok"], row
+    for key in ("user_us", "default_us", "best_us", "inductor_us", "copy_us", "eager_us"):
+        assert row[key] > 0, key
+    assert row["default_over_best"] == 1.0 and row["pct_copy"] == 0.5
+    assert [c["config"] for c in row["candidates"]][0] == row["default_config"][0]
+    assert row["cache_hit"]  # (nothing is timed on CPU: the second load picks the same)
+    line = shapes_panel.table([row]).splitlines()[-1]
+    assert line.count("|") == 16 and "layer_norm*2 tiny" in line
