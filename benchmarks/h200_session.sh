@@ -12,7 +12,8 @@
 #   zoo       benchmarks/model_zoo.py in five processes: torchvision/timm/transformers models, kernels verified
 #             natively (numerics only, untimed); ZOO_MODEL_TIMEOUT s per model (120), ZOO_TIMEOUT s
 #             per process (300) with models left after ZOO_TIMEOUT - 30 s listed as not run
-#   panel     benchmarks/shapes_panel.py: wide rows, odd sizes, strided reductions
+#   panel     benchmarks/shapes_panel.py: wide rows, odd sizes, strided reductions; PANEL_CASES
+#             takes case numbers or groups (issue28, widths, norms: --list prints them)
 #   e2e       benchmarks/end_to_end.py: GPT-2 and a LLaMA-style model, eager / our kernels
 #             applied (also as one CUDA graph) / torch.compile, wall and device time
 set -u

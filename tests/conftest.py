@@ -40,6 +40,16 @@ def _no_terminal_width():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_tuning_cache():
+    """No test reads or writes the user's tuning cache (on CUDA a generated launcher would
+    keep its timed choices there, and a later run would skip the timing a test counts on):
+    the tests of the cache set FUSION_ADVISOR_CACHE_DIR themselves."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FUSION_ADVISOR_CACHE_DIR", "")
+        yield
+
+
 @pytest.fixture
 def proj(pytester, monkeypatch):
     """A plugin test project: model.py (variant `base`) and one marked test, no baselines."""

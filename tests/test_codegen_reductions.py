@@ -58,9 +58,9 @@ def test_rows_too_wide_for_one_block_keep_the_reductions_apart():
     class Two(nn.Module):
         def forward(self, x):
             h = x * 2.0
-            return F.layer_norm(h, (8192,)), F.layer_norm(h, (8192,), eps=1e-3)
+            return F.layer_norm(h, (32768,)), F.layer_norm(h, (32768,), eps=1e-3)
 
-    a = analyze(Two(), (2, 8192))
+    a = analyze(Two(), (2, 32768))
     assert all(c.ops.count("layer_norm") <= 1 for c in a.clusters)
     assert any(r.check == "lowering" and "whole row in one block" in r.reason
                for r in a.rejections)
@@ -101,9 +101,9 @@ def test_sibling_norms_of_one_input_share_one_kernel_that_reads_the_row_once(tmp
 def test_sibling_norms_over_rows_too_wide_for_one_block_are_rejected_by_name():
     class Wide(nn.Module):
         def forward(self, x):  # the model's input, read by both norms
-            return F.layer_norm(x, (8192,)), F.layer_norm(x, (8192,), eps=1e-3)
+            return F.layer_norm(x, (32768,)), F.layer_norm(x, (32768,), eps=1e-3)
 
-    a = analyze(Wide(), (2, 8192))
+    a = analyze(Wide(), (2, 32768))
     assert all(c.ops.count("layer_norm") <= 1 for c in a.clusters)
     (rejection,) = [r for r in a.rejections if r.ops == ("layer_norm", "layer_norm")]
     assert rejection.check == "lowering" and "whole row in one block" in rejection.reason

@@ -42,6 +42,7 @@ def _kind(monkeypatch, kind, **constants):
     ("single", (128, 16384), (128, 16, 4)),  # PACK_ELEMENTS // width
     ("single", (1024, 16384), (1024, 1, 4)),  # wider than PACK_WIDTH: one row each
     ("single", (4096, 16384), (4096, 1, 8)),  # ~512 elements per warp
+    ("single", (16384, 1024), (16384, 1, 32)),  # ...up to 32 warps: 16 values a thread
     ("looped", (65536, 4096), (1024, 1, 4)),  # rows x LOOP_BLOCK reach LOOP_IN_FLIGHT
     ("looped", (65536, 1024), (4096, 1, 8)),  # fewer rows: a wider step, more warps...
     ("looped", (65536, 256), (8192, 1, 16)),

@@ -148,28 +148,28 @@ def test_softmax_rows_with_lanes_that_see_only_minus_inf(fn, tmp_path):
 
 
 @pytest.mark.parametrize("dtype,width,looped", [
-    (torch.float32, 8192, False),
-    (torch.float32, 8193, True),
-    (torch.bfloat16, 8192, False),  # computed in fp32: the same registers as fp32
-    (torch.float16, 8193, True),
-    (torch.float64, 4096, False),
-    (torch.float64, 4097, True),
+    (torch.float32, 16384, False),
+    (torch.float32, 16385, True),
+    (torch.bfloat16, 16384, False),  # computed in fp32: the same registers as fp32
+    (torch.float16, 16385, True),
+    (torch.float64, 8192, False),
+    (torch.float64, 8193, True),
 ])
 def test_rows_stay_in_one_block_up_to_a_width_set_by_the_element_size(dtype, width, looped):
     model = Lambda(lambda m, x: F.softmax(x * 2.0, dim=-1), arity=1)
     analysis = analyze(model, torch.empty(2, width, dtype=dtype))
     kernel = generate(analysis, analysis.clusters[0])
     assert kernel.looped == looped
-    assert kernel.tuning.max_block == (4096 if dtype == torch.float64 else 8192)
+    assert kernel.tuning.max_block == (8192 if dtype == torch.float64 else 16384)
     assert f"MAX_BLOCK = {kernel.tuning.max_block}" in kernel.source
 
 
 def test_an_int64_accumulator_counts_as_eight_bytes():
     """cumsum of a bool mask reads one byte a column but accumulates in int64."""
     model = Lambda(lambda m, x: (x != 1).cumsum(-1) - 1, arity=1)
-    analysis = analyze(model, torch.randint(0, 3, (2, 4097)))
+    analysis = analyze(model, torch.randint(0, 3, (2, 8193)))
     kernel = generate(analysis, analysis.clusters[0])
-    assert kernel.looped and kernel.tuning.max_block == 4096
+    assert kernel.looped and kernel.tuning.max_block == 8192
 
 
 def test_a_given_max_block_wins_over_the_element_size():

@@ -7,7 +7,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
+import pytest  # noqa: E402
 import shapes_panel  # noqa: E402
+import torch  # noqa: E402
 
 
 def test_dry_run_builds_and_checks_cases(tmp_path):
@@ -32,3 +34,87 @@ def test_dry_run_builds_and_checks_cases(tmp_path):
     assert channels_last["kernel"]["tiled"]
     # a softmax over the channel dim now fuses: its rows are (N, H, W) positions
     assert channels["ok"] and channels["default_ok"] and not channels["kernel"]["looped"]
+
+
+def test_case_numbers_take_groups_numbers_and_name_a_bad_one():
+    groups = shapes_panel.GROUPS
+    assert shapes_panel.case_numbers("widths,3") == [*groups["widths"], 3]
+    assert shapes_panel.case_numbers("all") == list(range(len(shapes_panel.CASES)))
+    labels = [shapes_panel.CASES[i].label for i in groups["widths"]]
+    assert labels == ["softmax(x/8) 2048x50257", "softmax(x/8) 2048x50304",
+                      "softmax(x/8) 1024x32000", "softmax(x/8) 1024x32768"]
+    norms = {(shapes_panel.CASES[i].label.split()[0], shapes_panel.CASES[i].dtype,
+              shapes_panel.CASES[i].shapes[0][1]) for i in groups["norms"]}
+    for op in ("layer_norm*2", "rms_norm"):  # every dtype at every width, each past L2
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            assert {w for o, d, w in norms if (o, d) == (op, dtype)} >= {1024, 4096, 16384, 65536}
+    for i in groups["norms"]:  # (the forced loops compare with the headline rows' sizes)
+        rows, cols = shapes_panel.CASES[i].shapes[0]
+        if shapes_panel.CASES[i].looped:
+            continue
+        assert rows * cols * shapes_panel.CASES[i].dtype.itemsize >= 50 << 20
+    with pytest.raises(ValueError, match="no case 'wide'"):
+        shapes_panel.case_numbers("wide")
+    with pytest.raises(ValueError, match="no case '999'"):
+        shapes_panel.case_numbers("999")
+
+
+def test_every_candidate_is_timed_with_its_own_configuration(monkeypatch, tmp_path):
+    """The default-vs-best column: each configuration of the case's bucket is launched (and
+    computes the right result) in turn; the timer is faked (no CUDA here)."""
+    case = next(c for c in shapes_panel.CASES if c.label == "layer_norm->gelu 4096x4096")
+    module, inputs = shapes_panel.build(case, True, "cpu", torch.Generator().manual_seed(0))
+    from fusion_core.codegen import generate, write_kernels
+    from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster
+    from fusion_core.pipeline import analyze
+
+    analysis = analyze(module, *inputs)
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster, shapes_panel.DRY_RUN_TUNING)
+    path = write_kernels([kernel], tmp_path)[0]
+    args = cluster_inputs(analysis, cluster, capture_values(analysis, *inputs))
+    (want,) = eager_cluster(analysis, cluster)(*args)
+    seen = []
+
+    def fake_graph_us(fn, sets):
+        out = fn(*sets[0])
+        torch.testing.assert_close(out, want, atol=2e-3, rtol=2e-3)
+        probe = fn.__globals__
+        seen.append(next(iter(probe["CHOSEN"].values())))
+        return 10.0 - len(seen)  # the last one timed is fastest
+
+    monkeypatch.setattr(shapes_panel, "graph_us", fake_graph_us)
+    found = shapes_panel.candidate_us(path, kernel.name, args, [args])
+    assert not any("error" in c for c in found), found
+    assert [tuple(c["config"]) for c in found] == seen and len(set(seen)) == len(seen) >= 3
+    assert min(found, key=lambda c: c["us"])["config"] == list(seen[-1])
+
+
+def test_the_timed_path_fills_every_column_with_the_clock_faked(monkeypatch, tmp_path):
+    """What a GPU run does after the numerics, on CPU: the device clock, the copy, the input
+    rotation, the CUDA sync and torch.compile faked, a case at tiny size; every column the
+    table prints is filled (the GPU run is the first to see real times)."""
+    def fake_graph_us(fn, sets):
+        fn(*sets[0])
+        return 2.0
+
+    monkeypatch.setattr(shapes_panel, "graph_us", fake_graph_us)
+    monkeypatch.setattr(shapes_panel, "copy_us", lambda nbytes, l2: 1.0)
+    monkeypatch.setattr(shapes_panel, "rotating", lambda inputs, l2: [tuple(inputs)])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch, "compile", lambda fn: fn)
+    monkeypatch.setenv("FUSION_ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
+    small = [c for c in shapes_panel.CASES if c.label == "layer_norm*2 8192x4096"][0]
+    case = shapes_panel.Case("layer_norm*2 tiny", small.fn, ((4, 64),), ((4, 64),),
+                             small.dtype, small.params, liger=small.liger)
+    args = shapes_panel.argparse.Namespace(dry_run=False)
+    (tmp_path / "work").mkdir()
+    row = shapes_panel.run_case(case, args, 0, {}, tmp_path / "work")
+    assert row["ok"] and row["default_ok"], row
+    for key in ("user_us", "default_us", "best_us", "inductor_us", "copy_us", "eager_us"):
+        assert row[key] > 0, key
+    assert row["default_over_best"] == 1.0 and row["pct_copy"] == 0.5
+    assert [c["config"] for c in row["candidates"]][0] == row["default_config"][0]
+    assert row["cache_hit"]  # (nothing is timed on CPU: the second load picks the same)
+    line = shapes_panel.table([row]).splitlines()[-1]
+    assert line.count("|") == 16 and "layer_norm*2 tiny" in line

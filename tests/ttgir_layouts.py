@@ -81,6 +81,9 @@ def _compiled_loads(jit, caught: dict) -> dict:
             found[op].append({k: [int(v) for v in re.search(rf"{k} = \[([\d, ]+)\]", fields)
                                   .group(1).split(",")] for k in ("order", "sizePerThread")})
     found["ptx_loads"] = sorted(set(re.findall(r"\bld\.global[.\w]*", asm["ptx"])))
+    # ...and every global load and store with its cache qualifiers (`ld.global.L1::evict_last
+    # .L2::cache_hint.v4.b32`: a looped row's load that asks L2 to keep it, four floats at once)
+    found["ptx_memory"] = sorted(set(re.findall(r"\b(?:ld|st)\.global[.\w:]*", asm["ptx"])))
     return {"rows_per_program": caught["kwargs"].get("ROWS_PER_PROGRAM"), **found}
 
 

@@ -8,7 +8,9 @@ Reads the cases below: a reduction, its dtype and width, which kernel (one block
 loop, or a split row's partials or finish kernel), and a launch configuration (BLOCK_SIZE,
 warps). Generates each kernel, compiles it with Triton for
 sm_90 in a subprocess (without the interpreter) and runs the ptxas Triton ships on its PTX
-with -v. Prints one line a case: registers a thread and spill bytes. These are the numbers
+with -v. Pointers are marked 16-byte aligned and sizes divisible by 16 where the case's are,
+as Triton's launcher specializes them. Prints one line a case: registers a thread and spill
+bytes. These are the numbers
 behind tuning.py's ONE_BLOCK_BYTES (which rows stay in one block) and its candidates.
 """
 
@@ -47,7 +49,10 @@ CASES = [  # (function, dtype, width, form, BLOCK_SIZE, warps)
     ("layer_norm->gelu", FP32, 8192, "one block", 8192, 16),
     ("layer_norm->gelu", FP32, 8192, "one block", 8192, 32),
     ("layer_norm->gelu", FP32, 16384, "one block", 16384, 16),
+    ("layer_norm->gelu", FP32, 16384, "one block", 16384, 32),
     ("layer_norm->gelu", BF16, 16384, "one block", 16384, 16),
+    ("layer_norm->gelu", BF16, 16384, "one block", 16384, 32),
+    ("layer_norm->gelu", FP32, 32768, "one block", 32768, 32),
     ("softmax(x/8)", BF16, 16384, "one block", 16384, 16),
     ("layer_norm->gelu", FP32, 8192, "loop", 1024, 4),
     ("layer_norm->gelu", FP32, 8192, "loop", 4096, 8),
@@ -69,9 +74,12 @@ from fusion_core.codegen import load_kernel
 bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 ptxas = next(os.path.join(bin_dir, n) for n in ("ptxas-blackwell", "ptxas")
              if os.path.exists(os.path.join(bin_dir, n)))
-for path, name, sig, consts, warps in json.loads(sys.stdin.read()):
+for path, name, sig, consts, warps, aligned in json.loads(sys.stdin.read()):
     fn = getattr(load_kernel(path), name)
-    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts)
+    # What Triton's launcher specializes at run time: 16-byte aligned pointers and integer
+    # arguments divisible by 16 marked so (unmarked, the loads compile scalar)
+    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     with open(path + ".ptx", "w") as f:
         f.write(ptx.asm["ptx"])
@@ -96,8 +104,12 @@ def _job(fn: str, dtype: torch.dtype, width: int, form: str, block: int, warps: 
     kernel = generate(analysis, cluster, Tuning(max_block=width, **unsplit), looped=looped)
     args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
     path, sig, consts = launch_signature(kernel, work, args, suffix)
+    # the pointers (torch allocations are aligned) and the sizes at the case's width
+    sizes = {"n_rows": 4096, "n_cols": width}
+    aligned = [i for i, (name, kind) in enumerate(sig.items())
+               if kind.startswith("*") or sizes.get(name, 1) % 16 == 0]
     return (path, f"{kernel.name}_{suffix}", sig,
-            {**consts, "BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1}, warps)
+            {**consts, "BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1}, warps, aligned)
 
 
 def _usage(ptxas_output: str) -> str:

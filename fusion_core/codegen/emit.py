@@ -39,6 +39,7 @@ from .writer import (
     OFFS,
     ROW_MAJOR,
     ROWS,
+    Base,
     CodeWriter,
     Index,
     Term,
@@ -91,6 +92,46 @@ def _mask(arg: TensorArg, plan: KernelPlan, idx: Index) -> str:
     return "mask" if idx.varies("rows") else "col_mask"  # a row vector: one row of the block
 
 
+# A looped row of any width read with aligned vector loads (``_ALIGNED_ROWS``): in a body
+# block, a row-major tensor's offset is the row's first aligned element plus the block's
+# lanes, which Triton sees is a multiple of the vector (a `// VEC * VEC`), not `rows * n_cols
+# + cols`, which it cannot tell is one when n_cols is odd.
+_ROW_MAJOR = Index((Term(ROW_MAJOR),))
+_BODY = Index((Term(Base("row_aligned + col0 + tl.arange(0, BLOCK_SIZE)[None, :]",
+                         frozenset({"rows", "cols"}), compound=True)),))
+
+
+def _body_index(idx: Index, body: bool) -> Index:
+    return _BODY if body and idx == _ROW_MAJOR else idx
+
+
+def aligned_vec(plan: KernelPlan) -> int | None:
+    """Elements in 16 bytes of the narrowest row-major tensor of a looped plan, whose rows
+    then loop over aligned body blocks and an edge block (``_ALIGNED_ROWS``); None where they
+    keep the plain column loop: no row-major tensor, or statistics whose lanes count their
+    values (layer_norm's and var/std's Welford) or run in column order (cumsum)."""
+    r = plan.reduction
+    if r is None or plan.steps or plan.tiled or not (
+            r.rule.family in ("softmax", "collapse")
+            or (r.rule.family == "normalize" and not r.rule.centered)):
+        return None
+    scratch = KernelParams()  # the offsets' scalars are registered by the real loads
+    sizes = [t.dtype.itemsize for t in (*plan.inputs, *plan.outputs)
+             if t.role != Role.GEN and not t.per_row
+             and index_of(t, plan, scratch) == _ROW_MAJOR]
+    return 16 // min(sizes) if sizes and min(sizes) <= 8 else None
+
+
+def _aligned_rows(vec: int) -> list[str]:
+    """Where each row's aligned body starts and how many columns it has."""
+    return [f"# rows start anywhere (n_cols need not be a multiple of {vec}): each row's body",
+            f"# starts at its first {vec}-element-aligned element and holds whole vectors;",
+            "# the few columns before and after it (the edges) take one more masked block",
+            f"row_aligned = (rows * n_cols + {vec - 1}) // {vec} * {vec}",
+            "row_head = tl.minimum(row_aligned - rows * n_cols, n_cols)",
+            f"row_body = (n_cols - row_head) // {vec} * {vec}"]
+
+
 def _generate(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
     """A generated value (`arange`): the registry's lowering of the element's own index,
     which is the value's offset as if it were a contiguous tensor (no load, no mask)."""
@@ -108,13 +149,14 @@ def _generate(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
 
 
 def _load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
-          last_read: bool | None = None) -> str:
+          last_read: bool | None = None, body: bool = False) -> str:
     """`arg`'s load; `last_read` (looped rows only) gives the L2 a hint: keep the lines of
     a row read again in a later pass and of column vectors every row reads, let the last
-    pass's row blocks go first. A generated value is computed instead."""
+    pass's row blocks go first; `body`: in an aligned body block (``_ALIGNED_ROWS``). A
+    generated value is computed instead."""
     if arg.role == Role.GEN:
         return _generate(arg, plan, params)
-    idx = index_of(arg, plan, params)
+    idx = _body_index(index_of(arg, plan, params), body)
     if idx.is_zero:
         text = f"tl.load({arg.ptr})"
     else:
@@ -128,8 +170,8 @@ def _load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
     return f"{arg.temp} = {text}"
 
 
-def _store(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
-    idx = index_of(arg, plan, params)
+def _store(arg: TensorArg, plan: KernelPlan, params: KernelParams, body: bool = False) -> str:
+    idx = _body_index(index_of(arg, plan, params), body)
     if idx.is_zero:  # one element, written by every lane with the same value
         idx = Index((zero_term(ROWS if plan.two_d else OFFS),))
     elif plan.two_d and not idx.shaped("rows"):
@@ -289,19 +331,38 @@ def _row_load(t: TensorArg) -> bool:
 
 
 def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets: Iterable[str],
-                extra: Iterable[str], reread: set[str], where: Chunk = WHOLE_ROW) -> None:
+                extra: Iterable[str], reread: set[str], where: Chunk = WHOLE_ROW,
+                vec: int | None = None, body_extra: Iterable[str] | None = None) -> None:
     """A column loop: the loads and pre-reduction statements `targets` need, then `extra`;
-    `reread`: the loaded temporaries a later pass reads again."""
+    `reread`: the loaded temporaries a later pass reads again. With `vec` (a whole row,
+    ``aligned_vec``) the loop runs over the row's aligned body, then over its edges:
+    `body_extra` (else `extra`) in the body, `extra` in the edges."""
     need = _closure(plan, targets)
-    out.line(f"for col0 in range(0, {where.bound}, BLOCK_SIZE):")
-    with out.indented():
-        out.lines([_cols(plan, f"{where.start}col0 + "), f"col_mask = cols < {where.end}",
-                   _COLS[1]])
-        out.lines(_load(t, plan, params, t.temp not in reread)
-                  for t in plan.sources if not _row_load(t) and t.temp in need)
-        out.lines(_stmt(s) for s in plan.stmts
-                  if s.temp in need and not s.per_row and s.phase == "pre")
-        out.lines(extra)
+    extra = list(extra)
+    blocks = [(None, extra)] if vec is None else [
+        (True, extra if body_extra is None else list(body_extra)), (False, extra)]
+    for body, lines in blocks:
+        if body is None:
+            out.line(f"for col0 in range(0, {where.bound}, BLOCK_SIZE):")
+            head = [_cols(plan, f"{where.start}col0 + "), f"col_mask = cols < {where.end}"]
+        elif body:
+            out.lines(["# the row's aligned body", "for col0 in range(0, n_cols, BLOCK_SIZE):"])
+            head = [_cols(plan, "row_head + col0 + "),
+                    "col_mask = col0 + tl.arange(0, BLOCK_SIZE)[None, :] < row_body"]
+        else:  # at most 2 x (vec - 1) columns: before the body and after it; none (no
+            # block at all) when n_cols is a multiple of the vector: every row starts aligned
+            out.lines(["# the row's edges",
+                       f"for col0 in range(0, (COLS_ALIGN % {vec} > 0) * {2 * vec}, BLOCK_SIZE):"])
+            head = ["edge = col0 + tl.arange(0, BLOCK_SIZE)[None, :]",
+                    _cols(plan, "tl.where(edge < row_head, 0, row_body) + col0 + "),
+                    "col_mask = edge < n_cols - row_body"]
+        with out.indented():
+            out.lines([*head, _COLS[1]])
+            out.lines(_load(t, plan, params, t.temp not in reread, bool(body))
+                      for t in plan.sources if not _row_load(t) and t.temp in need)
+            out.lines(_stmt(s) for s in plan.stmts
+                      if s.temp in need and not s.per_row and s.phase == "pre")
+            out.lines(lines)
 
 
 def rewritten(plan: KernelPlan) -> set[str]:
@@ -311,7 +372,7 @@ def rewritten(plan: KernelPlan) -> set[str]:
 
 
 def last_pass(plan: KernelPlan, params: KernelParams, out: CodeWriter,
-              where: Chunk = WHOLE_ROW) -> None:
+              where: Chunk = WHOLE_ROW, vec: int | None = None) -> None:
     """Per-row values after the reduction, then the loop that recomputes the chain,
     finishes the reduction and stores the per-element outputs."""
     r = plan.reduction
@@ -328,21 +389,25 @@ def last_pass(plan: KernelPlan, params: KernelParams, out: CodeWriter,
         out.lines(["", "# last pass: recompute the chain, finish the reduction, store",
                    *(emitter(r).carry(r) if finish else [])])
         column_loop(plan, params, out, [t.temp for t in col_out],
-                    finish + post + [_store(t, plan, params) for t in col_out], set(), where)
+                    finish + post + [_store(t, plan, params) for t in col_out], set(), where,
+                    vec, finish + post + [_store(t, plan, params, True) for t in col_out])
 
 
 def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     r = plan.reduction
     assert r is not None
     rows_boilerplate(plan, "rows loop over column blocks", out)
+    vec = aligned_vec(plan)
+    if vec is not None:
+        out.lines(_aligned_rows(vec))
     row_prologue(plan, params, out)
     stats = emitter(r).statistics(r)
     if stats is not None:
         out.lines(["", "# pass 1: the row statistics, per lane of the column block",
                    *stats.before])
-        column_loop(plan, params, out, [r.source], stats.inside, rewritten(plan))
+        column_loop(plan, params, out, [r.source], stats.inside, rewritten(plan), vec=vec)
         out.lines(stats.after)
-    last_pass(plan, params, out)
+    last_pass(plan, params, out, vec=vec)
     row_out = [t for t in plan.outputs if t.per_row]
     if row_out:
         out.lines(["", "# store", *(_store(t, plan, params) for t in row_out)])

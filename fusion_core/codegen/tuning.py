@@ -14,6 +14,14 @@ pick is used. The helpers read the file's globals: ``CANDIDATES``, ``CHOSEN``, t
 constants of its kind ("flat", "tiled", "single", "looped", "split") and ``HEURISTIC``/``CONFIG``;
 the values below only let this module import, tests set them.
 
+Choices survive the process: ``_choose`` keeps each timed choice in a JSON file under the
+user's cache folder (``_cache_dir``: ``$FUSION_ADVISOR_CACHE_DIR``, else ``fusion-advisor``
+under ``$XDG_CACHE_HOME`` or ``~/.cache``; set empty: no file), one file per identity
+(``_cache_identity``: the GPU's name, Triton's version and a hash of the generated file's
+text, so another GPU, another Triton or an edited file times again). A later process reads
+it instead of timing. The file is replaced atomically (temp file + ``os.replace``); one that
+cannot be read, parsed or written, or names another identity, is ignored.
+
 One choice is made when the file is generated, not per shape: whether a reduction's rows stay
 whole in one block or loop over column blocks (``widest_one_block``: by the width and the
 element size, the file's ``MAX_BLOCK``).
@@ -55,8 +63,10 @@ def _bucket(n_rows, n_cols):
 
 
 def _row_warps(block, rows, floor):
-    """About 512 elements per warp, at least `floor` warps (at most the elements' lanes)."""
-    return max(1, min(max(floor, min(16, block * rows // 512)), _pow2(block * rows // 32)))
+    """About 512 elements per warp (16 a thread: a 16384-wide row takes 32 warps, the most a
+    block has, and 64 registers a thread), at least `floor` warps (at most the elements'
+    lanes)."""
+    return max(1, min(max(floor, min(32, block * rows // 512)), _pow2(block * rows // 32)))
 
 
 # One heuristic and one candidate reader per kernel kind; a generated file holds its kind's
@@ -182,13 +192,106 @@ def _time(run, config):
         return float("inf")
 
 
+def _cache_dir():
+    """The folder of the tuning cache, or None (no disk cache: the variable set empty)."""
+    chosen = os.environ.get("FUSION_ADVISOR_CACHE_DIR")
+    if chosen is not None:
+        return chosen or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fusion-advisor")
+
+
+def _cache_identity(device):
+    """What a stored choice is valid for: (GPU name, Triton version, sha256 of this file's
+    text); None off CUDA or when this file cannot be read."""
+    if device.type != "cuda":
+        return None
+    import hashlib
+
+    import triton
+
+    try:
+        with open(__file__, "rb") as f:
+            text_hash = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+    return [torch.cuda.get_device_name(device), triton.__version__, text_hash]
+
+
+def _cache_path(identity):
+    """The identity's cache file (None: no disk cache): one file per GPU, Triton and file."""
+    folder = _cache_dir()
+    if folder is None or identity is None:
+        return None
+    import hashlib
+    import json
+
+    name = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:32]
+    return os.path.join(folder, "tuning", name + ".json")
+
+
+def _cache_key(key):
+    """A tuning key as stored: the bucket and input dtypes (the device is the identity's)."""
+    bucket, dtypes = key[0], key[1]
+    return repr((tuple(bucket), tuple(str(d) for d in dtypes)))
+
+
+def _cache_read(path, identity):
+    """{stored key: configuration} from `path`; {} when it is missing, unreadable, corrupt or
+    written for another identity (then the buckets are timed again)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if data["identity"] != identity:
+            return {}
+        return {k: tuple(v) for k, v in data["choices"].items()
+                if isinstance(v, list) and all(type(n) is int for n in v)}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def _cache_write(path, identity, key, config):
+    """Add one choice to `path`, with what another process stored meanwhile; the file is
+    replaced atomically. A cache that cannot be written is skipped: the choice still holds
+    in this process."""
+    import json
+    import tempfile
+
+    choices = _cache_read(path, identity)
+    choices[key] = tuple(config)
+    text = json.dumps({"identity": identity, "choices": choices}, indent=1, sort_keys=True)
+    try:
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tuning.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass
+
+
 def _choose(key, configs, run, device):
     """The configuration for a bucket seen for the first time: the fastest of `configs` by
-    `run(config)` where timing is on, else the first (the heuristic's); kept in CHOSEN except
-    while a CUDA graph is being captured (timing then would break the capture)."""
+    `run(config)` where timing is on (read from the disk cache when a process timed this
+    file's bucket on this GPU before, and stored there after timing), else the first (the
+    heuristic's); kept in CHOSEN except while a CUDA graph is being captured (timing then
+    would break the capture)."""
     if len(configs) > 1 and _timing_on(device):
-        times = [_time(run, c) for c in configs]
-        choice = configs[times.index(min(times))]
+        identity = _cache_identity(device)
+        path = _cache_path(identity)
+        choice = _cache_read(path, identity).get(_cache_key(key)) if path else None
+        if choice not in configs:  # none stored, or one this file no longer offers
+            times = [_time(run, c) for c in configs]
+            choice = configs[times.index(min(times))]
+            if path is not None:
+                _cache_write(path, identity, _cache_key(key), choice)
     else:
         choice = configs[0]
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -204,18 +307,20 @@ KINDS = {"flat": (_flat_heuristic, _flat_config), "tiled": (_tiled_heuristic, _t
          "split": (_split_heuristic, _split_config)}
 # Helpers a kind's pair calls besides the shared ones (copied into its files before the pair).
 KIND_HELPERS = {"split": (_looped_heuristic, _looped_config, _splits)}
-HELPERS = (_pow2, _bucket, _row_warps, _configs, _timing_on, _time, _choose)
+HELPERS = (_pow2, _bucket, _row_warps, _configs, _timing_on, _time, _cache_dir,
+           _cache_identity, _cache_path, _cache_key, _cache_read, _cache_write, _choose)
 GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
            "ROW_CLASS_CAP", "TUNE_WARMUP_MS", "TUNE_REP_MS")
 
 
 # Generation time only (not copied into kernel files). A whole-row block holds its row in
 # registers: at most ONE_BLOCK_BYTES of values as the kernel computes them, at least 4 bytes
-# each (16-bit inputs compute in fp32): 8192 columns, 4096 of fp64 or int64. Wider rows loop.
-# For sm_90, ptxas gives layer_norm -> gelu 93 registers a thread and no spills at 8192 fp32
-# (16 warps), spills at 16384 in fp32 and in bf16 alike (128 registers, the most at 16 warps):
-# tools/kernel_registers.py.
-ONE_BLOCK_BYTES = 32768
+# each (16-bit inputs compute in fp32): 16384 columns, 8192 of fp64 or int64. Wider rows loop.
+# Liger-Kernel keeps rows up to 65536 in one block; ptxas for sm_90, with the pointers aligned
+# as Triton's launcher specializes them (tools/kernel_registers.py), gives layer_norm -> gelu
+# no spills at 16384 columns in fp32 and bf16 (124 registers a thread at 16 warps, 64 at 32)
+# and spills at 32768 (336 bytes in fp32 at 32 warps, the most warps a block has).
+ONE_BLOCK_BYTES = 65536
 
 
 def widest_one_block(element_bytes: int) -> int:
