@@ -63,6 +63,10 @@ class HtmlReport:
         import fusion_core
 
         back = "../index.html"
+        # A compiled record's agreement fills the page's Inductor tab (the first backend's).
+        agreements = result.compiled_agreement or {}
+        extra = {"inductor": agreements[min(agreements)]} if agreements else None
+        hints = HINTS if extra is None else {k: v for k, v in HINTS.items() if k != "inductor"}
         base = None
         if rec["status"] in DIFFERS:
             from .session import baseline_path, read_baseline
@@ -73,16 +77,16 @@ class HtmlReport:
             except BaselineError:
                 pass
         if base is None:
-            page = fusion_core.page_data(result.analysis, measured=result.measurement,
-                                         title=nodeid, hints=HINTS)
+            page = fusion_core.page_data(result.analysis, extra, measured=result.measurement,
+                                         title=nodeid, hints=hints)
             return fusion_core.analysis_html(page, back=back)
         from .compare import compare
         from .page_diff import page_diff
 
         diff = page_diff(base, result.snapshot, result.analysis.graph,
                          compare(base, result.snapshot).pairs)
-        page = fusion_core.page_data(result.analysis, measured=result.measurement, title=nodeid,
-                                     hints=HINTS, ghosts=diff.ghosts,
+        page = fusion_core.page_data(result.analysis, extra, measured=result.measurement,
+                                     title=nodeid, hints=hints, ghosts=diff.ghosts,
                                      current_only=diff.current_only)
         return fusion_core.compare_html(page, _baseline_view(base, diff),
                                         [_change(c) for c in diff.current], diff.marks,

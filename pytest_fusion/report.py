@@ -162,6 +162,9 @@ def markdown(records: list[dict[str, Any]], writes: list[dict[str, Any]],
         lines.append(f"**{_md_cell(r['nodeid'])}** — {r['status']}")
         lines += [f"- {m}" for m in r["messages"]]
         lines.append("")
+    from .compiled_report import markdown_lines  # the compiled records' section, if any
+
+    lines += markdown_lines(records)
     if writes:
         lines += ["### Baselines written", ""]
         lines += [f"- {w['action']} `{w['path_shown']}`" for w in writes]

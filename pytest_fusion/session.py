@@ -47,6 +47,8 @@ class TestRecord:
     hw_key: str | None = None  # the GPU the test's timings came from (None: no CUDA)
     timings_judged: int = 0  # timings compared with the baseline's
     timing_gap: str = ""  # why none was (compare.GAPS), "" when some were
+    # {backend: counts and our clusters beside Inductor's kernels} (compiled_report.summary)
+    compiled: dict[str, Any] = field(default_factory=dict)
 
 
 def dump_yaml(data: dict[str, Any]) -> str:
