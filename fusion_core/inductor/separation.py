@@ -95,7 +95,9 @@ def _reach(analysis: Analysis, starts: Iterable[str], owner: dict[str, int], for
 def _reason(analysis: Analysis, between: list[Node], ours: set[str]) -> str:
     calls = [n for n in between if callee(n)]
     if calls:
-        what = "matrix product or convolution" if callee(calls[0]) in GEMM_OPS else "attention"
+        op = callee(calls[0])
+        what = ("convolution" if "conv" in op.lower() else "matrix product" if op in GEMM_OPS
+                else "attention call")
         return (f"the {what} {_where(calls[0])} sits between them (a library call: Inductor "
                 "fuses nothing across it)")
     opaque = [n for n in between if n.kind is OpKind.OPAQUE]
