@@ -88,7 +88,9 @@ def _kernel_key(k: CompiledKernel) -> tuple[str, tuple[str, ...]]:
 
 
 def _kernel_words(k: CompiledKernel) -> str:
-    lines = sorted({s.where for s in k.sites})
+    # By file, then line as a number (model.py:9 before model.py:10).
+    lines = [s.where for s in sorted(k.sites, key=lambda s: (s.file or "", s.line or 0))]
+    lines = list(dict.fromkeys(lines))
     at = f" at {', '.join(lines)}" if lines else ""
     return f"`{k.name}` ({' → '.join(k.ops) or 'no ops'}){at}"
 

@@ -1,7 +1,7 @@
 """The compiled record in the fusion report: per test, our clusters beside Inductor's
 kernels, the agreements and each disagreement with its reason.
 
-``summary`` reads a test's analysis (for the clusters' op chains and lines), its compiled
+``summary`` reads a test's snapshot clusters (their op chains and lines), its compiled
 records as baseline data and the agreement ``fusion_core.compiled_record`` made of them
 (``fusion_core.inductor.match.to_dict``); it returns the plain data the test's record keeps
 (``TestRecord.compiled``), so the JSON report has it as is. ``terminal_lines`` and
@@ -11,16 +11,17 @@ the Markdown report. No torch import.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 SAME = "same group"  # match.SAME: the verdict of a cluster Inductor fuses exactly so
 
 
-def summary(clusters: Any, records: Mapping[str, dict[str, Any]],
+def summary(clusters: Sequence[Any], records: Mapping[str, dict[str, Any]],
             agreements: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """{backend: counts, our clusters with Inductor's verdict, Inductor's missed kernels}."""
-    chains = {c.index: (c.chain, str(c.lines) if c.lines else "?") for c in clusters}
+    """{backend: counts, our clusters with Inductor's verdict, Inductor's missed kernels}.
+    `clusters`: the snapshot's, in the analysis' order (cluster i is `clusters[i]`)."""
+    chains = {i: (c.chain, c.lines) for i, c in enumerate(clusters)}
     out: dict[str, dict[str, Any]] = {}
     for backend, data in sorted(records.items()):
         kernels = data.get("kernels", ())

@@ -411,7 +411,7 @@ class FusionAdvisor:
         if result.snapshot.compiled:
             from .compiled_report import summary
 
-            rec.compiled = summary(result.analysis.clusters, result.snapshot.compiled,
+            rec.compiled = summary(result.snapshot.clusters, result.snapshot.compiled,
                                    result.compiled_agreement or {})
         session.record(rec)
         return rec, failure

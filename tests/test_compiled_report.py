@@ -7,13 +7,12 @@ from pytest_fusion.compiled_report import markdown_lines, summary, terminal_line
 
 
 @dataclass(frozen=True)
-class Cluster:  # the fields summary reads from fusion_core's Cluster
-    index: int
+class Cluster:  # the fields summary reads from a snapshot's ClusterRec
     chain: str
     lines: str
 
 
-CLUSTERS = [Cluster(0, "mul → relu", "model.py:9"), Cluster(1, "add → sigmoid", "model.py:11-12")]
+CLUSTERS = [Cluster("mul → relu", "model.py:9"), Cluster("add → sigmoid", "model.py:11-12")]
 DATA = {"graphs": 1, "graph_breaks": [], "recompiles": 0, "bytes_moved": 512,
         "kernels": [{"name": "cpp_fused_mul_relu_0", "kind": "generated"},
                     {"name": "cpp_fused_add_1", "kind": "generated"},
