@@ -42,14 +42,20 @@ def compiled_data(
     """({backend: record data}, {backend: agreement}) of torch.compile on the model, files
     rootdir-relative; `analysis` (ours, of the same model) explains splits and gives the
     agreement of our clusters with Inductor's kernels (none without it)."""
+    import torch
+
     import fusion_core
 
+    # Keyed like timings: a machine with a GPU takes the record of Inductor's Triton backend
+    # there, a machine without one that of its C++ backend; a baseline keeps both.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         record = fusion_core.compiled_record(
             build_model(model, model_kwargs),
             *build_inputs(inputs, dtype),
             extra_shapes=[tuple(map(tuple, e)) for e in extra_shapes],
             analysis=analysis,
+            device=device,
         )
     except fusion_core.FusionAdvisorError as e:
         failure = f"compiled record failed: {e} (in {call}; or leave compiled off)"

@@ -179,21 +179,39 @@ def _recompiles(
         torch._dynamo.reset()
 
 
-def _as_tensor(x: Any) -> torch.Tensor:
-    """A tensor for an example input: a tensor, an InputSpec, a shape tuple or "4,8"."""
+def _as_tensor(x: Any, model: nn.Module) -> torch.Tensor:
+    """A tensor for an example input: a tensor, an InputSpec, a shape tuple or "4,8" (random
+    values; integer ids below the smallest embedding table, as validation makes them)."""
     if isinstance(x, torch.Tensor):
         return x
-    if isinstance(x, str):
-        from ..ir.shapes import InputSpec
+    from ..ir.shapes import InputSpec
+    from ..validate.inputs import random_inputs
 
+    if isinstance(x, str):
         x = InputSpec.parse(x)
-    if hasattr(x, "shape") and hasattr(x, "dtype"):  # an InputSpec
-        return torch.randn(tuple(x.shape), dtype=x.dtype)
-    if isinstance(x, (tuple, list)) and all(isinstance(d, int) for d in x):
-        return torch.randn(tuple(x))
+    elif isinstance(x, (tuple, list)) and all(isinstance(d, int) for d in x):
+        x = InputSpec(tuple(x), torch.float32)
+    if isinstance(x, InputSpec):
+        return random_inputs([x], model, "cpu", seed=0)[0]
     raise InductorError(
         f"example input {x!r} is no tensor, shape or InputSpec: give a tensor or a shape tuple"
     )
+
+
+def _moved(model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device
+           ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The model and inputs on `device`; the model copied first, so the caller's stays put."""
+    import copy
+
+    on = {p.device.type for p in (*model.parameters(), *model.buffers())}
+    if on and on != {device.type}:
+        try:
+            model = copy.deepcopy(model)
+        except Exception as e:  # noqa: BLE001 - any copy failure is one line
+            raise InductorError(f"cannot copy {type(model).__name__} to compile it on "
+                                f"{device.type}: {type(e).__name__}: {e}") from e
+        model = model.to(device)
+    return model, tuple(x.to(device) for x in inputs)
 
 
 def compiled_record(
@@ -202,13 +220,18 @@ def compiled_record(
     extra_shapes: Sequence[Sequence[tuple[int, ...]]] = (),
     analysis: Any = None,
     fresh_cache: bool = False,
+    device: str | None = None,
 ) -> CompiledRecord:
     """Compile `model` on `inputs` (default mode, no grad) and record what came out; each
     entry of `extra_shapes` gives one shape per input to call it again. Inputs are tensors,
     or shapes / InputSpecs (random tensors of that shape are made). `analysis`: our
     ``Analysis`` of the same model, to say why kernels are apart. Inductor's compiled-kernel
-    caches are reused unless `fresh_cache` (the record is the same either way)."""
-    inputs = tuple(_as_tensor(x) for x in inputs)
+    caches are reused unless `fresh_cache` (the record is the same either way). `device`:
+    compile there ("cuda": Inductor's Triton backend), on a copy of the model and inputs
+    moved to it; None compiles where the inputs are."""
+    inputs = tuple(_as_tensor(x, model) for x in inputs)
+    if device is not None:
+        model, inputs = _moved(model, inputs, torch.device(device))
     extra = [_like(inputs, shapes) for shapes in extra_shapes]  # bad shapes fail before compiling
     model = model.eval()
     graph_count, breaks = _graph_breaks(model, inputs)
