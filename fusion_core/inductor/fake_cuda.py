@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
+import sys
 import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -65,6 +67,19 @@ class _CodeDone(Exception):
     """Raised once the generated code exists: nothing is compiled or run after it."""
 
 
+def _everywhere(qualname: str, fn: Any) -> list[Any]:
+    """Patches of `qualname` and of every loaded torch module's copy of it (Inductor's
+    modules import `has_triton` and the like by name, when they load)."""
+    module_name, attr = qualname.rsplit(".", 1)
+    original = getattr(importlib.import_module(module_name), attr)
+    out = [mock.patch(qualname, fn)]
+    for name, module in list(sys.modules.items()):
+        if (name.startswith("torch") and name != module_name
+                and getattr(module, attr, None) is original):
+            out.append(mock.patch.object(module, attr, fn))
+    return out
+
+
 def _fake_gpu(props: GpuProps) -> list[Any]:
     """Patches answering the CUDA runtime's and Triton's questions as `props`' GPU."""
     from triton.backends.compiler import GPUTarget
@@ -89,7 +104,7 @@ def _fake_gpu(props: GpuProps) -> list[Any]:
         "torch.utils._triton.has_triton": lambda *a, **k: True,
         "torch.utils._triton.triton_backend": lambda: make_backend(target),
     }
-    out = [mock.patch(name, fn) for name, fn in answers.items()]
+    out = [patch for name, fn in answers.items() for patch in _everywhere(name, fn)]
     # A CPU build of torch has no such function; code that reads it by name needs one.
     out.append(mock.patch("torch.cuda._get_device_properties", lambda *a, **k: info,
                           create=True))
@@ -142,8 +157,12 @@ def fake_cuda_capture(model: nn.Module, inputs: Sequence[torch.Tensor],
                       props: GpuProps = GpuProps()) -> InductorCapture:
     """Inductor's kernels for `model` on `props`' GPU, without one (see the module
     docstring for what this leaves out)."""
-    import torch._dynamo  # noqa: F401 - loaded before the fakes: its imports probe CUDA
+    # Loaded before the fakes: their imports probe CUDA, and a module loaded under a fake
+    # would keep it after (the fakes also replace the copies loaded modules hold).
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.codegen.triton  # noqa: F401
     import torch._inductor.compile_fx as compile_fx_module
+    import torch._inductor.scheduler  # noqa: F401
     from torch._inductor.utils import fresh_inductor_cache
     from torch._subclasses.fake_tensor import FakeTensorMode
 
