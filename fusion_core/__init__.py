@@ -38,6 +38,8 @@ _EXPORTS = {
     "measured_times": ".report.html",
     "CompiledRecord": ".inductor.compiled", "compiled_record": ".inductor.compiled",
     "CompiledKernel": ".inductor.compiled", "GraphBreak": ".inductor.compiled",
+    "OpSite": ".inductor.compiled", "Recompile": ".inductor.compiled",
+    "Separation": ".inductor.separation",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -65,7 +67,15 @@ if TYPE_CHECKING:  # for type checkers and editors only
     from .codegen import Kernel, LoweringError, generate, generate_all, load_kernel, write_kernels  # noqa: F401
     from .errors import FusionAdvisorError  # noqa: F401
     from .fileio import remove_stray_temp_files, write_atomic  # noqa: F401
-    from .inductor.compiled import CompiledKernel, CompiledRecord, GraphBreak, compiled_record  # noqa: F401
+    from .inductor.compiled import (  # noqa: F401
+        CompiledKernel,
+        CompiledRecord,
+        GraphBreak,
+        OpSite,
+        Recompile,
+        compiled_record,
+    )
+    from .inductor.separation import Separation  # noqa: F401
     from .ir.bias_split import split_biases  # noqa: F401
     from .ir.shapes import InputSpec, parse_dtype  # noqa: F401
     from .load import load_model  # noqa: F401

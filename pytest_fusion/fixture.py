@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .compare import CHECKS, Tolerances
+from .compiled_bounds import BOUNDS, check_bound_values, exceeded
 from .judge import Verdict
 from .measure import to_measured
 from .options import CAPTURES, check_improvements, check_target, check_tolerance
@@ -35,7 +36,7 @@ __all__ = ["FusionAdvisor", "FusionResult", "build_inputs", "build_model", "fixe
 TOLERANCE_ARGS = {"traffic_tolerance": "traffic", "timing_tolerance": "timing",
                   "timing_alpha": "alpha", "timing_min_bytes": "min_bytes"}
 MARKER_KEYWORDS = ("dtype", "checks", *TOLERANCE_ARGS, "capture", "device", "improvements",
-                   "model_kwargs", "timing_inputs", "compiled", "compiled_shapes")
+                   "model_kwargs", "timing_inputs", "compiled", "compiled_shapes", *BOUNDS)
 
 
 def _as_checks(checks: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -120,7 +121,8 @@ class FusionAdvisor:
                 capture: str | None = None, device: str | None = None,
                 model_kwargs: Mapping[str, Any] | None = None,
                 timing_inputs: Sequence[Any] | None = None, compiled: bool | None = None,
-                compiled_shapes: Sequence[Sequence[Any]] = ()) -> FusionResult:
+                compiled_shapes: Sequence[Sequence[Any]] = (),
+                **compiled_bounds: int) -> FusionResult:
         """Analyze `model` for the example inputs (tensors, shapes, InputSpecs).
 
         `model_kwargs`: the keyword arguments `model` (a class or factory) is called with.
@@ -133,19 +135,25 @@ class FusionAdvisor:
         batch than the analysed one; None times them at `inputs`.
         `compiled`: also record what torch.compile makes of the model (None: the
         `fusion_compiled` ini option); `compiled_shapes`: extra calls, one shape per input
-        each, whose recompiles are counted.
+        each, whose recompiles are counted. `compiled_max_kernels=N` and the other
+        `compiled_max_*` bounds take the compiled record too and fail the test past them.
         """
         return self._analyze(model, inputs, dtype, measure, capture, device,
                              "fusion_advisor.analyze(...)", model_kwargs, timing_inputs,
-                             compiled, compiled_shapes)
+                             compiled, compiled_shapes, compiled_bounds)
 
     def _analyze(self, model: Any, inputs: Sequence[Any], dtype: Any, measure: bool,
                  capture: str | None, device: str | None, call: str,
                  model_kwargs: Mapping[str, Any] | None = None,
                  timing_inputs: Sequence[Any] | None = None, compiled: bool | None = None,
-                 compiled_shapes: Sequence[Sequence[Any]] = ()) -> FusionResult:
+                 compiled_shapes: Sequence[Sequence[Any]] = (),
+                 compiled_bounds: Mapping[str, int] | None = None) -> FusionResult:
         """`analyze`; `call` names where the test gave the model and inputs, for errors."""
         import fusion_core
+
+        bounds = dict(compiled_bounds or {})
+        if bad := check_bound_values(bounds, call):
+            pytest.fail(bad, pytrace=False)
 
         if capture is None:
             capture = self.session.settings.capture
@@ -181,17 +189,22 @@ class FusionAdvisor:
         key = self.session.hw_key
         snap = from_analysis(analysis, self.item.nodeid, rootdir, kernels=generated.kinds,
                              target=device)
-        if self.session.settings.compiled if compiled is None else compiled:
+        agreement = matched = None
+        if bounds or (self.session.settings.compiled if compiled is None else compiled):
             from .compiled_gate import compiled_data  # loads torch: only when asked for
 
-            snap = replace(snap, compiled=compiled_data(model, model_kwargs, inputs, dtype,
-                                                        compiled_shapes, call, rootdir))
+            records, agreement, matched = compiled_data(model, model_kwargs, inputs, dtype,
+                                               compiled_shapes, call, rootdir, analysis)
+            snap = replace(snap, compiled=records)
+            if over := exceeded(bounds, records):  # a budget: whatever the baseline says
+                pytest.fail("\n".join(over), pytrace=False)
         if raw:
             taken = () if timed is analysis else tuple(str(s) for s in timed.inputs)
             key, m = to_measured(raw, snap.clusters, taken, index_map)
             if m.clusters or m.model_us:  # nothing timed (the model failed there): none stored
                 snap = replace(snap, measured={key: m})
-        self.last_result = FusionResult(analysis, snap, raw, key, generated)
+        self.last_result = FusionResult(analysis, snap, raw, key, generated, agreement,
+                                        matched)
         return self.last_result
 
     @property
@@ -219,7 +232,9 @@ class FusionAdvisor:
                                                 marker.kwargs.get("model_kwargs"),
                                                 marker.kwargs.get("timing_inputs"),
                                                 marker.kwargs.get("compiled"),
-                                                marker.kwargs.get("compiled_shapes", ()))
+                                                marker.kwargs.get("compiled_shapes", ()),
+                                                {k: v for k, v in marker.kwargs.items()
+                                                 if k in BOUNDS})
         return self._marker_result
 
     # ------------------------------------------------------------ assertions
@@ -318,5 +333,14 @@ class FusionAdvisor:
         if bad:
             pytest.fail(f"unknown fusion check(s) {', '.join(sorted(bad))}: choose from "
                         f"{', '.join(CHECKS)}", pytrace=False)
-        return self.session.check(result.snapshot, tol, checks, result.hw_key,
-                                  fail_improvements, self.session.settings.compiler_change)
+        verdict = self.session.check(result.snapshot, tol, checks, result.hw_key,
+                                     fail_improvements, self.session.settings.compiler_change)
+        if result.snapshot.compiled:  # the report's clusters beside Inductor's kernels
+            from .compiled_report import summary
+
+            rec = replace(verdict.record, compiled=summary(
+                result.snapshot.clusters, result.snapshot.compiled,
+                result.compiled_agreement or {}))
+            self.session.record(rec)
+            verdict = replace(verdict, record=rec)
+        return verdict

@@ -72,12 +72,15 @@ class HtmlReport:
                 pass
         # The page takes typed results: the kernels generated with the analysis (not again
         # here) and the measurement hook's timings
-        generated = result.generated
+        # and, with a compiled record, its agreement in the Inductor tab (the first backend's)
+        generated, matches = result.generated, result.compiled_matches or {}
         results = fusion_core.PageResults(
             kernels=fusion_core.kernel_set(generated.kernels, generated.failed),
+            agreement=matches[min(matches)] if matches else None,
             measured=fusion_core.measured_times(result.measurement))
+        hints = HINTS if not matches else {k: v for k, v in HINTS.items() if k != "inductor"}
         if base is None:
-            page = fusion_core.page_data(result.analysis, results, title=nodeid, hints=HINTS)
+            page = fusion_core.page_data(result.analysis, results, title=nodeid, hints=hints)
             return fusion_core.analysis_html(page, back=back)
         from .compare import compare
         from .page_diff import page_diff
@@ -85,7 +88,7 @@ class HtmlReport:
         diff = page_diff(base, result.snapshot, result.analysis.graph,
                          compare(base, result.snapshot).pairs)
         page = fusion_core.page_data(result.analysis, results, title=nodeid,
-                                     hints=HINTS, ghosts=diff.ghosts,
+                                     hints=hints, ghosts=diff.ghosts,
                                      current_only=diff.current_only)
         return fusion_core.compare_html(page, _baseline_view(base, diff),
                                         [_change(c) for c in diff.current], diff.marks,

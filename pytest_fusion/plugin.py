@@ -210,6 +210,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(f"device: {s.device}")
         for line in report.table_lines() if report.records else ["no fusion checks ran"]:
             terminalreporter.write_line(line)
+        from .compiled_report import terminal_lines  # tests with a compiled record, if any
+
+        for line in terminal_lines(report.records):
+            terminalreporter.write_line(line)
         for f in s.report_files:
             terminalreporter.write_line(f"wrote {f}")
     if lines:

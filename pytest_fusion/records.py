@@ -9,7 +9,8 @@ what travels with a test report, so nothing richer than lists and dicts may cros
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ class TestRecord:
     hw_key: str | None = None  # the GPU the test's timings came from (None: no CUDA)
     timings_judged: int = 0  # timings compared with the baseline's
     timing_gap: str = ""  # why none was (compare.GAPS), "" when some were
+    # {backend: counts and our clusters beside Inductor's kernels} (compiled_report.summary)
+    compiled: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def failing(self) -> bool:

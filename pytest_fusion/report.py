@@ -191,6 +191,9 @@ class FusionReport:
                 lines.append(f"**{_md_cell(r.nodeid)}** — {r.status}")
                 lines += [f"- {m}" for m in r.messages]
                 lines.append("")
+        from .compiled_report import markdown_lines  # the compiled records' section, if any
+
+        lines += markdown_lines(self.records)
         if self.written:
             lines += ["### Baselines written", ""]
             lines += [f"- {w.action} `{w.shown}`" for w in self.written]

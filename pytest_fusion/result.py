@@ -72,6 +72,10 @@ class FusionResult:
     measurement: dict | None  # raw result of pytest_fusion_measure, None when not measured
     hw_key: str | None
     generated: GeneratedKernels = NO_KERNELS  # the analysis' kernels, generated once
+    # {backend: our clusters beside Inductor's kernels} when a compiled record was taken
+    compiled_agreement: Mapping[str, Any] | None = None
+    # the same agreement typed (fusion_core's), which the HTML page's Inductor tab shows
+    compiled_matches: Mapping[str, Any] | None = None
 
     @property
     def clusters(self):

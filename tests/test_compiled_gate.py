@@ -95,3 +95,68 @@ def test_compiler_change_is_said_as_such_and_follows_the_option(option, bucket):
 def test_unknown_option_value_is_one_line():
     with pytest.raises(ValueError, match="use report or fail"):
         compare_compiled(record(), record(), "warn")
+
+
+MERGED = [
+    {
+        "name": "cpp_fused_mul_relu_sigmoid_0",
+        "ops": ["mul", "relu", "sigmoid"],
+        "sites": [["mul", "", "model.py", 9], ["relu", "", "model.py", 9],
+                  ["sigmoid", "", "model.py", 10]],
+    }
+]
+SPLIT = [
+    {"name": "cpp_fused_mul_relu_0", "ops": ["mul", "relu"],
+     "sites": [["mul", "", "model.py", 9], ["relu", "", "model.py", 9]]},
+    {"name": "cpp_fused_sigmoid_1", "ops": ["sigmoid"], "sites": [["sigmoid", "", "model.py", 10]]},
+    {"name": "mm", "kind": "extern", "ops": ["mm"], "sites": [["mm", "", "model.py", 9]]},
+]
+APART = ["cpp_fused_mul_relu_0", "cpp_fused_sigmoid_1",
+         "the matrix product `operator.matmul` (line 9) sits between them"]
+
+
+def test_a_split_kernel_names_its_parts_and_what_now_separates_them():
+    (msg,) = bucketed(record(kernels=MERGED), record(kernels=SPLIT, separations=[APART]))[
+        "regressions"]
+    assert msg.startswith(
+        "Inductor now emits 3 kernels (baseline 1): `cpp_fused_mul_relu_sigmoid_0`")
+    assert ("splits into `cpp_fused_mul_relu_0` (mul → relu) at model.py:9 and "
+            "`cpp_fused_sigmoid_1` (sigmoid) at model.py:10: the matrix product "
+            "`operator.matmul` (line 9) sits between them") in msg
+    assert "new `cpp_fused_mul_relu_0`" not in msg  # a part of the split is not said twice
+
+
+def test_a_split_is_found_by_op_when_the_lines_moved():
+    moved = [{**k, "sites": [[op, mod, f, line + 3] for op, mod, f, line in k["sites"]]}
+             for k in SPLIT]
+    (msg,) = bucketed(record(kernels=MERGED), record(kernels=moved, separations=[APART]))[
+        "regressions"]
+    assert "splits into `cpp_fused_mul_relu_0`" in msg and "`operator.matmul`" in msg
+
+
+def test_a_split_with_as_many_kernels_fails_even_so():
+    # One kernel split while two others merged: the count holds, the split is still a loss.
+    base = [*MERGED,
+            {"name": "cpp_fused_add_1", "ops": ["add"], "sites": [["add", "", "model.py", 12]]},
+            {"name": "cpp_fused_exp_2", "ops": ["exp"], "sites": [["exp", "", "model.py", 13]]}]
+    now = [*SPLIT[:2], {"name": "cpp_fused_add_exp_2", "ops": ["add", "exp"],
+                        "sites": [["add", "", "model.py", 12], ["exp", "", "model.py", 13]]}]
+    found = bucketed(record(kernels=base), record(kernels=now, separations=[APART]))
+    (msg,) = found["regressions"]
+    assert msg.startswith("an Inductor kernel splits: `cpp_fused_mul_relu_sigmoid_0`")
+    assert "improvements" not in found
+
+
+def test_a_split_without_an_analysis_says_the_reason_is_unknown():
+    (msg,) = bucketed(record(kernels=MERGED), record(kernels=SPLIT))["regressions"]
+    assert "(sigmoid) at model.py:10: why is not known (no analysis of this run); new `mm`" in msg
+
+
+def test_recompile_names_dynamos_guard_failure_and_the_function():
+    guard = {"reason": "tensor 'x' size mismatch at index 0. expected 4, actual 6",
+             "function": "forward", "file": "model.py", "line": 8}
+    (msg,) = bucketed(record(), record(recompiles=1, extra_shapes=[[[6, 8]]],
+                                       recompile_reasons=[guard]))["regressions"]
+    assert msg == ("1 recompile under the extra shapes 6×8 (baseline 0): Dynamo's guard failed "
+                   "in forward at model.py:8: tensor 'x' size mismatch at index 0. expected 4, "
+                   "actual 6")

@@ -47,6 +47,45 @@ def test_extra_shape_recompiles(record):
     assert record.recompiles >= 1
 
 
+def test_recompile_gives_dynamos_guard_failure_at_the_forward(record):
+    _, start = inspect.getsourcelines(BreaksOnItem.forward)
+    (first, *_) = record.recompile_reasons
+    assert "size mismatch" in first.reason and "expected 4, actual 6" in first.reason
+    assert (first.function, first.file, first.line) == ("forward", __file__, start)
+
+
+def test_bytes_moved_is_inductors_estimate(record):
+    # 4×8 fp32 read and written at least once by the kernels before and after the break
+    assert record.bytes_moved is not None and record.bytes_moved >= 2 * 4 * 8 * 4
+
+
+class SplitByMatmul(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(8, 8))
+
+    def forward(self, x):
+        y = torch.relu(x * 2) @ self.w  # the matmul between the two kernels
+        return torch.sigmoid(y)
+
+
+def test_separation_names_the_matmul_between_two_kernels_in_the_analyzers_words():
+    import fusion_core
+
+    x = torch.randn(4, 8)
+    rec = compiled_record(SplitByMatmul(), x, analysis=fusion_core.analyze(SplitByMatmul(), x))
+    src, start = inspect.getsourcelines(SplitByMatmul.forward)
+    line = start + next(i for i, text in enumerate(src) if "@ self.w" in text)
+    (apart,) = rec.separations
+    names = {k.name: k.ops for k in rec.kernels}
+    assert (names[apart.before], names[apart.after]) == (("mul", "relu"), ("sigmoid",))
+    assert apart.reason.startswith(f"the matrix product `operator.matmul` (line {line}) sits "
+                                   "between them")
+    verdicts = rec.agreement["cluster_verdicts"]
+    assert [v["verdict"] for v in verdicts] == ["same group"]  # mul → relu, as Inductor
+    assert from_dict(rec.backend, to_dict(rec)).separations == rec.separations
+
+
 def test_round_trip_through_plain_data(record):
     assert from_dict(record.backend, to_dict(record)) == record
 

@@ -1,6 +1,7 @@
 """The compiled record in the plugin, end to end on CPU (pytester, one process per run so
 Dynamo's lazily imported modules are never reloaded). Each run compiles a 2-3 op model."""
 
+import json
 import re
 
 import pytest
@@ -121,3 +122,43 @@ def test_a_baseline_without_a_compiled_record_keeps_loading(pytester):
     r.stdout.fnmatch_lines(["*compiled record taken on cpu-inductor, none in the baseline*"])
     run(pytester, "-o", "fusion_compiled=true", "--fusion-update-baselines=new")
     assert compiled_of(pytester)["cpu-inductor"]["graphs"] == 1
+
+
+def test_a_split_kernel_fails_naming_the_op_that_now_separates_it(pytester):
+    project(pytester, "merged", compiled=True)
+    run(pytester, "--fusion-update-baselines=new").assert_outcomes(passed=1)
+    (merged,) = compiled_of(pytester)["cpu-inductor"]["kernels"]
+    project(pytester, "matmul", compiled=True)  # line 9 now multiplies by the matrix
+    r = run(pytester, "--fusion-report=rep")
+    r.assert_outcomes(failed=1)
+    out = r.stdout.str()
+    assert re.search(
+        rf"`{merged['name']}` \(mul → relu → select → sigmoid\) at model\.py:9, model\.py:10 "
+        r"splits into `cpp_fused_mul_relu_0` \(mul → relu\) at model\.py:9 and "
+        r"`cpp_fused_sigmoid_1` \(sigmoid\) at model\.py:10: the matrix product "
+        r"`operator\.matmul` \(line 9\) sits between them",
+        out,
+    ), out
+    # The agreement: in the terminal report, the Markdown and JSON files and the HTML page.
+    assert "test_net.py::test_net [cpu-inductor]: 2 kernels, 1 library call" in out
+    md = (pytester.path / "rep.md").read_text()
+    assert "### torch.compile: our clusters beside Inductor's kernels" in md
+    assert "| `mul → relu` | model.py:9 | `cpp_fused_mul_relu_0` | same group |" in md
+    (test,) = json.loads((pytester.path / "rep.json").read_text())["tests"]
+    assert test["compiled"]["cpu-inductor"]["clusters"][0]["verdict"] == "same group"
+    (page,) = (pytester.path / "rep-tests").iterdir()
+    assert "cpp_fused_mul_relu_0" in page.read_text()
+
+
+def test_a_bound_fails_with_measured_beside_bound(pytester):
+    project(pytester, "matmul", compiled_max_kernels=1, compiled_max_graph_breaks=0)
+    r = run(pytester, "--fusion-update-baselines=new")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(
+        [
+            "*compiled bound exceeded on cpu-inductor: 2 generated kernels (library calls not "
+            "counted) (`cpp_fused_mul_relu_0`, `cpp_fused_sigmoid_1`), more than "
+            "compiled_max_kernels=1"
+        ]
+    )
+    assert "compiled_max_graph_breaks" not in r.stdout.str()  # within that bound: not said

@@ -31,7 +31,9 @@ def test_unknown_marker_keyword_fails_the_test_and_writes_nothing(proj):
     r.stdout.fnmatch_lines(["fusion_check got unknown keyword(s) tolerance: the allowed "
                             "keywords are dtype, checks, traffic_tolerance, timing_tolerance, "
                             "timing_alpha, timing_min_bytes, capture, device, improvements, "
-                            "model_kwargs, timing_inputs, compiled, compiled_shapes"])
+                            "model_kwargs, timing_inputs, compiled, compiled_shapes, "
+                            "compiled_max_kernels, compiled_max_graph_breaks, "
+                            "compiled_max_graphs, compiled_max_recompiles, compiled_max_bytes"])
     assert baselines(proj.path) == {}
 
 

@@ -162,6 +162,9 @@ class InductorCapture:
     code: tuple[str, ...]  # generated wrapper sources
     torch_version: str
     calls: tuple[LibraryCall, ...] = ()  # library kernels (needs `_post_fusion_custom_pass`)
+    # Inductor's own estimate of the bytes its kernels and calls read and write (the sum of
+    # each fused node's buffer sizes, as its `count_bytes` metric); None without the pass.
+    bytes_moved: int | None = None
 
     @property
     def compute_kernels(self) -> tuple[InductorKernel, ...]:
@@ -281,13 +284,16 @@ def _library_call(sn: Any, rewrites: Rewrites) -> LibraryCall | None:
                        pattern)
 
 
-def _post_fusion_patch(sink: list[Record], calls: list[LibraryCall], rewrites: Rewrites):
+def _post_fusion_patch(sink: list[Record], calls: list[LibraryCall], rewrites: Rewrites,
+                       moved: list[int]):
     import torch._inductor.config as cfg
 
     if not hasattr(cfg, "_post_fusion_custom_pass"):
         return contextlib.nullcontext()
 
     def record(nodes):
+        with contextlib.suppress(Exception):
+            moved.append(sum(sn.get_read_write_buffers_sizes() for sn in nodes))
         with contextlib.suppress(Exception):
             for sn in nodes:
                 if "Extern" in type(sn).__name__:
@@ -343,8 +349,12 @@ def _compile(model: nn.Module, inputs: Sequence[torch.Tensor]) -> tuple[str, ...
     return tuple(code)
 
 
-def capture(model: nn.Module, inputs: Sequence[torch.Tensor]) -> InductorCapture:
-    """Compile `model` (default mode, no grad) in a fresh cache and record its kernels."""
+def capture(model: nn.Module, inputs: Sequence[torch.Tensor],
+            fresh_cache: bool = True) -> InductorCapture:
+    """Compile `model` (default mode, no grad) and record its kernels. With `fresh_cache`
+    nothing compiled before is reused; without it the compiled-kernel caches on disk are
+    (a warm re-run skips the C++/Triton builds). The FX graph cache is off either way: on a
+    hit Inductor generates no code, so there would be no kernels to record."""
     try:
         from torch._inductor.utils import fresh_inductor_cache
     except ImportError as e:  # pragma: no cover - very old torch
@@ -354,10 +364,12 @@ def capture(model: nn.Module, inputs: Sequence[torch.Tensor]) -> InductorCapture
     by_pass: list[Record] = []
     calls: list[LibraryCall] = []
     rewrites = Rewrites()
+    moved: list[int] = []
     model = model.eval()
+    cache = fresh_inductor_cache() if fresh_cache else contextlib.nullcontext()
     try:
-        with fresh_inductor_cache(), _record_define_kernel(by_define, rewrites), \
-                record_rewrites(rewrites), _post_fusion_patch(by_pass, calls, rewrites):
+        with cache, _record_define_kernel(by_define, rewrites), \
+                record_rewrites(rewrites), _post_fusion_patch(by_pass, calls, rewrites, moved):
             code = _compile(model, inputs)
     except Exception as e:  # noqa: BLE001 - any compiler failure becomes one line
         msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -368,7 +380,8 @@ def capture(model: nn.Module, inputs: Sequence[torch.Tensor]) -> InductorCapture
     names = names_from_code(code)
     kernels, method = _pick(by_define, by_pass, names)
     return InductorCapture(kernels=kernels, method=method, code=code,
-                           torch_version=torch.__version__, calls=tuple(calls))
+                           torch_version=torch.__version__, calls=tuple(calls),
+                           bytes_moved=sum(moved) if moved else None)
 
 
 def _pick(by_define: list[Record], by_pass: list[Record], names: list[str]

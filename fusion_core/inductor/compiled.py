@@ -2,21 +2,25 @@
 
 Reads an ``nn.Module``, its example inputs and optional extra input shapes; writes a
 ``CompiledRecord``: Dynamo's graph breaks (reason and the user's source line) and graph count
-(``torch._dynamo.explain``), Inductor's kernels with the ops each computes (``capture.py``),
-the recompilations the extra shapes cause, and the backend and versions it was taken with.
+(``torch._dynamo.explain``), Inductor's kernels with the ops each computes (``capture.py``)
+and its estimate of the bytes they move, the recompilations the extra shapes cause with
+Dynamo's guard-failure reasons, and the backend and versions it was taken with. Given our
+``Analysis`` of the same model, it also says why each kernel feeding another is apart from it
+(``separation.py``): the gate names that when a kernel splits.
 ``to_dict``/``from_dict`` give the plain form a YAML baseline stores.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from .capture import InductorError, InductorNode, capture
+from .separation import Separation, separations
 
 KERNEL_KINDS = ("generated", "template", "extern")  # extern: a library call (GEMM, attention)
 
@@ -55,6 +59,19 @@ class CompiledKernel:
 
 
 @dataclass(frozen=True)
+class Recompile:
+    reason: str  # Dynamo's guard failure ("tensor 'x' size mismatch at index 0. expected 4, …")
+    function: str  # the compiled function whose guard failed
+    file: str | None
+    line: int | None  # its `def` line
+
+    @property
+    def where(self) -> str:
+        at = f"{self.file}:{self.line}" if self.file else "unknown line"
+        return f"{self.function} at {at}"
+
+
+@dataclass(frozen=True)
 class CompiledRecord:
     backend: str  # "cpu-inductor" or "cuda-inductor": baselines key records by it
     torch_version: str
@@ -64,6 +81,14 @@ class CompiledRecord:
     kernels: tuple[CompiledKernel, ...]
     recompiles: int  # extra compiles the extra shapes caused (0 without extra shapes)
     extra_shapes: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    recompile_reasons: tuple[Recompile, ...] = ()
+    bytes_moved: int | None = None  # Inductor's estimate; None when it gave none
+    separations: tuple[Separation, ...] = ()  # only when our analysis was given
+    # Our clusters beside Inductor's kernels (``match.to_dict``), when our analysis was
+    # given: for reports, never stored in a baseline (so not compared either).
+    agreement: dict[str, Any] | None = field(default=None, compare=False)
+    # The same agreement typed (``match.Agreement``), for the HTML page
+    matched: Any = field(default=None, compare=False, repr=False)
 
 
 def _sites(nodes: Sequence[InductorNode]) -> tuple[OpSite, ...]:
@@ -118,17 +143,32 @@ def _like(inputs: Sequence[torch.Tensor], shapes: Sequence[tuple[int, ...]]) -> 
     ]
 
 
+def _guard_failures(failures: dict[Any, list[Any]]) -> tuple[Recompile, ...]:
+    """Dynamo's guard-failure log as records: the "0/0: " compile id and any stack dropped."""
+    out = []
+    for code, reasons in failures.items():
+        for text in reasons:
+            first = (str(text).split("\nUser stack trace:")[0].strip().splitlines() or [""])[0]
+            reason = first.split(": ", 1)[1] if ": " in first else first
+            out.append(Recompile(reason, getattr(code, "co_name", "?"),
+                                 getattr(code, "co_filename", None),
+                                 getattr(code, "co_firstlineno", None)))
+    return tuple(dict.fromkeys(out))
+
+
 def _recompiles(
     model: nn.Module, inputs: Sequence[torch.Tensor], extra: Sequence[Sequence[torch.Tensor]]
-) -> int:
-    """Graphs Dynamo compiles beyond the first call's. Guards are Dynamo's, not the
-    backend's, so the cheap "eager" backend counts what Inductor would recompile."""
+) -> tuple[int, tuple[Recompile, ...]]:
+    """Graphs Dynamo compiles beyond the first call's, and the guard failures that caused
+    them. Guards are Dynamo's, not the backend's, so the cheap "eager" backend counts what
+    Inductor would recompile."""
     if not extra:
-        return 0
-    from torch._dynamo.utils import counters
+        return 0, ()
+    from torch._dynamo.utils import counters, guard_failures
 
     torch._dynamo.reset()
     counters.clear()
+    guard_failures.clear()
     try:
         compiled = torch.compile(model, backend="eager")
         with torch.no_grad():
@@ -136,39 +176,68 @@ def _recompiles(
             first = counters["stats"]["unique_graphs"]
             for args in extra:
                 compiled(*args)
-        return counters["stats"]["unique_graphs"] - first
+        return counters["stats"]["unique_graphs"] - first, _guard_failures(guard_failures)
     finally:
         torch._dynamo.reset()
 
 
-def _as_tensor(x: Any) -> torch.Tensor:
-    """A tensor for an example input: a tensor, an InputSpec, a shape tuple or "4,8"."""
+def _as_tensor(x: Any, model: nn.Module) -> torch.Tensor:
+    """A tensor for an example input: a tensor, an InputSpec, a shape tuple or "4,8" (random
+    values; integer ids below the smallest embedding table, as validation makes them)."""
     if isinstance(x, torch.Tensor):
         return x
-    if isinstance(x, str):
-        from ..ir.shapes import InputSpec
+    from ..ir.shapes import InputSpec
+    from ..validate.inputs import random_inputs
 
+    if isinstance(x, str):
         x = InputSpec.parse(x)
-    if hasattr(x, "shape") and hasattr(x, "dtype"):  # an InputSpec
-        return torch.randn(tuple(x.shape), dtype=x.dtype)
-    if isinstance(x, (tuple, list)) and all(isinstance(d, int) for d in x):
-        return torch.randn(tuple(x))
+    elif isinstance(x, (tuple, list)) and all(isinstance(d, int) for d in x):
+        x = InputSpec(tuple(x), torch.float32)
+    if isinstance(x, InputSpec):
+        return random_inputs([x], model, "cpu", seed=0)[0]
     raise InductorError(
         f"example input {x!r} is no tensor, shape or InputSpec: give a tensor or a shape tuple"
     )
 
 
+def _moved(model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device
+           ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The model and inputs on `device`; the model copied first, so the caller's stays put."""
+    import copy
+
+    on = {p.device.type for p in (*model.parameters(), *model.buffers())}
+    if on and on != {device.type}:
+        try:
+            model = copy.deepcopy(model)
+        except Exception as e:  # noqa: BLE001 - any copy failure is one line
+            raise InductorError(f"cannot copy {type(model).__name__} to compile it on "
+                                f"{device.type}: {type(e).__name__}: {e}") from e
+        model = model.to(device)
+    return model, tuple(x.to(device) for x in inputs)
+
+
 def compiled_record(
-    model: nn.Module, *inputs: Any, extra_shapes: Sequence[Sequence[tuple[int, ...]]] = ()
+    model: nn.Module,
+    *inputs: Any,
+    extra_shapes: Sequence[Sequence[tuple[int, ...]]] = (),
+    analysis: Any = None,
+    fresh_cache: bool = False,
+    device: str | None = None,
 ) -> CompiledRecord:
-    """Compile `model` on `inputs` (default mode, no grad, a fresh Inductor cache) and record
-    what came out; each entry of `extra_shapes` gives one shape per input to call it again.
-    Inputs are tensors, or shapes / InputSpecs (random tensors of that shape are made)."""
-    inputs = tuple(_as_tensor(x) for x in inputs)
+    """Compile `model` on `inputs` (default mode, no grad) and record what came out; each
+    entry of `extra_shapes` gives one shape per input to call it again. Inputs are tensors,
+    or shapes / InputSpecs (random tensors of that shape are made). `analysis`: our
+    ``Analysis`` of the same model, to say why kernels are apart. Inductor's compiled-kernel
+    caches are reused unless `fresh_cache` (the record is the same either way). `device`:
+    compile there ("cuda": Inductor's Triton backend), on a copy of the model and inputs
+    moved to it; None compiles where the inputs are."""
+    inputs = tuple(_as_tensor(x, model) for x in inputs)
+    if device is not None:
+        model, inputs = _moved(model, inputs, torch.device(device))
     extra = [_like(inputs, shapes) for shapes in extra_shapes]  # bad shapes fail before compiling
     model = model.eval()
     graph_count, breaks = _graph_breaks(model, inputs)
-    captured = capture(model, inputs)
+    captured = capture(model, inputs, fresh_cache=fresh_cache)
     kernels = [
         CompiledKernel(
             k.name, "template" if "_tem_" in k.name else "generated", k.ops, _sites(k.nodes)
@@ -182,6 +251,15 @@ def compiled_record(
         for c in captured.calls
     ]
     device = next((x.device.type for x in inputs if isinstance(x, torch.Tensor)), "cpu")
+    recompiles, reasons = _recompiles(model, inputs, extra)
+    apart, agreement, matched = (), None, None
+    if analysis is not None:
+        from .match import match
+        from .match import to_dict as agreement_dict
+
+        apart = separations(analysis, kernels)
+        matched = match(analysis, captured)
+        agreement = agreement_dict(matched)
     return CompiledRecord(
         backend=f"{device}-inductor",
         torch_version=str(torch.__version__),  # a str subclass YAML cannot write
@@ -189,13 +267,18 @@ def compiled_record(
         graph_count=graph_count,
         graph_breaks=breaks,
         kernels=tuple(kernels),
-        recompiles=_recompiles(model, inputs, extra),
+        recompiles=recompiles,
         extra_shapes=tuple(tuple(tuple(int(d) for d in s) for s in e) for e in extra_shapes),
+        recompile_reasons=reasons,
+        bytes_moved=captured.bytes_moved,
+        separations=apart,
+        agreement=agreement,
+        matched=matched,
     )
 
 
 def to_dict(record: CompiledRecord) -> dict[str, Any]:
-    """Plain data for a YAML baseline."""
+    """Plain data for a YAML baseline (the agreement left out: it is for reports)."""
     return {
         "torch": record.torch_version,
         "triton": record.triton_version,
@@ -215,6 +298,12 @@ def to_dict(record: CompiledRecord) -> dict[str, Any]:
         ],
         "recompiles": record.recompiles,
         "extra_shapes": [[list(s) for s in e] for e in record.extra_shapes],
+        "recompile_reasons": [
+            {"reason": r.reason, "function": r.function, "file": r.file, "line": r.line}
+            for r in record.recompile_reasons
+        ],
+        "bytes_moved": record.bytes_moved,
+        "separations": [[s.before, s.after, s.reason] for s in record.separations],
     }
 
 
@@ -242,6 +331,13 @@ def from_dict(backend: str, data: dict[str, Any]) -> CompiledRecord:
         ),
         recompiles=int(data.get("recompiles", 0)),
         extra_shapes=tuple(tuple(tuple(s) for s in e) for e in data.get("extra_shapes", ())),
+        recompile_reasons=tuple(
+            Recompile(str(r.get("reason", "")), str(r.get("function", "")), r.get("file"),
+                      r.get("line"))
+            for r in data.get("recompile_reasons", ())
+        ),
+        bytes_moved=data.get("bytes_moved"),
+        separations=tuple(Separation(*map(str, s)) for s in data.get("separations", ())),
     )
 
 
