@@ -164,7 +164,8 @@ def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, Inp
         rows.append(row("traced graph, our kernels applied", lambda: applied(*inputs)))
         try:
             graph = capture(lambda: applied(*inputs), [()])
-            rows.append(row("applied, as one CUDA graph", graph.replay))
+            # A replay cannot be captured again: its device time is its wall time here
+            rows.append(row("applied, as one CUDA graph", graph.replay, graphable=False))
         except Exception as e:  # noqa: BLE001
             rows.append({"row": "applied, as one CUDA graph", "error": str(e).splitlines()[0]})
         # Compiled, each kernel is the operator `--apply`'s package makes of it: Inductor

@@ -180,6 +180,7 @@ def test_plugin_row_leads_with_wall_time_when_judged_by_device_time():
     assert "model 1.66× faster fused; timings checked" in table_lines([rec])[1]
 
 
+@pytest.mark.cpu  # interpreter kernels on CPU tensors; the CUDA path: the gpu test below
 def test_the_patched_graph_compiles_with_our_kernels_as_operators(tmp_path):
     """What `torch.compile of it` times: the traced graph with each usable kernel as the
     fused package's operator. Here on CPU with a real generated kernel: no graph break
