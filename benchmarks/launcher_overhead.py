@@ -87,19 +87,26 @@ def model_inputs(spec: InputSpec, gen: torch.Generator) -> tuple[torch.Tensor, .
     return (torch.randint(0, 256, spec.shape, generator=gen, dtype=spec.dtype),)
 
 
-def run_case(label: str, path: str, shape, dtype, work: Path, calls: int, repeat: int):
+def cluster_launchers(label: str, path: str, shape, dtype, work: Path, stub: bool = True):
+    """(cluster, kernel, its loaded module, the cluster's inputs) for each cluster of the case's
+    model, its kernel launch replaced by `_NoLaunch` where `stub` (host time alone)."""
     spec = InputSpec(shape, dtype)
     analysis = analyze_file(ROOT / path, [spec])
     gen = torch.Generator().manual_seed(0)
     values = capture_values(analysis, *model_inputs(spec, gen))
-    rows = []
     for cluster in analysis.clusters:
         kernel = generate(analysis, cluster)
         folder = work / f"{label.split()[0]}{cluster.index}"
         module = load_kernel(write_kernels([kernel], folder)[0])
-        setattr(module, f"{kernel.name}_kernel", _NoLaunch())
+        if stub:
+            setattr(module, f"{kernel.name}_kernel", _NoLaunch())
+        yield cluster, kernel, module, cluster_inputs(analysis, cluster, values, gen)
+
+
+def run_case(label: str, path: str, shape, dtype, work: Path, calls: int, repeat: int):
+    rows = []
+    for cluster, kernel, module, inputs in cluster_launchers(label, path, shape, dtype, work):
         launch = getattr(module, kernel.name)
-        inputs = cluster_inputs(analysis, cluster, values, gen)
         cache = getattr(module, "LAUNCH_CACHE", None)
 
         direct = getattr(module, "DIRECT_LAUNCH", {})

@@ -32,12 +32,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from launcher_overhead import CASES, _NoLaunch, model_inputs, per_call_us  # noqa: E402
+from launcher_overhead import CASES, cluster_launchers, per_call_us  # noqa: E402
 
-from fusion_core.codegen import generate, load_kernel, operators, write_kernels  # noqa: E402
-from fusion_core.codegen.reference import capture_values, cluster_inputs  # noqa: E402
-from fusion_core.ir.shapes import InputSpec  # noqa: E402
-from fusion_core.pipeline import analyze_file  # noqa: E402
+from fusion_core.codegen import operators  # noqa: E402
 
 
 def _interleaved(paths: dict, calls: int, repeat: int) -> dict[str, float]:
@@ -53,18 +50,10 @@ def _interleaved(paths: dict, calls: int, repeat: int) -> dict[str, float]:
 def run_case(label: str, path: str, shape, dtype, work: Path, calls: int, repeat: int,
              device: str) -> list[tuple]:
     namespace = f"op_dispatch_{uuid.uuid4().hex[:8]}"
-    spec = InputSpec(shape, dtype)
-    analysis = analyze_file(ROOT / path, [spec])
-    gen = torch.Generator().manual_seed(0)
-    values = capture_values(analysis, *model_inputs(spec, gen))
     rows = []
-    for cluster in analysis.clusters:
-        kernel = generate(analysis, cluster)
-        folder = work / f"{label.split()[0]}{cluster.index}"
-        module = load_kernel(write_kernels([kernel], folder)[0])
-        if device == "cpu":
-            setattr(module, f"{kernel.name}_kernel", _NoLaunch())
-        inputs = tuple(t.to(device) for t in cluster_inputs(analysis, cluster, values, gen))
+    for cluster, kernel, module, given in cluster_launchers(label, path, shape, dtype, work,
+                                                            stub=device == "cpu"):
+        inputs = tuple(t.to(device) for t in given)
         if not inputs:
             continue
         launch = getattr(module, kernel.name)
