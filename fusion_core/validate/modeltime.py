@@ -110,9 +110,10 @@ def measure_model(
     # kernels as operators Inductor traces into (each `(compiled fn, clocked)` or None).
     compiled_graph = _compiled_clocked(rec.gm, rec, l2_bytes) if compiled else None
     applied = None
-    if compiled:
+    operators_in = as_operators(rec, usable) if compiled else {}
+    if operators_in:  # none: it would be the traced graph compiled again
         with contextlib.suppress(Exception):
-            applied = _compiled_clocked(patch(rec.gm, as_operators(rec, usable)), rec, l2_bytes)
+            applied = _compiled_clocked(patch(rec.gm, operators_in), rec, l2_bytes)
     theirs = compiled_graph[1] if compiled_graph else None
     ours = applied[1] if applied else None
     return ModelTiming(
