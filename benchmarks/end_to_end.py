@@ -170,9 +170,12 @@ def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, Inp
             rows.append({"row": "applied, as one CUDA graph", "error": str(e).splitlines()[0]})
         # Compiled, each kernel is the operator `--apply`'s package makes of it: Inductor
         # traces into it and launches our kernel from its own code (no graph break).
-        as_ops = patch(rec.gm, as_operators(rec, {i: loaded[i] for i in usable}))
+        # Input-less kernels (`arange → add`) cannot be operators: their ops stay as traced.
+        operators_in = as_operators(rec, {i: loaded[i] for i in usable})
+        as_ops = patch(rec.gm, operators_in)
         for name, gm in (("torch.compile of the traced graph", rec.gm),
-                         ("torch.compile of the applied graph", as_ops)):
+                         (f"torch.compile of the applied graph ({len(operators_in)} of "
+                          f"{len(usable)} kernels as operators)", as_ops)):
             torch._dynamo.reset()
             counters.clear()
             compiled = torch.compile(gm)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,9 @@ def kernels():
     spec = importlib.util.spec_from_file_location("modeltime_cluster0_kernels", FIXTURE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod
+    sys.modules[spec.name] = mod  # as load_kernel does: as_operators finds `traceable` there
+    yield mod
+    sys.modules.pop(spec.name, None)
 
 
 def only_cluster0(mod):

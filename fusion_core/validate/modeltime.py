@@ -50,8 +50,11 @@ def kernel_count(fn: Callable[..., object], args: Sequence[Any]) -> int | None:
 def as_operators(rec: Recording, usable: Mapping[int, Callable]
                  ) -> dict[int, tuple[Cluster, Callable]]:
     """Each usable kernel as `--apply`'s package calls it (``operators._register``): a
-    torch operator under torch.compile, the launcher itself in eager calls. A launcher whose
-    file has no `traceable` (or a kernel without inputs) stays as it is."""
+    torch operator under torch.compile, the launcher itself in eager calls. A cluster that
+    cannot be an operator (a kernel without inputs, such as `arange → add`, or a file
+    without `traceable`) is left out, its original ops kept, as `--apply` leaves it: its
+    bare launcher would break torch.compile's graph (Dynamo traces into the launch cache
+    and Triton's launch path, and stops there: six breaks on GPT-2)."""
     namespace = f"fusion_timing_{uuid.uuid4().hex[:8]}"
     out: dict[int, tuple[Cluster, Callable]] = {}
     for i, launcher in usable.items():
@@ -59,7 +62,6 @@ def as_operators(rec: Recording, usable: Mapping[int, Callable]
         module = sys.modules.get(getattr(launcher, "__module__", None) or "")
         metas = [rec.analysis.graph[n].meta for n in cluster.inputs]
         if module is None or not hasattr(module, "traceable") or not metas or None in metas:
-            out[i] = (cluster, launcher)
             continue
         dtypes = tuple(m.dtype for m in metas)
         out[i] = (cluster, operators._register(namespace, f"cluster{i}", module,
@@ -108,9 +110,10 @@ def measure_model(
     # kernels as operators Inductor traces into (each `(compiled fn, clocked)` or None).
     compiled_graph = _compiled_clocked(rec.gm, rec, l2_bytes) if compiled else None
     applied = None
-    if compiled:
+    operators_in = as_operators(rec, usable) if compiled else {}
+    if operators_in:  # none: it would be the traced graph compiled again
         with contextlib.suppress(Exception):
-            applied = _compiled_clocked(patch(rec.gm, as_operators(rec, usable)), rec, l2_bytes)
+            applied = _compiled_clocked(patch(rec.gm, operators_in), rec, l2_bytes)
     theirs = compiled_graph[1] if compiled_graph else None
     ours = applied[1] if applied else None
     return ModelTiming(
