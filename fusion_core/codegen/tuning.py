@@ -119,7 +119,7 @@ def _looped_heuristic(bucket):
     MAX_LOOP_BLOCK (and MAX_BLOCK, and the row): the widest step measured fastest at every
     row count, but a row of 2 steps leaves the pipelined loads of the next step nothing to
     overlap (16384 columns: 8192 a step lost 16-27% to 4096); ~256 elements a warp."""
-    width, n_rows = bucket
+    width = bucket[0]  # the row count does not matter
     block = min(max(width // LOOP_STEPS, LOOP_BLOCK), MAX_LOOP_BLOCK, MAX_BLOCK, width)
     return block, 1, _row_warps(block, 256, NUM_WARPS)
 
