@@ -120,10 +120,11 @@ def variants(kernel) -> list[Tuning]:
         return [base] + [replace(base, block=b, num_warps=w)
                          for b, w in ((1024, 8), (2048, 4), (2048, 8), (4096, 8), (4096, 16))
                          if (b, w) != (base.block, base.num_warps)]
-    return [base] + [replace(base, num_warps=w, pack_elements=p)
+    # a reduction file's NUM_WARPS is the fewest warps its programs take (`row_min_warps`)
+    return [base] + [replace(base, row_min_warps=w, pack_elements=p)
                      for w, p in ((2, 2048), (8, 2048), (4, 1024), (4, 4096), (8, 4096),
                                   (8, 8192))
-                     if (w, p) != (base.num_warps, base.pack_elements)]
+                     if (w, p) != (base.row_min_warps, base.pack_elements)]
 
 
 def as_tuple(x):

@@ -46,20 +46,21 @@ def _split_kind(monkeypatch, **constants):
     heuristic, config = tuning.KINDS["split"]
     monkeypatch.setattr(tuning, "HEURISTIC", heuristic)
     monkeypatch.setattr(tuning, "CONFIG", config)
-    defaults = dict(LOOP_BLOCK=1024, MAX_BLOCK=8192, NUM_WARPS=4, LOOP_IN_FLIGHT=1 << 22,
-                    MAX_LOOP_BLOCK=8192, SPLIT_PROGRAMS=512, SPLIT_MIN_COLS=8192)
+    defaults = dict(LOOP_BLOCK=1024, MAX_BLOCK=8192, NUM_WARPS=2, LOOP_STEPS=4,
+                    MAX_LOOP_BLOCK=8192, SPLIT_PROGRAMS=256, SPLIT_MIN_COLS=8192)
     for name, value in {**defaults, **constants}.items():
         monkeypatch.setattr(tuning, name, value)
 
 
 @pytest.mark.parametrize("bucket,config", [
-    ((262144, 64), (8192, 1, 16, 8)),  # 64 rows x 8 programs: 512, chunks of 32768
-    ((262144, 4), (8192, 1, 16, 32)),  # few rows: more programs, down to SPLIT_MIN_COLS
-    ((65536, 256), (8192, 1, 16, 2)),
-    ((16384, 64), (8192, 1, 16, 2)),  # a chunk never narrower than SPLIT_MIN_COLS
-    ((8192, 4), (8192, 1, 16, 1)),  # too narrow to split
-    ((262144, 1024), (4096, 1, 8, 1)),  # enough rows: the looped kernel's own pick
-    ((32768, 4096), (1024, 1, 4, 1)),
+    ((262144, 64), (8192, 1, 16, 4)),  # 64 rows x 4 programs: 256, chunks of 65536
+    ((262144, 4), (2048, 1, 8, 32)),  # few rows: more programs, down to SPLIT_MIN_COLS
+    ((65536, 128), (8192, 1, 16, 2)),  # 128 rows: one program each would idle SMs...
+    ((65536, 256), (8192, 1, 16, 1)),  # ...256 fill them (H200 panel: 2 programs lost 14%)
+    ((16384, 64), (2048, 1, 8, 2)),  # a chunk never narrower than SPLIT_MIN_COLS
+    ((8192, 4), (2048, 1, 8, 1)),  # too narrow to split
+    ((262144, 1024), (8192, 1, 16, 1)),  # enough rows: the looped kernel's own pick
+    ((32768, 4096), (8192, 1, 16, 1)),
 ])
 def test_which_buckets_split_and_into_how_many_programs(monkeypatch, bucket, config):
     _split_kind(monkeypatch)
@@ -149,7 +150,7 @@ def test_split_softmax_matches_eager(name, dtype, tmp_path):
     seen = _launches(module)
     got = launch(*inputs).cpu()
     assert seen == [("partials", (2, 4)), ("finish", (2, 4))]
-    assert list(module.CHOSEN.values()) == [(256, 1, 4, 4)]
+    assert list(module.CHOSEN.values()) == [(256, 1, 2, 4)]
     compare(got, want, f"{name} {dtype}")
 
 
@@ -250,7 +251,7 @@ def test_large_mean_rows_keep_their_variance_across_chunks(tmp_path):
 
 
 def test_a_launcher_at_a_new_shape_picks_its_own_configuration(tmp_path):
-    """One file, three buckets: 2 rows of 4096 split four ways; 20 rows (a row class of 64,
+    """One file, three buckets: 2 rows of 4096 split four ways; 20 rows (a row class of 32,
     past SPLIT_PROGRAMS = 16 here) and rows of 1000 columns (too narrow) run the looped
     kernel, each under its own bucket's pick, and all match eager."""
     fn = FAMILIES["softmax"]
@@ -263,9 +264,9 @@ def test_a_launcher_at_a_new_shape_picks_its_own_configuration(tmp_path):
     assert [s for s, _ in seen] == ["partials", "finish", "kernel", "kernel", "partials",
                                     "finish"]
     key = (torch.float32,), inputs[0].device
-    assert module.CHOSEN == {((4096, 4), *key): (256, 1, 4, 4),
-                             ((4096, 64), *key): (256, 1, 4, 1),
-                             ((1024, 4), *key): (256, 1, 4, 1)}
+    assert module.CHOSEN == {((4096, 2), *key): (256, 1, 2, 4),
+                             ((4096, 32), *key): (256, 1, 2, 1),
+                             ((1024, 2), *key): (256, 1, 2, 1)}
 
 
 def test_split_kernels_compile_for_sm90(tmp_path):

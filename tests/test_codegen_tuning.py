@@ -14,8 +14,10 @@ from fusion_core.pipeline import analyze
     (1, 1, (1, 1)),
     (4, 16, (16, 4)),
     (3, 16, (16, 4)),  # 3 and 4 rows: one class
-    (5, 16, (16, 16)),
-    (5, 1000, (1024, 16)),
+    (5, 16, (16, 8)),
+    (5, 1000, (1024, 8)),
+    (128, 65536, (65536, 128)),  # one program per row on 132 SMs...
+    (256, 65536, (65536, 256)),  # ...and two: the split pick differs, so do the buckets
     (1000, 3001, (4096, 1024)),
     (4096, 32768, (32768, 4096)),
     (10**6, 8, (8, 16384)),  # past the cap: one class
@@ -36,25 +38,26 @@ def _kind(monkeypatch, kind, **constants):
     ("flat", (1 << 20, 1), (1024, 1, 4)),
     ("flat", (128, 1), (128, 1, 4)),  # no block wider than the tensor
     ("flat", (16, 1), (128, 1, 4)),  # ...but at least 128 lanes
-    ("single", (16, 16384), (16, 16, 4)),  # narrow rows packed up to MAX_ROWS
+    ("single", (16, 16384), (16, 16, 2)),  # narrow rows packed up to MAX_ROWS
     ("single", (16, 256), (16, 2, 1)),  # few rows: fewer per program, more programs
     ("single", (16, 16), (16, 1, 1)),
     ("single", (128, 16384), (128, 16, 4)),  # PACK_ELEMENTS // width
-    ("single", (1024, 16384), (1024, 1, 4)),  # wider than PACK_WIDTH: one row each
+    ("single", (1024, 16384), (1024, 1, 2)),  # wider than PACK_WIDTH: one row each
     ("single", (4096, 16384), (4096, 1, 8)),  # ~512 elements per warp
-    ("single", (16384, 1024), (16384, 1, 32)),  # ...up to 32 warps: 16 values a thread
-    ("looped", (65536, 4096), (1024, 1, 4)),  # rows x LOOP_BLOCK reach LOOP_IN_FLIGHT
-    ("looped", (65536, 1024), (4096, 1, 8)),  # fewer rows: a wider step, more warps...
-    ("looped", (65536, 256), (8192, 1, 16)),
-    ("looped", (65536, 4), (8192, 1, 16)),  # ...up to MAX_LOOP_BLOCK
-    ("looped", (2048, 4), (2048, 1, 4)),  # ...and the row's width
+    ("single", (16384, 1024), (16384, 1, 16)),  # ...up to 16 warps: 32 values a thread
+    ("looped", (65536, 4096), (8192, 1, 16)),  # MAX_LOOP_BLOCK at any row count
+    ("looped", (65536, 4), (8192, 1, 16)),
+    ("looped", (16384, 4096), (4096, 1, 16)),  # LOOP_STEPS steps a row; ~256 elements a warp
+    ("looped", (2048, 4), (1024, 1, 4)),  # ...but never narrower than LOOP_BLOCK
     ("tiled", (8, 64), (8, 64, 4)),
     ("tiled", (4096, 4096), (32, 32, 4)),
 ])
 def test_heuristic_table(monkeypatch, kind, bucket, config):
-    _kind(monkeypatch, kind, BLOCK=1024, NUM_WARPS=4, TILE_COLS=32, LOOP_BLOCK=1024,
+    # NUM_WARPS as the generator writes it: an elementwise kernel's warps, a reduction's fewest
+    warps = Tuning().num_warps if kind in ("flat", "tiled") else Tuning().row_min_warps
+    _kind(monkeypatch, kind, BLOCK=1024, NUM_WARPS=warps, TILE_COLS=32, LOOP_BLOCK=1024,
           PACK_WIDTH=256, PACK_ELEMENTS=2048, MAX_ROWS=16, MAX_BLOCK=8192,
-          LOOP_IN_FLIGHT=1 << 22, MAX_LOOP_BLOCK=8192)
+          LOOP_STEPS=4, MAX_LOOP_BLOCK=8192)
     assert tuning.HEURISTIC(bucket) == config
 
 
@@ -62,7 +65,7 @@ def test_looped_step_never_passes_max_block(monkeypatch):
     """A file generated with a small MAX_BLOCK (tests force the loop that way) keeps its
     steps that narrow: the rows still take several steps."""
     _kind(monkeypatch, "looped", LOOP_BLOCK=16, MAX_BLOCK=64, NUM_WARPS=4,
-          LOOP_IN_FLIGHT=1 << 22, MAX_LOOP_BLOCK=8192)
+          LOOP_STEPS=4, MAX_LOOP_BLOCK=8192)
     assert tuning.HEURISTIC((256, 4)) == (64, 1, 2)
 
 

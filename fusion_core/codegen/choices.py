@@ -16,20 +16,23 @@ from .reduce import splittable
 @dataclass(frozen=True)
 class Tuning:
     block: int = 1024  # elementwise: elements per program (flat or per tile)
-    num_warps: int = 4
+    num_warps: int = 4  # elementwise: warps per program
+    # reduction: the fewest warps a program of rows takes (NUM_WARPS in its file); more at
+    # ~512 elements a warp (tuning._row_warps). Rows of 1024 ran 7% faster on 2 than on 4.
+    row_min_warps: int = 2
     tile_cols: int = 32  # tiled elementwise reading a transposed view: square tiles
     # reduction: widest row one block holds, wider rows loop; None: by the element size
     # (tuning.widest_one_block), which `kernel.generate` fills in
     max_block: int | None = None
-    loop_block: int = 1024  # reduction: column block when rows loop...
-    # ...wider while rows x block stay below this (the rows in flight at once, times the
-    # block, should cover the DRAM's latency: ~4 MB on an H200)...
-    loop_in_flight: int = 1 << 22
+    loop_block: int = 1024  # reduction: narrowest column step when rows loop...
+    # ...which is a row's width over this (fewer steps leave a pipelined loop nothing to
+    # overlap)...
+    loop_steps: int = 4
     max_loop_block: int = 8192  # ...up to this (and max_block)
     # Few wide rows (softmax, log_softmax, layer_norm, rms_norm): each row split over several
-    # programs while rows x programs stay within this (about 4 programs per SM of an H200, as
-    # Inductor aims its split reductions)...
-    split_programs: int = 512
+    # programs while rows x programs stay within this (about 2 programs per SM of an H200:
+    # 128 rows gained from 2 programs each, 256 rows lost 14% with 2)...
+    split_programs: int = 256
     split_min_cols: int = 8192  # ...and each program keeps at least this many columns
     pack_width: int = 256  # rows at most this wide are packed several per program...
     pack_elements: int = 2048  # ...up to this many elements per program

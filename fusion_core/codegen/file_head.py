@@ -67,9 +67,8 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
         lines += [f"MAX_BLOCK = {tuning.max_block}  # widest row one block holds"
                   + ("" if looped else "; wider rows need the looping kernel")]
         if looped:
-            lines += [f"LOOP_BLOCK = {tuning.loop_block}  # column block of the row loop...",
-                      f"LOOP_IN_FLIGHT = {tuning.loop_in_flight}  # ...doubled while rows x block"
-                      " is below this...",
+            lines += [f"LOOP_BLOCK = {tuning.loop_block}  # narrowest column step of the loop...",
+                      f"LOOP_STEPS = {tuning.loop_steps}  # ...else the row's width over this...",
                       f"MAX_LOOP_BLOCK = {tuning.max_loop_block}  # ...up to this (and MAX_BLOCK)"]
         if kind(plan, looped) == "split":
             lines += ["# Few wide rows: each split over programs while rows x programs stay",
@@ -84,7 +83,8 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
                       "# many rows per program, so each column's loads read a contiguous run."]
         lines += [f"PACK_WIDTH = {width}  # rows this narrow share a program...",
                   f"PACK_ELEMENTS = {elements}  # ...up to this many elements",
-                  f"MAX_ROWS = {rows}", f"NUM_WARPS = {tuning.num_warps}"]
+                  f"MAX_ROWS = {rows}",
+                  f"NUM_WARPS = {tuning.row_min_warps}  # fewest warps a program takes"]
     lines += _tuning_lines(plan, looped)
     lines += ["", "# How each tensor is indexed over the iteration shape: groups of dims",
               "# (first, end, unit stride) it spans; other dims are broadcast.",

@@ -56,7 +56,7 @@ _RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block",
              "kernel", "wrap", TRACEABLE,
              *direct_launch.GLOBALS, *(fn.__name__ for fn in direct_launch.HELPERS),
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
-             "LOOP_IN_FLIGHT", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
+             "LOOP_STEPS", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
              *split_rows.LOCALS,
              "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS,
              *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS

@@ -40,9 +40,9 @@ CANDIDATES: tuple = ()
 CHOSEN: dict = {}
 BLOCK, NUM_WARPS, TILE_COLS = 1024, 4, 32
 MAX_BLOCK, LOOP_BLOCK, PACK_WIDTH, PACK_ELEMENTS, MAX_ROWS = 4096, 1024, 256, 2048, 16
-LOOP_IN_FLIGHT, MAX_LOOP_BLOCK = 1 << 22, 8192
-SPLIT_PROGRAMS, SPLIT_MIN_COLS = 512, 8192
-ROW_CLASSES = 4  # row counts are bucketed by powers of this...
+LOOP_STEPS, MAX_LOOP_BLOCK = 4, 8192
+SPLIT_PROGRAMS, SPLIT_MIN_COLS = 256, 8192
+ROW_CLASSES = 2  # row counts are bucketed by powers of this...
 ROW_CLASS_CAP = 16384  # ...up to this many rows (more rows: one class)
 TUNE_WARMUP_MS, TUNE_REP_MS = 5, 25  # per candidate, once per bucket
 
@@ -62,11 +62,12 @@ def _bucket(n_rows, n_cols):
     return _pow2(n_cols), rows
 
 
-def _row_warps(block, rows, floor):
-    """About 512 elements per warp (16 a thread: a 16384-wide row takes 32 warps, the most a
-    block has, and 64 registers a thread), at least `floor` warps (at most the elements'
-    lanes)."""
-    return max(1, min(max(floor, min(32, block * rows // 512)), _pow2(block * rows // 32)))
+def _row_warps(elements, per_warp, floor):
+    """About `per_warp` elements a warp, at most 16 warps, at least `floor` (and at most the
+    elements' lanes). Fitted to the H200 panel (docs/kernels.md, "Tuning per shape"): whole
+    rows 512 a warp (1024 columns: 2 warps, 4096: 8, 16384: 16; 32 warps lost up to 38% at
+    16384), a looped row's column step 256 (4096 columns: 16 warps; 8 lost 4%)."""
+    return max(1, min(max(floor, min(16, elements // per_warp)), _pow2(elements // 32)))
 
 
 # One heuristic and one candidate reader per kernel kind; a generated file holds its kind's
@@ -100,7 +101,7 @@ def _single_heuristic(bucket):
     width, n_rows = bucket
     packed = min(MAX_ROWS, PACK_ELEMENTS // width) if width <= PACK_WIDTH else 1
     packed = max(1, min(packed, n_rows // 128))
-    return width, packed, _row_warps(width, packed, NUM_WARPS)
+    return width, packed, _row_warps(width * packed, 512, NUM_WARPS)
 
 
 def _single_config(bucket, candidate):
@@ -114,15 +115,13 @@ def _single_config(bucket, candidate):
 
 
 def _looped_heuristic(bucket):
-    """LOOP_BLOCK columns a step; with few rows (few programs) a wider step, doubled until
-    rows x block reach LOOP_IN_FLIGHT elements or the block MAX_LOOP_BLOCK (and MAX_BLOCK),
-    so that the few programs still keep enough loads in flight; ~512 elements a warp."""
-    width, n_rows = bucket
-    block = LOOP_BLOCK
-    while block < min(MAX_LOOP_BLOCK, MAX_BLOCK) and n_rows * block < LOOP_IN_FLIGHT:
-        block *= 2
-    block = min(block, width)
-    return block, 1, _row_warps(block, 1, NUM_WARPS)
+    """A column step of a LOOP_STEPS-th of the row, at least LOOP_BLOCK, at most
+    MAX_LOOP_BLOCK (and MAX_BLOCK, and the row): the widest step measured fastest at every
+    row count, but a row of 2 steps leaves the pipelined loads of the next step nothing to
+    overlap (16384 columns: 8192 a step lost 16-27% to 4096); ~256 elements a warp."""
+    width = bucket[0]  # the row count does not matter
+    block = min(max(width // LOOP_STEPS, LOOP_BLOCK), MAX_LOOP_BLOCK, MAX_BLOCK, width)
+    return block, 1, _row_warps(block, 256, NUM_WARPS)
 
 
 def _looped_config(bucket, candidate):
@@ -154,10 +153,10 @@ def _split_heuristic(bucket):
 def _split_config(bucket, candidate):
     """A candidate (column block of the row loop, warps, programs per row at most): the
     programs per row only while the chunk keeps a whole block and rows x programs stay
-    within 4 x SPLIT_PROGRAMS (with more rows a split only adds a second launch)."""
+    within 8 x SPLIT_PROGRAMS (with more rows a split only adds a second launch)."""
     width, n_rows = bucket
     block, rows, num_warps = _looped_config(bucket, candidate[:2])
-    splits = max(1, min(candidate[2], width // block, 4 * SPLIT_PROGRAMS // n_rows))
+    splits = max(1, min(candidate[2], width // block, 8 * SPLIT_PROGRAMS // n_rows))
     return block, rows, num_warps, splits
 
 
