@@ -131,6 +131,18 @@ def row(name: str, fn: Callable[[], Any], graphable: bool = True) -> dict[str, A
     return out
 
 
+def usable_launchers(kernels: Any, usable: list[int], workdir: Path) -> dict[int, Callable]:
+    """Each usable cluster's loaded launcher, one module per distinct kernel (`kernels`: the
+    analysis' KernelSet)."""
+    loaded: dict[int, Callable] = {}
+    for i in usable:
+        first = kernels.same_as.get(i, i)
+        if first not in loaded:
+            loaded[first] = load_generated(kernels.kernels[first], workdir).launcher
+        loaded[i] = loaded[first]
+    return loaded
+
+
 def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, InputSpec]],
                   tiny: bool, workdir: Path) -> dict[str, Any]:
     torch.manual_seed(0)
@@ -148,12 +160,7 @@ def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, Inp
           f"{'pass' if report.model.passed else 'FAIL: ' + report.model.detail} "
           f"({time.perf_counter() - started:.0f} s)", flush=True)
     rec = recording(analysis, [], keep_rows=False, device="cuda", seed=0)
-    loaded: dict[int, Callable] = {}
-    for i in usable:
-        first = kernels.same_as.get(i, i)
-        if first not in loaded:
-            loaded[first] = load_generated(kernels.kernels[first], workdir).launcher
-        loaded[i] = loaded[first]
+    loaded = usable_launchers(kernels, usable, workdir)
     applied = patch(rec.gm, {i: (rec.clusters[i], loaded[i]) for i in usable})
     inputs = rec.inputs
     hf_inputs = [t.clone() for t in inputs]

@@ -36,14 +36,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from end_to_end import MODELS  # noqa: E402
+from end_to_end import MODELS, usable_launchers  # noqa: E402
 
 from fusion_core.ir.shapes import InputSpec  # noqa: E402
 from fusion_core.pipeline import analyze  # noqa: E402
 from fusion_core.validate.kernels import build_kernels  # noqa: E402
 from fusion_core.validate.modeltime import as_operators  # noqa: E402
 from fusion_core.validate.prepare import Recording, recording  # noqa: E402
-from fusion_core.validate.run import load_generated, validate  # noqa: E402
+from fusion_core.validate.run import validate  # noqa: E402
 from fusion_core.validate.subgraph import patch  # noqa: E402
 
 
@@ -62,12 +62,7 @@ def applied_graph(build: Callable[[bool], tuple[torch.nn.Module, InputSpec]], ti
     report = validate(analysis, kernels=kernels, workdir=workdir, timing=False)
     usable = [r.cluster for r in report.results if r.usable]
     rec = recording(analysis, [], keep_rows=False, device=device, seed=0)
-    loaded: dict[int, Callable] = {}
-    for i in usable:
-        first = kernels.same_as.get(i, i)
-        if first not in loaded:
-            loaded[first] = load_generated(kernels.kernels[first], workdir).launcher
-        loaded[i] = loaded[first]
+    loaded = usable_launchers(kernels, usable, workdir)
     return rec, patch(rec.gm, as_operators(rec, {i: loaded[i] for i in usable})), usable
 
 
