@@ -234,7 +234,7 @@ def test_groupnorm_example_fuses_each_norm_with_its_silu(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("shape, case, rows", [
     ("2,512,32,32", "channel sum", 16),  # 512 columns: one row per program before
-    ("2,64,32,32", "channel softmax", 32),
+    ("2,64,32,32", "channel softmax", 16),  # 32 before row buckets went by powers of 2
 ])
 def test_a_reduction_over_strided_channels_loads_along_the_contiguous_rows(shape, case, rows):
     """Compiled for sm_90 (no GPU needed): the strided input's tile is read fastest along the
