@@ -167,3 +167,23 @@ def stub_gpu(monkeypatch) -> StubGpu:
     monkeypatch.setattr(run, "recording", lambda analysis, candidates, **kw: recording(
         analysis, [reduced_specs(analysis)], **{**kw, "device": "cpu"}))
     return stub
+
+
+@pytest.fixture
+def generate_calls(monkeypatch) -> list[int]:
+    """The cluster index of every kernel generation from here on: `fusion_core.generate`
+    counted where the plugin reaches it (fusion_core) and where the HTML page and `measure`
+    do (fusion_core.codegen)."""
+    import fusion_core
+    import fusion_core.codegen as codegen
+
+    calls: list[int] = []
+    original = codegen.generate
+
+    def counting(analysis, cluster, *args, **kwargs):
+        calls.append(cluster.index)
+        return original(analysis, cluster, *args, **kwargs)
+
+    monkeypatch.setattr(codegen, "generate", counting)
+    monkeypatch.setattr(fusion_core, "generate", counting, raising=False)
+    return calls

@@ -32,19 +32,10 @@ def test_the_default_hook_hands_the_generated_kernels_to_fusion_core_measure(mon
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_measure_times_the_kernels_it_is_handed_without_generating_again(monkeypatch):
-    import fusion_core.codegen as codegen
-
+def test_measure_times_the_kernels_it_is_handed_without_generating_again(request):
     analysis = analyze_file(EXAMPLE, [InputSpec((4096, 1024))])
     given = generate_kernels(analysis)
-    calls = []
-    original = codegen.generate
-
-    def counting(analysis, cluster, *args, **kwargs):
-        calls.append(cluster.index)
-        return original(analysis, cluster, *args, **kwargs)
-
-    monkeypatch.setattr(codegen, "generate", counting)
+    calls = request.getfixturevalue("generate_calls")  # counted from here on
     out = fusion_core.measure(analysis, kernels=given.kernels, failed=given.failed)
     assert calls == []
     timed = sorted(c["index"] for c in out["clusters"] if c.get("kernel_us"))

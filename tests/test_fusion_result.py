@@ -90,21 +90,9 @@ def test_net(fusion_advisor):
 
 
 @pytest.mark.usefixtures("torch_warm")
-def test_a_test_generates_each_kernel_once_for_its_baseline_timings_and_page(proj,
-                                                                               monkeypatch):
-    import fusion_core
-    import fusion_core.codegen as codegen
-
-    calls = []
-    original = codegen.generate
-
-    def counting(analysis, cluster, *args, **kwargs):
-        calls.append(cluster.index)
-        return original(analysis, cluster, *args, **kwargs)
-
-    # The fixture reaches it through fusion_core, the HTML page through fusion_core.codegen.
-    monkeypatch.setattr(codegen, "generate", counting)
-    monkeypatch.setattr(fusion_core, "generate", counting, raising=False)
+def test_a_test_generates_each_kernel_once_for_its_baseline_timings_and_page(
+        proj, generate_calls):
+    calls = generate_calls
     proj.makeconftest(MEASURE_SEES_KERNELS)
     proj.makepyfile(test_net=BODY_ASSERTS)
     r = run(proj, "--fusion-update-baselines=new", "--fusion-report=out/")
