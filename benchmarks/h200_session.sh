@@ -5,8 +5,9 @@
 #   bash benchmarks/h200_session.sh clusters zoo     the cluster panel, the CLI check, the zoo
 # Steps:
 #   suite     python -m pytest -v (every test, kernels compiled for the GPU instead of the
-#             interpreter; `cpu`-marked tests skip); SUITE_ARGS narrows it (a 10-minute call
-#             does not hold the whole suite: run plugin tests and the rest in two calls)
+#             interpreter; `cpu`-marked tests skip): the `timing` tests after the rest, one at
+#             a time; SUITE_ARGS narrows both passes (a 10-minute call does not hold the whole
+#             suite: run plugin tests and the rest in two calls)
 #   clusters  every cluster of the panel cases against eager, Inductor and the same-size copy,
 #             then the CLI's Measured section for ExampleNet at 16384x1024 (compare the two)
 #   zoo       benchmarks/model_zoo.py in five processes: torchvision/timm/transformers models, kernels verified
@@ -27,13 +28,24 @@ python -c "import sys, torch, triton; print(sys.version.split()[0], torch.__vers
 for step in "$@"; do
   case $step in
     suite)
-      # -v names each failure as it happens, so a run cut off by the timeout still says which.
+      # Two passes: the tests that measure speed (marker `timing`) need the GPU to themselves,
+      # so the rest runs first in parallel, then those one at a time. -v names each failure as
+      # it happens, and tools/failures_now.py writes its traceback to $OUT/failures.log at
+      # once, so a run cut off by the timeout still says what failed and why.
+      export PYTHONPATH=$PYTHONPATH:$PWD/tools FAILURES_LOG=$OUT/failures.log
+      common=(-v -p no:cacheprovider -p no:benchmark -p failures_now)
       # shellcheck disable=SC2086
-      timeout "${SUITE_TIMEOUT:-420}" python -m pytest -v -p no:cacheprovider -p no:benchmark \
-          -n "${JOBS:-12}" ${SUITE_ARGS:-} > "$OUT/suite.log" 2>&1
-      echo "suite rc=$?"
+      timeout "${SUITE_TIMEOUT:-420}" python -m pytest "${common[@]}" -n "${JOBS:-12}" \
+          -m "not timing" ${SUITE_ARGS:-} > "$OUT/suite.log" 2>&1
+      echo "suite (not timing) rc=$?"
       grep -E " (FAILED|ERROR) |^(FAILED|ERROR) " "$OUT/suite.log" | head -40
       tail -1 "$OUT/suite.log"
+      # shellcheck disable=SC2086
+      timeout "${TIMING_TIMEOUT:-300}" python -m pytest "${common[@]}" -m timing \
+          ${SUITE_ARGS:-} > "$OUT/suite_timing.log" 2>&1
+      echo "suite (timing, one at a time) rc=$?"
+      grep -E " (FAILED|ERROR) |^(FAILED|ERROR) " "$OUT/suite_timing.log" | head -40
+      tail -1 "$OUT/suite_timing.log"
       ;;
     clusters)
       timeout "${CLUSTERS_TIMEOUT:-330}" python benchmarks/gpu_clusters.py \

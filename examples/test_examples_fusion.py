@@ -15,6 +15,9 @@ from groupnorm_silu import ResBlock
 from mbconv_se import MBConv
 from microgpt import MicroGPT
 
+# On a GPU these tests also judge kernel timings: run them with the GPU to themselves.
+pytestmark = pytest.mark.timing
+
 
 @pytest.mark.fusion_check(ExampleNet, (64, 1024), timing_inputs=[(16384, 1024)])
 def test_example_net_fuses_its_three_regions(fusion_advisor):

@@ -13,6 +13,9 @@ import torch
 
 T = pytest.importorskip("transformers")
 
+# On a GPU this test also judges kernel timings: run it with the GPU to itself.
+pytestmark = pytest.mark.timing
+
 
 def small_gpt2():
     torch.manual_seed(0)

@@ -154,6 +154,7 @@ def test_llama_bf16_validates_on_the_gpu(hidden, tokens):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @_needs_cuda
 def test_llama_bf16_kernels_are_not_slower_than_eager_when_dram_bound():
     """The benchmark gate on LLaMA's kernels where it measures kernels: 4x4096 tokens at

@@ -13,7 +13,7 @@ from fusion_core.pipeline import analyze_file
 from fusion_core.validate import devicetime, validate
 from fusion_core.validate.bench import IMPLAUSIBLE_PEAK, SAMPLES
 
-pytestmark = [pytest.mark.gpu,
+pytestmark = [pytest.mark.gpu, pytest.mark.timing,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "example_net.py"

@@ -1,0 +1,140 @@
+"""Where the host time of a forward goes: the traced graph against it with our kernels applied.
+
+Run on a CUDA machine from the repository root:
+
+    PYTHONPATH=. python benchmarks/host_profile.py --models gpt2
+
+For each model of ``end_to_end.py`` it builds the traced graph and the applied graph the same
+way, then prints (1) the graph's nodes by kind and target, before and after patching, (2) each
+distinct launcher's host time per warm call beside its eager subgraph's (back-to-back calls,
+one synchronize: when the kernels are short the GPU waits on the host, so this is host time),
+and (3) cProfile's heaviest functions over a few forwards of each graph. It answers whether an
+applied model's wall time is spent in our launchers or in the graph's other nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import io
+import pstats
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import fx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from end_to_end import MODELS, usable_launchers  # noqa: E402
+
+from fusion_core.pipeline import analyze  # noqa: E402
+from fusion_core.validate.kernels import build_kernels  # noqa: E402
+from fusion_core.validate.prepare import recording  # noqa: E402
+from fusion_core.validate.run import validate  # noqa: E402
+from fusion_core.validate.subgraph import eager_subgraph, launch_args, patch  # noqa: E402
+
+
+def census(gm: fx.GraphModule) -> collections.Counter:
+    """Nodes by kind: `call_function:<target>`, `call_method:<name>`, `get_attr`, ..."""
+    counts: collections.Counter = collections.Counter()
+    for n in gm.graph.nodes:
+        if n.op in ("call_function", "call_method", "call_module"):
+            target = getattr(n.target, "__name__", str(n.target))
+            counts[f"{n.op}:{target}"] += 1
+        else:
+            counts[n.op] += 1
+    return counts
+
+
+def per_call_us(fn: Callable[[], Any], calls: int = 300) -> float:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def profile_top(fn: Callable[[], Any], calls: int = 10, top: int = 25) -> str:
+    fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def plain(text: str) -> str:  # "GPT-2 12L" and "gpt2" name the same model
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def profile_model(label: str, build: Callable, workdir: Path) -> None:
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, spec = build(False)
+    analysis = analyze(model, spec, device="cuda")
+    kernels = build_kernels(analysis)
+    report = validate(analysis, kernels=kernels, workdir=workdir, timing=False)
+    usable = [r.cluster for r in report.results if r.usable]
+    rec = recording(analysis, [], keep_rows=False, device="cuda", seed=0, clusters=usable)
+    loaded = usable_launchers(kernels, usable, workdir)
+    applied = patch(rec.gm, {i: (rec.clusters[i], loaded[i]) for i in usable})
+    inputs = rec.inputs
+    print(f"== {label}: {len(usable)} usable clusters", flush=True)
+    before, after = census(rec.gm), census(applied)
+    print(f"nodes: traced {sum(before.values())}, applied {sum(after.values())}")
+    for key in sorted(set(before) | set(after), key=lambda k: -before.get(k, 0)):
+        print(f"  {key:60s} {before.get(key, 0):5d} {after.get(key, 0):5d}")
+    with torch.no_grad():
+        print("\nper warm call, host-bound (µs): launcher | its eager subgraph | cluster")
+        seen = set()
+        for i in usable:
+            first = kernels.same_as.get(i, i)
+            if first in seen:
+                continue
+            seen.add(first)
+            c = rec.clusters[i]
+            sub = eager_subgraph(rec.gm, c)
+            values = [rec.values[n] for n in sub.inputs]
+            kargs = launch_args(values, rec.device)
+            eargs = values + [rec.values[n] for n in sub.extras]
+            ours = per_call_us(lambda a=kargs, f=loaded[i]: f(*a))
+            eager = per_call_us(lambda a=eargs, m=sub.module: m(*a))
+            print(f"  {ours:8.1f} {eager:8.1f}  {c.chain}")
+        traced_us = per_call_us(lambda: rec.gm(*inputs), 30)
+        applied_us = per_call_us(lambda: applied(*inputs), 30)
+        print(f"\nforward wall (µs): traced {traced_us:.0f}, applied {applied_us:.0f}",
+              flush=True)
+        print("\n-- cProfile, traced graph, 10 forwards")
+        print(profile_top(lambda: rec.gm(*inputs)))
+        print("-- cProfile, applied graph, 10 forwards")
+        print(profile_top(lambda: applied(*inputs)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="gpt2")
+    args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    workdir = Path(tempfile.mkdtemp(prefix="host_profile_"))
+    for label, build in MODELS.items():
+        if any(plain(m) in plain(label) for m in args.models.split(",")):
+            profile_model(label, build, workdir)
+
+
+if __name__ == "__main__":
+    main()
