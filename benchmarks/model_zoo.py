@@ -9,9 +9,18 @@ Builds each model from a small config (random weights, nothing downloaded), anal
 Triton interpreter without CUDA, natively with it; numerics only, as `--no-timing`: the
 table has no timings), and writes one Markdown table: model, frontend, nodes, clusters,
 Inductor kernels, exact/partial/missed with the reasons for the misses, kernels verified,
-model numerics, analysis seconds, wall seconds for the whole model. Each model's phases
-(analysis, Inductor comparison, validation) and their wall seconds go to stderr, one line
-per model. A model whose library is not importable is listed as skipped; a model that fails
+applied, model numerics, analysis seconds, wall seconds for the whole model. Each model's
+phases (analysis, Inductor comparison, validation, source edits) and their wall seconds go
+to stderr, one line per model.
+
+"applied" is "N of M": M clusters whose kernel was verified, N of them in the edit plan
+`fusion-advisor --apply` would write (`sourcemap.apply.plan_apply`, given what the CLI gives
+it: the source map, the generated kernels, the validation verdicts) with the file that
+defines the model's class as the model file. Nothing is written. A cluster whose lines lie
+in an installed library (site-packages: every torchvision, timm and transformers model here)
+maps only as a pointer, which the plan skips as the CLI does, so such a model reads "0 of M";
+the log counts the plan's reasons for each verified cluster it skips. Without validation
+the column is "-". A model whose library is not importable is listed as skipped; a model that fails
 gets its error in the table; a model past --model-timeout gets "not finished (over N s)" in
 the column of the phase it was in, and the next model runs; models not started within
 --budget seconds get "not run" rows.
@@ -129,11 +138,11 @@ ZOO = (
 )
 
 COLUMNS = ("model", "library", "frontend", "nodes", "clusters", "Inductor kernels", "exact",
-           "partial", "missed (reasons)", "kernels verified", "model numerics",
+           "partial", "missed (reasons)", "kernels verified", "applied", "model numerics",
            "analysis s", "wall s")
 # The column that says a phase did not finish.
 PHASE_COLUMNS = {"build": "frontend", "analysis": "frontend", "Inductor": "Inductor kernels",
-                 "validation": "kernels verified"}
+                 "validation": "kernels verified", "source edits": "applied"}
 MODEL_TIMEOUT_S = 150.0  # --model-timeout default: the H200 finished most models in < 60 s
 
 
@@ -238,7 +247,10 @@ def _phases(entry: ZooModel, lib: Any, inductor: bool, check: bool, row: dict[st
             row.update(_inductor_columns(a))
     if check:
         with phases.phase("validation"):
-            row.update(_validation_columns(a))
+            kernels, report = _validation(a)
+            row.update(_validation_columns(report))
+        with phases.phase("source edits"):
+            row["applied"] = _applied_column(a, kernels, report)
 
 
 def _inductor_agreement(a: Any) -> Any:
@@ -265,10 +277,17 @@ def _inductor_columns(a: Any) -> dict[str, str]:
             "partial": str(ag.count("partial")), "missed (reasons)": _reasons(ag)}
 
 
-def _validation_columns(a: Any) -> dict[str, str]:
+def _validation(a: Any) -> tuple[Any, Any]:
+    """The kernels, generated once as the CLI does, and their untimed validation report."""
+    from fusion_core.validate.kernels import build_kernels
     from fusion_core.validate.run import validate
 
-    report = validate(a, timing=False)  # the table shows no timings: gates 1 and 2 only
+    kernels = build_kernels(a)
+    # The table shows no timings: gates 1 and 2 only.
+    return kernels, validate(a, kernels=kernels, timing=False)
+
+
+def _validation_columns(report: Any) -> dict[str, str]:
     verified = sum(r.usable for r in report.results)
     for r in report.results:  # the log keeps each failure's reason
         if r.failed is not None:
@@ -278,6 +297,27 @@ def _validation_columns(a: Any) -> dict[str, str]:
     model = ("pass" if report.model.passed else "-" if report.model.passed is None
              else f"FAIL ({report.model.detail[:60]})")
     return {"kernels verified": f"{verified}/{len(report.results)}", "model numerics": model}
+
+
+def _applied_column(a: Any, kernels: Any, report: Any) -> str:
+    """`N of M`: of the M verified clusters, the N `--apply` would edit (module docstring)."""
+    import inspect
+
+    from fusion_core.sourcemap import map_clusters
+    from fusion_core.sourcemap.apply import plan_apply
+
+    try:
+        # The verdicts as the CLI hands them to --apply (cli_run.Run.apply).
+        verdicts = {r.cluster: (r.usable, r.status) for r in report.results}
+        model_file = inspect.getsourcefile(type(a.module)) or ""
+        plan = plan_apply(a, map_clusters(a), model_file, kernels.kernels, verdicts)
+    except Exception as e:  # noqa: BLE001 - the phase's failure is its cell, not a crash
+        return f"error: {type(e).__name__}: {str(e)[:120]}"
+    verified = {i for i, (usable, _) in verdicts.items() if usable}
+    skipped = collections.Counter(s.reason for s in plan.skipped if s.cluster in verified)
+    for reason, n in skipped.most_common():  # the log says why verified ones are left out
+        print(f"  not applied ({n} verified): {reason[:160]}", file=sys.stderr)
+    return f"{len(verified & set(plan.clusters))} of {len(verified)}"
 
 
 def table(rows: list[dict[str, str]]) -> str:

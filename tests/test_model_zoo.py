@@ -1,8 +1,11 @@
 """benchmarks/model_zoo.py's own machinery on small models of ours (no torchvision needed):
-the per-model time limit, the budget, the phase seconds and validation without timings."""
+the per-model time limit, the budget, the phase seconds, validation without timings and the
+"applied" column (what `--apply` would edit of the verified clusters)."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -111,8 +114,106 @@ def test_a_finished_model_gets_its_verdicts_and_wall_seconds(monkeypatch):
     row = model_zoo.run_one(model_zoo.ZooModel("small", "torch", lambda lib: Small()),
                             inductor=False, check=True, limit=300, phases=phases)
     assert row["kernels verified"] == "1/1" and row["model numerics"] == "pass"
+    assert row["applied"] == "1 of 1"  # Small's one line maps exactly, in this file
     assert float(row["wall s"]) >= phases.seconds["validation"] > 0
     assert phases.line().startswith("build ") and ", validation " in phases.line()
+    assert ", source edits " in phases.line()
+
+
+LIBRARY_MODEL = """
+import torch
+from torch import nn
+
+
+class Installed(nn.Module):
+    def forward(self, x):
+        return torch.relu(x * 2) + 1
+"""
+
+
+def test_a_verified_cluster_in_an_installed_library_counts_as_not_applied(
+        monkeypatch, tmp_path, capsys):
+    """The same code as Small, but from a site-packages folder: a pointer, as in the CLI."""
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "zoo_installed_model.py").write_text(LIBRARY_MODEL)
+    spec = importlib.util.spec_from_file_location("zoo_installed_model",
+                                                  lib / "zoo_installed_model.py")
+    installed = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, installed)  # gone after the test
+    spec.loader.exec_module(installed)
+    monkeypatch.setattr(model_zoo, "_library", lambda name: installed)
+    row = model_zoo.run_one(model_zoo.ZooModel("installed", "torch",
+                                               lambda m: m.Installed()),
+                            inductor=False, check=True, limit=300)
+    assert row["kernels verified"] == "1/1"
+    assert row["applied"] == "0 of 1"
+    assert "installed library's file" in capsys.readouterr().err
+
+
+def test_the_applied_column_counts_the_apply_plan_of_the_verified_clusters(monkeypatch):
+    """Two clusters, one failing numerics: it is not counted in either number."""
+    from fusion_core.sourcemap import apply
+    from fusion_core.validate import run
+    from fusion_core.validate.types import GateResult
+
+    planned = []
+    real_plan, real_validate = apply.plan_apply, run.validate
+
+    def plan(*args):
+        planned.append(args[2])  # the model file
+        return real_plan(*args)
+
+    def one_fails(analysis, **kwargs):  # the last cluster's numerics made to fail
+        report = real_validate(analysis, **kwargs)
+        failed = GateResult("cluster numerics", False, "failed for the test")
+        results = (*report.results[:-1], dataclasses.replace(report.results[-1], gates=(failed,)))
+        return dataclasses.replace(report, results=results)
+
+    monkeypatch.setattr(apply, "plan_apply", plan)
+    monkeypatch.setattr(run, "validate", one_fails)
+    monkeypatch.setattr(model_zoo, "_library", lambda name: nn)
+    row = model_zoo.run_one(model_zoo.ZooModel("two", "torch", lambda lib: Two(),
+                                                         (model_zoo.InputSpec((4, 8)),)),
+                            inductor=False, check=True, limit=300)
+    assert row["clusters"] == "2" and row["kernels verified"] == "1/2"
+    assert row["applied"] == "1 of 1"
+    assert planned == [__file__]
+
+
+class Two(nn.Module):
+    """Two clusters on two lines, each mapping exactly (the matmul splits them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8, bias=False)
+
+    def forward(self, x):
+        y = torch.relu(x * 2)
+        return torch.sigmoid(self.fc(y)) + 1
+
+
+def test_an_error_in_the_source_edits_phase_is_its_cell(monkeypatch):
+    from fusion_core.sourcemap import apply
+
+    def broken(*args):
+        raise RuntimeError("no plan")
+
+    monkeypatch.setattr(apply, "plan_apply", broken)
+    monkeypatch.setattr(model_zoo, "_library", lambda name: nn)
+    row = model_zoo.run_one(model_zoo.ZooModel("small", "torch", lambda lib: Small()),
+                            inductor=False, check=True, limit=300)
+    assert row["applied"] == "error: RuntimeError: no plan"
+    assert row["kernels verified"] == "1/1" and row["model numerics"] == "pass"
+
+
+def test_without_validation_the_applied_column_is_a_dash(our_zoo, tmp_path):
+    our_zoo(model_zoo.ZooModel("small", "torch", lambda lib: Small()))
+    out = tmp_path / "zoo.md"
+    assert model_zoo.main(["--out", str(out), "--no-inductor", "--no-validate"]) == 0
+    text = out.read_text()
+    assert table_rows(text)["small"]["applied"] == "-"
+    assert text.splitlines()[2].startswith("| model |")  # h200_session.sh: a 4-line header
 
 
 def test_the_log_keeps_each_missed_kernel_with_its_reason(monkeypatch, capsys):
