@@ -11,8 +11,9 @@
 #   clusters  every cluster of the panel cases against eager, Inductor and the same-size copy,
 #             then the CLI's Measured section for ExampleNet at 16384x1024 (compare the two)
 #   zoo       benchmarks/model_zoo.py in five processes: torchvision/timm/transformers models, kernels verified
-#             natively (numerics only, untimed); ZOO_MODEL_TIMEOUT s per model (120), ZOO_TIMEOUT s
-#             per process (300) with models left after ZOO_TIMEOUT - 30 s listed as not run
+#             natively (numerics only, untimed) and how many --apply would edit; ZOO_MODEL_TIMEOUT s
+#             per model (120), ZOO_TIMEOUT s per process (300) with models left after
+#             ZOO_TIMEOUT - 30 s listed as not run; each part's table has a 4-line header
 #   panel     benchmarks/shapes_panel.py: wide rows, odd sizes, strided reductions; PANEL_CASES
 #             takes case numbers or groups (issue28, widths, norms: --list prints them)
 #   e2e       benchmarks/end_to_end.py: GPT-2 and a LLaMA-style model, eager / our kernels
