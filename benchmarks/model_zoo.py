@@ -19,7 +19,9 @@ it: the source map, the generated kernels, the validation verdicts) with the fil
 defines the model's class as the model file. Nothing is written. A cluster whose lines lie
 in an installed library (site-packages: every torchvision, timm and transformers model here)
 maps only as a pointer, which the plan skips as the CLI does, so such a model reads "0 of M";
-the log counts the plan's reasons for each verified cluster it skips. Without validation
+"(K if yours)" follows when the same plan with only that library-file check lifted would
+edit K of them (what a user who owns such a file gets); the log counts that plan's reasons
+for each verified cluster it skips. Without validation
 the column is "-". A model whose library is not importable is listed as skipped; a model that fails
 gets its error in the table; a model past --model-timeout gets "not finished (over N s)" in
 the column of the phase it was in, and the next model runs; models not started within
@@ -300,24 +302,35 @@ def _validation_columns(report: Any) -> dict[str, str]:
 
 
 def _applied_column(a: Any, kernels: Any, report: Any) -> str:
-    """`N of M`: of the M verified clusters, the N `--apply` would edit (module docstring)."""
+    """`N of M (K if yours)`: of the M verified clusters, the N `--apply` would edit, and the
+    K it would edit if the model's file were the user's (module docstring)."""
     import inspect
+    from unittest import mock
 
     from fusion_core.sourcemap import map_clusters
     from fusion_core.sourcemap.apply import plan_apply
+
+    def plan() -> Any:
+        return plan_apply(a, map_clusters(a), model_file, kernels.kernels, verdicts)
 
     try:
         # The verdicts as the CLI hands them to --apply (cli_run.Run.apply).
         verdicts = {r.cluster: (r.usable, r.status) for r in report.results}
         model_file = inspect.getsourcefile(type(a.module)) or ""
-        plan = plan_apply(a, map_clusters(a), model_file, kernels.kernels, verdicts)
+        as_is = plan()
+        # A zoo model's file is a library's, which --apply never edits: the same plan with
+        # only that check lifted says what a user who owns such a file would get.
+        with mock.patch("fusion_core.sourcemap.span.is_library_file", return_value=False):
+            owned = plan()
     except Exception as e:  # noqa: BLE001 - the phase's failure is its cell, not a crash
         return f"error: {type(e).__name__}: {str(e)[:120]}"
     verified = {i for i, (usable, _) in verdicts.items() if usable}
-    skipped = collections.Counter(s.reason for s in plan.skipped if s.cluster in verified)
+    skipped = collections.Counter(s.reason for s in owned.skipped if s.cluster in verified)
     for reason, n in skipped.most_common():  # the log says why verified ones are left out
-        print(f"  not applied ({n} verified): {reason[:160]}", file=sys.stderr)
-    return f"{len(verified & set(plan.clusters))} of {len(verified)}"
+        print(f"  not applied if yours ({n} verified): {reason[:160]}", file=sys.stderr)
+    applied, if_yours = (len(verified & set(p.clusters)) for p in (as_is, owned))
+    return f"{applied} of {len(verified)}" + (
+        f" ({if_yours} if yours)" if if_yours != applied else "")
 
 
 def table(rows: list[dict[str, str]]) -> str:

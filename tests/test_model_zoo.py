@@ -132,7 +132,7 @@ class Installed(nn.Module):
 
 
 def test_a_verified_cluster_in_an_installed_library_counts_as_not_applied(
-        monkeypatch, tmp_path, capsys):
+        monkeypatch, tmp_path):
     """The same code as Small, but from a site-packages folder: a pointer, as in the CLI."""
     lib = tmp_path / "site-packages"
     lib.mkdir()
@@ -147,8 +147,8 @@ def test_a_verified_cluster_in_an_installed_library_counts_as_not_applied(
                                                lambda m: m.Installed()),
                             inductor=False, check=True, limit=300)
     assert row["kernels verified"] == "1/1"
-    assert row["applied"] == "0 of 1"
-    assert "installed library's file" in capsys.readouterr().err
+    # --apply edits no library file; with only that check lifted, the line maps exactly.
+    assert row["applied"] == "0 of 1 (1 if yours)"
 
 
 def test_the_applied_column_counts_the_apply_plan_of_the_verified_clusters(monkeypatch):
@@ -178,7 +178,7 @@ def test_the_applied_column_counts_the_apply_plan_of_the_verified_clusters(monke
                             inductor=False, check=True, limit=300)
     assert row["clusters"] == "2" and row["kernels verified"] == "1/2"
     assert row["applied"] == "1 of 1"
-    assert planned == [__file__]
+    assert planned == [__file__, __file__]  # as it is, and as if the file were the user's
 
 
 class Two(nn.Module):
