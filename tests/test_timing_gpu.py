@@ -59,6 +59,19 @@ def test_an_uncapturable_callable_raises_capture_error_and_cuda_stays_usable():
     assert min(t.samples_us) > 0
 
 
+def test_interleaved_device_times_keep_the_ratio_of_two_callables():
+    # 64 MiB per call: DRAM-bound, so two passes over the data take about twice one pass.
+    x = torch.randn(1 << 24, device="cuda")
+    sets = devicetime.rotating([x], _l2())
+    one, two = devicetime.device_times(
+        [(lambda a: a * 2.0, sets), (lambda a: (a * 2.0) * 3.0, sets)]
+    )
+    assert len(one.samples_us) == len(two.samples_us) == devicetime.SAMPLES
+    assert one.copies == two.copies == len(sets)
+    ratios = [b / a for a, b in zip(one.samples_us, two.samples_us, strict=True)]
+    assert median(ratios) == pytest.approx(2.0, rel=0.25), (one, two)
+
+
 class Tiny(torch.nn.Module):
     def forward(self, x):
         return torch.relu(x * 2.0) + 1.0
@@ -70,6 +83,8 @@ def test_measure_reports_device_time_with_the_host_figure_beside_it():
     assert m["clock"] == "device"
     (c,) = m["clusters"]
     assert len(c["kernel_us"]) == devicetime.SAMPLES and min(c["kernel_us"]) > 0
+    # Taken interleaved, sample by sample: the plugin judges their per-sample ratio.
+    assert len(c["eager_us"]) == len(c["kernel_us"]) and min(c["eager_us"]) > 0
     assert len(c["kernel_host_us"]) == bench.SAMPLES
     assert c["regime"] != LAUNCH_BOUND
     # At 64 KiB the Python launcher costs more than the kernel: host time is the larger.
