@@ -126,15 +126,27 @@ def test_a_slowed_kernel_fails_naming_the_cluster_and_both_figures(proj):
     (proj.path / "slow.txt").write_text("2.0")
     r = run(proj)
     r.assert_outcomes(failed=1)
+    # Only the kernel's samples are doubled, its eager ops' are not: judged relative to them.
+    r.stdout.fnmatch_lines(
+        [
+            "*`mul → relu → add` at model.py:10-12 is slower on NVIDIA* sm_* relative to its "
+            "eager ops: speedup *× → *× (* → * of eager's time, +*%; kernel median * → * µs, "
+            "eager * → * µs; tolerance 25%, p=*)"
+        ]
+    )
+    said = next(x for x in r.outlines if "is slower on" in x)
+    before, after = map(float, re.search(r"kernel median ([\d.]+) → ([\d.]+) µs", said).groups())
+    assert after / before == pytest.approx(2.0, rel=0.25), said
+    fast, slow = map(float, re.search(r"speedup ([\d.]+)× → ([\d.]+)×", said).groups())
+    assert fast / slow == pytest.approx(2.0, rel=0.25), said
+    r = run(proj, "-o", "fusion_timing_reference=absolute")
+    r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(
         [
             "*`mul → relu → add` at model.py:10-12 is slower on NVIDIA* sm_*: "
             "median * µs → * µs (+*%, tolerance 25%, p=*)"
         ]
     )
-    said = next(x for x in r.outlines if "is slower on" in x)
-    before, after = map(float, re.search(r"median ([\d.]+) µs → ([\d.]+) µs", said).groups())
-    assert after / before == pytest.approx(2.0, rel=0.25), said
 
 
 @pytest.mark.usefixtures("torch_warm")
