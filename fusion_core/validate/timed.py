@@ -47,18 +47,26 @@ def clocked(fn: Callable[..., object], args: Sequence[Any], l2_bytes: int | None
     return Clocked(device, host)
 
 
-def clocked_together(calls: Sequence[tuple[Callable[..., object], Sequence[Any]]],
-                     l2_bytes: int | None) -> tuple[Clocked, ...]:
-    """``clocked`` for each `(fn, args)`, their device samples interleaved
+def devices_together(calls: Sequence[tuple[Callable[..., object], Sequence[Any]]],
+                     l2_bytes: int | None, max_copies: int = devicetime.MAX_COPIES
+                     ) -> tuple[devicetime.DeviceTime | None, ...]:
+    """Device time of each `(fn, args)`, their samples interleaved
     (``devicetime.device_times``): a ratio of their i-th samples was taken in one window.
     When any cannot be captured none has a device time (``pick`` would take the host's)."""
-    hosts = [bench.time_us(lambda fn=fn, args=args: fn(*args)) for fn, args in calls]
     try:
-        devices: Sequence[devicetime.DeviceTime | None] = devicetime.device_times(
-            [(fn, devicetime.rotating(args, l2_bytes)) for fn, args in calls])
+        return devicetime.device_times(
+            [(fn, devicetime.rotating(args, l2_bytes, max_copies)) for fn, args in calls])
     except devicetime.CaptureError:
-        devices = [None] * len(calls)
-    return tuple(Clocked(d, h) for d, h in zip(devices, hosts, strict=True))
+        return (None,) * len(calls)
+
+
+def clocked_together(calls: Sequence[tuple[Callable[..., object], Sequence[Any]]],
+                     l2_bytes: int | None) -> tuple[Clocked, ...]:
+    """``clocked`` for each `(fn, args)`, the device samples interleaved
+    (``devices_together``); the host figures are taken one callable after the other."""
+    hosts = [bench.time_us(lambda fn=fn, args=args: fn(*args)) for fn, args in calls]
+    return tuple(Clocked(d, h) for d, h in
+                 zip(devices_together(calls, l2_bytes), hosts, strict=True))
 
 
 def pick(a: Clocked, b: Clocked) -> tuple[str, tuple[float, ...], tuple[float, ...]]:
