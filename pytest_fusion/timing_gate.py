@@ -55,6 +55,9 @@ class Subject:
     own: str  # what the own median is called: "kernel"
 
 
+Pair = tuple[Sequence[float], Sequence[float]]  # (baseline's samples, this run's)
+
+
 def paired_ratios(own: Sequence[float], eager: Sequence[float]) -> list[float] | None:
     """own_i / eager_i, or None when the eager samples cannot stand beside the own ones
     (none, another count, or a sample that is not positive)."""
@@ -78,9 +81,8 @@ def absolute_line(what: str, key: str, v: TimingVerdict, tol: Tolerances) -> str
             f"{v.current_median:.1f} µs ({v.change}, tolerance {tol.timing:.0%}, p={p:.3f})")
 
 
-def relative_line(s: Subject, key: str, v: TimingVerdict, tol: Tolerances,
-                  own: tuple[Sequence[float], Sequence[float]],
-                  eager: tuple[Sequence[float], Sequence[float]]) -> str:
+def relative_line(s: Subject, key: str, v: TimingVerdict, tol: Tolerances, own: Pair,
+                  eager: Pair) -> str:
     """`v` judged the ratios own/eager; the message gives the speedup over eager before →
     after and the medians it came from."""
     word = {"slower": "is slower", "faster": "is faster"}[v.status]
@@ -94,21 +96,20 @@ def relative_line(s: Subject, key: str, v: TimingVerdict, tol: Tolerances,
             f" tolerance {tol.timing:.0%}, p={p:.3f})")
 
 
-def judge_pair(s: Subject, key: str, tol: Tolerances, own: tuple[Sequence[float], ...],
-               eager: tuple[Sequence[float], ...]) -> tuple[TimingVerdict, Finding | None]:
-    """The verdict on (baseline, current) samples `own`, relative to `eager` (the same
-    pairs' eager samples) when the setting asks for it and both sides have them."""
-    ratios = ([paired_ratios(o, e) for o, e in zip(own, eager, strict=True)]
-              if tol.timing_reference == "eager" else [None])
-    if None not in ratios:
-        v = compare_samples(ratios[0], ratios[1], tol.timing, tol.alpha)
-        text = (relative_line(s, key, v, tol, (own[0], own[1]), (eager[0], eager[1]))
-                if v.status in ("slower", "faster") else "")
-    else:
-        v = compare_samples(list(own[0]), list(own[1]), tol.timing, tol.alpha)
-        text = absolute_line(s.what, key, v, tol) if v.status in ("slower", "faster") else ""
-    if not text:
+def judge_pair(s: Subject, key: str, tol: Tolerances, own: Pair,
+               eager: Pair) -> tuple[TimingVerdict, Finding | None]:
+    """The verdict on the samples `own`, relative to `eager` (the same callables' eager
+    samples) when the setting asks for it and both sides have them, else absolute."""
+    base = cur = None
+    if tol.timing_reference == "eager":
+        base, cur = paired_ratios(own[0], eager[0]), paired_ratios(own[1], eager[1])
+    relative = base is not None and cur is not None
+    v = (compare_samples(base, cur, tol.timing, tol.alpha) if base is not None and cur is not None
+         else compare_samples(list(own[0]), list(own[1]), tol.timing, tol.alpha))
+    if v.status not in ("slower", "faster"):
         return v, None
+    text = (relative_line(s, key, v, tol, own, eager) if relative
+            else absolute_line(s.what, key, v, tol))
     bucket = "regressions" if v.status == "slower" else "improvements"
     return v, Finding(bucket, text, s.rec.module if s.rec else None)
 
@@ -162,8 +163,7 @@ def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
     found: list[Finding] = []
     judged = 0
 
-    def judge(s: Subject, own: tuple[Sequence[float], ...],
-              eager: tuple[Sequence[float], ...]) -> None:
+    def judge(s: Subject, own: Pair, eager: Pair) -> None:
         nonlocal judged
         v, finding = judge_pair(s, hw_key, tol, own, eager)
         judged += v.status != "insufficient"
