@@ -7,9 +7,9 @@ that moved to another module), notes (rejections gone), a note on timings, and t
 pairs of cluster identities it matched. Works on parsed data only, never on YAML
 text. What became of each cluster is ``verdicts.py``'s (pairing by identity and
 sites, the named cause); this module judges the pairs field by field (category,
-kernel, traffic), the rejections and the timings, and says the model's totals once
-when nothing else did. Messages about the items of a repeated container come out
-once (``findings.py``).
+kernel, traffic) and the rejections, and says the model's totals once when nothing
+else did; the timings are ``timing_gate.py``'s. Messages about the items of a repeated
+container come out once (``findings.py``).
 """
 
 from __future__ import annotations
@@ -18,22 +18,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .explain import Explainer, fmt_bytes, head
-from .findings import LOC, Finding, messages
+from .findings import LOC, Finding, at, messages
 from .locate import locate
 from .pairing import match as _match
 from .pairing import staged as _staged
-from .snapshot import ClusterId, ClusterRec, ClusterTiming, Measured, RejectionRec, Snapshot
-from .timing import TimingVerdict, compare_samples
+from .snapshot import ClusterId, ClusterRec, RejectionRec, Snapshot
+from .timing_gate import GAPS, NO_CUDA, REFERENCES, TimingOutcome, other_timing, timings
 from .verdicts import ClusterVerdicts, model_change, model_totals
 
-__all__ = ["CHECKS", "NO_CUDA", "Comparison", "Tolerances", "compare", "fmt_bytes",
-           "frontend_change"]
+__all__ = ["CHECKS", "GAPS", "NO_CUDA", "REFERENCES", "Comparison", "Tolerances", "compare",
+           "fmt_bytes", "frontend_change", "other_timing"]
 
 CHECKS = ("clusters", "rejections", "traffic", "timings")
-NO_CUDA = "timings not checked: no CUDA device"
-# Why a test judged no timing (TestRecord.timing_gap), for the run's summary.
-GAPS = ("no-cuda", "not-measured", "no-baseline", "other-timing", "launch-bound",
-        "few-samples", "not-checked", "error")
 
 
 @dataclass(frozen=True)
@@ -44,6 +40,10 @@ class Tolerances:
     # Timings of a kernel moving fewer fused bytes are not judged: at any GPU's bandwidth it
     # finishes within its launch, so its time measures the host (1 MiB: 0.35 µs at 3 TB/s).
     min_bytes: float = float(1 << 20)
+    # What a timing is judged against (REFERENCES): "eager", the per-sample ratio to the
+    # eager ops it replaces (falls back to absolute where a side lacks eager samples), or
+    # "absolute", the µs themselves.
+    timing_reference: str = "eager"
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,6 @@ class Comparison:
             if found:
                 return status
         return "pass"
-
-
-def at(rec: ClusterRec | RejectionRec) -> str:
-    """` at file:lines` after the module placeholder."""
-    return f"{LOC} at {rec.lines}"
 
 
 class _Diff:
@@ -158,114 +153,6 @@ class _Diff:
             lines = locate(r, self.cur).lines
             where = f" at {lines}" if lines else f" (at {r.lines} when recorded)"
             self.say("notes", r, f"rejection gone: {r.check} on `{r.chain}`{LOC}{where}")
-
-
-# fusion_core.validate.types.LAUNCH_BOUND, written again: importing it would load torch here
-LAUNCH_BOUND = "launch-bound"
-
-
-def _timing_line(what: str, key: str, v: TimingVerdict, tol: Tolerances) -> str:
-    word = {"slower": "is slower", "faster": "is faster"}[v.status]
-    p = v.p_slower if v.status == "slower" else v.p_faster
-    return (f"{what} {word} on {key}: median {v.base_median:.1f} µs → "
-            f"{v.current_median:.1f} µs ({v.change}, tolerance {tol.timing:.0%}, p={p:.3f})")
-
-
-def _timing_of(timings_: tuple[ClusterTiming, ...], c: ClusterRec) -> ClusterTiming | None:
-    return next((t for t in timings_ if t.cluster == c.ident), None)
-
-
-def _too_small(m: Measured, fused_bytes: int, tol: Tolerances) -> bool:
-    """Host-timed, a kernel moving under `min_bytes` finishes within its launch: its time is
-    the host's. Device time (CUDA-graph replays) has no launch in it."""
-    return m.clock == "host" and fused_bytes < tol.min_bytes
-
-
-def _host_only(m: Measured, snap: Snapshot, tol: Tolerances) -> bool:
-    """Every kernel timed in `m` is launch-bound or moves too little to judge."""
-    recs = {c.ident: c for c in snap.clusters}
-    return bool(m.clusters) and all(
-        t.regime == LAUNCH_BOUND or (t.cluster in recs and _too_small(m, recs[t.cluster]
-                                                                      .fused_bytes, tol))
-        for t in m.clusters)
-
-
-@dataclass(frozen=True)
-class TimingOutcome:
-    findings: tuple[Finding, ...]
-    note: str  # the report's timings column
-    judged: int  # timings compared
-    gap: str  # why none was (one of GAPS), "" when some were
-
-
-def other_timing(base: Snapshot, bm: Measured, cur: Snapshot, cm: Measured) -> str:
-    """Why `bm` and `cm` are not comparable ("" when they are): timed by another clock or
-    at another shape than this run's. Said, never judged."""
-    if bm.clock != cm.clock:
-        return (f"the baseline's timings are {bm.clock} time, this run's {cm.clock} time")
-    taken = bm.inputs or base.inputs, cm.inputs or cur.inputs
-    if taken[0] != taken[1]:
-        return (f"the baseline's timings were taken at {', '.join(taken[0])}, this run's at "
-                f"{', '.join(taken[1])}")
-    return ""
-
-
-def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
-            pairs: list[tuple[ClusterRec, ClusterRec]]) -> TimingOutcome:
-    """The findings and note for the measured fields on this hardware."""
-    if hw_key is None:
-        return TimingOutcome((), NO_CUDA, 0, "no-cuda")
-    if hw_key not in cur.measured:
-        return TimingOutcome((), f"timings not checked: nothing measured on {hw_key}", 0,
-                             "not-measured")
-    if hw_key not in base.measured:
-        return TimingOutcome((), f"timings not checked: no baseline for {hw_key}", 0,
-                             "no-baseline")
-    bm, cm = base.measured[hw_key], cur.measured[hw_key]
-    if why := other_timing(base, bm, cur, cm):
-        return TimingOutcome((), f"timings not checked on {hw_key}: {why} (record this run's "
-                             "with --fusion-update-baselines=new)", 0, "other-timing")
-    found: list[Finding] = []
-    judged = 0
-
-    def judge(rec: ClusterRec | None, what: str, b: tuple[float, ...],
-              c: tuple[float, ...]) -> None:
-        nonlocal judged
-        v = compare_samples(list(b), list(c), tol.timing, tol.alpha)
-        judged += v.status != "insufficient"
-        if v.status in ("slower", "faster"):
-            bucket = "regressions" if v.status == "slower" else "improvements"
-            found.append(Finding(bucket, _timing_line(what, hw_key, v, tol),
-                                 rec.module if rec else None))
-
-    host_bound = 0  # timings of launch-bound kernels, left unjudged
-    device_bound = 0  # kernels whose timings are judged (or would be, given enough samples)
-    for b, c in pairs:
-        bt, ct = _timing_of(bm.clusters, b), _timing_of(cm.clusters, c)
-        if bt is None or ct is None:
-            continue
-        if LAUNCH_BOUND in (bt.regime, ct.regime) or _too_small(cm, c.fused_bytes, tol):
-            host_bound += 1
-            continue
-        device_bound += 1
-        judge(c, f"`{c.chain}`{at(c)}", bt.kernel_us, ct.kernel_us)
-    if bm.model_us and cm.model_us:
-        # A model made only of launch-bound kernels is timed by its host's launch rate. When
-        # the clusters were regrouped no pair says so: every timed kernel on both sides does.
-        if not device_bound and (host_bound or (
-                _host_only(bm, base, tol) and _host_only(cm, cur, tol))):
-            host_bound += 1
-        else:
-            judge(None, "the model with fused kernels", bm.model_us, cm.model_us)
-    unjudged = (f"{host_bound} launch-bound timing(s) not judged: they measure the host's "
-                "launch rate, not the kernel") if host_bound else ""
-    if judged:
-        note = f"timings checked on {hw_key} ({judged} compared" + (
-            f"; {unjudged})" if unjudged else ")")
-    else:
-        note = f"timings not checked on {hw_key}: " + (unjudged or "too few samples")
-    gap = "" if judged else "launch-bound" if unjudged else "few-samples"
-    return TimingOutcome(tuple(found), note, judged, gap)
 
 
 def compiled_findings(base: Snapshot, cur: Snapshot, compiler_change: str) -> list[Finding]:

@@ -13,8 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .grouping import pattern, short_form, split_item
+
+if TYPE_CHECKING:
+    from .snapshot import ClusterRec, RejectionRec
 
 LOC = "\x00"  # where " in <module>" goes in a finding's text
 BUCKETS = ("regressions", "improvements", "changes", "notes")  # notes: rejections gone
@@ -26,6 +30,11 @@ class Finding:
     bucket: str  # one of BUCKETS
     text: str  # holds LOC once, where the module path goes
     module: str | None  # None or "": the model itself, or not recorded
+
+
+def at(rec: ClusterRec | RejectionRec) -> str:
+    """` at file:lines` after the module placeholder."""
+    return f"{LOC} at {rec.lines}"
 
 
 def located(text: str, module: str | None) -> str:

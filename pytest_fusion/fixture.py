@@ -258,7 +258,8 @@ class FusionAdvisor:
 
     # ------------------------------------------------------------ baseline
     def tolerances(self, **overrides: Any) -> Tolerances:
-        """ini values, overridden by the marker, overridden by `overrides`."""
+        """ini values, overridden by the marker, overridden by `overrides`; what timings are
+        judged against is the ini's."""
         __tracebackhide__ = True
         marker = self.item.get_closest_marker("fusion_check")
         values = dict(self.session.settings.ini_tolerances)
@@ -270,7 +271,7 @@ class FusionAdvisor:
                     if isinstance(value, str):
                         pytest.fail(value, pytrace=False)
                     values[name] = value
-        return Tolerances(**values)
+        return Tolerances(**values, timing_reference=self.session.settings.timing_reference)
 
     def improvements(self, given: str | None) -> str:
         """What an improvement does: `given`, else the marker's keyword, else the ini."""

@@ -16,6 +16,7 @@ with CUDA) or a dict::
      "clusters": [{"index": 0,                      # Cluster.index
                    "kernel_us": [41.2, 40.9, ...],  # repeated timings of our kernel
                    "eager_us": [108.0, ...],        # optional: the eager subgraph
+                                                    # (same count: judged kernel_i/eager_i)
                    "gbps": 3400.0,                  # optional: achieved bandwidth
                    "regime": "dram-bound"}],        # optional: launch-bound | l2-resident | ...
      "model": {"fused_us": [...], "eager_us": [...]},  # optional: whole model

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from .snapshot import TARGETS  # the data model's module imports nothing heavy
+from .timing_gate import REFERENCES  # nor does the timing gate's
 
 MODES = ("new", "failing", "all")
 UPDATE_FLAG = "--fusion-update-baselines"
@@ -96,6 +97,9 @@ def add_options(parser: pytest.Parser) -> None:
                   "its graph breaks, graphs, Inductor kernels and recompiles against the "
                   "baseline (costs a compile per test; the marker's compiled=True does it for "
                   "one test)", type="bool", default=False)
+    parser.addini("fusion_timing_reference", "what a timing is judged against: eager (each "
+                  "kernel's time as a fraction of its eager ops', sample by sample: load on "
+                  "a shared GPU slows both) or absolute (the µs themselves)", default="eager")
     parser.addini("fusion_compiler_change", "what a torch/triton version other than the "
                   "compiled record's baseline does: report (say it) or fail", default="report")
 
@@ -105,6 +109,14 @@ def ini_compiler_change(config: pytest.Config) -> str:
     if value not in COMPILER_CHANGE:
         raise pytest.UsageError(f"ini option fusion_compiler_change must be one of "
                                 f"{', '.join(COMPILER_CHANGE)}, got {value!r}")
+    return value
+
+
+def ini_timing_reference(config: pytest.Config) -> str:
+    value = config.getini("fusion_timing_reference").strip()
+    if value not in REFERENCES:
+        raise pytest.UsageError(f"ini option fusion_timing_reference must be one of "
+                                f"{', '.join(REFERENCES)}, got {value!r}")
     return value
 
 
@@ -210,6 +222,7 @@ class Settings:
     target: str  # the marker's or analyze()'s device= wins
     compiled: bool  # compiled= on a test wins
     compiler_change: str
+    timing_reference: str  # what timings are judged against (timing_gate.REFERENCES)
     fail_stale: bool
     require_timings: bool
     prune_stale: bool
@@ -238,6 +251,7 @@ def settings(config: pytest.Config) -> Settings:
         capture=capture, improvements=improvements, target=ini_target(config),
         compiled=bool(config.getini("fusion_compiled")),
         compiler_change=ini_compiler_change(config),
+        timing_reference=ini_timing_reference(config),
         fail_stale=bool(config.getini("fusion_fail_stale") if fail_stale is None
                         else fail_stale),
         require_timings=bool(config.getini("fusion_require_timings") if require_timings is None

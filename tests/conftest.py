@@ -157,12 +157,16 @@ def stub_gpu(monkeypatch) -> StubGpu:
         fn(*arg_sets[0])
         return devicetime.DeviceTime((stub.device_us,) * samples, 0.01, len(arg_sets))
 
+    def device_times(calls, samples=devicetime.SAMPLES):
+        return tuple(device_time(fn, arg_sets, samples) for fn, arg_sets in calls)
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(bench, "time_us", lambda fn, samples=5: (stub.host_us,) * samples)
     monkeypatch.setattr(bench, "device_info", lambda peak=None: bench.Device(
         "Stub GPU", (9, 0), 60 * 2**20, peak or 4000.0, "--peak-gbps" if peak else "detected"))
     monkeypatch.setattr(devicetime, "device_time", device_time)
+    monkeypatch.setattr(devicetime, "device_times", device_times)
     monkeypatch.setattr(devicetime, "floor_us", lambda index=0: stub.floor_us)
     monkeypatch.setattr(run, "recording", lambda analysis, candidates, **kw: recording(
         analysis, [reduced_specs(analysis)], **{**kw, "device": "cpu"}))

@@ -1,5 +1,6 @@
-"""The timing gate's CPU-checkable parts: ratios worded by direction, the clock and timing
-shape a baseline records, and `fusion_require_timings` (pytester runs with a fake GPU)."""
+"""The timing gate's CPU-checkable parts: ratios worded by direction, kernels judged against
+their eager ops, the clock and timing shape a baseline records, and the `fusion_timing_*`
+ini options (pytester runs with a fake GPU)."""
 
 import json
 
@@ -13,7 +14,7 @@ from fusion_plugin_helpers import (
     run,
     write_timings,
 )
-from test_fusion_compare import BASE, H200, snap
+from test_fusion_compare import BASE, H200, F, snap
 
 import fusion_core
 from pytest_fusion.compare import Tolerances, compare
@@ -120,6 +121,100 @@ def test_baselines_record_clock_and_shape_and_schema_2_loads_as_host_time():
         r"device or host, got 'wall'",
     ):
         from_data(old, "x.yaml")
+
+
+# ---------------------------------------------------------------- judged against eager
+
+EAGER = [100.0, 100.4, 99.7, 100.2, 100.9, 99.8]
+
+
+def scaled(samples, factor):
+    return [t * factor for t in samples]
+
+
+def paired(kernel_us, eager_us=(), model=((), ())):
+    """Device timings of the first cluster (and the model: fused, eager samples)."""
+    t = ClusterTiming(BASE.clusters[0].ident, tuple(kernel_us), tuple(eager_us),
+                      regime="dram-bound")
+    return {H200: Measured((t,), tuple(model[0]), tuple(model[1]), clock="device")}
+
+
+def judged(base, cur, reference="eager"):
+    return compare(snap(*BASE.clusters, measured=base), snap(*BASE.clusters, measured=cur),
+                   Tolerances(timing_reference=reference), hw_key=H200)
+
+
+def test_a_kernel_slowed_as_much_as_its_eager_ops_is_the_same():
+    """A loaded GPU (or another card of the model) makes both 30% slower: no regression."""
+    base, cur = paired(FAST, EAGER), paired(scaled(FAST, 1.3), scaled(EAGER, 1.3))
+    r = judged(base, cur)
+    assert r.status == "pass" and r.timings_judged == 1, r.messages
+    # The same samples judged by their microseconds: a regression.
+    assert judged(base, cur, "absolute").status == "regressed"
+
+
+def test_a_kernel_slower_beside_the_same_eager_ops_fails_naming_both_figures():
+    r = judged(paired(FAST, EAGER), paired(SLOW, EAGER))
+    (msg,) = r.regressions
+    assert msg == (
+        f"`mul → relu → add` at {F}:15-17 is slower on {H200} relative to its eager ops: "
+        "speedup 2.5× → 1.9× (0.40 → 0.52 of eager's time, +30%; kernel median 40.0 → 52.1 µs,"
+        " eager 100.1 → 100.1 µs; tolerance 10%, p=0.001)"
+    )
+    r = judged(paired(SLOW, EAGER), paired(FAST, EAGER))
+    assert r.status == "improved"
+    assert r.improvements[0].startswith(
+        f"`mul → relu → add` at {F}:15-17 is faster on {H200} relative to its eager ops: "
+        "speedup 1.9× → 2.5× (0.52 → 0.40 of eager's time, -23%; kernel median 52.1 → 40.0 µs"
+    )
+
+
+def test_eager_ops_that_slowed_down_alone_make_the_kernel_faster_relative_to_them():
+    # The ratio is the judged figure: eager 30% slower with the kernel unchanged is a
+    # speedup gained, though no kernel got faster.
+    r = judged(paired(FAST, EAGER), paired(FAST, scaled(EAGER, 1.3)))
+    assert r.status == "improved" and "speedup 2.5× → 3.2×" in r.improvements[0]
+
+
+def test_the_model_is_judged_against_the_eager_model():
+    model = (FAST, EAGER)
+    loaded = (scaled(FAST, 1.3), scaled(EAGER, 1.3))
+    assert judged(paired(FAST, EAGER, model), paired(FAST, EAGER, loaded)).status == "pass"
+    r = judged(paired(FAST, EAGER, model), paired(FAST, EAGER, (SLOW, EAGER)))
+    (msg,) = r.regressions
+    assert msg.startswith(
+        f"the model with fused kernels is slower on {H200} relative to the eager model: "
+        "speedup 2.5× → 1.9× (0.40 → 0.52 of eager's time, +30%; fused median 40.0 → 52.1 µs,"
+        " eager 100.1 → 100.1 µs; tolerance 10%, p="
+    )
+    assert r.timings_judged == 2
+
+
+@pytest.mark.parametrize(
+    ("base_eager", "cur_eager"),
+    [((), EAGER), (EAGER, ()), (EAGER, EAGER[:5]), (EAGER, [0.0] * 6)],
+    ids=["none-in-baseline", "none-now", "another-count", "not-positive"],
+)
+def test_eager_samples_that_cannot_pair_fall_back_to_absolute_times(base_eager, cur_eager):
+    r = judged(paired(FAST, base_eager), paired(SLOW, cur_eager))
+    (msg,) = r.regressions
+    assert msg == (
+        f"`mul → relu → add` at {F}:15-17 is slower on {H200}: median 40.0 µs → 52.1 µs "
+        "(+30%, tolerance 10%, p=0.001)"
+    )
+    # Absolute, a kernel and eager ops slowed alike is slower too: nothing to divide by.
+    r = judged(paired(FAST, base_eager), paired(scaled(FAST, 1.3), cur_eager))
+    assert r.status == "regressed" and "relative to" not in r.regressions[0]
+
+
+def test_the_absolute_setting_judges_the_microseconds_as_before():
+    r = judged(paired(FAST, EAGER), paired(SLOW, scaled(EAGER, 1.3)), "absolute")
+    (msg,) = r.regressions
+    assert msg == (
+        f"`mul → relu → add` at {F}:15-17 is slower on {H200}: median 40.0 µs → 52.1 µs "
+        "(+30%, tolerance 10%, p=0.001)"
+    )
+    assert judged(paired(FAST, EAGER), paired(SLOW, scaled(EAGER, 1.3))).status == "pass"
 
 
 # ---------------------------------------------------------------- the summary line
@@ -258,6 +353,59 @@ def test_require_timings_fails_a_run_without_cuda(proj):
     r = run(proj, "--fusion-require-timings")
     assert r.ret == pytest.ExitCode.TESTS_FAILED
     r.stdout.fnmatch_lines(["ERROR: no timing judged: 1 test was not timed (no CUDA device)"])
+
+
+# The fake GPU's eager ops (each cluster's and the model's) take `eager_us` of timings.json.
+EAGER_CONFTEST = (
+    MEASURE_CONFTEST
+    + """
+_measure = pytest_fusion_measure
+
+def pytest_fusion_measure(analysis, config):
+    result = _measure(analysis, config)
+    eager = json.loads(pathlib.Path(config.rootpath, "timings.json").read_text())["eager_us"]
+    for entry in (*result["clusters"], result["model"]):
+        entry["eager_us"] = eager
+    return result
+"""
+)
+
+
+def write_pair(root, kernel_us, eager_us):
+    write_timings(root, kernel_us)
+    t = json.loads((root / "timings.json").read_text())
+    (root / "timings.json").write_text(json.dumps({**t, "eager_us": eager_us}))
+
+
+def test_timing_reference_option_picks_what_a_kernel_is_judged_against(proj):
+    proj.makeconftest(EAGER_CONFTEST)
+    write_pair(proj.path, SAMPLES, EAGER)
+    run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
+    write_pair(proj.path, scaled(SAMPLES, 1.3), scaled(EAGER, 1.3))  # a loaded GPU
+    run(proj).assert_outcomes(passed=1)
+    r = run(proj, "-o", "fusion_timing_reference=absolute")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(
+        [
+            "  - `mul → relu → add` at model.py:10-12 is slower on NVIDIA H200 sm_90: median "
+            "40.0 µs → 52.1 µs (+30%, tolerance 10%, p=*)"
+        ]
+    )
+    write_pair(proj.path, scaled(SAMPLES, 1.3), EAGER)  # the kernel alone got slower
+    r = run(proj)
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(
+        [
+            "  - `mul → relu → add` at model.py:10-12 is slower on NVIDIA H200 sm_90 relative "
+            "to its eager ops: speedup 2.5× → 1.9× (0.40 → 0.52 of eager's time, +30%; kernel "
+            "median 40.0 → 52.1 µs, eager 100.1 → 100.1 µs; tolerance 10%, p=*)"
+        ]
+    )
+    r = run(proj, "-o", "fusion_timing_reference=speedup")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(
+        ["ERROR: ini option fusion_timing_reference must be one of eager, absolute, got 'speedup'"]
+    )
 
 
 def test_measured_clock_defaults_to_host_for_hooks_that_do_not_say():

@@ -125,6 +125,38 @@ def test_model_timed_both_ways_with_stubs(kernels, monkeypatch, stub_gpu, compil
     assert measured["model"]["compiled_host_us"] == list(mt.compiled_host_us)
 
 
+@pytest.mark.cpu
+def test_each_kernel_and_the_model_share_their_device_samples_with_their_eager_side(
+    kernels, monkeypatch, stub_gpu
+):
+    """The pairs the plugin judges as ratios are timed in one ``device_times`` call each
+    (their samples interleaved): the kernel beside its eager subgraph, the patched model
+    beside the traced graph."""
+    from fusion_core.validate import devicetime
+
+    together: list[list[object]] = []
+    stubbed = devicetime.device_times
+
+    def recording(calls, samples=devicetime.SAMPLES):
+        together.append([fn for fn, _ in calls])
+        return stubbed(calls, samples)
+
+    monkeypatch.setattr(devicetime, "device_times", recording)
+    example = analyze_file(EXAMPLE, [InputSpec((16384, 1024))])
+    report = validate(example, only_cluster0(kernels))
+    pairs = [fns for fns in together if len(fns) == 2]
+    assert len(pairs) == 2, together
+    launcher = next(fns for fns in pairs if not isinstance(fns[0], torch.fx.GraphModule))
+    assert launcher[0] is kernels.cluster0  # the kernel, then its eager subgraph
+    assert isinstance(launcher[1], torch.fx.GraphModule)
+    (model,) = [fns for fns in pairs if fns is not launcher]
+    assert all(isinstance(fn, torch.fx.GraphModule) for fn in model)  # traced, then patched
+    assert len(model[1].graph.nodes) < len(model[0].graph.nodes)  # three ops became one call
+    assert report.model_timing.eager_us == report.model_timing.patched_us == (
+        (4.0,) * devicetime.SAMPLES
+    )
+
+
 def test_figures_follow_the_shared_clock_in_measure_dict():
     """A device-timed cluster beside a host-timed model: every judged figure is host time
     (the clock the dict names), never device samples labelled host."""

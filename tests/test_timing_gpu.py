@@ -60,6 +60,19 @@ def test_an_uncapturable_callable_raises_capture_error_and_cuda_stays_usable():
     assert min(t.samples_us) > 0
 
 
+def test_interleaved_device_times_keep_the_ratio_of_two_callables():
+    # 64 MiB per call: DRAM-bound, so two passes over the data take about twice one pass.
+    x = torch.randn(1 << 24, device="cuda")
+    sets = devicetime.rotating([x], _l2())
+    one, two = devicetime.device_times(
+        [(lambda a: a * 2.0, sets), (lambda a: (a * 2.0) * 3.0, sets)]
+    )
+    assert len(one.samples_us) == len(two.samples_us) == devicetime.SAMPLES
+    assert one.copies == two.copies == len(sets)
+    ratios = [b / a for a, b in zip(one.samples_us, two.samples_us, strict=True)]
+    assert median(ratios) == pytest.approx(2.0, rel=0.25), (one, two)
+
+
 class Tiny(torch.nn.Module):
     def forward(self, x):
         return torch.relu(x * 2.0) + 1.0
@@ -73,6 +86,8 @@ def test_measure_reports_device_time_with_the_host_figure_beside_it():
     assert m["clock"] == "device"
     (c,) = m["clusters"]
     assert len(c["kernel_us"]) == devicetime.SAMPLES and min(c["kernel_us"]) > 0
+    # Taken interleaved, sample by sample: the plugin judges their per-sample ratio.
+    assert len(c["eager_us"]) == len(c["kernel_us"]) and min(c["eager_us"]) > 0
     assert len(c["kernel_host_us"]) == bench.SAMPLES
     assert c["regime"] != LAUNCH_BOUND
     # At 4 MiB the Python launcher still costs more than the kernel: host time is larger.
@@ -114,15 +129,27 @@ def test_a_slowed_kernel_fails_naming_the_cluster_and_both_figures(proj):
     (proj.path / "slow.txt").write_text("2.0")
     r = run(proj)
     r.assert_outcomes(failed=1)
+    # Only the kernel's samples are doubled, its eager ops' are not: judged relative to them.
+    r.stdout.fnmatch_lines(
+        [
+            "*`mul → relu → add` at model.py:10-12 is slower on NVIDIA* sm_* relative to its "
+            "eager ops: speedup *× → *× (* → * of eager's time, +*%; kernel median * → * µs, "
+            "eager * → * µs; tolerance 25%, p=*)"
+        ]
+    )
+    said = next(x for x in r.outlines if "is slower on" in x)
+    before, after = map(float, re.search(r"kernel median ([\d.]+) → ([\d.]+) µs", said).groups())
+    assert after / before == pytest.approx(2.0, rel=0.25), said
+    fast, slow = map(float, re.search(r"speedup ([\d.]+)× → ([\d.]+)×", said).groups())
+    assert fast / slow == pytest.approx(2.0, rel=0.25), said
+    r = run(proj, "-o", "fusion_timing_reference=absolute")
+    r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(
         [
             "*`mul → relu → add` at model.py:10-12 is slower on NVIDIA* sm_*: "
             "median * µs → * µs (+*%, tolerance 25%, p=*)"
         ]
     )
-    said = next(x for x in r.outlines if "is slower on" in x)
-    before, after = map(float, re.search(r"median ([\d.]+) µs → ([\d.]+) µs", said).groups())
-    assert after / before == pytest.approx(2.0, rel=0.25), said
 
 
 @pytest.mark.usefixtures("torch_warm")

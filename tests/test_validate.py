@@ -390,6 +390,7 @@ def test_timing_false_on_cuda_checks_numerics_and_times_nothing(example, kernels
     monkeypatch.setattr(bench, "time_us", lambda fn, samples=5: timed.append(fn) or (20.0,))
     monkeypatch.setattr(bench, "device_info", lambda peak=None: timed.append(peak))
     monkeypatch.setattr(devicetime, "device_time", lambda *a, **k: timed.append(a))
+    monkeypatch.setattr(devicetime, "device_times", lambda *a, **k: timed.append(a))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Stub GPU")
     report = validate(example, only_cluster0(kernels, "cluster0"), timing=False)
     assert timed == []

@@ -6,6 +6,8 @@ callable is captured once per copy of its arguments, so each replayed call reads
 no earlier call left in the L2, and replays launch nothing from the host: the figure is
 the kernels' own time, however small. ``CaptureError`` when the callable cannot be
 captured (a host sync, a CPU tensor): the caller keeps its host-timed figure then.
+``device_times`` times several callables with interleaved samples, so that the i-th
+samples of a kernel and of the eager ops it replaces were taken back to back.
 Nothing here runs without CUDA.
 """
 
@@ -120,13 +122,32 @@ def device_time(
     fn: Callable[..., object], arg_sets: Sequence[Sequence[Any]], samples: int = SAMPLES
 ) -> DeviceTime:
     """Per-call device time of `fn` over `arg_sets` (see ``rotating``), `samples` times."""
-    graph = capture(fn, arg_sets)
-    calls = len(arg_sets)
-    once = _elapsed_us(graph, 1)
-    replays = max(1, min(MAX_REPLAYS, math.ceil(SAMPLE_US / max(once, 1e-3))))
-    # Busy the GPU first: an idle GPU clocks down, and a microsecond kernel timed right after
-    # idling read 30 % slower in one run than in the next (GPT-2's GELU, H200).
-    for _ in range(math.ceil(WARMUP_US / (SAMPLE_US + once))):
-        _elapsed_us(graph, replays)
-    per_call = tuple(_elapsed_us(graph, replays) / (replays * calls) for _ in range(samples))
-    return DeviceTime(per_call, EVENT_RESOLUTION_US / (replays * calls), calls)
+    return device_times([(fn, arg_sets)], samples)[0]
+
+
+def device_times(
+    calls: Sequence[tuple[Callable[..., object], Sequence[Sequence[Any]]]],
+    samples: int = SAMPLES,
+) -> tuple[DeviceTime, ...]:
+    """``device_time`` of each `(fn, arg_sets)`, one per call, with interleaved samples:
+    sample i of every callable is taken before sample i + 1 of any. Whatever slows the GPU
+    for a while (another process's kernels, a clock change) then lands on sample i of each
+    alike, so a ratio of two callables' i-th samples keeps the same window. Every graph is
+    captured (all or none: ``CaptureError`` for the first that fails) and warmed up first."""
+    graphs = [capture(fn, arg_sets) for fn, arg_sets in calls]
+    sizes = [len(arg_sets) for _, arg_sets in calls]
+    replays = []
+    for graph in graphs:
+        once = _elapsed_us(graph, 1)
+        n = max(1, min(MAX_REPLAYS, math.ceil(SAMPLE_US / max(once, 1e-3))))
+        # Busy the GPU first: an idle GPU clocks down, and a microsecond kernel timed right
+        # after idling read 30 % slower in one run than in the next (GPT-2's GELU, H200).
+        for _ in range(math.ceil(WARMUP_US / (SAMPLE_US + once))):
+            _elapsed_us(graph, n)
+        replays.append(n)
+    per_call: list[list[float]] = [[] for _ in graphs]
+    for _ in range(samples):
+        for k, graph in enumerate(graphs):
+            per_call[k].append(_elapsed_us(graph, replays[k]) / (replays[k] * sizes[k]))
+    return tuple(DeviceTime(tuple(us), EVENT_RESOLUTION_US / (n * size), size)
+                 for us, n, size in zip(per_call, replays, sizes, strict=True))

@@ -6,7 +6,8 @@ time and device time.
 Reads the ``Recording`` (traced graph and inputs) and the usable kernels; writes a
 ``ModelTiming``. Wall time is the host clock around one Python call (what a user gets);
 device time is CUDA-graph replays (``devicetime``): the kernels' own time, and what the
-model costs captured as one CUDA graph. Kernels per forward are counted once per callable
+model costs captured as one CUDA graph; the eager and patched models take their device
+samples interleaved. Kernels per forward are counted once per callable
 with torch.profiler (None when it cannot count). Nothing here runs without CUDA.
 """
 
@@ -22,6 +23,7 @@ import torch
 
 from ..analysis.types import Cluster
 from ..codegen import operators
+from . import bench
 from .prepare import Recording
 from .subgraph import patch
 from .types import ModelTiming
@@ -93,18 +95,24 @@ def _by_clock(theirs: Any, clock: str) -> tuple[float, ...]:
 def measure_model(
     rec: Recording, usable: Mapping[int, Callable], eager: Any, l2_bytes: int | None, compiled: bool
 ) -> ModelTiming | None:
-    """`eager` is the traced graph already ``timed.clocked``; None when nothing is usable or
-    the patched model could not run. `compiled`: also time torch.compile of the graph
-    (compiling costs seconds; a failed compile leaves its figures empty)."""
-    from .timed import clocked, pick
+    """`eager` is the traced graph already ``timed.clocked`` (its host figure is kept, its
+    device time taken again interleaved with the patched model's); None when nothing is
+    usable or the patched model could not run. `compiled`: also time torch.compile of the
+    graph (compiling costs seconds; a failed compile leaves its figures empty)."""
+    from .timed import Clocked, devices_together, pick
 
     if not usable:
         return None
     try:
         all_patched = patch(rec.gm, {i: (rec.clusters[i], k) for i, k in usable.items()})
-        patched = clocked(all_patched, rec.inputs, l2_bytes, MODEL_COPIES)
+        patched_host = bench.time_us(lambda: all_patched(*rec.inputs))
+        # The eager model's device time again, interleaved with the patched model's: the
+        # plugin judges their per-sample ratio. Its host figure stands as `eager` took it.
+        eager_device, patched_device = devices_together(
+            [(rec.gm, rec.inputs), (all_patched, rec.inputs)], l2_bytes, MODEL_COPIES)
     except Exception:  # noqa: BLE001 - the per-cluster figures stand without the model's
         return None
+    eager, patched = Clocked(eager_device, eager.host_us), Clocked(patched_device, patched_host)
     clock, eager_us, patched_us = pick(eager, patched)
     # compiled: torch.compile of the traced graph; applied: of the patched graph, our
     # kernels as operators Inductor traces into (each `(compiled fn, clocked)` or None).

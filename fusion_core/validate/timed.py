@@ -5,7 +5,8 @@ kernels and the gate results so far; writes the CUDA ``ValidationReport`` with t
 regime tags, achieved bandwidth and the benchmark and bandwidth gates. Timings are device
 time (``devicetime``: CUDA-graph replays over inputs past the L2) wherever both sides of a
 comparison could be captured, host time (do_bench) otherwise; the host figures are kept
-beside the device ones either way.
+beside the device ones either way. A kernel and its eager subgraph take their device
+samples interleaved, so the plugin can judge their per-sample ratio.
 """
 
 from __future__ import annotations
@@ -46,6 +47,28 @@ def clocked(fn: Callable[..., object], args: Sequence[Any], l2_bytes: int | None
     return Clocked(device, host)
 
 
+def devices_together(calls: Sequence[tuple[Callable[..., object], Sequence[Any]]],
+                     l2_bytes: int | None, max_copies: int = devicetime.MAX_COPIES
+                     ) -> tuple[devicetime.DeviceTime | None, ...]:
+    """Device time of each `(fn, args)`, their samples interleaved
+    (``devicetime.device_times``): a ratio of their i-th samples was taken in one window.
+    When any cannot be captured none has a device time (``pick`` would take the host's)."""
+    try:
+        return devicetime.device_times(
+            [(fn, devicetime.rotating(args, l2_bytes, max_copies)) for fn, args in calls])
+    except devicetime.CaptureError:
+        return (None,) * len(calls)
+
+
+def clocked_together(calls: Sequence[tuple[Callable[..., object], Sequence[Any]]],
+                     l2_bytes: int | None) -> tuple[Clocked, ...]:
+    """``clocked`` for each `(fn, args)`, the device samples interleaved
+    (``devices_together``); the host figures are taken one callable after the other."""
+    hosts = [bench.time_us(lambda fn=fn, args=args: fn(*args)) for fn, args in calls]
+    return tuple(Clocked(d, h) for d, h in
+                 zip(devices_together(calls, l2_bytes), hosts, strict=True))
+
+
 def pick(a: Clocked, b: Clocked) -> tuple[str, tuple[float, ...], tuple[float, ...]]:
     """(clock, a's samples, b's samples): device time when both have it, else host time
     (a ratio of the two clocks would mean nothing)."""
@@ -65,7 +88,8 @@ def _args(rec: Recording, sub: Subgraph) -> tuple[list[Any], list[Any]]:
 def _timings(rec: Recording, c: Cluster, launcher: Callable, sub: Subgraph, inductor: bool,
              model_eager: Clocked, l2_bytes: int | None) -> tuple[Timing, float | None]:
     kargs, eargs = _args(rec, sub)
-    kernel, eager = clocked(launcher, kargs, l2_bytes), clocked(sub.module, eargs, l2_bytes)
+    # Interleaved: sample i of the kernel and of its eager ops share a window on the GPU.
+    kernel, eager = clocked_together([(launcher, kargs), (sub.module, eargs)], l2_bytes)
     clock, kernel_us, eager_us = pick(kernel, eager)
     inductor_us: tuple[float, ...] = ()
     if inductor:
