@@ -126,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     sets = rotating(inputs, l2)
 
     # The bucket's configurations (a first call with any config records them), then each
-    # split one at 2 programs a row; looped first, then by programs a row.
+    # split one at 2 programs a row. Most telling first, should the budget run out: the
+    # heuristic's pick, the splits over 4 or more programs, over 2, the other looped ones.
     state["config"] = (8192, 1, 16, 1)
     forms[0][2](*inputs)
     configs = list(state["bucket_configs"])
     configs += [(b, r, w, 2) for b, r, w, s in configs if s > 1 and (b, r, w, 2) not in configs]
-    configs.sort(key=lambda c: (c[3], -c[0]))
+    heuristic = configs[0]
+    configs.sort(key=lambda c: (c != heuristic, {1: 3, 2: 2}.get(c[3], 1), c[3], -c[0]))
     if args.before:
         forms.append(("before", *_load(path, kernel.name, state, True)))
     print(f"{CASE} fp32 on {torch.cuda.get_device_name()}, {len(sets)} input copies; "
