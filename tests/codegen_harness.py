@@ -232,7 +232,12 @@ def launch_signature(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor,
                      suffix: str = "kernel") -> tuple[str, dict, dict]:
     """Run the launcher on CPU tensors, catch its kernel launch: (file, signature, constexprs)."""
     caught = catch_launch(kernel, tmp_path, inputs, suffix)
-    names, path = caught["names"], caught["path"]
+    return (caught["path"], *_signature(caught))
+
+
+def _signature(caught: dict) -> tuple[dict, dict]:
+    """A caught launch's Triton signature and constexprs."""
+    names = caught["names"]
     sig, consts = {}, {}
     for name, value in zip(names, caught["args"], strict=False):
         if isinstance(value, torch.Tensor):
@@ -242,7 +247,7 @@ def launch_signature(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor,
     for name, value in caught["kwargs"].items():
         if name in names:
             sig[name], consts[name] = "constexpr", value
-    return str(path), sig, consts
+    return sig, consts
 
 
 _COMPILE = """
@@ -320,3 +325,46 @@ def ttgir_load_layouts(shape: str, case: str) -> dict:
         pytest.skip(done.stderr.strip().splitlines()[-1])
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_IR = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from fusion_core.codegen import load_kernel
+for path, name, sig, consts, aligned, warps in json.loads(sys.stdin.read()):
+    src = triton.compiler.ASTSource(fn=getattr(load_kernel(path), name), signature=sig,
+                                    constexprs=consts,
+                                    attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+    done = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    print(json.dumps({"ttgir": done.asm["ttgir"], "shared": done.metadata.shared}))
+"""
+
+
+def compiled_ir(jobs: list[tuple]) -> list[dict]:
+    """Each job (kernel, directory, inputs, jit suffix, constexprs to override, warps)
+    compiled for sm_90 without a GPU, in a subprocess without the interpreter: its TTGIR and
+    shared memory bytes. Pointers and integers divisible by 16 are marked so, as Triton's
+    launcher specializes them. Skips where this Triton cannot compile for sm_90."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    payload = []
+    for kernel, tmp, inputs, suffix, overrides, warps in jobs:
+        caught = catch_launch(kernel, tmp, inputs, suffix)
+        sig, consts = _signature(caught)
+        aligned = [i for i, value in enumerate(caught["args"])
+                   if isinstance(value, torch.Tensor) or value % 16 == 0]
+        payload.append((caught["path"], f"{kernel.name}_{suffix}", sig,
+                        {**consts, **overrides}, aligned, warps))
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    proc = subprocess.run([sys.executable, "-c", _IR], input=json.dumps(payload),
+                          capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode and ("ImportError" in proc.stderr or "No module named" in proc.stderr):
+        pytest.skip(f"cannot compile for sm_90: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines()]

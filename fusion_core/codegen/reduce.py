@@ -58,12 +58,13 @@ class Partials:
     the per-row values `names`), written to the workspace; `merge` combines a row's partials,
     loaded as `<name>_parts` blocks of [ROWS, SPLITS_BLOCK] (a missing chunk reads as
     `empty`; `parts` is each chunk's index, `part_mask` says which exist, `chunk` is their
-    width) into what the row's last pass reads."""
+    width) into what the row's last pass reads: the per-row values `merged`."""
 
     stats: Stats
     names: tuple[str, ...]
     empty: tuple[str, ...]
     merge: tuple[str, ...]
+    merged: tuple[str, ...]
 
 
 def splittable(plan: KernelPlan) -> bool:
@@ -137,7 +138,7 @@ class _Collapse:
                   ("# the lanes combined", f"{v}_part = {_block(r, f'{v}_lanes')}")),
             (f"{v}_part",), (identity,),
             ("# the chunks combined", f"{acc} = {_block(r, f'{v}_part_parts')}",
-             *(() if acc == v else (f"{v} = {final}",))))
+             *(() if acc == v else (f"{v} = {final}",))), (v,))
 
     def carry(self, r: ReductionStep) -> list[str]:
         return []
@@ -187,7 +188,8 @@ class _Softmax:
         return Partials(stats, (f"{v}_max", f"{v}_sum"), (NEG_INF, "0.0"), (
             "# the row max over its chunks, and each chunk's sum rescaled to it",
             f"{v}_max = tl.max({v}_max_parts, axis=1){_ROW}",
-            f"{v}_sum = tl.sum({v}_sum_parts * tl.exp({v}_max_parts - {v}_max), axis=1){_ROW}"))
+            f"{v}_sum = tl.sum({v}_sum_parts * tl.exp({v}_max_parts - {v}_max), axis=1){_ROW}"),
+            (f"{v}_max", f"{v}_sum"))
 
     def carry(self, r: ReductionStep) -> list[str]:
         return []
@@ -272,7 +274,7 @@ class _Normalize:
                           ("# the lanes combined", f"{v}_ssq = {_block(r, f'{v}_lsq')}"))
             return Partials(stats, (f"{v}_ssq",), ("0.0",), (
                 "# the row's sum of squares over its chunks",
-                rstd.format(_block(r, f"{v}_ssq_parts"))))
+                rstd.format(_block(r, f"{v}_ssq_parts"))), (f"{v}_rstd",))
         n = "tl.where(part_mask, tl.minimum(chunk, n_cols - parts * chunk), 0)"
         return Partials(_welford(r, "chunk_cols"), (f"{v}_mean", f"{v}_m2"), ("0.0", "0.0"), (
             "# the chunks combined (Chan): chunk j took n_j columns",
@@ -281,7 +283,7 @@ class _Normalize:
             f"{v}_dev = {v}_mean_parts - {v}_mean",
             f"{v}_m2 = {_block(r, f'{v}_m2_parts')} + "
             f"{_block(r, f'{v}_n_parts * {v}_dev * {v}_dev')}",
-            rstd.format(f"{v}_m2")))
+            rstd.format(f"{v}_m2")), (f"{v}_mean", f"{v}_rstd"))
 
     def carry(self, r: ReductionStep) -> list[str]:
         return []

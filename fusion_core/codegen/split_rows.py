@@ -63,6 +63,16 @@ def _chunk_lines(n: int) -> list[str]:
             f"slot = rows * (tl.num_programs(1) * {n})  # the rows' partials in {WORKSPACE}"]
 
 
+def _scalars(merged: tuple[str, ...]) -> list[str]:
+    """The merged per-row values as scalars (a program takes one row): the last pass then
+    broadcasts them in its own layout. Kept as [1, 1] blocks they keep the partials' layout,
+    and Triton 3.6 broadcast layer_norm's mean and rstd to [1, BLOCK_SIZE] there and converted
+    that through shared memory, BLOCK_SIZE values a thread (5-37x the time on an H200)."""
+    return ["", "# one row per program: its statistics as scalars",
+            'tl.static_assert(ROWS_PER_PROGRAM == 1, "a split row takes one program per chunk")',
+            *(f"{name} = tl.sum({name})  # [1, 1] -> scalar" for name in merged)]
+
+
 def signatures(plan: KernelPlan, looped: KernelSignature) -> tuple[KernelSignature,
                                                                    KernelSignature]:
     """The partials and finish kernels' signatures: the looped kernel's `args` (both index
@@ -106,6 +116,7 @@ def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
                   f"mask=part_mask, other={empty})"
                   for k, (name, empty) in enumerate(zip(found.names, found.empty, strict=True)))
         out.lines(found.merge)
+        out.lines(_scalars(found.merged))
         row_prologue(plan, params, out)
         last_pass(plan, params, out, _CHUNK)
     if tuple(params) != looped.scalars:  # the launcher passes the looped kernel's scalars
