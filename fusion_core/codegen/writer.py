@@ -33,6 +33,13 @@ class CodeWriter:
         included (an argument list)."""
         self._lines.extend(wrap_args(items, INDENT * self._level, width))
 
+    def bracketed(self, opening: str, items: Iterable[str]) -> None:
+        """`opening` (ending in a bracket), the items wrapped one level deeper, the closing."""
+        self.line(opening)
+        with self.indented():
+            self.wrapped(items)
+        self.line({"(": ")", "[": "]"}[opening[-1]])
+
     @contextmanager
     def indented(self) -> Iterator[None]:
         self._level += 1
