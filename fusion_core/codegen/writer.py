@@ -2,7 +2,7 @@
 
 Nothing here searches generated text: an index is a tuple of ``Term`` objects that know
 which block axes they vary along (the scalar parameters they name are registered in
-``signature.py``'s ``KernelParams``). Read by ``emit.py`` and ``launcher.py``.
+``signature.py``'s ``KernelParams``). Read by ``emit.py``, ``loads.py`` and the launcher's writers.
 """
 
 from __future__ import annotations
