@@ -38,7 +38,15 @@ from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
 from .launch_plan import NO_INPUTS_DEVICE, device_of, plan_fn
 from .lower import KernelPlan
-from .signature import N_COLS, N_ELEMENTS, N_ROWS, KernelSignature
+from .signature import (
+    BLOCK_SIZE,
+    N_COLS,
+    N_ELEMENTS,
+    N_ROWS,
+    ROWS_PER_PROGRAM,
+    Family,
+    KernelSignature,
+)
 from .writer import CodeWriter
 
 __all__ = ["Tuning", "arg_names", "kind", "launcher"]
@@ -47,9 +55,12 @@ __all__ = ["Tuning", "arg_names", "kind", "launcher"]
 # The launcher for tracing (torch.compile): `traceable(*inputs, wrap)`.
 TRACEABLE = "traceable"
 # Names a generated file defines at module level or the launcher uses as locals: an input
-# named like one of them gets a prefix. The runtime's part comes from the runtime module.
-_RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block", "rows",
-             "num_warps", "n_rows", "n_cols", "n_elements", "key", "plan", "copies",
+# named like one of them gets a prefix. The runtime's part comes from the runtime module;
+# the size arguments' names, the span locals and the configuration's block and rows come
+# from signature.py.
+_RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.value, "grid",
+             BLOCK_SIZE.launch, ROWS_PER_PROGRAM.launch, "num_warps",
+             *(size.name for size in (N_ROWS, N_COLS, N_ELEMENTS)), "key", "plan", "copies",
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
              "_views", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
