@@ -5,7 +5,9 @@ Reads a ``KernelPlan``, the kernel's ``KernelSignature`` and the launcher's para
 broadcast the way the kernel indexes them (or must be copied into the analysed layout),
 the output shapes, the scalar kernel arguments, the tuning key and the candidate
 configurations of its shape bucket. Everything it computes depends only on the inputs'
-shapes and strides, which is why the launcher caches its result per layout.
+shapes and strides, which is why the launcher caches its result per layout. Also here, as
+``_plan`` needs them as much as the launcher does: the device parameter of a kernel without
+inputs, and the expression for the device a kernel runs on (``device_of``).
 """
 
 from __future__ import annotations
