@@ -334,14 +334,12 @@ class FusionAdvisor:
         if bad:
             pytest.fail(f"unknown fusion check(s) {', '.join(sorted(bad))}: choose from "
                         f"{', '.join(CHECKS)}", pytrace=False)
-        verdict = self.session.check(result.snapshot, tol, checks, result.hw_key,
-                                     fail_improvements, self.session.settings.compiler_change)
+        compiled = None
         if result.snapshot.compiled:  # the report's clusters beside Inductor's kernels
             from .compiled_report import summary
 
-            rec = replace(verdict.record, compiled=summary(
-                result.snapshot.clusters, result.snapshot.compiled,
-                result.compiled_agreement or {}))
-            self.session.record(rec)
-            verdict = replace(verdict, record=rec)
-        return verdict
+            compiled = summary(result.snapshot.clusters, result.snapshot.compiled,
+                               result.compiled_agreement or {})
+        return self.session.check(result.snapshot, tol, checks, result.hw_key,
+                                  fail_improvements, self.session.settings.compiler_change,
+                                  compiled)

@@ -9,9 +9,9 @@ the write and the controller applies it at session end.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .measure import median_speedup
 from .records import BaselineWrite, TestRecord
@@ -48,7 +48,7 @@ def yaml_diff(base: Snapshot, current: Snapshot, pairs: Iterable[tuple[ClusterId
 
 
 def _first_record(current: Snapshot, checks: tuple[str, ...], hw_key: str | None,
-                  shown: str) -> TestRecord:
+                  shown: str, compiled: Mapping[str, Any] | None) -> TestRecord:
     """The record before any baseline is read: what the run itself found."""
     from .compare import NO_CUDA
 
@@ -69,7 +69,7 @@ def _first_record(current: Snapshot, checks: tuple[str, ...], hw_key: str | None
                       current.unfused_bytes, current.saved_bytes, timing_note=note,
                       model_speedup=speedup, model_wall_speedup=wall,
                       model_host_factor=host_factor, baseline=shown, hw_key=hw_key,
-                      timing_gap=gap)
+                      timing_gap=gap, compiled=compiled or {})
 
 
 class Judge:
@@ -82,12 +82,15 @@ class Judge:
 
     def check(self, current: Snapshot, tol: Tolerances, checks: tuple[str, ...] | None = None,
               hw_key: str | None = None, fail_improvements: bool = False,
-              compiler_change: str = "report") -> Verdict:
+              compiler_change: str = "report",
+              compiled: Mapping[str, Any] | None = None) -> Verdict:
         """Compare with the baseline; the verdict says the record, the write and the failure.
 
         `fail_improvements`: an improvement fails the test too, until it is accepted.
         `compiler_change`: "fail" makes another torch/triton version than the baseline's
-        compiled record a regression; "report" only says it."""
+        compiled record a regression; "report" only says it.
+        `compiled`: the report's summary of the compiled record (``compiled_report.summary``),
+        carried by the record whatever the verdict."""
         from .carry import attach_timings, refresh_lines
         from .compare import CHECKS, compare, frontend_change, other_timing
         from .snapshot import BaselineError
@@ -96,7 +99,7 @@ class Judge:
         nodeid = current.test
         where = self.storage.locate(nodeid)
         shown = self.storage.shown(where.current)
-        rec = _first_record(current, checks, hw_key, shown)
+        rec = _first_record(current, checks, hw_key, shown, compiled)
         cmd = f"pytest --fusion-update-baselines={{}} {shlex.quote(nodeid)}"
         if where.path.is_dir():  # never replaced: the folder is the user's
             msg = f"fusion baseline {shown} is a folder, not a file; move it away and rerun"

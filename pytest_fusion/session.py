@@ -14,6 +14,7 @@ running; its collection lists follow at its end (``to_output``).
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from functools import cached_property
 from importlib import metadata
 from pathlib import Path
@@ -101,10 +102,12 @@ class FusionSession:
     # ------------------------------------------------------------ per test
     def check(self, current: Snapshot, tol: Tolerances, checks: tuple[str, ...] | None = None,
               hw_key: str | None = None, fail_improvements: bool = False,
-              compiler_change: str = "report") -> Verdict:
-        """Judge `current` against its baseline; record the verdict and queue its write."""
+              compiler_change: str = "report",
+              compiled: Mapping[str, Any] | None = None) -> Verdict:
+        """Judge `current` against its baseline; record the verdict (with `compiled`, the
+        report's summary of the compiled record) and queue its write."""
         verdict = self.judge.check(current, tol, checks, hw_key, fail_improvements,
-                                   compiler_change)
+                                   compiler_change, compiled)
         if verdict.write is not None:
             self.writes.append(verdict.write)
         self.record(verdict.record)

@@ -84,6 +84,14 @@ def marked_test(name: str = "test_net", module: str = "model", **kwargs) -> str:
     return MARKED_TEST.format(module=module, name=name, kwargs=extra)
 
 
+def timed_record(model_speedup: float, **fields):
+    """A passing test's record whose model timings were checked, for the report's rows."""
+    from pytest_fusion.records import TestRecord
+
+    return TestRecord("t.py::t", "pass", "Net", clusters=1, saved_bytes=0,
+                      timing_note="timings checked", model_speedup=model_speedup, **fields)
+
+
 def write_timings(root: Path, kernel_us: list[float], device: dict = H200) -> None:
     (root / "timings.json").write_text(json.dumps({"device": device, "kernel_us": kernel_us}))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from model_sources import RES_NORM
 from rich.console import Console
 
 from fusion_core import cli_apply as sm_steps
@@ -45,24 +46,6 @@ class Tiny(nn.Module):
         return self.proj(y)
 """
 
-
-# A cluster with two results (the residual sum and its LayerNorm), four inputs.
-RES_NORM = textwrap.dedent("""\
-    import torch.nn as nn
-
-
-    class ResNorm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj = nn.Linear(8, 8)
-            self.norm = nn.LayerNorm(8)
-
-        def forward(self, x):
-            y = self.proj(x)
-            x = x + y
-            h = self.norm(x)
-            return self.proj(h) - self.proj(x)
-    """)
 
 
 def copy_example(tmp_path: Path, name: str) -> Path:

@@ -14,8 +14,9 @@ import sys
 import pytest
 import torch
 import torch._dynamo
+from model_sources import RES_NORM
 from rich.console import Console
-from test_apply import DEVICE, RES_NORM, _plan, backup_as_py, copy_example, load
+from test_apply import DEVICE, _plan, backup_as_py, copy_example, load
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from fusion_core.sourcemap.apply import apply

@@ -1,4 +1,4 @@
-"""Looped rows of odd widths read with aligned vector loads (emit.py, ``aligned_vec``): each
+"""Looped rows of odd widths read with aligned vector loads (loads.py, ``aligned_vec``): each
 row's body starts at its first 16-byte-aligned element, and the few columns before and after
 it go through one more masked block. Checked against eager under the interpreter with rows
 starting at every alignment; the vector loads themselves need the sm_90 compile (slow test)."""
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from codegen_harness import Lambda, check_model, ttgir_load_layouts
 
 from fusion_core.codegen import Tuning, generate
-from fusion_core.codegen.emit import aligned_vec
+from fusion_core.codegen.loads import aligned_vec
 from fusion_core.codegen.lower import plan
 from fusion_core.pipeline import analyze
 

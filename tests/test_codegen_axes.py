@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from codegen_harness import Lambda, check_model, ttgir_load_layouts
 
-from fusion_core.codegen import Tuning, emit
+from fusion_core.codegen import Tuning
+from fusion_core.codegen.loads import index_of
 from fusion_core.codegen.lower import plan
 from fusion_core.codegen.signature import KernelParams
 from fusion_core.ir.graph import OpKind
@@ -175,7 +176,7 @@ def test_index_terms_address_each_element_of_the_kernel_order(name):
     assert any(arg.view for arg in p.inputs)  # a permute or split: not the user's order
     for arg in p.inputs:
         params = KernelParams()
-        idx = str(emit.index_of(arg, p, params))
+        idx = str(index_of(arg, p, params))
         got = _offsets(arg, p, idx, params).expand(-1, p.n_cols) if idx != "0" else None
         # a buffer laid out with the value's strides, each element holding its own offset
         base = torch.arange(1 + sum((d - 1) * s for d, s in zip(
@@ -200,7 +201,7 @@ def test_group_norm_rows_are_sample_group_pairs_and_columns_three_dims():
     assert p.domain == (2, 3, 2, 3, 5) and p.reduced == 3 and p.n_cols == 30
     weight = next(a for a in p.inputs if a.value_shape == (6, 1, 1))
     # straddles rows (the group) and columns (the channel in it): a per-element load
-    assert str(emit.index_of(weight, p, KernelParams())) == (
+    assert str(index_of(weight, p, KernelParams())) == (
         "((rows % rspan1) * n_cols + cols) // span3")
 
 

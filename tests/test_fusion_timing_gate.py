@@ -12,6 +12,7 @@ from fusion_plugin_helpers import (
     baselines,
     marked_test,
     run,
+    timed_record,
     write_timings,
 )
 from test_fusion_compare import BASE, H200, F, snap
@@ -38,15 +39,7 @@ def test_a_ratio_is_worded_by_its_direction(speedup, words):
 
 
 def test_report_row_says_a_slower_model_is_slower():
-    rec = TestRecord(**{
-        "nodeid": "t.py::t",
-        "model": "Net",
-        "clusters": 1,
-        "saved_bytes": 0,
-        "status": "pass",
-        "timing_note": "timings checked",
-        "model_speedup": 0.69,
-    })
+    rec = timed_record(0.69)
     assert "model 1.45× slower fused; timings checked" in table_lines([rec])[1]
     assert "faster" not in table_lines([rec])[1]
 

@@ -190,19 +190,11 @@ def test_model_time_on_the_gpu(kernels):
 def test_plugin_row_leads_with_wall_time_when_judged_by_device_time():
     from dataclasses import replace
 
-    from pytest_fusion.records import TestRecord
+    from fusion_plugin_helpers import timed_record
+
     from pytest_fusion.report import table_lines
 
-    rec = TestRecord(**{
-        "nodeid": "t.py::t",
-        "model": "Net",
-        "clusters": 1,
-        "saved_bytes": 0,
-        "status": "pass",
-        "timing_note": "timings checked",
-        "model_speedup": 1.66,
-        "model_wall_speedup": 0.95,
-    })
+    rec = timed_record(1.66, model_wall_speedup=0.95)
     row = table_lines([rec])[1]
     assert "model 1.05× slower fused (wall time; device time 1.66× faster)" in row
     assert "timings checked" in row

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from model_sources import RES_NORM
 
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
@@ -365,25 +366,9 @@ def test_values_read_from_attributes_are_reported_as_built_in():
     assert baked == (f"self.scale = {32 ** -0.5!r}",)
 
 
-RESIDUAL_NORM = """
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.proj = nn.Linear(8, 8)
-            self.norm = nn.LayerNorm(8)
-
-        def forward(self, x):
-            y = self.proj(x)
-            x = x + y
-            h = self.norm(x)
-            {tail}
-    """
-
-
 def test_a_cluster_with_two_results_assigns_both_names(tmp_path):
     # `x` also feeds a layer: the kernel stores it (a layer cannot recompute it).
-    _, analysis, maps = mapped(
-        tmp_path, RESIDUAL_NORM.format(tail="return self.proj(h) - self.proj(x)"), 4, 8)
+    _, analysis, maps = mapped(tmp_path, RES_NORM, 4, 8)
     (m,) = maps
     assert len(analysis.clusters[0].outputs) == 2
     assert m.quality == EXACT, m.reason

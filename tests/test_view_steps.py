@@ -1,10 +1,11 @@
-"""ir/views.py: each view op is recognised as index steps that reproduce it exactly, on
-contiguous and strided inputs, and the invertible ones map back."""
+"""ir/views.py and ir/view_recognition.py: each view op is recognised as index steps that
+reproduce it exactly, on contiguous and strided inputs, and the invertible ones map back."""
 
 import pytest
 import torch
 
 from fusion_core.ir.graph import OpKind
+from fusion_core.ir.view_recognition import describe
 from fusion_core.ir.views import (
     INDEX_STEPS,
     Merge,
@@ -17,7 +18,6 @@ from fusion_core.ir.views import (
     Unsqueeze,
     ViewError,
     apply,
-    describe,
     inverse,
     plain,
     shape_after,

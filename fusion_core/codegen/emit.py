@@ -4,9 +4,8 @@ Reads a plan (``lower.py``) and whether rows loop over column blocks; writes
 the kernel function's text through a ``CodeWriter``, registering the scalar parameters its
 index expressions read in a ``KernelParams``, and returns the kernel's ``KernelSignature``
 (``signature.py``), from which the launcher (``launcher.py``) writes the call. Each
-tensor's offset is an ``Index`` of ``Term`` objects; its mask and the shape of a store's
-pointer block follow from the axes those terms vary along.
-The reduction itself comes from ``reduce.py``. Sections carry short comments
+tensor's load and store (its offset, an ``Index`` of ``Term`` objects, and its mask) come
+from ``loads.py``, the reduction itself from ``reduce.py``. Sections carry short comments
 (boilerplate, loads, chain, reduction, store); every SSA value is one temporary,
 named as in the plan.
 
@@ -28,160 +27,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..ir.registry import SPECS, TL_TYPES
-from .layout import align
+from .loads import aligned_rows, aligned_vec, load, store
 from .lower import KernelPlan, Stmt, TensorArg
-from .plan import Role
 from .reduce import emitter
-from .signature import Family, KernelParams, KernelSignature
-from .writer import (
-    COLS,
-    OFFS,
-    ROW_MAJOR,
-    ROWS,
-    Base,
-    CodeWriter,
-    Index,
-    Term,
-    row_remainder,
-    zero_term,
-)
-
-
-def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
-    """Offset of `arg` for the current block; registers the scalars it needs in `params`.
-
-    In a 2-D kernel the rows cover the domain dims before `first_col` and the flat column
-    index `cols` the `plan.reduced` dims from it on: a group inside the columns takes
-    `cols % span[lo] // span[hi]` (the full domain's spans, which there are the columns'),
-    one inside the rows the same over `rows` and the rows' spans."""
-    rank, two_d = plan.rank, plan.two_d
-    first_col = rank - plan.reduced
-    terms = []
-    strides = 0
-    for g in arg.access.groups:
-        lo, hi = g.first, g.last
-        if two_d and hi <= first_col:  # dims of the row index only
-            base, family, top = ROWS, Family.RSPAN, first_col
-        else:
-            base, family, top = OFFS, Family.SPAN, rank
-            if two_d:
-                if lo >= first_col:  # dims of the column index only
-                    base, lo = COLS, (lo if lo > first_col else 0)
-                else:  # rows within the group, then `cols`
-                    base = ROW_MAJOR if lo == 0 else row_remainder(params.span(Family.RSPAN, lo))
-                    lo = 0
-        modulo = params.span(family, lo) if lo > 0 else None
-        divisor = params.span(family, hi) if hi < top else None
-        stride = None
-        if not g.unit and arg.role == Role.GEN:  # no tensor to read strides from: a literal
-            stride = str(align(arg.shape, arg.stride, rank)[1][hi - 1])
-        elif not g.unit:
-            stride = params.stride(arg.role, arg.index, strides)
-            strides += 1
-        terms.append(Term(base, modulo, divisor, stride))
-    return Index(tuple(terms))
-
-
-def _mask(arg: TensorArg, plan: KernelPlan, idx: Index) -> str:
-    """The mask matching the pointer block's shape: [ROWS, 1], [1, BLOCK] or the full block."""
-    if not plan.two_d:
-        return "mask"
-    if arg.per_row or (plan.tiled and not idx.varies("cols")):  # [ROWS, 1]: once per row
-        return "row_mask"
-    return "mask" if idx.varies("rows") else "col_mask"  # a row vector: one row of the block
-
-
-# A looped row of any width read with aligned vector loads (``_ALIGNED_ROWS``): in a body
-# block, a row-major tensor's offset is the row's first aligned element plus the block's
-# lanes, which Triton sees is a multiple of the vector (a `// VEC * VEC`), not `rows * n_cols
-# + cols`, which it cannot tell is one when n_cols is odd.
-_ROW_MAJOR = Index((Term(ROW_MAJOR),))
-_BODY = Index((Term(Base("row_aligned + col0 + tl.arange(0, BLOCK_SIZE)[None, :]",
-                         frozenset({"rows", "cols"}), compound=True)),))
-
-
-def _body_index(idx: Index, body: bool) -> Index:
-    return _BODY if body and idx == _ROW_MAJOR else idx
-
-
-def aligned_vec(plan: KernelPlan) -> int | None:
-    """Elements in 16 bytes of the narrowest row-major tensor of a looped plan, whose rows
-    then loop over aligned body blocks and an edge block (``_ALIGNED_ROWS``); None where they
-    keep the plain column loop: no row-major tensor, or statistics whose lanes count their
-    values (layer_norm's and var/std's Welford) or run in column order (cumsum)."""
-    r = plan.reduction
-    if r is None or plan.steps or plan.tiled or not (
-            r.rule.family in ("softmax", "collapse")
-            or (r.rule.family == "normalize" and not r.rule.centered)):
-        return None
-    scratch = KernelParams()  # the offsets' scalars are registered by the real loads
-    sizes = [t.dtype.itemsize for t in (*plan.inputs, *plan.outputs)
-             if t.role != Role.GEN and not t.per_row
-             and index_of(t, plan, scratch) == _ROW_MAJOR]
-    return 16 // min(sizes) if sizes and min(sizes) <= 8 else None
-
-
-def _aligned_rows(vec: int) -> list[str]:
-    """Where each row's aligned body starts and how many columns it has."""
-    return [f"# rows start anywhere (n_cols need not be a multiple of {vec}): each row's body",
-            f"# starts at its first {vec}-element-aligned element and holds whole vectors;",
-            "# the few columns before and after it (the edges) take one more masked block",
-            f"row_aligned = (rows * n_cols + {vec - 1}) // {vec} * {vec}",
-            "row_head = tl.minimum(row_aligned - rows * n_cols, n_cols)",
-            f"row_body = (n_cols - row_head) // {vec} * {vec}"]
-
-
-def _generate(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> str:
-    """A generated value (`arange`): the registry's lowering of the element's own index,
-    which is the value's offset as if it were a contiguous tensor (no load, no mask)."""
-    gen = arg.generated
-    assert gen is not None
-    idx = index_of(arg, plan, params)
-    dtype = TL_TYPES[arg.compute_dtype]
-    index = "tl.full([1], 0, tl.int32)" if idx.is_zero else f"({idx})"
-    if gen.offset:
-        index = f"({index} + {gen.offset})"
-    value = SPECS[gen.op].lower((f"{index}.to({dtype})",), dict(gen.params))
-    if arg.dtype != arg.compute_dtype:  # a 16-bit float value: rounded once, as torch does
-        value = f"{value}.to({TL_TYPES[arg.dtype]}).to({dtype})"
-    return f"{arg.temp} = {value}"
-
-
-def _load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
-          last_read: bool | None = None, body: bool = False) -> str:
-    """`arg`'s load; `last_read` (looped rows only) gives the L2 a hint: keep the lines of
-    a row read again in a later pass and of column vectors every row reads, let the last
-    pass's row blocks go first; `body`: in an aligned body block (``_ALIGNED_ROWS``). A
-    generated value is computed instead."""
-    if arg.role == Role.GEN:
-        return _generate(arg, plan, params)
-    idx = _body_index(index_of(arg, plan, params), body)
-    if idx.is_zero:
-        text = f"tl.load({arg.ptr})"
-    else:
-        mask = _mask(arg, plan, idx)
-        evict = "" if last_read is None or mask == "row_mask" else (
-            ', eviction_policy="evict_first"' if last_read and mask == "mask"
-            else ', eviction_policy="evict_last"')
-        text = f"tl.load({idx.offset(arg.ptr)}, mask={mask}{evict})"
-    if arg.compute_dtype != arg.dtype:
-        text += f".to({TL_TYPES[arg.compute_dtype]})"
-    return f"{arg.temp} = {text}"
-
-
-def _store(arg: TensorArg, plan: KernelPlan, params: KernelParams, body: bool = False) -> str:
-    idx = _body_index(index_of(arg, plan, params), body)
-    if idx.is_zero:  # one element, written by every lane with the same value
-        idx = Index((zero_term(ROWS if plan.two_d else OFFS),))
-    elif plan.two_d and not idx.shaped("rows"):
-        idx = idx.plus(before=(zero_term(ROWS),))  # the pointer block takes [ROWS, ...]
-    if plan.tiled and not idx.shaped("cols"):
-        idx = idx.plus(after=(zero_term(COLS),))  # broadcast-shaped: under the tile's mask
-    value = arg.temp if arg.compute_dtype == arg.dtype else (
-        f"{arg.temp}.to({TL_TYPES[arg.dtype]})")
-    mask = "row_mask" if arg.per_row else "mask"
-    return f"tl.store({idx.offset(arg.ptr)}, {value}, mask={mask})"
+from .signature import KernelParams, KernelSignature
+from .writer import CodeWriter
 
 
 def _stmt(s: Stmt) -> str:
@@ -260,10 +110,10 @@ def _tiled(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
 
 
 def _pointwise_body(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
-    out.lines(["# loads", *(_load(t, plan, params) for t in plan.sources), ""])
+    out.lines(["# loads", *(load(t, plan, params) for t in plan.sources), ""])
     if plan.stmts:
         out.lines(["# chain", *(_stmt(s) for s in plan.stmts), ""])
-    out.lines(["# store", *(_store(t, plan, params) for t in plan.outputs)])
+    out.lines(["# store", *(store(t, plan, params) for t in plan.outputs)])
 
 
 def rows_boilerplate(plan: KernelPlan, what: str, out: CodeWriter) -> None:
@@ -293,7 +143,7 @@ def _single(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     assert r is not None
     rows_boilerplate(plan, "one block per row", out)
     out.lines([_cols(plan, ""), *_COLS, "", "# loads"])
-    out.lines(_load(t, plan, params) for t in plan.sources)
+    out.lines(load(t, plan, params) for t in plan.sources)
     pre = [_stmt(s) for s in plan.stmts if s.phase == "pre"]
     post = [_stmt(s) for s in plan.stmts if s.phase == "post"]
     if pre:
@@ -301,7 +151,7 @@ def _single(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     out.lines(["", *emitter(r).single(r)])
     if post:
         out.lines(["", "# chain (after the reduction)", *post])
-    out.lines(["", "# store", *(_store(t, plan, params) for t in plan.outputs)])
+    out.lines(["", "# store", *(store(t, plan, params) for t in plan.outputs)])
 
 
 @dataclass(frozen=True)
@@ -323,7 +173,7 @@ def row_prologue(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> Non
     row_pre = [s for s in plan.stmts if s.per_row and s.phase == "pre"]
     if row_loads or row_pre:
         out.lines(["", "# per-row loads and values",
-                   *(_load(t, plan, params) for t in row_loads), *map(_stmt, row_pre)])
+                   *(load(t, plan, params) for t in row_loads), *map(_stmt, row_pre)])
 
 
 def _row_load(t: TensorArg) -> bool:
@@ -358,7 +208,7 @@ def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets
                     "col_mask = edge < n_cols - row_body"]
         with out.indented():
             out.lines([*head, _COLS[1]])
-            out.lines(_load(t, plan, params, t.temp not in reread, bool(body))
+            out.lines(load(t, plan, params, t.temp not in reread, bool(body))
                       for t in plan.sources if not _row_load(t) and t.temp in need)
             out.lines(_stmt(s) for s in plan.stmts
                       if s.temp in need and not s.per_row and s.phase == "pre")
@@ -389,8 +239,8 @@ def last_pass(plan: KernelPlan, params: KernelParams, out: CodeWriter,
         out.lines(["", "# last pass: recompute the chain, finish the reduction, store",
                    *(emitter(r).carry(r) if finish else [])])
         column_loop(plan, params, out, [t.temp for t in col_out],
-                    finish + post + [_store(t, plan, params) for t in col_out], set(), where,
-                    vec, finish + post + [_store(t, plan, params, True) for t in col_out])
+                    finish + post + [store(t, plan, params) for t in col_out], set(), where,
+                    vec, finish + post + [store(t, plan, params, True) for t in col_out])
 
 
 def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
@@ -399,7 +249,7 @@ def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     rows_boilerplate(plan, "rows loop over column blocks", out)
     vec = aligned_vec(plan)
     if vec is not None:
-        out.lines(_aligned_rows(vec))
+        out.lines(aligned_rows(vec))
     row_prologue(plan, params, out)
     stats = emitter(r).statistics(r)
     if stats is not None:
@@ -410,7 +260,7 @@ def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     last_pass(plan, params, out, vec=vec)
     row_out = [t for t in plan.outputs if t.per_row]
     if row_out:
-        out.lines(["", "# store", *(_store(t, plan, params) for t in row_out)])
+        out.lines(["", "# store", *(store(t, plan, params) for t in row_out)])
 
 
 def _several(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
@@ -418,7 +268,7 @@ def _several(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     reductions in node order (a reduction may read an earlier one's result)."""
     rows_boilerplate(plan, "one block per row", out)
     out.lines([_cols(plan, ""), *_COLS, "", "# loads"])
-    out.lines(_load(t, plan, params) for t in plan.sources)
+    out.lines(load(t, plan, params) for t in plan.sources)
     chain: list[str] = []
     for step in plan.steps:
         if isinstance(step, Stmt):
@@ -430,4 +280,4 @@ def _several(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
         out.lines(["", *emitter(step).single(step)])
     if chain:
         out.lines(["", "# chain", *chain])
-    out.lines(["", "# store", *(_store(t, plan, params) for t in plan.outputs)])
+    out.lines(["", "# store", *(store(t, plan, params) for t in plan.outputs)])

@@ -1,5 +1,5 @@
 """The host side of a generated file: the launcher and its autograd wrapper (the file's
-header and constants come from ``file_head.py``).
+header and constants come from ``file_head.py``, its ``_plan`` from ``launch_plan.py``).
 
 Reads a ``KernelPlan``, the tuning choices and the kernel's signature
 (from ``emit.kernel``, ``signature.py``); writes the text around the kernel. ``_plan(*inputs)``
@@ -36,9 +36,17 @@ from . import direct_launch, launch_maps, runtime, split_rows
 from . import tuning as autotune
 from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
-from .lower import KernelPlan, TensorArg
-from .plan import Role
-from .signature import N_COLS, N_ELEMENTS, N_ROWS, Family, KernelSignature, strides_local
+from .launch_plan import NO_INPUTS_DEVICE, device_of, plan_fn
+from .lower import KernelPlan
+from .signature import (
+    BLOCK_SIZE,
+    N_COLS,
+    N_ELEMENTS,
+    N_ROWS,
+    ROWS_PER_PROGRAM,
+    Family,
+    KernelSignature,
+)
 from .writer import CodeWriter
 
 __all__ = ["Tuning", "arg_names", "kind", "launcher"]
@@ -47,9 +55,12 @@ __all__ = ["Tuning", "arg_names", "kind", "launcher"]
 # The launcher for tracing (torch.compile): `traceable(*inputs, wrap)`.
 TRACEABLE = "traceable"
 # Names a generated file defines at module level or the launcher uses as locals: an input
-# named like one of them gets a prefix. The runtime's part comes from the runtime module.
-_RESERVED = {"torch", "triton", "tl", "shape", "span", "rspan", "grid", "block", "rows",
-             "num_warps", "n_rows", "n_cols", "n_elements", "key", "plan", "copies",
+# named like one of them gets a prefix. The runtime's part comes from the runtime module;
+# the size arguments' names, the span locals and the configuration's block and rows come
+# from signature.py.
+_RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.value, "grid",
+             BLOCK_SIZE.launch, ROWS_PER_PROGRAM.launch, "num_warps",
+             *(size.name for size in (N_ROWS, N_COLS, N_ELEMENTS)), "key", "plan", "copies",
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
              "_views", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
@@ -86,34 +97,12 @@ def arg_names(plan: KernelPlan) -> list[str]:
     return out
 
 
-def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:
-    """The output's runtime shape as the kernel indexes it, from the iteration shape `shape`
-    (``launch_maps.output_shape_lines`` maps it back through the output's index map)."""
-    rank = plan.rank
-    dims = [f"shape[{k}]" if arg.access.aligned[k] == plan.domain[k] else "1"
-            for k in range(rank)]
-    dims = dims[len(dims) - len(arg.shape):]
-    if dims == [f"shape[{k}]" for k in range(rank)]:
-        return "shape"
-    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
-
-
 def _key(names: list[str], out: CodeWriter) -> None:
     """The launch cache key: every input's shape, strides, dtype and device (the raw
     parameters': what a view of one gives follows from them); a kernel without inputs
     keys on its device."""
     parts = [f"{a}.{p}" for a in names for p in ("shape", "stride()", "dtype", "device")]
-    _call("key = (", parts or [NO_INPUTS_DEVICE], out)
-
-
-# A kernel with no tensor input (its values all generated, `arange → add → to`) takes the
-# device to run on as its one parameter.
-NO_INPUTS_DEVICE = "device"
-
-
-def _device(names: list[str]) -> str:
-    """Where the kernel runs: its first input's device, or the device parameter."""
-    return f"{names[0]}.device" if names else NO_INPUTS_DEVICE
+    out.bracketed("key = (", parts or [NO_INPUTS_DEVICE])
 
 
 def _views_fn(plan: KernelPlan, names: list[str], params: str, out: CodeWriter) -> None:
@@ -143,124 +132,13 @@ def _seated(names: list[str], viewed: list[int], firsts: list[str], params: str,
     with out.indented():
         if len(viewed) == 1:
             raw = firsts[viewed[0]]
-            _call(f"{names[viewed[0]]} = {raw}.as_strided(", [
-                "seats[0][0]", "seats[0][1]", f"{raw}.storage_offset() + seats[0][2]"], out)
+            out.bracketed(f"{names[viewed[0]]} = {raw}.as_strided(", [
+                "seats[0][0]", "seats[0][1]", f"{raw}.storage_offset() + seats[0][2]"])
             return
         # One assignment: every view is taken from the raw parameters before any is rebound.
-        _call(f"{', '.join(names[i] for i in viewed)} = (", [
+        out.bracketed(f"{', '.join(names[i] for i in viewed)} = (", [
             f"{firsts[i]}.as_strided(seats[{k}][0], seats[{k}][1], "
-            f"{firsts[i]}.storage_offset() + seats[{k}][2])" for k, i in enumerate(viewed)], out)
-
-
-def _call(opening: str, items: list[str], out: CodeWriter) -> None:
-    """`opening` (ending in a bracket), the items wrapped one level deeper, the closing."""
-    out.line(opening)
-    with out.indented():
-        out.wrapped(items)
-    out.line({"(": ")", "[": "]"}[opening[-1]])
-
-
-def _plan_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
-             out: CodeWriter) -> None:
-    """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
-    shapes = [f"{a}.shape" for a in names]
-    # A generated value's shape is the analysed one (the graph fixed it too: `arange(16)`).
-    shapes += [repr(tuple(t.shape)) for t in plan.generated]
-    out.line(f"def _plan({', '.join(names) or NO_INPUTS_DEVICE}):")
-    with out.indented():
-        _plan_body(plan, sig, looped, names, shapes, out)
-
-
-def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
-               shapes: list[str], out: CodeWriter) -> None:
-    out.lines(['"""Copies, output shapes, kernel arguments, tuning key (shape bucket, dtypes,',
-               'device) and candidate configurations for these inputs\' layout; raises if the',
-               'kernel cannot run them. The launcher caches the result."""',
-               f"shape, lead = _iteration_shape({', '.join(shapes)})"])
-    for i, a in enumerate(names):
-        strides = strides_local(Role.IN, i) if sig.has_strides(Role.IN, i) else "_"
-        out.line(f"copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], IN_ORDERS[{i}])")
-    copies = ", ".join(f"copy{i}" for i in range(len(names)))
-    out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
-               "copies = copies if any(copies) else ()",
-               "out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
-                                         for t in plan.outputs).rstrip() + ")"])
-    # Each result's first dim as a position in the iteration shape: inputs with fewer dims
-    # than analysed give results without the dims no input has, as eager does.
-    firsts = [plan.rank - len(t.shape) for t in plan.outputs]
-    # Counted from the analysed inputs' padding: a view in the group can give the results
-    # more dims than any input has (`reshape_as` adding a size-1 dim).
-    base = _analysed_lead(plan)
-    extra = f" - {base}" if base else ""
-    out.line(f"if lead{f' > {base}' if base else ''}:  # inputs with fewer dims than analysed")
-    with out.indented():
-        out.line(f"out_shapes = tuple(s[max(0, lead{extra} - first):] for s, first in "
-                 f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
-    out.lines(launch_maps.output_shape_lines(plan))
-    for i, t in enumerate(plan.outputs):
-        if sig.has_strides(Role.OUT, i):
-            seen = launch_maps.output_layout(t, i)
-            out.line(f"_, {strides_local(Role.OUT, i)} = _layout({seen}, shape, "
-                     f"OUT_GROUPS[{i}], ())")
-    pow2 = _pow2_constants(plan, looped)
-    out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
-               f"{Family.SPAN} = _spans(shape)"])
-    empty = "copies, out_shapes, (), None, ()"
-    if not plan.two_d:
-        out.line("if span[0] == 0:")
-        with out.indented():
-            out.line(f"return {empty}")
-        out.line("bucket = _bucket(1, span[0])")
-    else:
-        _rows_checks(plan, sig, looped, empty, out)
-        out.line(f"bucket = _bucket({N_ROWS.launch}, {N_COLS.launch})")
-    _call("args = (", sig.launch_args, out)
-    dtypes = "".join(f"{a}.dtype, " for a in names).rstrip()
-    out.lines([f"tune_key = (bucket, ({dtypes}), {_device(names)})",
-               "return copies, out_shapes, args, tune_key, _configs(bucket)"])
-
-
-def _rows_checks(plan: KernelPlan, sig: KernelSignature, looped: bool, empty: str,
-                 out: CodeWriter) -> None:
-    """Row count and checks of a kernel indexed by rows and columns."""
-    cols = "shape[-1] if shape else 1" if plan.reduced == 1 else f"span[{plan.rank - plan.reduced}]"
-    out.lines([f"{N_COLS.launch} = {cols}", "if span[0] == 0:"])
-    with out.indented():
-        if plan.skeleton == "reduction":
-            out.line("if any(0 not in s for s in out_shapes):")
-            with out.indented():
-                out.lines(['raise ValueError(f"{NAME}: the rows to reduce are empty (last '
-                           'axis of size 0); "',
-                           '                 "call the original ops for empty inputs")'])
-        out.line(f"return {empty}")
-    out.line(f"{N_ROWS.launch} = span[0] // {N_COLS.launch}")
-    if sig.uses(Family.RSPAN):  # the kernel reads spans of the rows' dims
-        out.line(f"{Family.RSPAN} = [s // {N_COLS.launch} for s in {Family.SPAN}]")
-    if not plan.tiled and not looped:
-        out.line("if triton.next_power_of_2(n_cols) > MAX_BLOCK:")
-        with out.indented():
-            out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns exceed "',
-                       '                 "MAX_BLOCK; regenerate with the column loop")'])
-
-
-def _analysed_lead(plan: KernelPlan) -> int:
-    """The dims `_iteration_shape` pads at the analysed shapes (what the launcher passes it:
-    each input's own shape)."""
-    ranks = [len(t.value_shape) for t in plan.inputs]
-    ranks += [len(t.shape) for t in plan.generated]
-    return max(0, plan.rank - max(ranks, default=plan.rank))
-
-
-def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
-    """Tuning constants that end up as block shapes or warp counts."""
-    if plan.tiled:
-        return ["BLOCK", "TILE_COLS", "NUM_WARPS"]
-    if plan.skeleton == "elementwise":
-        return ["BLOCK", "NUM_WARPS"]
-    loop = ["LOOP_BLOCK", "MAX_LOOP_BLOCK"] if looped else []
-    if kind(plan, looped) == "split":
-        loop.append("SPLIT_PROGRAMS")
-    return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
+            f"{firsts[i]}.storage_offset() + seats[{k}][2])" for k, i in enumerate(viewed)])
 
 
 def _grid(plan: KernelPlan, sig: KernelSignature) -> str:
@@ -300,7 +178,7 @@ def _copies_and_outputs(plan: KernelPlan, names: list[str], result: str,
         with out.indented():
             for i, a in enumerate(names):
                 out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}])"])
-    device = _device(names)
+    device = device_of(names)
     out.lines(f"out{i} = torch.empty(out_shapes[{i}], dtype={dtype_literal(t)}, "
               f"device={device})" for i, t in enumerate(plan.outputs))
     out.lines(["if not configs:  # no elements", f"    return {result}"])
@@ -364,7 +242,7 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                "", "", *runtime.source(bool(viewed)).splitlines(),
                "", "", *direct_launch.source().splitlines(),
                "", "", *autotune.source(kind(plan, looped)).splitlines(), "", ""])
-    _plan_fn(plan, sig, looped, names, out)
+    plan_fn(plan, sig, looped, names, out)
     out.lines(["", ""])
     _launch_fn(plan, sig, looped, names, out)
     if viewed:
@@ -381,8 +259,8 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
         with out.indented():
             if viewed:  # where the views lie in the raw inputs, kept for later calls
                 out.line(f"seen = _views({inputs})")
-                _call("seats = _seats(", [_tuple(raw[i] for i in viewed),
-                                          _tuple(f"seen[{i}]" for i in viewed)], out)
+                out.bracketed("seats = _seats(", [_tuple(raw[i] for i in viewed),
+                                                  _tuple(f"seen[{i}]" for i in viewed)])
                 out.line("plan = (seats, _plan(*seen))")
             else:
                 out.line(f"plan = _plan({', '.join(names) or NO_INPUTS_DEVICE})")
@@ -397,7 +275,7 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
         else:
             out.line("copies, out_shapes, args, tune_key, configs = plan")
         _copies_and_outputs(plan, names, result, out)
-        device = _device(names)
+        device = device_of(names)
         tensors = _kernel_tensors(plan, names)
         out.lines(["fire = DIRECT_LAUNCH.get(key)",
                    f"if fire and fire({tensors}):  # the plan's kernel, past Triton's dispatch",

@@ -2,7 +2,7 @@
 
 Nothing here searches generated text: an index is a tuple of ``Term`` objects that know
 which block axes they vary along (the scalar parameters they name are registered in
-``signature.py``'s ``KernelParams``). Read by ``emit.py`` and ``launcher.py``.
+``signature.py``'s ``KernelParams``). Read by ``emit.py``, ``loads.py`` and the launcher's writers.
 """
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ class CodeWriter:
         """Comma-separated `items` over lines of at most `width` characters, indentation
         included (an argument list)."""
         self._lines.extend(wrap_args(items, INDENT * self._level, width))
+
+    def bracketed(self, opening: str, items: Iterable[str]) -> None:
+        """`opening` (ending in a bracket), the items wrapped one level deeper, the closing."""
+        self.line(opening)
+        with self.indented():
+            self.wrapped(items)
+        self.line({"(": ")", "[": "]"}[opening[-1]])
 
     @contextmanager
     def indented(self) -> Iterator[None]:

@@ -10,8 +10,8 @@ each step is guarded and the next one is the fallback):
    compile: it receives exactly the scheduler nodes that go into one kernel.
 2. ``config._post_fusion_custom_pass`` (torch >= 2.8): the fused scheduler nodes; each one
    becomes a kernel (the C++ backend may later put several loops into one function).
-3. Kernel names in the generated code (``cpp_fused_<ops>_<n>``, ``triton_poi_fused_...``):
-   op names only, no nodes or lines.
+3. Kernel names in the generated code (``cpp_fused_<ops>_<n>``, ``triton_poi_fused_...``;
+   read by ``op_names.py``): op names only, no nodes or lines.
 A kernel also records the ``cat`` nodes whose output its buffers are slices of
 (``layouts.py``): Inductor writes a concatenation's producers straight into its output.
 
@@ -27,7 +27,6 @@ replaced (``rewrites.py``): the attention block Inductor hands to
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,39 +36,13 @@ import torch.nn as nn
 
 from ..errors import FusionAdvisorError
 from ..ir.normalize import module_path, parse_stack_trace
-from ..ir.registry import SPECS
 from .layouts import cat_origins, ir_nodes
+from .op_names import is_compute, names_from_code, op_name, ops_from_name
 from .rewrites import Rewrites, record_rewrites
-
-# aten overload packet name -> our registry op name, where they differ.
-ATEN_TO_OP: dict[str, str] = {
-    "_softmax": "softmax", "_log_softmax": "log_softmax", "native_layer_norm": "layer_norm",
-    "_fused_rms_norm": "rms_norm", "_to_copy": "to", "relu_": "relu", "masked_fill_": "masked_fill",
-    "true_divide": "div", "pow": "pow", "_safe_softmax": "softmax", "var_mean": "layer_norm",
-    "_native_batch_norm_legit_no_training": "batch_norm", "_native_batch_norm_legit": "batch_norm",
-    "native_batch_norm": "batch_norm", "_batch_norm_with_update": "batch_norm",
-}
-# Ops Inductor emits kernels for that only move data (never a fusion we would propose).
-LAYOUT_OPS = frozenset({"clone", "copy", "embedding", "index", "cat", "constant_pad_nd",
-                        "slice", "select", "view", "permute", "transpose", "expand", "split",
-                        "full", "arange", "iota", "scatter", "gather", "index_select"})
-_KERNEL_NAME = re.compile(r"\b(cpp_fused_\w+?_\d+|triton_(?:poi|red|per|tem)_fused_\w+?_\d+)\b")
 
 
 class InductorError(FusionAdvisorError):
     pass
-
-
-def op_name(aten: str) -> str:
-    """Our registry name for an aten packet name (`_softmax` -> `softmax`)."""
-    if aten in ATEN_TO_OP:
-        return ATEN_TO_OP[aten]
-    return aten if aten in SPECS else aten.lstrip("_")
-
-
-def is_compute(op: str) -> bool:
-    spec = SPECS.get(op)
-    return spec is not None and spec.kind.is_compute and op not in LAYOUT_OPS
 
 
 @dataclass(frozen=True)
@@ -310,34 +283,6 @@ def _post_fusion_patch(sink: list[Record], calls: list[LibraryCall], rewrites: R
     # The compile runs in a fresh cache anyway; with the FX graph cache on, Inductor tries to
     # pickle this local function into a cache key and logs a traceback for every graph.
     return cfg.patch(_post_fusion_custom_pass=record, fx_graph_cache=False)
-
-
-def _kernel_order(name: str) -> int:
-    m = re.search(r"_(\d+)$", name)
-    return int(m.group(1)) if m else 0
-
-
-def names_from_code(code: Sequence[str]) -> list[str]:
-    """Kernel names in the generated code, in definition order, each once."""
-    found = dict.fromkeys(m.group(1) for src in code for m in _KERNEL_NAME.finditer(src))
-    return sorted(found, key=_kernel_order)
-
-
-def ops_from_name(name: str) -> tuple[str, ...]:
-    """Best-effort op names in `cpp_fused_add_mul_relu_0` (names are sorted, de-duplicated)."""
-    body = re.sub(r"^(cpp|triton_(poi|red|per|tem))_fused_|_\d+$", "", name)
-    known = sorted({*SPECS, *ATEN_TO_OP, *LAYOUT_OPS, "native_layer_norm_backward"},
-                   key=len, reverse=True)
-    ops, rest = [], body
-    while rest:
-        rest = rest.lstrip("_") if not any(rest.startswith(k) for k in known) else rest
-        hit = next((k for k in known if rest.startswith(k)
-                    and (len(rest) == len(k) or rest[len(k)] == "_")), None)
-        if hit is None:
-            hit = rest.split("_", 1)[0]
-        ops.append(op_name(hit))
-        rest = rest[len(hit):].lstrip("_")
-    return tuple(dict.fromkeys(o for o in ops if o))
 
 
 def _compile(model: nn.Module, inputs: Sequence[torch.Tensor]) -> tuple[str, ...]:

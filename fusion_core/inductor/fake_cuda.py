@@ -42,8 +42,8 @@ from .capture import (
     _pick,
     _post_fusion_patch,
     _record_define_kernel,
-    names_from_code,
 )
+from .op_names import names_from_code
 from .rewrites import Rewrites, record_rewrites
 
 

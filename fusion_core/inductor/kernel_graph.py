@@ -29,7 +29,8 @@ from functools import cached_property
 
 from ..analysis.group import moves_data
 from ..ir.graph import FusionGraph, Node, OpKind
-from .capture import InductorKernel, is_compute
+from .capture import InductorKernel
+from .op_names import is_compute
 
 # Inductor (aten) and our names for matrix products and convolutions.
 GEMM_OPS = frozenset({
@@ -38,7 +39,7 @@ GEMM_OPS = frozenset({
     "Conv3d", "ConvTranspose2d",
 })
 # Attention calls, as our graph names the function and as Inductor names its aten op (the
-# leading underscore dropped, see capture.op_name).
+# leading underscore dropped, see op_names.op_name).
 ATTENTION_OPS = frozenset({
     "scaled_dot_product_attention", "scaled_dot_product_flash_attention",
     "scaled_dot_product_efficient_attention", "scaled_dot_product_cudnn_attention",

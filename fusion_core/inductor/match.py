@@ -35,11 +35,11 @@ from .capture import (
     InductorKernel,
     InductorNode,
     LibraryCall,
-    is_compute,
     module_path,
 )
 from .explain import MissLine, collapse, into_cat, miss_reason, short_name
 from .kernel_graph import ATTENTION_OPS, GEMM_OPS, compatible, norm_path
+from .op_names import is_compute
 
 IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
 # (same-dtype casts are skipped too: see _same_dtype_cast)

@@ -20,7 +20,8 @@ from .functionalize import out_of_place_overload
 from .graph import FusionGraph, Node, OpKind, Ref, SourceLoc, TensorMeta
 from .registry import bind, lookup, training_spec
 from .trace import is_user_frame
-from .views import INDEX_STEPS, describe
+from .view_recognition import describe
+from .views import INDEX_STEPS
 
 _FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>\S+)')
 

@@ -1,0 +1,144 @@
+"""The `_plan(*inputs)` function of a generated launcher (``launcher.py`` writes the rest).
+
+Reads a ``KernelPlan``, the kernel's ``KernelSignature`` and the launcher's parameter names
+(``launcher.arg_names``); writes the text of ``_plan``: the checks that the inputs still
+broadcast the way the kernel indexes them (or must be copied into the analysed layout),
+the output shapes, the scalar kernel arguments, the tuning key and the candidate
+configurations of its shape bucket. Everything it computes depends only on the inputs'
+shapes and strides, which is why the launcher caches its result per layout. Also here, as
+``_plan`` needs them as much as the launcher does: the device parameter of a kernel without
+inputs, and the expression for the device a kernel runs on (``device_of``).
+"""
+
+from __future__ import annotations
+
+from . import launch_maps
+from .choices import kind
+from .lower import KernelPlan, TensorArg
+from .plan import Role
+from .signature import N_COLS, N_ROWS, Family, KernelSignature, strides_local
+from .writer import CodeWriter
+
+# A kernel with no tensor input (its values all generated, `arange → add → to`) takes the
+# device to run on as its one parameter.
+NO_INPUTS_DEVICE = "device"
+
+
+def device_of(names: list[str]) -> str:
+    """Where the kernel runs: its first input's device, or the device parameter."""
+    return f"{names[0]}.device" if names else NO_INPUTS_DEVICE
+
+
+def plan_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
+            out: CodeWriter) -> None:
+    """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
+    shapes = [f"{a}.shape" for a in names]
+    # A generated value's shape is the analysed one (the graph fixed it too: `arange(16)`).
+    shapes += [repr(tuple(t.shape)) for t in plan.generated]
+    out.line(f"def _plan({', '.join(names) or NO_INPUTS_DEVICE}):")
+    with out.indented():
+        _plan_body(plan, sig, looped, names, shapes, out)
+
+
+def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
+               shapes: list[str], out: CodeWriter) -> None:
+    out.lines(['"""Copies, output shapes, kernel arguments, tuning key (shape bucket, dtypes,',
+               'device) and candidate configurations for these inputs\' layout; raises if the',
+               'kernel cannot run them. The launcher caches the result."""',
+               f"shape, lead = _iteration_shape({', '.join(shapes)})"])
+    for i, a in enumerate(names):
+        strides = strides_local(Role.IN, i) if sig.has_strides(Role.IN, i) else "_"
+        out.line(f"copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], IN_ORDERS[{i}])")
+    copies = ", ".join(f"copy{i}" for i in range(len(names)))
+    out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
+               "copies = copies if any(copies) else ()",
+               "out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
+                                         for t in plan.outputs).rstrip() + ")"])
+    # Each result's first dim as a position in the iteration shape: inputs with fewer dims
+    # than analysed give results without the dims no input has, as eager does.
+    firsts = [plan.rank - len(t.shape) for t in plan.outputs]
+    # Counted from the analysed inputs' padding: a view in the group can give the results
+    # more dims than any input has (`reshape_as` adding a size-1 dim).
+    base = _analysed_lead(plan)
+    extra = f" - {base}" if base else ""
+    out.line(f"if lead{f' > {base}' if base else ''}:  # inputs with fewer dims than analysed")
+    with out.indented():
+        out.line(f"out_shapes = tuple(s[max(0, lead{extra} - first):] for s, first in "
+                 f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
+    out.lines(launch_maps.output_shape_lines(plan))
+    for i, t in enumerate(plan.outputs):
+        if sig.has_strides(Role.OUT, i):
+            seen = launch_maps.output_layout(t, i)
+            out.line(f"_, {strides_local(Role.OUT, i)} = _layout({seen}, shape, "
+                     f"OUT_GROUPS[{i}], ())")
+    pow2 = _pow2_constants(plan, looped)
+    out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
+               f"{Family.SPAN} = _spans(shape)"])
+    empty = "copies, out_shapes, (), None, ()"
+    if not plan.two_d:
+        out.line("if span[0] == 0:")
+        with out.indented():
+            out.line(f"return {empty}")
+        out.line("bucket = _bucket(1, span[0])")
+    else:
+        _rows_checks(plan, sig, looped, empty, out)
+        out.line(f"bucket = _bucket({N_ROWS.launch}, {N_COLS.launch})")
+    out.bracketed("args = (", sig.launch_args)
+    dtypes = "".join(f"{a}.dtype, " for a in names).rstrip()
+    out.lines([f"tune_key = (bucket, ({dtypes}), {device_of(names)})",
+               "return copies, out_shapes, args, tune_key, _configs(bucket)"])
+
+
+def _rows_checks(plan: KernelPlan, sig: KernelSignature, looped: bool, empty: str,
+                 out: CodeWriter) -> None:
+    """Row count and checks of a kernel indexed by rows and columns."""
+    cols = "shape[-1] if shape else 1" if plan.reduced == 1 else f"span[{plan.rank - plan.reduced}]"
+    out.lines([f"{N_COLS.launch} = {cols}", "if span[0] == 0:"])
+    with out.indented():
+        if plan.skeleton == "reduction":
+            out.line("if any(0 not in s for s in out_shapes):")
+            with out.indented():
+                out.lines(['raise ValueError(f"{NAME}: the rows to reduce are empty (last '
+                           'axis of size 0); "',
+                           '                 "call the original ops for empty inputs")'])
+        out.line(f"return {empty}")
+    out.line(f"{N_ROWS.launch} = span[0] // {N_COLS.launch}")
+    if sig.uses(Family.RSPAN):  # the kernel reads spans of the rows' dims
+        out.line(f"{Family.RSPAN} = [s // {N_COLS.launch} for s in {Family.SPAN}]")
+    if not plan.tiled and not looped:
+        out.line("if triton.next_power_of_2(n_cols) > MAX_BLOCK:")
+        with out.indented():
+            out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns exceed "',
+                       '                 "MAX_BLOCK; regenerate with the column loop")'])
+
+
+def _analysed_lead(plan: KernelPlan) -> int:
+    """The dims `_iteration_shape` pads at the analysed shapes (what the launcher passes it:
+    each input's own shape)."""
+    ranks = [len(t.value_shape) for t in plan.inputs]
+    ranks += [len(t.shape) for t in plan.generated]
+    return max(0, plan.rank - max(ranks, default=plan.rank))
+
+
+def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
+    """Tuning constants that end up as block shapes or warp counts."""
+    if plan.tiled:
+        return ["BLOCK", "TILE_COLS", "NUM_WARPS"]
+    if plan.skeleton == "elementwise":
+        return ["BLOCK", "NUM_WARPS"]
+    loop = ["LOOP_BLOCK", "MAX_LOOP_BLOCK"] if looped else []
+    if kind(plan, looped) == "split":
+        loop.append("SPLIT_PROGRAMS")
+    return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
+
+
+def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:
+    """The output's runtime shape as the kernel indexes it, from the iteration shape `shape`
+    (``launch_maps.output_shape_lines`` maps it back through the output's index map)."""
+    rank = plan.rank
+    dims = [f"shape[{k}]" if arg.access.aligned[k] == plan.domain[k] else "1"
+            for k in range(rank)]
+    dims = dims[len(dims) - len(arg.shape):]
+    if dims == [f"shape[{k}]" for k in range(rank)]:
+        return "shape"
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
