@@ -173,6 +173,6 @@ def test_required_timings_fail_a_gpu_run_whose_baselines_lack_this_gpu(proj):
     r = run(proj, "--fusion-update-baselines=new")
     r.stdout.fnmatch_lines(["measured fusion_baselines/*.yaml (test_net.py::test_net)"])
     r = run(proj, "--fusion-require-timings", "--fusion-report")
+    assert r.ret == pytest.ExitCode.OK, r.stdout.str()[-4000:]
     r.assert_outcomes(passed=1)
-    assert r.ret == pytest.ExitCode.OK
     r.stdout.fnmatch_lines(["*timings checked on NVIDIA*"])

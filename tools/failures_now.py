@@ -28,4 +28,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     path = os.environ.get("FAILURES_LOG", "failures.log")
     with open(path, "a", encoding="utf-8") as log:
-        log.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
+        log.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+        for title, text in report.sections:  # captured output: a pytester run's own report
+            log.write(f"---- {title}\n{text[-6000:]}\n")
+        log.write("\n")
