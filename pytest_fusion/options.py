@@ -104,20 +104,21 @@ def add_options(parser: pytest.Parser) -> None:
                   "compiled record's baseline does: report (say it) or fail", default="report")
 
 
-def ini_compiler_change(config: pytest.Config) -> str:
-    value = config.getini("fusion_compiler_change").strip()
-    if value not in COMPILER_CHANGE:
-        raise pytest.UsageError(f"ini option fusion_compiler_change must be one of "
-                                f"{', '.join(COMPILER_CHANGE)}, got {value!r}")
+def _ini_choice(config: pytest.Config, name: str, allowed: tuple[str, ...]) -> str:
+    """The ini option `name`, one of `allowed`; a usage error naming them otherwise."""
+    value = config.getini(name).strip()
+    if value not in allowed:
+        raise pytest.UsageError(f"ini option {name} must be one of {', '.join(allowed)}, "
+                                f"got {value!r}")
     return value
+
+
+def ini_compiler_change(config: pytest.Config) -> str:
+    return _ini_choice(config, "fusion_compiler_change", COMPILER_CHANGE)
 
 
 def ini_timing_reference(config: pytest.Config) -> str:
-    value = config.getini("fusion_timing_reference").strip()
-    if value not in REFERENCES:
-        raise pytest.UsageError(f"ini option fusion_timing_reference must be one of "
-                                f"{', '.join(REFERENCES)}, got {value!r}")
-    return value
+    return _ini_choice(config, "fusion_timing_reference", REFERENCES)
 
 
 def check_improvements(value: Any, source: str) -> str | None:
@@ -234,10 +235,7 @@ def settings(config: pytest.Config) -> Settings:
     folder = Path(config.getini("fusion_baselines_dir"))
     # Checked in the order the options were always read: the first bad one is named.
     mode, base, tolerances = update_mode(config), report_base(config), ini_tolerances(config)
-    capture = config.getini("fusion_capture").strip()
-    if capture not in CAPTURES:
-        raise pytest.UsageError(f"ini option fusion_capture must be one of "
-                                f"{', '.join(CAPTURES)}, got {capture!r}")
+    capture = _ini_choice(config, "fusion_capture", CAPTURES)
     improvements = config.getini("fusion_improvements").strip()
     bad = check_improvements(improvements, "ini option fusion_improvements")
     if bad:
