@@ -22,10 +22,12 @@ from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, Ref
 from ..names import kernel_name
 from ..pipeline import Analysis
+from .callsite import site_line
 from .parts import around, feeding, parts, replace_part
 from .pysource import Scope, SourceFile, local_names, read_later, stored_names
 from .span import PointerOnly, Span, count_words, locate
-from .unify import BINOPS, Mismatch, Unifier, module_path
+from .unify import BINOPS, Mismatch, module_path
+from .unify_calls import CallUnifier
 
 
 class MapQuality(StrEnum):
@@ -76,9 +78,8 @@ def _disk_bytes(path: str) -> bytes | None:
         return None
 
 
-def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str) -> str:
-    """The source text of what `node` computes, found on its line (`self.proj1(x)`)."""
-    line = node.source.line
+def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str, line: int) -> str:
+    """The source text of what `node` computes, found on `line` (`self.proj1(x)`)."""
     # A call is named by its function (`F.relu`, `.view()`) or, for a module the tracer
     # inlined, by the attribute the source calls (`self.ln1` made the `F.layer_norm`);
     # an operator by its `operator` name (`x + 1` is `add`).
@@ -112,20 +113,22 @@ def _check_alone(analysis: Analysis, span: Span, group: list[Cluster],
     members = {n for c in group for n in c.nodes}
     kept_nodes = feeding(analysis, kept) | (kept_around or set())
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    ops_by_line = {(analysis.graph[n].source.line, analysis.graph[n].op) for n in members}
+    # A node stands at its own line, or at the line of this function that called the
+    # module or helper it ran in (callsite.py).
+    ops_by_line = {(site_line(analysis.graph[n].source, span.src, span.scope),
+                    analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
-        s = n.source
-        if (n.name in members or n.name in kept_nodes or s is None or s.file != span.src.path
-                or not span.start <= s.line <= span.end or _is_feeder(n)):
+        if n.name in members or n.name in kept_nodes or _is_feeder(n):
             continue
-        if span.src.scope_at(s.line) is not span.scope:
+        line = site_line(n.source, span.src, span.scope)
+        if line is None or not span.start <= line <= span.end:
             continue
         path = module_path(fx_nodes[n.name]) if n.name in fx_nodes else None
-        text = _describe(span.src, span.scope, n, path or "")
-        if (s.line, n.op) in ops_by_line:
-            raise PointerOnly(f"line {s.line} (`{text}`) also runs in another call of "
+        text = _describe(span.src, span.scope, n, path or "", line)
+        if (line, n.op) in ops_by_line:
+            raise PointerOnly(f"line {line} (`{text}`) also runs in another call of "
                            f"`{span.scope}` that does not form this cluster")
-        raise PointerOnly(f"line range also holds `{text}` (line {s.line}), which is not in "
+        raise PointerOnly(f"line range also holds `{text}` (line {line}), which is not in "
                        "the cluster")
 
 
@@ -183,9 +186,9 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     path = _self_path(analysis, c, span.scope)
     try:
-        unifier = Unifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
-                          _self_name(span.scope), path if path is not None else "\0",
-                          local_names(span.scope.node))
+        unifier = CallUnifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
+                              _self_name(span.scope), path if path is not None else "\0",
+                              local_names(span.scope.node), calls=span.calls)
         match = unifier.run(c.outputs[-1], within)
     except Mismatch as e:
         raise PointerOnly(str(e)) from e
