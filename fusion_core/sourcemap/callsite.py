@@ -38,6 +38,10 @@ class LiftedCall:
     name: str  # the callee's own name (`forward`, `rms_norm`)
     result: str  # the node the call returns
     nodes: frozenset[str]  # the cluster's nodes the call computes
+    # (node, value from outside): a same-dtype `.to` that torch.export made the name of its
+    # operand from then on (the tensor object is the argument itself), so later code
+    # outside the call reads the node while the source reads the argument.
+    passes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,17 +129,32 @@ def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted
         if left:
             raise partly_fused(analysis, site, callee, left)
         ran = frozenset(m for m in members[key] if m in inside)
-        outside = [m for m in ran if any(u not in ran for u in analysis.graph.users[m])]
-        if len(outside) != 1:
+        read = [m for m in c.nodes if m in ran and any(
+            u not in ran for u in analysis.graph.users[m])]
+        passes = tuple((m, v) for m in read if (v := _same_as_operand(analysis, m, ran)))
+        returned = [m for m in read if m not in dict(passes)]
+        if len(returned) != 1:
             raise Unliftable(f"the call at line {site[1]} (`{callee[1] if callee else '?'}`) "
-                             f"hands the cluster {len(outside)} of its values; an "
+                             f"hands the cluster {len(returned)} of its values; an "
                              "edit of its line can bind only the one it returns", site)
-        calls.append(LiftedCall(site[1], callee[1], callee_names[key], outside[0], ran))
+        calls.append(LiftedCall(site[1], callee[1], callee_names[key], returned[0], ran,
+                                passes))
     locs = {}
     for n in nodes:
         ch = chains[n.name]
         locs[n.name] = ch[depth] if len(ch) > depth + 1 else n.source
     return Lifted(locs, tuple(calls))
+
+
+def _same_as_operand(analysis: Analysis, name: str, ran: frozenset[str]) -> str | None:
+    """The value from outside the call that `name` is, when it is a conversion to the
+    dtype, shape and strides its operand already has (a no-op torch returns the operand
+    for)."""
+    node = analysis.graph[name]
+    if node.op != "to" or len(node.refs) != 1 or node.refs[0] in ran:
+        return None
+    operand = analysis.graph[node.refs[0]]
+    return operand.name if node.meta is not None and node.meta == operand.meta else None
 
 
 def _common_depth(chains: list[tuple[SourceLoc, ...]], frames: _Frames) -> int | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -162,8 +162,9 @@ class _Found:
 def _targets(c: Cluster, span: Span, values: tuple[str | None, ...]) -> tuple[str, ...]:
     """For a cluster with several results: the name each earlier result is assigned to."""
     names = []
+    same = {m: v for call in span.calls for m, v in call.passes}
     for out in c.outputs[:-1]:
-        js = [j for j, v in enumerate(values) if v == out]
+        js = [j for j, v in enumerate(values) if v is not None and v in (out, same.get(out))]
         if not js:
             raise PointerOnly(f"the cluster also writes `{out}`, which no line of the range "
                            "assigns to a name")
@@ -322,7 +323,10 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
         if c.index in spans:
             groups.setdefault(spans[c.index].key, []).append(c)
     for group in groups.values():
-        for m in _map_group(analysis, spans[group[0].index], group):
+        # The lifted calls of every cluster of the group: the same lines, other nodes.
+        span = replace(spans[group[0].index],
+                       calls=tuple(call for c in group for call in spans[c.index].calls))
+        for m in _map_group(analysis, span, group):
             out[m.cluster_index] = m
     return tuple(_no_overlaps(out[c.index] for c in analysis.clusters))
 
