@@ -112,11 +112,13 @@ def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted
             for name, ch in chains.items() if len(ch) > depth + 1}
     callee_names = {k: chains[name][depth + 1].function for name, k in keys.items()}
     wanted = set(keys.values())
+    sites = {k[0] for k in wanted}
     for n in analysis.graph.nodes:
-        if n.source is None or len(n.source.chain) <= depth + 1:
+        chain = n.source.chain if n.source is not None else ()
+        if len(chain) <= depth + 1 or tuple(_pos(f) for f in chain[:depth + 1]) not in sites:
             continue
         try:
-            key = _call_key(n.source.chain, depth, frames, gm_nodes.get(n.name))
+            key = _call_key(chain, depth, frames, gm_nodes.get(n.name))
         except (OSError, SyntaxError, UnicodeDecodeError):
             continue
         if key in wanted:
@@ -131,6 +133,10 @@ def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted
         ran = frozenset(m for m in members[key] if m in inside)
         read = [m for m in c.nodes if m in ran and any(
             u not in ran for u in analysis.graph.users[m])]
+        # A reader without a source line could be the call's own last op, unseen above.
+        if any(analysis.graph[u].source is None and analysis.graph[u].kind is not OpKind.OUTPUT
+               for m in read for u in analysis.graph.users[m] if u not in ran):
+            raise Unliftable("a value of the call is read by a node without a source line")
         passes = tuple((m, v) for m in read if (v := _same_as_operand(analysis, m, ran)))
         returned = [m for m in read if m not in dict(passes)]
         if len(returned) != 1:
