@@ -10,6 +10,7 @@ its line computes all of it; otherwise ``PointerOnly`` names the call left half 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch.fx as fx
@@ -46,7 +47,7 @@ class LiftedCall:
 
 @dataclass(frozen=True)
 class Lifted:
-    locs: dict[str, SourceLoc]  # node name -> where it stands in the outermost function
+    locs: Mapping[str, SourceLoc]  # node name -> where it stands in the outermost function
     calls: tuple[LiftedCall, ...] = ()
 
 
@@ -102,34 +103,22 @@ def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted
         if len({frames.function(ch[-1]) for ch in chains.values()}) <= 1:
             return Lifted({n.name: n.source for n in nodes})
         depth = _common_depth(list(chains.values()), frames)
-    except (OSError, SyntaxError, UnicodeDecodeError) as e:
+        if depth is None:
+            raise Unliftable("no common caller")
+        gm_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+        keys = {name: _call_key(ch, depth, frames, gm_nodes.get(name))
+                for name, ch in chains.items() if len(ch) > depth + 1}
+        members = _members(analysis, depth, set(keys.values()), frames, gm_nodes)
+    except (OSError, SyntaxError, UnicodeDecodeError) as e:  # a frame's file cannot be read
         raise Unliftable(str(e)) from e
-    if depth is None:
-        raise Unliftable("no common caller")
-    gm_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    members: dict[tuple, list[str]] = {}  # call key -> the graph's nodes it runs
-    keys = {name: _call_key(ch, depth, frames, gm_nodes.get(name))
-            for name, ch in chains.items() if len(ch) > depth + 1}
     callee_names = {k: chains[name][depth + 1].function for name, k in keys.items()}
-    wanted = set(keys.values())
-    sites = {k[0] for k in wanted}
-    for n in analysis.graph.nodes:
-        chain = n.source.chain if n.source is not None else ()
-        if len(chain) <= depth + 1 or tuple(_pos(f) for f in chain[:depth + 1]) not in sites:
-            continue
-        try:
-            key = _call_key(chain, depth, frames, gm_nodes.get(n.name))
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            continue
-        if key in wanted:
-            members.setdefault(key, []).append(n.name)
     inside = set(c.nodes)
     calls = []
     for key in dict.fromkeys(keys.values()):
         site, callee = key[0][-1], key[1]
         left = [m for m in members[key] if m not in inside and not _is_feeder(analysis.graph[m])]
         if left:
-            raise partly_fused(analysis, site, callee, left)
+            raise _partly_fused(analysis, site, callee, left)
         ran = frozenset(m for m in members[key] if m in inside)
         read = [m for m in c.nodes if m in ran and any(
             u not in ran for u in analysis.graph.users[m])]
@@ -150,6 +139,21 @@ def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted
         ch = chains[n.name]
         locs[n.name] = ch[depth] if len(ch) > depth + 1 else n.source
     return Lifted(locs, tuple(calls))
+
+
+def _members(analysis: Analysis, depth: int, wanted: set[tuple], frames: _Frames,
+             gm_nodes: dict[str, fx.Node]) -> dict[tuple, list[str]]:
+    """Every graph node each wanted call ran, by the call's key."""
+    sites = {k[0] for k in wanted}
+    out: dict[tuple, list[str]] = {}
+    for n in analysis.graph.nodes:
+        chain = n.source.chain if n.source is not None else ()
+        if len(chain) <= depth + 1 or tuple(_pos(f) for f in chain[:depth + 1]) not in sites:
+            continue
+        key = _call_key(chain, depth, frames, gm_nodes.get(n.name))
+        if key in wanted:
+            out.setdefault(key, []).append(n.name)
+    return out
 
 
 def _same_as_operand(analysis: Analysis, name: str, ran: frozenset[str]) -> str | None:
@@ -194,7 +198,7 @@ def _call_key(chain: tuple[SourceLoc, ...], depth: int, frames: _Frames,
     return (site, frames.function(chain[depth + 1]), module)
 
 
-def partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, str] | None,
+def _partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, str] | None,
                  left: list[str]) -> Unliftable:
     node = analysis.graph[left[0]]
     where = f" (line {node.source.line})" if node.source else ""

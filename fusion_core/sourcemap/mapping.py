@@ -2,7 +2,8 @@
 
 Reads an ``Analysis`` (cluster nodes, their ``SourceLoc``s, the FX graph) and
 the user's files; writes one ``SourceMapping`` per cluster. A cluster is
-``exact`` when its nodes sit in one function, the statements covering them (``span.py``
+``exact`` when its nodes sit in one function (or in calls from it that the cluster runs
+whole: those stand at the call's line), the statements covering them (``span.py``
 finds them) compute the cluster and nothing else (other calls of the same lines aside:
 those are the clusters it shares the lines with), every input has a source
 expression at the top of the range, and no name the range assigns is read

@@ -4,7 +4,9 @@ Reads an ``Analysis`` (a cluster's nodes, their ``SourceLoc``s, the FX graph's i
 spellings) and the user's files (``SourceFile``, read once each); writes a ``Span``: the
 file, the function and the run of whole statements holding every node of the cluster. Raises
 ``PointerOnly`` with the reason in words (and the lines, where known) when no such run
-exists: the nodes lack source lines, lie in several files or functions, in a library's
+exists: the nodes lack source lines, lie in several files or functions (ops of a call of
+the user's own module or helper that the cluster runs whole count at the call's line, see
+``callsite.py``; the calls so lifted ride along in the ``Span``), in a library's
 file, in a changed file, in different blocks, or share their lines with other code; or the
 cluster writes an input in place, makes values from the index or shares a recomputed value.
 Whether the run computes exactly the cluster is ``mapping.py``'s question.
