@@ -1,11 +1,12 @@
-"""`--apply` on clusters whose ops run partly in a call of the user's own module: the
-edit replaces the call's line in the caller, as for a library module (`self.ln(x)`).
+"""Source maps and `--apply` for clusters whose ops run partly in a call of the user's own module or
+helper: the edit replaces the call's line in the caller, as for a library module (`self.ln(x)`).
 
 Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,39 @@ def test_a_norm_call_only_partly_in_the_cluster_stays_a_pointer(tmp_path):
     # The activation's cluster lies in the norm's forward alone: edited there, as before.
     act = next(m for m, c in zip(mappings, analysis.clusters, strict=True) if "relu" in c.ops)
     assert act.quality == EXACT and act.function == "RMSNorm.forward", act.reason
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_a_helper_function_and_a_method_called_whole_map_at_their_lines(tmp_path, capture):
+    path = tmp_path / "helpers.py"
+    path.write_text(textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+
+
+        def rms_norm(x, weight, eps: float = 1e-6):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+                self.weight = nn.Parameter(torch.rand(8))
+
+            def forward(self, x):
+                h = x + self.proj(x)
+                h = rms_norm(h, self.weight, eps=1e-5)
+                g = self._scale(h, 3.0)
+                return self.proj(g)
+
+            def _scale(self, t, s):
+                return torch.tanh(t) * s
+        """))
+    analysis = analyze_file(path, [InputSpec((4, 8))], capture=capture)
+    (m,) = map_clusters(analysis)
+    assert m.quality == EXACT, m.reason
+    assert (m.start, m.end) == (line_of(path, "h = x + self.proj(x)"),
+                                line_of(path, "g = self._scale(h, 3.0)"))
+    # The weight passed to the helper is bound by the caller's own expression for it.
+    assert m.replacement.strip() == "g = cluster0(x, self.proj(x), self.weight)"
