@@ -18,3 +18,72 @@ class ResNorm(nn.Module):
         h = self.norm(x)
         return self.proj(h) - self.proj(x)
 """
+
+
+# A residual add, then the user's own RMSNorm module: the cluster runs in two functions
+# (`Block.forward` and `RMSNorm.forward`) and holds every op of the norm's call.
+USER_NORM = """\
+import torch
+import torch.nn as nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(d) + 0.5)
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn_like = nn.Linear(8, 8)
+        self.norm = RMSNorm(8)
+
+    def forward(self, x):
+        h = x + self.attn_like(x)
+        h = self.norm(h)
+        return self.attn_like(h)
+"""
+
+# The decoder-layer spelling (LLaMA's): the residual kept under a second name, the norm
+# converting to float32 and back (a no-op at float32, which torch.export records as the
+# argument's new name).
+DECODER_NORM = """\
+import torch
+import torch.nn as nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(d) + 0.5)
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.Linear(8, 8)
+        self.mlp = nn.Linear(8, 8)
+        self.post_attention_layernorm = RMSNorm(8)
+
+    def forward(self, hidden_states):
+        residual = hidden_states
+        hidden_states = self.attn(hidden_states)
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = self.mlp(hidden_states)
+        return residual + hidden_states
+"""

@@ -67,8 +67,8 @@ def test_microgpt_attention_softmax_is_exact_inside_the_attention_module():
     for m in maps:
         if m not in softmax:
             assert m.quality == POINTER
-            assert any(why in m.reason for why in ("spans", "also holds", "two kernels")), (
-                m.reason)
+            assert any(why in m.reason for why in (
+                "spans", "also holds", "two kernels", "only part of the call")), m.reason
 
 
 def test_multi_line_statements_cover_their_full_extent(tmp_path):
@@ -189,8 +189,8 @@ def test_an_unfused_statement_inside_the_range_is_a_pointer(tmp_path):
     assert m.replacement is None
 
 
-def test_a_cluster_across_two_functions_is_a_pointer(tmp_path):
-    _, _, maps = mapped(tmp_path, """
+def test_a_helper_the_cluster_runs_whole_is_rewritten_at_its_call(tmp_path):
+    path, _, maps = mapped(tmp_path, """
         class M(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -205,10 +205,33 @@ def test_a_cluster_across_two_functions_is_a_pointer(tmp_path):
                 return self.proj(y)
         """, 4, 8)
     (m,) = maps
+    assert m.quality == EXACT, m.reason
+    line = line_of(path, "y = self.act(x * 2.0)")
+    assert (m.start, m.end, m.function) == (line, line, "M.forward")
+    assert m.replacement.strip() == "y = cluster0(x)"
+
+
+def test_a_helper_the_cluster_runs_in_part_is_a_pointer_naming_the_call(tmp_path):
+    path, _, maps = mapped(tmp_path, """
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+
+            def act(self, x):
+                return self.proj(torch.relu(x))
+
+            def forward(self, x):
+                x = self.proj(x)
+                y = self.act(x * 2.0)
+                return self.proj(y)
+        """, 4, 8)
+    (m,) = maps
     assert m.quality == POINTER
-    assert m.reason.startswith("spans two functions (`M.forward` line")
-    assert "`M.act` line" in m.reason
-    assert m.reason.endswith("move the fused ops into one function")
+    line = line_of(path, "y = self.act(x * 2.0)")
+    assert m.reason.startswith(f"only part of the call at line {line} (`M.act`) is in the "
+                               "cluster: `self.proj`"), m.reason
+    assert (m.start, m.end) == (line, line)
 
 
 def test_an_unrolled_loop_is_a_pointer_and_per_iteration_clusters_share_lines(tmp_path):

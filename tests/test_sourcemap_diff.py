@@ -80,7 +80,7 @@ def test_colours_on_a_terminal_plain_when_piped(example_net_maps, microgpt_maps)
     # Brackets in code are printed as written, not read as markup.
     assert "self.causal_mask[:T, :T]" in _printed(microgpt_maps, terminal=True)
     pointers = _printed(microgpt_maps, terminal=False)
-    assert "pointer to" in pointers and "no diff: spans" in pointers
+    assert "pointer to" in pointers and "no diff: only part of the call" in pointers
 
 
 def test_cli_fills_the_map_column_and_json(tmp_path):

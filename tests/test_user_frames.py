@@ -69,3 +69,43 @@ def test_stack_traces_quote_the_lines_of_a_file_edited_since_its_first_read(tmp_
     gm = trace_fx(load_model(path))
     (add,) = [n for n in gm.graph.nodes if n.name == "add"]
     assert parse_stack_trace(add.stack_trace).code == "y = x + 1.0"
+
+
+def test_each_node_keeps_its_callers_user_frames_with_both_frontends(tmp_path):
+    path = tmp_path / "nested.py"
+    path.write_text(textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+
+
+        def double(x):
+            return x * 2.0
+
+
+        class Inner(nn.Module):
+            def forward(self, x):
+                return double(x) + 1.0
+
+
+        class Outer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = nn.Sequential(Inner())
+
+            def forward(self, x):
+                return self.inner(x).relu()
+        """))
+    for capture in ("fx", "export"):
+        a = analyze(load_model(path), (4, 8), capture=capture)
+        assert a.graph.frontend == capture
+        mul = next(n for n in a.graph.nodes if n.op == "mul")
+        # Outermost first; torch's Sequential between Outer and Inner is no user frame.
+        assert [(s.function, s.code) for s in mul.source.chain] == [
+            ("forward", "return self.inner(x).relu()"),
+            ("forward", "return double(x) + 1.0"),
+            ("double", "return x * 2.0")], capture
+        relu = next(n for n in a.graph.nodes if n.op == "relu")
+        assert relu.source.caller is None
+        # The callers are not part of where a node is: the same line from two call sites.
+        assert mul.source == type(mul.source)(mul.source.file, mul.source.line, "double",
+                                              "return x * 2.0")

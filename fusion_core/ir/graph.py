@@ -96,6 +96,20 @@ class SourceLoc:
     line: int
     function: str
     code: str = ""
+    # The next-outer user frame (the line that called `function`), itself with its caller:
+    # lets a source edit replace a whole call of the user's own module or helper. Not part
+    # of equality: the same line reached from two call sites is still one place.
+    caller: SourceLoc | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def chain(self) -> tuple[SourceLoc, ...]:
+        """This frame and its callers, outermost first."""
+        out: list[SourceLoc] = []
+        loc: SourceLoc | None = self
+        while loc is not None:
+            out.append(loc)
+            loc = loc.caller
+        return tuple(reversed(out))
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"

@@ -27,7 +27,8 @@ _FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>\S
 
 
 def parse_stack_trace(text: str | None) -> SourceLoc | None:
-    """The innermost user frame (not torch, not fusion_core) of an FX stack trace."""
+    """The innermost user frame (not torch, not fusion_core) of an FX stack trace, with
+    the outer user frames as its chain of callers."""
     if not text:
         return None
     lines = text.splitlines()
@@ -37,7 +38,8 @@ def parse_stack_trace(text: str | None) -> SourceLoc | None:
         if m and is_user_frame(m.group("file")):
             code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(
                 lines[i + 1]) else ""
-            found = SourceLoc(m.group("file"), int(m.group("line")), m.group("func"), code)
+            found = SourceLoc(m.group("file"), int(m.group("line")), m.group("func"), code,
+                              caller=found)
     return found
 
 

@@ -2,7 +2,8 @@
 
 Reads an ``Analysis`` (cluster nodes, their ``SourceLoc``s, the FX graph) and
 the user's files; writes one ``SourceMapping`` per cluster. A cluster is
-``exact`` when its nodes sit in one function, the statements covering them (``span.py``
+``exact`` when its nodes sit in one function (or in calls from it that the cluster runs
+whole: those stand at the call's line), the statements covering them (``span.py``
 finds them) compute the cluster and nothing else (other calls of the same lines aside:
 those are the clusters it shares the lines with), every input has a source
 expression at the top of the range, and no name the range assigns is read
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -22,10 +23,12 @@ from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, Ref
 from ..names import kernel_name
 from ..pipeline import Analysis
+from .callsite import site_line
 from .parts import around, feeding, parts, replace_part
 from .pysource import Scope, SourceFile, local_names, read_later, stored_names
 from .span import PointerOnly, Span, count_words, locate
-from .unify import BINOPS, Mismatch, Unifier, module_path
+from .unify import BINOPS, Mismatch, module_path
+from .unify_calls import CallUnifier
 
 
 class MapQuality(StrEnum):
@@ -76,9 +79,8 @@ def _disk_bytes(path: str) -> bytes | None:
         return None
 
 
-def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str) -> str:
-    """The source text of what `node` computes, found on its line (`self.proj1(x)`)."""
-    line = node.source.line
+def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str, line: int) -> str:
+    """The source text of what `node` computes, found on `line` (`self.proj1(x)`)."""
     # A call is named by its function (`F.relu`, `.view()`) or, for a module the tracer
     # inlined, by the attribute the source calls (`self.ln1` made the `F.layer_norm`);
     # an operator by its `operator` name (`x + 1` is `add`).
@@ -112,20 +114,22 @@ def _check_alone(analysis: Analysis, span: Span, group: list[Cluster],
     members = {n for c in group for n in c.nodes}
     kept_nodes = feeding(analysis, kept) | (kept_around or set())
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    ops_by_line = {(analysis.graph[n].source.line, analysis.graph[n].op) for n in members}
+    # A node stands at its own line, or at the line of this function that called the
+    # module or helper it ran in (callsite.py).
+    ops_by_line = {(site_line(analysis.graph[n].source, span.src, span.scope),
+                    analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
-        s = n.source
-        if (n.name in members or n.name in kept_nodes or s is None or s.file != span.src.path
-                or not span.start <= s.line <= span.end or _is_feeder(n)):
+        if n.name in members or n.name in kept_nodes or _is_feeder(n):
             continue
-        if span.src.scope_at(s.line) is not span.scope:
+        line = site_line(n.source, span.src, span.scope)
+        if line is None or not span.start <= line <= span.end:
             continue
         path = module_path(fx_nodes[n.name]) if n.name in fx_nodes else None
-        text = _describe(span.src, span.scope, n, path or "")
-        if (s.line, n.op) in ops_by_line:
-            raise PointerOnly(f"line {s.line} (`{text}`) also runs in another call of "
+        text = _describe(span.src, span.scope, n, path or "", line)
+        if (line, n.op) in ops_by_line:
+            raise PointerOnly(f"line {line} (`{text}`) also runs in another call of "
                            f"`{span.scope}` that does not form this cluster")
-        raise PointerOnly(f"line range also holds `{text}` (line {s.line}), which is not in "
+        raise PointerOnly(f"line range also holds `{text}` (line {line}), which is not in "
                        "the cluster")
 
 
@@ -159,8 +163,9 @@ class _Found:
 def _targets(c: Cluster, span: Span, values: tuple[str | None, ...]) -> tuple[str, ...]:
     """For a cluster with several results: the name each earlier result is assigned to."""
     names = []
+    same = {m: v for call in span.calls for m, v in call.passes}
     for out in c.outputs[:-1]:
-        js = [j for j, v in enumerate(values) if v == out]
+        js = [j for j, v in enumerate(values) if v is not None and v in (out, same.get(out))]
         if not js:
             raise PointerOnly(f"the cluster also writes `{out}`, which no line of the range "
                            "assigns to a name")
@@ -183,9 +188,9 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     path = _self_path(analysis, c, span.scope)
     try:
-        unifier = Unifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
-                          _self_name(span.scope), path if path is not None else "\0",
-                          local_names(span.scope.node))
+        unifier = CallUnifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
+                              _self_name(span.scope), path if path is not None else "\0",
+                              local_names(span.scope.node), calls=span.calls)
         match = unifier.run(c.outputs[-1], within)
     except Mismatch as e:
         raise PointerOnly(str(e)) from e
@@ -319,7 +324,10 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
         if c.index in spans:
             groups.setdefault(spans[c.index].key, []).append(c)
     for group in groups.values():
-        for m in _map_group(analysis, spans[group[0].index], group):
+        # The lifted calls of every cluster of the group: the same lines, other nodes.
+        span = replace(spans[group[0].index],
+                       calls=tuple(call for c in group for call in spans[c.index].calls))
+        for m in _map_group(analysis, span, group):
             out[m.cluster_index] = m
     return tuple(_no_overlaps(out[c.index] for c in analysis.clusters))
 

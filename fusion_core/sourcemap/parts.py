@@ -12,6 +12,7 @@ import ast
 
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
+from .callsite import site_line
 from .span import Span
 from .unify import Mismatch, value_of
 
@@ -53,17 +54,11 @@ def around(analysis: Analysis, span: Span, group: list[Cluster]) -> set[str]:
     todo = [o for c in group for o in c.outputs]
     while todo:
         for user in fx_nodes[todo.pop()].users:
-            s = (
-                analysis.graph[user.name].source
-                if user.name in fx_nodes and user.op != ("output")
-                else None
-            )
-            if (
-                s is not None
-                and s.file == span.src.path
-                and last.start <= s.line <= last.end
-                and user.name not in seen
-            ):
+            if user.op == "output" or user.name in seen:
+                continue
+            # At its own line, or at the line that called the module or helper it ran in.
+            line = site_line(analysis.graph[user.name].source, span.src, span.scope)
+            if line is not None and last.start <= line <= last.end:
                 seen.add(user.name)
                 todo.append(user.name)
     return seen

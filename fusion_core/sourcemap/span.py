@@ -4,7 +4,9 @@ Reads an ``Analysis`` (a cluster's nodes, their ``SourceLoc``s, the FX graph's i
 spellings) and the user's files (``SourceFile``, read once each); writes a ``Span``: the
 file, the function and the run of whole statements holding every node of the cluster. Raises
 ``PointerOnly`` with the reason in words (and the lines, where known) when no such run
-exists: the nodes lack source lines, lie in several files or functions, in a library's
+exists: the nodes lack source lines, lie in several files or functions (ops of a call of
+the user's own module or helper that the cluster runs whole count at the call's line, see
+``callsite.py``; the calls so lifted ride along in the ``Span``), in a library's
 file, in a changed file, in different blocks, or share their lines with other code; or the
 cluster writes an input in place, makes values from the index or shares a recomputed value.
 Whether the run computes exactly the cluster is ``mapping.py``'s question.
@@ -20,6 +22,7 @@ from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
+from .callsite import Lifted, LiftedCall, Unliftable, lift
 from .pysource import Scope, SourceFile, Statement
 
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
@@ -32,6 +35,8 @@ class Span:
     src: SourceFile
     scope: Scope
     stmts: tuple[Statement, ...]
+    # Calls of the user's own modules or helpers on these lines that the cluster runs whole.
+    calls: tuple[LiftedCall, ...] = ()
 
     @property
     def start(self) -> int:
@@ -68,8 +73,18 @@ def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
     missing = [n.name for n in nodes if n.source is None]
     if missing:
         raise PointerOnly(f"no source line recorded for `{missing[0]}`")
-    paths = sorted({n.source.file for n in nodes})
-    lines = [n.source.line for n in nodes]
+    # Ops inside a call the cluster runs whole stand at the call's line (callsite.py).
+    partial: Unliftable | None = None
+    try:
+        lifted = lift(analysis, c, files)
+    except Unliftable as e:
+        partial = e if e.site is not None else None
+        lifted = Lifted({n.name: n.source for n in nodes})
+    locs = [lifted.locs[n.name] for n in nodes]
+    paths = sorted({s.file for s in locs})
+    lines = [s.line for s in locs]
+    if partial is not None:  # the nodes lie in several functions and one call is half fused
+        raise PointerOnly(partial.reason, partial.site[0], partial.site[1], partial.site[1])
     if len(paths) > 1:
         raise PointerOnly(f"spans {count_words(len(paths))} files ({', '.join(paths)})")
     where = dict(file=paths[0], start=min(lines), end=max(lines))
@@ -101,11 +116,10 @@ def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
     if src.path in changed:
         raise PointerOnly("the file changed since it was traced (it no longer holds the code "
                        "that was imported): run fusion-advisor again", **where)
-    stale = next((n for n in nodes if n.source.code
-                  and src.line_text(n.source.line).strip() != n.source.code), None)
+    stale = next((s for s in locs if s.code and src.line_text(s.line).strip() != s.code), None)
     if stale is not None:
-        raise PointerOnly(f"the file changed since it was traced (line {stale.source.line} no "
-                       f"longer reads `{stale.source.code}`)", **where)
+        raise PointerOnly(f"the file changed since it was traced (line {stale.line} no "
+                       f"longer reads `{stale.code}`)", **where)
     scopes = {line: src.scope_at(line) for line in lines}
     if None in scopes.values():
         line = next(k for k, v in scopes.items() if v is None)
@@ -135,7 +149,7 @@ def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
     hi = max(st.index for st in stmts.values())
     run = tuple(Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
                 for i, st in enumerate(body) if lo <= i <= hi)
-    span = Span(src, scope, run)
+    span = Span(src, scope, run, lifted.calls)
     where = dict(file=src.path, start=span.start, end=span.end)
     for i, line in ((lo - 1, span.start), (hi + 1, span.end)):
         if 0 <= i < len(body) and body[i].lineno <= line <= (body[i].end_lineno or 0):

@@ -143,12 +143,26 @@ class Unifier:
             if k == last and within is not None:
                 expr = within
             self.match(expr, self.fx_nodes[self.values[k]], k)
+        self.follow_aliases()
         for st, v in zip(self.stmts, self.values, strict=True):
             if v is None:
                 raise Mismatch(f"line {st.start} (`{self.src.segment(st.node)}`) computes "
                                "nothing the cluster uses")
         return Match(tuple(self.inputs.items()), frozenset(self.matched),
                      tuple(self.baked.items()), tuple(self.values), frozenset(self.inlined))
+
+    def follow_aliases(self) -> None:
+        """`residual = h` between the fused lines holds what `h` held there: the rewrite may
+        bind it to that result (or drop it, when nothing reads it later)."""
+        for k, st in enumerate(self.stmts):
+            node = st.node
+            if self.values[k] is not None or not (
+                    isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Name)):
+                continue
+            j = self.assigned_before(k, node.value.id)
+            if j is not None and self.values[j] is not None:
+                self.values[k] = self.values[j]
 
     # -- expressions -------------------------------------------------------------------
 

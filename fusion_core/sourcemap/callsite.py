@@ -1,0 +1,208 @@
+"""Clusters that run partly inside a call of the user's own module or helper function.
+
+Reads a cluster's nodes with their chains of user frames (``SourceLoc.caller``) and the
+files those frames lie in; writes, for a cluster whose nodes lie in several functions,
+the line each node stands at in the outermost one: an op inside `self.norm(h)` (a user
+RMSNorm's forward) stands at that call's line, as a library module's ops already do. A
+call is lifted only when the cluster holds every op it runs, so the edit that replaces
+its line computes all of it; otherwise ``PointerOnly`` names the call left half fused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch.fx as fx
+
+from ..analysis.types import Cluster
+from ..ir.graph import Node, OpKind, SourceLoc
+from ..pipeline import Analysis
+from .pysource import Scope, SourceFile
+
+
+class Unliftable(Exception):
+    """The cluster's calls cannot be lifted to one function: with `site` (file, line), a
+    call there is only partly fused and `reason` says so; without, the plain refusal stands."""
+
+    def __init__(self, reason: str, site: tuple[str, int] | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.site = reason, site
+
+
+@dataclass(frozen=True)
+class LiftedCall:
+    """One call, on a line of the span's function, whose every op the cluster computes."""
+
+    line: int  # the call's line in the caller
+    function: str  # the callee, `RMSNorm.forward`
+    name: str  # the callee's own name (`forward`, `rms_norm`)
+    result: str  # the node the call returns
+    nodes: frozenset[str]  # the cluster's nodes the call computes
+    # (node, value from outside): a same-dtype `.to` that torch.export made the name of its
+    # operand from then on (the tensor object is the argument itself), so later code
+    # outside the call reads the node while the source reads the argument.
+    passes: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Lifted:
+    locs: Mapping[str, SourceLoc]  # node name -> where it stands in the outermost function
+    calls: tuple[LiftedCall, ...] = ()
+
+
+def _pos(loc: SourceLoc) -> tuple[str, int]:
+    return (loc.file, loc.line)
+
+
+class _Frames:
+    """Scopes of frames, reading each file once (through the caller's cache)."""
+
+    def __init__(self, files: dict[str, SourceFile]) -> None:
+        self.files = files
+        self.scopes: dict[tuple[str, int], Scope | None] = {}
+
+    def scope(self, loc: SourceLoc) -> Scope | None:
+        key = _pos(loc)
+        if key not in self.scopes:
+            src = self.files.get(loc.file)
+            if src is None:
+                src = self.files.setdefault(loc.file, SourceFile.read(loc.file))
+            self.scopes[key] = src.scope_at(loc.line)
+        return self.scopes[key]
+
+    def function(self, loc: SourceLoc) -> tuple[str, str] | None:
+        scope = self.scope(loc)
+        return None if scope is None else (loc.file, scope.qualname)
+
+
+def site_line(loc: SourceLoc | None, src: SourceFile, scope: Scope) -> int | None:
+    """The line of `scope` (in `src`) a node stands at: its own, or that of the call in
+    `scope` it ran inside (innermost such frame); None when no frame lies there."""
+    end = scope.node.end_lineno or 0
+    for frame in reversed(loc.chain if loc is not None else ()):
+        if (frame.file == src.path and scope.start <= frame.line <= end
+                and src.scope_at(frame.line) is scope):
+            return frame.line
+    return None
+
+
+def _is_feeder(node: Node) -> bool:
+    """Nodes a call may run that no kernel computes: its parameters and Python values."""
+    return node.kind in (OpKind.CONSTANT, OpKind.INPUT) or node.op == "meta"
+
+
+def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted:
+    """Where each of `c`'s nodes stands once the calls it fuses whole are lifted to their
+    call sites. Raises ``Unliftable`` when no one function holds all the calls' lines,
+    with the call's `site` when a call's ops are only partly in `c`."""
+    nodes = [analysis.graph[n] for n in c.nodes]
+    frames = _Frames(files)
+    try:
+        chains = {n.name: n.source.chain for n in nodes}
+        if len({frames.function(ch[-1]) for ch in chains.values()}) <= 1:
+            return Lifted({n.name: n.source for n in nodes})
+        depth = _common_depth(list(chains.values()), frames)
+        if depth is None:
+            raise Unliftable("no common caller")
+        gm_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+        keys = {name: _call_key(ch, depth, frames, gm_nodes.get(name))
+                for name, ch in chains.items() if len(ch) > depth + 1}
+        members = _members(analysis, depth, set(keys.values()), frames, gm_nodes)
+    except (OSError, SyntaxError, UnicodeDecodeError) as e:  # a frame's file cannot be read
+        raise Unliftable(str(e)) from e
+    callee_names = {k: chains[name][depth + 1].function for name, k in keys.items()}
+    inside = set(c.nodes)
+    calls = []
+    for key in dict.fromkeys(keys.values()):
+        site, callee = key[0][-1], key[1]
+        left = [m for m in members[key] if m not in inside and not _is_feeder(analysis.graph[m])]
+        if left:
+            raise _partly_fused(analysis, site, callee, left)
+        ran = frozenset(m for m in members[key] if m in inside)
+        read = [m for m in c.nodes if m in ran and any(
+            u not in ran for u in analysis.graph.users[m])]
+        # A reader without a source line could be the call's own last op, unseen above.
+        if any(analysis.graph[u].source is None and analysis.graph[u].kind is not OpKind.OUTPUT
+               for m in read for u in analysis.graph.users[m] if u not in ran):
+            raise Unliftable("a value of the call is read by a node without a source line")
+        passes = tuple((m, v) for m in read if (v := _same_as_operand(analysis, m, ran)))
+        returned = [m for m in read if m not in dict(passes)]
+        if len(returned) != 1:
+            raise Unliftable(f"the call at line {site[1]} (`{callee[1] if callee else '?'}`) "
+                             f"hands the cluster {len(returned)} of its values; an "
+                             "edit of its line can bind only the one it returns", site)
+        calls.append(LiftedCall(site[1], callee[1], callee_names[key], returned[0], ran,
+                                passes))
+    locs = {}
+    for n in nodes:
+        ch = chains[n.name]
+        locs[n.name] = ch[depth] if len(ch) > depth + 1 else n.source
+    return Lifted(locs, tuple(calls))
+
+
+def _members(analysis: Analysis, depth: int, wanted: set[tuple], frames: _Frames,
+             gm_nodes: dict[str, fx.Node]) -> dict[tuple, list[str]]:
+    """Every graph node each wanted call ran, by the call's key."""
+    sites = {k[0] for k in wanted}
+    out: dict[tuple, list[str]] = {}
+    for n in analysis.graph.nodes:
+        chain = n.source.chain if n.source is not None else ()
+        if len(chain) <= depth + 1 or tuple(_pos(f) for f in chain[:depth + 1]) not in sites:
+            continue
+        key = _call_key(chain, depth, frames, gm_nodes.get(n.name))
+        if key in wanted:
+            out.setdefault(key, []).append(n.name)
+    return out
+
+
+def _same_as_operand(analysis: Analysis, name: str, ran: frozenset[str]) -> str | None:
+    """The value from outside the call that `name` is, when it is a conversion to the
+    dtype, shape and strides its operand already has (a no-op torch returns the operand
+    for)."""
+    node = analysis.graph[name]
+    if node.op != "to" or len(node.refs) != 1 or node.refs[0] in ran:
+        return None
+    operand = analysis.graph[node.refs[0]]
+    return operand.name if node.meta is not None and node.meta == operand.meta else None
+
+
+def _common_depth(chains: list[tuple[SourceLoc, ...]], frames: _Frames) -> int | None:
+    """The deepest frame depth at which every chain is in one function, reached through
+    the same call lines above it; None when even the outermost frames differ."""
+    found = None
+    for d in range(min(len(ch) for ch in chains)):
+        if len({frames.function(ch[d]) for ch in chains}) != 1:
+            break
+        found = d
+        if len({_pos(ch[d]) for ch in chains}) != 1:
+            break
+    return found
+
+
+def _call_key(chain: tuple[SourceLoc, ...], depth: int, frames: _Frames,
+              fx_node: fx.Node | None) -> tuple:
+    """Which call, made at `chain[depth]`, a node ran in: the call lines down to it, the
+    callee, and the module the caller ran as (the same line runs once per block). Coarser
+    than one call at worst (two calls from one line of one module), which only asks more
+    of the cluster."""
+    site = tuple(_pos(f) for f in chain[:depth + 1])
+    caller = frames.scope(chain[depth])
+    module = ""
+    if caller is not None and caller.class_name and fx_node is not None:
+        stack = fx_node.meta.get("nn_module_stack") or {}
+        for path, cls in stack.values():
+            if getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == caller.class_name:
+                module = path
+                break
+    return (site, frames.function(chain[depth + 1]), module)
+
+
+def _partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, str] | None,
+                 left: list[str]) -> Unliftable:
+    node = analysis.graph[left[0]]
+    where = f" (line {node.source.line})" if node.source else ""
+    name = callee[1] if callee else "the call"
+    return Unliftable(f"only part of the call at line {site[1]} (`{name}`) is in the cluster: "
+                      f"`{node.label}`{where} runs in another kernel or unfused, and an edit "
+                      "of the call's line would drop it", site)

@@ -1,0 +1,90 @@
+"""Match a call of the user's own module or helper that the cluster runs whole.
+
+``callsite.py`` lifts such a call's ops to its line (`h = self.norm(h)` for a user
+RMSNorm); here the call expression stands for all of them at once, as `self.ln(x)` stands
+for the one `F.layer_norm` a library LayerNorm makes: the callee is checked by name, its
+module's parameters become inputs by their attribute (`self.norm.weight`), and the one
+tensor the ops read from outside the call must be the one argument the source passes.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .callsite import LiftedCall
+from .unify import Mismatch, Unifier, _attr_chain, is_literal, module_path
+
+
+class CallUnifier(Unifier):
+    """A ``Unifier`` that knows the span's lifted calls (by the node each returns)."""
+
+    def __init__(self, *args: Any, calls: tuple[LiftedCall, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls = {c.result: c for c in calls}
+        self.inner = {n: c for c in calls for n in c.nodes if n != c.result}
+
+    def match(self, expr: ast.expr, node: fx.Node, k: int) -> None:
+        call = self.calls.get(node.name)
+        if isinstance(expr, ast.Name) or (call is None and node.name not in self.inner):
+            super().match(expr, node, k)
+            return
+        if call is None:  # a value the callee computes on the way, not what it returns
+            raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} reads "
+                           f"`{node.name}`, which `{self.inner[node.name].function}` computes "
+                           "on the way and does not return")
+        self.seen.add(node.name)
+        self.match_call_site(expr, node, k, call)
+
+    def match_call_site(self, expr: ast.expr, node: fx.Node, k: int, call: LiftedCall) -> None:
+        text = self.src.segment(expr)
+        if not (isinstance(expr, ast.Call) and self.calls_callee(expr, node, call)):
+            raise Mismatch(f"`{text}` at line {expr.lineno} is not the call of "
+                           f"`{call.function}` that computes the graph's `{node.name}`")
+        if any(isinstance(a, ast.Starred) for a in expr.args) or any(
+                kw.arg is None for kw in expr.keywords):
+            raise Mismatch(f"`{text}` at line {expr.lineno} passes *args or **kwargs")
+        outside = self.read_from_outside(call)
+        attrs = {n.name: t for n in outside if (t := self.attr_text(n)) is not None}
+        tensors = [n for n in outside if n.name not in attrs
+                   and isinstance(n.meta.get("val"), torch.Tensor)]
+        # Literal arguments are built into the kernel; an attribute the callee reads is bound
+        # by its own text, wherever it is passed from.
+        rest = [a for a in (*expr.args, *(kw.value for kw in expr.keywords))
+                if not is_literal(a) and self.src.segment(a) not in attrs.values()]
+        if len(rest) != len(tensors) or len(tensors) > 1:
+            raise Mismatch(f"`{text}` at line {expr.lineno} passes {len(rest)} value(s) and "
+                           f"its ops read {len(tensors)} tensor(s) from outside the call; "
+                           "only one argument lines up with its tensor for sure")
+        for n in outside:
+            self.seen.add(n.name)
+            if n.name in attrs:
+                self.bind(n, attrs[n.name])
+        if tensors:
+            self.match_value(rest[0], tensors[0], k)
+        self.matched |= call.nodes
+        self.seen |= call.nodes
+
+    def calls_callee(self, expr: ast.Call, node: fx.Node, call: LiftedCall) -> bool:
+        """`self.norm(...)` names the module the call's ops ran in; `rms_norm(...)` or
+        `self._norm(...)` the function itself."""
+        chain = _attr_chain(expr.func)
+        if chain and chain[0] == self.self_name and len(chain) > 1:
+            want = ".".join(p for p in (self.self_path, *chain[1:]) if p)
+            where = module_path(node)
+            if where is not None and (where == want or where.startswith(want + ".")):
+                return True
+        return call.name != "forward" and bool(chain) and chain[-1] == call.name
+
+    def read_from_outside(self, call: LiftedCall) -> list[fx.Node]:
+        """What the call's ops read that the call does not compute, in graph order."""
+        seen: dict[str, fx.Node] = {}
+        for n in self.fx_nodes.values():  # graph order
+            if n.name in call.nodes:
+                for i in n.all_input_nodes:
+                    if i.name not in call.nodes:
+                        seen.setdefault(i.name, i)
+        return list(seen.values())

@@ -1,0 +1,139 @@
+"""Source maps and `--apply` for clusters whose ops run partly in a call of the user's own module or
+helper: the edit replaces the call's line in the caller, as for a library module (`self.ln(x)`).
+
+Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from model_sources import DECODER_NORM, USER_NORM
+from rich.console import Console
+from test_apply import assert_same_outputs, backup_as_py
+
+from fusion_core.codegen import generate
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import EXACT, POINTER, map_clusters
+from fusion_core.sourcemap.apply import apply, plan_apply
+
+CAPTURES = ["auto", "export"]  # FX tracing, and torch.export
+
+
+def plan(path: Path, capture: str):
+    analysis = analyze_file(path, [InputSpec((4, 8))], capture=capture)
+    mappings = map_clusters(analysis)
+    kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
+    verdicts = {c.index: (True, "verified") for c in analysis.clusters}
+    return analysis, mappings, plan_apply(analysis, mappings, path, kernels, verdicts)
+
+
+def line_of(path: Path, code: str) -> int:
+    (hit,) = [i for i, t in enumerate(path.read_text().splitlines(), 1) if t.strip() == code]
+    return hit
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_residual_add_and_a_user_norm_module_are_one_edit_in_the_caller(tmp_path, capture):
+    path = tmp_path / "user_norm.py"
+    path.write_text(USER_NORM)
+    analysis, (m,), p = plan(path, capture)
+    (c,) = analysis.clusters
+    assert {"add", "pow", "mean", "rsqrt", "mul"} <= set(c.ops)  # the add and the norm's ops
+    assert m.quality == EXACT, m.reason
+    assert (m.start, m.end) == (line_of(path, "h = x + self.attn_like(x)"),
+                                line_of(path, "h = self.norm(h)"))
+    assert m.function == "Block.forward"
+    assert m.replacement.strip() == "h = cluster0(x, self.attn_like(x), self.norm.weight)"
+    assert p.clusters == (0,)
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert result.clusters == (0,)
+    text = path.read_text()
+    assert "h = cluster0(x, self.attn_like(x), self.norm.weight)" in text
+    assert "h = self.norm(h)" not in text
+    # The norm's own forward is left as written: other code may still call it.
+    assert "return x * torch.rsqrt(" in text
+    assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
+    assert analyze_file(path, [InputSpec((4, 8))], capture=capture).clusters == ()
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_decoder_layers_residual_and_post_attention_norm_are_one_edit(tmp_path, capture):
+    path = tmp_path / "decoder.py"
+    path.write_text(DECODER_NORM)
+    analysis, mappings, p = plan(path, capture)
+    (m,) = [m for m in mappings if m.exact]
+    assert (m.start, m.end) == (line_of(path, "hidden_states = residual + hidden_states"),
+                                line_of(path, "hidden_states = self.post_attention_layernorm("
+                                              "hidden_states)"))
+    # `residual = hidden_states` inside the range becomes the kernel's first result.
+    assert m.replacement.strip() == ("residual, hidden_states = cluster0(residual, "
+                                     "hidden_states, self.post_attention_layernorm.weight)")
+    assert m.cluster_index in p.clusters
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert_same_outputs(backup_as_py(result.backup), path, "Layer", torch.randn(3, 8))
+
+
+def test_a_norm_call_only_partly_in_the_cluster_stays_a_pointer(tmp_path):
+    # The norm's module also runs a layer and an activation after the norm: the residual
+    # add and the norm's ops form one cluster, the activation another; neither holds the
+    # whole call, so neither may replace its line.
+    path = tmp_path / "partial.py"
+    path.write_text(USER_NORM.replace(
+        "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight",
+        "        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight\n"
+        "        return torch.relu(self.proj(y)) * 2.0").replace(
+        "        self.eps = eps", "        self.eps = eps\n        self.proj = nn.Linear(d, d)"))
+    analysis, mappings, p = plan(path, "auto")
+    call = line_of(path, "h = self.norm(h)")
+    norm = next(m for m, c in zip(mappings, analysis.clusters, strict=True) if "add" in c.ops)
+    assert norm.quality == POINTER
+    assert norm.reason.startswith(f"only part of the call at line {call} (`RMSNorm.forward`) "
+                                  "is in the cluster: `self.norm.proj`"), norm.reason
+    assert (norm.start, norm.end) == (call, call)
+    assert norm.cluster_index not in p.clusters
+    skip = next(s for s in p.skipped if s.cluster == norm.cluster_index)
+    assert skip.pointer and "only part of the call" in skip.reason
+    # The activation's cluster lies in the norm's forward alone: edited there, as before.
+    act = next(m for m, c in zip(mappings, analysis.clusters, strict=True) if "relu" in c.ops)
+    assert act.quality == EXACT and act.function == "RMSNorm.forward", act.reason
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_a_helper_function_and_a_method_called_whole_map_at_their_lines(tmp_path, capture):
+    path = tmp_path / "helpers.py"
+    path.write_text(textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+
+
+        def rms_norm(x, weight, eps: float = 1e-6):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(8, 8)
+                self.weight = nn.Parameter(torch.rand(8))
+
+            def forward(self, x):
+                h = x + self.proj(x)
+                h = rms_norm(h, self.weight, eps=1e-5)
+                g = self._scale(h, 3.0)
+                return self.proj(g)
+
+            def _scale(self, t, s):
+                return torch.tanh(t) * s
+        """))
+    analysis = analyze_file(path, [InputSpec((4, 8))], capture=capture)
+    (m,) = map_clusters(analysis)
+    assert m.quality == EXACT, m.reason
+    assert (m.start, m.end) == (line_of(path, "h = x + self.proj(x)"),
+                                line_of(path, "g = self._scale(h, 3.0)"))
+    # The weight passed to the helper is bound by the caller's own expression for it.
+    assert m.replacement.strip() == "g = cluster0(x, self.proj(x), self.weight)"
