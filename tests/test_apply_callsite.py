@@ -137,3 +137,71 @@ def test_a_helper_function_and_a_method_called_whole_map_at_their_lines(tmp_path
                                 line_of(path, "g = self._scale(h, 3.0)"))
     # The weight passed to the helper is bound by the caller's own expression for it.
     assert m.replacement.strip() == "g = cluster0(x, self.proj(x), self.weight)"
+
+
+TUPLE_HELPER = '''\
+import torch
+import torch.nn as nn
+
+
+def act_keep(x):
+    return torch.tanh(x) * 2.0, x
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.p(x) * 3.0
+        a, b = act_keep(h)
+        return self.p(a) + self.p(b)
+'''
+
+MODULE_TENSOR_HELPER = '''\
+import torch
+import torch.nn as nn
+
+SCALE = torch.rand(8) + 0.5
+
+
+def scale(x):
+    return torch.tanh(x) * SCALE
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = x * 2.0
+        g = scale(h)
+        return self.p(g)
+'''
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_helper_returning_a_tuple_is_not_lifted(tmp_path, capture):
+    """`a, b = act_keep(h)`, where the second value is the argument itself: the kernel's one
+    result cannot be bound to both names, so the call stays a pointer that says why."""
+    path = tmp_path / "tuple_helper.py"
+    path.write_text(TUPLE_HELPER)
+    _, (m,), p = plan(path, capture)
+    assert m.quality == POINTER
+    assert "returns several values" in m.reason and "act_keep" in m.reason, m.reason
+    assert p.clusters == ()
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_helper_reading_a_module_level_tensor_is_not_bound_as_an_attribute(tmp_path, capture):
+    """The tracer stores `SCALE` on its graph module (`_tensor_constant0`, `lifted_tensor_0`),
+    which no `self.` text of the user's module reaches: no edit passes it as one."""
+    path = tmp_path / "module_tensor.py"
+    path.write_text(MODULE_TENSOR_HELPER)
+    _, (m,), p = plan(path, capture)
+    assert m.quality == POINTER, m.replacement
+    assert "_tensor_constant" not in (m.replacement or "") and "lifted_tensor" not in (
+        m.replacement or "")
+    assert p.clusters == ()

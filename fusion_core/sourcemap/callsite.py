@@ -10,6 +10,7 @@ its line computes all of it; otherwise ``PointerOnly`` names the call left half 
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -87,6 +88,24 @@ def site_line(loc: SourceLoc | None, src: SourceFile, scope: Scope) -> int | Non
     return None
 
 
+def _returns_one_value(scope: Scope | None) -> bool:
+    """Whether every `return` of the callee's own body returns one expression that is not a
+    tuple, and it does not yield (nested functions and lambdas aside)."""
+    if scope is None:
+        return False
+    todo: list[ast.AST] = list(scope.node.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(n, (ast.Yield, ast.YieldFrom)):
+            return False
+        if isinstance(n, ast.Return) and (n.value is None or isinstance(n.value, ast.Tuple)):
+            return False
+        todo.extend(ast.iter_child_nodes(n))
+    return True
+
+
 def _is_feeder(node: Node) -> bool:
     """Nodes a call may run that no kernel computes: its parameters and Python values."""
     return node.kind in (OpKind.CONSTANT, OpKind.INPUT) or node.op == "meta"
@@ -112,10 +131,16 @@ def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted
     except (OSError, SyntaxError, UnicodeDecodeError) as e:  # a frame's file cannot be read
         raise Unliftable(str(e)) from e
     callee_names = {k: chains[name][depth + 1].function for name, k in keys.items()}
+    callee_scopes = {k: frames.scope(chains[name][depth + 1]) for name, k in keys.items()}
     inside = set(c.nodes)
     calls = []
     for key in dict.fromkeys(keys.values()):
         site, callee = key[0][-1], key[1]
+        if not _returns_one_value(callee_scopes[key]):
+            # `a, b = f(h)`: an edit binding the kernel's one result to those names is wrong.
+            raise Unliftable(f"the call at line {site[1]} (`{callee[1] if callee else '?'}`) "
+                             "returns several values (a tuple) or yields; an edit of its "
+                             "line binds one", site)
         left = [m for m in members[key] if m not in inside and not _is_feeder(analysis.graph[m])]
         if left:
             raise _partly_fused(analysis, site, callee, left)

@@ -190,7 +190,8 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
     try:
         unifier = CallUnifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
                               _self_name(span.scope), path if path is not None else "\0",
-                              local_names(span.scope.node), calls=span.calls)
+                              local_names(span.scope.node), calls=span.calls,
+                              model=analysis.module)
         match = unifier.run(c.outputs[-1], within)
     except Mismatch as e:
         raise PointerOnly(str(e)) from e

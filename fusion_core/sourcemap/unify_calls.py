@@ -22,8 +22,10 @@ from .unify import Mismatch, Unifier, _attr_chain, is_literal, module_path
 class CallUnifier(Unifier):
     """A ``Unifier`` that knows the span's lifted calls (by the node each returns)."""
 
-    def __init__(self, *args: Any, calls: tuple[LiftedCall, ...] = (), **kwargs: Any) -> None:
+    def __init__(self, *args: Any, calls: tuple[LiftedCall, ...] = (),
+                 model: torch.nn.Module | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.model = model  # the user's module, whose attributes `self.` text can reach
         self.calls = {c.result: c for c in calls}
         self.inner = {n: c for c in calls for n in c.nodes if n != c.result}
 
@@ -48,7 +50,8 @@ class CallUnifier(Unifier):
                 kw.arg is None for kw in expr.keywords):
             raise Mismatch(f"`{text}` at line {expr.lineno} passes *args or **kwargs")
         outside = self.read_from_outside(call)
-        attrs = {n.name: t for n in outside if (t := self.attr_text(n)) is not None}
+        attrs = {n.name: t for n in outside
+                 if self.is_model_attr(n) and (t := self.attr_text(n)) is not None}
         tensors = [n for n in outside if n.name not in attrs
                    and isinstance(n.meta.get("val"), torch.Tensor)]
         # Literal arguments are built into the kernel; an attribute the callee reads is bound
@@ -67,6 +70,22 @@ class CallUnifier(Unifier):
             self.match_value(rest[0], tensors[0], k)
         self.matched |= call.nodes
         self.seen |= call.nodes
+
+    def is_model_attr(self, n: fx.Node) -> bool:
+        """A parameter or buffer the user's module holds: not a tensor the tracer stored on
+        its graph module (`_tensor_constant0`, `lifted_tensor_0`: a module-level tensor a
+        helper reads), which no `self.` text reaches."""
+        base = n if n.op == "get_attr" else next(
+            (a for a in n.all_input_nodes if a.op == "get_attr"), None)
+        if base is None or self.model is None:
+            return False
+        try:
+            obj: Any = self.model
+            for part in str(base.target).split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            return False
+        return isinstance(obj, torch.Tensor)
 
     def calls_callee(self, expr: ast.Call, node: fx.Node, call: LiftedCall) -> bool:
         """`self.norm(...)` names the module the call's ops ran in; `rms_norm(...)` or
