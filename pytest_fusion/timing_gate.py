@@ -4,7 +4,8 @@ Reads two ``Snapshot``s (baseline, current), the paired clusters, the tolerances
 current hardware key; returns a ``TimingOutcome``: findings (a kernel or the model slower
 or faster), the report's timings note and how many timings were judged. By default a
 kernel is judged by its time relative to the eager ops it replaces, sample by sample
-(kernel_i / eager_i, taken back to back in one process): a loaded GPU or another machine
+(kernel_i / eager_i; device-time samples are taken in turn, host-time ones one set after
+the other): a loaded GPU or another machine
 of the same model shifts both, while a slower kernel still shows. Without eager samples
 on either side (an old baseline, a hook that times only the kernel), or with
 ``fusion_timing_reference = absolute``, the absolute medians are judged. The model is
