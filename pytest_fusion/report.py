@@ -160,9 +160,14 @@ class FusionReport:
     def unjudged_line(self, required: bool = False) -> str:
         """`no timing judged on NVIDIA H200: 5 tests have no baseline for this GPU (…), 2
         have only launch-bound kernels`, when the run's fusion tests judged no timing (""
-        when one did, or when nothing was timed on a GPU and timings are not `required`)."""
-        records = self.records
-        if not records or any(r.timings_judged for r in records):
+        when one did, or when nothing was timed on a GPU and timings are not `required`).
+        A test whose baseline this run wrote had nothing to be judged against: it is left out
+        (a run that records every test's timings has nothing to say)."""
+        if any(r.timings_judged for r in self.records):
+            return ""
+        written = {w.test for w in self.written}
+        records = [r for r in self.records if r.nodeid not in written]
+        if not records:
             return ""
         keys = Counter(r.hw_key for r in records if r.hw_key)
         if not keys and not required:

@@ -99,6 +99,18 @@ def test_unjudged_line_reads_the_typed_records():
     assert report().unjudged_line() == ""  # test_a judged its timings
 
 
+def test_unjudged_line_leaves_out_tests_whose_baseline_this_run_wrote():
+    """A `--fusion-update-baselines=new` run records this GPU's timings: it must not tell
+    the user to record them."""
+    new = TestRecord("t.py::a", "pass", hw_key="NVIDIA H200 sm_90", timing_gap="no-baseline")
+    old = TestRecord("t.py::b", "pass", hw_key="NVIDIA H200 sm_90", timing_gap="launch-bound")
+    wrote = (BaselineWrite("/r/a.yaml", "a.yaml", "t.py::a", "measured"),)
+    assert FusionReport((new,), written=wrote).unjudged_line(required=True) == ""
+    assert FusionReport((new, old), written=wrote).unjudged_line() == (
+        "no timing judged on NVIDIA H200: 1 test has only launch-bound kernels")
+    assert "no baseline for this GPU" in FusionReport((new,)).unjudged_line()
+
+
 def test_records_and_writes_cross_to_the_controller_as_plain_data():
     rec = records()[1]
     data = json.loads(json.dumps(rec.to_data()))
