@@ -280,9 +280,20 @@ def main() -> int:
     results, jobs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         # Inductor's captures first: after our launcher ran, a capture fails to find libcuda
+        # A forced-loop case is the same module as its default one: Inductor's second compile
+        # of the same kernel source would load it from its code cache, which needs a driver.
         cases = [by_label[(row["case"], row["dtype"])] for row in rows]
-        sources = [(inductor_sources(case, case.dtype), Path(tmp) / f"r{i}" / "ind")
-                   for i, case in enumerate(cases)]
+        captured: dict[tuple, list] = {}
+        for case in cases:
+            key = (case.label.removesuffix(" looped"), case.dtype)
+            if key not in captured:
+                try:
+                    captured[key] = inductor_sources(case, case.dtype)
+                except Exception as e:  # noqa: BLE001 - the row says so
+                    print(f"{case.label}: no Inductor kernels: {e}"[:300], file=sys.stderr)
+                    captured[key] = []
+        sources = [(captured[(c.label.removesuffix(" looped"), c.dtype)],
+                    Path(tmp) / f"r{i}" / "ind") for i, c in enumerate(cases)]
         for i, (row, case) in enumerate(zip(rows, cases, strict=True)):
             (Path(tmp) / f"r{i}" / "ind").mkdir(parents=True)
             jobs.append(our_jobs(case, case.dtype, tuple(row["user_config"][0]),

@@ -36,17 +36,17 @@ class Occupancy:
 
 def occupancy(regs: int, warps: int, smem: int) -> Occupancy:
     """Resident blocks and warps an sm_90 SM holds of a kernel with `regs` registers a thread,
-    `warps` warps a block and `smem` bytes of shared memory a block (ties name the first of
-    registers, warps, shared memory, blocks)."""
+    `warps` warps a block and `smem` bytes of shared memory a block. `limit` names what bounds
+    it, the hardware's warp or block limit where the kernel's resources allow as many."""
     if regs < 1 or warps < 1 or smem < 0:
         raise ValueError(f"bad kernel resources: {regs} registers, {warps} warps, {smem} B")
     regs_per_warp = math.ceil(regs * 32 / REG_UNIT) * REG_UNIT
-    by = {
-        "registers": (SM90_REGS // regs_per_warp) // warps,
+    by = {  # the hardware's own limits first: a tie names them, not the kernel's resources
         "warps": SM90_MAX_WARPS // warps,
+        "blocks": SM90_MAX_BLOCKS,
+        "registers": (SM90_REGS // regs_per_warp) // warps,
         "shared memory": SM90_SMEM // (math.ceil(smem / SMEM_UNIT) * SMEM_UNIT
                                        + SM90_SMEM_RESERVED),
-        "blocks": SM90_MAX_BLOCKS,
     }
     limit = min(by, key=lambda k: by[k])  # dicts keep order: ties name the first
     return Occupancy(by[limit], by[limit] * warps, limit)
