@@ -183,6 +183,19 @@ def inductor_jobs(sources: list[tuple[str, str]], work: Path) -> list[dict]:
     return jobs
 
 
+def _inductor_jobs_apart(case, work: Path) -> list[dict]:
+    """`inductor_jobs` of the case in a process of its own ([] if Inductor fails)."""
+    work.mkdir(parents=True)
+    dtype = str(case.dtype).removeprefix("torch.")
+    proc = subprocess.run([sys.executable, __file__, "--inductor-jobs", case.label, dtype,
+                           str(work)], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode:
+        print(f"{case.label} {dtype}: no Inductor kernels: {proc.stderr.strip()[-300:]}",
+              file=sys.stderr)
+        return []
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def _inductor_configs(source: str, name: str) -> tuple[list[dict], dict]:
     """The configurations Inductor's decorator would autotune over, and the kernel's
     signature, divisibility attributes and grid type: the decorator is run with
@@ -273,32 +286,33 @@ def main() -> int:
     parser.add_argument("--triton-path", default=None)
     parser.add_argument("--rows", default="", help="only rows whose label contains this")
     parser.add_argument("--json", default=None, help="also write the numbers here")
+    parser.add_argument("--inductor-jobs", nargs=3, metavar=("LABEL", "DTYPE", "DIR"),
+                        help="(internal) print one case's Inductor compile jobs as JSON")
     args = parser.parse_args()
+    if args.inductor_jobs:
+        label, dtype, work = args.inductor_jobs
+        case = next(c for c in CASES if c.label == label and str(c.dtype) == f"torch.{dtype}")
+        print(json.dumps(inductor_jobs(inductor_sources(case, case.dtype), Path(work))))
+        return 0
     rows = [r for r in json.loads(Path(args.panel).read_text())["rows"]
             if r.get("pct_copy", 1) < THRESHOLD and args.rows in r["case"]]
     by_label = {(c.label, str(c.dtype).removeprefix("torch.")): c for c in CASES}
     results, jobs = [], []
+    print("compiling; Inductor's kernels first, one process a case", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
-        # Inductor's captures first: after our launcher ran, a capture fails to find libcuda
-        # A forced-loop case is the same module as its default one: Inductor's second compile
-        # of the same kernel source would load it from its code cache, which needs a driver.
+        # A forced-loop case is the same module as its default one: captured once. Each
+        # capture runs in its own process (after some, later captures in a process fail to
+        # find libcuda: Inductor's code cache then loads kernels, which needs a driver).
         cases = [by_label[(row["case"], row["dtype"])] for row in rows]
         captured: dict[tuple, list] = {}
-        for case in cases:
+        for i, case in enumerate(cases):
             key = (case.label.removesuffix(" looped"), case.dtype)
             if key not in captured:
-                try:
-                    captured[key] = inductor_sources(case, case.dtype)
-                except Exception as e:  # noqa: BLE001 - the row says so
-                    print(f"{case.label}: no Inductor kernels: {e}"[:300], file=sys.stderr)
-                    captured[key] = []
-        sources = [(captured[(c.label.removesuffix(" looped"), c.dtype)],
-                    Path(tmp) / f"r{i}" / "ind") for i, c in enumerate(cases)]
+                captured[key] = _inductor_jobs_apart(case, Path(tmp) / f"i{i}")
         for i, (row, case) in enumerate(zip(rows, cases, strict=True)):
-            (Path(tmp) / f"r{i}" / "ind").mkdir(parents=True)
             jobs.append(our_jobs(case, case.dtype, tuple(row["user_config"][0]),
-                                 Path(tmp) / f"r{i}" / "ours"))
-        jobs = [ours + inductor_jobs(*src) for ours, src in zip(jobs, sources, strict=True)]
+                                 Path(tmp) / f"r{i}")
+                        + captured[(case.label.removesuffix(" looped"), case.dtype)])
         outs = iter(compile_jobs([j for row_jobs in jobs for j in row_jobs], args.triton_path))
         print(HEADER, flush=True)
         for row, row_jobs in zip(rows, jobs, strict=True):
