@@ -39,7 +39,7 @@ from fusion_core.codegen.reference import capture_values, cluster_inputs  # noqa
 from fusion_core.inductor.fake_cuda import fake_cuda_capture  # noqa: E402
 from fusion_core.pipeline import analyze  # noqa: E402
 from panel_cases import CASES, Fn1, Fn2  # noqa: E402
-from sm90_static import global_accesses, load_sites, occupancy, waves, widths_text  # noqa: E402
+from sm90_static import H200_SMS, global_accesses, load_sites, occupancy, waves, widths_text  # noqa: E402
 
 PANEL = ROOT / "benchmarks" / "measured" / "shapes_panel_h200_2026-12-04_evening.json"
 THRESHOLD = 0.85
@@ -323,7 +323,19 @@ def main() -> int:
                 who = "inductor" if job["inductor"] else "ours"
                 entry[who].append(s)
                 print(row_line(row["case"], row["dtype"], row["pct_copy"], who, s), flush=True)
+            # What the resident programs read before the earliest starts a second pass over
+            # its rows (if all advance together): against L2 (60 MiB) it says whether a second
+            # pass can come from L2. An estimate from the numbers above, not a measurement.
+            first = entry["ours"][0]
+            if first.get("blocks_sm"):
+                case = by_label[(row["case"], row["dtype"])]
+                resident = min(first["programs"], first["blocks_sm"] * H200_SMS)
+                entry["resident_mib"] = round(resident * row["user_config"][0][1] *
+                                              case.shapes[0][-1] * case.dtype.itemsize / 2**20, 1)
             results.append(entry)
+        print("\nours: programs resident at once x their rows' bytes (MiB)")
+        for entry in results:
+            print(f"- {entry['case']} {entry['dtype']}: {entry.get('resident_mib', '?')}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
