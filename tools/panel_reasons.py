@@ -1,7 +1,7 @@
 """Static reasons for the shapes panel's rows under 85% of a same-size copy: our kernel at its
 measured configuration beside Inductor's kernels for the same case, compiled for sm_90 on CPU.
 
-Run from the repository root (no GPU needed; about ten minutes on two cores):
+Run from the repository root (no GPU needed; about five minutes on two cores):
 
     python tools/panel_reasons.py [PANEL_JSON] [--triton-path DIR] [--rows SUBSTRING]
 
