@@ -159,8 +159,8 @@ def inductor_sources(case, dtype) -> list[tuple[str, str]]:
 
 def inductor_jobs(sources: list[tuple[str, str]], work: Path) -> list[dict]:
     """One compile job per kernel and configuration Inductor's heuristics offer (they are
-    timed on the device, one kept). Runs the kernels' decorators: call it after every
-    `fake_cuda_capture` of the process (a later capture then fails to find libcuda)."""
+    timed on the device, one kept). Runs the kernels' decorators in this process (main
+    calls it in a process of its own for each case)."""
     jobs = []
     for name, source in sources:
         path = work / f"{name}.py"
