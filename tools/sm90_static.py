@@ -1,0 +1,131 @@
+"""What a compiled Triton kernel's text says about its run on an sm_90 GPU, without one: the
+theoretical occupancy (CUDA's occupancy arithmetic for compute capability 9.0), waves of
+programs over the SMs, the widths of its global loads and stores (PTX), and how many load
+sites of the kernel read each pointer argument (TTGIR). Pure functions of numbers and text;
+tools/panel_reasons.py feeds them the compiler's output.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+# Compute capability 9.0 (H100/H200): the limits the occupancy calculator uses.
+SM90_REGS = 65536  # 32-bit registers an SM
+SM90_MAX_WARPS = 64  # resident warps an SM
+SM90_MAX_BLOCKS = 32  # resident blocks an SM
+SM90_SMEM = 228 * 1024  # shared memory an SM (the largest carveout)
+SM90_SMEM_RESERVED = 1024  # the runtime's shared memory a block, sm_80 on
+REG_UNIT = 256  # registers are allocated a warp at a time, in units of 256
+SMEM_UNIT = 128
+H200_SMS = 132
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    blocks: int  # resident blocks an SM
+    warps: int  # resident warps an SM (of SM90_MAX_WARPS)
+    limit: str  # what bounds `blocks`: "registers", "warps", "shared memory" or "blocks"
+
+    @property
+    def fraction(self) -> float:
+        return self.warps / SM90_MAX_WARPS
+
+
+def occupancy(regs: int, warps: int, smem: int) -> Occupancy:
+    """Resident blocks and warps an sm_90 SM holds of a kernel with `regs` registers a thread,
+    `warps` warps a block and `smem` bytes of shared memory a block. `limit` names what bounds
+    it, the hardware's warp or block limit where the kernel's resources allow as many."""
+    if regs < 1 or warps < 1 or smem < 0:
+        raise ValueError(f"bad kernel resources: {regs} registers, {warps} warps, {smem} B")
+    regs_per_warp = math.ceil(regs * 32 / REG_UNIT) * REG_UNIT
+    by = {  # the hardware's own limits first: a tie names them, not the kernel's resources
+        "warps": SM90_MAX_WARPS // warps,
+        "blocks": SM90_MAX_BLOCKS,
+        "registers": (SM90_REGS // regs_per_warp) // warps,
+        "shared memory": SM90_SMEM // (math.ceil(smem / SMEM_UNIT) * SMEM_UNIT
+                                       + SM90_SMEM_RESERVED),
+    }
+    limit = min(by, key=lambda k: by[k])  # dicts keep order: ties name the first
+    return Occupancy(by[limit], by[limit] * warps, limit)
+
+
+def waves(programs: int, blocks_per_sm: int, sms: int = H200_SMS) -> float:
+    """Programs over the blocks all SMs hold at once (1.0: one full wave)."""
+    return programs / (blocks_per_sm * sms) if blocks_per_sm else math.inf
+
+
+_ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)+)")
+
+
+def global_accesses(ptx: str) -> dict[str, Counter]:
+    """Static counts of PTX global loads and stores by bytes an instruction moves a thread
+    ("ld": {16: 3, 2: 1} is three 16-byte and one 2-byte load instruction in the text; a
+    load inside a loop counts once)."""
+    out: dict[str, Counter] = {"ld": Counter(), "st": Counter()}
+    for kind, suffixes in _ACCESS.findall(ptx):
+        parts = suffixes.strip(".").split(".")
+        vec = next((int(p[1:]) for p in parts if re.fullmatch(r"v\d+", p)), 1)
+        bits = next((int(p[1:]) for p in reversed(parts) if re.fullmatch(r"[bsuf]\d+", p)), 0)
+        out[kind][vec * bits // 8] += 1
+    return out
+
+
+def widths_text(counts: Counter) -> str:
+    """`4x16B 1x2B` (widest first) or `-`."""
+    return " ".join(f"{n}x{w}B" for w, n in sorted(counts.items(), reverse=True)) or "-"
+
+
+_FUNC = re.compile(r"tt\.func\s+(?:public\s+)?@\w+\((.*?)\)\s*(?:attributes|\{)", re.S)
+_DEF = re.compile(r"^\s*(%[\w#]+)(?::\d+)?\s*=\s*([\w.]+)\s*(.*)$")
+_FOLLOW = ("tt.addptr", "tt.splat", "tt.broadcast", "tt.expand_dims", "ttg.convert_layout",
+           "tt.reshape", "arith.select")
+_ITER = re.compile(r"(%[\w#]+)\s*=\s*(%[\w#]+)")
+
+
+def load_sites(ttgir: str) -> dict[int, list[int]]:
+    """For each pointer argument (by position) the loop depth of every `tt.load` reading it
+    (0: straight-line code). Follows each load's pointer back through address arithmetic,
+    layout conversions and loop-carried values to a function argument; loads it cannot
+    follow are left out."""
+    func = _FUNC.search(ttgir)
+    if func is None:
+        return {}
+    params = re.findall(r"(%[\w#]+)\s*:", func.group(1))  # named (3.9) or %argN (3.6)
+    defs: dict[str, list[str]] = {}
+    loads: list[tuple[str, int]] = []
+    opened: list[bool] = []  # the regions open at this line: True for a loop's
+    for line in ttgir[func.end():].splitlines():
+        text = line.strip()
+        if text.startswith("}") and opened:
+            opened.pop()
+        if "scf.for" in text:
+            carried_part = text.split("iter_args(", 1)[1] if "iter_args(" in text else ""
+            for carried, init in _ITER.findall(carried_part):
+                defs[carried] = [init]
+        m = _DEF.match(line)
+        if m:
+            name, op, rest = m.groups()
+            operands = re.findall(r"%[\w#]+", rest.split(" : ")[0])
+            if op == "tt.load" and operands:
+                loads.append((operands[0], sum(opened)))
+            elif op in _FOLLOW:
+                defs[name] = operands[1:2] if op == "arith.select" else operands[:1]
+        if text.endswith("{"):
+            opened.append("scf.for" in text or "scf.while" in text)
+
+    def root(name: str, seen: int = 0) -> int | None:
+        if name in params:
+            return params.index(name)
+        if name not in defs or seen > 64:
+            return None
+        return root(defs[name][0], seen + 1) if defs[name] else None
+
+    out: dict[int, list[int]] = {}
+    for ptr, d in loads:
+        arg = root(ptr)
+        if arg is not None:
+            out.setdefault(arg, []).append(d)
+    return out
