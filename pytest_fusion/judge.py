@@ -52,9 +52,10 @@ def _first_record(current: Snapshot, checks: tuple[str, ...], hw_key: str | None
     """The record before any baseline is read: what the run itself found."""
     from .compare import NO_CUDA
 
-    speedup = wall = host_factor = None
+    speedup = wall = host_factor = launches = None
     if hw_key in current.measured:
         m = current.measured[hw_key]
+        launches = m.model_launches
         speedup = median_speedup(m.model_eager_us, m.model_us)
         if m.clock == "device":
             wall = median_speedup(m.model_eager_host_us, m.model_host_us)
@@ -68,7 +69,8 @@ def _first_record(current: Snapshot, checks: tuple[str, ...], hw_key: str | None
     return TestRecord(current.test, "pass", current.model, len(current.clusters),
                       current.unfused_bytes, current.saved_bytes, timing_note=note,
                       model_speedup=speedup, model_wall_speedup=wall,
-                      model_host_factor=host_factor, baseline=shown, hw_key=hw_key,
+                      model_host_factor=host_factor, model_launches=launches,
+                      baseline=shown, hw_key=hw_key,
                       timing_gap=gap, compiled=compiled or {})
 
 

@@ -67,6 +67,10 @@ def _floats(xs: Any) -> tuple[float, ...]:
     return tuple(float(x) for x in (xs or ()))
 
 
+def _count(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else None
+
+
 def to_measured(result: dict[str, Any], clusters: Sequence[ClusterRec],
                 inputs: tuple[str, ...] = (), index_map: dict[int, int] | None = None
                 ) -> tuple[str, Measured]:
@@ -98,7 +102,8 @@ def to_measured(result: dict[str, Any], clusters: Sequence[ClusterRec],
         model_eager_us=_floats(model.get("eager_us")),
         date=datetime.date.today().isoformat(), clock=clock if clock in CLOCKS else "host",
         inputs=tuple(inputs), model_host_us=_floats(model.get("fused_host_us")),
-        model_eager_host_us=_floats(model.get("eager_host_us")))
+        model_eager_host_us=_floats(model.get("eager_host_us")),
+        model_launches=_count((model.get("kernels_per_forward") or {}).get("fused")))
 
 
 def default_measure(analysis: Any, device: str, kernels: Any = None) -> dict | None:

@@ -40,6 +40,7 @@ class TestRecord:
     # Its wall time / its device time, when judged by device time: above HOST_BOUND_FACTOR
     # the report says the model is host-bound
     model_host_factor: float | None = None
+    model_launches: int | None = None  # GPU kernels a forward of the patched model launches
     messages: tuple[str, ...] = ()
     baseline: str = ""  # the baseline file, rootdir-relative
     hw_key: str | None = None  # the GPU the test's timings came from (None: no CUDA)

@@ -73,18 +73,20 @@ HOST_BOUND_FACTOR = 1.1  # as fusion_core's model line: wall time past this is h
 
 
 def model_timing_cell(speedup: float | None, note: str, wall: float | None = None,
-                      host_factor: float | None = None) -> str:
+                      host_factor: float | None = None, launches: int | None = None) -> str:
     """`model 1.45× slower fused; <note>`: the model's speedup worded by its direction.
     With `wall` (the wall-time speedup, when `speedup` is device time) the wall figure
     leads, as it is what a caller gets: `model 1.05× faster fused (wall time; device time
     1.66× faster); <note>`; with `host_factor` (its wall time / its device time) above the
-    CLI's HOST_BOUND_FACTOR, why they differ: `...; host-bound: wall 2.79× device time)`."""
+    CLI's HOST_BOUND_FACTOR, why they differ: `...; host-bound: 152 launches, wall 2.79×
+    device time)` (the launch count when measured)."""
     import fusion_core  # the units module only: no torch
 
     if not speedup:
         return note
     if wall:
-        bound = (f"; host-bound: wall {host_factor:.2f}× device time"
+        count = f"{launches} launches, " if launches else ""
+        bound = (f"; host-bound: {count}wall {host_factor:.2f}× device time"
                  if host_factor and host_factor > HOST_BOUND_FACTOR else "")
         return (f"model {fusion_core.speedup_words(wall)} fused (wall time; device time "
                 f"{fusion_core.speedup_words(speedup)}{bound}); {note}")
@@ -100,7 +102,7 @@ def _row(r: TestRecord) -> tuple[str, ...]:
     """One test's cells under HEADER: the only place a column is worded."""
     return (r.nodeid, r.model, str(r.clusters), fmt_bytes(r.saved_bytes), r.status,
             model_timing_cell(r.model_speedup, r.timing_note or "—", r.model_wall_speedup,
-                              r.model_host_factor))
+                              r.model_host_factor, r.model_launches))
 
 
 def _md_cell(text: str) -> str:

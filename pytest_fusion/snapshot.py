@@ -165,6 +165,9 @@ class Measured:
     inputs: tuple[str, ...] = ()
     model_host_us: tuple[float, ...] = ()
     model_eager_host_us: tuple[float, ...] = ()
+    # GPU kernels one forward of the patched model launches (the profiler's count), for the
+    # report's host-bound reason; this run's only, never stored in a baseline
+    model_launches: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

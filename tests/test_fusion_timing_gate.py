@@ -421,3 +421,21 @@ def test_measured_clock_defaults_to_host_for_hooks_that_do_not_say():
     )
     assert m.clock == "device" and m.inputs == ("8×8 float32",)
     assert [t.cluster for t in m.clusters] == [clusters[0].ident]
+
+
+def test_the_patched_models_launch_count_reaches_the_report_row_not_the_baseline():
+    """fusion_core.measure's `kernels_per_forward` gives the host-bound reason its count; the
+    count is this run's only: a Measured with it equals one without (nothing to store)."""
+    from dataclasses import replace
+
+    from pytest_fusion.measure import to_measured
+
+    model = {"fused_us": [1.0] * 3, "eager_us": [2.0] * 3,
+             "kernels_per_forward": {"eager": 275, "fused": 152, "compiled": 101}}
+    _, m = to_measured({"clock": "device", "model": model}, BASE.clusters)
+    assert m.model_launches == 152
+    _, without = to_measured({"clock": "device", "model": {**model, "kernels_per_forward": {}}},
+                             BASE.clusters)
+    assert without.model_launches is None and m == without
+    snap = replace(BASE, measured={"NVIDIA H200 sm_90": m})
+    assert "152" not in str(to_data(snap))

@@ -201,6 +201,9 @@ def test_plugin_row_leads_with_wall_time_when_judged_by_device_time():
     rec = replace(rec, model_host_factor=2.79)  # wall time 2.79x the device time: host-bound
     assert ("model 1.05× slower fused (wall time; device time 1.66× faster; host-bound: "
             "wall 2.79× device time); timings checked") in table_lines([rec])[1]
+    rec = replace(rec, model_launches=152)  # the profiler's count, when measured
+    assert ("(wall time; device time 1.66× faster; host-bound: 152 launches, wall 2.79× device "
+            "time); timings checked") in table_lines([rec])[1]
     rec = replace(rec, model_host_factor=1.05)  # within HOST_BOUND_FACTOR: nothing to explain
     assert "host-bound" not in table_lines([rec])[1]
     rec = replace(rec, model_wall_speedup=None)  # host-judged: one figure, as before
