@@ -35,6 +35,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,13 +144,29 @@ def usable_launchers(kernels: Any, usable: list[int], workdir: Path) -> dict[int
     return loaded
 
 
-def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, InputSpec]],
-                  tiny: bool, workdir: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Prepared:
+    """A model analysed for CUDA, its kernels validated, and its traced graph with every
+    usable kernel patched in."""
+
+    hf: torch.nn.Module  # the module as the user runs it, on the GPU, apart from ours
+    kernels: Any  # the analysis' KernelSet
+    report: Any  # the numerics-only ValidationReport
+    usable: list[int]
+    rec: Any  # the Recording: traced graph, inputs (and values, with `values=True`)
+    loaded: dict[int, Callable]  # usable cluster -> its launcher
+    applied: torch.fx.GraphModule
+
+
+def prepare(label: str, build: Callable[[bool], tuple[torch.nn.Module, InputSpec]],
+            tiny: bool, workdir: Path, values: bool = False) -> Prepared:
+    """Build, analyse, generate and validate (as the CLI does, untimed), then patch. With
+    `values`, the recording keeps every usable cluster's input values too."""
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model, spec = build(tiny)
-    hf = copy.deepcopy(model).to("cuda")  # the module as the user runs it, apart from ours
+    hf = copy.deepcopy(model).to("cuda")
     started = time.perf_counter()
     analysis = analyze(model, spec, device="cuda")
     kernels = build_kernels(analysis)
@@ -159,9 +176,17 @@ def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, Inp
           f"{len(kernels.distinct)} distinct kernels; model numerics "
           f"{'pass' if report.model.passed else 'FAIL: ' + report.model.detail} "
           f"({time.perf_counter() - started:.0f} s)", flush=True)
-    rec = recording(analysis, [], keep_rows=False, device="cuda", seed=0)
+    rec = recording(analysis, [], keep_rows=False, device="cuda", seed=0,
+                    clusters=usable if values else ())
     loaded = usable_launchers(kernels, usable, workdir)
     applied = patch(rec.gm, {i: (rec.clusters[i], loaded[i]) for i in usable})
+    return Prepared(hf, kernels, report, usable, rec, loaded, applied)
+
+
+def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, InputSpec]],
+                  tiny: bool, workdir: Path) -> dict[str, Any]:
+    p = prepare(label, build, tiny, workdir)
+    hf, rec, loaded, applied, usable = p.hf, p.rec, p.loaded, p.applied, p.usable
     inputs = rec.inputs
     hf_inputs = [t.clone() for t in inputs]
     rows = []
@@ -189,8 +214,8 @@ def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, Inp
             r = row(name, lambda c=compiled: c(*inputs))
             r["graph_breaks"] = sum(counters["graph_break"].values())
             rows.append(r)
-    return {"model": label, "clusters": len(analysis.clusters), "usable": len(usable),
-            "model_numerics": report.model.passed, "rows": rows}
+    return {"model": label, "clusters": len(p.report.results), "usable": len(usable),
+            "model_numerics": p.report.model.passed, "rows": rows}
 
 
 def table(results: list[dict[str, Any]]) -> str:

@@ -22,7 +22,6 @@ import pstats
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,9 @@ import torch
 from torch import fx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from end_to_end import MODELS, usable_launchers  # noqa: E402
+from end_to_end import MODELS, prepare  # noqa: E402
 
-from fusion_core.pipeline import analyze  # noqa: E402
-from fusion_core.validate.kernels import build_kernels  # noqa: E402
-from fusion_core.validate.prepare import recording  # noqa: E402
-from fusion_core.validate.run import validate  # noqa: E402
-from fusion_core.validate.subgraph import eager_subgraph, launch_args, patch  # noqa: E402
+from fusion_core.validate.subgraph import eager_subgraph, launch_args  # noqa: E402
 
 
 def census(gm: fx.GraphModule) -> collections.Counter:
@@ -82,19 +77,9 @@ def plain(text: str) -> str:  # "GPT-2 12L" and "gpt2" name the same model
 
 
 def profile_model(label: str, build: Callable, workdir: Path) -> None:
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model, spec = build(False)
-    analysis = analyze(model, spec, device="cuda")
-    kernels = build_kernels(analysis)
-    report = validate(analysis, kernels=kernels, workdir=workdir, timing=False)
-    usable = [r.cluster for r in report.results if r.usable]
-    rec = recording(analysis, [], keep_rows=False, device="cuda", seed=0, clusters=usable)
-    loaded = usable_launchers(kernels, usable, workdir)
-    applied = patch(rec.gm, {i: (rec.clusters[i], loaded[i]) for i in usable})
-    inputs = rec.inputs
-    print(f"== {label}: {len(usable)} usable clusters", flush=True)
+    p = prepare(label, build, False, workdir, values=True)
+    rec, applied, inputs = p.rec, p.applied, p.rec.inputs
+    print(f"== {label}: {len(p.usable)} usable clusters", flush=True)
     before, after = census(rec.gm), census(applied)
     print(f"nodes: traced {sum(before.values())}, applied {sum(after.values())}")
     for key in sorted(set(before) | set(after), key=lambda k: -before.get(k, 0)):
@@ -102,8 +87,8 @@ def profile_model(label: str, build: Callable, workdir: Path) -> None:
     with torch.no_grad():
         print("\nper warm call, host-bound (µs): launcher | its eager subgraph | cluster")
         seen = set()
-        for i in usable:
-            first = kernels.same_as.get(i, i)
+        for i in p.usable:
+            first = p.kernels.same_as.get(i, i)
             if first in seen:
                 continue
             seen.add(first)
@@ -112,7 +97,7 @@ def profile_model(label: str, build: Callable, workdir: Path) -> None:
             values = [rec.values[n] for n in sub.inputs]
             kargs = launch_args(values, rec.device)
             eargs = values + [rec.values[n] for n in sub.extras]
-            ours = per_call_us(lambda a=kargs, f=loaded[i]: f(*a))
+            ours = per_call_us(lambda a=kargs, f=p.loaded[i]: f(*a))
             eager = per_call_us(lambda a=eargs, m=sub.module: m(*a))
             print(f"  {ours:8.1f} {eager:8.1f}  {c.chain}")
         traced_us = per_call_us(lambda: rec.gm(*inputs), 30)
