@@ -164,6 +164,23 @@ def test_rows_stay_in_one_block_up_to_a_width_set_by_the_element_size(dtype, wid
     assert f"MAX_BLOCK = {kernel.tuning.max_block}" in kernel.source
 
 
+@pytest.mark.parametrize("norm,dtype,width,looped", [
+    ("layer_norm", torch.bfloat16, 16384, True),  # the row and its deviations: 113 registers
+    ("layer_norm", torch.float16, 16384, True),
+    ("layer_norm", torch.bfloat16, 8192, False),
+    ("layer_norm", torch.float32, 16384, False),  # fp32: one block measured faster
+    ("rms_norm", torch.bfloat16, 16384, False),  # not centered: one block at 94% of a copy
+])
+def test_a_16_bit_layer_norm_loops_past_8192_columns(norm, dtype, width, looped):
+    fn = getattr(F, norm)
+    model = Lambda(lambda m, x: fn(x * 2.0, (x.shape[-1],)), arity=1)
+    analysis = analyze(model, torch.empty(2, width, dtype=dtype))
+    kernel = generate(analysis, analysis.clusters[0])
+    assert kernel.looped == looped
+    assert kernel.tuning.max_block == (8192 if norm == "layer_norm" and dtype != torch.float32
+                                       else 16384)
+
+
 def test_an_int64_accumulator_counts_as_eight_bytes():
     """cumsum of a bool mask reads one byte a column but accumulates in int64."""
     model = Lambda(lambda m, x: (x != 1).cumsum(-1) - 1, arity=1)

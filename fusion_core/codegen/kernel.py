@@ -68,10 +68,12 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     accumulator's), unless given."""
     if tuning.max_block is not None:
         return tuning
-    sizes = [t.dtype.itemsize for t in p.inputs if not t.per_row]
-    if p.reduction is not None:
-        sizes.append(p.reduction.dtype.itemsize)
-    return replace(tuning, max_block=autotune.widest_one_block(max(sizes, default=4)))
+    inputs = [t.dtype.itemsize for t in p.inputs if not t.per_row]
+    sizes = inputs + ([p.reduction.dtype.itemsize] if p.reduction is not None else [])
+    centered_16bit = (can_loop(p) and p.reduction is not None and p.reduction.rule.centered
+                      and max(inputs, default=4) < 4)
+    return replace(tuning, max_block=autotune.widest_one_block(max(sizes, default=4),
+                                                               centered_16bit))
 
 
 def can_loop(p: KernelPlan) -> bool:

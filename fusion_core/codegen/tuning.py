@@ -320,12 +320,21 @@ GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
 # no spills at 16384 columns in fp32 and bf16 (124 registers a thread at 16 warps, 64 at 32)
 # and spills at 32768 (336 bytes in fp32 at 32 warps, the most warps a block has).
 ONE_BLOCK_BYTES = 65536
+# A layer norm keeps the row and its deviations from the mean: at 16384 columns of 16-bit
+# inputs ptxas gives 113 registers a thread at 16 warps, one block an SM (16 of 64 warps),
+# and on the H200 the column loop (32 registers, 64 of 64 warps, two passes) was faster:
+# layer_norm*2 2048x16384 bf16 47.4 vs 57.7 us, layer_norm->gelu 1024x16384 bf16 43.5 vs
+# 49.3 (benchmarks/panel_reasons.md). In fp32 the one block won (1024x16384: 42.0 us, the
+# loop 45.5) and rms_norm's one block reached 94% of a copy at 16384 columns in 16 bits.
+CENTERED_16BIT_ONE_BLOCK = 8192
 
 
-def widest_one_block(element_bytes: int) -> int:
+def widest_one_block(element_bytes: int, centered_16bit: bool = False) -> int:
     """MAX_BLOCK for a reduction whose widest input or accumulator element has this many
-    bytes: the widest row kept whole in one block."""
-    return _pow2(max(1, ONE_BLOCK_BYTES // max(4, element_bytes)))
+    bytes: the widest row kept whole in one block. `centered_16bit`: a centered normalization
+    (layer_norm) of 16-bit inputs, which keeps the row and its deviations (CENTERED_16BIT)."""
+    widest = _pow2(max(1, ONE_BLOCK_BYTES // max(4, element_bytes)))
+    return min(widest, CENTERED_16BIT_ONE_BLOCK) if centered_16bit else widest
 
 
 def source(kind: str) -> str:
