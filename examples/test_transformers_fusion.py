@@ -24,8 +24,11 @@ def small_gpt2():
         bos_token_id=0, eos_token_id=0))
 
 
+# Timed at 4096 sequences of 64 tokens: each hidden state is 64 MiB, past the GPU's L2, so
+# the kernels' times are DRAM-bound. At 256 sequences (4 MiB, inside L2) a 4.4 µs kernel
+# measured 25% slower relative to eager on another H200 machine.
 @pytest.mark.fusion_check(small_gpt2, (2, 16), dtype="int64", capture="export",
-                           timing_inputs=[(256, 64)])
+                           timing_inputs=[(4096, 64)])
 def test_gpt2_from_config_through_export(fusion_advisor):
     result = fusion_advisor.result
     assert result.frontend == "export"
