@@ -126,6 +126,97 @@ def test_no_direct_launch_where_triton_must_launch(driver, monkeypatch, case):
     assert _fire(compiled, tensors, constexprs) is None
 
 
+# --- torch's C++ launcher (`_static`), against stand-ins ----------------------------------------
+
+
+class _CLauncher:
+    """`torch._C._StaticCudaLauncher` stand-in: records each launch."""
+
+    launches: list = []
+
+    @staticmethod
+    def _launch_kernel(*args):
+        _CLauncher.launches.append(args)
+
+
+class _StaticKernel:
+    """Inductor's `StaticallyLaunchedCudaKernel` stand-in, as much of it as `_static` reads."""
+
+    C_impl = _CLauncher
+    fail = False
+
+    def __init__(self, compiled) -> None:
+        if _StaticKernel.fail:
+            raise NotImplementedError("scratch not yet supported")
+        self.cubin_raw, self.loaded = compiled.asm["cubin"], None
+        self.arg_tys, self.has_global_scratch = "OOi", True  # x_ptr, out_ptr, n
+        self.function, self.num_warps, self.shared = "cu-function", 4, 128
+
+    def reload_cubin_from_raw(self, path):
+        with open(path, "wb") as f:
+            f.write(self.cubin_raw)
+
+    def load_kernel(self, device):
+        self.loaded = device
+
+
+class _Source:
+    """`CompiledKernel.src`: `stride` specialized to a constant (it was 1), two constexprs."""
+
+    fn = _Kernel
+    signature = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "stride": "i32",
+                 "BLOCK": "constexpr", "ALIGN": "constexpr"}
+    constants = {(3,): 1, (4,): 64, (5,): 16}  # keyed by (index,), as Triton 3.3+ keys them
+
+
+@pytest.fixture
+def static_launcher(monkeypatch):
+    import sys
+    import types
+
+    module = types.ModuleType("static_triton_launcher")
+    module.StaticallyLaunchedCudaKernel = _StaticKernel
+    monkeypatch.setitem(sys.modules, "torch._inductor.runtime.static_triton_launcher", module)
+    monkeypatch.setattr(torch._C, "_StaticCudaLauncher", _CLauncher, raising=False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(_CLauncher, "launches", [])
+    monkeypatch.setattr(_StaticKernel, "fail", False)
+    compiled = _Compiled()
+    compiled.src, compiled.asm = _Source(), {"cubin": b"cubin bytes"}
+    return compiled
+
+
+def test_warm_launches_go_to_torchs_launcher_with_the_cubins_arguments(driver, static_launcher):
+    compiled = static_launcher
+    fire = direct_launch._direct(_Kernel(), compiled, (3, 2), (torch.zeros(4), torch.zeros(4)),
+                                 (10, 1), {"ALIGN": 16, "BLOCK": 64})
+    assert fire.static
+    x, out = torch.ones(8), torch.empty(8)
+    assert fire(x, out) is True
+    (launch,) = _CLauncher.launches
+    function, g0, g1, g2, warps, shared, types_, args, stream = launch
+    assert (function, g0, g1, g2, warps, shared, stream) == ("cu-function", 3, 2, 1, 4, 128, 1000)
+    # constants and constexprs are compiled in; a None for the global scratch buffer
+    assert types_ == "OOiO" and args[0] is x and args[1] is out and args[2:] == (10, None)
+    assert compiled.calls == []  # not through CompiledKernel.run
+
+
+def test_torchs_launcher_refusing_the_kernel_leaves_compiled_run(driver, static_launcher):
+    _StaticKernel.fail = True
+    compiled = static_launcher
+    fire = direct_launch._direct(_Kernel(), compiled, (3,), (torch.zeros(4), torch.zeros(4)),
+                                 (10, 1), {"ALIGN": 16, "BLOCK": 64})
+    assert not fire.static
+    assert fire(torch.ones(8), torch.empty(8)) is True
+    assert len(compiled.calls) == 1 and _CLauncher.launches == []
+
+
+def test_no_torch_launcher_on_this_build_means_compiled_run(driver, static_launcher, monkeypatch):
+    monkeypatch.delattr(torch._C, "_StaticCudaLauncher")
+    fire = _fire(static_launcher, (torch.zeros(4), torch.zeros(4)))
+    assert not fire.static
+
+
 # --- a generated launcher, its kernel run through the stand-in's `run` -----------------------
 # CPU only: these four failed on the H200 (traceback not kept). The likely cause: the softmax
 # kernel's reductions call Triton's own @jit helpers, decorated for the interpreter only when
