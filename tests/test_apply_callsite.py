@@ -78,16 +78,19 @@ def test_a_decoder_layers_residual_and_post_attention_norm_are_one_edit(tmp_path
     assert_same_outputs(backup_as_py(result.backup), path, "Layer", torch.randn(3, 8))
 
 
+# The norm's module also runs a layer and an activation after the norm: the residual add and
+# the norm's ops form one cluster, the activation another; neither holds the whole call.
+PARTLY_FUSED_NORM = USER_NORM.replace(
+    "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight",
+    "        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight\n"
+    "        return torch.relu(self.proj(y)) * 2.0").replace(
+    "        self.eps = eps", "        self.eps = eps\n        self.proj = nn.Linear(d, d)")
+
+
 def test_a_norm_call_only_partly_in_the_cluster_stays_a_pointer(tmp_path):
-    # The norm's module also runs a layer and an activation after the norm: the residual
-    # add and the norm's ops form one cluster, the activation another; neither holds the
-    # whole call, so neither may replace its line.
+    # Neither cluster holds the whole call, so neither may replace its line.
     path = tmp_path / "partial.py"
-    path.write_text(USER_NORM.replace(
-        "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight",
-        "        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight\n"
-        "        return torch.relu(self.proj(y)) * 2.0").replace(
-        "        self.eps = eps", "        self.eps = eps\n        self.proj = nn.Linear(d, d)"))
+    path.write_text(PARTLY_FUSED_NORM)
     analysis, mappings, p = plan(path, "auto")
     call = line_of(path, "h = self.norm(h)")
     norm = next(m for m, c in zip(mappings, analysis.clusters, strict=True) if "add" in c.ops)
@@ -101,6 +104,21 @@ def test_a_norm_call_only_partly_in_the_cluster_stays_a_pointer(tmp_path):
     # The activation's cluster lies in the norm's forward alone: edited there, as before.
     act = next(m for m, c in zip(mappings, analysis.clusters, strict=True) if "relu" in c.ops)
     assert act.quality == EXACT and act.function == "RMSNorm.forward", act.reason
+
+
+def test_a_partly_fused_call_in_an_installed_library_is_refused_as_the_librarys(tmp_path):
+    # torchvision's ResNet: the head's pool joins the last block's add -> relu, half of the
+    # `self.layer4(x)` call. The library's file is never edited, whatever else is wrong.
+    path = tmp_path / "site-packages" / "partial.py"
+    path.parent.mkdir()
+    path.write_text(PARTLY_FUSED_NORM)
+    analysis, mappings, p = plan(path, "auto")
+    norm = next(m for m, c in zip(mappings, analysis.clusters, strict=True) if "add" in c.ops)
+    assert norm.quality == POINTER and "installed library" in norm.reason, norm.reason
+    assert norm.file == str(path)
+    assert norm.start <= line_of(path, "h = self.norm(h)") <= norm.end
+    assert all(not m.exact and "installed library" in m.reason for m in mappings)
+    assert p.clusters == ()
 
 
 @pytest.mark.parametrize("capture", ["fx", "export"])

@@ -1,7 +1,11 @@
 """`--apply` on the common module-call patterns: each rewrite imports, matches the
 original model's output and changes nothing but the fused statement and the import block.
 
-Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py). The
+convolutions next to a cluster take no bias: for a GPU target the analysis splits a conv's
+bias off into the kernel after it (ir/conv_bias.py), and no edit can keep such a call as
+written (tests/test_conv_bias.py); these cases are about the statement patterns, which
+must map the same for either target.
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ import torch
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
+from fusion_core.ir.shapes import InputSpec
 from fusion_core.load import import_model_file, instantiate, pick_class
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import map_clusters
 from fusion_core.sourcemap.apply import forget_package
 from fusion_core.sourcemap.fused import import_block, package_name
 
@@ -29,7 +36,7 @@ CASES = {
         class M(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+                self.conv = nn.Conv2d(4, 4, 3, padding=1, bias=False)
                 self.bn = nn.BatchNorm2d(4)
                 self.act = nn.ReLU(inplace=True)
 
@@ -47,7 +54,7 @@ CASES = {
         class M(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+                self.conv = nn.Conv2d(4, 4, 3, padding=1, bias=False)
                 self.ln = nn.LayerNorm(8)
 
             def forward(self, x):
@@ -62,7 +69,7 @@ CASES = {
         class M(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.conv = nn.Conv2d(4, 4, 3, padding=1)
+                self.conv = nn.Conv2d(4, 4, 3, padding=1, bias=False)
 
             def forward(self, x):
                 y = (self.conv(x) * 2.0).relu_()
@@ -76,7 +83,7 @@ CASES = {
         class M(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.conv = nn.Conv2d(4, 4, 1)
+                self.conv = nn.Conv2d(4, 4, 1, bias=False)
                 self.ln = nn.LayerNorm(8)
 
             def forward(self, x):
@@ -162,3 +169,19 @@ def test_apply_rewrites_only_the_fused_statement(tmp_path, case):
         want = before.to(DEVICE)(x.to(DEVICE))
         got = after.to(DEVICE)(x.to(DEVICE))
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_each_case_maps_to_its_edit_for_either_target(tmp_path, case, target):
+    # The CLI analyses for the GPU it validates on; a CUDA target needs no GPU to analyse
+    # (only the lowerings that differ by device change), so CPU runs check what the GPU's
+    # --apply would propose.
+    body, statement, replacement = CASES[case]
+    path = tmp_path / f"{case}.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    analysis = analyze_file(path, [InputSpec((2, 4, 8, 8))], class_name="M", device=target)
+    (m,) = map_clusters(analysis)
+    assert m.exact, m.reason
+    assert m.replacement == replacement
+    assert m.original.rstrip("\n") == statement

@@ -246,7 +246,7 @@ def test_cluster_taking_a_split_bias_is_a_pointer_without_diff(tmp_path, split_e
     assert ops(a) == [("add", "batch_norm", "relu")]
     (m,) = map_clusters(a)
     assert m.quality == POINTER and m.replacement is None
-    assert "self.conv(x)" in m.reason and (m.start, m.end) == (12, 14)
+    assert "bias of `self.conv(x)` (line 12)" in m.reason and (m.start, m.end) == (12, 14)
 
 
 @pytest.mark.parametrize("cuda, device", [(True, "cuda"), (False, None)])

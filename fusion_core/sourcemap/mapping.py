@@ -20,6 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..analysis.types import Cluster
+from ..ir.bias_split import SPLIT_BIAS
 from ..ir.graph import Node, OpKind, Ref
 from ..names import kernel_name
 from ..pipeline import Analysis
@@ -126,6 +127,15 @@ def _check_alone(analysis: Analysis, span: Span, group: list[Cluster],
             continue
         path = module_path(fx_nodes[n.name]) if n.name in fx_nodes else None
         text = _describe(span.src, span.scope, n, path or "", line)
+        fx_node = fx_nodes.get(n.name)
+        if fx_node is not None and any(u.meta.get(SPLIT_BIAS) and u.name in members
+                                       for u in fx_node.users):
+            # The bias passes (ir/conv_bias.py: every conv on a GPU target) moved the layer's
+            # bias into a kernel; the call in the source adds it too, and stays.
+            raise PointerOnly(f"a kernel of these lines adds the bias of `{text}` (line "
+                              f"{line}), which the analysis split off the layer (as Inductor "
+                              "does on the GPU); the call in the source adds it itself, so no "
+                              "edit of these lines computes the same")
         if (line, n.op) in ops_by_line:
             raise PointerOnly(f"line {line} (`{text}`) also runs in another call of "
                            f"`{span.scope}` that does not form this cluster")

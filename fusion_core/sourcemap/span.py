@@ -15,6 +15,7 @@ Whether the run computes exactly the cluster is ``mapping.py``'s question.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
 import torch.fx as fx
 
@@ -84,13 +85,15 @@ def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
     paths = sorted({s.file for s in locs})
     lines = [s.line for s in locs]
     if partial is not None:  # the nodes lie in several functions and one call is half fused
-        raise PointerOnly(partial.reason, partial.site[0], partial.site[1], partial.site[1])
+        site_file, call_line = partial.site
+        if is_library_file(site_file):  # no edit there either way: say why first
+            _refuse_library(site_file, [call_line, *(s.line for s in locs if s.file == site_file)])
+        raise PointerOnly(partial.reason, site_file, call_line, call_line)
     if len(paths) > 1:
         raise PointerOnly(f"spans {count_words(len(paths))} files ({', '.join(paths)})")
     where = dict(file=paths[0], start=min(lines), end=max(lines))
     if is_library_file(paths[0]):
-        raise PointerOnly(f"{paths[0]} is an installed library's file, not your project's: "
-                       "edit the code that calls it instead", **where)
+        _refuse_library(paths[0], lines)
     _check_in_place(analysis, nodes, where)
     generator = next((n for n in nodes if n.kind is OpKind.GENERATOR), None)
     if generator is not None:
@@ -163,6 +166,11 @@ def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
         extra = before.strip() or after
         raise PointerOnly(f"the range's lines also hold `{extra}`", **where)
     return span
+
+
+def _refuse_library(path: str, lines: list[int]) -> NoReturn:
+    raise PointerOnly(f"{path} is an installed library's file, not your project's: edit the "
+                      "code that calls it instead", path, min(lines), max(lines))
 
 
 def _check_in_place(analysis: Analysis, nodes: list[Node], where: dict) -> None:
