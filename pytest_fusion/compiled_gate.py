@@ -28,6 +28,16 @@ from .options import COMPILER_CHANGE  # what a different torch/triton version do
 from .snapshot import relative_file
 
 
+def compiled_device() -> str:
+    """Where this machine takes the compiled record, whatever the analysis target: "cuda"
+    (Inductor's Triton backend) with a GPU, "cpu" (its C++ backend) without; the record is
+    keyed "<device>-inductor"."""
+    import torch
+
+    # Keyed like timings: each machine gates its own compiler; a baseline keeps both records.
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def compiled_data(
     model: Any,
     model_kwargs: Mapping[str, Any] | None,
@@ -42,13 +52,9 @@ def compiled_data(
     HTML page}) of torch.compile on the model, files rootdir-relative; `analysis` (ours, of
     the same model) explains splits and gives the agreement of our clusters with Inductor's
     kernels (none without it)."""
-    import torch
-
     import fusion_core
 
-    # Keyed like timings: a machine with a GPU takes the record of Inductor's Triton backend
-    # there, a machine without one that of its C++ backend; a baseline keeps both.
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = compiled_device()
     try:
         record = fusion_core.compiled_record(
             build_model(model, model_kwargs),

@@ -1,5 +1,7 @@
-"""The compiled record in the plugin, end to end on CPU (pytester, one process per run so
-Dynamo's lazily imported modules are never reloaded). Each run compiles a 2-3 op model."""
+"""The compiled record in the plugin, end to end (pytester, one process per run so Dynamo's
+lazily imported modules are never reloaded). Each run compiles a 2-3 op model, on this
+machine's backend whatever the analysis target: cpu-inductor without a GPU, cuda-inductor
+with one (the inner runs see the same devices)."""
 
 import json
 import re
@@ -8,7 +10,14 @@ import pytest
 import yaml
 from fusion_plugin_helpers import PLUGIN_ARGS, TIMED_INI, baselines
 
+from pytest_fusion.compiled_gate import compiled_device
+
 pytestmark = pytest.mark.slow  # every run here is a real torch.compile (~20 s on CPU)
+
+DEVICE = compiled_device()
+BACKEND = f"{DEVICE}-inductor"
+# How Inductor names a generated pointwise kernel on that backend: C++ or Triton.
+POINTWISE = {"cpu": "cpp_fused_", "cuda": "triton_poi_fused_"}[DEVICE]
 
 HEAD = """\
 import torch
@@ -60,7 +69,7 @@ def compiled_of(p) -> dict:
 def test_a_new_item_graph_break_fails_naming_line_and_reason(pytester):
     project(pytester, "base", compiled=True)
     run(pytester, "--fusion-update-baselines=new").assert_outcomes(passed=1)
-    assert compiled_of(pytester)["cpu-inductor"]["graph_breaks"] == []
+    assert compiled_of(pytester)[BACKEND]["graph_breaks"] == []
     project(pytester, "item", compiled=True)
     r = run(pytester)
     r.assert_outcomes(failed=1)
@@ -78,7 +87,7 @@ def test_a_new_item_graph_break_fails_naming_line_and_reason(pytester):
 def test_merged_kernels_pass_and_are_listed_as_improved(pytester):
     project(pytester, "matmul", compiled=True)
     run(pytester, "--fusion-update-baselines=new").assert_outcomes(passed=1)
-    before = compiled_of(pytester)["cpu-inductor"]["kernels"]
+    before = compiled_of(pytester)[BACKEND]["kernels"]
     assert len(before) >= 2
     project(pytester, "merged", compiled=True)
     r = run(pytester)
@@ -98,10 +107,10 @@ def test_another_torch_version_is_said_and_follows_the_option(pytester):
     run(pytester, "--fusion-update-baselines=new").assert_outcomes(passed=1)
     (path,) = baselines(pytester.path).values()
     data = yaml.safe_load(path.read_text())
-    now = data["compiled"]["cpu-inductor"]["torch"]
-    data["compiled"]["cpu-inductor"]["torch"] = "2.11.0"
+    now = data["compiled"][BACKEND]["torch"]
+    data["compiled"][BACKEND]["torch"] = "2.11.0"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    said = f"compiler changed: torch 2.11.0 → {now} (backend cpu-inductor)"
+    said = f"compiler changed: torch 2.11.0 → {now} (backend {BACKEND})"
     r = run(pytester, "-rA")
     r.assert_outcomes(passed=1)
     assert said in r.stdout.str()
@@ -119,35 +128,35 @@ def test_a_baseline_without_a_compiled_record_keeps_loading(pytester):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     r = run(pytester, "-o", "fusion_compiled=true")
     r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines(["*compiled record taken on cpu-inductor, none in the baseline*"])
+    r.stdout.fnmatch_lines([f"*compiled record taken on {BACKEND}, none in the baseline*"])
     run(pytester, "-o", "fusion_compiled=true", "--fusion-update-baselines=new")
-    assert compiled_of(pytester)["cpu-inductor"]["graphs"] == 1
+    assert compiled_of(pytester)[BACKEND]["graphs"] == 1
 
 
 def test_a_split_kernel_fails_naming_the_op_that_now_separates_it(pytester):
     project(pytester, "merged", compiled=True)
     run(pytester, "--fusion-update-baselines=new").assert_outcomes(passed=1)
-    (merged,) = compiled_of(pytester)["cpu-inductor"]["kernels"]
+    (merged,) = compiled_of(pytester)[BACKEND]["kernels"]
     project(pytester, "matmul", compiled=True)  # line 9 now multiplies by the matrix
     r = run(pytester, "--fusion-report=rep")
     r.assert_outcomes(failed=1)
     out = r.stdout.str()
     assert re.search(
         rf"`{merged['name']}` \(mul → relu → select → sigmoid\) at model\.py:9, model\.py:10 "
-        r"splits into `cpp_fused_mul_relu_0` \(mul → relu\) at model\.py:9 and "
-        r"`cpp_fused_sigmoid_1` \(sigmoid\) at model\.py:10: the matrix product "
+        rf"splits into `{POINTWISE}mul_relu_0` \(mul → relu\) at model\.py:9 and "
+        rf"`{POINTWISE}sigmoid_1` \(sigmoid\) at model\.py:10: the matrix product "
         r"`operator\.matmul` \(line 9\) sits between them",
         out,
     ), out
     # The agreement: in the terminal report, the Markdown and JSON files and the HTML page.
-    assert "test_net.py::test_net [cpu-inductor]: 2 kernels, 1 library call" in out
+    assert f"test_net.py::test_net [{BACKEND}]: 2 kernels, 1 library call" in out
     md = (pytester.path / "rep.md").read_text()
     assert "### torch.compile: our clusters beside Inductor's kernels" in md
-    assert "| `mul → relu` | model.py:9 | `cpp_fused_mul_relu_0` | same group |" in md
+    assert f"| `mul → relu` | model.py:9 | `{POINTWISE}mul_relu_0` | same group |" in md
     (test,) = json.loads((pytester.path / "rep.json").read_text())["tests"]
-    assert test["compiled"]["cpu-inductor"]["clusters"][0]["verdict"] == "same group"
+    assert test["compiled"][BACKEND]["clusters"][0]["verdict"] == "same group"
     (page,) = (pytester.path / "rep-tests").iterdir()
-    assert "cpp_fused_mul_relu_0" in page.read_text()
+    assert f"{POINTWISE}mul_relu_0" in page.read_text()
 
 
 def test_a_bound_fails_with_measured_beside_bound(pytester):
@@ -156,8 +165,8 @@ def test_a_bound_fails_with_measured_beside_bound(pytester):
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(
         [
-            "*compiled bound exceeded on cpu-inductor: 2 generated kernels (library calls not "
-            "counted) (`cpp_fused_mul_relu_0`, `cpp_fused_sigmoid_1`), more than "
+            f"*compiled bound exceeded on {BACKEND}: 2 generated kernels (library calls not "
+            f"counted) (`{POINTWISE}mul_relu_0`, `{POINTWISE}sigmoid_1`), more than "
             "compiled_max_kernels=1"
         ]
     )
