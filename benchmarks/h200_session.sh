@@ -18,6 +18,8 @@
 #             takes case numbers or groups (issue28, widths, norms: --list prints them)
 #   e2e       benchmarks/end_to_end.py: GPT-2 and a LLaMA-style model, eager / our kernels
 #             applied (also as one CUDA graph) / torch.compile, wall and device time
+#   launch    benchmarks/launcher_overhead.py: host time per warm launch, ours against Triton's
+#             paths, torch's C++ launcher, Inductor and one eager op (LAUNCH_CASES)
 set -u
 export PYTHONPATH=$PWD  # absolute: pytester runs subprocesses in other folders
 export PYTHONUNBUFFERED=1
@@ -105,6 +107,12 @@ for step in "$@"; do
       echo "end_to_end rc=$?"
       sed -n '/^| model/,$p' "$OUT/end_to_end.log" | tail -20
       ;;
-    *) echo "unknown step $step (suite, clusters, zoo, panel, e2e)"; exit 2 ;;
+    launch)
+      timeout "${LAUNCH_TIMEOUT:-150}" python benchmarks/launcher_overhead.py --calls 300 \
+          --repeat 3 --cases "${LAUNCH_CASES:-ExampleNet,microgpt}" > "$OUT/launcher_overhead.log" 2>&1
+      echo "launcher_overhead rc=$?"
+      sed -n '/^CUDA/,$p' "$OUT/launcher_overhead.log"
+      ;;
+    *) echo "unknown step $step (suite, clusters, zoo, panel, e2e, launch)"; exit 2 ;;
   esac
 done

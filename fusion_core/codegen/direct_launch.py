@@ -65,15 +65,13 @@ def _static(compiled, device, n_tensors, fixed):
         import torch
         if torch.version.hip is not None or not hasattr(torch._C, "_StaticCudaLauncher"):
             return None
-        try:
-            from torch._inductor.runtime.static_triton_launcher import (
-                StaticallyLaunchedCudaKernel,
-            )
+        try:  # its name since torch 2.12; torch._inductor loads on this first plan only
+            import torch._inductor.runtime.static_triton_launcher as launchers
         except ImportError:
-            from torch._inductor.runtime.static_cuda_launcher import StaticallyLaunchedCudaKernel
+            import torch._inductor.runtime.static_cuda_launcher as launchers
         if not hasattr(compiled, "_cubin_path"):
             compiled._cubin_path = None  # Inductor's attribute: None loads the cubin we hold
-        static = StaticallyLaunchedCudaKernel(compiled)
+        static = launchers.StaticallyLaunchedCudaKernel(compiled)
         with tempfile.TemporaryDirectory() as folder:
             static.reload_cubin_from_raw(os.path.join(folder, "kernel.cubin"))
             static.load_kernel(device)
