@@ -110,16 +110,19 @@ def run_kernel(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
 
 
 def poison_empty(module) -> None:
-    """Poison what a loaded kernel module's torch.empty hands out (outputs, workspaces): an
-    element the kernels never write then reads as NaN."""
-    real_empty = module.torch.empty
+    """Poison what a loaded kernel module's torch.empty and torch.empty_strided hand out
+    (outputs, workspaces): an element the kernels never write then reads as NaN."""
 
-    def poisoned(*args, **kwargs):
-        t = real_empty(*args, **kwargs)
-        poison(module, (t,))
-        return t
+    def poisoned(real):
+        def allocate(*args, **kwargs):
+            t = real(*args, **kwargs)
+            poison(module, (t,))
+            return t
 
-    module.torch = _TorchWithEmpty(module.torch, poisoned)
+        return allocate
+
+    torch_ = module.torch
+    module.torch = _TorchWithEmpty(torch_, poisoned(torch_.empty), poisoned(torch_.empty_strided))
 
 
 def doc_code_after(doc: str, marker: str) -> str:
@@ -156,10 +159,10 @@ def to_device(t: torch.Tensor) -> torch.Tensor:
 
 
 class _TorchWithEmpty:
-    """`torch` as seen by one loaded kernel module, with a poisoning `empty`."""
+    """`torch` as seen by one loaded kernel module, with poisoning allocators."""
 
-    def __init__(self, torch_module, empty) -> None:
-        self._torch, self.empty = torch_module, empty
+    def __init__(self, torch_module, empty, empty_strided) -> None:
+        self._torch, self.empty, self.empty_strided = torch_module, empty, empty_strided
 
     def __getattr__(self, name):
         return getattr(self._torch, name)

@@ -171,16 +171,16 @@ def _launch_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
 
 def _copies_and_outputs(plan: KernelPlan, names: list[str], result: str,
                         out: CodeWriter) -> None:
-    """After `copies, out_shapes, ..., configs` of a plan: inputs copied where the plan says,
-    outputs allocated, and the return when there is nothing to launch."""
+    """After `copies, out_shapes, out_strides, ..., configs` of a plan: inputs copied where
+    the plan says, outputs allocated, and the return when there is nothing to launch."""
     if names:
         out.line("if copies:  # inputs whose strides the kernel cannot index: copied")
         with out.indented():
             for i, a in enumerate(names):
                 out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}])"])
     device = device_of(names)
-    out.lines(f"out{i} = torch.empty(out_shapes[{i}], dtype={dtype_literal(t)}, "
-              f"device={device})" for i, t in enumerate(plan.outputs))
+    out.lines(f"out{i} = torch.empty_strided(out_shapes[{i}], out_strides[{i}], "
+              f"dtype={dtype_literal(t)}, device={device})" for i, t in enumerate(plan.outputs))
     out.lines(["if not configs:  # no elements", f"    return {result}"])
 
 
@@ -209,7 +209,7 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
             out.line(f"{NO_INPUTS_DEVICE} = torch.device({NO_INPUTS_DEVICE})")
         if viewed:
             out.line(f"{_tuple(names)} = _views({inputs})")
-        out.line(f"copies, out_shapes, args, tune_key, configs = _plan("
+        out.line(f"copies, out_shapes, out_strides, args, tune_key, configs = _plan("
                  f"{', '.join(names) or NO_INPUTS_DEVICE})")
         _copies_and_outputs(plan, names, _result(plan), out)
         out.lines([f"_launch(CHOSEN.get(tune_key) or configs[0], args, "
@@ -270,10 +270,10 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                        "    DIRECT_LAUNCH.pop(oldest, None)",
                        "LAUNCH_CACHE[key] = plan"])
         if viewed:
-            out.line("seats, (copies, out_shapes, args, tune_key, configs) = plan")
+            out.line("seats, (copies, out_shapes, out_strides, args, tune_key, configs) = plan")
             _seated(names, viewed, raw, inputs, out)
         else:
-            out.line("copies, out_shapes, args, tune_key, configs = plan")
+            out.line("copies, out_shapes, out_strides, args, tune_key, configs = plan")
         _copies_and_outputs(plan, names, result, out)
         device = device_of(names)
         tensors = _kernel_tensors(plan, names)
