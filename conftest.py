@@ -23,6 +23,24 @@ _INSTALLED = any(ep.value.startswith("pytest_fusion")
 pytest_plugins = ["pytester"] if _INSTALLED else ["pytester", "pytest_fusion.plugin"]
 
 
+@pytest.fixture(autouse=True)
+def _interpreter_switch_undone():
+    """Triton picks interpreted or compiled as each @triton.jit decorator runs: a test that
+    leaves TRITON_INTERPRET changed (the CLI sets it where it sees no CUDA) makes the later
+    tests of a GPU machine's worker decorate their kernels for the interpreter, against
+    triton's own compiled functions ("Cannot call @triton.jit'd outside of the scope of a
+    kernel"). Runs after the test's monkeypatch is undone; puts the variable back and fails."""
+    before = os.environ.get("TRITON_INTERPRET")
+    yield
+    after = os.environ.get("TRITON_INTERPRET")
+    if after != before:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+        pytest.fail(f"the test left TRITON_INTERPRET={after!r} (it was {before!r})")
+
+
 def pytest_collection_modifyitems(config, items):
     # gpu tests need CUDA; cpu tests check what a machine without CUDA reports
     # (interpreter kernels, no timings), which one with CUDA does not.

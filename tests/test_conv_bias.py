@@ -262,7 +262,10 @@ def test_cli_analyzes_for_the_gpu_it_validates_on(tmp_path, monkeypatch, cuda, d
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     # Without CUDA the CLI turns the interpreter on for the process: undone after the test,
     # or a GPU machine's later tests would decorate their kernels for the interpreter.
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    # delenv records nothing for a variable that is not set (a GPU machine), so its undo
+    # would keep the CLI's; setenv first records "unset" for the undo.
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(cli, "analyze_file", record)
     path = tmp_path / "model.py"
     path.write_text("import torch.nn as nn\n\n\nclass M(nn.Module):\n"

@@ -61,9 +61,11 @@ def test_case_numbers_take_groups_numbers_and_name_a_bad_one():
 
 def test_every_candidate_is_timed_with_its_own_configuration(monkeypatch, tmp_path):
     """The default-vs-best column: each configuration of the case's bucket is launched (and
-    computes the right result) in turn; the timer is faked (no CUDA here)."""
+    computes the right result) in turn; the timer is faked. The inputs live where the panel
+    puts them: where CUDA is, the kernel is compiled and takes CUDA tensors."""
     case = next(c for c in shapes_panel.CASES if c.label == "layer_norm->gelu 4096x4096")
-    module, inputs = shapes_panel.build(case, True, "cpu", torch.Generator().manual_seed(0))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    module, inputs = shapes_panel.build(case, True, device, torch.Generator().manual_seed(0))
     from fusion_core.codegen import generate, write_kernels
     from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster
     from fusion_core.pipeline import analyze

@@ -229,6 +229,26 @@ def test_a_large_eager_error_on_one_element_excuses_no_other_element():
     assert not gate.passed, gate
 
 
+@pytest.mark.parametrize(("cuda", "advice"), [(False, "set it in the environment"),
+                                               (True, "on a machine with CUDA")])
+def test_a_kernel_decorated_the_other_way_says_how_to_set_the_interpreter(monkeypatch, cuda,
+                                                                           advice):
+    """What triton raises when TRITON_INTERPRET changed after it loaded (the kernel is
+    interpreted, tl's own @jit functions are not, or the reverse): the advice depends on
+    whether CUDA is there (set the variable first, or leave it unset)."""
+    from triton.runtime.errors import InterpreterError
+
+    def mixed(t):
+        raise InterpreterError(repr(RuntimeError(
+            "Cannot call @triton.jit'd outside of the scope of a kernel")))
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    x = torch.ones(4)
+    gate = check_cluster(mixed, None, torch.exp, [x], [x])
+    assert not gate.passed and "outside of the scope of a kernel" in gate.detail, gate
+    assert advice in gate.detail and "TRITON_INTERPRET=1" in gate.detail, gate
+
+
 def test_eager_subgraph_and_patch_reproduce_the_model(example):
     small = analyze_file(EXAMPLE, [InputSpec((8, 1024))])
     gm = small.graph_module

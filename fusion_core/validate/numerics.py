@@ -132,6 +132,18 @@ def compare_one(i: int, a: Any, e: torch.Tensor, table: dict[torch.dtype, Tolera
     return True, err, ""
 
 
+def _interpreter_hint(e: Exception) -> str:
+    """Why a kernel met triton's functions decorated the other way: TRITON_INTERPRET changed
+    after triton loaded. Without CUDA it must be set first; with CUDA it must not be set."""
+    if "outside of the scope of a kernel" not in str(e):
+        return ""
+    if torch.cuda.is_available():
+        return (" (TRITON_INTERPRET=1 was set after triton loaded, on a machine with CUDA: the "
+                "kernel was decorated for the interpreter, triton's own functions were not; "
+                "unset it)")
+    return " (triton was imported before TRITON_INTERPRET=1 was set: set it in the environment)"
+
+
 def check_cluster(launcher: Callable, module: ModuleType | None, eager: Callable,
                   kernel_args: Sequence[Any], eager_args: Sequence[Any]) -> GateResult:
     """Gate 1: the kernel against the eager subgraph on the same inputs; never raises."""
@@ -146,9 +158,7 @@ def check_cluster(launcher: Callable, module: ModuleType | None, eager: Callable
             actual = as_tuple(launcher(*kernel_args))
         _sync(actual)
     except Exception as e:  # noqa: BLE001
-        hint = (" (triton was imported before TRITON_INTERPRET=1 was set: set it in the "
-                "environment)" if "outside of the scope of a kernel" in str(e) else "")
-        return GateResult(gate, False, f"kernel failed: {one_line(e)}{hint}")
+        return GateResult(gate, False, f"kernel failed: {one_line(e)}{_interpreter_hint(e)}")
     passed, err, why = compare(actual, expected, CLUSTER_TOL)
     if not passed and err is not None and math.isfinite(err):  # maybe only a rounding order
         closer = no_worse_than_eager(actual, expected, eager, eager_args)
