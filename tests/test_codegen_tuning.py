@@ -228,3 +228,18 @@ def test_helpers_source_holds_only_its_kinds_heuristic(kind):
         for fn in (heuristic, config):
             assert (f"def {fn.__name__}(" in text) == (other == kind or fn.__name__ in called)
     assert text.rstrip().endswith(f"HEURISTIC, CONFIG = _{kind}_heuristic, _{kind}_config")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_candidate_is_timed_without_the_host_time_between_its_launches():
+    import time
+
+    x = torch.zeros(1024, device="cuda")
+
+    def run(config):  # two launches with 2 ms of host work between them
+        x.add_(1.0)
+        time.sleep(0.002)
+        x.add_(1.0)
+
+    assert tuning._time(run, None) < 0.5  # milliseconds: the two adds, not the sleep
