@@ -70,21 +70,6 @@ def test_warm_calls_launch_directly_and_match_eager(tmp_path):
     assert counting.launches == before
 
 
-@pytest.mark.skipif(not hasattr(torch._C, "_StaticCudaLauncher"),
-                    reason="this torch has no C++ launcher for Triton kernels")
-def test_warm_calls_use_torchs_cpp_launcher_and_match_triton(tmp_path):
-    module, launch, counting = _loaded(tmp_path, _softmax, torch.randn(32, 1000))
-    x = _cuda(32, 1000)
-    launch(x)
-    (fire,) = module.DIRECT_LAUNCH.values()
-    assert fire.static  # the cubin loaded into torch's launcher
-    before = counting.launches
-    cpp = launch(x)
-    assert counting.launches == before
-    module.DIRECT_LAUNCH.update(dict.fromkeys(module.DIRECT_LAUNCH, False))
-    assert torch.equal(cpp, launch(x))  # bit for bit what Triton's launch gives
-
-
 def test_direct_and_triton_launches_give_the_same_bits(tmp_path):
     module, launch, counting = _loaded(tmp_path, _softmax, torch.randn(32, 1000))
     x = _cuda(32, 1000)

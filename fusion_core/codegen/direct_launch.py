@@ -13,13 +13,6 @@ two launch hooks). Like Inductor's launchers, the hooks are read once: a launch 
 later (a profiler) is not called by warm launches; clear ``LAUNCH_CACHE`` and ``DIRECT_LAUNCH``
 to launch through Triton again.
 
-Where torch ships Inductor's C++ launcher (``torch._C._StaticCudaLauncher``), ``_static``
-loads the compiled kernel's cubin into it and a warm launch goes there instead of through
-``CompiledKernel.run``: no Python launcher, no argument specialization on the way (Inductor
-launches its own kernels this way for the same reason). ``_static`` gives None where torch has
-no such launcher or it cannot take this kernel (ROCm, scratch memory, more than one CTA); the
-warm launch then uses ``CompiledKernel.run``.
-
 ``_direct`` gives None where there is nothing to call directly: the interpreter (no compiled
 kernel), a Triton without ``CompiledKernel.run``/``function``/``packed_metadata``, launch hooks
 set, a pointer that was not 16-byte aligned (Triton compiled for it without the alignment
@@ -54,58 +47,6 @@ def _hooks_set():
     return any(h is not None and bool(getattr(h, "calls", True)) for h in hooks)
 
 
-def _static(compiled, device, n_tensors, fixed):
-    """Torch's C++ launch of `compiled` on `device`, as `launch(grid, stream, tensors)`, for
-    calls whose arguments are `n_tensors` tensors then `fixed` (scalars and constexprs, in the
-    kernel's parameter order); None where there is none (see the module docstring)."""
-    try:
-        import os
-        import tempfile
-
-        import torch
-        if torch.version.hip is not None or not hasattr(torch._C, "_StaticCudaLauncher"):
-            return None
-        try:  # its name since torch 2.12; torch._inductor loads on this first plan only
-            import torch._inductor.runtime.static_triton_launcher as launchers
-        except ImportError:
-            import torch._inductor.runtime.static_cuda_launcher as launchers
-        if not hasattr(compiled, "_cubin_path"):
-            compiled._cubin_path = None  # Inductor's attribute: None loads the cubin we hold
-        static = launchers.StaticallyLaunchedCudaKernel(compiled)
-        with tempfile.TemporaryDirectory() as folder:
-            static.reload_cubin_from_raw(os.path.join(folder, "kernel.cubin"))
-            static.load_kernel(device)
-        names = list(compiled.src.fn.arg_names)
-
-        def index(key):  # a parameter's name, its index, or a 1-tuple of either
-            key = key[0] if isinstance(key, tuple) else key
-            return names.index(key) if isinstance(key, str) else key
-
-        types = {index(k): t for k, t in compiled.src.signature.items()}
-        # Constexprs, and the arguments Triton specialized into constants (an int equal to
-        # 1), are compiled in: the cubin takes the rest, then a None per scratch buffer.
-        dropped = {index(k) for k in getattr(compiled.src, "constants", {})}
-        kept = [i for i in sorted(types) if types[i] != "constexpr" and i not in dropped]
-        if kept[:n_tensors] != list(range(n_tensors)):
-            return None
-        scratch = (None,) * (bool(getattr(static, "has_global_scratch", False))
-                             + bool(getattr(static, "has_profile_scratch", False)))
-        tail = (*(fixed[i - n_tensors] for i in kept[n_tensors:]), *scratch)
-        arg_types = static.arg_tys + "O" * len(scratch)
-        if len(arg_types) != n_tensors + len(tail):
-            return None
-        launch_kernel = static.C_impl._launch_kernel
-        function, warps, shared = static.function, static.num_warps, static.shared
-    except Exception:  # noqa: BLE001 - any failure: Triton's launcher stays
-        return None
-
-    def launch(g0, g1, g2, stream, tensors):
-        launch_kernel(function, g0, g1, g2, warps, shared, arg_types, (*tensors, *tail), stream)
-
-    launch.static = static  # owns the loaded module: unloaded when it is collected
-    return launch
-
-
 def _direct(kernel, compiled, grid, tensors, scalars, constexprs):
     """A launcher of `compiled` (what `kernel[grid](*tensors, *scalars, **constexprs)`
     returned) for later calls with the same plan: `fire(*tensors)` launches it with these
@@ -132,7 +73,6 @@ def _direct(kernel, compiled, grid, tensors, scalars, constexprs):
     tail = (*scalars, *(constexprs[n] for n in rest))
     g0, g1, g2 = (*grid, 1, 1)[:3]
     function, metadata = compiled.function, compiled.packed_metadata
-    static = _static(compiled, device, len(tensors), tail)
 
     def fire(*tensors):
         for t in tensors:
@@ -140,9 +80,6 @@ def _direct(kernel, compiled, grid, tensors, scalars, constexprs):
                 return False
         if current_device() != device:
             return False
-        if static is not None:
-            static(g0, g1, g2, current_stream(device), tensors)
-            return True
         run(
             g0,
             g1,
@@ -158,11 +95,10 @@ def _direct(kernel, compiled, grid, tensors, scalars, constexprs):
         )
         return True
 
-    fire.static = static is not None  # which launcher warm calls use (benchmarks say it)
     return fire
 
 
-HELPERS = (_hooks_set, _static, _direct)
+HELPERS = (_hooks_set, _direct)
 GLOBALS = ("POINTER_ALIGN", "DIRECT_SINCE")
 
 
