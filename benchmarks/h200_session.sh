@@ -6,8 +6,9 @@
 # Steps:
 #   suite     python -m pytest -v (every test, kernels compiled for the GPU instead of the
 #             interpreter; `cpu`-marked tests skip): the `timing` tests after the rest, one at
-#             a time; SUITE_ARGS narrows both passes (a 10-minute call does not hold the whole
-#             suite: run plugin tests and the rest in two calls)
+#             a time; SUITE_ARGS narrows both passes; a 10-minute call does not hold the whole
+#             suite: SUITE_PASS=rest SUITE_PART=1, SUITE_PASS=rest SUITE_PART=2, then
+#             SUITE_PASS=timing, one call each
 #   clusters  every cluster of the panel cases against eager, Inductor and the same-size copy,
 #             then the CLI's Measured section for ExampleNet at 16384x1024 (compare the two)
 #   zoo       benchmarks/model_zoo.py in five processes: torchvision/timm/transformers models, kernels verified
@@ -36,8 +37,18 @@ for step in "$@"; do
       # it happens, and tools/failures_now.py writes its traceback to $OUT/failures.log at
       # once, so a run cut off by the timeout still says what failed and why.
       # SUITE_PASS=rest or timing runs one pass (the whole suite does not fit one 10-minute
-      # call: the rest at JOBS=15 in one call, the timing tests in the next).
+      # call: SUITE_PASS=rest SUITE_PART=1, then SUITE_PART=2, then SUITE_PASS=timing).
       export PYTHONPATH=$PYTHONPATH:$PWD/tools FAILURES_LOG=$OUT/failures.log
+      # SUITE_PART=1 or 2 splits the non-timing pass in two halves that each fit a call at
+      # JOBS=15 (2026-12-04: 470 s and 360 s): 1 the plugin and page tests (pytester runs,
+      # slow) with examples/, 2 the rest of tests/. SUITE_ARGS, when set, wins.
+      plugin_files="$(ls tests/test_fusion_*.py tests/test_html*.py tests/test_plugin*.py) \
+        tests/test_device_placement.py tests/test_validate_scaling.py tests/test_modeltime.py \
+        tests/test_apply_compile_gpu.py tests/test_direct_launch_gpu.py tests/test_compiled_record.py"
+      case ${SUITE_PART:-} in
+        1) SUITE_ARGS=${SUITE_ARGS:-"$plugin_files examples/"} ;;
+        2) SUITE_ARGS=${SUITE_ARGS:-$(ls tests/test_*.py | grep -v -F -x -f <(tr ' ' '\n' <<< "$plugin_files" | grep .))} ;;
+      esac
       common=(-v -p no:cacheprovider -p no:benchmark -p failures_now)
       if [ "${SUITE_PASS:-both}" != timing ]; then
         # shellcheck disable=SC2086
