@@ -26,8 +26,8 @@ generates and loads every cluster's file, then prints two tables.
      ``ops`` column): Dynamo's guards, Inductor's allocations and its launcher(s), per call;
    * ``eager op``: one eager aten op of the kernel's arity (relu, add, addcmul) on its first
      input, output allocated as ours;
-   * ``empty``: allocating the launcher's outputs alone (``torch.empty``), which ``ours`` and
-     ``eager op`` include and the three direct rows do not.
+   * ``empty``: allocating the launcher's outputs alone (``torch.empty_strided``, as ours
+     does), which ``ours`` and ``eager op`` include and the direct rows do not.
    Inputs are small so the GPU keeps up with the host: a row whose final synchronize waited
    more than a tenth of its loop is marked ``*`` (device-bound: it times the GPU, not the
    host). A split-rows plan with several launches per call has no direct rows.
@@ -253,9 +253,9 @@ def _gpu_cluster(analysis, cluster, module, name: str, inputs, calls: int, repea
     if compiled_region is not None:
         times["Inductor"] = host_us(compiled_region, calls, repeat)
     times["eager op"] = host_us(_eager_op(inputs), calls, repeat)
-    empties = [(o.shape, o.dtype) for o in outputs]
-    times["empty"] = host_us(lambda: [torch.empty(s, dtype=d, device="cuda") for s, d in empties],
-                             calls, repeat)
+    empties = [(o.shape, o.stride(), o.dtype) for o in outputs]
+    times["empty"] = host_us(lambda: [torch.empty_strided(s, st, dtype=d, device="cuda")
+                                      for s, st, d in empties], calls, repeat)
     return ops, direct, times
 
 

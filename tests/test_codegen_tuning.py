@@ -230,6 +230,26 @@ def test_helpers_source_holds_only_its_kinds_heuristic(kind):
     assert text.rstrip().endswith(f"HEURISTIC, CONFIG = _{kind}_heuristic, _{kind}_config")
 
 
+def test_one_uncapturable_candidate_makes_every_candidate_timed_as_launched(monkeypatch):
+    """Replay times and launched times are not compared with each other."""
+    calls = []
+
+    def fake_time(run, config, replay=True):
+        calls.append((config, replay))
+        if replay:
+            return None if config == "b" else 1.0
+        return {"a": 3.0, "b": 1.0, "c": 2.0}[config]
+
+    monkeypatch.setattr(tuning, "_time", fake_time)
+    monkeypatch.setattr(tuning, "_timing_on", lambda device: True)
+    monkeypatch.setattr(tuning, "_cache_identity", lambda device: None)
+    monkeypatch.setattr(tuning, "_cache_path", lambda identity: None)
+    monkeypatch.setattr(tuning, "CHOSEN", {})
+    assert tuning._choose("bucket", ("a", "b", "c"), None, torch.device("cpu")) == "b"
+    assert [replay for _, replay in calls] == [True] * 3 + [False] * 3
+    assert tuning.CHOSEN == {"bucket": "b"}
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_candidate_is_timed_without_the_host_time_between_its_launches():

@@ -3,11 +3,11 @@
 Reads a ``KernelPlan``, the kernel's ``KernelSignature`` and the launcher's parameter names
 (``launcher.arg_names``); writes the text of ``_plan``: the checks that the inputs still
 broadcast the way the kernel indexes them (or must be copied into the analysed layout),
-the output shapes, the scalar kernel arguments, the tuning key and the candidate
-configurations of its shape bucket. Everything it computes depends only on the inputs'
-shapes and strides, which is why the launcher caches its result per layout. Also here, as
-``_plan`` needs them as much as the launcher does: the device parameter of a kernel without
-inputs, and the expression for the device a kernel runs on (``device_of``).
+the output shapes and their contiguous strides, the scalar kernel arguments, the tuning key
+and the candidate configurations of its shape bucket. Everything it computes depends only on
+the inputs' shapes and strides, which is why the launcher caches its result per layout. Also
+here, as ``_plan`` needs them as much as the launcher does: the device parameter of a kernel
+without inputs, and the expression for the device a kernel runs on (``device_of``).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ def plan_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[st
 
 def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
                shapes: list[str], out: CodeWriter) -> None:
-    out.lines(['"""Copies, output shapes, kernel arguments, tuning key (shape bucket, dtypes,',
-               'device) and candidate configurations for these inputs\' layout; raises if the',
-               'kernel cannot run them. The launcher caches the result."""',
+    out.lines(['"""Copies, output shapes and strides, kernel arguments, tuning key (shape',
+               'bucket, dtypes, device) and candidate configurations for these inputs\' layout;',
+               'raises if the kernel cannot run them. The launcher caches the result."""',
                f"shape, lead = _iteration_shape({', '.join(shapes)})"])
     for i, a in enumerate(names):
         strides = strides_local(Role.IN, i) if sig.has_strides(Role.IN, i) else "_"

@@ -179,11 +179,13 @@ def _timing_on(device):
             and not torch.cuda.is_current_stream_capturing())
 
 
-def _time(run, config):
-    """Median milliseconds of `run(config)` (L2 flushed between calls); inf if it fails. The
-    call is timed as one CUDA-graph replay where it can be captured: a configuration of two
-    launches (split rows) is then not charged the host time between them, which Triton's
-    launch path makes longer than the kernels it times (a 27 µs pair measured 35 µs)."""
+def _time(run, config, replay=True):
+    """Median milliseconds of `run(config)` (L2 flushed between calls); inf if it fails.
+    `replay`: the call captured once in a CUDA graph and its replay timed, so a configuration
+    of two launches (split rows) is not charged the host time between them, which Triton's
+    launch path makes longer than the kernels it times (a 27 µs pair measured 35 µs): device
+    time, what the shapes panel and the timing gate judge too. None where it cannot be
+    captured (the caller then times every candidate as launched)."""
     import triton.testing
 
     try:
@@ -191,18 +193,26 @@ def _time(run, config):
     except Exception:  # noqa: BLE001 - e.g. out of registers: a candidate, not the kernel
         return float("inf")
     call = lambda: run(config)
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warmed up off the current stream, as capture wants
-            run(config)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run(config)
-        call = graph.replay
-    except Exception:  # noqa: BLE001 - not capturable: timed as launched
-        torch.cuda.synchronize()
+    if replay:
+        # Captured by hand: `torch.cuda.graph` would synchronize and empty the allocator's
+        # cache per candidate, and a failed capture there leaves the capture stream current.
+        # Thread-local: other threads of the process may allocate meanwhile.
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(side):
+                run(config)  # warmed up on the capturing stream
+                graph.capture_begin(capture_error_mode="thread_local")
+                try:
+                    run(config)
+                finally:
+                    graph.capture_end()
+            torch.cuda.current_stream().wait_stream(side)
+            call = graph.replay
+        except Exception:  # noqa: BLE001 - not capturable
+            torch.cuda.synchronize()
+            return None
     try:
         return triton.testing.do_bench(call, warmup=TUNE_WARMUP_MS, rep=TUNE_REP_MS,
                                        return_mode="median")
@@ -307,6 +317,8 @@ def _choose(key, configs, run, device):
         choice = _cache_read(path, identity).get(_cache_key(key)) if path else None
         if choice not in configs:  # none stored, or one this file no longer offers
             times = [_time(run, c) for c in configs]
+            if None in times:  # one cannot be captured: all timed alike, as launched
+                times = [_time(run, c, replay=False) for c in configs]
             choice = configs[times.index(min(times))]
             if path is not None:
                 _cache_write(path, identity, _cache_key(key), choice)
@@ -345,13 +357,15 @@ ONE_BLOCK_BYTES = 65536
 # layer_norm*2 2048x16384 bf16 47.4 vs 57.7 us, layer_norm->gelu 1024x16384 bf16 43.5 vs
 # 49.3 (benchmarks/panel_reasons.md). In fp32 the one block won (1024x16384: 42.0 us, the
 # loop 45.5) and rms_norm's one block reached 94% of a copy at 16384 columns in 16 bits.
+# Measured on layer_norm; group_norm and batch_norm_train hold the same row and deviations
+# (the registry's `centered`) and follow it, unmeasured.
 CENTERED_16BIT_ONE_BLOCK = 8192
 
 
 def widest_one_block(element_bytes: int, centered_16bit: bool = False) -> int:
     """MAX_BLOCK for a reduction whose widest input or accumulator element has this many
     bytes: the widest row kept whole in one block. `centered_16bit`: a centered normalization
-    (layer_norm) of 16-bit inputs, which keeps the row and its deviations (CENTERED_16BIT)."""
+    of 16-bit inputs, which keeps the row and its deviations (CENTERED_16BIT_ONE_BLOCK)."""
     widest = _pow2(max(1, ONE_BLOCK_BYTES // max(4, element_bytes)))
     return min(widest, CENTERED_16BIT_ONE_BLOCK) if centered_16bit else widest
 

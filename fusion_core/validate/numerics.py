@@ -140,7 +140,7 @@ def _interpreter_hint(e: Exception) -> str:
     if torch.cuda.is_available():
         return (" (TRITON_INTERPRET=1 was set after triton loaded, on a machine with CUDA: the "
                 "kernel was decorated for the interpreter, triton's own functions were not; "
-                "unset it)")
+                "set it before triton is imported, or not at all on a GPU)")
     return " (triton was imported before TRITON_INTERPRET=1 was set: set it in the environment)"
 
 
