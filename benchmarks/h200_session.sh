@@ -21,6 +21,8 @@
 #             applied (also as one CUDA graph) / torch.compile, wall and device time
 #   launch    benchmarks/launcher_overhead.py: host time per warm launch, ours against Triton's
 #             paths, torch's C++ launcher, Inductor and one eager op (LAUNCH_CASES)
+#   applied   benchmarks/applied_source.py: the examples' own files rewritten by --apply
+#             (gpt12, llama_block), eager / applied / torch.compile of each, wall and device time
 set -u
 export PYTHONPATH=$PWD  # absolute: pytester runs subprocesses in other folders
 export PYTHONUNBUFFERED=1
@@ -124,6 +126,12 @@ for step in "$@"; do
       echo "launcher_overhead rc=$?"
       sed -n '/^CUDA/,$p' "$OUT/launcher_overhead.log"
       ;;
-    *) echo "unknown step $step (suite, clusters, zoo, panel, e2e, launch)"; exit 2 ;;
+    applied)
+      timeout "${APPLIED_TIMEOUT:-300}" python benchmarks/applied_source.py \
+          --out "$OUT/applied_source.json" > "$OUT/applied_source.log" 2>&1
+      echo "applied_source rc=$?"
+      sed -n '/^| model/,$p' "$OUT/applied_source.log"
+      ;;
+    *) echo "unknown step $step (suite, clusters, zoo, panel, e2e, launch, applied)"; exit 2 ;;
   esac
 done
