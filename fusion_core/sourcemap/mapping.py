@@ -120,7 +120,9 @@ def _check_alone(analysis: Analysis, span: Span, group: list[Cluster],
     ops_by_line = {(site_line(analysis.graph[n].source, span.src, span.scope),
                     analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
-        if n.name in members or n.name in kept_nodes or _is_feeder(n):
+        # A copy of a member is another kernel recomputing it (never edited: span.py); the
+        # source computes it once, here.
+        if n.name in members or n.copy_of in members or n.name in kept_nodes or _is_feeder(n):
             continue
         line = site_line(n.source, span.src, span.scope)
         if line is None or not span.start <= line <= span.end:
@@ -192,7 +194,9 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
            ) -> _Found:
     if not c.outputs:  # detection keeps dead code out of clusters; never index past this
         raise PointerOnly("the cluster writes no result the model uses")
-    if len(c.outputs) > 1 and not isinstance(span.stmts[-1].node, ast.Assign):
+    # A part of the last statement leaves that statement in place: the earlier results go
+    # to a line of their own (`_part_replacement`), whatever the statement is.
+    if len(c.outputs) > 1 and within is None and not isinstance(span.stmts[-1].node, ast.Assign):
         raise PointerOnly(f"the cluster writes {count_words(len(c.outputs))} values "
                        f"({', '.join(c.outputs)}); only an assignment can take them all")
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
@@ -224,9 +228,7 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
 
 def _unify_part(analysis: Analysis, span: Span, group: list[Cluster]) -> list[_Found] | None:
     """The group's match to a part of the last statement (`self.proj(<cluster>)`), if one
-    part computes exactly the cluster's single result."""
-    if any(len(c.outputs) != 1 for c in group):
-        return None
+    part computes exactly the cluster's last result (earlier ones are assigned above it)."""
     for part in parts(span):
         try:
             return [_unify(analysis, c, span, part) for c in group]
@@ -254,6 +256,22 @@ def _replacement(span: Span, call: str, targets: tuple[str, ...]) -> str:
         return f"{indent}{src.segment(last.target)}: {src.segment(last.annotation)} = {call}"
     names = ", ".join((*targets, src.segment(last.targets[0])))
     return f"{indent}{names} = {call}"
+
+
+def _part_replacement(span: Span, within: ast.expr, call: str, targets: tuple[str, ...]
+                      ) -> str:
+    """The last statement with `within` replaced by the fused call, or, for a cluster with
+    several results, by a fresh name the line above assigns with the others:
+    `x, fused = cluster2(...)` then `h = self.up(fused)`."""
+    if not targets:
+        return replace_part(span, within, call)
+    used = {n.id for n in ast.walk(span.scope.node) if isinstance(n, ast.Name)} | set(
+        local_names(span.scope.node))
+    name = next(n for n in ("fused", *(f"fused{i}" for i in range(1, len(used) + 2)))
+                if n not in used)
+    line = span.src.line_text(span.start)
+    indent = line[:len(line) - len(line.lstrip())]
+    return f"{indent}{', '.join((*targets, name))} = {call}\n" + replace_part(span, within, name)
 
 
 def _shapes(analysis: Analysis, c: Cluster) -> tuple:
@@ -302,7 +320,7 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
     call = f"{kernel_name(rep.index)}({', '.join(found[0].args)})"
     within = found[0].within
     text = _replacement(span, call, found[0].targets) if within is None else (
-        replace_part(span, within, call))
+        _part_replacement(span, within, call, found[0].targets))
     original = "".join(span.src.lines[span.start - 1:span.end])
     return [SourceMapping(c.index, EXACT, replacement=text, call=kernel_name(rep.index),
                           args=found[0].args, shared_with=others[c.index],
@@ -323,6 +341,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     changed = frozenset(p for p, f in files.items() if _disk_bytes(p) != f.data)
     spans: dict[int, Span] = {}
     out: dict[int, SourceMapping] = {}
+    borrowed: dict[int, Cluster] = {}  # clusters that may join a group `_as_stored`
     for c in analysis.clusters:
         try:
             spans[c.index] = locate(analysis, c, files, changed)
@@ -330,17 +349,54 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             digest = files[p.file].digest if p.file in files else None
             out[c.index] = SourceMapping(c.index, POINTER, p.file, p.start, p.end, p.reason,
                                          digest=digest)
+            stored = _as_stored(analysis, c)
+            if stored is not None:
+                try:
+                    spans[c.index] = locate(analysis, stored, files, changed, stored=True)
+                    borrowed[c.index] = stored
+                except PointerOnly:
+                    pass
     groups: dict[tuple[str, int, int], list[Cluster]] = {}
     for c in analysis.clusters:
-        if c.index in spans:
+        if c.index in spans and c.index not in borrowed:
             groups.setdefault(spans[c.index].key, []).append(c)
+    for i, stored in borrowed.items():  # never a group's first: its kernel is not the rep's
+        if spans[i].key in groups:
+            groups[spans[i].key].append(stored)
     for group in groups.values():
-        # The lifted calls of every cluster of the group: the same lines, other nodes.
-        span = replace(spans[group[0].index],
-                       calls=tuple(call for c in group for call in spans[c.index].calls))
-        for m in _map_group(analysis, span, group):
+        mapped = _map_spans(analysis, spans, group)
+        if any(c.index in borrowed for c in group) and not mapped[0].exact:
+            # Refused with the borrowed ones: map as before, they keep their own reason.
+            mapped = _map_spans(analysis, spans, [c for c in group if c.index not in borrowed])
+        for m in mapped:
             out[m.cluster_index] = m
     return tuple(_no_overlaps(out[c.index] for c in analysis.clusters))
+
+
+def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster]
+               ) -> list[SourceMapping]:
+    # The lifted calls of every cluster of the group: the same lines, other nodes.
+    span = replace(spans[group[0].index],
+                   calls=tuple(call for c in group for call in spans[c.index].calls))
+    return _map_group(analysis, span, group)
+
+
+def _as_stored(analysis: Analysis, c: Cluster) -> Cluster | None:
+    """`c` writing every value the graph reads from it, when another cluster recomputes one
+    of them (so `c` does not store it). That cluster is never edited (span.py), so its
+    value must come from these lines: `c` maps only beside a cluster of the same lines
+    (other calls) whose kernel writes them all; None when `c` itself recomputes."""
+    if c.recomputes or any(analysis.graph[n].copy_of for n in c.nodes):
+        return None
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    inside = set(c.nodes)
+    # The recomputing cluster reads its own copy (`copy_of`); the source reads the variable.
+    copied = {n.copy_of for n in analysis.graph.nodes if n.copy_of}
+    outputs = tuple(n for n in c.nodes if n in copied or any(
+        u.name not in inside for u in fx_nodes[n].users))
+    if outputs == c.outputs or not set(c.outputs) <= set(outputs):
+        return None
+    return replace(c, outputs=outputs)
 
 
 def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:

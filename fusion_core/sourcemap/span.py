@@ -67,9 +67,12 @@ def count_words(n: int) -> str:
 
 
 def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
-           changed: frozenset[str] = frozenset()) -> Span:
+           changed: frozenset[str] = frozenset(), stored: bool = False) -> Span:
     """The run of statements covering `c`'s nodes; `files` caches the files read (the
-    model's file as imported), `changed` names those the disk holds differently now."""
+    model's file as imported), `changed` names those the disk holds differently now.
+    `stored`: `c` writes every value the graph reads from it (mapping.py's `_as_stored`),
+    so another cluster recomputing one of them asks no edit of that cluster: a cluster
+    that recomputes is never edited itself, its own copies refuse it here."""
     nodes = [analysis.graph[n] for n in c.nodes]
     missing = [n.name for n in nodes if n.source is None]
     if missing:
@@ -104,7 +107,8 @@ def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
                        **where)
     # A recomputed value lives in two kernels; no single-range edit keeps the variable
     # the source reads it from (see analysis/recompute.py).
-    recomputed = {v for other in analysis.clusters for v in other.recomputes}
+    recomputed = set(c.recomputes) if stored else {
+        v for other in analysis.clusters for v in other.recomputes}
     shared = next((n for n in nodes if n.copy_of or n.name in recomputed), None)
     if shared is not None:
         value = analysis.graph[shared.copy_of or shared.name]
