@@ -25,9 +25,9 @@ from ..ir.graph import Node, OpKind, Ref
 from ..names import kernel_name
 from ..pipeline import Analysis
 from .callsite import site_line
-from .parts import around, feeding, parts, replace_part
+from .parts import around, feeding, parts, replace_part_results
 from .pysource import Scope, SourceFile, local_names, read_later, stored_names
-from .span import PointerOnly, Span, count_words, locate
+from .span import PointerOnly, Span, as_stored, count_words, locate
 from .unify import BINOPS, Mismatch, module_path
 from .unify_calls import CallUnifier
 
@@ -195,7 +195,7 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
     if not c.outputs:  # detection keeps dead code out of clusters; never index past this
         raise PointerOnly("the cluster writes no result the model uses")
     # A part of the last statement leaves that statement in place: the earlier results go
-    # to a line of their own (`_part_replacement`), whatever the statement is.
+    # to a line of their own (`parts.replace_part_results`), whatever the statement is.
     if len(c.outputs) > 1 and within is None and not isinstance(span.stmts[-1].node, ast.Assign):
         raise PointerOnly(f"the cluster writes {count_words(len(c.outputs))} values "
                        f"({', '.join(c.outputs)}); only an assignment can take them all")
@@ -258,22 +258,6 @@ def _replacement(span: Span, call: str, targets: tuple[str, ...]) -> str:
     return f"{indent}{names} = {call}"
 
 
-def _part_replacement(span: Span, within: ast.expr, call: str, targets: tuple[str, ...]
-                      ) -> str:
-    """The last statement with `within` replaced by the fused call, or, for a cluster with
-    several results, by a fresh name the line above assigns with the others:
-    `x, fused = cluster2(...)` then `h = self.up(fused)`."""
-    if not targets:
-        return replace_part(span, within, call)
-    used = {n.id for n in ast.walk(span.scope.node) if isinstance(n, ast.Name)} | set(
-        local_names(span.scope.node))
-    name = next(n for n in ("fused", *(f"fused{i}" for i in range(1, len(used) + 2)))
-                if n not in used)
-    line = span.src.line_text(span.start)
-    indent = line[:len(line) - len(line.lstrip())]
-    return f"{indent}{', '.join((*targets, name))} = {call}\n" + replace_part(span, within, name)
-
-
 def _shapes(analysis: Analysis, c: Cluster) -> tuple:
     return tuple((analysis.graph[n].meta.shape, analysis.graph[n].meta.dtype)
                  if analysis.graph[n].meta else None for n in (*c.inputs, *c.outputs))
@@ -320,7 +304,7 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
     call = f"{kernel_name(rep.index)}({', '.join(found[0].args)})"
     within = found[0].within
     text = _replacement(span, call, found[0].targets) if within is None else (
-        _part_replacement(span, within, call, found[0].targets))
+        replace_part_results(span, within, call, found[0].targets))
     original = "".join(span.src.lines[span.start - 1:span.end])
     return [SourceMapping(c.index, EXACT, replacement=text, call=kernel_name(rep.index),
                           args=found[0].args, shared_with=others[c.index],
@@ -341,7 +325,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     changed = frozenset(p for p, f in files.items() if _disk_bytes(p) != f.data)
     spans: dict[int, Span] = {}
     out: dict[int, SourceMapping] = {}
-    borrowed: dict[int, Cluster] = {}  # clusters that may join a group `_as_stored`
+    borrowed: dict[int, Cluster] = {}  # clusters that may join a group `span.as_stored`
     for c in analysis.clusters:
         try:
             spans[c.index] = locate(analysis, c, files, changed)
@@ -349,7 +333,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             digest = files[p.file].digest if p.file in files else None
             out[c.index] = SourceMapping(c.index, POINTER, p.file, p.start, p.end, p.reason,
                                          digest=digest)
-            stored = _as_stored(analysis, c)
+            stored = as_stored(analysis, c)
             if stored is not None:
                 try:
                     spans[c.index] = locate(analysis, stored, files, changed, stored=True)
@@ -379,24 +363,6 @@ def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster]
     span = replace(spans[group[0].index],
                    calls=tuple(call for c in group for call in spans[c.index].calls))
     return _map_group(analysis, span, group)
-
-
-def _as_stored(analysis: Analysis, c: Cluster) -> Cluster | None:
-    """`c` writing every value the graph reads from it, when another cluster recomputes one
-    of them (so `c` does not store it). That cluster is never edited (span.py), so its
-    value must come from these lines: `c` maps only beside a cluster of the same lines
-    (other calls) whose kernel writes them all; None when `c` itself recomputes."""
-    if c.recomputes or any(analysis.graph[n].copy_of for n in c.nodes):
-        return None
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    inside = set(c.nodes)
-    # The recomputing cluster reads its own copy (`copy_of`); the source reads the variable.
-    copied = {n.copy_of for n in analysis.graph.nodes if n.copy_of}
-    outputs = tuple(n for n in c.nodes if n in copied or any(
-        u.name not in inside for u in fx_nodes[n].users))
-    if outputs == c.outputs or not set(c.outputs) <= set(outputs):
-        return None
-    return replace(c, outputs=outputs)
 
 
 def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
