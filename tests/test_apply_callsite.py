@@ -13,7 +13,7 @@ import pytest
 import torch
 from model_sources import DECODER_NORM, USER_NORM
 from rich.console import Console
-from test_apply import assert_same_outputs, backup_as_py
+from test_apply import DEVICE, assert_same_outputs, backup_as_py, load
 
 from fusion_core.codegen import generate
 from fusion_core.ir.shapes import InputSpec
@@ -223,3 +223,37 @@ def test_a_helper_reading_a_module_level_tensor_is_not_bound_as_an_attribute(tmp
     assert "_tensor_constant" not in (m.replacement or "") and "lifted_tensor" not in (
         m.replacement or "")
     assert p.clusters == ()
+
+
+def test_gpt_layers_residual_and_norm2_are_one_edit_with_norm1_kept_as_its_argument(tmp_path):
+    # examples/gpt12.py: `x = x + self.attn(self.norm1(x))` then `h = self.up(self.norm2(x))`.
+    # norm1 fuses with the previous call's add (a pointer), so it stays the kernel's argument;
+    # the last layer's cluster does not store `x` (the final norm recomputes it) and joins the
+    # others' edit, whose kernel writes it.
+    path = tmp_path / "gpt.py"
+    path.write_text((Path(__file__).parents[1] / "examples" / "gpt12.py").read_text())
+    analysis = analyze_file(path, [InputSpec((1, 8), torch.int64)],
+                            model_kwargs=dict(layers=2, hidden=32, heads=2, max_tokens=32))
+    mappings = map_clusters(analysis)
+    kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
+    verdicts = {c.index: (True, "verified") for c in analysis.clusters}
+    p = plan_apply(analysis, mappings, path, kernels, verdicts)
+    start = line_of(path, "x = x + self.attn(self.norm1(x))")
+    residual = [m for m in mappings if (m.start, m.end) == (start, start + 1)]
+    assert len(residual) == 2 and all(m.exact for m in residual), [m.reason for m in residual]
+    assert residual[0].replacement.splitlines() == [
+        "        x, fused = cluster2(x, self.attn(self.norm1(x)), self.norm2.weight, "
+        "self.norm2.bias)",
+        "        h = self.up(fused)"]
+    assert {m.cluster_index for m in residual} <= set(p.clusters)
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert result.max_abs_err is not None
+    text = path.read_text()
+    assert "        h = self.up(fused)\n" in text and "self.norm2(x)" not in text
+    kwargs = dict(layers=2, hidden=32, heads=2, max_tokens=32)
+    before = type(load(backup_as_py(result.backup), "GPT12"))(**kwargs).to(DEVICE)
+    after = type(load(path, "GPT12"))(**kwargs).to(DEVICE)
+    after.load_state_dict(before.state_dict())
+    ids = torch.randint(0, 128, (2, 8), device=DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(after(ids), before(ids), atol=1e-4, rtol=1e-3)

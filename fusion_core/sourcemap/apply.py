@@ -167,7 +167,8 @@ def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[
         if "".join(lines[m.start - 1:m.end]) != m.original:
             raise ApplyError(f"{short_path(str(plan.path))}:{m.start} no longer holds the "
                              "analyzed code: run fusion-advisor again before --apply")
-        lines[m.start - 1:m.end] = [m.replacement + newline]
+        # A replacement may span lines (`x, fused = cluster2(...)` above `h = self.up(fused)`).
+        lines[m.start - 1:m.end] = [newline.join(m.replacement.splitlines()) + newline]
     at = _insert_at(tree)
     block = import_block(plan.path.stem, [o.call for o in plan.ops], newline)
     lines[at:at] = [block]
@@ -176,7 +177,7 @@ def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[
     for m in plan.edits:
         for i in (m.cluster_index, *m.shared_with):
             new_lines[i] = m.start - removed + (added if m.start > at else 0)
-        removed += m.end - m.start
+        removed += m.end - m.start - (len(m.replacement.splitlines()) - 1)
     return "".join(lines), new_lines
 
 

@@ -46,7 +46,7 @@ def diff_lines(m: SourceMapping) -> list[str]:
         raise ValueError(f"cluster {m.cluster_index} has no exact mapping to diff")
     path = short_path(m.file or "")
     old = m.original.splitlines()
-    new = [m.replacement]
+    new = m.replacement.splitlines()
     # git's a/ b/ prefixes for a path under the working folder; a path outside it stays
     # absolute, as plain `diff -u` writes it (`a//tmp/m.py` would name no file).
     names = (path, path) if Path(path).is_absolute() else (f"a/{path}", f"b/{path}")

@@ -25,9 +25,9 @@ from ..ir.graph import Node, OpKind, Ref
 from ..names import kernel_name
 from ..pipeline import Analysis
 from .callsite import site_line
-from .parts import around, feeding, parts, replace_part
+from .parts import around, feeding, parts, replace_part_results
 from .pysource import Scope, SourceFile, local_names, read_later, stored_names
-from .span import PointerOnly, Span, count_words, locate
+from .span import PointerOnly, Span, as_stored, count_words, locate
 from .unify import BINOPS, Mismatch, module_path
 from .unify_calls import CallUnifier
 
@@ -120,7 +120,9 @@ def _check_alone(analysis: Analysis, span: Span, group: list[Cluster],
     ops_by_line = {(site_line(analysis.graph[n].source, span.src, span.scope),
                     analysis.graph[n].op) for n in members}
     for n in analysis.graph.nodes:
-        if n.name in members or n.name in kept_nodes or _is_feeder(n):
+        # A copy of a member is another kernel recomputing it (never edited: span.py); the
+        # source computes it once, here.
+        if n.name in members or n.copy_of in members or n.name in kept_nodes or _is_feeder(n):
             continue
         line = site_line(n.source, span.src, span.scope)
         if line is None or not span.start <= line <= span.end:
@@ -192,7 +194,9 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
            ) -> _Found:
     if not c.outputs:  # detection keeps dead code out of clusters; never index past this
         raise PointerOnly("the cluster writes no result the model uses")
-    if len(c.outputs) > 1 and not isinstance(span.stmts[-1].node, ast.Assign):
+    # A part of the last statement leaves that statement in place: the earlier results go
+    # to a line of their own (`parts.replace_part_results`), whatever the statement is.
+    if len(c.outputs) > 1 and within is None and not isinstance(span.stmts[-1].node, ast.Assign):
         raise PointerOnly(f"the cluster writes {count_words(len(c.outputs))} values "
                        f"({', '.join(c.outputs)}); only an assignment can take them all")
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
@@ -224,9 +228,7 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
 
 def _unify_part(analysis: Analysis, span: Span, group: list[Cluster]) -> list[_Found] | None:
     """The group's match to a part of the last statement (`self.proj(<cluster>)`), if one
-    part computes exactly the cluster's single result."""
-    if any(len(c.outputs) != 1 for c in group):
-        return None
+    part computes exactly the cluster's last result (earlier ones are assigned above it)."""
     for part in parts(span):
         try:
             return [_unify(analysis, c, span, part) for c in group]
@@ -302,7 +304,7 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
     call = f"{kernel_name(rep.index)}({', '.join(found[0].args)})"
     within = found[0].within
     text = _replacement(span, call, found[0].targets) if within is None else (
-        replace_part(span, within, call))
+        replace_part_results(span, within, call, found[0].targets))
     original = "".join(span.src.lines[span.start - 1:span.end])
     return [SourceMapping(c.index, EXACT, replacement=text, call=kernel_name(rep.index),
                           args=found[0].args, shared_with=others[c.index],
@@ -323,6 +325,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     changed = frozenset(p for p, f in files.items() if _disk_bytes(p) != f.data)
     spans: dict[int, Span] = {}
     out: dict[int, SourceMapping] = {}
+    borrowed: dict[int, Cluster] = {}  # clusters that may join a group `span.as_stored`
     for c in analysis.clusters:
         try:
             spans[c.index] = locate(analysis, c, files, changed)
@@ -330,17 +333,36 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             digest = files[p.file].digest if p.file in files else None
             out[c.index] = SourceMapping(c.index, POINTER, p.file, p.start, p.end, p.reason,
                                          digest=digest)
+            stored = as_stored(analysis, c)
+            if stored is not None:
+                try:
+                    spans[c.index] = locate(analysis, stored, files, changed, stored=True)
+                    borrowed[c.index] = stored
+                except PointerOnly:
+                    pass
     groups: dict[tuple[str, int, int], list[Cluster]] = {}
     for c in analysis.clusters:
-        if c.index in spans:
+        if c.index in spans and c.index not in borrowed:
             groups.setdefault(spans[c.index].key, []).append(c)
+    for i, stored in borrowed.items():  # never a group's first: its kernel is not the rep's
+        if spans[i].key in groups:
+            groups[spans[i].key].append(stored)
     for group in groups.values():
-        # The lifted calls of every cluster of the group: the same lines, other nodes.
-        span = replace(spans[group[0].index],
-                       calls=tuple(call for c in group for call in spans[c.index].calls))
-        for m in _map_group(analysis, span, group):
+        mapped = _map_spans(analysis, spans, group)
+        if any(c.index in borrowed for c in group) and not mapped[0].exact:
+            # Refused with the borrowed ones: map as before, they keep their own reason.
+            mapped = _map_spans(analysis, spans, [c for c in group if c.index not in borrowed])
+        for m in mapped:
             out[m.cluster_index] = m
     return tuple(_no_overlaps(out[c.index] for c in analysis.clusters))
+
+
+def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster]
+               ) -> list[SourceMapping]:
+    # The lifted calls of every cluster of the group: the same lines, other nodes.
+    span = replace(spans[group[0].index],
+                   calls=tuple(call for c in group for call in spans[c.index].calls))
+    return _map_group(analysis, span, group)
 
 
 def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:

@@ -13,6 +13,7 @@ import ast
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from .callsite import site_line
+from .pysource import local_names
 from .span import Span
 from .unify import Mismatch, value_of
 
@@ -79,3 +80,19 @@ def replace_part(span: Span, part: ast.expr, call: str) -> str:
     end = at(last.end_lineno, last.end_col_offset)
     text = src.text
     return indent + text[begin:lo] + call + text[hi:end]
+
+
+def replace_part_results(span: Span, within: ast.expr, call: str, targets: tuple[str, ...]
+                         ) -> str:
+    """The last statement with `within` replaced by the fused call, or, for a cluster with
+    several results, by a fresh name the line above assigns with the others:
+    `x, fused = cluster2(...)` then `h = self.up(fused)`."""
+    if not targets:
+        return replace_part(span, within, call)
+    used = {n.id for n in ast.walk(span.scope.node) if isinstance(n, ast.Name)} | set(
+        local_names(span.scope.node))
+    name = next(n for n in ("fused", *(f"fused{i}" for i in range(1, len(used) + 2)))
+                if n not in used)
+    line = span.src.line_text(span.start)
+    indent = line[:len(line) - len(line.lstrip())]
+    return f"{indent}{', '.join((*targets, name))} = {call}\n" + replace_part(span, within, name)

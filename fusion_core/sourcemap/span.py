@@ -14,7 +14,7 @@ Whether the run computes exactly the cluster is ``mapping.py``'s question.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 import torch.fx as fx
@@ -67,9 +67,12 @@ def count_words(n: int) -> str:
 
 
 def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
-           changed: frozenset[str] = frozenset()) -> Span:
+           changed: frozenset[str] = frozenset(), stored: bool = False) -> Span:
     """The run of statements covering `c`'s nodes; `files` caches the files read (the
-    model's file as imported), `changed` names those the disk holds differently now."""
+    model's file as imported), `changed` names those the disk holds differently now.
+    `stored`: `c` writes every value the graph reads from it (`as_stored`),
+    so another cluster recomputing one of them asks no edit of that cluster: a cluster
+    that recomputes is never edited itself, its own copies refuse it here."""
     nodes = [analysis.graph[n] for n in c.nodes]
     missing = [n.name for n in nodes if n.source is None]
     if missing:
@@ -104,7 +107,8 @@ def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
                        **where)
     # A recomputed value lives in two kernels; no single-range edit keeps the variable
     # the source reads it from (see analysis/recompute.py).
-    recomputed = {v for other in analysis.clusters for v in other.recomputes}
+    recomputed = set(c.recomputes) if stored else {
+        v for other in analysis.clusters for v in other.recomputes}
     shared = next((n for n in nodes if n.copy_of or n.name in recomputed), None)
     if shared is not None:
         value = analysis.graph[shared.copy_of or shared.name]
@@ -194,3 +198,22 @@ def _writes_a_temporary(node: fx.Node) -> bool:
     a new tensor instead computes the same model."""
     written = node.args[0] if node.args else None
     return isinstance(written, fx.Node) and set(written.users) == {node}
+
+
+def as_stored(analysis: Analysis, c: Cluster) -> Cluster | None:
+    """`c` writing every value the graph reads from it, when another cluster recomputes one
+    of them (so `c` does not store it). That cluster is never edited (`locate` refuses
+    its copies), so its
+    value must come from these lines: `c` maps only beside a cluster of the same lines
+    (other calls) whose kernel writes them all; None when `c` itself recomputes."""
+    if c.recomputes or any(analysis.graph[n].copy_of for n in c.nodes):
+        return None
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    inside = set(c.nodes)
+    # The recomputing cluster reads its own copy (`copy_of`); the source reads the variable.
+    copied = {n.copy_of for n in analysis.graph.nodes if n.copy_of}
+    outputs = tuple(n for n in c.nodes if n in copied or any(
+        u.name not in inside for u in fx_nodes[n].users))
+    if outputs == c.outputs or not set(c.outputs) <= set(outputs):
+        return None
+    return replace(c, outputs=outputs)
