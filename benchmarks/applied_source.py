@@ -23,7 +23,6 @@ the same output: nothing is timed.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -32,13 +31,15 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from fusion_core.load import import_model_file  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -79,22 +80,12 @@ def applied_copy(case: Case, shape: tuple[int, ...], folder: Path) -> tuple[Path
     return original, rewritten, "\n".join(said)
 
 
-def load(path: Path, name: str) -> ModuleType:
-    """`path` imported as module `name`, its folder on sys.path for the kernels' package."""
-    sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def models(case: Case, original: Path, rewritten: Path, device: str):
     """(original model, rewritten model) with the same weights, in eval mode on `device`."""
     torch.manual_seed(0)
-    plain = getattr(load(original, f"{case.name}_original"), case.cls)()
-    fused = getattr(load(rewritten, f"{case.name}_applied"), case.cls)()
+    # The CLI's own import: the rewritten file's sibling `*_fused` package resolves.
+    plain = getattr(import_model_file(original), case.cls)()
+    fused = getattr(import_model_file(rewritten), case.cls)()
     fused.load_state_dict(plain.state_dict())
     return plain.eval().to(device), fused.eval().to(device)
 
