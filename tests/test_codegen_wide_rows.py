@@ -177,8 +177,22 @@ def test_a_16_bit_layer_norm_loops_past_8192_columns(norm, dtype, width, looped)
     analysis = analyze(model, torch.empty(2, width, dtype=dtype))
     kernel = generate(analysis, analysis.clusters[0])
     assert kernel.looped == looped
-    assert kernel.tuning.max_block == (8192 if norm == "layer_norm" and dtype != torch.float32
-                                       else 16384)
+    assert kernel.tuning.max_block == 16384  # what one block holds, the file's MAX_BLOCK
+    assert kernel.tuning.loop_above == (8192 if norm == "layer_norm" and dtype != torch.float32
+                                        else None)
+
+
+def test_a_16_bit_layer_norm_generated_narrow_still_runs_wider_rows_in_one_block(tmp_path):
+    """Looping sooner is a speed choice at generation: a weightless layer norm generated at
+    64 columns (one block) still runs rows of 16384, as wide as one block holds."""
+    model = Lambda(lambda m, x: F.layer_norm(x * 2.0, (x.shape[-1],)), arity=1)
+    analysis = analyze(model, torch.empty(2, 64, dtype=torch.bfloat16))
+    kernel = generate(analysis, analysis.clusters[0])
+    assert not kernel.looped and "MAX_BLOCK = 16384" in kernel.source
+    x = torch.randn(2, 16384, dtype=torch.bfloat16)
+    (got,) = run_kernel(kernel, tmp_path, (x,))
+    want = F.layer_norm(x.float() * 2.0, (16384,))
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
 
 
 def test_an_int64_accumulator_counts_as_eight_bytes():

@@ -24,6 +24,10 @@ class Tuning:
     # reduction: widest row one block holds, wider rows loop; None: by the element size
     # (tuning.widest_one_block), which `kernel.generate` fills in
     max_block: int | None = None
+    # reduction: rows wider than this loop where the kernel can, though one block holds up to
+    # max_block (a 16-bit centered norm loops sooner, tuning.CENTERED_16BIT_ONE_BLOCK; a kernel
+    # generated without the loop still runs rows up to max_block); None: max_block
+    loop_above: int | None = None
     loop_block: int = 1024  # reduction: narrowest column step when rows loop...
     # ...which is a row's width over this (fewer steps leave a pipelined loop nothing to
     # overlap)...

@@ -60,20 +60,23 @@ class Kernel:
 
 def needs_loop(p: KernelPlan, tuning: Tuning) -> bool:
     assert tuning.max_block is not None, "resolve it first: with_max_block"
-    return p.skeleton == "reduction" and bool(p.domain) and p.n_cols > tuning.max_block
+    threshold = tuning.max_block if tuning.loop_above is None else tuning.loop_above
+    return p.skeleton == "reduction" and bool(p.domain) and p.n_cols > threshold
 
 
 def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     """`tuning` with its widest single block by the plan's widest element (an input's or the
-    accumulator's), narrower for a centered norm of 16-bit inputs, unless given."""
+    accumulator's), unless given, and a centered norm of 16-bit inputs looping sooner."""
     if tuning.max_block is not None:
         return tuning
     inputs = [t.dtype.itemsize for t in p.inputs if not t.per_row]
     sizes = inputs + ([p.reduction.dtype.itemsize] if p.reduction is not None else [])
     centered_16bit = (can_loop(p) and p.reduction is not None and p.reduction.rule.centered
                       and max(inputs, default=4) < 4)
-    return replace(tuning, max_block=autotune.widest_one_block(max(sizes, default=4),
-                                                               centered_16bit))
+    widest = autotune.widest_one_block(max(sizes, default=4))
+    loop_above = min(widest, autotune.CENTERED_16BIT_ONE_BLOCK) if centered_16bit else None
+    return replace(tuning, max_block=widest,
+                   loop_above=tuning.loop_above if tuning.loop_above is not None else loop_above)
 
 
 def can_loop(p: KernelPlan) -> bool:

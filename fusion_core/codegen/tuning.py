@@ -362,12 +362,10 @@ ONE_BLOCK_BYTES = 65536
 CENTERED_16BIT_ONE_BLOCK = 8192
 
 
-def widest_one_block(element_bytes: int, centered_16bit: bool = False) -> int:
+def widest_one_block(element_bytes: int) -> int:
     """MAX_BLOCK for a reduction whose widest input or accumulator element has this many
-    bytes: the widest row kept whole in one block. `centered_16bit`: a centered normalization
-    of 16-bit inputs, which keeps the row and its deviations (CENTERED_16BIT_ONE_BLOCK)."""
-    widest = _pow2(max(1, ONE_BLOCK_BYTES // max(4, element_bytes)))
-    return min(widest, CENTERED_16BIT_ONE_BLOCK) if centered_16bit else widest
+    bytes: the widest row kept whole in one block."""
+    return _pow2(max(1, ONE_BLOCK_BYTES // max(4, element_bytes)))
 
 
 def source(kind: str) -> str:
