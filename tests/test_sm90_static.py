@@ -110,3 +110,42 @@ def test_load_sites_follow_pointers_to_arguments_and_count_loop_depth():
 
 def test_load_sites_of_text_without_a_function_is_empty():
     assert load_sites("module {}") == {}
+
+
+# SASS as cuobjdump prints it (shortened): a straight-line kernel, then one with a loop.
+STRAIGHT = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                 /* 0x00000a00ff017b82 */
+        /*0010*/                   S2R R0, SR_CTAID.X ;                   /* 0x0000000000007919 */
+        /*0020*/              @!P0 BRA 0x60 ;                             /* 0x0000000000008947 */
+        /*0030*/                   FFMA R2, R0, 0.5, R1 ;                 /* 0x3f00000000027823 */
+        /*0040*/                   NOP ;                                  /* 0x0000000000007918 */
+        /*0050*/                   MUFU.EX2 R3, R2 ;                      /* 0x0000000200037308 */
+        /*0060*/                   EXIT ;                                 /* 0x000000000000794d */
+        /*0070*/                   BRA 0x70;                              /* 0xfffffffc00fc7947 */
+        /*0080*/                   NOP;                                   /* 0x0000000000007918 */
+"""
+LOOPED = STRAIGHT.replace("@!P0 BRA 0x60", "@P0 BRA 0x10")
+
+
+def test_sass_count_leaves_out_nops_and_the_trap_after_exit():
+    from sm90_static import sass_count
+
+    count = sass_count(STRAIGHT)
+    assert (count.instructions, count.looped) == (6, False)  # LDC S2R BRA FFMA MUFU EXIT
+
+
+def test_a_backward_branch_marks_the_count_as_a_floor():
+    from sm90_static import sass_count
+
+    count = sass_count(LOOPED)
+    assert (count.instructions, count.looped) == (6, True)
+
+
+def test_issue_floor_is_warp_instructions_over_every_scheduler():
+    from sm90_static import SCHEDULERS, issue_floor_us
+
+    # 1000 instructions x 4 warps x 1056 programs over 132 SMs of 4 schedulers at 1 GHz:
+    # 4.224e6 warp-instructions / 528 a clock = 8000 clocks = 8 us
+    assert SCHEDULERS == 4
+    assert issue_floor_us(1000, 4, 1056, sms=132, clock_hz=1e9) == pytest.approx(8.0)
+    assert issue_floor_us(1000, 8, 1056, sms=132, clock_hz=1e9) == pytest.approx(16.0)

@@ -1,8 +1,9 @@
 """What a compiled Triton kernel's text says about its run on an sm_90 GPU, without one: the
 theoretical occupancy (CUDA's occupancy arithmetic for compute capability 9.0), waves of
-programs over the SMs, the widths of its global loads and stores (PTX), and how many load
-sites of the kernel read each pointer argument (TTGIR). Pure functions of numbers and text;
-tools/panel_reasons.py feeds them the compiler's output.
+programs over the SMs, the widths of its global loads and stores (PTX), how many load
+sites of the kernel read each pointer argument (TTGIR), and how many machine instructions a
+warp issues (SASS) with the time that many take at one a clock per warp scheduler. Pure
+functions of numbers and text; tools/panel_reasons.py feeds them the compiler's output.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ SM90_SMEM_RESERVED = 1024  # the runtime's shared memory a block, sm_80 on
 REG_UNIT = 256  # registers are allocated a warp at a time, in units of 256
 SMEM_UNIT = 128
 H200_SMS = 132
+H200_CLOCK_HZ = 1.98e9  # the SXM part's boost clock
+SCHEDULERS = 4  # warp schedulers an SM, each issuing at most one instruction a clock
 
 
 @dataclass(frozen=True)
@@ -129,3 +132,40 @@ def load_sites(ttgir: str) -> dict[int, list[int]]:
         if arg is not None:
             out.setdefault(arg, []).append(d)
     return out
+
+
+# A SASS line as cuobjdump prints it: `/*0120*/  @P0 BRA 0x1a0 ;  /* 0x... */`.
+_SASS = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+
+
+@dataclass(frozen=True)
+class SassCount:
+    instructions: int  # in the text, NOP padding left out
+    looped: bool  # a branch goes back: some run more than once, and the count is a floor
+
+
+def sass_count(sass: str) -> SassCount:
+    """Instructions of one kernel's SASS (`cuobjdump -sass`). A kernel without a backward
+    branch runs each at most once a warp, so the count is what every warp issues at most
+    (both sides of a branch are counted); the self-branch after EXIT is padding."""
+    count, looped = 0, False
+    for line in sass.splitlines():
+        m = _SASS.match(line)
+        if m is None or m.group(3) == "NOP":
+            continue
+        address, op, operands = int(m.group(1), 16), m.group(3), m.group(4)
+        if op.startswith("BRA"):
+            target = re.search(r"0x([0-9a-f]+)", operands)
+            if target and int(target.group(1), 16) == address:
+                continue  # `BRA` to itself: the trap after the kernel's end
+            looped |= bool(target) and int(target.group(1), 16) < address
+        count += 1
+    return SassCount(count, looped)
+
+
+def issue_floor_us(instructions: int, warps: int, programs: int, sms: int = H200_SMS,
+                   clock_hz: float = H200_CLOCK_HZ) -> float:
+    """The shortest time `programs` programs of `warps` warps, each warp issuing
+    `instructions`, can take when every scheduler of every SM issues one a clock: a kernel
+    near it is bound by instruction issue, not by memory."""
+    return instructions * warps * programs / (sms * SCHEDULERS * clock_hz) * 1e6
