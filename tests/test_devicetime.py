@@ -89,3 +89,23 @@ def test_a_callable_that_cannot_be_captured_fails_them_all(gpu, monkeypatch):
     with pytest.raises(devicetime.CaptureError):
         devicetime.device_times(CALLS)
     assert gpu.log == []  # nothing timed: the caller falls back to host time for both
+
+
+def test_host_samples_taken_together_alternate_between_the_callables(monkeypatch):
+    """Where a capture fails, the kernel and its eager ops fall back on host time: their
+    samples alternate (a, b, a, b, ...) so that a ratio of i-th samples shares a window."""
+    from fusion_core.validate import bench
+
+    order: list[str] = []
+
+    def fake_do_bench(fn, warmup, rep, return_mode):
+        fn()
+        return {"a": 0.001, "b": 0.002}[order[-1]]
+
+    import triton.testing
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
+    a_us, b_us = bench.times_us_together([lambda: order.append("a"),
+                                          lambda: order.append("b")], samples=3)
+    assert order == ["a", "b"] * 3
+    assert a_us == pytest.approx((1.0,) * 3) and b_us == pytest.approx((2.0,) * 3)

@@ -345,7 +345,8 @@ def test_measured_path_logic_with_a_stub_timer(example, kernels, monkeypatch, st
                       inductor=True)
     r0 = report.result(0)
     assert report.mode == "cuda" and report.device == "Stub GPU" and report.timed
-    assert len(r0.timing.kernel_us) == 3 and len(r0.timing.eager_us) == 3
+    # the kernel and its eager ops: host samples taken in turn, one at a time
+    assert len(r0.timing.kernel_us) == bench.SAMPLES == len(r0.timing.eager_us)
     assert r0.timing.inductor_us and r0.timing.model_patched_us
     assert r0.regime == "l2-resident"  # 512 KB at the reduced shape fits the stub's L2
     assert r0.gbps == pytest.approx(r0.fused_bytes / (r0.timing.kernel * 1e-6) / 1e9)

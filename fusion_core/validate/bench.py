@@ -8,7 +8,7 @@ tag, the device's peak bandwidth and the gate results for gates 3 (benchmark) an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +65,18 @@ def time_us(fn: Callable[[], object], samples: int = SAMPLES) -> tuple[float, ..
         ms = triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
         out.append(float(ms) * 1e3)
     return tuple(out)
+
+
+def times_us_together(fns: Sequence[Callable[[], object]],
+                      samples: int = SAMPLES) -> tuple[tuple[float, ...], ...]:
+    """``time_us`` of each of `fns`, their samples interleaved: sample i of every callable is
+    taken before sample i + 1 of any, so a ratio of their i-th samples shares one window of
+    whatever else the machine was doing."""
+    out: list[list[float]] = [[] for _ in fns]
+    for _ in range(samples):
+        for taken, fn in zip(out, fns, strict=True):
+            taken.extend(time_us(fn, 1))
+    return tuple(tuple(taken) for taken in out)
 
 
 def regime(kernel_us: float, fused_bytes: int, l2_bytes: int | None,

@@ -63,8 +63,9 @@ def devices_together(calls: Sequence[tuple[Callable[..., object], Sequence[Any]]
 def clocked_together(calls: Sequence[tuple[Callable[..., object], Sequence[Any]]],
                      l2_bytes: int | None) -> tuple[Clocked, ...]:
     """``clocked`` for each `(fn, args)`, the device samples interleaved
-    (``devices_together``); the host figures are taken one callable after the other."""
-    hosts = [bench.time_us(lambda fn=fn, args=args: fn(*args)) for fn, args in calls]
+    (``devices_together``) and the host samples too (``bench.times_us_together``): where a
+    capture fails the comparison falls back on host samples taken in shared windows."""
+    hosts = bench.times_us_together([lambda fn=fn, args=args: fn(*args) for fn, args in calls])
     return tuple(Clocked(d, h) for d, h in
                  zip(devices_together(calls, l2_bytes), hosts, strict=True))
 
