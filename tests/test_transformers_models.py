@@ -4,16 +4,21 @@ transformers is not installed."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
+from unittest import mock
 
 import pytest
 import torch
 from vision_libs import import_transformers
 
+from fusion_core.codegen import generate
 from fusion_core.errors import CaptureError
 from fusion_core.ir.graph import OpKind
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze
+from fusion_core.sourcemap import callsite, map_clusters
+from fusion_core.sourcemap.apply import plan_apply
 
 T = import_transformers()
 if T is None:
@@ -90,3 +95,31 @@ def test_the_exported_graph_runs(analyses):
     got = out["last_hidden_state"] if isinstance(out, dict) else getattr(
         out, "last_hidden_state", out[0])
     torch.testing.assert_close(got, ref)
+
+
+def _plan_if_yours(a):
+    """The `--apply` plan were the model's file the user's (as benchmarks/model_zoo.py counts
+    its "if yours"): every cluster taken as verified."""
+    kernels = {c.index: generate(a, c) for c in a.clusters}
+    verdicts = {c.index: (True, "verified") for c in a.clusters}
+    with mock.patch("fusion_core.sourcemap.span.is_library_file", return_value=False):
+        mappings = map_clusters(a)
+        return mappings, plan_apply(a, mappings, inspect.getsourcefile(type(a.module)),
+                                    kernels, verdicts)
+
+
+def test_llama_is_mapped_through_transformers_wrappers_and_keeps_its_edits(analyses):
+    """Decoder layers run through GradientCheckpointingLayer's wrapper, the masks through
+    `deprecate_kwarg`'s, the rotary forward through `dynamic_rope_update`'s: the source map
+    looks through those frames to the function called, and edits no fewer clusters."""
+    a = analyses["llama"]
+    mappings, plan = _plan_if_yours(a)
+    reasons = [m.reason for m in mappings if m.reason]
+    wrappers = ("forward_with_checkpointing", "wrapped_func", "<locals>.wrapper", "__call__")
+    assert not [r for r in reasons if any(w in r for w in wrappers)]
+    # Messages name the callee: the layer call left half fused, the rotary forward's tuple.
+    assert any("(`LlamaDecoderLayer.forward`) is in the cluster" in r for r in reasons)
+    assert any("(`LlamaRotaryEmbedding.forward`) returns several values" in r for r in reasons)
+    with mock.patch.object(callsite, "is_wrapper", return_value=False):
+        _, without = _plan_if_yours(a)
+    assert set(without.clusters) <= set(plan.clusters) and plan.clusters

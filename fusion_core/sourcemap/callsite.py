@@ -6,12 +6,15 @@ the line each node stands at in the outermost one: an op inside `self.norm(h)` (
 RMSNorm's forward) stands at that call's line, as a library module's ops already do. A
 call is lifted only when the cluster holds every op it runs, so the edit that replaces
 its line computes all of it; otherwise ``PointerOnly`` names the call left half fused.
+Frames of wrappers that only hand the call on (``wrappers.py``: a ``functools.wraps``
+decorator, a forwarding ``__call__``) are looked through, unless the graph shows the wrapper
+computing ops of its own: the caller's line then calls the function the wrapper reaches.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch.fx as fx
@@ -20,6 +23,7 @@ from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, SourceLoc
 from ..pipeline import Analysis
 from .pysource import Scope, SourceFile
+from .wrappers import forwards_at, is_wrapper
 
 
 class Unliftable(Exception):
@@ -57,11 +61,17 @@ def _pos(loc: SourceLoc) -> tuple[str, int]:
 
 
 class _Frames:
-    """Scopes of frames, reading each file once (through the caller's cache)."""
+    """Scopes of frames, reading each file once (through the caller's cache), and the chains
+    of frames with those of pass-through wrappers left out."""
 
-    def __init__(self, files: dict[str, SourceFile]) -> None:
+    def __init__(self, files: dict[str, SourceFile], graph_nodes: Iterable[Node]) -> None:
         self.files = files
         self.scopes: dict[tuple[str, int], Scope | None] = {}
+        self.graph_nodes = graph_nodes
+        self.wrappers: dict[tuple[str, int], bool] = {}  # frame position -> in a wrapper
+        self.passes: dict[tuple[str, int], bool] = {}  # frame position -> hands its call on
+        self.chains: dict[int, tuple[SourceLoc, ...]] = {}  # by id of the node's SourceLoc
+        self._opaque: set[tuple[str, str]] | None = None
 
     def scope(self, loc: SourceLoc) -> Scope | None:
         key = _pos(loc)
@@ -75,6 +85,68 @@ class _Frames:
     def function(self, loc: SourceLoc) -> tuple[str, str] | None:
         scope = self.scope(loc)
         return None if scope is None else (loc.file, scope.qualname)
+
+    def chain(self, loc: SourceLoc | None) -> tuple[SourceLoc, ...]:
+        """`loc`'s frames, outermost first, without the wrapper frames that only hand the
+        call on (`wrappers.py`): the caller's line then calls the wrapped function itself."""
+        if loc is None:
+            return ()
+        hit = self.chains.get(id(loc))
+        if hit is None:
+            full = loc.chain
+            hit = tuple(f for i, f in enumerate(full)
+                        if i == len(full) - 1 or not self._passes_on(f))
+            self.chains[id(loc)] = hit
+        return hit
+
+    def _passes_on(self, loc: SourceLoc) -> bool:
+        key = _pos(loc)
+        if key not in self.passes:
+            scope = self._wrapper_scope(loc)
+            self.passes[key] = scope is not None and (
+                forwards_at(self.files[loc.file], scope, loc.line)
+                and (loc.file, scope.qualname) not in self._opaque_wrappers())
+        return self.passes[key]
+
+    def _wrapper_scope(self, loc: SourceLoc) -> Scope | None:
+        """The wrapper function `loc` lies in; None for any other frame, or one whose file
+        cannot be read (kept in the chain, as it always was)."""
+        try:
+            scope = self.scope(loc)
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            return None
+        key = _pos(loc)
+        if key not in self.wrappers:
+            self.wrappers[key] = scope is not None and is_wrapper(self.files[loc.file], scope)
+        return scope if self.wrappers[key] else None
+
+    def _opaque_wrappers(self) -> set[tuple[str, str]]:
+        """Wrappers that run graph ops of their own: some node ran in the wrapper's body
+        (its innermost frame) or under a line of it other than the one call it hands on.
+        Looking through them would leave those ops out of the call the caller's line makes."""
+        if self._opaque is None:
+            self._opaque = set()
+            for node in self.graph_nodes:
+                full = node.source.chain if node.source is not None else ()
+                for i, f in enumerate(full):
+                    scope = self._wrapper_scope(f)
+                    if scope is not None and (i == len(full) - 1 or not forwards_at(
+                            self.files[f.file], scope, f.line)):
+                        self._opaque.add((f.file, scope.qualname))
+        return self._opaque
+
+
+# The last lift's (files, graph, frames): one map_clusters run lifts every cluster with the
+# same files cache and graph, so scopes, chains and wrapper verdicts are worked out once.
+_LAST: list[tuple[dict[str, SourceFile], object, _Frames]] = []
+
+
+def _frames_for(analysis: Analysis, files: dict[str, SourceFile]) -> _Frames:
+    if _LAST and _LAST[0][0] is files and _LAST[0][1] is analysis.graph:
+        return _LAST[0][2]
+    frames = _Frames(files, analysis.graph.nodes)
+    _LAST[:] = [(files, analysis.graph, frames)]
+    return frames
 
 
 def site_line(loc: SourceLoc | None, src: SourceFile, scope: Scope) -> int | None:
@@ -116,9 +188,9 @@ def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted
     call sites. Raises ``Unliftable`` when no one function holds all the calls' lines,
     with the call's `site` when a call's ops are only partly in `c`."""
     nodes = [analysis.graph[n] for n in c.nodes]
-    frames = _Frames(files)
+    frames = _frames_for(analysis, files)
     try:
-        chains = {n.name: n.source.chain for n in nodes}
+        chains = {n.name: frames.chain(n.source) for n in nodes}
         if len({frames.function(ch[-1]) for ch in chains.values()}) <= 1:
             return Lifted({n.name: n.source for n in nodes})
         depth = _common_depth(list(chains.values()), frames)
@@ -172,7 +244,7 @@ def _members(analysis: Analysis, depth: int, wanted: set[tuple], frames: _Frames
     sites = {k[0] for k in wanted}
     out: dict[tuple, list[str]] = {}
     for n in analysis.graph.nodes:
-        chain = n.source.chain if n.source is not None else ()
+        chain = frames.chain(n.source)
         if len(chain) <= depth + 1 or tuple(_pos(f) for f in chain[:depth + 1]) not in sites:
             continue
         key = _call_key(chain, depth, frames, gm_nodes.get(n.name))
