@@ -301,7 +301,7 @@ def _unify_parts(analysis: Analysis, span: Span, group: list[Cluster]) -> list[_
                 src = span.src
                 raise PointerOnly(
                     f"cluster {i_cs[0].index} computes `{src.segment(inner)}`, inside "
-                    f"`{src.segment(outer)}` that cluster {o_cs[0].index} computes (line "
+                    f"`{src.segment(outer)}`, which cluster {o_cs[0].index} computes (line "
                     f"{inner.lineno}): the outer call would take the inner one's result as an "
                     "argument, which one edit of the line does not write yet")
     return [(cs, found) for _, cs, found in held]
