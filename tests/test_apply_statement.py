@@ -14,6 +14,7 @@ from rich.console import Console
 from test_apply import assert_same_outputs, backup_as_py
 from test_apply_callsite import CAPTURES, line_of
 
+from fusion_core.cli_run import mapping_dict
 from fusion_core.codegen import generate
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
@@ -156,6 +157,7 @@ def test_two_clusters_in_one_statement_are_one_edit_each_part_its_own_call(tmp_p
     assert {m.replacement.strip() for m in mappings} == {new}
     assert {m.call for m in mappings} == {"cluster0", "cluster1"}
     assert all(m.edit_calls == ("cluster0", "cluster1") for m in mappings)
+    assert mapping_dict(mappings[1])["calls"] == ["cluster0", "cluster1"]  # the JSON report
     assert new in text
     assert "return self.a(F.gelu(a * 2.0)) + self.b(torch.tanh(b + 1.0))" not in text
 
