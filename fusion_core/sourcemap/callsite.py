@@ -194,12 +194,12 @@ def _each_call(analysis: Analysis, members: list[str], site: tuple[str, int],
     spelled = ", ".join(f"`{src.segment(s)}`" for s in outer)
     nested = ", one inside the other" if len(outer) < len(stated) else ""
     raise Unliftable(f"line {site[1]} calls `{callee.node.name if callee else '?'}` "
-                     f"{times(len(stated))} ({spelled}{nested}), and the graph does not say "
+                     f"{_times(len(stated))} ({spelled}{nested}), and the graph does not say "
                      "which of its ops ran in which call; an edit of the line cannot bind "
                      "each call's result", site)
 
 
-def times(n: int) -> str:
+def _times(n: int) -> str:
     return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
