@@ -59,7 +59,8 @@ def mapping_dict(m: SourceMapping) -> dict[str, Any]:
     return {"cluster": m.cluster_index, "map": m.quality.value, "lines": lines,
             "function": m.function, "reason": m.reason,
             "replacement": m.replacement.strip() if m.replacement else None,
-            "shared_with": list(m.shared_with), "baked": list(m.baked)}
+            "shared_with": list(m.shared_with), "calls": list(m.edit_calls),
+            "baked": list(m.baked)}
 
 
 @dataclass

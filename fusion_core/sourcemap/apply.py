@@ -87,8 +87,11 @@ def _why_not(m: SourceMapping, path: Path, verdicts: Verdicts,
         usable, status = verdicts.get(i, (False, "not validated"))
         if not usable:
             return f"cluster {i}'s kernel is not verified ({status})"
-    if kernels.get(cluster_of(m.call)) is None:
-        return "no kernel was generated for it"
+    missing = [c for c in m.edit_calls if kernels.get(cluster_of(c)) is None]
+    if missing:
+        return ("no kernel was generated for it" if missing[0] == m.call else
+                f"no kernel was generated for `{missing[0]}`, which the edit of its line "
+                "also calls")
     return None
 
 
@@ -98,26 +101,34 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
     path = Path(model_path).resolve()
     edits: dict[int, SourceMapping] = {}
     ops: dict[int, FusedOp] = {}
+    failed: dict[int, str] = {}  # kernel's cluster -> why its call cannot be written
     skipped: list[Skip] = []
     for m in mappings:
         reason = _why_not(m, path, verdicts, kernels)
-        rep = cluster_of(m.call) if m.call else None
-        rep = m.cluster_index if rep is None else rep
-        if reason is None and rep not in ops:
-            reason, op = _fused_op(analysis, rep, kernels[rep], m.call)
-            if op is not None:
-                ops[rep] = op
+        for call in m.edit_calls if reason is None else ():
+            rep = cluster_of(call)
+            if rep not in ops and rep not in failed:
+                why, op = _fused_op(analysis, rep, kernels[rep], call)
+                if op is not None:
+                    ops[rep] = op
+                else:
+                    failed[rep] = why or ""
+            if rep in failed:
+                reason = failed[rep] if call == m.call else (
+                    f"the edit of its line also calls `{call}`, which cannot be written: "
+                    f"{failed[rep]}")
+                break
         if reason is not None:
             skipped.append(Skip(m.cluster_index, reason, pointer=not m.exact))
-        elif rep == m.cluster_index:
-            edits[m.start] = m
+        else:  # one edit per range: the clusters it computes are all in `shared_with`
+            edits.setdefault(m.start, m)
     # The bytes the model was imported from, when this is that file: what the edits and
     # the kernels were made from, so what the file must still hold at write time.
     source = analysis.source
     imported = source is not None and Path(source.path).resolve() == path
     digest = source.digest if imported else next((m.digest for m in edits.values()), None)
     used = [op for rep, op in sorted(ops.items()) if any(
-        e.call == op.call for e in edits.values())]
+        op.call in e.edit_calls for e in edits.values())]
     return ApplyPlan(path, digest, tuple(edits[k] for k in sorted(edits)), tuple(used),
                      tuple(skipped))
 

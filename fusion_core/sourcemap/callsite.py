@@ -23,6 +23,7 @@ from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, SourceLoc
 from ..pipeline import Analysis
 from .pysource import Scope, SourceFile
+from .unify import _attr_chain
 from .wrappers import forwards_at, is_wrapper
 
 
@@ -213,29 +214,131 @@ def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted
             raise Unliftable(f"the call at line {site[1]} (`{callee[1] if callee else '?'}`) "
                              "returns several values (a tuple) or yields; an edit of its "
                              "line binds one", site)
-        left = [m for m in members[key] if m not in inside and not _is_feeder(analysis.graph[m])]
-        if left:
-            raise _partly_fused(analysis, site, callee, left)
-        ran = frozenset(m for m in members[key] if m in inside)
-        read = [m for m in c.nodes if m in ran and any(
-            u not in ran for u in analysis.graph.users[m])]
-        # A reader without a source line could be the call's own last op, unseen above.
-        if any(analysis.graph[u].source is None and analysis.graph[u].kind is not OpKind.OUTPUT
-               for m in read for u in analysis.graph.users[m] if u not in ran):
-            raise Unliftable("a value of the call is read by a node without a source line")
-        passes = tuple((m, v) for m in read if (v := _same_as_operand(analysis, m, ran)))
-        returned = [m for m in read if m not in dict(passes)]
-        if len(returned) != 1:
-            raise Unliftable(f"the call at line {site[1]} (`{callee[1] if callee else '?'}`) "
-                             f"hands the cluster {len(returned)} of its values; an "
-                             "edit of its line can bind only the one it returns", site)
-        calls.append(LiftedCall(site[1], callee[1], callee_names[key], returned[0], ran,
-                                passes))
+        for each in _each_call(analysis, members[key], site, callee_scopes[key], key[2],
+                               frames):
+            if inside.isdisjoint(each):  # another call on that line, of another kernel
+                continue
+            calls.append(_lifted(analysis, c, site, callee, callee_names[key], each))
     locs = {}
     for n in nodes:
         ch = chains[n.name]
         locs[n.name] = ch[depth] if len(ch) > depth + 1 else n.source
     return Lifted(locs, tuple(calls))
+
+
+def _lifted(analysis: Analysis, c: Cluster, site: tuple[str, int],
+            callee: tuple[str, str] | None, name: str, members: list[str]) -> LiftedCall:
+    """One call whose every op `c` must compute, and the one value it hands `c`."""
+    inside = set(c.nodes)
+    left = [m for m in members if m not in inside and not _is_feeder(analysis.graph[m])]
+    if left:
+        raise _partly_fused(analysis, site, callee, left)
+    ran = frozenset(m for m in members if m in inside)
+    read = [m for m in c.nodes if m in ran and any(
+        u not in ran for u in analysis.graph.users[m])]
+    # A reader without a source line could be the call's own last op, unseen above.
+    if any(analysis.graph[u].source is None and analysis.graph[u].kind is not OpKind.OUTPUT
+           for m in read for u in analysis.graph.users[m] if u not in ran):
+        raise Unliftable("a value of the call is read by a node without a source line")
+    passes = tuple((m, v) for m in read if (v := _same_as_operand(analysis, m, ran)))
+    returned = [m for m in read if m not in dict(passes)]
+    if len(returned) != 1:
+        raise Unliftable(f"the call at line {site[1]} (`{callee[1] if callee else '?'}`) "
+                         f"hands the cluster {len(returned)} of its values; an "
+                         "edit of its line can bind only the one it returns", site)
+    return LiftedCall(site[1], callee[1], name, returned[0], ran, passes)
+
+
+def _each_call(analysis: Analysis, members: list[str], site: tuple[str, int],
+               callee: Scope | None, module: str, frames: _Frames) -> list[list[str]]:
+    """The nodes of each call one key stands for. Two calls on one line of one module share
+    a key (`act(h) + act(h)`); each is told by its own connected ops when the line spells
+    that many calls of the callee. Calls one inside the other (`act(act(h))`) share ops
+    the graph cannot tell apart: refused in those words."""
+    stated = _stated_calls(analysis, site, callee, module, frames)
+    if len(stated) < 2:
+        return [members]
+    each = _connected(analysis, members)
+    if len(each) == len(stated):
+        return each
+    outer = [s for s in stated if not any(o is not s and _holds(o, s) for o in stated)]
+    src = frames.files[site[0]]
+    spelled = ", ".join(f"`{src.segment(s)}`" for s in outer)
+    nested = ", one inside the other" if len(outer) < len(stated) else ""
+    raise Unliftable(f"line {site[1]} calls `{callee.node.name if callee else '?'}` "
+                     f"{_times(len(stated))} ({spelled}{nested}), and the graph does not say "
+                     "which of its ops ran in which call; an edit of the line cannot bind "
+                     "each call's result", site)
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def _holds(outer: ast.Call, inner: ast.Call) -> bool:
+    return any(n is inner for n in ast.walk(outer))
+
+
+def _stated_calls(analysis: Analysis, site: tuple[str, int], callee: Scope | None,
+                  module: str, frames: _Frames) -> list[ast.Call]:
+    """The calls of `callee` the statement at the site line spells: `act(...)` by the
+    function's name, `self.norm(...)` by the submodule it names; empty when unknown."""
+    src = frames.files.get(site[0])
+    caller = frames.scopes.get(site)
+    if src is None or caller is None or callee is None:
+        return []
+    st = src.statement_at(caller, site[1])
+    if st is None:
+        return []
+    found = []
+    for n in ast.walk(st.node):
+        if not isinstance(n, ast.Call):
+            continue
+        chain = _attr_chain(n.func)
+        if callee.node.name != "forward":
+            if chain and chain[-1] == callee.node.name:
+                found.append(n)
+        elif len(chain) > 1 and caller.class_name and _names_class(
+                analysis, module, chain[1:], callee.class_name):
+            found.append(n)
+    return found
+
+
+def _names_class(analysis: Analysis, module: str, attrs: list[str], cls: str | None) -> bool:
+    try:
+        sub = analysis.module.get_submodule(".".join(p for p in (module, *attrs) if p))
+    except AttributeError:
+        return False
+    return type(sub).__name__ == cls
+
+
+def _connected(analysis: Analysis, members: list[str]) -> list[list[str]]:
+    """`members` split by the ops that read one another (parameters and Python values go
+    with the ops that read them)."""
+    ops = [m for m in members if not _is_feeder(analysis.graph[m])]
+    group = {m: m for m in ops}
+
+    def root(m: str) -> str:
+        while group[m] != m:
+            group[m] = group[group[m]]
+            m = group[m]
+        return m
+
+    for m in ops:
+        for r in analysis.graph[m].refs:
+            if r in group:
+                group[root(r)] = root(m)
+    out: dict[str, list[str]] = {}
+    for m in ops:
+        out.setdefault(root(m), []).append(m)
+    each = list(out.values())
+    for m in members:
+        if m not in group:  # a feeder: with the first call that reads it
+            at = next((g for g in each if any(m in analysis.graph[o].refs for o in g)),
+                      each[0] if each else None)
+            if at is not None:
+                at.append(m)
+    return each
 
 
 def _members(analysis: Analysis, depth: int, wanted: set[tuple], frames: _Frames,

@@ -20,15 +20,14 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..analysis.types import Cluster
-from ..ir.bias_split import SPLIT_BIAS
-from ..ir.graph import Node, OpKind, Ref
+from ..ir.graph import Ref
 from ..names import kernel_name
 from ..pipeline import Analysis
-from .callsite import site_line
-from .parts import around, feeding, parts, replace_part_results
+from .alone import check_alone
+from .parts import around, parts, replace_part_results
 from .pysource import Scope, SourceFile, local_names, read_later, stored_names
 from .span import PointerOnly, Span, as_stored, count_words, locate
-from .unify import BINOPS, Mismatch, module_path
+from .unify import Mismatch, value_of
 from .unify_calls import CallUnifier
 
 
@@ -60,6 +59,14 @@ class SourceMapping:
     original: str | None = None  # the text of lines start..end (exact only)
     # Source expressions the kernel holds as constants, with their value at analysis time.
     baked: tuple[str, ...] = ()
+    # Every fused function the replacement calls, when the statement holds several clusters'
+    # parts (`self.p(cluster0(a)) @ cluster1(b)`; their clusters are in `shared_with`).
+    calls: tuple[str, ...] = ()
+
+    @property
+    def edit_calls(self) -> tuple[str, ...]:
+        """The fused functions the replacement calls."""
+        return self.calls or ((self.call,) if self.call else ())
 
     @property
     def exact(self) -> bool:
@@ -78,71 +85,6 @@ def _disk_bytes(path: str) -> bytes | None:
         return Path(path).read_bytes()
     except OSError:
         return None
-
-
-def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str, line: int) -> str:
-    """The source text of what `node` computes, found on `line` (`self.proj1(x)`)."""
-    # A call is named by its function (`F.relu`, `.view()`) or, for a module the tracer
-    # inlined, by the attribute the source calls (`self.ln1` made the `F.layer_norm`);
-    # an operator by its `operator` name (`x + 1` is `add`).
-    wanted = {node.target.rsplit(".", 1)[-1].strip("()"), module_path.rsplit(".", 1)[-1]}
-    found = []
-    for n in ast.walk(scope.node):
-        if not (isinstance(n, (ast.Call, ast.BinOp))
-                and n.lineno <= line <= (n.end_lineno or n.lineno)):
-            continue
-        if isinstance(n, ast.BinOp):
-            name = getattr(BINOPS.get(type(n.op)), "__name__", None)
-        else:
-            f = n.func
-            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
-        if name in wanted:
-            found.append(src.segment(n))
-    return min(found, key=len) if found else src.line_text(line).strip()
-
-
-def _is_feeder(node: Node) -> bool:
-    """Values an input expression re-evaluates for free (buffers, slices, sizes)."""
-    return node.kind in (OpKind.CONSTANT, OpKind.VIEW, OpKind.INPUT) or node.op == "meta"
-
-
-def _check_alone(analysis: Analysis, span: Span, group: list[Cluster],
-                 kept: frozenset[str] = frozenset(), kept_around: set[str] | None = None
-                 ) -> None:
-    """No node outside the group's clusters is computed on the range's lines, but those
-    of the inputs the rewrite keeps as its arguments' expressions and the code kept
-    around the fused call (`kept_around`)."""
-    members = {n for c in group for n in c.nodes}
-    kept_nodes = feeding(analysis, kept) | (kept_around or set())
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    # A node stands at its own line, or at the line of this function that called the
-    # module or helper it ran in (callsite.py).
-    ops_by_line = {(site_line(analysis.graph[n].source, span.src, span.scope),
-                    analysis.graph[n].op) for n in members}
-    for n in analysis.graph.nodes:
-        # A copy of a member is another kernel recomputing it (never edited: span.py); the
-        # source computes it once, here.
-        if n.name in members or n.copy_of in members or n.name in kept_nodes or _is_feeder(n):
-            continue
-        line = site_line(n.source, span.src, span.scope)
-        if line is None or not span.start <= line <= span.end:
-            continue
-        path = module_path(fx_nodes[n.name]) if n.name in fx_nodes else None
-        text = _describe(span.src, span.scope, n, path or "", line)
-        fx_node = fx_nodes.get(n.name)
-        if fx_node is not None and any(u.meta.get(SPLIT_BIAS) and u.name in members
-                                       for u in fx_node.users):
-            # The bias passes (ir/conv_bias.py: every conv on a GPU target) moved the layer's
-            # bias into a kernel; the call in the source adds it too, and stays.
-            raise PointerOnly(f"a kernel of these lines adds the bias of `{text}` (line "
-                              f"{line}), which the analysis split off the layer (as Inductor "
-                              "does on the GPU); the call in the source adds it itself, so no "
-                              "edit of these lines computes the same")
-        if (line, n.op) in ops_by_line:
-            raise PointerOnly(f"line {line} (`{text}`) also runs in another call of "
-                           f"`{span.scope}` that does not form this cluster")
-        raise PointerOnly(f"line range also holds `{text}` (line {line}), which is not in "
-                       "the cluster")
 
 
 def _self_path(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
@@ -270,46 +212,99 @@ def _constants(analysis: Analysis, c: Cluster) -> tuple:
                  for n in nodes)
 
 
-def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[SourceMapping]:
+def _consistent(analysis: Analysis, group: list[Cluster], found: list[_Found]) -> None:
+    """Clusters one kernel serves (the same lines in other calls) read, compute and bake the
+    same."""
     rep = group[0]
+    for c, f in zip(group[1:], found[1:], strict=True):
+        if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
+            raise PointerOnly(f"the same lines also run as cluster {c.index}, which reads "
+                              "or computes something else")
+        if _shapes(analysis, c) != _shapes(analysis, rep):
+            raise PointerOnly(f"the same lines also run as cluster {c.index} with other "
+                              "shapes; one kernel cannot serve both")
+        if _constants(analysis, c) != _constants(analysis, rep):
+            raise PointerOnly(f"the same lines also run as cluster {c.index} with other "
+                              "constants (module settings); one kernel cannot serve both")
+
+
+_Piece = tuple[list[Cluster], list[_Found]]  # clusters one call serves, their matches
+
+
+def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[SourceMapping]:
     base = dict(file=span.src.path, start=span.start, end=span.end,
                 function=span.scope.qualname, digest=span.src.digest)
     others = {c.index: tuple(o.index for o in group if o is not c) for c in group}
     try:
         kept_around: set[str] = set()
         try:
-            found = [_unify(analysis, c, span) for c in group]
+            pieces: list[_Piece] = [(group, [_unify(analysis, c, span) for c in group])]
         except PointerOnly:
             part = _unify_part(analysis, span, group)
-            if part is None:
-                _check_alone(analysis, span, group)  # its reason names the stray code first
+            split = _unify_parts(analysis, span, group) if part is None else None
+            if part is None and split is None:
+                check_alone(analysis, span, group)  # its reason names the stray code first
                 raise
-            found, kept_around = part, around(analysis, span, group)
-        kept = frozenset().union(*(f.inlined for f in found))
-        _check_alone(analysis, span, group, kept, kept_around)
-        for c, f in zip(group[1:], found[1:], strict=True):
-            if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
-                raise PointerOnly(f"the same lines also run as cluster {c.index}, which reads "
-                               "or computes something else")
-            if _shapes(analysis, c) != _shapes(analysis, rep):
-                raise PointerOnly(f"the same lines also run as cluster {c.index} with other "
-                               "shapes; one kernel cannot serve both")
-            if _constants(analysis, c) != _constants(analysis, rep):
-                raise PointerOnly(f"the same lines also run as cluster {c.index} with other "
-                               "constants (module settings); one kernel cannot serve both")
-        _check_dead(span, found[0].targets)
+            pieces = [(group, part)] if part is not None else split
+            kept_around = around(analysis, span, group)
+        kept = frozenset().union(*(f.inlined for _, found in pieces for f in found))
+        check_alone(analysis, span, group, kept, kept_around)
+        for cs, found in pieces:
+            _consistent(analysis, cs, found)
+        _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets))
     except PointerOnly as p:
         return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
                               **base) for c in group]
-    call = f"{kernel_name(rep.index)}({', '.join(found[0].args)})"
-    within = found[0].within
-    text = _replacement(span, call, found[0].targets) if within is None else (
-        replace_part_results(span, within, call, found[0].targets))
+    calls = [(kernel_name(cs[0].index), found[0]) for cs, found in pieces]
+    texts = [(f.within, f"{name}({', '.join(f.args)})", f.targets) for name, f in calls]
+    within, call, targets = texts[0]
+    text = _replacement(span, call, targets) if within is None else (
+        replace_part_results(span, texts))
     original = "".join(span.src.lines[span.start - 1:span.end])
-    return [SourceMapping(c.index, EXACT, replacement=text, call=kernel_name(rep.index),
-                          args=found[0].args, shared_with=others[c.index],
-                          original=original, baked=found[0].baked, **base)
-            for c in group]
+    names = tuple(name for name, _ in calls) if len(calls) > 1 else ()
+    return [SourceMapping(c.index, EXACT, replacement=text, call=name, args=f.args,
+                          shared_with=others[c.index], original=original, baked=f.baked,
+                          calls=names, **base)
+            for (cs, _), (name, f) in zip(pieces, calls, strict=True) for c in cs]
+
+
+def _unify_parts(analysis: Analysis, span: Span, group: list[Cluster]) -> list[_Piece] | None:
+    """Clusters that each compute their own part of the last statement (`F.gelu(a * 2.0)`
+    and `torch.tanh(b + 1.0)` in `self.p(F.gelu(a * 2.0)) @ torch.tanh(b + 1.0)`), grouped
+    by that part, in source order; None when some cluster computes none of its parts.
+    Raises ``PointerOnly`` when one cluster's part holds another's."""
+    try:
+        candidates = [value_of(span.stmts[-1].node, last=True), *parts(span)]
+    except Mismatch:
+        return None
+    by_part: dict[int, tuple[ast.expr, list[Cluster], list[_Found]]] = {}
+    for c in group:
+        # Clusters of the same lines in other calls most likely match a part found already.
+        order = [*(p for p, _, _ in by_part.values()), *candidates]
+        for part in order:
+            try:
+                f = _unify(analysis, c, span, part)
+            except PointerOnly:
+                continue
+            _, cs, found = by_part.setdefault(id(part), (part, [], []))
+            cs.append(c)
+            found.append(f)
+            break
+        else:
+            return None
+    if len(by_part) < 2:
+        return None
+    held = sorted(by_part.values(), key=lambda e: (e[0].lineno, e[0].col_offset))
+    for outer, o_cs, _ in held:
+        for inner, i_cs, _ in held:
+            if inner is not outer and any(n is inner for n in ast.walk(outer)):
+                src = span.src
+                raise PointerOnly(
+                    f"cluster {i_cs[0].index} computes `{src.segment(inner)}`, inside "
+                    f"`{src.segment(outer)}`, which cluster {o_cs[0].index} computes (line "
+                    f"{inner.lineno}): the outer call would take the inner one's result as an "
+                    "argument, which one edit of the line does not write yet")
+    return [(cs, found) for _, cs, found in held]
 
 
 def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
@@ -373,7 +368,8 @@ def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
     clash: dict[int, SourceMapping] = {}
     for a in edits:
         for b in edits:
-            if a.call != b.call and a.file == b.file and a.start <= b.end and b.start <= a.end:
+            one_edit = a is b or b.cluster_index in a.shared_with
+            if not one_edit and a.file == b.file and a.start <= b.end and b.start <= a.end:
                 clash.setdefault(a.cluster_index, b)
     return [m if m.cluster_index not in clash else SourceMapping(
         m.cluster_index, POINTER, m.file, m.start, m.end,

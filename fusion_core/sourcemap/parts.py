@@ -9,6 +9,7 @@ lines" check lets them be), and the last statement with one part replaced.
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
@@ -65,8 +66,9 @@ def around(analysis: Analysis, span: Span, group: list[Cluster]) -> set[str]:
     return seen
 
 
-def replace_part(span: Span, part: ast.expr, call: str) -> str:
-    """The last statement, indented as the range's first line, with `part` replaced."""
+def replace_parts(span: Span, texts: Sequence[tuple[ast.expr, str]]) -> str:
+    """The last statement, indented as the range's first line, with each part (disjoint)
+    replaced by its text."""
     src, last = span.src, span.stmts[-1].node
     line = src.line_text(span.start)
     indent = line[: len(line) - len(line.lstrip())]
@@ -75,24 +77,32 @@ def replace_part(span: Span, part: ast.expr, call: str) -> str:
         before = sum(len(t) for t in src.lines[: lineno - 1])
         return before + len(src.lines[lineno - 1].encode()[:col].decode())
 
-    begin = at(last.lineno, last.col_offset)
-    lo, hi = at(part.lineno, part.col_offset), at(part.end_lineno, part.end_col_offset)
-    end = at(last.end_lineno, last.end_col_offset)
-    text = src.text
-    return indent + text[begin:lo] + call + text[hi:end]
+    out, pos = [], at(last.lineno, last.col_offset)
+    for part, text in sorted(texts, key=lambda t: (t[0].lineno, t[0].col_offset)):
+        lo = at(part.lineno, part.col_offset)
+        out += [src.text[pos:lo], text]
+        pos = at(part.end_lineno, part.end_col_offset)
+    out.append(src.text[pos:at(last.end_lineno, last.end_col_offset)])
+    return indent + "".join(out)
 
 
-def replace_part_results(span: Span, within: ast.expr, call: str, targets: tuple[str, ...]
+def replace_part_results(span: Span, pieces: Sequence[tuple[ast.expr, str, tuple[str, ...]]]
                          ) -> str:
-    """The last statement with `within` replaced by the fused call, or, for a cluster with
-    several results, by a fresh name the line above assigns with the others:
+    """The last statement with each piece's part replaced by its fused call, or, for a
+    cluster with several results, by a fresh name a line above assigns with the others:
     `x, fused = cluster2(...)` then `h = self.up(fused)`."""
-    if not targets:
-        return replace_part(span, within, call)
     used = {n.id for n in ast.walk(span.scope.node) if isinstance(n, ast.Name)} | set(
         local_names(span.scope.node))
-    name = next(n for n in ("fused", *(f"fused{i}" for i in range(1, len(used) + 2)))
-                if n not in used)
+    fresh = (n for n in ("fused", *(f"fused{i}" for i in range(1, len(used) + len(pieces) + 2)))
+             if n not in used)
     line = span.src.line_text(span.start)
     indent = line[:len(line) - len(line.lstrip())]
-    return f"{indent}{', '.join((*targets, name))} = {call}\n" + replace_part(span, within, name)
+    above, texts = [], []
+    for part, call, targets in pieces:
+        if not targets:
+            texts.append((part, call))
+            continue
+        name = next(fresh)
+        above.append(f"{indent}{', '.join((*targets, name))} = {call}\n")
+        texts.append((part, name))
+    return "".join(above) + replace_parts(span, texts)

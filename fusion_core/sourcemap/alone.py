@@ -1,0 +1,86 @@
+"""What else a source range computes: the check that its lines hold the clusters alone.
+
+Reads an ``Analysis`` (every graph node's line, the FX graph's module paths and the bias
+passes' marks) and a mapped range (``span.Span``); writes nothing. Raises ``PointerOnly``
+naming, in the source's own text, the first code on those lines that no cluster of the
+edit computes and the rewrite does not keep.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ..analysis.types import Cluster
+from ..ir.bias_split import SPLIT_BIAS
+from ..ir.graph import Node, OpKind
+from ..pipeline import Analysis
+from .callsite import site_line
+from .parts import feeding
+from .pysource import Scope, SourceFile
+from .span import PointerOnly, Span
+from .unify import BINOPS, module_path
+
+
+def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str, line: int) -> str:
+    """The source text of what `node` computes, found on `line` (`self.proj1(x)`)."""
+    # A call is named by its function (`F.relu`, `.view()`) or, for a module the tracer
+    # inlined, by the attribute the source calls (`self.ln1` made the `F.layer_norm`);
+    # an operator by its `operator` name (`x + 1` is `add`).
+    wanted = {node.target.rsplit(".", 1)[-1].strip("()"), module_path.rsplit(".", 1)[-1]}
+    found = []
+    for n in ast.walk(scope.node):
+        if not (isinstance(n, (ast.Call, ast.BinOp))
+                and n.lineno <= line <= (n.end_lineno or n.lineno)):
+            continue
+        if isinstance(n, ast.BinOp):
+            name = getattr(BINOPS.get(type(n.op)), "__name__", None)
+        else:
+            f = n.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+        if name in wanted:
+            found.append(src.segment(n))
+    return min(found, key=len) if found else src.line_text(line).strip()
+
+
+def _is_feeder(node: Node) -> bool:
+    """Values an input expression re-evaluates for free (buffers, slices, sizes)."""
+    return node.kind in (OpKind.CONSTANT, OpKind.VIEW, OpKind.INPUT) or node.op == "meta"
+
+
+def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
+                 kept: frozenset[str] = frozenset(), kept_around: set[str] | None = None
+                 ) -> None:
+    """No node outside the group's clusters is computed on the range's lines, but those
+    of the inputs the rewrite keeps as its arguments' expressions and the code kept
+    around the fused call (`kept_around`)."""
+    members = {n for c in group for n in c.nodes}
+    kept_nodes = feeding(analysis, kept) | (kept_around or set())
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    # A node stands at its own line, or at the line of this function that called the
+    # module or helper it ran in (callsite.py).
+    ops_by_line = {(site_line(analysis.graph[n].source, span.src, span.scope),
+                    analysis.graph[n].op) for n in members}
+    for n in analysis.graph.nodes:
+        # A copy of a member is another kernel recomputing it (never edited: span.py); the
+        # source computes it once, here.
+        if n.name in members or n.copy_of in members or n.name in kept_nodes or _is_feeder(n):
+            continue
+        line = site_line(n.source, span.src, span.scope)
+        if line is None or not span.start <= line <= span.end:
+            continue
+        path = module_path(fx_nodes[n.name]) if n.name in fx_nodes else None
+        text = _describe(span.src, span.scope, n, path or "", line)
+        fx_node = fx_nodes.get(n.name)
+        if fx_node is not None and any(u.meta.get(SPLIT_BIAS) and u.name in members
+                                       for u in fx_node.users):
+            # The bias passes (ir/conv_bias.py: every conv on a GPU target) moved the layer's
+            # bias into a kernel; the call in the source adds it too, and stays.
+            raise PointerOnly(f"a kernel of these lines adds the bias of `{text}` (line "
+                              f"{line}), which the analysis split off the layer (as Inductor "
+                              "does on the GPU); the call in the source adds it itself, so no "
+                              "edit of these lines computes the same")
+        if (line, n.op) in ops_by_line:
+            raise PointerOnly(f"line {line} (`{text}`) also runs in another call of "
+                           f"`{span.scope}` that does not form this cluster")
+        raise PointerOnly(f"line range also holds `{text}` (line {line}), which is not in "
+                       "the cluster")
