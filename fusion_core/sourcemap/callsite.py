@@ -14,7 +14,7 @@ computing ops of its own: the caller's line then calls the function the wrapper 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch.fx as fx
@@ -22,9 +22,9 @@ import torch.fx as fx
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, SourceLoc
 from ..pipeline import Analysis
+from .frames import Frames, frames_for, pos
 from .pysource import Scope, SourceFile
 from .unify import _attr_chain
-from .wrappers import forwards_at, is_wrapper
 
 
 class Unliftable(Exception):
@@ -55,99 +55,6 @@ class LiftedCall:
 class Lifted:
     locs: Mapping[str, SourceLoc]  # node name -> where it stands in the outermost function
     calls: tuple[LiftedCall, ...] = ()
-
-
-def _pos(loc: SourceLoc) -> tuple[str, int]:
-    return (loc.file, loc.line)
-
-
-class _Frames:
-    """Scopes of frames, reading each file once (through the caller's cache), and the chains
-    of frames with those of pass-through wrappers left out."""
-
-    def __init__(self, files: dict[str, SourceFile], graph_nodes: Iterable[Node]) -> None:
-        self.files = files
-        self.scopes: dict[tuple[str, int], Scope | None] = {}
-        self.graph_nodes = graph_nodes
-        self.wrappers: dict[tuple[str, int], bool] = {}  # frame position -> in a wrapper
-        self.passes: dict[tuple[str, int], bool] = {}  # frame position -> hands its call on
-        self.chains: dict[int, tuple[SourceLoc, ...]] = {}  # by id of the node's SourceLoc
-        self._opaque: set[tuple[str, str]] | None = None
-
-    def scope(self, loc: SourceLoc) -> Scope | None:
-        key = _pos(loc)
-        if key not in self.scopes:
-            src = self.files.get(loc.file)
-            if src is None:
-                src = self.files.setdefault(loc.file, SourceFile.read(loc.file))
-            self.scopes[key] = src.scope_at(loc.line)
-        return self.scopes[key]
-
-    def function(self, loc: SourceLoc) -> tuple[str, str] | None:
-        scope = self.scope(loc)
-        return None if scope is None else (loc.file, scope.qualname)
-
-    def chain(self, loc: SourceLoc | None) -> tuple[SourceLoc, ...]:
-        """`loc`'s frames, outermost first, without the wrapper frames that only hand the
-        call on (`wrappers.py`): the caller's line then calls the wrapped function itself."""
-        if loc is None:
-            return ()
-        hit = self.chains.get(id(loc))
-        if hit is None:
-            full = loc.chain
-            hit = tuple(f for i, f in enumerate(full)
-                        if i == len(full) - 1 or not self._passes_on(f))
-            self.chains[id(loc)] = hit
-        return hit
-
-    def _passes_on(self, loc: SourceLoc) -> bool:
-        key = _pos(loc)
-        if key not in self.passes:
-            scope = self._wrapper_scope(loc)
-            self.passes[key] = scope is not None and (
-                forwards_at(self.files[loc.file], scope, loc.line)
-                and (loc.file, scope.qualname) not in self._opaque_wrappers())
-        return self.passes[key]
-
-    def _wrapper_scope(self, loc: SourceLoc) -> Scope | None:
-        """The wrapper function `loc` lies in; None for any other frame, or one whose file
-        cannot be read (kept in the chain, as it always was)."""
-        try:
-            scope = self.scope(loc)
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            return None
-        key = _pos(loc)
-        if key not in self.wrappers:
-            self.wrappers[key] = scope is not None and is_wrapper(self.files[loc.file], scope)
-        return scope if self.wrappers[key] else None
-
-    def _opaque_wrappers(self) -> set[tuple[str, str]]:
-        """Wrappers that run graph ops of their own: some node ran in the wrapper's body
-        (its innermost frame) or under a line of it other than the one call it hands on.
-        Looking through them would leave those ops out of the call the caller's line makes."""
-        if self._opaque is None:
-            self._opaque = set()
-            for node in self.graph_nodes:
-                full = node.source.chain if node.source is not None else ()
-                for i, f in enumerate(full):
-                    scope = self._wrapper_scope(f)
-                    if scope is not None and (i == len(full) - 1 or not forwards_at(
-                            self.files[f.file], scope, f.line)):
-                        self._opaque.add((f.file, scope.qualname))
-        return self._opaque
-
-
-# The last lift's (files, graph, frames): one map_clusters run lifts every cluster with the
-# same files cache and graph, so scopes, chains and wrapper verdicts are worked out once.
-_LAST: list[tuple[dict[str, SourceFile], object, _Frames]] = []
-
-
-def _frames_for(analysis: Analysis, files: dict[str, SourceFile]) -> _Frames:
-    if _LAST and _LAST[0][0] is files and _LAST[0][1] is analysis.graph:
-        return _LAST[0][2]
-    frames = _Frames(files, analysis.graph.nodes)
-    _LAST[:] = [(files, analysis.graph, frames)]
-    return frames
 
 
 def site_line(loc: SourceLoc | None, src: SourceFile, scope: Scope) -> int | None:
@@ -189,7 +96,7 @@ def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted
     call sites. Raises ``Unliftable`` when no one function holds all the calls' lines,
     with the call's `site` when a call's ops are only partly in `c`."""
     nodes = [analysis.graph[n] for n in c.nodes]
-    frames = _frames_for(analysis, files)
+    frames = frames_for(analysis, files)
     try:
         chains = {n.name: frames.chain(n.source) for n in nodes}
         if len({frames.function(ch[-1]) for ch in chains.values()}) <= 1:
@@ -250,7 +157,7 @@ def _lifted(analysis: Analysis, c: Cluster, site: tuple[str, int],
 
 
 def _each_call(analysis: Analysis, members: list[str], site: tuple[str, int],
-               callee: Scope | None, module: str, frames: _Frames) -> list[list[str]]:
+               callee: Scope | None, module: str, frames: Frames) -> list[list[str]]:
     """The nodes of each call one key stands for. Two calls on one line of one module share
     a key (`act(h) + act(h)`); each is told by its own connected ops when the line spells
     that many calls of the callee. Calls one inside the other (`act(act(h))`) share ops
@@ -280,7 +187,7 @@ def _holds(outer: ast.Call, inner: ast.Call) -> bool:
 
 
 def _stated_calls(analysis: Analysis, site: tuple[str, int], callee: Scope | None,
-                  module: str, frames: _Frames) -> list[ast.Call]:
+                  module: str, frames: Frames) -> list[ast.Call]:
     """The calls of `callee` the statement at the site line spells: `act(...)` by the
     function's name, `self.norm(...)` by the submodule it names; empty when unknown."""
     src = frames.files.get(site[0])
@@ -341,14 +248,14 @@ def _connected(analysis: Analysis, members: list[str]) -> list[list[str]]:
     return each
 
 
-def _members(analysis: Analysis, depth: int, wanted: set[tuple], frames: _Frames,
+def _members(analysis: Analysis, depth: int, wanted: set[tuple], frames: Frames,
              gm_nodes: dict[str, fx.Node]) -> dict[tuple, list[str]]:
     """Every graph node each wanted call ran, by the call's key."""
     sites = {k[0] for k in wanted}
     out: dict[tuple, list[str]] = {}
     for n in analysis.graph.nodes:
         chain = frames.chain(n.source)
-        if len(chain) <= depth + 1 or tuple(_pos(f) for f in chain[:depth + 1]) not in sites:
+        if len(chain) <= depth + 1 or tuple(pos(f) for f in chain[:depth + 1]) not in sites:
             continue
         key = _call_key(chain, depth, frames, gm_nodes.get(n.name))
         if key in wanted:
@@ -367,7 +274,7 @@ def _same_as_operand(analysis: Analysis, name: str, ran: frozenset[str]) -> str 
     return operand.name if node.meta is not None and node.meta == operand.meta else None
 
 
-def _common_depth(chains: list[tuple[SourceLoc, ...]], frames: _Frames) -> int | None:
+def _common_depth(chains: list[tuple[SourceLoc, ...]], frames: Frames) -> int | None:
     """The deepest frame depth at which every chain is in one function, reached through
     the same call lines above it; None when even the outermost frames differ."""
     found = None
@@ -375,18 +282,18 @@ def _common_depth(chains: list[tuple[SourceLoc, ...]], frames: _Frames) -> int |
         if len({frames.function(ch[d]) for ch in chains}) != 1:
             break
         found = d
-        if len({_pos(ch[d]) for ch in chains}) != 1:
+        if len({pos(ch[d]) for ch in chains}) != 1:
             break
     return found
 
 
-def _call_key(chain: tuple[SourceLoc, ...], depth: int, frames: _Frames,
+def _call_key(chain: tuple[SourceLoc, ...], depth: int, frames: Frames,
               fx_node: fx.Node | None) -> tuple:
     """Which call, made at `chain[depth]`, a node ran in: the call lines down to it, the
     callee, and the module the caller ran as (the same line runs once per block). Coarser
     than one call at worst (two calls from one line of one module), which only asks more
     of the cluster."""
-    site = tuple(_pos(f) for f in chain[:depth + 1])
+    site = tuple(pos(f) for f in chain[:depth + 1])
     caller = frames.scope(chain[depth])
     module = ""
     if caller is not None and caller.class_name and fx_node is not None:
