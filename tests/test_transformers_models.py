@@ -17,7 +17,7 @@ from fusion_core.errors import CaptureError
 from fusion_core.ir.graph import OpKind
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze
-from fusion_core.sourcemap import callsite, map_clusters
+from fusion_core.sourcemap import frames, map_clusters
 from fusion_core.sourcemap.apply import plan_apply
 
 T = import_transformers()
@@ -120,6 +120,6 @@ def test_llama_is_mapped_through_transformers_wrappers_and_keeps_its_edits(analy
     # Messages name the callee: the layer call left half fused, the rotary forward's tuple.
     assert any("(`LlamaDecoderLayer.forward`) is in the cluster" in r for r in reasons)
     assert any("(`LlamaRotaryEmbedding.forward`) returns several values" in r for r in reasons)
-    with mock.patch.object(callsite, "is_wrapper", return_value=False):
+    with mock.patch.object(frames, "is_wrapper", return_value=False):
         _, without = _plan_if_yours(a)
     assert set(without.clusters) <= set(plan.clusters) and plan.clusters
