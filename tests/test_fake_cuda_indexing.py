@@ -10,9 +10,12 @@ import re
 import pytest
 import torch
 import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from fusion_core.inductor.capture import InductorError
 from fusion_core.inductor.fake_cuda import fake_cuda_capture, fake_cuda_export
+from fusion_core.inductor.fake_indexing import replay_indexing
 
 
 class Gain(nn.Module):
@@ -100,6 +103,16 @@ def test_setting_a_number_makes_it_a_tensor_on_the_gpu_as_cuda_indexing_does():
     assert "aten.scalar_tensor.default(2.0, dtype = torch.float32" in graph
     assert "aten.copy_.default(select, expand)" in graph
     assert "lifted_tensor" not in graph
+
+
+def test_a_boolean_mask_is_sized_by_the_capture_not_by_meta():
+    # `meta` cannot size a mask's `index` (its nonzero); getitem ends there, so that op runs
+    # in the capture's own fake mode only. (On a CPU build a fake *cuda* mask still fails:
+    # nonzero asks for the device too.)
+    with FakeTensorMode(shape_env=ShapeEnv()):
+        w = torch.randn(4, 64)
+        picked = replay_indexing(torch.Tensor.__getitem__, (w, (slice(None), w[0] > 0)))
+    assert picked.shape[0] == 4 and isinstance(picked.shape[1], torch.SymInt)
 
 
 class ListIndexed(Gain):

@@ -93,10 +93,11 @@ def replay_indexing(func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         met = (stand(args[0]), stand(index), *map(stand, args[2:]))
         with torch._C.DisableTorchFunction(), _Recorder() as recorder:
             try:
-                out = func(*met)
+                out, last = func(*met), False
             except _LastIndex:
-                out = None
-        last = out is None and func is torch.Tensor.__getitem__
+                if func is not torch.Tensor.__getitem__:  # setitem never ends in `index`
+                    raise
+                out, last = None, True
 
     def back(x: Any) -> Any:
         if isinstance(x, torch.device) and x == _META:
@@ -111,7 +112,7 @@ def replay_indexing(func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 
     for call in recorder.calls:
         again = call.func(*tree_map(back, call.args), **tree_map(back, call.kwargs))
-        for made, remade in zip(_tensors(call.out), _tensors(again), strict=True):
+        for made, remade in zip(_tensors(call.out), _tensors(again), strict=call.out is not None):
             real[id(made)] = remade
             keep.append(made)
     return again if last else tree_map(back, out)
