@@ -134,7 +134,11 @@ def _on_fake_cuda(model: nn.Module, inputs: Sequence[torch.Tensor], mode: Any
 
 @contextlib.contextmanager
 def _device_free_compile() -> Iterator[list[str]]:
-    """Pattern tables traced on CPU tensors, no timed shape padding, stop at the code."""
+    """Pattern tables traced on CPU tensors, no timed shape padding, stop at the code.
+
+    One compile thread: once Inductor's compile pool is warm (a process that compiled a
+    while), each kernel is also loaded in this process, and under the interpreter that
+    asks Triton for the GPU's driver ("libcuda.so cannot found")."""
     import torch._inductor.config as cfg
     from torch._inductor.fx_passes import joint_graph, post_grad
     from torch._inductor.graph import GraphLowering
@@ -151,7 +155,7 @@ def _device_free_compile() -> Iterator[list[str]]:
     with mock.patch.object(joint_graph, "lazy_init", lambda *a, **k: joint_init(cpu)), \
             mock.patch.object(post_grad, "lazy_init", lambda *a, **k: post_init()), \
             mock.patch.object(GraphLowering, "compile_to_module", codegen_only), \
-            cfg.patch(shape_padding=False):
+            cfg.patch(shape_padding=False, compile_threads=1):
         yield code
 
 
