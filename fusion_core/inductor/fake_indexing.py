@@ -103,10 +103,10 @@ def replay_indexing(func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         if isinstance(x, torch.device) and x == _META:
             return device
         if isinstance(x, torch.Tensor) and x.device == _META:
-            if id(x) not in real:
-                raise IndexError(
-                "an index of Python data (a list) becomes a cuda tensor here, which needs "
-                "a GPU: index with a tensor buffer instead (register_buffer)")
+            if id(x) not in real:  # made by C++ from Python data, outside the dispatcher
+                raise IndexError("an index of Python data (a list) becomes a cuda tensor "
+                                 "here, which needs a GPU: index with a tensor buffer "
+                                 "instead (register_buffer)")
             return real[id(x)]
         return x
 
