@@ -72,10 +72,11 @@ def test_a_warm_compile_pool_makes_no_kernel_load_in_this_process(monkeypatch):
     from torch._inductor.async_compile import AsyncCompile
 
     monkeypatch.setattr(AsyncCompile, "process_pool", classmethod(lambda cls: _WarmPool()))
-    monkeypatch.setattr(config, "compile_threads", 2)
-    cap = fake_cuda_capture(MatmulSoftmax(), [torch.randn(4, 8)])
+    # config.patch, not monkeypatch: its undo deletes a config entry (hidden from then on)
+    with config.patch(compile_threads=2):
+        cap = fake_cuda_capture(MatmulSoftmax(), [torch.randn(4, 8)])
+        assert config.compile_threads == 2
     assert [k.name.split("_fused_")[0] for k in cap.kernels] == ["triton_poi", "triton_per"]
-    assert config.compile_threads == 2
 
 
 def _example(module: str, cls: str):
