@@ -180,6 +180,45 @@ def test_split_collapsing_reductions_feeding_the_row_match_eager(fn, tmp_path):
     compare(got, want, "collapse")
 
 
+NARROW = {  # values that wrap when the row arithmetic stays in the dtype, as torch's does
+    torch.int8: lambda: torch.randint(-128, 128, (2, 4096), dtype=torch.int8),
+    torch.int16: lambda: torch.randint(-32768, 32768, (2, 4096), dtype=torch.int16),
+    torch.uint8: lambda: torch.randint(0, 256, (2, 4096), dtype=torch.uint8),
+}
+LOOPED = Tuning(max_block=256, loop_block=256, split_min_cols=1 << 30)
+
+
+@pytest.mark.parametrize("tuning_,splits", [(Tuning(), None), (LOOPED, 1), (SPLIT, 4)],
+                         ids=["single", "looped", "split"])
+@pytest.mark.parametrize("dtype", list(NARROW), ids=str)
+def test_a_narrow_integer_amax_keeps_its_dtype_in_the_row_arithmetic(dtype, tuning_, splits,
+                                                                     tmp_path):
+    """Triton's tl.max/tl.min/tl.sum reduce 8- and 16-bit integers in 32 bits; torch's amax
+    keeps the input's dtype, so `x - amax` wraps (int8: -74 - 126 is 56) before the float
+    conversion. The reductions' results, and a split row's statistics made scalars, are cast
+    back (before, every kernel kind gave -200 there)."""
+    torch.manual_seed(11)
+    fn = lambda m, x: (x - torch.amax(x * 1, -1, keepdim=True)).float()  # noqa: E731
+    module, launch, inputs, want = _load(fn, NARROW[dtype](), tmp_path, tuning_)
+    got = launch(*inputs).cpu()
+    assert [c[3] if len(c) == 4 else None for c in module.CHOSEN.values()] == [splits]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("tuning_,splits", [(Tuning(), None), (LOOPED, 1), (SPLIT, 4)],
+                         ids=["single", "looped", "split"])
+def test_a_bool_amin_keeps_its_dtype_in_the_row_arithmetic(tuning_, splits, tmp_path):
+    """`~` of a bool is a logical not; of the (u)int32 Triton reduces bools in, a bitwise one
+    (~1 is -2). Row 1 is all True: its amin is True, its output 0."""
+    x = torch.rand(2, 4096) > 0.5
+    x[1] = True
+    fn = lambda m, x: x.float() * (~torch.amin(x & True, -1, keepdim=True)).float()  # noqa: E731
+    module, launch, inputs, want = _load(fn, x, tmp_path, tuning_)
+    got = launch(*inputs).cpu()
+    assert [c[3] if len(c) == 4 else None for c in module.CHOSEN.values()] == [splits]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_split_group_norm_matches_eager(tmp_path):
     """A row of group_norm is one group's channels x H x W (the kernel's own order): chunks
     cut across channels, each column reading its channel's weight and bias."""
@@ -272,7 +311,8 @@ def test_a_launcher_at_a_new_shape_picks_its_own_configuration(tmp_path):
 
 def test_split_kernels_compile_for_sm90(tmp_path):
     """The interpreter accepts a loop bound that is a tensor and reads of tl.num_programs;
-    the compiler must too: both kernels of each partials family, in bf16 and fp32."""
+    the compiler must too: both kernels of each partials family, in bf16 and fp32, and of
+    an int8 amax."""
     jobs = []
     small = Tuning(max_block=16, loop_block=16, split_min_cols=16)
     for name in ("softmax", "layer_norm", "rms_norm", "mean"):
@@ -285,6 +325,15 @@ def test_split_kernels_compile_for_sm90(tmp_path):
             for suffix in ("partials", "finish"):
                 where = tmp_path / f"{name}-{dtype}-{suffix}".replace("torch.", "")
                 jobs.append((kernel, where, args, suffix))
+    # an int8 amax: its statistics cast back to int8 after each reduction (see NARROW)
+    x = NARROW[torch.int8]()[:, :70]
+    narrow = Lambda(lambda m, x: (x - torch.amax(x * 1, -1, keepdim=True)).float())
+    analysis = analyze(narrow, x)
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster, small)
+    args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
+    jobs += [(kernel, tmp_path / f"int8-{suffix}", args, suffix)
+             for suffix in ("partials", "finish")]
     compiled = compile_for_gpu(jobs)
     assert len(compiled) == len(jobs) and all(compiled.values()), compiled
 

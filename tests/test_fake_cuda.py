@@ -3,6 +3,7 @@ machine they must be Triton kernels of CUDA's scheduling; on a GPU (the `gpu` te
 be the kernels a real CUDA compile of the same model makes."""
 
 import sys
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,30 @@ def test_a_convolution_adds_its_bias_in_the_next_kernel_as_on_a_gpu():
     cap = fake_cuda_capture(ConvSilu(), [torch.randn(1, 4, 8, 8)])
     assert any(set(k.ops) == {"convolution", "silu"} for k in cap.kernels), cap.kernels
     assert [c.op for c in cap.calls] == ["convolution"]
+
+
+class _WarmPool:
+    """A compile pool whose workers are up: every job is done at once."""
+
+    def submit(self, fn, *args, **kwargs):
+        done: Future = Future()
+        done.set_result(None)
+        return done
+
+
+def test_a_warm_compile_pool_makes_no_kernel_load_in_this_process(monkeypatch):
+    # Once Inductor's pool (started by an earlier compile of this process) is up, each kernel
+    # was loaded here too; under the interpreter that loads Triton's CUDA driver, and the
+    # capture failed ("libcuda.so cannot found") in long test runs.
+    from torch._inductor import config
+    from torch._inductor.async_compile import AsyncCompile
+
+    monkeypatch.setattr(AsyncCompile, "process_pool", classmethod(lambda cls: _WarmPool()))
+    # config.patch, not monkeypatch: its undo deletes a config entry (hidden from then on)
+    with config.patch(compile_threads=2):
+        cap = fake_cuda_capture(MatmulSoftmax(), [torch.randn(4, 8)])
+        assert config.compile_threads == 2
+    assert [k.name.split("_fused_")[0] for k in cap.kernels] == ["triton_poi", "triton_per"]
 
 
 def _example(module: str, cls: str):

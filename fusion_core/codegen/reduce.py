@@ -98,8 +98,19 @@ def _affine(r: ReductionStep, y: str) -> str:
 
 
 def _block(r: ReductionStep, value: str) -> str:
-    """The rule's block reduction of `value` over the columns, keeping the row axis."""
-    return f"{r.rule.combine.block}({value}, axis=1){_ROW}"
+    """The rule's block reduction of `value` over the columns, keeping the row axis.
+
+    Triton's tl.sum/tl.max/tl.min reduce integers narrower than 32 bits (bool too) in
+    (u)int32; torch's result keeps the dtype (amax of int8 is int8), and the arithmetic that
+    reads it must wrap as torch's does, so the result is cast back (exact: a max or min is
+    one of the values, a sum wraps to the same bits)."""
+    out = f"{r.rule.combine.block}({value}, axis=1){_ROW}"
+    return f"{out}.to({TL_TYPES[r.dtype]})" if widened(r.dtype) else out
+
+
+def widened(dtype: torch.dtype) -> bool:
+    """Whether Triton's block reductions return `dtype` wider (ints under 32 bits, bool)."""
+    return not dtype.is_floating_point and not dtype.is_complex and dtype.itemsize < 4
 
 
 def _head(r: ReductionStep) -> str:

@@ -30,7 +30,7 @@ from . import direct_launch
 from .emit import Chunk, column_loop, def_line, last_pass, rewritten, row_prologue, rows_boilerplate
 from .lower import KernelPlan
 from .plan import Role
-from .reduce import Partials, emitter
+from .reduce import Partials, emitter, widened
 from .signature import CHUNK, N_COLS, N_ROWS, ConstParam, KernelParams, KernelSignature
 from .writer import CodeWriter
 
@@ -63,14 +63,19 @@ def _chunk_lines(n: int) -> list[str]:
             f"slot = rows * (tl.num_programs(1) * {n})  # the rows' partials in {WORKSPACE}"]
 
 
-def _scalars(merged: tuple[str, ...]) -> list[str]:
+def _scalars(merged: tuple[str, ...], narrow: bool) -> list[str]:
     """The merged per-row values as scalars (a program takes one row): the last pass then
     broadcasts them in its own layout. Kept as [1, 1] blocks they keep the partials' layout,
     and Triton 3.6 broadcast layer_norm's mean and rstd to [1, BLOCK_SIZE] there and converted
-    that through shared memory, BLOCK_SIZE values a thread (5-37x the time on an H200)."""
+    that through shared memory, BLOCK_SIZE values a thread (5-37x the time on an H200).
+    `narrow`: statistics of an integer under 32 bits or bool, which tl.sum (like tl.max)
+    returns as (u)int32; cast back, or an int8 amax would stop wrapping in the row's
+    arithmetic as the looped kernel's does (floats and wider integers keep their dtype)."""
+    cast = ".to({}.dtype)" if narrow else ""
     return ["", "# one row per program: its statistics as scalars",
             'tl.static_assert(ROWS_PER_PROGRAM == 1, "a split row takes one program per chunk")',
-            *(f"{name} = tl.sum({name})  # [1, 1] -> scalar" for name in merged)]
+            *(f"{name} = tl.sum({name}){cast.format(name)}  # [1, 1] -> scalar"
+              for name in merged)]
 
 
 def signatures(plan: KernelPlan, looped: KernelSignature) -> tuple[KernelSignature,
@@ -116,7 +121,7 @@ def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
                   f"mask=part_mask, other={empty})"
                   for k, (name, empty) in enumerate(zip(found.names, found.empty, strict=True)))
         out.lines(found.merge)
-        out.lines(_scalars(found.merged))
+        out.lines(_scalars(found.merged, widened(r.dtype)))
         row_prologue(plan, params, out)
         last_pass(plan, params, out, _CHUNK)
     if tuple(params) != looped.scalars:  # the launcher passes the looped kernel's scalars

@@ -34,6 +34,7 @@ from unittest import mock
 import torch
 import torch.nn as nn
 
+from ..ir.trace import _one_line, _where
 from .capture import (
     InductorCapture,
     InductorError,
@@ -43,6 +44,7 @@ from .capture import (
     _post_fusion_patch,
     _record_define_kernel,
 )
+from .fake_indexing import GuardFreeIndexing
 from .op_names import names_from_code
 from .rewrites import Rewrites, record_rewrites
 
@@ -132,7 +134,11 @@ def _on_fake_cuda(model: nn.Module, inputs: Sequence[torch.Tensor], mode: Any
 
 @contextlib.contextmanager
 def _device_free_compile() -> Iterator[list[str]]:
-    """Pattern tables traced on CPU tensors, no timed shape padding, stop at the code."""
+    """Pattern tables traced on CPU tensors, no timed shape padding, stop at the code.
+
+    One compile thread: once Inductor's compile pool is warm (a process that compiled a
+    while), each kernel is also loaded in this process, and under the interpreter that
+    asks Triton for the GPU's driver ("libcuda.so cannot found")."""
     import torch._inductor.config as cfg
     from torch._inductor.fx_passes import joint_graph, post_grad
     from torch._inductor.graph import GraphLowering
@@ -149,8 +155,44 @@ def _device_free_compile() -> Iterator[list[str]]:
     with mock.patch.object(joint_graph, "lazy_init", lambda *a, **k: joint_init(cpu)), \
             mock.patch.object(post_grad, "lazy_init", lambda *a, **k: post_init()), \
             mock.patch.object(GraphLowering, "compile_to_module", codegen_only), \
-            cfg.patch(shape_padding=False):
+            cfg.patch(shape_padding=False, compile_threads=1):
         yield code
+
+
+def _export(model: nn.Module, inputs: Sequence[torch.Tensor], mode: Any
+            ) -> tuple[torch.export.ExportedProgram, list[torch.Tensor]]:
+    """`model` exported on fake cuda tensors, and its fake inputs (the fake GPU is on)."""
+    fake_model, fake_inputs = _on_fake_cuda(model, inputs, mode)
+    try:
+        with GuardFreeIndexing():
+            return torch.export.export(fake_model, tuple(fake_inputs), strict=False), fake_inputs
+    except Exception as e:  # noqa: BLE001 - any capture failure is one line
+        raise InductorError(f"torch.export failed on fake cuda tensors{_where(e)}: "
+                            f"{_one_line(e)}{_no_cuda_hint(e)}") from e
+
+
+# How a CPU build of torch refuses CUDA work no fake answers: a C++ device guard (the line
+# asks for the current GPU) or a real tensor made on the GPU from Python data.
+_NO_CUDA = ("not linked with support for cuda", "from the 'CUDA' backend")
+
+
+def _no_cuda_hint(exc: BaseException) -> str:
+    if not any(s in str(exc) for s in _NO_CUDA):
+        return ""
+    return ("; this torch has no CUDA and that line needs it (a tensor made there from "
+            "Python data can be a buffer, made with register_buffer), or take the record "
+            "on a GPU")
+
+
+def fake_cuda_export(model: nn.Module, inputs: Sequence[torch.Tensor],
+                     props: GpuProps = GpuProps()) -> torch.export.ExportedProgram:
+    """The graph `fake_cuda_capture` compiles: `model` exported on fake cuda tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with contextlib.ExitStack() as stack:
+        for patch in _fake_gpu(props):
+            stack.enter_context(patch)
+        return _export(model, inputs, FakeTensorMode())[0]
 
 
 def fake_cuda_capture(model: nn.Module, inputs: Sequence[torch.Tensor],
@@ -175,12 +217,7 @@ def fake_cuda_capture(model: nn.Module, inputs: Sequence[torch.Tensor],
     with contextlib.ExitStack() as stack:
         for patch in _fake_gpu(props):
             stack.enter_context(patch)
-        fake_model, fake_inputs = _on_fake_cuda(model, inputs, mode)
-        try:
-            exported = torch.export.export(fake_model, tuple(fake_inputs), strict=False)
-        except Exception as e:  # noqa: BLE001 - any capture failure is one line
-            raise InductorError(f"torch.export failed on fake cuda tensors: {type(e).__name__}: "
-                                f"{(str(e).strip().splitlines() or [''])[0]}") from e
+        exported, fake_inputs = _export(model, inputs, mode)
         code = stack.enter_context(_device_free_compile())
         for context in (fresh_inductor_cache(), _record_define_kernel(by_define, rewrites),
                         record_rewrites(rewrites),

@@ -50,6 +50,8 @@ class Combine:
             return "0.0" if dtype.is_floating_point else "0"
         if dtype.is_floating_point:
             return NEG_INF if self.identity == "lowest" else POS_INF
+        if dtype == torch.bool:  # torch.iinfo takes no bool
+            return "0" if self.identity == "lowest" else "1"
         info = torch.iinfo(dtype)
         # Written `(min + 1 - 1)`: the literal `-min` would not fit the signed type.
         return f"({info.min + 1} - 1)" if self.identity == "lowest" else str(info.max)
