@@ -28,12 +28,15 @@ def case(fn, *inputs, **params):
 
 CASES = {
     "add": [case(lambda m, x, y: (x + y) * 2, f32(), f32()),
-            case(lambda m, x, y: torch.add(x, y, alpha=2) - 1, f32(), f32())],
+            case(lambda m, x, y: torch.add(x, y, alpha=2) - 1, f32(), f32()),
+            # two bools: torch's add is a logical or (True + True is True), not 1-bit math
+            case(lambda m, x, y: ((x > 0) + (y > 0)).float() * 2.0, f32(), f32())],
+    "mul": [case(lambda m, x, y: x * y + 1, f32(), f32()),
+            case(lambda m, x, y: ((x > 0) * (y > 0)).float() * 2.0, f32(), f32())],
     "sub": [case(lambda m, x, y: torch.sub(x, y, alpha=0.5) * 2, f32(), f32()),
             case(lambda m, x: (x - 1.5) * 3, f32())],
     "rsub": [case(lambda m, x, y: torch.rsub(x, y) * 2, f32(), f32()),
              case(lambda m, x: torch.rsub(x, 2.0) * 3, f32())],
-    "mul": [case(lambda m, x, y: x * y + 1, f32(), f32())],
     "div": [case(lambda m, x, y: x / y * 2, f32(), f32()),
             case(lambda m, x: x / 3.0 + 1, f32()),
             case(lambda m, x: 2.0 / x + 1, f32())],

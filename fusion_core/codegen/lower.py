@@ -38,6 +38,7 @@ import torch
 from ..analysis.group import escaping, external_inputs, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
+from ..ir.lowerings import BOOL_LOWERINGS
 from ..ir.reductions import ReductionRule, correction
 from ..ir.registry import SPECS
 from ..names import kernel_name
@@ -264,7 +265,10 @@ class _Lowering:
         if spec is None or not callable(spec.lower):
             raise LoweringError(f"`{node.label}` ({node.op}) has no pointwise lowering rule")
         operands = self._operands(node)
-        expr = spec.lower(operands, dict(node.params))
+        lowering = spec.lower
+        if node.meta is not None and node.meta.dtype is torch.bool:
+            lowering = BOOL_LOWERINGS.get(node.op, lowering)
+        expr = lowering(operands, dict(node.params))
         if expr is None:
             raise LoweringError(f"`{node.label}` ({node.op}) has no lowering rule for params "
                                 f"{dict(node.params)}")

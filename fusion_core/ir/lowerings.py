@@ -117,5 +117,10 @@ def infix(sym: str) -> Lowering:
     return lambda a, p: f"({a[0]} {sym} {a[1]})"
 
 
+# Ops whose bool result torch computes otherwise than the same op on Triton's 1-bit
+# integers: `True + True` is True in torch (a logical or) and wraps to False in int1.
+BOOL_LOWERINGS: dict[str, Lowering] = {"add": lambda a, p: f"({a[0]} | {a[1]})"}
+
+
 def call(fn: str) -> Lowering:
     return lambda a, p: f"{fn}({', '.join(a)})"
