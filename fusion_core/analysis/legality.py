@@ -48,8 +48,8 @@ def _users(g: FusionGraph, names: Collection[str]) -> str:
         if node.op == "meta" and node.source is not None:
             out.append(f"a shape, size or dtype read at line {node.source.line} "
                        f"(`{node.source.code}`)")
-        elif node.kind.is_compute and node.source is not None and node.label == node.name:
-            out.append(f"`{node.op}` (line {node.source.line})")
+        elif node.kind.is_compute and node.source is not None:
+            out.append(f"`{node.op_label}` (line {node.source.line})")
         else:
             out.append(f"`{node.label}`")
     return ", ".join(out)
