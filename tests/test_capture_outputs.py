@@ -32,6 +32,15 @@ def test_an_unflattenable_result_is_named_with_what_to_return(capture):
     # Not the generic advice, which names no line here, nor torch's pytree essay.
     assert "rewrite the line they name" not in msg and "register a pytree" not in msg
     assert "use_cache" not in msg
+    assert "FX failed too" not in msg  # FX stopped at the same result: said once
+
+
+def test_fx_alone_names_the_result_it_cannot_record_and_no_missing_line():
+    with pytest.raises(CaptureError) as err:
+        analyze(Boxed(), (4, 8), capture="fx")
+    msg = str(err.value)
+    assert msg == ("cannot trace Boxed.forward: it returns a `Box`, which FX cannot record: "
+                   "return tensors, or tuples, lists and dicts of them")
 
 
 def test_a_hugging_face_cache_result_says_use_cache_false():
