@@ -67,10 +67,22 @@ def parse_model_kwargs(text: str | None) -> dict[str, Any]:
 
 
 def _check_writable(path: str, flag: str) -> None:
-    parent = Path(path).resolve().parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK) or Path(path).is_dir():
+    target = Path(path)
+    if target.is_dir():
+        raise FusionAdvisorError(f"cannot write {flag} {path}: it is a folder (give a file "
+                                 f"in it, e.g. {flag} {target / ('analysis' + _SUFFIX[flag])})")
+    # `--json model.py` (a slip for `--model`) would replace the user's source.
+    if target.suffix == ".py" and target.exists():
+        raise FusionAdvisorError(f"cannot write {flag} {path}: it is Python source, which the "
+                                 f"report would replace (give the report a file of its own, "
+                                 f"e.g. {flag} {target.with_suffix(_SUFFIX[flag])})")
+    parent = target.resolve().parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise FusionAdvisorError(f"cannot write {flag} {path}: its folder does not exist or "
                                  "is not writable (choose another path)")
+
+
+_SUFFIX = {"--json": ".json", "--html": ".html"}
 
 
 def _check_out_dir(path: str) -> None:

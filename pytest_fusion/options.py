@@ -22,6 +22,7 @@ from .timing_gate import REFERENCES  # nor does the timing gate's
 
 MODES = ("new", "failing", "all")
 UPDATE_FLAG = "--fusion-update-baselines"
+REPORT_FLAG = "--fusion-report"
 INI_TOLERANCES = {  # ini name -> (Tolerances field, default, help)
     "fusion_traffic_tolerance": ("traffic", "0.0",
                                  "allowed relative increase of a cluster's fused bytes"),
@@ -55,7 +56,7 @@ def check_target(value: Any, source: str) -> str | None:
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("fusion", "fusion-advisor baselines")
-    group.addoption("--fusion-report", nargs="?", const="", default=None, metavar="PATH",
+    group.addoption(REPORT_FLAG, nargs="?", const="", default=None, metavar="PATH",
                     help="print a fusion summary table after the run; with PATH also write "
                          "PATH.md and PATH.json (a PATH ending in / or naming a folder gets "
                          f"{REPORT_NAME}.md/json inside it)")
@@ -129,14 +130,28 @@ def check_improvements(value: Any, source: str) -> str | None:
 
 
 def split_update_flag(args: list[str]) -> None:
-    """`--fusion-update-baselines PATH` -> `--fusion-update-baselines=all PATH`, in place.
+    """`--fusion-update-baselines PATH` -> `--fusion-update-baselines=all PATH`, and
+    `--fusion-report test_x.py` -> `--fusion-report= test_x.py`, in place.
 
     argparse gives an optional value the next token whatever it is; only the three
-    mode names are taken as the value, anything else stays a positional argument.
+    mode names are taken as the update flag's value, anything else stays a positional
+    argument. A report PATH is any path, so only tokens that are tests are left to pytest:
+    a node id (`::`) or an existing `.py` file (a report is written beside PATH, never
+    over it, so a test file is no report PATH anyone means).
     """
     for i, arg in enumerate(args[:-1]):
-        if arg == UPDATE_FLAG and args[i + 1] not in MODES and not args[i + 1].startswith("-"):
+        after = args[i + 1]
+        if arg == UPDATE_FLAG and after not in MODES and not after.startswith("-"):
             args[i] = f"{UPDATE_FLAG}=all"
+        elif arg == REPORT_FLAG and _names_tests(after):
+            args[i] = f"{REPORT_FLAG}="  # the bare flag's value: table only
+
+
+def _names_tests(arg: str) -> bool:
+    if arg.startswith("-"):
+        return False
+    path = arg.partition("::")[0]
+    return "::" in arg or (path.endswith(".py") and Path(path).is_file())
 
 
 def update_mode(config: pytest.Config) -> str | None:

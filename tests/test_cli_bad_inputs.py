@@ -96,7 +96,12 @@ CASES = [
     Case("bad --capture", (*M, *SHAPE, "--capture", "jit"), ("--capture",)),
     Case("--json in a missing folder", (*M, *SHAPE, "--json", "{d}/no/such/a.json"),
          ("cannot write --json",)),
-    Case("--json is a folder", (*M, *SHAPE, "--json", "{d}"), ("cannot write --json",)),
+    Case("--json is a folder", (*M, *SHAPE, "--json", "{d}"),
+         ("cannot write --json", "it is a folder", "analysis.json")),
+    Case("--json is the model file", (*M, *SHAPE, "--json", "{d}/model.py"),
+         ("cannot write --json", "it is Python source", "--json {d}/model.json")),
+    Case("--html is the model file", (*M, *SHAPE, "--html", "{d}/model.py"),
+         ("cannot write --html", "it is Python source", "--html {d}/model.html")),
     Case("--out-dir is a file", (*M, *SHAPE, "--out-dir", "{d}/model.py"),
          ("cannot write --out-dir", "is a file")),
     Case("--out-dir under a file", (*M, *SHAPE, "--out-dir", "{d}/model.py/gen"),
@@ -137,7 +142,7 @@ def test_refused_with_one_line(tmp_path, case: Case):
             (tmp_path / "ro").chmod(0o755)
     if case.skip_as_root:
         before = {k: v if k != "ro" else (v[0], 0o755) for k, v in before.items()}
-    assert_refused(result, before, tmp_path, *case.needles)
+    assert_refused(result, before, tmp_path, *(n.format(d=tmp_path) for n in case.needles))
 
 
 def test_debug_shows_the_chain_of_a_capture_error(tmp_path):

@@ -241,3 +241,23 @@ def test_a_cut_rejection_names_only_nodes_no_cluster_took():
     assert all(not set(r.culprits) & fused for r in cuts)
     assert any(a.graph[n].op == "relu" for n in fused)  # left alone by the cut, fused later
     assert len(a.clusters) >= 2
+
+
+class ParallelNorms(nn.Module):
+    """GPT-NeoX's parallel residual: one value feeds two LayerNorms and the residual add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin0, self.a, self.m = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+        self.ln1, self.ln2 = nn.LayerNorm(16), nn.LayerNorm(16)
+
+    def forward(self, x):
+        h = F.dropout(self.lin0(x), 0.1, self.training)
+        return h + self.a(self.ln1(h)) + self.m(self.ln2(h))
+
+
+def test_the_sibling_round_does_not_report_a_rejected_group_again():
+    a = analyze(ParallelNorms(), (4, 16))
+    seen = [(r.check, r.nodes) for r in a.rejections]
+    assert ("fan-out", ("dropout", "layer_norm", "layer_norm_1")) in seen
+    assert len(seen) == len(set(seen))  # each candidate once, as --explain-rejections lists

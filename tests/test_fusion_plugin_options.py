@@ -144,6 +144,17 @@ def test_update_flag_followed_by_a_path_takes_the_path_as_a_path(proj):
     assert set(baselines(proj.path)) == {"test_net.py::test_net", "test_other.py::test_other"}
 
 
+def test_report_flag_followed_by_a_test_runs_that_test_and_writes_no_report_file(proj):
+    proj.makepyfile(test_other=marked_test("test_other"))
+    run(proj, "--fusion-update-baselines=new").assert_outcomes(passed=2)
+    before = sorted(p.name for p in proj.path.iterdir())
+    for target in ("test_net.py", "test_net.py::test_net"):
+        r = run(proj, "--fusion-report", target)
+        r.assert_outcomes(passed=1)  # test_other.py is not run
+        r.stdout.fnmatch_lines(["*fusion report*", "test_net.py::test_net *"])
+        assert sorted(p.name for p in proj.path.iterdir()) == before  # no test_net.py.md
+
+
 def test_stale_baselines_can_fail_the_run_and_be_pruned_alone(proj):
     proj.makepyfile(model2=model_source("base"),
                     test_net=marked_test("test_a") + "\n" + marked_test("test_b", "model2"))

@@ -87,6 +87,59 @@ def test_convexity_is_not_confused_by_an_outside_branch_that_never_returns():
     assert L.check_convexity(g, _group(g, "exp", "mul")) is None
 
 
+class MaskSizedByResult(nn.Module):
+    """A causal mask sliced to the size of a value the group computes (`h.shape[-1]`)."""
+
+    def __init__(self, from_input: bool = False) -> None:
+        super().__init__()
+        self.from_input = from_input
+        self.register_buffer("mask", torch.tril(torch.ones(8, 8, dtype=torch.bool)))
+
+    def forward(self, x):
+        h = torch.exp(x)
+        n = x.shape[-1] if self.from_input else h.shape[-1]
+        return torch.softmax(h.masked_fill(~self.mask[:n, :n], 0.0), dim=-1)
+
+
+def test_convexity_names_the_shape_read_a_path_leaves_through():
+    g = analyze(MaskSizedByResult(), (4, 8, 8)).graph
+    failure = L.check_convexity(g, _group(g, "exp", "bitwise_not", "masked_fill"))
+    assert failure is not None and failure.check == "convexity"
+    assert "shape, size or dtype read of `exp`'s result" in failure.reason
+    assert "(`n = x.shape[-1] if self.from_input else h.shape[-1]`)" in failure.reason
+    assert "an input's `.shape`" in failure.reason
+
+
+def test_convexity_through_a_module_gives_no_shape_hint():
+    g = analyze(ReEnter(), (4, 8)).graph
+    failure = L.check_convexity(g, _group(g, "exp", "add"))
+    assert failure is not None and "shape, size or dtype" not in failure.reason
+
+
+def test_fan_out_names_a_shape_read_by_its_line_and_the_fix():
+    g = analyze(MaskSizedByResult(), (4, 8, 8)).graph
+    failure = L.check_fan_out(g, _group(g, "exp", "bitwise_not", "masked_fill", "softmax"))
+    assert failure is not None and failure.check == "fan-out"
+    assert ("`exp` is also used by a shape, size or dtype read at line "
+            in failure.reason) and "getattr" not in failure.reason
+    assert "an input's `.shape`" in failure.reason
+
+
+def test_fan_out_names_an_outside_op_by_op_and_line_not_node_name():
+    g = run(lambda x: (lambda e: (x * e, e + 1.0, e + 2.0))(torch.exp(x[0])), (8, 8)).graph
+    failure = L.check_fan_out(g, _group(g, "exp", "mul"))
+    assert failure is not None
+    assert "`add` (line " in failure.reason and "add_1" not in failure.reason
+
+
+def test_reading_the_size_from_the_input_fuses_what_the_hint_says():
+    split = analyze(MaskSizedByResult(), (4, 8, 8))
+    fused = analyze(MaskSizedByResult(from_input=True), (4, 8, 8))
+    assert [r.check for r in split.rejections] == ["fan-out"]
+    assert [len(c.nodes) for c in fused.clusters] == [4]  # exp, ~, masked_fill, softmax
+    assert not fused.rejections
+
+
 # --- shapes ------------------------------------------------------------------
 
 def test_shapes_accepts_broadcast_operands_and_per_row_values():

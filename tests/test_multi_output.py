@@ -296,3 +296,11 @@ def test_no_recompute_across_an_in_place_write_to_an_operand(how, capture):
         got = a.graph_module(x, y.clone())
         want = model(x, y.clone())
     torch.testing.assert_close(got[-1] if isinstance(got, (tuple, list)) else got, want)
+
+
+def test_the_recompute_note_names_the_op_at_its_line_not_the_graph_node():
+    from fusion_core.report.console import recompute_lines
+    a = analyze_file(EXAMPLES / "microgpt.py", [InputSpec((1, 8), torch.int64)])
+    lines = recompute_lines(a)
+    assert lines and all("recomputes `add` (line 61)" in line for line in lines)  # x = x + …
+    assert not any("`add_" in line for line in lines)  # `add_1`: a name the user never wrote

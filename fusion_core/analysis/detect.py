@@ -127,6 +127,7 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
         if len(regions) > 1 and lone_nodes(g, regions):
             cuts.append((component, lone_nodes(g, regions)))
     tried: set[tuple[str, ...]] = set()
+    reported: set[tuple[str, tuple[str, ...]]] = set()
     siblings = False  # the last round joins sibling reductions of one outside value
     while work:
         work.sort(key=lambda c: g.position(c[0]))
@@ -139,9 +140,12 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
             if failure is None:
                 legal.append(group)
                 continue
-            rejections.append(Rejection(
-                check=failure.check, nodes=group, ops=tuple(g[n].op for n in group),
-                culprits=failure.culprits, reason=failure.reason, lines=line_span(g, group)))
+            if (failure.check, group) not in reported:  # the sibling round retries groups
+                reported.add((failure.check, group))
+                rejections.append(Rejection(
+                    check=failure.check, nodes=group, ops=tuple(g[n].op for n in group),
+                    culprits=failure.culprits, reason=failure.reason,
+                    lines=line_span(g, group)))
             rest = set(group) - set(failure.culprits)
             work = sorted(work + components(g, rest), key=lambda c: g.position(c[0]))
         # Culprits pruned from different groups may still fuse with each other: give the

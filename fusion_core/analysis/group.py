@@ -36,12 +36,13 @@ def ordered(g: FusionGraph, group: Collection[str]) -> list[str]:
 
 
 def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
-    # Outside nodes reachable from the group; a group node reading one re-enters.
-    outside_reach: dict[str, str] = {}  # outside node -> group node it came from
+    # Outside nodes reachable from the group, each with the group node it came from and
+    # the first outside node on the way; a group node reading one re-enters.
+    outside_reach: dict[str, tuple[str, str]] = {}
     for name in ordered(g, group):
         for u in g.users[name]:
             if u not in group and u not in outside_reach:
-                outside_reach[u] = name
+                outside_reach[u] = (name, u)
     for node in g.nodes:  # graph order is topological: one sweep propagates
         if node.name in outside_reach:
             for u in g.users[node.name]:
@@ -50,10 +51,30 @@ def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
     for name in ordered(g, group):
         for r in g[name].refs:
             if r in outside_reach:
+                src, first = outside_reach[r]
                 return Failure("convexity", (name,),
-                               f"path `{g[outside_reach[r]].label}` → `{g[r].label}` → "
-                               f"`{g[name].label}` leaves the group and re-enters")
+                               f"path `{g[src].label}` → `{g[r].label}` → "
+                               f"`{g[name].label}` leaves the group and re-enters"
+                               + _through_a_property(g, src, first))
     return None
+
+
+def _through_a_property(g: FusionGraph, src: str, first: str) -> str:
+    """Why a path that leaves through `x.shape[-1]` (or `.size()`, `.dtype`) re-enters: the
+    property is known when the model is traced, but the graph still reads the value."""
+    node = g[first]
+    if node.op != "meta":
+        return ""
+    at = f" at line {node.source.line} (`{node.source.code}`)" if node.source else ""
+    made = g[src].source
+    of = f"`{g[src].label}`'s result" + (f" (line {made.line})" if made else "")
+    return f"; it leaves through a shape, size or dtype read of {of}{at}{READ_IT_EARLIER}"
+
+
+# Verified on a mask sliced to `h.shape[-1]` (tests/test_legality.py): with the size read
+# from the input instead, the whole chain fuses.
+READ_IT_EARLIER = (", which counts as a use of it: read that property from a value computed "
+                   "before the group (such as an input's `.shape`) and the ops can fuse")
 
 
 def iteration_shape(g: FusionGraph, group: Collection[str]) -> tuple[int, ...]:

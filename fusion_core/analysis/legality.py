@@ -17,6 +17,7 @@ from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import axes_said, node_reduced_dims
 from ..ir.registry import SPECS
 from .group import (
+    READ_IT_EARLIER,
     check_convexity,
     escaping,
     has_views,
@@ -37,6 +38,23 @@ def _names(g: FusionGraph, names: Collection[str]) -> str:
     return ", ".join(f"`{g[n].label}`" for n in names)
 
 
+def _users(g: FusionGraph, names: Collection[str]) -> str:
+    """Outside users as the user wrote them: a module call by its path, a shape read by its
+    line (it reads no data, yet the value must exist for it), other ops by op and line
+    rather than the graph's node names (`add_6`)."""
+    out = []
+    for n in names:
+        node = g[n]
+        if node.op == "meta" and node.source is not None:
+            out.append(f"a shape, size or dtype read at line {node.source.line} "
+                       f"(`{node.source.code}`)")
+        elif node.kind.is_compute and node.source is not None:
+            out.append(f"`{node.op_label}` (line {node.source.line})")
+        else:
+            out.append(f"`{node.label}`")
+    return ", ".join(out)
+
+
 def check_fan_out(g: FusionGraph, group: Collection[str]) -> Failure | None:
     failure = _single_output_failure(g, group)
     if failure is None:
@@ -54,8 +72,10 @@ def _single_output_failure(g: FusionGraph, group: Collection[str]) -> Failure | 
     if inner:
         n = inner[0]
         outside = [u for u in g.users[n] if u not in group]
+        hint = READ_IT_EARLIER if any(g[u].op == "meta" for u in outside) else ""
         return Failure("fan-out", tuple(inner),
-                       f"`{g[n].label}` is also used by {_names(g, outside)} outside the group")
+                       f"`{g[n].label}` is also used by {_users(g, outside)} outside the "
+                       f"group{hint}")
     if len(out) > 1:
         forks = _forks(g, group, out)
         if forks:

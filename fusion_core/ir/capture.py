@@ -22,10 +22,10 @@ from torch._subclasses import fake_tensor
 from torch.fx.experimental import symbolic_shapes
 
 from ..errors import CaptureError, ShapePropagationError
-from .export import export_graph
+from .export import export_graph, unknown_output_fix
 from .registry import lookup
 from .shapes import InputSpec, propagate_shapes
-from .trace import _one_line, _where, trace_fx, user_frame
+from .trace import UNRECORDABLE, _one_line, _where, trace_fx, user_frame
 
 FRONTENDS = ("auto", "fx", "export")
 
@@ -136,6 +136,10 @@ def _both(model: nn.Module, fx_error: CaptureError, export_error: CaptureError) 
                 f"neither FX ({fx_why}) nor torch.export ({_one_line(cause)}) can follow: "
                 f"compute it with tensor ops instead (torch.where for a branch); {DEBUG_FIX}")
     fx_why, export_why = _why(fx_error, " "), _why(export_error, " ")  # keep "at file:line"
+    fix = unknown_output_fix(model, cause)
+    if fix is not None:  # FX's failure is then the same result, or moot once export works
+        same = UNRECORDABLE.search(str(fx_error.__cause__ or ""))
+        return f"cannot capture {name}: {fix}" + ("" if same else f" (FX failed too: {fx_why})")
     return (f"cannot capture {name}: FX failed ({fx_why}) and torch.export failed "
             f"({export_why}): rewrite the line they name; {DEBUG_FIX}")
 

@@ -18,6 +18,7 @@ import inspect
 import io
 import logging
 import operator
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
@@ -67,14 +68,37 @@ def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule
                 _quiet("torch.__trace"), _whole_user_stacks(), kept_as_it_was(model):
             program = torch.export.export(model, args, strict=False)
     except Exception as e:  # noqa: BLE001 - export raises many types for untraceable code
+        fix = unknown_output_fix(model, e)
         raise CaptureError(f"torch.export failed on {type(model).__name__}.forward"
-                           f"{_where(e)}: {_one_line(e)}") from e
+                           f"{_where(e)}: {fix or _one_line(e)}") from e
     gm = program.module()
     inline_blocks(gm)  # first: the tidying below then sees the blocks' ops too
     _drop_guards(gm)
     _single_results(gm.graph)
     gm.recompile()
     return gm
+
+
+# torch's pytree message for a result it cannot flatten (torch 2.4 to 2.13 spell it so).
+_UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
+
+
+def unknown_output_fix(model: nn.Module, exc: BaseException | None) -> str | None:
+    """What to change when forward returns an object torch.export cannot flatten (a Hugging
+    Face `DynamicCache`, a class of the user's); None for any other failure. The class is
+    named without the module the loader gave the user's file (`fusion_model_net.Box`)."""
+    for _ in range(8):  # export may wrap the error it met: follow a few causes
+        if exc is None:
+            return None
+        found = _UNKNOWN_OUTPUT.search(str(exc))
+        if found:
+            module, _, cls = found.group(1).rpartition(".")
+            hf = (" (a Hugging Face model returns its key/value cache unless its config has "
+                  "`use_cache=False`)" if module.startswith("transformers.") else "")
+            return (f"{type(model).__name__}.forward returns a `{cls}`, which torch.export "
+                    f"cannot flatten: return tensors, or tuples, lists and dicts of them{hf}")
+        exc = exc.__cause__
+    return None
 
 
 @contextlib.contextmanager

@@ -143,6 +143,12 @@ class Node:
         """Short name for messages: `self.proj1` for module calls, else the node name."""
         return self.target if self.target.startswith("self.") else self.name
 
+    @property
+    def op_label(self) -> str:
+        """For prose beside a line number: `self.proj1` for module calls, else the op the
+        user called (`add`), not the graph's node name (`add_6`), which they never wrote."""
+        return self.target if self.target.startswith("self.") else self.op
+
 
 @dataclass(frozen=True)
 class FusionGraph:

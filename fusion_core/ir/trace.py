@@ -13,6 +13,7 @@ import bisect
 import functools
 import linecache
 import os
+import re
 import site
 import sys
 import sysconfig
@@ -212,9 +213,25 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
         try:
             graph = tracer.trace(model)
         except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
-            raise CaptureError(f"cannot trace {type(model).__name__}.forward{_where(e)}: "
-                               f"{_one_line(e)} ({_hint(e)})", Fix.EXPORT) from e
+            where = _where(e)
+            if not where:  # raised past forward's own frames: by what it returned
+                returned = UNRECORDABLE.search(str(e))
+                if returned:
+                    raise CaptureError(
+                        f"cannot trace {type(model).__name__}.forward: it returns a "
+                        f"`{returned.group(1).rpartition('.')[2]}`, which FX cannot record: "
+                        "return tensors, or tuples, lists and dicts of them") from e
+            hint = _hint(e)
+            if not where and hint == FIX_THAT_LINE:  # there is no line to point at
+                hint = ""
+            raise CaptureError(f"cannot trace {type(model).__name__}.forward{where}: "
+                               f"{_one_line(e)}" + (f" ({hint})" if hint else ""),
+                               Fix.EXPORT) from e
         return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+# FX's message for a value it cannot put in the graph (torch 2.4 to 2.13).
+UNRECORDABLE = re.compile(r"argument of type: <class '([\w.]+)'>")
 
 
 def _hint(exc: BaseException) -> str:
@@ -222,7 +239,10 @@ def _hint(exc: BaseException) -> str:
     if isinstance(exc, fx.proxy.TraceError) or "control flow" in str(exc):
         return ("FX symbolic tracing follows no data-dependent Python control flow: "
                 "rewrite it with torch.where")
-    return "fix that line"
+    return FIX_THAT_LINE
+
+
+FIX_THAT_LINE = "fix that line"
 
 
 def user_frame(exc: BaseException) -> traceback.FrameSummary | None:

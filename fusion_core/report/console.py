@@ -65,7 +65,8 @@ def recompute_lines(analysis: Analysis) -> list[str]:
         for name in c.recomputes:
             where = f" (line {g[name].source.line})" if g[name].source else ""
             by = f"; cluster {owner[name]} does not store it" if name in owner else ""
-            out.append(f"Cluster {c.index} recomputes `{g[name].label}`{where} from its "
+            label = g[name].op_label if where else g[name].label
+            out.append(f"Cluster {c.index} recomputes `{label}`{where} from its "
                        f"inputs rather than reading it back{by}.")
         if c.recomputes and c.traffic.saved_bytes < 0:
             # The eager op and the write it no longer needs belong to the cluster that
