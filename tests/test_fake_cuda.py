@@ -56,9 +56,12 @@ def test_a_convolution_adds_its_bias_in_the_next_kernel_as_on_a_gpu():
 
 
 class _WarmPool:
-    """A compile pool whose workers are up: every job is done at once."""
+    """A compile pool whose workers are up: every job is done at once (and counted)."""
+
+    submitted: list = []
 
     def submit(self, fn, *args, **kwargs):
+        self.submitted.append(fn)
         done: Future = Future()
         done.set_result(None)
         return done
@@ -77,6 +80,7 @@ def test_a_warm_compile_pool_makes_no_kernel_load_in_this_process(monkeypatch):
         cap = fake_cuda_capture(MatmulSoftmax(), [torch.randn(4, 8)])
         assert config.compile_threads == 2
     assert [k.name.split("_fused_")[0] for k in cap.kernels] == ["triton_poi", "triton_per"]
+    assert _WarmPool.submitted == []  # on a GPU too, where loading a kernel would not fail
 
 
 def _example(module: str, cls: str):

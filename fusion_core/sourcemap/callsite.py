@@ -22,7 +22,7 @@ import torch.fx as fx
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, SourceLoc
 from ..pipeline import Analysis
-from .frames import Frames, frames_for, pos
+from .frames import Frames, pos
 from .pysource import Scope, SourceFile
 from .unify import _attr_chain
 
@@ -91,12 +91,12 @@ def _is_feeder(node: Node) -> bool:
     return node.kind in (OpKind.CONSTANT, OpKind.INPUT) or node.op == "meta"
 
 
-def lift(analysis: Analysis, c: Cluster, files: dict[str, SourceFile]) -> Lifted:
+def lift(analysis: Analysis, c: Cluster, frames: Frames) -> Lifted:
     """Where each of `c`'s nodes stands once the calls it fuses whole are lifted to their
-    call sites. Raises ``Unliftable`` when no one function holds all the calls' lines,
-    with the call's `site` when a call's ops are only partly in `c`."""
+    call sites (`frames`: the analysis' frames, shared by every cluster it maps). Raises
+    ``Unliftable`` when no one function holds all the calls' lines, with the call's `site`
+    when a call's ops are only partly in `c`."""
     nodes = [analysis.graph[n] for n in c.nodes]
-    frames = frames_for(analysis, files)
     try:
         chains = {n.name: frames.chain(n.source) for n in nodes}
         if len({frames.function(ch[-1]) for ch in chains.values()}) <= 1:

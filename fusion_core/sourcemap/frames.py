@@ -95,14 +95,7 @@ class Frames:
         return self._opaque
 
 
-# The last lift's (files, graph, frames): one map_clusters run lifts every cluster with the
-# same files cache and graph, so scopes, chains and wrapper verdicts are worked out once.
-_LAST: list[tuple[dict[str, SourceFile], object, Frames]] = []
-
-
-def frames_for(analysis: Analysis, files: dict[str, SourceFile]) -> Frames:
-    if _LAST and _LAST[0][0] is files and _LAST[0][1] is analysis.graph:
-        return _LAST[0][2]
-    frames = Frames(files, analysis.graph.nodes)
-    _LAST[:] = [(files, analysis.graph, frames)]
-    return frames
+def frames_of(analysis: Analysis, files: dict[str, SourceFile]) -> Frames:
+    """The frames of `analysis`' graph, reading files through `files`: one map_clusters run
+    lifts every cluster with them, so scopes, chains and wrapper verdicts are worked out once."""
+    return Frames(files, analysis.graph.nodes)

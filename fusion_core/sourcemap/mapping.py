@@ -24,6 +24,7 @@ from ..ir.graph import Ref
 from ..names import kernel_name
 from ..pipeline import Analysis
 from .alone import check_alone
+from .frames import frames_of
 from .parts import around, parts, replace_part_results
 from .pysource import Scope, SourceFile, local_names, read_later, stored_names
 from .span import PointerOnly, Span, as_stored, count_words, locate
@@ -318,12 +319,13 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     if analysis.source is not None:
         files[analysis.source.path] = SourceFile(analysis.source.path, analysis.source.data)
     changed = frozenset(p for p, f in files.items() if _disk_bytes(p) != f.data)
+    frames = frames_of(analysis, files)  # every cluster's call sites, read once
     spans: dict[int, Span] = {}
     out: dict[int, SourceMapping] = {}
     borrowed: dict[int, Cluster] = {}  # clusters that may join a group `span.as_stored`
     for c in analysis.clusters:
         try:
-            spans[c.index] = locate(analysis, c, files, changed)
+            spans[c.index] = locate(analysis, c, frames, changed)
         except PointerOnly as p:
             digest = files[p.file].digest if p.file in files else None
             out[c.index] = SourceMapping(c.index, POINTER, p.file, p.start, p.end, p.reason,
@@ -331,7 +333,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             stored = as_stored(analysis, c)
             if stored is not None:
                 try:
-                    spans[c.index] = locate(analysis, stored, files, changed, stored=True)
+                    spans[c.index] = locate(analysis, stored, frames, changed, stored=True)
                     borrowed[c.index] = stored
                 except PointerOnly:
                     pass

@@ -24,6 +24,7 @@ from ..ir.graph import Node, OpKind
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
 from .callsite import Lifted, LiftedCall, Unliftable, lift
+from .frames import Frames
 from .pysource import Scope, SourceFile, Statement
 
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
@@ -66,10 +67,11 @@ def count_words(n: int) -> str:
     return _NUMBERS.get(n, str(n))
 
 
-def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
+def locate(analysis: Analysis, c: Cluster, frames: Frames,
            changed: frozenset[str] = frozenset(), stored: bool = False) -> Span:
-    """The run of statements covering `c`'s nodes; `files` caches the files read (the
-    model's file as imported), `changed` names those the disk holds differently now.
+    """The run of statements covering `c`'s nodes; `frames` (``frames_of``) reads the
+    analysis' frames through the cache of files read (the model's file as imported),
+    `changed` names those the disk holds differently now.
     `stored`: `c` writes every value the graph reads from it (`as_stored`),
     so another cluster recomputing one of them asks no edit of that cluster: a cluster
     that recomputes is never edited itself, its own copies refuse it here."""
@@ -80,7 +82,7 @@ def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
     # Ops inside a call the cluster runs whole stand at the call's line (callsite.py).
     partial: Unliftable | None = None
     try:
-        lifted = lift(analysis, c, files)
+        lifted = lift(analysis, c, frames)
     except Unliftable as e:
         partial = e if e.site is not None else None
         lifted = Lifted({n.name: n.source for n in nodes})
@@ -116,6 +118,7 @@ def locate(analysis: Analysis, c: Cluster, files: dict[str, SourceFile],
                        "kernels (recomputed instead of stored); a source edit would have to "
                        "rewrite both together", **where)
     try:
+        files = frames.files
         src = files.get(paths[0]) or files.setdefault(paths[0], SourceFile.read(paths[0]))
         src.tree  # noqa: B018 - parse now so a syntax error degrades this mapping only
     except (OSError, SyntaxError, UnicodeDecodeError) as e:
