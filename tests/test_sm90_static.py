@@ -132,13 +132,14 @@ def test_sass_count_leaves_out_nops_and_the_trap_after_exit():
 
     count = sass_count(STRAIGHT)
     assert (count.instructions, count.looped) == (6, False)  # LDC S2R BRA FFMA MUFU EXIT
+    assert count.branches == 1  # the forward one: a warp may skip the FFMA and MUFU
 
 
 def test_a_backward_branch_marks_the_count_as_a_floor():
     from sm90_static import sass_count
 
     count = sass_count(LOOPED)
-    assert (count.instructions, count.looped) == (6, True)
+    assert (count.instructions, count.looped, count.branches) == (6, True, 0)
 
 
 def test_issue_floor_is_warp_instructions_over_every_scheduler():

@@ -278,7 +278,7 @@ def summary(job: dict, out: dict) -> dict:
             "waves": (round(waves(job["programs"], occ.blocks), 2)
                       if occ and job["programs"] else None),
             "ld": widths_text(acc["ld"]), "st": widths_text(acc["st"]), "loads": passes,
-            "sass": sass.instructions, "issue_us": issue}
+            "sass": sass.instructions, "issue_us": issue, "branches": sass.branches}
 
 
 def _loads_text(loads: dict[str, list[int]]) -> str:
@@ -295,7 +295,14 @@ def row_line(case_label: str, dtype: str, pct: float, who: str, s: dict) -> str:
             f"{s['regs']} | {s['spill']} | {s['smem']} | {s['blocks_sm']}x{s['warps']}="
             f"{s['warps_sm']}/64 ({s['limit']}) | {s['programs']} | {s['waves']} | {s['ld']} | "
             f"{s['st']} | {_loads_text(s['loads'])} | {s['sass']} | "
-            f"{'loop' if s['issue_us'] is None else s['issue_us']} |")
+            f"{_issue_text(s)} |")
+
+
+def _issue_text(s: dict) -> str:
+    """The issue floor; with forward branches it counts both sides, so a warp may issue less."""
+    if s["issue_us"] is None:
+        return "loop"
+    return f"{s['issue_us']}" + (f" ({s['branches']} branches)" if s["branches"] else "")
 
 
 HEADER = ("| row | % copy | kernel (config) | warps | regs | spill B | smem B | "

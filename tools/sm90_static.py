@@ -142,13 +142,14 @@ _SASS = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*
 class SassCount:
     instructions: int  # in the text, NOP padding left out
     looped: bool  # a branch goes back: some run more than once, and the count is a floor
+    branches: int  # forward branches: a warp may skip what one jumps over
 
 
 def sass_count(sass: str) -> SassCount:
-    """Instructions of one kernel's SASS (`cuobjdump -sass`). A kernel without a backward
-    branch runs each at most once a warp, so the count is what every warp issues at most
-    (both sides of a branch are counted); the self-branch after EXIT is padding."""
-    count, looped = 0, False
+    """Instructions of one kernel's SASS (`cuobjdump -sass`). Without branches every warp
+    issues each once; a forward branch may skip some (the count is then at most what a warp
+    issues), a backward one repeats some (at least). The self-branch after EXIT is padding."""
+    count, looped, branches = 0, False, 0
     for line in sass.splitlines():
         m = _SASS.match(line)
         if m is None or m.group(3) == "NOP":
@@ -158,9 +159,11 @@ def sass_count(sass: str) -> SassCount:
             target = re.search(r"0x([0-9a-f]+)", operands)
             if target and int(target.group(1), 16) == address:
                 continue  # `BRA` to itself: the trap after the kernel's end
-            looped |= bool(target) and int(target.group(1), 16) < address
+            back = bool(target) and int(target.group(1), 16) < address
+            looped |= back
+            branches += not back
         count += 1
-    return SassCount(count, looped)
+    return SassCount(count, looped, branches)
 
 
 def issue_floor_us(instructions: int, warps: int, programs: int, sms: int = H200_SMS,
