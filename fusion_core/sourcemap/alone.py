@@ -27,6 +27,10 @@ def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str, line:
     # inlined, by the attribute the source calls (`self.ln1` made the `F.layer_norm`);
     # an operator by its `operator` name (`x + 1` is `add`).
     wanted = {node.target.rsplit(".", 1)[-1].strip("()"), module_path.rsplit(".", 1)[-1]}
+    # An op of a helper the line calls (`cat` in `rotate_half(q)`) is named by that call.
+    callee = _callee_at(node, src, line)
+    if callee is not None and callee != "forward":
+        wanted = {callee}
     found = []
     for n in ast.walk(scope.node):
         if not (isinstance(n, (ast.Call, ast.BinOp))
@@ -40,6 +44,16 @@ def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str, line:
         if name in wanted:
             found.append(src.segment(n))
     return min(found, key=len) if found else src.line_text(line).strip()
+
+
+def _callee_at(node: Node, src: SourceFile, line: int) -> str | None:
+    """The function `node` ran in that `line` (of `src`) called, when it ran in a call
+    made there rather than on the line itself."""
+    chain = node.source.chain if node.source is not None else ()
+    for outer, inner in zip(reversed(chain[:-1]), reversed(chain[1:]), strict=True):
+        if outer.file == src.path and outer.line == line:
+            return inner.function
+    return None
 
 
 def _is_feeder(node: Node) -> bool:

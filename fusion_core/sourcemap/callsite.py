@@ -52,9 +52,21 @@ class LiftedCall:
 
 
 @dataclass(frozen=True)
+class NestedCalls:
+    """The one line that calls the function all of a cluster's ops lie in, spelling that
+    call several times one inside the other (`act(act(x))`): why no edit of the function's
+    lines computes a cluster of ops from more than one of those calls."""
+
+    reason: str
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
 class Lifted:
     locs: Mapping[str, SourceLoc]  # node name -> where it stands in the outermost function
     calls: tuple[LiftedCall, ...] = ()
+    nested: NestedCalls | None = None
 
 
 def site_line(loc: SourceLoc | None, src: SourceFile, scope: Scope) -> int | None:
@@ -100,7 +112,8 @@ def lift(analysis: Analysis, c: Cluster, frames: Frames) -> Lifted:
     try:
         chains = {n.name: frames.chain(n.source) for n in nodes}
         if len({frames.function(ch[-1]) for ch in chains.values()}) <= 1:
-            return Lifted({n.name: n.source for n in nodes})
+            return Lifted({n.name: n.source for n in nodes},
+                          nested=_nested_calls(analysis, c, chains, frames))
         depth = _common_depth(list(chains.values()), frames)
         if depth is None:
             raise Unliftable("no common caller")
@@ -168,14 +181,42 @@ def _each_call(analysis: Analysis, members: list[str], site: tuple[str, int],
     each = _connected(analysis, members)
     if len(each) == len(stated):
         return each
-    outer = [s for s in stated if not any(o is not s and _holds(o, s) for o in stated)]
+    raise Unliftable(_calls_reason(site, callee, stated, frames), site)
+
+
+def _outermost(stated: list[ast.Call]) -> list[ast.Call]:
+    return [s for s in stated if not any(o is not s and _holds(o, s) for o in stated)]
+
+
+def _calls_reason(site: tuple[str, int], callee: Scope | None, stated: list[ast.Call],
+                  frames: Frames) -> str:
+    outer = _outermost(stated)
     src = frames.files[site[0]]
     spelled = ", ".join(f"`{src.segment(s)}`" for s in outer)
     nested = ", one inside the other" if len(outer) < len(stated) else ""
-    raise Unliftable(f"line {site[1]} calls `{callee.node.name if callee else '?'}` "
-                     f"{_times(len(stated))} ({spelled}{nested}), and the graph does not say "
-                     "which of its ops ran in which call; an edit of the line cannot bind "
-                     "each call's result", site)
+    return (f"line {site[1]} calls `{callee.node.name if callee else '?'}` "
+            f"{_times(len(stated))} ({spelled}{nested}), and the graph does not say "
+            "which of its ops ran in which call; an edit of the line cannot bind "
+            "each call's result")
+
+
+def _nested_calls(analysis: Analysis, c: Cluster, chains: Mapping[str, tuple[SourceLoc, ...]],
+                  frames: Frames) -> NestedCalls | None:
+    """For a cluster whose ops all lie in one function: the line of its caller that calls it
+    nested (`act(act(x))`), when every op ran under that one line; else None."""
+    if not chains or any(len(ch) < 2 for ch in chains.values()):
+        return None
+    if len({tuple(pos(f) for f in ch[:-1]) for ch in chains.values()}) != 1:
+        return None
+    name, chain = next(iter(chains.items()))
+    depth = len(chain) - 2
+    site, callee = pos(chain[depth]), frames.scope(chain[-1])
+    gm_node = next((n for n in analysis.graph_module.graph.nodes if n.name == name), None)
+    module = _call_key(chain, depth, frames, gm_node)[2]
+    stated = _stated_calls(analysis, site, callee, module, frames)
+    if len(_outermost(stated)) == len(stated):
+        return None
+    return NestedCalls(_calls_reason(site, callee, stated, frames), *site)
 
 
 def _times(n: int) -> str:

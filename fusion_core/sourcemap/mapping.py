@@ -25,10 +25,11 @@ from ..names import kernel_name
 from ..pipeline import Analysis
 from .alone import check_alone
 from .frames import frames_of
-from .parts import around, parts, replace_part_results
+from .parts import around, free_inputs, parts, replace_part_results
 from .pysource import Scope, SourceFile, local_names, read_later, stored_names
+from .results import assigned_to, results, returned_tuple
 from .span import PointerOnly, Span, as_stored, count_words, locate
-from .unify import Mismatch, value_of
+from .unify import Mismatch, Reentered, value_of
 from .unify_calls import CallUnifier
 
 
@@ -115,33 +116,21 @@ class _Found:
     within: ast.expr | None = None  # the part of the last statement the fused call replaces
 
 
-def _targets(c: Cluster, span: Span, values: tuple[str | None, ...]) -> tuple[str, ...]:
-    """For a cluster with several results: the name each earlier result is assigned to."""
-    names = []
-    same = {m: v for call in span.calls for m, v in call.passes}
-    for out in c.outputs[:-1]:
-        js = [j for j, v in enumerate(values) if v is not None and v in (out, same.get(out))]
-        if not js:
-            raise PointerOnly(f"the cluster also writes `{out}`, which no line of the range "
-                           "assigns to a name")
-        name = span.stmts[js[-1]].node.targets[0].id
-        later = [s for s in span.stmts[js[-1] + 1:] if name in stored_names(s.node)]
-        if later:
-            raise PointerOnly(f"`{name}` holds the cluster's result `{out}` but line "
-                           f"{later[0].start} reassigns it")
-        names.append(name)
-    return tuple(names)
-
-
 def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None
            ) -> _Found:
     if not c.outputs:  # detection keeps dead code out of clusters; never index past this
         raise PointerOnly("the cluster writes no result the model uses")
     # A part of the last statement leaves that statement in place: the earlier results go
     # to a line of their own (`parts.replace_part_results`), whatever the statement is.
-    if len(c.outputs) > 1 and within is None and not isinstance(span.stmts[-1].node, ast.Assign):
+    returned = returned_tuple(c, span) if within is None else ()
+    if (len(c.outputs) > 1 and within is None and not returned
+            and not isinstance(span.stmts[-1].node, ast.Assign)):
+        last = span.stmts[-1]
         raise PointerOnly(f"the cluster writes {count_words(len(c.outputs))} values "
-                       f"({', '.join(c.outputs)}); only an assignment can take them all")
+                          f"({', '.join(c.outputs)}) and line {last.start} "
+                          f"(`{span.src.segment(last.node)}`) does not take them all: only "
+                          "an assignment, or a `return` of exactly those values in that "
+                          "order, can")
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     path = _self_path(analysis, c, span.scope)
     try:
@@ -149,8 +138,18 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
                               _self_name(span.scope), path if path is not None else "\0",
                               local_names(span.scope.node), calls=span.calls,
                               model=analysis.module)
-        match = unifier.run(c.outputs[-1], within)
+        match = unifier.run(c.outputs[-1], within, returned)
+    except Reentered as e:
+        if span.nested is not None:  # the function's lines ran in nested calls of it
+            raise PointerOnly(span.nested.reason, span.nested.file,
+                              span.nested.line, span.nested.line) from e
+        raise PointerOnly(str(e)) from e
     except Mismatch as e:
+        if returned:
+            raise PointerOnly(f"line {span.stmts[-1].start} returns "
+                              f"`{span.src.segment(span.stmts[-1].node.value)}`, which is not "
+                              f"the kernel's {count_words(len(c.outputs))} results in its "
+                              f"order ({results(analysis, c)}): {e}") from e
         raise PointerOnly(str(e)) from e
     missing = [n for n in c.nodes if n not in match.matched]
     if missing:
@@ -165,8 +164,8 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
         raise PointerOnly(f"input `{absent[0]}` has no expression in the source at line "
                        f"{span.start}")
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
-    return _Found(tuple(texts[n] for n in c.inputs), baked, _targets(c, span, match.values),
-                  match.inlined, within)
+    names = () if returned else assigned_to(c, span, match.values)  # all in the `return`
+    return _Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within)
 
 
 def _unify_part(analysis: Analysis, span: Span, group: list[Cluster]) -> list[_Found] | None:
@@ -244,7 +243,9 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
             part = _unify_part(analysis, span, group)
             split = _unify_parts(analysis, span, group) if part is None else None
             if part is None and split is None:
-                check_alone(analysis, span, group)  # its reason names the stray code first
+                # Its reason names the stray code first; code computing an input from
+                # outside the cluster could stay as an argument, so it is not the cause.
+                check_alone(analysis, span, group, free_inputs(analysis, group))
                 raise
             pieces = [(group, part)] if part is not None else split
             kept_around = around(analysis, span, group)
@@ -254,6 +255,8 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
             _consistent(analysis, cs, found)
         _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets))
     except PointerOnly as p:
+        if p.file is not None:  # the cause lies at another line (the caller's): point there
+            base = base | dict(file=p.file, start=p.start, end=p.end)
         return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
                               **base) for c in group]
     calls = [(kernel_name(cs[0].index), found[0]) for cs, found in pieces]

@@ -32,6 +32,14 @@ def feeding(analysis: Analysis, inlined: frozenset[str]) -> set[str]:
     return seen
 
 
+def free_inputs(analysis: Analysis, group: list[Cluster]) -> frozenset[str]:
+    """The group's inputs computed from nothing the group computes (`self.emb(ids)`): code
+    the rewrite may keep as a fused call's argument, so never by itself why there is none."""
+    members = {n for c in group for n in c.nodes}
+    return frozenset(i for c in group for i in c.inputs if i not in members
+                     and members.isdisjoint(feeding(analysis, frozenset({i}))))
+
+
 def parts(span: Span) -> list[ast.expr]:
     """Calls and operators inside the last statement's value, outermost first."""
     try:

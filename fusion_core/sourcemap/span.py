@@ -23,7 +23,7 @@ from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
-from .callsite import Lifted, LiftedCall, Unliftable, lift
+from .callsite import Lifted, LiftedCall, NestedCalls, Unliftable, lift
 from .frames import Frames
 from .pysource import Scope, SourceFile, Statement
 
@@ -39,6 +39,9 @@ class Span:
     stmts: tuple[Statement, ...]
     # Calls of the user's own modules or helpers on these lines that the cluster runs whole.
     calls: tuple[LiftedCall, ...] = ()
+    # The caller's line spelling nested calls of this function, when the cluster's ops all
+    # lie in it (`callsite.NestedCalls`): the reason if the lines turn out to run twice.
+    nested: NestedCalls | None = None
 
     @property
     def start(self) -> int:
@@ -159,7 +162,7 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
     hi = max(st.index for st in stmts.values())
     run = tuple(Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
                 for i, st in enumerate(body) if lo <= i <= hi)
-    span = Span(src, scope, run, lifted.calls)
+    span = Span(src, scope, run, lifted.calls, lifted.nested)
     where = dict(file=src.path, start=span.start, end=span.end)
     for i, line in ((lo - 1, span.start), (hi + 1, span.end)):
         if 0 <= i < len(body) and body[i].lineno <= line <= (body[i].end_lineno or 0):

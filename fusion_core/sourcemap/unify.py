@@ -78,6 +78,11 @@ class Mismatch(Exception):
     """The statements do not compute exactly the cluster; `str()` says why."""
 
 
+class Reentered(Mismatch):
+    """A name the lines read holds a value the cluster computes: the lines ran more than
+    once inside the cluster (a loop, or nested calls of the function they lie in)."""
+
+
 @dataclass(frozen=True)
 class Match:
     inputs: tuple[tuple[str, str], ...]  # (FX node name, source expression)
@@ -131,18 +136,20 @@ class Unifier:
         self.inlined: set[str] = set()
         self.queue: list[int] = []
 
-    def run(self, output: str, within: ast.expr | None = None) -> Match:
-        """Match the run's value, or `within` (a part of the last statement's value the
-        rewrite replaces, keeping the un-fused code around it), to `output`."""
+    def run(self, output: str, within: ast.expr | None = None,
+            returned: tuple[tuple[ast.expr, str], ...] = ()) -> Match:
+        """Match the run's value, or `within` (a part of it the rewrite replaces, keeping
+        the code around), to `output`; or each (returned element, result) of `returned`."""
         last = len(self.stmts) - 1
         self.values[last] = output
-        self.queue.append(last)
-        while self.queue:
+        if not returned:
+            expr = within if within is not None else value_of(self.stmts[last].node, True)
+            returned = ((expr, output),)
+        for expr, result in returned:
+            self.match(expr, self.fx_nodes[result], last)
+        while self.queue:  # earlier statements only: a name reads a line above its own
             k = self.queue.pop()
-            expr = value_of(self.stmts[k].node, last=k == last)
-            if k == last and within is not None:
-                expr = within
-            self.match(expr, self.fx_nodes[self.values[k]], k)
+            self.match(value_of(self.stmts[k].node, last=False), self.fx_nodes[self.values[k]], k)
         self.follow_aliases()
         for st, v in zip(self.stmts, self.values, strict=True):
             if v is None:
@@ -196,8 +203,8 @@ class Unifier:
                                "graph reads there")
             return
         if node.name in self.cluster:
-            raise Mismatch(f"`{expr.id}` at line {expr.lineno} reads a value the cluster "
-                           "computes itself (the lines run more than once, e.g. in a loop)")
+            raise Reentered(f"`{expr.id}` at line {expr.lineno} reads a value the cluster "
+                            "computes itself (the lines run more than once, e.g. in a loop)")
         self.bind(node, expr.id)
 
     def match_outside(self, expr: ast.expr, node: fx.Node, k: int) -> None:

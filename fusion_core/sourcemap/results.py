@@ -1,0 +1,52 @@
+"""Where a cluster's several results go in the source: the names earlier lines assign them
+to, or the elements of the `return` that hands them all back.
+
+Reads a cluster, its mapped range (``span.Span``) and the node each statement's value is
+(``unify.Match.values``); writes the names, or the (element, result) pairs the unifier
+matches; raises ``PointerOnly`` naming the line that takes a result nowhere.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ..analysis.types import Cluster
+from ..pipeline import Analysis
+from .pysource import stored_names
+from .span import PointerOnly, Span
+
+
+def assigned_to(c: Cluster, span: Span, values: tuple[str | None, ...]) -> tuple[str, ...]:
+    """For a cluster with several results: the name each earlier result is assigned to."""
+    names = []
+    same = {m: v for call in span.calls for m, v in call.passes}
+    for out in c.outputs[:-1]:
+        js = [j for j, v in enumerate(values) if v is not None and v in (out, same.get(out))]
+        if not js:
+            raise PointerOnly(f"the cluster also writes `{out}`, which no line of the range "
+                           "assigns to a name")
+        name = span.stmts[js[-1]].node.targets[0].id
+        later = [s for s in span.stmts[js[-1] + 1:] if name in stored_names(s.node)]
+        if later:
+            raise PointerOnly(f"`{name}` holds the cluster's result `{out}` but line "
+                           f"{later[0].start} reassigns it")
+        names.append(name)
+    return tuple(names)
+
+
+def results(analysis: Analysis, c: Cluster) -> str:
+    """`amax` (line 13), then `sum` (line 14): the kernel's results, as the user wrote them."""
+    nodes = [analysis.graph[o] for o in c.outputs]
+    return ", then ".join(f"`{n.op_label}`" + (f" (line {n.source.line})" if n.source else "")
+                          for n in nodes)
+
+
+def returned_tuple(c: Cluster, span: Span) -> tuple[tuple[ast.expr, str], ...]:
+    """`return a, b` of as many values as the cluster writes: each element with the result
+    it must be, in order (the kernel returns its results as a tuple in that order)."""
+    last = span.stmts[-1].node
+    if not (len(c.outputs) > 1 and isinstance(last, ast.Return)
+            and isinstance(last.value, ast.Tuple) and len(last.value.elts) == len(c.outputs)
+            and not any(isinstance(e, ast.Starred) for e in last.value.elts)):
+        return ()
+    return tuple(zip(last.value.elts, c.outputs, strict=True))

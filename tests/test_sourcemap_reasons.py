@@ -1,0 +1,150 @@
+"""The source map's reasons for clusters it gives no edit, named at their cause in the user's
+own spelling, and the two-result `return` that now maps.
+
+Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+from test_apply import assert_same_outputs, backup_as_py
+from test_apply_callsite import CAPTURES, line_of
+
+from fusion_core.codegen import generate
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import EXACT, POINTER, map_clusters
+from fusion_core.sourcemap.apply import apply, plan_apply
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+TWO_RESULTS = """\
+import torch
+import torch.nn as nn
+
+
+class Together(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 8)
+        self.scale = 0.5
+
+    def forward(self, ids):
+        h = self.emb(ids) * self.scale
+        return torch.tanh(h).sum(-1), h.amax(-1)
+
+
+class Swapped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 8)
+        self.scale = 0.5
+
+    def forward(self, ids):
+        h = self.emb(ids) * self.scale
+        m = h.amax(-1)
+        return torch.tanh(h).sum(-1), m
+"""
+
+HELPERS = """\
+import torch
+import torch.nn as nn
+
+
+def act(t):
+    return torch.tanh(t) * 2.0
+
+
+def rotate(t):
+    return torch.cat((-t[..., 4:], t[..., :4]), dim=-1)
+
+
+class NestedAlone(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.p = nn.Linear(d, d)
+
+    def forward(self, x):
+        return act(act(self.p(x)))
+
+
+class HelperOnLine(nn.Module):
+    def forward(self, x):
+        h = x * 2.0
+        return torch.relu(h) + rotate(h)
+"""
+
+
+def analysed(tmp_path: Path, text: str, cls: str, spec: InputSpec, capture: str = "auto"):
+    path = tmp_path / f"{cls.lower()}.py"
+    path.write_text(text)
+    analysis = analyze_file(path, [spec], cls, capture=capture)
+    return path, analysis, map_clusters(analysis)
+
+
+IDS = InputSpec((4, 6), torch.int64)
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_two_results_returned_together_are_one_call_returning_both(tmp_path, capture):
+    # Was: "line range also holds `self.emb(ids)` (line 12), which is not in the cluster",
+    # though the edit keeps that call as its argument (as with one result).
+    path, analysis, (m,) = analysed(tmp_path, TWO_RESULTS, "Together", IDS, capture)
+    assert m.quality == EXACT, m.reason
+    line = line_of(path, "return torch.tanh(h).sum(-1), h.amax(-1)")
+    assert (m.start, m.end) == (line - 1, line)
+    assert m.replacement.strip() == "return cluster0(self.emb(ids))"
+    kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
+    p = plan_apply(analysis, (m,), path, kernels, {0: (True, "verified")})
+    assert p.clusters == (0,)
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert "return cluster0(self.emb(ids))" in path.read_text()
+    assert_same_outputs(backup_as_py(result.backup), path, "Together",
+                        torch.randint(0, 100, (3, 5)))
+
+
+def test_results_returned_in_another_order_name_the_return(tmp_path):
+    path, analysis, (m,) = analysed(tmp_path, TWO_RESULTS, "Swapped", IDS)
+    line = line_of(path, "return torch.tanh(h).sum(-1), m")
+    (c,) = analysis.clusters
+    assert m.quality == POINTER
+    assert m.reason == (f"line {line} returns `torch.tanh(h).sum(-1), m`, which is not the "
+                        f"kernel's two results in its order (`amax` (line {line - 1}), then "
+                        f"`sum` (line {line})): `torch.tanh(h).sum(...)` at line {line} is not "
+                        f"the graph's `{c.outputs[0]}`")
+
+
+def test_nested_calls_of_a_helper_alone_on_a_line_say_so(tmp_path):
+    # Was: "`t` at line 6 reads a value the cluster computes itself (the lines run more
+    # than once, e.g. in a loop)", pointing into the helper.
+    path, _, (m,) = analysed(tmp_path, HELPERS, "NestedAlone", InputSpec((4, 8)))
+    line = line_of(path, "return act(act(self.p(x)))")
+    assert m.quality == POINTER
+    assert m.reason == (f"line {line} calls `act` twice (`act(act(self.p(x)))`, one inside "
+                        "the other), and the graph does not say which of its ops ran in which "
+                        "call; an edit of the line cannot bind each call's result")
+    assert (m.start, m.end) == (line, line)
+
+
+def test_a_helper_call_left_on_the_line_is_named_by_its_call(tmp_path):
+    # Was the whole statement: "line range also holds `return torch.relu(h) + rotate(h)`".
+    path, _, (m,) = analysed(tmp_path, HELPERS, "HelperOnLine", InputSpec((4, 8)))
+    line = line_of(path, "return torch.relu(h) + rotate(h)")
+    assert m.quality == POINTER
+    assert m.reason == (f"line range also holds `rotate(h)` (line {line}), which is not in "
+                        "the cluster")
+
+
+def test_llama_rotary_clusters_name_the_rotate_half_call(tmp_path):
+    # Was: "line range also holds `q = q * cos + rotate_half(q) * sin`".
+    path = EXAMPLES / "llama_block.py"
+    analysis = analyze_file(path, [InputSpec((1, 4, 128))], "LlamaBlock")
+    reasons = {m.reason for m in map_clusters(analysis) if not m.exact}
+    for name in ("q", "k"):
+        line = line_of(path, f"{name} = {name} * cos + rotate_half({name}) * sin")
+        assert (f"line range also holds `rotate_half({name})` (line {line}), which is not in "
+                "the cluster") in reasons
