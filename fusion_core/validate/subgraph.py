@@ -68,12 +68,11 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
     member_set = set(members)
     inputs = [nodes[n] for n in cluster.inputs]
     first = min(members, key=order.__getitem__)
-    # A parameter FX fetched where it was first used (after another cluster result's reader)
-    # reads nothing: fetched before the cluster instead, the call can go where the
-    # activations allow.
-    for inp in inputs:
-        if inp.op == "get_attr" and order[inp] > order[first]:
-            first.prepend(inp)
+    # A parameter FX fetched where it was first used (after another cluster result's reader),
+    # or a view of it (a norm's weight reshaped to broadcast), reads no activation: computed
+    # before the cluster instead, the call can go where the activations allow.
+    for node in _weights_after(inputs, order, order[first]):
+        first.prepend(node)
     order = {n: i for i, n in enumerate(graph.nodes)}
     last_input = max(inputs, key=order.__getitem__, default=None)
     if last_input is None or order[last_input] < order[first]:
@@ -104,6 +103,33 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
     _drop_meta_only_reads(members, member_set)
     for n in sorted(members, key=order.__getitem__, reverse=True):
         graph.erase_node(n)
+
+
+def _weights_after(inputs: Sequence[fx.Node], order: Mapping[fx.Node, int], start: int
+                   ) -> list[fx.Node]:
+    """The inputs computed from parameters and constants alone, with the nodes they need,
+    that come after `start`, in graph order."""
+    memo: dict[fx.Node, bool] = {}
+
+    def weight_only(n: fx.Node) -> bool:
+        if n not in memo:
+            pure = n.op in ("call_function", "call_method") and not n.is_impure()
+            memo[n] = n.op == "get_attr" or (pure and bool(n.all_input_nodes) and all(
+                weight_only(a) for a in n.all_input_nodes))
+        return memo[n]
+
+    found: set[fx.Node] = set()
+
+    def take(n: fx.Node) -> None:
+        if order[n] > start and n not in found:
+            found.add(n)
+            for a in n.all_input_nodes:
+                take(a)
+
+    for inp in inputs:
+        if order[inp] > start and weight_only(inp):
+            take(inp)
+    return sorted(found, key=order.__getitem__)
 
 
 # `y.type_as(x)` reads `x` for its dtype alone, `y.reshape_as(x)` (view_as, expand_as) for
