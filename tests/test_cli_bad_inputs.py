@@ -29,6 +29,9 @@ class Case:
 
 
 M = ("--model", "{d}/model.py")
+KEYWORD_ONLY = ("import torch.nn as nn\n\n\nclass M(nn.Module):\n"
+                "    def forward(self, x, *, mask):\n"
+                "        return (x * 2.0).relu().masked_fill(mask, 0.0)\n")
 
 CASES = [
     Case("missing file", ("--model", "{d}/absent.py", *SHAPE), ("model file not found",)),
@@ -88,6 +91,12 @@ CASES = [
          ("65 dimensions", "at most 64")),
     Case("shape the model rejects", (*M, "--input-shape", "4,8", "--input-shape", "4,8"),
          ("takes 1 input(s) (x) but 2 were given", "repeat --input-shape")),
+    # FX gave `mask` a positional placeholder: the analysis ran, then the model check
+    # called the model by position and --apply failed; export said "repeat --input-shape".
+    *(Case(f"keyword-only input ({how})", (*M, *SHAPE, *SHAPE, "--dtype", "float32",
+                                          "--dtype", "bool", "--capture", how),
+           ("M.forward (", "model.py:5) takes `mask` as keyword-only", "drop the `*`"),
+           files={"model.py": KEYWORD_ONLY}) for how in ("fx", "export", "auto")),
     Case("unknown dtype", (*M, *SHAPE, "--dtype", "float64"), ("unknown dtype 'float64'",)),
     Case("dtype count", (*M, *SHAPE, "--dtype", "float16", "--dtype", "int64"),
          ("2 --dtype for 1 --input-shape",)),

@@ -12,6 +12,7 @@ and how to change it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ import torch.nn as nn
 from torch._subclasses import fake_tensor
 from torch.fx.experimental import symbolic_shapes
 
-from ..errors import CaptureError, ShapePropagationError
+from ..errors import CaptureError, InputSpecError, ShapePropagationError
 from .export import export_graph, unknown_output_fix
 from .registry import lookup
 from .shapes import InputSpec, propagate_shapes
@@ -54,6 +55,7 @@ def captured(model: nn.Module, specs: Sequence[InputSpec], how: str = "auto") ->
     if how not in FRONTENDS:
         raise CaptureError(f"unknown capture frontend {how!r}: choose one of "
                            f"{', '.join(FRONTENDS)}")
+    _check_keyword_only(model, len(specs))
     if how == "export":
         return Captured(export_graph(model, specs), "export")
     try:
@@ -78,6 +80,39 @@ def captured(model: nn.Module, specs: Sequence[InputSpec], how: str = "auto") ->
                                          f"(torch.fx.wrap) and torch.export failed "
                                          f"({_why(export_error, ' ')})")
     return Captured(gm, "fx", alternative=exported, leaves=tuple(leaves))
+
+
+def _check_keyword_only(model: nn.Module, n_inputs: int) -> None:
+    """Example inputs are passed by position. FX gives a keyword-only parameter a
+    positional placeholder all the same, so its graph would take an input the model itself
+    refuses: say so before capturing."""
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C forward: nothing to read
+        return
+    kinds = inspect.Parameter
+    positional = [p for p in params if p.kind in (kinds.POSITIONAL_ONLY,
+                                                  kinds.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind is kinds.VAR_POSITIONAL for p in params):
+        return
+    keyword_only = [p for p in params if p.kind is kinds.KEYWORD_ONLY]
+    required = [p for p in keyword_only if p.default is p.empty]
+    given = keyword_only[:max(0, n_inputs - len(positional))]
+    named = required or given
+    if not named:
+        return
+    names = ", ".join(f"`{p.name}`" for p in named)
+    try:
+        file = inspect.getsourcefile(model.forward)
+        line = inspect.getsourcelines(model.forward)[1]
+        where = f" ({file}:{line})" if file else ""
+    except (OSError, TypeError):
+        where = ""
+    raise InputSpecError(
+        f"{type(model).__name__}.forward{where} takes {names} as keyword-only "
+        f"(after `*`); fusion-advisor passes the example inputs by position: make "
+        f"{'it' if len(named) == 1 else 'them'} positional (drop the `*`), or analyse a "
+        f"wrapper module whose forward passes {'it' if len(named) == 1 else 'them'} by name")
 
 
 def _export_instead(model: nn.Module, specs: Sequence[InputSpec], fx_error: CaptureError
