@@ -116,6 +116,32 @@ def test_convexity_through_a_module_gives_no_shape_hint():
     assert failure is not None and "shape, size or dtype" not in failure.reason
 
 
+class ShapeReadAndModuleBetween(nn.Module):
+    """A UNet attention entry: `x.shape` is read after the residual add, and the norm's
+    result also reaches the closing residual add through a module (`self.proj`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(2, 8)
+        self.proj = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x, h):
+        x = x + h
+        b, c, hh, ww = x.shape
+        a = self.proj(self.norm(x)).reshape(b, c, hh, ww)
+        return x + a
+
+
+def test_convexity_gives_no_shape_hint_when_another_path_also_re_enters():
+    """Reading `x.shape` earlier would not make `add → group_norm → add` convex (the path
+    through `self.proj` stays), so the reason must not say the ops can then fuse."""
+    g = analyze(ShapeReadAndModuleBetween(), (2, 8, 4, 4), (2, 8, 4, 4)).graph
+    failure = L.check_convexity(g, _group(g, "add", "group_norm", "add"))
+    assert failure is not None and failure.check == "convexity"
+    assert failure.reason.startswith("path `group_norm")
+    assert "shape, size or dtype" not in failure.reason and "can fuse" not in failure.reason
+
+
 def test_fan_out_names_a_shape_read_by_its_line_and_the_fix():
     g = analyze(MaskSizedByResult(), (4, 8, 8)).graph
     failure = L.check_fan_out(g, _group(g, "exp", "bitwise_not", "masked_fill", "softmax"))

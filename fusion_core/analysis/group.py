@@ -36,27 +36,39 @@ def ordered(g: FusionGraph, group: Collection[str]) -> list[str]:
 
 
 def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
-    # Outside nodes reachable from the group, each with the group node it came from and
-    # the first outside node on the way; a group node reading one re-enters.
+    reach = _outside_reach(g, group, through_meta=True)
+    name = next((n for n in ordered(g, group) if any(r in reach for r in g[n].refs)), None)
+    if name is None:
+        return None
+    # Name a path that leaves through an op when there is one: the advice to read a shape
+    # earlier holds only when no such path re-enters at this node.
+    plain = _outside_reach(g, group, through_meta=False)
+    r = next((r for r in g[name].refs if r in plain), None)
+    if r is None:
+        r = next(r for r in g[name].refs if r in reach)
+    src, first = plain[r] if r in plain else reach[r]
+    return Failure("convexity", (name,),
+                   f"path `{g[src].label}` → `{g[r].label}` → `{g[name].label}` leaves the "
+                   "group and re-enters" + _through_a_property(g, src, first))
+
+
+def _outside_reach(g: FusionGraph, group: Collection[str], through_meta: bool
+                   ) -> dict[str, tuple[str, str]]:
+    """Outside nodes reachable from the group, each with the group node it came from and
+    the first outside node on the way (a group node reading one re-enters); `through_meta`:
+    also along paths that leave through a shape, size or dtype read."""
     outside_reach: dict[str, tuple[str, str]] = {}
     for name in ordered(g, group):
         for u in g.users[name]:
-            if u not in group and u not in outside_reach:
+            if u not in group and u not in outside_reach and (
+                    through_meta or g[u].op != "meta"):
                 outside_reach[u] = (name, u)
     for node in g.nodes:  # graph order is topological: one sweep propagates
         if node.name in outside_reach:
             for u in g.users[node.name]:
                 if u not in group:
                     outside_reach.setdefault(u, outside_reach[node.name])
-    for name in ordered(g, group):
-        for r in g[name].refs:
-            if r in outside_reach:
-                src, first = outside_reach[r]
-                return Failure("convexity", (name,),
-                               f"path `{g[src].label}` → `{g[r].label}` → "
-                               f"`{g[name].label}` leaves the group and re-enters"
-                               + _through_a_property(g, src, first))
-    return None
+    return outside_reach
 
 
 def _through_a_property(g: FusionGraph, src: str, first: str) -> str:
