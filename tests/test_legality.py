@@ -3,6 +3,9 @@ accepts and one it rejects (with the culprit the pruning drops), plus the check 
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -36,7 +39,7 @@ def test_fan_out_rejects_a_value_also_used_outside():
     failure = L.check_fan_out(g, _group(g, "exp", "mul"))
     assert failure is not None and failure.check == "fan-out"
     assert failure.culprits == ("exp",)
-    assert "`exp` is also used by `output`" in failure.reason
+    assert re.search(r"`exp` \(line \d+\) is also used by `output`", failure.reason)
     assert "not less than" in failure.reason
 
 
@@ -96,7 +99,7 @@ class MaskSizedByResult(nn.Module):
         self.register_buffer("mask", torch.tril(torch.ones(8, 8, dtype=torch.bool)))
 
     def forward(self, x):
-        h = torch.exp(x)
+        h = torch.exp(x)  # MASK_EXP_LINE
         n = x.shape[-1] if self.from_input else h.shape[-1]
         return torch.softmax(h.masked_fill(~self.mask[:n, :n], 0.0), dim=-1)
 
@@ -142,12 +145,43 @@ def test_convexity_gives_no_shape_hint_when_another_path_also_re_enters():
     assert "shape, size or dtype" not in failure.reason and "can fuse" not in failure.reason
 
 
+MASK_EXP_LINE = next(i for i, line in enumerate(inspect.getsource(
+    inspect.getmodule(MaskSizedByResult)).splitlines(), 1) if line.endswith("# MASK_EXP_LINE"))
+
+
+class TwoGelus(nn.Module):
+    """The audio encoder's shape: two conv → norm → gelu stages and a residual from the
+    first; the first gelu also feeds the second conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn1 = nn.BatchNorm1d(8)
+        self.conv2 = nn.Conv1d(8, 8, 3, padding=1)
+        self.bn2 = nn.BatchNorm1d(8)
+
+    def forward(self, x):
+        r = F.gelu(self.bn1(x))
+        h = F.gelu(self.bn2(self.conv2(r)))
+        return (h + r).transpose(1, 2)
+
+
+def test_fan_out_names_the_escaping_value_by_op_and_line_not_node_name():
+    g = analyze(TwoGelus().eval(), (2, 8, 16)).graph
+    group = _group(g, "batch_norm", "gelu", "add")
+    failure = L.check_fan_out(g, group)
+    assert failure is not None and failure.check == "fan-out"
+    first = min(_group(g, "gelu"), key=g.position)
+    line = g[first].source.line
+    # Was "`gelu` is also used by `self.conv2`": which of the group's two gelus?
+    assert failure.reason.startswith(f"`gelu` (line {line}) is also used by `self.conv2`")
+
+
 def test_fan_out_names_a_shape_read_by_its_line_and_the_fix():
     g = analyze(MaskSizedByResult(), (4, 8, 8)).graph
     failure = L.check_fan_out(g, _group(g, "exp", "bitwise_not", "masked_fill", "softmax"))
     assert failure is not None and failure.check == "fan-out"
-    assert ("`exp` is also used by a shape, size or dtype read at line "
-            in failure.reason) and "getattr" not in failure.reason
+    assert f"`exp` (line {MASK_EXP_LINE}) is also used by a shape, size or dtype read at line " \
+        f"{MASK_EXP_LINE + 1}" in failure.reason and "getattr" not in failure.reason
     assert "an input's `.shape`" in failure.reason
 
 

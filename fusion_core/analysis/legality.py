@@ -55,6 +55,15 @@ def _users(g: FusionGraph, names: Collection[str]) -> str:
     return ", ".join(out)
 
 
+def _value(g: FusionGraph, name: str) -> str:
+    """A group value as the user wrote it: `gelu` (line 17), not the graph's `gelu_1`, and
+    with its line, since a group may hold the same op twice."""
+    node = g[name]
+    if node.kind.is_compute and node.source is not None:
+        return f"`{node.op_label}` (line {node.source.line})"
+    return f"`{node.label}`"
+
+
 def check_fan_out(g: FusionGraph, group: Collection[str]) -> Failure | None:
     failure = _single_output_failure(g, group)
     if failure is None:
@@ -74,7 +83,7 @@ def _single_output_failure(g: FusionGraph, group: Collection[str]) -> Failure | 
         outside = [u for u in g.users[n] if u not in group]
         hint = READ_IT_EARLIER if any(g[u].op == "meta" for u in outside) else ""
         return Failure("fan-out", tuple(inner),
-                       f"`{g[n].label}` is also used by {_users(g, outside)} outside the "
+                       f"{_value(g, n)} is also used by {_users(g, outside)} outside the "
                        f"group{hint}")
     if len(out) > 1:
         forks = _forks(g, group, out)
