@@ -24,6 +24,7 @@ from .group import (
     iteration_shape,
     numel,
     ordered,
+    outside_users,
     reduced_shape,
     sibling_reductions,
 )
@@ -71,7 +72,7 @@ def _single_output_failure(g: FusionGraph, group: Collection[str]) -> Failure | 
     inner = [n for n in out if any(u in group for u in g.users[n])]
     if inner:
         n = inner[0]
-        outside = [u for u in g.users[n] if u not in group]
+        outside = outside_users(g, group, n)
         hint = READ_IT_EARLIER if any(g[u].op == "meta" for u in outside) else ""
         return Failure("fan-out", tuple(inner),
                        f"`{g[n].label}` is also used by {_users(g, outside)} outside the "
