@@ -55,6 +55,20 @@ class SizeRead(nn.Module):
         return torch.softmax(h, dim=-1) * 2.0 + 1.0
 
 
+class NormThenMask(nn.Module):
+    """The size read from a layer norm's result, then a softmax over the same rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.register_buffer("mask", torch.tril(torch.ones(16, 16, dtype=torch.bool)))
+
+    def forward(self, x):
+        h = self.norm(x)
+        h = h.masked_fill(~self.mask[:h.shape[-1], :h.shape[-1]], float("-inf"))
+        return torch.softmax(h, dim=-1) * 2.0
+
+
 CHAIN = ("gt → mul → where → bitwise_not → masked_fill → softmax → mul → add")
 SHAPE = (4, 16, 16)
 
@@ -72,22 +86,34 @@ def test_the_chain_fuses_whole_whichever_way_the_size_is_read(model):
     assert c.traffic == analyze(SizeRead("input"), SHAPE).clusters[0].traffic
 
 
+def test_two_reductions_share_a_kernel_across_the_read():
+    """The path `layer_norm` → `h.shape` → mask → `softmax` does not leave the component: the
+    norm and the softmax walk the same rows in one kernel."""
+    (c,) = analyze(NormThenMask(), SHAPE).clusters
+    assert c.chain == "layer_norm → bitwise_not → masked_fill → softmax → mul"
+    assert {(r.of, r.sources) for r in c.shape_reads} == {("layer_norm", ("x",))}
+
+
 def test_export_has_no_shape_read_and_fuses_whole():
     a = analyze(MaskedChain(), SHAPE, capture="export")
     assert not [n for n in a.graph.nodes if n.op == "meta"]  # sizes are constants there
     assert [c.chain for c in a.clusters] == [CHAIN]
 
 
-def test_the_patched_model_reads_the_size_at_every_input_size():
-    a = analyze(MaskedChain(), SHAPE)
+@pytest.mark.parametrize("model,shapes", [
+    (MaskedChain(), [(2, 8, 8), (1, 5, 5)]),
+    (NormThenMask(), [(2, 16, 16), (1, 16, 16)]),  # the norm fixes the last dim
+], ids=["repro", "norm"])
+def test_the_patched_model_reads_the_size_at_every_input_size(model, shapes):
+    a = analyze(model.eval(), SHAPE)
     gm, (c,) = a.graph_module, a.clusters
     patched = patch(gm, {c.index: (c, eager_subgraph(gm, c).module)})
     names = {n.name for n in patched.graph.nodes}
     assert not names & set(c.nodes)
     assert any(n.target is shape_of for n in patched.graph.nodes)
-    for shape in (SHAPE, (2, 8, 8), (1, 5, 5)):  # sizes other than the analysed one
+    for shape in (SHAPE, *shapes):  # sizes other than the analysed one too
         x = torch.randn(shape)
-        assert torch.equal(patched(x), a.module(x)), shape
+        assert torch.allclose(patched(x), a.module(x)), shape
 
 
 @pytest.mark.cpu

@@ -36,9 +36,14 @@ def outside_users(g: FusionGraph, group: Collection[str], name: str) -> list[str
     """Nodes outside `group` that read group value `name`'s data (or a shape only the
     value itself can tell)."""
     group = members(group)
-    return [u for u in g.users[name] if u not in group and not (
-        g[u].shape_of == name and name not in g[u].refs[1:]
-        and shape_sources(g, group, name) is not None)]
+    return [u for u in g.users[name] if u not in group and not answered(g, group, u, name)]
+
+
+def answered(g: FusionGraph, group: Collection[str], user: str, name: str) -> bool:
+    """`user` reads only the shape of group value `name`, and values outside the group tell
+    that shape (``shape_sources``)."""
+    return (g[user].shape_of == name and name not in g[user].refs[1:]
+            and shape_sources(g, group, name) is not None)
 
 
 # Reductions whose result has their first operand's shape (a norm's weight broadcasts).
@@ -48,9 +53,9 @@ _SAME_SHAPE = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm"})
 def shape_reads(g: FusionGraph, group: Collection[str]) -> tuple[ShapeRead, ...]:
     """Reads of a group value's shape outside the group that outside values answer."""
     group = members(group)
-    return tuple(ShapeRead(u, n, src) for n in ordered(g, group) for u in g.users[n]
-                 if u not in group and g[u].shape_of == n and n not in g[u].refs[1:]
-                 and (src := shape_sources(g, group, n)) is not None)
+    return tuple(ShapeRead(u, n, shape_sources(g, group, n) or ())
+                 for n in ordered(g, group) for u in g.users[n]
+                 if u not in group and answered(g, group, u, n))
 
 
 def shape_sources(g: FusionGraph, group: Collection[str], name: str) -> tuple[str, ...] | None:
