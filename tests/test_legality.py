@@ -130,6 +130,18 @@ def test_fan_out_names_a_shape_read_by_its_line_and_the_fix():
     assert "an input's `.shape`" in failure.reason
 
 
+class TwoReadsOnALine(MaskSizedByResult):
+    def forward(self, x):
+        h = torch.exp(x - x.amax(-1, keepdim=True))
+        return torch.softmax(h.masked_fill(~self.mask[:h.shape[-1], :h.shape[-1]], 0.0), -1)
+
+
+def test_fan_out_names_two_shape_reads_on_one_line_once():
+    g = analyze(TwoReadsOnALine(), (4, 8, 8)).graph
+    failure = L.check_fan_out(g, _group(g, *SHIFTED, "softmax"))
+    assert failure is not None and failure.reason.count("shape, size or dtype read at") == 1
+
+
 def test_a_shape_the_group_inputs_tell_is_no_use_of_the_value():
     g = analyze(MaskSizedByResult(), (4, 8, 8)).graph
     group = _group(g, "exp", "bitwise_not", "masked_fill", "softmax")

@@ -53,7 +53,7 @@ def _users(g: FusionGraph, names: Collection[str]) -> str:
             out.append(f"`{node.op_label}` (line {node.source.line})")
         else:
             out.append(f"`{node.label}`")
-    return ", ".join(out)
+    return ", ".join(dict.fromkeys(out))  # `h.shape[-1]` twice on a line: one phrase
 
 
 def check_fan_out(g: FusionGraph, group: Collection[str]) -> Failure | None:
