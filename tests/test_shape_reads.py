@@ -4,6 +4,7 @@ other input sizes, numerics under the interpreter, and `--apply` on the user's f
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 import pytest
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from fusion_core.cli import cli
 from fusion_core.ir.subgraph import eager_subgraph
 from fusion_core.pipeline import analyze
+from fusion_core.sourcemap.pysource import reads_shape_only
 from fusion_core.validate import validate
 from fusion_core.validate.subgraph import patch, shape_of
 
@@ -125,7 +127,7 @@ def test_the_fused_chain_verifies_and_passes_model_numerics():
 
 
 @pytest.mark.cpu
-def test_apply_refuses_naming_the_read_of_h(tmp_path):
+def test_apply_refuses_naming_the_read_of_h_and_the_fix(tmp_path):
     path = tmp_path / "masked_chain.py"
     path.write_text(SOURCE)
     result = CliRunner().invoke(cli, ["--model", str(path), "--input-shape", "4,16,16",
@@ -133,4 +135,28 @@ def test_apply_refuses_naming_the_read_of_h(tmp_path):
     assert "model numerics: pass" in result.output
     assert ("input `self.mask[:h.shape[-1], :h.shape[-1]]` at line 12 reads `h`"
             in result.output), result.output
+    assert "only its shape: read that size from a value assigned before" in result.output
     assert path.read_text() == SOURCE
+
+
+@pytest.mark.cpu
+def test_apply_writes_the_edit_the_refusal_asks_for(tmp_path):
+    """The size read from `x`, as the refusal says: the lines are replaced, and the rewritten
+    model matches the original."""
+    path = tmp_path / "masked_chain.py"
+    path.write_text(SOURCE.replace("h.shape[-1]", "x.shape[-1]"))
+    result = CliRunner().invoke(cli, ["--model", str(path), "--input-shape", "4,16,16",
+                                      "--apply", "--yes"])
+    assert "rewritten model matches the original" in result.output, result.output
+    assert "return cluster0(x, self.mask[:x.shape[-1], :x.shape[-1]])" in path.read_text()
+
+
+@pytest.mark.parametrize("text,only", [
+    ("self.mask[:h.shape[-1], :h.size(0)]", True),
+    ("h.ndim + h.dim() + h.numel()", True),
+    ("self.mask[:h.shape[-1]] + h", False),  # `h` itself too
+    ("h.size", False),  # the method, not called
+    ("x.shape[-1]", False),  # no `h` at all
+])
+def test_reads_shape_only_tells_a_shape_read_from_a_use(text, only):
+    assert reads_shape_only(ast.parse(text, mode="eval"), "h") is only
