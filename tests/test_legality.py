@@ -91,22 +91,28 @@ def test_convexity_is_not_confused_by_an_outside_branch_that_never_returns():
 
 
 class MaskSizedByResult(nn.Module):
-    """A causal mask sliced to the size of a value the group computes (`h.shape[-1]`)."""
+    """A causal mask sliced to the size of a value the group computes (`h.shape[-1]`). With
+    `shifted`, a reduction in the group (`amax`) is on the way to that value, so no value
+    read before the group tells its shape (``group.shape_sources``): the read is a use."""
 
-    def __init__(self, from_input: bool = False) -> None:
+    def __init__(self, from_input: bool = False, shifted: bool = False) -> None:
         super().__init__()
-        self.from_input = from_input
+        self.from_input, self.shifted = from_input, shifted
         self.register_buffer("mask", torch.tril(torch.ones(8, 8, dtype=torch.bool)))
 
     def forward(self, x):
-        h = torch.exp(x)  # MASK_EXP_LINE
+        z = x - x.amax(-1, keepdim=True) if self.shifted else x
+        h = torch.exp(z)  # MASK_EXP_LINE
         n = x.shape[-1] if self.from_input else h.shape[-1]
         return torch.softmax(h.masked_fill(~self.mask[:n, :n], 0.0), dim=-1)
 
 
+SHIFTED = ("amax", "sub", "exp", "bitwise_not", "masked_fill")
+
+
 def test_convexity_names_the_shape_read_a_path_leaves_through():
-    g = analyze(MaskSizedByResult(), (4, 8, 8)).graph
-    failure = L.check_convexity(g, _group(g, "exp", "bitwise_not", "masked_fill"))
+    g = analyze(MaskSizedByResult(shifted=True), (4, 8, 8)).graph
+    failure = L.check_convexity(g, _group(g, *SHIFTED))
     assert failure is not None and failure.check == "convexity"
     assert "shape, size or dtype read of `exp`'s result" in failure.reason
     assert "(`n = x.shape[-1] if self.from_input else h.shape[-1]`)" in failure.reason
@@ -177,12 +183,30 @@ def test_fan_out_names_the_escaping_value_by_op_and_line_not_node_name():
 
 
 def test_fan_out_names_a_shape_read_by_its_line_and_the_fix():
-    g = analyze(MaskSizedByResult(), (4, 8, 8)).graph
-    failure = L.check_fan_out(g, _group(g, "exp", "bitwise_not", "masked_fill", "softmax"))
+    g = analyze(MaskSizedByResult(shifted=True), (4, 8, 8)).graph
+    failure = L.check_fan_out(g, _group(g, *SHIFTED, "softmax"))
     assert failure is not None and failure.check == "fan-out"
     assert f"`exp` (line {MASK_EXP_LINE}) is also used by a shape, size or dtype read at line " \
         f"{MASK_EXP_LINE + 1}" in failure.reason and "getattr" not in failure.reason
     assert "an input's `.shape`" in failure.reason
+
+
+class TwoReadsOnALine(MaskSizedByResult):
+    def forward(self, x):
+        h = torch.exp(x - x.amax(-1, keepdim=True))
+        return torch.softmax(h.masked_fill(~self.mask[:h.shape[-1], :h.shape[-1]], 0.0), -1)
+
+
+def test_fan_out_names_two_shape_reads_on_one_line_once():
+    g = analyze(TwoReadsOnALine(), (4, 8, 8)).graph
+    failure = L.check_fan_out(g, _group(g, *SHIFTED, "softmax"))
+    assert failure is not None and failure.reason.count("shape, size or dtype read at") == 1
+
+
+def test_a_shape_the_group_inputs_tell_is_no_use_of_the_value():
+    g = analyze(MaskSizedByResult(), (4, 8, 8)).graph
+    group = _group(g, "exp", "bitwise_not", "masked_fill", "softmax")
+    assert L.check_convexity(g, group) is None and L.check_fan_out(g, group) is None
 
 
 def test_fan_out_names_an_outside_op_by_op_and_line_not_node_name():
@@ -193,10 +217,10 @@ def test_fan_out_names_an_outside_op_by_op_and_line_not_node_name():
 
 
 def test_reading_the_size_from_the_input_fuses_what_the_hint_says():
-    split = analyze(MaskSizedByResult(), (4, 8, 8))
-    fused = analyze(MaskSizedByResult(from_input=True), (4, 8, 8))
-    assert [r.check for r in split.rejections] == ["fan-out"]
-    assert [len(c.nodes) for c in fused.clusters] == [4]  # exp, ~, masked_fill, softmax
+    split = analyze(MaskSizedByResult(shifted=True), (4, 8, 8))
+    fused = analyze(MaskSizedByResult(from_input=True, shifted=True), (4, 8, 8))
+    assert all("amax" not in c.nodes for c in split.clusters) and split.rejections
+    assert [len(c.nodes) for c in fused.clusters] == [6]  # amax, -, exp, ~, masked_fill, softmax
     assert not fused.rejections
 
 

@@ -24,6 +24,7 @@ from .group import (
     members,
     moves_data,
     n_working_ops,
+    shape_reads,
     sibling_reductions,
 )
 from .legality import CHECKS, Check, first_failure
@@ -180,6 +181,7 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
                 outputs=tuple(escaping(g, grp)),
                 traffic=estimate_traffic(g, grp, copies=False),
                 lines=line_span(g, grp),
-                recomputes=tuple(g[n].copy_of for n in grp if g[n].copy_of))
+                recomputes=tuple(g[n].copy_of for n in grp if g[n].copy_of),
+                shape_reads=shape_reads(g, grp))
         for i, grp in enumerate(legal))
     return clusters, tuple(rejections)

@@ -15,7 +15,7 @@ from ..ir.graph import FusionGraph, OpKind, Ref
 from ..ir.iteration import anchor
 from ..ir.reductions import node_reduced_dims
 from ..ir.registry import SPECS
-from .types import Failure
+from .types import Failure, ShapeRead
 
 MIN_OPS = 2  # a group needs two compute ops that move data to save anything
 
@@ -26,9 +26,80 @@ def members(group: Collection[str]) -> set[str] | frozenset[str]:
 
 
 def escaping(g: FusionGraph, group: Collection[str]) -> list[str]:
-    """Group values read outside the group (by another node or the graph output)."""
+    """Group values read outside the group (by another node or the graph output); a read of
+    a value's shape that ``shape_sources`` answers from outside values is no read of it."""
     inside = members(group)
-    return [n for n in ordered(g, inside) if any(u not in inside for u in g.users[n])]
+    return [n for n in ordered(g, inside) if outside_users(g, inside, n)]
+
+
+def outside_users(g: FusionGraph, group: Collection[str], name: str) -> list[str]:
+    """Nodes outside `group` that read group value `name`'s data (or a shape only the
+    value itself can tell)."""
+    group = members(group)
+    return [u for u in g.users[name] if u not in group and not answered(g, group, u, name)]
+
+
+def answered(g: FusionGraph, group: Collection[str], user: str, name: str) -> bool:
+    """`user` reads only the shape of group value `name`, and values outside the group tell
+    that shape (``shape_sources``)."""
+    return (g[user].shape_of == name and name not in g[user].refs[1:]
+            and shape_sources(g, group, name) is not None)
+
+
+# Reductions whose result has their first operand's shape (a norm's weight broadcasts).
+_SAME_SHAPE = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm"})
+
+
+def shape_reads(g: FusionGraph, group: Collection[str]) -> tuple[ShapeRead, ...]:
+    """Reads of a group value's shape outside the group that outside values answer."""
+    group = members(group)
+    return tuple(ShapeRead(u, n, shape_sources(g, group, n) or ())
+                 for n in ordered(g, group) for u in g.users[n]
+                 if u not in group and answered(g, group, u, n))
+
+
+def shape_sources(g: FusionGraph, group: Collection[str], name: str) -> tuple[str, ...] | None:
+    """Values outside `group` whose shapes broadcast to group value `name`'s at any input
+    size: pointwise ops broadcast their operands, a softmax or norm keeps its input's shape.
+    `h.shape` then needs no `h`, so `h` need not be stored (``validate/subgraph.py`` points
+    the read at these values). None when a view, another reduction or an opaque op decides
+    the shape, or the propagated shapes disagree with the rule."""
+    out: dict[str, None] = {}
+    todo, seen = [name], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        node = g[n]
+        if n not in group:
+            if node.meta is None:
+                return None
+            out.setdefault(n)
+            continue
+        if node.kind.is_pointwise and node.kind is not OpKind.GENERATOR:
+            refs = node.refs
+        elif node.op in _SAME_SHAPE:
+            refs = node.refs[:1]
+        else:
+            return None
+        shapes = [g[r].meta.shape for r in refs if g[r].meta is not None]
+        if (not refs or len(shapes) < len(refs) or node.meta is None
+                or _broadcast(shapes) != tuple(node.meta.shape)):
+            return None
+        todo.extend(refs)
+    return tuple(sorted(out, key=g.position))
+
+
+def _broadcast(shapes: Collection[tuple[int, ...]]) -> tuple[int, ...] | None:
+    rank = max(len(s) for s in shapes)
+    out = [1] * rank
+    for s in shapes:
+        for k, d in enumerate(s, start=rank - len(s)):
+            if d != 1 and out[k] not in (1, d):
+                return None
+            out[k] = d if d != 1 else out[k]
+    return tuple(out)
 
 
 def ordered(g: FusionGraph, group: Collection[str]) -> list[str]:
@@ -56,12 +127,13 @@ def _outside_reach(g: FusionGraph, group: Collection[str], through_meta: bool
                    ) -> dict[str, tuple[str, str]]:
     """Outside nodes reachable from the group, each with the group node it came from and
     the first outside node on the way (a group node reading one re-enters); `through_meta`:
-    also along paths that leave through a shape, size or dtype read."""
+    also along paths that leave through a shape, size or dtype read (a shape read the
+    group's inputs answer is no use: ``outside_users``)."""
+    group = members(group)
     outside_reach: dict[str, tuple[str, str]] = {}
     for name in ordered(g, group):
-        for u in g.users[name]:
-            if u not in group and u not in outside_reach and (
-                    through_meta or g[u].op != "meta"):
+        for u in outside_users(g, group, name):
+            if u not in outside_reach and (through_meta or g[u].op != "meta"):
                 outside_reach[u] = (name, u)
     for node in g.nodes:  # graph order is topological: one sweep propagates
         if node.name in outside_reach:

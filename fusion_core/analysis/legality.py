@@ -24,6 +24,7 @@ from .group import (
     iteration_shape,
     numel,
     ordered,
+    outside_users,
     reduced_shape,
     sibling_reductions,
 )
@@ -52,7 +53,7 @@ def _users(g: FusionGraph, names: Collection[str]) -> str:
             out.append(f"`{node.op_label}` (line {node.source.line})")
         else:
             out.append(f"`{node.label}`")
-    return ", ".join(out)
+    return ", ".join(dict.fromkeys(out))  # `h.shape[-1]` twice on a line: one phrase
 
 
 def _value(g: FusionGraph, name: str) -> str:
@@ -80,7 +81,7 @@ def _single_output_failure(g: FusionGraph, group: Collection[str]) -> Failure | 
     inner = [n for n in out if any(u in group for u in g.users[n])]
     if inner:
         n = inner[0]
-        outside = [u for u in g.users[n] if u not in group]
+        outside = outside_users(g, group, n)
         hint = READ_IT_EARLIER if any(g[u].op == "meta" for u in outside) else ""
         return Failure("fan-out", tuple(inner),
                        f"{_value(g, n)} is also used by {_users(g, outside)} outside the "

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..ir.graph import FusionGraph, OpKind
-from .group import escaping
+from .group import escaping, outside_users
 from .types import Cluster
 
 
@@ -52,7 +52,7 @@ def recompute_plan(g: FusionGraph, clusters: Sequence[Cluster]) -> tuple[Recompu
         inside = set(c.nodes)
         for v in escaping(g, inside):
             node = g[v]
-            outside = [u for u in g.users[v] if u not in inside]
+            outside = outside_users(g, inside, v)
             if not (node.kind.is_pointwise and node.meta is not None and not node.copy_of):
                 continue
             if any(r in inside for r in node.refs):

@@ -40,6 +40,17 @@ class TrafficEstimate:
 
 
 @dataclass(frozen=True)
+class ShapeRead:
+    """`read` (`h.shape`, `h.size(-1)`) reads the shape of cluster value `of`, which the
+    shapes of `sources` (values read before the cluster) broadcast to at any input size:
+    `of` need not be stored for it (``analysis/group.py`` ``shape_sources``)."""
+
+    read: str
+    of: str
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Cluster:
     index: int
     nodes: tuple[str, ...]  # topological order
@@ -52,6 +63,7 @@ class Cluster:
     # Values another cluster also computes, recomputed here from their inputs instead of
     # read back from memory (analysis/recompute.py).
     recomputes: tuple[str, ...] = ()
+    shape_reads: tuple[ShapeRead, ...] = ()
 
     @property
     def chain(self) -> str:

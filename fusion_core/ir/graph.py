@@ -139,6 +139,11 @@ class Node:
         return default
 
     @property
+    def shape_of(self) -> str:
+        """The tensor whose shape alone this node reads (`h.shape`, `h.size(-1)`), or ""."""
+        return self.param("shape_of", "") if self.op == "meta" else ""
+
+    @property
     def label(self) -> str:
         """Short name for messages: `self.proj1` for module calls, else the node name."""
         return self.target if self.target.startswith("self.") else self.name

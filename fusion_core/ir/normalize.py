@@ -63,6 +63,29 @@ def module_path(nn_module_stack: Any) -> str:
 SHAPE_ONLY_OTHER = frozenset({"reshape_as", "view_as", "expand_as"})
 
 
+# `h.shape`, `h.ndim`, `h.size(-1)`, `h.dim()`, `h.numel()` (export's `sym_size` where a dim
+# is dynamic) read their tensor's shape alone: marked, analysis need not keep `h` for them.
+_SHAPE_ATTRS = frozenset({"shape", "ndim"})
+_SHAPE_METHODS = frozenset({"size", "dim", "ndimension", "numel"})
+_SHAPE_FUNCTIONS = frozenset({torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default,
+                              torch.numel})
+
+
+def _shape_read(n: fx.Node) -> tuple[tuple[str, Any], ...]:
+    """`(("shape_of", name),)` when `n` reads the shape of tensor `name` and nothing else."""
+    first = n.args[0] if n.args else None
+    if not isinstance(first, fx.Node) or not isinstance(first.meta.get("val"), torch.Tensor):
+        return ()
+    if n.op == "call_function" and n.target is getattr:
+        shape = len(n.args) == 2 and n.args[1] in _SHAPE_ATTRS
+    elif n.op == "call_method":
+        shape = n.target in _SHAPE_METHODS
+    else:
+        shape = n.op == "call_function" and n.target in _SHAPE_FUNCTIONS
+    rest = (n.args[1:], n.kwargs)
+    return (("shape_of", first.name),) if shape and first not in _flatten(rest) else ()
+
+
 def _meta(val: Any) -> TensorMeta | None:
     return TensorMeta.of(val) if isinstance(val, torch.Tensor) else None
 
@@ -138,7 +161,8 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
                     **{**common, "target": f"self.{path}"})
     if meta is None and not _is_tensor_tuple(val):
         # Python values computed at trace time (x.shape, sizes): never fused.
-        return Node(op="meta", kind=OpKind.OPAQUE, inputs=refs, **common)
+        return Node(op="meta", kind=OpKind.OPAQUE, inputs=refs, params=_shape_read(n),
+                    **common)
     key = ("method", n.target) if n.op == "call_method" else n.target
     inplace = False
     found = lookup(key)

@@ -159,6 +159,33 @@ def loaded_names(expr: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
+_SHAPE_ATTRS = frozenset({"shape", "ndim"})
+_SHAPE_METHODS = frozenset({"size", "dim", "numel"})
+
+
+def reads_shape_only(expr: ast.AST, name: str) -> bool:
+    """Every load of `name` in `expr` is a read of its shape: `h.shape`, `h.ndim`,
+    `h.size(-1)`, `h.dim()`, `h.numel()` (what ``ir/normalize.py`` marks as shape reads)."""
+    shaped: set[int] = set()
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) \
+                and n.value.id == name:
+            if n.attr in _SHAPE_ATTRS:
+                shaped.add(id(n.value))
+            elif n.attr in _SHAPE_METHODS:
+                shaped.update(id(n.value) for c in ast.walk(expr)
+                              if isinstance(c, ast.Call) and c.func is n)
+    loads = [n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == name
+             and isinstance(n.ctx, ast.Load)]
+    return bool(loads) and all(id(n) in shaped for n in loads)
+
+
+# Verified on a mask sliced to `h.shape[-1]` (tests/test_shape_reads.py): read from `x`,
+# the lines map exactly and --apply rewrites them.
+READ_SHAPE_BEFORE = (" (only its shape: read that size from a value assigned before these "
+                     "lines, such as an input's `.shape`, and they can be replaced)")
+
+
 def stored_names(st: ast.stmt) -> set[str]:
     targets: list[ast.AST] = []
     if isinstance(st, ast.Assign):

@@ -20,7 +20,15 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from .pysource import SourceFile, Statement, is_plain_access, loaded_names, stored_names
+from .pysource import (
+    READ_SHAPE_BEFORE,
+    SourceFile,
+    Statement,
+    is_plain_access,
+    loaded_names,
+    reads_shape_only,
+    stored_names,
+)
 
 BINOPS: dict[type[ast.AST], Any] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -216,7 +224,8 @@ class Unifier:
         late = sorted(n for n in loaded_names(expr) if self.assigned_before(k, n) is not None)
         if late:
             raise Mismatch(f"input `{text}` at line {expr.lineno} reads `{late[0]}`, which "
-                           "an earlier line of the range reassigns")
+                           "an earlier line of the range reassigns" + (
+                               READ_SHAPE_BEFORE if reads_shape_only(expr, late[0]) else ""))
         if not plain:  # evaluated once, as the fused call's argument, as it was once before
             self.inlined.add(node.name)
         self.bind(node, text)

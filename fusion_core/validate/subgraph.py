@@ -63,6 +63,7 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
              renamed: dict[str, fx.Node]) -> None:
     nodes = {n.name: n for n in graph.nodes}
     nodes.update(renamed)
+    _redirect_shape_reads(graph, cluster, nodes)
     order = {n: i for i, n in enumerate(graph.nodes)}
     members = [nodes[n] for n in cluster.nodes]
     member_set = set(members)
@@ -130,6 +131,23 @@ def _weights_after(inputs: Sequence[fx.Node], order: Mapping[fx.Node, int], star
         if order[inp] > start and weight_only(inp):
             take(inp)
     return sorted(found, key=order.__getitem__)
+
+
+def shape_of(*values: torch.Tensor) -> torch.Tensor:
+    """A tensor of the shape `values` broadcast to, holding one element (expanded)."""
+    return values[0].new_empty(()).expand(torch.broadcast_shapes(*(v.shape for v in values)))
+
+
+def _redirect_shape_reads(graph: fx.Graph, cluster: Cluster, nodes: dict[str, fx.Node]
+                          ) -> None:
+    """`h.shape` of a value the cluster no longer stores reads the shape of the values it
+    was broadcast from instead (``Cluster.shape_reads``): computed when the model runs, so
+    it follows the input size, never the analysed one."""
+    for r in cluster.shape_reads:
+        read = nodes[r.read]
+        with graph.inserting_before(read):
+            proxy = graph.call_function(shape_of, tuple(nodes[s] for s in r.sources))
+        read.replace_input_with(nodes[r.of], proxy)
 
 
 # `y.type_as(x)` reads `x` for its dtype alone, `y.reshape_as(x)` (view_as, expand_as) for

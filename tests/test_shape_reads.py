@@ -1,0 +1,162 @@
+"""A read of a cluster value's shape (`h.shape[-1]`, `h.size(-1)`) that the cluster's inputs
+answer does not split the cluster: analysis (both frontends), traffic, the patched model at
+other input sizes, numerics under the interpreter, and `--apply` on the user's file."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+from click.testing import CliRunner
+
+from fusion_core.cli import cli
+from fusion_core.ir.subgraph import eager_subgraph
+from fusion_core.pipeline import analyze
+from fusion_core.sourcemap.pysource import reads_shape_only
+from fusion_core.validate import validate
+from fusion_core.validate.subgraph import patch, shape_of
+
+# The review's repro: the size of `h` read on the line that masks it.
+SOURCE = textwrap.dedent('''\
+    import torch
+    import torch.nn as nn
+
+
+    class MaskedChain(nn.Module):
+        def __init__(self, n: int = 16) -> None:
+            super().__init__()
+            self.register_buffer("mask", torch.tril(torch.ones(n, n, dtype=torch.bool)))
+
+        def forward(self, x):
+            h = torch.where(x > 0, x, x * 0.1)
+            h = h.masked_fill(~self.mask[:h.shape[-1], :h.shape[-1]], float("-inf"))
+            h = torch.softmax(h, dim=-1)
+            return h * 2.0 + 1.0
+''')
+namespace: dict = {}
+exec(compile(SOURCE, "masked_chain.py", "exec"), namespace)  # noqa: S102 - the model under test
+MaskedChain = namespace["MaskedChain"]
+
+
+class SizeRead(nn.Module):
+    """The repro with the size read another way, or from the input (`read="input"`)."""
+
+    def __init__(self, read: str) -> None:
+        super().__init__()
+        self.read = read
+        self.register_buffer("mask", torch.tril(torch.ones(16, 16, dtype=torch.bool)))
+
+    def forward(self, x):
+        h = torch.where(x > 0, x, x * 0.1)
+        n = {"size": lambda: h.size(-1), "slice": lambda: h.shape[-2:][1],
+             "input": lambda: x.shape[-1]}[self.read]()
+        h = h.masked_fill(~self.mask[:n, :n], float("-inf"))
+        return torch.softmax(h, dim=-1) * 2.0 + 1.0
+
+
+class NormThenMask(nn.Module):
+    """The size read from a layer norm's result, then a softmax over the same rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.register_buffer("mask", torch.tril(torch.ones(16, 16, dtype=torch.bool)))
+
+    def forward(self, x):
+        h = self.norm(x)
+        h = h.masked_fill(~self.mask[:h.shape[-1], :h.shape[-1]], float("-inf"))
+        return torch.softmax(h, dim=-1) * 2.0
+
+
+CHAIN = ("gt → mul → where → bitwise_not → masked_fill → softmax → mul → add")
+SHAPE = (4, 16, 16)
+
+
+@pytest.mark.parametrize("model", [MaskedChain(), SizeRead("size"), SizeRead("slice")],
+                         ids=["repro", "size", "slice"])
+def test_the_chain_fuses_whole_whichever_way_the_size_is_read(model):
+    a = analyze(model, SHAPE)
+    assert [c.chain for c in a.clusters] == [CHAIN] and not a.rejections
+    (c,) = a.clusters
+    assert c.outputs == ("add",)  # `where` is not stored for its shape
+    reads = 2 if isinstance(model, MaskedChain) else 1
+    assert [(r.of, r.sources) for r in c.shape_reads] == [("where", ("x",))] * reads
+    # The same bytes as the model that reads the size from its input.
+    assert c.traffic == analyze(SizeRead("input"), SHAPE).clusters[0].traffic
+
+
+def test_two_reductions_share_a_kernel_across_the_read():
+    """The path `layer_norm` → `h.shape` → mask → `softmax` does not leave the component: the
+    norm and the softmax walk the same rows in one kernel."""
+    (c,) = analyze(NormThenMask(), SHAPE).clusters
+    assert c.chain == "layer_norm → bitwise_not → masked_fill → softmax → mul"
+    assert {(r.of, r.sources) for r in c.shape_reads} == {("layer_norm", ("x",))}
+
+
+def test_export_has_no_shape_read_and_fuses_whole():
+    a = analyze(MaskedChain(), SHAPE, capture="export")
+    assert not [n for n in a.graph.nodes if n.op == "meta"]  # sizes are constants there
+    assert [c.chain for c in a.clusters] == [CHAIN]
+
+
+@pytest.mark.parametrize("model,shapes", [
+    (MaskedChain(), [(2, 8, 8), (1, 5, 5)]),
+    (NormThenMask(), [(2, 16, 16), (1, 16, 16)]),  # the norm fixes the last dim
+], ids=["repro", "norm"])
+def test_the_patched_model_reads_the_size_at_every_input_size(model, shapes):
+    a = analyze(model.eval(), SHAPE)
+    gm, (c,) = a.graph_module, a.clusters
+    patched = patch(gm, {c.index: (c, eager_subgraph(gm, c).module)})
+    names = {n.name for n in patched.graph.nodes}
+    assert not names & set(c.nodes)
+    assert any(n.target is shape_of for n in patched.graph.nodes)
+    for shape in (SHAPE, *shapes):  # sizes other than the analysed one too
+        x = torch.randn(shape)
+        assert torch.allclose(patched(x), a.module(x)), shape
+
+
+@pytest.mark.cpu
+def test_the_fused_chain_verifies_and_passes_model_numerics():
+    a = analyze(MaskedChain(), SHAPE)
+    report = validate(a)
+    assert [r.usable for r in report.results] == [True]
+    assert report.model.passed and report.model.patched == (0,)
+
+
+@pytest.mark.cpu
+def test_apply_refuses_naming_the_read_of_h_and_the_fix(tmp_path):
+    path = tmp_path / "masked_chain.py"
+    path.write_text(SOURCE)
+    result = CliRunner().invoke(cli, ["--model", str(path), "--input-shape", "4,16,16",
+                                      "--apply", "--yes"])
+    assert "model numerics: pass" in result.output
+    assert ("input `self.mask[:h.shape[-1], :h.shape[-1]]` at line 12 reads `h`"
+            in result.output), result.output
+    assert "only its shape: read that size from a value assigned before" in result.output
+    assert path.read_text() == SOURCE
+
+
+@pytest.mark.cpu
+def test_apply_writes_the_edit_the_refusal_asks_for(tmp_path):
+    """The size read from `x`, as the refusal says: the lines are replaced, and the rewritten
+    model matches the original."""
+    path = tmp_path / "masked_chain.py"
+    path.write_text(SOURCE.replace("h.shape[-1]", "x.shape[-1]"))
+    result = CliRunner().invoke(cli, ["--model", str(path), "--input-shape", "4,16,16",
+                                      "--apply", "--yes"])
+    assert "rewritten model matches the original" in result.output, result.output
+    assert "return cluster0(x, self.mask[:x.shape[-1], :x.shape[-1]])" in path.read_text()
+
+
+@pytest.mark.parametrize("text,only", [
+    ("self.mask[:h.shape[-1], :h.size(0)]", True),
+    ("h.ndim + h.dim() + h.numel()", True),
+    ("self.mask[:h.shape[-1]] + h", False),  # `h` itself too
+    ("h.size", False),  # the method, not called
+    ("x.shape[-1]", False),  # no `h` at all
+])
+def test_reads_shape_only_tells_a_shape_read_from_a_use(text, only):
+    assert reads_shape_only(ast.parse(text, mode="eval"), "h") is only
