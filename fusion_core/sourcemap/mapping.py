@@ -27,7 +27,7 @@ from .alone import check_alone
 from .frames import frames_of
 from .parts import around, free_inputs, parts, replace_part_results
 from .pysource import Scope, SourceFile, local_names, read_later, stored_names
-from .results import assigned_to, results, returned_tuple
+from .results import assigned_to, results, returned_tuple, said
 from .span import PointerOnly, Span, as_stored, count_words, locate
 from .unify import Mismatch, Reentered, value_of
 from .unify_calls import CallUnifier
@@ -153,8 +153,7 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
         raise PointerOnly(str(e)) from e
     missing = [n for n in c.nodes if n not in match.matched]
     if missing:
-        raise PointerOnly(f"`{missing[0]}` ({analysis.graph[missing[0]].op}) is not computed on "
-                       "these lines")
+        raise PointerOnly(f"{said(analysis, missing[0])} is not computed on these lines")
     texts = dict(match.inputs)
     extra = sorted(set(texts) - set(c.inputs))
     if extra:
@@ -164,7 +163,7 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
         raise PointerOnly(f"input `{absent[0]}` has no expression in the source at line "
                        f"{span.start}")
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
-    names = () if returned else assigned_to(c, span, match.values)  # all in the `return`
+    names = () if returned else assigned_to(analysis, c, span, match.values)  # all in the `return`
     return _Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within)
 
 
