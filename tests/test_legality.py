@@ -422,3 +422,34 @@ def test_lowering_check_dry_runs_the_code_generator():
     assert "needed through two different index maps" in rejection.reason
     for cluster in analysis.clusters:
         generate(analysis, cluster)
+
+
+class ScaleFromShape(nn.Module):
+    """`x.shape[-1] ** -0.5` is a Python float the trace computes at run time (SCALE_LINE)."""
+
+    def forward(self, x):
+        scale = x.shape[-1] ** -0.5  # SCALE_LINE
+        return torch.softmax(x * scale, -1)
+
+
+class ScaleFromInit(nn.Module):
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        self.scale = dim ** -0.5
+
+    def forward(self, x):
+        return torch.softmax(x * self.scale, -1)
+
+
+def test_a_run_time_python_value_is_named_at_its_line_with_the_fix():
+    line = next(i for i, text in enumerate(inspect.getsource(
+        inspect.getmodule(ScaleFromShape)).splitlines(), 1) if text.endswith("# SCALE_LINE"))
+    g = analyze(ScaleFromShape(), (4, 8)).graph
+    failure = L.check_shapes(g, _group(g, "mul", "softmax"))
+    assert failure is not None and failure.check == "shapes"
+    assert failure.reason.startswith(
+        f"`mul` (line {line + 1}) reads a Python value computed at run time at line {line} "
+        "(`scale = x.shape[-1] ** -0.5  # SCALE_LINE`), not a tensor"), failure.reason
+    assert "compute it once in `__init__`" in failure.reason
+    # ...which holds: the same softmax with the scale computed in __init__ fuses
+    assert [c.ops for c in analyze(ScaleFromInit(), (4, 8)).clusters] == [("mul", "softmax")]

@@ -164,9 +164,13 @@ def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
         for r in node.refs:
             meta = g[r].meta
             if meta is None:
+                value = g[r].source
+                at = f" at line {value.line} (`{value.code}`)" if value else f" (`{r}`)"
+                here = f" (line {node.source.line})" if node.source else ""
                 return Failure("shapes", (name,),
-                               f"`{node.label}` reads `{r}`, a Python value computed at run "
-                               "time, not a tensor")
+                               f"`{node.op_label}`{here} reads a Python value computed at run "
+                               f"time{at}, not a tensor: a kernel takes tensors and constants, "
+                               "so compute it once in `__init__` and the ops can fuse")
             if not _fits(meta.shape, domain, per_row):
                 return Failure("shapes", (name,),
                                f"`{node.label}` reads `{g[r].label}` of shape "
