@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch.fx as fx
 
+from ..analysis.group import components
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, SourceLoc
 from ..pipeline import Analysis
@@ -264,24 +265,9 @@ def _connected(analysis: Analysis, members: list[str]) -> list[list[str]]:
     """`members` split by the ops that read one another (parameters and Python values go
     with the ops that read them)."""
     ops = [m for m in members if not _is_feeder(analysis.graph[m])]
-    group = {m: m for m in ops}
-
-    def root(m: str) -> str:
-        while group[m] != m:
-            group[m] = group[group[m]]
-            m = group[m]
-        return m
-
-    for m in ops:
-        for r in analysis.graph[m].refs:
-            if r in group:
-                group[root(r)] = root(m)
-    out: dict[str, list[str]] = {}
-    for m in ops:
-        out.setdefault(root(m), []).append(m)
-    each = list(out.values())
+    each = [list(c) for c in components(analysis.graph, ops)]
     for m in members:
-        if m not in group:  # a feeder: with the first call that reads it
+        if _is_feeder(analysis.graph[m]):  # with the first call that reads it
             at = next((g for g in each if any(m in analysis.graph[o].refs for o in g)),
                       each[0] if each else None)
             if at is not None:
