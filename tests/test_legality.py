@@ -453,3 +453,28 @@ def test_a_run_time_python_value_is_named_at_its_line_with_the_fix():
     assert "compute it once in `__init__`" in failure.reason
     # ...which holds: the same softmax with the scale computed in __init__ fuses
     assert [c.ops for c in analyze(ScaleFromInit(), (4, 8)).clusters] == [("mul", "softmax")]
+
+
+class ScaleFromValues(nn.Module):
+    """`.item()` of a tensor the input computes: `__init__` cannot compute it (SCALE_ITEM)."""
+
+    def __init__(self, item: bool = True) -> None:
+        super().__init__()
+        self.item = item
+
+    def forward(self, x):
+        scale = x.abs().amax()
+        scale = scale.item() if self.item else scale  # SCALE_ITEM
+        return torch.softmax(x * scale, -1)
+
+
+def test_a_python_value_read_from_a_tensor_is_not_sent_to_init():
+    g = analyze(ScaleFromValues(), (4, 8)).graph
+    failure = L.check_shapes(g, _group(g, "mul", "softmax"))
+    assert failure is not None and failure.check == "shapes"
+    assert "`__init__`" not in failure.reason, failure.reason
+    assert "keep it a tensor (it depends on a tensor's values: drop `.item()`)" in failure.reason
+    # ...which holds: kept a tensor, the scale fuses with the `mul` that reads it
+    a = analyze(ScaleFromValues(item=False), (4, 8))
+    assert [c.ops for c in a.clusters] == [("abs", "amax", "mul")], a.clusters
+    assert not any("Python value" in r.reason for r in a.rejections)

@@ -151,6 +151,21 @@ def _row_shapes(g: FusionGraph, group: Collection[str], domain: tuple[int, ...]
     return out
 
 
+def _from_shapes(g: FusionGraph, name: str) -> bool:
+    """Python value `name` is computed from shape reads and constants alone (`x.shape[-1] **
+    -0.5`), not from a tensor's values (`x.max().item()`): `__init__` can compute it."""
+    todo, seen = [name], set()
+    while todo:
+        n = todo.pop()
+        if n in seen or g[n].shape_of:
+            continue
+        seen.add(n)
+        if g[n].op != "meta":
+            return False
+        todo.extend(g[n].refs)
+    return True
+
+
 def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
     """Every value broadcasts to the group's iteration shape. A group with views is the
     lowering check's: its index maps (``codegen/indexing.py``) decide, and name the node to
@@ -167,10 +182,12 @@ def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
                 value = g[r].source
                 at = f" at line {value.line} (`{value.code}`)" if value else f" (`{r}`)"
                 here = f" (line {node.source.line})" if node.source else ""
+                fix = ("compute it once in `__init__`" if _from_shapes(g, r) else
+                       "keep it a tensor (it depends on a tensor's values: drop `.item()`)")
                 return Failure("shapes", (name,),
                                f"`{node.op_label}`{here} reads a Python value computed at run "
                                f"time{at}, not a tensor: a kernel takes tensors and constants, "
-                               "so compute it once in `__init__` and the ops can fuse")
+                               f"so {fix} and the ops can fuse")
             if not _fits(meta.shape, domain, per_row):
                 return Failure("shapes", (name,),
                                f"`{node.label}` reads `{g[r].label}` of shape "
