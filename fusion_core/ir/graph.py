@@ -115,6 +115,12 @@ class SourceLoc:
         return f"{self.file}:{self.line}"
 
 
+# `h.shape`, `h.ndim`, `h.size(-1)`, `h.dim()`, `h.numel()`: reads of a tensor's shape alone,
+# the same in the graph (``normalize._shape_read``) and in the source (``pysource``).
+SHAPE_ATTRS = frozenset({"shape", "ndim"})
+SHAPE_METHODS = frozenset({"size", "dim", "ndimension", "numel"})
+
+
 @dataclass(frozen=True)
 class Node:
     name: str

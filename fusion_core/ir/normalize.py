@@ -17,7 +17,16 @@ import torch
 import torch.fx as fx
 
 from .functionalize import out_of_place_overload
-from .graph import FusionGraph, Node, OpKind, Ref, SourceLoc, TensorMeta
+from .graph import (
+    SHAPE_ATTRS,
+    SHAPE_METHODS,
+    FusionGraph,
+    Node,
+    OpKind,
+    Ref,
+    SourceLoc,
+    TensorMeta,
+)
 from .registry import bind, lookup, training_spec
 from .trace import is_user_frame
 from .view_recognition import describe
@@ -65,8 +74,6 @@ SHAPE_ONLY_OTHER = frozenset({"reshape_as", "view_as", "expand_as"})
 
 # `h.shape`, `h.ndim`, `h.size(-1)`, `h.dim()`, `h.numel()` (export's `sym_size` where a dim
 # is dynamic) read their tensor's shape alone: marked, analysis need not keep `h` for them.
-_SHAPE_ATTRS = frozenset({"shape", "ndim"})
-_SHAPE_METHODS = frozenset({"size", "dim", "ndimension", "numel"})
 _SHAPE_FUNCTIONS = frozenset({torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default,
                               torch.numel})
 
@@ -77,9 +84,9 @@ def _shape_read(n: fx.Node) -> tuple[tuple[str, Any], ...]:
     if not isinstance(first, fx.Node) or not isinstance(first.meta.get("val"), torch.Tensor):
         return ()
     if n.op == "call_function" and n.target is getattr:
-        shape = len(n.args) == 2 and n.args[1] in _SHAPE_ATTRS
+        shape = len(n.args) == 2 and n.args[1] in SHAPE_ATTRS
     elif n.op == "call_method":
-        shape = n.target in _SHAPE_METHODS
+        shape = n.target in SHAPE_METHODS
     else:
         shape = n.op == "call_function" and n.target in _SHAPE_FUNCTIONS
     rest = (n.args[1:], n.kwargs)

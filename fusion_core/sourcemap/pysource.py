@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from ..ir.graph import SHAPE_ATTRS, SHAPE_METHODS
+
 _SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -159,20 +161,17 @@ def loaded_names(expr: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-_SHAPE_ATTRS = frozenset({"shape", "ndim"})
-_SHAPE_METHODS = frozenset({"size", "dim", "numel"})
-
-
 def reads_shape_only(expr: ast.AST, name: str) -> bool:
     """Every load of `name` in `expr` is a read of its shape: `h.shape`, `h.ndim`,
-    `h.size(-1)`, `h.dim()`, `h.numel()` (what ``ir/normalize.py`` marks as shape reads)."""
+    `h.size(-1)`, `h.dim()`, `h.numel()` (``ir.graph.SHAPE_METHODS``: what ``ir/normalize.py``
+    marks as shape reads)."""
     shaped: set[int] = set()
     for n in ast.walk(expr):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) \
                 and n.value.id == name:
-            if n.attr in _SHAPE_ATTRS:
+            if n.attr in SHAPE_ATTRS:
                 shaped.add(id(n.value))
-            elif n.attr in _SHAPE_METHODS:
+            elif n.attr in SHAPE_METHODS:
                 shaped.update(id(n.value) for c in ast.walk(expr)
                               if isinstance(c, ast.Call) and c.func is n)
     loads = [n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == name
