@@ -16,9 +16,9 @@ from ..ir.graph import Node, OpKind
 from ..pipeline import Analysis
 from .callsite import site_line
 from .parts import feeding
+from .pyexpr import BINOPS, module_path
 from .pysource import Scope, SourceFile
 from .span import PointerOnly, Span
-from .unify import BINOPS, module_path
 
 
 def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str, line: int) -> str:

@@ -24,8 +24,8 @@ from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, SourceLoc
 from ..pipeline import Analysis
 from .frames import Frames, pos
+from .pyexpr import attr_chain
 from .pysource import Scope, SourceFile
-from .unify import _attr_chain
 
 
 class Unliftable(Exception):
@@ -243,7 +243,7 @@ def _stated_calls(analysis: Analysis, site: tuple[str, int], callee: Scope | Non
     for n in ast.walk(st.node):
         if not isinstance(n, ast.Call):
             continue
-        chain = _attr_chain(n.func)
+        chain = attr_chain(n.func)
         if callee.node.name != "forward":
             if chain and chain[-1] == callee.node.name:
                 found.append(n)

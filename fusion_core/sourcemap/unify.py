@@ -12,14 +12,23 @@ cluster input, the source expression that holds it at the top of the run
 from __future__ import annotations
 
 import ast
-import operator
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
 
+from .pyexpr import (
+    ATEN_NAMES,
+    BINOPS,
+    COMPAREOPS,
+    UNARYOPS,
+    attr_chain,
+    calls_only_pure,
+    fx_nodes,
+    is_literal,
+    module_path,
+)
 from .pysource import (
     READ_SHAPE_BEFORE,
     SourceFile,
@@ -29,35 +38,6 @@ from .pysource import (
     reads_shape_only,
     stored_names,
 )
-
-BINOPS: dict[type[ast.AST], Any] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-    ast.Pow: operator.pow, ast.MatMult: operator.matmul, ast.BitAnd: operator.and_,
-    ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.LShift: operator.lshift,
-    ast.RShift: operator.rshift,
-}
-UNARYOPS: dict[type[ast.AST], Any] = {
-    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
-    ast.Not: operator.not_,
-}
-COMPAREOPS: dict[type[ast.AST], Any] = {
-    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-    ast.Eq: operator.eq, ast.NotEq: operator.ne,
-}
-
-
-# The same operators as aten ops (the torch.export frontend records these).
-ATEN_NAMES: dict[Any, str] = {
-    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
-    operator.floordiv: "floor_divide", operator.mod: "remainder", operator.pow: "pow",
-    operator.matmul: "matmul", operator.and_: "bitwise_and", operator.or_: "bitwise_or",
-    operator.xor: "bitwise_xor", operator.lshift: "bitwise_left_shift",
-    operator.rshift: "bitwise_right_shift", operator.neg: "neg", operator.pos: "positive",
-    operator.invert: "bitwise_not", operator.not_: "logical_not", operator.lt: "lt",
-    operator.le: "le", operator.gt: "gt", operator.ge: "ge", operator.eq: "eq",
-    operator.ne: "ne",
-}
 
 
 def op_names(node: fx.Node) -> set[str]:
@@ -238,7 +218,7 @@ class Unifier:
         if not isinstance(expr, ast.Call) or node.op not in (
                 "call_function", "call_method", "call_module"):
             return False
-        chain = _attr_chain(expr.func)
+        chain = attr_chain(expr.func)
         if chain and chain[0] == self.self_name and len(chain) > 1:
             child = ".".join(p for p in (self.self_path, *chain[1:]) if p)
             where = str(node.target) if node.op == "call_module" else module_path(node)
@@ -250,7 +230,7 @@ class Unifier:
     def match_value(self, expr: ast.expr, value: Any, k: int) -> None:
         if isinstance(value, fx.Node):
             self.match(expr, value, k)
-        elif isinstance(value, (tuple, list)) and any(_nodes(value)):
+        elif isinstance(value, (tuple, list)) and any(fx_nodes(value)):
             if not (isinstance(expr, (ast.Tuple, ast.List)) and len(expr.elts) == len(value)):
                 raise Mismatch(f"cannot line up `{self.src.segment(expr)}` at line "
                                f"{expr.lineno} with the graph's arguments")
@@ -284,7 +264,7 @@ class Unifier:
 
     def match_call(self, expr: ast.Call, node: fx.Node, k: int) -> None:
         func, args = expr.func, tuple(node.args)
-        chain = _attr_chain(func)
+        chain = attr_chain(func)
         # `scores.masked_fill(...)` calls a method of a local value (FX: call_method; export:
         # an aten op whose first operand is the receiver); `F.relu(x)` a function.
         method = isinstance(func, ast.Attribute) and (
@@ -311,7 +291,7 @@ class Unifier:
 
     def bind_leftovers(self, expr: ast.expr, node: fx.Node) -> None:
         """Operands the source does not spell out: a traced-through module's parameters."""
-        for n in _nodes((node.args, node.kwargs)):
+        for n in fx_nodes((node.args, node.kwargs)):
             if n.name in self.seen:
                 continue
             text = self.attr_text(n)
@@ -337,7 +317,7 @@ class Unifier:
         return None if text is None else f"{text}.reshape({', '.join(map(str, shape))})"
 
     def same_callee(self, func: ast.expr, node: fx.Node) -> bool:
-        chain = _attr_chain(func)
+        chain = attr_chain(func)
         if chain and chain[0] == self.self_name and len(chain) > 1:
             want = ".".join(p for p in (self.self_path, *chain[1:]) if p)
             return module_path(node) == want
@@ -346,65 +326,3 @@ class Unifier:
     def callee_mismatch(self, expr: ast.Call, node: fx.Node) -> Mismatch:
         return Mismatch(f"`{self.src.segment(expr.func)}(...)` at line {expr.lineno} is not "
                         f"the graph's `{node.name}`")
-
-
-_LITERAL_NODES = (ast.Constant, ast.UnaryOp, ast.BinOp, ast.Tuple, ast.List, ast.Load,
-                  ast.unaryop, ast.operator)
-_LITERAL_CALLS = {"float", "int", "bool"}  # float("-inf")
-
-
-def is_literal(expr: ast.expr) -> bool:
-    """A value written out in the source (`2.0`, `-1`, `float("-inf")`), not read from a name."""
-    for n in ast.walk(expr):
-        if isinstance(n, ast.Call):
-            if not (isinstance(n.func, ast.Name) and n.func.id in _LITERAL_CALLS):
-                return False
-        elif isinstance(n, ast.Name):
-            if n.id not in _LITERAL_CALLS:
-                return False
-        elif not isinstance(n, _LITERAL_NODES):
-            return False
-    return True
-
-
-_PURE_CALLS = {"math", "float", "int", "bool", "abs", "min", "max", "round", "len", "pow"}
-
-
-def calls_only_pure(expr: ast.expr) -> bool:
-    """Calls in a constant argument are side-effect free (`math.sqrt(d)`, `float("-inf")`)."""
-    return all(_attr_chain(n.func)[:1] and _attr_chain(n.func)[0] in _PURE_CALLS
-               for n in ast.walk(expr) if isinstance(n, ast.Call))
-
-
-def module_path(node: fx.Node) -> str | None:
-    """The innermost module `node` was traced in (`blocks.0.attn.attn_drop`)."""
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return None
-    value = list(stack.values())[-1]
-    return value[0] if isinstance(value, tuple) else str(value)
-
-
-def _attr_chain(expr: ast.expr) -> list[str]:
-    parts: list[str] = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if isinstance(expr, ast.Name):
-        return [expr.id, *reversed(parts)]
-    return []
-
-
-def _nodes(obj: Any) -> Iterator[fx.Node]:
-    if isinstance(obj, fx.Node):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for x in obj:
-            yield from _nodes(x)
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            yield from _nodes(x)
-    elif isinstance(obj, slice):
-        yield from _nodes((obj.start, obj.stop, obj.step))
-
-

@@ -16,7 +16,8 @@ import torch
 import torch.fx as fx
 
 from .callsite import LiftedCall
-from .unify import Mismatch, Unifier, _attr_chain, is_literal, module_path
+from .pyexpr import attr_chain, is_literal, module_path
+from .unify import Mismatch, Unifier
 
 
 class CallUnifier(Unifier):
@@ -90,7 +91,7 @@ class CallUnifier(Unifier):
     def calls_callee(self, expr: ast.Call, node: fx.Node, call: LiftedCall) -> bool:
         """`self.norm(...)` names the module the call's ops ran in; `rms_norm(...)` or
         `self._norm(...)` the function itself."""
-        chain = _attr_chain(expr.func)
+        chain = attr_chain(expr.func)
         if chain and chain[0] == self.self_name and len(chain) > 1:
             want = ".".join(p for p in (self.self_path, *chain[1:]) if p)
             where = module_path(node)

@@ -1,0 +1,106 @@
+"""What Python expressions in a model's source mean to the matcher (``unify.py``): the
+operators the AST spells and their aten names, literals, side-effect free calls, attribute
+chains, and the FX nodes inside an argument structure. Pure functions of AST and FX values.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Iterator
+from typing import Any
+
+import torch.fx as fx
+
+BINOPS: dict[type[ast.AST], Any] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow, ast.MatMult: operator.matmul, ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+}
+UNARYOPS: dict[type[ast.AST], Any] = {
+    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert,
+    ast.Not: operator.not_,
+}
+COMPAREOPS: dict[type[ast.AST], Any] = {
+    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq, ast.NotEq: operator.ne,
+}
+
+
+# The same operators as aten ops (the torch.export frontend records these).
+ATEN_NAMES: dict[Any, str] = {
+    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
+    operator.floordiv: "floor_divide", operator.mod: "remainder", operator.pow: "pow",
+    operator.matmul: "matmul", operator.and_: "bitwise_and", operator.or_: "bitwise_or",
+    operator.xor: "bitwise_xor", operator.lshift: "bitwise_left_shift",
+    operator.rshift: "bitwise_right_shift", operator.neg: "neg", operator.pos: "positive",
+    operator.invert: "bitwise_not", operator.not_: "logical_not", operator.lt: "lt",
+    operator.le: "le", operator.gt: "gt", operator.ge: "ge", operator.eq: "eq",
+    operator.ne: "ne",
+}
+
+
+_LITERAL_NODES = (ast.Constant, ast.UnaryOp, ast.BinOp, ast.Tuple, ast.List, ast.Load,
+                  ast.unaryop, ast.operator)
+_LITERAL_CALLS = {"float", "int", "bool"}  # float("-inf")
+
+
+def is_literal(expr: ast.expr) -> bool:
+    """A value written out in the source (`2.0`, `-1`, `float("-inf")`), not read from a name."""
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call):
+            if not (isinstance(n.func, ast.Name) and n.func.id in _LITERAL_CALLS):
+                return False
+        elif isinstance(n, ast.Name):
+            if n.id not in _LITERAL_CALLS:
+                return False
+        elif not isinstance(n, _LITERAL_NODES):
+            return False
+    return True
+
+
+_PURE_CALLS = {"math", "float", "int", "bool", "abs", "min", "max", "round", "len", "pow"}
+
+
+def calls_only_pure(expr: ast.expr) -> bool:
+    """Calls in a constant argument are side-effect free (`math.sqrt(d)`, `float("-inf")`)."""
+    return all(attr_chain(n.func)[:1] and attr_chain(n.func)[0] in _PURE_CALLS
+               for n in ast.walk(expr) if isinstance(n, ast.Call))
+
+
+def module_path(node: fx.Node) -> str | None:
+    """The innermost module `node` was traced in (`blocks.0.attn.attn_drop`)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return None
+    value = list(stack.values())[-1]
+    return value[0] if isinstance(value, tuple) else str(value)
+
+
+def attr_chain(expr: ast.expr) -> list[str]:
+    """`self.ln.weight` as ["self", "ln", "weight"]; [] for anything but names and attributes."""
+    parts: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        return [expr.id, *reversed(parts)]
+    return []
+
+
+def fx_nodes(obj: Any) -> Iterator[fx.Node]:
+    """Every FX node in an argument structure (tuples, lists, dicts, slices)."""
+    if isinstance(obj, fx.Node):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            yield from fx_nodes(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from fx_nodes(x)
+    elif isinstance(obj, slice):
+        yield from fx_nodes((obj.start, obj.stop, obj.step))
+
+
