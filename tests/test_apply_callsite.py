@@ -24,8 +24,8 @@ from fusion_core.sourcemap.apply import apply, plan_apply
 CAPTURES = ["auto", "export"]  # FX tracing, and torch.export
 
 
-def plan(path: Path, capture: str):
-    analysis = analyze_file(path, [InputSpec((4, 8))], capture=capture)
+def plan(path: Path, capture: str, class_name: str | None = None):
+    analysis = analyze_file(path, [InputSpec((4, 8))], class_name=class_name, capture=capture)
     mappings = map_clusters(analysis)
     kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
     verdicts = {c.index: (True, "verified") for c in analysis.clusters}

@@ -12,13 +12,10 @@ import pytest
 import torch
 from rich.console import Console
 from test_apply import assert_same_outputs, backup_as_py
-from test_apply_callsite import CAPTURES, line_of
+from test_apply_callsite import CAPTURES, line_of, plan
 
 from fusion_core.cli_run import mapping_dict
-from fusion_core.codegen import generate
-from fusion_core.ir.shapes import InputSpec
-from fusion_core.pipeline import analyze_file
-from fusion_core.sourcemap import EXACT, POINTER, map_clusters
+from fusion_core.sourcemap import EXACT, POINTER
 from fusion_core.sourcemap.apply import apply, plan_apply
 
 HEADER = """\
@@ -127,14 +124,6 @@ def model(tmp_path: Path, text: str, cls: str) -> Path:
     path = tmp_path / f"{cls.lower()}.py"
     path.write_text(text)
     return path
-
-
-def plan(path: Path, capture: str, cls: str):
-    analysis = analyze_file(path, [InputSpec((4, 8))], cls, capture=capture)
-    mappings = map_clusters(analysis)
-    kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
-    verdicts = {c.index: (True, "verified") for c in analysis.clusters}
-    return analysis, mappings, plan_apply(analysis, mappings, path, kernels, verdicts)
 
 
 def applied(path: Path, capture: str, cls: str) -> tuple[list, str]:

@@ -13,27 +13,12 @@ import pytest
 import torch
 from rich.console import Console
 from test_apply import assert_same_outputs, backup_as_py
+from test_apply_callsite import line_of, plan
 
-from fusion_core.codegen import generate
-from fusion_core.ir.shapes import InputSpec
-from fusion_core.pipeline import analyze_file
-from fusion_core.sourcemap import EXACT, POINTER, map_clusters
-from fusion_core.sourcemap.apply import apply, plan_apply
+from fusion_core.sourcemap import EXACT, POINTER
+from fusion_core.sourcemap.apply import apply
 
 CAPTURES = ["fx", "export"]
-
-
-def plan(path: Path, capture: str, class_name: str | None = None):
-    analysis = analyze_file(path, [InputSpec((4, 8))], class_name=class_name, capture=capture)
-    mappings = map_clusters(analysis)
-    kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
-    verdicts = {c.index: (True, "verified") for c in analysis.clusters}
-    return analysis, mappings, plan_apply(analysis, mappings, path, kernels, verdicts)
-
-
-def line_of(path: Path, code: str) -> int:
-    (hit,) = [i for i, t in enumerate(path.read_text().splitlines(), 1) if t.strip() == code]
-    return hit
 
 
 # Three ways to make a pass-through decorator; `{decorate}` is the wrapper's own decoration.
