@@ -34,26 +34,15 @@ class FusedOp:
     kernel_source: str
     n_inputs: int
     input_dtypes: tuple[torch.dtype, ...]  # what the kernel was generated for
-    # per result: dtype, and how its shape follows from the inputs' broadcast shape
-    # (`shape_rule`: --apply writes only clusters whose results' shapes follow from it)
-    results: tuple[tuple[torch.dtype, str], ...]
+    # one per result; their shapes the launcher works out from the inputs' at each call
+    # (plan_apply writes only clusters whose views let it: apply._fixed_shape)
+    results: tuple[torch.dtype, ...]
 
 
 def package_name(stem: str) -> str:
     """`example_net` → `example_net_fused`; made an identifier (`my-model` → `my_model_fused`)."""
     name = re.sub(r"\W", "_", stem)
     return f"{'_' if name[:1].isdigit() else ''}{name}_fused"
-
-
-def shape_rule(inputs: Sequence[tuple[int, ...]], output: tuple[int, ...]) -> str | None:
-    """How the inputs' broadcast shape becomes `output`: "same", "drop_last" (a reduction
-    over the last dim), "keep_last" (kept as size 1); None when none of them does."""
-    try:
-        shape = tuple(torch.broadcast_shapes(*inputs))
-    except RuntimeError:
-        return None
-    options = {"same": shape, "drop_last": shape[:-1], "keep_last": (*shape[:-1], 1)}
-    return next((k for k, v in options.items() if shape and tuple(v) == tuple(output)), None)
 
 
 def init_source(model_file: str, ops: Sequence[FusedOp]) -> str:

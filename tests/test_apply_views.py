@@ -1,0 +1,114 @@
+"""`--apply` for clusters with a permute, a transpose or a reshape inside: written when the
+kernel works its results' shapes out from its inputs' at each call, refused by op and line
+when a view keeps the sizes seen at analysis.
+
+Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+from test_apply import DEVICE, assert_same_outputs, backup_as_py, copy_example, load
+from test_apply_callsite import line_of
+
+from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import map_clusters
+from fusion_core.sourcemap.apply import apply, plan_apply
+
+PERMUTED = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Permuted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g = nn.Parameter(torch.randn(8))
+            self.proj = nn.Linear(4, 6, bias=False)
+
+        def forward(self, x, r):
+            y = (x * self.g).permute(0, 3, 1, 2) + r
+            h = self.proj(y)
+            return torch.softmax(torch.tanh(h).transpose(-1, -2) / 8, -1)
+""")
+
+# (4, 6) viewed as (-1, 12): no merge or split of dims, so the view is the fixed (2, 12).
+REGROUPED = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Regrouped(nn.Module):
+        def forward(self, x):
+            y = (x * 2).view(-1, 12) + 1
+            return y
+""")
+
+
+def _plan(path: Path, *shapes: tuple[int, ...]):
+    analysis = analyze_file(path, [InputSpec(s) for s in shapes])
+    kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
+    verdicts = {c.index: (True, "verified") for c in analysis.clusters}
+    return analysis, kernels, plan_apply(analysis, map_clusters(analysis), path, kernels,
+                                         verdicts)
+
+
+def test_a_permute_and_a_transpose_inside_clusters_are_applied(tmp_path):
+    path = tmp_path / "permuted.py"
+    path.write_text(PERMUTED)
+    analysis, _, plan = _plan(path, (2, 4, 4, 8), (2, 8, 4, 4))
+    assert [c.chain for c in analysis.clusters] == [
+        "mul → permute → add", "tanh → transpose → div → softmax"]
+    assert plan.skipped == () and plan.clusters == (0, 1)
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result is not None and result.clusters == (0, 1)
+    text = path.read_text()
+    assert "y = cluster0(x, self.g, r)" in text and "return cluster1(h)" in text
+    before = load(backup_as_py(result.backup), "Permuted").to(DEVICE)
+    after = load(path, "Permuted").to(DEVICE)
+    after.load_state_dict(before.state_dict())
+    # Another batch and height than analysed: the results' shapes follow the inputs'.
+    for n, s in ((2, 4), (3, 5)):
+        x, r = torch.randn(n, s, 4, 8, device=DEVICE), torch.randn(n, 8, s, 4, device=DEVICE)
+        with torch.no_grad():
+            got, want = after(x, r), before(x, r)
+        assert got.shape == (n, 8, 6, s)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
+
+
+def test_convnexts_permute_layer_norm_and_scale_permute_add_are_applied(tmp_path):
+    path = copy_example(tmp_path, "convnext_block.py")
+    analysis, _, plan = _plan(path, (1, 32, 4, 4))
+    assert [c.chain for c in analysis.clusters] == [
+        "permute → layer_norm", "mul → permute → add"]
+    assert plan.skipped == () and plan.clusters == (0, 1)
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result is not None
+    assert_same_outputs(backup_as_py(result.backup), path, "ConvNeXtBlock",
+                        torch.randn(2, 32, 3, 5))
+
+
+def test_a_view_of_fixed_sizes_is_refused_by_its_op_and_line(tmp_path):
+    path = tmp_path / "regrouped.py"
+    path.write_text(REGROUPED)
+    analysis, kernels, plan = _plan(path, (4, 6))
+    (c,) = analysis.clusters
+    assert c.chain == "mul → view → add"
+    (skip,) = plan.skipped
+    line = line_of(path, "y = (x * 2).view(-1, 12) + 1")
+    assert not skip.pointer and plan.edits == ()
+    assert f"`view` (line {line}) gives the shape (2, 12) seen at analysis" in skip.reason
+    # Why: the kernel runs at the analysed sizes only, where eager gives (4, 12).
+    (kernel_file,) = write_kernels([kernels[0]], tmp_path / "kernels")
+    launcher = load_kernel(kernel_file).cluster0
+    with pytest.raises(RuntimeError, match=r"\[2, 12\]"):
+        launcher(torch.randn(8, 6, device=DEVICE))
+    assert apply(plan, analysis, Console(), assume_yes=True, ask=None) is None
+    assert path.read_text() == REGROUPED
