@@ -25,6 +25,10 @@ class Located:
     # Found ops the baseline cluster held as a recomputed copy: the analyzer may as well
     # read the stored value now, so they do not decide what became of the cluster.
     recomputed: tuple[OpRec, ...] = ()
+    # The baseline's views found again, each with the op it was then (`view`): where they
+    # are now, and what a changed one became (`.permute()`). Views move nothing, so they
+    # take no part in deciding which current cluster holds the baseline's ops.
+    views: tuple[tuple[str, OpRec], ...] = ()
 
     @property
     def own(self) -> tuple[OpRec, ...]:
@@ -37,8 +41,14 @@ class Located:
 
     @property
     def lines(self) -> str:
-        """`blocks.py:47-48, 50`: where the found ops are now; "" when none was found."""
-        return lines_of(self.found)
+        """`blocks.py:47-48, 50`: where the found ops and views are now; "" when none was
+        found."""
+        return lines_of([*self.found, *(v for _, v in self.views)])
+
+    @property
+    def changed_views(self) -> tuple[tuple[str, OpRec], ...]:
+        """Views now another view op than the baseline's (`view` → `.permute()`)."""
+        return tuple((op, v) for op, v in self.views if v.op != op)
 
 
 def lines_of(ops: tuple[OpRec, ...] | list[OpRec]) -> str:
@@ -73,22 +83,27 @@ def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
     found: list[OpRec] = []
     missing: list[tuple[str, str]] = []
     recomputed: list[OpRec] = []
+    views: list[tuple[str, OpRec]] = []
     if rec.sites:
         by_site = cur.by_site
+        hits: list[OpRec | None] = []  # per baseline op: found again (a view: None)
         for op, site in zip(rec.ops, rec.sites, strict=False):
-            if not site:  # a view: it moves nothing and names no place of its own
+            hits.append(None)
+            if not site:  # a view: no place of its own; found below by its neighbours
                 continue
             where, _, nth = unprimed(site).rpartition("#")
             # An op now written in place (`F.relu(inplace=True)`) is the same op, at its
             # own site: `relu_`.
             hit = by_site.get(unprimed(site)) or by_site.get(f"{where}_#{nth}")
             if hit is not None and hit.op.rstrip("_") == op.rstrip("_"):
+                hits[-1] = hit
                 if hit not in found:
                     found.append(hit)
                 if site.endswith("'"):
                     recomputed.append(hit)
             else:
                 missing.append((op, site))
+        views = _views(rec, hits, cur)
     else:  # written before sites: the same node name holding the same op
         by_node = {o.node: o for o in cur.ops}
         views = {o.op for o in cur.ops if o.kind == "view"}
@@ -100,4 +115,23 @@ def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
                 found.append(hit)
             else:
                 missing.append((op, node))
-    return Located(tuple(found), tuple(missing), tuple(recomputed))
+    return Located(tuple(found), tuple(missing), tuple(recomputed), tuple(views))
+
+
+def _views(rec: ClusterRec | RejectionRec, hits: list[OpRec | None], cur: Snapshot
+           ) -> list[tuple[str, OpRec]]:
+    """Each baseline view (no site) as the current view that reads the op found before it
+    or feeds the one found after it, both where one does (the first in graph order)."""
+    free = [o for o in cur.ops if o.kind == "view"]
+    out: list[tuple[str, OpRec]] = []
+    for i, (op, site) in enumerate(zip(rec.ops, rec.sites, strict=False)):
+        if site:
+            continue
+        before = next((h for h in reversed(hits[:i]) if h is not None), None)
+        after = next((h for h in hits[i + 1:] if h is not None), None)
+        score = [(before is not None and before.node in v.reads)
+                 + (after is not None and after.node in v.feeds) for v in free]
+        if max(score, default=0):
+            v = free.pop(score.index(max(score)))
+            out.append((op, v))
+    return out

@@ -119,6 +119,7 @@ class OpRec:
     line: str  # "blocks.py:44" or "?"
     synthetic: str = ""  # a node the user never wrote: what it stands for ("bias of self.fc")
     reads: tuple[str, ...] = ()  # the ops whose values it reads (through views), by node
+    feeds: tuple[str, ...] = ()  # a view's: the ops reading its value (through views)
 
     @property
     def spelled(self) -> str:
@@ -329,28 +330,28 @@ def from_analysis(analysis: Any, test: str, rootdir: Path,
                                       fusion_core.split_biases(analysis.graph_module)))
 
 
-_KINDS = {"opaque": "opaque", "inplace": "inplace"}
+_KINDS = {"opaque": "opaque", "inplace": "inplace", "view": "view"}
 
 
 def op_index(graph: Any, sites: dict[str, str], rootdir: Path, biases: dict[str, str]
              ) -> tuple[OpRec, ...]:
     """Every op with a site, and every view (site ""), in graph order. `biases`: split-off
     bias adds -> their layer (`fusion_core.split_biases`)."""
-    out = []
-    for n in graph.nodes:
-        view = n.kind.value == "view"
-        if n.name not in sites and not view:
-            continue
-        out.append(OpRec(node=n.name, op=n.op, site=sites.get(n.name, ""), target=n.target,
-                         kind="view" if view else _KINDS.get(n.kind.value, "compute"),
-                         module=n.module, line=where(graph, [n.name], rootdir),
-                         synthetic=f"bias of {biases[n.name]}" if n.name in biases else "",
-                         reads=_reads(graph, n.name, sites)))
-    return tuple(out)
+    feeds: dict[str, list[str]] = {}
+    reads = {n.name: _reads(graph, n.name, sites, feeds) for n in graph.nodes
+             if n.name in sites or n.kind.value == "view"}
+    return tuple(OpRec(node=n.name, op=n.op, site=sites.get(n.name, ""), target=n.target,
+                       kind=_KINDS.get(n.kind.value, "compute"), module=n.module,
+                       line=where(graph, [n.name], rootdir),
+                       synthetic=f"bias of {biases[n.name]}" if n.name in biases else "",
+                       reads=reads[n.name], feeds=tuple(feeds.get(n.name, ())))
+                 for n in graph.nodes if n.name in reads)
 
 
-def _reads(graph: Any, name: str, sites: dict[str, str]) -> tuple[str, ...]:
-    """The ops (nodes with a site) whose values `name` reads, looking through views."""
+def _reads(graph: Any, name: str, sites: dict[str, str], feeds: dict[str, list[str]]
+           ) -> tuple[str, ...]:
+    """The ops (nodes with a site) whose values `name` reads, looking through views; an op
+    with a site is added to `feeds` of each view it looks through."""
     found: list[str] = []
     todo, seen = list(graph[name].refs), set()
     while todo:
@@ -361,6 +362,8 @@ def _reads(graph: Any, name: str, sites: dict[str, str]) -> tuple[str, ...]:
         if ref in sites:
             found.append(ref)
         elif graph[ref].kind.value == "view":
+            if name in sites:
+                feeds.setdefault(ref, []).append(name)
             todo += graph[ref].refs
     return tuple(found)
 

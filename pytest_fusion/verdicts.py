@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .explain import Explainer, fmt_bytes, ops_list
+from .explain import Explainer, fmt_bytes, ops_list, spelled
 from .findings import LOC, Finding
 from .locate import Located, locate, site_module, unprimed
 from .pairing import match as _match
@@ -145,6 +145,8 @@ class ClusterVerdicts:
         if not self.gate:
             return {id(c) for c in parts}
         why = self.explain.why(loc.nodes)
+        # A view the user changed is a likely cause, though no rejection names it.
+        at += "".join(f" (its `{op}` is now {spelled(v)})" for op, v in loc.changed_views)
         if len(parts) > 1:
             into = " + ".join(f"`{p.chain}` ({p.lines})" for p in parts)
             self.say("regressions", b, f"`{b.chain}`{at} split into {into}{why}")

@@ -204,3 +204,31 @@ def test_an_in_place_write_that_later_reads_see_is_named(proj):
     # The lines where the ops are now (the edit moved the last `mul` down one line).
     assert bullet.startswith("  - `mul → add → relu → mul` at model.py:5-8 ")
     assert "`.relu_()`" in bullet  # named, whichever check now rejects the group
+
+
+# `mul → view → relu → reshape → add` on lines 10-13; the edits change the view on line 11.
+VIEWED = HEAD + ("        y = x * 2.0\n"
+                 "        y = {view}\n"
+                 "        y = F.relu(y)\n"
+                 "        return y.reshape(4, 8) + self.b\n")
+
+
+@pytest.mark.parametrize(("view", "became"), [
+    ("y.permute(1, 0)", "`.permute()` at model.py:11) no longer fuses: lowering, "),
+    ("y.chunk(1, dim=0)[0]", "`.chunk()` at model.py:11) shrank to `relu → reshape → add`"),
+])
+def test_a_view_the_user_changed_is_named_at_its_line(proj, view, became):
+    """A view has no site of its own: it is found again between the ops around it, so the
+    regression names what it became and its line is among the cluster's."""
+    proj.makepyfile(test_net=TEST_TWO)
+    edit(proj, VIEWED.format(bias="8", view="y.view(4, 2, 4)"))
+    run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
+    (path,) = baselines(proj.path).values()
+    (entry,) = yaml.safe_load(path.read_text())["clusters"]
+    assert entry["ops"] == ["mul", "view", "relu", "reshape", "add"]
+    edit(proj, VIEWED.format(bias="8", view=view))
+    r = run(proj)
+    r.assert_outcomes(failed=1)
+    bullet = next(line for line in r.stdout.lines if line.startswith("  - "))
+    assert bullet.startswith("  - `mul → view → relu → reshape → add` at model.py:10-13 (its "
+                             f"`view` is now {became}"), bullet
