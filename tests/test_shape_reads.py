@@ -214,3 +214,23 @@ def test_the_read_through_a_view_follows_the_input_size_and_verifies():
         assert torch.allclose(patched(x), a.module(x)), shape
     report = validate(a)
     assert all(r.usable for r in report.results) and report.model.passed
+
+
+class ScaledBySize(nn.Module):
+    def forward(self, x):
+        h = (x * 2.0).reshape(4, 16, 8)
+        n = h.shape[-1]
+        return torch.softmax(h, dim=-1) * n
+
+
+def test_a_size_used_as_a_number_past_a_view_is_named_at_its_line():
+    """With a view in the group the code generator, not the shapes check, meets the size:
+    it names the line and the fix as the shapes check does, not the graph's `getitem`."""
+    a = analyze(ScaledBySize(), (4, 128))
+    assert [c.chain for c in a.clusters] == ["mul → reshape → softmax"]
+    (r,) = a.rejections
+    line = ScaledBySize.forward.__code__.co_firstlineno + 2
+    assert r.check == "lowering" and r.culprits == ("mul_1",)
+    assert (f"`mul` (line {line + 1}) reads a Python value computed at run time at line "
+            f"{line} (`n = h.shape[-1]`)") in r.reason, r.reason
+    assert "compute it once in `__init__`" in r.reason
