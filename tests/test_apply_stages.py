@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 from click.testing import CliRunner
 
@@ -132,3 +133,53 @@ def test_a_stage_at_other_sizes_is_checked_through_the_launcher_not_refused(tmp_
     assert len(mappings) == 3 and all(m.exact for m in mappings), [m.reason for m in mappings]
     # The call goes to the stage with the fewest size-1 dims (not the 1x1 one).
     assert {m.call for m in mappings} == {"cluster0"}
+
+
+PASS_THROUGH = """\
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, drop):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, 1, 1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        self.drop_block = nn.Identity()
+        self.act = nn.ReLU(inplace=True)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = self.bn(x)
+        x = self.drop_block(x)
+        x = self.act(x)
+        x = self.drop(x)
+        return self.conv(x)
+
+
+class Net(nn.Module):
+    def __init__(self, drop=0.0):
+        super().__init__()
+        self.block = Block(drop)
+
+    def forward(self, x):
+        return self.block(x)
+"""
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_modules_that_return_their_input_are_read_through_as_timm_blocks_use_them(
+        tmp_path, capture):
+    # timm's BasicBlock calls `self.drop_block(x)` and `self.aa(x)`, nn.Identity by default;
+    # the capture has no op for them (export has none for an eval dropout either), so the
+    # lines did not match the graph.
+    path = tmp_path / "passes.py"
+    path.write_text(PASS_THROUGH)
+    mappings = map_clusters(analyze_file(path, [InputSpec((2, 4, 8, 8))], class_name="Net",
+                                         capture=capture))
+    (m,) = mappings
+    assert m.exact, m.reason
+    assert m.original.splitlines() == ["        x = self.bn(x)", "        x = self.drop_block(x)",
+                                       "        x = self.act(x)", "        x = self.drop(x)"]
+    assert m.replacement.startswith("        x = cluster0(x, self.bn.running_mean")
