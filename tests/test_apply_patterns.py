@@ -45,9 +45,9 @@ CASES = {
                 return self.conv(y)
         """,
         "        y = self.act(self.bn(self.conv(x)))",
-        "        y = cluster0(self.conv(x), self.bn.running_mean.reshape(4, 1, 1), "
-        "self.bn.running_var.reshape(4, 1, 1), self.bn.weight.reshape(4, 1, 1), "
-        "self.bn.bias.reshape(4, 1, 1))",
+        "        y = cluster0(self.conv(x), self.bn.running_mean.reshape(-1, 1, 1), "
+        "self.bn.running_var.reshape(-1, 1, 1), self.bn.weight.reshape(-1, 1, 1), "
+        "self.bn.bias.reshape(-1, 1, 1))",
     ),
     "functional_calls_around_a_kept_conv": (
         """\

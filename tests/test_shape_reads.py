@@ -161,3 +161,76 @@ def test_apply_writes_the_edit_the_refusal_asks_for(tmp_path):
 ])
 def test_reads_shape_only_tells_a_shape_read_from_a_use(text, only):
     assert reads_shape_only(ast.parse(text, mode="eval"), "h") is only
+
+
+class ViewThenMask(nn.Module):
+    """The sizes read from a transpose of a computed value: the view's input's shape tells
+    them (the reshape to the batch size read from `x` is a lowering rejection of its own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mask", torch.tril(torch.ones(16, 16, dtype=torch.bool)))
+
+    def forward(self, x):
+        h = (x * 2.0).reshape(x.shape[0], -1, 16).transpose(1, 2)
+        h = h.masked_fill(~self.mask[:h.shape[-2], :h.size(-1)], 0.0)
+        return h + 1.0
+
+
+def test_a_view_read_for_its_shape_fuses_with_what_it_feeds():
+    a = analyze(ViewThenMask(), (4, 256))
+    (c,) = [c for c in a.clusters if "masked_fill" in c.ops]
+    assert c.chain == "transpose → bitwise_not → masked_fill → add"
+    assert {(r.of, r.sources, r.via) for r in c.shape_reads} == {
+        ("transpose", ("reshape",), ("transpose",))}
+    assert "transpose" not in c.outputs  # not stored for its shape
+
+
+def test_a_constant_reshape_read_for_its_shape_fuses_with_its_producer():
+    """Before, `mul → reshape` was no candidate (the reshape has a reader that is no op)
+    and was left alone without a word."""
+
+    class Constant(ViewThenMask):
+        def forward(self, x):
+            h = (x * 2.0).reshape(4, 16, 16)
+            h = h.masked_fill(~self.mask[:h.shape[-1], :h.shape[-1]], 0.0)
+            return h + 1.0
+
+    a = analyze(Constant(), (4, 256))
+    assert [c.chain for c in a.clusters] == ["mul → reshape → bitwise_not → masked_fill → add"]
+    assert not a.rejections
+    (c,) = a.clusters
+    assert [(r.of, r.sources, r.via) for r in c.shape_reads] == [
+        ("reshape", ("x",), ("mul", "reshape"))] * 2
+
+
+@pytest.mark.cpu
+def test_the_read_through_a_view_follows_the_input_size_and_verifies():
+    a = analyze(ViewThenMask().eval(), (4, 256))
+    gm = a.graph_module
+    patched = patch(gm, {c.index: (c, eager_subgraph(gm, c).module) for c in a.clusters})
+    for shape in ((4, 256), (2, 128), (1, 64)):  # 16, 8 and 4 columns of the mask
+        x = torch.randn(shape)
+        assert torch.allclose(patched(x), a.module(x)), shape
+    report = validate(a)
+    assert all(r.usable for r in report.results) and report.model.passed
+
+
+class ScaledBySize(nn.Module):
+    def forward(self, x):
+        h = (x * 2.0).reshape(4, 16, 8)
+        n = h.shape[-1]
+        return torch.softmax(h, dim=-1) * n
+
+
+def test_a_size_used_as_a_number_past_a_view_is_named_at_its_line():
+    """With a view in the group the code generator, not the shapes check, meets the size:
+    it names the line and the fix as the shapes check does, not the graph's `getitem`."""
+    a = analyze(ScaledBySize(), (4, 128))
+    assert [c.chain for c in a.clusters] == ["mul → reshape → softmax"]
+    (r,) = a.rejections
+    line = ScaledBySize.forward.__code__.co_firstlineno + 2
+    assert r.check == "lowering" and r.culprits == ("mul_1",)
+    assert (f"`mul` (line {line + 1}) reads a Python value computed at run time at line "
+            f"{line} (`n = h.shape[-1]`)") in r.reason, r.reason
+    assert "compute it once in `__init__`" in r.reason

@@ -48,7 +48,8 @@ def dead_code(g: FusionGraph) -> set[str]:
 
 def candidates(g: FusionGraph) -> set[str]:
     """Compute and in-place nodes, plus views (chains of them) from a compute op that moves
-    data to compute ops only, and views eager copies before a norm or softmax; never dead
+    data to compute ops (and reads of their shape) only, and views eager copies before a
+    norm or softmax; never dead
     code (a group whose result nothing reads has no output to write). A view of a value
     read from memory stays out: the kernel reads that value through its strides anyway,
     and left outside it does not stop a consumer from recomputing the group's result."""
@@ -61,14 +62,21 @@ def candidates(g: FusionGraph) -> set[str]:
             name = g[name].refs[0]
         return name in compute and moves_data(g, name)
 
-    def feeds_compute(name: str) -> bool:  # and nothing else reads it: no opaque op
+    def feeds_compute(name: str) -> bool:  # and nothing else reads it but its shape
         users = g.users[name]
-        return bool(users) and all(u in compute or g[u].kind is OpKind.VIEW for u in users) \
+        return bool(users) and all(u in compute or g[u].kind is OpKind.VIEW
+                                   or _reads_shape(g, u, name) for u in users) \
             and any(u in compute or feeds_compute(u) for u in users)
 
     views = {n.name for n in g.nodes if n.kind is OpKind.VIEW
              and (computed(n.name) or eager_copies(g, n.name)) and feeds_compute(n.name)}
     return compute | views
+
+
+def _reads_shape(g: FusionGraph, user: str, name: str) -> bool:
+    """`user` reads only `name`'s shape (`h.shape[-1]`): whether the group's inputs answer it
+    is ``outside_users``'s to say once the group is known."""
+    return g[user].shape_of == name and name not in g[user].refs[1:]
 
 
 def line_span(g: FusionGraph, names: Iterable[str]) -> LineSpan | None:

@@ -53,19 +53,33 @@ _SAME_SHAPE = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm"})
 def shape_reads(g: FusionGraph, group: Collection[str]) -> tuple[ShapeRead, ...]:
     """Reads of a group value's shape outside the group that outside values answer."""
     group = members(group)
-    return tuple(ShapeRead(u, n, shape_sources(g, group, n) or ())
-                 for n in ordered(g, group) for u in g.users[n]
-                 if u not in group and answered(g, group, u, n))
+    out = []
+    for n in ordered(g, group):
+        for u in g.users[n]:
+            if u not in group and answered(g, group, u, n):
+                sources, via = _shape_walk(g, group, n) or ((), ())
+                out.append(ShapeRead(u, n, sources, via))
+    return tuple(out)
 
 
 def shape_sources(g: FusionGraph, group: Collection[str], name: str) -> tuple[str, ...] | None:
-    """Values outside `group` whose shapes broadcast to group value `name`'s at any input
-    size: pointwise ops broadcast their operands, a softmax or norm keeps its input's shape.
-    `h.shape` then needs no `h`, so `h` need not be stored (``validate/subgraph.py`` points
-    the read at these values). None when a view, another reduction or an opaque op decides
-    the shape, or the propagated shapes disagree with the rule."""
+    """Values outside `group` whose shapes tell group value `name`'s at any input size:
+    pointwise ops broadcast their operands, a softmax or norm keeps its input's shape, a
+    view (`reshape`, `permute`) maps its input's shape by its own arguments, which are
+    outside values or constants. `h.shape` then needs no `h`, so `h` need not be stored
+    (``validate/subgraph.py`` points the read at these values). None when another
+    reduction or an opaque op decides the shape, or the propagated shapes disagree with
+    the rule."""
+    walk = _shape_walk(g, group, name)
+    return None if walk is None else walk[0]
+
+
+def _shape_walk(g: FusionGraph, group: Collection[str], name: str
+                ) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(``shape_sources``, the group nodes to replay on shapes alone): the latter only when
+    a view is on the way, since broadcasting the sources tells the shape otherwise."""
     out: dict[str, None] = {}
-    todo, seen = [name], set()
+    todo, seen, via, views = [name], set(), [], False
     while todo:
         n = todo.pop()
         if n in seen:
@@ -76,6 +90,13 @@ def shape_sources(g: FusionGraph, group: Collection[str], name: str) -> tuple[st
             if node.meta is None:
                 return None
             out.setdefault(n)
+            continue
+        via.append(n)
+        if node.kind is OpKind.VIEW:  # its other operands are sizes, read outside the group
+            views = True
+            if not node.refs or any(r in group for r in node.refs[1:]):
+                return None
+            todo.append(node.refs[0])
             continue
         if node.kind.is_pointwise and node.kind is not OpKind.GENERATOR:
             refs = node.refs
@@ -88,7 +109,8 @@ def shape_sources(g: FusionGraph, group: Collection[str], name: str) -> tuple[st
                 or _broadcast(shapes) != tuple(node.meta.shape)):
             return None
         todo.extend(refs)
-    return tuple(sorted(out, key=g.position))
+    return (tuple(sorted(out, key=g.position)),
+            tuple(ordered(g, via)) if views else ())
 
 
 def _broadcast(shapes: Collection[tuple[int, ...]]) -> tuple[int, ...] | None:

@@ -166,6 +166,17 @@ def _from_shapes(g: FusionGraph, name: str) -> bool:
     return True
 
 
+def python_value_read(g: FusionGraph, user: str, value: str) -> str:
+    """Why `user` cannot be fused while it reads Python value `value`, at their lines."""
+    node, source = g[user], g[value].source
+    at = f" at line {source.line} (`{source.code}`)" if source else f" (`{value}`)"
+    here = f" (line {node.source.line})" if node.source else ""
+    fix = ("compute it once in `__init__`" if _from_shapes(g, value) else
+           "keep it a tensor (it depends on a tensor's values: drop `.item()`)")
+    return (f"`{node.op_label}`{here} reads a Python value computed at run time{at}, not a "
+            f"tensor: a kernel takes tensors and constants, so {fix} and the ops can fuse")
+
+
 def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
     """Every value broadcasts to the group's iteration shape. A group with views is the
     lowering check's: its index maps (``codegen/indexing.py``) decide, and name the node to
@@ -179,15 +190,7 @@ def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
         for r in node.refs:
             meta = g[r].meta
             if meta is None:
-                value = g[r].source
-                at = f" at line {value.line} (`{value.code}`)" if value else f" (`{r}`)"
-                here = f" (line {node.source.line})" if node.source else ""
-                fix = ("compute it once in `__init__`" if _from_shapes(g, r) else
-                       "keep it a tensor (it depends on a tensor's values: drop `.item()`)")
-                return Failure("shapes", (name,),
-                               f"`{node.op_label}`{here} reads a Python value computed at run "
-                               f"time{at}, not a tensor: a kernel takes tensors and constants, "
-                               f"so {fix} and the ops can fuse")
+                return Failure("shapes", (name,), python_value_read(g, name, r))
             if not _fits(meta.shape, domain, per_row):
                 return Failure("shapes", (name,),
                                f"`{node.label}` reads `{g[r].label}` of shape "

@@ -48,6 +48,9 @@ class ShapeRead:
     read: str
     of: str
     sources: tuple[str, ...]
+    # Group nodes from `sources` to `of` when a view is among them: the read replays them on
+    # shapes alone (meta tensors), since the view, not broadcasting, decides the shape.
+    via: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..analysis.legality import python_value_read
 from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
@@ -221,8 +222,10 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
     for name in inputs:
         if g[name].meta is None:
             user = next(n for n in nodes if name in g[n].refs)
-            raise LoweringError(f"`{g[user].label}` reads `{g[name].label}`, a Python value "
-                                "computed at run time (a size), not a tensor", (user,))
+            if g[user].kind is OpKind.VIEW:  # a size it reshapes to: no constant in general
+                raise LoweringError(f"`{g[user].label}` reads `{g[name].label}`, a Python value "
+                                    "computed at run time (a size), not a tensor", (user,))
+            raise LoweringError(python_value_read(g, user, name), (user,))
     for name in nodes:
         node = g[name]
         if node.kind is OpKind.VIEW and len(set(node.refs)) > 1:

@@ -36,6 +36,7 @@ from .fused import MARKER, FusedOp, import_block, package_files, package_name
 from .mapping import SourceMapping
 from .pysource import physical_lines, sha256
 from .results import said
+from .serves import KernelFit
 
 Verdicts = Mapping[int, tuple[bool, str]]  # cluster → (usable, status in words)
 
@@ -105,8 +106,10 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
     ops: dict[int, FusedOp] = {}
     failed: dict[int, str] = {}  # kernel's cluster -> why its call cannot be written
     skipped: list[Skip] = []
+    by_cluster = {m.cluster_index: m for m in mappings}
+    fit = KernelFit(analysis, kernels)
     for m in mappings:
-        reason = _why_not(m, path, verdicts, kernels)
+        reason = _why_not(m, path, verdicts, kernels) or fit.why_not(m, by_cluster)
         for call in m.edit_calls if reason is None else ():
             rep = cluster_of(call)
             if rep not in ops and rep not in failed:
@@ -124,6 +127,7 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
             skipped.append(Skip(m.cluster_index, reason, pointer=not m.exact))
         else:  # one edit per range: the clusters it computes are all in `shared_with`
             edits.setdefault(m.start, m)
+    fit.close()
     # The bytes the model was imported from, when this is that file: what the edits and
     # the kernels were made from, so what the file must still hold at write time.
     source = analysis.source

@@ -199,9 +199,20 @@ def _replacement(span: Span, call: str, targets: tuple[str, ...]) -> str:
     return f"{indent}{names} = {call}"
 
 
-def _shapes(analysis: Analysis, c: Cluster) -> tuple:
-    return tuple((analysis.graph[n].meta.shape, analysis.graph[n].meta.dtype)
-                 if analysis.graph[n].meta else None for n in (*c.inputs, *c.outputs))
+def _metas(analysis: Analysis, c: Cluster) -> list:
+    return [analysis.graph[n].meta for n in (*c.inputs, *c.outputs)]
+
+
+def _ranks(analysis: Analysis, c: Cluster) -> tuple:
+    """Each value's rank and dtype. Sizes may differ between the calls one kernel serves
+    (the channels of each stage): `--apply` checks that the kernel's launcher runs them."""
+    return tuple((len(m.shape), m.dtype) if m else None for m in _metas(analysis, c))
+
+
+def _size_ones(analysis: Analysis, c: Cluster) -> int:
+    """Size-1 dims of a cluster's values: a kernel generated where a dim has size 1 may
+    index it as a broadcast, so the call with the fewest serves the others best."""
+    return sum(d == 1 for m in _metas(analysis, c) if m for d in m.shape)
 
 
 def _constants(analysis: Analysis, c: Cluster) -> tuple:
@@ -217,14 +228,16 @@ def _consistent(analysis: Analysis, group: list[Cluster], found: list[_Found]) -
     rep = group[0]
     for c, f in zip(group[1:], found[1:], strict=True):
         if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
-            raise PointerOnly(f"the same lines also run as cluster {c.index}, which reads "
-                              "or computes something else")
-        if _shapes(analysis, c) != _shapes(analysis, rep):
-            raise PointerOnly(f"the same lines also run as cluster {c.index} with other "
-                              "shapes; one kernel cannot serve both")
+            raise PointerOnly(f"the same lines run as cluster {rep.index} and as cluster "
+                              f"{c.index}, which reads or computes something else")
+        if _ranks(analysis, c) != _ranks(analysis, rep):
+            raise PointerOnly(f"the same lines run as cluster {rep.index} and as cluster "
+                              f"{c.index}, with other ranks or dtypes; one kernel cannot "
+                              "serve both")
         if _constants(analysis, c) != _constants(analysis, rep):
-            raise PointerOnly(f"the same lines also run as cluster {c.index} with other "
-                              "constants (module settings); one kernel cannot serve both")
+            raise PointerOnly(f"the same lines run as cluster {rep.index} and as cluster "
+                              f"{c.index}, with other constants (module settings); one "
+                              "kernel cannot serve both")
 
 
 _Piece = tuple[list[Cluster], list[_Found]]  # clusters one call serves, their matches
@@ -347,6 +360,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
         if spans[i].key in groups:
             groups[spans[i].key].append(stored)
     for group in groups.values():
+        group.sort(key=lambda c: (c.index in borrowed, _size_ones(analysis, c)))  # stable
         mapped = _map_spans(analysis, spans, group)
         if any(c.index in borrowed for c in group) and not mapped[0].exact:
             # Refused with the borrowed ones: map as before, they keep their own reason.

@@ -302,7 +302,7 @@ class Unifier:
 
     def attr_text(self, n: fx.Node) -> str | None:
         """A module attribute (`self.ln.weight`), or one reshaped to broadcast against the
-        activations as the capture does for BatchNorm (`self.bn.weight.reshape(4, 1, 1)`)."""
+        activations as the capture does for BatchNorm (`self.bn.weight.reshape(-1, 1, 1)`)."""
         if n.op == "get_attr":
             return module_attr_text(self.self_name, self.self_path, str(n.target))
         reshape = n.target is torch.reshape or (n.op == "call_method" and n.target in (
@@ -314,7 +314,13 @@ class Unifier:
                 shape, (tuple, list)) and all(isinstance(d, int) for d in shape)):
             return None
         text = module_attr_text(self.self_name, self.self_path, str(base.target))
-        return None if text is None else f"{text}.reshape({', '.join(map(str, shape))})"
+        if text is None:
+            return None
+        # One sized dim holds every element: `-1` there says the same for any size, so the
+        # lines other calls run with other channel counts read the same text.
+        sized = [i for i, d in enumerate(shape) if d != 1]
+        dims = [-1 if len(sized) == 1 and i == sized[0] else d for i, d in enumerate(shape)]
+        return f"{text}.reshape({', '.join(map(str, dims))})"
 
     def same_callee(self, func: ast.expr, node: fx.Node) -> bool:
         chain = attr_chain(func)

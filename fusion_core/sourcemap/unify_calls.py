@@ -19,6 +19,9 @@ from .callsite import LiftedCall
 from .pyexpr import attr_chain, is_literal, module_path
 from .unify import Mismatch, Unifier
 
+_DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
+             torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout)
+
 
 class CallUnifier(Unifier):
     """A ``Unifier`` that knows the span's lifted calls (by the node each returns)."""
@@ -31,6 +34,10 @@ class CallUnifier(Unifier):
         self.inner = {n: c for c in calls for n in c.nodes if n != c.result}
 
     def match(self, expr: ast.expr, node: fx.Node, k: int) -> None:
+        inner = self.passed_through(expr, node)
+        if inner is not None:  # `self.drop(x)` stands for what `x` stands for
+            self.match(inner, node, k)
+            return
         call = self.calls.get(node.name)
         if isinstance(expr, ast.Name) or (call is None and node.name not in self.inner):
             super().match(expr, node, k)
@@ -41,6 +48,30 @@ class CallUnifier(Unifier):
                            "on the way and does not return")
         self.seen.add(node.name)
         self.match_call_site(expr, node, k, call)
+
+    def passed_through(self, expr: ast.expr, node: fx.Node) -> ast.expr | None:
+        """The argument of `self.<child>(x)` when that child returns its input as it is (an
+        `nn.Identity`, a dropout in eval mode: timm's `drop_block`, `aa`, torchvision's ViT
+        dropouts) and made no op of the graph (`node` is not the child's); None for any
+        other expression."""
+        if not (isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords
+                and not isinstance(expr.args[0], ast.Starred) and self.model is not None):
+            return None
+        chain = attr_chain(expr.func)
+        if not (chain and chain[0] == self.self_name and len(chain) > 1):
+            return None
+        path = ".".join(p for p in (self.self_path, *chain[1:]) if p)
+        made_by = module_path(node) or ""
+        if made_by == path or made_by.startswith(path + "."):
+            return None  # the child's own op (an eval dropout FX keeps): matched as a call
+        try:
+            child = self.model.get_submodule(path)
+        except AttributeError:
+            return None
+        # A dropout of any p, as FX keeps it (training=False) and fuses it: the kernels are
+        # inference only, and refuse a backward.
+        same = type(child) is torch.nn.Identity or isinstance(child, _DROPOUTS)
+        return expr.args[0] if same else None
 
     def match_call_site(self, expr: ast.expr, node: fx.Node, k: int, call: LiftedCall) -> None:
         text = self.src.segment(expr)

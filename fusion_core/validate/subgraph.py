@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..analysis.types import Cluster
+from ..analysis.types import Cluster, ShapeRead
 from ..ir.subgraph import Subgraph, eager_subgraph
 
 __all__ = ["PatchError", "Subgraph", "eager_subgraph", "patch"]
@@ -146,8 +146,35 @@ def _redirect_shape_reads(graph: fx.Graph, cluster: Cluster, nodes: dict[str, fx
     for r in cluster.shape_reads:
         read = nodes[r.read]
         with graph.inserting_before(read):
-            proxy = graph.call_function(shape_of, tuple(nodes[s] for s in r.sources))
+            if r.via:
+                proxy = _replayed(graph, r, nodes)
+            else:
+                proxy = graph.call_function(shape_of, tuple(nodes[s] for s in r.sources))
         read.replace_input_with(nodes[r.of], proxy)
+
+
+def on_meta(value: torch.Tensor) -> torch.Tensor:
+    """An empty tensor of `value`'s shape and dtype that holds no data."""
+    return torch.empty(value.shape, dtype=value.dtype, device="meta")
+
+
+def _replayed(graph: fx.Graph, r: ShapeRead, nodes: dict[str, fx.Node]) -> fx.Node:
+    """`r.of` recomputed on meta tensors of its operands' shapes: a view's result shape
+    follows its input's and its own size arguments at any input size, and costs no data."""
+    env: dict[fx.Node, fx.Node] = {}
+
+    def arg(a: fx.Node) -> fx.Node:
+        if a not in env and _is_tensor(a):
+            env[a] = graph.call_function(on_meta, (a,))
+        return env.get(a, a)
+
+    for name in r.via:
+        env[nodes[name]] = graph.node_copy(nodes[name], arg)
+    return env[nodes[r.of]]
+
+
+def _is_tensor(n: fx.Node) -> bool:
+    return isinstance(n.meta.get("val"), torch.Tensor) or "tensor_meta" in n.meta
 
 
 # `y.type_as(x)` reads `x` for its dtype alone, `y.reshape_as(x)` (view_as, expand_as) for
