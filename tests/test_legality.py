@@ -43,6 +43,24 @@ def test_fan_out_rejects_a_value_also_used_outside():
     assert "not less than" in failure.reason
 
 
+class MaskTwice(nn.Module):
+    """The mask's second `unsqueeze` (the graph's `unsqueeze_1`) reads `eq` outside the group."""
+
+    def forward(self, x):
+        pad = x[..., 0] == 0
+        h = (x * 2.0).masked_fill(pad.unsqueeze(-1), 0.0)
+        return torch.softmax(h.masked_fill(pad.unsqueeze(-1), -1.0), dim=-1)
+
+
+def test_fan_out_names_an_outside_view_by_op_and_line():
+    g = analyze(MaskTwice(), (2, 4, 4)).graph
+    failure = L.check_fan_out(g, _group(g, "eq", "mul") | {"unsqueeze", "masked_fill"})
+    assert failure is not None and failure.check == "fan-out"
+    line = inspect.getsourcelines(MaskTwice.forward)[1] + 3
+    assert f"is also used by `unsqueeze` (line {line})" in failure.reason
+    assert "unsqueeze_1" not in failure.reason
+
+
 def test_fan_out_rejects_two_results_and_blames_the_fork():
     g = run(lambda x: (lambda e: (e * 2.0, x * e))(torch.exp(x[0])), (8, 8)).graph
     failure = L.check_fan_out(g, _group(g, "exp", "mul"))
@@ -74,6 +92,28 @@ def test_convexity_rejects_a_path_through_an_outside_node():
     assert failure is not None and failure.check == "convexity"
     assert failure.culprits == ("add",)
     assert "`self.lin`" in failure.reason and "re-enters" in failure.reason
+
+
+class ReEnterSecond(nn.Module):
+    """The path re-enters at the second `add` (the graph's `add_1`), not the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        a = torch.exp(x + 1.0)
+        return a + self.lin(a)
+
+
+def test_convexity_names_the_path_as_the_user_wrote_it():
+    g = analyze(ReEnterSecond(), (4, 8)).graph
+    failure = L.check_convexity(g, _group(g, "add", "exp"))
+    assert failure is not None and failure.check == "convexity"
+    first = inspect.getsourcelines(ReEnterSecond.forward)[1] + 1
+    assert (f"path `exp` (line {first}) → `self.lin` (line {first + 1}) → `add` "
+            f"(line {first + 1}) leaves the group") in failure.reason
+    assert "add_1" not in failure.reason
 
 
 def test_convexity_is_not_confused_by_an_outside_branch_that_never_returns():

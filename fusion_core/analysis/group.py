@@ -119,7 +119,7 @@ def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
         r = next(r for r in g[name].refs if r in reach)
     src, first = plain[r] if r in plain else reach[r]
     return Failure("convexity", (name,),
-                   f"path `{g[src].label}` → `{g[r].label}` → `{g[name].label}` leaves the "
+                   f"path {g[src].mention} → {g[r].mention} → {g[name].mention} leaves the "
                    "group and re-enters" + _through_a_property(g, src, first))
 
 

@@ -36,7 +36,7 @@ Check = Callable[[FusionGraph, Collection[str]], "Failure | None"]
 
 
 def _names(g: FusionGraph, names: Collection[str]) -> str:
-    return ", ".join(f"`{g[n].label}`" for n in names)
+    return ", ".join(g[n].mention for n in names)
 
 
 def _users(g: FusionGraph, names: Collection[str]) -> str:
@@ -49,20 +49,15 @@ def _users(g: FusionGraph, names: Collection[str]) -> str:
         if node.op == "meta" and node.source is not None:
             out.append(f"a shape, size or dtype read at line {node.source.line} "
                        f"(`{node.source.code}`)")
-        elif node.kind.is_compute and node.source is not None:
-            out.append(f"`{node.op_label}` (line {node.source.line})")
-        else:
-            out.append(f"`{node.label}`")
+        else:  # views too: `unsqueeze` (line 18), not `unsqueeze_2`
+            out.append(node.mention)
     return ", ".join(dict.fromkeys(out))  # `h.shape[-1]` twice on a line: one phrase
 
 
 def _value(g: FusionGraph, name: str) -> str:
     """A group value as the user wrote it: `gelu` (line 17), not the graph's `gelu_1`, and
     with its line, since a group may hold the same op twice."""
-    node = g[name]
-    if node.kind.is_compute and node.source is not None:
-        return f"`{node.op_label}` (line {node.source.line})"
-    return f"`{node.label}`"
+    return g[name].mention
 
 
 def check_fan_out(g: FusionGraph, group: Collection[str]) -> Failure | None:
