@@ -238,6 +238,39 @@ def test_a_strided_view_eager_copies_before_a_norm_counts_as_a_pass():
     assert norm.traffic.fused_bytes == 2 * nbytes + 2 * 32 * 4
 
 
+class ChannelsLastNorm(torch.nn.Module):
+    """A depthwise conv, channels last, LayerNorm; `copy`: the user makes the permuted value
+    contiguous first, as many ConvNeXt ports do."""
+
+    def __init__(self, copy: bool) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.ln = torch.nn.LayerNorm(8)
+        self.copy = copy
+
+    def forward(self, x):
+        x = self.dw(x).permute(0, 2, 3, 1)
+        return self.ln(x.contiguous() if self.copy else x)
+
+
+def test_a_users_contiguous_copy_before_a_norm_fuses_as_the_pass_it_is(tmp_path):
+    """`.contiguous()` of a strided view is eager's copy written out: the norm's kernel saves
+    it as it saves eager's own (it used to split the norm off, with no reason given)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 4, 4)
+    checked = check_model(ChannelsLastNorm(copy=True).eval(), (x,), tmp_path, n_clusters=1)
+    (norm,) = checked.analysis.clusters
+    assert norm.chain == "contiguous → layer_norm"
+    (plain,) = analyze(ChannelsLastNorm(copy=False).eval(), x).clusters
+    assert norm.traffic == plain.traffic
+
+
+def test_contiguous_of_a_contiguous_value_is_no_pass():
+    """Eager returns the tensor itself: no copy, so nothing for a kernel to save."""
+    a = analyze(Lambda(lambda m, x: torch.softmax(x.contiguous(), -1), 1), torch.randn(4, 8))
+    assert a.clusters == ()
+
+
 @pytest.mark.cpu  # with CUDA the model check runs at the analysed batch (nothing is shrunk)
 def test_validation_runs_the_view_kernels_in_the_model_at_a_smaller_batch():
     """Launchers apply their index maps to whatever shapes they get: the model check runs

@@ -211,11 +211,16 @@ _COPY_STRIDED_INPUT = frozenset({"layer_norm", "rms_norm", "softmax", "log_softm
 
 def eager_copies(g: FusionGraph, name: str) -> bool:
     """View `name` is not contiguous and feeds a reduction that eager runs on a contiguous
-    copy (`layer_norm` after ConvNeXt's permute): that copy is a pass a kernel saves."""
+    copy (`layer_norm` after ConvNeXt's permute), or is the user's own `.contiguous()` of a
+    value that is not: either copy is a pass a kernel saves."""
     node = g[name]
-    return (node.kind is OpKind.VIEW and node.meta is not None and not node.meta.is_contiguous
-            and any(g[u].op in _COPY_STRIDED_INPUT and g[u].refs[:1] == (name,)
-                    for u in g.users[name]))
+    if node.kind is not OpKind.VIEW or node.meta is None:
+        return False
+    if node.op == "contiguous":
+        src = g[node.refs[0]].meta if node.refs else None
+        return src is not None and not src.is_contiguous
+    return not node.meta.is_contiguous and any(
+        g[u].op in _COPY_STRIDED_INPUT and g[u].refs[:1] == (name,) for u in g.users[name])
 
 
 def moves_data(g: FusionGraph, name: str) -> bool:
