@@ -194,6 +194,34 @@ def _plan(path: Path, shape: tuple[int, ...], failed: frozenset[int] = frozenset
     return analysis, plan_apply(analysis, mappings, path, kernels, verdicts)
 
 
+def test_a_cluster_reshaped_inside_names_the_view_it_is_not_applied_for(tmp_path):
+    """ConvNeXt's tail, `gamma * x` permuted back to NCHW and added: the launcher cannot size
+    its result from its inputs, and the skip says which line's view is why."""
+    path = tmp_path / "tail.py"
+    path.write_text(textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+
+
+        class Tail(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gamma = nn.Parameter(torch.ones(8))
+
+            def forward(self, x, y):
+                x = self.gamma * x
+                x = x.permute(0, 3, 1, 2)
+                return y + x
+        """))
+    analysis = analyze_file(path, [InputSpec((2, 4, 4, 8)), InputSpec((2, 8, 4, 4))])
+    kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
+    verdicts = {c.index: (True, "verified") for c in analysis.clusters}
+    plan = plan_apply(analysis, map_clusters(analysis), path, kernels, verdicts)
+    assert [(s.cluster, s.reason) for s in plan.skipped] == [
+        (0, "its result's shape does not follow from its inputs' broadcast shape "
+            "(changed inside the cluster by `permute` (line 12))")]
+
+
 def test_only_verified_clusters_are_applied(tmp_path):
     path = copy_example(tmp_path, "example_net.py")
     analysis, plan = _plan(path, (2, 1024), failed=frozenset({1}))

@@ -27,6 +27,7 @@ from rich.console import Console
 from ..codegen import Kernel
 from ..errors import FusionAdvisorError
 from ..fileio import write_atomic
+from ..ir.graph import OpKind
 from ..load import import_model_file, instantiate, package_module, pick_factory
 from ..names import cluster_of
 from ..pipeline import Analysis
@@ -142,7 +143,11 @@ def _fused_op(analysis: Analysis, index: int, kernel: Kernel, call: str
         return "a value it reads or writes has no recorded shape", None
     rules = [shape_rule([m.shape for m in ins], m.shape) for m in outs]
     if None in rules:
-        return "its result's shape does not follow from its inputs' broadcast shape", None
+        # The views inside are what reshape it: name them where the user wrote them.
+        g = analysis.graph
+        views = ", ".join(dict.fromkeys(g[n].mention for n in c.nodes if g[n].kind is OpKind.VIEW))
+        by = f" (changed inside the cluster by {views})" if views else ""
+        return f"its result's shape does not follow from its inputs' broadcast shape{by}", None
     return None, FusedOp(call, kernel.name, kernel.source, len(c.inputs),
                          tuple(m.dtype for m in ins),
                          tuple((m.dtype, r) for m, r in zip(outs, rules, strict=True)))
