@@ -5,6 +5,7 @@ refusal is checked for the reason it names. Shapes stay tiny (the interpreter ru
 program at a time).
 """
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -127,6 +128,23 @@ def _group_error(fn, *shapes):
     a = analyze(Lambda(fn, len(shapes)), *(torch.randn(s) for s in shapes))
     group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
     return a, dry_run(a.graph, group)
+
+
+class SizedReshape(torch.nn.Module):
+    """A reshape sized by `x.shape` unpacked into Python ints (the graph's `getitem` nodes)."""
+
+    def forward(self, x):
+        b, n, c = x.shape
+        return torch.softmax(torch.exp(x).reshape(b, n * c), -1)
+
+
+def test_a_reshape_sized_at_run_time_names_the_line_that_sized_it():
+    a = analyze(SizedReshape(), torch.randn(2, 4, 8))
+    group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
+    error = dry_run(a.graph, group)
+    line = inspect.getsourcelines(SizedReshape.forward)[1]
+    assert str(error) == (f"`reshape` (line {line + 2}) reads a Python value computed at run "
+                          f"time at line {line + 1} (`b, n, c = x.shape`) (a size), not a tensor")
 
 
 def test_a_reshape_no_strides_express_is_refused_by_name():

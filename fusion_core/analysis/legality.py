@@ -185,12 +185,12 @@ def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
                                f"so {fix} and the ops can fuse")
             if not _fits(meta.shape, domain, per_row):
                 return Failure("shapes", (name,),
-                               f"`{node.label}` reads `{g[r].label}` of shape "
+                               f"{node.mention} reads {g[r].mention} of shape "
                                f"{tuple(meta.shape)}, which does not broadcast to the "
                                f"group's {tuple(domain)}")
         if node.meta is not None and not _fits(node.meta.shape, domain, per_row):
             return Failure("shapes", (name,),
-                           f"`{node.label}` produces shape {tuple(node.meta.shape)}, which "
+                           f"{node.mention} produces shape {tuple(node.meta.shape)}, which "
                            f"does not broadcast to the group's {tuple(domain)}")
     return _cross_row_broadcast(g, group, domain)
 
@@ -219,7 +219,7 @@ def _cross_row_broadcast(g: FusionGraph, group: Collection[str],
             meta = g[r].meta
             if r in per_row and meta is not None and numel(meta.shape) != 1:
                 return Failure("shapes", (name,),
-                               f"`{node.label}` broadcasts `{g[r].label}` of shape "
+                               f"{node.mention} broadcasts {g[r].mention} of shape "
                                f"{tuple(meta.shape)}, reduced without keepdim, against the "
                                f"group's {tuple(domain)}: it lines up with the last axis, not "
                                "the rows (keepdim=True keeps the reduced axis)")
