@@ -61,6 +61,12 @@ def test_fan_out_names_an_outside_view_by_op_and_line():
     assert "unsqueeze_1" not in failure.reason
 
 
+def test_fan_out_names_an_outside_call_with_no_rule_as_written():
+    g = run(lambda x: (lambda e: (x * e, torch.roll(e, 1, 0)))(torch.exp(x[0])), (8, 8)).graph
+    failure = L.check_fan_out(g, _group(g, "exp", "mul"))
+    assert failure is not None and "is also used by `torch.roll` (line " in failure.reason
+
+
 def test_fan_out_rejects_two_results_and_blames_the_fork():
     g = run(lambda x: (lambda e: (e * 2.0, x * e))(torch.exp(x[0])), (8, 8)).graph
     failure = L.check_fan_out(g, _group(g, "exp", "mul"))

@@ -166,9 +166,11 @@ class Node:
         `add_6`; the line tells two `add`s apart. Values without a line (inputs) by name."""
         if self.source is None or self.kind in (OpKind.INPUT, OpKind.OUTPUT, OpKind.CONSTANT):
             return f"`{self.label}`"
-        # A method spelled otherwise than its op (`.half()` is a `to`): the user's spelling.
+        # A method spelled otherwise than its op (`.half()` is a `to`), or a call with no rule
+        # (`torch.roll`, op "opaque"): the user's spelling.
         method = self.target.startswith(".") and self.target[1:].removesuffix("()") != self.op
-        return f"`{self.target if method else self.op_label}` (line {self.source.line})"
+        said = self.target if method or (self.op == "opaque" and self.target) else self.op_label
+        return f"`{said}` (line {self.source.line})"
 
 
 @dataclass(frozen=True)
