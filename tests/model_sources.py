@@ -87,3 +87,16 @@ class Layer(nn.Module):
         hidden_states = self.mlp(hidden_states)
         return residual + hidden_states
 """
+
+# A scale computed from a shape at run time (line 8's `h * s`, the graph's `mul_1`): the
+# shapes check drops it, and the report names it by op and line.
+RUNTIME_SCALE = """\
+import torch.nn as nn
+
+
+class M(nn.Module):
+    def forward(self, x):
+        h = x * 3.0
+        s = (x.shape[-1] // 2) ** -0.5
+        return (h * s).softmax(-1)
+"""

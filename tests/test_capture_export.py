@@ -216,6 +216,36 @@ def test_auto_falls_back_to_export_when_fx_fails():
     assert [c.ops for c in a.clusters] == [("mul", "relu", "add")]
 
 
+class Autocast(nn.Module):
+    """A bf16 autocast block: FX runs the `with` at trace time and records none of it, so its
+    graph computed in float32 and failed the model check as 'a capture problem'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = torch.relu(self.fc(x)) * 2.0
+        return y.float().softmax(-1)
+
+
+def test_fx_refuses_an_autocast_block_and_auto_uses_export():
+    line = inspect.getsourcelines(Autocast.forward)[1] + 2
+    with pytest.raises(CaptureError, match=rf":{line} .*runs under `torch.autocast`, which "
+                                           "FX tracing does not record"):
+        analyze(Autocast(), (4, 8), capture="fx")
+    a = analyze(Autocast(), (4, 8))
+    assert a.graph.frontend == "export"
+    assert "`torch.autocast`" in a.capture_fallback
+    assert not torch.is_autocast_enabled("cpu")  # the refused trace left autocast as it was
+
+
+def test_autocast_around_the_whole_analysis_is_no_block_fx_drops():
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert analyze(LN(), (4, 8), capture="fx").graph.frontend == "fx"
+
+
 def test_fx_first_when_it_works():
     assert analyze(LN(), (4, 8)).graph.frontend == "fx"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from model_sources import RUNTIME_SCALE
 from rich.console import Console
 
 from fusion_core.cli import cli
@@ -106,8 +107,18 @@ def test_explain_rejections_names_check_reason_and_dropped_nodes(tmp_path):
     assert "Rejected candidates (1)" in text
     assert "aliasing" in text and "mutates its input in place" in text
     assert "inplace.py:6-8" in text
-    assert "dropped mul_ and retried" in text
+    assert "dropped `mul_` (line 6) and retried" in text
     assert "Rejected candidates" not in render(a)  # only with the flag
+
+
+def test_explain_rejections_names_dropped_ops_as_written_not_by_node_name(tmp_path):
+    """The dropped `h * s` is the graph's `mul_1`: the report says `mul` and its line."""
+    model = tmp_path / "scale.py"
+    model.write_text(RUNTIME_SCALE)
+    a = analyze_file(model, [InputSpec((4, 8))])
+    text = render(a, explain_rejections=True)
+    assert "dropped `mul` (line 8) and retried" in text
+    assert "mul_1" not in text
 
 
 def test_multi_input_model_with_a_dtype_per_input(tmp_path):

@@ -5,6 +5,7 @@ refusal is checked for the reason it names. Shapes stay tiny (the interpreter ru
 program at a time).
 """
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -129,6 +130,23 @@ def _group_error(fn, *shapes):
     return a, dry_run(a.graph, group)
 
 
+class SizedReshape(torch.nn.Module):
+    """A reshape sized by `x.shape` unpacked into Python ints (the graph's `getitem` nodes)."""
+
+    def forward(self, x):
+        b, n, c = x.shape
+        return torch.softmax(torch.exp(x).reshape(b, n * c), -1)
+
+
+def test_a_reshape_sized_at_run_time_names_the_line_that_sized_it():
+    a = analyze(SizedReshape(), torch.randn(2, 4, 8))
+    group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
+    error = dry_run(a.graph, group)
+    line = inspect.getsourcelines(SizedReshape.forward)[1]
+    assert str(error) == (f"`reshape` (line {line + 2}) reads a Python value computed at run "
+                          f"time at line {line + 1} (`b, n, c = x.shape`) (a size), not a tensor")
+
+
 def test_a_reshape_no_strides_express_is_refused_by_name():
     """`t().reshape(-1)` of a computed value: its operand would need div/mod indexing."""
     a, error = _group_error(lambda m, x: (torch.relu(x).t().reshape(-1)) * 2.0, (4, 8))
@@ -236,6 +254,39 @@ def test_a_strided_view_eager_copies_before_a_norm_counts_as_a_pass():
     # the copy (read + write), then layer_norm reads it and its weight and bias, writes
     assert norm.traffic.unfused_bytes == 2 * nbytes + 2 * nbytes + 2 * 32 * 4
     assert norm.traffic.fused_bytes == 2 * nbytes + 2 * 32 * 4
+
+
+class ChannelsLastNorm(torch.nn.Module):
+    """A depthwise conv, channels last, LayerNorm; `copy`: the user makes the permuted value
+    contiguous first, as many ConvNeXt ports do."""
+
+    def __init__(self, copy: bool) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.ln = torch.nn.LayerNorm(8)
+        self.copy = copy
+
+    def forward(self, x):
+        x = self.dw(x).permute(0, 2, 3, 1)
+        return self.ln(x.contiguous() if self.copy else x)
+
+
+def test_a_users_contiguous_copy_before_a_norm_fuses_as_the_pass_it_is(tmp_path):
+    """`.contiguous()` of a strided view is eager's copy written out: the norm's kernel saves
+    it as it saves eager's own (it used to split the norm off, with no reason given)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 4, 4)
+    checked = check_model(ChannelsLastNorm(copy=True).eval(), (x,), tmp_path, n_clusters=1)
+    (norm,) = checked.analysis.clusters
+    assert norm.chain == "contiguous → layer_norm"
+    (plain,) = analyze(ChannelsLastNorm(copy=False).eval(), x).clusters
+    assert norm.traffic == plain.traffic
+
+
+def test_contiguous_of_a_contiguous_value_is_no_pass():
+    """Eager returns the tensor itself: no copy, so nothing for a kernel to save."""
+    a = analyze(Lambda(lambda m, x: torch.softmax(x.contiguous(), -1), 1), torch.randn(4, 8))
+    assert a.clusters == ()
 
 
 @pytest.mark.cpu  # with CUDA the model check runs at the analysed batch (nothing is shrunk)

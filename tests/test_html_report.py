@@ -134,6 +134,20 @@ def test_pages_are_self_contained(microgpt):
     assert _remote_references('<img src="https://x/y.png">')  # the check does catch one
 
 
+def test_rejections_say_what_was_dropped_as_the_user_wrote_it(tmp_path):
+    """The panel prints `retried` as is: the dropped `h * s` by op and line, not `mul_1`."""
+    from model_sources import RUNTIME_SCALE
+
+    from fusion_core.ir.shapes import InputSpec
+    from fusion_core.pipeline import analyze_file
+
+    (tmp_path / "scale.py").write_text(RUNTIME_SCALE)
+    page = page_data(analyze_file(tmp_path / "scale.py", [InputSpec((4, 8))]))
+    assert [r["retried"] for r in page["rejections"]] == ["; dropped `mul` (line 8) and retried"]
+    panel = (STATIC / "panel.js").read_text()
+    assert "r.culprits.join" not in panel and "r.reason + r.retried" in panel
+
+
 def test_data_cannot_close_the_script_element(microgpt):
     page = page_data(microgpt)
     page["title"] = "</script><script>alert(1)</script>"

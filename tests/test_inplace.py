@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 import torch.nn as nn
@@ -180,7 +182,9 @@ def test_mutation_through_a_view_is_rejected_by_name():
     a = analyze(MutatesThroughView(), (4, 8), capture="fx")
     assert all("mul_1" not in c.nodes or "mul" not in c.nodes for c in a.clusters)
     hits = [r for r in a.rejections if r.check == "aliasing" and ".relu_()" in r.reason]
-    assert any("mutates `mul` through `view` in place" in r.reason for r in hits)
+    line = inspect.getsourcelines(MutatesThroughView.forward)[1]
+    assert any(f"mutates `mul` (line {line + 1}) through `view` (line {line + 3}) in place"
+               in r.reason for r in hits)
     _same_results(MutatesThroughView(), a.graph_module, (4, 8))
 
 
@@ -254,5 +258,27 @@ def test_inplace_on_a_view_module_output_stays_in_place():
     a = analyze(MutatesAFlattenedView(), (4, 2, 4), capture="fx")
     assert [n.op for n in a.graph.nodes if n.kind is OpKind.INPLACE] == ["relu_"]
     assert a.clusters == ()  # the sigmoid reads `h` after the ReLU wrote it
-    assert any("mutates `mul` through `self.flat`" in r.reason for r in a.rejections)
+    line = inspect.getsourcelines(MutatesAFlattenedView.forward)[1]
+    assert any(f"mutates `mul` (line {line + 1}) through `self.flat` (line {line + 2})"
+               in r.reason for r in a.rejections)
     _same_results(MutatesAFlattenedView(), a.graph_module, (4, 2, 4))
+
+
+class MutatesBetweenCasts(nn.Module):
+    """`.mul_()` writes the `.half()` result between it and `.float()`: both are the graph's
+    `to` nodes (`half`, `float_1`), which the user never wrote."""
+
+    def forward(self, x):
+        h = (x * 2.0).half()
+        h.mul_(2)
+        return h.float() + 1.0
+
+
+def test_mutation_between_casts_names_them_as_written():
+    a = analyze(MutatesBetweenCasts(), (4, 8), capture="fx")
+    line = inspect.getsourcelines(MutatesBetweenCasts.forward)[1]
+    hits = [r.reason for r in a.rejections if r.check == "aliasing" and "between" in r.reason]
+    assert hits, [r.reason for r in a.rejections]
+    assert all(f"mutates `.half()` (line {line + 1})" in r and "float_1" not in r
+               for r in hits)
+    assert any(f"(before `.float()` (line {line + 3}))" in r for r in hits)

@@ -43,6 +43,30 @@ def test_fan_out_rejects_a_value_also_used_outside():
     assert "not less than" in failure.reason
 
 
+class MaskTwice(nn.Module):
+    """The mask's second `unsqueeze` (the graph's `unsqueeze_1`) reads `eq` outside the group."""
+
+    def forward(self, x):
+        pad = x[..., 0] == 0
+        h = (x * 2.0).masked_fill(pad.unsqueeze(-1), 0.0)
+        return torch.softmax(h.masked_fill(pad.unsqueeze(-1), -1.0), dim=-1)
+
+
+def test_fan_out_names_an_outside_view_by_op_and_line():
+    g = analyze(MaskTwice(), (2, 4, 4)).graph
+    failure = L.check_fan_out(g, _group(g, "eq", "mul") | {"unsqueeze", "masked_fill"})
+    assert failure is not None and failure.check == "fan-out"
+    line = inspect.getsourcelines(MaskTwice.forward)[1] + 3
+    assert f"is also used by `unsqueeze` (line {line})" in failure.reason
+    assert "unsqueeze_1" not in failure.reason
+
+
+def test_fan_out_names_an_outside_call_with_no_rule_as_written():
+    g = run(lambda x: (lambda e: (x * e, torch.roll(e, 1, 0)))(torch.exp(x[0])), (8, 8)).graph
+    failure = L.check_fan_out(g, _group(g, "exp", "mul"))
+    assert failure is not None and "is also used by `torch.roll` (line " in failure.reason
+
+
 def test_fan_out_rejects_two_results_and_blames_the_fork():
     g = run(lambda x: (lambda e: (e * 2.0, x * e))(torch.exp(x[0])), (8, 8)).graph
     failure = L.check_fan_out(g, _group(g, "exp", "mul"))
@@ -74,6 +98,28 @@ def test_convexity_rejects_a_path_through_an_outside_node():
     assert failure is not None and failure.check == "convexity"
     assert failure.culprits == ("add",)
     assert "`self.lin`" in failure.reason and "re-enters" in failure.reason
+
+
+class ReEnterSecond(nn.Module):
+    """The path re-enters at the second `add` (the graph's `add_1`), not the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        a = torch.exp(x + 1.0)
+        return a + self.lin(a)
+
+
+def test_convexity_names_the_path_as_the_user_wrote_it():
+    g = analyze(ReEnterSecond(), (4, 8)).graph
+    failure = L.check_convexity(g, _group(g, "add", "exp"))
+    assert failure is not None and failure.check == "convexity"
+    first = inspect.getsourcelines(ReEnterSecond.forward)[1] + 1
+    assert (f"path `exp` (line {first}) → `self.lin` (line {first + 1}) → `add` "
+            f"(line {first + 1}) leaves the group") in failure.reason
+    assert "add_1" not in failure.reason
 
 
 def test_convexity_is_not_confused_by_an_outside_branch_that_never_returns():
@@ -239,6 +285,7 @@ def test_shapes_rejects_a_result_larger_than_the_reduction_domain():
     assert failure is not None and failure.check == "shapes"
     assert failure.culprits == ("mul",)
     assert "(3, 4, 8)" in failure.reason and "(4, 8)" in failure.reason
+    assert re.search(r"^`mul` \(line \d+\) reads `y` of shape \(3, 4, 8\)", failure.reason)
 
 
 def test_shapes_rejects_a_python_value_operand():
@@ -256,7 +303,9 @@ def test_shapes_rejects_a_per_row_result_broadcast_against_the_full_shape():
     failure = L.check_shapes(g, _group(g, "sum", "add"))
     assert failure is not None and failure.check == "shapes"
     assert failure.culprits == ("add",)
-    assert "`sum_1` of shape (8,), reduced without keepdim" in failure.reason
+    # `sum` and its line, as written: the graph calls it `sum_1`
+    assert re.search(r"`add` \(line \d+\) broadcasts `sum` \(line \d+\) of shape \(8,\), "
+                     "reduced without keepdim", failure.reason)
     assert "(8, 8)" in failure.reason and "keepdim=True" in failure.reason
 
 

@@ -141,7 +141,7 @@ def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
         r = next(r for r in g[name].refs if r in reach)
     src, first = plain[r] if r in plain else reach[r]
     return Failure("convexity", (name,),
-                   f"path `{g[src].label}` → `{g[r].label}` → `{g[name].label}` leaves the "
+                   f"path {g[src].mention} → {g[r].mention} → {g[name].mention} leaves the "
                    "group and re-enters" + _through_a_property(g, src, first))
 
 
@@ -233,11 +233,16 @@ _COPY_STRIDED_INPUT = frozenset({"layer_norm", "rms_norm", "softmax", "log_softm
 
 def eager_copies(g: FusionGraph, name: str) -> bool:
     """View `name` is not contiguous and feeds a reduction that eager runs on a contiguous
-    copy (`layer_norm` after ConvNeXt's permute): that copy is a pass a kernel saves."""
+    copy (`layer_norm` after ConvNeXt's permute), or is the user's own `.contiguous()` of a
+    value that is not: either copy is a pass a kernel saves."""
     node = g[name]
-    return (node.kind is OpKind.VIEW and node.meta is not None and not node.meta.is_contiguous
-            and any(g[u].op in _COPY_STRIDED_INPUT and g[u].refs[:1] == (name,)
-                    for u in g.users[name]))
+    if node.kind is not OpKind.VIEW or node.meta is None:
+        return False
+    if node.op == "contiguous":
+        src = g[node.refs[0]].meta if node.refs else None
+        return src is not None and not src.is_contiguous
+    return not node.meta.is_contiguous and any(
+        g[u].op in _COPY_STRIDED_INPUT and g[u].refs[:1] == (name,) for u in g.users[name])
 
 
 def moves_data(g: FusionGraph, name: str) -> bool:

@@ -36,7 +36,7 @@ Check = Callable[[FusionGraph, Collection[str]], "Failure | None"]
 
 
 def _names(g: FusionGraph, names: Collection[str]) -> str:
-    return ", ".join(f"`{g[n].label}`" for n in names)
+    return ", ".join(g[n].mention for n in names)
 
 
 def _users(g: FusionGraph, names: Collection[str]) -> str:
@@ -49,20 +49,15 @@ def _users(g: FusionGraph, names: Collection[str]) -> str:
         if node.op == "meta" and node.source is not None:
             out.append(f"a shape, size or dtype read at line {node.source.line} "
                        f"(`{node.source.code}`)")
-        elif node.kind.is_compute and node.source is not None:
-            out.append(f"`{node.op_label}` (line {node.source.line})")
-        else:
-            out.append(f"`{node.label}`")
+        else:  # views too: `unsqueeze` (line 18), not `unsqueeze_2`
+            out.append(node.mention)
     return ", ".join(dict.fromkeys(out))  # `h.shape[-1]` twice on a line: one phrase
 
 
 def _value(g: FusionGraph, name: str) -> str:
     """A group value as the user wrote it: `gelu` (line 17), not the graph's `gelu_1`, and
     with its line, since a group may hold the same op twice."""
-    node = g[name]
-    if node.kind.is_compute and node.source is not None:
-        return f"`{node.op_label}` (line {node.source.line})"
-    return f"`{node.label}`"
+    return g[name].mention
 
 
 def check_fan_out(g: FusionGraph, group: Collection[str]) -> Failure | None:
@@ -193,12 +188,12 @@ def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
                 return Failure("shapes", (name,), python_value_read(g, name, r))
             if not _fits(meta.shape, domain, per_row):
                 return Failure("shapes", (name,),
-                               f"`{node.label}` reads `{g[r].label}` of shape "
+                               f"{node.mention} reads {g[r].mention} of shape "
                                f"{tuple(meta.shape)}, which does not broadcast to the "
                                f"group's {tuple(domain)}")
         if node.meta is not None and not _fits(node.meta.shape, domain, per_row):
             return Failure("shapes", (name,),
-                           f"`{node.label}` produces shape {tuple(node.meta.shape)}, which "
+                           f"{node.mention} produces shape {tuple(node.meta.shape)}, which "
                            f"does not broadcast to the group's {tuple(domain)}")
     return _cross_row_broadcast(g, group, domain)
 
@@ -227,7 +222,7 @@ def _cross_row_broadcast(g: FusionGraph, group: Collection[str],
             meta = g[r].meta
             if r in per_row and meta is not None and numel(meta.shape) != 1:
                 return Failure("shapes", (name,),
-                               f"`{node.label}` broadcasts `{g[r].label}` of shape "
+                               f"{node.mention} broadcasts {g[r].mention} of shape "
                                f"{tuple(meta.shape)}, reduced without keepdim, against the "
                                f"group's {tuple(domain)}: it lines up with the last axis, not "
                                "the rows (keepdim=True keeps the reduced axis)")

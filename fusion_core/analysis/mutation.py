@@ -73,10 +73,10 @@ def check_mutation(g: FusionGraph, group: Collection[str]) -> Failure | None:
         culprits = before if len(before) < len(after) else after
         m = g[name]
         value = g[min(written & touched, key=g.position)]
-        via = f" through `{g[m.refs[0]].label}`" if value.name != m.refs[0] else ""
+        via = f" through {g[m.refs[0]].mention}" if value.name != m.refs[0] else ""
         line = f" (line {m.source.line})" if m.source else ""
         return Failure("aliasing", culprits,
-                       f"`{m.target or m.op}`{line} mutates `{value.label}`{via} in place between "
-                       f"the group's ops (before `{g[after[0]].label}`); one kernel would "
+                       f"`{m.target or m.op}`{line} mutates {value.mention}{via} in place between "
+                       f"the group's ops (before {g[after[0]].mention}); one kernel would "
                        "read it before the mutation, the model after it")
     return None

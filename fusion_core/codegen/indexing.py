@@ -223,8 +223,10 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
         if g[name].meta is None:
             user = next(n for n in nodes if name in g[n].refs)
             if g[user].kind is OpKind.VIEW:  # a size it reshapes to: no constant in general
-                raise LoweringError(f"`{g[user].label}` reads `{g[name].label}`, a Python value "
-                                    "computed at run time (a size), not a tensor", (user,))
+                made = g[name].source  # the line that computed it: `b, c, h, w = x.shape`
+                at = f" at line {made.line} (`{made.code}`)" if made else f" (`{g[name].label}`)"
+                raise LoweringError(f"{g[user].mention} reads a Python value computed at run "
+                                    f"time{at} (a size), not a tensor", (user,))
             raise LoweringError(python_value_read(g, user, name), (user,))
     for name in nodes:
         node = g[name]

@@ -64,11 +64,20 @@ class FusionTracer(fx.Tracer):
         # traced length works and they show up as cluster inputs.
         self.proxy_buffer_attributes = True
 
+    # Autocast as the trace began: a forward that enters `torch.autocast` changes it.
+    _autocast: tuple[bool, ...] = ()
+
     def create_node(self, *args, **kwargs) -> fx.Node:
         node = super().create_node(*args, **kwargs)
         if not node.stack_trace:
             node.stack_trace = forward_stack(sys._getframe(1))
+        if self._autocast and autocast_state() != self._autocast:
+            raise AutocastDropped(AUTOCAST_DROPPED)
         return node
+
+    def trace(self, root, concrete_args=None) -> fx.Graph:
+        self._autocast = autocast_state()
+        return super().trace(root, concrete_args)
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if isinstance(m, TRACE_THROUGH) or m is self._replaced_forward:
@@ -88,6 +97,19 @@ class FusionTracer(fx.Tracer):
             return super().call_module(m, replacement, args, kwargs)
         finally:
             self._replaced_forward = outer
+
+
+def autocast_state() -> tuple[bool, ...]:
+    return tuple(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+
+
+AUTOCAST_DROPPED = ("it runs under `torch.autocast`, which FX tracing does not record (the "
+                    "graph would compute in other dtypes than the model)")
+
+
+class AutocastDropped(Exception):
+    """FX runs a `with torch.autocast(...)` block at trace time and records none of it: the
+    graph would compute in the model's dtypes, not the block's."""
 
 
 # torch's own BatchNorm forwards: in eval (and on one process, for SyncBatchNorm) each is
@@ -214,6 +236,9 @@ def trace_fx(model: nn.Module) -> fx.GraphModule:
             graph = tracer.trace(model)
         except Exception as e:  # noqa: BLE001 - FX raises many types for untraceable code
             where = _where(e)
+            if isinstance(e, AutocastDropped):
+                raise CaptureError(f"cannot trace {type(model).__name__}.forward{where}: "
+                                   f"{AUTOCAST_DROPPED}", Fix.EXPORT) from e
             if not where:  # raised past forward's own frames: by what it returned
                 returned = UNRECORDABLE.search(str(e))
                 if returned:

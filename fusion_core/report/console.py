@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.barriers import find_barriers
+from ..analysis.types import Rejection
+from ..ir.graph import FusionGraph
 from ..pipeline import Analysis
 from .units import fmt_bytes, short_path
 
@@ -135,9 +137,17 @@ def print_rejections(analysis: Analysis, console: Console) -> None:
         ops = " → ".join(r.ops) if len(r.ops) <= 6 else (
             " → ".join(r.ops[:3]) + f" → … ({len(r.ops)} ops)")
         console.print(f"  [bold]{r.check}[/bold]  {ops}{where}", highlight=False)
-        retried = "" if r.check == "dead-code" else (
-            f"; dropped {', '.join(r.culprits)} and retried")
-        console.print(f"      {r.reason}{retried}", highlight=False, markup=False)
+        console.print(f"      {r.reason}{retried(analysis.graph, r)}", highlight=False,
+                      markup=False)
+
+
+def retried(g: FusionGraph, r: Rejection) -> str:
+    """What the search did next, naming the dropped ops as the user wrote them (`mul`
+    (line 23)), not by the graph's node names (`mul_2`)."""
+    if r.check == "dead-code":
+        return ""
+    dropped = ", ".join(g[n].mention if n in g else f"`{n}`" for n in r.culprits)
+    return f"; dropped {dropped} and retried"
 
 
 def print_barriers(analysis: Analysis, console: Console) -> None:

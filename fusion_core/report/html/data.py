@@ -22,6 +22,7 @@ from ...analysis.types import Cluster, LineSpan
 from ...ir.graph import FusionGraph, Node, OpKind
 from ...ir.registry import SPECS
 from ...pipeline import Analysis
+from ..console import retried
 from ..units import short_path
 from .blocks import block_key, find_bands
 from .layout import LayoutNode, layout
@@ -294,6 +295,7 @@ def page_data(analysis: Analysis, results: PageResults | None = None, *, title: 
         "clusters": clusters_view(analysis, results, mappings),
         "rejections": [{"check": r.check, "ops": list(r.ops), "nodes": list(r.nodes),
                         "culprits": list(r.culprits), "reason": r.reason,
+                        "retried": retried(analysis.graph, r),
                         "where": _where(r.lines)} for r in analysis.rejections],
         "inductor_ran": agreement is not None,
         "inductor_missed": missed(analysis, agreement) if agreement else [],

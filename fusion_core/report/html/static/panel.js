@@ -97,7 +97,7 @@ function nodePanel(i) {
 }
 
 function rejectionItem(r, k) {
-  return `<div class="rejection" data-pick-rejection="${k}"><b class="check">${esc(r.check)}</b> ${esc(r.ops.length > 6 ? r.ops.slice(0, 3).join(" → ") + ` → … (${r.ops.length} ops)` : r.ops.join(" → "))} <span class="muted">${esc(r.where)}</span><p>${esc(r.reason)}; dropped ${esc(r.culprits.join(", "))} and retried</p></div>`;
+  return `<div class="rejection" data-pick-rejection="${k}"><b class="check">${esc(r.check)}</b> ${esc(r.ops.length > 6 ? r.ops.slice(0, 3).join(" → ") + ` → … (${r.ops.length} ops)` : r.ops.join(" → "))} <span class="muted">${esc(r.where)}</span><p>${esc(r.reason + r.retried)}</p></div>`;
 }
 
 function rejectionsPanel() {
