@@ -31,6 +31,10 @@ class CallUnifier(Unifier):
         self.inner = {n: c for c in calls for n in c.nodes if n != c.result}
 
     def match(self, expr: ast.expr, node: fx.Node, k: int) -> None:
+        passed = self.identity_arg(expr)
+        if passed is not None:  # `self.drop_block(x)` is `x`: the edit drops the no-op call
+            self.match(passed, node, k)
+            return
         call = self.calls.get(node.name)
         if isinstance(expr, ast.Name) or (call is None and node.name not in self.inner):
             super().match(expr, node, k)
@@ -71,6 +75,23 @@ class CallUnifier(Unifier):
             self.match_value(rest[0], tensors[0], k)
         self.matched |= call.nodes
         self.seen |= call.nodes
+
+    def identity_arg(self, expr: ast.expr) -> ast.expr | None:
+        """The argument of `self.aa(x)` when that child is an `nn.Identity` (timm's and
+        torchvision's placeholder for an optional layer): the call makes no graph node."""
+        if not (isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords
+                and not isinstance(expr.args[0], ast.Starred)) or self.model is None:
+            return None
+        chain = attr_chain(expr.func)
+        if not (chain and chain[0] == self.self_name and len(chain) > 1
+                and self.self_path != "\0"):
+            return None
+        try:
+            child = self.model.get_submodule(
+                ".".join(p for p in (self.self_path, *chain[1:]) if p))
+        except AttributeError:
+            return None
+        return expr.args[0] if type(child) is torch.nn.Identity else None
 
     def is_model_attr(self, n: fx.Node) -> bool:
         """A parameter or buffer the user's module holds: not a tensor the tracer stored on

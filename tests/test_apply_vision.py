@@ -1,0 +1,84 @@
+"""`--apply` on patterns of torchvision's and timm's model code copied into a user's file.
+
+Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from click.testing import CliRunner
+
+from fusion_core.cli import cli
+from fusion_core.load import import_model_file, instantiate, pick_class
+from fusion_core.sourcemap.apply import forget_package
+from fusion_core.sourcemap.fused import package_name
+
+# timm's BasicBlock: optional layers it was built without are `nn.Identity()` placeholders,
+# called between the layers the cluster fuses.
+PLACEHOLDERS = """\
+import torch
+import torch.nn as nn
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, planes, drop_block=None, aa_layer=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.drop_block = drop_block() if drop_block is not None else nn.Identity()
+        self.act1 = nn.ReLU(inplace=True)
+        self.aa = aa_layer() if aa_layer is not None else nn.Identity()
+        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        x = self.conv1(x)
+        x = self.bn1(x)
+        x = self.drop_block(x)
+        x = self.act1(x)
+        x = self.aa(x)
+        x = self.conv2(x)
+        return x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(BasicBlock(3), BasicBlock(3))
+
+    def forward(self, x):
+        return self.layers(x)
+"""
+
+
+def _load(path: Path) -> torch.nn.Module:
+    forget_package(package_name(path.stem))
+    return instantiate(pick_class(import_model_file(path), path, "Net"), path)
+
+
+def _same_outputs(tmp_path: Path, path: Path, original: str) -> None:
+    (tmp_path / "original.py").write_text(original)
+    before, after = _load(tmp_path / "original.py").eval(), _load(path).eval()
+    for name, buffer in before.named_buffers():  # BatchNorm starts at mean 0, var 1
+        if name.endswith(("running_mean", "running_var")):
+            buffer.uniform_(0.5, 1.5)
+    after.load_state_dict(before.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(after(x), before(x), atol=1e-5, rtol=1e-4)
+
+
+def test_identity_placeholders_between_fused_layers_are_dropped_by_the_edit(tmp_path):
+    path = tmp_path / "block.py"
+    path.write_text(PLACEHOLDERS)
+    result = CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", "2,3,8,8",
+                                      "--no-timing", "--apply", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit(s)" in result.output, result.output
+    rewritten = path.read_text()
+    # bn1 → drop_block → act1 became one call; `self.aa(x)` after the cluster stays
+    assert "x = self.bn1(x)" not in rewritten and "self.drop_block(x)" not in rewritten
+    assert "x = cluster0(x, self.bn1.running_mean.reshape(-1, 1, 1)" in rewritten
+    assert "        x = self.aa(x)\n" in rewritten
+    _same_outputs(tmp_path, path, PLACEHOLDERS)
