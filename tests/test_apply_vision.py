@@ -11,7 +11,10 @@ import torch
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
+from fusion_core.ir.shapes import InputSpec
 from fusion_core.load import import_model_file, instantiate, pick_class
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import map_clusters
 from fusion_core.sourcemap.apply import forget_package
 from fusion_core.sourcemap.fused import package_name
 
@@ -82,3 +85,39 @@ def test_identity_placeholders_between_fused_layers_are_dropped_by_the_edit(tmp_
     assert "x = cluster0(x, self.bn1.running_mean.reshape(-1, 1, 1)" in rewritten
     assert "        x = self.aa(x)\n" in rewritten
     _same_outputs(tmp_path, path, PLACEHOLDERS)
+
+
+# torchvision's MobileNet/EfficientNet/ShuffleNet: conv → bn → act layers in an nn.Sequential,
+# called on one line of the block's forward.
+SEQUENTIAL = """\
+import torch
+import torch.nn as nn
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, c=3):
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.Sequential(nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU()),
+            nn.Conv2d(c, c, 3, padding=1, bias=False),
+        )
+
+    def forward(self, input):
+        result = self.block(input)
+        return result
+"""
+
+
+def test_layers_fused_inside_a_library_sequential_are_named_with_the_fix(tmp_path):
+    path = tmp_path / "mbv3.py"
+    path.write_text(SEQUENTIAL)
+    analysis = analyze_file(path, [InputSpec((2, 3, 8, 8))], class_name="InvertedResidual")
+    (m,) = map_clusters(analysis)
+    # Was: "line range also holds `result = self.block(input)` (line 14), which is not in
+    # the cluster", though the cluster is in that call.
+    assert m.reason == (
+        "line 14 calls `self.block(input)`, a `Sequential` whose forward (`Sequential.forward`, "
+        "not in this file) runs the cluster's layers (`self.block[0][1]`, `self.block[0][2]`) "
+        "and also `self.block[1]` (Conv2d), which the cluster does not fuse: an edit of line 14 "
+        "would drop it. To apply, make `self.block[0]` (`Sequential`) a module of your file "
+        "whose forward calls its layers one per line"), m.reason
