@@ -121,3 +121,80 @@ def test_layers_fused_inside_a_library_sequential_are_named_with_the_fix(tmp_pat
         "and also `self.block[1]` (Conv2d), which the cluster does not fuse: an edit of line 14 "
         "would drop it. To apply, make `self.block[0]` (`Sequential`) a module of your file "
         "whose forward calls its layers one per line"), m.reason
+
+
+# timm's InvertedResidual / torchvision's MobileNet block: the residual add only in blocks
+# whose input and output shapes match.
+SKIP = """\
+import torch
+import torch.nn as nn
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.has_skip = cin == cout and stride == 1
+        self.conv_pwl = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.drop_path = nn.Identity()
+        self.post = nn.Conv2d(cout, cout, 1, bias=False)
+
+    def forward(self, x):
+        shortcut = x
+        x = self.conv_pwl(x)
+        # project
+        x = self.bn3(x)
+        if self.has_skip:
+            x = self.drop_path(x) + shortcut
+            x = self.post(x)
+        return x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(InvertedResidual(3, 4), InvertedResidual(4, 4),
+                                    InvertedResidual(4, 4, 2), InvertedResidual(4, 4))
+
+    def forward(self, x):
+        return self.blocks(x)
+"""
+
+
+def test_a_residual_add_under_an_if_on_a_module_setting_keeps_the_if(tmp_path):
+    path = tmp_path / "skip.py"
+    path.write_text(SKIP)
+    result = CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", "2,3,8,8",
+                                      "--no-timing", "--apply", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit(s)" in result.output, result.output
+    assert "Not applied" not in result.output, result.output
+    rewritten = path.read_text()
+    # The blocks with the skip run the kernel; the others run the lines as written.
+    assert (
+        "        # project\n"
+        "        if self.has_skip:\n"
+        "            x = cluster0(x, self.bn3.running_mean.reshape(-1, 1, 1), "
+        "self.bn3.running_var.reshape(-1, 1, 1), self.bn3.weight.reshape(-1, 1, 1), "
+        "self.bn3.bias.reshape(-1, 1, 1), shortcut)\n"
+        "            x = self.post(x)\n"
+        "        else:\n"
+        "            x = self.bn3(x)\n"
+        "        return x\n") in rewritten, rewritten
+    _same_outputs(tmp_path, path, SKIP)
+
+
+def test_an_if_on_a_value_of_the_run_is_refused_naming_the_lines_and_the_if(tmp_path):
+    # `shortcut` is a value of the call, not a module setting fixed per block.
+    path = tmp_path / "value_if.py"
+    path.write_text(SKIP.replace("        shortcut = x\n",
+                                 "        shortcut = x if self.has_skip else None\n")
+                    .replace("if self.has_skip:", "if shortcut is not None:"))
+    analysis = analyze_file(path, [InputSpec((2, 3, 8, 8))], class_name="Net")
+    (m,) = {m.reason: m for m in map_clusters(analysis)}.values()  # one reason for both calls
+    assert not m.exact
+    assert m.reason == (
+        "line 18 (`x = self.bn3(x)`) and line 20 (`x = self.drop_path(x) + shortcut`) lie in "
+        "different blocks (line 19: `if shortcut is not None:`); an edit replaces "
+        "statements of one block, or ones right above an `if` that only reads the module's "
+        "attributes (`if self.has_skip:`) and the first ones of its body"), m.reason

@@ -17,6 +17,7 @@ from ..ir.bias_split import SPLIT_BIAS
 from ..ir.graph import Node, OpKind
 from ..pipeline import Analysis
 from .callsite import site_line
+from .guard import holds
 from .parts import feeding
 from .pyexpr import BINOPS, attr_chain, module_path
 from .pysource import Scope, SourceFile
@@ -84,6 +85,10 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
         line = site_line(n.source, span.src, span.scope)
         if line is None or not span.start <= line <= span.end:
             continue
+        if span.guard is not None and n.name in fx_nodes and (
+                line > span.stmts[-1].end  # the `if` body's rest, kept as written
+                or not holds(span.guard, span.scope, analysis.module, fx_nodes[n.name])):
+            continue  # a call where the condition fails runs the lines as written (`else`)
         path = module_path(fx_nodes[n.name]) if n.name in fx_nodes else None
         text = _describe(span.src, span.scope, n, path or "", line)
         fx_node = fx_nodes.get(n.name)
