@@ -198,3 +198,54 @@ def test_an_if_on_a_value_of_the_run_is_refused_naming_the_lines_and_the_if(tmp_
         "different blocks (line 19: `if shortcut is not None:`); an edit replaces "
         "statements of one block, or ones right above an `if` that only reads the module's "
         "attributes (`if self.has_skip:`) and the first ones of its body"), m.reason
+
+
+# torchvision's SqueezeExcitation: the gate is the last call of `_scale`, the product is in
+# `forward`, so the cluster `hardsigmoid → mul` lies in two functions.
+SQUEEZE = """\
+import torch
+import torch.nn as nn
+
+
+class SqueezeExcitation(nn.Module):
+    def __init__(self, c=4, squeeze=2):
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(c, squeeze, 1)
+        self.activation = nn.ReLU()
+        self.fc2 = nn.Conv2d(squeeze, c, 1)
+        self.scale_activation = nn.Hardsigmoid()
+
+    def _scale(self, input):
+        scale = self.avgpool(input)
+        scale = self.fc1(scale)
+        scale = self.activation(scale)
+        scale = self.fc2(scale)
+        return self.scale_activation(scale)
+
+    def forward(self, input):
+        scale = self._scale(input)
+        return scale * input
+"""
+
+
+def test_a_gate_returned_by_a_helper_names_the_move_that_makes_it_applicable(tmp_path):
+    path = tmp_path / "se.py"
+    path.write_text(SQUEEZE)
+    analysis = analyze_file(path, [InputSpec((2, 4, 6, 6))], class_name="SqueezeExcitation")
+    (gate,) = [m for m in map_clusters(analysis) if m.start == 22]
+    assert gate.reason.endswith(
+        "; the cluster's part of it is only `self.scale_activation(scale)` (line 19): to "
+        "apply, `return scale` there and call `self.scale_activation` on the result of line 22 "
+        "in a statement of its own below it, so one function holds the whole cluster"), gate.reason
+    # Done as it says, the gate and the product are one edit.
+    moved = (SQUEEZE.replace("return self.scale_activation(scale)", "return scale")
+             .replace("scale = self._scale(input)\n", "scale = self._scale(input)\n"
+                      "        scale = self.scale_activation(scale)\n"))
+    path.write_text(moved)
+    result = CliRunner().invoke(cli, ["--model", f"{path}:SqueezeExcitation", "--input-shape",
+                                      "2,4,6,6", "--no-timing", "--apply", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit(s)" in result.output, result.output
+    assert "        scale = self._scale(input)\n        return cluster0(scale, input)\n" in (
+        path.read_text())
