@@ -9,14 +9,17 @@ edit computes and the rewrite does not keep.
 from __future__ import annotations
 
 import ast
+import inspect
+from pathlib import Path
 
 from ..analysis.types import Cluster
 from ..ir.bias_split import SPLIT_BIAS
 from ..ir.graph import Node, OpKind
 from ..pipeline import Analysis
 from .callsite import site_line
+from .guard import holds
 from .parts import feeding
-from .pyexpr import BINOPS, module_path
+from .pyexpr import BINOPS, attr_chain, module_path
 from .pysource import Scope, SourceFile
 from .span import PointerOnly, Span
 
@@ -82,6 +85,10 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
         line = site_line(n.source, span.src, span.scope)
         if line is None or not span.start <= line <= span.end:
             continue
+        if span.guard is not None and n.name in fx_nodes and (
+                line > span.stmts[-1].end  # the `if` body's rest, kept as written
+                or not holds(span.guard, span.scope, analysis.module, fx_nodes[n.name])):
+            continue  # a call where the condition fails runs the lines as written (`else`)
         path = module_path(fx_nodes[n.name]) if n.name in fx_nodes else None
         text = _describe(span.src, span.scope, n, path or "", line)
         fx_node = fx_nodes.get(n.name)
@@ -96,5 +103,61 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
         if (line, n.op) in ops_by_line:
             raise PointerOnly(f"line {line} (`{text}`) also runs in another call of "
                            f"`{span.scope}` that does not form this cluster")
+        inner = _library_container(analysis, span, path, line, sorted(
+            {p for m in members if m in fx_nodes and (p := module_path(fx_nodes[m]))}))
+        if inner is not None:
+            raise PointerOnly(inner)
         raise PointerOnly(f"line range also holds `{text}` (line {line}), which is not in "
                        "the cluster")
+
+
+def _spelled(call: str, rest: list[str]) -> str:
+    """`self.block` and ["0", "0"] as `self.block[0][0]`, as the user indexes a Sequential."""
+    return call + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in rest)
+
+
+def _library_container(analysis: Analysis, span: Span, path: str | None, line: int,
+                       fused: list[str]) -> str | None:
+    """Why no edit of `line` fuses the layers a container called there (`self.block(x)`, an
+    `nn.Sequential`) runs, when the stray op at module `path` is another of its layers:
+    the container's forward, which runs them all, is not code of this file. `fused`: the
+    module paths of the cluster's ops."""
+    if not path:
+        return None
+    params = span.scope.node.args.posonlyargs + span.scope.node.args.args
+    self_name = params[0].arg if span.scope.class_name and params else "self"
+    segments = path.split(".")
+    for n in ast.walk(span.scope.node):
+        if not (isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)):
+            continue
+        chain = attr_chain(n.func)
+        if len(chain) < 2 or chain[0] != self_name:
+            continue
+        size = len(chain) - 1
+        at = next((i for i in range(len(segments) - size)
+                   if segments[i:i + size] == chain[1:]), None)
+        if at is None:
+            continue
+        try:
+            container = analysis.module.get_submodule(".".join(segments[:at + size]))
+            layer = analysis.module.get_submodule(path)
+        except AttributeError:
+            return None
+        forward = type(container).forward
+        if Path(inspect.getsourcefile(forward) or "") == Path(span.src.path):
+            return None  # its forward is in this file: the cluster's own lines are there
+        call, head = ".".join(chain), ".".join(segments[:at + size]) + "."
+        mine = [f.removeprefix(head).split(".") for f in fused if f.startswith(head)]
+        if not mine:
+            return None
+        owner = mine[0][:-1]  # the module holding the cluster's first layer
+        holder = analysis.module.get_submodule(head + ".".join(owner)) if owner else container
+        return (f"line {line} calls `{span.src.segment(n)}`, a `{type(container).__name__}` "
+                f"whose forward (`{forward.__qualname__}`, not in this file) runs the "
+                f"cluster's layers ({', '.join(f'`{_spelled(call, m)}`' for m in mine[:4])}"
+                f"{', …' if len(mine) > 4 else ''}) and "
+                f"also `{_spelled(call, segments[at + size:])}` ({type(layer).__name__}), "
+                f"which the cluster does not fuse: an edit of line {line} would drop it. To "
+                f"apply, make `{_spelled(call, owner)}` (`{type(holder).__name__}`) a module of "
+                "your file whose forward calls its layers one per line")
+    return None

@@ -152,9 +152,9 @@ def _lifted(analysis: Analysis, c: Cluster, site: tuple[str, int],
     """One call whose every op `c` must compute, and the one value it hands `c`."""
     inside = set(c.nodes)
     left = [m for m in members if m not in inside and not _is_feeder(analysis.graph[m])]
-    if left:
-        raise _partly_fused(analysis, site, callee, left)
     ran = frozenset(m for m in members if m in inside)
+    if left:
+        raise _partly_fused(analysis, site, callee, left, ran)
     read = [m for m in c.nodes if m in ran and any(
         u not in ran for u in analysis.graph.users[m])]
     # A reader without a source line could be the call's own last op, unseen above.
@@ -333,10 +333,32 @@ def _call_key(chain: tuple[SourceLoc, ...], depth: int, frames: Frames,
 
 
 def _partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, str] | None,
-                 left: list[str]) -> Unliftable:
+                 left: list[str], fused: frozenset[str] = frozenset()) -> Unliftable:
     node = analysis.graph[left[0]]
     where = f" (line {node.source.line})" if node.source else ""
     name = callee[1] if callee else "the call"
     return Unliftable(f"only part of the call at line {site[1]} (`{name}`) is in the cluster: "
                       f"`{node.label}`{where} runs in another kernel or unfused, and an edit "
-                      "of the call's line would drop it", site)
+                      "of the call's line would drop it" + _return_hint(analysis, site, fused),
+                      site)
+
+
+def _return_hint(analysis: Analysis, site: tuple[str, int], fused: frozenset[str]) -> str:
+    """The fix when the callee's part of the cluster is the outer call of its `return`
+    (squeeze-excitation's `return self.scale_activation(scale)` under `scale * input`):
+    that call, made at the caller's line instead, puts the cluster in one function."""
+    locs = {(s.file, s.line, s.code) for m in fused if (s := analysis.graph[m].source)}
+    if len(locs) != 1 or len(fused) != sum(analysis.graph[m].source is not None for m in fused):
+        return ""
+    (_, line, code), = locs
+    try:
+        st = ast.parse(code).body[0]
+    except (SyntaxError, IndexError):
+        return ""
+    if not (isinstance(st, ast.Return) and isinstance(st.value, ast.Call)
+            and len(st.value.args) == 1 and not st.value.keywords):
+        return ""
+    func, arg = ast.unparse(st.value.func), ast.unparse(st.value.args[0])
+    return (f"; the cluster's part of it is only `{ast.unparse(st.value)}` (line {line}): to "
+            f"apply, `return {arg}` there and call `{func}` on the result of line {site[1]} "
+            "in a statement of its own below it, so one function holds the whole cluster")

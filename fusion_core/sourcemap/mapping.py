@@ -25,6 +25,7 @@ from ..names import kernel_name
 from ..pipeline import Analysis
 from .alone import check_alone
 from .frames import frames_of
+from .guard import guarded_text
 from .parts import around, free_inputs, parts, replace_part_results
 from .pysource import Scope, SourceFile, local_names, read_later, stored_names
 from .results import assigned_to, results, returned_tuple, said
@@ -252,6 +253,8 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
         try:
             pieces: list[_Piece] = [(group, [_unify(analysis, c, span) for c in group])]
         except PointerOnly:
+            if span.guard is not None:  # the fused call replaces whole statements only
+                raise
             part = _unify_part(analysis, span, group)
             split = _unify_parts(analysis, span, group) if part is None else None
             if part is None and split is None:
@@ -276,6 +279,7 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
     within, call, targets = texts[0]
     text = _replacement(span, call, targets) if within is None else (
         replace_part_results(span, texts))
+    text = text if span.guard is None else guarded_text(span.src, span.guard, span.start, text)
     original = "".join(span.src.lines[span.start - 1:span.end])
     names = tuple(name for name, _ in calls) if len(calls) > 1 else ()
     return [SourceMapping(c.index, EXACT, replacement=text, call=name, args=f.args,

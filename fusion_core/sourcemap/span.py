@@ -25,6 +25,7 @@ from ..ir.trace import is_library_file
 from ..pipeline import Analysis
 from .callsite import Lifted, LiftedCall, NestedCalls, Unliftable, lift
 from .frames import Frames
+from .guard import Guard, blocks_reason, guarded_run
 from .pysource import Scope, SourceFile, Statement
 
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
@@ -42,6 +43,8 @@ class Span:
     # The caller's line spelling nested calls of this function, when the cluster's ops all
     # lie in it (`callsite.NestedCalls`): the reason if the lines turn out to run twice.
     nested: NestedCalls | None = None
+    # The `if` on a module setting the run ends in (guard.py): the range runs to its end.
+    guard: Guard | None = None
 
     @property
     def start(self) -> int:
@@ -49,7 +52,7 @@ class Span:
 
     @property
     def end(self) -> int:
-        return self.stmts[-1].end
+        return self.guard.end if self.guard is not None else self.stmts[-1].end
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -154,22 +157,26 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
     if bad:
         raise PointerOnly(f"line {bad[0]} is not a simple statement", **where)
     bodies = {id(st.body) for st in stmts.values()}
+    guard = None
     if len(bodies) > 1:
-        raise PointerOnly("the lines lie in different blocks (e.g. inside and outside a loop)",
-                       **where)
-    body = next(iter(stmts.values())).body
-    lo = min(st.index for st in stmts.values())
-    hi = max(st.index for st in stmts.values())
-    run = tuple(Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
-                for i, st in enumerate(body) if lo <= i <= hi)
-    span = Span(src, scope, run, lifted.calls, lifted.nested)
+        guarded = guarded_run(src, scope, list(stmts.values()))
+        if guarded is None:
+            raise PointerOnly(blocks_reason(src, scope, list(stmts.values())), **where)
+        run, guard, body, lo, hi = guarded
+    else:
+        body = next(iter(stmts.values())).body
+        lo = min(st.index for st in stmts.values())
+        hi = max(st.index for st in stmts.values())
+        run = tuple(Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
+                    for i, st in enumerate(body) if lo <= i <= hi)
+    span = Span(src, scope, run, lifted.calls, lifted.nested, guard)
     where = dict(file=src.path, start=span.start, end=span.end)
     for i, line in ((lo - 1, span.start), (hi + 1, span.end)):
         if 0 <= i < len(body) and body[i].lineno <= line <= (body[i].end_lineno or 0):
             raise PointerOnly(f"line {line} also holds `{src.segment(body[i])}`", **where)
     # The range must own its lines: nothing before it (`def f(x): return ...`, `if c: ...`)
     # and nothing but a comment after it.
-    first, last = run[0].node, run[-1].node
+    first, last = run[0].node, guard.node if guard is not None else run[-1].node
     before = src.line_text(span.start)[:first.col_offset]
     after = src.line_text(span.end)[last.end_col_offset or 0:].strip()
     if before.strip() or (after and not after.startswith("#")):

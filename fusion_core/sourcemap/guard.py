@@ -1,0 +1,165 @@
+"""A cluster that ends inside an `if` on a module setting: the residual add of a block built
+with or without its skip (`x = self.bn3(x)` then `if self.has_skip: x = x + shortcut`).
+
+Reads the statements holding a cluster's lines (``pysource.Statement``) and, for the
+instances of the module, the condition's value; writes a ``Guard``: the `if` the run ends in
+and how many of its body's first statements the cluster covers. The edit keeps the choice:
+
+    if self.has_skip:              # the calls that formed the cluster run the kernel
+        x = cluster5(x, shortcut)
+    else:                          # the others run the lines as written
+        x = self.bn3(x)
+
+It is only offered when the condition reads nothing but the module's attributes and
+constants (its value is fixed per instance, and reading it first changes nothing) and the
+statements before the `if` are the run's first ones, right above it.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .pysource import Scope, SourceFile, Statement
+
+_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Is: operator.is_, ast.IsNot: operator.is_not, ast.Eq: operator.eq,
+    ast.NotEq: operator.ne, ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Lt: operator.lt,
+    ast.LtE: operator.le}
+
+
+class _Unsettled(Exception):
+    """The condition reads something other than the module's attributes and constants."""
+
+
+@dataclass(frozen=True)
+class Guard:
+    node: ast.If
+    taken: int  # the body's first statements the cluster covers
+
+    @property
+    def end(self) -> int:
+        return self.node.end_lineno or self.node.lineno
+
+
+def _self_name(scope: Scope) -> str | None:
+    params = scope.node.args.posonlyargs + scope.node.args.args
+    return params[0].arg if scope.class_name and params else None
+
+
+def _value(expr: ast.expr, self_name: str, module: torch.nn.Module | None) -> Any:
+    """`expr` evaluated with `self` the module; `_Unsettled` past attributes and constants
+    (with no module, only the form is checked)."""
+    if isinstance(expr, ast.Constant):
+        return expr.value
+    if isinstance(expr, ast.Name) and expr.id == self_name:
+        return module
+    if isinstance(expr, ast.Attribute) and expr.attr != "training":  # train() changes it
+        base = _value(expr.value, self_name, module)
+        return None if module is None else getattr(base, expr.attr)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        return not _value(expr.operand, self_name, module)
+    if isinstance(expr, ast.BoolOp):
+        values = [bool(_value(v, self_name, module)) for v in expr.values]
+        return all(values) if isinstance(expr.op, ast.And) else any(values)
+    if (isinstance(expr, ast.Compare) and len(expr.ops) == 1
+            and type(expr.ops[0]) in _COMPARE):
+        left = _value(expr.left, self_name, module)
+        right = _value(expr.comparators[0], self_name, module)
+        return None if module is None else _COMPARE[type(expr.ops[0])](left, right)
+    raise _Unsettled
+
+
+def guarded_run(src: SourceFile, scope: Scope, stmts: list[Statement]
+                ) -> tuple[tuple[Statement, ...], Guard, list[ast.stmt], int, int] | None:
+    """The run (statements before the `if`, then the first ones of its body), its guard,
+    and the outer body with the run's first index and the `if`'s; None when `stmts` do not
+    lie so (the caller's refusal stands)."""
+    self_name = _self_name(scope)
+    bodies = {id(s.body): s.body for s in stmts}
+    if self_name is None or len(bodies) != 2:
+        return None
+    a, b = bodies.values()
+    for body, inner in ((a, b), (b, a)):
+        g = next((st for st in body if isinstance(st, ast.If) and st.body is inner), None)
+        if g is not None:
+            break
+    else:
+        return None
+    if g.orelse or g.body[0].lineno == g.lineno:  # `if c: x = ...` on one line
+        return None
+    outer = [s for s in stmts if s.body is body]
+    inside = [s for s in stmts if s.body is inner]
+    try:
+        _value(g.test, self_name, None)
+    except _Unsettled:
+        return None
+    at = body.index(g)
+    lo, hi = min(s.index for s in outer), max(s.index for s in outer)
+    taken = max(s.index for s in inside) + 1
+    if hi != at - 1 or min(s.index for s in inside) != 0:
+        return None
+    run = [Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
+           for i, st in enumerate(body) if lo <= i < at]
+    run += [Statement(st, g.body, i, st.lineno, st.end_lineno or st.lineno)
+            for i, st in enumerate(g.body[:taken])]
+    if any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+           and n.lineno != n.end_lineno for s in run[:at - lo] for n in ast.walk(s.node)):
+        return None  # the else branch re-indents these lines: a multi-line string would change
+    return tuple(run), Guard(g, taken), body, lo, at
+
+
+def holds(guard: Guard, scope: Scope, model: torch.nn.Module, node: fx.Node) -> bool:
+    """Whether the condition held in the instance of the scope's class `node` ran in
+    (True when that cannot be told: the node then counts as running the guarded lines)."""
+    self_name = _self_name(scope)
+    stack = node.meta.get("nn_module_stack") or {}
+    paths = [p for p, cls in stack.values()
+             if getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == scope.class_name]
+    if not paths or self_name is None:
+        return True
+    try:
+        return bool(_value(guard.node.test, self_name, model.get_submodule(paths[-1])))
+    except Exception:  # noqa: BLE001 - an attribute the condition reads fails: count it run
+        return True
+
+
+def guarded_text(src: SourceFile, guard: Guard, start: int, edit: str) -> str:
+    """The lines replacing `start` to the `if`'s end: the `if` runs `edit` (the fused call,
+    indented as the run's first line) and the body's kept rest, `else` the lines as written."""
+    g = guard.node
+    line = src.line_text(g.lineno)
+    indent = line[:len(line) - len(line.lstrip())]
+    unit = " " * (g.body[0].col_offset - g.col_offset)
+
+    def deeper(text: str) -> list[str]:
+        return [unit + t if t.strip() else t for t in text.splitlines()]
+
+    kept = [src.line_text(n) for n in range(g.body[guard.taken].lineno, guard.end + 1)] \
+        if guard.taken < len(g.body) else []
+    written = "".join(src.lines[start - 1:g.lineno - 1])
+    return "\n".join([f"{indent}if {src.segment(g.test)}:", *deeper(edit), *kept,
+                      f"{indent}else:", *deeper(written)])
+
+
+def blocks_reason(src: SourceFile, scope: Scope, stmts: list[Statement]) -> str:
+    """Why statements of two blocks make no edit: the lines, the block's header, and the one
+    form of it an edit takes."""
+    ordered = sorted(stmts, key=lambda s: s.start)
+    a = ordered[0]
+    b = next(s for s in ordered if s.body is not a.body)
+    inner = b if b.node.col_offset > a.node.col_offset else a
+    header = next((st for st in ast.walk(scope.node) if isinstance(st, ast.stmt) and any(
+        getattr(st, k, None) is inner.body for k in ("body", "orelse", "finalbody"))), None)
+    where = "" if header is None else (
+        f" (line {header.lineno}: `{src.line_text(header.lineno).strip()}`)")
+    return (f"line {a.start} (`{src.line_text(a.start).strip()}`) and line {b.start} "
+            f"(`{src.line_text(b.start).strip()}`) lie in different blocks{where}; an edit "
+            "replaces statements of one block, or ones right above an `if` that only reads "
+            "the module's attributes (`if self.has_skip:`) and the first ones of its body")
