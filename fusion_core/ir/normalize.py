@@ -11,6 +11,7 @@ overloads resolve through the same registry.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from .graph import (
     TensorMeta,
 )
 from .registry import bind, lookup, training_spec
+from .spelling import aten_call, return_loc
 from .trace import is_user_frame
 from .view_recognition import describe
 from .views import INDEX_STEPS
@@ -122,7 +124,7 @@ def _library_op(t: Any) -> str | None:
     return qualified if overload == "default" else f"{qualified}.{overload}"
 
 
-def _target_name(n: fx.Node) -> str:
+def _target_name(n: fx.Node, source: SourceLoc | None) -> str:
     if n.op == "call_module":
         return f"self.{n.target}"
     if n.op == "call_method":
@@ -130,6 +132,11 @@ def _target_name(n: fx.Node) -> str:
     t = n.target
     if (library := _library_op(t)) is not None:
         return library
+    if isinstance(t, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        # An exported aten op: its `__name__` (`cat.default`) is torch's overload, not
+        # the call the user wrote on that line (`torch.cat`).
+        packet = getattr(t, "_overloadpacket", t).__name__
+        return aten_call(packet, source.code if source else "")
     mod = getattr(t, "__module__", "") or ""
     name = getattr(t, "__name__", str(t))
     prefix = {"torch.nn.functional": "F.", "torch._C._nn": "F.", "_operator": "operator.",
@@ -148,7 +155,7 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     val = n.meta.get("val")
     meta = _meta(val)
     source = parse_stack_trace(n.meta.get("stack_trace"))
-    common = dict(name=n.name, meta=meta, source=source, target=_target_name(n),
+    common = dict(name=n.name, meta=meta, source=source, target=_target_name(n, source),
                   copy_of=n.meta.get("fusion_copy_of", ""),
                   module=module_path(n.meta.get("nn_module_stack")))
     if n.op == "placeholder":
@@ -260,4 +267,7 @@ def to_fusion_graph(gm: fx.GraphModule, name: str, frontend: str = "fx") -> Fusi
     """Convert every node of a shape-propagated GraphModule, in graph order."""
     module_types = {qual: type(mod).__name__ for qual, mod in gm.named_modules()}
     nodes = tuple(_convert(n, module_types) for n in gm.graph.nodes)
+    # FX records no frame for the output: name it by the `return` that hands the results back.
+    nodes = tuple(replace(n, source=return_loc(nodes, n.refs))
+                  if n.kind is OpKind.OUTPUT and n.source is None else n for n in nodes)
     return FusionGraph(name=name, nodes=nodes, frontend=frontend)
