@@ -16,7 +16,7 @@ from dataclasses import replace
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import axes_said, node_reduced_dims
 from ..ir.registry import SPECS
-from ..ir.spelling import said, said_all
+from ..ir.spelling import return_loc, said, said_all
 from .group import (
     READ_IT_EARLIER,
     check_convexity,
@@ -78,7 +78,8 @@ def _also(g: FusionGraph, outside: Collection[str]) -> str:
     """What else reads a group value: ops outside the group, the model's `return`, or both
     (the graph's `output` node is no op the user wrote)."""
     ops = [u for u in outside if g[u].kind is not OpKind.OUTPUT]
-    ret = next((g[u].source for u in outside if g[u].kind is OpKind.OUTPUT), None)
+    ret = next((return_loc(g, g[u].refs) for u in outside if g[u].kind is OpKind.OUTPUT),
+               None)
     returned = "one of the model's results" + (f", returned at line {ret.line}" if ret else "")
     if len(ops) == len(outside):
         return f"is also used by {said_all(g, ops)} outside the group"

@@ -11,7 +11,6 @@ overloads resolve through the same registry.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -29,7 +28,7 @@ from .graph import (
     TensorMeta,
 )
 from .registry import bind, lookup, training_spec
-from .spelling import aten_call, return_loc
+from .spelling import aten_call
 from .trace import is_user_frame
 from .view_recognition import describe
 from .views import INDEX_STEPS
@@ -267,7 +266,4 @@ def to_fusion_graph(gm: fx.GraphModule, name: str, frontend: str = "fx") -> Fusi
     """Convert every node of a shape-propagated GraphModule, in graph order."""
     module_types = {qual: type(mod).__name__ for qual, mod in gm.named_modules()}
     nodes = tuple(_convert(n, module_types) for n in gm.graph.nodes)
-    # FX records no frame for the output: name it by the `return` that hands the results back.
-    nodes = tuple(replace(n, source=return_loc(nodes, n.refs))
-                  if n.kind is OpKind.OUTPUT and n.source is None else n for n in nodes)
     return FusionGraph(name=name, nodes=nodes, frontend=frontend)

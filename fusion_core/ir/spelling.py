@@ -4,12 +4,13 @@ The graph's node names (`add_6`, `getitem_3`, `output`) and torch.export's overl
 (`cat.default`) are words the user never wrote. ``said`` names a value by its op and line
 (`add` (line 61), `torch.cat` (line 40)); ``aten_call`` finds the call an exported aten op
 came from on its source line; ``return_loc`` finds the `return` that hands back the model's
-results, so the output node can be named by that line.
+results, so the output node (FX records no frame for it) is named by that line.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import linecache
 import re
 from collections.abc import Iterable
@@ -35,7 +36,8 @@ def said(g: FusionGraph, name: str) -> str:
     node = g[name]
     src = node.source
     if node.kind is OpKind.OUTPUT:
-        return "the model's result" + (f", returned at line {src.line}" if src else "")
+        ret = return_loc(g, node.refs)
+        return "the model's result" + (f", returned at line {ret.line}" if ret else "")
     if node.op == "meta" and src is not None:
         return f"a shape, size or dtype read at line {src.line} (`{src.code}`)"
     if node.kind in (OpKind.INPUT, OpKind.CONSTANT):
@@ -57,27 +59,22 @@ def aten_call(packet: str, code: str) -> str:
         if not prefix:
             return packet  # `from torch import cat`
         if prefix.split(".")[0] in _MODULE_HEADS:
-            return prefix + packet
+            # torch.nn.functional as FX's targets spell it, so both frontends say `F.gelu`
+            return re.sub(r"^(torch\.)?(nn\.)?functional\.", "F.", prefix) + packet
         return f".{packet}()"
     return packet
 
 
-def return_loc(g_nodes: Iterable[Node], results: Iterable[str]) -> SourceLoc | None:
+def return_loc(g: FusionGraph, results: Iterable[str]) -> SourceLoc | None:
     """The `return` of the model's forward that hands back `results` (node names): the
     first one after the lines that computed them, in the function their outermost frame
     ran in. None where no result has a line (the model returns its input)."""
-    by_name = {n.name: n for n in g_nodes}
-    frames = [by_name[r].source.chain[0] for r in results
-              if r in by_name and by_name[r].source is not None]
+    frames = [s.chain[0] for r in results if (s := g[r].source) is not None]
     if not frames:
         return None
     top = max(frames, key=lambda f: f.line)
-    text = "".join(linecache.getlines(top.file))
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-    for fn in ast.walk(tree):
+    tree = _tree(top.file)
+    for fn in ast.walk(tree) if tree is not None else ():
         if (isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == top.function
                 and fn.lineno <= top.line <= (fn.end_lineno or fn.lineno)):
             rets = sorted((r for r in _own_returns(fn) if r.lineno >= top.line),
@@ -87,6 +84,14 @@ def return_loc(g_nodes: Iterable[Node], results: Iterable[str]) -> SourceLoc | N
                 code = linecache.getline(top.file, line).strip()
                 return SourceLoc(top.file, line, top.function, code)
     return None
+
+
+@functools.lru_cache(maxsize=16)
+def _tree(file: str) -> ast.Module | None:
+    try:
+        return ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return None
 
 
 def _own_returns(fn: ast.AST) -> Iterable[ast.Return]:
