@@ -261,8 +261,8 @@ def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
         dims = node_reduced_dims(node, len(src.shape)) if src is not None else None
         if not dims:
             return Failure("reduction", (name,),
-                           f"{said(g, name)} ({axes_said(dict(node.params))}) names no dims "
-                           "the kernel can reduce")
+                           f"{said(g, name)} names no dims the kernel can reduce "
+                           f"({axes_said(dict(node.params))})")
         found[name] = dims
     differ = [n for n in reds[1:] if found[n] != found[reds[0]]]
     if differ:
