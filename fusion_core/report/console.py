@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.barriers import find_barriers
+from ..ir.spelling import said
 from ..pipeline import Analysis
 from .units import fmt_bytes, short_path
 
@@ -63,10 +64,8 @@ def recompute_lines(analysis: Analysis) -> list[str]:
     out = []
     for c in analysis.clusters:
         for name in c.recomputes:
-            where = f" (line {g[name].source.line})" if g[name].source else ""
             by = f"; cluster {owner[name]} does not store it" if name in owner else ""
-            label = g[name].op_label if where else g[name].label
-            out.append(f"Cluster {c.index} recomputes `{label}`{where} from its "
+            out.append(f"Cluster {c.index} recomputes {said(g, name)} from its "
                        f"inputs rather than reading it back{by}.")
         if c.recomputes and c.traffic.saved_bytes < 0:
             # The eager op and the write it no longer needs belong to the cluster that
