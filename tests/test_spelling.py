@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from fusion_core.analysis.barriers import find_barriers
+from fusion_core.errors import InputSpecError
 from fusion_core.ir.graph import FusionGraph, OpKind
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.ir.spelling import aten_call, spelled_op
@@ -70,6 +71,16 @@ SOURCE = textwrap.dedent('''\
             h = torch.where(x > 0, x, x * 0.1)
             h = h.masked_fill(~self.mask[:h.shape[-1], :h.shape[-1]], float("-inf"))
             return torch.softmax(h, dim=-1) * 2.0
+
+
+    class BadSecondAdd(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("w", torch.ones(5))
+
+        def forward(self, x):
+            a = x + 1.0
+            return a + self.w
 ''')
 
 
@@ -178,3 +189,11 @@ def test_json_lists_the_shape_reads_a_cluster_answers(model_file):
     assert reads and {r["line"] for r in reads} == {line_of("h.shape[-1]")}
     assert all("h.shape[-1]" in r["code"] and r["of"] in c["nodes"] for r in reads)
     assert all(set(r["sources"]) <= set(c["inputs"]) and r["sources"] for r in reads)
+
+
+def test_an_input_the_model_rejects_is_blamed_on_the_call_not_its_node(model_file):
+    # Was: "the example input does not fit the model: `add_1` at models.py:52 rejected it".
+    with pytest.raises(InputSpecError) as e:
+        analysed(model_file, "BadSecondAdd", "fx")
+    assert f"`add` at {model_file}:{line_of('return a + self.w')} rejected it" in str(e.value)
+    assert "add_1" not in str(e.value)
