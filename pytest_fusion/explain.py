@@ -81,8 +81,8 @@ class Explainer:
     def why(self, nodes: set[str]) -> str:
         """`: <what separates the ops>` for the current `nodes` ("" when nothing is known)."""
         found, r = self.barrier(nodes), self.rejection(nodes)
-        # A rejection about the barrier op itself (`.relu_()` mutates …) says it all; one
-        # whose path merely runs through it (convexity) is clearer as "now sits between".
+        # A rejection about the barrier itself (`.mul_()` (line 10) mutates …) says it all;
+        # one whose path merely passes through it (convexity) does not say where it sits.
         if found and not (r and r.reason.startswith(f"`{found[0].target}`")):
             text = found[1]
             return f": {text} (rejected as {r.check}: {head(r.reason)})" if r else f": {text}"

@@ -324,7 +324,7 @@ class MaskedMean(nn.Module):
 
 
 @pytest.mark.parametrize("model, code, what", [
-    (DebugPrint, "print(y.max().item())", "`item` reads a tensor's value"),
+    (DebugPrint, "print(y.max().item())", "`.item()` reads a tensor's value"),
     (MaskedMean, "kept = y[y > 0.5]", "`getitem` makes a shape out of a tensor's values"),
 ])
 def test_auto_falls_back_to_export_when_fx_cannot_propagate_shapes(model, code, what):

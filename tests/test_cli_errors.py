@@ -191,7 +191,7 @@ def test_a_debug_print_of_a_value_is_captured_through_export(files):
     result = invoke("--model", files["debug_item.py"], "--input-shape", "4,8")
     assert result.exit_code == 0, result.output
     assert (f"FX could not capture it, so torch.export was used: {files['debug_item.py']}:6 "
-            "(`print(y.max().item())`): `item` reads a tensor's value") in result.stdout
+            "(`print(y.max().item())`): `.item()` reads a tensor's value") in result.stdout
     # The model's own print still prints (what FX traces: `Proxy(item)`); the error is one line.
     line = assert_one_line(
         invoke("--model", files["debug_item.py"], "--input-shape", "4,8", "--capture", "fx"),

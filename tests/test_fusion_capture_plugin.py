@@ -208,7 +208,7 @@ def test_fallback_noted(fusion_advisor):
     r = fusion_advisor.analyze(blocks.Transformer(), (2, 8, 32))
     assert r.frontend == "export"
     why = r.analysis.capture_fallback
-    assert "blocks.py:{PRINT_LINE} (`print(att.max().item())`): `item` reads a tensor's " \\
+    assert "blocks.py:{PRINT_LINE} (`print(att.max().item())`): `.item()` reads a tensor's " \\
         "value" in why, why
 """
 
@@ -230,8 +230,8 @@ def test_a_debug_print_in_forward_is_captured_through_export(blocks_proj):
     r.assert_outcomes(passed=4)
     out = r.stdout.str()
     # Both transformer tests compare with their FX baselines and say how this was captured.
-    said = ("    captured through export (blocks.py:47 (`print(att.max().item())`): `item` reads a "
-            "tensor's value")
+    said = ("    captured through export (blocks.py:47 (`print(att.max().item())`): `.item()` "
+            "reads a tensor's value")
     assert out.count(said) == 2, out
     assert "fusion analysis failed" not in out and "does not fit the model" not in out
     assert not any(flag in out for flag in CLI_FLAGS)

@@ -58,14 +58,14 @@ def test_create_then_pass_without_rewriting(proj):
 
 REGRESSIONS = {
     "inplace": "`mul → relu → add` at model.py:10-12 shrank to `relu → add`, without `mul_`: "
-               "aliasing, `.mul_()` mutates its input in place",
+               "aliasing, `.mul_()` (line 10) mutates its input in place",
     "split": "`mul → relu → add` at model.py:10-12 split into `mul → relu` (model.py:10-11) + "
              "`add → tanh` (model.py:12): `self.lin` (Linear) at model.py:12 now sits between "
              "`relu` and `add`: fusion-advisor cannot fuse through it",
     "dag": "`mul → relu → add` at model.py:10-12 changed category: elementwise-chain → "
            "elementwise-dag",
     "newrej": "new rejection at model.py:13-14: reduction on `sigmoid → mul → softmax`, "
-              "`softmax` (dim=None) names no dims the kernel can reduce",
+              "`softmax` (line 14) names no dims the kernel can reduce (dim=None)",
 }
 
 
@@ -315,7 +315,8 @@ def test_fixture_helpers_and_their_failure_messages(proj):
         "E*cluster `mul → relu → add` (elementwise-chain) at model.py:10-12"])
     r.stdout.fnmatch_lines([
         "E*AssertionError: expected no `aliasing` rejection, found 1:",
-        "E*aliasing on `mul_ → relu → add` at model2.py:10-12: `.mul_()` mutates its input*"])
+        "E*aliasing on `mul_ → relu → add` at model2.py:10-12: `.mul_()` (line 10) mutates "
+        "its input*"])
     r.stdout.fnmatch_lines(["E*fusion saves * B (* B), expected at least 4.0 KB (4096 B)"])
     r.stdout.fnmatch_lines(["fusion analysis failed: the example input does not fit the model*"])
     assert list(baselines(proj.path)) == ["test_net.py::test_helpers_pass"]

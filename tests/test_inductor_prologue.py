@@ -64,8 +64,7 @@ def test_the_activation_after_a_linear_is_its_epilogue(analysis):
 
 def test_the_ops_feeding_attention_are_its_prologue_not_an_epilogue(analysis):
     reason = miss_reason(analysis, PROLOGUE_KERNEL)
-    call = "F.scaled_dot_product_attention" if analysis.graph.frontend == "fx" else (
-        "scaled_dot_product_attention.default")
+    call = "F.scaled_dot_product_attention"  # as FX spells it, never `….default`
     assert reason.startswith(f"{PROLOGUE}`{call}` (line {ATTN}) into one kernel; ")
     # Neither the attention call they feed nor the views before them separate them: the q
     # and k chains are two clusters of ours, which Inductor computes in one kernel.
@@ -94,7 +93,7 @@ def test_an_opaque_op_between_the_kernels_ops_is_named(analysis):
     # The GELU reads fc's result, but the kernel computes nothing on fc's behalf: the reason
     # comes from our graph, where the cumprod lies between the GELU and the exp.
     reason = miss_reason(analysis, _kernel(("view", FC, "fc"), ("gelu", FC), ("exp", SCAN)))
-    call = "torch.cumprod" if analysis.graph.frontend == "fx" else "cumprod.default"
+    call = "torch.cumprod"  # the call on the line, under either frontend
     assert reason == f"an opaque op `{call}` (line {SCAN}) separates the ops in our graph"
 
 

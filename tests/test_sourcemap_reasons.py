@@ -115,7 +115,8 @@ def test_results_returned_in_another_order_name_the_return(tmp_path):
     assert m.reason == (f"line {line} returns `torch.tanh(h).sum(-1), m`, which is not the "
                         f"kernel's two results in its order (`amax` (line {line - 1}), then "
                         f"`sum` (line {line})): `torch.tanh(h).sum(...)` at line {line} is not "
-                        f"the graph's `{c.outputs[0]}`")
+                        f"`amax` (line {line - 1})")
+    assert c.outputs[0] == "amax"  # node and op agree here; the reason names the op
 
 
 def test_nested_calls_of_a_helper_alone_on_a_line_say_so(tmp_path):

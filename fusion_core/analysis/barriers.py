@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..ir.graph import FusionGraph, OpKind
+from ..ir.spelling import said
 from .detect import line_span
 from .types import Cluster, LineSpan
 
@@ -39,8 +40,8 @@ class Barrier:
     def describe(self, graph: FusionGraph, path: Callable[[str], str] = str) -> str:
         """`torch.roll` at f.py:10 sits between `silu` and `mul`: …; `path` shortens files."""
         where = f" at {path(self.lines.file)}:{str(self.lines)[1:]}" if self.lines else ""
-        ops = [" / ".join(f"`{graph[n].op}`" for n in side) for side in (self.before,
-                                                                          self.after)]
+        ops = [" / ".join(dict.fromkeys(said(graph, n) for n in side))
+               for side in (self.before, self.after)]
         why = ("it writes its input in place" if self.inplace
                else "fusion-advisor cannot fuse through it")
         return f"`{self.target or self.op}`{where} sits between {ops[0]} and {ops[1]}: {why}"

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 
 from ..ir.graph import FusionGraph, OpKind
+from ..ir.spelling import said_all
 from .group import (
     MIN_OPS,
     components,
@@ -106,7 +107,7 @@ def _cut_rejection(g: FusionGraph, component: tuple[str, ...], lone: tuple[str, 
     return Rejection(
         check="reduction", nodes=component, ops=tuple(g[n].op for n in component),
         culprits=lone, lines=line_span(g, component),
-        reason=f"{len(reds)} reductions ({', '.join(g[n].mention for n in reds)}) over "
+        reason=f"{len(reds)} reductions ({said_all(g, reds)}) over "
                "different rows (or one reached from another through ops outside); a "
                "row-per-program kernel reduces one set of rows, so the group was cut into one "
                "region per kernel and these were left alone")

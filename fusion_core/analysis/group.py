@@ -15,6 +15,7 @@ from ..ir.graph import FusionGraph, OpKind, Ref
 from ..ir.iteration import anchor
 from ..ir.reductions import node_reduced_dims
 from ..ir.registry import SPECS
+from ..ir.spelling import said
 from .types import Failure, ShapeRead
 
 MIN_OPS = 2  # a group needs two compute ops that move data to save anything
@@ -141,7 +142,7 @@ def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
         r = next(r for r in g[name].refs if r in reach)
     src, first = plain[r] if r in plain else reach[r]
     return Failure("convexity", (name,),
-                   f"path {g[src].mention} → {g[r].mention} → {g[name].mention} leaves the "
+                   f"path {said(g, src)} → {said(g, r)} → {said(g, name)} leaves the "
                    "group and re-enters" + _through_a_property(g, src, first))
 
 
@@ -172,9 +173,8 @@ def _through_a_property(g: FusionGraph, src: str, first: str) -> str:
     if node.op != "meta":
         return ""
     at = f" at line {node.source.line} (`{node.source.code}`)" if node.source else ""
-    made = g[src].source
-    of = f"`{g[src].label}`'s result" + (f" (line {made.line})" if made else "")
-    return f"; it leaves through a shape, size or dtype read of {of}{at}{READ_IT_EARLIER}"
+    return (f"; it leaves through a shape, size or dtype read of the result of "
+            f"{said(g, src)}{at}{READ_IT_EARLIER}")
 
 
 # Verified on a mask sliced to `h.shape[-1]` (tests/test_legality.py): with the size read

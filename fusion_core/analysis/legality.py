@@ -16,6 +16,7 @@ from dataclasses import replace
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import axes_said, node_reduced_dims
 from ..ir.registry import SPECS
+from ..ir.spelling import return_loc, said, said_all
 from .group import (
     READ_IT_EARLIER,
     check_convexity,
@@ -33,31 +34,6 @@ from .mutation import check_mutation
 from .types import Failure
 
 Check = Callable[[FusionGraph, Collection[str]], "Failure | None"]
-
-
-def _names(g: FusionGraph, names: Collection[str]) -> str:
-    return ", ".join(g[n].mention for n in names)
-
-
-def _users(g: FusionGraph, names: Collection[str]) -> str:
-    """Outside users as the user wrote them: a module call by its path, a shape read by its
-    line (it reads no data, yet the value must exist for it), other ops by op and line
-    rather than the graph's node names (`add_6`)."""
-    out = []
-    for n in names:
-        node = g[n]
-        if node.op == "meta" and node.source is not None:
-            out.append(f"a shape, size or dtype read at line {node.source.line} "
-                       f"(`{node.source.code}`)")
-        else:  # views too: `unsqueeze` (line 18), not `unsqueeze_2`
-            out.append(node.mention)
-    return ", ".join(dict.fromkeys(out))  # `h.shape[-1]` twice on a line: one phrase
-
-
-def _value(g: FusionGraph, name: str) -> str:
-    """A group value as the user wrote it: `gelu` (line 17), not the graph's `gelu_1`, and
-    with its line, since a group may hold the same op twice."""
-    return g[name].mention
 
 
 def check_fan_out(g: FusionGraph, group: Collection[str]) -> Failure | None:
@@ -78,15 +54,13 @@ def _single_output_failure(g: FusionGraph, group: Collection[str]) -> Failure | 
         n = inner[0]
         outside = outside_users(g, group, n)
         hint = READ_IT_EARLIER if any(g[u].op == "meta" for u in outside) else ""
-        return Failure("fan-out", tuple(inner),
-                       f"{_value(g, n)} is also used by {_users(g, outside)} outside the "
-                       f"group{hint}")
+        return Failure("fan-out", tuple(inner), f"{said(g, n)} {_also(g, outside)}{hint}")
     if len(out) > 1:
         forks = _forks(g, group, out)
         if forks:
             return Failure("fan-out", forks,
-                           f"the group has {len(out)} results ({_names(g, out)}); one kernel "
-                           f"writes one, and {_names(g, forks[-1:])} feeds more than one of "
+                           f"the group has {len(out)} results ({said_all(g, out)}); one kernel "
+                           f"writes one, and {said_all(g, forks[-1:])} feeds more than one of "
                            "them")
         # No node inside forks: sibling reductions of one outside value; the split computes
         # each alone.
@@ -94,10 +68,24 @@ def _single_output_failure(g: FusionGraph, group: Collection[str]) -> Failure | 
         later = tuple(n for s in siblings for n in s[1:])
         shared = g[siblings[0][0]].refs[0] if siblings else ""
         return Failure("fan-out", later,
-                       f"the group has {len(out)} results ({_names(g, out)}); one kernel "
-                       f"writes one, and {_names(g, [s for ss in siblings for s in ss])} "
-                       f"reduce the same `{g[shared].label if shared else '?'}` side by side")
+                       f"the group has {len(out)} results ({said_all(g, out)}); one kernel "
+                       f"writes one, and {said_all(g, [s for ss in siblings for s in ss])} "
+                       f"reduce the same {said(g, shared) if shared else '`?`'} side by side")
     return None
+
+
+def _also(g: FusionGraph, outside: Collection[str]) -> str:
+    """What else reads a group value: ops outside the group, the model's `return`, or both
+    (the graph's `output` node is no op the user wrote)."""
+    ops = [u for u in outside if g[u].kind is not OpKind.OUTPUT]
+    ret = next((return_loc(g, g[u].refs) for u in outside if g[u].kind is OpKind.OUTPUT),
+               None)
+    returned = "one of the model's results" + (f", returned at line {ret.line}" if ret else "")
+    if len(ops) == len(outside):
+        return f"is also used by {said_all(g, ops)} outside the group"
+    if not ops:
+        return f"is also {returned}"
+    return f"is also used by {said_all(g, ops)} outside the group, and is {returned}"
 
 
 _MANY = object()
@@ -188,12 +176,12 @@ def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
                 return Failure("shapes", (name,), python_value_read(g, name, r))
             if not _fits(meta.shape, domain, per_row):
                 return Failure("shapes", (name,),
-                               f"{node.mention} reads {g[r].mention} of shape "
+                               f"{said(g, name)} reads {said(g, r)} of shape "
                                f"{tuple(meta.shape)}, which does not broadcast to the "
                                f"group's {tuple(domain)}")
         if node.meta is not None and not _fits(node.meta.shape, domain, per_row):
             return Failure("shapes", (name,),
-                           f"{node.mention} produces shape {tuple(node.meta.shape)}, which "
+                           f"{said(g, name)} produces shape {tuple(node.meta.shape)}, which "
                            f"does not broadcast to the group's {tuple(domain)}")
     return _cross_row_broadcast(g, group, domain)
 
@@ -222,7 +210,7 @@ def _cross_row_broadcast(g: FusionGraph, group: Collection[str],
             meta = g[r].meta
             if r in per_row and meta is not None and numel(meta.shape) != 1:
                 return Failure("shapes", (name,),
-                               f"{node.mention} broadcasts {g[r].mention} of shape "
+                               f"{said(g, name)} broadcasts {said(g, r)} of shape "
                                f"{tuple(meta.shape)}, reduced without keepdim, against the "
                                f"group's {tuple(domain)}: it lines up with the last axis, not "
                                "the rows (keepdim=True keeps the reduced axis)")
@@ -235,9 +223,8 @@ def check_aliasing(g: FusionGraph, group: Collection[str]) -> Failure | None:
     are ``check_mutation``'s."""
     bad = [n for n in ordered(g, group) if g[n].kind is OpKind.INPLACE]
     if bad:
-        n = g[bad[0]]
         return Failure("aliasing", tuple(bad),
-                       f"`{n.target or n.op}` mutates its input in place; the graph records "
+                       f"{said(g, bad[0])} mutates its input in place; the graph records "
                        "dataflow, not memory order, so the kernel could read stale data")
     for name in escaping(g, group):
         root = name
@@ -246,8 +233,8 @@ def check_aliasing(g: FusionGraph, group: Collection[str]) -> Failure | None:
         if g[root].kind is OpKind.VIEW:  # a view of an input escapes: eager's shares memory
             chain = [n for n in ordered(g, group) if _views_of(g, n, root)]
             return Failure("aliasing", tuple(chain),
-                           f"`{g[name].label}` is a view of the group's input "
-                           f"`{g[g[root].refs[0]].label}` read outside the group; eager's "
+                           f"{said(g, name)} is a view of the group's input "
+                           f"{said(g, g[root].refs[0])} read outside the group; eager's "
                            "result shares the input's memory, a kernel's would be a copy")
     return None
 
@@ -269,7 +256,7 @@ def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
     other = [n for n in reds[1:] if reduced_shape(g, n) != reduced_shape(g, reds[0])]
     if other:
         return Failure("reduction", tuple(other),
-                       f"{len(reds)} reductions ({_names(g, reds)}) over different rows; a "
+                       f"{len(reds)} reductions ({said_all(g, reds)}) over different rows; a "
                        "row-per-program kernel reduces one set of rows")
     found: dict[str, tuple[int, ...]] = {}
     for name in reds:
@@ -278,13 +265,13 @@ def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
         dims = node_reduced_dims(node, len(src.shape)) if src is not None else None
         if not dims:
             return Failure("reduction", (name,),
-                           f"`{node.label}` ({axes_said(dict(node.params))}) names no dims "
-                           "the kernel can reduce")
+                           f"{said(g, name)} names no dims the kernel can reduce "
+                           f"({axes_said(dict(node.params))})")
         found[name] = dims
     differ = [n for n in reds[1:] if found[n] != found[reds[0]]]
     if differ:
         return Failure("reduction", tuple(differ),
-                       f"{_names(g, differ)} reduce other dims than `{g[reds[0]].label}` "
+                       f"{said_all(g, differ)} reduce other dims than {said(g, reds[0])} "
                        f"({found[reds[0]]}); one kernel reduces one set of dims")
     return None
 
@@ -307,7 +294,7 @@ def check_lowering(g: FusionGraph, group: Collection[str]) -> Failure | None:
     bad = [n for n in ordered(g, group) if g[n].kind.is_compute and not has_lowering(g[n])]
     if bad:
         return Failure("lowering", tuple(bad),
-                       f"no Triton lowering rule for {_names(g, bad)} with these arguments")
+                       f"no Triton lowering rule for {said_all(g, bad)} with these arguments")
     return None
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..ir.graph import FusionGraph, OpKind
+from ..ir.spelling import said
 from .group import members
 from .types import Failure
 
@@ -73,10 +74,9 @@ def check_mutation(g: FusionGraph, group: Collection[str]) -> Failure | None:
         culprits = before if len(before) < len(after) else after
         m = g[name]
         value = g[min(written & touched, key=g.position)]
-        via = f" through {g[m.refs[0]].mention}" if value.name != m.refs[0] else ""
-        line = f" (line {m.source.line})" if m.source else ""
+        via = f" through {said(g, m.refs[0])}" if value.name != m.refs[0] else ""
         return Failure("aliasing", culprits,
-                       f"`{m.target or m.op}`{line} mutates {value.mention}{via} in place between "
-                       f"the group's ops (before {g[after[0]].mention}); one kernel would "
+                       f"{said(g, name)} mutates {said(g, value.name)}{via} in place between "
+                       f"the group's ops (before {said(g, after[0])}); one kernel would "
                        "read it before the mutation, the model after it")
     return None

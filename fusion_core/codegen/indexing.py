@@ -34,6 +34,7 @@ from ..analysis.legality import python_value_read
 from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
+from ..ir.spelling import said
 from ..ir.views import (
     INDEX_STEPS,
     Merge,
@@ -64,7 +65,7 @@ class IndexMaps:
 def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
     meta = g[name].meta
     if meta is None:
-        raise LoweringError(f"`{name}` has no tensor metadata (shape propagation missed it)",
+        raise LoweringError(f"{said(g, name)} has no tensor metadata (shape propagation missed it)",
                             (name,))
     return tuple(meta.shape)
 
@@ -121,13 +122,14 @@ class _Spread:
                 return False
             node = self.g[name]
             if node.kind is OpKind.REDUCTION and not keeps_dims(rule_of(node), dict(node.params)):
-                raise LoweringError(f"`{self.g[via].label}` broadcasts the per-row result "
-                                    f"`{node.label}` along the rows: it would need other rows' "
-                                    "results (keepdim=True keeps the reduced axis)",
+                raise LoweringError(f"{said(self.g, via)} broadcasts the per-row result "
+                                    f"{said(self.g, name)} along the rows: it would need "
+                                    "other rows' results (keepdim=True keeps the reduced "
+                                    "axis)",
                                     (via,) if via in self.members else (name,))
             raise LoweringError(
-                f"the computed value `{self.g[name].label}` is needed through two different "
-                f"index maps (by `{self.g[self.why[name]].label}` and by `{self.g[via].label}`); "
+                f"the computed value {said(self.g, name)} is needed through two different "
+                f"index maps (by {said(self.g, self.why[name])} and by {said(self.g, via)}); "
                 "a kernel holds one", tuple(n for n in (name, via) if n in self.members))
         return False
 
@@ -141,7 +143,7 @@ class _Spread:
                 changed |= self._through(self.g[name])
         missing = [v for v in self.values if v not in self.chains]
         if missing:
-            raise LoweringError(f"no index map reaches `{self.g[missing[0]].label}` from the "
+            raise LoweringError(f"no index map reaches {said(self.g, missing[0])} from the "
                                 "kernel's iteration space", tuple(
                                     m for m in missing if m in self.members))
 
@@ -154,7 +156,7 @@ class _Spread:
         if node.kind is OpKind.VIEW:
             steps = node.param(INDEX_STEPS)
             if steps is None:
-                raise LoweringError(f"`{node.label}` ({node.op}) is a view the code generator "
+                raise LoweringError(f"{said(g, name)} is a view the code generator "
                                     "cannot express as an index map", (name,))
             src = node.refs[0]
             if own is not None:
@@ -162,7 +164,7 @@ class _Spread:
             elif src in self.chains:
                 back = inverse(steps, _shape(g, src))
                 if back is None:
-                    raise LoweringError(f"`{node.label}` ({node.op}) selects part of a value "
+                    raise LoweringError(f"{said(g, name)} selects part of a value "
                                         "computed in the group; the kernel iterates over the "
                                         "whole value", (name,))
                 added |= self.offer(name, back + self.chains[src], name)
@@ -224,14 +226,14 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
             user = next(n for n in nodes if name in g[n].refs)
             if g[user].kind is OpKind.VIEW:  # a size it reshapes to: no constant in general
                 made = g[name].source  # the line that computed it: `b, c, h, w = x.shape`
-                at = f" at line {made.line} (`{made.code}`)" if made else f" (`{g[name].label}`)"
-                raise LoweringError(f"{g[user].mention} reads a Python value computed at run "
+                at = f" at line {made.line} (`{made.code}`)" if made else f" ({said(g, name)})"
+                raise LoweringError(f"{said(g, user)} reads a Python value computed at run "
                                     f"time{at} (a size), not a tensor", (user,))
             raise LoweringError(python_value_read(g, user, name), (user,))
     for name in nodes:
         node = g[name]
         if node.kind is OpKind.VIEW and len(set(node.refs)) > 1:
-            raise LoweringError(f"`{node.label}` ({node.op}) reads `{g[node.refs[1]].label}` "
+            raise LoweringError(f"{said(g, name)} reads {said(g, node.refs[1])} "
                                 "only for its shape; a kernel takes tensors it loads", (name,))
     try:
         space = iteration_space(g, nodes, outputs)
@@ -258,7 +260,7 @@ def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
     rank = len(domain)
     if own is None or own[1] != reduced or _effective(chain, shape, rank) is None or (
             _effective(chain, shape, rank) != _effective(own[0], shape, rank)):
-        raise LoweringError(f"`{node.label}` reduces other dims than the kernel's rows (its "
+        raise LoweringError(f"{said(g, node.name)} reduces other dims than the kernel's rows (its "
                             f"iteration shape is {domain}, reduced over the last {reduced} "
                             f"ax{'i' if reduced == 1 else 'e'}s)", (node.name,))
 

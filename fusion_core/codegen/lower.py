@@ -41,6 +41,7 @@ from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.lowerings import BOOL_LOWERINGS
 from ..ir.reductions import ReductionRule, correction
 from ..ir.registry import SPECS
+from ..ir.spelling import said, said_all
 from ..names import kernel_name
 from .indexing import index_maps, seen_through, view_offset
 from .layout import Access, LoweringError, access
@@ -107,7 +108,8 @@ def dry_run(graph: FusionGraph, nodes: Collection[str]) -> LoweringError | None:
 def _meta(graph: FusionGraph, name: str):
     meta = graph[name].meta
     if meta is None:
-        raise LoweringError(f"`{name}` has no tensor metadata (shape propagation missed it)")
+        raise LoweringError(f"{said(graph, name)} has no tensor metadata (shape propagation "
+                            "missed it)")
     return meta
 
 
@@ -118,7 +120,7 @@ class _Lowering:
         bad = tuple(n.name for n in self.nodes
                     if not (n.kind.is_compute or n.kind is OpKind.VIEW))
         if bad:
-            raise LoweringError(f"cluster {cluster.index}: {', '.join(bad)} compute nothing "
+            raise LoweringError(f"cluster {cluster.index}: {said_all(graph, bad)} compute nothing "
                                 "(in-place ops cannot be lowered)", bad)
         self.reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
         self.red = self.reds[0] if self.reds else None
@@ -150,7 +152,8 @@ class _Lowering:
             # Blame the value's producer in the group, else the group nodes that read it.
             blame = (name,) if name in self.c.nodes else tuple(
                 n.name for n in self.nodes if name in n.refs)
-            raise LoweringError(f"cluster {self.c.index}: `{name}`: {e}", blame) from None
+            raise LoweringError(f"cluster {self.c.index}: {said(self.g, name)}: {e}",
+                                blame) from None
 
     def _is_per_row(self, acc: Access) -> bool:
         first_col = self.rank - self.reduced
@@ -263,14 +266,14 @@ class _Lowering:
             return None
         spec = SPECS.get(node.op)
         if spec is None or not callable(spec.lower):
-            raise LoweringError(f"`{node.label}` ({node.op}) has no pointwise lowering rule")
+            raise LoweringError(f"{said(self.g, node.name)} has no pointwise lowering rule")
         operands = self._operands(node)
         lowering = spec.lower
         if node.meta is not None and node.meta.dtype is torch.bool:
             lowering = BOOL_LOWERINGS.get(node.op, lowering)
         expr = lowering(operands, dict(node.params))
         if expr is None:
-            raise LoweringError(f"`{node.label}` ({node.op}) has no lowering rule for params "
+            raise LoweringError(f"{said(self.g, node.name)} has no lowering rule for params "
                                 f"{dict(node.params)}")
         deps = tuple(dict.fromkeys(o for o in operands if o in self.per_row))
         per_row = bool(self.reds) and all(self.per_row[d] for d in deps)
@@ -285,13 +288,14 @@ class _Lowering:
         spec = SPECS[node.op]
         rule = spec.lower
         if not isinstance(rule, ReductionRule):
-            raise LoweringError(f"`{node.label}` ({node.op}) has no reduction rule")
+            raise LoweringError(f"{said(self.g, node.name)} has no reduction rule")
         operands = dict(zip(spec.operands, node.inputs, strict=False))
         names = {k: self._temp(node.name, v.name) if isinstance(v, Ref) else None
                  for k, v in operands.items()}
         for k, v in operands.items():
             if not isinstance(v, Ref) and v is not None:
-                raise LoweringError(f"`{node.label}`: {k} must be a tensor or None, got {v!r}")
+                raise LoweringError(f"{said(self.g, node.name)}: {k} must be a tensor or None, "
+                                    f"got {v!r}")
         src_meta = _meta(self.g, node.inputs[0].name)
         eps = node.param("eps")
         if eps is None:  # rms_norm's default: the input dtype's machine epsilon
@@ -299,7 +303,7 @@ class _Lowering:
         meta = _meta(self.g, node.name)
         dtype = rule.accumulation_dtype(meta.dtype)
         if dtype is None:
-            raise LoweringError(f"`{node.label}` ({node.op}) on {meta.dtype} is not lowered")
+            raise LoweringError(f"{said(self.g, node.name)} on {meta.dtype} is not lowered")
         temp = self._new_temp(node.name, not rule.keeps_row, "post")
         return ReductionStep(rule, temp, node.name, names["input"], names.get("weight"),
                              names.get("bias"), float(eps), dtype, self.reduced,

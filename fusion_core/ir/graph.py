@@ -160,18 +160,6 @@ class Node:
         user called (`add`), not the graph's node name (`add_6`), which they never wrote."""
         return self.target if self.target.startswith("self.") else self.op
 
-    @property
-    def mention(self) -> str:
-        """The node in prose, as the user wrote it: `add` (line 17), never the graph's
-        `add_6`; the line tells two `add`s apart. Values without a line (inputs) by name."""
-        if self.source is None or self.kind in (OpKind.INPUT, OpKind.OUTPUT, OpKind.CONSTANT):
-            return f"`{self.label}`"
-        # A method spelled otherwise than its op (`.half()` is a `to`), or a call with no rule
-        # (`torch.roll`, op "opaque"): the user's spelling.
-        method = self.target.startswith(".") and self.target[1:].removesuffix("()") != self.op
-        said = self.target if method or (self.op == "opaque" and self.target) else self.op_label
-        return f"`{said}` (line {self.source.line})"
-
 
 @dataclass(frozen=True)
 class FusionGraph:

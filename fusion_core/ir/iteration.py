@@ -28,6 +28,7 @@ from typing import Any
 
 from .graph import FusionGraph, Node, OpKind, Ref
 from .reductions import ReductionRule, reduced_dims, rule_of
+from .spelling import said
 from .views import Permute, Split, Step, Unsqueeze, shape_after
 
 
@@ -79,7 +80,7 @@ def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
     meta = g[name].meta
     if meta is None:
         raise NoIterationSpace(
-            f"`{g[name].label}` has no tensor metadata (shape propagation missed it)",
+            f"{said(g, name)} has no tensor metadata (shape propagation missed it)",
             (name,) if g[name].kind.is_compute else (),
         )
     return tuple(meta.shape)
@@ -120,5 +121,6 @@ def iteration_space(g: FusionGraph, nodes: Sequence[str], outputs: Sequence[str]
         return IterationSpace(name, shape, (), 0)
     order = reduction_order(rule_of(first), dict(first.params), shape)
     if order is None:
-        raise NoIterationSpace(f"`{first.label}`: cannot tell which dims it reduces", (first.name,))
+        raise NoIterationSpace(f"{said(g, first.name)}: cannot tell which dims it reduces",
+                               (first.name,))
     return IterationSpace(name, shape, *order)

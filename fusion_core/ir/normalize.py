@@ -28,6 +28,7 @@ from .graph import (
     TensorMeta,
 )
 from .registry import bind, lookup, training_spec
+from .spelling import aten_call
 from .trace import is_user_frame
 from .view_recognition import describe
 from .views import INDEX_STEPS
@@ -122,7 +123,7 @@ def _library_op(t: Any) -> str | None:
     return qualified if overload == "default" else f"{qualified}.{overload}"
 
 
-def _target_name(n: fx.Node) -> str:
+def _target_name(n: fx.Node, source: SourceLoc | None) -> str:
     if n.op == "call_module":
         return f"self.{n.target}"
     if n.op == "call_method":
@@ -130,6 +131,11 @@ def _target_name(n: fx.Node) -> str:
     t = n.target
     if (library := _library_op(t)) is not None:
         return library
+    if isinstance(t, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        # An exported aten op: its `__name__` (`cat.default`) is torch's overload, not
+        # the call the user wrote on that line (`torch.cat`).
+        packet = getattr(t, "_overloadpacket", t).__name__
+        return aten_call(packet, source.code if source else "")
     mod = getattr(t, "__module__", "") or ""
     name = getattr(t, "__name__", str(t))
     prefix = {"torch.nn.functional": "F.", "torch._C._nn": "F.", "_operator": "operator.",
@@ -148,7 +154,7 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
     val = n.meta.get("val")
     meta = _meta(val)
     source = parse_stack_trace(n.meta.get("stack_trace"))
-    common = dict(name=n.name, meta=meta, source=source, target=_target_name(n),
+    common = dict(name=n.name, meta=meta, source=source, target=_target_name(n, source),
                   copy_of=n.meta.get("fusion_copy_of", ""),
                   module=module_path(n.meta.get("nn_module_stack")))
     if n.op == "placeholder":

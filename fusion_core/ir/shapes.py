@@ -206,10 +206,21 @@ def _construct(n: fx.Node, exc: BaseException) -> str:
     return next((why for cls, why in _CONSTRUCTS if isinstance(exc, cls)), "")
 
 
+def _said(n: fx.Node) -> str:
+    """The call as the user wrote it, not the node's name (`add_3`): the graph is not yet
+    normalized here (``ir/spelling.said`` names normalized nodes)."""
+    if n.op == "call_module":
+        return f"layer `self.{n.target}`"
+    if n.op == "call_method":
+        return f"`.{n.target}()`"
+    t = getattr(n.target, "_overloadpacket", n.target)  # an exported `add.Tensor`: `add`
+    return f"`{getattr(t, '__name__', t)}`"
+
+
 def _rejection(n: fx.Node, exc: BaseException, model: str) -> FusionAdvisorError:
     loc = parse_stack_trace(n.meta.get("stack_trace"))
     where = f" at {loc}" if loc else ""
-    layer = f"layer `self.{n.target}`" if n.op == "call_module" else f"`{n.name}`"
+    layer = _said(n)
     msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if construct := _construct(n, exc):
         line = f"{loc} (`{loc.code}`)" if loc and loc.code else str(loc or "")

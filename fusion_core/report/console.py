@@ -14,6 +14,7 @@ from rich.table import Table
 from ..analysis.barriers import find_barriers
 from ..analysis.types import Rejection
 from ..ir.graph import FusionGraph
+from ..ir.spelling import said
 from ..pipeline import Analysis
 from .units import fmt_bytes, short_path
 
@@ -65,10 +66,8 @@ def recompute_lines(analysis: Analysis) -> list[str]:
     out = []
     for c in analysis.clusters:
         for name in c.recomputes:
-            where = f" (line {g[name].source.line})" if g[name].source else ""
             by = f"; cluster {owner[name]} does not store it" if name in owner else ""
-            label = g[name].op_label if where else g[name].label
-            out.append(f"Cluster {c.index} recomputes `{label}`{where} from its "
+            out.append(f"Cluster {c.index} recomputes {said(g, name)} from its "
                        f"inputs rather than reading it back{by}.")
         if c.recomputes and c.traffic.saved_bytes < 0:
             # The eager op and the write it no longer needs belong to the cluster that
@@ -146,7 +145,7 @@ def retried(g: FusionGraph, r: Rejection) -> str:
     (line 23)), not by the graph's node names (`mul_2`)."""
     if r.check == "dead-code":
         return ""
-    dropped = ", ".join(g[n].mention if n in g else f"`{n}`" for n in r.culprits)
+    dropped = ", ".join(said(g, n) if n in g else f"`{n}`" for n in r.culprits)
     return f"; dropped {dropped} and retried"
 
 

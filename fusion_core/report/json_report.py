@@ -7,8 +7,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..analysis.types import Cluster, LineSpan, Rejection
+from ..analysis.types import Cluster, LineSpan, Rejection, ShapeRead
 from ..fileio import write_atomic
+from ..ir.graph import FusionGraph
 from ..pipeline import Analysis
 
 SCHEMA_VERSION = 1
@@ -23,7 +24,15 @@ def inputs_json(specs) -> list[dict[str, Any]]:
             for s in specs]
 
 
-def cluster_dict(c: Cluster) -> dict[str, Any]:
+def shape_read_dict(g: FusionGraph, r: ShapeRead) -> dict[str, Any]:
+    """A shape read (`h.shape[-1]`) the cluster's inputs answer, so `of` need not be stored:
+    by node (as `nodes` and `inputs` are) and by the line the user wrote it on."""
+    src = g[r.read].source
+    return {"read": r.read, "of": r.of, "sources": list(r.sources),
+            "line": src.line if src else None, "code": src.code if src else None}
+
+
+def cluster_dict(c: Cluster, g: FusionGraph) -> dict[str, Any]:
     return {
         "index": c.index, "category": c.category, "ops": list(c.ops), "nodes": list(c.nodes),
         "inputs": list(c.inputs), "outputs": list(c.outputs),
@@ -31,6 +40,7 @@ def cluster_dict(c: Cluster) -> dict[str, Any]:
                     "fused_bytes": c.traffic.fused_bytes,
                     "saved_bytes": c.traffic.saved_bytes},
         "lines": _lines(c.lines), "recomputes": list(c.recomputes),
+        "shape_reads": [shape_read_dict(g, r) for r in c.shape_reads],
     }
 
 
@@ -49,7 +59,7 @@ def to_document(analysis: Analysis, extra: dict[str, Any] | None = None) -> dict
         "capture_choice": analysis.capture_choice or None,
         "inputs": inputs_json(analysis.inputs),
         "n_nodes": analysis.n_nodes,
-        "clusters": [cluster_dict(c) for c in analysis.clusters],
+        "clusters": [cluster_dict(c, analysis.graph) for c in analysis.clusters],
         "rejections": [rejection_dict(r) for r in analysis.rejections],
         "totals": {
             "unfused_bytes": sum(c.traffic.unfused_bytes for c in analysis.clusters),

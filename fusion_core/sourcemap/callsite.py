@@ -22,6 +22,7 @@ import torch.fx as fx
 from ..analysis.group import components
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, SourceLoc
+from ..ir.spelling import said
 from ..pipeline import Analysis
 from .frames import Frames, pos
 from .pyexpr import attr_chain
@@ -334,13 +335,11 @@ def _call_key(chain: tuple[SourceLoc, ...], depth: int, frames: Frames,
 
 def _partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, str] | None,
                  left: list[str], fused: frozenset[str] = frozenset()) -> Unliftable:
-    node = analysis.graph[left[0]]
-    where = f" (line {node.source.line})" if node.source else ""
     name = callee[1] if callee else "the call"
     return Unliftable(f"only part of the call at line {site[1]} (`{name}`) is in the cluster: "
-                      f"`{node.label}`{where} runs in another kernel or unfused, and an edit "
-                      "of the call's line would drop it" + _return_hint(analysis, site, fused),
-                      site)
+                      f"{said(analysis.graph, left[0])} runs in another kernel or unfused, and "
+                      "an edit of the call's line would drop it"
+                      + _return_hint(analysis, site, fused), site)
 
 
 def _return_hint(analysis: Analysis, site: tuple[str, int], fused: frozenset[str]) -> str:

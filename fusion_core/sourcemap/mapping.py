@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..analysis.types import Cluster
 from ..ir.graph import Ref
+from ..ir.spelling import said
 from ..names import kernel_name
 from ..pipeline import Analysis
 from .alone import check_alone
@@ -28,7 +29,7 @@ from .frames import frames_of
 from .guard import guarded_text
 from .parts import around, free_inputs, parts, replace_part_results
 from .pysource import Scope, SourceFile, local_names, read_later, stored_names
-from .results import assigned_to, results, returned_tuple, said
+from .results import assigned_to, results, returned_tuple
 from .span import PointerOnly, Span, as_stored, count_words, locate
 from .unify import Mismatch, Reentered, value_of
 from .unify_calls import CallUnifier
@@ -128,7 +129,7 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
             and not isinstance(span.stmts[-1].node, ast.Assign)):
         last = span.stmts[-1]
         raise PointerOnly(f"the cluster writes {count_words(len(c.outputs))} values "
-                          f"({', '.join(c.outputs)}) and line {last.start} "
+                          f"({results(analysis, c)}) and line {last.start} "
                           f"(`{span.src.segment(last.node)}`) does not take them all: only "
                           "an assignment, or a `return` of exactly those values in that "
                           "order, can")
@@ -137,7 +138,8 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
     try:
         unifier = CallUnifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
                               _self_name(span.scope), path if path is not None else "\0",
-                              local_names(span.scope.node), calls=span.calls,
+                              local_names(span.scope.node), graph=analysis.graph,
+                              calls=span.calls,
                               model=analysis.module)
         match = unifier.run(c.outputs[-1], within, returned)
     except Reentered as e:
@@ -154,15 +156,15 @@ def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None =
         raise PointerOnly(str(e)) from e
     missing = [n for n in c.nodes if n not in match.matched]
     if missing:
-        raise PointerOnly(f"{said(analysis, missing[0])} is not computed on these lines")
+        raise PointerOnly(f"{said(analysis.graph, missing[0])} is not computed on these lines")
     texts = dict(match.inputs)
     extra = sorted(set(texts) - set(c.inputs))
     if extra:
         raise PointerOnly(f"the lines read `{texts[extra[0]]}`, which the cluster does not take")
     absent = [n for n in c.inputs if n not in texts]
     if absent:
-        raise PointerOnly(f"input `{absent[0]}` has no expression in the source at line "
-                       f"{span.start}")
+        raise PointerOnly(f"input {said(analysis.graph, absent[0])} has no expression in the "
+                          f"source at line {span.start}")
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
     names = () if returned else assigned_to(analysis, c, span, match.values)  # all in the `return`
     return _Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within)

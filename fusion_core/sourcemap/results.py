@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 
 from ..analysis.types import Cluster
+from ..ir.spelling import said
 from ..pipeline import Analysis
 from .pysource import stored_names
 from .span import PointerOnly, Span
@@ -24,26 +25,21 @@ def assigned_to(analysis: Analysis, c: Cluster, span: Span,
     for out in c.outputs[:-1]:
         js = [j for j, v in enumerate(values) if v is not None and v in (out, same.get(out))]
         if not js:
-            raise PointerOnly(f"the cluster also writes {said(analysis, out)}, which no line "
+            raise PointerOnly(f"the cluster also writes {said(analysis.graph, out)}, which no line "
                               "of the range assigns to a name")
         name = span.stmts[js[-1]].node.targets[0].id
         later = [s for s in span.stmts[js[-1] + 1:] if name in stored_names(s.node)]
         if later:
-            raise PointerOnly(f"`{name}` holds the cluster's result {said(analysis, out)} but "
-                              f"line {later[0].start} reassigns it")
+            raise PointerOnly(f"`{name}` holds the cluster's result "
+                              f"{said(analysis.graph, out)} but line {later[0].start} "
+                              "reassigns it")
         names.append(name)
     return tuple(names)
 
 
-def said(analysis: Analysis, name: str) -> str:
-    """A graph value as the user wrote it: `add` (line 61), not its node name `add_6`."""
-    node = analysis.graph[name]
-    return f"`{node.op_label}`" + (f" (line {node.source.line})" if node.source else "")
-
-
 def results(analysis: Analysis, c: Cluster) -> str:
     """`amax` (line 13), then `sum` (line 14): the kernel's results, as the user wrote them."""
-    return ", then ".join(said(analysis, o) for o in c.outputs)
+    return ", then ".join(said(analysis.graph, o) for o in c.outputs)
 
 
 def returned_tuple(c: Cluster, span: Span) -> tuple[tuple[ast.expr, str], ...]:

@@ -21,6 +21,7 @@ import torch.fx as fx
 
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind
+from ..ir.spelling import said
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
 from .callsite import Lifted, LiftedCall, NestedCalls, Unliftable, lift
@@ -84,7 +85,7 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
     nodes = [analysis.graph[n] for n in c.nodes]
     missing = [n.name for n in nodes if n.source is None]
     if missing:
-        raise PointerOnly(f"no source line recorded for `{missing[0]}`")
+        raise PointerOnly(f"no source line recorded for {said(analysis.graph, missing[0])}")
     # Ops inside a call the cluster runs whole stand at the call's line (callsite.py).
     partial: Unliftable | None = None
     try:
@@ -109,7 +110,7 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
     generator = next((n for n in nodes if n.kind is OpKind.GENERATOR), None)
     if generator is not None:
         shape = tuple(generator.meta.shape) if generator.meta is not None else ()
-        raise PointerOnly(f"`{generator.label}` (line {generator.source.line}) makes its values "
+        raise PointerOnly(f"{said(analysis.graph, generator.name)} makes its values "
                        f"from the index; the kernel fixes its shape {shape} as analysed, and a "
                        "source edit would stop following the sizes your code computes",
                        **where)
@@ -120,7 +121,7 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
     shared = next((n for n in nodes if n.copy_of or n.name in recomputed), None)
     if shared is not None:
         value = analysis.graph[shared.copy_of or shared.name]
-        raise PointerOnly(f"`{value.label}` (line {value.source.line}) is computed by two "
+        raise PointerOnly(f"{said(analysis.graph, value.name)} is computed by two "
                        "kernels (recomputed instead of stored); a source edit would have to "
                        "rewrite both together", **where)
     try:

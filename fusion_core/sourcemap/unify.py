@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..ir.graph import FusionGraph
+from ..ir.spelling import said
 from .pyexpr import (
     ATEN_NAMES,
     BINOPS,
@@ -112,8 +114,10 @@ def module_attr_text(self_name: str, self_path: str, target: str) -> str | None:
 class Unifier:
     def __init__(self, src: SourceFile, stmts: list[Statement], cluster: set[str],
                  fx_nodes: dict[str, fx.Node], self_name: str, self_path: str,
-                 local_names: frozenset[str] = frozenset()) -> None:
+                 local_names: frozenset[str] = frozenset(),
+                 graph: FusionGraph | None = None) -> None:
         self.src, self.stmts, self.cluster = src, stmts, cluster
+        self.graph = graph  # names the graph's values the user's way in messages
         self.local_names = local_names  # parameters and names the function assigns
         self.fx_nodes, self.self_name, self.self_path = fx_nodes, self_name, self_path
         self.values: list[str | None] = [None] * len(stmts)
@@ -255,7 +259,7 @@ class Unifier:
             self.match_call(expr, node, k)
         else:
             raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} does not compute "
-                           f"the graph's `{node.name}` there")
+                           f"{self.said(node)} there")
         self.bind_leftovers(expr, node)
 
     def match_args(self, exprs: list[ast.expr], values: tuple[Any, ...], k: int) -> None:
@@ -289,6 +293,12 @@ class Unifier:
             if kw.arg in node.kwargs:
                 self.match_value(kw.value, node.kwargs[kw.arg], k)
 
+    def said(self, node: fx.Node) -> str:
+        """The graph's value as the user wrote it (`add` (line 61)), not its node name."""
+        if self.graph is not None and node.name in self.graph:
+            return said(self.graph, node.name)
+        return f"`{getattr(node.target, '__name__', node.target)}`"  # a node added since
+
     def bind_leftovers(self, expr: ast.expr, node: fx.Node) -> None:
         """Operands the source does not spell out: a traced-through module's parameters."""
         for n in fx_nodes((node.args, node.kwargs)):
@@ -297,7 +307,7 @@ class Unifier:
             text = self.attr_text(n)
             if text is None:
                 raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} reads "
-                               f"`{n.name}`, which has no expression in the source there")
+                               f"{self.said(n)}, which has no expression in the source there")
             self.bind(n, text)
 
     def attr_text(self, n: fx.Node) -> str | None:
@@ -331,4 +341,4 @@ class Unifier:
 
     def callee_mismatch(self, expr: ast.Call, node: fx.Node) -> Mismatch:
         return Mismatch(f"`{self.src.segment(expr.func)}(...)` at line {expr.lineno} is not "
-                        f"the graph's `{node.name}`")
+                        f"{self.said(node)}")

@@ -44,7 +44,7 @@ class CallUnifier(Unifier):
             return
         if call is None:  # a value the callee computes on the way, not what it returns
             raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} reads "
-                           f"`{node.name}`, which `{self.inner[node.name].function}` computes "
+                           f"{self.said(node)}, which `{self.inner[node.name].function}` computes "
                            "on the way and does not return")
         self.seen.add(node.name)
         self.match_call_site(expr, node, k, call)
@@ -77,7 +77,7 @@ class CallUnifier(Unifier):
         text = self.src.segment(expr)
         if not (isinstance(expr, ast.Call) and self.calls_callee(expr, node, call)):
             raise Mismatch(f"`{text}` at line {expr.lineno} is not the call of "
-                           f"`{call.function}` that computes the graph's `{node.name}`")
+                           f"`{call.function}` that computes {self.said(node)}")
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(
                 kw.arg is None for kw in expr.keywords):
             raise Mismatch(f"`{text}` at line {expr.lineno} passes *args or **kwargs")

@@ -19,6 +19,7 @@ import torch
 from ..analysis.types import Cluster
 from ..codegen.reference import graph_on
 from ..ir.shapes import InputSpec
+from ..ir.spelling import said
 from ..pipeline import Analysis, analyze
 from .inputs import random_inputs, record, result_shape
 from .subgraph import eager_subgraph
@@ -53,21 +54,22 @@ def graph_difference(analysis: Analysis, other: Analysis) -> str:
     ours, theirs = analysis.graph.nodes, other.graph.nodes
     for a, b in zip(ours, theirs, strict=False):  # lengths compared below
         if (a.name, a.op) != (b.name, b.op):
-            return f"its ops differ from {a.name} ({a.op}) on"
+            return f"its ops differ from {said(analysis.graph, a.name)} on"
     if len(ours) != len(theirs):
         return f"it has {len(theirs)} nodes, not {len(ours)}"
     batch_cut = {s.shape[0] for s in analysis.inputs if s.shape} if all(
         s.shape[:1] == (1,) for s in other.inputs if s.shape) else set()
     for a, b in zip(ours, theirs, strict=True):
         if (a.meta is None) != (b.meta is None):
-            return f"{a.name} differs"
+            return f"{said(analysis.graph, a.name)} differs"
         if a.meta is None or b.meta is None:
             continue
         if len(a.meta.shape) != len(b.meta.shape):
-            return f"{a.name} has rank {len(b.meta.shape)}, not {len(a.meta.shape)}"
+            return (f"{said(analysis.graph, a.name)} has rank {len(b.meta.shape)}, not "
+                    f"{len(a.meta.shape)}")
         for was, now in zip(a.meta.shape, b.meta.shape, strict=True):
             if was > 1 and now == 1 and was not in batch_cut:
-                return f"{a.name} has a dim of {was} down to 1"
+                return f"{said(analysis.graph, a.name)} has a dim of {was} down to 1"
     return ""
 
 

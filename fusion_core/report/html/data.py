@@ -49,7 +49,7 @@ def call_label(target: str) -> str:
     op keeps its library (`mylib::scale`)."""
     if "::" in target:
         return target
-    if target.startswith(("torch.", "F.", "operator.", ".")):
+    if target.startswith(("torch.", "F.", "nn.", "operator.", ".")):
         return target.rsplit(".", 1)[-1]
     return target.split(".", 1)[0]  # `name.overload`: the overload says nothing here
 

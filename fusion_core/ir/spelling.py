@@ -1,0 +1,108 @@
+"""Ops and values named the way the user wrote them, for every message.
+
+The graph's node names (`add_6`, `getitem_3`, `output`) and torch.export's overloads
+(`cat.default`) are words the user never wrote. ``said`` names a value by its op and line
+(`add` (line 61), `torch.cat` (line 40)); ``aten_call`` finds the call an exported aten op
+came from on its source line; ``return_loc`` finds the `return` that hands back the model's
+results, so the output node (FX records no frame for it) is named by that line.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import linecache
+import re
+from collections.abc import Iterable
+
+from .graph import FusionGraph, Node, OpKind, SourceLoc
+
+# Dotted prefixes that name a module rather than a value: `torch.cat(…)`, `F.relu(…)`.
+_MODULE_HEADS = ("torch", "F", "nn", "functional")
+
+
+def spelled_op(node: Node) -> str:
+    """The op as the user called it: `self.proj1` for a layer, `torch.roll` for a call we do
+    not fuse (its registry op is only "opaque"), else the op (`add`, not `add_6`)."""
+    if node.target.startswith("self."):
+        return node.target
+    if node.kind in (OpKind.OPAQUE, OpKind.INPLACE) and node.op != "meta" and node.target:
+        return node.target
+    if node.target.startswith(".") and node.target[1:].removesuffix("()") != node.op:
+        return node.target  # a method spelled otherwise than its op: `.half()` is a `to`
+    return node.op
+
+
+def said(g: FusionGraph, name: str) -> str:
+    """A graph value as the user wrote it, with its line where it has one."""
+    node = g[name]
+    src = node.source
+    if node.kind is OpKind.OUTPUT:
+        ret = return_loc(g, node.refs)
+        return "the model's result" + (f", returned at line {ret.line}" if ret else "")
+    if node.op == "meta" and src is not None:
+        return f"a shape, size or dtype read at line {src.line} (`{src.code}`)"
+    if node.kind in (OpKind.INPUT, OpKind.CONSTANT):
+        return f"`{node.label}`"  # the parameter's or attribute's own name
+    return f"`{spelled_op(node)}`" + (f" (line {src.line})" if src else "")
+
+
+def said_all(g: FusionGraph, names: Iterable[str]) -> str:
+    """Several values, each once: `h.shape[-1]` read twice on a line is one phrase."""
+    return ", ".join(dict.fromkeys(said(g, n) for n in names))
+
+
+def aten_call(packet: str, code: str) -> str:
+    """The call on `code` (the source line) that an exported `aten.<packet>` came from:
+    `torch.cat`, `F.silu`, `.add_()` for a method; the bare op where the line spells it
+    otherwise (`a + b` is `add`)."""
+    for m in re.finditer(rf"(?<![\w.])((?:[A-Za-z_]\w*\.)*){re.escape(packet)}\s*\(", code):
+        prefix = m.group(1)
+        if not prefix:
+            return packet  # `from torch import cat`
+        if prefix.split(".")[0] in _MODULE_HEADS:
+            # torch.nn.functional as FX's targets spell it, so both frontends say `F.gelu`
+            return re.sub(r"^(torch\.)?(nn\.)?functional\.", "F.", prefix) + packet
+        return f".{packet}()"
+    return packet
+
+
+def return_loc(g: FusionGraph, results: Iterable[str]) -> SourceLoc | None:
+    """The `return` of the model's forward that hands back `results` (node names): the
+    first one after the lines that computed them, in the function their outermost frame
+    ran in. None where no result has a line (the model returns its input)."""
+    frames = [s.chain[0] for r in results if (s := g[r].source) is not None]
+    if not frames:
+        return None
+    top = max(frames, key=lambda f: f.line)
+    tree = _tree(top.file)
+    for fn in ast.walk(tree) if tree is not None else ():
+        if (isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == top.function
+                and fn.lineno <= top.line <= (fn.end_lineno or fn.lineno)):
+            rets = sorted((r for r in _own_returns(fn) if r.lineno >= top.line),
+                          key=lambda r: r.lineno)
+            if rets:
+                line = rets[0].lineno
+                code = linecache.getline(top.file, line).strip()
+                return SourceLoc(top.file, line, top.function, code)
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _tree(file: str) -> ast.Module | None:
+    try:
+        return ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _own_returns(fn: ast.AST) -> Iterable[ast.Return]:
+    """The `return`s of `fn` itself, not of functions or lambdas defined inside it."""
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Return):
+            yield n
+        elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                ast.ClassDef)):
+            todo += ast.iter_child_nodes(n)
