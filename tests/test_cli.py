@@ -107,7 +107,7 @@ def test_explain_rejections_names_check_reason_and_dropped_nodes(tmp_path):
     assert "Rejected candidates (1)" in text
     assert "aliasing" in text and "mutates its input in place" in text
     assert "inplace.py:6-8" in text
-    assert "dropped `mul_` (line 6) and retried" in text
+    assert "dropped `.mul_()` (line 6) and retried" in text
     assert "Rejected candidates" not in render(a)  # only with the flag
 
 

@@ -224,6 +224,9 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
     for name in inputs:
         if g[name].meta is None:
             user = next(n for n in nodes if name in g[n].refs)
+            if g[name].kind is OpKind.VIEW:  # `chunk`'s tuple, which `getitem` picks from
+                raise LoweringError(f"{said(g, user)} reads {said(g, name)}, a Python tuple "
+                                    "made at run time, not a tensor", (user,))
             if g[user].kind is OpKind.VIEW:  # a size it reshapes to: no constant in general
                 made = g[name].source  # the line that computed it: `b, c, h, w = x.shape`
                 at = f" at line {made.line} (`{made.code}`)" if made else f" ({said(g, name)})"

@@ -27,6 +27,7 @@ from rich.console import Console
 from ..codegen import Kernel
 from ..errors import FusionAdvisorError
 from ..fileio import write_atomic
+from ..ir.spelling import said
 from ..ir.views import INDEX_STEPS, Reshape, Strided
 from ..load import import_model_file, instantiate, package_module, pick_factory
 from ..names import cluster_of
@@ -35,7 +36,6 @@ from ..report.units import short_path
 from .fused import MARKER, FusedOp, import_block, package_files, package_name
 from .mapping import SourceMapping
 from .pysource import physical_lines, sha256
-from .results import said
 from .serves import KernelFit
 
 Verdicts = Mapping[int, tuple[bool, str]]  # cluster → (usable, status in words)
@@ -156,7 +156,7 @@ def _fixed_shape(analysis: Analysis, index: int) -> str | None:
         what = ("a reshape that is no merge or split of dims" if isinstance(fixed, Reshape)
                 else "a slice, select or expand")
         return (f"its result's shape does not follow from its inputs' shapes: "
-                f"{said(analysis, name)} gives the shape {shape} seen at analysis ({what}), "
+                f"{said(analysis.graph, name)} gives the shape {shape} seen at analysis ({what}), "
                 "so the kernel would run at those sizes only")
     return None
 
