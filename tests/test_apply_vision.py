@@ -5,18 +5,13 @@ Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
+from apply_checks import same_outputs
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
-from fusion_core.load import import_model_file, instantiate, pick_class
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
-from fusion_core.sourcemap.apply import forget_package
-from fusion_core.sourcemap.fused import package_name
 
 # timm's BasicBlock: optional layers it was built without are `nn.Identity()` placeholders,
 # called between the layers the cluster fuses.
@@ -55,23 +50,6 @@ class Net(nn.Module):
 """
 
 
-def _load(path: Path) -> torch.nn.Module:
-    forget_package(package_name(path.stem))
-    return instantiate(pick_class(import_model_file(path), path, "Net"), path)
-
-
-def _same_outputs(tmp_path: Path, path: Path, original: str) -> None:
-    (tmp_path / "original.py").write_text(original)
-    before, after = _load(tmp_path / "original.py").eval(), _load(path).eval()
-    for name, buffer in before.named_buffers():  # BatchNorm starts at mean 0, var 1
-        if name.endswith(("running_mean", "running_var")):
-            buffer.uniform_(0.5, 1.5)
-    after.load_state_dict(before.state_dict())
-    x = torch.randn(2, 3, 8, 8)
-    with torch.no_grad():
-        torch.testing.assert_close(after(x), before(x), atol=1e-5, rtol=1e-4)
-
-
 def test_identity_placeholders_between_fused_layers_are_dropped_by_the_edit(tmp_path):
     path = tmp_path / "block.py"
     path.write_text(PLACEHOLDERS)
@@ -84,7 +62,7 @@ def test_identity_placeholders_between_fused_layers_are_dropped_by_the_edit(tmp_
     assert "x = self.bn1(x)" not in rewritten and "self.drop_block(x)" not in rewritten
     assert "x = cluster0(x, self.bn1.running_mean.reshape(-1, 1, 1)" in rewritten
     assert "        x = self.aa(x)\n" in rewritten
-    _same_outputs(tmp_path, path, PLACEHOLDERS)
+    same_outputs(tmp_path, path, PLACEHOLDERS)
 
 
 # torchvision's MobileNet/EfficientNet/ShuffleNet: conv → bn → act layers in an nn.Sequential,
@@ -181,7 +159,7 @@ def test_a_residual_add_under_an_if_on_a_module_setting_keeps_the_if(tmp_path):
         "        else:\n"
         "            x = self.bn3(x)\n"
         "        return x\n") in rewritten, rewritten
-    _same_outputs(tmp_path, path, SKIP)
+    same_outputs(tmp_path, path, SKIP)
 
 
 def test_an_if_on_a_value_of_the_run_is_refused_naming_the_lines_and_the_if(tmp_path):
