@@ -234,3 +234,44 @@ def test_a_size_used_as_a_number_past_a_view_is_named_at_its_line():
     assert (f"`mul` (line {line + 1}) reads a Python value computed at run time at line "
             f"{line} (`n = h.shape[-1]`)") in r.reason, r.reason
     assert "compute it once in `__init__`" in r.reason
+
+
+class LinearNorm(nn.Module):
+    """timm LeViT's `Linear` then `BatchNorm1d` over the flattened tokens."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(dim, dim, bias=False)
+        self.bn = nn.BatchNorm1d(dim)
+
+    def forward(self, x):
+        x = self.lin(x)
+        return self.bn(x.flatten(0, 1)).reshape_as(x)
+
+
+class Residuals(nn.Module):
+    """Two residual blocks whose sums are read for their shape (`B, N, C = x.shape`)."""
+
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        self.one, self.two = LinearNorm(dim), LinearNorm(dim)
+
+    def forward(self, x):
+        x = x + self.one(x)
+        x = x + self.two(x)
+        b, n, c = x.shape
+        return self.two.lin(x).reshape(b * n, c)
+
+
+@pytest.mark.cpu
+def test_a_read_replayed_past_another_clusters_result_runs_beside_it():
+    """The second sum's read replays `add` on meta tensors; its other operand is the first
+    cluster's result, a patched call with no recorded value, and stayed a real tensor: "Tensor
+    on device meta is not on the expected device cpu" once both clusters were patched."""
+    a = analyze(Residuals().eval(), (2, 4, 8))
+    assert len(a.clusters) == 2
+    first, second = a.clusters
+    assert any(set(r.sources) & set(first.outputs) and r.via for r in second.shape_reads)
+    report = validate(a)
+    assert all(r.usable for r in report.results)
+    assert report.model.passed, report.model

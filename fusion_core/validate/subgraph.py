@@ -153,8 +153,11 @@ def _redirect_shape_reads(graph: fx.Graph, cluster: Cluster, nodes: dict[str, fx
         read.replace_input_with(nodes[r.of], proxy)
 
 
-def on_meta(value: torch.Tensor) -> torch.Tensor:
-    """An empty tensor of `value`'s shape and dtype that holds no data."""
+def on_meta(value: Any) -> Any:
+    """An empty tensor of `value`'s shape and dtype that holds no data; other values (a size)
+    as they are."""
+    if not isinstance(value, torch.Tensor):
+        return value
     return torch.empty(value.shape, dtype=value.dtype, device="meta")
 
 
@@ -164,17 +167,15 @@ def _replayed(graph: fx.Graph, r: ShapeRead, nodes: dict[str, fx.Node]) -> fx.No
     env: dict[fx.Node, fx.Node] = {}
 
     def arg(a: fx.Node) -> fx.Node:
-        if a not in env and _is_tensor(a):
+        # Every operand, not only those recorded as tensors: another cluster's patched call
+        # has no recorded value, and a real tensor beside meta ones fails the replayed op.
+        if a not in env:
             env[a] = graph.call_function(on_meta, (a,))
-        return env.get(a, a)
+        return env[a]
 
     for name in r.via:
         env[nodes[name]] = graph.node_copy(nodes[name], arg)
     return env[nodes[r.of]]
-
-
-def _is_tensor(n: fx.Node) -> bool:
-    return isinstance(n.meta.get("val"), torch.Tensor) or "tensor_meta" in n.meta
 
 
 # `y.type_as(x)` reads `x` for its dtype alone, `y.reshape_as(x)` (view_as, expand_as) for
