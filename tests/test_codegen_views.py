@@ -138,13 +138,100 @@ class SizedReshape(torch.nn.Module):
         return torch.softmax(torch.exp(x).reshape(b, n * c), -1)
 
 
-def test_a_reshape_sized_at_run_time_names_the_line_that_sized_it():
-    a = analyze(SizedReshape(), torch.randn(2, 4, 8))
+class Heads(torch.nn.Module):
+    """Attention's head split: sizes read from the input, the head dim computed from them."""
+
+    def forward(self, x):
+        b, t, c = x.shape
+        h = (x * 2.0).view(b, t, 4, c // 4)
+        return torch.relu(h).transpose(1, 2) + 1.0
+
+
+class Rows(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax((x - 1.0).reshape(x.shape[0], -1, 16), -1) * 2.0
+
+
+def _patched_runs(model, analysed, others, tmp_path):
+    """Every cluster's generated kernel against eager at `analysed` and at `others`, and
+    the model with all of them patched in (``validate.subgraph.patch``)."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+    from fusion_core.codegen.reference import eager_cluster
+    from fusion_core.validate.subgraph import patch
+
+    a = analyze(model, torch.randn(analysed))
+    assert a.clusters and not a.rejections, [r.reason for r in a.rejections]
+    launchers = {}
+    for c in a.clusters:
+        kernel = generate(a, c)
+        (path,) = write_kernels([kernel], tmp_path / f"c{c.index}")
+        launchers[c.index] = (c, getattr(load_kernel(path), kernel.name))
+    patched = patch(a.graph_module, launchers)
+    for shape in (analysed, *others):
+        x = torch.randn(shape)
+        for c in a.clusters:  # each cluster's inputs here are the model's input
+            assert c.inputs == ("x",), c.inputs
+            got, (want,) = launchers[c.index][1](x), eager_cluster(a, c)(x)
+            assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5), shape
+        got, want = patched(x), model(x)
+        assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5), shape
+    return a
+
+
+@pytest.mark.parametrize("model, analysed, others, chain", [
+    (SizedReshape(), (2, 4, 8), [(3, 5, 8), (1, 2, 3)], "exp → reshape → softmax"),
+    (Heads(), (2, 3, 8), [(3, 5, 8), (2, 3, 12)], "mul → view → relu → transpose → add"),
+    (Rows(), (2, 8, 32), [(3, 8, 32), (1, 4, 48)], "sub → reshape → softmax → mul"),
+], ids=["merge", "head split", "reshape keeping the batch"])
+def test_a_view_sized_from_input_shapes_fuses_and_follows_other_sizes(tmp_path, model,
+                                                                        analysed, others, chain):
+    """Sizes read from `x.shape` only restate the view's merge or split: the kernel and the
+    patched model match eager at the analysed size and at other batch, sequence and channel
+    sizes (the launcher recomputes the view from its input, never from the analysed ints)."""
+    a = _patched_runs(model, analysed, others, tmp_path)
+    assert [c.chain for c in a.clusters] == [chain]
+
+
+class NumelSized(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu((x * 2.0).view(x.numel() // 8, 8)) + 1.0
+
+
+class FixedBatch(torch.nn.Module):
+    def forward(self, x):
+        b, t, c = x.shape
+        return torch.relu((x * 2.0).view(2, -1, 4, c // 4)) + 1.0
+
+
+class Swapped(torch.nn.Module):
+    def forward(self, x):
+        b, t, c = x.shape
+        return torch.relu((x * 2.0).view(t, b, c)) + 1.0
+
+
+@pytest.mark.parametrize("model, shape, reason", [
+    # a size this analysis cannot read as a formula of dims: the old refusal
+    (NumelSized(), (4, 6), "`view` (line {0}) reads a Python value computed at run time at "
+                           "line {0} (`return torch.relu((x * 2.0).view(x.numel() // 8, 8)) "
+                           "+ 1.0`) (a size), not a tensor"),
+    # a hard-coded batch: `view(2, -1, ...)` is no split of the last dim at another batch
+    (FixedBatch(), (2, 3, 8), "`view` (line {0}) sizes dim 0 as `2`, which need not be "
+                              "`x.shape[0]` (the size its reshape gives) at another input "
+                              "size; its sizes are read at line {1} (`b, t, c = x.shape`)"),
+    # (t, b, c) of a (b, t, c) tensor: a fixed reshape at the analysed size only
+    (Swapped(), (2, 3, 8), "`view` (line {0}) sizes dim 0 as `x.shape[1]`, which need not be "
+                           "`3` (the size its reshape gives) at another input size; its "
+                           "sizes are read at line {1} (`b, t, c = x.shape`)"),
+])
+def test_a_view_sized_otherwise_is_refused_naming_its_line(model, shape, reason):
+    a = analyze(model, torch.randn(shape))
     group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
     error = dry_run(a.graph, group)
-    line = inspect.getsourcelines(SizedReshape.forward)[1]
-    assert str(error) == (f"`reshape` (line {line + 2}) reads a Python value computed at run "
-                          f"time at line {line + 1} (`b, n, c = x.shape`) (a size), not a tensor")
+    last = inspect.getsourcelines(type(model).forward)[1] + len(
+        inspect.getsourcelines(type(model).forward)[0]) - 1
+    assert error is not None and str(error) == reason.format(last, last - 1)
+    assert not any("view" in c.ops for c in a.clusters)
+    assert any(reason.format(last, last - 1) in r.reason for r in a.rejections)
 
 
 def test_a_reshape_no_strides_express_is_refused_by_name():

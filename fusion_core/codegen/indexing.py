@@ -50,6 +50,7 @@ from ..ir.views import (
     shape_after,
 )
 from .layout import LoweringError
+from .run_sizes import check_run_time_sizes
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,7 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
         if node.kind is OpKind.VIEW and len(set(node.refs)) > 1:
             raise LoweringError(f"{said(g, name)} reads {said(g, node.refs[1])} "
                                 "only for its shape; a kernel takes tensors it loads", (name,))
+    check_run_time_sizes(g, nodes, inputs)
     try:
         space = iteration_space(g, nodes, outputs)
     except NoIterationSpace as e:

@@ -28,6 +28,7 @@ from .graph import (
     TensorMeta,
 )
 from .registry import bind, lookup, training_spec
+from .sizes import SIZED_VIEWS, SIZES, read_sizes, refine
 from .spelling import aten_call
 from .trace import is_user_frame
 from .view_recognition import describe
@@ -189,7 +190,14 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
         op = str(getattr(key, "__name__", n.target) if n.op != "call_method" else n.target)
         if op.split(".")[0] in SHAPE_ONLY_OTHER:
             refs = refs[:1]  # the other tensor lends its shape, already in the result's meta
-        return Node(op=op, kind=OpKind.VIEW, inputs=refs, params=_view_params(n, op), **common)
+        params = _view_params(n, op)
+        sizes = read_sizes(n) if op in SIZED_VIEWS and params else None
+        if sizes is not None:
+            # Sizes read from shapes are no data edges (export records them as constants):
+            # lowering checks they restate the steps (`codegen/run_sizes.py`).
+            steps = refine(dict(params)[INDEX_STEPS], sizes, tuple(n.args[0].meta["val"].shape))
+            params, refs = ((INDEX_STEPS, steps), (SIZES, sizes)), refs[:1]
+        return Node(op=op, kind=OpKind.VIEW, inputs=refs, params=params, **common)
     spec, sig = found
     try:
         values = bind(spec, sig, n.args, n.kwargs)

@@ -10,7 +10,8 @@ A cluster's ops may read outside values that are not tensors the kernel takes: a
 parameter (``get_attr``), or a Python value such as ``x.dtype`` or ``x.shape[-1]``. Such
 a value is *recomputed* inside the subgraph when it is a non-tensor result of ops whose
 own inputs the subgraph has (Hugging Face's LlamaRMSNorm reads ``dtype = x.dtype`` of a
-value inside the cluster, then casts back with ``.to(dtype)``); else it is inlined as its
+value inside the cluster, then casts back with ``.to(dtype)``; a size read from an input's
+shape then follows the input at any size, as the kernel's view does); else it is inlined as its
 trace-time constant when shape propagation recorded one; else it becomes an extra
 placeholder, which only a caller holding a recording of the whole model can feed.
 """
@@ -65,7 +66,7 @@ class _Sources:
             kind = "input"
         elif n.op == "get_attr":
             kind = "attr"
-        elif (n.op in ("call_function", "call_method") and _constant(n) is _NO_VALUE
+        elif (n.op in ("call_function", "call_method")
               and not isinstance(n.meta.get("val"), torch.Tensor) and n.all_input_nodes
               and all(self.visit(d) != "extra" for d in n.all_input_nodes)):
             kind = "derived"  # a Python value of values the subgraph has: recompute it

@@ -98,7 +98,8 @@ class Merge:
 @dataclass(frozen=True)
 class Unflatten:
     """Dim `dim` split into `sizes` (`unflatten`, a merge undone); the other dims keep any
-    size, so a launcher called at another batch stays generic."""
+    size, so a launcher called at another batch stays generic. One size may be -1, the
+    size the others leave (a split sized at run time, ``ir/sizes.py``)."""
 
     dim: int
     sizes: tuple[int, ...]
@@ -113,7 +114,11 @@ class Unflatten:
         return Merge(self.dim, self.dim + len(self.sizes))
 
     def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        return (*shape[:self.dim], *self.sizes, *shape[self.dim + 1:])
+        sizes = self.sizes
+        if -1 in sizes:  # the size the others leave (`ir/sizes.py` writes it)
+            rest = shape[self.dim] // math.prod(s for s in sizes if s != -1)
+            sizes = tuple(rest if s == -1 else s for s in sizes)
+        return (*shape[:self.dim], *sizes, *shape[self.dim + 1:])
 
 
 @dataclass(frozen=True)
