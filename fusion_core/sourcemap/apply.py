@@ -28,7 +28,7 @@ from ..codegen import Kernel
 from ..errors import FusionAdvisorError
 from ..fileio import write_atomic
 from ..ir.spelling import said
-from ..ir.views import INDEX_STEPS, Reshape, Strided
+from ..ir.views import INDEX_STEPS, Reshape, Squeeze, Strided
 from ..load import import_model_file, instantiate, package_module, pick_factory
 from ..names import cluster_of
 from ..pipeline import Analysis
@@ -144,17 +144,21 @@ def _fixed_shape(analysis: Analysis, index: int) -> str | None:
     sizes. The kernel file's launcher (and the operator's fake, which runs it on fake
     tensors) recomputes every view step from the shapes it is called with: a permute, a
     merge or split of dims, a size-1 dim added or removed, a reduction's dims, broadcasting.
-    Only a reshape to sizes that are no merge or split, and a slice, select or expand, keep
-    the sizes seen at analysis: the launcher would refuse any other."""
+    Only a reshape to sizes that are no merge or split, a slice, select or expand, and a
+    reshape or flatten that merges dims of size 1 at analysis (recorded as their squeeze: at
+    other sizes the user's call merges them, the kernel refuses them) keep the sizes seen at
+    analysis: the launcher would refuse any other."""
     for name in analysis.clusters[index].nodes:
         node = analysis.graph[name]
         steps = node.param(INDEX_STEPS) or ()
-        fixed = next((s for s in steps if isinstance(s, (Reshape, Strided))), None)
+        fixed = next((s for s in steps if isinstance(s, (Reshape, Strided)) or (
+            isinstance(s, Squeeze) and node.op != "squeeze")), None)
         if fixed is None:
             continue
         shape = tuple(node.meta.shape) if node.meta else fixed.shape(())
         what = ("a reshape that is no merge or split of dims" if isinstance(fixed, Reshape)
-                else "a slice, select or expand")
+                else "a merge of dims that are 1 only at these sizes"
+                if isinstance(fixed, Squeeze) else "a slice, select or expand")
         return (f"its result's shape does not follow from its inputs' shapes: "
                 f"{said(analysis.graph, name)} gives the shape {shape} seen at analysis ({what}), "
                 "so the kernel would run at those sizes only")
