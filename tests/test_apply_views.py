@@ -149,3 +149,32 @@ def test_a_flatten_of_size_1_dims_is_refused_as_a_view_of_fixed_sizes(tmp_path, 
         launcher(x)
     assert apply(plan, analysis, Console(), assume_yes=True, ask=None) is None
     assert path.read_text() == FLATTENED
+
+
+# A pool to 1×1 makes those dims 1 at any size: the flatten after it is written.
+POOLED = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Pooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pool = nn.AdaptiveAvgPool2d(1)
+
+        def forward(self, x):
+            y = torch.sigmoid(self.pool(torch.relu(x * 2.0)).flatten(1)) + 1.0
+            return y
+""")
+
+
+def test_a_flatten_of_a_pooled_1x1_map_is_applied_and_runs_at_other_sizes(tmp_path):
+    path = tmp_path / "pooled.py"
+    path.write_text(POOLED)
+    analysis, _, plan = _plan(path, (2, 4, 3, 3))
+    assert [c.chain for c in analysis.clusters] == [
+        "mul → relu → adaptive_avg_pool2d → flatten → sigmoid → add"]
+    assert plan.skipped == () and plan.clusters == (0,)
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result is not None
+    assert_same_outputs(backup_as_py(result.backup), path, "Pooled", torch.randn(3, 4, 5, 2))
