@@ -106,9 +106,12 @@ def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
         views = _views(rec, hits, cur)
     else:  # written before sites: the same node name holding the same op
         by_node = {o.node: o for o in cur.ops}
-        views = {o.op for o in cur.ops if o.kind == "view"}
+        view_ops = {o.op for o in cur.ops if o.kind == "view"}
         for op, node in zip(rec.ops, rec.nodes, strict=False):
-            if op in views:  # a view: it moves nothing, as the site path skips it
+            if op in view_ops:  # a view: it decides nothing, as on the site path
+                view = by_node.get(node)
+                if view is not None and view.kind == "view":
+                    views.append((op, view))
                 continue
             hit = by_node.get(node)
             if hit is not None and hit.op.rstrip("_") == op.rstrip("_"):

@@ -112,3 +112,69 @@ def test_a_view_of_fixed_sizes_is_refused_by_its_op_and_line(tmp_path):
         launcher(torch.randn(8, 6, device=DEVICE))
     assert apply(plan, analysis, Console(), assume_yes=True, ask=None) is None
     assert path.read_text() == REGROUPED
+
+
+# At 1×1 the flatten drops two size-1 dims: the graph records a squeeze of them, but the
+# user's `flatten(1)` merges dims at every other size.
+FLATTENED = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Flattened(nn.Module):
+        def forward(self, x):
+            y = torch.relu(x * 2.0).flatten(1) + 1.0
+            return y
+""")
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_a_flatten_of_size_1_dims_is_refused_as_a_view_of_fixed_sizes(tmp_path, capture):
+    path = tmp_path / "flattened.py"
+    path.write_text(FLATTENED)
+    analysis = analyze_file(path, [InputSpec((2, 4, 1, 1))], capture=capture)
+    kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
+    verdicts = {c.index: (True, "verified") for c in analysis.clusters}
+    plan = plan_apply(analysis, map_clusters(analysis), path, kernels, verdicts)
+    (skip,) = plan.skipped
+    line = line_of(path, "y = torch.relu(x * 2.0).flatten(1) + 1.0")
+    assert not skip.pointer and plan.edits == (), skip
+    assert f"(line {line}) gives the shape (2, 4) seen at analysis" in skip.reason, skip.reason
+    # Why: eager flattens a 3×3 map into 36 columns; the kernel runs 1×1 maps only.
+    (kernel_file,) = write_kernels([kernels[0]], tmp_path / "kernels")
+    launcher = load_kernel(kernel_file).cluster0
+    x = torch.randn(2, 4, 3, 3, device=DEVICE)
+    assert (torch.relu(x * 2.0).flatten(1) + 1.0).shape == (2, 36)
+    with pytest.raises(ValueError, match="2-d shapes"):
+        launcher(x)
+    assert apply(plan, analysis, Console(), assume_yes=True, ask=None) is None
+    assert path.read_text() == FLATTENED
+
+
+# A pool to 1×1 makes those dims 1 at any size: the flatten after it is written.
+POOLED = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Pooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pool = nn.AdaptiveAvgPool2d(1)
+
+        def forward(self, x):
+            y = torch.sigmoid(self.pool(torch.relu(x * 2.0)).flatten(1)) + 1.0
+            return y
+""")
+
+
+def test_a_flatten_of_a_pooled_1x1_map_is_applied_and_runs_at_other_sizes(tmp_path):
+    path = tmp_path / "pooled.py"
+    path.write_text(POOLED)
+    analysis, _, plan = _plan(path, (2, 4, 3, 3))
+    assert [c.chain for c in analysis.clusters] == [
+        "mul → relu → adaptive_avg_pool2d → flatten → sigmoid → add"]
+    assert plan.skipped == () and plan.clusters == (0,)
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result is not None
+    assert_same_outputs(backup_as_py(result.backup), path, "Pooled", torch.randn(3, 4, 5, 2))

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from pytest_fusion.compare import NO_CUDA, Tolerances, compare
+from pytest_fusion.locate import locate
 from pytest_fusion.schema import from_data, to_data
 from pytest_fusion.session import dump_yaml
 from pytest_fusion.snapshot import (
@@ -368,6 +369,19 @@ def test_two_clusters_with_one_identity_pair_by_their_nodes_and_a_split_one_fail
     assert r.pairs == ((base.clusters[1].ident, kept.ident),)
     (msg,) = r.regressions
     assert msg.startswith(f"`mul → add` at {F}:10, 12 no longer fuses")
+
+
+def test_a_baseline_written_before_sites_with_a_view_is_located_by_its_node_names():
+    """Its views are skipped by op as before; where the ops and views are now is their lines
+    (the views' branch once kept op names where (op, view) pairs belong: `.lines` raised)."""
+    rec = cluster(["mul", "view", "add"], "10-11", nodes=["mul", "view", "add"])
+    cur = with_ops(snap(rec), "mul mul 10", "view view 10", "add add 12")
+    cur = replace(cur, op_index=tuple(replace(o, kind="view") if o.op == "view" else o
+                                      for o in cur.op_index))
+    got = locate(rec, cur)
+    assert got.missing == ()
+    assert got.lines == f"{F}:10, 12"
+    assert got.changed_views == ()
 
 
 def test_a_kernel_that_grows_while_an_unrelated_one_shrinks_still_regresses():

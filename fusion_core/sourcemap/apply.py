@@ -27,12 +27,11 @@ from rich.console import Console
 from ..codegen import Kernel
 from ..errors import FusionAdvisorError
 from ..fileio import write_atomic
-from ..ir.spelling import said
-from ..ir.views import INDEX_STEPS, Reshape, Strided
 from ..load import import_model_file, instantiate, package_module, pick_factory
 from ..names import cluster_of
 from ..pipeline import Analysis
 from ..report.units import short_path
+from .fixed import fixed_shape
 from .fused import MARKER, FusedOp, import_block, package_files, package_name
 from .mapping import SourceMapping
 from .pysource import physical_lines, sha256
@@ -139,28 +138,6 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
                      tuple(skipped))
 
 
-def _fixed_shape(analysis: Analysis, index: int) -> str | None:
-    """Why the written call could not work out its results' shapes from its inputs' at other
-    sizes. The kernel file's launcher (and the operator's fake, which runs it on fake
-    tensors) recomputes every view step from the shapes it is called with: a permute, a
-    merge or split of dims, a size-1 dim added or removed, a reduction's dims, broadcasting.
-    Only a reshape to sizes that are no merge or split, and a slice, select or expand, keep
-    the sizes seen at analysis: the launcher would refuse any other."""
-    for name in analysis.clusters[index].nodes:
-        node = analysis.graph[name]
-        steps = node.param(INDEX_STEPS) or ()
-        fixed = next((s for s in steps if isinstance(s, (Reshape, Strided))), None)
-        if fixed is None:
-            continue
-        shape = tuple(node.meta.shape) if node.meta else fixed.shape(())
-        what = ("a reshape that is no merge or split of dims" if isinstance(fixed, Reshape)
-                else "a slice, select or expand")
-        return (f"its result's shape does not follow from its inputs' shapes: "
-                f"{said(analysis.graph, name)} gives the shape {shape} seen at analysis ({what}), "
-                "so the kernel would run at those sizes only")
-    return None
-
-
 def _fused_op(analysis: Analysis, index: int, kernel: Kernel, call: str
               ) -> tuple[str | None, FusedOp | None]:
     c = analysis.clusters[index]
@@ -168,7 +145,7 @@ def _fused_op(analysis: Analysis, index: int, kernel: Kernel, call: str
     outs = [analysis.graph[n].meta for n in c.outputs]
     if any(m is None for m in (*ins, *outs)):
         return "a value it reads or writes has no recorded shape", None
-    fixed = _fixed_shape(analysis, index)
+    fixed = fixed_shape(analysis, index)
     if fixed is not None:
         return fixed, None
     return None, FusedOp(call, kernel.name, kernel.source, len(c.inputs),

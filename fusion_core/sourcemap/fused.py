@@ -35,7 +35,7 @@ class FusedOp:
     n_inputs: int
     input_dtypes: tuple[torch.dtype, ...]  # what the kernel was generated for
     # one per result; their shapes the launcher works out from the inputs' at each call
-    # (plan_apply writes only clusters whose views let it: apply._fixed_shape)
+    # (plan_apply writes only clusters whose views let it: fixed.fixed_shape)
     results: tuple[torch.dtype, ...]
 
 

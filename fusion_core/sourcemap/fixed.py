@@ -1,0 +1,83 @@
+"""Views inside a cluster whose results keep the sizes seen at analysis, for `--apply`.
+
+The kernel file's launcher (and the operator's fake, which runs it on fake tensors)
+recomputes every view step from the shapes it is called with: a permute, a merge or split of
+dims, a size-1 dim added or removed, a reduction's dims, broadcasting. Some steps keep the
+sizes seen at analysis, so the written call would run at those sizes only (the launcher
+refuses any other) where the user's lines run at any: a reshape to sizes that are no merge
+or split, a slice, select or expand, and a reshape or flatten recorded as a squeeze because
+the dims it merges were 1 at the analysed sizes (`flatten(1)` of a 1×1 map merges a 3×3 one),
+unless a reduction made them 1 at every size (a pool to 1×1, `mean(..., keepdim=True)`).
+
+Reads an ``Analysis``; writes nothing.
+"""
+
+from __future__ import annotations
+
+from ..ir.graph import FusionGraph, OpKind
+from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
+from ..ir.spelling import said
+from ..ir.views import INDEX_STEPS, Reshape, Squeeze, Step, Strided
+from ..pipeline import Analysis
+
+
+def ones_at_any_size(g: FusionGraph, name: str, dims: set[int]) -> bool:
+    """Whether dims `dims` (non-negative) of value `name` are 1 whatever the inputs' sizes:
+    a reduction that keeps the dims it collapses made them so, or a parameter has them,
+    seen through pointwise ops (a broadcast dim is 1 where every operand's is)."""
+    node = g[name]
+    if node.meta is None:
+        return False
+    rank = len(node.meta.shape)
+    if node.kind is OpKind.CONSTANT:
+        return all(node.meta.shape[d] == 1 for d in dims)
+    rule = rule_of(node)
+    if rule is not None:
+        source = g[node.refs[0]].meta if node.refs else None
+        reduced = node_reduced_dims(node, rank)
+        return (source is not None and len(source.shape) == rank and reduced is not None
+                and not rule.keeps_row and keeps_dims(rule, dict(node.params))
+                and dims <= set(reduced))
+    if node.kind in (OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY) and node.refs:
+        for ref in node.refs:
+            meta = g[ref].meta
+            if meta is None:
+                return False
+            # right-aligned: a dim the operand lacks is broadcast, 1 at any size
+            lead = rank - len(meta.shape)
+            own = {d - lead for d in dims if d >= lead}
+            if own and not ones_at_any_size(g, ref, own):
+                return False
+        return True
+    return False
+
+
+def _fixed_step(g: FusionGraph, name: str, steps: tuple[Step, ...]) -> Step | None:
+    node = g[name]
+    for s in steps:
+        if isinstance(s, (Reshape, Strided)):
+            return s
+        if isinstance(s, Squeeze) and node.op != "squeeze" and node.refs:
+            source = g[node.refs[0]].meta
+            rank = len(source.shape) if source is not None else 0
+            if not rank or not ones_at_any_size(g, node.refs[0], {d % rank for d in s.dims}):
+                return s
+    return None
+
+
+def fixed_shape(analysis: Analysis, index: int) -> str | None:
+    """Why the written call of cluster `index` could not work out its results' shapes from
+    its inputs' at other sizes (the view that keeps them, at its line), or None."""
+    for name in analysis.clusters[index].nodes:
+        node = analysis.graph[name]
+        fixed = _fixed_step(analysis.graph, name, node.param(INDEX_STEPS) or ())
+        if fixed is None:
+            continue
+        shape = tuple(node.meta.shape) if node.meta else fixed.shape(())
+        what = ("a reshape that is no merge or split of dims" if isinstance(fixed, Reshape)
+                else "a merge of dims that are 1 only at these sizes"
+                if isinstance(fixed, Squeeze) else "a slice, select or expand")
+        return (f"its result's shape does not follow from its inputs' shapes: "
+                f"{said(analysis.graph, name)} gives the shape {shape} seen at analysis ({what}), "
+                "so the kernel would run at those sizes only")
+    return None
