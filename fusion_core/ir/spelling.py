@@ -19,6 +19,15 @@ from .graph import FusionGraph, Node, OpKind, SourceLoc
 
 # Dotted prefixes that name a module rather than a value: `torch.cat(…)`, `F.relu(…)`.
 _MODULE_HEADS = ("torch", "F", "nn", "functional")
+# torch's sub-namespaces whose builtins are named with the namespace as a prefix:
+# `torch.special.expit` is the builtin `special_expit`, and aten's op of that name.
+_NAMESPACES = ("special", "linalg", "fft")
+
+
+def namespaced(name: str) -> str:
+    """`special.expit` for the builtin or aten name `special_expit`; other names as given."""
+    head, _, rest = name.partition("_")
+    return f"{head}.{rest}" if head in _NAMESPACES and rest else name
 
 
 def spelled_op(node: Node) -> str:
@@ -56,6 +65,7 @@ def aten_call(packet: str, code: str) -> str:
     """The call on `code` (the source line) that an exported `aten.<packet>` came from:
     `torch.cat`, `F.silu`, `.add_()` for a method; the bare op where the line spells it
     otherwise (`a + b` is `add`)."""
+    packet = namespaced(packet)  # `torch.special.erfinv(…)` is `aten.special_erfinv`
     for m in re.finditer(rf"(?<![\w.])((?:[A-Za-z_]\w*\.)*){re.escape(packet)}\s*\(", code):
         prefix = m.group(1)
         if not prefix:
