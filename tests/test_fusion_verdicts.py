@@ -264,3 +264,39 @@ def test_a_renamed_submodule_is_one_move_for_every_block(proj):
                             "    `mul → eq → masked_fill → softmax` in blocks.0…blocks.1 (×2) "
                             "moved from attn.forward to attention.forward",
                             "test_blocks.py::test_transformer_fixture: *"])
+
+
+GATED = """\
+import torch
+import torch.nn as nn
+
+
+class Gated(nn.Module):
+    def forward(self, x):
+        d = torch.roll(x, 1, -1)
+        h = (d * 2.0).cumsum(-1)
+        return h * torch.sigmoid(x) * d
+"""
+
+
+def test_an_unknown_call_that_was_there_before_is_not_named_as_the_replacement(pytester):
+    # `torch.roll` fed the cluster when it was recorded; only `torch.special.expit` is new.
+    pytester.makepyfile(gated=GATED, test_gated="""\
+import pytest
+import gated
+
+
+@pytest.mark.fusion_check(gated.Gated, (4, 32), checks=("clusters",))
+def test_gated():
+    pass
+""")
+    sys.modules.pop("gated", None)
+    pytester.runpytest("-p", "no:cacheprovider", *PLUGIN_ARGS,
+                       "--fusion-update-baselines=new").assert_outcomes(passed=1)
+    (pytester.path / "gated.py").write_text(GATED.replace("torch.sigmoid", "torch.special.expit"))
+    sys.modules.pop("gated", None)
+    r = pytester.runpytest("-p", "no:cacheprovider", *PLUGIN_ARGS)
+    r.assert_outcomes(failed=1)
+    (msg,) = bullets(r)
+    assert "`sigmoid` was replaced by `torch.special.expit` at gated.py:9, which" in msg
+    assert "torch.roll" not in msg
