@@ -165,3 +165,34 @@ def test_a_subscript_that_reads_a_name_is_a_pointer(tmp_path):
     assert m.reason.endswith(f"`(x * 2.0)[:, :n]` at line {line} indexes "
                              "with a value read at run time; the kernel holds the one seen at "
                              "analysis"), m.reason
+
+
+DEQUANT = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Dequant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("w_q", torch.randint(-127, 128, (6, 8), dtype=torch.int8))
+            self.register_buffer("w_scale", torch.rand(6))
+
+        def forward(self, x):
+            w = self.w_q.float() * self.w_scale[:, None]
+            return x @ w.t()
+""")
+
+
+def test_a_method_of_a_buffer_maps_as_a_method(tmp_path):
+    # Was a pointer: "`self.w_q.float(...)` at line 12 is not `.float()` (line 12)".
+    path = tmp_path / "dequant.py"
+    path.write_text(DEQUANT)
+    analysis, _, plan = _plan(path, (4, 8))
+    (c,) = analysis.clusters
+    assert c.chain == "to → mul"
+    assert plan.skipped == () and plan.clusters == (0,)
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result is not None
+    assert "w = cluster0(self.w_q, self.w_scale[:, None])" in path.read_text()
+    assert_same_outputs(backup_as_py(result.backup), path, "Dequant", torch.randn(3, 8))

@@ -303,8 +303,10 @@ class Unifier:
         chain = attr_chain(func)
         # `scores.masked_fill(...)` calls a method of a local value (FX: call_method; export:
         # an aten op whose first operand is the receiver); `F.relu(x)` a function.
+        # A Tensor method of an attribute of self (FX's call_method): `self.w_q.float()`.
         method = isinstance(func, ast.Attribute) and (
-            not chain or (chain[0] in self.local_names and chain[0] != self.self_name))
+            not chain or (chain[0] in self.local_names and chain[0] != self.self_name)
+            or (node.op == "call_method" and chain[0] == self.self_name and len(chain) > 2))
         if method and node.op in ("call_method", "call_function"):
             if func.attr not in op_names(node) or not args:
                 raise self.callee_mismatch(expr, node)
