@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fusion_core.names import written
+
 from .grouping import pattern, short_form, split_item
 
 if TYPE_CHECKING:
@@ -50,6 +52,12 @@ def _generic(f: Finding) -> str | None:
     # Module paths appear in messages only inside labels (`self.h.3.fc`); a bare "0" of a
     # Sequential's child must not rewrite numbers elsewhere in the text.
     text = re.sub(rf"(?<=`self\.){re.escape(f.module)}(?=[.`])", star, f.text)
+    # The same label as the source indexes it: `self.h[3].fc` is `self.h[*].fc`.
+    spelled, item = written(f"self.{f.module}"), f"[{split_item(f.module)[1]}]"  # type: ignore[index]
+    cut = spelled.rfind(item)
+    if cut > 0:
+        text = re.sub(rf"`{re.escape(spelled)}(?=[.`\[])",
+                      f"`{spelled[:cut]}[*]{spelled[cut + len(item):]}", text)
     return _COUNTER.sub(r"`\1`", text)
 
 

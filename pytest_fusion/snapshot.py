@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fusion_core.names import written
+
 MAX_NAME = 120
 # What a baseline describes: the device the model is analysed for (Inductor lowers some ops
 # differently there), not where the test's tensors live. Baselines without it are "cpu".
@@ -124,7 +126,7 @@ class OpRec:
     @property
     def spelled(self) -> str:
         """The op as the user wrote it."""
-        return self.synthetic or self.target or self.op
+        return self.synthetic or written(self.target) or self.op
 
 
 @dataclass(frozen=True)

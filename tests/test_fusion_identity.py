@@ -176,6 +176,12 @@ def test_findings_about_repeated_items_become_one_message():
     assert messages(seq)["regressions"] == (
         "`mul` in 0…2 (×3) at m.py:3 moves more traffic: 0 B → 10 B (+100%, tolerance 0%), "
         "see `self.*.fc`",)
+    # As messages spell a ModuleList item, the way the source indexes it.
+    listed = [Finding("regressions", f"`mul`{LOC} at m.py:3 no longer fuses: `self.h[{i}].fc` "
+                      "at m.py:4 sits between `mul` and `add`", f"h.{i}") for i in range(3)]
+    assert messages(listed)["regressions"] == (
+        "`mul` in h.0…h.2 (×3) at m.py:3 no longer fuses: `self.h[*].fc` at m.py:4 sits "
+        "between `mul` and `add`",)
     one = messages(found[3:4])["regressions"]
     assert one == ("`add → layer_norm` in h.3 at m.py:5-6 no longer fuses: fan-out, `add_3` is "
                    "also used by `self.h.3.fc`",)

@@ -88,6 +88,15 @@ SOURCE = textwrap.dedent('''\
             a = torch.relu(x)
             h = torch.special.erfinv(a.clamp(max=0.5))
             return torch.sigmoid(h) * 2.0
+
+
+    class Listed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+
+        def forward(self, x):
+            return torch.tanh(self.layers[1](torch.relu(x)))
 ''')
 
 
@@ -145,6 +154,14 @@ def test_a_call_from_a_torch_namespace_is_named_as_written(model_file, capture):
     a = analysed(model_file, "Special", capture)
     (b,) = find_barriers(a.graph, a.clusters)
     assert b.target == "torch.special.erfinv"
+
+
+def test_a_module_list_item_is_named_as_the_source_indexes_it(model_file):
+    # Was: "`self.layers.1` at models.py:… sits between …", a path no one can write.
+    a = analysed(model_file, "Listed", "fx")
+    (b,) = find_barriers(a.graph, a.clusters)
+    assert b.describe(a.graph).startswith(f"`self.layers[1]` at {model_file}:"
+                                          f"{line_of('self.layers[1](')} sits between `relu`")
 
 
 @pytest.mark.parametrize("capture", CAPTURES)

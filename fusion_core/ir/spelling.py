@@ -15,6 +15,7 @@ import linecache
 import re
 from collections.abc import Iterable
 
+from ..names import written
 from .graph import FusionGraph, Node, OpKind, SourceLoc
 
 # Dotted prefixes that name a module rather than a value: `torch.cat(…)`, `F.relu(…)`.
@@ -34,7 +35,7 @@ def spelled_op(node: Node) -> str:
     """The op as the user called it: `self.proj1` for a layer, `torch.roll` for a call we do
     not fuse (its registry op is only "opaque"), else the op (`add`, not `add_6`)."""
     if node.target.startswith("self."):
-        return node.target
+        return written(node.target)
     if node.kind in (OpKind.OPAQUE, OpKind.INPLACE) and node.op != "meta" and node.target:
         return node.target
     if node.target.startswith(".") and node.target[1:].removesuffix("()") != node.op:
