@@ -279,13 +279,13 @@ def test_cli_lists_an_unknown_op_between_compute_ops(tmp_path):
 
 
 def test_cli_names_an_unknown_elementwise_call_a_cluster_stops_at(tmp_path):
-    # F.softplus sits between a Linear and the ops it feeds: no compute before it, so it
+    # torch.nan_to_num reads the input and feeds the cluster: no compute before it, so it
     # was no barrier, and nothing said why the cluster left it out. The matmul feeding
     # the same cluster is no call a reader expects to fuse: it is not listed.
     model = tmp_path / "gated.py"
     model.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
                      "class M(nn.Module):\n    def forward(self, a, u):\n"
-                     "        d = F.softplus(a)\n        h = (d * 2.0).exp()\n"
+                     "        d = torch.nan_to_num(a)\n        h = (d * 2.0).exp()\n"
                      "        return h * (a @ u)\n")
     a = analyze_file(model, [InputSpec((8, 8))] * 2)
     assert fusion_core.find_barriers(a.graph, a.clusters) == ()  # the plugin's: two-sided
@@ -295,7 +295,7 @@ def test_cli_names_an_unknown_elementwise_call_a_cluster_stops_at(tmp_path):
     assert "Fusion barriers (1)" in text
     assert ("gated.py:7 feeds `mul` (line 8), which fuse without it: fusion-advisor has no "
             "rule for this call") in text
-    assert "  `F.softplus` at " in text and "matmul" not in text
+    assert "  `torch.nan_to_num` at " in text and "matmul" not in text
 
 
 def test_an_in_place_write_is_a_barrier_for_the_later_readers_of_its_input():
