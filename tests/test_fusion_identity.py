@@ -182,6 +182,9 @@ def test_findings_about_repeated_items_become_one_message():
     assert messages(listed)["regressions"] == (
         "`mul` in h.0…h.2 (×3) at m.py:3 no longer fuses: `self.h[*].fc` at m.py:4 sits "
         "between `mul` and `add`",)
+    # The identical clusters of a loop (one module, told apart by order only): one message.
+    loop = [Finding("regressions", f"`eq → sum`{LOC} at m.py:7 no longer fuses", "")] * 4
+    assert messages(loop)["regressions"] == ("`eq → sum` (×4) at m.py:7 no longer fuses",)
     one = messages(found[3:4])["regressions"]
     assert one == ("`add → layer_norm` in h.3 at m.py:5-6 no longer fuses: fan-out, `add_3` is "
                    "also used by `self.h.3.fc`",)
