@@ -16,8 +16,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fusion_core.names import written
-
 from .grouping import pattern, short_form, split_item
 
 if TYPE_CHECKING:
@@ -56,6 +54,8 @@ def _generic(f: Finding) -> str | None:
     # Sequential's child must not rewrite numbers elsewhere in the text.
     text = re.sub(rf"(?<=`self\.){re.escape(f.module)}(?=[.`])", star, f.text)
     # The same label as the source indexes it: `self.h[3].fc` is `self.h[*].fc`.
+    from fusion_core.names import written  # here: a run without fusion tests loads none
+
     spelled, item = written(f"self.{f.module}"), f"[{split_item(f.module)[1]}]"  # type: ignore[index]
     cut = spelled.rfind(item)
     if cut > 0:

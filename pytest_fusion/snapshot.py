@@ -19,8 +19,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fusion_core.names import written
-
 MAX_NAME = 120
 # What a baseline describes: the device the model is analysed for (Inductor lowers some ops
 # differently there), not where the test's tensors live. Baselines without it are "cpu".
@@ -126,6 +124,8 @@ class OpRec:
     @property
     def spelled(self) -> str:
         """The op as the user wrote it."""
+        from fusion_core.names import written  # here: a run without fusion tests loads none
+
         return self.synthetic or written(self.target) or self.op
 
 
