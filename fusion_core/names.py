@@ -39,3 +39,9 @@ def cluster_of(name: str) -> int | None:
     """The cluster index a kernel name holds (`cluster3` → 3); None for any other name."""
     found = _KERNEL.fullmatch(name)
     return int(found.group(1)) if found else None
+
+
+def written(target: str) -> str:
+    """A layer's path as the source indexes it: `self.down[0]`, not `self.down.0` (an
+    `nn.ModuleList` item's path, which is no Python the user can write)."""
+    return re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", target) if target.startswith("self.") else target

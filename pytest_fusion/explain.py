@@ -97,9 +97,20 @@ class Explainer:
         have taken the place of the ops that left."""
         nodes = loc.nodes
         feeding = {r for o in loc.found for r in o.reads}
+        order = {o.node: i for i, o in enumerate(self.cur.ops)}
+
+        def in_a_gap(o: OpRec) -> bool:
+            """Run where a missing op ran: a call that was there all along (a softplus
+            feeding another of the found ops) took no one's place."""
+            if not (loc.gaps and self.cur.op_index):  # no graph order to place it by
+                return True
+            at = order[o.node]
+            return any(
+                (a is None or order.get(a, -1) < at) and (b is None or at < order.get(b, at + 1))
+                for a, b in loc.gaps)
         return [o for o in self.cur.ops
                 if o.kind in ("opaque", "inplace") and not o.spelled.startswith("self.")
-                and (o.node in feeding or nodes & set(o.reads))]
+                and (o.node in feeding or nodes & set(o.reads)) and in_a_gap(o)]
 
     def fused_library(self, modules: set[str]) -> list[OpRec]:
         """Library calls that compute a whole pattern (SDPA, a custom fused op) in `modules`."""

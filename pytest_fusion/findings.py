@@ -11,6 +11,7 @@ same when grouping, and shown with `*` / without the counter in the grouped text
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -37,9 +38,11 @@ def at(rec: ClusterRec | RejectionRec) -> str:
     return f"{LOC} at {rec.lines}"
 
 
-def located(text: str, module: str | None) -> str:
-    """The text with its place filled: ` in h.3` (nothing for the model itself)."""
-    return text.replace(LOC, f" in {module}" if module else "")
+def located(text: str, module: str | None, times: int = 1) -> str:
+    """The text with its place filled: ` in h.3` (nothing for the model itself), and how
+    many clusters it is about when more than one (` (×4)`)."""
+    return text.replace(LOC, (f" in {module}" if module else "") +
+                        (f" (×{times})" if times > 1 else ""))
 
 
 def _generic(f: Finding) -> str | None:
@@ -50,21 +53,32 @@ def _generic(f: Finding) -> str | None:
     # Module paths appear in messages only inside labels (`self.h.3.fc`); a bare "0" of a
     # Sequential's child must not rewrite numbers elsewhere in the text.
     text = re.sub(rf"(?<=`self\.){re.escape(f.module)}(?=[.`])", star, f.text)
+    # The same label as the source indexes it: `self.h[3].fc` is `self.h[*].fc`.
+    from fusion_core.names import written  # here: a run without fusion tests loads none
+
+    spelled, item = written(f"self.{f.module}"), f"[{split_item(f.module)[1]}]"  # type: ignore[index]
+    cut = spelled.rfind(item)
+    if cut > 0:
+        text = re.sub(rf"`{re.escape(spelled)}(?=[.`\[])",
+                      f"`{spelled[:cut]}[*]{spelled[cut + len(item):]}", text)
     return _COUNTER.sub(r"`\1`", text)
 
 
 def messages(findings: Iterable[Finding]) -> dict[str, tuple[str, ...]]:
     """Bucket -> messages, one per group of findings, in order of first appearance."""
     groups: dict[tuple, list[Finding]] = {}
-    for i, f in enumerate(findings):
+    for f in findings:
         generic = _generic(f)
-        key = (f.bucket, generic) if generic is not None else (f.bucket, i)
+        # The same words about the same module (the identical clusters a loop makes, told
+        # apart only by their order) are one message.
+        key = (f.bucket, generic) if generic is not None else (f.bucket, f.text, f.module)
         groups.setdefault(key, []).append(f)
     out: dict[str, list[str]] = {b: [] for b in BUCKETS}
-    for (bucket, generic), members in groups.items():
+    for (bucket, generic, *_), members in groups.items():
         modules = list(dict.fromkeys(m.module for m in members))
         if len(modules) == 1:
-            out[bucket] += [located(m.text, m.module) for m in members]
+            said = Counter(m.text for m in members)
+            out[bucket] += [located(text, modules[0], n) for text, n in said.items()]
         else:
             paths = sorted(modules, key=lambda p: split_item(p)[1])  # type: ignore[arg-type,index]
             out[bucket].append(str(generic).replace(LOC, f" in {short_form(paths)}"))

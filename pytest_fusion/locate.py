@@ -29,6 +29,9 @@ class Located:
     # are now, and what a changed one became (`.permute()`). Views move nothing, so they
     # take no part in deciding which current cluster holds the baseline's ops.
     views: tuple[tuple[str, OpRec], ...] = ()
+    # Per missing op, the nearest found ops before and after it in the baseline's order (by
+    # node; None at an end): where an op that took its place must sit now.
+    gaps: tuple[tuple[str | None, str | None], ...] = ()
 
     @property
     def own(self) -> tuple[OpRec, ...]:
@@ -84,6 +87,7 @@ def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
     missing: list[tuple[str, str]] = []
     recomputed: list[OpRec] = []
     views: list[tuple[str, OpRec]] = []
+    gaps: list[tuple[str | None, str | None]] = []
     if rec.sites:
         by_site = cur.by_site
         hits: list[OpRec | None] = []  # per baseline op: found again (a view: None)
@@ -104,6 +108,7 @@ def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
             else:
                 missing.append((op, site))
         views = _views(rec, hits, cur)
+        gaps = _gaps(hits, list(rec.sites), {s for _, s in missing})
     else:  # written before sites: the same node name holding the same op
         by_node = {o.node: o for o in cur.ops}
         view_ops = {o.op for o in cur.ops if o.kind == "view"}
@@ -118,7 +123,19 @@ def locate(rec: ClusterRec | RejectionRec, cur: Snapshot) -> Located:
                 found.append(hit)
             else:
                 missing.append((op, node))
-    return Located(tuple(found), tuple(missing), tuple(recomputed), tuple(views))
+    return Located(tuple(found), tuple(missing), tuple(recomputed), tuple(views), tuple(gaps))
+
+
+def _gaps(hits: list[OpRec | None], sites: list[str], missing: set[str]
+          ) -> list[tuple[str | None, str | None]]:
+    """For each missing op (by site), the found ops around it in baseline order."""
+    out: list[tuple[str | None, str | None]] = []
+    for i, site in enumerate(sites):
+        if site and site in missing:
+            before = next((h.node for h in reversed(hits[:i]) if h is not None), None)
+            after = next((h.node for h in hits[i + 1:] if h is not None), None)
+            out.append((before, after))
+    return out
 
 
 def _views(rec: ClusterRec | RejectionRec, hits: list[OpRec | None], cur: Snapshot

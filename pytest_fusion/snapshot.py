@@ -124,7 +124,9 @@ class OpRec:
     @property
     def spelled(self) -> str:
         """The op as the user wrote it."""
-        return self.synthetic or self.target or self.op
+        from fusion_core.names import written  # here: a run without fusion tests loads none
+
+        return self.synthetic or written(self.target) or self.op
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,10 @@ class ClusterVerdicts:
             known = self.recorded | {o.site for o in loc.found}
             came = [n for n, s in zip(c.nodes, sites, strict=False)
                     if s and n not in loc.nodes and unprimed(s) not in known]
-            if came:  # ops (not views) that were not in `b` took the place of those that left
+            # Ops (not views) that were not in `b` took the place of those that left, and no
+            # call outside the kernel stands where they were (`silu` as `expit(g) * g` with
+            # an unknown `expit`: a kernel more, not a respelling).
+            if came and not self.explain.newcomers(loc):
                 self.say("changes", b, f"`{b.chain}`{LOC} at {c.lines} is still one kernel, "
                                        f"now `{c.chain}` ({left} spelled another way)")
                 return {id(c)}

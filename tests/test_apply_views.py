@@ -178,3 +178,87 @@ def test_a_flatten_of_a_pooled_1x1_map_is_applied_and_runs_at_other_sizes(tmp_pa
     result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
     assert result is not None
     assert_same_outputs(backup_as_py(result.backup), path, "Pooled", torch.randn(3, 4, 5, 2))
+
+
+# A GNN's mean aggregation: the degree broadcast over the features by `[:, None]`.
+SUBSCRIPTED = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Subscripted(nn.Module):
+        def forward(self, agg, deg):
+            return agg / deg.clamp(min=1)[:, None]
+""")
+
+SLICED = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Sliced(nn.Module):
+        def forward(self, x):
+            n = 4
+            return (x * 2.0)[:, :n].relu()
+""")
+
+
+def test_a_constant_subscript_inside_a_cluster_is_applied(tmp_path):
+    # Was a pointer: "`deg.clamp(min=1)[:, None]` at line 7 does not compute `getitem`".
+    path = tmp_path / "subscripted.py"
+    path.write_text(SUBSCRIPTED)
+    analysis, _, plan = _plan(path, (10, 16), (10,))
+    (c,) = analysis.clusters
+    assert c.chain == "clamp → getitem → div"
+    assert plan.skipped == () and plan.clusters == (0,)
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result is not None
+    assert "return cluster0(deg, agg)" in path.read_text()
+    before, after = load(backup_as_py(result.backup), "Subscripted"), load(path, "Subscripted")
+    for n in (10, 7):  # another node count than analysed
+        agg, deg = torch.randn(n, 16, device=DEVICE), torch.rand(n, device=DEVICE) * 3
+        torch.testing.assert_close(after(agg, deg), before(agg, deg))
+
+
+def test_a_subscript_that_reads_a_name_is_a_pointer(tmp_path):
+    # `[:, :n]`: the kernel would keep the n of the traced call whatever n is later.
+    path = tmp_path / "sliced.py"
+    path.write_text(SLICED)
+    analysis = analyze_file(path, [InputSpec((4, 8))])
+    (m,) = map_clusters(analysis)
+    assert m.replacement is None
+    line = line_of(path, "return (x * 2.0)[:, :n].relu()")
+    assert m.reason.endswith(f"`(x * 2.0)[:, :n]` at line {line} indexes "
+                             "with a value read at run time; the kernel holds the one seen at "
+                             "analysis"), m.reason
+
+
+DEQUANT = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Dequant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("w_q", torch.randint(-127, 128, (6, 8), dtype=torch.int8))
+            self.register_buffer("w_scale", torch.rand(6))
+
+        def forward(self, x):
+            w = self.w_q.float() * self.w_scale[:, None]
+            return x @ w.t()
+""")
+
+
+def test_a_method_of_a_buffer_maps_as_a_method(tmp_path):
+    # Was a pointer: "`self.w_q.float(...)` at line 12 is not `.float()` (line 12)".
+    path = tmp_path / "dequant.py"
+    path.write_text(DEQUANT)
+    analysis, _, plan = _plan(path, (4, 8))
+    (c,) = analysis.clusters
+    assert c.chain == "to → mul"
+    assert plan.skipped == () and plan.clusters == (0,)
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result is not None
+    assert "w = cluster0(self.w_q, self.w_scale[:, None])" in path.read_text()
+    assert_same_outputs(backup_as_py(result.backup), path, "Dequant", torch.randn(3, 8))

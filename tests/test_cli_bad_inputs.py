@@ -33,6 +33,12 @@ KEYWORD_ONLY = ("import torch.nn as nn\n\n\nclass M(nn.Module):\n"
                 "    def forward(self, x, *, mask):\n"
                 "        return (x * 2.0).relu().masked_fill(mask, 0.0)\n")
 
+# int8 weights dequantized to float32: the float16 input meets them at `@`.
+MIXED_PRODUCT = ("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n"
+                 "    def __init__(self):\n        super().__init__()\n"
+                 "        self.register_buffer('w', torch.ones(8, 8, dtype=torch.int8))\n\n"
+                 "    def forward(self, x):\n        return (x @ self.w.float()).relu()\n")
+
 CASES = [
     Case("missing file", ("--model", "{d}/absent.py", *SHAPE), ("model file not found",)),
     Case("model is a folder", ("--model", "{d}", *SHAPE), ("model file not found",)),
@@ -97,6 +103,12 @@ CASES = [
                                           "--dtype", "bool", "--capture", how),
            ("M.forward (", "model.py:5) takes `mask` as keyword-only", "drop the `*`"),
            files={"model.py": KEYWORD_ONLY}) for how in ("fx", "export", "auto")),
+    # Fake kernels let float16 @ float32 through: the report printed, every kernel FAILED.
+    *(Case(f"float16 input against float32 weights ({how})",
+           (*M, "--input-shape", "4,8", "--dtype", "float16", "--capture", how),
+           ("the example input does not fit the model", "model.py:11",
+            "a matrix product's operands must share one dtype, got float16 and float32"),
+           files={"model.py": MIXED_PRODUCT}) for how in ("fx", "export")),
     Case("unknown dtype", (*M, *SHAPE, "--dtype", "float64"), ("unknown dtype 'float64'",)),
     Case("dtype count", (*M, *SHAPE, "--dtype", "float16", "--dtype", "int64"),
          ("2 --dtype for 1 --input-shape",)),

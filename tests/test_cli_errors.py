@@ -262,6 +262,20 @@ def test_input_the_model_rejects_names_the_layer():
                           "check --input-shape")
 
 
+def test_a_layer_whose_weights_have_another_dtype_than_its_input_is_named():
+    # The API does not cast the model to the input's dtype as the CLI does; fake kernels
+    # ran the float32 Linear on float16 input, and every later real run failed.
+    import torch
+    import torch.nn as nn
+
+    import fusion_core
+
+    want = r"layer `self.0` rejected it \(its weights are float32 and its input float16"
+    with pytest.raises(InputSpecError, match=want):
+        fusion_core.analyze(nn.Sequential(nn.Linear(8, 8), nn.ReLU()),
+                            InputSpec((4, 8), torch.float16), capture="fx")
+
+
 def test_wrong_dtype_for_embedding_names_the_layer():
     microgpt = str(Path(EXAMPLE).with_name("microgpt.py"))
     assert_one_line_error(invoke("--model", microgpt, "--input-shape", "2,16"),

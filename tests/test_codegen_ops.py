@@ -77,6 +77,12 @@ CASES = {
     "clamp": [case(lambda m, x: torch.clamp(x * 2, -1.0, 0.5), f32()),
               case(lambda m, x: (x * 2).clamp(min=0.1), f32()),
               case(lambda m, x: F.hardtanh(x * 2), f32())],
+    # x * 12 reaches past the threshold (20) and far below 0, where exp(x) is tiny
+    "softplus": [case(lambda m, x: F.softplus(x * 12) + 1, f32()),
+                 case(lambda m, x: F.softplus(x * 3, beta=2.0, threshold=4.0) * 2, f32())],
+    # integers times 0.5: exact halves, which torch rounds to the even neighbour
+    "round": [case(lambda m, a: torch.round(a * 0.5) - 1, torch.randint(-9, 9, (R, C))),
+              case(lambda m, x: (x * 3).round() * 0.5, f32())],
     "hardsigmoid": [case(lambda m, x: F.hardsigmoid(x * 4), f32())],
     "hardswish": [case(lambda m, x: F.hardswish(x * 4), f32())],
     "logical_not": [case(lambda m, x: torch.logical_not(x > 0.2), f32()),

@@ -176,6 +176,15 @@ def test_findings_about_repeated_items_become_one_message():
     assert messages(seq)["regressions"] == (
         "`mul` in 0…2 (×3) at m.py:3 moves more traffic: 0 B → 10 B (+100%, tolerance 0%), "
         "see `self.*.fc`",)
+    # As messages spell a ModuleList item, the way the source indexes it.
+    listed = [Finding("regressions", f"`mul`{LOC} at m.py:3 no longer fuses: `self.h[{i}].fc` "
+                      "at m.py:4 sits between `mul` and `add`", f"h.{i}") for i in range(3)]
+    assert messages(listed)["regressions"] == (
+        "`mul` in h.0…h.2 (×3) at m.py:3 no longer fuses: `self.h[*].fc` at m.py:4 sits "
+        "between `mul` and `add`",)
+    # The identical clusters of a loop (one module, told apart by order only): one message.
+    loop = [Finding("regressions", f"`eq → sum`{LOC} at m.py:7 no longer fuses", "")] * 4
+    assert messages(loop)["regressions"] == ("`eq → sum` (×4) at m.py:7 no longer fuses",)
     one = messages(found[3:4])["regressions"]
     assert one == ("`add → layer_norm` in h.3 at m.py:5-6 no longer fuses: fan-out, `add_3` is "
                    "also used by `self.h.3.fc`",)
@@ -270,6 +279,26 @@ def test_cli_lists_an_unknown_op_between_compute_ops(tmp_path):
     assert "  `torch.roll` at " in text
     assert ("rolled.py:8 sits between `silu` (line 7) and `mul` (line 8): fusion-advisor "
             "cannot fuse through it") in text
+
+
+def test_cli_names_an_unknown_elementwise_call_a_cluster_stops_at(tmp_path):
+    # torch.nan_to_num reads the input and feeds the cluster: no compute before it, so it
+    # was no barrier, and nothing said why the cluster left it out. The matmul feeding
+    # the same cluster is no call a reader expects to fuse: it is not listed.
+    model = tmp_path / "gated.py"
+    model.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+                     "class M(nn.Module):\n    def forward(self, a, u):\n"
+                     "        d = torch.nan_to_num(a)\n        h = (d * 2.0).exp()\n"
+                     "        return h * (a @ u)\n")
+    a = analyze_file(model, [InputSpec((8, 8))] * 2)
+    assert fusion_core.find_barriers(a.graph, a.clusters) == ()  # the plugin's: two-sided
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    print_analysis(a, console, explain_rejections=True)
+    text = console.export_text()
+    assert "Fusion barriers (1)" in text
+    assert ("gated.py:7 feeds `mul` (line 8), which fuse without it: fusion-advisor has no "
+            "rule for this call") in text
+    assert "  `torch.nan_to_num` at " in text and "matmul" not in text
 
 
 def test_an_in_place_write_is_a_barrier_for_the_later_readers_of_its_input():

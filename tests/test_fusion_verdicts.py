@@ -264,3 +264,56 @@ def test_a_renamed_submodule_is_one_move_for_every_block(proj):
                             "    `mul → eq → masked_fill → softmax` in blocks.0…blocks.1 (×2) "
                             "moved from attn.forward to attention.forward",
                             "test_blocks.py::test_transformer_fixture: *"])
+
+
+GATED = """\
+import torch
+import torch.nn as nn
+
+
+class Gated(nn.Module):
+    def forward(self, x):
+        d = torch.roll(x, 1, -1)
+        h = (d * 2.0).cumsum(-1)
+        return h * torch.sigmoid(x) * d
+"""
+
+
+def gated_run(p: pytest.Pytester, old: str, new: str):
+    """Record `GATED`'s baseline, replace `old` by `new` in it, and run the check again."""
+    p.makepyfile(gated=GATED, test_gated="""\
+import pytest
+import gated
+
+
+@pytest.mark.fusion_check(gated.Gated, (4, 32), checks=("clusters",))
+def test_gated():
+    pass
+""")
+    sys.modules.pop("gated", None)
+    p.runpytest("-p", "no:cacheprovider", *PLUGIN_ARGS,
+                "--fusion-update-baselines=new").assert_outcomes(passed=1)
+    (p.path / "gated.py").write_text(GATED.replace(old, new))
+    sys.modules.pop("gated", None)
+    return p.runpytest("-p", "no:cacheprovider", *PLUGIN_ARGS)
+
+
+def test_an_unknown_call_that_was_there_before_is_not_named_as_the_replacement(pytester):
+    # `torch.roll` fed the cluster when it was recorded; only `torch.special.expit` is new.
+    r = gated_run(pytester, "torch.sigmoid", "torch.special.expit")
+    r.assert_outcomes(failed=1)
+    (msg,) = bullets(r)
+    assert "`sigmoid` was replaced by `torch.special.expit` at gated.py:9, which" in msg
+    assert "torch.roll" not in msg
+
+
+def test_an_op_respelled_through_an_unknown_call_is_a_regression(pytester):
+    # `* 2.0` is a new op in the kernel, but `sigmoid` went to a call of its own: one kernel
+    # more. Was: "changed (not a regression) … (`sigmoid` spelled another way)", passing.
+    r = gated_run(pytester, "torch.sigmoid(x)", "(torch.special.expit(x) * 2.0)")
+    r.assert_outcomes(failed=1)
+    (msg,) = bullets(r)
+    assert msg.startswith("`mul → cumsum → sigmoid → mul → mul` at gated.py:8-9: `sigmoid` was "
+                          "replaced by `torch.special.expit` at gated.py:9, which "
+                          "fusion-advisor cannot fuse through; the rest fuses as "), msg
+    assert msg.endswith("(the model as a whole runs 2 → 3 kernels)"), msg

@@ -81,6 +81,22 @@ SOURCE = textwrap.dedent('''\
         def forward(self, x):
             a = x + 1.0
             return a + self.w
+
+
+    class Special(nn.Module):
+        def forward(self, x):
+            a = torch.relu(x)
+            h = torch.special.erfinv(a.clamp(max=0.5))
+            return torch.sigmoid(h) * 2.0
+
+
+    class Listed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+
+        def forward(self, x):
+            return torch.tanh(self.layers[1](torch.relu(x)))
 ''')
 
 
@@ -130,6 +146,22 @@ def test_a_barrier_is_the_call_on_its_line_between_ops_at_their_lines(model_file
                     f"(line {line_of('torch.relu')}) and `sigmoid` (line "
                     f"{line_of('torch.sigmoid(h)')}): fusion-advisor cannot fuse through it")
     assert leaked(a.graph, text) == []
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_call_from_a_torch_namespace_is_named_as_written(model_file, capture):
+    # Was, under FX: "`special_erfinv` at models.py:…", the builtin's own name.
+    a = analysed(model_file, "Special", capture)
+    (b,) = find_barriers(a.graph, a.clusters)
+    assert b.target == "torch.special.erfinv"
+
+
+def test_a_module_list_item_is_named_as_the_source_indexes_it(model_file):
+    # Was: "`self.layers.1` at models.py:… sits between …", a path no one can write.
+    a = analysed(model_file, "Listed", "fx")
+    (b,) = find_barriers(a.graph, a.clusters)
+    assert b.describe(a.graph).startswith(f"`self.layers[1]` at {model_file}:"
+                                          f"{line_of('self.layers[1](')} sits between `relu`")
 
 
 @pytest.mark.parametrize("capture", CAPTURES)

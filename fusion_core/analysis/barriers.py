@@ -1,7 +1,8 @@
 """Fusion barriers: ops the detector cannot fuse through that sit between compute ops.
 
 Reads a ``FusionGraph`` and its clusters; returns one ``Barrier`` per opaque or
-in-place node outside every cluster that has compute on both sides: the compute
+in-place node outside every cluster that has compute on both sides (or, for the CLI,
+an unknown elementwise call next to a cluster on one side): the compute
 nodes whose values reach it and those that read its result (through views). An
 in-place op also separates its input from every later reader of the value it
 mutated. No candidate group contains such a node, so no rejection names it; the
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..ir.graph import FusionGraph, OpKind
-from ..ir.spelling import said
+from ..ir.spelling import said, written
 from .detect import line_span
 from .types import Cluster, LineSpan
 
@@ -42,9 +43,14 @@ class Barrier:
         where = f" at {path(self.lines.file)}:{str(self.lines)[1:]}" if self.lines else ""
         ops = [" / ".join(dict.fromkeys(said(graph, n) for n in side))
                for side in (self.before, self.after)]
+        what = f"`{written(self.target) or self.op}`{where}"
+        if not (self.before and self.after):  # next to a cluster on one side only
+            side = f"feeds {ops[1]}" if self.after else f"reads {ops[0]}"
+            return (f"{what} {side}, which fuse without it: fusion-advisor has no rule for "
+                    "this call")
         why = ("it writes its input in place" if self.inplace
                else "fusion-advisor cannot fuse through it")
-        return f"`{self.target or self.op}`{where} sits between {ops[0]} and {ops[1]}: {why}"
+        return f"{what} sits between {ops[0]} and {ops[1]}: {why}"
 
 
 def _walk(graph: FusionGraph, start: Iterable[str], step) -> tuple[str, ...]:
@@ -65,7 +71,22 @@ def _walk(graph: FusionGraph, start: Iterable[str], step) -> tuple[str, ...]:
     return tuple(sorted(found, key=graph.position))
 
 
-def find_barriers(graph: FusionGraph, clusters: Iterable[Cluster]) -> tuple[Barrier, ...]:
+def _elementwise_call(graph: FusionGraph, name: str) -> bool:
+    """An unknown call of one tensor giving one of the same shape, as a pointwise function
+    does (`F.softplus(x)`): a matmul, concatenation, scatter or `zeros_like` is not one a
+    reader would expect to fuse."""
+    node = graph[name]
+    tensors = [r for r in node.refs if graph[r].meta is not None]
+    return (node.op == UNKNOWN and node.kind is OpKind.OPAQUE and len(tensors) == 1
+            and node.meta is not None and graph[tensors[0]].meta.shape == node.meta.shape
+            and not node.target.endswith("_like"))
+
+
+def find_barriers(graph: FusionGraph, clusters: Iterable[Cluster], *, one_sided: bool = False
+                  ) -> tuple[Barrier, ...]:
+    """With `one_sided`, also an unknown elementwise call with compute on one side only, a
+    cluster's op among it (`F.softplus` between a Linear and the ops it feeds): else nothing
+    would say why the cluster stops there."""
     fused = {n for c in clusters for n in c.nodes}
     out = []
     for node in graph.nodes:
@@ -78,7 +99,9 @@ def find_barriers(graph: FusionGraph, clusters: Iterable[Cluster]) -> tuple[Barr
             pos = graph.position(node.name)  # readers of the mutated value after the write
             readers += [u for u in graph.users[node.refs[0]] if graph.position(u) > pos]
         after = _walk(graph, readers, lambda n: graph.users[n])
-        if before and after:
+        beside = (one_sided and _elementwise_call(graph, node.name)
+                  and bool(fused & {*before, *after}))
+        if (before and after) or beside:
             out.append(Barrier(node.name, node.op, node.target, node.kind is OpKind.INPLACE,
                                line_span(graph, [node.name]), before, after))
     return tuple(out)

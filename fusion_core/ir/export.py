@@ -32,7 +32,7 @@ from ..errors import CaptureError, Fix, InputSpecError
 from .graph import FusionGraph, OpKind
 from .inline_blocks import inline_blocks
 from .module_state import kept_as_it_was
-from .shapes import InputSpec, fake_inputs, model_device
+from .shapes import InputSpec, check_product_dtypes, fake_inputs, model_device
 from .trace import TRACE_THROUGH, _one_line, _where
 
 aten = torch.ops.aten
@@ -72,6 +72,7 @@ def export_graph(model: nn.Module, specs: Sequence[InputSpec]) -> fx.GraphModule
         raise CaptureError(f"torch.export failed on {type(model).__name__}.forward"
                            f"{_where(e)}: {fix or _one_line(e)}") from e
     gm = program.module()
+    check_product_dtypes(gm, type(model).__name__)  # fake kernels let float16 @ float32 pass
     inline_blocks(gm)  # first: the tidying below then sees the blocks' ops too
     _drop_guards(gm)
     _single_results(gm.graph)

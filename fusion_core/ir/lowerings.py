@@ -124,3 +124,29 @@ BOOL_LOWERINGS: dict[str, Lowering] = {"add": lambda a, p: f"({a[0]} | {a[1]})"}
 
 def call(fn: str) -> Lowering:
     return lambda a, p: f"{fn}({', '.join(a)})"
+
+
+def softplus_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
+    """log(1 + exp(βx)) / β, and x itself past the threshold, as torch computes it. There is
+    no log1p under Triton's interpreter: log(u)·y/(u − 1), u = 1 + y, keeps log1p's accuracy
+    where y = exp(βx) is tiny (u rounds to 1, the quotient to y)."""
+    x, beta = a[0], float(p["beta"])
+    bx = f"({x} * {beta!r})"
+    y = f"tl.exp({bx})"
+    u = f"(1.0 + {y})"
+    safe = f"tl.where({u} == 1.0, 1.0, {u} - 1.0)"  # no 0/0 in the branch not taken
+    log1p = f"tl.where({u} == 1.0, {y}, tl.log({u}) * ({y} / {safe}))"
+    return f"tl.where({bx} > {float(p['threshold'])!r}, {x}, {log1p} / {beta!r})"
+
+
+def round_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+    """Round half to even, as torch.round: from floor(x) and the exact remainder x − floor(x)
+    (x + 0.5 would round up 0.49999997); integers, infinities and NaN are x itself."""
+    if p["decimals"]:
+        return None  # a scale by 10**decimals first: left to eager
+    x = a[0]
+    r = f"tl.floor({x})"
+    d = f"({x} - {r})"
+    odd = f"({r} - 2.0 * tl.floor({r} * 0.5))"
+    return (f"tl.where({r} == {x}, {x}, {r} + tl.where({d} > 0.5, 1.0, "
+            f"tl.where({d} < 0.5, 0.0, {odd})))")

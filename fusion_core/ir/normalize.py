@@ -29,7 +29,7 @@ from .graph import (
 )
 from .registry import bind, lookup, training_spec
 from .sizes import SIZED_VIEWS, SIZES, read_sizes, refine
-from .spelling import aten_call
+from .spelling import aten_call, namespaced
 from .trace import is_user_frame
 from .view_recognition import describe
 from .views import INDEX_STEPS
@@ -141,6 +141,8 @@ def _target_name(n: fx.Node, source: SourceLoc | None) -> str:
     name = getattr(t, "__name__", str(t))
     prefix = {"torch.nn.functional": "F.", "torch._C._nn": "F.", "_operator": "operator.",
               "torch": "torch."}.get(mod, "")
+    if mod.startswith("torch._C._") and namespaced(name) != name:
+        return f"torch.{namespaced(name)}"  # `torch._C._special`'s `special_expit`
     return f"{prefix}{name}"
 
 

@@ -32,6 +32,8 @@ from .lowerings import (
     gelu_expr,
     infix,
     pow_expr,
+    round_expr,
+    softplus_expr,
     tanh_expr,
     with_alpha,
 )
@@ -132,6 +134,8 @@ _SPECS = [
     OpSpec("elu", UNARY, "input, alpha=1.0, scale=1.0, input_scale=1.0, inplace=False",
            lower=lambda a, p: None if (p["scale"], p["input_scale"]) != (1.0, 1.0) else
            f"tl.where({a[0]} > 0, {a[0]}, {p['alpha']!r} * (tl.exp({a[0]}) - 1.0))"),
+    OpSpec("softplus", UNARY, "input, beta=1.0, threshold=20.0", lower=softplus_expr),
+    OpSpec("round", UNARY, "input, *, decimals=0", lower=round_expr),
     OpSpec("clamp", UNARY, "input, min=None, max=None", ("input", "min", "max"), clamp_expr),
     OpSpec("hardsigmoid", UNARY, "input, inplace=False",
            lower=lambda a, p: f"tl.minimum(tl.maximum({a[0]} / 6.0 + 0.5, 0.0), 1.0)"),
@@ -208,7 +212,7 @@ for _name in ("add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "r
               "maximum", "minimum", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge",
               "clamp", "logical_not", "clone", "softmax", "log_softmax", "sum", "mean", "amax",
               "amin", "rsub", "cumsum", "var", "std", "bitwise_and", "bitwise_or", "logical_and",
-              "logical_or"):
+              "logical_or", "round"):
     _register(_name, ("method", _name), signature=None)
     if hasattr(torch, _name):
         _register(_name, getattr(torch, _name))
@@ -234,7 +238,8 @@ _register("clamp", torch.clamp_max, ("method", "clamp_max"), signature="input, m
 _register("clamp", F.hardtanh, signature="input, min_val=-1.0, max_val=1.0, inplace=False")
 _register("clamp", F.relu6, signature="input, inplace=False, min=0.0, max=6.0")
 for _name in ("relu", "gelu", "silu", "leaky_relu", "elu", "hardsigmoid", "hardswish",
-              "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm", "dropout",
+              "softplus", "sigmoid", "tanh", "softmax", "log_softmax", "layer_norm", "rms_norm",
+              "dropout",
               "group_norm", "adaptive_avg_pool2d"):
     if hasattr(F, _name):
         _register(_name, getattr(F, _name))
@@ -271,7 +276,9 @@ ATEN_OPS: dict[str, tuple[str, ...]] = {
     **{c: (f"{c}.Tensor", f"{c}.Scalar") for c in ("eq", "ne", "lt", "le", "gt", "ge")},
     **{u: (u,) for u in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "square",
                          "sin", "cos", "erf", "sigmoid", "tanh", "relu", "gelu", "silu",
-                         "leaky_relu", "elu", "hardsigmoid", "hardswish", "logical_not")},
+                         "leaky_relu", "elu", "hardsigmoid", "hardswish", "logical_not",
+                         "softplus")},
+    "round": ("round", "round.decimals"),
     "pow": ("pow.Tensor_Scalar", "pow.Tensor_Tensor"),
     "clamp": ("clamp", "clamp.Tensor", "clamp_min", "clamp_max", "hardtanh"),
     "to": ("_to_copy", "to.dtype", "to.dtype_layout", "to.device"),

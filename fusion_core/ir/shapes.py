@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +116,7 @@ class _Prop(FakeTensorProp):
     def run_node(self, n: fx.Node) -> Any:
         try:
             self._check_indices(n)
+            self._check_product_dtypes(n)
             if self.snapshot:
                 return super().run_node(n)
             key = self._memo_key(n)
@@ -144,6 +145,23 @@ class _Prop(FakeTensorProp):
         if isinstance(val, torch.Tensor) and (val.dtype.is_floating_point
                                               or val.dtype == torch.bool):
             raise TypeError(f"embedding indices must be integers (token ids), got {val.dtype}")
+
+    def _check_product_dtypes(self, n: fx.Node) -> None:
+        """A matrix product's (or a Linear's or convolution's) operands share one dtype on
+        every device, which fake kernels do not check: a float16 input against float32
+        weights would be analysed, then fail in every validation run."""
+        if n.op == "call_module":
+            layer = self.module.get_submodule(str(n.target))
+            weight = getattr(layer, "weight", None)
+            if not isinstance(layer, _PRODUCT_LAYERS) or not isinstance(weight, torch.Tensor):
+                return
+            x = self.env.get(n.args[0]) if n.args and isinstance(n.args[0], fx.Node) else None
+            if isinstance(x, torch.Tensor) and x.dtype != weight.dtype:
+                raise TypeError(f"its weights are {_dtype(weight.dtype)} and its input "
+                                f"{_dtype(x.dtype)}; cast one to the other's dtype")
+            return
+        if (why := product_dtypes(n, self.env.get)) is not None:
+            raise TypeError(why)
 
     def _memo_key(self, n: fx.Node) -> tuple | None:
         if n.op not in ("call_function", "call_method"):
@@ -177,6 +195,37 @@ class _Prop(FakeTensorProp):
         if isinstance(obj, torch.Tensor):  # a real parameter or buffer
             return self._mode.from_tensor(obj, static_shapes=True)
         return obj if isinstance(obj, _SCALARS) else None
+
+
+# Matrix products (function, method and aten names) and the layers that compute one.
+_PRODUCTS = frozenset({"matmul", "mm", "bmm", "linear", "addmm", "baddbmm", "einsum"})
+_PRODUCT_LAYERS = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+
+
+def _dtype(d: torch.dtype) -> str:
+    return str(d).removeprefix("torch.")
+
+
+def product_dtypes(n: fx.Node, value: Callable[[fx.Node], Any]) -> str | None:
+    """Why the matrix product `n` cannot run (its operands' dtypes differ), or None;
+    `value` gives an argument node's (fake) tensor."""
+    name = str(n.target) if n.op == "call_method" else getattr(
+        getattr(n.target, "_overloadpacket", n.target), "__name__", "")
+    if n.op not in ("call_function", "call_method") or name not in _PRODUCTS:
+        return None
+    dtypes = {v.dtype for a in n.args if isinstance(a, fx.Node)
+              and isinstance(v := value(a), torch.Tensor)}
+    if len(dtypes) < 2:
+        return None
+    return ("a matrix product's operands must share one dtype, got "
+            f"{' and '.join(sorted(_dtype(d) for d in dtypes))}")
+
+
+def check_product_dtypes(gm: fx.GraphModule, model: str) -> None:
+    """`product_dtypes` over a captured graph whose nodes hold their values (torch.export's)."""
+    for n in gm.graph.nodes:
+        if (why := product_dtypes(n, lambda a: a.meta.get("val"))) is not None:
+            raise _rejection(n, TypeError(why), model)
 
 
 class _NotMemoizable(Exception):

@@ -15,17 +15,27 @@ import linecache
 import re
 from collections.abc import Iterable
 
+from ..names import written
 from .graph import FusionGraph, Node, OpKind, SourceLoc
 
 # Dotted prefixes that name a module rather than a value: `torch.cat(…)`, `F.relu(…)`.
 _MODULE_HEADS = ("torch", "F", "nn", "functional")
+# torch's sub-namespaces whose builtins are named with the namespace as a prefix:
+# `torch.special.expit` is the builtin `special_expit`, and aten's op of that name.
+_NAMESPACES = ("special", "linalg", "fft")
+
+
+def namespaced(name: str) -> str:
+    """`special.expit` for the builtin or aten name `special_expit`; other names as given."""
+    head, _, rest = name.partition("_")
+    return f"{head}.{rest}" if head in _NAMESPACES and rest else name
 
 
 def spelled_op(node: Node) -> str:
     """The op as the user called it: `self.proj1` for a layer, `torch.roll` for a call we do
     not fuse (its registry op is only "opaque"), else the op (`add`, not `add_6`)."""
     if node.target.startswith("self."):
-        return node.target
+        return written(node.target)
     if node.kind in (OpKind.OPAQUE, OpKind.INPLACE) and node.op != "meta" and node.target:
         return node.target
     if node.target.startswith(".") and node.target[1:].removesuffix("()") != node.op:
@@ -56,6 +66,7 @@ def aten_call(packet: str, code: str) -> str:
     """The call on `code` (the source line) that an exported `aten.<packet>` came from:
     `torch.cat`, `F.silu`, `.add_()` for a method; the bare op where the line spells it
     otherwise (`a + b` is `add`)."""
+    packet = namespaced(packet)  # `torch.special.erfinv(…)` is `aten.special_erfinv`
     for m in re.finditer(rf"(?<![\w.])((?:[A-Za-z_]\w*\.)*){re.escape(packet)}\s*\(", code):
         prefix = m.group(1)
         if not prefix:

@@ -150,8 +150,10 @@ def retried(g: FusionGraph, r: Rejection) -> str:
 
 
 def print_barriers(analysis: Analysis, console: Console) -> None:
-    """Calls fusion-advisor has no rule for, between compute ops it could otherwise fuse."""
-    found = [b for b in find_barriers(analysis.graph, analysis.clusters) if b.unknown]
+    """Calls fusion-advisor has no rule for, between compute ops it could otherwise fuse or
+    next to a cluster that stops at them."""
+    found = [b for b in find_barriers(analysis.graph, analysis.clusters, one_sided=True)
+             if b.unknown]
     if not found:
         return
     console.print(f"Fusion barriers ({len(found)})")

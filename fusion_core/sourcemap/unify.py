@@ -12,6 +12,7 @@ cluster input, the source expression that holds it at the top of the run
 from __future__ import annotations
 
 import ast
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,24 @@ def op_names(node: fx.Node) -> set[str]:
     if node.meta.get("fusion_inplace"):  # `.relu_()` the capture made out of place
         names |= {f"{n}_" for n in names if n}
     return names - {""}
+
+
+_RUNTIME = object()  # an index that names a value
+
+
+class _Indexer:
+    def __getitem__(self, key: Any) -> Any:
+        return key
+
+
+def constant_index(expr: ast.expr) -> Any:
+    """The index a subscript spells with literals only (`:, None` is (slice(None), None)),
+    or _RUNTIME where it reads a name or calls anything."""
+    if any(isinstance(n, (ast.Name, ast.Call, ast.Attribute)) for n in ast.walk(expr)):
+        return _RUNTIME
+    tree = ast.Expression(ast.Subscript(ast.Name("_i", ast.Load()), expr, ast.Load()))
+    code = compile(ast.fix_missing_locations(tree), "<index>", "eval")
+    return eval(code, {"__builtins__": {}, "_i": _Indexer()})  # noqa: S307 - literals only
 
 
 def same_operator(fn_or_node: Any, py_op: Any) -> bool:
@@ -257,10 +276,23 @@ class Unifier:
             self.match_args([expr.left, expr.comparators[0]], node.args, k)
         elif isinstance(expr, ast.Call):
             self.match_call(expr, node, k)
+        elif (isinstance(expr, ast.Subscript) and node.op == "call_function"
+              and node.target is operator.getitem):
+            self.match_subscript(expr, node, k)
         else:
             raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} does not compute "
                            f"{self.said(node)} there")
         self.bind_leftovers(expr, node)
+
+    def match_subscript(self, expr: ast.Subscript, node: fx.Node, k: int) -> None:
+        """`h[:, None]` inside the cluster: a view the kernel makes, so its index must be
+        spelled with constants alone, the very index the graph holds (`h[:, :n]` would
+        bake the `n` of the traced call into the kernel)."""
+        index = constant_index(expr.slice)
+        if index is _RUNTIME or index != node.args[1]:
+            raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} indexes with a "
+                           "value read at run time; the kernel holds the one seen at analysis")
+        self.match_value(expr.value, node.args[0], k)
 
     def match_args(self, exprs: list[ast.expr], values: tuple[Any, ...], k: int) -> None:
         for e, v in zip(exprs, values, strict=False):
@@ -271,8 +303,10 @@ class Unifier:
         chain = attr_chain(func)
         # `scores.masked_fill(...)` calls a method of a local value (FX: call_method; export:
         # an aten op whose first operand is the receiver); `F.relu(x)` a function.
+        # A Tensor method of an attribute of self (FX's call_method): `self.w_q.float()`.
         method = isinstance(func, ast.Attribute) and (
-            not chain or (chain[0] in self.local_names and chain[0] != self.self_name))
+            not chain or (chain[0] in self.local_names and chain[0] != self.self_name)
+            or (node.op == "call_method" and chain[0] == self.self_name and len(chain) > 2))
         if method and node.op in ("call_method", "call_function"):
             if func.attr not in op_names(node) or not args:
                 raise self.callee_mismatch(expr, node)
