@@ -276,3 +276,15 @@ def test_a_read_replayed_past_another_clusters_result_runs_beside_it():
     report = validate(a)
     assert all(r.usable for r in report.results)
     assert report.model.passed, report.model
+
+
+def test_a_replayed_operand_keeps_its_strides():
+    """A `.view` replayed on meta tensors works where the real one did: a channels-last
+    value permuted to NHWC is contiguous, its contiguous stand-in permuted is not."""
+    from fusion_core.validate.subgraph import on_meta
+
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    stand_in = on_meta(x)
+    assert stand_in.device.type == "meta" and stand_in.stride() == x.stride()
+    assert stand_in.permute(0, 2, 3, 1).view(2, 20, 3).shape == (2, 20, 3)
+    assert on_meta(7) == 7  # a size passes as it is

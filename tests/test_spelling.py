@@ -229,3 +229,17 @@ def test_an_input_the_model_rejects_is_blamed_on_the_call_not_its_node(model_fil
         analysed(model_file, "BadSecondAdd", "fx")
     assert f"`add` at {model_file}:{line_of('return a + self.w')} rejected it" in str(e.value)
     assert "add_1" not in str(e.value)
+
+
+def test_the_return_line_is_read_from_the_file_as_it_is_now(tmp_path):
+    # A plugin session outlives an edit of the model file: the parse must follow it.
+    import os
+
+    from fusion_core.ir.spelling import _tree
+
+    path = tmp_path / "model.py"
+    path.write_text("def forward(x):\n    return x\n")
+    assert _tree(str(path)).body[0].body[0].lineno == 2
+    path.write_text("def forward(x):\n    y = x\n\n    return y\n")
+    os.utime(path, (1, 1))  # another mtime even within the filesystem's clock resolution
+    assert _tree(str(path)).body[0].body[-1].lineno == 4

@@ -99,10 +99,16 @@ def return_loc(g: FusionGraph, results: Iterable[str]) -> SourceLoc | None:
     return None
 
 
-@functools.lru_cache(maxsize=16)
 def _tree(file: str) -> ast.Module | None:
+    """The file as it is now: a plugin session outlives edits of the model file."""
+    linecache.checkcache(file)
+    return _parsed("".join(linecache.getlines(file)))
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(text: str) -> ast.Module | None:
     try:
-        return ast.parse("".join(linecache.getlines(file)))
+        return ast.parse(text)
     except (SyntaxError, ValueError):
         return None
 

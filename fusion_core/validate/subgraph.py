@@ -154,11 +154,12 @@ def _redirect_shape_reads(graph: fx.Graph, cluster: Cluster, nodes: dict[str, fx
 
 
 def on_meta(value: Any) -> Any:
-    """An empty tensor of `value`'s shape and dtype that holds no data; other values (a size)
-    as they are."""
+    """An empty tensor of `value`'s shape, strides and dtype that holds no data (the strides:
+    a replayed `.view` of a channels-last value works only where the real one did); other
+    values (a size) as they are."""
     if not isinstance(value, torch.Tensor):
         return value
-    return torch.empty(value.shape, dtype=value.dtype, device="meta")
+    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
 
 
 def _replayed(graph: fx.Graph, r: ShapeRead, nodes: dict[str, fx.Node]) -> fx.Node:
