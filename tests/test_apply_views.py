@@ -52,8 +52,8 @@ REGROUPED = textwrap.dedent("""\
 """)
 
 
-def _plan(path: Path, *shapes: tuple[int, ...]):
-    analysis = analyze_file(path, [InputSpec(s) for s in shapes])
+def _plan(path: Path, *shapes: tuple[int, ...], capture: str = "auto"):
+    analysis = analyze_file(path, [InputSpec(s) for s in shapes], capture=capture)
     kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
     verdicts = {c.index: (True, "verified") for c in analysis.clusters}
     return analysis, kernels, plan_apply(analysis, map_clusters(analysis), path, kernels,
@@ -250,11 +250,14 @@ DEQUANT = textwrap.dedent("""\
 """)
 
 
-def test_a_method_of_a_buffer_maps_as_a_method(tmp_path):
-    # Was a pointer: "`self.w_q.float(...)` at line 12 is not `.float()` (line 12)".
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_a_method_of_a_buffer_maps_as_a_method(tmp_path, capture):
+    # Was a pointer: "`self.w_q.float(...)` at line 12 is not `.float()` (line 12)"; under
+    # export (`aten._to_copy`) "... is not `to`".
     path = tmp_path / "dequant.py"
     path.write_text(DEQUANT)
-    analysis, _, plan = _plan(path, (4, 8))
+    analysis, _, plan = _plan(path, (4, 8), capture=capture)
+    assert analysis.graph.frontend == capture
     (c,) = analysis.clusters
     assert c.chain == "to → mul"
     assert plan.skipped == () and plan.clusters == (0,)

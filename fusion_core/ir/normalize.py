@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .data_dependent import READ_AT, UNSIZED, read_at, scalar_reads, unsized
 from .functionalize import out_of_place_overload
 from .graph import (
     SHAPE_ATTRS,
@@ -153,7 +154,7 @@ def _literal(v: Any) -> Any:
     return v
 
 
-def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
+def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]) -> Node:
     val = n.meta.get("val")
     meta = _meta(val)
     source = parse_stack_trace(n.meta.get("stack_trace"))
@@ -168,6 +169,12 @@ def _convert(n: fx.Node, module_types: dict[str, str]) -> Node:
         refs = tuple(Ref(a.name) for a in _flatten(n.args) if isinstance(a, fx.Node))
         return Node(op="output", kind=OpKind.OUTPUT, inputs=refs, **common)
     refs = tuple(Ref(a.name) for a in _flatten((n.args, n.kwargs)) if isinstance(a, fx.Node))
+    if unsized(val) or any(unsized(a.meta.get("val")) for a in _flatten((n.args, n.kwargs))
+                           if isinstance(a, fx.Node)):
+        # Sized by a tensor's value (`x[:n]`, n from `.item()`), or reading such a value.
+        where = read_at(n, reads, parse_stack_trace) if unsized(val) else None
+        return Node(op=UNSIZED, kind=OpKind.OPAQUE, inputs=refs,
+                    params=((READ_AT, where),) if where else (), **common)
     if n.op == "call_module":
         return Node(op=module_types.get(str(n.target), "opaque"), kind=OpKind.OPAQUE,
                     inputs=refs, **common)
@@ -275,5 +282,6 @@ def _flatten(obj: Any):
 def to_fusion_graph(gm: fx.GraphModule, name: str, frontend: str = "fx") -> FusionGraph:
     """Convert every node of a shape-propagated GraphModule, in graph order."""
     module_types = {qual: type(mod).__name__ for qual, mod in gm.named_modules()}
-    nodes = tuple(_convert(n, module_types) for n in gm.graph.nodes)
+    reads = scalar_reads(gm)
+    nodes = tuple(_convert(n, module_types, reads) for n in gm.graph.nodes)
     return FusionGraph(name=name, nodes=nodes, frontend=frontend)

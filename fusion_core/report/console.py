@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ..analysis.barriers import find_barriers
 from ..analysis.types import Rejection
+from ..ir import data_dependent
 from ..ir.graph import FusionGraph
 from ..ir.spelling import said
 from ..pipeline import Analysis
@@ -94,6 +95,8 @@ def header(analysis: Analysis) -> list[str]:
                      + analysis.capture_fallback)
     if analysis.capture_choice:
         lines.append(f"Capture: {analysis.capture_choice}")
+    if unsized := data_dependent.describe(analysis.graph, short_path):
+        lines.append(unsized)
     return lines
 
 

@@ -42,6 +42,12 @@ from .pysource import (
     stored_names,
 )
 
+# The Tensor methods that cast to one dtype (`h.float()` is `h.to(torch.float32)`).
+DTYPE_METHODS = {torch.float32: "float", torch.float64: "double", torch.float16: "half",
+                 torch.bfloat16: "bfloat16", torch.int64: "long", torch.int32: "int",
+                 torch.int16: "short", torch.int8: "char", torch.uint8: "byte",
+                 torch.bool: "bool"}
+
 
 def op_names(node: fx.Node) -> set[str]:
     """What the source may call this node's function: `relu`, `softmax` (aten `_softmax`)."""
@@ -53,9 +59,20 @@ def op_names(node: fx.Node) -> set[str]:
         aten = getattr(t, "_opname", None)  # torch.export: aten.softmax.int → "softmax"
         if aten:
             names |= {aten, aten.lstrip("_")}
+        if aten == "to":  # export records `.float()` as `aten.to.dtype(x, torch.float32)`
+            dtypes = [a for a in (*node.args[1:], *node.kwargs.values())
+                      if isinstance(a, torch.dtype)]
+            names |= {DTYPE_METHODS.get(dtypes[0], "")} if len(dtypes) == 1 else set()
     if node.meta.get("fusion_inplace"):  # `.relu_()` the capture made out of place
         names |= {f"{n}_" for n in names if n}
     return names - {""}
+
+
+def _of_attribute(node: fx.Node, name: str) -> bool:
+    """An op that `name` spells, of a parameter or buffer (export's `self.w_q.float()`)."""
+    first = node.args[0] if node.args else None
+    return (node.op == "call_function" and name in op_names(node)
+            and isinstance(first, fx.Node) and first.op == "get_attr")
 
 
 _RUNTIME = object()  # an index that names a value
@@ -303,10 +320,12 @@ class Unifier:
         chain = attr_chain(func)
         # `scores.masked_fill(...)` calls a method of a local value (FX: call_method; export:
         # an aten op whose first operand is the receiver); `F.relu(x)` a function.
-        # A Tensor method of an attribute of self (FX's call_method): `self.w_q.float()`.
+        # A Tensor method of an attribute of self: `self.w_q.float()` (FX's call_method;
+        # export's aten op of the attribute, named as the method is).
         method = isinstance(func, ast.Attribute) and (
             not chain or (chain[0] in self.local_names and chain[0] != self.self_name)
-            or (node.op == "call_method" and chain[0] == self.self_name and len(chain) > 2))
+            or (chain[0] == self.self_name and len(chain) > 2 and (
+                node.op == "call_method" or _of_attribute(node, func.attr))))
         if method and node.op in ("call_method", "call_function"):
             if func.attr not in op_names(node) or not args:
                 raise self.callee_mismatch(expr, node)
