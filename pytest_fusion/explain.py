@@ -71,16 +71,21 @@ class Explainer:
         return (f"{what} now sits between {ops_list(before)} and {ops_list(after)}: "
                 "fusion-advisor cannot fuse through it")
 
-    def rejection(self, nodes: set[str]) -> RejectionRec | None:
+    def rejection(self, nodes: set[str], parted: tuple[set[str], ...] = ()
+                  ) -> RejectionRec | None:
+        """The first rejection of `nodes`; with `parted` (the groups of them that now run
+        apart), only one that holds a node of each group: one about other ops says nothing
+        of why these parted."""
         for r in self.cur.rejections:
-            if set(r.nodes) & nodes:
+            held = set(r.nodes)
+            if held & nodes and all(held & group for group in parted):
                 self.used.append(r)
                 return r
         return None
 
-    def why(self, nodes: set[str]) -> str:
+    def why(self, nodes: set[str], parted: tuple[set[str], ...] = ()) -> str:
         """`: <what separates the ops>` for the current `nodes` ("" when nothing is known)."""
-        found, r = self.barrier(nodes), self.rejection(nodes)
+        found, r = self.barrier(nodes), self.rejection(nodes, parted)
         # A rejection about the barrier itself (`.mul_()` (line 10) mutates …) says it all;
         # one whose path merely passes through it (convexity) does not say where it sits.
         if found and not (r and r.reason.startswith(f"`{found[0].target}`")):

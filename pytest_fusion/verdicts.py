@@ -152,9 +152,16 @@ class ClusterVerdicts:
             self.say("regressions", b, f"`{b.chain}`{at} split into {into}{why}")
         elif parts:
             p = parts[0]
-            out = [o.op for o in loc.own if not holds(p, o)]
-            self.say("regressions", b, f"`{b.chain}`{at} shrank to `{p.chain}`, without "
-                                       f"{ops_list(out)}{why}")
+            left = [o for o in loc.own if not holds(p, o)]
+            why = self.explain.why(loc.nodes, ({o.node for o in left},
+                                               {o.node for o in loc.own if holds(p, o)}))
+            out = ops_list([o.op for o in left])
+            if len(p.ops) < len(b.ops):
+                self.say("regressions", b, f"`{b.chain}`{at} shrank to `{p.chain}`, without "
+                                           f"{out}{why}")
+            else:  # the rest fuses with ops it did not have: no shrinking
+                self.say("regressions", b, f"`{b.chain}`{at} no longer holds {out}; its other "
+                                           f"ops now fuse in `{p.chain}` ({p.lines}){why}")
         else:
             self.say("regressions", b, f"`{b.chain}`{at} no longer fuses"
                                        f"{why or NO_CAUSE}")

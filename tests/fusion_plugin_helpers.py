@@ -35,6 +35,9 @@ BODIES = {
     "newrej": "y = x * 2.0\ny = F.relu(y)\ny = y + self.b\na = torch.sigmoid(self.lin(y))\n"
               "return F.softmax(a * 3.0, dim=None)",
     "grown": "y = x * 2.0\ny = F.relu(y)\nreturn torch.sigmoid(y + self.b)",
+    # `mul` cut off by a call the kernel cannot take; the rest fuses with more ops than before.
+    "moved": "y = torch.roll(x * 2.0, 1, -1)\ny = F.relu(y)\n"
+             "return torch.sigmoid(y + self.b) * 3.0",
     # A branch on a shape: FX symbolic tracing cannot follow it, torch.export can.
     "branch": "y = x * 2.0\ny = F.relu(y)\nreturn y + self.b if x.shape[-1] > 4 else y",
     "branch-split": "y = x * 2.0\ny = F.relu(y)\n"
