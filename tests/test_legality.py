@@ -46,6 +46,14 @@ def test_fan_out_rejects_a_value_also_used_outside():
     assert "not less than" in failure.reason
 
 
+def test_fan_out_says_sizes_as_the_report_writes_them():
+    g = run(lambda x: (lambda e: (x * e, e))(torch.exp(x[0])), (64, 64)).graph
+    failure = L.check_fan_out(g, _group(g, "exp", "mul"))
+    assert re.search(r"would move [\d.]+ KB, not less than [\d.]+ KB split", failure.reason), \
+        failure.reason
+    assert not re.search(r"\d{4,} B", failure.reason)  # was "16640 B"
+
+
 class MaskTwice(nn.Module):
     """The mask's second `unsqueeze` (the graph's `unsqueeze_1`) reads `eq` outside the group."""
 

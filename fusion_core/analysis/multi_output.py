@@ -22,6 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..ir.graph import FusionGraph, OpKind
+from ..report.units import fmt_bytes
 from .group import (
     MIN_OPS,
     answered,
@@ -43,8 +44,9 @@ class StoreVerdict:
         return self.fused_bytes < self.split_bytes
 
     def __str__(self) -> str:
-        return (f"writing every result from one kernel would move {self.fused_bytes} B, "
-                f"not less than {self.split_bytes} B split")
+        return (f"writing every result from one kernel would move "
+                f"{fmt_bytes(self.fused_bytes)}, not less than {fmt_bytes(self.split_bytes)} "
+                "split")
 
 
 def store_verdict(g: FusionGraph, group: Collection[str], culprits: Collection[str]
