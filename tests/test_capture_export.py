@@ -241,6 +241,21 @@ def test_fx_refuses_an_autocast_block_and_auto_uses_export():
     assert not torch.is_autocast_enabled("cpu")  # the refused trace left autocast as it was
 
 
+def test_an_enabled_autocast_block_left_whole_is_said_at_its_line():
+    # The block stays one call under export (autocast picks dtypes as ops run): the ops in
+    # it went unanalysed without a word.
+    from fusion_core.report.console import header
+
+    a = analyze(Autocast(), (4, 8), capture="export")
+    (kept,) = [n for n in a.graph.nodes if n.target == "wrap_with_autocast"]
+    line = inspect.getsourcelines(Autocast.forward)[1] + 2
+    assert kept.source is not None and kept.source.line == line
+    (note,) = [h for h in header(a) if h.startswith("Left unfused")]
+    assert "the enabled `torch.autocast` block at " in note
+    assert f"test_capture_export.py:{line} (`y = " in note
+    assert "run the model in the autocast dtype" in note
+
+
 def test_autocast_around_the_whole_analysis_is_no_block_fx_drops():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert analyze(LN(), (4, 8), capture="fx").graph.frontend == "fx"

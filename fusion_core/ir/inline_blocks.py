@@ -31,6 +31,8 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from .graph import FusionGraph, SourceLoc
+
 
 def _always(args: tuple) -> bool:
     return True
@@ -193,3 +195,34 @@ def _delete(gm: fx.GraphModule, target: str) -> None:
     owner = gm.get_submodule(".".join(path)) if path else gm
     if hasattr(owner, leaf):
         delattr(owner, leaf)
+
+
+def block_source(n: fx.Node, parse: Callable[[str | None], SourceLoc | None]
+                 ) -> SourceLoc | None:
+    """Where a block that stays one call starts: export records no frame for the call
+    itself, its body's first op has the user's line."""
+    spec = BLOCKS.get(n.target) if n.op == "call_function" else None
+    if spec is None or len(n.args) <= spec[0]:
+        return None
+    body = n.args[spec[0]]
+    owner = n.graph.owning_module
+    sub = getattr(owner, str(body.target), None) if isinstance(body, fx.Node) else None
+    for m in sub.graph.nodes if isinstance(sub, fx.GraphModule) else ():
+        if (loc := parse(m.meta.get("stack_trace"))) is not None:
+            return loc
+    return None
+
+
+def describe_kept(graph: FusionGraph, path: Callable[[str], str] = str) -> str | None:
+    """One line for the report on an enabled autocast block left as one call: the ops
+    inside are analysed by nobody, so say where it is and why; None when there is none."""
+    kept = [n for n in graph.nodes if n.target == "wrap_with_autocast"]
+    if not kept:
+        return None
+    loc = kept[0].source
+    where = f" at {path(loc.file)}:{loc.line} (`{loc.code}`)" if loc else ""
+    more = f" (and {len(kept) - 1} more)" if len(kept) > 1 else ""
+    return (f"Left unfused: the enabled `torch.autocast` block{where}{more}: torch.export keeps "
+            "it as one call, since autocast picks its ops' dtypes as they run, so nothing "
+            "inside is analysed; to analyse those ops, run the model in the autocast dtype "
+            "(`model.to(torch.bfloat16)`, `--dtype bfloat16`) without the block")

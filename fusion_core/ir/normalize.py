@@ -28,6 +28,7 @@ from .graph import (
     SourceLoc,
     TensorMeta,
 )
+from .inline_blocks import block_source
 from .registry import bind, lookup, training_spec
 from .sizes import SIZED_VIEWS, SIZES, read_sizes, refine
 from .spelling import aten_call, namespaced
@@ -157,7 +158,7 @@ def _literal(v: Any) -> Any:
 def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]) -> Node:
     val = n.meta.get("val")
     meta = _meta(val)
-    source = parse_stack_trace(n.meta.get("stack_trace"))
+    source = parse_stack_trace(n.meta.get("stack_trace")) or block_source(n, parse_stack_trace)
     common = dict(name=n.name, meta=meta, source=source, target=_target_name(n, source),
                   copy_of=n.meta.get("fusion_copy_of", ""),
                   module=module_path(n.meta.get("nn_module_stack")))

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..analysis.barriers import find_barriers
 from ..analysis.types import Rejection
-from ..ir import data_dependent
+from ..ir import data_dependent, inline_blocks
 from ..ir.graph import FusionGraph
 from ..ir.spelling import said
 from ..pipeline import Analysis
@@ -97,6 +97,8 @@ def header(analysis: Analysis) -> list[str]:
         lines.append(f"Capture: {analysis.capture_choice}")
     if unsized := data_dependent.describe(analysis.graph, short_path):
         lines.append(unsized)
+    if kept := inline_blocks.describe_kept(analysis.graph, short_path):
+        lines.append(kept)
     return lines
 
 
