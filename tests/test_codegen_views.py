@@ -388,3 +388,43 @@ def test_validation_runs_the_view_kernels_in_the_model_at_a_smaller_batch():
     report = validate(analyze(ConvNeXtBlock().eval(), torch.randn(2, 32, 4, 4)))
     assert [r.usable for r in report.results] == [True, True]
     assert report.model.passed and report.model.inputs == ((1, 32, 4, 4),), report.model.detail
+
+
+class MergedBack(torch.nn.Module):
+    """A merge undone by a view sized from `x.shape`, then added to `x`: the add broadcasts
+    the view's result against `x`, which must not count as proof that the view's fixed
+    split `(2, 3)` is `(b, t)` at any size (it is only at the analysed one)."""
+
+    def forward(self, x):
+        b, t, c = x.shape
+        y = torch.softmax((x * 2.0).reshape(b * t, c), -1)
+        return y.view(b, t, c) + x
+
+
+def test_a_split_proven_only_by_a_later_broadcast_is_refused():
+    a = analyze(MergedBack(), torch.randn(2, 3, 8))
+    group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
+    error = dry_run(a.graph, group)
+    assert error is not None and "sizes dim 0 as `x.shape[0]`" in str(error), error
+    x = torch.randn(3, 5, 8)  # the model runs at another batch; no kernel may claim it
+    assert MergedBack()(x).shape == (3, 5, 8)
+
+
+class SplitSoftmaxMerged(torch.nn.Module):
+    """A softmax over the `c // 4` part of a run-time split, merged back by a reshape sized
+    from `x.shape`: the kernel iterates over the split, so storing the merged result undoes
+    the merge with the analysed sizes `(2, 4)`; at c = 12 the launcher raised."""
+
+    def forward(self, x):
+        b, t, c = x.shape
+        y = (x * 2.0).view(b, t, c // 4, 4)
+        return torch.softmax(y, 2).reshape(b, t, c) - x
+
+
+def test_a_merge_sized_at_run_time_undone_with_the_analysed_sizes_is_refused():
+    a = analyze(SplitSoftmaxMerged(), torch.randn(2, 3, 8))
+    group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
+    error = dry_run(a.graph, group)
+    line = inspect.getsourcelines(SplitSoftmaxMerged.forward)[1] + 3
+    assert error is not None and str(error).startswith(f"`reshape` (line {line}) merges"), error
+    assert SplitSoftmaxMerged()(torch.randn(3, 5, 12)).shape == (3, 5, 12)

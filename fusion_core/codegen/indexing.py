@@ -34,6 +34,7 @@ from ..analysis.legality import python_value_read
 from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
+from ..ir.sizes import SIZES
 from ..ir.spelling import said
 from ..ir.views import (
     INDEX_STEPS,
@@ -163,6 +164,12 @@ class _Spread:
             if own is not None:
                 added |= self.offer(src, tuple(steps) + own, name)
             elif src in self.chains:
+                if node.param(SIZES) is not None and any(isinstance(s, Merge) for s in steps):
+                    # Undone, the merge splits again with the analysed sizes: at another
+                    # size the launcher's view fails where the user's code reads the sizes.
+                    raise LoweringError(f"{said(g, name)} merges dims sized at run time, "
+                                        "which the kernel would split again with the "
+                                        f"analysed sizes {_shape(g, src)}", (name,))
                 back = inverse(steps, _shape(g, src))
                 if back is None:
                     raise LoweringError(f"{said(g, name)} selects part of a value "

@@ -38,7 +38,7 @@ import torch
 from ..analysis.group import escaping, external_inputs, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.lowerings import BOOL_LOWERINGS
+from ..ir.lowerings import BOOL_LOWERINGS, INT_LOWERINGS
 from ..ir.reductions import ReductionRule, correction
 from ..ir.registry import SPECS
 from ..ir.spelling import said, said_all
@@ -271,6 +271,8 @@ class _Lowering:
         lowering = spec.lower
         if node.meta is not None and node.meta.dtype is torch.bool:
             lowering = BOOL_LOWERINGS.get(node.op, lowering)
+        elif node.meta is not None and not node.meta.dtype.is_floating_point:
+            lowering = INT_LOWERINGS.get(node.op, lowering)
         expr = lowering(operands, dict(node.params))
         if expr is None:
             raise LoweringError(f"{said(self.g, node.name)} has no lowering rule for params "

@@ -14,7 +14,7 @@ leaves): both calls keep the element count, so it is forced. Anything else raise
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
@@ -32,7 +32,8 @@ Shape = tuple[Any, ...]  # sympy expressions
 class _Shapes:
     """Symbolic shapes of a group's values, in terms of its inputs' dims."""
 
-    def __init__(self, g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str]) -> None:
+    def __init__(self, g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
+                 on_view: Callable[[str, _Shapes], None] | None = None) -> None:
         self.g = g
         self.shapes: dict[str, Shape | None] = {}
         self.alias: dict[Any, Any] = {}  # a symbol broadcasting proved equal to another
@@ -43,6 +44,10 @@ class _Shapes:
                 for k in range(len(meta.shape)))
         for name in sorted(nodes, key=g.position):
             self.shapes[name] = self._of(g[name])
+            if on_view is not None and g[name].kind is OpKind.VIEW and g[name].param(SIZES):
+                # Checked now: a later broadcast against this view's result would unify the
+                # inputs' dims with the kernel's own view shape, "proving" its fixed sizes.
+                on_view(name, self)
 
     def shape(self, name: str) -> Shape | None:
         shape = self.shapes.get(name)
@@ -104,14 +109,14 @@ class _Shapes:
 def check_run_time_sizes(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str]) -> None:
     """LoweringError for the first view of the group whose run-time sizes do not follow from
     its steps at any input size (module docstring)."""
-    views = [n for n in nodes if g[n].kind is OpKind.VIEW and g[n].param(SIZES) is not None]
-    if not views:
+    if not any(g[n].kind is OpKind.VIEW and g[n].param(SIZES) is not None for n in nodes):
         return
-    shapes = _Shapes(g, nodes, inputs)
-    for name in views:
+
+    def check(name: str, shapes: _Shapes) -> None:
         why = _unproven(g, shapes, g[name])
         if why is not None:
             raise LoweringError(f"{said(g, name)} {why}", (name,))
+    _Shapes(g, nodes, inputs, on_view=check)
 
 
 def _unproven(g: FusionGraph, shapes: _Shapes, node: Node) -> str | None:
