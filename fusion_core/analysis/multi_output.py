@@ -22,7 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..ir.graph import FusionGraph, OpKind
-from ..report.units import fmt_bytes
+from ..units import fmt_bytes
 from .group import (
     MIN_OPS,
     answered,

@@ -5,13 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..units import fmt_bytes  # the reports' name for it; analysis reasons use it too
 
-def fmt_bytes(n: float) -> str:
-    """Binary units (1 MB = 2**20 bytes), one decimal: `384.0 MB`."""
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
+__all__ = ["fmt_bytes", "short_path", "speedup_words"]
 
 
 def speedup_words(speedup: float, sign: str = "×") -> str:
