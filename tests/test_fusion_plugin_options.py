@@ -233,7 +233,8 @@ def pytest_unconfigure(config):
 
 
 # fusion_core modules that import neither torch nor the analyzer (file writes, byte units)
-LIGHT = {"fusion_core.fileio", "fusion_core.report", "fusion_core.report.units"}
+LIGHT = {"fusion_core.fileio", "fusion_core.report", "fusion_core.report.units",
+         "fusion_core.units"}  # no imports of their own
 
 
 def _heavy_modules(pytester, *args):
