@@ -6,25 +6,37 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from click.testing import CliRunner, Result
 
+from fusion_core.cli import cli
 from fusion_core.load import import_model_file, instantiate, pick_class
 from fusion_core.sourcemap.apply import forget_package
 from fusion_core.sourcemap.fused import package_name
 
 
-def load_net(path: Path) -> torch.nn.Module:
+def load_net(path: Path, name: str = "Net") -> torch.nn.Module:
     forget_package(package_name(path.stem))  # a rewritten file imports its own package
-    return instantiate(pick_class(import_model_file(path), path, "Net"), path)
+    return instantiate(pick_class(import_model_file(path), path, name), path)
 
 
-def same_outputs(tmp_path: Path, path: Path, original: str) -> None:
-    """The rewritten `path` computes what `original` did, on a 2×3×8×8 input."""
-    (tmp_path / "original.py").write_text(original)
-    before, after = load_net(tmp_path / "original.py").eval(), load_net(path).eval()
-    for name, buffer in before.named_buffers():  # BatchNorm starts at mean 0, var 1
-        if name.endswith(("running_mean", "running_var")):
+def apply_net(path: Path, shape: str = "2,3,8,8") -> Result:
+    """`fusion-advisor --model PATH:Net --apply --yes` (no timing), as a user runs it."""
+    return CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", shape,
+                                    "--no-timing", "--apply", "--yes"])
+
+
+def same_outputs(tmp_path: Path, path: Path, original: str, name: str = "Net",
+                 shape: tuple[int, ...] = (2, 3, 8, 8), device: str = "cpu",
+                 atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    """The rewritten `path` computes what `original` did, on the original's weights."""
+    (tmp_path / f"original_{path.stem}.py").write_text(original)
+    before = load_net(tmp_path / f"original_{path.stem}.py", name).eval()
+    after = load_net(path, name).eval()
+    for buffer_name, buffer in before.named_buffers():  # BatchNorm starts at mean 0, var 1
+        if buffer_name.endswith(("running_mean", "running_var")):
             buffer.uniform_(0.5, 1.5)
     after.load_state_dict(before.state_dict())
-    x = torch.randn(2, 3, 8, 8)
+    x = torch.randn(shape, device=device)
     with torch.no_grad():
-        torch.testing.assert_close(after(x), before(x), atol=1e-5, rtol=1e-4)
+        want, got = before.to(device)(x), after.to(device)(x)
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import difflib
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
+from apply_checks import same_outputs
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
-from fusion_core.load import import_model_file, instantiate, pick_class
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
-from fusion_core.sourcemap.apply import forget_package
-from fusion_core.sourcemap.fused import import_block, package_name
+from fusion_core.sourcemap.fused import import_block
 
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -115,11 +113,6 @@ CASES = {
 }
 
 
-def _load(path: Path) -> torch.nn.Module:
-    forget_package(package_name(path.stem))
-    return instantiate(pick_class(import_model_file(path), path, "M"), path)
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_apply_rewrites_only_the_fused_statement(tmp_path, case):
     body, statement, replacement = CASES[case]
@@ -157,18 +150,7 @@ def test_apply_rewrites_only_the_fused_statement(tmp_path, case):
         line for line in import_block(path.stem, ["cluster0"], "\n").splitlines() if line.strip()
     ]
     # The rewritten model computes what the original did (its weights, a fresh input).
-    before_path = tmp_path / f"original_{case}.py"
-    before_path.write_text(original)
-    before, after = _load(before_path).eval(), _load(path).eval()
-    for name, buffer in before.named_buffers():  # BatchNorm starts at mean 0, var 1
-        if name.endswith(("running_mean", "running_var")):
-            buffer.uniform_(0.5, 1.5)
-    after.load_state_dict(before.state_dict())
-    x = torch.randn(2, 4, 8, 8)
-    with torch.no_grad():
-        want = before.to(DEVICE)(x.to(DEVICE))
-        got = after.to(DEVICE)(x.to(DEVICE))
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
+    same_outputs(tmp_path, path, original, "M", (2, 4, 8, 8), DEVICE, atol=1e-4, rtol=1e-3)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -11,11 +11,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from apply_checks import same_outputs
-from click.testing import CliRunner
+from apply_checks import apply_net, same_outputs
 
 from fusion_core import codegen
-from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
@@ -74,8 +72,7 @@ class Net(nn.Module):
 def test_one_edit_of_a_block_serves_every_stage_at_its_own_size(tmp_path):
     path = tmp_path / "stages.py"
     path.write_text(STAGES)
-    result = CliRunner().invoke(cli, ["--model", str(path), "--input-shape", "2,3,8,8",
-                                      "--no-timing", "--apply", "--yes"])
+    result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit(s)" in result.output, result.output
     assert "Not applied" not in result.output, result.output

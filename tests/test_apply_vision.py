@@ -5,7 +5,7 @@ Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.
 
 from __future__ import annotations
 
-from apply_checks import same_outputs
+from apply_checks import apply_net, same_outputs
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
@@ -53,8 +53,7 @@ class Net(nn.Module):
 def test_identity_placeholders_between_fused_layers_are_dropped_by_the_edit(tmp_path):
     path = tmp_path / "block.py"
     path.write_text(PLACEHOLDERS)
-    result = CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", "2,3,8,8",
-                                      "--no-timing", "--apply", "--yes"])
+    result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit(s)" in result.output, result.output
     rewritten = path.read_text()
@@ -142,8 +141,7 @@ class Net(nn.Module):
 def test_a_residual_add_under_an_if_on_a_module_setting_keeps_the_if(tmp_path):
     path = tmp_path / "skip.py"
     path.write_text(SKIP)
-    result = CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", "2,3,8,8",
-                                      "--no-timing", "--apply", "--yes"])
+    result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit(s)" in result.output, result.output
     assert "Not applied" not in result.output, result.output
