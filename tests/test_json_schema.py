@@ -5,22 +5,46 @@ really rejects malformed documents."""
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 from importlib import resources
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from analysis_helpers import run
 
 from fusion_core.ir.shapes import InputSpec
-from fusion_core.pipeline import analyze_file
+from fusion_core.pipeline import analyze, analyze_file
+from fusion_core.report.console import header
 from fusion_core.report.json_report import schema, to_document, write_json
 
 jsonschema = pytest.importorskip("jsonschema")  # the GPU box's environment lacks it
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+class SizedByValue(nn.Module):
+    """`h`'s size is a number read from a tensor: export leaves `h` and what reads it unfused."""
+
+    def forward(self, x, t):
+        y = torch.sigmoid(x * 3) - 1
+        n = t.max().item()
+        torch._check(n >= 0)
+        torch._check(n <= x.shape[0])
+        h = y[:n]
+        return torch.relu(h * 2) + 1
+
+
+class EnabledAutocast(nn.Module):
+    """torch.export keeps an enabled autocast block as one call: its ops go unanalysed."""
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = (x @ x.t()).cos() * 3.0
+        return y.float() + 1.0
 
 
 def docs():
@@ -34,6 +58,9 @@ def docs():
     yield "no clusters", to_document(run(lambda x: torch.exp(x)))
     yield "capture fallback", to_document(run(  # FX cannot branch on a traced size
         lambda x: (x * 2.0 if x.shape[-1] > 4 else x).relu() + 1.0))
+    yield "sized by value", to_document(analyze(
+        SizedByValue(), InputSpec((4, 8)), InputSpec((2,), torch.int64), capture="export"))
+    yield "autocast block", to_document(analyze(EnabledAutocast(), (4, 4), capture="export"))
     yield "kernel skipped", to_document(run(lambda x: torch.exp(x) * 2.0), {"kernels": {
         "out_dir": "gen", "files": [],
         "skipped": [{"cluster": 0, "reason": "`y` is read both per element and per row"}]}})
@@ -51,7 +78,8 @@ def test_schema_is_shipped_as_package_data():
 
 
 @pytest.mark.parametrize("name", ["example_net", "microgpt", "rejections", "two inputs",
-                                  "no clusters", "capture fallback", "kernel skipped"])
+                                  "no clusters", "capture fallback", "kernel skipped",
+                                  "sized by value", "autocast block"])
 def test_document_validates(all_docs, name):
     doc = all_docs[name]
     jsonschema.validate(doc, schema())
@@ -69,6 +97,33 @@ def test_rejection_document_carries_the_checks(all_docs):
     assert "aliasing" in checks
 
 
+def _line(cls: type, code: str) -> int:
+    lines, first = inspect.getsourcelines(cls.forward)
+    return first + next(i for i, text in enumerate(lines) if code in text)
+
+
+def test_left_unfused_notes_are_in_the_document_as_in_the_console_header(all_docs):
+    # The console's header said these; the JSON had no word of them.
+    (sized,) = all_docs["sized by value"]["left_unfused"]
+    assert sized["kind"] == "sized-by-value" and sized["count"] == 4  # h, *2, relu, +1
+    assert (sized["line"], sized["code"]) == (_line(SizedByValue, "h = y[:n]"), "h = y[:n]")
+    assert Path(sized["file"]).name == "test_json_schema.py"
+    assert sized["note"].startswith("Left unfused: `h = y[:n]` at ")
+    assert "(and 3 op(s) reading it)" in sized["note"]
+    assert "a number read from a tensor at line" in sized["note"]
+    (kept,) = all_docs["autocast block"]["left_unfused"]
+    assert kept["kind"] == "autocast-block" and kept["count"] == 1
+    assert kept["line"] == _line(EnabledAutocast, "y = (x @ x.t())")
+    assert "the enabled `torch.autocast` block at " in kept["note"]
+    assert all_docs["example_net"]["left_unfused"] == []
+
+
+def test_left_unfused_notes_match_the_console_header():
+    a = analyze(EnabledAutocast(), (4, 4), capture="export")
+    notes = [h for h in header(a) if h.startswith("Left unfused")]
+    assert [i["note"] for i in to_document(a)["left_unfused"]] == notes != []
+
+
 BREAKAGES = {
     "wrong schema_version": lambda d: d.update(schema_version=99),
     "missing totals": lambda d: d.pop("totals"),
@@ -78,6 +133,12 @@ BREAKAGES = {
     "traffic as string": lambda d: d["clusters"][0]["traffic"].update(unfused_bytes="384 MB"),
     "bad lines": lambda d: d["clusters"][0].update(lines={"file": "x.py", "start": 0, "end": 1}),
     "capture_fallback on two lines": lambda d: d.update(capture_fallback="a\nb"),
+    "left_unfused note on two lines": lambda d: d.update(left_unfused=[{
+        "kind": "autocast-block", "file": None, "line": None, "code": None, "count": 1,
+        "note": "Left unfused: a\nb"}]),
+    "left_unfused of an unknown kind": lambda d: d.update(left_unfused=[{
+        "kind": "other", "file": None, "line": None, "code": None, "count": 1,
+        "note": "Left unfused: a"}]),
     "skipped kernel without a reason": lambda d: d.update(kernels={
         "out_dir": "gen", "files": [], "skipped": [{"cluster": 1}]}),
     "skipped kernel reason on two lines": lambda d: d.update(kernels={

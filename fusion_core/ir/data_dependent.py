@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from .graph import FusionGraph, SourceLoc
+from .graph import FusionGraph, Node, SourceLoc
 
 UNSIZED = "sized-by-value"  # the op of such a node
 READ_AT = "size_read_at"  # its param: where the scalar its size came from was read
@@ -50,10 +50,15 @@ def read_at(n: fx.Node, reads: dict[Any, fx.Node], parse: Callable[[Any], Source
                 None)
 
 
+def unsized_nodes(graph: FusionGraph) -> list[Node]:
+    """The values sized at run time, in graph order."""
+    return [n for n in graph.nodes if n.op == UNSIZED]
+
+
 def describe(graph: FusionGraph, path: Callable[[str], str] = str) -> str | None:
     """One line for the report: the first unsized value, at its line, what sized it, and
     the fix; None when there is none."""
-    nodes = [n for n in graph.nodes if n.op == UNSIZED]
+    nodes = unsized_nodes(graph)
     if not nodes:
         return None
     first, loc = nodes[0], nodes[0].source

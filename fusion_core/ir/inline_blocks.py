@@ -31,7 +31,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from .graph import FusionGraph, SourceLoc
+from .graph import FusionGraph, Node, SourceLoc
 
 
 def _always(args: tuple) -> bool:
@@ -213,10 +213,15 @@ def block_source(n: fx.Node, parse: Callable[[str | None], SourceLoc | None]
     return None
 
 
+def kept_blocks(graph: FusionGraph) -> list[Node]:
+    """The enabled autocast blocks left as one call each, in graph order."""
+    return [n for n in graph.nodes if n.target == "wrap_with_autocast"]
+
+
 def describe_kept(graph: FusionGraph, path: Callable[[str], str] = str) -> str | None:
     """One line for the report on an enabled autocast block left as one call: the ops
     inside are analysed by nobody, so say where it is and why; None when there is none."""
-    kept = [n for n in graph.nodes if n.target == "wrap_with_autocast"]
+    kept = kept_blocks(graph)
     if not kept:
         return None
     loc = kept[0].source

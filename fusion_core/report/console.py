@@ -13,10 +13,10 @@ from rich.table import Table
 
 from ..analysis.barriers import find_barriers
 from ..analysis.types import Rejection
-from ..ir import data_dependent, inline_blocks
 from ..ir.graph import FusionGraph
 from ..ir.spelling import said
 from ..pipeline import Analysis
+from .left_unfused import left_unfused
 from .units import fmt_bytes, short_path
 
 
@@ -95,10 +95,7 @@ def header(analysis: Analysis) -> list[str]:
                      + analysis.capture_fallback)
     if analysis.capture_choice:
         lines.append(f"Capture: {analysis.capture_choice}")
-    if unsized := data_dependent.describe(analysis.graph, short_path):
-        lines.append(unsized)
-    if kept := inline_blocks.describe_kept(analysis.graph, short_path):
-        lines.append(kept)
+    lines += [item.note for item in left_unfused(analysis.graph, short_path)]
     return lines
 
 

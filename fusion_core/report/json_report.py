@@ -11,6 +11,8 @@ from ..analysis.types import Cluster, LineSpan, Rejection, ShapeRead
 from ..fileio import write_atomic
 from ..ir.graph import FusionGraph
 from ..pipeline import Analysis
+from .left_unfused import left_unfused, left_unfused_dict
+from .units import short_path
 
 SCHEMA_VERSION = 1
 
@@ -61,6 +63,8 @@ def to_document(analysis: Analysis, extra: dict[str, Any] | None = None) -> dict
         "n_nodes": analysis.n_nodes,
         "clusters": [cluster_dict(c, analysis.graph) for c in analysis.clusters],
         "rejections": [rejection_dict(r) for r in analysis.rejections],
+        # The console header's "Left unfused" notes: ops no cluster or rejection names.
+        "left_unfused": [left_unfused_dict(i) for i in left_unfused(analysis.graph, short_path)],
         "totals": {
             "unfused_bytes": sum(c.traffic.unfused_bytes for c in analysis.clusters),
             "fused_bytes": sum(c.traffic.fused_bytes for c in analysis.clusters),
