@@ -220,7 +220,8 @@ def _run_patched(
     reference: Callable[[], Float64Reference],
 ) -> Verdict:
     try:
-        patched = patch(rec.gm, {i: (rec.clusters[i], launchers[i]) for i in indices})
+        patched = patch(rec.gm, {i: (rec.clusters[i], launchers[i]) for i in indices},
+                        rec.analysis.graph)
         with torch.no_grad():
             out = patched(*[t.clone() for t in rec.inputs])
     except Exception as e:  # noqa: BLE001 - PatchError or a failing launcher

@@ -18,6 +18,8 @@ import torch
 import torch.fx as fx
 
 from ..analysis.types import Cluster, ShapeRead
+from ..ir.graph import FusionGraph
+from ..ir.spelling import said
 from ..ir.subgraph import Subgraph, eager_subgraph
 
 __all__ = ["PatchError", "Subgraph", "eager_subgraph", "patch"]
@@ -27,13 +29,15 @@ class PatchError(Exception):
     pass
 
 
-def patch(gm: fx.GraphModule, launchers: Mapping[int, tuple[Cluster, Callable]]
-          ) -> fx.GraphModule:
-    """A copy of `gm` where each cluster's nodes are replaced by a call to its launcher."""
+def patch(gm: fx.GraphModule, launchers: Mapping[int, tuple[Cluster, Callable]],
+          spelling: FusionGraph | None = None) -> fx.GraphModule:
+    """A copy of `gm` where each cluster's nodes are replaced by a call to its launcher.
+    `spelling`: the analysed graph of `gm`, so a PatchError names values as the user wrote
+    them (`relu` (line 12)) rather than by node (`relu_1`)."""
     graph = copy.deepcopy(gm.graph)
     renamed: dict[str, fx.Node] = {}  # a patched cluster's outputs, read by a later cluster
     for cluster, launcher in launchers.values():
-        _replace(graph, cluster, launcher, renamed)
+        _replace(graph, cluster, launcher, renamed, spelling)
     graph.lint()
     return fx.GraphModule(gm, graph, f"{type(gm).__name__}_patched")
 
@@ -59,8 +63,21 @@ def _named(launcher: Callable, index: int) -> Callable:
     return call
 
 
+def _said(g: FusionGraph | None, n: fx.Node) -> str:
+    """`n` as the user wrote it where the analysed graph has it; a patched-in kernel call
+    (`cluster0_launch`), or one of its results, by its cluster; else by its node name."""
+    if g is not None and n.name in g:
+        return said(g, n.name)
+    if n.target is operator.getitem and isinstance(n.args[0], fx.Node):
+        n = n.args[0]  # a result of a multi-output kernel call
+    name = getattr(n.target, "__name__", "")
+    if n.op == "call_function" and name.startswith("cluster") and name.endswith("_launch"):
+        return f"cluster {name.removeprefix('cluster').removesuffix('_launch')}'s kernel call"
+    return f"`{n.name}`"
+
+
 def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
-             renamed: dict[str, fx.Node]) -> None:
+             renamed: dict[str, fx.Node], spelling: FusionGraph | None = None) -> None:
     nodes = {n.name: n for n in graph.nodes}
     nodes.update(renamed)
     _redirect_shape_reads(graph, cluster, nodes)
@@ -85,9 +102,9 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
     early = min(users, key=order.__getitem__, default=None)
     if early is not None and order[early] <= order[anchor]:
         result = next(o for o in outs if early in o.users)
-        raise PatchError(f"cluster {cluster.index}: its result `{result.name}` is read by "
-                         f"`{early.name}` before its input `{anchor.name}` is computed; cannot "
-                         "place one kernel call")
+        raise PatchError(f"cluster {cluster.index}: its result {_said(spelling, result)} is "
+                         f"read by {_said(spelling, early)} before its input "
+                         f"{_said(spelling, anchor)} is computed; cannot place one kernel call")
     ctx = graph.inserting_before(anchor) if where == "before" else graph.inserting_after(anchor)
     with ctx:
         args = tuple(inputs) if inputs else (_device_of(members),)
