@@ -85,3 +85,47 @@ def test_a_kernel_call_patched_in_earlier_is_named_by_its_cluster(net):
     second = g.call_function(operator.getitem, (call, 1))
     assert _said(net.graph, call) == _said(net.graph, second) == "cluster 2's kernel call"
     assert _said(net.graph, x) == "`x`"
+
+
+# Runs graph.js and panel.js (no DOM needed to build a panel's HTML) on the page's data and
+# prints the cluster panel's "reads …; writes …" line.
+PANEL_LINE = r"""
+const fs = require("fs"), vm = require("vm");
+const [data, ...scripts] = process.argv.slice(2).map(p => fs.readFileSync(p, "utf8"));
+const ctx = {document: {getElementById: () => ({textContent: data})}, console};
+vm.createContext(ctx);
+for (const s of scripts) vm.runInContext(s, ctx);
+const html = vm.runInContext(`clusterPanel(PAGE.clusters[${Number(process.env.CLUSTER)}])`, ctx);
+console.log(html.match(/<p class="muted">(reads [^<]*)<\/p>/)[1]);
+"""
+
+
+def test_the_html_panel_says_what_a_cluster_reads_and_writes_as_written(net, tmp_path):
+    import re
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from fusion_core.report.html import analysis_html, page_data
+
+    page = page_data(net)
+    (c,) = [c for c in page["clusters"] if "batch_norm" in c["ops"]]
+    assert c["inputs"][:2] == ["relu_1", "matmul"] and c["outputs"] == ["add_1"]  # node names
+    assert c["reads"][:2] == ["`relu` (line 12)", "`operator.matmul` (line 15)"]
+    assert c["writes"] == ["`add` (line 16)"] and c["recomputed"] == []
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the page data above is what the panel prints")
+    static = Path(__file__).resolve().parents[1] / "fusion_core" / "report" / "html" / "static"
+    data = re.search(r'<script type="application/json" id="fusion-data">(.*?)</script>',
+                     analysis_html(page), re.S)
+    assert data is not None
+    (tmp_path / "data.json").write_text(data.group(1))
+    (tmp_path / "panel_line.js").write_text(PANEL_LINE)
+    done = subprocess.run([node, tmp_path / "panel_line.js", tmp_path / "data.json",
+                           static / "graph.js", static / "panel.js"], capture_output=True,
+                          text=True, env={"CLUSTER": str(page["clusters"].index(c))})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(  # was `reads relu_1, matmul, …; writes add_1`
+        "reads `relu` (line 12), `operator.matmul` (line 15), ")
+    assert done.stdout.strip().endswith("; writes `add` (line 16)")

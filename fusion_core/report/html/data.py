@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ...analysis.types import Cluster, LineSpan
 from ...ir.graph import FusionGraph, Node, OpKind
 from ...ir.registry import SPECS
+from ...ir.spelling import said
 from ...pipeline import Analysis
 from ..console import retried
 from ..units import short_path
@@ -244,6 +245,7 @@ def clusters_view(analysis: Analysis, results: PageResults,
     report = results.report
     timings = results.timings()
     out = []
+    g = analysis.graph
     for c in analysis.clusters:
         m = by_index.get(c.index)
         kernel, kernel_error = _kernel_source(analysis, c, results.kernels)
@@ -252,6 +254,10 @@ def clusters_view(analysis: Analysis, results: PageResults,
             "index": c.index, "category": c.category, "ops": list(c.ops), "nodes": list(c.nodes),
             "inputs": list(c.inputs), "outputs": list(c.outputs),
             "recomputes": list(c.recomputes), "where": _where(c.lines),
+            # What the panel prints: the values as the user wrote them (`add` (line 16)),
+            # not their node names (`add_1`), which stay above to identify the nodes.
+            "reads": [said(g, n) for n in c.inputs], "writes": [said(g, n) for n in c.outputs],
+            "recomputed": [said(g, n) for n in c.recomputes],
             "source": sources.lines(c.lines),
             "map": m.quality.value if m else "", "map_reason": (m.reason or "") if m else "",
             "diff": "\n".join([header(m), *diff_lines(m)]) if m is not None and m.exact

@@ -76,7 +76,7 @@ function clusterPanel(c) {
   const saved = c.unfused_bytes ? (100 * (c.unfused_bytes - c.fused_bytes) / c.unfused_bytes).toFixed(0) : "0";
   return `<h2>Cluster ${c.index} <small>${esc(c.category)}</small></h2><p class="chain">${esc(c.ops.join(" → "))}</p>`
     + section("Ops", `<table class="ops"><tr><th>node</th><th>op</th><th>line</th><th>shape</th></tr>${ops}</table>`
-      + `<p class="muted">reads ${esc(c.inputs.join(", "))}; writes ${esc(c.outputs.join(", "))}${c.recomputes.length ? "; recomputes " + esc(c.recomputes.join(", ")) : ""}</p>`)
+      + `<p class="muted">reads ${esc(c.reads.join(", "))}; writes ${esc(c.writes.join(", "))}${c.recomputed.length ? "; recomputes " + esc(c.recomputed.join(", ")) : ""}</p>`)
     + section(`Source ${c.where}`, src + (c.map ? `<p class="muted">map: ${esc(c.map)}${c.map_reason ? " — " + esc(c.map_reason) : ""}</p>` : ""))
     + (c.diff ? section("Diff", diffBlock(c.diff)) : "")
     + section(`Traffic (saves ${saved}%)`, bars([["unfused", c.unfused_bytes, "e"], ["fused", c.fused_bytes, "k"]], fmtBytes))
