@@ -62,9 +62,26 @@ class Explainer:
                                          after or [op for _, op in x.after])
         return None
 
-    def _describe(self, x: BarrierRec, before: list[str], after: list[str]) -> str:
+    def _spelled(self, x: BarrierRec) -> str:
+        """The barrier as `spelled` names an op, at its line: `torch.roll` at blocks.py:49."""
         o = self.ops.get(x.node)
-        what = spelled(o) if o else f"`{x.target}`"
+        if o is not None:
+            return spelled(o)
+        return f"`{x.target}`" + (f" at {x.lines}" if x.lines != "?" else "")
+
+    def _located(self, reason: str) -> str:
+        """A reason about a barrier (`.add_()` (line 10) mutates …) names it at its file and
+        line, as the sentences above do: `.add_()` at blocks.py:10 mutates …"""
+        m = re.match(r"`([^`]+)` \(line (\d+)\)", reason)
+        if m is None:
+            return reason
+        for x in self.cur.barriers:
+            if x.target == m[1] and x.lines.endswith(f":{m[2]}"):
+                return self._spelled(x) + reason[m.end():]
+        return reason
+
+    def _describe(self, x: BarrierRec, before: list[str], after: list[str]) -> str:
+        what = self._spelled(x)
         if x.inplace:
             return (f"{what} now writes in place between {ops_list(before)} and "
                     f"{ops_list(after)}: fusion-advisor cannot fuse across an in-place op")
@@ -93,9 +110,10 @@ class Explainer:
             return f": {text} (rejected as {r.check}: {head(r.reason)})" if r else f": {text}"
         if r is None:
             return ""
+        reason = self._located(head(r.reason))
         inplace = _inplace_ops(r) if "in place" not in r.reason else []
         note = f" (the group holds the in-place `{inplace[0]}`)" if inplace else ""
-        return f": {r.check}, {head(r.reason)}{note}"
+        return f": {r.check}, {reason}{note}"
 
     def newcomers(self, loc: Located) -> list[OpRec]:
         """Opaque calls (not layers) that read one of the found ops or feed one: what may

@@ -207,6 +207,47 @@ def test_a_lost_cluster_names_the_opaque_op_now_between_its_ops():
                    "sits between `silu` and `mul`: fusion-advisor cannot fuse through it")
 
 
+def test_a_barrier_the_op_index_lacks_is_still_named_at_its_line():
+    base = _snap(_cluster(["silu", "mul"], ""))
+    cur = replace(_snap(barriers=[ROLL]), op_index=(
+        OpRec("silu", "silu", "", "F.silu", "compute", "", "m.py:10"),
+        OpRec("mul", "mul", "", "operator.mul", "compute", "", "m.py:11")))
+    (msg,) = compare(base, cur).regressions
+    assert msg.endswith(": `torch.roll` at m.py:12 now sits between `silu` and `mul`: "
+                        "fusion-advisor cannot fuse through it")  # was `torch.roll` alone
+
+
+IN_PLACE_HEAD = ("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n"
+                 "    def forward(self, x):\n        y = torch.sigmoid(x)\n")
+
+
+@pytest.mark.parametrize("base, edit, said", [
+    # the in-place op parts the cluster's ops: the rejection about it says why
+    ("        z = y * 2.0\n        return z + 1\n",
+     "        y.mul_(2.0)\n        z = y * 2.0\n        return z + 1\n",
+     "`sigmoid → mul → add` at m.py:7, 9-10 shrank to `mul → add`, without `sigmoid`: aliasing, "
+     "`.mul_()` at m.py:8 mutates its input in place"),
+    # it writes the value after the cluster's ops read it: they split around it
+    ("        z = y * 2.0\n        return z.exp()\n",
+     "        z = y * 2.0\n        y.add_(1)\n        return z.exp() + y\n",
+     "`sigmoid → mul → exp` at m.py:7-8, 10 split into `sigmoid → mul` (m.py:7-8) + "
+     "`exp → add` (m.py:10): aliasing, `.add_()` at m.py:9 mutates its input in place"),
+], ids=["shrank", "split"])
+def test_an_in_place_barrier_a_rejection_names_is_said_at_its_file_and_line(
+        tmp_path, base, edit, said):
+    # Was `.mul_()` (line 8): a line of no named file, where every other barrier is
+    # `torch.roll` at blocks.py:49.
+    from pytest_fusion.snapshot import from_analysis
+
+    snaps = []
+    for i, body in enumerate((base, edit)):
+        (tmp_path / f"m{i}").mkdir()
+        (tmp_path / f"m{i}" / "m.py").write_text(IN_PLACE_HEAD + body)
+        a = analyze_file(tmp_path / f"m{i}" / "m.py", [InputSpec((4, 8))], capture="fx")
+        snaps.append(from_analysis(a, "t", tmp_path / f"m{i}"))
+    assert compare(*snaps).regressions[0] == said
+
+
 def test_an_in_place_op_is_named_even_when_the_rejection_blames_fan_out():
     """BatchNorm → F.relu(inplace=True) → conv2 and a residual add: the detector's first
     failing check is fan-out on `relu`, but what changed is the in-place write."""
