@@ -20,6 +20,7 @@ import torch
 import torch.fx as fx
 
 from ..ir.graph import FusionGraph
+from ..ir.max_values import SPELLED
 from ..ir.spelling import said
 from .pyexpr import (
     ATEN_NAMES,
@@ -65,7 +66,21 @@ def op_names(node: fx.Node) -> set[str]:
             names |= {DTYPE_METHODS.get(dtypes[0], "")} if len(dtypes) == 1 else set()
     if node.meta.get("fusion_inplace"):  # `.relu_()` the capture made out of place
         names |= {f"{n}_" for n in names if n}
+    if node.meta.get(SPELLED):  # `x.max(1).values` the capture wrote as `amax`
+        names |= {node.meta[SPELLED]}
     return names - {""}
+
+
+def values_call(expr: ast.expr) -> ast.Call | None:
+    """The call in `x.max(1).values` or `torch.max(x, 1)[0]`, else None."""
+    if isinstance(expr, ast.Attribute) and expr.attr == "values":
+        inner = expr.value
+    elif isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) \
+            and expr.slice.value == 0:
+        inner = expr.value
+    else:
+        return None
+    return inner if isinstance(inner, ast.Call) else None
 
 
 def _of_attribute(node: fx.Node, name: str) -> bool:
@@ -293,6 +308,8 @@ class Unifier:
             self.match_args([expr.left, expr.comparators[0]], node.args, k)
         elif isinstance(expr, ast.Call):
             self.match_call(expr, node, k)
+        elif node.meta.get(SPELLED) and (call := values_call(expr)) is not None:
+            self.match_call(call, node, k)  # the values of a max the capture made `amax`
         elif (isinstance(expr, ast.Subscript) and node.op == "call_function"
               and node.target is operator.getitem):
             self.match_subscript(expr, node, k)
