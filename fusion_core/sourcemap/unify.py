@@ -115,6 +115,17 @@ def same_operator(fn_or_node: Any, py_op: Any) -> bool:
     return node.target is py_op or ATEN_NAMES.get(py_op) in op_names(node)
 
 
+def _operands_in_graph_order(expr: ast.BinOp, node: fx.Node) -> list[ast.expr]:
+    """`1 + s` and `3 * s` as the graph holds them: torch.export records the tensor first
+    (`aten.add.Tensor(s, 1)`), so in source order `s` would be taken for the constant and
+    the kernel called with `1` in its place."""
+    left, right = expr.left, expr.right
+    swapped = (isinstance(expr.op, (ast.Add, ast.Mult)) and len(node.args) == 2
+               and isinstance(node.args[0], fx.Node) and not isinstance(node.args[1], fx.Node)
+               and is_literal(left) and not is_literal(right))
+    return [right, left] if swapped else [left, right]
+
+
 class Mismatch(Exception):
     """The statements do not compute exactly the cluster; `str()` says why."""
 
@@ -300,7 +311,7 @@ class Unifier:
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
-            self.match_args([expr.left, expr.right], node.args, k)
+            self.match_args(_operands_in_graph_order(expr, node), node.args, k)
         elif isinstance(expr, ast.UnaryOp) and same_operator(node, UNARYOPS.get(type(expr.op))):
             self.match_args([expr.operand], node.args, k)
         elif (isinstance(expr, ast.Compare) and len(expr.ops) == 1
