@@ -67,3 +67,14 @@ def test_a_max_whose_indices_are_read_stays_a_max():
     assert not any(n.op == "amax" for n in a.graph.nodes)
     x = torch.randn(4, 16)
     torch.testing.assert_close(a.graph_module(x), model(x))
+
+
+def test_messages_name_the_max_as_written():
+    class TwoRowMaxes(nn.Module):
+        def forward(self, s):
+            r = s.max(dim=0, keepdim=True).values
+            return (s - s.amax(dim=1, keepdim=True)).exp() + r
+
+    a = analyze(TwoRowMaxes(), (4, 16))
+    (rejected,) = [r for r in a.rejections if r.check == "reduction"]
+    assert "`.max()` (line" in rejected.reason and "`amax` (line" in rejected.reason
