@@ -32,6 +32,8 @@ from .pyexpr import (
     fx_nodes,
     is_literal,
     module_path,
+    operands_in_graph_order,
+    values_call,
 )
 from .pysource import (
     READ_SHAPE_BEFORE,
@@ -71,18 +73,6 @@ def op_names(node: fx.Node) -> set[str]:
     return names - {""}
 
 
-def values_call(expr: ast.expr) -> ast.Call | None:
-    """The call in `x.max(1).values` or `torch.max(x, 1)[0]`, else None."""
-    if isinstance(expr, ast.Attribute) and expr.attr == "values":
-        inner = expr.value
-    elif isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) \
-            and expr.slice.value == 0:
-        inner = expr.value
-    else:
-        return None
-    return inner if isinstance(inner, ast.Call) else None
-
-
 def _of_attribute(node: fx.Node, name: str) -> bool:
     """An op that `name` spells, of a parameter or buffer (export's `self.w_q.float()`)."""
     first = node.args[0] if node.args else None
@@ -113,17 +103,6 @@ def same_operator(fn_or_node: Any, py_op: Any) -> bool:
     if node.op != "call_function" or py_op is None:
         return False
     return node.target is py_op or ATEN_NAMES.get(py_op) in op_names(node)
-
-
-def _operands_in_graph_order(expr: ast.BinOp, node: fx.Node) -> list[ast.expr]:
-    """`1 + s` and `3 * s` as the graph holds them: torch.export records the tensor first
-    (`aten.add.Tensor(s, 1)`), so in source order `s` would be taken for the constant and
-    the kernel called with `1` in its place."""
-    left, right = expr.left, expr.right
-    swapped = (isinstance(expr.op, (ast.Add, ast.Mult)) and len(node.args) == 2
-               and isinstance(node.args[0], fx.Node) and not isinstance(node.args[1], fx.Node)
-               and is_literal(left) and not is_literal(right))
-    return [right, left] if swapped else [left, right]
 
 
 class Mismatch(Exception):
@@ -311,7 +290,7 @@ class Unifier:
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
-            self.match_args(_operands_in_graph_order(expr, node), node.args, k)
+            self.match_args(operands_in_graph_order(expr, node), node.args, k)
         elif isinstance(expr, ast.UnaryOp) and same_operator(node, UNARYOPS.get(type(expr.op))):
             self.match_args([expr.operand], node.args, k)
         elif (isinstance(expr, ast.Compare) and len(expr.ops) == 1
