@@ -2,13 +2,15 @@
 
 Unmapped, its nodes counted as no compute: `--vs-inductor` said a diffusion block's
 `GroupNorm → SiLU` was "not fused by Inductor: each op is its own kernel" and that a
-`group_norm` was "not in any Inductor kernel", while Inductor fused both (one real compile
-on CPU, a few seconds).
+`group_norm` was "not in any Inductor kernel", while Inductor fused both. A UNet decoder's
+GroupNorm after the skip `torch.cat` reads the concatenation Inductor computes in the same
+kernel; it was said to be "written into `cat`'s output". Two real compiles on CPU.
 """
 
 from __future__ import annotations
 
 import pytest
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -32,6 +34,16 @@ class NormActBlock(nn.Module):
         return self.norm2(h)
 
 
+class SkipCatNorm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(4, 16)
+
+    def forward(self, x, skip):
+        h = torch.cat([x * 2.0, skip], dim=1)
+        return F.silu(self.norm(h))
+
+
 @pytest.fixture(scope="module")
 def compared():
     return agreement(analyze(NormActBlock(), (2, 16, 8, 8), (2, 16)))
@@ -46,3 +58,10 @@ def test_group_norm_clusters_are_the_same_group_as_inductors(compared):
     assert [v.verdict for v in compared.clusters] == ["same group", "same group"], [
         str(v) for v in compared.clusters]
     assert compared.count("exact") == 2 and compared.not_fused == ()
+
+
+def test_a_norm_reading_a_fused_cat_is_not_written_into_it():
+    a = agreement(analyze(SkipCatNorm(), (2, 8, 4, 4), (2, 8, 4, 4)))
+    (v,) = a.clusters
+    assert "written into" not in v.detail, v.detail
+    assert "silu read `cat`'s output (L" in v.detail
