@@ -38,6 +38,7 @@ from .ir.functionalize import functionalize
 from .ir.generators import copy_index_values, stray_copies
 from .ir.graph import FusionGraph
 from .ir.linear_bias import split_linear_bias
+from .ir.max_values import values_as_amax
 from .ir.normalize import to_fusion_graph
 from .ir.shape_checks import drop_shape_checks
 from .ir.shapes import InputSpec
@@ -143,6 +144,7 @@ def _ops_in(merged: tuple[int, int]) -> str:
 def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.device | None
                    ) -> tuple[FusionGraph, tuple[Cluster, ...], tuple[Rejection, ...]]:
     """The graph passes, then detection (again after recomputing shared values)."""
+    values_as_amax(gm)
     functionalize(gm)
     drop_shape_checks(gm)
     explicit_channels(gm)

@@ -34,6 +34,30 @@ def test_assert_fused_accepts_ops_in_order_with_others_between():
         "  rejected: shape on `mm → add` at model.py:14: matmul is not elementwise"]
 
 
+def test_assert_fused_says_which_named_op_no_cluster_can_hold():
+    """`SiLU` (the module's name) is no op of the graph, and `topk` a call never fused: the
+    failure says so above the clusters instead of leaving the user to compare spellings."""
+    import torch
+    import torch.nn.functional as F
+
+    from fusion_core.pipeline import analyze
+
+    class Gate(torch.nn.Module):
+        def forward(self, x):
+            w, _ = torch.topk(torch.softmax(x, dim=-1), 2, dim=-1)
+            return F.silu(w) * 2.0
+
+    r = FusionResult(analysis=analyze(Gate(), (4, 8)), snapshot=result().snapshot,
+                     measurement=None, hw_key=None)
+    with pytest.raises(AssertionError) as info:
+        r.assert_fused(["SiLU", "mul"])
+    assert info.value.args[0].splitlines()[1] == "`SiLU` names no op of Gate: did you mean `silu`?"
+    with pytest.raises(AssertionError) as info:
+        r.assert_fused(["softmax", "topk"])
+    assert info.value.args[0].splitlines()[1].startswith(
+        "`topk` is no op fusion-advisor fuses: `torch.topk` (line ")
+
+
 def test_assert_no_rejection_names_each_rejection_or_only_the_given_check():
     r = result()
     r.assert_no_rejection("aliasing")

@@ -133,6 +133,26 @@ def test_convexity_names_the_path_as_the_user_wrote_it():
     assert "add_1" not in failure.reason
 
 
+class ReEnterThroughATuple(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        a = torch.exp(x)
+        o, _ = self.mha(a, a, a, need_weights=False)
+        return a + o
+
+
+def test_convexity_names_the_call_a_path_leaves_through_not_its_unpacking():
+    g = analyze(ReEnterThroughATuple(), (2, 4, 8)).graph
+    failure = L.check_convexity(g, _group(g, "exp", "add"))
+    assert failure is not None
+    first = inspect.getsourcelines(ReEnterThroughATuple.forward)[1] + 1
+    assert (f"path `exp` (line {first}) → `self.mha` (line {first + 1}) → `add` "
+            f"(line {first + 2}) leaves the group") in failure.reason, failure.reason
+
+
 def test_convexity_is_not_confused_by_an_outside_branch_that_never_returns():
     class Side(nn.Module):
         def __init__(self) -> None:

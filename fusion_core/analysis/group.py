@@ -142,8 +142,20 @@ def check_convexity(g: FusionGraph, group: Collection[str]) -> Failure | None:
         r = next(r for r in g[name].refs if r in reach)
     src, first = plain[r] if r in plain else reach[r]
     return Failure("convexity", (name,),
-                   f"path {said(g, src)} → {said(g, r)} → {said(g, name)} leaves the "
-                   "group and re-enters" + _through_a_property(g, src, first))
+                   f"path {said(g, src)} → {_outside_path(g, first, r)} → {said(g, name)} "
+                   "leaves the group and re-enters" + _through_a_property(g, src, first))
+
+
+def _outside_path(g: FusionGraph, first: str, last: str) -> str:
+    """The outside stretch of the path: the op it leaves through, then the value read back
+    in, unless that value is only a view of the op's result (`a, _ = self.mha(...)` reads
+    `self.mha`, not the `getitem` that unpacks it)."""
+    if first == last or g[first].op == "meta":
+        return said(g, last)
+    if g[last].kind is OpKind.VIEW and first in g[last].refs:
+        return said(g, first)
+    gap = " → " if first in g[last].refs else " → … → "
+    return f"{said(g, first)}{gap}{said(g, last)}"
 
 
 def _outside_reach(g: FusionGraph, group: Collection[str], through_meta: bool

@@ -184,11 +184,23 @@ def is_cat(node: Node) -> bool:
 def _our_cat(analysis: Analysis, kg: KernelGraph, ours: list[Node]) -> Node | None:
     """Our opaque `cat` on the line of a concatenation the kernel writes into, when one of
     the kernel's ops of ours feeds it (directly or through views)."""
-    lines = {(norm_path(c.file), c.line) for c in kg.kernel.cats if c.line is not None}
-    if not lines:
-        return None
     names = {n.name for n in ours if n.name in kg.compute}
-    for node in analysis.graph.nodes:
+    found = _cats_fed(analysis, kg.kernel, names)
+    return next(iter(found.values()), None)
+
+
+def cat_feeders(analysis: Analysis, kernel: InductorKernel, names: Iterable[str]) -> list[str]:
+    """Those of `names` that feed (directly or through views) our `cat` on the line of a
+    concatenation the kernel fuses; the others read its output or lie elsewhere."""
+    return [n for n in names if n in _cats_fed(analysis, kernel, {n})]
+
+
+def _cats_fed(analysis: Analysis, kernel: InductorKernel, names: set[str]
+              ) -> dict[str, Node]:
+    """Each of `names` feeding one of our cats on the kernel's concatenation lines -> it."""
+    lines = {(norm_path(c.file), c.line) for c in kernel.cats if c.line is not None}
+    out: dict[str, Node] = {}
+    for node in analysis.graph.nodes if lines else ():
         if not (is_cat(node) and node.source is not None
                 and (norm_path(node.source.file), node.source.line) in lines):
             continue
@@ -196,10 +208,10 @@ def _our_cat(analysis: Analysis, kg: KernelGraph, ours: list[Node]) -> Node | No
         while todo:
             ref = analysis.graph[todo.pop()]
             if ref.name in names:
-                return node
-            if ref.kind is OpKind.VIEW:
+                out.setdefault(ref.name, node)
+            elif ref.kind is OpKind.VIEW:
                 todo.extend(ref.refs)
-    return None
+    return out
 
 
 @dataclass(frozen=True)

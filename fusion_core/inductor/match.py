@@ -37,7 +37,7 @@ from .capture import (
     LibraryCall,
     module_path,
 )
-from .explain import MissLine, collapse, into_cat, miss_reason, short_name
+from .explain import MissLine, cat_feeders, collapse, into_cat, miss_reason, short_name
 from .kernel_graph import ATTENTION_OPS, GEMM_OPS, compatible, norm_path
 from .op_names import is_compute
 
@@ -238,20 +238,26 @@ def _describe(k: InductorKernel, owned: set[Key], our_keys: set[Key]) -> str:
     return f"{short_name(k.name)} also computes {ops}" if ops else short_name(k.name)
 
 
-def _cat_words(hit: list[int], ours: dict, cover: dict[str, set[int]],
+def _cat_words(analysis: Analysis, hit: list[int], ours: dict, cover: dict[str, set[int]],
                kernels: list[InductorKernel]) -> list[str]:
-    """`K writes batch_norm_3 into `cat`'s output (L17): …`, per hit kernel that does."""
+    """`K: batch_norm_3 written into `cat`'s output (L17): …` for our ops that feed the
+    concatenation; ops that read it were not written into it (a GroupNorm after the skip
+    concatenation of a UNet decoder): the kernel computes the `cat` they read."""
     out = []
     for i in hit:
         if kernels[i].cats:
             lines = ",".join(f"L{n.line}" for n in kernels[i].cats if n.line is not None)
-            out.append(f"{short_name(kernels[i].name)}: "
-                       f"{', '.join(n for n in ours if i in cover[n])} "
-                       f"{into_cat(f' ({lines})' if lines else '')}")
+            computed = [n for n in ours if i in cover[n]]
+            fed = cat_feeders(analysis, kernels[i], computed)
+            where = f" ({lines})" if lines else ""
+            out.append(f"{short_name(kernels[i].name)}: " + (
+                f"{', '.join(fed)} {into_cat(where)}" if fed else
+                f"{', '.join(computed)} read `cat`'s output{where}, which Inductor computes "
+                "in the same kernel; our `cat` stays a call of its own"))
     return out
 
 
-def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
+def _verdict(analysis: Analysis, c: Cluster, ours: dict, cover: dict[str, set[int]],
              kernels: list[InductorKernel], kkeys: list[set[Key]],
              inside: dict[str, set[int]], calls: list[LibraryCall]) -> ClusterVerdict:
     hit = sorted(set().union(*cover.values())) if cover else []
@@ -268,7 +274,7 @@ def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
     if not inside and not fused_with_ours and all(len(kkeys[i]) <= 1 for i in hit):
         why = "each op is its own kernel" if hit else "no Inductor kernel computes these lines"
         return ClusterVerdict(c.index, NOT_FUSED, names,
-                              "; ".join([why, *_cat_words(hit, ours, cover, kernels)]))
+                              "; ".join([why, *_cat_words(analysis, hit, ours, cover, kernels)]))
     parts = []
     if len(hit) == 1 and not inside:
         parts.append("Inductor fuses more: " + _describe(kernels[hit[0]], kkeys[hit[0]],
@@ -281,7 +287,7 @@ def _verdict(c: Cluster, ours: dict, cover: dict[str, set[int]],
             f"{short_name(kernels[i].name)} ({', '.join(n for n in ours if i in cover[n])})"
             for i in hit)
         parts.append(f"Inductor splits it over {len(hit)} kernels: {split}")
-    parts += _cat_words(hit, ours, cover, kernels)
+    parts += _cat_words(analysis, hit, ours, cover, kernels)
     if inside:
         parts.append(_inside_words(inside, calls))
     if uncovered:
@@ -304,7 +310,8 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
     if cap.method == "names":
         return _match_by_names(analysis, cap, kernels, per_cluster)
     calls = list(cap.calls)
-    verdicts = tuple(_verdict(c, ours, cov, kernels, kkeys, _inside(keys, cov, b, calls), calls)
+    verdicts = tuple(_verdict(analysis, c, ours, cov, kernels, kkeys,
+                              _inside(keys, cov, b, calls), calls)
                      for c, ours, cov, keys, b in zip(analysis.clusters, per_cluster, covers,
                                                       raw, biases, strict=True))
     results = []

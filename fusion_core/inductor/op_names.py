@@ -22,6 +22,7 @@ ATEN_TO_OP: dict[str, str] = {
     "true_divide": "div", "pow": "pow", "_safe_softmax": "softmax", "var_mean": "layer_norm",
     "_native_batch_norm_legit_no_training": "batch_norm", "_native_batch_norm_legit": "batch_norm",
     "native_batch_norm": "batch_norm", "_batch_norm_with_update": "batch_norm",
+    "native_group_norm": "group_norm",  # every GroupNorm: unmapped, none counted as computed
 }
 # Ops Inductor emits kernels for that only move data (never a fusion we would propose).
 LAYOUT_OPS = frozenset({"clone", "copy", "embedding", "index", "cat", "constant_pad_nd",

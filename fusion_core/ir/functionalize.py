@@ -19,6 +19,7 @@ promote the dtype.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -77,10 +78,35 @@ def inplace_spelling(node: fx.Node) -> str | None:
     return None
 
 
+# Ops returning a tuple of new tensors (values and indices, or two statistics): one of
+# their results is no view, as a chunk or split's are.
+_FRESH_TUPLES = frozenset({"topk", "sort", "max", "min", "kthvalue", "median", "nanmedian",
+                           "mode", "var_mean", "std_mean", "aminmax", "cummax", "cummin"})
+
+
+def _fresh_result(node: fx.Node) -> bool:
+    """`torch.topk(x, k)[0]`: one result of an op that returns new tensors. Rewriting
+    `weights /= weights.sum(-1, keepdim=True)` on it (Mixtral's router under torch.export)
+    changes no other value."""
+    src = node.args[0] if node.target is operator.getitem and node.args else None
+    if not isinstance(src, fx.Node) or not isinstance(src.meta.get("val"), (tuple, list)):
+        return False
+    schema = getattr(src.target, "_schema", None)
+    if src.op == "call_function" and schema is not None:
+        return all(r.alias_info is None for r in schema.returns)
+    if src.op == "call_method":
+        return src.target in _FRESH_TUPLES
+    name = getattr(src.target, "__name__", "")
+    return (src.op == "call_function" and name in _FRESH_TUPLES
+            and getattr(torch, name, None) is src.target)
+
+
 def _is_alias(node: fx.Node) -> bool:
     """The node's value shares memory with another value (a view, or an op returning one)."""
     if node.op in ("placeholder", "get_attr"):
         return True
+    if _fresh_result(node):
+        return False
     if node.op == "call_module":
         owner = node.graph.owning_module
         module = owner.get_submodule(str(node.target)) if owner is not None else None

@@ -29,6 +29,7 @@ from .graph import (
     TensorMeta,
 )
 from .inline_blocks import block_source
+from .max_values import SPELLED
 from .registry import bind, lookup, training_spec
 from .sizes import SIZED_VIEWS, SIZES, read_sizes, refine
 from .spelling import aten_call, namespaced
@@ -131,6 +132,8 @@ def _target_name(n: fx.Node, source: SourceLoc | None) -> str:
         return f"self.{n.target}"
     if n.op == "call_method":
         return f".{n.target}()"
+    if (spelled := n.meta.get(SPELLED)) is not None:  # `.max()` the capture made `amax`
+        return aten_call(spelled, source.code if source else "")
     t = n.target
     if (library := _library_op(t)) is not None:
         return library

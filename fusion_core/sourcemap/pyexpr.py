@@ -104,3 +104,24 @@ def fx_nodes(obj: Any) -> Iterator[fx.Node]:
         yield from fx_nodes((obj.start, obj.stop, obj.step))
 
 
+def values_call(expr: ast.expr) -> ast.Call | None:
+    """The call in `x.max(1).values` or `torch.max(x, 1)[0]`, else None."""
+    if isinstance(expr, ast.Attribute) and expr.attr == "values":
+        inner = expr.value
+    elif isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) \
+            and expr.slice.value == 0:
+        inner = expr.value
+    else:
+        return None
+    return inner if isinstance(inner, ast.Call) else None
+
+
+def operands_in_graph_order(expr: ast.BinOp, node: fx.Node) -> list[ast.expr]:
+    """`1 + s` and `3 * s` as the graph holds them: torch.export records the tensor first
+    (`aten.add.Tensor(s, 1)`), so in source order `s` would be taken for the constant and
+    the kernel called with `1` in its place."""
+    left, right = expr.left, expr.right
+    swapped = (isinstance(expr.op, (ast.Add, ast.Mult)) and len(node.args) == 2
+               and isinstance(node.args[0], fx.Node) and not isinstance(node.args[1], fx.Node)
+               and is_literal(left) and not is_literal(right))
+    return [right, left] if swapped else [left, right]

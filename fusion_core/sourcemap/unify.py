@@ -20,6 +20,7 @@ import torch
 import torch.fx as fx
 
 from ..ir.graph import FusionGraph
+from ..ir.max_values import SPELLED
 from ..ir.spelling import said
 from .pyexpr import (
     ATEN_NAMES,
@@ -31,6 +32,8 @@ from .pyexpr import (
     fx_nodes,
     is_literal,
     module_path,
+    operands_in_graph_order,
+    values_call,
 )
 from .pysource import (
     READ_SHAPE_BEFORE,
@@ -65,6 +68,8 @@ def op_names(node: fx.Node) -> set[str]:
             names |= {DTYPE_METHODS.get(dtypes[0], "")} if len(dtypes) == 1 else set()
     if node.meta.get("fusion_inplace"):  # `.relu_()` the capture made out of place
         names |= {f"{n}_" for n in names if n}
+    if node.meta.get(SPELLED):  # `x.max(1).values` the capture wrote as `amax`
+        names |= {node.meta[SPELLED]}
     return names - {""}
 
 
@@ -285,7 +290,7 @@ class Unifier:
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
-            self.match_args([expr.left, expr.right], node.args, k)
+            self.match_args(operands_in_graph_order(expr, node), node.args, k)
         elif isinstance(expr, ast.UnaryOp) and same_operator(node, UNARYOPS.get(type(expr.op))):
             self.match_args([expr.operand], node.args, k)
         elif (isinstance(expr, ast.Compare) and len(expr.ops) == 1
@@ -293,6 +298,8 @@ class Unifier:
             self.match_args([expr.left, expr.comparators[0]], node.args, k)
         elif isinstance(expr, ast.Call):
             self.match_call(expr, node, k)
+        elif node.meta.get(SPELLED) and (call := values_call(expr)) is not None:
+            self.match_call(call, node, k)  # the values of a max the capture made `amax`
         elif (isinstance(expr, ast.Subscript) and node.op == "call_function"
               and node.target is operator.getitem):
             self.match_subscript(expr, node, k)
