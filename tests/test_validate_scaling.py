@@ -194,11 +194,11 @@ def test_each_blamed_cluster_names_its_own_failure(three_layers, monkeypatch):
     multi = [c.index for c in three_layers.clusters if len(c.outputs) > 1][:2]
     real = model_check.patch
 
-    def refusing(gm, launchers):
+    def refusing(gm, launchers, *args, **kwargs):
         bad = [i for i in launchers if i in multi]
         if bad:
             raise PatchError(f"cluster {bad[0]}: cannot place one kernel call")
-        return real(gm, launchers)
+        return real(gm, launchers, *args, **kwargs)
 
     monkeypatch.setattr(model_check, "patch", refusing)
     report = validate(three_layers)
