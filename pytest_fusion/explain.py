@@ -84,11 +84,13 @@ class Explainer:
     def _located(self, reason: str) -> str:
         """A reason about a barrier (`.add_()` (line 10) mutates …) names it at its file and
         line, as the sentences above do: `.add_()` at blocks.py:10 mutates …"""
-        m = re.match(r"`([^`]+)` \(line (\d+)\)", reason)
+        # `(blocks.py:10)` where the model's ops span several files (fusion_core's `place`)
+        m = re.match(r"`([^`]+)` \((?:line |([^\s():]+):)(\d+)\)", reason)
         if m is None:
             return reason
         for x in self.cur.barriers:
-            if x.target == m[1] and x.lines.endswith(f":{m[2]}"):
+            file, _, line = x.lines.rpartition(":")
+            if x.target == m[1] and line == m[3] and m[2] in (None, file.rsplit("/", 1)[-1]):
                 return self._spelled(x) + reason[m.end():]
         return reason
 

@@ -3,10 +3,12 @@
 The graph's node names (`add_6`, `getitem_3`, `output`) and torch.export's overloads
 (`cat.default`) are words the user never wrote. ``said`` names a value by its op and line
 (`add` (line 61), `torch.cat` (line 40)), a parameter or buffer by its attribute path
-(`self.bn.running_mean`), and what a torch layer computes by the layer's call (`self.bn`
-(line 12)); ``aten_call`` finds the call an exported aten op
-came from on its source line; ``return_loc`` finds the `return` that hands back the model's
-results, so the output node (FX records no frame for it) is named by that line.
+(`self.bn.running_mean`), what a torch layer computes by the layer's call (`self.bn`
+(line 12)); ``aten_call`` finds the call an exported aten op came from on its source line;
+``return_loc`` finds the `return` that hands back the model's results, so the output node
+(FX records no frame for it) is named by that line. ``place`` says a line: bare (`line 61`)
+in a model written in one file, with its file (`blocks.py:61`) in one whose ops span several,
+where a bare number would not say which file it is in.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import os
 import re
 from collections.abc import Iterable
 
@@ -48,20 +51,31 @@ def spelled_op(node: Node) -> str:
     return node.op
 
 
+def place(g: FusionGraph, loc: SourceLoc) -> str:
+    """`line 61`, or `blocks.py:61` where the model's ops are in several files: messages
+    (the pytest plugin's above all, quoting them amid other files) then say which one."""
+    files = g.source_files
+    if len(files) < 2 and loc.file in files:
+        return f"line {loc.line}"
+    base = os.path.basename(loc.file)
+    unique = [os.path.basename(f) for f in files].count(base) <= 1
+    return f"{base if unique else loc.file}:{loc.line}"
+
+
 def said(g: FusionGraph, name: str) -> str:
     """A graph value as the user wrote it, with its line where it has one."""
     node = g[name]
     src = node.source
     if node.kind is OpKind.OUTPUT:
         ret = return_loc(g, node.refs)
-        return "the model's result" + (f", returned at line {ret.line}" if ret else "")
+        return "the model's result" + (f", returned at {place(g, ret)}" if ret else "")
     if node.op == "meta" and src is not None:
-        return f"a shape, size or dtype read at line {src.line} (`{src.code}`)"
+        return f"a shape, size or dtype read at {place(g, src)} (`{src.code}`)"
     if node.kind is OpKind.CONSTANT:
         return _attribute(g, node)
     if node.kind is OpKind.INPUT:
         return f"`{node.label}`"  # the forward's parameter
-    at, op = f" (line {src.line})" if src else "", spelled_op(node)
+    at, op = f" ({place(g, src)})" if src else "", spelled_op(node)
     layer, alone = _layer_called(g, node) if not op.startswith("self.") else ("", False)
     if layer:
         return f"`{layer}`{at}" if alone else f"`{op}` in `{layer}`{at}"
@@ -75,7 +89,7 @@ def _attribute(g: FusionGraph, node: Node) -> str:
         return f"`{written(f'self.{node.target}')}`" if node.target else f"`{node.name}`"
     # export records no frame for its lifted constant: its reader's line is where it was made
     src = node.source or next((s for u in g.users[node.name] if (s := g[u].source)), None)
-    return f"a tensor made at line {src.line}" if src else "a tensor the forward makes"
+    return f"a tensor made at {place(g, src)}" if src else "a tensor the forward makes"
 
 
 def _layer_called(g: FusionGraph, node: Node) -> tuple[str, bool]:
