@@ -52,15 +52,27 @@ class Explainer:
     def barrier(self, nodes: set[str]) -> tuple[BarrierRec, str] | None:
         """The op now between two of `nodes`, as `torch.roll` at f.py:12 now sits …"""
         for x in self.cur.barriers:
-            before = [op for n, op in x.before if n in nodes]
-            after = [op for n, op in x.after if n in nodes]
+            before = [b for b in x.before if b[0] in nodes]
+            after = [a for a in x.after if a[0] in nodes]
             # An in-place op may take the place of one of the cluster's own ops (`F.relu`
             # with inplace=True keeps the node name `relu`): one side suffices then.
             took_place = x.inplace and (before or after) and x.node in nodes
             if (before and after) or took_place:
-                return x, self._describe(x, before or [op for _, op in x.before],
-                                         after or [op for _, op in x.after])
+                return x, self._describe(x, before or list(x.before), after or list(x.after))
         return None
+
+    def _beside(self, x: BarrierRec, ops: list[tuple[str, str]]) -> str:
+        """The ops on one side of `x` at their lines, as the CLI's barrier list says them:
+        `silu` (line 7) / `gelu` (line 9); at their file where it is not the barrier's."""
+        bar = self.ops.get(x.node)
+        file = (bar.line if bar is not None else x.lines).rpartition(":")[0]
+        said = []
+        for node, op in ops:
+            o = self.ops.get(node)
+            at, _, line = o.line.rpartition(":") if o is not None else ("", "", "?")
+            where = "" if line == "?" else f" (line {line})" if at == file else f" at {o.line}"
+            said.append(f"`{op}`{where}")
+        return " / ".join(dict.fromkeys(said))
 
     def _spelled(self, x: BarrierRec) -> str:
         """The barrier as `spelled` names an op, at its line: `torch.roll` at blocks.py:49."""
@@ -72,20 +84,23 @@ class Explainer:
     def _located(self, reason: str) -> str:
         """A reason about a barrier (`.add_()` (line 10) mutates …) names it at its file and
         line, as the sentences above do: `.add_()` at blocks.py:10 mutates …"""
-        m = re.match(r"`([^`]+)` \(line (\d+)\)", reason)
+        # `(blocks.py:10)` where the model's ops span several files (fusion_core's `place`)
+        m = re.match(r"`([^`]+)` \((?:line |([^\s():]+):)(\d+)\)", reason)
         if m is None:
             return reason
         for x in self.cur.barriers:
-            if x.target == m[1] and x.lines.endswith(f":{m[2]}"):
+            file, _, line = x.lines.rpartition(":")
+            if x.target == m[1] and line == m[3] and m[2] in (None, file.rsplit("/", 1)[-1]):
                 return self._spelled(x) + reason[m.end():]
         return reason
 
-    def _describe(self, x: BarrierRec, before: list[str], after: list[str]) -> str:
-        what = self._spelled(x)
+    def _describe(self, x: BarrierRec, before: list[tuple[str, str]],
+                  after: list[tuple[str, str]]) -> str:
+        what, before_, after_ = self._spelled(x), self._beside(x, before), self._beside(x, after)
         if x.inplace:
-            return (f"{what} now writes in place between {ops_list(before)} and "
-                    f"{ops_list(after)}: fusion-advisor cannot fuse across an in-place op")
-        return (f"{what} now sits between {ops_list(before)} and {ops_list(after)}: "
+            return (f"{what} now writes in place between {before_} and {after_}: "
+                    "fusion-advisor cannot fuse across an in-place op")
+        return (f"{what} now sits between {before_} and {after_}: "
                 "fusion-advisor cannot fuse through it")
 
     def rejection(self, nodes: set[str], parted: tuple[set[str], ...] = ()

@@ -203,8 +203,25 @@ def test_a_lost_cluster_names_the_opaque_op_now_between_its_ops():
         OpRec("roll", "opaque", "", "torch.roll", "opaque", "", "m.py:12"),
         OpRec("mul", "mul", "", "operator.mul", "compute", "", "m.py:11")))
     (msg,) = compare(base, cur).regressions
+    # As the CLI's barrier list says them: was "between `silu` and `mul`", with no line.
     assert msg == ("`silu → mul` at m.py:10-11 no longer fuses: `torch.roll` at m.py:12 now "
-                   "sits between `silu` and `mul`: fusion-advisor cannot fuse through it")
+                   "sits between `silu` (line 10) and `mul` (line 11): fusion-advisor cannot "
+                   "fuse through it")
+
+
+def test_the_ops_beside_a_barrier_are_said_once_each_at_their_file_where_it_is_another():
+    base = _snap(_cluster(["silu", "silu", "mul", "add"], ""))
+    roll = BarrierRec("roll", "opaque", "torch.roll", False, "m.py:12",
+                      (("silu", "silu"), ("silu_1", "silu")), (("mul", "mul"), ("add", "add")))
+    cur = replace(_snap(barriers=[roll]), op_index=(
+        OpRec("silu", "silu", "", "F.silu", "compute", "", "m.py:10"),
+        OpRec("silu_1", "silu", "", "F.silu", "compute", "", "m.py:10"),
+        OpRec("roll", "opaque", "", "torch.roll", "opaque", "", "m.py:12"),
+        OpRec("mul", "mul", "", "operator.mul", "compute", "", "helpers.py:3"),
+        OpRec("add", "add", "", "operator.add", "compute", "", "?")))
+    (msg,) = compare(base, cur).regressions
+    assert msg.endswith(": `torch.roll` at m.py:12 now sits between `silu` (line 10) and "
+                        "`mul` at helpers.py:3 / `add`: fusion-advisor cannot fuse through it")
 
 
 def test_a_barrier_the_op_index_lacks_is_still_named_at_its_line():
@@ -213,8 +230,8 @@ def test_a_barrier_the_op_index_lacks_is_still_named_at_its_line():
         OpRec("silu", "silu", "", "F.silu", "compute", "", "m.py:10"),
         OpRec("mul", "mul", "", "operator.mul", "compute", "", "m.py:11")))
     (msg,) = compare(base, cur).regressions
-    assert msg.endswith(": `torch.roll` at m.py:12 now sits between `silu` and `mul`: "
-                        "fusion-advisor cannot fuse through it")  # was `torch.roll` alone
+    assert msg.endswith(": `torch.roll` at m.py:12 now sits between `silu` (line 10) and "
+                        "`mul` (line 11): fusion-advisor cannot fuse through it")
 
 
 IN_PLACE_HEAD = ("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n"
@@ -264,9 +281,9 @@ def test_an_in_place_op_is_named_even_when_the_rejection_blames_fan_out():
     cur = replace(_snap(rejections=[fan_out], barriers=[relu_]), op_index=index)
     (msg,) = compare(base, cur).regressions
     assert msg == ("`batch_norm → relu` at m.py:10-11 no longer fuses: `F.relu` at m.py:11 now "
-                   "writes in place between `batch_norm` and `add`: fusion-advisor cannot fuse "
-                   "across an in-place op (rejected as fan-out: `relu` is also used by "
-                   "`self.conv2` outside the group)")
+                   "writes in place between `batch_norm` (line 10) and `add` (line 12): "
+                   "fusion-advisor cannot fuse across an in-place op (rejected as fan-out: `relu` "
+                   "is also used by `self.conv2` outside the group)")
     # Without the graph's barrier the rejection alone still names the in-place op.
     (msg,) = compare(base, replace(_snap(rejections=[fan_out]), op_index=index)).regressions
     assert msg.endswith("outside the group (the group holds the in-place `relu_`)")

@@ -61,14 +61,14 @@ REGRESSIONS = {
                "aliasing, `.mul_()` (line 10) mutates its input in place",
     "split": "`mul → relu → add` at model.py:10-12 split into `mul → relu` (model.py:10-11) + "
              "`add → tanh` (model.py:12): `self.lin` (Linear) at model.py:12 now sits between "
-             "`relu` and `add`: fusion-advisor cannot fuse through it",
+             "`relu` (line 11) and `add` (line 12): fusion-advisor cannot fuse through it",
     "dag": "`mul → relu → add` at model.py:10-12 changed category: elementwise-chain → "
            "elementwise-dag",
     # Four ops now hold two of the three: not a shrink, and the reason is the barrier only.
     "moved": "`mul → relu → add` at model.py:10-12 no longer holds `mul`; its other ops now "
              "fuse in `relu → add → sigmoid → mul` (model.py:11-12): `torch.roll` at "
-             "model.py:10 now sits between `mul` and `relu`: fusion-advisor cannot fuse "
-             "through it",
+             "model.py:10 now sits between `mul` (line 10) and `relu` (line 11): fusion-advisor "
+             "cannot fuse through it",
     "newrej": "new rejection at model.py:13-14: reduction on `sigmoid → mul → softmax`, "
               "`softmax` (line 14) names no dims the kernel can reduce (dim=None)",
 }

@@ -69,8 +69,8 @@ def test_a_failure_quotes_the_lines_where_the_ops_are_now_and_the_op_between(pro
     assert bullets(r) == 2 * [
         "`mul → eq → masked_fill → softmax` in blocks.0.attn…blocks.1.attn (×2) at "
         "blocks.py:47-48, 50 shrank to `mul → eq → masked_fill`, without `softmax`: "
-        "`torch.roll` at blocks.py:49 now sits between `masked_fill` and `softmax`: "
-        "fusion-advisor cannot fuse through it"]
+        "`torch.roll` at blocks.py:49 now sits between `masked_fill` (line 48) and `softmax` "
+        "(line 50): fusion-advisor cannot fuse through it"]
     assert "blocks.py:44" not in r.stdout.str()  # recorded lines are never quoted as current
 
 
@@ -126,7 +126,7 @@ def test_an_op_inserted_inside_the_squeeze_excite_is_named(proj):
     (msg,) = bullets(r)
     assert msg.startswith("`sigmoid → mul → add` in block at blocks.py:15, 17, 30 shrank to "
                           "`mul → add`, without `sigmoid`: `torch.roll` at blocks.py:16 now sits "
-                          "between `sigmoid` and `mul`")
+                          "between `sigmoid` (line 15) and `mul` (line 17)")
 
 
 @pytest.mark.parametrize("setting", ["pass", "fail"])

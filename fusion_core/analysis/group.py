@@ -15,7 +15,7 @@ from ..ir.graph import FusionGraph, OpKind, Ref
 from ..ir.iteration import anchor
 from ..ir.reductions import node_reduced_dims
 from ..ir.registry import SPECS
-from ..ir.spelling import said
+from ..ir.spelling import place, said
 from .types import Failure, ShapeRead
 
 MIN_OPS = 2  # a group needs two compute ops that move data to save anything
@@ -184,7 +184,7 @@ def _through_a_property(g: FusionGraph, src: str, first: str) -> str:
     node = g[first]
     if node.op != "meta":
         return ""
-    at = f" at line {node.source.line} (`{node.source.code}`)" if node.source else ""
+    at = f" at {place(g, node.source)} (`{node.source.code}`)" if node.source else ""
     return (f"; it leaves through a shape, size or dtype read of the result of "
             f"{said(g, src)}{at}{READ_IT_EARLIER}")
 

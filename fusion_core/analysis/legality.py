@@ -16,7 +16,7 @@ from dataclasses import replace
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import axes_said, node_reduced_dims
 from ..ir.registry import SPECS
-from ..ir.spelling import return_loc, said, said_all
+from ..ir.spelling import place, return_loc, said, said_all
 from .group import (
     READ_IT_EARLIER,
     check_convexity,
@@ -80,7 +80,7 @@ def _also(g: FusionGraph, outside: Collection[str]) -> str:
     ops = [u for u in outside if g[u].kind is not OpKind.OUTPUT]
     ret = next((return_loc(g, g[u].refs) for u in outside if g[u].kind is OpKind.OUTPUT),
                None)
-    returned = "one of the model's results" + (f", returned at line {ret.line}" if ret else "")
+    returned = "one of the model's results" + (f", returned at {place(g, ret)}" if ret else "")
     if len(ops) == len(outside):
         return f"is also used by {said_all(g, ops)} outside the group"
     if not ops:
@@ -152,8 +152,8 @@ def _from_shapes(g: FusionGraph, name: str) -> bool:
 def python_value_read(g: FusionGraph, user: str, value: str) -> str:
     """Why `user` cannot be fused while it reads Python value `value`, at their lines."""
     node, source = g[user], g[value].source
-    at = f" at line {source.line} (`{source.code}`)" if source else f" (`{value}`)"
-    here = f" (line {node.source.line})" if node.source else ""
+    at = f" at {place(g, source)} (`{source.code}`)" if source else f" (`{value}`)"
+    here = f" ({place(g, node.source)})" if node.source else ""
     fix = ("compute it once in `__init__`" if _from_shapes(g, value) else
            "keep it a tensor (it depends on a tensor's values: drop `.item()`)")
     return (f"`{node.op_label}`{here} reads a Python value computed at run time{at}, not a "

@@ -36,8 +36,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..ir.bias_split import SPLIT_BIAS
-from ..ir.graph import Node, OpKind
+from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.normalize import parse_stack_trace
+from ..ir.spelling import place
 from ..pipeline import Analysis
 from .capture import InductorKernel, module_path
 from .kernel_graph import GEMM_OPS, KernelGraph, Role, callee, compatible, norm_path
@@ -89,9 +90,8 @@ def _key(fx_nodes: dict, node: Node) -> tuple[str, str, int]:
     return (module, norm_path(source.file), source.line) if source else (module, "", 0)
 
 
-def _where(node: Node) -> str:
-    return f"`{node.target or node.op}`" + (
-        f" (line {node.source.line})" if node.source else "")
+def _where(g: FusionGraph, node: Node) -> str:
+    return f"`{node.target or node.op}`" + (f" ({place(g, node.source)})" if node.source else "")
 
 
 def _split_bias_keys(analysis: Analysis) -> set[tuple[str, str, int]]:
@@ -135,7 +135,8 @@ def miss_reason(analysis: Analysis, k: InductorKernel) -> str:
                          fx_nodes)
     fed = [analysis.graph[c] for c, role in roles.items() if role is Role.PROLOGUE]
     if fed:
-        return f"Inductor fuses the ops that feed {_where(fed[0])} into one kernel; {reason}"
+        return (f"Inductor fuses the ops that feed {_where(analysis.graph, fed[0])} into one "
+                f"kernel; {reason}")
     return reason
 
 
@@ -150,7 +151,8 @@ def _own_reason(analysis: Analysis, kg: KernelGraph, ours: list[Node], calls: se
               and not (n.op in GEMM_OPS and not _kept_whole(_key(fx_nodes, n), split))]
     if len(compute) < 2:
         if hidden:
-            return f"capture: opaque {_where(hidden[0])} hides the ops Inductor fused"
+            return (f"capture: opaque {_where(analysis.graph, hidden[0])} hides the ops "
+                    "Inductor fused")
         return ("capture: our graph has no pointwise/reduction ops on these lines (a module or "
                 "function we keep as one call)")
     names = {n.name for n in compute}
@@ -160,7 +162,7 @@ def _own_reason(analysis: Analysis, kg: KernelGraph, ours: list[Node], calls: se
         return f"split by our {rejection.check} check: {rejection.reason}"
     cat = _our_cat(analysis, kg, ours)
     if cat is not None:
-        line = f" (line {cat.source.line})" if cat.source else ""
+        line = f" ({place(analysis.graph, cat.source)})" if cat.source else ""
         return f"{into_cat(line)}; {NO_CAT_FUSION}"
     # Only what lies on a path from one of the kernel's ops to another keeps them apart (not
     # a call they feed, nor a view of a parameter).
@@ -168,7 +170,7 @@ def _own_reason(analysis: Analysis, kg: KernelGraph, ours: list[Node], calls: se
     barrier = next((n for n in hidden + views if kg.between(n.name)), None)
     if barrier is not None:
         what = "an opaque op" if barrier.kind is OpKind.OPAQUE else "a view"
-        return f"{what} {_where(barrier)} separates the ops in our graph"
+        return f"{what} {_where(analysis.graph, barrier)} separates the ops in our graph"
     if not any(r in names for n in compute for r in n.refs):
         return "Inductor fuses ops that share a loop but do not feed each other (horizontal)"
     clustered = {n for c in analysis.clusters for n in c.nodes}

@@ -25,7 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..ir.graph import Node, OpKind
+from ..ir.graph import FusionGraph, Node, OpKind
+from ..ir.spelling import place
 from .kernel_graph import GEMM_OPS, callee, compatible, norm_path
 
 if TYPE_CHECKING:
@@ -42,8 +43,8 @@ class Separation:
     reason: str  # what keeps them apart, one line
 
 
-def _where(node: Node) -> str:
-    return f"`{node.target or node.op}`" + (f" (line {node.source.line})" if node.source else "")
+def _where(g: FusionGraph, node: Node) -> str:
+    return f"`{node.target or node.op}`" + (f" ({place(g, node.source)})" if node.source else "")
 
 
 def _key(node: Node) -> Key | None:
@@ -98,18 +99,18 @@ def _reason(analysis: Analysis, between: list[Node], ours: set[str]) -> str:
         op = callee(calls[0])
         what = ("convolution" if "conv" in op.lower() else "matrix product" if op in GEMM_OPS
                 else "attention call")
-        return (f"the {what} {_where(calls[0])} sits between them (a library call: Inductor "
-                "fuses nothing across it)")
+        return (f"the {what} {_where(analysis.graph, calls[0])} sits between them (a library "
+                "call: Inductor fuses nothing across it)")
     opaque = [n for n in between if n.kind is OpKind.OPAQUE]
     if opaque:
-        return f"an opaque op {_where(opaque[0])} separates the ops in our graph"
+        return f"an opaque op {_where(analysis.graph, opaque[0])} separates the ops in our graph"
     rejection = next((r for r in analysis.rejections
                       if len(ours & {*r.nodes, *r.culprits}) >= 2), None)
     if rejection is not None:
         return f"split by our {rejection.check} check: {rejection.reason}"
     views = [n for n in between if n.kind is OpKind.VIEW]
     if views:
-        return f"a view {_where(views[0])} separates the ops in our graph"
+        return f"a view {_where(analysis.graph, views[0])} separates the ops in our graph"
     holding = [c.index for c in analysis.clusters if len(ours & set(c.nodes)) >= 2]
     if holding:
         return (f"our cluster {holding[0]} fuses them: nothing between them in our graph "

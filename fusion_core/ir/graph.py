@@ -200,6 +200,14 @@ class FusionGraph:
                 out.add(n.name)
         return frozenset(out)
 
+    @cached_property
+    def source_files(self) -> tuple[str, ...]:
+        """The files of the user frames the nodes ran in, their own lines and the calls that
+        reached them, in graph order: a model whose blocks or helpers (or whose forward, where
+        its ops are in a function it calls) live in other files spans several."""
+        return tuple(dict.fromkeys(f.file for n in self.nodes if n.source is not None
+                                   for f in n.source.chain))
+
     @property
     def compute_nodes(self) -> tuple[Node, ...]:
         return tuple(n for n in self.nodes if n.kind not in _STRUCTURAL)

@@ -2,9 +2,13 @@
 
 The graph's node names (`add_6`, `getitem_3`, `output`) and torch.export's overloads
 (`cat.default`) are words the user never wrote. ``said`` names a value by its op and line
-(`add` (line 61), `torch.cat` (line 40)); ``aten_call`` finds the call an exported aten op
-came from on its source line; ``return_loc`` finds the `return` that hands back the model's
-results, so the output node (FX records no frame for it) is named by that line.
+(`add` (line 61), `torch.cat` (line 40)), a parameter or buffer by its attribute path
+(`self.bn.running_mean`), what a torch layer computes by the layer's call (`self.bn`
+(line 12)); ``aten_call`` finds the call an exported aten op came from on its source line;
+``return_loc`` finds the `return` that hands back the model's results, so the output node
+(FX records no frame for it) is named by that line. ``place`` says a line: bare (`line 61`)
+in a model written in one file, with its file (`blocks.py:61`) in one whose ops span several,
+where a bare number would not say which file it is in.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import os
 import re
 from collections.abc import Iterable
 
@@ -20,6 +25,9 @@ from .graph import FusionGraph, Node, OpKind, SourceLoc
 
 # Dotted prefixes that name a module rather than a value: `torch.cat(…)`, `F.relu(…)`.
 _MODULE_HEADS = ("torch", "F", "nn", "functional")
+# Attributes the capture makes for a tensor a forward creates (`torch.tensor([2.0])`): FX's
+# `_tensor_constant0`, torch.export's `lifted_tensor_0`; no path the user wrote.
+_MADE_CONSTANT = re.compile(r"_?(tensor_constant|lifted_tensor(_constant)?)_?\d+")
 # torch's sub-namespaces whose builtins are named with the namespace as a prefix:
 # `torch.special.expit` is the builtin `special_expit`, and aten's op of that name.
 _NAMESPACES = ("special", "linalg", "fft")
@@ -43,18 +51,63 @@ def spelled_op(node: Node) -> str:
     return node.op
 
 
+def place(g: FusionGraph, loc: SourceLoc) -> str:
+    """`line 61`, or `blocks.py:61` where the model's ops are in several files: messages
+    (the pytest plugin's above all, quoting them amid other files) then say which one."""
+    files = g.source_files
+    if len(files) < 2 and loc.file in files:
+        return f"line {loc.line}"
+    base = os.path.basename(loc.file)
+    unique = [os.path.basename(f) for f in files].count(base) <= 1
+    return f"{base if unique else loc.file}:{loc.line}"
+
+
 def said(g: FusionGraph, name: str) -> str:
     """A graph value as the user wrote it, with its line where it has one."""
     node = g[name]
     src = node.source
     if node.kind is OpKind.OUTPUT:
         ret = return_loc(g, node.refs)
-        return "the model's result" + (f", returned at line {ret.line}" if ret else "")
+        return "the model's result" + (f", returned at {place(g, ret)}" if ret else "")
     if node.op == "meta" and src is not None:
-        return f"a shape, size or dtype read at line {src.line} (`{src.code}`)"
-    if node.kind in (OpKind.INPUT, OpKind.CONSTANT):
-        return f"`{node.label}`"  # the parameter's or attribute's own name
-    return f"`{spelled_op(node)}`" + (f" (line {src.line})" if src else "")
+        return f"a shape, size or dtype read at {place(g, src)} (`{src.code}`)"
+    if node.kind is OpKind.CONSTANT:
+        return _attribute(g, node)
+    if node.kind is OpKind.INPUT:
+        return f"`{node.label}`"  # the forward's parameter
+    at, op = f" ({place(g, src)})" if src else "", spelled_op(node)
+    layer, alone = _layer_called(g, node) if not op.startswith("self.") else ("", False)
+    if layer:
+        return f"`{layer}`{at}" if alone else f"`{op}` in `{layer}`{at}"
+    return f"`{op}`{at}"
+
+
+def _attribute(g: FusionGraph, node: Node) -> str:
+    """A get_attr value by the path its target holds (`self.down[1].weight`; the node's name,
+    `down_1_weight`, is no Python); a tensor the forward made by the line that made it."""
+    if not _MADE_CONSTANT.fullmatch(node.target):
+        return f"`{written(f'self.{node.target}')}`" if node.target else f"`{node.name}`"
+    # export records no frame for its lifted constant: its reader's line is where it was made
+    src = node.source or next((s for u in g.users[node.name] if (s := g[u].source)), None)
+    return f"a tensor made at {place(g, src)}" if src else "a tensor the forward makes"
+
+
+def _layer_called(g: FusionGraph, node: Node) -> tuple[str, bool]:
+    """(`self.bn`, alone) where `node` is computed by a torch layer's call on its line
+    (`d = self.bn(x)`): the layer's forward is torch's, so its op (`batch_norm`) sits at a
+    line that spells no `batch_norm`. `alone`: the only op the call ran. ("", False) where
+    the line does not call the node's module."""
+    src = node.source
+    if not node.module or src is None:
+        return "", False
+    parts = node.module.split(".")
+    # inside a block of the user's own, the path from that block on: `self.norm` of `blocks.0`
+    tails = (written("self." + ".".join(parts[i:])) for i in range(len(parts)))
+    layer = next((t for t in tails
+                  if re.search(rf"(?<![\w.]){re.escape(t)}\s*\(", src.code)), "")
+    ran = [m for m in g.nodes if layer and m.module == node.module and m.source == src
+           and m.kind not in (OpKind.INPUT, OpKind.CONSTANT, OpKind.OUTPUT)]
+    return layer, len(ran) == 1
 
 
 def said_all(g: FusionGraph, names: Iterable[str]) -> str:
