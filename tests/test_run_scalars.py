@@ -99,6 +99,23 @@ def test_one_kernel_matches_eager_at_other_lengths_and_widths(scale, tmp_path):
 
 
 @pytest.mark.cpu
+def test_the_scalar_rounds_as_the_constant_export_records(tmp_path):
+    """Eager rounds a Python float to fp32 beside fp32 tensors; a Triton float argument is
+    fp32 too: bit for bit the kernel export's constant (`v0 / 4.898979485566356`) gives."""
+    shape = (2, 8, 24)
+    launchers = []
+    for capture in ("fx", "export"):
+        a = analyze(Attention(), shape, shape, capture=capture)
+        kernel = generate(a, a.clusters[0])
+        (path,) = write_kernels([kernel], tmp_path / capture)
+        launchers.append(getattr(load_kernel(path), kernel.name))
+    scores = torch.randn(2, 8, 8, generator=torch.Generator().manual_seed(0))
+    by_argument, by_constant = launchers[0](scores, math.sqrt(24)), launchers[1](scores)
+    assert torch.equal(by_argument, by_constant)
+    assert torch.allclose(by_argument, (scores / math.sqrt(24)).softmax(-1), atol=1e-6)
+
+
+@pytest.mark.cpu
 def test_the_patched_model_computes_the_scale_at_each_input_size(tmp_path):
     a = analyze(Attention(), SHAPE, SHAPE, capture="fx")
     (c,) = a.clusters

@@ -252,9 +252,12 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
         _views_fn(plan, names, inputs, out)
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
-        said = "".join(f" `{a.launch}` is `{a.spelled}`." for a in plan.scalars)
-        out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous).'
-                 f'{said}"""')
+        if plan.scalars:  # what the caller computes for each (graph names for values)
+            out.lines([f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous).',
+                       "", *(f"`{a.launch}`: `{a.spelled}`, computed by the caller."
+                             for a in plan.scalars), '"""'])
+        else:
+            out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
         if not names:  # `"cuda"` as well as `torch.device("cuda")`: one key, and `.type`
             out.line(f"{NO_INPUTS_DEVICE} = torch.device({NO_INPUTS_DEVICE})")
         _key(parameters if viewed else names, [a.launch for a in plan.scalars], out)
