@@ -248,6 +248,17 @@ def test_a_size_used_as_a_number_past_a_view_is_named_at_its_line():
     assert not whole.rejections
 
 
+@pytest.mark.cpu
+def test_a_size_of_a_value_computed_inside_is_a_scalar_the_patched_model_reads():
+    """`n = h.shape[-1]` of the cluster's own reshape: the patched model reads it from the
+    shape the inputs give (the shape read above) and passes it to the kernel."""
+    a = analyze(ScaledBySize(log=False).eval(), (4, 128))
+    (c,) = a.clusters
+    assert c.inputs == ("x", "getitem")
+    report = validate(a)
+    assert [r.usable for r in report.results] == [True] and report.model.passed
+
+
 class LinearNorm(nn.Module):
     """timm LeViT's `Linear` then `BatchNorm1d` over the flattened tokens."""
 
