@@ -5,7 +5,8 @@ Reads a ``KernelPlan``, the kernel's ``KernelSignature`` and the launcher's para
 broadcast the way the kernel indexes them (or must be copied into the analysed layout),
 the output shapes and their contiguous strides, the scalar kernel arguments, the tuning key
 and the candidate configurations of its shape bucket. Everything it computes depends only on
-the inputs' shapes and strides, which is why the launcher caches its result per layout. Also
+the inputs' shapes and strides (and the scalar operands it passes on, ``plan.ScalarArg``),
+which is why the launcher caches its result per layout (and scalar values). Also
 here, as ``_plan`` needs them as much as the launcher does: the device parameter of a kernel
 without inputs, and the expression for the device a kernel runs on (``device_of``).
 """

@@ -10,7 +10,8 @@ arguments and the configurations (block, rows per program, warps; and programs p
 split rows, whose ``_launch`` comes from ``split_rows.py``) its shape bucket may launch with
 (``tuning.py``; ``_launch`` computes the grid from the one chosen). All of
 that depends only on the inputs' shapes and strides, so ``clusterN(*inputs)`` caches it
-in ``LAUNCH_CACHE``, keyed by every input's (shape, stride, dtype, device). Inputs the
+in ``LAUNCH_CACHE``, keyed by every input's (shape, stride, dtype, device) and the value of
+each Python number of sizes it takes after its tensors (``plan.ScalarArg``). Inputs the
 kernel reads through views (their index maps) are keyed as passed: ``_views``
 takes the views on a new layout only, and the plan keeps where each view lies in its
 input (``runtime._seats``), so a repeated call rebuilds it with one ``as_strided`` on that
