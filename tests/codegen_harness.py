@@ -114,7 +114,8 @@ def float64_cluster(analysis: Analysis, cluster, inputs: tuple[torch.Tensor, ...
                     ) -> tuple[torch.Tensor, ...]:
     """The cluster's ops in float64 on the same inputs (floating ones widened)."""
     module = graph_in_float64(eager_subgraph(analysis.graph_module, cluster).module)
-    wide = [t.double() if t.is_floating_point() else t for t in inputs]
+    wide = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+            for t in inputs]
     with torch.no_grad():
         out = module(*wide)
     return out if isinstance(out, tuple) else (out,)
@@ -173,8 +174,9 @@ def load_tool(name: str):
 
 def to_device(t: torch.Tensor) -> torch.Tensor:
     """`t` on DEVICE with the same strides (a sliced buffer stays strided, an expanded one
-    expanded: its stride-0 dims are copied once and expanded again)."""
-    if t.device.type == DEVICE:
+    expanded: its stride-0 dims are copied once and expanded again). A Python number (a
+    kernel scalar, ``ir/run_scalars.py``) passes as it is."""
+    if not isinstance(t, torch.Tensor) or t.device.type == DEVICE:
         return t
     src = expanded_base(t)
     out = torch.empty_strided(src.shape, t.stride(), dtype=t.dtype, device=DEVICE)

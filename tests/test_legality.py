@@ -4,6 +4,7 @@ accepts and one it rejects (with the culprit the pruning drops), plus the check 
 from __future__ import annotations
 
 import inspect
+import math
 import re
 
 import torch
@@ -326,10 +327,16 @@ def test_shapes_rejects_a_result_larger_than_the_reduction_domain():
 
 
 def test_shapes_rejects_a_python_value_operand():
-    g = run(lambda x: torch.exp(x) * x.shape[-1]).graph
+    g = run(lambda x: torch.exp(x) * math.log2(x.shape[-1])).graph
     failure = L.check_shapes(g, _group(g, "exp", "mul"))
     assert failure is not None and failure.culprits == ("mul",)
     assert "Python value" in failure.reason
+
+
+def test_shapes_accepts_a_number_of_sizes_alone():
+    """`x.shape[-1]` is a kernel scalar (``ir/run_scalars.py``)."""
+    g = run(lambda x: torch.exp(x) * x.shape[-1]).graph
+    assert L.check_shapes(g, _group(g, "exp", "mul")) is None
 
 
 
@@ -511,10 +518,11 @@ def test_lowering_check_dry_runs_the_code_generator():
 
 
 class ScaleFromShape(nn.Module):
-    """`x.shape[-1] ** -0.5` is a Python float the trace computes at run time (SCALE_LINE)."""
+    """`math.log2(x.shape[-1])` is a Python float the trace computes at run time (SCALE_LINE)
+    by a call ``ir/run_scalars.py`` does not model (`x.shape[-1] ** -0.5` fuses)."""
 
     def forward(self, x):
-        scale = x.shape[-1] ** -0.5  # SCALE_LINE
+        scale = math.log2(x.shape[-1])  # SCALE_LINE
         return torch.softmax(x * scale, -1)
 
 
@@ -535,7 +543,7 @@ def test_a_run_time_python_value_is_named_at_its_line_with_the_fix():
     assert failure is not None and failure.check == "shapes"
     assert failure.reason.startswith(
         f"`mul` (line {line + 1}) reads a Python value computed at run time at line {line} "
-        "(`scale = x.shape[-1] ** -0.5  # SCALE_LINE`), not a tensor"), failure.reason
+        "(`scale = math.log2(x.shape[-1])  # SCALE_LINE`), not a tensor"), failure.reason
     assert "compute it once in `__init__`" in failure.reason
     # ...which holds: the same softmax with the scale computed in __init__ fuses
     assert [c.ops for c in analyze(ScaleFromInit(), (4, 8)).clusters] == [("mul", "softmax")]

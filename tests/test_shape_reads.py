@@ -5,6 +5,7 @@ other input sizes, numerics under the interpreter, and `--apply` on the user's f
 from __future__ import annotations
 
 import ast
+import math
 import textwrap
 
 import pytest
@@ -218,23 +219,44 @@ def test_the_read_through_a_view_follows_the_input_size_and_verifies():
 
 
 class ScaledBySize(nn.Module):
+    def __init__(self, log: bool = True) -> None:
+        super().__init__()
+        self.log = log
+
     def forward(self, x):
         h = (x * 2.0).reshape(4, 16, 8)
-        n = h.shape[-1]
+        n = math.log2(h.shape[-1]) if self.log else h.shape[-1]
         return torch.softmax(h, dim=-1) * n
 
 
 def test_a_size_used_as_a_number_past_a_view_is_named_at_its_line():
     """With a view in the group the code generator, not the shapes check, meets the size:
-    it names the line and the fix as the shapes check does, not the graph's `getitem`."""
+    it names the line and the fix as the shapes check does, not the graph's `getitem`.
+    (`math.log2` is no call ``ir/run_scalars.py`` models; the size itself is a kernel
+    scalar, and the whole chain fuses.)"""
     a = analyze(ScaledBySize(), (4, 128))
     assert [c.chain for c in a.clusters] == ["mul → reshape → softmax"]
     (r,) = a.rejections
     line = ScaledBySize.forward.__code__.co_firstlineno + 2
     assert r.check == "lowering" and r.culprits == ("mul_1",)
     assert (f"`mul` (line {line + 1}) reads a Python value computed at run time at line "
-            f"{line} (`n = h.shape[-1]`)") in r.reason, r.reason
+            f"{line} (`n = math.log2(h.shape[-1]) if self.log else h.shape[-1]`)"
+            ) in r.reason, r.reason
     assert "compute it once in `__init__`" in r.reason
+    whole = analyze(ScaledBySize(log=False), (4, 128))
+    assert [c.chain for c in whole.clusters] == ["mul → reshape → softmax → mul"]
+    assert not whole.rejections
+
+
+@pytest.mark.cpu
+def test_a_size_of_a_value_computed_inside_is_a_scalar_the_patched_model_reads():
+    """`n = h.shape[-1]` of the cluster's own reshape: the patched model reads it from the
+    shape the inputs give (the shape read above) and passes it to the kernel."""
+    a = analyze(ScaledBySize(log=False).eval(), (4, 128))
+    (c,) = a.clusters
+    assert c.inputs == ("x", "getitem")
+    report = validate(a)
+    assert [r.usable for r in report.results] == [True] and report.model.passed
 
 
 class LinearNorm(nn.Module):

@@ -15,6 +15,7 @@ from ..ir.graph import FusionGraph, OpKind, Ref
 from ..ir.iteration import anchor
 from ..ir.reductions import node_reduced_dims
 from ..ir.registry import SPECS
+from ..ir.run_scalars import run_scalar
 from ..ir.spelling import place, said
 from .types import Failure, ShapeRead
 
@@ -274,14 +275,16 @@ def n_working_ops(g: FusionGraph, group: Collection[str]) -> int:
 
 
 def external_inputs(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
-    """Values the group reads from outside, in order of first use."""
+    """Values the group reads from outside, in order of first use; Python numbers of sizes
+    alone (``ir/run_scalars.py``) last, as the generated launcher takes them after its
+    tensors."""
     seen: dict[str, None] = {}
     group = members(group)
     for name in sorted(group, key=g.position):
         for r in g[name].refs:
             if r not in group:
                 seen.setdefault(r)
-    return tuple(seen)
+    return tuple(sorted(seen, key=lambda r: run_scalar(g, r) is not None))
 
 
 def sibling_reductions(g: FusionGraph, nodes: Collection[str]) -> list[tuple[str, ...]]:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.reductions import axes_said, node_reduced_dims
 from ..ir.registry import SPECS
+from ..ir.run_scalars import run_scalar
 from ..ir.spelling import place, return_loc, said, said_all
 from .group import (
     READ_IT_EARLIER,
@@ -172,6 +173,8 @@ def check_shapes(g: FusionGraph, group: Collection[str]) -> Failure | None:
         node = g[name]
         for r in node.refs:
             meta = g[r].meta
+            if meta is None and node.kind.is_pointwise and run_scalar(g, r) is not None:
+                continue  # a number of sizes alone: the kernel takes it as a scalar
             if meta is None:
                 return Failure("shapes", (name,), python_value_read(g, name, r))
             if not _fits(meta.shape, domain, per_row):

@@ -57,6 +57,8 @@ def _closure(plan: KernelPlan, targets: Iterable[str]) -> set[str]:
 def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelSignature]:
     """Kernel source lines and its signature (what the launcher passes for each parameter)."""
     params = KernelParams()
+    for scalar in plan.scalars:  # the statements read them by name
+        params.scalar(scalar.param, scalar.launch)
     body = CodeWriter()
     if not plan.two_d:
         _elementwise(plan, params, body)

@@ -34,6 +34,7 @@ from ..analysis.legality import python_value_read
 from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
+from ..ir.run_scalars import run_scalar
 from ..ir.sizes import SIZES
 from ..ir.spelling import said
 from ..ir.views import (
@@ -152,7 +153,8 @@ class _Spread:
     def _through(self, node: Node) -> bool:
         """Spread across `node` in both directions; True if a chain was added."""
         g, name = self.g, node.name
-        refs = list(dict.fromkeys(node.refs))
+        # A Python number of sizes alone is a kernel scalar: no index map to spread.
+        refs = [r for r in dict.fromkeys(node.refs) if run_scalar(g, r) is None]
         own = self.chains.get(name)
         added = False
         if node.kind is OpKind.VIEW:

@@ -5,7 +5,8 @@ Reads a ``KernelPlan``, the kernel's ``KernelSignature`` and the launcher's para
 broadcast the way the kernel indexes them (or must be copied into the analysed layout),
 the output shapes and their contiguous strides, the scalar kernel arguments, the tuning key
 and the candidate configurations of its shape bucket. Everything it computes depends only on
-the inputs' shapes and strides, which is why the launcher caches its result per layout. Also
+the inputs' shapes and strides (and the scalar operands it passes on, ``plan.ScalarArg``),
+which is why the launcher caches its result per layout (and scalar values). Also
 here, as ``_plan`` needs them as much as the launcher does: the device parameter of a kernel
 without inputs, and the expression for the device a kernel runs on (``device_of``).
 """
@@ -29,13 +30,19 @@ def device_of(names: list[str]) -> str:
     return f"{names[0]}.device" if names else NO_INPUTS_DEVICE
 
 
+def plan_args(plan: KernelPlan, names: list[str]) -> str:
+    """`_plan`'s parameters (or arguments): the tensors (or the device), then the scalar
+    operands (``plan.ScalarArg``), which `args` passes on."""
+    return ", ".join((names or [NO_INPUTS_DEVICE]) + [a.launch for a in plan.scalars])
+
+
 def plan_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
             out: CodeWriter) -> None:
     """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
     shapes = [f"{a}.shape" for a in names]
     # A generated value's shape is the analysed one (the graph fixed it too: `arange(16)`).
     shapes += [repr(tuple(t.shape)) for t in plan.generated]
-    out.line(f"def _plan({', '.join(names) or NO_INPUTS_DEVICE}):")
+    out.line(f"def _plan({plan_args(plan, names)}):")
     with out.indented():
         _plan_body(plan, sig, looped, names, shapes, out)
 

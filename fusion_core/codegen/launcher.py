@@ -10,7 +10,8 @@ arguments and the configurations (block, rows per program, warps; and programs p
 split rows, whose ``_launch`` comes from ``split_rows.py``) its shape bucket may launch with
 (``tuning.py``; ``_launch`` computes the grid from the one chosen). All of
 that depends only on the inputs' shapes and strides, so ``clusterN(*inputs)`` caches it
-in ``LAUNCH_CACHE``, keyed by every input's (shape, stride, dtype, device). Inputs the
+in ``LAUNCH_CACHE``, keyed by every input's (shape, stride, dtype, device) and the value of
+each Python number of sizes it takes after its tensors (``plan.ScalarArg``). Inputs the
 kernel reads through views (their index maps) are keyed as passed: ``_views``
 takes the views on a new layout only, and the plan keeps where each view lies in its
 input (``runtime._seats``), so a repeated call rebuilds it with one ``as_strided`` on that
@@ -36,7 +37,7 @@ from . import direct_launch, launch_maps, runtime, split_rows
 from . import tuning as autotune
 from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
-from .launch_plan import NO_INPUTS_DEVICE, device_of, plan_fn
+from .launch_plan import NO_INPUTS_DEVICE, device_of, plan_args, plan_fn
 from .lower import KernelPlan
 from .signature import (
     BLOCK_SIZE,
@@ -90,18 +91,20 @@ def arg_names(plan: KernelPlan) -> list[str]:
             continue
         name = re.sub(r"\W", "_", t.value)
         if not name.isidentifier() or keyword.iskeyword(name) or name in _RESERVED \
-                or re.fullmatch(r"(in|out)\d+(_strides)?|copy\d+", name):
+                or re.fullmatch(r"(in|out)\d+(_strides)?|copy\d+|scalar_\w+", name):
             name = "in_" + name
         first[t.value] = name
         out.append(name)
     return out
 
 
-def _key(names: list[str], out: CodeWriter) -> None:
+def _key(names: list[str], scalars: list[str], out: CodeWriter) -> None:
     """The launch cache key: every input's shape, strides, dtype and device (the raw
     parameters': what a view of one gives follows from them); a kernel without inputs
-    keys on its device."""
+    keys on its device; scalar operands by value."""
     parts = [f"{a}.{p}" for a in names for p in ("shape", "stride()", "dtype", "device")]
+    # A scalar operand's value too: `args` holds it (sizes give few distinct values).
+    parts += scalars
     out.bracketed("key = (", parts or [NO_INPUTS_DEVICE])
 
 
@@ -210,7 +213,7 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
         if viewed:
             out.line(f"{_tuple(names)} = _views({inputs})")
         out.line(f"copies, out_shapes, out_strides, args, tune_key, configs = _plan("
-                 f"{', '.join(names) or NO_INPUTS_DEVICE})")
+                 f"{plan_args(plan, names)})")
         _copies_and_outputs(plan, names, _result(plan), out)
         out.lines([f"_launch(CHOSEN.get(tune_key) or configs[0], args, "
                    f"{_kernel_tensors(plan, names)}, wrap=wrap)",
@@ -224,7 +227,7 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
     result = _result(plan)
     firsts = launch_maps.first_names(plan, names)
     parameters = [firsts[v] for v in dict.fromkeys(t.value for t in plan.inputs)]
-    inputs = ", ".join(parameters) or NO_INPUTS_DEVICE
+    inputs = ", ".join((parameters or [NO_INPUTS_DEVICE]) + [a.launch for a in plan.scalars])
     viewed = launch_maps.seen_through_views(plan, names)
     raw = [firsts[t.value] for t in plan.inputs]  # the parameter each name views
     out = CodeWriter()
@@ -250,10 +253,15 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
         _views_fn(plan, names, inputs, out)
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
-        out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
+        if plan.scalars:  # what the caller computes for each (graph names for values)
+            out.lines([f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous).',
+                       "", *(f"`{a.launch}`: `{a.spelled}`, computed by the caller."
+                             for a in plan.scalars), '"""'])
+        else:
+            out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
         if not names:  # `"cuda"` as well as `torch.device("cuda")`: one key, and `.type`
             out.line(f"{NO_INPUTS_DEVICE} = torch.device({NO_INPUTS_DEVICE})")
-        _key(parameters if viewed else names, out)
+        _key(parameters if viewed else names, [a.launch for a in plan.scalars], out)
         out.lines(["plan = LAUNCH_CACHE.get(key)",
                    "if plan is None:  # a new layout: check it and work out the launch once"])
         with out.indented():
@@ -261,9 +269,9 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                 out.line(f"seen = _views({inputs})")
                 out.bracketed("seats = _seats(", [_tuple(raw[i] for i in viewed),
                                                   _tuple(f"seen[{i}]" for i in viewed)])
-                out.line("plan = (seats, _plan(*seen))")
+                out.line(f"plan = (seats, _plan({plan_args(plan, ['*seen'])}))")
             else:
-                out.line(f"plan = _plan({', '.join(names) or NO_INPUTS_DEVICE})")
+                out.line(f"plan = _plan({plan_args(plan, names)})")
             out.lines(["if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:  # the oldest plan makes room",
                        "    oldest = next(iter(LAUNCH_CACHE))",
                        "    del LAUNCH_CACHE[oldest]",

@@ -30,6 +30,7 @@ columns cover (those after a permuted tensor's contiguous dim).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.lowerings import BOOL_LOWERINGS, INT_LOWERINGS
 from ..ir.reductions import ReductionRule, correction
 from ..ir.registry import SPECS
+from ..ir.run_scalars import run_scalar, spelled
 from ..ir.spelling import said, said_all
 from ..names import kernel_name
 from .indexing import index_maps, seen_through, view_offset
@@ -52,6 +54,7 @@ from .plan import (
     KernelPlan,
     ReductionStep,
     Role,
+    ScalarArg,
     Stmt,
     TensorArg,
     live_statements,
@@ -124,7 +127,13 @@ class _Lowering:
                                 "(in-place ops cannot be lowered)", bad)
         self.reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
         self.red = self.reds[0] if self.reds else None
-        self.maps = index_maps(graph, cluster.nodes, cluster.inputs, cluster.outputs)
+        # Python numbers of sizes alone: kernel scalars, no tensors to index.
+        found = [(n, s) for n in cluster.inputs if (s := run_scalar(graph, n)) is not None]
+        self.scalars = tuple(ScalarArg(n, f"scalar{i}", "scalar_" + re.sub(r"\W", "_", n),
+                                       spelled(s)) for i, (n, s) in enumerate(found))
+        self.tensors = tuple(n for n in cluster.inputs
+                             if n not in {a.value for a in self.scalars})
+        self.maps = index_maps(graph, cluster.nodes, self.tensors, cluster.outputs)
         self.domain = self.maps.domain
         self.rank = len(self.domain)
         self.reduced = max(self.maps.reduced, 1)
@@ -134,6 +143,7 @@ class _Lowering:
         self.per_row: dict[str, bool] = {}  # temporary -> one value per row
         self.phase: dict[str, str] = {}  # temporary -> "pre" / "post"
         self.count = 0
+        self.temps.update((a.value, a.param) for a in self.scalars)
 
     def _one_block(self) -> None:
         """Several reductions share one kernel only with the whole row in one block (the
@@ -163,7 +173,7 @@ class _Lowering:
 
     # -- the plan -----------------------------------------------------------------------
     def run(self) -> KernelPlan:
-        inputs = tuple(self._input(i, name) for i, name in enumerate(self.c.inputs))
+        inputs = tuple(self._input(i, name) for i, name in enumerate(self.tensors))
         inputs += self._second_loads(len(inputs))
         generated = tuple(self._generated(i, n.name) for i, n in enumerate(
             n for n in self.nodes if n.kind is OpKind.GENERATOR))
@@ -196,7 +206,7 @@ class _Lowering:
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
             tiled=tiled, steps=several, col_dims=col_dims,
-            generated=generated)
+            generated=generated, scalars=self.scalars)
 
     def _second_loads(self, start: int) -> tuple[TensorArg, ...]:
         """Inputs some node reads through another index map than the first load's: loaded

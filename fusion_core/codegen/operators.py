@@ -86,50 +86,56 @@ def _compiled_kernel(module):
     return isinstance(getattr(module, module.NAME + "_kernel", None), JITFunction)
 
 
-def _signature(n_inputs, n_results):
-    """`(Tensor in0, ...) -> Tensor` (or a tuple of them) as a Python signature: torch
-    infers the operator's schema from it."""
+def _signature(n_inputs, n_results, scalars=()):
+    """`(Tensor in0, ..., float s0, ...) -> Tensor` (or a tuple of them) as a Python
+    signature: torch infers the operator's schema from it. `scalars`: the types ("float",
+    "int") of the Python numbers the launcher takes after its tensors."""
+    kinds = {"float": float, "int": int}
     params = [inspect.Parameter(f"in{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                 annotation=torch.Tensor) for i in range(n_inputs)]
+    params += [inspect.Parameter(f"s{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                 annotation=kinds[t]) for i, t in enumerate(scalars)]
     results = torch.Tensor if n_results == 1 else tuple[(torch.Tensor,) * n_results]
     return inspect.Signature(params, return_annotation=results)
 
 
-def _register(namespace, name, module, launcher_name, n_results, dtypes):
+def _register(namespace, name, module, launcher_name, n_results, dtypes, scalars=()):
     """The operator `namespace::name` over `module`'s launcher `launcher_name` (inputs of
-    `dtypes`, `n_results` results), and the function the rewritten model calls as `name`."""
+    `dtypes`, then Python numbers of the types `scalars`, `n_results` results), and the
+    function the rewritten model calls as `name`."""
+    n = len(dtypes)
     launcher, traceable = getattr(module, launcher_name), module.traceable
     qualified = f"{namespace}::{name}"
     if _compiled_kernel(module):
         wrap = torch.library.wrap_triton
 
-        def impl(*tensors):
-            _check_dtypes(name, dtypes, tensors)
-            if all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors):  # run
-                return launcher(*tensors)
-            return traceable(*tensors, wrap=wrap)
+        def impl(*args):
+            _check_dtypes(name, dtypes, args[:n])
+            if all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in args[:n]):  # run
+                return launcher(*args)
+            return traceable(*args, wrap=wrap)
 
-        impl.__signature__ = _signature(len(dtypes), n_results)
+        impl.__signature__ = _signature(n, n_results, scalars)
         op = torch.library.triton_op(qualified, impl, mutates_args=())
     else:
-        def impl(*tensors):
-            _check_dtypes(name, dtypes, tensors)
-            return launcher(*tensors)
+        def impl(*args):
+            _check_dtypes(name, dtypes, args[:n])
+            return launcher(*args)
 
-        def fake(*tensors):
-            _check_dtypes(name, dtypes, tensors)
-            return traceable(*tensors, wrap=_shapes_only)
+        def fake(*args):
+            _check_dtypes(name, dtypes, args[:n])
+            return traceable(*args, wrap=_shapes_only)
 
-        impl.__signature__ = _signature(len(dtypes), n_results)
+        impl.__signature__ = _signature(n, n_results, scalars)
         op = torch.library.custom_op(qualified, impl, mutates_args=())
         op.register_fake(fake)
     op.register_autograd(_no_backward)
     overload = getattr(getattr(torch.ops, namespace), name).default
 
-    def call(*tensors):
-        if torch.compiler.is_compiling() or not _plain_eager(tensors, dtypes):
-            return overload(*tensors)
-        return launcher(*tensors)
+    def call(*args):
+        if torch.compiler.is_compiling() or not _plain_eager(args[:n], dtypes):
+            return overload(*args)
+        return launcher(*args)
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = (f"The fused kernel `{launcher_name}`; the operator `{qualified}` where "

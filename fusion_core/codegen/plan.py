@@ -85,6 +85,18 @@ class TensorArg:
 
 
 @dataclass(frozen=True)
+class ScalarArg:
+    """A Python number of sizes alone the kernel reads (``ir/run_scalars.py``): the launcher
+    takes it from its caller as parameter `launch` and passes it as kernel parameter
+    `param` (a Python float is fp32 there, the rounding eager gives it beside fp32 tensors)."""
+
+    value: str  # the graph value
+    param: str  # "scalar0"
+    launch: str  # "scalar_sqrt"
+    spelled: str  # "math.sqrt(q.shape[2])", for the launcher's docstring
+
+
+@dataclass(frozen=True)
 class Stmt:
     temp: str
     expr: str
@@ -140,6 +152,8 @@ class KernelPlan:
     # Values the kernel computes from their index (role "gen"): each load of the inputs
     # writes them too, where it runs (``sources``).
     generated: tuple[TensorArg, ...] = ()
+    # Python numbers of sizes alone it reads as scalar parameters (``ScalarArg``).
+    scalars: tuple[ScalarArg, ...] = ()
 
     @property
     def sources(self) -> tuple[TensorArg, ...]:

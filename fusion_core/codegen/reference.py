@@ -91,7 +91,9 @@ def cluster_inputs(analysis: Analysis, cluster: Cluster, values: Mapping[str, An
     out = []
     for name in cluster.inputs:
         t = values[name]
-        fresh = t.is_floating_point() and not _is_constant(analysis, name)
+        # A Python number of sizes alone (`math.sqrt(c)`) keeps its value: sizes fix it.
+        fresh = (isinstance(t, torch.Tensor) and t.is_floating_point()
+                 and not _is_constant(analysis, name))
         out.append(random_like(t, generator) if fresh else t)
     return tuple(out)
 

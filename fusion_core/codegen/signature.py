@@ -32,6 +32,7 @@ class Family(StrEnum):
     RSPAN = "rspan"  # rows in dims k.. of the iteration shape (2-D kernels)
     STRIDE = "stride"  # one strided index group's stride of a tensor
     CHUNK = "chunk"  # a split row's chunk width (``split_rows.py``)
+    SCALAR = "scalar"  # a Python number of sizes alone the ops read (``plan.ScalarArg``)
 
 
 def pointer_name(role: str, index: int) -> str:
@@ -158,6 +159,10 @@ class KernelParams:
         local = strides_local(role, index)
         return self._add(ScalarParam(f"{role}{index}_stride{k}", f"{local}[{k}]", Family.STRIDE,
                                      (role, index)))
+
+    def scalar(self, param: str, launch: str) -> str:
+        """An operand's Python number, passed as the launcher's parameter `launch`."""
+        return self._add(ScalarParam(param, launch, Family.SCALAR))
 
     def __iter__(self) -> Iterator[ScalarParam]:
         return iter(self._params.values())

@@ -31,7 +31,8 @@ from .graph import (
 from .inline_blocks import block_source
 from .max_values import SPELLED
 from .registry import bind, lookup, training_spec
-from .sizes import SIZED_VIEWS, SIZES, read_sizes, refine
+from .run_scalars import RUN_SCALAR, Apply, scalar_of
+from .sizes import SIZED_VIEWS, SIZES, Dim, read_sizes, refine
 from .spelling import aten_call, namespaced
 from .trace import is_user_frame
 from .view_recognition import describe
@@ -187,9 +188,12 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
         return Node(op=type_name, kind=OpKind.OPAQUE, inputs=refs,
                     **{**common, "target": f"self.{path}"})
     if meta is None and not _is_tensor_tuple(val):
-        # Python values computed at trace time (x.shape, sizes): never fused.
-        return Node(op="meta", kind=OpKind.OPAQUE, inputs=refs, params=_shape_read(n),
-                    **common)
+        # Python values computed at trace time (x.shape, sizes): never computed in a kernel;
+        # a number of sizes alone keeps its expression, for a kernel to take it as a scalar.
+        scalar = scalar_of(n) if isinstance(val, (int, float)) else None
+        params = _shape_read(n) + (((RUN_SCALAR, scalar),) if isinstance(scalar, Apply | Dim)
+                                   else ())
+        return Node(op="meta", kind=OpKind.OPAQUE, inputs=refs, params=params, **common)
     key = ("method", n.target) if n.op == "call_method" else n.target
     inplace = False
     found = lookup(key)

@@ -27,6 +27,7 @@ from rich.console import Console
 from ..codegen import Kernel
 from ..errors import FusionAdvisorError
 from ..fileio import write_atomic
+from ..ir.run_scalars import analysed, run_scalar
 from ..load import import_model_file, instantiate, package_module, pick_factory
 from ..names import cluster_of
 from ..pipeline import Analysis
@@ -140,16 +141,19 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
 
 def _fused_op(analysis: Analysis, index: int, kernel: Kernel, call: str
               ) -> tuple[str | None, FusedOp | None]:
-    c = analysis.clusters[index]
-    ins = [analysis.graph[n].meta for n in c.inputs]
-    outs = [analysis.graph[n].meta for n in c.outputs]
+    c, g = analysis.clusters[index], analysis.graph
+    # Python numbers of sizes alone come last (``group.external_inputs``): operator scalars.
+    numbers = [s for n in c.inputs if (s := run_scalar(g, n)) is not None]
+    ins = [g[n].meta for n in c.inputs[:len(c.inputs) - len(numbers)]]
+    outs = [g[n].meta for n in c.outputs]
     if any(m is None for m in (*ins, *outs)):
         return "a value it reads or writes has no recorded shape", None
     fixed = fixed_shape(analysis, index)
     if fixed is not None:
         return fixed, None
-    return None, FusedOp(call, kernel.name, kernel.source, len(c.inputs),
-                         tuple(m.dtype for m in ins), tuple(m.dtype for m in outs))
+    return None, FusedOp(call, kernel.name, kernel.source, len(ins),
+                         tuple(m.dtype for m in ins), tuple(m.dtype for m in outs),
+                         tuple(type(analysed(g, s)).__name__ for s in numbers))
 
 
 # -- writing -------------------------------------------------------------------------------

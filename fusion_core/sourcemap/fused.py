@@ -37,6 +37,8 @@ class FusedOp:
     # one per result; their shapes the launcher works out from the inputs' at each call
     # (plan_apply writes only clusters whose views let it: fixed.fixed_shape)
     results: tuple[torch.dtype, ...]
+    # the types ("float", "int") of the Python numbers of sizes it takes after the tensors
+    scalars: tuple[str, ...] = ()
 
 
 def package_name(stem: str) -> str:
@@ -66,6 +68,8 @@ def init_source(model_file: str, ops: Sequence[FusedOp]) -> str:
         dtypes = ", ".join(str(d) for d in o.input_dtypes) + ("," if o.n_inputs == 1 else "")
         args = ["NAMESPACE", repr(o.call), f"_{o.kernel_name}", repr(o.kernel_name),
                 str(len(o.results)), f"({dtypes})"]
+        if o.scalars:
+            args.append(f"scalars={o.scalars!r}")
         one_line = f"{o.call} = _register({', '.join(args)})"
         if len(one_line) <= LINE_WIDTH:
             out.line(one_line)

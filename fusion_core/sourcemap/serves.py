@@ -23,15 +23,18 @@ import torch
 
 from ..codegen import Kernel, load_kernel
 from ..codegen.operators import _shapes_only
+from ..ir.run_scalars import analysed, run_scalar
 from ..names import cluster_of
 from ..pipeline import Analysis
 from .mapping import SourceMapping
 
 
-def _meta_inputs(analysis: Analysis, index: int) -> list[torch.Tensor]:
-    metas = [analysis.graph[n].meta for n in analysis.clusters[index].inputs]
+def _meta_inputs(analysis: Analysis, index: int) -> list[torch.Tensor | int | float]:
+    """The cluster's inputs as meta tensors; a Python number of sizes alone as its value."""
+    g = analysis.graph
     return [torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
-            for m in metas]
+            if (m := g[n].meta) is not None else analysed(g, run_scalar(g, n))
+            for n in analysis.clusters[index].inputs]
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -78,8 +81,9 @@ class KernelFit:
     def _runs(self, served: int, index: int, call: str) -> str | None:
         graph, clusters = self.analysis.graph, self.analysis.clusters
 
-        def shapes(names: tuple[str, ...]) -> list[tuple[int, ...]]:
-            return [tuple(graph[n].meta.shape) for n in names]
+        def shapes(names: tuple[str, ...]) -> list[tuple[int, ...] | int | float]:
+            return [tuple(graph[n].meta.shape) if graph[n].meta is not None
+                    else analysed(graph, run_scalar(graph, n)) for n in names]
 
         c, made_for = clusters[index], clusters[served]
         if shapes(c.inputs) == shapes(made_for.inputs):
