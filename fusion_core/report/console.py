@@ -16,6 +16,7 @@ from ..analysis.types import Rejection
 from ..ir.graph import FusionGraph
 from ..ir.spelling import said
 from ..pipeline import Analysis
+from ..units import counted
 from .left_unfused import left_unfused
 from .units import fmt_bytes, short_path
 
@@ -56,7 +57,7 @@ def cluster_table(analysis: Analysis, maps: dict[int, str] | None = None,
 def totals_line(analysis: Analysis) -> str:
     unfused = sum(c.traffic.unfused_bytes for c in analysis.clusters)
     saved = sum(c.traffic.saved_bytes for c in analysis.clusters)
-    return (f"Across {len(analysis.clusters)} cluster(s): {fmt_bytes(saved)} of "
+    return (f"Across {counted(len(analysis.clusters), 'cluster')}: {fmt_bytes(saved)} of "
             f"{fmt_bytes(unfused)} cluster-local traffic avoided.")
 
 
@@ -88,8 +89,9 @@ FRONTEND_NAMES = {"fx": "FX tracing", "export": "torch.export"}
 def header(analysis: Analysis) -> list[str]:
     """The model, its size, the capture frontend; on an auto fallback, why FX failed."""
     frontend = analysis.graph.frontend
-    lines = [f"{analysis.model_name} ({analysis.n_nodes} nodes, {len(analysis.clusters)} "
-             f"fusable cluster(s), captured with {FRONTEND_NAMES.get(frontend, frontend)})"]
+    lines = [f"{analysis.model_name} ({analysis.n_nodes} nodes, "
+             f"{counted(len(analysis.clusters), 'fusable cluster')}, "
+             f"captured with {FRONTEND_NAMES.get(frontend, frontend)})"]
     if analysis.capture_fallback:
         lines.append("FX could not capture it, so torch.export was used: "
                      + analysis.capture_fallback)
@@ -120,8 +122,8 @@ def print_analysis(analysis: Analysis, console: Console, explain_rejections: boo
         print_rejections(analysis, console)
     elif analysis.rejections:  # a fusion not made always gets a reason, if asked for
         n = len(analysis.rejections)
-        console.print(f"{n} candidate group(s) failed a legality check: --explain-rejections "
-                      "says which and why.", highlight=False, soft_wrap=True)
+        console.print(f"{counted(n, 'candidate group')} failed a legality check: "
+                      "--explain-rejections says which and why.", highlight=False, soft_wrap=True)
 
 
 def print_rejections(analysis: Analysis, console: Console) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from ..report.units import fmt_bytes, speedup_words
+from ..units import counted, plural
 from .types import LAUNCH_BOUND, ModelCheck, ModelTiming, Timing, ValidationReport, ValidationResult
 
 NO_GPU_LINE = ("Benchmarks need a CUDA GPU: speedups, regimes and bandwidth are measured only "
@@ -44,13 +45,16 @@ def _model_line(report: ValidationReport) -> str:
     at = f" at input {_shapes(m.inputs)} of {_shapes(m.analysed_inputs)}" if m.shrunk else ""
     if m.passed:
         unchecked = f"; the graph was not compared with the model: {m.detail}" if m.detail else ""
-        return (f"model numerics: pass ({n} kernel(s) patched into the traced graph{at}, max "
-                f"abs err {_err(m.max_abs_err)}{_rmse(m)}{unchecked})")
+        return (f"model numerics: pass ({counted(n, 'kernel')} patched into the traced "
+                f"graph{at}, max abs err {_err(m.max_abs_err)}{_rmse(m)}{unchecked})")
     blamed = ", ".join(map(str, m.blamed))
-    line = (f"model numerics: FAILED with {n} kernel(s) patched{at} (max abs err "
-            f"{_err(m.max_abs_err)}; {m.detail}); cluster(s) {blamed} not offered")
+    line = (f"model numerics: FAILED with {counted(n, 'kernel')} patched{at} (max abs err "
+            f"{_err(m.max_abs_err)}; {m.detail}); {plural(len(m.blamed), 'cluster')} {blamed} "
+            "not offered")
     if m.offered:  # each blamed cluster's own line above says why
-        line += (f"\n  the other {len(m.offered)} kernel(s) pass together (max abs err "
+        k = len(m.offered)
+        others = "the other kernel passes" if k == 1 else f"the other {k} kernels pass together"
+        line += (f"\n  {others} (max abs err "
                  f"{_err(m.offered_max_abs_err)}{_rmse(m)})")
     return line
 
