@@ -37,12 +37,26 @@ def _shapes(shapes: tuple[tuple[int, ...], ...]) -> str:
     return ", ".join("×".join(map(str, s)) for s in shapes)
 
 
+def _shrunk_words(m: ModelCheck) -> str:
+    """` at input 1×16×32, cut from 4×64×32 in dim 0 (4→1) and dim 1 (64→16) so …`: which
+    dims the check cut (``shrink.py``) and why, not a bare second shape."""
+    several = len(m.inputs) > 1
+    cuts = [f"{f'input {i} ' if several else ''}dim {k} ({full}→{small})"
+            for i, (ran, analysed) in enumerate(zip(m.inputs, m.analysed_inputs, strict=False))
+            for k, (small, full) in enumerate(zip(ran, analysed, strict=False)) if small != full]
+    if not cuts:  # another rank or input count: nothing to name dim by dim
+        return f" at input {_shapes(m.inputs)}, not {_shapes(m.analysed_inputs)}"
+    listed = ", ".join(cuts[:-1]) + " and " + cuts[-1] if len(cuts) > 1 else cuts[0]
+    return (f" at input {_shapes(m.inputs)}, cut from {_shapes(m.analysed_inputs)} in {listed} "
+            "so Triton's interpreter runs it faster")
+
+
 def _model_line(report: ValidationReport) -> str:
     m = report.model
     if m.passed is None:
         return "model numerics: no verified kernel to patch in"
     n = len(m.patched)
-    at = f" at input {_shapes(m.inputs)} of {_shapes(m.analysed_inputs)}" if m.shrunk else ""
+    at = _shrunk_words(m) if m.shrunk else ""
     if m.passed:
         unchecked = f"; the graph was not compared with the model: {m.detail}" if m.detail else ""
         return (f"model numerics: pass ({counted(n, 'kernel')} patched into the traced "
