@@ -30,23 +30,27 @@ def report_console() -> Console:
                    soft_wrap=True)
 
 
+TABLE_TITLE = "Fusable clusters (estimated memory traffic)"
+
+
 def cluster_table(analysis: Analysis, maps: dict[int, str] | None = None,
-                  lines: dict[int, str] | None = None, narrow: bool = False) -> Table:
-    """One row per cluster. `narrow` (a console too slim for the full table): no box
-    lines, categories broken at their hyphens, and only the ops column wraps, so no cell
-    is cut short."""
-    table = Table(title="Fusable clusters (estimated memory traffic)", title_justify="left",
+                  lines: dict[int, str] | None = None, narrow: int = 0) -> Table:
+    """One row per cluster. Only the ops column wraps (a long chain between its ops, an op
+    name longer than the column folded), so no cell is cut short and the category stays
+    one word. `narrow` (a console too slim even for that): 1 drops the box lines, 2 also
+    breaks categories at their hyphens."""
+    table = Table(title=TABLE_TITLE, title_justify="left",
                   **({"box": None, "pad_edge": False} if narrow else {}))
-    table.add_column("#", justify="right", no_wrap=narrow)
-    table.add_column("category", no_wrap=narrow)
-    table.add_column("ops", overflow="fold" if narrow else "ellipsis")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("category", no_wrap=True)
+    table.add_column("ops", overflow="fold")
     for head in ("traffic\n(unfused)", "traffic\n(fused)", "traffic\nsaved"):
-        table.add_column(head, justify="right", no_wrap=narrow)
-    table.add_column("map", no_wrap=narrow)
-    table.add_column("lines", no_wrap=narrow)
+        table.add_column(head, justify="right", no_wrap=True)
+    table.add_column("map", no_wrap=True)
+    table.add_column("lines", no_wrap=True)
     for c in analysis.clusters:
         t = c.traffic
-        category = c.category.replace("-", "-\n") if narrow else c.category
+        category = c.category.replace("-", "-\n") if narrow > 1 else c.category
         table.add_row(str(c.index), category, c.chain, fmt_bytes(t.unfused_bytes),
                       fmt_bytes(t.fused_bytes), f"{t.saved_fraction:.0%}",
                       (maps or {}).get(c.index, "pending"),
@@ -101,6 +105,26 @@ def header(analysis: Analysis) -> list[str]:
     return lines
 
 
+def _least_width(console: Console, table: Table) -> int:
+    """The narrowest `table` prints at with no cell cut: its no-wrap columns whole, the ops
+    column at its longest op."""
+    return console.measure(table, options=console.options.update_width(10**4)).minimum
+
+
+def print_cluster_lines(analysis: Analysis, console: Console,
+                        maps: dict[int, str] | None = None,
+                        lines: dict[int, str] | None = None) -> None:
+    """The table's content as wrapped prose, for a console too slim for any table."""
+    console.print(TABLE_TITLE, highlight=False)
+    for c in analysis.clusters:
+        t = c.traffic
+        where = (lines or {}).get(c.index) or (str(c.lines) if c.lines else "-")
+        console.print(f"{c.index}. {c.category}: {c.chain}; traffic {fmt_bytes(t.unfused_bytes)}"
+                      f" unfused, {fmt_bytes(t.fused_bytes)} fused ({t.saved_fraction:.0%} "
+                      f"saved); map {(maps or {}).get(c.index, 'pending')}; lines {where}",
+                      highlight=False, markup=False)
+
+
 def print_analysis(analysis: Analysis, console: Console, explain_rejections: bool = False,
                    maps: dict[int, str] | None = None, lines: dict[int, str] | None = None,
                    notes: Sequence[str] = ()) -> None:
@@ -109,11 +133,16 @@ def print_analysis(analysis: Analysis, console: Console, explain_rejections: boo
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print()
     if analysis.clusters:
-        table = cluster_table(analysis, maps, lines)
-        natural = console.measure(table, options=console.options.update_width(10**4))
-        if natural.maximum > console.width:
-            table = cluster_table(analysis, maps, lines, narrow=True)
-        console.print(table)
+        # A long chain wraps inside its column; only a console too slim for the other
+        # columns beside the chain's longest op drops the borders, then splits categories,
+        # and one too slim for any table gets a paragraph per cluster (rich would cut cells
+        # or drop whole columns).
+        tables = (cluster_table(analysis, maps, lines, narrow) for narrow in range(3))
+        table = next((t for t in tables if _least_width(console, t) <= console.width), None)
+        if table is not None:
+            console.print(table)
+        else:
+            print_cluster_lines(analysis, console, maps, lines)
     console.print(totals_line(analysis), highlight=False)
     for line in recompute_lines(analysis):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
