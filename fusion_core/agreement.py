@@ -28,6 +28,7 @@ from .inductor.match import Agreement, match, missed_lines, to_dict
 from .pipeline import Analysis, analyze_file
 from .report.console import report_console
 from .report.json_report import inputs_json, write_json
+from .units import counted
 from .validate.inputs import random_inputs
 
 
@@ -38,11 +39,11 @@ def agreement(analysis: Analysis, seed: int = 0) -> Agreement:
 
 
 def print_agreement(a: Agreement, console: Console) -> None:
-    console.print(f"{a.model}: {len(a.kernels)} Inductor pointwise/reduction kernel(s): "
+    console.print(f"{a.model}: {counted(len(a.kernels), 'Inductor pointwise/reduction kernel')}: "
                   f"{a.count('exact')} exact, {a.count('partial')} partial, "
                   f"{a.count('missed')} missed ({a.matched_fraction:.0%} matched); "
-                  f"not counted: {a.single_op_kernels} single-op and {a.layout_kernels} "
-                  "layout-only kernel(s)", highlight=False)
+                  f"not counted: {a.single_op_kernels} single-op and "
+                  f"{counted(a.layout_kernels, 'layout-only kernel')}", highlight=False)
     for k in a.kernels:
         if k.status == "missed":
             continue

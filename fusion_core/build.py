@@ -81,6 +81,40 @@ def check_arguments(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> N
         )
 
 
+# Raised by the constructor's code whatever its arguments: a typo, a missing import or
+# attribute. Anything else (a ValueError from nn.GroupNorm, an assert on a size) is taken as
+# a value the constructor rejects: the arguments are what to change first.
+CODE_ERRORS = (NameError, AttributeError, ImportError, SyntaxError, NotImplementedError)
+
+
+def _raised(e: Exception, shown: str, factory: Callable[..., Any], kwargs: Mapping[str, Any],
+            path: str | Path | None) -> ModelLoadError:
+    """The constructor's exception as one line, with the fix its cause calls for: the code
+    (CODE_ERRORS), the values given, or, none given, its defaults when it has some."""
+    first = (str(e).splitlines() or [""])[0]
+    line = user_line(e, Path(path)) if path else ""
+    at = f" at {Path(path).name}{line}" if line else ""
+    problem = f"{shown} raised {type(e).__name__}: {first}{at}"
+    if isinstance(e, CODE_ERRORS):
+        return ModelLoadError(problem, Fix.CONSTRUCTOR_CODE) if kwargs else (
+            ModelLoadError(f"{problem} (fix the constructor)"))
+    if kwargs:
+        return ModelLoadError(problem, Fix.MODEL_VALUES)
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    defaults = {p.name: p.default for p in params
+                if p.kind in NAMED and p.default is not p.empty}
+    if not defaults:
+        return ModelLoadError(f"{problem} (fix the constructor)")
+    example = dict.fromkeys(defaults, "...")
+    return ModelLoadError(problem, Fix.MODEL_DEFAULTS, {
+        "defaults": ", ".join(f"{k}={v!r}" for k, v in defaults.items()),
+        "example_json": json.dumps(example).replace('"..."', "..."),
+        "example_py": repr(example).replace("'...'", "...")})
+
+
 def build_model(
     factory: Callable[..., Any],
     model_kwargs: Mapping[str, Any] | None = None,
@@ -101,10 +135,7 @@ def build_model(
             "built it: remove the exit from the constructor"
         ) from e
     except Exception as e:  # noqa: BLE001 - whatever the user's constructor raises
-        first = (str(e).splitlines() or [""])[0]
-        raise ModelLoadError(
-            f"{shown} raised {type(e).__name__}: {first} (fix the constructor)"
-        ) from e
+        raise _raised(e, shown, factory, kwargs, path) from e
     if not isinstance(model, nn.Module):
         raise ModelLoadError(
             f"{shown} returned {type(model).__name__}, not an nn.Module "

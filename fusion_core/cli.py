@@ -124,7 +124,13 @@ FIXES = {Fix.MODEL_FILE: "pass --model PATH to a .py file (or FILE.py:NAME, or "
          Fix.MODEL_ARGS: "give them defaults, pass them as JSON with --model-kwargs "
                          "'{example_json}', or name a function that builds the model with "
                          "--model FILE.py:FUNCTION",
-         Fix.MODEL_KWARGS: "check the names given in --model-kwargs"}
+         Fix.MODEL_KWARGS: "check the names given in --model-kwargs",
+         Fix.MODEL_VALUES: "check the values given with --model-kwargs (if they are right, the "
+                           "constructor)",
+         Fix.MODEL_DEFAULTS: "it ran with its defaults ({defaults}): pass others with "
+                             "--model-kwargs '{example_json}', or fix the constructor",
+         Fix.CONSTRUCTOR_CODE: "a bug in the constructor, not the values given with "
+                               "--model-kwargs: fix the constructor"}
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ from .report.html.results import PageResults
 from .report.progress import StepProgress
 from .sourcemap import SourceMapping, map_clusters, print_diffs
 from .triton_support import triton_missing, triton_note
+from .units import counted
 from .validate.kernels import KernelSet, build_kernels
 from .validate.report import print_validation, report_dict
 from .validate.types import ValidationReport
@@ -89,8 +90,8 @@ class Run:
         """Every cluster's kernel, once (see ``validate.kernels``)."""
         if not self.analysis.clusters or not codegen_available():
             return
-        with self.progress.step(f"generating kernels for {len(self.analysis.clusters)} "
-                                "cluster(s)", len(self.analysis.clusters)):
+        n = len(self.analysis.clusters)
+        with self.progress.step(f"generating kernels for {counted(n, 'cluster')}", n):
             self.kernels = build_kernels(self.analysis)
 
     def write_kernels(self, out_dir: str | Path) -> None:
@@ -107,8 +108,8 @@ class Run:
         write_kernels(kernels, out_dir)
         names = [k.filename for k in kernels]
         if names:
-            self.console.print(f"Wrote {len(names)} kernel(s) to {out_dir}: {', '.join(names)}",
-                               highlight=False)
+            self.console.print(f"Wrote {counted(len(names), 'kernel')} to {out_dir}: "
+                               f"{', '.join(names)}", highlight=False)
         skipped = [{"cluster": i, "reason": why} for i, why in sorted(self.kernels.failed.items())]
         for s in skipped:
             self.console.print(f"cluster {s['cluster']}: no kernel written, it cannot be "
@@ -163,9 +164,9 @@ class Run:
             return
         a, console = self.agreement, self.console
         console.print()
-        console.print(f"Inductor (torch.compile): {len(a.kernels)} kernel(s) fusing pointwise/"
-                      f"reduction ops: {a.count('exact')} same as ours, {a.count('partial')} "
-                      f"partly, {a.count('missed')} missed", highlight=False)
+        console.print(f"Inductor (torch.compile): {counted(len(a.kernels), 'kernel')} fusing "
+                      f"pointwise/reduction ops: {a.count('exact')} same as ours, "
+                      f"{a.count('partial')} partly, {a.count('missed')} missed", highlight=False)
         for v in a.clusters:
             console.print(f"cluster {v.cluster}: {v}", highlight=False, markup=False)
         from .inductor.match import missed_lines

@@ -43,6 +43,7 @@ from .ir.normalize import to_fusion_graph
 from .ir.shape_checks import drop_shape_checks
 from .ir.shapes import InputSpec
 from .load import ModelSource, load_model_source
+from .units import counted
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def _merged(clusters: Sequence[Cluster]) -> tuple[int, int]:
 
 
 def _ops_in(merged: tuple[int, int]) -> str:
-    return f"{merged[0]} ops into {merged[1]} kernel(s)"
+    return f"{merged[0]} ops into {counted(merged[1], 'kernel')}"
 
 
 def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.device | None

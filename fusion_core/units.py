@@ -1,4 +1,5 @@
-"""Sizes in words, for reports and for the reasons analysis gives (no pass of its own)."""
+"""Sizes and counts in words, for reports and for the reasons analysis gives (no pass of
+its own)."""
 
 from __future__ import annotations
 
@@ -9,3 +10,18 @@ def fmt_bytes(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{int(n)} B"
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """`noun` agreeing with the count `n`: `kernel` for 1, `kernels` (or `many`) otherwise."""
+    return noun if n == 1 else many or noun + "s"
+
+
+def counted(n: int, noun: str, many: str | None = None) -> str:
+    """A count and its noun, agreeing: `1 kernel`, `3 kernels`, `2 matches` (`many`)."""
+    return f"{n} {plural(n, noun, many)}"
+
+
+def was(n: int) -> str:
+    """The past of "to be" agreeing with the count `n`: `1 was given`, `2 were given`."""
+    return "was" if n == 1 else "were"

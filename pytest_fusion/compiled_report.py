@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fusion_core.units import counted
+
 SAME = "same group"  # match.SAME: the verdict of a cluster Inductor fuses exactly so
 
 
@@ -62,8 +64,8 @@ def _agreement_words(entry: dict[str, Any]) -> str:
     if rows is None:
         return "no agreement (no analysis)"
     same = sum(r["verdict"] == SAME for r in rows)
-    return (f"{same} of {len(rows)} cluster(s) of ours fused the same by Inductor, "
-            f"{len(entry.get('missed', ()))} Inductor kernel(s) we do not propose")
+    return (f"{same} of {counted(len(rows), 'cluster')} of ours fused the same by Inductor, "
+            f"{counted(len(entry.get('missed', ())), 'Inductor kernel')} we do not propose")
 
 
 def _disagreements(entry: dict[str, Any]) -> list[str]:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from fusion_core.units import counted, plural
+
 from .records import SessionEnd
 
 if TYPE_CHECKING:
@@ -43,10 +45,10 @@ def finish(s: FusionSession, config: pytest.Config) -> SessionEnd:
     notes = []
     removed_temp = s.storage.remove_stray_temp_files()
     if removed_temp:
-        notes.append(f"removed {len(removed_temp)} leftover temp file(s) of an interrupted "
-                     f"baseline write in {s.shown(s.folder)}/")
+        notes.append(f"removed {counted(len(removed_temp), 'leftover temp file')} of an "
+                     f"interrupted baseline write in {s.shown(s.folder)}/")
     if s.lost_workers:
-        notes.append("stale baselines not judged: worker(s) "
+        notes.append(f"stale baselines not judged: {plural(len(s.lost_workers), 'worker')} "
                      f"{', '.join(sorted(s.lost_workers))} went down before reporting "
                      "what they collected")
         stale = []
@@ -58,8 +60,8 @@ def finish(s: FusionSession, config: pytest.Config) -> SessionEnd:
             found.path.unlink(missing_ok=True)
     failed = bool(errors)
     if stale and opts.fail_stale and not removing:
-        errors.append(f"{len(stale)} stale fusion baseline(s) and fusion_fail_stale is set: "
-                      "remove them with pytest --fusion-prune-stale")
+        errors.append(f"{counted(len(stale), 'stale fusion baseline')} and fusion_fail_stale "
+                      "is set: remove them with pytest --fusion-prune-stale")
         failed = True
     end = SessionEnd(tuple(written), tuple(stale), removing)
     s.end = end  # the report reads what was written and found stale

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from fusion_core.units import plural
+
 from .compare import CHECKS, Tolerances
 from .compiled_bounds import BOUNDS, check_bound_values, exceeded
 from .judge import Verdict
@@ -103,7 +105,13 @@ def fixes(call: str) -> dict[Fix, str]:
             Fix.MODEL_ARGS: f"pass them as model_kwargs={{example_py}} in {call}, or give "
                             "it a function that builds the model with no arguments (e.g. "
                             "functools.partial({label}, ...)) or the model itself",
-            Fix.MODEL_KWARGS: f"check the names given as model_kwargs in {call}"}
+            Fix.MODEL_KWARGS: f"check the names given as model_kwargs in {call}",
+            Fix.MODEL_VALUES: f"check the values given as model_kwargs in {call} (if they are "
+                              "right, the constructor)",
+            Fix.MODEL_DEFAULTS: "it ran with its defaults ({defaults}): pass others as "
+                                f"model_kwargs={{example_py}} in {call}, or fix the constructor",
+            Fix.CONSTRUCTOR_CODE: "a bug in the constructor, not the model_kwargs given in "
+                                  f"{call}: fix the constructor"}
 
 
 class FusionAdvisor:
@@ -217,8 +225,9 @@ class FusionAdvisor:
                             "*inputs) on the test", pytrace=False)
             unknown = sorted(set(marker.kwargs) - set(MARKER_KEYWORDS))
             if unknown:  # a typo would otherwise be ignored and a baseline written
-                pytest.fail(f"fusion_check got unknown keyword(s) {', '.join(unknown)}: the "
-                            f"allowed keywords are {', '.join(MARKER_KEYWORDS)}", pytrace=False)
+                pytest.fail(f"fusion_check got unknown {plural(len(unknown), 'keyword')} "
+                            f"{', '.join(unknown)}: the allowed keywords are "
+                            f"{', '.join(MARKER_KEYWORDS)}", pytrace=False)
             device = marker.kwargs.get("device")
             if device is not None and (problem := check_target(device,
                                                                "fusion_check(device=...)")):
@@ -317,8 +326,8 @@ class FusionAdvisor:
                         "marker the tolerances instead)", pytrace=False)
         unknown = set(tolerances) - set(TOLERANCE_ARGS)
         if unknown:
-            raise TypeError(f"unknown tolerance(s) {sorted(unknown)}: use "
-                            f"{', '.join(TOLERANCE_ARGS)}")
+            raise TypeError(f"unknown {plural(len(unknown), 'tolerance')} "
+                            f"{', '.join(sorted(unknown))}: use {', '.join(TOLERANCE_ARGS)}")
         tol = self.tolerances(**tolerances)
         fail_improvements = self.improvements(improvements) == "fail"
         self.checked = True
@@ -332,8 +341,8 @@ class FusionAdvisor:
                         "or leave checks out to gate them all", pytrace=False)
         bad = set(checks) - set(CHECKS)
         if bad:
-            pytest.fail(f"unknown fusion check(s) {', '.join(sorted(bad))}: choose from "
-                        f"{', '.join(CHECKS)}", pytrace=False)
+            pytest.fail(f"unknown fusion {plural(len(bad), 'check')} {', '.join(sorted(bad))}: "
+                        f"choose from {', '.join(CHECKS)}", pytrace=False)
         compiled = None
         if result.snapshot.compiled:  # the report's clusters beside Inductor's kernels
             from .compiled_report import summary

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from fusion_core.units import counted
+
 from .measure import median_speedup
 from .records import BaselineWrite, TestRecord
 from .storage import BaselineFile, BaselineStorage, dump_yaml
@@ -115,7 +117,8 @@ class Judge:
             return Verdict(replace(rec, status="error"), None, str(e))
         if base is None:
             if self.mode is not None:
-                rec = replace(rec, messages=(f"created with {len(current.clusters)} cluster(s)",))
+                made = f"created with {counted(len(current.clusters), 'cluster')}"
+                rec = replace(rec, messages=(made,))
                 return self._write(rec, "created", current, None, where)
             return Verdict(replace(rec, status="missing"), None,
                            f"no fusion baseline for this test ({shown}); create it with: "

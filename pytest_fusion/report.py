@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fusion_core.units import counted  # no torch: fusion_core loads lazily
+
 from .compare import fmt_bytes
 from .records import NOT_CHECKED, BaselineWrite, StaleBaseline, TestRecord
 
@@ -188,7 +190,8 @@ class FusionReport:
     def markdown(self, provenance: Mapping[str, str]) -> str:
         prov = ", ".join(f"{k} {v}" for k, v in provenance.items() if k != "date")
         lines = ["## Fusion report", "",
-                 f"{len(self.records)} test(s) checked, {self.failing} failing. {prov}.", ""]
+                 f"{counted(len(self.records), 'test')} checked, {self.failing} failing. "
+                 f"{prov}.", ""]
         if self.records:
             lines += ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
             lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in self.rows]

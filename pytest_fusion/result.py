@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fusion_core.units import counted
+
 from .compare import fmt_bytes
 from .snapshot import Snapshot
 
@@ -108,7 +110,7 @@ class FusionResult:
     def describe(self) -> str:
         """Every cluster and rejection, one per line (used in assertion messages)."""
         s = self.snapshot
-        lines = [f"{s.model}: {len(s.clusters)} cluster(s)"]
+        lines = [f"{s.model}: {counted(len(s.clusters), 'cluster')}"]
         lines += [f"  cluster `{c.chain}` ({c.category}){f' in {c.module}' if c.module else ''}"
                   f" at {c.lines}" for c in s.clusters]
         lines += [f"  rejected: {r.check} on `{r.chain}` at {r.lines}: {r.reason}"

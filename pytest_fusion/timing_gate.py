@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import TYPE_CHECKING
 
+from fusion_core.units import counted
+
 from .findings import Finding, at
 from .snapshot import ClusterRec, ClusterTiming, Measured, Snapshot
 from .timing import TimingVerdict, compare_samples
@@ -192,7 +194,7 @@ def timings(base: Snapshot, cur: Snapshot, hw_key: str | None, tol: Tolerances,
         else:
             judge(Subject(None, "the model with fused kernels", "the eager model", "fused"),
                   (bm.model_us, cm.model_us), (bm.model_eager_us, cm.model_eager_us))
-    unjudged = (f"{host_bound} launch-bound timing(s) not judged: they measure the host's "
+    unjudged = (f"{counted(host_bound, 'launch-bound timing')} not judged: they measure the host's "
                 "launch rate, not the kernel") if host_bound else ""
     if judged:
         note = f"timings checked on {hw_key} ({judged} compared" + (

@@ -135,7 +135,7 @@ def test_apply_rewrites_only_the_fused_statement(tmp_path, case):
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "Applied 1 edit(s)" in result.output, result.output
+    assert "Applied 1 edit" in result.output, result.output
     rewritten = path.read_text()
     # Every difference is the fused statement or the import block of the fused package.
     diff = [

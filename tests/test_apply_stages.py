@@ -74,7 +74,7 @@ def test_one_edit_of_a_block_serves_every_stage_at_its_own_size(tmp_path):
     path.write_text(STAGES)
     result = apply_net(path)
     assert result.exit_code == 0, result.output
-    assert "Applied 1 edit(s)" in result.output, result.output
+    assert "Applied 1 edit" in result.output, result.output
     assert "Not applied" not in result.output, result.output
     rewritten = path.read_text()
     assert "out = self.bn(out)" not in rewritten

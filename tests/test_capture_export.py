@@ -272,14 +272,14 @@ def test_the_header_names_the_frontend_and_why_auto_fell_back():
     assert "\n" not in why and f"{__file__}:" in why
     assert "`if x.shape[-1] > 4:`" in why and "TraceError" in why
     assert header(fell_back) == [
-        "ShapeBranch (5 nodes, 1 fusable cluster(s), captured with torch.export)",
+        "ShapeBranch (5 nodes, 1 fusable cluster, captured with torch.export)",
         f"FX could not capture it, so torch.export was used: {why}"]
     assert to_document(fell_back)["capture_fallback"] == why
     # Asked for export, or FX worked: nothing fell back, the header says which was used.
     chosen = analyze(ShapeBranch(), (4, 8), capture="export")
     assert chosen.capture_fallback == "" and to_document(chosen)["capture_fallback"] is None
     assert header(chosen) == [
-        "ShapeBranch (5 nodes, 1 fusable cluster(s), captured with torch.export)"]
+        "ShapeBranch (5 nodes, 1 fusable cluster, captured with torch.export)"]
     fx_run = analyze(LN(), (4, 8))
     assert fx_run.capture_fallback == ""
     assert header(fx_run)[1:] == [] and header(fx_run)[0].endswith(", captured with FX tracing)")
@@ -298,7 +298,7 @@ def test_cli_header_on_fallback(tmp_path):
                                       "--json", str(out)])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == "Branchy (5 nodes, 1 fusable cluster(s), captured with torch.export)"
+    assert lines[0] == "Branchy (5 nodes, 1 fusable cluster, captured with torch.export)"
     assert lines[1].startswith(f"FX could not capture it, so torch.export was used: {model}:7 ")
     assert "(`if x.shape[-1] > 4:`): TraceError: " in lines[1]
     assert json.loads(out.read_text())["capture_fallback"] in lines[1]
@@ -428,7 +428,7 @@ def test_cli_capture_option(tmp_path):
             "--out-dir", str(tmp_path), "--json", str(tmp_path / "a.json")]
     result = runner.invoke(cli, [*args, "--capture", "export"])
     assert result.exit_code == 0, result.output
-    assert "3 fusable cluster(s)" in result.output
+    assert "3 fusable clusters" in result.output
     bad = runner.invoke(cli, [*args, "--capture", "jit"])
     assert bad.exit_code == 2 and "jit" in bad.output
 

@@ -18,6 +18,7 @@ from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.report.console import print_analysis
 from fusion_core.report.json_report import schema
+from fusion_core.units import counted
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -35,7 +36,7 @@ def test_example_net_exit_code_and_header(example_net_run):
     result, _ = example_net_run
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0] == (
-        "ExampleNet (13 nodes, 3 fusable cluster(s), captured with FX tracing)")
+        "ExampleNet (13 nodes, 3 fusable clusters, captured with FX tracing)")
 
 
 @pytest.mark.parametrize("row", [
@@ -53,7 +54,7 @@ def test_example_net_rows(example_net_run, row):
 
 def test_example_net_totals_and_note(example_net_run):
     result, _ = example_net_run
-    assert ("Across 3 cluster(s): 512.0 MB of 768.0 MB cluster-local traffic avoided."
+    assert ("Across 3 clusters: 512.0 MB of 768.0 MB cluster-local traffic avoided."
             in result.stdout.splitlines())
     assert "Estimates are a DRAM upper bound with no cache model." in result.stdout
 
@@ -85,7 +86,7 @@ def test_microgpt_report_lists_attention_clusters_and_rejection_section():
     a = analyze_file(EXAMPLES / "microgpt.py", [InputSpec((2, 128), torch.int64)])
     text = render(a, explain_rejections=True)
     assert text.count("mul → masked_fill → softmax → dropout") == 2
-    header = (f"MicroGPT ({a.n_nodes} nodes, {len(a.clusters)} fusable cluster(s), "
+    header = (f"MicroGPT ({a.n_nodes} nodes, {counted(len(a.clusters), 'fusable cluster')}, "
               "captured with FX tracing)")
     assert text.splitlines()[0] == header
     assert "Rejected candidates" in text
@@ -133,7 +134,7 @@ def test_multi_input_model_with_a_dtype_per_input(tmp_path):
         "--dtype", "float32", "--dtype", "bool"])
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0] == (
-        "Masked (6 nodes, 1 fusable cluster(s), captured with FX tracing)")
+        "Masked (6 nodes, 1 fusable cluster, captured with FX tracing)")
     assert "mul → masked_fill → add" in result.stdout
 
 
@@ -174,11 +175,11 @@ def test_a_cluster_that_cannot_be_lowered_is_skipped_and_the_rest_written(tmp_pa
                                       "--out-dir", str(gen), "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in gen.iterdir()) == ["cluster0.py"]
-    assert f"Wrote 1 kernel(s) to {gen}: cluster0.py" in result.stdout
+    assert f"Wrote 1 kernel to {gen}: cluster0.py" in result.stdout
     assert f"cluster 1: no kernel written, it cannot be lowered: {reason}" in (
         result.stdout.splitlines())
     assert "cluster 0: verified (" in result.stdout  # interpreter or cuda
-    assert "model numerics: pass (1 kernel(s) patched" in result.stdout
+    assert "model numerics: pass (1 kernel patched" in result.stdout
     doc = json.loads(out.read_text())
     assert doc["kernels"] == {"out_dir": str(gen), "files": ["cluster0.py"],
                               "skipped": [{"cluster": 1, "reason": reason}]}

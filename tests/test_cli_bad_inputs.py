@@ -96,7 +96,7 @@ CASES = [
     Case("65 dims", (*M, "--input-shape", ",".join(["1"] * 65)),
          ("65 dimensions", "at most 64")),
     Case("shape the model rejects", (*M, "--input-shape", "4,8", "--input-shape", "4,8"),
-         ("takes 1 input(s) (x) but 2 were given", "repeat --input-shape")),
+         ("takes 1 input (x) but 2 were given", "repeat --input-shape")),
     # FX gave `mask` a positional placeholder: the analysis ran, then the model check
     # called the model by position and --apply failed; export said "repeat --input-shape".
     *(Case(f"keyword-only input ({how})", (*M, *SHAPE, *SHAPE, "--dtype", "float32",
@@ -263,7 +263,7 @@ def test_dead_code_forms_no_cluster_and_is_named_once(tmp_path):
     result = CliRunner().invoke(cli, ["--model", str(tmp_path / "model.py"), *SHAPE,
                                       "--explain-rejections"])
     assert result.exit_code == 0, result.output
-    assert "M (6 nodes, 0 fusable cluster(s)" in result.output
+    assert "M (6 nodes, 0 fusable clusters" in result.output
     assert result.output.count("dead code: result unused") == 1
     assert "mul → relu → add at " in result.output and "model.py:6" in result.output
     assert "--explain-rejections says" not in result.output
@@ -273,6 +273,6 @@ def test_without_explain_rejections_the_report_says_a_reason_exists(tmp_path):
     (tmp_path / "model.py").write_text(DEAD_CODE)
     result = CliRunner().invoke(cli, ["--model", str(tmp_path / "model.py"), *SHAPE])
     assert result.exit_code == 0, result.output
-    assert ("1 candidate group(s) failed a legality check: --explain-rejections says which "
+    assert ("1 candidate group failed a legality check: --explain-rejections says which "
             "and why.") in result.output
     assert "dead code: result unused" not in result.output

@@ -240,7 +240,7 @@ def test_missing_input_shape():
 def test_wrong_number_of_input_shapes():
     assert_one_line_error(
         invoke("--model", EXAMPLE, "--input-shape", "4,1024", "--input-shape", "4,1024"),
-        "takes 1 input(s) (x) but 2 were given", "repeat --input-shape once per input")
+        "takes 1 input (x) but 2 were given", "repeat --input-shape once per input")
 
 
 def test_unknown_dtype():

@@ -97,7 +97,7 @@ def test_crlf_tabs_and_form_feeds_are_applied(tmp_path):
     path.chmod(0o640)
     result = CliRunner().invoke(cli, _apply_args(path))
     assert result.exit_code == 0, result.output
-    assert "Applied 1 edit(s)" in result.output
+    assert "Applied 1 edit" in result.output
     data = path.read_bytes()
     assert b"\t\treturn cluster0(x)\r\n" in data and data.count(b"\n") == data.count(b"\r\n")
     assert b"\x0c\r\n# a form feed \x0c and a vertical tab \x0b" in data

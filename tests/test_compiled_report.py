@@ -51,8 +51,8 @@ def test_summary_counts_kernels_apart_from_library_calls():
 def test_terminal_says_agreement_and_each_disagreement_with_its_reason():
     lines = terminal_lines(records())
     assert lines[0] == ("test_m.py::test_net [cpu-inductor]: 3 kernels, 1 library call, 1 graph, "
-                        "0 graph breaks, 0 recompiles; 1 of 2 cluster(s) of ours fused the same "
-                        "by Inductor, 1 Inductor kernel(s) we do not propose")
+                        "0 graph breaks, 0 recompiles; 1 of 2 clusters of ours fused the same "
+                        "by Inductor, 1 Inductor kernel we do not propose")
     assert lines[1] == ("    cluster 1 `add → sigmoid` at model.py:11-12: different grouping: "
                         "Inductor splits it over 2 kernels: cpp_fused_add_1 (add); "
                         "cpp_fused_sigmoid_2 (sigmoid)")

@@ -25,6 +25,7 @@ from fusion_core.inductor.capture import (
 from fusion_core.inductor.explain import EPILOGUE, miss_reason
 from fusion_core.inductor.match import match
 from fusion_core.ir.shapes import InputSpec
+from fusion_core.ir.spelling import said
 from fusion_core.pipeline import analyze_file
 
 MODEL = """\
@@ -89,7 +90,7 @@ def test_split_bias_a_library_convolution_adds_is_named(model_file):
     conv = LibraryCall("convolution", (
         InductorNode("convolution", "convolution", "conv", str(model_file), CONV),))
     v = match(a, dataclasses.replace(_capture(k), calls=(conv,))).clusters[0]
-    add, bn, relu = a.clusters[0].nodes
+    add, bn, relu = (said(a.graph, n) for n in a.clusters[0].nodes)
     assert v.verdict == "different grouping"
     assert v.detail == (f"triton_poi_fused_k_0 computes {bn}, {relu}; "
                         f"Inductor's `convolution` computes {add} (library call)")

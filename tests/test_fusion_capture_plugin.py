@@ -294,7 +294,7 @@ def test_an_input_the_model_rejects_is_blamed_on_the_test_inputs(blocks_proj):
     assert fixture.startswith(rejected) and fixture.endswith(
         "; check the example inputs given to fusion_advisor.analyze(...): their shapes and "
         "dtypes")
-    assert count == ("fusion analysis failed: Transformer.forward takes 1 input(s) (x) but 2 were "
+    assert count == ("fusion analysis failed: Transformer.forward takes 1 input (x) but 2 were "
                      "given; give fusion_advisor.analyze(...) one example input per argument of "
                      "forward")
     assert not any(flag in r.stdout.str() for flag in CLI_FLAGS)

@@ -230,7 +230,7 @@ def test_launch_bound_timings_are_not_judged():
     cur = snap(*BASE.clusters, measured=timed(SLOW, SLOW, regime="launch-bound"))
     r = compare(base, cur, TIMED, hw_key=H200)
     assert r.status == "pass"
-    assert r.timing_note == (f"timings not checked on {H200}: 2 launch-bound timing(s) not "
+    assert r.timing_note == (f"timings not checked on {H200}: 2 launch-bound timings not "
                              "judged: they measure the host's launch rate, not the kernel")
     # The same slowdown of a kernel that is not launch-bound fails.
     cur = snap(*BASE.clusters, measured=timed(SLOW, SLOW, regime="dram-bound"))

@@ -316,7 +316,7 @@ def test_fixture_helpers_and_their_failure_messages(proj):
     r.assert_outcomes(passed=1, failed=4)
     r.stdout.fnmatch_lines([
         "E*AssertionError: `relu → mul` are not fused together.",
-        "E*Net: 1 cluster(s)",
+        "E*Net: 1 cluster",
         "E*cluster `mul → relu → add` (elementwise-chain) at model.py:10-12"])
     r.stdout.fnmatch_lines([
         "E*AssertionError: expected no `aliasing` rejection, found 1:",
@@ -392,7 +392,7 @@ def test_marker_misuse_fails_that_test_with_one_line(proj):
     r.assert_outcomes(failed=3)
     r.stdout.fnmatch_lines_random([
         "fusion_advisor.result needs @pytest.mark.fusion_check(model, *inputs) on the test",
-        "unknown fusion check(s) speed: choose from clusters, rejections, traffic, timings",
+        "unknown fusion check speed: choose from clusters, rejections, traffic, timings",
         "fusion analysis failed: cannot build a model from 42: pass an nn.Module,*"])
 
 

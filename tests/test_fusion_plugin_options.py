@@ -28,7 +28,7 @@ def test_unknown_marker_keyword_fails_the_test_and_writes_nothing(proj):
     proj.makepyfile(test_net=marked_test(tolerance=0.1))
     r = run(proj, "--fusion-update-baselines=new")
     r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["fusion_check got unknown keyword(s) tolerance: the allowed "
+    r.stdout.fnmatch_lines(["fusion_check got unknown keyword tolerance: the allowed "
                             "keywords are dtype, checks, traffic_tolerance, timing_tolerance, "
                             "timing_alpha, timing_min_bytes, capture, device, improvements, "
                             "model_kwargs, timing_inputs, compiled, compiled_shapes, "
@@ -170,7 +170,7 @@ def test_stale_baselines_can_fail_the_run_and_be_pruned_alone(proj):
         r = run(proj, *how)
         r.assert_outcomes(passed=1)
         assert r.ret == pytest.ExitCode.TESTS_FAILED
-        r.stdout.fnmatch_lines(["ERROR: 1 stale fusion baseline(s) and fusion_fail_stale is set:"
+        r.stdout.fnmatch_lines(["ERROR: 1 stale fusion baseline and fusion_fail_stale is set:"
                                 " remove them with pytest --fusion-prune-stale"])
     a_before = files["test_net.py::test_a"].read_bytes()
     r = run(proj, "--fusion-prune-stale", "--fusion-fail-stale")

@@ -48,14 +48,14 @@ def test_the_html_index_is_made_from_the_reports_rows():
     page = fusion_core.index_html(rep.index_rows({}), PROV)
     for row in rep.rows:
         assert row[5] in page and f">{row[4]}<" in page
-    assert "4 test(s) checked" in page
+    assert "4 tests checked" in page
 
 
 def test_summary_lines_say_writes_stale_files_ratchets_and_missing_baselines():
     written = (BaselineWrite("/r/fusion_baselines/a.yaml", "fusion_baselines/a.yaml",
                              "t.py::test_a", "updated", ("lost `add`",), "text"),
                BaselineWrite("/r/fusion_baselines/e.yaml", "fusion_baselines/e.yaml",
-                             "t.py::test_e", "created", ("created with 1 cluster(s)",), "text"))
+                             "t.py::test_e", "created", ("created with 1 cluster",), "text"))
     stale = (StaleBaseline(Path("/r/fusion_baselines/old.yaml"), "fusion_baselines/old.yaml",
                            "t.py::gone"),)
     lines = report(written=written, stale=stale).summary_lines()
@@ -74,7 +74,7 @@ def test_summary_lines_say_writes_stale_files_ratchets_and_missing_baselines():
 
 def test_markdown_counts_failures_lists_messages_and_ends_with_quoted_accept_commands():
     md = report().markdown(PROV)
-    assert "4 test(s) checked, 2 failing. torch 2.13, triton 3.9, device cpu." in md
+    assert "4 tests checked, 2 failing. torch 2.13, triton 3.9, device cpu." in md
     assert "2026-12-04" not in md  # the date would change every report
     assert "**t.py::test_b[x\\|y]** — regressed\n- lost cluster `mul → relu` at m.py:3" in md
     tail = md[md.index("### Accept"):]

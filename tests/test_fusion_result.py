@@ -29,7 +29,7 @@ def test_assert_fused_accepts_ops_in_order_with_others_between():
     with pytest.raises(AssertionError) as info:
         r.assert_fused(["add", "mul"])
     assert str(info.value).splitlines() == [
-        "`add → mul` are not fused together.", "Net: 1 cluster(s)",
+        "`add → mul` are not fused together.", "Net: 1 cluster",
         "  cluster `mul → relu → add` (elementwise-chain) at model.py:10-12",
         "  rejected: shape on `mm → add` at model.py:14: matmul is not elementwise"]
 

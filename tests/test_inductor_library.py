@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from fusion_core.inductor.capture import InductorCapture, InductorNode, LibraryCall, capture
 from fusion_core.inductor.match import DIFFERENT, INSIDE, SAME, cluster_keys, match
 from fusion_core.inductor.rewrites import Rewrites
+from fusion_core.ir.spelling import said, said_all
 from fusion_core.pipeline import analyze
 
 FILE = str(Path(__file__).resolve())
@@ -88,8 +89,10 @@ def test_the_replaced_attention_block_is_inside_a_library_kernel(analysis, compi
     c = _cluster(analysis, "mul", "softmax")
     v = a.clusters[c.index]
     assert v.verdict == INSIDE, v
-    assert v.detail == (f"Inductor's `{call}` computes {', '.join(c.nodes)} "
+    # Our ops as the user wrote them (`mul` (line 9)), not FX's node names (`mul_1`).
+    assert v.detail == (f"Inductor's `{call}` computes {said_all(analysis.graph, c.nodes)} "
                         "(attention pattern replaced)")
+    assert " (line " in v.detail and not any(f"{n} " in v.detail for n in c.nodes if "_" in n)
     assert call in v.kernels and c.index not in a.not_fused
 
 
@@ -141,7 +144,7 @@ def test_a_cluster_partly_inside_a_library_kernel_is_a_different_grouping(analys
     a = match(analysis, _attention_capture(analysis, compiled, ("softmax",)))
     v = a.clusters[_cluster(analysis, "mul", "softmax").index]
     assert v.verdict == DIFFERENT
-    mul, softmax = _cluster(analysis, "mul", "softmax").nodes
+    mul, softmax = (said(analysis.graph, n) for n in _cluster(analysis, "mul", "softmax").nodes)
     assert v.detail == (f"triton_poi_fused_mul_9 computes {mul}; Inductor's "
                         f"`_scaled_dot_product_efficient_attention` computes {softmax} "
                         "(attention pattern replaced)")

@@ -109,7 +109,7 @@ def test_left_unfused_notes_are_in_the_document_as_in_the_console_header(all_doc
     assert (sized["line"], sized["code"]) == (_line(SizedByValue, "h = y[:n]"), "h = y[:n]")
     assert Path(sized["file"]).name == "test_json_schema.py"
     assert sized["note"].startswith("Left unfused: `h = y[:n]` at ")
-    assert "(and 3 op(s) reading it)" in sized["note"]
+    assert "(and 3 ops reading it)" in sized["note"]
     assert "a number read from a tensor at line" in sized["note"]
     (kept,) = all_docs["autocast block"]["left_unfused"]
     assert kept["kind"] == "autocast-block" and kept["count"] == 1

@@ -450,7 +450,21 @@ def test_reduction_rejects_two_reductions_over_different_dims_of_one_shape():
     sums = names_by_op(g, "sum")
     failure = L.check_reduction(g, {*names_by_op(g, "exp"), *sums})
     assert failure is not None and failure.culprits == (sums[1],)
-    assert "other dims" in failure.reason
+    # In words, with the verb agreeing and no Python tuple (was "reduce other dims than
+    # `sum` (line 5) ((0,))").
+    assert re.fullmatch(r"`sum` \(line \d+\) reduces dim 1 where `sum` \(line \d+\) reduces "
+                        r"dim 0; one kernel reduces one set of dims", failure.reason), \
+        failure.reason
+
+
+def test_reduction_says_several_dims_as_a_list():
+    g = run(lambda x: (lambda h: h.sum(dim=(2, 3)) + h.amax(dim=(1, 3)))(x * 2.0),
+            (4, 8, 8, 8)).graph
+    failure = L.check_reduction(g, _group(g, "mul", "sum", "amax"))
+    assert failure is not None and failure.culprits == tuple(names_by_op(g, "amax"))
+    assert re.fullmatch(r"`amax` \(line \d+\) reduces dims 1, 3 where `sum` \(line \d+\) "
+                        r"reduces dims 2, 3; one kernel reduces one set of dims", failure.reason), \
+        failure.reason
 
 
 # --- lowering ----------------------------------------------------------------

@@ -85,7 +85,7 @@ def test_optional_argument_can_be_left_out():
 
 
 def test_too_many_inputs_is_an_input_error():
-    with pytest.raises(InputSpecError, match=r"takes 1 input\(s\)"):
+    with pytest.raises(InputSpecError, match=r"takes 1 input \(x\) but 2 were given"):
         analyze(Fn(lambda x: x * 2.0), (4, 8), (4, 8))
 
 

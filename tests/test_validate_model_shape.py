@@ -153,7 +153,9 @@ def test_the_reports_name_the_input_size_model_numerics_used(tmp_path):
     assert result.exit_code == 0, result.output
     line = next(x for x in result.stdout.splitlines() if x.startswith("model numerics"))
     assert line.startswith("model numerics: pass (")
-    assert "patched into the traced graph at input 1×16×32 of 4×64×32," in line
+    # Which dims were cut and why (was "at input 1×16×32 of 4×64×32").
+    assert ("patched into the traced graph at input 1×16×32, cut from 4×64×32 in dim 0 (4→1) "
+            "and dim 1 (64→16) so Triton's interpreter runs it faster, max abs err") in line
     model = json.loads(out.read_text())["validation"]["model"]
     assert model["inputs"] == [[1, 16, 32]] and model["analysed_inputs"] == [[4, 64, 32]]
 
@@ -171,3 +173,16 @@ def test_the_careful_search_spends_a_bounded_number_of_captures(monkeypatch):
     found, _ = smallest_matching(analysis)
     assert found is analysis  # nothing matched: the analysed shape
     assert len(captures) == 1 + model_shape.MAX_CAPTURES  # the quick result, then the budget
+
+
+def test_the_model_line_names_each_cut_dim_of_several_inputs():
+    from fusion_core.validate.report import _model_line
+    from fusion_core.validate.types import ModelCheck, ValidationReport
+
+    check = ModelCheck(True, 1e-7, (0,), inputs=((1, 21), (1, 16)),
+                       analysed_inputs=((5, 37), (5, 16)))
+    report = ValidationReport(results=(), model=check, mode="interpreter", device="cpu")
+    line = _model_line(report)
+    assert ("at input 1×21, 1×16, cut from 5×37, 5×16 in input 0 dim 0 (5→1), input 0 dim 1 "
+            "(37→21) and input 1 dim 0 (5→1) so Triton's interpreter runs it faster") in line
+    assert " of 5×37" not in line

@@ -148,9 +148,9 @@ def test_progress_lines_go_to_stderr_on_a_pipe_for_long_runs(repeated_file):
     result = CliRunner().invoke(cli, ["--model", str(repeated_file), "--input-shape", "4,32"])
     assert result.exit_code == 0, result.output
     lines = result.stderr.splitlines()
-    assert lines[0] == "fusion-advisor: generating kernels for 8 cluster(s)"
+    assert lines[0] == "fusion-advisor: generating kernels for 8 clusters"
     where = "" if torch.cuda.is_available() else " under the Triton interpreter"
-    assert f"fusion-advisor: cluster numerics: 1 distinct kernel(s) for 8 cluster(s){where}" \
+    assert f"fusion-advisor: cluster numerics: 1 distinct kernel for 8 clusters{where}" \
         in lines
     assert any(line.startswith("fusion-advisor: model numerics") for line in lines)
     assert "fusion-advisor:" not in result.stdout

@@ -23,7 +23,7 @@ def test_auto_prefers_export_when_a_wrapped_leaf_splits_a_chain():
     assert [c.ops for c in auto.clusters] == [("mul", "gelu", "add", "sigmoid")]
     assert auto.capture_choice == (
         "chose torch.export over FX: FX left `skip_rows` opaque (torch.fx.wrap); export fuses "
-        "4 ops into 1 kernel(s), FX 4 ops into 2 kernel(s)")
+        "4 ops into 1 kernel, FX 4 ops into 2 kernels")
     assert f"Capture: {auto.capture_choice}" in header(auto)
 
 
@@ -33,7 +33,7 @@ def test_auto_keeps_fx_when_export_fuses_no_more_and_says_so():
     assert [c.ops for c in auto.clusters] == [("tanh", "mul")]
     assert auto.capture_choice == (
         "kept FX: FX left `token_mix` opaque (torch.fx.wrap), but torch.export fuses no more "
-        "(2 ops into 1 kernel(s), FX 2 ops into 1 kernel(s))")
+        "(2 ops into 1 kernel, FX 2 ops into 1 kernel)")
 
 
 def test_explicit_fx_does_not_export():

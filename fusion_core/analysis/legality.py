@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.reductions import axes_said, node_reduced_dims
+from ..ir.reductions import axes_said, dims_said, node_reduced_dims
 from ..ir.registry import SPECS
 from ..ir.run_scalars import run_scalar
 from ..ir.spelling import place, return_loc, said, said_all
@@ -273,10 +273,21 @@ def check_reduction(g: FusionGraph, group: Collection[str]) -> Failure | None:
         found[name] = dims
     differ = [n for n in reds[1:] if found[n] != found[reds[0]]]
     if differ:
+        # Each reduction with its own dims, the differing ones grouped by the dims they take.
+        by_dims: dict[tuple[int, ...], list[str]] = {}
+        for n in differ:
+            by_dims.setdefault(found[n], []).append(n)
+        theirs = "; ".join(f"{said_all(g, names)} {_reduces(g, names)} {dims_said(dims)}"
+                           for dims, names in by_dims.items())
         return Failure("reduction", tuple(differ),
-                       f"{said_all(g, differ)} reduce other dims than {said(g, reds[0])} "
-                       f"({found[reds[0]]}); one kernel reduces one set of dims")
+                       f"{theirs} where {said(g, reds[0])} reduces "
+                       f"{dims_said(found[reds[0]])}; one kernel reduces one set of dims")
     return None
+
+
+def _reduces(g: FusionGraph, names: Sequence[str]) -> str:
+    """The verb agreeing with the values `said_all` names (one phrase: `reduces`)."""
+    return "reduces" if len(dict.fromkeys(said(g, n) for n in names)) == 1 else "reduce"
 
 
 def has_lowering(node: Node) -> bool:

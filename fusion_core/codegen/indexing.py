@@ -274,9 +274,10 @@ def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
     rank = len(domain)
     if own is None or own[1] != reduced or _effective(chain, shape, rank) is None or (
             _effective(chain, shape, rank) != _effective(own[0], shape, rank)):
-        raise LoweringError(f"{said(g, node.name)} reduces other dims than the kernel's rows (its "
-                            f"iteration shape is {domain}, reduced over the last {reduced} "
-                            f"ax{'i' if reduced == 1 else 'e'}s)", (node.name,))
+        last = "its last axis" if reduced == 1 else f"its last {reduced} axes"
+        raise LoweringError(f"{said(g, node.name)} reduces other dims than the kernel's rows "
+                            f"(the kernel iterates over {'×'.join(map(str, domain))} and "
+                            f"reduces {last})", (node.name,))
 
 
 def _aligned(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:

@@ -25,10 +25,12 @@ library kernel``; partly so, a ``different grouping`` that names the call.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..analysis.types import Cluster
 from ..ir.bias_split import SPLIT_BIAS
+from ..ir.spelling import said
 from ..pipeline import Analysis
 from .capture import (
     InductorCapture,
@@ -192,6 +194,13 @@ def _inside(keys: dict[str, tuple[Key | None, str]], cover: dict[str, set[int]],
     return out
 
 
+def _named(analysis: Analysis, names: Iterable[str]) -> str:
+    """Our ops as the user wrote them (`add` (line 61)), each phrase once, not FX's node
+    names (`add_3`, `dt_add_bias`)."""
+    g = analysis.graph
+    return ", ".join(dict.fromkeys(said(g, n) if n in g else f"`{n}`" for n in names))
+
+
 def _call_words(call: LibraryCall) -> str:
     """Why Inductor computes our ops inside `call`, in a few words."""
     if not call.replaced:
@@ -205,11 +214,13 @@ def _call_words(call: LibraryCall) -> str:
     return f"pattern `{call.pattern}` replaced" if call.pattern else "pattern replaced"
 
 
-def _inside_words(inside: dict[str, set[int]], calls: list[LibraryCall]) -> str:
-    """`Inductor's `X` computes mul, softmax (attention pattern replaced)`, per call."""
+def _inside_words(analysis: Analysis, inside: dict[str, set[int]],
+                  calls: list[LibraryCall]) -> str:
+    """`Inductor's `X` computes `mul` (line 3), `softmax` (line 4) (attention pattern
+    replaced)`, per call."""
     parts = []
     for j in sorted(set().union(*inside.values())):
-        names = ", ".join(n for n, js in inside.items() if j in js)
+        names = _named(analysis, (n for n, js in inside.items() if j in js))
         parts.append(f"Inductor's `{calls[j].op}` computes {names} ({_call_words(calls[j])})")
     return "; ".join(parts)
 
@@ -234,25 +245,26 @@ def _describe(k: InductorKernel, owned: set[Key], our_keys: set[Key]) -> str:
     extra = sorted({(n.line or 0, n.op) for n in k.compute_nodes
                     if n.line is not None and (key := (n.module, norm_path(n.file), n.line))
                     not in our_keys and key in owned})
-    ops = ", ".join(f"{op} (L{line})" for line, op in extra)
+    ops = ", ".join(f"`{op}` (line {line})" for line, op in extra)
     return f"{short_name(k.name)} also computes {ops}" if ops else short_name(k.name)
 
 
 def _cat_words(analysis: Analysis, hit: list[int], ours: dict, cover: dict[str, set[int]],
                kernels: list[InductorKernel]) -> list[str]:
-    """`K: batch_norm_3 written into `cat`'s output (L17): …` for our ops that feed the
+    """`K: `self.bn` (line 16) written into `cat`'s output (line 17): …` for our ops that feed the
     concatenation; ops that read it were not written into it (a GroupNorm after the skip
     concatenation of a UNet decoder): the kernel computes the `cat` they read."""
     out = []
     for i in hit:
         if kernels[i].cats:
-            lines = ",".join(f"L{n.line}" for n in kernels[i].cats if n.line is not None)
+            at = sorted({n.line for n in kernels[i].cats if n.line is not None})
+            lines = f"line{'s' if len(at) > 1 else ''} {', '.join(map(str, at))}" if at else ""
             computed = [n for n in ours if i in cover[n]]
             fed = cat_feeders(analysis, kernels[i], computed)
             where = f" ({lines})" if lines else ""
             out.append(f"{short_name(kernels[i].name)}: " + (
-                f"{', '.join(fed)} {into_cat(where)}" if fed else
-                f"{', '.join(computed)} read `cat`'s output{where}, which Inductor computes "
+                f"{_named(analysis, fed)} {into_cat(where)}" if fed else
+                f"{_named(analysis, computed)} read `cat`'s output{where}, which Inductor computes "
                 "in the same kernel; our `cat` stays a call of its own"))
     return out
 
@@ -268,30 +280,30 @@ def _verdict(analysis: Analysis, c: Cluster, ours: dict, cover: dict[str, set[in
     if same is not None:
         return ClusterVerdict(c.index, SAME, names, short_name(kernels[same].name))
     if ours and len(inside) == len(ours):
-        return ClusterVerdict(c.index, INSIDE, names, _inside_words(inside, calls))
+        return ClusterVerdict(c.index, INSIDE, names, _inside_words(analysis, inside, calls))
     uncovered = [n for n in ours if not cover[n] and n not in inside]
     fused_with_ours = [i for i in hit if sum(1 for n in ours if i in cover[n]) >= 2]
     if not inside and not fused_with_ours and all(len(kkeys[i]) <= 1 for i in hit):
         why = "each op is its own kernel" if hit else "no Inductor kernel computes these lines"
         return ClusterVerdict(c.index, NOT_FUSED, names,
                               "; ".join([why, *_cat_words(analysis, hit, ours, cover, kernels)]))
+    def computes(i: int) -> str:
+        return _named(analysis, (n for n in ours if i in cover[n]))
+
     parts = []
     if len(hit) == 1 and not inside:
         parts.append("Inductor fuses more: " + _describe(kernels[hit[0]], kkeys[hit[0]],
                                                          our_keys))
     elif len(hit) == 1:  # beside a library call
-        parts.append(f"{short_name(kernels[hit[0]].name)} computes "
-                     f"{', '.join(n for n in ours if hit[0] in cover[n])}")
+        parts.append(f"{short_name(kernels[hit[0]].name)} computes {computes(hit[0])}")
     elif hit:
-        split = "; ".join(
-            f"{short_name(kernels[i].name)} ({', '.join(n for n in ours if i in cover[n])})"
-            for i in hit)
+        split = "; ".join(f"{short_name(kernels[i].name)} ({computes(i)})" for i in hit)
         parts.append(f"Inductor splits it over {len(hit)} kernels: {split}")
     parts += _cat_words(analysis, hit, ours, cover, kernels)
     if inside:
-        parts.append(_inside_words(inside, calls))
+        parts.append(_inside_words(analysis, inside, calls))
     if uncovered:
-        parts.append(f"not in any Inductor kernel: {', '.join(uncovered)}")
+        parts.append(f"not in any Inductor kernel: {_named(analysis, uncovered)}")
     return ClusterVerdict(c.index, DIFFERENT, names, "; ".join(parts))
 
 

@@ -17,6 +17,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from ..units import counted
 from .graph import FusionGraph, Node, SourceLoc
 
 UNSIZED = "sized-by-value"  # the op of such a node
@@ -63,7 +64,7 @@ def describe(graph: FusionGraph, path: Callable[[str], str] = str) -> str | None
         return None
     first, loc = nodes[0], nodes[0].source
     where = f"`{loc.code}` at {path(loc.file)}:{loc.line}" if loc else f"`{first.name}`"
-    more = f" (and {len(nodes) - 1} op(s) reading it)" if len(nodes) > 1 else ""
+    more = f" (and {counted(len(nodes) - 1, 'op')} reading it)" if len(nodes) > 1 else ""
     read = dict(first.params).get(READ_AT)
     if isinstance(read, SourceLoc):
         cause = f"a number read from a tensor at line {read.line} (`{read.code}`)"

@@ -29,6 +29,7 @@ import torch.nn as nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..errors import CaptureError, Fix, InputSpecError
+from ..units import counted
 from .graph import FusionGraph, OpKind
 from .inline_blocks import inline_blocks
 from .module_state import kept_as_it_was
@@ -146,7 +147,7 @@ def _check_arity(model: nn.Module, args: tuple) -> None:
         inspect.signature(model.forward).bind(*args)
     except TypeError as e:
         raise InputSpecError(
-            f"{type(model).__name__}.forward does not take {len(args)} input(s) ({e})",
+            f"{type(model).__name__}.forward does not take {counted(len(args), 'input')} ({e})",
             Fix.INPUT_COUNT) from e
 
 

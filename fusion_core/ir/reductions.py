@@ -17,7 +17,7 @@ and by the emitter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,3 +212,8 @@ def axes_said(params: Mapping[str, Any]) -> str:
     shown = [f"{k}={v!r}" for k, v in params.items()
              if k in ("dim", "normalized_shape", "output_size", "num_groups")]
     return ", ".join(shown) or "no dims"
+
+
+def dims_said(dims: Sequence[int]) -> str:
+    """Reduced dims in words: `dim 1`, `dims 2, 3` (not a Python tuple)."""
+    return ("dim " if len(dims) == 1 else "dims ") + ", ".join(map(str, dims))

@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ..errors import CaptureError, Fix, FusionAdvisorError, InputSpecError, ShapePropagationError
+from ..units import counted, was
 from .normalize import parse_stack_trace
 from .registry import lookup
 
@@ -284,6 +285,13 @@ def _rejection(n: fx.Node, exc: BaseException, model: str) -> FusionAdvisorError
                           f"rejected it ({msg})", Fix.INPUTS)
 
 
+def _arity(required: Sequence[fx.Node], placeholders: Sequence[fx.Node]) -> str:
+    """`1 input`, or `1 to 2 inputs` when some have defaults."""
+    if len(required) == len(placeholders):
+        return counted(len(required), "input")
+    return f"{len(required)} to {counted(len(placeholders), 'input')}"
+
+
 def propagate_shapes(gm: fx.GraphModule, specs: Sequence[InputSpec]) -> fx.GraphModule:
     """Fill node.meta["val"] on every node by running `gm` on fake inputs."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -291,8 +299,8 @@ def propagate_shapes(gm: fx.GraphModule, specs: Sequence[InputSpec]) -> fx.Graph
     if not (len(required) <= len(specs) <= len(placeholders)):
         names = ", ".join(n.name for n in placeholders)
         raise InputSpecError(
-            f"{type(gm).__name__}.forward takes {len(required)} input(s) ({names}) but "
-            f"{len(specs)} were given", Fix.INPUT_COUNT)
+            f"{type(gm).__name__}.forward takes {_arity(required, placeholders)} ({names}) "
+            f"but {len(specs)} {was(len(specs))} given", Fix.INPUT_COUNT)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     prop = _Prop(gm, mode)
     prop.snapshot = any(n.op == "call_method" and str(n.target).endswith("_")

@@ -16,6 +16,7 @@ from ..analysis.types import Rejection
 from ..ir.graph import FusionGraph
 from ..ir.spelling import said
 from ..pipeline import Analysis
+from ..units import counted
 from .left_unfused import left_unfused
 from .units import fmt_bytes, short_path
 
@@ -29,23 +30,27 @@ def report_console() -> Console:
                    soft_wrap=True)
 
 
+TABLE_TITLE = "Fusable clusters (estimated memory traffic)"
+
+
 def cluster_table(analysis: Analysis, maps: dict[int, str] | None = None,
-                  lines: dict[int, str] | None = None, narrow: bool = False) -> Table:
-    """One row per cluster. `narrow` (a console too slim for the full table): no box
-    lines, categories broken at their hyphens, and only the ops column wraps, so no cell
-    is cut short."""
-    table = Table(title="Fusable clusters (estimated memory traffic)", title_justify="left",
+                  lines: dict[int, str] | None = None, narrow: int = 0) -> Table:
+    """One row per cluster. Only the ops column wraps (a long chain between its ops, an op
+    name longer than the column folded), so no cell is cut short and the category stays
+    one word. `narrow` (a console too slim even for that): 1 drops the box lines, 2 also
+    breaks categories at their hyphens."""
+    table = Table(title=TABLE_TITLE, title_justify="left",
                   **({"box": None, "pad_edge": False} if narrow else {}))
-    table.add_column("#", justify="right", no_wrap=narrow)
-    table.add_column("category", no_wrap=narrow)
-    table.add_column("ops", overflow="fold" if narrow else "ellipsis")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("category", no_wrap=True)
+    table.add_column("ops", overflow="fold")
     for head in ("traffic\n(unfused)", "traffic\n(fused)", "traffic\nsaved"):
-        table.add_column(head, justify="right", no_wrap=narrow)
-    table.add_column("map", no_wrap=narrow)
-    table.add_column("lines", no_wrap=narrow)
+        table.add_column(head, justify="right", no_wrap=True)
+    table.add_column("map", no_wrap=True)
+    table.add_column("lines", no_wrap=True)
     for c in analysis.clusters:
         t = c.traffic
-        category = c.category.replace("-", "-\n") if narrow else c.category
+        category = c.category.replace("-", "-\n") if narrow > 1 else c.category
         table.add_row(str(c.index), category, c.chain, fmt_bytes(t.unfused_bytes),
                       fmt_bytes(t.fused_bytes), f"{t.saved_fraction:.0%}",
                       (maps or {}).get(c.index, "pending"),
@@ -56,7 +61,7 @@ def cluster_table(analysis: Analysis, maps: dict[int, str] | None = None,
 def totals_line(analysis: Analysis) -> str:
     unfused = sum(c.traffic.unfused_bytes for c in analysis.clusters)
     saved = sum(c.traffic.saved_bytes for c in analysis.clusters)
-    return (f"Across {len(analysis.clusters)} cluster(s): {fmt_bytes(saved)} of "
+    return (f"Across {counted(len(analysis.clusters), 'cluster')}: {fmt_bytes(saved)} of "
             f"{fmt_bytes(unfused)} cluster-local traffic avoided.")
 
 
@@ -88,8 +93,9 @@ FRONTEND_NAMES = {"fx": "FX tracing", "export": "torch.export"}
 def header(analysis: Analysis) -> list[str]:
     """The model, its size, the capture frontend; on an auto fallback, why FX failed."""
     frontend = analysis.graph.frontend
-    lines = [f"{analysis.model_name} ({analysis.n_nodes} nodes, {len(analysis.clusters)} "
-             f"fusable cluster(s), captured with {FRONTEND_NAMES.get(frontend, frontend)})"]
+    lines = [f"{analysis.model_name} ({analysis.n_nodes} nodes, "
+             f"{counted(len(analysis.clusters), 'fusable cluster')}, "
+             f"captured with {FRONTEND_NAMES.get(frontend, frontend)})"]
     if analysis.capture_fallback:
         lines.append("FX could not capture it, so torch.export was used: "
                      + analysis.capture_fallback)
@@ -97,6 +103,26 @@ def header(analysis: Analysis) -> list[str]:
         lines.append(f"Capture: {analysis.capture_choice}")
     lines += [item.note for item in left_unfused(analysis.graph, short_path)]
     return lines
+
+
+def _least_width(console: Console, table: Table) -> int:
+    """The narrowest `table` prints at with no cell cut: its no-wrap columns whole, the ops
+    column at its longest op."""
+    return console.measure(table, options=console.options.update_width(10**4)).minimum
+
+
+def print_cluster_lines(analysis: Analysis, console: Console,
+                        maps: dict[int, str] | None = None,
+                        lines: dict[int, str] | None = None) -> None:
+    """The table's content as wrapped prose, for a console too slim for any table."""
+    console.print(TABLE_TITLE, highlight=False)
+    for c in analysis.clusters:
+        t = c.traffic
+        where = (lines or {}).get(c.index) or (str(c.lines) if c.lines else "-")
+        console.print(f"{c.index}. {c.category}: {c.chain}; traffic {fmt_bytes(t.unfused_bytes)}"
+                      f" unfused, {fmt_bytes(t.fused_bytes)} fused ({t.saved_fraction:.0%} "
+                      f"saved); map {(maps or {}).get(c.index, 'pending')}; lines {where}",
+                      highlight=False, markup=False)
 
 
 def print_analysis(analysis: Analysis, console: Console, explain_rejections: bool = False,
@@ -107,11 +133,16 @@ def print_analysis(analysis: Analysis, console: Console, explain_rejections: boo
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print()
     if analysis.clusters:
-        table = cluster_table(analysis, maps, lines)
-        natural = console.measure(table, options=console.options.update_width(10**4))
-        if natural.maximum > console.width:
-            table = cluster_table(analysis, maps, lines, narrow=True)
-        console.print(table)
+        # A long chain wraps inside its column; only a console too slim for the other
+        # columns beside the chain's longest op drops the borders, then splits categories,
+        # and one too slim for any table gets a paragraph per cluster (rich would cut cells
+        # or drop whole columns).
+        tables = (cluster_table(analysis, maps, lines, narrow) for narrow in range(3))
+        table = next((t for t in tables if _least_width(console, t) <= console.width), None)
+        if table is not None:
+            console.print(table)
+        else:
+            print_cluster_lines(analysis, console, maps, lines)
     console.print(totals_line(analysis), highlight=False)
     for line in recompute_lines(analysis):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -120,8 +151,8 @@ def print_analysis(analysis: Analysis, console: Console, explain_rejections: boo
         print_rejections(analysis, console)
     elif analysis.rejections:  # a fusion not made always gets a reason, if asked for
         n = len(analysis.rejections)
-        console.print(f"{n} candidate group(s) failed a legality check: --explain-rejections "
-                      "says which and why.", highlight=False, soft_wrap=True)
+        console.print(f"{counted(n, 'candidate group')} failed a legality check: "
+                      "--explain-rejections says which and why.", highlight=False, soft_wrap=True)
 
 
 def print_rejections(analysis: Analysis, console: Console) -> None:

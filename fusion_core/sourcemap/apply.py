@@ -32,6 +32,7 @@ from ..load import import_model_file, instantiate, package_module, pick_factory
 from ..names import cluster_of
 from ..pipeline import Analysis
 from ..report.units import short_path
+from ..units import counted, plural
 from .fixed import fixed_shape
 from .fused import MARKER, FusedOp, import_block, package_files, package_name
 from .mapping import SourceMapping
@@ -309,8 +310,9 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
         _read_checked(plan)  # saved again during the run: refuse before anything else
     pointers = [s.cluster for s in plan.skipped if s.pointer]
     if pointers:
-        console.print(f"Not applied: cluster(s) {', '.join(map(str, pointers))} (pointer "
-                      "mappings: no exact lines to replace)", highlight=False)
+        console.print(f"Not applied: {plural(len(pointers), 'cluster')} "
+                      f"{', '.join(map(str, pointers))} (pointer mappings: no exact lines to "
+                      "replace)", highlight=False)
     for s in plan.skipped:
         if not s.pointer:
             console.print(f"cluster {s.cluster}: not applied, {s.reason}", highlight=False,
@@ -319,7 +321,8 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
         console.print(f"Nothing to apply to {where}.", highlight=False)
         return None
     package = plan.path.with_name(package_name(plan.path.stem))
-    question = (f"Rewrite {where} ({len(plan.edits)} edit(s): clusters "
+    question = (f"Rewrite {where} ({counted(len(plan.edits), 'edit')}: "
+                f"{plural(len(plan.clusters), 'cluster')} "
                 f"{', '.join(map(str, plan.clusters))}) and write {short_path(str(package))}/?")
     if not assume_yes:
         if ask is None:
@@ -355,7 +358,7 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
     result = ApplyResult(plan.path, backup, package, plan.clusters,
                          tuple(sorted(new_lines.items())), err)
     err_text = f"max abs err {err:.2e}" if err is not None else "no error measured"
-    console.print(f"Applied {len(plan.edits)} edit(s) to {where}; kernels in "
+    console.print(f"Applied {counted(len(plan.edits), 'edit')} to {where}; kernels in "
                   f"{short_path(str(package))}/; original saved as "
                   f"{short_path(str(backup))}; rewritten model matches the original "
                   f"({err_text}).", highlight=False, markup=False)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..units import counted
 from .callsite import LiftedCall
 from .pyexpr import attr_chain, is_literal, module_path
 from .unify import Mismatch, Unifier
@@ -91,8 +92,9 @@ class CallUnifier(Unifier):
         rest = [a for a in (*expr.args, *(kw.value for kw in expr.keywords))
                 if not is_literal(a) and self.src.segment(a) not in attrs.values()]
         if len(rest) != len(tensors) or len(tensors) > 1:
-            raise Mismatch(f"`{text}` at line {expr.lineno} passes {len(rest)} value(s) and "
-                           f"its ops read {len(tensors)} tensor(s) from outside the call; "
+            raise Mismatch(f"`{text}` at line {expr.lineno} passes "
+                           f"{counted(len(rest), 'value')} and its ops read "
+                           f"{counted(len(tensors), 'tensor')} from outside the call; "
                            "only one argument lines up with its tensor for sure")
         for n in outside:
             self.seen.add(n.name)

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from ..units import counted, plural
 from .capture_check import graph_matches_model
 from .float64 import graph_in_float64, inputs_in_float64
 from .numerics import MODEL_TOL, as_tuple, compare_one, one_line
@@ -101,7 +102,8 @@ def judge(
     """The rule above over paired outputs; `reference` is called only when needed."""
     if len(actual) != len(expected):
         return Verdict(
-            False, None, f"patched graph returned {len(actual)} output(s), eager {len(expected)}"
+            False, None,
+            f"patched graph returned {counted(len(actual), 'output')}, eager {len(expected)}"
         )
     worst_err, worst_ratio, rmses = 0.0, -1.0, (None, None)
     for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
@@ -243,7 +245,8 @@ def _culprits(
             return ((index, alone.why or "fails the model output"),)
         beside = ", ".join(map(str, sorted(base)))
         return (
-            (index, f"passes alone, not beside cluster(s) {beside}: {run(base + candidates).why}"),
+            (index, f"passes alone, not beside {plural(len(base), 'cluster')} {beside}: "
+                    f"{run(base + candidates).why}"),
         )
     half = len(candidates) // 2
     left = _culprits(run, base, candidates[:half])

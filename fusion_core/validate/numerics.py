@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..units import counted
 from .types import GateResult
 
 
@@ -97,7 +98,8 @@ def compare(actual: Sequence[Any], expected: Sequence[Any],
             table: dict[torch.dtype, Tolerance]) -> tuple[bool, float | None, str]:
     """(passed, max abs error, what went wrong) over paired outputs."""
     if len(actual) != len(expected):
-        return False, None, f"kernel returned {len(actual)} output(s), eager {len(expected)}"
+        return False, None, (f"kernel returned {counted(len(actual), 'output')}, "
+                             f"eager {len(expected)}")
     worst = 0.0
     for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
         passed, err, why = compare_one(i, a, e, table)
@@ -119,7 +121,7 @@ def compare_one(i: int, a: Any, e: torch.Tensor, table: dict[torch.dtype, Tolera
     a64, e64 = a.detach().cpu().double(), e.detach().cpu().double()
     nan = torch.isnan(a64)
     if nan.any():
-        return False, float("nan"), f"output {i} has {int(nan.sum())} NaN element(s)"
+        return False, float("nan"), f"output {i} has {counted(int(nan.sum()), 'NaN element')}"
     both_inf = torch.isinf(a64) & torch.isinf(e64) & (torch.sign(a64) == torch.sign(e64))
     diff = torch.where(both_inf, torch.zeros_like(a64), (a64 - e64).abs())
     diff = torch.nan_to_num(diff, nan=float("inf"))
@@ -127,7 +129,7 @@ def compare_one(i: int, a: Any, e: torch.Tensor, table: dict[torch.dtype, Tolera
     tol = tolerance(e.dtype, table)
     bad = diff > tol.atol + tol.rtol * e64.abs().nan_to_num(posinf=0.0, neginf=0.0)
     if bad.any():
-        return False, err, (f"output {i}: {int(bad.sum())} of {bad.numel()} element(s) "
+        return False, err, (f"output {i}: {int(bad.sum())} of {counted(bad.numel(), 'element')} "
                             f"beyond atol {tol.atol:g} + rtol {tol.rtol:g}")
     return True, err, ""
 

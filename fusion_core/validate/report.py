@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from ..report.units import fmt_bytes, speedup_words
+from ..units import counted, plural
 from .types import LAUNCH_BOUND, ModelCheck, ModelTiming, Timing, ValidationReport, ValidationResult
 
 NO_GPU_LINE = ("Benchmarks need a CUDA GPU: speedups, regimes and bandwidth are measured only "
@@ -36,21 +37,38 @@ def _shapes(shapes: tuple[tuple[int, ...], ...]) -> str:
     return ", ".join("×".join(map(str, s)) for s in shapes)
 
 
+def _shrunk_words(m: ModelCheck) -> str:
+    """` at input 1×16×32, cut from 4×64×32 in dim 0 (4→1) and dim 1 (64→16) so …`: which
+    dims the check cut (``shrink.py``) and why, not a bare second shape."""
+    several = len(m.inputs) > 1
+    cuts = [f"{f'input {i} ' if several else ''}dim {k} ({full}→{small})"
+            for i, (ran, analysed) in enumerate(zip(m.inputs, m.analysed_inputs, strict=False))
+            for k, (small, full) in enumerate(zip(ran, analysed, strict=False)) if small != full]
+    if not cuts:  # another rank or input count: nothing to name dim by dim
+        return f" at input {_shapes(m.inputs)}, not {_shapes(m.analysed_inputs)}"
+    listed = ", ".join(cuts[:-1]) + " and " + cuts[-1] if len(cuts) > 1 else cuts[0]
+    return (f" at input {_shapes(m.inputs)}, cut from {_shapes(m.analysed_inputs)} in {listed} "
+            "so Triton's interpreter runs it faster")
+
+
 def _model_line(report: ValidationReport) -> str:
     m = report.model
     if m.passed is None:
         return "model numerics: no verified kernel to patch in"
     n = len(m.patched)
-    at = f" at input {_shapes(m.inputs)} of {_shapes(m.analysed_inputs)}" if m.shrunk else ""
+    at = _shrunk_words(m) if m.shrunk else ""
     if m.passed:
         unchecked = f"; the graph was not compared with the model: {m.detail}" if m.detail else ""
-        return (f"model numerics: pass ({n} kernel(s) patched into the traced graph{at}, max "
-                f"abs err {_err(m.max_abs_err)}{_rmse(m)}{unchecked})")
+        return (f"model numerics: pass ({counted(n, 'kernel')} patched into the traced "
+                f"graph{at}, max abs err {_err(m.max_abs_err)}{_rmse(m)}{unchecked})")
     blamed = ", ".join(map(str, m.blamed))
-    line = (f"model numerics: FAILED with {n} kernel(s) patched{at} (max abs err "
-            f"{_err(m.max_abs_err)}; {m.detail}); cluster(s) {blamed} not offered")
+    line = (f"model numerics: FAILED with {counted(n, 'kernel')} patched{at} (max abs err "
+            f"{_err(m.max_abs_err)}; {m.detail}); {plural(len(m.blamed), 'cluster')} {blamed} "
+            "not offered")
     if m.offered:  # each blamed cluster's own line above says why
-        line += (f"\n  the other {len(m.offered)} kernel(s) pass together (max abs err "
+        k = len(m.offered)
+        others = "the other kernel passes" if k == 1 else f"the other {k} kernels pass together"
+        line += (f"\n  {others} (max abs err "
                  f"{_err(m.offered_max_abs_err)}{_rmse(m)})")
     return line
 

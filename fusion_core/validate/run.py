@@ -39,6 +39,7 @@ from ..analysis.types import Cluster
 from ..ir.views import Unsqueeze
 from ..pipeline import Analysis
 from ..report.progress import NO_PROGRESS, StepProgress
+from ..units import counted
 from .inputs import reduced_specs, result_shape
 from .kernels import KernelSet, build_kernels
 from .model_check import model_check
@@ -185,8 +186,8 @@ class _Validation:
         gates: dict[int, list[GateResult]] = {}
         shapes: dict[int, tuple[int, ...]] = {}
         launchers: dict[int, Callable] = {}
-        label = (f"cluster numerics: {len(checked)} distinct kernel(s) for "
-                 f"{len(self.analysis.clusters)} cluster(s)"
+        label = (f"cluster numerics: {counted(len(checked), 'distinct kernel')} for "
+                 f"{counted(len(self.analysis.clusters), 'cluster')}"
                  + ("" if cuda else " under the Triton interpreter"))
         with self.progress.step(label, len(checked)) as advance:
             for i in checked:
@@ -267,7 +268,7 @@ class _Validation:
     def _model(self, wide: Recording, launchers: dict[int, Callable]) -> ModelCheck:
         if not launchers:
             return ModelCheck(None, None, ())
-        with self.progress.step(f"model numerics: {len(launchers)} kernel(s) patched in",
+        with self.progress.step(f"model numerics: {counted(len(launchers), 'kernel')} patched in",
                                 len(launchers)):
             analysed = tuple(tuple(s.shape) for s in self.analysis.inputs)
             if self.cuda:

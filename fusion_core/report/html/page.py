@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 from ...fileio import write_atomic
+from ...units import counted
 from ..units import fmt_bytes
 
 SCRIPTS = ("graph.js", "panel.js", "main.js")  # in load order
@@ -48,10 +49,10 @@ def _shell(title: str, header: str, body: str, scripts: bool, doc: dict | None =
 def _facts(page: dict[str, Any]) -> str:
     saved = page["unfused_bytes"] - page["fused_bytes"]
     share = f" ({saved / page['unfused_bytes']:.0%})" if page["unfused_bytes"] else ""
-    bits = [f"{page['n_nodes']} nodes", f"{len(page['clusters'])} fusable cluster(s)",
+    bits = [f"{page['n_nodes']} nodes", counted(len(page['clusters']), "fusable cluster"),
             f"captured with {page['frontend']}", "inputs " + ", ".join(page["inputs"]),
             f"{fmt_bytes(saved)} of {fmt_bytes(page['unfused_bytes'])} cluster traffic "
-            f"avoided{share}", f"{len(page['rejections'])} rejection(s)"]
+            f"avoided{share}", counted(len(page['rejections']), "rejection")]
     if page.get("mode"):
         bits.append(f"kernels checked on {page['device']} ({page['mode']})")
     return " · ".join(html.escape(b) for b in bits)
@@ -147,7 +148,7 @@ def index_html(rows: Sequence[dict[str, Any]], provenance: dict[str, str]) -> st
             cells.append(f"<td{cls}>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     prov = ", ".join(f"{k} {v}" for k, v in provenance.items())
-    header = (f"<h1>Fusion report</h1><div class=facts>{len(rows)} test(s) checked · "
+    header = (f"<h1>Fusion report</h1><div class=facts>{counted(len(rows), 'test')} checked · "
               f"{html.escape(prov)}</div>")
     table = f'<div class="index"><table><tr>{head}</tr>{"".join(body)}</table></div>'
     return _shell("fusion-advisor: fusion report", header, table, False)
