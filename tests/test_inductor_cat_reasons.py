@@ -69,8 +69,8 @@ def test_a_batch_norm_written_into_a_cat_is_named_in_the_cluster_verdict(default
     analysis, _, a = default
     v = a.clusters[_relu_bn_cluster(analysis).index]
     assert v.verdict == DIFFERENT
-    # Our op as the user's source names it, not FX's `batch_norm_3`.
-    assert re.search(r"`batch_norm` \(line \d+\) written into `cat`'s output \(line \d+\)",
+    # Our op as the user's source names it (the module call), not FX's `batch_norm_3`.
+    assert re.search(r"`self\.bn2` \(line \d+\) written into `cat`'s output \(line \d+\)",
                      v.detail), v.detail
     assert "batch_norm_3" not in v.detail
     assert v.detail.endswith(INTO_CAT.split(": ")[1])
