@@ -57,6 +57,22 @@ def test_{case}():
 """
 
 
+def one_case_project(p, body: str, **marker) -> None:
+    """A pytester project of one case (model_net.py, test_net.py::test_net): the GPU test's."""
+    p.makeini(TIMED_INI)
+    p.makepyfile(
+        model_net=HEAD + "".join(f"        {ln}\n" for ln in BODIES[body].splitlines()),
+        test_net=TEST.format(case="net", kwargs="".join(f", {k}={v!r}"
+                                                        for k, v in marker.items())),
+    )
+
+
+def run(p, *args):
+    return p.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *PLUGIN_ARGS, *args
+    )
+
+
 @dataclass(frozen=True)
 class Case:
     recorded: str  # the body its baseline is recorded from
