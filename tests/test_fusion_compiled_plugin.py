@@ -22,7 +22,7 @@ from fusion_plugin_helpers import PLUGIN_ARGS, TIMED_INI, baselines
 
 from pytest_fusion.compiled_gate import compiled_device
 
-pytestmark = pytest.mark.slow  # the runs here are real torch.compiles (~20 s each on CPU)
+pytestmark = pytest.mark.slow  # four inner runs of real torch.compiles (~40 s on 2 CPU cores)
 
 DEVICE = compiled_device()
 BACKEND = f"{DEVICE}-inductor"
@@ -146,7 +146,7 @@ def _run(path: Path, *args: str) -> Ran:
 
 
 def _edit_baseline(path: Path, case: str, edit) -> None:
-    file = baselines(path)[f"test_net.py::test_{case}"]
+    file = baselines(path)[node_id(case)]
     data = yaml.safe_load(file.read_text())
     edit(data)
     file.write_text(yaml.safe_dump(data, sort_keys=False))
