@@ -340,6 +340,12 @@ def ttgir_load_layouts(shape: str, case: str) -> dict:
     """tests/ttgir_layouts.py in its own process (Triton imported without the interpreter):
     each load's layout when the kernel of CASES[case] at `shape` is compiled for sm_90;
     skips where this Triton cannot compile for sm_90."""
+    (found,) = ttgir_load_layouts_of([(shape, case)])
+    return found
+
+
+def ttgir_load_layouts_of(requests: list[tuple[str, str]]) -> list[dict]:
+    """`ttgir_load_layouts` of each (shape, case), all in one process."""
     import json
     import os
     import subprocess
@@ -348,13 +354,16 @@ def ttgir_load_layouts(shape: str, case: str) -> dict:
     import pytest
 
     script = Path(__file__).resolve().parent / "ttgir_layouts.py"
-    done = subprocess.run([sys.executable, str(script), shape, case], capture_output=True,
-                          text=True, timeout=300, cwd=script.parent.parent,
+    done = subprocess.run([sys.executable, str(script), *(v for r in requests for v in r)],
+                          capture_output=True, text=True, timeout=300 * len(requests),
+                          cwd=script.parent.parent,
                           env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
     if done.returncode == 3:
         pytest.skip(done.stderr.strip().splitlines()[-1])
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(found) == len(requests), done.stdout[-2000:]
+    return found
 
 
 _IR = """

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from codegen_harness import Lambda, check_model, ttgir_load_layouts
+from codegen_harness import Lambda, check_model, ttgir_load_layouts_of
 
 from fusion_core.codegen import Tuning
 from fusion_core.codegen.loads import index_of
@@ -232,41 +232,52 @@ def test_groupnorm_example_fuses_each_norm_with_its_silu(tmp_path):
     assert all(k.skeleton == "reduction" for k in checked.kernels)
 
 
+STRIDED = [("2,512,32,32", "channel sum", 16),  # 512 columns: one row per program before
+           ("2,64,32,32", "channel softmax", 16)]  # 32 before row buckets went by powers of 2
+FLAT = [("1000,3001", "ld.global.v4.b32"), ("998,3001", "ld.global.v2.b32")]
+LAYOUTS = [*((shape, case) for shape, case, _ in STRIDED), ("2048,64", "row softmax"),
+           *((shape, "flat chain") for shape, _ in FLAT), ("64,1000", "row softmax")]
+
+
+@pytest.fixture(scope="module")
+def layouts() -> dict[tuple[str, str], dict]:
+    """Each LAYOUTS kernel compiled for sm_90 (`ttgir_load_layouts`), in one process."""
+    return dict(zip(LAYOUTS, ttgir_load_layouts_of(LAYOUTS), strict=True))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("shape, case, rows", [
-    ("2,512,32,32", "channel sum", 16),  # 512 columns: one row per program before
-    ("2,64,32,32", "channel softmax", 16),  # 32 before row buckets went by powers of 2
-])
-def test_a_reduction_over_strided_channels_loads_along_the_contiguous_rows(shape, case, rows):
+@pytest.mark.parametrize("shape, case, rows", STRIDED)
+def test_a_reduction_over_strided_channels_loads_along_the_contiguous_rows(shape, case, rows,
+                                                                          layouts):
     """Compiled for sm_90 (no GPU needed): the strided input's tile is read fastest along the
     rows, several rows a thread, with many rows per program."""
-    found = ttgir_load_layouts(shape, case)
+    found = layouts[shape, case]
     assert found["rows_per_program"] == rows
     (load,) = found["loads"]
     assert load["order"] == [0, 1] and load["sizePerThread"][0] > 1, load
 
 
 @pytest.mark.slow
-def test_a_reduction_over_contiguous_rows_loads_along_the_columns():
-    (load,) = ttgir_load_layouts("2048,64", "row softmax")["loads"]
+def test_a_reduction_over_contiguous_rows_loads_along_the_columns(layouts):
+    (load,) = layouts["2048,64", "row softmax"]["loads"]
     assert load["order"] == [1, 0] and load["sizePerThread"][1] > 1, load
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape, loads", [("1000,3001", "ld.global.v4.b32"),
-                                          ("998,3001", "ld.global.v2.b32")])
-def test_a_flat_kernel_vectorizes_its_loads_when_the_size_is_no_multiple_of_16(shape, loads):
+@pytest.mark.parametrize("shape, loads", FLAT)
+def test_a_flat_kernel_vectorizes_its_loads_when_the_size_is_no_multiple_of_16(shape, loads,
+                                                                              layouts):
     """3001000 elements (a multiple of 8) and 2994998 (of 2): Triton only marks integer
     arguments divisible by 16, so a plain `offs < n_elements` mask kept every load scalar
     (`ld.global.b32`); written as a multiple of the size's alignment, the loads move as many
     floats at once as that alignment allows."""
-    found = ttgir_load_layouts(shape, "flat chain")
+    found = layouts[shape, "flat chain"]
     assert found["ptx_loads"] == [loads], found
 
 
 @pytest.mark.slow
-def test_rows_of_1000_columns_load_four_floats_at_once():
+def test_rows_of_1000_columns_load_four_floats_at_once(layouts):
     """1000 is a multiple of 8, not of 16: told so through COLS_ALIGN, Triton vectorizes the
     row loads (they were `ld.global.b32`, one float each, before)."""
-    found = ttgir_load_layouts("64,1000", "row softmax")
+    found = layouts["64,1000", "row softmax"]
     assert found["ptx_loads"] == ["ld.global.v4.b32"], found

@@ -338,28 +338,43 @@ def test_split_kernels_compile_for_sm90(tmp_path):
     assert len(compiled) == len(jobs) and all(compiled.values()), compiled
 
 
-@pytest.mark.parametrize("name,block,warps,splits", [
+FINISH_CONFIGS = [
     ("layer_norm", 4096, 8, 8),  # the H200 panel's 256 x 65536 fp32: 587 us, unsplit 60
     ("layer_norm", 8192, 16, 8),  # ...2219 us
     ("layer_norm", 2048, 8, 32),
     ("softmax", 4096, 8, 8),
     ("rms_norm", 4096, 8, 8),
     ("mean", 4096, 8, 8),
-])
+]
+
+
+@pytest.fixture(scope="module")
+def finish_ir(tmp_path_factory) -> dict[tuple, dict]:
+    """Each FINISH_CONFIGS finish kernel compiled for sm_90, all in one compiler process (its
+    start, importing torch and Triton, costs more than a compile): config -> its TTGIR."""
+    jobs = []
+    for name, block, warps, splits in FINISH_CONFIGS:
+        x = torch.randn(2, 65536)
+        analysis = analyze(_model(name, 65536, x.dtype), x)
+        (cluster,) = analysis.clusters
+        kernel = generate(analysis, cluster)
+        args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
+        consts = {"BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1, "SPLITS_BLOCK": splits}
+        jobs.append((kernel, tmp_path_factory.mktemp(name), args, "finish", consts, warps))
+    found = compiled_ir(jobs)
+    assert len(found) == len(jobs)
+    return dict(zip(FINISH_CONFIGS, found, strict=True))
+
+
+@pytest.mark.parametrize("name,block,warps,splits", FINISH_CONFIGS)
 def test_finish_kernel_reads_its_row_statistics_as_scalars_for_sm90(name, block, warps,
-                                                                     splits, tmp_path):
+                                                                     splits, finish_ir):
     """Compiled for sm_90 at a configuration the candidates give 256 x 65536 fp32 rows, the
     finish kernel's last pass broadcasts each merged statistic from a scalar, and converts no
     column block between layouts. Broadcast from [1, 1] blocks in the partials' layout,
     Triton 3.6 converted layer_norm's mean and rstd at [1, BLOCK_SIZE] through shared memory,
     every thread storing all BLOCK_SIZE values (2048 st.shared.v4 a thread at 4096)."""
-    x = torch.randn(2, 65536)
-    analysis = analyze(_model(name, 65536, x.dtype), x)
-    (cluster,) = analysis.clusters
-    kernel = generate(analysis, cluster)
-    args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
-    consts = {"BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1, "SPLITS_BLOCK": splits}
-    (found,) = compiled_ir([(kernel, tmp_path, args, "finish", consts, warps)])
+    found = finish_ir[name, block, warps, splits]
     ir = found["ttgir"]
     assert f"tensor<1x{block}xf32" in ir  # the column block is there...
     assert "scf.for" in ir

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from codegen_harness import Lambda, check_model, run_kernel, ttgir_load_layouts
+from codegen_harness import Lambda, check_model, run_kernel, ttgir_load_layouts_of
 
 from fusion_core.codegen import Tuning, generate
 from fusion_core.codegen.choices import CANDIDATES, candidates
@@ -181,12 +181,21 @@ def test_the_channels_last_kernel_runs_other_shapes_and_layouts(tmp_path):
 
 
 # -- what Triton makes of it (sm_90 compile, no GPU) ---------------------------------------
+@pytest.fixture(scope="module")
+def channels_last_layouts() -> dict[str, dict]:
+    """Both channels-last cases at ConvNeXt's benchmark shape compiled for sm_90
+    (`ttgir_load_layouts`), in one process: case -> layouts."""
+    cases = ["channels-last add", "channels-last result"]
+    return dict(zip(cases, ttgir_load_layouts_of([("64,32,56,56", c) for c in cases]),
+                    strict=True))
+
+
 @pytest.mark.slow
-def test_a_channels_last_tile_loads_each_input_along_its_contiguous_dim():
+def test_a_channels_last_tile_loads_each_input_along_its_contiguous_dim(channels_last_layouts):
     """ConvNeXt's benchmark shape: the channels-last input's tile is read fastest down the
     rows, four channels a thread; the NCHW input's along the columns, four pixels a thread
     (before this rule both were read one element at a time, along the columns)."""
-    found = ttgir_load_layouts("64,32,56,56", "channels-last add")
+    found = channels_last_layouts["channels-last add"]
     permuted, plain = found["loads"]
     assert permuted["order"] == [0, 1] and permuted["sizePerThread"] == [4, 1], permuted
     assert plain["order"] == [1, 0] and plain["sizePerThread"] == [1, 4], plain
@@ -194,10 +203,10 @@ def test_a_channels_last_tile_loads_each_input_along_its_contiguous_dim():
 
 
 @pytest.mark.slow
-def test_a_result_written_channels_last_is_stored_down_the_rows():
+def test_a_result_written_channels_last_is_stored_down_the_rows(channels_last_layouts):
     """NCHW in, NCHW and NHWC results: the NHWC store runs fastest down the rows (channels),
     four a thread, the NCHW load and store along the columns."""
-    found = ttgir_load_layouts("64,32,56,56", "channels-last result")
+    found = channels_last_layouts["channels-last result"]
     along = {"order": [1, 0], "sizePerThread": [1, 4]}
     assert found["loads"] == [along]
     assert found["stores"] == [along, {"order": [0, 1], "sizePerThread": [4, 1]}], found

@@ -4,13 +4,13 @@ beside the CPU record of the same test in one baseline, each under its backend's
 import pytest
 import yaml
 from fusion_plugin_helpers import baselines
-from test_fusion_compiled_plugin import project, run
+from test_fusion_compiled_plugin import one_case_project, run
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 def test_cuda_record_is_kept_beside_the_cpu_record_in_one_baseline(pytester, monkeypatch):
-    project(pytester, "matmul", compiled=True)
+    one_case_project(pytester, "matmul", compiled=True)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the CPU runner's record first
     run(pytester, "--fusion-update-baselines=new").assert_outcomes(passed=1)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")

@@ -247,6 +247,9 @@ def _heavy_modules(pytester, *args):
             or m.startswith("fusion_core.") and m not in LIGHT}, modules, r
 
 
+_WITHOUT_PLUGIN: list[set[str]] = []  # the heavy modules of a run without the plugin
+
+
 @pytest.mark.parametrize("args", [(), ("--fusion-report",), ("--fusion-update-baselines",)])
 def test_a_run_without_fusion_tests_imports_neither_torch_nor_the_analyzer(pytester, args):
     pytester.makeini("[pytest]\n")
@@ -255,7 +258,9 @@ def test_a_run_without_fusion_tests_imports_neither_torch_nor_the_analyzer(pytes
     # What the environment's other plugins import anyway (on a GPU machine some import
     # torch or yaml themselves): the plugin is judged only on what it adds.
     without = ("-p", "no:fusion") if not PLUGIN_ARGS else ()
-    baseline, _, _ = _heavy_modules(pytester, *without)
+    if not _WITHOUT_PLUGIN:  # the same project and run for each `args`: run once
+        _WITHOUT_PLUGIN.append(_heavy_modules(pytester, *without)[0])
+    baseline = _WITHOUT_PLUGIN[0]
     heavy, modules, r = _heavy_modules(pytester, *PLUGIN_ARGS, *args)
     r.stdout.fnmatch_lines(["fusion-advisor: torch *, triton *, baselines fusion_baselines/*"])
     assert "pytest_fusion.plugin" in modules  # the plugin was loaded...

@@ -5,7 +5,8 @@ the global load instructions of its PTX (`ld.global.v4.b32`: four floats at once
 load Triton could not vectorize is `ld.global.b32`).
 
 Run as a script (Triton must be imported without TRITON_INTERPRET, so not inside the test
-process): `python tests/ttgir_layouts.py SHAPE CASE`, CASE a key of CASES. Integer
+process): `python tests/ttgir_layouts.py SHAPE CASE [SHAPE CASE ...]`, CASE a key of CASES,
+one JSON line per pair (one process for several: its start costs more than a compile). Integer
 arguments divisible by 16 and the pointers are marked so, as Triton's launcher
 specializes them. Exit status 3: this Triton cannot compile for sm_90 here.
 """
@@ -88,9 +89,11 @@ def _compiled_loads(jit, caught: dict) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        found = load_layouts(tuple(int(v) for v in sys.argv[1].split(",")), sys.argv[2])
-    except (ImportError, RuntimeError) as e:  # no sm_90 compiler in this Triton
-        print(f"cannot compile for sm_90: {e}", file=sys.stderr)
-        sys.exit(3)
-    print(json.dumps(found))
+    pairs = sys.argv[1:]
+    for shape, case in zip(pairs[::2], pairs[1::2], strict=True):
+        try:
+            found = load_layouts(tuple(int(v) for v in shape.split(",")), case)
+        except (ImportError, RuntimeError) as e:  # no sm_90 compiler in this Triton
+            print(f"cannot compile for sm_90: {e}", file=sys.stderr)
+            sys.exit(3)
+        print(json.dumps(found), flush=True)
