@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .construction import construction_change
 from .explain import Explainer, fmt_bytes, head
 from .findings import LOC, Finding, at, messages
 from .locate import locate
@@ -190,6 +191,8 @@ def compare(base: Snapshot, cur: Snapshot, tol: Tolerances = Tolerances(),
             (f"the example inputs changed ({', '.join(base.inputs)} → {', '.join(cur.inputs)}):"
              " the baseline no longer applies",), (), (), "")
     d = _Diff(base, cur, tol, checks)
+    if built := construction_change(base, cur):  # the likely cause of what follows
+        d.say("changes", None, built)
     if switched := frontend_change(base, cur):
         d.say("changes", None, switched)
     d.clusters()

@@ -21,6 +21,7 @@ from fusion_core.units import plural
 
 from .compare import CHECKS, Tolerances
 from .compiled_bounds import BOUNDS, check_bound_values, exceeded
+from .construction import describe
 from .judge import Verdict
 from .measure import to_measured
 from .options import CAPTURES, check_improvements, check_target, check_tolerance
@@ -173,8 +174,8 @@ class FusionAdvisor:
         elif problem := check_target(device, call.replace("(...)", "(device=...)")):
             pytest.fail(problem, pytrace=False)
         try:
-            analysis = fusion_core.analyze(build_model(model, model_kwargs),
-                                           *build_inputs(inputs, dtype),
+            module = build_model(model, model_kwargs)
+            analysis = fusion_core.analyze(module, *build_inputs(inputs, dtype),
                                            capture=capture, device=device)
         except fusion_core.FusionAdvisorError as e:
             failure = f"fusion analysis failed: {e.worded(fixes(call))}"
@@ -197,6 +198,8 @@ class FusionAdvisor:
         key = self.session.hw_key
         snap = from_analysis(analysis, self.item.nodeid, rootdir, kernels=generated.kinds,
                              target=device)
+        if module is not model:  # built here: the baseline says how (an instance: unknown)
+            snap = replace(snap, built=describe(model, model_kwargs, analysis.model_name))
         agreement = matched = None
         if bounds or (self.session.settings.compiled if compiled is None else compiled):
             from .compiled_gate import compiled_data  # loads torch: only when asked for

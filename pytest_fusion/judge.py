@@ -97,6 +97,7 @@ class Judge:
         carried by the record whatever the verdict."""
         from .carry import attach_timings, refresh_lines
         from .compare import CHECKS, compare, frontend_change, other_timing
+        from .construction import construction_change
         from .snapshot import BaselineError
 
         checks = CHECKS if checks is None else checks
@@ -160,9 +161,11 @@ class Judge:
         if not failing:
             return Verdict(rec, write, None)
         said = result.regressions or result.improvements
-        lines = "\n".join(f"  - {m}" for m in said)
+        built = construction_change(base, current)  # named first: it explains the rest
+        lines = f"  ({built})\n" if built else ""
+        lines += "\n".join(f"  - {m}" for m in said)
         others = [m for m in result.regressions + result.improvements + result.changes
-                  if m not in said]
+                  if m not in said and m != built]
         if others:
             lines += "\nAlso:\n" + "\n".join(f"  - {m}" for m in others)
         switched = frontend_change(base, current)  # e.g. auto fell back to export

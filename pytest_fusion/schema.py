@@ -11,7 +11,9 @@ each hardware's timings the ``clock`` they were taken by (``device``: CUDA-graph
 ``host``) and the ``inputs`` they were taken at, and keeps host-timed figures
 (``kernel_host_us``…) beside device-timed ones. Schema 4 adds ``compiled``: per backend
 (``cpu-inductor``…), what torch.compile made of the model (graph breaks, graphs, Inductor's
-kernels, recompiles, versions); older baselines have none and read as {}. ``from_data``
+kernels, recompiles, versions); older baselines have none and read as {}. ``model_kwargs``
+(and ``factory`` when not the model's class) say how the model was built (``construction``);
+baselines written before they were recorded have neither and read as None. ``from_data``
 reads schemas 1 to 4 (schema 2
 timings: host clock, at the baseline's inputs; schema 1 has no identity: clusters match by
 ops, timings by ops and lines) and raises ``BaselineError`` with one line naming the file
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .construction import Construction
 from .grouping import compact, expand
 from .snapshot import (
     CLOCKS,
@@ -116,6 +119,7 @@ def to_data(s: Snapshot) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "test": s.test,
         "model": s.model,
+        **(s.built.data() if s.built is not None else {}),  # absent: not recorded
         "inputs": list(s.inputs),
         "target": s.target,
     }
@@ -198,6 +202,16 @@ class _Reader:
         if len(sites) != len(self.strs(d, "nodes", where)):
             raise self.fail(f"`{where}sites` must name one site per node")
         return sites
+
+    def built(self, data: dict) -> Construction | None:
+        """The factory and keyword arguments; None in baselines written before them."""
+        if "model_kwargs" not in data:
+            return None
+        kwargs = self.get(data, "model_kwargs", dict, "")
+        if not all(isinstance(k, str) for k in kwargs):
+            raise self.fail("`model_kwargs` must be keyed by argument names")
+        return Construction(self.optional(data, "factory", str, "", ""),
+                            tuple(sorted(kwargs.items())))
 
     def totals(self, data: dict) -> Totals | None:
         if "totals" not in data:
@@ -334,4 +348,4 @@ def from_data(data: Any, file: str) -> Snapshot:
         rejections=tuple(rejections),
         provenance={str(k): str(v) for k, v in prov.items()} if isinstance(prov, dict) else {},
         measured=_measured(r, data, clusters_t, version, inputs), frontend=frontend,
-        target=target, totals=r.totals(data), compiled=_compiled(r, data))
+        target=target, totals=r.totals(data), compiled=_compiled(r, data), built=r.built(data))

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .construction import Construction
+
 MAX_NAME = 120
 # What a baseline describes: the device the model is analysed for (Inductor lowers some ops
 # differently there), not where the test's tensors live. Baselines without it are "cpu".
@@ -217,6 +219,7 @@ class Snapshot:
     def by_site(self) -> dict[str, OpRec]:
         return {o.site: o for o in self.ops if o.site}
     target: str = "cpu"  # one of TARGETS: the device the analysis describes
+    built: Construction | None = None  # None: passed built, or not recorded (never compared)
 
     @property
     def kernels(self) -> int:
