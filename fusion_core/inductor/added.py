@@ -7,10 +7,11 @@ The match compares clusters by the keys of *compute* ops, so ops we keep opaque 
 `F.interpolate`, a `.scatter()`, a `torch.cat`) were invisible to it: Inductor lowers them to
 index arithmetic and loads inside the consumer's kernel (a UNet decoder's upsample and skip
 concatenation inside its GroupNorm; a MoE router's scatter inside its sum and divide), and
-the cluster was called "same group". A kernel holds such an op when one of its nodes sits on
-the op's (module, file, line) key; where a key is the cluster's own too (one line doing
-both), only a node of the same op name counts. Matrix products, convolutions and attention
-are left to the epilogue and library-call rules (``explain.py``, ``match.py``).
+the cluster was called "same group". A kernel holds such an op when one of its nodes, or a
+`cat` it writes its results into, sits on the op's (module, file, line) key; where a key is
+the cluster's own too (one line doing both), only a node of the same op name counts. Matrix
+products, convolutions and attention are left to the epilogue and library-call rules
+(``explain.py``, ``library_calls.py``).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def added_ops(analysis: Analysis, members: Iterable[str], ours: Iterable[Key],
     computes: by key, or by op name where the key is the cluster's own too."""
     members, ours = set(members), tuple(ours)
     theirs: dict[Key, set[str]] = {}
-    for n in kernel.nodes:
+    # A concatenation the kernel writes its results into is one it does the work of too.
+    for n in (*kernel.nodes, *kernel.into_cat):
         if n.line is not None:
             theirs.setdefault((n.module, norm_path(n.file), n.line), set()).add(n.op)
     found: dict[str, None] = {}
