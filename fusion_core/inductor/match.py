@@ -244,12 +244,14 @@ def _verdict(analysis: Analysis, c: Cluster, ours: dict, cover: dict[str, set[in
     if len(hit) == 1 and not inside:
         parts.append("Inductor fuses more: " + _describe(
             analysis, kernels[hit[0]], kkeys[hit[0]], our_keys, adds.get(hit[0], ())))
-    elif len(hit) == 1:  # beside a library call
-        parts.append(f"{short_name(kernels[hit[0]].name)} computes {computes(hit[0])}")
-    elif hit:
-        split = "; ".join(f"{short_name(kernels[i].name)} ({computes(i)})" for i in hit)
-        parts.append(f"Inductor splits it over {len(hit)} kernels: {split}")
-        parts += [_describe(analysis, kernels[i], set(), our_keys, adds[i]) for i in adds]
+    else:
+        if len(hit) == 1:  # beside a library call
+            parts.append(f"{short_name(kernels[hit[0]].name)} computes {computes(hit[0])}")
+        elif hit:
+            split = "; ".join(f"{short_name(kernels[i].name)} ({computes(i)})" for i in hit)
+            parts.append(f"Inductor splits it over {len(hit)} kernels: {split}")
+        parts += [text for i in adds if " also computes " in (
+            text := _describe(analysis, kernels[i], set(), our_keys, adds[i]))]
     parts += _cat_words(analysis, hit, ours, cover, kernels)
     if inside:
         parts.append(inside_words(analysis, inside, calls))
