@@ -27,7 +27,6 @@ replaced (``rewrites.py``): the attention block Inductor hands to
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..compile_quiet import quiet
 from ..errors import FusionAdvisorError
 from ..ir.normalize import module_path, parse_stack_trace
 from .layouts import cat_origins, ir_nodes
@@ -290,11 +290,7 @@ def _compile(model: nn.Module, inputs: Sequence[torch.Tensor]) -> tuple[str, ...
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
-    with torch.no_grad(), warnings.catch_warnings():
-        # Dynamo's notes on what it does not trace ("does not know how to trace the builtin
-        # `math.log`", a graph break) are torch.compile's compile-time chatter, not a finding
-        # of ours: hidden for this call only; the model's and our own warnings still show.
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._dynamo(\.|$)")
+    with torch.no_grad(), quiet():  # Dynamo's chatter, not a finding of ours
         _, code = run_and_get_code(torch.compile(model), *inputs)
     return tuple(code)
 

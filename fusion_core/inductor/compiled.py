@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..compile_quiet import quiet
 from .capture import InductorError, InductorNode, capture
 from .separation import Separation, separations
 
@@ -109,7 +110,7 @@ def _graph_breaks(
 ) -> tuple[int, tuple[GraphBreak, ...]]:
     torch._dynamo.reset()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), quiet():  # the breaks are recorded: Dynamo's lines not needed
             explained = torch._dynamo.explain(model)(*inputs)
     finally:
         torch._dynamo.reset()
@@ -171,7 +172,7 @@ def _recompiles(
     guard_failures.clear()
     try:
         compiled = torch.compile(model, backend="eager")
-        with torch.no_grad():
+        with torch.no_grad(), quiet():
             compiled(*inputs)
             first = counters["stats"]["unique_graphs"]
             for args in extra:

@@ -12,9 +12,9 @@ computing it, and a kernel's status and extra ops count only the keys it owns. N
 Inductor created in a pattern rewrite carry no stack trace; such a node still explains one
 of our nodes whose op it has, when its kernel already overlaps our cluster by key. Ops
 Inductor drops (dropout in eval mode, casts to the same dtype) are ignored on our side.
-A bias add our capture split off a convolution or Linear (``meta["fusion_split_bias"]``)
-has no node of its own in Inductor's graph either: its lowering adds the bias on behalf
-of the convolution or matmul node, so that node, on the same key, stands for it.
+A split-off bias add and the library calls are ``library_calls.py``'s. A kernel that also
+computes an opaque call of ours outside the cluster (an upsample, a scatter, a cat) is never
+the cluster's ``same group``: ``added.py`` finds and names it.
 
 A node of ours no generated kernel computes may be computed inside a library call
 (``capture.LibraryCall``): a pattern rewrite replaced it (the attention block's scale and
@@ -25,23 +25,27 @@ library kernel``; partly so, a ``different grouping`` that names the call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..analysis.types import Cluster
-from ..ir.bias_split import SPLIT_BIAS
-from ..ir.spelling import said
 from ..pipeline import Analysis
+from .added import Opaque, added_ops, added_words, opaque_keys
 from .capture import (
     InductorCapture,
     InductorKernel,
-    InductorNode,
     LibraryCall,
     module_path,
 )
-from .explain import MissLine, cat_feeders, collapse, into_cat, miss_reason, short_name
-from .kernel_graph import ATTENTION_OPS, GEMM_OPS, compatible, norm_path
-from .op_names import is_compute
+from .explain import MissLine, cat_feeders, collapse, into_cat, is_cat, miss_reason, short_name
+from .kernel_graph import compatible, norm_path
+from .library_calls import (
+    cover_split_biases,
+    gemm_keys,
+    inside_calls,
+    inside_words,
+    named,
+    split_biases,
+)
 
 IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
 # (same-dtype casts are skipped too: see _same_dtype_cast)
@@ -148,83 +152,6 @@ def _coverage(ours: dict[str, tuple[frozenset[Key], str]], kernels: list[Inducto
     return cover
 
 
-def _gemm_keys(nodes: tuple[InductorNode, ...]) -> set[Key]:
-    """Keys of the convolutions and matmuls among a kernel's origins (their bias adds)."""
-    return {(n.module, norm_path(n.file), n.line) for n in nodes
-            if n.op in GEMM_OPS and n.line is not None}
-
-
-def _split_biases(analysis: Analysis, c: Cluster) -> set[str]:
-    """The cluster's bias adds our capture split off a GEMM or convolution."""
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    return {name for name in c.nodes
-            if name in fx_nodes and fx_nodes[name].meta.get(SPLIT_BIAS)}
-
-
-def _cover_split_biases(biases: set[str], keys: dict[str, tuple[Key | None, str]],
-                        cover: dict[str, set[int]], gemm_keys: list[set[Key]]) -> None:
-    """A split-off bias add no kernel computes by key: the kernels holding its convolution
-    or matmul on a compatible key compute it (see the module docstring)."""
-    for name in biases:
-        key = keys.get(name, (None, ""))[0]
-        if key is None or cover.get(name, True):
-            continue
-        cover[name] = {i for i, ks in enumerate(gemm_keys) if any(compatible(key, k) for k in ks)}
-
-
-def _call_keys(call: LibraryCall) -> set[Key]:
-    """Keys of the compute ops a library call stands for (a rewrite's scale and softmax)."""
-    return {(n.module, norm_path(n.file), n.line) for n in call.computes if is_compute(n.op)}
-
-
-def _inside(keys: dict[str, tuple[Key | None, str]], cover: dict[str, set[int]],
-            biases: set[str], calls: list[LibraryCall]) -> dict[str, set[int]]:
-    """The library calls computing each of our nodes no generated kernel computes."""
-    by_op = [_call_keys(call) for call in calls]
-    gemms = [_gemm_keys(call.nodes) for call in calls]
-    out: dict[str, set[int]] = {}
-    for name, (key, _) in keys.items():
-        if cover.get(name) or key is None:
-            continue
-        found = {j for j, ks in enumerate(by_op) if any(compatible(key, k) for k in ks)}
-        if name in biases:
-            found |= {j for j, ks in enumerate(gemms) if any(compatible(key, k) for k in ks)}
-        if found:
-            out[name] = found
-    return out
-
-
-def _named(analysis: Analysis, names: Iterable[str]) -> str:
-    """Our ops as the user wrote them (`add` (line 61)), each phrase once, not FX's node
-    names (`add_3`, `dt_add_bias`)."""
-    g = analysis.graph
-    return ", ".join(dict.fromkeys(said(g, n) if n in g else f"`{n}`" for n in names))
-
-
-def _call_words(call: LibraryCall) -> str:
-    """Why Inductor computes our ops inside `call`, in a few words."""
-    if not call.replaced:
-        return "library call"
-    if call.op.lstrip("_") in ATTENTION_OPS:
-        return "attention pattern replaced"
-    if call.epilogue:
-        what = "convolution" if "conv" in call.op or any(
-            "conv" in n.op for n in call.replaced) else "matrix product"
-        return f"fused into the {what} call: an extern kernel's epilogue"
-    return f"pattern `{call.pattern}` replaced" if call.pattern else "pattern replaced"
-
-
-def _inside_words(analysis: Analysis, inside: dict[str, set[int]],
-                  calls: list[LibraryCall]) -> str:
-    """`Inductor's `X` computes `mul` (line 3), `softmax` (line 4) (attention pattern
-    replaced)`, per call."""
-    parts = []
-    for j in sorted(set().union(*inside.values())):
-        names = _named(analysis, (n for n, js in inside.items() if j in js))
-        parts.append(f"Inductor's `{calls[j].op}` computes {names} ({_call_words(calls[j])})")
-    return "; ".join(parts)
-
-
 def _owned(kkeys: list[set[Key]]) -> list[set[Key]]:
     """Each kernel's keys minus those an earlier kernel already computed (recompute)."""
     seen: set[Key] = set()
@@ -235,17 +162,39 @@ def _owned(kkeys: list[set[Key]]) -> list[set[Key]]:
     return out
 
 
-def _exact(i: int, ours: dict, cover: dict[str, set[int]], kkeys: list[set[Key]]) -> bool:
-    if not ours or any(i not in cover[n] for n in ours):
+def _exact(i: int, ours: dict, cover: dict[str, set[int]], kkeys: list[set[Key]],
+           adds: dict[int, tuple[str, ...]]) -> bool:
+    """Kernel i computes all of the cluster and nothing else: no compute op of another line
+    it owns, no opaque call of ours it does the work of (`adds`, see added.py)."""
+    if not ours or any(i not in cover[n] for n in ours) or adds.get(i):
         return False
     return kkeys[i] <= _our_keys(ours)
 
 
-def _describe(k: InductorKernel, owned: set[Key], our_keys: set[Key]) -> str:
+def _adds(analysis: Analysis, c: Cluster, keys: dict[str, tuple[Key | None, str]],
+          cover: dict[str, set[int]], kernels: list[InductorKernel], opaque: Opaque
+          ) -> dict[int, tuple[str, ...]]:
+    """Per kernel computing the cluster: the opaque calls of ours it computes too."""
+    ours = [k for k, _ in keys.values() if k is not None]
+    hit = set().union(*cover.values()) if cover else set()
+    return {i: found for i in sorted(hit)
+            if (found := added_ops(analysis, c.nodes, ours, kernels[i], opaque))}
+
+
+def _describe(analysis: Analysis, k: InductorKernel, owned: set[Key], our_keys: set[Key],
+              added: tuple[str, ...]) -> str:
+    """`K also computes `mul` (line 8), `F.interpolate` (line 7) (opaque to us: …)`; a
+    `cat` the kernel fuses is left to _cat_words."""
+    g = analysis.graph
+    at = {a: (norm_path(g[a].source.file), g[a].source.line) for a in added}
+    # An added call's lowering (an upsample's index `mul`, `add`) is that call, not an op.
     extra = sorted({(n.line or 0, n.op) for n in k.compute_nodes
                     if n.line is not None and (key := (n.module, norm_path(n.file), n.line))
-                    not in our_keys and key in owned})
-    ops = ", ".join(f"`{op}` (line {line})" for line, op in extra)
+                    not in our_keys and key in owned and key[1:] not in at.values()})
+    cats = {(norm_path(n.file), n.line) for n in k.cats}
+    added = tuple(a for a in added if not (is_cat(g[a]) and at[a] in cats))
+    ops = ", ".join([*(f"`{op}` (line {line})" for line, op in extra),
+                     *([added_words(analysis, added)] if added else [])])
     return f"{short_name(k.name)} also computes {ops}" if ops else short_name(k.name)
 
 
@@ -263,47 +212,51 @@ def _cat_words(analysis: Analysis, hit: list[int], ours: dict, cover: dict[str, 
             fed = cat_feeders(analysis, kernels[i], computed)
             where = f" ({lines})" if lines else ""
             out.append(f"{short_name(kernels[i].name)}: " + (
-                f"{_named(analysis, fed)} {into_cat(where)}" if fed else
-                f"{_named(analysis, computed)} read `cat`'s output{where}, which Inductor computes "
+                f"{named(analysis, fed)} {into_cat(where)}" if fed else
+                f"{named(analysis, computed)} read `cat`'s output{where}, which Inductor computes "
                 "in the same kernel; our `cat` stays a call of its own"))
     return out
 
 
 def _verdict(analysis: Analysis, c: Cluster, ours: dict, cover: dict[str, set[int]],
              kernels: list[InductorKernel], kkeys: list[set[Key]],
-             inside: dict[str, set[int]], calls: list[LibraryCall]) -> ClusterVerdict:
+             inside: dict[str, set[int]], calls: list[LibraryCall],
+             adds: dict[int, tuple[str, ...]]) -> ClusterVerdict:
     hit = sorted(set().union(*cover.values())) if cover else []
     in_calls = sorted(set().union(*inside.values())) if inside else []
     names = tuple(kernels[i].name for i in hit) + tuple(calls[j].op for j in in_calls)
     our_keys = _our_keys(ours)
-    same = next((i for i in hit if _exact(i, ours, cover, kkeys)), None)
+    same = next((i for i in hit if _exact(i, ours, cover, kkeys, adds)), None)
     if same is not None:
         return ClusterVerdict(c.index, SAME, names, short_name(kernels[same].name))
     if ours and len(inside) == len(ours):
-        return ClusterVerdict(c.index, INSIDE, names, _inside_words(analysis, inside, calls))
+        return ClusterVerdict(c.index, INSIDE, names, inside_words(analysis, inside, calls))
     uncovered = [n for n in ours if not cover[n] and n not in inside]
     fused_with_ours = [i for i in hit if sum(1 for n in ours if i in cover[n]) >= 2]
-    if not inside and not fused_with_ours and all(len(kkeys[i]) <= 1 for i in hit):
+    if not inside and not fused_with_ours and not adds and all(len(kkeys[i]) <= 1 for i in hit):
         why = "each op is its own kernel" if hit else "no Inductor kernel computes these lines"
         return ClusterVerdict(c.index, NOT_FUSED, names,
                               "; ".join([why, *_cat_words(analysis, hit, ours, cover, kernels)]))
     def computes(i: int) -> str:
-        return _named(analysis, (n for n in ours if i in cover[n]))
+        return named(analysis, (n for n in ours if i in cover[n]))
 
     parts = []
     if len(hit) == 1 and not inside:
-        parts.append("Inductor fuses more: " + _describe(kernels[hit[0]], kkeys[hit[0]],
-                                                         our_keys))
-    elif len(hit) == 1:  # beside a library call
-        parts.append(f"{short_name(kernels[hit[0]].name)} computes {computes(hit[0])}")
-    elif hit:
-        split = "; ".join(f"{short_name(kernels[i].name)} ({computes(i)})" for i in hit)
-        parts.append(f"Inductor splits it over {len(hit)} kernels: {split}")
+        parts.append("Inductor fuses more: " + _describe(
+            analysis, kernels[hit[0]], kkeys[hit[0]], our_keys, adds.get(hit[0], ())))
+    else:
+        if len(hit) == 1:  # beside a library call
+            parts.append(f"{short_name(kernels[hit[0]].name)} computes {computes(hit[0])}")
+        elif hit:
+            split = "; ".join(f"{short_name(kernels[i].name)} ({computes(i)})" for i in hit)
+            parts.append(f"Inductor splits it over {len(hit)} kernels: {split}")
+        parts += [text for i in adds if " also computes " in (
+            text := _describe(analysis, kernels[i], set(), our_keys, adds[i]))]
     parts += _cat_words(analysis, hit, ours, cover, kernels)
     if inside:
-        parts.append(_inside_words(analysis, inside, calls))
+        parts.append(inside_words(analysis, inside, calls))
     if uncovered:
-        parts.append(f"not in any Inductor kernel: {_named(analysis, uncovered)}")
+        parts.append(f"not in any Inductor kernel: {named(analysis, uncovered)}")
     return ClusterVerdict(c.index, DIFFERENT, names, "; ".join(parts))
 
 
@@ -315,23 +268,27 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
     raw = [cluster_keys(analysis, c) for c in analysis.clusters]
     per_cluster = [_resolve(keys, universe) for keys in raw]
     covers = [_coverage(ours, kernels, all_keys) for ours in per_cluster]
-    gemm_keys = [_gemm_keys(k.nodes) for k in kernels]
-    biases = [_split_biases(analysis, c) for c in analysis.clusters]
+    gemm_ks = [gemm_keys(k.nodes) for k in kernels]
+    biases = [split_biases(analysis, c) for c in analysis.clusters]
     for b, keys, cover in zip(biases, raw, covers, strict=True):
-        _cover_split_biases(b, keys, cover, gemm_keys)
+        cover_split_biases(b, keys, cover, gemm_ks)
     if cap.method == "names":
         return _match_by_names(analysis, cap, kernels, per_cluster)
     calls = list(cap.calls)
+    opaque = opaque_keys(analysis)
+    adds = [_adds(analysis, c, keys, cov, kernels, opaque)
+            for c, keys, cov in zip(analysis.clusters, raw, covers, strict=True)]
     verdicts = tuple(_verdict(analysis, c, ours, cov, kernels, kkeys,
-                              _inside(keys, cov, b, calls), calls)
-                     for c, ours, cov, keys, b in zip(analysis.clusters, per_cluster, covers,
-                                                      raw, biases, strict=True))
+                              inside_calls(keys, cov, b, calls), calls, add)
+                     for c, ours, cov, keys, b, add in zip(analysis.clusters, per_cluster,
+                                                           covers, raw, biases, adds,
+                                                           strict=True))
     results = []
     for i, k in enumerate(kernels):
         overlapping = tuple(c.index for c, ours in zip(analysis.clusters, per_cluster,
                                                       strict=True)
                             if kkeys[i] & _our_keys(ours))
-        exact = any(_exact(i, per_cluster[c], covers[c], kkeys) for c in overlapping)
+        exact = any(_exact(i, per_cluster[c], covers[c], kkeys, adds[c]) for c in overlapping)
         status = "exact" if exact else "partial" if overlapping else "missed"
         ops = tuple(sorted({n.op for n in k.compute_nodes})) or k.ops
         reason = miss_reason(analysis, k) if status == "missed" and k.n_user_ops >= 2 else ""

@@ -23,6 +23,7 @@ import torch
 
 from ..analysis.types import Cluster
 from ..codegen import operators
+from ..compile_quiet import quiet
 from . import bench
 from .prepare import Recording
 from .subgraph import patch
@@ -76,7 +77,7 @@ def _compiled_clocked(fn: Callable, rec: Recording, l2_bytes: int | None) -> Any
     """`torch.compile(fn)` compiled by a first call, then clocked; None when it fails."""
     from .timed import clocked
 
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception), quiet():  # Dynamo's chatter, not the user's
         compiled = torch.compile(fn)
         compiled(*rec.inputs)  # compile outside the clock
         return compiled, clocked(compiled, rec.inputs, l2_bytes, MODEL_COPIES)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..analysis.types import Cluster
+from ..compile_quiet import quiet
 from ..pipeline import Analysis
 from . import bench, devicetime
 from .inputs import result_shape
@@ -94,7 +95,7 @@ def _timings(rec: Recording, c: Cluster, launcher: Callable, sub: Subgraph, indu
     clock, kernel_us, eager_us = pick(kernel, eager)
     inductor_us: tuple[float, ...] = ()
     if inductor:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), quiet():  # Dynamo's chatter, not the user's
             compiled = torch.compile(sub.module)
             compiled(*eargs)
             theirs = clocked(compiled, eargs, l2_bytes)
