@@ -226,6 +226,8 @@ class Unifier:
         function or of a child module whose graph `node` ends, or the same operator)."""
         if isinstance(expr, ast.BinOp):
             return same_operator(node, BINOPS.get(type(expr.op)))
+        if isinstance(expr, ast.Subscript):  # `self.t(emb)[:, :, None, None]`
+            return same_operator(node, operator.getitem)
         if not isinstance(expr, ast.Call) or node.op not in (
                 "call_function", "call_method", "call_module"):
             return False
