@@ -76,3 +76,18 @@ def test_time_embedding_add_into_the_next_norm_is_one_edit(tmp_path):
     assert "h = h + s.t(emb)" not in rewritten and "        return x + h\n" in rewritten
     same_outputs(tmp_path, path, RESBLOCK)
 
+
+def test_a_residual_add_fused_into_the_next_blocks_call_names_both_calls(tmp_path):
+    # b1's `return x + h` joins b2's first norm (and, recomputed, b2's residual add): the
+    # ops ran in two calls of `ResBlock.forward`, whose lines one edit cannot split.
+    path = tmp_path / "unet.py"
+    path.write_text(RESBLOCK)
+    maps = _maps(path)
+    for index, other in ((2, "`group_norm` (line 16)"), (4, "`add` (line 19)")):
+        reason = maps[index].reason
+        assert not maps[index].exact
+        assert reason.startswith(
+            "the cluster joins `add` (line 19) of the call at line 33 (`h = self.b1(h, emb)`) "
+            f"with {other} of another call at line 34 (`h = self.b2(h, emb)`) of "
+            "`ResBlock.forward`"), reason
+        assert "write these ops in one function's lines" in reason, reason

@@ -114,6 +114,7 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
                        f"from the index; the kernel fixes its shape {shape} as analysed, and a "
                        "source edit would stop following the sizes your code computes",
                        **where)
+    _check_one_call(analysis, nodes, lifted, frames, where)
     # A recomputed value lives in two kernels; no single-range edit keeps the variable
     # the source reads it from (see analysis/recompute.py).
     recomputed = set(c.recomputes) if stored else {
@@ -184,6 +185,45 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
         extra = before.strip() or after
         raise PointerOnly(f"the range's lines also hold `{extra}`", **where)
     return span
+
+
+def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frames: Frames,
+                    where: dict) -> None:
+    """The nodes standing in one function ran in one call of it. A UNet block's `return x + h`
+    fused with the next block's first norm ran in two calls of the same forward: an edit of
+    its lines runs in every call, so none joins ops of two calls."""
+    seen: dict[tuple[str, str], tuple[tuple[str, int], ...]] = {}
+    first: dict[tuple[str, str], Node] = {}
+    for node in nodes:
+        loc, chain = lifted.locs[node.name], node.source.chain
+        at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (loc.file, loc.line)),
+                 default=len(chain) - 1)
+        callers = tuple((f.file, f.line) for f in chain[:at])
+        key = (loc.file, loc.function)
+        if seen.setdefault(key, callers) == callers:
+            first.setdefault(key, node)
+            continue
+        a, b = first[key], node
+        sites = [chain_site(x, len(seen[key]) if x is a else len(callers)) for x in (a, b)]
+        try:
+            scope = frames.scope(loc)
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            scope = None
+        name = scope.qualname if scope is not None else loc.function
+        raise PointerOnly(
+            f"the cluster joins {said(analysis.graph, a.name)} of the call {sites[0]} with "
+            f"{said(analysis.graph, b.name)} of another call {sites[1]} of `{name}`; "
+            "an edit of its lines runs in every call, so none fuses ops of two calls. To "
+            "apply it, write these ops in one function's lines (e.g. return `h` and do the "
+            "residual add in the caller, beside what reads it next)", **where)
+
+
+def chain_site(node: Node, depth: int) -> str:
+    """`at line 33 (`h = self.b1(h, emb)`)`: the caller's frame of `node` at `depth`."""
+    caller = node.source.chain[depth - 1] if depth else None
+    if caller is None:
+        return "(the top level)"
+    return f"at line {caller.line}" + (f" (`{caller.code}`)" if caller.code else "")
 
 
 def _refuse_library(path: str, lines: list[int]) -> NoReturn:
