@@ -43,6 +43,7 @@ from .pysource import (
     reads_shape_only,
     stored_names,
 )
+from .recomputed import CopyMismatch, copied_expr
 from .spelled_ops import op_names, same_operator
 
 
@@ -200,6 +201,14 @@ class Unifier:
             elif self.values[j] != node.name:
                 raise Mismatch(f"`{expr.id}` at line {expr.lineno} does not hold what the "
                                "graph reads there")
+            return
+        if node.name in self.cluster and self.graph is not None and (
+                self.graph[node.name].copy_of):  # the kernel recomputes what `expr` holds
+            try:
+                value = copied_expr(self.src, self.stmts, self.graph, expr, node.name)
+            except CopyMismatch as e:
+                raise Mismatch(str(e)) from e
+            self.match(value, node, 0)  # its operands, read at the range's top
             return
         if node.name in self.cluster:
             raise Reentered(f"`{expr.id}` at line {expr.lineno} reads a value the cluster "
