@@ -91,6 +91,12 @@ def test_a_residual_add_fused_into_the_next_blocks_call_names_both_calls(tmp_pat
             f"with {other} of another call at line 34 (`h = self.b2(h, emb)`) of "
             "`ResBlock.forward`"), reason
         assert "write these ops in one function's lines" in reason, reason
+    # b1's first norm → silu would be one edit, but line 16 runs in b2 as part of cluster 2.
+    assert maps[0].reason == (
+        "line 16 (`s.n1(x)`) also runs in another call of `ResBlock.forward` at line 34 "
+        "(`h = self.b2(h, emb)`), where it is part of cluster 2 (add → group_norm → silu), "
+        "not of this one: an edit of the line changes every call, and serving that call with "
+        "this kernel is not supported yet")
 
 
 # The same block written out in one forward, its residual sum feeding the next GroupNorm
