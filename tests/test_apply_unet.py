@@ -88,8 +88,8 @@ def test_a_residual_add_fused_into_the_next_blocks_call_names_both_calls(tmp_pat
         assert not maps[index].exact
         assert reason.startswith(
             "the cluster joins `add` (line 19) of the call at line 33 (`h = self.b1(h, emb)`) "
-            f"with {other} of another call at line 34 (`h = self.b2(h, emb)`) of "
-            "`ResBlock.forward`"), reason
+            f"on `self.b1` with {other} of another call at line 34 (`h = self.b2(h, emb)`) on "
+            "`self.b2` of `ResBlock.forward`"), reason
         assert "write these ops in one function's lines" in reason, reason
     # b1's first norm → silu would be one edit, but line 16 runs in b2 as part of cluster 2.
     assert maps[0].reason == (
@@ -97,6 +97,23 @@ def test_a_residual_add_fused_into_the_next_blocks_call_names_both_calls(tmp_pat
         "(`h = self.b2(h, emb)`), where it is part of cluster 2 (add → group_norm → silu), "
         "not of this one: an edit of the line changes every call, and serving that call with "
         "this kernel is not supported yet")
+
+
+def test_blocks_called_in_a_loop_are_told_apart_by_their_module(tmp_path):
+    # One call line for both blocks: the module each call ran on tells the calls apart
+    # (before, the add → add kernel was told to assign `x` above line 19).
+    path = tmp_path / "unet.py"
+    path.write_text(RESBLOCK.replace(
+        "        self.b1 = ResBlock(16, 32)\n        self.b2 = ResBlock(16, 32)",
+        "        self.blocks = nn.ModuleList([ResBlock(16, 32), ResBlock(16, 32)])").replace(
+        "        h = self.b1(h, emb)\n        h = self.b2(h, emb)",
+        "        for b in self.blocks:\n            h = b(h, emb)"))
+    maps = _maps(path)
+    assert sorted(m.cluster_index for m in maps if m.exact) == [1, 3]
+    assert maps[4].reason.startswith(
+        "the cluster joins `add` (line 19) of the call at line 33 (`h = b(h, emb)`) on "
+        "`self.blocks.0` with `add` (line 19) of another call at line 33 (`h = b(h, emb)`) on "
+        "`self.blocks.1` of `ResBlock.forward`"), maps[4].reason
 
 
 # The same block written out in one forward, its residual sum feeding the next GroupNorm

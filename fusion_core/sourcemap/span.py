@@ -198,32 +198,47 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
 def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frames: Frames,
                     where: dict) -> None:
     """The nodes standing in one function ran in one call of it. A UNet block's `return x + h`
-    fused with the next block's first norm ran in two calls of the same forward: an edit of
-    its lines runs in every call, so none joins ops of two calls."""
-    seen: dict[tuple[str, str], tuple[tuple[str, int], ...]] = {}
-    first: dict[tuple[str, str], Node] = {}
+    fused with the next block's first norm ran in two calls of the same forward (from two
+    lines, or from one line in a loop: on two module instances): an edit of its lines runs in
+    every call, so none joins ops of two calls."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    seen: dict[tuple[str, str], tuple[tuple, Node]] = {}
     for node in nodes:
         loc, chain = lifted.locs[node.name], node.source.chain
         at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (loc.file, loc.line)),
                  default=len(chain) - 1)
-        callers = tuple((f.file, f.line) for f in chain[:at])
-        key = (loc.file, loc.function)
-        if seen.setdefault(key, callers) == callers:
-            first.setdefault(key, node)
-            continue
-        a, b = first[key], node
-        sites = [chain_site(x, len(seen[key]) if x is a else len(callers)) for x in (a, b)]
         try:
             scope = frames.scope(loc)
         except (OSError, SyntaxError, UnicodeDecodeError):
             scope = None
+        call = (tuple((f.file, f.line) for f in chain[:at]),
+                _instance(fx_nodes.get(node.name), scope.class_name if scope else None))
+        key = (loc.file, loc.function)
+        before, a = seen.setdefault(key, (call, node))
+        if before == call:
+            continue
+        sites = [chain_site(a, len(before[0])) + _on(before[1]),
+                 chain_site(node, len(call[0])) + _on(call[1])]
         name = scope.qualname if scope is not None else loc.function
         raise PointerOnly(
             f"the cluster joins {said(analysis.graph, a.name)} of the call {sites[0]} with "
-            f"{said(analysis.graph, b.name)} of another call {sites[1]} of `{name}`; "
+            f"{said(analysis.graph, node.name)} of another call {sites[1]} of `{name}`; "
             "an edit of its lines runs in every call, so none fuses ops of two calls. To "
             "apply it, write these ops in one function's lines (e.g. return `h` and do the "
             "residual add in the caller, beside what reads it next)", **where)
+
+
+def _instance(node: fx.Node | None, class_name: str | None) -> str | None:
+    """The path of the module whose method `node` ran in (`blocks.1`), when known."""
+    stack = (node.meta.get("nn_module_stack") or {}) if node is not None else {}
+    for path, cls in reversed(list(stack.values())):
+        if class_name and getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == class_name:
+            return path
+    return None
+
+
+def _on(path: str | None) -> str:
+    return f" on `self.{path}`" if path else ""
 
 
 def _unstored_reason(analysis: Analysis, node: Node) -> str:
