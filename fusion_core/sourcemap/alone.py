@@ -21,7 +21,7 @@ from .guard import holds
 from .parts import feeding
 from .pyexpr import BINOPS, attr_chain, module_path
 from .pysource import Scope, SourceFile
-from .span import PointerOnly, Span
+from .span import PointerOnly, Span, chain_site
 
 
 def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str, line: int) -> str:
@@ -101,14 +101,28 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
                               "does on the GPU); the call in the source adds it itself, so no "
                               "edit of these lines computes the same")
         if (line, n.op) in ops_by_line:
-            raise PointerOnly(f"line {line} (`{text}`) also runs in another call of "
-                           f"`{span.scope}` that does not form this cluster")
+            raise PointerOnly(_other_call(analysis, span, n, line, text))
         inner = _library_container(analysis, span, path, line, sorted(
             {p for m in members if m in fx_nodes and (p := module_path(fx_nodes[m]))}))
         if inner is not None:
             raise PointerOnly(inner)
         raise PointerOnly(f"line range also holds `{text}` (line {line}), which is not in "
                        "the cluster")
+
+
+def _other_call(analysis: Analysis, span: Span, node: Node, line: int, text: str) -> str:
+    """Line `line` of the range runs `node` in a call whose ops do not form the cluster (a
+    UNet block's first norm, fused in the next block with the previous residual add)."""
+    chain = node.source.chain if node.source is not None else ()
+    at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (span.src.path, line)),
+             default=0)
+    site = f" {chain_site(node, at)}" if at else ""
+    holder = next((c for c in analysis.clusters if node.name in c.nodes), None)
+    there = (f"where it is part of cluster {holder.index} ({' → '.join(holder.ops)})"
+             if holder is not None else "where it runs unfused")
+    return (f"line {line} (`{text}`) also runs in another call of `{span.scope}`{site}, "
+            f"{there}, not of this one: an edit of the line changes every call, and serving "
+            "that call with this kernel is not supported yet")
 
 
 def _spelled(call: str, rest: list[str]) -> str:

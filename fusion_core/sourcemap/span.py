@@ -7,13 +7,16 @@ file, the function and the run of whole statements holding every node of the clu
 exists: the nodes lack source lines, lie in several files or functions (ops of a call of
 the user's own module or helper that the cluster runs whole count at the call's line, see
 ``callsite.py``; the calls so lifted ride along in the ``Span``), in a library's
-file, in a changed file, in different blocks, or share their lines with other code; or the
-cluster writes an input in place, makes values from the index or shares a recomputed value.
+file, in a changed file, in different blocks, in two calls of one function, or share their
+lines with other code; or the cluster writes an input in place, makes values from the index
+or leaves unstored a value another kernel recomputes. A recomputing cluster's copies stand
+outside its range: ``recomputed.py`` finds their original expression above it.
 Whether the run computes exactly the cluster is ``mapping.py``'s question.
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
@@ -27,7 +30,7 @@ from ..pipeline import Analysis
 from .callsite import Lifted, LiftedCall, NestedCalls, Unliftable, lift
 from .frames import Frames
 from .guard import Guard, blocks_reason, guarded_run
-from .pysource import Scope, SourceFile, Statement
+from .pysource import Scope, SourceFile, Statement, is_plain_access
 
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
 
@@ -93,7 +96,10 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
     except Unliftable as e:
         partial = e if e.site is not None else None
         lifted = Lifted({n.name: n.source for n in nodes})
-    locs = [lifted.locs[n.name] for n in nodes]
+    # A copy of a value another kernel computes is spelled where the original stands, above
+    # the range; unify.py reads it there (recomputed.py).
+    placed = [n for n in nodes if not n.copy_of] or nodes
+    locs = [lifted.locs[n.name] for n in placed]
     paths = sorted({s.file for s in locs})
     lines = [s.line for s in locs]
     if partial is not None:  # the nodes lie in several functions and one call is half fused
@@ -114,13 +120,16 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
                        f"from the index; the kernel fixes its shape {shape} as analysed, and a "
                        "source edit would stop following the sizes your code computes",
                        **where)
-    # A recomputed value lives in two kernels; no single-range edit keeps the variable
-    # the source reads it from (see analysis/recompute.py).
+    _check_one_call(analysis, nodes, lifted, frames, where)
+    # A value another kernel recomputes is not stored by this one, yet the source reads its
+    # variable at the recomputing kernel's lines: an edit here alone would drop it.
     recomputed = set(c.recomputes) if stored else {
         v for other in analysis.clusters for v in other.recomputes}
-    shared = next((n for n in nodes if n.copy_of or n.name in recomputed), None)
+    shared = next((n for n in nodes if n.name in recomputed), None)
     if shared is not None:
-        value = analysis.graph[shared.copy_of or shared.name]
+        raise PointerOnly(_unstored_reason(analysis, shared), **where)
+    if placed is nodes and any(n.copy_of for n in nodes):  # copies alone: nothing to edit
+        value = analysis.graph[nodes[0].copy_of]
         raise PointerOnly(f"{said(analysis.graph, value.name)} is computed by two "
                        "kernels (recomputed instead of stored); a source edit would have to "
                        "rewrite both together", **where)
@@ -184,6 +193,91 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
         extra = before.strip() or after
         raise PointerOnly(f"the range's lines also hold `{extra}`", **where)
     return span
+
+
+def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frames: Frames,
+                    where: dict) -> None:
+    """The nodes standing in one function ran in one call of it. A UNet block's `return x + h`
+    fused with the next block's first norm ran in two calls of the same forward (from two
+    lines, or from one line in a loop: on two module instances): an edit of its lines runs in
+    every call, so none joins ops of two calls."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    seen: dict[tuple[str, str], tuple[tuple, Node]] = {}
+    for node in nodes:
+        loc, chain = lifted.locs[node.name], node.source.chain
+        at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (loc.file, loc.line)),
+                 default=len(chain) - 1)
+        try:
+            scope = frames.scope(loc)
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            scope = None
+        call = (tuple((f.file, f.line) for f in chain[:at]),
+                _instance(fx_nodes.get(node.name), scope.class_name if scope else None))
+        key = (loc.file, loc.function)
+        before, a = seen.setdefault(key, (call, node))
+        if before == call:
+            continue
+        sites = [chain_site(a, len(before[0])) + _on(before[1]),
+                 chain_site(node, len(call[0])) + _on(call[1])]
+        name = scope.qualname if scope is not None else loc.function
+        raise PointerOnly(
+            f"the cluster joins {said(analysis.graph, a.name)} of the call {sites[0]} with "
+            f"{said(analysis.graph, node.name)} of another call {sites[1]} of `{name}`; "
+            "an edit of its lines runs in every call, so none fuses ops of two calls. To "
+            "apply it, write these ops in one function's lines (e.g. return `h` and do the "
+            "residual add in the caller, beside what reads it next)", **where)
+
+
+def _instance(node: fx.Node | None, class_name: str | None) -> str | None:
+    """The path of the module whose method `node` ran in (`blocks.1`), when known."""
+    stack = (node.meta.get("nn_module_stack") or {}) if node is not None else {}
+    for path, cls in reversed(list(stack.values())):
+        if class_name and getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == class_name:
+            return path
+    return None
+
+
+def _on(path: str | None) -> str:
+    return f" on `self.{path}`" if path else ""
+
+
+def _unstored_reason(analysis: Analysis, node: Node) -> str:
+    """Why a cluster whose value another kernel recomputes is not edited, and the rewrite
+    of the source that makes both edits possible."""
+    graph = analysis.graph
+    copies = {n.name for n in graph.nodes if n.copy_of == node.name}
+    other = next(o for o in analysis.clusters if copies & set(o.nodes) or node.name in o.recomputes)
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    readers = {u.name for n in (node.name, *copies) if n in fx_nodes
+               for u in fx_nodes[n].users} - copies
+    lines = sorted({graph[n].source.line for n in readers
+                    if n in graph and graph[n].source is not None})
+    at = ", ".join(str(line) for line in lines)
+    there = sorted({graph[n].source.line for n in readers & set(other.nodes)
+                    if graph[n].source is not None})
+    where = f" at line {there[0]}" if there else ""
+    code = node.source.code if node.source is not None else ""
+    try:
+        stmt = ast.parse(code).body[0] if code else None
+    except SyntaxError:
+        stmt = None
+    value = stmt.value if isinstance(stmt, ast.Assign | ast.AnnAssign) else None
+    reason = (f"{said(graph, node.name)} is computed by two kernels (recomputed instead of "
+              f"stored): cluster {other.index} recomputes it{where}, where the source reads "
+              "the variable these lines assign, so an edit of them alone would drop it")
+    if value is None or not is_plain_access(value):  # spelled twice, it would run twice
+        return reason + "; a source edit would have to rewrite both together"
+    return (f"{reason}. To apply both, spell `{ast.unparse(value)}` inside each expression "
+            f"that reads it (line{'s' if len(lines) > 1 else ''} {at}) instead of assigning "
+            "it once")
+
+
+def chain_site(node: Node, depth: int) -> str:
+    """`at line 33 (`h = self.b1(h, emb)`)`: the caller's frame of `node` at `depth`."""
+    caller = node.source.chain[depth - 1] if depth else None
+    if caller is None:
+        return "(the top level)"
+    return f"at line {caller.line}" + (f" (`{caller.code}`)" if caller.code else "")
 
 
 def _refuse_library(path: str, lines: list[int]) -> NoReturn:

@@ -23,7 +23,6 @@ from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
 from ..ir.spelling import said
 from .pyexpr import (
-    ATEN_NAMES,
     BINOPS,
     COMPAREOPS,
     UNARYOPS,
@@ -44,33 +43,8 @@ from .pysource import (
     reads_shape_only,
     stored_names,
 )
-
-# The Tensor methods that cast to one dtype (`h.float()` is `h.to(torch.float32)`).
-DTYPE_METHODS = {torch.float32: "float", torch.float64: "double", torch.float16: "half",
-                 torch.bfloat16: "bfloat16", torch.int64: "long", torch.int32: "int",
-                 torch.int16: "short", torch.int8: "char", torch.uint8: "byte",
-                 torch.bool: "bool"}
-
-
-def op_names(node: fx.Node) -> set[str]:
-    """What the source may call this node's function: `relu`, `softmax` (aten `_softmax`)."""
-    t = node.target
-    if node.op == "call_method":
-        names = {str(t)}
-    else:
-        names = {getattr(t, "__name__", "")}
-        aten = getattr(t, "_opname", None)  # torch.export: aten.softmax.int → "softmax"
-        if aten:
-            names |= {aten, aten.lstrip("_")}
-        if aten == "to":  # export records `.float()` as `aten.to.dtype(x, torch.float32)`
-            dtypes = [a for a in (*node.args[1:], *node.kwargs.values())
-                      if isinstance(a, torch.dtype)]
-            names |= {DTYPE_METHODS.get(dtypes[0], "")} if len(dtypes) == 1 else set()
-    if node.meta.get("fusion_inplace"):  # `.relu_()` the capture made out of place
-        names |= {f"{n}_" for n in names if n}
-    if node.meta.get(SPELLED):  # `x.max(1).values` the capture wrote as `amax`
-        names |= {node.meta[SPELLED]}
-    return names - {""}
+from .recomputed import CopyMismatch, copied_expr
+from .spelled_ops import op_names, same_operator
 
 
 def _of_attribute(node: fx.Node, name: str) -> bool:
@@ -96,13 +70,6 @@ def constant_index(expr: ast.expr) -> Any:
     tree = ast.Expression(ast.Subscript(ast.Name("_i", ast.Load()), expr, ast.Load()))
     code = compile(ast.fix_missing_locations(tree), "<index>", "eval")
     return eval(code, {"__builtins__": {}, "_i": _Indexer()})  # noqa: S307 - literals only
-
-
-def same_operator(fn_or_node: Any, py_op: Any) -> bool:
-    node = fn_or_node
-    if node.op != "call_function" or py_op is None:
-        return False
-    return node.target is py_op or ATEN_NAMES.get(py_op) in op_names(node)
 
 
 class Mismatch(Exception):
@@ -235,6 +202,14 @@ class Unifier:
                 raise Mismatch(f"`{expr.id}` at line {expr.lineno} does not hold what the "
                                "graph reads there")
             return
+        if node.name in self.cluster and self.graph is not None and (
+                self.graph[node.name].copy_of):  # the kernel recomputes what `expr` holds
+            try:
+                value = copied_expr(self.src, self.stmts, self.graph, expr, node.name)
+            except CopyMismatch as e:
+                raise Mismatch(str(e)) from e
+            self.match(value, node, 0)  # its operands, read at the range's top
+            return
         if node.name in self.cluster:
             raise Reentered(f"`{expr.id}` at line {expr.lineno} reads a value the cluster "
                             "computes itself (the lines run more than once, e.g. in a loop)")
@@ -260,6 +235,8 @@ class Unifier:
         function or of a child module whose graph `node` ends, or the same operator)."""
         if isinstance(expr, ast.BinOp):
             return same_operator(node, BINOPS.get(type(expr.op)))
+        if isinstance(expr, ast.Subscript):  # `self.t(emb)[:, :, None, None]`
+            return same_operator(node, operator.getitem)
         if not isinstance(expr, ast.Call) or node.op not in (
                 "call_function", "call_method", "call_module"):
             return False
