@@ -25,7 +25,7 @@ from fusion_core import CompiledKernel, CompiledRecord, GraphBreak, OpSite
 from .findings import LOC, Finding
 from .fixture import build_inputs, build_model
 from .options import COMPILER_CHANGE  # what a different torch/triton version does to a test
-from .snapshot import relative_file
+from .snapshot_build import relative_file
 
 
 def compiled_device() -> str:

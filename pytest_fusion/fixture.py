@@ -26,7 +26,7 @@ from .judge import Verdict
 from .measure import to_measured
 from .options import CAPTURES, check_improvements, check_target, check_tolerance
 from .result import FusionResult, generate_kernels
-from .snapshot import from_analysis
+from .snapshot_build import from_analysis
 from .timing_shape import timing_analysis
 
 if TYPE_CHECKING:  # fusion_core loads on first use (see fusion_core/__init__.py)

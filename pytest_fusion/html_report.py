@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .baseline_names import baseline_name
 from .records import TestRecord
-from .snapshot import BaselineError, Snapshot, baseline_name
+from .snapshot import BaselineError, Snapshot
 
 if TYPE_CHECKING:  # imported where used: it imports torch
     from .page_diff import Change, PageDiff

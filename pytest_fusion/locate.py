@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .snapshot import ClusterRec, OpRec, RejectionRec, Snapshot, line_runs
+from .snapshot import ClusterRec, OpRec, RejectionRec, Snapshot
+from .snapshot_build import line_runs
 
 
 @dataclass(frozen=True)

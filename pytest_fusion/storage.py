@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .baseline_names import baseline_name, legacy_baseline_name
 from .records import BaselineWrite
-from .snapshot import BaselineError, baseline_name, legacy_baseline_name
+from .snapshot import BaselineError
 
 if TYPE_CHECKING:  # the schema module is loaded when a baseline is read or written
     from .snapshot import Snapshot

@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
+from pytest_fusion.baseline_names import baseline_name, legacy_baseline_name
 from pytest_fusion.compare import NO_CUDA, Tolerances, compare
 from pytest_fusion.locate import locate
 from pytest_fusion.schema import from_data, to_data
@@ -18,10 +19,8 @@ from pytest_fusion.snapshot import (
     OpRec,
     RejectionRec,
     Snapshot,
-    baseline_name,
-    legacy_baseline_name,
-    relative_file,
 )
+from pytest_fusion.snapshot_build import relative_file
 
 F = "examples/example_net.py"
 H200 = "NVIDIA H200 sm_90"

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from fusion_plugin_helpers import baselines, marked_test, model_source, run
 
-from pytest_fusion.snapshot import baseline_name, legacy_baseline_name
+from pytest_fusion.baseline_names import baseline_name, legacy_baseline_name
 
 pytestmark = pytest.mark.usefixtures("torch_warm")
 

@@ -254,7 +254,7 @@ def test_an_in_place_barrier_a_rejection_names_is_said_at_its_file_and_line(
         tmp_path, base, edit, said):
     # Was `.mul_()` (line 8): a line of no named file, where every other barrier is
     # `torch.roll` at blocks.py:49.
-    from pytest_fusion.snapshot import from_analysis
+    from pytest_fusion.snapshot_build import from_analysis
 
     snaps = []
     for i, body in enumerate((base, edit)):

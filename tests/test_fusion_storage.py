@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pytest_fusion.baseline_names import baseline_name, legacy_baseline_name
 from pytest_fusion.schema import SCHEMA_VERSION
 from pytest_fusion.snapshot import (
     BaselineError,
@@ -17,8 +18,6 @@ from pytest_fusion.snapshot import (
     Measured,
     RejectionRec,
     Snapshot,
-    baseline_name,
-    legacy_baseline_name,
 )
 from pytest_fusion.storage import BaselineFile, BaselineStorage
 
