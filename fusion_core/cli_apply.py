@@ -17,7 +17,7 @@ from .codegen import Kernel
 from .errors import FusionAdvisorError
 from .pipeline import Analysis
 from .sourcemap.apply import Verdicts, apply, no_terminal, plan_apply
-from .sourcemap.mapping import SourceMapping
+from .sourcemap.source_mapping import SourceMapping
 
 
 def stdin_is_terminal() -> bool:

@@ -35,9 +35,9 @@ from ..report.units import short_path
 from ..units import counted, plural
 from .fixed import fixed_shape
 from .fused import MARKER, FusedOp, import_block, package_files, package_name
-from .mapping import SourceMapping
 from .pysource import physical_lines, sha256
 from .serves import KernelFit
+from .source_mapping import SourceMapping
 
 Verdicts = Mapping[int, tuple[bool, str]]  # cluster → (usable, status in words)
 

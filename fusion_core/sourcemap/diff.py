@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..report.units import short_path
-from .mapping import SourceMapping
+from .source_mapping import SourceMapping
 
 _STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
 

@@ -4,9 +4,9 @@ Reads an ``Analysis`` (cluster nodes, their ``SourceLoc``s, the FX graph) and
 the user's files; writes one ``SourceMapping`` per cluster. A cluster is
 ``exact`` when its nodes sit in one function (or in calls from it that the cluster runs
 whole: those stand at the call's line), the statements covering them (``span.py``
-finds them) compute the cluster and nothing else (other calls of the same lines aside:
-those are the clusters it shares the lines with), every input has a source
-expression at the top of the range, and no name the range assigns is read
+finds them) compute the cluster and nothing else (``match.py`` checks; other calls of
+the same lines aside: those are the clusters it shares the lines with), every input has
+a source expression at the top of the range, and no name the range assigns is read
 afterwards. Otherwise it is a ``pointer`` (file and line range, no diff) with
 the reason in words.
 """
@@ -15,73 +15,21 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 from pathlib import Path
 
 from ..analysis.types import Cluster
 from ..ir.graph import Ref
-from ..ir.spelling import said
 from ..names import kernel_name
 from ..pipeline import Analysis
 from .alone import check_alone
 from .frames import frames_of
 from .guard import guarded_text
-from .parts import around, free_inputs, parts, replace_part_results
-from .pysource import Scope, SourceFile, local_names, read_later, stored_names
-from .results import assigned_to, results, returned_tuple
-from .span import PointerOnly, Span, as_stored, count_words, locate
-from .unify import Mismatch, Reentered, value_of
-from .unify_calls import CallUnifier
-
-
-class MapQuality(StrEnum):
-    """How a cluster maps to the user's source; the value is what the console table, the
-    JSON report and the HTML page show."""
-
-    EXACT = "exact"  # a diff: the range's statements become one call of the kernel
-    POINTER = "pointer"  # the file and line range (when known) and the reason, no diff
-
-
-EXACT, POINTER = MapQuality.EXACT, MapQuality.POINTER
-
-
-@dataclass(frozen=True)
-class SourceMapping:
-    cluster_index: int
-    quality: MapQuality
-    file: str | None
-    start: int | None
-    end: int | None
-    reason: str | None = None  # why it is a pointer; None when exact
-    replacement: str | None = None  # the line replacing start..end (exact only), indented
-    function: str | None = None  # `CausalSelfAttention.forward`
-    call: str | None = None  # the fused function the replacement calls, e.g. `cluster0`
-    args: tuple[str, ...] = ()  # source expression per cluster input, in `Cluster.inputs` order
-    shared_with: tuple[int, ...] = ()  # clusters the same lines form in other calls
-    digest: str | None = None  # sha256 of the file content this mapping was made from
-    original: str | None = None  # the text of lines start..end (exact only)
-    # Source expressions the kernel holds as constants, with their value at analysis time.
-    baked: tuple[str, ...] = ()
-    # Every fused function the replacement calls, when the statement holds several clusters'
-    # parts (`self.p(cluster0(a)) @ cluster1(b)`; their clusters are in `shared_with`).
-    calls: tuple[str, ...] = ()
-
-    @property
-    def edit_calls(self) -> tuple[str, ...]:
-        """The fused functions the replacement calls."""
-        return self.calls or ((self.call,) if self.call else ())
-
-    @property
-    def exact(self) -> bool:
-        return self.quality == EXACT
-
-    @property
-    def where(self) -> str:
-        if self.file is None:
-            return "(no source)"
-        tail = f"{self.start}" if self.start == self.end else f"{self.start}-{self.end}"
-        return f"{self.file}:{tail}"
+from .match import Found, Piece, unify, unify_part, unify_parts
+from .parts import around, free_inputs, replace_part_results
+from .pysource import SourceFile, read_later, stored_names
+from .source_mapping import EXACT, POINTER, SourceMapping
+from .span import PointerOnly, Span, as_stored, locate
 
 
 def _disk_bytes(path: str) -> bytes | None:
@@ -89,96 +37,6 @@ def _disk_bytes(path: str) -> bytes | None:
         return Path(path).read_bytes()
     except OSError:
         return None
-
-
-def _self_path(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
-    """The module path `self` stands for in `scope` (`blocks.0.attn`; "" for the root)."""
-    if scope.class_name == type(analysis.module).__name__:
-        return ""
-    gm_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    for name in c.nodes:
-        stack = gm_nodes[name].meta.get("nn_module_stack") or {}
-        for path, cls in reversed(list(stack.values())):
-            if getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == scope.class_name:
-                return path
-    return None
-
-
-def _self_name(scope: Scope) -> str:
-    params = scope.node.args.posonlyargs + scope.node.args.args
-    return params[0].arg if scope.class_name and params else "self"
-
-
-@dataclass(frozen=True)
-class _Found:
-    args: tuple[str, ...]  # source expression per cluster input, in `Cluster.inputs` order
-    baked: tuple[str, ...]  # `self.scale = 0.17...`: values the kernel holds as constants
-    targets: tuple[str, ...]  # names that receive the results before the last one
-    inlined: frozenset[str] = frozenset()  # inputs computed by their argument expression
-    within: ast.expr | None = None  # the part of the last statement the fused call replaces
-
-
-def _unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None
-           ) -> _Found:
-    if not c.outputs:  # detection keeps dead code out of clusters; never index past this
-        raise PointerOnly("the cluster writes no result the model uses")
-    # A part of the last statement leaves that statement in place: the earlier results go
-    # to a line of their own (`parts.replace_part_results`), whatever the statement is.
-    returned = returned_tuple(c, span) if within is None else ()
-    if (len(c.outputs) > 1 and within is None and not returned
-            and not isinstance(span.stmts[-1].node, ast.Assign)):
-        last = span.stmts[-1]
-        raise PointerOnly(f"the cluster writes {count_words(len(c.outputs))} values "
-                          f"({results(analysis, c)}) and line {last.start} "
-                          f"(`{span.src.segment(last.node)}`) does not take them all: only "
-                          "an assignment, or a `return` of exactly those values in that "
-                          "order, can")
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    path = _self_path(analysis, c, span.scope)
-    try:
-        unifier = CallUnifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
-                              _self_name(span.scope), path if path is not None else "\0",
-                              local_names(span.scope.node), graph=analysis.graph,
-                              calls=span.calls,
-                              model=analysis.module)
-        match = unifier.run(c.outputs[-1], within, returned)
-    except Reentered as e:
-        if span.nested is not None:  # the function's lines ran in nested calls of it
-            raise PointerOnly(span.nested.reason, span.nested.file,
-                              span.nested.line, span.nested.line) from e
-        raise PointerOnly(str(e)) from e
-    except Mismatch as e:
-        if returned:
-            raise PointerOnly(f"line {span.stmts[-1].start} returns "
-                              f"`{span.src.segment(span.stmts[-1].node.value)}`, which is not "
-                              f"the kernel's {count_words(len(c.outputs))} results in its "
-                              f"order ({results(analysis, c)}): {e}") from e
-        raise PointerOnly(str(e)) from e
-    missing = [n for n in c.nodes if n not in match.matched]
-    if missing:
-        raise PointerOnly(f"{said(analysis.graph, missing[0])} is not computed on these lines")
-    texts = dict(match.inputs)
-    extra = sorted(set(texts) - set(c.inputs))
-    if extra:
-        raise PointerOnly(f"the lines read `{texts[extra[0]]}`, which the cluster does not take")
-    absent = [n for n in c.inputs if n not in texts]
-    if absent:
-        raise PointerOnly(f"input {said(analysis.graph, absent[0])} has no expression in the "
-                          f"source at line {span.start}")
-    baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
-    names = () if returned else assigned_to(analysis, c, span, match.values)  # all in the `return`
-    return _Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within)
-
-
-def _unify_part(analysis: Analysis, span: Span, group: list[Cluster]) -> list[_Found] | None:
-    """The group's match to a part of the last statement (`self.proj(<cluster>)`), if one
-    part computes exactly the cluster's last result (earlier ones are assigned above it)."""
-    for part in parts(span):
-        try:
-            return [_unify(analysis, c, span, part) for c in group]
-        except PointerOnly:
-            continue
-    return None
 
 
 def _check_dead(span: Span, targets: tuple[str, ...]) -> None:
@@ -225,7 +83,7 @@ def _constants(analysis: Analysis, c: Cluster) -> tuple:
                  for n in nodes)
 
 
-def _consistent(analysis: Analysis, group: list[Cluster], found: list[_Found]) -> None:
+def _consistent(analysis: Analysis, group: list[Cluster], found: list[Found]) -> None:
     """Clusters one kernel serves (the same lines in other calls) read, compute and bake the
     same."""
     rep = group[0]
@@ -243,9 +101,6 @@ def _consistent(analysis: Analysis, group: list[Cluster], found: list[_Found]) -
                               "kernel cannot serve both")
 
 
-_Piece = tuple[list[Cluster], list[_Found]]  # clusters one call serves, their matches
-
-
 def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[SourceMapping]:
     base = dict(file=span.src.path, start=span.start, end=span.end,
                 function=span.scope.qualname, digest=span.src.digest)
@@ -253,12 +108,12 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
     try:
         kept_around: set[str] = set()
         try:
-            pieces: list[_Piece] = [(group, [_unify(analysis, c, span) for c in group])]
+            pieces: list[Piece] = [(group, [unify(analysis, c, span) for c in group])]
         except PointerOnly:
             if span.guard is not None:  # the fused call replaces whole statements only
                 raise
-            part = _unify_part(analysis, span, group)
-            split = _unify_parts(analysis, span, group) if part is None else None
+            part = unify_part(analysis, span, group)
+            split = unify_parts(analysis, span, group) if part is None else None
             if part is None and split is None:
                 # Its reason names the stray code first; code computing an input from
                 # outside the cluster could stay as an argument, so it is not the cause.
@@ -288,45 +143,6 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
                           shared_with=others[c.index], original=original, baked=f.baked,
                           calls=names, **base)
             for (cs, _), (name, f) in zip(pieces, calls, strict=True) for c in cs]
-
-
-def _unify_parts(analysis: Analysis, span: Span, group: list[Cluster]) -> list[_Piece] | None:
-    """Clusters that each compute their own part of the last statement (`F.gelu(a * 2.0)`
-    and `torch.tanh(b + 1.0)` in `self.p(F.gelu(a * 2.0)) @ torch.tanh(b + 1.0)`), grouped
-    by that part, in source order; None when some cluster computes none of its parts.
-    Raises ``PointerOnly`` when one cluster's part holds another's."""
-    try:
-        candidates = [value_of(span.stmts[-1].node, last=True), *parts(span)]
-    except Mismatch:
-        return None
-    by_part: dict[int, tuple[ast.expr, list[Cluster], list[_Found]]] = {}
-    for c in group:
-        # Clusters of the same lines in other calls most likely match a part found already.
-        order = [*(p for p, _, _ in by_part.values()), *candidates]
-        for part in order:
-            try:
-                f = _unify(analysis, c, span, part)
-            except PointerOnly:
-                continue
-            _, cs, found = by_part.setdefault(id(part), (part, [], []))
-            cs.append(c)
-            found.append(f)
-            break
-        else:
-            return None
-    if len(by_part) < 2:
-        return None
-    held = sorted(by_part.values(), key=lambda e: (e[0].lineno, e[0].col_offset))
-    for outer, o_cs, _ in held:
-        for inner, i_cs, _ in held:
-            if inner is not outer and any(n is inner for n in ast.walk(outer)):
-                src = span.src
-                raise PointerOnly(
-                    f"cluster {i_cs[0].index} computes `{src.segment(inner)}`, inside "
-                    f"`{src.segment(outer)}`, which cluster {o_cs[0].index} computes (line "
-                    f"{inner.lineno}): the outer call would take the inner one's result as an "
-                    "argument, which one edit of the line does not write yet")
-    return [(cs, found) for _, cs, found in held]
 
 
 def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:

@@ -26,7 +26,7 @@ from ..codegen.operators import _shapes_only
 from ..ir.run_scalars import analysed, run_scalar
 from ..names import cluster_of
 from ..pipeline import Analysis
-from .mapping import SourceMapping
+from .source_mapping import SourceMapping
 
 
 def _meta_inputs(analysis: Analysis, index: int) -> list[torch.Tensor | int | float]:

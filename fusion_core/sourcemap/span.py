@@ -11,7 +11,7 @@ file, in a changed file, in different blocks, in two calls of one function, or s
 lines with other code; or the cluster writes an input in place, makes values from the index
 or leaves unstored a value another kernel recomputes. A recomputing cluster's copies stand
 outside its range: ``recomputed.py`` finds their original expression above it.
-Whether the run computes exactly the cluster is ``mapping.py``'s question.
+Whether the run computes exactly the cluster is ``match.py``'s question.
 """
 
 from __future__ import annotations

@@ -1,0 +1,154 @@
+"""Match one cluster to the statements of a span: the source expression of each input.
+
+Reads an ``Analysis`` (the cluster's nodes, the FX graph, the model) and a ``Span`` (the
+statements ``span.py`` found, in the user's file); writes a ``Found`` per cluster (argument
+expressions, baked constants, result names), or raises ``PointerOnly`` with the reason the
+lines do not compute exactly the cluster. ``mapping.py`` turns the matches into mappings.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ..analysis.types import Cluster
+from ..ir.spelling import said
+from ..pipeline import Analysis
+from .parts import parts
+from .pysource import Scope, local_names
+from .results import assigned_to, results, returned_tuple
+from .span import PointerOnly, Span, count_words
+from .unify import Mismatch, Reentered, value_of
+from .unify_calls import CallUnifier
+
+
+def _self_path(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
+    """The module path `self` stands for in `scope` (`blocks.0.attn`; "" for the root)."""
+    if scope.class_name == type(analysis.module).__name__:
+        return ""
+    gm_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    for name in c.nodes:
+        stack = gm_nodes[name].meta.get("nn_module_stack") or {}
+        for path, cls in reversed(list(stack.values())):
+            if getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == scope.class_name:
+                return path
+    return None
+
+
+def _self_name(scope: Scope) -> str:
+    params = scope.node.args.posonlyargs + scope.node.args.args
+    return params[0].arg if scope.class_name and params else "self"
+
+
+@dataclass(frozen=True)
+class Found:
+    args: tuple[str, ...]  # source expression per cluster input, in `Cluster.inputs` order
+    baked: tuple[str, ...]  # `self.scale = 0.17...`: values the kernel holds as constants
+    targets: tuple[str, ...]  # names that receive the results before the last one
+    inlined: frozenset[str] = frozenset()  # inputs computed by their argument expression
+    within: ast.expr | None = None  # the part of the last statement the fused call replaces
+
+
+def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None
+           ) -> Found:
+    if not c.outputs:  # detection keeps dead code out of clusters; never index past this
+        raise PointerOnly("the cluster writes no result the model uses")
+    # A part of the last statement leaves that statement in place: the earlier results go
+    # to a line of their own (`parts.replace_part_results`), whatever the statement is.
+    returned = returned_tuple(c, span) if within is None else ()
+    if (len(c.outputs) > 1 and within is None and not returned
+            and not isinstance(span.stmts[-1].node, ast.Assign)):
+        last = span.stmts[-1]
+        raise PointerOnly(f"the cluster writes {count_words(len(c.outputs))} values "
+                          f"({results(analysis, c)}) and line {last.start} "
+                          f"(`{span.src.segment(last.node)}`) does not take them all: only "
+                          "an assignment, or a `return` of exactly those values in that "
+                          "order, can")
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    path = _self_path(analysis, c, span.scope)
+    try:
+        unifier = CallUnifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
+                              _self_name(span.scope), path if path is not None else "\0",
+                              local_names(span.scope.node), graph=analysis.graph,
+                              calls=span.calls,
+                              model=analysis.module)
+        match = unifier.run(c.outputs[-1], within, returned)
+    except Reentered as e:
+        if span.nested is not None:  # the function's lines ran in nested calls of it
+            raise PointerOnly(span.nested.reason, span.nested.file,
+                              span.nested.line, span.nested.line) from e
+        raise PointerOnly(str(e)) from e
+    except Mismatch as e:
+        if returned:
+            raise PointerOnly(f"line {span.stmts[-1].start} returns "
+                              f"`{span.src.segment(span.stmts[-1].node.value)}`, which is not "
+                              f"the kernel's {count_words(len(c.outputs))} results in its "
+                              f"order ({results(analysis, c)}): {e}") from e
+        raise PointerOnly(str(e)) from e
+    missing = [n for n in c.nodes if n not in match.matched]
+    if missing:
+        raise PointerOnly(f"{said(analysis.graph, missing[0])} is not computed on these lines")
+    texts = dict(match.inputs)
+    extra = sorted(set(texts) - set(c.inputs))
+    if extra:
+        raise PointerOnly(f"the lines read `{texts[extra[0]]}`, which the cluster does not take")
+    absent = [n for n in c.inputs if n not in texts]
+    if absent:
+        raise PointerOnly(f"input {said(analysis.graph, absent[0])} has no expression in the "
+                          f"source at line {span.start}")
+    baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
+    names = () if returned else assigned_to(analysis, c, span, match.values)  # all in the `return`
+    return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within)
+
+
+def unify_part(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Found] | None:
+    """The group's match to a part of the last statement (`self.proj(<cluster>)`), if one
+    part computes exactly the cluster's last result (earlier ones are assigned above it)."""
+    for part in parts(span):
+        try:
+            return [unify(analysis, c, span, part) for c in group]
+        except PointerOnly:
+            continue
+    return None
+
+
+Piece = tuple[list[Cluster], list[Found]]  # clusters one call serves, their matches
+
+
+def unify_parts(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Piece] | None:
+    """Clusters that each compute their own part of the last statement (`F.gelu(a * 2.0)`
+    and `torch.tanh(b + 1.0)` in `self.p(F.gelu(a * 2.0)) @ torch.tanh(b + 1.0)`), grouped
+    by that part, in source order; None when some cluster computes none of its parts.
+    Raises ``PointerOnly`` when one cluster's part holds another's."""
+    try:
+        candidates = [value_of(span.stmts[-1].node, last=True), *parts(span)]
+    except Mismatch:
+        return None
+    by_part: dict[int, tuple[ast.expr, list[Cluster], list[Found]]] = {}
+    for c in group:
+        # Clusters of the same lines in other calls most likely match a part found already.
+        order = [*(p for p, _, _ in by_part.values()), *candidates]
+        for part in order:
+            try:
+                f = unify(analysis, c, span, part)
+            except PointerOnly:
+                continue
+            _, cs, found = by_part.setdefault(id(part), (part, [], []))
+            cs.append(c)
+            found.append(f)
+            break
+        else:
+            return None
+    if len(by_part) < 2:
+        return None
+    held = sorted(by_part.values(), key=lambda e: (e[0].lineno, e[0].col_offset))
+    for outer, o_cs, _ in held:
+        for inner, i_cs, _ in held:
+            if inner is not outer and any(n is inner for n in ast.walk(outer)):
+                src = span.src
+                raise PointerOnly(
+                    f"cluster {i_cs[0].index} computes `{src.segment(inner)}`, inside "
+                    f"`{src.segment(outer)}`, which cluster {o_cs[0].index} computes (line "
+                    f"{inner.lineno}): the outer call would take the inner one's result as an "
+                    "argument, which one edit of the line does not write yet")
+    return [(cs, found) for _, cs, found in held]

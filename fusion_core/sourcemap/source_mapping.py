@@ -1,0 +1,59 @@
+"""What the source map says about one cluster: a ``SourceMapping``.
+
+Reads nothing and writes nothing: the record ``mapping.py`` makes per cluster and the
+console table, the JSON report, the HTML page and ``--apply`` read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class MapQuality(StrEnum):
+    """How a cluster maps to the user's source; the value is what the console table, the
+    JSON report and the HTML page show."""
+
+    EXACT = "exact"  # a diff: the range's statements become one call of the kernel
+    POINTER = "pointer"  # the file and line range (when known) and the reason, no diff
+
+
+EXACT, POINTER = MapQuality.EXACT, MapQuality.POINTER
+
+
+@dataclass(frozen=True)
+class SourceMapping:
+    cluster_index: int
+    quality: MapQuality
+    file: str | None
+    start: int | None
+    end: int | None
+    reason: str | None = None  # why it is a pointer; None when exact
+    replacement: str | None = None  # the line replacing start..end (exact only), indented
+    function: str | None = None  # `CausalSelfAttention.forward`
+    call: str | None = None  # the fused function the replacement calls, e.g. `cluster0`
+    args: tuple[str, ...] = ()  # source expression per cluster input, in `Cluster.inputs` order
+    shared_with: tuple[int, ...] = ()  # clusters the same lines form in other calls
+    digest: str | None = None  # sha256 of the file content this mapping was made from
+    original: str | None = None  # the text of lines start..end (exact only)
+    # Source expressions the kernel holds as constants, with their value at analysis time.
+    baked: tuple[str, ...] = ()
+    # Every fused function the replacement calls, when the statement holds several clusters'
+    # parts (`self.p(cluster0(a)) @ cluster1(b)`; their clusters are in `shared_with`).
+    calls: tuple[str, ...] = ()
+
+    @property
+    def edit_calls(self) -> tuple[str, ...]:
+        """The fused functions the replacement calls."""
+        return self.calls or ((self.call,) if self.call else ())
+
+    @property
+    def exact(self) -> bool:
+        return self.quality == EXACT
+
+    @property
+    def where(self) -> str:
+        if self.file is None:
+            return "(no source)"
+        tail = f"{self.start}" if self.start == self.end else f"{self.start}-{self.end}"
+        return f"{self.file}:{tail}"
