@@ -7,6 +7,7 @@ inside the constructor; whatever the call itself raises is one line too. Writes 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import traceback
@@ -39,9 +40,30 @@ def user_line(exc: BaseException, path: Path) -> str:
     return f":{frames[-1].lineno}" if frames else ""
 
 
+def _unwrapped(factory: Callable[..., Any], kwargs: Mapping[str, Any]
+               ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """The function a (nested) functools.partial wraps, with every argument the call passes
+    it: the partial's own first, keywords given at the call overriding its keywords."""
+    args, merged = (), dict(kwargs)
+    while isinstance(factory, functools.partial):
+        args, merged = factory.args + args, {**factory.keywords, **merged}
+        factory = factory.func
+    return factory, args, merged
+
+
 def label_of(factory: Callable[..., Any]) -> str:
-    """How a message names the callable: its name (`partial` for a functools.partial)."""
+    """How a message names the callable: its name; a functools.partial's, the function's
+    it wraps (the user wrote `partial(make_moe, ...)`, never a function called `partial`)."""
+    factory = _unwrapped(factory, {})[0]
     return getattr(factory, "__qualname__", None) or type(factory).__name__
+
+
+def call_text(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> str:
+    """The call as the user would write it: `make_moe(8, note='x')` for
+    `partial(make_moe, 8, note='x')` called with no more arguments."""
+    func, args, merged = _unwrapped(factory, kwargs)
+    given = [*map(repr, args), *(f"{k}={v!r}" for k, v in merged.items())]
+    return f"{label_of(func)}({', '.join(given)})"
 
 
 def check_arguments(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> None:
@@ -124,8 +146,7 @@ def build_model(
     mode. `path`: the file the factory comes from, to point at its line on an exit."""
     kwargs = dict(model_kwargs or {})
     check_arguments(factory, kwargs)
-    label = label_of(factory)
-    shown = f"{label}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+    shown = call_text(factory, kwargs)
     try:
         model = factory(**kwargs)
     except SystemExit as e:

@@ -4,6 +4,7 @@ code for a fix of the constructor, and a constructor run on its defaults for arg
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -67,3 +68,26 @@ def test_the_python_api_words_the_fix_as_model_kwargs(tmp_path):
         fusion_core.load_model(path, model_kwargs={"ch": 30})
     assert str(err.value).endswith("; check the values given in model_kwargs (if they are "
                                    "right, the constructor)")
+
+
+def _make_block(ch: int, note: str = "", groups: int = 8):
+    return __import__("torch").nn.GroupNorm(groups, ch)
+
+
+def test_a_partial_is_named_by_the_function_it_wraps_with_its_bound_arguments():
+    # `partial(...)` is no call the user wrote: name `_make_block` and every argument it got.
+    with pytest.raises(ModelLoadError) as err:
+        fusion_core.build_model(functools.partial(_make_block, 30, note="x"), {"groups": 7})
+    assert str(err.value).startswith(
+        "_make_block(30, note='x', groups=7) raised ValueError: num_channels")
+    # A nested partial's keywords given later override the earlier ones, as the call does.
+    inner = functools.partial(_make_block, note="x", groups=4)
+    with pytest.raises(ModelLoadError) as err:
+        fusion_core.build_model(functools.partial(inner, 30, groups=7))
+    assert str(err.value).startswith("_make_block(30, note='x', groups=7) raised ValueError")
+
+
+def test_a_partial_missing_an_argument_is_named_by_its_function():
+    with pytest.raises(ModelLoadError) as err:
+        fusion_core.build_model(functools.partial(_make_block, note="x"))
+    assert str(err.value).startswith("_make_block() needs arguments (ch)")
