@@ -186,12 +186,15 @@ def compare(base: Snapshot, cur: Snapshot, tol: Tolerances = Tolerances(),
     """`compiler_change`: what another torch/triton version than a compiled record's
     baseline does ("report" or "fail"); compiled records are compared when this run took one."""
     checks = set(checks)
+    built = construction_change(base, cur)  # the likely cause of what follows
     if base.inputs != cur.inputs:
+        # Nothing else is compared, but changed constructor arguments are still said: the
+        # record and the report name both changes, as the failure does.
         return Comparison(
             (f"the example inputs changed ({', '.join(base.inputs)} → {', '.join(cur.inputs)}):"
-             " the baseline no longer applies",), (), (), "")
+             " the baseline no longer applies",), (), (built,) if built else (), "")
     d = _Diff(base, cur, tol, checks)
-    if built := construction_change(base, cur):  # the likely cause of what follows
+    if built:
         d.say("changes", None, built)
     if switched := frontend_change(base, cur):
         d.say("changes", None, switched)

@@ -84,6 +84,23 @@ def test_a_changed_argument_is_named_above_what_it_changed(proj):
     assert baseline_notes(r.stdout.str()) == []
 
 
+def test_changed_inputs_and_arguments_are_both_named_in_the_failure_and_the_report(proj):
+    run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
+    proj.makepyfile(test_moe=marked("{'n_experts': 8}").replace("(4, 8)", "(2, 8)"))
+    r = run(proj, "--fusion-report=rep")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["fusion regression against fusion_baselines/*.yaml:",
+                            "  (model built with n_experts=8, baseline with n_experts=4)",
+                            "  - the example inputs changed (4×8 float32 → 2×8 float32): the "
+                            "baseline no longer applies",
+                            "If this is intended, accept it with: *"])
+    assert "Also:" not in r.stdout.str()  # the argument change is said once
+    # The record (the report's, the written baseline's notes) names both, not the inputs only.
+    report = (proj.path / "rep.md").read_text()
+    assert ("- the example inputs changed (4×8 float32 → 2×8 float32): the baseline no longer "
+            "applies\n- model built with n_experts=8, baseline with n_experts=4\n") in report
+
+
 def test_the_baseline_records_factory_and_arguments_stably(proj):
     proj.makepyfile(test_moe=marked(
         "{'note': 'x', 'dim': 8, 'act': torch.nn.GELU, 'tag': model.Tag(), 'shape': (2, 3)}",
@@ -209,6 +226,10 @@ def test_only_a_construction_both_sides_record_is_compared():
     result = compare(snap(four), snap(eight))
     assert result.changes == ("model built with n_experts=8, baseline with n_experts=4",)
     assert result.status == "changed"
+    moved = compare(snap(four), replace(snap(eight), inputs=("2×8 float32",)))
+    assert moved.regressions == ("the example inputs changed (4×8 float32 → 2×8 float32): the "
+                                 "baseline no longer applies",)
+    assert moved.changes == ("model built with n_experts=8, baseline with n_experts=4",)
     assert compare(snap(None), snap(eight)).messages == ()
     assert compare(snap(four), snap(None)).messages == ()
     assert compare(snap(four), snap(four, "MoE2")).changes == (
