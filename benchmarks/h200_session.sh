@@ -41,6 +41,9 @@ for step in "$@"; do
       # SUITE_PASS=rest or timing runs one pass (the whole suite does not fit one 10-minute
       # call: SUITE_PASS=rest SUITE_PART=1, then SUITE_PART=2, then SUITE_PASS=timing).
       export PYTHONPATH=$PYTHONPATH:$PWD/tools FAILURES_LOG=$OUT/failures.log
+      # One compile thread per pytest worker: 15 workers each forking a pool of 16 compile
+      # processes is 240 processes on 16 cores (a part-2 call on 2026-12-05 lost its machine).
+      export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-1}
       # SUITE_PART=1 or 2 splits the non-timing pass in two halves that each fit a call at
       # JOBS=15 (2026-12-04: 470 s and 360 s): 1 the plugin and page tests (pytester runs,
       # slow) with examples/, 2 the rest of tests/. SUITE_ARGS, when set, wins.
