@@ -132,9 +132,20 @@ def _raised(e: Exception, shown: str, factory: Callable[..., Any], kwargs: Mappi
         return ModelLoadError(f"{problem} (fix the constructor)")
     example = dict.fromkeys(defaults, "...")
     return ModelLoadError(problem, Fix.MODEL_DEFAULTS, {
-        "defaults": ", ".join(f"{k}={v!r}" for k, v in defaults.items()),
+        "defaults": _ran_with(factory, defaults),
         "example_json": json.dumps(example).replace('"..."', "..."),
         "example_py": repr(example).replace("'...'", "...")})
+
+
+def _ran_with(factory: Callable[..., Any], defaults: Mapping[str, Any]) -> str:
+    """The keyword values the constructor ran with, said by where they came from: a
+    functools.partial's bound keywords are the user's values, not the function's defaults
+    (its signature shows both as defaults)."""
+    bound = factory.keywords if isinstance(factory, functools.partial) else {}
+    groups = (("the values its partial binds", [k for k in defaults if k in bound]),
+              ("its defaults", [k for k in defaults if k not in bound]))
+    return " and ".join(f"{what} ({', '.join(f'{k}={defaults[k]!r}' for k in names)})"
+                        for what, names in groups if names)
 
 
 def build_model(

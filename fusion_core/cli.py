@@ -127,7 +127,7 @@ FIXES = {Fix.MODEL_FILE: "pass --model PATH to a .py file (or FILE.py:NAME, or "
          Fix.MODEL_KWARGS: "check the names given in --model-kwargs",
          Fix.MODEL_VALUES: "check the values given with --model-kwargs (if they are right, the "
                            "constructor)",
-         Fix.MODEL_DEFAULTS: "it ran with its defaults ({defaults}): pass others with "
+         Fix.MODEL_DEFAULTS: "it ran with {defaults}: pass others with "
                              "--model-kwargs '{example_json}', or fix the constructor",
          Fix.CONSTRUCTOR_CODE: "a bug in the constructor, not the values given with "
                                "--model-kwargs: fix the constructor"}

@@ -27,9 +27,10 @@ class Fix(Enum):
     MODEL_ARGS = ("give them defaults, or pass them as keyword arguments: "
                   "load_model(path, model_kwargs={example_py})")
     MODEL_KWARGS = "check the names given in model_kwargs"
-    # The constructor raised on a value: `{defaults}` / `{example_*}` fill MODEL_DEFAULTS.
+    # The constructor raised on a value: `{defaults}` ("its defaults (ch=30)", or the values a
+    # functools.partial binds) and `{example_*}` fill MODEL_DEFAULTS.
     MODEL_VALUES = "check the values given in model_kwargs (if they are right, the constructor)"
-    MODEL_DEFAULTS = ("it ran with its defaults ({defaults}): pass others as "
+    MODEL_DEFAULTS = ("it ran with {defaults}: pass others as "
                       "model_kwargs={example_py}, or fix the constructor")
     # The constructor's code failed (a typo, an import), whatever the arguments given.
     CONSTRUCTOR_CODE = "a bug in the constructor, not the model_kwargs given: fix the constructor"

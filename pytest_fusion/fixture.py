@@ -109,7 +109,7 @@ def fixes(call: str) -> dict[Fix, str]:
             Fix.MODEL_KWARGS: f"check the names given as model_kwargs in {call}",
             Fix.MODEL_VALUES: f"check the values given as model_kwargs in {call} (if they are "
                               "right, the constructor)",
-            Fix.MODEL_DEFAULTS: "it ran with its defaults ({defaults}): pass others as "
+            Fix.MODEL_DEFAULTS: "it ran with {defaults}: pass others as "
                                 f"model_kwargs={{example_py}} in {call}, or fix the constructor",
             Fix.CONSTRUCTOR_CODE: "a bug in the constructor, not the model_kwargs given in "
                                   f"{call}: fix the constructor"}

@@ -91,3 +91,15 @@ def test_a_partial_missing_an_argument_is_named_by_its_function():
     with pytest.raises(ModelLoadError) as err:
         fusion_core.build_model(functools.partial(_make_block, note="x"))
     assert str(err.value).startswith("_make_block() needs arguments (ch)")
+
+
+def _make_norm(ch: int = 30, groups: int = 8):
+    return __import__("torch").nn.GroupNorm(groups, ch)
+
+
+def test_values_a_partial_binds_are_not_called_its_defaults():
+    # partial(_make_norm, ch=30): ch=30 is the user's value, groups=8 the function's default.
+    with pytest.raises(ModelLoadError) as err:
+        fusion_core.build_model(functools.partial(_make_norm, ch=30))
+    assert ("it ran with the values its partial binds (ch=30) and its defaults (groups=8): "
+            "pass others as model_kwargs=") in str(err.value)
