@@ -44,10 +44,26 @@ def why_apart(analysis: Analysis, ops: Sequence[str]) -> tuple[str, ...]:
     unknown = _unknown(g, ops)
     if unknown:
         return tuple(unknown)  # the rest is moot while a name matches nothing
-    reordered = _reordered(g, clusters, ops)
-    if reordered:
-        return (reordered,)
-    return tuple(_Causes(g, clusters, analysis.rejections).of(_chain(g, ops)))
+    short = [f"`{op}` is named {times} times, but {g.name} computes it "
+             f"{_times(len(nodes))}" + (f": {', '.join(said(g, n) for n in nodes)}" if nodes
+                                         else "")
+             for op, times in Counter(ops).items()
+             if times > len(nodes := _op_nodes(g, op))]
+    if short:
+        return tuple(short)
+    chain = _chain(g, ops)
+    causes = _Causes(g, clusters, analysis.rejections)
+    # The asked order runs along the graph: what parts it is the cause. Else the order is
+    # the cause where one cluster holds every named op.
+    if not causes.linked(chain):
+        reordered = _reordered(g, clusters, ops)
+        if reordered:
+            return (reordered,)
+    return tuple(causes.of(chain))
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
 def _op_nodes(g: FusionGraph, op: str) -> list[str]:
@@ -59,16 +75,14 @@ def _unknown(g: FusionGraph, ops: Sequence[str]) -> list[str]:
     """A named op no cluster can hold: a call fusion-advisor keeps opaque (`topk`), one
     sized by a tensor's values, or a name the graph has no op for (`SiLU` for `silu`)."""
     known = {n.op for n in g.nodes} - _NOT_NAMED
-    notes = []
+    notes, sized = [], []
     for op in dict.fromkeys(ops):
         if op in known:
             continue
         call = next((n for n in g.nodes if n.op in ("opaque", UNSIZED)
                      and n.target.rsplit(".", 1)[-1].removesuffix("()") == op), None)
         if call is not None and call.op == UNSIZED:
-            note = next(i.note for i in left_unfused(g, os.path.basename)
-                        if i.kind == "sized-by-value")
-            notes.append(f"{said(g, call.name)} is in no cluster; the report's note: {note}")
+            sized.append(said(g, call.name))
         elif call is not None:
             notes.append(f"`{op}` is no op fusion-advisor fuses: {said(g, call.name)} "
                          "stays a call of its own")
@@ -80,6 +94,11 @@ def _unknown(g: FusionGraph, ops: Sequence[str]) -> list[str]:
                 f"did you mean `{close[0]}`?" if close else
                 f"its ops may be inside a call nobody analyses: {kept[0]}" if kept else
                 "name ops as the report's `ops` column prints them"))
+    if sized:  # one note covers every op sized by a tensor's values
+        note = next(i.note for i in left_unfused(g, os.path.basename)
+                    if i.kind == "sized-by-value")
+        notes.insert(0, f"{', '.join(sized)} {'is' if len(sized) == 1 else 'are'} in no "
+                        f"cluster; the report's note: {note}")
     return notes
 
 
@@ -104,7 +123,8 @@ def _reordered(g: FusionGraph, clusters: Iterable[Cluster], ops: Sequence[str]) 
         if found is not None and [g[n].op for n in found] != list(ops):
             order = ", ".join(f'"{g[n].op}"' for n in found)
             return (f"`{' → '.join(ops)}` fuse in cluster {c.index} `{c.chain}`, in another "
-                    f"order: {' → '.join(said(g, n) for n in found)}; assert [{order}]")
+                    f"order: {' → '.join(said(g, n) for n in found)}; to assert that order: "
+                    f"assert_fused([{order}])")
     return ""
 
 
@@ -154,6 +174,10 @@ class _Causes:
                 self.cluster_of.setdefault(n, c)
                 self.cluster_of.setdefault(g[n].copy_of or n, c)
         self.barriers = find_barriers(g, clusters)
+
+    def linked(self, chain: list[str]) -> bool:
+        """Each op of `chain` reaches the next along the graph."""
+        return all(b in _descendants(self.g, a) for a, b in pairwise(chain))
 
     def of(self, chain: list[str]) -> list[str]:
         lines: list[str] = []
