@@ -4,7 +4,8 @@ Reads an ``Analysis``; holds its ``Snapshot``, the raw measurement, and the kern
 generated for it (``GeneratedKernels``: each cluster's kernel, generated once per analysis
 and reused by the snapshot, the measure hook and the HTML page). The assertion methods
 (``assert_fused``, ``assert_no_rejection``, ``assert_traffic_saved``) raise
-``AssertionError`` with the clusters and rejections spelled out; they read nothing else.
+``AssertionError`` with the clusters and rejections spelled out; ``assert_fused`` puts the
+cause above them (``fusion_core.why_apart``: what keeps the named ops apart, at their lines).
 """
 
 from __future__ import annotations

@@ -224,12 +224,14 @@ class _Causes:
         for n in sorted(path, key=g.position):
             if g[n].kind.is_compute and n not in self.cluster_of:
                 lines.append(f"between them {said(g, n)} is in no cluster: {self.unfused(n)}")
+        # Rejected candidates that held both ops, else ones that held ops of both clusters;
+        # one about a barrier already named ("`.mul_()` (line 19) mutates …") says no more.
+        holding = [r for r in self.rejections if {a, b} <= set(r.nodes)] or [
+            r for r in self.rejections if set(r.nodes) & sides[0] and set(r.nodes) & sides[1]]
         said_rejections = set()
-        for r in self.rejections:
-            held = set(r.nodes)
+        for r in holding:
             key = (r.check, _head(r.reason))
-            if (held & sides[0] and held & sides[1] and key not in said_rejections
-                    and not any(s in r.reason for s in said_barriers)):
+            if key not in said_rejections and not any(s in r.reason for s in said_barriers):
                 said_rejections.add(key)
                 lines.append(f"fusion-advisor rejected `{' → '.join(r.ops)}`"
                              f"{_lines(g, r.lines)}: {r.check}, {_head(r.reason)}")
