@@ -40,6 +40,7 @@ _EXPORTS = {
     "CompiledKernel": ".inductor.compiled", "GraphBreak": ".inductor.compiled",
     "OpSite": ".inductor.compiled", "Recompile": ".inductor.compiled",
     "Separation": ".inductor.separation",
+    "why_apart": ".report.apart",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -80,6 +81,7 @@ if TYPE_CHECKING:  # for type checkers and editors only
     from .ir.shapes import InputSpec, parse_dtype  # noqa: F401
     from .load import load_model  # noqa: F401
     from .pipeline import Analysis, analyze  # noqa: F401
+    from .report.apart import why_apart  # noqa: F401
     from .report.html import (  # noqa: F401
         ClusterTimes,
         Ghost,

@@ -4,12 +4,12 @@ Reads an ``Analysis``; holds its ``Snapshot``, the raw measurement, and the kern
 generated for it (``GeneratedKernels``: each cluster's kernel, generated once per analysis
 and reused by the snapshot, the measure hook and the HTML page). The assertion methods
 (``assert_fused``, ``assert_no_rejection``, ``assert_traffic_saved``) raise
-``AssertionError`` with the clusters and rejections spelled out; they read nothing else.
+``AssertionError`` with the clusters and rejections spelled out; ``assert_fused`` puts the
+cause above them (``fusion_core.why_apart``: what keeps the named ops apart, at their lines).
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -122,34 +122,18 @@ class FusionResult:
         """Some cluster contains `ops`, in this order (other ops may sit between)."""
         __tracebackhide__ = True
         if not any(_is_subsequence(ops, c.ops) for c in self.snapshot.clusters):
-            notes = "".join(f"\n{n}" for n in self._unknown_ops(ops))
-            raise AssertionError(f"`{' → '.join(ops)}` are not fused together.{notes}\n"
+            causes = "".join(f"\n{n}" for n in self._causes(ops))
+            raise AssertionError(f"`{' → '.join(ops)}` are not fused together.{causes}\n"
                                  + self.describe())
 
-    def _unknown_ops(self, ops: Sequence[str]) -> list[str]:
-        """A named op no cluster can hold: a call fusion-advisor keeps opaque (`topk`), or a
-        name the graph has no op for (`SiLU` for the report's `silu`)."""
-        graph = getattr(self.analysis, "graph", None)
-        if graph is None:
-            return []
-        from fusion_core.ir.spelling import said
+    def _causes(self, ops: Sequence[str]) -> tuple[str, ...]:
+        """Why `ops` are not one cluster, one line each, before the clusters (`describe`):
+        the plugin's promise is that a failing fusion test names its cause."""
+        if not ops or getattr(self.analysis, "graph", None) is None:
+            return ()  # a result built from a snapshot alone knows no graph to explain
+        import fusion_core
 
-        known = {n.op for n in graph.nodes} - {"input", "constant", "output", "opaque", "meta"}
-        notes = []
-        for op in dict.fromkeys(ops):
-            if op in known:
-                continue
-            call = next((n for n in graph.nodes if n.op == "opaque"
-                         and n.target.rsplit(".", 1)[-1].removesuffix("()") == op), None)
-            if call is not None:
-                notes.append(f"`{op}` is no op fusion-advisor fuses: {said(graph, call.name)} "
-                             "stays a call of its own")
-                continue
-            close = difflib.get_close_matches(op.lower(), sorted(known), n=1, cutoff=0.6)
-            notes.append(f"`{op}` names no op of {graph.name}: " + (
-                f"did you mean `{close[0]}`?" if close else
-                "name ops as the report's `ops` column prints them"))
-        return notes
+        return fusion_core.why_apart(self.analysis, ops)
 
     def assert_no_rejection(self, check: str | None = None) -> None:
         """No candidate was rejected (for the given legality check, when given)."""
