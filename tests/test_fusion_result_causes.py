@@ -166,6 +166,16 @@ def test_an_op_alone_between_layers_is_in_no_cluster():
         f"`self.fc2` (line {at})) run as kernels of their own, and a cluster needs two ops")
 
 
+def test_a_layer_named_as_an_op_says_what_the_layer_runs():
+    # `fc` and `ln` are the model's attribute names, not ops: say what each layer runs.
+    fc, ln = line("z = self.fc(y)"), line("return self.ln(z + 1.0)")
+    assert failure(LinearBetween(), ["relu", "fc"])[1] == (
+        f"`fc` is a layer, not an op: `self.fc` (line {fc}), a Linear, runs as a kernel of its "
+        "own, so no cluster holds it")
+    assert failure(LinearBetween(), ["add", "self.ln"])[1] == (
+        f"`self.ln` is a layer, not an op: `self.ln` (line {ln}) runs `layer_norm`; name those")
+
+
 def test_ops_fused_in_another_order_say_the_order_found():
     y = line("y = F.relu(x * 2.0)")
     assert failure(LinearBetween(), ["relu", "mul"])[1] == (

@@ -86,6 +86,8 @@ def _unknown(g: FusionGraph, ops: Sequence[str]) -> list[str]:
         elif call is not None:
             notes.append(f"`{op}` is no op fusion-advisor fuses: {said(g, call.name)} "
                          "stays a call of its own")
+        elif layer := _layer_named(g, op):
+            notes.append(layer)
         else:
             close = difflib.get_close_matches(op.lower(), sorted(known), n=1, cutoff=0.6)
             kept = [i.note for i in left_unfused(g, os.path.basename)
@@ -100,6 +102,22 @@ def _unknown(g: FusionGraph, ops: Sequence[str]) -> list[str]:
         notes.insert(0, f"{', '.join(sized)} {'is' if len(sized) == 1 else 'are'} in no "
                         f"cluster; the report's note: {note}")
     return notes
+
+
+def _layer_named(g: FusionGraph, name: str) -> str:
+    """A note for a layer's attribute name given as an op (`proj1`, `self.blocks[0].ln`):
+    what the layer runs, by the names `assert_fused` takes; "" when no layer is so named."""
+    path = name.removeprefix("self.").replace("[", ".").replace("]", "")
+    nodes = [n for n in g.nodes if n.module and (n.module == path or n.module.endswith(
+        "." + path)) and n.kind not in (OpKind.INPUT, OpKind.CONSTANT, OpKind.OUTPUT)]
+    if not nodes:
+        return ""
+    first = said(g, nodes[0].name)
+    if all(n.kind is OpKind.OPAQUE for n in nodes):
+        return (f"`{name}` is a layer, not an op: {first}, a {nodes[0].op}, runs as a kernel "
+                "of its own, so no cluster holds it")
+    ops = ", ".join(f"`{op}`" for op in dict.fromkeys(n.op for n in nodes))
+    return f"`{name}` is a layer, not an op: {first} runs {ops}; name those"
 
 
 def _ordered(c: Cluster, ops: Sequence[str]) -> list[str] | None:
