@@ -54,7 +54,7 @@ for step in "$@"; do
         1) SUITE_ARGS=${SUITE_ARGS:-"$plugin_files examples/"} ;;
         2) SUITE_ARGS=${SUITE_ARGS:-$(ls tests/test_*.py | grep -v -F -x -f <(tr ' ' '\n' <<< "$plugin_files" | grep .))} ;;
       esac
-      common=(-v -p no:cacheprovider -p no:benchmark -p failures_now)
+      common=(-v -p no:cacheprovider -p no:benchmark -p failures_now --durations=25)
       if [ "${SUITE_PASS:-both}" != timing ]; then
         # shellcheck disable=SC2086
         timeout "${SUITE_TIMEOUT:-420}" python -m pytest "${common[@]}" -n "${JOBS:-12}" \
