@@ -22,7 +22,7 @@ from .unify import Mismatch, Reentered, value_of
 from .unify_calls import CallUnifier
 
 
-def _self_path(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
+def self_path_of(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
     """The module path `self` stands for in `scope` (`blocks.0.attn`; "" for the root)."""
     if scope.class_name == type(analysis.module).__name__:
         return ""
@@ -35,7 +35,7 @@ def _self_path(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
     return None
 
 
-def _self_name(scope: Scope) -> str:
+def self_name_of(scope: Scope) -> str:
     params = scope.node.args.posonlyargs + scope.node.args.args
     return params[0].arg if scope.class_name and params else "self"
 
@@ -65,10 +65,10 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                           "an assignment, or a `return` of exactly those values in that "
                           "order, can")
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    path = _self_path(analysis, c, span.scope)
+    path = self_path_of(analysis, c, span.scope)
     try:
         unifier = CallUnifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
-                              _self_name(span.scope), path if path is not None else "\0",
+                              self_name_of(span.scope), path if path is not None else "\0",
                               local_names(span.scope.node), graph=analysis.graph,
                               calls=span.calls,
                               model=analysis.module)
