@@ -113,9 +113,12 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
         except PointerOnly:
             if span.guard is not None:  # the fused call replaces whole statements only
                 raise
-            part = unify_part(analysis, span, group)
+            why: list[PointerOnly] = []
+            part = unify_part(analysis, span, group, why)
             split = unify_parts(analysis, span, group) if part is None else None
             if part is None and split is None:
+                if why:  # a part stops at a container call: that, not the code around it
+                    raise why[0] from None
                 # Its reason names the stray code first; code computing an input from
                 # outside the cluster could stay as an argument, so it is not the cause.
                 check_alone(analysis, span, group, free_inputs(analysis, group))

@@ -211,17 +211,17 @@ def container_mismatch(model: nn.Module, path: str, self_name: str, self_path: s
     before = {k for k in other if order.index(k) < first}
     after = {k for k in other if order.index(k) > last}
     runs = " and ".join(part for part in (
-        f"{named(before)} before the cluster" if before else "",
-        f"{named(after)} after it" if after else "") if part)
+        f"{named(before)} before the cluster's layers" if before else "",
+        f"{named(after)} after them" if after else "") if part)
     cls = type(container)
-    why = (f"`{func}(...)` (line {expr.lineno}) runs {runs}, which the cluster does not "
-           "fuse, and an edit of the line replaces the whole call")
+    why = (f"`{func}(...)` (line {expr.lineno}) runs {runs}, outside the cluster, and an "
+           "edit of the line replaces the whole call")
     if isinstance(container, nn.Sequential) and not unrollable(container, path):
         try:
             where = short_path(inspect.getsourcefile(cls) or "?")
         except TypeError:
             where = "?"
-        return (f"{why}; it is a `{cls.__name__}` (defined in {where}, not in this file), "
-                f"whose layers no edit here unrolls. To apply, call `{func}`'s layers one per "
-                "line in this forward")
-    return f"{why}. To apply, call `{func}`'s layers one per line in this forward"
+        return (f"{why}; `{func}` is a `{cls.__name__}` (defined in {where}, not in this "
+                "file), which no edit here unrolls. To apply, call its layers one per line "
+                "in this forward")
+    return f"{why}. To apply, call its layers one per line in this forward"

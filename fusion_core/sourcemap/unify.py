@@ -78,6 +78,10 @@ class Mismatch(Exception):
     """The statements do not compute exactly the cluster; `str()` says why."""
 
 
+class ContainerMismatch(Mismatch):
+    """A call of a container (`self.stem(x)`) runs the cluster's layers and others too."""
+
+
 class Reentered(Mismatch):
     """A name the lines read holds a value the cluster computes: the lines ran more than
     once inside the cluster (a loop, or nested calls of the function they lie in)."""

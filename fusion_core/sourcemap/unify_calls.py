@@ -19,7 +19,7 @@ from ..units import counted
 from .callsite import LiftedCall
 from .pyexpr import is_literal, module_chain, module_path
 from .sequential import container_mismatch
-from .unify import Mismatch, Unifier
+from .unify import ContainerMismatch, Mismatch, Unifier
 
 _DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
              torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout)
@@ -113,7 +113,7 @@ class CallUnifier(Unifier):
             why = container_mismatch(self.model, self.src.path, self.self_name, self.self_path,
                                      expr, node, self.fx_nodes, self.cluster)
             if why is not None:
-                return Mismatch(why)
+                return ContainerMismatch(why)
         return super().callee_mismatch(expr, node)
 
     def is_model_attr(self, n: fx.Node) -> bool:
