@@ -85,19 +85,22 @@ class InvertedResidual(nn.Module):
 """
 
 
-def test_layers_fused_inside_a_library_sequential_are_named_with_the_fix(tmp_path):
+def test_layers_fused_inside_a_nested_sequential_are_spelled_layer_by_layer(tmp_path):
     path = tmp_path / "mbv3.py"
     path.write_text(SEQUENTIAL)
     analysis = analyze_file(path, [InputSpec((2, 3, 8, 8))], class_name="InvertedResidual")
     (m,) = map_clusters(analysis)
-    # Was: "line range also holds `result = self.block(input)` (line 14), which is not in
-    # the cluster", though the cluster is in that call.
-    assert m.reason == (
-        "line 14 calls `self.block(input)`, a `Sequential` whose forward (`Sequential.forward`, "
-        "not in this file) runs the cluster's layers (`self.block[0][1]`, `self.block[0][2]`) "
-        "and also `self.block[1]` (Conv2d), which the cluster does not fuse: an edit of line 14 "
-        "would drop it. To apply, make `self.block[0]` (`Sequential`) a module of your file "
-        "whose forward calls its layers one per line"), m.reason
+    # Was a pointer: "line 14 calls `self.block(input)`, a `Sequential` whose forward
+    # (`Sequential.forward`, not in this file) runs the cluster's layers ... To apply, make
+    # `self.block[0]` (`Sequential`) a module of your file ..."; nn.Sequential's layers are
+    # reached by index (sourcemap/sequential.py), the library subclass case is in
+    # test_apply_sequential.py.
+    assert m.exact, m.reason
+    bn = "self.block[0][1]"
+    assert m.replacement == (
+        f"        result = self.block[1](cluster0(self.block[0][0](input), "
+        f"{bn}.running_mean.reshape(-1, 1, 1), {bn}.running_var.reshape(-1, 1, 1), "
+        f"{bn}.weight.reshape(-1, 1, 1), {bn}.bias.reshape(-1, 1, 1)))"), m.replacement
 
 
 # timm's InvertedResidual / torchvision's MobileNet block: the residual add only in blocks

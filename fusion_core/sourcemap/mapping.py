@@ -22,10 +22,11 @@ from ..analysis.types import Cluster
 from ..ir.graph import Ref
 from ..names import kernel_name
 from ..pipeline import Analysis
+from . import sequential
 from .alone import check_alone
 from .frames import frames_of
 from .guard import guarded_text
-from .match import Found, Piece, unify, unify_part, unify_parts
+from .match import Found, Piece, self_name_of, self_path_of, unify, unify_part, unify_parts
 from .parts import around, free_inputs, replace_part_results
 from .pysource import SourceFile, read_later, stored_names
 from .source_mapping import EXACT, POINTER, SourceMapping
@@ -112,9 +113,12 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
         except PointerOnly:
             if span.guard is not None:  # the fused call replaces whole statements only
                 raise
-            part = unify_part(analysis, span, group)
+            why: list[PointerOnly] = []
+            part = unify_part(analysis, span, group, why)
             split = unify_parts(analysis, span, group) if part is None else None
             if part is None and split is None:
+                if why:  # a part stops at a container call: that, not the code around it
+                    raise why[0] from None
                 # Its reason names the stray code first; code computing an input from
                 # outside the cluster could stay as an argument, so it is not the cause.
                 check_alone(analysis, span, group, free_inputs(analysis, group))
@@ -197,7 +201,26 @@ def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster]
     # The lifted calls of every cluster of the group: the same lines, other nodes.
     span = replace(spans[group[0].index],
                    calls=tuple(call for c in group for call in spans[c.index].calls))
-    return _map_group(analysis, span, group)
+    mapped = _map_group(analysis, span, group)
+    if mapped[0].exact:
+        return mapped
+    # `x = self.stem(x)` runs the cluster's layers of a Sequential and others: matched
+    # again with the call spelled layer by layer, which the edit then writes.
+    paths = [self_path_of(analysis, c, span.scope) for c in group]
+    if None in paths:
+        return mapped
+    unrolled = sequential.unrolled(analysis, span, group, paths, self_name_of(span.scope))
+    if unrolled is None:
+        return mapped
+    again = _map_group(analysis, unrolled.span, group)
+    real = dict(digest=span.src.digest)
+    if again[0].exact:
+        return [replace(m, original="".join(span.src.lines[m.start - 1:m.end]), **real)
+                for m in again]
+    if again[0].file != span.src.path or again[0].start is None:
+        return mapped  # the cause lies at another line (the caller's): as before
+    return [replace(m, reason=unrolled.reason(a.reason or ""), **real)
+            for m, a in zip(mapped, again, strict=True)]
 
 
 def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:

@@ -18,11 +18,11 @@ from .parts import parts
 from .pysource import Scope, local_names
 from .results import assigned_to, results, returned_tuple
 from .span import PointerOnly, Span, count_words
-from .unify import Mismatch, Reentered, value_of
+from .unify import ContainerMismatch, Mismatch, Reentered, value_of
 from .unify_calls import CallUnifier
 
 
-def _self_path(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
+def self_path_of(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
     """The module path `self` stands for in `scope` (`blocks.0.attn`; "" for the root)."""
     if scope.class_name == type(analysis.module).__name__:
         return ""
@@ -35,7 +35,7 @@ def _self_path(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
     return None
 
 
-def _self_name(scope: Scope) -> str:
+def self_name_of(scope: Scope) -> str:
     params = scope.node.args.posonlyargs + scope.node.args.args
     return params[0].arg if scope.class_name and params else "self"
 
@@ -65,10 +65,10 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                           "an assignment, or a `return` of exactly those values in that "
                           "order, can")
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    path = _self_path(analysis, c, span.scope)
+    path = self_path_of(analysis, c, span.scope)
     try:
         unifier = CallUnifier(span.src, list(span.stmts), set(c.nodes), fx_nodes,
-                              _self_name(span.scope), path if path is not None else "\0",
+                              self_name_of(span.scope), path if path is not None else "\0",
                               local_names(span.scope.node), graph=analysis.graph,
                               calls=span.calls,
                               model=analysis.module)
@@ -78,6 +78,8 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
             raise PointerOnly(span.nested.reason, span.nested.file,
                               span.nested.line, span.nested.line) from e
         raise PointerOnly(str(e)) from e
+    except ContainerMismatch as e:
+        raise InContainer(str(e)) from e
     except Mismatch as e:
         if returned:
             raise PointerOnly(f"line {span.stmts[-1].start} returns "
@@ -101,12 +103,21 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
     return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within)
 
 
-def unify_part(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Found] | None:
+class InContainer(PointerOnly):
+    """The lines call a container (`self.stem(x)`) that runs the cluster's layers and others."""
+
+
+def unify_part(analysis: Analysis, span: Span, group: list[Cluster],
+               why: list[PointerOnly] | None = None) -> list[Found] | None:
     """The group's match to a part of the last statement (`self.proj(<cluster>)`), if one
-    part computes exactly the cluster's last result (earlier ones are assigned above it)."""
+    part computes exactly the cluster's last result (earlier ones are assigned above it).
+    `why` collects the refusals that name a container call, the likelier cause."""
     for part in parts(span):
         try:
             return [unify(analysis, c, span, part) for c in group]
+        except InContainer as e:
+            if why is not None:
+                why.append(e)
         except PointerOnly:
             continue
     return None

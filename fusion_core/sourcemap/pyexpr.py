@@ -90,6 +90,40 @@ def attr_chain(expr: ast.expr) -> list[str]:
     return []
 
 
+def module_chain(expr: ast.expr) -> list[str]:
+    """`attr_chain` that also reads a constant index, as a Sequential's layer is named:
+    `self.stem[1].weight` as ["self", "stem", "1", "weight"]; [] for anything else."""
+    parts: list[str] = []
+    while True:
+        if isinstance(expr, ast.Attribute):
+            parts.append(expr.attr)
+        elif (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant)
+              and type(expr.slice.value) is int and expr.slice.value >= 0):
+            parts.append(str(expr.slice.value))
+        else:
+            break
+        expr = expr.value
+    return [expr.id, *reversed(parts)] if isinstance(expr, ast.Name) else []
+
+
+def layer_range(func: ast.expr) -> tuple[list[str], range] | None:
+    """`self.stem[:2]` as (["self", "stem"], range(0, 2)): a slice of a Sequential's layers
+    with constant, non-negative bounds (an open end reaches any length); else None."""
+    if not (isinstance(func, ast.Subscript) and isinstance(func.slice, ast.Slice)
+            and func.slice.step is None):
+        return None
+    bounds = []
+    for bound, default in ((func.slice.lower, 0), (func.slice.upper, 1 << 30)):
+        if bound is None:
+            bounds.append(default)
+        elif isinstance(bound, ast.Constant) and type(bound.value) is int and bound.value >= 0:
+            bounds.append(bound.value)
+        else:
+            return None
+    chain = module_chain(func.value)
+    return (chain, range(*bounds)) if chain else None
+
+
 def fx_nodes(obj: Any) -> Iterator[fx.Node]:
     """Every FX node in an argument structure (tuples, lists, dicts, slices)."""
     if isinstance(obj, fx.Node):

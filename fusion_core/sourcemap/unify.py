@@ -30,6 +30,8 @@ from .pyexpr import (
     calls_only_pure,
     fx_nodes,
     is_literal,
+    layer_range,
+    module_chain,
     module_path,
     operands_in_graph_order,
     values_call,
@@ -74,6 +76,10 @@ def constant_index(expr: ast.expr) -> Any:
 
 class Mismatch(Exception):
     """The statements do not compute exactly the cluster; `str()` says why."""
+
+
+class ContainerMismatch(Mismatch):
+    """A call of a container (`self.stem(x)`) runs the cluster's layers and others too."""
 
 
 class Reentered(Mismatch):
@@ -240,11 +246,17 @@ class Unifier:
         if not isinstance(expr, ast.Call) or node.op not in (
                 "call_function", "call_method", "call_module"):
             return False
-        chain = attr_chain(expr.func)
+        chain = module_chain(expr.func)  # `self.conv(x)`, a Sequential's `self.stem[0](x)`
+        where = str(node.target) if node.op == "call_module" else module_path(node)
         if chain and chain[0] == self.self_name and len(chain) > 1:
             child = ".".join(p for p in (self.self_path, *chain[1:]) if p)
-            where = str(node.target) if node.op == "call_module" else module_path(node)
             return where is not None and (where == child or where.startswith(child + "."))
+        layers = layer_range(expr.func)  # `self.stem[:2](x)`: made by one of those layers
+        if layers is not None and layers[0][0] == self.self_name and where is not None:
+            base = ".".join(p for p in (self.self_path, *layers[0][1:]) if p) + "."
+            head = where.removeprefix(base).split(".")[0]
+            return where.startswith(base) and head.isdigit() and int(head) in layers[1]
+        chain = attr_chain(expr.func)
         if isinstance(expr.func, ast.Attribute) and node.op == "call_method":
             return expr.func.attr in op_names(node)
         return bool(chain) and node.op != "call_module" and chain[-1] in op_names(node)
@@ -370,7 +382,7 @@ class Unifier:
         return f"{text}.reshape({', '.join(map(str, dims))})"
 
     def same_callee(self, func: ast.expr, node: fx.Node) -> bool:
-        chain = attr_chain(func)
+        chain = module_chain(func)
         if chain and chain[0] == self.self_name and len(chain) > 1:
             want = ".".join(p for p in (self.self_path, *chain[1:]) if p)
             return module_path(node) == want

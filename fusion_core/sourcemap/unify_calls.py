@@ -17,8 +17,9 @@ import torch.fx as fx
 
 from ..units import counted
 from .callsite import LiftedCall
-from .pyexpr import attr_chain, is_literal, module_path
-from .unify import Mismatch, Unifier
+from .pyexpr import is_literal, module_chain, module_path
+from .sequential import container_mismatch
+from .unify import ContainerMismatch, Mismatch, Unifier
 
 _DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
              torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout)
@@ -58,7 +59,7 @@ class CallUnifier(Unifier):
         if not (isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords
                 and not isinstance(expr.args[0], ast.Starred) and self.model is not None):
             return None
-        chain = attr_chain(expr.func)
+        chain = module_chain(expr.func)  # `self.drop(x)`, a Sequential's `self.seq[2](x)`
         if not (chain and chain[0] == self.self_name and len(chain) > 1):
             return None
         path = ".".join(p for p in (self.self_path, *chain[1:]) if p)
@@ -105,6 +106,16 @@ class CallUnifier(Unifier):
         self.matched |= call.nodes
         self.seen |= call.nodes
 
+    def callee_mismatch(self, expr: ast.Call, node: fx.Node) -> Mismatch:
+        """`self.stem(x)` for a layer of that container: says which of its layers run
+        outside the cluster, in place of "is not `relu`"."""
+        if self.model is not None:
+            why = container_mismatch(self.model, self.src.path, self.self_name, self.self_path,
+                                     expr, node, self.fx_nodes, self.cluster)
+            if why is not None:
+                return ContainerMismatch(why)
+        return super().callee_mismatch(expr, node)
+
     def is_model_attr(self, n: fx.Node) -> bool:
         """A parameter or buffer the user's module holds: not a tensor the tracer stored on
         its graph module (`_tensor_constant0`, `lifted_tensor_0`: a module-level tensor a
@@ -124,7 +135,7 @@ class CallUnifier(Unifier):
     def calls_callee(self, expr: ast.Call, node: fx.Node, call: LiftedCall) -> bool:
         """`self.norm(...)` names the module the call's ops ran in; `rms_norm(...)` or
         `self._norm(...)` the function itself."""
-        chain = attr_chain(expr.func)
+        chain = module_chain(expr.func)
         if chain and chain[0] == self.self_name and len(chain) > 1:
             want = ".".join(p for p in (self.self_path, *chain[1:]) if p)
             where = module_path(node)

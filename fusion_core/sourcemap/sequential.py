@@ -1,0 +1,227 @@
+"""Calls of an `nn.Sequential` whose layers a cluster fuses, spelled layer by layer.
+
+Reads an ``Analysis`` and a ``Span`` whose lines call a Sequential of the model
+(`x = self.stem(x)`) holding some of a cluster's ops; writes a ``Span`` over a copy of the
+file's text in which each such call is unrolled: `self.stem[3:](self.stem[2](self.stem[1](
+self.stem[0](x))))` computes what `self.stem(x)` does (`Sequential.forward` chains its
+layers, and indexing or slicing it returns those same layers), and names each layer, so
+the matcher (``unify.py``) can replace the cluster's layers by the fused call and keep the
+others as its argument or around it. A Sequential inside one unrolls in turn. Only an
+`nn.Sequential`, or a subclass of the user's file that keeps its forward, is unrolled: a
+library's subclass (torchvision's `Conv2dNormActivation`) may change, so it stays a pointer.
+Also the reason a call of a container is no edit: which of its layers run outside the cluster.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+from dataclasses import dataclass
+
+import torch.fx as fx
+from torch import nn
+
+from ..analysis.types import Cluster
+from ..pipeline import Analysis
+from ..report.units import short_path
+from .pyexpr import module_chain, module_path
+from .pysource import SourceFile, Statement
+from .span import Span
+
+_PASSES = 8  # Sequentials nested this deep unroll; deeper ones stay as written
+
+
+@dataclass(frozen=True)
+class Unrolled:
+    span: Span  # over the unrolled text; same lines, same statements
+    spelled: tuple[tuple[str, int, str], ...]  # (call as written, line, as unrolled)
+
+    def reason(self, why: str) -> str:
+        """Why the unrolled lines are still no edit, saying what was unrolled."""
+        text, line, unrolled = self.spelled[0]
+        return f"with `{text}` (line {line}) spelled as its layers, `{unrolled}`: {why}"
+
+
+def _own(path: str, where: str | None) -> str | None:
+    """The child of module `path` that module path `where` lies in (`stem.2.act` → "2")."""
+    if not where or not where.startswith(path + "."):
+        return None
+    return where[len(path) + 1:].split(".")[0]
+
+
+def _where(node: fx.Node) -> str | None:
+    return str(node.target) if node.op == "call_module" else module_path(node)
+
+
+def unrollable(container: nn.Module, path: str) -> bool:
+    """An `nn.Sequential` run by torch's own forward, of torch or of the file at `path`."""
+    cls = type(container)
+    if not isinstance(container, nn.Sequential) or cls.forward is not nn.Sequential.forward:
+        return False
+    try:
+        defined = inspect.getsourcefile(cls) or ""
+    except TypeError:
+        return False
+    return cls is nn.Sequential or os.path.realpath(defined) == os.path.realpath(path)
+
+
+def _layers(path: str, nodes: list[fx.Node]) -> list[int]:
+    found = {int(k) for n in nodes if (k := _own(path, _where(n))) is not None and k.isdigit()}
+    return sorted(found)
+
+
+def _callees(func: str, i: int, j: int, n: int) -> list[str]:
+    """Layers i..j of Sequential `func` (of n) one by one, those before and after them as
+    one slice each, outermost first."""
+    before = "" if i == 0 else f"{func}[0]" if i == 1 else f"{func}[:{i}]"
+    after = "" if j == n - 1 else f"{func}[{n - 1}]" if j == n - 2 else f"{func}[{j + 1}:]"
+    return [c for c in (after, *(f"{func}[{k}]" for k in range(j, i - 1, -1)), before) if c]
+
+
+class _Pass:
+    """One level of unrolling over the span's statements."""
+
+    def __init__(self, analysis: Analysis, span: Span, group: list[Cluster],
+                 self_paths: list[str], self_name: str) -> None:
+        self.analysis, self.span, self.group = analysis, span, group
+        self.self_paths, self.self_name = self_paths, self_name
+        self.fx = {n.name: n for n in analysis.graph_module.graph.nodes}
+
+    def callees(self, call: ast.expr) -> list[str] | None:
+        """What `call` becomes, when it calls an unrollable Sequential holding cluster ops."""
+        if not (isinstance(call, ast.Call) and len(call.args) == 1 and not call.keywords
+                and not isinstance(call.args[0], ast.Starred)
+                and call.func.lineno == call.func.end_lineno):
+            return None
+        chain = module_chain(call.func)
+        if len(chain) < 2 or chain[0] != self.self_name:
+            return None
+        spans = set()
+        for c, p in zip(self.group, self.self_paths, strict=True):
+            full = ".".join(s for s in (p, *chain[1:]) if s)
+            try:
+                container = self.analysis.module.get_submodule(full)
+            except AttributeError:
+                return None
+            layers = _layers(full, [self.fx[n] for n in c.nodes if n in self.fx])
+            if not layers or not unrollable(container, self.span.src.path):
+                return None
+            spans.add((layers[0], layers[-1], len(container)))
+        if len(spans) != 1:  # other calls of these lines fuse other layers
+            return None
+        return _callees(self.span.src.segment(call.func), *spans.pop())
+
+    def run(self) -> tuple[Span, list[tuple[str, int, str]]] | None:
+        src = self.span.src
+        starts = [0]
+        for line in src.lines:
+            starts.append(starts[-1] + len(line.encode()))
+
+        def at(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes
+            return starts[lineno - 1] + col
+
+        edits: list[tuple[int, int, str]] = []
+        spelled = []
+        for st in self.span.stmts:
+            for call in ast.walk(st.node):
+                callees = self.callees(call)
+                if callees is None:
+                    continue
+                func = call.func
+                head = "".join(f"{c}(" for c in callees[:-1]) + callees[-1]
+                tail = ")" * (len(callees) - 1)
+                edits.append((at(func.lineno, func.col_offset),
+                              at(func.end_lineno, func.end_col_offset), head))
+                edits.append((at(call.end_lineno, call.end_col_offset),) * 2 + (tail,))
+                args = src.segment(call)[len(src.segment(func)):]
+                spelled.append((src.segment(call), call.lineno, head + args + tail))
+        if not edits:
+            return None
+        data = src.data
+        for lo, hi, text in sorted(edits, key=lambda e: e[0], reverse=True):
+            data = data[:lo] + text.encode() + data[hi:]
+        return _respan(self.span, SourceFile(src.path, data)), spelled
+
+
+def _respan(span: Span, src: SourceFile) -> Span:
+    """`span`'s statements in `src`, the same text but for calls spelled otherwise."""
+    scope = next(s for s in src.scopes
+                 if (s.qualname, s.start) == (span.scope.qualname, span.scope.start))
+    stmts: list[Statement] = []
+    for st in span.stmts:
+        found = src.statement_at(scope, st.start)
+        if found is None or (found.start, found.end, found.index) != (st.start, st.end, st.index):
+            raise SyntaxError(f"line {st.start} changed its statement when unrolled")
+        stmts.append(found)
+    return Span(src, scope, tuple(stmts), span.calls, span.nested, None)
+
+
+def unrolled(analysis: Analysis, span: Span, group: list[Cluster], self_paths: list[str],
+             self_name: str) -> Unrolled | None:
+    """`span` with every call of a Sequential holding the group's ops spelled layer by
+    layer (`self_paths`: the module each cluster's `self` is); None when none is."""
+    if span.guard is not None:  # the fused call replaces whole guarded statements only
+        return None
+    spelled: list[tuple[str, int, str]] = []
+    current = span
+    try:
+        for _ in range(_PASSES):
+            done = _Pass(analysis, current, group, self_paths, self_name).run()
+            if done is None:
+                break
+            current, more = done
+            spelled = spelled or more  # the outermost calls, as the user wrote them
+    except SyntaxError:
+        return None
+    return Unrolled(current, tuple(spelled)) if spelled else None
+
+
+def container_mismatch(model: nn.Module, path: str, self_name: str, self_path: str,
+                       expr: ast.Call, node: fx.Node, nodes: dict[str, fx.Node],
+                       cluster: set[str]) -> str | None:
+    """Why `expr` (`self.stem(x)`) is not the cluster's `node` when `node` ran in one of
+    the layers of that container: the layers it runs besides the cluster's, by name."""
+    chain = module_chain(expr.func)
+    if len(chain) < 2 or chain[0] != self_name:
+        return None
+    full = ".".join(s for s in (self_path, *chain[1:]) if s)
+    if _own(full, module_path(node)) is None:
+        return None
+    try:
+        container = model.get_submodule(full)
+    except AttributeError:
+        return None
+    order = [name for name, _ in container.named_children()]
+    mine = {k for n in cluster if (k := _own(full, _where(nodes[n]))) in order}
+    other = {k for n in nodes.values() if n.name not in cluster and n.op in (
+        "call_function", "call_method", "call_module") and (k := _own(full, _where(n))) in order}
+    other -= mine
+    if not mine or not other:
+        return None
+    func = ".".join(chain)
+    first, last = (min(order.index(k) for k in mine), max(order.index(k) for k in mine))
+
+    def named(keys: set[str]) -> str:
+        return ", ".join(f"`{func}[{k}]` ({type(container.get_submodule(k)).__name__})"
+                         if k.isdigit() else f"`{func}.{k}` "
+                         f"({type(container.get_submodule(k)).__name__})"
+                         for k in sorted(keys, key=order.index))
+
+    before = {k for k in other if order.index(k) < first}
+    after = {k for k in other if order.index(k) > last}
+    runs = " and ".join(part for part in (
+        f"{named(before)} before the cluster's layers" if before else "",
+        f"{named(after)} after them" if after else "") if part)
+    cls = type(container)
+    why = (f"`{func}(...)` (line {expr.lineno}) runs {runs}, outside the cluster, and an "
+           "edit of the line replaces the whole call")
+    if isinstance(container, nn.Sequential) and not unrollable(container, path):
+        try:
+            where = short_path(inspect.getsourcefile(cls) or "?")
+        except TypeError:
+            where = "?"
+        return (f"{why}; `{func}` is a `{cls.__name__}` (defined in {where}, not in this "
+                "file), which no edit here unrolls. To apply, call its layers one per line "
+                "in this forward")
+    return f"{why}. To apply, call its layers one per line in this forward"

@@ -1,0 +1,169 @@
+"""`--apply` on clusters whose layers run inside an `nn.Sequential` called in the user's file.
+
+The edit spells the call layer by layer (`sourcemap/sequential.py`): layers before the
+cluster by index (`self.stem[0](x)`, `self.stem[:2](x)`), the cluster's as the kernel call,
+layers after it around the result (`self.stem[4:](...)`). A library's Sequential subclass
+stays a pointer. Kernels run under the Triton interpreter on CPU at tiny shapes.
+"""
+
+from __future__ import annotations
+
+from apply_checks import apply_net, same_outputs
+
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import map_clusters
+
+# The CNN pattern: conv → bn → act layers in Sequentials, called one per line.
+SEQ = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), \
+nn.ReLU(inplace=True))
+        self.body = nn.Sequential(
+            nn.Conv2d(8, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.SiLU(),
+        )
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = self.body(x) + x
+        return self.head(y.mean((2, 3)))
+"""  # the backslash joins the stem's line: /tmp/rep/seq.py as reported
+
+BN = ("self.{0}[1].running_mean.reshape(-1, 1, 1), self.{0}[1].running_var.reshape(-1, 1, 1), "
+      "self.{0}[1].weight.reshape(-1, 1, 1), self.{0}[1].bias.reshape(-1, 1, 1)")
+
+
+def test_both_clusters_inside_sequential_calls_are_written(tmp_path):
+    path = tmp_path / "seq.py"
+    path.write_text(SEQ)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 2 edits" in result.output, result.output
+    rewritten = path.read_text()
+    # Was a pointer: "`self.stem(...)` at line 17 is not `relu` (line 17)".
+    assert f"        x = cluster0(self.stem[0](x), {BN.format('stem')})\n" in rewritten
+    # bn → silu → add and the mean of line 19: line 18's `y` has no other reader.
+    assert "y = self.body(x) + x" not in rewritten
+    assert (f"        return self.head(cluster1(self.body[0](x), {BN.format('body')}, x))\n"
+            in rewritten), rewritten
+    same_outputs(tmp_path, path, SEQ)
+
+
+# Several layers before the cluster and after it; a Sequential inside a Sequential, whose
+# last layer is a module of this file.
+AROUND = """\
+import torch
+from torch import nn
+
+
+class Swish(nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 1),
+                                  nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 1),
+                                  nn.Conv2d(8, 8, 1))
+        self.block = nn.Sequential(
+            nn.Sequential(nn.Conv2d(8, 8, 1, bias=False), nn.BatchNorm2d(8), Swish()),
+            nn.Conv2d(8, 8, 3, padding=1, bias=False),
+        )
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.block(x)
+"""
+
+
+def test_layers_around_the_cluster_stay_as_slices_and_nested_sequentials_unroll(tmp_path):
+    path = tmp_path / "around.py"
+    path.write_text(AROUND)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 2 edits" in result.output, result.output
+    rewritten = path.read_text()
+    stem = BN.replace("[1]", "[2]").format("stem")
+    assert f"        x = self.stem[4:](cluster0(self.stem[:2](x), {stem}))\n" in rewritten
+    block = BN.format("block[0]")
+    assert (f"        return self.block[1](cluster1(self.block[0][0](x), {block}))\n"
+            in rewritten), rewritten
+    same_outputs(tmp_path, path, AROUND)
+
+
+# torchvision's Conv2dNormActivation: a Sequential subclass of an installed library.
+LIBRARY = """\
+from torch import nn
+
+
+class ConvBNAct(nn.Sequential):
+    def __init__(self, cin, cout, tail=False):
+        layers = [nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, cout, 1)] if tail else [
+            nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU()]
+        super().__init__(*layers)
+"""
+
+USER = """\
+import torch
+from torch import nn
+from seq_convlib import ConvBNAct
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = ConvBNAct(3, 8, tail=TAIL)
+
+    def forward(self, x):
+        x = self.stem(x)
+        return x.sum((2, 3))
+"""
+
+
+def _library_mapping(tmp_path, monkeypatch, tail: bool):
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "seq_convlib.py").write_text(LIBRARY)
+    monkeypatch.syspath_prepend(str(lib))
+    monkeypatch.delitem(__import__("sys").modules, "seq_convlib", raising=False)
+    path = tmp_path / "user.py"
+    path.write_text(USER.replace("TAIL", str(tail)))
+    analysis = analyze_file(path, [InputSpec((2, 3, 8, 8))])
+    return path, [m for m in map_clusters(analysis) if "batch_norm" in
+                  analysis.clusters[m.cluster_index].ops]
+
+
+def test_a_library_sequential_with_a_layer_before_the_cluster_names_it(tmp_path, monkeypatch):
+    path, (m,) = _library_mapping(tmp_path, monkeypatch, tail=False)
+    assert not m.exact
+    assert m.reason.startswith(
+        "`self.stem(...)` (line 12) runs `self.stem[0]` (Conv2d) before the cluster's layers, "
+        "outside the cluster, and an edit of the line replaces the whole call; `self.stem` is "
+        "a `ConvBNAct` (defined in "), m.reason
+    assert m.reason.endswith(
+        "seq_convlib.py, not in this file), which no edit here unrolls. To apply, call its "
+        "layers one per line in this forward"), m.reason
+    assert "is not `" not in m.reason
+
+
+def test_a_library_sequential_with_a_layer_after_the_cluster_keeps_its_reason(
+        tmp_path, monkeypatch):
+    path, (m,) = _library_mapping(tmp_path, monkeypatch, tail=True)
+    assert not m.exact
+    assert m.reason == (
+        "line 12 calls `self.stem(x)`, a `ConvBNAct` whose forward (`Sequential.forward`, not "
+        "in this file) runs the cluster's layers (`self.stem[0]`, `self.stem[1]`) and also "
+        "`self.stem[2]` (Conv2d), which the cluster does not fuse: an edit of line 12 would "
+        "drop it. To apply, make `self.stem` (`ConvBNAct`) a module of your file whose "
+        "forward calls its layers one per line"), m.reason
