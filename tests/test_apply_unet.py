@@ -63,18 +63,65 @@ def test_time_embedding_add_into_the_next_norm_is_one_edit(tmp_path):
     path.write_text(RESBLOCK)
     maps = _maps(path)
     exact = sorted(m.cluster_index for m in maps if m.exact)
-    assert exact == [1, 3], [m.reason for m in maps]
+    assert exact == [0, 1, 3], [m.reason for m in maps]
     assert (maps[1].start, maps[1].end) == (17, 18)
     assert maps[1].replacement == (
         "        h = s.c2(cluster1(h, s.t(emb)[:, :, None, None], "
         "s.n2.weight.reshape(-1, 1, 1), s.n2.bias.reshape(-1, 1, 1)))")
     result = apply_net(path)
     assert result.exit_code == 0, result.output
-    assert "Applied 1 edit" in result.output, result.output
-    assert "Not applied: clusters 0, 2, 4" in result.output, result.output
+    assert "Applied 2 edits" in result.output, result.output
+    assert "Not applied: clusters 2, 4" in result.output, result.output
     rewritten = path.read_text()
     assert "h = h + s.t(emb)" not in rewritten and "        return x + h\n" in rewritten
     same_outputs(tmp_path, path, RESBLOCK)
+
+
+def test_the_first_norm_is_one_edit_that_serves_the_next_blocks_call(tmp_path):
+    # Before: "line 16 (`s.n1(x)`) also runs in another call … serving that call with this
+    # kernel is not supported yet". In b2's call line 16's group_norm → silu is part of
+    # cluster 2 (b1's residual add fused in); the edit runs cluster 0's kernel there on b1's
+    # output, which b1's `return x + h`, left as written, computes.
+    path = tmp_path / "unet.py"
+    path.write_text(RESBLOCK)
+    maps = _maps(path)
+    assert maps[0].exact, maps[0].reason
+    assert (maps[0].start, maps[0].end) == (16, 16)
+    assert maps[0].replacement == (
+        "        h = s.c1(cluster0(x, s.n1.weight.reshape(-1, 1, 1), "
+        "s.n1.bias.reshape(-1, 1, 1)))")
+    assert maps[0].shared_with == ()  # cluster 2 is not applied by it
+    (served,) = maps[0].serves
+    assert (served.part.index, served.part.ops, served.call) == (2, ("group_norm", "silu"),
+                                                                 "cluster0")
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert ("unet.py:16  cluster 0; also the call at line 34 (`h = self.b2(h, emb)`) on "
+            "`self.b2`, as cluster 2's group_norm → silu") in result.output, result.output
+    rewritten = path.read_text().splitlines()
+    assert rewritten[rewritten.index("    def forward(s, x, emb):") + 1] == (
+        "        h = s.c1(cluster0(x, s.n1.weight.reshape(-1, 1, 1), "
+        "s.n1.bias.reshape(-1, 1, 1)))")
+    same_outputs(tmp_path, path, RESBLOCK)
+
+
+def test_a_next_block_with_other_settings_is_not_served(tmp_path):
+    # b2's first GroupNorm has another eps: cluster 0's kernel bakes b1's, so the edit of
+    # line 16, which runs in b2 too, would compute b2's norm wrong.
+    path = tmp_path / "unet.py"
+    path.write_text(RESBLOCK.replace(
+        "def __init__(s, ch, temb):", "def __init__(s, ch, temb, eps=1e-5):").replace(
+        "s.n1 = nn.GroupNorm(8, ch)", "s.n1 = nn.GroupNorm(8, ch, eps=eps)").replace(
+        "self.b2 = ResBlock(16, 32)", "self.b2 = ResBlock(16, 32, 1e-3)"))
+    maps = _maps(path)
+    assert sorted(m.cluster_index for m in maps if m.exact) == [1, 3]
+    assert maps[0].reason == (
+        "line 16 (`s.n1(x)`) also runs in another call of `ResBlock.forward` at line 34 "
+        "(`h = self.b2(h, emb)`), where it is part of cluster 2 (add → group_norm → silu), "
+        "not of this one: an edit of the line changes every call, and this kernel cannot "
+        "compute that call's ops there: the same lines run as cluster 0 and as part of "
+        "cluster 2, with other constants: `eps` of `group_norm` (line 16) is 0.001 there and "
+        "1e-05 in cluster 0; one kernel cannot serve both")
 
 
 def test_a_residual_add_fused_into_the_next_blocks_call_names_both_calls(tmp_path):
@@ -91,12 +138,6 @@ def test_a_residual_add_fused_into_the_next_blocks_call_names_both_calls(tmp_pat
             f"on `self.b1` with {other} of another call at line 34 (`h = self.b2(h, emb)`) on "
             "`self.b2` of `ResBlock.forward`"), reason
         assert "write these ops in one function's lines" in reason, reason
-    # b1's first norm → silu would be one edit, but line 16 runs in b2 as part of cluster 2.
-    assert maps[0].reason == (
-        "line 16 (`s.n1(x)`) also runs in another call of `ResBlock.forward` at line 34 "
-        "(`h = self.b2(h, emb)`), where it is part of cluster 2 (add → group_norm → silu), "
-        "not of this one: an edit of the line changes every call, and serving that call with "
-        "this kernel is not supported yet")
 
 
 def test_blocks_called_in_a_loop_are_told_apart_by_their_module(tmp_path):
@@ -109,7 +150,8 @@ def test_blocks_called_in_a_loop_are_told_apart_by_their_module(tmp_path):
         "        h = self.b1(h, emb)\n        h = self.b2(h, emb)",
         "        for b in self.blocks:\n            h = b(h, emb)"))
     maps = _maps(path)
-    assert sorted(m.cluster_index for m in maps if m.exact) == [1, 3]
+    assert sorted(m.cluster_index for m in maps if m.exact) == [0, 1, 3]
+    assert maps[0].serves[0].site == "at line 33 (`h = b(h, emb)`) on `self.blocks.1`"
     assert maps[4].reason.startswith(
         "the cluster joins `add` (line 19) of the call at line 33 (`h = b(h, emb)`) on "
         "`self.blocks.0` with `add` (line 19) of another call at line 33 (`h = b(h, emb)`) on "

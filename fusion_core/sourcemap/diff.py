@@ -37,7 +37,10 @@ def header(m: SourceMapping) -> str:
     tail = f"{m.start}" if m.start == m.end else f"{m.start}-{m.end}"
     names = ", ".join(str(i) for i in sorted((m.cluster_index, *m.shared_with)))
     plural = "s" if m.shared_with else ""
-    return f"{path}:{tail}  cluster{plural} {names}"
+    # Another call of the lines runs part of a cluster the edit does not apply (served.py).
+    also = "".join(f"; also the call {s.site}, as cluster {s.part.index}'s "
+                   f"{' → '.join(s.part.ops)}" for s in m.serves)
+    return f"{path}:{tail}  cluster{plural} {names}{also}"
 
 
 def diff_lines(m: SourceMapping) -> list[str]:

@@ -14,12 +14,13 @@ the reason in words.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from ..analysis.types import Cluster
 from ..ir.graph import Ref
+from ..ir.spelling import said
 from ..names import kernel_name
 from ..pipeline import Analysis
 from .alone import check_alone
@@ -28,7 +29,8 @@ from .guard import guarded_text
 from .match import Found, Piece, unify, unify_part, unify_parts
 from .parts import around, free_inputs, replace_part_results
 from .pysource import SourceFile, read_later, stored_names
-from .source_mapping import EXACT, POINTER, SourceMapping
+from .served import Part, parts_on
+from .source_mapping import EXACT, POINTER, ServedPart, SourceMapping
 from .span import PointerOnly, Span, as_stored, locate
 
 
@@ -83,48 +85,86 @@ def _constants(analysis: Analysis, c: Cluster) -> tuple:
                  for n in nodes)
 
 
-def _consistent(analysis: Analysis, group: list[Cluster], found: list[Found]) -> None:
-    """Clusters one kernel serves (the same lines in other calls) read, compute and bake the
-    same."""
+def _setting(analysis: Analysis, rep: Cluster, c: Cluster) -> str:
+    """The first module setting (`eps`) whose value differs between two clusters' ops."""
+    g = analysis.graph
+    for a, b in zip(rep.nodes, c.nodes, strict=False):
+        pa, pb = dict(g[a].params), dict(g[b].params)
+        key = next((k for k in {**pa, **pb} if pa.get(k) != pb.get(k)), None)
+        if key is not None:
+            return (f": `{key}` of {said(g, b)} is {pb.get(key)!r} there and "
+                    f"{pa.get(key)!r} in cluster {rep.index}")
+    return " (module settings)"
+
+
+def _consistent(analysis: Analysis, group: list[Cluster], found: list[Found],
+                parts: Collection[int] = frozenset()) -> None:
+    """Clusters one kernel serves (the same lines in other calls; the ids of `parts`, those
+    of clusters it computes a part of) read, compute and bake the same."""
     rep = group[0]
     for c, f in zip(group[1:], found[1:], strict=True):
+        other = f"{'part of ' if id(c) in parts else ''}cluster {c.index}"
+        both = f"the same lines run as cluster {rep.index} and as {other}"
         if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
-            raise PointerOnly(f"the same lines run as cluster {rep.index} and as cluster "
-                              f"{c.index}, which reads or computes something else")
+            raise PointerOnly(f"{both}, which reads or computes something else")
         if _ranks(analysis, c) != _ranks(analysis, rep):
-            raise PointerOnly(f"the same lines run as cluster {rep.index} and as cluster "
-                              f"{c.index}, with other ranks or dtypes; one kernel cannot "
-                              "serve both")
+            raise PointerOnly(f"{both}, with other ranks or dtypes; one kernel cannot serve "
+                              "both")
         if _constants(analysis, c) != _constants(analysis, rep):
-            raise PointerOnly(f"the same lines run as cluster {rep.index} and as cluster "
-                              f"{c.index}, with other constants (module settings); one "
+            raise PointerOnly(f"{both}, with other constants{_setting(analysis, rep, c)}; one "
                               "kernel cannot serve both")
 
 
-def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[SourceMapping]:
+def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, Part],
+           unserved: Mapping[int, str] | None = None) -> tuple[list[Piece], set[str]]:
+    """The clusters' matches to the lines, grouped by the part of the statement each call
+    replaces, and the code kept around the fused calls; raises ``PointerOnly``."""
+    try:
+        return [(cs, [unify(analysis, c, span) for c in cs])], set()
+    except PointerOnly:
+        if span.guard is not None:  # the fused call replaces whole statements only
+            raise
+        part = unify_part(analysis, span, cs)
+        split = unify_parts(analysis, span, cs) if part is None else None
+        if part is None and split is None:
+            if unserved is not None:
+                # Its reason names the stray code first; code computing an input from
+                # outside the cluster could stay as an argument, so it is not the cause.
+                check_alone(analysis, span, cs, free_inputs(analysis, cs), unserved=unserved)
+            raise
+    pieces = [(cs, part)] if part is not None else split
+    if any(all(id(c) in served for c in p_cs) for p_cs, _ in pieces):
+        raise PointerOnly("another call's ops on these lines form a part of their own")
+    return pieces, around(analysis, span, cs)
+
+
+def _map_group(analysis: Analysis, span: Span, group: list[Cluster],
+               parts: tuple[Part, ...] = ()) -> list[SourceMapping]:
+    """The group's mappings; `parts` (served.py): other calls' ops on the lines, each kept
+    when it matches the lines as the group's clusters do, which the edit computes but does
+    not apply. A refused part's reason goes into the reason its ops give for the group."""
     base = dict(file=span.src.path, start=span.start, end=span.end,
                 function=span.scope.qualname, digest=span.src.digest)
     others = {c.index: tuple(o.index for o in group if o is not c) for c in group}
+    served = {id(p.cluster): p for p in parts}  # by identity: parts share holders' indices
+    unserved: dict[int, str] = {}
     try:
-        kept_around: set[str] = set()
-        try:
-            pieces: list[Piece] = [(group, [unify(analysis, c, span) for c in group])]
-        except PointerOnly:
-            if span.guard is not None:  # the fused call replaces whole statements only
-                raise
-            part = unify_part(analysis, span, group)
-            split = unify_parts(analysis, span, group) if part is None else None
-            if part is None and split is None:
-                # Its reason names the stray code first; code computing an input from
-                # outside the cluster could stay as an argument, so it is not the cause.
-                check_alone(analysis, span, group, free_inputs(analysis, group))
-                raise
-            pieces = [(group, part)] if part is not None else split
-            kept_around = around(analysis, span, group)
+        every = list(group)
+        pieces, kept_around = _match(analysis, span, every, served, unserved)
+        for p in parts:
+            try:
+                trial = _match(analysis, span, [*every, p.cluster], served)
+                for cs, found in trial[0]:
+                    _consistent(analysis, cs, found, served)
+            except PointerOnly as e:
+                unserved.setdefault(p.cluster.index, e.reason)
+                continue
+            every.append(p.cluster)
+            pieces, kept_around = trial
         kept = frozenset().union(*(f.inlined for _, found in pieces for f in found))
-        check_alone(analysis, span, group, kept, kept_around)
+        check_alone(analysis, span, every, kept, kept_around, unserved=unserved)
         for cs, found in pieces:
-            _consistent(analysis, cs, found)
+            _consistent(analysis, cs, found, served)
         _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets))
     except PointerOnly as p:
         if p.file is not None:  # the cause lies at another line (the caller's): point there
@@ -139,10 +179,14 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
     text = text if span.guard is None else guarded_text(span.src, span.guard, span.start, text)
     original = "".join(span.src.lines[span.start - 1:span.end])
     names = tuple(name for name, _ in calls) if len(calls) > 1 else ()
+    serves = tuple(ServedPart(c, name, served[id(c)].site)
+                   for (cs, _), (name, _) in zip(pieces, calls, strict=True)
+                   for c in cs if id(c) in served)
     return [SourceMapping(c.index, EXACT, replacement=text, call=name, args=f.args,
                           shared_with=others[c.index], original=original, baked=f.baked,
-                          calls=names, **base)
-            for (cs, _), (name, f) in zip(pieces, calls, strict=True) for c in cs]
+                          calls=names, serves=serves, **base)
+            for (cs, _), (name, f) in zip(pieces, calls, strict=True)
+            for c in cs if id(c) not in served]
 
 
 def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
@@ -183,21 +227,24 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             groups[spans[i].key].append(stored)
     for group in groups.values():
         group.sort(key=lambda c: (c.index in borrowed, _size_ones(analysis, c)))  # stable
-        mapped = _map_spans(analysis, spans, group)
+        parts = parts_on(analysis, spans[group[0].index], group, frames)
+        own = [c for c in group if c.index not in borrowed]
+        mapped = _map_spans(analysis, spans, group, parts)
         if any(c.index in borrowed for c in group) and not mapped[0].exact:
             # Refused with the borrowed ones: map as before, they keep their own reason.
-            mapped = _map_spans(analysis, spans, [c for c in group if c.index not in borrowed])
+            mapped = _map_spans(analysis, spans, own, parts)
         for m in mapped:
             out[m.cluster_index] = m
     return tuple(_no_overlaps(out[c.index] for c in analysis.clusters))
 
 
-def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster]
-               ) -> list[SourceMapping]:
+def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],
+               parts: list[Part]) -> list[SourceMapping]:
     # The lifted calls of every cluster of the group: the same lines, other nodes.
-    span = replace(spans[group[0].index],
-                   calls=tuple(call for c in group for call in spans[c.index].calls))
-    return _map_group(analysis, span, group)
+    calls = (*(call for c in group for call in spans[c.index].calls),
+             *(call for p in parts for call in p.calls))
+    span = replace(spans[group[0].index], calls=calls)
+    return _map_group(analysis, span, group, tuple(parts))
 
 
 def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:

@@ -212,7 +212,7 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
         except (OSError, SyntaxError, UnicodeDecodeError):
             scope = None
         call = (tuple((f.file, f.line) for f in chain[:at]),
-                _instance(fx_nodes.get(node.name), scope.class_name if scope else None))
+                module_instance(fx_nodes.get(node.name), scope.class_name if scope else None))
         key = (loc.file, loc.function)
         before, a = seen.setdefault(key, (call, node))
         if before == call:
@@ -228,7 +228,7 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
             "residual add in the caller, beside what reads it next)", **where)
 
 
-def _instance(node: fx.Node | None, class_name: str | None) -> str | None:
+def module_instance(node: fx.Node | None, class_name: str | None) -> str | None:
     """The path of the module whose method `node` ran in (`blocks.1`), when known."""
     stack = (node.meta.get("nn_module_stack") or {}) if node is not None else {}
     for path, cls in reversed(list(stack.values())):
