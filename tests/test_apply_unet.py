@@ -137,7 +137,36 @@ def test_a_residual_add_fused_into_the_next_blocks_call_names_both_calls(tmp_pat
             "the cluster joins `add` (line 19) of the call at line 33 (`h = self.b1(h, emb)`) "
             f"on `self.b1` with {other} of another call at line 34 (`h = self.b2(h, emb)`) on "
             "`self.b2` of `ResBlock.forward`"), reason
-        assert "write these ops in one function's lines" in reason, reason
+    # Where the ops could be written together; the residual add's fix in the user's names.
+    assert maps[4].reason.endswith(
+        "To apply it, write these ops in one function's lines (e.g. return `h` and do the "
+        "residual add `x + h` in the caller, giving each call's result and each sum a name "
+        "of its own)"), maps[4].reason
+    # Moving b1's residual add to the caller alone would leave b2's norm in its forward.
+    assert maps[2].reason.endswith(
+        "To apply it, write these ops in one function's lines (here both in their caller, "
+        "`Net.forward`); cluster 0's edit (line 16) runs its group_norm → silu in the call at "
+        "line 34 (`h = self.b2(h, emb)`) on `self.b2`, leaving `add` (line 19) unfused"), \
+        maps[2].reason
+
+
+def test_the_residual_adds_moved_to_the_caller_as_the_reason_says_apply(tmp_path):
+    # What cluster 4's reason asks for: each block returns `h`, the caller adds the residual
+    # under new names; the add → add of both sums is then one edit of the caller's return.
+    text = RESBLOCK.replace("        return x + h\n", "        return h\n").replace(
+        "        h = self.b1(h, emb)\n        h = self.b2(h, emb)\n        return h\n",
+        "        r1 = self.b1(h, emb)\n        y = h + r1\n        r2 = self.b2(y, emb)\n"
+        "        return y + r2\n")
+    path = tmp_path / "unet.py"
+    path.write_text(text)
+    maps = _maps(path)
+    assert sorted(m.cluster_index for m in maps if m.exact) == [0, 1, 3, 4], maps
+    assert maps[4].replacement == "        return cluster4(h, r1, r2)"
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 3 edits" in result.output and "Not applied: cluster 2 " in result.output, \
+        result.output
+    same_outputs(tmp_path, path, text)
 
 
 def test_blocks_called_in_a_loop_are_told_apart_by_their_module(tmp_path):

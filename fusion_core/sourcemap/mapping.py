@@ -235,7 +235,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             mapped = _map_spans(analysis, spans, own, parts)
         for m in mapped:
             out[m.cluster_index] = m
-    return tuple(_no_overlaps(out[c.index] for c in analysis.clusters))
+    return tuple(_note_served(analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
 
 
 def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],
@@ -263,3 +263,21 @@ def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
         f"its lines overlap cluster {clash[m.cluster_index].cluster_index}'s edit (one keeps "
         "code the other fuses); one edit cannot rewrite both", function=m.function,
         shared_with=m.shared_with, digest=m.digest) for m in maps]
+
+
+def _note_served(analysis: Analysis, maps: list[SourceMapping]) -> list[SourceMapping]:
+    """A pointer's reason says which of its ops another cluster's edit computes (served.py)
+    and which stay unfused."""
+    notes: dict[int, list[str]] = {}
+    for m in maps:
+        for s in m.serves if m.exact else ():
+            g, held = analysis.graph, analysis.clusters[s.part.index]
+            rest = [n for n in held.nodes if n not in s.part.nodes and not g[n].copy_of]
+            left = ", ".join(said(g, n) for n in rest[:3]) + (", …" if len(rest) > 3 else "")
+            lines = f"{m.start}" if m.start == m.end else f"{m.start}-{m.end}"
+            notes.setdefault(s.part.index, []).append(
+                f"cluster {m.cluster_index}'s edit (line{'s' if m.start != m.end else ''} "
+                f"{lines}) runs its {' → '.join(s.part.ops)} in the call {s.site}"
+                + (f", leaving {left} unfused" if left else ""))
+    return [replace(m, reason=f"{m.reason}; {'; '.join(notes[m.cluster_index])}")
+            if m.cluster_index in notes and not m.exact and m.reason else m for m in maps]

@@ -23,7 +23,7 @@ from typing import NoReturn
 import torch.fx as fx
 
 from ..analysis.types import Cluster
-from ..ir.graph import Node, OpKind
+from ..ir.graph import Node, OpKind, SourceLoc
 from ..ir.spelling import said
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
@@ -220,12 +220,48 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
         sites = [chain_site(a, len(before[0])) + _on(before[1]),
                  chain_site(node, len(call[0])) + _on(call[1])]
         name = scope.qualname if scope is not None else loc.function
+        fix = _join_fix(frames, scope, [(lifted.locs[a.name].line, _caller(a, before)),
+                                        (loc.line, _caller(node, call))])
         raise PointerOnly(
             f"the cluster joins {said(analysis.graph, a.name)} of the call {sites[0]} with "
             f"{said(analysis.graph, node.name)} of another call {sites[1]} of `{name}`; "
             "an edit of its lines runs in every call, so none fuses ops of two calls. To "
-            "apply it, write these ops in one function's lines (e.g. return `h` and do the "
-            "residual add in the caller, beside what reads it next)", **where)
+            f"apply it, write these ops in one function's lines{fix}", **where)
+
+
+def _caller(node: Node, call: tuple) -> SourceLoc | None:
+    """The caller's frame of the call `node` ran in (`call`: its frames, its module)."""
+    depth = len(call[0])
+    return node.source.chain[depth - 1] if depth else None
+
+
+def _join_fix(frames: Frames, scope: Scope | None,
+              joined: list[tuple[int, SourceLoc | None]]) -> str:
+    """Where ops of two calls (each: its line in `scope`, its caller's frame) could be written
+    together: a returned residual sum (`return x + h`) in the caller, each call returning
+    the part it computes; otherwise both in their common caller, when there is one."""
+    ret = scope.node.body[-1] if scope is not None else None
+    if (isinstance(ret, ast.Return) and isinstance(ret.value, ast.BinOp)
+            and isinstance(ret.value.op, ast.Add)
+            and all(ret.lineno <= line <= (ret.end_lineno or ret.lineno) for line, _ in joined)):
+        args = scope.node.args
+        params = {p.arg for p in (*args.posonlyargs, *args.args)}
+        names = [o.id for o in (ret.value.left, ret.value.right) if isinstance(o, ast.Name)]
+        computed = [n for n in names if n not in params]
+        if len(names) == 2 and len(computed) == 1:
+            return (f" (e.g. return `{computed[0]}` and do the residual add "
+                    f"`{ast.unparse(ret.value)}` in the caller, giving each call's result and "
+                    "each sum a name of its own)")
+    callers = set()
+    for _, frame in joined:
+        try:
+            caller = frames.scope(frame) if frame is not None else None
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            caller = None
+        callers.add(caller.qualname if caller is not None else None)
+    if len(callers) == 1 and None not in callers:
+        return f" (here both in their caller, `{callers.pop()}`)"
+    return ""
 
 
 def module_instance(node: fx.Node | None, class_name: str | None) -> str | None:
