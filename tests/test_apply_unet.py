@@ -145,8 +145,9 @@ def test_a_residual_add_fused_into_the_next_blocks_call_names_both_calls(tmp_pat
     # Moving b1's residual add to the caller alone would leave b2's norm in its forward.
     assert maps[2].reason.endswith(
         "To apply it, write these ops in one function's lines (here both in their caller, "
-        "`Net.forward`); cluster 0's edit (line 16) runs its group_norm → silu in the call at "
-        "line 34 (`h = self.b2(h, emb)`) on `self.b2`, leaving `add` (line 19) unfused"), \
+        "`Net.forward`); the edit of line 16 (cluster 0) runs its group_norm → silu in the "
+        "call at line 34 (`h = self.b2(h, emb)`) on `self.b2`, leaving `add` (line 19) "
+        "unfused"), \
         maps[2].reason
 
 

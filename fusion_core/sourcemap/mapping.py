@@ -127,7 +127,7 @@ def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, 
         part = unify_part(analysis, span, cs)
         split = unify_parts(analysis, span, cs) if part is None else None
         if part is None and split is None:
-            if unserved is not None:
+            if unserved is not None:  # None: a part's trial, whose refusal names no stray
                 # Its reason names the stray code first; code computing an input from
                 # outside the cluster could stay as an argument, so it is not the cause.
                 check_alone(analysis, span, cs, free_inputs(analysis, cs), unserved=unserved)
@@ -266,18 +266,28 @@ def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
 
 
 def _note_served(analysis: Analysis, maps: list[SourceMapping]) -> list[SourceMapping]:
-    """A pointer's reason says which of its ops another cluster's edit computes (served.py)
-    and which stay unfused."""
-    notes: dict[int, list[str]] = {}
+    """A pointer's reason says which of its ops other clusters' edits run (served.py) and
+    which stay unfused."""
+    g = analysis.graph
+    notes: dict[int, dict[str, None]] = {}  # holder -> notes, each once per edit
+    ran: dict[int, set[str]] = {}
     for m in maps:
         for s in m.serves if m.exact else ():
-            g, held = analysis.graph, analysis.clusters[s.part.index]
-            rest = [n for n in held.nodes if n not in s.part.nodes and not g[n].copy_of]
-            left = ", ".join(said(g, n) for n in rest[:3]) + (", …" if len(rest) > 3 else "")
-            lines = f"{m.start}" if m.start == m.end else f"{m.start}-{m.end}"
-            notes.setdefault(s.part.index, []).append(
-                f"cluster {m.cluster_index}'s edit (line{'s' if m.start != m.end else ''} "
-                f"{lines}) runs its {' → '.join(s.part.ops)} in the call {s.site}"
-                + (f", leaving {left} unfused" if left else ""))
-    return [replace(m, reason=f"{m.reason}; {'; '.join(notes[m.cluster_index])}")
-            if m.cluster_index in notes and not m.exact and m.reason else m for m in maps]
+            lines = f"line {m.start}" if m.start == m.end else f"lines {m.start}-{m.end}"
+            names = ", ".join(str(i) for i in sorted((m.cluster_index, *m.shared_with)))
+            notes.setdefault(s.part.index, {})[
+                f"the edit of {lines} (cluster{'s' if m.shared_with else ''} {names}) runs "
+                f"its {' → '.join(s.part.ops)} in the call {s.site}"] = None
+            ran.setdefault(s.part.index, set()).update(s.part.nodes)
+    out = []
+    for m in maps:
+        if m.cluster_index not in notes or m.exact or not m.reason:
+            out.append(m)
+            continue
+        rest = [n for n in analysis.clusters[m.cluster_index].nodes
+                if n not in ran[m.cluster_index] and not g[n].copy_of]
+        left = ", ".join(said(g, n) for n in rest[:3]) + (", …" if len(rest) > 3 else "")
+        said_notes = "; ".join(notes[m.cluster_index]) + (
+            f", leaving {left} unfused" if left else "")
+        out.append(replace(m, reason=f"{m.reason}; {said_notes}"))
+    return out
