@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from apply_checks import apply_net, same_outputs
 
+from fusion_core.codegen import generate
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
+from fusion_core.sourcemap.apply import plan_apply
 
 RESBLOCK = """\
 import torch
@@ -246,17 +248,39 @@ def _flat(tmp_path, tail):
 
 def test_a_recomputed_sum_kept_under_its_own_name_is_read_from_its_operands(tmp_path):
     # Before: "`add` (line 25) is computed by two kernels" for both; now the add → add
-    # kernel reads `x` and `h`, which still hold the sum's operands at line 27, and
-    # `r = x + h` stays for the GroupNorm that reads it.
+    # kernel reads `x` and `h`, which still hold the sum's operands at line 27.
     path, maps = _flat(tmp_path, NAMED)
-    assert [i for i, m in maps.items() if m.exact] == [0, 1, 3], maps
     assert maps[3].replacement == "        return cluster3(x, h, h2)"
-    assert "spell `x + h` inside each expression that reads it (lines 26, 27)" in maps[2].reason
+    assert maps[3].needs == ()
+    # The sum's kernel leaves `r` unstored: alone its edit of lines 25-26 would drop `r`,
+    # which line 27 reads (it said "spell `x + h` inside each expression that reads it");
+    # written with cluster 3's edit, which reads `x` and `h` instead, it drops nothing.
+    assert [i for i, m in maps.items() if m.exact] == [0, 1, 2, 3], maps
+    assert (maps[2].start, maps[2].end, maps[2].needs) == (25, 26, (3,))
+    assert maps[2].replacement == (
+        "        h2 = s.c3(cluster2(x, h, s.n3.weight.reshape(-1, 1, 1), "
+        "s.n3.bias.reshape(-1, 1, 1)))")
     result = apply_net(path)
     assert result.exit_code == 0, result.output
-    assert "Applied 3 edits" in result.output, result.output
-    assert "        r = x + h\n" in path.read_text()
+    assert "flat.py:25-26  cluster 2; written with cluster 3's edit" in result.output
+    assert "Applied 4 edits" in result.output, result.output
+    assert "r = x + h" not in path.read_text()
     same_outputs(tmp_path, path, FLAT.format(tail=NAMED))
+
+
+def test_a_sum_dropped_for_an_edit_is_not_written_without_it(tmp_path):
+    # Cluster 3's kernel failed its check: its line still reads `r`, so cluster 2's edit,
+    # which drops `r`, is left out too.
+    path, _ = _flat(tmp_path, NAMED)
+    analysis = analyze_file(path, [InputSpec((2, 3, 8, 8))], class_name="Net")
+    maps = map_clusters(analysis)
+    kernels = {c.index: generate(analysis, c) for c in analysis.clusters}
+    verdicts = {c.index: (c.index != 3, "mismatch") for c in analysis.clusters}
+    plan = plan_apply(analysis, maps, path, kernels, verdicts)
+    assert plan.clusters == (0, 1)
+    assert {s.cluster: s.reason for s in plan.skipped}[2] == (
+        "its edit drops a value cluster 3's kernel recomputes, and cluster 3's edit, which "
+        "stops reading it, is not written")
 
 
 def test_a_recomputed_sum_whose_operands_are_rebound_says_which_line_rebinds_them(tmp_path):

@@ -40,7 +40,9 @@ def header(m: SourceMapping) -> str:
     # Another call of the lines runs part of a cluster the edit does not apply (served.py).
     also = "".join(f"; also the call {s.site}, as cluster {s.part.index}'s "
                    f"{' → '.join(s.part.ops)}" for s in m.serves)
-    return f"{path}:{tail}  cluster{plural} {names}{also}"
+    # Written only with the edits that stop reading the value it drops (paired.py).
+    needs = "".join(f"; written with cluster {i}'s edit" for i in m.needs)
+    return f"{path}:{tail}  cluster{plural} {names}{also}{needs}"
 
 
 def diff_lines(m: SourceMapping) -> list[str]:

@@ -27,6 +27,7 @@ from .alone import check_alone
 from .frames import frames_of
 from .guard import guarded_text
 from .match import Found, Piece, unify, unify_part, unify_parts
+from .paired import partners, read_after
 from .parts import around, free_inputs, replace_part_results
 from .pysource import SourceFile, read_later, stored_names
 from .served import Part, parts_on
@@ -41,11 +42,15 @@ def _disk_bytes(path: str) -> bytes | None:
         return None
 
 
-def _check_dead(span: Span, targets: tuple[str, ...]) -> None:
-    """Names the range assigns on the way (not the results' names) must not be read later."""
+def _check_dead(span: Span, targets: tuple[str, ...],
+                after: tuple[SourceMapping, ...] = ()) -> None:
+    """Names the range assigns on the way (not the results' names) must not be read later
+    (`after`: edits written with this one, whose lines read as their replacements)."""
     kept = stored_names(span.stmts[-1].node) | set(targets)
     assigned = set().union(*(stored_names(s.node) for s in span.stmts[:-1])) - kept
-    hit = read_later(span.scope, span.stmts, assigned) if assigned else None
+    hit = None if not assigned else (
+        read_after(span, assigned, after) if after else read_later(span.scope, span.stmts,
+                                                                    assigned))
     if hit is not None:
         raise PointerOnly(f"`{hit[0]}`, assigned inside the range, is read again at line {hit[1]}")
 
@@ -139,7 +144,8 @@ def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, 
 
 
 def _map_group(analysis: Analysis, span: Span, group: list[Cluster],
-               parts: tuple[Part, ...] = ()) -> list[SourceMapping]:
+               parts: tuple[Part, ...] = (), after: tuple[SourceMapping, ...] = ()
+               ) -> list[SourceMapping]:
     """The group's mappings; `parts` (served.py): other calls' ops on the lines, each kept
     when it matches the lines as the group's clusters do, which the edit computes but does
     not apply. A refused part's reason goes into the reason its ops give for the group."""
@@ -165,7 +171,7 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster],
         check_alone(analysis, span, every, kept, kept_around, unserved=unserved)
         for cs, found in pieces:
             _consistent(analysis, cs, found, served)
-        _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets))
+        _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets), after)
     except PointerOnly as p:
         if p.file is not None:  # the cause lies at another line (the caller's): point there
             base = base | dict(file=p.file, start=p.start, end=p.end)
@@ -184,7 +190,8 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster],
                    for c in cs if id(c) in served)
     return [SourceMapping(c.index, EXACT, replacement=text, call=name, args=f.args,
                           shared_with=others[c.index], original=original, baked=f.baked,
-                          calls=names, serves=serves, **base)
+                          calls=names, serves=serves,
+                          needs=tuple(sorted({e.cluster_index for e in after})), **base)
             for (cs, _), (name, f) in zip(pieces, calls, strict=True)
             for c in cs if id(c) not in served]
 
@@ -235,6 +242,17 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             mapped = _map_spans(analysis, spans, own, parts)
         for m in mapped:
             out[m.cluster_index] = m
+    for c in analysis.clusters:  # a sum another kernel recomputes: with that kernel's edit
+        pair = partners(analysis, c, out) if not out[c.index].exact else None
+        if pair is None:
+            continue
+        try:
+            span = locate(analysis, c, frames, changed, paired=pair[0])
+        except PointerOnly:
+            continue
+        (m,) = _map_group(analysis, span, [c], after=tuple(pair[1]))
+        if m.exact:
+            out[c.index] = m
     return tuple(_note_served(analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
 
 

@@ -55,6 +55,9 @@ class SourceMapping:
     calls: tuple[str, ...] = ()
     # Other clusters' ops that other calls run on these lines; not applied by this edit.
     serves: tuple[ServedPart, ...] = ()
+    # Clusters whose edits must be written with this one: this edit drops a value (`r = x + h`)
+    # their kernels recompute, and their edits no longer read it.
+    needs: tuple[int, ...] = ()
 
     @property
     def edit_calls(self) -> tuple[str, ...]:

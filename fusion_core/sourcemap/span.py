@@ -78,13 +78,15 @@ def count_words(n: int) -> str:
 
 
 def locate(analysis: Analysis, c: Cluster, frames: Frames,
-           changed: frozenset[str] = frozenset(), stored: bool = False) -> Span:
+           changed: frozenset[str] = frozenset(), stored: bool = False,
+           paired: frozenset[str] = frozenset()) -> Span:
     """The run of statements covering `c`'s nodes; `frames` (``frames_of``) reads the
     analysis' frames through the cache of files read (the model's file as imported),
     `changed` names those the disk holds differently now.
     `stored`: `c` writes every value the graph reads from it (`as_stored`),
     so another cluster recomputing one of them asks no edit of that cluster: a cluster
-    that recomputes is never edited itself, its own copies refuse it here."""
+    that recomputes is never edited itself, its own copies refuse it here. `paired`: values
+    another kernel recomputes whose edit reads their operands (mapping.py pairs the two)."""
     nodes = [analysis.graph[n] for n in c.nodes]
     missing = [n.name for n in nodes if n.source is None]
     if missing:
@@ -124,7 +126,7 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
     # A value another kernel recomputes is not stored by this one, yet the source reads its
     # variable at the recomputing kernel's lines: an edit here alone would drop it.
     recomputed = set(c.recomputes) if stored else {
-        v for other in analysis.clusters for v in other.recomputes}
+        v for other in analysis.clusters for v in other.recomputes} - paired
     shared = next((n for n in nodes if n.name in recomputed), None)
     if shared is not None:
         raise PointerOnly(_unstored_reason(analysis, shared), **where)
@@ -220,8 +222,8 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
         sites = [chain_site(a, len(before[0])) + _on(before[1]),
                  chain_site(node, len(call[0])) + _on(call[1])]
         name = scope.qualname if scope is not None else loc.function
-        fix = _join_fix(frames, scope, [(lifted.locs[a.name].line, _caller(a, before)),
-                                        (loc.line, _caller(node, call))])
+        fix = _join_fix(frames, scope, [(lifted.locs[a.name].line, _caller(frames, a, lifted)),
+                                        (loc.line, _caller(frames, node, lifted))])
         raise PointerOnly(
             f"the cluster joins {said(analysis.graph, a.name)} of the call {sites[0]} with "
             f"{said(analysis.graph, node.name)} of another call {sites[1]} of `{name}`; "
@@ -229,10 +231,12 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
             f"apply it, write these ops in one function's lines{fix}", **where)
 
 
-def _caller(node: Node, call: tuple) -> SourceLoc | None:
-    """The caller's frame of the call `node` ran in (`call`: its frames, its module)."""
-    depth = len(call[0])
-    return node.source.chain[depth - 1] if depth else None
+def _caller(frames: Frames, node: Node, lifted: Lifted) -> SourceLoc | None:
+    """The frame that called the function `node` stands in, wrappers looked through."""
+    loc, chain = lifted.locs[node.name], frames.chain(node.source)
+    at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (loc.file, loc.line)),
+             default=0)
+    return chain[at - 1] if at else None
 
 
 def _join_fix(frames: Frames, scope: Scope | None,
