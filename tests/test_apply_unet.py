@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from apply_checks import apply_net, same_outputs
 
+from fusion_core.cli_run import mapping_dict
 from fusion_core.codegen import generate
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
@@ -96,6 +97,9 @@ def test_the_first_norm_is_one_edit_that_serves_the_next_blocks_call(tmp_path):
     (served,) = maps[0].serves
     assert (served.part.index, served.part.ops, served.call) == (2, ("group_norm", "silu"),
                                                                  "cluster0")
+    assert mapping_dict(maps[0])["serves"] == [{  # the JSON report
+        "cluster": 2, "ops": ["group_norm", "silu"], "call": "cluster0",
+        "site": "at line 34 (`h = self.b2(h, emb)`) on `self.b2`"}]
     result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert ("unet.py:16  cluster 0; also the call at line 34 (`h = self.b2(h, emb)`) on "
@@ -257,6 +261,7 @@ def test_a_recomputed_sum_kept_under_its_own_name_is_read_from_its_operands(tmp_
     # written with cluster 3's edit, which reads `x` and `h` instead, it drops nothing.
     assert [i for i, m in maps.items() if m.exact] == [0, 1, 2, 3], maps
     assert (maps[2].start, maps[2].end, maps[2].needs) == (25, 26, (3,))
+    assert mapping_dict(maps[2])["needs"] == [3]
     assert maps[2].replacement == (
         "        h2 = s.c3(cluster2(x, h, s.n3.weight.reshape(-1, 1, 1), "
         "s.n3.bias.reshape(-1, 1, 1)))")
