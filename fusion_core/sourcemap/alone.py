@@ -22,6 +22,7 @@ from .guard import holds
 from .parts import feeding
 from .pyexpr import BINOPS, attr_chain, module_path
 from .pysource import Scope, SourceFile
+from .served import call_of
 from .span import PointerOnly, Span, chain_site
 
 
@@ -79,6 +80,7 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
     # module or helper it ran in (callsite.py).
     ops_by_line = {(site_line(analysis.graph[n].source, span.src, span.scope),
                     analysis.graph[n].op) for n in members}
+    calls = {call_of(analysis.graph[n], span, fx_nodes) for n in members}  # the edit's own
     for n in analysis.graph.nodes:
         # A copy of a member is another kernel recomputing it (never edited: span.py); the
         # source computes it once, here.
@@ -102,7 +104,7 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
                               f"{line}), which the analysis split off the layer (as Inductor "
                               "does on the GPU); the call in the source adds it itself, so no "
                               "edit of these lines computes the same")
-        if (line, n.op) in ops_by_line:
+        if (line, n.op) in ops_by_line and call_of(n, span, fx_nodes) not in calls:
             raise PointerOnly(_other_call(analysis, span, n, line, text, unserved or {}))
         inner = _library_container(analysis, span, path, line, sorted(
             {p for m in members if m in fx_nodes and (p := module_path(fx_nodes[m]))}))

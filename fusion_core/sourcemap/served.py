@@ -14,7 +14,10 @@ its nodes on those lines in one call, their inputs and outputs) with its lifted 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+
+import torch.fx as fx
 
 from ..analysis.group import escaping, external_inputs
 from ..analysis.types import Cluster
@@ -39,7 +42,7 @@ def _depth(node: Node, span: Span) -> int:
                 and span.src.scope_at(f.line) is span.scope), default=0)
 
 
-def _call(node: Node, span: Span, fx_nodes: dict) -> tuple:
+def call_of(node: Node, span: Span, fx_nodes: Mapping[str, fx.Node]) -> tuple:
     """Which call of the span's function `node` ran in: the frames that led to it (a line of
     the caller) and the module it ran on (blocks in a loop share the caller's line)."""
     chain = node.source.chain if node.source is not None else ()
@@ -54,6 +57,8 @@ def parts_on(analysis: Analysis, span: Span, group: list[Cluster], frames: Frame
     g = analysis.graph
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     own = {c.index for c in group}
+    # The group's own call: ops of other clusters there are other code on its lines.
+    mine = {call_of(g[n], span, fx_nodes) for c in group for n in c.nodes if not g[n].copy_of}
     out = []
     for c in analysis.clusters:
         if c.index in own:
@@ -64,7 +69,9 @@ def parts_on(analysis: Analysis, span: Span, group: list[Cluster], frames: Frame
             line = site_line(node.source, span.src, span.scope)
             if node.copy_of or line is None or not span.start <= line <= span.end:
                 continue
-            by_call.setdefault(_call(node, span, fx_nodes), []).append(name)
+            key = call_of(node, span, fx_nodes)
+            if key not in mine:
+                by_call.setdefault(key, []).append(name)
         op_of = dict(zip(c.nodes, c.ops, strict=True))
         for nodes in by_call.values():
             part = replace(c, nodes=tuple(nodes), ops=tuple(op_of[n] for n in nodes),
