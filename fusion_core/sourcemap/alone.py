@@ -104,6 +104,8 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
                               f"{line}), which the analysis split off the layer (as Inductor "
                               "does on the GPU); the call in the source adds it itself, so no "
                               "edit of these lines computes the same")
+        # Another call when it came through other frames or on another module; one line
+        # calling a helper twice (`act(h) + act(2 * h)`) looks like one call, said as code.
         if (line, n.op) in ops_by_line and call_of(n, span, fx_nodes) not in calls:
             raise PointerOnly(_other_call(analysis, span, n, line, text, unserved or {}))
         inner = _library_container(analysis, span, path, line, sorted(

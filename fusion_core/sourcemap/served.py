@@ -57,8 +57,6 @@ def parts_on(analysis: Analysis, span: Span, group: list[Cluster], frames: Frame
     g = analysis.graph
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     own = {c.index for c in group}
-    # The group's own call: ops of other clusters there are other code on its lines.
-    mine = {call_of(g[n], span, fx_nodes) for c in group for n in c.nodes if not g[n].copy_of}
     out = []
     for c in analysis.clusters:
         if c.index in own:
@@ -69,9 +67,9 @@ def parts_on(analysis: Analysis, span: Span, group: list[Cluster], frames: Frame
             line = site_line(node.source, span.src, span.scope)
             if node.copy_of or line is None or not span.start <= line <= span.end:
                 continue
-            key = call_of(node, span, fx_nodes)
-            if key not in mine:
-                by_call.setdefault(key, []).append(name)
+            # Two calls from one line (`act(h) + act(2 * h)`) share a key, as do other ops of
+            # the edit's own call: matching each part to the lines decides, as for the edit's.
+            by_call.setdefault(call_of(node, span, fx_nodes), []).append(name)
         op_of = dict(zip(c.nodes, c.ops, strict=True))
         for nodes in by_call.values():
             part = replace(c, nodes=tuple(nodes), ops=tuple(op_of[n] for n in nodes),
