@@ -61,7 +61,11 @@ def mapping_dict(m: SourceMapping) -> dict[str, Any]:
             "function": m.function, "reason": m.reason,
             "replacement": m.replacement.strip() if m.replacement else None,
             "shared_with": list(m.shared_with), "calls": list(m.edit_calls),
-            "baked": list(m.baked)}
+            "baked": list(m.baked),
+            # Other clusters' ops that other calls run on these lines, through this edit.
+            "serves": [{"cluster": s.part.index, "ops": list(s.part.ops), "call": s.call,
+                        "site": s.site} for s in m.serves],
+            "needs": list(m.needs)}
 
 
 @dataclass

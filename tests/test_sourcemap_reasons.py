@@ -149,3 +149,34 @@ def test_llama_rotary_clusters_name_the_rotate_half_call(tmp_path):
         line = line_of(path, f"{name} = {name} * cos + rotate_half({name}) * sin")
         assert (f"line range also holds `rotate_half({name})` (line {line}), which is not in "
                 "the cluster") in reasons
+
+
+ONE_CALL = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = nn.Linear(8, 8)
+        self.q = nn.Linear(8, 8)
+
+    def forward(self, x):
+        a = self.p(x).cos() * 2.0
+        b = self.q(x).sin() * 2.0
+        return a.to(torch.float64), b.to(torch.float64)
+"""
+
+
+def test_another_clusters_op_in_the_same_call_is_other_code_on_the_line(tmp_path):
+    # Was: "line 14 (`a.to(torch.float64)`) also runs in another call of `Net.forward`":
+    # `forward` ran once; both clusters' casts stand on line 14 of that one call.
+    path = tmp_path / "one_call.py"
+    path.write_text(ONE_CALL)
+    analysis = analyze_file(path, [InputSpec((4, 8))], class_name="Net")
+    assert [c.ops for c in analysis.clusters] == [("cos", "mul", "to"), ("sin", "mul", "to")]
+    maps = map_clusters(analysis)
+    assert maps[1].quality == POINTER and maps[1].serves == ()
+    assert maps[1].reason == ("line range also holds `a.to(torch.float64)` (line 14), which is "
+                              "not in the cluster")

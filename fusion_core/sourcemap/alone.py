@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..analysis.types import Cluster
@@ -21,6 +22,7 @@ from .guard import holds
 from .parts import feeding
 from .pyexpr import BINOPS, attr_chain, module_path
 from .pysource import Scope, SourceFile
+from .served import call_of
 from .span import PointerOnly, Span, chain_site
 
 
@@ -65,11 +67,12 @@ def _is_feeder(node: Node) -> bool:
 
 
 def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
-                 kept: frozenset[str] = frozenset(), kept_around: set[str] | None = None
-                 ) -> None:
+                 kept: frozenset[str] = frozenset(), kept_around: set[str] | None = None,
+                 unserved: Mapping[int, str] | None = None) -> None:
     """No node outside the group's clusters is computed on the range's lines, but those
     of the inputs the rewrite keeps as its arguments' expressions and the code kept
-    around the fused call (`kept_around`)."""
+    around the fused call (`kept_around`). `unserved`: why the edit's kernel cannot compute
+    another call's ops of a cluster (by its index) on these lines (served.py)."""
     members = {n for c in group for n in c.nodes}
     kept_nodes = feeding(analysis, kept) | (kept_around or set())
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
@@ -77,6 +80,7 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
     # module or helper it ran in (callsite.py).
     ops_by_line = {(site_line(analysis.graph[n].source, span.src, span.scope),
                     analysis.graph[n].op) for n in members}
+    calls = {call_of(analysis.graph[n], span, fx_nodes) for n in members}  # the edit's own
     for n in analysis.graph.nodes:
         # A copy of a member is another kernel recomputing it (never edited: span.py); the
         # source computes it once, here.
@@ -100,8 +104,10 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
                               f"{line}), which the analysis split off the layer (as Inductor "
                               "does on the GPU); the call in the source adds it itself, so no "
                               "edit of these lines computes the same")
-        if (line, n.op) in ops_by_line:
-            raise PointerOnly(_other_call(analysis, span, n, line, text))
+        # Another call when it came through other frames or on another module; one line
+        # calling a helper twice (`act(h) + act(2 * h)`) looks like one call, said as code.
+        if (line, n.op) in ops_by_line and call_of(n, span, fx_nodes) not in calls:
+            raise PointerOnly(_other_call(analysis, span, n, line, text, unserved or {}))
         inner = _library_container(analysis, span, path, line, sorted(
             {p for m in members if m in fx_nodes and (p := module_path(fx_nodes[m]))}))
         if inner is not None:
@@ -110,7 +116,8 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
                        "the cluster")
 
 
-def _other_call(analysis: Analysis, span: Span, node: Node, line: int, text: str) -> str:
+def _other_call(analysis: Analysis, span: Span, node: Node, line: int, text: str,
+                unserved: Mapping[int, str]) -> str:
     """Line `line` of the range runs `node` in a call whose ops do not form the cluster (a
     UNet block's first norm, fused in the next block with the previous residual add)."""
     chain = node.source.chain if node.source is not None else ()
@@ -120,9 +127,11 @@ def _other_call(analysis: Analysis, span: Span, node: Node, line: int, text: str
     holder = next((c for c in analysis.clusters if node.name in c.nodes), None)
     there = (f"where it is part of cluster {holder.index} ({' → '.join(holder.ops)})"
              if holder is not None else "where it runs unfused")
+    why = unserved.get(holder.index) if holder is not None else None
+    tail = (f"this kernel cannot compute that call's ops there: {why}" if why is not None
+            else "serving that call with this kernel is not supported yet")
     return (f"line {line} (`{text}`) also runs in another call of `{span.scope}`{site}, "
-            f"{there}, not of this one: an edit of the line changes every call, and serving "
-            "that call with this kernel is not supported yet")
+            f"{there}, not of this one: an edit of the line changes every call, and {tail}")
 
 
 def _spelled(call: str, rest: list[str]) -> str:

@@ -129,6 +129,7 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
         else:  # one edit per range: the clusters it computes are all in `shared_with`
             edits.setdefault(m.start, m)
     fit.close()
+    _drop_unpaired(edits, skipped)
     # The bytes the model was imported from, when this is that file: what the edits and
     # the kernels were made from, so what the file must still hold at write time.
     source = analysis.source
@@ -138,6 +139,23 @@ def plan_apply(analysis: Analysis, mappings: tuple[SourceMapping, ...], model_pa
         op.call in e.edit_calls for e in edits.values())]
     return ApplyPlan(path, digest, tuple(edits[k] for k in sorted(edits)), tuple(used),
                      tuple(skipped))
+
+
+def _drop_unpaired(edits: dict[int, SourceMapping], skipped: list[Skip]) -> None:
+    """An edit that drops a value other kernels recompute (paired.py) is written only with
+    their edits, which no longer read it."""
+    while True:
+        written = {i for m in edits.values() for i in (m.cluster_index, *m.shared_with)}
+        start, m = next(((k, m) for k, m in edits.items()
+                         if not set(m.needs) <= written), (None, None))
+        if m is None:
+            return
+        missing = min(set(m.needs) - written)
+        del edits[start]
+        for i in (m.cluster_index, *m.shared_with):
+            skipped.append(Skip(i, f"its edit drops a value cluster {missing}'s kernel "
+                                   f"recomputes, and cluster {missing}'s edit, which stops "
+                                   "reading it, is not written"))
 
 
 def _fused_op(analysis: Analysis, index: int, kernel: Kernel, call: str

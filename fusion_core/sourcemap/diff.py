@@ -37,7 +37,12 @@ def header(m: SourceMapping) -> str:
     tail = f"{m.start}" if m.start == m.end else f"{m.start}-{m.end}"
     names = ", ".join(str(i) for i in sorted((m.cluster_index, *m.shared_with)))
     plural = "s" if m.shared_with else ""
-    return f"{path}:{tail}  cluster{plural} {names}"
+    # Another call of the lines runs part of a cluster the edit does not apply (served.py).
+    also = "".join(f"; also the call {s.site}, as cluster {s.part.index}'s "
+                   f"{' → '.join(s.part.ops)}" for s in m.serves)
+    # Written only with the edits that stop reading the value it drops (paired.py).
+    needs = "".join(f"; written with cluster {i}'s edit" for i in m.needs)
+    return f"{path}:{tail}  cluster{plural} {names}{also}{needs}"
 
 
 def diff_lines(m: SourceMapping) -> list[str]:

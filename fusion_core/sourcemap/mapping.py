@@ -14,12 +14,13 @@ the reason in words.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from ..analysis.types import Cluster
 from ..ir.graph import Ref
+from ..ir.spelling import said
 from ..names import kernel_name
 from ..pipeline import Analysis
 from . import sequential
@@ -27,9 +28,11 @@ from .alone import check_alone
 from .frames import frames_of
 from .guard import guarded_text
 from .match import Found, Piece, self_name_of, self_path_of, unify, unify_part, unify_parts
+from .paired import partners, read_after
 from .parts import around, free_inputs, replace_part_results
 from .pysource import SourceFile, read_later, stored_names
-from .source_mapping import EXACT, POINTER, SourceMapping
+from .served import Part, parts_on
+from .source_mapping import EXACT, POINTER, ServedPart, SourceMapping
 from .span import PointerOnly, Span, as_stored, locate
 
 
@@ -40,11 +43,15 @@ def _disk_bytes(path: str) -> bytes | None:
         return None
 
 
-def _check_dead(span: Span, targets: tuple[str, ...]) -> None:
-    """Names the range assigns on the way (not the results' names) must not be read later."""
+def _check_dead(span: Span, targets: tuple[str, ...],
+                after: tuple[SourceMapping, ...] = ()) -> None:
+    """Names the range assigns on the way (not the results' names) must not be read later
+    (`after`: edits written with this one, whose lines read as their replacements)."""
     kept = stored_names(span.stmts[-1].node) | set(targets)
     assigned = set().union(*(stored_names(s.node) for s in span.stmts[:-1])) - kept
-    hit = read_later(span.scope, span.stmts, assigned) if assigned else None
+    hit = None if not assigned else (
+        read_after(span, assigned, after) if after else read_later(span.scope, span.stmts,
+                                                                    assigned))
     if hit is not None:
         raise PointerOnly(f"`{hit[0]}`, assigned inside the range, is read again at line {hit[1]}")
 
@@ -84,52 +91,91 @@ def _constants(analysis: Analysis, c: Cluster) -> tuple:
                  for n in nodes)
 
 
-def _consistent(analysis: Analysis, group: list[Cluster], found: list[Found]) -> None:
-    """Clusters one kernel serves (the same lines in other calls) read, compute and bake the
-    same."""
+def _setting(analysis: Analysis, rep: Cluster, c: Cluster) -> str:
+    """The first module setting (`eps`) whose value differs between two clusters' ops."""
+    g = analysis.graph
+    for a, b in zip(rep.nodes, c.nodes, strict=False):
+        pa, pb = dict(g[a].params), dict(g[b].params)
+        key = next((k for k in {**pa, **pb} if pa.get(k) != pb.get(k)), None)
+        if key is not None:
+            return (f": `{key}` of {said(g, b)} is {pb.get(key)!r} there and "
+                    f"{pa.get(key)!r} in cluster {rep.index}")
+    return " (module settings)"
+
+
+def _consistent(analysis: Analysis, group: list[Cluster], found: list[Found],
+                parts: Collection[int] = frozenset()) -> None:
+    """Clusters one kernel serves (the same lines in other calls; the ids of `parts`, those
+    of clusters it computes a part of) read, compute and bake the same."""
     rep = group[0]
     for c, f in zip(group[1:], found[1:], strict=True):
+        other = f"{'part of ' if id(c) in parts else ''}cluster {c.index}"
+        both = f"the same lines run as cluster {rep.index} and as {other}"
         if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
-            raise PointerOnly(f"the same lines run as cluster {rep.index} and as cluster "
-                              f"{c.index}, which reads or computes something else")
+            raise PointerOnly(f"{both}, which reads or computes something else")
         if _ranks(analysis, c) != _ranks(analysis, rep):
-            raise PointerOnly(f"the same lines run as cluster {rep.index} and as cluster "
-                              f"{c.index}, with other ranks or dtypes; one kernel cannot "
-                              "serve both")
+            raise PointerOnly(f"{both}, with other ranks or dtypes; one kernel cannot serve "
+                              "both")
         if _constants(analysis, c) != _constants(analysis, rep):
-            raise PointerOnly(f"the same lines run as cluster {rep.index} and as cluster "
-                              f"{c.index}, with other constants (module settings); one "
+            raise PointerOnly(f"{both}, with other constants{_setting(analysis, rep, c)}; one "
                               "kernel cannot serve both")
 
 
-def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[SourceMapping]:
+def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, Part],
+           unserved: Mapping[int, str] | None = None) -> tuple[list[Piece], set[str]]:
+    """The clusters' matches to the lines, grouped by the part of the statement each call
+    replaces, and the code kept around the fused calls; raises ``PointerOnly``."""
+    try:
+        return [(cs, [unify(analysis, c, span) for c in cs])], set()
+    except PointerOnly:
+        if span.guard is not None:  # the fused call replaces whole statements only
+            raise
+        why: list[PointerOnly] = []
+        part = unify_part(analysis, span, cs, why)
+        split = unify_parts(analysis, span, cs) if part is None else None
+        if part is None and split is None:
+            if why:  # a part stops at a container call: that, not the code around it
+                raise why[0] from None
+            if unserved is not None:  # None: a part's trial, whose refusal names no stray
+                # Its reason names the stray code first; code computing an input from
+                # outside the cluster could stay as an argument, so it is not the cause.
+                check_alone(analysis, span, cs, free_inputs(analysis, cs), unserved=unserved)
+            raise
+    pieces = [(cs, part)] if part is not None else split
+    if any(all(id(c) in served for c in p_cs) for p_cs, _ in pieces):
+        raise PointerOnly("another call's ops on these lines form a part of their own")
+    return pieces, around(analysis, span, cs)
+
+
+def _map_group(analysis: Analysis, span: Span, group: list[Cluster],
+               parts: tuple[Part, ...] = (), after: tuple[SourceMapping, ...] = ()
+               ) -> list[SourceMapping]:
+    """The group's mappings; `parts` (served.py): other calls' ops on the lines, each kept
+    when it matches the lines as the group's clusters do, which the edit computes but does
+    not apply. A refused part's reason goes into the reason its ops give for the group."""
     base = dict(file=span.src.path, start=span.start, end=span.end,
                 function=span.scope.qualname, digest=span.src.digest)
     others = {c.index: tuple(o.index for o in group if o is not c) for c in group}
+    served = {id(p.cluster): p for p in parts}  # by identity: parts share holders' indices
+    unserved: dict[int, str] = {}
     try:
-        kept_around: set[str] = set()
-        try:
-            pieces: list[Piece] = [(group, [unify(analysis, c, span) for c in group])]
-        except PointerOnly:
-            if span.guard is not None:  # the fused call replaces whole statements only
-                raise
-            why: list[PointerOnly] = []
-            part = unify_part(analysis, span, group, why)
-            split = unify_parts(analysis, span, group) if part is None else None
-            if part is None and split is None:
-                if why:  # a part stops at a container call: that, not the code around it
-                    raise why[0] from None
-                # Its reason names the stray code first; code computing an input from
-                # outside the cluster could stay as an argument, so it is not the cause.
-                check_alone(analysis, span, group, free_inputs(analysis, group))
-                raise
-            pieces = [(group, part)] if part is not None else split
-            kept_around = around(analysis, span, group)
+        every = list(group)
+        pieces, kept_around = _match(analysis, span, every, served, unserved)
+        for p in parts:
+            try:
+                trial = _match(analysis, span, [*every, p.cluster], served)
+                for cs, found in trial[0]:
+                    _consistent(analysis, cs, found, served)
+            except PointerOnly as e:
+                unserved.setdefault(p.cluster.index, e.reason)
+                continue
+            every.append(p.cluster)
+            pieces, kept_around = trial
         kept = frozenset().union(*(f.inlined for _, found in pieces for f in found))
-        check_alone(analysis, span, group, kept, kept_around)
+        check_alone(analysis, span, every, kept, kept_around, unserved=unserved)
         for cs, found in pieces:
-            _consistent(analysis, cs, found)
-        _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets))
+            _consistent(analysis, cs, found, served)
+        _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets), after)
     except PointerOnly as p:
         if p.file is not None:  # the cause lies at another line (the caller's): point there
             base = base | dict(file=p.file, start=p.start, end=p.end)
@@ -143,10 +189,15 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Sou
     text = text if span.guard is None else guarded_text(span.src, span.guard, span.start, text)
     original = "".join(span.src.lines[span.start - 1:span.end])
     names = tuple(name for name, _ in calls) if len(calls) > 1 else ()
+    serves = tuple(ServedPart(c, name, served[id(c)].site)
+                   for (cs, _), (name, _) in zip(pieces, calls, strict=True)
+                   for c in cs if id(c) in served)
     return [SourceMapping(c.index, EXACT, replacement=text, call=name, args=f.args,
                           shared_with=others[c.index], original=original, baked=f.baked,
-                          calls=names, **base)
-            for (cs, _), (name, f) in zip(pieces, calls, strict=True) for c in cs]
+                          calls=names, serves=serves,
+                          needs=tuple(sorted({e.cluster_index for e in after})), **base)
+            for (cs, _), (name, f) in zip(pieces, calls, strict=True)
+            for c in cs if id(c) not in served]
 
 
 def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
@@ -187,21 +238,35 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             groups[spans[i].key].append(stored)
     for group in groups.values():
         group.sort(key=lambda c: (c.index in borrowed, _size_ones(analysis, c)))  # stable
-        mapped = _map_spans(analysis, spans, group)
+        parts = parts_on(analysis, spans[group[0].index], group, frames)
+        own = [c for c in group if c.index not in borrowed]
+        mapped = _map_spans(analysis, spans, group, parts)
         if any(c.index in borrowed for c in group) and not mapped[0].exact:
             # Refused with the borrowed ones: map as before, they keep their own reason.
-            mapped = _map_spans(analysis, spans, [c for c in group if c.index not in borrowed])
+            mapped = _map_spans(analysis, spans, own, parts)
         for m in mapped:
             out[m.cluster_index] = m
-    return tuple(_no_overlaps(out[c.index] for c in analysis.clusters))
+    for c in analysis.clusters:  # a sum another kernel recomputes: with that kernel's edit
+        pair = partners(analysis, c, out) if not out[c.index].exact else None
+        if pair is None:
+            continue
+        try:
+            span = locate(analysis, c, frames, changed, paired=pair[0])
+        except PointerOnly:
+            continue
+        (m,) = _map_group(analysis, span, [c], after=tuple(pair[1]))
+        if m.exact:
+            out[c.index] = m
+    return tuple(_note_served(analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
 
 
-def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster]
-               ) -> list[SourceMapping]:
+def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],
+               parts: list[Part]) -> list[SourceMapping]:
     # The lifted calls of every cluster of the group: the same lines, other nodes.
-    span = replace(spans[group[0].index],
-                   calls=tuple(call for c in group for call in spans[c.index].calls))
-    mapped = _map_group(analysis, span, group)
+    calls = (*(call for c in group for call in spans[c.index].calls),
+             *(call for p in parts for call in p.calls))
+    span = replace(spans[group[0].index], calls=calls)
+    mapped = _map_group(analysis, span, group, tuple(parts))
     if mapped[0].exact:
         return mapped
     # `x = self.stem(x)` runs the cluster's layers of a Sequential and others: matched
@@ -212,7 +277,7 @@ def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster]
     unrolled = sequential.unrolled(analysis, span, group, paths, self_name_of(span.scope))
     if unrolled is None:
         return mapped
-    again = _map_group(analysis, unrolled.span, group)
+    again = _map_group(analysis, unrolled.span, group, tuple(parts))
     real = dict(digest=span.src.digest)
     if again[0].exact:
         return [replace(m, original="".join(span.src.lines[m.start - 1:m.end]), **real)
@@ -239,3 +304,31 @@ def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
         f"its lines overlap cluster {clash[m.cluster_index].cluster_index}'s edit (one keeps "
         "code the other fuses); one edit cannot rewrite both", function=m.function,
         shared_with=m.shared_with, digest=m.digest) for m in maps]
+
+
+def _note_served(analysis: Analysis, maps: list[SourceMapping]) -> list[SourceMapping]:
+    """A pointer's reason says which of its ops other clusters' edits run (served.py) and
+    which stay unfused."""
+    g = analysis.graph
+    notes: dict[int, dict[str, None]] = {}  # holder -> notes, each once per edit
+    ran: dict[int, set[str]] = {}
+    for m in maps:
+        for s in m.serves if m.exact else ():
+            lines = f"line {m.start}" if m.start == m.end else f"lines {m.start}-{m.end}"
+            names = ", ".join(str(i) for i in sorted((m.cluster_index, *m.shared_with)))
+            notes.setdefault(s.part.index, {})[
+                f"the edit of {lines} (cluster{'s' if m.shared_with else ''} {names}) runs "
+                f"its {' → '.join(s.part.ops)} in the call {s.site}"] = None
+            ran.setdefault(s.part.index, set()).update(s.part.nodes)
+    out = []
+    for m in maps:
+        if m.cluster_index not in notes or m.exact or not m.reason:
+            out.append(m)
+            continue
+        rest = [n for n in analysis.clusters[m.cluster_index].nodes
+                if n not in ran[m.cluster_index] and not g[n].copy_of]
+        left = ", ".join(said(g, n) for n in rest[:3]) + (", …" if len(rest) > 3 else "")
+        said_notes = "; ".join(notes[m.cluster_index]) + (
+            f", leaving {left} unfused" if left else "")
+        out.append(replace(m, reason=f"{m.reason}; {said_notes}"))
+    return out

@@ -21,6 +21,7 @@ from types import ModuleType
 
 import torch
 
+from ..analysis.types import Cluster
 from ..codegen import Kernel, load_kernel
 from ..codegen.operators import _shapes_only
 from ..ir.run_scalars import analysed, run_scalar
@@ -29,12 +30,12 @@ from ..pipeline import Analysis
 from .source_mapping import SourceMapping
 
 
-def _meta_inputs(analysis: Analysis, index: int) -> list[torch.Tensor | int | float]:
+def _meta_inputs(analysis: Analysis, c: Cluster) -> list[torch.Tensor | int | float]:
     """The cluster's inputs as meta tensors; a Python number of sizes alone as its value."""
     g = analysis.graph
     return [torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
             if (m := g[n].meta) is not None else analysed(g, run_scalar(g, n))
-            for n in analysis.clusters[index].inputs]
+            for n in c.inputs]
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -49,7 +50,7 @@ class KernelFit:
         self.kernels = kernels
         self._folder: tempfile.TemporaryDirectory[str] | None = None
         self._modules: dict[int, ModuleType] = {}
-        self._answers: dict[tuple[int, int], str | None] = {}
+        self._answers: dict[tuple[int, tuple[str, ...]], str | None] = {}
 
     def close(self) -> None:
         if self._folder is not None:
@@ -67,31 +68,42 @@ class KernelFit:
 
     def why_not(self, m: SourceMapping, by_cluster: Mapping[int, SourceMapping]) -> str | None:
         """Why the edit `m` belongs to cannot serve one of the calls of its lines, or None."""
+        clusters = self.analysis.clusters
+        todo: list[tuple[int, Cluster, str, str]] = []
         for i in sorted((m.cluster_index, *m.shared_with)):
             mi = by_cluster.get(i)
             served = cluster_of(mi.call) if mi is not None and mi.call else None
-            if served is None or served == i or served not in self.kernels:
+            if served is not None and served != i:
+                todo.append((served, clusters[i], mi.call, f"as cluster {i}"))
+        # Another cluster's ops another call runs on the lines (served.py): this kernel
+        # computes them there.
+        todo += [(cluster_of(s.call), s.part, s.call,
+                  f"as {' → '.join(s.part.ops)} of cluster {s.part.index} in another call")
+                 for s in m.serves]
+        for served, c, call, there in todo:
+            if served not in self.kernels:
                 continue
-            if (served, i) not in self._answers:
-                self._answers[served, i] = self._runs(served, i, mi.call)
-            if self._answers[served, i] is not None:
-                return self._answers[served, i]
+            key = (served, c.nodes)
+            if key not in self._answers:
+                self._answers[key] = self._runs(served, c, call, there)
+            if self._answers[key] is not None:
+                return self._answers[key]
         return None
 
-    def _runs(self, served: int, index: int, call: str) -> str | None:
+    def _runs(self, served: int, c: Cluster, call: str, there: str) -> str | None:
         graph, clusters = self.analysis.graph, self.analysis.clusters
 
         def shapes(names: tuple[str, ...]) -> list[tuple[int, ...] | int | float]:
             return [tuple(graph[n].meta.shape) if graph[n].meta is not None
                     else analysed(graph, run_scalar(graph, n)) for n in names]
 
-        c, made_for = clusters[index], clusters[served]
+        made_for = clusters[served]
         if shapes(c.inputs) == shapes(made_for.inputs):
             return None  # the very shapes the kernel was made for
         own = shapes(c.outputs)
-        both = f"the same lines run as cluster {served} and as cluster {index}"
+        both = f"the same lines run as cluster {served} and {there}"
         try:
-            results = self._module(served).traceable(*_meta_inputs(self.analysis, index),
+            results = self._module(served).traceable(*_meta_inputs(self.analysis, c),
                                                      wrap=_shapes_only)
         except Exception as e:  # the launcher's own refusal names the input and the layout
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]

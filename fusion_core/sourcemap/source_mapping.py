@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ..analysis.types import Cluster
+
 
 class MapQuality(StrEnum):
     """How a cluster maps to the user's source; the value is what the console table, the
@@ -19,6 +21,16 @@ class MapQuality(StrEnum):
 
 
 EXACT, POINTER = MapQuality.EXACT, MapQuality.POINTER
+
+
+@dataclass(frozen=True)
+class ServedPart:
+    """Ops of another cluster that another call of the edited lines runs there (served.py):
+    the edit computes them with `call`'s kernel; the rest of that cluster stays as written."""
+
+    part: Cluster  # the holder's index, its nodes on these lines, their inputs and outputs
+    call: str  # the fused function the edit calls for them
+    site: str  # the other call, `at line 34 (`h = self.b2(h, emb)`)`
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,11 @@ class SourceMapping:
     # Every fused function the replacement calls, when the statement holds several clusters'
     # parts (`self.p(cluster0(a)) @ cluster1(b)`; their clusters are in `shared_with`).
     calls: tuple[str, ...] = ()
+    # Other clusters' ops that other calls run on these lines; not applied by this edit.
+    serves: tuple[ServedPart, ...] = ()
+    # Clusters whose edits must be written with this one: this edit drops a value (`r = x + h`)
+    # their kernels recompute, and their edits no longer read it.
+    needs: tuple[int, ...] = ()
 
     @property
     def edit_calls(self) -> tuple[str, ...]:

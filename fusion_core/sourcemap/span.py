@@ -23,7 +23,7 @@ from typing import NoReturn
 import torch.fx as fx
 
 from ..analysis.types import Cluster
-from ..ir.graph import Node, OpKind
+from ..ir.graph import Node, OpKind, SourceLoc
 from ..ir.spelling import said
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
@@ -78,13 +78,15 @@ def count_words(n: int) -> str:
 
 
 def locate(analysis: Analysis, c: Cluster, frames: Frames,
-           changed: frozenset[str] = frozenset(), stored: bool = False) -> Span:
+           changed: frozenset[str] = frozenset(), stored: bool = False,
+           paired: frozenset[str] = frozenset()) -> Span:
     """The run of statements covering `c`'s nodes; `frames` (``frames_of``) reads the
     analysis' frames through the cache of files read (the model's file as imported),
     `changed` names those the disk holds differently now.
     `stored`: `c` writes every value the graph reads from it (`as_stored`),
     so another cluster recomputing one of them asks no edit of that cluster: a cluster
-    that recomputes is never edited itself, its own copies refuse it here."""
+    that recomputes is never edited itself, its own copies refuse it here. `paired`: values
+    another kernel recomputes whose edit reads their operands (mapping.py pairs the two)."""
     nodes = [analysis.graph[n] for n in c.nodes]
     missing = [n.name for n in nodes if n.source is None]
     if missing:
@@ -124,7 +126,7 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
     # A value another kernel recomputes is not stored by this one, yet the source reads its
     # variable at the recomputing kernel's lines: an edit here alone would drop it.
     recomputed = set(c.recomputes) if stored else {
-        v for other in analysis.clusters for v in other.recomputes}
+        v for other in analysis.clusters for v in other.recomputes} - paired
     shared = next((n for n in nodes if n.name in recomputed), None)
     if shared is not None:
         raise PointerOnly(_unstored_reason(analysis, shared), **where)
@@ -212,7 +214,7 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
         except (OSError, SyntaxError, UnicodeDecodeError):
             scope = None
         call = (tuple((f.file, f.line) for f in chain[:at]),
-                _instance(fx_nodes.get(node.name), scope.class_name if scope else None))
+                module_instance(fx_nodes.get(node.name), scope.class_name if scope else None))
         key = (loc.file, loc.function)
         before, a = seen.setdefault(key, (call, node))
         if before == call:
@@ -220,15 +222,53 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
         sites = [chain_site(a, len(before[0])) + _on(before[1]),
                  chain_site(node, len(call[0])) + _on(call[1])]
         name = scope.qualname if scope is not None else loc.function
+        fix = _join_fix(frames, scope, [(lifted.locs[a.name].line, _caller(frames, a, lifted)),
+                                        (loc.line, _caller(frames, node, lifted))])
         raise PointerOnly(
             f"the cluster joins {said(analysis.graph, a.name)} of the call {sites[0]} with "
             f"{said(analysis.graph, node.name)} of another call {sites[1]} of `{name}`; "
             "an edit of its lines runs in every call, so none fuses ops of two calls. To "
-            "apply it, write these ops in one function's lines (e.g. return `h` and do the "
-            "residual add in the caller, beside what reads it next)", **where)
+            f"apply it, write these ops in one function's lines{fix}", **where)
 
 
-def _instance(node: fx.Node | None, class_name: str | None) -> str | None:
+def _caller(frames: Frames, node: Node, lifted: Lifted) -> SourceLoc | None:
+    """The frame that called the function `node` stands in, wrappers looked through."""
+    loc, chain = lifted.locs[node.name], frames.chain(node.source)
+    at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (loc.file, loc.line)),
+             default=0)
+    return chain[at - 1] if at else None
+
+
+def _join_fix(frames: Frames, scope: Scope | None,
+              joined: list[tuple[int, SourceLoc | None]]) -> str:
+    """Where ops of two calls (each: its line in `scope`, its caller's frame) could be written
+    together: a returned residual sum (`return x + h`) in the caller, each call returning
+    the part it computes; otherwise both in their common caller, when there is one."""
+    ret = scope.node.body[-1] if scope is not None else None
+    if (isinstance(ret, ast.Return) and isinstance(ret.value, ast.BinOp)
+            and isinstance(ret.value.op, ast.Add)
+            and all(ret.lineno <= line <= (ret.end_lineno or ret.lineno) for line, _ in joined)):
+        args = scope.node.args
+        params = {p.arg for p in (*args.posonlyargs, *args.args)}
+        names = [o.id for o in (ret.value.left, ret.value.right) if isinstance(o, ast.Name)]
+        computed = [n for n in names if n not in params]
+        if len(names) == 2 and len(computed) == 1:
+            return (f" (e.g. return `{computed[0]}` and do the residual add "
+                    f"`{ast.unparse(ret.value)}` in the caller, giving each call's result and "
+                    "each sum a name of its own)")
+    callers = set()
+    for _, frame in joined:
+        try:
+            caller = frames.scope(frame) if frame is not None else None
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            caller = None
+        callers.add(caller.qualname if caller is not None else None)
+    if len(callers) == 1 and None not in callers:
+        return f" (here both in their caller, `{callers.pop()}`)"
+    return ""
+
+
+def module_instance(node: fx.Node | None, class_name: str | None) -> str | None:
     """The path of the module whose method `node` ran in (`blocks.1`), when known."""
     stack = (node.meta.get("nn_module_stack") or {}) if node is not None else {}
     for path, cls in reversed(list(stack.values())):

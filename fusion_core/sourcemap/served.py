@@ -1,0 +1,86 @@
+"""Other calls of edited lines: the ops another cluster runs there, which the edit computes.
+
+A function called twice (a UNet's `ResBlock.forward`, for `self.b1` and for `self.b2`) runs
+its lines twice, and the analysis may fuse the second call's ops on them with ops elsewhere
+(the previous block's residual add into this block's first norm). An edit of the lines runs
+in both calls: in the other one it computes those ops with this edit's kernel, and the rest
+of the other cluster stays as the source writes it. That is exact when those ops match the
+lines as the edit's own clusters do; ``mapping.py`` matches each part like one of them
+(``match.unify``), and ``serves.py`` checks that the kernel runs the part's shapes.
+
+Reads an ``Analysis`` and a ``Span``; writes each part as a ``Cluster`` (the holder's index,
+its nodes on those lines in one call, their inputs and outputs) with its lifted calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import torch.fx as fx
+
+from ..analysis.group import escaping, external_inputs
+from ..analysis.types import Cluster
+from ..ir.graph import Node
+from ..pipeline import Analysis
+from .callsite import LiftedCall, Unliftable, lift, site_line
+from .frames import Frames
+from .span import Span, chain_site, module_instance
+
+
+@dataclass(frozen=True)
+class Part:
+    cluster: Cluster  # the holder's index; the nodes its call runs on the span's lines
+    calls: tuple[LiftedCall, ...]  # user modules or helpers on those lines it runs whole
+    site: str  # the call it ran in, `at line 34 (`h = self.b2(h, emb)`) on `self.b2``
+
+
+def _depth(node: Node, span: Span) -> int:
+    """The index of `node`'s frame in the span's function."""
+    chain = node.source.chain if node.source is not None else ()
+    return max((i for i, f in enumerate(chain) if f.file == span.src.path
+                and span.src.scope_at(f.line) is span.scope), default=0)
+
+
+def call_of(node: Node, span: Span, fx_nodes: Mapping[str, fx.Node]) -> tuple:
+    """Which call of the span's function `node` ran in: the frames that led to it (a line of
+    the caller) and the module it ran on (blocks in a loop share the caller's line)."""
+    chain = node.source.chain if node.source is not None else ()
+    return (tuple((f.file, f.line) for f in chain[:_depth(node, span)]),
+            module_instance(fx_nodes.get(node.name), span.scope.class_name))
+
+
+def parts_on(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames
+             ) -> list[Part]:
+    """Each other cluster's ops that one other call runs on `span`'s lines (copies of values
+    computed elsewhere aside: the source computes those once, where the original stands)."""
+    g = analysis.graph
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    own = {c.index for c in group}
+    out = []
+    for c in analysis.clusters:
+        if c.index in own:
+            continue
+        by_call: dict[tuple, list[str]] = {}
+        for name in c.nodes:
+            node = g[name]
+            line = site_line(node.source, span.src, span.scope)
+            if node.copy_of or line is None or not span.start <= line <= span.end:
+                continue
+            # Two calls from one line (`act(h) + act(2 * h)`) share a key, as do other ops of
+            # the edit's own call: matching each part to the lines decides, as for the edit's.
+            by_call.setdefault(call_of(node, span, fx_nodes), []).append(name)
+        op_of = dict(zip(c.nodes, c.ops, strict=True))
+        for nodes in by_call.values():
+            part = replace(c, nodes=tuple(nodes), ops=tuple(op_of[n] for n in nodes),
+                           inputs=external_inputs(g, nodes), outputs=tuple(escaping(g, nodes)),
+                           recomputes=(), shape_reads=())
+            try:
+                lifted = lift(analysis, part, frames)
+            except Unliftable:
+                continue  # a call on the lines runs it half: the lines keep their reason
+            first = g[nodes[0]]
+            on = module_instance(fx_nodes.get(first.name), span.scope.class_name)
+            site = chain_site(first, _depth(first, span)) + (f" on `self.{on}`" if on else "")
+            out.append(Part(part, lifted.calls, site))
+    return out
