@@ -112,8 +112,8 @@ def test_blocks_called_in_a_loop_are_told_apart_by_their_module(tmp_path):
     assert sorted(m.cluster_index for m in maps if m.exact) == [1, 3]
     assert maps[4].reason.startswith(
         "the cluster joins `add` (line 19) of the call at line 33 (`h = b(h, emb)`) on "
-        "`self.blocks.0` with `add` (line 19) of another call at line 33 (`h = b(h, emb)`) on "
-        "`self.blocks.1` of `ResBlock.forward`"), maps[4].reason
+        "`b` (`self.blocks[0]`) with `add` (line 19) of another call at line 33 "
+        "(`h = b(h, emb)`) on `b` (`self.blocks[1]`) of `ResBlock.forward`"), maps[4].reason
 
 
 # The same block written out in one forward, its residual sum feeding the next GroupNorm

@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Iterable
 
-from ..names import written
+from ..names import module_written, written
 from .graph import FusionGraph, Node, OpKind, SourceLoc
 
 # Dotted prefixes that name a module rather than a value: `torch.cat(…)`, `F.relu(…)`.
@@ -75,27 +75,40 @@ def said(g: FusionGraph, name: str) -> str:
         return _attribute(g, node)
     if node.kind is OpKind.INPUT:
         return f"`{node.label}`"  # the forward's parameter
-    at, op = f" ({place(g, src)})" if src else "", spelled_op(node)
-    layer, alone = _layer_called(g, node) if not op.startswith("self.") else ("", False)
+    where, op = place(g, src) if src else "", spelled_op(node)
+    if op.startswith("self."):  # a layer's call: by the variable that called it, if one did
+        return layer_said(node.target.removeprefix("self."), src, where)
+    layer, alone = _layer_called(g, node, where)
     if layer:
-        return f"`{layer}`{at}" if alone else f"`{op}` in `{layer}`{at}"
-    return f"`{op}`{at}"
+        return layer if alone else f"`{op}` in {layer}"
+    return f"`{op}`" + (f" ({where})" if where else "")
+
+
+def layer_said(path: str, loc: SourceLoc | None, where: str = "") -> str:
+    """A module (`blocks.1`) as the user reaches it, `self.blocks[1]`; where line `loc` calls
+    it through a variable (`for blk in self.blocks: x = blk(x)`, `self.blocks[i](x)`), by
+    that spelling first: `blk` (`self.blocks[1]`). `where` (`line 23`) joins the parenthesis."""
+    full = module_written(path)
+    var = called_as(path, loc) if loc is not None else None
+    if var:
+        return f"`{var}` (`{full}`{', ' + where if where else ''})"
+    return f"`{full}`" + (f" ({where})" if where else "")
 
 
 def _attribute(g: FusionGraph, node: Node) -> str:
     """A get_attr value by the path its target holds (`self.down[1].weight`; the node's name,
     `down_1_weight`, is no Python); a tensor the forward made by the line that made it."""
     if not _MADE_CONSTANT.fullmatch(node.target):
-        return f"`{written(f'self.{node.target}')}`" if node.target else f"`{node.name}`"
+        return f"`{module_written(node.target)}`" if node.target else f"`{node.name}`"
     # export records no frame for its lifted constant: its reader's line is where it was made
     src = node.source or next((s for u in g.users[node.name] if (s := g[u].source)), None)
     return f"a tensor made at {place(g, src)}" if src else "a tensor the forward makes"
 
 
-def _layer_called(g: FusionGraph, node: Node) -> tuple[str, bool]:
-    """(`self.bn`, alone) where `node` is computed by a torch layer's call on its line
-    (`d = self.bn(x)`): the layer's forward is torch's, so its op (`batch_norm`) sits at a
-    line that spells no `batch_norm`. `alone`: the only op the call ran. ("", False) where
+def _layer_called(g: FusionGraph, node: Node, where: str) -> tuple[str, bool]:
+    """(`self.bn` (line 12), alone) where `node` is computed by a torch layer's call on its
+    line (`d = self.bn(x)`): the layer's forward is torch's, so its op (`batch_norm`) sits at
+    a line that spells no `batch_norm`. `alone`: the only op the call ran. ("", False) where
     the line does not call the node's module."""
     src = node.source
     if not node.module or src is None:
@@ -103,11 +116,62 @@ def _layer_called(g: FusionGraph, node: Node) -> tuple[str, bool]:
     parts = node.module.split(".")
     # inside a block of the user's own, the path from that block on: `self.norm` of `blocks.0`
     tails = (written("self." + ".".join(parts[i:])) for i in range(len(parts)))
-    layer = next((t for t in tails
-                  if re.search(rf"(?<![\w.]){re.escape(t)}\s*\(", src.code)), "")
+    layer = next((f"`{t}`" + (f" ({where})" if where else "")
+                  for t in tails if _calls(t, src.code)), "")
+    if not layer and called_as(node.module, src):
+        layer = layer_said(node.module, src, where)
     ran = [m for m in g.nodes if layer and m.module == node.module and m.source == src
            and m.kind not in (OpKind.INPUT, OpKind.CONSTANT, OpKind.OUTPUT)]
     return layer, len(ran) == 1
+
+
+def _calls(callee: str, code: str) -> bool:
+    """Whether `code` calls `callee` (`self.norm(`, `blk(`), not an attribute of it."""
+    return re.search(rf"(?<![\w.]){re.escape(callee)}\s*\(", code) is not None
+
+
+def called_as(path: str, loc: SourceLoc) -> str | None:
+    """How line `loc` calls the module at `path` (`blocks.1`) where no literal index names
+    it: `blk`, the variable of a for loop over its container (`for blk in self.blocks:`,
+    also through `enumerate`, `zip`, `reversed` and a slice), or `self.blocks[i]`, indexed
+    by a variable; `blk.attn` for `blocks.1.attn` called as `blk.attn(…)`. None where the
+    line writes its path (`self.blocks[1](x)`) or does not call it."""
+    tree = _tree(loc.file)
+    parts = path.split(".")
+    for i in (i for i in reversed(range(len(parts))) if parts[i].isdigit()):
+        container = module_written(".".join(parts[:i]))
+        rest = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts[i + 1:])
+        indexed = re.search(rf"(?<![\w.]){re.escape(container)}\[([^\[\]]+)\]"
+                            rf"{re.escape(rest)}(?=\s*\()", loc.code)
+        if indexed and not indexed.group(1).strip().isdigit():
+            return indexed.group(0)
+        for loop in ast.walk(tree) if tree is not None else ():
+            if not (isinstance(loop, (ast.For, ast.AsyncFor))
+                    and loop.lineno < loc.line <= (loop.end_lineno or loop.lineno)):
+                continue
+            for var, over in _iterated(loop.target, loop.iter):
+                if ast.unparse(over) == container and _calls(var + rest, loc.code):
+                    return var + rest
+    return None
+
+
+def _iterated(target: ast.expr, over: ast.expr) -> Iterable[tuple[str, ast.expr]]:
+    """(variable, what it walks) of a for loop: `blk` and `self.blocks` of `for blk in
+    self.blocks`, of `for i, blk in enumerate(self.blocks)` and of `zip`'s pairs."""
+    call = over if isinstance(over, ast.Call) and isinstance(over.func, ast.Name) else None
+    if isinstance(target, ast.Name):
+        if call is not None and call.func.id == "reversed" and len(call.args) == 1:
+            yield from _iterated(target, call.args[0])
+        elif isinstance(over, ast.Subscript) and isinstance(over.slice, ast.Slice):
+            yield target.id, over.value  # `for blk in self.blocks[1:]`
+        else:
+            yield target.id, over
+    elif isinstance(target, ast.Tuple) and call is not None:
+        if call.func.id == "enumerate" and len(target.elts) == 2 and call.args:
+            yield from _iterated(target.elts[1], call.args[0])
+        elif call.func.id == "zip" and len(target.elts) == len(call.args):
+            for t, a in zip(target.elts, call.args, strict=True):
+                yield from _iterated(t, a)
 
 
 def said_all(g: FusionGraph, names: Iterable[str]) -> str:

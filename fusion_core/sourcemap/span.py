@@ -24,7 +24,7 @@ import torch.fx as fx
 
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind
-from ..ir.spelling import said
+from ..ir.spelling import layer_said, said
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
 from .callsite import Lifted, LiftedCall, NestedCalls, Unliftable, lift
@@ -217,8 +217,8 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
         before, a = seen.setdefault(key, (call, node))
         if before == call:
             continue
-        sites = [chain_site(a, len(before[0])) + _on(before[1]),
-                 chain_site(node, len(call[0])) + _on(call[1])]
+        sites = [chain_site(a, len(before[0])) + _on(a, len(before[0]), before[1]),
+                 chain_site(node, len(call[0])) + _on(node, len(call[0]), call[1])]
         name = scope.qualname if scope is not None else loc.function
         raise PointerOnly(
             f"the cluster joins {said(analysis.graph, a.name)} of the call {sites[0]} with "
@@ -237,8 +237,10 @@ def _instance(node: fx.Node | None, class_name: str | None) -> str | None:
     return None
 
 
-def _on(path: str | None) -> str:
-    return f" on `self.{path}`" if path else ""
+def _on(node: Node, depth: int, path: str | None) -> str:
+    """` on `blk` (`self.blocks[1]`)`: the module instance the call at `depth` ran on."""
+    caller = node.source.chain[depth - 1] if depth else None
+    return f" on {layer_said(path, caller)}" if path else ""
 
 
 def _unstored_reason(analysis: Analysis, node: Node) -> str:

@@ -1,0 +1,132 @@
+"""Layers reached through a loop and maxima the capture rewrote are named as the user wrote
+them: an `nn.ModuleList` item as the source indexes it (`self.blocks[0]`, not the module path
+`self.blocks.0`), by the loop variable that called it (`norm` (`self.norms[0]`, line 30)),
+not by the op its forward lowers to (`layer_norm`); `torch.max(x, 1)[0]` by that text, not
+the `amax` the pipeline made of it."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fusion_core.analysis.barriers import Barrier
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.ir.spelling import said
+from fusion_core.pipeline import analyze_file
+
+SOURCE = textwrap.dedent('''\
+    import torch
+    import torch.nn as nn
+
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.ln = nn.LayerNorm(d)
+            self.fc = nn.Linear(d, d)
+
+        def forward(self, x):
+            return x + self.fc(torch.relu(self.ln(x)))
+
+
+    class Blocks(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(32) for _ in range(2)])
+            self.norm = nn.LayerNorm(32)
+
+        def forward(self, x):
+            for blk in self.blocks:
+                x = blk(x)
+            s = x.sum(-1, keepdim=True)
+            m = torch.max(x, 1)[0]
+            return torch.softmax(self.norm(x) * 2, -1) + m.unsqueeze(1) + s
+
+
+    class Layers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norms = nn.ModuleList([nn.LayerNorm(32) for _ in range(2)])
+            self.acts = nn.ModuleList([nn.GELU() for _ in range(2)])
+            self.proj = nn.ModuleList([nn.Linear(32, 32) for _ in range(2)])
+
+        def forward(self, x):
+            for i, norm in enumerate(self.norms):
+                h = self.acts[i](norm(x))
+                x = x + h * h.sum(1, keepdim=True)
+            for proj in reversed(self.proj):
+                x = proj(x)
+            return x.max(-1).values * 2
+''')
+CAPTURES = ["fx", "export"]
+
+
+def line_of(text: str) -> int:
+    return next(i for i, line in enumerate(SOURCE.splitlines(), 1) if text in line)
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("loops") / "net.py"
+    path.write_text(SOURCE)
+    return path
+
+
+def _analysis(model_file: Path, cls: str, capture: str = "fx"):
+    return analyze_file(model_file, [InputSpec((2, 8, 32))], cls, capture=capture)
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_layer_called_through_a_loop_variable_is_named_by_it(model_file, capture):
+    a = _analysis(model_file, "Layers", capture)
+    spelled = {said(a.graph, n.name) for n in a.graph.nodes}
+    norm, proj = line_of("self.acts[i](norm(x))"), line_of("x = proj(x)")
+    # was `layer_norm` (line 30), `gelu` (line 30) and `self.proj.1` (line 33)
+    assert {f"`norm` (`self.norms[{i}]`, line {norm})" for i in (0, 1)} <= spelled
+    assert {f"`self.acts[i]` (`self.acts[{i}]`, line {norm})" for i in (0, 1)} <= spelled
+    assert {f"`proj` (`self.proj[{i}]`, line {proj})" for i in (0, 1)} <= spelled
+    reasons = " ".join(r.reason for r in a.rejections)
+    assert f"where `norm` (`self.norms[0]`, line {norm}) reduces dim 2" in reasons
+    assert "`layer_norm`" not in reasons and "`gelu`" not in reasons
+
+
+def test_calls_in_a_loop_are_said_by_the_loop_variable_and_the_indexed_path(model_file):
+    from fusion_core.cli_run import mapping_dict
+    from fusion_core.report.html import page_data
+    from fusion_core.sourcemap import map_clusters
+
+    a = _analysis(model_file, "Blocks")
+    call = line_of("x = blk(x)")
+    maps = map_clusters(a)
+    joined = next(m.reason for m in maps if "joins" in (m.reason or ""))
+    # was "on `self.blocks.0`", a path no Python spells
+    assert (f"of the call at line {call} (`x = blk(x)`) on `blk` (`self.blocks[0]`) with "
+            in joined)
+    assert "(`x = blk(x)`) on `blk` (`self.blocks[1]`) of `Block.forward`" in joined
+    assert joined in {mapping_dict(m)["reason"] for m in maps}  # --json's `source_map`
+    graph = page_data(a)["graph"]
+    info = {row[0]: row[3] for row in graph["info"]}
+    assert info["self.blocks[0].fc"] == "self.blocks[0]"  # was `self.blocks.0.fc`, `blocks.0`
+    assert not any(".0" in row[0] + row[3] for row in graph["info"])
+
+
+def test_a_call_through_a_variable_says_so_and_how_to_edit_it(model_file):
+    from fusion_core.sourcemap import map_clusters
+
+    a = _analysis(model_file, "Layers")
+    line = line_of("self.acts[i](norm(x))")
+    reasons = [m.reason for m in map_clusters(a) if m.reason]
+    # was "`self.acts[i](...)` at line 30 is not `gelu` (line 30)": it is that call
+    assert any(r.startswith(f"`self.acts[i](...)` at line {line} calls `self.acts[i]` (`self."
+                            f"acts[") and "through a variable" in r for r in reasons), reasons
+    assert not any(" is not `self.acts[i]`" in r for r in reasons)
+
+
+def test_a_barrier_layer_in_a_loop_is_named_by_its_variable(model_file):
+    a = _analysis(model_file, "Layers")
+    (linear,) = [n for n in a.graph.nodes if n.target == "self.proj.1"]
+    b = Barrier(linear.name, linear.op, linear.target, False, None, (), ())
+    # was `self.proj.1`
+    assert b.describe(a.graph).startswith("`proj` (`self.proj[1]`) ")
