@@ -92,6 +92,22 @@ def test_a_layer_called_through_a_loop_variable_is_named_by_it(model_file, captu
     assert "`layer_norm`" not in reasons and "`gelu`" not in reasons
 
 
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_max_the_pipeline_made_amax_is_quoted_as_written(model_file, capture):
+    a = _analysis(model_file, "Blocks", capture)
+    (amax,) = [n.name for n in a.graph.nodes if n.op == "amax"]
+    at = line_of("torch.max(x, 1)[0]")
+    assert said(a.graph, amax) == f"`torch.max(x, 1)[0]` (line {at})"
+    reasons = [r.reason for r in a.rejections]
+    # was "`amax` (line 25) reduces dim 1 where `sum` (line 24) reduces dim 2"
+    assert any(r.startswith(f"`torch.max(x, 1)[0]` (line {at}) reduces dim 1") for r in reasons)
+    assert not any("amax" in r for r in reasons)
+    assert any(c.ops[-1] == "amax" for c in a.clusters)  # the table keeps op names
+    layers = _analysis(model_file, "Layers", capture)
+    (amax,) = [n.name for n in layers.graph.nodes if n.op == "amax"]
+    assert said(layers.graph, amax) == f"`x.max(-1).values` (line {line_of('x.max(-1)')})"
+
+
 def test_calls_in_a_loop_are_said_by_the_loop_variable_and_the_indexed_path(model_file):
     from fusion_core.cli_run import mapping_dict
     from fusion_core.report.html import page_data

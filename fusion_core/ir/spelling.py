@@ -44,11 +44,33 @@ def spelled_op(node: Node) -> str:
     not fuse (its registry op is only "opaque"), else the op (`add`, not `add_6`)."""
     if node.target.startswith("self."):
         return written(node.target)
+    if (values := _max_values(node)) is not None:
+        return values
     if node.kind in (OpKind.OPAQUE, OpKind.INPLACE) and node.op != "meta" and node.target:
         return node.target
     if node.target.startswith(".") and node.target[1:].removesuffix("()") != node.op:
         return node.target  # a method spelled otherwise than its op: `.half()` is a `to`
     return node.op
+
+
+def _max_values(node: Node) -> str | None:
+    """`torch.max(x, 1)[0]`, `x.max(1).values` or `x.min(1)` as its line spells it, where the
+    capture made that max or min over a dim an `amax`/`amin` (ir/max_values.py): the user
+    wrote no `amax`. None where the line holds no one such expression."""
+    name = node.target.removeprefix("torch.").removeprefix(".").removesuffix("()")
+    if node.op not in ("amax", "amin") or name not in ("max", "min") or node.source is None:
+        return None
+    code = node.source.code
+    tree = _parsed(code)
+    calls = [e for e in ast.walk(tree) if isinstance(e, ast.Call) and name == (
+        e.func.attr if isinstance(e.func, ast.Attribute) else getattr(e.func, "id", ""))
+             ] if tree is not None else []
+    reads = [e for e in ast.walk(tree) if tree is not None and (
+        isinstance(e, ast.Attribute) and e.attr == "values"
+        or isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant)
+        and e.slice.value == 0) and e.value in calls]
+    found = {ast.get_source_segment(code, e) for e in reads or calls}
+    return found.pop() if len(found) == 1 else None
 
 
 def place(g: FusionGraph, loc: SourceLoc) -> str:
