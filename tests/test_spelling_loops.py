@@ -122,6 +122,9 @@ def test_calls_in_a_loop_are_said_by_the_loop_variable_and_the_indexed_path(mode
             in joined)
     assert "(`x = blk(x)`) on `blk` (`self.blocks[1]`) of `Block.forward`" in joined
     assert joined in {mapping_dict(m)["reason"] for m in maps}  # --json's `source_map`
+    # the call a cluster takes only part of: which module it ran on, as the loop calls it
+    part = f"only part of the call at line {call} (`Block.forward` on `blk` (`self.blocks["
+    assert any(m.reason.startswith(part) for m in maps if m.reason), [m.reason for m in maps]
     graph = page_data(a)["graph"]
     info = {row[0]: row[3] for row in graph["info"]}
     assert info["self.blocks[0].fc"] == "self.blocks[0]"  # was `self.blocks.0.fc`, `blocks.0`
@@ -146,3 +149,11 @@ def test_a_barrier_layer_in_a_loop_is_named_by_its_variable(model_file):
     b = Barrier(linear.name, linear.op, linear.target, False, None, (), ())
     # was `self.proj.1`
     assert b.describe(a.graph).startswith("`proj` (`self.proj[1]`) ")
+
+
+def test_an_inductor_site_names_its_module_as_indexed():
+    from fusion_core import OpSite
+
+    # was "blocks.0.attn model.py:10" in the compiled gate's kernel lines
+    assert OpSite("mul", "blocks.0.attn", "model.py", 10).where == "self.blocks[0].attn model.py:10"
+    assert OpSite("mul", "", "model.py", 10).where == "model.py:10"

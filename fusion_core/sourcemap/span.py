@@ -27,7 +27,7 @@ from ..ir.graph import Node, OpKind
 from ..ir.spelling import layer_said, said
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
-from .callsite import Lifted, LiftedCall, NestedCalls, Unliftable, lift
+from .callsite import Lifted, LiftedCall, NestedCalls, Unliftable, instance_path, lift
 from .frames import Frames
 from .guard import Guard, blocks_reason, guarded_run
 from .pysource import Scope, SourceFile, Statement, is_plain_access
@@ -212,7 +212,7 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
         except (OSError, SyntaxError, UnicodeDecodeError):
             scope = None
         call = (tuple((f.file, f.line) for f in chain[:at]),
-                _instance(fx_nodes.get(node.name), scope.class_name if scope else None))
+                instance_path(fx_nodes.get(node.name), scope.class_name if scope else None))
         key = (loc.file, loc.function)
         before, a = seen.setdefault(key, (call, node))
         if before == call:
@@ -226,15 +226,6 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
             "an edit of its lines runs in every call, so none fuses ops of two calls. To "
             "apply it, write these ops in one function's lines (e.g. return `h` and do the "
             "residual add in the caller, beside what reads it next)", **where)
-
-
-def _instance(node: fx.Node | None, class_name: str | None) -> str | None:
-    """The path of the module whose method `node` ran in (`blocks.1`), when known."""
-    stack = (node.meta.get("nn_module_stack") or {}) if node is not None else {}
-    for path, cls in reversed(list(stack.values())):
-        if class_name and getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == class_name:
-            return path
-    return None
 
 
 def _on(node: Node, depth: int, path: str | None) -> str:
