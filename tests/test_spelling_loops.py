@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from fusion_core.analysis.barriers import Barrier
 from fusion_core.ir.shapes import InputSpec
@@ -157,3 +158,30 @@ def test_an_inductor_site_names_its_module_as_indexed():
     # was "blocks.0.attn model.py:10" in the compiled gate's kernel lines
     assert OpSite("mul", "blocks.0.attn", "model.py", 10).where == "self.blocks[0].attn model.py:10"
     assert OpSite("mul", "", "model.py", 10).where == "model.py:10"
+
+
+class _Mixer(torch.nn.Module):
+    """A Linear on a transposed input: the pipeline splits its bias add off."""
+
+    def __init__(self):
+        super().__init__()
+        self.fcs = torch.nn.ModuleList([torch.nn.Linear(8, 8)])
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fcs[0](x.transpose(1, 2)))
+
+
+def test_a_split_bias_is_named_after_its_layer_as_indexed():
+    import fusion_core
+
+    a = fusion_core.analyze(_Mixer(), InputSpec((2, 8, 8)), capture="fx")
+    # was `self.fcs.0`: the pytest plugin's "the bias add of …" names it so
+    assert list(fusion_core.split_biases(a.graph_module).values()) == ["self.fcs[0]"]
+
+
+def test_a_layer_that_rejects_its_input_is_named_as_indexed():
+    from fusion_core.errors import InputSpecError
+    from fusion_core.pipeline import analyze
+
+    with pytest.raises(InputSpecError, match=r"layer `self\.fcs\[0\]` at "):
+        analyze(_Mixer(), InputSpec((2, 5, 5)), capture="fx")
