@@ -62,10 +62,11 @@ def _max_values(node: Node) -> str | None:
         return None
     code = node.source.code
     tree = _parsed(code)
+    if tree is None:  # a line that is no statement on its own (a call's first line)
+        return None
     calls = [e for e in ast.walk(tree) if isinstance(e, ast.Call) and name == (
-        e.func.attr if isinstance(e.func, ast.Attribute) else getattr(e.func, "id", ""))
-             ] if tree is not None else []
-    reads = [e for e in ast.walk(tree) if tree is not None and (
+        e.func.attr if isinstance(e.func, ast.Attribute) else getattr(e.func, "id", ""))]
+    reads = [e for e in ast.walk(tree) if (
         isinstance(e, ast.Attribute) and e.attr == "values"
         or isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant)
         and e.slice.value == 0) and e.value in calls]
@@ -158,8 +159,10 @@ def called_as(path: str, loc: SourceLoc) -> str | None:
     also through `enumerate`, `zip`, `reversed` and a slice), or `self.blocks[i]`, indexed
     by a variable; `blk.attn` for `blocks.1.attn` called as `blk.attn(…)`. None where the
     line writes its path (`self.blocks[1](x)`) or does not call it."""
-    tree = _tree(loc.file)
     parts = path.split(".")
+    tree = _tree(loc.file) if any(p.isdigit() for p in parts) else None
+    loops = [names for start, end, names in (_loops(tree) if tree is not None else ())
+             if start < loc.line <= end]
     for i in (i for i in reversed(range(len(parts))) if parts[i].isdigit()):
         container = module_written(".".join(parts[:i]))
         rest = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts[i + 1:])
@@ -167,14 +170,20 @@ def called_as(path: str, loc: SourceLoc) -> str | None:
                             rf"{re.escape(rest)}(?=\s*\()", loc.code)
         if indexed and not indexed.group(1).strip().isdigit():
             return indexed.group(0)
-        for loop in ast.walk(tree) if tree is not None else ():
-            if not (isinstance(loop, (ast.For, ast.AsyncFor))
-                    and loop.lineno < loc.line <= (loop.end_lineno or loop.lineno)):
-                continue
-            for var, over in _iterated(loop.target, loop.iter):
-                if ast.unparse(over) == container and _calls(var + rest, loc.code):
+        for names in loops:
+            for var, over in names:
+                if over == container and _calls(var + rest, loc.code):
                     return var + rest
     return None
+
+
+@functools.lru_cache(maxsize=16)
+def _loops(tree: ast.Module) -> tuple[tuple[int, int, tuple[tuple[str, str], ...]], ...]:
+    """(first line, last line, (variable, what it walks) pairs) of each for loop of a file:
+    walked once per file, not once per op `said` names."""
+    return tuple((loop.lineno, loop.end_lineno or loop.lineno,
+                  tuple((v, ast.unparse(over)) for v, over in _iterated(loop.target, loop.iter)))
+                 for loop in ast.walk(tree) if isinstance(loop, (ast.For, ast.AsyncFor)))
 
 
 def _iterated(target: ast.expr, over: ast.expr) -> Iterable[tuple[str, ast.expr]]:
