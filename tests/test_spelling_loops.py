@@ -94,6 +94,19 @@ def test_a_layer_called_through_a_loop_variable_is_named_by_it(model_file, captu
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
+def test_a_layer_of_a_block_is_named_as_its_line_calls_it_and_by_its_path(model_file, capture):
+    a = _analysis(model_file, "Blocks", capture)
+    spelled = {said(a.graph, n.name) for n in a.graph.nodes}
+    line = line_of("self.fc(torch.relu(self.ln(x)))")
+    # was `self.blocks[0].fc` (line 12), which the line does not spell, and `self.ln`
+    # (line 12), which does not say which block's
+    for i in (0, 1):
+        assert f"`self.fc` (`self.blocks[{i}].fc`, line {line})" in spelled
+        assert f"`self.ln` (`self.blocks[{i}].ln`, line {line})" in spelled
+    assert f"`self.norm` (line {line_of('self.norm(x) * 2')})" in spelled  # its own path
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
 def test_a_max_the_pipeline_made_amax_is_quoted_as_written(model_file, capture):
     a = _analysis(model_file, "Blocks", capture)
     (amax,) = [n.name for n in a.graph.nodes if n.op == "amax"]

@@ -109,12 +109,13 @@ def said(g: FusionGraph, name: str) -> str:
 
 def layer_said(path: str, loc: SourceLoc | None, where: str = "") -> str:
     """A module (`blocks.1`) as the user reaches it, `self.blocks[1]`; where line `loc` calls
-    it through a variable (`for blk in self.blocks: x = blk(x)`, `self.blocks[i](x)`), by
-    that spelling first: `blk` (`self.blocks[1]`). `where` (`line 23`) joins the parenthesis."""
+    it otherwise, by that spelling first: through a variable (`for blk in self.blocks:
+    x = blk(x)`: `blk` (`self.blocks[1]`)), or from inside its parent's forward (`self.qkv`
+    (`self.blocks[0].attn.qkv`)). `where` (`line 23`) joins the parenthesis."""
     full = module_written(path)
-    var = called_as(path, loc) if loc is not None else None
-    if var:
-        return f"`{var}` (`{full}`{', ' + where if where else ''})"
+    spelled = _called(path, loc) if loc is not None else None
+    if spelled and spelled != full:
+        return f"`{spelled}` (`{full}`{', ' + where if where else ''})"
     return f"`{full}`" + (f" ({where})" if where else "")
 
 
@@ -134,18 +135,20 @@ def _layer_called(g: FusionGraph, node: Node, where: str) -> tuple[str, bool]:
     a line that spells no `batch_norm`. `alone`: the only op the call ran. ("", False) where
     the line does not call the node's module."""
     src = node.source
-    if not node.module or src is None:
+    if not node.module or src is None or _called(node.module, src) is None:
         return "", False
-    parts = node.module.split(".")
-    # inside a block of the user's own, the path from that block on: `self.norm` of `blocks.0`
-    tails = (written("self." + ".".join(parts[i:])) for i in range(len(parts)))
-    layer = next((f"`{t}`" + (f" ({where})" if where else "")
-                  for t in tails if _calls(t, src.code)), "")
-    if not layer and called_as(node.module, src):
-        layer = layer_said(node.module, src, where)
-    ran = [m for m in g.nodes if layer and m.module == node.module and m.source == src
+    ran = [m for m in g.nodes if m.module == node.module and m.source == src
            and m.kind not in (OpKind.INPUT, OpKind.CONSTANT, OpKind.OUTPUT)]
-    return layer, len(ran) == 1
+    return layer_said(node.module, src, where), len(ran) == 1
+
+
+def _called(path: str, loc: SourceLoc) -> str | None:
+    """The text line `loc` calls the module at `path` by: its path (`self.blocks[0].ln`),
+    the path from the block whose forward the line is in on (`self.ln`), or a variable
+    (`called_as`); None where the line does not call it."""
+    parts = path.split(".")
+    tails = (written("self." + ".".join(parts[i:])) for i in range(len(parts)))
+    return next((t for t in tails if _calls(t, loc.code)), None) or called_as(path, loc)
 
 
 def _calls(callee: str, code: str) -> bool:
