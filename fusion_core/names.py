@@ -45,3 +45,10 @@ def written(target: str) -> str:
     """A layer's path as the source indexes it: `self.down[0]`, not `self.down.0` (an
     `nn.ModuleList` item's path, which is no Python the user can write)."""
     return re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", target) if target.startswith("self.") else target
+
+
+def module_written(path: str) -> str:
+    """A module's qualified name (`blocks.0.attn`, from `nn_module_stack`) as the user
+    reaches it from the model: `self.blocks[0].attn`; the model itself is `self`. Every
+    message, the --json report and the HTML page say module paths through this."""
+    return written(f"self.{path}") if path else "self"

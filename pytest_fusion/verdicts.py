@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fusion_core.names import module_written
+
 from .explain import Explainer, fmt_bytes, ops_list, spelled
 from .findings import LOC, Finding
 from .locate import Located, locate, site_module, unprimed
@@ -187,7 +189,7 @@ class ClusterVerdicts:
         where = [m for _, s in loc.missing if (m := site_module(s)) is not None]
         gone = [m[len(inside):] for m in dict.fromkeys(where)
                 if m not in running and m.startswith(inside) and m != b.module]
-        names = ", ".join(f"`self.{m}`" for m in gone)
+        names = ", ".join(f"`{module_written(m)}`" for m in gone)
         return f" ({names} no longer run{'s' if len(gone) == 1 else ''})" if gone else ""
 
     def _ops_left(self, b: ClusterRec, loc: Located, parts: list[ClusterRec]) -> set[int]:

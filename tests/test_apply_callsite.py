@@ -96,7 +96,8 @@ def test_a_norm_call_only_partly_in_the_cluster_stays_a_pointer(tmp_path):
     norm = next(m for m, c in zip(mappings, analysis.clusters, strict=True) if "add" in c.ops)
     assert norm.quality == POINTER
     assert norm.reason.startswith(f"only part of the call at line {call} (`RMSNorm.forward`) "
-                                  "is in the cluster: `self.norm.proj`"), norm.reason
+                                  "is in the cluster: `self.proj` (`self.norm.proj`, line "
+                                  ), norm.reason  # as RMSNorm.forward's line calls it
     assert (norm.start, norm.end) == (call, call)
     assert norm.cluster_index not in p.clusters
     skip = next(s for s in p.skipped if s.cluster == norm.cluster_index)

@@ -187,11 +187,11 @@ def test_blocks_called_in_a_loop_are_told_apart_by_their_module(tmp_path):
         "        for b in self.blocks:\n            h = b(h, emb)"))
     maps = _maps(path)
     assert sorted(m.cluster_index for m in maps if m.exact) == [0, 1, 3]
-    assert maps[0].serves[0].site == "at line 33 (`h = b(h, emb)`) on `self.blocks.1`"
+    assert maps[0].serves[0].site == "at line 33 (`h = b(h, emb)`) on `b` (`self.blocks[1]`)"
     assert maps[4].reason.startswith(
         "the cluster joins `add` (line 19) of the call at line 33 (`h = b(h, emb)`) on "
-        "`self.blocks.0` with `add` (line 19) of another call at line 33 (`h = b(h, emb)`) on "
-        "`self.blocks.1` of `ResBlock.forward`"), maps[4].reason
+        "`b` (`self.blocks[0]`) with `add` (line 19) of another call at line 33 "
+        "(`h = b(h, emb)`) on `b` (`self.blocks[1]`) of `ResBlock.forward`"), maps[4].reason
 
 
 # The same block written out in one forward, its residual sum feeding the next GroupNorm

@@ -270,7 +270,8 @@ def test_a_layer_whose_weights_have_another_dtype_than_its_input_is_named():
 
     import fusion_core
 
-    want = r"layer `self.0` rejected it \(its weights are float32 and its input float16"
+    # `self[0]`, as a Sequential's layer is indexed (was `self.0`, no Python)
+    want = r"layer `self\[0\]` rejected it \(its weights are float32 and its input float16"
     with pytest.raises(InputSpecError, match=want):
         fusion_core.analyze(nn.Sequential(nn.Linear(8, 8), nn.ReLU()),
                             InputSpec((4, 8), torch.float16), capture="fx")

@@ -244,6 +244,35 @@ def test_a_reshape_no_strides_express_is_refused_by_name():
     assert not any(set(c.nodes) & {"t", "reshape"} for c in a.clusters)
 
 
+class _Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 8))
+
+
+class TransposedWeight(torch.nn.Module):
+    """A block's weight read through `.t().reshape(-1)`: no strides walk it flat."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_Scale()])
+
+    def forward(self, x):
+        return torch.exp(self.blocks[0].w).t().reshape(-1) * x
+
+
+def test_a_value_no_strides_express_is_named_as_written_with_its_views():
+    # was "reading or writing `blocks_0_w` needs …": the traced node's name
+    a = analyze(TransposedWeight(), torch.randn(32))
+    group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
+    error = dry_run(a.graph, group)
+    line = inspect.getsourcelines(TransposedWeight.forward)[1] + 1
+    assert error is not None and str(error).startswith(
+        f"reading or writing `self.blocks[0].w` through `t` (line {line}), `reshape` (line "
+        f"{line}) needs a reshape of shape (8, 4), strides (1, 8) to (32,), which cannot be "
+        "expressed as strides"), str(error)
+
+
 def test_reduced_dims_no_single_stride_walks_fuse_with_views(tmp_path):
     """amax over dims 1 and 2 of a permuted (3, 4, 5), dims 0 and 2 of its input: no single
     stride walks both, and the index map keeps them as two column dims, so the group fuses

@@ -110,7 +110,7 @@ def test_repeated_block_collapses_and_expands(browser, cli_page):
     click(browser, ".toggle")
     collapsed = visible_nodes(browser)
     labels = [e.text for e in browser.find_elements("css selector", ".band-label")]
-    assert "blocks.0–1 ×2" in labels
+    assert "self.blocks[0–1] ×2" in labels
     assert 0 < collapsed < expanded
     click(browser, ".toggle")
     assert visible_nodes(browser) == expanded

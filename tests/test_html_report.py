@@ -77,9 +77,10 @@ def test_block_keys_and_repeated_runs():
              "c2": "h.2.mlp"}
     ops = dict.fromkeys(nodes, "add") | {"b0": "gelu", "b1": "gelu", "c2": "tanh"}
     bands = find_bands(nodes, paths, ops)
-    assert [b.label for b in bands.bands] == ["", "h.0", "h.1", "h.2", ""]
+    # labelled as the model indexes them, `self.h[0]`, not the module path `h.0`
+    assert [b.label for b in bands.bands] == ["", "self.h[0]", "self.h[1]", "self.h[2]", ""]
     # h.2 computes something else, so only h.0-h.1 collapse
-    assert [(g.label, g.bands) for g in bands.groups] == [("h.0–1", (1, 2))]
+    assert [(g.label, g.bands) for g in bands.groups] == [("self.h[0–1]", (1, 2))]
     assert dict(bands.groups[0].counterpart) == {"a1": "a0", "b1": "b0"}
 
 
@@ -101,8 +102,8 @@ def test_page_data_for_microgpt_draws_its_blocks_clusters_and_kernels(microgpt):
     g = page["graph"]
     drawn = {n[0] for n in g["nodes"]}
     assert not any(n.startswith("blocks_0_ln1_weight") for n in drawn)  # parameters aren't
-    assert [gr["label"] for gr in g["groups"]] == ["blocks.0–1"]
-    assert {b["label"] for b in g["bands"]} >= {"blocks.0", "blocks.1"}
+    assert [gr["label"] for gr in g["groups"]] == ["self.blocks[0–1]"]
+    assert {b["label"] for b in g["bands"]} >= {"self.blocks[0]", "self.blocks[1]"}
     for c in microgpt.clusters:  # every cluster member is drawn and tagged with its cluster
         for name in c.nodes:
             row = next(n for n in g["nodes"] if n[0] == name)

@@ -93,7 +93,7 @@ def test_shape_mismatch_names_the_layer_in_one_line():
     with pytest.raises(InputSpecError) as info:
         analyze(nn.Sequential(nn.Linear(8, 4), nn.ReLU()), (4, 5))
     message = str(info.value)
-    assert "layer `self._0`" in message or "layer `self.0`" in message
+    assert "layer `self._0`" in message or "layer `self[0]`" in message
     assert "\n" not in message
 
 

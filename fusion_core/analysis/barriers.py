@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..ir.graph import FusionGraph, OpKind
-from ..ir.spelling import said, written
+from ..ir.spelling import layer_said, said
 from .detect import line_span
 from .types import Cluster, LineSpan
 
@@ -43,7 +43,9 @@ class Barrier:
         where = f" at {path(self.lines.file)}:{str(self.lines)[1:]}" if self.lines else ""
         ops = [" / ".join(dict.fromkeys(said(graph, n) for n in side))
                for side in (self.before, self.after)]
-        what = f"`{written(self.target) or self.op}`{where}"
+        layer = self.target.startswith("self.")  # by the loop variable that called it, if one did
+        what = (layer_said(self.target.removeprefix("self."), graph[self.node].source) if layer
+                else f"`{self.target or self.op}`") + where
         if not (self.before and self.after):  # next to a cluster on one side only
             side = f"feeds {ops[1]}" if self.after else f"reads {ops[0]}"
             return (f"{what} {side}, which fuse without it: fusion-advisor has no rule for "

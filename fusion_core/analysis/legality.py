@@ -152,12 +152,11 @@ def _from_shapes(g: FusionGraph, name: str) -> bool:
 
 def python_value_read(g: FusionGraph, user: str, value: str) -> str:
     """Why `user` cannot be fused while it reads Python value `value`, at their lines."""
-    node, source = g[user], g[value].source
-    at = f" at {place(g, source)} (`{source.code}`)" if source else f" (`{value}`)"
-    here = f" ({place(g, node.source)})" if node.source else ""
+    source = g[value].source
+    at = f" at {place(g, source)} (`{source.code}`)" if source else f" ({said(g, value)})"
     fix = ("compute it once in `__init__`" if _from_shapes(g, value) else
            "keep it a tensor (it depends on a tensor's values: drop `.item()`)")
-    return (f"`{node.op_label}`{here} reads a Python value computed at run time{at}, not a "
+    return (f"{said(g, user)} reads a Python value computed at run time{at}, not a "
             f"tensor: a kernel takes tensors and constants, so {fix} and the ops can fuse")
 
 

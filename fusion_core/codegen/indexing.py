@@ -36,7 +36,7 @@ from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
 from ..ir.run_scalars import run_scalar
 from ..ir.sizes import SIZES
-from ..ir.spelling import said
+from ..ir.spelling import said, said_all
 from ..ir.views import (
     INDEX_STEPS,
     Merge,
@@ -289,12 +289,13 @@ def _aligned(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
 
 def domain_view(steps: Sequence[Step], shape: tuple[int, ...], stride: tuple[int, ...],
                 value: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(shape, strides) of a tensor of `shape`/`stride` seen through `steps`."""
+    """(shape, strides) of a tensor of `shape`/`stride` seen through `steps`; `value` says
+    the tensor and the views it is read through, in the user's spelling (`seen_through`)."""
     t = torch.empty_strided(shape, stride, device="meta")
     try:
         t = apply(steps, t)
     except ViewError as e:
-        raise LoweringError(f"reading or writing `{value}` needs {e}, which cannot be "
+        raise LoweringError(f"reading or writing {value} needs {e}, which cannot be "
                             "expressed as strides (the value is not contiguous there); a "
                             "copy would be needed") from None
     return tuple(t.shape), tuple(t.stride())
@@ -312,16 +313,19 @@ def view_offset(steps: Sequence[Step], shape: tuple[int, ...]) -> int:
         return 0  # not a view of a contiguous value: domain_view refuses it by name
 
 
-def seen_through(maps: IndexMaps, name: str, label: str, shape: tuple[int, ...],
+def seen_through(maps: IndexMaps, g: FusionGraph, name: str, shape: tuple[int, ...],
                  stride: tuple[int, ...], rank: int, steps: tuple[Step, ...] | None = None,
                  blame: tuple[str, ...] = ()) -> tuple[tuple, tuple, dict]:
     """(shape, strides, ``TensorArg`` fields) of value `name` as a `rank`-d kernel indexes it
-    through its chain (or `steps`): its own layout where right-alignment reads the same."""
+    through its chain (or `steps`): its own layout where right-alignment reads the same;
+    `blame`: the group's views, which a refusal names."""
     steps = plain(maps.chains[name] if steps is None else steps, shape)
     if not steps:
         return shape, stride, {}
+    views = [v for v in blame if v in g and g[v].kind is OpKind.VIEW]
+    value = said(g, name) + (f" through {said_all(g, views)}" if views else "")
     try:
-        seen = domain_view(steps, shape, stride, label)
+        seen = domain_view(steps, shape, stride, value)
     except LoweringError as e:
         raise LoweringError(str(e), blame or (name,)) from None
     if len(shape) <= rank and _squeezed(seen) == _squeezed((shape, stride)):

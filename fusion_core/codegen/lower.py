@@ -236,7 +236,7 @@ class _Lowering:
         """(shape, strides, TensorArg fields) of `name` as the kernel indexes it: through its
         index map, or as it is where right-alignment reads the same."""
         blame = tuple(n.name for n in self.nodes if n.kind is OpKind.VIEW)
-        return seen_through(self.maps, name, self.g[name].label, tuple(shape), tuple(stride),
+        return seen_through(self.maps, self.g, name, tuple(shape), tuple(stride),
                             self.rank, steps, blame)
 
     def _input(self, i: int, name: str) -> TensorArg:

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 from ..compile_quiet import quiet
+from ..names import module_written
 from .capture import InductorError, InductorNode, capture
 from .separation import Separation, separations
 
@@ -48,7 +49,7 @@ class OpSite:
     @property
     def where(self) -> str:
         at = f"{self.file}:{self.line}" if self.file else "unknown line"
-        return f"{self.module} {at}" if self.module else at
+        return f"{module_written(self.module)} {at}" if self.module else at
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from ..names import module_written
+
 SPLIT_BIAS = "fusion_split_bias"
 
 
@@ -41,5 +43,5 @@ def split_biases(gm: fx.GraphModule) -> dict[str, str]:
     for n in gm.graph.nodes:
         if n.meta.get(SPLIT_BIAS):
             call = next((a for a in n.all_input_nodes if "fusion_module" in a.meta), None)
-            out[n.name] = f"self.{call.meta['fusion_module'][0]}" if call else "a layer"
+            out[n.name] = module_written(call.meta["fusion_module"][0]) if call else "a layer"
     return out

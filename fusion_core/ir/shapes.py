@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ..errors import CaptureError, Fix, FusionAdvisorError, InputSpecError, ShapePropagationError
+from ..names import module_written
 from ..units import counted, was
 from .normalize import parse_stack_trace
 from .registry import lookup
@@ -260,7 +261,7 @@ def _said(n: fx.Node) -> str:
     """The call as the user wrote it, not the node's name (`add_3`): the graph is not yet
     normalized here (``ir/spelling.said`` names normalized nodes)."""
     if n.op == "call_module":
-        return f"layer `self.{n.target}`"
+        return f"layer `{module_written(str(n.target))}`"
     if n.op == "call_method":
         return f"`.{n.target}()`"
     t = getattr(n.target, "_overloadpacket", n.target)  # an exported `add.Tensor`: `add`

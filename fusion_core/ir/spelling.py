@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Iterable
 
-from ..names import written
+from ..names import module_written, written
 from .graph import FusionGraph, Node, OpKind, SourceLoc
 
 # Dotted prefixes that name a module rather than a value: `torch.cat(…)`, `F.relu(…)`.
@@ -44,11 +44,34 @@ def spelled_op(node: Node) -> str:
     not fuse (its registry op is only "opaque"), else the op (`add`, not `add_6`)."""
     if node.target.startswith("self."):
         return written(node.target)
+    if (values := _max_values(node)) is not None:
+        return values
     if node.kind in (OpKind.OPAQUE, OpKind.INPLACE) and node.op != "meta" and node.target:
         return node.target
     if node.target.startswith(".") and node.target[1:].removesuffix("()") != node.op:
         return node.target  # a method spelled otherwise than its op: `.half()` is a `to`
     return node.op
+
+
+def _max_values(node: Node) -> str | None:
+    """`torch.max(x, 1)[0]`, `x.max(1).values` or `x.min(1)` as its line spells it, where the
+    capture made that max or min over a dim an `amax`/`amin` (ir/max_values.py): the user
+    wrote no `amax`. None where the line holds no one such expression."""
+    name = node.target.removeprefix("torch.").removeprefix(".").removesuffix("()")
+    if node.op not in ("amax", "amin") or name not in ("max", "min") or node.source is None:
+        return None
+    code = node.source.code
+    tree = _parsed(code)
+    if tree is None:  # a line that is no statement on its own (a call's first line)
+        return None
+    calls = [e for e in ast.walk(tree) if isinstance(e, ast.Call) and name == (
+        e.func.attr if isinstance(e.func, ast.Attribute) else getattr(e.func, "id", ""))]
+    reads = [e for e in ast.walk(tree) if (
+        isinstance(e, ast.Attribute) and e.attr == "values"
+        or isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant)
+        and e.slice.value == 0) and e.value in calls]
+    found = {ast.get_source_segment(code, e) for e in reads or calls}
+    return found.pop() if len(found) == 1 else None
 
 
 def place(g: FusionGraph, loc: SourceLoc) -> str:
@@ -75,39 +98,114 @@ def said(g: FusionGraph, name: str) -> str:
         return _attribute(g, node)
     if node.kind is OpKind.INPUT:
         return f"`{node.label}`"  # the forward's parameter
-    at, op = f" ({place(g, src)})" if src else "", spelled_op(node)
-    layer, alone = _layer_called(g, node) if not op.startswith("self.") else ("", False)
+    where, op = place(g, src) if src else "", spelled_op(node)
+    if op.startswith("self."):  # a layer's call: by the variable that called it, if one did
+        return layer_said(node.target.removeprefix("self."), src, where)
+    layer, alone = _layer_called(g, node, where)
     if layer:
-        return f"`{layer}`{at}" if alone else f"`{op}` in `{layer}`{at}"
-    return f"`{op}`{at}"
+        return layer if alone else f"`{op}` in {layer}"
+    return f"`{op}`" + (f" ({where})" if where else "")
+
+
+def layer_said(path: str, loc: SourceLoc | None, where: str = "") -> str:
+    """A module (`blocks.1`) as the user reaches it, `self.blocks[1]`; where line `loc` calls
+    it otherwise, by that spelling first: through a variable (`for blk in self.blocks:
+    x = blk(x)`: `blk` (`self.blocks[1]`)), or from inside its parent's forward (`self.qkv`
+    (`self.blocks[0].attn.qkv`)). `where` (`line 23`) joins the parenthesis."""
+    full = module_written(path)
+    spelled = _called(path, loc) if loc is not None else None
+    if spelled and spelled != full:
+        return f"`{spelled}` (`{full}`{', ' + where if where else ''})"
+    return f"`{full}`" + (f" ({where})" if where else "")
 
 
 def _attribute(g: FusionGraph, node: Node) -> str:
     """A get_attr value by the path its target holds (`self.down[1].weight`; the node's name,
     `down_1_weight`, is no Python); a tensor the forward made by the line that made it."""
     if not _MADE_CONSTANT.fullmatch(node.target):
-        return f"`{written(f'self.{node.target}')}`" if node.target else f"`{node.name}`"
+        return f"`{module_written(node.target)}`" if node.target else f"`{node.name}`"
     # export records no frame for its lifted constant: its reader's line is where it was made
     src = node.source or next((s for u in g.users[node.name] if (s := g[u].source)), None)
     return f"a tensor made at {place(g, src)}" if src else "a tensor the forward makes"
 
 
-def _layer_called(g: FusionGraph, node: Node) -> tuple[str, bool]:
-    """(`self.bn`, alone) where `node` is computed by a torch layer's call on its line
-    (`d = self.bn(x)`): the layer's forward is torch's, so its op (`batch_norm`) sits at a
-    line that spells no `batch_norm`. `alone`: the only op the call ran. ("", False) where
+def _layer_called(g: FusionGraph, node: Node, where: str) -> tuple[str, bool]:
+    """(`self.bn` (line 12), alone) where `node` is computed by a torch layer's call on its
+    line (`d = self.bn(x)`): the layer's forward is torch's, so its op (`batch_norm`) sits at
+    a line that spells no `batch_norm`. `alone`: the only op the call ran. ("", False) where
     the line does not call the node's module."""
     src = node.source
-    if not node.module or src is None:
+    if not node.module or src is None or _called(node.module, src) is None:
         return "", False
-    parts = node.module.split(".")
-    # inside a block of the user's own, the path from that block on: `self.norm` of `blocks.0`
-    tails = (written("self." + ".".join(parts[i:])) for i in range(len(parts)))
-    layer = next((t for t in tails
-                  if re.search(rf"(?<![\w.]){re.escape(t)}\s*\(", src.code)), "")
-    ran = [m for m in g.nodes if layer and m.module == node.module and m.source == src
+    ran = [m for m in g.nodes if m.module == node.module and m.source == src
            and m.kind not in (OpKind.INPUT, OpKind.CONSTANT, OpKind.OUTPUT)]
-    return layer, len(ran) == 1
+    return layer_said(node.module, src, where), len(ran) == 1
+
+
+def _called(path: str, loc: SourceLoc) -> str | None:
+    """The text line `loc` calls the module at `path` by: its path (`self.blocks[0].ln`),
+    the path from the block whose forward the line is in on (`self.ln`), or a variable
+    (`called_as`); None where the line does not call it."""
+    parts = path.split(".")
+    tails = (written("self." + ".".join(parts[i:])) for i in range(len(parts)))
+    return next((t for t in tails if _calls(t, loc.code)), None) or called_as(path, loc)
+
+
+def _calls(callee: str, code: str) -> bool:
+    """Whether `code` calls `callee` (`self.norm(`, `blk(`), not an attribute of it."""
+    return re.search(rf"(?<![\w.]){re.escape(callee)}\s*\(", code) is not None
+
+
+def called_as(path: str, loc: SourceLoc) -> str | None:
+    """How line `loc` calls the module at `path` (`blocks.1`) where no literal index names
+    it: `blk`, the variable of a for loop over its container (`for blk in self.blocks:`,
+    also through `enumerate`, `zip`, `reversed` and a slice), or `self.blocks[i]`, indexed
+    by a variable; `blk.attn` for `blocks.1.attn` called as `blk.attn(…)`. None where the
+    line writes its path (`self.blocks[1](x)`) or does not call it."""
+    parts = path.split(".")
+    tree = _tree(loc.file) if any(p.isdigit() for p in parts) else None
+    loops = [names for start, end, names in (_loops(tree) if tree is not None else ())
+             if start < loc.line <= end]
+    for i in (i for i in reversed(range(len(parts))) if parts[i].isdigit()):
+        container = module_written(".".join(parts[:i]))
+        rest = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts[i + 1:])
+        indexed = re.search(rf"(?<![\w.]){re.escape(container)}\[([^\[\]]+)\]"
+                            rf"{re.escape(rest)}(?=\s*\()", loc.code)
+        if indexed and not indexed.group(1).strip().isdigit():
+            return indexed.group(0)
+        for names in loops:
+            for var, over in names:
+                if over == container and _calls(var + rest, loc.code):
+                    return var + rest
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _loops(tree: ast.Module) -> tuple[tuple[int, int, tuple[tuple[str, str], ...]], ...]:
+    """(first line, last line, (variable, what it walks) pairs) of each for loop of a file:
+    walked once per file, not once per op `said` names."""
+    return tuple((loop.lineno, loop.end_lineno or loop.lineno,
+                  tuple((v, ast.unparse(over)) for v, over in _iterated(loop.target, loop.iter)))
+                 for loop in ast.walk(tree) if isinstance(loop, (ast.For, ast.AsyncFor)))
+
+
+def _iterated(target: ast.expr, over: ast.expr) -> Iterable[tuple[str, ast.expr]]:
+    """(variable, what it walks) of a for loop: `blk` and `self.blocks` of `for blk in
+    self.blocks`, of `for i, blk in enumerate(self.blocks)` and of `zip`'s pairs."""
+    call = over if isinstance(over, ast.Call) and isinstance(over.func, ast.Name) else None
+    if isinstance(target, ast.Name):
+        if call is not None and call.func.id == "reversed" and len(call.args) == 1:
+            yield from _iterated(target, call.args[0])
+        elif isinstance(over, ast.Subscript) and isinstance(over.slice, ast.Slice):
+            yield target.id, over.value  # `for blk in self.blocks[1:]`
+        else:
+            yield target.id, over
+    elif isinstance(target, ast.Tuple) and call is not None:
+        if call.func.id == "enumerate" and len(target.elts) == 2 and call.args:
+            yield from _iterated(target.elts[1], call.args[0])
+        elif call.func.id == "zip" and len(target.elts) == len(call.args):
+            for t, a in zip(target.elts, call.args, strict=True):
+                yield from _iterated(t, a)
 
 
 def said_all(g: FusionGraph, names: Iterable[str]) -> str:

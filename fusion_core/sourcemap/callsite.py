@@ -22,7 +22,7 @@ import torch.fx as fx
 from ..analysis.group import components
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, SourceLoc
-from ..ir.spelling import said
+from ..ir.spelling import called_as, layer_said, said
 from ..pipeline import Analysis
 from .frames import Frames, pos
 from .pyexpr import attr_chain
@@ -333,10 +333,26 @@ def _call_key(chain: tuple[SourceLoc, ...], depth: int, frames: Frames,
     return (site, frames.function(chain[depth + 1]), module)
 
 
+def instance_path(node: fx.Node | None, class_name: str | None) -> str | None:
+    """The path of the module whose method `node` ran in (`blocks.1`), when known."""
+    stack = (node.meta.get("nn_module_stack") or {}) if node is not None else {}
+    for path, cls in reversed(list(stack.values())):
+        if class_name and getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == class_name:
+            return path
+    return None
+
+
 def _partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, str] | None,
                  left: list[str], fused: frozenset[str] = frozenset()) -> Unliftable:
-    name = callee[1] if callee else "the call"
-    return Unliftable(f"only part of the call at line {site[1]} (`{name}`) is in the cluster: "
+    name = f"`{callee[1]}`" if callee else "the call"
+    # a call through a variable (`x = blk(x)` in a loop) says the module it ran on
+    fx_node = next((n for n in analysis.graph_module.graph.nodes if n.name == left[0]), None)
+    owner = callee[1].split(".")[-2] if callee and "." in callee[1] else None
+    src = analysis.graph[left[0]].source
+    loc = next((f for f in src.chain if pos(f) == site), None) if src else None
+    if (path := instance_path(fx_node, owner)) and loc and called_as(path, loc):
+        name += f" on {layer_said(path, loc)}"
+    return Unliftable(f"only part of the call at line {site[1]} ({name}) is in the cluster: "
                       f"{said(analysis.graph, left[0])} runs in another kernel or unfused, and "
                       "an edit of the call's line would drop it"
                       + _return_hint(analysis, site, fused), site)

@@ -22,10 +22,11 @@ import torch.fx as fx
 from ..analysis.group import escaping, external_inputs
 from ..analysis.types import Cluster
 from ..ir.graph import Node
+from ..ir.spelling import layer_said
 from ..pipeline import Analysis
-from .callsite import LiftedCall, Unliftable, lift, site_line
+from .callsite import LiftedCall, Unliftable, instance_path, lift, site_line
 from .frames import Frames
-from .span import Span, chain_site, module_instance
+from .span import Span, chain_site
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def call_of(node: Node, span: Span, fx_nodes: Mapping[str, fx.Node]) -> tuple:
     the caller) and the module it ran on (blocks in a loop share the caller's line)."""
     chain = node.source.chain if node.source is not None else ()
     return (tuple((f.file, f.line) for f in chain[:_depth(node, span)]),
-            module_instance(fx_nodes.get(node.name), span.scope.class_name))
+            instance_path(fx_nodes.get(node.name), span.scope.class_name))
 
 
 def parts_on(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames
@@ -80,7 +81,9 @@ def parts_on(analysis: Analysis, span: Span, group: list[Cluster], frames: Frame
             except Unliftable:
                 continue  # a call on the lines runs it half: the lines keep their reason
             first = g[nodes[0]]
-            on = module_instance(fx_nodes.get(first.name), span.scope.class_name)
-            site = chain_site(first, _depth(first, span)) + (f" on `self.{on}`" if on else "")
+            on = instance_path(fx_nodes.get(first.name), span.scope.class_name)
+            depth = _depth(first, span)
+            caller = first.source.chain[depth - 1] if depth and first.source else None
+            site = chain_site(first, depth) + (f" on {layer_said(on, caller)}" if on else "")
             out.append(Part(part, lifted.calls, site))
     return out

@@ -24,10 +24,10 @@ import torch.fx as fx
 
 from ..analysis.types import Cluster
 from ..ir.graph import Node, OpKind, SourceLoc
-from ..ir.spelling import said
+from ..ir.spelling import layer_said, said
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
-from .callsite import Lifted, LiftedCall, NestedCalls, Unliftable, lift
+from .callsite import Lifted, LiftedCall, NestedCalls, Unliftable, instance_path, lift
 from .frames import Frames
 from .guard import Guard, blocks_reason, guarded_run
 from .pysource import Scope, SourceFile, Statement, is_plain_access
@@ -214,13 +214,13 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
         except (OSError, SyntaxError, UnicodeDecodeError):
             scope = None
         call = (tuple((f.file, f.line) for f in chain[:at]),
-                module_instance(fx_nodes.get(node.name), scope.class_name if scope else None))
+                instance_path(fx_nodes.get(node.name), scope.class_name if scope else None))
         key = (loc.file, loc.function)
         before, a = seen.setdefault(key, (call, node))
         if before == call:
             continue
-        sites = [chain_site(a, len(before[0])) + _on(before[1]),
-                 chain_site(node, len(call[0])) + _on(call[1])]
+        sites = [chain_site(a, len(before[0])) + _on(a, len(before[0]), before[1]),
+                 chain_site(node, len(call[0])) + _on(node, len(call[0]), call[1])]
         name = scope.qualname if scope is not None else loc.function
         fix = _join_fix(frames, scope, [(lifted.locs[a.name].line, _caller(frames, a, lifted)),
                                         (loc.line, _caller(frames, node, lifted))])
@@ -268,17 +268,10 @@ def _join_fix(frames: Frames, scope: Scope | None,
     return ""
 
 
-def module_instance(node: fx.Node | None, class_name: str | None) -> str | None:
-    """The path of the module whose method `node` ran in (`blocks.1`), when known."""
-    stack = (node.meta.get("nn_module_stack") or {}) if node is not None else {}
-    for path, cls in reversed(list(stack.values())):
-        if class_name and getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == class_name:
-            return path
-    return None
-
-
-def _on(path: str | None) -> str:
-    return f" on `self.{path}`" if path else ""
+def _on(node: Node, depth: int, path: str | None) -> str:
+    """` on `blk` (`self.blocks[1]`)`: the module instance the call at `depth` ran on."""
+    caller = node.source.chain[depth - 1] if depth else None
+    return f" on {layer_said(path, caller)}" if path else ""
 
 
 def _unstored_reason(analysis: Analysis, node: Node) -> str:

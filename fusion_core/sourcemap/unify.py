@@ -389,5 +389,9 @@ class Unifier:
         return bool(chain) and chain[-1] in op_names(node)
 
     def callee_mismatch(self, expr: ast.Call, node: fx.Node) -> Mismatch:
-        return Mismatch(f"`{self.src.segment(expr.func)}(...)` at line {expr.lineno} is not "
-                        f"{self.said(node)}")
+        callee, said_as = self.src.segment(expr.func), self.said(node)
+        if said_as.startswith(f"`{callee}` ("):  # `blk(x)` of `for blk in self.blocks`
+            return Mismatch(f"`{callee}(...)` at line {expr.lineno} calls {said_as} through a "
+                            "variable, another module on each pass; an edit cannot name one "
+                            "yet: move the loop's body into a block's `forward` the loop calls")
+        return Mismatch(f"`{callee}(...)` at line {expr.lineno} is not {said_as}")

@@ -11,8 +11,10 @@ stretch of the graph that repeats one op sequence (four ops or more) gives the b
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from ...names import module_written
 
 # The outermost `<container>.<index>` of a module path: `blocks.3` in `blocks.3.attn.proj`.
 _INDEXED = re.compile(r"^(?P<prefix>(?:.*?\.)?[A-Za-z_][\w]*)\.(?P<index>\d+)(?=\.|$)")
@@ -20,14 +22,14 @@ _INDEXED = re.compile(r"^(?P<prefix>(?:.*?\.)?[A-Za-z_][\w]*)\.(?P<index>\d+)(?=
 
 @dataclass(frozen=True)
 class Band:
-    label: str  # `blocks.3`, or `` for a stretch between blocks
+    label: str  # `self.blocks[3]`, or `` for a stretch between blocks
     nodes: tuple[str, ...]
     group: int = -1  # index into `Bands.groups`, -1 when not part of a repeated run
 
 
 @dataclass(frozen=True)
 class Group:
-    label: str  # `blocks.0–11`
+    label: str  # `self.blocks[0–11]`
     bands: tuple[int, ...]  # consecutive band indices, the first one stays shown collapsed
     # Node of each hidden instance -> its counterpart in the first instance (same position).
     counterpart: tuple[tuple[str, str], ...]
@@ -83,6 +85,9 @@ def _sequence_keys(nodes: Sequence[str], ops: dict[str, str]) -> dict[str, tuple
 def find_bands(nodes: Sequence[str], paths: dict[str, str], ops: dict[str, str]) -> Bands:
     """Bands in execution order; `paths`: node -> outermost module path ('' when none)."""
     keys = {n: block_key(paths.get(n, "")) for n in nodes}
+    # module paths are labelled as the user indexes them (`self.blocks[3]`); repeats found
+    # without them keep their made-up `repeat.0`
+    said = module_written if any(keys.values()) else (lambda p: p)
     if not any(keys.values()):
         keys.update(_sequence_keys(nodes, ops))
     members: list[list[str]] = []
@@ -107,17 +112,18 @@ def find_bands(nodes: Sequence[str], paths: dict[str, str], ops: dict[str, str])
             band_of_key[key] = len(members)
             members.append([n])
             labels.append(key)
-    groups = _groups(members, labels, ops)
+    groups = _groups(members, labels, ops, said)
     in_group = {b: gi for gi, g in enumerate(groups) for b in g.bands}
-    bands = tuple(Band(label=f"{k[0]}.{k[1]}" if k else "", nodes=tuple(ms),
+    bands = tuple(Band(label=said(f"{k[0]}.{k[1]}") if k else "", nodes=tuple(ms),
                        group=in_group.get(i, -1))
                   for i, (ms, k) in enumerate(zip(members, labels, strict=True)))
     return Bands(bands=bands, groups=tuple(groups))
 
 
 def _groups(members: list[list[str]], labels: list[tuple[str, int] | None],
-            ops: dict[str, str]) -> list[Group]:
-    """Runs of consecutive bands `p.i`, `p.i+1`, … with the same op sequence."""
+            ops: dict[str, str], said: Callable[[str], str]) -> list[Group]:
+    """Runs of consecutive bands `p.i`, `p.i+1`, … with the same op sequence; `said` spells
+    a band's path (`self.blocks[0]`), and so the run's: `self.blocks[0–11]`."""
     groups: list[Group] = []
     i = 0
     while i < len(members):
@@ -132,7 +138,11 @@ def _groups(members: list[list[str]], labels: list[tuple[str, int] | None],
             pairs = tuple((n, first[k]) for b in range(i + 1, j)
                           for k, n in enumerate(members[b]))
             prefix, lo = labels[i]  # type: ignore[misc]
-            groups.append(Group(label=f"{prefix}.{lo}–{labels[j - 1][1]}",  # type: ignore[index]
+            first_label = said(f"{prefix}.{lo}")  # `p.lo` or `self.p[lo]`: `–hi` goes inside
+            hi = labels[j - 1][1]  # type: ignore[index]
+            label = (first_label[:-1] + f"–{hi}]" if first_label.endswith("]")
+                     else f"{first_label}–{hi}")
+            groups.append(Group(label=label,
                                 bands=tuple(range(i, j)), counterpart=pairs))
         i = j
     return groups

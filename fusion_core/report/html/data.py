@@ -22,6 +22,7 @@ from ...analysis.types import Cluster, LineSpan
 from ...ir.graph import FusionGraph, Node, OpKind
 from ...ir.registry import SPECS
 from ...ir.spelling import said
+from ...names import module_written, written
 from ...pipeline import Analysis
 from ..console import retried
 from ..units import short_path
@@ -202,8 +203,8 @@ def graph_view(analysis: Analysis, ghosts: Sequence[Ghost] = (),
                    lay.layer[n.name], round(len(label(n)) * CHAR_WIDTH + PAD, 1),
                    cluster_of.get(n.name, -1), marks.get(n.name, -1)] for n in nodes],
         # [target, source line, shape and dtype, module path]
-        "info": [[n.target, str(n.source.line) if n.source else "", _shape(n),
-                  paths.get(n.name, "")] for n in nodes],
+        "info": [[written(n.target), str(n.source.line) if n.source else "", _shape(n),
+                  module_written(paths[n.name]) if paths.get(n.name) else ""] for n in nodes],
         # [source, target, bends (x, layer, ...), and `base` or `current` if one graph's]
         "edges": [[index[u], index[v], [c for x, layer in pts for c in (x, layer)],
                    *side(u, v)] for u, v, pts in lay.edges if only.get((u, v)) != "layout"],
