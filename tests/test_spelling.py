@@ -142,9 +142,12 @@ def test_a_barrier_is_the_call_on_its_line_between_ops_at_their_lines(model_file
     (b,) = find_barriers(a.graph, a.clusters)
     assert b.target == "torch.cat"
     text = b.describe(a.graph)
+    # A cat of one value twice stays out of the kernels (one piece per operand), and says so.
     assert text == (f"`torch.cat` at {model_file}:{line_of('torch.cat')} sits between `relu` "
                     f"(line {line_of('torch.relu')}) and `sigmoid` (line "
-                    f"{line_of('torch.sigmoid(h)')}): fusion-advisor cannot fuse through it")
+                    f"{line_of('torch.sigmoid(h)')}): it repeats `relu` (line "
+                    f"{line_of('torch.relu')}); a kernel reads each operand of a cat through "
+                    "one piece of the result")
     assert leaked(a.graph, text) == []
 
 

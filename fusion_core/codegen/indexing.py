@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from ..analysis.legality import python_value_read
+from ..ir.concat import cat_dim, concat_problem
 from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
@@ -40,7 +41,10 @@ from ..ir.spelling import said
 from ..ir.views import (
     INDEX_STEPS,
     Merge,
+    Permute,
+    Piece,
     Reshape,
+    Squeeze,
     Step,
     Strided,
     Unflatten,
@@ -50,6 +54,7 @@ from ..ir.views import (
     inverse,
     plain,
     shape_after,
+    split_piece,
 )
 from .layout import LoweringError
 from .run_sizes import check_run_time_sizes
@@ -63,6 +68,7 @@ class IndexMaps:
     # (reader, input) -> the steps that reader needs, where they differ from `chains`':
     # that input is loaded once more, through them.
     reads: dict[tuple[str, str], tuple[Step, ...]]
+    cat_dims: dict[str, int]  # cat node -> the domain dim it concatenates along
 
 
 def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
@@ -108,6 +114,7 @@ class _Spread:
         self.chains: dict[str, tuple[Step, ...]] = {}
         self.reads: dict[tuple[str, str], tuple[Step, ...]] = {}
         self.why: dict[str, str] = {}  # value -> the node its chain came through
+        self.cat_dims: dict[str, int] = {}
         self.rank = 0
 
     def offer(self, name: str, steps: tuple[Step, ...], via: str) -> bool:
@@ -181,6 +188,8 @@ class _Spread:
             return added
         if node.kind is OpKind.REDUCTION:
             return self._reduction(node, own)
+        if node.kind is OpKind.CONCAT:
+            return self._concat(node, own)
         if own is not None:  # pointwise: operands broadcast to the result
             added |= self._broadcast(refs, _shape(g, name), own, name, expand=True)
         else:
@@ -209,6 +218,39 @@ class _Spread:
         own = self.chains.get(name)
         if own is not None and keeps_row:  # affine operands broadcast to the result
             added |= self._broadcast(node.refs[1:], _shape(g, src), own, name, expand=False)
+        return added
+
+    def _concat(self, node: Node, own: tuple[Step, ...] | None) -> bool:
+        """Each operand gets the result's chain and then its ``Piece`` of the cat dim; the
+        result's map comes from its readers only (an operand's covers part of it)."""
+        g, name = self.g, node.name
+        problem = concat_problem(g, name)
+        if problem is not None:
+            raise LoweringError(f"{said(g, name)} {problem}", (name,))
+        if own is None:
+            return False
+        out = _shape(g, name)
+        dim = cat_dim(g, name)
+        if not all(isinstance(s, (Permute, Unsqueeze, Squeeze)) for s in own):
+            # a reshape or slice would need the pieces' bounds through it
+            raise LoweringError(f"{said(g, name)} is read through a reshape, a slice or another "
+                                "cat in the group; a kernel reads a cat's operands only "
+                                "through a permute or added dims", (name,))
+        refs = node.refs
+        # where the cat dim lands in the result's chain (negative: chains are right-aligned)
+        marked = list(out)
+        marked[dim] += 1
+        whole = shape_after(own, out)
+        dims = [k for k, (a, b) in enumerate(zip(whole, shape_after(own, tuple(marked)),
+                                                 strict=True)) if a != b]
+        at = dims[0] - len(whole)
+        self.cat_dims[name] = self.rank + at
+        start, added = 0, False
+        for r in refs:
+            size = _shape(g, r)[dim]
+            piece = (Piece(at, start, out[dim]),) if size != out[dim] else ()
+            added |= self.offer(r, own + piece, name)
+            start += size
         return added
 
     def _broadcast(self, operands: Sequence[str], out: tuple[int, ...],
@@ -261,7 +303,7 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
             src = g[name].inputs[0].name
             _check_rows(g, g[name], spread.reads.get((name, src), spread.chains[src]), domain,
                         space.reduced)
-    return IndexMaps(domain, space.reduced, spread.chains, spread.reads)
+    return IndexMaps(domain, space.reduced, spread.chains, spread.reads, spread.cat_dims)
 
 
 def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
@@ -324,9 +366,12 @@ def seen_through(maps: IndexMaps, name: str, label: str, shape: tuple[int, ...],
         seen = domain_view(steps, shape, stride, label)
     except LoweringError as e:
         raise LoweringError(str(e), blame or (name,)) from None
-    if len(shape) <= rank and _squeezed(seen) == _squeezed((shape, stride)):
+    own, piece = split_piece(steps)
+    if piece is None and len(shape) <= rank and _squeezed(seen) == _squeezed((shape, stride)):
         return shape, stride, {}
-    return (*seen, {"view": steps, "user_shape": shape})
+    # A cat's piece is the kernel's to read (``loads.py``): the launcher views the operand
+    # through the steps before it only.
+    return (*seen, {"view": own, "user_shape": shape})
 
 
 def _squeezed(layout: tuple[Sequence[int], Sequence[int]]) -> tuple[tuple[int, int], ...]:

@@ -1,0 +1,128 @@
+"""`torch.cat` inside a cluster: each operand read through its piece of the result's index
+map (``ir/views.Piece``), masked loads, and the cat itself a `tl.where` over the coordinate
+along the cat dim (codegen/indexing.py, loads.py, lower.py).
+
+Each fusing case runs its kernel under the interpreter against the eager subgraph; each
+refusal is checked for the barrier it leaves and the reason it names. Shapes stay tiny.
+"""
+
+import pytest
+import torch
+from codegen_harness import Lambda, check_model
+
+from fusion_core.analysis.barriers import find_barriers
+from fusion_core.ir.graph import OpKind
+from fusion_core.pipeline import analyze
+
+
+def _cats(checked) -> list[str]:
+    a = checked.analysis
+    return [n for c in a.clusters for n in c.nodes if a.graph[n].kind is OpKind.CONCAT]
+
+
+def rotary_chunk(m, q, cos, sin):
+    x1, x2 = q.chunk(2, dim=-1)
+    return q * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def rotary_slices(m, q, cos, sin):
+    h = q.shape[-1] // 2
+    return q * cos + torch.cat((-q[..., h:], q[..., :h]), dim=-1) * sin
+
+
+def rotary_heads(m, qkv, cos, sin):
+    # LLaMA's layout: (batch, tokens, heads, dim) read transposed, a tiled kernel
+    q = qkv.transpose(1, 2)
+    x1, x2 = q.chunk(2, dim=-1)
+    return q * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+@pytest.mark.parametrize("fn", [rotary_chunk, rotary_slices])
+def test_rotary_embedding_is_one_kernel(tmp_path, fn, capture):
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 3, 8), torch.randn(3, 8), torch.randn(3, 8))
+    checked = check_model(Lambda(fn, 3), inputs, tmp_path, n_clusters=1, capture=capture)
+    (c,) = checked.analysis.clusters
+    assert c.ops == ("mul", "neg", "cat", "mul", "add"), c.ops
+    assert len(_cats(checked)) == 1 and c.outputs == (c.nodes[-1],)  # the cat is not written
+    assert not find_barriers(checked.analysis.graph, checked.analysis.clusters)
+    # the second half is read at coordinate - 4 where the coordinate is 4 or more, masked
+    assert ">= 4), other=0" in checked.kernels[0].source
+
+
+def test_rotary_over_transposed_heads_fuses_in_a_tiled_kernel(tmp_path):
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 3, 2, 8), torch.randn(3, 8), torch.randn(3, 8))
+    checked = check_model(Lambda(rotary_heads, 3), inputs, tmp_path, n_clusters=1)
+    assert len(_cats(checked)) == 1
+    assert "(cols - 4)" in checked.kernels[0].source
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cat_of_two_computed_values(tmp_path, dim):
+    torch.manual_seed(0)
+    a = torch.randn(2, 3, 8)
+    b = torch.randn(3, 3, 8) if dim == 0 else torch.randn(2, 5, 8)
+    fn = lambda m, a, b: torch.sigmoid(torch.cat((a * 2.0, b + 1.0), dim=dim)) * 3.0  # noqa: E731
+    checked = check_model(Lambda(fn, 2), (a, b), tmp_path, n_clusters=1)
+    assert checked.analysis.clusters[0].ops == ("mul", "add", "cat", "sigmoid", "mul")
+    # the second piece read at the coordinate less 2 (or 3) along the cat dim: from the flat
+    # index (dim 0), or from the rows of a tile (dim 1, the pieces' rows are shorter)
+    shift = "(offs - 2 * span1)" if dim == 0 else "(rows - 3)"
+    assert shift in checked.kernels[0].source
+
+
+def test_cat_of_three_unequal_pieces_with_a_broadcast_operand(tmp_path):
+    torch.manual_seed(0)
+    a, b, c = torch.randn(2, 3, 2), torch.randn(2, 3, 5), torch.randn(1, 3, 1)
+    w = torch.randn(8)
+
+    def fn(m, a, b, c):
+        # `c` broadcast over the batch inside its branch; the cat result scaled by a row vector
+        return torch.cat((a.exp(), b * 2.0, c.expand(2, 3, 1) - 1.0), dim=-1) * m.w
+
+    checked = check_model(Lambda(fn, 3, w=w), (a, b, c), tmp_path, n_clusters=1)
+    assert len(_cats(checked)) == 1
+    source = checked.kernels[0].source
+    assert "(cols - 2)" in source and "(cols - 7)" in source
+
+
+def test_a_cat_result_also_written_is_a_cluster_output(tmp_path):
+    torch.manual_seed(0)
+
+    def fn(m, a, b):
+        h = torch.cat((torch.relu(a), torch.sigmoid(b)), dim=-1)
+        return h, torch.tanh(h) * 2.0
+
+    checked = check_model(Lambda(fn, 2), (torch.randn(2, 3, 4), torch.randn(2, 3, 6)),
+                          tmp_path, n_clusters=1)
+    (c,) = checked.analysis.clusters
+    cat = _cats(checked)[0]
+    assert cat in c.outputs and len(c.outputs) == 2
+
+
+def test_a_cat_feeding_a_reduction_stays_a_barrier_that_says_why():
+    def fn(m, a, b):
+        return torch.softmax(torch.cat((a * 2.0, b * 3.0), dim=-1), dim=-1)
+
+    a = analyze(Lambda(fn, 2), torch.randn(2, 4), torch.randn(2, 4))
+    assert not any(a.graph[n].kind is OpKind.CONCAT for c in a.clusters for n in c.nodes)
+    (b,) = find_barriers(a.graph, a.clusters)
+    assert b.target == "torch.cat"
+    text = b.describe(a.graph)
+    assert "a cat fuses into elementwise kernels only, and `softmax` (" in text, text
+
+
+def test_a_cat_along_a_dim_sized_at_run_time_stays_a_barrier_that_says_why():
+    def fn(m, a, b):
+        n, t = a.shape[0], a.shape[1]
+        h = (a * 2.0).reshape(n, t * 2, -1)
+        return torch.cat((h, b * 3.0), dim=1) + 1.0
+
+    a = analyze(Lambda(fn, 2), torch.randn(2, 3, 4), torch.randn(2, 5, 2), capture="fx")
+    (b,) = find_barriers(a.graph, a.clusters)
+    assert b.target == "torch.cat"
+    text = b.describe(a.graph)
+    assert "concatenates along dim 1 values sized at run time there (by `reshape` (" in text
+    assert "a kernel fixes each piece's size" in text
