@@ -18,6 +18,14 @@ through a reduction by putting its reduced dims back as size 1. A computed value
 in registers over one index map, so a value reached through two different maps is
 refused, naming both; an input read through two maps (`x + x.t()`) is loaded twice.
 
+A `torch.cat` spreads from its result to its operands only: operand i gets the result's
+chain, then a ``Piece`` step (``ir/views.py``) saying it covers coordinates [offset_i,
+offset_i + size_i) of the cat dim, where it is read at coordinate - offset_i. Everything
+computed in that branch lives over that map (so a computed value also needed whole, as
+`x` in `x * cos + rotate_half(x) * sin` with `x` computed in the group, is refused as two
+maps; an input is loaded once per map). ``loads.py`` masks the branch's loads to the piece;
+``lower.py`` picks among the branches by the coordinate (``cat_dims``: the domain dim).
+
 ``domain_view`` applies a chain to a meta tensor with the value's real strides: torch
 composes the strides exactly, and a reshape of a non-contiguous value that no strides
 can express is refused by name. ``layout.access`` then indexes the result as usual.

@@ -9,7 +9,10 @@ turns the plan into source; nothing here knows the skeleton's text.
 
 Every group takes its iteration shape and each value's index map from ``indexing.py``:
 inputs and outputs are the value seen through its map (composed strides), and a view
-node is no statement, only another name for its operand's registers. A reduction runs in
+node is no statement, only another name for its operand's registers. A cat is a
+`tl.where` over the coordinate along its dim (a generated value, like `arange`'s), each of
+its operands computed over its own piece (``indexing.py``), their inputs loaded masked to it
+(``TensorArg.piece``); it joins elementwise kernels only. A reduction runs in
 its own order there (kept dims, then the reduced ones, group_norm's channels split), and
 the columns cover the domain's last ``reduced`` dims.
 
@@ -129,6 +132,11 @@ class _Lowering:
                                 "(in-place ops cannot be lowered)", bad)
         self.reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
         self.red = self.reds[0] if self.reds else None
+        cats = [n.name for n in self.nodes if n.kind is OpKind.CONCAT]
+        if cats and self.red is not None:  # said before any index map is tried
+            raise LoweringError(f"{said(graph, cats[0])} in a kernel with a reduction "
+                                f"({said(graph, self.red.name)}): a cat is fused into "
+                                "elementwise kernels only", (cats[0],))
         # Python numbers of sizes alone: kernel scalars, no tensors to index.
         found = [(n, s) for n in cluster.inputs if (s := run_scalar(graph, n)) is not None]
         self.scalars = tuple(ScalarArg(n, f"scalar{i}", "scalar_" + re.sub(r"\W", "_", n),
@@ -175,11 +183,6 @@ class _Lowering:
 
     # -- the plan -----------------------------------------------------------------------
     def run(self) -> KernelPlan:
-        cats = [n.name for n in self.nodes if n.kind is OpKind.CONCAT]
-        if cats and self.red is not None:
-            raise LoweringError(f"{said(self.g, cats[0])} in a kernel with a reduction "
-                                f"({said(self.g, self.red.name)}): a cat is fused into "
-                                "elementwise kernels only", (cats[0],))
         gens = [n.name for n in self.nodes if n.kind is OpKind.GENERATOR]
         # The coordinate along each cat dim, made first: the operands' loads are masked by it.
         self.coords = {k: self._coordinate(len(gens) + j, k) for j, k in

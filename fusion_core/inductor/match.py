@@ -220,8 +220,18 @@ def _cat_words(analysis: Analysis, hit: list[int], ours: dict, cover: dict[str, 
             out.append(f"{short_name(kernels[i].name)}: " + (
                 f"{named(analysis, fed)} {into_cat(where)}" if fed else
                 f"{named(analysis, computed)} read `cat`'s output{where}, which Inductor computes "
-                "in the same kernel; our `cat` stays a call of its own"))
+                f"in the same kernel; {_our_cat_kernel(analysis, lines_at)}"))
     return out
+
+
+def _our_cat_kernel(analysis: Analysis, lines: set[tuple[str, int]]) -> str:
+    """Where our `cat` on these lines runs: a cluster of ours that writes it, or a call."""
+    g = analysis.graph
+    for c in analysis.clusters:
+        if any(is_cat(g[n]) and (s := g[n].source) is not None
+               and (norm_path(s.file), s.line) in lines for n in c.nodes):
+            return f"our `cat` is written by cluster {c.index} ({c.chain})"
+    return "our `cat` stays a call of its own"
 
 
 def _verdict(analysis: Analysis, c: Cluster, ours: dict, cover: dict[str, set[int]],
