@@ -11,6 +11,7 @@ import torch
 from codegen_harness import Lambda, check_model
 
 from fusion_core.analysis.barriers import find_barriers
+from fusion_core.codegen import generate, load_kernel, write_kernels
 from fusion_core.ir.graph import OpKind
 from fusion_core.pipeline import analyze
 
@@ -126,3 +127,15 @@ def test_a_cat_along_a_dim_sized_at_run_time_stays_a_barrier_that_says_why():
     text = b.describe(a.graph)
     assert "concatenates along dim 1 values sized at run time there (by `reshape` (" in text
     assert "a kernel fixes each piece's size" in text
+
+
+def test_the_launcher_refuses_a_piece_of_another_size(tmp_path):
+    # The kernel fixes each piece's bounds: a call where an operand is longer along the cat
+    # dim is refused by name, not read out of bounds.
+    fn = lambda m, a, b: torch.cat((a * 2.0, b + 1.0), dim=0) * 3.0  # noqa: E731
+    a = analyze(Lambda(fn, 2), torch.randn(2, 3, 8), torch.randn(3, 3, 8))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = load_kernel(path).cluster0
+    with pytest.raises(ValueError, match="a concatenated input is 4 long along the cat dim; "
+                       r"this kernel reads 3 \(regenerate it\)"):
+        launch(torch.randn(2, 3, 8), torch.randn(4, 3, 8))
