@@ -103,16 +103,44 @@ def test_a_cat_result_also_written_is_a_cluster_output(tmp_path):
     assert cat in c.outputs and len(c.outputs) == 2
 
 
-def test_a_cat_feeding_a_reduction_stays_a_barrier_that_says_why():
-    def fn(m, a, b):
-        return torch.softmax(torch.cat((a * 2.0, b * 3.0), dim=-1), dim=-1)
+def _softmax_of_cat(m, a, b):
+    return torch.softmax(torch.cat((a * 2.0, b * 3.0), dim=-1), dim=-1)
 
-    a = analyze(Lambda(fn, 2), torch.randn(2, 4), torch.randn(2, 4))
-    assert not any(a.graph[n].kind is OpKind.CONCAT for c in a.clusters for n in c.nodes)
-    (b,) = find_barriers(a.graph, a.clusters)
-    assert b.target == "torch.cat"
-    text = b.describe(a.graph)
-    assert "a cat fuses into elementwise kernels only, and `softmax` (" in text, text
+
+def _softmax_of_batch_cat(m, a, b):  # the cat along the rows: the coordinate is per row
+    return torch.softmax(torch.cat((a * 2.0, b * 3.0), dim=0), dim=-1)
+
+
+def _sum_of_middle_cat(m, a, b):
+    return torch.cat((a.exp(), b * 2.0), dim=1).sum(-1)
+
+
+def _layer_norm_of_cat(m, a, b):
+    return torch.nn.functional.layer_norm(torch.cat((a.exp(), b), dim=-1), (9,)) * 2.0
+
+
+@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("fn, shapes", [
+    (_softmax_of_cat, ((2, 3, 4), (2, 3, 5))), (_softmax_of_batch_cat, ((2, 3, 4), (1, 3, 4))),
+    (_sum_of_middle_cat, ((2, 3, 4), (2, 2, 4))), (_layer_norm_of_cat, ((2, 3, 4), (2, 3, 5))),
+    (_softmax_of_cat, ((2, 70), (2, 33)))])  # rows wide enough for aligned bodies when looped
+def test_a_reduction_reads_the_cat_in_one_kernel(tmp_path, fn, shapes, looped):
+    torch.manual_seed(0)
+    inputs = tuple(torch.randn(*s) for s in shapes)
+    checked = check_model(Lambda(fn, 2), inputs, tmp_path, n_clusters=1, looped=looped)
+    assert len(_cats(checked)) == 1
+
+
+def test_a_reduction_in_a_cat_branch_is_left_out_and_says_why():
+    def fn(m, a, b):
+        return torch.cat((torch.softmax(a * 2.0, -1), b.exp()), dim=-1) * 2.0
+
+    a = analyze(Lambda(fn, 2), torch.randn(2, 3, 4), torch.randn(2, 3, 5))
+    assert [c.ops for c in a.clusters] == [("mul", "softmax"), ("exp", "cat", "mul")]
+    reasons = [r.reason for r in a.rejections]
+    assert any("`softmax` (" in r and "reduces one operand of `cat` (" in r
+               and "a kernel reduces rows of the cat's whole result" in r for r in reasons), \
+        reasons
 
 
 def test_a_cat_along_a_dim_sized_at_run_time_stays_a_barrier_that_says_why():
@@ -139,3 +167,15 @@ def test_the_launcher_refuses_a_piece_of_another_size(tmp_path):
     with pytest.raises(ValueError, match="a concatenated input is 4 long along the cat dim; "
                        r"this kernel reads 3 \(regenerate it\)"):
         launch(torch.randn(2, 3, 8), torch.randn(4, 3, 8))
+
+
+@pytest.mark.parametrize("fn, why", [
+    # a cat of a cat: the inner one is read through the outer one's piece
+    (lambda m, a, b: torch.cat((torch.cat((a, b), -1) * 2.0, b.exp()), -1) + 1.0,
+     "is read through another cat's piece in the group"),
+    # group_norm's order splits the channels the cat concatenates
+    (lambda m, a, b: torch.nn.functional.group_norm(torch.cat((a * 2.0, b), 1), 2).exp(),
+     "is read through group_norm's channel groups in the group")])
+def test_a_cat_read_through_other_steps_is_refused_by_name(fn, why):
+    a = analyze(Lambda(fn, 2), torch.randn(2, 4, 3), torch.randn(2, 4, 3))
+    assert any(why in r.reason for r in a.rejections), [r.reason for r in a.rejections]

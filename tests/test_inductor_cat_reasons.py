@@ -15,7 +15,7 @@ import torch._inductor.config as inductor_config
 from inductor_cat_model import CatNet, CatSum, NeoXNorms
 
 from fusion_core.inductor.capture import capture
-from fusion_core.inductor.match import SAME, match, missed_lines
+from fusion_core.inductor.match import SAME, match
 from fusion_core.pipeline import analyze
 
 SHAPE = (2, 4, 8, 8)
@@ -55,19 +55,13 @@ def test_the_capture_records_which_kernels_write_into_a_cat(default):
     assert bn.name in into
 
 
-def test_activations_written_into_a_cat_a_sum_reads_are_a_named_miss():
-    # Was CatNet's second cat, "written into `cat`'s output (line 27): …; our `cat` stays a
-    # call of its own"; our cluster now writes that one too (see below). A cat a sum reads
-    # stays out of our kernels, where Inductor's sum kernel writes into it: the miss names
-    # the lowering check that dropped it.
+def test_a_cat_a_sum_reads_is_one_kernel_as_in_inductor():
+    # Inductor's sum kernel writes both activations into the cat's output and reduces it;
+    # our cluster reads the cat through its pieces in the sum's kernel.
     analysis, _, a = _compare(CatSum(), SHAPE)
-    (miss,) = [k for k in a.kernels if k.status == "missed"]
-    assert {"relu", "sum"} <= set(miss.ops) and len(miss.lines) == 3, miss
-    line = miss.lines[-1]
-    assert miss.reason == ("split by our lowering check: the code generator cannot lower it: "
-                           f"`cat` (line {line}) in a kernel with a reduction (`sum` (line "
-                           f"{line})): a cat is fused into elementwise kernels only")
-    assert any(miss.reason in str(m) for m in missed_lines(a))
+    assert [c.ops for c in analysis.clusters] == [("relu", "relu", "cat", "sum")]
+    assert [v.verdict for v in a.clusters] == [SAME], [str(v) for v in a.clusters]
+    assert not [k for k in a.kernels if k.status == "missed"]
 
 
 def test_producers_written_into_a_cat_match_our_clusters_that_hold_the_cat(default):

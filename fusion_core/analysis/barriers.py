@@ -107,21 +107,21 @@ def find_barriers(graph: FusionGraph, clusters: Iterable[Cluster], *, one_sided:
         if node.kind is OpKind.CONCAT and not (before and after):
             continue  # a cat left alone at a cluster's edge splits nothing
         if (before and after) or beside:
-            why = _cat_apart(graph, node.name, (*before, *after)) if (
+            why = _cat_apart(graph, node.name, before) if (
                 node.kind is OpKind.CONCAT) else ""
             out.append(Barrier(node.name, node.op, node.target, node.kind is OpKind.INPLACE,
                                line_span(graph, [node.name]), before, after, why))
     return tuple(out)
 
 
-def _cat_apart(graph: FusionGraph, name: str, beside: tuple[str, ...]) -> str:
+def _cat_apart(graph: FusionGraph, name: str, before: tuple[str, ...]) -> str:
     """Why a `torch.cat` between compute ops joined no cluster."""
     problem = concat_problem(graph, name)
     if problem is not None:
         return f"it {problem}"
-    reds = [n for n in beside if graph[n].kind is OpKind.REDUCTION]
+    reds = [n for n in before if graph[n].kind is OpKind.REDUCTION]
     if reds:
-        return (f"a cat fuses into elementwise kernels only, and {said(graph, reds[0])} "
-                "reduces next to it")
+        return (f"{said(graph, reds[0])} computes one of its operands, and a kernel reduces "
+                "rows of a cat's whole result")
     return ("no kernel could hold it with its neighbours (--explain-rejections says why for "
             "each candidate)")

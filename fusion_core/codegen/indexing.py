@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from ..analysis.legality import python_value_read
-from ..ir.concat import cat_dim, concat_problem
+from ..ir.concat import cat_dim, concat_problem, reduced_branch
 from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
@@ -52,6 +52,7 @@ from ..ir.views import (
     Permute,
     Piece,
     Reshape,
+    Split,
     Squeeze,
     Step,
     Strided,
@@ -241,9 +242,12 @@ class _Spread:
         dim = cat_dim(g, name)
         if not all(isinstance(s, (Permute, Unsqueeze, Squeeze)) for s in own):
             # a reshape or slice would need the pieces' bounds through it
-            raise LoweringError(f"{said(g, name)} is read through a reshape, a slice or another "
-                                "cat in the group; a kernel reads a cat's operands only "
-                                "through a permute or added dims", (name,))
+            how = ("another cat's piece" if any(isinstance(s, Piece) for s in own) else
+                   "group_norm's channel groups" if any(isinstance(s, Split) for s in own)
+                   else "a reshape or a slice")
+            raise LoweringError(f"{said(g, name)} is read through {how} in the group; a kernel "
+                                "reads a cat's operands only through a permute or added dims",
+                                (name,))
         refs = node.refs
         # where the cat dim lands in the result's chain (negative: chains are right-aligned)
         marked = list(out)
@@ -299,6 +303,9 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
             raise LoweringError(f"{said(g, name)} reads {said(g, node.refs[1])} "
                                 "only for its shape; a kernel takes tensors it loads", (name,))
     check_run_time_sizes(g, nodes, inputs)
+    if (branch := reduced_branch(g, nodes)) is not None:
+        raise LoweringError(f"{said(g, branch[0])} reduces one operand of {said(g, branch[1])};"
+                            " a kernel reduces rows of the cat's whole result", (branch[0],))
     try:
         space = iteration_space(g, nodes, outputs)
     except NoIterationSpace as e:

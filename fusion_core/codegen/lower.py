@@ -12,9 +12,9 @@ inputs and outputs are the value seen through its map (composed strides), and a 
 node is no statement, only another name for its operand's registers. A cat is a
 `tl.where` over the coordinate along its dim (a generated value, like `arange`'s), each of
 its operands computed over its own piece (``indexing.py``), their inputs loaded masked to it
-(``TensorArg.piece``); it joins elementwise kernels only. A reduction runs in
-its own order there (kept dims, then the reduced ones, group_norm's channels split), and
-the columns cover the domain's last ``reduced`` dims.
+(``TensorArg.piece``). A reduction may read a cat, not be computed in its branches.
+A reduction runs in its own order there (kept dims, then the reduced ones, group_norm's
+channels split), and the columns cover the domain's last ``reduced`` dims.
 
 In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
 block) or per-row (``[ROWS, 1]``: column vectors, and whatever follows a
@@ -132,11 +132,6 @@ class _Lowering:
                                 "(in-place ops cannot be lowered)", bad)
         self.reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
         self.red = self.reds[0] if self.reds else None
-        cats = [n.name for n in self.nodes if n.kind is OpKind.CONCAT]
-        if cats and self.red is not None:  # said before any index map is tried
-            raise LoweringError(f"{said(graph, cats[0])} in a kernel with a reduction "
-                                f"({said(graph, self.red.name)}): a cat is fused into "
-                                "elementwise kernels only", (cats[0],))
         # Python numbers of sizes alone: kernel scalars, no tensors to index.
         found = [(n, s) for n in cluster.inputs if (s := run_scalar(graph, n)) is not None]
         self.scalars = tuple(ScalarArg(n, f"scalar{i}", "scalar_" + re.sub(r"\W", "_", n),
@@ -272,10 +267,10 @@ class _Lowering:
         acc = self._access(f"the coordinate along dim {dim}", shape, stride)
         temp = f"v{self.count}"
         self.count += 1
-        self.per_row[temp], self.phase[temp] = False, "pre"
+        self.per_row[temp], self.phase[temp] = self._is_per_row(acc), "pre"
         params = (("start", 0), ("end", size), ("step", 1), ("dtype", torch.int32))
         return TensorArg(f"cat_index{dim}", Role.GEN, i, temp, shape, stride, torch.int32, acc,
-                         False, generated=Generated("arange", params))
+                         self.per_row[temp], generated=Generated("arange", params))
 
     def _input(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)

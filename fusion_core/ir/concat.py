@@ -3,8 +3,9 @@
 Reads a ``FusionGraph`` and a cat node (``OpKind.CONCAT``); says why no kernel can read its
 operands as fixed pieces of its result, or None. ``codegen/indexing.py`` raises it while it
 spreads index maps, and ``analysis/barriers.py`` names it for a cat left out of every
-cluster, so the two never disagree. Whether a group may also hold the cat (a reduction in
-it, a reshape of its result) is the code generator's to say for that group.
+cluster, so the two never disagree. ``reduced_branch`` finds a reduction computed in a cat's
+branch (a reduction reading the cat is fine). Whether a group may hold the cat otherwise (a
+reshape of its result) is the code generator's to say for that group.
 """
 
 from __future__ import annotations
@@ -46,6 +47,24 @@ def concat_problem(g: FusionGraph, name: str) -> str | None:
         if sized is not None:
             return (f"concatenates along dim {dim} values sized at run time there (by "
                     f"{said(g, sized)}); a kernel fixes each piece's size")
+    return None
+
+
+def reduced_branch(g: FusionGraph, nodes: Sequence[str]) -> tuple[str, str] | None:
+    """(a reduction, the cat) where a group computes a reduction in one of its cats'
+    branches: it would reduce one operand's piece, where a kernel's rows are the cat's whole
+    result (a reduction may read the cat). None if there is none."""
+    members = set(nodes)
+    for cat in (n for n in nodes if g[n].kind is OpKind.CONCAT):
+        todo, seen = list(g[cat].refs), set()
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in members:
+                continue
+            seen.add(name)
+            if g[name].kind is OpKind.REDUCTION:
+                return name, cat
+            todo.extend(g[name].refs)
     return None
 
 
