@@ -20,11 +20,28 @@ class CatNet(nn.Module):
     def forward(self, x):
         h = torch.relu(self.conv(x))  # a lone activation after a convolution
         a = self.bn(self.conv2(h))  # a BatchNorm written into the cat's output
-        b = self.bn2(h)  # the same, in one cluster of ours with the ReLU above
+        b = self.bn2(h)  # the same; our cluster reads both through the cat's pieces
         c = torch.cat([a, b], 1) * 2.0
-        e = torch.relu(self.e1(h))  # two activations written into a cat's output,
-        f = torch.relu(self.e3(h))  # with no cluster of ours (SqueezeNet's Fire module)
+        e = torch.relu(self.e1(h))  # two activations written into a cat's output, as
+        f = torch.relu(self.e3(h))  # our cluster writes it (SqueezeNet's Fire module)
         return c, torch.cat([e, f], 1)
+
+
+class CatSum(nn.Module):
+    """Two activations written into a cat that a sum reads: Inductor's sum kernel writes
+    them into the cat's output; we fuse a cat into elementwise kernels only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1)
+        self.e1 = nn.Conv2d(8, 4, 1)
+        self.e3 = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x))
+        e = torch.relu(self.e1(h))
+        f = torch.relu(self.e3(h))
+        return torch.cat([e, f], 1).sum(1)
 
 
 class NeoXNorms(nn.Module):

@@ -100,6 +100,8 @@ CASES = {
            case(lambda m, a: a.float() * 0.5, ints())],
     "clone": [case(lambda m, x: (x * 2).clone() + 1, f32())],
     # `device=x.device` keeps FX from evaluating the call at trace time
+    # the operands' pieces read masked from their own memory (tests/test_codegen_cat.py)
+    "cat": [case(lambda m, x, y: torch.cat((x * 2, y.exp()), dim=-1) + 1, f32(), f32(R, 3))],
     "arange": [case(lambda m, x: x * torch.arange(C, device=x.device) + 1, f32()),
                case(lambda m, x: torch.arange(1.0, R + 0.5, 0.5, device=x.device)[::2, None]
                     - x, f32())],

@@ -56,7 +56,8 @@ def test_llama_block_fusions(analyses):
     ops = [c.ops for c in analyses["llama_block.py"]["fx"].clusters]
     rms = ("pow", "mean", "add", "rsqrt", "mul", "mul")
     assert ops[0] == rms  # the first RMSNorm reads the block input
-    assert ops.count(("mul", "mul", "add")) == 2  # rotary on q and on k
+    # rotary on q and on k, `rotate_half`'s negation and cat included (read through pieces)
+    assert ops.count(("mul", "neg", "cat", "mul", "add")) == 2
     assert ("mul", "masked_fill", "softmax") in ops
     assert ("add", *rms) in ops  # residual add → RMSNorm
     assert ("silu", "mul") in ops

@@ -60,6 +60,10 @@ def act(t):
 
 
 def rotate(t):
+    return torch.roll(t, 4, -1)
+
+
+def rotate_half(t):
     return torch.cat((-t[..., 4:], t[..., :4]), dim=-1)
 
 
@@ -76,6 +80,12 @@ class HelperOnLine(nn.Module):
     def forward(self, x):
         h = x * 2.0
         return torch.relu(h) + rotate(h)
+
+
+class CatHelperOnLine(nn.Module):
+    def forward(self, x):
+        h = x * 2.0
+        return torch.relu(h) + rotate_half(h)
 """
 
 
@@ -140,15 +150,35 @@ def test_a_helper_call_left_on_the_line_is_named_by_its_call(tmp_path):
                         "the cluster")
 
 
+def test_a_cat_helper_whose_slices_the_kernel_reads_names_the_view(tmp_path):
+    # The cat and the negation fuse; the slices of `h` are the kernel's inputs, made inside
+    # the helper, so the line cannot be rewritten without them.
+    path, analysis, (m,) = analysed(tmp_path, HELPERS, "CatHelperOnLine", InputSpec((4, 8)))
+    line = line_of(path, "return torch.relu(h) + rotate_half(h)")
+    cut = line_of(path, "return torch.cat((-t[..., 4:], t[..., :4]), dim=-1)")
+    assert "cat" in analysis.clusters[0].ops
+    assert m.quality == POINTER
+    assert m.reason == (f"only part of the call at line {line} (`rotate_half`) is in the "
+                        f"cluster: a slice (line {cut}) is a view made inside the call, which "
+                        "the kernel reads as an input, and an edit of the call's line would "
+                        "drop it")
+
+
 def test_llama_rotary_clusters_name_the_rotate_half_call(tmp_path):
-    # Was: "line range also holds `q = q * cos + rotate_half(q) * sin`".
+    # Was: "line range also holds `rotate_half(q)` (line 55), which is not in the cluster",
+    # when `torch.cat` was a barrier. Now the cat fuses (one kernel reads q's halves through
+    # its pieces), and the slices it reads are made inside `rotate_half`.
     path = EXAMPLES / "llama_block.py"
     analysis = analyze_file(path, [InputSpec((1, 4, 128))], "LlamaBlock")
+    assert [c.ops for c in analysis.clusters if "cat" in c.ops] == [
+        ("mul", "neg", "cat", "mul", "add")] * 2
     reasons = {m.reason for m in map_clusters(analysis) if not m.exact}
+    cut = line_of(path, "return torch.cat((-x[..., half:], x[..., :half]), dim=-1)")
     for name in ("q", "k"):
         line = line_of(path, f"{name} = {name} * cos + rotate_half({name}) * sin")
-        assert (f"line range also holds `rotate_half({name})` (line {line}), which is not in "
-                "the cluster") in reasons
+        assert (f"only part of the call at line {line} (`rotate_half`) is in the cluster: "
+                f"a slice (line {cut}) is a view made inside the call, which the kernel "
+                "reads as an input, and an edit of the call's line would drop it") in reasons
 
 
 ONE_CALL = """\

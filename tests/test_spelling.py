@@ -142,9 +142,12 @@ def test_a_barrier_is_the_call_on_its_line_between_ops_at_their_lines(model_file
     (b,) = find_barriers(a.graph, a.clusters)
     assert b.target == "torch.cat"
     text = b.describe(a.graph)
+    # A cat of one value twice stays out of the kernels (one piece per operand), and says so.
     assert text == (f"`torch.cat` at {model_file}:{line_of('torch.cat')} sits between `relu` "
                     f"(line {line_of('torch.relu')}) and `sigmoid` (line "
-                    f"{line_of('torch.sigmoid(h)')}): fusion-advisor cannot fuse through it")
+                    f"{line_of('torch.sigmoid(h)')}): it repeats `relu` (line "
+                    f"{line_of('torch.relu')}); a kernel reads each operand of a cat through "
+                    "one piece of the result")
     assert leaked(a.graph, text) == []
 
 
@@ -243,3 +246,31 @@ def test_the_return_line_is_read_from_the_file_as_it_is_now(tmp_path):
     path.write_text("def forward(x):\n    y = x\n\n    return y\n")
     os.utime(path, (1, 1))  # another mtime even within the filesystem's clock resolution
     assert _tree(str(path)).body[0].body[-1].lineno == 4
+
+
+SLICES = '''\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        a = x[:, :4] * 2.0
+        b = torch.cat((x[:, 4:], x[:, :4]), dim=1)
+        return a, b
+'''
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_a_slice_is_said_as_the_line_writes_it(tmp_path, capture):
+    # Was `getitem` / `slice`: one subscript on the line is quoted; of two, neither can be
+    # told from the other (the graph records lines, not columns), so "a slice".
+    from fusion_core.ir.spelling import said
+
+    path = tmp_path / "slices.py"
+    path.write_text(SLICES)
+    g = analyze_file(path, [InputSpec((2, 8))], capture=capture).graph
+    phrases = {said(g, n.name) for n in g.nodes
+               if n.kind is OpKind.VIEW and n.op in ("getitem", "slice")}
+    assert "`x[:, :4]` (line 7)" in phrases
+    assert "a slice (line 8)" in phrases

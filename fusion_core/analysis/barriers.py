@@ -1,8 +1,9 @@
 """Fusion barriers: ops the detector cannot fuse through that sit between compute ops.
 
 Reads a ``FusionGraph`` and its clusters; returns one ``Barrier`` per opaque or
-in-place node outside every cluster that has compute on both sides (or, for the CLI,
-an unknown elementwise call next to a cluster on one side): the compute
+in-place node (or `torch.cat`, with the reason it stayed out) outside every cluster that
+has compute on both sides (or, for the CLI, an unknown elementwise call next to a
+cluster on one side): the compute
 nodes whose values reach it and those that read its result (through views). An
 in-place op also separates its input from every later reader of the value it
 mutated. No candidate group contains such a node, so no rejection names it; the
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ..ir.concat import concat_problem
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.spelling import layer_said, said
 from .detect import line_span
@@ -32,6 +34,7 @@ class Barrier:
     lines: LineSpan | None
     before: tuple[str, ...]  # compute nodes whose values reach it
     after: tuple[str, ...]  # compute nodes that read its result (or the value it mutated)
+    why: str = ""  # a known op left out of every cluster (a `torch.cat`): the reason
 
     @property
     def unknown(self) -> bool:
@@ -50,8 +53,8 @@ class Barrier:
             side = f"feeds {ops[1]}" if self.after else f"reads {ops[0]}"
             return (f"{what} {side}, which fuse without it: fusion-advisor has no rule for "
                     "this call")
-        why = ("it writes its input in place" if self.inplace
-               else "fusion-advisor cannot fuse through it")
+        why = self.why or ("it writes its input in place" if self.inplace
+                           else "fusion-advisor cannot fuse through it")
         return f"{what} sits between {ops[0]} and {ops[1]}: {why}"
 
 
@@ -92,7 +95,7 @@ def find_barriers(graph: FusionGraph, clusters: Iterable[Cluster], *, one_sided:
     fused = {n for c in clusters for n in c.nodes}
     out = []
     for node in graph.nodes:
-        if node.name in fused or not (node.kind is OpKind.INPLACE or (
+        if node.name in fused or not (node.kind in (OpKind.INPLACE, OpKind.CONCAT) or (
                 node.kind is OpKind.OPAQUE and node.op != "meta")):
             continue
         before = _walk(graph, node.refs, lambda n: graph[n].refs)
@@ -103,7 +106,24 @@ def find_barriers(graph: FusionGraph, clusters: Iterable[Cluster], *, one_sided:
         after = _walk(graph, readers, lambda n: graph.users[n])
         beside = (one_sided and _elementwise_call(graph, node.name)
                   and bool(fused & {*before, *after}))
+        if node.kind is OpKind.CONCAT and not (before and after):
+            continue  # a cat left alone at a cluster's edge splits nothing
         if (before and after) or beside:
+            why = _cat_apart(graph, node.name, before) if (
+                node.kind is OpKind.CONCAT) else ""
             out.append(Barrier(node.name, node.op, node.target, node.kind is OpKind.INPLACE,
-                               line_span(graph, [node.name]), before, after))
+                               line_span(graph, [node.name]), before, after, why))
     return tuple(out)
+
+
+def _cat_apart(graph: FusionGraph, name: str, before: tuple[str, ...]) -> str:
+    """Why a `torch.cat` between compute ops joined no cluster."""
+    problem = concat_problem(graph, name)
+    if problem is not None:
+        return f"it {problem}"
+    reds = [n for n in before if graph[n].kind is OpKind.REDUCTION]
+    if reds:
+        return (f"{said(graph, reds[0])} computes one of its operands, and a kernel reduces "
+                "rows of a cat's whole result")
+    return ("no kernel could hold it with its neighbours (--explain-rejections says why for "
+            "each candidate)")

@@ -207,8 +207,9 @@ def iteration_shape(g: FusionGraph, group: Collection[str]) -> tuple[int, ...]:
 
 
 def has_views(g: FusionGraph, group: Collection[str]) -> bool:
-    """A view node inside: only lowering's index maps tell whether its values line up."""
-    return any(g[name].kind is OpKind.VIEW for name in group)
+    """A view or a concatenation inside: only lowering's index maps tell whether its values
+    line up (a cat's operands are pieces of its result, smaller than it)."""
+    return any(g[name].kind in (OpKind.VIEW, OpKind.CONCAT) for name in group)
 
 
 def reduced_shape(g: FusionGraph, name: str) -> tuple[int, ...] | None:

@@ -18,6 +18,14 @@ through a reduction by putting its reduced dims back as size 1. A computed value
 in registers over one index map, so a value reached through two different maps is
 refused, naming both; an input read through two maps (`x + x.t()`) is loaded twice.
 
+A `torch.cat` spreads from its result to its operands only: operand i gets the result's
+chain, then a ``Piece`` step (``ir/views.py``) saying it covers coordinates [offset_i,
+offset_i + size_i) of the cat dim, where it is read at coordinate - offset_i. Everything
+computed in that branch lives over that map (so a computed value also needed whole, as
+`x` in `x * cos + rotate_half(x) * sin` with `x` computed in the group, is refused as two
+maps; an input is loaded once per map). ``loads.py`` masks the branch's loads to the piece;
+``lower.py`` picks among the branches by the coordinate (``cat_dims``: the domain dim).
+
 ``domain_view`` applies a chain to a meta tensor with the value's real strides: torch
 composes the strides exactly, and a reshape of a non-contiguous value that no strides
 can express is refused by name. ``layout.access`` then indexes the result as usual.
@@ -31,6 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from ..analysis.legality import python_value_read
+from ..ir.concat import cat_dim, concat_problem, reduced_branch
 from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
@@ -40,7 +49,11 @@ from ..ir.spelling import said, said_all
 from ..ir.views import (
     INDEX_STEPS,
     Merge,
+    Permute,
+    Piece,
     Reshape,
+    Split,
+    Squeeze,
     Step,
     Strided,
     Unflatten,
@@ -50,6 +63,7 @@ from ..ir.views import (
     inverse,
     plain,
     shape_after,
+    split_piece,
 )
 from .layout import LoweringError
 from .run_sizes import check_run_time_sizes
@@ -63,6 +77,7 @@ class IndexMaps:
     # (reader, input) -> the steps that reader needs, where they differ from `chains`':
     # that input is loaded once more, through them.
     reads: dict[tuple[str, str], tuple[Step, ...]]
+    cat_dims: dict[str, int]  # cat node -> the domain dim it concatenates along
 
 
 def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
@@ -108,6 +123,7 @@ class _Spread:
         self.chains: dict[str, tuple[Step, ...]] = {}
         self.reads: dict[tuple[str, str], tuple[Step, ...]] = {}
         self.why: dict[str, str] = {}  # value -> the node its chain came through
+        self.cat_dims: dict[str, int] = {}
         self.rank = 0
 
     def offer(self, name: str, steps: tuple[Step, ...], via: str) -> bool:
@@ -181,6 +197,8 @@ class _Spread:
             return added
         if node.kind is OpKind.REDUCTION:
             return self._reduction(node, own)
+        if node.kind is OpKind.CONCAT:
+            return self._concat(node, own)
         if own is not None:  # pointwise: operands broadcast to the result
             added |= self._broadcast(refs, _shape(g, name), own, name, expand=True)
         else:
@@ -209,6 +227,42 @@ class _Spread:
         own = self.chains.get(name)
         if own is not None and keeps_row:  # affine operands broadcast to the result
             added |= self._broadcast(node.refs[1:], _shape(g, src), own, name, expand=False)
+        return added
+
+    def _concat(self, node: Node, own: tuple[Step, ...] | None) -> bool:
+        """Each operand gets the result's chain and then its ``Piece`` of the cat dim; the
+        result's map comes from its readers only (an operand's covers part of it)."""
+        g, name = self.g, node.name
+        problem = concat_problem(g, name)
+        if problem is not None:
+            raise LoweringError(f"{said(g, name)} {problem}", (name,))
+        if own is None:
+            return False
+        out = _shape(g, name)
+        dim = cat_dim(g, name)
+        if not all(isinstance(s, (Permute, Unsqueeze, Squeeze)) for s in own):
+            # a reshape or slice would need the pieces' bounds through it
+            how = ("another cat's piece" if any(isinstance(s, Piece) for s in own) else
+                   "group_norm's channel groups" if any(isinstance(s, Split) for s in own)
+                   else "a reshape or a slice")
+            raise LoweringError(f"{said(g, name)} is read through {how} in the group; a kernel "
+                                "reads a cat's operands only through a permute or added dims",
+                                (name,))
+        refs = node.refs
+        # where the cat dim lands in the result's chain (negative: chains are right-aligned)
+        marked = list(out)
+        marked[dim] += 1
+        whole = shape_after(own, out)
+        dims = [k for k, (a, b) in enumerate(zip(whole, shape_after(own, tuple(marked)),
+                                                 strict=True)) if a != b]
+        at = dims[0] - len(whole)
+        self.cat_dims[name] = self.rank + at
+        start, added = 0, False
+        for r in refs:
+            size = _shape(g, r)[dim]
+            piece = (Piece(at, start, out[dim]),) if size != out[dim] else ()
+            added |= self.offer(r, own + piece, name)
+            start += size
         return added
 
     def _broadcast(self, operands: Sequence[str], out: tuple[int, ...],
@@ -249,6 +303,9 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
             raise LoweringError(f"{said(g, name)} reads {said(g, node.refs[1])} "
                                 "only for its shape; a kernel takes tensors it loads", (name,))
     check_run_time_sizes(g, nodes, inputs)
+    if (branch := reduced_branch(g, nodes)) is not None:
+        raise LoweringError(f"{said(g, branch[0])} reduces one operand of {said(g, branch[1])};"
+                            " a kernel reduces rows of the cat's whole result", (branch[0],))
     try:
         space = iteration_space(g, nodes, outputs)
     except NoIterationSpace as e:
@@ -261,7 +318,7 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
             src = g[name].inputs[0].name
             _check_rows(g, g[name], spread.reads.get((name, src), spread.chains[src]), domain,
                         space.reduced)
-    return IndexMaps(domain, space.reduced, spread.chains, spread.reads)
+    return IndexMaps(domain, space.reduced, spread.chains, spread.reads, spread.cat_dims)
 
 
 def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
@@ -328,9 +385,12 @@ def seen_through(maps: IndexMaps, g: FusionGraph, name: str, shape: tuple[int, .
         seen = domain_view(steps, shape, stride, value)
     except LoweringError as e:
         raise LoweringError(str(e), blame or (name,)) from None
-    if len(shape) <= rank and _squeezed(seen) == _squeezed((shape, stride)):
+    own, piece = split_piece(steps)
+    if piece is None and len(shape) <= rank and _squeezed(seen) == _squeezed((shape, stride)):
         return shape, stride, {}
-    return (*seen, {"view": steps, "user_shape": shape})
+    # A cat's piece is the kernel's to read (``loads.py``): the launcher views the operand
+    # through the steps before it only.
+    return (*seen, {"view": own, "user_shape": shape})
 
 
 def _squeezed(layout: tuple[Sequence[int], Sequence[int]]) -> tuple[tuple[int, int], ...]:

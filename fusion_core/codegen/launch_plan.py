@@ -39,7 +39,9 @@ def plan_args(plan: KernelPlan, names: list[str]) -> str:
 def plan_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
             out: CodeWriter) -> None:
     """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
-    shapes = [f"{a}.shape" for a in names]
+    # A cat's operand counts at the result's size along the cat dim (its piece covers part).
+    shapes = [_pieced(f"{a}.shape", t, t.piece.coordinate.shape[0], plan.rank) if t.piece
+              else f"{a}.shape" for a, t in zip(names, plan.inputs, strict=True)]
     # A generated value's shape is the analysed one (the graph fixed it too: `arange(16)`).
     shapes += [repr(tuple(t.shape)) for t in plan.generated]
     out.line(f"def _plan({plan_args(plan, names)}):")
@@ -55,7 +57,17 @@ def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
                f"shape, lead = _iteration_shape({', '.join(shapes)})"])
     for i, a in enumerate(names):
         strides = strides_local(Role.IN, i) if sig.has_strides(Role.IN, i) else "_"
-        out.line(f"copy{i}, {strides} = _layout({a}, shape, IN_GROUPS[{i}], IN_ORDERS[{i}])")
+        t = plan.inputs[i]
+        if t.piece is not None:  # its groups hold at its own size along the cat dim
+            size = t.piece.stop - t.piece.start
+            at = t.piece.dim - plan.rank
+            out.lines([f"if {a}.shape[{at}] != {size}:",
+                       f"    raise ValueError(f\"{{NAME}}: a concatenated input is "
+                       f"{{{a}.shape[{at}]}} long along the cat dim; this kernel reads "
+                       f"{size} (regenerate it)\")"])
+        seen = _pieced("shape", t, t.piece.stop - t.piece.start, plan.rank) if t.piece else (
+            "shape")
+        out.line(f"copy{i}, {strides} = _layout({a}, {seen}, IN_GROUPS[{i}], IN_ORDERS[{i}])")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
     out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
                "copies = copies if any(copies) else ()",
@@ -140,6 +152,14 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
     if kind(plan, looped) == "split":
         loop.append("SPLIT_PROGRAMS")
     return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
+
+
+def _pieced(shape: str, t: TensorArg, size: int, rank: int) -> str:
+    """`shape` (a launcher expression) with `size` along the dim of `t`'s cat piece."""
+    assert t.piece is not None
+    at = t.piece.dim - rank  # negative: shapes are right-aligned
+    tail = f" + {shape}[{at + 1}:]" if at + 1 < 0 else ""
+    return f"{shape}[:{at}] + ({size},){tail}"
 
 
 def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:

@@ -62,9 +62,12 @@ def align(shape: tuple[int, ...], stride: tuple[int, ...], rank: int
 
 
 def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, ...],
-           fixed: bool = False) -> Access:
+           fixed: bool = False, cut: int | None = None) -> Access:
     """Group the domain dims `shape` spans (see the module docstring). `fixed`: the tensor
-    keeps its shape whatever the batch (a parameter, or computed from parameters only)."""
+    keeps its shape whatever the batch (a parameter, or computed from parameters only).
+    `cut`: a cat's operand seen at the result's size along that dim, its own strides
+    kept (``ir/views.Piece``): no group reaches past it outward, as the operand's real
+    size there is smaller (the launcher checks its groups at that size)."""
     rank = len(domain)
     dims, strides = align(tuple(shape), tuple(stride), rank)
     groups: list[Group] = []
@@ -83,7 +86,7 @@ def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, .
                 groups.append(Group(first, last, unit))
             first = None
             continue
-        if first is not None and strides[k] == base:
+        if first is not None and strides[k] == base and first != cut:
             first = k
         else:
             if first is not None:

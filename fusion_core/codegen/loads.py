@@ -11,10 +11,12 @@ row bodies of looped rows, which change how a row-major tensor's offset is writt
 
 from __future__ import annotations
 
+import re
+
 from ..ir.registry import SPECS, TL_TYPES
 from .layout import align
 from .lower import KernelPlan, TensorArg
-from .plan import Role
+from .plan import PieceRead, Role
 from .signature import Family, KernelParams
 from .writer import COLS, OFFS, ROW_MAJOR, ROWS, Base, Index, Term, row_remainder, zero_term
 
@@ -51,7 +53,28 @@ def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
             stride = params.stride(arg.role, arg.index, strides)
             strides += 1
         terms.append(Term(base, modulo, divisor, stride))
+    if arg.piece is not None and arg.piece.start:
+        terms = [_shifted(t, arg.piece, plan, params) for t in terms]
     return Index(tuple(terms))
+
+
+def _shifted(term: Term, piece: PieceRead, plan: KernelPlan, params: KernelParams) -> Term:
+    """`term` read at the piece's own coordinate (the domain's minus `piece.start` along its
+    dim): the block index the dim is decoded from (`offs`, or in a 2-D kernel `rows` or
+    `cols`, whichever covers it) less `start` times the span of the dims inside it. Lanes
+    before the piece decode garbage there, which the load's mask hides."""
+    k, rank = piece.dim, plan.rank
+    first_col = rank - plan.reduced
+    if not plan.two_d:
+        axis, family, top = "offs", Family.SPAN, rank
+    elif k >= first_col:
+        axis, family, top = "cols", Family.SPAN, rank
+    else:
+        axis, family, top = "rows", Family.RSPAN, first_col
+    shift = str(piece.start) if k + 1 >= top else f"{piece.start} * {params.span(family, k + 1)}"
+    text = re.sub(rf"\b{axis}\b", f"({axis} - {shift})", term.base.text)
+    return Term(Base(text, term.base.axes, term.base.compound), term.modulo, term.divisor,
+                term.stride)
 
 
 def _mask(arg: TensorArg, plan: KernelPlan, idx: Index) -> str:
@@ -132,6 +155,11 @@ def load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
         text = f"tl.load({arg.ptr})"
     else:
         mask = _mask(arg, plan, idx)
+        if arg.piece is not None:  # a cat's operand: only its own piece of the domain
+            coord, piece = index_of(arg.piece.coordinate, plan, params), arg.piece
+            bounds = ([f"({coord} >= {piece.start})"] if piece.start else []) + (
+                [f"({coord} < {piece.stop})"] if piece.stop < piece.coordinate.shape[0] else [])
+            mask = " & ".join([mask, *bounds]) + ", other=0"
         evict = "" if last_read is None or mask == "row_mask" else (
             ', eviction_policy="evict_first"' if last_read and mask == "mask"
             else ', eviction_policy="evict_last"')

@@ -9,9 +9,12 @@ turns the plan into source; nothing here knows the skeleton's text.
 
 Every group takes its iteration shape and each value's index map from ``indexing.py``:
 inputs and outputs are the value seen through its map (composed strides), and a view
-node is no statement, only another name for its operand's registers. A reduction runs in
-its own order there (kept dims, then the reduced ones, group_norm's channels split), and
-the columns cover the domain's last ``reduced`` dims.
+node is no statement, only another name for its operand's registers. A cat is a
+`tl.where` over the coordinate along its dim (a generated value, like `arange`'s), each of
+its operands computed over its own piece (``indexing.py``), their inputs loaded masked to it
+(``TensorArg.piece``). A reduction may read a cat, not be computed in its branches.
+A reduction runs in its own order there (kept dims, then the reduced ones, group_norm's
+channels split), and the columns cover the domain's last ``reduced`` dims.
 
 In a reduction kernel every value is either per-column (a ``[ROWS, BLOCK]``
 block) or per-row (``[ROWS, 1]``: column vectors, and whatever follows a
@@ -39,11 +42,12 @@ import torch
 from ..analysis.group import escaping, external_inputs, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.lowerings import BOOL_LOWERINGS, INT_LOWERINGS
+from ..ir.lowerings import BOOL_LOWERINGS, CAT_ENDS, INT_LOWERINGS
 from ..ir.reductions import ReductionRule, correction
 from ..ir.registry import SPECS
 from ..ir.run_scalars import run_scalar, spelled
 from ..ir.spelling import said, said_all
+from ..ir.views import shape_after, split_piece
 from ..names import kernel_name
 from .indexing import index_maps, seen_through, view_offset
 from .layout import Access, LoweringError, access
@@ -52,6 +56,7 @@ from .plan import (
     MAX_BLOCK,
     Generated,
     KernelPlan,
+    PieceRead,
     ReductionStep,
     Role,
     ScalarArg,
@@ -154,10 +159,10 @@ class _Lowering:
                                 f"one block; rows of {n_cols} columns are wider than "
                                 f"{MAX_BLOCK}", tuple(n.name for n in self.reds[1:]))
 
-    def _access(self, name: str, shape, stride) -> Access:
+    def _access(self, name: str, shape, stride, piece: PieceRead | None = None) -> Access:
         try:
             return access(tuple(shape), tuple(stride), self.domain,
-                          name in self.g.fixed)
+                          name in self.g.fixed, piece.dim if piece is not None else None)
         except LoweringError as e:
             # Blame the value's producer in the group, else the group nodes that read it.
             blame = (name,) if name in self.c.nodes else tuple(
@@ -173,10 +178,14 @@ class _Lowering:
 
     # -- the plan -----------------------------------------------------------------------
     def run(self) -> KernelPlan:
+        gens = [n.name for n in self.nodes if n.kind is OpKind.GENERATOR]
+        # The coordinate along each cat dim, made first: the operands' loads are masked by it.
+        self.coords = {k: self._coordinate(len(gens) + j, k) for j, k in
+                       enumerate(sorted(set(self.maps.cat_dims.values())))}
         inputs = tuple(self._input(i, name) for i, name in enumerate(self.tensors))
         inputs += self._second_loads(len(inputs))
-        generated = tuple(self._generated(i, n.name) for i, n in enumerate(
-            n for n in self.nodes if n.kind is OpKind.GENERATOR))
+        generated = tuple(self._generated(i, name) for i, name in enumerate(gens))
+        generated += tuple(self.coords.values())
         stmts: list[Stmt] = []
         reductions: list[ReductionStep] = []
         steps: list[Stmt | ReductionStep] = []
@@ -218,12 +227,14 @@ class _Lowering:
             if key not in loaded:
                 meta = _meta(self.g, name)
                 shape, stride, fields = self._viewed(name, meta.shape, meta.stride, steps)
-                acc = self._access(name, shape, stride)
+                piece = self._piece(steps, meta.shape)
+                acc = self._access(name, shape, stride, piece)
                 temp = f"v{self.count}"
                 self.count += 1
                 self.per_row[temp], self.phase[temp] = self._is_per_row(acc), "pre"
                 out.append(TensorArg(name, Role.IN, start + len(out), temp, shape, stride,
-                                     meta.dtype, acc, self.per_row[temp], **fields))
+                                     meta.dtype, acc, self.per_row[temp], **fields,
+                                     piece=piece))
                 loaded[key] = temp
             self.read_temps[(reader, name)] = loaded[key]
         return tuple(out)
@@ -239,13 +250,36 @@ class _Lowering:
         return seen_through(self.maps, self.g, name, tuple(shape), tuple(stride),
                             self.rank, steps, blame)
 
+    def _piece(self, steps: tuple | None, shape) -> PieceRead | None:
+        """Where a cat's operand, seen through `steps`, lies along the cat's domain dim."""
+        own, piece = split_piece(steps)
+        if piece is None:
+            return None
+        dim = self.rank + piece.dim
+        size = shape_after(own, tuple(shape))[piece.dim]
+        return PieceRead(dim, piece.start, piece.start + size, self.coords[dim])
+
+    def _coordinate(self, i: int, dim: int) -> TensorArg:
+        """The coordinate along domain dim `dim`, generated like `arange` over that dim."""
+        size = self.domain[dim]
+        shape = (size,) + (1,) * (self.rank - 1 - dim)
+        stride = torch.empty(shape, device="meta").stride()
+        acc = self._access(f"the coordinate along dim {dim}", shape, stride)
+        temp = f"v{self.count}"
+        self.count += 1
+        self.per_row[temp], self.phase[temp] = self._is_per_row(acc), "pre"
+        params = (("start", 0), ("end", size), ("step", 1), ("dtype", torch.int32))
+        return TensorArg(f"cat_index{dim}", Role.GEN, i, temp, shape, stride, torch.int32, acc,
+                         self.per_row[temp], generated=Generated("arange", params))
+
     def _input(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
         shape, stride, fields = self._viewed(name, meta.shape, meta.stride)
-        acc = self._access(name, shape, stride)
+        piece = self._piece(self.maps.chains[name], meta.shape)
+        acc = self._access(name, shape, stride, piece)
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
         return TensorArg(name, Role.IN, i, temp, shape, stride, meta.dtype, acc,
-                         self.per_row[temp], **fields)
+                         self.per_row[temp], **fields, piece=piece)
 
     def _generated(self, i: int, name: str) -> TensorArg:
         """A generator's value, indexed like a contiguous input of its shape (through its
@@ -253,12 +287,13 @@ class _Lowering:
         node, meta = self.g[name], _meta(self.g, name)
         contiguous = torch.empty(meta.shape, device="meta").stride()
         shape, stride, fields = self._viewed(name, meta.shape, contiguous)
-        acc = self._access(name, shape, stride)
+        piece = self._piece(self.maps.chains[name], meta.shape)
+        acc = self._access(name, shape, stride, piece)
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
         offset = view_offset(fields["view"], tuple(meta.shape)) if "view" in fields else 0
         return TensorArg(name, Role.GEN, i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields,
-                         generated=Generated(node.op, node.params, offset))
+                         generated=Generated(node.op, node.params, offset), piece=piece)
 
     def _operands(self, node: Node) -> tuple[str, ...]:
         return tuple(self._temp(node.name, a.name) if isinstance(a, Ref) else literal(a)
@@ -277,13 +312,16 @@ class _Lowering:
         spec = SPECS.get(node.op)
         if spec is None or not callable(spec.lower):
             raise LoweringError(f"{said(self.g, node.name)} has no pointwise lowering rule")
-        operands = self._operands(node)
+        operands, params = self._operands(node), dict(node.params)
+        if node.kind is OpKind.CONCAT:  # the coordinate picks the operand (its piece)
+            operands = (self.coords[self.maps.cat_dims[node.name]].temp, *operands)
+            params[CAT_ENDS] = self._cat_ends(node)
         lowering = spec.lower
         if node.meta is not None and node.meta.dtype is torch.bool:
             lowering = BOOL_LOWERINGS.get(node.op, lowering)
         elif node.meta is not None and not node.meta.dtype.is_floating_point:
             lowering = INT_LOWERINGS.get(node.op, lowering)
-        expr = lowering(operands, dict(node.params))
+        expr = lowering(operands, params)
         if expr is None:
             raise LoweringError(f"{said(self.g, node.name)} has no lowering rule for params "
                                 f"{dict(node.params)}")
@@ -295,6 +333,14 @@ class _Lowering:
         phase = "post" if any(self.phase[d] == "post" for d in deps) else "pre"
         temp = self._new_temp(node.name, per_row, phase)
         return Stmt(temp, expr, node.name, node.op, deps, per_row, phase)
+
+    def _cat_ends(self, node: Node) -> tuple[int, ...]:
+        dim = node.param("dim") % len(_meta(self.g, node.name).shape)
+        ends, end = [], 0
+        for r in node.refs:
+            end += _meta(self.g, r).shape[dim]
+            ends.append(end)
+        return tuple(ends)
 
     def _reduction(self, node: Node) -> ReductionStep:
         spec = SPECS[node.op]
@@ -323,6 +369,9 @@ class _Lowering:
 
     def _output(self, i: int, name: str) -> TensorArg:
         meta = _meta(self.g, name)
+        if split_piece(self.maps.chains[name])[1] is not None:
+            raise LoweringError(f"{said(self.g, name)} is computed over one piece of a cat and "
+                                "also written; a kernel writes whole values", (name,))
         contiguous = torch.empty(meta.shape, device="meta").stride()
         shape, stride, fields = self._viewed(name, meta.shape, contiguous)
         acc = self._access(name, shape, stride)

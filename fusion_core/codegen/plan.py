@@ -49,6 +49,18 @@ class Generated:
 
 
 @dataclass(frozen=True)
+class PieceRead:
+    """A concatenation's operand read as its piece of the result (``ir/views.Piece``): it
+    covers coordinates [start, stop) of domain dim `dim`, where the kernel reads it at
+    coordinate - start; `coordinate` is the generated value holding that coordinate."""
+
+    dim: int
+    start: int
+    stop: int
+    coordinate: TensorArg
+
+
+@dataclass(frozen=True)
 class TensorArg:
     """A kernel input (loaded), output (stored), or generated value (computed from its
     index like an input's offset, with nothing to load: role "gen")."""
@@ -68,6 +80,7 @@ class TensorArg:
     # The value's own shape, where the kernel indexes it through `view`
     user_shape: tuple[int, ...] | None = None
     generated: Generated | None = None  # role "gen" only
+    piece: PieceRead | None = None  # a cat's operand: its part of the domain (inputs only)
 
     @property
     def value_shape(self) -> tuple[int, ...]:

@@ -4,20 +4,21 @@ Reads an ``Analysis``, one cluster's node names and keys, and one ``InductorKern
 our nodes outside the cluster whose work the kernel does, and why we leave each out.
 
 The match compares clusters by the keys of *compute* ops, so ops we keep opaque (a
-`F.interpolate`, a `.scatter()`, a `torch.cat`) were invisible to it: Inductor lowers them to
-index arithmetic and loads inside the consumer's kernel (a UNet decoder's upsample and skip
-concatenation inside its GroupNorm; a MoE router's scatter inside its sum and divide), and
-the cluster was called "same group". A kernel holds such an op when one of its nodes, or a
-`cat` it writes its results into, sits on the op's (module, file, line) key; where a key is
-the cluster's own too (one line doing both), only a node of the same op name counts. Matrix
-products, convolutions and attention are left to the epilogue and library-call rules
-(``explain.py``, ``library_calls.py``).
+`F.interpolate`, a `.scatter()`; a `torch.cat` no cluster of ours holds) were invisible to
+it: Inductor lowers them to index arithmetic and loads inside the consumer's kernel (a UNet
+decoder's upsample and skip concatenation inside its GroupNorm; a MoE router's scatter
+inside its sum and divide), and the cluster was called "same group". A kernel holds such an
+op when one of its nodes, or a `cat` it writes its results into, sits on the op's (module,
+file, line) key; where a key is the cluster's own too (one line doing both), only a node of
+the same op name counts. Matrix products, convolutions and attention are left to the
+epilogue and library-call rules (``explain.py``, ``library_calls.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..ir.concat import concat_problem
 from ..ir.graph import OpKind
 from ..ir.spelling import said
 from ..pipeline import Analysis
@@ -31,11 +32,13 @@ Opaque = dict[tuple[str, int], dict[str, Key]]  # (file, line) -> {our node: its
 
 
 def opaque_keys(analysis: Analysis) -> Opaque:
-    """Our opaque and in-place calls (not a GEMM, convolution or attention) by line."""
+    """Our opaque and in-place calls (not a GEMM, convolution or attention), and our
+    concatenations (a cluster holding one matches by its keys; one left out is Inductor's
+    extra work), by line."""
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     out: Opaque = {}
     for node in analysis.graph.nodes:
-        if (node.kind not in (OpKind.OPAQUE, OpKind.INPLACE) or node.op == "meta"
+        if (node.kind not in (OpKind.OPAQUE, OpKind.INPLACE, OpKind.CONCAT) or node.op == "meta"
                 or node.source is None or callee(node)):
             continue
         fx = fx_nodes.get(node.name)
@@ -78,6 +81,10 @@ def _why(analysis: Analysis, name: str) -> str:
     node = analysis.graph[name]
     if node.kind is OpKind.INPLACE:
         return "it writes its input in place"
+    if node.kind is OpKind.CONCAT:
+        apart = concat_problem(analysis.graph, name)
+        return (f"a cat we leave out of this cluster: it {apart}" if apart else
+                "a cat we leave out of this cluster (we fuse one into elementwise kernels only)")
     if node.op == "opaque":
         return "opaque to us: fusion-advisor has no fusion rule for it, so it stays a call"
     return "opaque to us: we keep it as one call"

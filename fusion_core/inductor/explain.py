@@ -179,8 +179,9 @@ def _own_reason(analysis: Analysis, kg: KernelGraph, ours: list[Node], calls: se
 
 
 def is_cat(node: Node) -> bool:
-    return node.kind is OpKind.OPAQUE and node.target.rsplit(".", 1)[-1] in (
-        "cat", "concat", "concatenate")
+    """Our `torch.cat`: one we fuse (``OpKind.CONCAT``), or a call of it we keep opaque."""
+    return node.kind is OpKind.CONCAT or (node.kind is OpKind.OPAQUE and node.target.rsplit(
+        ".", 1)[-1] in ("cat", "concat", "concatenate"))
 
 
 def _our_cat(analysis: Analysis, kg: KernelGraph, ours: list[Node]) -> Node | None:

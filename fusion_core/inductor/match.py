@@ -122,7 +122,10 @@ def _same_dtype_cast(analysis: Analysis, node) -> bool:
 
 
 def _kernel_keys(k: InductorKernel) -> set[Key]:
-    return {(n.module, norm_path(n.file), n.line) for n in k.compute_nodes if n.line is not None}
+    """The kernel's compute nodes' keys, and the concatenations it writes into: a cluster of
+    ours holding that `cat` does the same work (each operand's piece of its result)."""
+    return {(n.module, norm_path(n.file), n.line) for n in (*k.compute_nodes, *k.cats)
+            if n.line is not None}
 
 
 def _resolve(ours: dict[str, tuple[Key | None, str]], universe: set[Key]
@@ -204,8 +207,11 @@ def _cat_words(analysis: Analysis, hit: list[int], ours: dict, cover: dict[str, 
     concatenation; ops that read it were not written into it (a GroupNorm after the skip
     concatenation of a UNet decoder): the kernel computes the `cat` they read."""
     out = []
+    held = {(norm_path(s.file), s.line) for n in ours
+            if is_cat(node := analysis.graph[n]) and (s := node.source) is not None}
     for i in hit:
-        if kernels[i].cats:
+        lines_at = {(norm_path(n.file), n.line) for n in kernels[i].cats if n.line is not None}
+        if kernels[i].cats and not lines_at <= held:  # a cat of the cluster's own: no miss
             at = sorted({n.line for n in kernels[i].cats if n.line is not None})
             lines = f"line{'s' if len(at) > 1 else ''} {', '.join(map(str, at))}" if at else ""
             computed = [n for n in ours if i in cover[n]]
@@ -214,8 +220,18 @@ def _cat_words(analysis: Analysis, hit: list[int], ours: dict, cover: dict[str, 
             out.append(f"{short_name(kernels[i].name)}: " + (
                 f"{named(analysis, fed)} {into_cat(where)}" if fed else
                 f"{named(analysis, computed)} read `cat`'s output{where}, which Inductor computes "
-                "in the same kernel; our `cat` stays a call of its own"))
+                f"in the same kernel; {_our_cat_kernel(analysis, lines_at)}"))
     return out
+
+
+def _our_cat_kernel(analysis: Analysis, lines: set[tuple[str, int]]) -> str:
+    """Where our `cat` on these lines runs: a cluster of ours that writes it, or a call."""
+    g = analysis.graph
+    for c in analysis.clusters:
+        if any(is_cat(g[n]) and (s := g[n].source) is not None
+               and (norm_path(s.file), s.line) in lines for n in c.nodes):
+            return f"our `cat` is written by cluster {c.index} ({c.chain})"
+    return "our `cat` stays a call of its own"
 
 
 def _verdict(analysis: Analysis, c: Cluster, ours: dict, cover: dict[str, set[int]],

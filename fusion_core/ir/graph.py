@@ -23,6 +23,9 @@ class OpKind(enum.Enum):
     REDUCTION = "reduction"
     # Values made from their own index alone (`arange`): no operands, nothing to load.
     GENERATOR = "generator"
+    # `torch.cat`: each result element is one operand's element, the operand picked by the
+    # coordinate along the cat dim (a piecewise index map, ``codegen/indexing.py``).
+    CONCAT = "concat"
     OPAQUE = "opaque"
     # Known, but never computed inside a kernel: they feed the aliasing check.
     VIEW = "view"
@@ -39,8 +42,8 @@ class OpKind(enum.Enum):
 
     @property
     def is_compute(self) -> bool:
-        """Ops a fused kernel computes (pointwise and reductions)."""
-        return self.is_pointwise or self is OpKind.REDUCTION
+        """Ops a fused kernel computes (pointwise, reductions and concatenations)."""
+        return self.is_pointwise or self in (OpKind.REDUCTION, OpKind.CONCAT)
 
 
 @dataclass(frozen=True)

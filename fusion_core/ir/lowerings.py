@@ -105,6 +105,23 @@ def arange_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
     return f"({scaled} + {start!r})" if start else scaled
 
 
+CAT_ENDS = "cat_ends"  # the params key lowering adds: where each cat operand's piece ends
+
+
+def cat_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+    """A concatenation from its operands' values over their pieces: `a[0]` is the element's
+    coordinate along the cat dim, `a[1:]` the operands, `p[CAT_ENDS]` where each operand's
+    piece ends (the last is the result's size). Codegen adds the ends from the shapes; the
+    legality check's call, without them, names them."""
+    if not isinstance(p.get("dim"), int) or len(a) < 2:
+        return None
+    ends = p.get(CAT_ENDS) or tuple(f"end{i}" for i in range(len(a) - 1))
+    expr = a[-1]
+    for value, end in zip(reversed(a[1:-1]), reversed(ends[:-1]), strict=True):
+        expr = f"tl.where({a[0]} < {end}, {value}, {expr})"
+    return expr
+
+
 def with_alpha(sym: str) -> Lowering:
     def lower(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
         other = a[1] if p.get("alpha", 1) == 1 else f"({p['alpha']!r} * {a[1]})"

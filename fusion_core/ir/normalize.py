@@ -228,8 +228,7 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
     if training and (computed := training_spec(spec, values)) is not None:
         spec, training = computed, False  # batch statistics: a reduction of its own
         values = {k: v for k, v in values.items() if k in spec.bind_signature.parameters}
-    inputs = tuple(Ref(v.name) if isinstance(v, fx.Node) else _literal(v)
-                   for v in (values.get(k) for k in spec.operands))
+    inputs = tuple(x for k in spec.operands for x in _operand(values.get(k)))
     params = tuple((k, _literal(v)) for k, v in values.items() if k not in spec.operands
                    # where a generator runs changes no value (`arange(n, device=x.device)`)
                    and not (spec.kind is OpKind.GENERATOR and k == "device"))
@@ -243,6 +242,16 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
         kind = OpKind.OPAQUE  # random, or it would update running statistics
     return Node(op=spec.name + ("_" if kind is OpKind.INPLACE else ""), kind=kind,
                 inputs=inputs, params=params, **common)
+
+
+def _operand(v: Any) -> tuple[Any, ...]:
+    """An operand's inputs: a tensor's Ref, a tensor list's (`torch.cat`) one Ref each in
+    order, else the literal."""
+    if isinstance(v, fx.Node):
+        return (Ref(v.name),)
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, fx.Node) for x in v):
+        return tuple(Ref(x.name) for x in v)
+    return (_literal(v),)
 
 
 def _view_params(n: fx.Node, op: str) -> tuple[tuple[str, Any], ...]:

@@ -28,6 +28,7 @@ from .lowerings import (
     batch_norm_expr,
     call,
     cast,
+    cat_expr,
     clamp_expr,
     gelu_expr,
     infix,
@@ -43,6 +44,7 @@ __all__ = ["SPECS", "TARGETS", "TL_TYPES", "OpSpec", "bind", "lookup", "tanh_exp
 
 UNARY, BINARY, REDUCTION = OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.REDUCTION
 VIEW, OPAQUE, GENERATOR = OpKind.VIEW, OpKind.OPAQUE, OpKind.GENERATOR
+CONCAT = OpKind.CONCAT
 
 # Pointwise lowerings (and TL_TYPES, re-exported for codegen) live in lowerings.py.
 
@@ -153,6 +155,9 @@ _SPECS = [
     # (codegen computes it like an offset into a contiguous tensor of the value's shape) ---
     OpSpec("arange", GENERATOR, "start, end=None, step=1, *, dtype=None, layout=None, "
            "device=None, pin_memory=None, requires_grad=False", (), arange_expr),
+    # --- concatenation: the operands are a list (normalize gives each its own Ref); codegen
+    # reads each one through a piece of the result's index map (codegen/indexing.py) ---
+    OpSpec("cat", CONCAT, "tensors, dim=0", ("tensors",), cat_expr),
     # --- reductions: their rules (combine, identity, finalize, accumulation dtype) are in
     # ir/reductions.py; codegen's reduction skeleton lowers them ---
     _reduction("softmax", "input, dim=None, _stacklevel=3, dtype=None"),
@@ -250,6 +255,7 @@ _register("log_softmax", torch.log_softmax, ("method", "log_softmax"),
 _register("dropout", torch.dropout, signature="input, p, training")
 _register("to", ("method", "to"), ("method", "type"))
 _register("arange", torch.arange)
+_register("cat", torch.cat, torch.concat)
 # `x.type_as(y)`: a cast to y's dtype; normalize reads the dtype from the result.
 _register("to", ("method", "type_as"), signature="input, other")
 for _meth, _dtype in (("float", torch.float32), ("half", torch.float16),
@@ -293,6 +299,7 @@ ATEN_OPS: dict[str, tuple[str, ...]] = {
        for b in ("bitwise_and", "bitwise_or")},
     "logical_and": ("logical_and",), "logical_or": ("logical_or",),
     "arange": ("arange.default", "arange.start", "arange.start_step"),
+    "cat": ("cat.default",),
 }
 # Every overload of these packets is a view (or a tuple of views, read through getitem).
 ATEN_VIEWS = (

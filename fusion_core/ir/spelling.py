@@ -104,7 +104,20 @@ def said(g: FusionGraph, name: str) -> str:
     layer, alone = _layer_called(g, node, where)
     if layer:
         return layer if alone else f"`{op}` in {layer}"
-    return f"`{op}`" + (f" ({where})" if where else "")
+    sliced = (_subscript(src.code) if node.kind is OpKind.VIEW and src is not None
+              and node.op in ("getitem", "slice") else None)
+    return (sliced or f"`{op}`") + (f" ({where})" if where else "")
+
+
+def _subscript(code: str) -> str | None:
+    """A slice as the line writes it (`` `x[..., :half]` ``); "a slice" where the line has
+    several (the graph records no column to tell them apart); None where it has none."""
+    tree = _parsed(code)
+    if tree is None:
+        return None
+    found = {ast.get_source_segment(code, e) for e in ast.walk(tree)
+             if isinstance(e, ast.Subscript) and not isinstance(e.slice, ast.Constant)}
+    return f"`{found.pop()}`" if len(found) == 1 else "a slice" if found else None
 
 
 def layer_said(path: str, loc: SourceLoc | None, where: str = "") -> str:

@@ -6,7 +6,8 @@ in the node's params under ``INDEX_STEPS``. Each step maps a
 tensor to a view of the same memory: ``apply`` does it to a torch tensor (meta tensors
 in the code generator), ``source`` writes the same call as Python text for a generated
 launcher, and ``inverse`` gives the step that maps the result back, when there is one
-(a slice drops elements, so it has none). ``Split`` is no view op of a model: it is
+(a slice drops elements, so it has none). ``Piece`` is no view op either: a concatenation's
+operand seen as part of its result. ``Split`` is no view op of a model: it is
 group_norm's channel split, the one step a reduction's own order needs besides a
 permute (``ir/iteration.py``).
 """
@@ -236,7 +237,42 @@ class Strided:
         return self.sizes
 
 
-Step = Permute | Reshape | Merge | Unflatten | Split | Unsqueeze | Squeeze | Strided
+@dataclass(frozen=True)
+class Piece:
+    """A concatenation's operand as part of its result: the operand fills coordinates
+    [start, start + its size) of dim `dim` (negative: counted from the end) of a result
+    `total` long there, and is read at coordinate - start, masked elsewhere
+    (``codegen/loads.py``). Always a chain's last step. As a view: the operand at the
+    result's size with its own strides, which only a meta tensor can hold (it reaches past
+    the operand's memory); a launcher passes the operand itself (``source``)."""
+
+    dim: int
+    start: int
+    total: int
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        return t.as_strided(self.shape(tuple(t.shape)), t.stride(), t.storage_offset())
+
+    def source(self, var: str) -> str:
+        return var
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return None  # the rest of the result is other operands'
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        out = list(shape)
+        out[self.dim] = self.total
+        return tuple(out)
+
+
+Step = Permute | Reshape | Merge | Unflatten | Split | Unsqueeze | Squeeze | Strided | Piece
+
+
+def split_piece(steps: Sequence[Step]) -> tuple[tuple[Step, ...], Piece | None]:
+    """(the steps before a chain's ``Piece``, the piece), or (steps, None) without one."""
+    if steps and isinstance(steps[-1], Piece):
+        return tuple(steps[:-1]), steps[-1]
+    return tuple(steps), None
 
 
 def apply(steps: Sequence[Step], t: torch.Tensor) -> torch.Tensor:

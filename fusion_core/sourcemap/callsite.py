@@ -352,9 +352,13 @@ def _partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, 
     loc = next((f for f in src.chain if pos(f) == site), None) if src else None
     if (path := instance_path(fx_node, owner)) and loc and called_as(path, loc):
         name += f" on {layer_said(path, loc)}"
+    out = said(analysis.graph, left[0])
+    # A view the kernel reads (a cat's operand sliced inside `rotate_half`) is made there.
+    out += (" is a view made inside the call, which the kernel reads as an input,"
+            if analysis.graph[left[0]].kind is OpKind.VIEW else
+            " runs in another kernel or unfused,")
     return Unliftable(f"only part of the call at line {site[1]} ({name}) is in the cluster: "
-                      f"{said(analysis.graph, left[0])} runs in another kernel or unfused, and "
-                      "an edit of the call's line would drop it"
+                      f"{out} and an edit of the call's line would drop it"
                       + _return_hint(analysis, site, fused), site)
 
 

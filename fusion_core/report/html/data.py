@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ...validate.kernels import KernelSet
 
 KIND_CODE = {OpKind.POINTWISE_UNARY: "p", OpKind.POINTWISE_BINARY: "p", OpKind.GENERATOR: "p",
-             OpKind.REDUCTION: "r",
+             OpKind.REDUCTION: "r", OpKind.CONCAT: "p",
              OpKind.OPAQUE: "o", OpKind.VIEW: "v", OpKind.INPLACE: "i", OpKind.INPUT: "in",
              OpKind.OUTPUT: "out"}
 CHAR_WIDTH, PAD = 6.6, 16  # 11px monospace labels

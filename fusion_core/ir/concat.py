@@ -1,0 +1,94 @@
+"""Which concatenations a kernel can compute: `torch.cat` as a piecewise index map.
+
+Reads a ``FusionGraph`` and a cat node (``OpKind.CONCAT``); says why no kernel can read its
+operands as fixed pieces of its result, or None. ``codegen/indexing.py`` raises it while it
+spreads index maps, and ``analysis/barriers.py`` names it for a cat left out of every
+cluster, so the two never disagree. ``reduced_branch`` finds a reduction computed in a cat's
+branch (a reduction reading the cat is fine). Whether a group may hold the cat otherwise (a
+reshape of its result) is the code generator's to say for that group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .graph import FusionGraph, OpKind
+from .sizes import SIZES, Const
+from .spelling import said
+from .views import INDEX_STEPS, Permute, Step, Strided
+
+
+def cat_dim(g: FusionGraph, name: str) -> int:
+    """The cat dim, counted from the start."""
+    node = g[name]
+    return node.param("dim") % len(node.meta.shape)
+
+
+def concat_problem(g: FusionGraph, name: str) -> str | None:
+    """Why cat `name` is no piecewise index map (a phrase after "it"), or None."""
+    node, refs = g[name], g[name].refs
+    out = node.meta
+    if out is None or not out.shape or not isinstance(node.param("dim"), int):
+        return "has no static cat dim or result shape"
+    dim = cat_dim(g, name)
+    if len(set(refs)) != len(refs):
+        repeated = next(r for r in refs if refs.count(r) > 1)
+        return (f"repeats {said(g, repeated)}; a kernel reads each operand of a cat through "
+                "one piece of the result")
+    for r in refs:
+        meta = g[r].meta
+        if meta is None or len(meta.shape) != len(out.shape) or meta.shape[dim] == 0:
+            return (f"concatenates {said(g, r)}, empty or of another rank than the result; a "
+                    "kernel reads pieces of equal rank")
+        if meta.dtype != out.dtype:
+            return (f"concatenates {said(g, r)} of {meta.dtype} into a {out.dtype} result "
+                    "(cast it first)")
+        sized = _sized_at_run_time(g, r, dim)
+        if sized is not None:
+            return (f"concatenates along dim {dim} values sized at run time there (by "
+                    f"{said(g, sized)}); a kernel fixes each piece's size")
+    return None
+
+
+def reduced_branch(g: FusionGraph, nodes: Sequence[str]) -> tuple[str, str] | None:
+    """(a reduction, the cat) where a group computes a reduction in one of its cats'
+    branches: it would reduce one operand's piece, where a kernel's rows are the cat's whole
+    result (a reduction may read the cat). None if there is none."""
+    members = set(nodes)
+    for cat in (n for n in nodes if g[n].kind is OpKind.CONCAT):
+        todo, seen = list(g[cat].refs), set()
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in members:
+                continue
+            seen.add(name)
+            if g[name].kind is OpKind.REDUCTION:
+                return name, cat
+            todo.extend(g[name].refs)
+    return None
+
+
+def _sized_at_run_time(g: FusionGraph, operand: str, dim: int) -> str | None:
+    """The view that sizes `operand` along `dim` from a tensor's shape (`x.view(b, t, n)`
+    along t: it changes from call to call), up through the views that made it; None. A
+    slice's fixed bounds are the launcher's to check."""
+    name, at = operand, dim
+    while g[name].kind is OpKind.VIEW and g[name].refs and at is not None:
+        sizes = g[name].param(SIZES)
+        if sizes is not None and at < len(sizes) and not isinstance(sizes[at], Const):
+            return name
+        at = _source_dim(g[name].param(INDEX_STEPS) or (), at)
+        name = g[name].refs[0]
+    return None
+
+
+def _source_dim(steps: Sequence[Step], at: int) -> int | None:
+    """Which dim of a view's source its result's dim `at` walks; None past a reshape."""
+    for step in reversed(steps):
+        if isinstance(step, Permute):
+            at = step.perm[at]
+        elif isinstance(step, Strided) and step.dims[at][0] >= 0:
+            at = step.dims[at][0]
+        else:
+            return None
+    return at

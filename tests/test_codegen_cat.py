@@ -1,0 +1,181 @@
+"""`torch.cat` inside a cluster: each operand read through its piece of the result's index
+map (``ir/views.Piece``), masked loads, and the cat itself a `tl.where` over the coordinate
+along the cat dim (codegen/indexing.py, loads.py, lower.py).
+
+Each fusing case runs its kernel under the interpreter against the eager subgraph; each
+refusal is checked for the barrier it leaves and the reason it names. Shapes stay tiny.
+"""
+
+import pytest
+import torch
+from codegen_harness import Lambda, check_model
+
+from fusion_core.analysis.barriers import find_barriers
+from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.ir.graph import OpKind
+from fusion_core.pipeline import analyze
+
+
+def _cats(checked) -> list[str]:
+    a = checked.analysis
+    return [n for c in a.clusters for n in c.nodes if a.graph[n].kind is OpKind.CONCAT]
+
+
+def rotary_chunk(m, q, cos, sin):
+    x1, x2 = q.chunk(2, dim=-1)
+    return q * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def rotary_slices(m, q, cos, sin):
+    h = q.shape[-1] // 2
+    return q * cos + torch.cat((-q[..., h:], q[..., :h]), dim=-1) * sin
+
+
+def rotary_heads(m, qkv, cos, sin):
+    # LLaMA's layout: (batch, tokens, heads, dim) read transposed, a tiled kernel
+    q = qkv.transpose(1, 2)
+    x1, x2 = q.chunk(2, dim=-1)
+    return q * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+@pytest.mark.parametrize("fn", [rotary_chunk, rotary_slices])
+def test_rotary_embedding_is_one_kernel(tmp_path, fn, capture):
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 3, 8), torch.randn(3, 8), torch.randn(3, 8))
+    checked = check_model(Lambda(fn, 3), inputs, tmp_path, n_clusters=1, capture=capture)
+    (c,) = checked.analysis.clusters
+    assert c.ops == ("mul", "neg", "cat", "mul", "add"), c.ops
+    assert len(_cats(checked)) == 1 and c.outputs == (c.nodes[-1],)  # the cat is not written
+    assert not find_barriers(checked.analysis.graph, checked.analysis.clusters)
+    # the second half is read at coordinate - 4 where the coordinate is 4 or more, masked
+    assert ">= 4), other=0" in checked.kernels[0].source
+
+
+def test_rotary_over_transposed_heads_fuses_in_a_tiled_kernel(tmp_path):
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 3, 2, 8), torch.randn(3, 8), torch.randn(3, 8))
+    checked = check_model(Lambda(rotary_heads, 3), inputs, tmp_path, n_clusters=1)
+    assert len(_cats(checked)) == 1
+    assert "(cols - 4)" in checked.kernels[0].source
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cat_of_two_computed_values(tmp_path, dim):
+    torch.manual_seed(0)
+    a = torch.randn(2, 3, 8)
+    b = torch.randn(3, 3, 8) if dim == 0 else torch.randn(2, 5, 8)
+    fn = lambda m, a, b: torch.sigmoid(torch.cat((a * 2.0, b + 1.0), dim=dim)) * 3.0  # noqa: E731
+    checked = check_model(Lambda(fn, 2), (a, b), tmp_path, n_clusters=1)
+    assert checked.analysis.clusters[0].ops == ("mul", "add", "cat", "sigmoid", "mul")
+    # the second piece read at the coordinate less 2 (or 3) along the cat dim: from the flat
+    # index (dim 0), or from the rows of a tile (dim 1, the pieces' rows are shorter)
+    shift = "(offs - 2 * span1)" if dim == 0 else "(rows - 3)"
+    assert shift in checked.kernels[0].source
+
+
+def test_cat_of_three_unequal_pieces_with_a_broadcast_operand(tmp_path):
+    torch.manual_seed(0)
+    a, b, c = torch.randn(2, 3, 2), torch.randn(2, 3, 5), torch.randn(1, 3, 1)
+    w = torch.randn(8)
+
+    def fn(m, a, b, c):
+        # `c` broadcast over the batch inside its branch; the cat result scaled by a row vector
+        return torch.cat((a.exp(), b * 2.0, c.expand(2, 3, 1) - 1.0), dim=-1) * m.w
+
+    checked = check_model(Lambda(fn, 3, w=w), (a, b, c), tmp_path, n_clusters=1)
+    assert len(_cats(checked)) == 1
+    source = checked.kernels[0].source
+    assert "(cols - 2)" in source and "(cols - 7)" in source
+
+
+def test_a_cat_result_also_written_is_a_cluster_output(tmp_path):
+    torch.manual_seed(0)
+
+    def fn(m, a, b):
+        h = torch.cat((torch.relu(a), torch.sigmoid(b)), dim=-1)
+        return h, torch.tanh(h) * 2.0
+
+    checked = check_model(Lambda(fn, 2), (torch.randn(2, 3, 4), torch.randn(2, 3, 6)),
+                          tmp_path, n_clusters=1)
+    (c,) = checked.analysis.clusters
+    cat = _cats(checked)[0]
+    assert cat in c.outputs and len(c.outputs) == 2
+
+
+def _softmax_of_cat(m, a, b):
+    return torch.softmax(torch.cat((a * 2.0, b * 3.0), dim=-1), dim=-1)
+
+
+def _softmax_of_batch_cat(m, a, b):  # the cat along the rows: the coordinate is per row
+    return torch.softmax(torch.cat((a * 2.0, b * 3.0), dim=0), dim=-1)
+
+
+def _sum_of_middle_cat(m, a, b):
+    return torch.cat((a.exp(), b * 2.0), dim=1).sum(-1)
+
+
+def _layer_norm_of_cat(m, a, b):
+    return torch.nn.functional.layer_norm(torch.cat((a.exp(), b), dim=-1), (9,)) * 2.0
+
+
+@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("fn, shapes", [
+    (_softmax_of_cat, ((2, 3, 4), (2, 3, 5))), (_softmax_of_batch_cat, ((2, 3, 4), (1, 3, 4))),
+    (_sum_of_middle_cat, ((2, 3, 4), (2, 2, 4))), (_layer_norm_of_cat, ((2, 3, 4), (2, 3, 5))),
+    (_softmax_of_cat, ((2, 70), (2, 33)))])  # rows wide enough for aligned bodies when looped
+def test_a_reduction_reads_the_cat_in_one_kernel(tmp_path, fn, shapes, looped):
+    torch.manual_seed(0)
+    inputs = tuple(torch.randn(*s) for s in shapes)
+    checked = check_model(Lambda(fn, 2), inputs, tmp_path, n_clusters=1, looped=looped)
+    assert len(_cats(checked)) == 1
+
+
+def test_a_reduction_in_a_cat_branch_is_left_out_and_says_why():
+    def fn(m, a, b):
+        return torch.cat((torch.softmax(a * 2.0, -1), b.exp()), dim=-1) * 2.0
+
+    a = analyze(Lambda(fn, 2), torch.randn(2, 3, 4), torch.randn(2, 3, 5))
+    assert [c.ops for c in a.clusters] == [("mul", "softmax"), ("exp", "cat", "mul")]
+    reasons = [r.reason for r in a.rejections]
+    assert any("`softmax` (" in r and "reduces one operand of `cat` (" in r
+               and "a kernel reduces rows of the cat's whole result" in r for r in reasons), \
+        reasons
+
+
+def test_a_cat_along_a_dim_sized_at_run_time_stays_a_barrier_that_says_why():
+    def fn(m, a, b):
+        n, t = a.shape[0], a.shape[1]
+        h = (a * 2.0).reshape(n, t * 2, -1)
+        return torch.cat((h, b * 3.0), dim=1) + 1.0
+
+    a = analyze(Lambda(fn, 2), torch.randn(2, 3, 4), torch.randn(2, 5, 2), capture="fx")
+    (b,) = find_barriers(a.graph, a.clusters)
+    assert b.target == "torch.cat"
+    text = b.describe(a.graph)
+    assert "concatenates along dim 1 values sized at run time there (by `reshape` (" in text
+    assert "a kernel fixes each piece's size" in text
+
+
+def test_the_launcher_refuses_a_piece_of_another_size(tmp_path):
+    # The kernel fixes each piece's bounds: a call where an operand is longer along the cat
+    # dim is refused by name, not read out of bounds.
+    fn = lambda m, a, b: torch.cat((a * 2.0, b + 1.0), dim=0) * 3.0  # noqa: E731
+    a = analyze(Lambda(fn, 2), torch.randn(2, 3, 8), torch.randn(3, 3, 8))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = load_kernel(path).cluster0
+    with pytest.raises(ValueError, match="a concatenated input is 4 long along the cat dim; "
+                       r"this kernel reads 3 \(regenerate it\)"):
+        launch(torch.randn(2, 3, 8), torch.randn(4, 3, 8))
+
+
+@pytest.mark.parametrize("fn, why", [
+    # a cat of a cat: the inner one is read through the outer one's piece
+    (lambda m, a, b: torch.cat((torch.cat((a, b), -1) * 2.0, b.exp()), -1) + 1.0,
+     "is read through another cat's piece in the group"),
+    # group_norm's order splits the channels the cat concatenates
+    (lambda m, a, b: torch.nn.functional.group_norm(torch.cat((a * 2.0, b), 1), 2).exp(),
+     "is read through group_norm's channel groups in the group")])
+def test_a_cat_read_through_other_steps_is_refused_by_name(fn, why):
+    a = analyze(Lambda(fn, 2), torch.randn(2, 4, 3), torch.randn(2, 4, 3))
+    assert any(why in r.reason for r in a.rejections), [r.reason for r in a.rejections]
