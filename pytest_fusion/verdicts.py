@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fusion_core.names import module_written
-
 from .explain import Explainer, fmt_bytes, ops_list, spelled
 from .findings import LOC, Finding
 from .locate import Located, locate, site_module, unprimed
@@ -184,6 +182,8 @@ class ClusterVerdicts:
     def _silent(self, b: ClusterRec, loc: Located) -> str:
         """` (`self.ln2` no longer runs)` for the submodules of `b` the missing ops ran in
         that run no op now."""
+        from fusion_core.names import module_written  # here: a run without fusion tests loads none
+
         running = {o.module for o in self.cur.ops}
         inside = f"{b.module}." if b.module else ""
         where = [m for _, s in loc.missing if (m := site_module(s)) is not None]
