@@ -118,7 +118,8 @@ def test_llama_is_mapped_through_transformers_wrappers_and_keeps_its_edits(analy
     wrappers = ("forward_with_checkpointing", "wrapped_func", "<locals>.wrapper", "__call__")
     assert not [r for r in reasons if any(w in r for w in wrappers)]
     # Messages name the callee: the layer call left half fused, the rotary forward's tuple.
-    assert any("(`LlamaDecoderLayer.forward`) is in the cluster" in r for r in reasons)
+    assert any("(`LlamaDecoderLayer.forward` on `decoder_layer` (`self.layers[0]`)) is in the "
+               "cluster" in r for r in reasons)  # the loop variable that called the layer
     assert any("(`LlamaRotaryEmbedding.forward`) returns several values" in r for r in reasons)
     with mock.patch.object(frames, "is_wrapper", return_value=False):
         _, without = _plan_if_yours(a)
