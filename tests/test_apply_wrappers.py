@@ -227,3 +227,63 @@ def test_a_wrapper_that_computes_an_op_of_its_own_is_not_looked_through(tmp_path
     for m in mappings:
         assert m.quality == POINTER, m.replacement
     assert p.clusters == ()
+
+
+LOOPED_WRAPPED_BLOCKS = '''\
+import functools
+
+import torch
+import torch.nn as nn
+
+
+def passthrough(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    @passthrough
+    def forward(self, x):
+        h = self.proj(torch.tanh(x))
+        return x + h
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = blk(
+                x)
+        return x
+'''
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_cluster_joining_two_calls_through_a_wrapper_names_the_callers_line(tmp_path,
+                                                                             capture):
+    """Block 0's `x + h` fuses with block 1's `tanh`: two calls of the wrapped forward. The
+    reason names the loop's line that called each block (a call written over two lines, its
+    brackets closed), not the wrapper's `return fn(*args, **kwargs)` both went through."""
+    path = tmp_path / "looped.py"
+    path.write_text(LOOPED_WRAPPED_BLOCKS)
+    analysis, mappings, p = plan(path, capture, "Net")
+    (m,) = [m for m, c in zip(mappings, analysis.clusters, strict=True)
+            if set(c.ops) == {"add", "tanh"}]
+    call, add, tanh = (line_of(path, t) for t in ("x = blk(", "return x + h",
+                                                    "h = self.proj(torch.tanh(x))"))
+    assert m.quality == POINTER and m.cluster_index not in p.clusters
+    assert m.reason.startswith(
+        f"the cluster joins `add` (line {add}) of the call at line {call} (`x = blk(...)`) on "
+        f"`blk` (`self.blocks[0]`) with `tanh` (line {tanh}) of another call at line {call} "
+        "(`x = blk(...)`) on `blk` (`self.blocks[1]`) of `Block.forward`"), m.reason
+    assert m.reason.endswith("(here both in their caller, `Net.forward`)"), m.reason
+    assert "return fn(" not in m.reason

@@ -5,6 +5,7 @@ transformers is not installed."""
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 from unittest import mock
 
@@ -117,6 +118,15 @@ def test_llama_is_mapped_through_transformers_wrappers_and_keeps_its_edits(analy
     reasons = [m.reason for m in mappings if m.reason]
     wrappers = ("forward_with_checkpointing", "wrapped_func", "<locals>.wrapper", "__call__")
     assert not [r for r in reasons if any(w in r for w in wrappers)]
+    # Nor a wrapper's line: a call through one is said at the line that made it.
+    wrapper_lines = ("return func(*args, **kwargs)", "return forward(", "return fn(")
+    assert not [r for r in reasons if any(w in r for w in wrapper_lines)]
+    # Two layers' calls joined by one cluster: the loop's call of each layer, by its variable.
+    site = r"at line (\d+) \(`hidden_states = decoder_layer\(\.\.\.\)`\) on `decoder_layer`"
+    joins = [j for r in reasons if (j := re.search(
+        rf"of the call {site} \(`self\.layers\[0\]`\) with .* of another call {site} "
+        r"\(`self\.layers\[1\]`\) of `LlamaDecoderLayer\.forward`", r))]
+    assert joins and joins[0][1] == joins[0][2], reasons
     # Messages name the callee: the layer call left half fused, the rotary forward's tuple.
     assert any("(`LlamaDecoderLayer.forward` on `decoder_layer` (`self.layers[0]`)) is in the "
                "cluster" in r for r in reasons)  # the loop variable that called the layer

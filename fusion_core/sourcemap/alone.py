@@ -123,7 +123,7 @@ def _other_call(analysis: Analysis, span: Span, node: Node, line: int, text: str
     chain = node.source.chain if node.source is not None else ()
     at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (span.src.path, line)),
              default=0)
-    site = f" {chain_site(node, at)}" if at else ""
+    site = f" {chain_site(chain, at)}" if at else ""
     holder = next((c for c in analysis.clusters if node.name in c.nodes), None)
     there = (f"where it is part of cluster {holder.index} ({' → '.join(holder.ops)})"
              if holder is not None else "where it runs unfused")

@@ -21,7 +21,7 @@ import torch.fx as fx
 
 from ..analysis.group import escaping, external_inputs
 from ..analysis.types import Cluster
-from ..ir.graph import Node
+from ..ir.graph import Node, SourceLoc
 from ..ir.spelling import layer_said
 from ..pipeline import Analysis
 from .callsite import LiftedCall, Unliftable, instance_path, lift, site_line
@@ -36,9 +36,8 @@ class Part:
     site: str  # the call it ran in, `at line 34 (`h = self.b2(h, emb)`) on `self.b2``
 
 
-def _depth(node: Node, span: Span) -> int:
-    """The index of `node`'s frame in the span's function."""
-    chain = node.source.chain if node.source is not None else ()
+def _depth(chain: tuple[SourceLoc, ...], span: Span) -> int:
+    """The index in `chain` (a node's frames) of its frame in the span's function."""
     return max((i for i, f in enumerate(chain) if f.file == span.src.path
                 and span.src.scope_at(f.line) is span.scope), default=0)
 
@@ -47,7 +46,7 @@ def call_of(node: Node, span: Span, fx_nodes: Mapping[str, fx.Node]) -> tuple:
     """Which call of the span's function `node` ran in: the frames that led to it (a line of
     the caller) and the module it ran on (blocks in a loop share the caller's line)."""
     chain = node.source.chain if node.source is not None else ()
-    return (tuple((f.file, f.line) for f in chain[:_depth(node, span)]),
+    return (tuple((f.file, f.line) for f in chain[:_depth(chain, span)]),
             instance_path(fx_nodes.get(node.name), span.scope.class_name))
 
 
@@ -82,8 +81,9 @@ def parts_on(analysis: Analysis, span: Span, group: list[Cluster], frames: Frame
                 continue  # a call on the lines runs it half: the lines keep their reason
             first = g[nodes[0]]
             on = instance_path(fx_nodes.get(first.name), span.scope.class_name)
-            depth = _depth(first, span)
-            caller = first.source.chain[depth - 1] if depth and first.source else None
-            site = chain_site(first, depth) + (f" on {layer_said(on, caller)}" if on else "")
+            chain = frames.chain(first.source)  # the user's call, not a wrapper's line
+            depth = _depth(chain, span)
+            caller = chain[depth - 1] if depth else None
+            site = chain_site(chain, depth) + (f" on {layer_said(on, caller)}" if on else "")
             out.append(Part(part, lifted.calls, site))
     return out

@@ -204,9 +204,11 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
     lines, or from one line in a loop: on two module instances): an edit of its lines runs in
     every call, so none joins ops of two calls."""
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    seen: dict[tuple[str, str], tuple[tuple, Node]] = {}
+    seen: dict[tuple[str, str], tuple[tuple, tuple[SourceLoc, ...], Node]] = {}
     for node in nodes:
-        loc, chain = lifted.locs[node.name], node.source.chain
+        # Frames as the rest of the source map reads them: a pass-through wrapper's line
+        # (`return func(*args, **kwargs)`) is not the call the user's code makes.
+        loc, chain = lifted.locs[node.name], frames.chain(node.source)
         at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (loc.file, loc.line)),
                  default=len(chain) - 1)
         try:
@@ -216,14 +218,15 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
         call = (tuple((f.file, f.line) for f in chain[:at]),
                 instance_path(fx_nodes.get(node.name), scope.class_name if scope else None))
         key = (loc.file, loc.function)
-        before, a = seen.setdefault(key, (call, node))
+        before, a_chain, a = seen.setdefault(key, (call, chain, node))
         if before == call:
             continue
-        sites = [chain_site(a, len(before[0])) + _on(a, len(before[0]), before[1]),
-                 chain_site(node, len(call[0])) + _on(node, len(call[0]), call[1])]
+        sites = [chain_site(a_chain, len(before[0])) + _on(a_chain, len(before[0]), before[1]),
+                 chain_site(chain, len(call[0])) + _on(chain, len(call[0]), call[1])]
         name = scope.qualname if scope is not None else loc.function
-        fix = _join_fix(frames, scope, [(lifted.locs[a.name].line, _caller(frames, a, lifted)),
-                                        (loc.line, _caller(frames, node, lifted))])
+        fix = _join_fix(frames, scope, [
+            (lifted.locs[a.name].line, _caller_at(a_chain, len(before[0]))),
+            (loc.line, _caller_at(chain, len(call[0])))])
         raise PointerOnly(
             f"the cluster joins {said(analysis.graph, a.name)} of the call {sites[0]} with "
             f"{said(analysis.graph, node.name)} of another call {sites[1]} of `{name}`; "
@@ -231,12 +234,10 @@ def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frame
             f"apply it, write these ops in one function's lines{fix}", **where)
 
 
-def _caller(frames: Frames, node: Node, lifted: Lifted) -> SourceLoc | None:
-    """The frame that called the function `node` stands in, wrappers looked through."""
-    loc, chain = lifted.locs[node.name], frames.chain(node.source)
-    at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (loc.file, loc.line)),
-             default=0)
-    return chain[at - 1] if at else None
+def _caller_at(chain: tuple[SourceLoc, ...], depth: int) -> SourceLoc | None:
+    """The frame of `chain` (``Frames.chain``: wrappers looked through) that made the call
+    at `depth`; None at the top level."""
+    return chain[depth - 1] if depth else None
 
 
 def _join_fix(frames: Frames, scope: Scope | None,
@@ -268,10 +269,10 @@ def _join_fix(frames: Frames, scope: Scope | None,
     return ""
 
 
-def _on(node: Node, depth: int, path: str | None) -> str:
-    """` on `blk` (`self.blocks[1]`)`: the module instance the call at `depth` ran on."""
-    caller = node.source.chain[depth - 1] if depth else None
-    return f" on {layer_said(path, caller)}" if path else ""
+def _on(chain: tuple[SourceLoc, ...], depth: int, path: str | None) -> str:
+    """` on `blk` (`self.blocks[1]`)`: the module instance the call at `depth` of `chain`
+    (``Frames.chain``) ran on."""
+    return f" on {layer_said(path, _caller_at(chain, depth))}" if path else ""
 
 
 def _unstored_reason(analysis: Analysis, node: Node) -> str:
@@ -305,12 +306,30 @@ def _unstored_reason(analysis: Analysis, node: Node) -> str:
             "it once")
 
 
-def chain_site(node: Node, depth: int) -> str:
-    """`at line 33 (`h = self.b1(h, emb)`)`: the caller's frame of `node` at `depth`."""
-    caller = node.source.chain[depth - 1] if depth else None
+def chain_site(chain: tuple[SourceLoc, ...], depth: int) -> str:
+    """`at line 33 (`h = self.b1(h, emb)`)`: the caller's frame at `depth` of `chain`, a
+    node's frames as ``Frames.chain`` reads them (pass-through wrappers left out)."""
+    caller = _caller_at(chain, depth)
     if caller is None:
         return "(the top level)"
-    return f"at line {caller.line}" + (f" (`{caller.code}`)" if caller.code else "")
+    return f"at line {caller.line}" + (f" (`{_closed(caller.code)}`)" if caller.code else "")
+
+
+def _closed(code: str) -> str:
+    """A frame's line of a call written over several lines (`h = layer(`), its brackets
+    closed (`h = layer(...)`): the first line alone is no expression to quote."""
+    try:
+        ast.parse(code)
+        return code
+    except SyntaxError:
+        pass
+    opened: list[str] = []
+    for ch in code:  # brackets inside string literals are rare on a call's first line
+        if ch in "([{":
+            opened.append({"(": ")", "[": "]", "{": "}"}[ch])
+        elif opened and ch == opened[-1]:
+            opened.pop()
+    return f"{code}...{''.join(reversed(opened))}" if opened else code
 
 
 def _refuse_library(path: str, lines: list[int]) -> NoReturn:
