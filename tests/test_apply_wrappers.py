@@ -14,6 +14,8 @@ import torch
 from rich.console import Console
 from test_apply import assert_same_outputs, backup_as_py
 from test_apply_callsite import line_of, plan
+from test_apply_unet import RESBLOCK
+from test_apply_unet import _maps as _unet_maps
 
 from fusion_core.sourcemap import EXACT, POINTER
 from fusion_core.sourcemap.apply import apply
@@ -287,3 +289,37 @@ def test_a_cluster_joining_two_calls_through_a_wrapper_names_the_callers_line(tm
         "(`x = blk(...)`) on `blk` (`self.blocks[1]`) of `Block.forward`"), m.reason
     assert m.reason.endswith("(here both in their caller, `Net.forward`)"), m.reason
     assert "return fn(" not in m.reason
+
+
+def wrapped_resblocks(path: Path, b2_eps: bool) -> Path:
+    """test_apply_unet's two ResBlocks, their forward behind a `functools.wraps` decorator;
+    with `b2_eps`, b2's first GroupNorm has another eps (so cluster 0 cannot serve it)."""
+    src = (DECORATED_HELPERS.split("@passthrough")[0].replace("import torch.nn as nn\n", "")
+           + RESBLOCK.replace("    def forward(s, x, emb):",
+                              "    @passthrough\n    def forward(s, x, emb):"))
+    if b2_eps:
+        src = src.replace("def __init__(s, ch, temb):", "def __init__(s, ch, temb, eps=1e-5):"
+                          ).replace("s.n1 = nn.GroupNorm(8, ch)",
+                                    "s.n1 = nn.GroupNorm(8, ch, eps=eps)").replace(
+            "self.b2 = ResBlock(16, 32)", "self.b2 = ResBlock(16, 32, 1e-3)")
+    path.write_text(src.format(before="    @functools.wraps(fn)\n", after=""))
+    return path
+
+
+def test_another_call_through_a_wrapper_is_said_at_the_callers_line(tmp_path):
+    """The served call, the call a line also runs in and the calls a cluster joins: each at
+    `h = self.b2(h, emb)` (or b1's), never at the wrapper's `return fn(*args, **kwargs)`."""
+    path = wrapped_resblocks(tmp_path / "served.py", b2_eps=False)
+    b1, b2 = line_of(path, "h = self.b1(h, emb)"), line_of(path, "h = self.b2(h, emb)")
+    maps = _unet_maps(path)
+    assert maps[0].exact and maps[0].serves[0].site == (
+        f"at line {b2} (`h = self.b2(h, emb)`) on `self.b2`"), maps[0].reason
+    assert maps[4].reason.startswith(
+        f"the cluster joins `add` (line {line_of(path, 'return x + h')}) of the call at line "
+        f"{b1} (`h = self.b1(h, emb)`) on `self.b1` with `add`"), maps[4].reason
+    norm = line_of(path, "h = s.c1(F.silu(s.n1(x)))")
+    maps = _unet_maps(wrapped_resblocks(tmp_path / "other.py", b2_eps=True))
+    assert maps[0].reason.startswith(
+        f"line {norm} (`s.n1(x)`) also runs in another call of `ResBlock.forward` at line "
+        f"{b2} (`h = self.b2(h, emb)`), where it is part of cluster 2"), maps[0].reason
+    assert not [m.reason for m in maps if m.reason and "return fn(" in m.reason]

@@ -18,6 +18,7 @@ from ..ir.bias_split import SPLIT_BIAS
 from ..ir.graph import Node, OpKind
 from ..pipeline import Analysis
 from .callsite import site_line
+from .frames import Frames
 from .guard import holds
 from .parts import feeding
 from .pyexpr import BINOPS, attr_chain, module_path
@@ -66,7 +67,7 @@ def _is_feeder(node: Node) -> bool:
     return node.kind in (OpKind.CONSTANT, OpKind.VIEW, OpKind.INPUT) or node.op == "meta"
 
 
-def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
+def check_alone(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames,
                  kept: frozenset[str] = frozenset(), kept_around: set[str] | None = None,
                  unserved: Mapping[int, str] | None = None) -> None:
     """No node outside the group's clusters is computed on the range's lines, but those
@@ -107,7 +108,8 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
         # Another call when it came through other frames or on another module; one line
         # calling a helper twice (`act(h) + act(2 * h)`) looks like one call, said as code.
         if (line, n.op) in ops_by_line and call_of(n, span, fx_nodes) not in calls:
-            raise PointerOnly(_other_call(analysis, span, n, line, text, unserved or {}))
+            raise PointerOnly(_other_call(analysis, span, frames, n, line, text,
+                                          unserved or {}))
         inner = _library_container(analysis, span, path, line, sorted(
             {p for m in members if m in fx_nodes and (p := module_path(fx_nodes[m]))}))
         if inner is not None:
@@ -116,11 +118,11 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster],
                        "the cluster")
 
 
-def _other_call(analysis: Analysis, span: Span, node: Node, line: int, text: str,
-                unserved: Mapping[int, str]) -> str:
+def _other_call(analysis: Analysis, span: Span, frames: Frames, node: Node, line: int,
+                text: str, unserved: Mapping[int, str]) -> str:
     """Line `line` of the range runs `node` in a call whose ops do not form the cluster (a
     UNet block's first norm, fused in the next block with the previous residual add)."""
-    chain = node.source.chain if node.source is not None else ()
+    chain = frames.chain(node.source)  # the call your code makes, not a wrapper's line
     at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (span.src.path, line)),
              default=0)
     site = f" {chain_site(chain, at)}" if at else ""

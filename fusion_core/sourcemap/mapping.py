@@ -25,7 +25,7 @@ from ..names import kernel_name
 from ..pipeline import Analysis
 from . import sequential
 from .alone import check_alone
-from .frames import frames_of
+from .frames import Frames, frames_of
 from .guard import guarded_text
 from .match import Found, Piece, self_name_of, self_path_of, unify, unify_part, unify_parts
 from .paired import partners, read_after
@@ -122,7 +122,8 @@ def _consistent(analysis: Analysis, group: list[Cluster], found: list[Found],
 
 
 def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, Part],
-           unserved: Mapping[int, str] | None = None) -> tuple[list[Piece], set[str]]:
+           frames: Frames, unserved: Mapping[int, str] | None = None
+           ) -> tuple[list[Piece], set[str]]:
     """The clusters' matches to the lines, grouped by the part of the statement each call
     replaces, and the code kept around the fused calls; raises ``PointerOnly``."""
     try:
@@ -139,7 +140,8 @@ def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, 
             if unserved is not None:  # None: a part's trial, whose refusal names no stray
                 # Its reason names the stray code first; code computing an input from
                 # outside the cluster could stay as an argument, so it is not the cause.
-                check_alone(analysis, span, cs, free_inputs(analysis, cs), unserved=unserved)
+                check_alone(analysis, span, cs, frames, free_inputs(analysis, cs),
+                            unserved=unserved)
             raise
     pieces = [(cs, part)] if part is not None else split
     if any(all(id(c) in served for c in p_cs) for p_cs, _ in pieces):
@@ -147,7 +149,7 @@ def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, 
     return pieces, around(analysis, span, cs)
 
 
-def _map_group(analysis: Analysis, span: Span, group: list[Cluster],
+def _map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames,
                parts: tuple[Part, ...] = (), after: tuple[SourceMapping, ...] = ()
                ) -> list[SourceMapping]:
     """The group's mappings; `parts` (served.py): other calls' ops on the lines, each kept
@@ -160,10 +162,10 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster],
     unserved: dict[int, str] = {}
     try:
         every = list(group)
-        pieces, kept_around = _match(analysis, span, every, served, unserved)
+        pieces, kept_around = _match(analysis, span, every, served, frames, unserved)
         for p in parts:
             try:
-                trial = _match(analysis, span, [*every, p.cluster], served)
+                trial = _match(analysis, span, [*every, p.cluster], served, frames)
                 for cs, found in trial[0]:
                     _consistent(analysis, cs, found, served)
             except PointerOnly as e:
@@ -172,7 +174,7 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster],
             every.append(p.cluster)
             pieces, kept_around = trial
         kept = frozenset().union(*(f.inlined for _, found in pieces for f in found))
-        check_alone(analysis, span, every, kept, kept_around, unserved=unserved)
+        check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved)
         for cs, found in pieces:
             _consistent(analysis, cs, found, served)
         _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets), after)
@@ -240,10 +242,10 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
         group.sort(key=lambda c: (c.index in borrowed, _size_ones(analysis, c)))  # stable
         parts = parts_on(analysis, spans[group[0].index], group, frames)
         own = [c for c in group if c.index not in borrowed]
-        mapped = _map_spans(analysis, spans, group, parts)
+        mapped = _map_spans(analysis, spans, group, parts, frames)
         if any(c.index in borrowed for c in group) and not mapped[0].exact:
             # Refused with the borrowed ones: map as before, they keep their own reason.
-            mapped = _map_spans(analysis, spans, own, parts)
+            mapped = _map_spans(analysis, spans, own, parts, frames)
         for m in mapped:
             out[m.cluster_index] = m
     for c in analysis.clusters:  # a sum another kernel recomputes: with that kernel's edit
@@ -254,19 +256,19 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             span = locate(analysis, c, frames, changed, paired=pair[0])
         except PointerOnly:
             continue
-        (m,) = _map_group(analysis, span, [c], after=tuple(pair[1]))
+        (m,) = _map_group(analysis, span, [c], frames, after=tuple(pair[1]))
         if m.exact:
             out[c.index] = m
     return tuple(_note_served(analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
 
 
 def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],
-               parts: list[Part]) -> list[SourceMapping]:
+               parts: list[Part], frames: Frames) -> list[SourceMapping]:
     # The lifted calls of every cluster of the group: the same lines, other nodes.
     calls = (*(call for c in group for call in spans[c.index].calls),
              *(call for p in parts for call in p.calls))
     span = replace(spans[group[0].index], calls=calls)
-    mapped = _map_group(analysis, span, group, tuple(parts))
+    mapped = _map_group(analysis, span, group, frames, tuple(parts))
     if mapped[0].exact:
         return mapped
     # `x = self.stem(x)` runs the cluster's layers of a Sequential and others: matched
@@ -277,7 +279,7 @@ def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],
     unrolled = sequential.unrolled(analysis, span, group, paths, self_name_of(span.scope))
     if unrolled is None:
         return mapped
-    again = _map_group(analysis, unrolled.span, group, tuple(parts))
+    again = _map_group(analysis, unrolled.span, group, frames, tuple(parts))
     real = dict(digest=span.src.digest)
     if again[0].exact:
         return [replace(m, original="".join(span.src.lines[m.start - 1:m.end]), **real)
