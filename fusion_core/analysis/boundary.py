@@ -1,7 +1,7 @@
 """Views at a cluster's boundary: which view inputs a cluster reads through its own index map.
 
-The one rule: a view input of a legal group (a slice, a `chunk` piece, a permute, a
-reshape...) joins the group when
+The one rule: a view input of a legal group (a slice, select, permute, reshape... any view
+with index steps; not a `chunk` piece, which gets none) joins the group when
   - only the group reads it (no other op, no output, no shape read: nothing else needs it
     made), and
   - its source, through a chain of such views, is a value some op of the group reads
@@ -18,8 +18,9 @@ own slices, which it cannot.
 
 A view of a value the group does not otherwise read stays outside: passing its source
 instead would read no fewer bytes and could read more (a whole buffer for a slice of it), a
-launcher reading a slice fixes its source's shape (``codegen/launch_maps.py``), and the line
-spells the view as the argument anyway (`scores.masked_fill(self.mask[:T, :T], ...)`).
+launcher reading a slice fixes sizes of its source (the sliced dim's for a ``Narrow``, all of
+them for another selection), and the line spells the view as the argument anyway
+(`scores.masked_fill(self.mask[:T, :T], ...)`).
 ``detect.py`` applies the rule to each legal group and keeps the larger group only where
 the legality checks (the code generator's dry run among them) still pass.
 """

@@ -10,9 +10,11 @@ dims differ, a merge or unflatten when one run of dims is merged or one dim spli
 other dims stay free, so a launcher runs at another batch), a result whose strides are the
 input's permuted is a permute, and anything else whose strides and offset decompose over
 the input's dims (slice, narrow, select, expand, ``as_strided`` of such a selection) is a
-``Strided`` selection. Views returning several tensors (``split``, ``chunk``, ``unbind``)
+``Strided`` selection (a ``Narrow`` where the call slices one dim and writes the others
+whole: ``as_narrow``). Views returning several tensors (``split``, ``chunk``, ``unbind``)
 or reading sizes computed at run time other than the output shape get no steps, and
-nothing fuses through them.
+nothing fuses through them, except a slice bounded by its source's own sizes
+(`x[..., x.shape[-1] // 2:]`, ``ir/normalize.py``).
 """
 
 from __future__ import annotations
