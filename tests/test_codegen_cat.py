@@ -45,11 +45,31 @@ def test_rotary_embedding_is_one_kernel(tmp_path, fn, capture):
     inputs = (torch.randn(2, 3, 8), torch.randn(3, 8), torch.randn(3, 8))
     checked = check_model(Lambda(fn, 3), inputs, tmp_path, n_clusters=1, capture=capture)
     (c,) = checked.analysis.clusters
-    assert c.ops == ("mul", "neg", "cat", "mul", "add"), c.ops
+    g = checked.analysis.graph
+    computed = tuple(g[n].op for n in c.nodes if g[n].kind is not OpKind.VIEW)
+    assert computed == ("mul", "neg", "cat", "mul", "add"), c.ops
+    if fn is rotary_slices:  # the slices of `q` are read through their maps: q is passed once
+        assert c.inputs == ("a", "b", "c"), c.inputs
+        assert [g[n].op for n in c.nodes if g[n].kind is OpKind.VIEW] == [
+            "getitem" if capture == "fx" else "slice"] * 2
     assert len(_cats(checked)) == 1 and c.outputs == (c.nodes[-1],)  # the cat is not written
     assert not find_barriers(checked.analysis.graph, checked.analysis.clusters)
     # the second half is read at coordinate - 4 where the coordinate is 4 or more, masked
     assert ">= 4), other=0" in checked.kernels[0].source
+
+
+def test_rotary_slices_read_in_the_kernel_run_at_other_tokens_not_another_head_dim(tmp_path):
+    # The halves `q[..., h:]`, `q[..., :h]` are read from q through narrows of the last dim:
+    # any batch and token count runs; another head dim, where h differs, is refused by name.
+    a = analyze(Lambda(rotary_slices, 3), torch.randn(2, 3, 8), torch.randn(3, 8),
+                torch.randn(3, 8))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = load_kernel(path).cluster0
+    q, cos, sin = torch.randn(5, 7, 8), torch.randn(7, 8), torch.randn(7, 8)
+    torch.testing.assert_close(launch(q, cos, sin), rotary_slices(None, q, cos, sin))
+    with pytest.raises(ValueError, match=r"an input sliced along dim -1 is 16 long there; "
+                       r"this kernel slices it at 8 \(regenerate it\)"):
+        launch(torch.randn(5, 7, 16), torch.randn(7, 16), torch.randn(7, 16))
 
 
 def test_rotary_over_transposed_heads_fuses_in_a_tiled_kernel(tmp_path):

@@ -42,7 +42,13 @@ def analyses():
 def test_panel_model_same_clusters_on_both_frontends(analyses, name):
     fx_a, ex_a = analyses[name]["fx"], analyses[name]["export"]
     assert fx_a.clusters, name
-    assert summary(ex_a) == summary(fx_a)
+    assert _as_fx_names(summary(ex_a)) == summary(fx_a)
+
+
+def _as_fx_names(rows: list) -> list:
+    """Export's `aten.slice` of a view the kernel reads is FX's `getitem` (`x[..., h:]`)."""
+    return [(tuple("getitem" if op == "slice" else op for op in row[0]), *row[1:])
+            for row in rows]
 
 
 @pytest.mark.parametrize("name", PANEL)
@@ -56,8 +62,9 @@ def test_llama_block_fusions(analyses):
     ops = [c.ops for c in analyses["llama_block.py"]["fx"].clusters]
     rms = ("pow", "mean", "add", "rsqrt", "mul", "mul")
     assert ops[0] == rms  # the first RMSNorm reads the block input
-    # rotary on q and on k, `rotate_half`'s negation and cat included (read through pieces)
-    assert ops.count(("mul", "neg", "cat", "mul", "add")) == 2
+    # rotary on q and on k, `rotate_half`'s negation and cat included (read through pieces),
+    # its slices of q read in the kernel (q is read anyway)
+    assert ops.count(("mul", "getitem", "neg", "getitem", "cat", "mul", "add")) == 2
     assert ("mul", "masked_fill", "softmax") in ops
     assert ("add", *rms) in ops  # residual add → RMSNorm
     assert ("silu", "mul") in ops

@@ -15,6 +15,7 @@ from test_apply import assert_same_outputs, backup_as_py
 from test_apply_callsite import CAPTURES, line_of
 
 from fusion_core.codegen import generate
+from fusion_core.ir.graph import OpKind
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import EXACT, POINTER, map_clusters
@@ -86,6 +87,11 @@ class CatHelperOnLine(nn.Module):
     def forward(self, x):
         h = x * 2.0
         return torch.relu(h) + rotate_half(h)
+
+
+class CatHelperAlone(nn.Module):
+    def forward(self, x):
+        return rotate_half(x) * 2.0
 """
 
 
@@ -150,11 +156,21 @@ def test_a_helper_call_left_on_the_line_is_named_by_its_call(tmp_path):
                         "the cluster")
 
 
-def test_a_cat_helper_whose_slices_the_kernel_reads_names_the_view(tmp_path):
-    # The cat and the negation fuse; the slices of `h` are the kernel's inputs, made inside
-    # the helper, so the line cannot be rewritten without them.
+def test_a_cat_helper_whose_slices_of_a_value_the_kernel_reads_anyway_is_rewritten(tmp_path):
+    # Was a pointer naming the slices of `h` made inside the helper: the kernel reads `h`
+    # anyway (`torch.relu(h)`), so it takes `h` and reads the slices through their maps.
     path, analysis, (m,) = analysed(tmp_path, HELPERS, "CatHelperOnLine", InputSpec((4, 8)))
-    line = line_of(path, "return torch.relu(h) + rotate_half(h)")
+    (c,) = analysis.clusters
+    assert "cat" in c.ops and c.inputs == ("mul",)
+    assert m.exact and m.replacement == "        return cluster0(h)"
+
+
+def test_a_cat_helper_whose_slices_the_kernel_reads_names_the_view(tmp_path):
+    # The cat and the negation fuse; the slices of `x` are the kernel's inputs (nothing else
+    # in the kernel reads `x`), made inside the helper, so the line cannot be rewritten
+    # without them.
+    path, analysis, (m,) = analysed(tmp_path, HELPERS, "CatHelperAlone", InputSpec((4, 8)))
+    line = line_of(path, "return rotate_half(x) * 2.0")
     cut = line_of(path, "return torch.cat((-t[..., 4:], t[..., :4]), dim=-1)")
     assert "cat" in analysis.clusters[0].ops
     assert m.quality == POINTER
@@ -164,21 +180,44 @@ def test_a_cat_helper_whose_slices_the_kernel_reads_names_the_view(tmp_path):
                         "drop it")
 
 
-def test_llama_rotary_clusters_name_the_rotate_half_call(tmp_path):
-    # Was: "line range also holds `rotate_half(q)` (line 55), which is not in the cluster",
-    # when `torch.cat` was a barrier. Now the cat fuses (one kernel reads q's halves through
-    # its pieces), and the slices it reads are made inside `rotate_half`.
+def test_llama_rotary_clusters_are_rewritten_on_their_lines(tmp_path):
+    # Was a pointer: "only part of the call at line 55 (`rotate_half`) is in the cluster: a
+    # slice (line 29) is a view made inside the call, which the kernel reads as an input".
+    # The slices of q are views of a value the kernel reads anyway: it takes q, cos and sin
+    # and reads the halves through their index maps (analysis/boundary.py).
     path = EXAMPLES / "llama_block.py"
     analysis = analyze_file(path, [InputSpec((1, 4, 128))], "LlamaBlock")
-    assert [c.ops for c in analysis.clusters if "cat" in c.ops] == [
-        ("mul", "neg", "cat", "mul", "add")] * 2
-    reasons = {m.reason for m in map_clusters(analysis) if not m.exact}
-    cut = line_of(path, "return torch.cat((-x[..., half:], x[..., :half]), dim=-1)")
-    for name in ("q", "k"):
+    g = analysis.graph
+    rotary = [c for c in analysis.clusters if "cat" in c.ops]
+    assert [tuple(g[n].op for n in c.nodes if g[n].kind is not OpKind.VIEW)
+            for c in rotary] == [("mul", "neg", "cat", "mul", "add")] * 2
+    # q (k) as the line has it, after its transpose; cos and sin, the buffers' slices
+    assert [[g[i].op for i in c.inputs] for c in rotary] == [
+        ["transpose", "getitem", "getitem"]] * 2
+    fused = {m.cluster_index: m for m in map_clusters(analysis)}
+    for c, name in zip(rotary, ("q", "k"), strict=True):
+        m = fused[c.index]
         line = line_of(path, f"{name} = {name} * cos + rotate_half({name}) * sin")
-        assert (f"only part of the call at line {line} (`rotate_half`) is in the cluster: "
-                f"a slice (line {cut}) is a view made inside the call, which the kernel "
-                "reads as an input, and an edit of the call's line would drop it") in reasons
+        assert m.exact and (m.start, m.end) == (line, line), (m.quality, m.reason)
+        assert m.replacement == f"        {name} = cluster{c.index}({name}, cos, sin)"
+
+
+def test_llama_rotary_lines_applied_compute_what_the_model_did(tmp_path):
+    path = tmp_path / "llama_block.py"
+    path.write_text((EXAMPLES / "llama_block.py").read_text())
+    analysis = analyze_file(path, [InputSpec((1, 4, 128))], "LlamaBlock")
+    rotary = [c.index for c in analysis.clusters if "cat" in c.ops]
+    mappings = tuple(m for m in map_clusters(analysis) if m.cluster_index in rotary)
+    kernels = {i: generate(analysis, analysis.clusters[i]) for i in rotary}
+    p = plan_apply(analysis, mappings, path, kernels, dict.fromkeys(rotary, (True, "verified")))
+    assert p.clusters == tuple(rotary)
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    lines = path.read_text().splitlines()
+    for i, name in zip(rotary, ("q", "k"), strict=True):
+        assert f"        {name} = cluster{i}({name}, cos, sin)" in lines
+    assert "rotate_half(q)" not in path.read_text()
+    torch.manual_seed(0)
+    assert_same_outputs(backup_as_py(result.backup), path, "LlamaBlock", torch.randn(1, 4, 128))
 
 
 ONE_CALL = """\

@@ -7,10 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from analysis_helpers import run
+from codegen_harness import Lambda
 
 from fusion_core.analysis.traffic import estimate_traffic, external_inputs
 from fusion_core.ir.graph import TensorMeta
 from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze
 
 N = 4 * 8  # elements of the default (4, 8) input
 
@@ -109,3 +111,16 @@ def test_a_slice_inside_the_group_stores_at_the_kernels_shape():
     (c,) = a.clusters
     assert c.ops == ("mul", "getitem", "relu", "add")  # the slice is inside
     assert c.traffic.fused_bytes == 16 * 16 * 4 + 16 * 4 * 4
+
+
+def test_slices_read_in_the_kernel_of_a_value_it_reads_anyway_count_once():
+    # rotate_half's `q[..., h:]`, `q[..., :h]`: the kernel takes q (read whole for `q * cos`)
+    # and reads the halves through their maps, the same bytes: q, cos and sin read once each.
+    def rotary(m, q, cos, sin):
+        h = q.shape[-1] // 2
+        return q * cos + torch.cat((-q[..., h:], q[..., :h]), dim=-1) * sin
+
+    a = analyze(Lambda(rotary, 3), torch.randn(2, 3, 8), torch.randn(3, 8), torch.randn(3, 8))
+    (c,) = a.clusters
+    assert c.inputs == ("a", "b", "c")
+    assert c.traffic.fused_bytes == 4 * (48 + 24 + 24 + 48)  # q, cos, sin read; result written

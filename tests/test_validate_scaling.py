@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
-from fusion_core.pipeline import analyze
+from fusion_core.pipeline import analyze, analyze_file
 from fusion_core.report.progress import LONG_RUN, BarProgress, PlainProgress, for_stderr
 from fusion_core.validate import model_check, validate
 from fusion_core.validate import run as validate_run
@@ -84,6 +84,17 @@ def test_identical_blocks_load_and_check_one_kernel(repeated_file, monkeypatch):
     assert report.result(1).status == "verified (same kernel as cluster 0)"
     assert report.result(1).usable and report.result(1).same_as == 0
     assert report.model.passed and report.model.patched == (0, 1)
+
+
+def test_kernels_loading_an_input_again_through_maps_are_merged():
+    # LLaMA's rotary on q and on k: each kernel takes its q (k) and loads it twice more
+    # through the halves' maps, locals named after the parameter (`transpose_map1`).
+    path = Path(__file__).resolve().parents[1] / "examples" / "llama_block.py"
+    analysis = analyze_file(path, [InputSpec((1, 4, 128))], "LlamaBlock")
+    q, k = (c.index for c in analysis.clusters if "cat" in c.ops)
+    kernels = build_kernels(analysis, tuple(analysis.clusters[i] for i in (q, k)))
+    assert "_map1" in kernels.kernels[q].source
+    assert kernels.same_as == {k: q}
 
 
 def test_kernels_differing_in_a_constant_are_not_merged(repeated_file):

@@ -3,12 +3,14 @@ reproduce it exactly, on contiguous and strided inputs, and the invertible ones 
 
 import pytest
 import torch
+from codegen_harness import Lambda
 
 from fusion_core.ir.graph import OpKind
 from fusion_core.ir.view_recognition import describe
 from fusion_core.ir.views import (
     INDEX_STEPS,
     Merge,
+    Narrow,
     Permute,
     Reshape,
     Split,
@@ -143,3 +145,35 @@ def test_a_merge_or_split_of_dims_leaves_the_batch_free():
     assert torch.equal(eval(split[0].source("y"), {"y": y}), y.view(2, 4, 15))  # noqa: S307
     assert inverse(merge, (1, 4, 3, 5)) == (Unflatten(1, (4, 3, 5)),)
     assert torch.equal(apply(inverse(merge, (2, 4, 3, 5)), y), x)
+
+
+def _slice_steps(fn, *inputs) -> dict[str, tuple]:
+    """The steps of every slice `fn`'s graph holds (by graph name)."""
+    a = analyze(Lambda(fn, len(inputs)), *inputs, capture="fx")
+    return {n.name: (n.param(INDEX_STEPS), n.refs) for n in a.graph.nodes
+            if n.kind is OpKind.VIEW and n.op in ("getitem", "narrow", "slice")}
+
+
+def test_a_slice_of_one_dim_is_a_narrow_free_in_the_others():
+    # `x[..., 2:]` and `x.narrow`: any size elsewhere; `x[:2, :4]`, though dim 0 is 2 long
+    # here, slices it too: a selection of the analysed shape.
+    steps = _slice_steps(lambda m, x: (x[..., 2:] * 2.0, x.narrow(1, 1, 2) * 2.0,
+                                    x[:3, :2] * 2.0), torch.randn(SHAPE))
+    found = [s for s, _ in steps.values()]
+    assert found == [(Narrow(-1, 2, 3, 5),), (Narrow(-2, 1, 2, 4),),
+                     (Strided((3, 2, 5), ((0, 1), (1, 1), (2, 1)), (0, 0, 0)),)], found
+    x = torch.randn(7, 4, 5)
+    assert torch.equal(apply((Narrow(-1, 2, 3, 5),), x), x[..., 2:])
+    with pytest.raises(ViewError, match="where dim -1 is 5 long, of a tensor 6 long"):
+        apply((Narrow(-1, 2, 3, 5),), torch.randn(3, 4, 6))
+
+
+def test_slice_bounds_of_the_source_own_sizes_are_no_operand():
+    # `h = x.shape[-1] // 2` bounds `x[..., h:]` (rotary's rotate_half): steps, no data edge.
+    # A bound of another tensor's size (`self.cos[:T]`, T from the input) keeps no steps.
+    own = _slice_steps(lambda m, x: x[..., x.shape[-1] // 2:] * 2.0, torch.randn(SHAPE))
+    assert list(own.values()) == [((Narrow(-1, 2, 3, 5),), ("a",))], own
+    other = _slice_steps(lambda m, x, c: x * c[:x.shape[1]], torch.randn(SHAPE),
+                         torch.randn(9, 5))
+    ((steps, refs),) = other.values()
+    assert steps is None and len(refs) == 2

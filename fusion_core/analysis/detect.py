@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.spelling import said_all
+from .boundary import boundary_views
 from .group import (
     MIN_OPS,
     components,
@@ -123,6 +124,16 @@ def _dead_rejections(g: FusionGraph) -> list[Rejection]:
             for group in components(g, dead) if n_working_ops(g, group) >= MIN_OPS]
 
 
+def _with_boundary_views(g: FusionGraph, group: tuple[str, ...],
+                         checks: Sequence[tuple[str, Check]]) -> tuple[str, ...]:
+    """`group` with the view inputs ``boundary.py``'s rule pulls in, where it stays legal."""
+    views = boundary_views(g, group)
+    if not views:
+        return group
+    grown = tuple(sorted({*group, *views}, key=g.position))
+    return grown if first_failure(g, set(grown), checks) is None else group
+
+
 def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
            ) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
     """Clusters and rejections (module docstring); `checks`: the legality checks in order
@@ -178,6 +189,7 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
                                 for r in reduction_regions(g, comp, True))
                     if n_working_ops(g, c) >= MIN_OPS and len(c) > 1
                     and sibling_reductions(g, c)]
+    legal = [_with_boundary_views(g, grp, checks) for grp in legal]
     legal.sort(key=lambda c: g.position(c[0]))
     # A node the cut left alone may have fused in the second round: name only the rest.
     fused = {n for grp in legal for n in grp}

@@ -114,6 +114,18 @@ def _effective(steps: Sequence[Step], shape: tuple[int, ...], rank: int
     return tuple([(1, 0)] * (rank - len(pairs)) + pairs)
 
 
+def _read(steps: Sequence[Step], shape: tuple[int, ...], rank: int) -> tuple | None:
+    """What a load through a chain reads: ``_effective``'s sizes and strides, where it starts
+    (two slices of one input differ there only: `q[..., h:]`, `q[..., :h]`) and the cat
+    pieces that shift it."""
+    try:
+        offset = apply(steps, torch.empty(shape, device="meta")).storage_offset()
+    except ViewError:
+        offset = None
+    return (_effective(steps, shape, rank), offset,
+            tuple(s for s in steps if isinstance(s, Piece)))
+
+
 class _Spread:
     """Chains spread from the anchor until every value of the group has one."""
 
@@ -125,6 +137,7 @@ class _Spread:
         self.why: dict[str, str] = {}  # value -> the node its chain came through
         self.cat_dims: dict[str, int] = {}
         self.rank = 0
+        self.readers_first = True  # ``run``'s first round
 
     def offer(self, name: str, steps: tuple[Step, ...], via: str) -> bool:
         """Give `name` a chain; True if it was new. Two different maps raise."""
@@ -135,7 +148,7 @@ class _Spread:
         if have == steps:  # the same chain again (every pass re-offers every edge)
             return False
         shape = _shape(self.g, name)
-        if _effective(have, shape, self.rank) != _effective(steps, shape, self.rank):
+        if _read(have, shape, self.rank) != _read(steps, shape, self.rank):
             if name not in self.members:  # an input: `via` loads it once more, its own way
                 self.reads[(via, name)] = steps
                 return False
@@ -155,11 +168,15 @@ class _Spread:
     def run(self, anchor: str, steps: tuple[Step, ...]) -> None:
         self.rank = len(shape_after(steps, _shape(self.g, anchor)))
         self.offer(anchor, steps, anchor if anchor in self.members else self.nodes[0])
-        changed = True
-        while changed:
-            changed = False
-            for name in self.nodes:
-                changed |= self._through(self.g[name])
+        # A view of an input takes its map from its readers first: the input is loaded once
+        # more through it (a slice `rotate_half` makes of `q`); only a view nothing else maps
+        # takes its source's.
+        for self.readers_first in (True, False):
+            changed = True
+            while changed:
+                changed = False
+                for name in self.nodes:
+                    changed |= self._through(self.g[name])
         missing = [v for v in self.values if v not in self.chains]
         if missing:
             raise LoweringError(f"no index map reaches {said(self.g, missing[0])} from the "
@@ -181,7 +198,7 @@ class _Spread:
             src = node.refs[0]
             if own is not None:
                 added |= self.offer(src, tuple(steps) + own, name)
-            elif src in self.chains:
+            elif src in self.chains and not (self.readers_first and src not in self.members):
                 if node.param(SIZES) is not None and any(isinstance(s, Merge) for s in steps):
                     # Undone, the merge splits again with the analysed sizes: at another
                     # size the launcher's view fails where the user's code reads the sizes.

@@ -139,10 +139,19 @@ def _seats(raws, seen):
     return tuple(out)
 
 
+def _narrowed(t, dim, start, length, size):
+    """`t.narrow(dim, start, length)`: a slice the kernel reads, whose bounds were worked out
+    where `t` was `size` long along `dim` (any size elsewhere)."""
+    if t.shape[dim] != size:
+        raise ValueError(f"{NAME}: an input sliced along dim {dim} is {t.shape[dim]} long "
+                         f"there; this kernel slices it at {size} (regenerate it)")
+    return t.narrow(dim, start, length)
+
+
 HELPERS = (_iteration_shape, _spans, _powers_of_two, _multiple_of, _dense_strides, _relaid,
            _layout, _group_strides)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
-VIEW_HELPERS = (_seats,)  # a launcher that sees inputs through views
+VIEW_HELPERS = (_seats, _narrowed)  # a launcher that sees inputs through views
 
 
 def source(views: bool = False) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from .graph import FusionGraph, OpKind
 from .sizes import SIZES, Const
 from .spelling import said
-from .views import INDEX_STEPS, Permute, Step, Strided
+from .views import INDEX_STEPS, Narrow, Permute, Step, Strided
 
 
 def cat_dim(g: FusionGraph, name: str) -> int:
@@ -89,6 +89,8 @@ def _source_dim(steps: Sequence[Step], at: int) -> int | None:
             at = step.perm[at]
         elif isinstance(step, Strided) and step.dims[at][0] >= 0:
             at = step.dims[at][0]
+        elif isinstance(step, Narrow):  # keeps every dim where it is
+            continue
         else:
             return None
     return at

@@ -10,9 +10,11 @@ dims differ, a merge or unflatten when one run of dims is merged or one dim spli
 other dims stay free, so a launcher runs at another batch), a result whose strides are the
 input's permuted is a permute, and anything else whose strides and offset decompose over
 the input's dims (slice, narrow, select, expand, ``as_strided`` of such a selection) is a
-``Strided`` selection. Views returning several tensors (``split``, ``chunk``, ``unbind``)
+``Strided`` selection (a ``Narrow`` where the call slices one dim and writes the others
+whole: ``as_narrow``). Views returning several tensors (``split``, ``chunk``, ``unbind``)
 or reading sizes computed at run time other than the output shape get no steps, and
-nothing fuses through them.
+nothing fuses through them, except a slice bounded by its source's own sizes
+(`x[..., x.shape[-1] // 2:]`, ``ir/normalize.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .views import Merge, Permute, Reshape, Squeeze, Step, Strided, Unflatten, Unsqueeze
+from .views import Merge, Narrow, Permute, Reshape, Squeeze, Step, Strided, Unflatten, Unsqueeze
 
 # Views whose result is the input's elements in the same order (only the shape changes).
 _RESHAPES = frozenset({"view", "_unsafe_view", "reshape", "_reshape_alias", "flatten",
@@ -146,3 +148,21 @@ def _permutation(src, dense, shape, stride) -> tuple[int, ...] | None:
         used.add(k)
         perm.append(k)
     return tuple(perm)
+
+
+def as_narrow(steps: tuple[Step, ...], src: tuple[int, ...], dim: int) -> tuple[Step, ...]:
+    """A ``Strided`` selection that keeps every dim but `dim` whole as a ``Narrow`` of `dim`,
+    where the caller read from the call that it slices `dim` alone (`x[..., h:]`: the other
+    dims are whole at any size, not only at these); `steps` otherwise."""
+    if len(steps) != 1 or not isinstance(steps[0], Strided):
+        return steps
+    sel, rank = steps[0], len(src)
+    if len(sel.sizes) != rank or not 0 <= dim < rank:
+        return steps
+    for k, ((at, m), size) in enumerate(zip(sel.dims, sel.sizes, strict=True)):
+        whole = (at, m) == (k, 1) or (at == -1 and size == src[k] == 1)
+        if k != dim and not (whole and size == src[k] and sel.offsets[k] == 0):
+            return steps
+        if k == dim and (at, m) != (k, 1) and not (at == -1 and size == 1):
+            return steps
+    return (Narrow(dim - rank, sel.offsets[dim], sel.sizes[dim], src[dim]),)

@@ -238,6 +238,36 @@ class Strided:
 
 
 @dataclass(frozen=True)
+class Narrow:
+    """A plain slice of one dim (`x[..., h:]`, `x[:, :4]`), the other dims whole at any
+    size: input dim `dim` (negative, counted from the end) read from `start` for `length`.
+    Its bounds were worked out where that dim was `size` long: a launcher refuses another
+    size there (``_narrowed``, ``codegen/runtime.py``) and runs at any other."""
+
+    dim: int
+    start: int
+    length: int
+    size: int
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        if t.shape[self.dim] != self.size:
+            raise ViewError(f"a slice worked out where dim {self.dim} is {self.size} long, "
+                            f"of a tensor {t.shape[self.dim]} long there")
+        return t.narrow(self.dim, self.start, self.length)
+
+    def source(self, var: str) -> str:
+        return f"_narrowed({var}, {self.dim}, {self.start}, {self.length}, {self.size})"
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return None  # it drops elements
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        out = list(shape)
+        out[self.dim] = self.length
+        return tuple(out)
+
+
+@dataclass(frozen=True)
 class Piece:
     """A concatenation's operand as part of its result: the operand fills coordinates
     [start, start + its size) of dim `dim` (negative: counted from the end) of a result
@@ -265,7 +295,8 @@ class Piece:
         return tuple(out)
 
 
-Step = Permute | Reshape | Merge | Unflatten | Split | Unsqueeze | Squeeze | Strided | Piece
+Step = (Permute | Reshape | Merge | Unflatten | Split | Unsqueeze | Squeeze | Strided | Narrow
+        | Piece)
 
 
 def split_piece(steps: Sequence[Step]) -> tuple[tuple[Step, ...], Piece | None]:

@@ -16,6 +16,7 @@ block size, a dtype) keeps two kernels apart.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -120,5 +121,12 @@ def same_source_key(source: str, kernel_name: str, cluster_index: int) -> str:
     launcher = next((n for n in tree.body if isinstance(n, ast.FunctionDef)
                      and n.name == kernel_name), None)
     if launcher is not None:  # its parameters are the graph's value names
-        names.update({a.arg: f"arg{i}" for i, a in enumerate(launcher.args.args)})
+        params = {a.arg: f"arg{i}" for i, a in enumerate(launcher.args.args)}
+        names.update(params)
+        # and so are the locals that load one again through another map (`q_map1`)
+        for node in ast.walk(tree):
+            name = node.id if isinstance(node, ast.Name) else getattr(node, "arg", None)
+            again = re.fullmatch(r"(.+)_map(\d+)", name) if isinstance(name, str) else None
+            if again and again[1] in params and name not in names:
+                names[name] = f"{params[again[1]]}_map{again[2]}"
     return ast.dump(_Renamer(names, kernel_name).visit(tree))
