@@ -26,7 +26,7 @@ computed in that branch lives over that map (so a computed value also needed who
 maps; an input is loaded once per map). ``loads.py`` masks the branch's loads to the piece;
 ``lower.py`` picks among the branches by the coordinate (``cat_dims``: the domain dim).
 
-``domain_view`` applies a chain to a meta tensor with the value's real strides: torch
+``domain_view.py`` applies a chain to a meta tensor with the value's real strides: torch
 composes the strides exactly, and a reshape of a non-contiguous value that no strides
 can express is refused by name. ``layout.access`` then indexes the result as usual.
 """
@@ -45,7 +45,7 @@ from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
 from ..ir.run_scalars import run_scalar
 from ..ir.sizes import SIZES
-from ..ir.spelling import said, said_all
+from ..ir.spelling import said
 from ..ir.views import (
     INDEX_STEPS,
     Merge,
@@ -61,9 +61,7 @@ from ..ir.views import (
     ViewError,
     apply,
     inverse,
-    plain,
     shape_after,
-    split_piece,
 )
 from .layout import LoweringError
 from .run_sizes import check_run_time_sizes
@@ -359,70 +357,3 @@ def _aligned(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
     while len(shape) > rank and shape[0] == 1:
         shape = shape[1:]
     return (1,) * (rank - len(shape)) + shape
-
-
-def domain_view(steps: Sequence[Step], shape: tuple[int, ...], stride: tuple[int, ...],
-                value: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(shape, strides) of a tensor of `shape`/`stride` seen through `steps`; `value` says
-    the tensor and the views it is read through, in the user's spelling (`seen_through`)."""
-    t = torch.empty_strided(shape, stride, device="meta")
-    try:
-        t = apply(steps, t)
-    except ViewError as e:
-        raise LoweringError(f"reading or writing {value} needs {e}, which cannot be "
-                            "expressed as strides (the value is not contiguous there); a "
-                            "copy would be needed") from None
-    return tuple(t.shape), tuple(t.stride())
-
-
-def view_offset(steps: Sequence[Step], shape: tuple[int, ...]) -> int:
-    """Where a contiguous value of `shape` seen through `steps` starts (a slice's start):
-    a generated value has no pointer to carry it."""
-    if not steps:
-        return 0
-    t = torch.empty(shape, device="meta")
-    try:
-        return apply(steps, t).storage_offset()
-    except ViewError:
-        return 0  # not a view of a contiguous value: domain_view refuses it by name
-
-
-def seen_through(maps: IndexMaps, g: FusionGraph, name: str, shape: tuple[int, ...],
-                 stride: tuple[int, ...], rank: int, steps: tuple[Step, ...] | None = None,
-                 blame: tuple[str, ...] = ()) -> tuple[tuple, tuple, dict]:
-    """(shape, strides, ``TensorArg`` fields) of value `name` as a `rank`-d kernel indexes it
-    through its chain (or `steps`): its own layout where right-alignment reads the same;
-    `blame`: the group's views, which a refusal names."""
-    steps = plain(maps.chains[name] if steps is None else steps, shape)
-    if not steps:
-        return shape, stride, {}
-    views = [v for v in blame if v in g and g[v].kind is OpKind.VIEW]
-    value = said(g, name) + (f" through {said_all(g, views)}" if views else "")
-    try:
-        seen = domain_view(steps, shape, stride, value)
-    except LoweringError as e:
-        raise LoweringError(str(e), blame or (name,)) from None
-    own, piece = split_piece(steps)
-    if piece is None and len(shape) <= rank and _squeezed(seen) == _squeezed((shape, stride)):
-        return shape, stride, {}
-    # A cat's piece is the kernel's to read (``loads.py``): the launcher views the operand
-    # through the steps before it only.
-    return (*seen, {"view": own, "user_shape": shape})
-
-
-def _squeezed(layout: tuple[Sequence[int], Sequence[int]]) -> tuple[tuple[int, int], ...]:
-    """(size, stride) per dim after the leading size-1 dims, a size-1 dim's stride as 0:
-    what right-aligned indexing reads of a layout."""
-    pairs = [(d, s if d != 1 else 0) for d, s in zip(*layout, strict=True)]
-    while pairs and pairs[0][0] == 1:
-        pairs.pop(0)
-    return tuple(pairs)
-
-
-def source(steps: Sequence[Step], var: str) -> str:
-    """The chain as a Python expression on `var` (a generated launcher's text); a reshape
-    there copies where the run-time strides need it, as eager's would."""
-    text = var
-    for s in steps:
-        text = s.source(text)
-    return text

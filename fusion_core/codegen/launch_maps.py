@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..ir.views import Strided, inverse
-from .indexing import source
+from .domain_view import source
 from .plan import KernelPlan, TensorArg
 
 

@@ -49,7 +49,8 @@ from ..ir.run_scalars import run_scalar, spelled
 from ..ir.spelling import said, said_all
 from ..ir.views import shape_after, split_piece
 from ..names import kernel_name
-from .indexing import index_maps, seen_through, view_offset
+from .domain_view import seen_through, view_offset
+from .indexing import index_maps
 from .layout import Access, LoweringError, access
 from .plan import (
     COMPUTE,
