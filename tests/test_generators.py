@@ -95,6 +95,17 @@ class SoftmaxBias(nn.Module):
         return torch.softmax(x - torch.arange(x.shape[-1], device=x.device) * 0.1, dim=-1)
 
 
+class FirstPositionPerRow(nn.Module):
+    """transformers' masking_utils: `position_ids[:, :1] - 1` of positions expanded over the
+    batch. The narrowed column has strides (0, 1) over (B, 1): the kernel's step along the
+    batch is the expanded 0, not the size-1 column's 1 (every row's value is -1)."""
+
+    def forward(self, x):
+        pos = (torch.arange(x.shape[1], device=x.device) + 0).unsqueeze(0)
+        first = pos.expand(x.shape[0], -1)[:, :1] - 1
+        return x[:, :1] * first  # the iteration shape is (B, 1): the column itself
+
+
 def _cluster_with(analysis, op: str):
     return next(c for c in analysis.clusters if op in c.ops)
 
@@ -127,9 +138,9 @@ def test_fx_arange_with_constant_length_and_device_of_a_tensor_is_generated() ->
 @pytest.mark.parametrize("model, shape", [
     (PositionsAdded(), (2, 16, 8)), (PositionsOnly(), (2, 16, 8)), (SlicedRange(), (3, 16)),
     (FloatRange(), (3, 16)), (SoftmaxBias(), (4, 24)), (SharedPositions(), (3, 10)),
-    (IntRangeFloatBounds(), (2, 5)), (HalfRange(), (1, 2100)),
+    (IntRangeFloatBounds(), (2, 5)), (HalfRange(), (1, 2100)), (FirstPositionPerRow(), (3, 16)),
 ], ids=["with-input", "no-input", "sliced", "float", "softmax", "shared", "int-float-bounds",
-        "float16"])
+        "float16", "expanded-then-narrowed"])
 def test_generated_kernels_match_eager(model: nn.Module, shape, tmp_path: Path) -> None:
     # check_model runs every cluster's kernel against its eager subgraph (poisoned outputs)
     x = torch.randn(shape)

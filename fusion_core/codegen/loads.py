@@ -21,6 +21,15 @@ from .signature import Family, KernelParams
 from .writer import COLS, OFFS, ROW_MAJOR, ROWS, Base, Index, Term, row_remainder, zero_term
 
 
+def _literal_stride(arg: TensorArg, first: int, last: int, rank: int) -> int:
+    """A generated value's stride for its group [first, last): that of the innermost dim it
+    has more than one element along, as the launcher reads a tensor's (``_group_strides``).
+    A size-1 dim's stride says nothing (an expanded value narrowed to one column has strides
+    (0, 1) over (2, 1): its group's step is 0, not 1)."""
+    dims, strides = align(arg.shape, arg.stride, rank)
+    return next((strides[k] for k in reversed(range(first, last)) if dims[k] != 1), 0)
+
+
 def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
     """Offset of `arg` for the current block; registers the scalars it needs in `params`.
 
@@ -48,7 +57,7 @@ def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
         divisor = params.span(family, hi) if hi < top else None
         stride = None
         if not g.unit and arg.role == Role.GEN:  # no tensor to read strides from: a literal
-            stride = str(align(arg.shape, arg.stride, rank)[1][hi - 1])
+            stride = str(_literal_stride(arg, g.first, g.last, rank))
         elif not g.unit:
             stride = params.stride(arg.role, arg.index, strides)
             strides += 1
