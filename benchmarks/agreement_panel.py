@@ -75,15 +75,22 @@ def _hf_models() -> dict[str, object]:
     }
 
 
-_SHAPE = re.compile(r"--input-shape\s+([\d,]+)(?:\s+--dtype\s+(\w+))?")
+_SHAPE = re.compile(r"--input-shape\s+([\d,]+)")
+_DTYPE = re.compile(r"--dtype\s+(\w+)")
 
 
 def from_docstring(path: Path) -> Entry | None:
-    """An example's own `--input-shape A,B --dtype D` (first one in its docstring)."""
+    """An example's own arguments in its docstring: the first `...` span that gives
+    `--input-shape` (every input's, for a forward of several: TwoNorms' x and residual) and
+    its `--dtype`."""
     text = path.read_text(encoding="utf-8")
     doc = re.match(r'\s*(?:"""|\'\'\')(.*?)(?:"""|\'\'\')', text, re.S)
-    m = _SHAPE.search(doc.group(1)) if doc else None
-    return Entry(path.name, (m.group(1),), m.group(2) or "float32") if m else None
+    spans = [s for s in re.findall(r"`+([^`]+)`+", doc.group(1)) if _SHAPE.search(s)] if doc else []
+    if not spans:
+        return None
+    dtype = _DTYPE.search(spans[0])
+    return Entry(path.name, tuple(_SHAPE.findall(spans[0])), dtype.group(1) if dtype else
+                 "float32")
 
 
 def panel(only: list[str]) -> list[Entry]:
