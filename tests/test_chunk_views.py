@@ -44,6 +44,12 @@ def split_unequal(m, q, cos, sin):
     return q * cos + torch.cat((x2.exp(), -x1), dim=-1) * sin
 
 
+def chunk_of_three(m, q, cos, sin):
+    # 8 in three: 3, 3 and 2; the last taken by a negative index
+    x1, x2, _ = q.chunk(3, dim=-1)
+    return q * cos + torch.cat((q.chunk(3, dim=-1)[-1], x2, -x1), dim=-1) * sin
+
+
 def _pieces(a) -> dict[str, tuple]:
     return {n.name: (n.param(INDEX_STEPS), n.refs) for n in a.graph.nodes
             if n.kind is OpKind.VIEW and n.op == "getitem"}
@@ -68,15 +74,19 @@ def test_rotary_with_chunk_reads_the_halves_of_q_in_the_kernel(tmp_path, fn, cap
 
 
 @pytest.mark.parametrize("capture", ["fx", "export"])
-def test_split_of_unequal_sizes(tmp_path, capture):
+@pytest.mark.parametrize("fn, pieces", [
+    (split_unequal, {(0, 3), (3, 5)}),
+    (chunk_of_three, {(0, 3), (3, 3), (6, 2)})])
+def test_split_of_unequal_sizes(tmp_path, capture, fn, pieces):
     torch.manual_seed(0)
     inputs = (torch.randn(2, 3, 8), torch.randn(3, 8), torch.randn(3, 8))
-    checked = check_model(Lambda(split_unequal, 3), inputs, tmp_path, n_clusters=1,
-                          capture=capture)
+    checked = check_model(Lambda(fn, 3), inputs, tmp_path, n_clusters=1, capture=capture)
     (c,) = checked.analysis.clusters
     assert c.inputs == ("a", "b", "c"), c.inputs
-    assert sorted(_pieces(checked.analysis).values(), key=lambda p: p[0][0].start) == [
-        ((Narrow(-1, 0, 3, 8),), ("a",)), ((Narrow(-1, 3, 5, 8),), ("a",))]
+    found = _pieces(checked.analysis).values()
+    assert {refs for _, refs in found} == {("a",)}
+    assert {(s.start, s.length) for (s,), _ in found} == pieces, found
+    assert {(s.dim, s.size) for (s,), _ in found} == {(-1, 8)}
 
 
 def test_a_split_sized_by_another_tensor_keeps_no_steps():

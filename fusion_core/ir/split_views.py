@@ -65,8 +65,9 @@ def piece_of_split(n: fx.Node) -> tuple[tuple[Narrow, ...], fx.Node] | None:
         pieces = _replay(split, src, src_val)
     except Exception:  # noqa: BLE001 - a call we cannot replay gets no steps
         return None
-    if not 0 <= k < len(pieces):
+    if not -len(pieces) <= k < len(pieces):
         return None
+    k %= len(pieces)  # `x.chunk(3, -1)[-1]`
     start = sum(int(p.shape[dim]) for p in pieces[:k])
     length = int(pieces[k].shape[dim])
     if tuple(pieces[k].shape) != tuple(out.shape):
