@@ -1,7 +1,8 @@
 """Views at a cluster's boundary: which view inputs a cluster reads through its own index map.
 
 The one rule: a view input of a legal group (a slice, select, permute, reshape... any view
-with index steps; not a `chunk` piece, which gets none) joins the group when
+with index steps, a `chunk` or `split` piece among them, ``ir/split_views.py``) joins the
+group when
   - only the group reads it (no other op, no output, no shape read: nothing else needs it
     made), and
   - its source, through a chain of such views, is a value some op of the group reads

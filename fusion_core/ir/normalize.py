@@ -34,6 +34,7 @@ from .registry import bind, lookup, training_spec
 from .run_scalars import RUN_SCALAR, Apply, scalar_of
 from .sizes import SIZED_VIEWS, SIZES, Dim, read_sizes, refine
 from .spelling import aten_call, namespaced
+from .split_views import piece_of_split
 from .trace import is_user_frame
 from .view_recognition import as_narrow, describe
 from .views import INDEX_STEPS, Narrow, Step
@@ -207,6 +208,10 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
         op = str(getattr(key, "__name__", n.target) if n.op != "call_method" else n.target)
         if op.split(".")[0] in SHAPE_ONLY_OTHER:
             refs = refs[:1]  # the other tensor lends its shape, already in the result's meta
+        if (piece := piece_of_split(n)) is not None:
+            # `x1, x2 = x.chunk(2, -1)`: a Narrow of the split's source (``ir/split_views.py``)
+            return Node(op=op, kind=OpKind.VIEW, inputs=(Ref(piece[1].name),),
+                        params=((INDEX_STEPS, piece[0]),), **common)
         params = _view_params(n, op)
         if params and _run_time_args(n):
             if _bounds_of_its_own_sizes(n, dict(params)[INDEX_STEPS]):

@@ -105,6 +105,13 @@ def _is_feeder(node: Node) -> bool:
     return node.kind in (OpKind.CONSTANT, OpKind.INPUT) or node.op == "meta"
 
 
+def _unread_tuple(analysis: Analysis, name: str) -> bool:
+    """A chunk or split whose pieces each read its source directly (``ir/split_views.py``):
+    the tuple itself is no value a kernel computes or the call's line must keep."""
+    node = analysis.graph[name]
+    return node.kind is OpKind.VIEW and node.meta is None and not analysis.graph.users[name]
+
+
 def lift(analysis: Analysis, c: Cluster, frames: Frames) -> Lifted:
     """Where each of `c`'s nodes stands once the calls it fuses whole are lifted to their
     call sites (`frames`: the analysis' frames, shared by every cluster it maps). Raises
@@ -152,8 +159,10 @@ def _lifted(analysis: Analysis, c: Cluster, site: tuple[str, int],
             callee: tuple[str, str] | None, name: str, members: list[str]) -> LiftedCall:
     """One call whose every op `c` must compute, and the one value it hands `c`."""
     inside = set(c.nodes)
-    left = [m for m in members if m not in inside and not _is_feeder(analysis.graph[m])]
-    ran = frozenset(m for m in members if m in inside)
+    left = [m for m in members if m not in inside and not _is_feeder(analysis.graph[m])
+            and not _unread_tuple(analysis, m)]
+    # the tuple counts as the call's own: its pieces' source is what the call reads
+    ran = frozenset(m for m in members if m in inside or _unread_tuple(analysis, m))
     if left:
         raise _partly_fused(analysis, site, callee, left, ran)
     read = [m for m in c.nodes if m in ran and any(
