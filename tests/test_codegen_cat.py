@@ -109,6 +109,21 @@ def test_cat_of_three_unequal_pieces_with_a_broadcast_operand(tmp_path):
     assert "(cols - 2)" in source and "(cols - 7)" in source
 
 
+@pytest.mark.parametrize("s_shape, dim, b_shape", [
+    ((2, 3, 1), -1, (2, 3, 5)), ((1,), -1, (2, 3, 5)), ((2, 1, 4), 1, (2, 5, 4))],
+    ids=["size-1-along-the-cat-dim", "one-element", "middle-dim"])
+def test_an_operand_broadcast_along_the_cat_dim_inside_a_branch(tmp_path, s_shape, dim,
+                                                                b_shape):
+    # `s` is one element along the cat dim while its branch `a * s` is 4 long there: every
+    # coordinate of the piece reads that element (once the kernel read `s` through the
+    # piece's mask and stride: max abs err 6.16).
+    torch.manual_seed(0)
+    a, s, b = torch.randn(2, 3, 4), torch.randn(s_shape), torch.randn(b_shape)
+    fn = lambda m, a, s, b: torch.cat((a * s, b + 1.0), dim) * 2.0  # noqa: E731
+    checked = check_model(Lambda(fn, 3), (a, s, b), tmp_path, n_clusters=1)
+    assert len(_cats(checked)) == 1
+
+
 def test_a_cat_result_also_written_is_a_cluster_output(tmp_path):
     torch.manual_seed(0)
 

@@ -290,9 +290,21 @@ class _Spread:
             shape = _shape(self.g, r)
             pad = len(out) - len(shape)
             lead = (Unsqueeze(tuple(range(pad))),) if pad > 0 else ()
+            chain = own
+            piece = own[-1] if own and isinstance(own[-1], Piece) else None
+            if piece is not None and ((1,) * pad + shape)[piece.dim] == 1 != out[piece.dim]:
+                # One element along the cat dim of a longer piece (`s` in `cat((a * s, b))`):
+                # every coordinate reads it, so no piece (its mask and shift are the
+                # branch's, its stride there the size-1 dim's); `tl.where` drops the lanes
+                # of other pieces.
+                if expand:
+                    raise LoweringError(f"{said(self.g, r)} is broadcast along the cat dim "
+                                        f"of {said(self.g, via)} before a reshape; a kernel "
+                                        "reads each operand of a cat as its piece", (via,))
+                chain = own[:-1]
             if expand:
-                lead += _expanded((1,) * pad + shape, out, own)
-            added |= self.offer(r, lead + own, via)
+                lead += _expanded((1,) * pad + shape, out, chain)
+            added |= self.offer(r, lead + chain, via)
         return added
 
 
