@@ -26,6 +26,7 @@ _EXPORTS = {
     "generate_all": ".codegen", "load_kernel": ".codegen", "write_kernels": ".codegen",
     "FusionAdvisorError": ".errors",
     "split_biases": ".ir.bias_split",
+    "subscript_written": ".ir.spelling",
     "InputSpec": ".ir.shapes", "parse_dtype": ".ir.shapes",
     "load_model": ".load", "build_model": ".build",
     "Analysis": ".pipeline", "analyze": ".pipeline",
@@ -79,6 +80,7 @@ if TYPE_CHECKING:  # for type checkers and editors only
     from .inductor.separation import Separation  # noqa: F401
     from .ir.bias_split import split_biases  # noqa: F401
     from .ir.shapes import InputSpec, parse_dtype  # noqa: F401
+    from .ir.spelling import subscript_written  # noqa: F401
     from .load import load_model  # noqa: F401
     from .pipeline import Analysis, analyze  # noqa: F401
     from .report.apart import why_apart  # noqa: F401

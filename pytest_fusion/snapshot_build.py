@@ -122,12 +122,22 @@ def op_index(graph: Any, sites: dict[str, str], rootdir: Path, biases: dict[str,
     feeds: dict[str, list[str]] = {}
     reads = {n.name: _reads(graph, n.name, sites, feeds) for n in graph.nodes
              if n.name in sites or n.kind.value == "view"}
-    return tuple(OpRec(node=n.name, op=n.op, site=sites.get(n.name, ""), target=n.target,
+    return tuple(OpRec(node=n.name, op=n.op, site=sites.get(n.name, ""), target=_target(n),
                        kind=_KINDS.get(n.kind.value, "compute"), module=n.module,
                        line=where(graph, [n.name], rootdir),
                        synthetic=f"bias of {biases[n.name]}" if n.name in biases else "",
                        reads=reads[n.name], feeds=tuple(feeds.get(n.name, ())))
                  for n in graph.nodes if n.name in reads)
+
+
+def _target(node: Any) -> str:
+    """What the user wrote for `node`: a subscript (`y.chunk(1, dim=0)[0]`) as its line
+    writes it, not FX's `operator.getitem`."""
+    if node.target == "operator.getitem" and node.source is not None:
+        import fusion_core  # here, as in from_analysis: a run without fusion tests loads none
+
+        return fusion_core.subscript_written(node.source.code) or node.target
+    return node.target
 
 
 def _reads(graph: Any, name: str, sites: dict[str, str], feeds: dict[str, list[str]]

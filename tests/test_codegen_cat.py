@@ -192,6 +192,20 @@ def test_a_cat_along_a_dim_sized_at_run_time_stays_a_barrier_that_says_why():
     assert "a kernel fixes each piece's size" in text
 
 
+def test_a_run_time_size_behind_a_pointwise_op_still_keeps_the_cat_a_barrier():
+    # `* 2.0` after the reshape once hid the size from the check: the cat fused, and the
+    # kernel refused every other token count at run time.
+    def fn(m, a, b):
+        n, t = a.shape[0], a.shape[1]
+        h = a.reshape(n, t * 2, -1) * 2.0
+        return torch.cat((h, b * 3.0), dim=1) + 1.0
+
+    a = analyze(Lambda(fn, 2), torch.randn(2, 3, 4), torch.randn(2, 5, 2), capture="fx")
+    (b,) = find_barriers(a.graph, a.clusters)
+    assert b.target == "torch.cat"
+    assert "values sized at run time there (by `reshape` (" in b.describe(a.graph)
+
+
 def test_the_launcher_refuses_a_piece_of_another_size(tmp_path):
     # The kernel fixes each piece's bounds: a call where an operand is longer along the cat
     # dim is refused by name, not read out of bounds.

@@ -215,7 +215,10 @@ VIEWED = HEAD + ("        y = x * 2.0\n"
 
 @pytest.mark.parametrize(("view", "became"), [
     ("y.permute(1, 0)", "`.permute()` at model.py:11) no longer fuses: lowering, "),
-    ("y.chunk(1, dim=0)[0]", "`.chunk()` at model.py:11) shrank to `relu → reshape → add`"),
+    # a chunk's piece is a view of `y` now (a slice the group cannot read of a value it
+    # computes), said as the line writes it
+    ("y.chunk(1, dim=0)[0]", "`y.chunk(1, dim=0)[0]` at model.py:11) shrank to `relu → "
+                             "reshape → add`"),
 ])
 def test_a_view_the_user_changed_is_named_at_its_line(proj, view, became):
     """A view has no site of its own: it is found again between the ops around it, so the

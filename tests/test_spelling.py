@@ -169,13 +169,15 @@ def test_a_module_list_item_is_named_as_the_source_indexes_it(model_file):
 
 @pytest.mark.parametrize("capture", CAPTURES)
 def test_a_lowering_reason_names_the_subscript_by_op_and_line(model_file, capture):
-    # Was: "`getitem_1` reads `chunk`, a Python value computed at run time".
+    # Was: "`getitem_1` reads `chunk`, a Python value computed at run time"; then "`chunk`
+    # (line 23) is a view ...". A chunk's piece is a view of `h` now, which the group computes.
     a = analysed(model_file, "Chunked", capture)
     reasons = [r.reason for r in a.rejections if r.check == "lowering"]
-    assert f"`chunk` (line {line_of('h.chunk')}) is a view" in reasons[0]
-    # FX puts the subscripts on their own line, export on the chunk's.
-    assert any(re.search(rf"`getitem` \(line \d+\) reads `chunk` \(line {line_of('h.chunk')}\)",
-                         r) for r in reasons)
+    # FX puts the subscripts on their own line (two there: "a slice"), export on the chunk's
+    # line, which has none: the piece is said by what it is a piece of.
+    piece = (f"a slice (line {line_of('torch.sigmoid(hs[0])')})" if capture == "fx" else
+             f"a piece of `mul` (line {line_of('h = x * 2.0')})")
+    assert f"{piece} selects part of a value computed in the group" in reasons[0]
     assert [w for r in reasons for w in leaked(a.graph, r)] == []
 
 

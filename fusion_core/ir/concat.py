@@ -70,15 +70,29 @@ def reduced_branch(g: FusionGraph, nodes: Sequence[str]) -> tuple[str, str] | No
 
 def _sized_at_run_time(g: FusionGraph, operand: str, dim: int) -> str | None:
     """The view that sizes `operand` along `dim` from a tensor's shape (`x.view(b, t, n)`
-    along t: it changes from call to call), up through the views that made it; None. A
-    slice's fixed bounds are the launcher's to check."""
+    along t: it changes from call to call), up through the views and pointwise ops that
+    made it (`x.reshape(n, 2 * t, -1) * 2.0`); None. A slice's fixed bounds are the
+    launcher's to check."""
     name, at = operand, dim
+    node = g[name]
+    if node.kind.is_pointwise:  # same size along `dim` as the operands that have it
+        length = node.meta.shape[dim] if node.meta is not None else None
+        for r in dict.fromkeys(node.refs):
+            meta = g[r].meta
+            if meta is not None and len(meta.shape) == len(node.meta.shape) and (
+                    meta.shape[dim] == length != 1):
+                found = _sized_at_run_time(g, r, dim)
+                if found is not None:
+                    return found
+        return None
     while g[name].kind is OpKind.VIEW and g[name].refs and at is not None:
         sizes = g[name].param(SIZES)
         if sizes is not None and at < len(sizes) and not isinstance(sizes[at], Const):
             return name
         at = _source_dim(g[name].param(INDEX_STEPS) or (), at)
         name = g[name].refs[0]
+        if g[name].kind.is_pointwise:
+            return _sized_at_run_time(g, name, at) if at is not None else None
     return None
 
 

@@ -106,17 +106,31 @@ def said(g: FusionGraph, name: str) -> str:
         return layer if alone else f"`{op}` in {layer}"
     sliced = (_subscript(src.code) if node.kind is OpKind.VIEW and src is not None
               and node.op in ("getitem", "slice") else None)
+    if sliced is None and node.kind is OpKind.VIEW and node.op == "getitem" and node.refs:
+        return f"a piece of {said(g, node.refs[0])}"  # `a, b = h.chunk(2)`: no subscript
     return (sliced or f"`{op}`") + (f" ({where})" if where else "")
 
 
-def _subscript(code: str) -> str | None:
-    """A slice as the line writes it (`` `x[..., :half]` ``); "a slice" where the line has
-    several (the graph records no column to tell them apart); None where it has none."""
+def subscript_written(code: str) -> str | None:
+    """The subscript a line writes, unquoted (`hs[0]`), where it writes exactly one; None
+    otherwise (the graph records lines, not columns)."""
+    found = _subscripts(code)
+    return found.pop() if len(found) == 1 else None
+
+
+def _subscripts(code: str) -> set[str]:
     tree = _parsed(code)
     if tree is None:
-        return None
-    found = {ast.get_source_segment(code, e) for e in ast.walk(tree)
-             if isinstance(e, ast.Subscript) and not isinstance(e.slice, ast.Constant)}
+        return set()
+    return {ast.get_source_segment(code, e) for e in ast.walk(tree)
+            if isinstance(e, ast.Subscript)}
+
+
+def _subscript(code: str) -> str | None:
+    """A subscript as the line writes it (`` `x[..., :half]` ``, `` `hs[0]` ``); "a slice"
+    where the line has several (the graph records no column to tell them apart); None where
+    it has none."""
+    found = _subscripts(code)
     return f"`{found.pop()}`" if len(found) == 1 else "a slice" if found else None
 
 
