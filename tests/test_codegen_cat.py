@@ -166,6 +166,18 @@ def test_a_reduction_reads_the_cat_in_one_kernel(tmp_path, fn, shapes, looped):
     assert len(_cats(checked)) == 1
 
 
+def test_a_looped_rows_last_pass_lets_a_pieces_lines_go_first(tmp_path):
+    # The L2 hint follows the row mask, not the piece's bounds joined to it: the last pass
+    # over a looped row reads each piece with `evict_first`, as any other input's.
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 70), torch.randn(2, 33))
+    checked = check_model(Lambda(_softmax_of_cat, 2), inputs, tmp_path, n_clusters=1,
+                          looped=True)
+    piece_loads = [line for line in checked.kernels[0].source.splitlines()
+                   if "tl.load(" in line and "other=0" in line]
+    assert piece_loads and any('eviction_policy="evict_first"' in line for line in piece_loads)
+
+
 def test_a_reduction_in_a_cat_branch_is_left_out_and_says_why():
     def fn(m, a, b):
         return torch.cat((torch.softmax(a * 2.0, -1), b.exp()), dim=-1) * 2.0

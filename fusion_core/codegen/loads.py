@@ -164,14 +164,15 @@ def load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
         text = f"tl.load({arg.ptr})"
     else:
         mask = _mask(arg, plan, idx)
+        # the hint by the row mask's kind, before a cat piece's bounds join it
+        evict = "" if last_read is None or mask == "row_mask" else (
+            ', eviction_policy="evict_first"' if last_read and mask == "mask"
+            else ', eviction_policy="evict_last"')
         if arg.piece is not None:  # a cat's operand: only its own piece of the domain
             coord, piece = index_of(arg.piece.coordinate, plan, params), arg.piece
             bounds = ([f"({coord} >= {piece.start})"] if piece.start else []) + (
                 [f"({coord} < {piece.stop})"] if piece.stop < piece.coordinate.shape[0] else [])
             mask = " & ".join([mask, *bounds]) + ", other=0"
-        evict = "" if last_read is None or mask == "row_mask" else (
-            ', eviction_policy="evict_first"' if last_read and mask == "mask"
-            else ', eviction_policy="evict_last"')
         text = f"tl.load({idx.offset(arg.ptr)}, mask={mask}{evict})"
     if arg.compute_dtype != arg.dtype:
         text += f".to({TL_TYPES[arg.compute_dtype]})"

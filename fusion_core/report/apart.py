@@ -97,10 +97,10 @@ def _unknown(g: FusionGraph, ops: Sequence[str]) -> list[str]:
                 f"its ops may be inside a call nobody analyses: {kept[0]}" if kept else
                 "name ops as the report's `ops` column prints them"))
     if sized:  # one note covers every op sized by a tensor's values
-        note = next(i.note for i in left_unfused(g, os.path.basename)
-                    if i.kind == "sized-by-value")
+        note = next((i.note for i in left_unfused(g, os.path.basename)
+                     if i.kind == "sized-by-value"), "")
         notes.insert(0, f"{', '.join(sized)} {'is' if len(sized) == 1 else 'are'} in no "
-                        f"cluster; the report's note: {note}")
+                        "cluster" + (f"; the report's note: {note}" if note else ""))
     return notes
 
 
