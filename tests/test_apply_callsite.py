@@ -258,3 +258,36 @@ def test_gpt_layers_residual_and_norm2_are_one_edit_with_norm1_kept_as_its_argum
     ids = torch.randint(0, 128, (2, 8), device=DEVICE)
     with torch.no_grad():
         torch.testing.assert_close(after(ids), before(ids), atol=1e-4, rtol=1e-3)
+
+
+STATIC_HELPER = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    @staticmethod
+    def squash(h):
+        return torch.tanh(h.mul(2.0)) + 1.0
+
+    def forward(self, x):
+        return self.squash(self.fc(x))
+"""
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_staticmethods_first_parameter_is_an_argument_not_self(tmp_path, capture):
+    # Was: "`h.mul(...)` at line 13 is not `mul`": `h`, a staticmethod's first parameter,
+    # was taken for the module itself (roberta's `input_ids.ne(padding_idx)` the same).
+    path = tmp_path / "static_helper.py"
+    path.write_text(STATIC_HELPER)
+    analysis, (m,), p = plan(path, capture)
+    assert m.quality == EXACT, m.reason
+    assert m.replacement.strip() == "return cluster0(h)"
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert result.clusters == (0,)
+    assert_same_outputs(backup_as_py(result.backup), path, "Net", torch.randn(3, 8))

@@ -149,8 +149,7 @@ def _library_container(analysis: Analysis, span: Span, path: str | None, line: i
     module paths of the cluster's ops."""
     if not path:
         return None
-    params = span.scope.node.args.posonlyargs + span.scope.node.args.args
-    self_name = params[0].arg if span.scope.class_name and params else "self"
+    self_name = span.scope.receiver or "self"
     segments = path.split(".")
     for n in ast.walk(span.scope.node):
         if not (isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)):

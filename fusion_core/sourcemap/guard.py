@@ -49,8 +49,7 @@ class Guard:
 
 
 def _self_name(scope: Scope) -> str | None:
-    params = scope.node.args.posonlyargs + scope.node.args.args
-    return params[0].arg if scope.class_name and params else None
+    return scope.receiver
 
 
 def _value(expr: ast.expr, self_name: str, module: torch.nn.Module | None) -> Any:

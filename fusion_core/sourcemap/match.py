@@ -36,8 +36,7 @@ def self_path_of(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
 
 
 def self_name_of(scope: Scope) -> str:
-    params = scope.node.args.posonlyargs + scope.node.args.args
-    return params[0].arg if scope.class_name and params else "self"
+    return scope.receiver or "self"
 
 
 @dataclass(frozen=True)

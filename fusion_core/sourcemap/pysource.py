@@ -48,6 +48,17 @@ class Scope:
     def __str__(self) -> str:
         return self.qualname
 
+    @property
+    def receiver(self) -> str | None:
+        """The name the module itself has here (a method's first parameter, `self`); None in
+        a plain function, a staticmethod or a classmethod, which have no module instance (a
+        staticmethod's first parameter is an argument: roberta's `input_ids`)."""
+        kinds = {d.id for d in self.node.decorator_list if isinstance(d, ast.Name)}
+        params = self.node.args.posonlyargs + self.node.args.args
+        if not self.class_name or not params or kinds & {"staticmethod", "classmethod"}:
+            return None
+        return params[0].arg
+
 
 @dataclass(frozen=True)
 class Statement:

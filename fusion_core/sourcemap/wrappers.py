@@ -60,9 +60,8 @@ def _forwards_to_module(func: ast.expr, scope: Scope) -> bool:
     if not (isinstance(func, ast.Attribute) and func.attr in _FORWARD_TARGETS):
         return False
     base = func.value
-    params = scope.node.args.posonlyargs + scope.node.args.args
     if isinstance(base, ast.Name):  # `self.forward(...)`
-        return bool(params) and base.id == params[0].arg and func.attr == "forward"
+        return base.id == scope.receiver and func.attr == "forward"
     return (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
             and base.func.id == "super")
 
