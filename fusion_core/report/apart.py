@@ -154,13 +154,7 @@ def _chain(g: FusionGraph, ops: Sequence[str]) -> list[str]:
 
     def reaches(a: str, b: str) -> bool:
         if a not in reach:
-            seen, todo = set(), [a]
-            while todo:
-                for u in g.users[todo.pop()]:
-                    if u not in seen:
-                        seen.add(u)
-                        todo.append(u)
-            reach[a] = seen
+            reach[a] = _descendants(g, a)
         return b in reach[a]
 
     best: tuple[tuple[int, int], list[str]] | None = None
