@@ -17,6 +17,8 @@ Whether the run computes exactly the cluster is ``match.py``'s question.
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
@@ -315,6 +317,9 @@ def chain_site(chain: tuple[SourceLoc, ...], depth: int) -> str:
     return f"at line {caller.line}" + (f" (`{_closed(caller.code)}`)" if caller.code else "")
 
 
+_CLOSING = {"(": ")", "[": "]", "{": "}"}
+
+
 def _closed(code: str) -> str:
     """A frame's line of a call written over several lines (`h = layer(`), its brackets
     closed (`h = layer(...)`): the first line alone is no expression to quote."""
@@ -324,11 +329,14 @@ def _closed(code: str) -> str:
     except SyntaxError:
         pass
     opened: list[str] = []
-    for ch in code:  # brackets inside string literals are rare on a call's first line
-        if ch in "([{":
-            opened.append({"(": ")", "[": "]", "{": "}"}[ch])
-        elif opened and ch == opened[-1]:
-            opened.pop()
+    try:  # tokens, so that a bracket inside a string literal is no bracket
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type == tokenize.OP and tok.string in _CLOSING:
+                opened.append(_CLOSING[tok.string])
+            elif tok.type == tokenize.OP and opened and tok.string == opened[-1]:
+                opened.pop()
+    except (tokenize.TokenError, SyntaxError):
+        pass  # the line ends inside its brackets: the tokens read so far are all we need
     return f"{code}...{''.join(reversed(opened))}" if opened else code
 
 
