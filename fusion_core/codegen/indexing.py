@@ -273,9 +273,9 @@ class _Spread:
         at = dims[0] - len(whole)
         self.cat_dims[name] = self.rank + at
         start, added = 0, False
-        for r in refs:
+        for part, r in enumerate(refs):
             size = _shape(g, r)[dim]
-            piece = (Piece(at, start, out[dim]),) if size != out[dim] else ()
+            piece = (Piece(at, start, out[dim], name, part),) if size != out[dim] else ()
             added |= self.offer(r, own + piece, name)
             start += size
         return added

@@ -1,0 +1,99 @@
+"""A cat whose operands change length from call to call (a KV cache): the kernel reads each
+piece's bounds from the operands it is given (codegen/cat_bounds.py), so one kernel
+analysed at one past length computes every other one, as eager does.
+
+Each case is analysed at one length and then called at others under the interpreter, its
+outputs poisoned first, against eager. Once, every case here was refused: "a concatenated
+input is 7 long along the cat dim; this kernel reads 5 (regenerate it)".
+"""
+
+import pytest
+import torch
+from codegen_harness import Lambda, compare, poison_empty, to_device
+
+from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.pipeline import analyze
+
+
+def _kv_softmax(m, past, new):  # the cat along the rows: the row count follows the cache
+    k = torch.cat((past, new), dim=2)
+    return (k * 0.5).softmax(-1)
+
+
+def _kv_scaled(m, past, new):  # half-precision cache widened and scaled, elementwise
+    return torch.cat((past, new), dim=2).float() * 0.125
+
+
+def _scores_softmax(m, past, new):  # the cat along the reduced dim: n_cols follows it
+    return torch.softmax(torch.cat((past * 0.5, new * 0.5), dim=-1), dim=-1)
+
+
+def _scores_sum(m, past, new):  # a collapsing reduction of a row that grows
+    return torch.cat((past.exp(), new), dim=-1).sum(-1)
+
+
+# (fn, past shape at analysis (cat dim 5), new shape, dtype, cat dim)
+CASES = {
+    "kv-softmax": (_kv_softmax, (1, 2, 5, 8), (1, 2, 1, 8), torch.float32, 2),
+    "kv-float-scale": (_kv_scaled, (2, 2, 5, 8), (2, 2, 1, 8), torch.float16, 2),
+    "scores-softmax": (_scores_softmax, (2, 3, 5), (2, 3, 1), torch.float32, -1),
+    "scores-sum": (_scores_sum, (2, 3, 5), (2, 3, 1), torch.float32, -1),
+}
+
+
+def _launcher(tmp_path, fn, past, new, looped=None):
+    a = analyze(Lambda(fn, 2), past, new)
+    assert [len(c.nodes) > 1 for c in a.clusters] == [True], [c.ops for c in a.clusters]
+    kernel = generate(a, a.clusters[0], looped=looped)
+    (path,) = write_kernels([kernel], tmp_path)
+    module = load_kernel(path)
+    poison_empty(module)  # an element the kernel does not write reads as NaN
+    return kernel, getattr(module, kernel.name)
+
+
+def _resized(shape, dim, n):
+    out = list(shape)
+    out[dim] = n
+    return tuple(out)
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["one-block", "looped"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_kernel_runs_every_past_length(tmp_path, case, looped):
+    fn, past_shape, new_shape, dtype, dim = CASES[case]
+    if looped and case == "kv-float-scale":
+        pytest.skip("elementwise: no column loop")
+    torch.manual_seed(0)
+    kernel, launch = _launcher(tmp_path, fn, torch.randn(past_shape, dtype=dtype),
+                               torch.randn(new_shape, dtype=dtype), looped=looped or None)
+    assert "cat0_end0" in kernel.source  # the bound is a parameter, no literal 5
+    # 5 as analysed; 2: a piece shorter than any block; 0: an empty cache; 37 and a new
+    # chunk of 3 tokens (a prefill) longer than analysed
+    for past_len, new_len in ((5, 1), (2, 1), (0, 1), (37, 1), (6, 3)):
+        past = torch.randn(_resized(past_shape, dim, past_len), dtype=dtype)
+        new = torch.randn(_resized(new_shape, dim, new_len), dtype=dtype)
+        got = launch(to_device(past), to_device(new))
+        compare(got.cpu(), fn(None, past, new), f"{case} at past length {past_len}")
+
+
+def test_the_cat_of_computed_values_along_the_flat_index_shifts_by_a_parameter(tmp_path):
+    # dim 0 of a flat elementwise kernel: the second piece starts `cat0_end0 * span1`
+    # elements in, whatever the first operand's length at this call
+    fn = lambda m, a, b: torch.sigmoid(torch.cat((a * 2.0, b + 1.0), dim=0)) * 3.0  # noqa: E731
+    kernel, launch = _launcher(tmp_path, fn, torch.randn(2, 3, 8), torch.randn(3, 3, 8))
+    assert "(offs - cat0_end0 * span1)" in kernel.source
+    for n, m in ((2, 3), (2, 4), (4, 3), (1, 6)):
+        a, b = torch.randn(n, 3, 8), torch.randn(m, 3, 8)
+        compare(launch(to_device(a), to_device(b)).cpu(), fn(None, a, b), f"{n}+{m}")
+
+
+def test_inputs_of_one_piece_of_other_lengths_are_refused_by_name(tmp_path):
+    fn = lambda m, a, b, c: torch.cat((a * b, c), dim=0) + 1.0  # noqa: E731
+    a = analyze(Lambda(fn, 3), torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = load_kernel(path).cluster0
+    x, y, z = torch.randn(5, 4), torch.randn(5, 4), torch.randn(1, 4)
+    torch.testing.assert_close(launch(x, y, z), fn(None, x, y, z))
+    with pytest.raises(ValueError, match=r"a concatenated input is 1 long along the cat dim; "
+                       r"another input of its operand is 5 \(this kernel needs them equal\)"):
+        launch(x, torch.randn(1, 4), z)
