@@ -123,6 +123,9 @@ def test_an_operand_broadcast_along_the_cat_dim_inside_a_branch(tmp_path, s_shap
     fn = lambda m, a, s, b: torch.cat((a * s, b + 1.0), dim) * 2.0  # noqa: E731
     checked = check_model(Lambda(fn, 3), (a, s, b), tmp_path, n_clusters=1)
     assert len(_cats(checked)) == 1
+    # `a * s` is in the kernel (it was once left out: "`b` is broadcast along the cat dim of
+    # `mul` before a reshape", where there is no reshape)
+    assert checked.analysis.clusters[0].ops == ("mul", "add", "cat", "mul")
 
 
 def test_a_cat_result_also_written_is_a_cluster_output(tmp_path):

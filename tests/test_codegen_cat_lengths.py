@@ -87,6 +87,27 @@ def test_the_cat_of_computed_values_along_the_flat_index_shifts_by_a_parameter(t
         compare(launch(to_device(a), to_device(b)).cpu(), fn(None, a, b), f"{n}+{m}")
 
 
+def test_a_weight_one_long_in_a_piece_one_long_stays_broadcast_as_the_piece_grows(tmp_path):
+    # `new * w` with w a (1, 2, 1, 8) weight, one token long like `new` at analysis: the
+    # piece grows with `new`, w is read broadcast (once it was read through the piece and
+    # the launcher refused every other length of `new`)
+    w = torch.randn(1, 2, 1, 8)
+    fn = lambda m, past, new: torch.cat((past, new * m.w), dim=2).relu()  # noqa: E731
+    model = Lambda(fn, 2, w=w)
+    a = analyze(model, torch.randn(1, 2, 5, 8), torch.randn(1, 2, 1, 8))
+    (c,) = a.clusters
+    assert c.ops == ("mul", "cat", "relu")
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    launch = load_kernel(path).cluster0
+    for past_len, new_len in ((5, 1), (9, 3)):
+        past, new = torch.randn(1, 2, past_len, 8), torch.randn(1, 2, new_len, 8)
+        args = {"a": past, "b": new, "w": w}
+        with torch.no_grad():
+            want = model(past, new)
+        compare(launch(*(to_device(args[n]) for n in c.inputs)).cpu(), want,
+                f"past {past_len}, new {new_len}")
+
+
 def test_inputs_of_one_piece_of_other_lengths_are_refused_by_name(tmp_path):
     fn = lambda m, a, b, c: torch.cat((a * b, c), dim=0) + 1.0  # noqa: E731
     a = analyze(Lambda(fn, 3), torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4))
