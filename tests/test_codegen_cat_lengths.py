@@ -11,7 +11,7 @@ import pytest
 import torch
 from codegen_harness import Lambda, compare, poison_empty, to_device
 
-from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels
 from fusion_core.pipeline import analyze
 
 
@@ -118,3 +118,32 @@ def test_inputs_of_one_piece_of_other_lengths_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"a concatenated input is 1 long along the cat dim; "
                        r"another input of its operand is 5 \(this kernel needs them equal\)"):
         launch(x, torch.randn(1, 4), z)
+
+
+def test_a_row_split_over_programs_reads_the_cat_at_this_calls_length(tmp_path):
+    # attention scores over a long cache: the row is split into chunks of 1024 columns, each
+    # chunk's program shifting and masking the pieces by the same parameters
+    fn = lambda m, past, new: torch.softmax(torch.cat((past * 0.5, new), dim=-1), dim=-1)  # noqa: E731
+    a = analyze(Lambda(fn, 2), torch.randn(1, 3000), torch.randn(1, 1))
+    kernel = generate(a, a.clusters[0], Tuning(max_block=256, loop_block=256,
+                                               split_min_cols=1024))
+    assert "partials" in kernel.source and "cat0_end0" in kernel.source
+    (path,) = write_kernels([kernel], tmp_path)
+    launch = load_kernel(path).cluster0
+    for n, m in ((3000, 1), (4000, 5), (100, 1)):
+        past, new = torch.randn(1, n), torch.randn(1, m)
+        compare(launch(to_device(past), to_device(new)).cpu(), fn(None, past, new), f"{n}+{m}")
+
+
+def test_a_cache_read_transposed_is_a_tiled_kernel_at_every_length(tmp_path):
+    # Hugging Face's layout: (batch, tokens, heads, dim) read as (batch, heads, tokens, dim);
+    # the kernel takes the transposed views (the cluster's inputs), strided along the cat dim
+    def fn(m, past, new):
+        return torch.cat((past.transpose(1, 2), new.transpose(1, 2)), dim=2) * 0.5
+
+    kernel, launch = _launcher(tmp_path, fn, torch.randn(2, 5, 3, 8), torch.randn(2, 1, 3, 8))
+    assert kernel.tiled and "cat0_end0" in kernel.source
+    for past_len, new_len in ((5, 1), (2, 1), (0, 2), (40, 1)):
+        past, new = torch.randn(2, past_len, 3, 8), torch.randn(2, new_len, 3, 8)
+        got = launch(to_device(past).transpose(1, 2), to_device(new).transpose(1, 2))
+        compare(got.cpu(), fn(None, past, new), f"past {past_len}, new {new_len}")
