@@ -1,7 +1,8 @@
 """The `_plan(*inputs)` function of a generated launcher (``launcher.py`` writes the rest).
 
 Reads a ``KernelPlan``, the kernel's ``KernelSignature`` and the launcher's parameter names
-(``launcher.arg_names``); writes the text of ``_plan``: the checks that the inputs still
+(``launcher.arg_names``); writes the text of ``_plan``: where each cat's operands end at
+this call (``cat_bounds.py``), the checks that the inputs still
 broadcast the way the kernel indexes them (or must be copied into the analysed layout),
 the output shapes and their contiguous strides, the scalar kernel arguments, the tuning key
 and the candidate configurations of its shape bucket. Everything it computes depends only on

@@ -12,7 +12,8 @@ inputs and outputs are the value seen through its map (composed strides), and a 
 node is no statement, only another name for its operand's registers. A cat is a
 `tl.where` over the coordinate along its dim (a generated value, like `arange`'s), each of
 its operands computed over its own piece (``indexing.py``), their inputs loaded masked to it
-(``TensorArg.piece``). A reduction may read a cat, not be computed in its branches.
+(``TensorArg.piece``), its bounds fixed or read from the operands at each call
+(``cat_bounds.py``). A reduction may read a cat, not be computed in its branches.
 A reduction runs in its own order there (kept dims, then the reduced ones, group_norm's
 channels split), and the columns cover the domain's last ``reduced`` dims.
 
