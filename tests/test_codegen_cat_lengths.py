@@ -57,12 +57,11 @@ def _resized(shape, dim, n):
     return tuple(out)
 
 
-@pytest.mark.parametrize("looped", [False, True], ids=["one-block", "looped"])
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case, looped", [
+    *((case, False) for case in CASES),
+    *((case, True) for case in CASES if case != "kv-float-scale")])  # elementwise: no loop
 def test_one_kernel_runs_every_past_length(tmp_path, case, looped):
     fn, past_shape, new_shape, dtype, dim = CASES[case]
-    if looped and case == "kv-float-scale":
-        pytest.skip("elementwise: no column loop")
     torch.manual_seed(0)
     kernel, launch = _launcher(tmp_path, fn, torch.randn(past_shape, dtype=dtype),
                                torch.randn(new_shape, dtype=dtype), looped=looped or None)
@@ -147,3 +146,27 @@ def test_a_cache_read_transposed_is_a_tiled_kernel_at_every_length(tmp_path):
         past, new = torch.randn(2, past_len, 3, 8), torch.randn(2, new_len, 3, 8)
         got = launch(to_device(past).transpose(1, 2), to_device(new).transpose(1, 2))
         compare(got.cpu(), fn(None, past, new), f"past {past_len}, new {new_len}")
+
+
+def test_a_fixed_prefix_then_the_cache_then_new_tokens(tmp_path):
+    # three operands: learned prefix tokens (an expanded parameter, the cluster's input as
+    # expanded), the cache and the new tokens; the middle one moves the third's start
+    prefix = torch.randn(1, 2, 8)
+
+    def fn(m, past, new):
+        k = torch.cat((m.p.expand(past.shape[0], -1, -1), past, new * 2.0), dim=1)
+        return torch.nn.functional.layer_norm(k, (8,)).permute(1, 0, 2) * 3.0
+
+    model = Lambda(fn, 2, p=prefix)
+    a = analyze(model, torch.randn(2, 5, 8), torch.randn(2, 1, 8))
+    (c,) = a.clusters
+    assert c.ops == ("mul", "cat", "layer_norm", "permute", "mul"), c.ops
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    launch = load_kernel(path).cluster0
+    for past_len, new_len in ((5, 1), (9, 2), (0, 1)):
+        past, new = torch.randn(2, past_len, 8), torch.randn(2, new_len, 8)
+        args = {"a": past, "b": new, "expand": prefix.expand(2, -1, -1)}
+        with torch.no_grad():
+            want = model(past, new)
+        compare(launch(*(to_device(args[n]) for n in c.inputs)).cpu(), want,
+                f"past {past_len}, new {new_len}")
