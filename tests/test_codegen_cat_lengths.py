@@ -66,6 +66,7 @@ def test_one_kernel_runs_every_past_length(tmp_path, case, looped):
     kernel, launch = _launcher(tmp_path, fn, torch.randn(past_shape, dtype=dtype),
                                torch.randn(new_shape, dtype=dtype), looped=looped or None)
     assert "cat0_end0" in kernel.source  # the bound is a parameter, no literal 5
+    assert "Cat operands may change length along the cat dim" in kernel.source  # its header
     # 5 as analysed; 2: a piece shorter than any block; 0: an empty cache; 37 and a new
     # chunk of 3 tokens (a prefill) longer than analysed
     for past_len, new_len in ((5, 1), (2, 1), (0, 1), (37, 1), (6, 3)):
