@@ -154,7 +154,7 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
 
 def _piece_check(plan: KernelPlan, i: int, a: str, out: CodeWriter) -> None:
     """Input `i` (launcher name `a`) is as long along its cat dim as its piece: the
-    analysed length, or this call's, which another input of the same operand set."""
+    analysed length, or this call's, which another input of the same operand sets."""
     piece = plan.inputs[i].piece
     assert piece is not None
     bounds, at = plan.cats[piece.cat], piece.dim - plan.rank
