@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from . import cat_bounds
 from .loads import aligned_rows, aligned_vec, load, store
 from .lower import KernelPlan, Stmt, TensorArg
 from .reduce import emitter
@@ -59,6 +60,7 @@ def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelSignature]:
     params = KernelParams()
     for scalar in plan.scalars:  # the statements read them by name
         params.scalar(scalar.param, scalar.launch)
+    cat_bounds.register(plan, params)
     body = CodeWriter()
     if not plan.two_d:
         _elementwise(plan, params, body)

@@ -273,9 +273,9 @@ class _Spread:
         at = dims[0] - len(whole)
         self.cat_dims[name] = self.rank + at
         start, added = 0, False
-        for r in refs:
+        for part, r in enumerate(refs):
             size = _shape(g, r)[dim]
-            piece = (Piece(at, start, out[dim]),) if size != out[dim] else ()
+            piece = (Piece(at, start, out[dim], name, part),) if size != out[dim] else ()
             added |= self.offer(r, own + piece, name)
             start += size
         return added
@@ -292,12 +292,14 @@ class _Spread:
             lead = (Unsqueeze(tuple(range(pad))),) if pad > 0 else ()
             chain = own
             piece = own[-1] if own and isinstance(own[-1], Piece) else None
-            if piece is not None and ((1,) * pad + shape)[piece.dim] == 1 != out[piece.dim]:
-                # One element along the cat dim of a longer piece (`s` in `cat((a * s, b))`):
-                # every coordinate reads it, so no piece (its mask and shift are the
-                # branch's, its stride there the size-1 dim's); `tl.where` drops the lanes
-                # of other pieces.
-                if expand:
+            if piece is not None and ((1,) * pad + shape)[piece.dim] == 1 and (
+                    out[piece.dim] != 1 or r in self.g.fixed):
+                # One element along the cat dim of a longer piece (`s` in `cat((a * s, b))`),
+                # or a parameter's in a piece one long (`new * w` of a KV cache: the piece
+                # grows with `new`, w does not): every coordinate reads it, so no piece (its
+                # mask and shift are the branch's, its stride there the size-1 dim's);
+                # `tl.where` drops the lanes of other pieces.
+                if expand and any(isinstance(s, (Reshape, Merge, Unflatten)) for s in chain):
                     raise LoweringError(f"{said(self.g, r)} is broadcast along the cat dim "
                                         f"of {said(self.g, via)} before a reshape; a kernel "
                                         "reads each operand of a cat as its piece", (via,))

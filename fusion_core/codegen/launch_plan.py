@@ -1,7 +1,8 @@
 """The `_plan(*inputs)` function of a generated launcher (``launcher.py`` writes the rest).
 
 Reads a ``KernelPlan``, the kernel's ``KernelSignature`` and the launcher's parameter names
-(``launcher.arg_names``); writes the text of ``_plan``: the checks that the inputs still
+(``launcher.arg_names``); writes the text of ``_plan``: where each cat's operands end at
+this call (``cat_bounds.py``), the checks that the inputs still
 broadcast the way the kernel indexes them (or must be copied into the analysed layout),
 the output shapes and their contiguous strides, the scalar kernel arguments, the tuning key
 and the candidate configurations of its shape bucket. Everything it computes depends only on
@@ -13,7 +14,7 @@ without inputs, and the expression for the device a kernel runs on (``device_of`
 
 from __future__ import annotations
 
-from . import launch_maps
+from . import cat_bounds, launch_maps
 from .choices import kind
 from .lower import KernelPlan, TensorArg
 from .plan import Role
@@ -40,10 +41,11 @@ def plan_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[st
             out: CodeWriter) -> None:
     """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
     # A cat's operand counts at the result's size along the cat dim (its piece covers part).
-    shapes = [_pieced(f"{a}.shape", t, t.piece.coordinate.shape[0], plan.rank) if t.piece
+    shapes = [_pieced(f"{a}.shape", t, cat_bounds.total(plan, t.piece), plan.rank) if t.piece
               else f"{a}.shape" for a, t in zip(names, plan.inputs, strict=True)]
-    # A generated value's shape is the analysed one (the graph fixed it too: `arange(16)`).
-    shapes += [repr(tuple(t.shape)) for t in plan.generated]
+    # A generated value's shape is the analysed one (the graph fixed it too: `arange(16)`),
+    # but for the cat dim of a cat whose operands' lengths follow the call.
+    shapes += [_generated_shape(plan, t) for t in plan.generated]
     out.line(f"def _plan({plan_args(plan, names)}):")
     with out.indented():
         _plan_body(plan, sig, looped, names, shapes, out)
@@ -53,19 +55,15 @@ def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
                shapes: list[str], out: CodeWriter) -> None:
     out.lines(['"""Copies, output shapes and strides, kernel arguments, tuning key (shape',
                'bucket, dtypes, device) and candidate configurations for these inputs\' layout;',
-               'raises if the kernel cannot run them. The launcher caches the result."""',
-               f"shape, lead = _iteration_shape({', '.join(shapes)})"])
+               'raises if the kernel cannot run them. The launcher caches the result."""'])
+    out.lines(cat_bounds.ends_lines(plan, names))
+    out.line(f"shape, lead = _iteration_shape({', '.join(shapes)})")
     for i, a in enumerate(names):
         strides = strides_local(Role.IN, i) if sig.has_strides(Role.IN, i) else "_"
         t = plan.inputs[i]
         if t.piece is not None:  # its groups hold at its own size along the cat dim
-            size = t.piece.stop - t.piece.start
-            at = t.piece.dim - plan.rank
-            out.lines([f"if {a}.shape[{at}] != {size}:",
-                       f"    raise ValueError(f\"{{NAME}}: a concatenated input is "
-                       f"{{{a}.shape[{at}]}} long along the cat dim; this kernel reads "
-                       f"{size} (regenerate it)\")"])
-        seen = _pieced("shape", t, t.piece.stop - t.piece.start, plan.rank) if t.piece else (
+            _piece_check(plan, i, a, out)
+        seen = _pieced("shape", t, cat_bounds.length(plan, t.piece), plan.rank) if t.piece else (
             "shape")
         out.line(f"copy{i}, {strides} = _layout({a}, {seen}, IN_GROUPS[{i}], IN_ORDERS[{i}])")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
@@ -154,7 +152,35 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
     return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
-def _pieced(shape: str, t: TensorArg, size: int, rank: int) -> str:
+def _piece_check(plan: KernelPlan, i: int, a: str, out: CodeWriter) -> None:
+    """Input `i` (launcher name `a`) is as long along its cat dim as its piece: the
+    analysed length, or this call's, which another input of the same operand sets."""
+    piece = plan.inputs[i].piece
+    assert piece is not None
+    bounds, at = plan.cats[piece.cat], piece.dim - plan.rank
+    source = bounds.sources[piece.part]
+    if source == i:
+        return
+    size = cat_bounds.length(plan, piece)
+    why = (f"this kernel reads {size} (regenerate it)" if source is None else
+           f"another input of its operand is {{{size}}} (this kernel needs them equal)")
+    out.lines([f"if {a}.shape[{at}] != {size}:",
+               f"    raise ValueError(f\"{{NAME}}: a concatenated input is "
+               f"{{{a}.shape[{at}]}} long along the cat dim; {why}\")"])
+
+
+def _generated_shape(plan: KernelPlan, t: TensorArg) -> str:
+    """A generated value's shape for `_iteration_shape`: a cat's coordinate, or a cat's
+    generated operand, at this call's length along a varying cat's dim."""
+    if t.piece is not None:
+        return _pieced(repr(tuple(t.shape)), t, cat_bounds.total(plan, t.piece), plan.rank)
+    total = cat_bounds.coordinate_total(plan, t)
+    if total is None:
+        return repr(tuple(t.shape))
+    return "(" + ", ".join([total, *("1" for _ in t.shape[1:])]) + ",)"
+
+
+def _pieced(shape: str, t: TensorArg, size: int | str, rank: int) -> str:
     """`shape` (a launcher expression) with `size` along the dim of `t`'s cat piece."""
     assert t.piece is not None
     at = t.piece.dim - rank  # negative: shapes are right-aligned

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from ..ir.registry import SPECS, TL_TYPES
+from .cat_bounds import piece_start, piece_stop
 from .layout import align
 from .lower import KernelPlan, TensorArg
 from .plan import PieceRead, Role
@@ -62,7 +63,7 @@ def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
             stride = params.stride(arg.role, arg.index, strides)
             strides += 1
         terms.append(Term(base, modulo, divisor, stride))
-    if arg.piece is not None and arg.piece.start:
+    if arg.piece is not None and arg.piece.part:  # a cat's first operand starts at 0
         terms = [_shifted(t, arg.piece, plan, params) for t in terms]
     return Index(tuple(terms))
 
@@ -71,7 +72,8 @@ def _shifted(term: Term, piece: PieceRead, plan: KernelPlan, params: KernelParam
     """`term` read at the piece's own coordinate (the domain's minus `piece.start` along its
     dim): the block index the dim is decoded from (`offs`, or in a 2-D kernel `rows` or
     `cols`, whichever covers it) less `start` times the span of the dims inside it. Lanes
-    before the piece decode garbage there, which the load's mask hides."""
+    before the piece decode garbage there, which the load's mask hides. `start` is a kernel
+    parameter where the cat's bounds follow each call (``cat_bounds.py``)."""
     k, rank = piece.dim, plan.rank
     first_col = rank - plan.reduced
     if not plan.two_d:
@@ -80,7 +82,8 @@ def _shifted(term: Term, piece: PieceRead, plan: KernelPlan, params: KernelParam
         axis, family, top = "cols", Family.SPAN, rank
     else:
         axis, family, top = "rows", Family.RSPAN, first_col
-    shift = str(piece.start) if k + 1 >= top else f"{piece.start} * {params.span(family, k + 1)}"
+    start = piece_start(plan, piece)
+    shift = start if k + 1 >= top else f"{start} * {params.span(family, k + 1)}"
     text = re.sub(rf"\b{axis}\b", f"({axis} - {shift})", term.base.text)
     return Term(Base(text, term.base.axes, term.base.compound), term.modulo, term.divisor,
                 term.stride)
@@ -170,8 +173,9 @@ def load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
             else ', eviction_policy="evict_last"')
         if arg.piece is not None:  # a cat's operand: only its own piece of the domain
             coord, piece = index_of(arg.piece.coordinate, plan, params), arg.piece
-            bounds = ([f"({coord} >= {piece.start})"] if piece.start else []) + (
-                [f"({coord} < {piece.stop})"] if piece.stop < piece.coordinate.shape[0] else [])
+            start, stop = piece_start(plan, piece), piece_stop(plan, piece)
+            bounds = ([f"({coord} >= {start})"] if start is not None else []) + (
+                [f"({coord} < {stop})"] if stop is not None else [])
             mask = " & ".join([mask, *bounds]) + ", other=0"
         text = f"tl.load({idx.offset(arg.ptr)}, mask={mask}{evict})"
     if arg.compute_dtype != arg.dtype:

@@ -12,7 +12,8 @@ inputs and outputs are the value seen through its map (composed strides), and a 
 node is no statement, only another name for its operand's registers. A cat is a
 `tl.where` over the coordinate along its dim (a generated value, like `arange`'s), each of
 its operands computed over its own piece (``indexing.py``), their inputs loaded masked to it
-(``TensorArg.piece``). A reduction may read a cat, not be computed in its branches.
+(``TensorArg.piece``), its bounds fixed or read from the operands at each call
+(``cat_bounds.py``). A reduction may read a cat, not be computed in its branches.
 A reduction runs in its own order there (kept dims, then the reduced ones, group_norm's
 channels split), and the columns cover the domain's last ``reduced`` dims.
 
@@ -49,6 +50,7 @@ from ..ir.run_scalars import run_scalar, spelled
 from ..ir.spelling import said, said_all
 from ..ir.views import shape_after, split_piece
 from ..names import kernel_name
+from .cat_bounds import cat_bounds, cat_ends, regrown
 from .domain_view import seen_through, view_offset
 from .indexing import index_maps
 from .layout import Access, LoweringError, access
@@ -132,6 +134,7 @@ class _Lowering:
             raise LoweringError(f"cluster {cluster.index}: {said_all(graph, bad)} compute nothing "
                                 "(in-place ops cannot be lowered)", bad)
         self.reds = [n for n in self.nodes if n.kind is OpKind.REDUCTION]
+        self.cat_names = [n.name for n in self.nodes if n.kind is OpKind.CONCAT]
         self.red = self.reds[0] if self.reds else None
         # Python numbers of sizes alone: kernel scalars, no tensors to index.
         found = [(n, s) for n in cluster.inputs if (s := run_scalar(graph, n)) is not None]
@@ -185,6 +188,8 @@ class _Lowering:
                        enumerate(sorted(set(self.maps.cat_dims.values())))}
         inputs = tuple(self._input(i, name) for i, name in enumerate(self.tensors))
         inputs += self._second_loads(len(inputs))
+        self.cats = cat_bounds(self.g, self.cat_names, self.maps.cat_dims, inputs, self.rank,
+                               self.g.fixed)
         generated = tuple(self._generated(i, name) for i, name in enumerate(gens))
         generated += tuple(self.coords.values())
         stmts: list[Stmt] = []
@@ -216,7 +221,7 @@ class _Lowering:
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
             tiled=tiled, steps=several, col_dims=col_dims,
-            generated=generated, scalars=self.scalars)
+            generated=generated, scalars=self.scalars, cats=self.cats)
 
     def _second_loads(self, start: int) -> tuple[TensorArg, ...]:
         """Inputs some node reads through another index map than the first load's: loaded
@@ -229,6 +234,7 @@ class _Lowering:
                 meta = _meta(self.g, name)
                 shape, stride, fields = self._viewed(name, meta.shape, meta.stride, steps)
                 piece = self._piece(steps, meta.shape)
+                stride = regrown(stride, piece, self.rank) if piece else stride
                 acc = self._access(name, shape, stride, piece)
                 temp = f"v{self.count}"
                 self.count += 1
@@ -258,7 +264,8 @@ class _Lowering:
             return None
         dim = self.rank + piece.dim
         size = shape_after(own, tuple(shape))[piece.dim]
-        return PieceRead(dim, piece.start, piece.start + size, self.coords[dim])
+        return PieceRead(dim, piece.start, piece.start + size, self.coords[dim],
+                         self.cat_names.index(piece.cat), piece.part)
 
     def _coordinate(self, i: int, dim: int) -> TensorArg:
         """The coordinate along domain dim `dim`, generated like `arange` over that dim."""
@@ -277,6 +284,7 @@ class _Lowering:
         meta = _meta(self.g, name)
         shape, stride, fields = self._viewed(name, meta.shape, meta.stride)
         piece = self._piece(self.maps.chains[name], meta.shape)
+        stride = regrown(stride, piece, self.rank) if piece else stride
         acc = self._access(name, shape, stride, piece)
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
         return TensorArg(name, Role.IN, i, temp, shape, stride, meta.dtype, acc,
@@ -316,7 +324,8 @@ class _Lowering:
         operands, params = self._operands(node), dict(node.params)
         if node.kind is OpKind.CONCAT:  # the coordinate picks the operand (its piece)
             operands = (self.coords[self.maps.cat_dims[node.name]].temp, *operands)
-            params[CAT_ENDS] = self._cat_ends(node)
+            c = self.cat_names.index(node.name)
+            params[CAT_ENDS] = cat_ends(self.cats[c], c)
         lowering = spec.lower
         if node.meta is not None and node.meta.dtype is torch.bool:
             lowering = BOOL_LOWERINGS.get(node.op, lowering)
@@ -334,14 +343,6 @@ class _Lowering:
         phase = "post" if any(self.phase[d] == "post" for d in deps) else "pre"
         temp = self._new_temp(node.name, per_row, phase)
         return Stmt(temp, expr, node.name, node.op, deps, per_row, phase)
-
-    def _cat_ends(self, node: Node) -> tuple[int, ...]:
-        dim = node.param("dim") % len(_meta(self.g, node.name).shape)
-        ends, end = [], 0
-        for r in node.refs:
-            end += _meta(self.g, r).shape[dim]
-            ends.append(end)
-        return tuple(ends)
 
     def _reduction(self, node: Node) -> ReductionStep:
         spec = SPECS[node.op]

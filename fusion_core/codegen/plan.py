@@ -55,9 +55,35 @@ class PieceRead:
     coordinate - start; `coordinate` is the generated value holding that coordinate."""
 
     dim: int
-    start: int
+    start: int  # at analysis; a varying cat's bounds are kernel parameters (``cat_bounds``)
     stop: int
     coordinate: TensorArg
+    cat: int = 0  # which of the kernel's cats (node order) and which of its operands
+    part: int = 0
+
+
+@dataclass(frozen=True)
+class CatBounds:
+    """One cat of a kernel: its domain dim, each part's length there at analysis, and per
+    part the kernel input (position in ``KernelPlan.inputs``) whose length there it is at
+    each call, or None where it is fixed (a literal of the launcher)."""
+
+    dim: int
+    lengths: tuple[int, ...]
+    sources: tuple[int | None, ...]
+
+    @property
+    def varying(self) -> bool:
+        """Its bounds are kernel parameters, read from the operands at each call."""
+        return any(s is not None for s in self.sources)
+
+    @property
+    def ends(self) -> tuple[int, ...]:
+        out, end = [], 0
+        for n in self.lengths:
+            end += n
+            out.append(end)
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -167,6 +193,8 @@ class KernelPlan:
     generated: tuple[TensorArg, ...] = ()
     # Python numbers of sizes alone it reads as scalar parameters (``ScalarArg``).
     scalars: tuple[ScalarArg, ...] = ()
+    # Its cats' bounds (``PieceRead.cat`` indexes them).
+    cats: tuple[CatBounds, ...] = ()
 
     @property
     def sources(self) -> tuple[TensorArg, ...]:

@@ -33,11 +33,21 @@ class Family(StrEnum):
     STRIDE = "stride"  # one strided index group's stride of a tensor
     CHUNK = "chunk"  # a split row's chunk width (``split_rows.py``)
     SCALAR = "scalar"  # a Python number of sizes alone the ops read (``plan.ScalarArg``)
+    PIECE = "piece"  # where a cat's operand ends along its dim, at this call (``cat_bounds``)
 
 
 def pointer_name(role: str, index: int) -> str:
     """The kernel's pointer parameter of a tensor: `in_ptr0`, `out_ptr1`, `gen_ptr0`."""
     return f"{role}_ptr{index}"
+
+
+# The launcher local of each cat's ends: `piece_ends[c][i]` ends operand i of cat c.
+PIECE_ENDS = "piece_ends"
+
+
+def piece_end_name(cat: int, part: int) -> str:
+    """The kernel parameter where operand `part` of the kernel's cat `cat` ends: `cat0_end0`."""
+    return f"cat{cat}_end{part}"
 
 
 def strides_local(role: str, index: int) -> str:
@@ -163,6 +173,11 @@ class KernelParams:
     def scalar(self, param: str, launch: str) -> str:
         """An operand's Python number, passed as the launcher's parameter `launch`."""
         return self._add(ScalarParam(param, launch, Family.SCALAR))
+
+    def piece_end(self, cat: int, part: int) -> str:
+        """Where operand `part` of cat `cat` ends, from the launcher's `piece_ends`."""
+        return self._add(ScalarParam(piece_end_name(cat, part), f"{PIECE_ENDS}[{cat}][{part}]",
+                                     Family.PIECE))
 
     def __iter__(self) -> Iterator[ScalarParam]:
         return iter(self._params.values())

@@ -46,7 +46,8 @@ def concat_problem(g: FusionGraph, name: str) -> str | None:
         sized = _sized_at_run_time(g, r, dim)
         if sized is not None:
             return (f"concatenates along dim {dim} values sized at run time there (by "
-                    f"{said(g, sized)}); a kernel fixes each piece's size")
+                    f"{said(g, sized)}); a kernel fixes each piece's size where a reshape computes "
+                    "it (a piece as long as an input is there follows each call)")
     return None
 
 

@@ -274,11 +274,16 @@ class Piece:
     `total` long there, and is read at coordinate - start, masked elsewhere
     (``codegen/loads.py``). Always a chain's last step. As a view: the operand at the
     result's size with its own strides, which only a meta tensor can hold (it reaches past
-    the operand's memory); a launcher passes the operand itself (``source``)."""
+    the operand's memory); a launcher passes the operand itself (``source``). `cat` and
+    `part` name the cat and which of its operands this is: the bounds at analysis are
+    `start` and `total`, a launcher reads them again from its operands at each call
+    (``codegen/cat_bounds.py``)."""
 
     dim: int
     start: int
     total: int
+    cat: str = ""
+    part: int = 0
 
     def apply(self, t: torch.Tensor) -> torch.Tensor:
         return t.as_strided(self.shape(tuple(t.shape)), t.stride(), t.storage_offset())
