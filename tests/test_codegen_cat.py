@@ -233,10 +233,8 @@ def test_the_launcher_refuses_a_piece_of_another_size(tmp_path):
 @pytest.mark.parametrize("fn, why", [
     # a cat of a cat: the inner one is read through the outer one's piece
     (lambda m, a, b: torch.cat((torch.cat((a, b), -1) * 2.0, b.exp()), -1) + 1.0,
-     "is read through another cat's piece in the group"),
-    # group_norm's order splits the channels the cat concatenates
-    (lambda m, a, b: torch.nn.functional.group_norm(torch.cat((a * 2.0, b), 1), 2).exp(),
-     "is read through group_norm's channel groups in the group")])
+     "is read through another cat's piece in the group")])
+    # (group_norm's channel groups over a cat: tests/test_codegen_cat_norm.py)
 def test_a_cat_read_through_other_steps_is_refused_by_name(fn, why):
     a = analyze(Lambda(fn, 2), torch.randn(2, 4, 3), torch.randn(2, 4, 3))
     assert any(why in r.reason for r in a.rejections), [r.reason for r in a.rejections]

@@ -316,7 +316,7 @@ class _Lowering:
         operands, params = self._operands(node), dict(node.params)
         if node.kind is OpKind.CONCAT:  # the coordinate picks the operand (its piece)
             operands = (self.coords[self.maps.cat_dims[node.name]].temp, *operands)
-            params[CAT_ENDS] = self._cat_ends(node)
+            params[CAT_ENDS] = self.maps.cat_ends[node.name]
         lowering = spec.lower
         if node.meta is not None and node.meta.dtype is torch.bool:
             lowering = BOOL_LOWERINGS.get(node.op, lowering)
@@ -334,14 +334,6 @@ class _Lowering:
         phase = "post" if any(self.phase[d] == "post" for d in deps) else "pre"
         temp = self._new_temp(node.name, per_row, phase)
         return Stmt(temp, expr, node.name, node.op, deps, per_row, phase)
-
-    def _cat_ends(self, node: Node) -> tuple[int, ...]:
-        dim = node.param("dim") % len(_meta(self.g, node.name).shape)
-        ends, end = [], 0
-        for r in node.refs:
-            end += _meta(self.g, r).shape[dim]
-            ends.append(end)
-        return tuple(ends)
 
     def _reduction(self, node: Node) -> ReductionStep:
         spec = SPECS[node.op]
