@@ -136,3 +136,42 @@ def test_operands_broadcast_inside_the_branches_of_a_cat_into_group_norm(tmp_pat
     checked = check_model(lam, (torch.randn(2, 4, 3, 2), torch.randn(2, 8, 3, 2)), tmp_path,
                           n_clusters=1)
     assert "cat" in _ops(checked) and "group_norm" in _ops(checked)
+
+
+class BatchNormCatGroupNorm(nn.Module):
+    """A BatchNorm (eval) in one branch of the cat: computed over its own groups."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm2d(4).eval()
+        self.norm = nn.GroupNorm(3, 12)
+        with torch.no_grad():
+            self.bn.running_mean.copy_(torch.randn(4))
+            self.bn.running_var.copy_(torch.rand(4) + 0.5)
+
+    def forward(self, x, skip):
+        return F.silu(self.norm(torch.cat((self.bn(x), skip), dim=1)))
+
+
+def test_a_batch_norm_in_a_branch_of_the_cat(tmp_path):
+    torch.manual_seed(0)
+    checked = check_model(BatchNormCatGroupNorm(), (torch.randn(2, 4, 3, 3),
+                                                   torch.randn(2, 8, 3, 3)),
+                          tmp_path, n_clusters=1)
+    assert _ops(checked) == ("batch_norm", "cat", "group_norm", "silu")
+
+
+def test_cat_group_norm_under_export_capture(tmp_path):
+    torch.manual_seed(0)
+    checked = check_model(DecoderNorm(16, 4), (torch.randn(2, 8, 3, 3), torch.randn(2, 8, 3, 3)),
+                          tmp_path, n_clusters=1, capture="export")
+    assert "cat" in _ops(checked) and "group_norm" in _ops(checked)
+
+
+def test_cat_group_norm_in_half_precision_and_channels_last(tmp_path):
+    torch.manual_seed(0)
+    model = DecoderNorm(16, 4).half()
+    up = torch.randn(2, 8, 3, 5).half().to(memory_format=torch.channels_last)
+    skip = torch.randn(2, 8, 3, 5).half()
+    checked = check_model(model, (up, skip), tmp_path, n_clusters=1)
+    assert _ops(checked) == ("cat", "group_norm", "silu")

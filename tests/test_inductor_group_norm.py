@@ -9,8 +9,6 @@ kernel; it was said to be "written into `cat`'s output". Two real compiles on CP
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 import torch.nn as nn
