@@ -10,10 +10,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from codegen_harness import Lambda, check_model
+from codegen_harness import Lambda, check_model, compare, poison_empty
 
 from fusion_core.analysis.barriers import find_barriers
-from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels
+from fusion_core.codegen.reference import capture_values, eager_cluster
 from fusion_core.ir.graph import OpKind
 from fusion_core.pipeline import analyze
 
@@ -114,10 +115,11 @@ def test_a_group_holding_channels_of_two_operands_is_refused_by_name():
     a = analyze(model, torch.randn(2, 6, 3, 3), torch.randn(2, 10, 3, 3))
     assert [c.ops for c in a.clusters] == [("group_norm", "silu")]
     reasons = [r.reason for r in a.rejections]
-    assert any("`self.norm` (line 35) splits `cat` (line 34) into groups of 4 channels, and "
-               "`up` is 6 channels long there: a group would hold channels of two operands; "
-               "a kernel reads each operand as whole groups (operands of a multiple of 4 "
-               "channels fuse)" in r for r in reasons), reasons
+    line = DecoderNorm.forward.__code__.co_firstlineno  # `def forward`: cat and norm follow
+    assert any(f"`self.norm` (line {line + 2}) splits `cat` (line {line + 1}) into groups of 4 "
+               "channels, and `up` is 6 channels long there: a group would hold channels of "
+               "two operands; a kernel reads each operand as whole groups (operands of a "
+               "multiple of 4 channels fuse)" in r for r in reasons), reasons
 
 
 @pytest.mark.parametrize("s_shape, t_shape", [
@@ -175,3 +177,26 @@ def test_cat_group_norm_in_half_precision_and_channels_last(tmp_path):
     skip = torch.randn(2, 8, 3, 5).half()
     checked = check_model(model, (up, skip), tmp_path, n_clusters=1)
     assert _ops(checked) == ("cat", "group_norm", "silu")
+
+
+def test_few_wide_rows_of_a_cat_group_norm_split_over_programs(tmp_path):
+    # A UNet at batch 1: few groups of many columns, each row cut into chunks across programs
+    # (``codegen/split_rows.py``); each chunk masks its loads to the operand whose groups it
+    # reads.
+    torch.manual_seed(0)
+    model = DecoderNorm(8, 4).eval()
+    up, skip = torch.randn(1, 4, 32, 64), torch.randn(1, 4, 32, 64)  # 4 rows of 4096
+    a = analyze(model, up, skip)
+    (cluster,) = a.clusters
+    # rows of 4096 loop at blocks of 256, chunks of 1024 columns count as wide
+    kernel = generate(a, cluster, Tuning(max_block=256, loop_block=256, split_min_cols=1024))
+    assert f"def {kernel.name}_partials(" in kernel.source
+    module = load_kernel(write_kernels([kernel], tmp_path)[0])
+    poison_empty(module)
+    module._timing_on = lambda device: False
+    values = capture_values(a, up, skip)
+    args = tuple(values[n] for n in cluster.inputs)
+    (want,) = eager_cluster(a, cluster)(*args)
+    got = getattr(module, kernel.name)(*args)
+    assert list(module.CHOSEN.values())[0][3] > 1  # several programs per row
+    compare(got, want, "cat → group_norm → silu")
