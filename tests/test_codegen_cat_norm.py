@@ -200,3 +200,18 @@ def test_few_wide_rows_of_a_cat_group_norm_split_over_programs(tmp_path):
     got = getattr(module, kernel.name)(*args)
     assert list(module.CHOSEN.values())[0][3] > 1  # several programs per row
     compare(got, want, "cat → group_norm → silu")
+
+
+@pytest.mark.parametrize("dim, a_shape, b_shape", [
+    (2, (2, 8, 3, 4), (2, 8, 5, 4)),  # along the height: each row reads both pieces
+    (0, (1, 8, 3, 4), (2, 8, 3, 4)),  # along the batch: rows of one sample, one piece
+    (1, (2, 4), (2, 12))],  # (N, C): groups of channels alone
+    ids=["height", "batch", "2d"])
+def test_a_cat_along_other_dims_into_group_norm(tmp_path, dim, a_shape, b_shape):
+    def fn(m, a, b):
+        return F.group_norm(torch.cat((a.exp(), b), dim=dim), 4) * 2.0
+
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 2), (torch.randn(a_shape), torch.randn(b_shape)),
+                          tmp_path, n_clusters=1)
+    assert _ops(checked) == ("exp", "cat", "group_norm", "mul")
