@@ -67,3 +67,13 @@ def test_a_norm_reading_a_fused_cat_is_not_written_into_it():
     (v,) = a.clusters
     assert v.verdict == "same group", str(v)
     assert "written into" not in v.detail, v.detail
+
+
+def test_a_norm_kept_from_its_cat_says_which_check_keeps_them_apart():
+    # 6 + 10 channels in groups of 4: a group holds channels of both operands. Inductor still
+    # does all four in one kernel; ours write the cat, then normalize it.
+    a = agreement(analyze(SkipCatNorm(), (2, 6, 4, 4), (2, 10, 4, 4)))
+    cat, v = a.clusters
+    assert "our `cat` is written by cluster 0 (mul → cat); our lowering check keeps them " \
+        "apart: the code generator cannot lower it: `self.norm` (line" in v.detail, v.detail
+    assert "a group would hold channels of two operands" in v.detail, v.detail
