@@ -20,7 +20,9 @@ refused, naming both; an input read through two maps (`x + x.t()`) is loaded twi
 
 A `torch.cat` spreads from its result to its operands only: operand i gets the result's
 chain, then a ``Piece`` step (``ir/views.py``) saying it covers coordinates [offset_i,
-offset_i + size_i) of the cat dim, where it is read at coordinate - offset_i. Everything
+offset_i + size_i) of the cat dim, where it is read at coordinate - offset_i (read through
+group_norm's channel groups, operand i is split into its own groups and its piece is a range
+of the group dim: ``ir/concat.pieces``). Everything
 computed in that branch lives over that map (so a computed value also needed whole, as
 `x` in `x * cos + rotate_half(x) * sin` with `x` computed in the group, is refused as two
 maps; an input is loaded once per map). ``loads.py`` masks the branch's loads to the piece;

@@ -3,7 +3,8 @@
 Reads a ``FusionGraph`` and a cat node (``OpKind.CONCAT``); says why no kernel can read its
 operands as fixed pieces of its result, or None. ``codegen/indexing.py`` raises it while it
 spreads index maps, and ``analysis/barriers.py`` names it for a cat left out of every
-cluster, so the two never disagree. ``reduced_branch`` finds a reduction computed in a cat's
+cluster, so the two never disagree. ``pieces`` gives each operand its chain to the
+kernel's domain from the result's. ``reduced_branch`` finds a reduction computed in a cat's
 branch (a reduction reading the cat is fine). Whether a group may hold the cat otherwise (a
 reshape of its result) is the code generator's to say for that group.
 """
