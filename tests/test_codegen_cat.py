@@ -124,6 +124,19 @@ def test_an_operand_broadcast_along_the_cat_dim_inside_a_branch(tmp_path, s_shap
     assert len(_cats(checked)) == 1
 
 
+def test_an_operand_broadcast_before_a_reshape_in_a_branch(tmp_path):
+    # `s` is one element along the cat dim before the branch's reshape: made full size first
+    # (stride 0), it reads through the piece like `a` (once refused as broadcast along the
+    # cat dim: the check read the operand's shape at the domain's dim).
+    def fn(m, a, b):
+        return torch.cat(((a * m.s).reshape(2, 3, 4), b), dim=-1) * 2.0
+
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 2, s=torch.randn(2, 1)),
+                          (torch.randn(2, 12), torch.randn(2, 3, 5)), tmp_path, n_clusters=1)
+    assert checked.analysis.clusters[0].ops == ("mul", "reshape", "cat", "mul")
+
+
 def test_a_cat_result_also_written_is_a_cluster_output(tmp_path):
     torch.manual_seed(0)
 
