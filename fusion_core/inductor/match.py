@@ -140,7 +140,9 @@ def _our_keys(ours: dict[str, tuple[frozenset[Key], str]]) -> set[Key]:
 
 
 def _unkeyed_ops(k: InductorKernel) -> set[str]:
-    return {n.op for n in k.compute_nodes if n.line is None}
+    # A `cat` a pattern rewrite made (`relu(cat(a, b))` as a cat of two ReLUs) has no line
+    # either: the kernel writing into it still does our `cat`'s work.
+    return {n.op for n in (*k.compute_nodes, *k.cats) if n.line is None}
 
 
 def _coverage(ours: dict[str, tuple[frozenset[Key], str]], kernels: list[InductorKernel],
