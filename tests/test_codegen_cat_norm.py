@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from codegen_harness import Lambda, check_model, compare, poison_empty
+from codegen_harness import Lambda, check_model, compare, compile_for_gpu, poison_empty
 
 from fusion_core.analysis.barriers import find_barriers
 from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels
-from fusion_core.codegen.reference import capture_values, eager_cluster
+from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster
 from fusion_core.ir.graph import OpKind
 from fusion_core.pipeline import analyze
 
@@ -215,3 +215,24 @@ def test_a_cat_along_other_dims_into_group_norm(tmp_path, dim, a_shape, b_shape)
     checked = check_model(Lambda(fn, 2), (torch.randn(a_shape), torch.randn(b_shape)),
                           tmp_path, n_clusters=1)
     assert _ops(checked) == ("exp", "cat", "group_norm", "mul")
+
+
+def test_cat_group_norm_kernels_compile_for_sm90(tmp_path):
+    # The interpreter accepts code the compiler rejects: the one-block, looped and split
+    # kernels of a decoder's cat → GroupNorm → SiLU, in fp32 and fp16.
+    jobs = []
+    for dtype in (torch.float32, torch.float16):
+        model = DecoderNorm(16, 4).to(dtype)
+        inputs = (torch.randn(1, 8, 16, 16).to(dtype), torch.randn(1, 8, 16, 16).to(dtype))
+        a = analyze(model, *inputs)
+        (cluster,) = a.clusters
+        args = cluster_inputs(a, cluster, capture_values(a, *inputs))
+        name = str(dtype).removeprefix("torch.")
+        jobs.append((generate(a, cluster), tmp_path / f"{name}-single", args))
+        looped = generate(a, cluster, Tuning(max_block=64, loop_block=64), looped=True)
+        jobs.append((looped, tmp_path / f"{name}-looped", args))  # rows too narrow to split
+        split = generate(a, cluster, Tuning(max_block=64, loop_block=64, split_min_cols=128))
+        jobs += [(split, tmp_path / f"{name}-{jit}", args, jit)
+                 for jit in ("partials", "finish")]
+    compiled = compile_for_gpu(jobs)
+    assert len(compiled) == len(jobs) and all(compiled.values()), compiled
