@@ -72,6 +72,19 @@ def test_cat_of_computed_values_into_group_norm_without_affine(tmp_path):
     assert _ops(checked) == ("mul", "relu", "sigmoid", "cat", "group_norm", "mul")
 
 
+def test_a_cat_also_written_beside_its_group_norm(tmp_path):
+    # The cat's result is a second output: stored through group_norm's groups like the norm's.
+    def fn(m, a, b):
+        h = torch.cat((a * 2.0, b), dim=1)
+        return h, F.silu(F.group_norm(h, 4))
+
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 2), (torch.randn(2, 8, 3, 3), torch.randn(2, 8, 3, 3)),
+                          tmp_path, n_clusters=1)
+    (c,) = checked.analysis.clusters
+    assert c.ops == ("mul", "cat", "group_norm", "silu") and len(c.outputs) == 2
+
+
 @pytest.mark.parametrize("looped", [False, True])
 def test_cat_group_norm_with_looped_rows(tmp_path, looped):
     torch.manual_seed(0)
