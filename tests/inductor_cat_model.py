@@ -58,3 +58,16 @@ class NeoXNorms(nn.Module):
         a = self.attn(self.ln1(h))
         m = self.mlp(self.ln2(h))
         return h + a + m
+
+
+class NormCatRelu(nn.Module):
+    """A BatchNorm and its input concatenated, then a ReLU: Inductor pushes the ReLU through
+    the cat (a pattern rewrite, no source line on the new nodes) and writes both into it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        h = self.bn(x)
+        return torch.cat((h, x), dim=1).relu()

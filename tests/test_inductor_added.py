@@ -43,7 +43,9 @@ def test_a_decoder_upsample_and_cat_inside_the_norm_kernel_are_what_inductor_add
     assert re.search(r"also computes `F\.interpolate` \(line \d+\) \(opaque to us: "
                      r"fusion-advisor has no fusion rule", fed.detail), fed.detail
     assert "`add` (line" not in fed.detail  # the upsample's index math is the upsample
-    assert "our `cat` stays a call of its own" in fed.detail, fed.detail
+    # the cat is ours now (whole channel groups for the GroupNorm): only the upsample is added
+    assert analysis.clusters[0].ops == ("cat", "group_norm", "silu")
+    assert "`cat`" not in fed.detail, fed.detail
     assert a.count("exact") == 0 and a.count("partial") == 1
 
 

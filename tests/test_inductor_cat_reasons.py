@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 import torch._inductor.config as inductor_config
-from inductor_cat_model import CatNet, CatSum, NeoXNorms
+from inductor_cat_model import CatNet, CatSum, NeoXNorms, NormCatRelu
 
 from fusion_core.inductor.capture import capture
 from fusion_core.inductor.match import SAME, match
@@ -96,3 +96,12 @@ def test_sibling_norms_are_one_group_as_in_inductor():
     assert a.clusters[norms.index].verdict == SAME
     kernel = next(k for k in a.kernels if norms.index in k.clusters)
     assert kernel.status == "exact" and len(kernel.lines) == 2
+
+
+def test_a_cat_a_pattern_rewrite_made_is_still_our_cat():
+    # Was: "different grouping: Inductor fuses more: …; not in any Inductor kernel: `cat`":
+    # the rewritten cat carries no line, so our `cat` found no kernel.
+    analysis, _, a = _compare(NormCatRelu(), SHAPE)
+    assert [c.ops for c in analysis.clusters] == [("batch_norm", "cat", "relu")]
+    (v,) = a.clusters
+    assert v.verdict == SAME, str(v)

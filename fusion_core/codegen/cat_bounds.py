@@ -29,29 +29,36 @@ import sympy
 from ..ir.concat import cat_dim
 from ..ir.graph import FusionGraph
 from ..ir.views import shape_after
+from .indexing import IndexMaps
 from .plan import CatBounds, KernelPlan, PieceRead, Role, TensorArg
 from .signature import PIECE_ENDS as ENDS
 from .signature import KernelParams, piece_end_name
 
 
-def cat_bounds(g: FusionGraph, cats: Sequence[str], cat_dims: dict[str, int],
+def cat_bounds(g: FusionGraph, cats: Sequence[str], maps: IndexMaps,
                inputs: Sequence[TensorArg], rank: int, fixed: Collection[str]
                ) -> tuple[CatBounds, ...]:
     """The bounds of the group's `cats` (node order: ``PieceRead.cat`` counts them so),
-    given its loaded `inputs` and the values whose shape never changes (`fixed`)."""
+    given their index maps, the group's loaded `inputs` and the values whose shape never
+    changes (`fixed`)."""
     out = []
     for c, name in enumerate(cats):
         refs, dim = g[name].refs, cat_dim(g, name)
+        ends = maps.cat_ends[name]
+        lengths = tuple(b - a for a, b in zip((0, *ends[:-1]), ends, strict=True))
         sources: list[int | None] = []
+        # Read through group_norm's channel groups, a part is a range of groups: the
+        # launcher splits each operand into groups of a fixed size and refuses another
+        # number of them, so those bounds stay literals.
+        grouped = lengths != tuple(g[r].meta.shape[dim] for r in refs)
         for part, operand in enumerate(refs):
             found = [t for t in inputs if t.role == Role.IN and t.piece is not None
                      and (t.piece.cat, t.piece.part) == (c, part) and _varies(t, rank)]
             # The operand itself first, then what is not a parameter: a (1, 1, 1, d) weight
             # in a branch one token long is no measure of the branch at the next call.
             found.sort(key=lambda t: (t.value != operand, t.value in fixed))
-            sources.append(found[0].index if found else None)
-        lengths = tuple(g[r].meta.shape[dim] for r in refs)
-        out.append(CatBounds(cat_dims[name], lengths, tuple(sources)))
+            sources.append(found[0].index if found and not grouped else None)
+        out.append(CatBounds(maps.cat_dims[name], lengths, tuple(sources)))
     return tuple(out)
 
 

@@ -20,7 +20,9 @@ refused, naming both; an input read through two maps (`x + x.t()`) is loaded twi
 
 A `torch.cat` spreads from its result to its operands only: operand i gets the result's
 chain, then a ``Piece`` step (``ir/views.py``) saying it covers coordinates [offset_i,
-offset_i + size_i) of the cat dim, where it is read at coordinate - offset_i. Everything
+offset_i + size_i) of the cat dim, where it is read at coordinate - offset_i (read through
+group_norm's channel groups, operand i is split into its own groups and its piece is a range
+of the group dim: ``ir/concat.pieces``). Everything
 computed in that branch lives over that map (so a computed value also needed whole, as
 `x` in `x * cos + rotate_half(x) * sin` with `x` computed in the group, is refused as two
 maps; an input is loaded once per map). ``loads.py`` masks the branch's loads to the piece;
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from ..analysis.legality import python_value_read
-from ..ir.concat import cat_dim, concat_problem, reduced_branch
+from ..ir.concat import Unaligned, cat_dim, concat_problem, pieces, reduced_branch
 from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
@@ -76,6 +78,9 @@ class IndexMaps:
     # that input is loaded once more, through them.
     reads: dict[tuple[str, str], tuple[Step, ...]]
     cat_dims: dict[str, int]  # cat node -> the domain dim it concatenates along
+    # cat node -> where each operand's piece ends along that dim, in domain coordinates
+    # (groups, where group_norm splits the cat dim)
+    cat_ends: dict[str, tuple[int, ...]]
 
 
 def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
@@ -134,6 +139,7 @@ class _Spread:
         self.reads: dict[tuple[str, str], tuple[Step, ...]] = {}
         self.why: dict[str, str] = {}  # value -> the node its chain came through
         self.cat_dims: dict[str, int] = {}
+        self.cat_ends: dict[str, tuple[int, ...]] = {}
         self.rank = 0
         self.readers_first = True  # ``run``'s first round
 
@@ -255,29 +261,28 @@ class _Spread:
             return False
         out = _shape(g, name)
         dim = cat_dim(g, name)
-        if not all(isinstance(s, (Permute, Unsqueeze, Squeeze)) for s in own):
+        if not all(isinstance(s, (Permute, Unsqueeze, Squeeze, Split)) for s in own):
             # a reshape or slice would need the pieces' bounds through it
             how = ("another cat's piece" if any(isinstance(s, Piece) for s in own) else
-                   "group_norm's channel groups" if any(isinstance(s, Split) for s in own)
-                   else "a reshape or a slice")
+                   "a reshape or a slice")
             raise LoweringError(f"{said(g, name)} is read through {how} in the group; a kernel "
-                                "reads a cat's operands only through a permute or added dims",
-                                (name,))
+                                "reads a cat's operands only through a permute, added dims or "
+                                "group_norm's channel groups", (name,))
         refs = node.refs
-        # where the cat dim lands in the result's chain (negative: chains are right-aligned)
-        marked = list(out)
-        marked[dim] += 1
-        whole = shape_after(own, out)
-        dims = [k for k, (a, b) in enumerate(zip(whole, shape_after(own, tuple(marked)),
-                                                 strict=True)) if a != b]
-        at = dims[0] - len(whole)
-        self.cat_dims[name] = self.rank + at
-        start, added = 0, False
-        for part, r in enumerate(refs):
-            size = _shape(g, r)[dim]
-            piece = (Piece(at, start, out[dim], name, part),) if size != out[dim] else ()
-            added |= self.offer(r, own + piece, name)
-            start += size
+        try:
+            cut = pieces(own, out, dim, [_shape(g, r)[dim] for r in refs], name)
+        except Unaligned as e:
+            norm = next((n for n in self.nodes if g[n].op == "group_norm"), name)
+            raise LoweringError(
+                f"{said(g, norm)} splits {said(g, name)} into groups of {e.per} channels, and "
+                f"{said(g, refs[e.operand])} is {e.size} channels long there: a group would "
+                "hold channels of two operands; a kernel reads each operand as whole groups "
+                f"(operands of a multiple of {e.per} channels fuse)", (name,)) from None
+        self.cat_dims[name] = self.rank + cut.dim
+        self.cat_ends[name] = cut.ends
+        added = False
+        for r, chain in zip(refs, cut.chains, strict=True):
+            added |= self.offer(r, chain, name)
         return added
 
     def _broadcast(self, operands: Sequence[str], out: tuple[int, ...],
@@ -292,8 +297,10 @@ class _Spread:
             lead = (Unsqueeze(tuple(range(pad))),) if pad > 0 else ()
             chain = own
             piece = own[-1] if own and isinstance(own[-1], Piece) else None
-            if piece is not None and ((1,) * pad + shape)[piece.dim] == 1 and (
-                    out[piece.dim] != 1 or r in self.g.fixed):
+            # along the piece's dim of the domain (a ``Split`` of the channels before it
+            # moves that dim)
+            if piece is not None and shape_after(lead + own[:-1], shape)[piece.dim] == 1 and (
+                    shape_after(own[:-1], out)[piece.dim] != 1 or r in self.g.fixed):
                 # One element along the cat dim of a longer piece (`s` in `cat((a * s, b))`),
                 # or a parameter's in a piece one long (`new * w` of a KV cache: the piece
                 # grows with `new`, w does not): every coordinate reads it, so no piece (its
@@ -347,7 +354,8 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
             src = g[name].inputs[0].name
             _check_rows(g, g[name], spread.reads.get((name, src), spread.chains[src]), domain,
                         space.reduced)
-    return IndexMaps(domain, space.reduced, spread.chains, spread.reads, spread.cat_dims)
+    return IndexMaps(domain, space.reduced, spread.chains, spread.reads, spread.cat_dims,
+                     spread.cat_ends)
 
 
 def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],

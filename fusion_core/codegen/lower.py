@@ -188,7 +188,7 @@ class _Lowering:
                        enumerate(sorted(set(self.maps.cat_dims.values())))}
         inputs = tuple(self._input(i, name) for i, name in enumerate(self.tensors))
         inputs += self._second_loads(len(inputs))
-        self.cats = cat_bounds(self.g, self.cat_names, self.maps.cat_dims, inputs, self.rank,
+        self.cats = cat_bounds(self.g, self.cat_names, self.maps, inputs, self.rank,
                                self.g.fixed)
         generated = tuple(self._generated(i, name) for i, name in enumerate(gens))
         generated += tuple(self.coords.values())

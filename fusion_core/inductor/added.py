@@ -28,6 +28,9 @@ from .kernel_graph import callee, compatible, norm_path
 Key = tuple[str, str, int]
 
 
+# Inductor's ops that read elements at computed positions (an upsample's `_unsafe_index`).
+_GATHERS = ("index", "upsample", "gather", "scatter")
+
 Opaque = dict[tuple[str, int], dict[str, Key]]  # (file, line) -> {our node: its key}
 
 
@@ -71,9 +74,13 @@ def added_ops(analysis: Analysis, members: Iterable[str], ours: Iterable[Key],
         by_name = [name for name in here if _called(analysis, name) in ops]
         shared = any(compatible(o, key) for o in ours)
         # Ops no call of ours names (an upsample's `_unsafe_index`, `arange`, `mul`) are the
-        # work of the calls on this line not named otherwise.
+        # work of the calls on this line not named otherwise; on a line the cluster shares
+        # (`cat([F.interpolate(x), skip])` with the cat ours), only a gather is.
         rest = ops - {_called(analysis, name) for name in by_name}
-        found.update(dict.fromkeys(by_name if shared or not rest else here))
+        if shared:
+            rest = {op for op in rest - {analysis.graph[n].op for n in members}
+                    if any(g in op for g in _GATHERS)}
+        found.update(dict.fromkeys(here if rest else by_name))
     return tuple(found)
 
 

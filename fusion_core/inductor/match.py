@@ -140,7 +140,9 @@ def _our_keys(ours: dict[str, tuple[frozenset[Key], str]]) -> set[Key]:
 
 
 def _unkeyed_ops(k: InductorKernel) -> set[str]:
-    return {n.op for n in k.compute_nodes if n.line is None}
+    # A `cat` a pattern rewrite made (`relu(cat(a, b))` as a cat of two ReLUs) has no line
+    # either: the kernel writing into it still does our `cat`'s work.
+    return {n.op for n in (*k.compute_nodes, *k.cats) if n.line is None}
 
 
 def _coverage(ours: dict[str, tuple[frozenset[Key], str]], kernels: list[InductorKernel],
@@ -227,11 +229,15 @@ def _cat_words(analysis: Analysis, hit: list[int], ours: dict, cover: dict[str, 
 def _our_cat_kernel(analysis: Analysis, lines: set[tuple[str, int]]) -> str:
     """Where our `cat` on these lines runs: a cluster of ours that writes it, or a call."""
     g = analysis.graph
+    cats = {n.name for n in g.nodes if is_cat(n) and (s := n.source) is not None
+            and (norm_path(s.file), s.line) in lines}
+    # the check that kept the cat from its readers (a group_norm's group across two operands)
+    blamed = next((r for r in analysis.rejections if cats & set(r.culprits)), None)
+    why = f"; our {blamed.check} check keeps them apart: {blamed.reason}" if blamed else ""
     for c in analysis.clusters:
-        if any(is_cat(g[n]) and (s := g[n].source) is not None
-               and (norm_path(s.file), s.line) in lines for n in c.nodes):
-            return f"our `cat` is written by cluster {c.index} ({c.chain})"
-    return "our `cat` stays a call of its own"
+        if cats & set(c.nodes):
+            return f"our `cat` is written by cluster {c.index} ({c.chain}){why}"
+    return f"our `cat` stays a call of its own{why}"
 
 
 def _verdict(analysis: Analysis, c: Cluster, ours: dict, cover: dict[str, set[int]],

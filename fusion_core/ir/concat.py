@@ -3,7 +3,8 @@
 Reads a ``FusionGraph`` and a cat node (``OpKind.CONCAT``); says why no kernel can read its
 operands as fixed pieces of its result, or None. ``codegen/indexing.py`` raises it while it
 spreads index maps, and ``analysis/barriers.py`` names it for a cat left out of every
-cluster, so the two never disagree. ``reduced_branch`` finds a reduction computed in a cat's
+cluster, so the two never disagree. ``pieces`` gives each operand its chain to the
+kernel's domain from the result's. ``reduced_branch`` finds a reduction computed in a cat's
 branch (a reduction reading the cat is fine). Whether a group may hold the cat otherwise (a
 reshape of its result) is the code generator's to say for that group.
 """
@@ -11,11 +12,12 @@ reshape of its result) is the code generator's to say for that group.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .graph import FusionGraph, OpKind
 from .sizes import SIZES, Const
 from .spelling import said
-from .views import INDEX_STEPS, Narrow, Permute, Step, Strided
+from .views import INDEX_STEPS, Narrow, Permute, Piece, Split, Squeeze, Step, Strided, Unsqueeze
 
 
 def cat_dim(g: FusionGraph, name: str) -> int:
@@ -49,6 +51,59 @@ def concat_problem(g: FusionGraph, name: str) -> str | None:
                     f"{said(g, sized)}); a kernel fixes each piece's size where a reshape computes "
                     "it (a piece as long as an input is there follows each call)")
     return None
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """A cat's operands as pieces of the domain its result is read over (``pieces``)."""
+
+    chains: tuple[tuple[Step, ...], ...]  # per operand: its steps to the domain, its Piece last
+    dim: int  # the domain dim the pieces lie along (negative: chains are right-aligned)
+    ends: tuple[int, ...]  # where each piece ends along it, in domain coordinates
+
+
+class Unaligned(ValueError):
+    """A group_norm's channel group straddles two operands: (operand, its size, group size)."""
+
+    def __init__(self, operand: int, size: int, per: int) -> None:
+        super().__init__(operand, size, per)
+        self.operand, self.size, self.per = operand, size, per
+
+
+def pieces(own: Sequence[Step], out: tuple[int, ...], dim: int, sizes: Sequence[int],
+           cat: str = "") -> Pieces:
+    """Each operand's chain when the cat result (of shape `out`, concatenated along `dim` from
+    operands `sizes` long there) is read through `own`: permutes and added or removed dims
+    move the cat dim, and a ``Split`` of it (group_norm's channel groups over a cat along the
+    channels, a UNet decoder's `cat` → GroupNorm) makes the pieces whole groups, each
+    operand split into its own number of groups. Raises ``Unaligned`` where a group would
+    hold channels of two operands (its rows then cross a piece's bound). `cat` names the cat
+    in each ``Piece`` (its launcher reads the parts' lengths again at each call)."""
+    ops = [list(own) for _ in sizes]
+    shape, at, unit = tuple(out), dim, 1
+    for k, step in enumerate(own):
+        if isinstance(step, Split) and step.dim % len(shape) == at:
+            per = shape[at] // step.groups
+            for i, size in enumerate(sizes):
+                if size % per:
+                    raise Unaligned(i, size, per)
+                ops[i][k] = Split(step.dim, size // per, per)
+            unit *= per  # the group dim stays at `at`: the pieces are ranges of groups
+        elif not isinstance(step, (Permute, Unsqueeze, Squeeze, Split)):
+            raise TypeError(step)  # the caller admits no other step
+        else:  # where the cat dim lands: the one dim a longer cat dim changes
+            marked = list(shape)
+            marked[at] += 1
+            after, longer = step.shape(shape), step.shape(tuple(marked))
+            at = next((j for j, (a, b) in enumerate(zip(after, longer, strict=True)) if a != b),
+                      at)  # a lone operand's size-1 dim squeezed: no piece to place
+        shape = step.shape(shape)
+    at -= len(shape)
+    ends = tuple(sum(sizes[:i + 1]) // unit for i in range(len(sizes)))
+    chains = tuple(tuple(steps) + ((Piece(at, end - size // unit, out[dim] // unit, cat, part),)
+                                   if size != out[dim] else ())
+                   for part, (steps, size, end) in enumerate(zip(ops, sizes, ends, strict=True)))
+    return Pieces(chains, at, ends)
 
 
 def reduced_branch(g: FusionGraph, nodes: Sequence[str]) -> tuple[str, str] | None:

@@ -126,29 +126,39 @@ class Unflatten:
 class Split:
     """Dim `dim` split into (`groups`, size / `groups`): group_norm's channels, each group's
     own dim. A size-1 dim (an operand broadcast over the channels) becomes (1, 1), so it
-    stays broadcast along both parts; ``plain`` writes that case as the unsqueeze it is."""
+    stays broadcast along both parts; ``plain`` writes that case as the unsqueeze it is.
+    With `per`, groups of `per` channels instead, as many as the size holds: a cat's operand
+    split into its own groups (``ir/concat.pieces``), which another size must not regroup."""
 
     dim: int
     groups: int
+    per: int = 0  # channels per group, where that is what stays fixed (0: size / groups)
 
     def apply(self, t: torch.Tensor) -> torch.Tensor:
         size = t.shape[self.dim]
         if size == 1:
             return t.unsqueeze(self.dim)
-        if size % self.groups:
-            raise ViewError(f"a split of {size} channels into {self.groups} groups")
-        return t.unflatten(self.dim, (self.groups, size // self.groups))
+        if size % (self.per or self.groups):
+            parts = f"groups of {self.per}" if self.per else f"{self.groups} groups"
+            raise ViewError(f"a split of {size} channels into {parts}")
+        return t.unflatten(self.dim, self._sizes(size))
+
+    def _sizes(self, size: int) -> tuple[int, int]:
+        if self.per:
+            return size // self.per, self.per
+        return self.groups, size // self.groups
 
     def source(self, var: str) -> str:
         # unflatten raises for sizes the groups do not divide, as group_norm itself does
-        return f"{var}.unflatten({self.dim}, ({self.groups}, -1))"
+        parts = f"(-1, {self.per})" if self.per else f"({self.groups}, -1)"
+        return f"{var}.unflatten({self.dim}, {parts})"
 
     def inverse(self, shape: tuple[int, ...]) -> Step | None:
         return Merge(self.dim, self.dim + 2)
 
     def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         size = shape[self.dim]
-        parts = (1, 1) if size == 1 else (self.groups, size // self.groups)
+        parts = (1, 1) if size == 1 else self._sizes(size)
         return (*shape[:self.dim], *parts, *shape[self.dim + 1:])
 
 
