@@ -26,9 +26,8 @@ from collections.abc import Collection, Sequence
 
 import sympy
 
-from ..ir.concat import cat_dim
 from ..ir.graph import FusionGraph
-from ..ir.views import shape_after
+from ..ir.views import Split, shape_after
 from .indexing import IndexMaps
 from .plan import CatBounds, KernelPlan, PieceRead, Role, TensorArg
 from .signature import PIECE_ENDS as ENDS
@@ -43,14 +42,15 @@ def cat_bounds(g: FusionGraph, cats: Sequence[str], maps: IndexMaps,
     changes (`fixed`)."""
     out = []
     for c, name in enumerate(cats):
-        refs, dim = g[name].refs, cat_dim(g, name)
+        refs = g[name].refs
         ends = maps.cat_ends[name]
         lengths = tuple(b - a for a, b in zip((0, *ends[:-1]), ends, strict=True))
         sources: list[int | None] = []
         # Read through group_norm's channel groups, a part is a range of groups: the
         # launcher splits each operand into groups of a fixed size and refuses another
         # number of them, so those bounds stay literals.
-        grouped = lengths != tuple(g[r].meta.shape[dim] for r in refs)
+        grouped = any(isinstance(s, Split) and s.per for t in inputs
+                      if t.piece is not None and t.piece.cat == c for s in t.view)
         for part, operand in enumerate(refs):
             found = [t for t in inputs if t.role == Role.IN and t.piece is not None
                      and (t.piece.cat, t.piece.part) == (c, part) and _varies(t, rank)]
