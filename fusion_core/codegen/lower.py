@@ -48,7 +48,7 @@ from ..ir.reductions import ReductionRule, correction
 from ..ir.registry import SPECS
 from ..ir.run_scalars import run_scalar, spelled
 from ..ir.spelling import said, said_all
-from ..ir.views import shape_after, split_piece
+from ..ir.views import inverse, shape_after, split_piece
 from ..names import kernel_name
 from .cat_bounds import cat_bounds, cat_ends, regrown
 from .domain_view import seen_through, view_offset
@@ -376,6 +376,13 @@ class _Lowering:
                                 "also written; a kernel writes whole values", (name,))
         contiguous = torch.empty(meta.shape, device="meta").stride()
         shape, stride, fields = self._viewed(name, meta.shape, contiguous)
+        view = fields.get("view", ())
+        if view and inverse(view, tuple(meta.shape)) is None:
+            # `(w * 2)[:, ::2]` read over the domain while `w * 2` is a result too: the
+            # kernel computes every other element, and the store would leave the rest empty
+            raise LoweringError(f"{said(self.g, name)} is also written, but the group computes "
+                                "it over a view that reaches only part of it; a kernel writes "
+                                "whole values", (name,))
         acc = self._access(name, shape, stride)
         temp = self.temps[name]
         return TensorArg(name, Role.OUT, i, temp, shape, stride, meta.dtype, acc,
