@@ -29,7 +29,7 @@ from .frames import Frames, frames_of
 from .guard import guarded_text
 from .match import Found, Piece, self_name_of, self_path_of, unify, unify_part, unify_parts
 from .paired import partners, read_after
-from .parts import around, free_inputs, replace_part_results
+from .parts import around, free_inputs, nest_parts, replace_part_results
 from .pysource import SourceFile, read_later, stored_names
 from .served import Part, parts_on
 from .source_mapping import EXACT, POINTER, ServedPart, SourceMapping
@@ -184,7 +184,8 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fra
         return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
                               **base) for c in group]
     calls = [(kernel_name(cs[0].index), found[0]) for cs, found in pieces]
-    texts = [(f.within, f"{name}({', '.join(f.args)})", f.targets) for name, f in calls]
+    texts = nest_parts(span.src, [(f.within, f"{name}({', '.join(f.args)})", f.targets)
+                                  for name, f in calls])
     within, call, targets = texts[0]
     text = _replacement(span, call, targets) if within is None else (
         replace_part_results(span, texts))

@@ -152,13 +152,22 @@ def unify_parts(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Pi
     if len(by_part) < 2:
         return None
     held = sorted(by_part.values(), key=lambda e: (e[0].lineno, e[0].col_offset))
-    for outer, o_cs, _ in held:
-        for inner, i_cs, _ in held:
+    for outer, o_cs, o_found in held:
+        for inner, i_cs, i_found in held:
             if inner is not outer and any(n is inner for n in ast.walk(outer)):
                 src = span.src
+                if _in_argument(src.segment(inner), i_found, o_found):
+                    continue  # an unrolled Sequential's earlier layers: `nest_parts` writes it
                 raise PointerOnly(
                     f"cluster {i_cs[0].index} computes `{src.segment(inner)}`, inside "
                     f"`{src.segment(outer)}`, which cluster {o_cs[0].index} computes (line "
                     f"{inner.lineno}): the outer call would take the inner one's result as an "
                     "argument, which one edit of the line does not write yet")
     return [(cs, found) for _, cs, found in held]
+
+
+def _in_argument(inner: str, i_found: list[Found], o_found: list[Found]) -> bool:
+    """The inner part (one result) lies in exactly one place of the outer call's arguments:
+    the outer kernel reads its result, so its call can stand in that argument."""
+    return all(not f.targets for f in i_found) and all(
+        sum(a.count(inner) for a in f.args) == 1 for f in o_found)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from .callsite import site_line
-from .pysource import local_names
+from .pysource import SourceFile, local_names
 from .span import Span
 from .unify import Mismatch, value_of
 
@@ -114,3 +114,28 @@ def replace_part_results(span: Span, pieces: Sequence[tuple[ast.expr, str, tuple
         above.append(f"{indent}{', '.join((*targets, name))} = {call}\n")
         texts.append((part, name))
     return "".join(above) + replace_parts(span, texts)
+
+
+def nest_parts(src: SourceFile, pieces: Sequence[tuple[ast.expr, str, tuple[str, ...]]]
+               ) -> list[tuple[ast.expr, str, tuple[str, ...]]]:
+    """Pieces whose part lies in another piece's argument (`self.block[1][0](<part>)` with
+    the block spelled layer by layer; ``match.unify_parts`` checked it occurs there once)
+    written into the nearest such call, innermost first; the outermost pieces remain."""
+    out = list(pieces)
+    if len(out) < 2 or any(part is None for part, _, _ in out):  # a whole statement's call
+        return out
+
+    def size(k: int) -> int:
+        return sum(1 for _ in ast.walk(out[k][0]))
+
+    gone: set[int] = set()
+    for k in sorted(range(len(out)), key=size):
+        part, call, _ = out[k]
+        holders = [h for h in range(len(out)) if h != k and h not in gone
+                   and any(n is part for n in ast.walk(out[h][0]))]
+        if holders:
+            h = min(holders, key=size)
+            outer, text, targets = out[h]
+            out[h] = (outer, text.replace(src.segment(part), call, 1), targets)
+            gone.add(k)
+    return [p for k, p in enumerate(out) if k not in gone]

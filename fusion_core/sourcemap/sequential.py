@@ -6,17 +6,18 @@ file's text in which each such call is unrolled: `self.stem[3:](self.stem[2](sel
 self.stem[0](x))))` computes what `self.stem(x)` does (`Sequential.forward` chains its
 layers, and indexing or slicing it returns those same layers), and names each layer, so
 the matcher (``unify.py``) can replace the cluster's layers by the fused call and keep the
-others as its argument or around it. A Sequential inside one unrolls in turn. Only an
-`nn.Sequential`, or a subclass of the user's file that keeps its forward, is unrolled: a
-library's subclass (torchvision's `Conv2dNormActivation`) may change, so it stays a pointer.
-Also the reason a call of a container is no edit: which of its layers run outside the cluster.
+others as its argument or around it; several clusters of one call each replace their
+layers, the earlier one's call the later one's argument (``parts.nest_parts``). A Sequential
+inside one unrolls in turn. An `nn.Sequential` is unrolled, or a subclass of any file that
+keeps its forward, indexing and length (torchvision's `Conv2dNormActivation`): a subclass
+with its own forward stays a pointer. Also the reason a call of a container is no edit:
+which of its layers run outside the cluster.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
-import os
 from dataclasses import dataclass
 
 import torch.fx as fx
@@ -54,16 +55,17 @@ def _where(node: fx.Node) -> str | None:
     return str(node.target) if node.op == "call_module" else module_path(node)
 
 
-def unrollable(container: nn.Module, path: str) -> bool:
-    """An `nn.Sequential` run by torch's own forward, of torch or of the file at `path`."""
-    cls = type(container)
-    if not isinstance(container, nn.Sequential) or cls.forward is not nn.Sequential.forward:
-        return False
-    try:
-        defined = inspect.getsourcefile(cls) or ""
-    except TypeError:
-        return False
-    return cls is nn.Sequential or os.path.realpath(defined) == os.path.realpath(path)
+def unrollable(container: nn.Module) -> bool:
+    """An `nn.Sequential` that runs, indexes and counts its layers as torch's own does: a
+    subclass that only builds them (torchvision's `Conv2dNormActivation`, of any file)
+    computes `c(x)` as `c[1](c[0](x))`."""
+    return isinstance(container, nn.Sequential) and _own_method(type(container)) is None
+
+
+def _own_method(cls: type) -> str | None:
+    """The first of Sequential's methods that unrolling relies on which `cls` redefines."""
+    return next((name for name in ("forward", "__getitem__", "__iter__", "__len__")
+                 if getattr(cls, name) is not getattr(nn.Sequential, name)), None)
 
 
 def _layers(path: str, nodes: list[fx.Node]) -> list[int]:
@@ -71,12 +73,21 @@ def _layers(path: str, nodes: list[fx.Node]) -> list[int]:
     return sorted(found)
 
 
-def _callees(func: str, i: int, j: int, n: int) -> list[str]:
-    """Layers i..j of Sequential `func` (of n) one by one, those before and after them as
-    one slice each, outermost first."""
-    before = "" if i == 0 else f"{func}[0]" if i == 1 else f"{func}[:{i}]"
-    after = "" if j == n - 1 else f"{func}[{n - 1}]" if j == n - 2 else f"{func}[{j + 1}:]"
-    return [c for c in (after, *(f"{func}[{k}]" for k in range(j, i - 1, -1)), before) if c]
+def _callees(func: str, spelled: list[int], n: int, sliceable: bool) -> list[str]:
+    """Sequential `func` (of n layers) as calls, outermost first: the layers in `spelled`
+    one by one, each run of others between them as one slice (`[:2]`, `[3:5]`, `[4:]`).
+    A subclass's slice would call its constructor with the layers (`Stem(OrderedDict)`,
+    `Sequential.__getitem__`), so there every layer goes by its index."""
+    calls, k = [], 0
+    for i in [*spelled, n]:
+        if i - k == 1 or (i > k and not sliceable):
+            calls += [f"{func}[{j}]" for j in range(k, i)]
+        elif i > k:
+            calls.append(f"{func}[{k or ''}:{i if i < n else ''}]")
+        if i < n:
+            calls.append(f"{func}[{i}]")
+        k = i + 1
+    return calls[::-1]
 
 
 class _Pass:
@@ -97,20 +108,29 @@ class _Pass:
         chain = module_chain(call.func)
         if len(chain) < 2 or chain[0] != self.self_name:
             return None
-        spans = set()
+        # Per module `self` stands for: its container's length and, for each cluster of
+        # the group run there, the first and last of the container's layers it fuses.
+        held: dict[str, tuple[nn.Module, list[tuple[int, int]]]] = {}
         for c, p in zip(self.group, self.self_paths, strict=True):
             full = ".".join(s for s in (p, *chain[1:]) if s)
             try:
                 container = self.analysis.module.get_submodule(full)
             except AttributeError:
                 return None
+            ranges = held.setdefault(full, (container, []))[1]
             layers = _layers(full, [self.fx[n] for n in c.nodes if n in self.fx])
-            if not layers or not unrollable(container, self.span.src.path):
+            if layers:  # another call of the line may hold the cluster (`self.branch1(x)`)
+                ranges.append((layers[0], layers[-1]))
+        plans = set()
+        for container, ranges in held.values():
+            if not ranges or not unrollable(container):
                 return None
-            spans.add((layers[0], layers[-1], len(container)))
-        if len(spans) != 1:  # other calls of these lines fuse other layers
+            spelled = sorted({k for i, j in ranges for k in range(i, j + 1)})
+            plans.add((tuple(spelled), len(container), type(container) is nn.Sequential))
+        if len(plans) != 1:  # the line's other calls run other layers: one text serves all
             return None
-        return _callees(self.span.src.segment(call.func), *spans.pop())
+        spelled, n, sliceable = plans.pop()
+        return _callees(self.span.src.segment(call.func), list(spelled), n, sliceable)
 
     def run(self) -> tuple[Span, list[tuple[str, int, str]]] | None:
         src = self.span.src
@@ -216,12 +236,12 @@ def container_mismatch(model: nn.Module, path: str, self_name: str, self_path: s
     cls = type(container)
     why = (f"`{func}(...)` (line {expr.lineno}) runs {runs}, outside the cluster, and an "
            "edit of the line replaces the whole call")
-    if isinstance(container, nn.Sequential) and not unrollable(container, path):
+    if isinstance(container, nn.Sequential) and not unrollable(container):
         try:
             where = short_path(inspect.getsourcefile(cls) or "?")
         except TypeError:
             where = "?"
-        return (f"{why}; `{func}` is a `{cls.__name__}` (defined in {where}, not in this "
-                "file), which no edit here unrolls. To apply, call its layers one per line "
-                "in this forward")
+        return (f"{why}; `{func}` is a `{cls.__name__}` (defined in {where}) with its own "
+                f"`{_own_method(cls)}`, which no edit here unrolls. To apply, call its layers "
+                "one per line in this forward")
     return f"{why}. To apply, call its layers one per line in this forward"

@@ -1,0 +1,187 @@
+"""`--apply` on several clusters inside one call of nested Sequentials (issue 26.5).
+
+torchvision's MobileNet/EfficientNet blocks call `self.block(input)`, an `nn.Sequential`
+of `Conv2dNormActivation`s (a Sequential subclass without a forward of its own), and
+ShuffleNet's `self.branch2(x2)` runs two conv → bn → relu groups: one call holds several
+clusters, one layer's result feeding the next's. The edit spells the call layer by layer
+(`sourcemap/sequential.py`) and writes each cluster's kernel call as the argument of the
+next layer (`self.block[1][0](cluster0(...))`). Kernels run under the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+from apply_checks import apply_net, same_outputs
+
+BN = ("{0}.running_mean.reshape(-1, 1, 1), {0}.running_var.reshape(-1, 1, 1), "
+      "{0}.weight.reshape(-1, 1, 1), {0}.bias.reshape(-1, 1, 1)")
+
+# The model file's own Conv2dNormActivation, three of them in one nn.Sequential.
+NESTED = """\
+import torch
+from torch import nn
+
+
+class ConvNormAct(nn.Sequential):
+    def __init__(self, cin, cout, k=1, act=nn.ReLU):
+        super().__init__(nn.Conv2d(cin, cout, k, padding=k // 2, bias=False),
+                         nn.BatchNorm2d(cout), act())
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(
+            ConvNormAct(3, 8, 1, nn.ReLU),
+            ConvNormAct(8, 8, 3, nn.Hardswish),
+            ConvNormAct(8, 4, 1, nn.SiLU),
+        )
+        self.head = nn.Conv2d(4, 4, 1)
+
+    def forward(self, input):
+        result = self.block(input)
+        return self.head(result)
+"""
+
+
+def test_each_nested_sequentials_cluster_feeds_the_next_layer_in_one_edit(tmp_path):
+    path = tmp_path / "nested.py"
+    path.write_text(NESTED)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    # Was three pointers: "line 22 calls `self.block(input)`, a `Sequential` whose forward
+    # ... runs the cluster's layers ... and also `self.block[1][0]` (Conv2d)".
+    assert "Applied 1 edit to" in result.output, result.output
+    bn = [BN.format(f"self.block[{i}][1]") for i in range(3)]
+    assert (f"        result = cluster2(self.block[2][0](cluster1(self.block[1][0](cluster0("
+            f"self.block[0][0](input), {bn[0]})), {bn[1]})), {bn[2]})\n"
+            in path.read_text()), path.read_text()
+    same_outputs(tmp_path, path, NESTED)
+
+
+# A cluster across two nested Sequentials: bn, the last layer of `ConvNorm` (torchvision's
+# Conv2dNormActivation without activation), then the activation that starts `ActConv`;
+# another cluster ends the first layer.
+SPANNING = """\
+import torch
+from torch import nn
+
+
+class ConvNormAct(nn.Sequential):
+    def __init__(self, cin, cout):
+        super().__init__(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.SiLU())
+
+
+class ConvNorm(nn.Sequential):
+    def __init__(self, cin, cout):
+        super().__init__(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout))
+
+
+class ActConv(nn.Sequential):
+    def __init__(self, cin, cout):
+        super().__init__(nn.Hardswish(), nn.Conv2d(cin, cout, 1))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(ConvNormAct(3, 8), ConvNorm(8, 8), ActConv(8, 4))
+
+    def forward(self, x):
+        return self.block(x)
+"""
+
+
+def test_a_cluster_across_the_end_of_one_nested_sequential_and_the_next(tmp_path):
+    path = tmp_path / "spanning.py"
+    path.write_text(SPANNING)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit to" in result.output, result.output
+    bn = [BN.format(f"self.block[{i}][1]") for i in range(2)]
+    assert (f"        return self.block[2][1](cluster1(self.block[1][0](cluster0("
+            f"self.block[0][0](x), {bn[0]})), {bn[1]}))\n" in path.read_text()), path.read_text()
+    same_outputs(tmp_path, path, SPANNING)
+
+
+# A Sequential subclass whose constructor takes its own arguments: slicing it
+# (`self.stem[:2]`) would call `Stem(OrderedDict(...))`, so its layers go one by one.
+SUBCLASS = """\
+import torch
+from torch import nn
+
+
+class Stem(nn.Sequential):
+    def __init__(self, c):
+        super().__init__(nn.Conv2d(3, c, 3, padding=1), nn.Conv2d(c, c, 1), nn.BatchNorm2d(c),
+                         nn.ReLU(), nn.Conv2d(c, c, 1), nn.Conv2d(c, c, 1))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = Stem(8)
+
+    def forward(self, x):
+        return self.stem(x)
+"""
+
+
+def test_a_sequential_subclass_is_never_sliced(tmp_path):
+    path = tmp_path / "stem.py"
+    path.write_text(SUBCLASS)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit to" in result.output, result.output
+    bn = BN.format("self.stem[2]")
+    # Was `self.stem[4:](cluster0(self.stem[:2](x), ...))`: TypeError when run.
+    assert (f"        return self.stem[5](self.stem[4](cluster0(self.stem[1](self.stem[0](x)), "
+            f"{bn})))\n" in path.read_text()), path.read_text()
+    same_outputs(tmp_path, path, SUBCLASS)
+
+
+# ShuffleNet's block: two conv → bn → relu groups in one flat nn.Sequential, the block used
+# at two widths (one kernel serves both calls of the line). ShuffleNet's own line,
+# `torch.cat((x1, self.branch2(x2)), dim=1)`, fuses the cat, whose kernel reads one width.
+SHUFFLE = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+            nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False), nn.BatchNorm2d(c),
+            nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+        )
+
+    def forward(self, x):
+        out = x + self.branch2(x)
+        return out
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 1)
+        self.one = Block(4)
+        self.wide = nn.Conv2d(4, 8, 1)
+        self.two = Block(8)
+
+    def forward(self, x):
+        return self.two(self.wide(self.one(self.stem(x))))
+"""
+
+
+def test_two_clusters_of_one_flat_sequential_in_blocks_of_two_widths(tmp_path):
+    path = tmp_path / "shuffle.py"
+    path.write_text(SHUFFLE)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit to" in result.output, result.output
+    rewritten = path.read_text()
+    b1, b6 = BN.format("self.branch2[1]"), BN.format("self.branch2[6]")
+    assert (f"        out = cluster1(self.branch2[3:6](cluster0(self.branch2[0](x), {b1})), {b6}, "
+            "x)\n" in rewritten), rewritten
+    same_outputs(tmp_path, path, SHUFFLE)
