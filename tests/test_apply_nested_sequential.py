@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from apply_checks import apply_net, same_outputs
 
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import map_clusters
+
 BN = ("{0}.running_mean.reshape(-1, 1, 1), {0}.running_var.reshape(-1, 1, 1), "
       "{0}.weight.reshape(-1, 1, 1), {0}.bias.reshape(-1, 1, 1)")
 
@@ -56,6 +60,29 @@ def test_each_nested_sequentials_cluster_feeds_the_next_layer_in_one_edit(tmp_pa
             f"self.block[0][0](input), {bn[0]})), {bn[1]})), {bn[2]})\n"
             in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, NESTED)
+
+
+# MBConv: the block's last bn → act adds the residual on the next line; the other clusters
+# are inside the call on the first: one edit of both lines.
+RESIDUAL = NESTED.replace("ConvNormAct(8, 4, 1, nn.SiLU)", "ConvNormAct(8, 3, 1, nn.SiLU)").replace(
+    "        return self.head(result)\n", "        return result + input\n")
+
+
+def test_a_residual_after_the_nested_sequential_joins_the_edit_of_its_call(tmp_path):
+    path = tmp_path / "residual.py"
+    path.write_text(RESIDUAL)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    # Was (with the clusters inside the call written alone) "its lines overlap cluster 2's
+    # edit (one keeps code the other fuses); one edit cannot rewrite both", for all three.
+    assert "Applied 1 edit to" in result.output, result.output
+    bn = [BN.format(f"self.block[{i}][1]") for i in range(3)]
+    rewritten = path.read_text()
+    assert "result = " not in rewritten, rewritten
+    assert (f"        return cluster2(self.block[2][0](cluster1(self.block[1][0](cluster0("
+            f"self.block[0][0](input), {bn[0]})), {bn[1]})), {bn[2]}, input)\n"
+            in rewritten), rewritten
+    same_outputs(tmp_path, path, RESIDUAL)
 
 
 # A cluster across two nested Sequentials: bn, the last layer of `ConvNorm` (torchvision's
@@ -185,3 +212,53 @@ def test_two_clusters_of_one_flat_sequential_in_blocks_of_two_widths(tmp_path):
     assert (f"        out = cluster1(self.branch2[3:6](cluster0(self.branch2[0](x), {b1})), {b6}, "
             "x)\n" in rewritten), rewritten
     same_outputs(tmp_path, path, SHUFFLE)
+
+
+# MobileNet's blocks: one class whose `self.block` has an expand layer in some blocks only;
+# the line `result = self.block(input)` runs in both.
+ARRANGED = """\
+import torch
+from torch import nn
+
+
+class ConvNormAct(nn.Sequential):
+    def __init__(self, cin, cout):
+        super().__init__(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class Block(nn.Module):
+    def __init__(self, c, expand):
+        super().__init__()
+        layers = [ConvNormAct(c, 2 * c)] if expand else []
+        self.block = nn.Sequential(*layers, ConvNormAct(2 * c if expand else c, c))
+
+    def forward(self, input):
+        result = self.block(input)
+        return result
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.one = Block(3, expand=False)
+        self.two = Block(3, expand=True)
+
+    def forward(self, x):
+        return self.two(self.one(x))
+"""
+
+
+def test_blocks_whose_sequentials_hold_the_clusters_in_other_layers_say_where(tmp_path):
+    path = tmp_path / "arranged.py"
+    path.write_text(ARRANGED)
+    analysis = analyze_file(path, [InputSpec((2, 3, 8, 8))])
+    mappings = map_clusters(analysis)
+    assert len(mappings) == 3 and not any(m.exact for m in mappings)
+    # Was "line 17 calls `self.block(input)`, a `Sequential` whose forward ... To apply, make
+    # `self.block[0]` (`ConvNormAct`) a module of your file whose forward calls its layers
+    # one per line", which unrolling it already does.
+    assert {m.reason for m in mappings} == {
+        "line 17 runs `self.block(input)` in 2 calls whose layers differ (`self.one.block`, "
+        "`nn.Sequential` of 1: layer 0; `self.two.block`, `nn.Sequential` of 2: layers 0, 1): "
+        "one edit of the line, spelled layer by layer, cannot serve them all. To apply, give "
+        "each arrangement of layers a module class of its own"}, mappings[0].reason

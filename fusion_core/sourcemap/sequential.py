@@ -29,6 +29,7 @@ from ..report.units import short_path
 from .pyexpr import module_chain, module_path
 from .pysource import SourceFile, Statement
 from .span import Span
+from .unify import module_attr_text
 
 _PASSES = 8  # Sequentials nested this deep unroll; deeper ones stay as written
 
@@ -90,6 +91,21 @@ def _callees(func: str, spelled: list[int], n: int, sliceable: bool) -> list[str
     return calls[::-1]
 
 
+def _arrangements(call: str, line: int, calls: int,
+                  plans: dict[tuple[tuple[int, ...], int, bool], str]) -> str:
+    """Why one spelling of `call` serves not every call of its line: where each holds the
+    clusters' layers (one example module per arrangement)."""
+    shown = "; ".join(
+        f"`{module_attr_text('self', '', full)}`, {'a ' if not plain else ''}"
+        f"{'`nn.Sequential`' if plain else 'subclass'} of {n}: layer"
+        f"{'s' if len(spelled) > 1 else ''} {', '.join(map(str, spelled))}"
+        for (spelled, n, plain), full in list(plans.items())[:3])
+    return (f"line {line} runs `{call}` in {calls} calls whose layers differ ({shown}"
+            f"{'; …' if len(plans) > 3 else ''}): one edit of the line, spelled layer by "
+            "layer, cannot serve them all. To apply, give each arrangement of layers a "
+            "module class of its own")
+
+
 class _Pass:
     """One level of unrolling over the span's statements."""
 
@@ -98,6 +114,7 @@ class _Pass:
         self.analysis, self.span, self.group = analysis, span, group
         self.self_paths, self.self_name = self_paths, self_name
         self.fx = {n.name: n for n in analysis.graph_module.graph.nodes}
+        self.why: str | None = None  # why a call holding clusters is not unrolled
 
     def callees(self, call: ast.expr) -> list[str] | None:
         """What `call` becomes, when it calls an unrollable Sequential holding cluster ops."""
@@ -121,15 +138,16 @@ class _Pass:
             layers = _layers(full, [self.fx[n] for n in c.nodes if n in self.fx])
             if layers:  # another call of the line may hold the cluster (`self.branch1(x)`)
                 ranges.append((layers[0], layers[-1]))
-        plans = set()
-        for container, ranges in held.values():
+        plans: dict[tuple[tuple[int, ...], int, bool], str] = {}
+        for full, (container, ranges) in held.items():
             if not ranges or not unrollable(container):
                 return None
-            spelled = sorted({k for i, j in ranges for k in range(i, j + 1)})
-            plans.add((tuple(spelled), len(container), type(container) is nn.Sequential))
+            spelled = tuple(sorted({k for i, j in ranges for k in range(i, j + 1)}))
+            plans.setdefault((spelled, len(container), type(container) is nn.Sequential), full)
         if len(plans) != 1:  # the line's other calls run other layers: one text serves all
+            self.why = _arrangements(self.span.src.segment(call), call.lineno, len(held), plans)
             return None
-        spelled, n, sliceable = plans.pop()
+        ((spelled, n, sliceable),) = plans
         return _callees(self.span.src.segment(call.func), list(spelled), n, sliceable)
 
     def run(self) -> tuple[Span, list[tuple[str, int, str]]] | None:
@@ -178,17 +196,21 @@ def _respan(span: Span, src: SourceFile) -> Span:
 
 
 def unrolled(analysis: Analysis, span: Span, group: list[Cluster], self_paths: list[str],
-             self_name: str) -> Unrolled | None:
+             self_name: str) -> Unrolled | str | None:
     """`span` with every call of a Sequential holding the group's ops spelled layer by
-    layer (`self_paths`: the module each cluster's `self` is); None when none is."""
+    layer (`self_paths`: the module each cluster's `self` is); None when none is, or why
+    not when the line's calls hold the clusters in other layers."""
     if span.guard is not None:  # the fused call replaces whole guarded statements only
         return None
     spelled: list[tuple[str, int, str]] = []
     current = span
     try:
         for _ in range(_PASSES):
-            done = _Pass(analysis, current, group, self_paths, self_name).run()
+            unroll = _Pass(analysis, current, group, self_paths, self_name)
+            done = unroll.run()
             if done is None:
+                if not spelled and unroll.why is not None:
+                    return unroll.why
                 break
             current, more = done
             spelled = spelled or more  # the outermost calls, as the user wrote them
