@@ -258,7 +258,7 @@ def test_blocks_whose_sequentials_hold_the_clusters_in_other_layers_say_where(tm
     # `self.block[0]` (`ConvNormAct`) a module of your file whose forward calls its layers
     # one per line", which unrolling it already does.
     assert {m.reason for m in mappings} == {
-        "line 17 runs `self.block(input)` in 2 calls whose layers differ (`self.one.block`, "
-        "`nn.Sequential` of 1: layer 0; `self.two.block`, `nn.Sequential` of 2: layers 0, 1): "
+        "line 17 runs `self.block(input)` in 2 calls whose Sequentials hold the clusters in "
+        "other layers (`self.one.block`: layer 0 of 1; `self.two.block`: layers 0, 1 of 2): "
         "one edit of the line, spelled layer by layer, cannot serve them all. To apply, give "
         "each arrangement of layers a module class of its own"}, mappings[0].reason

@@ -276,8 +276,8 @@ def _join_nested(analysis: Analysis, spans: dict[int, Span], groups: list[list[C
     for outer in sorted(exact, key=lambda g: spans[g[0].index].start - spans[g[0].index].end):
         big = spans[outer[0].index]
         inside = [g for g in exact if g is not outer and g[0].index not in joined and (
-            (s := spans[g[0].index]).src.path == big.src.path and s.scope.qualname
-            == big.scope.qualname and big.start <= s.start and s.end <= big.end)]
+            (s := spans[g[0].index]).src.path == big.src.path and s.scope.start
+            == big.scope.start and big.start <= s.start and s.end <= big.end)]
         if not inside or outer[0].index in joined:
             continue
         both = [*outer, *(c for g in inside for c in g)]

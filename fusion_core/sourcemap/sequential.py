@@ -96,14 +96,13 @@ def _arrangements(call: str, line: int, calls: int,
     """Why one spelling of `call` serves not every call of its line: where each holds the
     clusters' layers (one example module per arrangement)."""
     shown = "; ".join(
-        f"`{module_attr_text('self', '', full)}`, {'a ' if not plain else ''}"
-        f"{'`nn.Sequential`' if plain else 'subclass'} of {n}: layer"
-        f"{'s' if len(spelled) > 1 else ''} {', '.join(map(str, spelled))}"
-        for (spelled, n, plain), full in list(plans.items())[:3])
-    return (f"line {line} runs `{call}` in {calls} calls whose layers differ ({shown}"
-            f"{'; …' if len(plans) > 3 else ''}): one edit of the line, spelled layer by "
-            "layer, cannot serve them all. To apply, give each arrangement of layers a "
-            "module class of its own")
+        f"`{module_attr_text('self', '', full)}`: layer{'s' if len(spelled) > 1 else ''} "
+        f"{', '.join(map(str, spelled))} of {n}"
+        for (spelled, n, _), full in list(plans.items())[:3])
+    return (f"line {line} runs `{call}` in {calls} calls whose Sequentials hold the clusters "
+            f"in other layers ({shown}{'; …' if len(plans) > 3 else ''}): one edit of the "
+            "line, spelled layer by layer, cannot serve them all. To apply, give each "
+            "arrangement of layers a module class of its own")
 
 
 class _Pass:
