@@ -258,7 +258,64 @@ def test_blocks_whose_sequentials_hold_the_clusters_in_other_layers_say_where(tm
     # `self.block[0]` (`ConvNormAct`) a module of your file whose forward calls its layers
     # one per line", which unrolling it already does.
     assert {m.reason for m in mappings} == {
-        "line 17 runs `self.block(input)` in 2 calls whose Sequentials hold the clusters in "
-        "other layers (`self.one.block`: layer 0 of 1; `self.two.block`: layers 0, 1 of 2): "
-        "one edit of the line, spelled layer by layer, cannot serve them all. To apply, give "
-        "each arrangement of layers a module class of its own"}, mappings[0].reason
+        "line 17 runs `self.block(input)` in 2 calls whose Sequentials differ (`self.one.block`"
+        ": clusters in layer 0 of 1; `self.two.block`: clusters in layers 0, 1 of 2): one edit "
+        "of the line, spelled layer by layer, cannot serve them all. To apply, give each "
+        "arrangement of layers a module class of its own"}, mappings[0].reason
+
+
+# EfficientNet's first block has no expand layer: the line runs in Sequentials of other
+# lengths, the clusters in the same layers of each. The layers after them go as one open
+# slice (`self.block[3:]`, empty in the shorter one); a subclass, indexed layer by layer,
+# cannot serve both.
+LENGTHS = """\
+import torch
+from torch import nn
+
+
+class Tail(nn.Sequential):
+    pass
+
+
+class Block(nn.Module):
+    def __init__(self, c, extra):
+        super().__init__()
+        layers = [nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU()]
+        self.block = SEQ(*layers, *([nn.Conv2d(c, c, 1)] if extra else []))
+
+    def forward(self, x):
+        return self.block(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.one = Block(3, extra=False)
+        self.two = Block(3, extra=True)
+
+    def forward(self, x):
+        return self.two(self.one(x))
+"""
+
+
+def test_sequentials_of_other_lengths_end_in_an_open_slice(tmp_path):
+    path = tmp_path / "lengths.py"
+    text = LENGTHS.replace("SEQ", "nn.Sequential")
+    path.write_text(text)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit to" in result.output, result.output
+    assert (f"        return self.block[3:](cluster0(self.block[0](x), "
+            f"{BN.format('self.block[1]')}))\n" in path.read_text()), path.read_text()
+    same_outputs(tmp_path, path, text)
+
+
+def test_a_subclass_of_other_lengths_is_no_edit(tmp_path):
+    path = tmp_path / "lengths.py"
+    path.write_text(LENGTHS.replace("SEQ", "Tail"))
+    (m, n) = map_clusters(analyze_file(path, [InputSpec((2, 3, 8, 8))]))
+    assert not m.exact and m.reason == n.reason == (
+        "line 16 runs `self.block(x)` in 2 calls whose Sequentials differ (`self.one.block`: "
+        "clusters in layers 1, 2 of 3; `self.two.block`: clusters in layers 1, 2 of 4): one "
+        "edit of the line, spelled layer by layer, cannot serve them all. To apply, give each "
+        "arrangement of layers a module class of its own"), m.reason

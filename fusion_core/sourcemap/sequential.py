@@ -74,33 +74,36 @@ def _layers(path: str, nodes: list[fx.Node]) -> list[int]:
     return sorted(found)
 
 
-def _callees(func: str, spelled: list[int], n: int, sliceable: bool) -> list[str]:
-    """Sequential `func` (of n layers) as calls, outermost first: the layers in `spelled`
-    one by one, each run of others between them as one slice (`[:2]`, `[3:5]`, `[4:]`).
-    A subclass's slice would call its constructor with the layers (`Stem(OrderedDict)`,
-    `Sequential.__getitem__`), so there every layer goes by its index."""
-    calls, k = [], 0
-    for i in [*spelled, n]:
+def _callees(func: str, spelled: list[int], n: int | None, sliceable: bool) -> list[str]:
+    """Sequential `func` (of n layers; None: of several lengths, all past `spelled`) as
+    calls, outermost first: the layers in `spelled` one by one, each run of others between
+    them as one slice (`[:2]`, `[3:5]`, `[4:]`). A subclass's slice would call its
+    constructor with the layers (`Stem(OrderedDict)`, `Sequential.__getitem__`), so there
+    every layer goes by its index."""
+
+    def gap(k: int, i: int, last: bool) -> list[str]:  # layers k..i-1
         if i - k == 1 or (i > k and not sliceable):
-            calls += [f"{func}[{j}]" for j in range(k, i)]
-        elif i > k:
-            calls.append(f"{func}[{k or ''}:{i if i < n else ''}]")
-        if i < n:
-            calls.append(f"{func}[{i}]")
+            return [f"{func}[{j}]" for j in range(k, i)]
+        return [f"{func}[{k or ''}:{'' if last else i}]"] if i > k else []
+
+    calls, k = [], 0
+    for i in spelled:
+        calls += [*gap(k, i, False), f"{func}[{i}]"]
         k = i + 1
+    calls += [f"{func}[{k}:]"] if n is None else gap(k, n, True)  # None: however many
     return calls[::-1]
 
 
 def _arrangements(call: str, line: int, calls: int,
-                  plans: dict[tuple[tuple[int, ...], int, bool], str]) -> str:
+                  plans: dict[tuple[tuple[int, ...], int], str]) -> str:
     """Why one spelling of `call` serves not every call of its line: where each holds the
-    clusters' layers (one example module per arrangement)."""
+    clusters' layers, of how many (one example module per arrangement)."""
     shown = "; ".join(
-        f"`{module_attr_text('self', '', full)}`: layer{'s' if len(spelled) > 1 else ''} "
-        f"{', '.join(map(str, spelled))} of {n}"
-        for (spelled, n, _), full in list(plans.items())[:3])
-    return (f"line {line} runs `{call}` in {calls} calls whose Sequentials hold the clusters "
-            f"in other layers ({shown}{'; …' if len(plans) > 3 else ''}): one edit of the "
+        f"`{module_attr_text('self', '', full)}`: clusters in layer"
+        f"{'s' if len(spelled) > 1 else ''} {', '.join(map(str, spelled))} of {n}"
+        for (spelled, n), full in list(plans.items())[:3])
+    return (f"line {line} runs `{call}` in {calls} calls whose Sequentials differ ({shown}"
+            f"{'; …' if len(plans) > 3 else ''}): one edit of the "
             "line, spelled layer by layer, cannot serve them all. To apply, give each "
             "arrangement of layers a module class of its own")
 
@@ -114,6 +117,10 @@ class _Pass:
         self.self_paths, self.self_name = self_paths, self_name
         self.fx = {n.name: n for n in analysis.graph_module.graph.nodes}
         self.why: str | None = None  # why a call holding clusters is not unrolled
+        # Every module the function's `self` may be: the edit runs in all of them, those
+        # whose clusters lie elsewhere too (EfficientNet's first block has no expand layer).
+        self.instances = sorted({p for p, m in analysis.module.named_modules() if
+                                 type(m).__name__ == span.scope.class_name} | set(self_paths))
 
     def callees(self, call: ast.expr) -> list[str] | None:
         """What `call` becomes, when it calls an unrollable Sequential holding cluster ops."""
@@ -137,16 +144,36 @@ class _Pass:
             layers = _layers(full, [self.fx[n] for n in c.nodes if n in self.fx])
             if layers:  # another call of the line may hold the cluster (`self.branch1(x)`)
                 ranges.append((layers[0], layers[-1]))
-        plans: dict[tuple[tuple[int, ...], int, bool], str] = {}
-        for full, (container, ranges) in held.items():
-            if not ranges or not unrollable(container):
+        plans: dict[tuple[int, ...], str] = {}
+        for full, (_, ranges) in held.items():
+            if not ranges:
                 return None
-            spelled = tuple(sorted({k for i, j in ranges for k in range(i, j + 1)}))
-            plans.setdefault((spelled, len(container), type(container) is nn.Sequential), full)
+            plans.setdefault(tuple(sorted({k for i, j in ranges for k in range(i, j + 1)})),
+                             full)
         if len(plans) != 1:  # the line's other calls run other layers: one text serves all
-            self.why = _arrangements(self.span.src.segment(call), call.lineno, len(held), plans)
+            self.why = _arrangements(self.span.src.segment(call), call.lineno, len(held), {
+                (spelled, len(held[full][0])): full for spelled, full in plans.items()})
             return None
-        ((spelled, n, sliceable),) = plans
+        ((spelled, _),) = plans.items()
+        shapes = {}  # (length, plain nn.Sequential) of each module's container
+        for p in self.instances:
+            full = ".".join(s for s in (p, *chain[1:]) if s)
+            try:
+                container = self.analysis.module.get_submodule(full)
+            except AttributeError:
+                continue  # the line does not run there
+            if not unrollable(container):
+                return None
+            shapes.setdefault((len(container), type(container) is nn.Sequential), full)
+        ((n, sliceable), *others) = shapes
+        if others:  # other lengths: the layers after the last spelled one as an open slice
+            if not all(plain and size > spelled[-1] for size, plain in shapes):
+                self.why = _arrangements(self.span.src.segment(call), call.lineno,
+                                         len(self.instances), {
+                                             (spelled, size): full
+                                             for (size, _), full in shapes.items()})
+                return None
+            n = None
         return _callees(self.span.src.segment(call.func), list(spelled), n, sliceable)
 
     def run(self) -> tuple[Span, list[tuple[str, int, str]]] | None:
