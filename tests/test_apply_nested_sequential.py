@@ -319,3 +319,46 @@ def test_a_subclass_of_other_lengths_is_no_edit(tmp_path):
         "clusters in layers 1, 2 of 3; `self.two.block`: clusters in layers 1, 2 of 4): one "
         "edit of the line, spelled layer by layer, cannot serve them all. To apply, give each "
         "arrangement of layers a module class of its own"), m.reason
+
+
+# ShuffleNet's blocks of stride 1 hold an empty `self.branch1` and never call it: the line
+# calling it is spelled for the blocks that run it.
+BRANCHES = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, c, down):
+        super().__init__()
+        self.down = down
+        self.branch1 = nn.Sequential(
+            nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, c, 1),
+        ) if down else nn.Sequential()
+        self.branch2 = nn.Conv2d(c, c, 1)
+
+    def forward(self, x):
+        if self.down:
+            return self.branch1(x)
+        return self.branch2(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.one = Block(3, down=True)
+        self.two = Block(3, down=False)
+
+    def forward(self, x):
+        return self.two(self.one(x))
+"""
+
+
+def test_a_module_that_never_runs_the_line_does_not_constrain_its_spelling(tmp_path):
+    path = tmp_path / "branches.py"
+    path.write_text(BRANCHES)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert (f"            return self.branch1[3](cluster0(self.branch1[0](x), "
+            f"{BN.format('self.branch1[1]')}))\n" in path.read_text()), result.output
+    same_outputs(tmp_path, path, BRANCHES)

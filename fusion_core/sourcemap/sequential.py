@@ -121,8 +121,22 @@ class _Pass:
         # whose clusters lie elsewhere too (EfficientNet's first block has no expand layer).
         self.instances = sorted({p for p, m in analysis.module.named_modules() if
                                  type(m).__name__ == span.scope.class_name} | set(self_paths))
+        self.frames = []  # per graph op: the modules it ran in, the (file, line)s it passed
+        for n in analysis.graph_module.graph.nodes:
+            loc = analysis.graph[n.name].source if n.name in analysis.graph else None
+            if loc is not None:
+                stack = (n.meta.get("nn_module_stack") or {}).values()
+                self.frames.append(({v[0] if isinstance(v, tuple) else str(v) for v in stack},
+                                    {(f.file, f.line) for f in loc.chain}))
 
-    def callees(self, call: ast.expr) -> list[str] | None:
+    def runs(self, p: str, lines: range) -> bool:
+        """Whether module `p` ran `lines` of the function (one of its ops passed them):
+        ShuffleNet's blocks of stride 1 never call their empty `self.branch1`."""
+        here = {(self.span.src.path, line) for line in lines}
+        return p in self.self_paths or any(
+            (not p or p in paths) and not here.isdisjoint(passed) for paths, passed in self.frames)
+
+    def callees(self, call: ast.expr, lines: range) -> list[str] | None:
         """What `call` becomes, when it calls an unrollable Sequential holding cluster ops."""
         if not (isinstance(call, ast.Call) and len(call.args) == 1 and not call.keywords
                 and not isinstance(call.args[0], ast.Starred)
@@ -156,7 +170,8 @@ class _Pass:
             return None
         ((spelled, _),) = plans.items()
         shapes = {}  # (length, plain nn.Sequential) of each module's container
-        for p in self.instances:
+        running = [p for p in self.instances if self.runs(p, lines)]
+        for p in running:
             full = ".".join(s for s in (p, *chain[1:]) if s)
             try:
                 container = self.analysis.module.get_submodule(full)
@@ -169,7 +184,7 @@ class _Pass:
         if others:  # other lengths: the layers after the last spelled one as an open slice
             if not all(plain and size > spelled[-1] for size, plain in shapes):
                 self.why = _arrangements(self.span.src.segment(call), call.lineno,
-                                         len(self.instances), {
+                                         len(running), {
                                              (spelled, size): full
                                              for (size, _), full in shapes.items()})
                 return None
@@ -189,7 +204,7 @@ class _Pass:
         spelled = []
         for st in self.span.stmts:
             for call in ast.walk(st.node):
-                callees = self.callees(call)
+                callees = self.callees(call, range(st.start, st.end + 1))
                 if callees is None:
                     continue
                 func = call.func
