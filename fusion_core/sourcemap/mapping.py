@@ -29,7 +29,7 @@ from .frames import Frames, frames_of
 from .guard import guarded_text
 from .match import Found, Piece, self_name_of, self_path_of, unify, unify_part, unify_parts
 from .paired import partners, read_after
-from .parts import around, free_inputs, replace_part_results
+from .parts import around, free_inputs, nest_parts, replace_part_results
 from .pysource import SourceFile, read_later, stored_names
 from .served import Part, parts_on
 from .source_mapping import EXACT, POINTER, ServedPart, SourceMapping
@@ -184,7 +184,8 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fra
         return [SourceMapping(c.index, POINTER, reason=p.reason, shared_with=others[c.index],
                               **base) for c in group]
     calls = [(kernel_name(cs[0].index), found[0]) for cs, found in pieces]
-    texts = [(f.within, f"{name}({', '.join(f.args)})", f.targets) for name, f in calls]
+    texts = nest_parts(span.src, [(f.within, f"{name}({', '.join(f.args)})", f.targets)
+                                  for name, f in calls])
     within, call, targets = texts[0]
     text = _replacement(span, call, targets) if within is None else (
         replace_part_results(span, texts))
@@ -248,6 +249,8 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             mapped = _map_spans(analysis, spans, own, parts, frames)
         for m in mapped:
             out[m.cluster_index] = m
+    _join_nested(analysis, spans, [g for g in groups.values()
+                                   if not any(c.index in borrowed for c in g)], out, frames)
     for c in analysis.clusters:  # a sum another kernel recomputes: with that kernel's edit
         pair = partners(analysis, c, out) if not out[c.index].exact else None
         if pair is None:
@@ -260,6 +263,28 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
         if m.exact:
             out[c.index] = m
     return tuple(_note_served(analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
+
+
+def _join_nested(analysis: Analysis, spans: dict[int, Span], groups: list[list[Cluster]],
+                 out: dict[int, SourceMapping], frames: Frames) -> None:
+    """Exact edits inside another's lines (`result = self.block(input)` holds clusters, the
+    block's last one adds `result + input` a line below) mapped again as one edit, the inner
+    kernels' calls inside the outer one's arguments; kept when that edit is exact (else
+    `_no_overlaps` makes them pointers, as one edit cannot rewrite the other's lines)."""
+    exact = [g for g in groups if all(out[c.index].exact for c in g)]
+    joined: set[int] = set()
+    for outer in sorted(exact, key=lambda g: spans[g[0].index].start - spans[g[0].index].end):
+        big = spans[outer[0].index]
+        inside = [g for g in exact if g is not outer and g[0].index not in joined and (
+            (s := spans[g[0].index]).src.path == big.src.path and s.scope.start
+            == big.scope.start and big.start <= s.start and s.end <= big.end)]
+        if not inside or outer[0].index in joined:
+            continue
+        both = [*outer, *(c for g in inside for c in g)]
+        mapped = _map_spans(analysis, spans, both, parts_on(analysis, big, both, frames), frames)
+        if all(m.exact for m in mapped):
+            out.update((m.cluster_index, m) for m in mapped)
+            joined.update(c.index for c in both)
 
 
 def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],
@@ -279,6 +304,9 @@ def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],
     unrolled = sequential.unrolled(analysis, span, group, paths, self_name_of(span.scope))
     if unrolled is None:
         return mapped
+    if isinstance(unrolled, str):  # the calls of the line hold the clusters in other layers
+        return mapped if mapped[0].file != span.src.path else [
+            replace(m, reason=unrolled) for m in mapped]
     again = _map_group(analysis, unrolled.span, group, frames, tuple(parts))
     real = dict(digest=span.src.digest)
     if again[0].exact:

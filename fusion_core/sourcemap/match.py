@@ -9,12 +9,12 @@ lines do not compute exactly the cluster. ``mapping.py`` turns the matches into 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..analysis.types import Cluster
 from ..ir.spelling import said
 from ..pipeline import Analysis
-from .parts import parts
+from .parts import fold_order, nesting, parts
 from .pysource import Scope, local_names
 from .results import assigned_to, results, returned_tuple
 from .span import PointerOnly, Span, count_words
@@ -128,22 +128,32 @@ Piece = tuple[list[Cluster], list[Found]]  # clusters one call serves, their mat
 def unify_parts(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Piece] | None:
     """Clusters that each compute their own part of the last statement (`F.gelu(a * 2.0)`
     and `torch.tanh(b + 1.0)` in `self.p(F.gelu(a * 2.0)) @ torch.tanh(b + 1.0)`), grouped
-    by that part, in source order; None when some cluster computes none of its parts.
-    Raises ``PointerOnly`` when one cluster's part holds another's."""
+    by that part, in source order; None when some cluster computes none of its parts. A
+    part inside another's argument, or on a line above whose value another's argument
+    inlines (layers of a Sequential spelled one by one), is written in that call
+    (``parts.nest_parts``). Raises ``PointerOnly`` when one cluster's part holds another's
+    otherwise."""
     try:
-        candidates = [value_of(span.stmts[-1].node, last=True), *parts(span)]
+        candidates = [(p, span) for p in (value_of(span.stmts[-1].node, last=True),
+                                           *parts(span))]
     except Mismatch:
         return None
-    by_part: dict[int, tuple[ast.expr, list[Cluster], list[Found]]] = {}
+    for k in range(len(span.stmts) - 1):  # earlier lines: only inside a later call's argument
+        sub = replace(span, stmts=span.stmts[:k + 1])
+        try:
+            candidates += [(p, sub) for p in (value_of(sub.stmts[-1].node, True), *parts(sub))]
+        except Mismatch:
+            continue
+    by_part: dict[int, tuple[ast.expr, list[Cluster], list[Found], Span]] = {}
     for c in group:
         # Clusters of the same lines in other calls most likely match a part found already.
-        order = [*(p for p, _, _ in by_part.values()), *candidates]
-        for part in order:
+        order = [*((p, at) for p, _, _, at in by_part.values()), *candidates]
+        for part, at in order:
             try:
-                f = unify(analysis, c, span, part)
+                f = unify(analysis, c, at, part)
             except PointerOnly:
                 continue
-            _, cs, found = by_part.setdefault(id(part), (part, [], []))
+            _, cs, found, _ = by_part.setdefault(id(part), (part, [], [], at))
             cs.append(c)
             found.append(f)
             break
@@ -152,13 +162,22 @@ def unify_parts(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Pi
     if len(by_part) < 2:
         return None
     held = sorted(by_part.values(), key=lambda e: (e[0].lineno, e[0].col_offset))
-    for outer, o_cs, _ in held:
-        for inner, i_cs, _ in held:
-            if inner is not outer and any(n is inner for n in ast.walk(outer)):
-                src = span.src
+    src = span.src
+    segments = [src.segment(part) for part, _, _, _ in held]
+    inner = [all(not f.targets for f in found) for _, _, found, _ in held]  # one result
+    nest = nesting(segments, [found[0].args if inner[k] else [] for k, (_, _, found, _)
+                              in enumerate(held)])
+    nest = {k: h for k, h in nest.items() if inner[k] and all(
+        sum(a.count(segments[k]) for a in f.args) == 1 for f in held[h][2])}
+    if fold_order(nest) is None or any(
+            k not in nest for k, (_, _, _, at) in enumerate(held) if at is not span):
+        return None
+    for o, (outer, o_cs, _, _) in enumerate(held):
+        for k, (part, i_cs, _, _) in enumerate(held):
+            if k != o and k not in nest and any(n is part for n in ast.walk(outer)):
                 raise PointerOnly(
-                    f"cluster {i_cs[0].index} computes `{src.segment(inner)}`, inside "
-                    f"`{src.segment(outer)}`, which cluster {o_cs[0].index} computes (line "
-                    f"{inner.lineno}): the outer call would take the inner one's result as an "
+                    f"cluster {i_cs[0].index} computes `{segments[k]}`, inside "
+                    f"`{segments[o]}`, which cluster {o_cs[0].index} computes (line "
+                    f"{part.lineno}): the outer call would take the inner one's result as an "
                     "argument, which one edit of the line does not write yet")
-    return [(cs, found) for _, cs, found in held]
+    return [(cs, found) for _, cs, found, _ in held]

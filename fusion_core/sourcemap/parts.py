@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from .callsite import site_line
-from .pysource import local_names
+from .pysource import SourceFile, local_names
 from .span import Span
 from .unify import Mismatch, value_of
 
@@ -114,3 +114,51 @@ def replace_part_results(span: Span, pieces: Sequence[tuple[ast.expr, str, tuple
         above.append(f"{indent}{', '.join((*targets, name))} = {call}\n")
         texts.append((part, name))
     return "".join(above) + replace_parts(span, texts)
+
+
+def nesting(segments: Sequence[str], args: Sequence[Sequence[str]]) -> dict[int, int]:
+    """Piece k → the piece whose arguments hold k's part (its source text) in exactly one
+    place; the nearest when several do: `cluster1(self.block[1][0](<cluster 0's part>))`
+    holds cluster 0's part before cluster 2 does, whose argument holds cluster 1's."""
+    if len(set(segments)) < len(segments):  # one text, two parts: no telling which
+        return {}
+
+    def count(seg: str, h: int) -> int:
+        return sum(a.count(seg) for a in args[h])
+
+    out = {}
+    for k, seg in enumerate(segments):
+        hs = [h for h in range(len(segments)) if h != k and count(seg, h) == 1]
+        near = [h for h in hs if not any(g != h and count(segments[g], h) for g in hs)]
+        if len(near) == 1:
+            out[k] = near[0]
+    return out
+
+
+def fold_order(nest: dict[int, int]) -> list[int] | None:
+    """The nested pieces, each after those it holds; None on a cycle."""
+    order: list[int] = []
+    pending = set(nest)
+    while pending:
+        ready = sorted(k for k in pending if not any(nest[j] == k for j in pending))
+        if not ready:
+            return None
+        order += ready
+        pending -= set(ready)
+    return order
+
+
+def nest_parts(src: SourceFile, pieces: Sequence[tuple[ast.expr, str, tuple[str, ...]]]
+               ) -> list[tuple[ast.expr, str, tuple[str, ...]]]:
+    """Pieces whose part lies in another piece's argument (`self.block[1][0](<part>)` with
+    the block spelled layer by layer, or a line above, inlined there; ``match.unify_parts``
+    checked it) written into that call, innermost first; the outermost pieces remain."""
+    out = list(pieces)
+    if len(out) < 2 or any(part is None for part, _, _ in out):  # a whole statement's call
+        return out
+    segments = [src.segment(part) for part, _, _ in out]
+    nest = nesting(segments, [[call] for _, call, _ in out])
+    for k in fold_order(nest) or ():
+        outer, text, targets = out[nest[k]]
+        out[nest[k]] = (outer, text.replace(segments[k], out[k][1], 1), targets)
+    return [p for k, p in enumerate(out) if k not in nest]

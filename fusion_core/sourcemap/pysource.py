@@ -145,7 +145,18 @@ class SourceFile:
         return search(scope.node.body)
 
     def segment(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.text, node) or ast.unparse(node)
+        """`ast.get_source_segment` on the lines split once: it splits the whole file per
+        call, most of the matcher's time on a model with many layers (MobileNet's)."""
+        end, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if end is None or end_col is None:
+            return ast.unparse(node)
+        first, last, col = node.lineno - 1, end - 1, node.col_offset  # columns: UTF-8 bytes
+        if first == last:
+            text = self.lines[first].encode()[col:end_col].decode()
+        else:
+            text = (self.lines[first].encode()[col:].decode() + "".join(self.lines[first + 1:last])
+                    + self.lines[last].encode()[:end_col].decode())
+        return text or ast.unparse(node)
 
     def line_text(self, line: int) -> str:
         return self.lines[line - 1].rstrip("\r\n") if 0 < line <= len(self.lines) else ""

@@ -6,17 +6,18 @@ file's text in which each such call is unrolled: `self.stem[3:](self.stem[2](sel
 self.stem[0](x))))` computes what `self.stem(x)` does (`Sequential.forward` chains its
 layers, and indexing or slicing it returns those same layers), and names each layer, so
 the matcher (``unify.py``) can replace the cluster's layers by the fused call and keep the
-others as its argument or around it. A Sequential inside one unrolls in turn. Only an
-`nn.Sequential`, or a subclass of the user's file that keeps its forward, is unrolled: a
-library's subclass (torchvision's `Conv2dNormActivation`) may change, so it stays a pointer.
-Also the reason a call of a container is no edit: which of its layers run outside the cluster.
+others as its argument or around it; several clusters of one call each replace their
+layers, the earlier one's call the later one's argument (``parts.nest_parts``). A Sequential
+inside one unrolls in turn. An `nn.Sequential` is unrolled, or a subclass of any file that
+keeps its forward, indexing and length (torchvision's `Conv2dNormActivation`): a subclass
+with its own forward stays a pointer. Also the reason a call of a container is no edit:
+which of its layers run outside the cluster.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
-import os
 from dataclasses import dataclass
 
 import torch.fx as fx
@@ -28,6 +29,7 @@ from ..report.units import short_path
 from .pyexpr import module_chain, module_path
 from .pysource import SourceFile, Statement
 from .span import Span
+from .unify import module_attr_text
 
 _PASSES = 8  # Sequentials nested this deep unroll; deeper ones stay as written
 
@@ -54,16 +56,17 @@ def _where(node: fx.Node) -> str | None:
     return str(node.target) if node.op == "call_module" else module_path(node)
 
 
-def unrollable(container: nn.Module, path: str) -> bool:
-    """An `nn.Sequential` run by torch's own forward, of torch or of the file at `path`."""
-    cls = type(container)
-    if not isinstance(container, nn.Sequential) or cls.forward is not nn.Sequential.forward:
-        return False
-    try:
-        defined = inspect.getsourcefile(cls) or ""
-    except TypeError:
-        return False
-    return cls is nn.Sequential or os.path.realpath(defined) == os.path.realpath(path)
+def unrollable(container: nn.Module) -> bool:
+    """An `nn.Sequential` that runs, indexes and counts its layers as torch's own does: a
+    subclass that only builds them (torchvision's `Conv2dNormActivation`, of any file)
+    computes `c(x)` as `c[1](c[0](x))`."""
+    return isinstance(container, nn.Sequential) and _own_method(type(container)) is None
+
+
+def _own_method(cls: type) -> str | None:
+    """The first of Sequential's methods that unrolling relies on which `cls` redefines."""
+    return next((name for name in ("forward", "__getitem__", "__iter__", "__len__")
+                 if getattr(cls, name) is not getattr(nn.Sequential, name)), None)
 
 
 def _layers(path: str, nodes: list[fx.Node]) -> list[int]:
@@ -71,12 +74,38 @@ def _layers(path: str, nodes: list[fx.Node]) -> list[int]:
     return sorted(found)
 
 
-def _callees(func: str, i: int, j: int, n: int) -> list[str]:
-    """Layers i..j of Sequential `func` (of n) one by one, those before and after them as
-    one slice each, outermost first."""
-    before = "" if i == 0 else f"{func}[0]" if i == 1 else f"{func}[:{i}]"
-    after = "" if j == n - 1 else f"{func}[{n - 1}]" if j == n - 2 else f"{func}[{j + 1}:]"
-    return [c for c in (after, *(f"{func}[{k}]" for k in range(j, i - 1, -1)), before) if c]
+def _callees(func: str, spelled: list[int], n: int | None, sliceable: bool) -> list[str]:
+    """Sequential `func` (of n layers; None: of several lengths, all past `spelled`) as
+    calls, outermost first: the layers in `spelled` one by one, each run of others between
+    them as one slice (`[:2]`, `[3:5]`, `[4:]`). A subclass's slice would call its
+    constructor with the layers (`Stem(OrderedDict)`, `Sequential.__getitem__`), so there
+    every layer goes by its index."""
+
+    def gap(k: int, i: int, last: bool) -> list[str]:  # layers k..i-1
+        if i - k == 1 or (i > k and not sliceable):
+            return [f"{func}[{j}]" for j in range(k, i)]
+        return [f"{func}[{k or ''}:{'' if last else i}]"] if i > k else []
+
+    calls, k = [], 0
+    for i in spelled:
+        calls += [*gap(k, i, False), f"{func}[{i}]"]
+        k = i + 1
+    calls += [f"{func}[{k}:]"] if n is None else gap(k, n, True)  # None: however many
+    return calls[::-1]
+
+
+def _arrangements(call: str, line: int, calls: int,
+                  plans: dict[tuple[tuple[int, ...], int], str]) -> str:
+    """Why one spelling of `call` serves not every call of its line: where each holds the
+    clusters' layers, of how many (one example module per arrangement)."""
+    shown = "; ".join(
+        f"`{module_attr_text('self', '', full)}`: clusters in layer"
+        f"{'s' if len(spelled) > 1 else ''} {', '.join(map(str, spelled))} of {n}"
+        for (spelled, n), full in list(plans.items())[:3])
+    return (f"line {line} runs `{call}` in {calls} calls whose Sequentials differ ({shown}"
+            f"{'; …' if len(plans) > 3 else ''}): one edit of the "
+            "line, spelled layer by layer, cannot serve them all. To apply, give each "
+            "arrangement of layers a module class of its own")
 
 
 class _Pass:
@@ -87,8 +116,27 @@ class _Pass:
         self.analysis, self.span, self.group = analysis, span, group
         self.self_paths, self.self_name = self_paths, self_name
         self.fx = {n.name: n for n in analysis.graph_module.graph.nodes}
+        self.why: str | None = None  # why a call holding clusters is not unrolled
+        # Every module the function's `self` may be: the edit runs in all of them, those
+        # whose clusters lie elsewhere too (EfficientNet's first block has no expand layer).
+        self.instances = sorted({p for p, m in analysis.module.named_modules() if
+                                 type(m).__name__ == span.scope.class_name} | set(self_paths))
+        self.frames = []  # per graph op: the modules it ran in, the (file, line)s it passed
+        for n in analysis.graph_module.graph.nodes:
+            loc = analysis.graph[n.name].source if n.name in analysis.graph else None
+            if loc is not None:
+                stack = (n.meta.get("nn_module_stack") or {}).values()
+                self.frames.append(({v[0] if isinstance(v, tuple) else str(v) for v in stack},
+                                    {(f.file, f.line) for f in loc.chain}))
 
-    def callees(self, call: ast.expr) -> list[str] | None:
+    def runs(self, p: str, lines: range) -> bool:
+        """Whether module `p` ran `lines` of the function (one of its ops passed them):
+        ShuffleNet's blocks of stride 1 never call their empty `self.branch1`."""
+        here = {(self.span.src.path, line) for line in lines}
+        return p in self.self_paths or any(
+            (not p or p in paths) and not here.isdisjoint(passed) for paths, passed in self.frames)
+
+    def callees(self, call: ast.expr, lines: range) -> list[str] | None:
         """What `call` becomes, when it calls an unrollable Sequential holding cluster ops."""
         if not (isinstance(call, ast.Call) and len(call.args) == 1 and not call.keywords
                 and not isinstance(call.args[0], ast.Starred)
@@ -97,20 +145,51 @@ class _Pass:
         chain = module_chain(call.func)
         if len(chain) < 2 or chain[0] != self.self_name:
             return None
-        spans = set()
+        # Per module `self` stands for: its container's length and, for each cluster of
+        # the group run there, the first and last of the container's layers it fuses.
+        held: dict[str, tuple[nn.Module, list[tuple[int, int]]]] = {}
         for c, p in zip(self.group, self.self_paths, strict=True):
             full = ".".join(s for s in (p, *chain[1:]) if s)
             try:
                 container = self.analysis.module.get_submodule(full)
             except AttributeError:
                 return None
+            ranges = held.setdefault(full, (container, []))[1]
             layers = _layers(full, [self.fx[n] for n in c.nodes if n in self.fx])
-            if not layers or not unrollable(container, self.span.src.path):
+            if layers:  # another call of the line may hold the cluster (`self.branch1(x)`)
+                ranges.append((layers[0], layers[-1]))
+        plans: dict[tuple[int, ...], str] = {}
+        for full, (_, ranges) in held.items():
+            if not ranges:
                 return None
-            spans.add((layers[0], layers[-1], len(container)))
-        if len(spans) != 1:  # other calls of these lines fuse other layers
+            plans.setdefault(tuple(sorted({k for i, j in ranges for k in range(i, j + 1)})),
+                             full)
+        if len(plans) != 1:  # the line's other calls run other layers: one text serves all
+            self.why = _arrangements(self.span.src.segment(call), call.lineno, len(held), {
+                (spelled, len(held[full][0])): full for spelled, full in plans.items()})
             return None
-        return _callees(self.span.src.segment(call.func), *spans.pop())
+        ((spelled, _),) = plans.items()
+        shapes = {}  # (length, plain nn.Sequential) of each module's container
+        running = [p for p in self.instances if self.runs(p, lines)]
+        for p in running:
+            full = ".".join(s for s in (p, *chain[1:]) if s)
+            try:
+                container = self.analysis.module.get_submodule(full)
+            except AttributeError:
+                continue  # the line does not run there
+            if not unrollable(container):
+                return None
+            shapes.setdefault((len(container), type(container) is nn.Sequential), full)
+        ((n, sliceable), *others) = shapes
+        if others:  # other lengths: the layers after the last spelled one as an open slice
+            if not all(plain and size > spelled[-1] for size, plain in shapes):
+                self.why = _arrangements(self.span.src.segment(call), call.lineno,
+                                         len(running), {
+                                             (spelled, size): full
+                                             for (size, _), full in shapes.items()})
+                return None
+            n = None
+        return _callees(self.span.src.segment(call.func), list(spelled), n, sliceable)
 
     def run(self) -> tuple[Span, list[tuple[str, int, str]]] | None:
         src = self.span.src
@@ -125,7 +204,7 @@ class _Pass:
         spelled = []
         for st in self.span.stmts:
             for call in ast.walk(st.node):
-                callees = self.callees(call)
+                callees = self.callees(call, range(st.start, st.end + 1))
                 if callees is None:
                     continue
                 func = call.func
@@ -158,17 +237,21 @@ def _respan(span: Span, src: SourceFile) -> Span:
 
 
 def unrolled(analysis: Analysis, span: Span, group: list[Cluster], self_paths: list[str],
-             self_name: str) -> Unrolled | None:
+             self_name: str) -> Unrolled | str | None:
     """`span` with every call of a Sequential holding the group's ops spelled layer by
-    layer (`self_paths`: the module each cluster's `self` is); None when none is."""
+    layer (`self_paths`: the module each cluster's `self` is); None when none is, or why
+    not when the line's calls hold the clusters in other layers."""
     if span.guard is not None:  # the fused call replaces whole guarded statements only
         return None
     spelled: list[tuple[str, int, str]] = []
     current = span
     try:
         for _ in range(_PASSES):
-            done = _Pass(analysis, current, group, self_paths, self_name).run()
+            unroll = _Pass(analysis, current, group, self_paths, self_name)
+            done = unroll.run()
             if done is None:
+                if not spelled and unroll.why is not None:
+                    return unroll.why
                 break
             current, more = done
             spelled = spelled or more  # the outermost calls, as the user wrote them
@@ -216,12 +299,12 @@ def container_mismatch(model: nn.Module, path: str, self_name: str, self_path: s
     cls = type(container)
     why = (f"`{func}(...)` (line {expr.lineno}) runs {runs}, outside the cluster, and an "
            "edit of the line replaces the whole call")
-    if isinstance(container, nn.Sequential) and not unrollable(container, path):
+    if isinstance(container, nn.Sequential) and not unrollable(container):
         try:
             where = short_path(inspect.getsourcefile(cls) or "?")
         except TypeError:
             where = "?"
-        return (f"{why}; `{func}` is a `{cls.__name__}` (defined in {where}, not in this "
-                "file), which no edit here unrolls. To apply, call its layers one per line "
-                "in this forward")
+        return (f"{why}; `{func}` is a `{cls.__name__}` (defined in {where}) with its own "
+                f"`{_own_method(cls)}`, which no edit here unrolls. To apply, call its layers "
+                "one per line in this forward")
     return f"{why}. To apply, call its layers one per line in this forward"
