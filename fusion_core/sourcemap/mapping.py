@@ -30,6 +30,7 @@ from .guard import guarded_text
 from .match import Found, Piece, self_name_of, self_path_of, unify, unify_part, unify_parts
 from .paired import partners, read_after
 from .parts import around, free_inputs, replace_part_results
+from .peeled import peeled
 from .pysource import SourceFile, read_later, stored_names
 from .served import Part, parts_on
 from .source_mapping import EXACT, POINTER, ServedPart, SourceMapping
@@ -217,6 +218,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     spans: dict[int, Span] = {}
     out: dict[int, SourceMapping] = {}
     borrowed: dict[int, Cluster] = {}  # clusters that may join a group `span.as_stored`
+    as_peeled: dict[int, Cluster] = {}  # clusters mapped without leading aliases (peeled.py)
     for c in analysis.clusters:
         try:
             spans[c.index] = locate(analysis, c, frames, changed)
@@ -224,6 +226,16 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             digest = files[p.file].digest if p.file in files else None
             out[c.index] = SourceMapping(c.index, POINTER, p.file, p.start, p.end, p.reason,
                                          digest=digest)
+            bare = peeled(analysis, c)  # a callee's trailing dropout: the call's result
+            if bare is not None:
+                try:
+                    spans[c.index] = locate(analysis, bare, frames, changed)
+                    as_peeled[c.index] = bare
+                    continue
+                except PointerOnly as q:  # what still stands in the way, dropout aside
+                    digest = files[q.file].digest if q.file in files else None
+                    out[c.index] = SourceMapping(c.index, POINTER, q.file, q.start, q.end,
+                                                 q.reason, digest=digest)
             stored = as_stored(analysis, c)
             if stored is not None:
                 try:
@@ -234,7 +246,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     groups: dict[tuple[str, int, int], list[Cluster]] = {}
     for c in analysis.clusters:
         if c.index in spans and c.index not in borrowed:
-            groups.setdefault(spans[c.index].key, []).append(c)
+            groups.setdefault(spans[c.index].key, []).append(as_peeled.get(c.index, c))
     for i, stored in borrowed.items():  # never a group's first: its kernel is not the rep's
         if spans[i].key in groups:
             groups[spans[i].key].append(stored)
