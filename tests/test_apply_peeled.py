@@ -1,5 +1,7 @@
-"""A cluster that holds only a callee's last op, an eval-mode dropout (`return self.drop(h)` at
-the end of an MLP), and the caller's ops on its result: the edit reads the call's result.
+"""Edits the source map writes by reading two clusters differently: a cluster that holds only a
+callee's last op, an eval-mode dropout (`return self.drop(h)` at the end of an MLP), and the
+caller's ops on its result (the edit reads the call's result); and a sum one kernel
+normalizes without storing it while another recomputes it (one edit, one call inside the other).
 
 Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
 """
@@ -63,4 +65,82 @@ def test_a_callees_trailing_eval_dropout_reads_as_the_calls_result(tmp_path, cap
     text = path.read_text()
     assert "return torch.tanh(" not in text
     assert "return self.drop(self.fc2(F.relu(self.fc1(x))))" in text  # the callee stays
+    assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
+
+
+# A pre-norm residual (MLP-Mixer's channel mixing): the norm's kernel fuses the sum without
+# storing it and the residual add's kernel recomputes it from `x` and `y`.
+RESIDUAL_NORM = """\
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Mlp(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.fc1 = nn.Linear(d, 2 * d)
+        self.fc2 = nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.mix = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+        self.mlp = Mlp(d)
+
+    def forward(self, x):
+        y = self.mix(x)
+        x = x + y
+        return x + self.mlp(self.norm(x))
+"""
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_sum_the_norm_drops_and_the_residual_add_recomputes_is_one_edit(tmp_path, capture):
+    path = tmp_path / "residual_norm.py"
+    path.write_text(RESIDUAL_NORM)
+    analysis, mappings, p = plan(path, capture, "Block")
+    (norm,) = [c for c in analysis.clusters if "layer_norm" in c.ops]
+    (add,) = [c for c in analysis.clusters if c.recomputes]
+    a, b = mappings[norm.index], mappings[add.index]
+    assert a.quality == b.quality == EXACT, (a.reason, b.reason)
+    assert (a.start, a.end) == (line_of(path, "x = x + y"),
+                                line_of(path, "return x + self.mlp(self.norm(x))"))
+    # Every argument is read where `x = x + y` stood: `x` is still the block's input there.
+    inner = f"cluster{norm.index}(x, y, self.norm.weight, self.norm.bias)"
+    assert a.replacement == b.replacement
+    assert a.replacement.strip().startswith(f"return cluster{add.index}(")
+    assert f"self.mlp({inner})" in a.replacement
+    assert {norm.index, add.index} <= set(p.clusters)
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert "x = x + y" not in path.read_text()
+    assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
+
+
+# LLaMA's block: the sum's second operand is a call, which both kernels read; the edit
+# computes it once, under a name of its own, above the fused calls.
+CALLED_RESIDUAL = RESIDUAL_NORM.replace("""        y = self.mix(x)
+        x = x + y
+        return x + self.mlp(self.norm(x))""", """        h = x + self.mix(x)
+        return h + self.mlp(self.norm(h))""")
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_call_both_kernels_read_is_assigned_once_above_them(tmp_path, capture):
+    path = tmp_path / "called_residual.py"
+    path.write_text(CALLED_RESIDUAL)
+    analysis, mappings, p = plan(path, capture, "Block")
+    (norm,) = [c for c in analysis.clusters if "layer_norm" in c.ops]
+    (add,) = [c for c in analysis.clusters if c.recomputes]
+    a = mappings[norm.index]
+    assert a.quality == mappings[add.index].quality == EXACT, a.reason
+    inner = f"cluster{norm.index}(x, fused, self.norm.weight, self.norm.bias)"
+    assert [t.strip() for t in a.replacement.splitlines()] == [
+        "fused = self.mix(x)", f"return cluster{add.index}(x, fused, self.mlp({inner}))"]
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert path.read_text().count("self.mix(x)") == 1  # the call runs once
     assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))

@@ -27,6 +27,7 @@ from . import sequential
 from .alone import check_alone
 from .frames import Frames, frames_of
 from .guard import guarded_text
+from .joint import match_joint, recomputer
 from .match import Found, Piece, self_name_of, self_path_of, unify, unify_part, unify_parts
 from .paired import partners, read_after
 from .parts import around, free_inputs, replace_part_results
@@ -271,7 +272,41 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
         (m,) = _map_group(analysis, span, [c], frames, after=tuple(pair[1]))
         if m.exact:
             out[c.index] = m
+    for c in analysis.clusters:  # a sum one kernel drops and another recomputes: one edit
+        other = recomputer(analysis, c, out) if not out[c.index].exact else None
+        try:
+            b = as_peeled.get(other[1].index, other[1]) if other else None
+            if other is None or b is None:
+                continue
+            joint = match_joint(analysis, locate(analysis, c, frames, changed, paired=other[0]),
+                                locate(analysis, b, frames, changed), c, b)
+            if joint is not None:
+                out.update((m.cluster_index, m) for m in _joint_edit(analysis, frames, *joint,
+                                                                     c, b))
+        except PointerOnly:
+            continue
     return tuple(_note_served(analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
+
+
+def _joint_edit(analysis: Analysis, frames: Frames, span: Span, fa: Found, fb: Found,
+                above: tuple[str, ...], a: Cluster, b: Cluster) -> list[SourceMapping]:
+    """One edit of `span` computing `b` around `a`'s call (joint.py), after the lines
+    `above`; raises PointerOnly."""
+    kept = fa.inlined | fb.inlined  # the lines `above` among them
+    check_alone(analysis, span, [b, a], frames, kept, around(analysis, span, [b, a]))
+    _check_dead(span, fb.targets)
+    name_a, name_b = kernel_name(a.index), kernel_name(b.index)
+    text = _replacement(span, f"{name_b}({', '.join(fb.args)})", fb.targets)
+    indent = text[:len(text) - len(text.lstrip())]
+    text = "".join(f"{indent}{line}\n" for line in above) + text
+    base = dict(file=span.src.path, start=span.start, end=span.end,
+                function=span.scope.qualname, digest=span.src.digest,
+                original="".join(span.src.lines[span.start - 1:span.end]),
+                replacement=text, calls=(name_b, name_a))
+    return [SourceMapping(a.index, EXACT, call=name_a, args=fa.args, shared_with=(b.index,),
+                          baked=fa.baked, **base),
+            SourceMapping(b.index, EXACT, call=name_b, args=fb.args, shared_with=(a.index,),
+                          baked=fb.baked, **base)]
 
 
 def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],

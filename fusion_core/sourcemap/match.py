@@ -48,8 +48,8 @@ class Found:
     within: ast.expr | None = None  # the part of the last statement the fused call replaces
 
 
-def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None
-           ) -> Found:
+def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None,
+          hidden: dict[int, tuple[str, ast.expr, str]] | None = None) -> Found:
     if not c.outputs:  # detection keeps dead code out of clusters; never index past this
         raise PointerOnly("the cluster writes no result the model uses")
     # A part of the last statement leaves that statement in place: the earlier results go
@@ -70,7 +70,7 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                               self_name_of(span.scope), path if path is not None else "\0",
                               local_names(span.scope.node), graph=analysis.graph,
                               calls=span.calls,
-                              model=analysis.module)
+                              model=analysis.module, hidden=hidden)
         match = unifier.run(c.outputs[-1], within, returned)
     except Reentered as e:
         if span.nested is not None:  # the function's lines ran in nested calls of it

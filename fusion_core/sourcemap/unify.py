@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ from .pysource import (
     is_plain_access,
     loaded_names,
     reads_shape_only,
+    spliced,
     stored_names,
 )
 from .recomputed import CopyMismatch, copied_expr
@@ -129,8 +131,12 @@ class Unifier:
     def __init__(self, src: SourceFile, stmts: list[Statement], cluster: set[str],
                  fx_nodes: dict[str, fx.Node], self_name: str, self_path: str,
                  local_names: frozenset[str] = frozenset(),
-                 graph: FusionGraph | None = None) -> None:
+                 graph: FusionGraph | None = None,
+                 hidden: Mapping[int, tuple[str, ast.expr, str]] | None = None) -> None:
         self.src, self.stmts, self.cluster = src, stmts, cluster
+        # id(part) -> (node, part, text): a part another kernel's call replaces (joint.py),
+        # read as that call's result; it reads nothing of the range any more.
+        self.hidden = dict(hidden or {})
         self.graph = graph  # names the graph's values the user's way in messages
         self.local_names = local_names  # parameters and names the function assigns
         self.fx_nodes, self.self_name, self.self_path = fx_nodes, self_name, self_path
@@ -190,7 +196,12 @@ class Unifier:
 
     def match(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         self.seen.add(node.name)
-        if isinstance(expr, ast.Name):
+        if id(expr) in self.hidden:
+            if self.hidden[id(expr)][0] != node.name:
+                raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} is not "
+                               "what the graph reads there")
+            self.bind(node, self.hidden[id(expr)][2])
+        elif isinstance(expr, ast.Name):
             self.match_name(expr, node, k)
         elif node.name not in self.cluster:
             self.match_outside(expr, node, k)
@@ -227,7 +238,11 @@ class Unifier:
         if not plain and not self.computes(expr, node):
             raise Mismatch(f"line range also holds `{text}` (line {expr.lineno}), which is "
                            "not in the cluster")
-        late = sorted(n for n in loaded_names(expr) if self.assigned_before(k, n) is not None)
+        inner = [h for h in self.hidden.values() if any(n is h[1] for n in ast.walk(expr))]
+        if inner:  # `self.mlp(<the other kernel's call>)`
+            text = spliced(self.src, expr, [(part, call) for _, part, call in inner])
+        names = loaded_names(expr, skip=[part for _, part, _ in inner])
+        late = sorted(n for n in names if self.assigned_before(k, n) is not None)
         if late:
             raise Mismatch(f"input `{text}` at line {expr.lineno} reads `{late[0]}`, which "
                            "an earlier line of the range reassigns" + (
