@@ -144,3 +144,42 @@ def test_a_call_both_kernels_read_is_assigned_once_above_them(tmp_path, capture)
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert path.read_text().count("self.mix(x)") == 1  # the call runs once
     assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
+
+
+# GPT-NeoX's parallel block: two norms of one sum, each read by its own branch.
+TWO_BRANCHES = """\
+import torch.nn as nn
+
+
+class Parallel(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.norm_attn = nn.LayerNorm(d)
+        self.norm_mlp = nn.LayerNorm(d)
+        self.attn = nn.Linear(d, d)
+        self.mlp = nn.Linear(d, d)
+        self.mix = nn.Linear(d, d)
+
+    def forward(self, x):
+        y = self.mix(x)
+        h = x + y
+        return h + self.attn(self.norm_attn(h)) + self.mlp(self.norm_mlp(h))
+"""
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_two_norms_of_a_recomputed_sum_are_named_above_the_residual_call(tmp_path, capture):
+    path = tmp_path / "two_branches.py"
+    path.write_text(TWO_BRANCHES)
+    analysis, mappings, p = plan(path, capture, "Parallel")
+    (norms,) = [c for c in analysis.clusters if "layer_norm" in c.ops]
+    (add,) = [c for c in analysis.clusters if c.recomputes]
+    a = mappings[norms.index]
+    assert a.quality == mappings[add.index].quality == EXACT, a.reason
+    lines = [t.strip() for t in a.replacement.splitlines()]
+    assert lines[0].startswith(f"fused, fused1 = cluster{norms.index}(x, y, ")
+    assert lines[1].startswith(f"return cluster{add.index}(")
+    assert lines[1].endswith("self.attn(fused), self.mlp(fused1))")
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert "h = x + y" not in path.read_text()
+    assert_same_outputs(backup_as_py(result.backup), path, "Parallel", torch.randn(3, 8))

@@ -49,12 +49,15 @@ class Found:
 
 
 def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None,
-          hidden: dict[int, tuple[str, ast.expr, str]] | None = None) -> Found:
+          hidden: dict[int, tuple[str, ast.expr, str]] | None = None,
+          at: tuple[tuple[ast.expr, str], ...] = ()) -> Found:
+    """`c` matched to the span's value, to the part `within` of it, or, with `at`, each
+    result to its own part (joint.py); `hidden`: parts read as another kernel's results."""
     if not c.outputs:  # detection keeps dead code out of clusters; never index past this
         raise PointerOnly("the cluster writes no result the model uses")
     # A part of the last statement leaves that statement in place: the earlier results go
     # to a line of their own (`parts.replace_part_results`), whatever the statement is.
-    returned = returned_tuple(c, span) if within is None else ()
+    returned = at or (returned_tuple(c, span) if within is None else ())
     if (len(c.outputs) > 1 and within is None and not returned
             and not isinstance(span.stmts[-1].node, ast.Assign)):
         last = span.stmts[-1]
