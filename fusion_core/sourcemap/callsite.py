@@ -25,6 +25,7 @@ from ..ir.graph import Node, OpKind, SourceLoc
 from ..ir.spelling import called_as, layer_said, said
 from ..pipeline import Analysis
 from .frames import Frames, pos
+from .hints import argument_hint
 from .pyexpr import attr_chain
 from .pysource import Scope, SourceFile
 
@@ -368,7 +369,8 @@ def _partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, 
             " runs in another kernel or unfused,")
     return Unliftable(f"only part of the call at line {site[1]} ({name}) is in the cluster: "
                       f"{out} and an edit of the call's line would drop it"
-                      + _return_hint(analysis, site, fused), site)
+                      + (_return_hint(analysis, site, fused)
+                         or argument_hint(analysis, site, callee, fused)), site)
 
 
 def _return_hint(analysis: Analysis, site: tuple[str, int], fused: frozenset[str]) -> str:

@@ -1,0 +1,56 @@
+"""The fix a reason names for a call only partly fused, when the callee's part of the cluster
+is one call on its parameters (a layer's first norm, fused with the caller's sum before it).
+
+Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_apply_callsite import CAPTURES, line_of, plan
+
+from fusion_core.sourcemap import POINTER
+
+FIRST_NORM = """\
+import torch
+import torch.nn as nn
+
+
+class Layer(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d)
+        self.mix = nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.mix(self.norm1(x))
+
+
+class Net(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.layer = Layer(d)
+
+    def forward(self, x):
+        h = x * torch.sigmoid(x)
+        return self.layer(h)
+"""
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_callees_first_norm_fused_with_the_callers_op_names_the_call_to_move(tmp_path,
+                                                                               capture):
+    path = tmp_path / "first_norm.py"
+    path.write_text(FIRST_NORM)
+    analysis, mappings, _ = plan(path, capture, "Net")
+    (c,) = [c for c in analysis.clusters if "layer_norm" in c.ops]
+    m = mappings[c.index]
+    assert m.quality == POINTER
+    call = line_of(path, "return self.layer(h)")
+    norm = line_of(path, "return x + self.mix(self.norm1(x))")
+    assert m.reason.startswith(f"only part of the call at line {call} (`Layer.forward`) is in "
+                               "the cluster: `self.mix`"), m.reason
+    assert m.reason.endswith(
+        f"; the cluster's part of it is only `self.norm1(x)` (line {norm}): to apply, compute "
+        f"it at line {call} and pass the result to the call as an argument of its own, so one "
+        "function holds the whole cluster"), m.reason
