@@ -370,7 +370,8 @@ def _partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, 
     return Unliftable(f"only part of the call at line {site[1]} ({name}) is in the cluster: "
                       f"{out} and an edit of the call's line would drop it"
                       + (_return_hint(analysis, site, fused)
-                         or argument_hint(analysis, site, callee, fused)), site)
+                         or argument_hint(analysis, site, callee, {
+                             m for m in fused if not _unread_tuple(analysis, m)})), site)
 
 
 def _return_hint(analysis: Analysis, site: tuple[str, int], fused: frozenset[str]) -> str:
