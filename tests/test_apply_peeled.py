@@ -183,3 +183,52 @@ def test_two_norms_of_a_recomputed_sum_are_named_above_the_residual_call(tmp_pat
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert "h = x + y" not in path.read_text()
     assert_same_outputs(backup_as_py(result.backup), path, "Parallel", torch.randn(3, 8))
+
+
+# Hugging Face's LlamaRMSNorm, copied into a user's file: the norm remembers its input's dtype
+# at its first line and casts back to it; the kernel holds that dtype (as it holds `eps`).
+REMEMBERED_DTYPE = """\
+import torch
+import torch.nn as nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int = 8, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class Net(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.norm = RMSNorm(d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.proj(self.norm(x))
+"""
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_dtype_read_above_the_range_is_built_into_the_kernel(tmp_path, capture):
+    path = tmp_path / "remembered_dtype.py"
+    path.write_text(REMEMBERED_DTYPE)
+    analysis, (m,), p = plan(path, capture, "Net")
+    assert m.quality == EXACT, m.reason
+    assert (m.start, m.end) == (line_of(path, "hidden_states = hidden_states.to(torch.float32)"),
+                                line_of(path, "return self.weight * hidden_states.to("
+                                              "input_dtype)"))
+    assert m.replacement.strip() == "return cluster0(hidden_states, self.weight)"
+    # The note names what the kernel holds; `torch.float32` names its own value.
+    assert sorted(m.baked) == ["input_dtype = torch.float32", "self.eps = 1e-06"]
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert "input_dtype = hidden_states.dtype" in path.read_text()  # above the range: kept
+    assert_same_outputs(backup_as_py(result.backup), path, "Net", torch.randn(3, 8))

@@ -115,6 +115,17 @@ def value_of(st: ast.stmt, last: bool) -> ast.expr:
     raise Mismatch(f"line {st.lineno} is not an assignment or a `return` of one value")
 
 
+def dtype_read(value: Any) -> torch.dtype | None:
+    """The dtype a `x.dtype` node of the graph (FX's `getattr`) read at analysis, else None."""
+    if not (isinstance(value, fx.Node) and value.op == "call_function"
+            and value.target is getattr and value.args[1:] == ("dtype",)
+            and isinstance(value.args[0], fx.Node)):
+        return None
+    meta = value.args[0].meta
+    dtype = getattr(meta.get("val", meta.get("tensor_meta")), "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
 def module_attr_text(self_name: str, self_path: str, target: str) -> str | None:
     """`blocks.0.ln1.weight` seen from module `blocks.0` → `self.ln1.weight`."""
     if self_path:
@@ -277,7 +288,14 @@ class Unifier:
         return bool(chain) and node.op != "call_module" and chain[-1] in op_names(node)
 
     def match_value(self, expr: ast.expr, value: Any, k: int) -> None:
-        if isinstance(value, fx.Node):
+        dtype = dtype_read(value) if value not in self.cluster else None
+        if dtype is not None and is_plain_access(expr) and not any(
+                self.assigned_before(k, n) is not None for n in loaded_names(expr)):
+            # `input_dtype` (`= x.dtype` above the range) in `.to(input_dtype)`: the kernel
+            # holds the dtype its cast was traced with, as it holds `self.eps`.
+            self.seen.add(value.name)
+            self.baked.setdefault(self.src.segment(expr), dtype)
+        elif isinstance(value, fx.Node):
             self.match(expr, value, k)
         elif isinstance(value, (tuple, list)) and any(fx_nodes(value)):
             if not (isinstance(expr, (ast.Tuple, ast.List)) and len(expr.elts) == len(value)):
@@ -290,7 +308,8 @@ class Unifier:
             if not calls_only_pure(expr):
                 raise Mismatch(f"`{text}` at line {expr.lineno} calls a function the rewritten "
                                "line would no longer call (its value is built into the kernel)")
-            self.baked.setdefault(text, value)
+            if text != repr(value):  # `torch.float32` spells its own value: nothing to note
+                self.baked.setdefault(text, value)
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
