@@ -54,3 +54,44 @@ def test_a_callees_first_norm_fused_with_the_callers_op_names_the_call_to_move(t
         f"; the cluster's part of it is only `self.norm1(x)` (line {norm}): to apply, compute "
         f"it at line {call} and pass the result to the call as an argument of its own, so one "
         "function holds the whole cluster"), m.reason
+
+
+LAST_LAYER = """\
+import torch
+import torch.nn as nn
+
+
+class Layer(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.fc(x)
+
+
+class Net(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.layers = nn.ModuleList(Layer(d) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return torch.tanh(x)
+"""
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_loops_last_call_partly_fused_names_that_layer(tmp_path, capture):
+    # The calls in the loop share their line; the reason named the first layer's `self.fc`.
+    path = tmp_path / "last_layer.py"
+    path.write_text(LAST_LAYER)
+    analysis, mappings, _ = plan(path, capture, "Net")
+    (c,) = [c for c in analysis.clusters if "tanh" in c.ops]
+    m = mappings[c.index]
+    assert m.quality == POINTER
+    assert m.reason.startswith(
+        f"only part of the call at line {line_of(path, 'x = layer(x)')} (`Layer.forward` on "
+        "`layer` (`self.layers[2]`)) is in the cluster: `self.fc` (`self.layers[2].fc`, line "
+        f"{line_of(path, 'return x + self.fc(x)')})"), m.reason

@@ -1,4 +1,5 @@
-"""The fix for a call only partly fused, when the callee's part is one call on its parameters.
+"""What the reason for a call only partly fused names: the layer the cluster ran in, and the fix
+when the callee's part is one call on its parameters.
 
 A layer's first norm (`x = x + self.attn(self.norm1(x))`) fused with the caller's sum before
 the call (`x = self.tokens(ids) + self.positions(pos)`), or squeeze-excitation's
@@ -77,3 +78,19 @@ def _makes(call: ast.Call, nodes: list[fx.Node | None], receiver: str) -> bool:
     (node,) = nodes if len(nodes) == 1 else (None,)
     target = getattr(node.target, "__name__", str(node.target)) if node is not None else ""
     return node is not None and target == chain[-1]
+
+
+def own_call_first(analysis: Analysis, left: list[str], fused: Collection[str],
+                   owner: str | None) -> list[str]:
+    """`left` (the call's ops outside the cluster), those of the module instance the cluster's
+    own ops ran on first: calls in a loop (`x = layer(x)`) share the call's line, and the
+    reason names the layer the cluster is in (`self.layers[11]`), not the loop's first."""
+    from .callsite import instance_path  # callsite imports this module
+
+    gm = {n.name: n for n in analysis.graph_module.graph.nodes}
+
+    def path(name: str) -> str | None:  # a copy ran where its original did
+        return instance_path(gm.get(name) or gm.get(analysis.graph[name].copy_of or ""), owner)
+
+    mine = {path(m) for m in fused} - {None}
+    return sorted(left, key=lambda m: path(m) not in mine) if mine else left
