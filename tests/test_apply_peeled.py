@@ -232,3 +232,40 @@ def test_a_dtype_read_above_the_range_is_built_into_the_kernel(tmp_path, capture
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert "input_dtype = hidden_states.dtype" in path.read_text()  # above the range: kept
     assert_same_outputs(backup_as_py(result.backup), path, "Net", torch.randn(3, 8))
+
+
+# The pre-norm transformer block, as most users write it.
+PRE_NORM = """\
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Linear(d, d)
+        self.head = nn.Linear(d, d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        x = x + self.mlp(self.ln2(x))
+        return self.head(x)
+"""
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_pre_norm_blocks_residual_and_second_norm_are_one_edit(tmp_path, capture):
+    path = tmp_path / "pre_norm.py"
+    path.write_text(PRE_NORM)
+    analysis, mappings, p = plan(path, capture, "Block")
+    assert [m.quality for m in mappings] == [EXACT, EXACT], [m.reason for m in mappings]
+    (norm,) = [c for c in analysis.clusters if "layer_norm" in c.ops]
+    (add,) = [c for c in analysis.clusters if c.recomputes]
+    assert [t.strip() for t in mappings[0].replacement.splitlines()] == [
+        "fused = self.attn(self.ln1(x))",
+        f"x = cluster{add.index}(x, fused, self.mlp(cluster{norm.index}(x, fused, "
+        "self.ln2.weight, self.ln2.bias)))"]
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
