@@ -288,9 +288,9 @@ class Unifier:
         return bool(chain) and node.op != "call_module" and chain[-1] in op_names(node)
 
     def match_value(self, expr: ast.expr, value: Any, k: int) -> None:
-        dtype = dtype_read(value) if value not in self.cluster else None
-        if dtype is not None and is_plain_access(expr) and not any(
-                self.assigned_before(k, n) is not None for n in loaded_names(expr)):
+        dtype = dtype_read(value)
+        if dtype is not None and value.name not in self.cluster and is_plain_access(expr) and (
+                not any(self.assigned_before(k, n) is not None for n in loaded_names(expr))):
             # `input_dtype` (`= x.dtype` above the range) in `.to(input_dtype)`: the kernel
             # holds the dtype its cast was traced with, as it holds `self.eps`.
             self.seen.add(value.name)
