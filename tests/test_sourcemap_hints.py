@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 from test_apply_callsite import CAPTURES, line_of, plan
 
-from fusion_core.sourcemap import POINTER
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import EXACT, POINTER, map_clusters
 
 FIRST_NORM = """\
 import torch
@@ -95,3 +97,62 @@ def test_a_loops_last_call_partly_fused_names_that_layer(tmp_path, capture):
         f"only part of the call at line {line_of(path, 'x = layer(x)')} (`Layer.forward` on "
         "`layer` (`self.layers[2]`)) is in the cluster: `self.fc` (`self.layers[2].fc`, line "
         f"{line_of(path, 'return x + self.fc(x)')})"), m.reason
+
+
+# MLP-Mixer's token mixing: a Linear on a transposed activation adds its bias in a pass of
+# its own, which the analysis fuses into the GELU after it.
+TRANSPOSED_LINEAR = """\
+import torch
+import torch.nn as nn
+
+
+class Mlp(nn.Module):
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.fc1 = nn.Linear(d, 2 * d)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class TokenMix(nn.Module):
+    def __init__(self, tokens: int = 8):
+        super().__init__()
+        self.mlp = Mlp(tokens)
+
+    def forward(self, x):
+        return self.mlp(x.transpose(1, 2)).transpose(1, 2)
+"""
+LINE = "return self.fc2(self.act(self.fc1(x)))"
+
+
+def _gelu_mapping(path, capture):
+    analysis = analyze_file(path, [InputSpec((2, 8, 8))], class_name="TokenMix",
+                            capture=capture)
+    (c,) = [c for c in analysis.clusters if "gelu" in c.ops]
+    return map_clusters(analysis)[c.index]
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_linears_split_bias_names_the_spelling_that_applies(tmp_path, capture):
+    path = tmp_path / "token_mix.py"
+    path.write_text(TRANSPOSED_LINEAR)
+    m = _gelu_mapping(path, capture)
+    assert m.quality == POINTER
+    assert m.reason.startswith(f"a kernel of these lines adds the bias of `self.fc1(x)` (line "
+                               f"{line_of(path, LINE)})"), m.reason
+    assert m.reason.endswith(
+        "; to apply it, add the bias in your code: `nn.functional.linear(x, "
+        "self.fc1.weight) + self.fc1.bias`"), m.reason  # `nn` as the file imports it
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_the_spelling_the_bias_hint_names_maps_exactly(tmp_path, capture):
+    path = tmp_path / "token_mix.py"
+    path.write_text(TRANSPOSED_LINEAR.replace(
+        "self.act(self.fc1(x))",
+        "self.act(nn.functional.linear(x, self.fc1.weight) + self.fc1.bias)"))
+    m = _gelu_mapping(path, capture)
+    assert m.quality == EXACT, m.reason
