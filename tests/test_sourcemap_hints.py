@@ -54,8 +54,8 @@ def test_a_callees_first_norm_fused_with_the_callers_op_names_the_call_to_move(t
                                "the cluster: `self.mix`"), m.reason
     assert m.reason.endswith(
         f"; the cluster's part of it is only `self.norm1(x)` (line {norm}): to apply, compute "
-        f"it at line {call} and pass the result to the call as an argument of its own, so one "
-        "function holds the whole cluster"), m.reason
+        f"it in a statement of its own above line {call} and pass the result to the call as an "
+        "argument of its own, so one function holds the whole cluster"), m.reason
 
 
 LAST_LAYER = """\
@@ -156,3 +156,15 @@ def test_the_spelling_the_bias_hint_names_maps_exactly(tmp_path, capture):
         "self.act(nn.functional.linear(x, self.fc1.weight) + self.fc1.bias)"))
     m = _gelu_mapping(path, capture)
     assert m.quality == EXACT, m.reason
+
+
+def test_the_rewrite_the_first_norm_hint_names_maps_exactly(tmp_path):
+    path = tmp_path / "first_norm.py"
+    path.write_text(FIRST_NORM.replace(
+        "    def forward(self, x):\n        return x + self.mix(self.norm1(x))",
+        "    def forward(self, x, normed):\n        return x + self.mix(normed)").replace(
+        "        return self.layer(h)",
+        "        normed = self.layer.norm1(h)\n        return self.layer(h, normed)"))
+    analysis, mappings, _ = plan(path, "auto", "Net")
+    (c,) = [c for c in analysis.clusters if "layer_norm" in c.ops]
+    assert mappings[c.index].quality == EXACT, mappings[c.index].reason

@@ -53,8 +53,8 @@ def argument_hint(analysis: Analysis, site: tuple[str, int],
         return ""
     text = src.segment(calls[0])
     return (f"; the cluster's part of it is only `{text}` (line {line}): to apply, compute it "
-            f"at line {site[1]} and pass the result to the call as an argument of its own, so "
-            "one function holds the whole cluster")
+            f"in a statement of its own above line {site[1]} and pass the result to the call "
+            "as an argument of its own, so one function holds the whole cluster")
 
 
 def _on_parameters(call: ast.Call, params: set[str]) -> bool:
