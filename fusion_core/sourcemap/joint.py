@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import itertools
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
@@ -104,8 +105,10 @@ def match_joint(analysis: Analysis, span: Span, b_span: Span, a: Cluster, b: Clu
             fb = unify(analysis, b, joint, hidden=hidden)
         except PointerOnly:
             continue
-        if any(dict(zip(b.inputs, fb.args, strict=True))[i] != texts[i] for i in shared):
-            continue
+        if any(dict(zip(b.inputs, fb.args, strict=True))[i] != texts[i] for i in shared) or (
+                not all(re.search(rf"(?<![\w.]){re.escape(r)}(?!\w)", ", ".join(fb.args))
+                        for r in results)):
+            continue  # `b` must read every result of `a` through its arguments
         fb = _named(fb, b, names)
         if (fa.inlined & fb.inlined) - set(names):  # read by both calls: it would run twice
             continue
