@@ -8,7 +8,9 @@ finds them) compute the cluster and nothing else (``match.py`` checks; other cal
 the same lines aside: those are the clusters it shares the lines with), every input has
 a source expression at the top of the range, and no name the range assigns is read
 afterwards. Otherwise it is a ``pointer`` (file and line range, no diff) with
-the reason in words.
+the reason in words. A cluster that does not map as it is may map without a callee's
+trailing dropout (``peeled.py``); a sum one kernel leaves unstored and another recomputes, on
+one statement, maps as one edit of both (``joint.py``).
 """
 
 from __future__ import annotations

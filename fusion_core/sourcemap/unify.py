@@ -26,12 +26,16 @@ from ..ir.spelling import said
 from .pyexpr import (
     BINOPS,
     COMPAREOPS,
+    RUNTIME_INDEX,
     UNARYOPS,
     attr_chain,
     calls_only_pure,
+    constant_index,
+    dtype_read,
     fx_nodes,
     is_literal,
     layer_range,
+    module_attr_text,
     module_chain,
     module_path,
     operands_in_graph_order,
@@ -56,24 +60,6 @@ def _of_attribute(node: fx.Node, name: str) -> bool:
     first = node.args[0] if node.args else None
     return (node.op == "call_function" and name in op_names(node)
             and isinstance(first, fx.Node) and first.op == "get_attr")
-
-
-_RUNTIME = object()  # an index that names a value
-
-
-class _Indexer:
-    def __getitem__(self, key: Any) -> Any:
-        return key
-
-
-def constant_index(expr: ast.expr) -> Any:
-    """The index a subscript spells with literals only (`:, None` is (slice(None), None)),
-    or _RUNTIME where it reads a name or calls anything."""
-    if any(isinstance(n, (ast.Name, ast.Call, ast.Attribute)) for n in ast.walk(expr)):
-        return _RUNTIME
-    tree = ast.Expression(ast.Subscript(ast.Name("_i", ast.Load()), expr, ast.Load()))
-    code = compile(ast.fix_missing_locations(tree), "<index>", "eval")
-    return eval(code, {"__builtins__": {}, "_i": _Indexer()})  # noqa: S307 - literals only
 
 
 class Mismatch(Exception):
@@ -113,29 +99,6 @@ def value_of(st: ast.stmt, last: bool) -> ast.expr:
     if isinstance(st, (ast.AnnAssign, ast.Return)) and st.value is not None:
         return st.value
     raise Mismatch(f"line {st.lineno} is not an assignment or a `return` of one value")
-
-
-def dtype_read(value: Any) -> torch.dtype | None:
-    """The dtype a `x.dtype` node of the graph (FX's `getattr`) read at analysis, else None."""
-    if not (isinstance(value, fx.Node) and value.op == "call_function"
-            and value.target is getattr and value.args[1:] == ("dtype",)
-            and isinstance(value.args[0], fx.Node)):
-        return None
-    meta = value.args[0].meta
-    dtype = getattr(meta.get("val", meta.get("tensor_meta")), "dtype", None)
-    return dtype if isinstance(dtype, torch.dtype) else None
-
-
-def module_attr_text(self_name: str, self_path: str, target: str) -> str | None:
-    """`blocks.0.ln1.weight` seen from module `blocks.0` → `self.ln1.weight`."""
-    if self_path:
-        if not target.startswith(self_path + "."):
-            return None
-        target = target[len(self_path) + 1:]
-    out = self_name
-    for part in target.split("."):
-        out += f"[{part}]" if part.isdigit() else f".{part}"
-    return out
 
 
 class Unifier:
@@ -336,7 +299,7 @@ class Unifier:
         spelled with constants alone, the very index the graph holds (`h[:, :n]` would
         bake the `n` of the traced call into the kernel)."""
         index = constant_index(expr.slice)
-        if index is _RUNTIME or index != node.args[1]:
+        if index is RUNTIME_INDEX or index != node.args[1]:
             raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} indexes with a "
                            "value read at run time; the kernel holds the one seen at analysis")
         self.match_value(expr.value, node.args[0], k)
