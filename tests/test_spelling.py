@@ -214,7 +214,8 @@ def test_examples_say_no_graph_names(capture):
         texts = [r.reason for r in a.rejections]
         texts += [b.describe(a.graph) for b in find_barriers(a.graph, a.clusters)]
         texts += [m.reason for m in map_clusters(a) if m.reason]
-        assert any("computed by two kernels" in t for t in texts)  # once `add_3` (line 84)
+        if file == "microgpt.py":  # llama_block's (`add_3`, line 84) is now one joint edit
+            assert any("computed by two kernels" in t for t in texts)
         assert [(t, w) for t in texts for w in leaked(a.graph, t)] == []
 
 

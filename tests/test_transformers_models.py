@@ -128,8 +128,10 @@ def test_llama_is_mapped_through_transformers_wrappers_and_keeps_its_edits(analy
         r"\(`self\.layers\[1\]`\) of `LlamaDecoderLayer\.forward`", r))]
     assert joins and joins[0][1] == joins[0][2], reasons
     # Messages name the callee: the layer call left half fused, the rotary forward's tuple.
-    assert any("(`LlamaDecoderLayer.forward` on `decoder_layer` (`self.layers[0]`)) is in the "
-               "cluster" in r for r in reasons)  # the loop variable that called the layer
+    # The loop variable that called the layer, on the layer the cluster ran in: the last
+    # one's residual add fuses with the final norm (it said `self.layers[0]`).
+    assert any("(`LlamaDecoderLayer.forward` on `decoder_layer` (`self.layers[1]`)) is in the "
+               "cluster" in r for r in reasons)
     assert any("(`LlamaRotaryEmbedding.forward`) returns several values" in r for r in reasons)
     with mock.patch.object(frames, "is_wrapper", return_value=False):
         _, without = _plan_if_yours(a)

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from collections.abc import Mapping
 from pathlib import Path
+
+import torch.nn as nn
 
 from ..analysis.types import Cluster
 from ..ir.bias_split import SPLIT_BIAS
@@ -104,7 +107,8 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster], frames: Fr
             raise PointerOnly(f"a kernel of these lines adds the bias of `{text}` (line "
                               f"{line}), which the analysis split off the layer (as Inductor "
                               "does on the GPU); the call in the source adds it itself, so no "
-                              "edit of these lines computes the same")
+                              "edit of these lines computes the same"
+                              + _bias_apart(analysis, span.src, text, path))
         # Another call when it came through other frames or on another module; one line
         # calling a helper twice (`act(h) + act(2 * h)`) looks like one call, said as code.
         if (line, n.op) in ops_by_line and call_of(n, span, fx_nodes) not in calls:
@@ -116,6 +120,26 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster], frames: Fr
             raise PointerOnly(inner)
         raise PointerOnly(f"line range also holds `{text}` (line {line}), which is not in "
                        "the cluster")
+
+
+def _bias_apart(analysis: Analysis, src: SourceFile, text: str, path: str | None) -> str:
+    """The spelling whose add the kernel's is, for an `nn.Linear` called on one argument:
+    its product and its bias apart (`F.linear(x, self.fc1.weight) + self.fc1.bias`)."""
+    try:
+        call = ast.parse(text, mode="eval").body
+        layer = analysis.module.get_submodule(path or "")
+    except (SyntaxError, AttributeError):
+        return ""
+    if not (isinstance(layer, nn.Linear) and layer.bias is not None and isinstance(
+            call, ast.Call) and len(call.args) == 1 and not call.keywords):
+        return ""
+    # The module as the file names it: `F`, `nn.functional`, or in full.
+    f = next((name for name, imported in (("F", r"torch\.nn\.functional as F"),
+                                          ("nn.functional", r"torch\.nn as nn"))
+              if re.search(rf"^import {imported}\s*$", src.text, re.M)), "torch.nn.functional")
+    func, arg = ast.unparse(call.func), ast.unparse(call.args[0])
+    return (f"; to apply it, add the bias in your code: `{f}.linear({arg}, {func}.weight) + "
+            f"{func}.bias`")
 
 
 def _other_call(analysis: Analysis, span: Span, frames: Frames, node: Node, line: int,

@@ -25,6 +25,7 @@ from ..ir.graph import Node, OpKind, SourceLoc
 from ..ir.spelling import called_as, layer_said, said
 from ..pipeline import Analysis
 from .frames import Frames, pos
+from .hints import argument_hint, own_call_first
 from .pyexpr import attr_chain
 from .pysource import Scope, SourceFile
 
@@ -355,8 +356,10 @@ def _partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, 
                  left: list[str], fused: frozenset[str] = frozenset()) -> Unliftable:
     name = f"`{callee[1]}`" if callee else "the call"
     # a call through a variable (`x = blk(x)` in a loop) says the module it ran on
-    fx_node = next((n for n in analysis.graph_module.graph.nodes if n.name == left[0]), None)
     owner = callee[1].split(".")[-2] if callee and "." in callee[1] else None
+    own = {m for m in fused if not _unread_tuple(analysis, m)}  # a split's tuple: every call's
+    left = own_call_first(analysis, left, own, owner)
+    fx_node = next((n for n in analysis.graph_module.graph.nodes if n.name == left[0]), None)
     src = analysis.graph[left[0]].source
     loc = next((f for f in src.chain if pos(f) == site), None) if src else None
     if (path := instance_path(fx_node, owner)) and loc and called_as(path, loc):
@@ -368,7 +371,8 @@ def _partly_fused(analysis: Analysis, site: tuple[str, int], callee: tuple[str, 
             " runs in another kernel or unfused,")
     return Unliftable(f"only part of the call at line {site[1]} ({name}) is in the cluster: "
                       f"{out} and an edit of the call's line would drop it"
-                      + _return_hint(analysis, site, fused), site)
+                      + (_return_hint(analysis, site, fused)
+                         or argument_hint(analysis, site, callee, own)), site)
 
 
 def _return_hint(analysis: Analysis, site: tuple[str, int], fused: frozenset[str]) -> str:

@@ -8,7 +8,9 @@ finds them) compute the cluster and nothing else (``match.py`` checks; other cal
 the same lines aside: those are the clusters it shares the lines with), every input has
 a source expression at the top of the range, and no name the range assigns is read
 afterwards. Otherwise it is a ``pointer`` (file and line range, no diff) with
-the reason in words.
+the reason in words. A cluster that does not map as it is may map without a callee's
+trailing dropout (``peeled.py``); a sum one kernel leaves unstored and another recomputes, on
+one statement, maps as one edit of both (``joint.py``).
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from . import sequential
 from .alone import check_alone
 from .frames import Frames, frames_of
 from .guard import guarded_text
+from .joint import match_joint, recomputer
 from .match import Found, Piece, self_name_of, self_path_of, unify, unify_part, unify_parts
 from .paired import partners, read_after
 from .parts import around, free_inputs, nest_parts, replace_part_results
+from .peeled import peeled
 from .pysource import SourceFile, read_later, stored_names
 from .served import Part, parts_on
 from .source_mapping import EXACT, POINTER, ServedPart, SourceMapping
@@ -218,6 +222,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     spans: dict[int, Span] = {}
     out: dict[int, SourceMapping] = {}
     borrowed: dict[int, Cluster] = {}  # clusters that may join a group `span.as_stored`
+    as_peeled: dict[int, Cluster] = {}  # clusters mapped without leading aliases (peeled.py)
     for c in analysis.clusters:
         try:
             spans[c.index] = locate(analysis, c, frames, changed)
@@ -225,6 +230,16 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
             digest = files[p.file].digest if p.file in files else None
             out[c.index] = SourceMapping(c.index, POINTER, p.file, p.start, p.end, p.reason,
                                          digest=digest)
+            bare = peeled(analysis, c)  # a callee's trailing dropout: the call's result
+            if bare is not None:
+                try:
+                    spans[c.index] = locate(analysis, bare, frames, changed)
+                    as_peeled[c.index] = bare
+                    continue
+                except PointerOnly as q:  # what still stands in the way, dropout aside
+                    digest = files[q.file].digest if q.file in files else None
+                    out[c.index] = SourceMapping(c.index, POINTER, q.file, q.start, q.end,
+                                                 q.reason, digest=digest)
             stored = as_stored(analysis, c)
             if stored is not None:
                 try:
@@ -235,7 +250,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
     groups: dict[tuple[str, int, int], list[Cluster]] = {}
     for c in analysis.clusters:
         if c.index in spans and c.index not in borrowed:
-            groups.setdefault(spans[c.index].key, []).append(c)
+            groups.setdefault(spans[c.index].key, []).append(as_peeled.get(c.index, c))
     for i, stored in borrowed.items():  # never a group's first: its kernel is not the rep's
         if spans[i].key in groups:
             groups[spans[i].key].append(stored)
@@ -262,6 +277,19 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
         (m,) = _map_group(analysis, span, [c], frames, after=tuple(pair[1]))
         if m.exact:
             out[c.index] = m
+    for c in analysis.clusters:  # a sum one kernel drops and another recomputes: one edit
+        other = recomputer(analysis, c, out) if not out[c.index].exact else None
+        try:
+            b = as_peeled.get(other[1].index, other[1]) if other else None
+            if other is None or b is None:
+                continue
+            joint = match_joint(analysis, locate(analysis, c, frames, changed, paired=other[0]),
+                                locate(analysis, b, frames, changed), c, b)
+            if joint is not None:
+                out.update((m.cluster_index, m) for m in _joint_edit(analysis, frames, *joint,
+                                                                     c, b))
+        except PointerOnly:
+            continue
     return tuple(_note_served(analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
 
 
@@ -285,6 +313,27 @@ def _join_nested(analysis: Analysis, spans: dict[int, Span], groups: list[list[C
         if all(m.exact for m in mapped):
             out.update((m.cluster_index, m) for m in mapped)
             joined.update(c.index for c in both)
+
+
+def _joint_edit(analysis: Analysis, frames: Frames, span: Span, fa: Found, fb: Found,
+                above: tuple[str, ...], a: Cluster, b: Cluster) -> list[SourceMapping]:
+    """One edit of `span` computing `b` around `a`'s call (joint.py), after the lines
+    `above`; raises PointerOnly."""
+    kept = fa.inlined | fb.inlined  # the lines `above` among them
+    check_alone(analysis, span, [b, a], frames, kept, around(analysis, span, [b, a]))
+    _check_dead(span, fb.targets)
+    name_a, name_b = kernel_name(a.index), kernel_name(b.index)
+    text = _replacement(span, f"{name_b}({', '.join(fb.args)})", fb.targets)
+    indent = text[:len(text) - len(text.lstrip())]
+    text = "".join(f"{indent}{line}\n" for line in above) + text
+    base = dict(file=span.src.path, start=span.start, end=span.end,
+                function=span.scope.qualname, digest=span.src.digest,
+                original="".join(span.src.lines[span.start - 1:span.end]),
+                replacement=text, calls=(name_b, name_a))
+    return [SourceMapping(a.index, EXACT, call=name_a, args=fa.args, shared_with=(b.index,),
+                          baked=fa.baked, **base),
+            SourceMapping(b.index, EXACT, call=name_b, args=fb.args, shared_with=(a.index,),
+                          baked=fb.baked, **base)]
 
 
 def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],

@@ -48,13 +48,16 @@ class Found:
     within: ast.expr | None = None  # the part of the last statement the fused call replaces
 
 
-def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None
-           ) -> Found:
+def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None,
+          hidden: dict[int, tuple[str, ast.expr, str]] | None = None,
+          at: tuple[tuple[ast.expr, str], ...] = ()) -> Found:
+    """`c` matched to the span's value, to the part `within` of it, or, with `at`, each
+    result to its own part (joint.py); `hidden`: parts read as another kernel's results."""
     if not c.outputs:  # detection keeps dead code out of clusters; never index past this
         raise PointerOnly("the cluster writes no result the model uses")
     # A part of the last statement leaves that statement in place: the earlier results go
     # to a line of their own (`parts.replace_part_results`), whatever the statement is.
-    returned = returned_tuple(c, span) if within is None else ()
+    returned = at or (returned_tuple(c, span) if within is None else ())
     if (len(c.outputs) > 1 and within is None and not returned
             and not isinstance(span.stmts[-1].node, ast.Assign)):
         last = span.stmts[-1]
@@ -70,7 +73,7 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                               self_name_of(span.scope), path if path is not None else "\0",
                               local_names(span.scope.node), graph=analysis.graph,
                               calls=span.calls,
-                              model=analysis.module)
+                              model=analysis.module, hidden=hidden)
         match = unifier.run(c.outputs[-1], within, returned)
     except Reentered as e:
         if span.nested is not None:  # the function's lines ran in nested calls of it

@@ -10,6 +10,7 @@ import operator
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 BINOPS: dict[type[ast.AST], Any] = {
@@ -159,3 +160,44 @@ def operands_in_graph_order(expr: ast.BinOp, node: fx.Node) -> list[ast.expr]:
                and isinstance(node.args[0], fx.Node) and not isinstance(node.args[1], fx.Node)
                and is_literal(left) and not is_literal(right))
     return [right, left] if swapped else [left, right]
+
+
+RUNTIME_INDEX = object()  # an index that names a value
+
+
+class _Indexer:
+    def __getitem__(self, key: Any) -> Any:
+        return key
+
+
+def constant_index(expr: ast.expr) -> Any:
+    """The index a subscript spells with literals only (`:, None` is (slice(None), None)),
+    or RUNTIME_INDEX where it reads a name or calls anything."""
+    if any(isinstance(n, (ast.Name, ast.Call, ast.Attribute)) for n in ast.walk(expr)):
+        return RUNTIME_INDEX
+    tree = ast.Expression(ast.Subscript(ast.Name("_i", ast.Load()), expr, ast.Load()))
+    code = compile(ast.fix_missing_locations(tree), "<index>", "eval")
+    return eval(code, {"__builtins__": {}, "_i": _Indexer()})  # noqa: S307 - literals only
+
+
+def dtype_read(value: Any) -> torch.dtype | None:
+    """The dtype a `x.dtype` node of the graph (FX's `getattr`) read at analysis, else None."""
+    if not (isinstance(value, fx.Node) and value.op == "call_function"
+            and value.target is getattr and value.args[1:] == ("dtype",)
+            and isinstance(value.args[0], fx.Node)):
+        return None
+    meta = value.args[0].meta
+    dtype = getattr(meta.get("val", meta.get("tensor_meta")), "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
+def module_attr_text(self_name: str, self_path: str, target: str) -> str | None:
+    """`blocks.0.ln1.weight` seen from module `blocks.0` → `self.ln1.weight`."""
+    if self_path:
+        if not target.startswith(self_path + "."):
+            return None
+        target = target[len(self_path) + 1:]
+    out = self_name
+    for part in target.split("."):
+        out += f"[{part}]" if part.isdigit() else f".{part}"
+    return out

@@ -179,8 +179,31 @@ def local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
     return frozenset(params) | stored
 
 
-def loaded_names(expr: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+def loaded_names(expr: ast.AST, skip: Sequence[ast.AST] = ()) -> set[str]:
+    """Names `expr` reads, those inside the sub-expressions `skip` aside."""
+    out, todo = set(), [expr]
+    while todo:
+        n = todo.pop()
+        if any(n is s for s in skip):
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            out.add(n.id)
+        todo.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def spliced(src: SourceFile, expr: ast.expr, texts: Sequence[tuple[ast.expr, str]]) -> str:
+    """`expr`'s source with each (disjoint) sub-expression of `texts` replaced by its text."""
+    def at(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes
+        before = sum(len(t) for t in src.lines[: lineno - 1])
+        return before + len(src.lines[lineno - 1].encode()[:col].decode())
+
+    out, pos = [], at(expr.lineno, expr.col_offset)
+    for part, text in sorted(texts, key=lambda t: (t[0].lineno, t[0].col_offset)):
+        out += [src.text[pos:at(part.lineno, part.col_offset)], text]
+        pos = at(part.end_lineno or part.lineno, part.end_col_offset or 0)
+    out.append(src.text[pos:at(expr.end_lineno or expr.lineno, expr.end_col_offset or 0)])
+    return "".join(out)
 
 
 def reads_shape_only(expr: ast.AST, name: str) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +26,16 @@ from ..ir.spelling import said
 from .pyexpr import (
     BINOPS,
     COMPAREOPS,
+    RUNTIME_INDEX,
     UNARYOPS,
     attr_chain,
     calls_only_pure,
+    constant_index,
+    dtype_read,
     fx_nodes,
     is_literal,
     layer_range,
+    module_attr_text,
     module_chain,
     module_path,
     operands_in_graph_order,
@@ -43,6 +48,7 @@ from .pysource import (
     is_plain_access,
     loaded_names,
     reads_shape_only,
+    spliced,
     stored_names,
 )
 from .recomputed import CopyMismatch, copied_expr
@@ -54,24 +60,6 @@ def _of_attribute(node: fx.Node, name: str) -> bool:
     first = node.args[0] if node.args else None
     return (node.op == "call_function" and name in op_names(node)
             and isinstance(first, fx.Node) and first.op == "get_attr")
-
-
-_RUNTIME = object()  # an index that names a value
-
-
-class _Indexer:
-    def __getitem__(self, key: Any) -> Any:
-        return key
-
-
-def constant_index(expr: ast.expr) -> Any:
-    """The index a subscript spells with literals only (`:, None` is (slice(None), None)),
-    or _RUNTIME where it reads a name or calls anything."""
-    if any(isinstance(n, (ast.Name, ast.Call, ast.Attribute)) for n in ast.walk(expr)):
-        return _RUNTIME
-    tree = ast.Expression(ast.Subscript(ast.Name("_i", ast.Load()), expr, ast.Load()))
-    code = compile(ast.fix_missing_locations(tree), "<index>", "eval")
-    return eval(code, {"__builtins__": {}, "_i": _Indexer()})  # noqa: S307 - literals only
 
 
 class Mismatch(Exception):
@@ -113,24 +101,16 @@ def value_of(st: ast.stmt, last: bool) -> ast.expr:
     raise Mismatch(f"line {st.lineno} is not an assignment or a `return` of one value")
 
 
-def module_attr_text(self_name: str, self_path: str, target: str) -> str | None:
-    """`blocks.0.ln1.weight` seen from module `blocks.0` → `self.ln1.weight`."""
-    if self_path:
-        if not target.startswith(self_path + "."):
-            return None
-        target = target[len(self_path) + 1:]
-    out = self_name
-    for part in target.split("."):
-        out += f"[{part}]" if part.isdigit() else f".{part}"
-    return out
-
-
 class Unifier:
     def __init__(self, src: SourceFile, stmts: list[Statement], cluster: set[str],
                  fx_nodes: dict[str, fx.Node], self_name: str, self_path: str,
                  local_names: frozenset[str] = frozenset(),
-                 graph: FusionGraph | None = None) -> None:
+                 graph: FusionGraph | None = None,
+                 hidden: Mapping[int, tuple[str, ast.expr, str]] | None = None) -> None:
         self.src, self.stmts, self.cluster = src, stmts, cluster
+        # id(part) -> (node, part, text): a part another kernel's call replaces (joint.py),
+        # read as that call's result; it reads nothing of the range any more.
+        self.hidden = dict(hidden or {})
         self.graph = graph  # names the graph's values the user's way in messages
         self.local_names = local_names  # parameters and names the function assigns
         self.fx_nodes, self.self_name, self.self_path = fx_nodes, self_name, self_path
@@ -190,7 +170,12 @@ class Unifier:
 
     def match(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         self.seen.add(node.name)
-        if isinstance(expr, ast.Name):
+        if id(expr) in self.hidden:
+            if self.hidden[id(expr)][0] != node.name:
+                raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} is not "
+                               "what the graph reads there")
+            self.bind(node, self.hidden[id(expr)][2])
+        elif isinstance(expr, ast.Name):
             self.match_name(expr, node, k)
         elif node.name not in self.cluster:
             self.match_outside(expr, node, k)
@@ -227,7 +212,11 @@ class Unifier:
         if not plain and not self.computes(expr, node):
             raise Mismatch(f"line range also holds `{text}` (line {expr.lineno}), which is "
                            "not in the cluster")
-        late = sorted(n for n in loaded_names(expr) if self.assigned_before(k, n) is not None)
+        inner = [h for h in self.hidden.values() if any(n is h[1] for n in ast.walk(expr))]
+        if inner:  # `self.mlp(<the other kernel's call>)`
+            text = spliced(self.src, expr, [(part, call) for _, part, call in inner])
+        names = loaded_names(expr, skip=[part for _, part, _ in inner])
+        late = sorted(n for n in names if self.assigned_before(k, n) is not None)
         if late:
             raise Mismatch(f"input `{text}` at line {expr.lineno} reads `{late[0]}`, which "
                            "an earlier line of the range reassigns" + (
@@ -262,7 +251,14 @@ class Unifier:
         return bool(chain) and node.op != "call_module" and chain[-1] in op_names(node)
 
     def match_value(self, expr: ast.expr, value: Any, k: int) -> None:
-        if isinstance(value, fx.Node):
+        dtype = dtype_read(value)
+        if dtype is not None and value.name not in self.cluster and is_plain_access(expr) and (
+                not any(self.assigned_before(k, n) is not None for n in loaded_names(expr))):
+            # `input_dtype` (`= x.dtype` above the range) in `.to(input_dtype)`: the kernel
+            # holds the dtype its cast was traced with, as it holds `self.eps`.
+            self.seen.add(value.name)
+            self.baked.setdefault(self.src.segment(expr), dtype)
+        elif isinstance(value, fx.Node):
             self.match(expr, value, k)
         elif isinstance(value, (tuple, list)) and any(fx_nodes(value)):
             if not (isinstance(expr, (ast.Tuple, ast.List)) and len(expr.elts) == len(value)):
@@ -275,7 +271,8 @@ class Unifier:
             if not calls_only_pure(expr):
                 raise Mismatch(f"`{text}` at line {expr.lineno} calls a function the rewritten "
                                "line would no longer call (its value is built into the kernel)")
-            self.baked.setdefault(text, value)
+            if text != repr(value):  # `torch.float32` spells its own value: nothing to note
+                self.baked.setdefault(text, value)
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
@@ -302,7 +299,7 @@ class Unifier:
         spelled with constants alone, the very index the graph holds (`h[:, :n]` would
         bake the `n` of the traced call into the kernel)."""
         index = constant_index(expr.slice)
-        if index is _RUNTIME or index != node.args[1]:
+        if index is RUNTIME_INDEX or index != node.args[1]:
             raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} indexes with a "
                            "value read at run time; the kernel holds the one seen at analysis")
         self.match_value(expr.value, node.args[0], k)
