@@ -217,7 +217,11 @@ class _Spread:
         if own is not None:  # pointwise: operands broadcast to the result
             added |= self._broadcast(refs, _shape(g, name), own, name, expand=True)
         else:
-            same = [r for r in refs if r in self.chains and _shape(g, r) == _shape(g, name)]
+            # A computed value takes its map from its readers first, as a view of an input
+            # does: an input two slices' recomputed producers share (`x` under
+            # `h[..., :d]` and `h[..., d:]`) would hand the second one the first's map.
+            same = [r for r in refs if r in self.chains and _shape(g, r) == _shape(g, name)
+                    and not (self.readers_first and r not in self.members)]
             if same:
                 added |= self.offer(name, self.chains[same[0]], name)
         return added

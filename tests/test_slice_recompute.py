@@ -1,0 +1,133 @@
+"""A computed value read in slices: each slice recomputes the cheap producer in its consumer's
+kernel (``analysis/slice_recompute.py``), as Inductor inlines it, instead of the value's
+round trip through memory. Where the value is stored anyway (a model output), the slices
+read it back and the reason names the slice and its line.
+
+Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from codegen_harness import Lambda, check_model
+
+from fusion_core.analysis.traffic import estimate_traffic
+from fusion_core.ir.graph import OpKind
+from fusion_core.ir.views import INDEX_STEPS, Narrow
+from fusion_core.pipeline import analyze
+from fusion_core.validate.run import validate
+
+D = 8  # half the last dim
+
+
+def halves_gated(m, x, w):  # GLU by subscripts: `h` read only in its two halves
+    h = x * w
+    a, g = h[..., :D], h[..., D:]
+    return a * F.silu(g)
+
+
+def chunk_gelu_and_whole(m, x, w):  # SwiGLU-style pieces, and `h` whole by another op
+    h = F.gelu(x * w)
+    a, g = h.chunk(2, -1)
+    return a * F.silu(g), h.relu()
+
+
+def affine_halves_and_row_sum(m, x, w, b):  # a two-op producer, and `h` reduced whole
+    h = x * w + b
+    a, g = h[..., :D], h[..., D:]
+    return a * F.silu(g) + h.sum(-1, keepdim=True)
+
+
+def halves_and_output(m, x, w, b):  # `h` is a result: stored anyway, its halves read back
+    h = x * w + b
+    a, g = h[..., :D], h[..., D:]
+    return a * F.silu(g), h
+
+
+def _inputs(n: int) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    return (torch.randn(4, 3, 2 * D), *(torch.randn(2 * D) for _ in range(n - 1)))
+
+
+def _copies(a, cluster) -> list[str]:
+    return [a.graph[n].copy_of for n in cluster.nodes if a.graph[n].copy_of]
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_halves_of_a_computed_value_are_one_kernel(tmp_path, capture):
+    # Was two kernels: `getitem → getitem → silu → mul` read `h`, which `mul` wrote alone
+    # ("selects part of a value computed in the group").
+    inputs = _inputs(2)
+    checked = check_model(Lambda(halves_gated, 2), inputs, tmp_path, n_clusters=1,
+                          capture=capture)
+    a = checked.analysis
+    (c,) = a.clusters
+    assert c.inputs == ("a", "b") and len(c.outputs) == 1
+    assert len(_copies(a, c)) == 1  # the original serves one half, its copy the other
+    views = [a.graph[n] for n in c.nodes if a.graph[n].kind is OpKind.VIEW
+             and a.graph[n].param(INDEX_STEPS)]
+    assert sorted((v.param(INDEX_STEPS) for v in views), key=lambda s: s[0].start) == [
+        (Narrow(-1, 0, D, 2 * D),), (Narrow(-1, D, D, 2 * D),)]
+    # What the kernel moves: both halves of `x` (all of it), `w`, and the result.
+    x, w = inputs
+    assert c.traffic.fused_bytes == x.nbytes + w.nbytes + x.nbytes // 2
+    assert not a.rejections
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_chunk_pieces_recompute_the_producer_another_op_reads_whole(tmp_path, capture):
+    # Was: `mul → gelu → relu` wrote `gelu` for its pieces ("a piece of `gelu` (line …)
+    # selects part of a value computed in the group").
+    inputs = _inputs(2)
+    checked = check_model(Lambda(chunk_gelu_and_whole, 2), inputs, tmp_path, n_clusters=2,
+                          capture=capture)
+    a = checked.analysis
+    whole, gated = sorted(a.clusters, key=lambda c: "relu" not in c.ops)
+    assert len(whole.outputs) == 1 and a.graph[whole.outputs[0]].op == "relu"  # no `gelu`
+    assert gated.inputs == ("a", "b")  # x and w, not gelu's result
+    assert sorted(set(_copies(a, gated))) == sorted(
+        n for n in whole.nodes if a.graph[n].op in ("mul", "gelu"))
+    x, w = inputs
+    assert gated.traffic.fused_bytes == x.nbytes + w.nbytes + x.nbytes // 2
+
+
+def test_a_producer_of_two_ops_is_copied_whole_for_each_half(tmp_path):
+    inputs = _inputs(3)
+    checked = check_model(Lambda(affine_halves_and_row_sum, 3), inputs, tmp_path,
+                          n_clusters=2)
+    a = checked.analysis
+    reduce, gated = sorted(a.clusters, key=lambda c: "sum" not in c.ops)
+    assert [a.graph[o].op for o in reduce.outputs] == ["sum"]  # `h` is not written
+    assert sorted(_copies(a, gated)) == ["add", "add", "mul", "mul"]
+    x, w, b = inputs
+    row_sums = x.nbytes // (2 * D)
+    assert gated.traffic.fused_bytes == (x.nbytes + w.nbytes + b.nbytes + row_sums
+                                         + x.nbytes // 2)
+    # The patched model matches eager as a whole.
+    report = validate(a, timing=False)
+    assert report.model.passed, report.model.detail
+    assert all(r.usable for r in report.results)
+
+
+def test_a_value_the_model_returns_is_read_back_by_its_slices(tmp_path):
+    # Inductor stores `h` (an output) and its consumer loads the halves: recomputing them
+    # would read `x`, `w` and `b` for the bytes of `h`. Two kernels, as before.
+    checked = check_model(Lambda(halves_and_output, 3), _inputs(3), tmp_path, n_clusters=2)
+    a = checked.analysis
+    assert not any(a.graph[n].copy_of for c in a.clusters for n in c.nodes)
+    (reason,) = {r.reason for r in a.rejections if r.check == "lowering"}
+    line = inspect.getsourcelines(halves_and_output)[1] + 2  # `a, g = h[..., :D], …`
+    assert (f"a slice (test_slice_recompute.py:{line}) selects part of a value computed in "
+            "the group") in reason
+
+
+def test_the_copies_count_in_the_traffic_of_the_kernel_that_runs_them():
+    a = analyze(Lambda(halves_gated, 2), *_inputs(2))
+    (c,) = a.clusters
+    # The report's unfused bytes are the model's ops, each once: the copy never runs eagerly.
+    assert c.traffic == estimate_traffic(a.graph, c.nodes, copies=False)
+    assert estimate_traffic(a.graph, c.nodes).unfused_bytes > c.traffic.unfused_bytes
