@@ -131,3 +131,20 @@ def test_the_copies_count_in_the_traffic_of_the_kernel_that_runs_them():
     # The report's unfused bytes are the model's ops, each once: the copy never runs eagerly.
     assert c.traffic == estimate_traffic(a.graph, c.nodes, copies=False)
     assert estimate_traffic(a.graph, c.nodes).unfused_bytes > c.traffic.unfused_bytes
+
+
+def one_half_and_row_sum(m, x, w):
+    h = x * w
+    return h[..., :D].relu() * 2.0, h.sum(-1)
+
+
+def test_a_kernel_reading_one_half_counts_half_of_its_input(tmp_path):
+    # The half's kernel recomputes `h` from `x` and `w` at the half's columns only: it loads
+    # half of each (was costed as all of `x` and `w`).
+    inputs = _inputs(2)
+    checked = check_model(Lambda(one_half_and_row_sum, 2), inputs, tmp_path, n_clusters=2)
+    a = checked.analysis
+    half = next(c for c in a.clusters if "relu" in c.ops)
+    assert _copies(a, half) == ["mul"] and half.inputs == ("a", "b")
+    x, w = inputs
+    assert half.traffic.fused_bytes == x.nbytes // 2 + w.nbytes // 2 + x.nbytes // 2

@@ -135,13 +135,14 @@ def _with_boundary_views(g: FusionGraph, group: tuple[str, ...],
 
 
 def _without_orphaned_copies(g: FusionGraph, rest: set[str]) -> set[str]:
-    """`rest` less the recompute copies none of whose readers it keeps: a copy exists for
-    its reader's kernel (a slice's own producer, ``slice_recompute.py``); alone it would
-    only store the value again. It waits for the leftover round, with its reader."""
+    """`rest` less a slice's copy of its producer (``slice_recompute.py``) once the slice
+    left: alone the copy would only store the value again. It waits for the leftover
+    round, with its slice."""
     rest = set(rest)
     gone = True
     while gone:
-        gone = {n for n in rest if g[n].copy_of and not any(u in rest for u in g.users[n])}
+        gone = {n for n in rest if g[n].copy_of and not any(u in rest for u in g.users[n])
+                and all(g[u].kind is OpKind.VIEW or g[u].copy_of for u in g.users[n])}
         rest -= gone
     return rest
 
