@@ -148,3 +148,19 @@ def test_a_kernel_reading_one_half_counts_half_of_its_input(tmp_path):
     assert _copies(a, half) == ["mul"] and half.inputs == ("a", "b")
     x, w = inputs
     assert half.traffic.fused_bytes == x.nbytes // 2 + w.nbytes // 2 + x.nbytes // 2
+
+
+def overlapping_halves(m, x, w):
+    h = torch.sigmoid(x * w)
+    return h[..., : D + 2] * h[..., D - 2 :]
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_overlapping_slices_each_recompute_their_columns(tmp_path, capture):
+    inputs = _inputs(2)
+    checked = check_model(Lambda(overlapping_halves, 2), inputs, tmp_path, n_clusters=1,
+                          capture=capture)
+    (c,) = checked.analysis.clusters
+    assert sorted(_copies(checked.analysis, c)) == ["mul", "sigmoid"]
+    x, w = inputs
+    assert c.traffic.fused_bytes == x.nbytes + w.nbytes + x.nbytes * (D + 2) // (2 * D)
