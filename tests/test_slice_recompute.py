@@ -14,11 +14,18 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 from codegen_harness import Lambda, check_model
+from rich.console import Console
+from test_apply import assert_same_outputs, backup_as_py
+from test_apply_callsite import line_of
 
 from fusion_core.analysis.traffic import estimate_traffic
+from fusion_core.codegen import generate
 from fusion_core.ir.graph import OpKind
+from fusion_core.ir.shapes import InputSpec
 from fusion_core.ir.views import INDEX_STEPS, Narrow
-from fusion_core.pipeline import analyze
+from fusion_core.pipeline import analyze, analyze_file
+from fusion_core.sourcemap import map_clusters
+from fusion_core.sourcemap.apply import apply, plan_apply
 from fusion_core.validate.run import validate
 
 D = 8  # half the last dim
@@ -164,3 +171,45 @@ def test_overlapping_slices_each_recompute_their_columns(tmp_path, capture):
     assert sorted(_copies(checked.analysis, c)) == ["mul", "sigmoid"]
     x, w = inputs
     assert c.traffic.fused_bytes == x.nbytes + w.nbytes + x.nbytes * (D + 2) // (2 * D)
+
+
+GATED = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Gated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(8, 16)
+        self.w = nn.Parameter(torch.randn(16))
+        self.down = nn.Linear(8, 8)
+
+    def forward(self, x):
+        u = self.up(x)
+        h = u * self.w
+        a = h[..., :8]
+        g = h[..., 8:]
+        y = a * F.silu(g)
+        return self.down(y)
+"""
+
+
+def test_the_recomputing_kernel_replaces_the_lines_and_computes_the_same(tmp_path):
+    # Was: "`h` at line 17 does not hold what the graph reads there" (the copy of `h`).
+    # FX only: under export a subscript inside a cluster maps to no line at all yet
+    # ("`h[..., :8]` at line 8 does not compute `h[..., :8]`"), with or without copies.
+    path = tmp_path / "gated.py"
+    path.write_text(GATED)
+    analysis = analyze_file(path, [InputSpec((2, 4, 8))], "Gated")
+    (c,) = [c for c in analysis.clusters if "silu" in c.ops]
+    (m,) = [m for m in map_clusters(analysis) if m.cluster_index == c.index]
+    first, last = line_of(path, "h = u * self.w"), line_of(path, "y = a * F.silu(g)")
+    assert m.exact and (m.start, m.end) == (first, last), (m.quality, m.reason)
+    kernels = {c.index: generate(analysis, c)}
+    p = plan_apply(analysis, (m,), path, kernels, {c.index: (True, "verified")})
+    result = apply(p, analysis, Console(), assume_yes=True, ask=None)
+    assert "h[..., 8:]" not in path.read_text()
+    torch.manual_seed(0)
+    assert_same_outputs(backup_as_py(result.backup), path, "Gated", torch.randn(2, 4, 8))
