@@ -129,7 +129,7 @@ def test_a_value_the_model_returns_is_read_back_by_its_slices(tmp_path):
     (reason,) = {r.reason for r in a.rejections if r.check == "lowering"}
     line = inspect.getsourcelines(halves_and_output)[1] + 2  # `a, g = h[..., :D], …`
     assert (f"a slice (test_slice_recompute.py:{line}) selects part of a value computed in "
-            "the group") in reason
+            f"the group, `add` (test_slice_recompute.py:{line - 1});") in reason
 
 
 def test_the_copies_count_in_the_traffic_of_the_kernel_that_runs_them():

@@ -85,7 +85,9 @@ def slice_recompute_plan(g: FusionGraph, clusters: Sequence[Cluster]
     writes = _writes(g)
     plan: list[SliceRecompute] = []
     for node in g.nodes:
-        cone = cone_of(g, node.name) if node.kind.is_pointwise else None
+        if not (node.kind.is_pointwise and any(narrows(g, u) for u in g.users[node.name])):
+            continue
+        cone = cone_of(g, node.name)
         if cone is None:
             continue
         value, home = node.name, owner.get(node.name)

@@ -205,9 +205,12 @@ class _Spread:
                                         f"analysed sizes {_shape(g, src)}", (name,))
                 back = inverse(steps, _shape(g, src))
                 if back is None:
-                    raise LoweringError(f"{said(g, name)} selects part of a value "
-                                        "computed in the group; the kernel iterates over the "
-                                        "whole value", (name,))
+                    view, whole = said(g, name), said(g, src)
+                    # which value, unless the view is said by it (`a piece of `mul``)
+                    which = "" if whole in view else f", {whole}"
+                    raise LoweringError(f"{view} selects part of a value computed in the "
+                                        f"group{which}; the kernel iterates over the whole "
+                                        "value", (name,))
                 added |= self.offer(name, back + self.chains[src], name)
             return added
         if node.kind is OpKind.REDUCTION:
