@@ -29,6 +29,8 @@ from .recompute import _writes, _written_between
 from .types import Cluster
 
 _MAX_CONE = 8  # ops copied per slice: a longer producer is no longer cheap to repeat
+# Ops computed from their operands alone: a generator (`arange`) is made from the index.
+_COPIED = frozenset({OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY})
 
 
 @dataclass(frozen=True)
@@ -48,15 +50,15 @@ def narrows(g: FusionGraph, name: str) -> tuple[Narrow, ...] | None:
 
 def cone_of(g: FusionGraph, value: str) -> tuple[str, ...] | None:
     """`value` and the pointwise producers that feed only it, in graph order; None when
-    `value` is no pointwise op or the cone passes ``_MAX_CONE``."""
+    `value` is no pointwise op of operands or the cone passes ``_MAX_CONE``."""
     node = g[value]
-    if not node.kind.is_pointwise or node.meta is None or node.copy_of:
+    if node.kind not in _COPIED or node.meta is None or node.copy_of:
         return None
     cone, todo = {value}, [value]
     while todo:
         for r in g[todo.pop()].refs:
             feeder = g[r]
-            if (r not in cone and feeder.kind.is_pointwise and feeder.meta is not None
+            if (r not in cone and feeder.kind in _COPIED and feeder.meta is not None
                     and not feeder.copy_of and set(g.users[r]) <= cone):
                 cone.add(r)
                 todo.append(r)
@@ -85,7 +87,7 @@ def slice_recompute_plan(g: FusionGraph, clusters: Sequence[Cluster]
     writes = _writes(g)
     plan: list[SliceRecompute] = []
     for node in g.nodes:
-        if not (node.kind.is_pointwise and any(narrows(g, u) for u in g.users[node.name])):
+        if not (node.kind in _COPIED and any(narrows(g, u) for u in g.users[node.name])):
             continue
         cone = cone_of(g, node.name)
         if cone is None:
