@@ -158,7 +158,9 @@ def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.d
         undo(gm, stray)
         graph, clusters, rejections = _detect(gm, name, frontend)
     plan = recompute_plan(graph, clusters)
-    per_slice = slice_recompute_plan(graph, clusters)
+    # A value another consumer already copies stays out of the slices' cones.
+    copied = {p.value for p in plan} | {p.consumer for p in plan}
+    per_slice = [p for p in slice_recompute_plan(graph, clusters) if not copied & set(p.cone)]
     if plan or per_slice:
         copies = duplicate_values(gm, ((p.value, p.consumer) for p in plan))
         copies += [c for p in per_slice for c in copy_cone(gm, p.cone, p.slice)]
