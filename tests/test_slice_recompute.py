@@ -213,3 +213,30 @@ def test_the_recomputing_kernel_replaces_the_lines_and_computes_the_same(tmp_pat
     assert "h[..., 8:]" not in path.read_text()
     torch.manual_seed(0)
     assert_same_outputs(backup_as_py(result.backup), path, "Gated", torch.randn(2, 4, 8))
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]  # bounds from the value's own size
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def scaled_rotary(m, q, cos, sin):  # `x * cos + rotate_half(x) * sin` with `x` computed
+    x = q * 0.125
+    return x * cos + rotate_half(x) * sin
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_rotary_of_a_computed_value_is_one_kernel(tmp_path, capture):
+    # Was: `q * 0.125` alone, its result stored and read back by the rotary kernel ("a slice
+    # (…) selects part of a value computed in the group"). The halves' bounds read the
+    # value's shape: they read the copy's, so each half keeps its steps.
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 3, 8), torch.randn(3, 8), torch.randn(3, 8))
+    checked = check_model(Lambda(scaled_rotary, 3), inputs, tmp_path, n_clusters=1,
+                          capture=capture)
+    (c,) = checked.analysis.clusters
+    assert c.inputs == ("a", "b", "c") and len(c.outputs) == 1
+    assert _copies(checked.analysis, c) == ["mul", "mul"]
+    q, cos, sin = inputs
+    assert c.traffic.fused_bytes == q.nbytes + cos.nbytes + sin.nbytes + q.nbytes

@@ -97,14 +97,18 @@ def slice_recompute_plan(g: FusionGraph, clusters: Sequence[Cluster]
         slices = [u for u in g.users[value] if narrows(g, u) is not None
                   and (home is None or owner.get(u) != home)
                   and not _written_between(writes, g.position(cone[0]), g.position(u))]
-        # The `chunk` call itself is a tuple no kernel reads: its pieces are the readers.
+        # The `chunk` call itself is a tuple no kernel reads: its pieces are the readers;
+        # `h.shape[-1] // 2` for the bounds reads no data.
         others = [u for u in g.users[value] if u not in slices
-                  and not (g[u].kind is OpKind.VIEW and g[u].meta is None)]
+                  and not (g[u].kind is OpKind.VIEW and g[u].meta is None)
+                  and g[u].shape_of != value]
         if not slices or (not others and len(slices) == 1):
             continue  # one slice alone reads the value over its own map already
-        # Inductor keeps the buffer where something else reads it from memory.
-        stored = any(g[u].kind is OpKind.OUTPUT or home is None or owner.get(u) != home
-                     for u in others)
+        # Inductor keeps the buffer where something else reads it from memory. A value
+        # computed alone may join its other readers' kernel once the slices have copies.
+        kernels = {owner.get(u) for u in others}
+        stored = any(g[u].kind is OpKind.OUTPUT for u in others) or (
+            len(kernels) > 1 or None in kernels if home is None else kernels - {home})
         leaves = list(dict.fromkeys(r for n in cone for r in g[n].refs if r not in cone))
         rank = len(g[value].meta.shape)  # type: ignore[union-attr]  (cone_of checked it)
         recompute = sum(part_bytes(g, r, narrows(g, s) or (), rank)

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 
 import torch.fx as fx
 
+_SPLIT_COPY = "fusion_split_copy"  # a split call copied for one piece (``copy_cone``)
+
 
 def duplicate_values(gm: fx.GraphModule, pairs: Iterable[tuple[str, str]]) -> list[str]:
     """Copy each value for its consumer; returns the copies' names."""
@@ -51,19 +53,42 @@ def copy_cone(gm: fx.GraphModule, cone: Sequence[str], reader: str) -> list[str]
         if len(split.users) > 1:  # the last piece takes the call itself: none is left dead
             consumer = copy_for(gm, split, view)  # `h.chunk(2, -1)` again, on the copy
             consumer.meta[_SPLIT_COPY] = True
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    readers = _own_shape_reads(value, consumer, order)
+    first = min([consumer, *readers], key=order.__getitem__)
     copies: dict[fx.Node, fx.Node] = {}
-    with gm.graph.inserting_before(consumer):  # in graph order: each after its operands
+    with gm.graph.inserting_before(first):  # in graph order: each after its operands
         for name in cone:
             node = nodes[name]
             copy = gm.graph.node_copy(node, lambda a: copies.get(a, a))
             copy.meta.update(node.meta)
             copy.meta["fusion_copy_of"] = node.meta.get("fusion_copy_of", node.name)
             copies[node] = copy
-    consumer.replace_input_with(value, copies[value])
+    for reader in (consumer, *readers):
+        reader.replace_input_with(value, copies[value])
     return [copies[nodes[name]].name for name in cone]
 
 
-_SPLIT_COPY = "fusion_split_copy"  # a split call copied for one piece (``copy_cone``)
+def _own_shape_reads(value: fx.Node, consumer: fx.Node, order: dict[fx.Node, int]
+                     ) -> list[fx.Node]:
+    """Readers of `value` that serve `consumer` alone (`h.shape[-1] // 2` for the bound of
+    `h[..., : h.shape[-1] // 2]`): they read the copy too, the same shape, so a slice whose
+    bounds come from its own source's size keeps its steps (``ir/normalize.py``)."""
+    above: set[fx.Node] = set()
+    todo = list(consumer.all_input_nodes)
+    while todo:  # what `consumer` reads that `value` may feed: nodes after it
+        n = todo.pop()
+        if n not in above and order[n] > order[value]:
+            above.add(n)
+            todo.extend(n.all_input_nodes)
+    memo: dict[fx.Node, bool] = {}
+
+    def serves_consumer(n: fx.Node) -> bool:
+        if n not in memo:
+            memo[n] = all(u is consumer or (u in above and serves_consumer(u)) for u in n.users)
+        return memo[n]
+
+    return [u for u in value.users if u in above and serves_consumer(u)]
 
 
 def undo(gm: fx.GraphModule, copies: Iterable[str]) -> None:
