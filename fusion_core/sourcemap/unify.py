@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..ir.graph import FusionGraph, OpKind
+from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
 from ..ir.spelling import said
 from .pyexpr import (
@@ -45,7 +45,7 @@ from .pysource import (
     reads_shape_only,
     stored_names,
 )
-from .recomputed import CopyMismatch, copied_expr
+from .recomputed import CopyMismatch, copied_expr, same_value
 from .spelled_ops import op_names, same_operator
 
 
@@ -198,24 +198,14 @@ class Unifier:
             self.matched.add(node.name)
             self.match_op(expr, node, k)
 
-    def same_value(self, a: str, b: str) -> bool:
-        """`a` and `b` are one value the kernel computes twice, a slice's copy of its
-        producer and the original (``analysis/slice_recompute.py``): the source computes
-        it once, in the range."""
-        g = self.graph
-        if g is None or a not in g or b not in g or (g[a].copy_of or a) != (g[b].copy_of or b):
-            return False
-        # the kernel's nodes, or the `chunk` calls whose pieces it computes
-        return all(n in self.cluster or (g[n].kind is OpKind.VIEW and g[n].meta is None)
-                   for n in (a, b))
-
     def match_name(self, expr: ast.Name, node: fx.Node, k: int) -> None:
         j = self.assigned_before(k, expr.id)
         if j is not None:
             if self.values[j] is None:
                 self.values[j] = node.name
                 self.queue.append(j)
-            elif self.values[j] != node.name and not self.same_value(self.values[j], node.name):
+            elif self.values[j] != node.name and not same_value(self.graph, self.cluster,
+                                                                 self.values[j], node.name):
                 raise Mismatch(f"`{expr.id}` at line {expr.lineno} does not hold what the "
                                "graph reads there")
             return
