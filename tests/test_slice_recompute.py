@@ -240,3 +240,18 @@ def test_rotary_of_a_computed_value_is_one_kernel(tmp_path, capture):
     assert _copies(checked.analysis, c) == ["mul", "mul"]
     q, cos, sin = inputs
     assert c.traffic.fused_bytes == q.nbytes + cos.nbytes + sin.nbytes + q.nbytes
+
+
+def piece_then_reshape(m, x, b):
+    y = (x * 2.0).chunk(1, dim=0)[0]
+    return F.relu(y).reshape(4, 2 * D) + b
+
+
+def test_one_piece_of_a_computed_value_takes_its_readers_map(tmp_path):
+    # Was split at the piece ("… selects part of a value computed in the group"): `mul`
+    # took `x`'s map before the piece's readers gave theirs (codegen/indexing.py).
+    inputs = (torch.randn(4, 2 * D), torch.randn(2 * D))
+    checked = check_model(Lambda(piece_then_reshape, 2), inputs, tmp_path, n_clusters=1)
+    (c,) = checked.analysis.clusters
+    assert c.ops == ("mul", "getitem", "relu", "reshape", "add") and not _copies(
+        checked.analysis, c)
