@@ -26,13 +26,14 @@ from .analysis import legality
 from .analysis.detect import detect
 from .analysis.group import ordered
 from .analysis.recompute import recompute_plan
+from .analysis.slice_recompute import slice_recompute_plan
 from .analysis.types import Cluster, Failure, Rejection
 from .codegen.lower import dry_run
 from .errors import InputSpecError
 from .ir.capture import captured, leaf_list
 from .ir.channels import explicit_channels
 from .ir.conv_bias import split_conv_bias
-from .ir.duplicate import duplicate_values, undo
+from .ir.duplicate import copy_cone, duplicate_values, undo
 from .ir.export import label_modules
 from .ir.functionalize import functionalize
 from .ir.generators import copy_index_values, stray_copies
@@ -157,12 +158,18 @@ def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.d
         undo(gm, stray)
         graph, clusters, rejections = _detect(gm, name, frontend)
     plan = recompute_plan(graph, clusters)
-    if plan:
+    # A value another consumer already copies stays out of the slices' cones.
+    copied = {p.value for p in plan} | {p.consumer for p in plan}
+    per_slice = [p for p in slice_recompute_plan(graph, clusters) if not copied & set(p.cone)]
+    if plan or per_slice:
         copies = duplicate_values(gm, ((p.value, p.consumer) for p in plan))
+        copies += [c for p in per_slice for c in copy_cone(gm, p.cone, p.slice)]
+        gm.recompile()
         graph, clusters, rejections = _detect(gm, name, frontend)
         while lone := _unused_copies(graph, clusters, copies):
             undo(gm, lone)
-            copies = [c for c in copies if c not in lone]
+            alive = {n.name for n in gm.graph.nodes}  # a cone's inner copies go with it
+            copies = [c for c in copies if c not in lone and c in alive]
             graph, clusters, rejections = _detect(gm, name, frontend)
     return graph, clusters, rejections
 

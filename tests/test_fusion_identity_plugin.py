@@ -215,10 +215,11 @@ VIEWED = HEAD + ("        y = x * 2.0\n"
 
 @pytest.mark.parametrize(("view", "became"), [
     ("y.permute(1, 0)", "`.permute()` at model.py:11) no longer fuses: lowering, "),
-    # a chunk's piece is a view of `y` now (a slice the group cannot read of a value it
-    # computes), said as the line writes it
-    ("y.chunk(1, dim=0)[0]", "`y.chunk(1, dim=0)[0]` at model.py:11) shrank to `relu → "
-                             "reshape → add`"),
+    # a chunk's piece is a view of `y`, said as the line writes it: of `y`'s transpose here,
+    # which the reshape cannot read through strides (a piece of `y` itself fuses now, below)
+    ("y.t().chunk(1, dim=0)[0]", "`.t()` at model.py:11) no longer fuses: lowering, the code "
+                                 "generator cannot lower it: reading or writing `x` through "
+                                 "`t` (line 11), `y.t().chunk(1, dim=0)[0]` (line 11), "),
 ])
 def test_a_view_the_user_changed_is_named_at_its_line(proj, view, became):
     """A view has no site of its own: it is found again between the ops around it, so the
@@ -235,3 +236,14 @@ def test_a_view_the_user_changed_is_named_at_its_line(proj, view, became):
     bullet = next(line for line in r.stdout.lines if line.startswith("  - "))
     assert bullet.startswith("  - `mul → view → relu → reshape → add` at model.py:10-13 (its "
                              f"`view` is now {became}"), bullet
+
+
+def test_a_piece_of_a_value_read_whole_through_it_keeps_the_fusion(proj):
+    # Was lost ("`y.chunk(1, dim=0)[0]` (line 11) selects part of a value computed in the
+    # group"): `mul` took its index map from `x` before the piece's readers gave theirs. A
+    # computed value now takes its readers' map first (codegen/indexing.py).
+    proj.makepyfile(test_net=TEST_TWO)
+    edit(proj, VIEWED.format(bias="8", view="y.view(4, 2, 4)"))
+    run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
+    edit(proj, VIEWED.format(bias="8", view="y.chunk(1, dim=0)[0]"))
+    run(proj).assert_outcomes(passed=1)

@@ -157,12 +157,16 @@ def test_a_helper_call_left_on_the_line_is_named_by_its_call(tmp_path):
 
 
 def test_a_cat_helper_whose_slices_of_a_value_the_kernel_reads_anyway_is_rewritten(tmp_path):
-    # Was a pointer naming the slices of `h` made inside the helper: the kernel reads `h`
-    # anyway (`torch.relu(h)`), so it takes `h` and reads the slices through their maps.
+    # Was a pointer naming the slices of `h` made inside the helper; then the kernel took
+    # `h` (`x * 2.0` run alone) and read the slices through their maps. Now each slice
+    # reads its own copy of `x * 2.0` (``analysis/slice_recompute.py``), so the kernel
+    # takes `x`, and both lines (`h = x * 2.0` and the return) become its call.
     path, analysis, (m,) = analysed(tmp_path, HELPERS, "CatHelperOnLine", InputSpec((4, 8)))
     (c,) = analysis.clusters
-    assert "cat" in c.ops and c.inputs == ("mul",)
-    assert m.exact and m.replacement == "        return cluster0(h)"
+    assert "cat" in c.ops and c.inputs == ("x",)
+    assert m.exact and m.replacement == "        return cluster0(x)"
+    end = line_of(path, "return torch.relu(h) + rotate_half(h)")
+    assert (m.start, m.end) == (end - 1, end)
 
 
 def test_a_cat_helper_whose_slices_the_kernel_reads_names_the_view(tmp_path):

@@ -51,7 +51,7 @@ SOURCE = textwrap.dedent('''\
             h = x * 2.0
             hs = h.chunk(2, dim=-1)
             g = torch.sigmoid(hs[0]) + torch.tanh(hs[1])
-            return g * hs[1]
+            return g * hs[1], h  # `h` whole too: stored, its pieces are read back
 
 
     class Swapped(nn.Module):

@@ -106,11 +106,12 @@ def test_reduction_output_is_counted_at_its_reduced_size():
 
 def test_a_slice_inside_the_group_stores_at_the_kernels_shape():
     # The kernel iterates over what it writes, (16, 4): the (16, 16) product it slices is
-    # never stored, so the result is not charged at that size.
+    # never stored, so the result is not charged at that size; nor is `x`, of which it
+    # loads the (16, 4) part the slice reaches (was charged whole).
     a = run(lambda x: torch.relu((x * 2.0)[:, :4]) + 1.0, (16, 16))
     (c,) = a.clusters
     assert c.ops == ("mul", "getitem", "relu", "add")  # the slice is inside
-    assert c.traffic.fused_bytes == 16 * 16 * 4 + 16 * 4 * 4
+    assert c.traffic.fused_bytes == 16 * 4 * 4 + 16 * 4 * 4
 
 
 def test_slices_read_in_the_kernel_of_a_value_it_reads_anyway_count_once():
@@ -124,3 +125,14 @@ def test_slices_read_in_the_kernel_of_a_value_it_reads_anyway_count_once():
     (c,) = a.clusters
     assert c.inputs == ("a", "b", "c")
     assert c.traffic.fused_bytes == 4 * (48 + 24 + 24 + 48)  # q, cos, sin read; result written
+
+
+def test_overlapping_slices_count_the_columns_they_reach_once():
+    # `h` is computed again for each slice (``slice_recompute.py``), each copy loading `x` at
+    # its slice's columns: 0-3 and 2-5 of 16 load six of them. A slice of two dims counts
+    # the whole input (the model tracks one sliced dim).
+    c = run(lambda x: (lambda h: (h[:, :4] + h[:, 2:6]).relu())(x * 2.0), (16, 16)).clusters[0]
+    assert c.ops.count("mul") == 2
+    assert c.traffic.fused_bytes == 16 * 6 * 4 + 16 * 4 * 4
+    c = run(lambda x: ((x * 2.0)[:4, :4]).relu(), (16, 16)).clusters[0]
+    assert c.traffic.fused_bytes == 16 * 16 * 4 + 4 * 4 * 4

@@ -134,6 +134,19 @@ def _with_boundary_views(g: FusionGraph, group: tuple[str, ...],
     return grown if first_failure(g, set(grown), checks) is None else group
 
 
+def _without_orphaned_copies(g: FusionGraph, rest: set[str]) -> set[str]:
+    """`rest` less a slice's copy of its producer (``slice_recompute.py``) once the slice
+    left: alone the copy would only store the value again. It waits for the leftover
+    round, with its slice."""
+    rest = set(rest)
+    gone = True
+    while gone:
+        gone = {n for n in rest if g[n].copy_of and not any(u in rest for u in g.users[n])
+                and all(g[u].kind is OpKind.VIEW or g[u].copy_of for u in g.users[n])}
+        rest -= gone
+    return rest
+
+
 def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
            ) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
     """Clusters and rejections (module docstring); `checks`: the legality checks in order
@@ -167,7 +180,7 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
                     check=failure.check, nodes=group, ops=tuple(g[n].op for n in group),
                     culprits=failure.culprits, reason=failure.reason,
                     lines=line_span(g, group)))
-            rest = set(group) - set(failure.culprits)
+            rest = _without_orphaned_copies(g, set(group) - set(failure.culprits))
             work = sorted(work + components(g, rest), key=lambda c: g.position(c[0]))
         # Culprits pruned from different groups may still fuse with each other: give the
         # leftovers one more round, until no new group forms. They are cut into reduction
@@ -202,7 +215,7 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
                 outputs=tuple(escaping(g, grp)),
                 traffic=estimate_traffic(g, grp, copies=False),
                 lines=line_span(g, grp),
-                recomputes=tuple(g[n].copy_of for n in grp if g[n].copy_of),
+                recomputes=tuple(dict.fromkeys(g[n].copy_of for n in grp if g[n].copy_of)),
                 shape_reads=shape_reads(g, grp))
         for i, grp in enumerate(legal))
     return clusters, tuple(rejections)

@@ -38,7 +38,15 @@ def outside_users(g: FusionGraph, group: Collection[str], name: str) -> list[str
     """Nodes outside `group` that read group value `name`'s data (or a shape only the
     value itself can tell)."""
     group = members(group)
-    return [u for u in g.users[name] if u not in group and not answered(g, group, u, name)]
+    return [u for u in g.users[name] if u not in group and not answered(g, group, u, name)
+            and not unread_tuple(g, u)]
+
+
+def unread_tuple(g: FusionGraph, name: str) -> bool:
+    """`name` is a `chunk`/`split` call whose pieces all read its source directly
+    (``ir/split_views.py``): the tuple itself is read by nothing."""
+    node = g[name]
+    return node.kind is OpKind.VIEW and node.meta is None and not g.users[name]
 
 
 def answered(g: FusionGraph, group: Collection[str], user: str, name: str) -> bool:

@@ -3,7 +3,8 @@
 unfused = Σ over ops that move data: each distinct tensor operand read at its own
           size + the result written; a view moves nothing, except a strided one that an
           eager norm or softmax copies to contiguous memory first (read + write);
-fused   = each external tensor input read once + each escaping value written once
+fused   = each external tensor input read once (only the part its slices reach,
+          ``read_parts.py``) + each escaping value written once
           (a value smaller than the kernel's domain, other than a per-row reduction
           result, is written by every program: costed at the domain's size; the domain
           is ``group.iteration_shape``, the code generator's anchor).
@@ -18,6 +19,7 @@ from collections.abc import Collection
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.reductions import node_reduced_dims
 from .group import escaping, external_inputs, iteration_shape, members, moves_data, value_bytes
+from .read_parts import read_bytes
 from .types import TrafficEstimate
 
 
@@ -33,7 +35,7 @@ def estimate_traffic(g: FusionGraph, group: Collection[str], copies: bool = True
             continue  # eager returns an alias (or never runs the copy): no bytes move
         operands = dict.fromkeys(g[name].refs)
         unfused += sum(value_bytes(g, r) for r in operands) + value_bytes(g, name)
-    fused = sum(value_bytes(g, r) for r in external_inputs(g, group))
+    fused = sum(read_bytes(g, group, external_inputs(g, group)))  # a slice's part only
     domain = iteration_shape(g, group)
     fused += sum(store_bytes(g, group, n, domain) for n in escaping(g, group))
     return TrafficEstimate(unfused_bytes=unfused, fused_bytes=fused)

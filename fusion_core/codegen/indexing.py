@@ -211,9 +211,12 @@ class _Spread:
                                         f"analysed sizes {_shape(g, src)}", (name,))
                 back = inverse(steps, _shape(g, src))
                 if back is None:
-                    raise LoweringError(f"{said(g, name)} selects part of a value "
-                                        "computed in the group; the kernel iterates over the "
-                                        "whole value", (name,))
+                    view, whole = said(g, name), said(g, src)
+                    # which value, unless the view is said by it (`a piece of `mul``)
+                    which = "" if whole in view else f", {whole}"
+                    raise LoweringError(f"{view} selects part of a value computed in the "
+                                        f"group{which}; the kernel iterates over the whole "
+                                        "value", (name,))
                 added |= self.offer(name, back + self.chains[src], name)
             return added
         if node.kind is OpKind.REDUCTION:
@@ -223,7 +226,11 @@ class _Spread:
         if own is not None:  # pointwise: operands broadcast to the result
             added |= self._broadcast(refs, _shape(g, name), own, name, expand=True)
         else:
-            same = [r for r in refs if r in self.chains and _shape(g, r) == _shape(g, name)]
+            # A computed value takes its map from its readers first, as a view of an input
+            # does: an input two slices' recomputed producers share (`x` under
+            # `h[..., :d]` and `h[..., d:]`) would hand the second one the first's map.
+            same = [r for r in refs if r in self.chains and _shape(g, r) == _shape(g, name)
+                    and not (self.readers_first and r not in self.members)]
             if same:
                 added |= self.offer(name, self.chains[same[0]], name)
         return added

@@ -28,7 +28,7 @@ from .views import Narrow
 _SPLITS = frozenset({"chunk", "split", "split_with_sizes"})
 
 
-def _split_name(n: fx.Node) -> str | None:
+def split_name(n: fx.Node) -> str | None:
     """`chunk`, `split` or `split_with_sizes` for a call to one of them; else None."""
     if n.op == "call_method":
         name = str(n.target)
@@ -49,7 +49,7 @@ def piece_of_split(n: fx.Node) -> tuple[tuple[Narrow, ...], fx.Node] | None:
     if n.op != "call_function" or n.target is not operator.getitem or len(n.args) != 2:
         return None
     split, k = n.args
-    if not isinstance(split, fx.Node) or not isinstance(k, int) or _split_name(split) is None:
+    if not isinstance(split, fx.Node) or not isinstance(k, int) or split_name(split) is None:
         return None
     src = split.args[0] if split.args else split.kwargs.get("input", split.kwargs.get("self"))
     dim = _dim_arg(split)

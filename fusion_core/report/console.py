@@ -72,6 +72,10 @@ def recompute_lines(analysis: Analysis) -> list[str]:
     out = []
     for c in analysis.clusters:
         for name in c.recomputes:
+            if owner.get(name) == c.index:  # slices of one value (``slice_recompute.py``)
+                out.append(f"Cluster {c.index} computes {said(g, name)} again for each part "
+                           "of it that it reads, rather than storing it.")
+                continue
             by = f"; cluster {owner[name]} does not store it" if name in owner else ""
             out.append(f"Cluster {c.index} recomputes {said(g, name)} from its "
                        f"inputs rather than reading it back{by}.")

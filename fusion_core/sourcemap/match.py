@@ -89,7 +89,10 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                               f"the kernel's {count_words(len(c.outputs))} results in its "
                               f"order ({results(analysis, c)}): {e}") from e
         raise PointerOnly(str(e)) from e
-    missing = [n for n in c.nodes if n not in match.matched]
+    # A slice's copy of its producer is the source's one value, matched once for both.
+    found = {analysis.graph[n].copy_of or n for n in match.matched if n in analysis.graph}
+    missing = [n for n in c.nodes if n not in match.matched
+               and (analysis.graph[n].copy_of or n) not in found]
     if missing:
         raise PointerOnly(f"{said(analysis.graph, missing[0])} is not computed on these lines")
     texts = dict(match.inputs)

@@ -4,14 +4,16 @@ original, when the source still holds it for its other user (`r = x + h` … `re
 Reads the mapped range's statements and the graph's copies (``analysis/recompute.py``); hands
 ``unify.py`` the original's expression (`x + h`) to match against the copy, so the fused
 call of the range reads that expression's operands (`x`, `h`) instead of `r`. The original
-line stays: the value still exists for its other user.
+line stays: the value still exists for its other user. ``same_value`` says when a slice's
+copy and its original, both in the kernel, are the one variable the range assigns.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 
-from ..ir.graph import FusionGraph
+from ..ir.graph import FusionGraph, OpKind
 from ..ir.spelling import said
 from .pysource import SourceFile, Statement, is_plain_access, loaded_names
 
@@ -60,3 +62,13 @@ def copied_expr(src: SourceFile, stmts: list[Statement], graph: FusionGraph, nam
                     f"apply it, give what line {line} computes a new name, so `{n}` still "
                     f"holds its value at line {top.start}")
     return first.value
+
+
+def same_value(graph: FusionGraph | None, cluster: Collection[str], a: str, b: str) -> bool:
+    """`a` and `b` are one value the kernel computes twice, a slice's copy of its producer
+    and the original (``analysis/slice_recompute.py``), or the `chunk` calls whose pieces it
+    computes: the source computes it once, on the range's lines."""
+    g = graph
+    if g is None or a not in g or b not in g or (g[a].copy_of or a) != (g[b].copy_of or b):
+        return False
+    return all(n in cluster or (g[n].kind is OpKind.VIEW and g[n].meta is None) for n in (a, b))

@@ -129,6 +129,12 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
     # variable at the recomputing kernel's lines: an edit here alone would drop it.
     recomputed = set(c.recomputes) if stored else {
         v for other in analysis.clusters for v in other.recomputes} - paired
+    # A value computed again per slice inside this kernel alone leaves nothing unstored.
+    names = {n.name for n in nodes}
+    recomputed -= {n.copy_of for n in analysis.graph.nodes if n.copy_of in names
+                   and n.name in names and not any(
+                       m.copy_of == n.copy_of and m.name not in names
+                       for m in analysis.graph.nodes)}
     shared = next((n for n in nodes if n.name in recomputed), None)
     if shared is not None:
         raise PointerOnly(_unstored_reason(analysis, shared), **where)

@@ -51,7 +51,7 @@ from .pysource import (
     spliced,
     stored_names,
 )
-from .recomputed import CopyMismatch, copied_expr
+from .recomputed import CopyMismatch, copied_expr, same_value
 from .spelled_ops import op_names, same_operator
 
 
@@ -189,7 +189,8 @@ class Unifier:
             if self.values[j] is None:
                 self.values[j] = node.name
                 self.queue.append(j)
-            elif self.values[j] != node.name:
+            elif self.values[j] != node.name and not same_value(self.graph, self.cluster,
+                                                                 self.values[j], node.name):
                 raise Mismatch(f"`{expr.id}` at line {expr.lineno} does not hold what the "
                                "graph reads there")
             return

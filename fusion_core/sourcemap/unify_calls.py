@@ -86,8 +86,8 @@ class CallUnifier(Unifier):
         outside = self.read_from_outside(call)
         attrs = {n.name: t for n in outside
                  if self.is_model_attr(n) and (t := self.attr_text(n)) is not None}
-        tensors = [n for n in outside if n.name not in attrs
-                   and isinstance(n.meta.get("val"), torch.Tensor)]
+        tensors = self.one_value([n for n in outside if n.name not in attrs
+                                  and isinstance(n.meta.get("val"), torch.Tensor)])
         # Literal arguments are built into the kernel; an attribute the callee reads is bound
         # by its own text, wherever it is passed from.
         rest = [a for a in (*expr.args, *(kw.value for kw in expr.keywords))
@@ -105,6 +105,18 @@ class CallUnifier(Unifier):
             self.match_value(rest[0], tensors[0], k)
         self.matched |= call.nodes
         self.seen |= call.nodes
+
+    def one_value(self, tensors: list[fx.Node]) -> list[fx.Node]:
+        """`tensors`, the copies a slice reads of one value (``analysis/slice_recompute.py``)
+        and that value counted once, as the original: the call passes it once
+        (`rotate_half(h)`, whose halves each read a copy of `h`)."""
+        g = self.graph
+        if g is None or len(tensors) < 2 or any(n.name not in g for n in tensors):
+            return tensors
+        values = {g[n.name].copy_of or n.name for n in tensors}
+        if len(values) > 1 or not any(g[n.name].copy_of for n in tensors):
+            return tensors
+        return [self.fx_nodes[values.pop()]]
 
     def callee_mismatch(self, expr: ast.Call, node: fx.Node) -> Mismatch:
         """`self.stem(x)` for a layer of that container: says which of its layers run

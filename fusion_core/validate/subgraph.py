@@ -20,6 +20,7 @@ import torch.fx as fx
 from ..analysis.types import Cluster, ShapeRead
 from ..ir.graph import FusionGraph
 from ..ir.spelling import said
+from ..ir.split_views import split_name
 from ..ir.subgraph import Subgraph, eager_subgraph
 
 __all__ = ["PatchError", "Subgraph", "eager_subgraph", "patch"]
@@ -119,7 +120,10 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
         o.replace_all_uses_with(new, delete_user_cb=lambda u: u not in member_set)
         renamed[o.name] = new
     _drop_meta_only_reads(members, member_set)
-    for n in sorted(members, key=order.__getitem__, reverse=True):
+    # A `chunk` of a value the kernel computes, whose pieces it computes too, goes with them.
+    tuples = {u for m in members for u in m.users if u not in member_set
+              and split_name(u) is not None and all(x in member_set for x in u.users)}
+    for n in sorted([*members, *tuples], key=order.__getitem__, reverse=True):
         graph.erase_node(n)
 
 
