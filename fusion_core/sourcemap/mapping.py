@@ -16,17 +16,17 @@ one statement, maps as one edit of both (``joint.py``).
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from ..analysis.types import Cluster
-from ..ir.graph import Ref
 from ..ir.spelling import said
 from ..names import kernel_name
 from ..pipeline import Analysis
 from . import sequential
 from .alone import check_alone
+from .consistent import consistent, size_ones
 from .frames import Frames, frames_of
 from .guard import guarded_text
 from .joint import match_joint, recomputer
@@ -70,59 +70,6 @@ def _replacement(span: Span, call: str, targets: tuple[str, ...]) -> str:
         return f"{indent}{src.segment(last.target)}: {src.segment(last.annotation)} = {call}"
     names = ", ".join((*targets, src.segment(last.targets[0])))
     return f"{indent}{names} = {call}"
-
-
-def _metas(analysis: Analysis, c: Cluster) -> list:
-    return [analysis.graph[n].meta for n in (*c.inputs, *c.outputs)]
-
-
-def _ranks(analysis: Analysis, c: Cluster) -> tuple:
-    """Each value's rank and dtype. Sizes may differ between the calls one kernel serves
-    (the channels of each stage): `--apply` checks that the kernel's launcher runs them."""
-    return tuple((len(m.shape), m.dtype) if m else None for m in _metas(analysis, c))
-
-
-def _size_ones(analysis: Analysis, c: Cluster) -> int:
-    """Size-1 dims of a cluster's values: a kernel generated where a dim has size 1 may
-    index it as a broadcast, so the call with the fewest serves the others best."""
-    return sum(d == 1 for m in _metas(analysis, c) if m for d in m.shape)
-
-
-def _constants(analysis: Analysis, c: Cluster) -> tuple:
-    """What the kernel bakes in, node by node: params and non-tensor operands."""
-    nodes = [analysis.graph[n] for n in c.nodes]
-    return tuple((n.op, n.params, tuple(repr(x) for x in n.inputs if not isinstance(x, Ref)))
-                 for n in nodes)
-
-
-def _setting(analysis: Analysis, rep: Cluster, c: Cluster) -> str:
-    """The first module setting (`eps`) whose value differs between two clusters' ops."""
-    g = analysis.graph
-    for a, b in zip(rep.nodes, c.nodes, strict=False):
-        pa, pb = dict(g[a].params), dict(g[b].params)
-        key = next((k for k in {**pa, **pb} if pa.get(k) != pb.get(k)), None)
-        if key is not None:
-            return (f": `{key}` of {said(g, b)} is {pb.get(key)!r} there and "
-                    f"{pa.get(key)!r} in cluster {rep.index}")
-    return " (module settings)"
-
-
-def _consistent(analysis: Analysis, group: list[Cluster], found: list[Found],
-                parts: Collection[int] = frozenset()) -> None:
-    """Clusters one kernel serves (the same lines in other calls; the ids of `parts`, those
-    of clusters it computes a part of) read, compute and bake the same."""
-    rep = group[0]
-    for c, f in zip(group[1:], found[1:], strict=True):
-        other = f"{'part of ' if id(c) in parts else ''}cluster {c.index}"
-        both = f"the same lines run as cluster {rep.index} and as {other}"
-        if (f.args, f.targets) != (found[0].args, found[0].targets) or c.ops != rep.ops:
-            raise PointerOnly(f"{both}, which reads or computes something else")
-        if _ranks(analysis, c) != _ranks(analysis, rep):
-            raise PointerOnly(f"{both}, with other ranks or dtypes; one kernel cannot serve "
-                              "both")
-        if _constants(analysis, c) != _constants(analysis, rep):
-            raise PointerOnly(f"{both}, with other constants{_setting(analysis, rep, c)}; one "
-                              "kernel cannot serve both")
 
 
 def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, Part],
@@ -171,7 +118,7 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fra
             try:
                 trial = _match(analysis, span, [*every, p.cluster], served, frames)
                 for cs, found in trial[0]:
-                    _consistent(analysis, cs, found, served)
+                    consistent(analysis, cs, found, served)
             except PointerOnly as e:
                 unserved.setdefault(p.cluster.index, e.reason)
                 continue
@@ -180,7 +127,7 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fra
         kept = frozenset().union(*(f.inlined for _, found in pieces for f in found))
         check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved)
         for cs, found in pieces:
-            _consistent(analysis, cs, found, served)
+            consistent(analysis, cs, found, served)
         _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets), after)
     except PointerOnly as p:
         if p.file is not None:  # the cause lies at another line (the caller's): point there
@@ -255,7 +202,7 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
         if spans[i].key in groups:
             groups[spans[i].key].append(stored)
     for group in groups.values():
-        group.sort(key=lambda c: (c.index in borrowed, _size_ones(analysis, c)))  # stable
+        group.sort(key=lambda c: (c.index in borrowed, size_ones(analysis, c)))  # stable
         parts = parts_on(analysis, spans[group[0].index], group, frames)
         own = [c for c in group if c.index not in borrowed]
         mapped = _map_spans(analysis, spans, group, parts, frames)
