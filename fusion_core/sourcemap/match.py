@@ -18,7 +18,7 @@ from .parts import fold_order, nesting, parts
 from .pysource import Scope, local_names
 from .results import assigned_to, results, returned_tuple
 from .span import PointerOnly, Span, count_words
-from .unify import ContainerMismatch, Mismatch, Reentered, value_of
+from .unify import ContainerMismatch, Mismatch, Reentered, whole_value
 from .unify_calls import CallUnifier
 
 
@@ -134,14 +134,14 @@ def unify_parts(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Pi
     (``parts.nest_parts``). Raises ``PointerOnly`` when one cluster's part holds another's
     otherwise."""
     try:
-        candidates = [(p, span) for p in (value_of(span.stmts[-1].node, last=True),
+        candidates = [(p, span) for p in (whole_value(span.stmts[-1].node),
                                            *parts(span))]
     except Mismatch:
         return None
     for k in range(len(span.stmts) - 1):  # earlier lines: only inside a later call's argument
         sub = replace(span, stmts=span.stmts[:k + 1])
         try:
-            candidates += [(p, sub) for p in (value_of(sub.stmts[-1].node, True), *parts(sub))]
+            candidates += [(p, sub) for p in (whole_value(sub.stmts[-1].node), *parts(sub))]
         except Mismatch:
             continue
     by_part: dict[int, tuple[ast.expr, list[Cluster], list[Found], Span]] = {}

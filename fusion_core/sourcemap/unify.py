@@ -22,6 +22,7 @@ import torch.fx as fx
 from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
 from ..ir.spelling import said
+from .augmented import augmented_value, is_augmented, rebinding_refused
 from .pyexpr import (
     BINOPS,
     COMPAREOPS,
@@ -113,6 +114,11 @@ def value_of(st: ast.stmt, last: bool) -> ast.expr:
     raise Mismatch(f"line {st.lineno} is not an assignment or a `return` of one value")
 
 
+def whole_value(st: ast.stmt) -> ast.expr:
+    """The value of the run's last statement, `result += input` read as its sum."""
+    return augmented_value(st) or value_of(st, last=True)
+
+
 def module_attr_text(self_name: str, self_path: str, target: str) -> str | None:
     """`blocks.0.ln1.weight` seen from module `blocks.0` → `self.ln1.weight`."""
     if self_path:
@@ -148,8 +154,9 @@ class Unifier:
         the code around), to `output`; or each (returned element, result) of `returned`."""
         last = len(self.stmts) - 1
         self.values[last] = output
+        final = self.stmts[last].node
         if not returned:
-            expr = within if within is not None else value_of(self.stmts[last].node, True)
+            expr = within if within is not None else whole_value(final)
             returned = ((expr, output),)
         for expr, result in returned:
             self.match(expr, self.fx_nodes[result], last)
@@ -161,6 +168,10 @@ class Unifier:
             if v is None:
                 raise Mismatch(f"line {st.start} (`{self.src.segment(st.node)}`) computes "
                                "nothing the cluster uses")
+        if any(is_augmented(final, expr) for expr, _ in returned):
+            why = rebinding_refused(self.src, self.stmts, self.values, self.cluster)
+            if why is not None:
+                raise Mismatch(why)
         return Match(tuple(self.inputs.items()), frozenset(self.matched),
                      tuple(self.baked.items()), tuple(self.values), frozenset(self.inlined))
 

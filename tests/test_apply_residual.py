@@ -1,0 +1,139 @@
+"""`--apply` on torchvision-style residual blocks written in a user's own file (issue 26.5).
+
+MobileNetV3's and EfficientNet's `InvertedResidual`/`MBConv` add the skip in place under a
+module setting (`if self.use_res_connect: result += input`); the capture makes the `+=` an
+out-of-place add that fuses with the block's last BatchNorm. The edit rebinds `result` to
+the kernel's result, which is what the in-place add left in it when `result` is a tensor
+this forward made; where the add writes into a tensor the caller passed, rebinding would
+leave that tensor unchanged, and the cluster stays a pointer saying so. Kernels run under
+the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+from apply_checks import apply_net, same_outputs
+
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import map_clusters
+
+BN = ("{0}.running_mean.reshape(-1, 1, 1), {0}.running_var.reshape(-1, 1, 1), "
+      "{0}.weight.reshape(-1, 1, 1), {0}.bias.reshape(-1, 1, 1)")
+
+# torchvision's MobileNetV3 block, cut down: the residual only where the widths match.
+MOBILENET = """\
+import torch
+from torch import nn
+
+
+class ConvNormAct(nn.Sequential):
+    def __init__(self, cin, cout, act=nn.Hardswish):
+        layers = [nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        if act is not None:
+            layers.append(act())
+        super().__init__(*layers)
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.use_res_connect = cin == cout
+        self.block = nn.Sequential(ConvNormAct(cin, 8), ConvNormAct(8, cout, None))
+
+    def forward(self, input):
+        result = self.block(input)
+        if self.use_res_connect:
+            result += input
+        return result
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 1)
+        self.one = InvertedResidual(4, 4)
+        self.two = InvertedResidual(4, 6)
+        self.head = nn.Conv2d(6, 6, 1)
+
+    def forward(self, x):
+        return self.head(self.two(self.one(self.stem(x))))
+"""
+
+
+def _mappings(path):
+    analysis = analyze_file(path, (InputSpec((2, 3, 8, 8)),), class_name="Net")
+    return analysis, map_clusters(analysis)
+
+
+def test_an_in_place_residual_under_a_module_setting_is_rebound_to_the_kernel(tmp_path):
+    path = tmp_path / "mobilenet.py"
+    path.write_text(MOBILENET)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    # Was a pointer: "line 21 is not an assignment or a `return` of one value".
+    assert "Applied 1 edit to" in result.output, result.output
+    bn = [BN.format(f"self.block[{i}][1]") for i in range(2)]
+    inner = f"cluster0(self.block[0][0](input), {bn[0]})"
+    # Where the widths differ (`self.two`) the `else` branch keeps the block's own kernel.
+    assert (f"        if self.use_res_connect:\n"
+            f"            result = cluster1(self.block[1][0]({inner}), {bn[1]}, input)\n"
+            f"        else:\n"
+            f"            result = self.block[1]({inner})\n"
+            f"        return result\n" in path.read_text()), path.read_text()
+    same_outputs(tmp_path, path, MOBILENET)
+
+
+# EfficientNet's MBConv: the residual's `if` starts with a stochastic depth, an identity
+# in eval mode that makes no op of the graph.
+EFFICIENTNET = MOBILENET.replace(
+    "        self.block = nn.Sequential(",
+    "        self.stochastic_depth = nn.Identity()\n        self.block = nn.Sequential(",
+).replace("            result += input\n",
+          "            result = self.stochastic_depth(result)\n            result += input\n")
+
+
+def test_a_stochastic_depth_line_before_the_in_place_residual_joins_the_edit(tmp_path):
+    path = tmp_path / "efficientnet.py"
+    path.write_text(EFFICIENTNET)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    # Was a pointer: "line 22 (`result = self.block(input)`) and line 25 (`result +=
+    # input`) lie in different blocks (line 23: `if self.use_res_connect:`)".
+    rewritten = path.read_text()
+    assert "result += input" not in rewritten, rewritten
+    assert f"{BN.format('self.block[1][1]')}, input)\n" in rewritten, rewritten
+    same_outputs(tmp_path, path, EFFICIENTNET)
+
+
+# The block adds into the tensor its caller passed: the caller's `h` changes too, which
+# rebinding `input` would not do.
+INTO_CALLERS = MOBILENET.replace(
+    "            result += input\n        return result\n",
+    "            input += result\n            return input\n        return result\n")
+
+
+def test_an_in_place_add_into_the_callers_tensor_stays_a_pointer(tmp_path):
+    path = tmp_path / "into_callers.py"
+    path.write_text(INTO_CALLERS)
+    analysis, maps = _mappings(path)
+    adds = [m for m, c in zip(maps, analysis.clusters, strict=True) if "add" in c.ops]
+    assert adds and all(not m.exact for m in adds), maps
+    assert all("`input += result` (line 22) writes in place into `input`" in m.reason
+               for m in adds), [m.reason for m in adds]
+    assert all("write `input = input + result`" in m.reason for m in adds), adds
+
+
+# Rebinding a name that still holds another name's tensor would leave that one unchanged.
+ALIASED = MOBILENET.replace(
+    "        result = self.block(input)\n        if self.use_res_connect:\n",
+    "        result = self.block(input)\n        before = result\n"
+    "        if self.use_res_connect:\n").replace(
+    "        return result\n", "        return result * before\n")
+
+
+def test_an_in_place_add_into_a_tensor_another_name_holds_stays_a_pointer(tmp_path):
+    path = tmp_path / "aliased.py"
+    path.write_text(ALIASED)
+    analysis, maps = _mappings(path)
+    adds = [m for m, c in zip(maps, analysis.clusters, strict=True) if "add" in c.ops]
+    assert adds and all(not m.exact for m in adds), maps
