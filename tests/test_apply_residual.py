@@ -5,8 +5,9 @@ module setting (`if self.use_res_connect: result += input`); the capture makes t
 out-of-place add that fuses with the block's last BatchNorm. The edit rebinds `result` to
 the kernel's result, which is what the in-place add left in it when `result` is a tensor
 this forward made; where the add writes into a tensor the caller passed, rebinding would
-leave that tensor unchanged, and the cluster stays a pointer saying so. Kernels run under
-the Triton interpreter.
+leave that tensor unchanged, and the cluster stays a pointer saying so. A model class that
+subclasses another one and keeps its parent's forward (`class Net(Base): pass`) maps the
+parent's `self` to the instance. Kernels run under the Triton interpreter.
 """
 
 from __future__ import annotations
@@ -123,17 +124,43 @@ def test_an_in_place_add_into_the_callers_tensor_stays_a_pointer(tmp_path):
     assert all("write `input = input + result`" in m.reason for m in adds), adds
 
 
-# Rebinding a name that still holds another name's tensor would leave that one unchanged.
-ALIASED = MOBILENET.replace(
-    "        result = self.block(input)\n        if self.use_res_connect:\n",
-    "        result = self.block(input)\n        before = result\n"
-    "        if self.use_res_connect:\n").replace(
-    "        return result\n", "        return result * before\n")
+# A model class that reuses another's forward: ShuffleNet's `class Net(ShuffleNetV2)`.
+INHERITED = """\
+import torch
+from torch import nn
+import torch.nn.functional as F
 
 
-def test_an_in_place_add_into_a_tensor_another_name_holds_stays_a_pointer(tmp_path):
-    path = tmp_path / "aliased.py"
-    path.write_text(ALIASED)
-    analysis, maps = _mappings(path)
-    adds = [m for m, c in zip(maps, analysis.clusters, strict=True) if "add" in c.ops]
-    assert adds and all(not m.exact for m in adds), maps
+class Base(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 1)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.head = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        x = self.conv1(x)
+        x = F.relu(self.bn1(x))
+        return self.head(x)
+
+
+class Net(Base):
+{body}
+"""
+
+
+def test_an_inherited_forward_maps_its_self_to_the_model(tmp_path):
+    for body in ("    pass\n",
+                 "    def __init__(self):\n        super().__init__()\n"
+                 "        self.extra = nn.Identity()\n"):
+        source = INHERITED.format(body=body)
+        path = tmp_path / f"inherited{len(body)}.py"
+        path.write_text(source)
+        result = apply_net(path)
+        assert result.exit_code == 0, result.output
+        # Was a pointer: "`self.bn1(...)` at line 15 calls `self.bn1` (line 15) through a
+        # variable, another module on each pass" (no module stood for Base's `self`).
+        assert "Applied 1 edit to" in result.output, result.output
+        assert (f"        x = cluster0(x, {BN.format('self.bn1')})\n"
+                in path.read_text()), path.read_text()
+        same_outputs(tmp_path, path, source)

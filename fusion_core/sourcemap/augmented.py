@@ -4,7 +4,7 @@ MobileNetV3/EfficientNet residual, under `if self.use_res_connect:`).
 The capture makes the in-place add an out-of-place one (``ir/functionalize.py``), so the
 matcher reads the statement as its sum, `result + input`, and the edit rebinds the name:
 `result = cluster3(..., input)`. That is the same only when no one else holds the tensor
-the add wrote into: one the cluster computes on these lines, under no other name.
+the add wrote into: one the cluster computes on these lines.
 """
 
 from __future__ import annotations
@@ -38,16 +38,15 @@ def rebinding_refused(src: SourceFile, stmts: Sequence[Statement],
     assert isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name)
     name, last = st.target.id, len(stmts) - 1
     j = next((k for k in range(last - 1, -1, -1) if name in stored_names(stmts[k].node)), None)
-    held = None if j is None else values[j]
-    aliases = [] if j is None else sorted(
-        n for s, v in zip(stmts[j + 1:last], values[j + 1:last], strict=True)
-        if v == held for n in stored_names(s.node))
-    if held in cluster and not aliases:
+    # Another name for that tensor is read later only where the capture kept the add in
+    # place (no cluster holds it then), or `_check_dead` refuses the range.
+    if j is not None and values[j] in cluster:
         return None
     text = src.segment(st)
     op = text[len(name):].lstrip().split("=", 1)[0].strip()
-    whose = (f"a tensor `{aliases[0]}` also holds" if aliases else
-             "a tensor from before these lines (the caller's or an earlier line's)")
-    return (f"`{text}` (line {st.lineno}) writes in place into `{name}`, {whose}; "
+    held = ("a tensor from before these lines (the caller's or an earlier line's)"
+            if j is None else f"which holds `{src.segment(stmts[j].node.value)}` (line "  # type: ignore[attr-defined]
+            f"{stmts[j].start}), a tensor the kernel only reads")
+    return (f"`{text}` (line {st.lineno}) writes in place into `{name}`, {held}; "
             f"rebinding `{name}` to the kernel's result would leave that tensor unchanged: "
             f"write `{name} = {name} {op} {src.segment(st.value)}` if nothing else reads it")

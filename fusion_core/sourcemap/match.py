@@ -32,7 +32,22 @@ def self_path_of(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
         for path, cls in reversed(list(stack.values())):
             if getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == scope.class_name:
                 return path
-    return None
+    # A class that keeps the scope's method as its parent wrote it (`class Net(ShuffleNetV2):
+    # pass`, or with an `__init__` of its own): the innermost module of such a class.
+    for name in c.nodes:
+        stack = gm_nodes[name].meta.get("nn_module_stack") or {}
+        for path, _ in reversed(list(stack.values())):
+            try:
+                module = analysis.module.get_submodule(path)
+            except AttributeError:
+                continue
+            if _inherits(type(module), scope.class_name):
+                return path
+    return "" if _inherits(type(analysis.module), scope.class_name) else None
+
+
+def _inherits(cls: type, class_name: str | None) -> bool:
+    return any(k.__name__ == class_name for k in cls.__mro__[1:])
 
 
 def self_name_of(scope: Scope) -> str:
