@@ -12,8 +12,12 @@ parent's `self` to the instance. Kernels run under the Triton interpreter.
 
 from __future__ import annotations
 
+import pytest
 from apply_checks import apply_net, same_outputs
+from click.testing import CliRunner
+from vision_libs import import_torchvision
 
+from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
@@ -104,6 +108,29 @@ def test_a_stochastic_depth_line_before_the_in_place_residual_joins_the_edit(tmp
     assert "result += input" not in rewritten, rewritten
     assert f"{BN.format('self.block[1][1]')}, input)\n" in rewritten, rewritten
     same_outputs(tmp_path, path, EFFICIENTNET)
+
+
+# torchvision's own StochasticDepth (EfficientNet's MBConv, as a user copies it), which
+# torch.export traces through: it returns its input in eval mode and makes no op.
+TORCHVISION = EFFICIENTNET.replace(
+    "from torch import nn\n", "from torch import nn\nfrom torchvision.ops import StochasticDepth\n"
+).replace("nn.Identity()", "StochasticDepth(0.2, \"row\")")
+
+
+def test_torchvisions_stochastic_depth_before_the_residual_joins_the_edit(tmp_path):
+    if import_torchvision() is None:
+        pytest.skip("torchvision is not installed")
+    path = tmp_path / "efficientnet_tv.py"
+    path.write_text(TORCHVISION)
+    result = CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", "2,3,8,8",
+                                      "--capture", "export", "--no-timing", "--apply", "--yes"])
+    assert result.exit_code == 0, result.output
+    # Was a pointer: "line range also holds `result = self.stochastic_depth(result)`".
+    assert "Applied 1 edit to" in result.output, result.output
+    rewritten = path.read_text()
+    assert "result += input" not in rewritten, rewritten
+    assert f"{BN.format('self.block[1][1]')}, input)\n" in rewritten, rewritten
+    same_outputs(tmp_path, path, TORCHVISION)
 
 
 # The block adds into the tensor its caller passed: the caller's `h` changes too, which
