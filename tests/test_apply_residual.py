@@ -191,3 +191,57 @@ def test_an_inherited_forward_maps_its_self_to_the_model(tmp_path):
         assert (f"        x = cluster0(x, {BN.format('self.bn1')})\n"
                 in path.read_text()), path.read_text()
         same_outputs(tmp_path, path, source)
+
+
+# A block class without the skip that only sets its parent's constructor arguments: the
+# parent's `if self.has_skip:` fails there, so those calls run the lines as written.
+SUBCLASSED_BLOCK = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, c, has_skip=True):
+        super().__init__()
+        self.has_skip = has_skip
+        self.conv = nn.Conv2d(c, c, 1)
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        shortcut = x
+        x = self.bn(self.conv(x))
+        if self.has_skip:
+            x = x + shortcut
+        return x
+
+
+class Plain(Block):
+    def __init__(self, c):
+        super().__init__(c, has_skip=False)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 1)
+        self.one = Block(4)
+        self.two = Plain(4)
+
+    def forward(self, x):
+        return torch.relu(self.two(self.one(self.stem(x))))
+"""
+
+
+def test_a_subclass_of_the_block_runs_the_else_branch_where_its_setting_fails(tmp_path):
+    path = tmp_path / "subclassed.py"
+    path.write_text(SUBCLASSED_BLOCK)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    # Was a pointer: "line range also holds `self.conv(x)` (line 14), which is not in the
+    # cluster" (`Plain`'s calls were taken to run the guarded lines).
+    assert "Applied 1 edit to" in result.output, result.output
+    assert (f"        if self.has_skip:\n"
+            f"            x = cluster0(self.conv(x), {BN.format('self.bn')}, shortcut)\n"
+            f"        else:\n"
+            f"            x = self.bn(self.conv(x))\n" in path.read_text()), path.read_text()
+    same_outputs(tmp_path, path, SUBCLASSED_BLOCK)

@@ -125,9 +125,17 @@ def holds(guard: Guard, scope: Scope, model: torch.nn.Module, node: fx.Node) -> 
     stack = node.meta.get("nn_module_stack") or {}
     paths = [p for p, cls in stack.values()
              if getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == scope.class_name]
+    paths = paths or [p for p, _ in stack.values() if _owns(scope, model, p)]  # a subclass's
     if not paths or self_name is None:
         return True
     return holds_in(guard, scope, model.get_submodule(paths[-1]))
+
+
+def _owns(scope: Scope, model: torch.nn.Module, path: str) -> bool:
+    try:
+        return scope.owned_by(model.get_submodule(path))
+    except AttributeError:
+        return False
 
 
 def holds_in(guard: Guard, scope: Scope, instance: torch.nn.Module) -> bool:

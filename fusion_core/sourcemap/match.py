@@ -41,13 +41,9 @@ def self_path_of(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
                 module = analysis.module.get_submodule(path)
             except AttributeError:
                 continue
-            if _inherits(type(module), scope.class_name):
+            if scope.owned_by(module):
                 return path
-    return "" if _inherits(type(analysis.module), scope.class_name) else None
-
-
-def _inherits(cls: type, class_name: str | None) -> bool:
-    return any(k.__name__ == class_name for k in cls.__mro__[1:])
+    return "" if scope.owned_by(analysis.module) else None
 
 
 def self_name_of(scope: Scope) -> str:

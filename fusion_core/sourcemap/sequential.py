@@ -121,12 +121,13 @@ class _Pass:
         # Every module the function's `self` may be: the edit runs in all of them, those
         # whose clusters lie elsewhere too (EfficientNet's first block has no expand layer).
         self.instances = sorted({p for p, m in analysis.module.named_modules() if
-                                 type(m).__name__ == span.scope.class_name} | set(self_paths))
+                                 span.scope.owned_by(m)} | set(self_paths))
         if span.guard is not None:  # the `else` branch runs where the `if` fails, unrolled
             # or not: only the modules where it holds constrain the spelling
             guard, model = span.guard, analysis.module
             kept = [k for k, p in enumerate(self_paths)
-                    if holds_in(guard, span.scope, model.get_submodule(p))]
+                    if holds_in(guard, span.scope, model.get_submodule(p))] or list(
+                        range(len(self_paths)))  # none: the caller's refusal stands
             self.group = [group[k] for k in kept]
             self.self_paths = [self_paths[k] for k in kept]
             self.instances = [p for p in self.instances
