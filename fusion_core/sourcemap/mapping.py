@@ -132,8 +132,10 @@ def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, 
     try:
         return [(cs, [unify(analysis, c, span) for c in cs])], set()
     except PointerOnly:
+        # Under an `if`, a part only where the lines are spelled layer by layer or joined
+        # (`otherwise` set): the inner kernels' calls go inside the outer one's arguments.
         if span.guard is not None and span.guard.otherwise is None:
-            raise  # the fused call replaces whole statements, but for a joined edit
+            raise
         why: list[PointerOnly] = []
         part = unify_part(analysis, span, cs, why)
         split = unify_parts(analysis, span, cs) if part is None else None
@@ -289,16 +291,6 @@ def _join_nested(analysis: Analysis, spans: dict[int, Span], groups: list[list[C
         if all(m.exact for m in mapped):
             out.update((m.cluster_index, m) for m in mapped)
             joined.update(c.index for c in both)
-        elif big.guard is not None:  # keep the inner edits, as before the `if` was matched
-            inner = out[inside[0][0].index]
-            out.update((c.index, SourceMapping(
-                c.index, POINTER, big.src.path, big.start, big.end,
-                f"its lines hold cluster {inner.cluster_index}'s edit ({inner.where}), which "
-                f"an edit ending in `if {big.src.segment(big.guard.node.test)}:` cannot take "
-                "in yet (the calls where it fails run that edit alone); that edit is applied "
-                "without this one",
-                function=out[c.index].function, shared_with=out[c.index].shared_with,
-                digest=big.src.digest)) for c in outer)
 
 
 def _else_runs(spans: dict[int, Span], outer: list[Cluster], inside: list[list[Cluster]],
