@@ -245,3 +245,25 @@ def test_a_subclass_of_the_block_runs_the_else_branch_where_its_setting_fails(tm
             f"        else:\n"
             f"            x = self.bn(self.conv(x))\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, SUBCLASSED_BLOCK)
+
+
+SHUFFLENET = """\
+from torchvision.models.shufflenetv2 import ShuffleNetV2
+
+
+class Net(ShuffleNetV2):
+    def __init__(self):
+        super().__init__([4, 8, 4], [24, 48, 96, 192, 1024], num_classes=10)
+"""
+
+
+def test_a_library_model_subclassed_in_the_users_file_maps_its_forwards_self(tmp_path):
+    if import_torchvision() is None:
+        pytest.skip("torchvision is not installed")
+    path = tmp_path / "shufflenet.py"
+    path.write_text(SHUFFLENET)
+    analysis = analyze_file(path, (InputSpec((1, 3, 32, 32)),), class_name="Net")
+    maps = map_clusters(analysis)
+    # Were pointers: "`self.conv1(...)` at line 155 is not `relu` (line 155)", and the
+    # same for `self.conv5`: ShuffleNetV2.forward's `self` stood for no module.
+    assert all(m.exact for m in maps), [m.reason for m in maps if not m.exact]
