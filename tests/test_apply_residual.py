@@ -265,5 +265,7 @@ def test_a_library_model_subclassed_in_the_users_file_maps_its_forwards_self(tmp
     analysis = analyze_file(path, (InputSpec((1, 3, 32, 32)),), class_name="Net")
     maps = map_clusters(analysis)
     # Were pointers: "`self.conv1(...)` at line 155 is not `relu` (line 155)", and the
-    # same for `self.conv5`: ShuffleNetV2.forward's `self` stood for no module.
-    assert all(m.exact for m in maps), [m.reason for m in maps if not m.exact]
+    # same for `self.conv5`: ShuffleNetV2.forward's `self` stood for no module. (Where
+    # torchvision is installed, its lines are a library's and every mapping says so.)
+    assert all(m.exact or "installed library" in (m.reason or "") for m in maps), [
+        m.reason for m in maps if not m.exact]
