@@ -42,6 +42,10 @@ class _Unsettled(Exception):
 class Guard:
     node: ast.If
     taken: int  # the body's first statements the cluster covers
+    # What the `else` branch runs, when not the lines as the span's text has them: those
+    # the user wrote where that text spells a Sequential layer by layer (sequential.py), or
+    # the edit of the clusters the lines hold in the calls the condition fails (mapping.py).
+    otherwise: str | None = None
 
     @property
     def end(self) -> int:
@@ -102,8 +106,8 @@ def guarded_run(src: SourceFile, scope: Scope, stmts: list[Statement]
     at = body.index(g)
     lo, hi = min(s.index for s in outer), max(s.index for s in outer)
     taken = max(s.index for s in inside) + 1
-    if hi != at - 1 or min(s.index for s in inside) != 0:
-        return None
+    if hi != at - 1:  # the body's first statements join the run even without ops of their own
+        return None     # (EfficientNet's `result = self.stochastic_depth(result)`, eval mode)
     run = [Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
            for i, st in enumerate(body) if lo <= i < at]
     run += [Statement(st, g.body, i, st.lineno, st.end_lineno or st.lineno)
@@ -121,10 +125,27 @@ def holds(guard: Guard, scope: Scope, model: torch.nn.Module, node: fx.Node) -> 
     stack = node.meta.get("nn_module_stack") or {}
     paths = [p for p, cls in stack.values()
              if getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == scope.class_name]
+    paths = paths or [p for p, _ in stack.values() if _owns(scope, model, p)]  # a subclass's
     if not paths or self_name is None:
         return True
+    return holds_in(guard, scope, model.get_submodule(paths[-1]))
+
+
+def _owns(scope: Scope, model: torch.nn.Module, path: str) -> bool:
     try:
-        return bool(_value(guard.node.test, self_name, model.get_submodule(paths[-1])))
+        return scope.owned_by(model.get_submodule(path))
+    except AttributeError:
+        return False
+
+
+def holds_in(guard: Guard, scope: Scope, instance: torch.nn.Module) -> bool:
+    """Whether the condition holds in `instance`, a module of the scope's class (True when
+    that cannot be told)."""
+    self_name = _self_name(scope)
+    if self_name is None:
+        return True
+    try:
+        return bool(_value(guard.node.test, self_name, instance))
     except Exception:  # noqa: BLE001 - an attribute the condition reads fails: count it run
         return True
 
@@ -142,7 +163,8 @@ def guarded_text(src: SourceFile, guard: Guard, start: int, edit: str) -> str:
 
     kept = [src.line_text(n) for n in range(g.body[guard.taken].lineno, guard.end + 1)] \
         if guard.taken < len(g.body) else []
-    written = "".join(src.lines[start - 1:g.lineno - 1])
+    written = guard.otherwise if guard.otherwise is not None else "".join(
+        src.lines[start - 1:g.lineno - 1])
     return "\n".join([f"{indent}if {src.segment(g.test)}:", *deeper(edit), *kept,
                       f"{indent}else:", *deeper(written)])
 

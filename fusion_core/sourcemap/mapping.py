@@ -68,7 +68,10 @@ def _replacement(span: Span, call: str, targets: tuple[str, ...]) -> str:
         return f"{indent}return {call}"
     if isinstance(last, ast.AnnAssign):
         return f"{indent}{src.segment(last.target)}: {src.segment(last.annotation)} = {call}"
-    names = ", ".join((*targets, src.segment(last.targets[0])))
+    # `result += input`: the kernel computes the sum, which the edit binds (unify.py checks
+    # that no one else held the tensor the add wrote into).
+    target = last.target if isinstance(last, ast.AugAssign) else last.targets[0]
+    names = ", ".join((*targets, src.segment(target)))
     return f"{indent}{names} = {call}"
 
 
@@ -80,7 +83,9 @@ def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, 
     try:
         return [(cs, [unify(analysis, c, span) for c in cs])], set()
     except PointerOnly:
-        if span.guard is not None:  # the fused call replaces whole statements only
+        # Under an `if`, a part only where the lines are spelled layer by layer or joined
+        # (`otherwise` set): the inner kernels' calls go inside the outer one's arguments.
+        if span.guard is not None and span.guard.otherwise is None:
             raise
         why: list[PointerOnly] = []
         part = unify_part(analysis, span, cs, why)
@@ -256,7 +261,8 @@ def _join_nested(analysis: Analysis, spans: dict[int, Span], groups: list[list[C
         if not inside or outer[0].index in joined:
             continue
         both = [*outer, *(c for g in inside for c in g)]
-        mapped = _map_spans(analysis, spans, both, parts_on(analysis, big, both, frames), frames)
+        here = spans if big.guard is None else _else_runs(spans, outer, inside, out)
+        mapped = _map_spans(analysis, here, both, parts_on(analysis, big, both, frames), frames)
         if all(m.exact for m in mapped):
             out.update((m.cluster_index, m) for m in mapped)
             joined.update(c.index for c in both)
@@ -281,6 +287,20 @@ def _joint_edit(analysis: Analysis, frames: Frames, span: Span, fa: Found, fb: F
                           baked=fa.baked, **base),
             SourceMapping(b.index, EXACT, call=name_b, args=fb.args, shared_with=(a.index,),
                           baked=fb.baked, **base)]
+
+
+def _else_runs(spans: dict[int, Span], outer: list[Cluster], inside: list[list[Cluster]],
+               out: dict[int, SourceMapping]) -> dict[int, Span]:
+    """The outer edit ends in an `if` on a module setting (MobileNet's `if
+    self.use_res_connect: result += input`): where the inner edit rewrites the lines above
+    it, the `else` branch runs that edit, so the calls where the condition fails keep it."""
+    big, inner = spans[outer[0].index], out[inside[0][0].index]
+    guard = big.guard
+    if guard is None or len(inside) != 1 or (inner.start, inner.end) != (
+            big.start, guard.node.lineno - 1) or inner.replacement is None:
+        return spans
+    return {**spans, outer[0].index: replace(big, guard=replace(
+        guard, otherwise=inner.replacement))}
 
 
 def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],

@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 from ..analysis.types import Cluster
 from ..ir.spelling import said
 from ..pipeline import Analysis
+from .mismatch import ContainerMismatch, Mismatch, Reentered, whole_value
 from .parts import fold_order, nesting, parts
 from .pysource import Scope, local_names
 from .results import assigned_to, results, returned_tuple
 from .span import PointerOnly, Span, count_words
-from .unify import ContainerMismatch, Mismatch, Reentered, value_of
 from .unify_calls import CallUnifier
 
 
@@ -32,7 +32,18 @@ def self_path_of(analysis: Analysis, c: Cluster, scope: Scope) -> str | None:
         for path, cls in reversed(list(stack.values())):
             if getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == scope.class_name:
                 return path
-    return None
+    # A class that keeps the scope's method as its parent wrote it (`class Net(ShuffleNetV2):
+    # pass`, or with an `__init__` of its own): the innermost module of such a class.
+    for name in c.nodes:
+        stack = gm_nodes[name].meta.get("nn_module_stack") or {}
+        for path, _ in reversed(list(stack.values())):
+            try:
+                module = analysis.module.get_submodule(path)
+            except AttributeError:
+                continue
+            if scope.owned_by(module):
+                return path
+    return "" if scope.owned_by(analysis.module) else None
 
 
 def self_name_of(scope: Scope) -> str:
@@ -140,14 +151,14 @@ def unify_parts(analysis: Analysis, span: Span, group: list[Cluster]) -> list[Pi
     (``parts.nest_parts``). Raises ``PointerOnly`` when one cluster's part holds another's
     otherwise."""
     try:
-        candidates = [(p, span) for p in (value_of(span.stmts[-1].node, last=True),
+        candidates = [(p, span) for p in (whole_value(span.stmts[-1].node),
                                            *parts(span))]
     except Mismatch:
         return None
     for k in range(len(span.stmts) - 1):  # earlier lines: only inside a later call's argument
         sub = replace(span, stmts=span.stmts[:k + 1])
         try:
-            candidates += [(p, sub) for p in (value_of(sub.stmts[-1].node, True), *parts(sub))]
+            candidates += [(p, sub) for p in (whole_value(sub.stmts[-1].node), *parts(sub))]
         except Mismatch:
             continue
     by_part: dict[int, tuple[ast.expr, list[Cluster], list[Found], Span]] = {}

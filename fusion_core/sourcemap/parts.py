@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
+from .augmented import is_augmented
 from .callsite import site_line
+from .mismatch import Mismatch, whole_value
 from .pysource import SourceFile, local_names
 from .span import Span
-from .unify import Mismatch, value_of
 
 
 def feeding(analysis: Analysis, inlined: frozenset[str]) -> set[str]:
@@ -43,7 +44,7 @@ def free_inputs(analysis: Analysis, group: list[Cluster]) -> frozenset[str]:
 def parts(span: Span) -> list[ast.expr]:
     """Calls and operators inside the last statement's value, outermost first."""
     try:
-        value = value_of(span.stmts[-1].node, last=True)
+        value = whole_value(span.stmts[-1].node)
     except Mismatch:
         return []
     out, todo = [], [value]
@@ -80,6 +81,8 @@ def replace_parts(span: Span, texts: Sequence[tuple[ast.expr, str]]) -> str:
     src, last = span.src, span.stmts[-1].node
     line = src.line_text(span.start)
     indent = line[: len(line) - len(line.lstrip())]
+    if len(texts) == 1 and is_augmented(last, texts[0][0]):  # `result += input`, fused whole
+        return f"{indent}{src.segment(last.target)} = {texts[0][1]}"  # type: ignore[attr-defined]
 
     def at(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes
         before = sum(len(t) for t in src.lines[: lineno - 1])

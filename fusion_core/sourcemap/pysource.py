@@ -48,6 +48,10 @@ class Scope:
     def __str__(self) -> str:
         return self.qualname
 
+    def owned_by(self, module: object) -> bool:
+        """`module`'s class is the scope's or inherits it (`class Net(ShuffleNetV2): pass`)."""
+        return any(k.__name__ == self.class_name for k in type(module).__mro__)
+
     @property
     def receiver(self) -> str | None:
         """The name the module itself has here (a method's first parameter, `self`); None in

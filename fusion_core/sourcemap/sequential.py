@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ast
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch.fx as fx
 from torch import nn
@@ -26,10 +26,10 @@ from torch import nn
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from ..report.units import short_path
-from .pyexpr import module_chain, module_path
+from .guard import holds_in
+from .pyexpr import module_attr_text, module_chain, module_path
 from .pysource import SourceFile, Statement
 from .span import Span
-from .unify import module_attr_text
 
 _PASSES = 8  # Sequentials nested this deep unroll; deeper ones stay as written
 
@@ -120,7 +120,17 @@ class _Pass:
         # Every module the function's `self` may be: the edit runs in all of them, those
         # whose clusters lie elsewhere too (EfficientNet's first block has no expand layer).
         self.instances = sorted({p for p, m in analysis.module.named_modules() if
-                                 type(m).__name__ == span.scope.class_name} | set(self_paths))
+                                 span.scope.owned_by(m)} | set(self_paths))
+        if span.guard is not None:  # the `else` branch runs where the `if` fails, unrolled
+            # or not: only the modules where it holds constrain the spelling
+            guard, model = span.guard, analysis.module
+            kept = [k for k, p in enumerate(self_paths)
+                    if holds_in(guard, span.scope, model.get_submodule(p))] or list(
+                        range(len(self_paths)))  # none: the caller's refusal stands
+            self.group = [group[k] for k in kept]
+            self.self_paths = [self_paths[k] for k in kept]
+            self.instances = [p for p in self.instances
+                              if holds_in(guard, span.scope, model.get_submodule(p))]
         self.frames = []  # per graph op: the modules it ran in, the (file, line)s it passed
         for n in analysis.graph_module.graph.nodes:
             loc = analysis.graph[n.name].source if n.name in analysis.graph else None
@@ -233,7 +243,10 @@ def _respan(span: Span, src: SourceFile) -> Span:
         if found is None or (found.start, found.end, found.index) != (st.start, st.end, st.index):
             raise SyntaxError(f"line {st.start} changed its statement when unrolled")
         stmts.append(found)
-    return Span(src, scope, tuple(stmts), span.calls, span.nested, None)
+    # Unrolling rewrites calls inside statements only: the `if`'s lines and columns stay.
+    guard = span.guard if span.guard is None or span.guard.otherwise is not None else replace(
+        span.guard, otherwise="".join(span.src.lines[span.start - 1:span.guard.node.lineno - 1]))
+    return Span(src, scope, tuple(stmts), span.calls, span.nested, guard)
 
 
 def unrolled(analysis: Analysis, span: Span, group: list[Cluster], self_paths: list[str],
@@ -241,8 +254,6 @@ def unrolled(analysis: Analysis, span: Span, group: list[Cluster], self_paths: l
     """`span` with every call of a Sequential holding the group's ops spelled layer by
     layer (`self_paths`: the module each cluster's `self` is); None when none is, or why
     not when the line's calls hold the clusters in other layers."""
-    if span.guard is not None:  # the fused call replaces whole guarded statements only
-        return None
     spelled: list[tuple[str, int, str]] = []
     current = span
     try:

@@ -23,6 +23,8 @@ import torch.fx as fx
 from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
 from ..ir.spelling import said
+from .augmented import is_augmented, rebinding_refused
+from .mismatch import Mismatch, Reentered, value_of, whole_value
 from .pyexpr import (
     BINOPS,
     COMPAREOPS,
@@ -62,19 +64,6 @@ def _of_attribute(node: fx.Node, name: str) -> bool:
             and isinstance(first, fx.Node) and first.op == "get_attr")
 
 
-class Mismatch(Exception):
-    """The statements do not compute exactly the cluster; `str()` says why."""
-
-
-class ContainerMismatch(Mismatch):
-    """A call of a container (`self.stem(x)`) runs the cluster's layers and others too."""
-
-
-class Reentered(Mismatch):
-    """A name the lines read holds a value the cluster computes: the lines ran more than
-    once inside the cluster (a loop, or nested calls of the function they lie in)."""
-
-
 @dataclass(frozen=True)
 class Match:
     inputs: tuple[tuple[str, str], ...]  # (FX node name, source expression)
@@ -85,20 +74,6 @@ class Match:
     # Inputs whose source expression computes them (`self.conv(x)`, `q @ k.T`): the rewrite
     # keeps that un-fused computation as the fused call's argument.
     inlined: frozenset[str] = frozenset()
-
-
-def value_of(st: ast.stmt, last: bool) -> ast.expr:
-    """The expression a statement of the run evaluates (only plain forms fold into one call)."""
-    if not last:
-        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(
-                st.targets[0], ast.Name):
-            return st.value
-        raise Mismatch(f"line {st.lineno} is not a plain `name = ...` assignment")
-    if isinstance(st, ast.Assign) and len(st.targets) == 1:
-        return st.value
-    if isinstance(st, (ast.AnnAssign, ast.Return)) and st.value is not None:
-        return st.value
-    raise Mismatch(f"line {st.lineno} is not an assignment or a `return` of one value")
 
 
 class Unifier:
@@ -128,8 +103,9 @@ class Unifier:
         the code around), to `output`; or each (returned element, result) of `returned`."""
         last = len(self.stmts) - 1
         self.values[last] = output
+        final = self.stmts[last].node
         if not returned:
-            expr = within if within is not None else value_of(self.stmts[last].node, True)
+            expr = within if within is not None else whole_value(final)
             returned = ((expr, output),)
         for expr, result in returned:
             self.match(expr, self.fx_nodes[result], last)
@@ -141,6 +117,10 @@ class Unifier:
             if v is None:
                 raise Mismatch(f"line {st.start} (`{self.src.segment(st.node)}`) computes "
                                "nothing the cluster uses")
+        if any(is_augmented(final, expr) for expr, _ in returned):
+            why = rebinding_refused(self.src, self.stmts, self.values, self.cluster)
+            if why is not None:
+                raise Mismatch(why)
         return Match(tuple(self.inputs.items()), frozenset(self.matched),
                      tuple(self.baked.items()), tuple(self.values), frozenset(self.inlined))
 

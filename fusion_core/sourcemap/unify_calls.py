@@ -17,12 +17,21 @@ import torch.fx as fx
 
 from ..units import counted
 from .callsite import LiftedCall
+from .mismatch import ContainerMismatch, Mismatch
 from .pyexpr import is_literal, module_chain, module_path
 from .sequential import container_mismatch
-from .unify import ContainerMismatch, Mismatch, Unifier
+from .unify import Unifier
 
 _DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
              torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout)
+
+# Stochastic depth, which returns its input as it is in eval mode (EfficientNet's
+# `result = self.stochastic_depth(result)` before its residual add); by library and name.
+_DROP_PATHS = {("torchvision", "StochasticDepth"), ("timm", "DropPath")}
+
+
+def _library_class(cls: type) -> tuple[str, str]:
+    return cls.__module__.split(".")[0], cls.__name__
 
 
 class CallUnifier(Unifier):
@@ -72,7 +81,8 @@ class CallUnifier(Unifier):
             return None
         # A dropout of any p, as FX keeps it (training=False) and fuses it: the kernels are
         # inference only, and refuse a backward.
-        same = type(child) is torch.nn.Identity or isinstance(child, _DROPOUTS)
+        same = type(child) is torch.nn.Identity or isinstance(child, _DROPOUTS) or (
+            _library_class(type(child)) in _DROP_PATHS and not child.training)
         return expr.args[0] if same else None
 
     def match_call_site(self, expr: ast.expr, node: fx.Node, k: int, call: LiftedCall) -> None:
