@@ -310,8 +310,68 @@ class Piece:
         return tuple(out)
 
 
+@dataclass(frozen=True)
+class Repeat:
+    """Each element of dim `dim` read `factor` times along a new dim after it, stride 0
+    (`unsqueeze(dim + 1)` then `expand`; any size elsewhere). A nearest upsample by an
+    integer factor is these then a ``Merge`` of each (size, factor) pair
+    (``ir/upsample.py``); no strides express that merge, so such a chain indexes only
+    where the kernel's domain splits the upsampled dims again (``codegen/indexing.py``),
+    an ``Unflatten`` or ``Split`` that ``plain`` cancels against the merge."""
+
+    dim: int
+    factor: int
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.unsqueeze(self.dim + 1)
+        sizes = list(t.shape)
+        sizes[self.dim + 1] = self.factor
+        return t.expand(sizes)
+
+    def source(self, var: str) -> str:
+        return f"_repeated({var}, {self.dim}, {self.factor})"
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return None  # it repeats elements
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (*shape[:self.dim + 1], self.factor, *shape[self.dim + 1:])
+
+
 Step = (Permute | Reshape | Merge | Unflatten | Split | Unsqueeze | Squeeze | Strided | Narrow
-        | Piece)
+        | Piece | Repeat)
+
+# Steps that regroup elements in row-major order and nothing else.
+_RESHAPES = (Reshape, Merge, Unflatten, Split)
+
+
+def cancelled(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...]:
+    """`steps` without each run of consecutive reshapes that ends at the shape it began
+    with: reshapes compose, and one to the same shape is no view at all. Why: an upsample's
+    merge of (H, factor), undone by the kernel's split of that dim (``Repeat``), needs
+    strides no tensor has; without the pair the chain is a plain stride-0 read. Only in a
+    chain holding a ``Repeat``: elsewhere a split's size test stays (a launcher refusing
+    another number of groups)."""
+    if not any(isinstance(s, Repeat) for s in steps):
+        return tuple(steps)
+    out: list[Step] = []
+    k = 0
+    while k < len(steps):
+        if not isinstance(steps[k], _RESHAPES):
+            out.append(steps[k])
+            shape = steps[k].shape(shape)
+            k += 1
+            continue
+        start, at, back, end = shape, shape, k, k
+        while end < len(steps) and isinstance(steps[end], _RESHAPES):
+            at = steps[end].shape(at)
+            end += 1
+            if at == start:
+                back = end  # the run so far is the identity
+        out.extend(steps[back:end])
+        shape = at
+        k = end
+    return tuple(out)
 
 
 def split_piece(steps: Sequence[Step]) -> tuple[tuple[Step, ...], Piece | None]:
@@ -322,7 +382,7 @@ def split_piece(steps: Sequence[Step]) -> tuple[tuple[Step, ...], Piece | None]:
 
 
 def apply(steps: Sequence[Step], t: torch.Tensor) -> torch.Tensor:
-    for s in steps:
+    for s in cancelled(steps, tuple(t.shape)):
         t = s.apply(t)
     return t
 
@@ -337,7 +397,7 @@ def plain(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...]:
     """`steps` for a tensor of `shape`, a ``Split`` of a size-1 dim written as the
     ``Unsqueeze`` it amounts to there (what a launcher runs: no size test at run time)."""
     out: list[Step] = []
-    for s in steps:
+    for s in cancelled(steps, shape):
         out.append(Unsqueeze((s.dim,)) if isinstance(s, Split) and shape[s.dim] == 1 else s)
         shape = s.shape(shape)
     return tuple(out)

@@ -1,0 +1,116 @@
+"""A nearest upsample by an integer factor read inside a kernel: `F.interpolate(x,
+scale_factor=2)` is the index map `out[..., h, w] = x[..., h // 2, w // 2]`, a view
+(``ir/upsample.py``) the kernel reads with stride 0 over a domain split along the upsampled
+dims (``codegen/upsample_space.py``). A UNet decoder's `interpolate → cat(skip) → GroupNorm
+→ SiLU` is one kernel, as Inductor's `cpp_fused_..._group_norm_silu` is. Other modes and
+non-integer factors stay calls, each with its reason. Kernels run under the interpreter
+against eager.
+"""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from codegen_harness import Lambda, check_model
+
+from fusion_core.analysis.barriers import find_barriers
+from fusion_core.ir.graph import OpKind
+from fusion_core.pipeline import analyze
+
+
+def _ops(analysis, index: int = 0) -> tuple[str, ...]:
+    return analysis.clusters[index].ops
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_interpolate_then_relu_is_one_kernel(tmp_path, capture):
+    def fn(m, x):
+        return torch.relu(F.interpolate(x * 2.0, scale_factor=2))
+
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 1), (torch.randn(2, 3, 5, 4),), tmp_path, n_clusters=1,
+                          capture=capture)
+    a = checked.analysis
+    (c,) = a.clusters
+    ups = [n for n in c.nodes if a.graph[n].kind is OpKind.VIEW]
+    assert len(ups) == 1 and a.graph[ups[0]].op in ("interpolate", "upsample_nearest2d")
+    assert c.inputs == (a.graph.nodes[0].name,) and c.outputs[0] in c.nodes  # x in, no copy
+    # the source is read with stride 0 along the repeated dims: never upsampled in memory
+    assert "_repeated(" in checked.kernels[0].source
+
+
+class Decoder(nn.Module):
+    """A UNet decoder block's start: upsample, concatenate the skip, GroupNorm, SiLU."""
+
+    def __init__(self, channels: int, groups: int, **interp) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(groups, channels)
+        with torch.no_grad():  # not the identity: a wrong channel would show
+            self.norm.weight.copy_(torch.randn(channels))
+            self.norm.bias.copy_(torch.randn(channels))
+        self.interp = interp or {"scale_factor": 2}
+
+    def forward(self, x, skip):
+        h = torch.cat([F.interpolate(x, **self.interp), skip], 1)
+        return F.silu(self.norm(h))
+
+
+@pytest.mark.parametrize("interp", [{"scale_factor": 2}, {"scale_factor": 2.0},
+                                    {"size": (8, 6), "mode": "nearest"},
+                                    {"scale_factor": (2, 3)}],
+                         ids=["int", "float", "size", "per-dim"])
+def test_decoder_upsample_cat_group_norm_silu_is_one_kernel(tmp_path, interp):
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 4, 2 if "size" not in interp and interp["scale_factor"] == (2, 3)
+                    else 3 if "size" in interp else 4)
+    out = F.interpolate(x, **interp)
+    model = Decoder(16, 4, **interp)
+    checked = check_model(model, (x, torch.randn(2, 8, *out.shape[2:])), tmp_path,
+                          n_clusters=1)
+    a = checked.analysis
+    assert _ops(a)[-3:] == ("cat", "group_norm", "silu")
+    assert any(a.graph[n].op == "interpolate" for n in a.clusters[0].nodes)
+    assert not find_barriers(a.graph, a.clusters)
+
+
+class Up(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Upsample(scale_factor=2)
+
+    def forward(self, x):
+        return torch.sigmoid(self.up(x)) * 3.0
+
+
+def test_nn_upsample_module_fuses(tmp_path):
+    torch.manual_seed(0)
+    checked = check_model(Up(), (torch.randn(1, 2, 3, 3),), tmp_path, n_clusters=1)
+    assert "interpolate" in _ops(checked.analysis)
+
+
+@pytest.mark.parametrize("shape, factor", [((2, 4, 5), 3), ((1, 2, 2, 3, 2), 2)],
+                         ids=["1d", "3d"])
+def test_1d_and_3d_upsamples_fuse(tmp_path, shape, factor):
+    def fn(m, x):
+        return F.gelu(F.interpolate(x, scale_factor=factor) + 1.0)
+
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 1), (torch.randn(shape),), tmp_path, n_clusters=1)
+    assert "interpolate" in _ops(checked.analysis)
+
+
+@pytest.mark.parametrize("interp, why", [
+    ({"scale_factor": 2, "mode": "bilinear"}, "mode='bilinear' blends elements"),
+    ({"scale_factor": 2, "mode": "nearest-exact"}, "mode='nearest-exact' reads at"),
+    ({"scale_factor": 1.5}, "scale factor 1.5 along dim 2 is no integer factor"),
+    ({"size": (6, 6)}, "size 4 -> 6 along dim 2 is no integer factor")],
+    ids=["bilinear", "nearest-exact", "fractional", "size"])
+def test_other_upsamples_stay_calls_with_a_reason(interp, why):
+    def fn(m, x):
+        return torch.relu(F.interpolate(x.exp(), **interp)) * 2.0
+
+    a = analyze(Lambda(fn, 1), torch.randn(1, 2, 4, 4), capture="fx")
+    (barrier,) = find_barriers(a.graph, a.clusters)
+    text = barrier.describe(a.graph)
+    assert "`F.interpolate`" in text and why in text, text
+    assert "\n" not in text
