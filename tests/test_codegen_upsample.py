@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from codegen_harness import Lambda, check_model
+from codegen_harness import Lambda, check_model, run_kernel
 
 from fusion_core.analysis.barriers import find_barriers
 from fusion_core.ir.graph import OpKind
@@ -90,13 +90,26 @@ def test_nn_upsample_module_fuses(tmp_path):
 
 @pytest.mark.parametrize("shape, factor", [((2, 4, 5), 3), ((1, 2, 2, 3, 2), 2)],
                          ids=["1d", "3d"])
-def test_1d_and_3d_upsamples_fuse(tmp_path, shape, factor):
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_1d_and_3d_upsamples_fuse(tmp_path, shape, factor, capture):
     def fn(m, x):
         return F.gelu(F.interpolate(x, scale_factor=factor) + 1.0)
 
     torch.manual_seed(0)
-    checked = check_model(Lambda(fn, 1), (torch.randn(shape),), tmp_path, n_clusters=1)
-    assert "interpolate" in _ops(checked.analysis)
+    checked = check_model(Lambda(fn, 1), (torch.randn(shape),), tmp_path, n_clusters=1,
+                          capture=capture)
+    name = "interpolate" if capture == "fx" else f"upsample_nearest{len(shape) - 2}d"
+    assert name in _ops(checked.analysis)
+
+
+@pytest.mark.parametrize("interp", [{"scale_factor": 2}, {"size": (8, 6)}], ids=["int", "size"])
+def test_an_exported_decoder_is_one_kernel(tmp_path, interp):
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 4, 4 if "scale_factor" in interp else 3)
+    model = Decoder(16, 4, **interp)
+    checked = check_model(model, (x, torch.randn(2, 8, 8, x.shape[3] * 2)), tmp_path,
+                          n_clusters=1, capture="export")
+    assert _ops(checked.analysis) == ("upsample_nearest2d", "cat", "group_norm", "silu")
 
 
 @pytest.mark.parametrize("interp, why", [
@@ -114,3 +127,30 @@ def test_other_upsamples_stay_calls_with_a_reason(interp, why):
     text = barrier.describe(a.graph)
     assert "`F.interpolate`" in text and why in text, text
     assert "\n" not in text
+
+
+def test_a_decoder_kernel_runs_at_another_batch_and_resolution(tmp_path):
+    # `Repeat` and the domain's split are size-generic: the launcher reads the sizes again.
+    torch.manual_seed(0)
+    model = Decoder(16, 4)
+    checked = check_model(model, (torch.randn(2, 8, 4, 4), torch.randn(2, 8, 8, 8)), tmp_path,
+                          n_clusters=1)
+    x, skip = torch.randn(3, 8, 5, 3), torch.randn(3, 8, 10, 6)
+    (got,) = run_kernel(checked.kernels[0], tmp_path / "other", (x, skip, *_affine(model)))
+    want = model(x, skip)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def _affine(model: Decoder) -> tuple[torch.Tensor, ...]:
+    return tuple(p.detach().reshape(-1, 1, 1) for p in (model.norm.weight, model.norm.bias))
+
+
+def test_a_reduction_over_the_upsampled_rows_is_refused_by_op_and_line():
+    def fn(m, x):
+        return F.softmax(F.interpolate(x * 2.0, scale_factor=2), -1)
+
+    a = analyze(Lambda(fn, 1), torch.randn(2, 3, 4, 4), capture="fx")
+    (r,) = [r for r in a.rejections if "interpolate" in r.nodes]
+    assert r.culprits == ("interpolate",)
+    assert ("`softmax` (test_codegen_upsample.py:" in r.reason and "reduces rows of what "
+            "`interpolate` (test_codegen_upsample.py:" in r.reason), r.reason
