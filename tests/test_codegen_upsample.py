@@ -154,3 +154,18 @@ def test_a_reduction_over_the_upsampled_rows_is_refused_by_op_and_line():
     assert r.culprits == ("interpolate",)
     assert ("`softmax` (test_codegen_upsample.py:" in r.reason and "reduces rows of what "
             "`interpolate` (test_codegen_upsample.py:" in r.reason), r.reason
+
+
+@pytest.mark.parametrize("fn", [
+    lambda m, x: F.interpolate(x.exp(), scale_factor=2).permute(0, 2, 3, 1) * 2.0,
+    lambda m, x: F.layer_norm(F.interpolate(x, scale_factor=2).permute(0, 2, 3, 1) * 2.0,
+                              (3,)),
+    lambda m, x: (F.interpolate(x.exp(), scale_factor=2) * 2.0).sum(1)],
+    ids=["permuted", "channels-last-layer-norm", "sum-over-channels"])
+def test_an_upsample_read_through_a_permute_or_into_a_reduction_that_keeps_its_dims(
+        tmp_path, fn):
+    # The split of the domain moves before the permute (``ir/view_cancel.py``); a reduction
+    # whose dims are not the upsampled ones reduces the same dims over the split domain.
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 1), (torch.randn(2, 3, 4, 5),), tmp_path, n_clusters=1)
+    assert "interpolate" in _ops(checked.analysis)

@@ -5,13 +5,13 @@ index maps gave its values (``indexing._Spread``); returns the space whose ancho
 begin with a ``Split`` of each dim an upsample grew by `s` into (size / s, s). Why: an
 upsample's steps end in a merge of (h, s) pairs with stride 0 along `s`
 (``ir/upsample.py``), which no strides express; over the split domain the value's chain
-begins with that split, the merge and the split cancel (``ir/views.cancelled``) and the
+begins with that split, the merge and the split cancel (``ir/view_cancel.py``) and the
 source is read with stride 0 along `s`, as any expanded operand is. A contiguous value is
 split for free, so every other tensor of the group is read as before.
 
 Refused by name: an upsampled dim that reaches the domain through a reshape (no one domain
-dim to split), two upsamples growing one dim by different factors, and a reduction other
-than group_norm's over the space (its reduced dims would need the split too).
+dim to split), two upsamples growing one dim by different factors, and a reduction whose dims
+name one part of a split dim (a softmax along an upsampled dim): its rows would need both.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.iteration import IterationSpace, reduction_order
-from ..ir.reductions import rule_of
+from ..ir.reductions import ReductionRule, reduced_dims, rule_of
 from ..ir.spelling import said
 from ..ir.upsample import factors_of
 from ..ir.views import INDEX_STEPS, Split, Step, shape_after
@@ -80,13 +80,32 @@ def split_space(g: FusionGraph, nodes: Sequence[str], space: IterationSpace,
         return IterationSpace(space.anchor, space.anchor_shape, grow, 0)
     rule = rule_of(first) if first is not None else None
     order = reduction_order(rule, dict(first.params), shape) if (
-        rule is not None and rule.axes == "groups") else None
+        rule is not None and _same_dims(rule, dict(first.params), space.anchor_shape,
+                                        sorted(splits))) else None
     if order is None:
         u = next(iter(splits.values()))[1]
         who = said(g, first.name) if first is not None else "a reduction of the group"
         raise LoweringError(f"{who} reduces rows of what {said(g, u)} upsampled; a kernel "
-                            "reads an upsample into pointwise ops, a cat and group_norm", (u,))
+                            "reads an upsample into a reduction that keeps its upsampled "
+                            "dims (a sum over the channels) or into group_norm", (u,))
     return IterationSpace(space.anchor, space.anchor_shape, grow + order[0], order[1])
+
+
+def _same_dims(rule: ReductionRule, params: dict, shape: tuple[int, ...],
+               split: list[int]) -> bool:
+    """The reduction's params name the same dims of the split anchor as of the anchor (a
+    split dim both of its parts), so its own order over the split shape reduces what it
+    reduces: group_norm's groups, a sum over the channels; not a softmax over an upsampled
+    dim, whose `dim` names one part."""
+    if rule.axes == "groups":
+        return True
+    before = reduced_dims(rule, params, len(shape)) or ()
+    after = reduced_dims(rule, params, len(shape) + len(split)) or ()
+    image = set()
+    for d in before:
+        at = d + sum(a < d for a in split)
+        image |= {at, at + 1} if d in split else {at}
+    return bool(before) and set(after) == image
 
 
 def split_steps(space: IterationSpace) -> tuple[Step, ...]:

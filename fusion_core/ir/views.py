@@ -341,44 +341,21 @@ class Repeat:
 Step = (Permute | Reshape | Merge | Unflatten | Split | Unsqueeze | Squeeze | Strided | Narrow
         | Piece | Repeat)
 
-# Steps that regroup elements in row-major order and nothing else.
-_RESHAPES = (Reshape, Merge, Unflatten, Split)
-
-
-def cancelled(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...]:
-    """`steps` without each run of consecutive reshapes that ends at the shape it began
-    with: reshapes compose, and one to the same shape is no view at all. Why: an upsample's
-    merge of (H, factor), undone by the kernel's split of that dim (``Repeat``), needs
-    strides no tensor has; without the pair the chain is a plain stride-0 read. Only in a
-    chain holding a ``Repeat``: elsewhere a split's size test stays (a launcher refusing
-    another number of groups)."""
-    if not any(isinstance(s, Repeat) for s in steps):
-        return tuple(steps)
-    out: list[Step] = []
-    k = 0
-    while k < len(steps):
-        if not isinstance(steps[k], _RESHAPES):
-            out.append(steps[k])
-            shape = steps[k].shape(shape)
-            k += 1
-            continue
-        start, at, back, end = shape, shape, k, k
-        while end < len(steps) and isinstance(steps[end], _RESHAPES):
-            at = steps[end].shape(at)
-            end += 1
-            if at == start:
-                back = end  # the run so far is the identity
-        out.extend(steps[back:end])
-        shape = at
-        k = end
-    return tuple(out)
-
-
 def split_piece(steps: Sequence[Step]) -> tuple[tuple[Step, ...], Piece | None]:
     """(the steps before a chain's ``Piece``, the piece), or (steps, None) without one."""
     if steps and isinstance(steps[-1], Piece):
         return tuple(steps[:-1]), steps[-1]
     return tuple(steps), None
+
+
+def cancelled(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...]:
+    """`steps` with an upsample's merges cancelled against the splits after them, where they
+    hold a ``Repeat`` (``ir/view_cancel.py``); `steps` otherwise."""
+    if not any(isinstance(s, Repeat) for s in steps):
+        return tuple(steps)
+    from .view_cancel import cancel  # it builds on the steps above
+
+    return cancel(steps, shape)
 
 
 def apply(steps: Sequence[Step], t: torch.Tensor) -> torch.Tensor:
