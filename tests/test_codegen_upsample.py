@@ -169,3 +169,26 @@ def test_an_upsample_read_through_a_permute_or_into_a_reduction_that_keeps_its_d
     torch.manual_seed(0)
     checked = check_model(Lambda(fn, 1), (torch.randn(2, 3, 4, 5),), tmp_path, n_clusters=1)
     assert "interpolate" in _ops(checked.analysis)
+
+
+def test_aten_default_overloads_read_their_scales_by_name():
+    # `upsample_nearest2d.default(x, size, scales_h, scales_w)`: torch indexes by a scale
+    # given there (1.9 is no factor of 2) and by in / out where none is.
+    import torch.fx as fx
+
+    from fusion_core.ir.upsample import upsample_steps
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(1, 2, 4, 4)
+    target = torch.ops.aten.upsample_nearest2d.default
+    found = []
+    for args, kwargs in [((x, [8, 8]), {}), ((x, [8, 8], 1.9, 1.9), {}),
+                         ((x, [8, 8]), {"scales_h": 2.0, "scales_w": 2.0}),
+                         ((x, [12, 8], 3.0, None), {})]:
+        n = g.call_function(target, args, kwargs)
+        n.meta["val"] = torch.empty(1, 2, *args[1])
+        steps, why = upsample_steps(n)
+        found.append(why or len(steps))
+    assert found[0] == found[2] == found[3] == 4  # two repeats, two merges
+    assert found[1].startswith("its scale factor 1.9 along dim 2 is no integer factor")

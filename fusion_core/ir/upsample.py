@@ -64,7 +64,7 @@ def upsample_steps(n: fx.Node) -> tuple[tuple[Step, ...] | None, str]:
     ins, outs = tuple(src_val.shape[2:]), tuple(out.shape[2:])
     factors = []
     for k, (i, o) in enumerate(zip(ins, outs, strict=True)):
-        scale = scales[k] if scales else None
+        scale = scales[k] if scales and scales[k] > 0 else None  # torch: none given
         if i == 0 or o % i or (scale is not None and scale != o // i):
             said = f"scale factor {scale:g}" if scale is not None else f"size {i} -> {o}"
             return None, f"its {said} along dim {k + 2} is no integer factor; {FIX}"
@@ -93,13 +93,16 @@ def _call(n: fx.Node) -> tuple[str, tuple[float, ...] | None, bool]:
         return str(a["mode"]), scales, bool(a["antialias"])
     packet = _packet(n.target)
     mode = _UPSAMPLE_PACKETS.get(packet) or _OTHER_PACKETS.get(packet, "unknown")
-    rest = n.args[1:]
-    if n.target._overloadname == "vec":  # (input, output_size, scale_factors)
-        factors = rest[1] if len(rest) > 1 else n.kwargs.get("scale_factors")
+    names = [a.name for a in n.target._schema.arguments]
+    values = {**dict(zip(names, n.args, strict=False)), **n.kwargs}  # trailing defaults
+    if "scale_factors" in names:  # `.vec`: (input, output_size, scale_factors)
+        factors = values.get("scale_factors")
         return mode, tuple(factors) if factors else None, False
     # (input, output_size, scales_d=None, scales_h=None, scales_w=None): per dim or None
-    given = tuple(rest[1:])
-    return mode, given if given and all(s is not None for s in given) else None, False
+    given = tuple(values.get(k) for k in names if k.startswith("scales"))
+    if any(s is not None for s in given):
+        return mode, tuple(s if s is not None else 0.0 for s in given), False
+    return mode, None, False
 
 
 def _exact(size: int, out: int, scale: float | None) -> bool:
