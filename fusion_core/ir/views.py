@@ -316,8 +316,8 @@ class Repeat:
     (`unsqueeze(dim + 1)` then `expand`; any size elsewhere). A nearest upsample by an
     integer factor is these then a ``Merge`` of each (size, factor) pair
     (``ir/upsample.py``); no strides express that merge, so such a chain indexes only
-    where the kernel's domain splits the upsampled dims again (``codegen/indexing.py``),
-    an ``Unflatten`` or ``Split`` that ``plain`` cancels against the merge."""
+    where the kernel's domain splits the upsampled dims again
+    (``codegen/upsample_space.py``): ``cancelled`` drops the merge with that split."""
 
     dim: int
     factor: int
@@ -340,6 +340,7 @@ class Repeat:
 
 Step = (Permute | Reshape | Merge | Unflatten | Split | Unsqueeze | Squeeze | Strided | Narrow
         | Piece | Repeat)
+
 
 def split_piece(steps: Sequence[Step]) -> tuple[tuple[Step, ...], Piece | None]:
     """(the steps before a chain's ``Piece``, the piece), or (steps, None) without one."""
@@ -372,7 +373,8 @@ def shape_after(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[int, ...
 
 def plain(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...]:
     """`steps` for a tensor of `shape`, a ``Split`` of a size-1 dim written as the
-    ``Unsqueeze`` it amounts to there (what a launcher runs: no size test at run time)."""
+    ``Unsqueeze`` it amounts to there (what a launcher runs: no size test at run time), an
+    upsample's merges ``cancelled``."""
     out: list[Step] = []
     for s in cancelled(steps, shape):
         out.append(Unsqueeze((s.dim,)) if isinstance(s, Split) and shape[s.dim] == 1 else s)
