@@ -11,9 +11,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from codegen_harness import Lambda, check_model, run_kernel
+from codegen_harness import Lambda, check_model, compile_for_gpu, run_kernel
 
 from fusion_core.analysis.barriers import find_barriers
+from fusion_core.codegen import Tuning, generate
+from fusion_core.codegen.reference import capture_values, cluster_inputs
 from fusion_core.ir.graph import OpKind
 from fusion_core.pipeline import analyze
 
@@ -192,3 +194,40 @@ def test_aten_default_overloads_read_their_scales_by_name():
         found.append(why or len(steps))
     assert found[0] == found[2] == found[3] == 4  # two repeats, two merges
     assert found[1].startswith("its scale factor 1.9 along dim 2 is no integer factor")
+
+
+@pytest.mark.parametrize("gen", [
+    {"tuning": Tuning(max_block=64, loop_block=64), "looped": True},
+    {"tuning": Tuning(max_block=64, loop_block=64, split_min_cols=128)}],
+    ids=["looped", "split-rows"])
+def test_decoder_rows_wider_than_a_block_loop_or_split(tmp_path, gen):
+    # A row of (sample, group) holds the columns (channels, h, s, w, s): the looped and split
+    # kernels decompose them like any other columns.
+    torch.manual_seed(0)
+    checked = check_model(Decoder(16, 4), (torch.randn(1, 8, 8, 8), torch.randn(1, 8, 16, 16)),
+                          tmp_path, n_clusters=1, **gen)
+    assert "interpolate" in _ops(checked.analysis)
+
+
+def test_upsample_kernels_compile_for_sm90(tmp_path):
+    # The interpreter accepts code the compiler rejects: the decoder's one-block and looped
+    # kernels and an elementwise upsample → relu, in fp32 and fp16.
+    jobs = []
+    for dtype in (torch.float32, torch.float16):
+        name = str(dtype).removeprefix("torch.")
+        model = Decoder(16, 4).to(dtype)
+        inputs = (torch.randn(1, 8, 8, 8).to(dtype), torch.randn(1, 8, 16, 16).to(dtype))
+        a = analyze(model, *inputs)
+        (cluster,) = a.clusters
+        args = cluster_inputs(a, cluster, capture_values(a, *inputs))
+        jobs.append((generate(a, cluster), tmp_path / f"{name}-single", args))
+        looped = generate(a, cluster, Tuning(max_block=64, loop_block=64), looped=True)
+        jobs.append((looped, tmp_path / f"{name}-looped", args))
+        relu = Lambda(lambda m, x: torch.relu(F.interpolate(x, scale_factor=2)) * 2.0, 1)
+        x = (torch.randn(2, 8, 16, 16).to(dtype),)
+        a = analyze(relu, *x)
+        (cluster,) = a.clusters
+        args = cluster_inputs(a, cluster, capture_values(a, *x))
+        jobs.append((generate(a, cluster), tmp_path / f"{name}-relu", args))
+    compiled = compile_for_gpu(jobs)
+    assert len(compiled) == len(jobs) and all(compiled.values()), compiled
