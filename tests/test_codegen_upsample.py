@@ -231,3 +231,20 @@ def test_upsample_kernels_compile_for_sm90(tmp_path):
         jobs.append((generate(a, cluster), tmp_path / f"{name}-relu", args))
     compiled = compile_for_gpu(jobs)
     assert len(compiled) == len(jobs) and all(compiled.values()), compiled
+
+
+def test_an_upsample_after_a_norm_starts_the_next_kernel_and_says_why(tmp_path):
+    # The norm's kernel iterates over its rows; the upsampled value is larger, so the
+    # upsample goes with the ops after it (as Inductor's does), and the rejection says so.
+    def fn(m, h):
+        h = F.silu(F.group_norm(h, 4))
+        return F.interpolate(h, scale_factor=2) * 2.0 + 1.0
+
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 1), (torch.randn(2, 8, 4, 4),), tmp_path, n_clusters=2)
+    a = checked.analysis
+    assert [c.ops for c in a.clusters] == [("group_norm", "silu"),
+                                           ("interpolate", "mul", "add")]
+    (r,) = [r for r in a.rejections if "group_norm" in r.ops and "interpolate" in r.ops]
+    assert ("`interpolate` (test_codegen_upsample.py:" in r.reason and "repeats the elements "
+            "of a value computed in the group over a larger shape" in r.reason), r.reason

@@ -211,6 +211,11 @@ class _Spread:
                                         "which the kernel would split again with the "
                                         f"analysed sizes {_shape(g, src)}", (name,))
                 back = inverse(steps, _shape(g, src))
+                if back is None and name in upsamples(g, [name]):
+                    raise LoweringError(f"{said(g, name)} repeats the elements of a value "
+                                        "computed in the group over a larger shape than the "
+                                        "kernel iterates over; the upsample fuses with the "
+                                        "ops after it instead", (name,))
                 if back is None:
                     raise LoweringError(f"{said(g, name)} selects part of a value "
                                         "computed in the group; the kernel iterates over the "
