@@ -248,3 +248,12 @@ def test_an_upsample_after_a_norm_starts_the_next_kernel_and_says_why(tmp_path):
     (r,) = [r for r in a.rejections if "group_norm" in r.ops and "interpolate" in r.ops]
     assert ("`interpolate` (test_codegen_upsample.py:" in r.reason and "repeats the elements "
             "of a value computed in the group over a larger shape" in r.reason), r.reason
+
+
+def test_a_scale_factor_computed_at_run_time_stays_a_call_with_a_reason():
+    def fn(m, x):
+        return torch.relu(F.interpolate(x.exp(), scale_factor=x.shape[2] // 2)) * 2.0
+
+    a = analyze(Lambda(fn, 1), torch.randn(1, 2, 4, 4), capture="fx")
+    (barrier,) = find_barriers(a.graph, a.clusters)
+    assert "its scale factor is computed at run time" in barrier.describe(a.graph)

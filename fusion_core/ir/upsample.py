@@ -58,6 +58,8 @@ def upsample_steps(n: fx.Node) -> tuple[tuple[Step, ...] | None, str]:
     if not isinstance(out, torch.Tensor) or not isinstance(src_val, torch.Tensor):
         return None, "its shapes are unknown"
     mode, scales, antialias = _call(n)
+    if scales and not all(isinstance(s, (int, float)) for s in scales):
+        return None, f"its scale factor is computed at run time; {FIX}"
     if mode != "nearest" or antialias:
         how = "reads at (i + 0.5) / scale" if mode == "nearest-exact" else "blends elements"
         return None, f"mode={mode!r} {how}, no index map of whole elements; {FIX}"
