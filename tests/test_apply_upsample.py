@@ -6,11 +6,18 @@ interpreter on CPU at tiny shapes (see ../conftest.py).
 
 from __future__ import annotations
 
-from apply_checks import apply_net, same_outputs
+import importlib
+import sys
+
+import torch
+import torch._dynamo
+from apply_checks import apply_net, load_net, same_outputs
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
+from fusion_core.sourcemap.fused import package_name
 
 DECODER = """\
 import torch
@@ -51,3 +58,32 @@ def test_a_decoder_upsample_cat_norm_silu_is_one_applied_edit(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output, result.output
     same_outputs(tmp_path, path, DECODER)
+
+
+def test_the_applied_decoder_is_an_operator_that_compiles_with_fullgraph(tmp_path):
+    # The launcher's `traceable` path reads the low-resolution input through `_repeated`
+    # (unsqueeze + expand) on fake tensors too: the fake implementation gives the real
+    # launcher's shapes and strides, and `torch.compile(fullgraph=True)` runs the model.
+    path = tmp_path / "unet.py"
+    path.write_text(DECODER)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    (tmp_path / "original_unet.py").write_text(DECODER)
+    before = load_net(tmp_path / "original_unet.py").eval()
+    after = load_net(path).eval()
+    after.load_state_dict(before.state_dict())
+    package = sys.modules[package_name(path.stem)]
+    kernels = importlib.import_module(f"{package.__name__}.cluster0")
+    inputs = (torch.randn(2, 8, 4, 4), torch.randn(2, 8, 8, 8), torch.randn(16, 1, 1),
+              torch.randn(16, 1, 1))
+    with torch.no_grad():
+        real = kernels.cluster0(*inputs)
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        fake = package.cluster0.operator(*(mode.from_tensor(t) for t in inputs))
+    assert (fake.shape, fake.dtype, fake.stride()) == (real.shape, real.dtype, real.stride())
+    torch._dynamo.reset()
+    compiled = torch.compile(after, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        for batch in (2, 3):
+            x = torch.randn(batch, 3, 8, 8)
+            torch.testing.assert_close(compiled(x), before(x), atol=1e-5, rtol=1e-4)
