@@ -257,3 +257,22 @@ def test_a_scale_factor_computed_at_run_time_stays_a_call_with_a_reason():
     a = analyze(Lambda(fn, 1), torch.randn(1, 2, 4, 4), capture="fx")
     (barrier,) = find_barriers(a.graph, a.clusters)
     assert "its scale factor is computed at run time" in barrier.describe(a.graph)
+
+
+def test_recompute_scale_factor_indexes_by_the_sizes(tmp_path):
+    # 5 * 2.1 -> 10 elements: recomputed, torch indexes by 5 / 10 (h // 2), a view that fuses;
+    # without recomputing it indexes by 1 / 2.1, no integer factor: a call, with its reason.
+    def fused(m, x):
+        return torch.relu(F.interpolate(x.exp(), scale_factor=2.1,
+                                        recompute_scale_factor=True)) * 2.0
+
+    def kept(m, x):
+        return torch.relu(F.interpolate(x.exp(), scale_factor=2.1)) * 2.0
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 5, 5)
+    checked = check_model(Lambda(fused, 1), (x,), tmp_path, n_clusters=1)
+    assert _ops(checked.analysis) == ("exp", "interpolate", "relu", "mul")
+    a = analyze(Lambda(kept, 1), x, capture="fx")
+    (barrier,) = find_barriers(a.graph, a.clusters)
+    assert "its scale factor 2.1 along dim 2 is no integer factor" in barrier.describe(a.graph)
