@@ -276,3 +276,12 @@ def test_recompute_scale_factor_indexes_by_the_sizes(tmp_path):
     a = analyze(Lambda(kept, 1), x, capture="fx")
     (barrier,) = find_barriers(a.graph, a.clusters)
     assert "its scale factor 2.1 along dim 2 is no integer factor" in barrier.describe(a.graph)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_a_half_precision_decoder_matches_eager(tmp_path, dtype):
+    torch.manual_seed(0)
+    model = Decoder(16, 4).to(dtype)
+    inputs = (torch.randn(2, 8, 4, 4).to(dtype), torch.randn(2, 8, 8, 8).to(dtype))
+    checked = check_model(model, inputs, tmp_path, n_clusters=1)
+    assert _ops(checked.analysis) == ("interpolate", "cat", "group_norm", "silu")
