@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..ir.concat import concat_problem
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.spelling import layer_said, said
+from ..ir.upsample import OPAQUE_WHY
 from .detect import line_span
 from .types import Cluster, LineSpan
 
@@ -110,7 +111,7 @@ def find_barriers(graph: FusionGraph, clusters: Iterable[Cluster], *, one_sided:
             continue  # a cat left alone at a cluster's edge splits nothing
         if (before and after) or beside:
             why = _cat_apart(graph, node.name, before) if (
-                node.kind is OpKind.CONCAT) else ""
+                node.kind is OpKind.CONCAT) else node.param(OPAQUE_WHY, "")
             out.append(Barrier(node.name, node.op, node.target, node.kind is OpKind.INPLACE,
                                line_span(graph, [node.name]), before, after, why))
     return tuple(out)

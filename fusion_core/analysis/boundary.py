@@ -21,7 +21,10 @@ A view of a value the group does not otherwise read stays outside: passing its s
 instead would read no fewer bytes and could read more (a whole buffer for a slice of it), a
 launcher reading a slice fixes sizes of its source (the sliced dim's for a ``Narrow``, all of
 them for another selection), and the line spells the view as the argument anyway
-(`scores.masked_fill(self.mask[:T, :T], ...)`).
+(`scores.masked_fill(self.mask[:T, :T], ...)`). An upsample (``ir/upsample.py``) joins
+without that: its source is a factor of its size smaller, so the kernel reads fewer bytes
+through it, and the upsampled tensor is never written (a UNet decoder's `F.interpolate`
+feeding its cat and GroupNorm).
 ``detect.py`` applies the rule to each legal group and keeps the larger group only where
 the legality checks (the code generator's dry run among them) still pass.
 """
@@ -31,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..ir.graph import FusionGraph, OpKind
+from ..ir.upsample import factors_of
 from ..ir.views import INDEX_STEPS
 from .group import external_inputs, members
 
@@ -52,8 +56,9 @@ def boundary_views(g: FusionGraph, group: Collection[str]) -> tuple[str, ...]:
         while _indexable(g, at) and g.users[at] and all(
                 u in inside or u in chain for u in g.users[at]):
             chain.append(at)
+            grows = bool(factors_of(tuple(g[at].param(INDEX_STEPS))))
             at = g[at].refs[0]
-            if at in direct:
+            if at in direct or grows:
                 pulled.update(chain)
                 break
     return tuple(sorted(pulled, key=g.position))

@@ -17,6 +17,8 @@ from ..ir.reductions import node_reduced_dims
 from ..ir.registry import SPECS
 from ..ir.run_scalars import run_scalar
 from ..ir.spelling import place, said
+from ..ir.upsample import factors_of
+from ..ir.views import INDEX_STEPS
 from .types import Failure, ShapeRead
 
 MIN_OPS = 2  # a group needs two compute ops that move data to save anything
@@ -260,6 +262,8 @@ def eager_copies(g: FusionGraph, name: str) -> bool:
     node = g[name]
     if node.kind is not OpKind.VIEW or node.meta is None:
         return False
+    if factors_of(tuple(node.param(INDEX_STEPS) or ())):
+        return True  # an upsample: eager writes the repeated elements out (``ir/upsample.py``)
     if node.op == "contiguous":
         src = g[node.refs[0]].meta if node.refs else None
         return src is not None and not src.is_contiguous

@@ -67,6 +67,7 @@ from ..ir.views import (
 )
 from .layout import LoweringError
 from .run_sizes import check_run_time_sizes
+from .upsample_space import split_space, split_steps, upsamples
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,11 @@ class _Spread:
                                         "which the kernel would split again with the "
                                         f"analysed sizes {_shape(g, src)}", (name,))
                 back = inverse(steps, _shape(g, src))
+                if back is None and name in upsamples(g, [name]):
+                    raise LoweringError(f"{said(g, name)} repeats the elements of a value "
+                                        "computed in the group over a larger shape than the "
+                                        "kernel iterates over; the upsample fuses with the "
+                                        "ops after it instead", (name,))
                 if back is None:
                     view, whole = said(g, name), said(g, src)
                     # which value, unless the view is said by it (`a piece of `mul``)
@@ -354,24 +360,39 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
     except NoIterationSpace as e:
         raise LoweringError(str(e), e.nodes) from None
     spread = _Spread(g, nodes, inputs)
+    if upsamples(g, nodes):
+        # First over the unsplit domain, for where the upsampled dims land in it; then over
+        # the domain split there (``upsample_space.py``).
+        try:
+            spread.run(space.anchor, space.steps)
+            failed = None
+        except LoweringError as e:
+            failed = e
+        split = split_space(g, nodes, space, spread.chains)
+        if split is space and failed is not None:
+            raise failed
+        space, spread = split, _Spread(g, nodes, inputs)
     spread.run(space.anchor, space.steps)
     domain = space.shape
     for name in nodes:
         if g[name].kind is OpKind.REDUCTION:
             src = g[name].inputs[0].name
+            grown = split_steps(space) if src == space.anchor else ()
             _check_rows(g, g[name], spread.reads.get((name, src), spread.chains[src]), domain,
-                        space.reduced)
+                        space.reduced, grown)
     return IndexMaps(domain, space.reduced, spread.chains, spread.reads, spread.cat_dims,
                      spread.cat_ends)
 
 
 def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
-                domain: tuple[int, ...], reduced: int) -> None:
+                domain: tuple[int, ...], reduced: int, grown: tuple[Step, ...] = ()) -> None:
     """The reduction's source reaches the domain the way the reduction's own order would
     take it there (``ir/iteration.py``): its rows are the kernel's rows, its reduced dims the
-    last `reduced` axes."""
+    last `reduced` axes; after `grown`, the upsampled dims split (``upsample_space.py``)."""
     shape = _shape(g, node.inputs[0].name)
-    own = reduction_order(rule_of(node), dict(node.params), shape)
+    own = reduction_order(rule_of(node), dict(node.params), shape_after(grown, shape))
+    if own is not None:
+        own = (grown + own[0], own[1])
     rank = len(domain)
     if own is None or own[1] != reduced or _effective(chain, shape, rank) is None or (
             _effective(chain, shape, rank) != _effective(own[0], shape, rank)):

@@ -148,10 +148,19 @@ def _narrowed(t, dim, start, length, size):
     return t.narrow(dim, start, length)
 
 
+def _repeated(t, dim, factor):
+    """Each element of `t` along `dim` read `factor` times along a new dim after it, with
+    no copy (stride 0): a nearest upsample's source as the kernel reads it."""
+    t = t.unsqueeze(dim + 1)
+    sizes = list(t.shape)
+    sizes[dim + 1] = factor
+    return t.expand(sizes)
+
+
 HELPERS = (_iteration_shape, _spans, _powers_of_two, _multiple_of, _dense_strides, _relaid,
            _layout, _group_strides)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
-VIEW_HELPERS = (_seats, _narrowed)  # a launcher that sees inputs through views
+VIEW_HELPERS = (_seats, _narrowed, _repeated)  # a launcher that sees inputs through views
 
 
 def source(views: bool = False) -> str:

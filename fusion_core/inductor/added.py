@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from ..ir.concat import concat_problem
 from ..ir.graph import OpKind
 from ..ir.spelling import said
+from ..ir.upsample import OPAQUE_WHY
 from ..pipeline import Analysis
 from .capture import InductorKernel, module_path
 from .kernel_graph import callee, compatible, norm_path
@@ -92,6 +93,8 @@ def _why(analysis: Analysis, name: str) -> str:
         apart = concat_problem(analysis.graph, name)
         return (f"a cat we leave out of this cluster: it {apart}" if apart else
                 "a cat we leave out of this cluster (we fuse one into elementwise kernels only)")
+    if node.param(OPAQUE_WHY):  # a call we know and keep whole (an upsample's mode)
+        return f"opaque to us: {node.param(OPAQUE_WHY)}"
     if node.op == "opaque":
         return "opaque to us: fusion-advisor has no fusion rule for it, so it stays a call"
     return "opaque to us: we keep it as one call"

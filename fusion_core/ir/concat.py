@@ -83,7 +83,7 @@ def pieces(own: Sequence[Step], out: tuple[int, ...], dim: int, sizes: Sequence[
     shape, at, unit = tuple(out), dim, 1
     for k, step in enumerate(own):
         if isinstance(step, Split) and step.dim % len(shape) == at:
-            per = shape[at] // step.groups
+            per = step.per or shape[at] // step.groups  # `per`: an upsample's split
             for i, size in enumerate(sizes):
                 if size % per:
                     raise Unaligned(i, size, per)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
 
 from .data_dependent import READ_AT, UNSIZED, read_at, scalar_reads, unsized
 from .functionalize import out_of_place_overload
@@ -36,6 +37,7 @@ from .sizes import SIZED_VIEWS, SIZES, Dim, read_sizes, refine
 from .spelling import aten_call, namespaced
 from .split_views import piece_of_split
 from .trace import is_user_frame
+from .upsample import OPAQUE_WHY, is_upsample, upsample_steps
 from .view_recognition import as_narrow, describe
 from .views import INDEX_STEPS, Narrow, Step
 
@@ -195,6 +197,14 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
         params = _shape_read(n) + (((RUN_SCALAR, scalar),) if isinstance(scalar, Apply | Dim)
                                    else ())
         return Node(op="meta", kind=OpKind.OPAQUE, inputs=refs, params=params, **common)
+    if is_upsample(n):  # a nearest upsample by integer factors is a view (``ir/upsample.py``)
+        steps, why = upsample_steps(n)
+        if steps is None:
+            return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs,
+                        params=((OPAQUE_WHY, why),), **common)
+        op = "interpolate" if n.target is F.interpolate else n.target._overloadpacket.__name__
+        return Node(op=op, kind=OpKind.VIEW, inputs=refs[:1], params=((INDEX_STEPS, steps),),
+                    **common)
     key = ("method", n.target) if n.op == "call_method" else n.target
     inplace = False
     found = lookup(key)

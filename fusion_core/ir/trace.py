@@ -34,7 +34,7 @@ TRACE_THROUGH: tuple[type[nn.Module], ...] = tuple(
         "ReLU", "ReLU6", "GELU", "SiLU", "Sigmoid", "Tanh", "LeakyReLU", "ELU", "Hardtanh",
         "Hardsigmoid", "Hardswish", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
         "LayerNorm", "RMSNorm", "GroupNorm", "Softmax", "LogSoftmax", "Identity",
-        "AdaptiveAvgPool2d",
+        "AdaptiveAvgPool2d", "Upsample", "UpsamplingNearest2d",
     ) if hasattr(nn, name)
 )
 

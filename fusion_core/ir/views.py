@@ -310,8 +310,36 @@ class Piece:
         return tuple(out)
 
 
+@dataclass(frozen=True)
+class Repeat:
+    """Each element of dim `dim` read `factor` times along a new dim after it, stride 0
+    (`unsqueeze(dim + 1)` then `expand`; any size elsewhere). A nearest upsample by an
+    integer factor is these then a ``Merge`` of each (size, factor) pair
+    (``ir/upsample.py``); no strides express that merge, so such a chain indexes only
+    where the kernel's domain splits the upsampled dims again
+    (``codegen/upsample_space.py``): ``cancelled`` drops the merge with that split."""
+
+    dim: int
+    factor: int
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.unsqueeze(self.dim + 1)
+        sizes = list(t.shape)
+        sizes[self.dim + 1] = self.factor
+        return t.expand(sizes)
+
+    def source(self, var: str) -> str:
+        return f"_repeated({var}, {self.dim}, {self.factor})"
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return None  # it repeats elements
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (*shape[:self.dim + 1], self.factor, *shape[self.dim + 1:])
+
+
 Step = (Permute | Reshape | Merge | Unflatten | Split | Unsqueeze | Squeeze | Strided | Narrow
-        | Piece)
+        | Piece | Repeat)
 
 
 def split_piece(steps: Sequence[Step]) -> tuple[tuple[Step, ...], Piece | None]:
@@ -321,8 +349,18 @@ def split_piece(steps: Sequence[Step]) -> tuple[tuple[Step, ...], Piece | None]:
     return tuple(steps), None
 
 
+def cancelled(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...]:
+    """`steps` with an upsample's merges cancelled against the splits after them, where they
+    hold a ``Repeat`` (``ir/view_cancel.py``); `steps` otherwise."""
+    if not any(isinstance(s, Repeat) for s in steps):
+        return tuple(steps)
+    from .view_cancel import cancel  # it builds on the steps above
+
+    return cancel(steps, shape)
+
+
 def apply(steps: Sequence[Step], t: torch.Tensor) -> torch.Tensor:
-    for s in steps:
+    for s in cancelled(steps, tuple(t.shape)):
         t = s.apply(t)
     return t
 
@@ -335,9 +373,10 @@ def shape_after(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[int, ...
 
 def plain(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...]:
     """`steps` for a tensor of `shape`, a ``Split`` of a size-1 dim written as the
-    ``Unsqueeze`` it amounts to there (what a launcher runs: no size test at run time)."""
+    ``Unsqueeze`` it amounts to there (what a launcher runs: no size test at run time), an
+    upsample's merges ``cancelled``."""
     out: list[Step] = []
-    for s in steps:
+    for s in cancelled(steps, shape):
         out.append(Unsqueeze((s.dim,)) if isinstance(s, Split) and shape[s.dim] == 1 else s)
         shape = s.shape(shape)
     return tuple(out)
