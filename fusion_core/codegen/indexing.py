@@ -38,8 +38,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
 from ..analysis.legality import python_value_read
 from ..ir.concat import Unaligned, cat_dim, concat_problem, pieces, reduced_branch
 from ..ir.graph import FusionGraph, Node, OpKind
@@ -57,14 +55,12 @@ from ..ir.views import (
     Split,
     Squeeze,
     Step,
-    Strided,
     Unflatten,
     Unsqueeze,
-    ViewError,
-    apply,
     inverse,
     shape_after,
 )
+from .chain_reads import effective, expanded, read_through
 from .layout import LoweringError
 from .run_sizes import check_run_time_sizes
 from .upsample_space import split_space, split_steps, upsamples
@@ -92,44 +88,6 @@ def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
     return tuple(meta.shape)
 
 
-def _expanded(shape: tuple[int, ...], out: tuple[int, ...], chain: Sequence[Step]
-              ) -> tuple[Step, ...]:
-    """A broadcast operand made the result's full extent (stride 0 along its size-1 dims)
-    when the chain reshapes: a reshape regroups elements, so it needs the full extent
-    (BatchNorm statistics of (B*N, C) viewed back as (B, N, C)). () otherwise."""
-    if shape == out or not any(isinstance(s, (Reshape, Merge, Unflatten)) for s in chain):
-        return ()
-    dims = tuple((k, 1) if d == o else (-1, 0) for k, (d, o) in enumerate(zip(shape, out,
-                                                                          strict=True)))
-    return (Strided(out, dims, (0,) * len(shape)),)
-
-
-def _effective(steps: Sequence[Step], shape: tuple[int, ...], rank: int
-               ) -> tuple[tuple[int, int], ...] | None:
-    """What a chain does to a dense tensor of `shape`, right-aligned to `rank` dims:
-    (size, stride) per dim, size-1 dims as (1, 0). None if the chain cannot apply."""
-    try:
-        t = apply(steps, torch.empty(shape, device="meta"))
-    except ViewError:
-        return None
-    pairs = [(s, st if s != 1 else 0) for s, st in zip(t.shape, t.stride(), strict=True)]
-    while len(pairs) > rank and pairs[0] == (1, 0):
-        pairs.pop(0)
-    return tuple([(1, 0)] * (rank - len(pairs)) + pairs)
-
-
-def _read(steps: Sequence[Step], shape: tuple[int, ...], rank: int) -> tuple | None:
-    """What a load through a chain reads: ``_effective``'s sizes and strides, where it starts
-    (two slices of one input differ there only: `q[..., h:]`, `q[..., :h]`) and the cat
-    pieces that shift it."""
-    try:
-        offset = apply(steps, torch.empty(shape, device="meta")).storage_offset()
-    except ViewError:
-        offset = None
-    return (_effective(steps, shape, rank), offset,
-            tuple(s for s in steps if isinstance(s, Piece)))
-
-
 class _Spread:
     """Chains spread from the anchor until every value of the group has one."""
 
@@ -153,7 +111,7 @@ class _Spread:
         if have == steps:  # the same chain again (every pass re-offers every edge)
             return False
         shape = _shape(self.g, name)
-        if _read(have, shape, self.rank) != _read(steps, shape, self.rank):
+        if read_through(have, shape, self.rank) != read_through(steps, shape, self.rank):
             if name not in self.members:  # an input: `via` loads it once more, its own way
                 self.reads[(via, name)] = steps
                 return False
@@ -302,7 +260,7 @@ class _Spread:
                    own: tuple[Step, ...], via: str, expand: bool) -> bool:
         """Offer each operand of `via` the result's chain `own`, after leading size-1 dims
         that bring it to `out`'s rank; `expand`: also to `out`'s full extent where the
-        chain reshapes (``_expanded``). True if a chain was added."""
+        chain reshapes (``chain_reads.expanded``). True if a chain was added."""
         added = False
         for r in operands:
             shape = _shape(self.g, r)
@@ -325,7 +283,7 @@ class _Spread:
                                         "reads each operand of a cat as its piece", (via,))
                 chain = own[:-1]
             if expand:
-                lead += _expanded((1,) * pad + shape, out, chain)
+                lead += expanded((1,) * pad + shape, out, chain)
             added |= self.offer(r, lead + chain, via)
         return added
 
@@ -394,8 +352,8 @@ def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
     if own is not None:
         own = (grown + own[0], own[1])
     rank = len(domain)
-    if own is None or own[1] != reduced or _effective(chain, shape, rank) is None or (
-            _effective(chain, shape, rank) != _effective(own[0], shape, rank)):
+    if own is None or own[1] != reduced or effective(chain, shape, rank) is None or (
+            effective(chain, shape, rank) != effective(own[0], shape, rank)):
         last = "its last axis" if reduced == 1 else f"its last {reduced} axes"
         raise LoweringError(f"{said(g, node.name)} reduces other dims than the kernel's rows "
                             f"(the kernel iterates over {'×'.join(map(str, domain))} and "
