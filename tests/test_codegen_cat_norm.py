@@ -135,6 +135,28 @@ def test_a_group_holding_channels_of_two_operands_is_refused_by_name():
                "multiple of 4 channels fuse)" in r for r in reasons), reasons
 
 
+class TwoNorms(nn.Module):
+    """A group_norm of `x` first, then one of a cat: the refusal names the second."""
+
+    def forward(self, x, up, skip):
+        y = F.group_norm(x, 2)
+        h = torch.cat((up * 2.0, skip), dim=1).relu()
+        z = F.group_norm(h, 2)
+        return y + z
+
+
+def test_the_refusal_names_the_group_norm_that_splits_the_cat():
+    # 4 + 2 channels in 2 groups of 3; `y`'s group_norm comes first in the group (it was
+    # named, and its line, though it reads no cat)
+    a = analyze(TwoNorms(), torch.randn(2, 6, 3, 3), torch.randn(2, 4, 3, 3),
+                torch.randn(2, 2, 3, 3))
+    reasons = [r.reason for r in a.rejections]
+    line = TwoNorms.forward.__code__.co_firstlineno
+    assert any(f"`group_norm` (line {line + 3}) splits `cat` (line {line + 2}) into groups of "
+               f"3 channels, and `mul` (line {line + 2}) is 4 channels long there" in r
+               for r in reasons), reasons
+
+
 @pytest.mark.parametrize("s_shape, t_shape", [
     ((1, 4, 1, 1), (1, 8, 1, 1)),  # per channel, as a bias: read at the piece's own channel
     ((2, 1, 1, 1), (1,)),  # per sample, and one element: every group of the piece reads it
