@@ -116,9 +116,11 @@ def test_the_launcher_runs_other_batches_and_sizes_and_refuses_other_channels(tm
         16, 1, 1)
     with torch.no_grad():
         torch.testing.assert_close(launch(up, skip, w, b), model(up, skip))
-    # 12 up channels of 4 per group would be 3 groups: this kernel reads 2 there
-    with pytest.raises(ValueError, match="a concatenated input is 3 long along the cat dim; "
-                       r"this kernel reads 2 \(regenerate it\)"):
+    # 12 up channels of 4 per group would be 3 groups: this kernel reads 2 there (said in
+    # channels, as passed: it read "3 long ...; this kernel reads 2")
+    with pytest.raises(ValueError, match="a concatenated input is 12 channels long along the "
+                       r"cat dim; this kernel reads 8 \(group_norm's groups of 4; regenerate "
+                       r"it\)"):
         launch(torch.randn(3, 12, 5, 7), torch.randn(3, 4, 5, 7), w, b)
 
 
