@@ -264,6 +264,51 @@ def test_blocks_whose_sequentials_hold_the_clusters_in_other_layers_say_where(tm
         "arrangement of layers a module class of its own"}, mappings[0].reason
 
 
+# Two blocks of one class whose Sequentials differ only in the activation: `one`'s layers fuse,
+# `two`'s (Identity) hold no cluster, yet run the same line.
+BARE = """\
+import torch
+from torch import nn
+
+
+class ConvNormAct(nn.Sequential):
+    def __init__(self, c, act):
+        super().__init__(nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c), act())
+
+
+class Block(nn.Module):
+    def __init__(self, c, act):
+        super().__init__()
+        self.block = nn.Sequential(ConvNormAct(c, act), ConvNormAct(c, act))
+
+    def forward(self, x):
+        return self.block(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.one = Block(3, nn.SiLU)
+        self.two = Block(3, nn.Identity)
+
+    def forward(self, x):
+        return self.two(self.one(x)) * 2.0
+"""
+
+
+def test_a_block_running_the_line_without_the_clusters_keeps_the_line(tmp_path):
+    # Was an exact edit: `two`'s calls would have run `one`'s BatchNorm → SiLU kernels
+    # (--apply's check against the original then restored the file).
+    path = tmp_path / "bare.py"
+    path.write_text(BARE)
+    mappings = map_clusters(analyze_file(path, [InputSpec((2, 3, 8, 8))]))
+    line = BARE.splitlines().index("        return self.block(x)") + 1
+    inner = [m for m in mappings if m.start == m.end == line]
+    assert len(inner) == 2 and not any(m.exact for m in inner), [m.reason for m in mappings]
+    assert all("(`self.one.block`: clusters in layers 0, 1 of 2; `self.two.block`: no cluster "
+               "in 2 layers): one edit of the line" in m.reason for m in inner), inner[0].reason
+
+
 # EfficientNet's first block has no expand layer: the line runs in Sequentials of other
 # lengths, the clusters in the same layers of each. The layers after them go as one open
 # slice (`self.block[3:]`, empty in the shorter one); a subclass, indexed layer by layer,

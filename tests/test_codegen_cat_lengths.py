@@ -171,3 +171,18 @@ def test_a_fixed_prefix_then_the_cache_then_new_tokens(tmp_path):
             want = model(past, new)
         compare(launch(*(to_device(args[n]) for n in c.inputs)).cpu(), want,
                 f"past {past_len}, new {new_len}")
+
+
+def test_a_cache_stored_with_the_tokens_innermost_takes_chunks_of_new_tokens(tmp_path):
+    # K stored transposed, (batch, heads, dim, tokens), read as (batch, heads, tokens, dim):
+    # one new token has equal strides along tokens and dim, and dim was taken for the inner
+    # one, so the kernel read dim with a unit stride and the launcher refused a chunk of 3
+    # new tokens ("does not broadcast ... the way this kernel indexes it")
+    def fn(m, past, new):
+        return (torch.cat((past.transpose(2, 3), new.transpose(2, 3)), dim=2) * 0.5).softmax(-1)
+
+    kernel, launch = _launcher(tmp_path, fn, torch.randn(1, 2, 8, 5), torch.randn(1, 2, 8, 1))
+    for past_len, new_len in ((5, 1), (9, 3), (2, 1)):
+        past, new = torch.randn(1, 2, 8, past_len), torch.randn(1, 2, 8, new_len)
+        got = launch(to_device(past).transpose(2, 3), to_device(new).transpose(2, 3))
+        compare(got.cpu(), fn(None, past, new), f"past {past_len}, new {new_len}")

@@ -116,9 +116,11 @@ def test_the_launcher_runs_other_batches_and_sizes_and_refuses_other_channels(tm
         16, 1, 1)
     with torch.no_grad():
         torch.testing.assert_close(launch(up, skip, w, b), model(up, skip))
-    # 12 up channels of 4 per group would be 3 groups: this kernel reads 2 there
-    with pytest.raises(ValueError, match="a concatenated input is 3 long along the cat dim; "
-                       r"this kernel reads 2 \(regenerate it\)"):
+    # 12 up channels of 4 per group would be 3 groups: this kernel reads 2 there (said in
+    # channels, as passed: it read "3 long ...; this kernel reads 2")
+    with pytest.raises(ValueError, match="a concatenated input is 12 channels long along the "
+                       r"cat dim; this kernel reads 8 \(group_norm's groups of 4; regenerate "
+                       r"it\)"):
         launch(torch.randn(3, 12, 5, 7), torch.randn(3, 4, 5, 7), w, b)
 
 
@@ -133,6 +135,28 @@ def test_a_group_holding_channels_of_two_operands_is_refused_by_name():
                "channels, and `up` is 6 channels long there: a group would hold channels of "
                "two operands; a kernel reads each operand as whole groups (operands of a "
                "multiple of 4 channels fuse)" in r for r in reasons), reasons
+
+
+class TwoNorms(nn.Module):
+    """A group_norm of `x` first, then one of a cat: the refusal names the second."""
+
+    def forward(self, x, up, skip):
+        y = F.group_norm(x, 2)
+        h = torch.cat((up * 2.0, skip), dim=1).relu()
+        z = F.group_norm(h, 2)
+        return y + z
+
+
+def test_the_refusal_names_the_group_norm_that_splits_the_cat():
+    # 4 + 2 channels in 2 groups of 3; `y`'s group_norm comes first in the group (it was
+    # named, and its line, though it reads no cat)
+    a = analyze(TwoNorms(), torch.randn(2, 6, 3, 3), torch.randn(2, 4, 3, 3),
+                torch.randn(2, 2, 3, 3))
+    reasons = [r.reason for r in a.rejections]
+    line = TwoNorms.forward.__code__.co_firstlineno
+    assert any(f"`group_norm` (line {line + 3}) splits `cat` (line {line + 2}) into groups of "
+               f"3 channels, and `mul` (line {line + 2}) is 4 channels long there" in r
+               for r in reasons), reasons
 
 
 @pytest.mark.parametrize("s_shape, t_shape", [

@@ -74,21 +74,24 @@ def _varies(t: TensorArg, rank: int) -> bool:
     return not sympy.sympify(length).is_number
 
 
-def regrown(stride: tuple[int, ...], piece: PieceRead, rank: int) -> tuple[int, ...]:
-    """`stride` (an input seen through its piece's chain) as if its piece were two long
-    where it is one: one long, its strides do not say which dims lie outside the cat dim in
-    memory (contiguous (2, 3, 1) has strides (3, 1, 1), so dim 1 looks innermost, and the
+def regrown(stride: tuple[int, ...], piece: PieceRead, rank: int,
+            shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`stride` (an input of `shape` seen through its piece's chain) as if its piece were two
+    long where it is one: one long, its strides do not say which dims lie outside the cat dim
+    in memory (contiguous (2, 3, 1) has strides (3, 1, 1), so dim 1 looks innermost, and the
     kernel would index it with a unit stride that a longer cache no longer has). The dims
-    outside it (a larger stride, or an equal one before it, as a stable sort orders them)
-    double. The index groups come from these; the launcher checks them at each call."""
+    outside it double: a larger stride, an equal one of a dim longer than one (inside the
+    cat dim it would make the cat dim's stride larger: `(B, H, D, T)` storage read as
+    `(B, H, T, D)`), or an equal one of one element before it, as a stable sort orders
+    them. The index groups come from these; the launcher checks them at each call."""
     if piece.stop - piece.start != 1:
         return stride
     c = len(stride) + piece.dim - rank  # the viewed layout is right-aligned to the domain
     own = stride[c]
     if own == 0:
         return stride
-    return tuple(2 * s if k != c and (s > own or (s == own and k < c)) else s
-                 for k, s in enumerate(stride))
+    return tuple(2 * s if k != c and (s > own or (s == own and (shape[k] > 1 or k < c)))
+                 else s for k, s in enumerate(stride))
 
 
 # -- the kernel -------------------------------------------------------------------------

@@ -243,7 +243,7 @@ class _Spread:
         try:
             cut = pieces(own, out, dim, [_shape(g, r)[dim] for r in refs], name)
         except Unaligned as e:
-            norm = next((n for n in self.nodes if g[n].op == "group_norm"), name)
+            norm = self._split_by(name)
             raise LoweringError(
                 f"{said(g, norm)} splits {said(g, name)} into groups of {e.per} channels, and "
                 f"{said(g, refs[e.operand])} is {e.size} channels long there: a group would "
@@ -255,6 +255,17 @@ class _Spread:
         for r, chain in zip(refs, cut.chains, strict=True):
             added |= self.offer(r, chain, name)
         return added
+
+    def _split_by(self, cat: str) -> str:
+        """The group_norm whose groups split `cat`: the one its chain came through (a group
+        may hold another group_norm, `group_norm(x) + group_norm(cat(...))`)."""
+        seen, n = {cat}, self.why.get(cat, cat)
+        while self.g[n].op != "group_norm" and n not in seen:
+            seen.add(n)
+            n = self.why.get(n, n)
+        if self.g[n].op == "group_norm":
+            return n
+        return next((m for m in self.nodes if self.g[m].op == "group_norm"), cat)
 
     def _broadcast(self, operands: Sequence[str], out: tuple[int, ...],
                    own: tuple[Step, ...], via: str, expand: bool) -> bool:

@@ -14,6 +14,7 @@ without inputs, and the expression for the device a kernel runs on (``device_of`
 
 from __future__ import annotations
 
+from ..ir.views import Split
 from . import cat_bounds, launch_maps
 from .choices import kind
 from .lower import KernelPlan, TensorArg
@@ -164,9 +165,14 @@ def _piece_check(plan: KernelPlan, i: int, a: str, out: CodeWriter) -> None:
     size = cat_bounds.length(plan, piece)
     why = (f"this kernel reads {size} (regenerate it)" if source is None else
            f"another input of its operand is {{{size}}} (this kernel needs them equal)")
+    long = f"{{{a}.shape[{at}]}}"
+    per = next((s.per for s in plan.inputs[i].view if isinstance(s, Split) and s.per), 0)
+    if per:  # its length there counts group_norm's groups: said in channels, as passed
+        long = f"{{{a}.shape[{at}] * {per}}} channels"
+        why = f"this kernel reads {int(size) * per} (group_norm's groups of {per}; regenerate it)"
     out.lines([f"if {a}.shape[{at}] != {size}:",
                f"    raise ValueError(f\"{{NAME}}: a concatenated input is "
-               f"{{{a}.shape[{at}]}} long along the cat dim; {why}\")"])
+               f"{long} long along the cat dim; {why}\")"])
 
 
 def _generated_shape(plan: KernelPlan, t: TensorArg) -> str:

@@ -234,7 +234,7 @@ class _Lowering:
                 meta = _meta(self.g, name)
                 shape, stride, fields = self._viewed(name, meta.shape, meta.stride, steps)
                 piece = self._piece(steps, meta.shape)
-                stride = regrown(stride, piece, self.rank) if piece else stride
+                stride = regrown(stride, piece, self.rank, shape) if piece else stride
                 acc = self._access(name, shape, stride, piece)
                 temp = f"v{self.count}"
                 self.count += 1
@@ -284,7 +284,7 @@ class _Lowering:
         meta = _meta(self.g, name)
         shape, stride, fields = self._viewed(name, meta.shape, meta.stride)
         piece = self._piece(self.maps.chains[name], meta.shape)
-        stride = regrown(stride, piece, self.rank) if piece else stride
+        stride = regrown(stride, piece, self.rank, shape) if piece else stride
         acc = self._access(name, shape, stride, piece)
         temp = self._new_temp(name, self._is_per_row(acc), "pre")
         return TensorArg(name, Role.IN, i, temp, shape, stride, meta.dtype, acc,

@@ -99,8 +99,9 @@ def _arrangements(call: str, line: int, calls: int,
     """Why one spelling of `call` serves not every call of its line: where each holds the
     clusters' layers, of how many (one example module per arrangement)."""
     shown = "; ".join(
-        f"`{module_attr_text('self', '', full)}`: clusters in layer"
-        f"{'s' if len(spelled) > 1 else ''} {', '.join(map(str, spelled))} of {n}"
+        f"`{module_attr_text('self', '', full)}`: " + (
+            f"clusters in layer{'s' if len(spelled) > 1 else ''} "
+            f"{', '.join(map(str, spelled))} of {n}" if spelled else f"no cluster in {n} layers")
         for (spelled, n), full in list(plans.items())[:3])
     return (f"line {line} runs `{call}` in {calls} calls whose Sequentials differ ({shown}"
             f"{'; …' if len(plans) > 3 else ''}): one edit of the "
@@ -188,6 +189,13 @@ class _Pass:
             except AttributeError:
                 continue  # the line does not run there
             if not unrollable(container):
+                return None
+            if full not in held:  # it runs the line, its layers in none of the clusters (an
+                # instance built with other layers): the edit would run the kernels there too
+                self.why = _arrangements(self.span.src.segment(call), call.lineno,
+                                         len(running), {(spelled, len(held[k][0])): k
+                                                        for k in list(held)[:1]}
+                                         | {((), len(container)): full})
                 return None
             shapes.setdefault((len(container), type(container) is nn.Sequential), full)
         ((n, sliceable), *others) = shapes
