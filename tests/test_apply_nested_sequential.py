@@ -407,3 +407,62 @@ def test_a_module_that_never_runs_the_line_does_not_constrain_its_spelling(tmp_p
     assert (f"            return self.branch1[3](cluster0(self.branch1[0](x), "
             f"{BN.format('self.branch1[1]')}))\n" in path.read_text()), result.output
     same_outputs(tmp_path, path, BRANCHES)
+
+
+# EfficientNet in miniature: a block without the expand layer runs the same line, and its
+# first layer's bn → SiLU fuses into the squeeze-excitation's mean instead (no cluster of
+# this line there), but that layer is built as the expand block's layer 0 is: the edit's
+# kernel computes it too, and the rest of the shorter block runs as an open slice.
+ALIKE = """\
+import torch
+from torch import nn
+
+
+class ConvNormAct(nn.Sequential):
+    def __init__(self, cin, cout, k=1):
+        super().__init__(nn.Conv2d(cin, cout, k, padding=k // 2, bias=False),
+                         nn.BatchNorm2d(cout), nn.SiLU())
+
+
+class Excite(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.fc = nn.Conv2d(c, c, 1)
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.fc(x.mean((2, 3), keepdim=True)))
+
+
+class Block(nn.Module):
+    def __init__(self, c, expand):
+        super().__init__()
+        layers = [ConvNormAct(c, c)] if expand else []
+        self.block = nn.Sequential(*layers, ConvNormAct(c, c, 3), Excite(c))
+
+    def forward(self, input):
+        result = self.block(input)
+        return result
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = Block(3, expand=False)
+        self.second = Block(3, expand=True)
+
+    def forward(self, x):
+        return self.second(self.first(x))
+"""
+
+
+def test_a_block_whose_layers_are_built_alike_is_served_without_a_cluster_of_its_own(
+        tmp_path):
+    path = tmp_path / "alike.py"
+    path.write_text(ALIKE)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    # Was a pointer: "`self.first.block`: no cluster in 2 layers".
+    assert "no cluster in" not in result.output, result.output
+    assert "result = self.block[1:](cluster2(self.block[0][0](input), " in path.read_text(), (
+        path.read_text())
+    same_outputs(tmp_path, path, ALIKE)

@@ -94,6 +94,21 @@ def _callees(func: str, spelled: list[int], n: int | None, sliceable: bool) -> l
     return calls[::-1]
 
 
+def _build(m: nn.Module) -> tuple:
+    """How a layer is built, sizes aside (the launcher checks those at each call): each
+    submodule's class and its scalar settings (`eps`, `negative_slope`, `inplace`)."""
+    return tuple((type(sub), tuple(sorted(
+        (k, v) for k, v in vars(sub).items()
+        if not k.startswith("_") and k != "training" and isinstance(v, (bool, float, str)))))
+        for sub in m.modules())
+
+
+def _built_alike(container: nn.Module, other: nn.Module, spelled: tuple[int, ...]) -> bool:
+    """`container`'s layers at the `spelled` positions are built as `other`'s are."""
+    return len(container) > spelled[-1] and all(
+        _build(container[k]) == _build(other[k]) for k in spelled)
+
+
 def _arrangements(call: str, line: int, calls: int,
                   plans: dict[tuple[tuple[int, ...], int], str]) -> str:
     """Why one spelling of `call` serves not every call of its line: where each holds the
@@ -190,8 +205,12 @@ class _Pass:
                 continue  # the line does not run there
             if not unrollable(container):
                 return None
-            if full not in held:  # it runs the line, its layers in none of the clusters (an
-                # instance built with other layers): the edit would run the kernels there too
+            if full not in held and not _built_alike(container, held[next(iter(held))][0],
+                                                     spelled):
+                # it runs the line, its layers in none of the clusters, built otherwise (an
+                # Identity where the clusters' instance has SiLU): the edit would run the
+                # kernels there too. Built alike (EfficientNet's first block, whose layer 0
+                # fused into the next kernel instead), the same kernels compute its layers.
                 self.why = _arrangements(self.span.src.segment(call), call.lineno,
                                          len(running), {(spelled, len(held[k][0])): k
                                                         for k in list(held)[:1]}
