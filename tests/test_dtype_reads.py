@@ -124,3 +124,14 @@ def test_the_fused_model_verifies_under_the_interpreter():
     report = validate(a)
     assert [r.usable for r in report.results] == [True] * len(a.clusters) == [True] * 3
     assert report.model.passed and report.model.patched == (0, 1, 2)
+
+
+@pytest.mark.cpu
+def test_the_kernel_patched_in_leaves_the_outside_cast_its_dtype():
+    """The generated kernel, not the eager subgraph, patched in: the Linear's result is cast
+    to the dtype the patched graph now reads from `x`."""
+    torch.manual_seed(0)
+    a = analyze(CastAfterLinear().eval(), torch.randn(4, 8, 16, dtype=torch.bfloat16))
+    report = validate(a)
+    assert [r.usable for r in report.results] == [True]
+    assert report.model.passed and report.model.patched == (0,)
