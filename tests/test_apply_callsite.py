@@ -61,11 +61,12 @@ def test_residual_add_and_a_user_norm_module_are_one_edit_in_the_caller(tmp_path
     assert analyze_file(path, [InputSpec((4, 8))], capture=capture).clusters == ()
 
 
-@pytest.mark.parametrize("capture", CAPTURES)
-def test_a_decoder_layers_residual_and_post_attention_norm_are_one_edit(tmp_path, capture):
+# Export only: at float32 it records the norm's `.to(torch.float32)` as the sum itself, which
+# the block's last add reads, so the sum is stored (FX: the next test).
+def test_a_decoder_layers_residual_and_post_attention_norm_are_one_edit(tmp_path):
     path = tmp_path / "decoder.py"
     path.write_text(DECODER_NORM)
-    analysis, mappings, p = plan(path, capture)
+    analysis, mappings, p = plan(path, "export")
     (m,) = [m for m in mappings if m.exact]
     assert (m.start, m.end) == (line_of(path, "hidden_states = residual + hidden_states"),
                                 line_of(path, "hidden_states = self.post_attention_layernorm("
@@ -76,6 +77,22 @@ def test_a_decoder_layers_residual_and_post_attention_norm_are_one_edit(tmp_path
     assert m.cluster_index in p.clusters
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert_same_outputs(backup_as_py(result.backup), path, "Layer", torch.randn(3, 8))
+
+
+def test_under_fx_the_decoders_residual_is_recomputed_and_the_map_says_how_to_spell_it(
+        tmp_path):
+    """FX's `input_dtype = hidden_states.dtype` is no use of the residual sum (its input has
+    the dtype: tests/test_dtype_reads.py), so the block's last add recomputes the sum, as under
+    torch.export at bfloat16; the dtype read is no line to spell the sum in."""
+    path = tmp_path / "decoder.py"
+    path.write_text(DECODER_NORM)
+    analysis, mappings, _ = plan(path, "auto")
+    norm, last = analysis.clusters
+    assert norm.outputs == (norm.nodes[-1],) and last.recomputes == ("add",)
+    assert not any(m.exact for m in mappings)
+    assert mappings[0].reason.endswith(
+        "To apply both, spell `residual + hidden_states` inside each expression that reads it "
+        "(lines 13, 33) instead of assigning it once"), mappings[0].reason
 
 
 # The norm's module also runs a layer and an activation after the norm: the residual add and

@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable, Sequence
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.spelling import said_all
 from .boundary import boundary_views
+from .dtype_reads import dtype_reads
 from .group import (
     MIN_OPS,
     components,
@@ -76,9 +77,10 @@ def candidates(g: FusionGraph) -> set[str]:
 
 
 def _reads_shape(g: FusionGraph, user: str, name: str) -> bool:
-    """`user` reads only `name`'s shape (`h.shape[-1]`): whether the group's inputs answer it
-    is ``outside_users``'s to say once the group is known."""
-    return g[user].shape_of == name and name not in g[user].refs[1:]
+    """`user` reads only `name`'s shape (`h.shape[-1]`) or dtype (`h.dtype`): whether the
+    group's inputs answer it is ``outside_users``'s to say once the group is known."""
+    return (g[user].shape_of == name and name not in g[user].refs[1:]) \
+        or g[user].dtype_of == name
 
 
 def line_span(g: FusionGraph, names: Iterable[str]) -> LineSpan | None:
@@ -216,6 +218,6 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
                 traffic=estimate_traffic(g, grp, copies=False),
                 lines=line_span(g, grp),
                 recomputes=tuple(dict.fromkeys(g[n].copy_of for n in grp if g[n].copy_of)),
-                shape_reads=shape_reads(g, grp))
+                shape_reads=shape_reads(g, grp), dtype_reads=dtype_reads(g, grp))
         for i, grp in enumerate(legal))
     return clusters, tuple(rejections)

@@ -19,6 +19,7 @@ from ..ir.run_scalars import run_scalar
 from ..ir.spelling import place, said
 from ..ir.upsample import factors_of
 from ..ir.views import INDEX_STEPS
+from .dtype_reads import dtype_source
 from .types import Failure, ShapeRead
 
 MIN_OPS = 2  # a group needs two compute ops that move data to save anything
@@ -53,7 +54,9 @@ def unread_tuple(g: FusionGraph, name: str) -> bool:
 
 def answered(g: FusionGraph, group: Collection[str], user: str, name: str) -> bool:
     """`user` reads only the shape of group value `name`, and values outside the group tell
-    that shape (``shape_sources``)."""
+    that shape (``shape_sources``), or only its dtype, which an input has (``dtype_source``)."""
+    if g[user].dtype_of == name:
+        return dtype_source(g, group, name) is not None
     return (g[user].shape_of == name and name not in g[user].refs[1:]
             and shape_sources(g, group, name) is not None)
 
@@ -68,7 +71,7 @@ def shape_reads(g: FusionGraph, group: Collection[str]) -> tuple[ShapeRead, ...]
     out = []
     for n in ordered(g, group):
         for u in g.users[n]:
-            if u not in group and answered(g, group, u, n):
+            if u not in group and g[u].shape_of == n and answered(g, group, u, n):
                 sources, via = _shape_walk(g, group, n) or ((), ())
                 out.append(ShapeRead(u, n, sources, via))
     return tuple(out)

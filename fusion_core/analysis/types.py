@@ -54,6 +54,17 @@ class ShapeRead:
 
 
 @dataclass(frozen=True)
+class DtypeRead:
+    """`read` (`x.dtype`) reads the dtype of cluster value `of`, which input `source` of the
+    cluster has too (every op between them keeps it): `of` need not be stored for it, the
+    patched graph reads `source`'s dtype instead (``analysis/group.py`` ``dtype_source``)."""
+
+    read: str
+    of: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Cluster:
     index: int
     nodes: tuple[str, ...]  # topological order
@@ -67,6 +78,7 @@ class Cluster:
     # read back from memory (analysis/recompute.py).
     recomputes: tuple[str, ...] = ()
     shape_reads: tuple[ShapeRead, ...] = ()
+    dtype_reads: tuple[DtypeRead, ...] = ()
 
     @property
     def chain(self) -> str:

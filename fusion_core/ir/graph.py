@@ -153,6 +153,11 @@ class Node:
         return self.param("shape_of", "") if self.op == "meta" else ""
 
     @property
+    def dtype_of(self) -> str:
+        """The tensor whose dtype alone this node reads (`x.dtype`), or ""."""
+        return self.param("dtype_of", "") if self.op == "meta" else ""
+
+    @property
     def label(self) -> str:
         """Short name for messages: `self.proj1` for module calls, else the node name."""
         return self.target if self.target.startswith("self.") else self.name

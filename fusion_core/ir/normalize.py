@@ -88,10 +88,13 @@ _SHAPE_FUNCTIONS = frozenset({torch.ops.aten.sym_size.int, torch.ops.aten.sym_nu
 
 
 def _shape_read(n: fx.Node) -> tuple[tuple[str, Any], ...]:
-    """`(("shape_of", name),)` when `n` reads the shape of tensor `name` and nothing else."""
+    """`(("shape_of", name),)` when `n` reads the shape of tensor `name` and nothing else;
+    `(("dtype_of", name),)` for `name.dtype` (Hugging Face's `input_dtype = x.dtype`)."""
     first = n.args[0] if n.args else None
     if not isinstance(first, fx.Node) or not isinstance(first.meta.get("val"), torch.Tensor):
         return ()
+    if n.op == "call_function" and n.target is getattr and n.args[1:] == ("dtype",):
+        return (("dtype_of", first.name),)
     if n.op == "call_function" and n.target is getattr:
         shape = len(n.args) == 2 and n.args[1] in SHAPE_ATTRS
     elif n.op == "call_method":
