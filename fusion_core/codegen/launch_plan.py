@@ -15,7 +15,7 @@ without inputs, and the expression for the device a kernel runs on (``device_of`
 from __future__ import annotations
 
 from ..ir.views import Split
-from . import cat_bounds, launch_maps
+from . import cat_bounds, launch_maps, view_checks
 from .choices import kind
 from .lower import KernelPlan, TensorArg
 from .plan import Role
@@ -160,8 +160,8 @@ def _piece_check(plan: KernelPlan, i: int, a: str, out: CodeWriter) -> None:
     assert piece is not None
     bounds, at = plan.cats[piece.cat], piece.dim - plan.rank
     source = bounds.sources[piece.part]
-    if source == i:
-        return
+    if source == i or view_checks.grouped(plan, plan.inputs[i], a) is not None:
+        return  # its own length, or `_fits` checks it in channels before the views
     size = cat_bounds.length(plan, piece)
     why = (f"this kernel reads {size} (regenerate it)" if source is None else
            f"another input of its operand is {{{size}}} (this kernel needs them equal)")
