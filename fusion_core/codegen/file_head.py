@@ -8,6 +8,8 @@ each input's memory order). ``launcher.py`` writes the rest.
 
 from __future__ import annotations
 
+import textwrap
+
 from ..names import function_class_name
 from . import tuning as autotune
 from .cat_bounds import coordinate_total
@@ -24,10 +26,7 @@ def dtype_literal(t: TensorArg) -> str:
 
 
 def header(plan: KernelPlan, model: str, category: str, where: str | None) -> list[str]:
-    def desc(ts: tuple[TensorArg, ...]) -> str:
-        return ", ".join(f"{t.value} {tuple(t.value_shape)} "
-                         f"{dtype_literal(t).removeprefix('torch.')}" for t in ts)
-
+    desc = _desc
     loc = f", {where}" if where else ""
     # a varying cat's coordinate (and generated operands) take this call's length along it
     moving = tuple(t for t in plan.generated if _follows_call(plan, t))
@@ -37,16 +36,44 @@ def header(plan: KernelPlan, model: str, category: str, where: str | None) -> li
             f"Inputs: {desc(plan.inputs) or 'none'}.",
             *([f"Generated from the index (fixed at these shapes): {desc(fixed)}."]
               if fixed else []),
-            *(["Cat operands may change length along the cat dim from call to call (a KV "
-               "cache): the", "launcher reads where each ends from them (`piece_ends`); "
-               "generated from the index at", f"this call's length there: {desc(moving)}."]
-              if moving else []),
+            *_varying_cats(plan, moving),
             f"Outputs: {desc(plan.outputs)}.",
             f"Iteration shape at analysis time: {plan.domain}.",
             f"Call `{plan.name}({'*inputs' if plan.inputs else 'device'})`; "
             f"`{wrapper_class(plan)}.apply` is the autograd wrapper (inference only).", '"""',
             "", "import os", "", "import torch", "import triton",
             "import triton.language as tl", ""]
+
+
+def _varying_cats(plan: KernelPlan, moving: tuple[TensorArg, ...]) -> list[str]:
+    """Which operands of each varying cat follow the call and which keep their length (a
+    sliding window's `past[:, :, 1:]` is sliced at its analysed length: refused at others)."""
+    parts = []
+    for c, b in enumerate(plan.cats):
+        if not b.varying:
+            continue
+        for part, (source, n) in enumerate(zip(b.sources, b.lengths, strict=True)):
+            if source is not None:
+                v = plan.inputs[source].value
+                parts.append(f"the one read from `{v}` is as long as this call's `{v}` there")
+                continue
+            reads = [t.value for t in plan.inputs if t.piece is not None
+                     and (t.piece.cat, t.piece.part) == (c, part)]
+            parts.append(f"the one read from `{reads[0]}` is fixed at its analysed {n} (the "
+                         f"launcher refuses another length of `{reads[0]}` there)" if reads
+                         else f"the generated one is fixed at {n}")
+    if not parts:
+        return []
+    text = ("Cat operands may change length along the cat dim from call to call (a KV cache): "
+            + "; ".join(parts) + ". The launcher reads where each ends from them "
+            "(`piece_ends`)" + (f"; generated from the index at this call's length there: "
+                                f"{_desc(moving)}" if moving else "") + ".")
+    return textwrap.wrap(text, 92, break_on_hyphens=False)
+
+
+def _desc(ts: tuple[TensorArg, ...]) -> str:
+    return ", ".join(f"{t.value} {tuple(t.value_shape)} "
+                     f"{dtype_literal(t).removeprefix('torch.')}" for t in ts)
 
 
 def _follows_call(plan: KernelPlan, t: TensorArg) -> bool:
