@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..ir.views import Narrow, Repeat, Split, Step, Unflatten, shape_after
+from ..ir.views import Narrow, Repeat, Split, Step, Unflatten, inverse, shape_after
 from .plan import KernelPlan, TensorArg
 
 _MARK = 1_000_003  # a size no real dim has: where a dim goes through a chain
@@ -83,7 +83,7 @@ def fits_lines(plan: KernelPlan, names: Sequence[str], firsts: dict[str, str]) -
             seen.add(a)
             cuts += sorted(_cuts(t, a, plan.rank), key=lambda c: c.dim)
     repeats = [c for c in cuts if isinstance(c.step, Repeat)]
-    out: list[str] = []
+    out: list[str] = _results(plan, firsts)
     for c in cuts:
         if isinstance(c.step, Repeat):
             continue
@@ -136,3 +136,42 @@ def _divides(plan: KernelPlan, c: Cut) -> list[str]:
     return [f"if {a} % {q}:",
             f'    raise ValueError(f"{{NAME}}: `{c.name}` is {{{a}}} long in dim {c.dim}; '
             f'this kernel reads it in {how} there (analysed {c.size}); {FIX}")']
+
+
+def _reaching(t: TensorArg, dim: int, rank: int) -> list[int]:
+    """The own dims of input `t` that its chain merges into domain dim `dim` (each marked in
+    turn leaves a multiple of the mark there)."""
+    out = []
+    for r in range(len(t.value_shape)):
+        marked = tuple(_MARK if j == r else n for j, n in enumerate(t.value_shape))
+        after = shape_after(t.view, marked)
+        at = dim - (rank - len(after))
+        if 0 <= at < len(after) and after[at] % _MARK == 0:
+            out.append(r)
+    return out
+
+
+def _results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
+    """A result the kernel computes merged but returns in its own shape (`h` beside
+    `h.flatten(2).softmax(-1)`) is unflattened at its analysed sizes: the input whose dims
+    make that domain dim must have them, or the result would come back in the analysed
+    shape (a product that matches) or not at all (torch's `unflatten` error)."""
+    out = []
+    for o in plan.outputs:
+        back = inverse(o.view, o.value_shape) if o.view else None
+        if not back or not isinstance(back[0], Unflatten) or -1 in back[0].sizes:
+            continue
+        step = back[0]
+        dim = step.dim + plan.rank - len(o.shape)
+        for t in plan.inputs:
+            dims = _reaching(t, dim, plan.rank) if t.view else []
+            want = tuple(t.value_shape[r] for r in dims)
+            if not dims or want != step.sizes or dims != list(range(dims[0], dims[-1] + 1)):
+                continue
+            a, span = firsts[t.value], f"{dims[0]}:{dims[-1] + 1}"
+            out += [f"if tuple({a}.shape[{span}]) != {want}:",
+                    f'    raise ValueError(f"{{NAME}}: `{a}` is {{tuple({a}.shape[{span}])}} in '
+                    f"dims {dims[0]}-{dims[-1]}; this kernel returns `{o.value}` (analysed "
+                    f'{o.value_shape}) with {want} there; {FIX}")']
+            break
+    return out
