@@ -18,7 +18,6 @@ runs it). A dim reached through a merge has no one size to name: no check, as be
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..ir.views import Narrow, Repeat, Split, Step, Unflatten, inverse, shape_after
@@ -73,24 +72,22 @@ def _cuts(t: TensorArg, name: str, rank: int) -> list[Cut]:
     return out
 
 
-def fits_lines(plan: KernelPlan, names: Sequence[str], firsts: dict[str, str]) -> list[str]:
+def fits_lines(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
     """The checks of `_fits` (none where no input's map splits a dim it can trace)."""
     cuts: list[Cut] = []
-    seen: set[str] = set()
-    for t in plan.inputs:
-        a = firsts[t.value]
-        if t.view and a not in seen:  # a second load views the same parameter: checked once
-            seen.add(a)
-            cuts += sorted(_cuts(t, a, plan.rank), key=lambda c: c.dim)
+    for t in plan.inputs:  # a second load views its parameter again: its own map's checks
+        if t.view:
+            cuts += sorted(_cuts(t, firsts[t.value], plan.rank), key=lambda c: c.dim)
     repeats = [c for c in cuts if isinstance(c.step, Repeat)]
-    out: list[str] = _results(plan, firsts)
+    checks = [_results(plan, firsts)]
     for c in cuts:
         if isinstance(c.step, Repeat):
             continue
         src = next((s for s in repeats if c.lands is not None and s.lands == c.lands
                     and isinstance(c.step, Split) and s.step.factor == c.step.per), None)
-        out += _upsampled(c, src) if src is not None else _divides(plan, c)
-    return out
+        checks.append(_upsampled(c, src) if src is not None else _divides(plan, c))
+    # two loads sliced alike (a rotary embedding's halves) check their parameter once
+    return [line for check in dict.fromkeys(map(tuple, checks)) for line in check]
 
 
 def _upsampled(c: Cut, src: Cut) -> list[str]:
