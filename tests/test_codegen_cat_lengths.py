@@ -115,7 +115,7 @@ def test_inputs_of_one_piece_of_other_lengths_are_refused_by_name(tmp_path):
     launch = load_kernel(path).cluster0
     x, y, z = torch.randn(5, 4), torch.randn(5, 4), torch.randn(1, 4)
     torch.testing.assert_close(launch(x, y, z), fn(None, x, y, z))
-    with pytest.raises(ValueError, match=r"a concatenated input is 1 long along the cat dim; "
+    with pytest.raises(ValueError, match=r"a concatenated input, `b`, is 1 long along the cat dim; "
                        r"another input of its operand is 5 \(this kernel needs them equal\)"):
         launch(x, torch.randn(1, 4), z)
 

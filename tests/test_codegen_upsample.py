@@ -183,6 +183,21 @@ def test_a_decoder_kernel_refuses_sizes_that_are_not_its_factor_apart(tmp_path, 
         load_kernel(path).cluster0(torch.randn(2, 8, 4, 4), torch.randn(skip), w, b)
 
 
+def test_a_cat_of_an_upsample_refuses_other_channels_as_passed(tmp_path):
+    # No group_norm: the skip's split is the upsample's, along the height and width; the
+    # refusal read it as group_norm's groups ("12 channels ...; this kernel reads 16
+    # (group_norm's groups of 2").
+    def fn(m, x, skip):
+        return torch.cat([F.interpolate(x, scale_factor=2), skip], 1).relu()
+
+    a = analyze(Lambda(fn, 2), torch.randn(2, 8, 4, 4), torch.randn(2, 8, 8, 8))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    with pytest.raises(ValueError, match=r"^cluster0: a concatenated input, `b`, is 6 long "
+                       "along the cat dim; this kernel reads 8; regenerate it at these sizes or "
+                       "keep the original ops$"):
+        load_kernel(path).cluster0(torch.randn(2, 8, 4, 4), torch.randn(2, 6, 8, 8))
+
+
 def _affine(model: Decoder) -> tuple[torch.Tensor, ...]:
     return tuple(p.detach().reshape(-1, 1, 1) for p in (model.norm.weight, model.norm.bias))
 
