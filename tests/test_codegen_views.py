@@ -121,6 +121,11 @@ def test_a_result_returned_unflattened_refuses_other_sizes_of_the_merged_dims(tm
                            r"\(4, 4\) there; regenerate it at these sizes or keep the original "
                            "ops$"):
             launch(torch.randn(2, 3, *hw))
+    # the map names dims from the start: another rank was torch's IndexError
+    with pytest.raises(ValueError, match=r"^cluster0: `a` has 3 dims; this kernel views it by "
+                       r"dim as analysed, with 4 \(\(2, 3, 4, 4\)\); regenerate it at these "
+                       "sizes or keep the original ops$"):
+        launch(torch.randn(3, 4, 4))
 
 
 @pytest.mark.parametrize("fn, shape, reduced", [

@@ -20,7 +20,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..ir.views import Narrow, Repeat, Split, Step, Unflatten, inverse, shape_after
+from ..ir.views import (
+    Merge,
+    Narrow,
+    Permute,
+    Repeat,
+    Split,
+    Squeeze,
+    Step,
+    Unflatten,
+    Unsqueeze,
+    inverse,
+    shape_after,
+)
 from .plan import KernelPlan, TensorArg
 
 _MARK = 1_000_003  # a size no real dim has: where a dim goes through a chain
@@ -79,7 +91,8 @@ def fits_lines(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
         if t.view:
             cuts += sorted(_cuts(t, firsts[t.value], plan.rank), key=lambda c: c.dim)
     repeats = [c for c in cuts if isinstance(c.step, Repeat)]
-    checks = [_results(plan, firsts)]
+    checks = [_rank(t, firsts[t.value]) for t in plan.inputs if _rank_bound(t.view)]
+    checks.append(_results(plan, firsts))
     for c in cuts:
         if isinstance(c.step, Repeat):
             continue
@@ -88,6 +101,21 @@ def fits_lines(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
         checks.append(_upsampled(c, src) if src is not None else _divides(plan, c))
     # two loads sliced alike (a rotary embedding's halves) check their parameter once
     return [line for check in dict.fromkeys(map(tuple, checks)) for line in check]
+
+
+def _rank_bound(steps: tuple[Step, ...]) -> bool:
+    """The chain names dims counted from the start: at another rank they would be others
+    (a slice's dim counts from the end, any leading dims pass)."""
+    return any(isinstance(s, Permute | Merge | Unflatten | Split | Repeat)
+               or (isinstance(s, Unsqueeze | Squeeze) and any(d >= 0 for d in s.dims))
+               for s in steps)
+
+
+def _rank(t: TensorArg, name: str) -> list[str]:
+    n = len(t.value_shape)
+    return [f"if {name}.dim() != {n}:",
+            f'    raise ValueError(f"{{NAME}}: `{name}` has {{{name}.dim()}} dims; this kernel '
+            f'views it by dim as analysed, with {n} ({t.value_shape}); {FIX}")']
 
 
 def _upsampled(c: Cut, src: Cut) -> list[str]:
