@@ -67,8 +67,9 @@ def test_rotary_slices_read_in_the_kernel_run_at_other_tokens_not_another_head_d
     launch = load_kernel(path).cluster0
     q, cos, sin = torch.randn(5, 7, 8), torch.randn(7, 8), torch.randn(7, 8)
     torch.testing.assert_close(launch(q, cos, sin), rotary_slices(None, q, cos, sin))
-    with pytest.raises(ValueError, match=r"an input sliced along dim -1 is 16 long there; "
-                       r"this kernel slices it at 8 \(regenerate it\)"):
+    with pytest.raises(ValueError, match=r"^cluster0: `a` is 16 long in dim -1; this kernel "
+                       "slices it as analysed, where it was 8 long; regenerate it at these "
+                       "sizes or keep the original ops$"):
         launch(torch.randn(5, 7, 16), torch.randn(7, 16), torch.randn(7, 16))
 
 

@@ -115,7 +115,7 @@ def test_inputs_of_one_piece_of_other_lengths_are_refused_by_name(tmp_path):
     launch = load_kernel(path).cluster0
     x, y, z = torch.randn(5, 4), torch.randn(5, 4), torch.randn(1, 4)
     torch.testing.assert_close(launch(x, y, z), fn(None, x, y, z))
-    with pytest.raises(ValueError, match=r"a concatenated input is 1 long along the cat dim; "
+    with pytest.raises(ValueError, match=r"a concatenated input, `b`, is 1 long along the cat dim; "
                        r"another input of its operand is 5 \(this kernel needs them equal\)"):
         launch(x, torch.randn(1, 4), z)
 
@@ -186,3 +186,26 @@ def test_a_cache_stored_with_the_tokens_innermost_takes_chunks_of_new_tokens(tmp
         past, new = torch.randn(1, 2, 8, past_len), torch.randn(1, 2, 8, new_len)
         got = launch(to_device(past).transpose(2, 3), to_device(new).transpose(2, 3))
         compare(got.cpu(), fn(None, past, new), f"past {past_len}, new {new_len}")
+
+
+def test_a_sliding_window_header_says_which_operand_follows_the_call(tmp_path):
+    # `(past * 2)[:, :, 1:]` is sliced at bounds worked out where `past` was 6 long: its
+    # operand stays 5 long and the launcher refuses another `past`, while `new` may grow.
+    # The header said every operand may change length.
+    def fn(m, past, new):
+        return torch.cat(((past * 2)[:, :, 1:], new), dim=2).softmax(-1)
+
+    kernel, launch = _launcher(tmp_path, fn, torch.randn(1, 2, 6, 4), torch.randn(1, 2, 1, 4))
+    header = " ".join(kernel.source.split('"""')[1].split())
+    assert ("Cat operands may change length along the cat dim from call to call (a KV cache): "
+            "the one read from `a` is fixed at its analysed 5 (the launcher refuses another "
+            "length of `a` there); the one read from `b` is as long as this call's `b` there."
+            ) in header, header
+    for new_len in (1, 3):
+        past, new = torch.randn(2, 2, 6, 4), torch.randn(2, 2, new_len, 4)
+        compare(launch(to_device(past), to_device(new)).cpu(), fn(None, past, new),
+                f"new {new_len}")
+    with pytest.raises(ValueError, match=r"^cluster0: `a` is 7 long in dim -2; this kernel "
+                       "slices it as analysed, where it was 6 long; regenerate it at these "
+                       "sizes or keep the original ops$"):
+        launch(torch.randn(1, 2, 7, 4), torch.randn(1, 2, 1, 4))

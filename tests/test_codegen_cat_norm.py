@@ -118,10 +118,29 @@ def test_the_launcher_runs_other_batches_and_sizes_and_refuses_other_channels(tm
         torch.testing.assert_close(launch(up, skip, w, b), model(up, skip))
     # 12 up channels of 4 per group would be 3 groups: this kernel reads 2 there (said in
     # channels, as passed: it read "3 long ...; this kernel reads 2")
-    with pytest.raises(ValueError, match="a concatenated input is 12 channels long along the "
-                       r"cat dim; this kernel reads 8 \(group_norm's groups of 4; regenerate "
-                       r"it\)"):
+    with pytest.raises(ValueError, match="cluster0: a concatenated input, `up`, is 12 channels "
+                       r"long along the cat dim \(dim 1\); this kernel reads 8 \(group_norm's "
+                       r"groups of 4\); regenerate it at these sizes or keep the original ops$"):
         launch(torch.randn(3, 12, 5, 7), torch.randn(3, 4, 5, 7), w, b)
+
+
+@pytest.mark.parametrize("up, skip, which", [(6, 6, "up"), (8, 6, "skip"), (10, 6, "up")])
+def test_the_launcher_refuses_channels_its_groups_do_not_divide_by_input_and_dim(
+        tmp_path, up, skip, which):
+    # Channels that groups of 4 do not divide: torch's `unflatten` raised ("Provided sizes
+    # [-1, 4] don't multiply up to the size of dim 1 (6)") before any check ran.
+    torch.manual_seed(0)
+    model = DecoderNorm(16, 4).eval()
+    a = analyze(model, torch.randn(2, 8, 4, 4), torch.randn(2, 8, 4, 4))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = load_kernel(path).cluster0
+    w, b = (p.detach().reshape(16, 1, 1) for p in (model.norm.weight, model.norm.bias))
+    n = up if which == "up" else skip
+    with pytest.raises(ValueError, match=f"^cluster0: a concatenated input, `{which}`, is {n} "
+                       r"channels long along the cat dim \(dim 1\); this kernel reads 8 "
+                       r"\(group_norm's groups of 4\); regenerate it at these sizes or keep "
+                       "the original ops$"):
+        launch(torch.randn(1, up, 3, 3), torch.randn(1, skip, 3, 3), w, b)
 
 
 def test_a_group_holding_channels_of_two_operands_is_refused_by_name():

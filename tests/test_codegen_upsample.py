@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from codegen_harness import Lambda, check_model, compile_for_gpu, run_kernel
 
 from fusion_core.analysis.barriers import find_barriers
-from fusion_core.codegen import Tuning, generate
+from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels
 from fusion_core.codegen.reference import capture_values, cluster_inputs
 from fusion_core.ir.graph import OpKind
 from fusion_core.pipeline import analyze
@@ -141,6 +141,61 @@ def test_a_decoder_kernel_runs_at_another_batch_and_resolution(tmp_path):
     (got,) = run_kernel(checked.kernels[0], tmp_path / "other", (x, skip, *_affine(model)))
     want = model(x, skip)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+class SizedLikeSkip(nn.Module):
+    """A decoder that upsamples to the skip's size (`size=skip.shape[2:]`): eager runs any
+    pair of sizes; the kernel reads `x` repeated by the analysed factor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(4, 16)
+
+    def forward(self, x, skip):
+        h = torch.cat([F.interpolate(x, size=skip.shape[2:]), skip], 1)
+        return F.silu(self.norm(h))
+
+
+@pytest.mark.parametrize("skip, dim, factor", [((2, 8, 9, 8), 2, "9"),
+                                               ((2, 8, 12, 12), 2, "12"),
+                                               ((2, 8, 8, 6), 3, "6")],
+                         ids=["not-a-factor", "another-factor", "second-dim"])
+def test_a_decoder_kernel_refuses_sizes_that_are_not_its_factor_apart(tmp_path, skip, dim,
+                                                                       factor):
+    # torch raised its own "unflatten: Provided sizes [-1, 2] don't multiply up to the size
+    # of dim 2 (9)", or a broadcast error from inside the launcher at another factor.
+    torch.manual_seed(0)
+    model = SizedLikeSkip()
+    a = analyze(model, torch.randn(2, 8, 4, 4), torch.randn(2, 8, 8, 8))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    module = load_kernel(path)
+    w, b = _affine(model)
+    x, s = torch.randn(3, 8, 5, 3), torch.randn(3, 8, 10, 6)
+    with torch.no_grad():  # other sizes a factor of 2 apart run
+        torch.testing.assert_close(module.cluster0(x, s, w, b), model(x, s), atol=1e-5,
+                                   rtol=1e-4)
+    module._fits = None  # checked once per layout: a warm call runs no check
+    module.cluster0(x, s, w, b)
+    with pytest.raises(ValueError, match=f"^cluster0: `skip` is {factor} long in dim {dim} "
+                       f"and `x` 4 in dim {dim}; this kernel reads `skip` there as `x` "
+                       r"upsampled by exactly 2 \(analysed 4 -> 8\); regenerate it at these "
+                       "sizes or keep the original ops$"):
+        load_kernel(path).cluster0(torch.randn(2, 8, 4, 4), torch.randn(skip), w, b)
+
+
+def test_a_cat_of_an_upsample_refuses_other_channels_as_passed(tmp_path):
+    # No group_norm: the skip's split is the upsample's, along the height and width; the
+    # refusal read it as group_norm's groups ("12 channels ...; this kernel reads 16
+    # (group_norm's groups of 2").
+    def fn(m, x, skip):
+        return torch.cat([F.interpolate(x, scale_factor=2), skip], 1).relu()
+
+    a = analyze(Lambda(fn, 2), torch.randn(2, 8, 4, 4), torch.randn(2, 8, 8, 8))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    with pytest.raises(ValueError, match=r"^cluster0: a concatenated input, `b`, is 6 long "
+                       "along the cat dim; this kernel reads 8; regenerate it at these sizes or "
+                       "keep the original ops$"):
+        load_kernel(path).cluster0(torch.randn(2, 8, 4, 4), torch.randn(2, 6, 8, 8))
 
 
 def _affine(model: Decoder) -> tuple[torch.Tensor, ...]:

@@ -99,6 +99,35 @@ def test_a_slice_inside_a_kernel_refuses_other_input_shapes(tmp_path):
         load_kernel(path).cluster0(torch.randn(2, 8))
 
 
+def test_a_result_returned_unflattened_refuses_other_sizes_of_the_merged_dims(tmp_path):
+    """`h` is computed over `h.flatten(2)`'s dims and returned in its own shape, unflattened
+    at the analysed (4, 4): (8, 2) came back as (4, 4), and (5, 5) raised torch's
+    `unflatten` error."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    def fn(m, x):
+        h = x * 2.0
+        return h, h.flatten(2).softmax(-1)
+
+    a = analyze(Lambda(fn, 1), torch.randn(2, 3, 4, 4))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = load_kernel(path).cluster0
+    x = torch.randn(3, 2, 4, 4)  # other leading sizes run
+    for got, want in zip(launch(x), fn(None, x), strict=True):
+        torch.testing.assert_close(got, want)
+    for hw in ((8, 2), (5, 5)):
+        with pytest.raises(ValueError, match=rf"^cluster0: `a` is \({hw[0]}, {hw[1]}\) in dims "
+                           r"2-3; this kernel returns `mul` \(analysed \(2, 3, 4, 4\)\) with "
+                           r"\(4, 4\) there; regenerate it at these sizes or keep the original "
+                           "ops$"):
+            launch(torch.randn(2, 3, *hw))
+    # the map names dims from the start: another rank was torch's IndexError
+    with pytest.raises(ValueError, match=r"^cluster0: `a` has 3 dims; this kernel views it by "
+                       r"dim as analysed, with 4 \(\(2, 3, 4, 4\)\); regenerate it at these "
+                       "sizes or keep the original ops$"):
+        launch(torch.randn(3, 4, 4))
+
+
 @pytest.mark.parametrize("fn, shape, reduced", [
     (lambda m, x: torch.exp(x).sum(1), (3, 5, 4), "sum"),  # one middle axis, no keepdim
     (lambda m, x: (x * 2.0).mean((2, 3), keepdim=True) + 1.0, (2, 3, 4, 5), "mean"),

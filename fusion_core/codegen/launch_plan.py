@@ -14,8 +14,7 @@ without inputs, and the expression for the device a kernel runs on (``device_of`
 
 from __future__ import annotations
 
-from ..ir.views import Split
-from . import cat_bounds, launch_maps
+from . import cat_bounds, launch_maps, view_checks
 from .choices import kind
 from .lower import KernelPlan, TensorArg
 from .plan import Role
@@ -59,11 +58,12 @@ def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
                'raises if the kernel cannot run them. The launcher caches the result."""'])
     out.lines(cat_bounds.ends_lines(plan, names))
     out.line(f"shape, lead = _iteration_shape({', '.join(shapes)})")
+    firsts = launch_maps.first_names(plan, names)
     for i, a in enumerate(names):
         strides = strides_local(Role.IN, i) if sig.has_strides(Role.IN, i) else "_"
         t = plan.inputs[i]
         if t.piece is not None:  # its groups hold at its own size along the cat dim
-            _piece_check(plan, i, a, out)
+            _piece_check(plan, i, a, firsts[t.value], out)
         seen = _pieced("shape", t, cat_bounds.length(plan, t.piece), plan.rank) if t.piece else (
             "shape")
         out.line(f"copy{i}, {strides} = _layout({a}, {seen}, IN_GROUPS[{i}], IN_ORDERS[{i}])")
@@ -153,26 +153,25 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
     return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
-def _piece_check(plan: KernelPlan, i: int, a: str, out: CodeWriter) -> None:
-    """Input `i` (launcher name `a`) is as long along its cat dim as its piece: the
-    analysed length, or this call's, which another input of the same operand sets."""
+def _piece_check(plan: KernelPlan, i: int, a: str, shown: str, out: CodeWriter) -> None:
+    """Input `i` (launcher name `a`, its parameter `shown`) is as long along its cat dim as
+    its piece: the analysed length, or this call's, which another input of the same operand
+    sets."""
     piece = plan.inputs[i].piece
     assert piece is not None
     bounds, at = plan.cats[piece.cat], piece.dim - plan.rank
     source = bounds.sources[piece.part]
-    if source == i:
+    # group_norm's groups along the cat dim: `_fits` checks them in channels, as passed (a
+    # split of another dim, an upsample's, leaves the cat dim's length as passed here)
+    if source == i or view_checks.grouped(plan, plan.inputs[i], shown) is not None:
         return
     size = cat_bounds.length(plan, piece)
-    why = (f"this kernel reads {size} (regenerate it)" if source is None else
+    why = (f"this kernel reads {size}; regenerate it at these sizes or keep the original ops"
+           if source is None else
            f"another input of its operand is {{{size}}} (this kernel needs them equal)")
-    long = f"{{{a}.shape[{at}]}}"
-    per = next((s.per for s in plan.inputs[i].view if isinstance(s, Split) and s.per), 0)
-    if per:  # its length there counts group_norm's groups: said in channels, as passed
-        long = f"{{{a}.shape[{at}] * {per}}} channels"
-        why = f"this kernel reads {int(size) * per} (group_norm's groups of {per}; regenerate it)"
     out.lines([f"if {a}.shape[{at}] != {size}:",
-               f"    raise ValueError(f\"{{NAME}}: a concatenated input is "
-               f"{long} long along the cat dim; {why}\")"])
+               f"    raise ValueError(f\"{{NAME}}: a concatenated input, `{shown}`, is "
+               f"{{{a}.shape[{at}]}} long along the cat dim; {why}\")"])
 
 
 def _generated_shape(plan: KernelPlan, t: TensorArg) -> str:

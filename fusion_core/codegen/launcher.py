@@ -15,7 +15,9 @@ each Python number of sizes it takes after its tensors (``plan.ScalarArg``). Inp
 kernel reads through views (their index maps) are keyed as passed: ``_views``
 takes the views on a new layout only, and the plan keeps where each view lies in its
 input (``runtime._seats``), so a repeated call rebuilds it with one ``as_strided`` on that
-call's tensor (its data, its storage offset). A repeated call builds the key, looks it up,
+call's tensor (its data, its storage offset). Before a new layout is viewed, `_fits`
+(``view_checks.py``) refuses sizes the views cannot take, naming the input and its dim. A
+repeated call builds the key, looks it up,
 copies what the plan says, allocates contiguous
 outputs and launches with its bucket's configuration, chosen on the bucket's first call
 and kept in ``CHOSEN`` (the Python work used to dominate small kernels' host time). Once
@@ -33,7 +35,7 @@ import keyword
 import re
 from collections.abc import Iterable
 
-from . import direct_launch, launch_maps, runtime, split_rows
+from . import direct_launch, launch_maps, runtime, split_rows, view_checks
 from . import tuning as autotune
 from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
@@ -65,7 +67,7 @@ _RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.v
              *(size.name for size in (N_ROWS, N_COLS, N_ELEMENTS)), "key", "plan", "copies",
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
-             "_views", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
+             "_views", "_fits", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
              "kernel", "wrap", TRACEABLE, PIECE_ENDS,
              *direct_launch.GLOBALS, *(fn.__name__ for fn in direct_launch.HELPERS),
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
@@ -117,6 +119,15 @@ def _views_fn(plan: KernelPlan, names: list[str], params: str, out: CodeWriter) 
     with out.indented():
         out.lines(launch_maps.input_lines(plan, names))
         out.line(f"return {_tuple(names)}")
+
+
+def _fits_fn(lines: list[str], params: str, out: CodeWriter) -> None:
+    """`_fits(*parameters)`: the size checks before the views (``view_checks.py``)."""
+    out.lines(["", "", f"def _fits({params}):",
+               '    """Raises, naming the input and dim, where this call\'s sizes cannot be viewed',
+               '    as the kernel reads them (run once per new layout, before `_views`)."""'])
+    with out.indented():
+        out.lines(lines)
 
 
 def _tuple(items: Iterable[str]) -> str:
@@ -200,7 +211,7 @@ def _result(plan: KernelPlan) -> str:
 
 
 def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[int],
-                  out: CodeWriter) -> None:
+                  fits: bool, out: CodeWriter) -> None:
     """`traceable(*inputs, wrap)`: the launcher as torch.compile traces it (on fake tensors),
     without its caches, candidate timing or direct launches."""
     out.lines(["", "", f"def {TRACEABLE}({inputs}, wrap):"])
@@ -211,6 +222,8 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
                    '(torch.library.wrap_triton) or skips it (shapes only)."""'])
         if not names:
             out.line(f"{NO_INPUTS_DEVICE} = torch.device({NO_INPUTS_DEVICE})")
+        if fits:
+            out.line(f"_fits({inputs})")
         if viewed:
             out.line(f"{_tuple(names)} = _views({inputs})")
         out.line(f"copies, out_shapes, out_strides, args, tune_key, configs = _plan("
@@ -249,9 +262,12 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
     plan_fn(plan, sig, looped, names, out)
     out.lines(["", ""])
     _launch_fn(plan, sig, looped, names, out)
+    fits = view_checks.fits_lines(plan, firsts) if viewed else []
     if viewed:
         out.lines(["", ""])
         _views_fn(plan, names, inputs, out)
+    if fits:
+        _fits_fn(fits, inputs, out)
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         if plan.scalars:  # what the caller computes for each (graph names for values)
@@ -266,6 +282,8 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
         out.lines(["plan = LAUNCH_CACHE.get(key)",
                    "if plan is None:  # a new layout: check it and work out the launch once"])
         with out.indented():
+            if fits:  # sizes the views cannot take, refused by input and dim
+                out.line(f"_fits({inputs})")
             if viewed:  # where the views lie in the raw inputs, kept for later calls
                 out.line(f"seen = _views({inputs})")
                 out.bracketed("seats = _seats(", [_tuple(raw[i] for i in viewed),
@@ -298,7 +316,7 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                    "if fire is None and CHOSEN.get(tune_key) == config:  # kept: launch directly",
                    "    DIRECT_LAUNCH[key] = (launched() if launched else None) or False",
                    f"return {result}"])
-    _traceable_fn(plan, names, inputs, viewed, out)
+    _traceable_fn(plan, names, inputs, viewed, bool(fits), out)
     out.lines(["", "", f"class {wrapper_class(plan)}(torch.autograd.Function):"])
     with out.indented():
         out.lines([f'"""`{n}` in autograd graphs: forward runs the kernel, backward refuses."""',

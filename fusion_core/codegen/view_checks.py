@@ -1,0 +1,202 @@
+"""Size checks a generated launcher runs before it views its inputs (`_fits`).
+
+An input's index map (``launch_maps.input_lines``) splits some of its dims: group_norm's
+channel groups (``ir/views.Split``), a domain dim an upsample grew (``upsample_space.py``),
+an ``Unflatten`` undoing a merge; or slices one at bounds worked out at its analysed length
+(``Narrow``: `_narrowed` refuses another length, naming no input). At a size the split does
+not divide, torch's own `unflatten` error would name no kernel, no input and no fix; two
+inputs a nearest upsample relates (`F.interpolate(x, size=skip.shape[2:])`) that are not
+the kernel's factor apart would fail in `torch.broadcast_shapes`. These checks say it first,
+in the launcher's names (the user's) and the input's own dims, with the analysed size beside
+this call's.
+
+Reads a ``KernelPlan`` and the launcher's names; writes the body of `_fits(*parameters)`,
+which the launcher calls where it works out a new plan (the cold path: a warm call never
+runs it). A dim reached through a merge has no one size to name: no check, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..ir.views import (
+    Merge,
+    Narrow,
+    Permute,
+    Repeat,
+    Split,
+    Squeeze,
+    Step,
+    Unflatten,
+    Unsqueeze,
+    inverse,
+    shape_after,
+)
+from .plan import KernelPlan, TensorArg
+
+_MARK = 1_000_003  # a size no real dim has: where a dim goes through a chain
+FIX = "regenerate it at these sizes or keep the original ops"
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A dim of input `name` (launcher name) read split, repeated or sliced by its index
+    map: own dim `dim` (analysed `size` long; negative where the step counts from the end,
+    as a slice does for any number of leading dims) reaches domain dim `lands` whole."""
+
+    name: str
+    arg: TensorArg
+    dim: int
+    size: int
+    lands: int | None
+    step: Step
+
+
+def _divisor(step: Step) -> int | None:
+    """What the dim a step splits must divide by (a Repeat or a slice: 1); None for steps
+    any size takes."""
+    if isinstance(step, Split):
+        return step.per or step.groups
+    if isinstance(step, Unflatten):
+        return math.prod(s for s in step.sizes if s != -1)
+    return 1 if isinstance(step, Repeat | Narrow) else None
+
+
+def _cuts(t: TensorArg, name: str, rank: int) -> list[Cut]:
+    """The dims of `t` its chain splits or repeats, traced to its own dims and the domain's."""
+    out = []
+    shape = t.value_shape
+    for k, step in enumerate(t.view):
+        q = _divisor(step)
+        if q is None:
+            continue
+        for r in range(len(shape)):
+            marked = tuple(_MARK * q if j == r else n for j, n in enumerate(shape))
+            if shape_after(t.view[:k], marked)[step.dim] != _MARK * q:
+                continue
+            after = shape_after(t.view, marked)
+            hits = [j for j, n in enumerate(after) if n == _MARK]
+            lands = hits[0] + rank - len(after) if len(hits) == 1 else None
+            dim = r - len(shape) if step.dim < 0 else r
+            out.append(Cut(name, t, dim, shape[r], lands, step))
+            break
+    return out
+
+
+def fits_lines(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
+    """The checks of `_fits` (none where no input's map splits a dim it can trace)."""
+    cuts: list[Cut] = []
+    for t in plan.inputs:  # a second load views its parameter again: its own map's checks
+        if t.view:
+            cuts += sorted(_cuts(t, firsts[t.value], plan.rank), key=lambda c: c.dim)
+    repeats = [c for c in cuts if isinstance(c.step, Repeat)]
+    checks = [_rank(t, firsts[t.value]) for t in plan.inputs if _rank_bound(t.view)]
+    checks.append(_results(plan, firsts))
+    for c in cuts:
+        if isinstance(c.step, Repeat):
+            continue
+        src = next((s for s in repeats if c.lands is not None and s.lands == c.lands
+                    and isinstance(c.step, Split) and s.step.factor == c.step.per), None)
+        checks.append(_upsampled(c, src) if src is not None else _divides(plan, c))
+    # two loads sliced alike (a rotary embedding's halves) check their parameter once
+    return [line for check in dict.fromkeys(map(tuple, checks)) for line in check]
+
+
+def _rank_bound(steps: tuple[Step, ...]) -> bool:
+    """The chain names dims counted from the start: at another rank they would be others
+    (a slice's dim counts from the end, any leading dims pass)."""
+    return any(isinstance(s, Permute | Merge | Unflatten | Split | Repeat)
+               or (isinstance(s, Unsqueeze | Squeeze) and any(d >= 0 for d in s.dims))
+               for s in steps)
+
+
+def _rank(t: TensorArg, name: str) -> list[str]:
+    n = len(t.value_shape)
+    return [f"if {name}.dim() != {n}:",
+            f'    raise ValueError(f"{{NAME}}: `{name}` has {{{name}.dim()}} dims; this kernel '
+            f'views it by dim as analysed, with {n} ({t.value_shape}); {FIX}")']
+
+
+def _upsampled(c: Cut, src: Cut) -> list[str]:
+    """`c`'s dim is read as `src`'s repeated by the factor: exactly that many times longer."""
+    f = src.step.factor
+    a, x = f"{c.name}.shape[{c.dim}]", f"{src.name}.shape[{src.dim}]"
+    return [f"if {a} != {x} * {f}:",
+            f'    raise ValueError(f"{{NAME}}: `{c.name}` is {{{a}}} long in dim {c.dim} and '
+            f'`{src.name}` {{{x}}} in dim {src.dim}; this kernel reads `{c.name}` there as '
+            f'`{src.name}` upsampled by exactly {f} (analysed {src.size} -> {c.size}); {FIX}")']
+
+
+def grouped(plan: KernelPlan, t: TensorArg, name: str) -> Cut | None:
+    """The split of a cat operand `t` into group_norm's groups of a fixed size, along the
+    cat dim (a piece of a group-split cat: its length there is fixed, ``cat_bounds``)."""
+    if t.piece is None:
+        return None
+    return next((c for c in _cuts(t, name, plan.rank) if isinstance(c.step, Split)
+                 and c.step.per and c.lands == t.piece.dim), None)
+
+
+def _divides(plan: KernelPlan, c: Cut) -> list[str]:
+    a = f"{c.name}.shape[{c.dim}]"
+    step = c.step
+    if grouped(plan, c.arg, c.name) == c:  # said as the cat check in `_plan` says it
+        assert isinstance(step, Split)
+        return [f"if {a} != {c.size}:",
+                f'    raise ValueError(f"{{NAME}}: a concatenated input, `{c.name}`, is {{{a}}} '
+                f"channels long along the cat dim (dim {c.dim}); this kernel reads {c.size} "
+                f"(group_norm's groups of {step.per}); {FIX}\")"]
+    if isinstance(step, Narrow):  # `_narrowed` refuses it too, naming no input
+        return [f"if {a} != {step.size}:",
+                f'    raise ValueError(f"{{NAME}}: `{c.name}` is {{{a}}} long in dim {c.dim}; '
+                f'this kernel slices it as analysed, where it was {step.size} long; {FIX}")']
+    if isinstance(step, Unflatten) and -1 not in step.sizes:
+        n = math.prod(step.sizes)
+        return [f"if {a} != {n}:",
+                f'    raise ValueError(f"{{NAME}}: `{c.name}` is {{{a}}} long in dim {c.dim}; '
+                f'this kernel reads it as {step.sizes} there (analysed {c.size}); {FIX}")']
+    q = _divisor(step)
+    how = (f"{step.groups} groups" if isinstance(step, Split) and not step.per
+           else f"groups of {q}")
+    return [f"if {a} % {q}:",
+            f'    raise ValueError(f"{{NAME}}: `{c.name}` is {{{a}}} long in dim {c.dim}; '
+            f'this kernel reads it in {how} there (analysed {c.size}); {FIX}")']
+
+
+def _reaching(t: TensorArg, dim: int, rank: int) -> list[int]:
+    """The own dims of input `t` that its chain merges into domain dim `dim` (each marked in
+    turn leaves a multiple of the mark there)."""
+    out = []
+    for r in range(len(t.value_shape)):
+        marked = tuple(_MARK if j == r else n for j, n in enumerate(t.value_shape))
+        after = shape_after(t.view, marked)
+        at = dim - (rank - len(after))
+        if 0 <= at < len(after) and after[at] % _MARK == 0:
+            out.append(r)
+    return out
+
+
+def _results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
+    """A result the kernel computes merged but returns in its own shape (`h` beside
+    `h.flatten(2).softmax(-1)`) is unflattened at its analysed sizes: the input whose dims
+    make that domain dim must have them, or the result would come back in the analysed
+    shape (a product that matches) or not at all (torch's `unflatten` error)."""
+    out = []
+    for o in plan.outputs:
+        back = inverse(o.view, o.value_shape) if o.view else None
+        if not back or not isinstance(back[0], Unflatten) or -1 in back[0].sizes:
+            continue
+        step = back[0]
+        dim = step.dim + plan.rank - len(o.shape)
+        for t in plan.inputs:
+            dims = _reaching(t, dim, plan.rank) if t.view else []
+            want = tuple(t.value_shape[r] for r in dims)
+            if not dims or want != step.sizes or dims != list(range(dims[0], dims[-1] + 1)):
+                continue
+            a, span = firsts[t.value], f"{dims[0]}:{dims[-1] + 1}"
+            out += [f"if tuple({a}.shape[{span}]) != {want}:",
+                    f'    raise ValueError(f"{{NAME}}: `{a}` is {{tuple({a}.shape[{span}])}} in '
+                    f"dims {dims[0]}-{dims[-1]}; this kernel returns `{o.value}` (analysed "
+                    f'{o.value_shape}) with {want} there; {FIX}")']
+            break
+    return out
