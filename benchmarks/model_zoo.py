@@ -327,7 +327,8 @@ def _applied_column(a: Any, kernels: Any, report: Any) -> str:
     verified = {i for i, (usable, _) in verdicts.items() if usable}
     skipped = collections.Counter(s.reason for s in owned.skipped if s.cluster in verified)
     for reason, n in skipped.most_common():  # the log says why verified ones are left out
-        print(f"  not applied if yours ({n} verified): {reason[:int(os.environ.get('ZOO_REASON_CHARS', '160'))]}", file=sys.stderr)
+        shown = reason[:int(os.environ.get("ZOO_REASON_CHARS", "160"))]
+        print(f"  not applied if yours ({n} verified): {shown}", file=sys.stderr)
     applied, if_yours = (len(verified & set(p.clusters)) for p in (as_is, owned))
     return f"{applied} of {len(verified)}" + (
         f" ({if_yours} if yours)" if if_yours != applied else "")
