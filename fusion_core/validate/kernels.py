@@ -99,9 +99,12 @@ class _Renamer(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
-        # Messages and the NAME constant spell the launcher's name.
+        # Messages and the NAME constant spell the launcher's name, and refusals quote
+        # its parameters (`transpose`), which are value names too.
         if isinstance(node.value, str):
-            node.value = node.value.replace(self.kernel_name, "K")
+            text = node.value.replace(self.kernel_name, "K")
+            node.value = re.sub(r"`([A-Za-z_]\w*)`",
+                                lambda m: f"`{self.names.get(m[1], m[1])}`", text)
         return node
 
 
