@@ -466,3 +466,21 @@ def test_a_block_whose_layers_are_built_alike_is_served_without_a_cluster_of_its
     assert "result = self.block[1:](cluster2(self.block[0][0](input), " in path.read_text(), (
         path.read_text())
     same_outputs(tmp_path, path, ALIKE)
+
+
+HOOKED = NESTED.replace(
+    "        self.head = nn.Conv2d(4, 4, 1)\n",
+    "        self.head = nn.Conv2d(4, 4, 1)\n"
+    "        self.block.register_forward_hook(lambda module, args, out: out * 2.0)\n")
+
+
+def test_a_sequential_with_a_hook_of_its_own_is_not_unrolled(tmp_path):
+    path = tmp_path / "hooked.py"
+    path.write_text(HOOKED)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    # Unrolled, `self.block[2][0](...)` and the kernels would run without the hook's `* 2.0`.
+    assert "Applied" not in result.output, result.output
+    assert "`self.block(input)`, a `Sequential` with forward hooks registered" in " ".join(result.output.split()), (
+        result.output)
+    assert path.read_text() == HOOKED

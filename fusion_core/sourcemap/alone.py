@@ -26,6 +26,7 @@ from .guard import holds
 from .parts import feeding
 from .pyexpr import BINOPS, attr_chain, module_path
 from .pysource import Scope, SourceFile
+from .sequential import registered_hooks
 from .served import call_of
 from .span import PointerOnly, Span, chain_site
 
@@ -192,6 +193,12 @@ def _library_container(analysis: Analysis, span: Span, path: str | None, line: i
         except AttributeError:
             return None
         forward = type(container).forward
+        hooked = registered_hooks(container) if isinstance(container, nn.Sequential) else None
+        if hooked is not None:
+            return (f"line {line} calls `{span.src.segment(n)}`, a `{type(container).__name__}` "
+                    f"with {hooked.replace('_', ' ')} registered, which would not run if an "
+                    "edit called its layers one by one. To apply, move the hooks to its layers "
+                    "or call the layers one per line in this forward")
         if Path(inspect.getsourcefile(forward) or "") == Path(span.src.path):
             return None  # its forward is in this file: the cluster's own lines are there
         call, head = ".".join(chain), ".".join(segments[:at + size]) + "."

@@ -59,8 +59,17 @@ def _where(node: fx.Node) -> str | None:
 def unrollable(container: nn.Module) -> bool:
     """An `nn.Sequential` that runs, indexes and counts its layers as torch's own does: a
     subclass that only builds them (torchvision's `Conv2dNormActivation`, of any file)
-    computes `c(x)` as `c[1](c[0](x))`."""
-    return isinstance(container, nn.Sequential) and _own_method(type(container)) is None
+    computes `c(x)` as `c[1](c[0](x))`. Hooks on the container itself would not run when
+    its layers are called one by one, so a container with hooks is not unrolled."""
+    return (isinstance(container, nn.Sequential) and _own_method(type(container)) is None
+            and not registered_hooks(container))
+
+
+def registered_hooks(container: nn.Module) -> str | None:
+    """The first kind of hook registered on `container` itself, or None."""
+    return next((kind for kind in ("forward_pre_hooks", "forward_hooks", "backward_hooks",
+                                   "backward_pre_hooks")
+                 if getattr(container, f"_{kind}", None)), None)
 
 
 def _own_method(cls: type) -> str | None:
@@ -342,6 +351,11 @@ def container_mismatch(model: nn.Module, path: str, self_name: str, self_path: s
             where = short_path(inspect.getsourcefile(cls) or "?")
         except TypeError:
             where = "?"
+        hooked = registered_hooks(container)
+        if hooked is not None:
+            return (f"{why}; `{func}` has {hooked.replace('_', ' ')} registered, which would "
+                    "not run if its layers were called one by one. To apply, move the hooks "
+                    "to its layers or call them one per line in this forward")
         return (f"{why}; `{func}` is a `{cls.__name__}` (defined in {where}) with its own "
                 f"`{_own_method(cls)}`, which no edit here unrolls. To apply, call its layers "
                 "one per line in this forward")
