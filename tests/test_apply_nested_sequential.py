@@ -481,6 +481,6 @@ def test_a_sequential_with_a_hook_of_its_own_is_not_unrolled(tmp_path):
     assert result.exit_code == 0, result.output
     # Unrolled, `self.block[2][0](...)` and the kernels would run without the hook's `* 2.0`.
     assert "Applied" not in result.output, result.output
-    assert "`self.block(input)`, a `Sequential` with forward hooks registered" in " ".join(result.output.split()), (
-        result.output)
+    said = " ".join(result.output.split())
+    assert "`self.block(input)`, a `Sequential` with forward hooks registered" in said, said
     assert path.read_text() == HOOKED
