@@ -197,8 +197,8 @@ def _library_container(analysis: Analysis, span: Span, path: str | None, line: i
         if hooked is not None:
             return (f"line {line} calls `{span.src.segment(n)}`, a `{type(container).__name__}` "
                     f"with {hooked.replace('_', ' ')} registered, which would not run if an "
-                    "edit called its layers one by one. To apply, move the hooks to its layers "
-                    "or call the layers one per line in this forward")
+                    "edit called its layers one by one. To apply, register the hooks on its "
+                    "layers instead")
         if Path(inspect.getsourcefile(forward) or "") == Path(span.src.path):
             return None  # its forward is in this file: the cluster's own lines are there
         call, head = ".".join(chain), ".".join(segments[:at + size]) + "."

@@ -354,8 +354,8 @@ def container_mismatch(model: nn.Module, path: str, self_name: str, self_path: s
         hooked = registered_hooks(container)
         if hooked is not None:
             return (f"{why}; `{func}` has {hooked.replace('_', ' ')} registered, which would "
-                    "not run if its layers were called one by one. To apply, move the hooks "
-                    "to its layers or call them one per line in this forward")
+                    "not run if its layers were called one by one. To apply, register the "
+                    "hooks on its layers instead")
         return (f"{why}; `{func}` is a `{cls.__name__}` (defined in {where}) with its own "
                 f"`{_own_method(cls)}`, which no edit here unrolls. To apply, call its layers "
                 "one per line in this forward")
