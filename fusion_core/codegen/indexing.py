@@ -369,10 +369,3 @@ def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
         raise LoweringError(f"{said(g, node.name)} reduces other dims than the kernel's rows "
                             f"(the kernel iterates over {'×'.join(map(str, domain))} and "
                             f"reduces {last})", (node.name,))
-
-
-def _aligned(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
-    shape = tuple(shape)
-    while len(shape) > rank and shape[0] == 1:
-        shape = shape[1:]
-    return (1,) * (rank - len(shape)) + shape
