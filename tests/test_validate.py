@@ -211,6 +211,33 @@ def test_a_sum_further_from_float64_than_eager_fails():
     assert not gate.passed and "beyond atol" in gate.detail, gate
 
 
+def _softmax_and_its_float(t):
+    s = torch.softmax(t * 0.125, dim=-1)
+    return s, s.float() * 2.0
+
+
+def _kernel_keeping_float32(t, bf16_shift=0.0):
+    """What a kernel computes: the softmax in float32, rounded to bf16 only where stored."""
+    s = torch.softmax(t.float() * 0.125, dim=-1)
+    return (s + bf16_shift).to(torch.bfloat16), s * 2.0
+
+
+def test_a_float32_output_beside_a_bf16_one_is_judged_against_float64():
+    """eager rounds the bf16 softmax before `float()`, the kernel does not: output 1 is
+    beyond float32's tolerance of eager, yet nearer float64 than eager is."""
+    x = torch.randn(64, 256).to(torch.bfloat16)
+    assert not compare(_kernel_keeping_float32(x), _softmax_and_its_float(x), CLUSTER_TOL)[0]
+    gate = check_cluster(_kernel_keeping_float32, None, _softmax_and_its_float, [x], [x])
+    assert gate.passed and "float64" in gate.detail, gate
+
+
+def test_a_wrong_bf16_output_fails_whatever_its_float32_sibling_says():
+    x = torch.randn(64, 256).to(torch.bfloat16)
+    gate = check_cluster(lambda t: _kernel_keeping_float32(t, bf16_shift=0.05), None,
+                         _softmax_and_its_float, [x], [x])
+    assert not gate.passed and "output 0" in gate.detail, gate
+
+
 def test_an_overflow_in_eager_excuses_no_kernel_error():
     """eager's exp(100) is inf in float32 and finite in float64: no excuse for a kernel that
     is wrong elsewhere (a largest-error rule would have passed it)."""

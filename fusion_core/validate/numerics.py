@@ -177,12 +177,19 @@ EAGER_ERROR_FACTOR = 2.0
 
 def no_worse_than_eager(actual: Sequence[Any], expected: Sequence[Any], eager: Callable,
                         eager_args: Sequence[Any]) -> str | None:
-    """Why the kernel passes after all (a line for the report), or None. Every output is
-    float32 and, element by element, the kernel's distance to a float64 run of the eager
-    subgraph is at most EAGER_ERROR_FACTOR x eager's own plus the float32 tolerance. Any
-    non-finite value (an overflow eager made and float64 did not) is no excuse."""
-    if not all(isinstance(e, torch.Tensor) and e.dtype == torch.float32 for e in expected):
+    """Why the kernel passes after all (a line for the report), or None. Each float32
+    output's distance to a float64 run of the eager subgraph is, element by element, at
+    most EAGER_ERROR_FACTOR x eager's own plus the float32 tolerance; every other output
+    passes its own dtype's tolerance (a bf16 softmax returned beside its `float()`: the
+    kernel keeps the float32 value eager rounded to bf16 first). Any non-finite value (an
+    overflow eager made and float64 did not) is no excuse."""
+    wide_outputs = [i for i, e in enumerate(expected)
+                    if isinstance(e, torch.Tensor) and e.dtype == torch.float32]
+    if not wide_outputs or len(actual) != len(expected):
         return None
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        if i not in wide_outputs and not compare_one(i, a, e, CLUSTER_TOL)[0]:
+            return None
     wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point()
             and a.dtype != torch.float64 else a.clone() if isinstance(a, torch.Tensor) else a
             for a in eager_args]
@@ -195,7 +202,10 @@ def no_worse_than_eager(actual: Sequence[Any], expected: Sequence[Any], eager: C
         return None
     tol = CLUSTER_TOL[torch.float32]
     worst = 0.0
-    for a, e, r in zip(actual, expected, reference, strict=True):
+    for i in wide_outputs:
+        a, e, r = actual[i], expected[i], reference[i]
+        if not isinstance(a, torch.Tensor):
+            return None
         a64, e64, r64 = (t.detach().cpu().double() for t in (a, e, r))
         if a64.shape != r64.shape or not all(bool(t.isfinite().all()) for t in (a64, e64, r64)):
             return None
