@@ -22,12 +22,12 @@ Reads a lowered group's inputs (``plan.TensorArg`` with their ``PieceRead``); re
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import sympy
 
 from ..ir.graph import FusionGraph
-from ..ir.views import Split, shape_after
+from ..ir.views import Split, Step, shape_after, split_piece
 from .indexing import IndexMaps
 from .plan import CatBounds, KernelPlan, PieceRead, Role, TensorArg
 from .signature import PIECE_ENDS as ENDS
@@ -60,6 +60,19 @@ def cat_bounds(g: FusionGraph, cats: Sequence[str], maps: IndexMaps,
             sources.append(found[0].index if found and not grouped else None)
         out.append(CatBounds(maps.cat_dims[name], lengths, tuple(sources)))
     return tuple(out)
+
+
+def piece_read(steps: Sequence[Step] | None, shape: tuple[int, ...], rank: int,
+               coords: Mapping[int, TensorArg], cat_names: Sequence[str]) -> PieceRead | None:
+    """Where a cat's operand of `shape`, seen through `steps` (its chain), lies along the
+    cat's domain dim, whose coordinate is `coords`'; None for no cat operand."""
+    own, piece = split_piece(steps or ())
+    if piece is None:
+        return None
+    dim = rank + piece.dim
+    size = shape_after(own, shape)[piece.dim]
+    return PieceRead(dim, piece.start, piece.start + size, coords[dim],
+                     cat_names.index(piece.cat), piece.part)
 
 
 def _varies(t: TensorArg, rank: int) -> bool:

@@ -48,9 +48,9 @@ from ..ir.reductions import ReductionRule, correction
 from ..ir.registry import SPECS
 from ..ir.run_scalars import run_scalar, spelled
 from ..ir.spelling import said, said_all
-from ..ir.views import inverse, shape_after, split_piece
+from ..ir.views import inverse, split_piece
 from ..names import kernel_name
-from .cat_bounds import cat_bounds, cat_ends, regrown
+from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
 from .indexing import index_maps
 from .layout import Access, LoweringError, access
@@ -258,14 +258,7 @@ class _Lowering:
                             self.rank, steps, blame)
 
     def _piece(self, steps: tuple | None, shape) -> PieceRead | None:
-        """Where a cat's operand, seen through `steps`, lies along the cat's domain dim."""
-        own, piece = split_piece(steps)
-        if piece is None:
-            return None
-        dim = self.rank + piece.dim
-        size = shape_after(own, tuple(shape))[piece.dim]
-        return PieceRead(dim, piece.start, piece.start + size, self.coords[dim],
-                         self.cat_names.index(piece.cat), piece.part)
+        return piece_read(steps, tuple(shape), self.rank, self.coords, self.cat_names)
 
     def _coordinate(self, i: int, dim: int) -> TensorArg:
         """The coordinate along domain dim `dim`, generated like `arange` over that dim."""
