@@ -49,8 +49,10 @@ def cat_bounds(g: FusionGraph, cats: Sequence[str], maps: IndexMaps,
         # Read through group_norm's channel groups, a part is a range of groups: the
         # launcher splits each operand into groups of a fixed size and refuses another
         # number of them, so those bounds stay literals.
-        grouped = any(isinstance(s, Split) and s.per for t in inputs
-                      if t.piece is not None and t.piece.cat == c for s in t.view)
+        # Straddling them (``PieceRead.per``), the same.
+        grouped = maps.cat_pers[name] > 0 or any(
+            isinstance(s, Split) and s.per for t in inputs
+            if t.piece is not None and t.piece.cat == c for s in t.view)
         for part, operand in enumerate(refs):
             found = [t for t in inputs if t.role == Role.IN and t.piece is not None
                      and (t.piece.cat, t.piece.part) == (c, part) and _varies(t, rank)]
@@ -63,16 +65,18 @@ def cat_bounds(g: FusionGraph, cats: Sequence[str], maps: IndexMaps,
 
 
 def piece_read(steps: Sequence[Step] | None, shape: tuple[int, ...], rank: int,
-               coords: Mapping[int, TensorArg], cat_names: Sequence[str]) -> PieceRead | None:
+               coords: Mapping[tuple[int, int], TensorArg], cat_names: Sequence[str]
+               ) -> PieceRead | None:
     """Where a cat's operand of `shape`, seen through `steps` (its chain), lies along the
-    cat's domain dim, whose coordinate is `coords`'; None for no cat operand."""
+    cat's domain dim, whose coordinate is `coords`' (by dim and ``Piece.per``); None for no
+    cat operand."""
     own, piece = split_piece(steps or ())
     if piece is None:
         return None
     dim = rank + piece.dim
-    size = shape_after(own, shape)[piece.dim]
-    return PieceRead(dim, piece.start, piece.start + size, coords[dim],
-                     cat_names.index(piece.cat), piece.part)
+    size = shape_after(own, shape)[piece.along]
+    return PieceRead(dim, piece.start, piece.start + size, coords[(dim, piece.per)],
+                     cat_names.index(piece.cat), piece.part, piece.per)
 
 
 def _varies(t: TensorArg, rank: int) -> bool:
@@ -81,7 +85,7 @@ def _varies(t: TensorArg, rank: int) -> bool:
     dims = tuple(sympy.Symbol(f"d{k}", integer=True, positive=True)
                  for k in range(len(t.value_shape)))
     try:
-        length = shape_after(t.view, dims)[t.piece.dim - rank]
+        length = shape_after(t.view, dims)[t.piece.along - rank]
     except (IndexError, TypeError, ValueError):  # no symbolic shape: read it at each call
         return True
     return not sympy.sympify(length).is_number
@@ -97,7 +101,7 @@ def regrown(stride: tuple[int, ...], piece: PieceRead, rank: int,
     cat dim it would make the cat dim's stride larger: `(B, H, D, T)` storage read as
     `(B, H, T, D)`), or an equal one of one element before it, as a stable sort orders
     them. The index groups come from these; the launcher checks them at each call."""
-    if piece.stop - piece.start != 1:
+    if piece.stop - piece.start != 1 or piece.per:  # straddling: its strides are its own
         return stride
     c = len(stride) + piece.dim - rank  # the viewed layout is right-aligned to the domain
     own = stride[c]
