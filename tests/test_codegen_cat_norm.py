@@ -235,6 +235,19 @@ def test_a_straddling_launcher_runs_other_batches_and_refuses_other_channels(tmp
         launch(torch.randn(3, 12, 5, 7), torch.randn(3, 6, 5, 7), w, b)
 
 
+def test_an_upsample_into_a_straddling_cat(tmp_path):
+    # A decoder's nearest upsample of 5 channels beside a skip of 7, in groups of 4: the
+    # upsampled operand is read through its repeat and at its channel.
+    def fn(m, x, skip):
+        h = torch.cat([F.interpolate(x, scale_factor=2), skip], 1)
+        return F.silu(F.group_norm(h, 3))
+
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 2), (torch.randn(2, 5, 4, 4), torch.randn(2, 7, 8, 8)),
+                          tmp_path, n_clusters=1)
+    assert checked.analysis.clusters[0].ops == ("interpolate", "cat", "group_norm", "silu")
+
+
 class TwoNorms(nn.Module):
     """A group_norm of `x`, then one of a cat whose groups straddle its operands."""
 
