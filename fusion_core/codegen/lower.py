@@ -263,8 +263,8 @@ class _Lowering:
 
     def _coordinate(self, i: int, dim: int, per: int = 0) -> TensorArg:
         """The coordinate along domain dim `dim`, generated like `arange` over that dim; with
-        `per`, over dims `dim` and `dim + 1` (the channel of group_norm's group and its own
-        channel in it)."""
+        `per`, over dims `dim` and `dim + 1` (group_norm's group and the channel in it): the
+        channel, `group * per + channel in group`."""
         size = self.domain[dim] * (self.domain[dim + 1] if per else 1)
         shape = self.domain[dim:dim + 1 + bool(per)] + (1,) * (self.rank - 1 - dim - bool(per))
         stride = torch.empty(shape, device="meta").stride()
