@@ -2,8 +2,9 @@
 GroupNorm (→ SiLU), whose groups split the cat dim (``ir/concat.pieces``: each operand is
 whole groups, its piece a range of the group dim), and cat → LayerNorm over the cat dim.
 Inductor fuses both on CPU (`cpp_fused_cat_native_group_norm_silu_0`); each fusing case runs
-its kernel under the interpreter against eager. A group that would hold channels of two
-operands is refused by op, line and sizes.
+its kernel under the interpreter against eager. A group that holds channels of two operands
+(Stable Diffusion's decoder: 1280 + 640 channels in 32 groups of 60) reads each channel
+through a per-element select between the operands (its piece *straddles* the groups).
 """
 
 import pytest
@@ -143,21 +144,112 @@ def test_the_launcher_refuses_channels_its_groups_do_not_divide_by_input_and_dim
         launch(torch.randn(1, up, 3, 3), torch.randn(1, skip, 3, 3), w, b)
 
 
-def test_a_group_holding_channels_of_two_operands_is_refused_by_name():
-    # 6 + 10 channels in 4 groups of 4: the second group holds up's last 2 and skip's first 2.
-    model = DecoderNorm(16, 4)
-    a = analyze(model, torch.randn(2, 6, 3, 3), torch.randn(2, 10, 3, 3))
-    assert [c.ops for c in a.clusters] == [("group_norm", "silu")]
-    reasons = [r.reason for r in a.rejections]
-    line = DecoderNorm.forward.__code__.co_firstlineno  # `def forward`: cat and norm follow
-    assert any(f"`self.norm` (line {line + 2}) splits `cat` (line {line + 1}) into groups of 4 "
-               "channels, and `up` is 6 channels long there: a group would hold channels of "
-               "two operands; a kernel reads each operand as whole groups (operands of a "
-               "multiple of 4 channels fuse)" in r for r in reasons), reasons
+# 10 + 8 channels in 3 groups of 6: the second group holds up's last 4 and skip's first 2
+# (Stable Diffusion's 1280 + 640 in 32 groups of 60, scaled down).
+STRADDLING = [((2, 10, 4, 4), (2, 8, 4, 4), 3),
+              ((2, 16, 4, 4), (2, 8, 4, 4), 4),  # 2:1 as in the decoder, groups of 6
+              ((2, 6, 3, 3), (2, 10, 3, 3), 4),  # groups of 4: two straddle
+              ((2, 5, 6), (2, 7, 6), 3),  # (N, C, L)
+              ((2, 5), (2, 7), 3),  # (N, C): the channels alone
+              ((2, 5, 3, 3), (2, 7, 3, 3), 1)]  # one group: all of both
+STRADDLING_IDS = ["10+8", "16+8", "6+10", "1d", "2d", "one-group"]
+
+
+@pytest.mark.parametrize("up, skip, groups", STRADDLING, ids=STRADDLING_IDS)
+def test_a_group_holding_channels_of_two_operands_is_one_kernel(tmp_path, up, skip, groups):
+    # Each element picks its operand by its channel (group * channels per group + its
+    # channel in the group) against where `up` ends; `skip` is read that many channels back.
+    torch.manual_seed(0)
+    checked = check_model(DecoderNorm(up[1] + skip[1], groups),
+                          (torch.randn(up), torch.randn(skip)), tmp_path, n_clusters=1)
+    assert _ops(checked) == ("cat", "group_norm", "silu")
+    assert not checked.analysis.rejections
+    assert not find_barriers(checked.analysis.graph, checked.analysis.clusters)
+    if len(up) == 4 and groups > 1:  # the skip's channels start `up[1]` channels in
+        assert f"(cols - {up[1]} * span3)" in checked.kernels[0].source
+
+
+def test_a_straddling_cat_into_group_norm_without_silu(tmp_path):
+    def fn(m, a, b):
+        return F.group_norm(torch.cat((a, b), dim=1), 3, m.w, m.b)
+
+    torch.manual_seed(0)
+    lam = Lambda(fn, 2, w=torch.randn(18), b=torch.randn(18))
+    checked = check_model(lam, (torch.randn(2, 10, 4, 4), torch.randn(2, 8, 4, 4)), tmp_path,
+                          n_clusters=1)
+    assert _ops(checked) == ("cat", "group_norm")
+
+
+def test_three_operands_straddling_groups(tmp_path):
+    # 4 + 5 + 3 channels in 2 groups of 6: each group holds two operands' channels.
+    def fn(m, a, b, c):
+        return F.silu(F.group_norm(torch.cat((a, b * 2.0, c), dim=1), 2))
+
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 3), (torch.randn(2, 4, 3, 3), torch.randn(2, 5, 3, 3),
+                                          torch.randn(2, 3, 3, 3)), tmp_path, n_clusters=1)
+    assert _ops(checked) == ("mul", "cat", "group_norm", "silu")
+
+
+def test_a_whole_group_cat_keeps_its_row_masks(tmp_path):
+    # Operands of whole groups keep the cheaper path: a row's group picks its operand (a
+    # [rows, 1] mask), no per-element channel select.
+    torch.manual_seed(0)
+    checked = check_model(DecoderNorm(24, 4), (torch.randn(2, 12, 4, 4),
+                                              torch.randn(2, 12, 4, 4)), tmp_path, n_clusters=1)
+    source = checked.kernels[0].source
+    assert "(rows % rspan1 >= 2), other=0" in source and "span3 >= " not in source
+
+
+@pytest.mark.parametrize("layout", ["half-channels-last", "looped", "channels-last"])
+def test_straddling_groups_in_other_layouts_and_kernels(tmp_path, layout):
+    torch.manual_seed(0)
+    model = DecoderNorm(18, 3)
+    up, skip = torch.randn(2, 10, 8, 9), torch.randn(2, 8, 8, 9)
+    kwargs = {}
+    if layout == "half-channels-last":
+        model, up, skip = model.half(), up.half().to(memory_format=torch.channels_last), (
+            skip.half())
+    elif layout == "channels-last":
+        up, skip = (t.to(memory_format=torch.channels_last) for t in (up, skip))
+    else:
+        kwargs["looped"] = True
+    checked = check_model(model, (up, skip), tmp_path, n_clusters=1, **kwargs)
+    assert _ops(checked) == ("cat", "group_norm", "silu")
+
+
+def test_a_straddling_launcher_runs_other_batches_and_refuses_other_channels(tmp_path):
+    torch.manual_seed(0)
+    model = DecoderNorm(18, 3).eval()
+    a = analyze(model, torch.randn(2, 10, 4, 4), torch.randn(2, 8, 4, 4))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = load_kernel(path).cluster0
+    w, b = (p.detach().reshape(18, 1, 1) for p in (model.norm.weight, model.norm.bias))
+    up, skip = torch.randn(3, 10, 5, 7), torch.randn(3, 8, 5, 7)
+    with torch.no_grad():
+        torch.testing.assert_close(launch(up, skip, w, b), model(up, skip))
+    # 12 + 6 channels are 18 too, but the kernel's select reads `up` up to channel 10
+    with pytest.raises(ValueError, match=r"^cluster0: a concatenated input, `up`, is 12 long "
+                       r"along the cat dim; this kernel reads 10; regenerate it at these sizes "
+                       "or keep the original ops$"):
+        launch(torch.randn(3, 12, 5, 7), torch.randn(3, 6, 5, 7), w, b)
+
+
+def test_an_upsample_into_a_straddling_cat(tmp_path):
+    # A decoder's nearest upsample of 5 channels beside a skip of 7, in groups of 4: the
+    # upsampled operand is read through its repeat and at its channel.
+    def fn(m, x, skip):
+        h = torch.cat([F.interpolate(x, scale_factor=2), skip], 1)
+        return F.silu(F.group_norm(h, 3))
+
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 2), (torch.randn(2, 5, 4, 4), torch.randn(2, 7, 8, 8)),
+                          tmp_path, n_clusters=1)
+    assert checked.analysis.clusters[0].ops == ("interpolate", "cat", "group_norm", "silu")
 
 
 class TwoNorms(nn.Module):
-    """A group_norm of `x` first, then one of a cat: the refusal names the second."""
+    """A group_norm of `x`, then one of a cat whose groups straddle its operands."""
 
     def forward(self, x, up, skip):
         y = F.group_norm(x, 2)
@@ -166,16 +258,12 @@ class TwoNorms(nn.Module):
         return y + z
 
 
-def test_the_refusal_names_the_group_norm_that_splits_the_cat():
-    # 4 + 2 channels in 2 groups of 3; `y`'s group_norm comes first in the group (it was
-    # named, and its line, though it reads no cat)
-    a = analyze(TwoNorms(), torch.randn(2, 6, 3, 3), torch.randn(2, 4, 3, 3),
-                torch.randn(2, 2, 3, 3))
-    reasons = [r.reason for r in a.rejections]
-    line = TwoNorms.forward.__code__.co_firstlineno
-    assert any(f"`group_norm` (line {line + 3}) splits `cat` (line {line + 2}) into groups of "
-               f"3 channels, and `mul` (line {line + 2}) is 4 channels long there" in r
-               for r in reasons), reasons
+def test_two_group_norms_one_reading_a_straddling_cat(tmp_path):
+    # 4 + 2 channels in 2 groups of 3 beside a group_norm of `x`: one kernel, two reductions.
+    torch.manual_seed(0)
+    checked = check_model(TwoNorms(), (torch.randn(2, 6, 3, 3), torch.randn(2, 4, 3, 3),
+                                       torch.randn(2, 2, 3, 3)), tmp_path, n_clusters=1)
+    assert _ops(checked) == ("group_norm", "mul", "cat", "relu", "group_norm", "add")
 
 
 @pytest.mark.parametrize("s_shape, t_shape", [
@@ -183,16 +271,23 @@ def test_the_refusal_names_the_group_norm_that_splits_the_cat():
     ((2, 1, 1, 1), (1,)),  # per sample, and one element: every group of the piece reads it
     ((1, 4, 1, 1), (2, 1, 3, 1))],
     ids=["per-channel", "per-sample", "mixed"])
-def test_operands_broadcast_inside_the_branches_of_a_cat_into_group_norm(tmp_path, s_shape,
-                                                                          t_shape):
+@pytest.mark.parametrize("a_channels", [4, 5], ids=["whole-groups", "straddling"])
+def test_operands_broadcast_inside_the_branches_of_a_cat_into_group_norm(
+        tmp_path, s_shape, t_shape, a_channels):
+    # 4 + 8 channels in groups of 4 are whole groups; 5 + 7 straddle the second group.
     def fn(m, a, b):
         return F.group_norm(torch.cat((a * m.s, b + m.t), dim=1), 3, m.w, m.b).relu()
 
+    def sized(shape, c):  # per channel: as many as the operand has
+        return tuple(c if n > 1 and k == 1 else n for k, n in enumerate(shape))
+
     torch.manual_seed(0)
-    lam = Lambda(fn, 2, s=torch.randn(s_shape), t=torch.randn(t_shape), w=torch.randn(12),
+    b_channels = 12 - a_channels
+    lam = Lambda(fn, 2, s=torch.randn(sized(s_shape, a_channels)),
+                 t=torch.randn(sized(t_shape, b_channels)), w=torch.randn(12),
                  b=torch.randn(12))
-    checked = check_model(lam, (torch.randn(2, 4, 3, 2), torch.randn(2, 8, 3, 2)), tmp_path,
-                          n_clusters=1)
+    checked = check_model(lam, (torch.randn(2, a_channels, 3, 2),
+                                torch.randn(2, b_channels, 3, 2)), tmp_path, n_clusters=1)
     assert "cat" in _ops(checked) and "group_norm" in _ops(checked)
 
 
@@ -235,15 +330,18 @@ def test_cat_group_norm_in_half_precision_and_channels_last(tmp_path):
     assert _ops(checked) == ("cat", "group_norm", "silu")
 
 
-def test_few_wide_rows_of_a_cat_group_norm_split_over_programs(tmp_path):
+@pytest.mark.parametrize("up_channels", [4, 5], ids=["whole-groups", "straddling"])
+def test_few_wide_rows_of_a_cat_group_norm_split_over_programs(tmp_path, up_channels):
     # A UNet at batch 1: few groups of many columns, each row cut into chunks across programs
     # (``codegen/split_rows.py``); each chunk masks its loads to the operand whose groups it
-    # reads.
+    # reads (straddling: whose channels each element reads).
     torch.manual_seed(0)
     model = DecoderNorm(8, 4).eval()
-    up, skip = torch.randn(1, 4, 32, 64), torch.randn(1, 4, 32, 64)  # 4 rows of 4096
+    up = torch.randn(1, up_channels, 32, 64)  # 4 rows of 4096
+    skip = torch.randn(1, 8 - up_channels, 32, 64)
     a = analyze(model, up, skip)
     (cluster,) = a.clusters
+    assert cluster.ops == ("cat", "group_norm", "silu")
     # rows of 4096 loop at blocks of 256, chunks of 1024 columns count as wide
     kernel = generate(a, cluster, Tuning(max_block=256, loop_block=256, split_min_cols=1024))
     assert f"def {kernel.name}_partials(" in kernel.source
@@ -276,14 +374,17 @@ def test_a_cat_along_other_dims_into_group_norm(tmp_path, dim, a_shape, b_shape)
 def test_cat_group_norm_kernels_compile_for_sm90(tmp_path):
     # The interpreter accepts code the compiler rejects: the one-block, looped and split
     # kernels of a decoder's cat → GroupNorm → SiLU, in fp32 and fp16.
+    # Also a cat whose groups straddle its operands (10 + 8 channels in groups of 6).
     jobs = []
-    for dtype in (torch.float32, torch.float16):
-        model = DecoderNorm(16, 4).to(dtype)
-        inputs = (torch.randn(1, 8, 16, 16).to(dtype), torch.randn(1, 8, 16, 16).to(dtype))
+    for dtype, up, skip, groups in ((torch.float32, 8, 8, 4), (torch.float16, 8, 8, 4),
+                                    (torch.float32, 10, 8, 3)):
+        model = DecoderNorm(up + skip, groups).to(dtype)
+        inputs = (torch.randn(1, up, 16, 16).to(dtype), torch.randn(1, skip, 16, 16).to(dtype))
         a = analyze(model, *inputs)
         (cluster,) = a.clusters
+        assert cluster.ops == ("cat", "group_norm", "silu")
         args = cluster_inputs(a, cluster, capture_values(a, *inputs))
-        name = str(dtype).removeprefix("torch.")
+        name = f"{str(dtype).removeprefix('torch.')}-{up}"
         jobs.append((generate(a, cluster), tmp_path / f"{name}-single", args))
         looped = generate(a, cluster, Tuning(max_block=64, loop_block=64), looped=True)
         jobs.append((looped, tmp_path / f"{name}-looped", args))  # rows too narrow to split

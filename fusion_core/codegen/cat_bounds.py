@@ -22,12 +22,12 @@ Reads a lowered group's inputs (``plan.TensorArg`` with their ``PieceRead``); re
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import sympy
 
 from ..ir.graph import FusionGraph
-from ..ir.views import Split, shape_after
+from ..ir.views import Split, Step, shape_after, split_piece
 from .indexing import IndexMaps
 from .plan import CatBounds, KernelPlan, PieceRead, Role, TensorArg
 from .signature import PIECE_ENDS as ENDS
@@ -49,8 +49,10 @@ def cat_bounds(g: FusionGraph, cats: Sequence[str], maps: IndexMaps,
         # Read through group_norm's channel groups, a part is a range of groups: the
         # launcher splits each operand into groups of a fixed size and refuses another
         # number of them, so those bounds stay literals.
-        grouped = any(isinstance(s, Split) and s.per for t in inputs
-                      if t.piece is not None and t.piece.cat == c for s in t.view)
+        # Straddling them (``PieceRead.per``), the same.
+        grouped = maps.cat_pers[name] > 0 or any(
+            isinstance(s, Split) and s.per for t in inputs
+            if t.piece is not None and t.piece.cat == c for s in t.view)
         for part, operand in enumerate(refs):
             found = [t for t in inputs if t.role == Role.IN and t.piece is not None
                      and (t.piece.cat, t.piece.part) == (c, part) and _varies(t, rank)]
@@ -62,13 +64,28 @@ def cat_bounds(g: FusionGraph, cats: Sequence[str], maps: IndexMaps,
     return tuple(out)
 
 
+def piece_read(steps: Sequence[Step] | None, shape: tuple[int, ...], rank: int,
+               coords: Mapping[tuple[int, int], TensorArg], cat_names: Sequence[str]
+               ) -> PieceRead | None:
+    """Where a cat's operand of `shape`, seen through `steps` (its chain), lies along the
+    cat's domain dim, whose coordinate is `coords`' (by dim and ``Piece.per``); None for no
+    cat operand."""
+    own, piece = split_piece(steps or ())
+    if piece is None:
+        return None
+    dim = rank + piece.dim
+    size = shape_after(own, shape)[piece.along]
+    return PieceRead(dim, piece.start, piece.start + size, coords[(dim, piece.per)],
+                     cat_names.index(piece.cat), piece.part, piece.per)
+
+
 def _varies(t: TensorArg, rank: int) -> bool:
     """The input's length along its piece's dim, through its chain, follows its own dims."""
     assert t.piece is not None
     dims = tuple(sympy.Symbol(f"d{k}", integer=True, positive=True)
                  for k in range(len(t.value_shape)))
     try:
-        length = shape_after(t.view, dims)[t.piece.dim - rank]
+        length = shape_after(t.view, dims)[t.piece.along - rank]
     except (IndexError, TypeError, ValueError):  # no symbolic shape: read it at each call
         return True
     return not sympy.sympify(length).is_number
@@ -84,7 +101,7 @@ def regrown(stride: tuple[int, ...], piece: PieceRead, rank: int,
     cat dim it would make the cat dim's stride larger: `(B, H, D, T)` storage read as
     `(B, H, T, D)`), or an equal one of one element before it, as a stable sort orders
     them. The index groups come from these; the launcher checks them at each call."""
-    if piece.stop - piece.start != 1:
+    if piece.stop - piece.start != 1 or piece.per:  # straddling: its strides are its own
         return stride
     c = len(stride) + piece.dim - rank  # the viewed layout is right-aligned to the domain
     own = stride[c]

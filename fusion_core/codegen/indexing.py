@@ -22,11 +22,12 @@ A `torch.cat` spreads from its result to its operands only: operand i gets the r
 chain, then a ``Piece`` step (``ir/views.py``) saying it covers coordinates [offset_i,
 offset_i + size_i) of the cat dim, where it is read at coordinate - offset_i (read through
 group_norm's channel groups, operand i is split into its own groups and its piece is a range
-of the group dim: ``ir/concat.pieces``). Everything
-computed in that branch lives over that map (so a computed value also needed whole, as
-`x` in `x * cos + rotate_half(x) * sin` with `x` computed in the group, is refused as two
-maps; an input is loaded once per map). ``loads.py`` masks the branch's loads to the piece;
-``lower.py`` picks among the branches by the coordinate (``cat_dims``: the domain dim).
+of the group dim, or, where a group holds channels of two operands, its piece straddles the
+groups, ``cat_pers``: ``ir/concat.pieces``). Everything computed in that branch lives over
+that map (so a computed value also needed whole, as `x` in `x * cos + rotate_half(x) * sin`
+with `x` computed in the group, is refused as two maps; an input is loaded once per map).
+``loads.py`` masks the branch's loads to the piece; ``lower.py`` picks among the branches by
+the coordinate (``cat_dims``: the domain dim).
 
 ``domain_view.py`` applies a chain to a meta tensor with the value's real strides: torch
 composes the strides exactly, and a reshape of a non-contiguous value that no strides
@@ -39,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..analysis.legality import python_value_read
-from ..ir.concat import Unaligned, cat_dim, concat_problem, pieces, reduced_branch
+from ..ir.concat import cat_dim, concat_problem, pieces, reduced_branch
 from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.iteration import NoIterationSpace, iteration_space, reduction_order
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
@@ -78,6 +79,9 @@ class IndexMaps:
     # cat node -> where each operand's piece ends along that dim, in domain coordinates
     # (groups, where group_norm splits the cat dim)
     cat_ends: dict[str, tuple[int, ...]]
+    # cat node -> 0, or where its pieces straddle group_norm's groups (``ir/concat.pieces``)
+    # the channels per group: its dim is then the groups', its ends count channels
+    cat_pers: dict[str, int]
 
 
 def _shape(g: FusionGraph, name: str) -> tuple[int, ...]:
@@ -99,6 +103,7 @@ class _Spread:
         self.why: dict[str, str] = {}  # value -> the node its chain came through
         self.cat_dims: dict[str, int] = {}
         self.cat_ends: dict[str, tuple[int, ...]] = {}
+        self.cat_pers: dict[str, int] = {}
         self.rank = 0
         self.readers_first = True  # ``run``'s first round
 
@@ -240,32 +245,14 @@ class _Spread:
                                 "reads a cat's operands only through a permute, added dims or "
                                 "group_norm's channel groups", (name,))
         refs = node.refs
-        try:
-            cut = pieces(own, out, dim, [_shape(g, r)[dim] for r in refs], name)
-        except Unaligned as e:
-            norm = self._split_by(name)
-            raise LoweringError(
-                f"{said(g, norm)} splits {said(g, name)} into groups of {e.per} channels, and "
-                f"{said(g, refs[e.operand])} is {e.size} channels long there: a group would "
-                "hold channels of two operands; a kernel reads each operand as whole groups "
-                f"(operands of a multiple of {e.per} channels fuse)", (name,)) from None
+        cut = pieces(own, out, dim, [_shape(g, r)[dim] for r in refs], name)
         self.cat_dims[name] = self.rank + cut.dim
         self.cat_ends[name] = cut.ends
+        self.cat_pers[name] = cut.per
         added = False
         for r, chain in zip(refs, cut.chains, strict=True):
             added |= self.offer(r, chain, name)
         return added
-
-    def _split_by(self, cat: str) -> str:
-        """The group_norm whose groups split `cat`: the one its chain came through (a group
-        may hold another group_norm, `group_norm(x) + group_norm(cat(...))`)."""
-        seen, n = {cat}, self.why.get(cat, cat)
-        while self.g[n].op != "group_norm" and n not in seen:
-            seen.add(n)
-            n = self.why.get(n, n)
-        if self.g[n].op == "group_norm":
-            return n
-        return next((m for m in self.nodes if self.g[m].op == "group_norm"), cat)
 
     def _broadcast(self, operands: Sequence[str], out: tuple[int, ...],
                    own: tuple[Step, ...], via: str, expand: bool) -> bool:
@@ -281,8 +268,8 @@ class _Spread:
             piece = own[-1] if own and isinstance(own[-1], Piece) else None
             # along the piece's dim of the domain (a ``Split`` of the channels before it
             # moves that dim)
-            if piece is not None and shape_after(lead + own[:-1], shape)[piece.dim] == 1 and (
-                    shape_after(own[:-1], out)[piece.dim] != 1 or r in self.g.fixed):
+            if piece is not None and shape_after(lead + own[:-1], shape)[piece.along] == 1 and (
+                    shape_after(own[:-1], out)[piece.along] != 1 or r in self.g.fixed):
                 # One element along the cat dim of a longer piece (`s` in `cat((a * s, b))`),
                 # or a parameter's in a piece one long (`new * w` of a KV cache: the piece
                 # grows with `new`, w does not): every coordinate reads it, so no piece (its
@@ -350,7 +337,7 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
             _check_rows(g, g[name], spread.reads.get((name, src), spread.chains[src]), domain,
                         space.reduced, grown)
     return IndexMaps(domain, space.reduced, spread.chains, spread.reads, spread.cat_dims,
-                     spread.cat_ends)
+                     spread.cat_ends, spread.cat_pers)
 
 
 def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],

@@ -64,8 +64,8 @@ def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
         t = plan.inputs[i]
         if t.piece is not None:  # its groups hold at its own size along the cat dim
             _piece_check(plan, i, a, firsts[t.value], out)
-        seen = _pieced("shape", t, cat_bounds.length(plan, t.piece), plan.rank) if t.piece else (
-            "shape")
+        seen = _pieced("shape", t, cat_bounds.length(plan, t.piece), plan.rank, whole=False) if (
+            t.piece) else "shape"
         out.line(f"copy{i}, {strides} = _layout({a}, {seen}, IN_GROUPS[{i}], IN_ORDERS[{i}])")
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
     out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
@@ -159,7 +159,7 @@ def _piece_check(plan: KernelPlan, i: int, a: str, shown: str, out: CodeWriter) 
     sets."""
     piece = plan.inputs[i].piece
     assert piece is not None
-    bounds, at = plan.cats[piece.cat], piece.dim - plan.rank
+    bounds, at = plan.cats[piece.cat], piece.along - plan.rank
     source = bounds.sources[piece.part]
     # group_norm's groups along the cat dim: `_fits` checks them in channels, as passed (a
     # split of another dim, an upsample's, leaves the cat dim's length as passed here)
@@ -185,12 +185,18 @@ def _generated_shape(plan: KernelPlan, t: TensorArg) -> str:
     return "(" + ", ".join([total, *("1" for _ in t.shape[1:])]) + ",)"
 
 
-def _pieced(shape: str, t: TensorArg, size: int | str, rank: int) -> str:
-    """`shape` (a launcher expression) with `size` along the dim of `t`'s cat piece."""
+def _pieced(shape: str, t: TensorArg, size: int | str, rank: int, whole: bool = True) -> str:
+    """`shape` (a launcher expression) with `size` along the dim of `t`'s cat piece, the
+    cat's length there (`whole`) or the piece's. A piece straddling group_norm's groups
+    spans two dims: (groups, channels per group) for the cat's length, (1, its length) for
+    the piece's (its view's size-1 group dim); such a cat's lengths are literals."""
     assert t.piece is not None
     at = t.piece.dim - rank  # negative: shapes are right-aligned
-    tail = f" + {shape}[{at + 1}:]" if at + 1 < 0 else ""
-    return f"{shape}[:{at}] + ({size},){tail}"
+    per = t.piece.per
+    sizes = ((size,) if not per else (int(size) // per, per) if whole else (1, size))
+    end = at + len(sizes)
+    tail = f" + {shape}[{end}:]" if end < 0 else ""
+    return f"{shape}[:{at}] + ({', '.join(map(str, sizes))},){tail}"
 
 
 def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:

@@ -63,8 +63,13 @@ def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
             stride = params.stride(arg.role, arg.index, strides)
             strides += 1
         terms.append(Term(base, modulo, divisor, stride))
-    if arg.piece is not None and arg.piece.part:  # a cat's first operand starts at 0
-        terms = [_shifted(t, arg.piece, plan, params) for t in terms]
+    piece = arg.piece
+    if piece is not None and piece.part:  # a cat's first operand starts at 0
+        # Straddling groups, only the term of the group's two dims (their flat channel
+        # index): shifted, another's remainder would go negative.
+        terms = [_shifted(t, piece, plan, params) if not piece.per
+                 or (g.first <= piece.dim + 1 and piece.dim < g.last) else t
+                 for t, g in zip(terms, arg.access.groups, strict=True)]
     return Index(tuple(terms))
 
 
@@ -73,8 +78,10 @@ def _shifted(term: Term, piece: PieceRead, plan: KernelPlan, params: KernelParam
     dim): the block index the dim is decoded from (`offs`, or in a 2-D kernel `rows` or
     `cols`, whichever covers it) less `start` times the span of the dims inside it. Lanes
     before the piece decode garbage there, which the load's mask hides. `start` is a kernel
-    parameter where the cat's bounds follow each call (``cat_bounds.py``)."""
-    k, rank = piece.dim, plan.rank
+    parameter where the cat's bounds follow each call (``cat_bounds.py``). A piece
+    straddling group_norm's groups starts at a channel: its shift is along the channel in
+    a group (the inner dim), in whichever block index decodes that."""
+    k, rank = piece.along, plan.rank
     first_col = rank - plan.reduced
     if not plan.two_d:
         axis, family, top = "offs", Family.SPAN, rank

@@ -48,9 +48,9 @@ from ..ir.reductions import ReductionRule, correction
 from ..ir.registry import SPECS
 from ..ir.run_scalars import run_scalar, spelled
 from ..ir.spelling import said, said_all
-from ..ir.views import inverse, shape_after, split_piece
+from ..ir.views import inverse, split_piece
 from ..names import kernel_name
-from .cat_bounds import cat_bounds, cat_ends, regrown
+from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
 from .indexing import index_maps
 from .layout import Access, LoweringError, access
@@ -184,8 +184,9 @@ class _Lowering:
     def run(self) -> KernelPlan:
         gens = [n.name for n in self.nodes if n.kind is OpKind.GENERATOR]
         # The coordinate along each cat dim, made first: the operands' loads are masked by it.
-        self.coords = {k: self._coordinate(len(gens) + j, k) for j, k in
-                       enumerate(sorted(set(self.maps.cat_dims.values())))}
+        # (A cat straddling group_norm's groups takes the channel's: two dims, ``cat_pers``.)
+        self.coords = {k: self._coordinate(len(gens) + j, *k) for j, k in enumerate(
+            sorted({(d, self.maps.cat_pers[n]) for n, d in self.maps.cat_dims.items()}))}
         inputs = tuple(self._input(i, name) for i, name in enumerate(self.tensors))
         inputs += self._second_loads(len(inputs))
         self.cats = cat_bounds(self.g, self.cat_names, self.maps, inputs, self.rank,
@@ -258,26 +259,22 @@ class _Lowering:
                             self.rank, steps, blame)
 
     def _piece(self, steps: tuple | None, shape) -> PieceRead | None:
-        """Where a cat's operand, seen through `steps`, lies along the cat's domain dim."""
-        own, piece = split_piece(steps)
-        if piece is None:
-            return None
-        dim = self.rank + piece.dim
-        size = shape_after(own, tuple(shape))[piece.dim]
-        return PieceRead(dim, piece.start, piece.start + size, self.coords[dim],
-                         self.cat_names.index(piece.cat), piece.part)
+        return piece_read(steps, tuple(shape), self.rank, self.coords, self.cat_names)
 
-    def _coordinate(self, i: int, dim: int) -> TensorArg:
-        """The coordinate along domain dim `dim`, generated like `arange` over that dim."""
-        size = self.domain[dim]
-        shape = (size,) + (1,) * (self.rank - 1 - dim)
+    def _coordinate(self, i: int, dim: int, per: int = 0) -> TensorArg:
+        """The coordinate along domain dim `dim`, generated like `arange` over that dim; with
+        `per`, over dims `dim` and `dim + 1` (group_norm's group and the channel in it): the
+        channel, `group * per + channel in group`."""
+        size = self.domain[dim] * (self.domain[dim + 1] if per else 1)
+        shape = self.domain[dim:dim + 1 + bool(per)] + (1,) * (self.rank - 1 - dim - bool(per))
         stride = torch.empty(shape, device="meta").stride()
         acc = self._access(f"the coordinate along dim {dim}", shape, stride)
         temp = f"v{self.count}"
         self.count += 1
         self.per_row[temp], self.phase[temp] = self._is_per_row(acc), "pre"
         params = (("start", 0), ("end", size), ("step", 1), ("dtype", torch.int32))
-        return TensorArg(f"cat_index{dim}", Role.GEN, i, temp, shape, stride, torch.int32, acc,
+        name = f"cat_index{dim}_{dim + 1}" if per else f"cat_index{dim}"
+        return TensorArg(name, Role.GEN, i, temp, shape, stride, torch.int32, acc,
                          self.per_row[temp], generated=Generated("arange", params))
 
     def _input(self, i: int, name: str) -> TensorArg:
@@ -323,7 +320,8 @@ class _Lowering:
             raise LoweringError(f"{said(self.g, node.name)} has no pointwise lowering rule")
         operands, params = self._operands(node), dict(node.params)
         if node.kind is OpKind.CONCAT:  # the coordinate picks the operand (its piece)
-            operands = (self.coords[self.maps.cat_dims[node.name]].temp, *operands)
+            key = (self.maps.cat_dims[node.name], self.maps.cat_pers[node.name])
+            operands = (self.coords[key].temp, *operands)
             c = self.cat_names.index(node.name)
             params[CAT_ENDS] = cat_ends(self.cats[c], c)
         lowering = spec.lower

@@ -60,6 +60,16 @@ class PieceRead:
     coordinate: TensorArg
     cat: int = 0  # which of the kernel's cats (node order) and which of its operands
     part: int = 0
+    # Straddling group_norm's groups of this many (``ir/views.Piece.per``): `dim` is the
+    # groups' dim, `dim + 1` the channel in a group; start, stop and `coordinate` count
+    # channels, `dim * per + (dim + 1)`.
+    per: int = 0
+
+    @property
+    def along(self) -> int:
+        """The domain dim whose coordinate the piece's length is counted in (the inner of
+        a straddling piece's two)."""
+        return self.dim + 1 if self.per else self.dim
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,7 @@ def _our_cat_kernel(analysis: Analysis, lines: set[tuple[str, int]]) -> str:
     g = analysis.graph
     cats = {n.name for n in g.nodes if is_cat(n) and (s := n.source) is not None
             and (norm_path(s.file), s.line) in lines}
-    # the check that kept the cat from its readers (a group_norm's group across two operands)
+    # the check that kept the cat from its readers (a cat read through a reshape in the group)
     blamed = next((r for r in analysis.rejections if cats & set(r.culprits)), None)
     why = f"; our {blamed.check} check keeps them apart: {blamed.reason}" if blamed else ""
     for c in analysis.clusters:

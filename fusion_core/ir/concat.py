@@ -60,14 +60,7 @@ class Pieces:
     chains: tuple[tuple[Step, ...], ...]  # per operand: its steps to the domain, its Piece last
     dim: int  # the domain dim the pieces lie along (negative: chains are right-aligned)
     ends: tuple[int, ...]  # where each piece ends along it, in domain coordinates
-
-
-class Unaligned(ValueError):
-    """A group_norm's channel group straddles two operands: (operand, its size, group size)."""
-
-    def __init__(self, operand: int, size: int, per: int) -> None:
-        super().__init__(operand, size, per)
-        self.operand, self.size, self.per = operand, size, per
+    per: int = 0  # straddling pieces: `dim` is groups of this many, `ends` count elements
 
 
 def pieces(own: Sequence[Step], out: tuple[int, ...], dim: int, sizes: Sequence[int],
@@ -76,34 +69,48 @@ def pieces(own: Sequence[Step], out: tuple[int, ...], dim: int, sizes: Sequence[
     operands `sizes` long there) is read through `own`: permutes and added or removed dims
     move the cat dim, and a ``Split`` of it (group_norm's channel groups over a cat along the
     channels, a UNet decoder's `cat` → GroupNorm) makes the pieces whole groups, each
-    operand split into its own number of groups. Raises ``Unaligned`` where a group would
-    hold channels of two operands (its rows then cross a piece's bound). `cat` names the cat
-    in each ``Piece`` (its launcher reads the parts' lengths again at each call)."""
+    operand split into its own number of groups. Where a group would hold channels of two
+    operands (1280 + 640 channels in groups of 60), every piece *straddles* the groups
+    instead (``Piece.per``): the split becomes a size-1 dim and each operand is read at its
+    channel within the whole cat dim, masked per element. `cat` names the cat in each
+    ``Piece`` (its launcher reads the parts' lengths again at each call)."""
     ops = [list(own) for _ in sizes]
-    shape, at, unit = tuple(out), dim, 1
+    shape, at, unit, per = tuple(out), dim, 1, 0
+    inner = None  # straddling: where the channel within a group is
     for k, step in enumerate(own):
         if isinstance(step, Split) and step.dim % len(shape) == at:
-            per = step.per or shape[at] // step.groups  # `per`: an upsample's split
-            for i, size in enumerate(sizes):
-                if size % per:
-                    raise Unaligned(i, size, per)
-                ops[i][k] = Split(step.dim, size // per, per)
-            unit *= per  # the group dim stays at `at`: the pieces are ranges of groups
+            size_per = step.per or shape[at] // step.groups  # `per`: an upsample's split
+            if any(size % size_per for size in sizes):
+                per, inner = size_per, at + 1  # the group dim stays at `at`, size 1
+                for i in range(len(sizes)):
+                    ops[i][k] = Unsqueeze((at,))
+            else:
+                for i, size in enumerate(sizes):
+                    ops[i][k] = Split(step.dim, size // size_per, size_per)
+                unit *= size_per  # the group dim stays at `at`: the pieces are ranges of groups
         elif not isinstance(step, (Permute, Unsqueeze, Squeeze, Split)):
             raise TypeError(step)  # the caller admits no other step
-        else:  # where the cat dim lands: the one dim a longer cat dim changes
-            marked = list(shape)
-            marked[at] += 1
-            after, longer = step.shape(shape), step.shape(tuple(marked))
-            at = next((j for j, (a, b) in enumerate(zip(after, longer, strict=True)) if a != b),
-                      at)  # a lone operand's size-1 dim squeezed: no piece to place
+        else:
+            at = _moved(step, shape, at)
+            inner = _moved(step, shape, inner) if inner is not None else None
         shape = step.shape(shape)
+    if per and inner != at + 1:  # only the reduction's own order follows a split: it keeps
+        raise ValueError(own)  # both parts together (``upsample_space._same_dims``)
     at -= len(shape)
     ends = tuple(sum(sizes[:i + 1]) // unit for i in range(len(sizes)))
-    chains = tuple(tuple(steps) + ((Piece(at, end - size // unit, out[dim] // unit, cat, part),)
-                                   if size != out[dim] else ())
+    chains = tuple(tuple(steps) + ((Piece(at, end - size // unit, out[dim] // unit, cat, part,
+                                          per),) if size != out[dim] else ())
                    for part, (steps, size, end) in enumerate(zip(ops, sizes, ends, strict=True)))
-    return Pieces(chains, at, ends)
+    return Pieces(chains, at, ends, per)
+
+
+def _moved(step: Step, shape: tuple[int, ...], at: int) -> int:
+    """Where dim `at` of `shape` lands through a permute or added or removed dims: the one
+    dim a longer `at` changes (a lone operand's size-1 dim squeezed: no piece to place)."""
+    marked = list(shape)
+    marked[at] += 1
+    after, longer = step.shape(shape), step.shape(tuple(marked))
+    return next((j for j, (a, b) in enumerate(zip(after, longer, strict=True)) if a != b), at)
 
 
 def reduced_branch(g: FusionGraph, nodes: Sequence[str]) -> tuple[str, str] | None:

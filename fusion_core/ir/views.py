@@ -287,16 +287,26 @@ class Piece:
     the operand's memory); a launcher passes the operand itself (``source``). `cat` and
     `part` name the cat and which of its operands this is: the bounds at analysis are
     `start` and `total`, a launcher reads them again from its operands at each call
-    (``codegen/cat_bounds.py``)."""
+    (``codegen/cat_bounds.py``). With `per`, it *straddles* groups of `per` channels
+    (``ir/concat.pieces``): from a size-1 dim `dim` and its own channels at `dim + 1` it
+    fills both as (total / per, per), read at channel `dim * per + (dim + 1)` - start."""
 
     dim: int
     start: int
     total: int
     cat: str = ""
     part: int = 0
+    per: int = 0  # straddling groups of this many channels (0: a plain piece)
+
+    @property
+    def along(self) -> int:  # the dim of the operand's own length before the piece
+        return self.dim + 1 if self.per else self.dim
 
     def apply(self, t: torch.Tensor) -> torch.Tensor:
-        return t.as_strided(self.shape(tuple(t.shape)), t.stride(), t.storage_offset())
+        stride = list(t.stride())
+        if self.per:  # a group steps over `per` channels
+            stride[self.dim] = self.per * stride[self.dim + 1]
+        return t.as_strided(self.shape(tuple(t.shape)), stride, t.storage_offset())
 
     def source(self, var: str) -> str:
         return var
@@ -306,7 +316,10 @@ class Piece:
 
     def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         out = list(shape)
-        out[self.dim] = self.total
+        if self.per:
+            out[self.dim], out[self.dim + 1] = self.total // self.per, self.per
+        else:
+            out[self.dim] = self.total
         return tuple(out)
 
 
