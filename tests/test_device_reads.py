@@ -5,14 +5,18 @@ under both frontends, the patched graph, numerics under the interpreter, and `--
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 import pytest
 import torch
 import torch.nn as nn
+from click.testing import CliRunner
 
+from fusion_core.cli import cli
 from fusion_core.ir.subgraph import eager_subgraph
 from fusion_core.pipeline import analyze
+from fusion_core.sourcemap.pysource import metadata_read_only
 from fusion_core.validate import validate
 from fusion_core.validate.subgraph import patch
 
@@ -121,3 +125,41 @@ def test_the_kernel_verifies_and_model_numerics_pass(model, shape):
     assert [r.usable for r in report.results] == [True]
     assert report.model.passed and report.model.patched == (0,)
 
+
+@pytest.mark.cpu
+def test_apply_refuses_naming_the_read_of_h_and_the_fix(tmp_path):
+    """`h` is gone from the rewritten lines: the positions' line must read an input's size
+    and device, which the refusal names at its line (before: the line was "not in the
+    cluster", and the cluster stored `h`)."""
+    path = tmp_path / "positions.py"
+    path.write_text(SOURCE)
+    result = CliRunner().invoke(cli, ["--model", str(path), "--input-shape", "8,64",
+                                      "--apply", "--yes"])
+    assert "model numerics: pass" in result.output, result.output
+    assert ("input `torch.arange(h.shape[-1], device=h.device)` at line 8 reads `h`, which "
+            "an earlier line of the range reassigns (only its shape and device: read them from "
+            "a value assigned before these lines, such as an input's `.shape` and `.device`"
+            in " ".join(result.output.split())), result.output
+    assert path.read_text() == SOURCE
+
+
+@pytest.mark.cpu
+def test_apply_writes_the_edit_the_refusal_asks_for(tmp_path):
+    path = tmp_path / "positions.py"
+    path.write_text(SOURCE.replace("arange(h.shape[-1], device=h.device)",
+                                   "arange(x.shape[-1], device=x.device)"))
+    result = CliRunner().invoke(cli, ["--model", str(path), "--input-shape", "8,64",
+                                      "--apply", "--yes"])
+    assert "rewritten model matches the original" in result.output, result.output
+    assert "return cluster0(x, torch.arange(x.shape[-1], device=x.device))" in path.read_text()
+
+
+@pytest.mark.parametrize("text,kinds", [
+    ("torch.arange(h.shape[-1], device=h.device)", ("shape", "device")),
+    ("torch.zeros(3, device=h.device, dtype=h.dtype)", ("dtype", "device")),
+    ("self.mask.to(h.device)", ("device",)),
+    ("h.to(h.device)", ()),  # `h` itself too
+    ("torch.arange(x.shape[-1], device=x.device)", ()),  # no `h` at all
+])
+def test_metadata_read_only_tells_what_of_h_an_expression_reads(text, kinds):
+    assert metadata_read_only(ast.parse(text, mode="eval"), "h") == kinds
