@@ -39,7 +39,7 @@ def feeding(analysis: Analysis, inlined: frozenset[str],
 def free_inputs(analysis: Analysis, group: list[Cluster]) -> frozenset[str]:
     """The group's inputs computed from nothing the group computes (`self.emb(ids)`): code
     the rewrite may keep as a fused call's argument, so never by itself why there is none.
-    A read of a group value's shape or device that the group's inputs answer counts as
+    A read of a group value's shape, dtype or device that the group's inputs answer counts as
     nothing (`arange(h.shape[-1], device=h.device)`): read from an input, it can stay."""
     members = {n for c in group for n in c.nodes}
     answered = frozenset(r.read for c in group for r in (*c.shape_reads, *c.metadata_reads)
