@@ -17,7 +17,6 @@ from collections.abc import Collection, Iterable, Sequence
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.spelling import said_all
 from .boundary import boundary_views
-from .dtype_reads import dtype_reads
 from .group import (
     MIN_OPS,
     components,
@@ -31,6 +30,7 @@ from .group import (
     sibling_reductions,
 )
 from .legality import CHECKS, Check, first_failure
+from .metadata_reads import metadata_reads
 from .multi_output import lone_nodes, reduction_regions
 from .traffic import estimate_traffic
 from .types import Cluster, LineSpan, Rejection
@@ -77,10 +77,11 @@ def candidates(g: FusionGraph) -> set[str]:
 
 
 def _reads_shape(g: FusionGraph, user: str, name: str) -> bool:
-    """`user` reads only `name`'s shape (`h.shape[-1]`) or dtype (`h.dtype`): whether the
-    group's inputs answer it is ``outside_users``'s to say once the group is known."""
+    """`user` reads only `name`'s shape (`h.shape[-1]`), dtype or device (`h.device`):
+    whether the group's inputs answer it is ``outside_users``'s to say once the group is
+    known."""
     return (g[user].shape_of == name and name not in g[user].refs[1:]) \
-        or g[user].dtype_of == name
+        or g[user].metadata_of == name
 
 
 def line_span(g: FusionGraph, names: Iterable[str]) -> LineSpan | None:
@@ -218,6 +219,7 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
                 traffic=estimate_traffic(g, grp, copies=False),
                 lines=line_span(g, grp),
                 recomputes=tuple(dict.fromkeys(g[n].copy_of for n in grp if g[n].copy_of)),
-                shape_reads=shape_reads(g, grp), dtype_reads=dtype_reads(g, grp))
+                shape_reads=shape_reads(g, grp),
+                metadata_reads=metadata_reads(g, grp))
         for i, grp in enumerate(legal))
     return clusters, tuple(rejections)

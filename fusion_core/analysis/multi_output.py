@@ -122,13 +122,13 @@ def _sharing(g: FusionGraph, members: set[str], reds: list[str]) -> dict[str, st
 
 def _through_outside(g: FusionGraph, members: set[str], src: str) -> set[str]:
     """Nodes reachable from `src` only by paths through at least one node outside `members`
-    (not through a read of a member's shape or dtype that outside values answer)."""
+    (not through a read of a member's shape, dtype or device that outside values answer)."""
     inside, outside = {src}, set()
     for node in g.nodes[g.position(src) + 1:]:  # graph order is topological
         refs = node.refs
         if any(r in outside for r in refs):
             outside.add(node.name)
-        elif (read := node.shape_of or node.dtype_of) in inside \
+        elif (read := node.shape_of or node.metadata_of) in inside \
                 and answered(g, members, node.name, read):
             continue
         elif any(r in inside for r in refs):

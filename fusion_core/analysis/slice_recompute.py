@@ -98,10 +98,10 @@ def slice_recompute_plan(g: FusionGraph, clusters: Sequence[Cluster]
                   and (home is None or owner.get(u) != home)
                   and not _written_between(writes, g.position(cone[0]), g.position(u))]
         # The `chunk` call itself is a tuple no kernel reads: its pieces are the readers;
-        # `h.shape[-1] // 2` for the bounds (or `h.dtype`) reads no data.
+        # `h.shape[-1] // 2` for the bounds (or `h.dtype`, `h.device`) reads no data.
         others = [u for u in g.users[value] if u not in slices
                   and not (g[u].kind is OpKind.VIEW and g[u].meta is None)
-                  and g[u].shape_of != value and g[u].dtype_of != value]
+                  and g[u].shape_of != value and g[u].metadata_of != value]
         if not slices or (not others and len(slices) == 1):
             continue  # one slice alone reads the value over its own map already
         # Inductor keeps the buffer where something else reads it from memory. A value

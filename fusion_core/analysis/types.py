@@ -54,11 +54,12 @@ class ShapeRead:
 
 
 @dataclass(frozen=True)
-class DtypeRead:
-    """`read` (`x.dtype`) reads the dtype of cluster value `of`, which input `source` of the
-    cluster has too (every op between them keeps it): `of` need not be stored for it, the
-    patched graph reads `source`'s dtype instead (``analysis/group.py`` ``dtype_source``)."""
+class MetadataRead:
+    """`read` (`x.dtype`, `h.device`) reads `attribute` (``ir.graph.METADATA_ATTRS``) of
+    cluster value `of`, which input `source` of the cluster has too: `of` need not be stored
+    for it, the patched graph reads `source`'s instead (``analysis/metadata_reads.py``)."""
 
+    attribute: str
     read: str
     of: str
     source: str
@@ -78,11 +79,19 @@ class Cluster:
     # read back from memory (analysis/recompute.py).
     recomputes: tuple[str, ...] = ()
     shape_reads: tuple[ShapeRead, ...] = ()
-    dtype_reads: tuple[DtypeRead, ...] = ()
+    metadata_reads: tuple[MetadataRead, ...] = ()
 
     @property
     def chain(self) -> str:
         return " → ".join(self.ops)
+
+    @property
+    def dtype_reads(self) -> tuple[MetadataRead, ...]:
+        return tuple(r for r in self.metadata_reads if r.attribute == "dtype")
+
+    @property
+    def device_reads(self) -> tuple[MetadataRead, ...]:
+        return tuple(r for r in self.metadata_reads if r.attribute == "device")
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,10 @@ class SourceLoc:
 # the same in the graph (``normalize._shape_read``) and in the source (``pysource``).
 SHAPE_ATTRS = frozenset({"shape", "ndim"})
 SHAPE_METHODS = frozenset({"size", "dim", "ndimension", "numel"})
+# `x.dtype`, `h.device`: tensor attributes read alone, no data (``normalize._shape_read`` marks
+# them `dtype_of`, `device_of`); analysis answers them from the group's inputs
+# (``analysis/metadata_reads.py``).
+METADATA_ATTRS = ("dtype", "device")
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,26 @@ class Node:
     def dtype_of(self) -> str:
         """The tensor whose dtype alone this node reads (`x.dtype`), or ""."""
         return self.param("dtype_of", "") if self.op == "meta" else ""
+
+    @property
+    def device_of(self) -> str:
+        """The tensor whose device alone this node reads (`h.device`), or ""."""
+        return self.param("device_of", "") if self.op == "meta" else ""
+
+    @property
+    def metadata_read(self) -> tuple[str, str]:
+        """(attribute, tensor) when this node reads only that tensor's dtype or device
+        (`("device", "h")` for `h.device`: ``METADATA_ATTRS``), else ("", "")."""
+        if self.op == "meta":
+            for attr in METADATA_ATTRS:
+                if of := self.param(f"{attr}_of", ""):
+                    return attr, of
+        return "", ""
+
+    @property
+    def metadata_of(self) -> str:
+        """The tensor whose dtype or device alone this node reads, or ""."""
+        return self.metadata_read[1]
 
     @property
     def label(self) -> str:

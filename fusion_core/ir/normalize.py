@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from .data_dependent import READ_AT, UNSIZED, read_at, scalar_reads, unsized
 from .functionalize import out_of_place_overload
 from .graph import (
+    METADATA_ATTRS,
     SHAPE_ATTRS,
     SHAPE_METHODS,
     FusionGraph,
@@ -89,12 +90,14 @@ _SHAPE_FUNCTIONS = frozenset({torch.ops.aten.sym_size.int, torch.ops.aten.sym_nu
 
 def _shape_read(n: fx.Node) -> tuple[tuple[str, Any], ...]:
     """`(("shape_of", name),)` when `n` reads the shape of tensor `name` and nothing else;
-    `(("dtype_of", name),)` for `name.dtype` (Hugging Face's `input_dtype = x.dtype`)."""
+    `(("dtype_of", name),)` for `name.dtype` (Hugging Face's `input_dtype = x.dtype`),
+    `(("device_of", name),)` for `name.device` (`arange(n, device=h.device)`)."""
     first = n.args[0] if n.args else None
     if not isinstance(first, fx.Node) or not isinstance(first.meta.get("val"), torch.Tensor):
         return ()
-    if n.op == "call_function" and n.target is getattr and n.args[1:] == ("dtype",):
-        return (("dtype_of", first.name),)
+    if n.op == "call_function" and n.target is getattr and len(n.args) == 2 \
+            and n.args[1] in METADATA_ATTRS:
+        return ((f"{n.args[1]}_of", first.name),)
     if n.op == "call_function" and n.target is getattr:
         shape = len(n.args) == 2 and n.args[1] in SHAPE_ATTRS
     elif n.op == "call_method":

@@ -20,8 +20,10 @@ from .pysource import SourceFile, local_names
 from .span import Span
 
 
-def feeding(analysis: Analysis, inlined: frozenset[str]) -> set[str]:
-    """The inlined inputs and every node they are computed from."""
+def feeding(analysis: Analysis, inlined: frozenset[str],
+            answered: frozenset[str] = frozenset()) -> set[str]:
+    """The inlined inputs and every node they are computed from, not walking past the reads
+    in `answered`."""
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     seen: set[str] = set()
     todo = [n for n in inlined if n in fx_nodes]
@@ -29,16 +31,21 @@ def feeding(analysis: Analysis, inlined: frozenset[str]) -> set[str]:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
-            todo.extend(i.name for i in fx_nodes[name].all_input_nodes)
+            if name not in answered:
+                todo.extend(i.name for i in fx_nodes[name].all_input_nodes)
     return seen
 
 
 def free_inputs(analysis: Analysis, group: list[Cluster]) -> frozenset[str]:
     """The group's inputs computed from nothing the group computes (`self.emb(ids)`): code
-    the rewrite may keep as a fused call's argument, so never by itself why there is none."""
+    the rewrite may keep as a fused call's argument, so never by itself why there is none.
+    A read of a group value's shape, dtype or device that the group's inputs answer counts as
+    nothing (`arange(h.shape[-1], device=h.device)`): read from an input, it can stay."""
     members = {n for c in group for n in c.nodes}
+    answered = frozenset(r.read for c in group for r in (*c.shape_reads, *c.metadata_reads)
+                         if r.of in c.nodes)
     return frozenset(i for c in group for i in c.inputs if i not in members
-                     and members.isdisjoint(feeding(analysis, frozenset({i}))))
+                     and members.isdisjoint(feeding(analysis, frozenset({i}), answered)))
 
 
 def parts(span: Span) -> list[ast.expr]:

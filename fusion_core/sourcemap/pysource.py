@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from ..ir.graph import SHAPE_ATTRS, SHAPE_METHODS
+from ..ir.graph import METADATA_ATTRS, SHAPE_ATTRS, SHAPE_METHODS
 
 _SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -214,24 +214,49 @@ def reads_shape_only(expr: ast.AST, name: str) -> bool:
     """Every load of `name` in `expr` is a read of its shape: `h.shape`, `h.ndim`,
     `h.size(-1)`, `h.dim()`, `h.numel()` (``ir.graph.SHAPE_METHODS``: what ``ir/normalize.py``
     marks as shape reads)."""
-    shaped: set[int] = set()
+    return metadata_read_only(expr, name) == ("shape",)
+
+
+def metadata_read_only(expr: ast.AST, name: str) -> tuple[str, ...]:
+    """What of `name` `expr` reads when every load of it reads only its shape, dtype or
+    device (`("shape", "device")` for `torch.arange(h.shape[-1], device=h.device)`: what
+    ``ir/normalize.py`` marks as shape and metadata reads); () when one reads its data."""
+    kinds: dict[int, str] = {}
     for n in ast.walk(expr):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) \
                 and n.value.id == name:
             if n.attr in SHAPE_ATTRS:
-                shaped.add(id(n.value))
+                kinds[id(n.value)] = "shape"
+            elif n.attr in METADATA_ATTRS:
+                kinds[id(n.value)] = n.attr
             elif n.attr in SHAPE_METHODS:
-                shaped.update(id(n.value) for c in ast.walk(expr)
-                              if isinstance(c, ast.Call) and c.func is n)
+                kinds.update((id(n.value), "shape") for c in ast.walk(expr)
+                             if isinstance(c, ast.Call) and c.func is n)
     loads = [n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id == name
              and isinstance(n.ctx, ast.Load)]
-    return bool(loads) and all(id(n) in shaped for n in loads)
+    if not loads or any(id(n) not in kinds for n in loads):
+        return ()
+    read = set(kinds.values())
+    return tuple(k for k in ("shape", *METADATA_ATTRS) if k in read)
 
 
 # Verified on a mask sliced to `h.shape[-1]` (tests/test_shape_reads.py): read from `x`,
 # the lines map exactly and --apply rewrites them.
 READ_SHAPE_BEFORE = (" (only its shape: read that size from a value assigned before these "
                      "lines, such as an input's `.shape`, and they can be replaced)")
+
+
+def read_before(kinds: tuple[str, ...]) -> str:
+    """The refusal's hint when `kinds` (``metadata_read_only``) is all an input expression
+    reads of a name the range reassigns; verified for `arange(h.shape[-1], device=h.device)`
+    read from `x` (tests/test_device_reads.py)."""
+    if kinds == ("shape",) or not kinds:
+        return READ_SHAPE_BEFORE if kinds else ""
+    said = " and ".join((", ".join(kinds[:-1]), kinds[-1])) if len(kinds) > 1 else kinds[0]
+    attrs = " and ".join(f"`.{k}`" for k in kinds)
+    return (f" (only its {said}: read {'them' if len(kinds) > 1 else 'it'} from a value "
+            f"assigned before these lines, such as an input's {attrs}, and they can be "
+            "replaced)")
 
 
 def stored_names(st: ast.stmt) -> set[str]:

@@ -290,10 +290,10 @@ def _unstored_reason(analysis: Analysis, node: Node) -> str:
     copies = {n.name for n in graph.nodes if n.copy_of == node.name}
     other = next(o for o in analysis.clusters if copies & set(o.nodes) or node.name in o.recomputes)
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    # A read of its dtype (`input_dtype = h.dtype`) needs no spelling: not a use of its data.
+    # A read of its dtype or device (`h.dtype`) needs no spelling: not a use of its data.
     readers = {u.name for n in (node.name, *copies) if n in fx_nodes
                for u in fx_nodes[n].users
-               if not (u.name in graph and graph[u.name].dtype_of)} - copies
+               if not (u.name in graph and graph[u.name].metadata_of)} - copies
     lines = sorted({graph[n].source.line for n in readers
                     if n in graph and graph[n].source is not None})
     at = ", ".join(str(line) for line in lines)

@@ -44,12 +44,12 @@ from .pyexpr import (
     values_call,
 )
 from .pysource import (
-    READ_SHAPE_BEFORE,
     SourceFile,
     Statement,
     is_plain_access,
     loaded_names,
-    reads_shape_only,
+    metadata_read_only,
+    read_before,
     spliced,
     stored_names,
 )
@@ -200,8 +200,8 @@ class Unifier:
         late = sorted(n for n in names if self.assigned_before(k, n) is not None)
         if late:
             raise Mismatch(f"input `{text}` at line {expr.lineno} reads `{late[0]}`, which "
-                           "an earlier line of the range reassigns" + (
-                               READ_SHAPE_BEFORE if reads_shape_only(expr, late[0]) else ""))
+                           "an earlier line of the range reassigns"
+                           + read_before(metadata_read_only(expr, late[0])))
         if not plain:  # evaluated once, as the fused call's argument, as it was once before
             self.inlined.add(node.name)
         self.bind(node, text)

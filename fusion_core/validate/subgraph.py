@@ -82,7 +82,8 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
     nodes = {n.name: n for n in graph.nodes}
     nodes.update(renamed)
     _redirect_shape_reads(graph, cluster, nodes)
-    for r in cluster.dtype_reads:  # `x.dtype` of a value not stored: its input's, the same
+    # `x.dtype`, `h.device` of a value not stored: its input's, the same.
+    for r in cluster.metadata_reads:
         nodes[r.read].replace_input_with(nodes[r.of], nodes[r.source])
     order = {n: i for i, n in enumerate(graph.nodes)}
     members = [nodes[n] for n in cluster.nodes]
