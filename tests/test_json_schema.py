@@ -61,6 +61,9 @@ def docs():
     yield "sized by value", to_document(analyze(
         SizedByValue(), InputSpec((4, 8)), InputSpec((2,), torch.int64), capture="export"))
     yield "autocast block", to_document(analyze(EnabledAutocast(), (4, 4), capture="export"))
+    # LLaMA's RMSNorm: `kept = x.dtype` of the residual sum, answered by the block's input
+    yield "dtype read", to_document(analyze_file(
+        EXAMPLES / "dtype_rmsnorm.py", [InputSpec((2, 16, 128), torch.bfloat16)], capture="fx"))
     yield "kernel skipped", to_document(run(lambda x: torch.exp(x) * 2.0), {"kernels": {
         "out_dir": "gen", "files": [],
         "skipped": [{"cluster": 0, "reason": "`y` is read both per element and per row"}]}})
@@ -79,7 +82,7 @@ def test_schema_is_shipped_as_package_data():
 
 @pytest.mark.parametrize("name", ["example_net", "microgpt", "rejections", "two inputs",
                                   "no clusters", "capture fallback", "kernel skipped",
-                                  "sized by value", "autocast block"])
+                                  "sized by value", "autocast block", "dtype read"])
 def test_document_validates(all_docs, name):
     doc = all_docs[name]
     jsonschema.validate(doc, schema())
@@ -118,6 +121,21 @@ def test_left_unfused_notes_are_in_the_document_as_in_the_console_header(all_doc
     assert all_docs["example_net"]["left_unfused"] == []
 
 
+def test_a_cluster_lists_the_dtype_reads_its_inputs_answer(all_docs):
+    # The residual sum `h = x + ...` is not stored for norm_out's `kept = x.dtype`: block
+    # input `x` answers it. The document said so for shape reads only.
+    (c,) = [c for c in all_docs["dtype read"]["clusters"] if c["dtype_reads"]]
+    # FX makes the `getattr` node of `x.dtype` lazily, at its first use: its line is the cast's
+    code = "return self.weight * (wide * scale).to(kept)"
+    source = (EXAMPLES / "dtype_rmsnorm.py").read_text().splitlines()
+    assert c["dtype_reads"] == [{
+        "read": c["dtype_reads"][0]["read"], "of": c["nodes"][0], "source": "x",
+        "dtype": "bfloat16", "line": source.index(f"        {code}") + 1, "code": code}]
+    assert c["ops"][0] == "add" and c["nodes"][0] not in c["outputs"]
+    assert "x" in c["inputs"]
+    assert all(not c["dtype_reads"] for c in all_docs["example_net"]["clusters"])
+
+
 def test_left_unfused_notes_match_the_console_header():
     a = analyze(EnabledAutocast(), (4, 4), capture="export")
     notes = [h for h in header(a) if h.startswith("Left unfused")]
@@ -133,6 +151,8 @@ BREAKAGES = {
     "traffic as string": lambda d: d["clusters"][0]["traffic"].update(unfused_bytes="384 MB"),
     "bad lines": lambda d: d["clusters"][0].update(lines={"file": "x.py", "start": 0, "end": 1}),
     "capture_fallback on two lines": lambda d: d.update(capture_fallback="a\nb"),
+    "dtype read without its source": lambda d: d["clusters"][0].update(dtype_reads=[{
+        "read": "getattr_1", "of": "add", "dtype": "bfloat16", "line": 3, "code": "x.dtype"}]),
     "left_unfused note on two lines": lambda d: d.update(left_unfused=[{
         "kind": "autocast-block", "file": None, "line": None, "code": None, "count": 1,
         "note": "Left unfused: a\nb"}]),
