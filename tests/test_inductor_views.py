@@ -2,19 +2,25 @@
 
 A permute on a line of its own has no compute node in any Inductor kernel, and the match
 used to call the cluster around it a "different grouping" (`not in any Inductor kernel:
-`permute``) and the kernel a partial match, though Inductor fused exactly our ops. One real
-CPU compile; a compute op Inductor really leaves out is still named, on a hand-built capture.
+`permute``) and the kernel a partial match, though Inductor fused exactly our ops. Two real
+CPU compiles; a compute op Inductor really leaves out is still named, on a hand-built capture.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 
+from fusion_core.agreement import agreement
 from fusion_core.inductor.capture import InductorCapture, InductorKernel, InductorNode, capture
 from fusion_core.inductor.match import DIFFERENT, SAME, match, to_dict
-from fusion_core.pipeline import analyze
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze, analyze_file
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 class PermuteChain(nn.Module):
@@ -57,6 +63,14 @@ def test_views_on_lines_of_their_own_need_no_kernel(analysis):
     a = match(analysis, _kernel(analysis, "mul", "relu", "add"))
     assert str(a.clusters[0]) == "same group: cpp_fused_k_0"
     assert a.count("exact") == 1
+
+
+def test_convnexts_permute_into_its_layer_norm_is_the_kernel_inductor_writes():
+    # `self.dwconv(x).permute(0, 2, 3, 1)` then LayerNorm: Inductor's one kernel reads through
+    # the permute, as ours does. Was "not fused by Inductor: each op is its own kernel".
+    a = agreement(analyze_file(EXAMPLES / "convnext_block.py", [InputSpec((2, 32, 8, 8))]))
+    assert [str(v).split(":")[0] for v in a.clusters] == [SAME, SAME]
+    assert a.not_fused == ()
 
 
 def test_a_compute_op_inductor_leaves_out_is_still_named(analysis):
