@@ -38,6 +38,15 @@ class SizedByValue(nn.Module):
         return torch.relu(h * 2) + 1
 
 
+class DeviceRead(nn.Module):
+    """`h.device` read for positions: the block's input `x` answers it, `h` is not stored."""
+
+    def forward(self, x):
+        h = torch.relu(x * 2.0)
+        pos = torch.arange(h.shape[-1], device=h.device)
+        return torch.sigmoid(h) + pos
+
+
 class EnabledAutocast(nn.Module):
     """torch.export keeps an enabled autocast block as one call: its ops go unanalysed."""
 
@@ -61,6 +70,10 @@ def docs():
     yield "sized by value", to_document(analyze(
         SizedByValue(), InputSpec((4, 8)), InputSpec((2,), torch.int64), capture="export"))
     yield "autocast block", to_document(analyze(EnabledAutocast(), (4, 4), capture="export"))
+    # LLaMA's RMSNorm: `kept = x.dtype` of the residual sum, answered by the block's input
+    yield "dtype read", to_document(analyze_file(
+        EXAMPLES / "dtype_rmsnorm.py", [InputSpec((2, 16, 128), torch.bfloat16)], capture="fx"))
+    yield "device read", to_document(analyze(DeviceRead(), (4, 8), capture="fx"))
     yield "kernel skipped", to_document(run(lambda x: torch.exp(x) * 2.0), {"kernels": {
         "out_dir": "gen", "files": [],
         "skipped": [{"cluster": 0, "reason": "`y` is read both per element and per row"}]}})
@@ -79,7 +92,8 @@ def test_schema_is_shipped_as_package_data():
 
 @pytest.mark.parametrize("name", ["example_net", "microgpt", "rejections", "two inputs",
                                   "no clusters", "capture fallback", "kernel skipped",
-                                  "sized by value", "autocast block"])
+                                  "sized by value", "autocast block", "dtype read",
+                                  "device read"])
 def test_document_validates(all_docs, name):
     doc = all_docs[name]
     jsonschema.validate(doc, schema())
@@ -118,6 +132,30 @@ def test_left_unfused_notes_are_in_the_document_as_in_the_console_header(all_doc
     assert all_docs["example_net"]["left_unfused"] == []
 
 
+def test_a_cluster_lists_the_dtype_reads_its_inputs_answer(all_docs):
+    # The residual sum `h = x + ...` is not stored for norm_out's `kept = x.dtype`: block
+    # input `x` answers it. The document said so for shape reads only.
+    (c,) = [c for c in all_docs["dtype read"]["clusters"] if c["dtype_reads"]]
+    # FX makes the `getattr` node of `x.dtype` lazily, at its first use: its line is the cast's
+    code = "return self.weight * (wide * scale).to(kept)"
+    source = (EXAMPLES / "dtype_rmsnorm.py").read_text().splitlines()
+    assert c["dtype_reads"] == [{
+        "read": c["dtype_reads"][0]["read"], "of": c["nodes"][0], "source": "x",
+        "dtype": "bfloat16", "line": source.index(f"        {code}") + 1, "code": code}]
+    assert c["ops"][0] == "add" and c["nodes"][0] not in c["outputs"]
+    assert "x" in c["inputs"]
+    assert all(not c["dtype_reads"] for c in all_docs["example_net"]["clusters"])
+
+
+def test_a_cluster_lists_the_device_reads_its_inputs_answer(all_docs):
+    (c,) = all_docs["device read"]["clusters"]
+    (read,) = c["device_reads"]
+    assert (read["of"], read["source"]) == ("relu", "x") and "dtype" not in read
+    assert read["line"] == _line(DeviceRead, "pos = torch.arange(") and "h.device" in read["code"]
+    assert "relu" in c["nodes"] and c["outputs"] == ["add"] and c["dtype_reads"] == []
+    assert all(not c["device_reads"] for c in all_docs["example_net"]["clusters"])
+
+
 def test_left_unfused_notes_match_the_console_header():
     a = analyze(EnabledAutocast(), (4, 4), capture="export")
     notes = [h for h in header(a) if h.startswith("Left unfused")]
@@ -133,6 +171,8 @@ BREAKAGES = {
     "traffic as string": lambda d: d["clusters"][0]["traffic"].update(unfused_bytes="384 MB"),
     "bad lines": lambda d: d["clusters"][0].update(lines={"file": "x.py", "start": 0, "end": 1}),
     "capture_fallback on two lines": lambda d: d.update(capture_fallback="a\nb"),
+    "dtype read without its source": lambda d: d["clusters"][0].update(dtype_reads=[{
+        "read": "getattr_1", "of": "add", "dtype": "bfloat16", "line": 3, "code": "x.dtype"}]),
     "left_unfused note on two lines": lambda d: d.update(left_unfused=[{
         "kind": "autocast-block", "file": None, "line": None, "code": None, "count": 1,
         "note": "Left unfused: a\nb"}]),

@@ -12,6 +12,9 @@ computing it, and a kernel's status and extra ops count only the keys it owns. N
 Inductor created in a pattern rewrite carry no stack trace; such a node still explains one
 of our nodes whose op it has, when its kernel already overlaps our cluster by key. Ops
 Inductor drops (dropout in eval mode, casts to the same dtype) are ignored on our side.
+Our views (a permute, a reshape, a nearest upsample's ``Repeat``) move no data: Inductor
+folds them into its kernels' indexing and never computes them, so no kernel has to cover
+them; their keys still count as ours (an upsample's index `mul` sits on its line).
 A split-off bias add and the library calls are ``library_calls.py``'s. A kernel that also
 computes an opaque call of ours outside the cluster (an upsample, a scatter, a cat) is never
 the cluster's ``same group``: ``added.py`` finds and names it.
@@ -27,7 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..analysis.group import moves_data
 from ..analysis.types import Cluster
+from ..ir.graph import OpKind
 from ..pipeline import Analysis
 from .added import Opaque, added_ops, added_words, opaque_keys
 from .capture import (
@@ -46,9 +51,6 @@ from .library_calls import (
     named,
     split_biases,
 )
-
-IGNORED_OPS = frozenset({"dropout"})  # an identity in eval mode: Inductor has no node for it
-# (same-dtype casts are skipped too: see _same_dtype_cast)
 
 Key = tuple[str, str, int]
 SAME, DIFFERENT, NOT_FUSED = "same group", "different grouping", "not fused by Inductor"
@@ -100,12 +102,14 @@ class Agreement:
 
 
 def cluster_keys(analysis: Analysis, cluster: Cluster) -> dict[str, tuple[Key | None, str]]:
-    """Per cluster node: its key and op (nodes with ignored ops left out)."""
+    """Per cluster node: its key and op. Ops eager runs as an alias (the registry's
+    `moves_data`: dropout in eval, a same-dtype cast) are left out: Inductor has no node
+    for them. Views stay (see `_folded`)."""
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     out: dict[str, tuple[Key | None, str]] = {}
     for name, op in zip(cluster.nodes, cluster.ops, strict=True):
         node, fx = analysis.graph[name], fx_nodes.get(name)
-        if op in IGNORED_OPS or _same_dtype_cast(analysis, node):
+        if node.kind is not OpKind.VIEW and not moves_data(analysis.graph, name):
             continue
         mod = module_path(fx.meta.get("nn_module_stack")) if fx is not None else ""
         key = (mod, norm_path(node.source.file), node.source.line) if node.source else None
@@ -113,12 +117,10 @@ def cluster_keys(analysis: Analysis, cluster: Cluster) -> dict[str, tuple[Key | 
     return out
 
 
-def _same_dtype_cast(analysis: Analysis, node) -> bool:
-    """`x.to(torch.float32)` on a float32 x: Inductor drops it, so it cannot be matched."""
-    if node.op != "to" or node.meta is None or not node.refs:
-        return False
-    src = analysis.graph[node.refs[0]].meta
-    return src is not None and src.dtype == node.meta.dtype
+def _folded(analysis: Analysis, ours: dict) -> frozenset[str]:
+    """Our nodes no kernel has to compute: views (the registry's `OpKind.VIEW`), which
+    become index math in whatever kernel reads them, in Inductor's and in ours."""
+    return frozenset(n for n in ours if analysis.graph[n].kind is OpKind.VIEW)
 
 
 def _kernel_keys(k: InductorKernel) -> set[Key]:
@@ -168,10 +170,11 @@ def _owned(kkeys: list[set[Key]]) -> list[set[Key]]:
 
 
 def _exact(i: int, ours: dict, cover: dict[str, set[int]], kkeys: list[set[Key]],
-           adds: dict[int, tuple[str, ...]]) -> bool:
-    """Kernel i computes all of the cluster and nothing else: no compute op of another line
-    it owns, no opaque call of ours it does the work of (`adds`, see added.py)."""
-    if not ours or any(i not in cover[n] for n in ours) or adds.get(i):
+           adds: dict[int, tuple[str, ...]], folded: frozenset[str]) -> bool:
+    """Kernel i computes all of the cluster (its views aside: `_folded`) and nothing else:
+    no compute op of another line it owns, no opaque call of ours it does the work of
+    (`adds`, see added.py)."""
+    if not ours or any(i not in cover[n] for n in ours if n not in folded) or adds.get(i):
         return False
     return kkeys[i] <= _our_keys(ours)
 
@@ -244,30 +247,33 @@ def _verdict(analysis: Analysis, c: Cluster, ours: dict, cover: dict[str, set[in
              kernels: list[InductorKernel], kkeys: list[set[Key]],
              inside: dict[str, set[int]], calls: list[LibraryCall],
              adds: dict[int, tuple[str, ...]]) -> ClusterVerdict:
+    folded = _folded(analysis, ours)
+    computed = [n for n in ours if n not in folded]  # what a kernel or a call must compute
     hit = sorted(set().union(*cover.values())) if cover else []
     in_calls = sorted(set().union(*inside.values())) if inside else []
     names = tuple(kernels[i].name for i in hit) + tuple(calls[j].op for j in in_calls)
     our_keys = _our_keys(ours)
-    same = next((i for i in hit if _exact(i, ours, cover, kkeys, adds)), None)
+    same = next((i for i in hit if _exact(i, ours, cover, kkeys, adds, folded)), None)
     if same is not None:
         return ClusterVerdict(c.index, SAME, names, short_name(kernels[same].name))
-    if ours and len(inside) == len(ours):
+    if computed and all(n in inside for n in computed):
         return ClusterVerdict(c.index, INSIDE, names, inside_words(analysis, inside, calls))
-    uncovered = [n for n in ours if not cover[n] and n not in inside]
-    fused_with_ours = [i for i in hit if sum(1 for n in ours if i in cover[n]) >= 2]
+    uncovered = [n for n in computed if not cover[n] and n not in inside]
+    fused_with_ours = [i for i in hit if sum(1 for n in computed if i in cover[n]) >= 2]
     if not inside and not fused_with_ours and not adds and all(len(kkeys[i]) <= 1 for i in hit):
         why = "each op is its own kernel" if hit else "no Inductor kernel computes these lines"
         return ClusterVerdict(c.index, NOT_FUSED, names,
                               "; ".join([why, *_cat_words(analysis, hit, ours, cover, kernels)]))
     def computes(i: int) -> str:
-        return named(analysis, (n for n in ours if i in cover[n]))
+        return named(analysis, (n for n in computed if i in cover[n]))
 
     parts = []
-    if len(hit) == 1 and not inside:
-        parts.append("Inductor fuses more: " + _describe(
-            analysis, kernels[hit[0]], kkeys[hit[0]], our_keys, adds.get(hit[0], ())))
+    more = _describe(analysis, kernels[hit[0]], kkeys[hit[0]], our_keys,
+                     adds.get(hit[0], ())) if len(hit) == 1 else ""
+    if len(hit) == 1 and not inside and " also computes " in more:
+        parts.append("Inductor fuses more: " + more)
     else:
-        if len(hit) == 1:  # beside a library call
+        if len(hit) == 1:  # beside a library call, or the kernel leaves some of ours out
             parts.append(f"{short_name(kernels[hit[0]].name)} computes {computes(hit[0])}")
         elif hit:
             split = "; ".join(f"{short_name(kernels[i].name)} ({computes(i)})" for i in hit)
@@ -310,7 +316,8 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
         overlapping = tuple(c.index for c, ours in zip(analysis.clusters, per_cluster,
                                                       strict=True)
                             if kkeys[i] & _our_keys(ours))
-        exact = any(_exact(i, per_cluster[c], covers[c], kkeys, adds[c]) for c in overlapping)
+        exact = any(_exact(i, per_cluster[c], covers[c], kkeys, adds[c],
+                           _folded(analysis, per_cluster[c])) for c in overlapping)
         status = "exact" if exact else "partial" if overlapping else "missed"
         ops = tuple(sorted({n.op for n in k.compute_nodes})) or k.ops
         reason = miss_reason(analysis, k) if status == "missed" and k.n_user_ops >= 2 else ""

@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..analysis.types import Cluster, LineSpan, Rejection, ShapeRead
+from ..analysis.types import Cluster, LineSpan, MetadataRead, Rejection, ShapeRead
 from ..fileio import write_atomic
 from ..ir.graph import FusionGraph
 from ..pipeline import Analysis
@@ -34,6 +34,17 @@ def shape_read_dict(g: FusionGraph, r: ShapeRead) -> dict[str, Any]:
             "line": src.line if src else None, "code": src.code if src else None}
 
 
+def metadata_read_dict(g: FusionGraph, r: MetadataRead) -> dict[str, Any]:
+    """A dtype or device read (`input_dtype = x.dtype`, `device=h.device`) the cluster's
+    input `source` answers, so `of` need not be stored: by node, by the line the user wrote
+    it on, and for a dtype the dtype read."""
+    src, meta = g[r.read].source, g[r.of].meta
+    out: dict[str, Any] = {"read": r.read, "of": r.of, "source": r.source}
+    if r.attribute == "dtype":
+        out["dtype"] = str(meta.dtype).removeprefix("torch.") if meta else None
+    return out | {"line": src.line if src else None, "code": src.code if src else None}
+
+
 def cluster_dict(c: Cluster, g: FusionGraph) -> dict[str, Any]:
     return {
         "index": c.index, "category": c.category, "ops": list(c.ops), "nodes": list(c.nodes),
@@ -43,6 +54,8 @@ def cluster_dict(c: Cluster, g: FusionGraph) -> dict[str, Any]:
                     "saved_bytes": c.traffic.saved_bytes},
         "lines": _lines(c.lines), "recomputes": list(c.recomputes),
         "shape_reads": [shape_read_dict(g, r) for r in c.shape_reads],
+        "dtype_reads": [metadata_read_dict(g, r) for r in c.dtype_reads],
+        "device_reads": [metadata_read_dict(g, r) for r in c.device_reads],
     }
 
 
