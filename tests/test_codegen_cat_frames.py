@@ -15,6 +15,7 @@ import torch
 from codegen_harness import Lambda, compare, poison_empty, to_device
 
 from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.codegen.operators import _shapes_only
 from fusion_core.pipeline import analyze
 
 
@@ -80,6 +81,9 @@ def test_a_decode_loop_builds_one_frame_and_a_bucket_s_configurations_once(tmp_p
         compare(launch(to_device(past), to_device(new)).cpu(), _kv_softmax(None, past, new),
                 f"{past_len}+{new_len}")
     assert (len(broadcasts), len(module.FRAMES)) == (1, 1)
+    # tracing (torch.compile's fake tensors) keeps no frame
+    shaped = module.traceable(to_device(past), to_device(new), wrap=_shapes_only)
+    assert shaped.shape == (1, 2, 2, 8) and len(module.FRAMES) == 1 and len(broadcasts) == 2
 
 
 def test_another_layout_or_dtype_outside_the_cat_makes_another_frame(tmp_path):

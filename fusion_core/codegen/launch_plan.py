@@ -7,7 +7,16 @@ broadcast the way the kernel indexes them (or must be copied into the analysed l
 the output shapes and their contiguous strides, the scalar kernel arguments, the tuning key
 and the candidate configurations of its shape bucket. Everything it computes depends only on
 the inputs' shapes and strides (and the scalar operands it passes on, ``plan.ScalarArg``),
-which is why the launcher caches its result per layout (and scalar values). Also
+which is why the launcher caches its result per layout (and scalar values).
+
+A KV cache's layout changes every call (`past_k` one token longer), so a kernel whose cat
+operands' lengths follow the call (``framed``) also writes `_frame`: what holds at every such
+length, kept in the launcher's FRAMES by the inputs outside the cats' dims (the other inputs'
+whole layouts, the cat operands' shapes but for their length there: their strides follow the
+length, so their layouts are checked at each call). A new length then costs its ends, the
+iteration shape with them, the cat operands' layouts, output shapes, spans and arguments; the
+broadcast, the other inputs' layouts, the tuning constants' check and each shape bucket's
+configurations come from the frame. Also
 here, as ``_plan`` needs them as much as the launcher does: the device parameter of a kernel
 without inputs, and the expression for the device a kernel runs on (``device_of``).
 """
@@ -114,7 +123,9 @@ def _frame_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[
                    'broadcasts)."""'])
         one = _shapes(plan, names, lambda piece: (
             "1" if plan.cats[piece.cat].varying else cat_bounds.total(plan, piece)))
-        out.line(f"shape, lead = _iteration_shape({', '.join(one)})")
+        out.lines(["# the cats' operands one long along the cats' dims: only another input can",
+                   "# make the broadcast longer there",
+                   f"shape, lead = _iteration_shape({', '.join(one)})"])
         out.line("free = " + " and ".join(f"shape[{d}] == 1" for d in _varying_dims(plan)))
         if _inputs(plan, follow=False):  # their layouts are checked at this call's shape
             _lengths_or_broadcast(plan, shapes, out)

@@ -24,7 +24,9 @@ and kept in ``CHOSEN`` (the Python work used to dominate small kernels' host tim
 a plan has launched with its bucket's kept configuration, ``DIRECT_LAUNCH`` holds the
 compiled kernel's direct launcher for it (``direct_launch.py``): a warm call then skips
 Triton's dispatch too, and does the key lookup, the output allocation and one launch. A
-failed check raises and caches nothing; a full cache drops its oldest plan.
+failed check raises and caches nothing; a full cache drops its oldest plan. A launcher whose
+cat operands change length from call to call (a KV cache: every call a new layout) also keeps
+``FRAMES``, what its ``_plan`` works out once for every such length (``launch_plan.py``).
 ``ClusterNFunction`` wraps the launcher for autograd with a ``backward`` that refuses:
 inference only.
 """
