@@ -144,3 +144,21 @@ def test_a_length_past_the_block_is_refused_after_the_frame_is_built(tmp_path):
                        r"regenerate with the column loop$"):
         launch(to_device(past), to_device(torch.randn(2, 3, 1)))
     assert len(module.FRAMES) == 1 and len(module.LAUNCH_CACHE) == 2  # nothing kept for it
+
+
+def test_two_caches_along_one_dim_share_the_frame_while_equally_long(tmp_path):
+    # K and V caches of one layer in one kernel: each its own cat along dim 2
+    def fn(m, pk, k, pv):
+        return (torch.cat((pk, k), 2) * torch.cat((pv, k * 2), 2)).softmax(-1)
+
+    module, launch = _module(tmp_path, fn, torch.randn(1, 2, 5, 8), torch.randn(1, 2, 1, 8),
+                             torch.randn(1, 2, 5, 8))
+    for n in (5, 6, 9):
+        args = torch.randn(1, 2, n, 8), torch.randn(1, 2, 1, 8), torch.randn(1, 2, n, 8)
+        compare(launch(*map(to_device, args)).cpu(), fn(None, *args), f"past {n}")
+    assert len(module.FRAMES) == 1
+    args = torch.randn(1, 2, 9, 8), torch.randn(1, 2, 1, 8), torch.randn(1, 2, 8, 8)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        fn(None, *args)  # eager refuses caches of two lengths...
+    with pytest.raises(RuntimeError, match="Attempting to broadcast a dimension of length"):
+        launch(*map(to_device, args))  # ...and so does the launcher, with the frame built

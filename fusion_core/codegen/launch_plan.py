@@ -67,10 +67,8 @@ def plan_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[st
 
 def framed(plan: KernelPlan) -> bool:
     """Whether `_plan` keeps what holds at every length of a KV cache in a frame
-    (``_frame_fn``): it has a cat whose operands' lengths follow the call, and each such cat
-    its own dim (two on one dim must be equally long, which only a broadcast checks)."""
-    dims = [b.dim for b in plan.cats if b.varying]
-    return bool(dims) and len(set(dims)) == len(dims)
+    (``_frame_fn``): it has a cat whose operands' lengths follow the call."""
+    return any(b.varying for b in plan.cats)
 
 
 def _follows(plan: KernelPlan, t: TensorArg) -> bool:
@@ -172,20 +170,28 @@ def _kept(plan: KernelPlan, sig: KernelSignature) -> list[str]:
 
 
 def _varying_dims(plan: KernelPlan) -> list[int]:
-    return sorted(b.dim for b in plan.cats if b.varying)
+    return sorted({b.dim for b in plan.cats if b.varying})
 
 
 def _lengths_or_broadcast(plan: KernelPlan, shapes: list[str], out: CodeWriter) -> None:
     """The iteration shape at this call: the frame's with each varying cat's dim at the
-    cat's length, or (`free` false: another input is as long there) broadcast as eager."""
-    total = {b.dim: f"{ENDS}[{c}][-1]" for c, b in enumerate(plan.cats) if b.varying}
+    cat's length, or (`free` false: another input is as long there; or two cats along one
+    dim differ) broadcast as eager."""
+    totals: dict[int, list[str]] = {}
+    for c, b in enumerate(plan.cats):
+        if b.varying:
+            totals.setdefault(b.dim, []).append(f"{ENDS}[{c}][-1]")
     parts, start = [], 0
     for d in _varying_dims(plan):
         parts += [f"shape[{start or ''}:{d}]"] if d > start else []
-        parts.append(f"({total[d]},)")
+        parts.append(f"({totals[d][0]},)")
         start = d + 1
     parts += [f"shape[{start}:]"] if start < plan.rank else []
-    out.lines(["if free:  # the cats' lengths along their dims are this call's",
+    same = "".join(f" and {t[0]} == {u}" for t in totals.values() for u in t[1:])
+    if same:
+        out.line("# cats along one dim as long as each other (else the broadcast refuses them)")
+    out.lines([f"if free{same}:" + ("" if same else "  # the cats' lengths along their dims are "
+                                    "this call's"),
                f"    shape = {' + '.join(parts)}",
                "else:  # another input is as long along a cat's dim: broadcast as eager does",
                f"    shape, lead = _iteration_shape({', '.join(shapes)})"])
