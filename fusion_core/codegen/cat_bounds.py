@@ -171,10 +171,11 @@ def length(plan: KernelPlan, piece: PieceRead) -> str:
     return f"{ENDS}[{c}][0]" if i == 0 else f"{ENDS}[{c}][{i}] - {ENDS}[{c}][{i - 1}]"
 
 
-def coordinate_total(plan: KernelPlan, t: TensorArg) -> str | None:
-    """A cat coordinate's length along its dim where a varying cat sets it, else None."""
+def coordinate_piece(plan: KernelPlan, t: TensorArg) -> PieceRead | None:
+    """A piece of the varying cat whose coordinate `t` is (its length along the cat's dim
+    is the cat's), else None."""
     for s in plan.sources:
         p = s.piece
         if p is not None and p.coordinate.value == t.value and plan.cats[p.cat].varying:
-            return total(plan, p)
+            return p
     return None

@@ -12,7 +12,7 @@ import textwrap
 
 from ..names import function_class_name
 from . import tuning as autotune
-from .cat_bounds import coordinate_total
+from .cat_bounds import coordinate_piece
 from .choices import CANDIDATE_FIELDS, Tuning, candidates, kind
 from .lower import KernelPlan, TensorArg
 from .plan import steps_along_cols
@@ -78,7 +78,7 @@ def _desc(ts: tuple[TensorArg, ...]) -> str:
 def _follows_call(plan: KernelPlan, t: TensorArg) -> bool:
     if t.piece is not None:
         return plan.cats[t.piece.cat].varying
-    return coordinate_total(plan, t) is not None
+    return coordinate_piece(plan, t) is not None
 
 
 def wrapper_class(plan: KernelPlan) -> str:

@@ -7,18 +7,30 @@ broadcast the way the kernel indexes them (or must be copied into the analysed l
 the output shapes and their contiguous strides, the scalar kernel arguments, the tuning key
 and the candidate configurations of its shape bucket. Everything it computes depends only on
 the inputs' shapes and strides (and the scalar operands it passes on, ``plan.ScalarArg``),
-which is why the launcher caches its result per layout (and scalar values). Also
+which is why the launcher caches its result per layout (and scalar values).
+
+A KV cache's layout changes every call (`past_k` one token longer), so a kernel whose cat
+operands' lengths follow the call (``framed``) also writes `_frame`: what holds at every such
+length, kept in the launcher's FRAMES by the inputs outside the cats' dims (the other inputs'
+whole layouts, the cat operands' shapes but for their length there: their strides follow the
+length, so their layouts are checked at each call). A new length then costs its ends, the
+iteration shape with them, the cat operands' layouts, output shapes, spans and arguments; the
+broadcast, the other inputs' layouts, the tuning constants' check and each shape bucket's
+configurations come from the frame. Also
 here, as ``_plan`` needs them as much as the launcher does: the device parameter of a kernel
 without inputs, and the expression for the device a kernel runs on (``device_of``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from . import cat_bounds, launch_maps, view_checks
 from .choices import kind
 from .lower import KernelPlan, TensorArg
-from .plan import Role
+from .plan import PieceRead, Role
 from .signature import N_COLS, N_ROWS, Family, KernelSignature, strides_local
+from .signature import PIECE_ENDS as ENDS
 from .writer import CodeWriter
 
 # A kernel with no tensor input (its values all generated, `arange → add → to`) takes the
@@ -39,34 +51,186 @@ def plan_args(plan: KernelPlan, names: list[str]) -> str:
 
 def plan_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
             out: CodeWriter) -> None:
-    """`_plan(*inputs)`: every check and launch choice that depends only on the key."""
+    """`_plan(*inputs)`: every check and launch choice that depends only on the key; for a
+    kernel with a cat whose operands' lengths follow the call, `_frame` too (``framed``)."""
+    shapes = _shapes(plan, names, lambda piece: cat_bounds.total(plan, piece))
+    if not framed(plan):
+        out.line(f"def _plan({plan_args(plan, names)}):")
+        with out.indented():
+            _plan_body(plan, sig, looped, names, shapes, out)
+        return
+    _frame_fn(plan, sig, looped, names, shapes, out)
+    out.lines(["", "", f"def _plan({plan_args(plan, names)}, frames=None):"])
+    with out.indented():
+        _framed_body(plan, sig, looped, names, shapes, out)
+
+
+def framed(plan: KernelPlan) -> bool:
+    """Whether `_plan` keeps what holds at every length of a KV cache in a frame
+    (``_frame_fn``): it has a cat whose operands' lengths follow the call."""
+    return any(b.varying for b in plan.cats)
+
+
+def _follows(plan: KernelPlan, t: TensorArg) -> bool:
+    """The input is read through a piece of a cat whose lengths follow the call."""
+    return t.piece is not None and plan.cats[t.piece.cat].varying
+
+
+def _shapes(plan: KernelPlan, names: list[str], total: Callable[[PieceRead], str]
+            ) -> list[str]:
+    """The shapes `_iteration_shape` broadcasts, each cat's length along its dim `total`."""
     # A cat's operand counts at the result's size along the cat dim (its piece covers part).
-    shapes = [_pieced(f"{a}.shape", t, cat_bounds.total(plan, t.piece), plan.rank) if t.piece
-              else f"{a}.shape" for a, t in zip(names, plan.inputs, strict=True)]
+    shapes = [_pieced(f"{a}.shape", t, total(t.piece), plan.rank) if t.piece else f"{a}.shape"
+              for a, t in zip(names, plan.inputs, strict=True)]
     # A generated value's shape is the analysed one (the graph fixed it too: `arange(16)`),
     # but for the cat dim of a cat whose operands' lengths follow the call.
-    shapes += [_generated_shape(plan, t) for t in plan.generated]
-    out.line(f"def _plan({plan_args(plan, names)}):")
-    with out.indented():
-        _plan_body(plan, sig, looped, names, shapes, out)
+    return shapes + [_generated_shape(plan, t, total) for t in plan.generated]
+
+
+def _plan_docstring(out: CodeWriter, framed: bool = False) -> None:
+    out.lines(['"""Copies, output shapes and strides, kernel arguments, tuning key (shape',
+               'bucket, dtypes, device) and candidate configurations for these inputs\' layout;',
+               'raises if the kernel cannot run them. The launcher caches the result.'
+               + ('' if framed else '"""')])
+    if framed:
+        out.lines(["`frames`: the launcher's FRAMES, which keeps what `_frame` works out (None:",
+                   'worked out afresh and not kept, as for tracing)."""'])
 
 
 def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
                shapes: list[str], out: CodeWriter) -> None:
-    out.lines(['"""Copies, output shapes and strides, kernel arguments, tuning key (shape',
-               'bucket, dtypes, device) and candidate configurations for these inputs\' layout;',
-               'raises if the kernel cannot run them. The launcher caches the result."""'])
+    _plan_docstring(out)
     out.lines(cat_bounds.ends_lines(plan, names))
     out.line(f"shape, lead = _iteration_shape({', '.join(shapes)})")
+    _input_layouts(plan, sig, names, range(len(names)), out)
+    _sized(plan, sig, looped, names, out, framed=False)
+
+
+def _frame_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
+              shapes: list[str], out: CodeWriter) -> None:
+    """`_frame(*inputs, piece_ends)`: the part of `_plan` that holds at every length of the
+    varying cats' operands, given what `_plan` keys it on (``_frame_key``)."""
+    out.line(f"def _frame({', '.join(names)}, {ENDS}):")
+    with out.indented():
+        out.lines(['"""What `_plan` works out once for every length of the cat operands that',
+                   "follow the call (a KV cache): the iteration shape but for the cats' dims,",
+                   "the layouts of the inputs read through no such cat, the tuning constants'",
+                   "check, and (filled by `_plan`) each shape bucket's configurations. `free`:",
+                   "no input but the cats' operands is longer than one along the cats' dims,",
+                   "so `_plan` sets those to the cats' lengths at each call (else it",
+                   'broadcasts)."""'])
+        one = _shapes(plan, names, lambda piece: (
+            "1" if plan.cats[piece.cat].varying else cat_bounds.total(plan, piece)))
+        out.lines(["# the cats' operands one long along the cats' dims: only another input can",
+                   "# make the broadcast longer there",
+                   f"shape, lead = _iteration_shape({', '.join(one)})"])
+        out.line("free = " + " and ".join(f"shape[{d}] == 1" for d in _varying_dims(plan)))
+        if _inputs(plan, follow=False):  # their layouts are checked at this call's shape
+            _lengths_or_broadcast(plan, shapes, out)
+        _input_layouts(plan, sig, names, _inputs(plan, follow=False), out)
+        _pow2_check(plan, looped, out)
+        out.line(f"return shape, lead, free, {''.join(k + ', ' for k in _kept(plan, sig))}{{}}")
+
+
+def _framed_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
+                 shapes: list[str], out: CodeWriter) -> None:
+    """`_plan` of a framed kernel: its frame looked up (or worked out), then the rest."""
+    _plan_docstring(out, framed=True)
+    out.lines(cat_bounds.ends_lines(plan, names))
+    build = f"_frame({', '.join(names)}, {ENDS})"
+    out.line("if frames is None:  # nothing kept (tracing: fake tensors)")
+    out.line(f"    frame = {build}")
+    out.line("else:")
+    with out.indented():
+        out.lines(["# what the frame reads: the inputs but for the cat operands' lengths and",
+                   "# strides (checked below at each call), and whether each cat is one long",
+                   "# (`_layout` skips dims of length one)"])
+        out.bracketed("key = (", _frame_key(plan, names))
+        out.lines(["frame = frames.get(key)",
+                   "if frame is None:  # other dims, dtypes, devices or layouts of the rest",
+                   "    if len(frames) >= LAUNCH_CACHE_SIZE:  # the oldest frame makes room",
+                   "        del frames[next(iter(frames))]",
+                   f"    frame = frames[key] = {build}"])
+    out.line(f"shape, lead, free, {''.join(k + ', ' for k in _kept(plan, sig))}by_bucket = frame")
+    _lengths_or_broadcast(plan, shapes, out)
+    _input_layouts(plan, sig, names, _inputs(plan, follow=True), out)
+    _sized(plan, sig, looped, names, out, framed=True)
+
+
+def _inputs(plan: KernelPlan, follow: bool) -> list[int]:
+    """The inputs read through a varying cat's piece (`follow`), or the others."""
+    return [i for i, t in enumerate(plan.inputs) if _follows(plan, t) == follow]
+
+
+def _kept(plan: KernelPlan, sig: KernelSignature) -> list[str]:
+    """What the frame keeps of the other inputs' layouts: copy flags, group strides."""
+    return [name for i in _inputs(plan, follow=False)
+            for name in (f"copy{i}", strides_local(Role.IN, i))
+            if name.startswith("copy") or sig.has_strides(Role.IN, i)]
+
+
+def _varying_dims(plan: KernelPlan) -> list[int]:
+    return sorted({b.dim for b in plan.cats if b.varying})
+
+
+def _lengths_or_broadcast(plan: KernelPlan, shapes: list[str], out: CodeWriter) -> None:
+    """The iteration shape at this call: the frame's with each varying cat's dim at the
+    cat's length, or (`free` false: another input is as long there; or two cats along one
+    dim differ) broadcast as eager."""
+    totals: dict[int, list[str]] = {}
+    for c, b in enumerate(plan.cats):
+        if b.varying:
+            totals.setdefault(b.dim, []).append(f"{ENDS}[{c}][-1]")
+    parts, start = [], 0
+    for d in _varying_dims(plan):
+        parts += [f"shape[{start or ''}:{d}]"] if d > start else []
+        parts.append(f"({totals[d][0]},)")
+        start = d + 1
+    parts += [f"shape[{start}:]"] if start < plan.rank else []
+    same = "".join(f" and {t[0]} == {u}" for t in totals.values() for u in t[1:])
+    if same:
+        out.line("# cats along one dim as long as each other (else the broadcast refuses them)")
+    out.lines([f"if free{same}:" + ("" if same else "  # the cats' lengths along their dims are "
+                                    "this call's"),
+               f"    shape = {' + '.join(parts)}",
+               "else:  # another input is as long along a cat's dim: broadcast as eager does",
+               f"    shape, lead = _iteration_shape({', '.join(shapes)})"])
+
+
+def _frame_key(plan: KernelPlan, names: list[str]) -> list[str]:
+    """Every input's (shape, stride, dtype, device) as the launch cache keys it, but a cat
+    operand's without its length along the cat's dim and its strides; then, per varying
+    cat, whether it is one long."""
+    parts = []
+    for a, t in zip(names, plan.inputs, strict=True):
+        if _follows(plan, t):
+            assert t.piece is not None
+            at = t.piece.dim - plan.rank
+            rest = f" + {a}.shape[{at + 1}:]" if at + 1 < 0 else ""
+            parts += [f"{a}.shape[:{at}]{rest}", f"{a}.dtype", f"{a}.device"]
+        else:
+            parts += [f"{a}.{p}" for p in ("shape", "stride()", "dtype", "device")]
+    return parts + [f"{ENDS}[{c}][-1] == 1" for c, b in enumerate(plan.cats) if b.varying]
+
+
+def _input_layouts(plan: KernelPlan, sig: KernelSignature, names: list[str],
+                   indices: Iterable[int], out: CodeWriter) -> None:
+    """Each of these inputs' cat length checks, copy flag and index group strides."""
     firsts = launch_maps.first_names(plan, names)
-    for i, a in enumerate(names):
+    for i in indices:
+        a, t = names[i], plan.inputs[i]
         strides = strides_local(Role.IN, i) if sig.has_strides(Role.IN, i) else "_"
-        t = plan.inputs[i]
         if t.piece is not None:  # its groups hold at its own size along the cat dim
             _piece_check(plan, i, a, firsts[t.value], out)
         seen = _pieced("shape", t, cat_bounds.length(plan, t.piece), plan.rank, whole=False) if (
             t.piece) else "shape"
         out.line(f"copy{i}, {strides} = _layout({a}, {seen}, IN_GROUPS[{i}], IN_ORDERS[{i}])")
+
+
+def _sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
+           out: CodeWriter, framed: bool) -> None:
+    """From the inputs' layouts at the iteration shape `shape` to `_plan`'s return (framed:
+    the tuning constants were checked by `_frame`, the configurations kept per bucket)."""
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
     out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
                "copies = copies if any(copies) else ()",
@@ -92,9 +256,9 @@ def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
             seen = launch_maps.output_layout(t, i)
             out.line(f"_, {strides_local(Role.OUT, i)} = _layout({seen}, shape, "
                      f"OUT_GROUPS[{i}], ())")
-    pow2 = _pow2_constants(plan, looped)
-    out.lines(["_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")",
-               f"{Family.SPAN} = _spans(shape)"])
+    if not framed:
+        _pow2_check(plan, looped, out)
+    out.line(f"{Family.SPAN} = _spans(shape)")
     empty = "copies, out_shapes, out_strides, (), None, ()"
     if not plan.two_d:
         out.line("if span[0] == 0:")
@@ -106,8 +270,19 @@ def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
         out.line(f"bucket = _bucket({N_ROWS.launch}, {N_COLS.launch})")
     out.bracketed("args = (", sig.launch_args)
     dtypes = "".join(f"{a}.dtype, " for a in names).rstrip()
-    out.lines([f"tune_key = (bucket, ({dtypes}), {device_of(names)})",
-               "return copies, out_shapes, out_strides, args, tune_key, _configs(bucket)"])
+    out.line(f"tune_key = (bucket, ({dtypes}), {device_of(names)})")
+    if not framed:
+        out.line("return copies, out_shapes, out_strides, args, tune_key, _configs(bucket)")
+        return
+    out.lines(["configs = by_bucket.get(bucket)",
+               "if configs is None:  # the frame's first call in this shape bucket",
+               "    configs = by_bucket[bucket] = _configs(bucket)",
+               "return copies, out_shapes, out_strides, args, tune_key, configs"])
+
+
+def _pow2_check(plan: KernelPlan, looped: bool, out: CodeWriter) -> None:
+    pow2 = _pow2_constants(plan, looped)
+    out.line("_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")")
 
 
 def _rows_checks(plan: KernelPlan, sig: KernelSignature, looped: bool, empty: str,
@@ -174,15 +349,16 @@ def _piece_check(plan: KernelPlan, i: int, a: str, shown: str, out: CodeWriter) 
                f"{{{a}.shape[{at}]}} long along the cat dim; {why}\")"])
 
 
-def _generated_shape(plan: KernelPlan, t: TensorArg) -> str:
+def _generated_shape(plan: KernelPlan, t: TensorArg, total: Callable[[PieceRead], str]
+                     ) -> str:
     """A generated value's shape for `_iteration_shape`: a cat's coordinate, or a cat's
-    generated operand, at this call's length along a varying cat's dim."""
+    generated operand, at length `total` along a varying cat's dim."""
     if t.piece is not None:
-        return _pieced(repr(tuple(t.shape)), t, cat_bounds.total(plan, t.piece), plan.rank)
-    total = cat_bounds.coordinate_total(plan, t)
-    if total is None:
+        return _pieced(repr(tuple(t.shape)), t, total(t.piece), plan.rank)
+    piece = cat_bounds.coordinate_piece(plan, t)
+    if piece is None:
         return repr(tuple(t.shape))
-    return "(" + ", ".join([total, *("1" for _ in t.shape[1:])]) + ",)"
+    return "(" + ", ".join([total(piece), *("1" for _ in t.shape[1:])]) + ",)"
 
 
 def _pieced(shape: str, t: TensorArg, size: int | str, rank: int, whole: bool = True) -> str:

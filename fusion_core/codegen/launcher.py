@@ -24,7 +24,9 @@ and kept in ``CHOSEN`` (the Python work used to dominate small kernels' host tim
 a plan has launched with its bucket's kept configuration, ``DIRECT_LAUNCH`` holds the
 compiled kernel's direct launcher for it (``direct_launch.py``): a warm call then skips
 Triton's dispatch too, and does the key lookup, the output allocation and one launch. A
-failed check raises and caches nothing; a full cache drops its oldest plan.
+failed check raises and caches nothing; a full cache drops its oldest plan. A launcher whose
+cat operands change length from call to call (a KV cache: every call a new layout) also keeps
+``FRAMES``, what its ``_plan`` works out once for every such length (``launch_plan.py``).
 ``ClusterNFunction`` wraps the launcher for autograd with a ``backward`` that refuses:
 inference only.
 """
@@ -39,7 +41,7 @@ from . import direct_launch, launch_maps, runtime, split_rows, view_checks
 from . import tuning as autotune
 from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
-from .launch_plan import NO_INPUTS_DEVICE, device_of, plan_args, plan_fn
+from .launch_plan import NO_INPUTS_DEVICE, device_of, framed, plan_args, plan_fn
 from .lower import KernelPlan
 from .signature import (
     BLOCK_SIZE,
@@ -68,7 +70,8 @@ _RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.v
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
              "_views", "_fits", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
-             "kernel", "wrap", TRACEABLE, PIECE_ENDS,
+             "kernel", "wrap", TRACEABLE, PIECE_ENDS, "FRAMES", "frames", "frame", "free",
+             "by_bucket", "_frame",
              *direct_launch.GLOBALS, *(fn.__name__ for fn in direct_launch.HELPERS),
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_STEPS", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
@@ -78,6 +81,11 @@ _RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.v
                                   + runtime.VIEW_HELPERS),
              *(fn.__name__ for pair in autotune.KINDS.values() for fn in pair)}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
+# A launcher whose cat operands' lengths follow the call (``launch_plan.framed``).
+_FRAMES = ["# What `_plan` works out once for every length of those cat operands (a KV",
+           "# cache grows each call), by the inputs outside the cats' dims: `_frame`. At",
+           "# most LAUNCH_CACHE_SIZE frames; clear it with the others.",
+           "FRAMES = {}"]
 
 
 def arg_names(plan: KernelPlan) -> list[str]:
@@ -244,6 +252,7 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
     inputs = ", ".join((parameters or [NO_INPUTS_DEVICE]) + [a.launch for a in plan.scalars])
     viewed = launch_maps.seen_through_views(plan, names)
     raw = [firsts[t.value] for t in plan.inputs]  # the parameter each name views
+    frames = ", FRAMES" if framed(plan) else ""
     out = CodeWriter()
     out.lines([f"NAME = {n!r}",
                "# Launch plans by the inputs' (shape, stride, dtype, device): a repeated call",
@@ -256,6 +265,7 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                "# Per launch plan (same keys), once its configuration is chosen: the compiled",
                "# kernel's direct launcher (`_direct`), or False to launch through Triton.",
                "DIRECT_LAUNCH = {}",
+               *(_FRAMES if framed(plan) else []),
                "", "", *runtime.source(bool(viewed)).splitlines(),
                "", "", *direct_launch.source().splitlines(),
                "", "", *autotune.source(kind(plan, looped)).splitlines(), "", ""])
@@ -288,9 +298,9 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                 out.line(f"seen = _views({inputs})")
                 out.bracketed("seats = _seats(", [_tuple(raw[i] for i in viewed),
                                                   _tuple(f"seen[{i}]" for i in viewed)])
-                out.line(f"plan = (seats, _plan({plan_args(plan, ['*seen'])}))")
+                out.line(f"plan = (seats, _plan({plan_args(plan, ['*seen'])}{frames}))")
             else:
-                out.line(f"plan = _plan({plan_args(plan, names)})")
+                out.line(f"plan = _plan({plan_args(plan, names)}{frames})")
             out.lines(["if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:  # the oldest plan makes room",
                        "    oldest = next(iter(LAUNCH_CACHE))",
                        "    del LAUNCH_CACHE[oldest]",
