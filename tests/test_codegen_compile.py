@@ -63,6 +63,9 @@ def test_kernels_compile_for_sm90(tmp_path):
                             lambda m, a, b: (a.float() * 0.5).half() + 1]):
         jobs += _jobs(Lambda(fn), ints, tmp_path, f"int{i}-")
         jobs += _jobs(Lambda(fn), ints, tmp_path, f"intloop{i}-", tuning=LOOP)
+    # A bool reduction's lanes stay int1 through the loop (a literal 1 made them int32).
+    mask_min = Lambda(lambda m, x: x.float() * (~torch.amin(x & True, -1, keepdim=True)).float())
+    jobs += _jobs(mask_min, (torch.rand(3, W) > 0.5,), tmp_path, "boolloop", tuning=LOOP)
     casts = Lambda(lambda m, x: torch.logical_not(torch.sigmoid(x.to(torch.int32) * 2.5) > 0.5))
     jobs += _jobs(casts, (torch.randn(3, W),), tmp_path, "cast")
     tiled = [  # 2-D tiles: a column result, a bool mask and half data through transposed views

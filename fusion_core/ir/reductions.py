@@ -51,7 +51,7 @@ class Combine:
         if dtype.is_floating_point:
             return NEG_INF if self.identity == "lowest" else POS_INF
         if dtype == torch.bool:  # torch.iinfo takes no bool
-            return "0" if self.identity == "lowest" else "1"
+            return "False" if self.identity == "lowest" else "True"
         info = torch.iinfo(dtype)
         # Written `(min + 1 - 1)`: the literal `-min` would not fit the signed type.
         return f"({info.min + 1} - 1)" if self.identity == "lowest" else str(info.max)
