@@ -13,6 +13,10 @@ from fusion_core.load import import_model_file, instantiate, pick_class
 from fusion_core.sourcemap.apply import forget_package
 from fusion_core.sourcemap.fused import package_name
 
+# Where the rewritten model's kernels run: a GPU's when there is one (its kernels are not
+# interpreted there), else the CPU's, under Triton's interpreter.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 def load_net(path: Path, name: str = "Net") -> torch.nn.Module:
     forget_package(package_name(path.stem))  # a rewritten file imports its own package
@@ -26,7 +30,7 @@ def apply_net(path: Path, shape: str = "2,3,8,8") -> Result:
 
 
 def same_outputs(tmp_path: Path, path: Path, original: str, name: str = "Net",
-                 shape: tuple[int, ...] = (2, 3, 8, 8), device: str = "cpu",
+                 shape: tuple[int, ...] = (2, 3, 8, 8), device: str = DEVICE,
                  atol: float = 1e-5, rtol: float = 1e-4) -> None:
     """The rewritten `path` computes what `original` did, on the original's weights."""
     (tmp_path / f"original_{path.stem}.py").write_text(original)

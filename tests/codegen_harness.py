@@ -183,6 +183,15 @@ def to_device(t: torch.Tensor) -> torch.Tensor:
     return out.copy_(src).expand(t.shape)
 
 
+def on_device(launch):
+    """`launch` called with its tensors on DEVICE (the interpreter runs CPU tensors, a GPU's
+    kernels need its memory) and its results back on the CPU, to compare with eager there."""
+    def run(*args):
+        out = launch(*(to_device(a) for a in args))
+        return tuple(o.cpu() for o in out) if isinstance(out, tuple) else out.cpu()
+    return run
+
+
 class _TorchWithEmpty:
     """`torch` as seen by one loaded kernel module, with poisoning allocators."""
 

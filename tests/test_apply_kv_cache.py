@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 
 import torch
-from apply_checks import load_net
+from apply_checks import DEVICE, load_net
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
@@ -39,15 +39,15 @@ def test_the_applied_model_runs_as_the_cache_grows(tmp_path):
     (tmp_path / "original_kv.py").write_text(KV_CACHE)
     before, after = load_net(tmp_path / "original_kv.py"), load_net(path)
     torch.manual_seed(0)
-    past = torch.randn(1, 2, 5, 8)
+    past = torch.randn(1, 2, 5, 8, device=DEVICE)
     with torch.no_grad():
         for step in range(3):  # decode: one token a call, the cache one longer each time
-            new = torch.randn(1, 2, 1, 8)
+            new = torch.randn(1, 2, 1, 8, device=DEVICE)
             want, got = before(past, new), after(past, new)
             for w, g in zip(want, got, strict=True):
                 torch.testing.assert_close(g, w, msg=lambda m, step=step: f"step {step}: {m}")
             past = got[1]
         # a prefill of 4 tokens into an empty cache
-        past, new = torch.randn(1, 2, 0, 8), torch.randn(1, 2, 4, 8)
+        past, new = (torch.randn(1, 2, n, 8, device=DEVICE) for n in (0, 4))
         for w, g in zip(before(past, new), after(past, new), strict=True):
             torch.testing.assert_close(g, w)

@@ -11,7 +11,7 @@ import sys
 
 import torch
 import torch._dynamo
-from apply_checks import apply_net, load_net, same_outputs
+from apply_checks import DEVICE, apply_net, load_net, same_outputs
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from fusion_core.ir.shapes import InputSpec
@@ -69,13 +69,13 @@ def test_the_applied_decoder_is_an_operator_that_compiles_with_fullgraph(tmp_pat
     result = apply_net(path)
     assert result.exit_code == 0, result.output
     (tmp_path / "original_unet.py").write_text(DECODER)
-    before = load_net(tmp_path / "original_unet.py").eval()
-    after = load_net(path).eval()
+    before = load_net(tmp_path / "original_unet.py").eval().to(DEVICE)
+    after = load_net(path).eval().to(DEVICE)
     after.load_state_dict(before.state_dict())
     package = sys.modules[package_name(path.stem)]
     kernels = importlib.import_module(f"{package.__name__}.cluster0")
-    inputs = (torch.randn(2, 8, 4, 4), torch.randn(2, 8, 8, 8), torch.randn(16, 1, 1),
-              torch.randn(16, 1, 1))
+    inputs = tuple(torch.randn(s, device=DEVICE) for s in ((2, 8, 4, 4), (2, 8, 8, 8),
+                                                            (16, 1, 1), (16, 1, 1)))
     with torch.no_grad():
         real = kernels.cluster0(*inputs)
     with FakeTensorMode(allow_non_fake_inputs=False) as mode:
@@ -85,5 +85,5 @@ def test_the_applied_decoder_is_an_operator_that_compiles_with_fullgraph(tmp_pat
     compiled = torch.compile(after, backend="aot_eager", fullgraph=True)
     with torch.no_grad():
         for batch in (2, 3):
-            x = torch.randn(batch, 3, 8, 8)
+            x = torch.randn(batch, 3, 8, 8, device=DEVICE)
             torch.testing.assert_close(compiled(x), before(x), atol=1e-5, rtol=1e-4)

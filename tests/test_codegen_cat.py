@@ -8,7 +8,7 @@ refusal is checked for the barrier it leaves and the reason it names. Shapes sta
 
 import pytest
 import torch
-from codegen_harness import Lambda, check_model
+from codegen_harness import Lambda, check_model, on_device
 
 from fusion_core.analysis.barriers import find_barriers
 from fusion_core.codegen import generate, load_kernel, write_kernels
@@ -64,7 +64,7 @@ def test_rotary_slices_read_in_the_kernel_run_at_other_tokens_not_another_head_d
     a = analyze(Lambda(rotary_slices, 3), torch.randn(2, 3, 8), torch.randn(3, 8),
                 torch.randn(3, 8))
     (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
-    launch = load_kernel(path).cluster0
+    launch = on_device(load_kernel(path).cluster0)
     q, cos, sin = torch.randn(5, 7, 8), torch.randn(7, 8), torch.randn(7, 8)
     torch.testing.assert_close(launch(q, cos, sin), rotary_slices(None, q, cos, sin))
     with pytest.raises(ValueError, match=r"^cluster0: `a` is 16 long in dim -1; this kernel "

@@ -9,7 +9,7 @@ input is 7 long along the cat dim; this kernel reads 5 (regenerate it)".
 
 import pytest
 import torch
-from codegen_harness import Lambda, compare, poison_empty, to_device
+from codegen_harness import Lambda, compare, on_device, poison_empty, to_device
 
 from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels
 from fusion_core.pipeline import analyze
@@ -112,7 +112,7 @@ def test_inputs_of_one_piece_of_other_lengths_are_refused_by_name(tmp_path):
     fn = lambda m, a, b, c: torch.cat((a * b, c), dim=0) + 1.0  # noqa: E731
     a = analyze(Lambda(fn, 3), torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4))
     (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
-    launch = load_kernel(path).cluster0
+    launch = on_device(load_kernel(path).cluster0)
     x, y, z = torch.randn(5, 4), torch.randn(5, 4), torch.randn(1, 4)
     torch.testing.assert_close(launch(x, y, z), fn(None, x, y, z))
     with pytest.raises(ValueError, match=r"a concatenated input, `b`, is 1 long along the cat dim; "

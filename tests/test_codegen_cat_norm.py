@@ -11,7 +11,15 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from codegen_harness import Lambda, check_model, compare, compile_for_gpu, poison_empty
+from codegen_harness import (
+    Lambda,
+    check_model,
+    compare,
+    compile_for_gpu,
+    on_device,
+    poison_empty,
+    to_device,
+)
 
 from fusion_core.analysis.barriers import find_barriers
 from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels
@@ -111,7 +119,7 @@ def test_the_launcher_runs_other_batches_and_sizes_and_refuses_other_channels(tm
     model = DecoderNorm(16, 4).eval()
     a = analyze(model, torch.randn(2, 8, 4, 4), torch.randn(2, 8, 4, 4))
     (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
-    launch = load_kernel(path).cluster0
+    launch = on_device(load_kernel(path).cluster0)
     up, skip = torch.randn(3, 8, 5, 7), torch.randn(3, 8, 5, 7)
     w, b = model.norm.weight.detach().reshape(16, 1, 1), model.norm.bias.detach().reshape(
         16, 1, 1)
@@ -134,7 +142,7 @@ def test_the_launcher_refuses_channels_its_groups_do_not_divide_by_input_and_dim
     model = DecoderNorm(16, 4).eval()
     a = analyze(model, torch.randn(2, 8, 4, 4), torch.randn(2, 8, 4, 4))
     (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
-    launch = load_kernel(path).cluster0
+    launch = on_device(load_kernel(path).cluster0)
     w, b = (p.detach().reshape(16, 1, 1) for p in (model.norm.weight, model.norm.bias))
     n = up if which == "up" else skip
     with pytest.raises(ValueError, match=f"^cluster0: a concatenated input, `{which}`, is {n} "
@@ -223,7 +231,7 @@ def test_a_straddling_launcher_runs_other_batches_and_refuses_other_channels(tmp
     model = DecoderNorm(18, 3).eval()
     a = analyze(model, torch.randn(2, 10, 4, 4), torch.randn(2, 8, 4, 4))
     (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
-    launch = load_kernel(path).cluster0
+    launch = on_device(load_kernel(path).cluster0)
     w, b = (p.detach().reshape(18, 1, 1) for p in (model.norm.weight, model.norm.bias))
     up, skip = torch.randn(3, 10, 5, 7), torch.randn(3, 8, 5, 7)
     with torch.no_grad():
@@ -351,7 +359,7 @@ def test_few_wide_rows_of_a_cat_group_norm_split_over_programs(tmp_path, up_chan
     values = capture_values(a, up, skip)
     args = tuple(values[n] for n in cluster.inputs)
     (want,) = eager_cluster(a, cluster)(*args)
-    got = getattr(module, kernel.name)(*args)
+    got = getattr(module, kernel.name)(*map(to_device, args)).cpu()
     assert list(module.CHOSEN.values())[0][3] > 1  # several programs per row
     compare(got, want, "cat → group_norm → silu")
 

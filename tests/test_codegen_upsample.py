@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from codegen_harness import Lambda, check_model, compile_for_gpu, run_kernel
+from codegen_harness import Lambda, check_model, compile_for_gpu, on_device, run_kernel
 
 from fusion_core.analysis.barriers import find_barriers
 from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels
@@ -172,15 +172,15 @@ def test_a_decoder_kernel_refuses_sizes_that_are_not_its_factor_apart(tmp_path, 
     w, b = _affine(model)
     x, s = torch.randn(3, 8, 5, 3), torch.randn(3, 8, 10, 6)
     with torch.no_grad():  # other sizes a factor of 2 apart run
-        torch.testing.assert_close(module.cluster0(x, s, w, b), model(x, s), atol=1e-5,
-                                   rtol=1e-4)
+        torch.testing.assert_close(on_device(module.cluster0)(x, s, w, b), model(x, s),
+                                   atol=1e-5, rtol=1e-4)
     module._fits = None  # checked once per layout: a warm call runs no check
-    module.cluster0(x, s, w, b)
+    on_device(module.cluster0)(x, s, w, b)
     with pytest.raises(ValueError, match=f"^cluster0: `skip` is {factor} long in dim {dim} "
                        f"and `x` 4 in dim {dim}; this kernel reads `skip` there as `x` "
                        r"upsampled by exactly 2 \(analysed 4 -> 8\); regenerate it at these "
                        "sizes or keep the original ops$"):
-        load_kernel(path).cluster0(torch.randn(2, 8, 4, 4), torch.randn(skip), w, b)
+        on_device(load_kernel(path).cluster0)(torch.randn(2, 8, 4, 4), torch.randn(skip), w, b)
 
 
 def test_a_cat_of_an_upsample_refuses_other_channels_as_passed(tmp_path):

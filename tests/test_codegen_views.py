@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from codegen_harness import Lambda, check_model
+from codegen_harness import DEVICE, Lambda, check_model, on_device
 
 from fusion_core.analysis.traffic import estimate_traffic
 from fusion_core.codegen.lower import dry_run
@@ -111,7 +111,7 @@ def test_a_result_returned_unflattened_refuses_other_sizes_of_the_merged_dims(tm
 
     a = analyze(Lambda(fn, 1), torch.randn(2, 3, 4, 4))
     (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
-    launch = load_kernel(path).cluster0
+    launch = on_device(load_kernel(path).cluster0)
     x = torch.randn(3, 2, 4, 4)  # other leading sizes run
     for got, want in zip(launch(x), fn(None, x), strict=True):
         torch.testing.assert_close(got, want)
@@ -197,7 +197,7 @@ def _patched_runs(model, analysed, others, tmp_path):
         launchers[c.index] = (c, getattr(load_kernel(path), kernel.name))
     patched = patch(a.graph_module, launchers)
     for shape in (analysed, *others):
-        x = torch.randn(shape)
+        x = torch.randn(shape, device=DEVICE)  # the models hold no weights
         for c in a.clusters:  # each cluster's inputs here are the model's input
             assert c.inputs == ("x",), c.inputs
             got, (want,) = launchers[c.index][1](x), eager_cluster(a, c)(x)
