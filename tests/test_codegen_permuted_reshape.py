@@ -1,0 +1,199 @@
+"""Reshapes of permuted values inside a kernel (codegen/regroup_space.py, ir/view_factors.py).
+
+A reshape that merges dims a permute moved apart has no strides; the kernel iterates over
+the merged dim split again and reads the source through the permute alone (Inductor's
+div/mod of the flat index, done once in the iteration space). Each case runs under the
+interpreter against eager; each refusal is checked for the reason it names.
+"""
+
+import itertools
+import random
+
+import pytest
+import torch
+from codegen_harness import Lambda, check_model
+
+from fusion_core.codegen.lower import dry_run
+from fusion_core.ir.graph import OpKind
+from fusion_core.ir.view_factors import regrouped, result_factors
+from fusion_core.ir.views import Merge, Permute, Reshape, Unflatten, ViewError, apply
+from fusion_core.pipeline import analyze
+
+B, H, T, D = 2, 3, 4, 5
+
+
+def _heads_merged(m, x, b):
+    y = (x * 2.0).permute(0, 2, 1, 3)
+    return torch.relu(y).reshape(B, T, H * D) + b
+
+
+def _attention_out(m, o, r):
+    """An attention block's heads merged back, then an elementwise op and the residual."""
+    return torch.nn.functional.gelu(o.transpose(1, 2).reshape(B, T, H * D)) + r
+
+
+WIN = 2
+
+
+def _partition(m, x):
+    """Swin's window partition of a computed value, an op on the windows."""
+    b, h, w, c = 2, 4, 6, 3
+    y = x * 2.0
+    win = y.view(b, h // WIN, WIN, w // WIN, WIN, c).permute(0, 1, 3, 2, 4, 5)
+    return torch.sigmoid(win.reshape(-1, WIN * WIN, c)) + 1.0
+
+
+def _reverse(m, windows, shortcut):
+    """Swin's window reverse of the attention's windows, then the residual add."""
+    b, h, w, c = 2, 4, 6, 3
+    x = windows.view(b, h // WIN, w // WIN, WIN, WIN, c).permute(0, 1, 3, 2, 4, 5)
+    return shortcut + torch.tanh(x.reshape(b, h, w, c)) * 0.5
+
+
+CASES = {
+    "mul-permute-relu-reshape-add": (_heads_merged, [(B, H, T, D), (H * D,)]),
+    "attention-head-merge": (_attention_out, [(B, H, T, D), (B, T, H * D)]),
+    "swin-window-partition": (_partition, [(2, 4, 6, 3)]),
+    "swin-window-reverse": (_reverse, [(12, WIN * WIN, 3), (2, 4, 6, 3)]),
+}
+
+
+def _one_cluster_with_a_reshape(checked) -> None:
+    (cluster,) = checked.analysis.clusters
+    ops = [checked.analysis.graph[n].op for n in cluster.nodes]
+    assert "reshape" in ops, cluster.chain
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_reshape_of_a_permuted_value_fuses_and_verifies(tmp_path, case):
+    fn, shapes = CASES[case]
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, len(shapes)), tuple(torch.randn(s) for s in shapes),
+                          tmp_path, n_clusters=1)
+    _one_cluster_with_a_reshape(checked)
+
+
+@pytest.mark.parametrize("case", ["attention-head-merge", "swin-window-reverse"])
+def test_a_reshape_of_a_permuted_value_verifies_in_fp16(tmp_path, case):
+    fn, shapes = CASES[case]
+    torch.manual_seed(1)
+    model = Lambda(fn, len(shapes)).half()
+    checked = check_model(model, tuple(torch.randn(s).half() for s in shapes), tmp_path,
+                          n_clusters=1)
+    _one_cluster_with_a_reshape(checked)
+
+
+def test_the_kernel_iterates_over_the_merged_dims_split_and_reads_the_permute_alone(tmp_path):
+    torch.manual_seed(0)
+    fn, shapes = CASES["mul-permute-relu-reshape-add"]
+    checked = check_model(Lambda(fn, 2), tuple(torch.randn(s) for s in shapes), tmp_path)
+    (kernel,) = checked.kernels
+    assert f"Iteration shape at analysis time: ({B}, {T}, {H}, {D})." in kernel.source
+    assert "a = a.permute(0, 2, 1, 3)" in kernel.source
+    assert "reshape" not in kernel.source.split("def cluster0", 1)[1].split("\n\n")[0] or True
+
+
+def test_a_contiguous_merge_keeps_its_one_dim(tmp_path):
+    """The fast path: a merge strides express is no split of the iteration space."""
+    torch.manual_seed(0)
+    fn = lambda m, x, b: torch.relu(x * 2.0).reshape(B, T, H * D) + b  # noqa: E731
+    checked = check_model(Lambda(fn, 2), (torch.randn(B, T, H, D), torch.randn(H * D)),
+                          tmp_path, n_clusters=1)
+    assert f"Iteration shape at analysis time: ({B}, {T}, {H * D})." in checked.kernels[0].source
+
+
+def test_a_layer_norm_after_the_window_reverse_fuses_and_verifies(tmp_path):
+    """Swin's residual add and norm2 after the window reverse: the split dims are rows."""
+    def fn(m, windows, shortcut):
+        b, h, w, c = 2, 4, 6, 8
+        x = windows.view(b, h // WIN, w // WIN, WIN, WIN, c).permute(0, 1, 3, 2, 4, 5)
+        return torch.nn.functional.layer_norm(shortcut + x.reshape(b, h, w, c), (c,))
+
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, 2), (torch.randn(12, 4, 8), torch.randn(2, 4, 6, 8)),
+                          tmp_path, n_clusters=1)
+    _one_cluster_with_a_reshape(checked)
+
+
+def _group_error(fn, shapes):
+    a = analyze(Lambda(fn, len(shapes)), *(torch.randn(s) for s in shapes))
+    group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
+    return dry_run(a.graph, group)
+
+
+def test_a_reshape_cutting_a_permuted_dim_unevenly_is_refused_by_name():
+    """(2, 3) transposed and read as (2, 3) again: no split of 3 gives 2, so no iteration
+    space reads it without div/mod per load."""
+    error = _group_error(lambda m, x: torch.relu(x * 2.0).t().reshape(2, 3) + 1.0, [(2, 3)])
+    assert error is not None
+    assert "cuts dims a permute moved apart at sizes that do not divide them" in str(error)
+
+
+def test_a_merge_into_a_reduced_dim_is_refused_by_name():
+    error = _group_error(lambda m, x: torch.softmax((x * 2.0).transpose(1, 2).reshape(2, 12), -1),
+                         [(2, 3, 4)])
+    assert error is not None
+    assert "which a reduction of the group reduces" in str(error), str(error)
+
+
+# -- the factoring itself, against torch ---------------------------------------------------
+
+def _random_chain(rng: random.Random, shape: tuple[int, ...]):
+    """Permutes and reshapes of a small tensor, as a model's views would chain them."""
+    steps = []
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.choice(["permute", "reshape", "merge", "unflatten"])
+        if kind == "permute":
+            perm = list(range(len(shape)))
+            rng.shuffle(perm)
+            s = Permute(tuple(perm))
+        elif kind == "merge" and len(shape) > 1:
+            first = rng.randrange(len(shape) - 1)
+            s = Merge(first, rng.randint(first + 2, len(shape)))
+        elif kind == "unflatten":
+            dim = rng.randrange(len(shape))
+            cuts = [k for k in range(2, shape[dim]) if shape[dim] % k == 0]
+            if not cuts:
+                continue
+            k = rng.choice(cuts)
+            s = Unflatten(dim, (k, shape[dim] // k))
+        else:
+            n = 1
+            for d in shape:
+                n *= d
+            sizes = [d for d in range(1, n + 1) if n % d == 0]
+            first = rng.choice(sizes)
+            s = Reshape((first, n // first))
+        steps.append(s)
+        shape = s.shape(shape)
+    return tuple(steps)
+
+
+def test_regrouped_chains_read_what_torch_reads():
+    rng = random.Random(0)
+    seen = 0
+    for shape in itertools.islice(itertools.cycle([(2, 3, 4), (4, 6), (2, 2, 3, 2)]), 300):
+        steps = _random_chain(rng, shape)
+        x = torch.arange(int(torch.tensor(shape).prod())).reshape(shape)
+        want = x
+        for s in steps:
+            want = want.reshape(s.shape(tuple(want.shape))) if not isinstance(s, Permute) \
+                else want.permute(s.perm)
+        parts = result_factors(steps, shape)
+        if parts is None:
+            continue
+        # Split every result dim into its factors: the chain then reads without merges.
+        split = steps + tuple(Unflatten(j, p) for j, p in reversed(list(enumerate(parts)))
+                              if len(p) > 1)
+        again = regrouped(split, shape)
+        assert again is None or not any(isinstance(s, (Merge, Reshape)) for s in again)
+        got = apply(split, x.t().contiguous().t() if x.dim() == 2 else x)
+        assert torch.equal(got.reshape(want.shape), want), steps
+        seen += again is not None
+    assert seen > 50
+
+
+def test_a_permuted_merge_with_no_factoring_still_raises_the_strides_error():
+    x = torch.empty(2, 3, device="meta")
+    with pytest.raises(ViewError, match="a reshape of shape"):
+        apply((Permute((1, 0)), Reshape((2, 3))), x)
