@@ -89,8 +89,8 @@ def test_the_kernel_iterates_over_the_merged_dims_split_and_reads_the_permute_al
     checked = check_model(Lambda(fn, 2), tuple(torch.randn(s) for s in shapes), tmp_path)
     (kernel,) = checked.kernels
     assert f"Iteration shape at analysis time: ({B}, {T}, {H}, {D})." in kernel.source
-    assert "a = a.permute(0, 2, 1, 3)" in kernel.source
-    assert "reshape" not in kernel.source.split("def cluster0", 1)[1].split("\n\n")[0] or True
+    # the launcher views the input through the permute alone: no reshape, so no copy
+    assert "a = a.permute(0, 2, 1, 3)\n" in kernel.source
 
 
 def test_a_contiguous_merge_keeps_its_one_dim(tmp_path):
