@@ -32,6 +32,11 @@ def _attention_out(m, o, r):
     return torch.nn.functional.gelu(o.transpose(1, 2).reshape(B, T, H * D)) + r
 
 
+def _attention_out_copied(m, o, r):
+    """The same merge written as GPT ports often do: eager's copy spelled `.contiguous()`."""
+    return o.transpose(1, 2).contiguous().view(B, T, H * D) * 2.0 + r
+
+
 WIN = 2
 
 
@@ -53,6 +58,7 @@ def _reverse(m, windows, shortcut):
 CASES = {
     "mul-permute-relu-reshape-add": (_heads_merged, [(B, H, T, D), (H * D,)]),
     "attention-head-merge": (_attention_out, [(B, H, T, D), (B, T, H * D)]),
+    "attention-head-merge-contiguous": (_attention_out_copied, [(B, H, T, D), (B, T, H * D)]),
     "swin-window-partition": (_partition, [(2, 4, 6, 3)]),
     "swin-window-reverse": (_reverse, [(12, WIN * WIN, 3), (2, 4, 6, 3)]),
 }
@@ -61,7 +67,7 @@ CASES = {
 def _one_cluster_with_a_reshape(checked) -> None:
     (cluster,) = checked.analysis.clusters
     ops = [checked.analysis.graph[n].op for n in cluster.nodes]
-    assert "reshape" in ops, cluster.chain
+    assert {"reshape", "contiguous"} & set(ops), cluster.chain
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

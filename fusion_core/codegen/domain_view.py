@@ -3,9 +3,10 @@ through, where a slice starts, and the chain as the launcher's Python text.
 
 Reads the chains ``indexing.index_maps`` wrote (``IndexMaps.chains``) and a tensor's real
 shape and strides; returns layouts for ``lower.py`` and launcher text for
-``launch_maps.py``. Torch composes the strides on a meta tensor, so they are exact; a chain
-no strides express (a reshape of a non-contiguous value) is refused naming the value as the
-user wrote it and the views it is read through.
+``launch_maps.py``. Torch composes the strides on a meta tensor, so they are exact; a
+reshape of a permuted value is read through the chain written without its merges where the
+domain splits them (``views.applied``, ``regroup_space.py``), and a chain no strides express
+even so is refused naming the value as the user wrote it and the views it is read through.
 """
 
 from __future__ import annotations

@@ -30,8 +30,10 @@ with `x` computed in the group, is refused as two maps; an input is loaded once 
 the coordinate (``cat_dims``: the domain dim).
 
 ``domain_view.py`` applies a chain to a meta tensor with the value's real strides: torch
-composes the strides exactly, and a reshape of a non-contiguous value that no strides
-can express is refused by name. ``layout.access`` then indexes the result as usual.
+composes the strides exactly. A reshape of a permuted value that no strides express splits
+the merged dims of the domain again (``regroup_space.py``), over which the chain reads
+through the permute alone (``ir/view_factors.py``); one no split helps is refused by name.
+``layout.access`` then indexes the result as usual.
 """
 
 from __future__ import annotations
