@@ -203,3 +203,20 @@ def test_a_permuted_merge_with_no_factoring_still_raises_the_strides_error():
     x = torch.empty(2, 3, device="meta")
     with pytest.raises(ViewError, match="a reshape of shape"):
         apply((Permute((1, 0)), Reshape((2, 3))), x)
+
+
+def test_the_split_kernel_runs_at_other_batch_sizes_and_strides(tmp_path):
+    """`flatten(2)` merges any sizes: the launcher follows another batch and length, and a
+    bias of the merged dim stays a broadcast (no expansion to the analysed (B, T) fixes
+    them)."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    def fn(m, x, b):
+        return torch.relu((x * 2.0).permute(0, 2, 1, 3)).flatten(2) + b
+
+    a = analyze(Lambda(fn, 2), torch.randn(B, H, T, D), torch.randn(H * D))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = load_kernel(path).cluster0
+    b = torch.randn(H * D)
+    for x in (torch.randn(3, H, 7, D), torch.randn(1, 7, H, D).transpose(1, 2)):
+        torch.testing.assert_close(launch(x, b), fn(None, x, b))
