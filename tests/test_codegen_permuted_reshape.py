@@ -220,3 +220,20 @@ def test_the_split_kernel_runs_at_other_batch_sizes_and_strides(tmp_path):
     b = torch.randn(H * D)
     for x in (torch.randn(3, H, 7, D), torch.randn(1, 7, H, D).transpose(1, 2)):
         torch.testing.assert_close(launch(x, b), fn(None, x, b))
+
+
+def test_other_sizes_of_the_split_dims_are_refused_naming_the_input(tmp_path):
+    """The kernel splits the merged dim as analysed: 4×4 heads refused by name, not with
+    torch's `unflatten` error."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    def fn(m, o):
+        return torch.relu(o.transpose(1, 2).flatten(2)) * 2.0
+
+    a = analyze(Lambda(fn, 1), torch.randn(B, H, T, D))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = load_kernel(path).cluster0
+    with pytest.raises(ValueError, match=r"^cluster0: `transpose` holds 16 elements in dims "
+                       r"2, 3; this kernel writes `mul` with them merged as 15 \(analysed "
+                       r"\(3, 5\)\); regenerate it"):
+        launch(torch.randn(B, 4, T, 4).transpose(1, 2))
