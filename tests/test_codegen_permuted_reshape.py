@@ -135,11 +135,27 @@ def test_a_reshape_cutting_a_permuted_dim_unevenly_is_refused_by_name():
     assert "cuts dims a permute moved apart at sizes that do not divide them" in str(error)
 
 
-def test_a_merge_into_a_reduced_dim_is_refused_by_name():
-    error = _group_error(lambda m, x: torch.softmax((x * 2.0).transpose(1, 2).reshape(2, 12), -1),
+@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("fn, shapes", [
+    # the reduced dim split: the columns cover both parts
+    (lambda m, x: torch.softmax((x * 2.0).transpose(1, 2).reshape(2, 12), -1), [(2, 3, 4)]),
+    # a post-norm block after the heads merge: rows and columns both reach the input permuted
+    (lambda m, x, r: torch.nn.functional.layer_norm(x.transpose(1, 2).reshape(B, T, H * D) + r,
+                                                    (H * D,)), [(B, H, T, D), (B, T, H * D)]),
+])
+def test_a_reduction_over_merged_heads_fuses_and_verifies(tmp_path, fn, shapes, looped):
+    torch.manual_seed(0)
+    checked = check_model(Lambda(fn, len(shapes)), tuple(torch.randn(s) for s in shapes),
+                          tmp_path, n_clusters=1, looped=looped)
+    _one_cluster_with_a_reshape(checked)
+
+
+def test_a_merge_into_a_dim_a_sum_collapses_is_refused_by_name():
+    error = _group_error(lambda m, x: (x * 2.0).transpose(1, 2).reshape(2, 12).sum(-1),
                          [(2, 3, 4)])
     assert error is not None
-    assert "which a reduction of the group reduces" in str(error), str(error)
+    assert "merges dims that are not adjacent in memory into dim 1, which `sum`" in str(error)
+    assert "reduces to one element" in str(error)
 
 
 # -- the factoring itself, against torch ---------------------------------------------------

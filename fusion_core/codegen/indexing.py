@@ -65,7 +65,7 @@ from ..ir.views import (
 )
 from .chain_reads import effective, expanded, read_through
 from .layout import LoweringError
-from .regroup_space import regroup_space, regrouped_steps
+from .regroup_space import more_reduced, regroup_space, regrouped_steps
 from .run_sizes import check_run_time_sizes
 from .upsample_space import split_space, split_steps, upsamples
 
@@ -360,7 +360,8 @@ def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
     shape = _shape(g, node.inputs[0].name)
     own = reduction_order(rule_of(node), dict(node.params), shape_after(grown, shape))
     if own is not None:
-        own = (grown + own[0] + regrouped, own[1])
+        rank = len(shape_after(grown + own[0], shape))
+        own = (grown + own[0] + regrouped, own[1] + more_reduced(regrouped, rank, own[1]))
     rank = len(domain)
     if own is None or own[1] != reduced or effective(chain, shape, rank) is None or (
             effective(chain, shape, rank) != effective(own[0], shape, rank)):

@@ -11,9 +11,11 @@ other value is split for free where it is contiguous. This is Inductor's div/mod
 coordinate, done once in the iteration space instead of per load. A group whose values all
 view through their strides keeps its space: the contiguous merges stay one dim.
 
-Refused by name: a merge whose factors a reshape cuts unevenly, one before a slice or an
-expand of the merged value, two values splitting one dim different ways, and a split of
-dims a reduction reduces (its rows would change).
+A reduced dim split stays reduced, as its parts (a softmax over heads merged). Refused by
+name: two values splitting one dim different ways, and a reduced dim split in a group whose
+reduction shrinks it (a sum: its result would be split where it has one element). A merge
+whose factors a reshape cuts unevenly, or one before a slice or an expand of the merged
+value, is left to ``domain_view``'s refusal.
 """
 
 from __future__ import annotations
@@ -102,16 +104,32 @@ def regroup_space(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
                     f"{'×'.join(map(str, sizes))}, and {said(g, splits[d][1])} as "
                     f"{'×'.join(map(str, have))}; a kernel splits a dim one way",
                     tuple(views) or (name,))
-            if d >= rank - space.reduced:
+            if d >= rank - space.reduced and (short := _collapsing(g, nodes)) is not None:
                 raise LoweringError(
                     f"{value} merges dims that are not adjacent in memory into dim {d}, "
-                    "which a reduction of the group reduces; a kernel splits only the rows' "
-                    "dims to read such a reshape", tuple(views) or (name,))
+                    f"which {said(g, short)} reduces to one element; a kernel splits a "
+                    "reduced dim only for reductions that keep the row's shape (softmax, "
+                    "a norm)", tuple(views) or (name,))
             splits[d] = (both, name)
     if not splits:
         return space
     grow = tuple(Unflatten(d, sizes) for d, (sizes, _) in sorted(splits.items(), reverse=True))
-    return IterationSpace(space.anchor, space.anchor_shape, space.steps + grow, space.reduced)
+    return IterationSpace(space.anchor, space.anchor_shape, space.steps + grow,
+                          space.reduced + more_reduced(grow, rank, space.reduced))
+
+
+def _collapsing(g: FusionGraph, nodes: Sequence[str]) -> str | None:
+    """A reduction of the group whose result is smaller than its source (a sum, a mean):
+    its result would be read through the split of a dim it reduced to one element."""
+    return next((n for n in nodes if g[n].kind is OpKind.REDUCTION
+                 and tuple(g[n].meta.shape) != tuple(g[g[n].refs[0]].meta.shape)), None)
+
+
+def more_reduced(grow: Sequence[Step], rank: int, reduced: int) -> int:
+    """How many dims the splits `grow` add to the last `reduced` of a `rank`-d domain: a
+    reduced dim split stays reduced, as its parts (the columns cover them all)."""
+    return sum(len(s.sizes) - 1 for s in grow
+               if isinstance(s, Unflatten) and s.dim >= rank - reduced)
 
 
 def regrouped_steps(space: IterationSpace, before: IterationSpace) -> tuple[Step, ...]:
