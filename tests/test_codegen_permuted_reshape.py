@@ -253,3 +253,15 @@ def test_other_sizes_of_the_split_dims_are_refused_naming_the_input(tmp_path):
                        r"2, 3; this kernel writes `mul` with them merged as 15 \(analysed "
                        r"\(3, 5\)\); regenerate it"):
         launch(torch.randn(B, 4, T, 4).transpose(1, 2))
+
+
+def test_two_values_merging_one_dim_crossing_ways_are_refused_by_name():
+    """3×4 heads and 4×3 heads merged into one 12-wide dim: no split of 12 serves both."""
+    def fn(m, x, y):
+        a = torch.relu(x * 2.0).permute(0, 2, 1, 3).reshape(2, 5, 12)
+        return a + torch.relu(y * 2.0).permute(0, 2, 1, 3).reshape(2, 5, 12)
+
+    error = _group_error(fn, [(2, 3, 5, 4), (2, 4, 5, 3)])
+    assert error is not None
+    assert "merges dim 2 of the kernel's iteration space as 4×3, and " in str(error), str(error)
+    assert "as 3×4; a kernel splits a dim one way" in str(error)
