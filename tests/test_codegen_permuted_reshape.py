@@ -16,7 +16,16 @@ from codegen_harness import Lambda, check_model
 from fusion_core.codegen.lower import dry_run
 from fusion_core.ir.graph import OpKind
 from fusion_core.ir.view_factors import regrouped, result_factors
-from fusion_core.ir.views import Merge, Permute, Reshape, Unflatten, ViewError, apply
+from fusion_core.ir.views import (
+    Merge,
+    Permute,
+    Reshape,
+    Squeeze,
+    Unflatten,
+    Unsqueeze,
+    ViewError,
+    apply,
+)
 from fusion_core.pipeline import analyze
 
 B, H, T, D = 2, 3, 4, 5
@@ -164,8 +173,13 @@ def _random_chain(rng: random.Random, shape: tuple[int, ...]):
     """Permutes and reshapes of a small tensor, as a model's views would chain them."""
     steps = []
     for _ in range(rng.randint(1, 4)):
-        kind = rng.choice(["permute", "reshape", "merge", "unflatten"])
-        if kind == "permute":
+        kind = rng.choice(["permute", "reshape", "merge", "unflatten", "unsqueeze", "squeeze"])
+        ones = [k for k, n in enumerate(shape) if n == 1]
+        if kind == "unsqueeze":
+            s = Unsqueeze((rng.randrange(len(shape) + 1),))
+        elif kind == "squeeze" and ones:
+            s = Squeeze((rng.choice(ones),))
+        elif kind == "permute":
             perm = list(range(len(shape)))
             rng.shuffle(perm)
             s = Permute(tuple(perm))
@@ -194,7 +208,8 @@ def _random_chain(rng: random.Random, shape: tuple[int, ...]):
 def test_regrouped_chains_read_what_torch_reads():
     rng = random.Random(0)
     seen = 0
-    for shape in itertools.islice(itertools.cycle([(2, 3, 4), (4, 6), (2, 2, 3, 2)]), 300):
+    for shape in itertools.islice(itertools.cycle([(2, 3, 4), (4, 6), (2, 2, 3, 2), (2, 1, 6)]),
+                                  400):
         steps = _random_chain(rng, shape)
         x = torch.arange(int(torch.tensor(shape).prod())).reshape(shape)
         want = x
@@ -204,14 +219,20 @@ def test_regrouped_chains_read_what_torch_reads():
         parts = result_factors(steps, shape)
         if parts is None:
             continue
-        # Split every result dim into its factors: the chain then reads without merges.
+        # Split every result dim into its factors: the chain then reads without merges, at
+        # any strides (here column-major), each step a view.
         split = steps + tuple(Unflatten(j, p) for j, p in reversed(list(enumerate(parts)))
                               if len(p) > 1)
         again = regrouped(split, shape)
-        assert again is None or not any(isinstance(s, (Merge, Reshape)) for s in again)
-        got = apply(split, x.t().contiguous().t() if x.dim() == 2 else x)
-        assert torch.equal(got.reshape(want.shape), want), steps
-        seen += again is not None
+        if again is None:
+            continue
+        assert not any(isinstance(s, (Merge, Reshape)) for s in again), again
+        back = tuple(range(len(shape)))[::-1]
+        got = x.permute(back).contiguous().permute(back)  # x's values, column-major
+        for s in again:
+            got = s.apply(got)
+        assert torch.equal(got.reshape(want.shape), want), (steps, again)
+        seen += 1
     assert seen > 50
 
 

@@ -119,7 +119,8 @@ class _Factors:
             while k + 1 < len(src):
                 a, b = src[k], src[k + 1]
                 home = next((ids for ids in self.dims if a in ids), None)
-                if home is not None and b in home and home.index(b) == home.index(a) + 1:
+                seen = [x for x in home or () if self.size[x] != 1 or x in (a, b)]
+                if b in seen and seen.index(b) == seen.index(a) + 1:
                     self.size[a] *= self.size.pop(b)
                     del src[k + 1]
                     home.remove(b)
