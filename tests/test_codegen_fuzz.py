@@ -2,10 +2,10 @@
 
 Hypothesis draws a small program (each step applies an op to values made
 earlier, so values fan out and rejoin; some steps go through views: a transpose,
-reshape or permute around a unary op, a slice expanded back); the model runs it, the
-analyzer finds its clusters, and every emitted kernel must match eager under the
-interpreter. Reductions run over the last axis, or over random dims of a 3-d view.
-A few examples by default; FUSION_FUZZ=1 runs a long profile.
+reshape or permute around a unary op, a permuted value's dims merged, a slice expanded
+back); the model runs it, the analyzer finds its clusters, and every emitted kernel must
+match eager under the interpreter. Reductions run over the last axis, or over random dims
+of a 3-d view. A few examples by default; FUSION_FUZZ=1 runs a long profile.
 """
 
 import os
@@ -51,6 +51,8 @@ VIEWS = {
     "flat": lambda a, f: f(a.reshape(-1)).view(R, C),
     "permute3": lambda a, f: f(a.reshape(R, 4, C // 4).permute(2, 0, 1)).permute(1, 2, 0)
     .reshape(R, C),
+    # a permuted value's dims merged: an attention block's heads merged back
+    "heads": lambda a, f: f(a.reshape(R, 4, C // 4).transpose(1, 2)).reshape(R, C),
     "unsqueeze": lambda a, f: f(a.unsqueeze(0).transpose(0, 1)).squeeze(1),
     "column": lambda a, f: f(a[:, 3:4]).expand(R, C),  # a slice, broadcast back
     "row": lambda a, f: f(a[1:2]).expand(R, C),
@@ -109,6 +111,9 @@ def run_program(steps, *xs):
 # expansion, so its store would have reached half of it (the launcher failed on the view).
 @example(program=([(R, C), (C,)], [("u", "abs", 0), ("u", "exp_tanh", 1),
                                    ("v", "every_other", "abs", 3)]), seed=0)
+# A reshape of a permuted value read from memory, then a broadcast operand: the kernel
+# iterates over the merged dim split (``codegen/regroup_space.py``).
+@example(program=([(R, C), (C,)], [("v", "heads", "relu", 0), ("b", "add", 2, 1)]), seed=0)
 def test_random_pointwise_programs_match_eager(tmp_path_factory, program, seed):
     shapes, steps = program
     torch.manual_seed(seed)

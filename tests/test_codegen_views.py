@@ -264,10 +264,12 @@ def test_a_view_sized_otherwise_is_refused_naming_its_line(model, shape, reason)
 
 
 def test_a_reshape_no_strides_express_is_refused_by_name():
-    """`t().reshape(-1)` of a computed value: its operand would need div/mod indexing."""
-    a, error = _group_error(lambda m, x: (torch.relu(x).t().reshape(-1)) * 2.0, (4, 8))
+    """`t().reshape(2, 3)` of a computed (2, 3) value cuts its 3 at 2: its operand would need
+    div/mod indexing. (`t().reshape(-1)` of a (4, 8) one fuses: the kernel iterates over
+    (8, 4), tests/test_codegen_permuted_reshape.py.)"""
+    a, error = _group_error(lambda m, x: (torch.relu(x).t().reshape(2, 3)) * 2.0, (2, 3))
     assert error is not None
-    assert "cannot be expressed as strides" in str(error)
+    assert "cuts dims a permute moved apart at sizes that do not divide them" in str(error)
     assert set(error.nodes) <= {"t", "reshape"} and error.nodes
     # Detection drops the views and fuses nothing across them; no group is left unexplained.
     assert not any(set(c.nodes) & {"t", "reshape"} for c in a.clusters)
@@ -276,30 +278,31 @@ def test_a_reshape_no_strides_express_is_refused_by_name():
 class _Scale(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.w = torch.nn.Parameter(torch.randn(4, 8))
+        self.w = torch.nn.Parameter(torch.randn(2, 3))
 
 
 class TransposedWeight(torch.nn.Module):
-    """A block's weight read through `.t().reshape(-1)`: no strides walk it flat."""
+    """A block's (2, 3) weight read through `.t().reshape(2, 3)`: no strides walk it, and no
+    split of the result's 3 ends where the transposed 3 and 2 do."""
 
     def __init__(self):
         super().__init__()
         self.blocks = torch.nn.ModuleList([_Scale()])
 
     def forward(self, x):
-        return torch.exp(self.blocks[0].w).t().reshape(-1) * x
+        return torch.exp(self.blocks[0].w).t().reshape(2, 3) * x
 
 
 def test_a_value_no_strides_express_is_named_as_written_with_its_views():
     # was "reading or writing `blocks_0_w` needs …": the traced node's name
-    a = analyze(TransposedWeight(), torch.randn(32))
+    a = analyze(TransposedWeight(), torch.randn(3))
     group = [n.name for n in a.graph.nodes if n.kind.is_compute or n.kind is OpKind.VIEW]
     error = dry_run(a.graph, group)
     line = inspect.getsourcelines(TransposedWeight.forward)[1] + 1
     assert error is not None and str(error).startswith(
         f"reading or writing `self.blocks[0].w` through `t` (line {line}), `reshape` (line "
-        f"{line}) needs a reshape of shape (8, 4), strides (1, 8) to (32,), which cannot be "
-        "expressed as strides"), str(error)
+        f"{line}) needs a reshape of shape (3, 2), strides (1, 3) to (2, 3): the reshape "
+        "cuts dims a permute moved apart"), str(error)
 
 
 def test_reduced_dims_no_single_stride_walks_fuse_with_views(tmp_path):

@@ -81,3 +81,24 @@ def test_a_compute_op_inductor_leaves_out_is_still_named(analysis):
     # the kernel is named for what it does compute, not "Inductor fuses more"; no view named
     assert v.detail == (f"cpp_fused_k_0 computes `mul` (line {line['mul']}), `add` (line "
                         f"{line['add']}); not in any Inductor kernel: `relu` (line {line['relu']})")
+
+
+class HeadsMerged(nn.Module):
+    """Heads merged after a permute: eager copies for the reshape, Inductor's one kernel
+    splits the flat index instead, as ours iterates over the merged dims split."""
+
+    def forward(self, x, b):
+        h = x * 2.0
+        h = h.permute(0, 2, 1, 3)
+        h = torch.relu(h)
+        h = h.reshape(2, 4, 15)
+        return h + b
+
+
+def test_a_reshape_of_a_permuted_value_is_the_kernel_inductor_writes():
+    xs = [torch.randn(2, 3, 4, 5), torch.randn(15)]
+    a = analyze(HeadsMerged(), *xs, capture="fx")
+    assert [c.ops for c in a.clusters] == [("mul", "permute", "relu", "reshape", "add")]
+    m = match(a, capture(a.module, xs))
+    assert [v.verdict for v in m.clusters] == [SAME], [str(v) for v in m.clusters]
+    assert [k.status for k in m.kernels] == ["exact"]

@@ -55,13 +55,17 @@ def candidates(g: FusionGraph) -> set[str]:
     norm or softmax; never dead
     code (a group whose result nothing reads has no output to write). A view of a value
     read from memory stays out: the kernel reads that value through its strides anyway,
-    and left outside it does not stop a consumer from recomputing the group's result."""
+    and left outside it does not stop a consumer from recomputing the group's result;
+    unless eager copies it (a reshape of a permuted input, `.contiguous()`), and so the
+    views after such a copy count as computed."""
     dead = dead_code(g)
     compute = {n.name for n in g.nodes if (n.kind.is_compute or n.kind is OpKind.INPLACE)
                and n.name not in dead}
 
     def computed(name: str) -> bool:  # reached through views from an op that moves data
         while g[name].kind is OpKind.VIEW and g[name].refs:
+            if eager_copies(g, name):  # `.contiguous()` of a permute: eager writes a copy
+                return True
             name = g[name].refs[0]
         return name in compute and moves_data(g, name)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+import torch
+
 from ..ir.graph import FusionGraph, OpKind, Ref
 from ..ir.iteration import anchor
 from ..ir.reductions import node_reduced_dims
@@ -259,10 +261,29 @@ def _same_dtype_cast(g: FusionGraph, name: str) -> bool:
 _COPY_STRIDED_INPUT = frozenset({"layer_norm", "rms_norm", "softmax", "log_softmax"})
 
 
+# Reshapes eager runs as a copy where the source's strides allow no view.
+_MAY_COPY = frozenset({"reshape", "flatten", "reshape_as"})
+
+
+def _reshape_copies(g: FusionGraph, name: str) -> bool:
+    """Reshape `name` of a value whose strides no view of its shape expresses (a permuted
+    value's dims merged): eager's `reshape` copies it."""
+    node = g[name]
+    src = g[node.refs[0]].meta if node.refs else None
+    if src is None:
+        return False
+    try:
+        torch.empty_strided(src.shape, src.stride, device="meta").view(node.meta.shape)
+    except RuntimeError:
+        return True
+    return False
+
+
 def eager_copies(g: FusionGraph, name: str) -> bool:
     """View `name` is not contiguous and feeds a reduction that eager runs on a contiguous
-    copy (`layer_norm` after ConvNeXt's permute), or is the user's own `.contiguous()` of a
-    value that is not: either copy is a pass a kernel saves."""
+    copy (`layer_norm` after ConvNeXt's permute), is the user's own `.contiguous()` of a
+    value that is not, or a reshape eager copies (``_reshape_copies``): each copy is a pass
+    a kernel saves."""
     node = g[name]
     if node.kind is not OpKind.VIEW or node.meta is None:
         return False
@@ -271,6 +292,8 @@ def eager_copies(g: FusionGraph, name: str) -> bool:
     if node.op == "contiguous":
         src = g[node.refs[0]].meta if node.refs else None
         return src is not None and not src.is_contiguous
+    if node.op in _MAY_COPY:
+        return _reshape_copies(g, name)
     return not node.meta.is_contiguous and any(
         g[u].op in _COPY_STRIDED_INPUT and g[u].refs[:1] == (name,) for u in g.users[name])
 

@@ -22,9 +22,24 @@ def expanded(shape: tuple[int, ...], out: tuple[int, ...], chain: Sequence[Step]
     (BatchNorm statistics of (B*N, C) viewed back as (B, N, C)). () otherwise."""
     if shape == out or not any(isinstance(s, (Reshape, Merge, Unflatten)) for s in chain):
         return ()
+    if _broadcasts_through(shape, out, chain):
+        return ()
     dims = tuple((k, 1) if d == o else (-1, 0) for k, (d, o) in enumerate(zip(shape, out,
                                                                           strict=True)))
     return (Strided(out, dims, (0,) * len(shape)),)
+
+
+def _broadcasts_through(shape: tuple[int, ...], out: tuple[int, ...],
+                        chain: Sequence[Step]) -> bool:
+    """The chain's reshapes touch none of the operand's broadcast dims (a bias of the merged
+    dim, read where the kernel splits that dim): through the chain it still broadcasts to
+    the result's view, so no expansion fixes the other dims' sizes in the launcher."""
+    try:
+        small = apply(chain, torch.empty(shape, device="meta")).shape
+        big = apply(chain, torch.empty(out, device="meta")).shape
+    except (ViewError, RuntimeError):  # a split of a size-1 dim, a fixed reshape
+        return False
+    return len(small) == len(big) and all(a in (b, 1) for a, b in zip(small, big, strict=True))
 
 
 def effective(steps: Sequence[Step], shape: tuple[int, ...], rank: int

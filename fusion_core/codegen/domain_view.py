@@ -3,9 +3,10 @@ through, where a slice starts, and the chain as the launcher's Python text.
 
 Reads the chains ``indexing.index_maps`` wrote (``IndexMaps.chains``) and a tensor's real
 shape and strides; returns layouts for ``lower.py`` and launcher text for
-``launch_maps.py``. Torch composes the strides on a meta tensor, so they are exact; a chain
-no strides express (a reshape of a non-contiguous value) is refused naming the value as the
-user wrote it and the views it is read through.
+``launch_maps.py``. Torch composes the strides on a meta tensor, so they are exact; a
+reshape of a permuted value is read through the chain written without its merges where the
+domain splits them (``views.applied``, ``regroup_space.py``), and a chain no strides express
+even so is refused naming the value as the user wrote it and the views it is read through.
 """
 
 from __future__ import annotations
@@ -16,23 +17,31 @@ import torch
 
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.spelling import said, said_all
-from ..ir.views import Step, ViewError, apply, plain, split_piece
+from ..ir.view_factors import uneven
+from ..ir.views import Step, ViewError, applied, apply, plain, split_piece
 from .indexing import IndexMaps
 from .layout import LoweringError
 
 
 def domain_view(steps: Sequence[Step], shape: tuple[int, ...], stride: tuple[int, ...],
-                value: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(shape, strides) of a tensor of `shape`/`stride` seen through `steps`; `value` says
-    the tensor and the views it is read through, in the user's spelling (`seen_through`)."""
+                value: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Step, ...]]:
+    """(shape, strides, the steps that view it) of a tensor of `shape`/`stride` seen through
+    `steps` (a reshape of a permuted value written without its merge, ``views.applied``);
+    `value` says the tensor and the views it is read through, in the user's spelling
+    (`seen_through`)."""
     t = torch.empty_strided(shape, stride, device="meta")
     try:
-        t = apply(steps, t)
+        t, steps = applied(steps, t)
     except ViewError as e:
+        if uneven(steps, shape):
+            raise LoweringError(f"reading or writing {value} needs {e}: the reshape cuts "
+                                "dims a permute moved apart at sizes that do not divide "
+                                "them, so no split of the kernel's iteration space reads it "
+                                "with strides (it would need div/mod per load)") from None
         raise LoweringError(f"reading or writing {value} needs {e}, which cannot be "
                             "expressed as strides (the value is not contiguous there); a "
                             "copy would be needed") from None
-    return tuple(t.shape), tuple(t.stride())
+    return tuple(t.shape), tuple(t.stride()), tuple(steps)
 
 
 def view_offset(steps: Sequence[Step], shape: tuple[int, ...]) -> int:
@@ -59,7 +68,7 @@ def seen_through(maps: IndexMaps, g: FusionGraph, name: str, shape: tuple[int, .
     views = [v for v in blame if v in g and g[v].kind is OpKind.VIEW]
     value = said(g, name) + (f" through {said_all(g, views)}" if views else "")
     try:
-        seen = domain_view(steps, shape, stride, value)
+        *seen, steps = domain_view(steps, shape, stride, value)
     except LoweringError as e:
         raise LoweringError(str(e), blame or (name,)) from None
     own, piece = split_piece(steps)

@@ -30,8 +30,10 @@ with `x` computed in the group, is refused as two maps; an input is loaded once 
 the coordinate (``cat_dims``: the domain dim).
 
 ``domain_view.py`` applies a chain to a meta tensor with the value's real strides: torch
-composes the strides exactly, and a reshape of a non-contiguous value that no strides
-can express is refused by name. ``layout.access`` then indexes the result as usual.
+composes the strides exactly. A reshape of a permuted value that no strides express splits
+the merged dims of the domain again (``regroup_space.py``), over which the chain reads
+through the permute alone (``ir/view_factors.py``); one no split helps is refused by name.
+``layout.access`` then indexes the result as usual.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from ..ir.views import (
 )
 from .chain_reads import effective, expanded, read_through
 from .layout import LoweringError
+from .regroup_space import more_reduced, regroup_space, regrouped_steps
 from .run_sizes import check_run_time_sizes
 from .upsample_space import split_space, split_steps, upsamples
 
@@ -329,26 +332,36 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
             raise failed
         space, spread = split, _Spread(g, nodes, inputs)
     spread.run(space.anchor, space.steps)
+    # A reshape of a permuted value in memory: the merged dims split again (``regroup_space``)
+    regrouped = regroup_space(g, nodes, inputs, outputs, space, spread.chains, spread.reads)
+    if regrouped is not space:
+        space, spread, unsplit = regrouped, _Spread(g, nodes, inputs), space
+        spread.run(space.anchor, space.steps)
+    else:
+        unsplit = space
     domain = space.shape
     for name in nodes:
         if g[name].kind is OpKind.REDUCTION:
             src = g[name].inputs[0].name
             grown = split_steps(space) if src == space.anchor else ()
             _check_rows(g, g[name], spread.reads.get((name, src), spread.chains[src]), domain,
-                        space.reduced, grown)
+                        space.reduced, grown, regrouped_steps(space, unsplit))
     return IndexMaps(domain, space.reduced, spread.chains, spread.reads, spread.cat_dims,
                      spread.cat_ends, spread.cat_pers)
 
 
 def _check_rows(g: FusionGraph, node: Node, chain: tuple[Step, ...],
-                domain: tuple[int, ...], reduced: int, grown: tuple[Step, ...] = ()) -> None:
+                domain: tuple[int, ...], reduced: int, grown: tuple[Step, ...] = (),
+                regrouped: tuple[Step, ...] = ()) -> None:
     """The reduction's source reaches the domain the way the reduction's own order would
     take it there (``ir/iteration.py``): its rows are the kernel's rows, its reduced dims the
-    last `reduced` axes; after `grown`, the upsampled dims split (``upsample_space.py``)."""
+    last `reduced` axes; after `grown`, the upsampled dims split (``upsample_space.py``),
+    and then the merged row dims split by `regrouped` (``regroup_space.py``)."""
     shape = _shape(g, node.inputs[0].name)
     own = reduction_order(rule_of(node), dict(node.params), shape_after(grown, shape))
     if own is not None:
-        own = (grown + own[0], own[1])
+        rank = len(shape_after(grown + own[0], shape))
+        own = (grown + own[0] + regrouped, own[1] + more_reduced(regrouped, rank, own[1]))
     rank = len(domain)
     if own is None or own[1] != reduced or effective(chain, shape, rank) is None or (
             effective(chain, shape, rank) != effective(own[0], shape, rank)):

@@ -272,7 +272,7 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
     plan_fn(plan, sig, looped, names, out)
     out.lines(["", ""])
     _launch_fn(plan, sig, looped, names, out)
-    fits = view_checks.fits_lines(plan, firsts) if viewed else []
+    fits = view_checks.fits_lines(plan, firsts)
     if viewed:
         out.lines(["", ""])
         _views_fn(plan, names, inputs, out)

@@ -6,7 +6,9 @@ an ``Unflatten`` undoing a merge; or slices one at bounds worked out at its anal
 (``Narrow``: `_narrowed` refuses another length, naming no input). At a size the split does
 not divide, torch's own `unflatten` error would name no kernel, no input and no fix; two
 inputs a nearest upsample relates (`F.interpolate(x, size=skip.shape[2:])`) that are not
-the kernel's factor apart would fail in `torch.broadcast_shapes`. These checks say it first,
+the kernel's factor apart would fail in `torch.broadcast_shapes`; a result written with a
+merged dim split (``regroup_space.py``) fails in `unflatten` where the input's dims there
+hold another number of elements. These checks say it first,
 in the launcher's names (the user's) and the input's own dims, with the analysed size beside
 this call's.
 
@@ -93,6 +95,7 @@ def fits_lines(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
     repeats = [c for c in cuts if isinstance(c.step, Repeat)]
     checks = [_rank(t, firsts[t.value]) for t in plan.inputs if _rank_bound(t.view)]
     checks.append(_results(plan, firsts))
+    checks.append(_split_results(plan, firsts))
     for c in cuts:
         if isinstance(c.step, Repeat):
             continue
@@ -199,4 +202,38 @@ def _results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
                     f"dims {dims[0]}-{dims[-1]}; this kernel returns `{o.value}` (analysed "
                     f'{o.value_shape}) with {want} there; {FIX}")']
             break
+    return out
+
+
+def _split_domain(o: TensorArg, rank: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(first domain dim, sizes) of each dim of result `o` the kernel writes split
+    (``regroup_space.py``: its map is unflattens alone, innermost first)."""
+    if not o.view or not all(isinstance(s, Unflatten) and -1 not in s.sizes for s in o.view):
+        return []
+    out = []
+    for k, step in enumerate(o.view):
+        later = sum(len(s.sizes) - 1 for s in o.view[k + 1:] if s.dim < step.dim)
+        out.append((step.dim + later + rank - len(o.shape), step.sizes))
+    return out
+
+
+def _split_results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
+    """A result written with a merged dim split (a permuted value's heads merged): the
+    input whose dims make the split dims must hold as many elements there, or torch's own
+    `unflatten` error would name no kernel and no input."""
+    out = []
+    for o in plan.outputs:
+        for first, sizes in _split_domain(o, plan.rank):
+            for t in plan.inputs:
+                dims = [_reaching(t, d, plan.rank) for d in range(first, first + len(sizes))]
+                if not all(len(r) == 1 for r in dims):
+                    continue
+                a = firsts[t.value]
+                got = " * ".join(f"{a}.shape[{r[0]}]" for r in dims)
+                n = math.prod(sizes)
+                out += [f"if {got} != {n}:",
+                        f'    raise ValueError(f"{{NAME}}: `{a}` holds {{{got}}} elements in '
+                        f"dims {', '.join(str(r[0]) for r in dims)}; this kernel writes "
+                        f"`{o.value}` with them merged as {n} (analysed {sizes}); {FIX}\")"]
+                break
     return out

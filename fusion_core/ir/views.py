@@ -6,9 +6,9 @@ in the node's params under ``INDEX_STEPS``. Each step maps a
 tensor to a view of the same memory: ``apply`` does it to a torch tensor (meta tensors
 in the code generator), ``source`` writes the same call as Python text for a generated
 launcher, and ``inverse`` gives the step that maps the result back, when there is one
-(a slice drops elements, so it has none). ``Piece`` is no view op either: a concatenation's
-operand seen as part of its result. ``Split`` is no view op of a model: it is
-group_norm's channel split, the one step a reduction's own order needs besides a
+(a slice drops elements, so it has none). ``Piece`` (a concatenation's operand as part
+of its result) and ``Repeat`` live in ``view_pieces.py``. ``Split`` is no view op of a
+model: it is group_norm's channel split, the one step a reduction's own order needs besides a
 permute (``ir/iteration.py``).
 """
 
@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from .view_pieces import Piece, Repeat  # steps no strides of the operand express
 
 INDEX_STEPS = "index_steps"  # the params key of a view node's steps
 
@@ -277,80 +279,6 @@ class Narrow:
         return tuple(out)
 
 
-@dataclass(frozen=True)
-class Piece:
-    """A concatenation's operand as part of its result: the operand fills coordinates
-    [start, start + its size) of dim `dim` (negative: counted from the end) of a result
-    `total` long there, and is read at coordinate - start, masked elsewhere
-    (``codegen/loads.py``). Always a chain's last step. As a view: the operand at the
-    result's size with its own strides, which only a meta tensor can hold (it reaches past
-    the operand's memory); a launcher passes the operand itself (``source``). `cat` and
-    `part` name the cat and which of its operands this is: the bounds at analysis are
-    `start` and `total`, a launcher reads them again from its operands at each call
-    (``codegen/cat_bounds.py``). With `per`, it *straddles* groups of `per` channels
-    (``ir/concat.pieces``): from a size-1 dim `dim` and its own channels at `dim + 1` it
-    fills both as (total / per, per), read at channel `dim * per + (dim + 1)` - start."""
-
-    dim: int
-    start: int
-    total: int
-    cat: str = ""
-    part: int = 0
-    per: int = 0  # straddling groups of this many channels (0: a plain piece)
-
-    @property
-    def along(self) -> int:  # the dim of the operand's own length before the piece
-        return self.dim + 1 if self.per else self.dim
-
-    def apply(self, t: torch.Tensor) -> torch.Tensor:
-        stride = list(t.stride())
-        if self.per:  # a group steps over `per` channels
-            stride[self.dim] = self.per * stride[self.dim + 1]
-        return t.as_strided(self.shape(tuple(t.shape)), stride, t.storage_offset())
-
-    def source(self, var: str) -> str:
-        return var
-
-    def inverse(self, shape: tuple[int, ...]) -> Step | None:
-        return None  # the rest of the result is other operands'
-
-    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        out = list(shape)
-        if self.per:
-            out[self.dim], out[self.dim + 1] = self.total // self.per, self.per
-        else:
-            out[self.dim] = self.total
-        return tuple(out)
-
-
-@dataclass(frozen=True)
-class Repeat:
-    """Each element of dim `dim` read `factor` times along a new dim after it, stride 0
-    (`unsqueeze(dim + 1)` then `expand`; any size elsewhere). A nearest upsample by an
-    integer factor is these then a ``Merge`` of each (size, factor) pair
-    (``ir/upsample.py``); no strides express that merge, so such a chain indexes only
-    where the kernel's domain splits the upsampled dims again
-    (``codegen/upsample_space.py``): ``cancelled`` drops the merge with that split."""
-
-    dim: int
-    factor: int
-
-    def apply(self, t: torch.Tensor) -> torch.Tensor:
-        t = t.unsqueeze(self.dim + 1)
-        sizes = list(t.shape)
-        sizes[self.dim + 1] = self.factor
-        return t.expand(sizes)
-
-    def source(self, var: str) -> str:
-        return f"_repeated({var}, {self.dim}, {self.factor})"
-
-    def inverse(self, shape: tuple[int, ...]) -> Step | None:
-        return None  # it repeats elements
-
-    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        return (*shape[:self.dim + 1], self.factor, *shape[self.dim + 1:])
-
-
 Step = (Permute | Reshape | Merge | Unflatten | Split | Unsqueeze | Squeeze | Strided | Narrow
         | Piece | Repeat)
 
@@ -373,7 +301,27 @@ def cancelled(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, ...]
 
 
 def apply(steps: Sequence[Step], t: torch.Tensor) -> torch.Tensor:
-    for s in cancelled(steps, tuple(t.shape)):
+    return applied(steps, t)[0]
+
+
+def applied(steps: Sequence[Step], t: torch.Tensor) -> tuple[torch.Tensor, tuple[Step, ...]]:
+    """(`t` seen through `steps`, the steps that did it): where a reshape of a permuted value
+    meets strides it cannot view, the same view written without merges, if there is one
+    (``view_factors.regrouped``); the strides' ViewError otherwise."""
+    from .view_factors import regrouped  # it builds on the steps above
+
+    steps = cancelled(steps, tuple(t.shape))
+    try:
+        return _through(steps, t), steps
+    except ViewError:
+        again = regrouped(steps, tuple(t.shape))
+        if again is None:
+            raise
+    return _through(again, t), again
+
+
+def _through(steps: Sequence[Step], t: torch.Tensor) -> torch.Tensor:
+    for s in steps:
         t = s.apply(t)
     return t
 
