@@ -17,9 +17,9 @@ import torch.fx as fx
 
 from ..units import counted
 from .callsite import LiftedCall
+from .container import container_mismatch
 from .mismatch import ContainerMismatch, Mismatch
 from .pyexpr import is_literal, module_chain, module_path
-from .sequential import container_mismatch
 from .unify import Unifier
 
 _DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
