@@ -167,3 +167,19 @@ def test_a_negative_index_names_each_modules_own_layer():
     assert module_attr_text("self", "", "1.-1.weight") == "self[1][-1].weight"
     assert list(layer_positions(model, "1", slice(None, -1))) == [0, 1]
     assert 7 in layer_positions(None, "1", slice(3, None))  # an open end: any length
+
+
+def test_a_sequential_subclass_of_other_lengths_is_not_sliced_from_the_end(tmp_path):
+    # Its slice (`self.block[:-1]`) would call the subclass's constructor with the layers.
+    text = RESIDUAL.replace("self.block = nn.Sequential(*layers)", "self.block = Layers(*layers)")
+    text = text.replace("class Block(", "class Layers(nn.Sequential):\n    pass\n\n\nclass Block(")
+    path = tmp_path / "subclass.py"
+    path.write_text(text)
+    mappings = map_clusters(analyze_file(path, [InputSpec((2, 3, 8, 8))]))
+    assert mappings and not any(m.exact for m in mappings)
+    assert {m.reason for m in mappings} == {
+        "line 24 runs `self.block(input)` in 3 calls whose Sequentials differ "
+        "(`self.features[0].block`: clusters in layer 1 of 2; `self.features[1].block`: "
+        "clusters in layer 2 of 3): one edit of the line, spelled layer by layer, cannot "
+        "serve them all. To apply, give each arrangement of layers a module class of its "
+        "own"}, mappings[0].reason

@@ -132,7 +132,8 @@ def _arrangements(call: str, line: int, calls: int,
     shown = "; ".join(
         f"`{module_attr_text('self', '', full)}`: " + (
             f"clusters in layer{'s' if len(spelled) > 1 else ''} "
-            f"{', '.join(map(str, spelled))} of {n}" if spelled else f"no cluster in {n} layers")
+            f"{', '.join(str(k + n if k < 0 else k) for k in spelled)} of {n}"  # from 0
+            if spelled else f"no cluster in {n} layers")
         for (spelled, n), full in list(plans.items())[:3])
     return (f"line {line} runs `{call}` in {calls} calls whose Sequentials differ ({shown}"
             f"{'; …' if len(plans) > 3 else ''}): one edit of the "
