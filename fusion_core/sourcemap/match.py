@@ -84,7 +84,8 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                               self_name_of(span.scope), path if path is not None else "\0",
                               local_names(span.scope.node), graph=analysis.graph,
                               calls=span.calls,
-                              model=analysis.module, hidden=hidden)
+                              model=analysis.module, hidden=hidden,
+                              from_end=span.from_end)
         match = unifier.run(c.outputs[-1], within, returned)
     except Reentered as e:
         if span.nested is not None:  # the function's lines ran in nested calls of it

@@ -91,38 +91,45 @@ def attr_chain(expr: ast.expr) -> list[str]:
     return []
 
 
+def int_index(expr: ast.expr) -> int | None:
+    """A constant integer index, negative ones (`-1`, a unary minus in the AST) included."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+        inner = int_index(expr.operand)
+        return -inner if inner is not None and inner > 0 else None
+    return expr.value if isinstance(expr, ast.Constant) and type(expr.value) is int else None
+
+
 def module_chain(expr: ast.expr) -> list[str]:
     """`attr_chain` that also reads a constant index, as a Sequential's layer is named:
-    `self.stem[1].weight` as ["self", "stem", "1", "weight"]; [] for anything else."""
+    `self.stem[1].weight` as ["self", "stem", "1", "weight"], `self.block[-1]` (its last
+    layer, ``from_end.py`` resolves it per module) as ["self", "block", "-1"]; [] for
+    anything else."""
     parts: list[str] = []
     while True:
         if isinstance(expr, ast.Attribute):
             parts.append(expr.attr)
-        elif (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant)
-              and type(expr.slice.value) is int and expr.slice.value >= 0):
-            parts.append(str(expr.slice.value))
+        elif isinstance(expr, ast.Subscript) and (k := int_index(expr.slice)) is not None:
+            parts.append(str(k))
         else:
             break
         expr = expr.value
     return [expr.id, *reversed(parts)] if isinstance(expr, ast.Name) else []
 
 
-def layer_range(func: ast.expr) -> tuple[list[str], range] | None:
-    """`self.stem[:2]` as (["self", "stem"], range(0, 2)): a slice of a Sequential's layers
-    with constant, non-negative bounds (an open end reaches any length); else None."""
+def layer_range(func: ast.expr) -> tuple[list[str], slice] | None:
+    """`self.stem[:2]` as (["self", "stem"], slice(0, 2)): a slice of a Sequential's layers
+    with constant bounds (negative ones count from its end); else None."""
     if not (isinstance(func, ast.Subscript) and isinstance(func.slice, ast.Slice)
             and func.slice.step is None):
         return None
     bounds = []
-    for bound, default in ((func.slice.lower, 0), (func.slice.upper, 1 << 30)):
-        if bound is None:
-            bounds.append(default)
-        elif isinstance(bound, ast.Constant) and type(bound.value) is int and bound.value >= 0:
-            bounds.append(bound.value)
-        else:
+    for bound in (func.slice.lower, func.slice.upper):
+        k = int_index(bound) if bound is not None else None
+        if bound is not None and k is None:
             return None
+        bounds.append(k)
     chain = module_chain(func.value)
-    return (chain, range(*bounds)) if chain else None
+    return (chain, slice(*bounds)) if chain else None
 
 
 def fx_nodes(obj: Any) -> Iterator[fx.Node]:
@@ -199,5 +206,5 @@ def module_attr_text(self_name: str, self_path: str, target: str) -> str | None:
         target = target[len(self_path) + 1:]
     out = self_name
     for part in target.split("."):
-        out += f"[{part}]" if part.isdigit() else f".{part}"
+        out += f"[{part}]" if part.removeprefix("-").isdigit() else f".{part}"
     return out

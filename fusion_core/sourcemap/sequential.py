@@ -8,16 +8,16 @@ layers, and indexing or slicing it returns those same layers), and names each la
 the matcher (``unify.py``) can replace the cluster's layers by the fused call and keep the
 others as its argument or around it; several clusters of one call each replace their
 layers, the earlier one's call the later one's argument (``parts.nest_parts``). A Sequential
-inside one unrolls in turn. An `nn.Sequential` is unrolled, or a subclass of any file that
+inside one unrolls in turn; blocks whose Sequentials hold other numbers of layers before
+the clusters' ones spell them from the end (`self.block[-1]`, ``from_end.py``). An
+`nn.Sequential` is unrolled, or a subclass of any file that
 keeps its forward, indexing and length (torchvision's `Conv2dNormActivation`): a subclass
-with its own forward stays a pointer. Also the reason a call of a container is no edit:
-which of its layers run outside the cluster.
+with its own forward stays a pointer (``container.py`` says why a call is no edit).
 """
 
 from __future__ import annotations
 
 import ast
-import inspect
 from dataclasses import dataclass, replace
 
 import torch.fx as fx
@@ -25,7 +25,7 @@ from torch import nn
 
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
-from ..report.units import short_path
+from .from_end import resolved
 from .guard import holds_in
 from .pyexpr import module_attr_text, module_chain, module_path
 from .pysource import SourceFile, Statement
@@ -88,7 +88,8 @@ def _callees(func: str, spelled: list[int], n: int | None, sliceable: bool) -> l
     calls, outermost first: the layers in `spelled` one by one, each run of others between
     them as one slice (`[:2]`, `[3:5]`, `[4:]`). A subclass's slice would call its
     constructor with the layers (`Stem(OrderedDict)`, `Sequential.__getitem__`), so there
-    every layer goes by its index."""
+    every layer goes by its index. Positions counted from the end (`[-1]`, from_end.py)
+    take the layers before them, however many, as one open slice (`[:-1]`)."""
 
     def gap(k: int, i: int, last: bool) -> list[str]:  # layers k..i-1
         if i - k == 1 or (i > k and not sliceable):
@@ -96,9 +97,13 @@ def _callees(func: str, spelled: list[int], n: int | None, sliceable: bool) -> l
         return [f"{func}[{k or ''}:{'' if last else i}]"] if i > k else []
 
     calls, k = [], 0
+    if spelled[0] < 0:
+        calls, k = [f"{func}[:{spelled[0]}]"], spelled[0]
     for i in spelled:
         calls += [*gap(k, i, False), f"{func}[{i}]"]
         k = i + 1
+    if spelled[-1] < 0:
+        return ([f"{func}[{k}:]"] if k < 0 else []) + calls[::-1]
     calls += [f"{func}[{k}:]"] if n is None else gap(k, n, True)  # None: however many
     return calls[::-1]
 
@@ -113,24 +118,39 @@ def _build(m: nn.Module) -> tuple:
 
 
 def _built_alike(container: nn.Module, other: nn.Module, spelled: tuple[int, ...]) -> bool:
-    """`container`'s layers at the `spelled` positions are built as `other`'s are."""
-    return len(container) > spelled[-1] and all(
+    """`container`'s layers at the `spelled` positions (negative: from the end) are built
+    as `other`'s are."""
+    return all(-len(container) <= k < len(container) for k in spelled) and all(
         _build(container[k]) == _build(other[k]) for k in spelled)
 
 
 def _arrangements(call: str, line: int, calls: int,
-                  plans: dict[tuple[tuple[int, ...], int], str]) -> str:
+                  plans: dict[tuple[tuple[int, ...], int], str], note: str = "") -> str:
     """Why one spelling of `call` serves not every call of its line: where each holds the
-    clusters' layers, of how many (one example module per arrangement)."""
+    clusters' layers, of how many (one example module per arrangement); `note`: why
+    counting them from the end does not serve either."""
     shown = "; ".join(
         f"`{module_attr_text('self', '', full)}`: " + (
             f"clusters in layer{'s' if len(spelled) > 1 else ''} "
-            f"{', '.join(map(str, spelled))} of {n}" if spelled else f"no cluster in {n} layers")
+            f"{', '.join(str(k + n if k < 0 else k) for k in spelled)} of {n}"  # from 0
+            if spelled else f"no cluster in {n} layers")
         for (spelled, n), full in list(plans.items())[:3])
     return (f"line {line} runs `{call}` in {calls} calls whose Sequentials differ ({shown}"
             f"{'; …' if len(plans) > 3 else ''}): one edit of the "
-            "line, spelled layer by layer, cannot serve them all. To apply, give each "
+            f"line, spelled layer by layer, cannot serve them all{note}. To apply, give each "
             "arrangement of layers a module class of its own")
+
+
+def _not_last(ends: dict[str, tuple[int, ...]]) -> str:
+    """Where the clusters' layers are the last ones of some Sequentials and not of others
+    (positions counted from the end): the note naming one of each."""
+    last = [full for full, spelled in ends.items() if spelled[-1] == -1]
+    other = [full for full, spelled in ends.items() if spelled[-1] != -1]
+    if not last or not other:
+        return ""
+    return (f", counted from the start or from the end (the clusters' layers are the last "
+            f"ones in `{module_attr_text('self', '', last[0])}` but not in "
+            f"`{module_attr_text('self', '', other[0])}`)")
 
 
 class _Pass:
@@ -142,6 +162,7 @@ class _Pass:
         self.self_paths, self.self_name = self_paths, self_name
         self.fx = {n.name: n for n in analysis.graph_module.graph.nodes}
         self.why: str | None = None  # why a call holding clusters is not unrolled
+        self.from_end: set[str] = set()  # containers (under `self`) spelled from the end
         # Every module the function's `self` may be: the edit runs in all of them, those
         # whose clusters lie elsewhere too (EfficientNet's first block has no expand layer).
         self.instances = sorted({p for p, m in analysis.module.named_modules() if
@@ -183,34 +204,31 @@ class _Pass:
         # Per module `self` stands for: its container's length and, for each cluster of
         # the group run there, the first and last of the container's layers it fuses.
         held: dict[str, tuple[nn.Module, list[tuple[int, int]]]] = {}
+        model = self.analysis.module
         for c, p in zip(self.group, self.self_paths, strict=True):
-            full = ".".join(s for s in (p, *chain[1:]) if s)
+            full = resolved(model, [*p.split("."), *chain[1:]])
             try:
-                container = self.analysis.module.get_submodule(full)
+                container = model.get_submodule(full) if full is not None else None
             except AttributeError:
+                container = None
+            if container is None:
                 return None
             ranges = held.setdefault(full, (container, []))[1]
             layers = _layers(full, [self.fx[n] for n in c.nodes if n in self.fx])
             if layers:  # another call of the line may hold the cluster (`self.branch1(x)`)
                 ranges.append((layers[0], layers[-1]))
-        plans: dict[tuple[int, ...], str] = {}
-        for full, (_, ranges) in held.items():
-            if not ranges:
-                return None
-            plans.setdefault(tuple(sorted({k for i, j in ranges for k in range(i, j + 1)})),
-                             full)
-        if len(plans) != 1:  # the line's other calls run other layers: one text serves all
-            self.why = _arrangements(self.span.src.segment(call), call.lineno, len(held), {
-                (spelled, len(held[full][0])): full for spelled, full in plans.items()})
+        spelled = self.plan(call, held)
+        if spelled is None:
             return None
-        ((spelled, _),) = plans.items()
         shapes = {}  # (length, plain nn.Sequential) of each module's container
         running = [p for p in self.instances if self.runs(p, lines)]
         for p in running:
-            full = ".".join(s for s in (p, *chain[1:]) if s)
+            full = resolved(model, [*p.split("."), *chain[1:]])
             try:
-                container = self.analysis.module.get_submodule(full)
+                container = model.get_submodule(full) if full is not None else None
             except AttributeError:
+                container = None
+            if container is None:
                 continue  # the line does not run there
             if not unrollable(container):
                 return None
@@ -227,15 +245,42 @@ class _Pass:
                 return None
             shapes.setdefault((len(container), type(container) is nn.Sequential), full)
         ((n, sliceable), *others) = shapes
-        if others:  # other lengths: the layers after the last spelled one as an open slice
-            if not all(plain and size > spelled[-1] for size, plain in shapes):
+        # other lengths: the layers after the last spelled one as an open slice, or, counted
+        # from the end, those before the first
+        if others or spelled[0] < 0:
+            if not all(plain and (size > spelled[-1] if spelled[0] >= 0 else size >= -spelled[0])
+                       for size, plain in shapes):
                 self.why = _arrangements(self.span.src.segment(call), call.lineno,
                                          len(running), {
                                              (spelled, size): full
                                              for (size, _), full in shapes.items()})
                 return None
             n = None
+        if spelled[0] < 0:
+            self.from_end.add(".".join(chain[1:]))
         return _callees(self.span.src.segment(call.func), list(spelled), n, sliceable)
+
+    def plan(self, call: ast.Call, held: dict[str, tuple[nn.Module, list[tuple[int, int]]]]
+             ) -> tuple[int, ...] | None:
+        """The layers to spell, one position for every module of `held` (its container, the
+        clusters' layer ranges there): counted from the start, or from the end where the
+        Sequentials have other numbers of layers before them (MobileNetV3's blocks with and
+        without an expand layer); None, with `why` set when they differ both ways."""
+        plans: dict[tuple[tuple[int, ...], int], str] = {}  # (layers, of how many): a module
+        ends: dict[str, tuple[int, ...]] = {}
+        for full, (container, ranges) in held.items():
+            if not ranges:
+                return None
+            spelled = tuple(sorted({k for i, j in ranges for k in range(i, j + 1)}))
+            plans.setdefault((spelled, len(container)), full)
+            ends[full] = tuple(k - len(container) for k in spelled)
+        if len({spelled for spelled, _ in plans}) == 1:
+            return next(iter(plans))[0]
+        if len(set(ends.values())) == 1:  # the line's other calls run other layers, the
+            return next(iter(ends.values()))  # same ones counted from the end
+        self.why = _arrangements(self.span.src.segment(call), call.lineno, len(held), plans,
+                                 _not_last(ends))
+        return None
 
     def run(self) -> tuple[Span, list[tuple[str, int, str]]] | None:
         src = self.span.src
@@ -266,10 +311,10 @@ class _Pass:
         data = src.data
         for lo, hi, text in sorted(edits, key=lambda e: e[0], reverse=True):
             data = data[:lo] + text.encode() + data[hi:]
-        return _respan(self.span, SourceFile(src.path, data)), spelled
+        return _respan(self.span, SourceFile(src.path, data), self.from_end), spelled
 
 
-def _respan(span: Span, src: SourceFile) -> Span:
+def _respan(span: Span, src: SourceFile, from_end: set[str]) -> Span:
     """`span`'s statements in `src`, the same text but for calls spelled otherwise."""
     scope = next(s for s in src.scopes
                  if (s.qualname, s.start) == (span.scope.qualname, span.scope.start))
@@ -282,7 +327,8 @@ def _respan(span: Span, src: SourceFile) -> Span:
     # Unrolling rewrites calls inside statements only: the `if`'s lines and columns stay.
     guard = span.guard if span.guard is None or span.guard.otherwise is not None else replace(
         span.guard, otherwise="".join(span.src.lines[span.start - 1:span.guard.node.lineno - 1]))
-    return Span(src, scope, tuple(stmts), span.calls, span.nested, guard)
+    return Span(src, scope, tuple(stmts), span.calls, span.nested, guard,
+                span.from_end | from_end)
 
 
 def unrolled(analysis: Analysis, span: Span, group: list[Cluster], self_paths: list[str],
@@ -305,58 +351,3 @@ def unrolled(analysis: Analysis, span: Span, group: list[Cluster], self_paths: l
     except SyntaxError:
         return None
     return Unrolled(current, tuple(spelled)) if spelled else None
-
-
-def container_mismatch(model: nn.Module, path: str, self_name: str, self_path: str,
-                       expr: ast.Call, node: fx.Node, nodes: dict[str, fx.Node],
-                       cluster: set[str]) -> str | None:
-    """Why `expr` (`self.stem(x)`) is not the cluster's `node` when `node` ran in one of
-    the layers of that container: the layers it runs besides the cluster's, by name."""
-    chain = module_chain(expr.func)
-    if len(chain) < 2 or chain[0] != self_name:
-        return None
-    full = ".".join(s for s in (self_path, *chain[1:]) if s)
-    if _own(full, module_path(node)) is None:
-        return None
-    try:
-        container = model.get_submodule(full)
-    except AttributeError:
-        return None
-    order = [name for name, _ in container.named_children()]
-    mine = {k for n in cluster if (k := _own(full, _where(nodes[n]))) in order}
-    other = {k for n in nodes.values() if n.name not in cluster and n.op in (
-        "call_function", "call_method", "call_module") and (k := _own(full, _where(n))) in order}
-    other -= mine
-    if not mine or not other:
-        return None
-    func = ".".join(chain)
-    first, last = (min(order.index(k) for k in mine), max(order.index(k) for k in mine))
-
-    def named(keys: set[str]) -> str:
-        return ", ".join(f"`{func}[{k}]` ({type(container.get_submodule(k)).__name__})"
-                         if k.isdigit() else f"`{func}.{k}` "
-                         f"({type(container.get_submodule(k)).__name__})"
-                         for k in sorted(keys, key=order.index))
-
-    before = {k for k in other if order.index(k) < first}
-    after = {k for k in other if order.index(k) > last}
-    runs = " and ".join(part for part in (
-        f"{named(before)} before the cluster's layers" if before else "",
-        f"{named(after)} after them" if after else "") if part)
-    cls = type(container)
-    why = (f"`{func}(...)` (line {expr.lineno}) runs {runs}, outside the cluster, and an "
-           "edit of the line replaces the whole call")
-    if isinstance(container, nn.Sequential) and not unrollable(container):
-        try:
-            where = short_path(inspect.getsourcefile(cls) or "?")
-        except TypeError:
-            where = "?"
-        hooked = registered_hooks(container)
-        if hooked is not None:
-            return (f"{why}; `{func}` has {hooked.replace('_', ' ')} registered, which would "
-                    "not run if its layers were called one by one. To apply, register the "
-                    "hooks on its layers instead")
-        return (f"{why}; `{func}` is a `{cls.__name__}` (defined in {where}) with its own "
-                f"`{_own_method(cls)}`, which no edit here unrolls. To apply, call its layers "
-                "one per line in this forward")
-    return f"{why}. To apply, call its layers one per line in this forward"

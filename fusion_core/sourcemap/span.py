@@ -51,6 +51,9 @@ class Span:
     nested: NestedCalls | None = None
     # The `if` on a module setting the run ends in (guard.py): the range runs to its end.
     guard: Guard | None = None
+    # Sequentials (paths under `self`: "block") whose layers the lines index from the end
+    # (`self.block[-1]`, from_end.py): their parameters are spelled so too.
+    from_end: frozenset[str] = frozenset()
 
     @property
     def start(self) -> int:

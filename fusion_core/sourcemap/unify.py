@@ -24,6 +24,7 @@ from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
 from ..ir.spelling import said
 from .augmented import is_augmented, rebinding_refused
+from .from_end import counted_from_end, layer_positions, resolved
 from .mismatch import Mismatch, Reentered, value_of, whole_value
 from .pyexpr import (
     BINOPS,
@@ -81,8 +82,13 @@ class Unifier:
                  fx_nodes: dict[str, fx.Node], self_name: str, self_path: str,
                  local_names: frozenset[str] = frozenset(),
                  graph: FusionGraph | None = None,
-                 hidden: Mapping[int, tuple[str, ast.expr, str]] | None = None) -> None:
+                 hidden: Mapping[int, tuple[str, ast.expr, str]] | None = None,
+                 model: torch.nn.Module | None = None,
+                 from_end: frozenset[str] = frozenset()) -> None:
         self.src, self.stmts, self.cluster = src, stmts, cluster
+        self.model = model  # the user's module, whose attributes `self.` text can reach
+        # Sequentials (paths under `self`) the span indexes from the end (from_end.py).
+        self.from_end = from_end
         # id(part) -> (node, part, text): a part another kernel's call replaces (joint.py),
         # read as that call's result; it reads nothing of the range any more.
         self.hidden = dict(hidden or {})
@@ -206,6 +212,15 @@ class Unifier:
             self.inlined.add(node.name)
         self.bind(node, text)
 
+    def child_path(self, parts: list[str]) -> str | None:
+        """The module path of `self.<parts>` in this module (`self.block[-1]`: its last
+        layer's), None when there is no such layer."""
+        return resolved(self.model, [*self.self_path.split("."), *parts])
+
+    def spelled(self, target: Any) -> str:
+        """A parameter's path, indexed from the end where the span spells its layer so."""
+        return counted_from_end(self.model, self.self_path, str(target), self.from_end)
+
     def computes(self, expr: ast.expr, node: fx.Node) -> bool:
         """`expr`'s outermost operation is the one that made `node` (a call of the same
         function or of a child module whose graph `node` ends, or the same operator)."""
@@ -219,13 +234,16 @@ class Unifier:
         chain = module_chain(expr.func)  # `self.conv(x)`, a Sequential's `self.stem[0](x)`
         where = str(node.target) if node.op == "call_module" else module_path(node)
         if chain and chain[0] == self.self_name and len(chain) > 1:
-            child = ".".join(p for p in (self.self_path, *chain[1:]) if p)
-            return where is not None and (where == child or where.startswith(child + "."))
+            child = self.child_path(chain[1:])
+            return where is not None and child is not None and (
+                where == child or where.startswith(child + "."))
         layers = layer_range(expr.func)  # `self.stem[:2](x)`: made by one of those layers
         if layers is not None and layers[0][0] == self.self_name and where is not None:
-            base = ".".join(p for p in (self.self_path, *layers[0][1:]) if p) + "."
-            head = where.removeprefix(base).split(".")[0]
-            return where.startswith(base) and head.isdigit() and int(head) in layers[1]
+            path = self.child_path(layers[0][1:])
+            held = layer_positions(self.model, path, layers[1]) if path is not None else None
+            head = where.removeprefix(f"{path}.").split(".")[0]
+            return (held is not None and where.startswith(f"{path}.") and head.isdigit()
+                    and int(head) in held)
         chain = attr_chain(expr.func)
         if isinstance(expr.func, ast.Attribute) and node.op == "call_method":
             return expr.func.attr in op_names(node)
@@ -341,7 +359,7 @@ class Unifier:
         """A module attribute (`self.ln.weight`), or one reshaped to broadcast against the
         activations as the capture does for BatchNorm (`self.bn.weight.reshape(-1, 1, 1)`)."""
         if n.op == "get_attr":
-            return module_attr_text(self.self_name, self.self_path, str(n.target))
+            return module_attr_text(self.self_name, self.self_path, self.spelled(n.target))
         reshape = n.target is torch.reshape or (n.op == "call_method" and n.target in (
             "reshape", "view"))
         if not reshape or len(n.args) != 2 or n.kwargs:
@@ -350,7 +368,7 @@ class Unifier:
         if not (isinstance(base, fx.Node) and base.op == "get_attr" and isinstance(
                 shape, (tuple, list)) and all(isinstance(d, int) for d in shape)):
             return None
-        text = module_attr_text(self.self_name, self.self_path, str(base.target))
+        text = module_attr_text(self.self_name, self.self_path, self.spelled(base.target))
         if text is None:
             return None
         # One sized dim holds every element: `-1` there says the same for any size, so the
@@ -362,8 +380,7 @@ class Unifier:
     def same_callee(self, func: ast.expr, node: fx.Node) -> bool:
         chain = module_chain(func)
         if chain and chain[0] == self.self_name and len(chain) > 1:
-            want = ".".join(p for p in (self.self_path, *chain[1:]) if p)
-            return module_path(node) == want
+            return module_path(node) == self.child_path(chain[1:])
         return bool(chain) and chain[-1] in op_names(node)
 
     def callee_mismatch(self, expr: ast.Call, node: fx.Node) -> Mismatch:

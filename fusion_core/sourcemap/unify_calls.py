@@ -17,9 +17,9 @@ import torch.fx as fx
 
 from ..units import counted
 from .callsite import LiftedCall
+from .container import container_mismatch
 from .mismatch import ContainerMismatch, Mismatch
 from .pyexpr import is_literal, module_chain, module_path
-from .sequential import container_mismatch
 from .unify import Unifier
 
 _DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
@@ -38,9 +38,8 @@ class CallUnifier(Unifier):
     """A ``Unifier`` that knows the span's lifted calls (by the node each returns)."""
 
     def __init__(self, *args: Any, calls: tuple[LiftedCall, ...] = (),
-                 model: torch.nn.Module | None = None, **kwargs: Any) -> None:
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.model = model  # the user's module, whose attributes `self.` text can reach
         self.calls = {c.result: c for c in calls}
         self.inner = {n: c for c in calls for n in c.nodes if n != c.result}
 
@@ -71,9 +70,9 @@ class CallUnifier(Unifier):
         chain = module_chain(expr.func)  # `self.drop(x)`, a Sequential's `self.seq[2](x)`
         if not (chain and chain[0] == self.self_name and len(chain) > 1):
             return None
-        path = ".".join(p for p in (self.self_path, *chain[1:]) if p)
+        path = self.child_path(chain[1:])
         made_by = module_path(node) or ""
-        if made_by == path or made_by.startswith(path + "."):
+        if path is None or made_by == path or made_by.startswith(path + "."):
             return None  # the child's own op (an eval dropout FX keeps): matched as a call
         try:
             child = self.model.get_submodule(path)
@@ -159,9 +158,10 @@ class CallUnifier(Unifier):
         `self._norm(...)` the function itself."""
         chain = module_chain(expr.func)
         if chain and chain[0] == self.self_name and len(chain) > 1:
-            want = ".".join(p for p in (self.self_path, *chain[1:]) if p)
+            want = self.child_path(chain[1:])
             where = module_path(node)
-            if where is not None and (where == want or where.startswith(want + ".")):
+            if where is not None and want is not None and (
+                    where == want or where.startswith(want + ".")):
                 return True
         return call.name != "forward" and bool(chain) and chain[-1] == call.name
 
