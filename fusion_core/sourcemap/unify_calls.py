@@ -15,11 +15,13 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..ir.bias_split import SPLIT_BIAS
 from ..units import counted
 from .callsite import LiftedCall
 from .container import container_mismatch
 from .mismatch import ContainerMismatch, Mismatch
 from .pyexpr import is_literal, module_chain, module_path
+from .unbiased import NotSpelled, functional_name, unbiased_call
 from .unify import Unifier
 
 _DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
@@ -47,6 +49,10 @@ class CallUnifier(Unifier):
         inner = self.passed_through(expr, node)
         if inner is not None:  # `self.drop(x)` stands for what `x` stands for
             self.match(inner, node, k)
+            return
+        if (node.meta.get(SPLIT_BIAS) and node.name in self.cluster
+                and not isinstance(expr, ast.Name) and id(expr) not in self.hidden):
+            self.match_split_bias(expr, node, k)
             return
         call = self.calls.get(node.name)
         if isinstance(expr, ast.Name) or (call is None and node.name not in self.inner):
@@ -83,6 +89,56 @@ class CallUnifier(Unifier):
         same = type(child) is torch.nn.Identity or isinstance(child, _DROPOUTS) or (
             _library_class(type(child)) in _DROP_PATHS and not child.training)
         return expr.args[0] if same else None
+
+    def match_split_bias(self, expr: ast.expr, node: fx.Node, k: int) -> None:
+        """`self.conv1(x)` for the bias add the analysis split off that layer (unbiased.py):
+        the layer's call spelled without its bias is the kernel's argument, and the kernel
+        reads the bias (`self.conv1.bias.reshape(-1, 1, 1)`) as the graph does."""
+        call, bias = node.args  # bias-free call, then the bias: bias_split.put_in_place
+        text = self.src.segment(expr)
+        path = (call.meta.get("fusion_module") or (module_path(call),))[0]
+        chain = module_chain(expr.func) if isinstance(expr, ast.Call) else []
+        named = ".".join(p for p in (self.self_path, *chain[1:]) if p) if (
+            len(chain) > 1 and chain[0] == self.self_name) else None
+        why, needed, spelled = None, None, ""
+        if named is None or named != path or self.model is None:
+            why = "an edit spells a call without its bias only for a layer called by name"
+        elif len(expr.args) != 1 or expr.keywords or isinstance(expr.args[0], ast.Starred):
+            why = "an edit spells a layer's call without its bias only on one argument"
+        base = bias.args[0] if bias.op != "get_attr" and bias.args else bias
+        bias_text = self.attr_text(bias)
+        if why is None and (bias_text is None or str(base.target) != f"{path}.bias"):
+            why = "the kernel's bias is no attribute of the layer the source can name"
+        if why is None:
+            functional, needed = functional_name(self.src.tree)
+            arg, source = expr.args[0], call.args[0]
+            try:
+                spelled = unbiased_call(self.model.get_submodule(path),
+                                        self.src.segment(expr.func),
+                                        self.argument_text(arg, source, k), functional)
+            except NotSpelled as e:
+                why = str(e)
+        if why is not None:
+            raise Mismatch(f"`{text}` at line {expr.lineno} adds the layer's bias itself, "
+                           "which the analysis split off into this kernel (as Inductor does "
+                           f"on the GPU): {why}")
+        if needed is not None:
+            self.imports.setdefault(needed)
+        self.matched.add(node.name)
+        self.seen |= {node.name, call.name, bias.name, base.name}
+        self.inlined.add(call.name)  # computed by its argument expression, as written
+        self.bind(call, spelled)
+        self.bind(bias, bias_text)
+
+    def argument_text(self, expr: ast.expr, node: fx.Node, k: int) -> str:
+        """The text of the layer's argument `expr`, which holds `node`: another kernel's
+        call where a part of the line is one (joint.py), else the source's own."""
+        if id(expr) in self.hidden and self.hidden[id(expr)][0] == node.name:
+            return self.hidden[id(expr)][2]
+        if node.name in self.cluster or id(expr) in self.hidden:
+            raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} is not what the "
+                           "graph reads there")
+        return self.outside_text(expr, node, k)
 
     def match_call_site(self, expr: ast.expr, node: fx.Node, k: int, call: LiftedCall) -> None:
         text = self.src.segment(expr)

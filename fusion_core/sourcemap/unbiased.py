@@ -1,0 +1,72 @@
+"""A layer's call spelled without its bias, for a kernel that adds the bias itself.
+
+Reads the user's file (its imports) and the layer a call names; writes nothing. On a GPU
+target the bias passes (``ir/conv_bias.py``, ``ir/linear_bias.py``) split a biased
+convolution or linear into a bias-free call and an ``add`` that joins the next kernel, as
+Inductor does. The source's `self.conv1(x)` adds the bias itself, so an edit keeping it
+as the kernel's argument would add it twice: the edit spells the call bias-free instead
+(`F.conv2d(x, self.conv1.weight, None, self.conv1.stride, ...)`) and passes the bias to
+the kernel. ``unify_calls.py`` applies the rule; ``NotSpelled`` says why it cannot.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import torch.nn as nn
+
+
+class NotSpelled(Exception):
+    """Why no bias-free spelling computes the layer's call."""
+
+
+# The layers whose one-argument forward is exactly the functional call below, by class
+# (a subclass may have a forward of its own: timm's Conv2dSame).
+_FUNCTIONS: dict[type[nn.Module], str] = {
+    nn.Conv1d: "conv1d", nn.Conv2d: "conv2d", nn.Conv3d: "conv3d", nn.Linear: "linear",
+}
+
+
+def functional_name(tree: ast.Module) -> tuple[str, str | None]:
+    """How the file names `torch.nn.functional` (`F`, `nn.functional`, in full), and the
+    import line an edit must add when none of its imports reaches it."""
+    found: list[tuple[int, str]] = []
+    for st in tree.body:  # the module's own imports: those every function sees
+        if isinstance(st, ast.Import):
+            for a in st.names:
+                if a.name == "torch.nn.functional" and a.asname:
+                    found.append((0, a.asname))
+                elif a.name == "torch.nn" and a.asname:
+                    found.append((1, f"{a.asname}.functional"))
+                elif a.name.split(".")[0] == "torch" and not a.asname:
+                    found.append((2, "torch.nn.functional"))  # `import torch` binds `torch`
+        elif isinstance(st, ast.ImportFrom) and st.level == 0:
+            for a in st.names:
+                if st.module == "torch.nn" and a.name == "functional":
+                    found.append((0, a.asname or "functional"))
+                elif st.module == "torch" and a.name == "nn":
+                    found.append((1, f"{a.asname or 'nn'}.functional"))
+    if found:
+        return min(found)[1], None
+    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    if "F" not in taken:
+        return "F", "import torch.nn.functional as F"
+    return "torch.nn.functional", "import torch"
+
+
+def unbiased_call(layer: nn.Module, func: str, arg: str, functional: str) -> str:
+    """`func(arg)` (the source's `self.conv1(x)`, `layer` the module it names) without its
+    bias, as `functional` spells the module's function; raises ``NotSpelled``."""
+    name = _FUNCTIONS.get(type(layer))
+    if name is None:
+        raise NotSpelled(f"`{func}` is a {type(layer).__name__}, and an edit spells a call "
+                         "without its bias only for a Conv1d, Conv2d, Conv3d or Linear")
+    if name == "linear":
+        return f"{functional}.linear({arg}, {func}.weight)"
+    mode = getattr(layer, "padding_mode", "zeros")
+    if mode != "zeros":  # its forward pads first: F.conv2d alone would not
+        raise NotSpelled(f"`{func}` pads with padding_mode={mode!r}, which `{functional}."
+                         f"{name}` does not: an edit spells without its bias only a "
+                         "convolution with padding_mode='zeros'")
+    return (f"{functional}.{name}({arg}, {func}.weight, None, {func}.stride, {func}.padding, "
+            f"{func}.dilation, {func}.groups)")
