@@ -109,31 +109,42 @@ def test_each_convolution_is_spelled_by_its_function(tmp_path, layer, norm, shap
         f"self.conv1.bias.reshape(-1, {ones}), "), m.replacement
 
 
-def test_a_transposed_convolution_keeps_its_bias_and_says_so(tmp_path):
+TRANSPOSED_APART = ("F.conv_transpose2d(x, self.conv1.weight, None, self.conv1.stride, "
+                    "self.conv1.padding, self.conv1.output_padding, self.conv1.groups, "
+                    "self.conv1.dilation) + self.conv1.bias.reshape(-1, 1, 1)")
+FUNCTIONAL_APART = (
+    "F.conv2d(x, self.conv1.weight, None, padding=1) + self.conv1.bias.reshape(-1, 1, 1)")
+
+
+@pytest.mark.parametrize("layer, call, reason, apart", [
+    ("nn.ConvTranspose2d(3, 8, 2, stride=2)", "self.conv1(x)",
+     "`self.conv1` is a ConvTranspose2d, and an edit spells a call without its bias only for "
+     "a Conv1d, Conv2d, Conv3d or Linear", TRANSPOSED_APART),
+    ("nn.Conv2d(3, 8, 3, padding=1)", "F.conv2d(x, self.conv1.weight, self.conv1.bias, padding=1)",
+     "an edit spells a call without its bias only for a layer called by name", FUNCTIONAL_APART),
+], ids=["transposed", "functional"])
+def test_a_call_the_edit_cannot_spell_apart_names_the_spelling_that_applies(
+        tmp_path, monkeypatch, layer, call, reason, apart):
+    original = CONV_BN_RELU.replace("nn.Conv2d(3, 8, 3, padding=1)", layer).replace(
+        "self.conv1(x)", call)
     path = tmp_path / "net.py"
-    path.write_text(CONV_BN_RELU.replace("nn.Conv2d(3, 8, 3, padding=1)",
-                                         "nn.ConvTranspose2d(3, 8, 2, stride=2)"))
+    path.write_text(original)
     analysis = analyze_file(path, [InputSpec((2, 3, 4, 4))], class_name="Net", device="cuda")
     (m,) = map_clusters(analysis)
     assert not m.exact
     assert m.reason == (
-        "`self.conv1(x)` at line 13 adds the layer's bias itself, which the analysis split "
-        "off into this kernel (as Inductor does on the GPU): `self.conv1` is a "
-        "ConvTranspose2d, and an edit spells a call without its bias only for a Conv1d, "
-        "Conv2d, Conv3d or Linear"), m.reason
-
-
-def test_a_functional_convolution_keeps_its_bias_and_says_so(tmp_path):
-    path = tmp_path / "net.py"
-    path.write_text(CONV_BN_RELU.replace(
-        "h = self.conv1(x)", "h = F.conv2d(x, self.conv1.weight, self.conv1.bias, padding=1)"))
-    analysis = analyze_file(path, [InputSpec((2, 3, 8, 8))], class_name="Net", device="cuda")
-    (m,) = map_clusters(analysis)
-    assert not m.exact
-    assert m.reason.startswith("`F.conv2d(x, self.conv1.weight, self.conv1.bias, padding=1)` "
-                               "at line 13 adds the layer's bias itself"), m.reason
-    assert m.reason.endswith("an edit spells a call without its bias only for a layer called "
-                             "by name"), m.reason
+        f"`{call}` at line 13 adds the layer's bias itself, which the analysis split off into "
+        f"this kernel (as Inductor does on the GPU): {reason}; to apply, add the bias in your "
+        f"code: `{apart}`"), m.reason
+    # Done as it says, the GPU's edit applies and computes the same.
+    moved = original.replace(call, apart)
+    path.write_text(moved)
+    monkeypatch.setattr(cli, "analysis_device", lambda: "cuda")
+    result = apply_net(path, "2,3,4,4")
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit" in result.output, result.output
+    assert apart.replace(" + ", ", ") in path.read_text(), path.read_text()
+    same_outputs(tmp_path, path, moved, shape=(2, 3, 4, 4))
 
 
 TOKEN_MIX = """\

@@ -54,13 +54,33 @@ def functional_name(tree: ast.Module) -> tuple[str, str | None]:
     return "torch.nn.functional", "import torch"
 
 
+# Transposed convolutions are refused, with the spelling that applies (their arguments'
+# order differs: output_padding, groups, then dilation).
+_TRANSPOSED: dict[type[nn.Module], str] = {
+    nn.ConvTranspose1d: "conv_transpose1d", nn.ConvTranspose2d: "conv_transpose2d",
+    nn.ConvTranspose3d: "conv_transpose3d",
+}
+
+
+def _broadcast(ones: int) -> str:
+    """The bias reshaped against (N, C, *spatial): `.reshape(-1, 1, 1)` for 2 spatial dims."""
+    return f".reshape(-1{', 1' * ones})" if ones else ""
+
+
 def unbiased_call(layer: nn.Module, func: str, arg: str, functional: str) -> str:
     """`func(arg)` (the source's `self.conv1(x)`, `layer` the module it names) without its
     bias, as `functional` spells the module's function; raises ``NotSpelled``."""
     name = _FUNCTIONS.get(type(layer))
     if name is None:
-        raise NotSpelled(f"`{func}` is a {type(layer).__name__}, and an edit spells a call "
-                         "without its bias only for a Conv1d, Conv2d, Conv3d or Linear")
+        why = (f"`{func}` is a {type(layer).__name__}, and an edit spells a call without its "
+               "bias only for a Conv1d, Conv2d, Conv3d or Linear")
+        transposed = _TRANSPOSED.get(type(layer))
+        if transposed is not None and getattr(layer, "bias", None) is not None:
+            ones = layer.weight.dim() - 2
+            why += (f"; to apply, add the bias in your code: `{functional}.{transposed}({arg}, "
+                    f"{func}.weight, None, {func}.stride, {func}.padding, {func}.output_padding,"
+                    f" {func}.groups, {func}.dilation) + {func}.bias{_broadcast(ones)}`")
+        raise NotSpelled(why)
     if name == "linear":
         return f"{functional}.linear({arg}, {func}.weight)"
     mode = getattr(layer, "padding_mode", "zeros")
@@ -70,3 +90,21 @@ def unbiased_call(layer: nn.Module, func: str, arg: str, functional: str) -> str
                          "convolution with padding_mode='zeros'")
     return (f"{functional}.{name}({arg}, {func}.weight, None, {func}.stride, {func}.padding, "
             f"{func}.dilation, {func}.groups)")
+
+
+def bias_apart(call: ast.Call, ones: int) -> str:
+    """`F.conv2d(x, w, b, padding=1)`, a function given its bias, as the spelling whose add
+    a kernel can take: `F.conv2d(x, w, None, padding=1) + b.reshape(-1, 1, 1)` (`ones`:
+    the bias' dims of 1 in the graph); "" when the call names no bias."""
+    bare = ast.Call(call.func, list(call.args), [ast.keyword(k.arg, k.value)
+                                                 for k in call.keywords])
+    bias: ast.expr | None = None
+    if len(bare.args) > 2:  # F.linear, F.conv*: (input, weight, bias, ...)
+        bias, bare.args[2] = bare.args[2], ast.Constant(None)
+    for k in bare.keywords:
+        if k.arg == "bias":
+            bias, k.value = k.value, ast.Constant(None)
+    if bias is None or isinstance(bias, ast.Starred):
+        return ""
+    return (f"; to apply, add the bias in your code: `{ast.unparse(bare)} + "
+            f"{ast.unparse(bias)}{_broadcast(ones)}`")

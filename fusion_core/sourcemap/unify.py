@@ -241,6 +241,8 @@ class Unifier:
         if not isinstance(expr, ast.Call) or node.op not in (
                 "call_function", "call_method", "call_module"):
             return False
+        if isinstance(expr.func, ast.Attribute) and node.op == "call_method":
+            return expr.func.attr in op_names(node)  # `self.conv.bias.reshape(-1, 1, 1)` too
         chain = module_chain(expr.func)  # `self.conv(x)`, a Sequential's `self.stem[0](x)`
         where = str(node.target) if node.op == "call_module" else module_path(node)
         if chain and chain[0] == self.self_name and len(chain) > 1:
@@ -255,8 +257,6 @@ class Unifier:
             return (held is not None and where.startswith(f"{path}.") and head.isdigit()
                     and int(head) in held)
         chain = attr_chain(expr.func)
-        if isinstance(expr.func, ast.Attribute) and node.op == "call_method":
-            return expr.func.attr in op_names(node)
         return bool(chain) and node.op != "call_module" and chain[-1] in op_names(node)
 
     def match_value(self, expr: ast.expr, value: Any, k: int) -> None:

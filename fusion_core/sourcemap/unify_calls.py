@@ -21,7 +21,8 @@ from .callsite import LiftedCall
 from .container import container_mismatch
 from .mismatch import ContainerMismatch, Mismatch
 from .pyexpr import is_literal, module_chain, module_path
-from .unbiased import NotSpelled, functional_name, unbiased_call
+from .spelled_ops import op_names
+from .unbiased import NotSpelled, bias_apart, functional_name, unbiased_call
 from .unify import Unifier
 
 _DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
@@ -34,6 +35,12 @@ _DROP_PATHS = {("torchvision", "StochasticDepth"), ("timm", "DropPath")}
 
 def _library_class(cls: type) -> tuple[str, str]:
     return cls.__module__.split(".")[0], cls.__name__
+
+
+def _layer(add: fx.Node) -> str:
+    """The module path of the layer whose bias the split-off `add` adds (`stem.0`)."""
+    call = add.args[0]
+    return (call.meta.get("fusion_module") or (module_path(call) or "",))[0]
 
 
 class CallUnifier(Unifier):
@@ -50,8 +57,7 @@ class CallUnifier(Unifier):
         if inner is not None:  # `self.drop(x)` stands for what `x` stands for
             self.match(inner, node, k)
             return
-        if (node.meta.get(SPLIT_BIAS) and node.name in self.cluster
-                and not isinstance(expr, ast.Name) and id(expr) not in self.hidden):
+        if self.makes_split_bias(expr, node):
             self.match_split_bias(expr, node, k)
             return
         call = self.calls.get(node.name)
@@ -90,38 +96,48 @@ class CallUnifier(Unifier):
             _library_class(type(child)) in _DROP_PATHS and not child.training)
         return expr.args[0] if same else None
 
-    def match_split_bias(self, expr: ast.expr, node: fx.Node, k: int) -> None:
-        """`self.conv1(x)` for the bias add the analysis split off that layer (unbiased.py):
-        the layer's call spelled without its bias is the kernel's argument, and the kernel
-        reads the bias (`self.conv1.bias.reshape(-1, 1, 1)`) as the graph does."""
+    def makes_split_bias(self, expr: ast.expr, node: fx.Node) -> bool:
+        """`expr` is the call that `node`, a bias add the analysis split off (unbiased.py),
+        came from: the layer's (`self.conv1(x)`, `self.stem[0](x)`) or the function's own
+        (`F.conv2d(x, w, b)`), not a container's or a helper's that holds it."""
+        if not (node.meta.get(SPLIT_BIAS) and node.name in self.cluster
+                and isinstance(expr, ast.Call) and id(expr) not in self.hidden):
+            return False
+        chain = module_chain(expr.func)
+        if len(chain) > 1 and chain[0] == self.self_name:
+            return ".".join(p for p in (self.self_path, *chain[1:]) if p) == _layer(node)
+        return bool(chain) and chain[-1] in op_names(node.args[0])
+
+    def match_split_bias(self, expr: ast.Call, node: fx.Node, k: int) -> None:
+        """`self.conv1(x)` for the bias add the analysis split off that layer: the layer's
+        call spelled without its bias is the kernel's argument, and the kernel reads the bias
+        (`self.conv1.bias.reshape(-1, 1, 1)`) as the graph does."""
         call, bias = node.args  # bias-free call, then the bias: bias_split.put_in_place
-        text = self.src.segment(expr)
-        path = (call.meta.get("fusion_module") or (module_path(call),))[0]
-        chain = module_chain(expr.func) if isinstance(expr, ast.Call) else []
-        named = ".".join(p for p in (self.self_path, *chain[1:]) if p) if (
-            len(chain) > 1 and chain[0] == self.self_name) else None
-        why, needed, spelled = None, None, ""
-        if named is None or named != path or self.model is None:
-            why = "an edit spells a call without its bias only for a layer called by name"
-        elif len(expr.args) != 1 or expr.keywords or isinstance(expr.args[0], ast.Starred):
-            why = "an edit spells a layer's call without its bias only on one argument"
+        path = _layer(node)
+        functional, needed = functional_name(self.src.tree)
         base = bias.args[0] if bias.op != "get_attr" and bias.args else bias
         bias_text = self.attr_text(bias)
-        if why is None and (bias_text is None or str(base.target) != f"{path}.bias"):
+        spelled, why = "", None
+        if module_chain(expr.func)[:1] != [self.self_name] or self.model is None:
+            ones = len(bias.args[1]) - 1 if bias.op != "get_attr" and len(bias.args) > 1 else 0
+            why = ("an edit spells a call without its bias only for a layer called by name"
+                   + bias_apart(expr, ones))  # `F.conv2d(x, w, b)`: the call's own bias
+        elif len(expr.args) != 1 or expr.keywords or isinstance(expr.args[0], ast.Starred):
+            why = "an edit spells a layer's call without its bias only on one argument"
+        elif bias_text is None or str(base.target) != f"{path}.bias":
             why = "the kernel's bias is no attribute of the layer the source can name"
-        if why is None:
-            functional, needed = functional_name(self.src.tree)
-            arg, source = expr.args[0], call.args[0]
+        else:
             try:
                 spelled = unbiased_call(self.model.get_submodule(path),
                                         self.src.segment(expr.func),
-                                        self.argument_text(arg, source, k), functional)
+                                        self.argument_text(expr.args[0], call.args[0], k),
+                                        functional)
             except NotSpelled as e:
                 why = str(e)
         if why is not None:
-            raise Mismatch(f"`{text}` at line {expr.lineno} adds the layer's bias itself, "
-                           "which the analysis split off into this kernel (as Inductor does "
-                           f"on the GPU): {why}")
+            raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} adds the layer's "
+                           "bias itself, which the analysis split off into this kernel (as "
+                           f"Inductor does on the GPU): {why}")
         if needed is not None:
             self.imports.setdefault(needed)
         self.matched.add(node.name)
