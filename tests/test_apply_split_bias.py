@@ -5,7 +5,8 @@ does (ir/conv_bias.py; a Linear on a transposed input on any target, ir/linear_b
 The edit then calls the layer without its bias (`F.conv2d(x, self.conv1.weight, None, ...)`)
 and passes the bias to the kernel (sourcemap/unbiased.py). The CLI's analysis target is
 replaced (`cli.analysis_device`), so these run on the CPU either way: the kernels run under
-the Triton interpreter at tiny shapes, on the bias-split graph a GPU would get.
+the Triton interpreter at tiny shapes, on the bias-split graph a GPU would get
+(`apply_target`, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -51,25 +52,19 @@ FORWARD = {"cpu": f"        h = self.conv1(x)\n        return cluster0(h, {BN})\
            "cuda": f"        return cluster0({UNBIASED.format(f='F')}, {BN})\n"}
 
 
-@pytest.fixture(params=["cpu", "cuda"])
-def target(request, monkeypatch):
-    monkeypatch.setattr(cli, "analysis_device", lambda: request.param)
-    return request.param
-
-
-def test_a_biased_conv_before_norm_and_activation_is_applied(tmp_path, target):
+def test_a_biased_conv_before_norm_and_activation_is_applied(tmp_path, apply_target):
     path = tmp_path / "net.py"
     path.write_text(CONV_BN_RELU)
     result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output, result.output
     rewritten = path.read_text()
-    assert rewritten.endswith(f"    def forward(self, x):\n{FORWARD[target]}"), rewritten
+    assert rewritten.endswith(f"    def forward(self, x):\n{FORWARD[apply_target]}"), rewritten
     assert "import torch.nn.functional as F\n" in rewritten
     same_outputs(tmp_path, path, CONV_BN_RELU)
 
 
-def test_a_file_without_torch_nn_functional_gets_its_import(tmp_path, target):
+def test_a_file_without_torch_nn_functional_gets_its_import(tmp_path, apply_target):
     # Nothing the file imports reaches `torch.nn.functional`: the edit adds the import.
     original = CONV_BN_RELU.replace(
         "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n",
@@ -84,9 +79,9 @@ def test_a_file_without_torch_nn_functional_gets_its_import(tmp_path, target):
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output, result.output
     rewritten = path.read_text()
-    assert rewritten.endswith(f"    def forward(self, x):\n{FORWARD[target]}"), rewritten
+    assert rewritten.endswith(f"    def forward(self, x):\n{FORWARD[apply_target]}"), rewritten
     assert rewritten.startswith("from torch.nn import BatchNorm2d, Conv2d, Module, ReLU\n"
-                                + ("import torch.nn.functional as F\n" if target == "cuda"
+                                + ("import torch.nn.functional as F\n" if apply_target == "cuda"
                                    else "") + "if __package__:"), rewritten
     same_outputs(tmp_path, path, original)
 
@@ -107,6 +102,27 @@ def test_each_convolution_is_spelled_by_its_function(tmp_path, layer, norm, shap
         f"        return cluster0(F.{function}(x, self.conv1.weight, None, self.conv1.stride, "
         "self.conv1.padding, self.conv1.dilation, self.conv1.groups), "
         f"self.conv1.bias.reshape(-1, {ones}), "), m.replacement
+
+
+def test_a_sequentials_layer_is_spelled_as_the_call_indexes_it(tmp_path, apply_target):
+    # `self.stem[-1]`: the weight, settings and bias are read through the call's own text.
+    original = CONV_BN_RELU.replace(
+        "self.conv1 = nn.Conv2d(3, 8, 3, padding=1)",
+        "self.stem = nn.Sequential(nn.Conv2d(3, 8, 1), nn.Conv2d(8, 8, 3, padding=1))").replace(
+        "h = self.conv1(x)", "h = self.stem[-1](self.stem[0](x))")
+    path = tmp_path / "net.py"
+    path.write_text(original)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit" in result.output, result.output
+    layer = "self.stem[-1]"
+    forward = {
+        "cpu": f"        h = {layer}(self.stem[0](x))\n        return cluster0(h, {BN})\n",
+        "cuda": f"        return cluster0(F.conv2d(self.stem[0](x), {layer}.weight, None, "
+                f"{layer}.stride, {layer}.padding, {layer}.dilation, {layer}.groups), "
+                f"{layer}.bias.reshape(-1, 1, 1), {BN})\n"}[apply_target]
+    assert path.read_text().endswith(f"    def forward(self, x):\n{forward}"), path.read_text()
+    same_outputs(tmp_path, path, original)
 
 
 TRANSPOSED_APART = ("F.conv_transpose2d(x, self.conv1.weight, None, self.conv1.stride, "
@@ -163,8 +179,8 @@ class Net(nn.Module):
 """
 
 
-def test_a_linear_on_a_transposed_input_is_applied_with_its_bias_in_the_kernel(tmp_path,
-                                                                               target):
+def test_a_linear_on_a_transposed_input_is_applied_with_its_bias_in_the_kernel(
+        tmp_path, apply_target):
     # eager adds this Linear's bias in a pass of its own on either device (ir/linear_bias.py)
     path = tmp_path / "net.py"
     path.write_text(TOKEN_MIX)

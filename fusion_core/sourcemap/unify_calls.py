@@ -105,7 +105,7 @@ class CallUnifier(Unifier):
             return False
         chain = module_chain(expr.func)
         if len(chain) > 1 and chain[0] == self.self_name:
-            return ".".join(p for p in (self.self_path, *chain[1:]) if p) == _layer(node)
+            return self.child_path(chain[1:]) == _layer(node)
         return bool(chain) and chain[-1] in op_names(node.args[0])
 
     def match_split_bias(self, expr: ast.Call, node: fx.Node, k: int) -> None:
@@ -127,13 +127,17 @@ class CallUnifier(Unifier):
         elif bias_text is None or str(base.target) != f"{path}.bias":
             why = "the kernel's bias is no attribute of the layer the source can name"
         else:
+            func = self.src.segment(expr.func)
             try:
-                spelled = unbiased_call(self.model.get_submodule(path),
-                                        self.src.segment(expr.func),
+                spelled = unbiased_call(self.model.get_submodule(path), func,
                                         self.argument_text(expr.args[0], call.args[0], k),
                                         functional)
             except NotSpelled as e:
                 why = str(e)
+            # The bias as the call names its layer (`self.stem[-1].bias`, not `[1]`).
+            attr = self.attr_text(base) or ""
+            if bias_text.startswith(attr):
+                bias_text = f"{func}.bias{bias_text[len(attr):]}"
         if why is not None:
             raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} adds the layer's "
                            "bias itself, which the analysis split off into this kernel (as "
