@@ -18,6 +18,7 @@ from apply_checks import apply_net, same_outputs
 from torch import nn
 
 from fusion_core import cli
+from fusion_core.cli_run import mapping_dict
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
@@ -75,6 +76,10 @@ def test_a_file_without_torch_nn_functional_gets_its_import(tmp_path, apply_targ
     ).replace("F.relu(h)", "self.act(h)")
     path = tmp_path / "net.py"
     path.write_text(original)
+    analysis = analyze_file(path, [InputSpec((2, 3, 8, 8))], class_name="Net",
+                            device=apply_target)
+    needed = ["import torch.nn.functional as F"] if apply_target == "cuda" else []
+    assert [mapping_dict(m)["imports"] for m in map_clusters(analysis)] == [needed]  # --json
     result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output, result.output
