@@ -218,5 +218,6 @@ def test_the_file_names_torch_nn_functional_as_it_imports_it():
     assert spelled("import torch\nfrom torch import nn\n") == ("nn.functional", None)
     assert spelled("import torch\n") == ("torch.nn.functional", None)
     assert spelled("from torch.nn import Conv2d\n") == ("F", "import torch.nn.functional as F")
-    assert spelled("from torch.nn import Conv2d\nF = 3\n") == ("torch.nn.functional",
-                                                               "import torch")
+    for taken in ("F = 3\n", "def F():\n    pass\n", "from other import F\n"):
+        assert spelled(f"from torch.nn import Conv2d\n{taken}") == ("torch.nn.functional",
+                                                                   "import torch")

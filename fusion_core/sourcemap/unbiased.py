@@ -48,7 +48,11 @@ def functional_name(tree: ast.Module) -> tuple[str, str | None]:
                     found.append((1, f"{a.asname or 'nn'}.functional"))
     if found:
         return min(found)[1], None
-    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.name for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} | {
+        (a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     if "F" not in taken:
         return "F", "import torch.nn.functional as F"
     return "torch.nn.functional", "import torch"
