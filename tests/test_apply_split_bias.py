@@ -197,6 +197,20 @@ def test_a_linear_on_a_transposed_input_is_applied_with_its_bias_in_the_kernel(
     same_outputs(tmp_path, path, TOKEN_MIX, shape=(2, 8, 8))
 
 
+def test_a_linear_function_given_a_computed_bias_names_the_spelling_that_applies(tmp_path):
+    path = tmp_path / "net.py"
+    path.write_text(TOKEN_MIX.replace("self.fc1(x.transpose(1, 2))", "nn.functional.linear("
+                                      "x.transpose(1, 2), self.fc1.weight, self.fc1.bias * 2.0)"))
+    analysis = analyze_file(path, [InputSpec((2, 8, 8))], class_name="Net")
+    (m,) = map_clusters(analysis)
+    assert not m.exact
+    assert m.reason.endswith(
+        "an edit spells a call without its bias only for a layer called by name; to apply, "
+        "add the bias in your code: `nn.functional.linear(x.transpose(1, 2), self.fc1.weight, "
+        "None) + "
+        "(self.fc1.bias * 2.0)`"), m.reason
+
+
 def test_a_padding_mode_other_than_zeros_is_named_as_why_no_spelling_computes_it():
     # F.conv2d pads with zeros alone; such a layer's forward pads first. (The analysis
     # splits no such layer's bias today, ir/conv_bias.py: the rule must still not spell it.)

@@ -110,5 +110,8 @@ def bias_apart(call: ast.Call, ones: int) -> str:
             bias, k.value = k.value, ast.Constant(None)
     if bias is None or isinstance(bias, ast.Starred):
         return ""
+    text = ast.unparse(bias)
+    if not isinstance(bias, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        text = f"({text})"  # `(self.b * 2.0).reshape(...)`, `+ (b if c else d)`
     return (f"; to apply, add the bias in your code: `{ast.unparse(bare)} + "
-            f"{ast.unparse(bias)}{_broadcast(ones)}`")
+            f"{text}{_broadcast(ones)}`")

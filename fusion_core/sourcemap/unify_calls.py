@@ -115,16 +115,20 @@ class CallUnifier(Unifier):
         call, bias = node.args  # bias-free call, then the bias: bias_split.put_in_place
         path = _layer(node)
         functional, needed = functional_name(self.src.tree)
-        base = bias.args[0] if bias.op != "get_attr" and bias.args else bias
+        # The bias as the kernel reads it: the layer's parameter, reshaped to (C, 1, ..., 1)
+        # for a convolution (conv_bias.py); `base` is the parameter itself.
+        shape = bias.args[1] if bias.op != "get_attr" and len(bias.args) == 2 else None
+        base = bias.args[0] if shape is not None else bias
         bias_text = self.attr_text(bias)
         spelled, why = "", None
         if module_chain(expr.func)[:1] != [self.self_name] or self.model is None:
-            ones = len(bias.args[1]) - 1 if bias.op != "get_attr" and len(bias.args) > 1 else 0
+            ones = len(shape) - 1 if isinstance(shape, (tuple, list)) else 0
             why = ("an edit spells a call without its bias only for a layer called by name"
                    + bias_apart(expr, ones))  # `F.conv2d(x, w, b)`: the call's own bias
         elif len(expr.args) != 1 or expr.keywords or isinstance(expr.args[0], ast.Starred):
             why = "an edit spells a layer's call without its bias only on one argument"
-        elif bias_text is None or str(base.target) != f"{path}.bias":
+        elif bias_text is None or not (isinstance(base, fx.Node) and base.op == "get_attr"
+                                       and str(base.target) == f"{path}.bias"):
             why = "the kernel's bias is no attribute of the layer the source can name"
         else:
             func = self.src.segment(expr.func)
