@@ -35,6 +35,13 @@ from .triton_support import INSTALL_HINT, triton_missing
 from .validate.run import use_interpreter_without_cuda
 
 
+def analysis_device() -> str | None:
+    """The device the CLI analyses for: the GPU its kernels are validated and timed on,
+    when there is one (else where the parameters are). Tests replace it to see a GPU
+    target's edits on a CPU, whose interpreter still validates them."""
+    return "cuda" if torch.cuda.is_available() else None
+
+
 def _specs(shapes: tuple[str, ...], dtypes: tuple[str, ...]) -> list[InputSpec]:
     if not shapes:
         raise InputSpecError("missing --input-shape: give the example input's shape, "
@@ -264,7 +271,7 @@ def cli(model_path: str, model_class: str | None, model_kwargs: str | None,
         # Kernels are validated, timed and compared with Inductor on the GPU when there is
         # one: the analysis is made for that device (conv biases differ, ir/conv_bias.py).
         analysis = analyze_file(model_path, specs, model_class, capture=capture,
-                                device="cuda" if torch.cuda.is_available() else None,
+                                device=analysis_device(),
                                 model_kwargs=kwargs)
         if out_dir:
             _check_foreign_files(out_dir, [c.index for c in analysis.clusters], force)

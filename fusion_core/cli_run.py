@@ -65,7 +65,10 @@ def mapping_dict(m: SourceMapping) -> dict[str, Any]:
             # Other clusters' ops that other calls run on these lines, through this edit.
             "serves": [{"cluster": s.part.index, "ops": list(s.part.ops), "call": s.call,
                         "site": s.site} for s in m.serves],
-            "needs": list(m.needs)}
+            "needs": list(m.needs),
+            # Import lines the replacement needs that the file lacks (`import torch.nn.functional
+            # as F` for a layer called without its bias).
+            "imports": list(m.imports)}
 
 
 @dataclass

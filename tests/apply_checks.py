@@ -44,3 +44,11 @@ def same_outputs(tmp_path: Path, path: Path, original: str, name: str = "Net",
     with torch.no_grad():
         want, got = before.to(device)(x), after.to(device)(x)
     torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+
+
+def conv_apart(layer: str, arg: str = "x", functional: str = "nn.functional") -> str:
+    """A GPU target's kernel arguments for `layer(arg)`, a Conv2d whose bias the analysis
+    split off: the call without its bias, then the bias (sourcemap/unbiased.py)."""
+    return (f"{functional}.conv2d({arg}, {layer}.weight, None, {layer}.stride, "
+            f"{layer}.padding, {layer}.dilation, {layer}.groups), "
+            f"{layer}.bias.reshape(-1, 1, 1)")

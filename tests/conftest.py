@@ -191,3 +191,14 @@ def generate_calls(monkeypatch) -> list[int]:
     monkeypatch.setattr(codegen, "generate", counting)
     monkeypatch.setattr(fusion_core, "generate", counting, raising=False)
     return calls
+
+
+@pytest.fixture(params=["cpu", "cuda"])
+def apply_target(request, monkeypatch) -> str:
+    """The device the CLI analyses for (`cli.analysis_device`): a CUDA target splits conv
+    biases off into the next kernel (ir/conv_bias.py), which needs no GPU to analyse; the
+    kernels still validate under the interpreter on the CPU."""
+    from fusion_core import cli
+
+    monkeypatch.setattr(cli, "analysis_device", lambda: request.param)
+    return request.param

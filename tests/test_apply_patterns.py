@@ -3,9 +3,9 @@ original model's output and changes nothing but the fused statement and the impo
 
 Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py). The
 convolutions next to a cluster take no bias: for a GPU target the analysis splits a conv's
-bias off into the kernel after it (ir/conv_bias.py), and no edit can keep such a call as
-written (tests/test_conv_bias.py); these cases are about the statement patterns, which
-must map the same for either target.
+bias off into the kernel after it (ir/conv_bias.py), and the edit calls the layer without
+its bias (tests/test_apply_split_bias.py); these cases are about the statement patterns,
+which must map the same for either target.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ parent's `self` to the instance. Kernels run under the Triton interpreter.
 from __future__ import annotations
 
 import pytest
-from apply_checks import apply_net, same_outputs
+from apply_checks import apply_net, conv_apart, same_outputs
 from click.testing import CliRunner
 from vision_libs import import_torchvision
 
@@ -176,7 +176,12 @@ class Net(Base):
 """
 
 
-def test_an_inherited_forward_maps_its_self_to_the_model(tmp_path):
+def test_an_inherited_forward_maps_its_self_to_the_model(tmp_path, apply_target):
+    # For the GPU the kernel adds the conv's bias: the edit takes in the conv's line.
+    forward = {"cpu": "        x = self.conv1(x)\n"
+                      f"        x = cluster0(x, {BN.format('self.bn1')})\n",
+               "cuda": f"        x = cluster0({conv_apart('self.conv1', functional='F')}, "
+                       f"{BN.format('self.bn1')})\n"}[apply_target]
     for body in ("    pass\n",
                  "    def __init__(self):\n        super().__init__()\n"
                  "        self.extra = nn.Identity()\n"):
@@ -188,7 +193,7 @@ def test_an_inherited_forward_maps_its_self_to_the_model(tmp_path):
         # Was a pointer: "`self.bn1(...)` at line 15 calls `self.bn1` (line 15) through a
         # variable, another module on each pass" (no module stood for Base's `self`).
         assert "Applied 1 edit to" in result.output, result.output
-        assert (f"        x = cluster0(x, {BN.format('self.bn1')})\n"
+        assert (f"    def forward(self, x):\n{forward}        return self.head(x)\n"
                 in path.read_text()), path.read_text()
         same_outputs(tmp_path, path, source)
 
@@ -232,7 +237,8 @@ class Net(nn.Module):
 """
 
 
-def test_a_subclass_of_the_block_runs_the_else_branch_where_its_setting_fails(tmp_path):
+def test_a_subclass_of_the_block_runs_the_else_branch_where_its_setting_fails(tmp_path,
+                                                                              apply_target):
     path = tmp_path / "subclassed.py"
     path.write_text(SUBCLASSED_BLOCK)
     result = apply_net(path)
@@ -240,8 +246,9 @@ def test_a_subclass_of_the_block_runs_the_else_branch_where_its_setting_fails(tm
     # Was a pointer: "line range also holds `self.conv(x)` (line 14), which is not in the
     # cluster" (`Plain`'s calls were taken to run the guarded lines).
     assert "Applied 1 edit to" in result.output, result.output
+    conv = {"cpu": "self.conv(x)", "cuda": conv_apart("self.conv")}[apply_target]
     assert (f"        if self.has_skip:\n"
-            f"            x = cluster0(self.conv(x), {BN.format('self.bn')}, shortcut)\n"
+            f"            x = cluster0({conv}, {BN.format('self.bn')}, shortcut)\n"
             f"        else:\n"
             f"            x = self.bn(self.conv(x))\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, SUBCLASSED_BLOCK)

@@ -8,7 +8,7 @@ forward of its own stays a pointer. Kernels run under the Triton interpreter on 
 
 from __future__ import annotations
 
-from apply_checks import apply_net, same_outputs
+from apply_checks import apply_net, conv_apart, same_outputs
 
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
@@ -42,18 +42,22 @@ BN = ("self.{0}[1].running_mean.reshape(-1, 1, 1), self.{0}[1].running_var.resha
       "self.{0}[1].weight.reshape(-1, 1, 1), self.{0}[1].bias.reshape(-1, 1, 1)")
 
 
-def test_both_clusters_inside_sequential_calls_are_written(tmp_path):
+def test_both_clusters_inside_sequential_calls_are_written(tmp_path, apply_target):
     path = tmp_path / "seq.py"
     path.write_text(SEQ)
     result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert "Applied 2 edits" in result.output, result.output
     rewritten = path.read_text()
-    # Was a pointer: "`self.stem(...)` at line 17 is not `relu` (line 17)".
-    assert f"        x = cluster0(self.stem[0](x), {BN.format('stem')})\n" in rewritten
+    # Was a pointer: "`self.stem(...)` at line 17 is not `relu` (line 17)". For the GPU the
+    # conv's bias add joins the kernel (and the ReLU stays a layer of its own).
+    stem = {"cpu": f"cluster0(self.stem[0](x), {BN.format('stem')})",
+            "cuda": f"self.stem[2](cluster0({conv_apart('self.stem[0]')}, {BN.format('stem')}))"}
+    assert f"        x = {stem[apply_target]}\n" in rewritten, rewritten
     # bn → silu → add and the mean of line 19: line 18's `y` has no other reader.
     assert "y = self.body(x) + x" not in rewritten
-    assert (f"        return self.head(cluster1(self.body[0](x), {BN.format('body')}, x))\n"
+    body = {"cpu": "self.body[0](x)", "cuda": conv_apart("self.body[0]")}[apply_target]
+    assert (f"        return self.head(cluster1({body}, {BN.format('body')}, x))\n"
             in rewritten), rewritten
     same_outputs(tmp_path, path, SEQ)
 
@@ -87,7 +91,8 @@ class Net(nn.Module):
 """
 
 
-def test_layers_around_the_cluster_stay_as_slices_and_nested_sequentials_unroll(tmp_path):
+def test_layers_around_the_cluster_stay_as_slices_and_nested_sequentials_unroll(
+        tmp_path, apply_target):
     path = tmp_path / "around.py"
     path.write_text(AROUND)
     result = apply_net(path)
@@ -95,7 +100,11 @@ def test_layers_around_the_cluster_stay_as_slices_and_nested_sequentials_unroll(
     assert "Applied 2 edits" in result.output, result.output
     rewritten = path.read_text()
     stem = BN.replace("[1]", "[2]").format("stem")
-    assert f"        x = self.stem[4:](cluster0(self.stem[:2](x), {stem}))\n" in rewritten
+    # For the GPU the kernel adds the bias of the conv before the norm: that layer is
+    # called without it, on the layers before it.
+    conv = {"cpu": "self.stem[:2](x)",
+            "cuda": conv_apart("self.stem[1]", "self.stem[0](x)")}[apply_target]
+    assert f"        x = self.stem[4:](cluster0({conv}, {stem}))\n" in rewritten, rewritten
     block = BN.format("block[0]")
     assert (f"        return self.block[1](cluster1(self.block[0][0](x), {block}))\n"
             in rewritten), rewritten

@@ -20,7 +20,7 @@ from fusion_core.errors import FusionAdvisorError
 from fusion_core.ir import conv_bias
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze, analyze_file
-from fusion_core.sourcemap import POINTER, map_clusters
+from fusion_core.sourcemap import map_clusters
 from fusion_core.validate import validate
 
 CONVNEXT_SHAPE = (1, 8, 4, 4)
@@ -227,9 +227,9 @@ def test_conv_without_bias_or_with_padding_mode_is_left_alone():
     assert split_nodes(a) == []
 
 
-def test_cluster_taking_a_split_bias_is_a_pointer_without_diff(tmp_path, split_everywhere):
-    # The bias add has no source of its own: it sits on the convolution's line, which the
-    # kernel does not compute. No edit is proposed (nor applied).
+def test_cluster_taking_a_split_bias_spells_the_conv_without_it(tmp_path, split_everywhere):
+    # The bias add has no source of its own: it sits on the convolution's line. The edit
+    # calls the convolution without its bias and hands the kernel the bias to add.
     path = tmp_path / "model.py"
     path.write_text(
         "import torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
@@ -245,8 +245,12 @@ def test_cluster_taking_a_split_bias_is_a_pointer_without_diff(tmp_path, split_e
     a = analyze_file(path, [InputSpec((1, 4, 4, 4))])
     assert ops(a) == [("add", "batch_norm", "relu")]
     (m,) = map_clusters(a)
-    assert m.quality == POINTER and m.replacement is None
-    assert "bias of `self.conv(x)` (line 12)" in m.reason and (m.start, m.end) == (12, 14)
+    assert m.exact, m.reason
+    assert (m.start, m.end) == (12, 14)
+    assert m.replacement.startswith(
+        "        return cluster0(F.conv2d(x, self.conv.weight, None, self.conv.stride, "
+        "self.conv.padding, self.conv.dilation, self.conv.groups), "
+        "self.conv.bias.reshape(-1, 1, 1), self.bn.running_mean"), m.replacement
 
 
 @pytest.mark.parametrize("cuda, device", [(True, "cuda"), (False, None)])

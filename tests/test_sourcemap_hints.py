@@ -136,16 +136,15 @@ def _gelu_mapping(path, capture):
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
-def test_a_linears_split_bias_names_the_spelling_that_applies(tmp_path, capture):
+def test_a_linears_split_bias_is_spelled_apart_in_the_edit(tmp_path, capture):
+    # The kernel adds the bias the analysis split off `self.fc1`: the edit calls the layer
+    # without it (`nn` as the file imports it) and hands the kernel the bias.
     path = tmp_path / "token_mix.py"
     path.write_text(TRANSPOSED_LINEAR)
     m = _gelu_mapping(path, capture)
-    assert m.quality == POINTER
-    assert m.reason.startswith(f"a kernel of these lines adds the bias of `self.fc1(x)` (line "
-                               f"{line_of(path, LINE)})"), m.reason
-    assert m.reason.endswith(
-        "; to apply it, add the bias in your code: `nn.functional.linear(x, "
-        "self.fc1.weight) + self.fc1.bias`"), m.reason  # `nn` as the file imports it
+    assert m.quality == EXACT, m.reason
+    assert m.replacement == ("        return self.fc2(cluster0(nn.functional.linear(x, "
+                             "self.fc1.weight), self.fc1.bias))")
 
 
 @pytest.mark.parametrize("capture", CAPTURES)

@@ -209,6 +209,9 @@ def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[
         lines[m.start - 1:m.end] = [newline.join(m.replacement.splitlines()) + newline]
     at = _insert_at(tree)
     block = import_block(plan.path.stem, [o.call for o in plan.ops], newline)
+    # What the edits' own expressions need (unbiased.py), above the kernels' block.
+    block = "".join(f"{i}{newline}" for i in dict.fromkeys(
+        i for m in plan.edits for i in m.imports)) + block
     lines[at:at] = [block]
     added = block.count(newline)
     new_lines, removed = {}, 0

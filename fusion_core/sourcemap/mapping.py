@@ -151,9 +151,10 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fra
     serves = tuple(ServedPart(c, name, served[id(c)].site)
                    for (cs, _), (name, _) in zip(pieces, calls, strict=True)
                    for c in cs if id(c) in served)
+    imports = tuple(dict.fromkeys(i for _, f in calls for i in f.imports))
     return [SourceMapping(c.index, EXACT, replacement=text, call=name, args=f.args,
                           shared_with=others[c.index], original=original, baked=f.baked,
-                          calls=names, serves=serves,
+                          calls=names, serves=serves, imports=imports,
                           needs=tuple(sorted({e.cluster_index for e in after})), **base)
             for (cs, _), (name, f) in zip(pieces, calls, strict=True)
             for c in cs if id(c) not in served]
@@ -282,7 +283,8 @@ def _joint_edit(analysis: Analysis, frames: Frames, span: Span, fa: Found, fb: F
     base = dict(file=span.src.path, start=span.start, end=span.end,
                 function=span.scope.qualname, digest=span.src.digest,
                 original="".join(span.src.lines[span.start - 1:span.end]),
-                replacement=text, calls=(name_b, name_a))
+                replacement=text, calls=(name_b, name_a),
+                imports=tuple(dict.fromkeys((*fa.imports, *fb.imports))))
     return [SourceMapping(a.index, EXACT, call=name_a, args=fa.args, shared_with=(b.index,),
                           baked=fa.baked, **base),
             SourceMapping(b.index, EXACT, call=name_b, args=fb.args, shared_with=(a.index,),

@@ -57,6 +57,7 @@ class Found:
     targets: tuple[str, ...]  # names that receive the results before the last one
     inlined: frozenset[str] = frozenset()  # inputs computed by their argument expression
     within: ast.expr | None = None  # the part of the last statement the fused call replaces
+    imports: tuple[str, ...] = ()  # lines the file must import for `args` (unbiased.py)
 
 
 def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None,
@@ -117,7 +118,8 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                           f"source at line {span.start}")
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
     names = () if returned else assigned_to(analysis, c, span, match.values)  # all in the `return`
-    return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within)
+    return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within,
+                 match.imports)
 
 
 class InContainer(PointerOnly):

@@ -58,6 +58,9 @@ class SourceMapping:
     # Clusters whose edits must be written with this one: this edit drops a value (`r = x + h`)
     # their kernels recompute, and their edits no longer read it.
     needs: tuple[int, ...] = ()
+    # Import lines the replacement needs that the file lacks (`import torch.nn.functional as
+    # F` for a layer's call spelled without its bias: unbiased.py); --apply adds them.
+    imports: tuple[str, ...] = ()
 
     @property
     def edit_calls(self) -> tuple[str, ...]:

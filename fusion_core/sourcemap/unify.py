@@ -75,6 +75,8 @@ class Match:
     # Inputs whose source expression computes them (`self.conv(x)`, `q @ k.T`): the rewrite
     # keeps that un-fused computation as the fused call's argument.
     inlined: frozenset[str] = frozenset()
+    # Lines the file must import for the expressions (`import torch.nn.functional as F`).
+    imports: tuple[str, ...] = ()
 
 
 class Unifier:
@@ -101,6 +103,7 @@ class Unifier:
         self.seen: set[str] = set()  # every node some expression stands for
         self.baked: dict[str, Any] = {}
         self.inlined: set[str] = set()
+        self.imports: dict[str, None] = {}
         self.queue: list[int] = []
 
     def run(self, output: str, within: ast.expr | None = None,
@@ -128,7 +131,8 @@ class Unifier:
             if why is not None:
                 raise Mismatch(why)
         return Match(tuple(self.inputs.items()), frozenset(self.matched),
-                     tuple(self.baked.items()), tuple(self.values), frozenset(self.inlined))
+                     tuple(self.baked.items()), tuple(self.values), frozenset(self.inlined),
+                     tuple(self.imports))
 
     def follow_aliases(self) -> None:
         """`residual = h` between the fused lines holds what `h` held there: the rewrite may
@@ -194,6 +198,14 @@ class Unifier:
         self.bind(node, expr.id)
 
     def match_outside(self, expr: ast.expr, node: fx.Node, k: int) -> None:
+        text = self.outside_text(expr, node, k)
+        if not is_plain_access(expr):  # evaluated once, as the fused call's argument
+            self.inlined.add(node.name)
+        self.bind(node, text)
+
+    def outside_text(self, expr: ast.expr, node: fx.Node, k: int) -> str:
+        """The text that computes `node` (outside the cluster) as the fused call's
+        argument: `expr`, with other kernels' parts replaced by their calls."""
         text = self.src.segment(expr)
         plain = is_plain_access(expr)
         if not plain and not self.computes(expr, node):
@@ -208,9 +220,7 @@ class Unifier:
             raise Mismatch(f"input `{text}` at line {expr.lineno} reads `{late[0]}`, which "
                            "an earlier line of the range reassigns"
                            + read_before(metadata_read_only(expr, late[0])))
-        if not plain:  # evaluated once, as the fused call's argument, as it was once before
-            self.inlined.add(node.name)
-        self.bind(node, text)
+        return text
 
     def child_path(self, parts: list[str]) -> str | None:
         """The module path of `self.<parts>` in this module (`self.block[-1]`: its last
@@ -231,6 +241,8 @@ class Unifier:
         if not isinstance(expr, ast.Call) or node.op not in (
                 "call_function", "call_method", "call_module"):
             return False
+        if isinstance(expr.func, ast.Attribute) and node.op == "call_method":
+            return expr.func.attr in op_names(node)  # `self.conv.bias.reshape(-1, 1, 1)` too
         chain = module_chain(expr.func)  # `self.conv(x)`, a Sequential's `self.stem[0](x)`
         where = str(node.target) if node.op == "call_module" else module_path(node)
         if chain and chain[0] == self.self_name and len(chain) > 1:
@@ -245,8 +257,6 @@ class Unifier:
             return (held is not None and where.startswith(f"{path}.") and head.isdigit()
                     and int(head) in held)
         chain = attr_chain(expr.func)
-        if isinstance(expr.func, ast.Attribute) and node.op == "call_method":
-            return expr.func.attr in op_names(node)
         return bool(chain) and node.op != "call_module" and chain[-1] in op_names(node)
 
     def match_value(self, expr: ast.expr, value: Any, k: int) -> None:

@@ -15,11 +15,14 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..ir.bias_split import SPLIT_BIAS
 from ..units import counted
 from .callsite import LiftedCall
 from .container import container_mismatch
 from .mismatch import ContainerMismatch, Mismatch
 from .pyexpr import is_literal, module_chain, module_path
+from .spelled_ops import op_names
+from .unbiased import NotSpelled, bias_apart, functional_name, unbiased_call
 from .unify import Unifier
 
 _DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
@@ -32,6 +35,12 @@ _DROP_PATHS = {("torchvision", "StochasticDepth"), ("timm", "DropPath")}
 
 def _library_class(cls: type) -> tuple[str, str]:
     return cls.__module__.split(".")[0], cls.__name__
+
+
+def _layer(add: fx.Node) -> str:
+    """The module path of the layer whose bias the split-off `add` adds (`stem.0`)."""
+    call = add.args[0]
+    return (call.meta.get("fusion_module") or (module_path(call) or "",))[0]
 
 
 class CallUnifier(Unifier):
@@ -47,6 +56,9 @@ class CallUnifier(Unifier):
         inner = self.passed_through(expr, node)
         if inner is not None:  # `self.drop(x)` stands for what `x` stands for
             self.match(inner, node, k)
+            return
+        if self.makes_split_bias(expr, node):
+            self.match_split_bias(expr, node, k)
             return
         call = self.calls.get(node.name)
         if isinstance(expr, ast.Name) or (call is None and node.name not in self.inner):
@@ -83,6 +95,74 @@ class CallUnifier(Unifier):
         same = type(child) is torch.nn.Identity or isinstance(child, _DROPOUTS) or (
             _library_class(type(child)) in _DROP_PATHS and not child.training)
         return expr.args[0] if same else None
+
+    def makes_split_bias(self, expr: ast.expr, node: fx.Node) -> bool:
+        """`expr` is the call that `node`, a bias add the analysis split off (unbiased.py),
+        came from: the layer's (`self.conv1(x)`, `self.stem[0](x)`) or the function's own
+        (`F.conv2d(x, w, b)`), not a container's or a helper's that holds it."""
+        if not (node.meta.get(SPLIT_BIAS) and node.name in self.cluster
+                and isinstance(expr, ast.Call) and id(expr) not in self.hidden):
+            return False
+        chain = module_chain(expr.func)
+        if len(chain) > 1 and chain[0] == self.self_name:
+            return self.child_path(chain[1:]) == _layer(node)
+        return bool(chain) and chain[-1] in op_names(node.args[0])
+
+    def match_split_bias(self, expr: ast.Call, node: fx.Node, k: int) -> None:
+        """`self.conv1(x)` for the bias add the analysis split off that layer: the layer's
+        call spelled without its bias is the kernel's argument, and the kernel reads the bias
+        (`self.conv1.bias.reshape(-1, 1, 1)`) as the graph does."""
+        call, bias = node.args  # bias-free call, then the bias: bias_split.put_in_place
+        path = _layer(node)
+        functional, needed = functional_name(self.src.tree)
+        # The bias as the kernel reads it: the layer's parameter, reshaped to (C, 1, ..., 1)
+        # for a convolution (conv_bias.py); `base` is the parameter itself.
+        shape = bias.args[1] if bias.op != "get_attr" and len(bias.args) == 2 else None
+        base = bias.args[0] if shape is not None else bias
+        bias_text = self.attr_text(bias)
+        spelled, why = "", None
+        if module_chain(expr.func)[:1] != [self.self_name] or self.model is None:
+            ones = len(shape) - 1 if isinstance(shape, (tuple, list)) else 0
+            why = ("an edit spells a call without its bias only for a layer called by name"
+                   + bias_apart(expr, ones))  # `F.conv2d(x, w, b)`: the call's own bias
+        elif len(expr.args) != 1 or expr.keywords or isinstance(expr.args[0], ast.Starred):
+            why = "an edit spells a layer's call without its bias only on one argument"
+        elif bias_text is None or not (isinstance(base, fx.Node) and base.op == "get_attr"
+                                       and str(base.target) == f"{path}.bias"):
+            why = "the kernel's bias is no attribute of the layer the source can name"
+        else:
+            func = self.src.segment(expr.func)
+            try:
+                spelled = unbiased_call(self.model.get_submodule(path), func,
+                                        self.argument_text(expr.args[0], call.args[0], k),
+                                        functional)
+            except NotSpelled as e:
+                why = str(e)
+            # The bias as the call names its layer (`self.stem[-1].bias`, not `[1]`).
+            attr = self.attr_text(base) or ""
+            if bias_text.startswith(attr):
+                bias_text = f"{func}.bias{bias_text[len(attr):]}"
+        if why is not None:
+            raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} adds the layer's "
+                           "bias itself, which the analysis split off into this kernel (as "
+                           f"Inductor does on the GPU): {why}")
+        if needed is not None:
+            self.imports.setdefault(needed)
+        self.matched.add(node.name)
+        self.seen |= {node.name, call.name, bias.name, base.name}
+        self.inlined.add(call.name)  # computed by its argument expression, as written
+        self.bind(call, spelled)
+        self.bind(bias, bias_text)
+
+    def argument_text(self, expr: ast.expr, node: fx.Node, k: int) -> str:
+        """The text of the layer's argument `expr`, which holds `node`: another kernel's
+        call where a part of the line is one (joint.py), else the source's own."""
+        if id(expr) in self.hidden and self.hidden[id(expr)][0] == node.name:
+            return self.hidden[id(expr)][2]
+        if node.name in self.cluster or id(expr) in self.hidden:
+            raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} is not what the "
+                           "graph reads there")
+        return self.outside_text(expr, node, k)
 
     def match_call_site(self, expr: ast.expr, node: fx.Node, k: int, call: LiftedCall) -> None:
         text = self.src.segment(expr)
