@@ -6,8 +6,10 @@ Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.
 
 from __future__ import annotations
 
+import pytest
 from apply_checks import apply_net, same_outputs
 
+from fusion_core import cli
 from fusion_core.cli_run import mapping_dict
 from fusion_core.codegen import generate
 from fusion_core.ir.shapes import InputSpec
@@ -52,6 +54,15 @@ class Net(nn.Module):
         h = self.b2(h, emb)
         return h
 """
+
+
+@pytest.fixture(autouse=True)
+def _cpu_target(request, monkeypatch):
+    """The edits below are a CPU target's, as `_maps` analyses (conv biases stay in the
+    convolutions); also where the CLI runs on a GPU. A GPU target's, where each conv's bias
+    joins the next kernel, are `test_a_gpu_target_*`'s."""
+    if not request.node.name.startswith("test_a_gpu_target"):
+        monkeypatch.setattr(cli, "analysis_device", lambda: None)
 
 
 def _maps(path):
@@ -319,3 +330,22 @@ def test_a_recomputed_sum_of_a_call_is_not_read_again(tmp_path):
     assert recomputing[0].reason.startswith(
         "this kernel recomputes `add` (line 25) from `x + s.c2(h)` (line 25), whose calls the "
         "edit would run a second time at line 27"), recomputing[0].reason
+
+
+def test_a_gpu_target_passes_each_conv_bias_to_the_kernel_after_it(tmp_path, monkeypatch):
+    # For a GPU, `self.inp`'s and `s.c1`'s biases are adds of the kernels after them: the
+    # edits call the convs without their bias. Cluster 5 (the residual `x + h` after
+    # `s.c2`'s bias) overlaps the block's edit, which is written instead.
+    monkeypatch.setattr(cli, "analysis_device", lambda: "cuda")
+    path = tmp_path / "unet.py"
+    path.write_text(RESBLOCK)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 2 edits" in result.output, result.output
+    rewritten = path.read_text()
+    assert ("cluster0(F.conv2d(x, self.inp.weight, None, self.inp.stride, self.inp.padding, "
+            "self.inp.dilation, self.inp.groups), self.inp.bias.reshape(-1, 1, 1))") in rewritten
+    assert "s.c1.weight, None, s.c1.stride" in rewritten
+    assert "cluster 5: pointer" in result.output
+    assert "its lines overlap cluster 1's edit" in result.output
+    same_outputs(tmp_path, path, RESBLOCK)

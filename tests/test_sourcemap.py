@@ -470,9 +470,10 @@ def test_the_range_must_own_its_lines(tmp_path, body, exact):
         assert "also hold" in m.reason
 
 
-def test_kept_code_holding_another_cluster_is_a_pointer(tmp_path):
+def test_of_two_overlapping_edits_one_is_written_and_the_other_names_it(tmp_path):
     # Cluster 0 (mul, relu) sits inside the code cluster 1 (sigmoid, mul) keeps as its
-    # argument: two edits would overlap on line 12.
+    # argument: two edits would overlap on line 12. Each is valid alone: the first is kept
+    # (both serve one cluster), the other is a pointer naming it.
     _, _, maps = mapped(tmp_path, """
         class M(nn.Module):
             def __init__(self):
@@ -484,8 +485,9 @@ def test_kept_code_holding_another_cluster_is_a_pointer(tmp_path):
                 z = torch.sigmoid(self.proj(torch.relu(y))) * 3.0
                 return self.proj(z)
         """, 4, 8)
-    assert len(maps) == 2 and all(m.quality == POINTER for m in maps)
-    assert all("overlap cluster" in m.reason for m in maps), [m.reason for m in maps]
+    assert [m.quality for m in maps] == [EXACT, POINTER], [m.reason for m in maps]
+    assert maps[1].reason.startswith("its lines overlap cluster 0's edit"), maps[1].reason
+    assert "which is written instead" in maps[1].reason
 
 
 def test_map_quality_is_an_enum_reported_as_its_old_string():

@@ -337,21 +337,27 @@ def _map_spans(analysis: Analysis, spans: dict[int, Span], group: list[Cluster],
 
 
 def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
-    """Exact edits whose ranges overlap (one keeps code the other fuses) become pointers:
-    --apply could write only one, and would refuse the file at write time."""
+    """Of exact edits whose ranges overlap (one keeps code the other fuses), --apply can
+    write only one: each is valid alone (it was mapped against the file as written), so the
+    one serving the most clusters is kept (the earlier on a tie) and the others become
+    pointers naming it."""
     maps = list(mappings)
-    edits = [m for m in maps if m.exact]
+    edits = sorted((m for m in maps if m.exact),
+                   key=lambda m: (-1 - len(m.shared_with) - len(m.serves), m.start))
+    kept: list[SourceMapping] = []
     clash: dict[int, SourceMapping] = {}
     for a in edits:
-        for b in edits:
-            one_edit = a is b or b.cluster_index in a.shared_with
-            if not one_edit and a.file == b.file and a.start <= b.end and b.start <= a.end:
-                clash.setdefault(a.cluster_index, b)
+        other = next((b for b in kept if a.cluster_index in b.shared_with
+                      or (a.file == b.file and a.start <= b.end and b.start <= a.end)), None)
+        if other is None:
+            kept.append(a)
+        elif a.cluster_index not in other.shared_with:
+            clash[a.cluster_index] = other
     return [m if m.cluster_index not in clash else SourceMapping(
         m.cluster_index, POINTER, m.file, m.start, m.end,
         f"its lines overlap cluster {clash[m.cluster_index].cluster_index}'s edit (one keeps "
-        "code the other fuses); one edit cannot rewrite both", function=m.function,
-        shared_with=m.shared_with, digest=m.digest) for m in maps]
+        "code the other fuses), which is written instead: one edit cannot rewrite both",
+        function=m.function, shared_with=m.shared_with, digest=m.digest) for m in maps]
 
 
 def _note_served(analysis: Analysis, maps: list[SourceMapping]) -> list[SourceMapping]:
