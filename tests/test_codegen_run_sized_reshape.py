@@ -129,3 +129,27 @@ def test_a_permuted_reshape_sized_otherwise_is_refused_naming_its_line(model, re
     last = first + len(lines) - 1
     assert error is not None and str(error) == reason.format(last, last - 1)
     assert not any("reshape" in c.ops for c in a.clusters)
+
+
+def test_a_reshape_splitting_several_dims_is_refined_as_one_unflatten_each():
+    """Swin's (B, H, W, C) -> (B, H // 2, 2, W // 2, 2, C): each split's run-time size is its
+    `-1`; a run that both merges and splits (and its twin with two run-time sizes in one
+    split) keeps the analysed sizes for run_sizes to judge."""
+    from fusion_core.ir.sizes import Arith, Const, Dim, refine
+    from fusion_core.ir.views import Merge, Reshape, Unflatten
+
+    def half(k):
+        return Arith("floordiv", Dim("x", k), Const(2))
+
+    swin = (Dim("x", 0), half(1), Const(2), half(2), Const(2), Dim("x", 3))
+    assert refine((Reshape((2, 2, 2, 3, 2, 3)),), swin, (2, 4, 6, 3)) == (
+        Unflatten(2, (-1, 2)), Unflatten(1, (-1, 2)))
+    windows = (Dim("x", 0), Const(4), Dim("x", 3))  # (B * H // 2 * W // 2, 4, C), permuted
+    assert refine((Reshape((12, 4, 3)),), windows, (2, 2, 3, 2, 2, 3)) == (
+        Merge(3, 5), Merge(0, 3))
+    crossing = (Dim("x", 1), Dim("x", 0), Dim("x", 2))  # (T, B, C) of (B, T, C): no run
+    assert refine((Reshape((4, 2, 15)),), crossing, (2, 4, 15)) == (Reshape((4, 2, 15)),)
+    third = Arith("floordiv", Dim("x", 2), Const(3))
+    two_free = (Dim("x", 0), half(1), Const(2), Arith("floordiv", Dim("x", 2), Const(4)), third)
+    assert refine((Reshape((2, 2, 2, 3, 4)),), two_free, (2, 4, 12)) == (
+        Unflatten(2, (3, 4)), Unflatten(1, (-1, 2)))
