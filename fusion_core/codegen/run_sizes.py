@@ -8,8 +8,12 @@ equals, as a formula of the group inputs' dims, the size the steps give: the gro
 shapes are propagated symbolically (one sympy symbol per input dim; pointwise ops
 broadcast, reductions drop or keep their dims, views apply their steps), and the view's
 sizes evaluated on them. One size may stay unproven (a `-1`, or the size a run-time split
-leaves): both calls keep the element count, so it is forced. Anything else raises a
-``LoweringError`` naming the line that computed the size.
+leaves): both calls keep the element count, so it is forced. A view holding sizes of its
+own (a split, a reshape's target) is checked where it stands, before a later broadcast could
+unify the inputs' dims with them; one that only regroups its operand's dims (`o.transpose(1,
+2).reshape(B, T, C)`) after the whole group, where the residual add with `x` ties `x`'s dims
+to the merged ones (the launcher refuses inputs that do not broadcast so). Anything else
+raises a ``LoweringError`` naming the line that computed the size.
 """
 
 from __future__ import annotations
