@@ -298,3 +298,38 @@ def test_a_head_merge_sized_from_input_shapes_is_applied_and_follows_other_sizes
         o, x = torch.randn(b, 3, t, 5, device=DEVICE), torch.randn(b, t, 15, device=DEVICE)
         with torch.no_grad():
             torch.testing.assert_close(after(o, x), before(o, x), atol=1e-5, rtol=1e-5)
+
+
+PARTITION = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Partition(nn.Module):
+        def forward(self, o, x):
+            B, H, W, C = x.shape
+            y = (x * 2.0).view(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 2, 4, 5)
+            return torch.sigmoid(y.reshape(-1, 4, C)) + o
+""")
+
+
+def test_a_window_partition_sized_at_run_time_is_skipped_naming_the_batch(tmp_path):
+    """Swin's windows merge the batch with the window counts, which the kernel splits as
+    analysed: the written call would refuse another batch where the user's lines run."""
+    path = tmp_path / "partition.py"
+    path.write_text(PARTITION)
+    analysis, kernels, plan = _plan(path, (12, 4, 3), (2, 4, 6, 3))
+    assert [c.chain for c in analysis.clusters] == [
+        "mul → view → permute → reshape → sigmoid → add"]
+    (skip,) = plan.skipped
+    line = line_of(path, "return torch.sigmoid(y.reshape(-1, 4, C)) + o")
+    assert skip.reason.endswith(
+        f"`reshape` (line {line}) merges dim 0 of a permuted value with others, which the "
+        "kernel splits as analysed (2×2×3), so it would run at the analysed batch only")
+    # Why: the launcher refuses the windows of another batch.
+    (kernel_file,) = write_kernels([kernels[0]], tmp_path / "kernels")
+    with pytest.raises(ValueError, match="regenerate it"):
+        load_kernel(kernel_file).cluster0(torch.randn(18, 4, 3, device=DEVICE),
+                                          torch.randn(3, 4, 6, 3, device=DEVICE))
+    assert apply(plan, analysis, Console(), assume_yes=True, ask=None) is None
+    assert path.read_text() == PARTITION

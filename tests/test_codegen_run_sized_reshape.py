@@ -46,6 +46,16 @@ class Partition(torch.nn.Module):
         return torch.sigmoid(y.reshape(-1, w * w, C)) + o
 
 
+class Reverse(torch.nn.Module):
+    """Swin's window reverse sized from the shortcut, then the residual add."""
+
+    def forward(self, windows, shortcut):
+        B, H, W, C = shortcut.shape
+        w = 2
+        x = windows.view(B, H // w, W // w, w, w, C).permute(0, 1, 3, 2, 4, 5)
+        return shortcut + torch.tanh(x.reshape(B, H, W, C)) * 0.5
+
+
 def _heads(b, h, t, d):
     return (torch.randn(b, h, t, d), torch.randn(b, t, h * d))
 
@@ -62,13 +72,16 @@ def _windows(b, h, w, c):
     # the windows' merged dim is split as analysed (batch included): channels follow
     (Partition(), _windows, (2, 4, 6, 3), [(2, 4, 6, 5), (2, 4, 6, 1)],
      "mul → view → permute → reshape → sigmoid → add"),
-], ids=["head merge", "head merge contiguous", "swin partition"])
+    # the windows' dims split as analysed, the batch a dim of its own: it follows
+    (Reverse(), _windows, (2, 4, 6, 3), [(3, 4, 6, 3), (1, 4, 6, 5)],
+     "reshape → tanh → mul → add"),
+], ids=["head merge", "head merge contiguous", "swin partition", "swin reverse"])
 def test_a_permuted_reshape_sized_from_input_shapes_fuses_and_follows_other_sizes(
         tmp_path, model, make, analysed, others, chain):
     """One cluster holding the reshape; each kernel and the model with it patched in match
     eager at the analysed size and at other batch sizes and sequence lengths."""
     from fusion_core.codegen import generate, load_kernel, write_kernels
-    from fusion_core.codegen.reference import eager_cluster
+    from fusion_core.codegen.reference import capture_values, eager_cluster
     from fusion_core.validate.subgraph import patch
 
     a = analyze(model, *make(*analysed))
@@ -84,17 +97,10 @@ def test_a_permuted_reshape_sized_from_input_shapes_fuses_and_follows_other_size
         got, want = patched(*inputs), model(*inputs)
         assert got.shape == want.shape, sizes
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-        cluster = eager_cluster(a, c)
-        values = _cluster_inputs(a, c, inputs)
-        (ref,) = cluster(*values)
-        torch.testing.assert_close(launch(*values), ref, atol=1e-5, rtol=1e-5)
-
-
-def _cluster_inputs(a, c, inputs):
-    """The cluster's inputs at `inputs`: the model's own, or the transpose it starts at."""
-    named = dict(zip(inspect.signature(a.graph_module.forward).parameters, inputs,
-                     strict=True))
-    return tuple(named[n] if n in named else named["o"].transpose(1, 2) for n in c.inputs)
+        values = capture_values(a, *inputs)
+        args = [values[n] for n in c.inputs]
+        (ref,) = eager_cluster(a, c)(*args)
+        torch.testing.assert_close(launch(*args), ref, atol=1e-5, rtol=1e-5)
 
 
 class SwappedMerge(torch.nn.Module):
