@@ -265,3 +265,71 @@ def test_a_method_of_a_buffer_maps_as_a_method(tmp_path, capture):
     assert result is not None
     assert "w = cluster0(self.w_q, self.w_scale[:, None])" in path.read_text()
     assert_same_outputs(backup_as_py(result.backup), path, "Dequant", torch.randn(3, 8))
+
+
+HEAD_MERGE = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class HeadMerge(nn.Module):
+        def forward(self, o, x):
+            B, T, C = x.shape
+            y = o.transpose(1, 2).reshape(B, T, C)
+            return torch.nn.functional.gelu(y) + x
+""")
+
+
+def test_a_head_merge_sized_from_input_shapes_is_applied_and_follows_other_sizes(tmp_path):
+    """`B, T, C` only size the reshape, which the kernel recomputes from its inputs
+    (``codegen/run_sizes.py``): the call takes no size, and the rewritten model runs at
+    another batch and sequence length."""
+    path = tmp_path / "head_merge.py"
+    path.write_text(HEAD_MERGE)
+    analysis, _, plan = _plan(path, (2, 3, 4, 5), (2, 4, 15))
+    assert [c.chain for c in analysis.clusters] == ["reshape → gelu → add"]
+    assert plan.skipped == () and plan.clusters == (0,)
+    result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert result is not None
+    assert "return cluster0(o.transpose(1, 2), x)" in path.read_text()
+    before = load(backup_as_py(result.backup), "HeadMerge").to(DEVICE)
+    after = load(path, "HeadMerge").to(DEVICE)
+    for b, t in ((2, 4), (3, 7)):
+        o, x = torch.randn(b, 3, t, 5, device=DEVICE), torch.randn(b, t, 15, device=DEVICE)
+        with torch.no_grad():
+            torch.testing.assert_close(after(o, x), before(o, x), atol=1e-5, rtol=1e-5)
+
+
+PARTITION = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+
+    class Partition(nn.Module):
+        def forward(self, o, x):
+            B, H, W, C = x.shape
+            y = (x * 2.0).view(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 2, 4, 5)
+            return torch.sigmoid(y.reshape(-1, 4, C)) + o
+""")
+
+
+def test_a_window_partition_sized_at_run_time_is_skipped_naming_the_batch(tmp_path):
+    """Swin's windows merge the batch with the window counts, which the kernel splits as
+    analysed: the written call would refuse another batch where the user's lines run."""
+    path = tmp_path / "partition.py"
+    path.write_text(PARTITION)
+    analysis, kernels, plan = _plan(path, (12, 4, 3), (2, 4, 6, 3))
+    assert [c.chain for c in analysis.clusters] == [
+        "mul → view → permute → reshape → sigmoid → add"]
+    (skip,) = plan.skipped
+    line = line_of(path, "return torch.sigmoid(y.reshape(-1, 4, C)) + o")
+    assert skip.reason.endswith(
+        f"`reshape` (line {line}) merges dim 0 of a permuted value with others, which the "
+        "kernel splits as analysed (2×2×3), so it would run at the analysed batch only")
+    # Why: the launcher refuses the windows of another batch.
+    (kernel_file,) = write_kernels([kernels[0]], tmp_path / "kernels")
+    with pytest.raises(ValueError, match="regenerate it"):
+        load_kernel(kernel_file).cluster0(torch.randn(18, 4, 3, device=DEVICE),
+                                          torch.randn(3, 4, 6, 3, device=DEVICE))
+    assert apply(plan, analysis, Console(), assume_yes=True, ask=None) is None
+    assert path.read_text() == PARTITION

@@ -8,8 +8,12 @@ equals, as a formula of the group inputs' dims, the size the steps give: the gro
 shapes are propagated symbolically (one sympy symbol per input dim; pointwise ops
 broadcast, reductions drop or keep their dims, views apply their steps), and the view's
 sizes evaluated on them. One size may stay unproven (a `-1`, or the size a run-time split
-leaves): both calls keep the element count, so it is forced. Anything else raises a
-``LoweringError`` naming the line that computed the size.
+leaves): both calls keep the element count, so it is forced. A view holding sizes of its
+own (a split, a reshape's target) is checked where it stands, before a later broadcast could
+unify the inputs' dims with them; one that only regroups its operand's dims (`o.transpose(1,
+2).reshape(B, T, C)`) after the whole group, where the residual add with `x` ties `x`'s dims
+to the merged ones (the launcher refuses inputs that do not broadcast so). Anything else
+raises a ``LoweringError`` naming the line that computed the size.
 """
 
 from __future__ import annotations
@@ -23,10 +27,18 @@ from ..ir.graph import FusionGraph, Node, OpKind
 from ..ir.reductions import node_reduced_dims
 from ..ir.sizes import SIZES, Infer, Size, evaluate, spelled, tensors
 from ..ir.spelling import said
-from ..ir.views import INDEX_STEPS, shape_after
+from ..ir.views import INDEX_STEPS, Merge, Permute, Squeeze, Unsqueeze, shape_after
 from .layout import LoweringError
 
 Shape = tuple[Any, ...]  # sympy expressions
+_REGROUPING = (Permute, Merge, Squeeze, Unsqueeze)  # steps whose result sizes are the operand's
+
+
+def _fixes_sizes(node: Node) -> bool:
+    """Whether the view's steps hold a size of their own (a split's, a reshape's target),
+    rather than only regrouping its operand's dims (`transpose(1, 2).reshape(B, T, C)`)."""
+    steps = node.param(INDEX_STEPS)
+    return steps is None or not all(isinstance(s, _REGROUPING) for s in steps)
 
 
 class _Shapes:
@@ -37,6 +49,7 @@ class _Shapes:
         self.g = g
         self.shapes: dict[str, Shape | None] = {}
         self.alias: dict[Any, Any] = {}  # a symbol broadcasting proved equal to another
+        deferred: list[str] = []
         for name in inputs:
             meta = g[name].meta
             self.shapes[name] = None if meta is None else tuple(
@@ -45,9 +58,14 @@ class _Shapes:
         for name in sorted(nodes, key=g.position):
             self.shapes[name] = self._of(g[name])
             if on_view is not None and g[name].kind is OpKind.VIEW and g[name].param(SIZES):
-                # Checked now: a later broadcast against this view's result would unify the
-                # inputs' dims with the kernel's own view shape, "proving" its fixed sizes.
-                on_view(name, self)
+                if _fixes_sizes(g[name]):
+                    # Checked now: a later broadcast against this view's result would unify
+                    # the inputs' dims with the view's fixed sizes, "proving" them.
+                    on_view(name, self)
+                else:  # its result's dims are the inputs': a later broadcast proves them
+                    deferred.append(name)
+        for name in deferred:
+            on_view(name, self)
 
     def shape(self, name: str) -> Shape | None:
         shape = self.shapes.get(name)

@@ -160,7 +160,12 @@ def refine(steps: tuple[Step, ...], sizes: Sequence[Size], src: tuple[int, ...]
     is read at run time splits into `-1` there; a reshape that keeps leading dims becomes a
     merge of the rest and a split of it. Equal at the analysed shape; `run_sizes` checks
     the other sizes restate the steps before a kernel relies on them."""
-    dst = tuple(s.value if isinstance(s, Const) else 0 for s in sizes)
+    if len(steps) == 1 and isinstance(steps[0], Reshape):
+        grouped = _grouped(src, steps[0].target)
+        if grouped is not None and len(grouped) > 1:
+            # Swin's `view(B, H // w, w, W // w, w, C)`: several splits, each refined alone
+            return tuple(_free_split(s, sizes, j) if isinstance(s, Unflatten) else s
+                         for s, j in grouped)
     if len(steps) == 1 and isinstance(steps[0], Reshape) and len(src) > 1:
         out = steps[0].target
         keep = next((k for k in range(min(len(src), len(out)))
@@ -169,10 +174,44 @@ def refine(steps: tuple[Step, ...], sizes: Sequence[Size], src: tuple[int, ...]
             steps = (Merge(keep, len(src)), Unflatten(keep, out[keep:]))
     if not steps or not isinstance(steps[-1], Unflatten):
         return steps
-    last = steps[-1]
-    span = range(last.dim, last.dim + len(last.sizes))
-    free = [j for j in span if j < len(dst) and not isinstance(sizes[j], Const)]
-    if len(free) != 1 or len(sizes) != len(dst):
-        return steps
-    parts = tuple(-1 if j == free[0] else last.sizes[j - last.dim] for j in span)
-    return (*steps[:-1], Unflatten(last.dim, parts))
+    return (*steps[:-1], _free_split(steps[-1], sizes))
+
+
+def _free_split(split: Unflatten, sizes: Sequence[Size], at: int | None = None) -> Unflatten:
+    """`split` with its one size read at run time as -1 (its first dim is `sizes[at]`,
+    `split.dim` by default); unchanged where it has none or several."""
+    at = split.dim if at is None else at
+    span = range(len(split.sizes))
+    free = [k for k in span if at + k < len(sizes) and not isinstance(sizes[at + k], Const)]
+    if len(free) != 1:
+        return split
+    return Unflatten(split.dim, tuple(-1 if k == free[0] else split.sizes[k] for k in span))
+
+
+def _grouped(src: tuple[int, ...], dst: tuple[int, ...]
+             ) -> list[tuple[Merge | Unflatten, int]] | None:
+    """A reshape as merges and splits of runs of dims, one per run of equal product, each
+    with the result index of its first dim; None where a size is 1 (it could join either
+    neighbour's run) or a run both merges and splits. Written right to left, so each step's
+    dim is its source dim."""
+    if 1 in src or 1 in dst:
+        return None
+    steps: list[tuple[Merge | Unflatten, int]] = []
+    i, j = 0, 0
+    while i < len(src) and j < len(dst):
+        a, b, p, q = i + 1, j + 1, src[i], dst[j]
+        while p != q:
+            if p < q and a < len(src):
+                p, a = p * src[a], a + 1
+            elif q < p and b < len(dst):
+                q, b = q * dst[b], b + 1
+            else:
+                return None
+        if a - i > 1 and b - j > 1:
+            return None
+        if a - i > 1:
+            steps.insert(0, (Merge(i, a), j))
+        elif b - j > 1:
+            steps.insert(0, (Unflatten(i, dst[j:b]), j))
+        i, j = a, b
+    return steps if i == len(src) and j == len(dst) else None

@@ -218,3 +218,16 @@ def uneven(steps: Sequence[Step], shape: tuple[int, ...]) -> bool:
     as (2, 3)): no split of the result's dims reads it without div/mod."""
     return any(merges and _factored(part, start) is None
                for part, start, merges in _runs(steps, shape))
+
+
+def source_dims(steps: Sequence[Step], shape: tuple[int, ...]
+                ) -> tuple[tuple[int, ...], ...] | None:
+    """Per result dim of a run of factored steps, the source dim of each factor (not 1) it
+    merges, in order; None where the run cannot be factored."""
+    if not all(isinstance(s, FACTORED) for s in steps):
+        return None
+    f = _factored(steps, shape)
+    if f is None:
+        return None
+    owner = {x: k for k, ids in enumerate(f.source) for x in ids}
+    return tuple(tuple(owner[x] for x in ids) for ids in f.without_ones())

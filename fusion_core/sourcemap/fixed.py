@@ -8,16 +8,24 @@ refuses any other) where the user's lines run at any: a reshape to sizes that ar
 or split, a slice, select or expand, and a reshape or flatten recorded as a squeeze because
 the dims it merges were 1 at the analysed sizes (`flatten(1)` of a 1×1 map merges a 3×3 one),
 unless a reduction made them 1 at every size (a pool to 1×1, `mean(..., keepdim=True)`).
+A reshape sized at run time that merges a permuted value's leading dim with others (Swin's
+windows, `view(B, H // w, w, W // w, w, C).permute(...).reshape(-1, w * w, C)`) is written
+split at its analysed factors (``codegen/regroup_space.py``): that call would run at the
+analysed batch only.
 
 Reads an ``Analysis``; writes nothing.
 """
 
 from __future__ import annotations
 
+import torch
+
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
+from ..ir.sizes import SIZES
 from ..ir.spelling import said
-from ..ir.views import INDEX_STEPS, Reshape, Squeeze, Step, Strided
+from ..ir.view_factors import result_factors, source_dims
+from ..ir.views import INDEX_STEPS, Reshape, Squeeze, Step, Strided, ViewError, apply
 from ..pipeline import Analysis
 
 
@@ -65,11 +73,40 @@ def _fixed_step(g: FusionGraph, name: str, steps: tuple[Step, ...]) -> Step | No
     return None
 
 
+def _batch_split(g: FusionGraph, name: str) -> tuple[int, ...] | None:
+    """The analysed factors of the view's result dim that merges its permuted source's dim 0
+    with others (the kernel splits it at those sizes), for a view sized at run time; None
+    where there is none or the source's strides express the merge (it stays one dim)."""
+    if g[name].param(SIZES) is None:
+        return None
+    steps: tuple[Step, ...] = ()
+    src = name
+    while g[src].kind is OpKind.VIEW and g[src].refs:
+        steps = (*(g[src].param(INDEX_STEPS) or ()), *steps)
+        src = g[src].refs[0]
+    meta = g[src].meta
+    owners = None if meta is None else source_dims(steps, tuple(meta.shape))
+    merged = [k for k, dims in enumerate(owners or ()) if len(dims) > 1 and 0 in dims]
+    if not merged:
+        return None
+    try:
+        apply(steps, torch.empty_strided(tuple(meta.shape), tuple(meta.stride), device="meta"))
+        return None
+    except ViewError:
+        return result_factors(steps, tuple(meta.shape))[merged[0]]
+
+
 def fixed_shape(analysis: Analysis, index: int) -> str | None:
     """Why the written call of cluster `index` could not work out its results' shapes from
     its inputs' at other sizes (the view that keeps them, at its line), or None."""
     for name in analysis.clusters[index].nodes:
         node = analysis.graph[name]
+        split = _batch_split(analysis.graph, name)
+        if split is not None:
+            return (f"its result's shape does not follow from its inputs' shapes: "
+                    f"{said(analysis.graph, name)} merges dim 0 of a permuted value with "
+                    f"others, which the kernel splits as analysed ({'×'.join(map(str, split))}), "
+                    "so it would run at the analysed batch only")
         fixed = _fixed_step(analysis.graph, name, node.param(INDEX_STEPS) or ())
         if fixed is None:
             continue

@@ -109,7 +109,11 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
     if missing:
         raise PointerOnly(f"{said(analysis.graph, missing[0])} is not computed on these lines")
     texts = dict(match.inputs)
-    extra = sorted(set(texts) - set(c.inputs))
+    # Sizes a view reads (`B` of `reshape(B, T, C)`): run_sizes proved the kernel's view
+    # gives them from its inputs, so the call needs none of them.
+    fed = {r for n in c.nodes for r in analysis.graph[n].refs}
+    extra = sorted(n for n in set(texts) - set(c.inputs)
+                   if n not in analysis.graph or analysis.graph[n].op != "meta" or n in fed)
     if extra:
         raise PointerOnly(f"the lines read `{texts[extra[0]]}`, which the cluster does not take")
     absent = [n for n in c.inputs if n not in texts]
