@@ -29,10 +29,10 @@ def apply_net(path: Path, shape: str = "2,3,8,8") -> Result:
                                     "--no-timing", "--apply", "--yes"])
 
 
-def same_outputs(tmp_path: Path, path: Path, original: str, name: str = "Net",
-                 shape: tuple[int, ...] = (2, 3, 8, 8), device: str = DEVICE,
-                 atol: float = 1e-5, rtol: float = 1e-4) -> None:
-    """The rewritten `path` computes what `original` did, on the original's weights."""
+def original_and_rewritten(tmp_path: Path, path: Path, original: str, name: str = "Net"
+                           ) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """`original`'s model and the rewritten `path`'s, in eval mode, on the original's
+    weights (BatchNorm's statistics moved away from 0 and 1)."""
     (tmp_path / f"original_{path.stem}.py").write_text(original)
     before = load_net(tmp_path / f"original_{path.stem}.py", name).eval()
     after = load_net(path, name).eval()
@@ -40,6 +40,14 @@ def same_outputs(tmp_path: Path, path: Path, original: str, name: str = "Net",
         if buffer_name.endswith(("running_mean", "running_var")):
             buffer.uniform_(0.5, 1.5)
     after.load_state_dict(before.state_dict())
+    return before, after
+
+
+def same_outputs(tmp_path: Path, path: Path, original: str, name: str = "Net",
+                 shape: tuple[int, ...] = (2, 3, 8, 8), device: str = DEVICE,
+                 atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    """The rewritten `path` computes what `original` did, on the original's weights."""
+    before, after = original_and_rewritten(tmp_path, path, original, name)
     x = torch.randn(shape, device=device)
     with torch.no_grad():
         want, got = before.to(device)(x), after.to(device)(x)

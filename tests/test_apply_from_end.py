@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 import torch
-from apply_checks import apply_net, load_net, same_outputs
+from apply_checks import DEVICE, apply_net, original_and_rewritten, same_outputs
 from torch import nn
 
 from fusion_core.ir.shapes import InputSpec
@@ -67,14 +67,10 @@ class Net(nn.Module):
 def _blocks_match(tmp_path, path, original: str) -> None:
     """Every block of the rewritten model computes what the original's does, on the
     original's weights (BatchNorm's statistics away from 0 and 1)."""
-    (tmp_path / "original_blocks.py").write_text(original)
-    before, after = load_net(tmp_path / "original_blocks.py").eval(), load_net(path).eval()
-    for name, buffer in before.named_buffers():
-        if name.endswith(("running_mean", "running_var")):
-            buffer.uniform_(0.5, 1.5)
-    after.load_state_dict(before.state_dict())
+    before, after = original_and_rewritten(tmp_path, path, original)
+    before, after = before.to(DEVICE), after.to(DEVICE)  # a GPU's kernels need its memory
     for k, block in enumerate(before.features):
-        x = torch.randn(2, block.block[0].in_channels, 8, 8)
+        x = torch.randn(2, block.block[0].in_channels, 8, 8, device=DEVICE)
         with torch.no_grad():
             torch.testing.assert_close(after.features[k](x), block(x), atol=1e-5, rtol=1e-4)
 
