@@ -60,3 +60,9 @@ def conv_apart(layer: str, arg: str = "x", functional: str = "nn.functional") ->
     return (f"{functional}.conv2d({arg}, {layer}.weight, None, {layer}.stride, "
             f"{layer}.padding, {layer}.dilation, {layer}.groups), "
             f"{layer}.bias.reshape(-1, 1, 1)")
+
+
+def bn_args(layer: str) -> str:
+    """A kernel's arguments for BatchNorm2d `layer` in eval mode, as the edit passes them."""
+    return (f"{layer}.running_mean.reshape(-1, 1, 1), {layer}.running_var.reshape(-1, 1, 1), "
+            f"{layer}.weight.reshape(-1, 1, 1), {layer}.bias.reshape(-1, 1, 1)")

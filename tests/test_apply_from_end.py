@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 import torch
-from apply_checks import DEVICE, apply_net, original_and_rewritten, same_outputs
+from apply_checks import DEVICE, apply_net, bn_args, original_and_rewritten, same_outputs
 from torch import nn
 
 from fusion_core.ir.shapes import InputSpec
@@ -21,9 +21,7 @@ from fusion_core.sourcemap import map_clusters
 from fusion_core.sourcemap.from_end import counted_from_end, layer_positions, resolved
 from fusion_core.sourcemap.pyexpr import module_attr_text, module_chain
 
-BN = ("self.block[-1][1].running_mean.reshape(-1, 1, 1), "
-      "self.block[-1][1].running_var.reshape(-1, 1, 1), "
-      "self.block[-1][1].weight.reshape(-1, 1, 1), self.block[-1][1].bias.reshape(-1, 1, 1)")
+BN = bn_args("self.block[-1][1]")
 
 # MobileNetV3 in miniature: an expand conv in some blocks only, the projection's conv → bn
 # last in every block, the residual where the block keeps its width.

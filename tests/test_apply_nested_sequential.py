@@ -10,14 +10,11 @@ next layer (`self.block[1][0](cluster0(...))`). Kernels run under the Triton int
 
 from __future__ import annotations
 
-from apply_checks import apply_net, conv_apart, same_outputs
+from apply_checks import apply_net, bn_args, conv_apart, same_outputs
 
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
-
-BN = ("{0}.running_mean.reshape(-1, 1, 1), {0}.running_var.reshape(-1, 1, 1), "
-      "{0}.weight.reshape(-1, 1, 1), {0}.bias.reshape(-1, 1, 1)")
 
 # The model file's own Conv2dNormActivation, three of them in one nn.Sequential.
 NESTED = """\
@@ -55,7 +52,7 @@ def test_each_nested_sequentials_cluster_feeds_the_next_layer_in_one_edit(tmp_pa
     # Was three pointers: "line 22 calls `self.block(input)`, a `Sequential` whose forward
     # ... runs the cluster's layers ... and also `self.block[1][0]` (Conv2d)".
     assert "Applied 1 edit to" in result.output, result.output
-    bn = [BN.format(f"self.block[{i}][1]") for i in range(3)]
+    bn = [bn_args(f"self.block[{i}][1]") for i in range(3)]
     assert (f"        result = cluster2(self.block[2][0](cluster1(self.block[1][0](cluster0("
             f"self.block[0][0](input), {bn[0]})), {bn[1]})), {bn[2]})\n"
             in path.read_text()), path.read_text()
@@ -76,7 +73,7 @@ def test_a_residual_after_the_nested_sequential_joins_the_edit_of_its_call(tmp_p
     # Was (with the clusters inside the call written alone) "its lines overlap cluster 2's
     # edit (one keeps code the other fuses); one edit cannot rewrite both", for all three.
     assert "Applied 1 edit to" in result.output, result.output
-    bn = [BN.format(f"self.block[{i}][1]") for i in range(3)]
+    bn = [bn_args(f"self.block[{i}][1]") for i in range(3)]
     rewritten = path.read_text()
     assert "result = " not in rewritten, rewritten
     assert (f"        return cluster2(self.block[2][0](cluster1(self.block[1][0](cluster0("
@@ -124,7 +121,7 @@ def test_a_cluster_across_the_end_of_one_nested_sequential_and_the_next(tmp_path
     result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit to" in result.output, result.output
-    bn = [BN.format(f"self.block[{i}][1]") for i in range(2)]
+    bn = [bn_args(f"self.block[{i}][1]") for i in range(2)]
     assert (f"        return self.block[2][1](cluster1(self.block[1][0](cluster0("
             f"self.block[0][0](x), {bn[0]})), {bn[1]}))\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, SPANNING)
@@ -159,7 +156,7 @@ def test_a_sequential_subclass_is_never_sliced(tmp_path, apply_target):
     result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit to" in result.output, result.output
-    bn = BN.format("self.stem[2]")
+    bn = bn_args("self.stem[2]")
     # For the GPU the conv before the norm is called without its bias, which the kernel adds.
     conv = {"cpu": "self.stem[1](self.stem[0](x))",
             "cuda": conv_apart("self.stem[1]", "self.stem[0](x)")}[apply_target]
@@ -211,7 +208,7 @@ def test_two_clusters_of_one_flat_sequential_in_blocks_of_two_widths(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit to" in result.output, result.output
     rewritten = path.read_text()
-    b1, b6 = BN.format("self.branch2[1]"), BN.format("self.branch2[6]")
+    b1, b6 = bn_args("self.branch2[1]"), bn_args("self.branch2[6]")
     assert (f"        out = cluster1(self.branch2[3:6](cluster0(self.branch2[0](x), {b1})), {b6}, "
             "x)\n" in rewritten), rewritten
     same_outputs(tmp_path, path, SHUFFLE)
@@ -354,7 +351,7 @@ def test_sequentials_of_other_lengths_end_in_an_open_slice(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit to" in result.output, result.output
     assert (f"        return self.block[3:](cluster0(self.block[0](x), "
-            f"{BN.format('self.block[1]')}))\n" in path.read_text()), path.read_text()
+            f"{bn_args('self.block[1]')}))\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, text)
 
 
@@ -408,7 +405,7 @@ def test_a_module_that_never_runs_the_line_does_not_constrain_its_spelling(tmp_p
     result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert (f"            return self.branch1[3](cluster0(self.branch1[0](x), "
-            f"{BN.format('self.branch1[1]')}))\n" in path.read_text()), result.output
+            f"{bn_args('self.branch1[1]')}))\n" in path.read_text()), result.output
     same_outputs(tmp_path, path, BRANCHES)
 
 

@@ -13,7 +13,7 @@ parent's `self` to the instance. Kernels run under the Triton interpreter.
 from __future__ import annotations
 
 import pytest
-from apply_checks import apply_net, conv_apart, same_outputs
+from apply_checks import apply_net, bn_args, conv_apart, same_outputs
 from click.testing import CliRunner
 from vision_libs import import_torchvision
 
@@ -21,9 +21,6 @@ from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
-
-BN = ("{0}.running_mean.reshape(-1, 1, 1), {0}.running_var.reshape(-1, 1, 1), "
-      "{0}.weight.reshape(-1, 1, 1), {0}.bias.reshape(-1, 1, 1)")
 
 # torchvision's MobileNetV3 block, cut down: the residual only where the widths match.
 MOBILENET = """\
@@ -77,7 +74,7 @@ def test_an_in_place_residual_under_a_module_setting_is_rebound_to_the_kernel(tm
     assert result.exit_code == 0, result.output
     # Was a pointer: "line 21 is not an assignment or a `return` of one value".
     assert "Applied 1 edit to" in result.output, result.output
-    bn = [BN.format(f"self.block[{i}][1]") for i in range(2)]
+    bn = [bn_args(f"self.block[{i}][1]") for i in range(2)]
     inner = f"cluster0(self.block[0][0](input), {bn[0]})"
     # Where the widths differ (`self.two`) the `else` branch keeps the block's own kernel.
     assert (f"        if self.use_res_connect:\n"
@@ -106,7 +103,7 @@ def test_a_stochastic_depth_line_before_the_in_place_residual_joins_the_edit(tmp
     # input`) lie in different blocks (line 23: `if self.use_res_connect:`)".
     rewritten = path.read_text()
     assert "result += input" not in rewritten, rewritten
-    assert f"{BN.format('self.block[1][1]')}, input)\n" in rewritten, rewritten
+    assert f"{bn_args('self.block[1][1]')}, input)\n" in rewritten, rewritten
     same_outputs(tmp_path, path, EFFICIENTNET)
 
 
@@ -129,7 +126,7 @@ def test_torchvisions_stochastic_depth_before_the_residual_joins_the_edit(tmp_pa
     assert "Applied 1 edit to" in result.output, result.output
     rewritten = path.read_text()
     assert "result += input" not in rewritten, rewritten
-    assert f"{BN.format('self.block[1][1]')}, input)\n" in rewritten, rewritten
+    assert f"{bn_args('self.block[1][1]')}, input)\n" in rewritten, rewritten
     same_outputs(tmp_path, path, TORCHVISION)
 
 
@@ -179,9 +176,9 @@ class Net(Base):
 def test_an_inherited_forward_maps_its_self_to_the_model(tmp_path, apply_target):
     # For the GPU the kernel adds the conv's bias: the edit takes in the conv's line.
     forward = {"cpu": "        x = self.conv1(x)\n"
-                      f"        x = cluster0(x, {BN.format('self.bn1')})\n",
+                      f"        x = cluster0(x, {bn_args('self.bn1')})\n",
                "cuda": f"        x = cluster0({conv_apart('self.conv1', functional='F')}, "
-                       f"{BN.format('self.bn1')})\n"}[apply_target]
+                       f"{bn_args('self.bn1')})\n"}[apply_target]
     for body in ("    pass\n",
                  "    def __init__(self):\n        super().__init__()\n"
                  "        self.extra = nn.Identity()\n"):
@@ -248,7 +245,7 @@ def test_a_subclass_of_the_block_runs_the_else_branch_where_its_setting_fails(tm
     assert "Applied 1 edit to" in result.output, result.output
     conv = {"cpu": "self.conv(x)", "cuda": conv_apart("self.conv")}[apply_target]
     assert (f"        if self.has_skip:\n"
-            f"            x = cluster0({conv}, {BN.format('self.bn')}, shortcut)\n"
+            f"            x = cluster0({conv}, {bn_args('self.bn')}, shortcut)\n"
             f"        else:\n"
             f"            x = self.bn(self.conv(x))\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, SUBCLASSED_BLOCK)

@@ -8,7 +8,7 @@ forward of its own stays a pointer. Kernels run under the Triton interpreter on 
 
 from __future__ import annotations
 
-from apply_checks import apply_net, conv_apart, same_outputs
+from apply_checks import apply_net, bn_args, conv_apart, same_outputs
 
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
@@ -38,9 +38,6 @@ nn.ReLU(inplace=True))
         return self.head(y.mean((2, 3)))
 """  # the backslash joins the stem's line: /tmp/rep/seq.py as reported
 
-BN = ("self.{0}[1].running_mean.reshape(-1, 1, 1), self.{0}[1].running_var.reshape(-1, 1, 1), "
-      "self.{0}[1].weight.reshape(-1, 1, 1), self.{0}[1].bias.reshape(-1, 1, 1)")
-
 
 def test_both_clusters_inside_sequential_calls_are_written(tmp_path, apply_target):
     path = tmp_path / "seq.py"
@@ -51,13 +48,14 @@ def test_both_clusters_inside_sequential_calls_are_written(tmp_path, apply_targe
     rewritten = path.read_text()
     # Was a pointer: "`self.stem(...)` at line 17 is not `relu` (line 17)". For the GPU the
     # conv's bias add joins the kernel (and the ReLU stays a layer of its own).
-    stem = {"cpu": f"cluster0(self.stem[0](x), {BN.format('stem')})",
-            "cuda": f"self.stem[2](cluster0({conv_apart('self.stem[0]')}, {BN.format('stem')}))"}
+    bn = bn_args("self.stem[1]")
+    stem = {"cpu": f"cluster0(self.stem[0](x), {bn})",
+            "cuda": f"self.stem[2](cluster0({conv_apart('self.stem[0]')}, {bn}))"}
     assert f"        x = {stem[apply_target]}\n" in rewritten, rewritten
     # bn → silu → add and the mean of line 19: line 18's `y` has no other reader.
     assert "y = self.body(x) + x" not in rewritten
     body = {"cpu": "self.body[0](x)", "cuda": conv_apart("self.body[0]")}[apply_target]
-    assert (f"        return self.head(cluster1({body}, {BN.format('body')}, x))\n"
+    assert (f"        return self.head(cluster1({body}, {bn_args('self.body[1]')}, x))\n"
             in rewritten), rewritten
     same_outputs(tmp_path, path, SEQ)
 
@@ -99,13 +97,13 @@ def test_layers_around_the_cluster_stay_as_slices_and_nested_sequentials_unroll(
     assert result.exit_code == 0, result.output
     assert "Applied 2 edits" in result.output, result.output
     rewritten = path.read_text()
-    stem = BN.replace("[1]", "[2]").format("stem")
+    stem = bn_args("self.stem[2]")
     # For the GPU the kernel adds the bias of the conv before the norm: that layer is
     # called without it, on the layers before it.
     conv = {"cpu": "self.stem[:2](x)",
             "cuda": conv_apart("self.stem[1]", "self.stem[0](x)")}[apply_target]
     assert f"        x = self.stem[4:](cluster0({conv}, {stem}))\n" in rewritten, rewritten
-    block = BN.format("block[0]")
+    block = bn_args("self.block[0][1]")
     assert (f"        return self.block[1](cluster1(self.block[0][0](x), {block}))\n"
             in rewritten), rewritten
     same_outputs(tmp_path, path, AROUND)
@@ -165,14 +163,14 @@ def test_a_library_sequential_without_a_forward_of_its_own_is_spelled_by_index(
     # this file), which no edit here unrolls": its forward, indexing and length are
     # nn.Sequential's, so `self.stem[0]` is the conv the call runs first.
     assert m.exact, m.reason
-    assert m.replacement == f"        return cluster0(self.stem[0](x), {BN.format('stem')})"
+    assert m.replacement == f"        return cluster0(self.stem[0](x), {bn_args('self.stem[1]')})"
 
 
 def test_a_library_sequential_with_a_layer_after_the_cluster_keeps_it_around_the_call(
         tmp_path, monkeypatch):
     path, (m,) = _library_mapping(tmp_path, monkeypatch, tail=True)
     assert m.exact, m.reason
-    bn = BN.replace("[1]", "[0]").format("stem")
+    bn = bn_args("self.stem[0]")
     assert m.replacement == f"        x = self.stem[2](cluster0(x, {bn}))", m.replacement
 
 

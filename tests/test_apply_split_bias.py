@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from apply_checks import apply_net, same_outputs
+from apply_checks import apply_net, bn_args, conv_apart, same_outputs
 from torch import nn
 
 from fusion_core import cli
@@ -42,15 +42,12 @@ class Net(nn.Module):
         return F.relu(h)
 """
 
-BN = ("self.bn1.running_mean.reshape(-1, 1, 1), self.bn1.running_var.reshape(-1, 1, 1), "
-      "self.bn1.weight.reshape(-1, 1, 1), self.bn1.bias.reshape(-1, 1, 1)")
-UNBIASED = ("{f}.conv2d(x, self.conv1.weight, None, self.conv1.stride, self.conv1.padding, "
-            "self.conv1.dilation, self.conv1.groups), self.conv1.bias.reshape(-1, 1, 1)")
+BN = bn_args("self.bn1")
 # The forward each target's edit writes: the convolution's line kept on the CPU, where
 # mkldnn adds the bias inside it; for the GPU, whose kernel adds the bias, the edit's lines
 # take in the convolution's and call it without its bias.
 FORWARD = {"cpu": f"        h = self.conv1(x)\n        return cluster0(h, {BN})\n",
-           "cuda": f"        return cluster0({UNBIASED.format(f='F')}, {BN})\n"}
+           "cuda": f"        return cluster0({conv_apart('self.conv1', functional='F')}, {BN})\n"}
 
 
 def test_a_biased_conv_before_norm_and_activation_is_applied(tmp_path, apply_target):
@@ -123,9 +120,8 @@ def test_a_sequentials_layer_is_spelled_as_the_call_indexes_it(tmp_path, apply_t
     layer = "self.stem[-1]"
     forward = {
         "cpu": f"        h = {layer}(self.stem[0](x))\n        return cluster0(h, {BN})\n",
-        "cuda": f"        return cluster0(F.conv2d(self.stem[0](x), {layer}.weight, None, "
-                f"{layer}.stride, {layer}.padding, {layer}.dilation, {layer}.groups), "
-                f"{layer}.bias.reshape(-1, 1, 1), {BN})\n"}[apply_target]
+        "cuda": f"        return cluster0({conv_apart(layer, 'self.stem[0](x)', 'F')}, "
+                f"{BN})\n"}[apply_target]
     assert path.read_text().endswith(f"    def forward(self, x):\n{forward}"), path.read_text()
     same_outputs(tmp_path, path, original)
 
