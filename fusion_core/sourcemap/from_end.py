@@ -48,6 +48,15 @@ def resolved(model: nn.Module | None, parts: Sequence[str]) -> str | None:
     return ".".join(parts)
 
 
+def module_at(model: nn.Module, parts: Sequence[str]) -> tuple[str, nn.Module] | None:
+    """The dotted path `parts` name (``resolved``) and the module there; None if none."""
+    path = resolved(model, parts)
+    try:
+        return (path, model.get_submodule(path)) if path is not None else None
+    except AttributeError:
+        return None
+
+
 def layer_positions(model: nn.Module | None, path: str, bounds: slice) -> range | None:
     """The positions of the layers `bounds` slices off the Sequential at `path` (`[:-1]`:
     all but the last); None when it is no indexed container. Non-negative bounds need no
@@ -75,11 +84,8 @@ def counted_from_end(model: nn.Module | None, self_path: str, target: str,
     for at in range(1, len(parts)):
         if ".".join(parts[:at]) not in containers:
             continue
-        path = resolved(model, [*self_path.split("."), *parts[:at]])  # `block.-1.layers`
-        try:
-            layers = _layers(model.get_submodule(path)) if path is not None else None
-        except AttributeError:
-            continue
+        found = module_at(model, [*self_path.split("."), *parts[:at]])  # `block.-1.layers`
+        layers = _layers(found[1]) if found is not None else None
         if layers is not None and parts[at] in layers:
             parts[at] = str(layers.index(parts[at]) - len(layers))
     return head + ".".join(parts)

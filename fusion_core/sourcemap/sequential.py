@@ -25,7 +25,7 @@ from torch import nn
 
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
-from .from_end import resolved
+from .from_end import module_at
 from .guard import holds_in
 from .pyexpr import module_attr_text, module_chain, module_path
 from .pysource import SourceFile, Statement
@@ -206,13 +206,10 @@ class _Pass:
         held: dict[str, tuple[nn.Module, list[tuple[int, int]]]] = {}
         model = self.analysis.module
         for c, p in zip(self.group, self.self_paths, strict=True):
-            full = resolved(model, [*p.split("."), *chain[1:]])
-            try:
-                container = model.get_submodule(full) if full is not None else None
-            except AttributeError:
-                container = None
-            if container is None:
+            found = module_at(model, [*p.split("."), *chain[1:]])
+            if found is None:
                 return None
+            full, container = found
             ranges = held.setdefault(full, (container, []))[1]
             layers = _layers(full, [self.fx[n] for n in c.nodes if n in self.fx])
             if layers:  # another call of the line may hold the cluster (`self.branch1(x)`)
@@ -223,13 +220,10 @@ class _Pass:
         shapes = {}  # (length, plain nn.Sequential) of each module's container
         running = [p for p in self.instances if self.runs(p, lines)]
         for p in running:
-            full = resolved(model, [*p.split("."), *chain[1:]])
-            try:
-                container = model.get_submodule(full) if full is not None else None
-            except AttributeError:
-                container = None
-            if container is None:
+            found = module_at(model, [*p.split("."), *chain[1:]])
+            if found is None:
                 continue  # the line does not run there
+            full, container = found
             if not unrollable(container):
                 return None
             if full not in held and not _built_alike(container, held[next(iter(held))][0],
