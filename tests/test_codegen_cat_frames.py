@@ -12,7 +12,7 @@ both ran at every length (8 of each over the loop of 8 tokens).
 
 import pytest
 import torch
-from codegen_harness import Lambda, compare, poison_empty, to_device
+from codegen_harness import Lambda, compare, on_device, poison_empty, to_device
 
 from fusion_core.codegen import generate, load_kernel, write_kernels
 from fusion_core.codegen.operators import _shapes_only
@@ -49,7 +49,7 @@ def _module(tmp_path, fn, *inputs):
     (path,) = write_kernels([generate(a, c)], tmp_path)
     module = load_kernel(path)
     poison_empty(module)  # an element the kernel does not write reads as NaN
-    return module, module.cluster0
+    return module, on_device(module.cluster0)
 
 
 def _decode(launch, fn, past, steps, *rest):
@@ -57,8 +57,8 @@ def _decode(launch, fn, past, steps, *rest):
     it); each result against eager."""
     for step in range(steps):
         new = torch.randn(past.shape[:2] + (1,) + past.shape[3:])
-        got = launch(to_device(past), to_device(new), *(to_device(t) for t in rest))
-        compare(got.cpu(), fn(None, past, new, *rest), f"step {step}, past {past.shape[2]}")
+        compare(launch(past, new, *rest), fn(None, past, new, *rest),
+                f"step {step}, past {past.shape[2]}")
         past = torch.cat((past, new), dim=2)
     return past
 
@@ -78,8 +78,7 @@ def test_a_decode_loop_builds_one_frame_and_a_bucket_s_configurations_once(tmp_p
     # a prefill of 3 tokens and an empty cache: the same frame
     for past_len, new_len in ((20, 3), (0, 2)):
         past, new = torch.randn(1, 2, past_len, 8), torch.randn(1, 2, new_len, 8)
-        compare(launch(to_device(past), to_device(new)).cpu(), _kv_softmax(None, past, new),
-                f"{past_len}+{new_len}")
+        compare(launch(past, new), _kv_softmax(None, past, new), f"{past_len}+{new_len}")
     assert (len(broadcasts), len(module.FRAMES)) == (1, 1)
     # tracing (torch.compile's fake tensors) keeps no frame
     shaped = module.traceable(to_device(past), to_device(new), wrap=_shapes_only)
@@ -121,14 +120,13 @@ def test_a_mask_as_long_as_the_cat_is_broadcast_at_each_call(tmp_path):
     for n in (5, 6):
         past, new, mask = torch.randn(1, 2, n, 8), torch.randn(1, 2, 1, 8), torch.randn(
             1, 1, n + 1, 1)
-        compare(launch(*map(to_device, (past, new, mask))).cpu(), fn(None, past, new, mask),
-                f"past {n}")
+        compare(launch(past, new, mask), fn(None, past, new, mask), f"past {n}")
     past, new = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 1, 8)
     short = mask[:, :, :6]  # as long as the cat at past 5, where the first frame was built
     with pytest.raises(RuntimeError, match="must match the size"):
         fn(None, past, new, short)  # eager refuses it...
     with pytest.raises(RuntimeError, match="Attempting to broadcast a dimension of length"):
-        launch(*map(to_device, (past, new, short)))  # ...and so does the launcher
+        launch(past, new, short)  # ...and so does the launcher
 
 
 def test_a_length_past_the_block_is_refused_after_the_frame_is_built(tmp_path):
@@ -137,12 +135,11 @@ def test_a_length_past_the_block_is_refused_after_the_frame_is_built(tmp_path):
     module.MAX_BLOCK = 16  # the widest row one block holds, read at each call
     for n in (5, 15):
         past, new = torch.randn(2, 3, n), torch.randn(2, 3, 1)
-        compare(launch(to_device(past), to_device(new)).cpu(),
-                _scores_softmax(None, past, new), f"past {n}")
+        compare(launch(past, new), _scores_softmax(None, past, new), f"past {n}")
     past = torch.randn(2, 3, 16)
     with pytest.raises(ValueError, match=r"^cluster0: rows of 17 columns exceed MAX_BLOCK; "
                        r"regenerate with the column loop$"):
-        launch(to_device(past), to_device(torch.randn(2, 3, 1)))
+        launch(past, torch.randn(2, 3, 1))
     assert len(module.FRAMES) == 1 and len(module.LAUNCH_CACHE) == 2  # nothing kept for it
 
 
@@ -155,10 +152,10 @@ def test_two_caches_along_one_dim_share_the_frame_while_equally_long(tmp_path):
                              torch.randn(1, 2, 5, 8))
     for n in (5, 6, 9):
         args = torch.randn(1, 2, n, 8), torch.randn(1, 2, 1, 8), torch.randn(1, 2, n, 8)
-        compare(launch(*map(to_device, args)).cpu(), fn(None, *args), f"past {n}")
+        compare(launch(*args), fn(None, *args), f"past {n}")
     assert len(module.FRAMES) == 1
     args = torch.randn(1, 2, 9, 8), torch.randn(1, 2, 1, 8), torch.randn(1, 2, 8, 8)
     with pytest.raises(RuntimeError, match="must match the size"):
         fn(None, *args)  # eager refuses caches of two lengths...
     with pytest.raises(RuntimeError, match="Attempting to broadcast a dimension of length"):
-        launch(*map(to_device, args))  # ...and so does the launcher, with the frame built
+        launch(*args)  # ...and so does the launcher, with the frame built
