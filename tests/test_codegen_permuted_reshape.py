@@ -11,8 +11,9 @@ import random
 
 import pytest
 import torch
-from codegen_harness import Lambda, check_model
+from codegen_harness import Lambda, check_model, on_device
 
+from fusion_core.codegen import generate, load_kernel, write_kernels
 from fusion_core.codegen.lower import dry_run
 from fusion_core.ir.graph import OpKind
 from fusion_core.ir.view_factors import regrouped, result_factors
@@ -246,14 +247,12 @@ def test_the_split_kernel_runs_at_other_batch_sizes_and_strides(tmp_path):
     """`flatten(2)` merges any sizes: the launcher follows another batch and length, and a
     bias of the merged dim stays a broadcast (no expansion to the analysed (B, T) fixes
     them)."""
-    from fusion_core.codegen import generate, load_kernel, write_kernels
-
     def fn(m, x, b):
         return torch.relu((x * 2.0).permute(0, 2, 1, 3)).flatten(2) + b
 
     a = analyze(Lambda(fn, 2), torch.randn(B, H, T, D), torch.randn(H * D))
     (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
-    launch = load_kernel(path).cluster0
+    launch = on_device(load_kernel(path).cluster0)  # a GPU's kernel needs its memory
     b = torch.randn(H * D)
     for x in (torch.randn(3, H, 7, D), torch.randn(1, 7, H, D).transpose(1, 2)):
         torch.testing.assert_close(launch(x, b), fn(None, x, b))
@@ -262,8 +261,6 @@ def test_the_split_kernel_runs_at_other_batch_sizes_and_strides(tmp_path):
 def test_other_sizes_of_the_split_dims_are_refused_naming_the_input(tmp_path):
     """The kernel splits the merged dim as analysed: 4×4 heads refused by name, not with
     torch's `unflatten` error."""
-    from fusion_core.codegen import generate, load_kernel, write_kernels
-
     def fn(m, o):
         return torch.relu(o.transpose(1, 2).flatten(2)) * 2.0
 
