@@ -11,7 +11,7 @@ import sys
 
 import torch
 import torch._dynamo
-from apply_checks import DEVICE, apply_net, load_net, same_outputs
+from apply_checks import DEVICE, apply_net, original_and_rewritten, same_outputs
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from fusion_core.ir.shapes import InputSpec
@@ -68,10 +68,7 @@ def test_the_applied_decoder_is_an_operator_that_compiles_with_fullgraph(tmp_pat
     path.write_text(DECODER)
     result = apply_net(path)
     assert result.exit_code == 0, result.output
-    (tmp_path / "original_unet.py").write_text(DECODER)
-    before = load_net(tmp_path / "original_unet.py").eval().to(DEVICE)
-    after = load_net(path).eval().to(DEVICE)
-    after.load_state_dict(before.state_dict())
+    before, after = (m.to(DEVICE) for m in original_and_rewritten(tmp_path, path, DECODER))
     package = sys.modules[package_name(path.stem)]
     kernels = importlib.import_module(f"{package.__name__}.cluster0")
     inputs = tuple(torch.randn(s, device=DEVICE) for s in ((2, 8, 4, 4), (2, 8, 8, 8),
