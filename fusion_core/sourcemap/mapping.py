@@ -343,7 +343,7 @@ def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
     pointers naming it."""
     maps = list(mappings)
     edits = sorted((m for m in maps if m.exact),
-                   key=lambda m: (-1 - len(m.shared_with) - len(m.serves), m.start))
+                   key=lambda m: (-len(m.shared_with) - len(m.serves), m.start))
     kept: list[SourceMapping] = []
     clash: dict[int, SourceMapping] = {}
     for a in edits:
