@@ -283,3 +283,40 @@ def test_two_values_merging_one_dim_crossing_ways_are_refused_by_name():
     assert error is not None
     assert "merges dim 2 of the kernel's iteration space as 4×3, and " in str(error), str(error)
     assert "as 3×4; a kernel splits a dim one way" in str(error)
+
+
+def test_regrouped_kernels_compile_for_sm90(tmp_path):
+    """The interpreter accepts code the compiler rejects: every case above (fp32 and fp16),
+    the reductions over merged heads one-block and looped, and the head merge and Swin
+    reverse sized at run time (their sizes arrive as kernel arguments)."""
+    from codegen_harness import compile_for_gpu
+    from test_codegen_run_sized_reshape import HeadMerge, Reverse, _heads, _windows
+
+    from fusion_core.codegen import Tuning
+    from fusion_core.codegen.reference import capture_values, cluster_inputs
+
+    def jobs_of(model, inputs, tag, **gen):
+        a = analyze(model, *inputs)
+        args = cluster_inputs(a, a.clusters[0], capture_values(a, *inputs))
+        return [(generate(a, a.clusters[0], **gen), tmp_path / tag, args)]
+
+    jobs = []
+    for case, (fn, shapes) in sorted(CASES.items()):
+        jobs += jobs_of(Lambda(fn, len(shapes)), tuple(torch.randn(s) for s in shapes), case)
+        jobs += jobs_of(Lambda(fn, len(shapes)).half(),
+                        tuple(torch.randn(s).half() for s in shapes), f"{case}-fp16")
+    loop = Tuning(max_block=8, loop_block=8)
+    reductions = [(lambda m, x: torch.softmax((x * 2.0).transpose(1, 2).reshape(2, 12), -1),
+                   [(2, 3, 4)]),
+                  (lambda m, x, r: torch.nn.functional.layer_norm(
+                      x.transpose(1, 2).reshape(B, T, H * D) + r, (H * D,)),
+                   [(B, H, T, D), (B, T, H * D)])]
+    for i, (fn, shapes) in enumerate(reductions):
+        inputs = tuple(torch.randn(s) for s in shapes)
+        jobs += jobs_of(Lambda(fn, len(shapes)), inputs, f"red{i}")
+        jobs += jobs_of(Lambda(fn, len(shapes)), inputs, f"red{i}-looped", tuning=loop,
+                        looped=True)
+    jobs += jobs_of(HeadMerge(), _heads(2, 3, 4, 5), "run-sized-head-merge")
+    jobs += jobs_of(Reverse(), _windows(2, 4, 6, 3), "run-sized-swin-reverse")
+    compiled = compile_for_gpu(jobs)
+    assert len(compiled) == len(jobs) and all(compiled.values()), compiled
