@@ -159,3 +159,27 @@ def test_two_caches_along_one_dim_share_the_frame_while_equally_long(tmp_path):
         fn(None, *args)  # eager refuses caches of two lengths...
     with pytest.raises(RuntimeError, match="Attempting to broadcast a dimension of length"):
         launch(*args)  # ...and so does the launcher, with the frame built
+
+
+@pytest.mark.cpu  # the stand-in compiled kernel interprets the kernel: see that file
+def test_a_length_launched_once_builds_no_direct_launcher(tmp_path, monkeypatch):
+    """A decode loop launches each cache length once: building `_direct`'s launcher for it
+    is work no later call uses. A length launched again gets one and then launches
+    directly."""
+    import triton
+    from test_codegen_direct_launch import _Driver, _Interpreted
+
+    monkeypatch.setattr(triton.runtime.driver, "_active", _Driver())
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.manual_seed(0)
+    module, launch = _module(tmp_path, _kv_softmax, torch.randn(1, 2, 5, 8),
+                             torch.randn(1, 2, 1, 8))
+    stand_in = _Interpreted(module.cluster0_kernel)
+    module.cluster0_kernel = stand_in
+    past = _decode(launch, _kv_softmax, torch.randn(1, 2, 5, 8), 4)
+    assert len(module.LAUNCH_CACHE) == 4 and not module.DIRECT_LAUNCH
+    last, new = past[:, :, :-1].contiguous(), torch.randn(1, 2, 1, 8)
+    for _ in range(3):  # the last call's layout again: through Triton and kept, then direct
+        compare(launch(last, new), _kv_softmax(None, last, new), "again")
+    assert len(module.DIRECT_LAUNCH) == 1 and callable(*module.DIRECT_LAUNCH.values())
+    assert (stand_in.triton_launches, len(stand_in.compiled.calls)) == (5, 2)

@@ -26,7 +26,8 @@ compiled kernel's direct launcher for it (``direct_launch.py``): a warm call the
 Triton's dispatch too, and does the key lookup, the output allocation and one launch. A
 failed check raises and caches nothing; a full cache drops its oldest plan. A launcher whose
 cat operands change length from call to call (a KV cache: every call a new layout) also keeps
-``FRAMES``, what its ``_plan`` works out once for every such length (``launch_plan.py``).
+``FRAMES``, what its ``_plan`` works out once for every such length (``launch_plan.py``),
+and keeps a plan's direct launcher from its second call on (most lengths are launched once).
 ``ClusterNFunction`` wraps the launcher for autograd with a ``backward`` that refuses:
 inference only.
 """
@@ -71,7 +72,7 @@ _RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.v
              "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
              "_views", "_fits", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
              "kernel", "wrap", TRACEABLE, PIECE_ENDS, "FRAMES", "frames", "frame", "free",
-             "by_bucket", "_frame",
+             "by_bucket", "_frame", "fresh",
              *direct_launch.GLOBALS, *(fn.__name__ for fn in direct_launch.HELPERS),
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_STEPS", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
@@ -289,8 +290,10 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
         if not names:  # `"cuda"` as well as `torch.device("cuda")`: one key, and `.type`
             out.line(f"{NO_INPUTS_DEVICE} = torch.device({NO_INPUTS_DEVICE})")
         _key(parameters if viewed else names, [a.launch for a in plan.scalars], out)
-        out.lines(["plan = LAUNCH_CACHE.get(key)",
-                   "if plan is None:  # a new layout: check it and work out the launch once"])
+        out.line("plan = LAUNCH_CACHE.get(key)")
+        if framed(plan):  # every cache length is a new plan: most are launched once
+            out.line("fresh = plan is None")
+        out.line("if plan is None:  # a new layout: check it and work out the launch once")
         with out.indented():
             if fits:  # sizes the views cannot take, refused by input and dim
                 out.line(f"_fits({inputs})")
@@ -323,7 +326,8 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                    f"                     lambda c: _launch(c, args, {tensors}),",
                    f"                     {device})",
                    f"launched = _launch(config, args, {tensors})",
-                   "if fire is None and CHOSEN.get(tune_key) == config:  # kept: launch directly",
+                   f"if fire is None{' and not fresh' if framed(plan) else ''} "
+                   "and CHOSEN.get(tune_key) == config:  # kept: launch directly",
                    "    DIRECT_LAUNCH[key] = (launched() if launched else None) or False",
                    f"return {result}"])
     _traceable_fn(plan, names, inputs, viewed, bool(fits), out)
