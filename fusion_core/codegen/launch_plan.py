@@ -87,12 +87,12 @@ def _shapes(plan: KernelPlan, names: list[str], total: Callable[[PieceRead], str
     return shapes + [_generated_shape(plan, t, total) for t in plan.generated]
 
 
-def _plan_docstring(out: CodeWriter, framed: bool = False) -> None:
+def _plan_docstring(out: CodeWriter, with_frame: bool = False) -> None:
     out.lines(['"""Copies, output shapes and strides, kernel arguments, tuning key (shape',
                'bucket, dtypes, device) and candidate configurations for these inputs\' layout;',
                'raises if the kernel cannot run them. The launcher caches the result.'
-               + ('' if framed else '"""')])
-    if framed:
+               + ('' if with_frame else '"""')])
+    if with_frame:
         out.lines(["`frames`: the launcher's FRAMES, which keeps what `_frame` works out (None:",
                    'worked out afresh and not kept, as for tracing)."""'])
 
@@ -103,7 +103,7 @@ def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
     out.lines(cat_bounds.ends_lines(plan, names))
     out.line(f"shape, lead = _iteration_shape({', '.join(shapes)})")
     _input_layouts(plan, sig, names, range(len(names)), out)
-    _sized(plan, sig, looped, names, out, framed=False)
+    _sized(plan, sig, looped, names, out, with_frame=False)
 
 
 def _frame_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
@@ -135,7 +135,7 @@ def _frame_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[
 def _framed_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
                  shapes: list[str], out: CodeWriter) -> None:
     """`_plan` of a framed kernel: its frame looked up (or worked out), then the rest."""
-    _plan_docstring(out, framed=True)
+    _plan_docstring(out, with_frame=True)
     out.lines(cat_bounds.ends_lines(plan, names))
     build = f"_frame({', '.join(names)}, {ENDS})"
     out.line("if frames is None:  # nothing kept (tracing: fake tensors)")
@@ -154,7 +154,7 @@ def _framed_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: li
     out.line(f"shape, lead, free, {''.join(k + ', ' for k in _kept(plan, sig))}by_bucket = frame")
     _lengths_or_broadcast(plan, shapes, out)
     _input_layouts(plan, sig, names, _inputs(plan, follow=True), out)
-    _sized(plan, sig, looped, names, out, framed=True)
+    _sized(plan, sig, looped, names, out, with_frame=True)
 
 
 def _inputs(plan: KernelPlan, follow: bool) -> list[int]:
@@ -228,8 +228,8 @@ def _input_layouts(plan: KernelPlan, sig: KernelSignature, names: list[str],
 
 
 def _sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
-           out: CodeWriter, framed: bool) -> None:
-    """From the inputs' layouts at the iteration shape `shape` to `_plan`'s return (framed:
+           out: CodeWriter, with_frame: bool) -> None:
+    """From the inputs' layouts at the iteration shape `shape` to `_plan`'s return (with_frame:
     the tuning constants were checked by `_frame`, the configurations kept per bucket)."""
     copies = ", ".join(f"copy{i}" for i in range(len(names)))
     out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
@@ -256,7 +256,7 @@ def _sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str
             seen = launch_maps.output_layout(t, i)
             out.line(f"_, {strides_local(Role.OUT, i)} = _layout({seen}, shape, "
                      f"OUT_GROUPS[{i}], ())")
-    if not framed:
+    if not with_frame:
         _pow2_check(plan, looped, out)
     out.line(f"{Family.SPAN} = _spans(shape)")
     empty = "copies, out_shapes, out_strides, (), None, ()"
@@ -271,7 +271,7 @@ def _sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str
     out.bracketed("args = (", sig.launch_args)
     dtypes = "".join(f"{a}.dtype, " for a in names).rstrip()
     out.line(f"tune_key = (bucket, ({dtypes}), {device_of(names)})")
-    if not framed:
+    if not with_frame:
         out.line("return copies, out_shapes, out_strides, args, tune_key, _configs(bucket)")
         return
     out.lines(["configs = by_bucket.get(bucket)",
