@@ -15,6 +15,8 @@ import ast
 
 import torch.nn as nn
 
+from ..ir.bias_split import hooked
+
 
 class NotSpelled(Exception):
     """Why no bias-free spelling computes the layer's call."""
@@ -85,6 +87,10 @@ def unbiased_call(layer: nn.Module, func: str, arg: str, functional: str) -> str
                     f"{func}.weight, None, {func}.stride, {func}.padding, {func}.output_padding,"
                     f" {func}.groups, {func}.dilation) + {func}.bias{_broadcast(ones)}`")
         raise NotSpelled(why)
+    kind = hooked(layer)
+    if kind is not None:  # a module call runs them; the function below would not
+        raise NotSpelled(f"`{func}` has a {kind} registered, which would not run if an edit "
+                         f"called `{functional}.{name}` in its place")
     if name == "linear":
         return f"{functional}.linear({arg}, {func}.weight)"
     mode = getattr(layer, "padding_mode", "zeros")

@@ -1,0 +1,82 @@
+"""`--apply` where a GPU target splits a layer's bias off: layers the edit must not spell as
+a bias-free function call (hooks).
+
+As in test_apply_split_bias.py, the CLI's target is replaced (`apply_target`,
+tests/conftest.py) and the kernels run under the Triton interpreter at tiny shapes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from apply_checks import apply_net, load_net
+from torch import nn
+
+from fusion_core.ir.bias_split import SPLIT_BIAS
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import map_clusters
+from fusion_core.sourcemap.unbiased import NotSpelled, unbiased_call
+
+HOOKED = """\
+import torch.nn.functional as F
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.seen = []
+        self.conv1.register_forward_hook(lambda m, args, out: self.seen.append(out.shape))
+
+    def forward(self, x):
+        return F.relu(self.conv1(x) * 2.0)
+"""
+
+
+def test_a_layer_with_a_hook_keeps_its_call_so_the_hook_still_runs(tmp_path, apply_target):
+    # Calling F.conv2d in the layer's place would skip the hook: the GPU target leaves the
+    # bias in the layer (ir/conv_bias.py), and the edit keeps the call, as on the CPU.
+    path = tmp_path / "net.py"
+    path.write_text(HOOKED)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit" in result.output, result.output
+    assert path.read_text().endswith("        return cluster0(self.conv1(x))\n"), path.read_text()
+    net = load_net(path).eval()
+    with torch.no_grad():
+        net(torch.randn(2, 3, 8, 8))
+    assert net.seen == [(2, 8, 8, 8)]
+
+
+@pytest.mark.parametrize("hook", ["register_forward_hook(lambda m, args, out: out * 2.0)",
+                                  "register_forward_pre_hook(lambda m, args: None)"])
+@pytest.mark.parametrize("layer, call, shape", [
+    ("nn.Conv2d(3, 8, 3, padding=1)", "self.conv1(x)", (2, 3, 4, 4)),
+    ("nn.Linear(4, 8)", "self.conv1(x.transpose(2, 3))", (2, 3, 4, 4)),  # ir/linear_bias.py
+])
+def test_a_hooked_layers_bias_is_not_split_off(tmp_path, hook, layer, call, shape):
+    # The graph runs a module call's hooks (an output hook changes the result): a bias-free
+    # function in its place would not, and the traced graph would differ from the model.
+    path = tmp_path / "net.py"
+    path.write_text(HOOKED.replace("        self.seen = []\n", "").replace(
+        "self.conv1.register_forward_hook(lambda m, args, out: self.seen.append(out.shape))",
+        f"self.conv1.{hook}").replace("nn.Conv2d(3, 8, 3, padding=1)", layer).replace(
+        "self.conv1(x)", call))
+    analysis = analyze_file(path, [InputSpec(shape)], class_name="Net", device="cuda")
+    assert not any(n.meta.get(SPLIT_BIAS) for n in analysis.graph_module.graph.nodes)
+    (m,) = map_clusters(analysis)
+    assert m.exact and m.args == (call,), (m.reason, m.args)
+
+
+def test_a_hooked_layer_is_not_spelled_without_its_bias():
+    # torch.export splits the function its trace holds, hooks inlined: the edit must not
+    # replace the call that runs them.
+    layer = nn.Conv2d(3, 8, 3)
+    layer.register_forward_hook(lambda m, args, out: None)
+    with pytest.raises(NotSpelled) as e:
+        unbiased_call(layer, "self.conv1", "x", "F")
+    assert str(e.value) == ("`self.conv1` has a forward hook registered, which would not run "
+                            "if an edit called `F.conv2d` in its place")
+
