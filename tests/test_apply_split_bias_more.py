@@ -1,5 +1,5 @@
 """`--apply` where a GPU target splits a layer's bias off: layers the edit must not spell as
-a bias-free function call (hooks).
+a bias-free function call (hooks), and layers it may (a subclass keeping the forward).
 
 As in test_apply_split_bias.py, the CLI's target is replaced (`apply_target`,
 tests/conftest.py) and the kernels run under the Triton interpreter at tiny shapes.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from apply_checks import apply_net, load_net
+from apply_checks import apply_net, conv_apart, load_net, same_outputs
 from torch import nn
 
 from fusion_core.ir.bias_split import SPLIT_BIAS
@@ -79,4 +79,57 @@ def test_a_hooked_layer_is_not_spelled_without_its_bias():
         unbiased_call(layer, "self.conv1", "x", "F")
     assert str(e.value) == ("`self.conv1` has a forward hook registered, which would not run "
                             "if an edit called `F.conv2d` in its place")
+
+
+class OwnForward(nn.Conv2d):
+    def forward(self, x):
+        return super().forward(x) * 2.0
+
+
+def test_a_subclass_is_spelled_by_its_base_function_unless_it_redefines_the_forward():
+    spelled = ("F.conv2d(x, self.conv1.weight, None, self.conv1.stride, self.conv1.padding, "
+               "self.conv1.dilation, self.conv1.groups)")
+    # a parametrized layer's class is a subclass made at run time; `weight` computes it
+    normed = nn.utils.parametrizations.weight_norm(nn.Conv2d(3, 8, 3))
+    assert type(normed) is not nn.Conv2d
+    assert unbiased_call(normed, "self.conv1", "x", "F") == spelled
+    with pytest.raises(NotSpelled) as e:
+        unbiased_call(OwnForward(3, 8, 3), "self.conv1", "x", "F")
+    assert str(e.value) == ("`self.conv1` is a OwnForward, whose class defines its own "
+                            "`forward`: an edit spells without its bias only a Conv1d, Conv2d, "
+                            "Conv3d or Linear, or a subclass that keeps their forward")
+
+
+SUBCLASS = """\
+import torch.nn.functional as F
+from torch import nn
+
+
+class MyConv(nn.Conv2d):
+    pass
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = MyConv(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        return F.relu(self.conv1(x))
+"""
+
+
+def test_a_subclass_keeping_the_forward_is_applied(tmp_path, monkeypatch):
+    # FX traces through a user's subclass: its F.conv2d's bias is split off on the GPU.
+    from fusion_core import cli
+
+    monkeypatch.setattr(cli, "analysis_device", lambda: "cuda")
+    path = tmp_path / "net.py"
+    path.write_text(SUBCLASS)
+    result = apply_net(path, "2,3,4,4")
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit" in result.output, result.output
+    assert path.read_text().endswith(
+        f"        return cluster0({conv_apart('self.conv1', functional='F')})\n"), path.read_text()
+    same_outputs(tmp_path, path, SUBCLASS, shape=(2, 3, 4, 4))
 

@@ -22,11 +22,24 @@ class NotSpelled(Exception):
     """Why no bias-free spelling computes the layer's call."""
 
 
-# The layers whose one-argument forward is exactly the functional call below, by class
-# (a subclass may have a forward of its own: timm's Conv2dSame).
+# The layers whose one-argument forward is exactly the functional call below, by class.
 _FUNCTIONS: dict[type[nn.Module], str] = {
     nn.Conv1d: "conv1d", nn.Conv2d: "conv2d", nn.Conv3d: "conv3d", nn.Linear: "linear",
 }
+_FORWARDS = ("forward", "_conv_forward")  # what a subclass may redefine (timm's Conv2dSame)
+
+
+def _function(layer: nn.Module) -> tuple[str | None, str | None]:
+    """(the function computing `layer`'s call, the method of its class that replaces its
+    base's forward): a subclass keeping both methods (`class MyConv(nn.Conv2d): pass`, a
+    parametrized layer) computes the same call."""
+    cls = type(layer)
+    for base, name in _FUNCTIONS.items():
+        if isinstance(layer, base):
+            own = next((m for m in _FORWARDS if getattr(cls, m, None) is not getattr(
+                base, m, None)), None)
+            return (name, None) if own is None else (None, own)
+    return None, None
 
 
 def functional_name(tree: ast.Module) -> tuple[str, str | None]:
@@ -76,7 +89,11 @@ def _broadcast(ones: int) -> str:
 def unbiased_call(layer: nn.Module, func: str, arg: str, functional: str) -> str:
     """`func(arg)` (the source's `self.conv1(x)`, `layer` the module it names) without its
     bias, as `functional` spells the module's function; raises ``NotSpelled``."""
-    name = _FUNCTIONS.get(type(layer))
+    name, own = _function(layer)
+    if own is not None:
+        raise NotSpelled(f"`{func}` is a {type(layer).__name__}, whose class defines its own "
+                         f"`{own}`: an edit spells without its bias only a Conv1d, Conv2d, "
+                         "Conv3d or Linear, or a subclass that keeps their forward")
     if name is None:
         why = (f"`{func}` is a {type(layer).__name__}, and an edit spells a call without its "
                "bias only for a Conv1d, Conv2d, Conv3d or Linear")
