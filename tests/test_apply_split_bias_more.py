@@ -1,5 +1,5 @@
 """`--apply` where a GPU target splits a layer's bias off: layers the edit must not spell as
-a bias-free function call (hooks), and layers it may (a subclass keeping the forward).
+a bias-free function call (hooks), and layers it may (a subclass, a layer under two names).
 
 As in test_apply_split_bias.py, the CLI's target is replaced (`apply_target`,
 tests/conftest.py) and the kernels run under the Triton interpreter at tiny shapes.
@@ -133,3 +133,32 @@ def test_a_subclass_keeping_the_forward_is_applied(tmp_path, monkeypatch):
         f"        return cluster0({conv_apart('self.conv1', functional='F')})\n"), path.read_text()
     same_outputs(tmp_path, path, SUBCLASS, shape=(2, 3, 4, 4))
 
+
+ALIASED = """\
+import torch.nn.functional as F
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = self.conv1
+
+    def forward(self, x):
+        return F.relu(self.conv2(x) * 2.0)
+"""
+
+
+def test_a_layer_registered_under_two_names_is_matched_by_the_name_the_call_uses(
+        tmp_path, apply_target):
+    # FX names the layer `conv1`, its first name; the source calls it `self.conv2`.
+    path = tmp_path / "net.py"
+    path.write_text(ALIASED)
+    result = apply_net(path, "2,3,4,4")
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit" in result.output, result.output
+    args = {"cpu": "self.conv2(x)", "cuda": conv_apart("self.conv2", functional="F")}
+    assert path.read_text().endswith(f"        return cluster0({args[apply_target]})\n"), (
+        path.read_text())
+    same_outputs(tmp_path, path, ALIASED, shape=(2, 3, 4, 4))

@@ -19,6 +19,7 @@ from ..ir.bias_split import SPLIT_BIAS
 from ..units import counted
 from .callsite import LiftedCall
 from .container import container_mismatch
+from .from_end import same_layer
 from .mismatch import ContainerMismatch, Mismatch
 from .pyexpr import is_literal, module_chain, module_path
 from .spelled_ops import op_names
@@ -105,7 +106,8 @@ class CallUnifier(Unifier):
             return False
         chain = module_chain(expr.func)
         if len(chain) > 1 and chain[0] == self.self_name:
-            return self.child_path(chain[1:]) == _layer(node)
+            child = self.child_path(chain[1:])
+            return child is not None and same_layer(self.model, child, _layer(node))
         return bool(chain) and chain[-1] in op_names(node.args[0])
 
     def match_split_bias(self, expr: ast.Call, node: fx.Node, k: int) -> None:
