@@ -162,3 +162,50 @@ def test_a_layer_registered_under_two_names_is_matched_by_the_name_the_call_uses
     assert path.read_text().endswith(f"        return cluster0({args[apply_target]})\n"), (
         path.read_text())
     same_outputs(tmp_path, path, ALIASED, shape=(2, 3, 4, 4))
+
+
+LOOP = """\
+import torch.nn.functional as F
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, stride=2)])
+
+    def forward(self, x):
+        for conv in self.convs:
+            x = F.relu(conv(x))
+        return x
+"""
+
+
+@pytest.mark.parametrize("loop, layer", [("for conv in self.convs:", "conv"),
+                                         ("for i in range(2):", "self.convs[i]")])
+def test_a_layer_called_through_a_loop_variable_is_spelled_by_that_variable(
+        tmp_path, monkeypatch, loop, layer):
+    # One edit serves every pass: the text reads each pass's layer, its weight, settings
+    # and bias, as its call does.
+    from fusion_core import cli
+
+    monkeypatch.setattr(cli, "analysis_device", lambda: "cuda")
+    original = LOOP.replace("for conv in self.convs:", loop).replace("conv(x)", f"{layer}(x)")
+    path = tmp_path / "net.py"
+    path.write_text(original)
+    result = apply_net(path, "2,3,6,6")
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit" in result.output, result.output
+    assert f"            x = cluster0({conv_apart(layer, functional='F')})\n" in path.read_text(), (
+        path.read_text())
+    same_outputs(tmp_path, path, original, shape=(2, 3, 6, 6))
+
+
+def test_a_loop_whose_other_layer_has_no_bias_is_not_edited(tmp_path):
+    # The line's other pass runs a bias-free conv and a lone relu (no cluster): an edit of
+    # the line would run it with `conv.bias` None.
+    path = tmp_path / "net.py"
+    path.write_text(LOOP.replace("stride=2)", "stride=2, bias=False)"))
+    analysis = analyze_file(path, [InputSpec((2, 3, 6, 6))], class_name="Net", device="cuda")
+    (m,) = map_clusters(analysis)
+    assert not m.exact, m.replacement
