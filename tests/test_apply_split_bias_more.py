@@ -7,6 +7,8 @@ tests/conftest.py) and the kernels run under the Triton interpreter at tiny shap
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 import torch
 from apply_checks import apply_net, conv_apart, load_net, same_outputs
@@ -16,7 +18,7 @@ from fusion_core.ir.bias_split import SPLIT_BIAS
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
-from fusion_core.sourcemap.unbiased import NotSpelled, unbiased_call
+from fusion_core.sourcemap.unbiased import NotSpelled, functional_name, unbiased_call
 
 HOOKED = """\
 import torch.nn.functional as F
@@ -209,3 +211,40 @@ def test_a_loop_whose_other_layer_has_no_bias_is_not_edited(tmp_path):
     analysis = analyze_file(path, [InputSpec((2, 3, 6, 6))], class_name="Net", device="cuda")
     (m,) = map_clusters(analysis)
     assert not m.exact, m.replacement
+
+
+LOCAL_F = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv3d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        B, C, F, H, W = x.shape
+        return torch.relu(self.conv1(x)) * F
+"""
+
+
+def test_a_name_the_function_binds_itself_is_not_used_to_spell_the_call(tmp_path, monkeypatch):
+    # `F` is the clip's frame count in this forward: `F.conv3d` there is an int's attribute.
+    from fusion_core import cli
+
+    monkeypatch.setattr(cli, "analysis_device", lambda: "cuda")
+    path = tmp_path / "net.py"
+    path.write_text(LOCAL_F)
+    result = apply_net(path, "1,3,2,4,4")
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit" in result.output, result.output
+    assert "return cluster0(nn.functional.conv3d(x, self.conv1.weight, None, " in (
+        path.read_text()), path.read_text()
+    same_outputs(tmp_path, path, LOCAL_F, shape=(1, 3, 2, 4, 4))
+    tree = ast.parse(LOCAL_F)
+    assert functional_name(tree, {"F"}) == ("nn.functional", None)
+    assert functional_name(tree, {"F", "nn"}) == ("torch.nn.functional", None)
+    only_f = ast.parse("import torch.nn.functional as F\nfrom torch.nn import Conv3d\n")
+    assert functional_name(only_f, {"F"}) == ("torch.nn.functional", "import torch")

@@ -12,6 +12,7 @@ the kernel. ``unify_calls.py`` applies the rule; ``NotSpelled`` says why it cann
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 
 import torch.nn as nn
 
@@ -42,9 +43,11 @@ def _function(layer: nn.Module) -> tuple[str | None, str | None]:
     return None, None
 
 
-def functional_name(tree: ast.Module) -> tuple[str, str | None]:
+def functional_name(tree: ast.Module, shadowed: Collection[str] = ()
+                    ) -> tuple[str, str | None]:
     """How the file names `torch.nn.functional` (`F`, `nn.functional`, in full), and the
-    import line an edit must add when none of its imports reaches it."""
+    import line an edit must add when none of its imports reaches it. `shadowed`: the names
+    the edited function binds itself (`B, C, F, H, W = x.shape`), which no spelling uses."""
     found: list[tuple[int, str]] = []
     for st in tree.body:  # the module's own imports: those every function sees
         if isinstance(st, ast.Import):
@@ -61,6 +64,7 @@ def functional_name(tree: ast.Module) -> tuple[str, str | None]:
                     found.append((0, a.asname or "functional"))
                 elif st.module == "torch" and a.name == "nn":
                     found.append((1, f"{a.asname or 'nn'}.functional"))
+    found = [f for f in found if f[1].split(".")[0] not in shadowed]
     if found:
         return min(found)[1], None
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {

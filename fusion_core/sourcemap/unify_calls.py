@@ -129,7 +129,7 @@ class CallUnifier(Unifier):
         (`self.conv1.bias.reshape(-1, 1, 1)`) as the graph does."""
         call, bias = node.args  # bias-free call, then the bias: bias_split.put_in_place
         path = _layer(node)
-        functional, needed = functional_name(self.src.tree)
+        functional, needed = functional_name(self.src.tree, self.local_names)
         # The bias as the kernel reads it: the layer's parameter, reshaped to (C, 1, ..., 1)
         # for a convolution (conv_bias.py); `base` is the parameter itself.
         shape = bias.args[1] if bias.op != "get_attr" and len(bias.args) == 2 else None
