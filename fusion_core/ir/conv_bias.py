@@ -26,7 +26,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .bias_split import get_attr, put_in_place
+from .bias_split import get_attr, hooked, put_in_place
 from .registry import lookup
 
 aten = torch.ops.aten
@@ -105,7 +105,7 @@ def _is_biased_conv(gm: fx.GraphModule, n: fx.Node) -> bool:
         module = gm.get_submodule(str(n.target))
         return (type(module) in _MODULE_CALLS and module.bias is not None
                 and module.padding_mode == "zeros" and len(n.args) == 1 and not n.kwargs
-                and isinstance(n.args[0], fx.Node))
+                and isinstance(n.args[0], fx.Node) and hooked(module) is None)
     if n.op != "call_function" or n.target not in _FUNCTIONS:
         return False
     bias = n.args[_BIAS_INDEX] if len(n.args) > _BIAS_INDEX else n.kwargs.get("bias")

@@ -22,7 +22,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .bias_split import get_attr, put_in_place
+from .bias_split import get_attr, hooked, put_in_place
 from .registry import lookup
 
 _ATEN_LINEAR = torch.ops.aten.linear.default
@@ -62,7 +62,7 @@ def _biased_linear(gm: fx.GraphModule, n: fx.Node
     if n.op == "call_module":
         module = gm.get_submodule(str(n.target))
         if type(module) is nn.Linear and module.bias is not None and len(n.args) == 1 \
-                and not n.kwargs and isinstance(n.args[0], fx.Node):
+                and not n.kwargs and isinstance(n.args[0], fx.Node) and hooked(module) is None:
             return n.args[0], None, None, module
         return None
     if n.op != "call_function" or n.target not in (F.linear, _ATEN_LINEAR):

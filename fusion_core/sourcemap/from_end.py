@@ -48,6 +48,27 @@ def resolved(model: nn.Module | None, parts: Sequence[str]) -> str | None:
     return ".".join(parts)
 
 
+def same_layer(model: nn.Module | None, a: str, b: str) -> bool:
+    """Module paths `a` and `b` name one layer: the same path, or a layer registered under
+    two names (`self.conv2 = self.conv1`), which FX names by its first and the source by
+    either."""
+    if a == b:
+        return True
+    try:
+        return model is not None and model.get_submodule(a) is model.get_submodule(b)
+    except AttributeError:
+        return False
+
+
+def within(model: nn.Module | None, layer: str, where: str) -> bool:
+    """`where` (a graph node's module path) is `layer` (a path the source spells) or a
+    module inside it, under either of its names (``same_layer``)."""
+    if where == layer or where.startswith(layer + "."):
+        return True
+    parts = where.split(".")
+    return any(same_layer(model, layer, ".".join(parts[:i])) for i in range(len(parts), 0, -1))
+
+
 def module_at(model: nn.Module, parts: Sequence[str]) -> tuple[str, nn.Module] | None:
     """The dotted path `parts` name (``resolved``) and the module there; None if none."""
     path = resolved(model, parts)

@@ -12,24 +12,42 @@ the kernel. ``unify_calls.py`` applies the rule; ``NotSpelled`` says why it cann
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 
 import torch.nn as nn
+
+from ..ir.bias_split import hooked
 
 
 class NotSpelled(Exception):
     """Why no bias-free spelling computes the layer's call."""
 
 
-# The layers whose one-argument forward is exactly the functional call below, by class
-# (a subclass may have a forward of its own: timm's Conv2dSame).
+# The layers whose one-argument forward is exactly the functional call below, by class.
 _FUNCTIONS: dict[type[nn.Module], str] = {
     nn.Conv1d: "conv1d", nn.Conv2d: "conv2d", nn.Conv3d: "conv3d", nn.Linear: "linear",
 }
+_FORWARDS = ("forward", "_conv_forward")  # what a subclass may redefine (timm's Conv2dSame)
 
 
-def functional_name(tree: ast.Module) -> tuple[str, str | None]:
+def _function(layer: nn.Module) -> tuple[str | None, str | None]:
+    """(the function computing `layer`'s call, the method of its class that replaces its
+    base's forward): a subclass keeping both methods (`class MyConv(nn.Conv2d): pass`, a
+    parametrized layer) computes the same call."""
+    cls = type(layer)
+    for base, name in _FUNCTIONS.items():
+        if isinstance(layer, base):
+            own = next((m for m in _FORWARDS if getattr(cls, m, None) is not getattr(
+                base, m, None)), None)
+            return (name, None) if own is None else (None, own)
+    return None, None
+
+
+def functional_name(tree: ast.Module, shadowed: Collection[str] = ()
+                    ) -> tuple[str, str | None]:
     """How the file names `torch.nn.functional` (`F`, `nn.functional`, in full), and the
-    import line an edit must add when none of its imports reaches it."""
+    import line an edit must add when none of its imports reaches it. `shadowed`: the names
+    the edited function binds itself (`B, C, F, H, W = x.shape`), which no spelling uses."""
     found: list[tuple[int, str]] = []
     for st in tree.body:  # the module's own imports: those every function sees
         if isinstance(st, ast.Import):
@@ -46,6 +64,7 @@ def functional_name(tree: ast.Module) -> tuple[str, str | None]:
                     found.append((0, a.asname or "functional"))
                 elif st.module == "torch" and a.name == "nn":
                     found.append((1, f"{a.asname or 'nn'}.functional"))
+    found = [f for f in found if f[1].split(".")[0] not in shadowed]
     if found:
         return min(found)[1], None
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
@@ -74,7 +93,11 @@ def _broadcast(ones: int) -> str:
 def unbiased_call(layer: nn.Module, func: str, arg: str, functional: str) -> str:
     """`func(arg)` (the source's `self.conv1(x)`, `layer` the module it names) without its
     bias, as `functional` spells the module's function; raises ``NotSpelled``."""
-    name = _FUNCTIONS.get(type(layer))
+    name, own = _function(layer)
+    if own is not None:
+        raise NotSpelled(f"`{func}` is a {type(layer).__name__}, whose class defines its own "
+                         f"`{own}`: an edit spells without its bias only a Conv1d, Conv2d, "
+                         "Conv3d or Linear, or a subclass that keeps their forward")
     if name is None:
         why = (f"`{func}` is a {type(layer).__name__}, and an edit spells a call without its "
                "bias only for a Conv1d, Conv2d, Conv3d or Linear")
@@ -85,6 +108,10 @@ def unbiased_call(layer: nn.Module, func: str, arg: str, functional: str) -> str
                     f"{func}.weight, None, {func}.stride, {func}.padding, {func}.output_padding,"
                     f" {func}.groups, {func}.dilation) + {func}.bias{_broadcast(ones)}`")
         raise NotSpelled(why)
+    kind = hooked(layer)
+    if kind is not None:  # a module call runs them; the function below would not
+        raise NotSpelled(f"`{func}` has a {kind} registered, which would not run if an edit "
+                         f"called `{functional}.{name}` in its place")
     if name == "linear":
         return f"{functional}.linear({arg}, {func}.weight)"
     mode = getattr(layer, "padding_mode", "zeros")

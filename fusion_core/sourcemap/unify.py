@@ -24,7 +24,7 @@ from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
 from ..ir.spelling import said
 from .augmented import is_augmented, rebinding_refused
-from .from_end import counted_from_end, layer_positions, resolved
+from .from_end import counted_from_end, layer_positions, resolved, within
 from .mismatch import Mismatch, Reentered, value_of, whole_value
 from .pyexpr import (
     BINOPS,
@@ -247,8 +247,7 @@ class Unifier:
         where = str(node.target) if node.op == "call_module" else module_path(node)
         if chain and chain[0] == self.self_name and len(chain) > 1:
             child = self.child_path(chain[1:])
-            return where is not None and child is not None and (
-                where == child or where.startswith(child + "."))
+            return where is not None and child is not None and within(self.model, child, where)
         layers = layer_range(expr.func)  # `self.stem[:2](x)`: made by one of those layers
         if layers is not None and layers[0][0] == self.self_name and where is not None:
             path = self.child_path(layers[0][1:])

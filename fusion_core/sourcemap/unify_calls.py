@@ -16,9 +16,11 @@ import torch
 import torch.fx as fx
 
 from ..ir.bias_split import SPLIT_BIAS
+from ..ir.spelling import called_as
 from ..units import counted
 from .callsite import LiftedCall
 from .container import container_mismatch
+from .from_end import same_layer
 from .mismatch import ContainerMismatch, Mismatch
 from .pyexpr import is_literal, module_chain, module_path
 from .spelled_ops import op_names
@@ -104,9 +106,22 @@ class CallUnifier(Unifier):
                 and isinstance(expr, ast.Call) and id(expr) not in self.hidden):
             return False
         chain = module_chain(expr.func)
+        if self.through_variable(expr, node):
+            return True
         if len(chain) > 1 and chain[0] == self.self_name:
-            return self.child_path(chain[1:]) == _layer(node)
+            child = self.child_path(chain[1:])
+            return child is not None and same_layer(self.model, child, _layer(node))
         return bool(chain) and chain[-1] in op_names(node.args[0])
+
+    def through_variable(self, expr: ast.Call, node: fx.Node) -> bool:
+        """`expr` calls the layer whose bias `node` adds through a variable (`conv(x)` of `for
+        conv in self.convs:`, `self.convs[i](x)`), another layer on each pass: the text reads
+        each pass's own weight and bias, as its call does."""
+        path = _layer(node)
+        loc = self.graph[node.name].source if (
+            self.graph is not None and node.name in self.graph) else None
+        return bool(path) and loc is not None and called_as(path, loc) == self.src.segment(
+            expr.func)
 
     def match_split_bias(self, expr: ast.Call, node: fx.Node, k: int) -> None:
         """`self.conv1(x)` for the bias add the analysis split off that layer: the layer's
@@ -114,14 +129,15 @@ class CallUnifier(Unifier):
         (`self.conv1.bias.reshape(-1, 1, 1)`) as the graph does."""
         call, bias = node.args  # bias-free call, then the bias: bias_split.put_in_place
         path = _layer(node)
-        functional, needed = functional_name(self.src.tree)
+        functional, needed = functional_name(self.src.tree, self.local_names)
         # The bias as the kernel reads it: the layer's parameter, reshaped to (C, 1, ..., 1)
         # for a convolution (conv_bias.py); `base` is the parameter itself.
         shape = bias.args[1] if bias.op != "get_attr" and len(bias.args) == 2 else None
         base = bias.args[0] if shape is not None else bias
         bias_text = self.attr_text(bias)
         spelled, why = "", None
-        if module_chain(expr.func)[:1] != [self.self_name] or self.model is None:
+        if self.model is None or (module_chain(expr.func)[:1] != [self.self_name]
+                                  and not self.through_variable(expr, node)):
             ones = len(shape) - 1 if isinstance(shape, (tuple, list)) else 0
             why = ("an edit spells a call without its bias only for a layer called by name"
                    + bias_apart(expr, ones))  # `F.conv2d(x, w, b)`: the call's own bias
