@@ -11,7 +11,7 @@ import ast
 
 import pytest
 import torch
-from apply_checks import apply_net, conv_apart, load_net, same_outputs
+from apply_checks import DEVICE, apply_net, conv_apart, load_net, same_outputs
 from torch import nn
 
 from fusion_core.ir.bias_split import SPLIT_BIAS
@@ -46,9 +46,9 @@ def test_a_layer_with_a_hook_keeps_its_call_so_the_hook_still_runs(tmp_path, app
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output, result.output
     assert path.read_text().endswith("        return cluster0(self.conv1(x))\n"), path.read_text()
-    net = load_net(path).eval()
+    net = load_net(path).eval().to(DEVICE)  # a GPU's kernel needs its memory
     with torch.no_grad():
-        net(torch.randn(2, 3, 8, 8))
+        net(torch.randn(2, 3, 8, 8, device=DEVICE))
     assert net.seen == [(2, 8, 8, 8)]
 
 

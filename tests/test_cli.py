@@ -194,13 +194,19 @@ MEASURED_GATES = ("benchmark", "bandwidth")
 def deterministic_part(output: str, doc: dict) -> tuple:
     """What repeats on every machine: the printed report up to the GPU's Measured section
     (all of it without CUDA) and, from the JSON, every verdict and error that no timing
-    decides (the Measured section's numerics are there)."""
-    numerics = [(c["cluster"], c["max_abs_err"],
-                 [(g["gate"], g["passed"], g["max_abs_err"]) for g in c["gates"]
+    decides (the Measured section's numerics are there). With CUDA each kernel runs with
+    the configuration its timing picked (codegen/tuning.py), and another pick sums a row in
+    another order: the errors then differ in their last bits, so only the verdicts count."""
+    def err(value):
+        return None if torch.cuda.is_available() else value
+
+    numerics = [(c["cluster"], err(c["max_abs_err"]),
+                 [(g["gate"], g["passed"], err(g["max_abs_err"])) for g in c["gates"]
                   if g["gate"] not in MEASURED_GATES])
                 for c in doc["validation"]["clusters"]]
-    model = {k: doc["validation"]["model"][k] for k in ("passed", "max_abs_err", "patched")}
-    return output.split("\nMeasured\n")[0], numerics, model
+    model = {k: doc["validation"]["model"][k] for k in ("passed", "patched")}
+    return output.split("\nMeasured\n")[0], numerics, model, err(
+        doc["validation"]["model"]["max_abs_err"])
 
 
 def test_the_same_command_prints_the_same_report(example_net_run):

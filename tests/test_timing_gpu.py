@@ -116,14 +116,21 @@ def pytest_fusion_measure(analysis, config):
 """
 
 
+# The plugin times the model at 32 MiB a tensor: a kernel of a few µs on any GPU, judged. At
+# 2 MiB (65536×8) an H100's device time fell under the timer's resolution (launch-bound,
+# never judged) where an H200's did not.
+TIMED = (1 << 20, 8)
+
+
 @pytest.mark.usefixtures("torch_warm")
 def test_a_slowed_kernel_fails_naming_the_cluster_and_both_figures(proj):
     proj.makeconftest(SLOWING_CONFTEST)
-    proj.makepyfile(test_net=marked_test(timing_inputs=[(65536, 8)], timing_tolerance=0.25))
+    proj.makepyfile(test_net=marked_test(timing_inputs=[TIMED], timing_tolerance=0.25))
     run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
     ((_, path),) = baselines(proj.path).items()
     (measured,) = yaml.safe_load(path.read_text())["measured"].values()
-    assert measured["clock"] == "device" and measured["inputs"] == ["65536×8 float32"]
+    assert measured["clock"] == "device"
+    assert measured["inputs"] == [f"{TIMED[0]}×{TIMED[1]} float32"]
     assert measured["clusters"][0]["kernel_host_us"]
     run(proj).assert_outcomes(passed=1)  # the same kernel passes
     (proj.path / "slow.txt").write_text("2.0")
@@ -154,9 +161,9 @@ def test_a_slowed_kernel_fails_naming_the_cluster_and_both_figures(proj):
 
 @pytest.mark.usefixtures("torch_warm")
 def test_required_timings_fail_a_gpu_run_whose_baselines_lack_this_gpu(proj):
-    # Timed at 2 MiB: the analysis shape's kernels are launch-bound, never judged, and the
+    # Timed at TIMED: the analysis shape's kernels are launch-bound, never judged, and the
     # last run below must judge one.
-    proj.makepyfile(test_net=marked_test(timing_inputs=[(65536, 8)], timing_tolerance=0.5))
+    proj.makepyfile(test_net=marked_test(timing_inputs=[TIMED], timing_tolerance=0.5))
     proj.makeconftest(NOTHING_CONFTEST)
     run(proj, "--fusion-update-baselines").assert_outcomes(passed=1)
     (proj.path / "conftest.py").unlink()  # from now on the plugin measures on the GPU
