@@ -31,6 +31,7 @@ from .analysis.types import Cluster, Failure, Rejection
 from .codegen.lower import dry_run
 from .errors import InputSpecError
 from .ir.capture import captured, leaf_list
+from .ir.cat_repeats import distinct_cat_operands
 from .ir.channels import explicit_channels
 from .ir.conv_bias import split_conv_bias
 from .ir.duplicate import copy_cone, duplicate_values, undo
@@ -152,6 +153,7 @@ def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.d
     explicit_channels(gm)
     split_linear_bias(gm)
     split_conv_bias(gm, device)
+    distinct_cat_operands(gm)
     index_copies = copy_index_values(gm)
     graph, clusters, rejections = _detect(gm, name, frontend)
     if stray := stray_copies(graph, [c.nodes for c in clusters], index_copies):

@@ -12,9 +12,11 @@ the whole value's, and detection runs again. A copy no kernel takes is undone
 
 The cone is the value's pointwise producers that feed nothing else (at most ``_MAX_CONE``
 ops); a slice is a view whose steps are all ``Narrow`` (a subscript with plain bounds, or a
-piece of `chunk`/`split`). It is chosen when that moves no more bytes: per slice the cone's
-operands are read at the slice's part instead of the slice itself, and the value is no longer
-written where nothing else reads it from memory; where it is still written (a model output,
+piece of `chunk`/`split`), or the alias standing for a cat's repeated operand
+(``ir/cat_repeats.py``: `cat((f, f))` reads the whole value at a second piece). It is
+chosen when that moves no more bytes: per slice the cone's operands are read at the slice's
+part instead of the slice itself, and the value is no longer written where nothing else
+reads it from memory; where it is still written (a model output,
 a reader in another kernel) only a strict saving counts, as Inductor then reads the buffer.
 """
 
@@ -40,12 +42,23 @@ class SliceRecompute:
 
 
 def narrows(g: FusionGraph, name: str) -> tuple[Narrow, ...] | None:
-    """The steps of view `name` when they are all plain slices; else None."""
+    """The steps of view `name` when they are all plain slices, () for a cat's repeated
+    operand (``ir/cat_repeats.py``: the whole value at another piece); else None."""
     node = g[name]
     steps = node.param(INDEX_STEPS) if node.kind is OpKind.VIEW else None
+    if steps is not None and not steps and _repeated(g, name):
+        return ()
     if not steps or not all(isinstance(s, Narrow) for s in steps):
         return None
     return tuple(steps)
+
+
+def _repeated(g: FusionGraph, alias: str) -> bool:
+    """`alias` (a view with no steps) stands for a cat's repeated operand: every reader is a
+    cat that reads its source too."""
+    src = g[alias].refs[0] if g[alias].refs else None
+    users = g.users[alias]
+    return bool(users) and all(g[u].kind is OpKind.CONCAT and src in g[u].refs for u in users)
 
 
 def cone_of(g: FusionGraph, value: str) -> tuple[str, ...] | None:
@@ -87,7 +100,8 @@ def slice_recompute_plan(g: FusionGraph, clusters: Sequence[Cluster]
     writes = _writes(g)
     plan: list[SliceRecompute] = []
     for node in g.nodes:
-        if not (node.kind in _COPIED and any(narrows(g, u) for u in g.users[node.name])):
+        if not (node.kind in _COPIED and any(narrows(g, u) is not None
+                                             for u in g.users[node.name])):
             continue
         cone = cone_of(g, node.name)
         if cone is None:

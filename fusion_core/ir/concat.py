@@ -33,7 +33,7 @@ def concat_problem(g: FusionGraph, name: str) -> str | None:
     if out is None or not out.shape or not isinstance(node.param("dim"), int):
         return "has no static cat dim or result shape"
     dim = cat_dim(g, name)
-    if len(set(refs)) != len(refs):
+    if len(set(refs)) != len(refs):  # the pipeline reads a repeat through an alias first
         repeated = next(r for r in refs if refs.count(r) > 1)
         return (f"repeats {said(g, repeated)}; a kernel reads each operand of a cat through "
                 "one piece of the result")
