@@ -130,3 +130,31 @@ def test_repeat_kernels_compile_for_sm90(tmp_path):
         jobs.append((generate(a, cluster), tmp_path / name, args))
     compiled = compile_for_gpu(jobs)
     assert len(compiled) == len(jobs) and all(compiled.values()), compiled
+
+
+ROPE_NET = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        f = x * 3.0
+        return torch.cat((f, f), -1).cos() * 2.0
+"""
+
+
+def test_a_repeated_operand_is_one_value_to_the_edit_and_named_as_written(tmp_path):
+    """The alias reading the second `f` is the source's one `f`: `--apply` writes the
+    cluster over both lines (it was a pointer, "`f` does not hold what the graph reads"), and
+    the ops list names it `alias`, not torch's overload `alias.default`."""
+    from apply_checks import apply_net, same_outputs
+
+    path = tmp_path / "net.py"
+    path.write_text(ROPE_NET)
+    result = apply_net(path, "2,4")
+    assert result.exit_code == 0, result.output
+    assert "mul → mul → alias → cat → cos → mul" in result.output, result.output
+    assert "Applied 1 edit" in result.output, result.output
+    assert path.read_text().endswith("        return cluster0(x)\n"), path.read_text()
+    same_outputs(tmp_path, path, ROPE_NET, shape=(2, 4))

@@ -222,6 +222,8 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
         return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
     if found == "view":
         op = str(getattr(key, "__name__", n.target) if n.op != "call_method" else n.target)
+        if isinstance(key, torch._ops.OpOverload):  # an aten view a pass put in (an alias)
+            op = key._overloadpacket.__name__
         if op.split(".")[0] in SHAPE_ONLY_OTHER:
             refs = refs[:1]  # the other tensor lends its shape, already in the result's meta
         if (piece := piece_of_split(n)) is not None:

@@ -17,6 +17,7 @@ from ..pipeline import Analysis
 from .mismatch import ContainerMismatch, Mismatch, Reentered, whole_value
 from .parts import fold_order, nesting, parts
 from .pysource import Scope, local_names
+from .recomputed import original_value
 from .results import assigned_to, results, returned_tuple
 from .span import PointerOnly, Span, count_words
 from .unify_calls import CallUnifier
@@ -102,10 +103,11 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                               f"the kernel's {count_words(len(c.outputs))} results in its "
                               f"order ({results(analysis, c)}): {e}") from e
         raise PointerOnly(str(e)) from e
-    # A slice's copy of its producer is the source's one value, matched once for both.
-    found = {analysis.graph[n].copy_of or n for n in match.matched if n in analysis.graph}
-    missing = [n for n in c.nodes if n not in match.matched
-               and (analysis.graph[n].copy_of or n) not in found]
+    # A slice's copy of its producer, a cat's repeated operand: the source's one value,
+    # matched once for both.
+    g = analysis.graph
+    found = {original_value(g, n) for n in match.matched if n in g}
+    missing = [n for n in c.nodes if n not in match.matched and original_value(g, n) not in found]
     if missing:
         raise PointerOnly(f"{said(analysis.graph, missing[0])} is not computed on these lines")
     texts = dict(match.inputs)

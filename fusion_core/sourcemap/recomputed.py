@@ -15,6 +15,7 @@ from collections.abc import Collection
 
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.spelling import said
+from ..ir.views import INDEX_STEPS
 from .pysource import SourceFile, Statement, is_plain_access, loaded_names
 
 
@@ -66,9 +67,19 @@ def copied_expr(src: SourceFile, stmts: list[Statement], graph: FusionGraph, nam
 
 def same_value(graph: FusionGraph | None, cluster: Collection[str], a: str, b: str) -> bool:
     """`a` and `b` are one value the kernel computes twice, a slice's copy of its producer
-    and the original (``analysis/slice_recompute.py``), or the `chunk` calls whose pieces it
-    computes: the source computes it once, on the range's lines."""
+    and the original (``analysis/slice_recompute.py``), a cat's repeated operand and its
+    source (``ir/cat_repeats.py``: an alias, of a copy where the kernel recomputes it), or the
+    `chunk` calls whose pieces it computes: the source computes it once, on the range's
+    lines."""
     g = graph
-    if g is None or a not in g or b not in g or (g[a].copy_of or a) != (g[b].copy_of or b):
+    if g is None or a not in g or b not in g or original_value(g, a) != original_value(g, b):
         return False
     return all(n in cluster or (g[n].kind is OpKind.VIEW and g[n].meta is None) for n in (a, b))
+
+
+def original_value(g: FusionGraph, name: str) -> str:
+    """The value `name` holds: through views that move nothing (an alias), to the original
+    of a copy."""
+    while g[name].kind is OpKind.VIEW and g[name].param(INDEX_STEPS) == () and g[name].refs:
+        name = g[name].refs[0]
+    return g[name].copy_of or name
