@@ -56,6 +56,31 @@ class Reverse(torch.nn.Module):
         return shortcut + torch.tanh(x.reshape(B, H, W, C)) * 0.5
 
 
+class ScaledHeadMerge(torch.nn.Module):
+    """The heads merged back, times a learned scalar: a (1,) parameter broadcast over the
+    merged dim, which the kernel splits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn(1), requires_grad=False)
+
+    def forward(self, o, x):
+        B, T, C = x.shape
+        return o.transpose(1, 2).reshape(B, T, C) * self.scale + x
+
+
+class GainedHeadMerge(torch.nn.Module):
+    """The heads merged back, times a per-position gain of shape (1, T, 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.randn(1, 4, 1), requires_grad=False)
+
+    def forward(self, o, x):
+        B, T, C = x.shape
+        return torch.relu(o.transpose(1, 2).reshape(B, T, C)) * self.gain + x
+
+
 def _heads(b, h, t, d):
     return (torch.randn(b, h, t, d), torch.randn(b, t, h * d))
 
@@ -75,7 +100,14 @@ def _windows(b, h, w, c):
     # the windows' dims split as analysed, the batch a dim of its own: it follows
     (Reverse(), _windows, (2, 4, 6, 3), [(3, 4, 6, 3), (1, 4, 6, 5)],
      "reshape → tanh → mul → add"),
-], ids=["head merge", "head merge contiguous", "swin partition", "swin reverse"])
+    # a size-1 parameter dim in the merged dim splits into size-1 dims: no expansion to
+    # the analysed (B, T) fixes the launcher's sizes
+    (ScaledHeadMerge(), _heads, (2, 3, 4, 5), [(3, 3, 7, 5), (1, 3, 2, 5)],
+     "reshape → mul → add"),
+    (GainedHeadMerge(), _heads, (2, 3, 4, 5), [(3, 3, 4, 5), (1, 3, 4, 5)],
+     "reshape → relu → mul → add"),
+], ids=["head merge", "head merge contiguous", "swin partition", "swin reverse",
+        "head merge scaled", "head merge gained"])
 def test_a_permuted_reshape_sized_from_input_shapes_fuses_and_follows_other_sizes(
         tmp_path, model, make, analysed, others, chain):
     """One cluster holding the reshape; each kernel and the model with it patched in match
