@@ -191,3 +191,32 @@ def test_a_reshape_splitting_several_dims_is_refined_as_one_unflatten_each():
     two_free = (Dim("x", 0), half(1), Const(2), Arith("floordiv", Dim("x", 2), Const(4)), third)
     assert refine((Reshape((2, 2, 2, 3, 4)),), two_free, (2, 4, 12)) == (
         Unflatten(2, (3, 4)), Unflatten(1, (-1, 2)))
+
+
+class HeadSequences(torch.nn.Module):
+    """Heads split from the channels, each head's positions and features merged: the kernel
+    splits that merged dim at the analysed length."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        y = torch.relu(x * 2.0).view(B, T, 3, C // 3).transpose(1, 2)
+        return y.reshape(B, 3, -1) + 1.0
+
+
+def test_a_batch_of_one_stays_a_dim_and_another_length_is_refused_by_name(tmp_path):
+    """Analysed at batch 1, the input's view keeps its batch dim (no squeeze that another
+    batch would leave in place, a dim too many); the sequence length, which the kernel
+    splits the merged dim at, is refused naming the input's dim, not in torch's
+    `unflatten`."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    model = HeadSequences()
+    a = analyze(model, torch.randn(1, 4, 6))
+    (c,) = a.clusters
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    launch = load_kernel(path).cluster0
+    for x in (torch.randn(1, 4, 6), torch.randn(3, 4, 6)):
+        torch.testing.assert_close(launch(x.to(DEVICE)).cpu(), model(x))
+    with pytest.raises(ValueError, match=r"^cluster0: `x` is 5 long in dim 1; this kernel "
+                       r"writes `add` with it merged as analysed, 4 of \(4, 2\); regenerate"):
+        launch(torch.randn(1, 5, 6).to(DEVICE))

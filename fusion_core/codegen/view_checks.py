@@ -224,8 +224,12 @@ def _split_results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
     out = []
     for o in plan.outputs:
         for first, sizes in _split_domain(o, plan.rank):
+            whole: dict[int, tuple[str, int]] = {}  # split dim -> (input, its dim there)
             for t in plan.inputs:
                 dims = [_reaching(t, d, plan.rank) for d in range(first, first + len(sizes))]
+                for k, r in enumerate(dims):
+                    if len(r) == 1 and t.value_shape[r[0]] == sizes[k]:  # not broadcast
+                        whole.setdefault(k, (firsts[t.value], r[0]))
                 if not all(len(r) == 1 for r in dims):
                     continue
                 a = firsts[t.value]
@@ -236,4 +240,11 @@ def _split_results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
                         f"dims {', '.join(str(r[0]) for r in dims)}; this kernel writes "
                         f"`{o.value}` with them merged as {n} (analysed {sizes}); {FIX}\")"]
                 break
+            else:  # no input makes them all: each split dim one does make (a sequence
+                # length beside heads split from channels, which ``_divides`` pins)
+                for k, (a, r) in sorted(whole.items()):
+                    out += [f"if {a}.shape[{r}] != {sizes[k]}:",
+                            f'    raise ValueError(f"{{NAME}}: `{a}` is {{{a}.shape[{r}]}} long '
+                            f"in dim {r}; this kernel writes `{o.value}` with it merged as "
+                            f'analysed, {sizes[k]} of {sizes}; {FIX}")']
     return out

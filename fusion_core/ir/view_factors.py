@@ -162,6 +162,12 @@ def _regroup_run(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, .
     dims = f.without_ones()
     if any(len(ids) > 1 for ids in dims):
         return None
+    # A size-1 source dim read whole as a result dim (a batch of 1) stays that dim, not a
+    # squeeze and an unsqueeze: at another batch the launcher's view keeps its rank.
+    ones = {ids[0]: -1 - k for k, ids in enumerate(f.source) if len(ids) == 1
+            and f.size[ids[0]] == 1}
+    dims = [ids or [ones[x] for x in full if x in ones][:1]
+            for ids, full in zip(dims, f.dims, strict=True)]
     out: list[Step] = []
     order: list[int] = []  # the factor (or -1 - k: size-1 source dim k) of each unflattened dim
     for k in range(len(f.source) - 1, -1, -1):
