@@ -273,6 +273,23 @@ def test_other_sizes_of_the_split_dims_are_refused_naming_the_input(tmp_path):
         launch(torch.randn(B, 4, T, 4).transpose(1, 2))
 
 
+def test_a_batch_of_one_merged_away_is_refused_at_another_batch_by_name(tmp_path):
+    """`flatten(0, 1)` of a batch of 1 is a squeeze when analysed; at batch 3 `squeeze`
+    would keep the dim: refused naming the input's dim, not as a rank mismatch of the
+    broadcast shapes (`a`: the launcher's name for Lambda's input)."""
+    def fn(m, o):
+        return torch.tanh((o * 2.0).transpose(1, 2).flatten(0, 1)) + 1.0
+
+    a = analyze(Lambda(fn, 1), torch.randn(1, H, T, D))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = on_device(load_kernel(path).cluster0)
+    o = torch.randn(1, H, 7, D)
+    torch.testing.assert_close(launch(o), fn(None, o))
+    with pytest.raises(ValueError, match=r"^cluster0: `a` is 3 long in dim 0; this kernel "
+                       r"drops that dim, 1 long when analysed; regenerate it"):
+        launch(torch.randn(3, H, T, D))
+
+
 def test_two_values_merging_one_dim_crossing_ways_are_refused_by_name():
     """3×4 heads and 4×3 heads merged into one 12-wide dim: no split of 12 serves both."""
     def fn(m, x, y):

@@ -94,6 +94,7 @@ def fits_lines(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
             cuts += sorted(_cuts(t, firsts[t.value], plan.rank), key=lambda c: c.dim)
     repeats = [c for c in cuts if isinstance(c.step, Repeat)]
     checks = [_rank(t, firsts[t.value]) for t in plan.inputs if _rank_bound(t.view)]
+    checks += [_squeezed(t, firsts[t.value]) for t in plan.inputs if t.view]
     checks.append(_results(plan, firsts))
     checks.append(_split_results(plan, firsts))
     for c in cuts:
@@ -119,6 +120,28 @@ def _rank(t: TensorArg, name: str) -> list[str]:
     return [f"if {name}.dim() != {n}:",
             f'    raise ValueError(f"{{NAME}}: `{name}` has {{{name}.dim()}} dims; this kernel '
             f'views it by dim as analysed, with {n} ({t.value_shape}); {FIX}")']
+
+
+def _squeezed(t: TensorArg, name: str) -> list[str]:
+    """Own dims of `t` its chain drops as size 1 (a batch of 1 a flatten or a reshape
+    merged away when analysed): at another size `squeeze` keeps the dim, and the view
+    would reach the kernel with a dim too many."""
+    out = []
+    shape = t.value_shape
+    for k, step in enumerate(t.view):
+        if not isinstance(step, Squeeze):
+            continue
+        for r in range(len(shape)):
+            marked = tuple(_MARK if j == r else n for j, n in enumerate(shape))
+            at = shape_after(t.view[:k], marked)
+            if not any(at[d % len(at)] == _MARK for d in step.dims):
+                continue
+            dim = r - len(shape) if any(d < 0 for d in step.dims) else r
+            a = f"{name}.shape[{dim}]"
+            out += [f"if {a} != 1:",
+                    f'    raise ValueError(f"{{NAME}}: `{name}` is {{{a}}} long in dim {dim}; '
+                    f'this kernel drops that dim, 1 long when analysed; {FIX}")']
+    return out
 
 
 def _upsampled(c: Cut, src: Cut) -> list[str]:
