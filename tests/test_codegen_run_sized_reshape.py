@@ -81,8 +81,22 @@ class GainedHeadMerge(torch.nn.Module):
         return torch.relu(o.transpose(1, 2).reshape(B, T, C)) * self.gain + x
 
 
+class GatedHeadMerge(torch.nn.Module):
+    """A gate per head and position (B, H, T, 1), broadcast over each head's features, then
+    the heads merged back: the gate's size-1 dim merges with the heads' dim and is split
+    again where the kernel splits the merged dim."""
+
+    def forward(self, o, g, x):
+        B, T, C = x.shape
+        return torch.relu((o * torch.sigmoid(g)).transpose(1, 2).reshape(B, T, C)) + x
+
+
 def _heads(b, h, t, d):
     return (torch.randn(b, h, t, d), torch.randn(b, t, h * d))
+
+
+def _gated_heads(b, h, t, d):
+    return (torch.randn(b, h, t, d), torch.randn(b, h, t, 1), torch.randn(b, t, h * d))
 
 
 def _windows(b, h, w, c):
@@ -106,8 +120,10 @@ def _windows(b, h, w, c):
      "reshape → mul → add"),
     (GainedHeadMerge(), _heads, (2, 3, 4, 5), [(3, 3, 4, 5), (1, 3, 4, 5)],
      "reshape → relu → mul → add"),
+    (GatedHeadMerge(), _gated_heads, (2, 3, 4, 5), [(3, 3, 7, 5), (1, 3, 2, 5)],
+     "sigmoid → mul → transpose → reshape → relu → add"),
 ], ids=["head merge", "head merge contiguous", "swin partition", "swin reverse",
-        "head merge scaled", "head merge gained"])
+        "head merge scaled", "head merge gained", "head merge gated"])
 def test_a_permuted_reshape_sized_from_input_shapes_fuses_and_follows_other_sizes(
         tmp_path, model, make, analysed, others, chain):
     """One cluster holding the reshape; each kernel and the model with it patched in match

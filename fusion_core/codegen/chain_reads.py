@@ -48,7 +48,11 @@ def _broadcast_chain(shape: tuple[int, ...], out: tuple[int, ...],
         return None
     steps = []
     small, big = shape, out
-    for s in chain:
+    skip = False
+    for k, s in enumerate(chain):
+        if skip or (k + 1 < len(chain) and _undone(s, chain[k + 1], big)):
+            skip = not skip  # the merge, then its split
+            continue
         own = s
         if isinstance(s, Unflatten) and small[s.dim] == 1 and big[s.dim] != 1:
             own = Unflatten(s.dim, (1,) * len(s.sizes))
@@ -59,6 +63,14 @@ def _broadcast_chain(shape: tuple[int, ...], out: tuple[int, ...],
         except (ViewError, RuntimeError):  # a merge of a size-1 dim, a fixed reshape
             return None
     return tuple(steps) if _broadcasts(small, big) else None
+
+
+def _undone(m: Step, u: Step, shape: tuple[int, ...]) -> bool:
+    """`m` is a merge that `u` splits again as it was (a reshape's merge, then the split
+    ``regroup_space`` adds): nothing to a tensor of `shape`, while a size-1 operand dim
+    would merge with its neighbour's."""
+    return (isinstance(m, Merge) and isinstance(u, Unflatten) and u.dim == m.first
+            and u.shape(m.shape(shape)) == shape)
 
 
 def _broadcasts_through(shape: tuple[int, ...], out: tuple[int, ...],

@@ -250,10 +250,13 @@ def _split_results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
             whole: dict[int, tuple[str, int]] = {}  # split dim -> (input, its dim there)
             for t in plan.inputs:
                 dims = [_reaching(t, d, plan.rank) for d in range(first, first + len(sizes))]
+                # a dim reached whole, not broadcast there (a gate's size-1 dim of features)
+                dims = [r if len(r) == 1 and t.value_shape[r[0]] == n else []
+                        for r, n in zip(dims, sizes, strict=True)]
                 for k, r in enumerate(dims):
-                    if len(r) == 1 and t.value_shape[r[0]] == sizes[k]:  # not broadcast
+                    if r:
                         whole.setdefault(k, (firsts[t.value], r[0]))
-                if not all(len(r) == 1 for r in dims):
+                if not all(dims):
                     continue
                 a = firsts[t.value]
                 got = " * ".join(f"{a}.shape[{r[0]}]" for r in dims)
