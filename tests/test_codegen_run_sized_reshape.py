@@ -122,8 +122,15 @@ def _windows(b, h, w, c):
      "reshape → relu → mul → add"),
     (GatedHeadMerge(), _gated_heads, (2, 3, 4, 5), [(3, 3, 7, 5), (1, 3, 2, 5)],
      "sigmoid → mul → transpose → reshape → relu → add"),
+    # a batch of 1 is a dim of its own in the views' refined steps (once fused nothing:
+    # "sizes dim 1 as `x.shape[1] // 2`, which need not be `2`")
+    (Partition(), _windows, (1, 4, 6, 3), [(1, 4, 6, 5)],
+     "mul → view → permute → reshape → sigmoid → add"),
+    (Reverse(), _windows, (1, 4, 6, 3), [(3, 4, 6, 3), (1, 4, 6, 5)],
+     "reshape → tanh → mul → add"),
 ], ids=["head merge", "head merge contiguous", "swin partition", "swin reverse",
-        "head merge scaled", "head merge gained", "head merge gated"])
+        "head merge scaled", "head merge gained", "head merge gated",
+        "swin partition batch 1", "swin reverse batch 1"])
 def test_a_permuted_reshape_sized_from_input_shapes_fuses_and_follows_other_sizes(
         tmp_path, model, make, analysed, others, chain):
     """One cluster holding the reshape; each kernel and the model with it patched in match
