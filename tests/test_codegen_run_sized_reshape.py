@@ -243,3 +243,32 @@ def test_a_batch_of_one_stays_a_dim_and_another_length_is_refused_by_name(tmp_pa
     with pytest.raises(ValueError, match=r"^cluster0: `x` is 5 long in dim 1; this kernel "
                        r"writes `add` with it merged as analysed, 4 of \(4, 2\); regenerate"):
         launch(torch.randn(1, 5, 6).to(DEVICE))
+
+
+class SummedHeads(torch.nn.Module):
+    """Heads split from the channels and merged with the batch (`(B * H, T, D)`), then a
+    sum over each head's features: the result is written with its batch-and-heads dim
+    split at the analysed batch."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        y = torch.relu(x).reshape(B, T, 3, -1).permute(0, 2, 1, 3)
+        return torch.tanh(y.reshape(-1, T, y.shape[-1])).sum(-1)
+
+
+def test_a_reduced_result_split_at_the_analysed_batch_is_refused_by_name(tmp_path):
+    """Another length follows; another batch is refused naming the input's dim (the
+    result's map holds the reduced dim put back before the split: once unchecked, torch's
+    `unflatten` error)."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    model = SummedHeads()
+    a = analyze(model, torch.randn(2, 5, 12))
+    (c,) = a.clusters
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    launch = load_kernel(path).cluster0
+    x = torch.randn(2, 7, 12)
+    torch.testing.assert_close(launch(x.to(DEVICE)).cpu(), model(x))
+    with pytest.raises(ValueError, match=r"^cluster0: `x` is 3 long in dim 0; this kernel "
+                       r"writes `sum_1` with it merged as analysed, 2 of \(2, 3\); regenerate"):
+        launch(torch.randn(3, 5, 12).to(DEVICE))

@@ -230,13 +230,20 @@ def _results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
 
 def _split_domain(o: TensorArg, rank: int) -> list[tuple[int, tuple[int, ...]]]:
     """(first domain dim, sizes) of each dim of result `o` the kernel writes split
-    (``regroup_space.py``: its map is unflattens alone, innermost first)."""
-    if not o.view or not all(isinstance(s, Unflatten) and -1 not in s.sizes for s in o.view):
+    (``regroup_space.py``: its map is unflattens, after the dims a reduction keeps as 1)."""
+    if not o.view or not all(isinstance(s, Unflatten) and -1 not in s.sizes
+                             or isinstance(s, Unsqueeze) for s in o.view):
         return []
     out = []
     for k, step in enumerate(o.view):
-        later = sum(len(s.sizes) - 1 for s in o.view[k + 1:] if s.dim < step.dim)
-        out.append((step.dim + later + rank - len(o.shape), step.sizes))
+        if not isinstance(step, Unflatten):
+            continue
+        # where the split's sizes land in the domain: marked, through the later steps
+        marks = tuple(_MARK + j for j in range(len(step.sizes)))
+        after = shape_after((Unflatten(step.dim, marks), *o.view[k + 1:]),
+                            shape_after(o.view[:k], o.value_shape))
+        at = [j for j, n in enumerate(after) if n in marks]
+        out.append((at[0] + rank - len(after), step.sizes))
     return out
 
 
