@@ -272,3 +272,32 @@ def test_a_reduced_result_split_at_the_analysed_batch_is_refused_by_name(tmp_pat
     with pytest.raises(ValueError, match=r"^cluster0: `x` is 3 long in dim 0; this kernel "
                        r"writes `sum_1` with it merged as analysed, 2 of \(2, 3\); regenerate"):
         launch(torch.randn(3, 5, 12).to(DEVICE))
+
+
+class PartitionSoftmax(torch.nn.Module):
+    """Swin's window partition sized from the input, windows as (w, w) maps, a softmax over
+    channels."""
+
+    def forward(self, x):
+        B, H, W, C = x.shape
+        w = 2
+        y = torch.relu(x).view(B, H // w, w, W // w, w, C).permute(0, 1, 3, 2, 4, 5)
+        return torch.softmax(y.contiguous().view(-1, w, w, C), -1)
+
+
+def test_a_map_one_window_high_is_refused_at_another_height_by_name(tmp_path):
+    """A map 2 high at batch 1: its window rows, 1 when analysed, are dropped; a map 6 high
+    is refused naming `x`'s dim (once a rank mismatch of the broadcast shapes, "this kernel
+    iterates over 4-d shapes"); other channels follow."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    model = PartitionSoftmax()
+    a = analyze(model, torch.randn(1, 2, 4, 3))
+    (c,) = a.clusters
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    launch = load_kernel(path).cluster0
+    x = torch.randn(1, 2, 4, 5)
+    torch.testing.assert_close(launch(x.to(DEVICE)).cpu(), model(x))
+    with pytest.raises(ValueError, match=r"^cluster0: `x` is 6 long in dim 1; this kernel "
+                       r"reads it as analysed, 2 long, split with a dim of 1 that it drops; "):
+        launch(torch.randn(1, 6, 4, 3).to(DEVICE))

@@ -124,24 +124,37 @@ def _rank(t: TensorArg, name: str) -> list[str]:
 
 def _squeezed(t: TensorArg, name: str) -> list[str]:
     """Own dims of `t` its chain drops as size 1 (a batch of 1 a flatten or a reshape
-    merged away when analysed): at another size `squeeze` keeps the dim, and the view
-    would reach the kernel with a dim too many."""
+    merged away when analysed, or the `-1` part of a split that was 1: Swin's windows of a
+    map one window high): at another size `squeeze` keeps the dim, and the view would
+    reach the kernel with a dim too many."""
     out = []
     shape = t.value_shape
     for k, step in enumerate(t.view):
         if not isinstance(step, Squeeze):
             continue
+        # the dim itself (1), or the `-1` part of an earlier split by the others' product
+        parts = [1] + [math.prod(x for x in s.sizes if x != -1) for s in t.view[:k]
+                       if isinstance(s, Unflatten) and -1 in s.sizes]
         for r in range(len(shape)):
-            marked = tuple(_MARK if j == r else n for j, n in enumerate(shape))
-            at = shape_after(t.view[:k], marked)
-            if not any(at[d % len(at)] == _MARK for d in step.dims):
+            m = next((m for m in parts if _lands(t.view[:k], shape, r, m, step)), None)
+            if m is None:
                 continue
             dim = r - len(shape) if any(d < 0 for d in step.dims) else r
             a = f"{name}.shape[{dim}]"
-            out += [f"if {a} != 1:",
+            what = ("drops that dim, 1 long when analysed" if m == 1 else
+                    f"reads it as analysed, {m} long, split with a dim of 1 that it drops")
+            out += [f"if {a} != {m}:",
                     f'    raise ValueError(f"{{NAME}}: `{name}` is {{{a}}} long in dim {dim}; '
-                    f'this kernel drops that dim, 1 long when analysed; {FIX}")']
+                    f'this kernel {what}; {FIX}")']
     return out
+
+
+def _lands(steps: tuple[Step, ...], shape: tuple[int, ...], r: int, m: int,
+           squeeze: Squeeze) -> bool:
+    """Own dim `r`, `m` times a mark long, reaches a dim `squeeze` drops as the mark."""
+    marked = tuple(_MARK * m if j == r else n for j, n in enumerate(shape))
+    at = shape_after(steps, marked)
+    return any(at[d % len(at)] == _MARK for d in squeeze.dims)
 
 
 def _upsampled(c: Cut, src: Cut) -> list[str]:
