@@ -301,3 +301,32 @@ def test_a_map_one_window_high_is_refused_at_another_height_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"^cluster0: `x` is 6 long in dim 1; this kernel "
                        r"reads it as analysed, 2 long, split with a dim of 1 that it drops; "):
         launch(torch.randn(1, 6, 4, 3).to(DEVICE))
+
+
+class WindowSums(torch.nn.Module):
+    """Swin's window partition, windows as (w, w) maps, summed over channels."""
+
+    def forward(self, x):
+        B, H, W, C = x.shape
+        w = 2
+        y = torch.tanh(x).view(B, H // w, w, W // w, w, C).permute(0, 1, 3, 2, 4, 5)
+        return (y.contiguous().view(-1, w, w, C) + 1.0).sum(-1)
+
+
+def test_a_split_with_a_part_of_1_keeps_it_where_the_kernel_regroups(tmp_path):
+    """A map one window high: its rows split as (1, 2). The kernel splits the windows dim,
+    and the input's view once read the rows whole, as the 2 of each window: a map 6 high
+    came back (4, 6, 2) where eager gives (12, 2, 2). The split now keeps its 1, which the
+    launcher checks."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    model = WindowSums()
+    a = analyze(model, torch.randn(2, 2, 4, 3))
+    (c,) = a.clusters
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    launch = load_kernel(path).cluster0
+    x = torch.randn(2, 2, 4, 5)
+    torch.testing.assert_close(launch(x.to(DEVICE)).cpu(), model(x))
+    with pytest.raises(ValueError, match=r"^cluster0: `x` is 6 long in dim 1; this kernel "
+                       r"reads it as \(1, 2\) there \(analysed 2\); regenerate it"):
+        launch(torch.randn(2, 6, 4, 3).to(DEVICE))
