@@ -241,11 +241,12 @@ def _results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
     return out
 
 
-def _split_domain(o: TensorArg, rank: int) -> list[tuple[int, tuple[int, ...]]]:
-    """(first domain dim, sizes) of each dim of result `o` the kernel writes split
-    (``regroup_space.py``: its map is unflattens, after the dims a reduction keeps as 1)."""
+def _split_domain(o: TensorArg, rank: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(domain dims, sizes) of each dim of result `o` the kernel writes split
+    (``regroup_space.py``: its map is unflattens, after the dims a reduction keeps as 1,
+    then the permute into a domain another result set)."""
     if not o.view or not all(isinstance(s, Unflatten) and -1 not in s.sizes
-                             or isinstance(s, Unsqueeze) for s in o.view):
+                             or isinstance(s, Unsqueeze | Permute) for s in o.view):
         return []
     out = []
     for k, step in enumerate(o.view):
@@ -255,8 +256,8 @@ def _split_domain(o: TensorArg, rank: int) -> list[tuple[int, tuple[int, ...]]]:
         marks = tuple(_MARK + j for j in range(len(step.sizes)))
         after = shape_after((Unflatten(step.dim, marks), *o.view[k + 1:]),
                             shape_after(o.view[:k], o.value_shape))
-        at = [j for j, n in enumerate(after) if n in marks]
-        out.append((at[0] + rank - len(after), step.sizes))
+        at = tuple(after.index(m) + rank - len(after) for m in marks)
+        out.append((at, step.sizes))
     return out
 
 
@@ -266,10 +267,10 @@ def _split_results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
     `unflatten` error would name no kernel and no input."""
     out = []
     for o in plan.outputs:
-        for first, sizes in _split_domain(o, plan.rank):
+        for split, sizes in _split_domain(o, plan.rank):
             whole: dict[int, tuple[str, int]] = {}  # split dim -> (input, its dim there)
             for t in plan.inputs:
-                dims = [_reaching(t, d, plan.rank) for d in range(first, first + len(sizes))]
+                dims = [_reaching(t, d, plan.rank) for d in split]
                 # a dim reached whole, not broadcast there (a gate's size-1 dim of features)
                 dims = [r if len(r) == 1 and t.value_shape[r[0]] == n else []
                         for r, n in zip(dims, sizes, strict=True)]
