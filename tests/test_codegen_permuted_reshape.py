@@ -273,6 +273,43 @@ def test_other_sizes_of_the_split_dims_are_refused_naming_the_input(tmp_path):
         launch(torch.randn(B, 4, T, 4).transpose(1, 2))
 
 
+def test_a_batch_of_one_merged_away_is_refused_at_another_batch_by_name(tmp_path):
+    """`flatten(0, 1)` of a batch of 1 is a squeeze when analysed; at batch 3 `squeeze`
+    would keep the dim: refused naming the input's dim, not as a rank mismatch of the
+    broadcast shapes (`a`: the launcher's name for Lambda's input)."""
+    def fn(m, o):
+        return torch.tanh((o * 2.0).transpose(1, 2).flatten(0, 1)) + 1.0
+
+    a = analyze(Lambda(fn, 1), torch.randn(1, H, T, D))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = on_device(load_kernel(path).cluster0)
+    o = torch.randn(1, H, 7, D)
+    torch.testing.assert_close(launch(o), fn(None, o))
+    with pytest.raises(ValueError, match=r"^cluster0: `a` is 3 long in dim 0; this kernel "
+                       r"drops that dim, 1 long when analysed; regenerate it"):
+        launch(torch.randn(3, H, T, D))
+
+
+def test_heads_merged_beside_the_unmerged_value_are_refused_at_other_heads_by_name(tmp_path):
+    """Two results, the heads kept and merged: the kernel iterates over the first's (B, H,
+    T, D) and writes the second split and permuted into it; 4 heads of 5 are refused naming
+    the input, not in torch's `unflatten` (the check once read maps of splits alone)."""
+    def fn(m, o):
+        y = o * 2.0
+        return torch.relu(y), torch.tanh(y.transpose(1, 2).flatten(2))
+
+    a = analyze(Lambda(fn, 1), torch.randn(B, H, T, D))
+    (path,) = write_kernels([generate(a, a.clusters[0])], tmp_path)
+    launch = on_device(load_kernel(path).cluster0)
+    o = torch.randn(3, H, 7, D)
+    for got, want in zip(launch(o), fn(None, o), strict=True):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError, match=r"^cluster0: `a` holds 20 elements in dims 1, 3; "
+                       r"this kernel writes `tanh` with them merged as 15 \(analysed "
+                       r"\(3, 5\)\); regenerate it"):
+        launch(torch.randn(B, 4, T, 5))
+
+
 def test_two_values_merging_one_dim_crossing_ways_are_refused_by_name():
     """3×4 heads and 4×3 heads merged into one 12-wide dim: no split of 12 serves both."""
     def fn(m, x, y):

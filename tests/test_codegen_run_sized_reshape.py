@@ -56,8 +56,47 @@ class Reverse(torch.nn.Module):
         return shortcut + torch.tanh(x.reshape(B, H, W, C)) * 0.5
 
 
+class ScaledHeadMerge(torch.nn.Module):
+    """The heads merged back, times a learned scalar: a (1,) parameter broadcast over the
+    merged dim, which the kernel splits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn(1), requires_grad=False)
+
+    def forward(self, o, x):
+        B, T, C = x.shape
+        return o.transpose(1, 2).reshape(B, T, C) * self.scale + x
+
+
+class GainedHeadMerge(torch.nn.Module):
+    """The heads merged back, times a per-position gain of shape (1, T, 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.randn(1, 4, 1), requires_grad=False)
+
+    def forward(self, o, x):
+        B, T, C = x.shape
+        return torch.relu(o.transpose(1, 2).reshape(B, T, C)) * self.gain + x
+
+
+class GatedHeadMerge(torch.nn.Module):
+    """A gate per head and position (B, H, T, 1), broadcast over each head's features, then
+    the heads merged back: the gate's size-1 dim merges with the heads' dim and is split
+    again where the kernel splits the merged dim."""
+
+    def forward(self, o, g, x):
+        B, T, C = x.shape
+        return torch.relu((o * torch.sigmoid(g)).transpose(1, 2).reshape(B, T, C)) + x
+
+
 def _heads(b, h, t, d):
     return (torch.randn(b, h, t, d), torch.randn(b, t, h * d))
+
+
+def _gated_heads(b, h, t, d):
+    return (torch.randn(b, h, t, d), torch.randn(b, h, t, 1), torch.randn(b, t, h * d))
 
 
 def _windows(b, h, w, c):
@@ -75,7 +114,23 @@ def _windows(b, h, w, c):
     # the windows' dims split as analysed, the batch a dim of its own: it follows
     (Reverse(), _windows, (2, 4, 6, 3), [(3, 4, 6, 3), (1, 4, 6, 5)],
      "reshape → tanh → mul → add"),
-], ids=["head merge", "head merge contiguous", "swin partition", "swin reverse"])
+    # a size-1 parameter dim in the merged dim splits into size-1 dims: no expansion to
+    # the analysed (B, T) fixes the launcher's sizes
+    (ScaledHeadMerge(), _heads, (2, 3, 4, 5), [(3, 3, 7, 5), (1, 3, 2, 5)],
+     "reshape → mul → add"),
+    (GainedHeadMerge(), _heads, (2, 3, 4, 5), [(3, 3, 4, 5), (1, 3, 4, 5)],
+     "reshape → relu → mul → add"),
+    (GatedHeadMerge(), _gated_heads, (2, 3, 4, 5), [(3, 3, 7, 5), (1, 3, 2, 5)],
+     "sigmoid → mul → transpose → reshape → relu → add"),
+    # a batch of 1 is a dim of its own in the views' refined steps (once fused nothing:
+    # "sizes dim 1 as `x.shape[1] // 2`, which need not be `2`")
+    (Partition(), _windows, (1, 4, 6, 3), [(1, 4, 6, 5)],
+     "mul → view → permute → reshape → sigmoid → add"),
+    (Reverse(), _windows, (1, 4, 6, 3), [(3, 4, 6, 3), (1, 4, 6, 5)],
+     "reshape → tanh → mul → add"),
+], ids=["head merge", "head merge contiguous", "swin partition", "swin reverse",
+        "head merge scaled", "head merge gained", "head merge gated",
+        "swin partition batch 1", "swin reverse batch 1"])
 def test_a_permuted_reshape_sized_from_input_shapes_fuses_and_follows_other_sizes(
         tmp_path, model, make, analysed, others, chain):
     """One cluster holding the reshape; each kernel and the model with it patched in match
@@ -159,3 +214,119 @@ def test_a_reshape_splitting_several_dims_is_refined_as_one_unflatten_each():
     two_free = (Dim("x", 0), half(1), Const(2), Arith("floordiv", Dim("x", 2), Const(4)), third)
     assert refine((Reshape((2, 2, 2, 3, 4)),), two_free, (2, 4, 12)) == (
         Unflatten(2, (3, 4)), Unflatten(1, (-1, 2)))
+
+
+class HeadSequences(torch.nn.Module):
+    """Heads split from the channels, each head's positions and features merged: the kernel
+    splits that merged dim at the analysed length."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        y = torch.relu(x * 2.0).view(B, T, 3, C // 3).transpose(1, 2)
+        return y.reshape(B, 3, -1) + 1.0
+
+
+def test_a_batch_of_one_stays_a_dim_and_another_length_is_refused_by_name(tmp_path):
+    """Analysed at batch 1, the input's view keeps its batch dim (no squeeze that another
+    batch would leave in place, a dim too many); the sequence length, which the kernel
+    splits the merged dim at, is refused naming the input's dim, not in torch's
+    `unflatten`."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    model = HeadSequences()
+    a = analyze(model, torch.randn(1, 4, 6))
+    (c,) = a.clusters
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    launch = load_kernel(path).cluster0
+    for x in (torch.randn(1, 4, 6), torch.randn(3, 4, 6)):
+        torch.testing.assert_close(launch(x.to(DEVICE)).cpu(), model(x))
+    with pytest.raises(ValueError, match=r"^cluster0: `x` is 5 long in dim 1; this kernel "
+                       r"writes `add` with it merged as analysed, 4 of \(4, 2\); regenerate"):
+        launch(torch.randn(1, 5, 6).to(DEVICE))
+
+
+class SummedHeads(torch.nn.Module):
+    """Heads split from the channels and merged with the batch (`(B * H, T, D)`), then a
+    sum over each head's features: the result is written with its batch-and-heads dim
+    split at the analysed batch."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        y = torch.relu(x).reshape(B, T, 3, -1).permute(0, 2, 1, 3)
+        return torch.tanh(y.reshape(-1, T, y.shape[-1])).sum(-1)
+
+
+def test_a_reduced_result_split_at_the_analysed_batch_is_refused_by_name(tmp_path):
+    """Another length follows; another batch is refused naming the input's dim (the
+    result's map holds the reduced dim put back before the split: once unchecked, torch's
+    `unflatten` error)."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    model = SummedHeads()
+    a = analyze(model, torch.randn(2, 5, 12))
+    (c,) = a.clusters
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    launch = load_kernel(path).cluster0
+    x = torch.randn(2, 7, 12)
+    torch.testing.assert_close(launch(x.to(DEVICE)).cpu(), model(x))
+    with pytest.raises(ValueError, match=r"^cluster0: `x` is 3 long in dim 0; this kernel "
+                       r"writes `sum_1` with it merged as analysed, 2 of \(2, 3\); regenerate"):
+        launch(torch.randn(3, 5, 12).to(DEVICE))
+
+
+class PartitionSoftmax(torch.nn.Module):
+    """Swin's window partition sized from the input, windows as (w, w) maps, a softmax over
+    channels."""
+
+    def forward(self, x):
+        B, H, W, C = x.shape
+        w = 2
+        y = torch.relu(x).view(B, H // w, w, W // w, w, C).permute(0, 1, 3, 2, 4, 5)
+        return torch.softmax(y.contiguous().view(-1, w, w, C), -1)
+
+
+def test_a_map_one_window_high_is_refused_at_another_height_by_name(tmp_path):
+    """A map 2 high at batch 1: its window rows, 1 when analysed, are dropped; a map 6 high
+    is refused naming `x`'s dim (once a rank mismatch of the broadcast shapes, "this kernel
+    iterates over 4-d shapes"); other channels follow."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    model = PartitionSoftmax()
+    a = analyze(model, torch.randn(1, 2, 4, 3))
+    (c,) = a.clusters
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    launch = load_kernel(path).cluster0
+    x = torch.randn(1, 2, 4, 5)
+    torch.testing.assert_close(launch(x.to(DEVICE)).cpu(), model(x))
+    with pytest.raises(ValueError, match=r"^cluster0: `x` is 6 long in dim 1; this kernel "
+                       r"reads it as analysed, 2 long, split with a dim of 1 that it drops; "):
+        launch(torch.randn(1, 6, 4, 3).to(DEVICE))
+
+
+class WindowSums(torch.nn.Module):
+    """Swin's window partition, windows as (w, w) maps, summed over channels."""
+
+    def forward(self, x):
+        B, H, W, C = x.shape
+        w = 2
+        y = torch.tanh(x).view(B, H // w, w, W // w, w, C).permute(0, 1, 3, 2, 4, 5)
+        return (y.contiguous().view(-1, w, w, C) + 1.0).sum(-1)
+
+
+def test_a_split_with_a_part_of_1_keeps_it_where_the_kernel_regroups(tmp_path):
+    """A map one window high: its rows split as (1, 2). The kernel splits the windows dim,
+    and the input's view once read the rows whole, as the 2 of each window: a map 6 high
+    came back (4, 6, 2) where eager gives (12, 2, 2). The split now keeps its 1, which the
+    launcher checks."""
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    model = WindowSums()
+    a = analyze(model, torch.randn(2, 2, 4, 3))
+    (c,) = a.clusters
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    launch = load_kernel(path).cluster0
+    x = torch.randn(2, 2, 4, 5)
+    torch.testing.assert_close(launch(x.to(DEVICE)).cpu(), model(x))
+    with pytest.raises(ValueError, match=r"^cluster0: `x` is 6 long in dim 1; this kernel "
+                       r"reads it as \(1, 2\) there \(analysed 2\); regenerate it"):
+        launch(torch.randn(2, 6, 4, 3).to(DEVICE))

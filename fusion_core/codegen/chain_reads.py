@@ -16,29 +16,75 @@ from ..ir.views import Merge, Piece, Reshape, Step, Strided, Unflatten, ViewErro
 
 
 def expanded(shape: tuple[int, ...], out: tuple[int, ...], chain: Sequence[Step]
-              ) -> tuple[Step, ...]:
-    """A broadcast operand made the result's full extent (stride 0 along its size-1 dims)
-    when the chain reshapes: a reshape regroups elements, so it needs the full extent
-    (BatchNorm statistics of (B*N, C) viewed back as (B, N, C)). () otherwise."""
+              ) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+    """(steps before `chain`, `chain`) for a broadcast operand of `shape` read through the
+    chain of its result (of shape `out`). Where the chain reshapes, a reshape regroups
+    elements, so the operand is made the result's full extent first (stride 0 along its
+    size-1 dims: BatchNorm statistics of (B*N, C) viewed back as (B, N, C)), unless it
+    broadcasts through the chain as it is (``_broadcast_chain``)."""
+    chain = tuple(chain)
     if shape == out or not any(isinstance(s, (Reshape, Merge, Unflatten)) for s in chain):
-        return ()
-    if _broadcasts_through(shape, out, chain):
-        return ()
+        return (), chain
+    kept = _broadcast_chain(shape, out, chain)
+    if kept is not None:
+        return (), kept
     dims = tuple((k, 1) if d == o else (-1, 0) for k, (d, o) in enumerate(zip(shape, out,
                                                                           strict=True)))
-    return (Strided(out, dims, (0,) * len(shape)),)
+    return (Strided(out, dims, (0,) * len(shape)),), chain
+
+
+def _broadcast_chain(shape: tuple[int, ...], out: tuple[int, ...],
+                     chain: tuple[Step, ...]) -> tuple[Step, ...] | None:
+    """The chain for the operand itself where its reshapes touch none of its broadcast dims
+    (a bias of the merged dim, read where the kernel splits that dim) or only split them
+    (a scalar or a (1, T, 1) bias of heads merged, ``regroup_space.py``: a split of a
+    size-1 dim is size-1 dims, as ``views.Split`` has it): through it the operand still
+    broadcasts to the result's view, so no expansion fixes the other dims' sizes in the
+    launcher. None where it does not, or where a cat's piece follows (``cat_bounds`` reads
+    an operand full size along the cat dim)."""
+    if _broadcasts_through(shape, out, chain):
+        return chain
+    if any(isinstance(s, Piece) for s in chain):
+        return None
+    steps = []
+    small, big = shape, out
+    skip = False
+    for k, s in enumerate(chain):
+        if skip or (k + 1 < len(chain) and _undone(s, chain[k + 1], big)):
+            skip = not skip  # the merge, then its split
+            continue
+        own = s
+        if isinstance(s, Unflatten) and small[s.dim] == 1 and big[s.dim] != 1:
+            own = Unflatten(s.dim, (1,) * len(s.sizes))
+        steps.append(own)
+        try:
+            small = tuple(own.apply(torch.empty(small, device="meta")).shape)
+            big = tuple(s.apply(torch.empty(big, device="meta")).shape)
+        except (ViewError, RuntimeError):  # a merge of a size-1 dim, a fixed reshape
+            return None
+    return tuple(steps) if _broadcasts(small, big) else None
+
+
+def _undone(m: Step, u: Step, shape: tuple[int, ...]) -> bool:
+    """`m` is a merge that `u` splits again as it was (a reshape's merge, then the split
+    ``regroup_space`` adds): nothing to a tensor of `shape`, while a size-1 operand dim
+    would merge with its neighbour's."""
+    return (isinstance(m, Merge) and isinstance(u, Unflatten) and u.dim == m.first
+            and u.shape(m.shape(shape)) == shape)
 
 
 def _broadcasts_through(shape: tuple[int, ...], out: tuple[int, ...],
                         chain: Sequence[Step]) -> bool:
-    """The chain's reshapes touch none of the operand's broadcast dims (a bias of the merged
-    dim, read where the kernel splits that dim): through the chain it still broadcasts to
-    the result's view, so no expansion fixes the other dims' sizes in the launcher."""
+    """The chain as it is takes the operand to a shape that broadcasts to the result's."""
     try:
         small = apply(chain, torch.empty(shape, device="meta")).shape
         big = apply(chain, torch.empty(out, device="meta")).shape
     except (ViewError, RuntimeError):  # a split of a size-1 dim, a fixed reshape
         return False
+    return _broadcasts(tuple(small), tuple(big))
+
+
+def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
     return len(small) == len(big) and all(a in (b, 1) for a, b in zip(small, big, strict=True))
 
 

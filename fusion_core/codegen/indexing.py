@@ -284,7 +284,8 @@ class _Spread:
                                         "reads each operand of a cat as its piece", (via,))
                 chain = own[:-1]
             if expand:
-                lead += expanded((1,) * pad + shape, out, chain)
+                grown, chain = expanded((1,) * pad + shape, out, chain)
+                lead += grown
             added |= self.offer(r, lead + chain, via)
         return added
 

@@ -94,6 +94,7 @@ def fits_lines(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
             cuts += sorted(_cuts(t, firsts[t.value], plan.rank), key=lambda c: c.dim)
     repeats = [c for c in cuts if isinstance(c.step, Repeat)]
     checks = [_rank(t, firsts[t.value]) for t in plan.inputs if _rank_bound(t.view)]
+    checks += [_squeezed(t, firsts[t.value]) for t in plan.inputs if t.view]
     checks.append(_results(plan, firsts))
     checks.append(_split_results(plan, firsts))
     for c in cuts:
@@ -119,6 +120,41 @@ def _rank(t: TensorArg, name: str) -> list[str]:
     return [f"if {name}.dim() != {n}:",
             f'    raise ValueError(f"{{NAME}}: `{name}` has {{{name}.dim()}} dims; this kernel '
             f'views it by dim as analysed, with {n} ({t.value_shape}); {FIX}")']
+
+
+def _squeezed(t: TensorArg, name: str) -> list[str]:
+    """Own dims of `t` its chain drops as size 1 (a batch of 1 a flatten or a reshape
+    merged away when analysed, or the `-1` part of a split that was 1: Swin's windows of a
+    map one window high): at another size `squeeze` keeps the dim, and the view would
+    reach the kernel with a dim too many."""
+    out = []
+    shape = t.value_shape
+    for k, step in enumerate(t.view):
+        if not isinstance(step, Squeeze):
+            continue
+        # the dim itself (1), or the `-1` part of an earlier split by the others' product
+        parts = [1] + [math.prod(x for x in s.sizes if x != -1) for s in t.view[:k]
+                       if isinstance(s, Unflatten) and -1 in s.sizes]
+        for r in range(len(shape)):
+            m = next((m for m in parts if _lands(t.view[:k], shape, r, m, step)), None)
+            if m is None:
+                continue
+            dim = r - len(shape) if any(d < 0 for d in step.dims) else r
+            a = f"{name}.shape[{dim}]"
+            what = ("drops that dim, 1 long when analysed" if m == 1 else
+                    f"reads it as analysed, {m} long, split with a dim of 1 that it drops")
+            out += [f"if {a} != {m}:",
+                    f'    raise ValueError(f"{{NAME}}: `{name}` is {{{a}}} long in dim {dim}; '
+                    f'this kernel {what}; {FIX}")']
+    return out
+
+
+def _lands(steps: tuple[Step, ...], shape: tuple[int, ...], r: int, m: int,
+           squeeze: Squeeze) -> bool:
+    """Own dim `r`, `m` times a mark long, reaches a dim `squeeze` drops as the mark."""
+    marked = tuple(_MARK * m if j == r else n for j, n in enumerate(shape))
+    at = shape_after(steps, marked)
+    return any(at[d % len(at)] == _MARK for d in squeeze.dims)
 
 
 def _upsampled(c: Cut, src: Cut) -> list[str]:
@@ -205,15 +241,23 @@ def _results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
     return out
 
 
-def _split_domain(o: TensorArg, rank: int) -> list[tuple[int, tuple[int, ...]]]:
-    """(first domain dim, sizes) of each dim of result `o` the kernel writes split
-    (``regroup_space.py``: its map is unflattens alone, innermost first)."""
-    if not o.view or not all(isinstance(s, Unflatten) and -1 not in s.sizes for s in o.view):
+def _split_domain(o: TensorArg, rank: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(domain dims, sizes) of each dim of result `o` the kernel writes split
+    (``regroup_space.py``: its map is unflattens, after the dims a reduction keeps as 1,
+    then the permute into a domain another result set)."""
+    if not o.view or not all(isinstance(s, Unflatten) and -1 not in s.sizes
+                             or isinstance(s, Unsqueeze | Permute) for s in o.view):
         return []
     out = []
     for k, step in enumerate(o.view):
-        later = sum(len(s.sizes) - 1 for s in o.view[k + 1:] if s.dim < step.dim)
-        out.append((step.dim + later + rank - len(o.shape), step.sizes))
+        if not isinstance(step, Unflatten):
+            continue
+        # where the split's sizes land in the domain: marked, through the later steps
+        marks = tuple(_MARK + j for j in range(len(step.sizes)))
+        after = shape_after((Unflatten(step.dim, marks), *o.view[k + 1:]),
+                            shape_after(o.view[:k], o.value_shape))
+        at = tuple(after.index(m) + rank - len(after) for m in marks)
+        out.append((at, step.sizes))
     return out
 
 
@@ -223,10 +267,17 @@ def _split_results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
     `unflatten` error would name no kernel and no input."""
     out = []
     for o in plan.outputs:
-        for first, sizes in _split_domain(o, plan.rank):
+        for split, sizes in _split_domain(o, plan.rank):
+            whole: dict[int, tuple[str, int]] = {}  # split dim -> (input, its dim there)
             for t in plan.inputs:
-                dims = [_reaching(t, d, plan.rank) for d in range(first, first + len(sizes))]
-                if not all(len(r) == 1 for r in dims):
+                dims = [_reaching(t, d, plan.rank) for d in split]
+                # a dim reached whole, not broadcast there (a gate's size-1 dim of features)
+                dims = [r if len(r) == 1 and t.value_shape[r[0]] == n else []
+                        for r, n in zip(dims, sizes, strict=True)]
+                for k, r in enumerate(dims):
+                    if r:
+                        whole.setdefault(k, (firsts[t.value], r[0]))
+                if not all(dims):
                     continue
                 a = firsts[t.value]
                 got = " * ".join(f"{a}.shape[{r[0]}]" for r in dims)
@@ -236,4 +287,11 @@ def _split_results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
                         f"dims {', '.join(str(r[0]) for r in dims)}; this kernel writes "
                         f"`{o.value}` with them merged as {n} (analysed {sizes}); {FIX}\")"]
                 break
+            else:  # no input makes them all: each split dim one does make (a sequence
+                # length beside heads split from channels, which ``_divides`` pins)
+                for k, (a, r) in sorted(whole.items()):
+                    out += [f"if {a}.shape[{r}] != {sizes[k]}:",
+                            f'    raise ValueError(f"{{NAME}}: `{a}` is {{{a}.shape[{r}]}} long '
+                            f"in dim {r}; this kernel writes `{o.value}` with it merged as "
+                            f'analysed, {sizes[k]} of {sizes}; {FIX}")']
     return out

@@ -191,14 +191,16 @@ def _free_split(split: Unflatten, sizes: Sequence[Size], at: int | None = None) 
 def _grouped(src: tuple[int, ...], dst: tuple[int, ...]
              ) -> list[tuple[Merge | Unflatten, int]] | None:
     """A reshape as merges and splits of runs of dims, one per run of equal product, each
-    with the result index of its first dim; None where a size is 1 (it could join either
-    neighbour's run) or a run both merges and splits. Written right to left, so each step's
-    dim is its source dim."""
-    if 1 in src or 1 in dst:
-        return None
+    with the result index of its first dim; None where a run both merges and splits. A
+    size 1 on both sides is one dim kept (a batch of 1); one on one side only joins the run
+    after it (or, last, none: None). Written right to left, so each step's dim is its
+    source dim."""
     steps: list[tuple[Merge | Unflatten, int]] = []
     i, j = 0, 0
     while i < len(src) and j < len(dst):
+        if src[i] == dst[j] == 1:
+            i, j = i + 1, j + 1
+            continue
         a, b, p, q = i + 1, j + 1, src[i], dst[j]
         while p != q:
             if p < q and a < len(src):

@@ -65,12 +65,18 @@ class _Factors:
                     ids[at:at + 1] = [a, b]
         return a, b
 
-    def _split(self, ids: list[int], sizes: Sequence[int]) -> list[list[int]]:
-        """`ids` (merged, row-major) cut into groups of `sizes`; factors cut where needed."""
+    def _split(self, ids: list[int], sizes: Sequence[int], ones: bool = False
+               ) -> list[list[int]]:
+        """`ids` (merged, row-major) cut into groups of `sizes`; factors cut where needed.
+        `ones`: a size 1 before a factor is a factor of its own (the 1 of an unflatten)."""
         out: list[list[int]] = []
         rest = list(ids)
         for want in sizes:
             group: list[int] = []
+            if ones and want == 1 and rest and self.size[rest[0]] != 1:
+                a, b = self._cut(rest.pop(0), 1)
+                group.append(a)
+                rest.insert(0, b)
             while want > 1:
                 if not rest:
                     raise _Uneven
@@ -100,7 +106,7 @@ class _Factors:
             d[s.first:s.last] = [[f for ids in d[s.first:s.last] for f in ids]]
         elif isinstance(s, Unflatten):
             sizes = s.shape(shape)[s.dim:s.dim + len(s.sizes)]
-            d[s.dim:s.dim + 1] = self._split(d[s.dim], sizes)
+            d[s.dim:s.dim + 1] = self._split(d[s.dim], sizes, ones=True)
         elif isinstance(s, Reshape):
             self.dims = self._split([f for ids in d for f in ids], s.target)
         elif isinstance(s, Unsqueeze):
@@ -162,10 +168,20 @@ def _regroup_run(steps: Sequence[Step], shape: tuple[int, ...]) -> tuple[Step, .
     dims = f.without_ones()
     if any(len(ids) > 1 for ids in dims):
         return None
+    # A size-1 source dim read whole as a result dim (a batch of 1) stays that dim, not a
+    # squeeze and an unsqueeze: at another batch the launcher's view keeps its rank.
+    ones = {ids[0]: -1 - k for k, ids in enumerate(f.source) if len(ids) == 1
+            and f.size[ids[0]] == 1}
+    dims = [ids or [ones[x] for x in full if x in ones][:1]
+            for ids, full in zip(dims, f.dims, strict=True)]
     out: list[Step] = []
     order: list[int] = []  # the factor (or -1 - k: size-1 source dim k) of each unflattened dim
     for k in range(len(f.source) - 1, -1, -1):
-        ids = [x for x in f.source[k] if f.size[x] != 1]
+        # A dim split with a part of 1 (Swin's window rows of a map one window high) keeps
+        # that part, dropped below: read whole, the dim would pass for its other part at any
+        # size, where the launcher checks the split.
+        ids = f.source[k] if len(f.source[k]) > 1 else [
+            x for x in f.source[k] if f.size[x] != 1]
         if len(ids) > 1:
             out.append(Unflatten(k, tuple(f.size[x] for x in ids)))
         order[:0] = ids or [-1 - k]
