@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ..analysis.types import Cluster
 from ..ir.spelling import said
 from ..pipeline import Analysis
-from .evaluated import taken_by_enclosing
+from .evaluated import runs_no_op, taken_by_enclosing
 from .mismatch import ContainerMismatch, Mismatch, Reentered, whole_value
 from .parts import fold_order, nesting, parts
 from .pysource import Scope, local_names
@@ -91,7 +91,9 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
         match = unifier.run(c.outputs[-1], within, returned)
         result = fx_nodes[c.outputs[-1]]
         if within is not None and not at and not taken_by_enclosing(
-                span.stmts[-1].node, within, result, unifier.computes):
+                span.stmts[-1].node, within, result, unifier.computes,
+                lambda e: runs_no_op(e, unifier.self_name, unifier.child_path,
+                                     fx_nodes.values())):
             # `F.relu(self.conv1(x))` inside `self.conv1(...)` matches the outer pass's
             # cluster too when `x` is read as the inner pass's result (evaluated.py).
             raise Mismatch(f"`{span.src.segment(within)}` at line {within.lineno} is not "
