@@ -150,6 +150,7 @@ def test_no_at_the_prompt_writes_nothing(tmp_path, monkeypatch):
     result = run_cli(path, "--input-shape", "4,8", "--apply", input="n\n")
     assert result.exit_code == 0, result.output
     assert "Rewrite " in result.output and "Nothing written." in result.output
+    assert "+    from .tiny_fused import cluster0" in result.output  # shown, not written
     assert path.read_text() == ONE_CLUSTER
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["tiny.py"]
 
@@ -161,6 +162,29 @@ def test_yes_at_the_prompt_applies(tmp_path, monkeypatch):
     result = run_cli(path, "--input-shape", "4,8", "--apply", input="y\n")
     assert result.exit_code == 0, result.output
     assert "y = cluster0(x)" in path.read_text()
+
+
+def test_the_prompt_shows_every_line_it_writes_imports_included(tmp_path, monkeypatch):
+    # The diff asked about is the one of the text written: the edit, and the import block
+    # above it that the per-cluster Source edits leave out.
+    path = tmp_path / "tiny.py"
+    path.write_text(ONE_CLUSTER)
+    monkeypatch.setattr(sm_steps, "stdin_is_terminal", lambda: True)
+    result = run_cli(path, "--input-shape", "4,8", "--apply", input="y\n")
+    assert result.exit_code == 0, result.output
+    shown = result.output.split("Changes to ", 1)[1].split("Rewrite ", 1)[0]
+    added = [line[1:] for line in shown.splitlines() if line.startswith("+") and
+             not line.startswith("+++")]
+    removed = [line[1:] for line in shown.splitlines() if line.startswith("-") and
+               not line.startswith("---")]
+    assert added == ["if __package__:  # fused kernels written by fusion-advisor --apply",
+                     "    from .tiny_fused import cluster0", "else:",
+                     "    from tiny_fused import cluster0", "        y = cluster0(x)"], shown
+    assert removed == ["        y = x * 2.0", "        y = torch.relu(y)"], shown
+    assert "@@ -2,0 +3,4 @@" in shown, shown  # the imports' hunk, at the file's lines
+    written = path.read_text()
+    assert [line for line in written.splitlines() if line not in ONE_CLUSTER.splitlines()] \
+        == added
 
 
 def test_a_cluster_that_failed_numerics_is_not_applied(tmp_path, monkeypatch):

@@ -33,6 +33,7 @@ from ..names import cluster_of
 from ..pipeline import Analysis
 from ..report.units import short_path
 from ..units import counted, plural
+from .diff import print_text_diff
 from .fixed import fixed_shape
 from .fused import MARKER, FusedOp, import_block, package_files, package_name
 from .pysource import physical_lines, sha256
@@ -342,15 +343,8 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
         console.print(f"Nothing to apply to {where}.", highlight=False)
         return None
     package = plan.path.with_name(package_name(plan.path.stem))
-    question = (f"Rewrite {where} ({counted(len(plan.edits), 'edit')}: "
-                f"{plural(len(plan.clusters), 'cluster')} "
-                f"{', '.join(map(str, plan.clusters))}) and write {short_path(str(package))}/?")
-    if not assume_yes:
-        if ask is None:
-            raise no_terminal()
-        if not ask(question):
-            console.print("Nothing written.")
-            return None
+    if not assume_yes and ask is None:
+        raise no_terminal()
     data = _read_checked(plan)
     text = data.decode("utf-8")
     if MARKER in text:
@@ -362,6 +356,16 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
                          "--apply")
     newline = "\r\n" if text.split("\n", 1)[0].endswith("\r") else "\n"
     new_text, new_lines = rewrite(text, plan, newline)
+    if not assume_yes and ask is not None:
+        # What is asked about is the text about to be written, imports included; _write
+        # checks the file's hash again before replacing it.
+        print_text_diff(str(plan.path), text, new_text, console)
+        if not ask(f"Rewrite {where} ({counted(len(plan.edits), 'edit')}: "
+                   f"{plural(len(plan.clusters), 'cluster')} "
+                   f"{', '.join(map(str, plan.clusters))}) and write "
+                   f"{short_path(str(package))}/?"):
+            console.print("Nothing written.")
+            return None
     backup = _write(plan, text, new_text, package)
     try:
         err = verify(analysis, plan.path)

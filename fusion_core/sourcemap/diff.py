@@ -49,15 +49,32 @@ def diff_lines(m: SourceMapping) -> list[str]:
     """The unified diff of one exact mapping, without the `file:line` header."""
     if not m.exact or m.original is None or m.replacement is None:
         raise ValueError(f"cluster {m.cluster_index} has no exact mapping to diff")
-    path = short_path(m.file or "")
     old = m.original.splitlines()
     new = m.replacement.splitlines()
-    # git's a/ b/ prefixes for a path under the working folder; a path outside it stays
-    # absolute, as plain `diff -u` writes it (`a//tmp/m.py` would name no file).
-    names = (path, path) if Path(path).is_absolute() else (f"a/{path}", f"b/{path}")
-    body = list(difflib.unified_diff(old, new, *names, n=0, lineterm=""))
+    body = list(difflib.unified_diff(old, new, *_names(m.file or ""), n=0, lineterm=""))
     # difflib numbers hunks from 1; shift them to the file's real line numbers.
     return [_shift_hunk(line, m.start - 1) if line.startswith("@@") else line for line in body]
+
+
+def _names(file: str) -> tuple[str, str]:
+    # git's a/ b/ prefixes for a path under the working folder; a path outside it stays
+    # absolute, as plain `diff -u` writes it (`a//tmp/m.py` would name no file).
+    path = short_path(file)
+    return (path, path) if Path(path).is_absolute() else (f"a/{path}", f"b/{path}")
+
+
+def text_diff(file: str, old: str, new: str) -> list[str]:
+    """The unified diff of a whole file's text, as `--apply` would write it: its edits and
+    the import lines it adds at the top (hunks at the file's own line numbers)."""
+    return list(difflib.unified_diff(old.splitlines(), new.splitlines(), *_names(file), n=0,
+                                     lineterm=""))
+
+
+def print_text_diff(file: str, old: str, new: str, console: Console) -> None:
+    """`text_diff` under a header, coloured as the Source edits are."""
+    console.print(Text(f"Changes to {short_path(file)}", style="bold"))
+    for line in text_diff(file, old, new):
+        console.print(styled(line), soft_wrap=True)
 
 
 def _shift_hunk(line: str, offset: int) -> str:

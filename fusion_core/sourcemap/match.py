@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from ..analysis.types import Cluster
 from ..ir.spelling import said
 from ..pipeline import Analysis
+from .evaluated import runs_no_op, taken_by_enclosing
 from .mismatch import ContainerMismatch, Mismatch, Reentered, whole_value
 from .parts import fold_order, nesting, parts
 from .pysource import Scope, local_names
@@ -89,6 +90,16 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                               model=analysis.module, hidden=hidden,
                               from_end=span.from_end)
         match = unifier.run(c.outputs[-1], within, returned)
+        result = fx_nodes[c.outputs[-1]]
+        if within is not None and not at and not taken_by_enclosing(
+                span.stmts[-1].node, within, result, unifier.computes,
+                lambda e: runs_no_op(e, unifier.self_name, unifier.child_path,
+                                     fx_nodes.values())):
+            # `F.relu(self.conv1(x))` inside `self.conv1(...)` matches the outer pass's
+            # cluster too when `x` is read as the inner pass's result (evaluated.py).
+            raise Mismatch(f"`{span.src.segment(within)}` at line {within.lineno} is not "
+                           f"{said(analysis.graph, c.outputs[-1])}: the code around it "
+                           "does not read that value")
     except Reentered as e:
         if span.nested is not None:  # the function's lines ran in nested calls of it
             raise PointerOnly(span.nested.reason, span.nested.file,

@@ -24,6 +24,7 @@ from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
 from ..ir.spelling import said
 from .augmented import is_augmented, rebinding_refused
+from .evaluated import args_computed
 from .from_end import counted_from_end, layer_positions, resolved, within
 from .mismatch import Mismatch, Reentered, value_of, whole_value
 from .pyexpr import (
@@ -208,7 +209,8 @@ class Unifier:
         argument: `expr`, with other kernels' parts replaced by their calls."""
         text = self.src.segment(expr)
         plain = is_plain_access(expr)
-        if not plain and not self.computes(expr, node):
+        if not plain and not (self.computes(expr, node) and args_computed(
+                expr, node, self.self_name, self.child_path, self.computes)):  # evaluated.py
             raise Mismatch(f"line range also holds `{text}` (line {expr.lineno}), which is "
                            "not in the cluster")
         inner = [h for h in self.hidden.values() if any(n is h[1] for n in ast.walk(expr))]
