@@ -41,6 +41,17 @@ def test_numbered_batch_refused_at_another_batch():
     assert msg.endswith("regenerate it at these sizes or keep the original ops")
 
 
+def _sum_split(m, x, y):
+    return torch.sigmoid(x + y).reshape(1, 5, 2, -1) * 2.0
+
+
+def test_batch_of_one_on_both_sides_of_a_broadcast():
+    """Both operands' batch was 1: either may grow (the larger wins); each must stay 1."""
+    k = _kernel(_sum_split, (1, 5, 8), (1, 5, 8))
+    with pytest.raises(ValueError, match=r"`a` is 3 long in dim 0; this kernel needs 1 there"):
+        k(torch.randn(3, 5, 8), torch.randn(3, 5, 8))
+
+
 def _rows(m, x):
     return torch.relu(x).reshape(-1, 4) + 1.0
 
@@ -82,6 +93,22 @@ def test_numbered_sizes_without_minus_one():
         k(torch.randn(4, 3, 8))
 
 
+def _pairs(m, x):
+    return (x * 3.0).view(-1, 4, 2).sigmoid()
+
+
+def test_minus_one_the_steps_fix_pins_the_element_count():
+    """`view(-1, 4, 2)` of (2, 5, 8) is a ``Reshape`` to (10, 4, 2): at 120 elements torch's
+    own view error would name no kernel; at 80 in another shape eager agrees."""
+    k = _kernel(_pairs, (2, 5, 8))
+    x = torch.randn(5, 2, 8)
+    torch.testing.assert_close(k(x), _pairs(None, x))
+    with pytest.raises(ValueError, match=r"`a` holds 120 elements in dims 0, 1, 2; this kernel "
+                                         r"needs 80 there: `view` \(.*\) reads 80 elements, "
+                                         r"its `-1` \(dim 0 of \(-1, 4, 2\)\) read as 10"):
+        k(torch.randn(3, 5, 8))
+
+
 B, H, T, D = 2, 3, 4, 5
 
 
@@ -113,7 +140,7 @@ def test_export_records_sizes_read_from_shapes_as_numbers():
     torch.testing.assert_close(k(x), _heads_split_from_shape(None, x))
     k = _kernel(_heads_split_from_shape, (2, 3, 4), capture="export")
     with pytest.raises(ValueError, match=r"`a` is 5 long in dim 0; this kernel needs 2 there.*"
-                                         r"as export records sizes read from shapes"):
+                                         r"export captures sizes read from shapes so"):
         k(x)
     k = _kernel(_rows, (2, 3, 4), capture="export")
     torch.testing.assert_close(k(x), _rows(None, x))

@@ -9,14 +9,18 @@ symbolically (``run_sizes._Shapes``: one symbol per input dim); each numbered si
 steps give as a product of input dims, not that number, becomes a ``Pin``: the launcher's
 `_fits` refuses an input whose dims there make another product, naming the reshape. The
 `-1` is forced by the element count, as are sizes the steps fix themselves (a split's,
-which ``view_checks._divides`` checks). A size of another form (the larger of two dims
-that were 1, through a broadcast) is left unchecked, as before.
+which ``view_checks._divides`` checks); where the steps fix the `-1` too (a ``Reshape`` to
+its analysed target), the element count is pinned instead: torch's own error at another
+count would name no kernel. Dims all 1 when analysed, broadcast together, are each pinned
+to 1; a size of any other form is left unchecked, as before.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sympy
 
@@ -31,15 +35,21 @@ from .view_checks import FIX
 @dataclass(frozen=True)
 class Pin:
     """The product of input dims `dims` ((value, its dim), in order) times `factor` must be
-    `size`: dim `at` of the numbered sizes `sizes` of the view `view` (said as the user
-    wrote it)."""
+    `size`, `why` (the view as the user wrote it, and what it gives there)."""
 
     dims: tuple[tuple[str, int], ...]
     factor: int
     size: int
-    at: int
-    sizes: tuple[int, ...]
-    view: str
+    why: str
+
+
+def _product(e: Any, symbols: dict[Any, tuple[str, int]]) -> tuple[int, list[Any]] | None:
+    """`e` as an integer times input dims; None for any other form."""
+    factor, rest = sympy.sympify(e).as_coeff_Mul()
+    dims = [] if rest == 1 else list(rest.args) if rest.is_Mul else [rest]
+    if not factor.is_Integer or not all(d in symbols for d in dims):
+        return None
+    return int(factor), sorted(dims, key=str)
 
 
 def literal_pins(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str]
@@ -67,16 +77,28 @@ def literal_pins(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str]
             continue
         if len(implied) != len(sizes):
             continue
+        view = said(g, name)
         for j, (want, got) in enumerate(zip(sizes, implied, strict=True)):
             got = shapes.resolve(got)
-            if want == -1 or got == want:
+            if want == -1 and got.is_Integer:  # fixed by the steps: pin the element count
+                count = _product(math.prod(src), symbols)
+                if count is not None and count[1]:
+                    n = math.prod(g[node.refs[0]].meta.shape)
+                    out.append(Pin(tuple(symbols[d] for d in count[1]), count[0], n,
+                                   f"{view} reads {n} elements, its `-1` (dim {j} of "
+                                   f"{sizes}) read as {got} at any count"))
                 continue
-            factor, rest = got.as_coeff_Mul()
-            dims = [] if rest == 1 else list(rest.args) if rest.is_Mul else [rest]
-            if not factor.is_Integer or not all(d in symbols for d in dims):
-                continue  # no product of input dims: nothing to say it in
-            out.append(Pin(tuple(symbols[d] for d in sorted(dims, key=str)), int(factor),
-                           want, j, sizes, said(g, name)))
+            if want == -1 or got == want:
+                continue  # forced by the count, or fixed by the steps
+            # dims all 1 when analysed, broadcast (`Max`): 1 at any size only if each is
+            parts = got.args if isinstance(got, sympy.Max) and want == 1 else (got,)
+            for found in map(lambda e: _product(e, symbols), parts):
+                if found is None:
+                    continue  # no product of input dims: nothing to say it in
+                out.append(Pin(tuple(symbols[d] for d in found[1]), found[0], want,
+                               f"{view} gives {want} in dim {j} at any input size (its sizes "
+                               f"were captured as the numbers {sizes}; export captures sizes "
+                               "read from shapes so too)"))
     return tuple(out)
 
 
@@ -100,9 +122,7 @@ def pin_lines(pins: Sequence[Pin], firsts: dict[str, str]) -> list[str]:
         need = f"{p.size // p.factor}" + (f" (times {p.factor})" if p.factor != 1 else "")
         out += [f"if {expr} != {p.size}:",
                 f'    raise ValueError(f"{{NAME}}: {what}; this kernel needs {need} there: '
-                f"{_escaped(p.view)} gives {p.size} in dim {p.at} at any input size (sizes "
-                f"captured as the numbers {p.sizes}, as export records sizes read from shapes); "
-                f'{FIX}")']
+                f'{_escaped(p.why)}; {FIX}")']
     return out
 
 
