@@ -108,7 +108,8 @@ def test_a_view_of_fixed_sizes_is_refused_by_its_op_and_line(tmp_path):
     # Why: the kernel runs at the analysed sizes only, where eager gives (4, 12).
     (kernel_file,) = write_kernels([kernels[0]], tmp_path / "kernels")
     launcher = load_kernel(kernel_file).cluster0
-    with pytest.raises(RuntimeError, match=r"\[2, 12\]"):
+    with pytest.raises(ValueError, match=r"`x` holds 48 elements in dims 0, 1; this kernel "
+                                         r"needs 24 there: `view` \(line \d+\) reads 24"):
         launcher(torch.randn(8, 6, device=DEVICE))
     assert apply(plan, analysis, Console(), assume_yes=True, ask=None) is None
     assert path.read_text() == REGROUPED

@@ -43,6 +43,7 @@ from . import tuning as autotune
 from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
 from .launch_plan import NO_INPUTS_DEVICE, device_of, framed, plan_args, plan_fn
+from .literal_sizes import pin_lines
 from .lower import KernelPlan
 from .signature import (
     BLOCK_SIZE,
@@ -273,7 +274,7 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
     plan_fn(plan, sig, looped, names, out)
     out.lines(["", ""])
     _launch_fn(plan, sig, looped, names, out)
-    fits = view_checks.fits_lines(plan, firsts)
+    fits = view_checks.fits_lines(plan, firsts) + pin_lines(plan.pins, firsts)
     if viewed:
         out.lines(["", ""])
         _views_fn(plan, names, inputs, out)

@@ -54,6 +54,7 @@ from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
 from .indexing import index_maps
 from .layout import Access, LoweringError, access
+from .literal_sizes import literal_pins
 from .plan import (
     COMPUTE,
     MAX_BLOCK,
@@ -222,7 +223,8 @@ class _Lowering:
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
             outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
             tiled=tiled, steps=several, col_dims=col_dims,
-            generated=generated, scalars=self.scalars, cats=self.cats)
+            generated=generated, scalars=self.scalars, cats=self.cats,
+            pins=literal_pins(self.g, self.c.nodes, self.tensors))
 
     def _second_loads(self, start: int) -> tuple[TensorArg, ...]:
         """Inputs some node reads through another index map than the first load's: loaded

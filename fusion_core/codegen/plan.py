@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,6 +21,9 @@ from ..ir.reductions import ACCUMULATE, ReductionRule
 from ..ir.views import Step
 from .layout import Access
 from .signature import pointer_name
+
+if TYPE_CHECKING:  # it reads plans' inputs: a cycle at run time
+    from .literal_sizes import Pin
 
 # Half-precision values are computed in float32 and rounded once, at the store.
 COMPUTE = ACCUMULATE
@@ -205,6 +208,8 @@ class KernelPlan:
     scalars: tuple[ScalarArg, ...] = ()
     # Its cats' bounds (``PieceRead.cat`` indexes them).
     cats: tuple[CatBounds, ...] = ()
+    # Input dims its views sized by numbers need as analysed (``literal_sizes.py``).
+    pins: tuple[Pin, ...] = ()
 
     @property
     def sources(self) -> tuple[TensorArg, ...]:

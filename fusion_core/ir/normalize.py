@@ -34,7 +34,7 @@ from .inline_blocks import block_source
 from .max_values import SPELLED
 from .registry import bind, lookup, training_spec
 from .run_scalars import RUN_SCALAR, Apply, scalar_of
-from .sizes import SIZED_VIEWS, SIZES, Dim, read_sizes, refine
+from .sizes import LITERAL, SIZED_VIEWS, SIZES, Dim, literal_sizes, read_sizes, refine
 from .spelling import aten_call, namespaced
 from .split_views import piece_of_split
 from .trace import is_user_frame
@@ -243,6 +243,8 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
             # lowering checks they restate the steps (`codegen/run_sizes.py`).
             steps = refine(dict(params)[INDEX_STEPS], sizes, tuple(n.args[0].meta["val"].shape))
             params, refs = ((INDEX_STEPS, steps), (SIZES, sizes)), refs[:1]
+        elif op in SIZED_VIEWS and params and (fixed := literal_sizes(n)) is not None:
+            params += ((LITERAL, fixed),)  # launchers check the steps give these sizes
         return Node(op=op, kind=OpKind.VIEW, inputs=refs, params=params, **common)
     spec, sig = found
     try:

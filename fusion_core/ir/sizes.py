@@ -24,6 +24,9 @@ import torch.fx as fx
 from .views import Merge, Reshape, Step, Unflatten
 
 SIZES = "run_time_sizes"  # the params key of a view's size expressions
+# The params key of a view's sizes written as numbers (`reshape(1, 5, 2, -1)`): its steps
+# follow the input's dims, eager's result only the element count (`codegen/literal_sizes.py`).
+LITERAL = "literal_sizes"
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,15 @@ def read_sizes(n: fx.Node) -> tuple[Size, ...] | None:
         return None
     sizes = tuple(size_of(a) for a in args)
     return None if any(s is None for s in sizes) else sizes  # type: ignore[return-value]
+
+
+def literal_sizes(n: fx.Node) -> tuple[int, ...] | None:
+    """The target sizes of view/reshape call `n` when every one is a number; else None."""
+    args = [n.kwargs.get("shape", n.kwargs.get("size"))] if n.kwargs else list(n.args[1:])
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        args = list(args[0])
+    ok = args and all(isinstance(a, int) and not isinstance(a, bool) for a in args)
+    return tuple(args) if ok else None
 
 
 def tensors(sizes: Sequence[Size]) -> tuple[str, ...]:
