@@ -136,7 +136,8 @@ def test_a_layout_no_copy_fixes_raises(tmp_path):
     fn = lambda m, x, b: torch.relu(x + b)  # noqa: E731
     module, launch = _load(Lambda(fn), (torch.randn(4, 8), torch.randn(8)), tmp_path)
     _raises_every_time(module, launch, (torch.randn(4, 8), torch.randn(4, 8)), ValueError,
-                       r"shape \(4, 8\) and strides \(8, 1\) does not broadcast over "
+                       r"^cluster0: `b` of shape \(4, 8\) and strides \(8, 1\) does not "
+                       r"broadcast over "
                        r"\(4, 8\) the way this kernel indexes it")
 
 

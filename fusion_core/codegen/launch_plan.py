@@ -224,7 +224,8 @@ def _input_layouts(plan: KernelPlan, sig: KernelSignature, names: list[str],
             _piece_check(plan, i, a, firsts[t.value], out)
         seen = _pieced("shape", t, cat_bounds.length(plan, t.piece), plan.rank, whole=False) if (
             t.piece) else "shape"
-        out.line(f"copy{i}, {strides} = _layout({a}, {seen}, IN_GROUPS[{i}], IN_ORDERS[{i}])")
+        out.line(f"copy{i}, {strides} = _layout({a}, {seen}, IN_GROUPS[{i}], IN_ORDERS[{i}], "
+                 f"{f'`{firsts[t.value]}`'!r})")
 
 
 def _sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],

@@ -79,9 +79,10 @@ def _relaid(t, order):
     return out.copy_(t)
 
 
-def _layout(t, shape, groups, order):
-    """(copy, strides): whether `t` must be copied into the analysed layout first (its own
-    strides don't fit), and the strides of its non-unit index groups then."""
+def _layout(t, shape, groups, order, name="an input"):
+    """(copy, strides): whether `t` (the launcher's `name`) must be copied into the analysed
+    layout first (its own strides don't fit), and the strides of its non-unit index groups
+    then."""
     if t.numel() == 0:  # nothing is read: any strides do
         return False, [0 for _, _, unit in groups if not unit]
     u = t
@@ -95,7 +96,7 @@ def _layout(t, shape, groups, order):
                 raise ValueError(f"{NAME}: offsets into an input of shape {tuple(t.shape)} "
                                  "overflow this kernel's 32-bit index math; regenerate it")
             return copy, found
-    raise ValueError(f"{NAME}: an input of shape {tuple(t.shape)} and strides {t.stride()} "
+    raise ValueError(f"{NAME}: {name} of shape {tuple(t.shape)} and strides {t.stride()} "
                      f"does not broadcast over {shape} the way this kernel indexes it "
                      f"({groups}); regenerate it for this layout")
 
