@@ -5,7 +5,7 @@ any input size: only its `-1` follows, from the element count. Its index steps
 (``ir/views.py``), worked out at the analysed shape, follow the input's dims instead
 (`Unflatten(dim=2, sizes=(2, 4))` keeps whatever batch comes), so at another batch the
 kernel would return a shape eager never gives. The group's shapes are propagated
-symbolically (``run_sizes._Shapes``: one symbol per input dim); each numbered size the
+symbolically (``run_sizes.SymbolicShapes``: one symbol per input dim); each numbered size the
 steps give as a product of input dims, not that number, becomes a ``Pin``: the launcher's
 `_fits` refuses an input whose dims there make another product, naming the reshape. The
 `-1` is forced by the element count, as are sizes the steps fix themselves (a split's,
@@ -28,7 +28,7 @@ from ..ir.graph import FusionGraph, OpKind
 from ..ir.sizes import LITERAL
 from ..ir.spelling import said
 from ..ir.views import INDEX_STEPS, shape_after
-from .run_sizes import _Shapes
+from .run_sizes import SymbolicShapes
 from .view_checks import FIX
 
 
@@ -59,7 +59,7 @@ def literal_pins(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str]
     if not views:
         return ()
     try:
-        shapes = _Shapes(g, nodes, inputs)
+        shapes = SymbolicShapes(g, nodes, inputs)
     except (TypeError, ValueError):  # a step's size test no symbol answers: none, as before
         return ()
     symbols = {sympy.Symbol(f"{v}.shape[{k}]", integer=True, positive=True): (v, k)

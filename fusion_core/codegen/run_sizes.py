@@ -41,11 +41,11 @@ def _fixes_sizes(node: Node) -> bool:
     return steps is None or not all(isinstance(s, _REGROUPING) for s in steps)
 
 
-class _Shapes:
+class SymbolicShapes:
     """Symbolic shapes of a group's values, in terms of its inputs' dims."""
 
     def __init__(self, g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
-                 on_view: Callable[[str, _Shapes], None] | None = None) -> None:
+                 on_view: Callable[[str, SymbolicShapes], None] | None = None) -> None:
         self.g = g
         self.shapes: dict[str, Shape | None] = {}
         self.alias: dict[Any, Any] = {}  # a symbol broadcasting proved equal to another
@@ -130,14 +130,14 @@ def check_run_time_sizes(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[
     if not any(g[n].kind is OpKind.VIEW and g[n].param(SIZES) is not None for n in nodes):
         return
 
-    def check(name: str, shapes: _Shapes) -> None:
+    def check(name: str, shapes: SymbolicShapes) -> None:
         why = _unproven(g, shapes, g[name])
         if why is not None:
             raise LoweringError(f"{said(g, name)} {why}", (name,))
-    _Shapes(g, nodes, inputs, on_view=check)
+    SymbolicShapes(g, nodes, inputs, on_view=check)
 
 
-def _unproven(g: FusionGraph, shapes: _Shapes, node: Node) -> str | None:
+def _unproven(g: FusionGraph, shapes: SymbolicShapes, node: Node) -> str | None:
     """Why the view's sizes may differ from its steps' at another input size; None if not."""
     sizes: tuple[Size, ...] = node.param(SIZES)
     src = shapes.shape(node.refs[0])
