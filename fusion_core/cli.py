@@ -285,7 +285,9 @@ def cli(model_path: str, model_class: str | None, model_kwargs: str | None,
             run.compare_inductor()
         run.validate(peak_gbps, vs_inductor, timing=not no_timing)
         run.print_agreement()
-        run.print_diffs()
+        # The file the model came from (--model may name a module, or FILE.py:NAME).
+        source_path = analysis.source.path if analysis.source else model_path
+        run.print_diffs(source_path)
         if json_path:
             write_json(json_path, to_document(analysis, run.json_extras()))
             console.print(f"Wrote {json_path}", highlight=False)
@@ -293,8 +295,7 @@ def cli(model_path: str, model_class: str | None, model_kwargs: str | None,
             write_html(html_path, analysis, run.page_results())
             console.print(f"Wrote {html_path}", highlight=False)
         if apply_edits:
-            # The file the model came from (--model may name a module, or FILE.py:NAME).
-            run.apply(analysis.source.path if analysis.source else model_path, assume_yes)
+            run.apply(source_path, assume_yes)
 
 def main() -> None:
     cli()

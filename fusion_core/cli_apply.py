@@ -7,17 +7,14 @@ typed, handed on by ``cli_run.Run``); writes the edits through ``sourcemap.apply
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable
 
 import click
 from rich.console import Console
 
-from .codegen import Kernel
 from .errors import FusionAdvisorError
 from .pipeline import Analysis
-from .sourcemap.apply import Verdicts, apply, no_terminal, plan_apply
-from .sourcemap.source_mapping import SourceMapping
+from .sourcemap.apply import ApplyPlan, apply, no_terminal
 
 
 def stdin_is_terminal() -> bool:
@@ -39,10 +36,8 @@ def check_apply_flags(apply_edits: bool, assume_yes: bool) -> None:
         raise no_terminal()
 
 
-def apply_edits(analysis: Analysis, mappings: Sequence[SourceMapping], model_path: str | Path,
-                kernels: Mapping[int, Kernel], verdicts: Verdicts, console: Console,
+def apply_edits(plan: ApplyPlan, analysis: Analysis, console: Console,
                 assume_yes: bool) -> None:
-    """Plan, show, confirm, write, verify (see ``sourcemap.apply.apply``)."""
-    plan = plan_apply(analysis, tuple(mappings), model_path, kernels, verdicts)
+    """Show, confirm, write, verify (see ``sourcemap.apply.apply``)."""
     console.print()
     apply(plan, analysis, console, assume_yes=assume_yes, ask=terminal_prompt())

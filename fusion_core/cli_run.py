@@ -28,6 +28,8 @@ from .report.console import print_analysis
 from .report.html.results import PageResults
 from .report.progress import StepProgress
 from .sourcemap import SourceMapping, map_clusters, print_diffs
+from .sourcemap.apply import ApplyPlan, plan_apply
+from .sourcemap.preview import ApplyPreview, preview, preview_dict, print_imports
 from .triton_support import triton_missing, triton_note
 from .units import counted
 from .validate.kernels import KernelSet, build_kernels
@@ -82,6 +84,8 @@ class Run:
     agreement: Any = None  # inductor.match.Agreement (--vs-inductor)
     report: ValidationReport | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    apply_plan: ApplyPlan | None = None  # `plan`: what --apply would write
+    preview: ApplyPreview | None = None  # that plan as the Source edits show it
 
     @classmethod
     def start(cls, analysis: Analysis, console: Console, progress: StepProgress,
@@ -181,8 +185,25 @@ class Run:
         for line in missed_lines(a):  # one line per (ops, reason), names shortened
             console.print(f"  not proposed by us: {line}", highlight=False, markup=False)
 
-    def print_diffs(self) -> None:
-        print_diffs(self.mappings, self.console)
+    def plan(self, model_path: str | Path) -> ApplyPlan:
+        """What `--apply` would write (made once: the preview and --apply share it)."""
+        if self.apply_plan is None:
+            verdicts = {} if self.report is None else {
+                r.cluster: (r.usable, r.status) for r in self.report.results}
+            kernels = {} if self.kernels is None else self.kernels.kernels
+            self.apply_plan = plan_apply(self.analysis, self.mappings, model_path, kernels,
+                                         verdicts)
+        return self.apply_plan
+
+    def print_diffs(self, model_path: str | Path) -> None:
+        """The Source edits, with what --apply would add at the top and what it would skip."""
+        # Without kernels, or triton to check them, --apply writes nothing and says why.
+        if self.kernels is not None and triton_missing() is None:
+            self.preview = preview(self.plan(model_path), self.mappings)
+        skipped = dict(self.preview.skipped) if self.preview else {}
+        print_diffs(self.mappings, self.console, skipped)
+        if self.preview is not None and any(m.exact for m in self.mappings):
+            print_imports(self.preview, self.console)
 
     def json_extras(self) -> dict[str, Any]:
         """The `--json` sections after the analysis, from the results above."""
@@ -196,12 +217,10 @@ class Run:
         if self.report is not None:
             extra["validation"] = report_dict(self.report)
         extra["source_map"] = [mapping_dict(m) for m in self.mappings]
+        if self.preview is not None:
+            extra["apply"] = preview_dict(self.preview)
         return extra
 
     def apply(self, model_path: str | Path, assume_yes: bool) -> None:
         """`--apply`: the validated kernels, where the report says they are usable."""
-        verdicts = {} if self.report is None else {
-            r.cluster: (r.usable, r.status) for r in self.report.results}
-        kernels = {} if self.kernels is None else self.kernels.kernels
-        apply_edits(self.analysis, self.mappings, model_path, kernels, verdicts, self.console,
-                    assume_yes)
+        apply_edits(self.plan(model_path), self.analysis, self.console, assume_yes)

@@ -190,6 +190,25 @@ def _insert_at(tree: ast.Module) -> int:
     return at
 
 
+def added_imports(tree: ast.Module, plan: ApplyPlan, newline: str = "\n") -> tuple[int, str]:
+    """Where (0-based line index) and what `rewrite` inserts at the top of the file; the
+    Source edits preview shows the same lines (preview.py)."""
+    block = import_block(plan.path.stem, [o.call for o in plan.ops], newline)
+    # What the edits' own expressions need (unbiased.py), above the kernels' block.
+    block = "".join(f"{i}{newline}" for i in dict.fromkeys(
+        i for m in plan.edits for i in m.imports)) + block
+    return _insert_at(tree), block
+
+
+def refusal(text: str) -> str | None:
+    """Why `--apply` writes nothing to a file of this text, whatever the plan (the preview
+    says it too)."""
+    if MARKER in text:
+        return ("already calls kernels from an earlier --apply: restore its backup (.bak) "
+                "before applying again")
+    return None
+
+
 def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[int, int]]:
     """The new file text and, per edit's first cluster, the line its call lands on."""
     lines = physical_lines(text)
@@ -208,11 +227,7 @@ def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[
                              "analyzed code: run fusion-advisor again before --apply")
         # A replacement may span lines (`x, fused = cluster2(...)` above `h = self.up(fused)`).
         lines[m.start - 1:m.end] = [newline.join(m.replacement.splitlines()) + newline]
-    at = _insert_at(tree)
-    block = import_block(plan.path.stem, [o.call for o in plan.ops], newline)
-    # What the edits' own expressions need (unbiased.py), above the kernels' block.
-    block = "".join(f"{i}{newline}" for i in dict.fromkeys(
-        i for m in plan.edits for i in m.imports)) + block
+    at, block = added_imports(tree, plan, newline)
     lines[at:at] = [block]
     added = block.count(newline)
     new_lines, removed = {}, 0
@@ -347,9 +362,8 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
         raise no_terminal()
     data = _read_checked(plan)
     text = data.decode("utf-8")
-    if MARKER in text:
-        raise ApplyError(f"{where} already calls kernels from an earlier --apply: restore its "
-                         "backup (.bak) before applying again")
+    if (refused := refusal(text)) is not None:
+        raise ApplyError(f"{where} {refused}")
     taken = next((p for p in (package, package.with_suffix(".py")) if p.exists()), None)
     if taken is not None:  # a module of that name would shadow (or be shadowed by) ours
         raise ApplyError(f"{short_path(str(taken))} already exists: move it away before "

@@ -9,7 +9,7 @@ ones green; piped output carries no colour codes (rich decides from the stream).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -21,7 +21,7 @@ from .source_mapping import SourceMapping
 _STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
 
 
-def _distinct(mappings: Sequence[SourceMapping]) -> list[SourceMapping]:
+def distinct(mappings: Sequence[SourceMapping]) -> list[SourceMapping]:
     """Exact mappings, one per edited range (clusters sharing lines show once)."""
     seen: set[tuple[str | None, int | None]] = set()
     out = []
@@ -90,7 +90,7 @@ def _shift_hunk(line: str, offset: int) -> str:
 
 def render(mappings: Sequence[SourceMapping]) -> str:
     """All exact diffs as plain text (for files, logs and tests)."""
-    blocks = ["\n".join([header(m), *diff_lines(m)]) for m in _distinct(mappings)]
+    blocks = ["\n".join([header(m), *diff_lines(m)]) for m in distinct(mappings)]
     return "\n\n".join(blocks) + ("\n" if blocks else "")
 
 
@@ -99,9 +99,11 @@ def styled(line: str) -> Text:
     return Text(line, style=style)
 
 
-def print_diffs(mappings: Sequence[SourceMapping], console: Console) -> None:
-    """Exact clusters as coloured diffs; pointer clusters as a line saying why not."""
-    exact = _distinct(mappings)
+def print_diffs(mappings: Sequence[SourceMapping], console: Console,
+                skipped: Mapping[int, str] | None = None) -> None:
+    """Exact clusters as coloured diffs; pointer clusters as a line saying why not.
+    `skipped`: shown edit's cluster → why `--apply` would leave it out (preview.py)."""
+    exact = distinct(mappings)
     pointers = [m for m in mappings if not m.exact]
     if not exact and not pointers:
         return
@@ -115,6 +117,9 @@ def print_diffs(mappings: Sequence[SourceMapping], console: Console) -> None:
         if m.baked:
             console.print(Text("note: built into the kernel (values at analysis; re-run "
                                f"fusion-advisor if they change): {', '.join(m.baked)}",
+                               style="dim"), soft_wrap=True)
+        if skipped and m.cluster_index in skipped:
+            console.print(Text(f"--apply skips this edit: {skipped[m.cluster_index]}",
                                style="dim"), soft_wrap=True)
     if pointers:
         console.print()
