@@ -12,28 +12,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_apply import ONE_CLUSTER
 
 from fusion_core import cli
 from fusion_core import cli_apply as sm_steps
 from fusion_core.report.json_report import schema
 from fusion_core.validate import run as validate_run
-
-ONE_CLUSTER = """\
-import torch
-import torch.nn as nn
-
-
-class Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
-    def forward(self, x):
-        x = self.proj(x)
-        y = x * 2.0
-        y = torch.relu(y)
-        return self.proj(y)
-"""
 
 # A convolution whose bias a CUDA target adds in the kernel: the edit calls F.conv2d, which
 # nothing the file imports reaches, so --apply adds `import torch.nn.functional as F` too.
