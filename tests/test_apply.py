@@ -187,16 +187,21 @@ def test_the_prompt_shows_every_line_it_writes_imports_included(tmp_path, monkey
         == added
 
 
-def test_a_cluster_that_failed_numerics_is_not_applied(tmp_path, monkeypatch):
-    path = tmp_path / "tiny.py"
-    path.write_text(ONE_CLUSTER)
+def every_kernel_off_by_one(monkeypatch) -> None:
+    """Every generated kernel the CLI validates returns one more than it should."""
     real = validate_run.load_generated
 
-    def wrong(kernel, workdir):  # a kernel off by one everywhere
+    def wrong(kernel, workdir):
         loaded = real(kernel, workdir)
         return dataclasses.replace(loaded, launcher=lambda *a: loaded.launcher(*a) + 1.0)
 
     monkeypatch.setattr(validate_run, "load_generated", wrong)
+
+
+def test_a_cluster_that_failed_numerics_is_not_applied(tmp_path, monkeypatch):
+    path = tmp_path / "tiny.py"
+    path.write_text(ONE_CLUSTER)
+    every_kernel_off_by_one(monkeypatch)
     result = run_cli(path, "--input-shape", "4,8", "--apply", "--yes")
     assert result.exit_code == 0, result.output
     assert "FAILED cluster numerics" in result.output

@@ -6,18 +6,16 @@ Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_apply import ONE_CLUSTER
+from test_apply import ONE_CLUSTER, every_kernel_off_by_one
 
 from fusion_core import cli
 from fusion_core import cli_apply as sm_steps
 from fusion_core.report.json_report import schema
-from fusion_core.validate import run as validate_run
 
 # A convolution whose bias a CUDA target adds in the kernel: the edit calls F.conv2d, which
 # nothing the file imports reaches, so --apply adds `import torch.nn.functional as F` too.
@@ -103,13 +101,7 @@ def test_an_import_the_edit_itself_needs_is_previewed_above_the_kernels(tmp_path
 def test_an_edit_apply_would_skip_is_marked_in_the_preview(tmp_path, monkeypatch):
     path = tmp_path / "tiny.py"
     path.write_text(ONE_CLUSTER)
-    real = validate_run.load_generated
-
-    def wrong(kernel, workdir):  # a kernel off by one everywhere
-        loaded = real(kernel, workdir)
-        return dataclasses.replace(loaded, launcher=lambda *a: loaded.launcher(*a) + 1.0)
-
-    monkeypatch.setattr(validate_run, "load_generated", wrong)
+    every_kernel_off_by_one(monkeypatch)
     result = run_cli(str(path), "4,8", tmp_path / "r.json")
     assert result.exit_code == 0, result.output
     shown = section(result.output, "Source edits", "Wrote ")
