@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from codegen_harness import Lambda
+from codegen_harness import DEVICE, Lambda
 
 from fusion_core.codegen import generate, load_kernel, write_kernels
 from fusion_core.pipeline import analyze
@@ -21,6 +21,11 @@ def _kernel(fn, *shapes: tuple[int, ...], capture: str = "fx"):
     return load_kernel(path).cluster0
 
 
+def _randn(*sizes: int) -> torch.Tensor:
+    """A kernel's input where it runs: the GPU when there is one (analysis stays on CPU)."""
+    return torch.randn(*sizes, device=DEVICE)
+
+
 def _split_batch_of_one(m, x):
     return torch.sigmoid(x).reshape(1, 5, 2, -1) * 2.0
 
@@ -29,10 +34,10 @@ def test_numbered_batch_refused_at_another_batch():
     """The fuzzer's case: `Unflatten(2, (2, 4))` at (1, 5, 8) would give (3, 5, 2, 4) at a
     batch of 3; eager gives (1, 5, 2, 12)."""
     k = _kernel(_split_batch_of_one, (1, 5, 8))
-    x = torch.randn(1, 5, 8)
+    x = _randn(1, 5, 8)
     torch.testing.assert_close(k(x), _split_batch_of_one(None, x))
     with pytest.raises(ValueError) as e:
-        k(torch.randn(3, 5, 8))
+        k(_randn(3, 5, 8))
     msg = str(e.value)
     assert "\n" not in msg
     assert "is 3 long in dim 0; this kernel needs 1 there" in msg
@@ -49,7 +54,7 @@ def test_batch_of_one_on_both_sides_of_a_broadcast():
     """Both operands' batch was 1: either may grow (the larger wins); each must stay 1."""
     k = _kernel(_sum_split, (1, 5, 8), (1, 5, 8))
     with pytest.raises(ValueError, match=r"`a` is 3 long in dim 0; this kernel needs 1 there"):
-        k(torch.randn(3, 5, 8), torch.randn(3, 5, 8))
+        k(_randn(3, 5, 8), _randn(3, 5, 8))
 
 
 def _rows(m, x):
@@ -65,10 +70,10 @@ def test_minus_one_rows_follow_another_batch(fn):
     """`reshape(-1, C)`: the `-1` takes the leading dims whatever they are, as eager does."""
     k = _kernel(fn, (2, 3, 4))
     for shape in [(2, 3, 4), (5, 3, 4), (5, 7, 4)]:
-        x = torch.randn(shape)
+        x = _randn(*shape)
         torch.testing.assert_close(k(x), fn(None, x))
     with pytest.raises(ValueError, match=r"is 6 long in dim 2; this kernel needs 4 there"):
-        k(torch.randn(2, 3, 6))  # eager: (6, 4) rows of another width
+        k(_randn(2, 3, 6))  # eager: (6, 4) rows of another width
 
 
 def _merge_all(m, x):
@@ -84,13 +89,13 @@ def test_numbered_sizes_without_minus_one():
     gives (5, 16) at (5, 2, 8): refused. A product of dims that keeps the number passes."""
     k = _kernel(_merge_all, (2, 5, 8))
     with pytest.raises(ValueError, match=r"`a` is 5 long in dim 0; this kernel needs 2 there"):
-        k(torch.randn(5, 2, 8))
+        k(_randn(5, 2, 8))
     k = _kernel(_to_rows_of_ten, (2, 5, 8))
-    x = torch.randn(5, 2, 8)  # dims 0-1 still hold 10: eager's (10, 8) too
+    x = _randn(5, 2, 8)  # dims 0-1 still hold 10: eager's (10, 8) too
     torch.testing.assert_close(k(x), _to_rows_of_ten(None, x))
     with pytest.raises(ValueError, match=r"`a` holds 12 elements in dims 0, 1; this kernel "
                                          r"needs 10 there"):
-        k(torch.randn(4, 3, 8))
+        k(_randn(4, 3, 8))
 
 
 def _pairs(m, x):
@@ -101,12 +106,12 @@ def test_minus_one_the_steps_fix_pins_the_element_count():
     """`view(-1, 4, 2)` of (2, 5, 8) is a ``Reshape`` to (10, 4, 2): at 120 elements torch's
     own view error would name no kernel; at 80 in another shape eager agrees."""
     k = _kernel(_pairs, (2, 5, 8))
-    x = torch.randn(5, 2, 8)
+    x = _randn(5, 2, 8)
     torch.testing.assert_close(k(x), _pairs(None, x))
     with pytest.raises(ValueError, match=r"`a` holds 120 elements in dims 0, 1, 2; this kernel "
                                          r"needs 80 there: `view` \(.*\) reads 80 elements, "
                                          r"its `-1` \(dim 0 of \(-1, 4, 2\)\) read as 10"):
-        k(torch.randn(3, 5, 8))
+        k(_randn(3, 5, 8))
 
 
 B, H, T, D = 2, 3, 4, 5
@@ -120,10 +125,10 @@ def _heads_merged(m, x, b):
 
 def test_permuted_value_with_numbered_sizes():
     k = _kernel(_heads_merged, (B, H, T, D), (H * D,))
-    x, b = torch.randn(B, H, T, D), torch.randn(H * D)
+    x, b = _randn(B, H, T, D), _randn(H * D)
     torch.testing.assert_close(k(x, b), _heads_merged(None, x, b))
     with pytest.raises(ValueError, match=r"this kernel needs 2 there"):
-        k(torch.randn(3, H, T, D), b)  # eager: `reshape(2, 4, 15)` of 180 elements fails
+        k(_randn(3, H, T, D), b)  # eager: `reshape(2, 4, 15)` of 180 elements fails
 
 
 def _heads_split_from_shape(m, x):
@@ -135,7 +140,7 @@ def test_export_records_sizes_read_from_shapes_as_numbers():
     """Export captures `view(b, t, 2, c // 2)` as `view(2, 3, 2, 2)`: no telling it from
     numbers, so another batch is refused (FX capture reads the sizes and follows); its
     `reshape(-1, 4)` keeps the `-1` and follows."""
-    x = torch.randn(5, 3, 4)
+    x = _randn(5, 3, 4)
     k = _kernel(_heads_split_from_shape, (2, 3, 4))
     torch.testing.assert_close(k(x), _heads_split_from_shape(None, x))
     k = _kernel(_heads_split_from_shape, (2, 3, 4), capture="export")

@@ -147,6 +147,7 @@ def test_a_permuted_reshape_sized_from_input_shapes_fuses_and_follows_other_size
     (path,) = write_kernels([kernel], tmp_path)
     launch = getattr(load_kernel(path), kernel.name)
     patched = patch(a.graph_module, {c.index: (c, launch)})
+    model.to(DEVICE), patched.to(DEVICE), a.graph_module.to(DEVICE)  # parameters too
     for sizes in (analysed, *others):
         inputs = tuple(t.to(DEVICE) for t in make(*sizes))
         got, want = patched(*inputs), model(*inputs)

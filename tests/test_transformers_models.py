@@ -146,7 +146,7 @@ def test_every_kernel_verifies_and_the_patched_model_matches(analyses, name):
     # expanded, then narrowed to one column).
     from fusion_core.validate import validate
 
-    report = validate(analyses[name])
+    report = validate(analyses[name], timing=False)  # numerics: speed is not judged here
     failed = [(r.cluster, [g.detail for g in r.gates if not g.passed])
               for r in report.results if not r.usable]
     assert not failed
