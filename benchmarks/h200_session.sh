@@ -7,8 +7,8 @@
 #   suite     python -m pytest -v (every test, kernels compiled for the GPU instead of the
 #             interpreter; `cpu`-marked tests skip): the `timing` tests after the rest, one at
 #             a time; SUITE_ARGS narrows both passes; a 10-minute call does not hold the whole
-#             suite: SUITE_PASS=rest SUITE_PART=1, SUITE_PASS=rest SUITE_PART=2, then
-#             SUITE_PASS=timing, one call each
+#             suite: SUITE_PASS=rest with SUITE_PART=1, 2 and 3, then SUITE_PASS=timing, one
+#             call each; each test's seconds go to $OUT/durations.log as it ends
 #   clusters  every cluster of the panel cases against eager, Inductor and the same-size copy,
 #             then the CLI's Measured section for ExampleNet at 16384x1024 (compare the two)
 #   zoo       benchmarks/model_zoo.py in five processes: torchvision/timm/transformers models, kernels verified
@@ -40,19 +40,24 @@ for step in "$@"; do
       # once, so a run cut off by the timeout still says what failed and why.
       # SUITE_PASS=rest or timing runs one pass (the whole suite does not fit one 10-minute
       # call: SUITE_PASS=rest SUITE_PART=1, then SUITE_PART=2, then SUITE_PASS=timing).
-      export PYTHONPATH=$PYTHONPATH:$PWD/tools FAILURES_LOG=$OUT/failures.log
+      export PYTHONPATH=$PYTHONPATH:$PWD/tools FAILURES_LOG=$OUT/failures.log \
+        DURATIONS_LOG=$OUT/durations.log
       # One compile thread per pytest worker: 15 workers each forking a pool of 16 compile
       # processes is 240 processes on 16 cores (a part-2 call on 2026-12-05 lost its machine).
       export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-1}
-      # SUITE_PART=1 or 2 splits the non-timing pass in two halves that each fit a call at
-      # JOBS=15 (2026-12-04: 470 s and 360 s): 1 the plugin and page tests (pytester runs,
-      # slow) with examples/, 2 the rest of tests/. SUITE_ARGS, when set, wins.
-      plugin_files="$(ls tests/test_fusion_*.py tests/test_html*.py tests/test_plugin*.py) \
+      # SUITE_PART=1, 2 or 3 splits the non-timing pass in parts that each fit a call at
+      # JOBS=15: 1 the plugin's pytester runs (tests/test_fusion_*.py), 3 the page tests, the
+      # GPU model checks and examples/ (1 and 3 together ran past 540 s on an H100 on
+      # 2026-12-05), 2 the rest of tests/ (523 s). SUITE_ARGS, when set, wins.
+      plugin_runs="$(ls tests/test_fusion_*.py)"
+      pages_and_models="$(ls tests/test_html*.py tests/test_plugin*.py) \
         tests/test_device_placement.py tests/test_validate_scaling.py tests/test_modeltime.py \
         tests/test_apply_compile_gpu.py tests/test_direct_launch_gpu.py tests/test_compiled_record.py"
       case ${SUITE_PART:-} in
-        1) SUITE_ARGS=${SUITE_ARGS:-"$plugin_files examples/"} ;;
-        2) SUITE_ARGS=${SUITE_ARGS:-$(ls tests/test_*.py | grep -v -F -x -f <(tr ' ' '\n' <<< "$plugin_files" | grep .))} ;;
+        1) SUITE_ARGS=${SUITE_ARGS:-$plugin_runs} ;;
+        2) SUITE_ARGS=${SUITE_ARGS:-$(ls tests/test_*.py | grep -v -F -x -f <(
+             tr ' ' '\n' <<< "$plugin_runs $pages_and_models" | grep .))} ;;
+        3) SUITE_ARGS=${SUITE_ARGS:-"$pages_and_models examples/"} ;;
       esac
       common=(-v -p no:cacheprovider -p no:benchmark -p failures_now --durations=25)
       if [ "${SUITE_PASS:-both}" != timing ]; then
