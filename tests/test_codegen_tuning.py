@@ -123,11 +123,34 @@ def test_choose_keeps_the_fastest_when_timing_and_the_heuristic_otherwise(monkey
     timed = []
     monkeypatch.setattr(tuning, "_time", lambda run, c: timed.append(c) or speed[c])
     monkeypatch.setattr(tuning, "_timing_on", lambda device: True)
-    assert tuning._choose("a", configs, None, torch.device("cpu")) == (128, 1, 4)
-    assert timed == list(configs) and tuning.CHOSEN == {"a": (128, 1, 4)}
+    a, b = _key(1024, 128), _key(1024, 256)
+    assert tuning._choose(a, configs, None, torch.device("cpu")) == (128, 1, 4)
+    assert timed == list(configs) and tuning.CHOSEN == {a: (128, 1, 4)}
     monkeypatch.setattr(tuning, "_timing_on", lambda device: False)
-    assert tuning._choose("b", configs, None, torch.device("cpu")) == (64, 1, 4)
-    assert len(timed) == 3 and tuning.CHOSEN["b"] == (64, 1, 4)
+    assert tuning._choose(b, configs, None, torch.device("cpu")) == (64, 1, 4)
+    assert len(timed) == 3 and tuning.CHOSEN[b] == (64, 1, 4)
+
+
+def _key(width: int, rows: int) -> tuple:
+    """A tuning key of this bucket (the disk cache is off in tests: no file is read)."""
+    return ((width, rows), (torch.float32,), torch.device("cpu"))
+
+
+def test_a_bucket_of_at_most_tune_min_elements_takes_the_heuristic_untimed(monkeypatch):
+    """64K elements or fewer: one wave of programs whatever the configuration, so nothing is
+    compiled and timed; one element more and the candidates are timed."""
+    monkeypatch.setattr(tuning, "CHOSEN", {})
+    configs = ((64, 1, 4), (128, 1, 4))
+    timed = []
+    monkeypatch.setattr(tuning, "_time", lambda run, c: timed.append(c) or {
+        (64, 1, 4): 2.0, (128, 1, 4): 1.0}[c])
+    monkeypatch.setattr(tuning, "_timing_on", lambda device: True)
+    assert tuning.TUNE_MIN_ELEMENTS == 65536
+    for small in (_key(1, 65536), _key(4096, 16), _key(16, 4096)):
+        assert tuning._choose(small, configs, None, torch.device("cpu")) == (64, 1, 4)
+    assert timed == [] and set(tuning.CHOSEN.values()) == {(64, 1, 4)}
+    assert tuning._choose(_key(4096, 32), configs, None, torch.device("cpu")) == (128, 1, 4)
+    assert timed == list(configs)
 
 
 def _softmax(m, x):
@@ -168,6 +191,7 @@ def test_a_timed_choice_is_what_the_launcher_then_uses(tmp_path):
     timed, launches = [], []
     real_launch = module._launch
     module._timing_on = lambda device: True
+    module.TUNE_MIN_ELEMENTS = 0  # these buckets are small enough to go untimed
     module._direct = lambda *a: None  # on CUDA, warm calls would skip `_launch`
     module._time = lambda run, c: timed.append(c) or -c[1] * 100 - c[2]  # most rows, warps
     module._launch = lambda config, *a: launches.append(config) or real_launch(config, *a)
@@ -245,9 +269,10 @@ def test_one_uncapturable_candidate_makes_every_candidate_timed_as_launched(monk
     monkeypatch.setattr(tuning, "_cache_identity", lambda device: None)
     monkeypatch.setattr(tuning, "_cache_path", lambda identity: None)
     monkeypatch.setattr(tuning, "CHOSEN", {})
-    assert tuning._choose("bucket", ("a", "b", "c"), None, torch.device("cpu")) == "b"
+    key = _key(4096, 1024)
+    assert tuning._choose(key, ("a", "b", "c"), None, torch.device("cpu")) == "b"
     assert [replay for _, replay in calls] == [True] * 3 + [False] * 3
-    assert tuning.CHOSEN == {"bucket": "b"}
+    assert tuning.CHOSEN == {key: "b"}
 
 
 @pytest.mark.gpu

@@ -145,15 +145,17 @@ def _tuning_lines(plan: KernelPlan, looped: bool) -> list[str]:
     out.lines(["", "# Per-shape tuning: the first call in a new shape bucket (row width rounded up",
                "# to a power of two; row count rounded up to a power of ROW_CLASSES, at most",
                "# ROW_CLASS_CAP) times these candidates and the constants above on CUDA, and",
-               "# keeps the fastest in CHOSEN. Without timing (CPU, the Triton interpreter, or",
-               "# FUSION_ADVISOR_AUTOTUNE=0) the constants above, fitted to the bucket, are used.",
+               "# keeps the fastest in CHOSEN. Without timing (CPU, the Triton interpreter,",
+               "# FUSION_ADVISOR_AUTOTUNE=0, or a bucket of at most TUNE_MIN_ELEMENTS elements)",
+               "# the constants above, fitted to the bucket, are used.",
                f'KIND = "{k}"', f"CANDIDATES = (  # {CANDIDATE_FIELDS[k]}"])
     with out.indented():
         out.lines(f"{c}," for c in candidates(plan, looped))
     out.lines([")", f"ROW_CLASSES = {autotune.ROW_CLASSES}",
                f"ROW_CLASS_CAP = {autotune.ROW_CLASS_CAP}",
                f"TUNE_WARMUP_MS = {autotune.TUNE_WARMUP_MS}  # per candidate, once per bucket",
-               f"TUNE_REP_MS = {autotune.TUNE_REP_MS}"])
+               f"TUNE_REP_MS = {autotune.TUNE_REP_MS}",
+               f"TUNE_MIN_ELEMENTS = {autotune.TUNE_MIN_ELEMENTS}  # smaller buckets: untimed"])
     return out.result()
 
 

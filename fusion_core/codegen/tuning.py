@@ -9,8 +9,9 @@ rows may be split over several programs ("split") adds a fourth number, the prog
 file's tuning constants fitted to the bucket), then the file's ``CANDIDATES`` turned into
 configurations (``CONFIG``). The first call in a new bucket (``_choose``) times
 each on CUDA and keeps the fastest in ``CHOSEN``; where nothing is timed (CPU, the Triton
-interpreter, a CUDA graph being captured, or ``FUSION_ADVISOR_AUTOTUNE=0``) the heuristic's
-pick is used. The helpers read the file's globals: ``CANDIDATES``, ``CHOSEN``, the tuning
+interpreter, a CUDA graph being captured, ``FUSION_ADVISOR_AUTOTUNE=0``, or a bucket of at most
+``TUNE_MIN_ELEMENTS`` elements, launch-bound whatever the configuration) the heuristic's pick
+is used. The helpers read the file's globals: ``CANDIDATES``, ``CHOSEN``, the tuning
 constants of its kind ("flat", "tiled", "single", "looped", "split") and ``HEURISTIC``/``CONFIG``;
 the values below only let this module import, tests set them.
 
@@ -45,6 +46,11 @@ SPLIT_PROGRAMS, SPLIT_MIN_COLS = 256, 8192
 ROW_CLASSES = 2  # row counts are bucketed by powers of this...
 ROW_CLASS_CAP = 16384  # ...up to this many rows (more rows: one class)
 TUNE_WARMUP_MS, TUNE_REP_MS = 5, 25  # per candidate, once per bucket
+# Buckets of at most this many elements (width x row class) are not timed: the heuristic's
+# pick launches. A 64K-element tensor is 256 KiB in fp32 (under 0.1 µs of an H200's
+# bandwidth) and every candidate covers it in one wave of programs, so each takes the
+# launch's few µs, while timing them compiles each one (most of a small model's GPU run).
+TUNE_MIN_ELEMENTS = 1 << 16
 
 
 def _pow2(n):
@@ -310,8 +316,10 @@ def _choose(key, configs, run, device):
     `run(config)` where timing is on (read from the disk cache when a process timed this
     file's bucket on this GPU before, and stored there after timing), else the first (the
     heuristic's); kept in CHOSEN except while a CUDA graph is being captured (timing then
-    would break the capture)."""
-    if len(configs) > 1 and _timing_on(device):
+    would break the capture). A bucket (`key[0]`) of at most TUNE_MIN_ELEMENTS elements
+    takes the heuristic's pick untimed."""
+    bucket = key[0]
+    if len(configs) > 1 and _timing_on(device) and bucket[0] * bucket[1] > TUNE_MIN_ELEMENTS:
         identity = _cache_identity(device)
         path = _cache_path(identity)
         choice = _cache_read(path, identity).get(_cache_key(key)) if path else None
@@ -340,7 +348,7 @@ KIND_HELPERS = {"split": (_looped_heuristic, _looped_config, _splits)}
 HELPERS = (_pow2, _bucket, _row_warps, _configs, _timing_on, _time, _cache_dir,
            _cache_identity, _cache_path, _cache_key, _cache_read, _cache_write, _choose)
 GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
-           "ROW_CLASS_CAP", "TUNE_WARMUP_MS", "TUNE_REP_MS")
+           "ROW_CLASS_CAP", "TUNE_WARMUP_MS", "TUNE_REP_MS", "TUNE_MIN_ELEMENTS")
 
 
 # Generation time only (not copied into kernel files). A whole-row block holds its row in
