@@ -8,7 +8,7 @@ group when
   - its source, through a chain of such views, is a value some op of the group reads
     directly anyway, and
   - the code generator can index it (the view has index steps, and no operand but its
-    source: a bound computed from the source's own sizes is no operand, ``ir/normalize.py``).
+    source: a bound computed from the source's own sizes is no operand, ``ir/view_params.py``).
 The kernel then takes the source once and reads the view through its index map (``codegen/
 indexing.py``) instead of taking both. Why: the same bytes are read (the source is read in
 full already, the slice's bytes are a part of them), so the traffic estimate only drops the

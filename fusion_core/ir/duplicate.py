@@ -73,7 +73,7 @@ def _own_shape_reads(value: fx.Node, consumer: fx.Node, order: dict[fx.Node, int
                      ) -> list[fx.Node]:
     """Readers of `value` that serve `consumer` alone (`h.shape[-1] // 2` for the bound of
     `h[..., : h.shape[-1] // 2]`): they read the copy too, the same shape, so a slice whose
-    bounds come from its own source's size keeps its steps (``ir/normalize.py``)."""
+    bounds come from its own source's size keeps its steps (``ir/view_params.py``)."""
     above: set[fx.Node] = set()
     todo = list(consumer.all_input_nodes)
     while todo:  # what `consumer` reads that `value` may feed: nodes after it

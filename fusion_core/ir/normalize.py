@@ -39,8 +39,14 @@ from .spelling import aten_call, namespaced
 from .split_views import piece_of_split
 from .trace import is_user_frame
 from .upsample import OPAQUE_WHY, is_upsample, upsample_steps
-from .view_recognition import as_narrow, describe
-from .views import INDEX_STEPS, Narrow, Step
+from .view_params import (
+    bounds_of_its_own_sizes,
+    flatten,
+    flatten_keep_slices,
+    run_time_args,
+    view_params,
+)
+from .views import INDEX_STEPS
 
 _FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>\S+)')
 
@@ -105,7 +111,7 @@ def _shape_read(n: fx.Node) -> tuple[tuple[str, Any], ...]:
     else:
         shape = n.op == "call_function" and n.target in _SHAPE_FUNCTIONS
     rest = (n.args[1:], n.kwargs)
-    return (("shape_of", first.name),) if shape and first not in _flatten(rest) else ()
+    return (("shape_of", first.name),) if shape and first not in flatten(rest) else ()
 
 
 def _meta(val: Any) -> TensorMeta | None:
@@ -180,10 +186,10 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
     if n.op == "get_attr":
         return Node(op="constant", kind=OpKind.CONSTANT, **common)
     if n.op == "output":
-        refs = tuple(Ref(a.name) for a in _flatten(n.args) if isinstance(a, fx.Node))
+        refs = tuple(Ref(a.name) for a in flatten(n.args) if isinstance(a, fx.Node))
         return Node(op="output", kind=OpKind.OUTPUT, inputs=refs, **common)
-    refs = tuple(Ref(a.name) for a in _flatten((n.args, n.kwargs)) if isinstance(a, fx.Node))
-    if unsized(val) or any(unsized(a.meta.get("val")) for a in _flatten((n.args, n.kwargs))
+    refs = tuple(Ref(a.name) for a in flatten((n.args, n.kwargs)) if isinstance(a, fx.Node))
+    if unsized(val) or any(unsized(a.meta.get("val")) for a in flatten((n.args, n.kwargs))
                            if isinstance(a, fx.Node)):
         # Sized by a tensor's value (`x[:n]`, n from `.item()`), or reading such a value.
         where = read_at(n, reads, parse_stack_trace) if unsized(val) else None
@@ -230,12 +236,12 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
             # `x1, x2 = x.chunk(2, -1)`: a Narrow of the split's source (``ir/split_views.py``)
             return Node(op=op, kind=OpKind.VIEW, inputs=(Ref(piece[1].name),),
                         params=((INDEX_STEPS, piece[0]),), **common)
-        params = _view_params(n, op)
-        if params and _run_time_args(n):
-            if _bounds_of_its_own_sizes(n, dict(params)[INDEX_STEPS]):
+        params = view_params(n, op)
+        if params and run_time_args(n):
+            if bounds_of_its_own_sizes(n, dict(params)[INDEX_STEPS]):
                 refs = refs[:1]  # `x[..., x.shape[-1] // 2:]`: no data edge (the docstring's)
-            elif any(isinstance(a, slice) and any(isinstance(b, fx.Node) for b in _flatten(a))
-                     for a in _flatten_keep_slices(n.args)):
+            elif any(isinstance(a, slice) and any(isinstance(b, fx.Node) for b in flatten(a))
+                     for a in flatten_keep_slices(n.args)):
                 params = ()  # a slice bound of other sizes (`self.cos[:T]`): no steps
         sizes = read_sizes(n) if op in SIZED_VIEWS and params else None
         if sizes is not None:
@@ -253,7 +259,7 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
         return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
     if spec.name == "to":
         values.pop("other", None)  # `type_as`: the other tensor only names the dtype
-        values["dtype"] = next((a for a in _flatten((n.args, n.kwargs))
+        values["dtype"] = next((a for a in flatten((n.args, n.kwargs))
                                 if isinstance(a, torch.dtype)), meta.dtype if meta else None)
     training = values.get("training") is True and spec.training is not None
     if training and (computed := training_spec(spec, values)) is not None:
@@ -283,114 +289,6 @@ def _operand(v: Any) -> tuple[Any, ...]:
     if isinstance(v, (list, tuple)) and v and all(isinstance(x, fx.Node) for x in v):
         return tuple(Ref(x.name) for x in v)
     return (_literal(v),)
-
-
-def _view_params(n: fx.Node, op: str) -> tuple[tuple[str, Any], ...]:
-    """A view's index steps (``ir/views.py``), replayed on a meta tensor; () if unknown."""
-    src = next((a for a in _flatten((n.args, n.kwargs)) if isinstance(a, fx.Node)), None)
-    out, src_val = n.meta.get("val"), src.meta.get("val") if src is not None else None
-    if not isinstance(out, torch.Tensor) or not isinstance(src_val, torch.Tensor):
-        return ()
-
-    def value(a: Any, probe: torch.Tensor) -> Any:
-        if a is src:
-            return probe
-        if isinstance(a, fx.Node):
-            val = a.meta.get("val")
-            return torch.empty(val.shape, device="meta") if isinstance(val, torch.Tensor) else val
-        if isinstance(a, (list, tuple)):
-            return type(a)(value(x, probe) for x in a)
-        if isinstance(a, slice):  # bounds computed from sizes: `x[..., half:]`
-            return slice(*(value(x, probe) for x in (a.start, a.stop, a.step)))
-        return a
-
-    def call(probe: torch.Tensor) -> Any:
-        args = tuple(value(a, probe) for a in n.args)
-        kwargs = {k: value(v, probe) for k, v in n.kwargs.items()}
-        if n.op == "call_method":
-            return getattr(args[0], str(n.target))(*args[1:], **kwargs)
-        return n.target(*args, **kwargs)
-
-    steps = describe(op.split(".")[0], call, tuple(src_val.shape), tuple(out.shape),
-                     src_val.is_contiguous())
-    dim = _sliced_dim(n, op.split(".")[0], src_val.dim())
-    if steps is not None and dim is not None:
-        steps = as_narrow(steps, tuple(src_val.shape), dim)
-    return () if steps is None else ((INDEX_STEPS, steps),)
-
-
-def _sliced_dim(n: fx.Node, op: str, rank: int) -> int | None:
-    """The one dim a plain slice call slices, the others written whole (`x[..., h:]`,
-    `x[:, :4]`, `aten.slice(x, 1, 0, 4)`, `x.narrow(1, 0, 4)`); None for any other call."""
-    if op in ("slice", "narrow") and len(n.args) >= 2 and isinstance(n.args[1], int):
-        step = n.args[4] if op == "slice" and len(n.args) > 4 else 1
-        return n.args[1] % rank if rank and step == 1 and not n.kwargs else None
-    if op != "getitem" or len(n.args) != 2:
-        return None
-    index = n.args[1] if isinstance(n.args[1], tuple) else (n.args[1],)
-    if not all(isinstance(i, slice) or i is Ellipsis for i in index) or index.count(Ellipsis) > 1:
-        return None
-    if Ellipsis not in index and len(index) < rank:
-        index = (*index, Ellipsis)
-    cut = index.index(Ellipsis) if Ellipsis in index else len(index)
-    where = [k if k < cut else rank - (len(index) - k) for k, i in enumerate(index)
-             if i is not Ellipsis and i != slice(None)]
-    if len(where) != 1 or index[where[0] if where[0] < cut else
-                                 len(index) - (rank - where[0])].step not in (None, 1):
-        return None
-    return where[0]
-
-
-def _run_time_args(n: fx.Node) -> list[fx.Node]:
-    """A view's arguments computed at run time, besides its source."""
-    return [a for a in _flatten((n.args, n.kwargs)) if isinstance(a, fx.Node)][1:]
-
-
-def _flatten_keep_slices(obj: Any):
-    if isinstance(obj, (tuple, list)):
-        for x in obj:
-            yield from _flatten_keep_slices(x)
-    else:
-        yield obj
-
-
-def _bounds_of_its_own_sizes(n: fx.Node, steps: tuple[Step, ...]) -> bool:
-    """Every run-time argument of view `n` besides its source is a number computed from
-    that source's own sizes (`half = x.shape[-1] // 2; x[..., half:]`), of the sliced dim
-    alone when `steps` are a ``Narrow``. The steps, fixed at the analysed bounds, then hold
-    wherever the source has the sizes a launcher checks (the sliced dim's for a narrow,
-    ``codegen/runtime._narrowed``; its whole shape for any other selection,
-    ``codegen/launch_maps.py``): the bounds are no data edge, and a kernel may read the
-    slice of a tensor it takes."""
-    src = next(a for a in _flatten((n.args, n.kwargs)) if isinstance(a, fx.Node))
-    rank = len(src.meta["val"].shape) if isinstance(src.meta.get("val"), torch.Tensor) else 0
-    narrow = steps[0] if len(steps) == 1 and isinstance(steps[0], Narrow) else None
-    allowed = {(src.name, narrow.dim + rank)} if narrow else {(src.name, k) for k in range(rank)}
-    for a in _run_time_args(n):
-        s = scalar_of(a)
-        if not (isinstance(s, Dim | Apply) and isinstance(a.meta.get("val"), int)
-                and {(d.value, d.dim) for d in _dims(s)} <= allowed):
-            return False
-    return True
-
-
-def _dims(s: Any) -> list[Dim]:
-    if isinstance(s, Dim):
-        return [s]
-    return [d for x in getattr(s, "args", ()) for d in _dims(x)]
-
-
-def _flatten(obj: Any):
-    if isinstance(obj, (tuple, list)):
-        for x in obj:
-            yield from _flatten(x)
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            yield from _flatten(x)
-    elif isinstance(obj, slice):
-        yield from _flatten((obj.start, obj.stop, obj.step))
-    else:
-        yield obj
 
 
 def to_fusion_graph(gm: fx.GraphModule, name: str, frontend: str = "fx") -> FusionGraph:

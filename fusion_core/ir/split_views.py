@@ -9,7 +9,7 @@ the index maps (``codegen/indexing.py``) see a plain slice of it.
 
 A piece gets steps when the call splits one static dim and its sizes are known at analysis
 or computed from that dim's own size (`x.split(x.shape[-1] // 2, -1)`), the rule a slice's
-bounds follow (``ir/normalize.py``): the launcher checks that dim's size
+bounds follow (``ir/view_params.py``): the launcher checks that dim's size
 (``Narrow``) and the others stay free. Sizes from another tensor's shape give no steps.
 """
 

@@ -14,7 +14,7 @@ the input's dims (slice, narrow, select, expand, ``as_strided`` of such a select
 whole: ``as_narrow``). Views returning several tensors (``split``, ``chunk``, ``unbind``)
 or reading sizes computed at run time other than the output shape get no steps, and
 nothing fuses through them, except a slice bounded by its source's own sizes
-(`x[..., x.shape[-1] // 2:]`, ``ir/normalize.py``); a piece of a chunk or split along a
+(`x[..., x.shape[-1] // 2:]`, ``ir/view_params.py``); a piece of a chunk or split along a
 static dim is a ``Narrow`` of the split's source (``ir/split_views.py``), while the split's
 tuple keeps none, and ``unbind`` keeps none.
 """

@@ -24,24 +24,21 @@ from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
 from ..ir.spelling import said
 from .augmented import is_augmented, rebinding_refused
+from .callees import calls_method, computes_node, same_callee
 from .evaluated import args_computed
-from .from_end import counted_from_end, layer_positions, resolved, within
+from .from_end import counted_from_end, resolved
 from .mismatch import Mismatch, Reentered, value_of, whole_value
 from .pyexpr import (
     BINOPS,
     COMPAREOPS,
     RUNTIME_INDEX,
     UNARYOPS,
-    attr_chain,
     calls_only_pure,
     constant_index,
     dtype_read,
     fx_nodes,
     is_literal,
-    layer_range,
     module_attr_text,
-    module_chain,
-    module_path,
     operands_in_graph_order,
     values_call,
 )
@@ -57,13 +54,6 @@ from .pysource import (
 )
 from .recomputed import CopyMismatch, copied_expr, same_value
 from .spelled_ops import op_names, same_operator
-
-
-def _of_attribute(node: fx.Node, name: str) -> bool:
-    """An op that `name` spells, of a parameter or buffer (export's `self.w_q.float()`)."""
-    first = node.args[0] if node.args else None
-    return (node.op == "call_function" and name in op_names(node)
-            and isinstance(first, fx.Node) and first.op == "get_attr")
 
 
 @dataclass(frozen=True)
@@ -234,31 +224,8 @@ class Unifier:
         return counted_from_end(self.model, self.self_path, str(target), self.from_end)
 
     def computes(self, expr: ast.expr, node: fx.Node) -> bool:
-        """`expr`'s outermost operation is the one that made `node` (a call of the same
-        function or of a child module whose graph `node` ends, or the same operator)."""
-        if isinstance(expr, ast.BinOp):
-            return same_operator(node, BINOPS.get(type(expr.op)))
-        if isinstance(expr, ast.Subscript):  # `self.t(emb)[:, :, None, None]`
-            return same_operator(node, operator.getitem)
-        if not isinstance(expr, ast.Call) or node.op not in (
-                "call_function", "call_method", "call_module"):
-            return False
-        if isinstance(expr.func, ast.Attribute) and node.op == "call_method":
-            return expr.func.attr in op_names(node)  # `self.conv.bias.reshape(-1, 1, 1)` too
-        chain = module_chain(expr.func)  # `self.conv(x)`, a Sequential's `self.stem[0](x)`
-        where = str(node.target) if node.op == "call_module" else module_path(node)
-        if chain and chain[0] == self.self_name and len(chain) > 1:
-            child = self.child_path(chain[1:])
-            return where is not None and child is not None and within(self.model, child, where)
-        layers = layer_range(expr.func)  # `self.stem[:2](x)`: made by one of those layers
-        if layers is not None and layers[0][0] == self.self_name and where is not None:
-            path = self.child_path(layers[0][1:])
-            held = layer_positions(self.model, path, layers[1]) if path is not None else None
-            head = where.removeprefix(f"{path}.").split(".")[0]
-            return (held is not None and where.startswith(f"{path}.") and head.isdigit()
-                    and int(head) in held)
-        chain = attr_chain(expr.func)
-        return bool(chain) and node.op != "call_module" and chain[-1] in op_names(node)
+        """`expr`'s outermost operation is the one that made `node` (callees.py)."""
+        return computes_node(expr, node, self.self_name, self.model, self.child_path)
 
     def match_value(self, expr: ast.expr, value: Any, k: int) -> None:
         dtype = dtype_read(value)
@@ -320,21 +287,14 @@ class Unifier:
 
     def match_call(self, expr: ast.Call, node: fx.Node, k: int) -> None:
         func, args = expr.func, tuple(node.args)
-        chain = attr_chain(func)
-        # `scores.masked_fill(...)` calls a method of a local value (FX: call_method; export:
-        # an aten op whose first operand is the receiver); `F.relu(x)` a function.
-        # A Tensor method of an attribute of self: `self.w_q.float()` (FX's call_method;
-        # export's aten op of the attribute, named as the method is).
-        method = isinstance(func, ast.Attribute) and (
-            not chain or (chain[0] in self.local_names and chain[0] != self.self_name)
-            or (chain[0] == self.self_name and len(chain) > 2 and (
-                node.op == "call_method" or _of_attribute(node, func.attr))))
+        method = calls_method(func, node, self.self_name, self.local_names)  # callees.py
         if method and node.op in ("call_method", "call_function"):
             if func.attr not in op_names(node) or not args:
                 raise self.callee_mismatch(expr, node)
             self.match_value(func.value, args[0], k)
             args = args[1:]
-        elif node.op != "call_function" or not self.same_callee(func, node):
+        elif node.op != "call_function" or not same_callee(func, node, self.self_name,
+                                                           self.child_path):
             raise self.callee_mismatch(expr, node)
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(
                 kw.arg is None for kw in expr.keywords):
@@ -387,12 +347,6 @@ class Unifier:
         sized = [i for i, d in enumerate(shape) if d != 1]
         dims = [-1 if len(sized) == 1 and i == sized[0] else d for i, d in enumerate(shape)]
         return f"{text}.reshape({', '.join(map(str, dims))})"
-
-    def same_callee(self, func: ast.expr, node: fx.Node) -> bool:
-        chain = module_chain(func)
-        if chain and chain[0] == self.self_name and len(chain) > 1:
-            return module_path(node) == self.child_path(chain[1:])
-        return bool(chain) and chain[-1] in op_names(node)
 
     def callee_mismatch(self, expr: ast.Call, node: fx.Node) -> Mismatch:
         callee, said_as = self.src.segment(expr.func), self.said(node)
