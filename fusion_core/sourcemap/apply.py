@@ -35,7 +35,7 @@ from ..report.units import short_path
 from ..units import counted, plural
 from .diff import print_text_diff
 from .fixed import fixed_shape
-from .fused import MARKER, FusedOp, import_block, package_files, package_name
+from .fused import FusedOp, import_block, package_files, package_name, wrote_imports
 from .pysource import physical_lines, sha256
 from .serves import KernelFit
 from .source_mapping import SourceMapping
@@ -203,7 +203,7 @@ def added_imports(tree: ast.Module, plan: ApplyPlan, newline: str = "\n") -> tup
 def refusal(text: str) -> str | None:
     """Why `--apply` writes nothing to a file of this text, whatever the plan (the preview
     says it too)."""
-    if MARKER in text:
+    if wrote_imports(text):
         return ("already calls kernels from an earlier --apply: restore its backup (.bak) "
                 "before applying again")
     return None
