@@ -13,8 +13,9 @@ import pytest
 from test_apply import ONE_CLUSTER
 from test_apply_preview import checked, run_cli
 
-from fusion_core.sourcemap.apply import forget_package, refusal
+from fusion_core.sourcemap.apply import forget_package
 from fusion_core.sourcemap.fused import import_block
+from fusion_core.sourcemap.insert import refusal
 
 REFUSED = ("tiny.py already calls kernels from an earlier --apply: restore its backup (.bak) "
            "before applying again")
