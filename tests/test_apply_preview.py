@@ -114,15 +114,3 @@ def test_an_edit_apply_would_skip_is_marked_in_the_preview(tmp_path, monkeypatch
     doc = checked(tmp_path / "r.json")
     assert doc["line"] is None and doc["imports"] == []
     assert doc["skipped"] == [{"cluster": 0, "reason": marks[0].split(": ", 1)[1]}]
-
-
-def test_a_file_apply_refuses_says_so_instead_of_imports(tmp_path):
-    path = tmp_path / "tiny.py"
-    path.write_text("# fused kernels written by fusion-advisor --apply\n" + ONE_CLUSTER)
-    result = run_cli(str(path), "4,8", tmp_path / "r.json")
-    assert result.exit_code == 0, result.output
-    assert "--apply would write nothing: tiny.py already calls kernels from an earlier " \
-        "--apply" in result.output.replace(str(tmp_path) + "/", ""), result.output
-    assert "imports --apply adds" not in result.output
-    doc = checked(tmp_path / "r.json")
-    assert doc["imports"] == [] and doc["refused"].startswith("already calls kernels")

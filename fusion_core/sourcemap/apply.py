@@ -35,7 +35,8 @@ from ..report.units import short_path
 from ..units import counted, plural
 from .diff import print_text_diff
 from .fixed import fixed_shape
-from .fused import MARKER, FusedOp, import_block, package_files, package_name
+from .fused import FusedOp, package_files, package_name
+from .insert import added_imports, refusal
 from .pysource import physical_lines, sha256
 from .serves import KernelFit
 from .source_mapping import SourceMapping
@@ -177,37 +178,6 @@ def _fused_op(analysis: Analysis, index: int, kernel: Kernel, call: str
 
 
 # -- writing -------------------------------------------------------------------------------
-
-def _insert_at(tree: ast.Module) -> int:
-    """0-based line index just below the module's leading docstring and imports."""
-    at = 0
-    for i, st in enumerate(tree.body):
-        if isinstance(st, (ast.Import, ast.ImportFrom)) or (
-                i == 0 and isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant)):
-            at = st.end_lineno or st.lineno
-        else:
-            break
-    return at
-
-
-def added_imports(tree: ast.Module, plan: ApplyPlan, newline: str = "\n") -> tuple[int, str]:
-    """Where (0-based line index) and what `rewrite` inserts at the top of the file; the
-    Source edits preview shows the same lines (preview.py)."""
-    block = import_block(plan.path.stem, [o.call for o in plan.ops], newline)
-    # What the edits' own expressions need (unbiased.py), above the kernels' block.
-    block = "".join(f"{i}{newline}" for i in dict.fromkeys(
-        i for m in plan.edits for i in m.imports)) + block
-    return _insert_at(tree), block
-
-
-def refusal(text: str) -> str | None:
-    """Why `--apply` writes nothing to a file of this text, whatever the plan (the preview
-    says it too)."""
-    if MARKER in text:
-        return ("already calls kernels from an earlier --apply: restore its backup (.bak) "
-                "before applying again")
-    return None
-
 
 def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[int, int]]:
     """The new file text and, per edit's first cluster, the line its call lands on."""

@@ -9,10 +9,13 @@ torch.compile traces into, or a custom op with a fake implementation), so the
 rewritten model still traces with torch.fx, propagates shapes on fake tensors
 and compiles with torch.compile, while plain eager calls launch directly.
 The names it exports are the ones the rewritten lines call (``cluster0``).
+``import_block`` is the text the model file gains; ``wrote_imports`` finds it in a
+file's text again (how `--apply` knows an earlier one rewrote the file).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 from collections.abc import Sequence
@@ -22,8 +25,11 @@ import torch
 
 from ..codegen import operators
 from ..codegen.writer import CodeWriter
+from .pysource import physical_lines
 
 MARKER = "fusion-advisor --apply"
+# The first line of the block `import_block` writes; `wrote_imports` looks for it.
+BLOCK_HEAD = f"if __package__:  # fused kernels written by {MARKER}"
 LINE_WIDTH = 96  # the package's lines, as the kernel files'
 
 
@@ -93,8 +99,25 @@ def import_block(stem: str, calls: Sequence[str], newline: str = "\n") -> str:
     names = ", ".join(sorted(calls, key=lambda c: (len(c), c)))
     pkg = package_name(stem)
     return newline.join([
-        f"if __package__:  # fused kernels written by {MARKER}",
+        BLOCK_HEAD,
         f"    from .{pkg} import {names}",
         "else:",
         f"    from {pkg} import {names}",
     ]) + newline
+
+
+def wrote_imports(text: str) -> bool:
+    """Whether the text holds the block `import_block` writes: `BLOCK_HEAD` as a statement
+    (not quoted in a docstring), its body importing from a relative ``<stem>_fused``
+    package. Mentions of `MARKER` in the user's comments or strings are not it."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:  # not what an --apply wrote (it parses what it writes)
+        return False
+    lines = physical_lines(text)  # as ast numbers them (a form feed ends no line)
+    return any(
+        isinstance(st, ast.If) and lines[st.lineno - 1].strip() == BLOCK_HEAD
+        and isinstance(st.test, ast.Name) and st.test.id == "__package__"
+        and isinstance(imp := st.body[0], ast.ImportFrom) and imp.level == 1
+        and (imp.module or "").endswith("_fused")
+        for st in ast.walk(tree))

@@ -1,8 +1,8 @@
 """What `--apply` would do to the model file, shown with the Source edits on every run.
 
 Reads an ``ApplyPlan`` (``apply.plan_apply``) and the model file's text; writes nothing.
-The import lines come from ``apply.added_imports``, the function ``rewrite`` writes them
-with, so the preview and the written file cannot disagree.
+The import lines come from ``insert.added_imports``, the function ``apply.rewrite`` writes
+them with, so the preview and the written file cannot disagree.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from rich.console import Console
 from rich.text import Text
 
 from ..report.units import short_path
-from .apply import ApplyPlan, added_imports, refusal
+from .apply import ApplyPlan
 from .diff import distinct, styled
+from .insert import added_imports, refusal
 from .source_mapping import SourceMapping
 
 
