@@ -52,8 +52,8 @@ class Barrier:
                 else f"`{self.target or self.op}`") + where
         if not (self.before and self.after):  # next to a cluster on one side only
             side = f"feeds {ops[1]}" if self.after else f"reads {ops[0]}"
-            return (f"{what} {side}, which fuse without it: fusion-advisor has no rule for "
-                    "this call")
+            return (f"{what} {side}, which fuse without it: "
+                    f"{self.why or 'fusion-advisor has no rule for this call'}")
         why = self.why or ("it writes its input in place" if self.inplace
                            else "fusion-advisor cannot fuse through it")
         return f"{what} sits between {ops[0]} and {ops[1]}: {why}"

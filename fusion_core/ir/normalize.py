@@ -18,6 +18,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from .data_dependent import READ_AT, UNSIZED, read_at, scalar_reads, unsized
+from .device_moves import device_move
 from .functionalize import out_of_place_overload
 from .graph import (
     METADATA_ATTRS,
@@ -224,6 +225,9 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
         found, inplace = lookup(("method", str(n.target)[:-1])), True
     if found is None and (functional := out_of_place_overload(n.target)) is not None:
         found, inplace = lookup(functional), True  # `aten.relu_` that stayed in place
+    if (move := device_move(n, found, common["target"], source)) is not None:  # `.to("cpu")`
+        return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs,
+                    params=((OPAQUE_WHY, move.why),), **{**common, "target": move.call})
     if found is None:
         return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
     if found == "view":

@@ -1,0 +1,66 @@
+"""A conversion that moves its value to another device: no kernel can hold it.
+
+Reads one FX node the registry binds as `to` (`x.to("cpu")`, `x.to(other.device)`,
+`x.to(device, dtype)`, `x.type_as(y)`, torch.export's `aten._to_copy(…, device=…)` and
+`aten.to.device`) or a `.cpu()`/`.cuda()` call, with its operand's and result's
+`meta["val"]` (shape propagation sets them); returns the call as its line spells it and why
+it stays a call of its own, where the two devices differ. A Triton kernel reads and writes
+on the device it runs on: fused, the moved value would stay where its input was while
+eager hands back a tensor on the other device. A conversion on one device (`x.to(x.device)`,
+a dtype cast) is no move and fuses as a cast.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .graph import SourceLoc
+
+# Tensor methods that may move a value (`type`/`type_as` take a CUDA tensor type).
+_MOVING_METHODS = frozenset({"to", "cpu", "cuda", "type", "type_as"})
+FIX = "move the copy before or after the ops you want in one kernel"
+
+
+@dataclass(frozen=True)
+class Move:
+    call: str  # as the line writes it: `.to("cpu")`; the graph's target where it cannot tell
+    why: str
+
+
+def device_move(n: fx.Node, found: Any, target: str, source: SourceLoc | None) -> Move | None:
+    """The move `n` makes, where it converts a tensor into one on another device: `found`,
+    its registry entry (``registry.lookup``), is a `to`, or it is a `.cpu()`/`.cuda()` call
+    (no registry entry). None for anything else. `target`: the graph's name of the call, for
+    a line that spells no one such call."""
+    binds_as_to = isinstance(found, tuple) and found[0].name == "to"
+    if not (binds_as_to or n.op == "call_method" and n.target in ("cpu", "cuda")):
+        return None
+    src = n.args[0] if n.args else None
+    before = src.meta.get("val") if isinstance(src, fx.Node) else None
+    after = n.meta.get("val")
+    if not (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor)) \
+            or before.device == after.device:
+        return None
+    why = (f"it moves the value from {before.device} to {after.device}, and a kernel writes "
+           f"on the device it reads; {FIX}")
+    return Move((_spelled(source.code) if source else None) or target, why)
+
+
+def _spelled(code: str) -> str | None:
+    """`.to("cpu")` where `code` (one source line) makes exactly one call that may move a
+    value; None otherwise (the graph records lines, not columns)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    raw = code.encode()  # ast's columns count UTF-8 bytes
+    found = {raw[e.func.value.end_col_offset:e.end_col_offset].decode().lstrip(") \t")
+             for e in ast.walk(tree)
+             if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute)
+             and e.func.attr in _MOVING_METHODS and e.end_lineno == e.func.value.end_lineno == 1}
+    return found.pop() if len(found) == 1 else None
