@@ -300,11 +300,17 @@ def verify(analysis: Analysis, path: Path) -> float | None:
     # Under the CPU interpreter every program costs ~2 ms: check at the reduced batch.
     specs = analysis.inputs if cuda else reduced_specs(analysis)
     inputs = random_inputs(specs, analysis.module, device, seed=20261202)
+    # A copy each: a forward writing into its input (`x *= 2.0`) must not feed the other
+    # model its result; what each wrote there is compared too.
+    mine, theirs = [t.clone() for t in inputs], [t.clone() for t in inputs]
     original = copy.deepcopy(analysis.module).to(device) if cuda else analysis.module
     with torch.no_grad():
-        want = _tensors(original(*inputs))
-        got = _tensors(model.to(device).eval()(*inputs))
+        want = _tensors(original(*theirs))
+        got = _tensors(model.to(device).eval()(*mine))
     ok, err, detail = compare(got, want, MODEL_TOL)
+    if ok:
+        ok, _, wrote = compare(mine, theirs, MODEL_TOL)
+        detail = wrote.replace("output", "what it writes into input", 1)
     if not ok:
         raise ApplyError(f"its output differs from the original's: {detail}")
     return err

@@ -1,0 +1,47 @@
+"""Defects random models found in `--apply` (tools/apply_fuzz.py), each reduced to a model.
+
+Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from apply_checks import DEVICE, apply_net, original_and_rewritten
+
+# The forward doubles its input in place, then a cluster runs after a Linear.
+WRITES_ITS_INPUT = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        x.mul_(2.0)
+        h = self.fc(x)
+        h = torch.relu(h) + 1.0
+        return h
+"""
+
+
+def test_a_forward_writing_into_its_input_is_verified_and_applied(tmp_path: Path):
+    # The traced graph, the model and the rewritten model each ran on the same input
+    # tensors, so each saw the last one's doubling: the graph "differed from the model" and
+    # the edit, once verified, was rolled back.
+    path = tmp_path / "writes.py"
+    path.write_text(WRITES_ITS_INPUT)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert "capture problem" not in result.output
+    assert "Applied 1 edit" in result.output and "h = cluster0(h)" in path.read_text()
+    before, after = original_and_rewritten(tmp_path, path, WRITES_ITS_INPUT)
+    x = torch.randn(3, 8, device=DEVICE)
+    mine, theirs = x.clone(), x.clone()
+    with torch.no_grad():
+        torch.testing.assert_close(after.to(DEVICE)(mine), before.to(DEVICE)(theirs))
+    torch.testing.assert_close(mine, theirs)  # the caller's tensor is written as before
