@@ -45,3 +45,49 @@ def test_a_forward_writing_into_its_input_is_verified_and_applied(tmp_path: Path
     with torch.no_grad():
         torch.testing.assert_close(after.to(DEVICE)(mine), before.to(DEVICE)(theirs))
     torch.testing.assert_close(mine, theirs)  # the caller's tensor is written as before
+
+
+# Comments between the fused statements and after one of their lines.
+COMMENTED = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        # scale first
+        h = (
+            h  # the Linear's output
+            * 2.0
+        )
+
+        h = F.relu(h)  # then clip
+        return self.fc(h)
+"""
+
+
+def test_comments_inside_an_edited_range_are_kept_above_the_call(tmp_path: Path):
+    path = tmp_path / "commented.py"
+    path.write_text(COMMENTED)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit" in result.output
+    # The diff shown before writing says so too.
+    assert "+        # then clip" in result.output
+    body = path.read_text().split("def forward(self, x):\n")[1]
+    assert body == ("        h = self.fc(x)\n"
+                    "        # scale first\n"
+                    "        # the Linear's output\n"
+                    "        # then clip\n"
+                    "        h = cluster0(h)\n"
+                    "        return self.fc(h)\n")
+    before, after = original_and_rewritten(tmp_path, path, COMMENTED)
+    x = torch.randn(3, 8, device=DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(after.to(DEVICE)(x), before.to(DEVICE)(x))

@@ -33,6 +33,7 @@ from ..names import cluster_of
 from ..pipeline import Analysis
 from ..report.units import short_path
 from ..units import counted, plural
+from .comments import leading_comments
 from .diff import print_text_diff
 from .fixed import fixed_shape
 from .fused import MARKER, FusedOp, import_block, package_files, package_name
@@ -233,7 +234,8 @@ def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[
     new_lines, removed = {}, 0
     for m in plan.edits:
         for i in (m.cluster_index, *m.shared_with):
-            new_lines[i] = m.start - removed + (added if m.start > at else 0)
+            new_lines[i] = (m.start - removed + leading_comments(m.replacement)
+                            + (added if m.start > at else 0))
         removed += m.end - m.start - (len(m.replacement.splitlines()) - 1)
     return "".join(lines), new_lines
 

@@ -26,6 +26,7 @@ from ..names import kernel_name
 from ..pipeline import Analysis
 from . import sequential
 from .alone import check_alone
+from .comments import keep_comments
 from .consistent import consistent, size_ones
 from .frames import Frames, frames_of
 from .guard import guarded_text
@@ -243,7 +244,8 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
                                                                      c, b))
         except PointerOnly:
             continue
-    return tuple(_note_served(analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
+    return tuple(keep_comments(m) for m in _note_served(
+        analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
 
 
 def _join_nested(analysis: Analysis, spans: dict[int, Span], groups: list[list[Cluster]],
