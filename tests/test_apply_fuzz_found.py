@@ -91,3 +91,37 @@ def test_comments_inside_an_edited_range_are_kept_above_the_call(tmp_path: Path)
     x = torch.randn(3, 8, device=DEVICE)
     with torch.no_grad():
         torch.testing.assert_close(after.to(DEVICE)(x), before.to(DEVICE)(x))
+
+
+# A helper's two parameters, one tensor in the traced call.
+ONE_TENSOR_TWICE = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.mix(x, x)
+        return self.fc(h)
+
+    def mix(self, a, b):
+        s = a + b
+        return torch.relu(s) * 2.0
+"""
+
+
+def test_a_helper_called_with_one_tensor_twice_is_not_rewritten_to_ignore_one(
+        tmp_path: Path):
+    # The helper's lines became `return cluster0(a)`: right for `self.mix(x, x)`, wrong for
+    # any caller passing two tensors.
+    path = tmp_path / "twice.py"
+    path.write_text(ONE_TENSOR_TWICE)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert ("`a` and `b`, parameters of mix (line 14), are one tensor in the traced call"
+            in result.output)
+    assert path.read_text() == ONE_TENSOR_TWICE
