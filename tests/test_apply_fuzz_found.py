@@ -125,3 +125,32 @@ def test_a_helper_called_with_one_tensor_twice_is_not_rewritten_to_ignore_one(
     assert ("`a` and `b`, parameters of mix (line 14), are one tensor in the traced call"
             in result.output)
     assert path.read_text() == ONE_TENSOR_TWICE
+
+
+# A fusable group whose result only `h.shape` reads.
+SHAPE_ONLY = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        t = x.view(-1, 4, 8)
+        t = t.softmax(-1) * 3.0
+        h = t.flatten(1) * x
+        n = h.shape[-1]
+        return torch.relu(x) * n
+"""
+
+
+def test_a_group_read_only_for_its_shape_is_no_cluster(tmp_path: Path):
+    # It was a cluster without results, whose kernel source did not parse
+    # (`zip(out_shapes, (,))`): a traceback before any report.
+    path = tmp_path / "shape_only.py"
+    path.write_text(SHAPE_ONLY)
+    result = apply_net(path, "4,32")
+    assert result.exit_code == 0, result.output
+    assert "dead code: only its shape is read" not in result.output  # without the flag
+    assert "Applied 1 edit" in result.output
+    assert "return cluster0(x, n)" in path.read_text()
+    assert "t = t.softmax(-1) * 3.0" in path.read_text()
