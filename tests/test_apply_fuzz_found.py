@@ -154,3 +154,36 @@ def test_a_group_read_only_for_its_shape_is_no_cluster(tmp_path: Path):
     assert "Applied 1 edit" in result.output
     assert "return cluster0(x, n)" in path.read_text()
     assert "t = t.softmax(-1) * 3.0" in path.read_text()
+
+
+# FX cannot trace the `if`, so torch.export captures the model: `x.shape` becomes numbers.
+EXPORTED_SHAPE = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+
+    def forward(self, x):
+        if x.dim() >= 2:
+            x = self.fc(x)
+        t = x.view(-1, 4, 8)
+        t = t.softmax(-1) * 3.0
+        return t.reshape(x.shape) * x
+"""
+
+
+def test_sizes_export_read_from_a_shape_keep_the_edit_out(tmp_path: Path):
+    # The kernel pins the batch at 4 (`reshape` gives the numbers export recorded), so the
+    # rewritten model refused every other batch the original runs at.
+    path = tmp_path / "exported.py"
+    path.write_text(EXPORTED_SHAPE)
+    result = apply_net(path, "4,32")
+    assert result.exit_code == 0, result.output
+    assert ("cluster 0: not applied, its result's shape does not follow from its inputs' "
+            "shapes: `reshape` (line 15) gives 4 in dim 0 at any input size (its sizes were "
+            "captured as the numbers (4, 32)") in result.output
+    assert path.read_text() == EXPORTED_SHAPE
