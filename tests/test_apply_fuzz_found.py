@@ -122,9 +122,48 @@ def test_a_helper_called_with_one_tensor_twice_is_not_rewritten_to_ignore_one(
     path.write_text(ONE_TENSOR_TWICE)
     result = apply_net(path, "4,8")
     assert result.exit_code == 0, result.output
-    assert ("`a` and `b`, parameters of mix (line 14), are one tensor in the traced call"
-            in result.output)
+    assert ("`a` and `b` held one tensor in the traced call (both are parameters of mix "
+            "(line 14)): the kernel reads it once, as `a`, so the edit would ignore `b` where "
+            "they differ") in result.output
     assert path.read_text() == ONE_TENSOR_TWICE
+
+
+# `h` is `x` only where the branch runs, as it did when traced (skip=True).
+ONE_TENSOR_IN_A_BRANCH = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, skip: bool = True):
+        super().__init__()
+        self.skip = skip
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.skip:
+            h = x
+        y = x
+        return torch.relu(x) * 2.0 + h * y
+"""
+
+
+def test_names_one_tensor_only_in_a_branch_are_not_merged(tmp_path: Path):
+    # The edit was `return cluster0(x)`: right at skip=True, wrong for Net(skip=False).
+    path = tmp_path / "branch.py"
+    path.write_text(ONE_TENSOR_IN_A_BRANCH)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert ("`x` and `h` held one tensor in the traced call (`h` is assigned at line 14, "
+            "which does not make it `x`)") in result.output
+    assert path.read_text() == ONE_TENSOR_IN_A_BRANCH
+    # `y = x` in the edited lines' own block is `x` for sure: that edit is written.
+    plain = ONE_TENSOR_IN_A_BRANCH.replace("h * y", "y")
+    path.write_text(plain)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert "return cluster0(x)" in path.read_text()
 
 
 # A fusable group whose result only `h.shape` reads.

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ..analysis.types import Cluster
 from ..ir.spelling import said
 from ..pipeline import Analysis
-from .aliased import aliased_parameters
+from .aliased import aliased_names
 from .evaluated import runs_no_op, taken_by_enclosing
 from .mismatch import ContainerMismatch, Mismatch, Reentered, whole_value
 from .parts import fold_order, nesting, parts
@@ -115,7 +115,7 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                               f"the kernel's {count_words(len(c.outputs))} results in its "
                               f"order ({results(analysis, c)}): {e}") from e
         raise PointerOnly(str(e)) from e
-    aliased = aliased_parameters(span.scope.node, unifier.bound)
+    aliased = aliased_names(span.scope.node, span.stmts[0].node, unifier.bound)
     if aliased is not None:
         raise PointerOnly(aliased)
     # A slice's copy of its producer, a cat's repeated operand: the source's one value,
