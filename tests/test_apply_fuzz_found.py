@@ -195,7 +195,8 @@ def test_a_group_read_only_for_its_shape_is_no_cluster(tmp_path: Path):
     assert "t = t.softmax(-1) * 3.0" in path.read_text()
 
 
-# FX cannot trace the `if`, so torch.export captures the model: `x.shape` becomes numbers.
+# FX cannot trace the `if`, so torch.export captures the model: the size `n` the helper
+# gets from `x.shape[0]` becomes a number in its views.
 EXPORTED_SHAPE = """\
 import torch
 import torch.nn as nn
@@ -209,20 +210,54 @@ class Net(nn.Module):
     def forward(self, x):
         if x.dim() >= 2:
             x = self.fc(x)
-        t = x.view(-1, 4, 8)
+        return self.mix(x, x.shape[0])
+
+    def mix(self, x, n):
+        t = x.view(n, 4, 8)
         t = t.softmax(-1) * 3.0
-        return t.reshape(x.shape) * x
+        return t.reshape(n, 32) * x
 """
 
 
 def test_sizes_export_read_from_a_shape_keep_the_edit_out(tmp_path: Path):
-    # The kernel pins the batch at 4 (`reshape` gives the numbers export recorded), so the
+    # The kernel pins the batch at 4 (`view` gives the numbers export recorded), so the
     # rewritten model refused every other batch the original runs at.
     path = tmp_path / "exported.py"
     path.write_text(EXPORTED_SHAPE)
     result = apply_net(path, "4,32")
     assert result.exit_code == 0, result.output
     assert ("cluster 0: not applied, its result's shape does not follow from its inputs' "
-            "shapes: `reshape` (line 15) gives 4 in dim 0 at any input size (its sizes were "
-            "captured as the numbers (4, 32)") in result.output
+            "shapes: `view` (line 16) gives 4 in dim 0 at any input size (its sizes were "
+            "captured as the numbers (4, 4, 8)") in result.output
     assert path.read_text() == EXPORTED_SHAPE
+
+
+# torch.export (FX cannot trace the `if`) records `1.0 / x.shape[0]` as 0.25.
+SIZE_SCALE = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.dim() >= 2:
+            x = self.fc(x)
+        s = 1.0 / x.shape[0]
+        return torch.relu(x) * s + 1.0
+"""
+
+
+def test_a_number_computed_from_a_size_is_not_built_into_the_kernel(tmp_path: Path):
+    # The edit held `s = 0.25` whatever the batch: a silent wrong result at any other.
+    path = tmp_path / "size_scale.py"
+    path.write_text(SIZE_SCALE)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert ("`s` (line 13: `s = 1.0 / x.shape[0]`) depends on a tensor's size, but the "
+            "capture recorded it as 0.25: the kernel would hold that at every input size"
+            ) in result.output
+    assert path.read_text() == SIZE_SCALE

@@ -15,6 +15,7 @@ from ..analysis.types import Cluster
 from ..ir.spelling import said
 from ..pipeline import Analysis
 from .aliased import aliased_names
+from .baked_sizes import size_baked
 from .evaluated import runs_no_op, taken_by_enclosing
 from .mismatch import ContainerMismatch, Mismatch, Reentered, whole_value
 from .parts import fold_order, nesting, parts
@@ -137,6 +138,9 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
     if absent:
         raise PointerOnly(f"input {said(analysis.graph, absent[0])} has no expression in the "
                           f"source at line {span.start}")
+    sized = size_baked(span.scope.node, span.start, match.baked, span.src.segment)
+    if sized is not None:
+        raise PointerOnly(sized)
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
     names = () if returned else assigned_to(analysis, c, span, match.values)  # all in the `return`
     return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within,
