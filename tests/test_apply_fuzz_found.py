@@ -261,3 +261,33 @@ def test_a_number_computed_from_a_size_is_not_built_into_the_kernel(tmp_path: Pa
             "capture recorded it as 0.25: the kernel would hold that at every input size"
             ) in result.output
     assert path.read_text() == SIZE_SCALE
+
+
+# `h` is returned beside the cluster's part of the same `return`.
+READ_AROUND = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        a = torch.relu(x) * 2.0
+        h = self.fc(x)
+        return h, (a + h).sum(-1)
+"""
+
+
+def test_a_name_the_kept_code_reads_is_not_dropped_with_its_assignment(tmp_path: Path):
+    # The edit was `return h, cluster0(x, self.fc(x))`, with `h = self.fc(x)` gone: a
+    # NameError, which --apply rolled back as "failed its check against the original".
+    path = tmp_path / "around.py"
+    path.write_text(READ_AROUND)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert ("`h` in line 13 (`return h, (a + h).sum(-1)`), kept around the fused call, is "
+            "assigned at line 12, which the edit would drop") in result.output
+    assert path.read_text() == READ_AROUND
