@@ -210,6 +210,13 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
                     if n_working_ops(g, c) >= MIN_OPS and len(c) > 1
                     and sibling_reductions(g, c)]
     legal = [_with_boundary_views(g, grp, checks) for grp in legal]
+    # A group read only for its shape (`n = h.shape[-1]`, told by its inputs) writes nothing
+    # the model uses: no kernel to make (it would have no result to return).
+    rejections += [Rejection(check="dead-code", nodes=grp, ops=tuple(g[n].op for n in grp),
+                             culprits=grp, lines=line_span(g, grp),
+                             reason="dead code: only its shape is read, so there is no "
+                                    "kernel to make") for grp in legal if not escaping(g, grp)]
+    legal = [grp for grp in legal if escaping(g, grp)]
     legal.sort(key=lambda c: g.position(c[0]))
     # A node the cut left alone may have fused in the second round: name only the rest.
     fused = {n for grp in legal for n in grp}

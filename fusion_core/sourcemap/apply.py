@@ -33,6 +33,7 @@ from ..names import cluster_of
 from ..pipeline import Analysis
 from ..report.units import short_path
 from ..units import counted, plural
+from .comments import leading_comments
 from .diff import print_text_diff
 from .fixed import fixed_shape
 from .fused import FusedOp, package_files, package_name
@@ -203,7 +204,8 @@ def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[
     new_lines, removed = {}, 0
     for m in plan.edits:
         for i in (m.cluster_index, *m.shared_with):
-            new_lines[i] = m.start - removed + (added if m.start > at else 0)
+            new_lines[i] = (m.start - removed + leading_comments(m.replacement)
+                            + (added if m.start > at else 0))
         removed += m.end - m.start - (len(m.replacement.splitlines()) - 1)
     return "".join(lines), new_lines
 
@@ -270,11 +272,17 @@ def verify(analysis: Analysis, path: Path) -> float | None:
     # Under the CPU interpreter every program costs ~2 ms: check at the reduced batch.
     specs = analysis.inputs if cuda else reduced_specs(analysis)
     inputs = random_inputs(specs, analysis.module, device, seed=20261202)
+    # A copy each: a forward writing into its input (`x *= 2.0`) must not feed the other
+    # model its result; what each wrote there is compared too.
+    mine, theirs = [t.clone() for t in inputs], [t.clone() for t in inputs]
     original = copy.deepcopy(analysis.module).to(device) if cuda else analysis.module
     with torch.no_grad():
-        want = _tensors(original(*inputs))
-        got = _tensors(model.to(device).eval()(*inputs))
+        want = _tensors(original(*theirs))
+        got = _tensors(model.to(device).eval()(*mine))
     ok, err, detail = compare(got, want, MODEL_TOL)
+    if ok:
+        ok, _, wrote = compare(mine, theirs, MODEL_TOL)
+        detail = wrote.replace("output", "what it writes into input", 1)
     if not ok:
         raise ApplyError(f"its output differs from the original's: {detail}")
     return err

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ..codegen.literal_sizes import literal_pins
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.reductions import keeps_dims, node_reduced_dims, rule_of
 from ..ir.sizes import SIZES
@@ -116,5 +117,13 @@ def fixed_shape(analysis: Analysis, index: int) -> str | None:
                 if isinstance(fixed, Squeeze) else "a slice, select or expand")
         return (f"its result's shape does not follow from its inputs' shapes: "
                 f"{said(analysis.graph, name)} gives the shape {shape} seen at analysis ({what}), "
+                "so the kernel would run at those sizes only")
+    # torch.export records sizes read from shapes (`reshape(x.shape)`) as numbers: the
+    # launcher pins them (literal_sizes.py) where the user's lines follow the input.
+    g, c = analysis.graph, analysis.clusters[index]
+    pins = () if g.frontend != "export" else literal_pins(
+        g, c.nodes, [n for n in c.inputs if g[n].meta is not None])
+    if pins:
+        return (f"its result's shape does not follow from its inputs' shapes: {pins[0].why}, "
                 "so the kernel would run at those sizes only")
     return None

@@ -26,13 +26,14 @@ from ..names import kernel_name
 from ..pipeline import Analysis
 from . import sequential
 from .alone import check_alone
+from .comments import keep_comments
 from .consistent import consistent, size_ones
 from .frames import Frames, frames_of
 from .guard import guarded_text
 from .joint import match_joint, recomputer
 from .match import Found, Piece, self_name_of, self_path_of, unify, unify_part, unify_parts
 from .paired import partners, read_after
-from .parts import around, free_inputs, nest_parts, replace_part_results
+from .parts import around, free_inputs, nest_parts, replace_part_results, stale_around
 from .peeled import peeled
 from .pysource import SourceFile, read_later, stored_names
 from .served import Part, parts_on
@@ -134,6 +135,11 @@ def _map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fra
         for cs, found in pieces:
             consistent(analysis, cs, found, served)
         _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets), after)
+        withins = [f[0].within for _, f in pieces if f[0].within is not None]
+        stale = withins and stale_around(span, withins, {t for _, f in pieces
+                                                         for t in f[0].targets})
+        if stale:
+            raise PointerOnly(stale)
     except PointerOnly as p:
         if p.file is not None:  # the cause lies at another line (the caller's): point there
             base = base | dict(file=p.file, start=p.start, end=p.end)
@@ -243,7 +249,8 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
                                                                      c, b))
         except PointerOnly:
             continue
-    return tuple(_note_served(analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
+    return tuple(keep_comments(m) for m in _note_served(
+        analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
 
 
 def _join_nested(analysis: Analysis, spans: dict[int, Span], groups: list[list[Cluster]],

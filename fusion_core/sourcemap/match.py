@@ -14,6 +14,8 @@ from dataclasses import dataclass, replace
 from ..analysis.types import Cluster
 from ..ir.spelling import said
 from ..pipeline import Analysis
+from .aliased import aliased_names
+from .baked_sizes import size_baked
 from .evaluated import runs_no_op, taken_by_enclosing
 from .mismatch import ContainerMismatch, Mismatch, Reentered, whole_value
 from .parts import fold_order, nesting, parts
@@ -114,6 +116,9 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                               f"the kernel's {count_words(len(c.outputs))} results in its "
                               f"order ({results(analysis, c)}): {e}") from e
         raise PointerOnly(str(e)) from e
+    aliased = aliased_names(span.scope.node, span.stmts[0].node, unifier.bound)
+    if aliased is not None:
+        raise PointerOnly(aliased)
     # A slice's copy of its producer, a cat's repeated operand: the source's one value,
     # matched once for both.
     g = analysis.graph
@@ -133,6 +138,9 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
     if absent:
         raise PointerOnly(f"input {said(analysis.graph, absent[0])} has no expression in the "
                           f"source at line {span.start}")
+    sized = size_baked(span.scope.node, span.start, match.baked, span.src.segment)
+    if sized is not None:
+        raise PointerOnly(sized)
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
     names = () if returned else assigned_to(analysis, c, span, match.values)  # all in the `return`
     return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within,

@@ -16,7 +16,7 @@ from ..pipeline import Analysis
 from .augmented import is_augmented
 from .callsite import site_line
 from .mismatch import Mismatch, whole_value
-from .pysource import SourceFile, local_names
+from .pysource import SourceFile, loaded_names, local_names, stored_names
 from .span import Span
 
 
@@ -172,3 +172,17 @@ def nest_parts(src: SourceFile, pieces: Sequence[tuple[ast.expr, str, tuple[str,
         outer, text, targets = out[nest[k]]
         out[nest[k]] = (outer, text.replace(segments[k], out[k][1], 1), targets)
     return [p for k, p in enumerate(out) if k not in nest]
+
+
+def stale_around(span: Span, parts: Sequence[ast.expr], targets: set[str]) -> str | None:
+    """Why the code kept around the parts would read another value: a name an earlier
+    statement of the range assigns (the edit drops it; `targets`, the results' names, it
+    assigns again), read outside the parts (`return (z2, z0.sum(-1))` after `z2 = ...`)."""
+    assigned = {name: st.start for st in span.stmts[:-1] for name in stored_names(st.node)}
+    last = span.stmts[-1].node
+    read = sorted(loaded_names(last, skip=parts) & set(assigned) - targets)
+    if not read:
+        return None
+    return (f"`{read[0]}` in line {span.stmts[-1].start} (`{span.src.segment(last)}`), kept "
+            f"around the fused call, is assigned at line {assigned[read[0]]}, which the edit "
+            "would drop")

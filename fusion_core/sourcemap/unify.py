@@ -90,6 +90,7 @@ class Unifier:
         self.fx_nodes, self.self_name, self.self_path = fx_nodes, self_name, self_path
         self.values: list[str | None] = [None] * len(stmts)
         self.inputs: dict[str, str] = {}
+        self.bound: dict[str, dict[str, None]] = {}  # every text an input was read as
         self.matched: set[str] = set()
         self.seen: set[str] = set()  # every node some expression stands for
         self.baked: dict[str, Any] = {}
@@ -148,6 +149,7 @@ class Unifier:
 
     def bind(self, node: fx.Node, text: str) -> None:
         self.inputs.setdefault(node.name, text)
+        self.bound.setdefault(node.name, {})[text] = None  # aliased.py checks the others
 
     def match(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         self.seen.add(node.name)

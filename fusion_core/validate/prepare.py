@@ -127,5 +127,7 @@ def record_at(found: Matched, *, device: str, seed: int, clusters: Iterable[int]
         c = pairs[i]
         needed.update(c.inputs)
         needed.update(eager_subgraph(gm, c).extras)  # outside values beyond cluster.inputs
-    model_out, values = record(gm, inputs, needed)
+    # On copies: a graph that writes into its inputs (`x.mul_(2.0)`) must leave `inputs` as
+    # drawn for the model and the patched graph that run on them next.
+    model_out, values = record(gm, [t.clone() for t in inputs], needed)
     return Recording(num, pairs, gm, inputs, model_out, values)
