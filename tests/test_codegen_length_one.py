@@ -1,0 +1,90 @@
+"""Kernels analysed where a dim is 1 long (a sequence of one token), run at other lengths.
+
+A dim analysed 1 long is ambiguous: a tensor that has it may grow along it at run time or
+be broadcast there. The launcher must follow the new length or refuse it with a one-line
+ValueError naming the input and dim, never write a wrong result (found by
+tests/size_fuzz.py): a result's own length-1 dim is indexed like the others, a slice that
+was whole at length 1 (`x[:, :1]`) keeps its length check, and inputs that no longer
+broadcast the way the kernel reads them are named.
+"""
+
+import pytest
+import torch
+from codegen_harness import DEVICE, Lambda
+
+from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.pipeline import analyze
+from fusion_core.validate.subgraph import patch
+
+
+def _patched(model, inputs, tmp_path):
+    """The model's graph module with every cluster's generated kernel patched in."""
+    a = analyze(model, *inputs)
+    launchers = {}
+    for c in a.clusters:
+        kernel = generate(a, c)
+        (path,) = write_kernels([kernel], tmp_path / f"c{c.index}")
+        launchers[c.index] = (c, getattr(load_kernel(path), kernel.name))
+    assert launchers, [r.reason for r in a.rejections]
+    return patch(a.graph_module, launchers).to(DEVICE)
+
+
+def _row_sum(m, x):
+    return (x * 1.5).sum(-1)
+
+
+def _log_softmax_max(m, x):
+    h = torch.log_softmax(x, -1)
+    return h, h.amax(-1)
+
+
+@pytest.mark.parametrize("fn", [_row_sum, _log_softmax_max], ids=["sum", "log_softmax amax"])
+def test_a_result_analysed_one_long_follows_the_length(fn, tmp_path):
+    """(B, 1) per-row results, analysed at T = 1: written at every position of another T
+    (once, each row's result went to its batch's first place and the rest stayed empty)."""
+    model = Lambda(fn)
+    patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
+    for size in ((2, 1, 8), (2, 4, 8), (3, 5, 8), (1, 6, 8)):
+        x = torch.randn(*size)
+        torch.testing.assert_close(patched(x.to(DEVICE)), model(x), msg=str(size))
+
+
+class MinusFirst(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x - x[:, :1, :])
+
+
+def test_a_slice_whole_at_length_one_is_checked_at_another(tmp_path):
+    """`x[:, :1]` is all of `x` at T = 1 and its first row at T = 4: the kernel, which
+    reads it as the first row at no length, refuses T = 4 (once it read all of `x`)."""
+    model = MinusFirst()
+    patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
+    x = torch.randn(3, 1, 8)
+    torch.testing.assert_close(patched(x.to(DEVICE)), model(x))
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 4, 8, device=DEVICE))
+    assert str(e.value) == ("cluster0: `x` is 4 long in dim -2; this kernel slices it as "
+                            "analysed, where it was 1 long; regenerate it at these sizes or "
+                            "keep the original ops")
+
+
+class GatedMean(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 1), requires_grad=False)
+
+    def forward(self, x, g):
+        return torch.exp(torch.where(x > g, x, g * 0.5) * self.w[:x.shape[1]]).mean(1)
+
+
+def test_an_input_analysed_one_long_that_grows_is_named(tmp_path):
+    """A (B, T, 1) gate and a (T, 1) slice of a parameter, analysed at T = 1, where the
+    kernel reads `x` permuted to reduce over T: at T = 4 the gate no longer broadcasts as
+    the kernel reads it; a ValueError names it and the dim (once torch's broadcast error)."""
+    model = GatedMean()
+    patched = _patched(model, (torch.randn(2, 1, 8), torch.randn(2, 1, 1)), tmp_path)
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 4, 8, device=DEVICE), torch.randn(2, 4, 1, device=DEVICE))
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("cluster0: `g` is 4 long in dim 1 as this kernel views its "
+                                   "inputs, another is 8 long there: they do not broadcast")
