@@ -88,3 +88,26 @@ def test_an_input_analysed_one_long_that_grows_is_named(tmp_path):
     assert "\n" not in str(e.value)
     assert str(e.value).startswith("cluster0: `g` is 4 long in dim 1 as this kernel views its "
                                    "inputs, another is 8 long there: they do not broadcast")
+
+
+class ScaledByMax(torch.nn.Module):
+    def forward(self, x):
+        h = x * x.amax(1).unsqueeze(1)
+        return h, h.amax(-1)
+
+
+def test_a_result_written_through_a_squeeze_of_a_dim_one_long_is_refused_at_another(tmp_path):
+    """Analysed at T = 1, `x * x.amax(1)` is per row of the reduction over T (one element
+    each), written through a squeeze of that dim; at T = 6 (with `x` strided so its layout
+    fits) the launcher names the result and the squeezed dim (once torch's squeeze kept the
+    dim and the result's store view failed in `permute`)."""
+    model = ScaledByMax()
+    patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
+    x = torch.randn(2, 8, 1).transpose(1, 2)
+    for got, want in zip(patched(x.to(DEVICE)), model(x), strict=True):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 8, 6, device=DEVICE).transpose(1, 2))
+    assert str(e.value) == ("cluster0: `mul` is written through its index map, which squeezes "
+                            "dims (-2) of (2, 6, 8), 1 long where it was analysed; regenerate "
+                            "it at these sizes or keep the original ops")
