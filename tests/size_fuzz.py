@@ -35,7 +35,7 @@ def step(rng: random.Random, v: str, n: int, has_y: bool) -> list[str]:
     """Source lines turning (B, T, C) value `v` into a new (B, T, C) value `h{n}`."""
     o = f"h{n}"
     operands = [x for x in OPERANDS if has_y or x not in ("y", "yc", "yr")]
-    k = rng.choice("uuubbbwrrrsnhcxdpa")
+    k = rng.choice("uuubbbwrrrsnhcxdpattt")
     if k == "u":
         return [f"{o} = " + rng.choice(UNARY).format(v=v)]
     if k == "b":
@@ -112,6 +112,21 @@ def step(rng: random.Random, v: str, n: int, has_y: bool) -> list[str]:
             [f"{o} = {v}.masked_fill((pos % 2 == 0).view(1, T, 1), 0.0)"],
             [f"{o} = {v} + torch.arange(x.shape[1], device=x.device).view(1, -1, 1) * 0.1"],
             [f"{o} = {v} * (pos.view(1, T, 1) + 1).float().rsqrt()"],
+        ])
+    if k == "t":  # token shifts, flattened rows, scans, transposed elementwise ops
+        return rng.choice([
+            [f"{o} = torch.cat(({v}[:, :1], {v}[:, :-1]), 1) * 0.5 + {v}"],
+            [f"{o} = torch.nn.functional.pad({v}, (0, 0, 1, 0))[:, :T] + {v}"],
+            [f"{o} = torch.relu({v}.reshape(B * T, C) * 2.0).view(B, T, C)"],
+            [f"{o} = torch.sigmoid({v}.flatten(0, 1)).view(B, T, -1)"],
+            [f"{o} = torch.sigmoid({v}.transpose(1, 2)).transpose(1, 2)"],
+            [f"{o} = {v}.cumsum(-1) * 0.1"],
+            [f"{o} = {v}.cumsum(1) * 0.1"],
+            [f"{o} = {v}.unsqueeze(2).expand(B, T, 2, C).reshape(B, T, 2 * C)"
+             ".view(B, T, 2, C).sum(2)"],
+            [f"{o} = torch.where(pos.view(1, T, 1) < T // 2, {v}, -{v})"],
+            [f"{o} = {v} - {v}.mean((0, 2), keepdim=True)"],
+            [f"{o} = {v}.mean(1, keepdim=True).expand_as({v}) + {v}"],
         ])
     return [f"{o} = {v} + {v}.sum(0, keepdim=True) * 0.1"]  # a reduction over the batch
 
