@@ -111,3 +111,25 @@ def test_a_result_written_through_a_squeeze_of_a_dim_one_long_is_refused_at_anot
     assert str(e.value) == ("cluster0: `mul` is written through its index map, which squeezes "
                             "dims (-2) of (2, 6, 8), 1 long where it was analysed; regenerate "
                             "it at these sizes or keep the original ops")
+
+
+class CenteredOverBatchAndFeatures(torch.nn.Module):
+    def forward(self, x):
+        return -(x - x.mean((0, 2), keepdim=True))
+
+
+def test_a_result_whose_grouped_dims_come_apart_at_another_length_is_refused(tmp_path):
+    """A mean over (B, C) per position, analysed at T = 1: the kernel reads and writes
+    (T, B, C) with B and C as one run of memory, which they are in a (B, 1, C) tensor but
+    not in a (B, 6, C) one. The input is copied into that layout; the result, allocated in
+    its own, is refused (once the kernel wrote it as one run, a wrong result)."""
+    model = CenteredOverBatchAndFeatures()
+    patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
+    x = torch.randn(3, 1, 8)
+    torch.testing.assert_close(patched(x.to(DEVICE)), model(x))
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 6, 8, device=DEVICE))
+    assert str(e.value) == ("cluster0: `neg` is (2, 6, 8) here, and its dims do not lie in "
+                            "memory as this kernel writes them (they did at the analysed "
+                            "(2, 1, 8)); regenerate it at these sizes or keep the original "
+                            "ops")

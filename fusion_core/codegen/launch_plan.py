@@ -260,10 +260,19 @@ def _sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str
     # half the host time `torch.empty` takes to parse its arguments.
     out.line("out_strides = tuple(_dense_strides(s, range(len(s))) for s in out_shapes)")
     for i, t in enumerate(plan.outputs):
-        if sig.has_strides(Role.OUT, i):
+        strided = sig.has_strides(Role.OUT, i)
+        if strided or t.view:
+            # A result is allocated contiguous in its own shape; seen through its map, its
+            # dims must still fall in the kernel's groups (a dim 1 long where analysed may
+            # have hidden that two grouped dims are apart at another size).
             seen = launch_maps.output_layout(t, i)
-            out.line(f"_, {strides_local(Role.OUT, i)} = _layout({seen}, shape, "
-                     f"OUT_GROUPS[{i}], ())")
+            got = strides_local(Role.OUT, i) if strided else "_"
+            out.lines([f"apart, {got} = _layout({seen}, shape, OUT_GROUPS[{i}], ())",
+                       "if apart:",
+                       f'    raise ValueError(f"{{NAME}}: `{t.value}` is {{out_shapes[{i}]}} '
+                       'here, and its dims do not lie in memory as this kernel writes them '
+                       f'(they did at the analysed {tuple(t.value_shape)}); regenerate it at '
+                       'these sizes or keep the original ops")'])
     if not with_frame:
         _pow2_check(plan, looped, out)
     out.line(f"{Family.SPAN} = _spans(shape)")
