@@ -133,3 +133,19 @@ def test_a_result_whose_grouped_dims_come_apart_at_another_length_is_refused(tmp
                             "memory as this kernel writes them (they did at the analysed "
                             "(2, 1, 8)); regenerate it at these sizes or keep the original "
                             "ops")
+
+
+class TokenShift(torch.nn.Module):
+    def forward(self, x):
+        return torch.cat((x[:, :1], x[:, :-1]), 1) * 0.5 + x
+
+
+def test_a_cat_piece_analysed_at_batch_1_follows_another_batch(tmp_path):
+    """A token shift analysed at batch 1: the piece `x[:, :-1]` is shorter than the cat
+    along T, so the batch dim steps by the piece's own stride, not as a continuation of
+    T (once its copy, 3 rows per batch, was read 4 rows per batch: NaN past the end)."""
+    model = TokenShift()
+    patched = _patched(model, (torch.randn(1, 4, 8),), tmp_path)
+    for size in ((1, 4, 8), (3, 4, 8)):
+        x = torch.randn(*size)
+        torch.testing.assert_close(patched(x.to(DEVICE)), model(x), msg=str(size))

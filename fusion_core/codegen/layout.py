@@ -110,7 +110,9 @@ def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, .
     if ordered and not fixed and own_first < ordered[0].first and all(
             d == 1 for d in domain[:ordered[0].first]):
         head = ordered[0]
-        if all(strides[k] == base for k in range(own_first, head.first)):
+        # not past a cat piece's cut: its operand is shorter there, so the dims outside it
+        # step by their own strides (a batch of 1 that grows: `x[:, :-1]` of a token shift)
+        if head.first != cut and all(strides[k] == base for k in range(own_first, head.first)):
             ordered[0] = Group(own_first, head.last, head.unit)
         else:
             ordered.insert(0, Group(own_first, head.first, False))
