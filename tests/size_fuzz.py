@@ -230,6 +230,8 @@ def run_one(seed: int, work: Path) -> list[tuple[str, str]]:
     variants = [0] + [rng.choice([0, 0, 1, 2, 3]) for _ in others]
     for size, variant in zip([analysed, *others], variants, strict=True):
         args = inputs(mod, size, seed + 1, variant, dtype)
+        if os.environ.get("SIZEFUZZ_VERBOSE"):  # a kernel writing out of bounds aborts later
+            print(seed, "calls at", size, f"v{variant}", flush=True)
         try:
             with torch.no_grad():
                 want = model(*args)

@@ -149,3 +149,20 @@ def test_a_cat_piece_analysed_at_batch_1_follows_another_batch(tmp_path):
     for size in ((1, 4, 8), (3, 4, 8)):
         x = torch.randn(*size)
         torch.testing.assert_close(patched(x.to(DEVICE)), model(x), msg=str(size))
+
+
+class MeanOverLengthAndFeatures(torch.nn.Module):
+    def forward(self, x):
+        h = x * 2.0
+        return h, h.mean((1, 2), keepdim=True)
+
+
+def test_a_reduction_over_a_dim_analysed_one_long_keeps_it_reduced(tmp_path):
+    """`mean((1, 2))` analysed at T = 1: its result stays (B, 1, 1) at T = 3 (once the
+    launcher sized it (B, T, 1) from the iteration shape, the analysed 1 matching)."""
+    model = MeanOverLengthAndFeatures()
+    patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
+    for size in ((2, 1, 8), (4, 3, 8), (1, 6, 8)):
+        x = torch.randn(*size)
+        for got, want in zip(patched(x.to(DEVICE)), model(x), strict=True):
+            torch.testing.assert_close(got, want, msg=str(size))

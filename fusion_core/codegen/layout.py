@@ -62,13 +62,14 @@ def align(shape: tuple[int, ...], stride: tuple[int, ...], rank: int
 
 
 def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, ...],
-           fixed: bool = False, cut: int | None = None, output: bool = False) -> Access:
+           fixed: bool = False, cut: int | None = None, grows: int = 0) -> Access:
     """Group the domain dims `shape` spans (see the module docstring). `fixed`: the tensor
     keeps its shape whatever the batch (a parameter, or computed from parameters only).
     `cut`: a cat's operand seen at the result's size along that dim, its own strides
     kept (``ir/views.Piece``): no group reaches past it outward, as the operand's real
-    size there is smaller (the launcher checks its groups at that size). `output`: a value
-    the kernel writes, whose shape the launcher takes from the iteration shape."""
+    size there is smaller (the launcher checks its groups at that size). `grows`: for a
+    value the kernel writes, whose shape the launcher takes from the iteration shape, the
+    domain dims before it that follow that shape (a per-row result's reduced dims stay 1)."""
     rank = len(domain)
     dims, strides = align(tuple(shape), tuple(stride), rank)
     own_first = rank - len(shape)  # the first domain dim the tensor itself has
@@ -81,7 +82,7 @@ def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, .
         if size != want and size != 1:
             raise LoweringError(f"shape {tuple(shape)} does not broadcast to the iteration "
                                 f"shape {domain}")
-        if want == 1 and not (output and k >= own_first):
+        if want == 1 and not own_first <= k < grows:
             continue  # nothing to index; never breaks a group
         # An output's own size-1 dim (a length of 1 analysed, between the batch and the
         # features) grows with the iteration shape at other sizes: a group spans it, else
