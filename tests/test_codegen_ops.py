@@ -97,6 +97,8 @@ CASES = {
     "to": [case(lambda m, x: (x * 3).half().float() - x * 3, f32()),
            case(lambda m, x: (x * 3).to(torch.int32) + 1, f32()),
            case(lambda m, x: (x * 2).bfloat16() + 1, f32()),
+           # a comparison cast to bfloat16 (the interpreter failed on int1 to bfloat16)
+           case(lambda m, x: (x > 0).to(torch.bfloat16) * x.bfloat16(), f32()),
            case(lambda m, a: a.float() * 0.5, ints())],
     "clone": [case(lambda m, x: (x * 2).clone() + 1, f32())],
     # `device=x.device` keeps FX from evaluating the call at trace time

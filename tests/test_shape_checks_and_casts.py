@@ -144,3 +144,26 @@ def test_a_shape_only_read_of_a_cluster_member_patches_and_verifies(read):
     report = validate(analysis)
     assert [r.usable for r in report.results] == [True]
     assert report.model.passed, report.model.detail
+
+
+@pytest.mark.parametrize("read", ["reshape_as", "view_as", "expand_as"])
+def test_a_shape_only_read_of_a_cluster_member_follows_another_batch(read, tmp_path):
+    """Patched out, the read takes the member's shape at this call (recomputed on meta
+    tensors), not the analysed one: at 6 rows it once raised "The expanded size of the
+    tensor (4) must match the existing size (6)" (found by tests/size_fuzz.py)."""
+    from codegen_harness import DEVICE
+
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+    from fusion_core.validate.subgraph import patch
+
+    model = ShapeReference(read).eval()
+    analysis = analyze(model, torch.randn(4, 8), capture="fx")
+    (c,) = analysis.clusters
+    kernel = generate(analysis, c)
+    launch = getattr(load_kernel(write_kernels([kernel], tmp_path)[0]), kernel.name)
+    patched = patch(analysis.graph_module, {c.index: (c, launch)}).to(DEVICE)
+    model.to(DEVICE)
+    for rows in (4, 6, 1):
+        x = torch.randn(rows, 8, device=DEVICE)
+        with torch.no_grad():
+            torch.testing.assert_close(patched(x), model(x))

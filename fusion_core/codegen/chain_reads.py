@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..ir.views import Merge, Piece, Reshape, Step, Strided, Unflatten, ViewError, apply
+from ..ir.views import Merge, Narrow, Piece, Reshape, Step, Strided, Unflatten, ViewError, apply
 
 
 def expanded(shape: tuple[int, ...], out: tuple[int, ...], chain: Sequence[Step]
@@ -110,5 +110,6 @@ def read_through(steps: Sequence[Step], shape: tuple[int, ...], rank: int) -> tu
         offset = apply(steps, torch.empty(shape, device="meta")).storage_offset()
     except ViewError:
         offset = None
+    # a Narrow's check at another length too: `x[:, :1]` of a length-1 dim reads as `x`
     return (effective(steps, shape, rank), offset,
-            tuple(s for s in steps if isinstance(s, Piece)))
+            tuple(s for s in steps if isinstance(s, Piece | Narrow)))

@@ -18,7 +18,7 @@ import torch
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.spelling import said, said_all
 from ..ir.view_factors import uneven
-from ..ir.views import Step, ViewError, applied, apply, plain, split_piece
+from ..ir.views import Narrow, Step, ViewError, applied, apply, plain, split_piece
 from .indexing import IndexMaps
 from .layout import LoweringError
 
@@ -72,7 +72,10 @@ def seen_through(maps: IndexMaps, g: FusionGraph, name: str, shape: tuple[int, .
     except LoweringError as e:
         raise LoweringError(str(e), blame or (name,)) from None
     own, piece = split_piece(steps)
-    if piece is None and len(shape) <= rank and _squeezed(seen) == _squeezed((shape, stride)):
+    # A slice whole at the analysed length (`x[:, :1]` of a length-1 dim) reads as the
+    # tensor does, but cuts it at another length: the launcher keeps its check.
+    if piece is None and len(shape) <= rank and _squeezed(seen) == _squeezed((
+            shape, stride)) and not any(isinstance(s, Narrow) for s in own):
         return shape, stride, {}
     # A cat's piece is the kernel's to read (``loads.py``): the launcher views the operand
     # through the steps before it only.

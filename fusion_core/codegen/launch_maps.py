@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..ir.views import Strided, inverse
+from ..ir.views import Squeeze, Step, Strided, inverse
 from .domain_view import source
 from .plan import KernelPlan, TensorArg
 
@@ -61,11 +61,31 @@ def output_shape_lines(plan: KernelPlan) -> list[str]:
     """`out_shapes` (domain-aligned) turned into each result's own shape."""
     if not any(t.view for t in plan.outputs):
         return []
-    return ["out_shapes = list(out_shapes)  # results in their own shape",
-            *(f"out_shapes[{i}] = tuple("
-              f"{source(inverse(t.view, t.value_shape), _meta_out(i))}.shape)"
-              for i, t in enumerate(plan.outputs) if t.view),
-            "out_shapes = tuple(out_shapes)"]
+    lines = ["out_shapes = list(out_shapes)  # results in their own shape"]
+    for i, t in enumerate(plan.outputs):
+        if t.view:
+            back = inverse(t.view, t.value_shape)
+            lines += [*_squeeze_checks(t, back, i),
+                      f"out_shapes[{i}] = tuple({source(back, _meta_out(i))}.shape)"]
+    return [*lines, "out_shapes = tuple(out_shapes)"]
+
+
+def _squeeze_checks(t: TensorArg, back: Sequence[Step], i: int) -> list[str]:
+    """Guards that each dim result `i`'s map squeezes is still 1 long: one analysed 1 long
+    may be longer at another size (a reduction over a length of 1 reads like an elementwise
+    op there), where torch's squeeze would silently keep it."""
+    lines: list[str] = []
+    for k, step in enumerate(back):
+        if isinstance(step, Squeeze):
+            at = source(back[:k], _meta_out(i))
+            dims = ", ".join(map(str, step.dims))
+            lines += [f"squeezed = tuple({at}.shape)",
+                      f"if any(squeezed[d] != 1 for d in ({dims},)):",
+                      f'    raise ValueError(f"{{NAME}}: `{t.value}` is written through its '
+                      f'index map, which squeezes dims ({dims}) of {{squeezed}}, 1 long '
+                      'where it was analysed; regenerate it at these sizes or keep the '
+                      'original ops")']
+    return lines
 
 
 def output_layout(t: TensorArg, i: int) -> str:

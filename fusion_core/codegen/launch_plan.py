@@ -87,6 +87,12 @@ def _shapes(plan: KernelPlan, names: list[str], total: Callable[[PieceRead], str
     return shapes + [_generated_shape(plan, t, total) for t in plan.generated]
 
 
+def _broadcast(plan: KernelPlan, names: list[str], shapes: list[str]) -> str:
+    """The `_iteration_shape` call over `shapes`, with their owners named for its refusal."""
+    owners = [f"`{a}`" for a in names] + [f"the generated `{t.value}`" for t in plan.generated]
+    return f"_iteration_shape({', '.join(shapes)}, names={tuple(owners)!r})"
+
+
 def _plan_docstring(out: CodeWriter, with_frame: bool = False) -> None:
     out.lines(['"""Copies, output shapes and strides, kernel arguments, tuning key (shape',
                'bucket, dtypes, device) and candidate configurations for these inputs\' layout;',
@@ -101,7 +107,7 @@ def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
                shapes: list[str], out: CodeWriter) -> None:
     _plan_docstring(out)
     out.lines(cat_bounds.ends_lines(plan, names))
-    out.line(f"shape, lead = _iteration_shape({', '.join(shapes)})")
+    out.line(f"shape, lead = {_broadcast(plan, names, shapes)}")
     _input_layouts(plan, sig, names, range(len(names)), out)
     _sized(plan, sig, looped, names, out, with_frame=False)
 
@@ -123,10 +129,10 @@ def _frame_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[
             "1" if plan.cats[piece.cat].varying else cat_bounds.total(plan, piece)))
         out.lines(["# the cats' operands one long along the cats' dims: only another input can",
                    "# make the broadcast longer there",
-                   f"shape, lead = _iteration_shape({', '.join(one)})"])
+                   f"shape, lead = {_broadcast(plan, names, one)}"])
         out.line("free = " + " and ".join(f"shape[{d}] == 1" for d in _varying_dims(plan)))
         if _inputs(plan, follow=False):  # their layouts are checked at this call's shape
-            _lengths_or_broadcast(plan, shapes, out)
+            _lengths_or_broadcast(plan, names, shapes, out)
         _input_layouts(plan, sig, names, _inputs(plan, follow=False), out)
         _pow2_check(plan, looped, out)
         out.line(f"return shape, lead, free, {''.join(k + ', ' for k in _kept(plan, sig))}{{}}")
@@ -152,7 +158,7 @@ def _framed_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: li
                    "        del frames[next(iter(frames))]",
                    f"    frame = frames[key] = {build}"])
     out.line(f"shape, lead, free, {''.join(k + ', ' for k in _kept(plan, sig))}by_bucket = frame")
-    _lengths_or_broadcast(plan, shapes, out)
+    _lengths_or_broadcast(plan, names, shapes, out)
     _input_layouts(plan, sig, names, _inputs(plan, follow=True), out)
     _sized(plan, sig, looped, names, out, with_frame=True)
 
@@ -173,7 +179,8 @@ def _varying_dims(plan: KernelPlan) -> list[int]:
     return sorted({b.dim for b in plan.cats if b.varying})
 
 
-def _lengths_or_broadcast(plan: KernelPlan, shapes: list[str], out: CodeWriter) -> None:
+def _lengths_or_broadcast(plan: KernelPlan, names: list[str], shapes: list[str],
+                          out: CodeWriter) -> None:
     """The iteration shape at this call: the frame's with each varying cat's dim at the
     cat's length, or (`free` false: another input is as long there; or two cats along one
     dim differ) broadcast as eager."""
@@ -194,7 +201,7 @@ def _lengths_or_broadcast(plan: KernelPlan, shapes: list[str], out: CodeWriter) 
                                     "this call's"),
                f"    shape = {' + '.join(parts)}",
                "else:  # another input is as long along a cat's dim: broadcast as eager does",
-               f"    shape, lead = _iteration_shape({', '.join(shapes)})"])
+               f"    shape, lead = {_broadcast(plan, names, shapes)}"])
 
 
 def _frame_key(plan: KernelPlan, names: list[str]) -> list[str]:
@@ -253,10 +260,19 @@ def _sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str
     # half the host time `torch.empty` takes to parse its arguments.
     out.line("out_strides = tuple(_dense_strides(s, range(len(s))) for s in out_shapes)")
     for i, t in enumerate(plan.outputs):
-        if sig.has_strides(Role.OUT, i):
+        strided = sig.has_strides(Role.OUT, i)
+        if strided or t.view:
+            # A result is allocated contiguous in its own shape; seen through its map, its
+            # dims must still fall in the kernel's groups (a dim 1 long where analysed may
+            # have hidden that two grouped dims are apart at another size).
             seen = launch_maps.output_layout(t, i)
-            out.line(f"_, {strides_local(Role.OUT, i)} = _layout({seen}, shape, "
-                     f"OUT_GROUPS[{i}], ())")
+            got = strides_local(Role.OUT, i) if strided else "_"
+            out.lines([f"apart, {got} = _layout({seen}, shape, OUT_GROUPS[{i}], ())",
+                       "if apart:",
+                       f'    raise ValueError(f"{{NAME}}: `{t.value}` is {{out_shapes[{i}]}} '
+                       'here, and its dims do not lie in memory as this kernel writes them '
+                       f'(they did at the analysed {tuple(t.value_shape)}); regenerate it at '
+                       'these sizes or keep the original ops")'])
     if not with_frame:
         _pow2_check(plan, looped, out)
     out.line(f"{Family.SPAN} = _spans(shape)")
@@ -380,7 +396,9 @@ def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:
     """The output's runtime shape as the kernel indexes it, from the iteration shape `shape`
     (``launch_maps.output_shape_lines`` maps it back through the output's index map)."""
     rank = plan.rank
-    dims = [f"shape[{k}]" if arg.access.aligned[k] == plan.domain[k] else "1"
+    # a per-row result is 1 long along the reduced dims, also where they were 1 long
+    kept = rank - plan.reduced if arg.per_row and plan.skeleton == "reduction" else rank
+    dims = [f"shape[{k}]" if arg.access.aligned[k] == plan.domain[k] and k < kept else "1"
             for k in range(rank)]
     dims = dims[len(dims) - len(arg.shape):]
     if dims == [f"shape[{k}]" for k in range(rank)]:

@@ -62,14 +62,17 @@ def align(shape: tuple[int, ...], stride: tuple[int, ...], rank: int
 
 
 def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, ...],
-           fixed: bool = False, cut: int | None = None) -> Access:
+           fixed: bool = False, cut: int | None = None, grows: int = 0) -> Access:
     """Group the domain dims `shape` spans (see the module docstring). `fixed`: the tensor
     keeps its shape whatever the batch (a parameter, or computed from parameters only).
     `cut`: a cat's operand seen at the result's size along that dim, its own strides
     kept (``ir/views.Piece``): no group reaches past it outward, as the operand's real
-    size there is smaller (the launcher checks its groups at that size)."""
+    size there is smaller (the launcher checks its groups at that size). `grows`: for a
+    value the kernel writes, whose shape the launcher takes from the iteration shape, the
+    domain dims before it that follow that shape (a per-row result's reduced dims stay 1)."""
     rank = len(domain)
     dims, strides = align(tuple(shape), tuple(stride), rank)
+    own_first = rank - len(shape)  # the first domain dim the tensor itself has
     groups: list[Group] = []
     first = last = None  # the open group
     unit = True
@@ -79,9 +82,12 @@ def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, .
         if size != want and size != 1:
             raise LoweringError(f"shape {tuple(shape)} does not broadcast to the iteration "
                                 f"shape {domain}")
-        if want == 1:
+        if want == 1 and not own_first <= k < grows:
             continue  # nothing to index; never breaks a group
-        if size == 1:  # broadcast dim: close the open group
+        # An output's own size-1 dim (a length of 1 analysed, between the batch and the
+        # features) grows with the iteration shape at other sizes: a group spans it, else
+        # every position along it would be stored to the first one's place.
+        if size == 1 and want != 1:  # broadcast dim: close the open group
             if first is not None:
                 groups.append(Group(first, last, unit))
             first = None
@@ -102,11 +108,12 @@ def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, .
     # join the outer group where their strides continue it (a contiguous tensor), else they
     # are a group of their own (NCHW permuted to NHWC: the batch stride is C·H·W).
     ordered = list(reversed(groups))
-    own_first = rank - len(shape)  # the first domain dim the tensor itself has
     if ordered and not fixed and own_first < ordered[0].first and all(
             d == 1 for d in domain[:ordered[0].first]):
         head = ordered[0]
-        if all(strides[k] == base for k in range(own_first, head.first)):
+        # not past a cat piece's cut: its operand is shorter there, so the dims outside it
+        # step by their own strides (a batch of 1 that grows: `x[:, :-1]` of a token shift)
+        if head.first != cut and all(strides[k] == base for k in range(own_first, head.first)):
             ordered[0] = Group(own_first, head.last, head.unit)
         else:
             ordered.insert(0, Group(own_first, head.first, False))

@@ -164,10 +164,12 @@ class _Lowering:
                                 f"one block; rows of {n_cols} columns are wider than "
                                 f"{MAX_BLOCK}", tuple(n.name for n in self.reds[1:]))
 
-    def _access(self, name: str, shape, stride, piece: PieceRead | None = None) -> Access:
+    def _access(self, name: str, shape, stride, piece: PieceRead | None = None,
+                grows: int = 0) -> Access:
         try:
             return access(tuple(shape), tuple(stride), self.domain,
-                          name in self.g.fixed, piece.dim if piece is not None else None)
+                          name in self.g.fixed, piece.dim if piece is not None else None,
+                          grows)
         except LoweringError as e:
             # Blame the value's producer in the group, else the group nodes that read it.
             blame = (name,) if name in self.c.nodes else tuple(
@@ -383,8 +385,10 @@ class _Lowering:
             raise LoweringError(f"{said(self.g, name)} is also written, but the group computes "
                                 "it over a view that reaches only part of it; a kernel writes "
                                 "whole values", (name,))
-        acc = self._access(name, shape, stride)
         temp = self.temps[name]
+        # a per-row result is 1 long along the reduced dims at any size
+        acc = self._access(name, shape, stride, grows=self.rank - (
+            self.reduced if self.per_row[temp] else 0))
         return TensorArg(name, Role.OUT, i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields)
 

@@ -20,9 +20,25 @@ RANK = 2
 INT64_INDEX = False
 
 
-def _iteration_shape(*shapes):
-    """The inputs' broadcast shape padded to RANK dims, and how many dims were padded."""
-    shape = tuple(torch.broadcast_shapes(*shapes))
+def _iteration_shape(*shapes, names=()):
+    """The inputs' broadcast shape padded to RANK dims, and how many dims were padded.
+    `names`: the shapes' owners in the launcher's spelling, for the refusal."""
+    try:
+        shape = tuple(torch.broadcast_shapes(*shapes))
+    except RuntimeError:  # eager's error names neither the input nor the dim
+        rank = max(len(s) for s in shapes)
+        padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+        for k in range(rank):
+            long = [(s[k], i) for i, s in enumerate(padded) if s[k] != 1]
+            odd = next(((n, i) for n, i in long if n != long[0][0]), None)
+            if odd is not None:
+                who = names[odd[1]] if odd[1] < len(names) else f"input {odd[1]}"
+                raise ValueError(
+                    f"{NAME}: {who} is {odd[0]} long in dim {k} as this kernel views its "
+                    f"inputs, another is {long[0][0]} long there: they do not broadcast the "
+                    "way the kernel reads them (a dim analysed 1 long is broadcast); "
+                    "regenerate it at these sizes or keep the original ops") from None
+        raise
     lead = RANK - len(shape)
     if lead > 0:  # shapes are right-aligned: leading 1s change nothing
         shape = (1,) * lead + shape

@@ -50,7 +50,9 @@ def cast(x: str, dtype: Any) -> str | None:
     if dtype is torch.bool:
         return f"({x} != 0)"
     if dtype in (torch.float16, torch.bfloat16):
-        return f"{x}.to({TL_TYPES[dtype]}).to(tl.float32)"
+        # through float32 first: Triton's interpreter fails casting a comparison's int1
+        # to bfloat16 ("cannot reshape array of size 32 into shape (128,)"); a no-op else
+        return f"{x}.to(tl.float32).to({TL_TYPES[dtype]}).to(tl.float32)"
     return f"{x}.to({TL_TYPES[dtype]})" if dtype in TL_TYPES else None
 
 

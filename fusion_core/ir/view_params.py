@@ -57,6 +57,12 @@ def view_params(n: fx.Node, op: str) -> tuple[tuple[str, Any], ...]:
     dim = _sliced_dim(n, op.split(".")[0], src_val.dim())
     if steps is not None and dim is not None:
         steps = as_narrow(steps, tuple(src_val.shape), dim)
+    if steps == () and dim is not None and not (
+            run_time_args(n) and bounds_of_its_own_sizes(n, steps)):
+        # a slice whole at the analysed length (`x[:, :1]` where that dim is 1 long) cuts
+        # at another: a Narrow, which the launcher checks, not no step at all
+        size = int(src_val.shape[dim])
+        steps = (Narrow(dim - src_val.dim(), 0, size, size),)
     return () if steps is None else ((INDEX_STEPS, steps),)
 
 

@@ -226,4 +226,39 @@ def _drop_meta_only_reads(members: list[fx.Node], member_set: set[fx.Node]) -> N
             rewrite = _META_READS.get((user.op, user.target))
             if rewrite is not None and isinstance(val, torch.Tensor):
                 target, take = rewrite
-                user.target, user.args = target, (user.args[0], take(val))
+                if target in _SHAPED:  # the shape `n` has at this call, not the analysed one
+                    with n.graph.inserting_before(user):
+                        sizes = n.graph.call_function(sizes_of, (_on_shapes(n, member_set),))
+                    user.target, user.args = target, (user.args[0], sizes)
+                else:
+                    user.target, user.args = target, (user.args[0], take(val))
+
+
+_SHAPED = frozenset({"reshape", "view", "expand"})
+
+
+def sizes_of(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _on_shapes(n: fx.Node, member_set: set[fx.Node]) -> fx.Node:
+    """Cluster member `n` recomputed on meta tensors of the values it is computed from
+    (`h.expand_as(gelu)` where the kernel computes `gelu`): its shape at any input size,
+    for no data; inserted where the graph is being inserted into."""
+    env: dict[fx.Node, fx.Node] = {}
+
+    def arg(a: fx.Node) -> fx.Node:
+        if a not in env:
+            env[a] = n.graph.call_function(on_meta, (a,))
+        return env[a]
+
+    order = {m: i for i, m in enumerate(n.graph.nodes)}
+    todo, needed = [n], set()
+    while todo:
+        m = todo.pop()
+        if m in member_set and m not in needed:
+            needed.add(m)
+            todo.extend(a for a in m.all_input_nodes)
+    for m in sorted(needed, key=order.__getitem__):
+        env[m] = n.graph.node_copy(m, arg)
+    return env[n]

@@ -1,0 +1,168 @@
+"""Kernels analysed where a dim is 1 long (a sequence of one token), run at other lengths.
+
+A dim analysed 1 long is ambiguous: a tensor that has it may grow along it at run time or
+be broadcast there. The launcher must follow the new length or refuse it with a one-line
+ValueError naming the input and dim, never write a wrong result (found by
+tests/size_fuzz.py): a result's own length-1 dim is indexed like the others, a slice that
+was whole at length 1 (`x[:, :1]`) keeps its length check, and inputs that no longer
+broadcast the way the kernel reads them are named.
+"""
+
+import pytest
+import torch
+from codegen_harness import DEVICE, Lambda
+
+from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.pipeline import analyze
+from fusion_core.validate.subgraph import patch
+
+
+def _patched(model, inputs, tmp_path):
+    """The model's graph module with every cluster's generated kernel patched in."""
+    a = analyze(model, *inputs)
+    launchers = {}
+    for c in a.clusters:
+        kernel = generate(a, c)
+        (path,) = write_kernels([kernel], tmp_path / f"c{c.index}")
+        launchers[c.index] = (c, getattr(load_kernel(path), kernel.name))
+    assert launchers, [r.reason for r in a.rejections]
+    return patch(a.graph_module, launchers).to(DEVICE)
+
+
+def _row_sum(m, x):
+    return (x * 1.5).sum(-1)
+
+
+def _log_softmax_max(m, x):
+    h = torch.log_softmax(x, -1)
+    return h, h.amax(-1)
+
+
+@pytest.mark.parametrize("fn", [_row_sum, _log_softmax_max], ids=["sum", "log_softmax amax"])
+def test_a_result_analysed_one_long_follows_the_length(fn, tmp_path):
+    """(B, 1) per-row results, analysed at T = 1: written at every position of another T
+    (once, each row's result went to its batch's first place and the rest stayed empty)."""
+    model = Lambda(fn)
+    patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
+    for size in ((2, 1, 8), (2, 4, 8), (3, 5, 8), (1, 6, 8)):
+        x = torch.randn(*size)
+        torch.testing.assert_close(patched(x.to(DEVICE)), model(x), msg=str(size))
+
+
+class MinusFirst(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x - x[:, :1, :])
+
+
+def test_a_slice_whole_at_length_one_is_checked_at_another(tmp_path):
+    """`x[:, :1]` is all of `x` at T = 1 and its first row at T = 4: the kernel, which
+    reads it as the first row at no length, refuses T = 4 (once it read all of `x`)."""
+    model = MinusFirst()
+    patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
+    x = torch.randn(3, 1, 8)
+    torch.testing.assert_close(patched(x.to(DEVICE)), model(x))
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 4, 8, device=DEVICE))
+    assert str(e.value) == ("cluster0: `x` is 4 long in dim -2; this kernel slices it as "
+                            "analysed, where it was 1 long; regenerate it at these sizes or "
+                            "keep the original ops")
+
+
+class GatedMean(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 1), requires_grad=False)
+
+    def forward(self, x, g):
+        return torch.exp(torch.where(x > g, x, g * 0.5) * self.w[:x.shape[1]]).mean(1)
+
+
+def test_an_input_analysed_one_long_that_grows_is_named(tmp_path):
+    """A (B, T, 1) gate and a (T, 1) slice of a parameter, analysed at T = 1, where the
+    kernel reads `x` permuted to reduce over T: at T = 4 the gate no longer broadcasts as
+    the kernel reads it; a ValueError names it and the dim (once torch's broadcast error)."""
+    model = GatedMean()
+    patched = _patched(model, (torch.randn(2, 1, 8), torch.randn(2, 1, 1)), tmp_path)
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 4, 8, device=DEVICE), torch.randn(2, 4, 1, device=DEVICE))
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("cluster0: `g` is 4 long in dim 1 as this kernel views its "
+                                   "inputs, another is 8 long there: they do not broadcast")
+
+
+class ScaledByMax(torch.nn.Module):
+    def forward(self, x):
+        h = x * x.amax(1).unsqueeze(1)
+        return h, h.amax(-1)
+
+
+def test_a_result_written_through_a_squeeze_of_a_dim_one_long_is_refused_at_another(tmp_path):
+    """Analysed at T = 1, `x * x.amax(1)` is per row of the reduction over T (one element
+    each), written through a squeeze of that dim; at T = 6 (with `x` strided so its layout
+    fits) the launcher names the result and the squeezed dim (once torch's squeeze kept the
+    dim and the result's store view failed in `permute`)."""
+    model = ScaledByMax()
+    patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
+    x = torch.randn(2, 8, 1).transpose(1, 2)
+    for got, want in zip(patched(x.to(DEVICE)), model(x), strict=True):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 8, 6, device=DEVICE).transpose(1, 2))
+    assert str(e.value) == ("cluster0: `mul` is written through its index map, which squeezes "
+                            "dims (-2) of (2, 6, 8), 1 long where it was analysed; regenerate "
+                            "it at these sizes or keep the original ops")
+
+
+class CenteredOverBatchAndFeatures(torch.nn.Module):
+    def forward(self, x):
+        return -(x - x.mean((0, 2), keepdim=True))
+
+
+def test_a_result_whose_grouped_dims_come_apart_at_another_length_is_refused(tmp_path):
+    """A mean over (B, C) per position, analysed at T = 1: the kernel reads and writes
+    (T, B, C) with B and C as one run of memory, which they are in a (B, 1, C) tensor but
+    not in a (B, 6, C) one. The input is copied into that layout; the result, allocated in
+    its own, is refused (once the kernel wrote it as one run, a wrong result)."""
+    model = CenteredOverBatchAndFeatures()
+    patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
+    x = torch.randn(3, 1, 8)
+    torch.testing.assert_close(patched(x.to(DEVICE)), model(x))
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 6, 8, device=DEVICE))
+    assert str(e.value) == ("cluster0: `neg` is (2, 6, 8) here, and its dims do not lie in "
+                            "memory as this kernel writes them (they did at the analysed "
+                            "(2, 1, 8)); regenerate it at these sizes or keep the original "
+                            "ops")
+
+
+class TokenShift(torch.nn.Module):
+    def forward(self, x):
+        return torch.cat((x[:, :1], x[:, :-1]), 1) * 0.5 + x
+
+
+def test_a_cat_piece_analysed_at_batch_1_follows_another_batch(tmp_path):
+    """A token shift analysed at batch 1: the piece `x[:, :-1]` is shorter than the cat
+    along T, so the batch dim steps by the piece's own stride, not as a continuation of
+    T (once its copy, 3 rows per batch, was read 4 rows per batch: NaN past the end)."""
+    model = TokenShift()
+    patched = _patched(model, (torch.randn(1, 4, 8),), tmp_path)
+    for size in ((1, 4, 8), (3, 4, 8)):
+        x = torch.randn(*size)
+        torch.testing.assert_close(patched(x.to(DEVICE)), model(x), msg=str(size))
+
+
+class MeanOverLengthAndFeatures(torch.nn.Module):
+    def forward(self, x):
+        h = x * 2.0
+        return h, h.mean((1, 2), keepdim=True)
+
+
+def test_a_reduction_over_a_dim_analysed_one_long_keeps_it_reduced(tmp_path):
+    """`mean((1, 2))` analysed at T = 1: its result stays (B, 1, 1) at T = 3 (once the
+    launcher sized it (B, T, 1) from the iteration shape, the analysed 1 matching)."""
+    model = MeanOverLengthAndFeatures()
+    patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
+    for size in ((2, 1, 8), (4, 3, 8), (1, 6, 8)):
+        x = torch.randn(*size)
+        for got, want in zip(patched(x.to(DEVICE)), model(x), strict=True):
+            torch.testing.assert_close(got, want, msg=str(size))
