@@ -66,12 +66,23 @@ def gelu_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
     return None
 
 
+def nan_max(a: str, b: str) -> str:
+    """`max(a, b)` that gives NaN where either is NaN, as torch's relu, clamp and maximum do
+    (`tl.maximum` alone returns the other operand: a NaN fed to relu came out 0)."""
+    return f"tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"
+
+
+def nan_min(a: str, b: str) -> str:
+    """`min(a, b)` that gives NaN where either is NaN (see ``nan_max``)."""
+    return f"tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"
+
+
 def clamp_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str:
     x, lo, hi = a
     if lo != "None":
-        x = f"tl.maximum({x}, {lo})"
+        x = nan_max(x, lo)
     if hi != "None":
-        x = f"tl.minimum({x}, {hi})"
+        x = nan_min(x, hi)
     return x
 
 

@@ -32,6 +32,8 @@ from .lowerings import (
     clamp_expr,
     gelu_expr,
     infix,
+    nan_max,
+    nan_min,
     pow_expr,
     round_expr,
     softplus_expr,
@@ -43,6 +45,10 @@ from .reductions import RULES, ReductionRule
 __all__ = ["SPECS", "TARGETS", "TL_TYPES", "OpSpec", "bind", "lookup", "tanh_expr", "training_spec"]
 
 UNARY, BINARY, REDUCTION = OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.REDUCTION
+
+
+def _hardsigmoid(x: str) -> str:
+    return nan_min(nan_max(f"{x} / 6.0 + 0.5", "0.0"), "1.0")
 VIEW, OPAQUE, GENERATOR = OpKind.VIEW, OpKind.OPAQUE, OpKind.GENERATOR
 CONCAT = OpKind.CONCAT
 
@@ -92,8 +98,8 @@ _SPECS = [
     OpSpec("mul", BINARY, "input, other", ("input", "other"), infix("*")),
     OpSpec("div", BINARY, "input, other, *, rounding_mode=None", ("input", "other"),
            lambda a, p: None if p["rounding_mode"] else f"({a[0]} / {a[1]})"),
-    OpSpec("maximum", BINARY, "input, other", ("input", "other"), call("tl.maximum")),
-    OpSpec("minimum", BINARY, "input, other", ("input", "other"), call("tl.minimum")),
+    OpSpec("maximum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_max(*a)),
+    OpSpec("minimum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_min(*a)),
     OpSpec("where", BINARY, "condition, input, other", ("condition", "input", "other"),
            call("tl.where")),
     OpSpec("masked_fill", BINARY, "input, mask, value", ("input", "mask", "value"),
@@ -127,7 +133,7 @@ _SPECS = [
     OpSpec("pow", UNARY, "input, exponent", ("input",), pow_expr),
     OpSpec("sigmoid", UNARY, "input", lower=call("tl.sigmoid")),
     OpSpec("tanh", UNARY, "input", lower=lambda a, p: tanh_expr(a[0])),
-    OpSpec("relu", UNARY, "input, inplace=False", lower=lambda a, p: f"tl.maximum({a[0]}, 0.0)"),
+    OpSpec("relu", UNARY, "input, inplace=False", lower=lambda a, p: nan_max(a[0], "0.0")),
     OpSpec("gelu", UNARY, "input, approximate='none'", lower=gelu_expr),
     OpSpec("silu", UNARY, "input, inplace=False",
            lower=lambda a, p: f"({a[0]} * tl.sigmoid({a[0]}))"),
@@ -140,9 +146,9 @@ _SPECS = [
     OpSpec("round", UNARY, "input, *, decimals=0", lower=round_expr),
     OpSpec("clamp", UNARY, "input, min=None, max=None", ("input", "min", "max"), clamp_expr),
     OpSpec("hardsigmoid", UNARY, "input, inplace=False",
-           lower=lambda a, p: f"tl.minimum(tl.maximum({a[0]} / 6.0 + 0.5, 0.0), 1.0)"),
+           lower=lambda a, p: _hardsigmoid(a[0])),
     OpSpec("hardswish", UNARY, "input, inplace=False",
-           lower=lambda a, p: f"({a[0]} * tl.minimum(tl.maximum({a[0]} / 6.0 + 0.5, 0.0), 1.0))"),
+           lower=lambda a, p: f"({a[0]} * {_hardsigmoid(a[0])})"),
     OpSpec("logical_not", UNARY, "input", lower=lambda a, p: f"({a[0]} == 0)"),
     # `~x`: on a bool mask the same as logical_not, on integers two's complement.
     OpSpec("bitwise_not", UNARY, "input", lower=lambda a, p: f"(~{a[0]})"),
