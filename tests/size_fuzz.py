@@ -54,8 +54,8 @@ def step(rng: random.Random, v: str, n: int, has_y: bool) -> list[str]:
         ])
     if k == "r":
         red = rng.choice(["sum", "mean", "amax", "var"])
-        # var over dims that may hold one element is NaN, which tl.maximum (relu) drops:
-        # a NaN defect at any size, not a size defect (left to its own fix)
+        # var over dims that may hold one element is NaN, which max reductions (tl.max)
+        # still drop: a NaN defect at any size, not a size defect (left to its own fix)
         dims = rng.choice(["-1", "(1, 2)", "2"] if red == "var" else
                           ["-1", "1", "(1, 2)", "0", "2", "(0, 1)"])
         if red == "amax" or rng.random() < 0.6:
