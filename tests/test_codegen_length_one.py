@@ -166,3 +166,22 @@ def test_a_reduction_over_a_dim_analysed_one_long_keeps_it_reduced(tmp_path):
         x = torch.randn(*size)
         for got, want in zip(patched(x.to(DEVICE)), model(x), strict=True):
             torch.testing.assert_close(got, want, msg=str(size))
+
+
+def _flattened_batch(m, x):
+    return torch.sigmoid(torch.nn.functional.rms_norm(x + 1.0, (8,)).flatten(0, 1))
+
+
+def test_a_result_that_merged_away_a_batch_of_one_refuses_a_longer_batch(tmp_path):
+    """`flatten(0, 1)` of a batch of 1 leaves a (T, C) result that reads as the iteration
+    shape without its leading 1: at batch 2 the launcher returned (4, 8) where eager gives
+    (8, 8). Now the batch of 1 is checked; the analysed size still runs."""
+    patched = _patched(Lambda(_flattened_batch, 1), (torch.randn(1, 4, 8),), tmp_path)
+    x = torch.randn(1, 4, 8, device=DEVICE)
+    torch.testing.assert_close(patched(x), _flattened_batch(None, x))
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 4, 8, device=DEVICE))
+    msg = str(e.value)
+    assert "\n" not in msg and "the inputs are 2 long in dim 0 of the iteration shape" in msg
+    assert "`sigmoid` has no dim for it (it was 1 long at the analysed (1, 4, 8)" in msg
+    assert msg.endswith("regenerate it at these sizes or keep the original ops")

@@ -9,6 +9,7 @@ layout checks and the kernel then see domain-shaped tensors as for any other ker
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ..ir.views import Squeeze, Step, Strided, inverse
@@ -68,6 +69,29 @@ def output_shape_lines(plan: KernelPlan) -> list[str]:
             lines += [*_squeeze_checks(t, back, i),
                       f"out_shapes[{i}] = tuple({source(back, _meta_out(i))}.shape)"]
     return [*lines, "out_shapes = tuple(out_shapes)"]
+
+
+def dropped_dim_checks(plan: KernelPlan) -> list[str]:
+    """Guards that each leading dim of the iteration shape a result has no dim for is still 1
+    long, where it was 1 long at analysis and the result covered every iteration point: then
+    the result merged it away (`h.flatten(0, 1)` of a batch of 1 is right-aligned as (T, C)),
+    and a longer one would have its rows written over each other, not kept."""
+    lines: list[str] = []
+    for t in plan.outputs:
+        kept = plan.rank - plan.reduced if t.per_row and plan.skeleton == "reduction" else (
+            plan.rank)
+        if math.prod(t.shape) != math.prod(plan.domain[:kept]):
+            continue  # a broadcast result (one value for many points): nothing merged away
+        for k in range(plan.rank - len(t.shape)):
+            if plan.domain[k] != 1:
+                continue
+            lines += [f"if shape[{k}] != 1:",
+                      f'    raise ValueError(f"{{NAME}}: the inputs are {{shape[{k}]}} long in '
+                      f'dim {k} of the iteration shape {{shape}}; `{t.value}` has no dim for it '
+                      f'(it was 1 long at the analysed {tuple(plan.domain)}, where '
+                      f'`{t.value}` was {tuple(t.value_shape)}); regenerate it at these sizes or '
+                      'keep the original ops")']
+    return lines
 
 
 def _squeeze_checks(t: TensorArg, back: Sequence[Step], i: int) -> list[str]:
