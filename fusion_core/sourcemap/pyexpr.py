@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..ir.view_params import flatten
+
 BINOPS: dict[type[ast.AST], Any] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
@@ -134,16 +136,7 @@ def layer_range(func: ast.expr) -> tuple[list[str], slice] | None:
 
 def fx_nodes(obj: Any) -> Iterator[fx.Node]:
     """Every FX node in an argument structure (tuples, lists, dicts, slices)."""
-    if isinstance(obj, fx.Node):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for x in obj:
-            yield from fx_nodes(x)
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            yield from fx_nodes(x)
-    elif isinstance(obj, slice):
-        yield from fx_nodes((obj.start, obj.stop, obj.step))
+    return (x for x in flatten(obj) if isinstance(x, fx.Node))
 
 
 def values_call(expr: ast.expr) -> ast.Call | None:
