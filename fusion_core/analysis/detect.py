@@ -212,11 +212,12 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
     legal = [_with_boundary_views(g, grp, checks) for grp in legal]
     # A group read only for its shape (`n = h.shape[-1]`, told by its inputs) writes nothing
     # the model uses: no kernel to make (it would have no result to return).
+    results = {grp: tuple(escaping(g, grp)) for grp in legal}
     rejections += [Rejection(check="dead-code", nodes=grp, ops=tuple(g[n].op for n in grp),
                              culprits=grp, lines=line_span(g, grp),
                              reason="dead code: only its shape is read, so there is no "
-                                    "kernel to make") for grp in legal if not escaping(g, grp)]
-    legal = [grp for grp in legal if escaping(g, grp)]
+                                    "kernel to make") for grp in legal if not results[grp]]
+    legal = [grp for grp in legal if results[grp]]
     legal.sort(key=lambda c: g.position(c[0]))
     # A node the cut left alone may have fused in the second round: name only the rest.
     fused = {n for grp in legal for n in grp}
@@ -226,7 +227,7 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
     clusters = tuple(
         Cluster(index=i, nodes=grp, ops=tuple(g[n].op for n in grp),
                 category=category(g, grp), inputs=external_inputs(g, grp),
-                outputs=tuple(escaping(g, grp)),
+                outputs=results[grp],
                 traffic=estimate_traffic(g, grp, copies=False),
                 lines=line_span(g, grp),
                 recomputes=tuple(dict.fromkeys(g[n].copy_of for n in grp if g[n].copy_of)),

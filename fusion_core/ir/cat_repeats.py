@@ -18,7 +18,6 @@ import torch.fx as fx
 from .registry import lookup
 
 _ALIAS = torch.ops.aten.alias.default
-REPEAT_ALIAS = "fusion_cat_repeat"  # meta key: the alias stands for a cat's repeated operand
 
 
 def distinct_cat_operands(gm: fx.GraphModule) -> list[str]:
@@ -42,7 +41,6 @@ def distinct_cat_operands(gm: fx.GraphModule) -> list[str]:
                 for key in ("stack_trace", "nn_module_stack"):
                     if key in n.meta:
                         alias.meta[key] = n.meta[key]
-                alias.meta[REPEAT_ALIAS] = True
                 alias.meta.pop("fusion_copy_of", None)
                 parts[i] = alias
                 made.append(alias.name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Mapping
 
-from .pysource import stored_names
+from .pysource import last_store
 
 Origin = tuple[str, int]  # (name, line of the assignment it holds; 0: the parameter)
 
@@ -34,12 +34,9 @@ def _origin(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, line: int,
             block: list[ast.stmt]) -> Origin:
     """What `name` holds at `line`: the assignment it was last given before it, followed
     through `name = other` when that stands in `block` itself."""
-    stores = [st for st in ast.walk(func) if isinstance(st, ast.stmt)
-              and not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-              and st.lineno < line and name in stored_names(st)]
-    if not stores:
+    last = last_store(func, name, line)
+    if last is None:
         return name, 0
-    last = max(stores, key=lambda st: st.lineno)
     if (isinstance(last, ast.Assign) and len(last.targets) == 1
             and isinstance(last.targets[0], ast.Name) and isinstance(last.value, ast.Name)
             and any(st is last for st in block)):

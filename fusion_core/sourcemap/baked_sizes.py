@@ -12,28 +12,24 @@ import ast
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .pysource import stored_names
-
-_SIZE_CALLS = frozenset({"size", "numel", "dim"})
+from ..ir.graph import SHAPE_ATTRS, SHAPE_METHODS
+from .pysource import last_store
 
 
 def _reads_size(expr: ast.AST) -> bool:
-    return any((isinstance(n, ast.Attribute) and n.attr == "shape") or (
+    return any((isinstance(n, ast.Attribute) and n.attr in SHAPE_ATTRS) or (
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-        and n.func.attr in _SIZE_CALLS) for n in ast.walk(expr))
+        and n.func.attr in SHAPE_METHODS) for n in ast.walk(expr))
 
 
 def _from_size(func: ast.AST, expr: ast.AST, line: int, seen: set[str]) -> ast.stmt | None:
     """The assignment above `line` that computes a name `expr` reads from a size, if any."""
     for name in {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} - seen:
         seen.add(name)
-        stores = [st for st in ast.walk(func) if isinstance(st, ast.stmt)
-                  and not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                  and st.lineno < line and name in stored_names(st)]
-        if stores:
-            last = max(stores, key=lambda st: st.lineno)
-            if _reads_size(last) or _from_size(func, last, last.lineno, seen) is not None:
-                return last
+        last = last_store(func, name, line)
+        if last is not None and (_reads_size(last)
+                                 or _from_size(func, last, last.lineno, seen) is not None):
+            return last
     return None
 
 

@@ -268,6 +268,15 @@ def stored_names(st: ast.stmt) -> set[str]:
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
+def last_store(func: ast.AST, name: str, line: int) -> ast.stmt | None:
+    """The statement of `func` (not of a nested def or class) that last assigns `name`
+    before `line`, or None."""
+    stores = [st for st in ast.walk(func) if isinstance(st, ast.stmt)
+              and not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+              and st.lineno < line and name in stored_names(st)]
+    return max(stores, key=lambda st: st.lineno) if stores else None
+
+
 _PURE = (ast.Name, ast.Attribute, ast.Subscript, ast.Slice, ast.Constant, ast.Tuple,
          ast.UnaryOp, ast.BinOp, ast.Load, ast.unaryop, ast.operator, ast.expr_context)
 
