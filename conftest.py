@@ -41,6 +41,26 @@ def _interpreter_switch_undone():
         pytest.fail(f"the test left TRITON_INTERPRET={after!r} (it was {before!r})")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A test module that changes TRITON_INTERPRET as it is imported (a helper's
+    `os.environ.setdefault`) turns every later kernel of that worker into an interpreted one
+    on a GPU machine; collecting it is an error that names the module, and the variable is
+    put back."""
+    before = os.environ.get("TRITON_INTERPRET")
+    report = yield
+    after = os.environ.get("TRITON_INTERPRET")
+    if after != before and isinstance(collector, pytest.Module):
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+        report.outcome = "failed"
+        report.longrepr = (f"importing {collector.path.name} set TRITON_INTERPRET={after!r} "
+                           f"(it was {before!r}): set it in a runner's main(), not at import")
+    return report
+
+
 def pytest_collection_modifyitems(config, items):
     # gpu tests need CUDA; cpu tests check what a machine without CUDA reports
     # (interpreter kernels, no timings), which one with CUDA does not.

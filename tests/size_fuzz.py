@@ -17,9 +17,12 @@ import tempfile
 import traceback
 from pathlib import Path
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import torch
 
-import torch  # noqa: E402
+# Patched graphs run on the GPU where there is one, their eager references on the CPU.
+# TRITON_INTERPRET is the runner's to set (conftest, or main() below): set at import, it
+# would make a GPU worker decorate every later test's kernels for the interpreter.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 H = 2
 SIZES = [(2, 4, 8), (3, 5, 8), (1, 4, 8), (2, 1, 8), (3, 4, 8), (2, 6, 8), (1, 1, 8),
@@ -223,7 +226,7 @@ def run_one(seed: int, work: Path) -> list[tuple[str, str]]:
     if not launchers:
         return out + [("no-clusters", "")]
     try:
-        gm = patch(a.graph_module, launchers)
+        gm = patch(a.graph_module, launchers).to(DEVICE)
     except PatchError as e:  # refused before any call (a cluster's result read early)
         return out + [("patch-refused", str(e).splitlines()[0])]
     out.append(("info", f"analysed {analysed} at {path}"))
@@ -240,7 +243,8 @@ def run_one(seed: int, work: Path) -> list[tuple[str, str]]:
             continue
         try:
             with torch.no_grad():
-                got = gm(*args)
+                got = gm(*(t.to(DEVICE) for t in args))  # `to` keeps a transposed stride
+            got = tuple(t.cpu() for t in got) if isinstance(got, tuple) else got.cpu()
         except ValueError as e:
             msg = str(e)
             tag = "refused" if "\n" not in msg and size != analysed else "DEFECT-refusal"
@@ -262,6 +266,8 @@ def run_one(seed: int, work: Path) -> list[tuple[str, str]]:
 
 
 def main() -> None:
+    if DEVICE == "cpu":  # before fusion_core imports triton (run_one imports it)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     start, count = int(sys.argv[1]), int(sys.argv[2])
     work = Path(tempfile.mkdtemp(prefix="sizefuzz"))
     totals: dict[str, int] = {}

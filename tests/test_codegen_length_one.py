@@ -29,6 +29,11 @@ def _patched(model, inputs, tmp_path):
     return patch(a.graph_module, launchers).to(DEVICE)
 
 
+def _on_cpu(result):
+    """The patched model's result(s) on the CPU, beside the eager model's."""
+    return tuple(t.cpu() for t in result) if isinstance(result, tuple) else result.cpu()
+
+
 def _row_sum(m, x):
     return (x * 1.5).sum(-1)
 
@@ -46,7 +51,7 @@ def test_a_result_analysed_one_long_follows_the_length(fn, tmp_path):
     patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
     for size in ((2, 1, 8), (2, 4, 8), (3, 5, 8), (1, 6, 8)):
         x = torch.randn(*size)
-        torch.testing.assert_close(patched(x.to(DEVICE)), model(x), msg=str(size))
+        torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), model(x), msg=str(size))
 
 
 class MinusFirst(torch.nn.Module):
@@ -60,7 +65,7 @@ def test_a_slice_whole_at_length_one_is_checked_at_another(tmp_path):
     model = MinusFirst()
     patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
     x = torch.randn(3, 1, 8)
-    torch.testing.assert_close(patched(x.to(DEVICE)), model(x))
+    torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), model(x))
     with pytest.raises(ValueError) as e:
         patched(torch.randn(2, 4, 8, device=DEVICE))
     assert str(e.value) == ("cluster0: `x` is 4 long in dim -2; this kernel slices it as "
@@ -104,7 +109,7 @@ def test_a_result_written_through_a_squeeze_of_a_dim_one_long_is_refused_at_anot
     model = ScaledByMax()
     patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
     x = torch.randn(2, 8, 1).transpose(1, 2)
-    for got, want in zip(patched(x.to(DEVICE)), model(x), strict=True):
+    for got, want in zip(_on_cpu(patched(x.to(DEVICE))), model(x), strict=True):
         torch.testing.assert_close(got, want)
     with pytest.raises(ValueError) as e:
         patched(torch.randn(2, 8, 6, device=DEVICE).transpose(1, 2))
@@ -126,7 +131,7 @@ def test_a_result_whose_grouped_dims_come_apart_at_another_length_is_refused(tmp
     model = CenteredOverBatchAndFeatures()
     patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
     x = torch.randn(3, 1, 8)
-    torch.testing.assert_close(patched(x.to(DEVICE)), model(x))
+    torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), model(x))
     with pytest.raises(ValueError) as e:
         patched(torch.randn(2, 6, 8, device=DEVICE))
     assert str(e.value) == ("cluster0: `neg` is (2, 6, 8) here, and its dims do not lie in "
@@ -148,7 +153,7 @@ def test_a_cat_piece_analysed_at_batch_1_follows_another_batch(tmp_path):
     patched = _patched(model, (torch.randn(1, 4, 8),), tmp_path)
     for size in ((1, 4, 8), (3, 4, 8)):
         x = torch.randn(*size)
-        torch.testing.assert_close(patched(x.to(DEVICE)), model(x), msg=str(size))
+        torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), model(x), msg=str(size))
 
 
 class MeanOverLengthAndFeatures(torch.nn.Module):
@@ -164,7 +169,7 @@ def test_a_reduction_over_a_dim_analysed_one_long_keeps_it_reduced(tmp_path):
     patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
     for size in ((2, 1, 8), (4, 3, 8), (1, 6, 8)):
         x = torch.randn(*size)
-        for got, want in zip(patched(x.to(DEVICE)), model(x), strict=True):
+        for got, want in zip(_on_cpu(patched(x.to(DEVICE))), model(x), strict=True):
             torch.testing.assert_close(got, want, msg=str(size))
 
 
@@ -178,7 +183,7 @@ def test_a_result_that_merged_away_a_batch_of_one_refuses_a_longer_batch(tmp_pat
     (8, 8). Now the batch of 1 is checked; the analysed size still runs."""
     patched = _patched(Lambda(_flattened_batch, 1), (torch.randn(1, 4, 8),), tmp_path)
     x = torch.randn(1, 4, 8, device=DEVICE)
-    torch.testing.assert_close(patched(x), _flattened_batch(None, x))
+    torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), _flattened_batch(None, x))
     with pytest.raises(ValueError) as e:
         patched(torch.randn(2, 4, 8, device=DEVICE))
     msg = str(e.value)
