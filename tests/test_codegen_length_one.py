@@ -182,7 +182,7 @@ def test_a_result_that_merged_away_a_batch_of_one_refuses_a_longer_batch(tmp_pat
     shape without its leading 1: at batch 2 the launcher returned (4, 8) where eager gives
     (8, 8). Now the batch of 1 is checked; the analysed size still runs."""
     patched = _patched(Lambda(_flattened_batch, 1), (torch.randn(1, 4, 8),), tmp_path)
-    x = torch.randn(1, 4, 8, device=DEVICE)
+    x = torch.randn(1, 4, 8)
     torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), _flattened_batch(None, x))
     with pytest.raises(ValueError) as e:
         patched(torch.randn(2, 4, 8, device=DEVICE))
