@@ -446,7 +446,7 @@ def test_validation_runs_the_view_kernels_in_the_model_at_a_smaller_batch():
     from fusion_core.validate.run import validate
 
     torch.manual_seed(0)
-    report = validate(analyze(ConvNeXtBlock().eval(), torch.randn(2, 32, 4, 4)))
+    report = validate(analyze(ConvNeXtBlock().eval(), torch.randn(2, 32, 4, 4)), timing=False)
     assert [r.usable for r in report.results] == [True, True]
     assert report.model.passed and report.model.inputs == ((1, 32, 4, 4),), report.model.detail
 

@@ -164,7 +164,7 @@ def test_forced_split_kernels_and_patched_model_verify(case, split_everywhere):
     build, shape, _, clusters = CASES[case]
     a = analyze(build(), shape)
     assert ops(a) == clusters
-    report = validate(a)
+    report = validate(a, timing=False)
     assert all(r.status.startswith("verified") and r.usable for r in report.results)
     assert len(report.results) == len(clusters)
     assert report.model.passed and report.model.patched == tuple(range(len(clusters)))

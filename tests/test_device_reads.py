@@ -121,7 +121,7 @@ def test_the_patched_graph_reads_the_inputs_device_and_matches_eager():
 @pytest.mark.parametrize("model, shape", [(Positions(), SHAPE), (MaskToDevice(), (4, 16, 16))])
 def test_the_kernel_verifies_and_model_numerics_pass(model, shape):
     a = analyze(model, shape)
-    report = validate(a)
+    report = validate(a, timing=False)
     assert [r.usable for r in report.results] == [True]
     assert report.model.passed and report.model.patched == (0,)
 

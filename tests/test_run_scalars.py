@@ -126,7 +126,7 @@ def test_the_patched_model_computes_the_scale_at_each_input_size(tmp_path):
     for shape in ((1, 8, 16), (3, 7, 24), (2, 4, 9)):
         q, k = torch.randn(shape), torch.randn(shape)
         assert torch.allclose(patched(q, k), _eager(q, k, "sqrt"), atol=1e-6), shape
-    report = validate(a)
+    report = validate(a, timing=False)
     assert [r.usable for r in report.results] == [True] and report.model.passed
 
 

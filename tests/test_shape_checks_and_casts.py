@@ -47,7 +47,7 @@ def test_an_assert_on_an_intermediate_reads_no_data(frontend):
 
 
 def test_an_assert_on_an_intermediate_patches_and_verifies():
-    report = validate(analyze(CheckedEncoder(), (2, 4, 8), capture="fx"))
+    report = validate(analyze(CheckedEncoder(), (2, 4, 8), capture="fx"), timing=False)
     assert [r.usable for r in report.results] == [True, True]
     assert report.model.passed, report.model.detail
 
@@ -60,7 +60,7 @@ def test_type_as_is_a_cast_that_fuses(frontend):
     assert (cast.op, cast.kind, cast.param("dtype")) == ("to", OpKind.POINTWISE_UNARY,
                                                         torch.float16)
     assert [c.ops for c in a.clusters] == [("mul", "sigmoid", "to", "add")]
-    report = validate(a)
+    report = validate(a, timing=False)
     assert [r.usable for r in report.results] == [True]
     assert report.model.passed, report.model.detail
 
@@ -97,7 +97,7 @@ def test_a_norm_viewed_back_by_reshape_as_fuses_with_its_activation(frontend, ba
     (c,) = a.clusters
     assert c.ops == ("batch_norm", "reshape_as", "hardswish")
     assert len(c.inputs) == 5  # the flattened h and four statistics, not h itself
-    report = validate(a)
+    report = validate(a, timing=False)
     assert [r.usable for r in report.results] == [True]
     assert report.model.passed, report.model.detail
 
@@ -119,7 +119,7 @@ class DtypeReference(nn.Module):
 def test_a_dtype_only_read_of_a_cluster_member_patches_and_verifies(capture):
     analysis = analyze(DtypeReference(), (4, 8), capture=capture)
     assert [c.outputs for c in analysis.clusters] == [("add",)]  # `mul` is no result
-    report = validate(analysis)
+    report = validate(analysis, timing=False)
     assert report.model.passed, report.model.detail
 
 
@@ -141,7 +141,7 @@ class ShapeReference(nn.Module):
 def test_a_shape_only_read_of_a_cluster_member_patches_and_verifies(read):
     analysis = analyze(ShapeReference(read).eval(), (4, 8), capture="fx")
     assert [c.outputs for c in analysis.clusters] == [("add",)]  # `relu` is no result
-    report = validate(analysis)
+    report = validate(analysis, timing=False)
     assert [r.usable for r in report.results] == [True]
     assert report.model.passed, report.model.detail
 
