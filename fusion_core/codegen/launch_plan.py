@@ -396,8 +396,7 @@ def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:
     """The output's runtime shape as the kernel indexes it, from the iteration shape `shape`
     (``launch_maps.output_shape_lines`` maps it back through the output's index map)."""
     rank = plan.rank
-    # a per-row result is 1 long along the reduced dims, also where they were 1 long
-    kept = rank - plan.reduced if arg.per_row and plan.skeleton == "reduction" else rank
+    kept = plan.followed(arg)
     dims = [f"shape[{k}]" if arg.access.aligned[k] == plan.domain[k] and k < kept else "1"
             for k in range(rank)]
     dims = dims[len(dims) - len(arg.shape):]
