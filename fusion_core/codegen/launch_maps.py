@@ -78,9 +78,7 @@ def dropped_dim_checks(plan: KernelPlan) -> list[str]:
     and a longer one would have its rows written over each other, not kept."""
     lines: list[str] = []
     for t in plan.outputs:
-        kept = plan.rank - plan.reduced if t.per_row and plan.skeleton == "reduction" else (
-            plan.rank)
-        if math.prod(t.shape) != math.prod(plan.domain[:kept]):
+        if math.prod(t.shape) != math.prod(plan.domain[:plan.followed(t)]):
             continue  # a broadcast result (one value for many points): nothing merged away
         for k in range(plan.rank - len(t.shape)):
             if plan.domain[k] != 1:

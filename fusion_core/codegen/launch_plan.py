@@ -4,8 +4,9 @@ Reads a ``KernelPlan``, the kernel's ``KernelSignature`` and the launcher's para
 (``launcher.arg_names``); writes the text of ``_plan``: where each cat's operands end at
 this call (``cat_bounds.py``), the checks that the inputs still
 broadcast the way the kernel indexes them (or must be copied into the analysed layout),
-the output shapes and their contiguous strides, the scalar kernel arguments, the tuning key
-and the candidate configurations of its shape bucket. Everything it computes depends only on
+then (``launch_sized.py``) the output shapes and their contiguous strides, the scalar kernel
+arguments, the tuning key and the candidate configurations of its shape bucket. Everything
+it computes depends only on
 the inputs' shapes and strides (and the scalar operands it passes on, ``plan.ScalarArg``),
 which is why the launcher caches its result per layout (and scalar values).
 
@@ -16,9 +17,7 @@ whole layouts, the cat operands' shapes but for their length there: their stride
 length, so their layouts are checked at each call). A new length then costs its ends, the
 iteration shape with them, the cat operands' layouts, output shapes, spans and arguments; the
 broadcast, the other inputs' layouts, the tuning constants' check and each shape bucket's
-configurations come from the frame. Also
-here, as ``_plan`` needs them as much as the launcher does: the device parameter of a kernel
-without inputs, and the expression for the device a kernel runs on (``device_of``).
+configurations come from the frame.
 """
 
 from __future__ import annotations
@@ -26,21 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from . import cat_bounds, launch_maps, view_checks
-from .choices import kind
+from .launch_sized import NO_INPUTS_DEVICE, pow2_check, sized
 from .lower import KernelPlan, TensorArg
 from .plan import PieceRead, Role
-from .signature import N_COLS, N_ROWS, Family, KernelSignature, strides_local
 from .signature import PIECE_ENDS as ENDS
+from .signature import KernelSignature, strides_local
 from .writer import CodeWriter
-
-# A kernel with no tensor input (its values all generated, `arange → add → to`) takes the
-# device to run on as its one parameter.
-NO_INPUTS_DEVICE = "device"
-
-
-def device_of(names: list[str]) -> str:
-    """Where the kernel runs: its first input's device, or the device parameter."""
-    return f"{names[0]}.device" if names else NO_INPUTS_DEVICE
 
 
 def plan_args(plan: KernelPlan, names: list[str]) -> str:
@@ -109,7 +99,7 @@ def _plan_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
     out.lines(cat_bounds.ends_lines(plan, names))
     out.line(f"shape, lead = {_broadcast(plan, names, shapes)}")
     _input_layouts(plan, sig, names, range(len(names)), out)
-    _sized(plan, sig, looped, names, out, with_frame=False)
+    sized(plan, sig, looped, names, out, with_frame=False)
 
 
 def _frame_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
@@ -134,7 +124,7 @@ def _frame_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[
         if _inputs(plan, follow=False):  # their layouts are checked at this call's shape
             _lengths_or_broadcast(plan, names, shapes, out)
         _input_layouts(plan, sig, names, _inputs(plan, follow=False), out)
-        _pow2_check(plan, looped, out)
+        pow2_check(plan, looped, out)
         out.line(f"return shape, lead, free, {''.join(k + ', ' for k in _kept(plan, sig))}{{}}")
 
 
@@ -160,7 +150,7 @@ def _framed_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: li
     out.line(f"shape, lead, free, {''.join(k + ', ' for k in _kept(plan, sig))}by_bucket = frame")
     _lengths_or_broadcast(plan, names, shapes, out)
     _input_layouts(plan, sig, names, _inputs(plan, follow=True), out)
-    _sized(plan, sig, looped, names, out, with_frame=True)
+    sized(plan, sig, looped, names, out, with_frame=True)
 
 
 def _inputs(plan: KernelPlan, follow: bool) -> list[int]:
@@ -235,116 +225,6 @@ def _input_layouts(plan: KernelPlan, sig: KernelSignature, names: list[str],
                  f"{f'`{firsts[t.value]}`'!r})")
 
 
-def _sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
-           out: CodeWriter, with_frame: bool) -> None:
-    """From the inputs' layouts at the iteration shape `shape` to `_plan`'s return (with_frame:
-    the tuning constants were checked by `_frame`, the configurations kept per bucket)."""
-    copies = ", ".join(f"copy{i}" for i in range(len(names)))
-    out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
-               "copies = copies if any(copies) else ()",
-               "out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
-                                         for t in plan.outputs).rstrip() + ")"])
-    # Each result's first dim as a position in the iteration shape: inputs with fewer dims
-    # than analysed give results without the dims no input has, as eager does.
-    firsts = [plan.rank - len(t.shape) for t in plan.outputs]
-    # Counted from the analysed inputs' padding: a view in the group can give the results
-    # more dims than any input has (`reshape_as` adding a size-1 dim).
-    base = _analysed_lead(plan)
-    extra = f" - {base}" if base else ""
-    out.line(f"if lead{f' > {base}' if base else ''}:  # inputs with fewer dims than analysed")
-    with out.indented():
-        out.line(f"out_shapes = tuple(s[max(0, lead{extra} - first):] for s, first in "
-                 f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
-    out.lines(launch_maps.dropped_dim_checks(plan) + launch_maps.output_shape_lines(plan))
-    # Contiguous strides, worked out once: `torch.empty_strided` given them allocates in about
-    # half the host time `torch.empty` takes to parse its arguments.
-    out.line("out_strides = tuple(_dense_strides(s, range(len(s))) for s in out_shapes)")
-    for i, t in enumerate(plan.outputs):
-        strided = sig.has_strides(Role.OUT, i)
-        if strided or t.view:
-            # A result is allocated contiguous in its own shape; seen through its map, its
-            # dims must still fall in the kernel's groups (a dim 1 long where analysed may
-            # have hidden that two grouped dims are apart at another size).
-            seen = launch_maps.output_layout(t, i)
-            got = strides_local(Role.OUT, i) if strided else "_"
-            out.lines([f"apart, {got} = _layout({seen}, shape, OUT_GROUPS[{i}], ())",
-                       "if apart:",
-                       f'    raise ValueError(f"{{NAME}}: `{t.value}` is {{out_shapes[{i}]}} '
-                       'here, and its dims do not lie in memory as this kernel writes them '
-                       f'(they did at the analysed {tuple(t.value_shape)}); regenerate it at '
-                       'these sizes or keep the original ops")'])
-    if not with_frame:
-        _pow2_check(plan, looped, out)
-    out.line(f"{Family.SPAN} = _spans(shape)")
-    empty = "copies, out_shapes, out_strides, (), None, ()"
-    if not plan.two_d:
-        out.line("if span[0] == 0:")
-        with out.indented():
-            out.line(f"return {empty}")
-        out.line("bucket = _bucket(1, span[0])")
-    else:
-        _rows_checks(plan, sig, looped, empty, out)
-        out.line(f"bucket = _bucket({N_ROWS.launch}, {N_COLS.launch})")
-    out.bracketed("args = (", sig.launch_args)
-    dtypes = "".join(f"{a}.dtype, " for a in names).rstrip()
-    out.line(f"tune_key = (bucket, ({dtypes}), {device_of(names)})")
-    if not with_frame:
-        out.line("return copies, out_shapes, out_strides, args, tune_key, _configs(bucket)")
-        return
-    out.lines(["configs = by_bucket.get(bucket)",
-               "if configs is None:  # the frame's first call in this shape bucket",
-               "    configs = by_bucket[bucket] = _configs(bucket)",
-               "return copies, out_shapes, out_strides, args, tune_key, configs"])
-
-
-def _pow2_check(plan: KernelPlan, looped: bool, out: CodeWriter) -> None:
-    pow2 = _pow2_constants(plan, looped)
-    out.line("_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")")
-
-
-def _rows_checks(plan: KernelPlan, sig: KernelSignature, looped: bool, empty: str,
-                 out: CodeWriter) -> None:
-    """Row count and checks of a kernel indexed by rows and columns."""
-    cols = "shape[-1] if shape else 1" if plan.reduced == 1 else f"span[{plan.rank - plan.reduced}]"
-    out.lines([f"{N_COLS.launch} = {cols}", "if span[0] == 0:"])
-    with out.indented():
-        if plan.skeleton == "reduction":
-            out.line("if any(0 not in s for s in out_shapes):")
-            with out.indented():
-                out.lines(['raise ValueError(f"{NAME}: the rows to reduce are empty (last '
-                           'axis of size 0); "',
-                           '                 "call the original ops for empty inputs")'])
-        out.line(f"return {empty}")
-    out.line(f"{N_ROWS.launch} = span[0] // {N_COLS.launch}")
-    if sig.uses(Family.RSPAN):  # the kernel reads spans of the rows' dims
-        out.line(f"{Family.RSPAN} = [s // {N_COLS.launch} for s in {Family.SPAN}]")
-    if not plan.tiled and not looped:
-        out.line("if triton.next_power_of_2(n_cols) > MAX_BLOCK:")
-        with out.indented():
-            out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns exceed "',
-                       '                 "MAX_BLOCK; regenerate with the column loop")'])
-
-
-def _analysed_lead(plan: KernelPlan) -> int:
-    """The dims `_iteration_shape` pads at the analysed shapes (what the launcher passes it:
-    each input's own shape)."""
-    ranks = [len(t.value_shape) for t in plan.inputs]
-    ranks += [len(t.shape) for t in plan.generated]
-    return max(0, plan.rank - max(ranks, default=plan.rank))
-
-
-def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
-    """Tuning constants that end up as block shapes or warp counts."""
-    if plan.tiled:
-        return ["BLOCK", "TILE_COLS", "NUM_WARPS"]
-    if plan.skeleton == "elementwise":
-        return ["BLOCK", "NUM_WARPS"]
-    loop = ["LOOP_BLOCK", "MAX_LOOP_BLOCK"] if looped else []
-    if kind(plan, looped) == "split":
-        loop.append("SPLIT_PROGRAMS")
-    return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
-
-
 def _piece_check(plan: KernelPlan, i: int, a: str, shown: str, out: CodeWriter) -> None:
     """Input `i` (launcher name `a`, its parameter `shown`) is as long along its cat dim as
     its piece: the analysed length, or this call's, which another input of the same operand
@@ -390,17 +270,3 @@ def _pieced(shape: str, t: TensorArg, size: int | str, rank: int, whole: bool = 
     end = at + len(sizes)
     tail = f" + {shape}[{end}:]" if end < 0 else ""
     return f"{shape}[:{at}] + ({', '.join(map(str, sizes))},){tail}"
-
-
-def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:
-    """The output's runtime shape as the kernel indexes it, from the iteration shape `shape`
-    (``launch_maps.output_shape_lines`` maps it back through the output's index map)."""
-    rank = plan.rank
-    # a per-row result is 1 long along the reduced dims, also where they were 1 long
-    kept = rank - plan.reduced if arg.per_row and plan.skeleton == "reduction" else rank
-    dims = [f"shape[{k}]" if arg.access.aligned[k] == plan.domain[k] and k < kept else "1"
-            for k in range(rank)]
-    dims = dims[len(dims) - len(arg.shape):]
-    if dims == [f"shape[{k}]" for k in range(rank)]:
-        return "shape"
-    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"

@@ -42,7 +42,8 @@ from . import direct_launch, launch_maps, runtime, split_rows, view_checks
 from . import tuning as autotune
 from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
-from .launch_plan import NO_INPUTS_DEVICE, device_of, framed, plan_args, plan_fn
+from .launch_plan import NO_INPUTS_DEVICE, framed, plan_args, plan_fn
+from .launch_sized import device_of
 from .literal_sizes import pin_lines
 from .lower import KernelPlan
 from .signature import (

@@ -66,6 +66,7 @@ from .plan import (
     ScalarArg,
     Stmt,
     TensorArg,
+    followed_dims,
     live_statements,
 )
 from .tiling import column_dims, needs_tiles
@@ -386,9 +387,9 @@ class _Lowering:
                                 "it over a view that reaches only part of it; a kernel writes "
                                 "whole values", (name,))
         temp = self.temps[name]
-        # a per-row result is 1 long along the reduced dims at any size
-        acc = self._access(name, shape, stride, grows=self.rank - (
-            self.reduced if self.per_row[temp] else 0))
+        # per_row is set only under a reduction, whose columns cover self.reduced dims
+        acc = self._access(name, shape, stride,
+                           grows=followed_dims(self.rank, self.reduced, self.per_row[temp]))
         return TensorArg(name, Role.OUT, i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields)
 

@@ -242,6 +242,11 @@ class KernelPlan:
         """Indexed by `rows` and `cols` (reductions and tiled elementwise kernels)."""
         return self.skeleton == "reduction" or self.tiled
 
+    def followed(self, t: TensorArg) -> int:
+        """``followed_dims`` of result `t` (per-row only under a reduction)."""
+        return followed_dims(self.rank, self.reduced,
+                             t.per_row and self.skeleton == "reduction")
+
     @property
     def column_strided(self) -> bool:
         """A tensor steps through memory along the last axis (a transposed view, or the
@@ -250,6 +255,13 @@ class KernelPlan:
         a tiled kernel also results (stored through a permute)."""
         args = self.inputs + (self.outputs if self.tiled else ())
         return any(steps_along_cols(t, self.rank) for t in args)
+
+
+def followed_dims(rank: int, reduced: int, per_row: bool) -> int:
+    """The leading domain dims a result's shape follows at any size (the launcher takes it
+    from the iteration shape): a per-row result is 1 long along the `reduced` trailing dims,
+    also where they were 1 long at analysis."""
+    return rank - reduced if per_row else rank
 
 
 def steps_along_cols(t: TensorArg, rank: int) -> bool:

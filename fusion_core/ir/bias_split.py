@@ -31,8 +31,9 @@ def put_in_place(n: fx.Node, call: fx.Node, added: fx.Node, module: nn.Module | 
 
 def hooked(module: nn.Module) -> str | None:
     """The first kind of hook registered on `module` ("forward hook"), or None. Calling the
-    layer runs them; the bias-free function in its place would not (a hook that records
-    activations, the old `weight_norm`'s pre-hook recomputing `weight`): such a call stays."""
+    module runs them; the bias-free function in a layer's place would not (a hook that records
+    activations, the old `weight_norm`'s pre-hook recomputing `weight`), nor a Sequential's
+    layers called one by one (``sourcemap/sequential.py``): such a call stays."""
     return next((kind.replace("_", " ").replace("pre ", "pre-") for kind in (
         "forward_pre_hook", "forward_hook", "backward_pre_hook", "backward_hook")
         if getattr(module, f"_{kind}s", None)), None)

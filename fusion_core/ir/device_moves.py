@@ -12,7 +12,6 @@ a dtype cast) is no move and fuses as a cast.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ import torch
 import torch.fx as fx
 
 from .graph import SourceLoc
+from .spelling import method_written
 
 # Tensor methods that may move a value (`type`/`type_as` take a CUDA tensor type).
 _MOVING_METHODS = frozenset({"to", "cpu", "cuda", "type", "type_as"})
@@ -48,19 +48,5 @@ def device_move(n: fx.Node, found: Any, target: str, source: SourceLoc | None) -
         return None
     why = (f"it moves the value from {before.device} to {after.device}, and a kernel writes "
            f"on the device it reads; {FIX}")
-    return Move((_spelled(source.code) if source else None) or target, why)
+    return Move((method_written(source.code, _MOVING_METHODS) if source else None) or target, why)
 
-
-def _spelled(code: str) -> str | None:
-    """`.to("cpu")` where `code` (one source line) makes exactly one call that may move a
-    value; None otherwise (the graph records lines, not columns)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return None
-    raw = code.encode()  # ast's columns count UTF-8 bytes
-    found = {raw[e.func.value.end_col_offset:e.end_col_offset].decode().lstrip(") \t")
-             for e in ast.walk(tree)
-             if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute)
-             and e.func.attr in _MOVING_METHODS and e.end_lineno == e.func.value.end_lineno == 1}
-    return found.pop() if len(found) == 1 else None

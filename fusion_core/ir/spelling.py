@@ -18,7 +18,7 @@ import functools
 import linecache
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from ..names import module_written, written
 from .graph import FusionGraph, Node, OpKind, SourceLoc
@@ -70,8 +70,7 @@ def _max_values(node: Node) -> str | None:
         isinstance(e, ast.Attribute) and e.attr == "values"
         or isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant)
         and e.slice.value == 0) and e.value in calls]
-    found = {ast.get_source_segment(code, e) for e in reads or calls}
-    return found.pop() if len(found) == 1 else None
+    return _only({ast.get_source_segment(code, e) for e in reads or calls})
 
 
 def place(g: FusionGraph, loc: SourceLoc) -> str:
@@ -114,7 +113,23 @@ def said(g: FusionGraph, name: str) -> str:
 def subscript_written(code: str) -> str | None:
     """The subscript a line writes, unquoted (`hs[0]`), where it writes exactly one; None
     otherwise (the graph records lines, not columns)."""
-    found = _subscripts(code)
+    return _only(_subscripts(code))
+
+
+def method_written(code: str, methods: Collection[str]) -> str | None:
+    """The call of one of `methods` a line writes, from its dot (`.to("cpu")`), where it
+    writes exactly one on the line; None otherwise (the graph records lines, not columns)."""
+    tree = _parsed(code)
+    if tree is None:
+        return None
+    raw = code.encode()  # ast's columns count UTF-8 bytes
+    return _only({raw[e.func.value.end_col_offset:e.end_col_offset].decode().lstrip(") \t")
+                  for e in ast.walk(tree)
+                  if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute)
+                  and e.func.attr in methods and e.end_lineno == e.func.value.end_lineno == 1})
+
+
+def _only(found: set[str]) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch.nn as nn
 
 from ..analysis.types import Cluster
-from ..ir.bias_split import SPLIT_BIAS
+from ..ir.bias_split import SPLIT_BIAS, hooked
 from ..ir.graph import Node, OpKind
 from ..pipeline import Analysis
 from .callsite import site_line
@@ -26,7 +26,6 @@ from .guard import holds
 from .parts import feeding
 from .pyexpr import BINOPS, attr_chain, module_path
 from .pysource import Scope, SourceFile
-from .sequential import registered_hooks
 from .served import call_of
 from .span import PointerOnly, Span, chain_site
 
@@ -193,10 +192,10 @@ def _library_container(analysis: Analysis, span: Span, path: str | None, line: i
         except AttributeError:
             return None
         forward = type(container).forward
-        hooked = registered_hooks(container) if isinstance(container, nn.Sequential) else None
-        if hooked is not None:
+        kind = hooked(container) if isinstance(container, nn.Sequential) else None
+        if kind is not None:
             return (f"line {line} calls `{span.src.segment(n)}`, a `{type(container).__name__}` "
-                    f"with {hooked.replace('_', ' ')} registered, which would not run if an "
+                    f"with {kind}s registered, which would not run if an "
                     "edit called its layers one by one. To apply, register the hooks on its "
                     "layers instead")
         if Path(inspect.getsourcefile(forward) or "") == Path(span.src.path):

@@ -12,9 +12,10 @@ import inspect
 import torch.fx as fx
 from torch import nn
 
+from ..ir.bias_split import hooked
 from ..report.units import short_path
 from .pyexpr import module_chain, module_path
-from .sequential import _own, _own_method, _where, registered_hooks, unrollable
+from .sequential import _own, _own_method, _where, unrollable
 
 
 def container_mismatch(model: nn.Module, path: str, self_name: str, self_path: str,
@@ -61,9 +62,9 @@ def container_mismatch(model: nn.Module, path: str, self_name: str, self_path: s
             where = short_path(inspect.getsourcefile(cls) or "?")
         except TypeError:
             where = "?"
-        hooked = registered_hooks(container)
-        if hooked is not None:
-            return (f"{why}; `{func}` has {hooked.replace('_', ' ')} registered, which would "
+        kind = hooked(container)
+        if kind is not None:
+            return (f"{why}; `{func}` has {kind}s registered, which would "
                     "not run if its layers were called one by one. To apply, register the "
                     "hooks on its layers instead")
         return (f"{why}; `{func}` is a `{cls.__name__}` (defined in {where}) with its own "

@@ -24,6 +24,7 @@ import torch.fx as fx
 from torch import nn
 
 from ..analysis.types import Cluster
+from ..ir.bias_split import hooked
 from ..pipeline import Analysis
 from .from_end import module_at
 from .guard import holds_in
@@ -62,14 +63,7 @@ def unrollable(container: nn.Module) -> bool:
     computes `c(x)` as `c[1](c[0](x))`. Hooks on the container itself would not run when
     its layers are called one by one, so a container with hooks is not unrolled."""
     return (isinstance(container, nn.Sequential) and _own_method(type(container)) is None
-            and not registered_hooks(container))
-
-
-def registered_hooks(container: nn.Module) -> str | None:
-    """The first kind of hook registered on `container` itself, or None."""
-    return next((kind for kind in ("forward_pre_hooks", "forward_hooks", "backward_hooks",
-                                   "backward_pre_hooks")
-                 if getattr(container, f"_{kind}", None)), None)
+            and hooked(container) is None)
 
 
 def _own_method(cls: type) -> str | None:

@@ -189,6 +189,12 @@ def on_meta(value: Any) -> Any:
 def _replayed(graph: fx.Graph, r: ShapeRead, nodes: dict[str, fx.Node]) -> fx.Node:
     """`r.of` recomputed on meta tensors of its operands' shapes: a view's result shape
     follows its input's and its own size arguments at any input size, and costs no data."""
+    return _on_meta(graph, [nodes[name] for name in r.via])[nodes[r.of]]
+
+
+def _on_meta(graph: fx.Graph, chain: Sequence[fx.Node]) -> dict[fx.Node, fx.Node]:
+    """Copies of `chain` (in graph order) computed on meta tensors of their operands, inserted
+    where `graph` is being inserted into; by original node."""
     env: dict[fx.Node, fx.Node] = {}
 
     def arg(a: fx.Node) -> fx.Node:
@@ -198,22 +204,23 @@ def _replayed(graph: fx.Graph, r: ShapeRead, nodes: dict[str, fx.Node]) -> fx.No
             env[a] = graph.call_function(on_meta, (a,))
         return env[a]
 
-    for name in r.via:
-        env[nodes[name]] = graph.node_copy(nodes[name], arg)
-    return env[nodes[r.of]]
+    for m in chain:
+        env[m] = graph.node_copy(m, arg)
+    return env
 
 
 # `y.type_as(x)` reads `x` for its dtype alone, `y.reshape_as(x)` (view_as, expand_as) for
 # its shape, so analysis does not make `x` a cluster result; once the cluster is patched out,
-# such a read becomes a cast to the dtype, or a reshape to the shape, that `x` had.
-# (op, target) -> (replacement target, what of `x` it takes)
-_META_READS: dict[tuple[str, Any], tuple[Any, Callable[[torch.Tensor], Any]]] = {
+# such a read becomes a cast to the dtype `x` had, or a reshape to the shape `x` has at this
+# call (replayed on meta tensors, not the analysed one).
+# (op, target) -> (replacement target, what of `x` it takes; None: its shape at this call)
+_META_READS: dict[tuple[str, Any], tuple[Any, Callable[[torch.Tensor], Any] | None]] = {
     ("call_function", torch.ops.aten.type_as.default): (torch.ops.aten.to.dtype,
                                                         lambda v: v.dtype),
     ("call_method", "type_as"): ("to", lambda v: v.dtype),
-    ("call_method", "reshape_as"): ("reshape", lambda v: tuple(v.shape)),
-    ("call_method", "view_as"): ("view", lambda v: tuple(v.shape)),
-    ("call_method", "expand_as"): ("expand", lambda v: tuple(v.shape)),
+    ("call_method", "reshape_as"): ("reshape", None),
+    ("call_method", "view_as"): ("view", None),
+    ("call_method", "expand_as"): ("expand", None),
 }
 
 
@@ -226,15 +233,12 @@ def _drop_meta_only_reads(members: list[fx.Node], member_set: set[fx.Node]) -> N
             rewrite = _META_READS.get((user.op, user.target))
             if rewrite is not None and isinstance(val, torch.Tensor):
                 target, take = rewrite
-                if target in _SHAPED:  # the shape `n` has at this call, not the analysed one
+                if take is None:
                     with n.graph.inserting_before(user):
                         sizes = n.graph.call_function(sizes_of, (_on_shapes(n, member_set),))
                     user.target, user.args = target, (user.args[0], sizes)
                 else:
                     user.target, user.args = target, (user.args[0], take(val))
-
-
-_SHAPED = frozenset({"reshape", "view", "expand"})
 
 
 def sizes_of(t: torch.Tensor) -> tuple[int, ...]:
@@ -245,20 +249,11 @@ def _on_shapes(n: fx.Node, member_set: set[fx.Node]) -> fx.Node:
     """Cluster member `n` recomputed on meta tensors of the values it is computed from
     (`h.expand_as(gelu)` where the kernel computes `gelu`): its shape at any input size,
     for no data; inserted where the graph is being inserted into."""
-    env: dict[fx.Node, fx.Node] = {}
-
-    def arg(a: fx.Node) -> fx.Node:
-        if a not in env:
-            env[a] = n.graph.call_function(on_meta, (a,))
-        return env[a]
-
     order = {m: i for i, m in enumerate(n.graph.nodes)}
     todo, needed = [n], set()
     while todo:
         m = todo.pop()
         if m in member_set and m not in needed:
             needed.add(m)
-            todo.extend(a for a in m.all_input_nodes)
-    for m in sorted(needed, key=order.__getitem__):
-        env[m] = n.graph.node_copy(m, arg)
-    return env[n]
+            todo.extend(m.all_input_nodes)
+    return _on_meta(n.graph, sorted(needed, key=order.__getitem__))[n]

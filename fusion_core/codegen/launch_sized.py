@@ -1,0 +1,151 @@
+"""The end of a launcher's `_plan` (``launch_plan.py`` writes the rest): from the inputs'
+layouts at this call's iteration shape `shape` to its return.
+
+Reads a ``KernelPlan`` and the kernel's ``KernelSignature``; writes the output shapes (each
+result's dims that follow the iteration shape, ``KernelPlan.followed``, less the leading ones
+no input has) and their contiguous strides, the checks that the results' layouts still fall in
+the kernel's groups, the tuning constants' power-of-two check, the spans and row counts, the
+kernel arguments, the tuning key and the candidate configurations. Also here, as `_plan`
+needs them as much as the launcher does: the device parameter of a kernel without inputs,
+and the expression for the device a kernel runs on (``device_of``).
+"""
+
+from __future__ import annotations
+
+from . import launch_maps
+from .choices import kind
+from .plan import KernelPlan, Role, TensorArg
+from .signature import N_COLS, N_ROWS, Family, KernelSignature, strides_local
+from .writer import CodeWriter
+
+# A kernel with no tensor input (its values all generated, `arange → add → to`) takes the
+# device to run on as its one parameter.
+NO_INPUTS_DEVICE = "device"
+
+
+def device_of(names: list[str]) -> str:
+    """Where the kernel runs: its first input's device, or the device parameter."""
+    return f"{names[0]}.device" if names else NO_INPUTS_DEVICE
+
+
+def sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
+          out: CodeWriter, with_frame: bool) -> None:
+    """From the inputs' layouts at the iteration shape `shape` to `_plan`'s return (with_frame:
+    the tuning constants were checked by `_frame`, the configurations kept per bucket)."""
+    copies = ", ".join(f"copy{i}" for i in range(len(names)))
+    out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
+               "copies = copies if any(copies) else ()",
+               "out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
+                                         for t in plan.outputs).rstrip() + ")"])
+    # Each result's first dim as a position in the iteration shape: inputs with fewer dims
+    # than analysed give results without the dims no input has, as eager does.
+    firsts = [plan.rank - len(t.shape) for t in plan.outputs]
+    # Counted from the analysed inputs' padding: a view in the group can give the results
+    # more dims than any input has (`reshape_as` adding a size-1 dim).
+    base = _analysed_lead(plan)
+    extra = f" - {base}" if base else ""
+    out.line(f"if lead{f' > {base}' if base else ''}:  # inputs with fewer dims than analysed")
+    with out.indented():
+        out.line(f"out_shapes = tuple(s[max(0, lead{extra} - first):] for s, first in "
+                 f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
+    out.lines(launch_maps.dropped_dim_checks(plan) + launch_maps.output_shape_lines(plan))
+    # Contiguous strides, worked out once: `torch.empty_strided` given them allocates in about
+    # half the host time `torch.empty` takes to parse its arguments.
+    out.line("out_strides = tuple(_dense_strides(s, range(len(s))) for s in out_shapes)")
+    for i, t in enumerate(plan.outputs):
+        strided = sig.has_strides(Role.OUT, i)
+        if strided or t.view:
+            # A result is allocated contiguous in its own shape; seen through its map, its
+            # dims must still fall in the kernel's groups (a dim 1 long where analysed may
+            # have hidden that two grouped dims are apart at another size).
+            seen = launch_maps.output_layout(t, i)
+            got = strides_local(Role.OUT, i) if strided else "_"
+            out.lines([f"apart, {got} = _layout({seen}, shape, OUT_GROUPS[{i}], ())",
+                       "if apart:",
+                       f'    raise ValueError(f"{{NAME}}: `{t.value}` is {{out_shapes[{i}]}} '
+                       'here, and its dims do not lie in memory as this kernel writes them '
+                       f'(they did at the analysed {tuple(t.value_shape)}); regenerate it at '
+                       'these sizes or keep the original ops")'])
+    if not with_frame:
+        pow2_check(plan, looped, out)
+    out.line(f"{Family.SPAN} = _spans(shape)")
+    empty = "copies, out_shapes, out_strides, (), None, ()"
+    if not plan.two_d:
+        out.line("if span[0] == 0:")
+        with out.indented():
+            out.line(f"return {empty}")
+        out.line("bucket = _bucket(1, span[0])")
+    else:
+        _rows_checks(plan, sig, looped, empty, out)
+        out.line(f"bucket = _bucket({N_ROWS.launch}, {N_COLS.launch})")
+    out.bracketed("args = (", sig.launch_args)
+    dtypes = "".join(f"{a}.dtype, " for a in names).rstrip()
+    out.line(f"tune_key = (bucket, ({dtypes}), {device_of(names)})")
+    if not with_frame:
+        out.line("return copies, out_shapes, out_strides, args, tune_key, _configs(bucket)")
+        return
+    out.lines(["configs = by_bucket.get(bucket)",
+               "if configs is None:  # the frame's first call in this shape bucket",
+               "    configs = by_bucket[bucket] = _configs(bucket)",
+               "return copies, out_shapes, out_strides, args, tune_key, configs"])
+
+
+def pow2_check(plan: KernelPlan, looped: bool, out: CodeWriter) -> None:
+    pow2 = _pow2_constants(plan, looped)
+    out.line("_powers_of_two(" + ", ".join(f"{c}={c}" for c in pow2) + ")")
+
+
+def _rows_checks(plan: KernelPlan, sig: KernelSignature, looped: bool, empty: str,
+                 out: CodeWriter) -> None:
+    """Row count and checks of a kernel indexed by rows and columns."""
+    cols = "shape[-1] if shape else 1" if plan.reduced == 1 else f"span[{plan.rank - plan.reduced}]"
+    out.lines([f"{N_COLS.launch} = {cols}", "if span[0] == 0:"])
+    with out.indented():
+        if plan.skeleton == "reduction":
+            out.line("if any(0 not in s for s in out_shapes):")
+            with out.indented():
+                out.lines(['raise ValueError(f"{NAME}: the rows to reduce are empty (last '
+                           'axis of size 0); "',
+                           '                 "call the original ops for empty inputs")'])
+        out.line(f"return {empty}")
+    out.line(f"{N_ROWS.launch} = span[0] // {N_COLS.launch}")
+    if sig.uses(Family.RSPAN):  # the kernel reads spans of the rows' dims
+        out.line(f"{Family.RSPAN} = [s // {N_COLS.launch} for s in {Family.SPAN}]")
+    if not plan.tiled and not looped:
+        out.line("if triton.next_power_of_2(n_cols) > MAX_BLOCK:")
+        with out.indented():
+            out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns exceed "',
+                       '                 "MAX_BLOCK; regenerate with the column loop")'])
+
+
+def _analysed_lead(plan: KernelPlan) -> int:
+    """The dims `_iteration_shape` pads at the analysed shapes (what the launcher passes it:
+    each input's own shape)."""
+    ranks = [len(t.value_shape) for t in plan.inputs]
+    ranks += [len(t.shape) for t in plan.generated]
+    return max(0, plan.rank - max(ranks, default=plan.rank))
+
+
+def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
+    """Tuning constants that end up as block shapes or warp counts."""
+    if plan.tiled:
+        return ["BLOCK", "TILE_COLS", "NUM_WARPS"]
+    if plan.skeleton == "elementwise":
+        return ["BLOCK", "NUM_WARPS"]
+    loop = ["LOOP_BLOCK", "MAX_LOOP_BLOCK"] if looped else []
+    if kind(plan, looped) == "split":
+        loop.append("SPLIT_PROGRAMS")
+    return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
+
+
+def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:
+    """The output's runtime shape as the kernel indexes it, from the iteration shape `shape`
+    (``launch_maps.output_shape_lines`` maps it back through the output's index map)."""
+    rank = plan.rank
+    kept = plan.followed(arg)
+    dims = [f"shape[{k}]" if arg.access.aligned[k] == plan.domain[k] and k < kept else "1"
+            for k in range(rank)]
+    dims = dims[len(dims) - len(arg.shape):]
+    if dims == [f"shape[{k}]" for k in range(rank)]:
+        return "shape"
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
