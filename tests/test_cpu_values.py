@@ -97,7 +97,6 @@ def test_cpu_values_of_a_model_analysed_on_the_cpu_fuse_as_before(tmp_path, capt
     assert len(a.clusters) == 1
     assert {"exp", "sin", "relu", "add"} <= set(a.clusters[0].ops)
     assert not a.rejections
-    assert a.graph.device == "cpu"
 
 
 def test_a_move_to_the_cpu_of_a_cpu_model_analysed_for_cuda_is_a_barrier(tmp_path):
@@ -114,3 +113,25 @@ def test_a_move_to_the_cpu_of_a_cpu_model_analysed_for_cuda_is_a_barrier(tmp_pat
     (b,) = fusion_core.find_barriers(a.graph, a.clusters)
     assert b.target == ".to('cpu')" and "from cuda:0 to cpu" in b.why
     assert [(r.check, r.ops) for r in a.rejections] == [("device", ("add", "sigmoid"))]
+
+
+def test_the_cli_analysing_for_cuda_names_the_cpu_chain_and_validates_the_rest(tmp_path,
+                                                                               monkeypatch):
+    # The CLI on a GPU (its target replaced here): the CPU chain gets a reason, not a kernel
+    # (on the GPU its kernel failed: "Pointer argument cannot be accessed from Triton").
+    from click.testing import CliRunner
+
+    from fusion_core import cli
+
+    path = tmp_path / "cpu_values.py"
+    path.write_text(_MODEL.format(device=""))
+    monkeypatch.setattr(cli, "analysis_device", lambda: "cuda")
+    result = CliRunner().invoke(cli.cli, ["--model", str(path), "--input-shape", "4,8",
+                                          "--capture", "fx", "--no-timing",
+                                          "--explain-rejections"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "1 fusable cluster" in text and "mul → relu → add" in text, text
+    assert "device mul → exp → sin at " in text, text
+    assert "computes on the CPU (its inputs are CPU tensors) while the model runs on cuda:0" \
+        in text, text

@@ -6,10 +6,10 @@ move is a call of its own: ``ir/device_moves.py``). A Triton kernel reads and wr
 memory of the device it runs on, so such ops are no kernel's: fused, it would be handed CPU
 pointers ("Pointer argument cannot be accessed from Triton (cpu tensor?)").
 
-Each node's device is its propagated value's (``TensorMeta.device``); the kernels' is where
-the model's inputs are (``FusionGraph.device``). Shape propagation runs where the model's
-parameters are, so a model analysed on the CPU (the CLI loads it there, also for a GPU
-target) has only CPU values, and they are its own: nothing is rejected then.
+Each node's device is where the model's run puts its value (``TensorMeta.device``: the
+propagated value's, or ``ir/run_devices.py``'s for a model on the CPU analysed for a GPU); the
+kernels' is where the model's inputs are (``FusionGraph.device``). A model run on the CPU
+has CPU values of its own: nothing is rejected there.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def check_device(g: FusionGraph, group: Collection[str]) -> Failure | None:
     on CPU values are the culprits, so the rest of the group may still fuse."""
     if g.device in ("", CPU):
         return None  # a CPU model: its CPU values are where its kernels run
-    on_cpu = tuple(n for n in ordered(g, group) if (m := g[n].meta) is not None
-                   and m.device == CPU)
+    on_cpu = tuple(ordered(g, [n for n in group if (m := g[n].meta) is not None
+                               and m.device == CPU]))
     if not on_cpu:
         return None
     first = on_cpu[0]
