@@ -238,7 +238,7 @@ class FusionGraph:
     @cached_property
     def device(self) -> str:
         """Where the model's kernels run: where its inputs are (its parameters, where it takes
-        no tensor), as shape propagation placed them; "" where no meta says."""
+        no tensor) as its ``TensorMeta.device`` says; "" where no meta says."""
         for kind in (OpKind.INPUT, OpKind.CONSTANT):
             for n in self.nodes:
                 if n.kind is kind and n.meta is not None and n.meta.device:
