@@ -42,6 +42,7 @@ from .ir.graph import FusionGraph
 from .ir.linear_bias import split_linear_bias
 from .ir.max_values import values_as_amax
 from .ir.normalize import to_fusion_graph
+from .ir.run_devices import mark_run_devices
 from .ir.shape_checks import drop_shape_checks
 from .ir.shapes import InputSpec
 from .load import ModelSource, load_model_source
@@ -106,7 +107,8 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
     `capture`: "fx", "export", or "auto" (FX symbolic tracing, export if FX fails).
     `device`: where the model will run (and Inductor compile it), when that is not where
     its parameters are now (a model loaded on the CPU to be run on CUDA); it decides the
-    lowerings that differ by device (a convolution's bias, see `ir/conv_bias.py`).
+    lowerings that differ by device (a convolution's bias, see `ir/conv_bias.py`) and which
+    values stay on the CPU there (`ir/run_devices.py`).
     """
     if not inputs:
         raise InputSpecError("no example input given: pass at least one tensor or shape")
@@ -117,9 +119,9 @@ def analyze(model: nn.Module, *inputs: InputSpec | torch.Tensor | Sequence[int],
         cap = captured(model, specs, capture)
         gm, frontend, choice = cap.gm, cap.frontend, cap.choice
         target = torch.device(device) if device is not None else None
-        graph, clusters, rejections = _analyze_graph(gm, name, frontend, target)
+        graph, clusters, rejections = _analyze_graph(gm, name, frontend, target, specs)
         if cap.alternative is not None:
-            alt = _analyze_graph(cap.alternative, name, "export", target)
+            alt = _analyze_graph(cap.alternative, name, "export", target, specs)
             fx_merge, export_merge = _merged(clusters), _merged(alt[1])
             hidden = f"FX left {leaf_list(list(cap.leaves))} opaque (torch.fx.wrap)"
             if export_merge[0] - export_merge[1] > fx_merge[0] - fx_merge[1]:
@@ -144,7 +146,8 @@ def _ops_in(merged: tuple[int, int]) -> str:
     return f"{merged[0]} ops into {counted(merged[1], 'kernel')}"
 
 
-def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.device | None
+def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.device | None,
+                   specs: Sequence[InputSpec]
                    ) -> tuple[FusionGraph, tuple[Cluster, ...], tuple[Rejection, ...]]:
     """The graph passes, then detection (again after recomputing shared values)."""
     values_as_amax(gm)
@@ -154,6 +157,7 @@ def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.d
     split_linear_bias(gm)
     split_conv_bias(gm, device)
     distinct_cat_operands(gm)
+    mark_run_devices(gm, specs, frontend, device)  # before any copy: copies keep its marks
     index_copies = copy_index_values(gm)
     graph, clusters, rejections = _detect(gm, name, frontend)
     if stray := stray_copies(graph, [c.nodes for c in clusters], index_copies):

@@ -490,7 +490,7 @@ def test_checks_run_in_the_documented_order():
     from fusion_core import pipeline
 
     assert [name for name, _ in L.CHECKS] == [
-        "fan-out", "convexity", "shapes", "aliasing", "aliasing", "reduction", "lowering"]
+        "device", "fan-out", "convexity", "shapes", "aliasing", "aliasing", "reduction", "lowering"]
     # the pipeline asks the code generator last (legality imports no codegen)
     assert pipeline.CHECKS == (*L.CHECKS, ("lowering", pipeline.lowers))
 

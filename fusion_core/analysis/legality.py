@@ -18,6 +18,7 @@ from ..ir.reductions import axes_said, dims_said, node_reduced_dims
 from ..ir.registry import SPECS
 from ..ir.run_scalars import run_scalar
 from ..ir.spelling import place, return_loc, said, said_all
+from .devices import check_device
 from .group import (
     READ_IT_EARLIER,
     check_convexity,
@@ -312,6 +313,7 @@ def check_lowering(g: FusionGraph, group: Collection[str]) -> Failure | None:
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (
+    ("device", check_device),  # first: no other answer matters for ops on the CPU
     ("fan-out", check_fan_out),
     ("convexity", check_convexity),
     ("shapes", check_shapes),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CHECKS = ("fan-out", "convexity", "shapes", "aliasing", "reduction", "lowering", "dead-code")
+CHECKS = ("device", "fan-out", "convexity", "shapes", "aliasing", "reduction", "lowering",
+          "dead-code")
 
 
 @dataclass(frozen=True)

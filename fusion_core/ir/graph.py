@@ -61,6 +61,9 @@ class TensorMeta:
     shape: tuple[int, ...]
     dtype: torch.dtype
     stride: tuple[int, ...]
+    # Where the value lives ("cpu", "cuda:0", "meta"); "" where nobody said (a graph built
+    # by hand). Not part of equality: layouts are compared, devices read alone.
+    device: str = field(default="", compare=False)
 
     @property
     def numel(self) -> int:
@@ -88,7 +91,7 @@ class TensorMeta:
 
     @classmethod
     def of(cls, t: torch.Tensor) -> TensorMeta:
-        return cls(tuple(t.shape), t.dtype, tuple(t.stride()))
+        return cls(tuple(t.shape), t.dtype, tuple(t.stride()), str(t.device))
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,16 @@ class FusionGraph:
                     and all(r in out for r in n.refs)):
                 out.add(n.name)
         return frozenset(out)
+
+    @cached_property
+    def device(self) -> str:
+        """Where the model's kernels run: where its inputs are (its parameters, where it takes
+        no tensor) as its ``TensorMeta.device`` says; "" where no meta says."""
+        for kind in (OpKind.INPUT, OpKind.CONSTANT):
+            for n in self.nodes:
+                if n.kind is kind and n.meta is not None and n.meta.device:
+                    return n.meta.device
+        return ""
 
     @cached_property
     def source_files(self) -> tuple[str, ...]:

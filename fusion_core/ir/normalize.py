@@ -11,6 +11,7 @@ overloads resolve through the same registry.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from .data_dependent import READ_AT, UNSIZED, read_at, scalar_reads, unsized
-from .device_moves import device_move
+from .device_moves import RUN_DEVICE, device_move
 from .functionalize import out_of_place_overload
 from .graph import (
     METADATA_ATTRS,
@@ -115,8 +116,11 @@ def _shape_read(n: fx.Node) -> tuple[tuple[str, Any], ...]:
     return (("shape_of", first.name),) if shape and first not in flatten(rest) else ()
 
 
-def _meta(val: Any) -> TensorMeta | None:
-    return TensorMeta.of(val) if isinstance(val, torch.Tensor) else None
+def _meta(n: fx.Node, val: Any) -> TensorMeta | None:
+    if not isinstance(val, torch.Tensor):
+        return None
+    meta = TensorMeta.of(val)
+    return replace(meta, device=n.meta[RUN_DEVICE]) if RUN_DEVICE in n.meta else meta
 
 
 def _is_tensor_tuple(val: Any) -> bool:
@@ -177,7 +181,7 @@ def _literal(v: Any) -> Any:
 
 def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]) -> Node:
     val = n.meta.get("val")
-    meta = _meta(val)
+    meta = _meta(n, val)
     source = parse_stack_trace(n.meta.get("stack_trace")) or block_source(n, parse_stack_trace)
     common = dict(name=n.name, meta=meta, source=source, target=_target_name(n, source),
                   copy_of=n.meta.get("fusion_copy_of", ""),
