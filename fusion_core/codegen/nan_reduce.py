@@ -27,11 +27,11 @@ INTERPRETED = "_INTERPRETED"
 
 @dataclass(frozen=True)
 class NanReduction:
-    """One helper: `name(x, axis)` reduces like `skips` but gives NaN where a value is."""
+    """One helper: `name(xs, axis)` reduces like `skips` but gives NaN where a value is."""
 
     name: str
     skips: str  # Triton's reduction that skips NaN: tl.max, tl.min
-    pair: str  # the combine's merge of `a` and `b`, which keeps NaN
+    pair: str  # the combine's merge of `lhs` and `rhs`, which keeps NaN
 
     @property
     def combine(self) -> str:
@@ -39,7 +39,7 @@ class NanReduction:
 
 
 HELPERS: dict[str, NanReduction] = {
-    c.keep_nan: NanReduction(c.keep_nan, c.block, c.merge("a", "b"))
+    c.keep_nan: NanReduction(c.keep_nan, c.block, c.merge("lhs", "rhs"))
     for c in COMBINES.values() if c.keep_nan is not None}
 
 
@@ -61,16 +61,17 @@ def helpers(plan: KernelPlan) -> list[str]:
                "# Python, so there: tl.max, plus a sum that is NaN exactly where a value is.",
                f'{INTERPRETED} = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")'])
     for h in found:
-        out.lines(["", "", "@triton.jit", f"def {h.combine}(a, b):"])
+        out.lines(["", "", "@triton.jit", f"def {h.combine}(lhs, rhs):"])
         with out.indented():
             out.line(f"return {h.pair}")
-        out.lines(["", "", "@triton.jit", f"def {h.name}(x, axis: tl.constexpr):"])
+        out.lines(["", "", "@triton.jit", f"def {h.name}(xs, axis: tl.constexpr):"])
         with out.indented():
             out.line(f"if {INTERPRETED}:")
             with out.indented():
-                out.line(f"y = {h.skips}(x, axis) + tl.sum(tl.where(x == x, 0.0, x), axis)")
+                out.lines(["nans = tl.sum(tl.where(xs == xs, 0.0, xs), axis)  # NaN or 0",
+                           f"reduced = {h.skips}(xs, axis) + nans"])
             out.line("else:")
             with out.indented():
-                out.line(f"y = tl.reduce(x, axis, {h.combine})")
-            out.line("return y")
+                out.line(f"reduced = tl.reduce(xs, axis, {h.combine})")
+            out.line("return reduced")
     return out.result()
