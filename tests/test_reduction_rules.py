@@ -37,7 +37,11 @@ def test_identities_change_nothing_under_their_combine():
     # integer max/min identities are the dtype's extremes (written so they fit the type)
     assert eval(COMBINES["max"].identity_of(torch.int8)) == -128  # noqa: S307
     assert eval(COMBINES["min"].identity_of(torch.int64)) == 2**63 - 1  # noqa: S307
-    assert COMBINES["max"].merge("a", "b") == "tl.maximum(a, b)"
+    # max and min keep NaN, as torch's reductions do (Triton's plain forms skip it)
+    assert COMBINES["max"].merge("a", "b") == (
+        "tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)")
+    assert COMBINES["max"].block_of(torch.float32) == "_max_keep_nan"
+    assert COMBINES["min"].block_of(torch.int8) == "tl.min"  # integers hold no NaN
 
 
 def test_accumulation_dtype_widens_half_and_refuses_integer_means():

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from ..analysis.types import Cluster
 from ..fileio import write_atomic
 from ..names import kernel_name
-from . import emit, file_head, launcher, split_rows
+from . import emit, file_head, launcher, nan_reduce, split_rows
 from . import tuning as autotune
 from .choices import Tuning, kind
 from .lower import KernelPlan, plan
@@ -95,9 +95,15 @@ def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: 
         where = replace(cluster.lines, file=file).where
     lines = ([f"{GENERATED_MARK}: rewritten by the next run that writes here"]
              + file_head.header(p, model, cluster.category, where)
-             + file_head.constants(p, tuning, looped) + ["", *body, "", ""]
+             + file_head.constants(p, tuning, looped) + _before(nan_reduce.helpers(p))
+             + ["", *body, "", ""]
              + launcher.launcher(p, signature, looped))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _before(lines: list[str]) -> list[str]:
+    """Module-level definitions ahead of the kernels, set off as `def`s are (none: none)."""
+    return ["", *lines, ""] if lines else []
 
 
 def generate(analysis: Analysis, cluster: Cluster, tuning: Tuning | None = None,

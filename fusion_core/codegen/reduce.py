@@ -103,8 +103,9 @@ def _block(r: ReductionStep, value: str) -> str:
     Triton's tl.sum/tl.max/tl.min reduce integers narrower than 32 bits (bool too) in
     (u)int32; torch's result keeps the dtype (amax of int8 is int8), and the arithmetic that
     reads it must wrap as torch's does, so the result is cast back (exact: a max or min is
-    one of the values, a sum wraps to the same bits)."""
-    out = f"{r.rule.combine.block}({value}, axis=1){_ROW}"
+    one of the values, a sum wraps to the same bits). A float max or min calls the file's
+    NaN-keeping helper (``nan_reduce.py``): tl.max and tl.min skip NaN, torch does not."""
+    out = f"{r.rule.combine.block_of(r.dtype)}({value}, axis=1){_ROW}"
     return f"{out}.to({TL_TYPES[r.dtype]})" if widened(r.dtype) else out
 
 
@@ -165,7 +166,7 @@ class _Softmax:
     def single(self, r: ReductionStep) -> list[str]:
         v, x = r.temp, _source(r)
         return [_head(r), f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
-                f"{v}_max = tl.max({v}_in, axis=1){_ROW}",
+                f"{v}_max = {_block(r, f'{v}_in')}",
                 f"{v}_exp = tl.exp({v}_in - {v}_max)",
                 f"{v}_sum = tl.sum({v}_exp, axis=1){_ROW}",
                 f"{v} = {r.rule.finalize.format(x=x, v=v, exp=f'{v}_exp')}"]
@@ -181,14 +182,15 @@ class _Softmax:
             (f"{v}_lmax = {_lanes(r, lowest)}  # lowest finite value",
              f"{v}_lsum = {_lanes(r, '0.0')}"),
             (f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
-             f"{v}_new = tl.maximum({v}_lmax, {v}_in)",
+             f"{v}_new = {r.rule.combine.merge(f'{v}_lmax', f'{v}_in')}",
              "# one exp per element: exp(smaller - larger) scales the lane's sum when the",
-             "# value raises the lane's max, else it is the value's own term",
+             "# value raises the lane's max, else it is the value's own term (a NaN makes",
+             "# the max, and from it the sum, NaN)",
              f"{v}_e = tl.exp(tl.minimum({v}_lmax, {v}_in) - {v}_new)",
              f"{v}_lsum = tl.where({v}_in > {v}_lmax, {v}_lsum * {v}_e + 1.0, {v}_lsum + {v}_e)",
              f"{v}_lmax = {v}_new"),
             ("# the lanes combined: the row max, and each lane's sum rescaled to it",
-             f"{v}_max = tl.max({v}_lmax, axis=1){_ROW}",
+             f"{v}_max = {_block(r, f'{v}_lmax')}",
              f"{v}_sum = tl.sum({v}_lsum * tl.exp({v}_lmax - {v}_max), axis=1){_ROW}"))
 
     def partials(self, r: ReductionStep) -> Partials | None:
@@ -198,7 +200,7 @@ class _Softmax:
         assert stats is not None
         return Partials(stats, (f"{v}_max", f"{v}_sum"), (NEG_INF, "0.0"), (
             "# the row max over its chunks, and each chunk's sum rescaled to it",
-            f"{v}_max = tl.max({v}_max_parts, axis=1){_ROW}",
+            f"{v}_max = {_block(r, f'{v}_max_parts')}",
             f"{v}_sum = tl.sum({v}_sum_parts * tl.exp({v}_max_parts - {v}_max), axis=1){_ROW}"),
             (f"{v}_max", f"{v}_sum"))
 

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from .graph import Node
+from .lowerings import nan_max, nan_min
 
 NEG_INF, POS_INF = "-float('inf')", "float('inf')"
 
@@ -40,9 +41,16 @@ class Combine:
     pair: str  # two partial results `{a}`, `{b}` merged into one
     identity: str  # "zero", "lowest" or "highest": the element that changes nothing
     scan: str | None = None  # Triton's running (inclusive) form, where there is one
+    # The block reduction of floats where `block` skips NaN (tl.max, tl.min) and torch gives
+    # NaN: a `@triton.jit` helper the generated file defines (codegen's ``nan_reduce.py``).
+    keep_nan: str | None = None
 
     def merge(self, a: str, b: str) -> str:
         return self.pair.format(a=a, b=b)
+
+    def block_of(self, dtype: torch.dtype) -> str:
+        """The block reduction of values of `dtype` (called as `f(x, axis)`)."""
+        return self.keep_nan if self.keep_nan and dtype.is_floating_point else self.block
 
     def identity_of(self, dtype: torch.dtype) -> str:
         """The identity as a Triton literal of `dtype`."""
@@ -59,8 +67,9 @@ class Combine:
 
 COMBINES: dict[str, Combine] = {
     "sum": Combine("tl.sum", "{a} + {b}", "zero", scan="tl.cumsum"),
-    "max": Combine("tl.max", "tl.maximum({a}, {b})", "lowest"),
-    "min": Combine("tl.min", "tl.minimum({a}, {b})", "highest"),
+    # A NaN among the values makes the result NaN, as torch's amax, amin and max(dim) do.
+    "max": Combine("tl.max", nan_max("{a}", "{b}"), "lowest", keep_nan="_max_keep_nan"),
+    "min": Combine("tl.min", nan_min("{a}", "{b}"), "highest", keep_nan="_min_keep_nan"),
 }
 
 
