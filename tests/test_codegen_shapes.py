@@ -74,7 +74,7 @@ def test_reduction_widths(rule, width, looped, tmp_path):
                           n_clusters=1, **(LOOP if looped else {}))
     kernel = checked.kernels[0]
     assert kernel.skeleton == "reduction" and kernel.looped == looped
-    assert ("for col0 in range(0, n_cols, BLOCK_SIZE)" in kernel.source) == looped
+    assert ("for col0 in range(0, _range_bound(n_cols), BLOCK_SIZE)" in kernel.source) == looped
 
 
 def test_wide_rows_loop_by_default(tmp_path):

@@ -51,7 +51,7 @@ def _model(name: str, width: int, dtype: torch.dtype):
 def _loops(source: str) -> list[str]:
     """The kernel's column loops, each as its body's text."""
     kernel = source[source.index("@triton.jit"):source.index("\nNAME =")]
-    parts = kernel.split("for col0 in range(0, n_cols, BLOCK_SIZE):\n")[1:]
+    parts = kernel.split("for col0 in range(0, _range_bound(n_cols), BLOCK_SIZE):\n")[1:]
     return [re.split(r"\n    (?! )", part)[0] for part in parts]
 
 

@@ -56,8 +56,9 @@ def kernel_text() -> str:
     """The generated file's looping `@triton.jit` function, as it stands in the file."""
     analysis = analyze(LayerNormGelu(WIDTH), (ROWS, WIDTH))
     (cluster,) = analysis.clusters
-    source = generate(analysis, cluster, looped=True).source
-    start = source.index("@triton.jit")
+    kernel = generate(analysis, cluster, looped=True)
+    source = kernel.source  # after the module-level helpers (`_range_bound`)
+    start = source.rindex("@triton.jit", 0, source.index(f"def {kernel.name}_kernel("))
     return source[start:source.index("\n\n\n", start)] + "\n"
 
 

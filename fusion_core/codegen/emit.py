@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import cat_bounds
+from .interpreted import range_bound
 from .loads import aligned_rows, aligned_vec, load, store
 from .lower import KernelPlan, Stmt, TensorArg
 from .reduce import emitter
@@ -197,10 +198,11 @@ def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets
         (True, extra if body_extra is None else list(body_extra)), (False, extra)]
     for body, lines in blocks:
         if body is None:
-            out.line(f"for col0 in range(0, {where.bound}, BLOCK_SIZE):")
+            out.line(f"for col0 in range(0, {range_bound(where.bound)}, BLOCK_SIZE):")
             head = [_cols(plan, f"{where.start}col0 + "), f"col_mask = cols < {where.end}"]
         elif body:
-            out.lines(["# the row's aligned body", "for col0 in range(0, n_cols, BLOCK_SIZE):"])
+            out.lines(["# the row's aligned body",
+                       f"for col0 in range(0, {range_bound('n_cols')}, BLOCK_SIZE):"])
             head = [_cols(plan, "row_head + col0 + "),
                     "col_mask = col0 + tl.arange(0, BLOCK_SIZE)[None, :] < row_body"]
         else:  # at most 2 x (vec - 1) columns: before the body and after it; none (no

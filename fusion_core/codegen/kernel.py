@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from ..analysis.types import Cluster
 from ..fileio import write_atomic
 from ..names import kernel_name
-from . import emit, file_head, launcher, nan_reduce, split_rows
+from . import emit, file_head, interpreted, launcher, nan_reduce, split_rows
 from . import tuning as autotune
 from .choices import Tuning, kind
 from .lower import KernelPlan, plan
@@ -95,10 +95,16 @@ def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: 
         where = replace(cluster.lines, file=file).where
     lines = ([f"{GENERATED_MARK}: rewritten by the next run that writes here"]
              + file_head.header(p, model, cluster.category, where)
-             + file_head.constants(p, tuning, looped) + _before(nan_reduce.helpers(p))
+             + file_head.constants(p, tuning, looped) + _before(_helpers(p, looped))
              + ["", *body, "", ""]
              + launcher.launcher(p, signature, looped))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _helpers(p: KernelPlan, looped: bool) -> list[str]:
+    """Module-level helpers the kernels call: NaN-keeping max and min, the loops' bound."""
+    loop = interpreted.range_bound_lines() if looped else []
+    return interpreted.module_lines([nan_reduce.helpers(p), loop])
 
 
 def _before(lines: list[str]) -> list[str]:

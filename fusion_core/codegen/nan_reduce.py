@@ -4,7 +4,8 @@ Triton's ``tl.max`` and ``tl.min`` skip NaN (their combine is maxnum / minnum), 
 amax, amin or ``max(dim).values`` of a row holding a NaN gave the row's largest (smallest)
 other value where eager gives NaN. ``reduce.py`` calls a helper instead wherever it reduces
 floats by a combine that names one (``Combine.keep_nan``); ``helpers`` writes the helpers a
-plan's reductions call, once per file, ahead of its kernels.
+plan's reductions call, once per file, ahead of its kernels (after the switch between the two
+forms below, ``interpreted.module_lines``).
 
 Compiled, a helper is ``tl.reduce`` with a combine that keeps NaN (``tl.maximum(...,
 propagate_nan=ALL)``: what ``tl.max`` does with one NaN-keeping max instruction a step, as
@@ -18,11 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.reductions import COMBINES
+from .interpreted import FLAG
 from .plan import KernelPlan
 from .writer import CodeWriter
-
-# The generated file's switch between the two forms, read from TRITON_INTERPRET.
-INTERPRETED = "_INTERPRETED"
 
 
 @dataclass(frozen=True)
@@ -58,15 +57,16 @@ def helpers(plan: KernelPlan) -> list[str]:
     out.lines(["# Max and min over an axis that give NaN where a value is NaN, as torch's do",
                "# (tl.max and tl.min skip it). Compiled: tl.reduce with a NaN-keeping combine,",
                "# as fast as tl.max. The interpreter runs such a combine once per element in",
-               "# Python, so there: tl.max, plus a sum that is NaN exactly where a value is.",
-               f'{INTERPRETED} = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")'])
-    for h in found:
-        out.lines(["", "", "@triton.jit", f"def {h.combine}(lhs, rhs):"])
+               "# Python, so there: tl.max, plus a sum that is NaN exactly where a value is."])
+    for i, h in enumerate(found):
+        if i:
+            out.lines(["", ""])
+        out.lines(["@triton.jit", f"def {h.combine}(lhs, rhs):"])
         with out.indented():
             out.line(f"return {h.pair}")
         out.lines(["", "", "@triton.jit", f"def {h.name}(xs, axis: tl.constexpr):"])
         with out.indented():
-            out.line(f"if {INTERPRETED}:")
+            out.line(f"if {FLAG}:")
             with out.indented():
                 out.lines(["nans = tl.sum(tl.where(xs == xs, 0.0, xs), axis)  # NaN or 0",
                            f"reduced = {h.skips}(xs, axis) + nans"])
