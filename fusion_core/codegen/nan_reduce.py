@@ -68,7 +68,8 @@ def helpers(plan: KernelPlan) -> list[str]:
         with out.indented():
             out.line(f"if {FLAG}:")
             with out.indented():
-                out.lines(["nans = tl.sum(tl.where(xs == xs, 0.0, xs), axis)  # NaN or 0",
+                out.lines(["nans = tl.sum(tl.where(xs == xs, 0.0, xs), axis)  # NaN or 0  "
+                           "# noqa: PLR0124",
                            f"reduced = {h.skips}(xs, axis) + nans"])
             out.line("else:")
             with out.indented():
