@@ -46,7 +46,9 @@ def module_lines(helpers: list[list[str]]) -> list[str]:
     found = [h for h in helpers if h]
     if not found:
         return []
-    lines = [f'{FLAG} = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")']
+    lines = ["# Under Triton's interpreter (TRITON_INTERPRET=1) the helpers below take their",
+             "# interpreted form; compiled, Triton drops that branch.",
+             f'{FLAG} = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")']
     for helper in found:
         lines += ["", "", *helper]
     return lines
