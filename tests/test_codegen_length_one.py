@@ -190,3 +190,33 @@ def test_a_result_that_merged_away_a_batch_of_one_refuses_a_longer_batch(tmp_pat
     assert "\n" not in msg and "the inputs are 2 long in dim 0 of the iteration shape" in msg
     assert "`sigmoid` has no dim for it (it was 1 long at the analysed (1, 4, 8)" in msg
     assert msg.endswith("regenerate it at these sizes or keep the original ops")
+
+
+class GroupNormFlattened(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8), requires_grad=False)
+        self.b = torch.nn.Parameter(torch.randn(8), requires_grad=False)
+
+    def forward(self, x):
+        h = torch.nn.functional.group_norm(x.transpose(1, 2), 2, self.w, self.b)
+        return torch.sigmoid(h.transpose(1, 2).flatten(0, 1))
+
+
+def test_a_result_flattened_beside_group_norms_groups_names_the_merged_dims(tmp_path):
+    """group_norm over a transposed (B, T, C), its result flattened to (B * T, C): the
+    kernel writes it through an unflatten of B * T at the analysed (2, 4), beside the
+    channel groups' split. At (3, 4) a ValueError names the input and its dims (once
+    torch's own unflatten error, naming no kernel and no input)."""
+    model = GroupNormFlattened()
+    patched = _patched(model, (torch.randn(2, 4, 8),), tmp_path)
+    x = torch.randn(2, 4, 8)
+    torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), model(x))
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(3, 4, 8, device=DEVICE))
+    assert str(e.value) == ("cluster0: `transpose` holds 12 elements in dims 0, 2; this kernel "
+                            "writes `sigmoid` with them merged as 8 (analysed (2, 4)); "
+                            "regenerate it at these sizes or keep the original ops")
+    with pytest.raises(ValueError) as e:  # as many rows, split otherwise: still refused
+        patched(torch.randn(4, 2, 8, device=DEVICE))
+    assert "\n" not in str(e.value)
