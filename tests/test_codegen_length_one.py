@@ -220,3 +220,35 @@ def test_a_result_flattened_beside_group_norms_groups_names_the_merged_dims(tmp_
     with pytest.raises(ValueError) as e:  # as many rows, split otherwise: still refused
         patched(torch.randn(4, 2, 8, device=DEVICE))
     assert "\n" not in str(e.value)
+
+
+class PlusBatchSum(torch.nn.Module):
+    def forward(self, x):
+        h = torch.tanh(x)
+        return h + h.sum(0, keepdim=True) * 0.1
+
+
+def test_an_input_copied_for_a_longer_batch_is_laid_out_as_the_kernel_reads_it(tmp_path):
+    """A sum over the batch, analysed at batch 1: the kernel reads `x` as (T, C, B) in one
+    run, which a (1, T, C) tensor is. At batch 3 `x` is copied into the order its index
+    group reads (once the order of its analysed strides, where the batch of 1 had the
+    outermost stride: the copy did not fit either, and the launcher refused)."""
+    model = PlusBatchSum()
+    patched = _patched(model, (torch.randn(1, 4, 8),), tmp_path)
+    for size in ((1, 4, 8), (3, 4, 8), (2, 5, 8)):
+        x = torch.randn(*size)
+        torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), model(x), msg=str(size))
+
+
+def _softmax_over_length(m, x):
+    return torch.softmax(x * 2.0, 1)
+
+
+def test_a_result_whose_run_breaks_at_another_length_is_named_as_a_result(tmp_path):
+    """A softmax over T analysed at T = 1 writes (B, C) as one run; at T = 4 the result's
+    layout no longer fits, and the refusal names the result (once `an input`)."""
+    patched = _patched(Lambda(_softmax_over_length), (torch.randn(2, 1, 8),), tmp_path)
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 4, 8, device=DEVICE))
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("cluster0: `softmax` (a result) of shape (2, 8, 4)")
