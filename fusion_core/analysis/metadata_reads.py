@@ -6,7 +6,8 @@ rotary embedding `torch.arange(..., device=hidden_states.device)`; a mask is mov
 `dtype_of` / `device_of`), under torch.export a constant already. Like a shape read
 (``group.shape_sources``), it needs no stored value when an input of the group answers it,
 by the rule ``SOURCES`` holds for its attribute: the patched graph (``validate/subgraph.py``)
-reads that input's attribute instead. Imports only the IR, so ``group.py`` (the bottom of
+reads that input's attribute instead. A dtype only the group's own ops take (``baked``)
+needs neither. Imports only the IR, so ``group.py`` (the bottom of
 ``analysis/``) can use it.
 """
 
