@@ -190,3 +190,65 @@ def test_a_result_that_merged_away_a_batch_of_one_refuses_a_longer_batch(tmp_pat
     assert "\n" not in msg and "the inputs are 2 long in dim 0 of the iteration shape" in msg
     assert "`sigmoid` has no dim for it (it was 1 long at the analysed (1, 4, 8)" in msg
     assert msg.endswith("regenerate it at these sizes or keep the original ops")
+
+
+class GroupNormFlattened(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8), requires_grad=False)
+        self.b = torch.nn.Parameter(torch.randn(8), requires_grad=False)
+
+    def forward(self, x):
+        h = torch.nn.functional.group_norm(x.transpose(1, 2), 2, self.w, self.b)
+        return torch.sigmoid(h.transpose(1, 2).flatten(0, 1))
+
+
+def test_a_result_flattened_beside_group_norms_groups_names_the_merged_dims(tmp_path):
+    """group_norm over a transposed (B, T, C), its result flattened to (B * T, C): the
+    kernel writes it through an unflatten of B * T at the analysed (2, 4), beside the
+    channel groups' split. At (3, 4) a ValueError names the input and its dims (once
+    torch's own unflatten error, naming no kernel and no input)."""
+    model = GroupNormFlattened()
+    patched = _patched(model, (torch.randn(2, 4, 8),), tmp_path)
+    x = torch.randn(2, 4, 8)
+    torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), model(x))
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(3, 4, 8, device=DEVICE))
+    assert str(e.value) == ("cluster0: `transpose` holds 12 elements in dims 0, 2; this kernel "
+                            "writes `sigmoid` with them merged as 8 (analysed (2, 4)); "
+                            "regenerate it at these sizes or keep the original ops")
+    with pytest.raises(ValueError) as e:  # as many rows, split otherwise: still refused
+        patched(torch.randn(4, 2, 8, device=DEVICE))
+    assert "\n" not in str(e.value)
+
+
+class PlusBatchSum(torch.nn.Module):
+    def forward(self, x):
+        h = torch.tanh(x)
+        return h + h.sum(0, keepdim=True) * 0.1
+
+
+def test_an_input_copied_for_a_longer_batch_is_laid_out_as_the_kernel_reads_it(tmp_path):
+    """A sum over the batch, analysed at batch 1: the kernel reads `x` as (T, C, B) in one
+    run, which a (1, T, C) tensor is. At batch 3 `x` is copied into the order its index
+    group reads (once the order of its analysed strides, where the batch of 1 had the
+    outermost stride: the copy did not fit either, and the launcher refused)."""
+    model = PlusBatchSum()
+    patched = _patched(model, (torch.randn(1, 4, 8),), tmp_path)
+    for size in ((1, 4, 8), (3, 4, 8), (2, 5, 8)):
+        x = torch.randn(*size)
+        torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), model(x), msg=str(size))
+
+
+def _softmax_over_length(m, x):
+    return torch.softmax(x * 2.0, 1)
+
+
+def test_a_result_whose_run_breaks_at_another_length_is_named_as_a_result(tmp_path):
+    """A softmax over T analysed at T = 1 writes (B, C) as one run; at T = 4 the result's
+    layout no longer fits, and the refusal names the result (once `an input`)."""
+    patched = _patched(Lambda(_softmax_over_length), (torch.randn(2, 1, 8),), tmp_path)
+    with pytest.raises(ValueError) as e:
+        patched(torch.randn(2, 4, 8, device=DEVICE))
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("cluster0: `softmax` (a result) of shape (2, 8, 4)")

@@ -53,12 +53,18 @@ class CastAfterLinear(nn.Module):
 
 
 class CastThenRead(nn.Module):
-    """The read value's dtype comes from a cast, not from an input: not answered."""
+    """The read value's dtype comes from a cast, not from an input: not answered. The cast
+    back comes after a Linear, outside any cluster (a cluster's own cast of it would
+    compile the dtype in: ``test_a_dtype_read_only_the_cluster_takes_...``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
 
     def forward(self, x):
         h = (x * 2.0).to(torch.float16)
         kept = h.dtype
-        return (torch.softmax(h.float(), dim=-1) * 3.0).to(kept)
+        return self.lin(torch.softmax(h.float(), dim=-1) * 3.0).to(kept)
 
 
 @pytest.mark.parametrize("capture", ["fx", "export"])
@@ -135,3 +141,41 @@ def test_the_kernel_patched_in_leaves_the_outside_cast_its_dtype():
     report = validate(a, timing=False)
     assert [r.usable for r in report.results] == [True]
     assert report.model.passed and report.model.patched == (0,)
+
+
+class CastGate(nn.Module):
+    """A comparison cast back to a value's dtype, which a cast (not an input) decided, times
+    a parameter FX fetches after the dtype read (`self.col[:T]`)."""
+
+    def __init__(self, cols: int) -> None:
+        super().__init__()
+        self.col = nn.Parameter(torch.randn(8, cols), requires_grad=False)
+
+    def forward(self, x):
+        h = torch.sigmoid(x.float())
+        return (h > 0.5).to(h.dtype) * self.col[:x.shape[1]]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("cols", [1, 8])
+def test_a_dtype_read_only_the_cluster_takes_is_not_stored_and_the_kernel_patches_in(
+        cols, tmp_path):
+    """`(h > 0.5).to(h.dtype)`: no input has `h`'s float32 (x is bfloat16), but only the
+    cluster's own cast takes it, and the kernel compiles it in. `h` is not written out, and
+    the kernel patches in and matches eager at the analysed and another length (once `h`
+    was a result, read by `h.dtype` before `self.col` was fetched: a PatchError)."""
+    from codegen_harness import DEVICE
+
+    from fusion_core.codegen import generate, load_kernel, write_kernels
+
+    model = CastGate(cols)
+    a = analyze(model, torch.randn(2, 4, 8, dtype=torch.bfloat16), capture="fx")
+    (c,) = a.clusters
+    assert c.outputs == (c.nodes[-1],)
+    kernel = generate(a, c)
+    (path,) = write_kernels([kernel], tmp_path)
+    patched = patch(a.graph_module, {c.index: (c, getattr(load_kernel(path), kernel.name))})
+    for size in ((2, 4, 8), (3, 5, 8)):
+        x = torch.randn(*size, dtype=torch.bfloat16)
+        torch.testing.assert_close(patched.to(DEVICE)(x.to(DEVICE)).cpu(), model(x),
+                                   msg=str(size))

@@ -21,7 +21,7 @@ from ..ir.run_scalars import run_scalar
 from ..ir.spelling import place, said
 from ..ir.upsample import factors_of
 from ..ir.views import INDEX_STEPS
-from .metadata_reads import metadata_source
+from .metadata_reads import baked, metadata_source
 from .types import Failure, ShapeRead
 
 MIN_OPS = 2  # a group needs two compute ops that move data to save anything
@@ -57,9 +57,9 @@ def unread_tuple(g: FusionGraph, name: str) -> bool:
 def answered(g: FusionGraph, group: Collection[str], user: str, name: str) -> bool:
     """`user` reads only the shape of group value `name`, and values outside the group tell
     that shape (``shape_sources``), or only its dtype or device, which an input has
-    (``metadata_source``)."""
+    (``metadata_source``), or a dtype only group ops take (``baked``)."""
     if g[user].metadata_of == name:
-        return metadata_source(g, group, user, name) is not None
+        return metadata_source(g, group, user, name) is not None or baked(g, group, user)
     return (g[user].shape_of == name and name not in g[user].refs[1:]
             and shape_sources(g, group, name) is not None)
 

@@ -6,7 +6,8 @@ rotary embedding `torch.arange(..., device=hidden_states.device)`; a mask is mov
 `dtype_of` / `device_of`), under torch.export a constant already. Like a shape read
 (``group.shape_sources``), it needs no stored value when an input of the group answers it,
 by the rule ``SOURCES`` holds for its attribute: the patched graph (``validate/subgraph.py``)
-reads that input's attribute instead. Imports only the IR, so ``group.py`` (the bottom of
+reads that input's attribute instead. A dtype only the group's own ops take (``baked``)
+needs neither. Imports only the IR, so ``group.py`` (the bottom of
 ``analysis/``) can use it.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from ..ir.graph import FusionGraph, Node, OpKind
+from ..ir.graph import READ_BY, FusionGraph, Node, OpKind
 from .types import MetadataRead
 
 
@@ -73,6 +74,17 @@ def metadata_source(g: FusionGraph, group: Collection[str], user: str, name: str
     or device; None when `user` reads no such attribute of `name`, or no input answers."""
     attr, of = g[user].metadata_read
     return SOURCES[attr](g, group, name) if of == name else None
+
+
+def baked(g: FusionGraph, group: Collection[str], user: str) -> bool:
+    """`user` reads a dtype only group ops take (`(h > 0).to(h.dtype)` inside the group):
+    the kernel compiles that dtype in, as every dtype of the group, so it needs no stored
+    value, nor an input to answer it (the patched graph drops the read with the group's
+    ops, ``validate/subgraph.py``). A device stays answered only by an input: an input-less
+    kernel is launched on the device its generator was given."""
+    takers = g[user].param(READ_BY, ())
+    return g[user].metadata_read[0] == "dtype" and bool(takers) and all(
+        u in group for u in takers)
 
 
 def metadata_reads(g: FusionGraph, group: Collection[str]) -> tuple[MetadataRead, ...]:

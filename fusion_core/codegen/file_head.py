@@ -162,5 +162,26 @@ def _tuning_lines(plan: KernelPlan, looped: bool) -> list[str]:
 def _order(t: TensorArg) -> tuple[int, ...]:
     """The tensor's dims by decreasing stride (a stable sort: contiguous is 0, 1, ...).
     Expanded dims (stride 0) go outermost: innermost, they would take the unit stride that
-    the kernel expects of the dim that had it."""
-    return tuple(sorted(range(len(t.shape)), key=lambda k: (t.stride[k] != 0, -t.stride[k])))
+    the kernel expects of the dim that had it. A dim 1 long sits where its index group has
+    it (``_run_strides``): its own stride says nothing of where it lies."""
+    stride = _run_strides(t)
+    return tuple(sorted(range(len(t.shape)), key=lambda k: (stride[k] != 0, -stride[k])))
+
+
+def _run_strides(t: TensorArg) -> tuple[int, ...]:
+    """`t`'s strides, each dim 1 long in an index group given the stride it would have in
+    that group as one dense run (a permuted (B, 1, C) read as (B, C, 1) in one unit run:
+    C's stride, not B's; copied in the order its own gives, another length breaks the run)."""
+    stride = list(t.stride)
+    pad = len(t.access.aligned) - len(t.shape)
+    for g in t.access.groups:
+        dims = [k - pad for k in range(g.first, g.last) if k >= pad]
+        grown = [stride[k] for k in dims if t.shape[k] != 1]
+        if not grown:  # no dim of the group tells where it lies: as analysed
+            continue
+        run = 1 if g.unit else min(grown)  # the group's innermost step
+        for k in reversed(dims):
+            if t.shape[k] == 1:
+                stride[k] = run
+            run = stride[k] * t.shape[k]
+    return tuple(stride)

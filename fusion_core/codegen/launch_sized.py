@@ -60,7 +60,8 @@ def sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str]
             # have hidden that two grouped dims are apart at another size).
             seen = launch_maps.output_layout(t, i)
             got = strides_local(Role.OUT, i) if strided else "_"
-            out.lines([f"apart, {got} = _layout({seen}, shape, OUT_GROUPS[{i}], ())",
+            named = f"`{t.value}` (a result)"  # `_layout` would call it an input
+            out.lines([f"apart, {got} = _layout({seen}, shape, OUT_GROUPS[{i}], (), {named!r})",
                        "if apart:",
                        f'    raise ValueError(f"{{NAME}}: `{t.value}` is {{out_shapes[{i}]}} '
                        'here, and its dims do not lie in memory as this kernel writes them '

@@ -244,18 +244,22 @@ def _results(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
 def _split_domain(o: TensorArg, rank: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(domain dims, sizes) of each dim of result `o` the kernel writes split
     (``regroup_space.py``: its map is unflattens, after the dims a reduction keeps as 1,
-    then the permute into a domain another result set)."""
-    if not o.view or not all(isinstance(s, Unflatten) and -1 not in s.sizes
-                             or isinstance(s, Unsqueeze | Permute) for s in o.view):
+    then the permute into a domain another result set; or a flatten undone beside
+    group_norm's groups, `group_norm(x.transpose(1, 2)).transpose(1, 2).flatten(0, 1)`).
+    A group split, or an unflatten with a `-1` part, follows the size: not a fixed split."""
+    if not o.view or not all(isinstance(s, Unflatten | Split | Unsqueeze | Permute)
+                             for s in o.view):
         return []
     out = []
     for k, step in enumerate(o.view):
-        if not isinstance(step, Unflatten):
+        if not isinstance(step, Unflatten) or -1 in step.sizes:
             continue
         # where the split's sizes land in the domain: marked, through the later steps
         marks = tuple(_MARK + j for j in range(len(step.sizes)))
         after = shape_after((Unflatten(step.dim, marks), *o.view[k + 1:]),
                             shape_after(o.view[:k], o.value_shape))
+        if not all(m in after for m in marks):  # a later split cut one: not traced
+            continue
         at = tuple(after.index(m) + rank - len(after) for m in marks)
         out.append((at, step.sizes))
     return out

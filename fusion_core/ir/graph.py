@@ -129,6 +129,8 @@ SHAPE_METHODS = frozenset({"size", "dim", "ndimension", "numel"})
 # them `dtype_of`, `device_of`); analysis answers them from the group's inputs
 # (``analysis/metadata_reads.py``).
 METADATA_ATTRS = ("dtype", "device")
+# Such a read's params key: the nodes that take its value (a cast keeps no edge to it).
+READ_BY = "read_by"
 
 
 @dataclass(frozen=True)

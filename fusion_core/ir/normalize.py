@@ -23,6 +23,7 @@ from .device_moves import RUN_DEVICE, device_move
 from .functionalize import out_of_place_overload
 from .graph import (
     METADATA_ATTRS,
+    READ_BY,
     SHAPE_ATTRS,
     SHAPE_METHODS,
     FusionGraph,
@@ -105,7 +106,8 @@ def _shape_read(n: fx.Node) -> tuple[tuple[str, Any], ...]:
         return ()
     if n.op == "call_function" and n.target is getattr and len(n.args) == 2 \
             and n.args[1] in METADATA_ATTRS:
-        return ((f"{n.args[1]}_of", first.name),)
+        # and who takes it: `to(h.dtype)` keeps no edge to the read (its dtype is a param)
+        return ((f"{n.args[1]}_of", first.name), (READ_BY, tuple(u.name for u in n.users)))
     if n.op == "call_function" and n.target is getattr:
         shape = len(n.args) == 2 and n.args[1] in SHAPE_ATTRS
     elif n.op == "call_method":

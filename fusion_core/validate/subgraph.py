@@ -126,8 +126,15 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
     # A `chunk` of a value the kernel computes, whose pieces it computes too, goes with them.
     tuples = {u for m in members for u in m.users if u not in member_set
               and split_name(u) is not None and all(x in member_set for x in u.users)}
-    for n in sorted([*members, *tuples], key=order.__getitem__, reverse=True):
+    # `h.dtype` read only by the cluster's ops (`(h > 0).to(h.dtype)`): the kernel has it.
+    baked = {u for m in members for u in m.users if u not in member_set
+             and _reads_dtype(u) and u.users and all(x in member_set for x in u.users)}
+    for n in sorted([*members, *tuples, *baked], key=order.__getitem__, reverse=True):
         graph.erase_node(n)
+
+
+def _reads_dtype(n: fx.Node) -> bool:
+    return n.op == "call_function" and n.target is getattr and n.args[1:] == ("dtype",)
 
 
 def _weights_after(inputs: Sequence[fx.Node], order: Mapping[fx.Node, int], start: int
