@@ -86,6 +86,12 @@ def comments_lost(old: str, new: str) -> list[str]:
     return sorted((comments(old) - comments(new)).elements())
 
 
+def pointer_reasons(out: str) -> list[str]:
+    """Why each cluster got no diff: the reason after `no diff: ` (a log to group by)."""
+    return [ln.split("no diff: ", 1)[1] for ln in out.splitlines()
+            if ln.startswith("cluster ") and "no diff: " in ln]
+
+
 def run_one(seed: int, root: Path) -> dict[str, Any]:
     src, shapes = make_model(seed)
     folder = root / f"m{seed}"
@@ -117,6 +123,7 @@ def run_one(seed: int, root: Path) -> dict[str, Any]:
         return info
     if "Applied" not in out:
         info["status"] = "nothing"
+        info["why"] = "; ".join(pointer_reasons(out))[:600]
         return info
     backup = path.with_name(path.name + ".bak")
     new = path.read_text()
