@@ -19,6 +19,8 @@ from ..ir.graph import METADATA_ATTRS, SHAPE_ATTRS, SHAPE_METHODS
 
 _SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# Uses of a name that need it bound: a read, and `del name` (UnboundLocalError too).
+BOUND_USES = (ast.Load, ast.Del)
 
 
 def sha256(data: bytes) -> str:
@@ -184,13 +186,13 @@ def local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
 
 
 def loaded_names(expr: ast.AST, skip: Sequence[ast.AST] = ()) -> set[str]:
-    """Names `expr` reads, those inside the sub-expressions `skip` aside."""
+    """Names `expr` reads (or deletes), those inside the sub-expressions `skip` aside."""
     out, todo = set(), [expr]
     while todo:
         n = todo.pop()
         if any(n is s for s in skip):
             continue
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, BOUND_USES):
             out.add(n.id)
         todo.extend(ast.iter_child_nodes(n))
     return out
@@ -320,7 +322,7 @@ def read_later(scope: Scope, stmts: Sequence[Statement], names: set[str]
             return None
         names = live
     for n in ast.walk(scope.node):
-        if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
+        if (isinstance(n, ast.Name) and isinstance(n.ctx, BOUND_USES) and n.id in names
                 and not stmts[0].start <= n.lineno <= stmts[-1].end
                 and (loop is not None and n.lineno >= loop.lineno or n.lineno > stmts[-1].end)):
             return n.id, n.lineno
