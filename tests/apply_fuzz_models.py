@@ -198,10 +198,10 @@ class Gen:
     def _wide_statement(self) -> None:
         """Statement forms beyond `name = expr`: annotations, unpacking, chained targets,
         in-place activations, `with`, semicolons, continuations, conditional expressions,
-        chunk and cat, keyword helper calls."""
+        chunk and cat, keyword helper calls, `del`, item assignment."""
         r = self.rng
         v, w = self.leaf(), self.leaf()
-        k = r.randrange(11)
+        k = r.randrange(13)
         if k == 0:
             t = self.target()
             self.lines.append(f"{t}: torch.Tensor = {self.expr(2)}")
@@ -241,6 +241,12 @@ class Gen:
             p, q = f"p{len(self.lines)}", f"q{len(self.lines)}"
             self.lines.append(f"{p}, {q} = {v}.chunk(2, dim=-1)")
             self.assign(self.target(), f"torch.cat([{p} * 2.0, F.gelu({q})], dim=-1)")
+        elif k == 10 and len(self.live) > len(self.inputs) + 1:
+            gone = r.choice(self.live[len(self.inputs):-1])  # never the newest: it returns
+            self.lines.append(f"del {gone}")
+            self.live.remove(gone)
+        elif k == 11:
+            self.lines.append(f"{v}[..., 0] = {r.choice(['0.0', '1.5'])}")
         elif k == 9 and self.helpers:
             self.assign(self.target(), f"self.mix{r.randrange(len(self.helpers))}"
                                        f"({v}, b={self.expr(1)})")
@@ -312,7 +318,7 @@ def _balanced_call(e: str) -> bool:
 
 def make_model(seed: int) -> tuple[str, list[tuple[int, ...]]]:
     r = random.Random(seed)
-    dims = r.choice([(4, 32), (2, 8, 16), (4, 16)])
+    dims = r.choice([(4, 32), (2, 8, 16), (4, 16), (1, 32), (1, 8, 16), (3, 6, 12)])
     inputs = ["x"] if r.random() < 0.6 else ["x", "y"]
     g = Gen(r, dims, inputs)
     for _ in range(r.randint(3, 9)):

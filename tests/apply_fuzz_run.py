@@ -5,7 +5,10 @@ A case is bad when the CLI ends in a traceback, or it applied edits and the rewr
 does not parse, drops one of the original's comments, or computes something else than the
 backup (outputs, and what it writes into its inputs) at the analysed shape or at one more
 batch row, or fails there. At a doubled last dim only a failure to run is noted, apart
-(`lastdim`): the kernels follow the batch, the other sizes as analysed.
+(`lastdim`): the kernels follow the batch, the other sizes as analysed. Analysed at batch
+1, a launcher's one-line refusal (ValueError) of batch 2 is noted apart too (`batch1`): a
+length-1 dim is ambiguous, so the launcher may refuse another length
+(test_codegen_length_one.py), but must not compute a wrong one.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from fusion_core.load import import_model_file, instantiate, pick_class
 from fusion_core.sourcemap.apply import forget_package
 from fusion_core.sourcemap.fused import package_name
 
-OK = frozenset({"applied-ok", "nothing", "refused", "invalid", "lastdim"})
+OK = frozenset({"applied-ok", "nothing", "refused", "invalid", "lastdim", "batch1"})
 
 
 def load(path: Path) -> torch.nn.Module:
@@ -63,6 +66,9 @@ def compare(orig_path: Path, new_path: Path, shapes: list[tuple[int, ...]]) -> s
                 got = leaves(after(*b_in))
             except Exception as e:  # noqa: BLE001
                 tag = " LASTDIM" if k == 2 else ""
+                if k == 1 and all(s[0] == 1 for s in shapes) and isinstance(e, ValueError) \
+                        and "regenerate" in str(e):
+                    tag = " BATCH1"  # a length-1 dim is ambiguous: the launcher refuses
                 return f"rewritten fails at {variant}{tag}: {type(e).__name__}: {e}"[:400]
         try:
             assert len(got) == len(want), f"{len(got)} outputs vs {len(want)}"
@@ -139,6 +145,9 @@ def run_one(seed: int, root: Path) -> dict[str, Any]:
     why = compare(orig, path, shapes)
     if why and why.startswith("rewritten fails at") and "LASTDIM" in why:
         info["status"] = "lastdim"  # beyond the contract: the kernels follow the batch only
+        info["why"] = why
+    elif why and why.startswith("rewritten fails at") and "BATCH1" in why:
+        info["status"] = "batch1"  # analysed at batch 1: refusing another is allowed
         info["why"] = why
     elif why or lost:
         info["status"] = "BAD"
