@@ -82,7 +82,12 @@ class Gen:
                               "F.hardswish({})", "torch.erf({})", "{a}.pow(2)",
                               "torch.clamp({}, min=0.0)", "F.normalize({}, dim=-1)",
                               "F.log_softmax({}, dim=-1)", "{a}.square()", "F.relu6({})",
-                              "{a} * PARAM", "{a} * PARAM + PARAM", "MOD"])
+                              "{a} * PARAM", "{a} * PARAM + PARAM", "MOD",
+                              "{a}.masked_fill({a} > 0.5, 0.0)", "({a} > 0).float() * {a}",
+                              "torch.sign({a}) * {a}.abs().sqrt()", "{a}.floor()",
+                              "{a}.flip(-1)", "{a}.roll(1, -1)", "{a}.cumsum(-1) * 0.1",
+                              "torch.cat([{a}[..., :HALF], {a}[..., HALF:] * 2.0], -1)"])
+            spell = spell.replace("HALF", str(self.d // 2))
             if "PARAM" in spell:  # each a parameter of the last dim's size, maybe shared
                 out = spell.format(a=self.atom(e))
                 while "PARAM" in out:
@@ -118,7 +123,11 @@ class Gen:
                              f"{a} - torch.logsumexp({a}, -1, keepdim=True)",
                              f"{a} * {a}.var(-1, keepdim=True)",
                              f"{a} - {a}.mean(dim=-1, keepdim=True)",
-                             f"{a} / {a}.abs().sum(-1, keepdim=True).clamp(min=1.0)"])
+                             f"{a} / {a}.abs().sum(-1, keepdim=True).clamp(min=1.0)",
+                             f"{a} - {a}.max(-1, keepdim=True).values",
+                             f"{a} - torch.max({a}, -1, keepdim=True)[0]",
+                             f"{a} / ({a}.norm(dim=-1, keepdim=True) + 1e-6)",
+                             f"{a} * {a}.std(-1, keepdim=True)"])
         e = self.expr(depth - 1)
         kind = r.choice(["ln", "ln", "bn", "fc", "fc"])
         return f"{self.module(kind)}({e})"
