@@ -210,7 +210,7 @@ class Gen:
         chunk and cat, keyword helper calls, `del`, item assignment."""
         r = self.rng
         v, w = self.leaf(), self.leaf()
-        k = r.randrange(13)
+        k = r.randrange(14)
         if k == 0:
             t = self.target()
             self.lines.append(f"{t}: torch.Tensor = {self.expr(2)}")
@@ -256,6 +256,10 @@ class Gen:
             self.live.remove(gone)
         elif k == 11:
             self.lines.append(f"{v}[..., 0] = {r.choice(['0.0', '1.5'])}")
+        elif k == 12:  # a branch the trace skips (flag is True); the check also runs it
+            self.mods.setdefault("flag", "True")
+            self.lines += ["if not self.flag:", "    " + r.choice(
+                [f"{v} += {w}", f"{v} = {self.expr(1)}", f"{v}.mul_(0.5)"])]
         elif k == 9 and self.helpers:
             self.assign(self.target(), f"self.mix{r.randrange(len(self.helpers))}"
                                        f"({v}, b={self.expr(1)})")
