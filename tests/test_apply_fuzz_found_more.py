@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apply_checks import apply_net
+import torch
+from apply_checks import DEVICE, apply_net, original_and_rewritten
 
 # `del a` after the fused lines needs `a` bound.
 DELETED_AFTER = """\
@@ -73,3 +74,40 @@ def test_a_name_augmented_after_the_range_keeps_its_assignment(tmp_path: Path):
     assert result.exit_code == 0, result.output
     assert "`a`, assigned inside the range, is read again at line 16" in result.output
     assert path.read_text() == AUGMENTED_IN_A_BRANCH
+
+
+# A cluster's result is the values of a max, read inside the line (fuzz seed 4227).
+MAX_VALUES_INSIDE = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(32)
+
+    def forward(self, x):
+        b = self.bn(x) - torch.max(self.bn(x), -1, keepdim=True)[0]
+        y = (b - b.max(-1, keepdim=True).values).add(b, alpha=0.5)
+        b.sigmoid_()
+        t = y.reshape(y.shape[0], 4, -1)
+        t = t.softmax(-1) * 3.0
+        return t.flatten(1) * y
+"""
+
+
+def test_the_values_of_a_max_are_replaced_with_their_attribute(tmp_path: Path):
+    # The edit replaced the call `b.max(-1, keepdim=True)` alone, keeping `.values`:
+    # `fused.values` read a tensor's method, a TypeError --apply rolled back.
+    path = tmp_path / "max_values.py"
+    path.write_text(MAX_VALUES_INSIDE)
+    result = apply_net(path, "4,32")
+    assert result.exit_code == 0, result.output
+    assert "failed its check" not in result.output
+    assert ".values" not in path.read_text().split("def forward")[1]
+    assert "Applied 1 edit" in result.output
+    before, after = original_and_rewritten(tmp_path, path, MAX_VALUES_INSIDE)
+    x = torch.randn(3, 32, device=DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(after.to(DEVICE)(x), before.to(DEVICE)(x))
