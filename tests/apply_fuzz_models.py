@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import random
 
+# Modules the widened forwards also call: `kind -> constructor` ({d}: the last dim).
+WIDE_MODS = {"lnx": "nn.LayerNorm({d}, elementwise_affine=False)", "rms": "nn.RMSNorm({d})",
+             "seq": "nn.Sequential(nn.LayerNorm({d}), nn.GELU())", "blk": "Block({d})",
+             "scl": "Scale()", "p": "nn.Parameter(torch.randn({d}))"}
+
 ACTS = {"relu": "nn.ReLU()", "relu_ip": "nn.ReLU(inplace=True)", "gelu": "nn.GELU()",
         "silu": "nn.SiLU()", "sigmoid": "nn.Sigmoid()", "tanh": "nn.Tanh()",
         "gelu_tanh": "nn.GELU(approximate='tanh')"}
@@ -44,6 +49,8 @@ class Gen:
             self.mods[name] = f"nn.BatchNorm1d({self.dims[1]})"
         elif kind == "fc":
             self.mods[name] = f"nn.Linear({self.d}, {self.d})"
+        elif kind in WIDE_MODS:
+            self.mods[name] = WIDE_MODS[kind].format(d=self.d)
         else:
             self.mods[name] = ACTS[self.rng.choice(sorted(ACTS))]
         return "self." + name
@@ -70,7 +77,24 @@ class Gen:
                               "torch.abs({})", "-{a}", "{a}.neg()", "{a}.clamp(-1.0, 1.0)",
                               "F.leaky_relu({}, 0.1)", "F.layer_norm({}, (D,))",
                               "{a}.float()", "torch.where({a} > 0, {a}, {a} * 0.1)",
-                              "{a}.contiguous()", "{a}.clone()", "DROP"])
+                              "{a}.contiguous()", "{a}.clone()", "DROP",
+                              "F.relu({}, inplace=True)", "F.softplus({})", "F.elu({})",
+                              "F.hardswish({})", "torch.erf({})", "{a}.pow(2)",
+                              "torch.clamp({}, min=0.0)", "F.normalize({}, dim=-1)",
+                              "F.log_softmax({}, dim=-1)", "{a}.square()", "F.relu6({})",
+                              "{a} * PARAM", "{a} * PARAM + PARAM", "MOD",
+                              "{a}.masked_fill({a} > 0.5, 0.0)", "({a} > 0).float() * {a}",
+                              "torch.sign({a}) * {a}.abs().sqrt()", "{a}.floor()",
+                              "{a}.flip(-1)", "{a}.roll(1, -1)", "{a}.cumsum(-1) * 0.1",
+                              "torch.cat([{a}[..., :HALF], {a}[..., HALF:] * 2.0], -1)"])
+            spell = spell.replace("HALF", str(self.d // 2))
+            if "PARAM" in spell:  # each a parameter of the last dim's size, maybe shared
+                out = spell.format(a=self.atom(e))
+                while "PARAM" in out:
+                    out = out.replace("PARAM", self.module("p"), 1)
+                return out
+            if spell == "MOD":
+                return f"{self.module(r.choice(['lnx', 'rms', 'seq', 'blk', 'scl']))}({e})"
             if spell == "ACT":
                 return f"{self.module('act')}({e})"
             if spell == "DROP":
@@ -82,7 +106,11 @@ class Gen:
             op = r.choice(["{a} + {b}", "{a} * {b}", "{a} - {b}", "{a} * 2.0 + {b}",
                            "{a} * 0.5", "{a} + 1.0", "{a} / 2.0", "2.0 * {a} - {b}",
                            "torch.add({a}, {b}, alpha=2.0)", "{a}.mul({b})",
-                           "torch.maximum({a}, {b})", "{a}.sub({b})"])
+                           "torch.maximum({a}, {b})", "{a}.sub({b})",
+                           "torch.where({a} > {b}, {a}, {b})", "{a}.add({b}, alpha=0.5)",
+                           "torch.addcmul({a}, {a}, {b}, value=0.5)", "{a} ** 2 + {b}",
+                           "{a}.div({b}.abs() + 1.0)", "torch.lerp({a}, {b}, 0.3)",
+                           "blend({a}, {b})"])
             return op.format(a=self.atom(a), b=self.atom(b))
         if k < 0.8:
             e = self.expr(depth - 1)
@@ -91,7 +119,15 @@ class Gen:
                              f"torch.softmax({e}, dim=-1)", f"{a} - {a}.mean(-1, keepdim=True)",
                              f"{a} * {a}.mean(-1, keepdim=True)",
                              f"{a} - {a}.amax(-1, keepdim=True)",
-                             f"{a} * torch.rsqrt({a}.pow(2).mean(-1, keepdim=True) + 1e-6)"])
+                             f"{a} * torch.rsqrt({a}.pow(2).mean(-1, keepdim=True) + 1e-6)",
+                             f"{a} - torch.logsumexp({a}, -1, keepdim=True)",
+                             f"{a} * {a}.var(-1, keepdim=True)",
+                             f"{a} - {a}.mean(dim=-1, keepdim=True)",
+                             f"{a} / {a}.abs().sum(-1, keepdim=True).clamp(min=1.0)",
+                             f"{a} - {a}.max(-1, keepdim=True).values",
+                             f"{a} - torch.max({a}, -1, keepdim=True)[0]",
+                             f"{a} / ({a}.norm(dim=-1, keepdim=True) + 1e-6)",
+                             f"{a} * {a}.std(-1, keepdim=True)"])
         e = self.expr(depth - 1)
         kind = r.choice(["ln", "ln", "bn", "fc", "fc"])
         return f"{self.module(kind)}({e})"
@@ -117,9 +153,10 @@ class Gen:
         self.lines.append(f"{v} = {e}")
         self._bind(v)
 
-    def _bind(self, v: str) -> None:
-        if v not in self.live:
-            self.live.append(v)
+    def _bind(self, *names: str) -> None:
+        for v in names:
+            if v not in self.live:
+                self.live.append(v)
 
     def statement(self) -> None:
         r = self.rng
@@ -162,8 +199,72 @@ class Gen:
         elif k < 0.51 and self.helpers:  # one tensor for both parameters
             v = self.leaf()
             self.assign(self.target(), f"self.mix{r.randrange(len(self.helpers))}({v}, {v})")
+        elif k < 0.62:
+            self._wide_statement()
         else:
             self.assign(self.target(), self.expr(r.randint(1, 3)))
+
+    def _wide_statement(self) -> None:
+        """Statement forms beyond `name = expr`: annotations, unpacking, chained targets,
+        in-place activations, `with`, semicolons, continuations, conditional expressions,
+        chunk and cat, keyword helper calls, `del`, item assignment."""
+        r = self.rng
+        v, w = self.leaf(), self.leaf()
+        k = r.randrange(14)
+        if k == 0:
+            t = self.target()
+            self.lines.append(f"{t}: torch.Tensor = {self.expr(2)}")
+            self._bind(t)
+        elif k == 1:
+            a, b = self.target(), self.target()
+            if a != b:
+                self.lines.append(f"{a}, {b} = {self.expr(1)}, {self.expr(1)}")
+                self._bind(a, b)
+        elif k == 2:
+            a, b = self.target(), self.target()
+            self.lines.append(f"{a} = {b} = {self.expr(2)}")
+            self._bind(a, b)
+        elif k == 3:
+            self.lines.append(r.choice([f"{v} = F.relu({v}, inplace=True)", f"torch.relu_({v})",
+                                        f"{v}.clamp_(min=-1.0)", f"{v} -= {w}", f"{v} /= 2.0",
+                                        f"{v}.mul_({w}).add_(1.0)", f"F.silu({v}, inplace=True)",
+                                        f"{v}.tanh_()"]))
+        elif k == 4:
+            t = self.target()
+            self.lines += ["with torch.no_grad():", f"    {t} = {self.expr(2)}"]
+            self._bind(t)
+        elif k == 5:
+            a, b = self.target(), self.target()
+            self.lines.append(f"{a} = {self.expr(1)}; {b} = {self.expr(1)}")
+            self._bind(a, b)
+        elif k == 6:
+            t = self.target()
+            self.lines += [f"{t} = {self.atom(self.expr(1))} * 2.0 + \\",
+                           f"    {self.atom(self.expr(1))}"]
+            self._bind(t)
+        elif k == 7:
+            self.mods.setdefault("flag", "True")
+            self.assign(self.target(), f"{self.atom(self.expr(1))} if self.flag else "
+                                       f"{self.atom(self.expr(1))}")
+        elif k == 8 and self.d % 2 == 0:
+            p, q = f"p{len(self.lines)}", f"q{len(self.lines)}"
+            self.lines.append(f"{p}, {q} = {v}.chunk(2, dim=-1)")
+            self.assign(self.target(), f"torch.cat([{p} * 2.0, F.gelu({q})], dim=-1)")
+        elif k == 10 and len(self.live) > len(self.inputs) + 1:
+            gone = r.choice(self.live[len(self.inputs):-1])  # never the newest: it returns
+            self.lines.append(f"del {gone}")
+            self.live.remove(gone)
+        elif k == 11:
+            self.lines.append(f"{v}[..., 0] = {r.choice(['0.0', '1.5'])}")
+        elif k == 12:  # a branch the trace skips (flag is True); the check also runs it
+            self.mods.setdefault("flag", "True")
+            self.lines += ["if not self.flag:", "    " + r.choice(
+                [f"{v} += {w}", f"{v} = {self.expr(1)}", f"{v}.mul_(0.5)"])]
+        elif k == 9 and self.helpers:
+            self.assign(self.target(), f"self.mix{r.randrange(len(self.helpers))}"
+                                       f"({v}, b={self.expr(1)})")
+        else:
+            self.assign(self.target(), f"{self.module('blk')}({v}) * 0.5 + {w}")
 
     def _view_block(self) -> None:
         r = self.rng
@@ -230,7 +331,7 @@ def _balanced_call(e: str) -> bool:
 
 def make_model(seed: int) -> tuple[str, list[tuple[int, ...]]]:
     r = random.Random(seed)
-    dims = r.choice([(4, 32), (2, 8, 16), (4, 16)])
+    dims = r.choice([(4, 32), (2, 8, 16), (4, 16), (1, 32), (1, 8, 16), (3, 6, 12)])
     inputs = ["x"] if r.random() < 0.6 else ["x", "y"]
     g = Gen(r, dims, inputs)
     for _ in range(r.randint(3, 9)):
@@ -248,6 +349,24 @@ import torch.nn.functional as F
 
 def gate(t):
     return t * torch.sigmoid(t)
+
+
+def blend(a, b):
+    return a * 0.5 + torch.tanh(b)
+
+
+class Scale(nn.Module):
+    def forward(self, t):
+        return t * 2.0 + 1.0
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, t):
+        return t + F.gelu(self.norm(t)) * 0.5
 
 
 class Net(nn.Module):

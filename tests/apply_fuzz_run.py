@@ -4,8 +4,12 @@
 A case is bad when the CLI ends in a traceback, or it applied edits and the rewritten file
 does not parse, drops one of the original's comments, or computes something else than the
 backup (outputs, and what it writes into its inputs) at the analysed shape or at one more
-batch row, or fails there. At a doubled last dim only a failure to run is noted, apart
-(`lastdim`): the kernels follow the batch, the other sizes as analysed.
+batch row, or fails there; a model with a `flag` is compared again with it False, which
+runs the branches the trace skipped. At a doubled last dim only a failure to run is noted, apart
+(`lastdim`): the kernels follow the batch, the other sizes as analysed. Analysed at batch
+1, a launcher's one-line refusal (ValueError) of batch 2 is noted apart too (`batch1`): a
+length-1 dim is ambiguous, so the launcher may refuse another length
+(test_codegen_length_one.py), but must not compute a wrong one.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from fusion_core.load import import_model_file, instantiate, pick_class
 from fusion_core.sourcemap.apply import forget_package
 from fusion_core.sourcemap.fused import package_name
 
-OK = frozenset({"applied-ok", "nothing", "refused", "invalid", "lastdim"})
+OK = frozenset({"applied-ok", "nothing", "refused", "invalid", "lastdim", "batch1"})
 
 
 def load(path: Path) -> torch.nn.Module:
@@ -41,7 +45,18 @@ def leaves(out: Any) -> list[torch.Tensor]:
 
 
 def compare(orig_path: Path, new_path: Path, shapes: list[tuple[int, ...]]) -> str | None:
+    why = compare_at(orig_path, new_path, shapes)
+    if why is None and hasattr(load(orig_path), "flag"):  # the branches the trace skipped
+        why = compare_at(orig_path, new_path, shapes, flag=False)
+        why = why and f"with flag=False: {why}"
+    return why
+
+
+def compare_at(orig_path: Path, new_path: Path, shapes: list[tuple[int, ...]],
+               flag: bool | None = None) -> str | None:
     before, after = load(orig_path), load(new_path)
+    if flag is not None:
+        before.flag = after.flag = flag
     for name, buf in before.named_buffers():
         if name.endswith(("running_mean", "running_var")):
             buf.uniform_(0.5, 1.5)
@@ -56,13 +71,16 @@ def compare(orig_path: Path, new_path: Path, shapes: list[tuple[int, ...]]) -> s
             try:
                 want = leaves(before(*a_in))
             except Exception as e:  # noqa: BLE001
-                if k:
-                    continue  # the model itself does not run at this shape
+                if k or flag is not None:
+                    continue  # the model itself does not run at this shape or setting
                 return f"original fails: {e!r}"
             try:
                 got = leaves(after(*b_in))
             except Exception as e:  # noqa: BLE001
                 tag = " LASTDIM" if k == 2 else ""
+                if k == 1 and all(s[0] == 1 for s in shapes) and isinstance(e, ValueError) \
+                        and "regenerate" in str(e):
+                    tag = " BATCH1"  # a length-1 dim is ambiguous: the launcher refuses
                 return f"rewritten fails at {variant}{tag}: {type(e).__name__}: {e}"[:400]
         try:
             assert len(got) == len(want), f"{len(got)} outputs vs {len(want)}"
@@ -84,6 +102,12 @@ def comments_lost(old: str, new: str) -> list[str]:
         return Counter(t.string for t in toks if t.type == tokenize.COMMENT)
 
     return sorted((comments(old) - comments(new)).elements())
+
+
+def pointer_reasons(out: str) -> list[str]:
+    """Why each cluster got no diff: the reason after `no diff: ` (a log to group by)."""
+    return [ln.split("no diff: ", 1)[1] for ln in out.splitlines()
+            if ln.startswith("cluster ") and "no diff: " in ln]
 
 
 def run_one(seed: int, root: Path) -> dict[str, Any]:
@@ -117,6 +141,7 @@ def run_one(seed: int, root: Path) -> dict[str, Any]:
         return info
     if "Applied" not in out:
         info["status"] = "nothing"
+        info["why"] = "; ".join(pointer_reasons(out))[:600]
         return info
     backup = path.with_name(path.name + ".bak")
     new = path.read_text()
@@ -130,8 +155,11 @@ def run_one(seed: int, root: Path) -> dict[str, Any]:
         return info
     lost = comments_lost(src, new)
     why = compare(orig, path, shapes)
-    if why and why.startswith("rewritten fails at") and "LASTDIM" in why:
+    if why and "rewritten fails at" in why and "LASTDIM" in why:
         info["status"] = "lastdim"  # beyond the contract: the kernels follow the batch only
+        info["why"] = why
+    elif why and "rewritten fails at" in why and "BATCH1" in why:
+        info["status"] = "batch1"  # analysed at batch 1: refusing another is allowed
         info["why"] = why
     elif why or lost:
         info["status"] = "BAD"

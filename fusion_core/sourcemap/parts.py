@@ -16,6 +16,7 @@ from ..pipeline import Analysis
 from .augmented import is_augmented
 from .callsite import site_line
 from .mismatch import Mismatch, whole_value
+from .pyexpr import values_call
 from .pysource import SourceFile, loaded_names, local_names, stored_names
 from .span import Span
 
@@ -49,7 +50,8 @@ def free_inputs(analysis: Analysis, group: list[Cluster]) -> frozenset[str]:
 
 
 def parts(span: Span) -> list[ast.expr]:
-    """Calls and operators inside the last statement's value, outermost first."""
+    """Calls and operators inside the last statement's value, outermost first; the values
+    of a max (`x.max(1).values`, `torch.max(x, 1)[0]`) whole, before the call."""
     try:
         value = whole_value(span.stmts[-1].node)
     except Mismatch:
@@ -57,7 +59,8 @@ def parts(span: Span) -> list[ast.expr]:
     out, todo = [], [value]
     while todo:
         e = todo.pop(0)
-        if e is not value and isinstance(e, (ast.Call, ast.BinOp, ast.UnaryOp)):
+        if e is not value and (isinstance(e, (ast.Call, ast.BinOp, ast.UnaryOp))
+                               or values_call(e) is not None):
             out.append(e)
         todo.extend(n for n in ast.iter_child_nodes(e) if isinstance(n, ast.expr))
     return out

@@ -19,6 +19,16 @@ from ..ir.graph import METADATA_ATTRS, SHAPE_ATTRS, SHAPE_METHODS
 
 _SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# Uses of a name that need it bound: a read, and `del name` (UnboundLocalError too).
+BOUND_USES = (ast.Load, ast.Del)
+
+
+def bound_uses(tree: ast.AST) -> list[ast.Name]:
+    """The names in `tree` that need a binding: reads, `del name`, and `name += ...`'s
+    target (its context says Store, but it reads the name first)."""
+    aug = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign)}
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Name)
+            and (isinstance(n.ctx, BOUND_USES) or id(n) in aug)]
 
 
 def sha256(data: bytes) -> str:
@@ -184,13 +194,13 @@ def local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
 
 
 def loaded_names(expr: ast.AST, skip: Sequence[ast.AST] = ()) -> set[str]:
-    """Names `expr` reads, those inside the sub-expressions `skip` aside."""
+    """Names `expr` reads (or deletes), those inside the sub-expressions `skip` aside."""
     out, todo = set(), [expr]
     while todo:
         n = todo.pop()
         if any(n is s for s in skip):
             continue
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, BOUND_USES):
             out.add(n.id)
         todo.extend(ast.iter_child_nodes(n))
     return out
@@ -309,9 +319,10 @@ def read_later(scope: Scope, stmts: Sequence[Statement], names: set[str]
         live = set(names)
         last = stmts[-1]
         for st in last.body[last.index + 1:]:
-            hit = sorted(loaded_names(st) & live)
-            if hit:
-                return hit[0], st.lineno
+            uses = [n for n in bound_uses(st) if n.id in live]
+            if uses:  # the use's own line, inside a compound statement too
+                first = min(uses, key=lambda n: (n.id, n.lineno))
+                return first.id, first.lineno
             if isinstance(st, (ast.Assign, ast.AnnAssign)):
                 live -= stored_names(st)
             if not live:
@@ -319,9 +330,8 @@ def read_later(scope: Scope, stmts: Sequence[Statement], names: set[str]
         if last.body is scope.node.body:
             return None
         names = live
-    for n in ast.walk(scope.node):
-        if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
-                and not stmts[0].start <= n.lineno <= stmts[-1].end
+    for n in bound_uses(scope.node):
+        if (n.id in names and not stmts[0].start <= n.lineno <= stmts[-1].end
                 and (loop is not None and n.lineno >= loop.lineno or n.lineno > stmts[-1].end)):
             return n.id, n.lineno
     return None

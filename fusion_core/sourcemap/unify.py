@@ -261,6 +261,10 @@ class Unifier:
         elif (isinstance(expr, ast.Compare) and len(expr.ops) == 1
               and same_operator(node, COMPAREOPS.get(type(expr.ops[0])))):
             self.match_args([expr.left, expr.comparators[0]], node.args, k)
+        elif isinstance(expr, ast.Call) and node.meta.get(SPELLED):
+            # `x.max(1)` alone gives values and indices: the graph's amax is its `.values`
+            raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} gives values "
+                           f"and indices, where the graph reads {self.said(node)} alone")
         elif isinstance(expr, ast.Call):
             self.match_call(expr, node, k)
         elif node.meta.get(SPELLED) and (call := values_call(expr)) is not None:

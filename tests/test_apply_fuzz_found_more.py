@@ -1,0 +1,113 @@
+"""More defects that random and hand-written models found in `--apply`
+(tools/apply_fuzz.py; the first ones are in test_apply_fuzz_found.py), each reduced to a
+model. Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from apply_checks import DEVICE, apply_net, original_and_rewritten
+
+# `del a` after the fused lines needs `a` bound.
+DELETED_AFTER = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        a = torch.relu(h) * 2.0
+        c = a + 1.0
+        del a
+        return self.fc(c)
+"""
+
+
+def test_a_name_deleted_after_the_range_keeps_its_assignment(tmp_path: Path):
+    # The edit was `c = cluster0(h)` with `a = ...` gone: `del a` raised UnboundLocalError,
+    # and --apply rolled the file back as "failed its check against the original".
+    path = tmp_path / "deleted.py"
+    path.write_text(DELETED_AFTER)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert "failed its check" not in result.output
+    assert "`a`, assigned inside the range, is read again at line 14" in result.output
+    assert path.read_text() == DELETED_AFTER
+
+
+# `a += 1.0` in a branch the trace did not take: it reads `a` first.
+AUGMENTED_IN_A_BRANCH = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, flag: bool = True):
+        super().__init__()
+        self.flag = flag
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        a = torch.relu(h) * 2.0
+        c = a + 1.0
+        if not self.flag:
+            a += 1.0
+            c = c * 2.0
+        return self.fc(c)
+"""
+
+
+def test_a_name_augmented_after_the_range_keeps_its_assignment(tmp_path: Path):
+    # The edit was `c = cluster0(h)` with `a = ...` gone: right at flag=True, an
+    # UnboundLocalError for Net(flag=False). The check ran at flag=True, so it was written.
+    path = tmp_path / "augmented.py"
+    path.write_text(AUGMENTED_IN_A_BRANCH)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert "`a`, assigned inside the range, is read again at line 16" in result.output
+    assert path.read_text() == AUGMENTED_IN_A_BRANCH
+
+
+# A cluster's result is the values of a max, read inside the line (fuzz seed 4227).
+MAX_VALUES_INSIDE = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(32)
+
+    def forward(self, x):
+        b = self.bn(x) - torch.max(self.bn(x), -1, keepdim=True)[0]
+        y = (b - b.max(-1, keepdim=True).values).add(b, alpha=0.5)
+        b.sigmoid_()
+        t = y.reshape(y.shape[0], 4, -1)
+        t = t.softmax(-1) * 3.0
+        return t.flatten(1) * y
+"""
+
+
+def test_the_values_of_a_max_are_replaced_with_their_attribute(tmp_path: Path):
+    # The edit replaced the call `b.max(-1, keepdim=True)` alone, keeping `.values`:
+    # `fused.values` read a tensor's method, a TypeError --apply rolled back.
+    path = tmp_path / "max_values.py"
+    path.write_text(MAX_VALUES_INSIDE)
+    result = apply_net(path, "4,32")
+    assert result.exit_code == 0, result.output
+    assert "failed its check" not in result.output
+    assert ".values" not in path.read_text().split("def forward")[1]
+    assert "Applied 1 edit" in result.output
+    before, after = original_and_rewritten(tmp_path, path, MAX_VALUES_INSIDE)
+    x = torch.randn(3, 32, device=DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(after.to(DEVICE)(x), before.to(DEVICE)(x))
