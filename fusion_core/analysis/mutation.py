@@ -1,6 +1,7 @@
 """Legality: no in-place op outside a group may mutate what the group reads mid-way.
 
-Reads the graph (in-place nodes left by ``ir/functionalize.py``, views, positions)
+Reads the graph (in-place nodes left by ``ir/functionalize.py``, or calls the registry lacks
+that ``ir/inplace_writes.py`` marks, as item assignments export; views, positions)
 and a group; returns ``None`` or a ``Failure`` under the ``aliasing`` check. One
 kernel reads its inputs at one moment, so an outside in-place op that runs between
 the group's first and last node and writes a value the group computes or reads

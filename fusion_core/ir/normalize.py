@@ -34,6 +34,7 @@ from .graph import (
     TensorMeta,
 )
 from .inline_blocks import block_source
+from .inplace_writes import written_by
 from .max_values import SPELLED
 from .registry import bind, lookup, training_spec
 from .run_scalars import RUN_SCALAR, Apply, scalar_of
@@ -235,7 +236,7 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
         return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs,
                     params=((OPAQUE_WHY, move.why),), **{**common, "target": move.call})
     if found is None:
-        return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
+        return _unknown_call(n, refs, common)
     if found == "view":
         op = str(getattr(key, "__name__", n.target) if n.op != "call_method" else n.target)
         if isinstance(key, torch._ops.OpOverload):  # an aten view a pass put in (an alias)
@@ -266,7 +267,7 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
     try:
         values = bind(spec, sig, n.args, n.kwargs)
     except TypeError:
-        return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
+        return _unknown_call(n, refs, common)
     if spec.name == "to":
         values.pop("other", None)  # `type_as`: the other tensor only names the dtype
         values["dtype"] = next((a for a in flatten((n.args, n.kwargs))
@@ -281,7 +282,7 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
                    and not (spec.kind is OpKind.GENERATOR and k == "device"))
     if any(isinstance(v, fx.Node) for _, v in params):
         # A non-operand argument computed at run time (`2.0 ** x`): opaque, all edges kept.
-        return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
+        return _unknown_call(n, refs, common)
     kind = spec.kind
     if inplace or values.get("inplace") is True:
         kind = OpKind.INPLACE
@@ -289,6 +290,14 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
         kind = OpKind.OPAQUE  # random, or it would update running statistics
     return Node(op=spec.name + ("_" if kind is OpKind.INPLACE else ""), kind=kind,
                 inputs=inputs, params=params, **common)
+
+
+def _unknown_call(n: fx.Node, refs: tuple[Ref, ...], common: dict[str, Any]) -> Node:
+    """A call kept whole: an in-place op where it writes its first operand (`a[:, 0] = 1.0`
+    exports as `fill_`), so the legality checks see the write; else opaque."""
+    if (written := written_by(n)) is not None:
+        return Node(op=written, kind=OpKind.INPLACE, inputs=refs, **common)
+    return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
 
 
 def _operand(v: Any) -> tuple[Any, ...]:

@@ -103,8 +103,11 @@ def said(g: FusionGraph, name: str) -> str:
     layer, alone = _layer_called(g, node, where)
     if layer:
         return layer if alone else f"`{op}` in {layer}"
+    if node.kind is OpKind.INPLACE and src is not None and f".{node.op}(" not in src.code and (
+            written_ := item_assignment(src.code)):
+        return f"`{written_}` ({where})"  # `a[:, 0] = 1.0`, exported as `fill_`
     sliced = (_subscript(src.code) if node.kind is OpKind.VIEW and src is not None
-              and node.op in ("getitem", "slice") else None)
+              and node.op in ("getitem", "slice", "select") else None)
     if sliced is None and node.kind is OpKind.VIEW and node.op == "getitem" and node.refs:
         return f"a piece of {said(g, node.refs[0])}"  # `a, b = h.chunk(2)`: no subscript
     return (sliced or f"`{op}`") + (f" ({where})" if where else "")
@@ -114,6 +117,17 @@ def subscript_written(code: str) -> str | None:
     """The subscript a line writes, unquoted (`hs[0]`), where it writes exactly one; None
     otherwise (the graph records lines, not columns)."""
     return _only(_subscripts(code))
+
+
+def item_assignment(code: str) -> str | None:
+    """The line where it is one statement assigning into subscripts (`a[:, 0] = 1.0`,
+    `a[..., :2] *= 0.5`), else None."""
+    tree = _parsed(code.strip())
+    stmt = tree.body[0] if tree is not None and len(tree.body) == 1 else None
+    targets = (stmt.targets if isinstance(stmt, ast.Assign) else
+               [stmt.target] if isinstance(stmt, ast.AugAssign) else [])
+    return code.strip() if targets and all(isinstance(t, ast.Subscript) for t in targets) \
+        else None
 
 
 def method_written(code: str, methods: Collection[str]) -> str | None:
