@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 # Trailing-underscore methods that change a tensor's flags or storage, not its values.
-_NO_VALUES = frozenset({"requires_grad_", "share_memory_"})
+_NO_VALUES = frozenset({"requires_grad_", "share_memory_", "detach_"})
 
 
 def _in_place_name(name: str) -> bool:
