@@ -111,3 +111,71 @@ def test_the_values_of_a_max_are_replaced_with_their_attribute(tmp_path: Path):
     x = torch.randn(3, 32, device=DEVICE)
     with torch.no_grad():
         torch.testing.assert_close(after.to(DEVICE)(x), before.to(DEVICE)(x))
+
+
+# A helper taking a number; the trace saw only `self.mix(x, 2.0)` (flag=True).
+NUMBER_PARAMETER = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, flag: bool = True):
+        super().__init__()
+        self.flag = flag
+
+    def mix(self, t, s):
+        return torch.sigmoid(t * s) + 1.0
+
+    def forward(self, x):
+        y = self.mix(x, 2.0)
+        if not self.flag:
+            y = self.mix(y, 3.0)
+        return y
+"""
+
+
+def test_a_helpers_number_parameter_is_not_built_into_the_kernel(tmp_path: Path):
+    # The edit was `return cluster0(t)` holding `s = 2.0`: Net(flag=False)'s second call,
+    # passing 3.0, silently computed with 2.0.
+    path = tmp_path / "number.py"
+    path.write_text(NUMBER_PARAMETER)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert ("`s` is a parameter of `mix` (line 10): its callers may pass other values than "
+            "the 2.0 built into the kernel; where all pass that value, write it into `mix` to "
+            "fuse these lines") in result.output
+    assert path.read_text() == NUMBER_PARAMETER
+    # An attribute set in `__init__` is one value for every call on the instance: written.
+    attribute = NUMBER_PARAMETER.replace("self.flag = flag", "self.flag, self.s = flag, 2.0"
+                                         ).replace("t * s", "t * self.s")
+    path.write_text(attribute)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert "return cluster0(t)" in path.read_text()
+
+
+# `k` is computed from the parameter above the fused line.
+FROM_A_PARAMETER = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def mix(self, t, s):
+        k = s * 2.0
+        return torch.sigmoid(t * k) + 1.0
+
+    def forward(self, x):
+        return self.mix(x, 2.0)
+"""
+
+
+def test_a_number_computed_from_a_parameter_is_not_built_into_the_kernel(tmp_path: Path):
+    path = tmp_path / "from_parameter.py"
+    path.write_text(FROM_A_PARAMETER)
+    result = apply_net(path, "4,8")
+    assert result.exit_code == 0, result.output
+    assert ("`k` (line 7: `k = s * 2.0`) reads `s`, a parameter of `mix` (line 6): its "
+            "callers may pass other values than the 4.0 built into the kernel") in result.output
+    assert path.read_text() == FROM_A_PARAMETER

@@ -15,6 +15,7 @@ from ..analysis.types import Cluster
 from ..ir.spelling import said
 from ..pipeline import Analysis
 from .aliased import aliased_names
+from .baked_params import param_baked
 from .baked_sizes import size_baked
 from .evaluated import runs_no_op, taken_by_enclosing
 from .mismatch import ContainerMismatch, Mismatch, Reentered, whole_value
@@ -139,8 +140,10 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
         raise PointerOnly(f"input {said(analysis.graph, absent[0])} has no expression in the "
                           f"source at line {span.start}")
     sized = size_baked(span.scope.node, span.start, match.baked, span.src.segment)
-    if sized is not None:
-        raise PointerOnly(sized)
+    passed = param_baked(span.scope.node, span.scope.receiver, span.start, match.baked,
+                         span.src.segment)
+    if sized is not None or passed is not None:
+        raise PointerOnly(sized or passed)
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
     names = () if returned else assigned_to(analysis, c, span, match.values)  # all in the `return`
     return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within,
