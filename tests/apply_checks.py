@@ -29,6 +29,16 @@ def apply_net(path: Path, shape: str = "2,3,8,8") -> Result:
                                     "--no-timing", "--apply", "--yes"])
 
 
+def refused_untouched(path: Path, source: str, shape: str) -> str:
+    """`source` written to `path`, run through `apply_net`: the run ends cleanly and leaves
+    the file as it was; its output, for the test to find the refusal's reason in."""
+    path.write_text(source)
+    result = apply_net(path, shape)
+    assert result.exit_code == 0, result.output
+    assert path.read_text() == source
+    return result.output
+
+
 def original_and_rewritten(tmp_path: Path, path: Path, original: str, name: str = "Net"
                            ) -> tuple[torch.nn.Module, torch.nn.Module]:
     """`original`'s model and the rewritten `path`'s, in eval mode, on the original's

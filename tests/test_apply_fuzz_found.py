@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from apply_checks import DEVICE, apply_net, original_and_rewritten
+from apply_checks import DEVICE, apply_net, original_and_rewritten, refused_untouched
 
 # The forward doubles its input in place, then a cluster runs after a Linear.
 WRITES_ITS_INPUT = """\
@@ -118,14 +118,10 @@ def test_a_helper_called_with_one_tensor_twice_is_not_rewritten_to_ignore_one(
         tmp_path: Path):
     # The helper's lines became `return cluster0(a)`: right for `self.mix(x, x)`, wrong for
     # any caller passing two tensors.
-    path = tmp_path / "twice.py"
-    path.write_text(ONE_TENSOR_TWICE)
-    result = apply_net(path, "4,8")
-    assert result.exit_code == 0, result.output
+    output = refused_untouched(tmp_path / "twice.py", ONE_TENSOR_TWICE, "4,8")
     assert ("`a` and `b` held one tensor in the traced call (both are parameters of mix "
             "(line 14)): the kernel reads it once, as `a`, so the edit would ignore `b` where "
-            "they differ") in result.output
-    assert path.read_text() == ONE_TENSOR_TWICE
+            "they differ") in output
 
 
 # `h` is `x` only where the branch runs, as it did when traced (skip=True).
@@ -152,12 +148,9 @@ class Net(nn.Module):
 def test_names_one_tensor_only_in_a_branch_are_not_merged(tmp_path: Path):
     # The edit was `return cluster0(x)`: right at skip=True, wrong for Net(skip=False).
     path = tmp_path / "branch.py"
-    path.write_text(ONE_TENSOR_IN_A_BRANCH)
-    result = apply_net(path, "4,8")
-    assert result.exit_code == 0, result.output
+    output = refused_untouched(path, ONE_TENSOR_IN_A_BRANCH, "4,8")
     assert ("`x` and `h` held one tensor in the traced call (`h` is assigned at line 14, "
-            "which does not make it `x`)") in result.output
-    assert path.read_text() == ONE_TENSOR_IN_A_BRANCH
+            "which does not make it `x`)") in output
     # `y = x` in the edited lines' own block is `x` for sure: that edit is written.
     plain = ONE_TENSOR_IN_A_BRANCH.replace("h * y", "y")
     path.write_text(plain)
@@ -222,14 +215,10 @@ class Net(nn.Module):
 def test_sizes_export_read_from_a_shape_keep_the_edit_out(tmp_path: Path):
     # The kernel pins the batch at 4 (`view` gives the numbers export recorded), so the
     # rewritten model refused every other batch the original runs at.
-    path = tmp_path / "exported.py"
-    path.write_text(EXPORTED_SHAPE)
-    result = apply_net(path, "4,32")
-    assert result.exit_code == 0, result.output
+    output = refused_untouched(tmp_path / "exported.py", EXPORTED_SHAPE, "4,32")
     assert ("cluster 0: not applied, its result's shape does not follow from its inputs' "
             "shapes: `view` (line 16) gives 4 in dim 0 at any input size (its sizes were "
-            "captured as the numbers (4, 4, 8)") in result.output
-    assert path.read_text() == EXPORTED_SHAPE
+            "captured as the numbers (4, 4, 8)") in output
 
 
 # torch.export (FX cannot trace the `if`) records `1.0 / x.shape[0]` as 0.25.
@@ -253,14 +242,10 @@ class Net(nn.Module):
 
 def test_a_number_computed_from_a_size_is_not_built_into_the_kernel(tmp_path: Path):
     # The edit held `s = 0.25` whatever the batch: a silent wrong result at any other.
-    path = tmp_path / "size_scale.py"
-    path.write_text(SIZE_SCALE)
-    result = apply_net(path, "4,8")
-    assert result.exit_code == 0, result.output
+    output = refused_untouched(tmp_path / "size_scale.py", SIZE_SCALE, "4,8")
     assert ("`s` (line 13: `s = 1.0 / x.shape[0]`) depends on a tensor's size, but the "
             "capture recorded it as 0.25: the kernel would hold that at every input size"
-            ) in result.output
-    assert path.read_text() == SIZE_SCALE
+            ) in output
 
 
 # `h` is returned beside the cluster's part of the same `return`.
@@ -284,10 +269,6 @@ class Net(nn.Module):
 def test_a_name_the_kept_code_reads_is_not_dropped_with_its_assignment(tmp_path: Path):
     # The edit was `return h, cluster0(x, self.fc(x))`, with `h = self.fc(x)` gone: a
     # NameError, which --apply rolled back as "failed its check against the original".
-    path = tmp_path / "around.py"
-    path.write_text(READ_AROUND)
-    result = apply_net(path, "4,8")
-    assert result.exit_code == 0, result.output
+    output = refused_untouched(tmp_path / "around.py", READ_AROUND, "4,8")
     assert ("`h` in line 13 (`return h, (a + h).sum(-1)`), kept around the fused call, is "
-            "assigned at line 12, which the edit would drop") in result.output
-    assert path.read_text() == READ_AROUND
+            "assigned at line 12, which the edit would drop") in output

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from apply_checks import DEVICE, apply_net, original_and_rewritten
+from apply_checks import DEVICE, apply_net, original_and_rewritten, refused_untouched
 
 # `del a` after the fused lines needs `a` bound.
 DELETED_AFTER = """\
@@ -33,13 +33,9 @@ class Net(nn.Module):
 def test_a_name_deleted_after_the_range_keeps_its_assignment(tmp_path: Path):
     # The edit was `c = cluster0(h)` with `a = ...` gone: `del a` raised UnboundLocalError,
     # and --apply rolled the file back as "failed its check against the original".
-    path = tmp_path / "deleted.py"
-    path.write_text(DELETED_AFTER)
-    result = apply_net(path, "4,8")
-    assert result.exit_code == 0, result.output
-    assert "failed its check" not in result.output
-    assert "`a`, assigned inside the range, is read again at line 14" in result.output
-    assert path.read_text() == DELETED_AFTER
+    output = refused_untouched(tmp_path / "deleted.py", DELETED_AFTER, "4,8")
+    assert "failed its check" not in output
+    assert "`a`, assigned inside the range, is read again at line 14" in output
 
 
 # `a += 1.0` in a branch the trace did not take: it reads `a` first.
@@ -68,12 +64,8 @@ class Net(nn.Module):
 def test_a_name_augmented_after_the_range_keeps_its_assignment(tmp_path: Path):
     # The edit was `c = cluster0(h)` with `a = ...` gone: right at flag=True, an
     # UnboundLocalError for Net(flag=False). The check ran at flag=True, so it was written.
-    path = tmp_path / "augmented.py"
-    path.write_text(AUGMENTED_IN_A_BRANCH)
-    result = apply_net(path, "4,8")
-    assert result.exit_code == 0, result.output
-    assert "`a`, assigned inside the range, is read again at line 16" in result.output
-    assert path.read_text() == AUGMENTED_IN_A_BRANCH
+    output = refused_untouched(tmp_path / "augmented.py", AUGMENTED_IN_A_BRANCH, "4,8")
+    assert "`a`, assigned inside the range, is read again at line 16" in output
 
 
 # A cluster's result is the values of a max, read inside the line (fuzz seed 4227).
@@ -139,13 +131,10 @@ def test_a_helpers_number_parameter_is_not_built_into_the_kernel(tmp_path: Path)
     # The edit was `return cluster0(t)` holding `s = 2.0`: Net(flag=False)'s second call,
     # passing 3.0, silently computed with 2.0.
     path = tmp_path / "number.py"
-    path.write_text(NUMBER_PARAMETER)
-    result = apply_net(path, "4,8")
-    assert result.exit_code == 0, result.output
+    output = refused_untouched(path, NUMBER_PARAMETER, "4,8")
     assert ("`s` is a parameter of `mix` (line 10): its callers may pass other values than "
             "the 2.0 built into the kernel; where all pass that value, write it into `mix` to "
-            "fuse these lines") in result.output
-    assert path.read_text() == NUMBER_PARAMETER
+            "fuse these lines") in output
     # An attribute set in `__init__` is one value for every call on the instance: written.
     attribute = NUMBER_PARAMETER.replace("self.flag = flag", "self.flag, self.s = flag, 2.0"
                                          ).replace("t * s", "t * self.s")
@@ -172,10 +161,6 @@ class Net(nn.Module):
 
 
 def test_a_number_computed_from_a_parameter_is_not_built_into_the_kernel(tmp_path: Path):
-    path = tmp_path / "from_parameter.py"
-    path.write_text(FROM_A_PARAMETER)
-    result = apply_net(path, "4,8")
-    assert result.exit_code == 0, result.output
+    output = refused_untouched(tmp_path / "from_parameter.py", FROM_A_PARAMETER, "4,8")
     assert ("`k` (line 7: `k = s * 2.0`) reads `s`, a parameter of `mix` (line 6): its "
-            "callers may pass other values than the 4.0 built into the kernel") in result.output
-    assert path.read_text() == FROM_A_PARAMETER
+            "callers may pass other values than the 4.0 built into the kernel") in output
