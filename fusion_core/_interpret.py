@@ -11,7 +11,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-if os.environ.get("TRITON_INTERPRET") == "1":
+if os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on"):  # as Triton reads it
     # The interpreter computes with numpy, which warns where torch is silent: log(0) = -inf,
     # -inf cast to an integer (T5's relative-position buckets). The numerics gates judge
     # those values against eager; the warnings only put numpy's file and line in the report.

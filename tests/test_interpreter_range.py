@@ -78,3 +78,16 @@ def test_split_layer_norm_runs(scalar_refuses_index, tmp_path):
     got = getattr(module, kernel.name)(*map(to_device, args)).cpu()
     assert list(module.CHOSEN.values())[0][3] == 4  # split: the partials and finish kernels
     compare(got, want, "layer_norm")
+
+
+@pytest.mark.parametrize("setting", ["1", "true", "On", "TRUE"])
+def test_the_interpreted_flag_reads_the_variable_as_triton_does(setting, monkeypatch, tmp_path):
+    """Triton interprets for "1", "true" or "on" in any case; the generated flag that picks
+    `_range_bound`'s interpreted branch must agree, or the loop meets the raw scalar again."""
+    x = torch.randn(2, 64)
+    analysis = analyze(Lambda(lambda m, x: F.softmax(x * 3.0, dim=-1)), x)
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster, LOOP)
+    path = write_kernels([kernel], tmp_path)[0]
+    monkeypatch.setenv("TRITON_INTERPRET", setting)
+    assert load_kernel(path)._INTERPRETED

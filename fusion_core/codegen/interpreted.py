@@ -48,7 +48,9 @@ def module_lines(helpers: list[list[str]]) -> list[str]:
         return []
     lines = ["# Under Triton's interpreter (TRITON_INTERPRET=1) the helpers below take their",
              "# interpreted form; compiled, Triton drops that branch.",
-             f'{FLAG} = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")']
+             # Triton's own reading of the variable: "1", "true" or "on", in any case
+             f'{FLAG} = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0").lower() '
+             'in ("1", "true", "on"))']
     for helper in found:
         lines += ["", "", *helper]
     return lines

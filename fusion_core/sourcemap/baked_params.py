@@ -18,7 +18,8 @@ from typing import Any
 from ..ir.graph import METADATA_ATTRS, SHAPE_ATTRS, SHAPE_METHODS
 from .pysource import last_store
 
-_PROPERTIES = frozenset({*METADATA_ATTRS, *SHAPE_ATTRS, *SHAPE_METHODS})
+# What a tensor holds besides its values (`len(x)` too): sizes are `baked_sizes.py`'s to judge.
+_PROPERTIES = frozenset({*METADATA_ATTRS, *SHAPE_ATTRS, *SHAPE_METHODS, "stride"})
 
 
 def _params(func: ast.FunctionDef | ast.AsyncFunctionDef, receiver: str | None) -> set[str]:
@@ -29,7 +30,9 @@ def _params(func: ast.FunctionDef | ast.AsyncFunctionDef, receiver: str | None) 
 
 def _read(node: ast.AST) -> set[str]:
     """Names whose value `node` reads, not through a tensor's dtype, device or size."""
-    if isinstance(node, ast.Attribute) and node.attr in _PROPERTIES:
+    if isinstance(node, ast.Attribute) and node.attr in _PROPERTIES or (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "len"):
         return set()
     if isinstance(node, ast.Name):
         return {node.id} if isinstance(node.ctx, ast.Load) else set()
