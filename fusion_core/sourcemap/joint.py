@@ -9,7 +9,7 @@ norm's kernel (A) without storing it, and the residual add's kernel (B) recomput
 stood, before it assigned anything, and each kernel runs once.
 
 Reads an ``Analysis``, the mappings made so far and the two clusters' ``Span``s; writes the
-two matches (``Found``) or nothing. ``mapping.py`` turns them into one edit.
+two matches (``Found``) or nothing. ``group_edit.py`` turns them into one edit.
 """
 
 from __future__ import annotations

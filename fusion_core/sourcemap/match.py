@@ -3,7 +3,7 @@
 Reads an ``Analysis`` (the cluster's nodes, the FX graph, the model) and a ``Span`` (the
 statements ``span.py`` found, in the user's file); writes a ``Found`` per cluster (argument
 expressions, baked constants, result names), or raises ``PointerOnly`` with the reason the
-lines do not compute exactly the cluster. ``mapping.py`` turns the matches into mappings.
+lines do not compute exactly the cluster. ``group_edit.py`` turns the matches into mappings.
 """
 
 from __future__ import annotations

@@ -5,11 +5,13 @@ its lines twice, and the analysis may fuse the second call's ops on them with op
 (the previous block's residual add into this block's first norm). An edit of the lines runs
 in both calls: in the other one it computes those ops with this edit's kernel, and the rest
 of the other cluster stays as the source writes it. That is exact when those ops match the
-lines as the edit's own clusters do; ``mapping.py`` matches each part like one of them
+lines as the edit's own clusters do; ``group_edit.py`` matches each part like one of them
 (``match.unify``), and ``serves.py`` checks that the kernel runs the part's shapes.
 
 Reads an ``Analysis`` and a ``Span``; writes each part as a ``Cluster`` (the holder's index,
 its nodes on those lines in one call, their inputs and outputs) with its lifted calls.
+Once every cluster is mapped, ``note_served`` says in a holder's pointer which of its ops
+those edits run.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import torch.fx as fx
 from ..analysis.group import escaping, external_inputs
 from ..analysis.types import Cluster
 from ..ir.graph import Node, SourceLoc
-from ..ir.spelling import layer_said
+from ..ir.spelling import layer_said, said
 from ..pipeline import Analysis
 from .callsite import LiftedCall, Unliftable, instance_path, lift, site_line
 from .frames import Frames
+from .source_mapping import SourceMapping
 from .span import Span, chain_site
 
 
@@ -86,4 +89,32 @@ def parts_on(analysis: Analysis, span: Span, group: list[Cluster], frames: Frame
             caller = chain[depth - 1] if depth else None
             site = chain_site(chain, depth) + (f" on {layer_said(on, caller)}" if on else "")
             out.append(Part(part, lifted.calls, site))
+    return out
+
+
+def note_served(analysis: Analysis, maps: list[SourceMapping]) -> list[SourceMapping]:
+    """A pointer's reason says which of its ops other clusters' edits run (served.py) and
+    which stay unfused."""
+    g = analysis.graph
+    notes: dict[int, dict[str, None]] = {}  # holder -> notes, each once per edit
+    ran: dict[int, set[str]] = {}
+    for m in maps:
+        for s in m.serves if m.exact else ():
+            lines = f"line {m.start}" if m.start == m.end else f"lines {m.start}-{m.end}"
+            names = ", ".join(str(i) for i in sorted((m.cluster_index, *m.shared_with)))
+            notes.setdefault(s.part.index, {})[
+                f"the edit of {lines} (cluster{'s' if m.shared_with else ''} {names}) runs "
+                f"its {' → '.join(s.part.ops)} in the call {s.site}"] = None
+            ran.setdefault(s.part.index, set()).update(s.part.nodes)
+    out = []
+    for m in maps:
+        if m.cluster_index not in notes or m.exact or not m.reason:
+            out.append(m)
+            continue
+        rest = [n for n in analysis.clusters[m.cluster_index].nodes
+                if n not in ran[m.cluster_index] and not g[n].copy_of]
+        left = ", ".join(said(g, n) for n in rest[:3]) + (", …" if len(rest) > 3 else "")
+        said_notes = "; ".join(notes[m.cluster_index]) + (
+            f", leaving {left} unfused" if left else "")
+        out.append(replace(m, reason=f"{m.reason}; {said_notes}"))
     return out
