@@ -20,6 +20,7 @@ from collections.abc import Collection
 import torch.fx as fx
 
 from ..pipeline import Analysis
+from .callkeys import instance_path
 from .pyexpr import attr_chain, module_path
 from .pysource import SourceFile
 
@@ -85,8 +86,6 @@ def own_call_first(analysis: Analysis, left: list[str], fused: Collection[str],
     """`left` (the call's ops outside the cluster), those of the module instance the cluster's
     own ops ran on first: calls in a loop (`x = layer(x)`) share the call's line, and the
     reason names the layer the cluster is in (`self.layers[11]`), not the loop's first."""
-    from .callsite import instance_path  # callsite imports this module
-
     gm = {n.name: n for n in analysis.graph_module.graph.nodes}
 
     def path(name: str) -> str | None:  # a copy ran where its original did

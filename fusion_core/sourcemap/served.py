@@ -26,10 +26,12 @@ from ..analysis.types import Cluster
 from ..ir.graph import Node, SourceLoc
 from ..ir.spelling import layer_said, said
 from ..pipeline import Analysis
-from .callsite import LiftedCall, Unliftable, instance_path, lift, site_line
+from .callkeys import instance_path
+from .callsite import LiftedCall, lift, site_line
 from .frames import Frames
 from .source_mapping import SourceMapping
 from .span import Span, chain_site
+from .unliftable import Unliftable
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,13 @@ from ..ir.graph import Node, OpKind, SourceLoc
 from ..ir.spelling import layer_said, said
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
-from .callsite import Lifted, LiftedCall, NestedCalls, Unliftable, instance_path, lift
+from .callkeys import instance_path
+from .callsite import Lifted, LiftedCall, lift
 from .frames import Frames
 from .guard import Guard, blocks_reason, guarded_run
 from .pysource import Scope, SourceFile, Statement, is_plain_access
+from .stated_calls import NestedCalls
+from .unliftable import Unliftable
 
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
 
@@ -47,7 +50,7 @@ class Span:
     # Calls of the user's own modules or helpers on these lines that the cluster runs whole.
     calls: tuple[LiftedCall, ...] = ()
     # The caller's line spelling nested calls of this function, when the cluster's ops all
-    # lie in it (`callsite.NestedCalls`): the reason if the lines turn out to run twice.
+    # lie in it (`stated_calls.NestedCalls`): the reason if the lines turn out to run twice.
     nested: NestedCalls | None = None
     # The `if` on a module setting the run ends in (guard.py): the range runs to its end.
     guard: Guard | None = None
