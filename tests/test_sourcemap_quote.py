@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fusion_core.sourcemap.span import _closed
+from fusion_core.sourcemap.two_calls import _closed
 
 
 @pytest.mark.parametrize(("first_line", "quoted"), [

@@ -27,7 +27,8 @@ from .parts import feeding
 from .pyexpr import BINOPS, attr_chain, module_path
 from .pysource import Scope, SourceFile
 from .served import call_of
-from .span import PointerOnly, Span, chain_site
+from .span import PointerOnly, Span
+from .two_calls import chain_site
 
 
 def _describe(src: SourceFile, scope: Scope, node: Node, module_path: str, line: int) -> str:

@@ -31,7 +31,8 @@ from .peeled import peeled
 from .pysource import SourceFile
 from .served import Part, note_served, parts_on
 from .source_mapping import POINTER, SourceMapping
-from .span import PointerOnly, Span, as_stored, locate
+from .span import PointerOnly, Span, locate
+from .unstored import as_stored
 
 
 def _disk_bytes(path: str) -> bytes | None:

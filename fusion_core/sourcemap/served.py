@@ -30,7 +30,8 @@ from .callkeys import instance_path
 from .callsite import LiftedCall, lift, site_line
 from .frames import Frames
 from .source_mapping import SourceMapping
-from .span import Span, chain_site
+from .span import Span
+from .two_calls import chain_site
 from .unliftable import Unliftable
 
 

@@ -7,35 +7,34 @@ file, the function and the run of whole statements holding every node of the clu
 exists: the nodes lack source lines, lie in several files or functions (ops of a call of
 the user's own module or helper that the cluster runs whole count at the call's line, see
 ``callsite.py``; the calls so lifted ride along in the ``Span``), in a library's
-file, in a changed file, in different blocks, in two calls of one function, or share their
-lines with other code; or the cluster writes an input in place, makes values from the index
-or leaves unstored a value another kernel recomputes. A recomputing cluster's copies stand
-outside its range: ``recomputed.py`` finds their original expression above it.
+file, in a changed file, in different blocks, in two calls of one function (``two_calls.py``),
+or share their lines with other code; or the cluster writes an input in place, makes values
+from the index or leaves unstored a value another kernel recomputes (``unstored.py``). A
+recomputing cluster's copies stand outside its range: ``recomputed.py`` finds their original
+expression above it.
 Whether the run computes exactly the cluster is ``match.py``'s question.
 """
 
 from __future__ import annotations
 
-import ast
-import io
-import tokenize
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NoReturn
 
 import torch.fx as fx
 
 from ..analysis.types import Cluster
-from ..ir.graph import Node, OpKind, SourceLoc
-from ..ir.spelling import layer_said, said
+from ..ir.graph import Node, OpKind
+from ..ir.spelling import said
 from ..ir.trace import is_library_file
 from ..pipeline import Analysis
-from .callkeys import instance_path
 from .callsite import Lifted, LiftedCall, lift
 from .frames import Frames
 from .guard import Guard, blocks_reason, guarded_run
-from .pysource import Scope, SourceFile, Statement, is_plain_access
+from .pysource import Scope, SourceFile, Statement
 from .stated_calls import NestedCalls
+from .two_calls import two_calls_reason
 from .unliftable import Unliftable
+from .unstored import unstored_reason
 
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five"}
 
@@ -130,7 +129,9 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
                        f"from the index; the kernel fixes its shape {shape} as analysed, and a "
                        "source edit would stop following the sizes your code computes",
                        **where)
-    _check_one_call(analysis, nodes, lifted, frames, where)
+    two_calls = two_calls_reason(analysis, nodes, lifted, frames)
+    if two_calls is not None:
+        raise PointerOnly(two_calls, **where)
     # A value another kernel recomputes is not stored by this one, yet the source reads its
     # variable at the recomputing kernel's lines: an edit here alone would drop it.
     recomputed = set(c.recomputes) if stored else {
@@ -143,7 +144,7 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
                        for m in analysis.graph.nodes)}
     shared = next((n for n in nodes if n.name in recomputed), None)
     if shared is not None:
-        raise PointerOnly(_unstored_reason(analysis, shared), **where)
+        raise PointerOnly(unstored_reason(analysis, shared), **where)
     if placed is nodes and any(n.copy_of for n in nodes):  # copies alone: nothing to edit
         value = analysis.graph[nodes[0].copy_of]
         raise PointerOnly(f"{said(analysis.graph, value.name)} is computed by two "
@@ -211,149 +212,6 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
     return span
 
 
-def _check_one_call(analysis: Analysis, nodes: list[Node], lifted: Lifted, frames: Frames,
-                    where: dict) -> None:
-    """The nodes standing in one function ran in one call of it. A UNet block's `return x + h`
-    fused with the next block's first norm ran in two calls of the same forward (from two
-    lines, or from one line in a loop: on two module instances): an edit of its lines runs in
-    every call, so none joins ops of two calls."""
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    seen: dict[tuple[str, str], tuple[tuple, tuple[SourceLoc, ...], Node]] = {}
-    for node in nodes:
-        # Frames as the rest of the source map reads them: a pass-through wrapper's line
-        # (`return func(*args, **kwargs)`) is not the call the user's code makes.
-        loc, chain = lifted.locs[node.name], frames.chain(node.source)
-        at = max((i for i, f in enumerate(chain) if (f.file, f.line) == (loc.file, loc.line)),
-                 default=len(chain) - 1)
-        try:
-            scope = frames.scope(loc)
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            scope = None
-        call = (tuple((f.file, f.line) for f in chain[:at]),
-                instance_path(fx_nodes.get(node.name), scope.class_name if scope else None))
-        key = (loc.file, loc.function)
-        before, a_chain, a = seen.setdefault(key, (call, chain, node))
-        if before == call:
-            continue
-        sites = [chain_site(a_chain, len(before[0])) + _on(a_chain, len(before[0]), before[1]),
-                 chain_site(chain, len(call[0])) + _on(chain, len(call[0]), call[1])]
-        name = scope.qualname if scope is not None else loc.function
-        fix = _join_fix(frames, scope, [
-            (lifted.locs[a.name].line, _caller_at(a_chain, len(before[0]))),
-            (loc.line, _caller_at(chain, len(call[0])))])
-        raise PointerOnly(
-            f"the cluster joins {said(analysis.graph, a.name)} of the call {sites[0]} with "
-            f"{said(analysis.graph, node.name)} of another call {sites[1]} of `{name}`; "
-            "an edit of its lines runs in every call, so none fuses ops of two calls. To "
-            f"apply it, write these ops in one function's lines{fix}", **where)
-
-
-def _caller_at(chain: tuple[SourceLoc, ...], depth: int) -> SourceLoc | None:
-    """The frame of `chain` (``Frames.chain``: wrappers looked through) that made the call
-    at `depth`; None at the top level."""
-    return chain[depth - 1] if depth else None
-
-
-def _join_fix(frames: Frames, scope: Scope | None,
-              joined: list[tuple[int, SourceLoc | None]]) -> str:
-    """Where ops of two calls (each: its line in `scope`, its caller's frame) could be written
-    together: a returned residual sum (`return x + h`) in the caller, each call returning
-    the part it computes; otherwise both in their common caller, when there is one."""
-    ret = scope.node.body[-1] if scope is not None else None
-    if (isinstance(ret, ast.Return) and isinstance(ret.value, ast.BinOp)
-            and isinstance(ret.value.op, ast.Add)
-            and all(ret.lineno <= line <= (ret.end_lineno or ret.lineno) for line, _ in joined)):
-        args = scope.node.args
-        params = {p.arg for p in (*args.posonlyargs, *args.args)}
-        names = [o.id for o in (ret.value.left, ret.value.right) if isinstance(o, ast.Name)]
-        computed = [n for n in names if n not in params]
-        if len(names) == 2 and len(computed) == 1:
-            return (f" (e.g. return `{computed[0]}` and do the residual add "
-                    f"`{ast.unparse(ret.value)}` in the caller, giving each call's result and "
-                    "each sum a name of its own)")
-    callers = set()
-    for _, frame in joined:
-        try:
-            caller = frames.scope(frame) if frame is not None else None
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            caller = None
-        callers.add(caller.qualname if caller is not None else None)
-    if len(callers) == 1 and None not in callers:
-        return f" (here both in their caller, `{callers.pop()}`)"
-    return ""
-
-
-def _on(chain: tuple[SourceLoc, ...], depth: int, path: str | None) -> str:
-    """` on `blk` (`self.blocks[1]`)`: the module instance the call at `depth` of `chain`
-    (``Frames.chain``) ran on."""
-    return f" on {layer_said(path, _caller_at(chain, depth))}" if path else ""
-
-
-def _unstored_reason(analysis: Analysis, node: Node) -> str:
-    """Why a cluster whose value another kernel recomputes is not edited, and the rewrite
-    of the source that makes both edits possible."""
-    graph = analysis.graph
-    copies = {n.name for n in graph.nodes if n.copy_of == node.name}
-    other = next(o for o in analysis.clusters if copies & set(o.nodes) or node.name in o.recomputes)
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    # A read of its dtype or device (`h.dtype`) needs no spelling: not a use of its data.
-    readers = {u.name for n in (node.name, *copies) if n in fx_nodes
-               for u in fx_nodes[n].users
-               if not (u.name in graph and graph[u.name].metadata_of)} - copies
-    lines = sorted({graph[n].source.line for n in readers
-                    if n in graph and graph[n].source is not None})
-    at = ", ".join(str(line) for line in lines)
-    there = sorted({graph[n].source.line for n in readers & set(other.nodes)
-                    if graph[n].source is not None})
-    where = f" at line {there[0]}" if there else ""
-    code = node.source.code if node.source is not None else ""
-    try:
-        stmt = ast.parse(code).body[0] if code else None
-    except SyntaxError:
-        stmt = None
-    value = stmt.value if isinstance(stmt, ast.Assign | ast.AnnAssign) else None
-    reason = (f"{said(graph, node.name)} is computed by two kernels (recomputed instead of "
-              f"stored): cluster {other.index} recomputes it{where}, where the source reads "
-              "the variable these lines assign, so an edit of them alone would drop it")
-    if value is None or not is_plain_access(value):  # spelled twice, it would run twice
-        return reason + "; a source edit would have to rewrite both together"
-    return (f"{reason}. To apply both, spell `{ast.unparse(value)}` inside each expression "
-            f"that reads it (line{'s' if len(lines) > 1 else ''} {at}) instead of assigning "
-            "it once")
-
-
-def chain_site(chain: tuple[SourceLoc, ...], depth: int) -> str:
-    """`at line 33 (`h = self.b1(h, emb)`)`: the caller's frame at `depth` of `chain`, a
-    node's frames as ``Frames.chain`` reads them (pass-through wrappers left out)."""
-    caller = _caller_at(chain, depth)
-    if caller is None:
-        return "(the top level)"
-    return f"at line {caller.line}" + (f" (`{_closed(caller.code)}`)" if caller.code else "")
-
-
-_CLOSING = {"(": ")", "[": "]", "{": "}"}
-
-
-def _closed(code: str) -> str:
-    """A frame's line of a call written over several lines (`h = layer(`), its brackets
-    closed (`h = layer(...)`): the first line alone is no expression to quote."""
-    try:
-        ast.parse(code)
-        return code
-    except SyntaxError:
-        pass
-    opened: list[str] = []
-    try:  # tokens, so that a bracket inside a string literal is no bracket
-        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
-            if tok.type == tokenize.OP and tok.string in _CLOSING:
-                opened.append(_CLOSING[tok.string])
-            elif tok.type == tokenize.OP and opened and tok.string == opened[-1]:
-                opened.pop()
-    except (tokenize.TokenError, SyntaxError):
-        pass  # the line ends inside its brackets: the tokens read so far are all we need
-    return f"{code}...{''.join(reversed(opened))}" if opened else code
-
-
 def _refuse_library(path: str, lines: list[int]) -> NoReturn:
     raise PointerOnly(f"{path} is an installed library's file, not your project's: edit the "
                       "code that calls it instead", path, min(lines), max(lines))
@@ -380,22 +238,3 @@ def _writes_a_temporary(node: fx.Node) -> bool:
     a new tensor instead computes the same model."""
     written = node.args[0] if node.args else None
     return isinstance(written, fx.Node) and set(written.users) == {node}
-
-
-def as_stored(analysis: Analysis, c: Cluster) -> Cluster | None:
-    """`c` writing every value the graph reads from it, when another cluster recomputes one
-    of them (so `c` does not store it). That cluster is never edited (`locate` refuses
-    its copies), so its
-    value must come from these lines: `c` maps only beside a cluster of the same lines
-    (other calls) whose kernel writes them all; None when `c` itself recomputes."""
-    if c.recomputes or any(analysis.graph[n].copy_of for n in c.nodes):
-        return None
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    inside = set(c.nodes)
-    # The recomputing cluster reads its own copy (`copy_of`); the source reads the variable.
-    copied = {n.copy_of for n in analysis.graph.nodes if n.copy_of}
-    outputs = tuple(n for n in c.nodes if n in copied or any(
-        u.name not in inside for u in fx_nodes[n].users))
-    if outputs == c.outputs or not set(c.outputs) <= set(outputs):
-        return None
-    return replace(c, outputs=outputs)
