@@ -28,6 +28,7 @@ from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before tri
 from .build import build_model, exit_status, user_line
 from .errors import Fix, ModelLoadError
 from .ir.trace import is_library_file
+from .source_trees import parse_source
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,9 @@ def _exec_file(name: str, p: Path, given: str, folders: list[Path],
     try:
         # sibling imports (e.g. an applied `*_fused` module) resolve
         with _on_sys_path(folders):
-            exec(compile(source.data, source.path, "exec", dont_inherit=True), module.__dict__)
+            # compiled from the tree the source map and the class lookup read too
+            tree = parse_source(source.data, source.path)
+            exec(compile(tree, source.path, "exec", dont_inherit=True), module.__dict__)
         imported = True
     except SyntaxError as e:
         line = f":{e.lineno}" if e.lineno else ""
@@ -236,7 +239,7 @@ def class_sources(module) -> dict[str, tuple[int, str]]:
     """
     try:
         text = Path(module.__file__).read_text(encoding="utf-8")
-        tree = ast.parse(text)
+        tree = parse_source(text, module.__file__)
     except (OSError, SyntaxError, TypeError, ValueError):
         return {}
     return {n.name: (n.lineno, ast.get_source_segment(text, n) or "")

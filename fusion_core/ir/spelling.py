@@ -21,6 +21,7 @@ import re
 from collections.abc import Collection, Iterable
 
 from ..names import module_written, written
+from ..source_trees import parse_source
 from .graph import FusionGraph, Node, OpKind, SourceLoc
 
 # Dotted prefixes that name a module rather than a value: `torch.cat(…)`, `F.relu(…)`.
@@ -309,11 +310,15 @@ def return_loc(g: FusionGraph, results: Iterable[str]) -> SourceLoc | None:
 def _tree(file: str) -> ast.Module | None:
     """The file as it is now: a plugin session outlives edits of the model file."""
     linecache.checkcache(file)
-    return _parsed("".join(linecache.getlines(file)))
+    try:
+        return parse_source("".join(linecache.getlines(file)), file)
+    except (SyntaxError, ValueError):
+        return None
 
 
 @functools.lru_cache(maxsize=16)
 def _parsed(text: str) -> ast.Module | None:
+    """A recorded line's code, parsed once."""
     try:
         return ast.parse(text)
     except (SyntaxError, ValueError):

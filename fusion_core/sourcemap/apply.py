@@ -32,6 +32,7 @@ from ..load import import_model_file, instantiate, package_module, pick_factory
 from ..names import cluster_of
 from ..pipeline import Analysis
 from ..report.units import short_path
+from ..source_trees import parse_source
 from ..units import counted, plural
 from .comments import leading_comments
 from .diff import print_text_diff
@@ -183,7 +184,7 @@ def _fused_op(analysis: Analysis, index: int, kernel: Kernel, call: str
 def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[int, int]]:
     """The new file text and, per edit's first cluster, the line its call lands on."""
     lines = physical_lines(text)
-    tree = ast.parse(text)
+    tree = parse_source(text)
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
         n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))} | {
         (a.asname or a.name).split(".")[0] for n in ast.walk(tree)

@@ -25,6 +25,7 @@ import torch
 
 from ..codegen import operators
 from ..codegen.writer import CodeWriter
+from ..source_trees import parse_source
 from .pysource import physical_lines
 
 MARKER = "fusion-advisor --apply"
@@ -111,7 +112,7 @@ def wrote_imports(text: str) -> bool:
     (not quoted in a docstring), its body importing from a relative ``<stem>_fused``
     package. Mentions of `MARKER` in the user's comments or strings are not it."""
     try:
-        tree = ast.parse(text)
+        tree = parse_source(text)
     except SyntaxError:  # not what an --apply wrote (it parses what it writes)
         return False
     lines = physical_lines(text)  # as ast numbers them (a form feed ends no line)

@@ -7,7 +7,6 @@ them with, so the preview and the written file cannot disagree.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..report.units import short_path
+from ..source_trees import parse_source
 from .apply import ApplyPlan
 from .diff import distinct, styled
 from .insert import added_imports, refusal
@@ -36,7 +36,7 @@ def preview(plan: ApplyPlan, mappings: Sequence[SourceMapping]) -> ApplyPreview 
     """The plan as the Source edits section shows it; None when the file cannot be read."""
     try:
         text = plan.path.read_text(encoding="utf-8")
-        tree = ast.parse(text)
+        tree = parse_source(text, str(plan.path))
     except (OSError, UnicodeDecodeError, SyntaxError):
         return None
     written = {(e.file and Path(e.file).resolve(), e.start) for e in plan.edits}

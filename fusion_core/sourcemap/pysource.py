@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..ir.graph import METADATA_ATTRS, SHAPE_ATTRS, SHAPE_METHODS
+from ..source_trees import parse_source
 
 _SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -109,7 +110,7 @@ class SourceFile:
 
     @cached_property
     def tree(self) -> ast.Module:
-        return ast.parse(self.text, filename=self.path)
+        return parse_source(self.text, self.path)
 
     @cached_property
     def scopes(self) -> tuple[Scope, ...]:
