@@ -14,7 +14,8 @@ from rich.console import Console
 
 from .errors import FusionAdvisorError
 from .pipeline import Analysis
-from .sourcemap.apply import ApplyPlan, apply, no_terminal
+from .sourcemap.apply import apply, no_terminal
+from .sourcemap.apply_plan import ApplyPlan
 
 
 def stdin_is_terminal() -> bool:

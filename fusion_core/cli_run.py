@@ -28,7 +28,7 @@ from .report.console import print_analysis
 from .report.html.results import PageResults
 from .report.progress import StepProgress
 from .sourcemap import SourceMapping, map_clusters, print_diffs
-from .sourcemap.apply import ApplyPlan, plan_apply
+from .sourcemap.apply_plan import ApplyPlan, plan_apply
 from .sourcemap.preview import ApplyPreview, preview, preview_dict, print_imports
 from .triton_support import triton_missing, triton_note
 from .units import counted

@@ -24,7 +24,8 @@ from fusion_core.load import import_model_file, instantiate, pick_class
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import apply as apply_module
 from fusion_core.sourcemap import map_clusters
-from fusion_core.sourcemap.apply import ApplyError, apply, forget_package, plan_apply, rewrite
+from fusion_core.sourcemap.apply import ApplyError, apply, forget_package, rewrite
+from fusion_core.sourcemap.apply_plan import plan_apply
 from fusion_core.sourcemap.fused import package_name
 from fusion_core.validate import run as validate_run
 

@@ -16,7 +16,8 @@ from test_apply_callsite import CAPTURES, line_of, plan
 
 from fusion_core.cli_run import mapping_dict
 from fusion_core.sourcemap import EXACT, POINTER
-from fusion_core.sourcemap.apply import apply, plan_apply
+from fusion_core.sourcemap.apply import apply
+from fusion_core.sourcemap.apply_plan import plan_apply
 
 HEADER = """\
 import torch

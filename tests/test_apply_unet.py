@@ -15,7 +15,7 @@ from fusion_core.codegen import generate
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
-from fusion_core.sourcemap.apply import plan_apply
+from fusion_core.sourcemap.apply_plan import plan_apply
 
 RESBLOCK = """\
 import torch

@@ -20,7 +20,8 @@ from fusion_core.codegen import generate, load_kernel, write_kernels
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
-from fusion_core.sourcemap.apply import apply, plan_apply
+from fusion_core.sourcemap.apply import apply
+from fusion_core.sourcemap.apply_plan import plan_apply
 
 PERMUTED = textwrap.dedent("""\
     import torch

@@ -25,7 +25,8 @@ from fusion_core.ir.shapes import InputSpec
 from fusion_core.ir.views import INDEX_STEPS, Narrow
 from fusion_core.pipeline import analyze, analyze_file
 from fusion_core.sourcemap import map_clusters
-from fusion_core.sourcemap.apply import apply, plan_apply
+from fusion_core.sourcemap.apply import apply
+from fusion_core.sourcemap.apply_plan import plan_apply
 from fusion_core.validate.run import validate
 
 D = 8  # half the last dim

@@ -19,7 +19,8 @@ from fusion_core.ir.graph import OpKind
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import EXACT, POINTER, map_clusters
-from fusion_core.sourcemap.apply import apply, plan_apply
+from fusion_core.sourcemap.apply import apply
+from fusion_core.sourcemap.apply_plan import plan_apply
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

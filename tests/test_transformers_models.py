@@ -19,7 +19,7 @@ from fusion_core.ir.graph import OpKind
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze
 from fusion_core.sourcemap import frames, map_clusters
-from fusion_core.sourcemap.apply import plan_apply
+from fusion_core.sourcemap.apply_plan import plan_apply
 
 T = import_transformers()
 if T is None:

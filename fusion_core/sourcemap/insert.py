@@ -9,12 +9,9 @@ say instead when an earlier `--apply` already rewrote the file (``fused.wrote_im
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
+from .apply_plan import ApplyPlan
 from .fused import import_block, wrote_imports
-
-if TYPE_CHECKING:  # apply.py imports this module
-    from .apply import ApplyPlan
 
 
 def _insert_at(tree: ast.Module) -> int:

@@ -1,6 +1,6 @@
 """What `--apply` would do to the model file, shown with the Source edits on every run.
 
-Reads an ``ApplyPlan`` (``apply.plan_apply``) and the model file's text; writes nothing.
+Reads an ``ApplyPlan`` (``apply_plan.plan_apply``) and the model file's text; writes nothing.
 The import lines come from ``insert.added_imports``, the function ``apply.rewrite`` writes
 them with, so the preview and the written file cannot disagree.
 """
@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ..report.units import short_path
 from ..source_trees import parse_source
-from .apply import ApplyPlan
+from .apply_plan import ApplyPlan
 from .diff import distinct, styled
 from .insert import added_imports, refusal
 from .source_mapping import SourceMapping
