@@ -4,8 +4,8 @@ Reads the cluster's nodes in topological order, their propagated ``TensorMeta``
 and the op registry's lowering rules; writes a small frozen plan (``plan.py``): every input
 with its dtype and broadcast ``Access`` (``layout.py``), one SSA statement per
 computed value (the registry's Triton expression over operand temporaries and
-literals), the reduction steps if there are any, and the outputs. ``emit.py``
-turns the plan into source; nothing here knows the skeleton's text.
+literals: ``node_lowering.py``), the reduction steps if there are any, and the outputs.
+``emit.py`` turns the plan into source; nothing here knows the skeleton's text.
 
 Every group takes its iteration shape and each value's index map from ``indexing.py``:
 inputs and outputs are the value seen through its map (composed strides), and a view
@@ -43,9 +43,8 @@ import torch
 from ..analysis.group import escaping, external_inputs, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.lowerings import BOOL_LOWERINGS, CAT_ENDS, INT_LOWERINGS
-from ..ir.reductions import ReductionRule, correction
-from ..ir.registry import SPECS
+from ..ir.lowerings import CAT_ENDS
+from ..ir.reductions import correction
 from ..ir.run_scalars import run_scalar, spelled
 from ..ir.spelling import said, said_all
 from ..ir.views import inverse, split_piece
@@ -55,6 +54,7 @@ from .domain_view import seen_through, view_offset
 from .indexing import index_maps
 from .layout import Access, LoweringError, access
 from .literal_sizes import literal_pins
+from .node_lowering import literal, node_meta, pointwise_rule, reduction_eps, reduction_rule
 from .plan import (
     COMPUTE,
     MAX_BLOCK,
@@ -73,20 +73,6 @@ from .tiling import column_dims, needs_tiles
 
 __all__ = ["COMPUTE", "MAX_BLOCK", "Group", "KernelPlan", "ReductionStep", "Stmt", "TensorArg",
            "dry_run", "literal", "plan"]
-
-def literal(value: object) -> str:
-    """A Python constant as Triton source (inf/nan, bools, ints, floats, None)."""
-    if isinstance(value, bool) or value is None:
-        return repr(value)
-    if isinstance(value, int):
-        return repr(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "float('nan')"
-        if math.isinf(value):
-            return "float('inf')" if value > 0 else "-float('inf')"
-        return repr(value)
-    raise LoweringError(f"cannot write {value!r} ({type(value).__name__}) as a Triton literal")
 
 
 @dataclass(frozen=True)
@@ -116,14 +102,6 @@ def dry_run(graph: FusionGraph, nodes: Collection[str]) -> LoweringError | None:
     except LoweringError as e:
         return e
     return None
-
-
-def _meta(graph: FusionGraph, name: str):
-    meta = graph[name].meta
-    if meta is None:
-        raise LoweringError(f"{said(graph, name)} has no tensor metadata (shape propagation "
-                            "missed it)")
-    return meta
 
 
 class _Lowering:
@@ -237,7 +215,7 @@ class _Lowering:
         for (reader, name), steps in self.maps.reads.items():
             key = (name, steps)
             if key not in loaded:
-                meta = _meta(self.g, name)
+                meta = node_meta(self.g, name)
                 shape, stride, fields = self._viewed(name, meta.shape, meta.stride, steps)
                 piece = self._piece(steps, meta.shape)
                 stride = regrown(stride, piece, self.rank, shape) if piece else stride
@@ -283,7 +261,7 @@ class _Lowering:
                          self.per_row[temp], generated=Generated("arange", params))
 
     def _input(self, i: int, name: str) -> TensorArg:
-        meta = _meta(self.g, name)
+        meta = node_meta(self.g, name)
         shape, stride, fields = self._viewed(name, meta.shape, meta.stride)
         piece = self._piece(self.maps.chains[name], meta.shape)
         stride = regrown(stride, piece, self.rank, shape) if piece else stride
@@ -295,7 +273,7 @@ class _Lowering:
     def _generated(self, i: int, name: str) -> TensorArg:
         """A generator's value, indexed like a contiguous input of its shape (through its
         index map where views are fused): its offset there is the element's own index."""
-        node, meta = self.g[name], _meta(self.g, name)
+        node, meta = self.g[name], node_meta(self.g, name)
         contiguous = torch.empty(meta.shape, device="meta").stride()
         shape, stride, fields = self._viewed(name, meta.shape, contiguous)
         piece = self._piece(self.maps.chains[name], meta.shape)
@@ -320,20 +298,13 @@ class _Lowering:
         if node.kind is OpKind.VIEW:  # a change of index map: same registers, no statement
             self.temps[node.name] = self._temp(node.name, node.refs[0])
             return None
-        spec = SPECS.get(node.op)
-        if spec is None or not callable(spec.lower):
-            raise LoweringError(f"{said(self.g, node.name)} has no pointwise lowering rule")
+        lowering = pointwise_rule(self.g, node)
         operands, params = self._operands(node), dict(node.params)
         if node.kind is OpKind.CONCAT:  # the coordinate picks the operand (its piece)
             key = (self.maps.cat_dims[node.name], self.maps.cat_pers[node.name])
             operands = (self.coords[key].temp, *operands)
             c = self.cat_names.index(node.name)
             params[CAT_ENDS] = cat_ends(self.cats[c], c)
-        lowering = spec.lower
-        if node.meta is not None and node.meta.dtype is torch.bool:
-            lowering = BOOL_LOWERINGS.get(node.op, lowering)
-        elif node.meta is not None and not node.meta.dtype.is_floating_point:
-            lowering = INT_LOWERINGS.get(node.op, lowering)
         expr = lowering(operands, params)
         if expr is None:
             raise LoweringError(f"{said(self.g, node.name)} has no lowering rule for params "
@@ -348,32 +319,26 @@ class _Lowering:
         return Stmt(temp, expr, node.name, node.op, deps, per_row, phase)
 
     def _reduction(self, node: Node) -> ReductionStep:
-        spec = SPECS[node.op]
-        rule = spec.lower
-        if not isinstance(rule, ReductionRule):
-            raise LoweringError(f"{said(self.g, node.name)} has no reduction rule")
-        operands = dict(zip(spec.operands, node.inputs, strict=False))
+        rule, operand_names = reduction_rule(self.g, node)
+        operands = dict(zip(operand_names, node.inputs, strict=False))
         names = {k: self._temp(node.name, v.name) if isinstance(v, Ref) else None
                  for k, v in operands.items()}
         for k, v in operands.items():
             if not isinstance(v, Ref) and v is not None:
                 raise LoweringError(f"{said(self.g, node.name)}: {k} must be a tensor or None, "
                                     f"got {v!r}")
-        src_meta = _meta(self.g, node.inputs[0].name)
-        eps = node.param("eps")
-        if eps is None:  # rms_norm's default: the input dtype's machine epsilon
-            eps = torch.finfo(src_meta.dtype).eps if src_meta.dtype.is_floating_point else 0.0
-        meta = _meta(self.g, node.name)
+        eps = reduction_eps(self.g, node)
+        meta = node_meta(self.g, node.name)
         dtype = rule.accumulation_dtype(meta.dtype)
         if dtype is None:
             raise LoweringError(f"{said(self.g, node.name)} on {meta.dtype} is not lowered")
         temp = self._new_temp(node.name, not rule.keeps_row, "post")
         return ReductionStep(rule, temp, node.name, names["input"], names.get("weight"),
-                             names.get("bias"), float(eps), dtype, self.reduced,
+                             names.get("bias"), eps, dtype, self.reduced,
                              correction(dict(node.params)))
 
     def _output(self, i: int, name: str) -> TensorArg:
-        meta = _meta(self.g, name)
+        meta = node_meta(self.g, name)
         if split_piece(self.maps.chains[name])[1] is not None:
             raise LoweringError(f"{said(self.g, name)} is computed over one piece of a cat and "
                                 "also written; a kernel writes whole values", (name,))
