@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from fusion_core.analysis.detect import detect
 from fusion_core.cli import FIXES, cli
 from fusion_core.errors import CaptureError, Fix, InputSpecError, ShapePropagationError
-from fusion_core.ir import registry as R
+from fusion_core.ir import targets as T
 from fusion_core.ir.export import _single_results, export_graph
 from fusion_core.ir.graph import OpKind
 from fusion_core.ir.normalize import to_fusion_graph
@@ -52,7 +52,7 @@ def summary(a):
     (aten.hardtanh.default, "clamp"), (aten.batch_norm.default, "batch_norm"),
 ])
 def test_aten_overloads_resolve_to_the_same_specs_as_fx_spellings(overload, spec):
-    found = R.lookup(overload)
+    found = T.lookup(overload)
     assert isinstance(found, tuple) and found[0].name == spec
 
 
@@ -61,17 +61,17 @@ def test_aten_overloads_resolve_to_the_same_specs_as_fx_spellings(overload, spec
     aten.unsqueeze.default, aten.slice.Tensor, aten.select.int, aten.split.Tensor,
 ])
 def test_aten_views_are_views(overload):
-    assert R.lookup(overload) == "view"
+    assert T.lookup(overload) == "view"
 
 
 def test_aten_arguments_bind_to_canonical_names():
-    spec, sig = R.lookup(aten.dropout.default)
-    assert R.bind(spec, sig, ("x", 0.1, False), {})["training"] is False  # schema says `train`
-    spec, sig = R.lookup(aten.where.self)
-    values = R.bind(spec, sig, ("c", "x", "y"), {})
+    spec, sig = T.lookup(aten.dropout.default)
+    assert T.bind(spec, sig, ("x", 0.1, False), {})["training"] is False  # schema says `train`
+    spec, sig = T.lookup(aten.where.self)
+    values = T.bind(spec, sig, ("c", "x", "y"), {})
     assert (values["condition"], values["input"], values["other"]) == ("c", "x", "y")
-    spec, sig = R.lookup(aten.hardtanh.default)
-    values = R.bind(spec, sig, ("x", -2.0, 2.0), {})
+    spec, sig = T.lookup(aten.hardtanh.default)
+    values = T.bind(spec, sig, ("x", -2.0, 2.0), {})
     assert (values["min"], values["max"]) == (-2.0, 2.0)
 
 

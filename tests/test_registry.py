@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from analysis_helpers import Fn, result_node, run
 
 from fusion_core.ir.graph import OpKind
-from fusion_core.ir.registry import SPECS, TARGETS, lookup
+from fusion_core.ir.registry import SPECS
+from fusion_core.ir.targets import TARGETS, lookup
 from fusion_core.pipeline import analyze
 
 U, B, R = OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.REDUCTION

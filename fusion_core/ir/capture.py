@@ -24,8 +24,8 @@ from torch.fx.experimental import symbolic_shapes
 
 from ..errors import CaptureError, InputSpecError, ShapePropagationError
 from .export import export_graph, unknown_output_fix
-from .registry import lookup
 from .shapes import InputSpec, propagate_shapes
+from .targets import lookup
 from .trace import UNRECORDABLE, _one_line, _where, trace_fx, user_frame
 
 FRONTENDS = ("auto", "fx", "export")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from .registry import lookup
+from .targets import lookup
 
 _ALIAS = torch.ops.aten.alias.default
 

@@ -19,7 +19,8 @@ from collections.abc import Callable
 import torch
 import torch.fx as fx
 
-from .registry import TARGETS, bind, lookup, training_spec
+from .registry import training_spec
+from .targets import TARGETS, bind, lookup
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,

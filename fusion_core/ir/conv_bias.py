@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .bias_split import get_attr, hooked, put_in_place
-from .registry import lookup
+from .targets import lookup
 
 aten = torch.ops.aten
 _ATEN_ADD = aten.add.Tensor

@@ -38,7 +38,7 @@ class Move:
 
 def device_move(n: fx.Node, found: Any, target: str, source: SourceLoc | None) -> Move | None:
     """The move `n` makes, where it converts a tensor into one on another device: `found`,
-    its registry entry (``registry.lookup``), is a `to`, or it is a `.cpu()`/`.cuda()` call
+    its registry entry (``targets.lookup``), is a `to`, or it is a `.cpu()`/`.cuda()` call
     (no registry entry). None for anything else. `target`: the graph's name of the call, for
     a line that spells no one such call."""
     binds_as_to = isinstance(found, tuple) and found[0].name == "to"

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from .registry import lookup
+from .targets import lookup
 
 aten = torch.ops.aten
 # Layers that return a view of their input (FX keeps them as one call).

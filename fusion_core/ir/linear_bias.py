@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .bias_split import get_attr, hooked, put_in_place
-from .registry import lookup
+from .targets import lookup
 
 _ATEN_LINEAR = torch.ops.aten.linear.default
 _ATEN_ADD = torch.ops.aten.add.Tensor

@@ -36,11 +36,12 @@ from .graph import (
 from .inline_blocks import block_source
 from .inplace_writes import written_by
 from .max_values import SPELLED
-from .registry import bind, lookup, training_spec
+from .registry import training_spec
 from .run_scalars import RUN_SCALAR, Apply, scalar_of
 from .sizes import LITERAL, SIZED_VIEWS, SIZES, Dim, literal_sizes, read_sizes, refine
 from .spelling import aten_call, namespaced
 from .split_views import piece_of_split
+from .targets import bind, lookup
 from .trace import is_user_frame
 from .upsample import OPAQUE_WHY, is_upsample, upsample_steps
 from .view_params import (

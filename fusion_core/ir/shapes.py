@@ -29,7 +29,7 @@ from ..errors import CaptureError, Fix, FusionAdvisorError, InputSpecError, Shap
 from ..names import module_written
 from ..units import counted, was
 from .normalize import parse_stack_trace
-from .registry import lookup
+from .targets import lookup
 
 # torch's TensorIterator kernels (reductions among them) take at most 64 dims, and a
 # tensor's size in bytes is a signed 64-bit integer.
