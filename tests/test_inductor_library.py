@@ -17,7 +17,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fusion_core.inductor.capture import InductorCapture, InductorNode, LibraryCall, capture
-from fusion_core.inductor.match import DIFFERENT, INSIDE, SAME, cluster_keys, match
+from fusion_core.inductor.coverage import cluster_keys
+from fusion_core.inductor.match import DIFFERENT, INSIDE, SAME, match
 from fusion_core.inductor.rewrites import Rewrites
 from fusion_core.ir.spelling import said, said_all
 from fusion_core.pipeline import analyze

@@ -5,8 +5,8 @@ compute kernel a status (``exact`` / ``partial`` / ``missed``), and per cluster 
 verdict (``same group`` / ``different grouping`` with how / ``inside a library kernel`` /
 ``not fused by Inductor``).
 
-Both sides are compared by *keys*: (innermost module path, file, line) of each compute
-node. The module path tells block 0's line 31 from block 1's. Inductor inlines cheap
+Both sides are compared by *keys* (``coverage.py``): (innermost module path, file, line) of
+each compute node. The module path tells block 0's line 31 from block 1's. Inductor inlines cheap
 pointwise producers into several consumers (recompute); a key belongs to the first kernel
 computing it, and a kernel's status and extra ops count only the keys it owns. Nodes
 Inductor created in a pattern rewrite carry no stack trace; such a node still explains one
@@ -30,19 +30,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis.group import moves_data
 from ..analysis.types import Cluster
-from ..ir.graph import OpKind
 from ..pipeline import Analysis
 from .added import Opaque, added_ops, added_words, opaque_keys
-from .capture import (
-    InductorCapture,
-    InductorKernel,
-    LibraryCall,
-    module_path,
+from .capture import InductorCapture, InductorKernel, LibraryCall
+from .coverage import (
+    Key,
+    cluster_keys,
+    computes_exactly,
+    covering_kernels,
+    folded_views,
+    kernel_keys,
+    keys_of_ours,
+    owned_keys,
+    resolved_keys,
 )
 from .explain import MissLine, cat_feeders, collapse, into_cat, is_cat, miss_reason, short_name
-from .kernel_graph import compatible, norm_path
+from .kernel_graph import norm_path
 from .library_calls import (
     cover_split_biases,
     gemm_keys,
@@ -52,7 +56,6 @@ from .library_calls import (
     split_biases,
 )
 
-Key = tuple[str, str, int]
 SAME, DIFFERENT, NOT_FUSED = "same group", "different grouping", "not fused by Inductor"
 INSIDE = "inside a library kernel"
 
@@ -99,84 +102,6 @@ class Agreement:
     @property
     def not_fused(self) -> tuple[int, ...]:
         return tuple(v.cluster for v in self.clusters if v.verdict == NOT_FUSED)
-
-
-def cluster_keys(analysis: Analysis, cluster: Cluster) -> dict[str, tuple[Key | None, str]]:
-    """Per cluster node: its key and op. Ops eager runs as an alias (the registry's
-    `moves_data`: dropout in eval, a same-dtype cast) are left out: Inductor has no node
-    for them. Views stay (see `_folded`)."""
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    out: dict[str, tuple[Key | None, str]] = {}
-    for name, op in zip(cluster.nodes, cluster.ops, strict=True):
-        node, fx = analysis.graph[name], fx_nodes.get(name)
-        if node.kind is not OpKind.VIEW and not moves_data(analysis.graph, name):
-            continue
-        mod = module_path(fx.meta.get("nn_module_stack")) if fx is not None else ""
-        key = (mod, norm_path(node.source.file), node.source.line) if node.source else None
-        out[name] = (key, op)
-    return out
-
-
-def _folded(analysis: Analysis, ours: dict) -> frozenset[str]:
-    """Our nodes no kernel has to compute: views (the registry's `OpKind.VIEW`), which
-    become index math in whatever kernel reads them, in Inductor's and in ours."""
-    return frozenset(n for n in ours if analysis.graph[n].kind is OpKind.VIEW)
-
-
-def _kernel_keys(k: InductorKernel) -> set[Key]:
-    """The kernel's compute nodes' keys, and the concatenations it writes into: a cluster of
-    ours holding that `cat` does the same work (each operand's piece of its result)."""
-    return {(n.module, norm_path(n.file), n.line) for n in (*k.compute_nodes, *k.cats)
-            if n.line is not None}
-
-
-def _resolve(ours: dict[str, tuple[Key | None, str]], universe: set[Key]
-             ) -> dict[str, tuple[frozenset[Key], str]]:
-    """Our keys as the Inductor keys they stand for."""
-    return {name: (frozenset(u for u in universe if key is not None and compatible(key, u)), op)
-            for name, (key, op) in ours.items()}
-
-
-def _our_keys(ours: dict[str, tuple[frozenset[Key], str]]) -> set[Key]:
-    return set().union(*(keys for keys, _ in ours.values())) if ours else set()
-
-
-def _unkeyed_ops(k: InductorKernel) -> set[str]:
-    # A `cat` a pattern rewrite made (`relu(cat(a, b))` as a cat of two ReLUs) has no line
-    # either: the kernel writing into it still does our `cat`'s work.
-    return {n.op for n in (*k.compute_nodes, *k.cats) if n.line is None}
-
-
-def _coverage(ours: dict[str, tuple[frozenset[Key], str]], kernels: list[InductorKernel],
-              kkeys: list[set[Key]]) -> dict[str, set[int]]:
-    """Which kernels compute each of our nodes (by key, then by op for unkeyed nodes)."""
-    cover = {name: {i for i, ks in enumerate(kkeys) if keys & ks}
-             for name, (keys, _) in ours.items()}
-    touching = set().union(*cover.values()) if cover else set()
-    for name, (_, op) in ours.items():
-        if not cover[name]:
-            cover[name] = {i for i in touching if op in _unkeyed_ops(kernels[i])}
-    return cover
-
-
-def _owned(kkeys: list[set[Key]]) -> list[set[Key]]:
-    """Each kernel's keys minus those an earlier kernel already computed (recompute)."""
-    seen: set[Key] = set()
-    out = []
-    for ks in kkeys:
-        out.append(ks - seen or set(ks))  # a pure recompute kernel keeps its keys
-        seen |= ks
-    return out
-
-
-def _exact(i: int, ours: dict, cover: dict[str, set[int]], kkeys: list[set[Key]],
-           adds: dict[int, tuple[str, ...]], folded: frozenset[str]) -> bool:
-    """Kernel i computes all of the cluster (its views aside: `_folded`) and nothing else:
-    no compute op of another line it owns, no opaque call of ours it does the work of
-    (`adds`, see added.py)."""
-    if not ours or any(i not in cover[n] for n in ours if n not in folded) or adds.get(i):
-        return False
-    return kkeys[i] <= _our_keys(ours)
 
 
 def _adds(analysis: Analysis, c: Cluster, keys: dict[str, tuple[Key | None, str]],
@@ -247,13 +172,13 @@ def _verdict(analysis: Analysis, c: Cluster, ours: dict, cover: dict[str, set[in
              kernels: list[InductorKernel], kkeys: list[set[Key]],
              inside: dict[str, set[int]], calls: list[LibraryCall],
              adds: dict[int, tuple[str, ...]]) -> ClusterVerdict:
-    folded = _folded(analysis, ours)
+    folded = folded_views(analysis, ours)
     computed = [n for n in ours if n not in folded]  # what a kernel or a call must compute
     hit = sorted(set().union(*cover.values())) if cover else []
     in_calls = sorted(set().union(*inside.values())) if inside else []
     names = tuple(kernels[i].name for i in hit) + tuple(calls[j].op for j in in_calls)
-    our_keys = _our_keys(ours)
-    same = next((i for i in hit if _exact(i, ours, cover, kkeys, adds, folded)), None)
+    our_keys = keys_of_ours(ours)
+    same = next((i for i in hit if computes_exactly(i, ours, cover, kkeys, adds, folded)), None)
     if same is not None:
         return ClusterVerdict(c.index, SAME, names, short_name(kernels[same].name))
     if computed and all(n in inside for n in computed):
@@ -290,12 +215,12 @@ def _verdict(analysis: Analysis, c: Cluster, ours: dict, cover: dict[str, set[in
 
 def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
     kernels = list(cap.compute_kernels)
-    all_keys = [_kernel_keys(k) for k in kernels]
-    kkeys = _owned(all_keys)
+    all_keys = [kernel_keys(k) for k in kernels]
+    kkeys = owned_keys(all_keys)
     universe = set().union(*all_keys) if all_keys else set()
     raw = [cluster_keys(analysis, c) for c in analysis.clusters]
-    per_cluster = [_resolve(keys, universe) for keys in raw]
-    covers = [_coverage(ours, kernels, all_keys) for ours in per_cluster]
+    per_cluster = [resolved_keys(keys, universe) for keys in raw]
+    covers = [covering_kernels(ours, kernels, all_keys) for ours in per_cluster]
     gemm_ks = [gemm_keys(k.nodes) for k in kernels]
     biases = [split_biases(analysis, c) for c in analysis.clusters]
     for b, keys, cover in zip(biases, raw, covers, strict=True):
@@ -315,9 +240,10 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
     for i, k in enumerate(kernels):
         overlapping = tuple(c.index for c, ours in zip(analysis.clusters, per_cluster,
                                                       strict=True)
-                            if kkeys[i] & _our_keys(ours))
-        exact = any(_exact(i, per_cluster[c], covers[c], kkeys, adds[c],
-                           _folded(analysis, per_cluster[c])) for c in overlapping)
+                            if kkeys[i] & keys_of_ours(ours))
+        exact = any(computes_exactly(i, per_cluster[c], covers[c], kkeys, adds[c],
+                                     folded_views(analysis, per_cluster[c]))
+                    for c in overlapping)
         status = "exact" if exact else "partial" if overlapping else "missed"
         ops = tuple(sorted({n.op for n in k.compute_nodes})) or k.ops
         reason = miss_reason(analysis, k) if status == "missed" and k.n_user_ops >= 2 else ""
