@@ -22,10 +22,10 @@ class Tuning:
     row_min_warps: int = 2
     tile_cols: int = 32  # tiled elementwise reading a transposed view: square tiles
     # reduction: widest row one block holds, wider rows loop; None: by the element size
-    # (tuning.widest_one_block), which `kernel.generate` fills in
+    # (one_block.widest_one_block), which `kernel.generate` fills in
     max_block: int | None = None
     # reduction: rows wider than this loop where the kernel can, though one block holds up to
-    # max_block (a 16-bit centered norm loops sooner, tuning.CENTERED_16BIT_ONE_BLOCK; a kernel
+    # max_block (a 16-bit centered norm loops sooner, one_block.CENTERED_16BIT_ONE_BLOCK; a kernel
     # generated without the loop still runs rows up to max_block); None: max_block
     loop_above: int | None = None
     loop_block: int = 1024  # reduction: narrowest column step when rows loop...

@@ -28,9 +28,9 @@ from ..analysis.types import Cluster
 from ..fileio import write_atomic
 from ..names import kernel_name
 from . import emit, file_head, interpreted, launcher, nan_reduce, split_rows
-from . import tuning as autotune
 from .choices import Tuning, kind
 from .lower import KernelPlan, plan
+from .one_block import CENTERED_16BIT_ONE_BLOCK, widest_one_block
 
 # The first line of every file `write_kernels` makes: a file in --out-dir without it is the
 # user's, and is not overwritten unless they ask (--force).
@@ -73,8 +73,8 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     sizes = inputs + ([p.reduction.dtype.itemsize] if p.reduction is not None else [])
     centered_16bit = (can_loop(p) and p.reduction is not None and p.reduction.rule.centered
                       and max(inputs, default=4) < 4)
-    widest = autotune.widest_one_block(max(sizes, default=4))
-    loop_above = min(widest, autotune.CENTERED_16BIT_ONE_BLOCK) if centered_16bit else None
+    widest = widest_one_block(max(sizes, default=4))
+    loop_above = min(widest, CENTERED_16BIT_ONE_BLOCK) if centered_16bit else None
     return replace(tuning, max_block=widest,
                    loop_above=tuning.loop_above if tuning.loop_above is not None else loop_above)
 

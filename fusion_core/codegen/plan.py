@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # it reads plans' inputs: a cycle at run time
 # Half-precision values are computed in float32 and rounded once, at the store.
 COMPUTE = ACCUMULATE
 # Widest row several reductions share one block in (lowering keeps them apart past it); one
-# reduction's rows stay in one block up to tuning.widest_one_block (Tuning.max_block).
+# reduction's rows stay in one block up to one_block.widest_one_block (Tuning.max_block).
 MAX_BLOCK = 4096
 
 
