@@ -11,7 +11,7 @@ sm_90 in a subprocess (without the interpreter) and runs the ptxas Triton ships 
 with -v. Pointers are marked 16-byte aligned and sizes divisible by 16 where the case's are,
 as Triton's launcher specializes them. Prints one line a case: registers a thread and spill
 bytes. These are the numbers
-behind tuning.py's ONE_BLOCK_BYTES (which rows stay in one block) and its candidates.
+behind one_block.py's ONE_BLOCK_BYTES (which rows stay in one block) and tuning.py's candidates.
 """
 
 from __future__ import annotations
