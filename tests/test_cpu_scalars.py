@@ -1,0 +1,145 @@
+"""A CPU 0-dim tensor read by a kernel that runs on another device, and the device a model
+computes on (fusion_core/codegen/runtime.py's `_run_device`, `_device_copies`;
+fusion_core/ir/graph.py's `FusionGraph.device`, fusion_core/ir/shapes.py's `model_device`).
+
+Torch takes a CPU 0-dim tensor as an operand of an op on any device (`x.cuda() *
+torch.tensor(2.0)`); a Triton kernel reads only its own device's memory, so the launcher copies
+such an input there, decided once per launch plan. No GPU here: a model held on the meta
+device stands in for a CUDA one (as tests/test_cpu_values.py does), and its launches are
+caught before any kernel runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn as nn
+from codegen_harness import DEVICE
+
+from fusion_core.codegen import generate, load_kernel, runtime, write_kernels
+from fusion_core.pipeline import analyze
+
+
+class _Scaled(nn.Module):
+    """A model whose `scale` is a plain tensor attribute: `.to(device)` leaves it on the CPU
+    (a buffer would move), and so does `torch.tensor(4.0)` made in its forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.linspace(0.5, 2.0, 8), requires_grad=False)
+        self.scale = torch.tensor(2.0)
+
+    def forward(self, x):
+        return (self.scale * x * self.w / torch.tensor(4.0)).relu()
+
+
+class _Caught(Exception):
+    pass
+
+
+def _loaded(tmp_path, model: nn.Module, x: torch.Tensor):
+    """The kernel module of `model`'s one cluster, its launcher, and the launcher's arguments
+    as the model holds them (`x`, its parameters, its CPU scalars)."""
+    a = analyze(model, x, capture="fx")
+    (cluster,) = a.clusters
+    kernel = generate(a, cluster)
+    module = load_kernel(write_kernels([kernel], tmp_path)[0])
+    held = dict(a.graph_module.named_buffers()) | dict(a.graph_module.named_parameters())
+    args = [x if name == "x" else getattr(model, name, held.get(name)) for name in cluster.inputs]
+    return module, getattr(module, kernel.name), args
+
+
+def _launcher(tmp_path, model: nn.Module, x: torch.Tensor):
+    """``_loaded``, and the kernel arguments the launcher launches with, caught before the
+    kernel runs (none can run on the meta device)."""
+    module, launch, args = _loaded(tmp_path, model, x)
+    caught: list = []
+
+    class Catch:
+        def __getitem__(self, grid):
+            def launch(*kernel_args, **_):
+                caught.append(kernel_args)
+                raise _Caught
+            return launch
+
+    setattr(module, f"{launch.__name__}_kernel", Catch())
+    return module, launch, args, caught
+
+
+def _launched(launch, args, caught) -> list[torch.Tensor]:
+    with contextlib.suppress(_Caught):
+        launch(*args)
+    return [t for t in caught.pop() if isinstance(t, torch.Tensor)]
+
+
+def test_a_cpu_scalar_read_by_a_kernel_on_another_device_is_moved_there(tmp_path):
+    # The GPU's case: the kernel was handed the CPU pointer (an illegal address there), and
+    # its result made on the CPU, where its first input is.
+    model = _Scaled().to("meta")
+    module, launch, args, caught = _launcher(tmp_path, model, torch.randn(4, 8, device="meta"))
+    devices = [t.device.type for t in args]
+    assert devices[0] == "cpu" and devices.count("cpu") == 2, devices  # `scale` comes first
+    assert {t.device.type for t in _launched(launch, args, caught)} == {"meta"}
+
+
+def test_the_launch_plan_decides_the_copies_once_and_the_common_case_copies_nothing(tmp_path):
+    model = _Scaled().to("meta")
+    module, launch, args, caught = _launcher(tmp_path, model, torch.randn(4, 8, device="meta"))
+    _launched(launch, args, caught)
+    (plan,) = module.LAUNCH_CACHE.values()
+    copies, device = plan[:2]
+    assert device == torch.device("meta")
+    assert copies == tuple(t.device.type == "cpu" for t in args)
+    # Every input where the kernel runs (all on the meta device here): nothing to copy, so a
+    # warm call does no more than before.
+    on_meta = [t.to("meta") for t in args]
+    _launched(launch, on_meta, caught)
+    assert len(module.LAUNCH_CACHE) == 2
+    assert list(module.LAUNCH_CACHE.values())[1][:2] == ((), torch.device("meta"))
+
+
+def test_the_run_device_is_where_torch_computes():
+    scalar, meta = torch.tensor(2.0), torch.ones(4, device="meta")
+    assert runtime._run_device(scalar, meta) == torch.device("meta")
+    assert runtime._run_device(scalar, torch.tensor(3.0)) == torch.device("cpu")
+    assert runtime._run_device(torch.ones(4), scalar) == torch.device("cpu")
+
+
+def test_an_input_on_another_device_that_is_no_cpu_scalar_is_refused(monkeypatch):
+    monkeypatch.setattr(runtime, "NAME", "cluster0")
+    table, meta = torch.arange(4), torch.ones(4, device="meta")
+    assert runtime._device_copies((False, False), (meta, meta), meta.device, ("a", "b")) == ()
+    with pytest.raises(ValueError, match=r"^cluster0: `pos` is on cpu, the kernel runs on meta "
+                                         r"\(where its other inputs are\); move it there first$"):
+        runtime._device_copies((False, False), (meta, table), meta.device, ("`x`", "`pos`"))
+
+
+@pytest.mark.gpu
+def test_a_cuda_model_reading_a_cpu_scalar_runs_its_kernel_as_eager_does(tmp_path):
+    torch.manual_seed(0)
+    model = _Scaled().to(DEVICE)
+    x = torch.randn(64, 8, device=DEVICE)
+    assert model.scale.device.type == "cpu"
+    _, launch, args = _loaded(tmp_path, model, x)
+    assert any(t.device.type == "cpu" for t in args)
+    want = model(x)
+    for _ in range(3):  # the first call, the chosen configuration's, then direct launches
+        torch.testing.assert_close(launch(*args), want)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+def test_a_captured_cuda_graph_keeps_the_cpu_scalar_value(tmp_path):
+    torch.manual_seed(0)
+    model = _Scaled().to(DEVICE)
+    x = torch.randn(64, 8, device=DEVICE)
+    _, launch, args = _loaded(tmp_path, model, x)
+    launch(*args)  # warm: the configuration chosen outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = launch(*args)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, model(x))
