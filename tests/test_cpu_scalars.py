@@ -18,7 +18,9 @@ import torch
 import torch.nn as nn
 from codegen_harness import DEVICE
 
+from fusion_core.analysis.devices import check_device
 from fusion_core.codegen import generate, load_kernel, runtime, write_kernels
+from fusion_core.ir.graph import FusionGraph, Node, OpKind, Ref, TensorMeta
 from fusion_core.pipeline import analyze
 
 
@@ -114,6 +116,59 @@ def test_an_input_on_another_device_that_is_no_cpu_scalar_is_refused(monkeypatch
     with pytest.raises(ValueError, match=r"^cluster0: `pos` is on cpu, the kernel runs on meta "
                                          r"\(where its other inputs are\); move it there first$"):
         runtime._device_copies((False, False), (meta, table), meta.device, ("`x`", "`pos`"))
+
+
+def _node(name: str, kind: OpKind, device: str, shape=(4, 8), dtype=torch.float32, op="",
+          refs: tuple[str, ...] = ()) -> Node:
+    stride = tuple(8 if k == 0 and len(shape) == 2 else 1 for k in range(len(shape)))
+    return Node(name, op or kind.value, kind, inputs=tuple(Ref(r) for r in refs),
+                meta=TensorMeta(shape, dtype, stride, device))
+
+
+def _graph_with_a_cpu_first_input(device: str) -> FusionGraph:
+    """`forward(pos, x)` of a model on `device` whose first input is a CPU position table:
+    `(pos * 2)` computes on the CPU, `x * self.w` where the model is."""
+    return FusionGraph("M", (
+        _node("pos", OpKind.INPUT, "cpu", (8,), torch.int64),
+        _node("x", OpKind.INPUT, device),
+        _node("w", OpKind.CONSTANT, device, (8,)),
+        _node("mul", OpKind.POINTWISE_BINARY, "cpu", (8,), torch.int64, "mul", ("pos",)),
+        _node("mul_1", OpKind.POINTWISE_BINARY, device, op="mul", refs=("x", "w")),
+    ))
+
+
+def test_the_graph_device_is_where_the_model_computes_not_its_first_input():
+    assert _graph_with_a_cpu_first_input("cuda:0").device == "cuda:0"
+    assert _graph_with_a_cpu_first_input("cpu").device == "cpu"
+    assert FusionGraph("M", (Node("x", "input", OpKind.INPUT),)).device == ""
+
+
+def test_a_cpu_op_of_a_model_whose_first_input_is_on_the_cpu_is_still_rejected():
+    g = _graph_with_a_cpu_first_input("cuda:0")
+    failure = check_device(g, ["mul"])
+    assert failure is not None and failure.culprits == ("mul",)
+    assert "while the model runs on cuda:0" in failure.reason
+    assert check_device(g, ["mul_1"]) is None
+
+
+class _Buffered(nn.Module):
+    """No parameters; its first tensor as FX holds them (a buffer there) is a CPU scalar."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.tensor(2.0)
+        self.register_buffer("b", torch.ones(8))
+
+    def forward(self, x):
+        return (x * self.scale + self.b).relu()
+
+
+def test_a_model_whose_first_held_tensor_is_a_cpu_scalar_is_analysed_where_it_computes():
+    # The example input was made on the CPU beside the model's meta buffer: FX capture failed
+    # ("Expected all tensors to be on the same device").
+    a = analyze(_Buffered().to("meta"), torch.randn(4, 8), capture="fx")
+    assert a.graph.device == "meta"
+    assert [c.ops for c in a.clusters] == [("mul", "add", "relu")]
 
 
 @pytest.mark.gpu
