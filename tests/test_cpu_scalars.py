@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn as nn
 from codegen_harness import DEVICE
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from fusion_core.analysis.devices import check_device
 from fusion_core.codegen import generate, load_kernel, runtime, write_kernels
@@ -100,6 +101,27 @@ def test_the_launch_plan_decides_the_copies_once_and_the_common_case_copies_noth
     _launched(launch, on_meta, caught)
     assert len(module.LAUNCH_CACHE) == 2
     assert list(module.LAUNCH_CACHE.values())[1][:2] == ((), torch.device("meta"))
+
+
+def test_the_traced_launcher_copies_a_cpu_scalar_without_reading_its_value(tmp_path):
+    # torch.compile traces `traceable` on fake tensors, which hold no value to read.
+    model = _Scaled().to("meta")
+    module, _, args = _loaded(tmp_path, model, torch.randn(4, 8, device="meta"))
+    mode = FakeTensorMode()
+    fakes = [mode.from_tensor(t) for t in args]
+    launched: list = []
+
+    def wrap(kernel):
+        class Launch:
+            def __getitem__(self, grid):
+                return lambda *kernel_args, **_: launched.append(kernel_args)
+        return Launch()
+
+    with mode:
+        out = module.traceable(*fakes, wrap=wrap)
+    assert "cpu" in {t.device.type for t in fakes}
+    assert out.device.type == "meta"
+    assert {t.device.type for t in launched[0] if isinstance(t, torch.Tensor)} == {"meta"}
 
 
 def test_the_run_device_is_where_torch_computes():

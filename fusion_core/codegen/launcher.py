@@ -198,16 +198,18 @@ def _launch_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
         direct_launch.launch_lines("kernel", _grid(plan, sig), tensors, sig.launch_consts, out)
 
 
-def _copies_and_outputs(plan: KernelPlan, names: list[str], result: str,
-                        out: CodeWriter) -> None:
+def _copies_and_outputs(plan: KernelPlan, names: list[str], result: str, out: CodeWriter,
+                        traced: bool = False) -> None:
     """After `copies, device, out_shapes, out_strides, ..., configs` of a plan: inputs copied
     where the plan says, outputs allocated on its device, and the return when there is
-    nothing to launch."""
+    nothing to launch. `traced`: on fake tensors (``runtime._relaid``)."""
     if names:
         out.line("if copies:  # inputs whose strides the kernel cannot index, or CPU 0-dim ones")
         with out.indented():
+            how = ", traced=True" if traced else ""
             for i, a in enumerate(names):
-                out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}], {DEVICE})"])
+                out.lines([f"if copies[{i}]:",
+                           f"    {a} = _relaid({a}, IN_ORDERS[{i}], {DEVICE}{how})"])
     out.lines(f"out{i} = torch.empty_strided(out_shapes[{i}], out_strides[{i}], "
               f"dtype={dtype_literal(t)}, device={DEVICE})" for i, t in enumerate(plan.outputs))
     out.lines(["if not configs:  # no elements", f"    return {result}"])
@@ -241,7 +243,7 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
         if viewed:
             out.line(f"{_tuple(names)} = _views({inputs})")
         out.line(f"{_PLANNED} = _plan({plan_args(plan, names)})")
-        _copies_and_outputs(plan, names, _result(plan), out)
+        _copies_and_outputs(plan, names, _result(plan), out, traced=True)
         out.lines([f"_launch(CHOSEN.get(tune_key) or configs[0], args, "
                    f"{_kernel_tensors(plan, names)}, wrap=wrap)",
                    f"return {_result(plan)}"])

@@ -88,17 +88,17 @@ def _dense_strides(shape, order):
     return tuple(strides)
 
 
-def _relaid(t, order, device):
+def _relaid(t, order, device, traced=False):
     """`t` copied into the analysed layout (`.contiguous()` when that is contiguous) on the
-    kernel's `device` (a CPU 0-dim tensor moves there: ``_device_copies``). Non-blocking: from
-    the CPU's pageable memory CUDA stages the bytes before it returns, and waits for no
-    earlier GPU work as a blocking copy would. A CUDA graph being captured takes no copy
-    from the CPU: it keeps the value, as eager's captured op does."""
+    kernel's `device`. A CPU 0-dim operand (``_device_copies``) gives its value, read now on
+    the host as torch's own ops read it: no copy from the CPU, which would wait for the GPU (or
+    race a later write to `t`) and which a CUDA graph cannot capture. `traced`: fake tensors
+    hold no value, so the traced graph copies it at each call instead."""
     out = torch.empty_strided(t.shape, _dense_strides(t.shape, order), dtype=t.dtype,
                               device=device)
-    if device.type == "cuda" and t.device != device and torch.cuda.is_current_stream_capturing():
+    if t.device != device and not traced:
         return out.fill_(t.item())
-    return out.copy_(t, non_blocking=True)
+    return out.copy_(t)
 
 
 def _run_device(*tensors):
