@@ -70,7 +70,7 @@ def test_a_decode_loop_builds_one_frame_and_a_bucket_s_configurations_once(tmp_p
     broadcasts, configs = _counted(module, "_iteration_shape"), _counted(module, "_configs")
     _decode(launch, _kv_softmax, torch.randn(1, 2, 5, 8), 8)
     assert len(module.LAUNCH_CACHE) == 8  # every length is another launch plan...
-    buckets = {plan[4][0] for plan in module.LAUNCH_CACHE.values()}
+    buckets = {plan[5][0] for plan in module.LAUNCH_CACHE.values()}
     assert len(buckets) == 2  # 12 to 26 rows: row classes 16 and 32
     # ...worked out from one frame: one broadcast, one configuration list per bucket
     assert (len(broadcasts), len(configs)) == (1, 2)

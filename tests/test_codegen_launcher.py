@@ -151,7 +151,7 @@ def test_a_contiguous_input_where_a_transposed_one_was_analysed_is_relaid(tmp_pa
     _check(launch, _add, x, yt.contiguous())
     ((copies, *_),) = module.LAUNCH_CACHE.values()
     assert copies == (False, True)
-    assert module._relaid(yt.contiguous(), (0, 2, 1)).stride() == yt.stride()
+    assert module._relaid(yt.contiguous(), (0, 2, 1), yt.device).stride() == yt.stride()
 
 
 def test_fewer_dims_and_a_copy_keep_the_analysed_order_of_the_dims_left(tmp_path):

@@ -45,7 +45,7 @@ def test_dense_strides_follow_the_memory_order():
     assert runtime._dense_strides((2, 3, 4), (0, 2, 1)) == (12, 1, 3)
     # fewer dims than analysed keep the analysed order of the dims they have
     assert runtime._dense_strides((3, 4), (0, 2, 1)) == (1, 3)
-    relaid = runtime._relaid(torch.arange(12.0).reshape(3, 4), (1, 0))
+    relaid = runtime._relaid(torch.arange(12.0).reshape(3, 4), (1, 0), torch.device("cpu"))
     assert relaid.stride() == (1, 3) and torch.equal(relaid, torch.arange(12.0).reshape(3, 4))
 
 

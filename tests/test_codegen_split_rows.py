@@ -253,7 +253,7 @@ def test_programs_per_row_not_a_power_of_two(name, tmp_path):
     module, launch, inputs, want = _load(FAMILIES[name], x, tmp_path)
     launch(*inputs)  # plans this layout
     key = next(iter(module.LAUNCH_CACHE))
-    _, out_shapes, _, args, _, _ = module.LAUNCH_CACHE[key]
+    _, _, out_shapes, _, args, _, _ = module.LAUNCH_CACHE[key]
     out = torch.empty(out_shapes[0], dtype=want.dtype, device=inputs[0].device)
     seen = _launches(module)
     module._launch((256, 1, 4, 3), args, *inputs, out)

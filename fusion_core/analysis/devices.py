@@ -8,8 +8,11 @@ pointers ("Pointer argument cannot be accessed from Triton (cpu tensor?)").
 
 Each node's device is where the model's run puts its value (``TensorMeta.device``: the
 propagated value's, or ``ir/run_devices.py``'s for a model on the CPU analysed for a GPU); the
-kernels' is where the model's inputs are (``FusionGraph.device``). A model run on the CPU
-has CPU values of its own: nothing is rejected there.
+kernels' is where the model computes (``FusionGraph.device``: its inputs' and parameters'
+device other than the CPU, whatever its first input is). A model run on the CPU has CPU values
+of its own: nothing is rejected there. A CPU 0-dim value a kernel reads is no op of the group:
+torch reads it on any device, and the launcher copies it to the kernel's
+(``codegen/runtime.py``'s ``_device_copies``).
 """
 
 from __future__ import annotations

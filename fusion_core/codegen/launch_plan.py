@@ -4,10 +4,10 @@ Reads a ``KernelPlan``, the kernel's ``KernelSignature`` and the launcher's para
 (``launcher.arg_names``); writes the text of ``_plan``: where each cat's operands end at
 this call (``cat_bounds.py``), the checks that the inputs still
 broadcast the way the kernel indexes them (or must be copied into the analysed layout),
-then (``launch_sized.py``) the output shapes and their contiguous strides, the scalar kernel
-arguments, the tuning key and the candidate configurations of its shape bucket. Everything
-it computes depends only on
-the inputs' shapes and strides (and the scalar operands it passes on, ``plan.ScalarArg``),
+then (``launch_sized.py``) the device the kernel runs on and the inputs copied there, the
+output shapes and their contiguous strides, the scalar kernel arguments, the tuning key and the
+candidate configurations of its shape bucket. Everything it computes depends only on the
+inputs' shapes, strides and devices (and the scalar operands it passes on, ``plan.ScalarArg``),
 which is why the launcher caches its result per layout (and scalar values).
 
 A KV cache's layout changes every call (`past_k` one token longer), so a kernel whose cat
@@ -84,9 +84,9 @@ def _broadcast(plan: KernelPlan, names: list[str], shapes: list[str]) -> str:
 
 
 def _plan_docstring(out: CodeWriter, with_frame: bool = False) -> None:
-    out.lines(['"""Copies, output shapes and strides, kernel arguments, tuning key (shape',
-               'bucket, dtypes, device) and candidate configurations for these inputs\' layout;',
-               'raises if the kernel cannot run them. The launcher caches the result.'
+    out.lines(['"""Copies, device, output shapes and strides, kernel arguments, tuning key',
+               "(shape bucket, dtypes, device) and candidate configurations for these inputs'",
+               'layout; raises if the kernel cannot run them. The launcher caches the result.'
                + ('' if with_frame else '"""')])
     if with_frame:
         out.lines(["`frames`: the launcher's FRAMES, which keeps what `_frame` works out (None:",

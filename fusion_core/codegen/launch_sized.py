@@ -5,12 +5,16 @@ Reads a ``KernelPlan`` and the kernel's ``KernelSignature``; writes the output s
 result's dims that follow the iteration shape, ``KernelPlan.followed``, less the leading ones
 no input has) and their contiguous strides, the checks that the results' layouts still fall in
 the kernel's groups, the tuning constants' power-of-two check, the spans and row counts, the
-kernel arguments, the tuning key and the candidate configurations. Also here, as `_plan`
-needs them as much as the launcher does: the device parameter of a kernel without inputs,
-and the expression for the device a kernel runs on (``device_of``).
+kernel arguments, the tuning key and the candidate configurations. Before them, the device
+the kernel runs on (``runtime._run_device``: where torch would compute, at the first input
+that is not a CPU 0-dim tensor; a kernel without inputs takes it as its parameter), which
+`_plan` returns for the launcher's outputs, and the inputs the launcher copies there
+(``runtime._device_copies``): decided once per launch plan, read from it by warm calls.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from . import launch_maps
 from .choices import kind
@@ -18,25 +22,25 @@ from .plan import KernelPlan, Role, TensorArg
 from .signature import N_COLS, N_ROWS, Family, KernelSignature, strides_local
 from .writer import CodeWriter
 
-# A kernel with no tensor input (its values all generated, `arange → add → to`) takes the
-# device to run on as its one parameter.
-NO_INPUTS_DEVICE = "device"
-
-
-def device_of(names: list[str]) -> str:
-    """Where the kernel runs: its first input's device, or the device parameter."""
-    return f"{names[0]}.device" if names else NO_INPUTS_DEVICE
+# Where the kernel runs: a local of `_plan` and of the launcher (from the plan). A kernel with
+# no tensor input (its values all generated, `arange → add → to`) takes it as its one
+# parameter, of the same name.
+DEVICE = "device"
+NO_INPUTS_DEVICE = DEVICE
 
 
 def sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str],
           out: CodeWriter, with_frame: bool) -> None:
     """From the inputs' layouts at the iteration shape `shape` to `_plan`'s return (with_frame:
     the tuning constants were checked by `_frame`, the configurations kept per bucket)."""
-    copies = ", ".join(f"copy{i}" for i in range(len(names)))
-    out.lines([f"copies = ({copies}{',' if len(names) == 1 else ''})" if names else "copies = ()",
-               "copies = copies if any(copies) else ()",
-               "out_shapes = (" + "".join(_shape_expr(t, plan) + ", "
-                                         for t in plan.outputs).rstrip() + ")"])
+    if names:  # a CPU 0-dim input is read where the others are, as torch does: copied there
+        flags = _tuple(f"copy{i}" for i in range(len(names)))
+        owners = tuple(f"`{a}`" for a in names)
+        out.lines([f"{DEVICE} = _run_device({', '.join(names)})",
+                   f"copies = _device_copies({flags}, {_tuple(names)}, {DEVICE}, {owners!r})"])
+    else:
+        out.line("copies = ()")
+    out.line("out_shapes = " + _tuple(_shape_expr(t, plan) for t in plan.outputs))
     # Each result's first dim as a position in the iteration shape: inputs with fewer dims
     # than analysed give results without the dims no input has, as eager does.
     firsts = [plan.rank - len(t.shape) for t in plan.outputs]
@@ -70,7 +74,7 @@ def sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str]
     if not with_frame:
         pow2_check(plan, looped, out)
     out.line(f"{Family.SPAN} = _spans(shape)")
-    empty = "copies, out_shapes, out_strides, (), None, ()"
+    empty = f"copies, {DEVICE}, out_shapes, out_strides, (), None, ()"
     if not plan.two_d:
         out.line("if span[0] == 0:")
         with out.indented():
@@ -81,14 +85,21 @@ def sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str]
         out.line(f"bucket = _bucket({N_ROWS.launch}, {N_COLS.launch})")
     out.bracketed("args = (", sig.launch_args)
     dtypes = "".join(f"{a}.dtype, " for a in names).rstrip()
-    out.line(f"tune_key = (bucket, ({dtypes}), {device_of(names)})")
+    out.line(f"tune_key = (bucket, ({dtypes}), {DEVICE})")
     if not with_frame:
-        out.line("return copies, out_shapes, out_strides, args, tune_key, _configs(bucket)")
+        out.line(f"return copies, {DEVICE}, out_shapes, out_strides, args, tune_key, "
+                 "_configs(bucket)")
         return
     out.lines(["configs = by_bucket.get(bucket)",
                "if configs is None:  # the frame's first call in this shape bucket",
                "    configs = by_bucket[bucket] = _configs(bucket)",
-               "return copies, out_shapes, out_strides, args, tune_key, configs"])
+               f"return copies, {DEVICE}, out_shapes, out_strides, args, tune_key, configs"])
+
+
+def _tuple(items: Iterable[str]) -> str:
+    """A tuple literal of `items` (a trailing comma for one)."""
+    items = list(items)
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
 def pow2_check(plan: KernelPlan, looped: bool, out: CodeWriter) -> None:

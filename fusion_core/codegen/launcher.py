@@ -17,17 +17,18 @@ takes the views on a new layout only, and the plan keeps where each view lies in
 input (``runtime._seats``), so a repeated call rebuilds it with one ``as_strided`` on that
 call's tensor (its data, its storage offset). Before a new layout is viewed, `_fits`
 (``view_checks.py``) refuses sizes the views cannot take, naming the input and its dim. A
-repeated call builds the key, looks it up,
-copies what the plan says, allocates contiguous
-outputs and launches with its bucket's configuration, chosen on the bucket's first call
-and kept in ``CHOSEN`` (the Python work used to dominate small kernels' host time). Once
-a plan has launched with its bucket's kept configuration, ``DIRECT_LAUNCH`` holds the
+repeated call builds the key, looks it up, copies what the plan says (also a CPU 0-dim input of
+a kernel that runs on a GPU: torch reads it there as an operand, a Triton kernel only its own
+device's memory), allocates contiguous outputs on the plan's device (where torch would compute:
+``runtime._run_device``) and launches with its bucket's configuration, chosen on the bucket's
+first call and kept in ``CHOSEN`` (the Python work used to dominate small kernels' host time).
+Once a plan has launched with its bucket's kept configuration, ``DIRECT_LAUNCH`` holds the
 compiled kernel's direct launcher for it (``direct_launch.py``): a warm call then skips
-Triton's dispatch too, and does the key lookup, the output allocation and one launch. A
-failed check raises and caches nothing; a full cache drops its oldest plan. A launcher whose
-cat operands change length from call to call (a KV cache: every call a new layout) also keeps
-``FRAMES``, what its ``_plan`` works out once for every such length (``launch_plan.py``),
-and keeps a plan's direct launcher from its second call on (most lengths are launched once).
+Triton's dispatch too, and does the key lookup, the output allocation and one launch. A failed
+check raises and caches nothing; a full cache drops its oldest plan. A launcher whose cat
+operands change length from call to call (a KV cache: every call a new layout) also keeps
+``FRAMES``, what its ``_plan`` works out once for every such length (``launch_plan.py``), and
+keeps a plan's direct launcher from its second call on (most lengths are launched once).
 ``ClusterNFunction`` wraps the launcher for autograd with a ``backward`` that refuses:
 inference only.
 """
@@ -43,7 +44,7 @@ from . import tuning as autotune
 from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
 from .launch_plan import NO_INPUTS_DEVICE, framed, plan_args, plan_fn
-from .launch_sized import device_of
+from .launch_sized import DEVICE
 from .literal_sizes import pin_lines
 from .lower import KernelPlan
 from .signature import (
@@ -63,6 +64,8 @@ __all__ = ["Tuning", "arg_names", "kind", "launcher"]
 
 # The launcher for tracing (torch.compile): `traceable(*inputs, wrap)`.
 TRACEABLE = "traceable"
+# What `_plan` returns (``launch_sized.sized``), as the launcher unpacks it.
+_PLANNED = f"copies, {DEVICE}, out_shapes, out_strides, args, tune_key, configs"
 # Names a generated file defines at module level or the launcher uses as locals: an input
 # named like one of them gets a prefix. The runtime's part comes from the runtime module;
 # the size arguments' names, the span locals and the configuration's block and rows come
@@ -74,7 +77,7 @@ _RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.v
              "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
              "_views", "_fits", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
              "kernel", "wrap", TRACEABLE, PIECE_ENDS, "FRAMES", "frames", "frame", "free",
-             "by_bucket", "_frame", "fresh",
+             "by_bucket", "_frame", "fresh", DEVICE,
              *direct_launch.GLOBALS, *(fn.__name__ for fn in direct_launch.HELPERS),
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_STEPS", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
@@ -195,18 +198,20 @@ def _launch_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
         direct_launch.launch_lines("kernel", _grid(plan, sig), tensors, sig.launch_consts, out)
 
 
-def _copies_and_outputs(plan: KernelPlan, names: list[str], result: str,
-                        out: CodeWriter) -> None:
-    """After `copies, out_shapes, out_strides, ..., configs` of a plan: inputs copied where
-    the plan says, outputs allocated, and the return when there is nothing to launch."""
+def _copies_and_outputs(plan: KernelPlan, names: list[str], result: str, out: CodeWriter,
+                        traced: bool = False) -> None:
+    """After `copies, device, out_shapes, out_strides, ..., configs` of a plan: inputs copied
+    where the plan says, outputs allocated on its device, and the return when there is
+    nothing to launch. `traced`: on fake tensors (``runtime._relaid``)."""
     if names:
-        out.line("if copies:  # inputs whose strides the kernel cannot index: copied")
+        out.line("if copies:  # inputs whose strides the kernel cannot index, or CPU 0-dim ones")
         with out.indented():
+            how = ", traced=True" if traced else ""
             for i, a in enumerate(names):
-                out.lines([f"if copies[{i}]:", f"    {a} = _relaid({a}, IN_ORDERS[{i}])"])
-    device = device_of(names)
+                out.lines([f"if copies[{i}]:",
+                           f"    {a} = _relaid({a}, IN_ORDERS[{i}], {DEVICE}{how})"])
     out.lines(f"out{i} = torch.empty_strided(out_shapes[{i}], out_strides[{i}], "
-              f"dtype={dtype_literal(t)}, device={device})" for i, t in enumerate(plan.outputs))
+              f"dtype={dtype_literal(t)}, device={DEVICE})" for i, t in enumerate(plan.outputs))
     out.lines(["if not configs:  # no elements", f"    return {result}"])
 
 
@@ -237,9 +242,8 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
             out.line(f"_fits({inputs})")
         if viewed:
             out.line(f"{_tuple(names)} = _views({inputs})")
-        out.line(f"copies, out_shapes, out_strides, args, tune_key, configs = _plan("
-                 f"{plan_args(plan, names)})")
-        _copies_and_outputs(plan, names, _result(plan), out)
+        out.line(f"{_PLANNED} = _plan({plan_args(plan, names)})")
+        _copies_and_outputs(plan, names, _result(plan), out, traced=True)
         out.lines([f"_launch(CHOSEN.get(tune_key) or configs[0], args, "
                    f"{_kernel_tensors(plan, names)}, wrap=wrap)",
                    f"return {_result(plan)}"])
@@ -312,12 +316,11 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                        "    DIRECT_LAUNCH.pop(oldest, None)",
                        "LAUNCH_CACHE[key] = plan"])
         if viewed:
-            out.line("seats, (copies, out_shapes, out_strides, args, tune_key, configs) = plan")
+            out.line(f"seats, ({_PLANNED}) = plan")
             _seated(names, viewed, raw, inputs, out)
         else:
-            out.line("copies, out_shapes, out_strides, args, tune_key, configs = plan")
+            out.line(f"{_PLANNED} = plan")
         _copies_and_outputs(plan, names, result, out)
-        device = device_of(names)
         tensors = _kernel_tensors(plan, names)
         out.lines(["fire = DIRECT_LAUNCH.get(key)",
                    f"if fire and fire({tensors}):  # the plan's kernel, past Triton's dispatch",
@@ -326,7 +329,7 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                    "if config is None:  # a new shape bucket: choose its configuration once",
                    "    config = _choose(tune_key, configs,",
                    f"                     lambda c: _launch(c, args, {tensors}),",
-                   f"                     {device})",
+                   f"                     {DEVICE})",
                    f"launched = _launch(config, args, {tensors})",
                    f"if fire is None{' and not fresh' if framed(plan) else ''} "
                    "and CHOSEN.get(tune_key) == config:  # kept: launch directly",

@@ -88,11 +88,42 @@ def _dense_strides(shape, order):
     return tuple(strides)
 
 
-def _relaid(t, order):
-    """`t` copied into the analysed layout (`.contiguous()` when that is contiguous)."""
+def _relaid(t, order, device, traced=False):
+    """`t` copied into the analysed layout (`.contiguous()` when that is contiguous) on the
+    kernel's `device`. A CPU 0-dim operand (``_device_copies``) gives its value, read now on
+    the host as torch's own ops read it: no copy from the CPU, which would wait for the GPU (or
+    race a later write to `t`) and which a CUDA graph cannot capture. `traced`: fake tensors
+    hold no value, so the traced graph copies it at each call instead."""
     out = torch.empty_strided(t.shape, _dense_strides(t.shape, order), dtype=t.dtype,
-                              device=t.device)
+                              device=device)
+    if t.device != device and not traced:
+        return out.fill_(t.item())
     return out.copy_(t)
+
+
+def _run_device(*tensors):
+    """Where torch computes an op over `tensors`, and so where the kernel runs: the device of
+    the first one that is not a CPU 0-dim tensor (torch takes those as operands of an op on
+    any device, `x.cuda() * torch.tensor(2.0)`), else the CPU."""
+    for t in tensors:
+        if t.dim() or t.device.type != "cpu":
+            return t.device
+    return tensors[0].device
+
+
+def _device_copies(copies, tensors, device, names):
+    """`copies` (each input's copy flag) with the CPU 0-dim tensors of a kernel that runs on
+    another `device` flagged too: a Triton kernel reads its own device's memory only, so the
+    launcher copies them there at each call. () where nothing is copied. `names`: the
+    inputs' owners in the launcher's spelling, for the refusal of any other device."""
+    flags = []
+    for copy, t, name in zip(copies, tensors, names, strict=True):
+        moved = t.device != device
+        if moved and (t.dim() or t.device.type != "cpu"):
+            raise ValueError(f"{NAME}: {name} is on {t.device}, the kernel runs on {device} "
+                             "(where its other inputs are); move it there first")
+        flags.append(copy or moved)
+    return tuple(flags) if any(flags) else ()
 
 
 def _layout(t, shape, groups, order, name="an input"):
@@ -175,7 +206,7 @@ def _repeated(t, dim, factor):
 
 
 HELPERS = (_iteration_shape, _spans, _powers_of_two, _multiple_of, _dense_strides, _relaid,
-           _layout, _group_strides)
+           _run_device, _device_copies, _layout, _group_strides)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
 VIEW_HELPERS = (_seats, _narrowed, _repeated)  # a launcher that sees inputs through views
 

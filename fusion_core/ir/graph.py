@@ -10,6 +10,7 @@ names, every other argument folded into ``params``, and the propagated
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -239,13 +240,15 @@ class FusionGraph:
 
     @cached_property
     def device(self) -> str:
-        """Where the model's kernels run: where its inputs are (its parameters, where it takes
-        no tensor) as its ``TensorMeta.device`` says; "" where no meta says."""
-        for kind in (OpKind.INPUT, OpKind.CONSTANT):
-            for n in self.nodes:
-                if n.kind is kind and n.meta is not None and n.meta.device:
-                    return n.meta.device
-        return ""
+        """Where the model computes, and its kernels run, as its ``TensorMeta.device`` says:
+        the device other than the CPU its inputs and parameters are on, the most common where
+        several (a CUDA model may take a CPU tensor too, a CPU position table or a 0-dim
+        scalar, which torch reads there or the model moves); else the CPU; "" where no meta
+        says."""
+        devices = [n.meta.device for n in self.nodes if n.kind in _HOLDERS
+                   and n.meta is not None and n.meta.device]
+        elsewhere = Counter(d for d in devices if d != "cpu")  # ties: the first seen
+        return elsewhere.most_common(1)[0][0] if elsewhere else "cpu" if devices else ""
 
     @cached_property
     def source_files(self) -> tuple[str, ...]:
@@ -265,3 +268,4 @@ class FusionGraph:
 
 
 _STRUCTURAL = (OpKind.INPUT, OpKind.CONSTANT, OpKind.OUTPUT)
+_HOLDERS = (OpKind.INPUT, OpKind.CONSTANT)  # what the model computes from: its device's

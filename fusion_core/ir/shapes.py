@@ -87,11 +87,12 @@ def fake_inputs(mode: FakeTensorMode, specs: Sequence[InputSpec],
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
-    """Where the model's parameters (else buffers) live: its example inputs go there too, or
-    a model moved to CUDA would meet CPU inputs in its first op."""
-    for tensor in (*model.parameters(), *model.buffers()):
-        return tensor.device
-    return torch.device("cpu")
+    """Where the model computes: the first device other than the CPU its parameters (else
+    buffers) are on, else the CPU. Its example inputs go there too, or a model moved to CUDA
+    would meet CPU inputs in its first op. A CUDA model may hold CPU tensors still (a plain
+    tensor attribute, which `.cuda()` leaves, is a buffer of its FX graph module)."""
+    held = (*model.parameters(), *model.buffers())
+    return next((t.device for t in held if t.device.type != "cpu"), torch.device("cpu"))
 
 
 _SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
