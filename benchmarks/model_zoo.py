@@ -14,7 +14,7 @@ phases (analysis, Inductor comparison, validation, source edits) and their wall 
 to stderr, one line per model.
 
 "applied" is "N of M": M clusters whose kernel was verified, N of them in the edit plan
-`fusion-advisor --apply` would write (`sourcemap.apply.plan_apply`, given what the CLI gives
+`fusion-advisor --apply` would write (`sourcemap.apply_plan.plan_apply`, given what the CLI gives
 it: the source map, the generated kernels, the validation verdicts) with the file that
 defines the model's class as the model file. Nothing is written. A cluster whose lines lie
 in an installed library (site-packages: every torchvision, timm and transformers model here)
@@ -308,7 +308,7 @@ def _applied_column(a: Any, kernels: Any, report: Any) -> str:
     from unittest import mock
 
     from fusion_core.sourcemap import map_clusters
-    from fusion_core.sourcemap.apply import plan_apply
+    from fusion_core.sourcemap.apply_plan import plan_apply
 
     def plan() -> Any:
         return plan_apply(a, map_clusters(a), model_file, kernels.kernels, verdicts)

@@ -209,9 +209,10 @@ def test_a_result_flattened_beside_group_norms_groups_names_the_merged_dims(tmp_
     channel groups' split. At (3, 4) a ValueError names the input and its dims (once
     torch's own unflatten error, naming no kernel and no input)."""
     model = GroupNormFlattened()
-    patched = _patched(model, (torch.randn(2, 4, 8),), tmp_path)
     x = torch.randn(2, 4, 8)
-    torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), model(x))
+    want = model(x)  # on the CPU: `_patched` moves the model's weights to DEVICE
+    patched = _patched(model, (torch.randn(2, 4, 8),), tmp_path)
+    torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), want)
     with pytest.raises(ValueError) as e:
         patched(torch.randn(3, 4, 8, device=DEVICE))
     assert str(e.value) == ("cluster0: `transpose` holds 12 elements in dims 0, 2; this kernel "

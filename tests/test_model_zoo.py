@@ -153,7 +153,7 @@ def test_a_verified_cluster_in_an_installed_library_counts_as_not_applied(
 
 def test_the_applied_column_counts_the_apply_plan_of_the_verified_clusters(monkeypatch):
     """Two clusters, one failing numerics: it is not counted in either number."""
-    from fusion_core.sourcemap import apply
+    from fusion_core.sourcemap import apply_plan as apply
     from fusion_core.validate import run
     from fusion_core.validate.types import GateResult
 
@@ -194,7 +194,7 @@ class Two(nn.Module):
 
 
 def test_an_error_in_the_source_edits_phase_is_its_cell(monkeypatch):
-    from fusion_core.sourcemap import apply
+    from fusion_core.sourcemap import apply_plan as apply
 
     def broken(*args):
         raise RuntimeError("no plan")

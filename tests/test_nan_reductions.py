@@ -8,7 +8,14 @@ eager has none. Compiled, the reduction's combine must be the NaN-keeping `arith
 import pytest
 import torch
 import torch.nn.functional as F
-from codegen_harness import DEVICE, Lambda, compiled_ir, poison_empty, to_device
+from codegen_harness import (
+    DEVICE,
+    Lambda,
+    compile_for_gpu,
+    compiled_ir,
+    poison_empty,
+    to_device,
+)
 
 from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels
 from fusion_core.codegen.reference import capture_values, eager_cluster
@@ -163,3 +170,21 @@ def test_the_compiled_reductions_keep_nan(tmp_path):
         keeps = skips.replace("num", "imum")
         assert "tt.reduce" in ttgir and f"arith.{keeps}" in ttgir, (name, suffix)
         assert f"arith.{skips}" not in ttgir, (name, suffix, ttgir)
+
+
+@pytest.mark.parametrize("run_dtype", [torch.float16, torch.bfloat16])
+def test_a_kernel_analysed_in_float32_compiles_for_16_bit_inputs(run_dtype, tmp_path):
+    """A launcher takes other dtypes than the analysed one (its own direct launcher each).
+    The compiled helpers reduce 16-bit floats in float32 as tl.max does: a helper that kept
+    float16 made softmax's `tl.exp(x - max)` a float16 exp, which compiled Triton rejects
+    ("Expected dtype ['fp32', 'fp64'] but got fp16", on an H100; the interpreter takes it)."""
+    jobs = []
+    for i, (fn, tuning, suffix) in enumerate([
+            (SOFTMAX["softmax"], ONE_BLOCK, "kernel"), (SOFTMAX["softmax"], LOOPED, "kernel"),
+            (COLLAPSE["amax-last"][0], ONE_BLOCK, "kernel")]):
+        analysis = analyze(Lambda(fn), torch.randn(3, 600))
+        (cluster,) = analysis.clusters
+        kernel = generate(analysis, cluster, tuning)
+        jobs.append((kernel, tmp_path / str(i), (torch.randn(3, 600, dtype=run_dtype),),
+                     suffix))
+    assert all(compile_for_gpu(jobs).values())

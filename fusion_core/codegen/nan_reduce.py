@@ -73,6 +73,10 @@ def helpers(plan: KernelPlan) -> list[str]:
                            f"reduced = {h.skips}(xs, axis) + nans"])
             out.line("else:")
             with out.indented():
-                out.line(f"reduced = tl.reduce(xs, axis, {h.combine})")
+                # as tl.max does: 16-bit floats reduce in float32 (what follows, tl.exp
+                # of a softmax among it, takes float32 and float64 only when compiled)
+                out.lines(["if xs.dtype.primitive_bitwidth < 32:",
+                           "    xs = xs.to(tl.float32)",
+                           f"reduced = tl.reduce(xs, axis, {h.combine})"])
             out.line("return reduced")
     return out.result()
