@@ -1,0 +1,50 @@
+"""16-bit float values read at another dtype: rounded first, as eager holds them.
+
+Kernels compute float16/bfloat16 values in float32 and round once, at the store: within one
+16-bit dtype that is eager's result to its tolerance. Where such a value feeds an op of
+another dtype (`h_bf16 * 0.1 + x_fp32`, `h.sum(-1, dtype=torch.float32)`, `h.long()`,
+`h > 0`), eager read it rounded, and the wider result shows the difference (every element
+of an fp32 residual add off by a bf16 ulp, a `long()` one apart): the reader gets the value
+rounded to its dtype, one statement per value.
+
+Rounding to bfloat16 goes through a helper of the generated file (``helpers``): Triton's
+interpreter truncates float32 to bfloat16 (the GPU rounds to nearest even), so there the
+helper rounds on the bits; compiled, it is the plain cast.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ir.lowerings import ROUND_BF16, half_round
+from .interpreted import FLAG
+from .plan import KernelPlan, Stmt
+
+HALF = frozenset({torch.float16, torch.bfloat16})
+
+
+def computed_unrounded(dtype: torch.dtype | None, op: str) -> bool:
+    """A kernel value of `dtype` computed by `op` holds float32 bits, not `dtype`'s: every
+    16-bit op but a cast (whose lowering rounds, `ir/lowerings.cast`)."""
+    return dtype in HALF and op != "to"
+
+
+def rounding(temp: str, new_temp: str, dtype: torch.dtype, node: str, per_row: bool,
+             phase: str) -> Stmt:
+    """`new_temp`: `temp` rounded to `dtype` (kept in float32 registers)."""
+    return Stmt(new_temp, half_round(temp, dtype), node, "round", (temp,), per_row, phase)
+
+
+def helpers(plan: KernelPlan) -> list[str]:
+    """The bfloat16 rounding helper's lines, where the plan's statements call it."""
+    if not any(f"{ROUND_BF16}(" in s.expr for s in plan.stmts):
+        return []
+    return ["# A float32 value rounded to the nearest bfloat16 (ties to even), kept in float32.",
+            "# Triton's interpreter truncates instead: there, the rounding is done on the bits.",
+            "@triton.jit", f"def {ROUND_BF16}(x):",
+            f"    if {FLAG}:",
+            "        bits = x.to(tl.int32, bitcast=True)",
+            "        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536",
+            "        rounded = bits.to(tl.float32, bitcast=True)",
+            "        return tl.where(x == x, rounded, x)  # NaN kept  # noqa: PLR0124",
+            "    return x.to(tl.bfloat16).to(tl.float32)"]

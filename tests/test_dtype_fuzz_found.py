@@ -1,0 +1,43 @@
+"""Defects random mixed-dtype models found (tests/dtype_fuzz.py), each reduced to a model.
+
+Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from codegen_harness import DEVICE, Lambda, run_kernel
+
+from fusion_core.codegen import generate
+from fusion_core.pipeline import analyze
+
+# 16-bit values x whose product by `factor` eager rounds onto 1.0, where float32 keeps it
+# just above or below (float16: halfway, ties to even; bfloat16: 0.9986 rounds to 1.0, and
+# Triton's interpreter truncated it to 0.9961).
+CASES = {torch.float16: ([0.33349609375, 0.33325195312], 3.0),
+         torch.bfloat16: ([0.333984375], 2.99)}
+
+
+@pytest.mark.parametrize("read, dtype", [
+    (lambda h: h >= 1.0, torch.bool),
+    (lambda h: h.long(), torch.int64),
+], ids=["compared", "long"])
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_a_16_bit_value_read_by_an_op_of_another_dtype_is_rounded_first(read, dtype, half,
+                                                                          tmp_path: Path):
+    # Kernels keep 16-bit values in float32 registers and round at the store; a 16-bit
+    # product read by a comparison or a `.long()` went in unrounded, and the kernel's
+    # bools and ints differed from eager's (0 where eager has 1). Under the interpreter a
+    # bfloat16 rounding must round, not truncate as Triton's interpreter casts do.
+    values, factor = CASES[half]
+    x = torch.tensor(values * 16, dtype=half)[:16].view(2, 8)
+    model = Lambda(lambda self, x: read(x * factor))
+    analysis = analyze(model, x)
+    (cluster,) = analysis.clusters
+    want = model(x)
+    (got,) = run_kernel(generate(analysis, cluster), tmp_path, (x.to(DEVICE),))
+    assert want.dtype == got.dtype == dtype
+    assert torch.equal(got, want), (got, want)
