@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn as nn
 from codegen_harness import DEVICE, Lambda, run_kernel
 
 from fusion_core.codegen import generate
 from fusion_core.pipeline import analyze
+from fusion_core.validate import validate
+from fusion_core.validate.inputs import flag_inputs
 
 # 16-bit values x whose product by `factor` eager rounds onto 1.0, where float32 keeps it
 # just above or below (float16: halfway, ties to even; bfloat16: 0.9986 rounds to 1.0, and
@@ -41,3 +44,28 @@ def test_a_16_bit_value_read_by_an_op_of_another_dtype_is_rounded_first(read, dt
     (got,) = run_kernel(generate(analysis, cluster), tmp_path, (x.to(DEVICE),))
     assert want.dtype == got.dtype == dtype
     assert torch.equal(got, want), (got, want)
+
+
+class MaskedAttention(nn.Module):
+    """HF-style: an int64 attention mask made additive with `finfo.min`, token ids embedded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(40, 8)
+
+    def forward(self, ids, mask):
+        x = self.emb(ids)
+        ext = (1.0 - mask[:, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        p = torch.softmax(x @ x.transpose(-1, -2) * 0.5 + ext, dim=-1)
+        return p @ x
+
+
+def test_an_int_attention_mask_is_drawn_0_or_1_and_its_softmax_verifies():
+    # Validation drew every integer input in [0, 16): `(1.0 - mask) * finfo.min` overflowed
+    # to inf, eager's softmax gave NaN, and the softmax cluster failed its check.
+    ids, mask = torch.randint(0, 40, (2, 4)), torch.ones(2, 4, dtype=torch.int64)
+    a = analyze(MaskedAttention().eval(), ids, mask)
+    assert flag_inputs(a.graph) == {1}  # the ids index the embedding: drawn as ids
+    assert any("softmax" in c.ops for c in a.clusters)
+    report = validate(a, timing=False)
+    assert all(r.usable for r in report.results), [r.status for r in report.results]
