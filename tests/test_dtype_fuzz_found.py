@@ -69,3 +69,28 @@ def test_an_int_attention_mask_is_drawn_0_or_1_and_its_softmax_verifies():
     assert any("softmax" in c.ops for c in a.clusters)
     report = validate(a, timing=False)
     assert all(r.usable for r in report.results), [r.status for r in report.results]
+
+
+class PositionsBeforeScores(nn.Module):
+    """HF-style: position ids (left unused) and the additive mask from one `mask.long()`,
+    the position ids computed before the attention scores the softmax kernel reads."""
+
+    def forward(self, x, mask):
+        m = mask.long()
+        pos = (m.cumsum(-1) - 1).masked_fill(m == 0, 1)  # noqa: F841 - traced all the same
+        ext = (1.0 - m[:, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        p = torch.softmax(x @ x.transpose(-1, -2) + ext, dim=-1)
+        return p @ x
+
+
+def test_a_result_read_before_the_kernel_inputs_exist_moves_its_reader_after_the_call():
+    # The kernel computing `mask.long()` with the softmax writes it for `cumsum`, which ran
+    # before the scores: the patched graph had no place for one call (PatchError), and the
+    # model check failed every cluster.
+    x, mask = torch.randn(2, 3, 8), torch.ones(2, 3, dtype=torch.int32)
+    a = analyze(PositionsBeforeScores(), x, mask)
+    assert any("cumsum" in a.graph[u].op for c in a.clusters for o in c.outputs
+               for u in a.graph.users.get(o, ()))
+    report = validate(a, timing=False)
+    assert report.model.passed, report.model
+    assert all(r.usable for r in report.results), [r.status for r in report.results]
