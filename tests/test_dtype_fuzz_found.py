@@ -94,3 +94,21 @@ def test_a_result_read_before_the_kernel_inputs_exist_moves_its_reader_after_the
     report = validate(a, timing=False)
     assert report.model.passed, report.model
     assert all(r.usable for r in report.results), [r.status for r in report.results]
+
+
+class BoolMaskedSoftmax(nn.Module):
+    """SDPA-style: scores where a bool key mask holds, -inf elsewhere, softmax in float32."""
+
+    def forward(self, x, mask):
+        s = torch.where(mask[:, None, :], x @ x.transpose(-1, -2), float("-inf"))
+        return torch.softmax(s, -1, dtype=torch.float32).type_as(x) @ x
+
+
+def test_a_softmax_over_a_fully_masked_row_verifies_with_eagers_nan():
+    # Validation draws bool masks at random: a row masked whole is NaN in eager, the kernel
+    # kept it, and "NaN never passes" failed the softmax cluster that agreed with eager.
+    x, mask = torch.randn(3, 2, 16), torch.ones(3, 2, dtype=torch.bool)
+    a = analyze(BoolMaskedSoftmax(), x, mask)
+    assert any("softmax" in c.ops for c in a.clusters)
+    report = validate(a, seed=1, timing=False)
+    assert all(r.usable for r in report.results), [r.status for r in report.results]
