@@ -112,3 +112,23 @@ def test_a_softmax_over_a_fully_masked_row_verifies_with_eagers_nan():
     assert any("softmax" in c.ops for c in a.clusters)
     report = validate(a, seed=1, timing=False)
     assert all(r.usable for r in report.results), [r.status for r in report.results]
+
+
+class FinfoMaskedScores(nn.Module):
+    """HF-style: masked scores filled with `finfo(dtype).min`, which FX cannot trace (the
+    analysis falls back to torch.export: `aten.where.ScalarOther`)."""
+
+    def forward(self, x, mask):
+        s = torch.where(mask[:, None, :], x * 0.3, torch.finfo(x.dtype).min)
+        return torch.softmax(s, -1)
+
+
+def test_where_with_a_scalar_branch_fuses_under_torch_export():
+    # torch.export writes `torch.where(mask, s, scalar)` as aten.where.ScalarOther, which the
+    # op table lacked: it was opaque, and the mask → softmax chain split without a reason.
+    x, mask = torch.randn(2, 4, 4), torch.rand(2, 4) < 0.8
+    a = analyze(FinfoMaskedScores(), x, mask)
+    assert a.capture_fallback, "FX traced it: the test no longer reaches torch.export"
+    assert [c.ops for c in a.clusters] == [("mul", "where", "softmax")]
+    report = validate(a, timing=False)
+    assert all(r.usable for r in report.results), [r.status for r in report.results]
