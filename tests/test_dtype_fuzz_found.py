@@ -71,6 +71,22 @@ def test_an_int_attention_mask_is_drawn_0_or_1_and_its_softmax_verifies():
     assert all(r.usable for r in report.results), [r.status for r in report.results]
 
 
+class FlippedMask(nn.Module):
+    """An int mask read by an opaque op that takes no indices (`flip`), and made additive."""
+
+    def forward(self, x, mask):
+        ext = (1.0 - mask[..., None].to(x.dtype)) * torch.finfo(x.dtype).min
+        return x * mask.flip(-1)[..., None] + ext
+
+
+def test_an_int_mask_an_opaque_op_reads_is_still_drawn_0_or_1():
+    # Any opaque reader made the mask "token ids" (drawn up to 15): `(1 - mask) * finfo.min`
+    # overflowed again. Only ops that take indices (embedding, gather, index) decide that.
+    a = analyze(FlippedMask(), torch.randn(2, 4, 8), torch.ones(2, 4, dtype=torch.int64))
+    assert any(n.op == "opaque" and "flip" in n.target for n in a.graph.nodes)
+    assert flag_inputs(a.graph) == {1}
+
+
 class PositionsBeforeScores(nn.Module):
     """HF-style: position ids (left unused) and the additive mask from one `mask.long()`,
     the position ids computed before the attention scores the softmax kernel reads."""

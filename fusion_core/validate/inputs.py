@@ -42,13 +42,20 @@ def flag_inputs(graph: FusionGraph) -> frozenset[int]:
                      and n.meta.dtype != torch.bool and not _indexes(graph, n.name))
 
 
+# Opaque ops (by op or call) that read integers as indices. Others (`mask ^ (x > 0)`) read
+# a mask; 0 and 1 index any table, so a reader missed here costs coverage, not a failure.
+INDEX_READERS = ("embedding", "gather", "index", "take", "scatter", "one_hot", "bincount")
+
+
 def _indexes(graph: FusionGraph, name: str) -> bool:
-    """Whether an opaque op (an embedding, a gather) reads `name`, through views and casts."""
+    """Whether an op taking indices (an embedding, a gather) reads `name`, through views and
+    casts."""
     todo, seen = [name], {name}
     while todo:
         for user in graph.users.get(todo.pop(), ()):
             n = graph[user]
-            if n.kind is OpKind.OPAQUE:
+            if n.kind is OpKind.OPAQUE and any(w in f"{n.op} {n.target}".lower()
+                                               for w in INDEX_READERS):
                 return True
             if user not in seen and (n.kind is OpKind.VIEW or n.op == "to"):
                 seen.add(user)
