@@ -148,3 +148,20 @@ def test_where_with_a_scalar_branch_fuses_under_torch_export():
     assert [c.ops for c in a.clusters] == [("mul", "where", "softmax")]
     report = validate(a, timing=False)
     assert all(r.usable for r in report.results), [r.status for r in report.results]
+
+
+class Float32SoftmaxOfFloat64(nn.Module):
+    """A float64 model's softmax computed in float32 and cast back (`dtype=`, `type_as`)."""
+
+    def forward(self, x):
+        return torch.softmax(x * 0.7, -1, dtype=torch.float32).type_as(x)
+
+
+def test_a_float64_result_computed_in_float32_is_judged_at_float32s_tolerance():
+    # The float64 result was judged at float64's tolerance (1e-9): a kernel one float32 ulp
+    # from eager's float32 softmax failed its check.
+    x = torch.randn(4, 8, 64, dtype=torch.float64)
+    a = analyze(Float32SoftmaxOfFloat64(), x)
+    assert [c.ops for c in a.clusters] == [("mul", "softmax", "to")]
+    report = validate(a, timing=False)
+    assert all(r.usable for r in report.results), [r.status for r in report.results]
