@@ -165,3 +165,21 @@ def test_a_float64_result_computed_in_float32_is_judged_at_float32s_tolerance():
     assert [c.ops for c in a.clusters] == [("mul", "softmax", "to")]
     report = validate(a, timing=False)
     assert all(r.usable for r in report.results), [r.status for r in report.results]
+
+
+class XorMask(nn.Module):
+    """Bool masks combined with `^`, and an int xor, between pointwise ops."""
+
+    def forward(self, x, mask):
+        return torch.where(mask[..., None] ^ (x > 0), x, -x) * 2.0 + (x.int() ^ 3)
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_xor_fuses_like_and_and_or(capture):
+    # `^` (bitwise_xor) was missing from the op table beside `&` and `|`: opaque, it split
+    # the chain with no reason given.
+    x, mask = torch.randn(2, 4, 8), torch.rand(2, 4) < 0.5
+    a = analyze(XorMask(), x, mask, capture=capture)
+    assert [c.ops.count("bitwise_xor") for c in a.clusters] == [2]
+    report = validate(a, timing=False)
+    assert all(r.usable for r in report.results), [r.status for r in report.results]
