@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
-from codegen_harness import DEVICE, Lambda, run_kernel
+from codegen_harness import DEVICE, Lambda, compare, run_kernel
 
-from fusion_core.codegen import generate
+from fusion_core.codegen import generate, load_kernel, write_kernels
 from fusion_core.pipeline import analyze
 from fusion_core.validate import validate
 from fusion_core.validate.inputs import flag_inputs
+from fusion_core.validate.subgraph import patch
 
 # 16-bit values x whose product by `factor` eager rounds onto 1.0, where float32 keeps it
 # just above or below (float16: halfway, ties to even; bfloat16: 0.9986 rounds to 1.0, and
@@ -183,3 +184,26 @@ def test_xor_fuses_like_and_and_or(capture):
     assert [c.ops.count("bitwise_xor") for c in a.clusters] == [2]
     report = validate(a, timing=False)
     assert all(r.usable for r in report.results), [r.status for r in report.results]
+
+
+class HalfAdditiveMask(nn.Module):
+    """A float16 model's additive mask (`(1 - mask) * finfo.min`) added to scaled scores."""
+
+    def forward(self, s, mask):
+        ext = (1.0 - mask[:, None, :].to(s.dtype)) * torch.finfo(s.dtype).min
+        return torch.softmax(s * 0.3 + ext, -1)
+
+
+def test_a_reduction_reads_its_16_bit_operand_rounded(tmp_path: Path):
+    # `s * 0.3 + ext` rounds onto a few float16 numbers near finfo.min; the kernel's softmax
+    # read the float32 sums instead, and over a row the mask hides whole gave another
+    # distribution than eager's (errors of 0.3).
+    s, mask = torch.randn(2, 4, 4).half(), torch.tensor([[True] * 4, [False] * 4])
+    model = HalfAdditiveMask()
+    a = analyze(model, s, mask)
+    assert [c.ops[-1] for c in a.clusters] == ["softmax"]
+    (c,) = a.clusters
+    (path,) = write_kernels([generate(a, c)], tmp_path)
+    gm = patch(a.graph_module, {0: (c, getattr(load_kernel(path), f"cluster{c.index}"))})
+    got = gm(s.to(DEVICE), mask.to(DEVICE)).cpu()
+    compare(got, model(s, mask), c.chain)

@@ -5,7 +5,9 @@ Kernels compute float16/bfloat16 values in float32 and round once, at the store:
 another dtype (`h_bf16 * 0.1 + x_fp32`, `h.sum(-1, dtype=torch.float32)`, `h.long()`,
 `h > 0`), eager read it rounded, and the wider result shows the difference (every element
 of an fp32 residual add off by a bf16 ulp, a `long()` one apart): the reader gets the value
-rounded to its dtype, one statement per value.
+rounded to its dtype, one statement per value. A reduction reads its operand rounded too:
+`s * 0.3 + ext` in float16 with `ext` at finfo.min lands on a handful of float16 numbers,
+and a softmax over a masked row of them is another distribution than over the exact sums.
 
 Rounding to bfloat16 goes through a helper of the generated file (``helpers``): Triton's
 interpreter truncates float32 to bfloat16 (the GPU rounds to nearest even), so there the

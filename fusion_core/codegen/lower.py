@@ -315,12 +315,12 @@ class _Lowering:
         return tuple(self._read(node, a.name) if isinstance(a, Ref) else literal(a)
                      for a in node.inputs)
 
-    def _read(self, reader: Node, name: str) -> str:
+    def _read(self, reader: Node, name: str, reduced: bool = False) -> str:
         """`name`'s temporary as `reader` takes it: rounded to its 16-bit dtype first where
-        `reader` makes another dtype (``half_reads.py``)."""
+        `reader` makes another dtype or reduces it (``half_reads.py``)."""
         temp = self._temp(reader.name, name)
         dtype = self.unrounded.get(temp)
-        if dtype is None or reader.meta is None or reader.meta.dtype == dtype:
+        if dtype is None or reader.meta is None or (reader.meta.dtype == dtype and not reduced):
             return temp
         if temp not in self.rounded:
             self.rounded[temp] = new = f"v{self.count}"
@@ -373,7 +373,7 @@ class _Lowering:
         if not isinstance(rule, ReductionRule):
             raise LoweringError(f"{said(self.g, node.name)} has no reduction rule")
         operands = dict(zip(spec.operands, node.inputs, strict=False))
-        names = {k: self._read(node, v.name) if isinstance(v, Ref) else None
+        names = {k: self._read(node, v.name, reduced=True) if isinstance(v, Ref) else None
                  for k, v in operands.items()}
         for k, v in operands.items():
             if not isinstance(v, Ref) and v is not None:
