@@ -195,13 +195,18 @@ def silent(a) -> list[str]:
     rejection holding either: a chain left unfused with no reason."""
     clustered = {n for c in a.clusters for n in c.nodes}
     rejected = {n for r in a.rejections for n in (*r.nodes, *r.culprits)}
+
+    def op(n) -> bool:  # a cast to the dtype it has already moves no data
+        same = n.op == "to" and n.refs and a.graph[n.refs[0]].meta == n.meta
+        return n.kind.is_compute and not same and n.name not in clustered | rejected
+
     out = []
     for n in a.graph.nodes:
-        if not n.kind.is_compute or n.name in clustered or n.name in rejected:
+        if not op(n):
             continue
         for r in n.refs:
             p = a.graph[r]
-            if p.kind.is_compute and p.name not in clustered and p.name not in rejected:
+            if op(p):
                 out.append(f"{p.op}({p.name}) -> {n.op}({n.name})")
     return out
 
