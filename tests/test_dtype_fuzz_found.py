@@ -207,3 +207,22 @@ def test_a_reduction_reads_its_16_bit_operand_rounded(tmp_path: Path):
     gm = patch(a.graph_module, {0: (c, getattr(load_kernel(path), f"cluster{c.index}"))})
     got = gm(s.to(DEVICE), mask.to(DEVICE)).cpu()
     compare(got, model(s, mask), c.chain)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda self, x: (x * 1.0 >= 0.1).int() + (x * 1.0 >= 257).int(),
+    lambda self, x: (x + 0.0 == 0.1).to(x.dtype) * x,
+], ids=["ge", "eq"])
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_a_number_compared_with_a_16_bit_value_is_rounded_to_its_dtype(fn, half,
+                                                                        tmp_path: Path):
+    # torch compares a bfloat16 tensor with 0.1 as bfloat16 (0.10009765625): the kernel
+    # compared float32 registers with 0.1, and `h == 0.1`, `h >= 0.1` differed where `h` is
+    # the 16-bit number nearest 0.1 (and `h >= 257` where bfloat16 holds 256).
+    x = torch.tensor([0.1, 256.0, -1.0, 0.5] * 4, dtype=half).view(2, 8)
+    model = Lambda(fn)
+    analysis = analyze(model, x)
+    (cluster,) = analysis.clusters
+    (got,) = run_kernel(generate(analysis, cluster), tmp_path, (x.to(DEVICE),))
+    want = model(x)
+    assert torch.equal(got, want), (got, want)

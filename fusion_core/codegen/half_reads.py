@@ -9,6 +9,10 @@ rounded to its dtype, one statement per value. A reduction reads its operand rou
 `s * 0.3 + ext` in float16 with `ext` at finfo.min lands on a handful of float16 numbers,
 and a softmax over a masked row of them is another distribution than over the exact sums.
 
+A Python number compared with a 16-bit tensor is rounded to its dtype first: torch compares
+in the tensor's dtype (`h > 0.1` of a bfloat16 `h` is `h > 0.10009765625`, so `h` equal to
+that is not greater), where the kernel compared float32 registers with 0.1.
+
 Rounding to bfloat16 goes through a helper of the generated file (``helpers``): Triton's
 interpreter truncates float32 to bfloat16 (the GPU rounds to nearest even), so there the
 helper rounds on the bits; compiled, it is the plain cast.
@@ -16,13 +20,17 @@ helper rounds on the bits; compiled, it is the plain cast.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from ..ir.graph import FusionGraph, Node
 from ..ir.lowerings import ROUND_BF16, half_round
 from .interpreted import FLAG
 from .plan import KernelPlan, Stmt
 
 HALF = frozenset({torch.float16, torch.bfloat16})
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 
 
 def computed_unrounded(dtype: torch.dtype | None, op: str) -> bool:
@@ -50,3 +58,14 @@ def helpers(plan: KernelPlan) -> list[str]:
             "        rounded = bits.to(tl.float32, bitcast=True)",
             "        return tl.where(x == x, rounded, x)  # NaN kept  # noqa: PLR0124",
             "    return x.to(tl.bfloat16).to(tl.float32)"]
+
+
+def compared_scalars(g: FusionGraph, node: Node) -> tuple[Any, ...]:
+    """`node`'s inputs, a number compared with tensors all of one 16-bit dtype rounded to it
+    (as torch's type promotion makes it)."""
+    dtypes = {g[r].meta.dtype if g[r].meta is not None else None for r in node.refs}
+    if node.op not in COMPARISONS or len(dtypes) != 1 or not dtypes <= HALF:
+        return node.inputs
+    (dtype,) = dtypes
+    return tuple(float(torch.tensor(a, dtype=dtype)) if isinstance(a, (int, float))
+                 and not isinstance(a, bool) else a for a in node.inputs)

@@ -52,7 +52,7 @@ from ..ir.views import inverse, split_piece
 from ..names import kernel_name
 from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
-from .half_reads import computed_unrounded, rounding
+from .half_reads import compared_scalars, computed_unrounded, rounding
 from .indexing import index_maps
 from .layout import Access, LoweringError, access
 from .literal_sizes import literal_pins
@@ -313,7 +313,7 @@ class _Lowering:
 
     def _operands(self, node: Node) -> tuple[str, ...]:
         return tuple(self._read(node, a.name) if isinstance(a, Ref) else literal(a)
-                     for a in node.inputs)
+                     for a in compared_scalars(self.g, node))
 
     def _read(self, reader: Node, name: str, reduced: bool = False) -> str:
         """`name`'s temporary as `reader` takes it: rounded to its 16-bit dtype first where
