@@ -149,6 +149,8 @@ CASES = {
     "bitwise_and": [case(lambda m, x, y: (x > 0) & (y < 0.5), f32(), f32()),
                     case(lambda m, a, b: torch.bitwise_and(a + 1, b), ints(), ints())],
     "bitwise_or": [case(lambda m, x, y: (x > 0) | (y < 0.5), f32(), f32())],
+    "bitwise_xor": [case(lambda m, x, y: (x > 0) ^ (y < 0.5), f32(), f32()),
+                    case(lambda m, a, b: torch.bitwise_xor(a + 1, b), ints(), ints())],
     "logical_and": [case(lambda m, x, a: torch.logical_and(x > 0, a), f32(), ints())],
     "logical_or": [case(lambda m, x, a: torch.logical_or(x > 0, a - 1), f32(), ints())],
 }

@@ -176,7 +176,13 @@ def test_compare_rules():
     nan = x.clone()
     nan[0] = float("nan")
     ok, err, why = compare((nan,), (nan.clone(),), CLUSTER_TOL)
-    assert not ok and "NaN" in why  # even where eager is NaN too
+    assert ok  # eager's own NaN kept (a softmax over a fully masked row)
+    ok, err, why = compare((x.clone(),), (nan,), CLUSTER_TOL)
+    assert not ok
+    ok, err, why = compare((nan[:1],), (nan[:1].clone(),), CLUSTER_TOL)
+    assert not ok and "NaN" in why  # all NaN, as eager: nothing was compared
+    ok, err, why = compare((-nan,), (x,), CLUSTER_TOL)
+    assert not ok and "NaN" in why  # NaN where eager has a number
     ok, err, why = compare((x[:2],), (x,), CLUSTER_TOL)
     assert not ok and "shape" in why
     half = torch.tensor([1.0], dtype=torch.float16)

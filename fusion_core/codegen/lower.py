@@ -51,6 +51,7 @@ from ..ir.views import inverse, split_piece
 from ..names import kernel_name
 from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
+from .half_reads import compared_scalars, computed_unrounded, rounding
 from .indexing import index_maps
 from .layout import Access, LoweringError, access
 from .literal_sizes import literal_pins
@@ -133,6 +134,9 @@ class _Lowering:
         self.phase: dict[str, str] = {}  # temporary -> "pre" / "post"
         self.count = 0
         self.temps.update((a.value, a.param) for a in self.scalars)
+        self.unrounded: dict[str, torch.dtype] = {}  # 16-bit temporary -> its dtype
+        self.rounded: dict[str, str] = {}  # such a temporary -> its rounded copy
+        self.roundings: list[Stmt] = []  # rounded copies made for the node being lowered
 
     def _one_block(self) -> None:
         """Several reductions share one kernel only with the whole row in one block (the
@@ -175,21 +179,22 @@ class _Lowering:
                                self.g.fixed)
         generated = tuple(self._generated(i, name) for i, name in enumerate(gens))
         generated += tuple(self.coords.values())
-        stmts: list[Stmt] = []
-        reductions: list[ReductionStep] = []
         steps: list[Stmt | ReductionStep] = []
         for node in self.nodes:
             try:
                 if node.kind is OpKind.GENERATOR:
                     continue  # made where the inputs are loaded (`generated`)
-                if node in self.reds:
-                    reductions.append(self._reduction(node))
-                    steps.append(reductions[-1])
-                elif (stmt := self._stmt(node)) is not None:
-                    stmts.append(stmt)
-                    steps.append(stmt)
+                step = self._reduction(node) if node in self.reds else self._stmt(node)
+                # the rounded copies its operands read come first (``half_reads.py``)
+                steps += [*self.roundings, *([] if step is None else [step])]
+                self.roundings = []
+                meta = node.meta
+                if step is not None and meta and computed_unrounded(meta.dtype, node.op):
+                    self.unrounded[step.temp] = meta.dtype
             except LoweringError as e:  # blame the node being lowered
                 raise (e if e.nodes else LoweringError(str(e), (node.name,))) from None
+        stmts = [s for s in steps if isinstance(s, Stmt)]
+        reductions = [s for s in steps if isinstance(s, ReductionStep)]
         outputs = tuple(self._output(i, name) for i, name in enumerate(self.c.outputs))
         reduction = reductions[0] if reductions else None
         stmts = live_statements(stmts, reductions, outputs)
@@ -285,8 +290,23 @@ class _Lowering:
                          generated=Generated(node.op, node.params, offset), piece=piece)
 
     def _operands(self, node: Node) -> tuple[str, ...]:
-        return tuple(self._temp(node.name, a.name) if isinstance(a, Ref) else literal(a)
-                     for a in node.inputs)
+        return tuple(self._read(node, a.name) if isinstance(a, Ref) else literal(a)
+                     for a in compared_scalars(self.g, node))
+
+    def _read(self, reader: Node, name: str, reduced: bool = False) -> str:
+        """`name`'s temporary as `reader` takes it: rounded to its 16-bit dtype first where
+        `reader` makes another dtype or reduces it (``half_reads.py``)."""
+        temp = self._temp(reader.name, name)
+        dtype = self.unrounded.get(temp)
+        if dtype is None or reader.meta is None or (reader.meta.dtype == dtype and not reduced):
+            return temp
+        if temp not in self.rounded:
+            self.rounded[temp] = new = f"v{self.count}"
+            self.count += 1
+            self.per_row[new], self.phase[new] = self.per_row[temp], self.phase[temp]
+            self.roundings.append(rounding(temp, new, dtype, name, self.per_row[new],
+                                           self.phase[new]))
+        return self.rounded[temp]
 
     def _new_temp(self, name: str, per_row: bool, phase: str) -> str:
         temp = f"v{self.count}"
@@ -321,7 +341,7 @@ class _Lowering:
     def _reduction(self, node: Node) -> ReductionStep:
         rule, operand_names = reduction_rule(self.g, node)
         operands = dict(zip(operand_names, node.inputs, strict=False))
-        names = {k: self._temp(node.name, v.name) if isinstance(v, Ref) else None
+        names = {k: self._read(node, v.name, reduced=True) if isinstance(v, Ref) else None
                  for k, v in operands.items()}
         for k, v in operands.items():
             if not isinstance(v, Ref) and v is not None:

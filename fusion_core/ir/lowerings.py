@@ -46,13 +46,25 @@ TL_TYPES: dict[torch.dtype, str] = {
 }
 
 
+# A generated file's helper rounding a float32 value to bfloat16 (``codegen/half_reads.py``):
+# Triton's interpreter truncates float32 to bfloat16 where the GPU rounds to nearest even.
+ROUND_BF16 = "_round_bf16"
+
+
+def half_round(x: str, dtype: Any) -> str:
+    """Float32 `x` rounded to 16-bit `dtype`, kept in float32."""
+    if dtype is torch.bfloat16:
+        return f"{ROUND_BF16}({x})"
+    return f"{x}.to({TL_TYPES[dtype]}).to(tl.float32)"
+
+
 def cast(x: str, dtype: Any) -> str | None:
     if dtype is torch.bool:
         return f"({x} != 0)"
     if dtype in (torch.float16, torch.bfloat16):
         # through float32 first: Triton's interpreter fails casting a comparison's int1
         # to bfloat16 ("cannot reshape array of size 32 into shape (128,)"); a no-op else
-        return f"{x}.to(tl.float32).to({TL_TYPES[dtype]}).to(tl.float32)"
+        return half_round(f"{x}.to(tl.float32)", dtype)
     return f"{x}.to({TL_TYPES[dtype]})" if dtype in TL_TYPES else None
 
 

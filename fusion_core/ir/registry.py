@@ -106,6 +106,7 @@ _SPECS = [
     # On bool masks (attention masks combined with `&`) bitwise and logical agree.
     OpSpec("bitwise_and", BINARY, "input, other", ("input", "other"), infix("&")),
     OpSpec("bitwise_or", BINARY, "input, other", ("input", "other"), infix("|")),
+    OpSpec("bitwise_xor", BINARY, "input, other", ("input", "other"), infix("^")),
     OpSpec("logical_and", BINARY, "input, other", ("input", "other"),
            lambda a, p: f"(({a[0]} != 0) & ({a[1]} != 0))"),
     OpSpec("logical_or", BINARY, "input, other", ("input", "other"),

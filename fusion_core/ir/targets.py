@@ -47,8 +47,8 @@ for _name in ("add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "r
               "reciprocal", "square", "sin", "cos", "erf", "pow", "sigmoid", "tanh", "relu",
               "maximum", "minimum", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge",
               "clamp", "logical_not", "clone", "softmax", "log_softmax", "sum", "mean", "amax",
-              "amin", "rsub", "cumsum", "var", "std", "bitwise_and", "bitwise_or", "logical_and",
-              "logical_or", "round"):
+              "amin", "rsub", "cumsum", "var", "std", "bitwise_and", "bitwise_or", "bitwise_xor",
+              "logical_and", "logical_or", "round"):
     _register(_name, ("method", _name), signature=None)
     if hasattr(torch, _name):
         _register(_name, getattr(torch, _name))
@@ -63,6 +63,7 @@ _register("bitwise_not", operator.invert, torch.bitwise_not, ("method", "bitwise
 _register("eq", operator.eq)
 _register("bitwise_and", operator.and_)
 _register("bitwise_or", operator.or_)
+_register("bitwise_xor", operator.xor)
 _register("ne", operator.ne)
 _register("lt", operator.lt)
 _register("le", operator.le)
@@ -108,7 +109,8 @@ ATEN_OPS: dict[str, tuple[str, ...]] = {
     "add": ("add.Tensor", "add.Scalar"), "sub": ("sub.Tensor", "sub.Scalar"),
     "rsub": ("rsub.Tensor", "rsub.Scalar"), "mul": ("mul.Tensor", "mul.Scalar"),
     "div": ("div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode"),
-    "maximum": ("maximum",), "minimum": ("minimum",), "where": ("where.self",),
+    "maximum": ("maximum",), "minimum": ("minimum",),
+    "where": ("where.self", "where.ScalarOther", "where.ScalarSelf", "where.Scalar"),
     "masked_fill": ("masked_fill.Scalar", "masked_fill.Tensor"),
     **{c: (f"{c}.Tensor", f"{c}.Scalar") for c in ("eq", "ne", "lt", "le", "gt", "ge")},
     **{u: (u,) for u in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "square",
@@ -127,7 +129,7 @@ ATEN_OPS: dict[str, tuple[str, ...]] = {
     "std": ("std.correction", "std.dim"), "group_norm": ("group_norm",),
     "adaptive_avg_pool2d": ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"),
     **{b: (f"{b}.Tensor", f"{b}.Scalar", f"__{b[8:]}__.Tensor", f"__{b[8:]}__.Scalar")
-       for b in ("bitwise_and", "bitwise_or")},
+       for b in ("bitwise_and", "bitwise_or", "bitwise_xor")},
     "logical_and": ("logical_and",), "logical_or": ("logical_or",),
     "arange": ("arange.default", "arange.start", "arange.start_step"),
     "cat": ("cat.default",),

@@ -125,7 +125,7 @@ def _tensors(out: object) -> list[torch.Tensor]:
 
 def verify(analysis: Analysis, path: Path) -> float | None:
     """Run the rewritten model against the original on fresh inputs; return max abs err."""
-    from ..validate.inputs import random_inputs, reduced_specs
+    from ..validate.inputs import flag_inputs, random_inputs, reduced_specs
     from ..validate.numerics import MODEL_TOL, compare
 
     fused = package_name(path.stem)
@@ -148,7 +148,10 @@ def verify(analysis: Analysis, path: Path) -> float | None:
     device = "cuda" if cuda else "cpu"
     # Under the CPU interpreter every program costs ~2 ms: check at the reduced batch.
     specs = analysis.inputs if cuda else reduced_specs(analysis)
-    inputs = random_inputs(specs, analysis.module, device, seed=20261202)
+    # integer masks drawn 0 or 1 as validation draws them (`(1 - mask) * finfo.min` is inf
+    # for a mask of 15, and both models' NaN compare as nothing)
+    flags = flag_inputs(analysis.graph) if len(analysis.graph.inputs) == len(specs) else ()
+    inputs = random_inputs(specs, analysis.module, device, seed=20261202, flags=flags)
     # A copy each: a forward writing into its input (`x *= 2.0`) must not feed the other
     # model its result; what each wrote there is compared too.
     mine, theirs = [t.clone() for t in inputs], [t.clone() for t in inputs]

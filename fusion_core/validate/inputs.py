@@ -1,7 +1,8 @@
 """Inputs for validation: random model inputs, reduced shapes, recorded activations.
 
 Reads an ``Analysis`` (its specs, module and traced graph); writes real tensors: fresh random
-model inputs (never zeros; integer token ids below the smallest embedding table), the
+model inputs (never zeros; integer token ids below the smallest embedding table; integer
+masks and flags 0 or 1), the
 reduced input specs used under the interpreter, and the values every node takes when the
 traced graph runs on those inputs (the cluster's inputs come from there, so masks and
 weights are the model's own).
@@ -10,13 +11,14 @@ weights are the model's own).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from ..ir.graph import FusionGraph, OpKind
 from ..ir.shapes import InputSpec
 from ..pipeline import Analysis
 
@@ -30,15 +32,49 @@ def _int_high(module: nn.Module) -> int:
     return min(sizes) if sizes else _INT_HIGH_NO_EMBEDDING
 
 
+def flag_inputs(graph: FusionGraph) -> frozenset[int]:
+    """Positions of the integer inputs no op takes as indices (an embedding, a gather; seen
+    through views and casts): attention masks and flags, drawn 0 or 1. Drawn up to 15, an
+    HF-style `(1.0 - mask) * torch.finfo(dtype).min` overflowed to inf, eager's softmax gave
+    NaN, and every kernel after it failed its check."""
+    return frozenset(i for i, n in enumerate(graph.inputs)
+                     if n.meta is not None and not n.meta.dtype.is_floating_point
+                     and n.meta.dtype != torch.bool and not _indexes(graph, n.name))
+
+
+# Opaque ops (by op or call) that read integers as indices. Others (`mask ^ (x > 0)`) read
+# a mask; 0 and 1 index any table, so a reader missed here costs coverage, not a failure.
+INDEX_READERS = ("embedding", "gather", "index", "take", "scatter", "one_hot", "bincount")
+
+
+def _indexes(graph: FusionGraph, name: str) -> bool:
+    """Whether an op taking indices (an embedding, a gather) reads `name`, through views and
+    casts."""
+    todo, seen = [name], {name}
+    while todo:
+        for user in graph.users.get(todo.pop(), ()):
+            n = graph[user]
+            if n.kind is OpKind.OPAQUE and any(w in f"{n.op} {n.target}".lower()
+                                               for w in INDEX_READERS):
+                return True
+            if user not in seen and (n.kind is OpKind.VIEW or n.op == "to"):
+                seen.add(user)
+                todo.append(user)
+    return False
+
+
 def random_inputs(specs: Sequence[InputSpec], module: nn.Module, device: str | torch.device,
-                  seed: int) -> list[torch.Tensor]:
+                  seed: int, flags: Collection[int] = ()) -> list[torch.Tensor]:
+    """`flags`: positions of integer inputs drawn 0 or 1 (``flag_inputs``)."""
     gen = torch.Generator().manual_seed(seed)
     out = []
-    for s in specs:
+    for i, s in enumerate(specs):
         if s.dtype.is_floating_point:
             t = torch.randn(s.shape, generator=gen).to(s.dtype)
         elif s.dtype == torch.bool:
             t = torch.rand(s.shape, generator=gen) < 0.5
+        elif i in flags:
+            t = torch.randint(0, 2, s.shape, generator=gen, dtype=s.dtype)
         else:
             t = torch.randint(0, _int_high(module), s.shape, generator=gen, dtype=s.dtype)
         out.append(t.to(device))

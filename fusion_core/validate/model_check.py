@@ -23,8 +23,9 @@ element it touches and its RMSE grows with it.
   beyond it the float64 rule may still pass them. For float16/bfloat16 outputs the float64
   rule is the judge whenever a float64 run exists: their elementwise tolerance (10 %) is
   wide enough to pass a constant off by a few percent. Without a float64 run (an op that
-  has no float64 kernel) the elementwise tolerance decides. NaN never passes; integer and
-  bool outputs must be equal; a non-finite value anywhere leaves the elementwise verdict.
+  has no float64 kernel) the elementwise tolerance decides. NaN passes only where eager has
+  NaN too (``numerics.compare_one``); integer and bool outputs must be equal; a non-finite
+  value anywhere leaves the elementwise verdict.
 - A failure is bisected: kernels are patched in halves, keeping every group that passes
   together, until each kernel that breaks the check is found (about 2 log2(n) runs per
   culprit, and one run of it alone, which tells a kernel wrong by itself from one that fails

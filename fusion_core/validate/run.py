@@ -40,6 +40,7 @@ from ..ir.views import Unsqueeze
 from ..pipeline import Analysis
 from ..report.progress import NO_PROGRESS, StepProgress
 from ..units import counted
+from .floors import precision_floors
 from .inputs import reduced_specs, result_shape
 from .kernels import KernelSet, build_kernels
 from .model_check import model_check
@@ -251,18 +252,20 @@ class _Validation:
             return GateResult("cluster numerics", False, f"no kernel: {one_line(e)}"), shape, None
         args = [rec.values[n] for n in sub.inputs]
         extras = [rec.values[n] for n in sub.extras]
+        floors = precision_floors(rec.analysis.graph, c)
         if not self.cuda and not any(isinstance(v, torch.Tensor) for v in extras):
             cut = _cut_rows(rec, c, args, self.target_rows)
             if cut is not None:
                 cut_args, cut_result = cut
                 gate = check_cluster(kernel.launcher, kernel.module, sub.module, cut_args,
-                                     cut_args + extras)
+                                     cut_args + extras, floors)
                 # An eager subgraph with sizes baked in cannot run on fewer rows.
                 if not gate.detail.startswith("eager subgraph failed"):
                     return gate, cut_result, kernel.launcher
         args = [v.clone() if isinstance(v, torch.Tensor) else v for v in args]
         gate = check_cluster(kernel.launcher, kernel.module, sub.module,
-                             launch_args(args, "cuda" if self.cuda else "cpu"), args + extras)
+                             launch_args(args, "cuda" if self.cuda else "cpu"), args + extras,
+                             floors)
         return gate, shape, kernel.launcher
 
     def _model(self, wide: Recording, launchers: dict[int, Callable]) -> ModelCheck:

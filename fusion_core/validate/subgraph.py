@@ -104,7 +104,10 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
     outs = [nodes[o] for o in cluster.outputs]
     users = [u for o in outs for u in o.users if u not in member_set]
     early = min(users, key=order.__getitem__, default=None)
-    if early is not None and order[early] <= order[anchor]:
+    later = _readers_to_move(outs, member_set, anchor, order) if (
+        early is not None and order[early] <= order[anchor]) else []
+    if later is None:
+        assert early is not None
         result = next(o for o in outs if early in o.users)
         raise PatchError(f"cluster {cluster.index}: its result {_said(spelling, result)} is "
                          f"read by {_said(spelling, early)} before its input "
@@ -113,6 +116,8 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
     with ctx:
         args = tuple(inputs) if inputs else (_device_of(members),)
         call = graph.call_function(_named(launcher, cluster.index), args)
+    for n in reversed(later):  # after the call, in their order (`position_ids` of a mask)
+        call.append(n)
     results = [call] if len(outs) == 1 else []
     prev = call
     for i in range(len(outs) if len(outs) > 1 else 0):
@@ -131,6 +136,28 @@ def _replace(graph: fx.Graph, cluster: Cluster, launcher: Callable,
              and _reads_dtype(u) and u.users and all(x in member_set for x in u.users)}
     for n in sorted([*members, *tuples, *baked], key=order.__getitem__, reverse=True):
         graph.erase_node(n)
+
+
+def _readers_to_move(outs: Sequence[fx.Node], member_set: set[fx.Node], anchor: fx.Node,
+                     order: Mapping[fx.Node, int]) -> list[fx.Node] | None:
+    """The nodes up to `anchor` (the call's place) that read the cluster's results, directly
+    or through each other, in graph order: moved after the call. None where `anchor` depends
+    on one of them (then no place holds one call)."""
+    pos = order[anchor]
+    moved: set[fx.Node] = set()
+    todo = [u for o in outs for u in o.users if u not in member_set and order[u] <= pos]
+    while todo:
+        n = todo.pop()
+        if n not in moved:
+            moved.add(n)
+            todo += [u for u in n.users if u not in member_set and order[u] <= pos]
+    ancestors, stack = {anchor}, [anchor]
+    while stack:
+        for i in stack.pop().all_input_nodes:
+            if i not in ancestors:
+                ancestors.add(i)
+                stack.append(i)
+    return None if moved & ancestors else sorted(moved, key=order.__getitem__)
 
 
 def _reads_dtype(n: fx.Node) -> bool:
