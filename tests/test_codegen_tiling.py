@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from codegen_harness import Lambda, check_model, run_kernel, ttgir_load_layouts_of
+from codegen_harness import (
+    Lambda,
+    check_model,
+    run_kernel,
+    ttgir_load_layouts,
+    ttgir_load_layouts_of,
+)
 
 from fusion_core.codegen import Tuning, generate
 from fusion_core.codegen.choices import CANDIDATES, candidates
@@ -194,12 +200,13 @@ def channels_last_layouts() -> dict[str, dict]:
 def test_a_channels_last_tile_loads_each_input_along_its_contiguous_dim(channels_last_layouts):
     """ConvNeXt's benchmark shape: the channels-last input's tile is read fastest down the
     rows, four channels a thread; the NCHW input's along the columns, four pixels a thread
-    (before this rule both were read one element at a time, along the columns)."""
+    (before this rule both were read one element at a time, along the columns). The result
+    is channels-last as eager's is, so it is stored like the channels-last input."""
     found = channels_last_layouts["channels-last add"]
     permuted, plain = found["loads"]
     assert permuted["order"] == [0, 1] and permuted["sizePerThread"] == [4, 1], permuted
     assert plain["order"] == [1, 0] and plain["sizePerThread"] == [1, 4], plain
-    assert found["stores"] == [plain]
+    assert found["stores"] == [permuted]
 
 
 @pytest.mark.slow
@@ -210,3 +217,14 @@ def test_a_result_written_channels_last_is_stored_down_the_rows(channels_last_la
     along = {"order": [1, 0], "sizePerThread": [1, 4]}
     assert found["loads"] == [along]
     assert found["stores"] == [along, {"order": [0, 1], "sizePerThread": [4, 1]}], found
+
+
+@pytest.mark.slow
+def test_convnexts_7x7_tail_stores_its_channels_last_sum_four_channels_at_a_time():
+    """At 7x7 pixels the NCHW operand's rows are 49 long, which no vector width divides: its
+    loads stay one element at a time. The result is channels-last as eager's is, stored down
+    the channels four at a time like the channels-last input (stored along the 49-pixel rows
+    as an NCHW tensor, one element at a time, before; Inductor stores it down the channels)."""
+    found = ttgir_load_layouts("64,768,7,7", "channels-last add")
+    assert found["stores"] == [{"order": [0, 1], "sizePerThread": [4, 1]}], found
+    assert "st.global.v4.b32" in found["ptx_memory"], found

@@ -134,6 +134,9 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
               "# Each input's dims from outermost to innermost in memory at analysis: an input",
               "# whose strides the kernel cannot index is copied into this layout.",
               "IN_ORDERS = (" + "".join(f"{_order(t)}, " for t in plan.inputs).rstrip() + ")",
+              "# ...and each result's, as eager lays it out (a channels-last result stays so)",
+              "OUT_ORDERS = (" + "".join(f"{_result_order(t)}, " for t in plan.outputs).rstrip()
+              + ")",
               f"INT64_INDEX = {plan.int64}", ""]
     return lines
 
@@ -166,6 +169,11 @@ def _order(t: TensorArg) -> tuple[int, ...]:
     it (``_run_strides``): its own stride says nothing of where it lies."""
     stride = _run_strides(t)
     return tuple(sorted(range(len(t.shape)), key=lambda k: (stride[k] != 0, -stride[k])))
+
+
+def _result_order(t: TensorArg) -> tuple[int, ...]:
+    """A result's own dims from outermost to innermost as eager lays it out."""
+    return t.memory_order or tuple(range(len(t.value_shape)))
 
 
 def _run_strides(t: TensorArg) -> tuple[int, ...]:

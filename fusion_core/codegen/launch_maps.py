@@ -112,7 +112,7 @@ def _squeeze_checks(t: TensorArg, back: Sequence[Step], i: int) -> list[str]:
 
 def output_layout(t: TensorArg, i: int) -> str:
     """A meta tensor laid out as result `i` is stored: its own shape through its map."""
-    return source(t.view, _meta_out(i))
+    return source(t.view, f'torch.empty_strided(out_shapes[{i}], out_strides[{i}], device="meta")')
 
 
 def kernel_output(t: TensorArg, i: int) -> str:

@@ -53,9 +53,10 @@ def sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str]
         out.line(f"out_shapes = tuple(s[max(0, lead{extra} - first):] for s, first in "
                  f"zip(out_shapes, ({', '.join(map(str, firsts))},)))")
     out.lines(launch_maps.dropped_dim_checks(plan) + launch_maps.output_shape_lines(plan))
-    # Contiguous strides, worked out once: `torch.empty_strided` given them allocates in about
-    # half the host time `torch.empty` takes to parse its arguments.
-    out.line("out_strides = tuple(_dense_strides(s, range(len(s))) for s in out_shapes)")
+    # Dense strides in eager's order (OUT_ORDERS), worked out once: `torch.empty_strided`
+    # given them allocates in about half the host time `torch.empty` takes to parse them.
+    out.line("out_strides = tuple(_dense_strides(s, order) for s, order in "
+             "zip(out_shapes, OUT_ORDERS, strict=True))")
     for i, t in enumerate(plan.outputs):
         strided = sig.has_strides(Role.OUT, i)
         if strided or t.view:

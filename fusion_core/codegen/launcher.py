@@ -73,7 +73,8 @@ _PLANNED = f"copies, {DEVICE}, out_shapes, out_strides, args, tune_key, configs"
 _RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.value, "grid",
              BLOCK_SIZE.launch, ROWS_PER_PROGRAM.launch, "num_warps",
              *(size.name for size in (N_ROWS, N_COLS, N_ELEMENTS)), "key", "plan", "copies",
-             "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "LAUNCH_CACHE",
+             "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "OUT_ORDERS",
+             "out_strides", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
              "_views", "_fits", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
              "kernel", "wrap", TRACEABLE, PIECE_ENDS, "FRAMES", "frames", "frame", "free",
@@ -288,11 +289,11 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
     out.lines(["", "", f"def {n}({inputs}):"])
     with out.indented():
         if plan.scalars:  # what the caller computes for each (graph names for values)
-            out.lines([f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous).',
+            out.lines([f'"""Run the fused kernel; returns {outs} (new, in eager layout).',
                        "", *(f"`{a.launch}`: `{a.spelled}`, computed by the caller."
                              for a in plan.scalars), '"""'])
         else:
-            out.line(f'"""Run the fused kernel; returns {outs} (newly allocated, contiguous)."""')
+            out.line(f'"""Run the fused kernel; returns {outs} (new, in eager layout)."""')
         if not names:  # `"cuda"` as well as `torch.device("cuda")`: one key, and `.type`
             out.line(f"{NO_INPUTS_DEVICE} = torch.device({NO_INPUTS_DEVICE})")
         _key(parameters if viewed else names, [a.launch for a in plan.scalars], out)

@@ -17,6 +17,7 @@ tensor or a scalar-shaped one) and is loaded once per program.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..errors import FusionAdvisorError
@@ -120,3 +121,18 @@ def access(shape: tuple[int, ...], stride: tuple[int, ...], domain: tuple[int, .
     if ordered and all(d == 1 for d in domain[ordered[-1].last:]):
         ordered[-1] = Group(ordered[-1].first, rank, ordered[-1].unit)
     return Access(dims, tuple(ordered))
+
+
+def dense_permuted(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...] | None:
+    """`stride` where it lays `shape` out densely in another order than the contiguous one
+    (channels-last, a transposed result), so that a result can be allocated the way eager
+    allocates it; None where it is contiguous already, or not dense (overlapping, gaps)."""
+    order = sorted(range(len(shape)), key=lambda k: -stride[k])
+    step, dense = 1, True
+    for k in reversed(order):
+        if shape[k] != 1 and stride[k] != step:
+            dense = False
+        step *= shape[k]
+    contiguous = all(stride[k] == math.prod(shape[k + 1:]) for k in range(len(shape))
+                     if shape[k] != 1)
+    return tuple(stride) if dense and not contiguous else None

@@ -53,7 +53,7 @@ from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
 from .half_reads import compared_scalars, computed_unrounded, rounding
 from .indexing import index_maps
-from .layout import Access, LoweringError, access
+from .layout import Access, LoweringError, access, dense_permuted
 from .literal_sizes import literal_pins
 from .node_lowering import literal, node_meta, pointwise_rule, reduction_eps, reduction_rule
 from .plan import (
@@ -365,6 +365,12 @@ class _Lowering:
         contiguous = torch.empty(meta.shape, device="meta").stride()
         shape, stride, fields = self._viewed(name, meta.shape, contiguous)
         view = fields.get("view", ())
+        eager = dense_permuted(tuple(meta.shape), tuple(meta.stride))
+        if eager is not None and not view and self.red is None:
+            # eager's own layout (a channels-last result stays channels-last): the next op
+            # reads it as it would eager's, and the kernel stores along the inputs' order
+            shape, stride, fields = self._viewed(name, meta.shape, eager)
+            fields["memory_order"] = tuple(sorted(range(len(eager)), key=lambda k: -eager[k]))
         if view and inverse(view, tuple(meta.shape)) is None:
             # `(w * 2)[:, ::2]` read over the domain while `w * 2` is a result too: the
             # kernel computes every other element, and the store would leave the rest empty

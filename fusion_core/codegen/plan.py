@@ -120,6 +120,9 @@ class TensorArg:
     user_shape: tuple[int, ...] | None = None
     generated: Generated | None = None  # role "gen" only
     piece: PieceRead | None = None  # a cat's operand: its part of the domain (inputs only)
+    # A result's own dims from outermost to innermost in memory, where eager lays it out in
+    # another order than the contiguous one (a channels-last result); None: contiguous
+    memory_order: tuple[int, ...] | None = None
 
     @property
     def value_shape(self) -> tuple[int, ...]:

@@ -67,7 +67,8 @@ def kernel_set(kernels: Mapping[int, Kernel], failed: Mapping[int, str]) -> Kern
     first_with: dict[str, int] = {}
     for index in sorted(kernels):
         kernel = kernels[index]
-        key = same_source_key(kernel.source, kernel.name, kernel.cluster_index)
+        key = same_source_key(kernel.source, kernel.name, kernel.cluster_index,
+                              kernel.outputs)
         if key in first_with:
             same_as[index] = first_with[key]
         else:
@@ -115,12 +116,15 @@ def _drop_docstring(node: ast.Module | ast.FunctionDef | ast.ClassDef) -> None:
         node.body = body[1:] or [ast.Pass()]
 
 
-def same_source_key(source: str, kernel_name: str, cluster_index: int) -> str:
-    """A key two kernels share exactly when their sources are the same up to names."""
+def same_source_key(source: str, kernel_name: str, cluster_index: int,
+                    outputs: tuple[str, ...] = ()) -> str:
+    """A key two kernels share exactly when their sources are the same up to names; the
+    results' value `outputs`, which refusals quote, count as names too."""
     tree = ast.parse(source)
     _drop_docstring(tree)
     names = {kernel_name: "K", function_class_name(cluster_index): "KFunction",
-             **{jit_function_name(cluster_index, part): f"K_{part}" for part in JIT_PARTS}}
+             **{jit_function_name(cluster_index, part): f"K_{part}" for part in JIT_PARTS},
+             **{value: f"result{i}" for i, value in enumerate(outputs)}}
     launcher = next((n for n in tree.body if isinstance(n, ast.FunctionDef)
                      and n.name == kernel_name), None)
     if launcher is not None:  # its parameters are the graph's value names
