@@ -16,7 +16,9 @@ from ..ir.graph import FusionGraph
 
 def precision_floors(g: FusionGraph, cluster: Cluster) -> tuple[torch.dtype | None, ...]:
     """Per output of `cluster`, the narrowest floating dtype among the values the cluster
-    computes it from (inputs are exact as loaded, whatever their dtype); None where none."""
+    computes it from along float values (inputs are exact as loaded, whatever their dtype;
+    a comparison or an integer cast ends the path: a bfloat16 `h > 0` selecting between
+    float32 values leaves them float32-exact); None where none."""
     members = set(cluster.nodes)
     out = []
     for name in cluster.outputs:
@@ -25,8 +27,9 @@ def precision_floors(g: FusionGraph, cluster: Cluster) -> tuple[torch.dtype | No
             n = g[todo.pop()]
             if n.name not in members:
                 continue
-            if n.meta is not None and n.meta.dtype.is_floating_point:
-                found.append(n.meta.dtype)
+            if n.meta is None or not n.meta.dtype.is_floating_point:
+                continue  # a mask or an index: its operands' rounding moves no float result
+            found.append(n.meta.dtype)
             for r in n.refs:
                 if r not in seen:
                     seen.add(r)
