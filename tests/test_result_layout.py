@@ -1,7 +1,6 @@
-"""An elementwise kernel's results are laid out as eager lays them out: a channels-last
-result stays channels-last (the next convolution reads it without a copy), a transposed one
-keeps its transposed memory; results of reductions, and results seen through a view, stay
-contiguous."""
+"""A kernel's results are laid out as eager lays them out: a channels-last result stays
+channels-last (the next convolution reads it without a copy), a transposed one keeps its
+transposed memory, a group_norm over channels-last values returns channels-last."""
 
 from __future__ import annotations
 
@@ -88,11 +87,14 @@ def test_the_tail_of_a_channels_last_convolution_stays_channels_last(tmp_path):
         torch.testing.assert_close(got, expected)
 
 
-def test_a_reduction_result_stays_contiguous(tmp_path):
-    """Only elementwise kernels follow eager's layout for now: a reduction's row loop writes
-    its results where the kernel's domain puts them, contiguous."""
-    x = rand(2, 6, 3, 5).to(memory_format=CL)
-    fn = lambda m, x: torch.softmax(x * 2.0, 1)  # noqa: E731
+@pytest.mark.parametrize("fn", [
+    # group_norm over channels-last values returns channels-last; softmax returns contiguous
+    lambda m, x: torch.nn.functional.group_norm((x * 2.0).permute(0, 3, 1, 2), 2),
+    lambda m, x: torch.softmax((x * 2.0).permute(0, 3, 1, 2), 1),
+], ids=["group_norm", "softmax"])
+def test_a_reduction_result_has_the_strides_eager_gives_it(fn, tmp_path):
+    x = rand(2, 3, 5, 6)
     (got,) = run_kernel(_kernel(fn, x), tmp_path, (x,))
-    assert got.is_contiguous()
-    torch.testing.assert_close(got, fn(None, x))
+    expected = fn(None, x)
+    assert got.stride() == expected.stride()
+    torch.testing.assert_close(got, expected)

@@ -362,15 +362,14 @@ class _Lowering:
         if split_piece(self.maps.chains[name])[1] is not None:
             raise LoweringError(f"{said(self.g, name)} is computed over one piece of a cat and "
                                 "also written; a kernel writes whole values", (name,))
-        contiguous = torch.empty(meta.shape, device="meta").stride()
-        shape, stride, fields = self._viewed(name, meta.shape, contiguous)
-        view = fields.get("view", ())
+        # eager's own layout (a channels-last result stays channels-last): the next op reads
+        # it as it would eager's, and the kernel stores along its inputs' memory order
         eager = dense_permuted(tuple(meta.shape), tuple(meta.stride))
-        if eager is not None and not view and self.red is None:
-            # eager's own layout (a channels-last result stays channels-last): the next op
-            # reads it as it would eager's, and the kernel stores along the inputs' order
-            shape, stride, fields = self._viewed(name, meta.shape, eager)
+        layout = eager or torch.empty(meta.shape, device="meta").stride()
+        shape, stride, fields = self._viewed(name, meta.shape, layout)
+        if eager is not None:
             fields["memory_order"] = tuple(sorted(range(len(eager)), key=lambda k: -eager[k]))
+        view = fields.get("view", ())
         if view and inverse(view, tuple(meta.shape)) is None:
             # `(w * 2)[:, ::2]` read over the domain while `w * 2` is a result too: the
             # kernel computes every other element, and the store would leave the rest empty
