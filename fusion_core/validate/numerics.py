@@ -127,8 +127,10 @@ def compare_one(i: int, a: Any, e: torch.Tensor, table: dict[torch.dtype, Tolera
     a64, e64 = a.detach().cpu().double(), e.detach().cpu().double()
     # Eager's own NaN kept is agreement (softmax over a row a random bool mask hides whole),
     # unless eager has nothing else: then nothing was compared
-    both_nan = torch.isnan(a64) & torch.isnan(e64)
-    nan = torch.isnan(a64) & ~both_nan if not bool(both_nan.all()) else torch.isnan(a64)
+    nan = torch.isnan(a64)
+    both_nan = nan & torch.isnan(e64)
+    if not bool(both_nan.all()):
+        nan = nan & ~both_nan
     if nan.any():
         return False, float("nan"), (f"output {i} has {counted(int(nan.sum()), 'NaN element')} "
                                      "where eager has none")
