@@ -560,3 +560,38 @@ def test_input_copies_rotate_past_the_l2():
     assert copy_count(2**20, None) == 2  # L2 unknown
     x = torch.ones(4)  # not on a GPU: nothing to keep out of its L2, shared as it is
     assert all(s[0] is x for s in rotating([x], l2))
+
+
+def _launcher_module(writes: str) -> object:
+    """A launcher module whose outputs come from `torch.empty` (so they are poisoned) and
+    get `writes` done to them: how a kernel that skips some elements looks to the gate."""
+    import types
+
+    module = types.ModuleType("fake_launcher")
+    exec(  # noqa: S102 - the test's own literal code
+        "import torch\n"
+        "def launch(x):\n"
+        "    out = torch.empty(x.shape)\n"
+        f"    {writes}\n"
+        "    return out\n", module.__dict__)
+    return module
+
+
+def _masked_softmax(x):
+    """Rows 0 and 1 fully masked: eager's softmax is NaN there."""
+    mask = torch.zeros_like(x, dtype=torch.bool)
+    mask[:2] = True
+    return torch.softmax(x.masked_fill(mask, float("-inf")), dim=-1)
+
+
+def test_a_nan_row_the_kernel_never_wrote_fails_though_eager_is_nan_there():
+    """Eager is NaN on the masked rows; a kernel that skips those rows leaves the poison,
+    also NaN: once that agreed. Run again on outputs poisoned with a number, it shows."""
+    x = torch.randn(4, 8)
+    skips = _launcher_module("out[2:] = torch.softmax(x[2:], dim=-1)")
+    gate = check_cluster(skips.launch, skips, _masked_softmax, [x], [x])
+    assert not gate.passed and "never written" in gate.detail, gate
+    writes = _launcher_module("out.copy_(_masked(x))")
+    writes._masked = _masked_softmax
+    gate = check_cluster(writes.launch, writes, _masked_softmax, [x], [x])
+    assert gate.passed, gate

@@ -5,7 +5,8 @@ launcher allocates its outputs; while it runs, allocations made *from the launch
 module* are filled with a poison value (NaN for floats, the dtype's minimum for ints), so an
 element the kernel never writes shows up as NaN or a huge error. NaN never passes where
 eager has a number; where eager has NaN too (softmax over a fully masked row), it agrees,
-unless the whole output is NaN.
+unless the whole output is NaN, and once the kernel runs again on outputs poisoned with a
+number it must still be NaN there (else the kernel never wrote it: the NaN was the poison).
 """
 
 from __future__ import annotations
@@ -52,17 +53,19 @@ def tolerance(dtype: torch.dtype, table: dict[torch.dtype, Tolerance]) -> Tolera
     return table.get(dtype, EXACT)
 
 
-def poison_(t: torch.Tensor) -> torch.Tensor:
+def poison_(t: torch.Tensor, fill: float = math.nan) -> torch.Tensor:
+    """Fill `t` with `fill` (floats; NaN by default), True (bools) or the dtype's minimum."""
     if t.dtype.is_floating_point:
-        return t.fill_(float("nan"))
+        return t.fill_(fill)
     if t.dtype == torch.bool:
         return t.fill_(True)
     return t.fill_(torch.iinfo(t.dtype).min)
 
 
 @contextlib.contextmanager
-def poisoned_allocations(module: ModuleType | None) -> Iterator[None]:
-    """Poison tensors allocated by code in `module` (the launcher) while the block runs."""
+def poisoned_allocations(module: ModuleType | None, fill: float = math.nan) -> Iterator[None]:
+    """Poison tensors allocated by code in `module` (the launcher) while the block runs;
+    float tensors with `fill`."""
     if module is None:
         yield
         return
@@ -73,7 +76,7 @@ def poisoned_allocations(module: ModuleType | None) -> Iterator[None]:
         def alloc(*args: Any, **kwargs: Any) -> Any:
             out = fn(*args, **kwargs)
             if sys._getframe(1).f_globals is owner and isinstance(out, torch.Tensor):
-                poison_(out)
+                poison_(out, fill)
             return out
         return alloc
 
@@ -179,11 +182,44 @@ def check_cluster(launcher: Callable, module: ModuleType | None, eager: Callable
     except Exception as e:  # noqa: BLE001
         return GateResult(gate, False, f"kernel failed: {one_line(e)}{_interpreter_hint(e)}")
     passed, err, why = compare(actual, expected, CLUSTER_TOL, floors)
+    if passed:
+        unwritten = unwritten_nan(launcher, module, kernel_args, actual, expected)
+        if unwritten:
+            return GateResult(gate, False, unwritten, float("nan"))
     if not passed and err is not None and math.isfinite(err):  # maybe only a rounding order
         closer = no_worse_than_eager(actual, expected, eager, eager_args)
         if closer is not None:
             return GateResult(gate, True, closer, err)
     return GateResult(gate, passed, why, err)
+
+
+# Any number works: an element the kernel writes is NaN whatever the poison was.
+_NUMBER_POISON = 0.0
+
+
+def unwritten_nan(launcher: Callable, module: ModuleType | None, kernel_args: Sequence[Any],
+                  actual: Sequence[Any], expected: Sequence[Any]) -> str:
+    """What went wrong, or "": where kernel and eager agree on NaN, the NaN may be the poison
+    of an element the kernel never wrote. Runs the kernel again with outputs poisoned with a
+    number; each such element must be NaN again. Only when there is such an element."""
+    agreed = [torch.isnan(a.detach().cpu()) & torch.isnan(e.detach().cpu())
+              if isinstance(a, torch.Tensor) and a.is_floating_point() else None
+              for a, e in zip(actual, expected, strict=True)]
+    if module is None or not any(m is not None and bool(m.any()) for m in agreed):
+        return ""
+    try:
+        with torch.no_grad(), poisoned_allocations(module, _NUMBER_POISON):
+            again = as_tuple(launcher(*kernel_args))
+        _sync(again)
+    except Exception as e:  # noqa: BLE001 - the first run passed; report, do not crash
+        return f"kernel failed when run again: {one_line(e)}"
+    for i, (mask, a) in enumerate(zip(agreed, again, strict=True)):
+        if mask is not None and mask.any():
+            missed = int((mask & ~torch.isnan(a.detach().cpu())).sum())
+            if missed:
+                return (f"output {i}: {counted(missed, 'element')} never written by the kernel "
+                        "(NaN where eager has NaN was the poison, not a result)")
+    return ""
 
 
 # A kernel may round differently from eager (a sum over 8192 floats in another order); it
