@@ -55,6 +55,7 @@ def test_a_spec_names_its_layout_only_when_not_contiguous():
     (torch.randn(4, 5, 3).permute(0, 2, 1), (0, 2, 1)),
     (torch.randn(4, 10)[:, ::2], None),  # gaps: not dense, analysed contiguous
     (torch.randn(4, 1).expand(4, 5), None),  # expanded: not dense
+    (torch.randn(10, 4)[::2].t(), None),  # transposed, with gaps: not dense either
 ])
 def test_an_example_tensor_gives_its_memory_order(tensor, order):
     spec = InputSpec.of(tensor)
