@@ -168,3 +168,16 @@ def test_the_tail_of_a_convolution_of_a_channels_last_input_reads_it_without_a_c
         expected = model(x)
     assert out.stride() == expected.stride()
     torch.testing.assert_close(out, expected)
+
+
+def test_the_plugin_passes_a_tensor_layout_through_to_its_baseline(tmp_path):
+    """The fixture hands tensors to the analysis as they are: the baseline records the
+    input as channels-last (a shape tuple, having no layout, stays contiguous)."""
+    from pytest_fusion.fixture import build_inputs
+    from pytest_fusion.snapshot_build import from_analysis
+
+    model = Lambda(lambda m, x: torch.relu(x * 2.0) + 1.0, 1)
+    for given, said in [(cl(2, 3, 4, 5), "2×3×4×5 float32 channels-last"),
+                        ((2, 3, 4, 5), "2×3×4×5 float32")]:
+        analysis = analyze(model, *build_inputs([given], "float32"))
+        assert from_analysis(analysis, "t.py::t", tmp_path).inputs == (said,)
