@@ -181,3 +181,18 @@ def test_the_plugin_passes_a_tensor_layout_through_to_its_baseline(tmp_path):
                         ((2, 3, 4, 5), "2×3×4×5 float32")]:
         analysis = analyze(model, *build_inputs([given], "float32"))
         assert from_analysis(analysis, "t.py::t", tmp_path).inputs == (said,)
+
+
+def test_validation_records_the_cluster_inputs_channels_last_at_its_smaller_batch():
+    """The numerics run's model inputs and what its kernels then read (the convolution's
+    output) are laid out as at the analysed shape, so it checks the kernels on that layout."""
+    from fusion_core.validate.prepare import recording
+
+    model = ConvBnRelu().eval()
+    analysis = analyze(model, cl(64, 3, 8, 8))
+    rec = recording(analysis, [reduced_specs(analysis, 32)], keep_rows=True, device="cpu",
+                    seed=0, clusters=[0])
+    (x,) = rec.inputs
+    assert x.shape[0] < 64 and x.is_contiguous(memory_format=CL) and not x.is_contiguous()
+    read = rec.values["conv"]
+    assert read.is_contiguous(memory_format=CL) and not read.is_contiguous()
