@@ -79,7 +79,7 @@ def as_spec(x: InputSpec | torch.Tensor | Sequence[int]) -> InputSpec:
     if isinstance(x, InputSpec):
         return x
     if isinstance(x, torch.Tensor):
-        return InputSpec(tuple(x.shape), x.dtype)
+        return InputSpec.of(x)  # its memory order too: a channels-last example stays so
     if isinstance(x, (tuple, list)) and all(isinstance(d, int) and d > 0 for d in x):
         return InputSpec(tuple(x))
     raise InputSpecError(f"cannot use {x!r} as an example input: pass a tensor, a shape "

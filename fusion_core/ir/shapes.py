@@ -16,7 +16,7 @@ import logging
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from ..errors import CaptureError, Fix, FusionAdvisorError, InputSpecError, ShapePropagationError
 from ..names import module_written
 from ..units import counted, was
+from .input_layout import checked_order, dense_strides, memory_order_of, order_words
 from .normalize import parse_stack_trace
 from .targets import lookup
 
@@ -46,6 +47,31 @@ DTYPES: dict[str, torch.dtype] = {
 class InputSpec:
     shape: tuple[int, ...]
     dtype: torch.dtype = torch.float32
+    # The dims from outermost to innermost in memory, where the example input is dense in
+    # another order than the contiguous one (channels-last: (0, 2, 3, 1)); None: contiguous.
+    # Fake inputs take its strides, so the analysis and the kernels see the real layout.
+    memory_order: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        try:  # a list becomes a tuple (hashable), the contiguous order None (equal specs)
+            order = checked_order(self.shape, self.memory_order)
+        except ValueError as e:
+            raise InputSpecError(str(e)) from None
+        object.__setattr__(self, "memory_order", order)
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> InputSpec:
+        """The spec of an example tensor: its shape, dtype and memory order."""
+        return cls(tuple(t.shape), t.dtype, memory_order_of(t))
+
+    def resized(self, shape: tuple[int, ...]) -> InputSpec:
+        """This spec at another shape of the same rank, its dtype and memory order kept."""
+        return replace(self, shape=tuple(shape))
+
+    @property
+    def stride(self) -> tuple[int, ...]:
+        """The strides of a dense tensor of this shape in this memory order."""
+        return dense_strides(self.shape, self.memory_order)
 
     @classmethod
     def parse(cls, text: str, dtype: str | torch.dtype = "float32") -> InputSpec:
@@ -69,7 +95,8 @@ class InputSpec:
         return spec
 
     def __str__(self) -> str:
-        return "×".join(map(str, self.shape)) + f" {str(self.dtype).removeprefix('torch.')}"
+        return ("×".join(map(str, self.shape)) + f" {str(self.dtype).removeprefix('torch.')}"
+                + order_words(self.memory_order))
 
 
 def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -83,7 +110,9 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
 def fake_inputs(mode: FakeTensorMode, specs: Sequence[InputSpec],
                 device: torch.device | None = None) -> list[torch.Tensor]:
     with mode:
-        return [torch.empty(s.shape, dtype=s.dtype, device=device) for s in specs]
+        # in the example's layout: a channels-last input propagates channels-last values
+        return [torch.empty_strided(s.shape, s.stride, dtype=s.dtype, device=device)
+                for s in specs]
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -22,8 +22,15 @@ def _lines(span: LineSpan | None) -> dict[str, Any] | None:
 
 
 def inputs_json(specs) -> list[dict[str, Any]]:
-    return [{"shape": list(s.shape), "dtype": str(s.dtype).removeprefix("torch.")}
-            for s in specs]
+    """Each input's shape and dtype, and its memory order (dims outermost to innermost)
+    where that is not the contiguous one: a channels-last input was analysed so."""
+    out: list[dict[str, Any]] = []
+    for s in specs:
+        d: dict[str, Any] = {"shape": list(s.shape), "dtype": str(s.dtype).removeprefix("torch.")}
+        if s.memory_order is not None:
+            d["memory_order"] = list(s.memory_order)
+        out.append(d)
+    return out
 
 
 def shape_read_dict(g: FusionGraph, r: ShapeRead) -> dict[str, Any]:

@@ -77,6 +77,9 @@ def random_inputs(specs: Sequence[InputSpec], module: nn.Module, device: str | t
             t = torch.randint(0, 2, s.shape, generator=gen, dtype=s.dtype)
         else:
             t = torch.randint(0, _int_high(module), s.shape, generator=gen, dtype=s.dtype)
+        # the same values, laid out as the analysed input (`.to` keeps dense strides)
+        if s.memory_order is not None:
+            t = torch.empty_strided(s.shape, s.stride, dtype=t.dtype).copy_(t)
         out.append(t.to(device))
     return out
 
@@ -107,7 +110,7 @@ def reduced_specs(analysis: Analysis, target_rows: int = TARGET_ROWS) -> tuple[I
     new = min(batch, max(1, math.ceil(target_rows / per_item)))
     if new == batch:
         return specs
-    return tuple(InputSpec((new, *s.shape[1:]), s.dtype) for s in specs)
+    return tuple(s.resized((new, *s.shape[1:])) for s in specs)
 
 
 class _Recorder(fx.Interpreter):

@@ -71,7 +71,7 @@ def resized(specs: Sequence[InputSpec], positions: Sequence[Position], size: int
     out = []
     for i, s in enumerate(specs):
         dims = [size if (i, k) in positions else d for k, d in enumerate(s.shape)]
-        out.append(InputSpec(tuple(dims), s.dtype))
+        out.append(s.resized(tuple(dims)))  # its memory order kept
     return tuple(out)
 
 

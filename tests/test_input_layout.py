@@ -1,0 +1,198 @@
+"""An example input's memory layout reaches the analysis: a channels-last tensor is analysed
+(and its kernels generated) for channels-last strides, so the launcher takes the real input
+as it is instead of copying it into NCHW at every call; validation's smaller shapes and
+random inputs keep the layout, and the report says it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from codegen_harness import Lambda
+
+from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.codegen.lower import plan
+from fusion_core.codegen.reference import capture_values
+from fusion_core.errors import InputSpecError
+from fusion_core.ir.shapes import InputSpec, fake_inputs
+from fusion_core.pipeline import analyze
+from fusion_core.report.json_report import inputs_json
+from fusion_core.validate.inputs import random_inputs, reduced_specs
+from fusion_core.validate.shrink import resized
+
+CL = torch.channels_last
+NHWC = (0, 2, 3, 1)
+
+
+def cl(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape).to(memory_format=CL)
+
+
+def test_a_spec_is_contiguous_unless_given_an_order():
+    spec = InputSpec((2, 3, 4, 5))
+    assert spec.memory_order is None and spec.stride == (60, 20, 5, 1)
+    # the contiguous order given is the default (equal, same hash); a list is kept hashable
+    assert InputSpec((2, 3, 4, 5), torch.float32, [0, 1, 2, 3]) == spec
+    given = InputSpec((2, 3, 4, 5), torch.float32, [0, 2, 3, 1])
+    assert given.memory_order == NHWC and hash(given) != hash(spec) and given != spec
+    assert given.stride == torch.empty(2, 3, 4, 5, memory_format=CL).stride()
+    with pytest.raises(InputSpecError, match="no permutation"):
+        InputSpec((2, 3), torch.float32, (0, 0))
+
+
+def test_a_spec_names_its_layout_only_when_not_contiguous():
+    assert str(InputSpec((2, 3, 4, 5))) == "2×3×4×5 float32"
+    assert str(InputSpec((2, 3, 4, 5), memory_order=NHWC)) == "2×3×4×5 float32 channels-last"
+    assert str(InputSpec((3, 5), torch.float16, (1, 0))) == "3×5 float16 memory order (1, 0)"
+
+
+@pytest.mark.parametrize(("tensor", "order"), [
+    (torch.randn(2, 3, 4, 5), None),
+    (cl(2, 3, 4, 5), NHWC),
+    (cl(2, 1, 4, 5), NHWC),  # one channel: is_contiguous() too, told apart by its strides
+    (cl(2, 3, 1, 1), NHWC),
+    (torch.randn(2, 3, 4, 5, 6).to(memory_format=torch.channels_last_3d), (0, 2, 3, 4, 1)),
+    (torch.randn(5, 3).t(), (1, 0)),
+    (torch.randn(4, 5, 3).permute(0, 2, 1), (0, 2, 1)),
+    (torch.randn(4, 10)[:, ::2], None),  # gaps: not dense, analysed contiguous
+    (torch.randn(4, 1).expand(4, 5), None),  # expanded: not dense
+    (torch.randn(10, 4)[::2].t(), None),  # transposed, with gaps: not dense either
+])
+def test_an_example_tensor_gives_its_memory_order(tensor, order):
+    spec = InputSpec.of(tensor)
+    assert spec.memory_order == order and spec.shape == tuple(tensor.shape)
+    if order is not None:  # the order lays the example's shape out as the example is
+        assert spec.stride == tensor.stride()
+
+
+def test_fake_inputs_take_the_spec_strides():
+    mode = torch._subclasses.fake_tensor.FakeTensorMode()
+    (x, y) = fake_inputs(mode, [InputSpec((2, 3, 4, 5), memory_order=NHWC), InputSpec((3, 5))])
+    assert x.is_contiguous(memory_format=CL) and not x.is_contiguous()
+    assert y.stride() == (5, 1)
+
+
+def test_smaller_shapes_keep_the_order():
+    spec = InputSpec((8, 3, 4, 5), memory_order=NHWC)
+    assert spec.resized((1, 3, 2, 5)) == InputSpec((1, 3, 2, 5), memory_order=NHWC)
+    (shrunk,) = resized((spec,), ((0, 2),), 2)
+    assert shrunk.memory_order == NHWC and shrunk.shape == (8, 3, 2, 5)
+
+
+def test_validation_batch_keeps_the_order():
+    """The numerics run's smaller batch is analysed channels-last, as the real one is."""
+    analysis = analyze(Lambda(lambda m, x: torch.relu(x * 2.0) + 1.0, 1), cl(4096, 3, 4, 4))
+    (small,) = reduced_specs(analysis)
+    assert small.shape[0] < 4096 and small.memory_order == NHWC
+
+
+def test_random_inputs_are_drawn_in_the_spec_layout_with_the_same_values():
+    spec = InputSpec((2, 3, 4, 5), memory_order=NHWC)
+    (x,) = random_inputs((spec,), torch.nn.Identity(), "cpu", seed=3)
+    (plain,) = random_inputs((InputSpec((2, 3, 4, 5)),), torch.nn.Identity(), "cpu", seed=3)
+    assert x.is_contiguous(memory_format=CL) and not x.is_contiguous()
+    assert torch.equal(x, plain)  # the seed draws the same values, only laid out otherwise
+
+
+def test_the_json_report_says_the_order_of_a_non_contiguous_input():
+    assert inputs_json([InputSpec((2, 3, 4, 5), memory_order=NHWC), InputSpec((4, 8))]) == [
+        {"shape": [2, 3, 4, 5], "dtype": "float32", "memory_order": [0, 2, 3, 1]},
+        {"shape": [4, 8], "dtype": "float32"}]
+
+
+def test_the_json_schema_takes_the_order_and_rejects_a_malformed_one():
+    jsonschema = pytest.importorskip("jsonschema")
+    from fusion_core.report.json_report import schema, to_document
+
+    doc = to_document(analyze(Lambda(lambda m, x: torch.relu(x * 2.0) + 1.0, 1), cl(2, 3, 4, 5)))
+    assert doc["inputs"] == [{"shape": [2, 3, 4, 5], "dtype": "float32",
+                              "memory_order": [0, 2, 3, 1]}]
+    jsonschema.validate(doc, schema())
+    doc["inputs"][0]["memory_order"] = ["channels_last"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schema())
+
+
+def _launched(analysis, inputs, tmp_path):
+    """The cluster's generated launcher run on the cluster's real inputs (recorded from the
+    model on `inputs`): its plan, its loaded module and its result."""
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster)
+    module = load_kernel(write_kernels([kernel], tmp_path)[0])
+    values = capture_values(analysis, *inputs)
+    args = [values[n] for n in cluster.inputs]
+    out = getattr(module, kernel.name)(*args)
+    return plan(analysis.graph, cluster), module, args, out
+
+
+def test_an_elementwise_chain_over_a_channels_last_input_reads_it_without_a_copy(tmp_path):
+    fn = lambda m, x: torch.relu(x * 2.0) + 1.0  # noqa: E731
+    x = cl(2, 3, 5, 6)
+    analysis = analyze(Lambda(fn, 1), x)
+    assert analysis.inputs == (InputSpec((2, 3, 5, 6), memory_order=NHWC),)
+    p, module, _, out = _launched(analysis, (x,), tmp_path)
+    (arg,) = p.inputs
+    assert arg.stride == x.stride()  # analysed for the input's channels-last strides
+    ((copies, *_),) = module.LAUNCH_CACHE.values()
+    assert copies == ()  # the launcher reads the input where it lies: nothing copied
+    expected = fn(None, x)
+    assert out.stride() == expected.stride()
+    torch.testing.assert_close(out, expected)
+
+
+class ConvBnRelu(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(6)
+        with torch.no_grad():  # statistics other than the identity's
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+def test_the_tail_of_a_convolution_of_a_channels_last_input_reads_it_without_a_copy(tmp_path):
+    """The convolution's output is channels-last in eager (it follows its input): the
+    fused BatchNorm → ReLU after it is analysed so and takes it without a copy."""
+    model = ConvBnRelu().eval()
+    x = cl(2, 3, 5, 6)
+    analysis = analyze(model, x)
+    p, module, args, out = _launched(analysis, (x,), tmp_path)
+    conv_out = next(t for t in p.inputs if t.value == "conv")
+    assert args[0].is_contiguous(memory_format=CL) and not args[0].is_contiguous()
+    assert conv_out.stride == args[0].stride()
+    ((copies, *_),) = module.LAUNCH_CACHE.values()
+    assert copies == ()
+    with torch.no_grad():
+        expected = model(x)
+    assert out.stride() == expected.stride()
+    torch.testing.assert_close(out, expected)
+
+
+def test_the_plugin_passes_a_tensor_layout_through_to_its_baseline(tmp_path):
+    """The fixture hands tensors to the analysis as they are: the baseline records the
+    input as channels-last (a shape tuple, having no layout, stays contiguous)."""
+    from pytest_fusion.fixture import build_inputs
+    from pytest_fusion.snapshot_build import from_analysis
+
+    model = Lambda(lambda m, x: torch.relu(x * 2.0) + 1.0, 1)
+    for given, said in [(cl(2, 3, 4, 5), "2×3×4×5 float32 channels-last"),
+                        ((2, 3, 4, 5), "2×3×4×5 float32")]:
+        analysis = analyze(model, *build_inputs([given], "float32"))
+        assert from_analysis(analysis, "t.py::t", tmp_path).inputs == (said,)
+
+
+def test_validation_records_the_cluster_inputs_channels_last_at_its_smaller_batch():
+    """The numerics run's model inputs and what its kernels then read (the convolution's
+    output) are laid out as at the analysed shape, so it checks the kernels on that layout."""
+    from fusion_core.validate.prepare import recording
+
+    model = ConvBnRelu().eval()
+    analysis = analyze(model, cl(64, 3, 8, 8))
+    rec = recording(analysis, [reduced_specs(analysis, 32)], keep_rows=True, device="cpu",
+                    seed=0, clusters=[0])
+    (x,) = rec.inputs
+    assert x.shape[0] < 64 and x.is_contiguous(memory_format=CL) and not x.is_contiguous()
+    read = rec.values["conv"]
+    assert read.is_contiguous(memory_format=CL) and not read.is_contiguous()
