@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from .rounding import INT_ROUNDING
+
 Lowering = Callable[[tuple[str, ...], Mapping[str, Any]], "str | None"]
 
 
@@ -162,9 +164,10 @@ def infix(sym: str) -> Lowering:
 # Ops whose bool result torch computes otherwise than the same op on Triton's 1-bit
 # integers: `True + True` is True in torch (a logical or) and wraps to False in int1.
 BOOL_LOWERINGS: dict[str, Lowering] = {"add": lambda a, p: f"({a[0]} | {a[1]})"}
-# Ops whose integer result is their operand: torch.round keeps an integer tensor as it is,
-# and Triton's floor takes floats only.
-INT_LOWERINGS: dict[str, Lowering] = {"round": lambda a, p: None if p["decimals"] else a[0]}
+# Integer forms: torch.round keeps an integer tensor as it is (Triton's floor takes floats
+# only); rounding divisions correct Triton's truncating `//` and `%` (ir/rounding.py).
+INT_LOWERINGS: dict[str, Lowering] = {"round": lambda a, p: None if p["decimals"] else a[0],
+                                      **INT_ROUNDING}
 
 
 def call(fn: str) -> Lowering:

@@ -39,6 +39,7 @@ from .lowerings import (
     with_alpha,
 )
 from .reductions import RULES, ReductionRule
+from .rounding import div_expr, floor_divide_expr, remainder_expr
 
 __all__ = ["SPECS", "TL_TYPES", "OpSpec", "parse_signature", "tanh_expr", "training_spec"]
 
@@ -94,8 +95,10 @@ _SPECS = [
     OpSpec("rsub", BINARY, "input, other, alpha=1", ("input", "other"),
            lambda a, p: with_alpha("-")((a[1], a[0]), p)),
     OpSpec("mul", BINARY, "input, other", ("input", "other"), infix("*")),
-    OpSpec("div", BINARY, "input, other, *, rounding_mode=None", ("input", "other"),
-           lambda a, p: None if p["rounding_mode"] else f"({a[0]} / {a[1]})"),
+    # rounding modes, remainder and floor_divide round as torch does (ir/rounding.py)
+    OpSpec("div", BINARY, "input, other, *, rounding_mode=None", ("input", "other"), div_expr),
+    OpSpec("floor_divide", BINARY, "input, other", ("input", "other"), floor_divide_expr),
+    OpSpec("remainder", BINARY, "input, other", ("input", "other"), remainder_expr),
     OpSpec("maximum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_max(*a)),
     OpSpec("minimum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_min(*a)),
     OpSpec("where", BINARY, "condition, input, other", ("condition", "input", "other"),

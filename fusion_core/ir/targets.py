@@ -48,7 +48,7 @@ for _name in ("add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "r
               "maximum", "minimum", "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge",
               "clamp", "logical_not", "clone", "softmax", "log_softmax", "sum", "mean", "amax",
               "amin", "rsub", "cumsum", "var", "std", "bitwise_and", "bitwise_or", "bitwise_xor",
-              "logical_and", "logical_or", "round"):
+              "logical_and", "logical_or", "round", "remainder", "floor_divide"):
     _register(_name, ("method", _name), signature=None)
     if hasattr(torch, _name):
         _register(_name, getattr(torch, _name))
@@ -56,6 +56,8 @@ _register("add", operator.add)
 _register("sub", operator.sub)
 _register("mul", operator.mul)
 _register("div", operator.truediv, torch.true_divide, ("method", "true_divide"))
+_register("floor_divide", operator.floordiv)
+_register("remainder", operator.mod)
 _register("neg", operator.neg)
 _register("pow", operator.pow)
 _register("logical_not", torch.logical_not, ("method", "logical_not"))
@@ -109,6 +111,8 @@ ATEN_OPS: dict[str, tuple[str, ...]] = {
     "add": ("add.Tensor", "add.Scalar"), "sub": ("sub.Tensor", "sub.Scalar"),
     "rsub": ("rsub.Tensor", "rsub.Scalar"), "mul": ("mul.Tensor", "mul.Scalar"),
     "div": ("div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode"),
+    "floor_divide": ("floor_divide", "floor_divide.Scalar"),
+    "remainder": ("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor"),
     "maximum": ("maximum",), "minimum": ("minimum",),
     "where": ("where.self", "where.ScalarOther", "where.ScalarSelf", "where.Scalar"),
     "masked_fill": ("masked_fill.Scalar", "masked_fill.Tensor"),

@@ -1,0 +1,58 @@
+"""Rounding divisions: remainder, floor_divide and div with a rounding mode, as torch rounds.
+
+torch follows Python's signs (a remainder takes the divisor's sign, a floor division rounds
+toward -inf) where Triton's `//` and `%` truncate as C does (on floats `%` is fmod), so each
+of these ops lowers to a call of a helper the generated file defines
+(``codegen/rounding.py``), one per op and dtype family: the result's dtype picks the
+integer or the float form (``codegen/node_lowering.pointwise_rule``), as torch's own
+kernels do. The registry's rows name the lowerings below; ``INT_ROUNDING`` holds the
+integer forms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+# Helper names, each defined by ``codegen/rounding.py`` where a kernel calls it.
+FLOOR_DIV_FLOAT, FLOOR_DIV_INT = "_floor_div_float", "_floor_div_int"
+TRUNC_DIV_FLOAT, TRUNC_DIV_INT = "_trunc_div_float", "_trunc_div_int"
+REMAINDER_FLOAT, REMAINDER_INT = "_remainder_float", "_remainder_int"
+HELPERS = (FLOOR_DIV_FLOAT, FLOOR_DIV_INT, TRUNC_DIV_FLOAT, TRUNC_DIV_INT, REMAINDER_FLOAT,
+           REMAINDER_INT)
+
+_Lowering = Callable[[tuple[str, ...], Mapping[str, Any]], "str | None"]
+
+
+def _helper(name: str) -> _Lowering:
+    return lambda a, p: f"{name}({a[0]}, {a[1]})"
+
+
+def _div(floor: str, trunc: str) -> _Lowering:
+    """`torch.div`: true division without a rounding mode, else the mode's helper."""
+    modes = {"floor": floor, "trunc": trunc}
+
+    def lower(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+        mode = p.get("rounding_mode")
+        if mode is None:
+            return f"({a[0]} / {a[1]})"
+        return f"{modes[mode]}({a[0]}, {a[1]})" if mode in modes else None
+
+    return lower
+
+
+# Float (and float16/bfloat16, computed in float32) results.
+remainder_expr = _helper(REMAINDER_FLOAT)
+floor_divide_expr = _helper(FLOOR_DIV_FLOAT)
+div_expr = _div(FLOOR_DIV_FLOAT, TRUNC_DIV_FLOAT)
+
+
+def _int_div(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+    # An integer result of `div` has a rounding mode: true division makes floats.
+    return None if p.get("rounding_mode") is None else _div(FLOOR_DIV_INT, TRUNC_DIV_INT)(a, p)
+
+
+# Integer results: Triton's truncating `//` and `%`, their signs fixed.
+INT_ROUNDING: dict[str, _Lowering] = {
+    "remainder": _helper(REMAINDER_INT), "floor_divide": _helper(FLOOR_DIV_INT), "div": _int_div,
+}
