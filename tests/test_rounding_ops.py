@@ -131,6 +131,25 @@ def _run(model, inputs, tmp_path):
     return analysis, out
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16bit_operands_round_as_eager_holds_them(dtype, tmp_path):
+    """A 16-bit `x * 3.3` is computed in float32; a rounding op reads it rounded, as eager
+    holds it (a value a rounding below a step gave a whole unit less), and a remainder's
+    number in the tensor's dtype, as eager's (by 0.7002 in float16: about 2000 of these
+    elements differed); floor and trunc division keep theirs in float32, as eager does."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 40).to(dtype)
+    # results read as float32: Triton's interpreter stores bfloat16 truncated, not rounded
+    fns = [lambda m, x: torch.floor_divide(x * 3.3, 0.7).float() * 2,
+           lambda m, x: torch.remainder(x * 3.3, 0.7).float() * 2,
+           lambda m, x: torch.div(x * 3.3, 0.7, rounding_mode="trunc").float() + 1,
+           lambda m, x: torch.round(x * 3.3).float() + 1]
+    for i, fn in enumerate(fns):
+        _, out = _run(Lambda(fn), (x,), tmp_path / str(i))
+        want = fn(None, x)
+        assert torch.equal(out, want), (i, int((out != want).sum()))
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 def test_integer_division_by_zero_gives_zero(dtype, tmp_path):
     """Eager on the CPU refuses an integer divisor of 0 (on CUDA floor division gives 0):

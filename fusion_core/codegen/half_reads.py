@@ -9,9 +9,14 @@ rounded to its dtype, one statement per value. A reduction reads its operand rou
 `s * 0.3 + ext` in float16 with `ext` at finfo.min lands on a handful of float16 numbers,
 and a softmax over a masked row of them is another distribution than over the exact sums.
 
+An op that rounds (`x // 0.7`, `torch.round`, ``OpSpec.steps``) reads its 16-bit operands
+rounded too, though of their dtype: a float32 value a rounding away from a step (2.0999 where
+eager holds 2.1) lands on its other side, a whole unit off.
+
 A Python number compared with a 16-bit tensor is rounded to its dtype first: torch compares
 in the tensor's dtype (`h > 0.1` of a bfloat16 `h` is `h > 0.10009765625`, so `h` equal to
-that is not greater), where the kernel compared float32 registers with 0.1.
+that is not greater), where the kernel compared float32 registers with 0.1. Eager's remainder
+rounds its number so too (`h % 0.7` is by 0.7002 in float16; `h // 0.7` is by 0.7).
 
 Rounding to bfloat16 goes through a helper of the generated file (``helpers``): Triton's
 interpreter truncates float32 to bfloat16 (the GPU rounds to nearest even), so there the
@@ -26,17 +31,26 @@ import torch
 
 from ..ir.graph import FusionGraph, Node
 from ..ir.lowerings import ROUND_BF16, half_round
+from ..ir.registry import SPECS
 from .interpreted import FLAG
 from .plan import KernelPlan, Stmt
 
 HALF = frozenset({torch.float16, torch.bfloat16})
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+# Ops whose Python number eager (on the CPU) converts to a 16-bit tensor's dtype: the
+# comparisons, and remainder (floor_divide and div's rounding modes keep it in float32).
+SCALAR_IN_DTYPE = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "remainder"})
 
 
 def computed_unrounded(dtype: torch.dtype | None, op: str) -> bool:
     """A kernel value of `dtype` computed by `op` holds float32 bits, not `dtype`'s: every
     16-bit op but a cast (whose lowering rounds, `ir/lowerings.cast`)."""
     return dtype in HALF and op != "to"
+
+
+def rounds_operands(node: Node) -> bool:
+    """Whether `node` rounds (its value jumps): it reads 16-bit operands as eager holds them."""
+    spec = SPECS.get(node.op)
+    return spec is not None and spec.steps is not None and spec.steps(dict(node.params))
 
 
 def rounding(temp: str, new_temp: str, dtype: torch.dtype, node: str, per_row: bool,
@@ -61,10 +75,10 @@ def helpers(plan: KernelPlan) -> list[str]:
 
 
 def compared_scalars(g: FusionGraph, node: Node) -> tuple[Any, ...]:
-    """`node`'s inputs, a number compared with tensors all of one 16-bit dtype rounded to it
-    (as torch's type promotion makes it)."""
+    """`node`'s inputs, a number compared with (or a remainder's of) tensors all of one 16-bit
+    dtype rounded to it (as torch's type promotion makes it)."""
     dtypes = {g[r].meta.dtype if g[r].meta is not None else None for r in node.refs}
-    if node.op not in COMPARISONS or len(dtypes) != 1 or not dtypes <= HALF:
+    if node.op not in SCALAR_IN_DTYPE or len(dtypes) != 1 or not dtypes <= HALF:
         return node.inputs
     (dtype,) = dtypes
     return tuple(float(torch.tensor(a, dtype=dtype)) if isinstance(a, (int, float))

@@ -51,7 +51,7 @@ from ..ir.views import inverse, split_piece
 from ..names import kernel_name
 from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
-from .half_reads import compared_scalars, computed_unrounded, rounding
+from .half_reads import compared_scalars, computed_unrounded, rounding, rounds_operands
 from .indexing import index_maps
 from .layout import Access, LoweringError, access, dense_permuted
 from .literal_sizes import literal_pins
@@ -295,10 +295,11 @@ class _Lowering:
 
     def _read(self, reader: Node, name: str, reduced: bool = False) -> str:
         """`name`'s temporary as `reader` takes it: rounded to its 16-bit dtype first where
-        `reader` makes another dtype or reduces it (``half_reads.py``)."""
+        `reader` makes another dtype, reduces it or rounds (``half_reads.py``)."""
         temp = self._temp(reader.name, name)
         dtype = self.unrounded.get(temp)
-        if dtype is None or reader.meta is None or (reader.meta.dtype == dtype and not reduced):
+        if dtype is None or reader.meta is None or (reader.meta.dtype == dtype and not reduced
+                                                    and not rounds_operands(reader)):
             return temp
         if temp not in self.rounded:
             self.rounded[temp] = new = f"v{self.count}"

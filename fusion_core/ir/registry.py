@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,10 @@ class OpSpec:
     # name of the spec that computes it when none of the operands that spec lacks is given
     # (batch_norm on batch statistics, without running statistics to update).
     training: str | None = None
+    # Whether a call with these params jumps between values (rounds): a 16-bit operand
+    # computed in float32 is read rounded to its dtype first, as eager holds it, or a value
+    # a rounding away from a step lands on its other side (``codegen/half_reads.py``).
+    steps: Callable[[Mapping[str, Any]], bool] | None = None
 
     @property
     def bind_signature(self) -> inspect.Signature:
@@ -84,6 +88,10 @@ def parse_signature(params: str) -> inspect.Signature:
 _SIG_CACHE: dict[str, inspect.Signature] = {}
 
 
+def _always(params: Mapping[str, Any]) -> bool:
+    return True
+
+
 def _reduction(name: str, signature: str, operands: tuple[str, ...] = ("input",)) -> OpSpec:
     return OpSpec(name, REDUCTION, signature, operands, RULES[name])
 
@@ -96,9 +104,12 @@ _SPECS = [
            lambda a, p: with_alpha("-")((a[1], a[0]), p)),
     OpSpec("mul", BINARY, "input, other", ("input", "other"), infix("*")),
     # rounding modes, remainder and floor_divide round as torch does (ir/rounding.py)
-    OpSpec("div", BINARY, "input, other, *, rounding_mode=None", ("input", "other"), div_expr),
-    OpSpec("floor_divide", BINARY, "input, other", ("input", "other"), floor_divide_expr),
-    OpSpec("remainder", BINARY, "input, other", ("input", "other"), remainder_expr),
+    OpSpec("div", BINARY, "input, other, *, rounding_mode=None", ("input", "other"), div_expr,
+           steps=lambda p: p.get("rounding_mode") is not None),
+    OpSpec("floor_divide", BINARY, "input, other", ("input", "other"), floor_divide_expr,
+           steps=_always),
+    OpSpec("remainder", BINARY, "input, other", ("input", "other"), remainder_expr,
+           steps=_always),
     OpSpec("maximum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_max(*a)),
     OpSpec("minimum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_min(*a)),
     OpSpec("where", BINARY, "condition, input, other", ("condition", "input", "other"),
@@ -145,7 +156,7 @@ _SPECS = [
            lower=lambda a, p: None if (p["scale"], p["input_scale"]) != (1.0, 1.0) else
            f"tl.where({a[0]} > 0, {a[0]}, {p['alpha']!r} * (tl.exp({a[0]}) - 1.0))"),
     OpSpec("softplus", UNARY, "input, beta=1.0, threshold=20.0", lower=softplus_expr),
-    OpSpec("round", UNARY, "input, *, decimals=0", lower=round_expr),
+    OpSpec("round", UNARY, "input, *, decimals=0", lower=round_expr, steps=_always),
     OpSpec("clamp", UNARY, "input, min=None, max=None", ("input", "min", "max"), clamp_expr),
     OpSpec("hardsigmoid", UNARY, "input, inplace=False",
            lower=lambda a, p: _hardsigmoid(a[0])),
