@@ -14,6 +14,8 @@ from codegen_harness import Lambda, check_model, compile_for_gpu, run_kernel
 from fusion_core.codegen import generate
 from fusion_core.codegen.reference import capture_values, cluster_inputs
 from fusion_core.pipeline import analyze
+from fusion_core.validate import validate
+from fusion_core.validate.inputs import divisor_inputs
 
 R, C = 4, 40
 
@@ -208,3 +210,16 @@ def test_rounding_kernels_compile_for_sm90(tmp_path):
     compiled = compile_for_gpu(jobs)
     assert len(compiled) == len(jobs) and all(compiled.values()), compiled
 
+
+def test_integer_divisor_inputs_are_drawn_nonzero_and_validation_runs():
+    """Validation drew an integer input 0 or 1 (a flag) or from [0, 16): eager refused the
+    division by 0 ("ZeroDivisionError"), and every cluster failed its check unrun."""
+    def fn(m, x, i, j):
+        return torch.remainder(x * 7, 3.0).relu(), torch.floor_divide(i + 1, j.t()) * 2 + 1
+
+    x, i, j = torch.randn(4, 8), torch.randint(-9, 9, (4, 8)), torch.randint(1, 5, (8, 4))
+    a = analyze(Lambda(fn), x, i, j)
+    assert divisor_inputs(a.graph) == {2}  # `j`, read through its transpose
+    assert len(a.clusters) == 2
+    report = validate(a, timing=False)
+    assert all(r.usable for r in report.results), [r.status for r in report.results]

@@ -70,6 +70,9 @@ class OpSpec:
     # computed in float32 is read rounded to its dtype first, as eager holds it, or a value
     # a rounding away from a step lands on its other side (``codegen/half_reads.py``).
     steps: Callable[[Mapping[str, Any]], bool] | None = None
+    # The operand eager refuses to be an integer 0 ("ZeroDivisionError"): validation draws
+    # an integer input read there from 1 up (``validate/inputs.py``).
+    divisor: str | None = None
 
     @property
     def bind_signature(self) -> inspect.Signature:
@@ -105,11 +108,11 @@ _SPECS = [
     OpSpec("mul", BINARY, "input, other", ("input", "other"), infix("*")),
     # rounding modes, remainder and floor_divide round as torch does (ir/rounding.py)
     OpSpec("div", BINARY, "input, other, *, rounding_mode=None", ("input", "other"), div_expr,
-           steps=lambda p: p.get("rounding_mode") is not None),
+           steps=lambda p: p.get("rounding_mode") is not None, divisor="other"),
     OpSpec("floor_divide", BINARY, "input, other", ("input", "other"), floor_divide_expr,
-           steps=_always),
+           steps=_always, divisor="other"),
     OpSpec("remainder", BINARY, "input, other", ("input", "other"), remainder_expr,
-           steps=_always),
+           steps=_always, divisor="other"),
     OpSpec("maximum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_max(*a)),
     OpSpec("minimum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_min(*a)),
     OpSpec("where", BINARY, "condition, input, other", ("condition", "input", "other"),

@@ -11,14 +11,15 @@ weights are the model's own).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from ..ir.graph import FusionGraph, OpKind
+from ..ir.graph import FusionGraph, OpKind, Ref
+from ..ir.registry import SPECS
 from ..ir.shapes import InputSpec
 from ..pipeline import Analysis
 
@@ -47,15 +48,40 @@ def flag_inputs(graph: FusionGraph) -> frozenset[int]:
 INDEX_READERS = ("embedding", "gather", "index", "take", "scatter", "one_hot", "bincount")
 
 
+def divisor_inputs(graph: FusionGraph) -> frozenset[int]:
+    """Positions of the integer inputs an op divides by (`i // j`, `i % j`; the registry's
+    ``OpSpec.divisor``), through views and casts: drawn from 1 up, as eager on the CPU
+    refuses an integer division by zero (the model would not run on them)."""
+    return frozenset(i for i, n in enumerate(graph.inputs)
+                     if n.meta is not None and not n.meta.dtype.is_floating_point
+                     and _read_by(graph, n.name, _divides))
+
+
+def _divides(graph: FusionGraph, user: str, value: str) -> bool:
+    n = graph[user]
+    spec = SPECS.get(n.op)
+    if spec is None or spec.divisor is None or spec.divisor not in spec.operands:
+        return False
+    at = spec.operands.index(spec.divisor)
+    return at < len(n.inputs) and n.inputs[at] == Ref(value)
+
+
 def _indexes(graph: FusionGraph, name: str) -> bool:
     """Whether an op taking indices (an embedding, a gather) reads `name`, through views and
     casts."""
+    return _read_by(graph, name, lambda g, user, value: g[user].kind is OpKind.OPAQUE and any(
+        w in f"{g[user].op} {g[user].target}".lower() for w in INDEX_READERS))
+
+
+def _read_by(graph: FusionGraph, name: str, reads: Callable[[FusionGraph, str, str], bool]
+             ) -> bool:
+    """Whether some `user` reads `name` (or a view or cast of it, `value`) as `reads` says."""
     todo, seen = [name], {name}
     while todo:
-        for user in graph.users.get(todo.pop(), ()):
+        value = todo.pop()
+        for user in graph.users.get(value, ()):
             n = graph[user]
-            if n.kind is OpKind.OPAQUE and any(w in f"{n.op} {n.target}".lower()
-                                               for w in INDEX_READERS):
+            if reads(graph, user, value):
                 return True
             if user not in seen and (n.kind is OpKind.VIEW or n.op == "to"):
                 seen.add(user)
@@ -64,8 +90,10 @@ def _indexes(graph: FusionGraph, name: str) -> bool:
 
 
 def random_inputs(specs: Sequence[InputSpec], module: nn.Module, device: str | torch.device,
-                  seed: int, flags: Collection[int] = ()) -> list[torch.Tensor]:
-    """`flags`: positions of integer inputs drawn 0 or 1 (``flag_inputs``)."""
+                  seed: int, flags: Collection[int] = (), divisors: Collection[int] = ()
+                  ) -> list[torch.Tensor]:
+    """`flags`: positions of integer inputs drawn 0 or 1 (``flag_inputs``); `divisors`:
+    of integer inputs never 0 (``divisor_inputs``; a flag among them is 1)."""
     gen = torch.Generator().manual_seed(seed)
     out = []
     for i, s in enumerate(specs):
@@ -73,10 +101,10 @@ def random_inputs(specs: Sequence[InputSpec], module: nn.Module, device: str | t
             t = torch.randn(s.shape, generator=gen).to(s.dtype)
         elif s.dtype == torch.bool:
             t = torch.rand(s.shape, generator=gen) < 0.5
-        elif i in flags:
-            t = torch.randint(0, 2, s.shape, generator=gen, dtype=s.dtype)
         else:
-            t = torch.randint(0, _int_high(module), s.shape, generator=gen, dtype=s.dtype)
+            low = 1 if i in divisors else 0
+            high = 2 if i in flags else _int_high(module)
+            t = torch.randint(low, high, s.shape, generator=gen, dtype=s.dtype)
         # the same values, laid out as the analysed input (`.to` keeps dense strides)
         if s.memory_order is not None:
             t = torch.empty_strided(s.shape, s.stride, dtype=t.dtype).copy_(t)
