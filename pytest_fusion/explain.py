@@ -100,8 +100,7 @@ class Explainer:
         if x.inplace:
             return (f"{what} now writes in place between {before_} and {after_}: "
                     "fusion-advisor cannot fuse across an in-place op")
-        return (f"{what} now sits between {before_} and {after_}: "
-                "fusion-advisor cannot fuse through it")
+        return f"{what} now sits between {before_} and {after_}: {x.reason}"
 
     def rejection(self, nodes: set[str], parted: tuple[set[str], ...] = ()
                   ) -> RejectionRec | None:

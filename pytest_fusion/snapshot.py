@@ -100,6 +100,7 @@ class BarrierRec:
     lines: str
     before: tuple[tuple[str, str], ...]  # (node, op) of the compute values reaching it
     after: tuple[tuple[str, str], ...]  # (node, op) of the compute ops reading its result
+    reason: str = "fusion-advisor cannot fuse through it"  # fusion_core's Barrier.reason
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def from_analysis(analysis: Any, test: str, rootdir: Path,
         node=b.node, op=b.op, target=b.target or b.op, inplace=b.inplace,
         lines=where(graph, [b.node], rootdir),
         before=tuple((n, graph[n].op) for n in b.before),
-        after=tuple((n, graph[n].op) for n in b.after))
+        after=tuple((n, graph[n].op) for n in b.after), reason=b.reason)
         for b in fusion_core.find_barriers(graph, analysis.clusters))
     totals = fusion_core.model_totals(graph, analysis.clusters)
     return Snapshot(test=test, model=analysis.model_name,

@@ -169,7 +169,8 @@ def test_one_edit_in_a_repeated_block_is_one_message_naming_the_layers(proj):
     r.assert_outcomes(failed=1)
     bullet = ("`silu → mul` in h.0…h.3 (×4) at model.py:11-12 no longer fuses: `torch.roll` at "
               "model.py:12 now sits between `silu` (line 11) and `mul` (line 12): "
-              "fusion-advisor cannot fuse through it")
+              "fusion-advisor cannot fuse through it (its op registry has no Triton lowering "
+              "for this call)")
     # The failure section only: under CI=true pytest repeats whole messages in its summary.
     lines = r.stdout.lines
     end = next((i for i, line in enumerate(lines) if "short test summary info" in line),

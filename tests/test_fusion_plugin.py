@@ -68,7 +68,7 @@ REGRESSIONS = {
     "moved": "`mul → relu → add` at model.py:10-12 no longer holds `mul`; its other ops now "
              "fuse in `relu → add → sigmoid → mul` (model.py:11-12): `torch.roll` at "
              "model.py:10 now sits between `mul` (line 10) and `relu` (line 11): fusion-advisor "
-             "cannot fuse through it",
+             "cannot fuse through it (its op registry has no Triton lowering for this call)",
     "newrej": "new rejection at model.py:13-14: reduction on `sigmoid → mul → softmax`, "
               "`softmax` (line 14) names no dims the kernel can reduce (dim=None)",
 }

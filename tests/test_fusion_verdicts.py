@@ -83,7 +83,8 @@ def test_a_failure_quotes_the_lines_where_the_ops_are_now_and_the_op_between(pro
         "`mul → eq → masked_fill → softmax` in blocks.0.attn…blocks.1.attn (×2) at "
         "blocks.py:47-48, 50 shrank to `mul → eq → masked_fill`, without `softmax`: "
         "`torch.roll` at blocks.py:49 now sits between `masked_fill` (line 48) and `softmax` "
-        "(line 50): fusion-advisor cannot fuse through it"]
+        "(line 50): fusion-advisor cannot fuse through it (its op registry has no Triton "
+        "lowering for this call)"]
     assert "blocks.py:44" not in r.stdout.str()  # recorded lines are never quoted as current
 
 

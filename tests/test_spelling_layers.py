@@ -109,7 +109,8 @@ def test_messages_name_the_layer_and_its_parameters(model_file, capture):
     (b,) = find_barriers(a.graph, a.clusters)
     assert b.describe(a.graph) == (f"`torch.roll` at {model_file}:{roll} sits between `self.bn` "
                                    f"(line {bn}) and `add` (line {roll}): fusion-advisor "
-                                   "cannot fuse through it")
+                                   "cannot fuse through it (its op registry has no Triton "
+                                   "lowering for this call)")
     (r,) = a.rejections
     assert r.reason == (f"path `self.bn` (line {bn}) → `torch.roll` (line {roll}) → `add` "
                         f"(line {roll}) leaves the group and re-enters")

@@ -24,6 +24,7 @@ from .detect import line_span
 from .types import Cluster, LineSpan
 
 UNKNOWN = "opaque"  # the op of a call the registry does not know
+NO_LOWERING = "its op registry has no Triton lowering for this call"
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,19 @@ class Barrier:
             side = f"feeds {ops[1]}" if self.after else f"reads {ops[0]}"
             return (f"{what} {side}, which fuse without it: "
                     f"{self.why or 'fusion-advisor has no rule for this call'}")
-        why = self.why or ("it writes its input in place" if self.inplace
-                           else "fusion-advisor cannot fuse through it")
-        return f"{what} sits between {ops[0]} and {ops[1]}: {why}"
+        return f"{what} sits between {ops[0]} and {ops[1]}: {self.reason}"
+
+    @property
+    def reason(self) -> str:
+        """Why no kernel holds it: its own reason (a cat's, a training-mode op's), else what
+        it is: an in-place write, a call the op registry has no lowering for, or a layer."""
+        if self.why:
+            return self.why
+        if self.inplace:
+            return "it writes its input in place"
+        if self.unknown:
+            return f"fusion-advisor cannot fuse through it ({NO_LOWERING})"
+        return "fusion-advisor cannot fuse through it"
 
 
 def _walk(graph: FusionGraph, start: Iterable[str], step) -> tuple[str, ...]:

@@ -281,24 +281,30 @@ def _convert(n: fx.Node, module_types: dict[str, str], reads: dict[Any, fx.Node]
     params = tuple((k, _literal(v)) for k, v in values.items() if k not in spec.operands
                    # where a generator runs changes no value (`arange(n, device=x.device)`)
                    and not (spec.kind is OpKind.GENERATOR and k == "device"))
-    if any(isinstance(v, fx.Node) for _, v in params):
+    if (late := next((k for k, v in params if isinstance(v, fx.Node)), None)) is not None:
         # A non-operand argument computed at run time (`2.0 ** x`): opaque, all edges kept.
-        return _unknown_call(n, refs, common)
+        return _unknown_call(n, refs, common, f"its `{late}` is computed at run time, and "
+                             "fusion-advisor lowers it with a constant only")
     kind = spec.kind
     if inplace or values.get("inplace") is True:
         kind = OpKind.INPLACE
     elif training:
         kind = OpKind.OPAQUE  # random, or it would update running statistics
+        params += ((OPAQUE_WHY, "with training=True it is random or updates running "
+                                "statistics, which fusion-advisor leaves to eager"),)
     return Node(op=spec.name + ("_" if kind is OpKind.INPLACE else ""), kind=kind,
                 inputs=inputs, params=params, **common)
 
 
-def _unknown_call(n: fx.Node, refs: tuple[Ref, ...], common: dict[str, Any]) -> Node:
+def _unknown_call(n: fx.Node, refs: tuple[Ref, ...], common: dict[str, Any], why: str = ""
+                  ) -> Node:
     """A call kept whole: an in-place op where it writes its first operand (`a[:, 0] = 1.0`
-    exports as `fill_`), so the legality checks see the write; else opaque."""
+    exports as `fill_`), so the legality checks see the write; else opaque (`why`: for a
+    barrier, where the registry knows the op but not this call)."""
     if (written := written_by(n)) is not None:
         return Node(op=written, kind=OpKind.INPLACE, inputs=refs, **common)
-    return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs, **common)
+    return Node(op="opaque", kind=OpKind.OPAQUE, inputs=refs,
+                params=((OPAQUE_WHY, why),) if why else (), **common)
 
 
 def _operand(v: Any) -> tuple[Any, ...]:
