@@ -8,6 +8,7 @@ lowering for the call. A registered op made opaque by one call's arguments says 
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from codegen_harness import Lambda
 
 from fusion_core.analysis.barriers import find_barriers
@@ -43,3 +44,13 @@ def test_a_registered_op_with_a_run_time_argument_says_which():
     assert b.describe(a.graph).endswith(
         ": its `exponent` is computed at run time, and fusion-advisor lowers it with a "
         "constant only"), b.describe(a.graph)
+
+
+def test_a_training_mode_op_says_so():
+    for fn in [lambda m, x: F.batch_norm(x * 2, m.rm, m.rv, training=True) + 1,
+               lambda m, x: F.dropout(x * 2, 0.5, training=True) + 1]:
+        a = analyze(Lambda(fn, rm=torch.zeros(8), rv=torch.ones(8)), torch.randn(4, 8))
+        (b,) = find_barriers(a.graph, a.clusters)
+        assert b.describe(a.graph).endswith(
+            ": with training=True it is random or updates running statistics, which "
+            "fusion-advisor leaves to eager"), b.describe(a.graph)
