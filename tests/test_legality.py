@@ -478,10 +478,11 @@ def test_lowering_accepts_ops_with_rules():
 
 
 def test_lowering_rejects_an_op_whose_arguments_have_no_rule():
-    g = run(lambda x: torch.div(x * 2.0, 3.0, rounding_mode="floor")).graph
-    failure = L.check_lowering(g, _group(g, "mul", "div"))
+    # round to decimals has no rule (div's rounding modes had none before they lowered)
+    g = run(lambda x: torch.round(x * 2.0, decimals=1)).graph
+    failure = L.check_lowering(g, _group(g, "mul", "round"))
     assert failure is not None and failure.check == "lowering"
-    assert failure.culprits == ("div",)
+    assert [g[n].op for n in failure.culprits] == ["round"]
 
 
 # --- order and end-to-end ----------------------------------------------------
@@ -507,7 +508,7 @@ def test_each_check_produces_a_rejection_in_detection():
         "fan-out": lambda x: (lambda e: (x * e, e))(torch.exp(x[0])),
         "aliasing": lambda x: torch.relu(x.add_(1.0)) * 3.0,
         "reduction": lambda x: F.softmax(torch.exp(x).sum(dim=-1), dim=-1),
-        "lowering": lambda x: torch.div(x * 2.0, 3.0, rounding_mode="floor"),
+        "lowering": lambda x: torch.round(x * 2.0, decimals=1),
     }
     for check, fn in cases.items():
         rejections = run(fn).rejections

@@ -102,10 +102,10 @@ def test_a_copy_that_joins_no_kernel_is_undone():
 
         def forward(self, x):
             h = x + self.a(x)
-            return self.b(self.ln(h)), torch.div(h, 2.0, rounding_mode="floor")
+            return self.b(self.ln(h)), torch.round(h, decimals=1)
 
     a = analyze(FloorDiv(), (8, 16))
-    # Recomputing `h` for the floor division would leave the copy alone (floor division has
+    # Recomputing `h` for the rounding would leave the copy alone (a round to decimals has
     # no lowering): the copy is taken back and the LayerNorm's kernel stores `h`.
     assert not any(n.copy_of for n in a.graph.nodes)
     assert not any("fusion_copy_of" in n.meta for n in a.graph_module.graph.nodes)
@@ -124,9 +124,9 @@ def test_a_value_is_recomputed_by_all_its_consumers_or_by_none():
 
         def forward(self, x, y):
             h = x + y
-            return h + self.fc(self.ln(h)), torch.div(h, 2.0, rounding_mode="floor")
+            return h + self.fc(self.ln(h)), torch.round(h, decimals=1)
 
-    # The floor division cannot take its copy of `h`, so the LayerNorm's kernel stores `h`
+    # The rounding to decimals cannot take its copy of `h`, so the LayerNorm's kernel stores `h`
     # anyway; the last add recomputing it would read x and y (1.5x h's bytes) instead of h.
     a = analyze(TwoConsumers(), (2, 8, 16), (1, 8, 16))
     assert not any(n.copy_of for n in a.graph.nodes)
