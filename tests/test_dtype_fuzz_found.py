@@ -226,3 +226,29 @@ def test_a_number_compared_with_a_16_bit_value_is_rounded_to_its_dtype(fn, half,
     (got,) = run_kernel(generate(analysis, cluster), tmp_path, (x.to(DEVICE),))
     want = model(x)
     assert torch.equal(got, want), (got, want)
+
+
+class LowValuesFilledNorm(nn.Module):
+    """Positions and a layer_norm over values `finfo.min` fills wherever low or padded: the
+    variance overflows, and eager's output is NaN in every row (fuzz seeds 263, 519, 654)."""
+
+    def forward(self, x, mask):
+        pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        h = x.masked_fill((x < -0.5) | ~mask.bool()[..., None], torch.finfo(x.dtype).min)
+        return nn.functional.layer_norm(h, (x.shape[-1],)), pos
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_an_output_eager_makes_nan_everywhere_is_said_to_be_eagers(dtype):
+    # The layer_norm's kernel agreed with eager's NaN in every element, and its check said
+    # "NaN elements where eager has none"; the model check bisected eager's NaN output
+    # onto the positions kernel, which cannot make a NaN.
+    x, mask = torch.randn(2, 4, 64).to(dtype), torch.ones(2, 4, dtype=torch.int64)
+    a = analyze(LowValuesFilledNorm(), x, mask)
+    norm, pos = (next(c.index for c in a.clusters if op in c.ops)
+                 for op in ("layer_norm", "cumsum"))
+    statuses = {r.cluster: r.status for r in validate(a, timing=False).results}
+    assert "is NaN everywhere, as eager's is" in statuses[norm], statuses
+    assert "where eager has none" not in statuses[norm], statuses
+    assert "with no kernel patched in" in statuses[pos], statuses
+    assert "where eager has none" not in statuses[pos], statuses
