@@ -228,6 +228,39 @@ def test_a_number_compared_with_a_16_bit_value_is_rounded_to_its_dtype(fn, half,
     assert torch.equal(got, want), (got, want)
 
 
+class PaddedNorm(nn.Module):
+    """Hidden states of padding tokens filled with `fill` (HF's `finfo.min`), layer-normed."""
+
+    def __init__(self, fill: float | None = None) -> None:
+        super().__init__()
+        self.fill = fill
+
+    def forward(self, x, mask):
+        fill = torch.finfo(x.dtype).min if self.fill is None else self.fill
+        h = x.masked_fill(~mask.bool()[..., None], fill)
+        return nn.functional.layer_norm(h, (x.shape[-1],), self.w.to(x.dtype))
+
+
+@pytest.mark.parametrize("half, fill", [(torch.float16, None), (torch.bfloat16, -3e5)],
+                         ids=["fp16-finfo-min", "bf16-large"])
+def test_a_16_bit_layer_norm_eager_gets_wrong_verifies_against_float64(half, fill):
+    # Eager's CPU 16-bit layer_norm of a row filled whole is not 0 (float16 at finfo.min:
+    # -0.71; bfloat16 at -3e5: 3.0); the kernel's float32 statistics give 0 as float64 does.
+    # 16-bit outputs were held to eager alone, and a traced `w.to(x.dtype)` kept the
+    # float64 reference's layer_norm 16-bit too (fuzz seed 28).
+    row = torch.full((1, 64), fill or torch.finfo(half).min).to(half)
+    assert nn.functional.layer_norm(row, (64,)).abs().max() > 0.5  # eager's own error
+    model = PaddedNorm(fill)
+    model.w = nn.Parameter(torch.rand(64) + 0.5, False)
+    x, mask = torch.randn(2, 4, 64).to(half), torch.ones(2, 4, dtype=torch.int64)
+    a = analyze(model, x, mask)
+    assert [c.ops[-1] for c in a.clusters] == ["layer_norm"]
+    report = validate(a, timing=False)  # random 0/1 masks: some rows filled whole
+    assert all(r.usable for r in report.results), [r.status for r in report.results]
+    gate = report.results[0].gate("cluster numerics")
+    assert "eager's 16-bit result errs" in gate.detail, gate
+
+
 class LowValuesFilledNorm(nn.Module):
     """Positions and a layer_norm over values `finfo.min` fills wherever low or padded: the
     variance overflows, and eager's output is NaN in every row (fuzz seeds 263, 519, 654)."""
