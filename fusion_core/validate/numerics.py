@@ -195,7 +195,7 @@ def check_cluster(launcher: Callable, module: ModuleType | None, eager: Callable
         if unwritten:
             return GateResult(gate, False, unwritten, float("nan"))
     if not passed and err is not None and math.isfinite(err):  # maybe only a rounding order
-        closer = no_worse_than_eager(actual, expected, eager, eager_args)
+        closer = no_worse_than_eager(actual, expected, eager, eager_args, floors)
         if closer is not None:
             return GateResult(gate, True, closer, err)
     return GateResult(gate, passed, why, err)
@@ -237,26 +237,34 @@ EAGER_ERROR_FACTOR = 2.0
 
 
 def no_worse_than_eager(actual: Sequence[Any], expected: Sequence[Any], eager: Callable,
-                        eager_args: Sequence[Any]) -> str | None:
+                        eager_args: Sequence[Any], floors: Sequence[torch.dtype | None] = ()
+                        ) -> str | None:
     """Why the kernel passes after all (a line for the report), or None. Each float32
-    output, and each float16/bfloat16 output beyond its own tolerance, is judged against a
-    float64 run of the eager subgraph: element by element, its distance is at most
-    EAGER_ERROR_FACTOR x eager's own plus its dtype's tolerance. Every other output passes
-    its own dtype's tolerance (a bf16 softmax returned beside its `float()`: the kernel
-    keeps the float32 value eager rounded to bf16 first). Any non-finite value (an
-    overflow eager made and float64 did not) is no excuse."""
+    output, and each other float output beyond its own tolerance (at least its floor's,
+    ``compare``), is judged against a float64 run of the eager subgraph: element by
+    element, its distance is at most EAGER_ERROR_FACTOR x eager's own plus that tolerance.
+    Every other output passes its own dtype's tolerance (a bf16 softmax returned beside its
+    `float()`: the kernel keeps the float32 value eager rounded to bf16 first). Any
+    non-finite value (an overflow eager made and float64 did not) is no excuse."""
     if len(actual) != len(expected):
         return None
-    wide_outputs, low_outputs = [], []  # float32; 16-bit beyond their own tolerance
+    tols: dict[int, Tolerance] = {}
+    wide_outputs, low_outputs = [], []  # float32; other floats beyond their own tolerance
     for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        floor = floors[i] if i < len(floors) else None
         if isinstance(e, torch.Tensor) and e.dtype == torch.float32:
             wide_outputs.append(i)
-        elif not compare_one(i, a, e, CLUSTER_TOL)[0]:
+        elif not compare_one(i, a, e, CLUSTER_TOL, floor)[0]:
             # eager's CPU float16 layer_norm of a constant row is -0.71, not 0: the
             # kernel's float32 statistics are exact, and float64 says which is right
-            if not (isinstance(e, torch.Tensor) and e.dtype in (torch.float16, torch.bfloat16)):
+            if not (isinstance(e, torch.Tensor) and e.is_floating_point()):
                 return None
             low_outputs.append(i)
+        else:
+            continue
+        own = tolerance(e.dtype, CLUSTER_TOL)
+        low = tolerance(floor, CLUSTER_TOL) if floor is not None else own
+        tols[i] = Tolerance(max(own.atol, low.atol), max(own.rtol, low.rtol))
     if not wide_outputs and not low_outputs:
         return None
     wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point()
@@ -278,7 +286,7 @@ def no_worse_than_eager(actual: Sequence[Any], expected: Sequence[Any], eager: C
         a, e, r = actual[i], expected[i], reference[i]
         if not isinstance(a, torch.Tensor):
             return None
-        tol = CLUSTER_TOL[e.dtype]
+        tol = tols[i]
         a64, e64, r64 = (t.detach().cpu().double() for t in (a, e, r))
         if a64.shape != r64.shape or not all(bool(t.isfinite().all()) for t in (a64, e64, r64)):
             return None
@@ -290,7 +298,7 @@ def no_worse_than_eager(actual: Sequence[Any], expected: Sequence[Any], eager: C
             worst = max(worst, float(kernel_err.max()) / float(eager_err.max()))
     # Eager rounds in another order, or (beside a bf16 output) first to the narrower
     # dtype, or its 16-bit op errs where the kernel's float32 does not.
-    why = ("eager's 16-bit result errs" if low_outputs else "rounding order"
+    why = ("eager's narrower result errs" if low_outputs else "rounding order"
            if len(wide_outputs) == len(expected) else "eager rounds to the narrower dtype first")
     return (f"within {worst:.2g}x eager's largest error against float64 ({why}; "
             "beyond the plain tolerance)")
