@@ -226,3 +226,66 @@ def test_a_number_compared_with_a_16_bit_value_is_rounded_to_its_dtype(fn, half,
     (got,) = run_kernel(generate(analysis, cluster), tmp_path, (x.to(DEVICE),))
     want = model(x)
     assert torch.equal(got, want), (got, want)
+
+
+class PaddedNorm(nn.Module):
+    """Hidden states of padding tokens filled with `fill` (HF's `finfo.min`), layer-normed."""
+
+    def __init__(self, fill: float | None = None, out: torch.dtype | None = None) -> None:
+        super().__init__()
+        self.fill, self.out = fill, out
+
+    def forward(self, x, mask):
+        fill = torch.finfo(x.dtype).min if self.fill is None else self.fill
+        h = x.masked_fill(~mask.bool()[..., None], fill)
+        y = nn.functional.layer_norm(h, (x.shape[-1],), self.w.to(x.dtype))
+        return y if self.out is None else y.to(self.out)
+
+
+@pytest.mark.parametrize("half, fill, out", [
+    (torch.float16, None, None), (torch.bfloat16, -3e5, None),
+    (torch.float16, None, torch.float64),
+], ids=["fp16-finfo-min", "bf16-large", "fp16-finfo-min-as-fp64"])
+def test_a_16_bit_layer_norm_eager_gets_wrong_verifies_against_float64(half, fill, out):
+    # Eager's CPU 16-bit layer_norm of a row filled whole is not 0 (float16 at finfo.min:
+    # -0.71; bfloat16 at -3e5: 3.0); the kernel's float32 statistics give 0 as float64 does.
+    # 16-bit outputs were held to eager alone (and a float64 one computed through float16
+    # to float64's tolerance), and a traced `w.to(x.dtype)` kept the float64 reference's
+    # layer_norm 16-bit too (fuzz seeds 28, 165).
+    row = torch.full((1, 64), fill or torch.finfo(half).min).to(half)
+    assert nn.functional.layer_norm(row, (64,)).abs().max() > 0.5  # eager's own error
+    model = PaddedNorm(fill, out)
+    model.w = nn.Parameter(torch.rand(64) + 0.5, False)
+    x, mask = torch.randn(2, 4, 64).to(half), torch.ones(2, 4, dtype=torch.int64)
+    a = analyze(model, x, mask)
+    assert [c.ops.count("layer_norm") for c in a.clusters] == [1]
+    report = validate(a, timing=False)  # random 0/1 masks: some rows filled whole
+    assert all(r.usable for r in report.results), [r.status for r in report.results]
+    gate = report.results[0].gate("cluster numerics")
+    assert "eager's narrower result errs" in gate.detail, gate
+
+
+class LowValuesFilledNorm(nn.Module):
+    """Positions and a layer_norm over values `finfo.min` fills wherever low or padded: the
+    variance overflows, and eager's output is NaN in every row (fuzz seeds 263, 519, 654)."""
+
+    def forward(self, x, mask):
+        pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        h = x.masked_fill((x < -0.5) | ~mask.bool()[..., None], torch.finfo(x.dtype).min)
+        return nn.functional.layer_norm(h, (x.shape[-1],)), pos
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_an_output_eager_makes_nan_everywhere_is_said_to_be_eagers(dtype):
+    # The layer_norm's kernel agreed with eager's NaN in every element, and its check said
+    # "NaN elements where eager has none"; the model check bisected eager's NaN output
+    # onto the positions kernel, which cannot make a NaN.
+    x, mask = torch.randn(2, 4, 64).to(dtype), torch.ones(2, 4, dtype=torch.int64)
+    a = analyze(LowValuesFilledNorm(), x, mask)
+    norm, pos = (next(c.index for c in a.clusters if op in c.ops)
+                 for op in ("layer_norm", "cumsum"))
+    statuses = {r.cluster: r.status for r in validate(a, timing=False).results}
+    assert "is NaN everywhere, as eager's is" in statuses[norm], statuses
+    assert "where eager has none" not in statuses[norm], statuses
+    assert "with no kernel patched in" in statuses[pos], statuses
+    assert "where eager has none" not in statuses[pos], statuses

@@ -30,7 +30,9 @@ element it touches and its RMSE grows with it.
   together, until each kernel that breaks the check is found (about 2 log2(n) runs per
   culprit, and one run of it alone, which tells a kernel wrong by itself from one that fails
   only beside others). Those are blamed, each with its own reason; every other kernel is
-  offered, and the offered set has been run and passed together.
+  offered, and the offered set has been run and passed together. A failure the graph shows
+  with no kernel patched in (an output eager makes NaN everywhere) is bisected for no culprit:
+  every kernel fails with that reason, none blamed alone.
 """
 
 from __future__ import annotations
@@ -185,6 +187,14 @@ def model_check(rec: Recording, launchers: dict[int, Callable],
         )
 
     everything = run(indices)
+    if not everything.passed and not run([]).passed:
+        # The graph fails with no kernel in it (eager's output NaN everywhere): bisecting
+        # would blame whichever kernel it reached first, so none is blamed alone and none
+        # is vouched for either.
+        why = (f"the traced graph fails this check with no kernel patched in "
+               f"({run([]).why}): eager's own result, not a kernel's")
+        return failed(everything.max_abs_err, tuple(indices), why,
+                      tuple((i, why) for i in indices))
     culprits = () if everything.passed else _culprits(run, (), tuple(indices))
     blamed = tuple(i for i, _ in culprits)
     kept = tuple(i for i in indices if i not in blamed)
