@@ -205,8 +205,11 @@ def nearer_float64(gm, args, got, want, narrow: torch.dtype | None) -> str | Non
     layer_norm of a row `finfo.min` fills whole is -0.71, not 0)."""
     from fusion_core.validate.float64 import graph_in_float64, inputs_in_float64
 
+    # `patch(...).to(DEVICE)` moved the graph's own tensors: its inputs go there too
+    moved = [t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in args]
     with torch.no_grad():
-        ref = graph_in_float64(gm)(*inputs_in_float64(args))
+        ref = graph_in_float64(gm)(*inputs_in_float64(moved))
+    ref = tuple(t.cpu() for t in ref) if isinstance(ref, tuple) else ref.cpu()
     got, want, ref = ((t,) if not isinstance(t, tuple) else t for t in (got, want, ref))
     worst = 0.0
     for a, b, r in zip(got, want, ref, strict=True):

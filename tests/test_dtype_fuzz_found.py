@@ -252,8 +252,10 @@ def test_a_16_bit_layer_norm_eager_gets_wrong_verifies_against_float64(half, fil
     # 16-bit outputs were held to eager alone (and a float64 one computed through float16
     # to float64's tolerance), and a traced `w.to(x.dtype)` kept the float64 reference's
     # layer_norm 16-bit too (fuzz seeds 28, 165).
-    row = torch.full((1, 64), fill or torch.finfo(half).min).to(half)
-    assert nn.functional.layer_norm(row, (64,)).abs().max() > 0.5  # eager's own error
+    # On CUDA eager's statistics are float32 and right: there the kernel passes plainly.
+    row = torch.full((1, 64), fill or torch.finfo(half).min).to(half).to(DEVICE)
+    eager_errs = bool(nn.functional.layer_norm(row, (64,)).abs().max() > 0.5)
+    assert eager_errs or DEVICE != "cpu"  # eager CPU's own error
     model = PaddedNorm(fill, out)
     model.w = nn.Parameter(torch.rand(64) + 0.5, False)
     x, mask = torch.randn(2, 4, 64).to(half), torch.ones(2, 4, dtype=torch.int64)
@@ -262,7 +264,10 @@ def test_a_16_bit_layer_norm_eager_gets_wrong_verifies_against_float64(half, fil
     report = validate(a, timing=False)  # random 0/1 masks: some rows filled whole
     assert all(r.usable for r in report.results), [r.status for r in report.results]
     gate = report.results[0].gate("cluster numerics")
-    assert "eager's narrower result errs" in gate.detail, gate
+    if eager_errs:
+        assert "eager's narrower result errs" in gate.detail, gate
+    else:
+        assert gate.passed and gate.max_abs_err is not None and gate.max_abs_err < 0.5, gate
 
 
 class LowValuesFilledNorm(nn.Module):
