@@ -65,7 +65,7 @@ from ..ir.views import (
 )
 from .chain_reads import effective, expanded, read_through
 from .layout import LoweringError
-from .memory_order_space import memory_ordered
+from .memory_order_space import memory_ordered, right_aligned
 from .regroup_space import more_reduced, regroup_space, regrouped_steps
 from .run_sizes import check_run_time_sizes
 from .upsample_space import split_space, split_steps, upsamples
@@ -346,6 +346,7 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
     if ordered is not space:
         space, spread = ordered, _Spread(g, nodes, inputs)
         spread.run(space.anchor, space.steps)
+        spread.chains = right_aligned(g, inputs, spread.chains)
     domain = space.shape
     for name in nodes:
         if g[name].kind is OpKind.REDUCTION:

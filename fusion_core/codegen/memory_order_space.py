@@ -2,17 +2,21 @@
 
 Reads a group's ``IterationSpace`` (``ir/iteration.py``), the chains a first spread of index
 maps gave its values (``indexing._Spread``) and the strides of the values in memory (an
-input's own, eager's layout for what the kernel writes: ``layout.dense_permuted``, contiguous
-for what it generates); returns the space with a ``Permute`` step that puts the domain's dims
-in that memory order, or the space itself. Why: a channels-last group (a channels-last input,
-a convolution's channels-last output, and results laid out as eager lays them out) iterated
-over NCHW has every tensor stepping by 1 along C but varying along H and W after it, so it
-tiled (rows down the channels, `rows // rspan1 * stride0 + rows % rspan1` per load). Over
-(N, H, W, C) each such tensor is one contiguous group: the kernel is flat, indexed by the
-flat index itself, as Inductor iterates it (its loop order follows the output's strides). A
-broadcast operand (a per-channel weight) is read through the same permute (`i % C`), and
-results still come back in their logical shape and eager's strides: the launcher views them
-through the chain, as it does a reduction's permuted source (softmax over the channels).
+input's own, eager's layout for what the kernel writes: ``layout.dense_permuted``); returns
+the space with a ``Reorder`` step (``ir/views.py``: a permute written from the end) that puts
+the domain's dims in that memory order, or the space itself.
+
+Why: a channels-last group (a channels-last input, a convolution's channels-last output, and
+results laid out as eager lays them out) iterated over NCHW has every tensor stepping by 1
+along C but varying along H and W after it, so it tiled (rows down the channels,
+`rows // rspan1 * stride0 + rows % rspan1` per load). Over (N, H, W, C) each such tensor is
+one contiguous group: the kernel is flat, indexed by the flat index itself, as Inductor
+iterates it (its loop order follows the output's strides). A broadcast operand (a
+per-channel weight) is read through the same reorder (`i % C`), and results still come back
+in their logical shape and eager's strides: the launcher views them through the chain, as it
+does a reduction's permuted source (softmax over the channels). Written from the end, the
+view takes fewer leading dims as well (``right_aligned`` gives a broadcast input only the
+leading dims the reorder moves): the launcher still right-aligns its inputs.
 
 Full-size: spanning every dim of the domain longer than 1 with a nonzero stride; a tensor
 broadcast along some dim does not vote. The order is that of the dims longer than 1, by
@@ -30,7 +34,7 @@ import torch
 
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.iteration import IterationSpace
-from ..ir.views import Permute, Step, ViewError, apply, plain
+from ..ir.views import Reorder, Step, Unsqueeze, ViewError, apply, plain
 from .layout import dense_permuted
 
 Layout = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, strides) over the domain
@@ -104,4 +108,22 @@ def memory_ordered(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
     perm = list(range(len(domain)))
     for slot, k in zip(slots, order, strict=True):
         perm[slot] = k
-    return IterationSpace(space.anchor, space.anchor_shape, (Permute(tuple(perm)),), 0)
+    return IterationSpace(space.anchor, space.anchor_shape, (Reorder(tuple(perm)),), 0)
+
+
+def right_aligned(g: FusionGraph, inputs: Sequence[str],
+                  chains: Mapping[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
+    """`chains` with each input broadcast into a ``Reorder``ed space given only the leading
+    dims the reorder needs (none for a full-rank one), not the space's whole rank: the
+    launcher right-aligns the view as it does the input (a (C,) weight read over (N, C)
+    called with one image, (C,)), and results keep eager's rank."""
+    out = dict(chains)
+    for name in inputs:
+        steps, rank = chains[name], len(g[name].meta.shape)
+        if not steps or not isinstance(steps[-1], Reorder) or len(steps) > 2 or (
+                len(steps) == 2 and steps[0] != Unsqueeze(tuple(range(len(steps[-1].perm)
+                                                                  - rank)))):
+            continue
+        pad = max(0, steps[-1].moved - rank)
+        out[name] = ((Unsqueeze(tuple(range(pad))),) if pad else ()) + steps[-1:]
+    return out
