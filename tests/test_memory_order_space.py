@@ -136,6 +136,24 @@ def test_a_channels_last_conv_bn_relu_matches_eager_with_its_strides(dtype, tmp_
     torch.testing.assert_close(got, expected)
 
 
+def test_a_conv_bn_relu_analysed_on_one_image_runs_flat_on_more(tmp_path):
+    """The batch of 1 stays outermost in the reordered space and grows with the input, while
+    the per-channel weights stay broadcast along it."""
+    model = _conv_bn_relu()
+    analysis = analyze(model, cl(1, 3, 5, 6))
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster, Tuning(block=16))
+    assert not kernel.tiled
+    for k, shape in enumerate([(3, 3, 5, 6), (2, 3, 7, 2)]):
+        x = cl(*shape)
+        values = capture_values(analysis, x)
+        (got,) = run_kernel(kernel, tmp_path / str(k), tuple(values[n] for n in cluster.inputs))
+        with torch.no_grad():
+            expected = model(x)
+        assert got.stride() == expected.stride()
+        torch.testing.assert_close(got, expected)
+
+
 def test_a_call_without_the_dims_the_kernel_reorders_is_refused_by_name(tmp_path):
     """Fewer leading dims pass (the reorder is written from the end, `movedim`); an input
     without all the dims it moves would need them made up, and is refused naming it."""
