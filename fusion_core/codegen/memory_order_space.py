@@ -22,8 +22,9 @@ Full-size: spanning every dim of the domain longer than 1 with a nonzero stride;
 broadcast along some dim does not vote. The order is that of the dims longer than 1, by
 stride; size-1 dims keep their place (a batch of 1 stays outermost). Only a plain
 elementwise space is reordered: no reduction, no steps already (a split or a regroup), no
-cat (its pieces are cut along a domain dim) and no generated value (indexed as contiguous,
-it would vote against any other order anyway).
+upsample (its repeats are split dims of the domain), no cat (its pieces are cut along a
+domain dim) and no generated value (indexed as contiguous, it would vote against any other
+order anyway).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..ir.graph import FusionGraph, OpKind
 from ..ir.iteration import IterationSpace
 from ..ir.views import Reorder, Step, Unsqueeze, ViewError, apply, plain
 from .layout import dense_permuted
+from .upsample_space import upsamples
 
 Layout = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, strides) over the domain
 
@@ -87,8 +89,8 @@ def memory_ordered(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
     `space` itself where they share none, it is the domain's own, or the space is not a
     plain elementwise one."""
     kinds = {g[n].kind for n in nodes}
-    if space.steps or space.reduced or kinds & {OpKind.REDUCTION, OpKind.CONCAT,
-                                                OpKind.GENERATOR}:
+    if space.steps or space.reduced or upsamples(g, nodes) or kinds & {
+            OpKind.REDUCTION, OpKind.CONCAT, OpKind.GENERATOR}:
         return space
     domain = space.shape
     orders = set()
