@@ -25,9 +25,9 @@ LOOP = Tuning(max_block=64, loop_block=64)
 W = 100
 
 
-def _column_result(m, x, b):
+def _column_result(m, x, b, y):
     bb = torch.sigmoid(b * 2) + 1  # escapes too: a (7, 1) result of a (7, 2) tiled kernel
-    return x.t() * 2 + bb, bb
+    return x.t() * y + bb, bb  # `y` contiguous: two memory orders, so the kernel tiles
 
 
 def _jobs(model, inputs, tmp_path, tag, **gen):
@@ -69,13 +69,13 @@ def test_kernels_compile_for_sm90(tmp_path):
     casts = Lambda(lambda m, x: torch.logical_not(torch.sigmoid(x.to(torch.int32) * 2.5) > 0.5))
     jobs += _jobs(casts, (torch.randn(3, W),), tmp_path, "cast")
     tiled = [  # 2-D tiles: a column result, a bool mask and half data through transposed views
-        (_column_result, (torch.randn(2, 7), torch.randn(7, 1))),
+        (_column_result, (torch.randn(2, 7), torch.randn(7, 1), torch.randn(7, 2))),
         (lambda m, x, k: x.masked_fill(k.t(), 0.5) * 2, (torch.randn(4, 6),
                                                           torch.rand(6, 4) > 0.5)),
         (lambda m, x, y: torch.sigmoid(x.t()) * y, (torch.randn(6, 4, dtype=half),
                                                      torch.randn(4, 6, dtype=half))),
-        (lambda m, x, y: x.permute(0, 2, 1, 3) * y + 1, (torch.randn(2, 3, 4, 5),
-                                                          torch.randn(4, 1, 5))),
+        (lambda m, x, y, z: x.permute(0, 2, 1, 3) * y + z, (
+            torch.randn(2, 3, 4, 5), torch.randn(4, 1, 5), torch.randn(2, 4, 3, 5))),
     ]
     for i, (fn, inputs) in enumerate(tiled):
         jobs += _jobs(Lambda(fn), inputs, tmp_path, f"tile{i}-")

@@ -202,10 +202,11 @@ def test_rows_of_width_zero(fn, want_error, tmp_path):
 
 @pytest.mark.parametrize("fn,analysed,width,called", [
     (lambda m, x: torch.sigmoid(x * m.w) + 1, (2, 3, 8), 8, [(3, 8), (8,)]),
-    (lambda m, x: torch.relu(x.transpose(-1, -2) * m.w), (2, 8, 3), 8, [(8, 3)]),  # tiled
+    # iterated in the transposed memory order, a view the launcher right-aligns as well
+    (lambda m, x: torch.relu(x.transpose(-1, -2) * m.w), (2, 8, 3), 8, [(8, 3)]),
     (lambda m, x: torch.softmax(x * m.w, dim=-1), (2, 3, 8), 8, [(3, 8), (8,)]),
     (lambda m, x: (x * m.w).sum(-1), (2, 3, 8), 8, [(3, 8), (8,)]),
-], ids=["elementwise", "tiled", "softmax", "sum"])
+], ids=["elementwise", "transposed", "softmax", "sum"])
 def test_fewer_dims_than_analysed_give_results_of_eager_rank(fn, analysed, width, called,
                                                              tmp_path):
     """A kernel analysed on 3-d inputs, called on 2-d or 1-d ones: results have the dims
@@ -218,7 +219,7 @@ def test_fewer_dims_than_analysed_give_results_of_eager_rank(fn, analysed, width
     launch = getattr(load_kernel(write_kernels([kernel], tmp_path)[0]), kernel.name)
     for shape in called:
         x = torch.randn(shape)
-        # The cluster's inputs: the parameter, and `x` or (tiled case) its transposed view.
+        # The cluster's inputs: the parameter, and `x` or (transposed case) its transposed view.
         args = [to_device(model.w.detach() if name == "w" else
                           x.transpose(-1, -2) if name.startswith("transpose") else x)
                 for name in cluster.inputs]
@@ -233,22 +234,29 @@ def _relu2(m, v):
     return torch.relu(v * 2.0)
 
 
+def _transposed_plus(m, x, y):
+    """Reads `x.t()` beside a contiguous `y`: two memory orders, so the kernel tiles (with
+    `x.t()` alone eager writes the result transposed too, and the kernel is flat)."""
+    return _relu2(m, x.t()) + y
+
+
 @pytest.mark.parametrize("fn,make,constant", [
-    (_relu2, lambda: torch.randn(4, 16), "BLOCK"),
+    (_relu2, lambda: (torch.randn(4, 16),), "BLOCK"),
     # The cluster reads `x.t()`: its launcher takes the transposed view.
-    (lambda m, x: _relu2(m, x.t()), lambda: torch.randn(16, 4).t(), "TILE_COLS"),
-    (lambda m, x: torch.softmax(x * 2.0, dim=-1), lambda: torch.randn(4, 16), "MAX_ROWS"),
+    (_transposed_plus, lambda: (torch.randn(16, 4).t(), torch.randn(4, 16)), "TILE_COLS"),
+    (lambda m, x: torch.softmax(x * 2.0, dim=-1), lambda: (torch.randn(4, 16),), "MAX_ROWS"),
 ], ids=["flat", "tiled", "reduction"])
 def test_an_edited_tuning_size_that_is_not_a_power_of_two_is_named(fn, make, constant,
                                                                    tmp_path):
-    module, launch = _load(Lambda(fn, 1), (make() if constant != "TILE_COLS"
-                                           else torch.randn(16, 4),), tmp_path)
-    ref = _relu2 if constant == "TILE_COLS" else fn
+    tiled = constant == "TILE_COLS"  # analysed on `x`, launched on `x.t()`
+    analysed = (make()[0].t(), *make()[1:]) if tiled else make()
+    module, launch = _load(Lambda(fn, len(analysed)), analysed, tmp_path)
+    ref = (lambda m, xt, y: _relu2(m, xt) + y) if tiled else fn
     setattr(module, constant, 48)
     with pytest.raises(ValueError, match=f"{constant} = 48: tuning sizes must be powers of two"):
-        launch(to_device(make()))
+        launch(*map(to_device, make()))
     setattr(module, constant, 32)
-    _check(launch, ref, make())
+    _check(launch, ref, *make())
 
 
 

@@ -33,7 +33,8 @@ BROADCASTS = {
                       (rand(R, C),), {"mask": torch.rand(C) > 0.5}),
     "sliced bool buffer": (lambda m, x: (x * 2).masked_fill(m.mask[:R, :C], -3.0) + 1,
                            (rand(R, C),), {"mask": torch.rand(64, 64) > 0.5}),
-    "transposed input": (lambda m, x: x.t() * 2 + 1, (rand(C, R),), {}),
+    # beside a contiguous operand (alone, `x.t()` is iterated in its memory order: flat)
+    "transposed input": (lambda m, x, y: x.t() * 2 + y, (rand(C, R), rand(R, C)), {}),
     "middle broadcast": (lambda m, x, y: (x - y) * x, (rand(2, 3, C), rand(3, 1)), {}),
     "two broadcasts": (lambda m, x, y: torch.maximum(x, y) + 1, (rand(2, 1, C), rand(5, 1)),
                        {}),
@@ -143,13 +144,14 @@ def test_int64_index_math_for_huge_tensors():
     assert "pid.to(tl.int64)" not in generate(small, small.clusters[0]).source
 
 
-@pytest.mark.parametrize("fn", [lambda m, x: x.t() * 2 + 1,
-                                lambda m, x: F.softmax(x.t() * 2, dim=-1)],
-                         ids=["tiled", "reduction"])
-def test_int64_column_index_for_huge_transposed_inputs(fn):
+@pytest.mark.parametrize("fn,shapes", [
+    # beside a contiguous operand (alone, `x.t()` is iterated in its memory order: flat)
+    (lambda m, x, y: x.t() * 2 + y, [(2**19 + 1, 4096), (4096, 2**19 + 1)]),
+    (lambda m, x: F.softmax(x.t() * 2, dim=-1), [(2**19 + 1, 4096)])], ids=["tiled", "reduction"])
+def test_int64_column_index_for_huge_transposed_inputs(fn, shapes):
     """`cols * row_stride` of a transposed input passes 2**31 although both fit 32 bits:
     the column block is 64-bit too (shape only, no run)."""
-    big = analyze(Lambda(fn), (2**19 + 1, 4096))
+    big = analyze(Lambda(fn), *shapes)
     source = generate(big, big.clusters[0]).source
     assert "pid.to(tl.int64)" in source
     assert re.search(r"cols = \(.*tl\.arange\(0, BLOCK_SIZE\)\[None, :\]\)\.to\(tl\.int64\)",
@@ -251,8 +253,9 @@ def test_tiled_skeleton_only_where_a_flat_index_needs_divisions(name, tmp_path):
 def test_tiled_kernel_masks_row_and_column_tails(tuning, tmp_path):
     """A transposed 70x5 input: 5 rows of 70 columns; tiles leave partial blocks on both axes."""
     torch.manual_seed(5)
-    model = Lambda(lambda m, x, c: torch.sigmoid(x.t() * 2) + c)
-    inputs = (rand(70, 5), rand(5, 1))
+    # beside a contiguous `y` (alone, `x.t()` is iterated in its memory order: flat)
+    model = Lambda(lambda m, x, c, y: torch.sigmoid(x.t() * 2) + c * y)
+    inputs = (rand(70, 5), rand(5, 1), rand(5, 70))
     checked = check_model(model, inputs, tmp_path, n_clusters=1, tuning=tuning)
     analysis = checked.analysis
     args = cluster_inputs(analysis, analysis.clusters[0], capture_values(analysis, *inputs))
@@ -301,7 +304,7 @@ def test_reduction_reads_a_trailing_block_broadcast_over_leading_dims(looped, tm
 
 INT64_CASES = {
     "flat": (lambda m, x: torch.sigmoid(x) * 2, (rand(R, C),), {}),
-    "tiled": (lambda m, x: x.t() * 2 + 1, (rand(C, R),), {}),
+    "tiled": (lambda m, x, y: x.t() * 2 + y, (rand(C, R), rand(R, C)), {}),
     "reduction": (lambda m, x: F.softmax(x.t() * 2, dim=-1), (rand(C, R),), {}),
     "reduction-loop": (lambda m, x: F.softmax(x.t() * 2, dim=-1), (rand(90, R),), LOOP),
 }

@@ -32,7 +32,8 @@ SPLIT = Tuning(max_block=256, loop_block=256, split_min_cols=1024)
 
 FORMS = {
     "flat": (lambda m, x: (x * 2.0).relu() + 1.0, (4, 8), {}),
-    "tiled": (lambda m, x: x.t() * 2.0 + 1.0, (16, 8), {"tiled": True}),
+    # beside a contiguous operand (alone, `x.t()` is iterated in its memory order: flat)
+    "tiled": (lambda m, x: x.t() * 2.0 + m.b, (16, 8), {"tiled": True}),
     "single": (lambda m, x: F.softmax(x * 0.5, dim=-1) * 3.0, (4, 64), {}),
     "looped": (lambda m, x: (x * 2.0).sum(-1), (4, 512), {"looped": True}),
     "several": (lambda m, x: F.softmax(x, -1) + x.mean(-1, keepdim=True), (4, 64), {}),
@@ -42,7 +43,7 @@ FORMS = {
     # spans of the rows, input and output strides: softmax over NCHW's channels
     "channels": (lambda m, x: x * torch.softmax(x / 0.5 + m.shift, dim=1), (2, 4, 8, 8), {}),
 }
-WEIGHTS = {"w": torch.randn(4, 1), "shift": torch.randn(4, 1, 1)}
+WEIGHTS = {"w": torch.randn(4, 1), "shift": torch.randn(4, 1, 1), "b": torch.randn(8, 16)}
 
 
 def _functions(source: str) -> dict[str, ast.FunctionDef]:

@@ -17,9 +17,10 @@ def rand(*shape, dtype=torch.float32):
     return torch.randn(shape).to(dtype)
 
 
-def _small_result_escapes(m, x, b):
+def _small_result_escapes(m, x, b, y):
     bb = torch.sigmoid(b * 2) + 1  # escapes: a result smaller than the iteration shape
-    return x.transpose(-1, -2) * 2 + bb, bb
+    # beside a contiguous `y` (alone, `x.transpose` is iterated in its memory order: flat)
+    return x.transpose(-1, -2) * y + bb, bb
 
 
 SMALL_RESULTS = {  # x, b, whether the traffic model fuses it unforced
@@ -37,8 +38,10 @@ def test_results_that_do_not_span_the_last_axis(name, tmp_path, monkeypatch):
     x_shape, b_shape, natural = SMALL_RESULTS[name]
     if not natural:  # the traffic model splits these; a kernel holding them must still work
         monkeypatch.setattr(multi_output.StoreVerdict, "pays", property(lambda self: True))
-    checked = check_model(Lambda(_small_result_escapes), (rand(*x_shape), rand(*b_shape)),
-                          tmp_path, n_clusters=1)
+    x = rand(*x_shape)
+    checked = check_model(Lambda(_small_result_escapes),
+                          (x, rand(*b_shape), rand(*x.transpose(-1, -2).shape)), tmp_path,
+                          n_clusters=1)
     (cluster,) = checked.analysis.clusters
     shapes = [checked.analysis.graph[v].meta.shape for v in cluster.outputs]
     assert checked.kernels[0].tiled and tuple(shapes[0]) == b_shape, shapes
@@ -61,12 +64,18 @@ PERMUTES = {
 }
 
 
+# Every full-size tensor in the permuted input's memory order (eager writes the result in it,
+# the other operand is broadcast): iterated in that order, flat (``memory_order_space.py``).
+ONE_ORDER = {"rank-4 (0, 2, 1, 3), middle broadcast", "rank-4 (3, 1, 2, 0)", "rank-5",
+             "size-1 middle dim"}
+
+
 @pytest.mark.parametrize("name", PERMUTES)
 def test_permuted_sliced_and_expanded_views(name, tmp_path):
     fn, shapes = PERMUTES[name]
     torch.manual_seed(1)
     checked = check_model(Lambda(fn), tuple(rand(*s) for s in shapes), tmp_path, n_clusters=1)
-    assert checked.kernels[0].tiled
+    assert checked.kernels[0].tiled == (name not in ONE_ORDER)
 
 
 def test_random_inputs_keep_expanded_and_sliced_layouts():
@@ -97,16 +106,18 @@ def test_integer_bool_and_half_data_through_transposed_views(name, tmp_path):
     fn, inputs = INTEGERS[name]
     torch.manual_seed(2)
     checked = check_model(Lambda(fn), inputs, tmp_path, n_clusters=1)
-    assert checked.kernels[0].tiled
+    # a transposed input alone is iterated in its memory order (eager writes the result so)
+    assert checked.kernels[0].tiled == (name != "bool result")
 
 
 def test_runtime_layouts_other_than_the_analysed_one(tmp_path):
     """A kernel analysed on `x.t()` of a (7, 5) x runs other shapes (one row, one column), and
     a contiguous tensor in the transposed slot, which the launcher copies into the analysed
-    layout (its unit-stride group is the rows, which a contiguous copy would not provide)."""
+    layout (the kernel iterates in `x.t()`'s memory order, flat: a contiguous copy would not
+    be one contiguous group there)."""
     analysis = analyze(Lambda(lambda m, x: torch.sigmoid(x.t()) * 2 + 1), rand(7, 5))
     kernel = generate(analysis, analysis.clusters[0])
-    assert kernel.tiled
+    assert not kernel.tiled
     for shape in ((9, 3), (9, 1), (1, 9), (40, 2)):
         x = rand(*shape)
         (got,) = run_kernel(kernel, tmp_path / "x".join(map(str, shape)), (x.t(),))
@@ -119,8 +130,9 @@ def test_runtime_layouts_other_than_the_analysed_one(tmp_path):
 def test_a_column_operand_is_loaded_once_per_row(tmp_path):
     """In a tile, a column vector is a [ROWS, 1] load under the row mask, not a full tile."""
     torch.manual_seed(11)
-    model = Lambda(lambda m, x, c: torch.relu(x.t() * c) + c)
-    checked = check_model(model, (rand(40, 7), rand(7, 1)), tmp_path, n_clusters=1,
+    # beside a contiguous `y` (alone, `x.t()` is iterated in its memory order: flat)
+    model = Lambda(lambda m, x, c, y: torch.relu(x.t() * c) + y)
+    checked = check_model(model, (rand(40, 7), rand(7, 1), rand(7, 40)), tmp_path, n_clusters=1,
                           tuning=Tuning(block=64, tile_cols=16))  # 7 rows: a partial row block
     (kernel,) = checked.kernels
     assert kernel.tiled

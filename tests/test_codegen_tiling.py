@@ -152,7 +152,7 @@ CASES = {  # fn, input shapes; odd sizes so tiles end part-way in both direction
     "4-d (1, 3, 0, 2), broadcast operand": (
         lambda m, x, y: x.permute(1, 3, 0, 2) * y + 1, ((3, 5, 2, 7), (7, 1, 2))),
     "5-d (4, 2, 0, 3, 1)": (lambda m, x, y: torch.sigmoid(x.permute(4, 2, 0, 3, 1) - y),
-                            ((2, 3, 5, 3, 7), (5, 1, 3, 1))),
+                            ((2, 3, 5, 3, 7), (7, 5, 2, 3, 3))),
     "two permuted inputs": (lambda m, x, y, z: x.permute(0, 2, 1) * y.permute(2, 0, 1) + z,
                             ((3, 7, 5), (5, 7, 3), (3, 5, 7))),
 }
@@ -165,6 +165,18 @@ def test_permuted_elementwise_groups_match_eager(name, tmp_path):
     checked = check_model(Lambda(fn), tuple(rand(*s) for s in shapes), tmp_path, n_clusters=1,
                           tuning=Tuning(block=64, tile_cols=8))  # several tiles each way
     assert checked.kernels[0].tiled
+
+
+def test_a_permuted_input_beside_broadcast_operands_only_is_read_flat_in_its_order(tmp_path):
+    """The 5-d permute minus a broadcast operand: eager lays the result out in the permuted
+    input's memory order, so every full-size tensor shares it and the kernel iterates in it
+    (``memory_order_space.py``): flat, where it tiled (the case above, with a contiguous
+    operand instead, still tiles)."""
+    fn = lambda m, x, y: torch.sigmoid(x.permute(4, 2, 0, 3, 1) - y)  # noqa: E731
+    torch.manual_seed(3)
+    checked = check_model(Lambda(fn), (rand(2, 3, 5, 3, 7), rand(5, 1, 3, 1)), tmp_path,
+                          n_clusters=1, tuning=Tuning(block=64))
+    assert not checked.kernels[0].tiled
 
 
 def test_the_channels_last_kernel_runs_other_shapes_and_layouts(tmp_path):

@@ -14,6 +14,7 @@ from fusion_core.codegen.lower import plan
 from fusion_core.codegen.reference import capture_values
 from fusion_core.errors import InputSpecError
 from fusion_core.ir.shapes import InputSpec, fake_inputs
+from fusion_core.ir.views import Reorder
 from fusion_core.pipeline import analyze
 from fusion_core.report.json_report import inputs_json
 from fusion_core.validate.inputs import random_inputs, reduced_specs
@@ -132,9 +133,12 @@ def test_an_elementwise_chain_over_a_channels_last_input_reads_it_without_a_copy
     assert analysis.inputs == (InputSpec((2, 3, 5, 6), memory_order=NHWC),)
     p, module, _, out = _launched(analysis, (x,), tmp_path)
     (arg,) = p.inputs
-    assert arg.stride == x.stride()  # analysed for the input's channels-last strides
-    ((copies, *_),) = module.LAUNCH_CACHE.values()
-    assert copies == ()  # the launcher reads the input where it lies: nothing copied
+    # analysed for the input's channels-last strides: read in its memory order, (N, H, W, C)
+    assert arg.view == (Reorder(NHWC),) and arg.stride == x.permute(NHWC).stride()
+    # the launcher reads the input where it lies: its permuted view (seated in it) copied
+    # nothing, and nothing is copied into the analysed layout
+    ((seats, (copies, *_)),) = module.LAUNCH_CACHE.values()
+    assert seats is not None and copies == ()
     expected = fn(None, x)
     assert out.stride() == expected.stride()
     torch.testing.assert_close(out, expected)
@@ -162,9 +166,11 @@ def test_the_tail_of_a_convolution_of_a_channels_last_input_reads_it_without_a_c
     p, module, args, out = _launched(analysis, (x,), tmp_path)
     conv_out = next(t for t in p.inputs if t.value == "conv")
     assert args[0].is_contiguous(memory_format=CL) and not args[0].is_contiguous()
-    assert conv_out.stride == args[0].stride()
-    ((copies, *_),) = module.LAUNCH_CACHE.values()
-    assert copies == ()
+    assert conv_out.view == (Reorder(NHWC),)  # read in its memory order, as it lies
+    assert conv_out.stride == args[0].permute(NHWC).stride()
+    # (where its permuted view lies in it, the launch plan): the view copied nothing either
+    ((seats, (copies, *_)),) = module.LAUNCH_CACHE.values()
+    assert seats is not None and copies == ()
     with torch.no_grad():
         expected = model(x)
     assert out.stride() == expected.stride()

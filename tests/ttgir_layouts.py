@@ -38,10 +38,14 @@ CASES = {
     "channels-last add": lambda m, y, x: (y * 2.0).permute(0, 3, 1, 2) + x,
     # ...and a result written channels-last beside the NCHW one
     "channels-last result": lambda m, x: ((a := torch.sigmoid(x)), a.permute(0, 2, 3, 1) * 3),
+    # a chain over a channels-last input: iterated in its memory order, flat
+    "channels-last chain": lambda m, x: torch.relu(x * 2.0 + 1.0).sigmoid(),
 }
 # Cases with other inputs than one tensor of SHAPE, in the kernel's argument order.
 INPUTS = {
     "channels-last add": lambda n, c, h, w: (torch.randn(n, h, w, c), torch.randn(n, c, h, w)),
+    "channels-last chain": lambda n, c, h, w: (
+        torch.randn(n, c, h, w).to(memory_format=torch.channels_last),),
 }
 
 

@@ -65,6 +65,7 @@ from ..ir.views import (
 )
 from .chain_reads import effective, expanded, read_through
 from .layout import LoweringError
+from .memory_order_space import memory_ordered, right_aligned
 from .regroup_space import more_reduced, regroup_space, regrouped_steps
 from .run_sizes import check_run_time_sizes
 from .upsample_space import split_space, split_steps, upsamples
@@ -340,6 +341,12 @@ def index_maps(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
         spread.run(space.anchor, space.steps)
     else:
         unsplit = space
+    # Every full-size tensor in one other memory order (channels-last): iterate in it
+    ordered = memory_ordered(g, nodes, inputs, outputs, space, spread.chains, spread.reads)
+    if ordered is not space:
+        space, spread = ordered, _Spread(g, nodes, inputs)
+        spread.run(space.anchor, space.steps)
+        spread.chains = right_aligned(g, inputs, spread.chains)
     domain = space.shape
     for name in nodes:
         if g[name].kind is OpKind.REDUCTION:

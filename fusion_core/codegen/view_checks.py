@@ -26,6 +26,7 @@ from ..ir.views import (
     Merge,
     Narrow,
     Permute,
+    Reorder,
     Repeat,
     Split,
     Squeeze,
@@ -93,7 +94,8 @@ def fits_lines(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
         if t.view:
             cuts += sorted(_cuts(t, firsts[t.value], plan.rank), key=lambda c: c.dim)
     repeats = [c for c in cuts if isinstance(c.step, Repeat)]
-    checks = [_rank(t, firsts[t.value]) for t in plan.inputs if _rank_bound(t.view)]
+    checks = [_rank(t, firsts[t.value]) if _rank_bound(t.view) else
+              _moved_rank(t, firsts[t.value]) for t in plan.inputs]
     checks += [_squeezed(t, firsts[t.value]) for t in plan.inputs if t.view]
     checks.append(_results(plan, firsts))
     checks.append(_split_results(plan, firsts))
@@ -110,7 +112,8 @@ def fits_lines(plan: KernelPlan, firsts: dict[str, str]) -> list[str]:
 def _rank_bound(steps: tuple[Step, ...]) -> bool:
     """The chain names dims counted from the start: at another rank they would be others
     (a slice's dim counts from the end, any leading dims pass)."""
-    return any(isinstance(s, Permute | Merge | Unflatten | Split | Repeat)
+    return any((isinstance(s, Permute | Merge | Unflatten | Split | Repeat)
+                and not isinstance(s, Reorder))  # written from the end
                or (isinstance(s, Unsqueeze | Squeeze) and any(d >= 0 for d in s.dims))
                for s in steps)
 
@@ -120,6 +123,16 @@ def _rank(t: TensorArg, name: str) -> list[str]:
     return [f"if {name}.dim() != {n}:",
             f'    raise ValueError(f"{{NAME}}: `{name}` has {{{name}.dim()}} dims; this kernel '
             f'views it by dim as analysed, with {n} ({t.value_shape}); {FIX}")']
+
+
+def _moved_rank(t: TensorArg, name: str) -> list[str]:
+    """A ``Reorder`` takes fewer leading dims, not fewer than the dims it moves."""
+    n = max((s.moved for s in t.view if isinstance(s, Reorder)), default=0)
+    if not n:
+        return []
+    return [f"if {name}.dim() < {n}:",
+            f'    raise ValueError(f"{{NAME}}: `{name}` has {{{name}.dim()}} dims; this kernel '
+            f'reads its last {n} in their memory order ({t.value_shape} analysed); {FIX}")']
 
 
 def _squeezed(t: TensorArg, name: str) -> list[str]:

@@ -55,6 +55,38 @@ class Permute:
 
 
 @dataclass(frozen=True)
+class Reorder(Permute):
+    """A permute of a kernel's iteration space into its tensors' memory order
+    (``codegen/memory_order_space.py``), written from the end (`movedim` of the dims it
+    moves): a launcher given fewer leading dims than analysed, which it right-aligns, views
+    them as well, as long as the dims it moves are there."""
+
+    @property
+    def moved(self) -> int:
+        """How many trailing dims it moves (the ones before stay in place)."""
+        first = next((k for k, p in enumerate(self.perm) if p != k), len(self.perm))
+        return len(self.perm) - first
+
+    def _ends(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        rank, n = len(self.perm), self.moved
+        return tuple(p - rank for p in self.perm[rank - n:]), tuple(range(-n, 0))
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        return t.movedim(*self._ends())
+
+    def source(self, var: str) -> str:
+        src, dst = self._ends()
+        return f"{var}.movedim({_literal(src)}, {_literal(dst)})"
+
+    def inverse(self, shape: tuple[int, ...]) -> Step | None:
+        return Reorder(super().inverse(shape).perm)
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        src, _ = self._ends()  # right-aligned, as `apply`
+        return (*shape[:len(shape) - len(src)], *(shape[k] for k in src))
+
+
+@dataclass(frozen=True)
 class Reshape:
     """To a fixed shape; only where the strides allow it without a copy (`.view`)."""
 
