@@ -2,7 +2,8 @@
 
 `torch.argmax` or `torch.zeros_like` between two pointwise ops used to read "fusion-advisor
 cannot fuse through it" and no more: the reason is that the op registry has no Triton
-lowering for the call. A registered op made opaque by one call's arguments says which.
+lowering for the call. A registered op made opaque by one call's arguments says which;
+a torch.nn layer kept whole (a Linear) says PyTorch's own kernel runs it.
 """
 
 import pytest
@@ -54,3 +55,25 @@ def test_a_training_mode_op_says_so():
         assert b.describe(a.graph).endswith(
             ": with training=True it is random or updates running statistics, which "
             "fusion-advisor leaves to eager"), b.describe(a.graph)
+
+
+class Layers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.conv = nn.Conv1d(4, 4, 1)
+
+    def forward(self, x):
+        y = self.fc(F.relu(x * 2)) + 1
+        return self.conv(y.sigmoid()) * 3
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_a_layer_between_fusable_ops_says_pytorch_runs_it(capture):
+    a = analyze(Layers(), torch.randn(4, 8), capture=capture)
+    said = {(b.target, b.op): b.describe(a.graph) for b in find_barriers(a.graph, a.clusters)}
+    assert set(said) == {("self.fc", "Linear"), ("self.conv", "Conv1d")}, said
+    for text in said.values():
+        assert text.endswith("fusion-advisor cannot fuse through it (it leaves this torch.nn "
+                             "layer to PyTorch's own kernel, which writes its result to "
+                             "memory)"), text

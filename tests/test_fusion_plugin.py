@@ -61,7 +61,9 @@ REGRESSIONS = {
                "aliasing, `.mul_()` (line 10) mutates its input in place",
     "split": "`mul → relu → add` at model.py:10-12 split into `mul → relu` (model.py:10-11) + "
              "`add → tanh` (model.py:12): `self.lin` (Linear) at model.py:12 now sits between "
-             "`relu` (line 11) and `add` (line 12): fusion-advisor cannot fuse through it",
+             "`relu` (line 11) and `add` (line 12): fusion-advisor cannot fuse through it "
+             "(it leaves this torch.nn layer to PyTorch's own kernel, which writes its result "
+             "to memory)",
     "dag": "`mul → relu → add` at model.py:10-12 changed category: elementwise-chain → "
            "elementwise-dag",
     # Four ops now hold two of the three: not a shrink, and the reason is the barrier only.

@@ -111,7 +111,8 @@ def test_a_linear_between_two_clusters_is_named_with_its_line():
         f"`relu` (line {relu}) is in cluster 0 `mul → relu`, `add` (line {add}) in cluster 1 "
         "`add → layer_norm`",
         f"between them `self.fc` (line {fc}), a Linear, runs as a kernel of its own: "
-        "fusion-advisor cannot fuse through it",
+        "fusion-advisor cannot fuse through it (it leaves this torch.nn layer to PyTorch's "
+        "own kernel, which writes its result to memory)",
         "LinearBetween: 2 clusters"]  # the cause first, then every cluster
 
 
@@ -221,5 +222,6 @@ def test_a_failing_fusion_test_shows_the_cause_in_pytests_output(proj):
         "E*`relu` (line 9) is in cluster 0 `mul → relu`, `add` (line 10) in cluster 1 "
         "`add → sigmoid`",
         "E*between them `self.fc` (line 10), a Linear, runs as a kernel of its own: "
-        "fusion-advisor cannot fuse through it",
+        "fusion-advisor cannot fuse through it (it leaves this torch.nn layer to PyTorch's "
+        "own kernel, which writes its result to memory)",
         "E*Net: 2 clusters"])

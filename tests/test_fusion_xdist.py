@@ -38,7 +38,9 @@ def test_two_workers_create_update_report_and_find_stale(pytester, monkeypatch):
     r.assert_outcomes(passed=3)
     split = ("    `mul → relu → add` at model.py:10-12 split into `mul → relu` (model.py:10-11) + "
              "`add → tanh` (model.py:12): `self.lin` (Linear) at model.py:12 now sits between "
-             "`relu` (line 11) and `add` (line 12): fusion-advisor cannot fuse through it")
+             "`relu` (line 11) and `add` (line 12): fusion-advisor cannot fuse through it "
+             "(it leaves this torch.nn layer to PyTorch's own kernel, which writes its result "
+             "to memory)")
     r.stdout.fnmatch_lines(["updated fusion_baselines/*.yaml (test_one.py::test_a)", split])
     r.stdout.fnmatch_lines(["updated fusion_baselines/*.yaml (test_two.py::test_c)", split])
     r.stdout.fnmatch_lines(["removed stale fusion_baselines/*.yaml (test test_two.py::test_d*"])

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..ir.concat import concat_problem
+from ..ir.data_dependent import UNSIZED
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.spelling import layer_said, said
 from ..ir.upsample import OPAQUE_WHY
@@ -25,6 +26,10 @@ from .types import Cluster, LineSpan
 
 UNKNOWN = "opaque"  # the op of a call the registry does not know
 NO_LOWERING = "its op registry has no Triton lowering for this call"
+# A torch.nn layer the tracer keeps whole (not in ``ir/trace.py``'s TRACE_THROUGH): it runs
+# as PyTorch's own call (a Linear's matmul, a convolution), so its result goes through memory.
+LAYER_CALL = ("it leaves this torch.nn layer to PyTorch's own kernel, which writes its "
+              "result to memory")
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,12 @@ class Barrier:
         """A call fusion-advisor has no rule for (as opposed to a known layer)."""
         return self.op == UNKNOWN
 
+    @property
+    def layer(self) -> bool:
+        """A torch.nn layer called as `self.<path>` (its op is the class, "Linear")."""
+        return self.op not in (UNKNOWN, UNSIZED, self.target) and self.target.startswith(
+            "self.")
+
     def describe(self, graph: FusionGraph, path: Callable[[str], str] = str) -> str:
         """`torch.roll` at f.py:10 sits between `silu` and `mul`: …; `path` shortens files."""
         where = f" at {path(self.lines.file)}:{str(self.lines)[1:]}" if self.lines else ""
@@ -60,13 +71,16 @@ class Barrier:
     @property
     def reason(self) -> str:
         """Why no kernel holds it: its own reason (a cat's, a training-mode op's), else what
-        it is: an in-place write, a call the op registry has no lowering for, or a layer."""
+        it is: an in-place write, a call the op registry has no lowering for, or a layer
+        left to PyTorch's own kernel."""
         if self.why:
             return self.why
         if self.inplace:
             return "it writes its input in place"
         if self.unknown:
             return f"fusion-advisor cannot fuse through it ({NO_LOWERING})"
+        if self.layer:
+            return f"fusion-advisor cannot fuse through it ({LAYER_CALL})"
         return "fusion-advisor cannot fuse through it"
 
 

@@ -257,10 +257,9 @@ class _Causes:
         if x.inplace:
             return (f"between them {what} writes in place: fusion-advisor cannot fuse across "
                     "an in-place op; write it out of place")
-        layer = f", a {x.op}," if x.op not in ("opaque", x.target) and x.target.startswith(
-            "self.") else ""
-        return (f"between them {what}{layer} runs as a kernel of its own: fusion-advisor "
-                "cannot fuse through it")
+        layer = f", a {x.op}," if x.layer else ""
+        # The barrier's own reason, as the CLI and the plugin's regressions give it.
+        return f"between them {what}{layer} runs as a kernel of its own: {x.reason}"
 
     def _cut(self, a: str, b: str) -> list[str]:
         """The reduction rule: a component with reductions over different rows is cut into
