@@ -29,12 +29,12 @@ from .pipeline import Analysis, analyze_file
 from .report.console import report_console
 from .report.json_report import inputs_json, write_json
 from .units import counted
-from .validate.inputs import random_inputs
+from .validate.inputs import graph_inputs
 
 
 def agreement(analysis: Analysis, seed: int = 0) -> Agreement:
     """Compile `analysis.module` with torch.compile on CPU and match its kernels."""
-    inputs = random_inputs(analysis.inputs, analysis.module, "cpu", seed)
+    inputs = graph_inputs(analysis.graph, analysis.inputs, analysis.module, "cpu", seed)
     return match(analysis, capture(analysis.module, inputs))
 
 

@@ -135,13 +135,14 @@ class Run:
         """`--vs-inductor`: compile with torch.compile (on the GPU when there is one), match."""
         from .inductor.capture import capture
         from .inductor.match import match
-        from .validate.inputs import random_inputs
+        from .validate.inputs import graph_inputs
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
             with self.progress.step("comparing with torch.compile", 1):
                 model = copy.deepcopy(self.analysis.module).to(device)
-                inputs = random_inputs(self.analysis.inputs, model, device, seed=0)
+                inputs = graph_inputs(self.analysis.graph, self.analysis.inputs, model,
+                                      device, seed=0)
                 self.agreement = match(self.analysis, capture(model, inputs))
         except FusionAdvisorError as e:  # the analysis stands without the comparison
             self.console.print(f"Inductor comparison skipped: {e}", highlight=False,

@@ -125,7 +125,7 @@ def _tensors(out: object) -> list[torch.Tensor]:
 
 def verify(analysis: Analysis, path: Path) -> float | None:
     """Run the rewritten model against the original on fresh inputs; return max abs err."""
-    from ..validate.inputs import divisor_inputs, flag_inputs, random_inputs, reduced_specs
+    from ..validate.inputs import graph_inputs, reduced_specs
     from ..validate.numerics import MODEL_TOL, compare
 
     fused = package_name(path.stem)
@@ -148,13 +148,9 @@ def verify(analysis: Analysis, path: Path) -> float | None:
     device = "cuda" if cuda else "cpu"
     # Under the CPU interpreter every program costs ~2 ms: check at the reduced batch.
     specs = analysis.inputs if cuda else reduced_specs(analysis)
-    # integer masks drawn 0 or 1 as validation draws them (`(1 - mask) * finfo.min` is inf
-    # for a mask of 15, and both models' NaN compare as nothing)
-    same = len(analysis.graph.inputs) == len(specs)
-    flags = flag_inputs(analysis.graph) if same else ()
-    divisors = divisor_inputs(analysis.graph) if same else ()  # integer divisors never 0
-    inputs = random_inputs(specs, analysis.module, device, seed=20261202, flags=flags,
-                           divisors=divisors)
+    # integer masks drawn 0 or 1 and divisors from 1, as validation draws them
+    # (`(1 - mask) * finfo.min` is inf for a mask of 15, and both models' NaN compare as nothing)
+    inputs = graph_inputs(analysis.graph, specs, analysis.module, device, seed=20261202)
     # A copy each: a forward writing into its input (`x *= 2.0`) must not feed the other
     # model its result; what each wrote there is compared too.
     mine, theirs = [t.clone() for t in inputs], [t.clone() for t in inputs]

@@ -112,6 +112,18 @@ def random_inputs(specs: Sequence[InputSpec], module: nn.Module, device: str | t
     return out
 
 
+def graph_inputs(graph: FusionGraph, specs: Sequence[InputSpec], module: nn.Module,
+                 device: str | torch.device, seed: int) -> list[torch.Tensor]:
+    """Random inputs for `specs`, integers drawn as `graph` reads them: masks 0 or 1
+    (``flag_inputs``), divisors from 1 (``divisor_inputs``). Every path that runs the model
+    (validation, --apply's check, the Inductor comparison) draws here, so none divides by 0.
+    Positions are the graph's only where it has one input per spec."""
+    same = len(graph.inputs) == len(specs)
+    flags = flag_inputs(graph) if same else ()
+    divisors = divisor_inputs(graph) if same else ()
+    return random_inputs(specs, module, device, seed, flags, divisors)
+
+
 def result_shape(analysis: Analysis, index: int) -> tuple[int, ...]:
     c = analysis.clusters[index]
     meta = analysis.graph[c.outputs[-1]].meta

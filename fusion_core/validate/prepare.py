@@ -21,7 +21,7 @@ from ..codegen.reference import graph_on
 from ..ir.shapes import InputSpec
 from ..ir.spelling import said
 from ..pipeline import Analysis, analyze
-from .inputs import divisor_inputs, flag_inputs, random_inputs, record, result_shape
+from .inputs import graph_inputs, record, result_shape
 from .subgraph import eager_subgraph
 
 
@@ -121,10 +121,7 @@ def record_at(found: Matched, *, device: str, seed: int, clusters: Iterable[int]
     """Run `found`'s graph on random inputs of its shape; record what `clusters` read."""
     num, pairs = found
     gm = graph_on(num.graph_module, device) if device != "cpu" else num.graph_module
-    same = len(num.graph.inputs) == len(num.inputs)  # positions in the graph are the specs'
-    flags = flag_inputs(num.graph) if same else ()
-    divisors = divisor_inputs(num.graph) if same else ()
-    inputs = random_inputs(num.inputs, num.module, device, seed, flags, divisors)
+    inputs = graph_inputs(num.graph, num.inputs, num.module, device, seed)
     needed: set[str] = set()
     for i in clusters:
         c = pairs[i]
