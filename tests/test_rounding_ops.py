@@ -171,6 +171,20 @@ def test_integer_division_by_zero_gives_zero(dtype, tmp_path):
     assert got["trunc"].tolist() == [[0, 0, -5, low, low, 1]]
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_the_lowest_integer_floor_divided_by_a_negative_divisor_is_eagers(dtype, tmp_path):
+    """Negating the dividend to divide non-negative values overflowed at the lowest integer
+    (`-2**31 // -7` gave -306783379, eager 306783378): the quotient is corrected instead."""
+    low = torch.iinfo(dtype).min
+    a = torch.tensor([[low, low, low + 1, -7, 7]], dtype=dtype)
+    b = torch.tensor([[-3, -7, -2, -2, -2]], dtype=dtype)
+    for k, fn in {"floor": lambda m, a, b: torch.floor_divide(a * 1, b),
+                  "div": lambda m, a, b: torch.div(a * 1, b, rounding_mode="floor"),
+                  "remainder": lambda m, a, b: torch.remainder(a * 1, b)}.items():
+        got = _run(Lambda(fn), (a, b), tmp_path / k)[1]
+        assert torch.equal(got, fn(None, a, b)), (k, got, fn(None, a, b))
+
+
 def test_brief_chain_is_one_cluster(tmp_path):
     """remainder and floor_divide between pointwise ops no longer split the chain."""
     def fn(m, x):
@@ -199,6 +213,9 @@ def test_rounding_kernels_compile_for_sm90(tmp_path):
             (lambda m, a, f=f: f(a - 1, 3) + 1, (ints(torch.int32),)),
             (lambda m, b, f=f: f(7, b * 1) + 1, (divisors(torch.int32),)),
             (lambda m, a, f=f: f(a + 1, 2.5) * 2, (ints(),)),
+            # compiled, a float remainder is libdevice's fmod, of float32 or float64 operands
+            (lambda m, x, y, f=f: f(x * 7, y) * 2, (f32().double(), f32().double())),
+            (lambda m, x, f=f: f(7.5, x * 1) + 1, (f32(),)),
         ]
     jobs = []
     for i, (fn, inputs) in enumerate(models):
@@ -223,3 +240,19 @@ def test_integer_divisor_inputs_are_drawn_nonzero_and_validation_runs():
     assert len(a.clusters) == 2
     report = validate(a, timing=False)
     assert all(r.usable for r in report.results), [r.status for r in report.results]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda m, a: torch.remainder(a * 1, 3),
+    lambda m, a: torch.floor_divide(a * 1, 3),
+    lambda m, a: torch.div(a * 1, 3, rounding_mode="trunc"),
+], ids=["remainder", "floor_divide", "trunc"])
+def test_an_unsigned_integer_division_is_left_to_eager_by_name(fn, tmp_path):
+    """Triton refuses `//` and `%` of a uint8 beside a signed operand ("different
+    signedness"): the kernel did not compile; the op is now refused by name instead."""
+    a = torch.randint(0, 200, (4, 8), dtype=torch.uint8)
+    analysis = analyze(Lambda(fn, 1), a)
+    assert not any(c.ops and c.ops[-1] in ("remainder", "floor_divide", "div")
+                   for c in analysis.clusters), [c.ops for c in analysis.clusters]
+    text = " ".join(str(r) for r in analysis.rejections)
+    assert "unsigned or bool dtype" in text, text

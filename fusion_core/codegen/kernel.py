@@ -105,9 +105,8 @@ def _helpers(p: KernelPlan, looped: bool) -> list[str]:
     """Module-level helpers the kernels call: NaN-keeping max and min, bfloat16 rounding,
     rounding divisions, the loops' bound."""
     loop = interpreted.range_bound_lines() if looped else []
-    lines = interpreted.module_lines([nan_reduce.helpers(p), half_reads.helpers(p), loop])
-    divisions = rounding.helpers(p)  # the same interpreted and compiled: no flag needed
-    return lines + (["", ""] if lines and divisions else []) + divisions
+    return interpreted.module_lines([nan_reduce.helpers(p), half_reads.helpers(p), loop,
+                                     rounding.helpers(p)])
 
 
 def _before(lines: list[str]) -> list[str]:

@@ -45,12 +45,26 @@ def node_meta(graph: FusionGraph, name: str) -> TensorMeta:
     return meta
 
 
+_INT_DIVISIONS = ("remainder", "floor_divide", "div")
+_UNSIGNED = (torch.bool, torch.uint8, torch.uint16, torch.uint32, torch.uint64)
+
+
 def pointwise_rule(graph: FusionGraph, node: Node) -> Callable:
     """The registry's rule writing `node` as one expression (operands, params -> source, or
     None for params it cannot write), the bool or integer variant for such a dtype."""
     spec = SPECS.get(node.op)
     if spec is None or not callable(spec.lower):
         raise LoweringError(f"{said(graph, node.name)} has no pointwise lowering rule")
+    if (node.op in _INT_DIVISIONS and node.meta is not None and not node.meta.dtype
+            .is_floating_point and (node.op != "div" or node.param("rounding_mode"))):
+        # Triton's integer `//` and `%` refuse operands of mixed signedness (uint8 or bool
+        # beside a signed divisor, or a signed literal): left to eager, said so
+        named = [a.name for a in node.inputs if hasattr(a, "name")]  # not the literals
+        odd = [n for n in named if graph[n].meta is not None and graph[n].meta.dtype in _UNSIGNED]
+        if odd:
+            raise LoweringError(f"{said(graph, node.name)} divides {said(graph, odd[0])}, of "
+                                f"an unsigned or bool dtype: Triton's integer division takes "
+                                "signed operands only")
     if node.meta is not None and node.meta.dtype is torch.bool:
         return BOOL_LOWERINGS.get(node.op, spec.lower)
     if node.meta is not None and not node.meta.dtype.is_floating_point:

@@ -7,9 +7,15 @@ the nearest integer (``floor(a / b)`` is one more where `a / b` rounds up to an 
 1.0 // 0.1 is 9.0); a truncating division is ``trunc(a / b)`` with IEEE division, which
 Triton's `/` on float32 is not on the GPU (Inductor divides with ``div_rn`` there too).
 
+Compiled, Triton's float `%` is `a - trunc(a / b) * b` with a rounded quotient: past
+|a / b| of 2**24 it leaves [0, b) (`torch.remainder(3e8, 7.0)` is 6, that gives -1). So fmod is
+libdevice's, exact, where the kernel is compiled; interpreted, `%` is NumPy's exact fmod and
+libdevice does not run (the ``interpreted.FLAG`` switch).
+
 Integers, after Inductor's ``floordiv`` (torch/_inductor/codegen/triton.py): Triton's `//`
-and `%` truncate, so a floor division divides non-negative values (`~` maps a negative
-dividend to one, and back) and a remainder moves `%`'s result to the divisor's sign. A zero
+and `%` truncate, so a floor division takes one from a truncated quotient whose remainder has
+the other sign than the divisor (no negation: `-a` of the lowest integer overflows), and a
+remainder moves `%`'s result to the divisor's sign. A zero
 divisor, which eager on the CPU refuses, gives 0 (as ``div_floor_integer`` does on CUDA):
 it is replaced before dividing, so no kernel divides an integer by zero; nor the lowest
 integer by -1, which overflows (the remainder by -1 is 0, the quotient a negation).
@@ -25,15 +31,18 @@ from ..ir.rounding import (
     TRUNC_DIV_FLOAT,
     TRUNC_DIV_INT,
 )
+from .interpreted import FLAG
 from .plan import KernelPlan
+
+FMOD = "_fmod"
 
 _BODIES: dict[str, list[str]] = {
     REMAINDER_FLOAT: [
-        "r = a % b",
+        f"r = {FMOD}(a, b)",
         "return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)",
     ],
     FLOOR_DIV_FLOAT: [
-        "mod = a % b",
+        f"mod = {FMOD}(a, b)",
         "div = (a - mod) / b",
         "div = tl.where((mod != 0) & ((mod < 0) != (b < 0)), div - 1.0, div)",
         "down = tl.floor(div)",
@@ -54,14 +63,11 @@ _BODIES: dict[str, list[str]] = {
         "return tl.where((r != 0) & ((r < 0) != (safe < 0)), r + safe, r)",
     ],
     FLOOR_DIV_INT: [
-        "zero = b == 0",
-        "b = tl.where(zero, 1, b)",
-        "flip = b < 0  # a // b == -a // -b",
-        "a = tl.where(flip, 0 - a, a)",
-        "b = tl.where(flip, 0 - b, b)",
-        "below = a < 0  # floor(a / b) == ~(~a // b) for a < 0 <= ~a",
-        "q = tl.where(below, ~a, a) // b",
-        "return tl.where(zero, 0, tl.where(below, ~q, q))",
+        "safe = tl.where((b == 0) | (b == -1), 1, b)",
+        "q = a // safe",
+        "r = a % safe",
+        "q = tl.where((r != 0) & ((r < 0) != (safe < 0)), q - 1, q)",
+        "return tl.where(b == 0, 0, tl.where(b == -1, 0 - a, q))",
     ],
     TRUNC_DIV_INT: [
         "safe = tl.where((b == 0) | (b == -1), 1, b)",
@@ -75,10 +81,30 @@ def used(plan: KernelPlan) -> list[str]:
     return [name for name in _BODIES if any(f"{name}(" in s.expr for s in plan.stmts)]
 
 
+_FMOD_LINES = [
+    "@triton.jit",
+    f"def {FMOD}(a, b):",
+    f"    if {FLAG}:  # NumPy's fmod, exact; libdevice does not run interpreted",
+    "        return a % b",
+    "    # compiled, `%` rounds its quotient: libdevice's fmod is exact (float32 or float64;",
+    "    # either operand may be a literal, so the dtype is their sum's)",
+    "    if (a + b).dtype == tl.float64:  # one return: each arm its own dtype",
+    "        r = libdevice.fmod(tl.cast(a, tl.float64), tl.cast(b, tl.float64))",
+    "    else:",
+    "        r = libdevice.fmod(tl.cast(a, tl.float32), tl.cast(b, tl.float32))",
+    "    return r",
+]
+
+
 def helpers(plan: KernelPlan) -> list[str]:
-    """The module-level lines defining the helpers the plan calls (none: no lines)."""
+    """The module-level lines defining the helpers the plan calls (none: no lines); after
+    ``interpreted.module_lines``' flag, which the fmod helper reads."""
+    names = used(plan)
     lines: list[str] = []
-    for name in used(plan):
+    if any(f"{FMOD}(" in t for name in names for t in _BODIES[name]):
+        lines += ["from triton.language.extra import libdevice  # noqa: E402", "", "",
+                  *_FMOD_LINES]
+    for name in names:
         if lines:
             lines += ["", ""]
         lines += ["@triton.jit", f"def {name}(a, b):", *(f"    {t}" for t in _BODIES[name])]
