@@ -209,6 +209,8 @@ def test_rounding_kernels_compile_for_sm90(tmp_path):
             (lambda m, x, y, f=f: f(x * 7, y) * 2, (f32(), f32())),
             (lambda m, x, f=f: f(x * 7, -2.5) + 1, (f32(),)),
             (lambda m, x, y, f=f: f(x * 7, y) * 2, (f32().to(half), f32().to(half))),
+            (lambda m, x, y, f=f: f(x * 7, y) * 2,
+             (f32().to(torch.bfloat16), f32().to(torch.bfloat16))),
             (lambda m, a, b, f=f: f(a + 1, b) * 2, (ints(), divisors())),
             (lambda m, a, f=f: f(a - 1, 3) + 1, (ints(torch.int32),)),
             (lambda m, b, f=f: f(7, b * 1) + 1, (divisors(torch.int32),)),
@@ -256,3 +258,18 @@ def test_an_unsigned_integer_division_is_left_to_eager_by_name(fn, tmp_path):
                    for c in analysis.clusters), [c.ops for c in analysis.clusters]
     text = " ".join(str(r) for r in analysis.rejections)
     assert "unsigned or bool dtype" in text, text
+
+
+@pytest.mark.parametrize(("dtype", "a", "b"), [
+    (torch.float16, 7.0, 0.7002), (torch.bfloat16, 1.0, 0.1001)])
+def test_a_16_bit_trunc_division_truncates_the_rounded_quotient(dtype, a, b, tmp_path):
+    """Eager's 16-bit `/` rounds the quotient to the dtype before truncating it (fp16
+    7.0 / 0.7002 is 10); the kernel truncated the float32 quotient, 9.997: a unit less.
+    A tensor of 64 elements: eager CPU's one-element path truncates unrounded (9)."""
+    x = torch.full((4, 16), a, dtype=dtype)
+    y = torch.full((4, 16), b, dtype=dtype) * torch.linspace(1.0, 1.05, 16, dtype=dtype)
+    fn = lambda m, x, y: torch.div(x * 1, y, rounding_mode="trunc")  # noqa: E731
+    _, out = _run(Lambda(fn), (x, y), tmp_path)
+    want = fn(None, x, y)
+    assert not torch.equal((x.float() / y.float()).trunc().to(dtype), want)  # the premise
+    assert torch.equal(out, want), (out[0], want[0])

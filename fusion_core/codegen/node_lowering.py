@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from ..ir.graph import FusionGraph, Node, TensorMeta
-from ..ir.lowerings import BOOL_LOWERINGS, INT_LOWERINGS
+from ..ir.lowerings import BOOL_LOWERINGS, HALF_LOWERINGS, INT_LOWERINGS
 from ..ir.reductions import ReductionRule
 from ..ir.registry import SPECS
 from ..ir.spelling import said
@@ -69,6 +69,12 @@ def pointwise_rule(graph: FusionGraph, node: Node) -> Callable:
         return BOOL_LOWERINGS.get(node.op, spec.lower)
     if node.meta is not None and not node.meta.dtype.is_floating_point:
         return INT_LOWERINGS.get(node.op, spec.lower)
+    # ...of a 16-bit result with a tensor divisor: eager divides a number by multiplying with
+    # its float32 inverse, unrounded, and two 16-bit tensors in their dtype, rounded
+    if node.meta is not None and node.meta.dtype in (torch.float16, torch.bfloat16) and (
+            node.op in HALF_LOWERINGS and len(node.inputs) > 1
+            and hasattr(node.inputs[1], "name")):
+        return HALF_LOWERINGS[node.op](node.meta.dtype)
     return spec.lower
 
 

@@ -24,6 +24,7 @@ integer by -1, which overflows (the remainder by -1 is 0, the quotient a negatio
 from __future__ import annotations
 
 from ..ir.rounding import (
+    DIV_RN,
     FLOOR_DIV_FLOAT,
     FLOOR_DIV_INT,
     REMAINDER_FLOAT,
@@ -37,6 +38,7 @@ from .plan import KernelPlan
 FMOD = "_fmod"
 
 _BODIES: dict[str, list[str]] = {
+    DIV_RN: ["return tl.div_rn(tl.cast(a, tl.float32), tl.cast(b, tl.float32))"],
     REMAINDER_FLOAT: [
         f"r = {FMOD}(a, b)",
         "return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)",

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .rounding import INT_ROUNDING
+from .rounding import INT_ROUNDING, half_div
 
 Lowering = Callable[[tuple[str, ...], Mapping[str, Any]], "str | None"]
 
@@ -168,6 +168,11 @@ BOOL_LOWERINGS: dict[str, Lowering] = {"add": lambda a, p: f"({a[0]} | {a[1]})"}
 # only); rounding divisions correct Triton's truncating `//` and `%` (ir/rounding.py).
 INT_LOWERINGS: dict[str, Lowering] = {"round": lambda a, p: None if p["decimals"] else a[0],
                                       **INT_ROUNDING}
+
+
+# 16-bit forms, by the result's dtype: a truncating division of the rounded quotient.
+HALF_LOWERINGS: dict[str, Callable[[Any], Lowering]] = {
+    "div": lambda dtype: half_div(lambda x: half_round(x, dtype))}
 
 
 def call(fn: str) -> Lowering:

@@ -18,8 +18,9 @@ from typing import Any
 FLOOR_DIV_FLOAT, FLOOR_DIV_INT = "_floor_div_float", "_floor_div_int"
 TRUNC_DIV_FLOAT, TRUNC_DIV_INT = "_trunc_div_float", "_trunc_div_int"
 REMAINDER_FLOAT, REMAINDER_INT = "_remainder_float", "_remainder_int"
+DIV_RN = "_div_rn"  # IEEE float32 division (Triton's `/` is approximate compiled)
 HELPERS = (FLOOR_DIV_FLOAT, FLOOR_DIV_INT, TRUNC_DIV_FLOAT, TRUNC_DIV_INT, REMAINDER_FLOAT,
-           REMAINDER_INT)
+           REMAINDER_INT, DIV_RN)
 
 _Lowering = Callable[[tuple[str, ...], Mapping[str, Any]], "str | None"]
 
@@ -45,6 +46,18 @@ def _div(floor: str, trunc: str) -> _Lowering:
 remainder_expr = _helper(REMAINDER_FLOAT)
 floor_divide_expr = _helper(FLOOR_DIV_FLOAT)
 div_expr = _div(FLOOR_DIV_FLOAT, TRUNC_DIV_FLOAT)
+
+
+def half_div(round_to: Callable[[str], str]) -> _Lowering:
+    """`torch.div` of a float16/bfloat16 result: a truncating division truncates the quotient
+    rounded to the dtype, as eager's does (c10::Half's `/` rounds: fp16 7.0 / 0.7002 is 10,
+    the float32 quotient 9.997 truncates to 9); `round_to` writes that rounding."""
+    def lower(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
+        if p.get("rounding_mode") != "trunc":
+            return div_expr(a, p)
+        return f"{TRUNC_DIV_FLOAT}({round_to(f'{DIV_RN}({a[0]}, {a[1]})')}, 1.0)"
+
+    return lower
 
 
 def _int_div(a: tuple[str, ...], p: Mapping[str, Any]) -> str | None:
