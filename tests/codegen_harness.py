@@ -61,6 +61,21 @@ class _Lambda3(_Lambda):
         return self.fn(self, a, b, c)
 
 
+class ConvBnRelu(nn.Module):
+    """Conv2d(3 -> 6, 3x3) → BatchNorm2d (eval statistics other than the identity's) → ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(6)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
 def Lambda(fn, arity: int | None = None, **params: torch.Tensor) -> nn.Module:  # noqa: N802
     if arity is None:
         arity = fn.__code__.co_argcount - 1

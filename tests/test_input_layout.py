@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from codegen_harness import Lambda, to_device
+from codegen_harness import ConvBnRelu, Lambda, to_device
 
 from fusion_core.codegen import generate, load_kernel, write_kernels
 from fusion_core.codegen.lower import plan
@@ -142,19 +142,6 @@ def test_an_elementwise_chain_over_a_channels_last_input_reads_it_without_a_copy
     expected = fn(None, x)
     assert out.stride() == expected.stride()
     torch.testing.assert_close(out, expected)
-
-
-class ConvBnRelu(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 6, 3, padding=1, bias=False)
-        self.bn = torch.nn.BatchNorm2d(6)
-        with torch.no_grad():  # statistics other than the identity's
-            self.bn.running_mean.uniform_(-1, 1)
-            self.bn.running_var.uniform_(0.5, 2)
-
-    def forward(self, x):
-        return torch.relu(self.bn(self.conv(x)))
 
 
 def test_the_tail_of_a_convolution_of_a_channels_last_input_reads_it_without_a_copy(tmp_path):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from codegen_harness import Lambda, run_kernel, ttgir_load_layouts_of
+from codegen_harness import ConvBnRelu, Lambda, run_kernel, ttgir_load_layouts_of
 
 from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels
 from fusion_core.codegen.layout import Group
@@ -33,19 +33,6 @@ def chain(m, x):
 
 def convnext_tail(m, y, g, x):
     return (y * g).permute(0, 3, 1, 2) + x
-
-
-class ConvBnRelu(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 6, 3, padding=1, bias=False)
-        self.bn = torch.nn.BatchNorm2d(6)
-        with torch.no_grad():  # statistics other than the identity's
-            self.bn.running_mean.uniform_(-1, 1)
-            self.bn.running_var.uniform_(0.5, 2)
-
-    def forward(self, x):
-        return torch.relu(self.bn(self.conv(x)))
 
 
 def _conv_bn_relu(dtype=torch.float32):
