@@ -45,7 +45,6 @@ def node_meta(graph: FusionGraph, name: str) -> TensorMeta:
     return meta
 
 
-_INT_DIVISIONS = ("remainder", "floor_divide", "div")
 _UNSIGNED = (torch.bool, torch.uint8, torch.uint16, torch.uint32, torch.uint64)
 
 
@@ -55,10 +54,11 @@ def pointwise_rule(graph: FusionGraph, node: Node) -> Callable:
     spec = SPECS.get(node.op)
     if spec is None or not callable(spec.lower):
         raise LoweringError(f"{said(graph, node.name)} has no pointwise lowering rule")
-    if (node.op in _INT_DIVISIONS and node.meta is not None and not node.meta.dtype
-            .is_floating_point and (node.op != "div" or node.param("rounding_mode"))):
-        # Triton's integer `//` and `%` refuse operands of mixed signedness (uint8 or bool
-        # beside a signed divisor, or a signed literal): left to eager, said so
+    if (spec.divisor is not None and node.meta is not None
+            and not node.meta.dtype.is_floating_point):
+        # An integer division (`div` has an integer result only with a rounding mode):
+        # Triton's `//` and `%` refuse operands of mixed signedness (uint8 or bool beside a
+        # signed divisor, or a signed literal): left to eager, said so
         named = [a.name for a in node.inputs if hasattr(a, "name")]  # not the literals
         odd = [n for n in named if graph[n].meta is not None and graph[n].meta.dtype in _UNSIGNED]
         if odd:

@@ -58,6 +58,17 @@ def tolerance(dtype: torch.dtype, table: dict[torch.dtype, Tolerance]) -> Tolera
     return table.get(dtype, EXACT)
 
 
+def judged_tolerance(dtype: torch.dtype, floor: torch.dtype | None,
+                     table: dict[torch.dtype, Tolerance]) -> Tolerance:
+    """`dtype`'s tolerance, loosened to `floor`'s for a float computed through that narrower
+    dtype (``floors.py``)."""
+    own = tolerance(dtype, table)
+    if floor is None or not dtype.is_floating_point:
+        return own
+    low = tolerance(floor, table)
+    return Tolerance(max(own.atol, low.atol), max(own.rtol, low.rtol))
+
+
 def poison_(t: torch.Tensor, fill: float = math.nan) -> torch.Tensor:
     """Fill `t` with `fill` (floats; NaN by default), True (bools) or the dtype's minimum."""
     if t.dtype.is_floating_point:
@@ -149,10 +160,7 @@ def compare_one(i: int, a: Any, e: torch.Tensor, table: dict[torch.dtype, Tolera
     diff = torch.where(both_inf | both_nan, torch.zeros_like(a64), (a64 - e64).abs())
     diff = torch.nan_to_num(diff, nan=float("inf"))
     err = float(diff.max()) if diff.numel() else 0.0
-    tol = tolerance(e.dtype, table)
-    if floor is not None and e.dtype.is_floating_point:
-        low = tolerance(floor, table)
-        tol = Tolerance(max(tol.atol, low.atol), max(tol.rtol, low.rtol))
+    tol = judged_tolerance(e.dtype, floor, table)
     bad = diff > tol.atol + tol.rtol * e64.abs().nan_to_num(posinf=0.0, neginf=0.0)
     if bad.any():
         return False, err, (f"output {i}: {int(bad.sum())} of {counted(bad.numel(), 'element')} "
@@ -262,9 +270,7 @@ def no_worse_than_eager(actual: Sequence[Any], expected: Sequence[Any], eager: C
             low_outputs.append(i)
         else:
             continue
-        own = tolerance(e.dtype, CLUSTER_TOL)
-        low = tolerance(floor, CLUSTER_TOL) if floor is not None else own
-        tols[i] = Tolerance(max(own.atol, low.atol), max(own.rtol, low.rtol))
+        tols[i] = judged_tolerance(e.dtype, floor, CLUSTER_TOL)
     if not wide_outputs and not low_outputs:
         return None
     wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point()
