@@ -179,3 +179,12 @@ def coordinate_piece(plan: KernelPlan, t: TensorArg) -> PieceRead | None:
         if p is not None and p.coordinate.value == t.value and plan.cats[p.cat].varying:
             return p
     return None
+
+
+def follows_call(plan: KernelPlan, t: TensorArg) -> bool:
+    """`t` is as long as this call's operands along a varying cat's dim: read through a
+    piece of such a cat, or (a generated value) its coordinate. Only generated values are
+    coordinates: an input named like one (`cat_index2`) is not."""
+    if t.piece is not None:
+        return plan.cats[t.piece.cat].varying
+    return t.role == Role.GEN and coordinate_piece(plan, t) is not None

@@ -61,11 +61,6 @@ def framed(plan: KernelPlan) -> bool:
     return any(b.varying for b in plan.cats)
 
 
-def _follows(plan: KernelPlan, t: TensorArg) -> bool:
-    """The input is read through a piece of a cat whose lengths follow the call."""
-    return t.piece is not None and plan.cats[t.piece.cat].varying
-
-
 def _shapes(plan: KernelPlan, names: list[str], total: Callable[[PieceRead], str]
             ) -> list[str]:
     """The shapes `_iteration_shape` broadcasts, each cat's length along its dim `total`."""
@@ -155,7 +150,7 @@ def _framed_body(plan: KernelPlan, sig: KernelSignature, looped: bool, names: li
 
 def _inputs(plan: KernelPlan, follow: bool) -> list[int]:
     """The inputs read through a varying cat's piece (`follow`), or the others."""
-    return [i for i, t in enumerate(plan.inputs) if _follows(plan, t) == follow]
+    return [i for i, t in enumerate(plan.inputs) if cat_bounds.follows_call(plan, t) == follow]
 
 
 def _kept(plan: KernelPlan, sig: KernelSignature) -> list[str]:
@@ -200,7 +195,7 @@ def _frame_key(plan: KernelPlan, names: list[str]) -> list[str]:
     cat, whether it is one long."""
     parts = []
     for a, t in zip(names, plan.inputs, strict=True):
-        if _follows(plan, t):
+        if cat_bounds.follows_call(plan, t):
             assert t.piece is not None
             at = t.piece.dim - plan.rank
             rest = f" + {a}.shape[{at + 1}:]" if at + 1 < 0 else ""
