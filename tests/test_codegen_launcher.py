@@ -309,6 +309,18 @@ def _flattened(m, x):
     return torch.relu(x * 2.0).flatten(1) + 1.0
 
 
+def _row_softmax(m, x):
+    return torch.softmax(x, dim=-1) * 2.0
+
+
+def _norm_gelu(m, x):
+    return nn.functional.gelu(nn.functional.layer_norm(x, (8,), m.w, m.b))
+
+
+def _norm_scaled(m, x):
+    return nn.functional.layer_norm(x, (8,)) * m.g
+
+
 @pytest.mark.parametrize("model,make_inputs", [
     # per-channel parameters shaped (C, 1, 1), as a BatchNorm's folded into the graph
     (Lambda(_scale_shift_relu, w=torch.randn(4, 1, 1), b=torch.randn(4, 1, 1)),
@@ -323,8 +335,13 @@ def _flattened(m, x):
     (Lambda(_channel_softmax), lambda n: (torch.randn(n, 4, 3, 5),)),
     # a view that merges the dims after the batch (`flatten(1)`), not a fixed (1, 60) target
     (Lambda(_flattened), lambda n: (torch.randn(n, 4, 3, 5),)),
+    # rows over the last dim of (B, T, C): the batch of 1 grows with the input
+    (Lambda(_row_softmax), lambda n: (torch.randn(n, 6, 8),)),
+    (Lambda(_norm_gelu, w=torch.randn(8), b=torch.randn(8)), lambda n: (torch.randn(n, 6, 8),)),
+    # a (1, C) parameter as long as the (1, C) input at analysis stays broadcast
+    (Lambda(_norm_scaled, g=torch.randn(1, 8)), lambda n: (torch.randn(n, 8),)),
 ], ids=["params-c11", "batch_norm", "params-1c11", "per-sample-scale", "channel-softmax",
-        "flatten"])
+        "flatten", "row-softmax", "layer-norm-gelu", "layer-norm-1c-param"])
 def test_a_kernel_analysed_at_batch_1_runs_at_batch_2(model, make_inputs, tmp_path):
     """Parameters keep their shape at any batch: analysed at batch 1, their index must not
     merge the batch dim with the channels, or batch 2 reads past the channels (or is
@@ -338,7 +355,8 @@ def test_a_kernel_analysed_at_batch_1_runs_at_batch_2(model, make_inputs, tmp_pa
     (cluster,) = analysis.clusters
     kernel = generate(analysis, cluster)
     launch = getattr(load_kernel(write_kernels([kernel], tmp_path)[0]), kernel.name)
-    inputs = make_inputs(2)
-    values = capture_values(analysis, *inputs)
-    got = launch(*(to_device(values[name]) for name in cluster.inputs))
-    torch.testing.assert_close(got.cpu(), model(*inputs))
+    for n in (2, 1, 3):  # batch 1 after 2: the plan cache keys the batch
+        inputs = make_inputs(n)
+        values = capture_values(analysis, *inputs)
+        got = launch(*(to_device(values[name]) for name in cluster.inputs))
+        torch.testing.assert_close(got.cpu(), model(*inputs), msg=f"batch {n}")
