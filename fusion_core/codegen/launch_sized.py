@@ -14,13 +14,11 @@ that is not a CPU 0-dim tensor; a kernel without inputs takes it as its paramete
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from . import launch_maps
 from .choices import kind
 from .plan import KernelPlan, Role, TensorArg
 from .signature import N_COLS, N_ROWS, Family, KernelSignature, strides_local
-from .writer import CodeWriter
+from .writer import CodeWriter, tuple_literal
 
 # Where the kernel runs: a local of `_plan` and of the launcher (from the plan). A kernel with
 # no tensor input (its values all generated, `arange → add → to`) takes it as its one
@@ -34,13 +32,14 @@ def sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str]
     """From the inputs' layouts at the iteration shape `shape` to `_plan`'s return (with_frame:
     the tuning constants were checked by `_frame`, the configurations kept per bucket)."""
     if names:  # a CPU 0-dim input is read where the others are, as torch does: copied there
-        flags = _tuple(f"copy{i}" for i in range(len(names)))
+        flags = tuple_literal(f"copy{i}" for i in range(len(names)))
         owners = tuple(f"`{a}`" for a in names)
+        moved = tuple_literal(names)
         out.lines([f"{DEVICE} = _run_device({', '.join(names)})",
-                   f"copies = _device_copies({flags}, {_tuple(names)}, {DEVICE}, {owners!r})"])
+                   f"copies = _device_copies({flags}, {moved}, {DEVICE}, {owners!r})"])
     else:
         out.line("copies = ()")
-    out.line("out_shapes = " + _tuple(_shape_expr(t, plan) for t in plan.outputs))
+    out.line("out_shapes = " + tuple_literal(_shape_expr(t, plan) for t in plan.outputs))
     # Each result's first dim as a position in the iteration shape: inputs with fewer dims
     # than analysed give results without the dims no input has, as eager does.
     firsts = [plan.rank - len(t.shape) for t in plan.outputs]
@@ -95,12 +94,6 @@ def sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str]
                "if configs is None:  # the frame's first call in this shape bucket",
                "    configs = by_bucket[bucket] = _configs(bucket)",
                f"return copies, {DEVICE}, out_shapes, out_strides, args, tune_key, configs"])
-
-
-def _tuple(items: Iterable[str]) -> str:
-    """A tuple literal of `items` (a trailing comma for one)."""
-    items = list(items)
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
 def pow2_check(plan: KernelPlan, looped: bool, out: CodeWriter) -> None:

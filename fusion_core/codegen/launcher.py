@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Iterable
 
 from . import direct_launch, launch_maps, runtime, split_rows, view_checks
 from . import tuning as autotune
@@ -57,7 +56,7 @@ from .signature import (
     Family,
     KernelSignature,
 )
-from .writer import CodeWriter
+from .writer import CodeWriter, tuple_literal
 
 __all__ = ["Tuning", "arg_names", "kind", "launcher"]
 
@@ -133,7 +132,7 @@ def _views_fn(plan: KernelPlan, names: list[str], params: str, out: CodeWriter) 
                'copy,', '    unless a reshape meets strides it cannot view)."""'])
     with out.indented():
         out.lines(launch_maps.input_lines(plan, names))
-        out.line(f"return {_tuple(names)}")
+        out.line(f"return {tuple_literal(names)}")
 
 
 def _fits_fn(lines: list[str], params: str, out: CodeWriter) -> None:
@@ -145,19 +144,13 @@ def _fits_fn(lines: list[str], params: str, out: CodeWriter) -> None:
         out.lines(lines)
 
 
-def _tuple(items: Iterable[str]) -> str:
-    """A tuple literal of `items` (a trailing comma for one)."""
-    items = list(items)
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
 def _seated(names: list[str], viewed: list[int], firsts: list[str], params: str,
             out: CodeWriter) -> None:
     """The viewed inputs rebuilt from the plan's seats on this call's parameters (their
     data pointers are this call's), or viewed again where the seats say so."""
     out.line("if seats is None:  # a view copied data, or nothing is read: view again")
     with out.indented():
-        out.line(f"{_tuple(names)} = _views({params})")
+        out.line(f"{tuple_literal(names)} = _views({params})")
     out.line("else:")
     with out.indented():
         if len(viewed) == 1:
@@ -242,7 +235,7 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
         if fits:
             out.line(f"_fits({inputs})")
         if viewed:
-            out.line(f"{_tuple(names)} = _views({inputs})")
+            out.line(f"{tuple_literal(names)} = _views({inputs})")
         out.line(f"{_PLANNED} = _plan({plan_args(plan, names)})")
         _copies_and_outputs(plan, names, _result(plan), out, traced=True)
         out.lines([f"_launch(CHOSEN.get(tune_key) or configs[0], args, "
@@ -306,8 +299,8 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                 out.line(f"_fits({inputs})")
             if viewed:  # where the views lie in the raw inputs, kept for later calls
                 out.line(f"seen = _views({inputs})")
-                out.bracketed("seats = _seats(", [_tuple(raw[i] for i in viewed),
-                                                  _tuple(f"seen[{i}]" for i in viewed)])
+                out.bracketed("seats = _seats(", [tuple_literal(raw[i] for i in viewed),
+                                                  tuple_literal(f"seen[{i}]" for i in viewed)])
                 out.line(f"plan = (seats, _plan({plan_args(plan, ['*seen'])}{frames}))")
             else:
                 out.line(f"plan = _plan({plan_args(plan, names)}{frames})")

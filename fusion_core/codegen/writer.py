@@ -66,6 +66,12 @@ def wrap_args(items: Iterable[str], indent: str, width: int = 96) -> list[str]:
     return lines
 
 
+def tuple_literal(items: Iterable[str]) -> str:
+    """A tuple literal of `items` (a trailing comma for one)."""
+    items = list(items)
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
 # -- index terms ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Base:
