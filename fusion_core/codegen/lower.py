@@ -55,7 +55,14 @@ from .half_reads import compared_scalars, computed_unrounded, rounding, rounds_o
 from .indexing import index_maps
 from .layout import Access, LoweringError, access, dense_permuted
 from .literal_sizes import literal_pins
-from .node_lowering import literal, node_meta, pointwise_rule, reduction_eps, reduction_rule
+from .node_lowering import (
+    division_scalars,
+    literal,
+    node_meta,
+    pointwise_rule,
+    reduction_eps,
+    reduction_rule,
+)
 from .plan import (
     COMPUTE,
     MAX_BLOCK,
@@ -291,7 +298,7 @@ class _Lowering:
 
     def _operands(self, node: Node) -> tuple[str, ...]:
         return tuple(self._read(node, a.name) if isinstance(a, Ref) else literal(a)
-                     for a in compared_scalars(self.g, node))
+                     for a in division_scalars(self.g, node, compared_scalars(self.g, node)))
 
     def _read(self, reader: Node, name: str, reduced: bool = False) -> str:
         """`name`'s temporary as `reader` takes it: rounded to its 16-bit dtype first where

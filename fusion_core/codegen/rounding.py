@@ -18,7 +18,9 @@ the other sign than the divisor (no negation: `-a` of the lowest integer overflo
 remainder moves `%`'s result to the divisor's sign. A zero
 divisor, which eager on the CPU refuses, gives 0 (as ``div_floor_integer`` does on CUDA):
 it is replaced before dividing, so no kernel divides an integer by zero; nor the lowest
-integer by -1, which overflows (the remainder by -1 is 0, the quotient a negation).
+integer by -1, which overflows (the remainder by -1 is 0, the quotient a negation). A
+number that is 0 in the dtype never gets here: lowering refuses it as eager does
+(``node_lowering.division_scalars``).
 
 A file defines the helpers its plan's statements recorded (``Stmt.helpers``), and the fmod
 helper where one of them calls it (``_CALL_FMOD``).
@@ -74,11 +76,14 @@ _BODIES: dict[str, list[str]] = {
         "q = a // safe",
         "r = a % safe",
         "q = tl.where((r != 0) & ((r < 0) != (safe < 0)), q - 1, q)",
-        "return tl.where(b == 0, 0, tl.where(b == -1, 0 - a, q))",
+        "# by -1, q is `a` in the operands' dtype (a literal `a` is a Python int interpreted:",
+        "# its negation would not wrap)",
+        "return tl.where(b == 0, 0, tl.where(b == -1, 0 - q, q))",
     ],
     TRUNC_DIV_INT: [
         "safe = tl.where((b == 0) | (b == -1), 1, b)",
-        "return tl.where(b == 0, 0, tl.where(b == -1, 0 - a, a // safe))",
+        "q = a // safe",
+        "return tl.where(b == 0, 0, tl.where(b == -1, 0 - q, q))",
     ],
 }
 

@@ -8,6 +8,9 @@ integer or the float form (``codegen/node_lowering.pointwise_rule``), as torch's
 kernels do. The registry's rows name the lowerings below; ``INT_ROUNDING`` holds the
 integer forms. A lowering that calls helpers returns them with its expression (``Calls``):
 the statement records them, and the generated file defines what its statements record.
+
+A Python integer beside an integer tensor is converted to the tensor's dtype, wrapping
+(``wrapped``): eager's `int8 // 259` divides by 3.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 # Helper names, each defined by ``codegen/rounding.py`` where a kernel calls it.
 FLOOR_DIV_FLOAT, FLOOR_DIV_INT = "_floor_div_float", "_floor_div_int"
@@ -86,3 +91,11 @@ INT_ROUNDING: dict[str, _Lowering] = {
     "remainder": _helper(REMAINDER_INT), "floor_divide": _helper(FLOOR_DIV_INT), "div": _int_div,
 }
 
+
+def wrapped(value: int, dtype: torch.dtype) -> int:
+    """Python integer `value` as eager converts it to integer `dtype`: two's complement to the
+    dtype's width (int8's 259 is 3, -129 is 127; int32's 2**31 + 5 is -2**31 + 5). Eager
+    refuses a number outside [-2**63, 2**64) before (an OverflowError at capture)."""
+    info = torch.iinfo(dtype)
+    low = value & ((1 << info.bits) - 1)
+    return low - (1 << info.bits) if info.min < 0 and low >> (info.bits - 1) else low
