@@ -55,7 +55,14 @@ from .half_reads import compared_scalars, computed_unrounded, rounding, rounds_o
 from .indexing import index_maps
 from .layout import Access, LoweringError, access, dense_permuted
 from .literal_sizes import literal_pins
-from .node_lowering import literal, node_meta, pointwise_rule, reduction_eps, reduction_rule
+from .node_lowering import (
+    division_scalars,
+    literal,
+    node_meta,
+    pointwise_rule,
+    reduction_eps,
+    reduction_rule,
+)
 from .plan import (
     COMPUTE,
     MAX_BLOCK,
@@ -291,7 +298,7 @@ class _Lowering:
 
     def _operands(self, node: Node) -> tuple[str, ...]:
         return tuple(self._read(node, a.name) if isinstance(a, Ref) else literal(a)
-                     for a in compared_scalars(self.g, node))
+                     for a in division_scalars(self.g, node, compared_scalars(self.g, node)))
 
     def _read(self, reader: Node, name: str, reduced: bool = False) -> str:
         """`name`'s temporary as `reader` takes it: rounded to its 16-bit dtype first where
@@ -326,10 +333,12 @@ class _Lowering:
             operands = (self.coords[key].temp, *operands)
             c = self.cat_names.index(node.name)
             params[CAT_ENDS] = cat_ends(self.cats[c], c)
-        expr = lowering(operands, params)
-        if expr is None:
+        written = lowering(operands, params)
+        if written is None:
             raise LoweringError(f"{said(self.g, node.name)} has no lowering rule for params "
                                 f"{dict(node.params)}")
+        expr, helpers = ((written, ()) if isinstance(written, str)  # or ir/rounding.Calls
+                         else (written.expr, written.helpers))
         deps = tuple(dict.fromkeys(o for o in operands if o in self.per_row))
         per_row = bool(self.reds) and all(self.per_row[d] for d in deps)
         if expr in deps:  # identity (dropout in eval, clone, same-dtype cast): no new temp
@@ -337,7 +346,7 @@ class _Lowering:
             return None
         phase = "post" if any(self.phase[d] == "post" for d in deps) else "pre"
         temp = self._new_temp(node.name, per_row, phase)
-        return Stmt(temp, expr, node.name, node.op, deps, per_row, phase)
+        return Stmt(temp, expr, node.name, node.op, deps, per_row, phase, helpers)
 
     def _reduction(self, node: Node) -> ReductionStep:
         rule, operand_names = reduction_rule(self.g, node)

@@ -18,7 +18,12 @@ the other sign than the divisor (no negation: `-a` of the lowest integer overflo
 remainder moves `%`'s result to the divisor's sign. A zero
 divisor, which eager on the CPU refuses, gives 0 (as ``div_floor_integer`` does on CUDA):
 it is replaced before dividing, so no kernel divides an integer by zero; nor the lowest
-integer by -1, which overflows (the remainder by -1 is 0, the quotient a negation).
+integer by -1, which overflows (the remainder by -1 is 0, the quotient a negation). A
+number that is 0 in the dtype never gets here: lowering refuses it as eager does
+(``node_lowering.division_scalars``).
+
+A file defines the helpers its plan's statements recorded (``Stmt.helpers``), and the fmod
+helper where one of them calls it (``_CALL_FMOD``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from .interpreted import FLAG
 from .plan import KernelPlan
 
 FMOD = "_fmod"
+# The helpers whose bodies call the fmod helper (below): a file defining one defines it too.
+_CALL_FMOD = frozenset({REMAINDER_FLOAT, FLOOR_DIV_FLOAT})
 
 _BODIES: dict[str, list[str]] = {
     DIV_RN: ["return tl.div_rn(tl.cast(a, tl.float32), tl.cast(b, tl.float32))"],
@@ -69,18 +76,23 @@ _BODIES: dict[str, list[str]] = {
         "q = a // safe",
         "r = a % safe",
         "q = tl.where((r != 0) & ((r < 0) != (safe < 0)), q - 1, q)",
-        "return tl.where(b == 0, 0, tl.where(b == -1, 0 - a, q))",
+        "# by -1, q is `a` in the operands' dtype (a literal `a` is a Python int interpreted:",
+        "# its negation would not wrap)",
+        "return tl.where(b == 0, 0, tl.where(b == -1, 0 - q, q))",
     ],
     TRUNC_DIV_INT: [
         "safe = tl.where((b == 0) | (b == -1), 1, b)",
-        "return tl.where(b == 0, 0, tl.where(b == -1, 0 - a, a // safe))",
+        "q = a // safe",
+        "return tl.where(b == 0, 0, tl.where(b == -1, 0 - q, q))",
     ],
 }
 
 
 def used(plan: KernelPlan) -> list[str]:
-    """The helpers the plan's statements call, in a fixed order."""
-    return [name for name in _BODIES if any(f"{name}(" in s.expr for s in plan.stmts)]
+    """The helpers the plan's statements call (as their lowerings recorded), in a fixed
+    order."""
+    called = {name for s in plan.stmts for name in s.helpers}
+    return [name for name in _BODIES if name in called]
 
 
 _FMOD_LINES = [
@@ -103,7 +115,7 @@ def helpers(plan: KernelPlan) -> list[str]:
     ``interpreted.module_lines``' flag, which the fmod helper reads."""
     names = used(plan)
     lines: list[str] = []
-    if any(f"{FMOD}(" in t for name in names for t in _BODIES[name]):
+    if _CALL_FMOD.intersection(names):
         lines += ["from triton.language.extra import libdevice  # noqa: E402", "", "",
                   *_FMOD_LINES]
     for name in names:

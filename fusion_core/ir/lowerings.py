@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
-from .rounding import INT_ROUNDING, half_div
+from .rounding import INT_ROUNDING, Calls, half_div
 
-Lowering = Callable[[tuple[str, ...], Mapping[str, Any]], "str | None"]
+# A lowering's expression, with the generated file's helpers it calls where it calls some.
+Lowering = Callable[[tuple[str, ...], Mapping[str, Any]], "str | Calls | None"]
 
 
 def tanh_expr(x: str) -> str:
