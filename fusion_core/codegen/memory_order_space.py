@@ -38,7 +38,7 @@ import torch
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.iteration import IterationSpace
 from ..ir.views import Reorder, Step, Unsqueeze, ViewError, apply, plain
-from .layout import dense_permuted
+from .layout import dense_permuted, eager_order
 from .upsample_space import upsamples
 
 Layout = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, strides) over the domain
@@ -121,7 +121,7 @@ def _written_order(g: FusionGraph, outputs: Sequence[str],
                    chains: Mapping[str, tuple[Step, ...]], domain: tuple[int, ...],
                    order: tuple[int, ...]) -> tuple[int, ...] | None:
     """Every domain dim in the order the full-size results lie in memory, size-1 dims too,
-    as the launcher allocates them at any size (eager's strides sorted, stable: a result's
+    as the launcher allocates them at any size (``layout.eager_order``, a result's
     ``memory_order``); None where no result spans the domain or they place a size-1 dim
     apart. A size-1 dim left where it stands could split a result's one group (channels-last
     (2, 3, 1, 4) over (N, W, H, C): H strides past W·C) and, grown at run time, leave it
@@ -133,8 +133,8 @@ def _written_order(g: FusionGraph, outputs: Sequence[str],
         if seen is None or _order(seen, domain) != order:
             continue
         pad = len(domain) - len(shape)  # dims the result lacks: outermost, in place
-        own = sorted(range(pad, len(domain)), key=lambda k: (-seen[1][k], k))
-        found.add(tuple(range(pad)) + tuple(own))
+        own = eager_order(seen[0][pad:], seen[1][pad:])
+        found.add(tuple(range(pad)) + tuple(k + pad for k in own))
     return found.pop() if len(found) == 1 else None
 
 
