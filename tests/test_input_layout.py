@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from codegen_harness import ConvBnRelu, Lambda, to_device
+from codegen_harness import ConvBnRelu, Lambda, run_kernel, to_device
 
 from fusion_core.codegen import generate, load_kernel, write_kernels
 from fusion_core.codegen.lower import plan
@@ -191,6 +191,25 @@ def test_the_tail_of_a_convolution_of_a_channels_last_input_reads_it_without_a_c
         expected = model(x)
     assert out.stride() == expected.stride()
     torch.testing.assert_close(out, expected)
+
+
+def test_a_channels_last_softmax_over_one_row_refuses_more_rows_naming_the_input(tmp_path):
+    """Analysed for (N, C, 1, W) channels-last, a softmax over H writes its result in an
+    order that holds while H is 1 long: other N and W run, a longer H is refused naming the
+    input the caller passes and its dim (once the result, which the caller never spelled)."""
+    fn = lambda m, x: torch.softmax(x * 2.0, 2)  # noqa: E731
+    analysis = analyze(Lambda(fn, 1), cl(2, 3, 1, 4))
+    kernel = generate(analysis, analysis.clusters[0])
+    for k, shape in enumerate([(2, 3, 1, 4), (3, 3, 1, 5)]):
+        x = cl(*shape)
+        (got,) = run_kernel(kernel, tmp_path / str(k), (x,))
+        torch.testing.assert_close(got, fn(None, x))
+    with pytest.raises(ValueError) as e:
+        run_kernel(kernel, tmp_path / "rows", (cl(2, 3, 2, 4),))
+    assert str(e.value) == ("cluster0: `a`'s dim 2, 1 long in the analysed (2, 3, 1, 4), is 2 "
+                            "long here; this kernel writes the result `softmax` in an order "
+                            "that holds only while it is 1 long; regenerate it at these sizes "
+                            "or keep the original ops")
 
 
 def test_the_plugin_passes_a_tensor_layout_through_to_its_baseline(tmp_path):
