@@ -184,10 +184,10 @@ def _written(t, shape, groups, result, sizes, grown):
     for its dims 1 long at analysis)."""
     if t.numel() == 0 or _group_strides(t, shape, groups) is not None:
         return _layout(t, shape, groups, (), result)[1]
-    for x, name, analysed, dims in grown:
-        pad = len(shape) - x.dim()
-        longer = [(d, x.shape[k - pad]) for k, d in sorted(dims.items(), key=lambda kd: kd[1])
-                  if k >= pad and x.shape[k - pad] != 1]
+    for given, name, analysed, dims in grown:  # not `x`: a value name (same_source_key)
+        pad = len(shape) - given.dim()
+        longer = [(d, given.shape[k - pad]) for k, d in sorted(dims.items(), key=lambda kd: kd[1])
+                  if k >= pad and given.shape[k - pad] != 1]
         if longer:
             one = len(longer) == 1
             said = " and ".join(str(d) for d, _ in longer)
