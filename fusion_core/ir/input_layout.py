@@ -70,8 +70,8 @@ def canonical_order(shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[int
     nothing, so all lay the tensor out alike): None where the longer dims keep the
     contiguous order; torch's format where it orders them so (channels-last (2, 3, 1, 4):
     what `torch.empty_like` and elementwise results of such an input keep, so fake tensors
-    propagate eager's strides); else each size-1 dim just outside the first longer dim after
-    it by index (a leading batch of 1 stays outermost)."""
+    propagate eager's strides); else each size-1 dim just outside the outermost dim of a
+    higher index, innermost where there is none (a leading batch of 1 stays outermost)."""
     longer = [k for k in order if shape[k] != 1]
     if longer == sorted(longer):
         return None
