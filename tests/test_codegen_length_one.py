@@ -127,17 +127,18 @@ def test_a_result_whose_grouped_dims_come_apart_at_another_length_is_refused(tmp
     """A mean over (B, C) per position, analysed at T = 1: the kernel reads and writes
     (T, B, C) with B and C as one run of memory, which they are in a (B, 1, C) tensor but
     not in a (B, 6, C) one. The input is copied into that layout; the result, allocated in
-    its own, is refused (once the kernel wrote it as one run, a wrong result)."""
+    its own, does not fit, and the call is refused naming the input whose T grew (once the
+    kernel wrote it as one run, a wrong result; then the refusal named the result)."""
     model = CenteredOverBatchAndFeatures()
     patched = _patched(model, (torch.randn(2, 1, 8),), tmp_path)
     x = torch.randn(3, 1, 8)
     torch.testing.assert_close(_on_cpu(patched(x.to(DEVICE))), model(x))
     with pytest.raises(ValueError) as e:
         patched(torch.randn(2, 6, 8, device=DEVICE))
-    assert str(e.value) == ("cluster0: `neg` is (2, 6, 8) here, and its dims do not lie in "
-                            "memory as this kernel writes them (they did at the analysed "
-                            "(2, 1, 8)); regenerate it at these sizes or keep the original "
-                            "ops")
+    assert str(e.value) == ("cluster0: `x`'s dim 1, 1 long in the analysed (2, 1, 8), is 6 "
+                            "long here; this kernel writes the result `neg` in an order that "
+                            "holds only while it is 1 long; regenerate it at these sizes or "
+                            "keep the original ops")
 
 
 class TokenShift(torch.nn.Module):
@@ -245,11 +246,14 @@ def _softmax_over_length(m, x):
     return torch.softmax(x * 2.0, 1)
 
 
-def test_a_result_whose_run_breaks_at_another_length_is_named_as_a_result(tmp_path):
+def test_a_result_whose_run_breaks_at_another_length_is_refused_naming_the_input(tmp_path):
     """A softmax over T analysed at T = 1 writes (B, C) as one run; at T = 4 the result's
-    layout no longer fits, and the refusal names the result (once `an input`)."""
+    layout no longer fits, and the refusal names the input whose T is 4 long, `a` in the
+    model's spelling (once the result, once `an input`)."""
     patched = _patched(Lambda(_softmax_over_length), (torch.randn(2, 1, 8),), tmp_path)
     with pytest.raises(ValueError) as e:
         patched(torch.randn(2, 4, 8, device=DEVICE))
     assert "\n" not in str(e.value)
-    assert str(e.value).startswith("cluster0: `softmax` (a result) of shape (2, 8, 4)")
+    assert str(e.value).startswith("cluster0: `a`'s dim 1, 1 long in the analysed (2, 1, 8), "
+                                   "is 4 long here; this kernel writes the result `softmax` ")
+    assert str(e.value).endswith("; regenerate it at these sizes or keep the original ops")

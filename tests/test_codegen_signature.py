@@ -124,9 +124,14 @@ def test_the_launcher_computes_the_strides_the_kernel_reads(form):
     analysis, cluster, kernel = _generated(form)
     functions = _functions(kernel.source)
     runtime, _ = _params(functions[jit_function_name(cluster.index)])
-    layouts = [n for n in ast.walk(functions["_plan"]) if isinstance(n, ast.Assign)
-               and isinstance(n.value, ast.Call) and ast.unparse(n.value.func) == "_layout"]
-    computed = {ast.unparse(n.targets[0].elts[1]) for n in layouts} - {"_"}
+    calls = [n for n in ast.walk(functions["_plan"]) if isinstance(n, ast.Assign)
+             and isinstance(n.value, ast.Call)]
+    # an input's (copy, strides) from `_layout`, a result's strides from `_written`
+    computed = {ast.unparse(n.targets[0].elts[1]) for n in calls
+                if ast.unparse(n.value.func) == "_layout"}
+    computed |= {ast.unparse(n.targets[0]) for n in calls
+                 if ast.unparse(n.value.func) == "_written"}
+    computed -= {"_"}
     read = {p.rsplit("_stride", 1)[0] + "_strides" for p in runtime if "_stride" in p}
     assert computed == read
     # the forms cover both roles (a transposed result is written in eager's transposed layout)

@@ -62,7 +62,7 @@ def test_channel_softmax_reduces_over_dim_1_and_verifies(tmp_path, looped):
     # the launcher views every tensor, the NCHW result included, through that map.
     assert "Iteration shape at analysis time: (2, 4, 4, 16)." in kernel.source
     assert "x = x.permute(0, 2, 3, 1)" in kernel.source
-    assert ("_layout(torch.empty_strided(out_shapes[0], out_strides[0], device=\"meta\")"
+    assert ("_written(torch.empty_strided(out_shapes[0], out_strides[0], device=\"meta\")"
             ".permute(0, 2, 3, 1)" in kernel.source)
 
 

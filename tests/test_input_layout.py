@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from codegen_harness import ConvBnRelu, Lambda, to_device
+from codegen_harness import ConvBnRelu, Lambda, run_kernel, to_device
 
 from fusion_core.codegen import generate, load_kernel, write_kernels
 from fusion_core.codegen.lower import plan
@@ -49,8 +49,14 @@ def test_a_spec_names_its_layout_only_when_not_contiguous():
 @pytest.mark.parametrize(("tensor", "order"), [
     (torch.randn(2, 3, 4, 5), None),
     (cl(2, 3, 4, 5), NHWC),
-    (cl(2, 1, 4, 5), NHWC),  # one channel: is_contiguous() too, told apart by its strides
-    (cl(2, 3, 1, 1), NHWC),
+    # decided by the dims longer than 1: where those lie as contiguous ones do (one channel,
+    # one pixel), the memory is a contiguous tensor's, whatever the size-1 dims' strides
+    (cl(2, 1, 4, 5), None),
+    (cl(2, 3, 1, 1), None),
+    # and one order whatever they are: torch's format where it fits (H's stride is 12 in
+    # channels-last), else each size-1 dim just outside the next longer dim by index
+    (torch.empty_strided((2, 3, 1, 4), (12, 1, 1, 3)), NHWC),
+    (torch.empty_strided((5, 1, 4), (1, 1, 5)), (1, 2, 0)),
     (torch.randn(2, 3, 4, 5, 6).to(memory_format=torch.channels_last_3d), (0, 2, 3, 4, 1)),
     (torch.randn(5, 3).t(), (1, 0)),
     (torch.randn(4, 5, 3).permute(0, 2, 1), (0, 2, 1)),
@@ -61,8 +67,10 @@ def test_a_spec_names_its_layout_only_when_not_contiguous():
 def test_an_example_tensor_gives_its_memory_order(tensor, order):
     spec = InputSpec.of(tensor)
     assert spec.memory_order == order and spec.shape == tuple(tensor.shape)
-    if order is not None:  # the order lays the example's shape out as the example is
-        assert spec.stride == tensor.stride()
+    # a dense example's spec lays its shape out as it is (size-1 dims index nothing)
+    if order is not None or tensor.is_contiguous():
+        lie = zip(tensor.shape, spec.stride, tensor.stride(), strict=True)
+        assert all(n == 1 or a == b for n, a, b in lie)
 
 
 def test_fake_inputs_take_the_spec_strides():
@@ -98,6 +106,27 @@ def test_the_json_report_says_the_order_of_a_non_contiguous_input():
     assert inputs_json([InputSpec((2, 3, 4, 5), memory_order=NHWC), InputSpec((4, 8))]) == [
         {"shape": [2, 3, 4, 5], "dtype": "float32", "memory_order": [0, 2, 3, 1]},
         {"shape": [4, 8], "dtype": "float32"}]
+
+
+def test_a_channels_last_example_of_one_pixel_is_analysed_as_a_contiguous_one(tmp_path):
+    """(N, C, 1, 1) channels-last has strides (C, 1, C, C), contiguous (C, 1, 1, 1): one
+    memory, both `is_contiguous()`. The spec, the report and the kernel are a contiguous
+    example's, so both callers share them; the kernel reads the channels-last tensor as it
+    is, and its result has the contiguous strides (eager keeps (C, 1, C, C) on `x * 2.0`:
+    the same memory, the size-1 dims' strides indexing nothing)."""
+    fn = lambda m, x: torch.relu(x * 2.0) + 1.0  # noqa: E731
+    x = cl(2, 3, 1, 1)
+    assert x.stride() != torch.randn(2, 3, 1, 1).stride() and x.is_contiguous()
+    analysis, plain = analyze(Lambda(fn, 1), x), analyze(Lambda(fn, 1), torch.randn(2, 3, 1, 1))
+    assert analysis.inputs == plain.inputs == (InputSpec((2, 3, 1, 1)),)
+    assert str(analysis.inputs[0]) == "2×3×1×1 float32"
+    assert inputs_json(analysis.inputs) == [{"shape": [2, 3, 1, 1], "dtype": "float32"}]
+    (cluster,), (same,) = analysis.clusters, plain.clusters
+    assert generate(analysis, cluster).source == generate(plain, same).source
+    _, module, _, out = _launched(analysis, (x,), tmp_path)
+    ((copies, *_),) = module.LAUNCH_CACHE.values()  # no views, so no seats
+    assert copies == () and out.is_contiguous()
+    torch.testing.assert_close(out, fn(None, x))
 
 
 def test_the_json_schema_takes_the_order_and_rejects_a_malformed_one():
@@ -162,6 +191,25 @@ def test_the_tail_of_a_convolution_of_a_channels_last_input_reads_it_without_a_c
         expected = model(x)
     assert out.stride() == expected.stride()
     torch.testing.assert_close(out, expected)
+
+
+def test_a_channels_last_softmax_over_one_row_refuses_more_rows_naming_the_input(tmp_path):
+    """Analysed for (N, C, 1, W) channels-last, a softmax over H writes its result in an
+    order that holds while H is 1 long: other N and W run, a longer H is refused naming the
+    input the caller passes and its dim (once the result, which the caller never spelled)."""
+    fn = lambda m, x: torch.softmax(x * 2.0, 2)  # noqa: E731
+    analysis = analyze(Lambda(fn, 1), cl(2, 3, 1, 4))
+    kernel = generate(analysis, analysis.clusters[0])
+    for k, shape in enumerate([(2, 3, 1, 4), (3, 3, 1, 5)]):
+        x = cl(*shape)
+        (got,) = run_kernel(kernel, tmp_path / str(k), (x,))
+        torch.testing.assert_close(got, fn(None, x))
+    with pytest.raises(ValueError) as e:
+        run_kernel(kernel, tmp_path / "rows", (cl(2, 3, 2, 4),))
+    assert str(e.value) == ("cluster0: `a`'s dim 2, 1 long in the analysed (2, 3, 1, 4), is 2 "
+                            "long here; this kernel writes the result `softmax` in an order "
+                            "that holds only while it is 1 long; regenerate it at these sizes "
+                            "or keep the original ops")
 
 
 def test_the_plugin_passes_a_tensor_layout_through_to_its_baseline(tmp_path):

@@ -43,6 +43,8 @@ def _conv_bn_relu(dtype=torch.float32):
 CASES = {  # model, inputs, the kernel's KIND
     "channels-last chain": (lambda: Lambda(chain, 1), lambda: (cl(2, 8, 4, 4),), "flat"),
     "conv → BatchNorm → ReLU": (_conv_bn_relu, lambda: (cl(2, 3, 5, 6),), "flat"),
+    # one row: H lies where the result's memory order has it (once where NCHW has it: tiled)
+    "channels-last chain, one row": (lambda: Lambda(chain, 1), lambda: (cl(2, 8, 1, 4),), "flat"),
     # the result is channels-last (eager's), x is NCHW: two directions, still tiled
     "ConvNeXt's tail": (lambda: Lambda(convnext_tail, 3),
                         lambda: (torch.randn(2, 4, 5, 3), torch.randn(3), torch.randn(2, 3, 4, 5)),
@@ -104,6 +106,33 @@ def test_a_channels_last_chain_matches_eager_with_its_strides(dtype, tmp_path):
         (got,) = run_kernel(kernel, tmp_path / str(k), (x,))
         expected = chain(None, x.to(memory_format=CL))
         assert got.stride() == expected.stride()
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize(("shape", "domain", "calls"), [
+    ((2, 3, 1, 4), (2, 1, 4, 3), [(2, 3, 5, 4), (3, 3, 1, 7), (2, 3, 2, 1)]),
+    ((2, 3, 4, 1), (2, 4, 1, 3), [(2, 3, 4, 5), (2, 3, 1, 6), (1, 3, 3, 2)]),
+], ids=["one row", "one column"])
+def test_a_channels_last_chain_with_a_size_1_dim_iterates_in_its_memory_order_at_any_size(
+        shape, domain, calls, tmp_path):
+    """Channels-last with H (or W) 1 long lies as (N, H, W, C): the iteration order is that
+    one, the size-1 dim placed as the result's memory order has it, not where it stands in
+    NCHW (then (N, W, H, C), H's stride split the result's one group: tiled, and a longer H
+    refused). Calls with it longer, or other sizes, are one group still and match eager,
+    strides included."""
+    analysis = analyze(Lambda(chain, 1), cl(*shape))
+    (cluster,) = analysis.clusters
+    p = plan(analysis.graph, cluster)
+    (arg,), (out,) = p.inputs, p.outputs
+    assert p.domain == domain and arg.view == out.view == (Reorder(NHWC),)
+    assert arg.access.groups == out.access.groups == (Group(0, 4, True),)
+    kernel = generate(analysis, cluster, Tuning(block=16))
+    assert not kernel.tiled
+    for k, size in enumerate([shape, *calls]):
+        x = cl(*size)
+        (got,) = run_kernel(kernel, tmp_path / str(k), (x,))
+        expected = chain(None, x)
+        assert got.stride() == expected.stride(), size
         torch.testing.assert_close(got, expected)
 
 

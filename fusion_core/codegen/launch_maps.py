@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..ir.views import Squeeze, Step, Strided, inverse
+import torch
+
+from ..ir.views import Squeeze, Step, Strided, ViewError, apply, inverse, plain
 from .domain_view import source
 from .plan import KernelPlan, TensorArg
 
@@ -21,6 +23,39 @@ def first_names(plan: KernelPlan, names: Sequence[str]) -> dict[str, str]:
     """Graph value -> the launcher parameter that takes it (an input loaded twice has
     one parameter; its second load is a local view of it)."""
     return {t.value: a for a, t in reversed(list(zip(names, plan.inputs, strict=True)))}
+
+
+def grown_inputs(plan: KernelPlan, names: Sequence[str]) -> str:
+    """`_written`'s `grown` (``runtime.py``): per input with a dim 1 long at analysis that is
+    an iteration dim 1 long there too, (its `_plan` parameter, its name as the graph spells
+    it, its analysed shape, {iteration dim: its dim})."""
+    firsts = first_names(plan, names)
+    parts = []
+    for a, t in zip(names, plan.inputs, strict=True):
+        dims = _grown_dims(t, plan.domain)
+        if dims:
+            parts.append(f"({a}, {f'`{firsts[t.value]}`'!r}, {tuple(t.value_shape)}, {dims})")
+    return "(" + "".join(p + ", " for p in parts).rstrip() + ")"
+
+
+def _grown_dims(t: TensorArg, domain: tuple[int, ...]) -> dict[int, int]:
+    """{iteration dim: `t`'s own dim} for each own dim 1 long at analysis that its map makes
+    an iteration dim 1 long there too: found by seeing the shape with that dim 2 long through
+    the map (one that takes no other size there, a reshape to fixed sizes, gives none)."""
+    shape, out = tuple(t.value_shape), {}
+    for d in (d for d, n in enumerate(shape) if n == 1):
+        grown = shape[:d] + (2,) + shape[d + 1:]
+        try:
+            seen = tuple(apply(plain(t.view, grown), torch.empty(grown, device="meta")).shape)
+        except (ViewError, RuntimeError):
+            continue
+        if len(seen) != len(t.shape):  # a split that only a size-1 dim leaves an unsqueeze
+            continue
+        pad = len(domain) - len(seen)
+        moved = [k + pad for k, n in enumerate(seen) if n == 2 and t.shape[k] == 1]
+        if len(moved) == 1 and moved[0] >= 0 and domain[moved[0]] == 1:
+            out[moved[0]] = d
+    return out
 
 
 def _fixed(t: TensorArg) -> bool:

@@ -56,21 +56,19 @@ def sized(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list[str]
     # given them allocates in about half the host time `torch.empty` takes to parse them.
     out.line("out_strides = tuple(_dense_strides(s, order) for s, order in "
              "zip(out_shapes, OUT_ORDERS, strict=True))")
+    grown = launch_maps.grown_inputs(plan, names)
     for i, t in enumerate(plan.outputs):
         strided = sig.has_strides(Role.OUT, i)
         if strided or t.view:
-            # A result is allocated contiguous in its own shape; seen through its map, its
-            # dims must still fall in the kernel's groups (a dim 1 long where analysed may
-            # have hidden that two grouped dims are apart at another size).
+            # A result is allocated in its own shape; seen through its map, its dims must
+            # still fall in the kernel's groups (a dim 1 long where analysed may have hidden
+            # that two grouped dims are apart at another size: `_written` then names the
+            # input longer there).
             seen = launch_maps.output_layout(t, i)
             got = strides_local(Role.OUT, i) if strided else "_"
-            named = f"`{t.value}` (a result)"  # `_layout` would call it an input
-            out.lines([f"apart, {got} = _layout({seen}, shape, OUT_GROUPS[{i}], (), {named!r})",
-                       "if apart:",
-                       f'    raise ValueError(f"{{NAME}}: `{t.value}` is {{out_shapes[{i}]}} '
-                       'here, and its dims do not lie in memory as this kernel writes them '
-                       f'(they did at the analysed {tuple(t.value_shape)}); regenerate it at '
-                       'these sizes or keep the original ops")'])
+            sizes = f"(out_shapes[{i}], {tuple(t.value_shape)})"
+            out.line(f"{got} = _written({seen}, shape, OUT_GROUPS[{i}], "
+                     f"{f'the result `{t.value}`'!r}, {sizes}, {grown})")
     if not with_frame:
         pow2_check(plan, looped, out)
     out.line(f"{Family.SPAN} = _spans(shape)")

@@ -136,3 +136,11 @@ def dense_permuted(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int
     contiguous = all(stride[k] == math.prod(shape[k + 1:]) for k in range(len(shape))
                      if shape[k] != 1)
     return tuple(stride) if dense and not contiguous else None
+
+
+def eager_order(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
+    """The dims of a dense layout from outermost to innermost in memory. A size-1 dim whose
+    stride equals a longer dim's lies just inside it (torch gives it the stride of the dims
+    inside it: (3, 1, 6) transposed from (6, 1, 3) has (1, 3, 3), its H between the 6 and
+    the 3), so `_dense_strides` of the order gives eager's strides back."""
+    return tuple(sorted(range(len(shape)), key=lambda k: (-stride[k], shape[k] == 1, k)))

@@ -53,7 +53,7 @@ from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
 from .half_reads import compared_scalars, computed_unrounded, rounding, rounds_operands
 from .indexing import index_maps
-from .layout import Access, LoweringError, access, dense_permuted
+from .layout import Access, LoweringError, access, dense_permuted, eager_order
 from .literal_sizes import literal_pins
 from .node_lowering import (
     division_scalars,
@@ -378,7 +378,7 @@ class _Lowering:
         layout = eager or torch.empty(meta.shape, device="meta").stride()
         shape, stride, fields = self._viewed(name, meta.shape, layout)
         if eager is not None:
-            fields["memory_order"] = tuple(sorted(range(len(eager)), key=lambda k: -eager[k]))
+            fields["memory_order"] = eager_order(tuple(meta.shape), eager)
         view = fields.get("view", ())
         if view and inverse(view, tuple(meta.shape)) is None:
             # `(w * 2)[:, ::2]` read over the domain while `w * 2` is a result too: the

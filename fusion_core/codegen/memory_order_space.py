@@ -20,7 +20,9 @@ leading dims the reorder moves): the launcher still right-aligns its inputs.
 
 Full-size: spanning every dim of the domain longer than 1 with a nonzero stride; a tensor
 broadcast along some dim does not vote. The order is that of the dims longer than 1, by
-stride; size-1 dims keep their place (a batch of 1 stays outermost). Only a plain
+stride; size-1 dims go where the results' memory order has them (``_written_order``: H of
+a channels-last (N, C, 1, W) between N and W, so the result stays one group and H may grow
+at run time), else keep their place (a batch of 1 stays outermost). Only a plain
 elementwise space is reordered: no reduction, no steps already (a split or a regroup), no
 upsample (its repeats are split dims of the domain), no cat (its pieces are cut along a
 domain dim) and no generated value (indexed as contiguous, it would vote against any other
@@ -36,7 +38,7 @@ import torch
 from ..ir.graph import FusionGraph, OpKind
 from ..ir.iteration import IterationSpace
 from ..ir.views import Reorder, Step, Unsqueeze, ViewError, apply, plain
-from .layout import dense_permuted
+from .layout import dense_permuted, eager_order
 from .upsample_space import upsamples
 
 Layout = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, strides) over the domain
@@ -52,9 +54,14 @@ def _memory(g: FusionGraph, inputs: Sequence[str], outputs: Sequence[str],
     for (_, name), steps in reads.items():
         yield name, steps, tuple(g[name].meta.stride)
     for name in outputs:
-        meta = g[name].meta
-        eager = dense_permuted(tuple(meta.shape), tuple(meta.stride))
-        yield name, chains[name], eager or torch.empty(meta.shape, device="meta").stride()
+        yield name, chains[name], _written(g, name)
+
+
+def _written(g: FusionGraph, name: str) -> tuple[int, ...]:
+    """The strides a result is written with: eager's layout, as ``lower._output`` has it."""
+    meta = g[name].meta
+    eager = dense_permuted(tuple(meta.shape), tuple(meta.stride))
+    return eager or torch.empty(meta.shape, device="meta").stride()
 
 
 def _seen(steps: tuple[Step, ...], shape: tuple[int, ...], stride: tuple[int, ...],
@@ -104,13 +111,41 @@ def memory_ordered(g: FusionGraph, nodes: Sequence[str], inputs: Sequence[str],
     if len(orders) != 1:
         return space
     (order,) = orders
-    slots = sorted(order)  # the long dims' places, refilled in memory order
-    if list(order) == slots:
+    perm = _written_order(g, outputs, chains, domain, order) or _in_slots(order, len(domain))
+    if list(perm) == list(range(len(domain))):
         return space
-    perm = list(range(len(domain)))
+    return IterationSpace(space.anchor, space.anchor_shape, (Reorder(tuple(perm)),), 0)
+
+
+def _written_order(g: FusionGraph, outputs: Sequence[str],
+                   chains: Mapping[str, tuple[Step, ...]], domain: tuple[int, ...],
+                   order: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Every domain dim in the order the full-size results lie in memory, size-1 dims too,
+    as the launcher allocates them at any size (``layout.eager_order``, a result's
+    ``memory_order``); None where no result spans the domain or they place a size-1 dim
+    apart. A size-1 dim left where it stands could split a result's one group (channels-last
+    (2, 3, 1, 4) over (N, W, H, C): H strides past W·C) and, grown at run time, leave it
+    apart from the iteration order altogether."""
+    found = set()
+    for name in outputs:
+        shape = tuple(g[name].meta.shape)
+        seen = _seen(chains[name], shape, _written(g, name), len(domain))
+        if seen is None or _order(seen, domain) != order:
+            continue
+        pad = len(domain) - len(shape)  # dims the result lacks: outermost, in place
+        own = eager_order(seen[0][pad:], seen[1][pad:])
+        found.add(tuple(range(pad)) + tuple(k + pad for k in own))
+    return found.pop() if len(found) == 1 else None
+
+
+def _in_slots(order: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    """The dims longer than 1 in `order`, refilling their own places; size-1 dims keep
+    theirs."""
+    slots = sorted(order)
+    perm = list(range(rank))
     for slot, k in zip(slots, order, strict=True):
         perm[slot] = k
-    return IterationSpace(space.anchor, space.anchor_shape, (Reorder(tuple(perm)),), 0)
+    return tuple(perm)
 
 
 def right_aligned(g: FusionGraph, inputs: Sequence[str],

@@ -174,6 +174,34 @@ def _group_strides(t, shape, groups):
     return found
 
 
+def _written(t, shape, groups, result, sizes, grown):
+    """The strides of a result's non-unit index groups at this call. `t`: a meta tensor laid
+    out as the launcher allocates the result `result`, seen through its map; `sizes`: the
+    result's shape here and at analysis. Where its dims no longer fall in the groups, a dim
+    1 long at the analysed shapes hid that two of them lie apart: the refusal names the input
+    longer there, the cause its caller can change. `grown`: per input, (the input as `_plan`
+    sees it, its name, its analysed shape, {iteration dim: the input's dim that becomes it},
+    for its dims 1 long at analysis)."""
+    if t.numel() == 0 or _group_strides(t, shape, groups) is not None:
+        return _layout(t, shape, groups, (), result)[1]
+    for given, name, analysed, dims in grown:  # not `x`: a value name (same_source_key)
+        pad = len(shape) - given.dim()
+        longer = [(d, given.shape[k - pad]) for k, d in sorted(dims.items(), key=lambda kd: kd[1])
+                  if k >= pad and given.shape[k - pad] != 1]
+        if longer:
+            one = len(longer) == 1
+            said = " and ".join(str(d) for d, _ in longer)
+            now = " and ".join(str(n) for _, n in longer)
+            raise ValueError(
+                f"{NAME}: {name}'s dim{'' if one else 's'} {said}, 1 long in the analysed "
+                f"{analysed}, {'is' if one else 'are'} {now} long here; this kernel writes "
+                f"{result} in an order that holds only while {'it is' if one else 'they are'}"
+                " 1 long; regenerate it at these sizes or keep the original ops")
+    raise ValueError(f"{NAME}: {result} is {sizes[0]} here, and its dims do not lie in memory "
+                     f"as this kernel writes them (they did at the analysed {sizes[1]}); "
+                     "regenerate it at these sizes or keep the original ops")
+
+
 def _seats(raws, seen):
     """Where each input seen through an index map lies in its raw input, for later calls
     with the same layout: (shape, strides, storage offset past the raw input's). None when
@@ -206,7 +234,7 @@ def _repeated(t, dim, factor):
 
 
 HELPERS = (_iteration_shape, _spans, _powers_of_two, _multiple_of, _dense_strides, _relaid,
-           _run_device, _device_copies, _layout, _group_strides)
+           _run_device, _device_copies, _layout, _group_strides, _written)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
 VIEW_HELPERS = (_seats, _narrowed, _repeated)  # a launcher that sees inputs through views
 

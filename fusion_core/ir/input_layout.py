@@ -8,7 +8,9 @@ survives a change of sizes (validation's smaller batch, the model-shape search).
 
 Only dense layouts are kept (every element once, no gaps: a permutation of a contiguous
 tensor). A sliced or expanded example is analysed as contiguous; the launcher still takes
-it, through its strides or a copy, as it takes any other layout at run time.
+it, through its strides or a copy, as it takes any other layout at run time. The order is
+read from the dims longer than 1 (`memory_order_of`): an (N, C, 1, 1) channels-last example
+is a contiguous one.
 """
 
 from __future__ import annotations
@@ -45,22 +47,42 @@ def checked_order(shape: tuple[int, ...], order: tuple[int, ...] | None
 
 def memory_order_of(t: torch.Tensor) -> tuple[int, ...] | None:
     """The order `t`'s dims lie in memory, where it is dense in another order than the
-    contiguous one; None where it is contiguous, or not dense (see the module docstring)."""
+    contiguous one; None where it is contiguous, or not dense (see the module docstring).
+
+    Decided by the dims longer than 1 alone: torch gives a size-1 dim some stride that
+    indexes nothing (channels-last (2, 3, 1, 1) has (3, 1, 3, 3), contiguous (3, 1, 1, 1),
+    and both are `is_contiguous()`), so an example whose longer dims lie in the contiguous
+    order is analysed as contiguous (same spec, cache keys and kernels as a contiguous
+    caller's), and otherwise gets the same order whatever its size-1 dims' strides are
+    (`canonical_order`)."""
     shape, stride = tuple(t.shape), tuple(t.stride())
-    if t.layout != torch.strided or stride == dense_strides(shape, None):
+    if t.layout != torch.strided or t.is_contiguous():
         return None
-    # torch's formats first: their strides on size-1 dims say nothing about the order, so a
-    # channels-last tensor with one channel is told from a contiguous one by its exact strides
-    for order in NAMED:
-        if len(order) == len(shape) and stride == dense_strides(shape, order):
-            return order
-    if t.is_contiguous():
-        return None  # contiguous but for size-1 dims' strides, which index nothing
     order = tuple(sorted(range(len(shape)), key=lambda k: (-stride[k], k)))
     placed = dense_strides(shape, order)
     if any(n != 1 and s != p for n, s, p in zip(shape, stride, placed, strict=True)):
         return None  # not dense: analysed as contiguous
-    return order
+    return canonical_order(shape, order)
+
+
+def canonical_order(shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, ...] | None:
+    """One order for every placement of `shape`'s size-1 dims in `order` (they index
+    nothing, so all lay the tensor out alike): None where the longer dims keep the
+    contiguous order; torch's format where it orders them so (channels-last (2, 3, 1, 4):
+    what `torch.empty_like` and elementwise results of such an input keep, so fake tensors
+    propagate eager's strides); else each size-1 dim just outside the outermost dim of a
+    higher index, innermost where there is none (a leading batch of 1 stays outermost)."""
+    longer = [k for k in order if shape[k] != 1]
+    if longer == sorted(longer):
+        return None
+    for named in NAMED:
+        if len(named) == len(shape) and [k for k in named if shape[k] != 1] == longer:
+            return named
+    out = list(longer)
+    for k in sorted((k for k in range(len(shape)) if shape[k] == 1), reverse=True):
+        after = next((j for j in out if j > k), None)
+        out.insert(len(out) if after is None else out.index(after), k)
+    return tuple(out)
 
 
 def order_words(order: tuple[int, ...] | None) -> str:
