@@ -160,8 +160,8 @@ class Stmt:
     deps: tuple[str, ...]  # temporaries read
     per_row: bool
     phase: str  # "pre" or "post" (the reduction)
-    # Helpers of the generated file `expr` calls (``ir/rounding.Calls``), as its lowering
-    # said: the file defines those its statements record
+    # Helpers of the generated file `expr` calls (``ir/rounding.Calls``: the divisions', and
+    # bfloat16 rounding), as its lowering said: the file defines those its statements record
     helpers: tuple[str, ...] = ()
 
 
