@@ -53,16 +53,10 @@ from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
 from .half_reads import compared_scalars, computed_unrounded, rounding, rounds_operands
 from .indexing import index_maps
+from .int_scalars import integer_scalars
 from .layout import Access, LoweringError, access, dense_permuted
 from .literal_sizes import literal_pins
-from .node_lowering import (
-    division_scalars,
-    literal,
-    node_meta,
-    pointwise_rule,
-    reduction_eps,
-    reduction_rule,
-)
+from .node_lowering import literal, node_meta, pointwise_rule, reduction_eps, reduction_rule
 from .plan import (
     COMPUTE,
     MAX_BLOCK,
@@ -296,9 +290,12 @@ class _Lowering:
                          self.per_row[temp], **fields,
                          generated=Generated(node.op, node.params, offset), piece=piece)
 
-    def _operands(self, node: Node) -> tuple[str, ...]:
+    def _operands(self, node: Node) -> tuple[tuple[str, ...], dict]:
+        """`node`'s operands written, and its params (numbers as eager reads them)."""
+        inputs, params = integer_scalars(self.g, node, compared_scalars(self.g, node),
+                                         dict(node.params))
         return tuple(self._read(node, a.name) if isinstance(a, Ref) else literal(a)
-                     for a in division_scalars(self.g, node, compared_scalars(self.g, node)))
+                     for a in inputs), params
 
     def _read(self, reader: Node, name: str, reduced: bool = False) -> str:
         """`name`'s temporary as `reader` takes it: rounded to its 16-bit dtype first where
@@ -327,7 +324,7 @@ class _Lowering:
             self.temps[node.name] = self._temp(node.name, node.refs[0])
             return None
         lowering = pointwise_rule(self.g, node)
-        operands, params = self._operands(node), dict(node.params)
+        operands, params = self._operands(node)
         if node.kind is OpKind.CONCAT:  # the coordinate picks the operand (its piece)
             key = (self.maps.cat_dims[node.name], self.maps.cat_pers[node.name])
             operands = (self.coords[key].temp, *operands)
@@ -399,4 +396,3 @@ class _Lowering:
             extent = max(extent, 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride,
                                                                            strict=True)))
         return extent >= 2**31
-

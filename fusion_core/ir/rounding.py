@@ -101,3 +101,12 @@ def wrapped(value: int, dtype: torch.dtype) -> int:
     info = torch.iinfo(dtype)
     low = value & ((1 << info.bits) - 1)
     return low - (1 << info.bits) if info.min < 0 and low >> (info.bits - 1) else low
+
+
+def converts(value: int, dtype: torch.dtype) -> bool:
+    """Whether eager's checked conversion (of `torch.where`'s, `masked_fill`'s, `clamp`'s
+    number) takes Python integer `value` to integer `dtype` rather than raising: within its
+    range, or down to -max for an unsigned one, wrapped (c10's `overflows`: uint8's -1 is
+    255, -256 raises)."""
+    info = torch.iinfo(dtype)
+    return info.min <= value <= info.max or (info.min == 0 and -info.max <= value < 0)
