@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +70,7 @@ from .plan import (
     TensorArg,
     followed_dims,
     live_statements,
+    needs_int64,
 )
 from .tiling import column_dims, needs_tiles
 
@@ -208,7 +209,7 @@ class _Lowering:
             name=kernel_name(self.c.index), cluster_index=self.c.index,
             skeleton="reduction" if self.red is not None else "elementwise",
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
-            outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
+            outputs=outputs, int64=needs_int64(self.domain, inputs), chain=self.c.chain,
             tiled=tiled, steps=several, col_dims=col_dims,
             generated=generated, scalars=self.scalars, cats=self.cats,
             pins=literal_pins(self.g, self.c.nodes, self.tensors))
@@ -389,10 +390,3 @@ class _Lowering:
                            grows=followed_dims(self.rank, self.reduced, self.per_row[temp]))
         return TensorArg(name, Role.OUT, i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields)
-
-    def _needs_int64(self, inputs: Sequence[TensorArg]) -> bool:
-        extent = math.prod(self.domain)
-        for t in inputs:
-            extent = max(extent, 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride,
-                                                                           strict=True)))
-        return extent >= 2**31

@@ -277,6 +277,16 @@ def steps_along_cols(t: TensorArg, rank: int) -> bool:
         g.unit for g in groups[:-1])
 
 
+def needs_int64(domain: tuple[int, ...], inputs: Sequence[TensorArg]) -> bool:
+    """Whether the kernel's index math needs 64 bits (``KernelPlan.int64``): the domain's
+    flat index, or the farthest element an input reaches, passes int32."""
+    extent = math.prod(domain)
+    for t in inputs:
+        extent = max(extent, 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride,
+                                                                       strict=True)))
+    return extent >= 2**31
+
+
 def live_statements(stmts: list[Stmt], reductions: Sequence[ReductionStep],
                     outputs: Sequence[TensorArg]) -> list[Stmt]:
     """Drop statements no output depends on (a cluster never has them; cheap insurance)."""
