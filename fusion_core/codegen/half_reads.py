@@ -56,12 +56,14 @@ def rounds_operands(node: Node) -> bool:
 def rounding(temp: str, new_temp: str, dtype: torch.dtype, node: str, per_row: bool,
              phase: str) -> Stmt:
     """`new_temp`: `temp` rounded to `dtype` (kept in float32 registers)."""
-    return Stmt(new_temp, half_round(temp, dtype), node, "round", (temp,), per_row, phase)
+    rounded = half_round(temp, dtype)
+    return Stmt(new_temp, rounded.expr, node, "round", (temp,), per_row, phase, rounded.helpers)
 
 
 def helpers(plan: KernelPlan) -> list[str]:
-    """The bfloat16 rounding helper's lines, where the plan's statements call it."""
-    if not any(f"{ROUND_BF16}(" in s.expr for s in plan.stmts):
+    """The bfloat16 rounding helper's lines, where a statement of the plan recorded it (its
+    lowering called ``half_round``)."""
+    if not any(ROUND_BF16 in s.helpers for s in plan.stmts):
         return []
     return ["# A float32 value rounded to the nearest bfloat16 (ties to even), kept in float32.",
             "# Triton's interpreter truncates instead: there, the rounding is done on the bits.",

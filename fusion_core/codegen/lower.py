@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -53,16 +53,10 @@ from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
 from .half_reads import compared_scalars, computed_unrounded, rounding, rounds_operands
 from .indexing import index_maps
+from .int_scalars import integer_scalars
 from .layout import Access, LoweringError, access, dense_permuted, eager_order
 from .literal_sizes import literal_pins
-from .node_lowering import (
-    division_scalars,
-    literal,
-    node_meta,
-    pointwise_rule,
-    reduction_eps,
-    reduction_rule,
-)
+from .node_lowering import literal, node_meta, pointwise_rule, reduction_eps, reduction_rule
 from .plan import (
     COMPUTE,
     MAX_BLOCK,
@@ -76,6 +70,7 @@ from .plan import (
     TensorArg,
     followed_dims,
     live_statements,
+    needs_int64,
 )
 from .tiling import column_dims, needs_tiles
 
@@ -214,7 +209,7 @@ class _Lowering:
             name=kernel_name(self.c.index), cluster_index=self.c.index,
             skeleton="reduction" if self.red is not None else "elementwise",
             domain=self.domain, inputs=inputs, stmts=tuple(stmts), reduction=reduction,
-            outputs=outputs, int64=self._needs_int64(inputs), chain=self.c.chain,
+            outputs=outputs, int64=needs_int64(self.domain, inputs), chain=self.c.chain,
             tiled=tiled, steps=several, col_dims=col_dims,
             generated=generated, scalars=self.scalars, cats=self.cats,
             pins=literal_pins(self.g, self.c.nodes, self.tensors))
@@ -296,9 +291,12 @@ class _Lowering:
                          self.per_row[temp], **fields,
                          generated=Generated(node.op, node.params, offset), piece=piece)
 
-    def _operands(self, node: Node) -> tuple[str, ...]:
+    def _operands(self, node: Node) -> tuple[tuple[str, ...], dict]:
+        """`node`'s operands written, and its params (numbers as eager reads them)."""
+        inputs, params = integer_scalars(self.g, node, compared_scalars(self.g, node),
+                                         dict(node.params))
         return tuple(self._read(node, a.name) if isinstance(a, Ref) else literal(a)
-                     for a in division_scalars(self.g, node, compared_scalars(self.g, node)))
+                     for a in inputs), params
 
     def _read(self, reader: Node, name: str, reduced: bool = False) -> str:
         """`name`'s temporary as `reader` takes it: rounded to its 16-bit dtype first where
@@ -327,7 +325,7 @@ class _Lowering:
             self.temps[node.name] = self._temp(node.name, node.refs[0])
             return None
         lowering = pointwise_rule(self.g, node)
-        operands, params = self._operands(node), dict(node.params)
+        operands, params = self._operands(node)
         if node.kind is OpKind.CONCAT:  # the coordinate picks the operand (its piece)
             key = (self.maps.cat_dims[node.name], self.maps.cat_pers[node.name])
             operands = (self.coords[key].temp, *operands)
@@ -392,11 +390,3 @@ class _Lowering:
                            grows=followed_dims(self.rank, self.reduced, self.per_row[temp]))
         return TensorArg(name, Role.OUT, i, temp, shape, stride, meta.dtype, acc,
                          self.per_row[temp], **fields)
-
-    def _needs_int64(self, inputs: Sequence[TensorArg]) -> bool:
-        extent = math.prod(self.domain)
-        for t in inputs:
-            extent = max(extent, 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride,
-                                                                           strict=True)))
-        return extent >= 2**31
-

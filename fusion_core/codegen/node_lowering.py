@@ -18,7 +18,6 @@ from ..ir.graph import FusionGraph, Node, TensorMeta
 from ..ir.lowerings import BOOL_LOWERINGS, HALF_LOWERINGS, INT_LOWERINGS
 from ..ir.reductions import ReductionRule
 from ..ir.registry import SPECS
-from ..ir.rounding import wrapped
 from ..ir.spelling import said
 from .layout import LoweringError
 
@@ -77,30 +76,6 @@ def pointwise_rule(graph: FusionGraph, node: Node) -> Callable:
             and hasattr(node.inputs[1], "name")):
         return HALF_LOWERINGS[node.op](node.meta.dtype)
     return spec.lower
-
-
-def division_scalars(graph: FusionGraph, node: Node, inputs: tuple) -> tuple:
-    """`inputs` (`node`'s) with an integer division's Python integers as eager reads them:
-    in the result's dtype, wrapped (``ir/rounding.wrapped``: int8's `x // 259` divides by
-    3, where Triton divided by 259). A divisor that is 0 there is refused, as eager refuses
-    it; a tensor divisor's 0 gives 0, as CUDA's floor division (``codegen/rounding.py``)."""
-    spec, meta = SPECS.get(node.op), node.meta
-    if (spec is None or spec.divisor is None or meta is None or meta.dtype is torch.bool
-            or meta.dtype.is_floating_point or meta.dtype.is_complex):
-        return inputs
-    at = spec.operands.index(spec.divisor)
-    out = list(inputs)
-    for i, a in enumerate(inputs):
-        if not isinstance(a, int) or isinstance(a, bool):
-            continue
-        out[i] = wrapped(a, meta.dtype)
-        if i == at and out[i] == 0:
-            dtype = str(meta.dtype).removeprefix("torch.")
-            held = "" if a == 0 else f", which is 0 in {dtype} (eager wraps it)"
-            raise LoweringError(f"{said(graph, node.name)} divides by {a}{held}: eager raises "
-                                "ZeroDivisionError there; divide by a number that is not 0 "
-                                f"in {dtype}", (node.name,))
-    return tuple(out)
 
 
 def reduction_rule(graph: FusionGraph, node: Node) -> tuple[ReductionRule, tuple[str, ...]]:

@@ -160,8 +160,8 @@ class Stmt:
     deps: tuple[str, ...]  # temporaries read
     per_row: bool
     phase: str  # "pre" or "post" (the reduction)
-    # Helpers of the generated file `expr` calls (``ir/rounding.Calls``), as its lowering
-    # said: the file defines those its statements record
+    # Helpers of the generated file `expr` calls (``ir/rounding.Calls``: the divisions', and
+    # bfloat16 rounding), as its lowering said: the file defines those its statements record
     helpers: tuple[str, ...] = ()
 
 
@@ -275,6 +275,16 @@ def steps_along_cols(t: TensorArg, rank: int) -> bool:
     groups = t.access.groups
     return bool(groups) and groups[-1].last == rank and not groups[-1].unit and any(
         g.unit for g in groups[:-1])
+
+
+def needs_int64(domain: tuple[int, ...], inputs: Sequence[TensorArg]) -> bool:
+    """Whether the kernel's index math needs 64 bits (``KernelPlan.int64``): the domain's
+    flat index, or the farthest element an input reaches, passes int32."""
+    extent = math.prod(domain)
+    for t in inputs:
+        extent = max(extent, 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride,
+                                                                       strict=True)))
+    return extent >= 2**31
 
 
 def live_statements(stmts: list[Stmt], reductions: Sequence[ReductionStep],

@@ -20,7 +20,7 @@ divisor, which eager on the CPU refuses, gives 0 (as ``div_floor_integer`` does 
 it is replaced before dividing, so no kernel divides an integer by zero; nor the lowest
 integer by -1, which overflows (the remainder by -1 is 0, the quotient a negation). A
 number that is 0 in the dtype never gets here: lowering refuses it as eager does
-(``node_lowering.division_scalars``).
+(``int_scalars.py``).
 
 A file defines the helpers its plan's statements recorded (``Stmt.helpers``), and the fmod
 helper where one of them calls it (``_CALL_FMOD``).

@@ -54,14 +54,15 @@ TL_TYPES: dict[torch.dtype, str] = {
 ROUND_BF16 = "_round_bf16"
 
 
-def half_round(x: str, dtype: Any) -> str:
-    """Float32 `x` rounded to 16-bit `dtype`, kept in float32."""
+def half_round(x: str, dtype: Any) -> Calls:
+    """Float32 `x` rounded to 16-bit `dtype`, kept in float32 (bfloat16's through the helper,
+    which the expression records)."""
     if dtype is torch.bfloat16:
-        return f"{ROUND_BF16}({x})"
-    return f"{x}.to({TL_TYPES[dtype]}).to(tl.float32)"
+        return Calls(f"{ROUND_BF16}({x})", (ROUND_BF16,))
+    return Calls(f"{x}.to({TL_TYPES[dtype]}).to(tl.float32)", ())
 
 
-def cast(x: str, dtype: Any) -> str | None:
+def cast(x: str, dtype: Any) -> str | Calls | None:
     if dtype is torch.bool:
         return f"({x} != 0)"
     if dtype in (torch.float16, torch.bfloat16):

@@ -44,6 +44,7 @@ from .rounding import div_expr, floor_divide_expr, remainder_expr
 __all__ = ["SPECS", "TL_TYPES", "OpSpec", "parse_signature", "tanh_expr", "training_spec"]
 
 UNARY, BINARY, REDUCTION = OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.REDUCTION
+WRAPS, CHECKS = "wraps", "checks"  # ``OpSpec.int_scalar``
 
 
 def _hardsigmoid(x: str) -> str:
@@ -73,6 +74,15 @@ class OpSpec:
     # The operand eager refuses to be an integer 0 ("ZeroDivisionError"): validation draws
     # an integer input read there from 1 up (``validate/inputs.py``).
     divisor: str | None = None
+    # How eager converts a Python integer operand to the integer dtype the op computes in
+    # (``codegen/int_scalars.py``): WRAPS it to the dtype's width (int8's `x + 259` adds 3,
+    # `x < 259` compares with 3), or CHECKS that it fits, raising where it does not
+    # (`torch.where(c, x, 259)`, `masked_fill`, `clamp`); None: the op takes none.
+    int_scalar: str | None = None
+    # (operand, param, sign): eager multiplies the operand by the param times the sign in the
+    # op's dtype (add's `other` by `alpha`, sub's by `-alpha`); an integer dtype checks that
+    # product's factor as CHECKS does its number.
+    scaled: tuple[str, str, int] | None = None
 
     @property
     def bind_signature(self) -> inspect.Signature:
@@ -95,44 +105,53 @@ def _always(params: Mapping[str, Any]) -> bool:
     return True
 
 
+def _wrapping(name: str, lower: Lowering) -> OpSpec:
+    """A two-operand op converting a Python integer to its dtype by wrapping (``int_scalar``)."""
+    return OpSpec(name, BINARY, "input, other", ("input", "other"), lower, int_scalar=WRAPS)
+
+
 def _reduction(name: str, signature: str, operands: tuple[str, ...] = ("input",)) -> OpSpec:
     return OpSpec(name, REDUCTION, signature, operands, RULES[name])
 
 
 _SPECS = [
     # --- pointwise binary (two or more operands; scalars allowed) ---
-    OpSpec("add", BINARY, "input, other, *, alpha=1", ("input", "other"), with_alpha("+")),
-    OpSpec("sub", BINARY, "input, other, *, alpha=1", ("input", "other"), with_alpha("-")),
+    OpSpec("add", BINARY, "input, other, *, alpha=1", ("input", "other"), with_alpha("+"),
+           int_scalar=WRAPS, scaled=("other", "alpha", 1)),
+    OpSpec("sub", BINARY, "input, other, *, alpha=1", ("input", "other"), with_alpha("-"),
+           int_scalar=WRAPS, scaled=("other", "alpha", -1)),
     OpSpec("rsub", BINARY, "input, other, alpha=1", ("input", "other"),
-           lambda a, p: with_alpha("-")((a[1], a[0]), p)),
-    OpSpec("mul", BINARY, "input, other", ("input", "other"), infix("*")),
+           lambda a, p: with_alpha("-")((a[1], a[0]), p), int_scalar=WRAPS,
+           scaled=("input", "alpha", -1)),
+    _wrapping("mul", infix("*")),
     # rounding modes, remainder and floor_divide round as torch does (ir/rounding.py)
     OpSpec("div", BINARY, "input, other, *, rounding_mode=None", ("input", "other"), div_expr,
-           steps=lambda p: p.get("rounding_mode") is not None, divisor="other"),
+           steps=lambda p: p.get("rounding_mode") is not None, divisor="other",
+           int_scalar=WRAPS),
     OpSpec("floor_divide", BINARY, "input, other", ("input", "other"), floor_divide_expr,
-           steps=_always, divisor="other"),
+           steps=_always, divisor="other", int_scalar=WRAPS),
     OpSpec("remainder", BINARY, "input, other", ("input", "other"), remainder_expr,
-           steps=_always, divisor="other"),
+           steps=_always, divisor="other", int_scalar=WRAPS),
     OpSpec("maximum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_max(*a)),
     OpSpec("minimum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_min(*a)),
     OpSpec("where", BINARY, "condition, input, other", ("condition", "input", "other"),
-           call("tl.where")),
+           call("tl.where"), int_scalar=CHECKS),
     OpSpec("masked_fill", BINARY, "input, mask, value", ("input", "mask", "value"),
-           lambda a, p: f"tl.where({a[1]}, {a[2]}, {a[0]})"),
-    OpSpec("eq", BINARY, "input, other", ("input", "other"), infix("==")),
+           lambda a, p: f"tl.where({a[1]}, {a[2]}, {a[0]})", int_scalar=CHECKS),
+    _wrapping("eq", infix("==")),
     # On bool masks (attention masks combined with `&`) bitwise and logical agree.
-    OpSpec("bitwise_and", BINARY, "input, other", ("input", "other"), infix("&")),
-    OpSpec("bitwise_or", BINARY, "input, other", ("input", "other"), infix("|")),
-    OpSpec("bitwise_xor", BINARY, "input, other", ("input", "other"), infix("^")),
+    _wrapping("bitwise_and", infix("&")),
+    _wrapping("bitwise_or", infix("|")),
+    _wrapping("bitwise_xor", infix("^")),
     OpSpec("logical_and", BINARY, "input, other", ("input", "other"),
            lambda a, p: f"(({a[0]} != 0) & ({a[1]} != 0))"),
     OpSpec("logical_or", BINARY, "input, other", ("input", "other"),
            lambda a, p: f"(({a[0]} != 0) | ({a[1]} != 0))"),
-    OpSpec("ne", BINARY, "input, other", ("input", "other"), infix("!=")),
-    OpSpec("lt", BINARY, "input, other", ("input", "other"), infix("<")),
-    OpSpec("le", BINARY, "input, other", ("input", "other"), infix("<=")),
-    OpSpec("gt", BINARY, "input, other", ("input", "other"), infix(">")),
-    OpSpec("ge", BINARY, "input, other", ("input", "other"), infix(">=")),
+    _wrapping("ne", infix("!=")),
+    _wrapping("lt", infix("<")),
+    _wrapping("le", infix("<=")),
+    _wrapping("gt", infix(">")),
+    _wrapping("ge", infix(">=")),
     # --- pointwise unary ---
     OpSpec("neg", UNARY, "input", lower=lambda a, p: f"(-{a[0]})"),
     OpSpec("abs", UNARY, "input", lower=call("tl.abs")),
@@ -160,7 +179,8 @@ _SPECS = [
            f"tl.where({a[0]} > 0, {a[0]}, {p['alpha']!r} * (tl.exp({a[0]}) - 1.0))"),
     OpSpec("softplus", UNARY, "input, beta=1.0, threshold=20.0", lower=softplus_expr),
     OpSpec("round", UNARY, "input, *, decimals=0", lower=round_expr, steps=_always),
-    OpSpec("clamp", UNARY, "input, min=None, max=None", ("input", "min", "max"), clamp_expr),
+    OpSpec("clamp", UNARY, "input, min=None, max=None", ("input", "min", "max"), clamp_expr,
+           int_scalar=CHECKS),
     OpSpec("hardsigmoid", UNARY, "input, inplace=False",
            lower=lambda a, p: _hardsigmoid(a[0])),
     OpSpec("hardswish", UNARY, "input, inplace=False",

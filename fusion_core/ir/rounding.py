@@ -32,7 +32,8 @@ HELPERS = (FLOOR_DIV_FLOAT, FLOOR_DIV_INT, TRUNC_DIV_FLOAT, TRUNC_DIV_INT, REMAI
 
 @dataclass(frozen=True)
 class Calls:
-    """An expression and the generated file's helpers it calls (names of ``HELPERS``)."""
+    """An expression and the generated file's helpers it calls (names of ``HELPERS``, and
+    ``lowerings.ROUND_BF16``)."""
 
     expr: str
     helpers: tuple[str, ...]
@@ -68,15 +69,16 @@ floor_divide_expr = _helper(FLOOR_DIV_FLOAT)
 div_expr = _div(FLOOR_DIV_FLOAT, TRUNC_DIV_FLOAT)
 
 
-def half_div(round_to: Callable[[str], str]) -> _Lowering:
+def half_div(round_to: Callable[[str], Calls]) -> _Lowering:
     """`torch.div` of a float16/bfloat16 result: a truncating division truncates the quotient
     rounded to the dtype, as eager's does (c10::Half's `/` rounds: fp16 7.0 / 0.7002 is 10,
     the float32 quotient 9.997 truncates to 9); `round_to` writes that rounding."""
     def lower(a: tuple[str, ...], p: Mapping[str, Any]) -> str | Calls | None:
         if p.get("rounding_mode") != "trunc":
             return div_expr(a, p)
-        return Calls(f"{TRUNC_DIV_FLOAT}({round_to(f'{DIV_RN}({a[0]}, {a[1]})')}, 1.0)",
-                     (TRUNC_DIV_FLOAT, DIV_RN))
+        rounded = round_to(f"{DIV_RN}({a[0]}, {a[1]})")
+        return Calls(f"{TRUNC_DIV_FLOAT}({rounded.expr}, 1.0)",
+                     (TRUNC_DIV_FLOAT, DIV_RN, *rounded.helpers))
 
     return lower
 
@@ -99,3 +101,12 @@ def wrapped(value: int, dtype: torch.dtype) -> int:
     info = torch.iinfo(dtype)
     low = value & ((1 << info.bits) - 1)
     return low - (1 << info.bits) if info.min < 0 and low >> (info.bits - 1) else low
+
+
+def converts(value: int, dtype: torch.dtype) -> bool:
+    """Whether eager's checked conversion (of `torch.where`'s, `masked_fill`'s, `clamp`'s
+    number) takes Python integer `value` to integer `dtype` rather than raising: within its
+    range, or down to -max for an unsigned one, wrapped (c10's `overflows`: uint8's -1 is
+    255, -256 raises)."""
+    info = torch.iinfo(dtype)
+    return info.min <= value <= info.max or (info.min == 0 and -info.max <= value < 0)

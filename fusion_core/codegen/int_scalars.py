@@ -1,0 +1,89 @@
+"""Python integers beside integer tensors, as eager converts them to the tensors' dtype.
+
+Eager converts a Python integer operand to the integer dtype the op computes in. Most ops
+wrap it to the dtype's width, two's complement (``ir/rounding.wrapped``): int8's `x + 259`
+adds 3, `x < 259` compares with 3, `x & -300` masks with -44, `x // 259` divides by 3.
+Triton instead refuses a literal its tensor's dtype cannot hold ("Scalar 259 is out of
+range for type int8"), or computes with the number itself: each such number is written
+wrapped. Ops that fill or bound with the number (`torch.where(c, x, 259)`, `masked_fill`,
+`clamp`) check that it fits (``ir/rounding.converts``: an unsigned dtype takes negatives
+down to -max, wrapped), and eager raises where it does not: lowering refuses them by name.
+The registry says which an op does (``OpSpec.int_scalar``), and which param multiplies
+a number first (``OpSpec.scaled``: add's alpha, checked so too). A divisor that is 0 in the
+dtype is refused too, as eager refuses it (a tensor divisor's 0 gives 0, as CUDA's floor
+division: ``codegen/rounding.py``).
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Any
+
+import torch
+
+from ..ir.graph import FusionGraph, Node
+from ..ir.registry import CHECKS, SPECS
+from ..ir.rounding import converts, wrapped
+from ..ir.spelling import said
+from .layout import LoweringError
+
+
+def _dtype(graph: FusionGraph, node: Node) -> torch.dtype | None:
+    """The integer dtype eager converts `node`'s Python integers to (its result's, or a
+    comparison's operands'), or None where it computes in floats."""
+    if node.meta is None:
+        return None
+    dtype = node.meta.dtype
+    if dtype is torch.bool:  # a comparison's result: the operands' common dtype
+        metas = [graph[r].meta for r in node.refs]
+        dtype = reduce(torch.promote_types, [m.dtype for m in metas if m is not None],
+                       torch.bool)
+        dtype = torch.int64 if dtype is torch.bool else dtype  # a Python integer beside bools
+    return None if dtype.is_floating_point or dtype.is_complex else dtype
+
+
+def _refused(graph: FusionGraph, node: Node, what: str, dtype: torch.dtype) -> LoweringError:
+    info = torch.iinfo(dtype)
+    return LoweringError(f"{said(graph, node.name)} takes {what}, which {_name(dtype)} cannot "
+                         "hold: eager raises (\"value cannot be converted ... without "
+                         f"overflow\"); use a number in [{info.min}, {info.max}]", (node.name,))
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def integer_scalars(graph: FusionGraph, node: Node, inputs: tuple,
+                    params: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """`inputs` and `params` (`node`'s) with their Python integers as eager converts them to
+    the op's integer dtype; `LoweringError` where eager raises instead. A number that eager
+    multiplies by a param (`torch.add(x, 100, alpha=2)`) is written as the product, wrapped
+    (Python multiplied the two literals: 200, past int8), and the param itself wrapped
+    (`torch.sub(x, y, alpha=128)` in int8 subtracts -128 times y, the same modulo 256)."""
+    spec = SPECS.get(node.op)
+    dtype = None if spec is None or spec.int_scalar is None else _dtype(graph, node)
+    if dtype is None:
+        return inputs, params
+    out = list(inputs)
+    for i, a in enumerate(inputs):
+        if not isinstance(a, int) or isinstance(a, bool):
+            continue
+        out[i] = wrapped(a, dtype)
+        if spec.int_scalar == CHECKS and not converts(a, dtype):
+            raise _refused(graph, node, str(a), dtype)
+        if spec.divisor is not None and i == spec.operands.index(spec.divisor) and not out[i]:
+            held = "" if a == 0 else f", which is 0 in {_name(dtype)} (eager wraps it)"
+            raise LoweringError(f"{said(graph, node.name)} divides by {a}{held}: eager raises "
+                                "ZeroDivisionError there; divide by a number that is not 0 "
+                                f"in {_name(dtype)}", (node.name,))
+    by = params.get(spec.scaled[1]) if spec.scaled is not None else None
+    if spec.scaled is not None and isinstance(by, int) and not isinstance(by, bool):
+        operand, param, sign = spec.scaled
+        if not converts(sign * by, dtype):  # sub adds `other` times -alpha
+            raise _refused(graph, node, f"{param}={by}" + (f" (as {-by})" if sign < 0 else ""),
+                           dtype)
+        at = spec.operands.index(operand)
+        if isinstance(out[at], int) and not isinstance(out[at], bool):
+            out[at], by = wrapped(out[at] * by, dtype), 1
+        params = {**params, param: wrapped(by, dtype)}  # a literal the dtype holds
+    return tuple(out), params
