@@ -12,7 +12,8 @@ import torch
 import torch.nn as nn
 from codegen_harness import DEVICE, Lambda, compare, run_kernel
 
-from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.codegen import generate, half_reads, load_kernel, write_kernels
+from fusion_core.ir.registry import SPECS
 from fusion_core.pipeline import analyze
 from fusion_core.validate import validate
 from fusion_core.validate.inputs import flag_inputs
@@ -226,6 +227,15 @@ def test_a_number_compared_with_a_16_bit_value_is_rounded_to_its_dtype(fn, half,
     (got,) = run_kernel(generate(analysis, cluster), tmp_path, (x.to(DEVICE),))
     want = model(x)
     assert torch.equal(got, want), (got, want)
+
+
+def test_the_registry_says_which_ops_read_their_number_in_the_16_bit_dtype():
+    """The rounding above reads one fact per op (``OpSpec.half_scalar``), no list of op names
+    beside the registry: the comparisons and remainder (floor_divide and div's rounding modes
+    keep the number in float32)."""
+    flagged = {n for n, s in SPECS.items() if s.half_scalar}
+    assert flagged == {"eq", "ne", "lt", "le", "gt", "ge", "remainder"}
+    assert not hasattr(half_reads, "SCALAR_IN_DTYPE")
 
 
 class PaddedNorm(nn.Module):

@@ -36,9 +36,6 @@ from .interpreted import FLAG
 from .plan import KernelPlan, Stmt
 
 HALF = frozenset({torch.float16, torch.bfloat16})
-# Ops whose Python number eager (on the CPU) converts to a 16-bit tensor's dtype: the
-# comparisons, and remainder (floor_divide and div's rounding modes keep it in float32).
-SCALAR_IN_DTYPE = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "remainder"})
 
 
 def computed_unrounded(dtype: torch.dtype | None, op: str) -> bool:
@@ -78,9 +75,10 @@ def helpers(plan: KernelPlan) -> list[str]:
 
 def compared_scalars(g: FusionGraph, node: Node) -> tuple[Any, ...]:
     """`node`'s inputs, a number compared with (or a remainder's of) tensors all of one 16-bit
-    dtype rounded to it (as torch's type promotion makes it)."""
+    dtype rounded to it, where eager converts it so (the registry's ``half_scalar``)."""
+    spec = SPECS.get(node.op)
     dtypes = {g[r].meta.dtype if g[r].meta is not None else None for r in node.refs}
-    if node.op not in SCALAR_IN_DTYPE or len(dtypes) != 1 or not dtypes <= HALF:
+    if spec is None or not spec.half_scalar or len(dtypes) != 1 or not dtypes <= HALF:
         return node.inputs
     (dtype,) = dtypes
     return tuple(float(torch.tensor(a, dtype=dtype)) if isinstance(a, (int, float))

@@ -83,6 +83,11 @@ class OpSpec:
     # op's dtype (add's `other` by `alpha`, sub's by `-alpha`); an integer dtype checks that
     # product's factor as CHECKS does its number.
     scaled: tuple[str, str, int] | None = None
+    # Whether eager (on the CPU) converts a Python number operand to the dtype of 16-bit
+    # tensor operands before computing (the comparisons' `h > 0.1` compares with bfloat16's
+    # 0.10009765625, remainder's `h % 0.7` is by float16's 0.7002); floor_divide and div's
+    # rounding modes keep it in float32 (``codegen/half_reads.compared_scalars``).
+    half_scalar: bool = False
 
     @property
     def bind_signature(self) -> inspect.Signature:
@@ -105,9 +110,16 @@ def _always(params: Mapping[str, Any]) -> bool:
     return True
 
 
-def _wrapping(name: str, lower: Lowering) -> OpSpec:
+def _wrapping(name: str, lower: Lowering, half_scalar: bool = False) -> OpSpec:
     """A two-operand op converting a Python integer to its dtype by wrapping (``int_scalar``)."""
-    return OpSpec(name, BINARY, "input, other", ("input", "other"), lower, int_scalar=WRAPS)
+    return OpSpec(name, BINARY, "input, other", ("input", "other"), lower, int_scalar=WRAPS,
+                  half_scalar=half_scalar)
+
+
+def _comparison(name: str, symbol: str) -> OpSpec:
+    """A comparison: its Python number is converted to its operands' dtype (integer or
+    16-bit float) first."""
+    return _wrapping(name, infix(symbol), half_scalar=True)
 
 
 def _reduction(name: str, signature: str, operands: tuple[str, ...] = ("input",)) -> OpSpec:
@@ -131,14 +143,14 @@ _SPECS = [
     OpSpec("floor_divide", BINARY, "input, other", ("input", "other"), floor_divide_expr,
            steps=_always, divisor="other", int_scalar=WRAPS),
     OpSpec("remainder", BINARY, "input, other", ("input", "other"), remainder_expr,
-           steps=_always, divisor="other", int_scalar=WRAPS),
+           steps=_always, divisor="other", int_scalar=WRAPS, half_scalar=True),
     OpSpec("maximum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_max(*a)),
     OpSpec("minimum", BINARY, "input, other", ("input", "other"), lambda a, p: nan_min(*a)),
     OpSpec("where", BINARY, "condition, input, other", ("condition", "input", "other"),
            call("tl.where"), int_scalar=CHECKS),
     OpSpec("masked_fill", BINARY, "input, mask, value", ("input", "mask", "value"),
            lambda a, p: f"tl.where({a[1]}, {a[2]}, {a[0]})", int_scalar=CHECKS),
-    _wrapping("eq", infix("==")),
+    _comparison("eq", "=="),
     # On bool masks (attention masks combined with `&`) bitwise and logical agree.
     _wrapping("bitwise_and", infix("&")),
     _wrapping("bitwise_or", infix("|")),
@@ -147,11 +159,11 @@ _SPECS = [
            lambda a, p: f"(({a[0]} != 0) & ({a[1]} != 0))"),
     OpSpec("logical_or", BINARY, "input, other", ("input", "other"),
            lambda a, p: f"(({a[0]} != 0) | ({a[1]} != 0))"),
-    _wrapping("ne", infix("!=")),
-    _wrapping("lt", infix("<")),
-    _wrapping("le", infix("<=")),
-    _wrapping("gt", infix(">")),
-    _wrapping("ge", infix(">=")),
+    _comparison("ne", "!="),
+    _comparison("lt", "<"),
+    _comparison("le", "<="),
+    _comparison("gt", ">"),
+    _comparison("ge", ">="),
     # --- pointwise unary ---
     OpSpec("neg", UNARY, "input", lower=lambda a, p: f"(-{a[0]})"),
     OpSpec("abs", UNARY, "input", lower=call("tl.abs")),
