@@ -67,8 +67,9 @@ DIVIDENDS = [(torch.int8, 259), (torch.int8, -129), (torch.int8, 128), (torch.in
 def test_an_integer_dividend_wraps_to_the_dtype_as_eagers(dtype, s, tmp_path):
     """The number divided (`259 // b`): eager wraps it too; the kernel failed ("Scalar 259 is
     out of range for type int8", and at the lowest integer its negation by -1) or divided
-    another number. The lowest int64 is written `(-9223372036854775807 - 1)`: Python reads
-    `-9223372036854775808` as the negation of a number past int64."""
+    another number. The lowest int64 is written `-9223372036854775808`: the negation of a
+    number past int64, which the interpreter computes in Python and Triton's compiler on the
+    constant before typing it (an int64: signed division and comparison, below for sm_90)."""
     # by -1 where eager's division does not trap (int64's lowest by -1 does, as x86's)
     minus_one = [-1] if wrapped(s, dtype) != torch.iinfo(torch.int64).min else []
     b = torch.tensor([[3, -3, 7, -7, 100, -100, 1, *minus_one, 2, -2]], dtype=dtype)
@@ -106,10 +107,11 @@ def test_wrapped_is_eagers_conversion():
 def test_wrapped_numbers_compile_for_sm90(tmp_path):
     """Through Triton's compiler front end for an sm_90 GPU (the interpreter accepts code the
     compiler rejects): 2**31 + 5 and 2**63 unwrapped were an unsigned literal beside a
-    signed tensor ("different signedness")."""
+    signed tensor ("different signedness"); -2**63 is an int64 (compared and filled with)."""
     models = [(lambda m, a: (a * 1) // (2**31 + 5), torch.int32),
               (lambda m, a: torch.remainder(a * 1, 2**63), torch.int64),
               (lambda m, a: torch.div(2**63, a * 1, rounding_mode="floor"), torch.int64),
+              (lambda m, a: torch.where(a * 1 > -2**63, a, -2**63), torch.int64),
               (lambda m, a: torch.div(128, a * 1, rounding_mode="trunc"), torch.int8),
               (lambda m, a: (a * 1) % 259, torch.int8)]
     jobs = []
