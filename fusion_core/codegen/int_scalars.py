@@ -1,4 +1,4 @@
-"""Python integers beside integer tensors, as eager converts them to the tensors' dtype.
+"""Python numbers beside integer or bool tensors, as eager converts them to the tensors' dtype.
 
 Eager converts a Python integer operand to the integer dtype the op computes in. Most ops
 wrap it to the dtype's width, two's complement (``ir/rounding.wrapped``): int8's `x + 259`
@@ -6,8 +6,12 @@ adds 3, `x < 259` compares with 3, `x & -300` masks with -44, `x // 259` divides
 Triton instead refuses a literal its tensor's dtype cannot hold ("Scalar 259 is out of
 range for type int8"), or computes with the number itself: each such number is written
 wrapped. Ops that fill or bound with the number (`torch.where(c, x, 259)`, `masked_fill`,
-`clamp`) check that it fits (``ir/rounding.converts``: an unsigned dtype takes negatives
-down to -max, wrapped), and eager raises where it does not: lowering refuses them by name.
+`clamp`) convert it to their result's dtype, checking that it fits (``ir/rounding.converts``:
+an unsigned dtype takes negatives down to -max, wrapped), and eager raises where it does
+not: lowering refuses them by name. A float that such a fill takes into integers is
+truncated (int8's `masked_fill(m, 2.7)` fills 2), and a bool tensor is filled with bools
+(`masked_fill(m, 259)` fills True): the kernel held 2.7 or 259 where eager held 2 or True,
+and what read it (`.int()`, `~`, `+ 1`) differed where the store alone had converted it.
 The registry says which an op does (``OpSpec.int_scalar``), and which param multiplies
 a number first (``OpSpec.scaled``: add's alpha, checked so too). A divisor that is 0 in the
 dtype is refused too, as eager refuses it (a tensor divisor's 0 gives 0, as CUDA's floor
@@ -16,25 +20,36 @@ division: ``codegen/rounding.py``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
 import torch
 
 from ..ir.graph import FusionGraph, Node
-from ..ir.registry import CHECKS, SPECS
-from ..ir.rounding import converts, wrapped
+from ..ir.registry import CHECKS, SPECS, WRAPS
+from ..ir.rounding import converted, converts, wrapped
 from ..ir.spelling import said
 from .layout import LoweringError
 
 
-def _dtype(graph: FusionGraph, node: Node) -> torch.dtype | None:
-    """The integer dtype eager converts `node`'s Python integers to (its result's, or a
-    comparison's operands'), or None where it computes in floats."""
+@dataclass(frozen=True)
+class Typed:
+    """A number written as a constant of `dtype` (``node_lowering.literal``), not as a
+    literal Triton types by its value."""
+
+    value: int
+    dtype: torch.dtype
+
+
+def _dtype(graph: FusionGraph, node: Node, how: str) -> torch.dtype | None:
+    """The integer or bool dtype eager converts `node`'s Python numbers to, or None where it
+    computes in floats: a fill's or bound's (CHECKS) its result's (`masked_fill` of a bool
+    tensor fills with bools); a wrapping op's its operands' (a comparison's result is bool)."""
     if node.meta is None:
         return None
     dtype = node.meta.dtype
-    if dtype is torch.bool:  # a comparison's result: the operands' common dtype
+    if dtype is torch.bool and how == WRAPS:  # a comparison's result: the operands' dtype
         metas = [graph[r].meta for r in node.refs]
         dtype = reduce(torch.promote_types, [m.dtype for m in metas if m is not None],
                        torch.bool)
@@ -61,16 +76,20 @@ def integer_scalars(graph: FusionGraph, node: Node, inputs: tuple,
     (Python multiplied the two literals: 200, past int8), and the param itself wrapped
     (`torch.sub(x, y, alpha=128)` in int8 subtracts -128 times y, the same modulo 256)."""
     spec = SPECS.get(node.op)
-    dtype = None if spec is None or spec.int_scalar is None else _dtype(graph, node)
+    how = None if spec is None else spec.int_scalar
+    dtype = None if how is None else _dtype(graph, node, how)
     if dtype is None:
         return inputs, params
     out = list(inputs)
     for i, a in enumerate(inputs):
-        if not isinstance(a, int) or isinstance(a, bool):
+        # a float beside integers makes a wrapping op's result float (a comparison compares
+        # in floats); a fill converts it to its integer or bool dtype
+        if isinstance(a, bool) or not isinstance(a, int | float) or (
+                isinstance(a, float) and how != CHECKS):
             continue
-        out[i] = wrapped(a, dtype)
-        if spec.int_scalar == CHECKS and not converts(a, dtype):
+        if how == CHECKS and not converts(a, dtype):
             raise _refused(graph, node, str(a), dtype)
+        out[i] = converted(a, dtype)
         if spec.divisor is not None and i == spec.operands.index(spec.divisor) and not out[i]:
             held = "" if a == 0 else f", which is 0 in {_name(dtype)} (eager wraps it)"
             raise LoweringError(f"{said(graph, node.name)} divides by {a}{held}: eager raises "
@@ -86,4 +105,10 @@ def integer_scalars(graph: FusionGraph, node: Node, inputs: tuple,
         if isinstance(out[at], int) and not isinstance(out[at], bool):
             out[at], by = wrapped(out[at] * by, dtype), 1
         params = {**params, param: wrapped(by, dtype)}  # a literal the dtype holds
+    if dtype is not torch.bool and all(graph[r].meta is not None
+                                       and graph[r].meta.dtype is torch.bool for r in node.refs):
+        # beside bool tensors only, eager computes in int64 where Triton made an int32 of
+        # the literal: `(m + 259) * 2**40` overflowed
+        out = [Typed(a, dtype) if isinstance(a, int) and not isinstance(a, bool) else a
+               for a in out]
     return tuple(out), params

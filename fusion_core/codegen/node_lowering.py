@@ -15,17 +15,20 @@ from collections.abc import Callable
 import torch
 
 from ..ir.graph import FusionGraph, Node, TensorMeta
-from ..ir.lowerings import BOOL_LOWERINGS, HALF_LOWERINGS, INT_LOWERINGS
+from ..ir.lowerings import BOOL_LOWERINGS, HALF_LOWERINGS, INT_LOWERINGS, TL_TYPES
 from ..ir.reductions import ReductionRule
 from ..ir.registry import SPECS
 from ..ir.spelling import said
+from .int_scalars import Typed
 from .layout import LoweringError
 
 
 def literal(value: object) -> str:
-    """A Python constant as Triton source (inf/nan, bools, ints, floats, None)."""
+    """A Python constant as Triton source (inf/nan, bools, ints, floats, None, ``Typed``)."""
     if isinstance(value, bool) or value is None:
         return repr(value)
+    if isinstance(value, Typed):
+        return f"tl.full([], {value.value!r}, {TL_TYPES[value.dtype]})"
     if isinstance(value, int):
         return repr(value)
     if isinstance(value, float):

@@ -15,6 +15,7 @@ A Python integer beside an integer tensor is converted to the tensor's dtype, wr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -103,10 +104,23 @@ def wrapped(value: int, dtype: torch.dtype) -> int:
     return low - (1 << info.bits) if info.min < 0 and low >> (info.bits - 1) else low
 
 
-def converts(value: int, dtype: torch.dtype) -> bool:
+def converts(value: int | float, dtype: torch.dtype) -> bool:
     """Whether eager's checked conversion (of `torch.where`'s, `masked_fill`'s, `clamp`'s
-    number) takes Python integer `value` to integer `dtype` rather than raising: within its
-    range, or down to -max for an unsigned one, wrapped (c10's `overflows`: uint8's -1 is
-    255, -256 raises)."""
+    number) takes Python number `value` to integer or bool `dtype` rather than raising: an
+    integer within its range, or down to -max for an unsigned one, wrapped (c10's
+    `overflows`: uint8's -1 is 255, -256 raises); a float finite and within the range's ends
+    as doubles (int8's 127.5 and uint8's -0.5 raise); any number to bool."""
+    if dtype is torch.bool:
+        return True
     info = torch.iinfo(dtype)
+    if isinstance(value, float):
+        return math.isfinite(value) and float(info.min) <= value <= float(info.max)
     return info.min <= value <= info.max or (info.min == 0 and -info.max <= value < 0)
+
+
+def converted(value: int | float, dtype: torch.dtype) -> int | bool:
+    """Python number `value` as eager's conversion makes it integer or bool `dtype`: to bool
+    nonzero as True (NaN too), a float truncated toward 0 (C++'s cast), then wrapped."""
+    if dtype is torch.bool:
+        return bool(value)
+    return wrapped(int(value), dtype)
