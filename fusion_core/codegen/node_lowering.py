@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..ir.graph import FusionGraph, Node, TensorMeta
+from ..ir.graph import FusionGraph, Node, Ref, TensorMeta
 from ..ir.lowerings import BOOL_LOWERINGS, HALF_LOWERINGS, INT_LOWERINGS, TL_TYPES
 from ..ir.reductions import ReductionRule
 from ..ir.registry import SPECS
@@ -57,6 +57,11 @@ def pointwise_rule(graph: FusionGraph, node: Node) -> Callable:
     spec = SPECS.get(node.op)
     if spec is None or not callable(spec.lower):
         raise LoweringError(f"{said(graph, node.name)} has no pointwise lowering rule")
+    refused = None if spec.refused is None or node.meta is None else spec.refused(
+        tuple(node_meta(graph, a.name).dtype if isinstance(a, Ref) else a for a in node.inputs),
+        node.meta.dtype)
+    if refused is not None:  # eager raises: the op is left to it, said so
+        raise LoweringError(f"{said(graph, node.name)} {refused}", (node.name,))
     if (spec.divisor is not None and node.meta is not None
             and not node.meta.dtype.is_floating_point):
         # An integer division (`div` has an integer result only with a rounding mode):

@@ -55,6 +55,11 @@ CONCAT = OpKind.CONCAT
 # Pointwise lowerings (and TL_TYPES, re-exported for codegen) live in lowerings.py.
 
 
+# ``OpSpec.refused``'s reading of a call: each operand a tensor's dtype, or the Python value
+# itself (a number, None where absent), and the result's dtype
+Refusal = Callable[[tuple[Any, ...], torch.dtype], str | None]
+
+
 @dataclass(frozen=True)
 class OpSpec:
     name: str
@@ -88,6 +93,9 @@ class OpSpec:
     # 0.10009765625, remainder's `h % 0.7` is by float16's 0.7002); floor_divide and div's
     # rounding modes keep it in float32 (``codegen/half_reads.compared_scalars``).
     half_scalar: bool = False
+    # What eager raises for, given the call (``Refusal``), as lowering says it where it leaves
+    # the op to eager (`b - 1` of a bool `b`, `b.clamp(max=True)`, `b & 0.5`), or None
+    refused: Refusal | None = None
 
     @property
     def bind_signature(self) -> inspect.Signature:
@@ -110,10 +118,31 @@ def _always(params: Mapping[str, Any]) -> bool:
     return True
 
 
-def _wrapping(name: str, lower: Lowering, half_scalar: bool = False) -> OpSpec:
+def _bool_subtracted(operands: tuple[Any, ...], result: torch.dtype) -> str | None:
+    return ("subtracts a bool tensor: eager raises (\"Subtraction, the `-` operator, with a "
+            "bool tensor is not supported\"); invert a mask with `~`, or convert it with "
+            "`.int()` first") if any(o is torch.bool for o in operands) else None
+
+
+def _bool_clamped(operands: tuple[Any, ...], result: torch.dtype) -> str | None:
+    # eager clamps bools by one tensor bound only (a maximum or minimum of two bool tensors)
+    tensors = [o for o in operands[1:] if isinstance(o, torch.dtype)]
+    numbers = [o for o in operands[1:] if o is not None and not isinstance(o, torch.dtype)]
+    return ("clamps a bool tensor by a number or by two bounds: eager raises (\"not "
+            "implemented for 'Bool'\"); convert it with `.int()` first, or clamp by one bool "
+            "tensor") if result is torch.bool and (numbers or len(tensors) == 2) else None
+
+
+def _float_bitwise(operands: tuple[Any, ...], result: torch.dtype) -> str | None:
+    return ("computes in floats: eager raises (\"not implemented for 'Float'\"); use integer "
+            "or bool operands") if result.is_floating_point else None
+
+
+def _wrapping(name: str, lower: Lowering, half_scalar: bool = False,
+              refused: Refusal | None = None) -> OpSpec:
     """A two-operand op converting a Python integer to its dtype by wrapping (``int_scalar``)."""
     return OpSpec(name, BINARY, "input, other", ("input", "other"), lower, int_scalar=WRAPS,
-                  half_scalar=half_scalar)
+                  half_scalar=half_scalar, refused=refused)
 
 
 def _comparison(name: str, symbol: str) -> OpSpec:
@@ -131,10 +160,10 @@ _SPECS = [
     OpSpec("add", BINARY, "input, other, *, alpha=1", ("input", "other"), with_alpha("+"),
            int_scalar=WRAPS, scaled=("other", "alpha", 1)),
     OpSpec("sub", BINARY, "input, other, *, alpha=1", ("input", "other"), with_alpha("-"),
-           int_scalar=WRAPS, scaled=("other", "alpha", -1)),
+           int_scalar=WRAPS, scaled=("other", "alpha", -1), refused=_bool_subtracted),
     OpSpec("rsub", BINARY, "input, other, alpha=1", ("input", "other"),
            lambda a, p: with_alpha("-")((a[1], a[0]), p), int_scalar=WRAPS,
-           scaled=("input", "alpha", -1)),
+           scaled=("input", "alpha", -1), refused=_bool_subtracted),
     _wrapping("mul", infix("*")),
     # rounding modes, remainder and floor_divide round as torch does (ir/rounding.py)
     OpSpec("div", BINARY, "input, other, *, rounding_mode=None", ("input", "other"), div_expr,
@@ -152,9 +181,9 @@ _SPECS = [
            lambda a, p: f"tl.where({a[1]}, {a[2]}, {a[0]})", int_scalar=CHECKS),
     _comparison("eq", "=="),
     # On bool masks (attention masks combined with `&`) bitwise and logical agree.
-    _wrapping("bitwise_and", infix("&")),
-    _wrapping("bitwise_or", infix("|")),
-    _wrapping("bitwise_xor", infix("^")),
+    _wrapping("bitwise_and", infix("&"), refused=_float_bitwise),
+    _wrapping("bitwise_or", infix("|"), refused=_float_bitwise),
+    _wrapping("bitwise_xor", infix("^"), refused=_float_bitwise),
     OpSpec("logical_and", BINARY, "input, other", ("input", "other"),
            lambda a, p: f"(({a[0]} != 0) & ({a[1]} != 0))"),
     OpSpec("logical_or", BINARY, "input, other", ("input", "other"),
@@ -192,7 +221,7 @@ _SPECS = [
     OpSpec("softplus", UNARY, "input, beta=1.0, threshold=20.0", lower=softplus_expr),
     OpSpec("round", UNARY, "input, *, decimals=0", lower=round_expr, steps=_always),
     OpSpec("clamp", UNARY, "input, min=None, max=None", ("input", "min", "max"), clamp_expr,
-           int_scalar=CHECKS),
+           int_scalar=CHECKS, refused=_bool_clamped),
     OpSpec("hardsigmoid", UNARY, "input, inplace=False",
            lower=lambda a, p: _hardsigmoid(a[0])),
     OpSpec("hardswish", UNARY, "input, inplace=False",
