@@ -245,10 +245,10 @@ def test_tiled_skeleton_only_where_a_flat_index_needs_divisions(name, tmp_path):
     assert ("cols = tl.program_id(1) * BLOCK_SIZE" in source) == TILED[name]
     assert ("offs = pid * BLOCK_SIZE" in source) != TILED[name]
     # Square tiles only when an input is contiguous along the rows (a transposed view).
-    assert ("TILE_COLS = 32" in source) == (name == "transposed input")
+    assert ("TILE_COLS = 64" in source) == (name == "transposed input")
 
 
-@pytest.mark.parametrize("tuning", [Tuning(), Tuning(block=64, tile_cols=16)],
+@pytest.mark.parametrize("tuning", [Tuning(), Tuning(tile_elements=64, tile_cols=16)],
                          ids=["default", "small-tiles"])
 def test_tiled_kernel_masks_row_and_column_tails(tuning, tmp_path):
     """A transposed 70x5 input: 5 rows of 70 columns; tiles leave partial blocks on both axes."""
@@ -261,8 +261,8 @@ def test_tiled_kernel_masks_row_and_column_tails(tuning, tmp_path):
     args = cluster_inputs(analysis, analysis.clusters[0], capture_values(analysis, *inputs))
     launch = catch_launch(checked.kernels[0], tmp_path / "sig", args)
     block, rows = launch["kwargs"]["BLOCK_SIZE"], launch["kwargs"]["ROWS_PER_PROGRAM"]
-    assert block == tuning.tile_cols and 70 % block and rows * block <= tuning.block
-    assert 5 % rows or tuning.block // block > 5  # a partial row block, or rows capped at 8
+    assert block == tuning.tile_cols and 70 % block and rows * block <= tuning.tile_elements
+    assert 5 % rows or tuning.tile_elements // block > 5  # a partial row block, or rows capped at 8
     assert launch["grid"] == (-(-5 // rows), -(-70 // block))
 
 

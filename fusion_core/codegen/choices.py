@@ -20,7 +20,11 @@ class Tuning:
     # reduction: the fewest warps a program of rows takes (NUM_WARPS in its file); more at
     # ~512 elements a warp (tuning._row_warps). Rows of 1024 ran 7% faster on 2 than on 4.
     row_min_warps: int = 2
-    tile_cols: int = 32  # tiled elementwise reading a transposed view: square tiles
+    # tiled elementwise reading a transposed view: square tiles of this many elements, this
+    # wide. 64 x 64 measured fastest or within 1% of it on both permute cases of the H100 panel
+    # of 2026-12-06 (NHWC -> NCHW, 7x7 bf16 and 56x56 fp32); 32 x 32 lost 12% at 7x7.
+    tile_elements: int = 4096
+    tile_cols: int = 64
     # reduction: widest row one block holds, wider rows loop; None: by the element size
     # (one_block.widest_one_block), which `kernel.generate` fills in
     max_block: int | None = None
@@ -43,9 +47,11 @@ class Tuning:
     max_rows: int = 16
     # A reduction whose input is contiguous along the rows but strided along the columns
     # (softmax over the channels of NCHW) packs rows of any width that fits one block, this
-    # many at most: each column's loads then read a contiguous run of rows.
+    # many at most: each column's loads then read a contiguous run of rows. 32 rows (64
+    # channels: 2048 elements, 4 warps) beat 64 (8 warps) by 19-32% on the NCHW softmax of the
+    # H200 panels of 2026-12-03 and the H100 panel of 2026-12-06.
     strided_pack_elements: int = 8192
-    strided_max_rows: int = 64
+    strided_max_rows: int = 32
 
 
 # What each kernel kind's launcher times per shape bucket (tuning.py's `_config` says what the

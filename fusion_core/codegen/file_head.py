@@ -92,7 +92,8 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
                else "an input is contiguous along the rows"
                if any(steps_along_cols(t, plan.rank) for t in plan.inputs)
                else "a result is stored contiguous along the rows")
-        lines += [f"BLOCK = {tuning.block}  # elements per tile",
+        elements = tuning.tile_elements if plan.column_strided else tuning.block
+        lines += [f"BLOCK = {elements}  # elements per tile",
                   f"TILE_COLS = {cols}  # widest column block of a tile: {why}",
                   f"NUM_WARPS = {tuning.num_warps}"]
     elif plan.skeleton == "elementwise":
