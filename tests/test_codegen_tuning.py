@@ -210,16 +210,22 @@ def _outer(m, x):
     return torch.relu(x * 2.0 * x.transpose(0, 1))
 
 
+def _softmax_t(m, x):
+    """A softmax over x.T's rows: x's columns, strided in memory (rows packed per program)."""
+    return torch.softmax(x.transpose(0, 1) * 2.0, dim=-1)
+
+
 @pytest.mark.parametrize("fn,example,shapes,gen_kwargs", [
     (lambda m, x: torch.sigmoid(x * 2.0) + 1.0, (5, 7), [(5, 7), (3, 300)], {}),
     (_outer, (2, 1, 5), [(2, 1, 5), (3, 1, 40)], {}),
     (_softmax, (4, 16), [(4, 16), (9, 5), (2, 100)], {}),
+    (_softmax_t, (16, 12), [(16, 12), (40, 9)], {}),
     (lambda m, x: (x * 2.0).sum(-1), (3, 40), [(3, 40), (2, 70)],
      {"tuning": Tuning(max_block=16, loop_block=16)}),  # rows loop over column blocks
     # ...and may be split over several programs each (chunks of at least 16 columns)
     (lambda m, x: torch.log_softmax(x, dim=-1) * 2.0, (3, 40), [(3, 40), (2, 70)],
      {"tuning": Tuning(max_block=16, loop_block=16, split_min_cols=16)}),
-], ids=["flat", "tiled", "single", "looped", "split"])
+], ids=["flat", "tiled", "single", "single-strided", "looped", "split"])
 def test_every_candidate_computes_the_same_result(fn, example, shapes, gen_kwargs, tmp_path):
     """What the timing may pick on CUDA: each configuration of each bucket, run under the
     interpreter (or on the device) against eager."""
@@ -227,11 +233,14 @@ def test_every_candidate_computes_the_same_result(fn, example, shapes, gen_kwarg
     module, launch = _module(fn, torch.randn(example), tmp_path, **gen_kwargs)
     kinds = {"tiled": fn is _outer,
              "split": gen_kwargs and gen_kwargs["tuning"].split_min_cols == 16,
-             "looped": gen_kwargs, "single": fn is _softmax, "flat": True}
+             "looped": gen_kwargs, "single": fn in (_softmax, _softmax_t), "flat": True}
     assert module.KIND == next(k for k, v in kinds.items() if v)
+    # strided rows also time the wide packs (choices.CANDIDATES["single-strided"])
+    assert ((32768, 32) in module.CANDIDATES) == (fn is _softmax_t)
     for shape in shapes:
         x = torch.randn(shape)
-        arg = to_device(x)
+        # the strided case's cluster starts after the transpose: it takes x.T's view
+        arg = to_device(x).transpose(0, 1) if fn is _softmax_t else to_device(x)
         want = fn(None, x)
         torch.testing.assert_close(launch(arg).cpu(), want)  # plans this layout
         key = (arg.shape, arg.stride(), arg.dtype, arg.device)
