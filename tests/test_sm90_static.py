@@ -9,7 +9,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-from sm90_static import global_accesses, load_sites, occupancy, waves, widths_text  # noqa: E402
+from sm90_static import (  # noqa: E402
+    bytes_between_passes,
+    global_accesses,
+    load_sites,
+    occupancy,
+    waves,
+    widths_text,
+)
 
 
 @pytest.mark.parametrize(("regs", "warps", "smem", "blocks", "limit"), [
@@ -63,6 +70,20 @@ PTX = """
 	ld.shared.v4.b32 { %r1, %r2, %r3, %r4 }, [ %r11 + 0 ];
 	@%p1 st.global.v4.b32 [ %rd5 + 0 ], { %r1, %r2, %r3, %r4 };
 """
+
+
+def test_bytes_between_passes_are_the_rows_in_flight():
+    # 2 resident blocks of one row on 132 SMs: 264 of 2048 rows in flight, 201 KB each
+    assert bytes_between_passes((8192, 1, 16, 1), 2, 2048, 50304 * 4) == 264 * 50304 * 4
+    # fewer rows than resident slots: every row is in flight (256 of 264)
+    assert bytes_between_passes((4096, 1, 16, 1), 2, 256, 65536 * 4) == 256 * 65536 * 4
+    # two rows a program: 4 blocks x 132 SMs x 2 rows
+    assert bytes_between_passes((4096, 2, 8), 4, 4096, 4096 * 4) == 1056 * 4096 * 4
+
+
+def test_a_split_row_has_the_whole_input_between_its_two_kernels():
+    # 16 programs a row: the partials kernel reads all 128 rows before the finish kernel
+    assert bytes_between_passes((2048, 1, 8, 16), 4, 128, 65536 * 4) == 128 * 65536 * 4
 
 
 def test_global_access_widths_count_bytes_a_thread_and_skip_shared():

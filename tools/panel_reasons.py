@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -40,7 +41,7 @@ from fusion_core.inductor.fake_cuda import fake_cuda_capture  # noqa: E402
 from fusion_core.pipeline import analyze  # noqa: E402
 from panel_cases import CASES, Fn1, Fn2  # noqa: E402
 from sm90_static import (  # noqa: E402
-    H200_SMS,
+    bytes_between_passes,
     global_accesses,
     issue_floor_us,
     load_sites,
@@ -324,7 +325,8 @@ def main() -> int:
         case = next(c for c in CASES if c.label == label and str(c.dtype) == f"torch.{dtype}")
         print(json.dumps(inductor_jobs(inductor_sources(case, case.dtype), Path(work))))
         return 0
-    rows = [r for r in json.loads(Path(args.panel).read_text())["rows"]
+    panel = json.loads(Path(args.panel).read_text())
+    rows = [r for r in panel["rows"]
             if r.get("pct_copy", 1) < THRESHOLD and args.rows in r["case"]]
     by_label = {(c.label, str(c.dtype).removeprefix("torch.")): c for c in CASES}
     results, jobs = [], []
@@ -354,18 +356,25 @@ def main() -> int:
                 entry[who].append(s)
                 print(row_line(row["case"], row["dtype"], row["pct_copy"], who, s), flush=True)
             # What the resident programs read before the earliest starts a second pass over
-            # its rows (if all advance together): against L2 (60 MiB) it says whether a second
-            # pass can come from L2. An estimate from the numbers above, not a measurement.
+            # its rows (if all advance together): against L2 it says whether a second pass
+            # can come from L2. An estimate from the numbers above, not a measurement.
             first = entry["ours"][0]
             if first.get("blocks_sm"):
                 case = by_label[(row["case"], row["dtype"])]
-                resident = min(first["programs"], first["blocks_sm"] * H200_SMS)
-                entry["resident_mib"] = round(resident * row["user_config"][0][1] *
-                                              case.shapes[0][-1] * case.dtype.itemsize / 2**20, 1)
+                n_rows, width = math.prod(case.shapes[0][:-1]), case.shapes[0][-1]
+                entry["resident_mib"] = round(bytes_between_passes(
+                    tuple(row["user_config"][0]), first["blocks_sm"], n_rows,
+                    width * case.dtype.itemsize) / 2**20, 1)
             results.append(entry)
-        print("\nours: programs resident at once x their rows' bytes (MiB)")
+        l2 = panel.get("env", {}).get("l2_bytes")
+        l2_text = f"; L2 {l2 / 2**20:.0f} MiB (the panel's env)" if l2 else ""
+        print("\nours: rows in flight x their bytes (MiB; a split row: the whole input)"
+              + l2_text)
         for entry in results:
-            print(f"- {entry['case']} {entry['dtype']}: {entry.get('resident_mib', '?')}")
+            mib = entry.get("resident_mib")
+            over = "" if mib is None or not l2 else (
+                " (over L2)" if mib * 2**20 > l2 else " (within L2)")
+            print(f"- {entry['case']} {entry['dtype']}: {mib if mib is not None else '?'}{over}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -60,6 +60,19 @@ def waves(programs: int, blocks_per_sm: int, sms: int = H200_SMS) -> float:
     return programs / (blocks_per_sm * sms) if blocks_per_sm else math.inf
 
 
+def bytes_between_passes(config: tuple[int, ...], blocks_per_sm: int, n_rows: int,
+                          row_bytes: int, sms: int = H200_SMS) -> int:
+    """Bytes a two-pass kernel reads between a row's first read and its second, when all
+    resident programs advance together: the rows in flight, (resident programs x rows a
+    program) x `row_bytes`. `config` is a row's `user_config`: (block, rows a program,
+    warps[, programs a row]). A split row (programs a row > 1) is read by two kernels, the
+    partials then the finish: all of the input lies between its two reads."""
+    if len(config) > 3 and config[3] > 1:
+        return n_rows * row_bytes
+    programs = -(-n_rows // config[1])
+    return min(programs, blocks_per_sm * sms) * config[1] * row_bytes
+
+
 _ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)+)")
 
 
