@@ -137,9 +137,23 @@ def test_a_layout_no_copy_fixes_raises(tmp_path):
     fn = lambda m, x, b: torch.relu(x + b)  # noqa: E731
     module, launch = _load(Lambda(fn), (torch.randn(4, 8), torch.randn(8)), tmp_path)
     _raises_every_time(module, launch, (torch.randn(4, 8), torch.randn(4, 8)), ValueError,
-                       r"^cluster0: `b` of shape \(4, 8\) and strides \(8, 1\) does not "
-                       r"broadcast over "
-                       r"\(4, 8\) the way this kernel indexes it")
+                       r"^cluster0: `b` of shape \(4, 8\) is 4 long in dim 0, which this "
+                       r"kernel reads it broadcast over \(it was 1 long there, or absent, "
+                       r"when analysed\); regenerate it at these sizes or keep the original "
+                       r"ops$")
+
+
+def test_a_channels_last_input_longer_in_a_dim_analysed_1_long_is_refused_naming_the_dim(
+        tmp_path):
+    """A mean over W of a channels-last (N, C, 1, W) input: the kernel reads it broadcast
+    over H; called with H = 5 the refusal names the input and the dim, not index groups."""
+    fn = lambda m, x: (x * 2.0).mean(-1)  # noqa: E731
+    x = torch.randn(2, 3, 1, 4).to(memory_format=torch.channels_last)
+    module, launch = _load(Lambda(fn), (x,), tmp_path)
+    longer = torch.randn(2, 3, 5, 4).to(memory_format=torch.channels_last)
+    _raises_every_time(module, launch, (longer,), ValueError,
+                       r"^cluster0: `a` of shape \(2, 3, 5, 4\) is 5 long in dim 2, which "
+                       r"this kernel reads it broadcast over")
 
 
 def test_a_contiguous_input_where_a_transposed_one_was_analysed_is_relaid(tmp_path):

@@ -143,9 +143,26 @@ def _layout(t, shape, groups, order, name="an input"):
                 raise ValueError(f"{NAME}: offsets into an input of shape {tuple(t.shape)} "
                                  "overflow this kernel's 32-bit index math; regenerate it")
             return copy, found
-    raise ValueError(f"{NAME}: {name} of shape {tuple(t.shape)} and strides {t.stride()} "
-                     f"does not broadcast over {shape} the way this kernel indexes it "
-                     f"({groups}); regenerate it for this layout")
+    raise ValueError(f"{NAME}: {name} of shape {tuple(t.shape)} {_misfit(t, shape, groups)}; "
+                     "regenerate it at these sizes or keep the original ops")
+
+
+def _misfit(t, shape, groups):
+    """Why `_group_strides` finds no strides for `t` even in the analysed order, in words: a
+    dim it varies along that the kernel reads it broadcast over (1 long, or absent, at
+    analysis), else the first dim the kernel indexes with another length."""
+    dims = (1,) * max(0, len(shape) - t.dim()) + tuple(t.shape)
+    if len(dims) > len(shape):
+        return f"has more dims than the {len(shape)} this kernel iterates over"
+    covered = {k for first, end, _ in groups for k in range(first, end)}
+    for k in range(len(shape)):
+        if k not in covered and dims[k] != 1 and shape[k] != 1:
+            return (f"is {dims[k]} long in dim {k}, which this kernel reads it broadcast over "
+                    "(it was 1 long there, or absent, when analysed)")
+    for k in covered:
+        if shape[k] != 1 and dims[k] != shape[k]:
+            return f"is {dims[k]} long in dim {k}, where the iteration is {shape[k]} long"
+    return f"has strides {t.stride()} this kernel cannot index over {shape}"
 
 
 def _group_strides(t, shape, groups):
@@ -234,7 +251,7 @@ def _repeated(t, dim, factor):
 
 
 HELPERS = (_iteration_shape, _spans, _powers_of_two, _multiple_of, _dense_strides, _relaid,
-           _run_device, _device_copies, _layout, _group_strides, _written)
+           _run_device, _device_copies, _layout, _group_strides, _misfit, _written)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
 VIEW_HELPERS = (_seats, _narrowed, _repeated)  # a launcher that sees inputs through views
 
