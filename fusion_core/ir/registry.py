@@ -44,15 +44,15 @@ from .rounding import div_expr, floor_divide_expr, remainder_expr
 __all__ = ["SPECS", "TL_TYPES", "OpSpec", "parse_signature", "tanh_expr", "training_spec"]
 
 UNARY, BINARY, REDUCTION = OpKind.POINTWISE_UNARY, OpKind.POINTWISE_BINARY, OpKind.REDUCTION
+VIEW, OPAQUE, GENERATOR = OpKind.VIEW, OpKind.OPAQUE, OpKind.GENERATOR
+CONCAT = OpKind.CONCAT
 WRAPS, CHECKS = "wraps", "checks"  # ``OpSpec.int_scalar``
+
+# Pointwise lowerings (and TL_TYPES, re-exported for codegen) live in lowerings.py.
 
 
 def _hardsigmoid(x: str) -> str:
     return nan_min(nan_max(f"{x} / 6.0 + 0.5", "0.0"), "1.0")
-VIEW, OPAQUE, GENERATOR = OpKind.VIEW, OpKind.OPAQUE, OpKind.GENERATOR
-CONCAT = OpKind.CONCAT
-
-# Pointwise lowerings (and TL_TYPES, re-exported for codegen) live in lowerings.py.
 
 
 # ``OpSpec.refused``'s reading of a call: each operand a tensor's dtype, or the Python value
