@@ -203,8 +203,10 @@ def model_options(command):
         click.option("--model-kwargs", "model_kwargs", metavar="JSON",
                      help="""Keyword arguments for the class or function, as a JSON """
                           """object, e.g. '{"dim": 64}'."""),
-        click.option("--input-shape", "shapes", multiple=True, metavar="N,M,...",
-                     help="Example input shape; repeat for multi-input models."),
+        click.option("--input-shape", "shapes", multiple=True, metavar="N,M,...[:ORDER]",
+                     help="Example input shape; repeat for multi-input models. A suffix "
+                          "gives its memory layout, e.g. 8,64,56,56:channels_last "
+                          "(channels_last_3d for 5-d; default contiguous)."),
         click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE",
                      help=f"Input dtype ({', '.join(DTYPES)}); once for all inputs or once "
                           "per input."),

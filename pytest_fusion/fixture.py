@@ -75,7 +75,8 @@ def build_model(model: Any, model_kwargs: Mapping[str, Any] | None = None):
 
 
 def build_inputs(inputs: Sequence[Any], dtype: Any = None) -> list[Any]:
-    """Shapes given as strings or tuples take `dtype`; tensors and InputSpecs pass through."""
+    """Shapes given as strings or tuples take `dtype`, a string's memory order its suffix
+    ("8,64,56,56:channels_last", as the CLI's); tensors and InputSpecs pass through."""
     import fusion_core
 
     dt = fusion_core.parse_dtype(dtype) if dtype is not None else None
@@ -132,7 +133,8 @@ class FusionAdvisor:
                 timing_inputs: Sequence[Any] | None = None, compiled: bool | None = None,
                 compiled_shapes: Sequence[Sequence[Any]] = (),
                 **compiled_bounds: int) -> FusionResult:
-        """Analyze `model` for the example inputs (tensors, shapes, InputSpecs).
+        """Analyze `model` for the example inputs (tensors, shapes, InputSpecs); a shape string
+        may name its memory layout, e.g. "8,64,56,56:channels_last".
 
         `model_kwargs`: the keyword arguments `model` (a class or factory) is called with.
 

@@ -89,6 +89,24 @@ CASES = [
     Case("empty dim", (*M, "--input-shape", "4,,8"), ("malformed input shape",)),
     Case("negative dim", (*M, "--input-shape", "-4,8"), ("malformed input shape",)),
     Case("zero dim", (*M, "--input-shape", "0,8"), ("zero dimension",)),
+    # a memory order after the shape's colon (test_shape_memory_order.py)
+    Case("unknown memory order", (*M, "--input-shape", "2,3,4,5:channel_last"),
+         ("unknown memory order 'channel_last' after ':' in input shape "
+          "'2,3,4,5:channel_last'", "channels_last, channels_last_3d")),
+    Case("channels_last on 2 dims", (*M, "--input-shape", "4,8:channels_last"),
+         ("channels_last is a memory order of 4-d shapes and input shape '4,8:channels_last' "
+          "has 2 dims: drop ':channels_last'",)),
+    Case("channels_last on 5 dims", (*M, "--input-shape", "2,3,4,5,6:channels_last"),
+         ("input shape '2,3,4,5,6:channels_last' has 5 dims: write :channels_last_3d for a "
+          "5-d shape",)),
+    Case("channels_last_3d on 4 dims", (*M, "--input-shape", "2,3,4,5:channels_last_3d"),
+         ("channels_last_3d is a memory order of 5-d shapes", "write :channels_last for a "
+          "4-d shape")),
+    Case("empty memory order", (*M, "--input-shape", "4,8:"),
+         ("no memory order after ':' in input shape '4,8:'",)),
+    Case("order no permutation", (*M, "--input-shape", "4,8:0,0"),
+         ("memory order '0,0' in input shape '4,8:0,0' is no permutation of its 2 dims",
+          "give each of 0, 1 once")),
     Case("dim beyond int64", (*M, "--input-shape", "99999999999999999999,64"),
          ("more than torch can address", "smaller shape")),
     Case("bytes beyond int64", (*M, "--input-shape", "4611686018427387904,4"),

@@ -11,14 +11,23 @@ tensor). A sliced or expanded example is analysed as contiguous; the launcher st
 it, through its strides or a copy, as it takes any other layout at run time. The order is
 read from the dims longer than 1 (`memory_order_of`): an (N, C, 1, 1) channels-last example
 is a contiguous one.
+
+A shape given as text names its order after a colon (`shape_order`): `8,64,56,56:channels_last`,
+as torch's memory formats are named, so a command line analyses what a tensor example would.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 
 # torch's own memory formats, by rank, as orders: what `__str__` names them
 NAMED = {(0, 2, 3, 1): "channels-last", (0, 2, 3, 4, 1): "channels-last-3d"}
+# what a shape's text may name after its colon: torch.memory_format's names, and the report's
+# (hyphens for underscores), so an order copied from a report reads back
+FORMATS: dict[str, tuple[int, ...] | None] = {
+    "contiguous": None, **{name.replace("-", "_"): order for order, name in NAMED.items()}}
 
 
 def dense_strides(shape: tuple[int, ...], order: tuple[int, ...] | None) -> tuple[int, ...]:
@@ -91,3 +100,32 @@ def order_words(order: tuple[int, ...] | None) -> str:
     if order is None:
         return ""
     return f" {NAMED[order]}" if order in NAMED else f" memory order {order}"
+
+
+def shape_order(text: str, shape: tuple[int, ...], given: str) -> tuple[int, ...] | None:
+    """The order `text`, the part of the shape text `given` after its colon, names for
+    `shape`: a memory format's name (`FORMATS`) or the dims outermost first ("0,2,3,1").
+    Canonical as a tensor example's (`canonical_order`): `2,3,1,1:channels_last` is
+    analysed as the contiguous tensor it lies as. ValueError names what is wrong and the fix."""
+    word = text.strip().replace("-", "_")
+    rank = len(shape)
+    if word in FORMATS:
+        order = FORMATS[word]
+        if order is not None and len(order) != rank:
+            other = next((n for n, o in FORMATS.items() if o is not None and len(o) == rank),
+                         None)
+            fix = f"write :{other} for a {rank}-d shape" if other else f"drop ':{text.strip()}'"
+            raise ValueError(f"{text.strip()} is a memory order of {len(order)}-d shapes and "
+                             f"input shape {given!r} has {rank} dims: {fix}")
+    elif re.fullmatch(r"\d+(\s*,\s*\d+)*", word):
+        order = tuple(int(k) for k in word.split(","))
+        if sorted(order) != list(range(rank)):
+            raise ValueError(f"memory order {text.strip()!r} in input shape {given!r} is no "
+                             f"permutation of its {rank} dims: give each of "
+                             f"{', '.join(map(str, range(rank)))} once, outermost first")
+    else:
+        what = f"unknown memory order {text.strip()!r}" if word else "no memory order"
+        raise ValueError(f"{what} after ':' in input shape {given!r}: name one of "
+                         f"{', '.join(FORMATS)}, or the dims outermost first (e.g. "
+                         "8,64,56,56:channels_last or 8,64,56,56:0,2,3,1)")
+    return None if order is None else canonical_order(shape, order)

@@ -28,7 +28,13 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from ..errors import CaptureError, Fix, FusionAdvisorError, InputSpecError, ShapePropagationError
 from ..names import module_written
 from ..units import counted, was
-from .input_layout import checked_order, dense_strides, memory_order_of, order_words
+from .input_layout import (
+    checked_order,
+    dense_strides,
+    memory_order_of,
+    order_words,
+    shape_order,
+)
 from .normalize import parse_stack_trace
 from .targets import lookup
 
@@ -75,21 +81,27 @@ class InputSpec:
 
     @classmethod
     def parse(cls, text: str, dtype: str | torch.dtype = "float32") -> InputSpec:
-        """Parse `16384,1024` (comma-separated positive ints)."""
-        if not re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", text or ""):
+        """Parse `16384,1024` (comma-separated positive ints), optionally followed by a
+        memory order: `8,64,56,56:channels_last` (`input_layout.shape_order`)."""
+        dims, colon, order_text = (text or "").partition(":")
+        if not re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", dims):
             raise InputSpecError(f"malformed input shape {text!r}", Fix.SHAPE_TEXT)
-        shape = tuple(int(d) for d in text.split(","))
+        shape = tuple(int(d) for d in dims.split(","))
         if any(d == 0 for d in shape):
             raise InputSpecError(f"input shape {text!r} has a zero dimension: "
                                  "every dimension must be at least 1")
         if len(shape) > MAX_DIMS:
             raise InputSpecError(f"input shape has {len(shape)} dimensions; torch's kernels "
                                  f"take at most {MAX_DIMS}: give a shape with fewer dimensions")
-        spec = cls(shape, parse_dtype(dtype))
+        try:
+            order = shape_order(order_text, shape, text) if colon else None
+        except ValueError as e:
+            raise InputSpecError(str(e)) from None
+        spec = cls(shape, parse_dtype(dtype), order)
         nbytes = math.prod(shape) * spec.dtype.itemsize
         if nbytes > MAX_BYTES:
             raise InputSpecError(
-                f"input shape {text.strip()!r} of {str(spec.dtype).removeprefix('torch.')} "
+                f"input shape {dims.strip()!r} of {str(spec.dtype).removeprefix('torch.')} "
                 f"is {nbytes:.3g} bytes, more than torch can address (2**63 - 1 bytes): "
                 "give a smaller shape")
         return spec
