@@ -159,7 +159,7 @@ def _misfit(t, shape, groups):
         if k not in covered and dims[k] != 1 and shape[k] != 1:
             return (f"is {dims[k]} long in dim {k}, which this kernel reads it broadcast over "
                     "(it was 1 long there, or absent, when analysed)")
-    for k in covered:
+    for k in sorted(covered):
         if shape[k] != 1 and dims[k] != shape[k]:
             return f"is {dims[k]} long in dim {k}, where the iteration is {shape[k]} long"
     return f"has strides {t.stride()} this kernel cannot index over {shape}"
