@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..ir.graph import FusionGraph, Node
+from ..ir.graph import FusionGraph, Node, Ref
 from ..ir.registry import CHECKS, SPECS, WRAPS
 from ..ir.rounding import converted, converts, wrapped
 from ..ir.spelling import said
@@ -50,9 +50,11 @@ def _dtype(graph: FusionGraph, node: Node, how: str) -> torch.dtype | None:
         return None
     dtype = node.meta.dtype
     if dtype is torch.bool and how == WRAPS:  # a comparison's result: the operands' dtype
-        metas = [graph[r].meta for r in node.refs]
-        dtype = reduce(torch.promote_types, [m.dtype for m in metas if m is not None],
-                       torch.bool)
+        metas = [m for r in node.refs if (m := graph[r].meta) is not None]
+        # as eager types them: a 0-dim tensor beside more dims like a number
+        dtype = torch.result_type(*(torch.empty(m.shape, dtype=m.dtype, device="meta")
+                                    for m in metas)) if len(metas) == 2 else reduce(
+            torch.promote_types, [m.dtype for m in metas], torch.bool)
         dtype = torch.int64 if dtype is torch.bool else dtype  # a Python integer beside bools
     return None if dtype.is_floating_point or dtype.is_complex else dtype
 
@@ -112,3 +114,20 @@ def integer_scalars(graph: FusionGraph, node: Node, inputs: tuple,
         out = [Typed(a, dtype) if isinstance(a, int) and not isinstance(a, bool) else a
                for a in out]
     return tuple(out), params
+
+
+def zero_dim_dtypes(graph: FusionGraph, node: Node) -> dict[str, torch.dtype]:
+    """`node`'s 0-dim tensor operands beside an operand of more dims, by name, with the integer
+    or bool dtype eager converts them to where Triton would compute with another (an int64
+    `torch.tensor(259)` beside int8). Bool ones are left: Triton widens them losslessly (and
+    `where`'s condition, `masked_fill`'s mask, are read as bools)."""
+    spec = SPECS.get(node.op)
+    how = WRAPS if spec is None or spec.int_scalar is None else spec.int_scalar
+    refs = [a.name for a in node.inputs if isinstance(a, Ref)]
+    metas = {r: graph[r].meta for r in refs}
+    if any(m is None for m in metas.values()) or all(not m.shape for m in metas.values()):
+        return {}
+    dtype = _dtype(graph, node, how)  # maximum, logical_and: the result's, the operands'
+    return {} if dtype is None else {
+        r: dtype for r, m in metas.items()
+        if not m.shape and m.dtype not in (dtype, torch.bool)}

@@ -43,7 +43,7 @@ import torch
 from ..analysis.group import escaping, external_inputs, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.lowerings import CAT_ENDS
+from ..ir.lowerings import CAT_ENDS, cast
 from ..ir.reductions import correction
 from ..ir.run_scalars import run_scalar, spelled
 from ..ir.spelling import said, said_all
@@ -53,7 +53,7 @@ from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
 from .half_reads import compared_scalars, computed_unrounded, rounding, rounds_operands
 from .indexing import index_maps
-from .int_scalars import integer_scalars
+from .int_scalars import integer_scalars, zero_dim_dtypes
 from .layout import Access, LoweringError, access, dense_permuted, eager_order
 from .literal_sizes import literal_pins
 from .node_lowering import literal, node_meta, pointwise_rule, reduction_eps, reduction_rule
@@ -137,8 +137,9 @@ class _Lowering:
         self.count = 0
         self.temps.update((a.value, a.param) for a in self.scalars)
         self.unrounded: dict[str, torch.dtype] = {}  # 16-bit temporary -> its dtype
-        self.rounded: dict[str, str] = {}  # such a temporary -> its rounded copy
-        self.roundings: list[Stmt] = []  # rounded copies made for the node being lowered
+        # such a temporary -> its rounded copy; (0-dim's, dtype) -> its converted copy
+        self.rounded: dict[str | tuple[str, torch.dtype], str] = {}
+        self.roundings: list[Stmt] = []  # rounded/converted copies made for the node lowered
 
     def _one_block(self) -> None:
         """Several reductions share one kernel only with the whole row in one block (the
@@ -295,8 +296,21 @@ class _Lowering:
         """`node`'s operands written, and its params (numbers as eager reads them)."""
         inputs, params = integer_scalars(self.g, node, compared_scalars(self.g, node),
                                          dict(node.params))
-        return tuple(self._read(node, a.name) if isinstance(a, Ref) else literal(a)
-                     for a in inputs), params
+        to = zero_dim_dtypes(self.g, node)
+        return tuple(self._converted(self._read(node, a.name), a.name, to.get(a.name))
+                     if isinstance(a, Ref) else literal(a) for a in inputs), params
+
+    def _converted(self, temp: str, name: str, dtype: torch.dtype | None) -> str:
+        """`temp` converted to `dtype` as eager converts a 0-dim tensor (``int_scalars``)."""
+        if dtype is None:
+            return temp
+        if (temp, dtype) not in self.rounded:
+            self.rounded[(temp, dtype)] = new = f"v{self.count}"
+            self.count += 1
+            self.per_row[new], self.phase[new] = self.per_row[temp], self.phase[temp]
+            self.roundings.append(Stmt(new, cast(temp, dtype), name, "to", (temp,),
+                                       self.per_row[new], self.phase[new]))
+        return self.rounded[(temp, dtype)]
 
     def _read(self, reader: Node, name: str, reduced: bool = False) -> str:
         """`name`'s temporary as `reader` takes it: rounded to its 16-bit dtype first where
