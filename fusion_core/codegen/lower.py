@@ -5,6 +5,8 @@ and the op registry's lowering rules; writes a small frozen plan (``plan.py``): 
 with its dtype and broadcast ``Access`` (``layout.py``), one SSA statement per
 computed value (the registry's Triton expression over operand temporaries and
 literals: ``node_lowering.py``), the reduction steps if there are any, and the outputs.
+The temporaries, and the rounded or converted copies of them that operands read, are
+numbered and kept by ``temporaries.py``.
 ``emit.py`` turns the plan into source; nothing here knows the skeleton's text.
 
 Every group takes its iteration shape and each value's index map from ``indexing.py``:
@@ -43,7 +45,7 @@ import torch
 from ..analysis.group import escaping, external_inputs, ordered
 from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
-from ..ir.lowerings import CAT_ENDS, cast
+from ..ir.lowerings import CAT_ENDS
 from ..ir.reductions import correction
 from ..ir.run_scalars import run_scalar, spelled
 from ..ir.spelling import said, said_all
@@ -51,9 +53,8 @@ from ..ir.views import inverse, split_piece
 from ..names import kernel_name
 from .cat_bounds import cat_bounds, cat_ends, piece_read, regrown
 from .domain_view import seen_through, view_offset
-from .half_reads import compared_scalars, computed_unrounded, rounding, rounds_operands
+from .half_reads import computed_unrounded
 from .indexing import index_maps
-from .int_scalars import integer_scalars, zero_dim_dtypes
 from .layout import Access, LoweringError, access, dense_permuted, eager_order
 from .literal_sizes import literal_pins
 from .node_lowering import literal, node_meta, pointwise_rule, reduction_eps, reduction_rule
@@ -72,6 +73,7 @@ from .plan import (
     live_statements,
     needs_int64,
 )
+from .temporaries import Temporaries
 from .tiling import column_dims, needs_tiles
 
 __all__ = ["COMPUTE", "MAX_BLOCK", "Group", "KernelPlan", "ReductionStep", "Stmt", "TensorArg",
@@ -130,16 +132,7 @@ class _Lowering:
         self.rank = len(self.domain)
         self.reduced = max(self.maps.reduced, 1)
         self._one_block()
-        self.temps: dict[str, str] = {}  # graph value -> temporary
-        self.read_temps: dict[tuple[str, str], str] = {}  # (reader, input) loaded its own way
-        self.per_row: dict[str, bool] = {}  # temporary -> one value per row
-        self.phase: dict[str, str] = {}  # temporary -> "pre" / "post"
-        self.count = 0
-        self.temps.update((a.value, a.param) for a in self.scalars)
-        self.unrounded: dict[str, torch.dtype] = {}  # 16-bit temporary -> its dtype
-        # such a temporary -> its rounded copy; (0-dim's, dtype) -> its converted copy
-        self.rounded: dict[str | tuple[str, torch.dtype], str] = {}
-        self.roundings: list[Stmt] = []  # rounded/converted copies made for the node lowered
+        self.t = Temporaries(self.scalars)  # and the copies operands read (``temporaries.py``)
 
     def _one_block(self) -> None:
         """Several reductions share one kernel only with the whole row in one block (the
@@ -189,11 +182,10 @@ class _Lowering:
                     continue  # made where the inputs are loaded (`generated`)
                 step = self._reduction(node) if node in self.reds else self._stmt(node)
                 # the rounded copies its operands read come first (``half_reads.py``)
-                steps += [*self.roundings, *([] if step is None else [step])]
-                self.roundings = []
+                steps += [*self.t.take_roundings(), *([] if step is None else [step])]
                 meta = node.meta
                 if step is not None and meta and computed_unrounded(meta.dtype, node.op):
-                    self.unrounded[step.temp] = meta.dtype
+                    self.t.unrounded[step.temp] = meta.dtype
             except LoweringError as e:  # blame the node being lowered
                 raise (e if e.nodes else LoweringError(str(e), (node.name,))) from None
         stmts = [s for s in steps if isinstance(s, Stmt)]
@@ -228,18 +220,13 @@ class _Lowering:
                 piece = self._piece(steps, meta.shape)
                 stride = regrown(stride, piece, self.rank, shape) if piece else stride
                 acc = self._access(name, shape, stride, piece)
-                temp = f"v{self.count}"
-                self.count += 1
-                self.per_row[temp], self.phase[temp] = self._is_per_row(acc), "pre"
+                per_row = self._is_per_row(acc)
+                temp = self.t.fresh(per_row, "pre")
                 out.append(TensorArg(name, Role.IN, start + len(out), temp, shape, stride,
-                                     meta.dtype, acc, self.per_row[temp], **fields,
-                                     piece=piece))
+                                     meta.dtype, acc, per_row, **fields, piece=piece))
                 loaded[key] = temp
-            self.read_temps[(reader, name)] = loaded[key]
+            self.t.read_temps[(reader, name)] = loaded[key]
         return tuple(out)
-
-    def _temp(self, reader: str, name: str) -> str:
-        return self.read_temps.get((reader, name), self.temps[name])
 
     def _viewed(self, name: str, shape, stride, steps: tuple | None = None
                 ) -> tuple[tuple, tuple, dict]:
@@ -260,13 +247,12 @@ class _Lowering:
         shape = self.domain[dim:dim + 1 + bool(per)] + (1,) * (self.rank - 1 - dim - bool(per))
         stride = torch.empty(shape, device="meta").stride()
         acc = self._access(f"the coordinate along dim {dim}", shape, stride)
-        temp = f"v{self.count}"
-        self.count += 1
-        self.per_row[temp], self.phase[temp] = self._is_per_row(acc), "pre"
+        per_row = self._is_per_row(acc)
+        temp = self.t.fresh(per_row, "pre")
         params = (("start", 0), ("end", size), ("step", 1), ("dtype", torch.int32))
         name = f"cat_index{dim}_{dim + 1}" if per else f"cat_index{dim}"
         return TensorArg(name, Role.GEN, i, temp, shape, stride, torch.int32, acc,
-                         self.per_row[temp], generated=Generated("arange", params))
+                         per_row, generated=Generated("arange", params))
 
     def _input(self, i: int, name: str) -> TensorArg:
         meta = node_meta(self.g, name)
@@ -274,9 +260,9 @@ class _Lowering:
         piece = self._piece(self.maps.chains[name], meta.shape)
         stride = regrown(stride, piece, self.rank, shape) if piece else stride
         acc = self._access(name, shape, stride, piece)
-        temp = self._new_temp(name, self._is_per_row(acc), "pre")
+        temp = self.t.new(name, self._is_per_row(acc), "pre")
         return TensorArg(name, Role.IN, i, temp, shape, stride, meta.dtype, acc,
-                         self.per_row[temp], **fields, piece=piece)
+                         self.t.per_row[temp], **fields, piece=piece)
 
     def _generated(self, i: int, name: str) -> TensorArg:
         """A generator's value, indexed like a contiguous input of its shape (through its
@@ -286,60 +272,18 @@ class _Lowering:
         shape, stride, fields = self._viewed(name, meta.shape, contiguous)
         piece = self._piece(self.maps.chains[name], meta.shape)
         acc = self._access(name, shape, stride, piece)
-        temp = self._new_temp(name, self._is_per_row(acc), "pre")
+        temp = self.t.new(name, self._is_per_row(acc), "pre")
         offset = view_offset(fields["view"], tuple(meta.shape)) if "view" in fields else 0
         return TensorArg(name, Role.GEN, i, temp, shape, stride, meta.dtype, acc,
-                         self.per_row[temp], **fields,
+                         self.t.per_row[temp], **fields,
                          generated=Generated(node.op, node.params, offset), piece=piece)
-
-    def _operands(self, node: Node) -> tuple[tuple[str, ...], dict]:
-        """`node`'s operands written, and its params (numbers as eager reads them)."""
-        inputs, params = integer_scalars(self.g, node, compared_scalars(self.g, node),
-                                         dict(node.params))
-        to = zero_dim_dtypes(self.g, node)
-        return tuple(self._converted(self._read(node, a.name), a.name, to.get(a.name))
-                     if isinstance(a, Ref) else literal(a) for a in inputs), params
-
-    def _converted(self, temp: str, name: str, dtype: torch.dtype | None) -> str:
-        """`temp` converted to `dtype` as eager converts a 0-dim tensor (``int_scalars``)."""
-        if dtype is None:
-            return temp
-        if (temp, dtype) not in self.rounded:
-            self.rounded[(temp, dtype)] = new = f"v{self.count}"
-            self.count += 1
-            self.per_row[new], self.phase[new] = self.per_row[temp], self.phase[temp]
-            self.roundings.append(Stmt(new, cast(temp, dtype), name, "to", (temp,),
-                                       self.per_row[new], self.phase[new]))
-        return self.rounded[(temp, dtype)]
-
-    def _read(self, reader: Node, name: str, reduced: bool = False) -> str:
-        """`name`'s temporary as `reader` takes it: rounded to its 16-bit dtype first where
-        `reader` makes another dtype, reduces it or rounds (``half_reads.py``)."""
-        temp = self._temp(reader.name, name)
-        dtype = self.unrounded.get(temp)
-        if dtype is None or reader.meta is None or (reader.meta.dtype == dtype and not reduced
-                                                    and not rounds_operands(reader)):
-            return temp
-        if temp not in self.rounded:
-            self.rounded[temp] = new = f"v{self.count}"
-            self.count += 1
-            self.per_row[new], self.phase[new] = self.per_row[temp], self.phase[temp]
-            self.roundings.append(rounding(temp, new, dtype, name, self.per_row[new],
-                                           self.phase[new]))
-        return self.rounded[temp]
-
-    def _new_temp(self, name: str, per_row: bool, phase: str) -> str:
-        temp = f"v{self.count}"
-        self.count += 1
-        self.temps[name], self.per_row[temp], self.phase[temp] = temp, per_row, phase
-        return temp
 
     def _stmt(self, node: Node) -> Stmt | None:
         if node.kind is OpKind.VIEW:  # a change of index map: same registers, no statement
-            self.temps[node.name] = self._temp(node.name, node.refs[0])
+            self.t.of[node.name] = self.t.taken(node.name, node.refs[0])
             return None
         lowering = pointwise_rule(self.g, node)
-        operands, params = self._operands(node)
+        operands, params = self.t.operands(self.g, node)
         if node.kind is OpKind.CONCAT:  # the coordinate picks the operand (its piece)
             key = (self.maps.cat_dims[node.name], self.maps.cat_pers[node.name])
             operands = (self.coords[key].temp, *operands)
@@ -351,19 +295,19 @@ class _Lowering:
                                 f"{dict(node.params)}")
         expr, helpers = ((written, ()) if isinstance(written, str)  # or ir/rounding.Calls
                          else (written.expr, written.helpers))
-        deps = tuple(dict.fromkeys(o for o in operands if o in self.per_row))
-        per_row = bool(self.reds) and all(self.per_row[d] for d in deps)
+        deps = tuple(dict.fromkeys(o for o in operands if o in self.t.per_row))
+        per_row = bool(self.reds) and all(self.t.per_row[d] for d in deps)
         if expr in deps:  # identity (dropout in eval, clone, same-dtype cast): no new temp
-            self.temps[node.name] = expr
+            self.t.of[node.name] = expr
             return None
-        phase = "post" if any(self.phase[d] == "post" for d in deps) else "pre"
-        temp = self._new_temp(node.name, per_row, phase)
+        phase = "post" if any(self.t.phase[d] == "post" for d in deps) else "pre"
+        temp = self.t.new(node.name, per_row, phase)
         return Stmt(temp, expr, node.name, node.op, deps, per_row, phase, helpers)
 
     def _reduction(self, node: Node) -> ReductionStep:
         rule, operand_names = reduction_rule(self.g, node)
         operands = dict(zip(operand_names, node.inputs, strict=False))
-        names = {k: self._read(node, v.name, reduced=True) if isinstance(v, Ref) else None
+        names = {k: self.t.read(node, v.name, reduced=True) if isinstance(v, Ref) else None
                  for k, v in operands.items()}
         for k, v in operands.items():
             if not isinstance(v, Ref) and v is not None:
@@ -374,7 +318,7 @@ class _Lowering:
         dtype = rule.accumulation_dtype(meta.dtype)
         if dtype is None:
             raise LoweringError(f"{said(self.g, node.name)} on {meta.dtype} is not lowered")
-        temp = self._new_temp(node.name, not rule.keeps_row, "post")
+        temp = self.t.new(node.name, not rule.keeps_row, "post")
         return ReductionStep(rule, temp, node.name, names["input"], names.get("weight"),
                              names.get("bias"), eps, dtype, self.reduced,
                              correction(dict(node.params)))
@@ -398,9 +342,9 @@ class _Lowering:
             raise LoweringError(f"{said(self.g, name)} is also written, but the group computes "
                                 "it over a view that reaches only part of it; a kernel writes "
                                 "whole values", (name,))
-        temp = self.temps[name]
+        temp = self.t.of[name]
         # per_row is set only under a reduction, whose columns cover self.reduced dims
         acc = self._access(name, shape, stride,
-                           grows=followed_dims(self.rank, self.reduced, self.per_row[temp]))
+                           grows=followed_dims(self.rank, self.reduced, self.t.per_row[temp]))
         return TensorArg(name, Role.OUT, i, temp, shape, stride, meta.dtype, acc,
-                         self.per_row[temp], **fields)
+                         self.t.per_row[temp], **fields)
