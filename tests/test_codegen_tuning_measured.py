@@ -25,7 +25,8 @@ from fusion_core.pipeline import analyze
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from panel_cases import CASES, Fn1, Fn2  # noqa: E402
+from panel_cases import CASES  # noqa: E402
+from shapes_panel import build  # noqa: E402
 
 PANEL = ROOT / "benchmarks" / "measured" / "shapes_panel_h200_2026-12-04.json"
 WITHIN = 1.03  # the issue's bar: the default within 3% of the best candidate
@@ -46,18 +47,20 @@ def _case(label: str, dtype: str):
     return matches[0]
 
 
-def _kernel_module(case, looped: bool, tmp_path: Path):
-    """The case's kernel file as the panel generated it (default tuning), at tiny shapes: the
-    constants its heuristic reads depend on the dtype and the kind, not on the shapes."""
-    gen = torch.Generator().manual_seed(0)
-    width = case.tiny[0][-1]
-    params = {p: torch.randn(width, generator=gen).to(case.dtype) for p in case.params}
-    module = (Fn2 if len(case.tiny) == 2 else Fn1)(case.fn, width, params)
-    inputs = [torch.randn(s, generator=gen).to(case.dtype) for s in case.tiny]
+def _generated(case, looped: bool, tmp_path: Path, tiny: bool = True):
+    """The case's kernel file as the panel generated it (default tuning; `shapes_panel.build`'s
+    module and inputs), with the analysis, its one cluster and the model inputs."""
+    module, inputs = build(case, tiny, "cpu", torch.Generator().manual_seed(0))
     analysis = analyze(module, *inputs)
     (cluster,) = analysis.clusters
     kernel = generate(analysis, cluster, None, looped=looped)
-    return load_kernel(write_kernels([kernel], tmp_path)[0])
+    return load_kernel(write_kernels([kernel], tmp_path)[0]), analysis, cluster, inputs
+
+
+def _kernel_module(case, looped: bool, tmp_path: Path):
+    """At tiny shapes: the constants its heuristic reads depend on the dtype and the kind, not
+    on the shapes."""
+    return _generated(case, looped, tmp_path)[0]
 
 
 def test_the_panel_measured_every_kind_of_row_kernel():
@@ -101,17 +104,10 @@ H100_LOOPED = [r for r in json.loads(H100_PANEL.read_text())["rows"]
 
 def _pick_and_timed(row, tmp_path):
     """The heuristic's pick for the row's bucket (the launcher's `_plan` at the measured
-    shape, on zeros: nothing launches) and the row's timed candidates."""
+    shape: nothing launches) and the row's timed candidates."""
     case = _case(row["case"], row["dtype"])
-    gen = torch.Generator().manual_seed(0)
-    width = case.shapes[0][-1]
-    params = {p: torch.randn(width, generator=gen).to(case.dtype) for p in case.params}
-    model = (Fn2 if len(case.shapes) == 2 else Fn1)(case.fn, width, params)
-    inputs = [torch.zeros(s, dtype=case.dtype) for s in case.shapes]
-    analysis = analyze(model, *inputs)
-    (cluster,) = analysis.clusters
-    kernel = generate(analysis, cluster, None, looped=row["kernel"]["looped"])
-    module = load_kernel(write_kernels([kernel], tmp_path)[0])
+    module, analysis, cluster, inputs = _generated(case, row["kernel"]["looped"], tmp_path,
+                                                   tiny=False)
     assert module.KIND == row["kernel"]["kind"]
     args = cluster_inputs(analysis, cluster, capture_values(analysis, *inputs))
     if hasattr(module, "_views"):  # the kernel reads its inputs through views
