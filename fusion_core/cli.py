@@ -124,7 +124,8 @@ FIXES = {Fix.MODEL_FILE: "pass --model PATH to a .py file (or FILE.py:NAME, or "
                          "package.module:NAME)",
          Fix.MODEL_CLASS: "pick one with --model-class NAME",
          Fix.SHAPE_TEXT: "give --input-shape positive integers separated by commas, e.g. "
-                         "--input-shape 16384,1024",
+                         "--input-shape 16384,1024 (a memory order may follow a colon: "
+                         "8,64,56,56:channels_last)",
          Fix.INPUTS: "check --input-shape and --dtype",
          Fix.INPUT_COUNT: "repeat --input-shape once per input",
          Fix.EXPORT: "try torch.export instead (--capture export)",

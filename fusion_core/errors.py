@@ -19,7 +19,8 @@ class Fix(Enum):
 
     MODEL_FILE = "give the path of a .py file"
     MODEL_CLASS = "pick one with load_model(path, class_name)"
-    SHAPE_TEXT = "give positive integers separated by commas, e.g. '16384,1024'"
+    SHAPE_TEXT = ("give positive integers separated by commas, e.g. '16384,1024' (a memory "
+                  "order may follow a colon: '8,64,56,56:channels_last')")
     INPUTS = "check the example inputs' shapes and dtypes"
     INPUT_COUNT = "give one example input per argument of forward"
     EXPORT = 'try torch.export instead (capture="export")'

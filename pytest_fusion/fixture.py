@@ -98,7 +98,8 @@ def fixes(call: str) -> dict[Fix, str]:
     return {Fix.MODEL_FILE: f"give {call} the path of a .py file, or the model's class",
             Fix.MODEL_CLASS: f"give {call} the class itself instead of the file's path",
             Fix.SHAPE_TEXT: "give a shape as a tuple of positive ints, e.g. (16384, 1024), or "
-                            "as a string of them separated by commas, e.g. '16384,1024'",
+                            "as a string of them separated by commas, e.g. '16384,1024' (a "
+                            "memory order may follow a colon: '8,64,56,56:channels_last')",
             Fix.INPUTS: f"check the example inputs given to {call}: their shapes and dtypes",
             Fix.INPUT_COUNT: f"give {call} one example input per argument of forward",
             Fix.EXPORT: f'try torch.export instead (capture="export" in {call}, or '

@@ -343,7 +343,9 @@ def test_every_fix_is_worded_by_the_cli_and_the_plugin():
         InputSpec.parse("4x8")
     assert err.value.worded(FIXES) == (
         "malformed input shape '4x8'; give --input-shape positive integers separated by commas, "
-        "e.g. --input-shape 16384,1024")
+        "e.g. --input-shape 16384,1024 (a memory order may follow a colon: "
+        "8,64,56,56:channels_last)")
     assert err.value.worded(plugin) == ("malformed input shape '4x8'; give a shape as a tuple of "
                                         "positive ints, e.g. (16384, 1024), or as a string of them "
-                                        "separated by commas, e.g. '16384,1024'")
+                                        "separated by commas, e.g. '16384,1024' (a memory order "
+                                        "may follow a colon: '8,64,56,56:channels_last')")
