@@ -39,8 +39,10 @@ FNS = {
     "layer_norm->gelu": lambda m, x: F.gelu(F.layer_norm(x, (x.shape[-1],), m.w, m.b)),
     "softmax(x/8)": lambda m, x: torch.softmax(x * 0.125, -1),
     "log_softmax(x.float())": lambda m, x: torch.log_softmax(x.float(), -1),
+    "softmax(x/8)*w": lambda m, x: torch.softmax(x * 0.125, -1) * m.w,
+    "log_softmax(x/8)": lambda m, x: torch.log_softmax(x * 0.125, -1),
 }
-BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 # The jit function each form compiles (and whether the kernel is generated looping).
 FORMS = {"one block": ("kernel", False), "loop": ("kernel", True),
          "split partials": ("partials", True), "split finish": ("finish", True)}
@@ -54,6 +56,18 @@ CASES = [  # (function, dtype, width, form, BLOCK_SIZE, warps)
     ("layer_norm->gelu", BF16, 16384, "one block", 16384, 32),
     ("layer_norm->gelu", FP32, 32768, "one block", 32768, 32),
     ("softmax(x/8)", BF16, 16384, "one block", 16384, 16),
+    # one_block.py's wider block for a softmax (one value per element): 32768 columns
+    ("softmax(x/8)", FP32, 32768, "one block", 32768, 16),
+    ("softmax(x/8)", FP32, 32768, "one block", 32768, 32),
+    ("softmax(x/8)", BF16, 32768, "one block", 32768, 16),
+    ("softmax(x/8)", BF16, 32768, "one block", 32768, 32),
+    ("softmax(x/8)", FP64, 16384, "one block", 16384, 16),
+    ("softmax(x/8)*w", FP32, 32768, "one block", 32768, 32),
+    ("softmax(x/8)*w", BF16, 32768, "one block", 32768, 32),
+    ("log_softmax(x/8)", FP32, 32768, "one block", 32768, 16),
+    ("log_softmax(x/8)", FP32, 32768, "one block", 32768, 32),
+    ("log_softmax(x/8)", BF16, 32768, "one block", 32768, 32),
+    ("log_softmax(x.float())", BF16, 32768, "one block", 32768, 32),
     ("layer_norm->gelu", FP32, 8192, "loop", 1024, 4),
     ("layer_norm->gelu", FP32, 8192, "loop", 4096, 8),
     ("layer_norm->gelu", FP32, 8192, "loop", 8192, 16),
@@ -103,39 +117,55 @@ def _job(fn: str, dtype: torch.dtype, width: int, form: str, block: int, warps: 
     unsplit = {"split_min_cols": 1 << 30} if suffix == "kernel" else {}
     kernel = generate(analysis, cluster, Tuning(max_block=width, **unsplit), looped=looped)
     args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
+    return kernel_job(kernel, args, work, suffix, block, warps)
+
+
+def kernel_job(kernel, args: tuple, work: Path, suffix: str, block: int, warps: int):
+    """The compile job of a generated kernel's jit function `suffix` ("kernel", "partials",
+    "finish") launched on `args` (2 rows), at BLOCK_SIZE `block`, one row a program."""
     path, sig, consts = launch_signature(kernel, work, args, suffix)
     # the pointers (torch allocations are aligned) and the sizes at the case's width
-    sizes = {"n_rows": 4096, "n_cols": width}
+    sizes = {"n_rows": 4096, "n_cols": args[0].shape[-1]}
     aligned = [i for i, (name, kind) in enumerate(sig.items())
                if kind.startswith("*") or sizes.get(name, 1) % 16 == 0]
     return (path, f"{kernel.name}_{suffix}", sig,
             {**consts, "BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1}, warps, aligned)
 
 
-def _usage(ptxas_output: str) -> str:
-    """`N registers, S bytes spilled` from ptxas -v."""
-    regs = spill = "?"
+def usage(jobs: list) -> list[tuple[int, int]]:
+    """(registers a thread, spill bytes) of each job, compiled for sm_90 and read from ptxas
+    -v; raises RuntimeError with the compiler's error where it fails."""
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE], input=json.dumps(jobs),
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-3000:])
+    return [_usage(json.loads(out)) for out in proc.stdout.splitlines()]
+
+
+def _usage(ptxas_output: str) -> tuple[int, int]:
+    """Registers and spill bytes from ptxas -v."""
+    regs = spill = -1
     for line in ptxas_output.splitlines():
         if "Used" in line and "registers" in line:
-            regs = line.split("Used")[1].split("registers")[0].strip()
+            regs = int(line.split("Used")[1].split("registers")[0])
         if "spill stores" in line:
-            spill = line.split("bytes stack frame,")[1].split("bytes spill stores")[0].strip()
-    return f"{regs} registers, {spill} bytes spilled"
+            spill = int(line.split("bytes stack frame,")[1].split("bytes spill stores")[0])
+    return regs, spill
 
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         jobs = [_job(*case, Path(tmp) / f"k{i}") for i, case in enumerate(CASES)]
-        env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
-        proc = subprocess.run([sys.executable, "-c", _COMPILE], input=json.dumps(jobs),
-                              capture_output=True, text=True, env=env, cwd=ROOT)
-        if proc.returncode:
-            print(proc.stderr[-3000:], file=sys.stderr)
+        try:
+            found = usage(jobs)
+        except RuntimeError as err:
+            print(err, file=sys.stderr)
             return 1
-        for case, out in zip(CASES, proc.stdout.splitlines(), strict=True):
+        for case, (regs, spill) in zip(CASES, found, strict=True):
             fn, dtype, width, form, block, warps = case
             print(f"{fn} {str(dtype).removeprefix('torch.')} x{width} ({form}, BLOCK_SIZE "
-                  f"{block}, {warps} warps): {_usage(json.loads(out))}")
+                  f"{block}, {warps} warps): {regs} registers, {spill} bytes spilled")
     return 0
 
 
