@@ -26,7 +26,8 @@ class Tuning:
     tile_elements: int = 4096
     tile_cols: int = 64
     # reduction: widest row one block holds, wider rows loop; None: by the element size
-    # (one_block.widest_one_block), which `kernel.generate` fills in
+    # (one_block.widest_one_block; a softmax's twice as wide where its rows need it), which
+    # `kernel.generate` fills in
     max_block: int | None = None
     # reduction: rows wider than this loop where the kernel can, though one block holds up to
     # max_block (a 16-bit centered norm loops sooner, one_block.CENTERED_16BIT_ONE_BLOCK; a kernel

@@ -66,7 +66,8 @@ def needs_loop(p: KernelPlan, tuning: Tuning) -> bool:
 
 def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     """`tuning` with its widest single block by the plan's widest element (an input's or the
-    accumulator's), unless given, and a centered norm of 16-bit inputs looping sooner."""
+    accumulator's), unless given; twice as wide where a reduction holding one value per
+    element would otherwise loop; a centered norm of 16-bit inputs looping sooner."""
     if tuning.max_block is not None:
         return tuning
     inputs = [t.dtype.itemsize for t in p.inputs if not t.per_row]
@@ -74,9 +75,19 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     centered_16bit = (can_loop(p) and p.reduction is not None and p.reduction.rule.centered
                       and max(inputs, default=4) < 4)
     widest = widest_one_block(max(sizes, default=4))
+    if p.n_cols > widest and holds_one_row(p):  # narrower files keep the measured limit
+        widest = widest_one_block(max(sizes, default=4), holds_one_row=True)
     loop_above = min(widest, CENTERED_16BIT_ONE_BLOCK) if centered_16bit else None
     return replace(tuning, max_block=widest,
                    loop_above=tuning.loop_above if tuning.loop_above is not None else loop_above)
+
+
+def holds_one_row(p: KernelPlan) -> bool:
+    """One reduction whose one block holds one value per element (the registry's
+    `holds_one_row`), reading one row-sized tensor: a second (softmax times a per-column
+    weight) adds its values to the block's registers (one_block.ONE_ROW_BLOCK_BYTES)."""
+    return (can_loop(p) and p.reduction is not None and p.reduction.rule.holds_one_row
+            and sum(not t.per_row for t in p.sources) == 1)
 
 
 def can_loop(p: KernelPlan) -> bool:
@@ -97,7 +108,7 @@ def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: 
              + file_head.header(p, model, cluster.category, where)
              + file_head.constants(p, tuning, looped) + _before(_helpers(p, looped))
              + ["", *body, "", ""]
-             + launcher.launcher(p, signature, looped))
+             + launcher.launcher(p, signature, looped, tuning.max_block))
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -85,7 +85,8 @@ _RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.v
              "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS,
              *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS
                                   + runtime.VIEW_HELPERS),
-             *(fn.__name__ for pair in autotune.KINDS.values() for fn in pair)}
+             *(fn.__name__ for pair in (*autotune.KINDS.values(), autotune.WIDE_SINGLE)
+               for fn in pair)}
 CACHE_SIZE = 64  # launch plans a generated launcher keeps (distinct input layouts)
 # A launcher whose cat operands' lengths follow the call (``launch_plan.framed``).
 _FRAMES = ["# What `_plan` works out once for every length of those cat operands (a KV",
@@ -243,7 +244,10 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
                    f"return {_result(plan)}"])
 
 
-def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
+def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool,
+             max_block: int | None = None) -> list[str]:
+    """The launcher's text: `max_block` (the file's MAX_BLOCK) picks the tuning heuristic of a
+    one-block file whose rows may be wider than 16 warps hold (tuning.source)."""
     names = arg_names(plan)
     n = plan.name
     outs = ", ".join(t.value for t in plan.outputs)
@@ -269,7 +273,7 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool) -> list[str]:
                *(_FRAMES if framed(plan) else []),
                "", "", *runtime.source(bool(viewed)).splitlines(),
                "", "", *direct_launch.source().splitlines(),
-               "", "", *autotune.source(kind(plan, looped)).splitlines(), "", ""])
+               "", "", *autotune.source(kind(plan, looped), max_block).splitlines(), "", ""])
     plan_fn(plan, sig, looped, names, out)
     out.lines(["", ""])
     _launch_fn(plan, sig, looped, names, out)

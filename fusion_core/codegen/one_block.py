@@ -1,8 +1,9 @@
 """How wide a reduction's row may be for one block to keep it whole, by its element size.
 
 Reads the element size of a reduction's widest input or accumulator; returns the widest row
-(a power of two) one block holds in registers, and the narrower width above which a centered
-norm of 16-bit inputs loops over column blocks instead. Chosen once, when a kernel file is
+(a power of two) one block holds in registers, twice as wide for a reduction that holds one
+value per element (softmax), and the narrower width above which a centered norm of 16-bit
+inputs loops over column blocks instead. Chosen once, when a kernel file is
 generated (``kernel.with_max_block``), not per shape: unlike ``tuning.py``, nothing here is
 copied into the generated files.
 """
@@ -26,10 +27,24 @@ ONE_BLOCK_BYTES = 65536
 # Measured on layer_norm; group_norm and batch_norm_train hold the same row and deviations
 # (the registry's `centered`) and follow it, unmeasured.
 CENTERED_16BIT_ONE_BLOCK = 8192
+# A reduction whose one block holds one value per element at a time (the registry's
+# `holds_one_row`: softmax, whose exps take the row's place) and that reads no other row-sized
+# tensor keeps rows up to twice as wide whole (32768 fp32 columns), where they would otherwise
+# loop; Liger-Kernel's softmax runs 32768 columns in one block of 32 warps. A static result
+# only, not yet timed: ptxas for sm_90 (tools/kernel_registers.py, Triton 3.6 and 3.9) gives
+# softmax(x/8) at 32768 columns no spills: 64 registers a thread at 32 warps in fp32, 49-51
+# in bf16 (110-115 and 95-98 at 16 warps); fp64 at 16384, 128 at 16 warps. log_softmax
+# spills there (76-84 bytes in fp32 at 32 warps, 48-56 in bf16), and so does softmax(x/8)
+# times a per-column weight in fp32 (112-168 bytes): neither takes the wider block. The H100
+# panel of 2026-12-06 measured the column loop at 32000-32768 fp32 columns at 84% of a copy,
+# Liger's one block at ~94%; whether this one block gains is for a GPU run to say, and
+# so is the cost to few such rows, which now take one program each instead of a split row.
+ONE_ROW_BLOCK_BYTES = 2 * ONE_BLOCK_BYTES
 
 
-def widest_one_block(element_bytes: int) -> int:
+def widest_one_block(element_bytes: int, holds_one_row: bool = False) -> int:
     """MAX_BLOCK for a reduction whose widest input or accumulator element has this many
-    bytes: the widest row kept whole in one block."""
-    widest = max(1, ONE_BLOCK_BYTES // max(4, element_bytes))
+    bytes: the widest row kept whole in one block (`holds_one_row`: by ONE_ROW_BLOCK_BYTES)."""
+    budget = ONE_ROW_BLOCK_BYTES if holds_one_row else ONE_BLOCK_BYTES
+    widest = max(1, budget // max(4, element_bytes))
     return 1 << (widest - 1).bit_length()  # the power of two at or above it

@@ -110,6 +110,14 @@ def _single_heuristic(bucket):
     return width, packed, _row_warps(width * packed, 512, NUM_WARPS)
 
 
+def _wide_single_heuristic(bucket):
+    """_single_heuristic for a file whose one block holds rows wider than its 16 warps hold at
+    32 elements a thread (a softmax's, up to 32768 columns: 32 warps there, as Liger-Kernel's
+    softmax launches); never more elements a thread, as _single_config."""
+    width, packed, num_warps = _single_heuristic(bucket)
+    return width, packed, max(num_warps, width * packed // 1024)
+
+
 def _single_config(bucket, candidate):
     """A candidate (elements per program, warps); rows are packed only up to PACK_WIDTH;
     never fewer warps than hold 32 elements a thread (more spill registers)."""
@@ -343,6 +351,10 @@ KINDS = {"flat": (_flat_heuristic, _flat_config), "tiled": (_tiled_heuristic, _t
          "single": (_single_heuristic, _single_config),
          "looped": (_looped_heuristic, _looped_config),
          "split": (_split_heuristic, _split_config)}
+# A one-block file whose MAX_BLOCK is wider than this (16 warps of 32 lanes, 32 elements a
+# thread: the widest row _row_warps' most warps hold) takes WIDE_SINGLE's pair instead.
+WIDEST_16_WARP_ROW = 16 * 32 * 32
+WIDE_SINGLE = (_wide_single_heuristic, _single_config)
 # Helpers a kind's pair calls besides the shared ones (copied into its files before the pair).
 KIND_HELPERS = {"split": (_looped_heuristic, _looped_config, _splits)}
 HELPERS = (_pow2, _bucket, _row_warps, _configs, _timing_on, _time, _cache_dir,
@@ -351,10 +363,14 @@ GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
            "ROW_CLASS_CAP", "TUNE_WARMUP_MS", "TUNE_REP_MS", "TUNE_MIN_ELEMENTS")
 
 
-def source(kind: str) -> str:
+def source(kind: str, max_block: int | None = None) -> str:
     """The helpers' text as a generated file of this kernel kind holds it, two blank lines
-    apart, ending with the kind's HEURISTIC and CONFIG."""
+    apart, ending with the kind's HEURISTIC and CONFIG (WIDE_SINGLE's for a one-block file
+    whose `max_block` is wider than WIDEST_16_WARP_ROW)."""
     heuristic, config = KINDS[kind]
-    fns = (*HELPERS, *KIND_HELPERS.get(kind, ()), heuristic, config)
+    helpers = KIND_HELPERS.get(kind, ())
+    if kind == "single" and (max_block or 0) > WIDEST_16_WARP_ROW:
+        helpers, (heuristic, config) = (heuristic,), WIDE_SINGLE
+    fns = (*HELPERS, *helpers, heuristic, config)
     text = "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in fns)
     return text + f"\n\n\nHEURISTIC, CONFIG = {heuristic.__name__}, {config.__name__}\n"

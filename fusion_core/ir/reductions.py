@@ -88,7 +88,11 @@ class ReductionRule:
     centered: bool = False  # normalize: subtract the mean first (layer_norm, not rms_norm)
     axes: str = "dims"  # how the call names its reduced dims: a key of AXES
     keepdim: bool = False  # a collapse whose result always keeps the reduced dims (a pool)
-
+    # Its one-block form holds one value per element at a time: softmax's exp(x - max) takes
+    # the row's place. Not log_softmax (x stays for x - max - log(sum) while the exps are
+    # summed) nor a centered norm (the row and its deviations). Such a block may hold rows
+    # twice as wide (codegen's one_block.py: ptxas spills log_softmax there, not softmax).
+    holds_one_row: bool = False
 
     def identity(self, dtype: torch.dtype) -> str:
         return self.combine.identity_of(dtype)
@@ -114,7 +118,7 @@ RULES: dict[str, ReductionRule] = {r.name: r for r in (
                   False, axes="pool", keepdim=True),
     # softmax's statistics: the row max (its combine), then the sum of exp(x - max)
     ReductionRule("softmax", "softmax", COMBINES["max"], "{exp} / {v}_sum",
-                  True, False, axes="dim"),
+                  True, False, axes="dim", holds_one_row=True),
     ReductionRule("log_softmax", "softmax", COMBINES["max"],
                   "{x} - {v}_max - tl.log({v}_sum)", True, False, axes="dim"),
     ReductionRule("layer_norm", "normalize", COMBINES["sum"], "{c} * {v}_rstd",
