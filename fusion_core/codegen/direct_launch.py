@@ -132,7 +132,7 @@ def _allocators():
     (it parses its keyword arguments in Python, ~1 µs more per output)."""
     guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
     found = {}
-    for kind in ("cuda", "cpu"):
+    for kind in ("cuda", "xpu", "cpu"):
         fast = getattr(guards, f"_empty_strided_{kind}", None)
         found[kind] = fast or (lambda shape, stride, dtype, kind=kind: torch.empty_strided(
             shape, stride, dtype=dtype, device=kind))
