@@ -27,7 +27,9 @@ generates and loads every cluster's file, then prints two tables.
    * ``eager op``: one eager aten op of the kernel's arity (relu, add, addcmul) on its first
      input, output allocated as ours;
    * ``empty``: allocating the launcher's outputs alone (``torch.empty_strided``, as ours
-     does), which ``ours`` and ``eager op`` include and the direct rows do not.
+     does through Triton; its direct launches allocate with Inductor's C++ allocator,
+     ``_empty_strided_cuda``), which ``ours`` and ``eager op`` include and the direct rows
+     do not.
    Inputs are small so the GPU keeps up with the host: a row whose final synchronize waited
    more than a tenth of its loop is marked ``*`` (device-bound: it times the GPU, not the
    host). A split-rows plan with several launches per call has no direct rows.
@@ -228,7 +230,8 @@ def _gpu_cluster(analysis, cluster, module, name: str, inputs, calls: int, repea
     before = spy.launches
     launch(*inputs)
     kept = dict(module.DIRECT_LAUNCH)
-    direct = spy.launches == before and any(map(callable, kept.values()))
+    # an entry is (guard, scalar values, plan, direct launch or None): `direct_launch._entry`
+    direct = spy.launches == before and any(e and e[3] is not None for e in kept.values())
     module.DIRECT_LAUNCH.update(dict.fromkeys(kept, False))  # Triton's path, as before
     before = spy.last, spy.launches
     launch(*inputs)

@@ -70,26 +70,43 @@ def _fire(compiled, tensors, constexprs=None):
     )
 
 
-def test_fire_launches_in_the_signature_order(driver):
+def test_direct_keeps_the_launch_in_the_signature_order(driver):
     compiled = _Compiled()
-    fire = _fire(compiled, (torch.zeros(4), torch.zeros(4)))
-    x, out = torch.ones(8), torch.empty(8)
-    assert fire(x, out) is True
-    ((g0, g1, g2, stream, function, metadata, launch_meta, enter, exit_, *rest),) = compiled.calls
-    assert (g0, g1, g2, stream, function, metadata) == (3, 2, 1, 1000, "function", "metadata")
-    assert (launch_meta, enter, exit_) == (None, None, None)
-    assert rest[0] is x and rest[1] is out and rest[2:] == [10, 7, 64, 16]  # BLOCK before ALIGN
-
-
-def test_fire_leaves_misaligned_pointers_and_other_devices_to_triton(driver):
-    compiled = _Compiled()
-    fire = _fire(compiled, (torch.zeros(4), torch.zeros(4)))
-    misaligned = torch.zeros(9)[1:]  # 4 bytes past an aligned start
-    assert misaligned.data_ptr() % 16
-    assert fire(misaligned, torch.empty(8)) is False
+    launch = _fire(compiled, (torch.zeros(4), torch.zeros(4)))
+    run, g0, g1, g2, function, metadata, tail, device, current, stream = launch
+    assert run == compiled.run and (g0, g1, g2) == (3, 2, 1)
+    assert (function, metadata) == ("function", "metadata")
+    assert tail == (10, 7, 64, 16)  # the scalars, then BLOCK before ALIGN as the kernel has them
+    assert (device, current(), stream(device)) == (0, 0, 1000)
     driver.device = 1
-    assert fire(torch.ones(8), torch.empty(8)) is False
-    assert compiled.calls == []
+    assert current() == 1  # the driver's, asked at each call
+
+
+def test_direct_asks_torchs_c_call_for_the_device_where_triton_asks_torch(driver, monkeypatch):
+    def python_wrapper():
+        return 0
+
+    def c_call():
+        return 0
+
+    monkeypatch.setattr(torch.cuda, "current_device", python_wrapper)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", c_call, raising=False)
+    monkeypatch.setattr(driver, "get_current_device", python_wrapper, raising=False)
+    *_, current, _ = _fire(_Compiled(), (torch.zeros(4), torch.zeros(4)))
+    assert current is c_call
+
+
+def test_entry_keeps_a_launch_only_where_its_outputs_can_be_allocated(driver):
+    launch = _fire(_Compiled(), (torch.zeros(4), torch.zeros(4)))
+    x = torch.zeros(4)
+    guard, scalars, plan, kept = direct_launch._entry(launch, x.device, "plan", (x,), (2.0,))
+    assert (scalars, plan) == ((2.0,), "plan") and guard.check(x)
+    assert kept == (*launch, direct_launch.ALLOCATE["cpu"])
+    assert direct_launch._entry(launch, torch.device("cuda", 0), "plan", (), ())[3] is not None
+    # Triton launched on device 0: outputs on cuda:1 cannot come from the current device
+    assert direct_launch._entry(launch, torch.device("cuda", 1), "plan", (), ())[3] is None
+    assert direct_launch._entry(launch, torch.device("meta"), "plan", (), ())[3] is None
+    assert direct_launch._entry(None, x.device, "plan", (x,), ())[3] is None
 
 
 @pytest.mark.parametrize(
@@ -187,7 +204,8 @@ def test_a_warm_call_launches_directly_with_the_same_result(tmp_path, monkeypatc
     x = torch.randn(4, COLS)
     first = launch(x)  # plan, configuration, direct launcher kept
     assert stand_in.triton_launches == 1 and _direct_launches(stand_in) == 0
-    assert len(module.DIRECT_LAUNCH) == 1 and callable(next(iter(module.DIRECT_LAUNCH.values())))
+    ((_, _, _, direct),) = module.DIRECT_LAUNCH.values()  # guard, scalars, plan, launch
+    assert direct is not None
     for _ in range(2):
         y = torch.randn(4, COLS)
         torch.testing.assert_close(launch(y), _softmax(None, y))

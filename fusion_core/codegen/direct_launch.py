@@ -5,7 +5,9 @@ only torch and triton). ``kernel[grid](...)`` goes through ``JITFunction.run`` o
 it binds the arguments, computes their specialization and cache key, looks the compiled kernel
 up and checks the globals it read, ~8 µs of Python before the CUDA launch. Within one launch
 plan (one input layout, one chosen configuration) all of that is fixed but the tensors' data
-pointers, so after the plan's first launch the launcher keeps ``_direct``'s result and calls
+pointers, so after the plan's first launch the launcher keeps ``_direct``'s result in the
+plan's entry (``_entry``, with a C++ guard of its layout and the allocator of its outputs:
+``launch_warm.py`` writes the launcher's side) and calls
 the compiled kernel's own launcher (``CompiledKernel.run``) with the same arguments, in the
 order and calling convention ``JITFunction.run`` uses (triton >= 3.3: every bound argument,
 constexprs included, after grid, stream, function, packed metadata, launch metadata and the
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+
+import torch
 
 # The helpers below run inside generated files, which import triton themselves; this module
 # is also imported by the CLI, which must start (and say how to install triton) without it.
@@ -48,11 +52,13 @@ def _hooks_set():
 
 
 def _direct(kernel, compiled, grid, tensors, scalars, constexprs):
-    """A launcher of `compiled` (what `kernel[grid](*tensors, *scalars, **constexprs)`
-    returned) for later calls with the same plan: `fire(*tensors)` launches it with these
-    tensors, all else as this call had it, and returns True; it returns False where Triton
-    must launch instead (another current device, or a pointer that is not 16-byte aligned).
-    None where there is no direct launch (see the module docstring)."""
+    """What a later call with the same plan needs to launch `compiled` (what
+    `kernel[grid](*tensors, *scalars, **constexprs)` returned) itself: (run, grid0, grid1,
+    grid2, function, packed metadata, the arguments after the tensors, the current device, a
+    function giving the current device, one giving a device's stream). The launcher calls
+    `run` with its tensors where their pointers are 16-byte aligned and the device is still
+    current (``launch_warm.direct_lines``). None where there is no direct launch (see the
+    module docstring)."""
     run = getattr(compiled, "run", None)
     init = getattr(compiled, "_init_handles", None)
     if run is None or init is None or not hasattr(compiled, "packed_metadata") or _hooks_set():
@@ -70,36 +76,99 @@ def _direct(kernel, compiled, grid, tensors, scalars, constexprs):
     driver = triton.runtime.driver.active
     current_device, current_stream = driver.get_current_device, driver.get_current_stream
     device = current_device()
-    tail = (*scalars, *(constexprs[n] for n in rest))
+    # Triton's CUDA driver asks torch's Python wrapper, ~100 ns more than the C call it wraps
+    # (CUDA is initialized: a launch ran).
+    if current_device is getattr(torch.cuda, "current_device", None):
+        current_device = getattr(torch._C, "_cuda_getDevice", current_device)
     g0, g1, g2 = (*grid, 1, 1)[:3]
-    function, metadata = compiled.function, compiled.packed_metadata
-
-    def fire(*tensors):
-        for t in tensors:
-            if t.data_ptr() % POINTER_ALIGN:
-                return False
-        if current_device() != device:
-            return False
-        run(
-            g0,
-            g1,
-            g2,
-            current_stream(device),
-            function,
-            metadata,
-            None,
-            None,
-            None,
-            *tensors,
-            *tail,
-        )
-        return True
-
-    return fire
+    tail = (*scalars, *(constexprs[n] for n in rest))
+    return (run, g0, g1, g2, compiled.function, compiled.packed_metadata, tail, device,
+            current_device, current_stream)
 
 
-HELPERS = (_hooks_set, _direct)
-GLOBALS = ("POINTER_ALIGN", "DIRECT_SINCE")
+class _Kept(dict):
+    """DIRECT_LAUNCH: a dict of kept plans by launch cache key, whose `last` is the entry
+    a call last found by its key (its guard then spares the next call the key). Any change
+    to the dict drops `last`: clearing it, or setting entries False, reaches warm calls."""
+
+    last = None
+
+    def __setitem__(self, key, value):
+        self.last = None
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        self.last = None
+        super().__delitem__(key)
+
+    def update(self, *args, **kwargs):
+        self.last = None
+        super().update(*args, **kwargs)
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def clear(self):
+        self.last = None
+        super().clear()
+
+    def pop(self, *args):
+        self.last = None
+        return super().pop(*args)
+
+    def popitem(self):
+        self.last = None
+        return super().popitem()
+
+    def setdefault(self, key, default=None):
+        self.last = None
+        return super().setdefault(key, default)
+
+
+def _allocators():
+    """{device type: `empty(shape, stride, dtype)` on its current device}: the C++
+    allocation Inductor's wrappers call, or `torch.empty_strided` where this torch has none
+    (it parses its keyword arguments in Python, ~1 µs more per output)."""
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    found = {}
+    for kind in ("cuda", "xpu", "cpu"):
+        fast = getattr(guards, f"_empty_strided_{kind}", None)
+        found[kind] = fast or (lambda shape, stride, dtype, kind=kind: torch.empty_strided(
+            shape, stride, dtype=dtype, device=kind))
+    return found
+
+
+def _guard(tensors):
+    """A C++ check (Dynamo's TensorGuards) that tensors have these tensors' dtypes, devices,
+    sizes and strides (all concrete: a None size would pass any), or None where this torch
+    has none or it does not accept its own tensors."""
+    try:
+        guard = torch._C._dynamo.guards.TensorGuards(
+            *tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+            dynamic_dims_strides=[list(t.stride()) for t in tensors])
+        return guard if guard.check(*tensors) is True else None
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+
+
+def _entry(launch, device, plan, given, scalars):
+    """DIRECT_LAUNCH's value for a kept plan: (guard of the parameters `given` or None,
+    the scalar operands' values, the plan, its direct launch or None). The launch (`_direct`'s
+    fields, then the allocator for the plan's `device`) is dropped for a device the outputs
+    cannot be allocated on as the current one (another CUDA device than Triton launched on)."""
+    if launch is not None:
+        empty = ALLOCATE.get(device.type)
+        if empty is None or (device.type != "cpu" and device.index != launch[7]):
+            launch = None
+        else:
+            launch = (*launch, empty)
+    return (_guard(given) if given else None, scalars, plan, launch)
+
+
+ALLOCATE = _allocators()  # here for `_entry`'s tests; a generated file sets its own
+HELPERS = (_hooks_set, _direct, _Kept, _allocators, _guard, _entry)
+GLOBALS = ("POINTER_ALIGN", "DIRECT_SINCE", "ALLOCATE")
 
 
 def source() -> str:
@@ -109,7 +178,7 @@ def source() -> str:
         f"POINTER_ALIGN = {POINTER_ALIGN}  # bytes: Triton specializes pointers on it\n"
         f"DIRECT_SINCE = {DIRECT_SINCE}  # the Triton whose launcher takes every argument\n\n\n"
         + text
-        + "\n"
+        + "\n\n\nALLOCATE = _allocators()  # output allocation of direct launches, by device type\n"
     )
 
 

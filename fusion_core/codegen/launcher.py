@@ -22,13 +22,15 @@ a kernel that runs on a GPU: torch reads it there as an operand, a Triton kernel
 device's memory), allocates contiguous outputs on the plan's device (where torch would compute:
 ``runtime._run_device``) and launches with its bucket's configuration, chosen on the bucket's
 first call and kept in ``CHOSEN`` (the Python work used to dominate small kernels' host time).
-Once a plan has launched with its bucket's kept configuration, ``DIRECT_LAUNCH`` holds the
-compiled kernel's direct launcher for it (``direct_launch.py``): a warm call then skips
-Triton's dispatch too, and does the key lookup, the output allocation and one launch. A failed
+Once a plan has launched with its bucket's kept configuration, ``DIRECT_LAUNCH`` keeps its
+entry (``direct_launch._entry``): a C++ guard of its layout, its scalar values, the plan and
+the compiled kernel's direct launch, if any. A warm call checks the last entry's guard before
+building any key, looks a kept plan up in DIRECT_LAUNCH alone, and launches it directly,
+past Triton's dispatch, its outputs allocated in C++ (``launch_warm.py``). A failed
 check raises and caches nothing; a full cache drops its oldest plan. A launcher whose cat
 operands change length from call to call (a KV cache: every call a new layout) also keeps
-``FRAMES``, what its ``_plan`` works out once for every such length (``launch_plan.py``), and
-keeps a plan's direct launcher from its second call on (most lengths are launched once).
+``FRAMES``, what its ``_plan`` works out once for every such length (``launch_plan.py``), keeps
+a plan's entry from its second call on (most lengths are launched once) and has no guard.
 ``ClusterNFunction`` wraps the launcher for autograd with a ``backward`` that refuses:
 inference only.
 """
@@ -38,7 +40,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from . import direct_launch, launch_maps, runtime, split_rows, view_checks
+from . import direct_launch, launch_maps, launch_warm, runtime, split_rows, view_checks
 from . import tuning as autotune
 from .choices import Tuning, kind
 from .file_head import dtype_literal, wrapper_class
@@ -79,6 +81,7 @@ _RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.v
              "kernel", "wrap", TRACEABLE, PIECE_ENDS, "FRAMES", "frames", "frame", "free",
              "by_bucket", "_frame", "fresh", DEVICE,
              *direct_launch.GLOBALS, *(fn.__name__ for fn in direct_launch.HELPERS),
+             *launch_warm.LOCALS,
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_STEPS", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS",
              *split_rows.LOCALS,
@@ -116,14 +119,35 @@ def arg_names(plan: KernelPlan) -> list[str]:
     return out
 
 
-def _key(names: list[str], scalars: list[str], out: CodeWriter) -> None:
-    """The launch cache key: every input's shape, strides, dtype and device (the raw
+def _key(names: list[str], scalars: list[str]) -> list[str]:
+    """The launch cache key's parts: every input's shape, strides, dtype and device (the raw
     parameters': what a view of one gives follows from them); a kernel without inputs
     keys on its device; scalar operands by value."""
     parts = [f"{a}.{p}" for a in names for p in ("shape", "stride()", "dtype", "device")]
     # A scalar operand's value too: `args` holds it (sizes give few distinct values).
     parts += scalars
-    out.bracketed("key = (", parts or [NO_INPUTS_DEVICE])
+    return parts or [NO_INPUTS_DEVICE]
+
+
+def _planned(plan: KernelPlan, names: list[str], inputs: str, fits: bool, viewed: list[int],
+             raw: list[str], frames: str, out: CodeWriter) -> None:
+    """A plan not kept yet: from LAUNCH_CACHE, or worked out (and cached) for a new layout."""
+    out.line("if plan is None:  # a new layout: check it and work out the launch once")
+    with out.indented():
+        if fits:  # sizes the views cannot take, refused by input and dim
+            out.line(f"_fits({inputs})")
+        if viewed:  # where the views lie in the raw inputs, kept for later calls
+            out.line(f"seen = _views({inputs})")
+            out.bracketed("seats = _seats(", [tuple_literal(raw[i] for i in viewed),
+                                              tuple_literal(f"seen[{i}]" for i in viewed)])
+            out.line(f"plan = (seats, _plan({plan_args(plan, ['*seen'])}{frames}))")
+        else:
+            out.line(f"plan = _plan({plan_args(plan, names)}{frames})")
+        out.lines(["if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:  # the oldest plan makes room",
+                   "    oldest = next(iter(LAUNCH_CACHE))",
+                   "    del LAUNCH_CACHE[oldest]",
+                   "    DIRECT_LAUNCH.pop(oldest, None)",
+                   "LAUNCH_CACHE[key] = plan"])
 
 
 def _views_fn(plan: KernelPlan, names: list[str], params: str, out: CodeWriter) -> None:
@@ -193,11 +217,9 @@ def _launch_fn(plan: KernelPlan, sig: KernelSignature, looped: bool, names: list
         direct_launch.launch_lines("kernel", _grid(plan, sig), tensors, sig.launch_consts, out)
 
 
-def _copies_and_outputs(plan: KernelPlan, names: list[str], result: str, out: CodeWriter,
-                        traced: bool = False) -> None:
-    """After `copies, device, out_shapes, out_strides, ..., configs` of a plan: inputs copied
-    where the plan says, outputs allocated on its device, and the return when there is
-    nothing to launch. `traced`: on fake tensors (``runtime._relaid``)."""
+def _copies(names: list[str], out: CodeWriter, traced: bool = False) -> None:
+    """After `copies, device, ...` of a plan: inputs copied where the plan says. `traced`: on
+    fake tensors (``runtime._relaid``)."""
     if names:
         out.line("if copies:  # inputs whose strides the kernel cannot index, or CPU 0-dim ones")
         with out.indented():
@@ -205,6 +227,11 @@ def _copies_and_outputs(plan: KernelPlan, names: list[str], result: str, out: Co
             for i, a in enumerate(names):
                 out.lines([f"if copies[{i}]:",
                            f"    {a} = _relaid({a}, IN_ORDERS[{i}], {DEVICE}{how})"])
+
+
+def _outputs(plan: KernelPlan, result: str, out: CodeWriter) -> None:
+    """Outputs allocated on the plan's device, and the return when there is nothing to
+    launch."""
     out.lines(f"out{i} = torch.empty_strided(out_shapes[{i}], out_strides[{i}], "
               f"dtype={dtype_literal(t)}, device={DEVICE})" for i, t in enumerate(plan.outputs))
     out.lines(["if not configs:  # no elements", f"    return {result}"])
@@ -238,7 +265,8 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
         if viewed:
             out.line(f"{tuple_literal(names)} = _views({inputs})")
         out.line(f"{_PLANNED} = _plan({plan_args(plan, names)})")
-        _copies_and_outputs(plan, names, _result(plan), out, traced=True)
+        _copies(names, out, traced=True)
+        _outputs(plan, _result(plan), out)
         out.lines([f"_launch(CHOSEN.get(tune_key) or configs[0], args, "
                    f"{_kernel_tensors(plan, names)}, wrap=wrap)",
                    f"return {_result(plan)}"])
@@ -267,12 +295,13 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool,
                "LAUNCH_CACHE = {}", f"LAUNCH_CACHE_SIZE = {CACHE_SIZE}",
                "# The configuration chosen per (shape bucket, input dtypes, device).",
                "CHOSEN = {}",
-               "# Per launch plan (same keys), once its configuration is chosen: the compiled",
-               "# kernel's direct launcher (`_direct`), or False to launch through Triton.",
-               "DIRECT_LAUNCH = {}",
                *(_FRAMES if framed(plan) else []),
                "", "", *runtime.source(bool(viewed)).splitlines(),
                "", "", *direct_launch.source().splitlines(),
+               "# Per launch plan (same keys), once its configuration is chosen: its entry",
+               "# (`_entry`: guard, scalar values, plan, the compiled kernel's direct launch",
+               "# or None), or False to launch through Triton (`.last`: see `_Kept`).",
+               "DIRECT_LAUNCH = _Kept()",
                "", "", *autotune.source(kind(plan, looped), max_block).splitlines(), "", ""])
     plan_fn(plan, sig, looped, names, out)
     out.lines(["", ""])
@@ -293,45 +322,42 @@ def launcher(plan: KernelPlan, sig: KernelSignature, looped: bool,
             out.line(f'"""Run the fused kernel; returns {outs} (new, in eager layout)."""')
         if not names:  # `"cuda"` as well as `torch.device("cuda")`: one key, and `.type`
             out.line(f"{NO_INPUTS_DEVICE} = torch.device({NO_INPUTS_DEVICE})")
-        _key(parameters if viewed else names, [a.launch for a in plan.scalars], out)
-        out.line("plan = LAUNCH_CACHE.get(key)")
-        if framed(plan):  # every cache length is a new plan: most are launched once
-            out.line("fresh = plan is None")
-        out.line("if plan is None:  # a new layout: check it and work out the launch once")
+        scalars = [a.launch for a in plan.scalars]
+        keyed = parameters if viewed else names  # what the key and the guard read
+        guarded = bool(keyed) and not framed(plan)  # a KV cache's layout is new every call
+        launch_warm.lookup_lines(keyed, scalars, _key(keyed, scalars), guarded, out)
+        out.line("if hit:  # a kept plan, and its direct launch if it has one")
+        out.line("    plan, launch = hit[2], hit[3]")
+        out.line("else:")
         with out.indented():
-            if fits:  # sizes the views cannot take, refused by input and dim
-                out.line(f"_fits({inputs})")
-            if viewed:  # where the views lie in the raw inputs, kept for later calls
-                out.line(f"seen = _views({inputs})")
-                out.bracketed("seats = _seats(", [tuple_literal(raw[i] for i in viewed),
-                                                  tuple_literal(f"seen[{i}]" for i in viewed)])
-                out.line(f"plan = (seats, _plan({plan_args(plan, ['*seen'])}{frames}))")
-            else:
-                out.line(f"plan = _plan({plan_args(plan, names)}{frames})")
-            out.lines(["if len(LAUNCH_CACHE) >= LAUNCH_CACHE_SIZE:  # the oldest plan makes room",
-                       "    oldest = next(iter(LAUNCH_CACHE))",
-                       "    del LAUNCH_CACHE[oldest]",
-                       "    DIRECT_LAUNCH.pop(oldest, None)",
-                       "LAUNCH_CACHE[key] = plan"])
+            out.line("launch = None")
+            if guarded:  # the parameters as passed, for the guard of the plan once kept
+                out.line(f"given = {tuple_literal(keyed)}")
+            out.line("plan = LAUNCH_CACHE.get(key)")
+            if framed(plan):  # every cache length is a new plan: most are launched once
+                out.line("fresh = plan is None")
+            _planned(plan, names, inputs, fits, viewed, raw, frames, out)
         if viewed:
             out.line(f"seats, ({_PLANNED}) = plan")
             _seated(names, viewed, raw, inputs, out)
         else:
             out.line(f"{_PLANNED} = plan")
-        _copies_and_outputs(plan, names, result, out)
+        _copies(names, out)
         tensors = _kernel_tensors(plan, names)
-        out.lines(["fire = DIRECT_LAUNCH.get(key)",
-                   f"if fire and fire({tensors}):  # the plan's kernel, past Triton's dispatch",
-                   f"    return {result}",
-                   "config = CHOSEN.get(tune_key)",
+        launch_warm.direct_lines(names, [
+            (f"out{i}", dtype_literal(t), launch_maps.kernel_output(t, i))
+            for i, t in enumerate(plan.outputs)], tensors, result, out)
+        _outputs(plan, result, out)
+        out.lines(["config = CHOSEN.get(tune_key)",
                    "if config is None:  # a new shape bucket: choose its configuration once",
                    "    config = _choose(tune_key, configs,",
                    f"                     lambda c: _launch(c, args, {tensors}),",
                    f"                     {DEVICE})",
                    f"launched = _launch(config, args, {tensors})",
-                   f"if fire is None{' and not fresh' if framed(plan) else ''} "
-                   "and CHOSEN.get(tune_key) == config:  # kept: launch directly",
-                   "    DIRECT_LAUNCH[key] = (launched() if launched else None) or False",
+                   f"if hit is None{' and not fresh' if framed(plan) else ''} "
+                   "and CHOSEN.get(tune_key) == config:  # kept: its entry",
+                   f"    DIRECT_LAUNCH[key] = _entry(launched() if launched else None, {DEVICE}, "
+                   f"plan, {'given' if guarded else '()'}, {tuple_literal(scalars)})",
                    f"return {result}"])
     _traceable_fn(plan, names, inputs, viewed, bool(fits), out)
     out.lines(["", "", f"class {wrapper_class(plan)}(torch.autograd.Function):"])
