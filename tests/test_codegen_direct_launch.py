@@ -105,6 +105,8 @@ def test_entry_keeps_a_launch_only_where_its_outputs_can_be_allocated(driver):
     assert direct_launch._entry(launch, torch.device("cuda", 0), "plan", (), ())[3] is not None
     # Triton launched on device 0: outputs on cuda:1 cannot come from the current device
     assert direct_launch._entry(launch, torch.device("cuda", 1), "plan", (), ())[3] is None
+    # "cuda" without an index (a kernel without inputs called with it) is the current device
+    assert direct_launch._entry(launch, torch.device("cuda"), "plan", (), ())[3] is not None
     assert direct_launch._entry(launch, torch.device("meta"), "plan", (), ())[3] is None
     assert direct_launch._entry(None, x.device, "plan", (x,), ())[3] is None
 

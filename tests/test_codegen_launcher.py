@@ -2,6 +2,8 @@
 checks and launch choices (`_plan`), a different layout recomputes them, bad inputs still raise
 on every call, and the cache stays bounded."""
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -184,7 +186,23 @@ def test_rows_too_wide_raise_on_every_call(tmp_path):
     module, launch = _load(Lambda(fn, 1), (torch.randn(4, 16),), tmp_path, looped=False)
     _check(launch, fn, torch.randn(4, 16))
     wide = torch.randn(2, module.MAX_BLOCK + 1)
-    _raises_every_time(module, launch, (wide,), ValueError, "exceed MAX_BLOCK")
+    _raises_every_time(module, launch, (wide,), ValueError, re.escape(
+        f"cluster0: rows of {module.MAX_BLOCK + 1} columns are wider than this kernel keeps "
+        f"in one block ({module.MAX_BLOCK}): analyse the model at an input shape whose rows "
+        "are wider than that, which generates the column loop"))
+
+
+def test_rows_too_wide_for_several_reductions_say_the_row_must_stay_whole(tmp_path):
+    """Two reductions over one row cannot loop over column blocks: a wider analysis would
+    not help, so the refusal does not send the user there."""
+    fn = lambda m, x: (lambda p: p * p.amax(-1, keepdim=True))(  # noqa: E731
+        torch.softmax(x * 3.0, -1))
+    module, launch = _load(Lambda(fn, 1), (torch.randn(4, 16),), tmp_path, looped=False)
+    _check(launch, fn, torch.randn(4, 16))
+    wide = torch.randn(2, module.MAX_BLOCK + 1)
+    _raises_every_time(module, launch, (wide,), ValueError,
+                       r"\(16384\): its reductions need the whole row in one block: keep the "
+                       r"original ops for rows this wide$")
 
 
 def test_dtype_and_device_are_part_of_the_key(tmp_path):

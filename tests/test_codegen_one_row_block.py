@@ -17,6 +17,9 @@ FNS = {
     "log_softmax": lambda m, x: F.log_softmax(x * 0.125, dim=-1),
     "layer_norm": lambda m, x: F.layer_norm(x * 2.0, (x.shape[-1],)),
     "softmax*w": lambda m, x: F.softmax(x * 0.125, dim=-1) * m.w,  # w: one per column
+    "softmax*x": lambda m, x: F.softmax(x * 0.125, dim=-1) * x,  # x kept beside the exps
+    "softmax+x/8": lambda m, x: F.softmax(x * 0.125, dim=-1) + x * 0.125,
+    "exp(softmax)": lambda m, x: torch.exp(F.softmax(x * 0.125, dim=-1)),
 }
 F32, BF16, F64 = torch.float32, torch.bfloat16, torch.float64
 
@@ -29,16 +32,22 @@ def _kernel(name: str, width: int, dtype: torch.dtype):
 
 
 @pytest.mark.parametrize("name,dtype,width,looped,max_block", [
-    ("softmax", F32, 16385, False, 32768),
+    ("softmax", F32, 16388, False, 32768),  # rows of 65552 bytes: 16-byte aligned
+    ("softmax", F32, 16389, True, 16384),  # unaligned rows: the loop loads them 16 bytes at once
+    ("softmax", BF16, 16392, False, 32768),
+    ("softmax", BF16, 16390, True, 16384),
     ("softmax", F32, 32768, False, 32768),
     ("softmax", BF16, 20000, False, 32768),  # computed in fp32: the same registers
-    ("softmax", F32, 32769, True, 32768),
+    ("softmax", F32, 32772, True, 32768),  # past the wider block: the loop
     ("softmax", F32, 16384, False, 16384),  # narrower rows: the file's MAX_BLOCK as before
     ("softmax", F64, 16384, False, 16384),  # the bytes doubled: 16384 of fp64
-    ("softmax", F64, 16385, True, 16384),
+    ("softmax", F64, 16386, True, 16384),
     ("log_softmax", F32, 20000, True, 16384),  # keeps x beside the exps: ptxas spills
     ("layer_norm", F32, 20000, True, 16384),  # the row and its deviations
     ("softmax*w", F32, 20000, True, 16384),  # a second row-sized tensor: ptxas spills
+    ("softmax*x", F32, 20000, True, 16384),  # x read after the reduction: ptxas spills
+    ("softmax+x/8", F32, 20000, True, 16384),
+    ("exp(softmax)", F32, 20000, False, 32768),  # after it, only the softmax's own values
 ])
 def test_a_softmax_keeps_rows_up_to_32768_columns_in_one_block_and_others_loop(
         name, dtype, width, looped, max_block):

@@ -156,10 +156,11 @@ def _entry(launch, device, plan, given, scalars):
     """DIRECT_LAUNCH's value for a kept plan: (guard of the parameters `given` or None,
     the scalar operands' values, the plan, its direct launch or None). The launch (`_direct`'s
     fields, then the allocator for the plan's `device`) is dropped for a device the outputs
-    cannot be allocated on as the current one (another CUDA device than Triton launched on)."""
+    cannot be allocated on as the current one (another CUDA device than Triton launched on;
+    a device without an index, `torch.device("cuda")`, is the current one)."""
     if launch is not None:
         empty = ALLOCATE.get(device.type)
-        if empty is None or (device.type != "cpu" and device.index != launch[7]):
+        if empty is None or (device.type != "cpu" and device.index not in (None, launch[7])):
             launch = None
         else:
             launch = (*launch, empty)

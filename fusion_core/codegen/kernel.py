@@ -72,10 +72,14 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
         return tuning
     inputs = [t.dtype.itemsize for t in p.inputs if not t.per_row]
     sizes = inputs + ([p.reduction.dtype.itemsize] if p.reduction is not None else [])
-    centered_16bit = (can_loop(p) and p.reduction is not None and p.reduction.rule.centered
+    centered_16bit = (p.can_loop and p.reduction is not None and p.reduction.rule.centered
                       and max(inputs, default=4) < 4)
     widest = widest_one_block(max(sizes, default=4))
-    if p.n_cols > widest and holds_one_row(p):  # narrower files keep the measured limit
+    # Narrower files keep the measured limit. Rows whose bytes are no multiple of 16 keep the
+    # column loop, which peels each row's head to load the rest 16 bytes at a time
+    # (`aligned_rows`); a whole-row block would load them one element at a time.
+    aligned = all(p.n_cols * size % 16 == 0 for size in inputs)
+    if p.n_cols > widest and aligned and holds_one_row(p):
         widest = widest_one_block(max(sizes, default=4), holds_one_row=True)
     loop_above = min(widest, CENTERED_16BIT_ONE_BLOCK) if centered_16bit else None
     return replace(tuning, max_block=widest,
@@ -84,15 +88,16 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
 
 def holds_one_row(p: KernelPlan) -> bool:
     """One reduction whose one block holds one value per element (the registry's
-    `holds_one_row`), reading one row-sized tensor: a second (softmax times a per-column
-    weight) adds its values to the block's registers (one_block.ONE_ROW_BLOCK_BYTES)."""
-    return (can_loop(p) and p.reduction is not None and p.reduction.rule.holds_one_row
-            and sum(not t.per_row for t in p.sources) == 1)
-
-
-def can_loop(p: KernelPlan) -> bool:
-    """Rows may loop over column blocks: one reduction (several need the row in one block)."""
-    return p.skeleton == "reduction" and not p.steps
+    `holds_one_row`), reading one row-sized tensor, and whose statements after it read no
+    row-sized value from before it: a second row of values (softmax times a per-column weight,
+    `softmax(x) * x`) adds to the block's registers and spills (one_block.ONE_ROW_BLOCK_BYTES)."""
+    if not (p.can_loop and p.reduction is not None and p.reduction.rule.holds_one_row
+            and sum(not t.per_row for t in p.sources) == 1):
+        return False
+    after = {p.reduction.temp} | {t.temp for t in p.sources if t.per_row}
+    after |= {s.temp for s in p.stmts if s.phase == "post" or s.per_row}
+    return all(d in after for s in p.stmts if s.phase == "post" and not s.per_row
+               for d in s.deps)
 
 
 def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: bool) -> str:
@@ -133,7 +138,7 @@ def generate(analysis: Analysis, cluster: Cluster, tuning: Tuning | None = None,
     tuning = with_max_block(p, tuning or Tuning())
     if tiled is not None and p.skeleton == "elementwise" and p.rank >= 2:
         p = replace(p, tiled=tiled)
-    loop = (needs_loop(p, tuning) if looped is None else looped) and can_loop(p)
+    loop = (needs_loop(p, tuning) if looped is None else looped) and p.can_loop
     return Kernel(cluster_index=cluster.index, name=p.name,
                   source=render(p, analysis.model_name, cluster, tuning, loop),
                   skeleton=p.skeleton, inputs=tuple(cluster.inputs),

@@ -118,8 +118,14 @@ def _rows_checks(plan: KernelPlan, sig: KernelSignature, looped: bool, empty: st
     if not plan.tiled and not looped:
         out.line("if triton.next_power_of_2(n_cols) > MAX_BLOCK:")
         with out.indented():
-            out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns exceed "',
-                       '                 "MAX_BLOCK; regenerate with the column loop")'])
+            # the fix: a wider analysis generates the column loop, where the kernel can have one
+            fix = ("analyse the model at an input shape whose rows are wider than that, which "
+                   "generates the column loop" if plan.can_loop else
+                   "its reductions need the whole row in one block: keep the original ops for "
+                   "rows this wide")
+            out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns are wider than "',
+                       '                 f"this kernel keeps in one block ({MAX_BLOCK}): "',
+                       f'                 {fix!r})'])
 
 
 def _analysed_lead(plan: KernelPlan) -> int:

@@ -244,6 +244,12 @@ class KernelPlan:
         return len(self.domain)
 
     @property
+    def can_loop(self) -> bool:
+        """Rows may loop over column blocks: one reduction (several need the row in one
+        block)."""
+        return self.skeleton == "reduction" and not self.steps
+
+    @property
     def two_d(self) -> bool:
         """Indexed by `rows` and `cols` (reductions and tiled elementwise kernels)."""
         return self.skeleton == "reduction" or self.tiled
