@@ -31,8 +31,8 @@ CENTERED_16BIT_ONE_BLOCK = 8192
 # `holds_one_row`: softmax, whose exps take the row's place), that reads no other row-sized
 # tensor, nor after the reduction a row value from before it, and whose rows are a multiple
 # of 16 bytes (``kernel.with_max_block``) keeps rows up to twice as wide whole (32768 fp32
-# columns), where they would otherwise loop; Liger-Kernel's softmax runs 32768 columns in one block of 32 warps. Measured on an
-# H100 (2026-12-06, benchmarks/RESULTS.md): softmax(x/8) 1024x32000 and 1024x32768 fp32 at
+# columns), where they would otherwise loop; Liger-Kernel's softmax runs 32768 columns in
+# one block of 32 warps. Measured on an H100 (2026-12-06, benchmarks/RESULTS.md): softmax(x/8) 1024x32000 and 1024x32768 fp32 at
 # 88% and 91% of a copy in this block, 84% in the column loop. Static: ptxas for sm_90
 # (tools/kernel_registers.py, Triton 3.6 and 3.9) gives softmax(x/8) at 32768 columns no
 # spills: 64 registers a thread at 32 warps in fp32, 49-51 in bf16 (110-115 and 95-98 at 16
