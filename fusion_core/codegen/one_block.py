@@ -32,15 +32,16 @@ CENTERED_16BIT_ONE_BLOCK = 8192
 # tensor, nor after the reduction a row value from before it, and whose rows are a multiple
 # of 16 bytes (``kernel.with_max_block``) keeps rows up to twice as wide whole (32768 fp32
 # columns), where they would otherwise loop; Liger-Kernel's softmax runs 32768 columns in
-# one block of 32 warps. Measured on an H100 (2026-12-06, benchmarks/RESULTS.md): softmax(x/8) 1024x32000 and 1024x32768 fp32 at
-# 88% and 91% of a copy in this block, 84% in the column loop. Static: ptxas for sm_90
-# (tools/kernel_registers.py, Triton 3.6 and 3.9) gives softmax(x/8) at 32768 columns no
-# spills: 64 registers a thread at 32 warps in fp32, 49-51 in bf16 (110-115 and 95-98 at 16
-# warps); fp64 at 16384, 128 at 16 warps. log_softmax
-# spills there (76-84 bytes in fp32 at 32 warps, 48-56 in bf16), and so does softmax(x/8)
-# times a per-column weight in fp32 (112-168 bytes): neither takes the wider block. The H100
-# panel's Liger one block ran at ~94-95%. Unmeasured: few such rows, which now take one
-# program each instead of a split row, and 16-bit inputs at these widths.
+# one block of 32 warps.
+# - Measured on an H100 (2026-12-06, benchmarks/RESULTS.md): softmax(x/8) 1024x32000 and
+#   1024x32768 fp32 at 88% and 91% of a copy in this block, 84% in the column loop; Liger's
+#   one block at ~94-95%.
+# - Static (ptxas for sm_90, tools/kernel_registers.py, Triton 3.6 and 3.9): softmax(x/8) at
+#   32768 columns spills nothing, 64 registers a thread at 32 warps in fp32, 49-51 in bf16
+#   (110-115 and 95-98 at 16 warps); fp64 at 16384, 128 at 16 warps. log_softmax spills
+#   there (76-84 bytes in fp32 at 32 warps, 48-56 in bf16), and so do softmax(x/8) times a
+#   per-column weight in fp32 (112-168 bytes) and softmax(x/8) * x (84): none takes it.
+# - Unmeasured: few such rows (one program each now, not a split row), 16-bit inputs.
 ONE_ROW_BLOCK_BYTES = 2 * ONE_BLOCK_BYTES
 
 
