@@ -138,8 +138,8 @@ def test_a_length_past_the_block_is_refused_after_the_frame_is_built(tmp_path):
         compare(launch(past, new), _scores_softmax(None, past, new), f"past {n}")
     past = torch.randn(2, 3, 16)
     with pytest.raises(ValueError, match=r"^cluster0: rows of 17 columns are wider than this "
-                       r"kernel keeps in one block \(16\): analyse the model at an input shape "
-                       r"whose rows are wider than that, which generates the column loop$"):
+                       r"kernel keeps in one block \(16\): analyse the model again at an input "
+                       r"shape with rows at least this wide, which generates a kernel for them$"):
         launch(past, torch.randn(2, 3, 1))
     assert len(module.FRAMES) == 1 and len(module.LAUNCH_CACHE) == 2  # nothing kept for it
 

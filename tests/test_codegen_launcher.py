@@ -188,8 +188,8 @@ def test_rows_too_wide_raise_on_every_call(tmp_path):
     wide = torch.randn(2, module.MAX_BLOCK + 1)
     _raises_every_time(module, launch, (wide,), ValueError, re.escape(
         f"cluster0: rows of {module.MAX_BLOCK + 1} columns are wider than this kernel keeps "
-        f"in one block ({module.MAX_BLOCK}): analyse the model at an input shape whose rows "
-        "are wider than that, which generates the column loop"))
+        f"in one block ({module.MAX_BLOCK}): analyse the model again at an input shape with "
+        "rows at least this wide, which generates a kernel for them"))
 
 
 def test_rows_too_wide_for_several_reductions_say_the_row_must_stay_whole(tmp_path):

@@ -118,9 +118,10 @@ def _rows_checks(plan: KernelPlan, sig: KernelSignature, looped: bool, empty: st
     if not plan.tiled and not looped:
         out.line("if triton.next_power_of_2(n_cols) > MAX_BLOCK:")
         with out.indented():
-            # the fix: a wider analysis generates the column loop, where the kernel can have one
-            fix = ("analyse the model at an input shape whose rows are wider than that, which "
-                   "generates the column loop" if plan.can_loop else
+            # the fix: an analysis at rows this wide generates a kernel for them (a wider block
+            # or the column loop), where the kernel can loop at all
+            fix = ("analyse the model again at an input shape with rows at least this wide, "
+                   "which generates a kernel for them" if plan.can_loop else
                    "its reductions need the whole row in one block: keep the original ops for "
                    "rows this wide")
             out.lines(['raise ValueError(f"{NAME}: rows of {n_cols} columns are wider than "',
