@@ -77,7 +77,7 @@ _RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.v
              "out_shapes", "args", "IN_GROUPS", "OUT_GROUPS", "IN_ORDERS", "OUT_ORDERS",
              "out_strides", "LAUNCH_CACHE",
              "config", "configs", "tune_key", "bucket", "_launch", "os", "seats", "seen",
-             "_views", "_fits", "DIRECT_LAUNCH", "fire", "launched", "compiled", "consts", "oldest",
+             "_views", "_fits", "DIRECT_LAUNCH", "launched", "compiled", "consts", "oldest",
              "kernel", "wrap", TRACEABLE, PIECE_ENDS, "FRAMES", "frames", "frame", "free",
              "by_bucket", "_frame", "fresh", DEVICE,
              *direct_launch.GLOBALS, *(fn.__name__ for fn in direct_launch.HELPERS),
