@@ -10,6 +10,12 @@ distinct launcher's host time per warm call beside its eager subgraph's (back-to
 one synchronize: when the kernels are short the GPU waits on the host, so this is host time),
 and (3) cProfile's heaviest functions over a few forwards of each graph. It answers whether an
 applied model's wall time is spent in our launchers or in the graph's other nodes.
+
+With ``--compiled`` it profiles torch.compile instead: of the traced graph, of the applied
+graph with each kernel as `--apply`'s operator, and of that graph again with Inductor's
+static launcher allowed for user-defined Triton kernels (off by default in torch): wall time
+per forward, cProfile's heaviest functions, and a census of the lines Inductor's wrapper
+runs per forward (launches, allocations, asserts); ``--code-dir`` keeps the wrapper code.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import collections
 import cProfile
 import io
 import pstats
+import re
 import sys
 import tempfile
 import time
@@ -32,7 +39,8 @@ from torch import fx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from end_to_end import MODELS, prepare  # noqa: E402
 
-from fusion_core.validate.subgraph import eager_subgraph, launch_args  # noqa: E402
+from fusion_core.validate.modeltime import as_operators  # noqa: E402
+from fusion_core.validate.subgraph import eager_subgraph, launch_args, patch  # noqa: E402
 
 
 def census(gm: fx.GraphModule) -> collections.Counter:
@@ -110,15 +118,65 @@ def profile_model(label: str, build: Callable, workdir: Path) -> None:
         print(profile_top(lambda: applied(*inputs)))
 
 
+WRAPPER_LINES = {  # what Inductor's wrapper does per forward, by the text of its call lines
+    "kernel launches (.run)": re.compile(r"\.run\("),
+    "allocations (empty_strided)": re.compile(r"empty_strided"),
+    "extern calls (extern_kernels.)": re.compile(r"extern_kernels\."),
+    "size/stride asserts": re.compile(r"assert_size_stride\("),
+    "alignment asserts": re.compile(r"assert_alignment\("),
+}
+
+
+def wrapper_census(code: str) -> dict[str, int]:
+    """Lines of `def call(` in Inductor's wrapper module, counted by kind."""
+    body = code[code.find("def call("):] if "def call(" in code else code
+    body = body[:body.find("\ndef ", 1)] if "\ndef " in body[1:] else body
+    return {name: len(pattern.findall(body)) for name, pattern in WRAPPER_LINES.items()}
+
+
+def profile_compiled(label: str, build: Callable, workdir: Path, code_dir: Path | None) -> None:
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import run_and_get_code
+
+    p = prepare(label, build, False, workdir)
+    rec, inputs = p.rec, p.rec.inputs
+    operators_in = as_operators(rec, {i: p.loaded[i] for i in p.usable})
+    as_ops = patch(rec.gm, operators_in)
+    print(f"== {label}: {len(operators_in)} of {len(p.usable)} kernels as operators", flush=True)
+    variants = (("traced graph", rec.gm, False), ("applied graph", as_ops, False),
+                ("applied graph, user kernels launched statically", as_ops, True))
+    with torch.no_grad():
+        for name, gm, static in variants:
+            torch._dynamo.reset()
+            with inductor_config.patch(static_launch_user_defined_triton_kernels=static):
+                compiled = torch.compile(gm)
+                _, codes = run_and_get_code(compiled, *inputs)
+                wall = per_call_us(lambda c=compiled: c(*inputs), 50)
+                print(f"\n-- torch.compile of the {name}: wall {wall:.0f} µs per forward")
+                for i, code in enumerate(codes):
+                    print(f"   wrapper {i}: {wrapper_census(code)}")
+                    if code_dir is not None:
+                        code_dir.mkdir(parents=True, exist_ok=True)
+                        (code_dir / f"{plain(label)}_{plain(name)}_{i}.py").write_text(code)
+                print(profile_top(lambda c=compiled: c(*inputs), 20, 30), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt2")
+    parser.add_argument("--compiled", action="store_true",
+                        help="profile torch.compile of the traced and the applied graph")
+    parser.add_argument("--code-dir", type=Path, help="with --compiled: keep Inductor's code")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     workdir = Path(tempfile.mkdtemp(prefix="host_profile_"))
     for label, build in MODELS.items():
         if any(plain(m) in plain(label) for m in args.models.split(",")):
-            profile_model(label, build, workdir)
+            if args.compiled:
+                profile_compiled(label, build, workdir, args.code_dir)
+            else:
+                profile_model(label, build, workdir)
 
 
 if __name__ == "__main__":
