@@ -24,8 +24,9 @@ generates and loads every cluster's file, then prints two tables.
      was no faster than ``.run`` (5.2-10.3 against 5.8-9.1 µs), so ``ours`` does not use it;
    * ``Inductor``: ``torch.compile`` of the cluster's eager region (its eager op count in the
      ``ops`` column): Dynamo's guards, Inductor's allocations and its launcher(s), per call;
-   * ``eager op``: one eager aten op of the kernel's arity (relu, add, addcmul) on its first
-     input, output allocated as ours;
+   * ``eager op``: one eager aten op of the kernel's arity on its first input, output
+     allocated as ours: relu, add, addcmul, and past three operands ``cat`` of that many
+     (the aten op that takes any number of tensors);
    * ``empty``: allocating the launcher's outputs alone (``torch.empty_strided``, as ours
      does through Triton; its direct launches allocate with Inductor's C++ allocator,
      ``_empty_strided_cuda``), which ``ours`` and ``eager op`` include and the direct rows
@@ -173,8 +174,8 @@ def host_us(fn, calls: int, repeat: int) -> tuple[float, bool]:
 
 
 def _eager_op(inputs: tuple[torch.Tensor, ...]):
-    """One eager aten op with as many tensor operands as the kernel has inputs (at most 3),
-    on its first input (the dispatch cost depends on the arity, not on the shape)."""
+    """One eager aten op with as many tensor operands as the kernel has inputs, on its first
+    input (the dispatch cost depends on the arity, not on the shape): past three, `cat`."""
     a = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
     if a is None:  # a kernel without tensor inputs: a one-element tensor
         a = torch.ones(1, device="cuda")
@@ -183,7 +184,10 @@ def _eager_op(inputs: tuple[torch.Tensor, ...]):
         return lambda: torch.relu(a)
     if arity == 2:
         return lambda: torch.add(a, a)
-    return lambda: torch.addcmul(a, a, a)
+    if arity == 3:
+        return lambda: torch.addcmul(a, a, a)
+    operands = (a,) * arity
+    return lambda: torch.cat(operands)
 
 
 def _inductor(analysis, cluster, inputs):

@@ -41,8 +41,9 @@ def range_bound_lines() -> list[str]:
     return out.result()
 
 
-def module_lines(helpers: list[list[str]]) -> list[str]:
-    """The flag, then each helper's lines (two blank lines apart); none: no lines."""
+def module_lines(helpers: list[list[str]], libdevice: bool = False) -> list[str]:
+    """The flag (and libdevice's import where a helper calls it), then each helper's lines
+    (two blank lines apart); none: no lines."""
     found = [h for h in helpers if h]
     if not found:
         return []
@@ -51,6 +52,8 @@ def module_lines(helpers: list[list[str]]) -> list[str]:
              # Triton's own reading of the variable: "1", "true" or "on", in any case
              f'{FLAG} = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0").lower() '
              'in ("1", "true", "on"))']
+    if libdevice:  # compiled branches only: libdevice does not run interpreted
+        lines += ["from triton.language.extra import libdevice  # noqa: E402"]
     for helper in found:
         lines += ["", "", *helper]
     return lines

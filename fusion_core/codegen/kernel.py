@@ -27,7 +27,17 @@ from typing import TYPE_CHECKING
 from ..analysis.types import Cluster
 from ..fileio import write_atomic
 from ..names import kernel_name
-from . import emit, file_head, half_reads, interpreted, launcher, nan_reduce, rounding, split_rows
+from . import (
+    emit,
+    file_head,
+    half_gelu,
+    half_reads,
+    interpreted,
+    launcher,
+    nan_reduce,
+    rounding,
+    split_rows,
+)
 from .choices import Tuning, kind
 from .lower import KernelPlan, plan
 from .one_block import CENTERED_16BIT_ONE_BLOCK, widest_one_block
@@ -119,10 +129,11 @@ def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: 
 
 def _helpers(p: KernelPlan, looped: bool) -> list[str]:
     """Module-level helpers the kernels call: NaN-keeping max and min, bfloat16 rounding,
-    rounding divisions, the loops' bound."""
+    a 16-bit result's GELU, rounding divisions, the loops' bound."""
     loop = interpreted.range_bound_lines() if looped else []
-    return interpreted.module_lines([nan_reduce.helpers(p), half_reads.helpers(p), loop,
-                                     rounding.helpers(p)])
+    return interpreted.module_lines([nan_reduce.helpers(p), half_reads.helpers(p),
+                                     half_gelu.helpers(p), loop, rounding.helpers(p)],
+                                    rounding.calls_libdevice(p) or half_gelu.called(p))
 
 
 def _before(lines: list[str]) -> list[str]:

@@ -15,7 +15,13 @@ from collections.abc import Callable
 import torch
 
 from ..ir.graph import FusionGraph, Node, Ref, TensorMeta
-from ..ir.lowerings import BOOL_LOWERINGS, HALF_LOWERINGS, INT_LOWERINGS, TL_TYPES
+from ..ir.lowerings import (
+    BOOL_LOWERINGS,
+    HALF_LOWERINGS,
+    HALF_RESULT_LOWERINGS,
+    INT_LOWERINGS,
+    TL_TYPES,
+)
 from ..ir.reductions import ReductionRule
 from ..ir.registry import SPECS
 from ..ir.spelling import said
@@ -83,6 +89,8 @@ def pointwise_rule(graph: FusionGraph, node: Node) -> Callable:
             node.op in HALF_LOWERINGS and len(node.inputs) > 1
             and hasattr(node.inputs[1], "name")):
         return HALF_LOWERINGS[node.op](node.meta.dtype)
+    if node.meta is not None and node.meta.dtype in (torch.float16, torch.bfloat16):
+        return HALF_RESULT_LOWERINGS.get(node.op, spec.lower)
     return spec.lower
 
 

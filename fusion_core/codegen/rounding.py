@@ -110,14 +110,19 @@ _FMOD_LINES = [
 ]
 
 
+def calls_libdevice(plan: KernelPlan) -> bool:
+    """Whether the plan's helpers call libdevice (the fmod helper does)."""
+    return bool(_CALL_FMOD.intersection(used(plan)))
+
+
 def helpers(plan: KernelPlan) -> list[str]:
     """The module-level lines defining the helpers the plan calls (none: no lines); after
-    ``interpreted.module_lines``' flag, which the fmod helper reads."""
+    ``interpreted.module_lines``' flag, which the fmod helper reads, and its libdevice import
+    (``calls_libdevice``)."""
     names = used(plan)
     lines: list[str] = []
     if _CALL_FMOD.intersection(names):
-        lines += ["from triton.language.extra import libdevice  # noqa: E402", "", "",
-                  *_FMOD_LINES]
+        lines += _FMOD_LINES
     for name in names:
         if lines:
             lines += ["", ""]
