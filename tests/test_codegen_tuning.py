@@ -61,6 +61,20 @@ def test_heuristic_table(monkeypatch, kind, bucket, config):
     assert tuning.HEURISTIC(bucket) == config
 
 
+@pytest.mark.parametrize("bucket,config", [
+    ((4096, 4096), (4096, 4, 16)),  # softmax(x.T) 4096x4096: 4 rows, the H100's fastest
+    ((64, 32768), (64, 32, 4)),  # NCHW channels: MAX_ROWS rows, ~512 elements a warp
+    ((1024, 4096), (1024, 16, 16)),
+])
+def test_strided_rows_pack_as_the_strided_file_says(monkeypatch, bucket, config):
+    """A file whose input is strided along its rows' columns packs rows up to the strided
+    constants (file_head: PACK_WIDTH the widest block, Tuning's strided_pack_elements)."""
+    t = Tuning()
+    _kind(monkeypatch, "single", NUM_WARPS=t.row_min_warps, PACK_WIDTH=16384,
+          PACK_ELEMENTS=t.strided_pack_elements, MAX_ROWS=t.strided_max_rows, MAX_BLOCK=16384)
+    assert tuning.HEURISTIC(bucket) == config
+
+
 def test_looped_step_never_passes_max_block(monkeypatch):
     """A file generated with a small MAX_BLOCK (tests force the loop that way) keeps its
     steps that narrow: the rows still take several steps."""

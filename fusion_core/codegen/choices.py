@@ -50,8 +50,10 @@ class Tuning:
     # (softmax over the channels of NCHW) packs rows of any width that fits one block, this
     # many at most: each column's loads then read a contiguous run of rows. 32 rows (64
     # channels: 2048 elements, 4 warps) beat 64 (8 warps) by 19-32% on the NCHW softmax of the
-    # H200 panels of 2026-12-03 and the H100 panel of 2026-12-06.
-    strided_pack_elements: int = 8192
+    # H200 panels of 2026-12-03 and the H100 panel of 2026-12-06. Up to 16384 elements: on
+    # softmax(x.T/8) 4096x4096 fp32 (H100, 2026-12-06) 4 rows at 16 warps took 66.7 µs, 2 rows
+    # (8192 elements, the heuristic's pick then) 83.6-84.6 and 8 rows at 32 warps 70.2.
+    strided_pack_elements: int = 16384
     strided_max_rows: int = 32
 
 
@@ -67,8 +69,8 @@ CANDIDATES = {
     # sector). At 4096 columns the single list packs at most 2 rows (8 bytes of a sector);
     # softmax(x.T) 4096x4096 fp32 ran at 56% of a copy on the H100 on 2026-12-06. Compiled
     # for sm_90 (ptxas, on CPU) that row's kernel moves 8 bytes a load at 2 rows, 16 at 4 and
-    # 8 rows (two loads: 32 contiguous bytes a column), 58-62 registers, no spills. Not yet
-    # timed on a GPU: added so the first call's timing can pick them where they win.
+    # 8 rows (two loads: 32 contiguous bytes a column), 58-62 registers, no spills. Timed on
+    # an H100 (2026-12-06): 4 rows 66.7 µs (71% of a copy), 8 rows 70.2, 2 rows 83.6-84.6.
     "single-strided": ((16384, 16), (32768, 32)),
     "looped": ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)),
     "split": ((1024, 4, 1), (2048, 8, 1), (4096, 8, 1), (4096, 16, 1), (8192, 16, 1),

@@ -244,9 +244,11 @@ def last_pass(plan: KernelPlan, params: KernelParams, out: CodeWriter,
                 if s.temp in later and s.phase == "post" and not s.per_row]
         out.lines(["", "# last pass: recompute the chain, finish the reduction, store",
                    *(emitter(r).carry(r) if finish else [])])
+        # the stores give way in the L2 to the row blocks this pass still re-reads
         column_loop(plan, params, out, [t.temp for t in col_out],
-                    finish + post + [store(t, plan, params) for t in col_out], set(), where,
-                    vec, finish + post + [store(t, plan, params, True) for t in col_out])
+                    finish + post + [store(t, plan, params, evict_first=True) for t in col_out],
+                    set(), where, vec,
+                    finish + post + [store(t, plan, params, True, True) for t in col_out])
 
 
 def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
