@@ -5,6 +5,7 @@ runs the real package)."""
 
 from __future__ import annotations
 
+import os
 import types
 import uuid
 
@@ -158,6 +159,7 @@ def test_the_triton_op_registration_runs_the_launcher_eagerly(monkeypatch):
     stand-in: the operator's eager implementation is the launcher; tracing it needs a
     compiled kernel (test_apply_compile_gpu.py)."""
     monkeypatch.setattr(rt, "_compiled_kernel", lambda module: True)
+    monkeypatch.setattr(rt, "_static_launch", lambda: None)  # not this process's Inductor
     module = StubKernelFile()
     call = rt._register(_namespace(), "stub", module, "stub", 2, (torch.float32,))
     assert str(call.operator._schema).endswith("(Tensor in0) -> (Tensor, Tensor)")
@@ -166,6 +168,32 @@ def test_the_triton_op_registration_runs_the_launcher_eagerly(monkeypatch):
         one, rows = call.operator(x)
     torch.testing.assert_close(one, x + 1)
     assert module.launches == 1 and module.traced == []
+
+
+STATIC = "TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS"
+
+
+def test_a_compiled_kernels_package_asks_inductor_to_launch_it_statically(monkeypatch):
+    """Inductor launches user-defined Triton kernels through Triton's launcher unless asked:
+    the package asks (the variable for compile workers, the config here)."""
+    import torch._inductor.config as config
+
+    monkeypatch.setenv(STATIC, "")  # restored, absent, after the test
+    monkeypatch.delenv(STATIC)
+    monkeypatch.setattr(config, "static_launch_user_defined_triton_kernels", False)
+    rt._static_launch()
+    assert os.environ[STATIC] == "1"
+    assert config.static_launch_user_defined_triton_kernels is True
+
+
+def test_a_users_own_static_launch_setting_is_left_alone(monkeypatch):
+    import torch._inductor.config as config
+
+    monkeypatch.setenv(STATIC, "0")
+    before = getattr(config, "static_launch_user_defined_triton_kernels", None)
+    rt._static_launch()
+    assert os.environ[STATIC] == "0"
+    assert getattr(config, "static_launch_user_defined_triton_kernels", None) == before
 
 
 TRACE_SCRIPT = """
