@@ -11,11 +11,15 @@ one synchronize: when the kernels are short the GPU waits on the host, so this i
 and (3) cProfile's heaviest functions over a few forwards of each graph. It answers whether an
 applied model's wall time is spent in our launchers or in the graph's other nodes.
 
-With ``--compiled`` it profiles torch.compile instead: of the traced graph, of the applied
-graph with each kernel as `--apply`'s operator, and of that graph again with Inductor's
-static launcher allowed for user-defined Triton kernels (off by default in torch): wall time
-per forward, cProfile's heaviest functions, and a census of the lines Inductor's wrapper
-runs per forward (launches, allocations, asserts); ``--code-dir`` keeps the wrapper code.
+With ``--compiled`` it profiles torch.compile instead: of the traced graph and of the applied
+graph with each kernel as `--apply`'s operator, which asks Inductor to launch our kernels
+with its static launcher (``operators._static_launch``): wall time per forward, cProfile's
+heaviest functions (``_launch_kernel`` counts the static launches), and a census of the
+lines Inductor's wrapper runs per forward (launches, allocations, asserts); ``--code-dir``
+keeps the wrapper code. ``--triton-launch`` sets
+TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=0 first, which the package leaves
+as it is: our kernels then go through Triton's launcher (compile workers read the variable
+when they start, so the two ways need two runs).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import argparse
 import collections
 import cProfile
 import io
+import os
 import pstats
 import re
 import sys
@@ -118,6 +123,7 @@ def profile_model(label: str, build: Callable, workdir: Path) -> None:
         print(profile_top(lambda: applied(*inputs)))
 
 
+STATIC_LAUNCH = "TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS"
 WRAPPER_LINES = {  # what Inductor's wrapper does per forward, by the text of its call lines
     "kernel launches (.run)": re.compile(r"\.run\("),
     "allocations (empty_strided)": re.compile(r"empty_strided"),
@@ -136,7 +142,6 @@ def wrapper_census(code: str) -> dict[str, int]:
 
 def profile_compiled(label: str, build: Callable, workdir: Path, code_dir: Path | None) -> None:
     import torch._dynamo
-    import torch._inductor.config as inductor_config
     from torch._inductor.utils import run_and_get_code
 
     p = prepare(label, build, False, workdir)
@@ -144,22 +149,22 @@ def profile_compiled(label: str, build: Callable, workdir: Path, code_dir: Path 
     operators_in = as_operators(rec, {i: p.loaded[i] for i in p.usable})
     as_ops = patch(rec.gm, operators_in)
     print(f"== {label}: {len(operators_in)} of {len(p.usable)} kernels as operators", flush=True)
-    variants = (("traced graph", rec.gm, False), ("applied graph", as_ops, False),
-                ("applied graph, user kernels launched statically", as_ops, True))
+    launch = os.environ.get(STATIC_LAUNCH)
+    print(f"   {STATIC_LAUNCH}={launch} (user-defined kernels: "
+          f"{'static launcher' if launch == '1' else 'Triton launcher'})", flush=True)
     with torch.no_grad():
-        for name, gm, static in variants:
+        for name, gm in (("traced graph", rec.gm), ("applied graph", as_ops)):
             torch._dynamo.reset()
-            with inductor_config.patch(static_launch_user_defined_triton_kernels=static):
-                compiled = torch.compile(gm)
-                _, codes = run_and_get_code(compiled, *inputs)
-                wall = per_call_us(lambda c=compiled: c(*inputs), 50)
-                print(f"\n-- torch.compile of the {name}: wall {wall:.0f} µs per forward")
-                for i, code in enumerate(codes):
-                    print(f"   wrapper {i}: {wrapper_census(code)}")
-                    if code_dir is not None:
-                        code_dir.mkdir(parents=True, exist_ok=True)
-                        (code_dir / f"{plain(label)}_{plain(name)}_{i}.py").write_text(code)
-                print(profile_top(lambda c=compiled: c(*inputs), 20, 30), flush=True)
+            compiled = torch.compile(gm)
+            _, codes = run_and_get_code(compiled, *inputs)
+            wall = per_call_us(lambda c=compiled: c(*inputs), 50)
+            print(f"\n-- torch.compile of the {name}: wall {wall:.0f} µs per forward")
+            for i, code in enumerate(codes):
+                print(f"   wrapper {i}: {wrapper_census(code)}")
+                if code_dir is not None:
+                    code_dir.mkdir(parents=True, exist_ok=True)
+                    (code_dir / f"{plain(label)}_{plain(name)}_{i}.py").write_text(code)
+            print(profile_top(lambda c=compiled: c(*inputs), 20, 30), flush=True)
 
 
 def main() -> None:
@@ -168,7 +173,11 @@ def main() -> None:
     parser.add_argument("--compiled", action="store_true",
                         help="profile torch.compile of the traced and the applied graph")
     parser.add_argument("--code-dir", type=Path, help="with --compiled: keep Inductor's code")
+    parser.add_argument("--triton-launch", action="store_true",
+                        help=f"with --compiled: {STATIC_LAUNCH}=0 (Triton's launcher)")
     args = parser.parse_args()
+    if args.triton_launch:  # before any compile worker starts
+        os.environ[STATIC_LAUNCH] = "0"
     torch.backends.cuda.matmul.allow_tf32 = True
     workdir = Path(tempfile.mkdtemp(prefix="host_profile_"))
     for label, build in MODELS.items():

@@ -186,7 +186,7 @@ def _eager_op(inputs: tuple[torch.Tensor, ...]):
         return lambda: torch.add(a, a)
     if arity == 3:
         return lambda: torch.addcmul(a, a, a)
-    operands = (a,) * arity
+    operands = (a.reshape(-1),) * arity  # cat takes no 0-dim tensor
     return lambda: torch.cat(operands)
 
 

@@ -6,8 +6,10 @@ Run on a CUDA machine from the repository root:
 
     PYTHONPATH=. python benchmarks/store_hint_probe.py [--cases 24,25,6]
 
-For each case: the kernel as generated and with each hint in ``HINTS`` on every output store
-(written by wrapping the emitter's ``store`` for this probe only), each launched with the
+For each case: the kernel without store hints ("plain"; the generator itself hints a looped
+row's last-pass stores with ``evict_first`` since this probe's first run) and with each hint
+in ``HINTS`` on every output store (written by wrapping the emitter's ``store`` for this
+probe only), each launched with the
 configuration the generated one's first call chose, timed as the panel times (CUDA-graph
 replays over input copies past the L2), and checked equal to the generated one's output.
 Prints the device µs, the same-size copy's, and each hint's time over the plain one's.
@@ -37,12 +39,16 @@ HINTS = {"cs": ', cache_modifier=".cs"', "evict_first": ', eviction_policy="evic
 DEFAULT_CASES = "24,25,1,6,29,41,22"
 
 
+OWN_HINT = ', eviction_policy="evict_first"'  # what a looped row's last pass writes itself
+
+
 def _hinted(hint: str):
-    """The emitter's `store` with `hint` added to each `tl.store(...)` it writes."""
+    """The emitter's `store` with `hint` (or none: "") on each `tl.store(...)` it writes, in
+    place of the generator's own (a looped row's last pass writes ``OWN_HINT``)."""
     plain = emit.store
 
     def store(*args, **kwargs):
-        line = plain(*args, **kwargs)
+        line = plain(*args, **kwargs).replace(OWN_HINT, "")
         return line[:-1] + hint + ")"  # the call's closing parenthesis ends the line
 
     return store
@@ -53,8 +59,7 @@ def kernel_file(analysis, cluster, looped: bool, folder: Path,
     """The cluster's kernel file written in `folder` (every store hinted with `hint`), and
     the launcher's name."""
     plain = emit.store
-    if hint is not None:
-        emit.store = _hinted(hint)
+    emit.store = _hinted(hint or "")
     try:
         kernel = generate(analysis, cluster, None, looped=looped)
     finally:

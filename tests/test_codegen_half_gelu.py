@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from codegen_harness import DEVICE, Lambda, run_kernel
+from codegen_harness import DEVICE, Lambda, compile_for_gpu, run_kernel
 
 from fusion_core.codegen import generate
 from fusion_core.codegen.half_gelu import HALF_COEFFICIENTS, P, horner
@@ -63,7 +63,7 @@ def test_a_16bit_gelu_rounds_to_the_float64_result_and_stays_within_eagers_error
     exact = _exact(x, dtype)
     eager = F.gelu(x.float()).to(dtype)  # eager's float32 formula, rounded
     finite = x64.isfinite()
-    # rounded from a result within 1e-6 relative of the exact one: a tie-side flip at most
+    # rounded from a result within 4e-6 relative of the exact one: a tie-side flip at most
     ulp = torch.finfo(dtype).eps * exact[finite].double().abs()
     off = (got[finite].double() - exact[finite].double()).abs()
     assert bool((off <= ulp + 1e-30).all()), off.max()
@@ -86,6 +86,15 @@ def test_a_float32_gelu_keeps_libdevices_erf_and_the_tanh_form_is_unchanged():
     analysis = analyze(model, torch.empty(2, 64, dtype=F16))
     source = generate(analysis, analysis.clusters[0]).source
     assert "_gelu_half" not in source and "tl.sigmoid(" in source
+
+
+def test_the_compiled_branch_passes_tritons_front_end_for_sm90(tmp_path):
+    """The branch the interpreter skips (libdevice's fast division and exp) compiles: Triton's
+    front end to verified IR for an sm_90 GPU, without one."""
+    jobs = [(_gelu_kernel(dtype, 64), tmp_path / str(dtype), (torch.randn(2, 64).to(dtype),))
+            for dtype in (F16, BF16)]
+    compiled = compile_for_gpu(jobs)
+    assert len(compiled) == 2 and all(compiled.values()), compiled
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the compiled branch (libdevice's fast "

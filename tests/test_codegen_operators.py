@@ -184,6 +184,9 @@ def test_a_compiled_kernels_package_asks_inductor_to_launch_it_statically(monkey
     rt._static_launch()
     assert os.environ[STATIC] == "1"
     assert config.static_launch_user_defined_triton_kernels is True
+    # the config was read before the variable was set: a user's later choice here holds
+    config.static_launch_user_defined_triton_kernels = False
+    assert config.static_launch_user_defined_triton_kernels is False
 
 
 def test_a_users_own_static_launch_setting_is_left_alone(monkeypatch):

@@ -316,3 +316,15 @@ def test_a_candidate_is_timed_without_the_host_time_between_its_launches():
         x.add_(1.0)
 
     assert tuning._time(run, None) < 0.5  # milliseconds: the two adds, not the sleep
+
+
+@pytest.mark.parametrize("dtype,elements", [(torch.float32, 16384), (torch.float64, 8192)])
+def test_strided_rows_never_pack_more_than_the_file_keeps_in_one_block(dtype, elements):
+    """The strided pack (Tuning.strided_pack_elements) is capped by the widest block the file
+    keeps whole: fp64 rows hold 8192 values a block (one_block.py's register budget)."""
+    analysis = analyze(Lambda(_softmax_t), torch.empty(16, 12, dtype=dtype))
+    source = generate(analysis, analysis.clusters[0]).source
+    assert "many rows per program" in source  # the strided file's constants
+    assert f"PACK_ELEMENTS = {elements} " in source
+    widest = int(source.split("MAX_BLOCK = ")[1].split()[0])
+    assert elements <= widest

@@ -112,7 +112,11 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
                       f"SPLIT_MIN_COLS = {tuning.split_min_cols}"]
         width, elements, rows = tuning.pack_width, tuning.pack_elements, tuning.max_rows
         if plan.column_strided and not looped:
-            width, elements, rows = (tuning.max_block, tuning.strided_pack_elements,
+            # never more elements than the file keeps in one block (fp64's 8192, a centered
+            # 16-bit norm's 8192): the registers one_block.py budgets
+            widest = tuning.loop_above or tuning.max_block
+            width, elements, rows = (tuning.max_block,
+                                     min(tuning.strided_pack_elements, widest),
                                      tuning.strided_max_rows)
             lines += ["# The input is contiguous along the rows and strided along the columns:",
                       "# many rows per program, so each column's loads read a contiguous run."]

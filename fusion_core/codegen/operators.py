@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 
 import torch
 
@@ -109,15 +108,21 @@ def _static_launch():
     launcher our 39 kernels in GPT-2 12L fp16 cost torch.compile of the applied graph 2486 µs
     a forward against 2222 for torch.compile alone; launched statically, 2228-2251 (H100,
     torch 2.11, ``benchmarks/host_profile.py --compiled``). Compile workers read the
-    environment variable (those started later inherit it), this process the config. A user's
-    own setting of the variable is left as it is."""
+    environment variable (those started later inherit it), this process the config, read
+    before the variable is set: torch takes the variable as forced, and a user's later
+    `config.static_launch_user_defined_triton_kernels = False` here still holds. A user's
+    own setting of the variable is left as it is (0 keeps Triton's launcher everywhere)."""
     name = "TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS"
     if name in os.environ:
         return
+    try:
+        import torch._inductor.config as config
+    except ImportError:  # a torch without Inductor: nothing to ask
+        return
+    if not hasattr(config, "static_launch_user_defined_triton_kernels"):
+        return  # an older torch: no static launch of user-defined kernels
+    config.static_launch_user_defined_triton_kernels = True
     os.environ[name] = "1"
-    config = sys.modules.get("torch._inductor.config")  # else it reads the variable
-    if config is not None and hasattr(config, "static_launch_user_defined_triton_kernels"):
-        config.static_launch_user_defined_triton_kernels = True
 
 
 def _register(namespace, name, module, launcher_name, n_results, dtypes, scalars=()):
@@ -168,7 +173,7 @@ def _register(namespace, name, module, launcher_name, n_results, dtypes, scalars
 
 HELPERS = (_check_dtypes, _no_backward, _ShapesOnly, _shapes_only, _plain_eager,
            _compiled_kernel, _signature, _static_launch, _register)
-IMPORTS = ("inspect", "os", "sys")  # standard modules the helpers use (and torch), imported
+IMPORTS = ("inspect", "os")  # standard modules the helpers use (and torch), imported
 # by the package
 
 

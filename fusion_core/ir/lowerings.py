@@ -89,8 +89,8 @@ GELU_HALF = "_gelu_half"
 
 def gelu_half_expr(a: tuple[str, ...], p: Mapping[str, Any]) -> str | Calls | None:
     """GELU whose result eager rounds to float16 or bfloat16: the exact form through the
-    helper (relative error under 1e-6 where |x| < 6.5, 4e-4 past it: far under the
-    result's rounding), the tanh form as in float32."""
+    helper (relative error under 4e-6 in float32 where |x| < 6.5, 4e-4 past it: far
+    under the result's rounding), the tanh form as in float32."""
     if p["approximate"] == "none":
         return Calls(f"{GELU_HALF}({a[0]})", (GELU_HALF,))
     return gelu_expr(a, p)
