@@ -360,6 +360,50 @@ def compile_for_gpu(jobs: list[tuple], arch: int = 90) -> dict[str, bool]:
     return {line.split()[0]: line.split()[1] == "True" for line in proc.stdout.splitlines()}
 
 
+_TTIR = """
+import json, sys
+import triton
+from triton._C.libtriton import ir
+from triton.backends.compiler import GPUTarget, Language
+from triton.compiler.compiler import make_backend
+from fusion_core.codegen import load_kernel
+target = GPUTarget("cuda", 90, 32)
+backend = make_backend(target)
+options = backend.parse_options({})
+stages = {}
+backend.add_stages(stages, options, Language.TRITON)
+for path, name, sig, consts in json.loads(sys.stdin.read()):
+    src = triton.compiler.ASTSource(fn=getattr(load_kernel(path), name), signature=sig,
+                                    constexprs=consts)
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
+                         backend.get_module_map(), context)
+    print(json.dumps(str(stages["ttir"](module, {}))))
+"""
+
+
+def ttir_for_gpu(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
+                 consts: dict[str, int] | None = None) -> tuple[str, list[str]]:
+    """The kernel's Triton IR for an sm_90 GPU after Triton's own simplifications (the
+    ``ttir`` stage: constants folded, masks known true dropped), without one, and the jit
+    function's parameter names; `consts` overrides the launch's constexprs."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    caught = catch_launch(kernel, tmp_path, inputs)
+    sig, found = _signature(caught)
+    payload = [(caught["path"], f"{kernel.name}_kernel", sig, {**found, **(consts or {})})]
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    proc = subprocess.run([sys.executable, "-c", _TTIR], input=json.dumps(payload),
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1]), list(caught["names"])
+
+
 def ttgir_load_layouts(shape: str, case: str) -> dict:
     """tests/ttgir_layouts.py in its own process (Triton imported without the interpreter):
     each load's layout when the kernel of CASES[case] at `shape` is compiled for sm_90;

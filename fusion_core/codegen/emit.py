@@ -110,7 +110,7 @@ def _tiled(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
                f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
                "[:, None]",
                _cols(plan, "tl.program_id(1) * BLOCK_SIZE + "),
-               "row_mask = rows < n_rows", *_ALIGNED_COLS, *_COLS, ""])
+               *_ROW_MASK, *_ALIGNED_COLS, *_COLS, ""])
     _pointwise_body(plan, params, out)
 
 
@@ -126,9 +126,14 @@ def rows_boilerplate(plan: KernelPlan, what: str, out: CodeWriter) -> None:
     out.lines([f"# boilerplate (reduction, {what})", "pid = tl.program_id(0)",
                f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
                "[:, None]",
-               "row_mask = rows < n_rows", *_ALIGNED_COLS])
+               *_ROW_MASK, *_ALIGNED_COLS])
 
 
+# The grid has cdiv(n_rows, ROWS_PER_PROGRAM) programs along the rows: at one row a program
+# no row passes the last, and the constant `| True` lets Triton drop the row from every mask
+# (kept, it cost a one-block float32 softmax of 32768 columns 8 registers a thread, 32 more
+# instructions and 5% of its time on an H100: benchmarks/softmax_block_probe.py).
+_ROW_MASK = ["row_mask = (rows < n_rows) | (ROWS_PER_PROGRAM == 1)"]
 # Triton knows an integer argument is a multiple of 16 only when it is one: a row of 1000
 # columns would get scalar loads without being told it is a multiple of 8.
 _ALIGNED_COLS = ["# n_cols is a multiple of COLS_ALIGN; said so, Triton vectorizes the loads",

@@ -1,0 +1,47 @@
+"""The row mask of reduction and tiled kernels (codegen/emit.py, ``_ROW_MASK``): at one row a
+program no row passes the last, and Triton drops the row from the masks; at several rows a
+program the last program's rows past the end stay masked."""
+
+import re
+
+import pytest
+import torch
+from codegen_harness import Lambda, catch_launch, run_kernel, ttir_for_gpu
+
+from fusion_core.codegen import Tuning, generate
+from fusion_core.pipeline import analyze
+
+
+def _softmax_kernel(width: int, tuning: Tuning | None = None):
+    model = Lambda(lambda m, x: torch.softmax(x * 0.125, -1))
+    analysis = analyze(model, torch.empty(4, width))
+    (cluster,) = analysis.clusters
+    return generate(analysis, cluster, tuning)
+
+
+def _body_reads(ttir: str, names: list[str], param: str) -> bool:
+    """Whether the kernel's body (after the `tt.func` line) reads the parameter `param` (named
+    by Triton 3.9's IR, numbered by 3.6's)."""
+    body = ttir[ttir.index("tt.func"):].split("\n", 1)[1]
+    return re.search(rf"%({param}|arg{names.index(param)})\b", body) is not None
+
+
+@pytest.mark.parametrize("rows_per_program,reads_n_rows", [(1, False), (2, True)])
+def test_the_compiled_kernel_reads_n_rows_only_when_a_program_takes_several_rows(
+        rows_per_program, reads_n_rows, tmp_path):
+    kernel = _softmax_kernel(64)
+    ttir, names = ttir_for_gpu(kernel, tmp_path, (torch.randn(5, 64),),
+                               {"ROWS_PER_PROGRAM": rows_per_program})
+    assert "n_rows" in names
+    assert _body_reads(ttir, names, "n_rows") is reads_n_rows
+
+
+def test_rows_past_the_last_stay_masked_when_programs_take_several_rows(tmp_path):
+    """301 rows of 40 columns, several rows a program (the launcher's pick, checked): the last
+    program's rows past the end neither load past the input nor store past the output."""
+    kernel = _softmax_kernel(40)
+    x = torch.randn(301, 40, generator=torch.Generator().manual_seed(0))
+    rows = catch_launch(kernel, tmp_path / "caught", (x,))["kwargs"]["ROWS_PER_PROGRAM"]
+    assert rows > 1 and 301 % rows
+    (got,) = run_kernel(kernel, tmp_path, (x,))
+    torch.testing.assert_close(got, torch.softmax(x * 0.125, -1))
