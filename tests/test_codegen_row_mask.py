@@ -45,3 +45,38 @@ def test_rows_past_the_last_stay_masked_when_programs_take_several_rows(tmp_path
     assert rows > 1 and 301 % rows
     (got,) = run_kernel(kernel, tmp_path, (x,))
     torch.testing.assert_close(got, torch.softmax(x * 0.125, -1))
+
+
+def _masked(ttir: str, op: str) -> list[bool]:
+    """Whether each `tt.load` (`tt.store`) in the IR takes a mask operand."""
+    operands = {"tt.load": 1, "tt.store": 2}[op]  # the pointer (and the value) before a mask
+    found = re.findall(rf"{op} (%[^:{{]*?) [:{{]", ttir)  # operands, then attributes or type
+    assert found, f"no {op} in the IR"
+    return [len(args.split(", ")) > operands for args in found]
+
+
+@pytest.mark.parametrize("width,whole", [(64, True), (40, False)])
+def test_a_row_of_whole_blocks_loads_and_stores_without_masks(width, whole, tmp_path):
+    """One block a row: the launcher says the columns fill it (EVEN_COLS) and Triton drops the
+    masks of the row's loads and stores; a row shorter than its block keeps them."""
+    kernel = _softmax_kernel(width)
+    x = torch.randn(6, width)
+    launch = catch_launch(kernel, tmp_path / "caught", (x,))["kwargs"]
+    assert launch["BLOCK_SIZE"] == 64 and launch["EVEN_COLS"] is whole
+    ttir, _ = ttir_for_gpu(kernel, tmp_path, (x,))
+    assert _masked(ttir, "tt.load") == [not whole]
+    assert _masked(ttir, "tt.store") == [not whole]
+
+
+def test_a_looped_row_of_whole_blocks_loads_its_blocks_without_masks(tmp_path):
+    """A row looping over blocks that divide it: both passes' loads and the store unmasked."""
+    model = Lambda(lambda m, x: torch.softmax(x * 0.125, -1))
+    analysis = analyze(model, torch.empty(4, 256))
+    kernel = generate(analysis, analysis.clusters[0], looped=True)
+    assert kernel.looped
+    x = torch.randn(6, 256)
+    ttir, _ = ttir_for_gpu(kernel, tmp_path, (x,), {"BLOCK_SIZE": 64, "EVEN_COLS": True})
+    assert _masked(ttir, "tt.load") == [False, False]
+    assert _masked(ttir, "tt.store") == [False]
+    (got,) = run_kernel(kernel, tmp_path / "run", (x,))
+    torch.testing.assert_close(got, torch.softmax(x * 0.125, -1))

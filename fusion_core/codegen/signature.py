@@ -95,6 +95,7 @@ N_COLS = ScalarParam("n_cols", "n_cols", Family.SIZE)
 CHUNK = ScalarParam("chunk", "chunk", Family.CHUNK)
 BLOCK_SIZE = ConstParam("BLOCK_SIZE", "block")  # from the configuration (block, rows, warps)
 ROWS_PER_PROGRAM = ConstParam("ROWS_PER_PROGRAM", "rows")
+EVEN_COLS = "EVEN_COLS"  # a 2-D kernel's constexpr: n_cols is whole blocks (and vectors)
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,8 @@ class KernelParams:
         # dividing their count, so the launcher passes that power as a constexpr.
         if plan.two_d:
             sizes = (N_ROWS, N_COLS)
-            consts = (ROWS_PER_PROGRAM, _alignment("COLS_ALIGN", sizes, N_COLS))
+            consts = (ROWS_PER_PROGRAM, _alignment("COLS_ALIGN", sizes, N_COLS),
+                      _whole_blocks(sizes))
         else:
             sizes = (N_ELEMENTS,)
             consts = (_alignment("N_ALIGN", sizes, N_ELEMENTS),)
@@ -205,6 +207,14 @@ def _alignment(name: str, sizes: tuple[ScalarParam, ...], size: ScalarParam) -> 
     """A constexpr holding the power of two (at most 16) that divides `size` (the runtime's
     `_multiple_of`, over the size's place in `args`)."""
     return ConstParam(name, f"_multiple_of({_args_item(sizes, size)})")
+
+
+def _whole_blocks(sizes: tuple[ScalarParam, ...]) -> ConstParam:
+    """``EVEN_COLS``: the columns are whole blocks of the configuration (a one-block row is
+    exactly the block, a looped row ends at a block's end), so no column mask is needed; and
+    whole 16-element vectors, so a row of any dtype starts at a vector (``loads.aligned_rows``:
+    the row's body is then the whole row, however small the block)."""
+    return ConstParam(EVEN_COLS, f"{_args_item(sizes, N_COLS)} % max(block, 16) == 0")
 
 
 def _args_item(sizes: tuple[ScalarParam, ...], size: ScalarParam) -> str:
