@@ -110,14 +110,31 @@ def test_the_timed_path_fills_every_column_with_the_clock_faked(monkeypatch, tmp
     small = [c for c in shapes_panel.CASES if c.label == "layer_norm*2 8192x4096"][0]
     case = shapes_panel.Case("layer_norm*2 tiny", small.fn, ((4, 64),), ((4, 64),),
                              small.dtype, small.params, liger=small.liger)
-    args = shapes_panel.argparse.Namespace(dry_run=False)
+    args = shapes_panel.argparse.Namespace(dry_run=False, rounds=2)
     (tmp_path / "work").mkdir()
     row = shapes_panel.run_case(case, args, 0, {}, tmp_path / "work")
     assert row["ok"] and row["default_ok"], row
     for key in ("user_us", "default_us", "best_us", "inductor_us", "copy_us", "eager_us"):
         assert row[key] > 0, key
     assert row["default_over_best"] == 1.0 and row["pct_copy"] == 0.5
+    assert row["user_us_rounds"] == row["inductor_us_rounds"] == [2.0, 2.0]
     assert [c["config"] for c in row["candidates"]][0] == row["default_config"][0]
     assert row["cache_hit"]  # (nothing is timed on CPU: the second load picks the same)
     line = shapes_panel.table([row]).splitlines()[-1]
     assert line.count("|") == 16 and "layer_norm*2 tiny" in line
+
+
+def test_the_compared_columns_are_timed_in_interleaved_rounds_each_its_lowest():
+    order = []
+    times = iter([9.0, 5.0, 7.0, 6.0])
+
+    def timer(fn, sets):
+        order.append(fn)
+        return next(times)
+
+    row = {"user_us": 8.0, "inductor_us": 4.0}
+    shapes_panel.interleaved(row, {"user_us": ("ours", None), "inductor_us": ("inductor", None)},
+                             3, timer)
+    assert order == ["ours", "inductor", "ours", "inductor"]  # one of each a round
+    assert row["user_us_rounds"] == [8.0, 9.0, 7.0] and row["user_us"] == 7.0
+    assert row["inductor_us_rounds"] == [4.0, 5.0, 6.0] and row["inductor_us"] == 4.0
