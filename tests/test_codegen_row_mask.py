@@ -36,14 +36,27 @@ def test_the_compiled_kernel_reads_n_rows_only_when_a_program_takes_several_rows
     assert _body_reads(ttir, names, "n_rows") is reads_n_rows
 
 
-def test_rows_past_the_last_stay_masked_when_programs_take_several_rows(tmp_path):
+def test_rows_past_the_last_stay_masked_when_programs_take_several_rows(tmp_path,
+                                                                        monkeypatch):
     """301 rows of 40 columns, several rows a program (the launcher's pick, checked): the last
-    program's rows past the end neither load past the input nor store past the output."""
+    program's rows past the end store nothing past the output (allocated here with a
+    sentinel-filled tail), and the rows inside match eager."""
     kernel = _softmax_kernel(40)
     x = torch.randn(301, 40, generator=torch.Generator().manual_seed(0))
     rows = catch_launch(kernel, tmp_path / "caught", (x,))["kwargs"]["ROWS_PER_PROGRAM"]
     assert rows > 1 and 301 % rows
+    tails, real = [], torch.empty_strided
+
+    def padded(size, stride, **kwargs):  # the output, then 4096 sentinels after its last element
+        span = 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
+        whole = real((span + 4096,), (1,), **kwargs).fill_(7.0)
+        tails.append(whole[span:])
+        return whole.as_strided(size, stride)
+
+    monkeypatch.setattr(torch, "empty_strided", padded)
     (got,) = run_kernel(kernel, tmp_path, (x,))
+    monkeypatch.undo()
+    assert tails and all(bool((tail == 7.0).all()) for tail in tails)
     torch.testing.assert_close(got, torch.softmax(x * 0.125, -1))
 
 

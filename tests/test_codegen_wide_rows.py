@@ -80,9 +80,23 @@ def test_statistics_read_the_row_once_with_no_cross_lane_work_in_the_loop(name):
     assert ('evict_last' if len(loops) == 2 else 'evict_first') in row_load
     if len(loops) == 2:
         assert 'eviction_policy="evict_first"' in loops[1]
-        # the written blocks give way in the L2 to the row blocks the pass re-reads
+        # a row of 280 bytes: its stores take no hint (``loads.streams``)
         stores = re.findall(r"tl\.store\(.*\)", loops[1])
-        assert stores and all('eviction_policy="evict_first"' in s for s in stores), stores
+        assert stores and not any("eviction_policy" in s for s in stores), stores
+
+
+@pytest.mark.parametrize("dtype,hinted", [(torch.float32, True), (torch.bfloat16, False)],
+                         ids=["fp32-64KiB", "bf16-32KiB"])
+@pytest.mark.parametrize("name", ["softmax", "layer_norm"])
+def test_a_looped_rows_last_pass_stores_with_evict_first_from_64_kib_rows(name, dtype, hinted):
+    """16384 columns loop: fp32 rows (64 KiB) store their last pass with `evict_first`, the
+    written blocks giving way in the L2 to the row blocks the pass re-reads; 16-bit rows (32
+    KiB, measured slower hinted) store plainly."""
+    analysis = analyze(_model(name, 16384, dtype), torch.empty(3, 16384, dtype=dtype))
+    source = generate(analysis, analysis.clusters[0], LOOP).source
+    last = _loops(source)[-1]
+    stores = re.findall(r"tl\.store\(.*\)", last)
+    assert stores and all(('eviction_policy="evict_first"' in s) is hinted for s in stores)
 
 
 @pytest.mark.parametrize("name", ["softmax", "layer_norm"])

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from . import cat_bounds
 from .interpreted import range_bound
-from .loads import aligned_rows, aligned_vec, load, store
+from .loads import aligned_rows, aligned_vec, load, store, streams
 from .lower import KernelPlan, Stmt, TensorArg
 from .reduce import emitter
 from .signature import EVEN_COLS, KernelParams, KernelSignature
@@ -138,9 +138,9 @@ _ROW_MASK = ["row_mask = (rows < n_rows) | (ROWS_PER_PROGRAM == 1)"]
 # columns would get scalar loads without being told it is a multiple of 8.
 _ALIGNED_COLS = ["# n_cols is a multiple of COLS_ALIGN; said so, Triton vectorizes the loads",
                  "n_cols = n_cols // COLS_ALIGN * COLS_ALIGN"]
-# EVEN_COLS (the launcher's: n_cols is a multiple of BLOCK_SIZE) folds the column mask the
-# same way where the columns run over whole blocks up to n_cols: at 4096 columns of a 16-bit
-# LayerNorm->GELU in one block, 10% of the kernel's instructions.
+# EVEN_COLS (the launcher's: n_cols is a multiple of BLOCK_SIZE and of 16) folds the column
+# mask the same way where the columns run over whole blocks up to n_cols: at 4096 columns of
+# a 16-bit LayerNorm->GELU in one block, 10% of the kernel's instructions.
 _COLS = [f"col_mask = (cols < n_cols) | {EVEN_COLS}", "mask = row_mask & col_mask"]
 
 
@@ -256,11 +256,12 @@ def last_pass(plan: KernelPlan, params: KernelParams, out: CodeWriter,
                 if s.temp in later and s.phase == "post" and not s.per_row]
         out.lines(["", "# last pass: recompute the chain, finish the reduction, store",
                    *(emitter(r).carry(r) if finish else [])])
-        # the stores give way in the L2 to the row blocks this pass still re-reads
+        # wide rows' stores give way in the L2 to the row blocks this pass still re-reads
+        hint = streams(plan)
         column_loop(plan, params, out, [t.temp for t in col_out],
-                    finish + post + [store(t, plan, params, evict_first=True) for t in col_out],
+                    finish + post + [store(t, plan, params, evict_first=hint) for t in col_out],
                     set(), where, vec,
-                    finish + post + [store(t, plan, params, True, True) for t in col_out])
+                    finish + post + [store(t, plan, params, True, hint) for t in col_out])
 
 
 def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:

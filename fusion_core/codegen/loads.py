@@ -190,12 +190,27 @@ def load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
     return f"{arg.temp} = {text}"
 
 
+# A looped row's last pass stores with `evict_first` from rows of this many bytes (the widest
+# tensor a row reads or writes, at the analysed width). H100, 2026-12-06: softmax(x/8)
+# 2048x50257 fp32 ran 7% faster with the hint, the 65536-wide norms 1-5%, log_softmax 512x32768
+# bf16 (fp32 out) 2%; the 16384-wide 16-bit LayerNorm rows (32 KiB) 1.6-1.8% slower.
+STREAM_ROW_BYTES = 64 * 1024
+
+
+def streams(plan: KernelPlan) -> bool:
+    """Whether a looped row's last pass stores with `evict_first` (``STREAM_ROW_BYTES``)."""
+    sizes = [t.dtype.itemsize for t in (*plan.inputs, *plan.outputs)
+             if t.role != Role.GEN and not t.per_row]
+    return bool(sizes) and plan.n_cols * max(sizes) >= STREAM_ROW_BYTES
+
+
 def store(arg: TensorArg, plan: KernelPlan, params: KernelParams, body: bool = False,
           evict_first: bool = False) -> str:
-    """`arg`'s store; `evict_first` (a looped row's last pass) asks the L2 to let the written
-    lines go first, keeping the lines of rows the pass still re-reads: softmax(x/8) 2048x50257
-    fp32 ran 7% faster so on an H100 (2026-12-06, ``benchmarks/store_hint_probe.py``), and a
-    row kept in one block, which re-reads nothing, 2% slower (not hinted)."""
+    """`arg`'s store; `evict_first` (a wide looped row's last pass, ``streams``) asks the L2 to
+    let the written lines go first, keeping the lines of rows the pass still re-reads:
+    softmax(x/8) 2048x50257 fp32 ran 7% faster so on an H100 (2026-12-06,
+    ``benchmarks/store_hint_probe.py``), and a row kept in one block, which re-reads nothing,
+    2% slower (not hinted)."""
     idx = _body_index(index_of(arg, plan, params), body)
     if idx.is_zero:  # one element, written by every lane with the same value
         idx = Index((zero_term(ROWS if plan.two_d else OFFS),))

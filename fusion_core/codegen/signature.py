@@ -142,11 +142,14 @@ class KernelSignature:
         return any(p.family == family for p in self.scalars)
 
     def variant(self, function: str, pointers: Sequence[PointerParam], workspace: str,
-                extra: Sequence[ScalarParam], constexprs: Sequence[ConstParam]) -> KernelSignature:
+                extra: Sequence[ScalarParam], constexprs: Sequence[ConstParam],
+                unread: Sequence[str] = ()) -> KernelSignature:
         """Another kernel taking this one's `args` (the split-row kernels): other pointers, a
-        workspace, scalars after `args` and more constexprs."""
+        workspace, scalars after `args` and more constexprs, less the `unread` ones (each
+        value of a constexpr compiles the kernel again)."""
+        kept = tuple(c for c in self.constexprs if c.name not in unread)
         return replace(self, function=function, pointers=tuple(pointers), workspace=workspace,
-                       extra=tuple(extra), constexprs=self.constexprs + tuple(constexprs))
+                       extra=tuple(extra), constexprs=kept + tuple(constexprs))
 
 
 class KernelParams:

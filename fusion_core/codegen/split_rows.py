@@ -31,7 +31,7 @@ from .emit import Chunk, column_loop, def_line, last_pass, rewritten, row_prolog
 from .lower import KernelPlan
 from .plan import Role
 from .reduce import Partials, emitter, widened
-from .signature import CHUNK, N_COLS, N_ROWS, ConstParam, KernelParams, KernelSignature
+from .signature import CHUNK, EVEN_COLS, N_COLS, N_ROWS, ConstParam, KernelParams, KernelSignature
 from .writer import CodeWriter
 
 WORKSPACE = "partial_ptr"  # the workspace's kernel parameter
@@ -83,10 +83,11 @@ def signatures(plan: KernelPlan, looped: KernelSignature) -> tuple[KernelSignatu
     """The partials and finish kernels' signatures: the looped kernel's `args` (both index
     the same tensors, so one argument tuple serves all three), a workspace, the chunk width."""
     ins = [p for p in looped.pointers if p.role == Role.IN]
+    # a chunk's columns end anywhere: its masks stay (no EVEN_COLS)
     partials = looped.variant(jit_function_name(plan.cluster_index, "partials"), ins,
-                              WORKSPACE, (CHUNK,), ())
+                              WORKSPACE, (CHUNK,), (), unread=(EVEN_COLS,))
     finish = looped.variant(jit_function_name(plan.cluster_index, "finish"), looped.pointers,
-                            WORKSPACE, (CHUNK,), (SPLITS_BLOCK,))
+                            WORKSPACE, (CHUNK,), (SPLITS_BLOCK,), unread=(EVEN_COLS,))
     return partials, finish
 
 
