@@ -10,7 +10,8 @@ kernel's instructions). For each case this times the kernel the user gets (the l
 own per-shape choice) and every configuration of the same cluster generated to keep the row in
 one block (``Tuning(loop_above=...)``: 16 and 32 warps at 16384 columns), as the shapes panel
 times (CUDA-graph replays over input copies past the L2), each checked against eager.
-``--list`` prints each file's kind and candidates, without a GPU.
+``--list`` prints each file's kind and candidates, without a GPU. First run (H100, 2026-12-06,
+RESULTS.md "2026-12-06 afternoon"): the loop won every case by 12-18%; the threshold stays.
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ ONE_BLOCK_BYTES = 65536
 # 49.3 (benchmarks/panel_reasons.md). In fp32 the one block won (1024x16384: 42.0 us, the
 # loop 45.5) and rms_norm's one block reached 94% of a copy at 16384 columns in 16 bits.
 # Measured on layer_norm; group_norm and batch_norm_train hold the same row and deviations
-# (the registry's `centered`) and follow it, unmeasured.
+# (the registry's `centered`) and follow it, unmeasured. Measured again after the cheaper
+# 16-bit GELU (H100, 2026-12-06, benchmarks/one_block_probe.py): one block at 16 or 32 warps
+# still 12-18% slower than the loop at 16384 columns (layer_norm->gelu 43.3 vs 37.7 us).
 CENTERED_16BIT_ONE_BLOCK = 8192
 # A reduction whose one block holds one value per element at a time (the registry's
 # `holds_one_row`: softmax, whose exps take the row's place), that reads no other row-sized
