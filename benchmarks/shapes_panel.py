@@ -38,6 +38,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,17 +194,26 @@ def run_case(case: Case, args, l2_bytes: int, liger: dict, work: Path) -> dict:
     return row
 
 
-def interleaved(row: dict, timed: dict, rounds: int, timer=None) -> None:
+def interleaved(row: dict, timed: dict[str, tuple[Callable, list]], rounds: int,
+                timer: Callable[[Callable, list], float] | None = None) -> None:
     """The columns the ratios compare (ours as the user gets it, Inductor's, Liger's), timed
     in `rounds` rounds, one of each a round, each column the lowest of its rounds' medians: a
     column timed first in a row no longer carries the row's slowest minute alone (one sample
     each left "user gets" and the best candidate of the same configuration 2-3% apart). The
-    first round is the row's first timing of each; every round goes to `<column>_rounds`."""
+    first round is the row's first timing of each; every round goes to `<column>_rounds`. A
+    column whose later round fails keeps the rounds it has (the error in `<column>_error`).
+    The copy column stays one sample: "% of copy" divides it by ours' lowest round."""
     for key in timed:
         row[f"{key}_rounds"] = [row[key]]
     for _ in range(rounds - 1):
         for key, (fn, sets) in timed.items():
-            row[f"{key}_rounds"].append((timer or graph_us)(fn, sets))
+            if f"{key}_error" in row:
+                continue
+            try:
+                row[f"{key}_rounds"].append((timer or graph_us)(fn, sets))
+            except Exception as e:  # noqa: BLE001 - report, keep the rounds timed
+                done = len(row[f"{key}_rounds"])
+                row[f"{key}_error"] = f"round {done + 1}: {type(e).__name__}: {e}"[:200]
     for key in timed:
         row[key] = min(row[f"{key}_rounds"])
 

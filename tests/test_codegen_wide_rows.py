@@ -99,6 +99,18 @@ def test_a_looped_rows_last_pass_stores_with_evict_first_from_64_kib_rows(name, 
     assert stores and all(('eviction_policy="evict_first"' in s) is hinted for s in stores)
 
 
+def test_a_16bit_row_with_float32_weights_stores_without_a_hint():
+    """bf16 rows of 16384 columns (32 KiB) normalized with float32 weights (64 KiB, read by
+    every row alike): the rows' bytes decide, and the last pass stores plainly."""
+    w, b = torch.randn(16384), torch.randn(16384)
+    model = Lambda(lambda m, x: (F.layer_norm(x.float(), (16384,), m.w, m.b) * 2.0).to(x.dtype),
+                   w=w, b=b)
+    analysis = analyze(model, torch.empty(3, 16384, dtype=torch.bfloat16))
+    source = generate(analysis, analysis.clusters[0], LOOP).source
+    stores = re.findall(r"tl\.store\(.*\)", _loops(source)[-1])
+    assert stores and not any("eviction_policy" in s for s in stores), stores
+
+
 @pytest.mark.parametrize("name", ["softmax", "layer_norm"])
 def test_a_row_kept_in_one_block_stores_without_a_hint(name):
     """One block reads the row once: its stores take no eviction hint (measured 2% slower

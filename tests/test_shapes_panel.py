@@ -138,3 +138,17 @@ def test_the_compared_columns_are_timed_in_interleaved_rounds_each_its_lowest():
     assert order == ["ours", "inductor", "ours", "inductor"]  # one of each a round
     assert row["user_us_rounds"] == [8.0, 9.0, 7.0] and row["user_us"] == 7.0
     assert row["inductor_us_rounds"] == [4.0, 5.0, 6.0] and row["inductor_us"] == 4.0
+
+
+def test_a_column_failing_in_a_later_round_keeps_its_rounds_and_names_the_error():
+    def timer(fn, sets):
+        if fn == "liger":
+            raise RuntimeError("out of memory")
+        return 3.0
+
+    row = {"user_us": 5.0, "liger_us": 4.0}
+    shapes_panel.interleaved(row, {"user_us": ("ours", None), "liger_us": ("liger", None)},
+                             3, timer)
+    assert row["user_us_rounds"] == [5.0, 3.0, 3.0] and row["user_us"] == 3.0
+    assert row["liger_us_rounds"] == [4.0] and row["liger_us"] == 4.0
+    assert row["liger_us_error"] == "round 2: RuntimeError: out of memory"

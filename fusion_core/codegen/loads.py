@@ -193,14 +193,20 @@ def load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
 # A looped row's last pass stores with `evict_first` from rows of this many bytes (the widest
 # tensor a row reads or writes, at the analysed width). H100, 2026-12-06: softmax(x/8)
 # 2048x50257 fp32 ran 7% faster with the hint, the 65536-wide norms 1-5%, log_softmax 512x32768
-# bf16 (fp32 out) 2%; the 16384-wide 16-bit LayerNorm rows (32 KiB) 1.6-1.8% slower.
+# bf16 (fp32 out) 2%; the 16384-wide 16-bit LayerNorm rows (32 KiB) -0.4% to +1.8% (two
+# machines), and without it at 1.00x Inductor where they had been 1.01-1.02 (bf16).
 STREAM_ROW_BYTES = 64 * 1024
 
 
 def streams(plan: KernelPlan) -> bool:
-    """Whether a looped row's last pass stores with `evict_first` (``STREAM_ROW_BYTES``)."""
+    """Whether a looped row's last pass stores with `evict_first` (``STREAM_ROW_BYTES``): the
+    tensors that change from row to row count, not a weight every row shares (a bf16
+    LayerNorm's float32 weight keeps its 32 KiB rows unhinted). A split row decides on its
+    whole row as the looped kernel does (its chunks' stores not measured apart)."""
+    scratch = KernelParams()  # the offsets' scalars are registered by the real loads
     sizes = [t.dtype.itemsize for t in (*plan.inputs, *plan.outputs)
-             if t.role != Role.GEN and not t.per_row]
+             if t.role != Role.GEN and not t.per_row
+             and index_of(t, plan, scratch).varies("rows")]
     return bool(sizes) and plan.n_cols * max(sizes) >= STREAM_ROW_BYTES
 
 
