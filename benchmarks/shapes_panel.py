@@ -1,9 +1,10 @@
 """Generated kernels on shapes outside the model panel: wide rows, odd sizes, strided reductions.
 
-Run on a CUDA machine from the repository root (one call; issue 28's 34 cases take about
-five minutes on an H200, so give it PANEL_BUDGET=500 PANEL_TIMEOUT=560):
+Run on a CUDA machine from the repository root (one call; issue 28's 34 cases and cases 17,
+2, 3, 4 took 120 s of wall time on a fresh H100 on 2026-12-06 with three interleaved rounds;
+a budget of 300 s is ample):
 
-    PYTHONPATH=. python benchmarks/shapes_panel.py --cases issue28 --budget 500 --out panel.json
+    PYTHONPATH=. python benchmarks/shapes_panel.py --cases issue28 --budget 300 --out panel.json
 
 Each case (``panel_cases.py``; ``--list`` prints them and the named groups) is a small
 function (softmax, log_softmax, layer_norm, rms_norm with and without a prologue/epilogue,
