@@ -308,28 +308,48 @@ _COMPILE = """
 import json, sys
 import triton
 from triton._C.libtriton import ir
-from triton.backends.compiler import GPUTarget
+from triton.backends.compiler import GPUTarget, Language
 from triton.compiler.compiler import make_backend
 from fusion_core.codegen import load_kernel
 target = GPUTarget("cuda", %d, 32)
-full = %r
+mode = %r  # "verify": the front end; "ttir": its IR simplified; "full": to cubin
+backend = make_backend(target)
+options = backend.parse_options({})
+stages = {}
+backend.add_stages(stages, options, Language.TRITON)
 for path, name, sig, consts in json.loads(sys.stdin.read()):
     fn = getattr(load_kernel(path), name)
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts)
-    if full:
+    if mode == "full":
         asm = triton.compile(src, target=target).asm
-        print(path, bool(asm.get("cubin")))
+        print(json.dumps(bool(asm.get("cubin"))))
         continue
-    # Front end only (Python AST -> verified Triton IR): where type and scoping errors show.
-    backend = make_backend(target)
-    options = backend.parse_options({})
+    # Front end (Python AST -> Triton IR): where type and scoping errors show.
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
     module = src.make_ir(target, options, backend.get_codegen_implementation(options),
                          backend.get_module_map(), context)
-    print(path, module.verify())
+    print(json.dumps(module.verify() if mode == "verify" else str(stages["ttir"](module, {}))))
 """
+
+
+def _compiled(payload: list[tuple], arch: int, mode: str) -> list:
+    """_COMPILE's answer for each (file, jit function, signature, constexprs), in a subprocess
+    without TRITON_INTERPRET (the interpreter patches `triton.language`)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    # "0", not unset: fusion_core sets the interpreter on import when it finds no CUDA.
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    proc = subprocess.run([sys.executable, "-c", _COMPILE % (arch, mode)],
+                          input=json.dumps(payload), capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
 def compile_for_gpu(jobs: list[tuple], arch: int = 90) -> dict[str, bool]:
@@ -337,51 +357,16 @@ def compile_for_gpu(jobs: list[tuple], arch: int = 90) -> dict[str, bool]:
     (the whole pipeline to cubin with FUSION_FULL_COMPILE=1). A job is (kernel, directory,
     inputs), or with a fourth item the jit function's suffix ("partials": a split row's).
 
-    The interpreter accepts code the compiler rejects (types, loop-carried values). Runs in a
-    subprocess without TRITON_INTERPRET (the interpreter patches `triton.language`).
+    The interpreter accepts code the compiler rejects (types, loop-carried values).
     """
-    import json
     import os
-    import subprocess
-    import sys
 
     payload = []
     for kernel, tmp, inputs, *jit in jobs:
         path, sig, consts = launch_signature(kernel, tmp, inputs, *jit)
         payload.append((path, f"{kernel.name}_{(jit or ['kernel'])[0]}", sig, consts))
-    # "0", not unset: fusion_core sets the interpreter on import when it finds no CUDA.
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    full = os.environ.get("FUSION_FULL_COMPILE") == "1"
-    proc = subprocess.run([sys.executable, "-c", _COMPILE % (arch, full)],
-                          input=json.dumps(payload), capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {line.split()[0]: line.split()[1] == "True" for line in proc.stdout.splitlines()}
-
-
-_TTIR = """
-import json, sys
-import triton
-from triton._C.libtriton import ir
-from triton.backends.compiler import GPUTarget, Language
-from triton.compiler.compiler import make_backend
-from fusion_core.codegen import load_kernel
-target = GPUTarget("cuda", 90, 32)
-backend = make_backend(target)
-options = backend.parse_options({})
-stages = {}
-backend.add_stages(stages, options, Language.TRITON)
-for path, name, sig, consts in json.loads(sys.stdin.read()):
-    src = triton.compiler.ASTSource(fn=getattr(load_kernel(path), name), signature=sig,
-                                    constexprs=consts)
-    context = ir.context()
-    ir.load_dialects(context)
-    backend.load_dialects(context)
-    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
-                         backend.get_module_map(), context)
-    print(json.dumps(str(stages["ttir"](module, {}))))
-"""
+    mode = "full" if os.environ.get("FUSION_FULL_COMPILE") == "1" else "verify"
+    return {job[0]: ok for job, ok in zip(payload, _compiled(payload, arch, mode), strict=True)}
 
 
 def ttir_for_gpu(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
@@ -389,19 +374,11 @@ def ttir_for_gpu(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...
     """The kernel's Triton IR for an sm_90 GPU after Triton's own simplifications (the
     ``ttir`` stage: constants folded, masks known true dropped), without one, and the jit
     function's parameter names; `consts` overrides the launch's constexprs."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     caught = catch_launch(kernel, tmp_path, inputs)
     sig, found = _signature(caught)
     payload = [(caught["path"], f"{kernel.name}_kernel", sig, {**found, **(consts or {})})]
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    proc = subprocess.run([sys.executable, "-c", _TTIR], input=json.dumps(payload),
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.splitlines()[-1]), list(caught["names"])
+    (ttir,) = _compiled(payload, 90, "ttir")
+    return ttir, list(caught["names"])
 
 
 def ttgir_load_layouts(shape: str, case: str) -> dict:

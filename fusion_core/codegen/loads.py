@@ -12,6 +12,7 @@ row bodies of looped rows, which change how a row-major tensor's offset is writt
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from ..ir.registry import SPECS, TL_TYPES
 from .cat_bounds import piece_start, piece_stop
@@ -128,11 +129,16 @@ def aligned_vec(plan: KernelPlan) -> int | None:
             r.rule.family in ("softmax", "collapse")
             or (r.rule.family == "normalize" and not r.rule.centered)):
         return None
-    scratch = KernelParams()  # the offsets' scalars are registered by the real loads
-    sizes = [t.dtype.itemsize for t in (*plan.inputs, *plan.outputs)
-             if t.role != Role.GEN and not t.per_row
-             and index_of(t, plan, scratch) == _ROW_MAJOR]
+    sizes = _itemsizes(plan, lambda idx: idx == _ROW_MAJOR)
     return 16 // min(sizes) if sizes and min(sizes) <= 8 else None
+
+
+def _itemsizes(plan: KernelPlan, picks: Callable[[Index], bool]) -> list[int]:
+    """Element sizes of the tensors read or written per element (not generated, not per
+    row) whose index `picks` takes."""
+    scratch = KernelParams()  # the offsets' scalars are registered by the real loads
+    return [t.dtype.itemsize for t in (*plan.inputs, *plan.outputs)
+            if t.role != Role.GEN and not t.per_row and picks(index_of(t, plan, scratch))]
 
 
 def aligned_rows(vec: int) -> list[str]:
@@ -203,10 +209,7 @@ def streams(plan: KernelPlan) -> bool:
     tensors that change from row to row count, not a weight every row shares (a bf16
     LayerNorm's float32 weight keeps its 32 KiB rows unhinted). A split row decides on its
     whole row as the looped kernel does (its chunks' stores not measured apart)."""
-    scratch = KernelParams()  # the offsets' scalars are registered by the real loads
-    sizes = [t.dtype.itemsize for t in (*plan.inputs, *plan.outputs)
-             if t.role != Role.GEN and not t.per_row
-             and index_of(t, plan, scratch).varies("rows")]
+    sizes = _itemsizes(plan, lambda idx: idx.varies("rows"))
     return bool(sizes) and plan.n_cols * max(sizes) >= STREAM_ROW_BYTES
 
 
