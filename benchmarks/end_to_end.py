@@ -17,11 +17,10 @@ kernel into the traced graph, and times, per forward:
 
 Two clocks: wall time per forward (a loop of calls, one synchronize, divided: what a caller
 waits for, host work included) and device time per forward (one CUDA-graph replay of the
-forward timed with events: the GPU's own work, host launch cost out). GPU kernels per
-forward are counted with the profiler. A row whose compile or capture fails says why and
-keeps the others. The headline is the applied model's wall time against eager's, as a user
-calling it would see it; the device time is printed beside it.
-"""
+forward timed with events: the GPU's own work, host launch cost out). GPU kernels per forward
+are counted with the profiler and kept by name in the JSON (`census`). A row whose compile or
+capture fails says why and keeps the others. The headline is the applied model's wall time
+against eager's, as a user calling it would see it; the device time is printed beside it."""
 
 from __future__ import annotations
 
@@ -34,6 +33,7 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,8 +105,9 @@ def device_us(fn: Callable[[], Any]) -> float:
     return statistics.median(device_time(fn, [()]).samples_us)
 
 
-def kernels_per_call(fn: Callable[[], Any]) -> int:
-    """GPU kernels one call launches, counted by the profiler."""
+def kernel_census(fn: Callable[[], Any]) -> dict[str, int]:
+    """GPU kernels one call launches, by name (the profiler's), most launched first; copies
+    and fills (memcpy, memset) are not kernels here."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -114,8 +115,10 @@ def kernels_per_call(fn: Callable[[], Any]) -> int:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
+    names = Counter(e.name for e in prof.events()
+                    if e.device_type == torch.autograd.DeviceType.CUDA
+                    and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
+    return dict(names.most_common())
 
 
 def row(name: str, fn: Callable[[], Any], graphable: bool = True) -> dict[str, Any]:
@@ -123,7 +126,8 @@ def row(name: str, fn: Callable[[], Any], graphable: bool = True) -> dict[str, A
     out: dict[str, Any] = {"row": name}
     try:
         out["wall_us"] = wall_us(fn)
-        out["kernels"] = kernels_per_call(fn)
+        out["census"] = kernel_census(fn)
+        out["kernels"] = sum(out["census"].values())
         if graphable:
             out["device_us"] = device_us(fn)
     except Exception as e:  # noqa: BLE001 - one row's failure keeps the others
