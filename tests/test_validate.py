@@ -533,6 +533,25 @@ def test_a_graph_that_is_not_the_model_fails_model_numerics():
     assert not report.result(0).usable
 
 
+def test_a_recorded_output_written_over_later_is_said_to_be_that_not_a_capture_problem():
+    """The H100 once failed a model check as "a capture problem" where the model and a
+    fresh run of its graph agree: the output recorded earlier had changed. Said as such."""
+    from fusion_core.validate.capture_check import RECORDING_CHANGED, graph_matches_model
+    from fusion_core.validate.prepare import recording
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x * 2.0) + 1.0
+
+    analysis = analyze(Scaled(), InputSpec((4, 64)))
+    rec = recording(analysis, [], keep_rows=True, device="cpu", seed=0)
+    assert graph_matches_model(rec)[0] is True
+    rec.model_out.zero_()  # written over, as an out-of-bounds store would
+    same, err, why = graph_matches_model(rec)
+    assert same is False and err is not None and err > 0
+    assert why.startswith(RECORDING_CHANGED) and "beyond atol" in why, why
+
+
 @needs_codegen
 def test_a_model_that_cannot_be_compared_with_its_graph_says_so_on_the_pass_line():
     class TracesButFailsEagerly(torch.nn.Module):
