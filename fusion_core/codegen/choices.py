@@ -37,7 +37,10 @@ class Tuning:
     # ...which is a row's width over this (fewer steps leave a pipelined loop nothing to
     # overlap)...
     loop_steps: int = 4
-    max_loop_block: int = 8192  # ...up to this (and max_block)
+    # ...up to this (and max_block); None: by the plan (kernel.with_max_block: rows a norm
+    # reads twice in float32 NORMALIZE_FP32_LOOP_BLOCK, else MAX_LOOP_BLOCK)...
+    max_loop_block: int | None = None
+    split_loop_block: int = 8192  # ...and a split row's chunk up to this
     # Few wide rows (softmax, log_softmax, layer_norm, rms_norm): each row split over several
     # programs while rows x programs stay within this (about 2 programs per SM of an H200:
     # 128 rows gained from 2 programs each, 256 rows lost 14% with 2)...
@@ -55,6 +58,17 @@ class Tuning:
     # (8192 elements, the heuristic's pick then) 83.6-84.6 and 8 rows at 32 warps 70.2.
     strided_pack_elements: int = 16384
     strided_max_rows: int = 32
+
+
+MAX_LOOP_BLOCK = 8192
+# A row a norm reads twice (statistics, then each element: kernel.normalizes) in float32 steps
+# 16 KiB: on the H100 panel of 2026-12-06 (call 8) layer_norm*2 256x65536 fp32 ran 5.4%
+# slower at 8192 columns a step than at 4096, rms_norm*2 128x65536 2.0% (unsplit), rms_norm
+# 256x65536 0.1%; on the H200 panels of 2026-12-04 the two tied within 1.2%. 16-bit norm rows
+# keep 8192 (also 16 KiB: layer_norm*2 512x65536 lost 12-15% at 4096), and so do softmax's
+# float32 rows (50257 columns lost 17-22% at 4096) and split rows' chunks (the H200's best
+# for rms_norm*2 128x65536, 8192 a step in 2 programs a row; 4096 in 2 not measured).
+NORMALIZE_FP32_LOOP_BLOCK = 4096
 
 
 # What each kernel kind's launcher times per shape bucket (tuning.py's `_config` says what the

@@ -109,6 +109,7 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
             lines += ["# Few wide rows: each split over programs while rows x programs stay",
                       "# within SPLIT_PROGRAMS, each keeping SPLIT_MIN_COLS of the bucket's width.",
                       f"SPLIT_PROGRAMS = {tuning.split_programs}",
+                      f"SPLIT_LOOP_BLOCK = {tuning.split_loop_block}  # a chunk's widest step",
                       f"SPLIT_MIN_COLS = {tuning.split_min_cols}"]
         width, elements, rows = tuning.pack_width, tuning.pack_elements, tuning.max_rows
         if plan.column_strided and not looped:

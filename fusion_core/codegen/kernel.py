@@ -38,7 +38,8 @@ from . import (
     rounding,
     split_rows,
 )
-from .choices import Tuning, kind
+from .choices import MAX_LOOP_BLOCK, NORMALIZE_FP32_LOOP_BLOCK, Tuning, kind
+from .loads import row_itemsize
 from .lower import KernelPlan, plan
 from .one_block import CENTERED_16BIT_ONE_BLOCK, widest_one_block
 
@@ -75,9 +76,14 @@ def needs_loop(p: KernelPlan, tuning: Tuning) -> bool:
 
 
 def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
-    """`tuning` with its widest single block by the plan's widest element (an input's or the
-    accumulator's), unless given; twice as wide where a reduction holding one value per
+    """`tuning` with its looped rows' widest column step (NORMALIZE_FP32_LOOP_BLOCK for rows
+    that `normalizes` of 4-byte elements, not counting a weight all rows share), and its
+    widest single block by the plan's widest element (an input's or the accumulator's), each
+    unless given; twice as wide where a reduction holding one value per
     element would otherwise loop; a centered norm of 16-bit inputs looping sooner."""
+    if tuning.max_loop_block is None:
+        tuning = replace(tuning, max_loop_block=NORMALIZE_FP32_LOOP_BLOCK if normalizes(p)
+                         and row_itemsize(p) >= 4 else MAX_LOOP_BLOCK)
     if tuning.max_block is not None:
         return tuning
     inputs = [t.dtype.itemsize for t in p.inputs if not t.per_row]
@@ -94,6 +100,14 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     loop_above = min(widest, CENTERED_16BIT_ONE_BLOCK) if centered_16bit else None
     return replace(tuning, max_block=widest,
                    loop_above=tuning.loop_above if tuning.loop_above is not None else loop_above)
+
+
+def normalizes(p: KernelPlan) -> bool:
+    """A row's statistics, then each element written from them: a LayerNorm, or an RMSNorm
+    (a registry norm, or its `pow → mean → rsqrt → mul` spelled out); not a softmax, nor a
+    reduction writing one value a row."""
+    return (p.reduction is not None and p.reduction.rule.family in ("normalize", "collapse")
+            and any(not t.per_row for t in p.outputs))
 
 
 def holds_one_row(p: KernelPlan) -> bool:

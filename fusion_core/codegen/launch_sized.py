@@ -145,7 +145,7 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
         return ["BLOCK", "NUM_WARPS"]
     loop = ["LOOP_BLOCK", "MAX_LOOP_BLOCK"] if looped else []
     if kind(plan, looped) == "split":
-        loop.append("SPLIT_PROGRAMS")
+        loop += ["SPLIT_PROGRAMS", "SPLIT_LOOP_BLOCK"]
     return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 

@@ -209,8 +209,12 @@ def streams(plan: KernelPlan) -> bool:
     tensors that change from row to row count, not a weight every row shares (a bf16
     LayerNorm's float32 weight keeps its 32 KiB rows unhinted). A split row decides on its
     whole row as the looped kernel does (its chunks' stores not measured apart)."""
-    sizes = _itemsizes(plan, lambda idx: idx.varies("rows"))
-    return bool(sizes) and plan.n_cols * max(sizes) >= STREAM_ROW_BYTES
+    return plan.n_cols * row_itemsize(plan) >= STREAM_ROW_BYTES
+
+
+def row_itemsize(plan: KernelPlan) -> int:
+    """The widest element of the tensors that change from row to row (0: none)."""
+    return max(_itemsizes(plan, lambda idx: idx.varies("rows")), default=0)
 
 
 def store(arg: TensorArg, plan: KernelPlan, params: KernelParams, body: bool = False,

@@ -42,7 +42,7 @@ CHOSEN: dict = {}
 BLOCK, NUM_WARPS, TILE_COLS = 1024, 4, 32
 MAX_BLOCK, LOOP_BLOCK, PACK_WIDTH, PACK_ELEMENTS, MAX_ROWS = 4096, 1024, 256, 2048, 16
 LOOP_STEPS, MAX_LOOP_BLOCK = 4, 8192
-SPLIT_PROGRAMS, SPLIT_MIN_COLS = 256, 8192
+SPLIT_PROGRAMS, SPLIT_MIN_COLS, SPLIT_LOOP_BLOCK = 256, 8192, 8192
 ROW_CLASSES = 2  # row counts are bucketed by powers of this...
 ROW_CLASS_CAP = 16384  # ...up to this many rows (more rows: one class)
 TUNE_WARMUP_MS, TUNE_REP_MS = 5, 25  # per candidate, once per bucket
@@ -128,13 +128,15 @@ def _single_config(bucket, candidate):
     return width, packed, max(1, min(num_warps, _pow2(width * packed // 32)))
 
 
-def _looped_heuristic(bucket):
-    """A column step of a LOOP_STEPS-th of the row, at least LOOP_BLOCK, at most
-    MAX_LOOP_BLOCK (and MAX_BLOCK, and the row): the widest step measured fastest at every
-    row count, but a row of 2 steps leaves the pipelined loads of the next step nothing to
-    overlap (16384 columns: 8192 a step lost 16-27% to 4096); ~256 elements a warp."""
+def _looped_heuristic(bucket, widest=None):
+    """A column step of a LOOP_STEPS-th of the row, at least LOOP_BLOCK, at most `widest`
+    (MAX_LOOP_BLOCK unless given; and MAX_BLOCK, and the row): the widest step measured
+    fastest at every row count, but a row of 2 steps leaves the pipelined loads of the next
+    step nothing to overlap (16384 columns: 8192 a step lost 16-27% to 4096); ~256 elements
+    a warp."""
     width = bucket[0]  # the row count does not matter
-    block = min(max(width // LOOP_STEPS, LOOP_BLOCK), MAX_LOOP_BLOCK, MAX_BLOCK, width)
+    block = min(max(width // LOOP_STEPS, LOOP_BLOCK), widest or MAX_LOOP_BLOCK, MAX_BLOCK,
+                width)
     return block, 1, _row_warps(block, 256, NUM_WARPS)
 
 
@@ -157,10 +159,12 @@ def _splits(bucket):
 
 def _split_heuristic(bucket):
     """Few wide rows: each split over `_splits` programs, every program looping over its
-    chunk as the looped heuristic would over a row that narrow, with that many rows."""
+    chunk as the looped heuristic would over a row that narrow, with that many rows, in steps
+    of up to SPLIT_LOOP_BLOCK (a row not split: MAX_LOOP_BLOCK)."""
     width, n_rows = bucket
     splits = _splits(bucket)
-    block, rows, num_warps = _looped_heuristic((width // splits, n_rows * splits))
+    block, rows, num_warps = _looped_heuristic((width // splits, n_rows * splits),
+                                               SPLIT_LOOP_BLOCK if splits > 1 else None)
     return block, rows, num_warps, splits
 
 
