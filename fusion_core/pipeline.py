@@ -43,6 +43,7 @@ from .ir.linear_bias import split_linear_bias
 from .ir.max_values import values_as_amax
 from .ir.normalize import to_fusion_graph
 from .ir.run_devices import mark_run_devices
+from .ir.sdpa_mask import additive_attention_masks
 from .ir.shape_checks import drop_shape_checks
 from .ir.shapes import InputSpec
 from .load import ModelSource, load_model_source
@@ -156,6 +157,7 @@ def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.d
     explicit_channels(gm)
     split_linear_bias(gm)
     split_conv_bias(gm, device)
+    additive_attention_masks(gm)
     distinct_cat_operands(gm)
     mark_run_devices(gm, specs, frontend, device)  # before any copy: copies keep its marks
     index_copies = copy_index_values(gm)

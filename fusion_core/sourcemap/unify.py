@@ -22,6 +22,7 @@ import torch.fx as fx
 
 from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
+from ..ir.sdpa_mask import ADDITIVE_MASK
 from ..ir.spelling import said
 from .augmented import is_augmented, rebinding_refused
 from .callees import calls_method, computes_node, same_callee
@@ -162,6 +163,14 @@ class Unifier:
             self.match_name(expr, node, k)
         elif node.name not in self.cluster:
             self.match_outside(expr, node, k)
+        elif node.meta.get(ADDITIVE_MASK):
+            # The additive mask the capture made of a boolean one (ir/sdpa_mask.py) is
+            # computed where the mask is: the line making the mask calls the kernel making
+            # both, and the attention calls reading it get the mask they would make of it.
+            picked = node.args[0]
+            self.matched.update((node.name, picked.name))
+            self.seen.add(picked.name)
+            self.match(expr, picked.args[0], k)
         else:
             self.matched.add(node.name)
             self.match_op(expr, node, k)
