@@ -155,7 +155,7 @@ class Prepared:
     """A model analysed for CUDA, its kernels validated, and its traced graph with every
     usable kernel patched in."""
 
-    hf: torch.nn.Module  # the module as the user runs it, on the GPU, apart from ours
+    hf: torch.nn.Module  # the module as the user runs it for inference (eval), on the GPU
     kernels: Any  # the analysis' KernelSet
     report: Any  # the numerics-only ValidationReport
     usable: list[int]
@@ -172,7 +172,7 @@ def prepare(label: str, build: Callable[[bool], tuple[torch.nn.Module, InputSpec
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model, spec = build(tiny)
-    hf = copy.deepcopy(model).to("cuda")
+    hf = copy.deepcopy(model).to("cuda").eval()  # as analyze() runs it: dropout off
     started = time.perf_counter()
     analysis = analyze(model, spec, device="cuda")
     kernels = build_kernels(analysis)
