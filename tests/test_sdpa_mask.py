@@ -121,3 +121,37 @@ def test_apply_rewrites_the_line_making_the_mask_into_the_kernel_making_both(tmp
     lines = path.read_text().splitlines()
     assert "        mask = cluster0(keep, causal[None, None])" in lines
     assert sum("attn_mask=mask" in ln for ln in lines) == 2
+
+
+def _capture_converting_at_the_attention_call(analysis):
+    """Inductor's capture of TwoLayers as a GPU makes it: the mask's ops and the conversion
+    (on the attention call's line, decomposed from it) in one kernel."""
+    from fusion_core.inductor.capture import InductorCapture, InductorKernel, InductorNode
+    from fusion_core.inductor.coverage import cluster_keys
+
+    cluster = next(c for c in analysis.clusters if "where" in c.ops)
+    made = {n.name for n in _additive_nodes(analysis)}
+    made |= {n.args[0].name for n in _additive_nodes(analysis)}
+    mask_ops = [InductorNode(f"{op}_{i}", op, key[0], key[1], key[2]) for i, (name, (key, op))
+                in enumerate(cluster_keys(analysis, cluster).items())
+                if key is not None and name not in made]
+    call = next(n for n in analysis.graph.nodes if "scaled_dot_product" in (n.target or ""))
+    at_call = ("", call.source.file, call.source.line)
+    conversion = (InductorNode("logical_not_8", "logical_not", *at_call),
+                  InductorNode("where_9", "where", *at_call))
+    kernel = InductorKernel("triton_poi_fused__scaled_dot_product_attention_bitwise_and_0",
+                            (*mask_ops, *conversion))
+    return InductorCapture((kernel,), "post_fusion", (), torch.__version__)
+
+
+def test_against_inductor_the_conversion_on_the_attention_line_is_ours():
+    """--vs-inductor: Inductor converts the mask on the attention call's line (decomposing
+    the call) in the kernel building the mask; our `where → to` on the mask's line are that
+    work, not ops Inductor adds: the same group."""
+    from fusion_core.inductor.match import SAME, match
+
+    analysis = analyze(TwoLayers(), *_inputs())
+    cluster = next(c for c in analysis.clusters if "where" in c.ops)
+    verdict = match(analysis, _capture_converting_at_the_attention_call(analysis)).clusters[
+        cluster.index]
+    assert verdict.verdict == SAME, verdict

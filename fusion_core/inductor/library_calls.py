@@ -16,6 +16,8 @@ from collections.abc import Iterable
 
 from ..analysis.types import Cluster
 from ..ir.bias_split import SPLIT_BIAS
+from ..ir.normalize import module_path
+from ..ir.sdpa_mask import ADDITIVE_MASK
 from ..ir.spelling import said
 from ..pipeline import Analysis
 from .capture import InductorNode, LibraryCall
@@ -47,6 +49,41 @@ def cover_split_biases(biases: set[str], keys: dict[str, tuple[Key | None, str]]
         if key is None or cover.get(name, True):
             continue
         cover[name] = {i for i, ks in enumerate(gemm_keys) if any(compatible(key, k) for k in ks)}
+
+
+def additive_masks(analysis: Analysis, c: Cluster) -> dict[str, set[Key]]:
+    """The cluster's additive attention mask our capture made of a boolean one
+    (``ir/sdpa_mask.py``: its cast and the `where` it casts), with the keys of the attention
+    calls reading it. Inductor converts the mask on those calls' behalf, in the kernel it
+    fuses with the mask's ops: the calls' keys stand for it there, as a GEMM's key stands for
+    its split-off bias add (`mask_keys`)."""
+    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    out: dict[str, set[Key]] = {}
+    for name in c.nodes:
+        fx = fx_nodes.get(name)
+        if fx is None or not fx.meta.get(ADDITIVE_MASK):
+            continue
+        keys = {(module_path(fx_nodes[call].meta.get("nn_module_stack")),
+                 norm_path(source.file), source.line)
+                for call in fx.meta[ADDITIVE_MASK] if call in fx_nodes and call in analysis.graph
+                and (source := analysis.graph[call].source) is not None}
+        for made in (name, fx.args[0].name):
+            if made in c.nodes:
+                out[made] = keys
+    return out
+
+
+def mask_keys(ours: dict[str, tuple[frozenset[Key], str]], masks: dict[str, set[Key]],
+              universe: set[Key]) -> dict[str, tuple[frozenset[Key], str]]:
+    """`ours` (our nodes as the Inductor keys they stand for) with each additive mask node
+    standing for the Inductor keys of its attention calls too (see `additive_masks`)."""
+    out = dict(ours)
+    for name, calls in masks.items():
+        if name in out:
+            keys, op = out[name]
+            out[name] = (keys | {u for u in universe if any(compatible(k, u) for k in calls)},
+                         op)
+    return out
 
 
 def _call_keys(call: LibraryCall) -> set[Key]:

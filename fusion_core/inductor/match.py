@@ -48,10 +48,12 @@ from .coverage import (
 from .explain import MissLine, cat_feeders, collapse, into_cat, is_cat, miss_reason, short_name
 from .kernel_graph import norm_path
 from .library_calls import (
+    additive_masks,
     cover_split_biases,
     gemm_keys,
     inside_calls,
     inside_words,
+    mask_keys,
     named,
     split_biases,
 )
@@ -219,7 +221,9 @@ def match(analysis: Analysis, cap: InductorCapture) -> Agreement:
     kkeys = owned_keys(all_keys)
     universe = set().union(*all_keys) if all_keys else set()
     raw = [cluster_keys(analysis, c) for c in analysis.clusters]
-    per_cluster = [resolved_keys(keys, universe) for keys in raw]
+    masks = [additive_masks(analysis, c) for c in analysis.clusters]
+    per_cluster = [mask_keys(resolved_keys(keys, universe), m, universe)
+                   for keys, m in zip(raw, masks, strict=True)]
     covers = [covering_kernels(ours, kernels, all_keys) for ours in per_cluster]
     gemm_ks = [gemm_keys(k.nodes) for k in kernels]
     biases = [split_biases(analysis, c) for c in analysis.clusters]
