@@ -155,3 +155,30 @@ def test_against_inductor_the_conversion_on_the_attention_line_is_ours():
     verdict = match(analysis, _capture_converting_at_the_attention_call(analysis)).clusters[
         cluster.index]
     assert verdict.verdict == SAME, verdict
+
+
+def test_apply_keeps_the_mask_line_when_other_code_reads_the_boolean_mask(tmp_path):
+    """A boolean mask something besides the attention calls reads (here a flip of it is
+    returned) keeps its line: the edit would hand that reader the additive mask. The cluster
+    stays a pointer and says why (a review found the edit offered, then refused by the
+    rewritten model's check)."""
+    from click.testing import CliRunner
+
+    from fusion_core.cli import cli
+
+    path = tmp_path / "flipped.py"
+    path.write_text(MODEL_FILE.replace(
+        "        mask = causal[None, None] & keep.bool()[:, None, None, :]\n",
+        "        mask = torch.flip(keep.bool()[:, None, None, :], [-1])\n").replace(
+        "        return torch.relu(y) * 2.0\n",
+        "        return torch.relu(y) * 2.0, torch.flip(mask, [-1])\n"))
+    before = path.read_text()
+    shapes = ["--input-shape", "2,3,8,16"] * 3 + ["--input-shape", "2,8"]
+    dtypes = ["--dtype", "float16"] * 3 + ["--dtype", "int64"]  # the cast: a cluster
+    res = CliRunner().invoke(cli, ["--model", str(path), *shapes, *dtypes, "--out-dir",
+                                   str(tmp_path / "gen"), "--apply", "--yes"])
+    assert res.exit_code == 0, res.output
+    assert ("`torch.flip(keep.bool()[:, None, None, :], [-1])` at line 10 makes a boolean mask "
+            "that `torch.flip` (line 13) also reads") in " ".join(res.output.split()), res.output
+    assert "mask = torch.flip(keep.bool()" in path.read_text()
+    assert "mask = cluster" not in path.read_text() and before != ""

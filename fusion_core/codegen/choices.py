@@ -61,13 +61,14 @@ class Tuning:
 
 
 MAX_LOOP_BLOCK = 8192
-# A row a norm reads twice (statistics, then each element: kernel.normalizes) in float32 steps
-# 16 KiB: on the H100 panel of 2026-12-06 (call 8) layer_norm*2 256x65536 fp32 ran 5.4%
-# slower at 8192 columns a step than at 4096, rms_norm*2 128x65536 2.0% (unsplit), rms_norm
-# 256x65536 0.1%; on the H200 panels of 2026-12-04 the two tied within 1.2%. 16-bit norm rows
-# keep 8192 (also 16 KiB: layer_norm*2 512x65536 lost 12-15% at 4096), and so do softmax's
-# float32 rows (50257 columns lost 17-22% at 4096) and split rows' chunks (the H200's best
-# for rms_norm*2 128x65536, 8192 a step in 2 programs a row; 4096 in 2 not measured).
+# A row a norm reads twice (statistics, then each element: kernel.normalizes) whose widest row-
+# varying tensor is float32 (read or written) steps 16 KiB: on the H100 panel of 2026-12-06 (call
+# 8) layer_norm*2 256x65536 fp32 ran 5.4% slower at 8192 columns a step than at 4096, rms_norm*2
+# 128x65536 2.0% (unsplit), rms_norm 256x65536 0.1%; on the H200 panels of 2026-12-04 the two tied
+# within 1.2%. 16-bit norm rows keep 8192 (also 16 KiB: layer_norm*2 512x65536 lost 12-15% at
+# 4096), and so do softmax's float32 rows (50257 columns lost 17-22% at 4096) and split rows'
+# chunks (the H200's best for rms_norm*2 128x65536, 8192 a step in 2 programs a row; 4096 in 2 not
+# measured).
 NORMALIZE_FP32_LOOP_BLOCK = 4096
 
 

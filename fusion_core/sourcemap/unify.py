@@ -23,7 +23,7 @@ import torch.fx as fx
 from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
 from ..ir.sdpa_mask import ADDITIVE_MASK
-from ..ir.spelling import said
+from ..ir.spelling import said, said_all
 from .augmented import is_augmented, rebinding_refused
 from .callees import calls_method, computes_node, same_callee
 from .evaluated import args_computed
@@ -163,14 +163,21 @@ class Unifier:
             self.match_name(expr, node, k)
         elif node.name not in self.cluster:
             self.match_outside(expr, node, k)
-        elif node.meta.get(ADDITIVE_MASK):
+        elif node.meta.get(ADDITIVE_MASK) and node.args[0].name in self.cluster:
             # The additive mask the capture made of a boolean one (ir/sdpa_mask.py) is
             # computed where the mask is: the line making the mask calls the kernel making
             # both, and the attention calls reading it get the mask they would make of it.
-            picked = node.args[0]
+            picked, mask = node.args[0], node.args[0].args[0]
+            if others := [u.name for u in mask.users if u is not picked]:
+                readers = (said_all(self.graph, (n for n in others if n in self.graph))
+                           if self.graph is not None else "") or "other code"
+                raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} makes a "
+                               f"boolean mask that {readers} also read"
+                               f"{'s' if len(others) == 1 else ''}: the edit would hand "
+                               "it the attention calls' additive mask instead")
             self.matched.update((node.name, picked.name))
             self.seen.add(picked.name)
-            self.match(expr, picked.args[0], k)
+            self.match(expr, mask, k)
         else:
             self.matched.add(node.name)
             self.match_op(expr, node, k)
