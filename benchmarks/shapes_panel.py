@@ -6,26 +6,26 @@ a budget of 300 s is ample):
 
     PYTHONPATH=. python benchmarks/shapes_panel.py --cases issue28 --budget 300 --out panel.json
 
-Each case (``panel_cases.py``; ``--list`` prints them and the named groups) is a small
-function (softmax, log_softmax, layer_norm, rms_norm with and without a prologue/epilogue,
-elementwise chains on odd sizes, a softmax over a transposed view and over the channel dim of
-NCHW, SiLU·mul, a row sum, a channels-last value permuted back to NCHW) at one shape and dtype.
-The case is analyzed; when it does not give one cluster the row says "not fused: <reason>"
-instead of a time. Otherwise its kernel is generated and checked against the eager subgraph,
-and every column is timed with gpu_clusters.py's device clock (CUDA-graph replays over rotating
-inputs larger than L2): the launcher as a user calls it, after its own per-shape tuning (the
-headline: for few wide rows that includes whether each row is split over several programs;
-the tuning cache starts empty, and a second load of the file must find the choice there:
-``cache_hit``), the same kernel with timing turned off (FUSION_ADVISOR_AUTOTUNE=0: the
-heuristic's pick, "default") twice to show the spread, every candidate configuration of the
-bucket ("best candidate": the fastest; "default/best" is what the heuristic leaves on the
-table: 1.0 where both are one configuration, else the two timed again in interleaved rounds,
-``default_vs_best``), eager, Inductor (default mode), Liger-Kernel's kernel for the same work when
-`liger_kernel` is importable, and a device copy of the same bytes. The columns the ratios
-compare (the user's, Inductor's, Liger's) are timed in --rounds interleaved rounds (default
-3), each the lowest of its rounds (``interleaved``). A case past --case-timeout
-seconds, or started after --budget seconds, is recorded as such. Full numbers go to --out; a
-Markdown table is printed last.
+Each case (``panel_cases.py``; ``--list`` prints them and the named groups) is a small function
+(softmax, log_softmax, layer_norm, rms_norm with and without a prologue/epilogue, elementwise
+chains on odd sizes, a softmax over a transposed view and over the channel dim of NCHW,
+SiLU·mul, a row sum, a channels-last value permuted back to NCHW) at one shape and dtype. The
+case is analyzed; when it does not give one cluster the row says "not fused: <reason>" instead
+of a time. Otherwise its kernel is generated and checked against the eager subgraph, and every
+column is timed with gpu_clusters.py's device clock (CUDA-graph replays over rotating inputs
+larger than L2): the launcher as a user calls it, after its own per-shape tuning (the headline:
+for few wide rows that includes whether each row is split over several programs; the tuning
+cache starts empty, and a second load of the file must find the choice there: ``cache_hit``),
+the same kernel with timing turned off (FUSION_ADVISOR_AUTOTUNE=0: the heuristic's pick,
+"default") twice to show the spread, every candidate configuration of the bucket ("best
+candidate": the fastest; "default/best" is what the heuristic leaves on the table: 1.0 where
+both are one configuration, else the two timed again in interleaved rounds,
+``panel_timing.default_vs_best``), eager, Inductor (default mode), Liger-Kernel's kernel for
+the same work when `liger_kernel` is importable, and a device copy of the same bytes. The
+columns the ratios compare (the user's, Inductor's, Liger's) are timed in --rounds interleaved
+rounds (default 3), each the lowest of its rounds (``panel_timing.interleaved``). A case past
+--case-timeout seconds, or started after --budget seconds, is recorded as such. Full numbers go
+to --out; a Markdown table is printed last.
 
 `--dry-run` builds every case at tiny sizes and checks the launcher's numerics (under the
 Triton interpreter without CUDA); nothing is timed.
@@ -40,7 +40,6 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +55,13 @@ from fusion_core.validate.numerics import no_worse_than_eager  # noqa: E402
 from panel_cases import CASES, GROUPS, Case, Fn1, Fn2, liger_ops  # noqa: E402
 from gpu_clusters import as_tuple, close, copy_us, environment, graph_us, rotating  # noqa: E402
 from time_limit import OverTime, time_guard  # noqa: E402
+from panel_timing import (  # noqa: E402
+    cache_check,
+    candidate_us,
+    default_vs_best,
+    interleaved,
+    pinned,
+)
 
 # Tiny rows wider than 64 columns loop over column blocks, as the wide rows do at full size,
 # and few of them are split over several programs (chunks of 16 columns or more), as few wide
@@ -195,104 +201,6 @@ def run_case(case: Case, args, l2_bytes: int, liger: dict, work: Path) -> dict:
     if "liger_us" in row:
         row["user_over_liger"] = row["user_us"] / row["liger_us"]
     return row
-
-
-def interleaved(row: dict, timed: dict[str, tuple[Callable, list]], rounds: int,
-                timer: Callable[[Callable, list], float] | None = None) -> None:
-    """The columns the ratios compare (ours as the user gets it, Inductor's, Liger's), timed
-    in `rounds` rounds, one of each a round, each column the lowest of its rounds' medians: a
-    column timed first in a row no longer carries the row's slowest minute alone (one sample
-    each left "user gets" and the best candidate of the same configuration 2-3% apart). The
-    first round is the row's first timing of each; every round goes to `<column>_rounds`. A
-    column whose later round fails keeps the rounds it has (the error in `<column>_error`).
-    The copy column stays one sample: "% of copy" divides it by ours' lowest round."""
-    for key in timed:
-        row[f"{key}_rounds"] = [row[key]]
-    for _ in range(rounds - 1):
-        for key, (fn, sets) in timed.items():
-            if f"{key}_error" in row:
-                continue
-            try:
-                row[f"{key}_rounds"].append((timer or graph_us)(fn, sets))
-            except Exception as e:  # noqa: BLE001 - report, keep the rounds timed
-                done = len(row[f"{key}_rounds"])
-                row[f"{key}_error"] = f"round {done + 1}: {type(e).__name__}: {e}"[:200]
-    for key in timed:
-        row[key] = min(row[f"{key}_rounds"])
-
-
-def candidate_us(path: Path, name: str, inputs, sets) -> list[dict]:
-    """Every configuration the launcher may time for the case's shape bucket, each timed as
-    the panel times the user's (a fresh module whose `_choose` returns the one forced)."""
-    probe = load_kernel(path)
-    launch, forced = getattr(probe, name), {"i": 0, "configs": ()}
-
-    def choose(key, configs, run, device):
-        forced["configs"] = configs
-        probe.CHOSEN[key] = configs[forced["i"]]
-        return configs[forced["i"]]
-
-    probe._choose = choose
-    launch(*inputs)
-    found = []
-    for i, config in enumerate(forced["configs"]):
-        probe.CHOSEN.clear()
-        probe.DIRECT_LAUNCH.clear()
-        forced["i"] = i
-        try:
-            found.append({"config": list(config), "us": graph_us(launch, sets)})
-        except Exception as e:  # noqa: BLE001 - e.g. out of registers: that candidate's row
-            found.append({"config": list(config), "us": float("inf"),
-                          "error": f"{type(e).__name__}: {e}"[:200]})
-    return found
-
-
-def default_vs_best(row: dict, default: Callable, best: Callable, sets: list,
-                    rounds: int) -> None:
-    """"default/best": where the heuristic's pick is the best candidate's configuration, the
-    same kernel (1.0, `default_is_best`); else the two timed afresh in `rounds` interleaved
-    rounds, each the lowest of its rounds, as the compared columns are (one sample each had
-    left the same configuration up to 3-4% from itself; the best candidate's own sample, the
-    lowest of many, would favour it). The rounds go to `default_vs_best_rounds`."""
-    row["default_is_best"] = row["default_config"] == [row["best_config"]]
-    if row["default_is_best"]:
-        row["default_over_best"] = 1.0
-        return
-    timed = {"default": (default, sets), "best": (best, sets)}
-    fresh = {key: graph_us(fn, sets) for key, (fn, sets) in timed.items()}
-    interleaved(fresh, timed, rounds)
-    row["default_vs_best_rounds"] = {key: fresh[f"{key}_rounds"] for key in timed}
-    row["default_over_best"] = fresh["default"] / fresh["best"]
-
-
-def pinned(path: Path, name: str, inputs, config: list) -> Callable:
-    """The kernel of `path` loaded afresh, launching `config` in every bucket (a candidate
-    timed again)."""
-    probe = load_kernel(path)
-    launch = getattr(probe, name)
-
-    def choose(key, configs, run, device):
-        chosen = next(c for c in configs if list(c) == config)
-        probe.CHOSEN[key] = chosen
-        return chosen
-
-    probe._choose = choose
-    launch(*inputs)
-    return launch
-
-
-def cache_check(path: Path, name: str, inputs, row: dict) -> None:
-    """A second load of the kernel file (a later process) finds the user's choice in the
-    tuning cache on disk: its first call times nothing (row["cache_hit"])."""
-    again = load_kernel(path)
-    timed = []
-    real_time = again._time
-    again._time = lambda run, config, *how: timed.append(config) or real_time(run, config, *how)
-    start = time.perf_counter()
-    getattr(again, name)(*inputs)
-    torch.cuda.synchronize()
-    row["cached_first_call_s"] = round(time.perf_counter() - start, 3)
-    row["cache_hit"] = not timed and list(again.CHOSEN.values()) == row["user_config_tuples"]
 
 
 def _us(row: dict, key: str) -> str:

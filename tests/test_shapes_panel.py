@@ -7,9 +7,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
+import panel_timing  # noqa: E402
 import pytest  # noqa: E402
 import shapes_panel  # noqa: E402
 import torch  # noqa: E402
+
+
+def _fake_clock(monkeypatch, fake) -> None:
+    """The device clock faked where the panel times: its first samples and the rest."""
+    for module in (shapes_panel, panel_timing):
+        monkeypatch.setattr(module, "graph_us", fake)
 
 
 def test_dry_run_builds_and_checks_cases(tmp_path):
@@ -86,7 +93,7 @@ def test_every_candidate_is_timed_with_its_own_configuration(monkeypatch, tmp_pa
         seen.append(next(iter(probe["CHOSEN"].values())))
         return 10.0 - len(seen)  # the last one timed is fastest
 
-    monkeypatch.setattr(shapes_panel, "graph_us", fake_graph_us)
+    _fake_clock(monkeypatch, fake_graph_us)
     found = shapes_panel.candidate_us(path, kernel.name, args, [args])
     assert not any("error" in c for c in found), found
     assert [tuple(c["config"]) for c in found] == seen and len(set(seen)) == len(seen) >= 3
@@ -101,7 +108,7 @@ def test_the_timed_path_fills_every_column_with_the_clock_faked(monkeypatch, tmp
         fn(*sets[0])
         return 2.0
 
-    monkeypatch.setattr(shapes_panel, "graph_us", fake_graph_us)
+    _fake_clock(monkeypatch, fake_graph_us)
     monkeypatch.setattr(shapes_panel, "copy_us", lambda nbytes, l2: 1.0)
     monkeypatch.setattr(shapes_panel, "rotating", lambda inputs, l2: [tuple(inputs)])
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
@@ -162,7 +169,7 @@ def test_default_and_best_are_timed_again_side_by_side_unless_they_are_one_confi
     def fake_graph_us(fn, sets):
         return next(clock)
 
-    monkeypatch.setattr(shapes_panel, "graph_us", fake_graph_us)
+    _fake_clock(monkeypatch, fake_graph_us)
     same = {"default_config": [[1024, 1, 4]], "best_config": [1024, 1, 4],
             "default_us": 9.0, "best_us": 8.0}
     shapes_panel.default_vs_best(same, print, print, [()], 3)

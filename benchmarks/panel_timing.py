@@ -1,0 +1,117 @@
+"""How shapes_panel.py times a case beyond its first samples: the compared columns in
+interleaved rounds, every candidate configuration of the case's bucket, the heuristic's pick
+against the best one, and the tuning cache a second load reads.
+
+Reads a generated kernel file (its launcher's `_choose`, `CHOSEN`, `DIRECT_LAUNCH` and
+`_time`) and timing callables; writes the panel row's fields. Timings go through `graph_us`
+(gpu_clusters.py's device clock: CUDA-graph replays over rotating inputs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from gpu_clusters import graph_us
+
+from fusion_core.codegen import load_kernel
+
+
+def interleaved(row: dict, timed: dict[str, tuple[Callable, list]], rounds: int,
+                timer: Callable[[Callable, list], float] | None = None) -> None:
+    """The columns the ratios compare (ours as the user gets it, Inductor's, Liger's), timed
+    in `rounds` rounds, one of each a round, each column the lowest of its rounds' medians: a
+    column timed first in a row no longer carries the row's slowest minute alone (one sample
+    each left "user gets" and the best candidate of the same configuration 2-3% apart). The
+    first round is the row's first timing of each; every round goes to `<column>_rounds`. A
+    column whose later round fails keeps the rounds it has (the error in `<column>_error`).
+    The copy column stays one sample: "% of copy" divides it by ours' lowest round."""
+    for key in timed:
+        row[f"{key}_rounds"] = [row[key]]
+    for _ in range(rounds - 1):
+        for key, (fn, sets) in timed.items():
+            if f"{key}_error" in row:
+                continue
+            try:
+                row[f"{key}_rounds"].append((timer or graph_us)(fn, sets))
+            except Exception as e:  # noqa: BLE001 - report, keep the rounds timed
+                done = len(row[f"{key}_rounds"])
+                row[f"{key}_error"] = f"round {done + 1}: {type(e).__name__}: {e}"[:200]
+    for key in timed:
+        row[key] = min(row[f"{key}_rounds"])
+
+
+def candidate_us(path: Path, name: str, inputs, sets) -> list[dict]:
+    """Every configuration the launcher may time for the case's shape bucket, each timed as
+    the panel times the user's (a fresh module whose `_choose` returns the one forced)."""
+    probe = load_kernel(path)
+    launch, forced = getattr(probe, name), {"i": 0, "configs": ()}
+
+    def choose(key, configs, run, device):
+        forced["configs"] = configs
+        probe.CHOSEN[key] = configs[forced["i"]]
+        return configs[forced["i"]]
+
+    probe._choose = choose
+    launch(*inputs)
+    found = []
+    for i, config in enumerate(forced["configs"]):
+        probe.CHOSEN.clear()
+        probe.DIRECT_LAUNCH.clear()
+        forced["i"] = i
+        try:
+            found.append({"config": list(config), "us": graph_us(launch, sets)})
+        except Exception as e:  # noqa: BLE001 - e.g. out of registers: that candidate's row
+            found.append({"config": list(config), "us": float("inf"),
+                          "error": f"{type(e).__name__}: {e}"[:200]})
+    return found
+
+
+def default_vs_best(row: dict, default: Callable, best: Callable, sets: list,
+                    rounds: int) -> None:
+    """"default/best": where the heuristic's pick is the best candidate's configuration, the
+    same kernel (1.0, `default_is_best`); else the two timed afresh in `rounds` interleaved
+    rounds, each the lowest of its rounds, as the compared columns are (one sample each had
+    left the same configuration up to 3-4% from itself; the best candidate's own sample, the
+    lowest of many, would favour it). The rounds go to `default_vs_best_rounds`."""
+    row["default_is_best"] = row["default_config"] == [row["best_config"]]
+    if row["default_is_best"]:
+        row["default_over_best"] = 1.0
+        return
+    timed = {"default": (default, sets), "best": (best, sets)}
+    fresh = {key: graph_us(fn, sets) for key, (fn, sets) in timed.items()}
+    interleaved(fresh, timed, rounds)
+    row["default_vs_best_rounds"] = {key: fresh[f"{key}_rounds"] for key in timed}
+    row["default_over_best"] = fresh["default"] / fresh["best"]
+
+
+def pinned(path: Path, name: str, inputs, config: list) -> Callable:
+    """The kernel of `path` loaded afresh, launching `config` in every bucket (a candidate
+    timed again)."""
+    probe = load_kernel(path)
+    launch = getattr(probe, name)
+
+    def choose(key, configs, run, device):
+        chosen = next(c for c in configs if list(c) == config)
+        probe.CHOSEN[key] = chosen
+        return chosen
+
+    probe._choose = choose
+    launch(*inputs)
+    return launch
+
+
+def cache_check(path: Path, name: str, inputs, row: dict) -> None:
+    """A second load of the kernel file (a later process) finds the user's choice in the
+    tuning cache on disk: its first call times nothing (row["cache_hit"])."""
+    again = load_kernel(path)
+    timed = []
+    real_time = again._time
+    again._time = lambda run, config, *how: timed.append(config) or real_time(run, config, *how)
+    start = time.perf_counter()
+    getattr(again, name)(*inputs)
+    torch.cuda.synchronize()
+    row["cached_first_call_s"] = round(time.perf_counter() - start, 3)
+    row["cache_hit"] = not timed and list(again.CHOSEN.values()) == row["user_config_tuples"]
