@@ -142,7 +142,8 @@ def more_rounds(rows: list[dict[str, Any]], fns: dict[str, Callable[[], Any]], r
             try:
                 r["wall_us_rounds"].append(timer(fns[r["row"]]))
             except Exception as e:  # noqa: BLE001 - one row's failure keeps the others
-                r["wall_error"] = f"round {len(r['wall_us_rounds']) + 1}: {type(e).__name__}"
+                r["wall_error"] = (f"round {len(r['wall_us_rounds']) + 1}: "
+                                   f"{type(e).__name__}: {e}")[:200]
     for r in timed:
         r["wall_us"] = min(r["wall_us_rounds"])
 
@@ -310,8 +311,9 @@ def main() -> None:
             except Exception:  # noqa: BLE001 - the next model still runs
                 traceback.print_exc()
             print(table(results), flush=True)
-    if args.out:
-        args.out.write_text(json.dumps({"environment": env, "results": results}, indent=1))
+            if args.out:  # after each model: a run cut off by a timeout keeps the ones done
+                args.out.write_text(json.dumps({"environment": env, "results": results},
+                                               indent=1))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_
 from fusion_core.pipeline import analyze  # noqa: E402
 from gpu_clusters import as_tuple, close, copy_us, graph_us, rotating  # noqa: E402
 from panel_cases import CASES  # noqa: E402
-from shapes_panel import build, candidate_us, case_numbers, fused_cluster  # noqa: E402
+from panel_timing import candidate_us  # noqa: E402
+from shapes_panel import build, case_numbers, fused_cluster  # noqa: E402
 
 DEFAULT_CASES = "9,33,32"  # layer_norm→gelu 1024x16384 bf16, layer_norm*2 2048x16384 bf16, fp16
 

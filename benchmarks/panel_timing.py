@@ -81,9 +81,16 @@ def default_vs_best(row: dict, default: Callable, best: Callable, sets: list,
         row["default_over_best"] = 1.0
         return
     timed = {"default": (default, sets), "best": (best, sets)}
-    fresh = {key: graph_us(fn, sets) for key, (fn, sets) in timed.items()}
+    try:
+        fresh = {key: graph_us(fn, sets) for key, (fn, sets) in timed.items()}
+    except Exception as e:  # noqa: BLE001 - the row keeps its other columns
+        row["default_over_best_error"] = f"{type(e).__name__}: {e}"[:200]
+        return
     interleaved(fresh, timed, rounds)
     row["default_vs_best_rounds"] = {key: fresh[f"{key}_rounds"] for key in timed}
+    for key in timed:  # a later round's failure, kept beside the rounds timed before it
+        if f"{key}_error" in fresh:
+            row[f"default_vs_best_{key}_error"] = fresh[f"{key}_error"]
     row["default_over_best"] = fresh["default"] / fresh["best"]
 
 

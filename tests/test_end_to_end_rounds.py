@@ -36,4 +36,4 @@ def test_a_round_that_fails_keeps_the_rounds_before_it():
     rows = [{"row": "compiled", "wall_us": 3.0}]
     end_to_end.more_rounds(rows, {"compiled": lambda: None}, 3, timer)
     assert rows[0]["wall_us"] == 3.0 and rows[0]["wall_us_rounds"] == [3.0]
-    assert rows[0]["wall_error"] == "round 2: RuntimeError"
+    assert rows[0]["wall_error"] == "round 2: RuntimeError: CUDA error"

@@ -179,6 +179,7 @@ def test_apply_keeps_the_mask_line_when_other_code_reads_the_boolean_mask(tmp_pa
                                    str(tmp_path / "gen"), "--apply", "--yes"])
     assert res.exit_code == 0, res.output
     assert ("`torch.flip(keep.bool()[:, None, None, :], [-1])` at line 10 makes a boolean mask "
-            "that `torch.flip` (line 13) also reads") in " ".join(res.output.split()), res.output
+            "that is also read by `torch.flip` (line 13): the edit would hand it the attention "
+            "calls' additive mask instead") in " ".join(res.output.split()), res.output
     assert "mask = torch.flip(keep.bool()" in path.read_text()
     assert "mask = cluster" not in path.read_text() and before != ""

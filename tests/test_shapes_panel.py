@@ -174,7 +174,7 @@ def test_default_and_best_are_timed_again_side_by_side_unless_they_are_one_confi
             "default_us": 9.0, "best_us": 8.0}
     shapes_panel.default_vs_best(same, print, print, [()], 3)
     assert same["default_is_best"] and same["default_over_best"] == 1.0
-    assert "default_us_rounds" not in same and next(clock) == 7.0  # nothing timed
+    assert "default_vs_best_rounds" not in same and next(clock) == 7.0  # nothing timed
     clock = iter([8.0, 5.5, 7.0, 5.0, 6.0, 4.5])  # default, best, default, best, ...
     other = {"default_config": [[1024, 1, 4]], "best_config": [1024, 1, 8],
              "default_us": 9.0, "best_us": 3.0}  # the best's candidate sample is not reused

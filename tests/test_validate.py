@@ -3,6 +3,7 @@ NaN, model numerics with patched kernels, reduced shapes, reports and the CLI se
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import io
 import json
@@ -535,8 +536,13 @@ def test_a_graph_that_is_not_the_model_fails_model_numerics():
 
 def test_a_recorded_output_written_over_later_is_said_to_be_that_not_a_capture_problem():
     """The H100 once failed a model check as "a capture problem" where the model and a
-    fresh run of its graph agree: the output recorded earlier had changed. Said as such."""
-    from fusion_core.validate.capture_check import RECORDING_CHANGED, graph_matches_model
+    fresh run of its graph agree: the output recorded earlier had changed. Said as such; and
+    a graph that no longer runs after the kernels did is not called the capture's fault."""
+    from fusion_core.validate.capture_check import (
+        GRAPH_FAILS_AGAIN,
+        RECORDING_CHANGED,
+        graph_matches_model,
+    )
     from fusion_core.validate.prepare import recording
 
     class Scaled(torch.nn.Module):
@@ -550,6 +556,13 @@ def test_a_recorded_output_written_over_later_is_said_to_be_that_not_a_capture_p
     same, err, why = graph_matches_model(rec)
     assert same is False and err is not None and err > 0
     assert why.startswith(RECORDING_CHANGED) and "beyond atol" in why, why
+
+    def failing(*inputs):  # as a graph does after a kernel left a CUDA error behind
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    same, _, why = graph_matches_model(dataclasses.replace(rec, gm=failing))
+    assert same is False and why.startswith(GRAPH_FAILS_AGAIN), why
+    assert "an illegal memory access" in why and "beyond atol" in why, why
 
 
 @needs_codegen

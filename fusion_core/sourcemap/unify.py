@@ -169,12 +169,12 @@ class Unifier:
             # both, and the attention calls reading it get the mask they would make of it.
             picked, mask = node.args[0], node.args[0].args[0]
             if others := [u.name for u in mask.users if u is not picked]:
-                readers = (said_all(self.graph, (n for n in others if n in self.graph))
-                           if self.graph is not None else "") or "other code"
+                known = [n for n in others if self.graph is not None and n in self.graph]
+                readers = said_all(self.graph, known) if known else "other code"
+                them = "it" if len(others) == 1 else "them"
                 raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} makes a "
-                               f"boolean mask that {readers} also read"
-                               f"{'s' if len(others) == 1 else ''}: the edit would hand "
-                               "it the attention calls' additive mask instead")
+                               f"boolean mask that is also read by {readers}: the edit would "
+                               f"hand {them} the attention calls' additive mask instead")
             self.matched.update((node.name, picked.name))
             self.seen.add(picked.name)
             self.match(expr, mask, k)

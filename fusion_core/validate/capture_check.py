@@ -10,7 +10,8 @@ capture that dropped or changed an op (say an activation inside a norm layer tra
 ``batch_norm``) passes that comparison and is still not the model; running the model itself
 on the same inputs catches it. Where they differ and the graph run again agrees with the
 model, the recorded output is what changed (written after the recording, by something that
-does not own its memory): said as such (``RECORDING_CHANGED``), the capture not blamed.
+does not own its memory): said as such (``RECORDING_CHANGED``), the capture not blamed; so is
+a graph that no longer runs at all (``GRAPH_FAILS_AGAIN``: a CUDA error an earlier kernel left).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from .prepare import Recording
 RECORDING_CHANGED = ("the graph's output recorded before the kernels ran no longer holds what "
                      "the graph computes: something wrote into its memory since (a kernel "
                      "storing out of bounds, most likely; none is offered)")
+GRAPH_FAILS_AGAIN = ("the traced graph, which ran before the kernels did, fails when run again "
+                     "after them (a kernel storing out of bounds, most likely; none is offered)")
+# Verdicts of `graph_matches_model` that are not the capture's fault.
+NOT_THE_CAPTURE = (RECORDING_CHANGED, GRAPH_FAILS_AGAIN)
 
 
 def graph_matches_model(rec: Recording) -> tuple[bool | None, float | None, str]:
@@ -49,8 +54,8 @@ def graph_matches_model(rec: Recording) -> tuple[bool | None, float | None, str]
     try:
         with torch.no_grad():
             again = as_tuple(rec.gm(*[t.clone() for t in rec.inputs]))
-    except Exception:  # noqa: BLE001 - it ran before: keep what the comparison found
-        return same, err, differs
+    except Exception as e:  # noqa: BLE001 - it ran before the kernels did
+        return False, err, f"{GRAPH_FAILS_AGAIN} ({one_line(e)}; {differs})"
     if compare(again, expected, MODEL_TOL)[0]:
         return False, err, f"{RECORDING_CHANGED} ({differs})"
     return same, err, differs

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from ..units import counted, plural
-from .capture_check import RECORDING_CHANGED, graph_matches_model
+from .capture_check import NOT_THE_CAPTURE, graph_matches_model
 from .float64 import graph_in_float64, inputs_in_float64
 from .numerics import MODEL_TOL, as_tuple, compare_one, one_line
 from .prepare import Recording
@@ -204,7 +204,7 @@ def model_check(rec: Recording, launchers: dict[int, Callable],
     if same is False:
         # No kernel is at fault, but none can be vouched for against the model either:
         # none is offered as an edit.
-        why = differs if differs.startswith(RECORDING_CHANGED) else (
+        why = differs if differs.startswith(NOT_THE_CAPTURE) else (
             f"the traced graph differs from the model itself before any kernel is "
             f"patched in ({differs}): a capture problem, not a kernel's (try the other "
             "--capture)"
