@@ -76,11 +76,12 @@ def needs_loop(p: KernelPlan, tuning: Tuning) -> bool:
 
 
 def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
-    """`tuning` with its looped rows' widest column step (NORMALIZE_FP32_LOOP_BLOCK for rows
-    that `normalizes` of 4-byte elements, not counting a weight all rows share), and its
-    widest single block by the plan's widest element (an input's or the accumulator's), each
-    unless given; twice as wide where a reduction holding one value per
-    element would otherwise loop; a centered norm of 16-bit inputs looping sooner."""
+    """`tuning` with what the plan decides, where not given: the looped rows' widest column
+    step (NORMALIZE_FP32_LOOP_BLOCK where the plan `normalizes` rows whose widest tensor that
+    changes from row to row has 4-byte elements, else MAX_LOOP_BLOCK), and the widest single
+    block by the plan's widest element (an input's or the accumulator's), twice as wide where
+    a reduction holding one value per element would otherwise loop; a centered norm of 16-bit
+    inputs loops sooner."""
     if tuning.max_loop_block is None:
         tuning = replace(tuning, max_loop_block=NORMALIZE_FP32_LOOP_BLOCK if normalizes(p)
                          and row_itemsize(p) >= 4 else MAX_LOOP_BLOCK)
