@@ -5,6 +5,8 @@ converts with -inf, as the pass does)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn as nn
@@ -102,20 +104,25 @@ class MaskedAttention(nn.Module):
 '''
 
 
-def test_apply_rewrites_the_line_making_the_mask_into_the_kernel_making_both(tmp_path):
-    """--apply: the line building the boolean mask calls the kernel that builds it and
-    converts it; both attention calls read the additive mask; the rewritten file computes
-    what the original did (the CLI checks it before keeping the edit)."""
+def _apply(path: Path, dtype: str):
+    """`fusion-advisor --apply --yes` on the attention model file at `path` (q, k, v of
+    `dtype`), kernels under its folder."""
     from click.testing import CliRunner
 
     from fusion_core.cli import cli
 
+    shapes = ["--input-shape", "2,3,8,16"] * 3 + ["--input-shape", "2,8"]
+    dtypes = ["--dtype", dtype] * 3 + ["--dtype", "int64"]
+    return CliRunner().invoke(cli, ["--model", str(path), *shapes, *dtypes, "--out-dir",
+                                    str(path.parent / "gen"), "--apply", "--yes"])
+
+def test_apply_rewrites_the_line_making_the_mask_into_the_kernel_making_both(tmp_path):
+    """--apply: the line building the boolean mask calls the kernel that builds it and
+    converts it; both attention calls read the additive mask; the rewritten file computes
+    what the original did (the CLI checks it before keeping the edit)."""
     path = tmp_path / "attn_model.py"
     path.write_text(MODEL_FILE)
-    shapes = ["--input-shape", "2,3,8,16"] * 3 + ["--input-shape", "2,8"]
-    dtypes = ["--dtype", "float32"] * 3 + ["--dtype", "int64"]
-    res = CliRunner().invoke(cli, ["--model", str(path), *shapes, *dtypes, "--out-dir",
-                                   str(tmp_path / "gen"), "--apply", "--yes"])
+    res = _apply(path, "float32")
     assert res.exit_code == 0, res.output
     assert "rewritten model matches the original" in res.output, res.output
     lines = path.read_text().splitlines()
@@ -162,24 +169,16 @@ def test_apply_keeps_the_mask_line_when_other_code_reads_the_boolean_mask(tmp_pa
     returned) keeps its line: the edit would hand that reader the additive mask. The cluster
     stays a pointer and says why (a review found the edit offered, then refused by the
     rewritten model's check)."""
-    from click.testing import CliRunner
-
-    from fusion_core.cli import cli
-
     path = tmp_path / "flipped.py"
     path.write_text(MODEL_FILE.replace(
         "        mask = causal[None, None] & keep.bool()[:, None, None, :]\n",
         "        mask = torch.flip(keep.bool()[:, None, None, :], [-1])\n").replace(
         "        return torch.relu(y) * 2.0\n",
         "        return torch.relu(y) * 2.0, torch.flip(mask, [-1])\n"))
-    before = path.read_text()
-    shapes = ["--input-shape", "2,3,8,16"] * 3 + ["--input-shape", "2,8"]
-    dtypes = ["--dtype", "float16"] * 3 + ["--dtype", "int64"]  # the cast: a cluster
-    res = CliRunner().invoke(cli, ["--model", str(path), *shapes, *dtypes, "--out-dir",
-                                   str(tmp_path / "gen"), "--apply", "--yes"])
+    res = _apply(path, "float16")  # a float16 query: its cast makes the mask a cluster
     assert res.exit_code == 0, res.output
     assert ("`torch.flip(keep.bool()[:, None, None, :], [-1])` at line 10 makes a boolean mask "
             "that is also read by `torch.flip` (line 13): the edit would hand it the attention "
             "calls' additive mask instead") in " ".join(res.output.split()), res.output
     assert "mask = torch.flip(keep.bool()" in path.read_text()
-    assert "mask = cluster" not in path.read_text() and before != ""
+    assert "mask = cluster" not in path.read_text()
