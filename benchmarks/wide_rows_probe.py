@@ -1,0 +1,286 @@
+"""Wide rows read from HBM once: two hand-written kernel forms against a copy, on a GPU.
+
+Run on a CUDA machine (sm_90) from the repository root:
+
+    PYTHONPATH=. python benchmarks/wide_rows_probe.py [--budget 240] [--out F.json]
+
+Issue 28 asks for rows wider than one program's registers (softmax, LayerNorm and RMSNorm over
+32k-262k columns) read from HBM once. The generator's kernels loop over a row twice (its
+statistics, then each element), the second pass from L2 where the rows in flight fit
+(benchmarks/panel_reasons_2026-12-06_afternoon.md). Before building a kernel form, this probe
+measures whether either way of keeping a row on chip reaches 85% of a same-size copy:
+
+- ``cluster``: the whole row one Triton block, its program a cluster of ``num_ctas`` CTAs on
+  neighbouring SMs (Hopper thread-block clusters), so that each CTA holds a part of the row in
+  registers and Triton's compiler does the reduction across them;
+- ``split``: each row split over RSPLIT programs, each holding its chunk in registers; each
+  writes its partial statistics (sum of squares; mean and centered sum of squares; max and sum
+  of exponentials), then waits on a per-row counter for its partners and combines all
+  partials. ``ordered`` launches rows x RSPLIT programs and relies on the GPU starting them in
+  order (a partner is resident when its program waits); ``cooperative`` launches only as many
+  programs as fit at once (a cooperative launch guarantees it) and loops over the rows.
+
+Each variant's device time (CUDA-graph replays over inputs past L2, ``validate/devicetime``)
+is printed beside a copy of the same bytes (read the input, write the output) and its max abs
+error against eager; a variant that fails to compile or launch says why. Nothing here is
+product code: the numbers decide whether a kernel form is worth generating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+import triton
+import triton.language as tl
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fusion_core.validate.devicetime import device_times, rotating  # noqa: E402
+
+EPS = 1e-5
+
+
+@triton.jit
+def _row_whole(X, W, B, Y, N, eps, scale, KIND: tl.constexpr, BLOCK: tl.constexpr):
+    """One row a program, the row in one block (KIND 0 rms_norm, 1 layer_norm, 2 softmax)."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    m = cols < N
+    if KIND == 2:
+        x = tl.load(X + row * N + cols, mask=m, other=float("-inf")).to(tl.float32) * scale
+        e = tl.exp(x - tl.max(x, 0))
+        y = e / tl.sum(e, 0)
+    else:
+        x = tl.load(X + row * N + cols, mask=m, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+        if KIND == 0:
+            y = x * tl.rsqrt(tl.sum(x * x, 0) / N + eps) * w
+        else:
+            mean = tl.sum(x, 0) / N
+            d = tl.where(m, x - mean, 0.0)
+            b = tl.load(B + cols, mask=m, other=0.0).to(tl.float32)
+            y = (d * tl.rsqrt(tl.sum(d * d, 0) / N + eps) * w + b) * scale
+    tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _row_split(X, W, B, Y, P, CNT, N, ROWS, eps, scale, KIND: tl.constexpr,
+               RSPLIT: tl.constexpr, CHUNK: tl.constexpr):
+    """Each row over RSPLIT programs, each chunk in registers; partials in P (ROWS, RSPLIT, 2)
+    fp32, arrivals counted in CNT (ROWS,) int32, zero at launch. Programs past ROWS x RSPLIT
+    loop over rows (a cooperative grid)."""
+    pid = tl.program_id(0)
+    groups = tl.num_programs(0) // RSPLIT
+    part = pid % RSPLIT
+    cols = part * CHUNK + tl.arange(0, CHUNK)
+    m = cols < N
+    n_here = tl.minimum(N - part * CHUNK, CHUNK).to(tl.float32)
+    parts = tl.arange(0, RSPLIT)
+    if KIND != 2:
+        w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+    if KIND == 1:
+        b = tl.load(B + cols, mask=m, other=0.0).to(tl.float32)
+    for row in range(pid // RSPLIT, ROWS, groups):
+        base = tl.cast(row, tl.int64) * N
+        if KIND == 2:
+            x = tl.load(X + base + cols, mask=m, other=float("-inf")).to(tl.float32) * scale
+            a = tl.max(x, 0)
+            s = tl.sum(tl.exp(x - a), 0)
+        else:
+            x = tl.load(X + base + cols, mask=m, other=0.0).to(tl.float32)
+            if KIND == 0:
+                a = tl.sum(x * x, 0)
+                s = a
+            else:
+                a = tl.sum(x, 0) / n_here  # this chunk's mean...
+                d = tl.where(m, x - a, 0.0)
+                s = tl.sum(d * d, 0)  # ...and its centered sum of squares
+        slot = P + (row * RSPLIT + part) * 2
+        tl.store(slot, a)
+        tl.store(slot + 1, s)
+        tl.debug_barrier()  # every thread's stores before the arrival
+        tl.atomic_add(CNT + row, 1, sem="release")
+        seen = tl.atomic_add(CNT + row, 0, sem="acquire")
+        while seen < RSPLIT:
+            seen = tl.atomic_add(CNT + row, 0, sem="acquire")
+        tl.debug_barrier()
+        pa = tl.load(P + (row * RSPLIT + parts) * 2, cache_modifier=".cg")
+        ps = tl.load(P + (row * RSPLIT + parts) * 2 + 1, cache_modifier=".cg")
+        if KIND == 2:
+            top = tl.max(pa, 0)
+            y = tl.exp(x - top) / tl.sum(ps * tl.exp(pa - top), 0)
+        elif KIND == 0:
+            y = x * tl.rsqrt(tl.sum(ps, 0) / N + eps) * w
+        else:
+            counts = tl.minimum(N - parts * CHUNK, CHUNK).to(tl.float32)
+            mean = tl.sum(pa * counts, 0) / N
+            m2 = tl.sum(ps + counts * (pa - mean) * (pa - mean), 0)
+            y = ((x - mean) * tl.rsqrt(m2 / N + eps) * w + b) * scale
+        tl.store(Y + base + cols, y.to(Y.dtype.element_ty), mask=m)
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    kind: int  # 0 rms_norm, 1 layer_norm (times 2), 2 softmax (of x/8)
+    rows: int
+    cols: int
+    dtype: torch.dtype
+
+
+CASES = [
+    Case("rms_norm 512x65536 fp16", 0, 512, 65536, torch.float16),
+    Case("rms_norm 512x65536 bf16", 0, 512, 65536, torch.bfloat16),
+    Case("rms_norm 256x65536 fp32", 0, 256, 65536, torch.float32),
+    Case("rms_norm*2 128x65536 fp32", 0, 128, 65536, torch.float32),
+    Case("layer_norm*2 512x65536 fp16", 1, 512, 65536, torch.float16),
+    Case("layer_norm*2 256x65536 fp32", 1, 256, 65536, torch.float32),
+    Case("softmax(x/8) 64x262144 fp16", 2, 64, 262144, torch.float16),
+    Case("softmax(x/8) 2048x50257 fp32", 2, 2048, 50257, torch.float32),
+    Case("softmax(x/8) 2048x50304 fp32", 2, 2048, 50304, torch.float32),
+]
+
+
+def eager(case: Case, x, w, b):
+    if case.kind == 2:
+        return torch.softmax(x.float() * 0.125, -1).to(x.dtype)
+    if case.kind == 0:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(x.dtype)
+    return (F.layer_norm(x.float(), (case.cols,), w.float(), b.float(), EPS) * 2.0).to(x.dtype)
+
+
+def variants(case: Case):
+    """(name, launch(x, w, b, y)) per configuration tried on this case."""
+    out = []
+    block = triton.next_power_of_2(case.cols)
+    scale = 0.125 if case.kind == 2 else 2.0
+    if block <= 65536:
+        for ctas in (1, 2, 4):
+            for warps in (16, 32):
+                state = {}
+
+                def whole(x, w, b, y, ctas=ctas, warps=warps, state=state):
+                    k = _row_whole[(case.rows,)](x, w, b, y, case.cols, EPS, scale,
+                                                 KIND=case.kind, BLOCK=block, num_warps=warps,
+                                                 num_ctas=ctas)
+                    state.setdefault("regs", k.n_regs)
+                    state.setdefault("spills", k.n_spills)
+                whole.state = state
+                out.append((f"cluster ctas={ctas} warps={warps}", whole))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for rsplit in (2, 4, 8, 16):
+        chunk = triton.next_power_of_2(triton.cdiv(case.cols, rsplit))
+        if chunk > 32768 or chunk < 4096:
+            continue
+        for warps in sorted({max(4, min(32, chunk // 512)), max(4, min(32, chunk // 1024))}):
+            for mode in ("ordered", "cooperative"):
+                state: dict = {}
+
+                def split(x, w, b, y, rsplit=rsplit, chunk=chunk, warps=warps, mode=mode,
+                          state=state):
+                    if "p" not in state:
+                        state["p"] = torch.empty(case.rows * rsplit * 2, device="cuda",
+                                                 dtype=torch.float32)
+                        state["cnt"] = torch.zeros(case.rows, device="cuda", dtype=torch.int32)
+                    cnt = state["cnt"]
+                    cnt.zero_()
+                    grid = state.get("grid", case.rows * rsplit)
+                    if mode == "cooperative" and "grid" not in state:
+                        grid = min(grid, sms // rsplit * rsplit)  # one program an SM fits
+                    k = _row_split[(grid,)](x, w, b, y, state["p"], cnt, case.cols, case.rows,
+                                            EPS, scale, KIND=case.kind, RSPLIT=rsplit,
+                                            CHUNK=chunk, num_warps=warps,
+                                            launch_cooperative_grid=mode == "cooperative")
+                    if "grid" not in state:  # as many programs as the SMs hold at once
+                        state["regs"], state["spills"] = k.n_regs, k.n_spills
+                        per_sm = min(2048 // (32 * warps), 65536 // max(1, k.n_regs * 32 * warps))
+                        fit = sms * max(1, per_sm) // rsplit * rsplit
+                        state["grid"] = (min(case.rows * rsplit, fit) if mode == "cooperative"
+                                         else case.rows * rsplit)
+                split.state = state
+                out.append((f"split {mode} rsplit={rsplit} chunk={chunk} warps={warps}", split))
+    return out
+
+
+def copy_fn(x, w, b, y):
+    y.copy_(x)
+
+
+def run_case(case: Case, l2: int, budget_end: float) -> list[dict]:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(case.rows, case.cols, device="cuda", dtype=case.dtype, generator=gen) * 3
+    w = torch.randn(case.cols, device="cuda", dtype=case.dtype, generator=gen)
+    b = torch.randn(case.cols, device="cuda", dtype=case.dtype, generator=gen)
+    want = eager(case, x, w, b).float()
+    rows = []
+    calls = [("copy", copy_fn)]
+    for name, fn in variants(case):
+        if time.monotonic() > budget_end:
+            rows.append({"case": case.label, "variant": name, "error": "skipped: budget spent"})
+            continue
+        y = torch.empty_like(x)
+        try:
+            fn(x, w, b, y)
+            torch.cuda.synchronize()
+            err = (y.float() - want).abs().max().item()
+        except Exception as e:  # noqa: BLE001 - one variant's failure keeps the others
+            rows.append({"case": case.label, "variant": name,
+                         "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160]}"})
+            continue
+        kept = {k: v for k, v in fn.state.items() if k in ("regs", "spills", "grid")}
+        rows.append({"case": case.label, "variant": name, "max_abs_err": err, **kept})
+        calls.append((name, fn))
+    args = rotating([x, w, b, torch.empty_like(x)], l2)
+    try:
+        times = device_times([(fn, args) for _, fn in calls], samples=3)
+    except Exception as e:  # noqa: BLE001
+        rows.append({"case": case.label, "variant": "(timing)", "error": str(e)[:200]})
+        return rows
+    us = {name: min(t.us) for (name, _), t in zip(calls, times, strict=True)}
+    for r in rows:
+        if r["variant"] in us:
+            r["us"] = us[r["variant"]]
+            r["copy_us"] = us["copy"]
+            r["pct_copy"] = 100 * us["copy"] / us[r["variant"]]
+    rows.insert(0, {"case": case.label, "variant": "copy", "us": us["copy"]})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=240.0)
+    ap.add_argument("--cases", default="", help="comma-separated substrings of case labels")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    end = time.monotonic() + args.budget
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    wanted = [s for s in args.cases.split(",") if s]
+    results = []
+    for case in CASES:
+        if wanted and not any(s in case.label for s in wanted):
+            continue
+        rows = run_case(case, l2, end)
+        results += rows
+        for r in rows:
+            if "us" in r and r["variant"] != "copy":
+                print(f"| {case.label} | {r['variant']} | {r['us']:.1f} | {r['copy_us']:.1f} | "
+                      f"{r['pct_copy']:.0f}% | {r['max_abs_err']:.2e} | {r.get('regs')} | "
+                      f"{r.get('spills')} | {r.get('grid', case.rows)} |", flush=True)
+            elif "error" in r:
+                print(f"| {case.label} | {r['variant']} | {r['error']} |", flush=True)
+        if args.out:
+            Path(args.out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
