@@ -168,6 +168,12 @@ class Unifier:
             # computed where the mask is: the line making the mask calls the kernel making
             # both, and the attention calls reading it get the mask they would make of it.
             picked, mask = node.args[0], node.args[0].args[0]
+            if dtypes := _other_conversions(mask, picked):
+                both = " and ".join(sorted({str(node.meta["val"].dtype), *dtypes}))
+                raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} makes a "
+                               f"boolean mask attention calls read with queries of two "
+                               f"dtypes ({both.replace('torch.', '')}): one line can hand "
+                               "them only one additive mask")
             if others := [u.name for u in mask.users if u is not picked]:
                 known = [n for n in others if self.graph is not None and n in self.graph]
                 readers = said_all(self.graph, known) if known else "other code"
@@ -377,3 +383,10 @@ class Unifier:
                             "variable, another module on each pass; an edit cannot name one "
                             "yet: move the loop's body into a block's `forward` the loop calls")
         return Mismatch(f"`{callee}(...)` at line {expr.lineno} is not {said_as}")
+
+
+def _other_conversions(mask: fx.Node, picked: fx.Node) -> list[str]:
+    """The dtypes of the other additive masks made of `mask` (``ir/sdpa_mask.py`` makes one
+    per query dtype) besides the one `picked` starts."""
+    return [str(c.meta["val"].dtype) for u in mask.users if u is not picked
+            for c in u.users if c.meta.get(ADDITIVE_MASK) and "val" in c.meta]
