@@ -278,6 +278,43 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def targets(res: dict[str, Any]) -> list[str]:
+    """Issue 26's targets for one model's rows, each a line saying met or missed with the
+    numbers it compares (a target whose rows failed is said to be not judged)."""
+    rows = {r["row"]: r for r in res["rows"]}
+    compiled = {name: r for name, r in rows.items() if name.startswith("torch.compile of")}
+
+    def get(name: str, key: str) -> float | None:
+        return rows.get(name, {}).get(key)
+
+    def line(what: str, got: float | None, limit: float | None) -> str:
+        if got is None or limit is None:
+            return f"{what}: not judged (a row failed)"
+        verdict = "met" if got <= limit else "missed"
+        return f"{what}: {verdict} ({got / 1e3:.2f} ms against {limit / 1e3:.2f})"
+
+    eager, applied = "traced graph, eager", "traced graph, our kernels applied"
+    graphed = "applied, as one CUDA graph"
+    kernels = (get(eager, "kernels"), get(applied, "kernels"))
+    eager_wall = get(eager, "wall_us")
+    proportional = (eager_wall * kernels[1] / kernels[0]
+                    if eager_wall and all(kernels) else None)
+    out = [line(f"eager wall in proportion to the kernels removed ({kernels[1]} of "
+                f"{kernels[0]})", get(applied, "wall_us"), proportional),
+           line("as one CUDA graph, wall <= 1.1x the applied device time",
+                get(graphed, "wall_us"),
+                None if get(applied, "device_us") is None else 1.1 * get(applied, "device_us"))]
+    alone = {name: r for name, r in compiled.items() if "applied" not in name}
+    both = next((r for name, r in compiled.items() if "applied" in name), {})
+    for name, r in alone.items():
+        of = name.removeprefix("torch.compile of ")
+        out.append(line(f"device time <= torch.compile of {of}'s", get(applied, "device_us"),
+                        r.get("device_us")))
+        out.append(line(f"torch.compile of the applied graph, wall <= torch.compile of {of}'s",
+                        both.get("wall_us"), r.get("wall_us")))
+    return [f"{res['model']}: {text}" for text in out]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS),
@@ -308,9 +345,9 @@ def main() -> None:
             try:
                 results.append(measure_model(label, build, args.tiny, Path(work),
                                              args.rounds))
+                print(table(results), "", *targets(results[-1]), sep="\n", flush=True)
             except Exception:  # noqa: BLE001 - the next model still runs
                 traceback.print_exc()
-            print(table(results), flush=True)
             if args.out:  # after each model: a run cut off by a timeout keeps the ones done
                 args.out.write_text(json.dumps({"environment": env, "results": results},
                                                indent=1))

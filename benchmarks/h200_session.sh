@@ -128,7 +128,7 @@ for step in "$@"; do
       timeout "${E2E_TIMEOUT:-420}" python benchmarks/end_to_end.py ${E2E_ARGS:-} \
           --out "$OUT/end_to_end.json" > "$OUT/end_to_end.log" 2>&1
       echo "end_to_end rc=$?"
-      sed -n '/^| model/,$p' "$OUT/end_to_end.log" | tail -20
+      sed -n '/^| model/,$p' "$OUT/end_to_end.log" | tail -45
       ;;
     launch)
       timeout "${LAUNCH_TIMEOUT:-150}" python benchmarks/launcher_overhead.py --calls 300 \

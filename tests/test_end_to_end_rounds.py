@@ -37,3 +37,29 @@ def test_a_round_that_fails_keeps_the_rounds_before_it():
     end_to_end.more_rounds(rows, {"compiled": lambda: None}, 3, timer)
     assert rows[0]["wall_us"] == 3.0 and rows[0]["wall_us_rounds"] == [3.0]
     assert rows[0]["wall_error"] == "round 2: RuntimeError: CUDA error"
+
+
+def test_issue_26_targets_are_judged_from_the_rows_with_their_numbers():
+    rows = [
+        {"row": "traced graph, eager", "wall_us": 6000.0, "device_us": 3900.0, "kernels": 240},
+        {"row": "traced graph, our kernels applied", "wall_us": 4000.0, "device_us": 2100.0,
+         "kernels": 120},
+        {"row": "applied, as one CUDA graph", "wall_us": 2200.0},
+        {"row": "torch.compile of the HF module", "wall_us": 2500.0, "device_us": 2120.0},
+        {"row": "torch.compile of the traced graph", "error": "BackendCompilerFailed"},
+        {"row": "torch.compile of the applied graph (39 of 43 kernels as operators)",
+         "wall_us": 2400.0, "device_us": 2060.0},
+    ]
+    lines = end_to_end.targets({"model": "GPT-2", "rows": rows})
+    assert lines == [
+        "GPT-2: eager wall in proportion to the kernels removed (120 of 240): missed "
+        "(4.00 ms against 3.00)",
+        "GPT-2: as one CUDA graph, wall <= 1.1x the applied device time: met "
+        "(2.20 ms against 2.31)",
+        "GPT-2: device time <= torch.compile of the HF module's: met (2.10 ms against 2.12)",
+        "GPT-2: torch.compile of the applied graph, wall <= torch.compile of the HF "
+        "module's: met (2.40 ms against 2.50)",
+        "GPT-2: device time <= torch.compile of the traced graph's: not judged (a row failed)",
+        "GPT-2: torch.compile of the applied graph, wall <= torch.compile of the traced "
+        "graph's: not judged (a row failed)",
+    ]
