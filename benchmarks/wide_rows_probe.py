@@ -297,6 +297,8 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=240.0)
     ap.add_argument("--cases", default="", help="comma-separated substrings of case labels")
     ap.add_argument("--out", default="")
+    ap.add_argument("--ctas", action="store_true",
+                    help="also blocks over clusters of 2 CTAs (read at import: CLUSTERS)")
     args = ap.parse_args()
     end = time.monotonic() + args.budget
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
