@@ -291,7 +291,7 @@ def targets(res: dict[str, Any]) -> list[str]:
         if got is None or limit is None:
             return f"{what}: not judged (a row failed)"
         verdict = "met" if got <= limit else "missed"
-        return f"{what}: {verdict} ({got / 1e3:.2f} ms against {limit / 1e3:.2f})"
+        return f"{what}: {verdict} ({got / 1e3:.3f} ms against {limit / 1e3:.3f})"
 
     eager, applied = "traced graph, eager", "traced graph, our kernels applied"
     graphed = "applied, as one CUDA graph"
@@ -299,8 +299,9 @@ def targets(res: dict[str, Any]) -> list[str]:
     eager_wall = get(eager, "wall_us")
     proportional = (eager_wall * kernels[1] / kernels[0]
                     if eager_wall and all(kernels) else None)
-    out = [line(f"eager wall in proportion to the kernels removed ({kernels[1]} of "
-                f"{kernels[0]})", get(applied, "wall_us"), proportional),
+    counted = f" ({kernels[1]} of {kernels[0]})" if all(kernels) else ""
+    out = [line(f"eager wall in proportion to the kernels removed{counted}",
+                get(applied, "wall_us"), proportional),
            line("as one CUDA graph, wall <= 1.1x the applied device time",
                 get(graphed, "wall_us"),
                 None if get(applied, "device_us") is None else 1.1 * get(applied, "device_us"))]
@@ -345,9 +346,11 @@ def main() -> None:
             try:
                 results.append(measure_model(label, build, args.tiny, Path(work),
                                              args.rounds))
-                print(table(results), "", *targets(results[-1]), sep="\n", flush=True)
             except Exception:  # noqa: BLE001 - the next model still runs
                 traceback.print_exc()
+                continue
+            print(table(results), flush=True)
+            print("", *targets(results[-1]), sep="\n", flush=True)
             if args.out:  # after each model: a run cut off by a timeout keeps the ones done
                 args.out.write_text(json.dumps({"environment": env, "results": results},
                                                indent=1))

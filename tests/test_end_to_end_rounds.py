@@ -53,12 +53,12 @@ def test_issue_26_targets_are_judged_from_the_rows_with_their_numbers():
     lines = end_to_end.targets({"model": "GPT-2", "rows": rows})
     assert lines == [
         "GPT-2: eager wall in proportion to the kernels removed (120 of 240): missed "
-        "(4.00 ms against 3.00)",
+        "(4.000 ms against 3.000)",
         "GPT-2: as one CUDA graph, wall <= 1.1x the applied device time: met "
-        "(2.20 ms against 2.31)",
-        "GPT-2: device time <= torch.compile of the HF module's: met (2.10 ms against 2.12)",
+        "(2.200 ms against 2.310)",
+        "GPT-2: device time <= torch.compile of the HF module's: met (2.100 ms against 2.120)",
         "GPT-2: torch.compile of the applied graph, wall <= torch.compile of the HF "
-        "module's: met (2.40 ms against 2.50)",
+        "module's: met (2.400 ms against 2.500)",
         "GPT-2: device time <= torch.compile of the traced graph's: not judged (a row failed)",
         "GPT-2: torch.compile of the applied graph, wall <= torch.compile of the traced "
         "graph's: not judged (a row failed)",

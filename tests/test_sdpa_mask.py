@@ -186,8 +186,8 @@ def test_apply_keeps_the_mask_line_when_other_code_reads_the_boolean_mask(tmp_pa
 
 def test_apply_keeps_the_mask_line_when_queries_of_two_dtypes_read_the_mask(tmp_path):
     """A mask read by a float16 and a float32 attention call gets one additive mask per
-    dtype; one line cannot hand each call its own, and the reason says that, not that
-    "other code" reads the mask (each conversion is the other's other reader)."""
+    dtype; one line cannot hand each call its own, and the reason says that, not that the
+    other conversion's `where` (which the user never wrote) also reads the mask."""
     path = tmp_path / "two_dtypes.py"
     path.write_text(MODEL_FILE.replace(
         "        y = F.scaled_dot_product_attention(y, k, v, attn_mask=mask)\n",
@@ -196,7 +196,8 @@ def test_apply_keeps_the_mask_line_when_queries_of_two_dtypes_read_the_mask(tmp_
     res = _apply(path, "float16")
     assert res.exit_code == 0, res.output
     said = " ".join(res.output.split())
-    assert ("makes a boolean mask attention calls read with queries of two dtypes (float16 "
-            "and float32): one line can hand them only one additive mask") in said, res.output
-    assert "other code" not in said, res.output
+    assert ("makes a boolean mask attention calls read with queries of different dtypes "
+            "(float16, float32): one line can hand them only one additive mask") in said, (
+        res.output)
+    assert "also read by" not in said, res.output
     assert "mask = cluster" not in path.read_text()

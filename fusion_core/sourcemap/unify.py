@@ -169,11 +169,11 @@ class Unifier:
             # both, and the attention calls reading it get the mask they would make of it.
             picked, mask = node.args[0], node.args[0].args[0]
             if dtypes := _other_conversions(mask, picked):
-                both = " and ".join(sorted({str(node.meta["val"].dtype), *dtypes}))
+                every = sorted({str(node.meta["val"].dtype), *dtypes})
                 raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} makes a "
-                               f"boolean mask attention calls read with queries of two "
-                               f"dtypes ({both.replace('torch.', '')}): one line can hand "
-                               "them only one additive mask")
+                               f"boolean mask attention calls read with queries of "
+                               f"different dtypes ({', '.join(every).replace('torch.', '')}): "
+                               "one line can hand them only one additive mask")
             if others := [u.name for u in mask.users if u is not picked]:
                 known = [n for n in others if self.graph is not None and n in self.graph]
                 readers = said_all(self.graph, known) if known else "other code"
