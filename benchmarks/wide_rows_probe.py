@@ -20,7 +20,8 @@ measures whether either way of keeping a row on chip reaches 85% of a same-size 
   order (a partner is resident when its program waits); ``cooperative`` launches only as many
   programs as fit at once (a cooperative launch guarantees it) and loops over the rows;
   ``reread`` is ``ordered`` loading its chunk again after the wait (from L1 or L2) instead of
-  keeping it in registers, as one kernel made of the split kernels' two passes would.
+  keeping it in registers; ``looped`` steps over its chunk twice in column blocks, as one
+  kernel made of the generator's two split kernels would.
 
 Each variant's device time (CUDA-graph replays over inputs past L2, ``validate/devicetime``)
 is printed beside a copy of the same bytes (read the input, write the output) and its max abs
@@ -146,6 +147,84 @@ def _row_split(X, W, B, Y, P, CNT, N, ROWS, eps, scale, KIND: tl.constexpr,
             tl.atomic_xchg(CNT + row, 0, sem="relaxed")
 
 
+@triton.jit
+def _row_split_looped(X, W, B, Y, P, CNT, N, eps, scale, KIND: tl.constexpr,
+                      RSPLIT: tl.constexpr, CHUNK: tl.constexpr, STEP: tl.constexpr):
+    """A row over RSPLIT programs as in ``_row_split`` (``ordered``), each stepping over its
+    chunk STEP columns at a time twice (statistics, then each element), as the generator's
+    looped kernel does over a row and its split kernels over a chunk: the form a generated
+    "split rows in one launch" would take (the two split kernels joined by the wait)."""
+    pid = tl.program_id(0)
+    row, part = pid // RSPLIT, pid % RSPLIT
+    base = tl.cast(row, tl.int64) * N
+    lanes = tl.arange(0, STEP)
+    start = part * CHUNK
+    end = tl.minimum(start + CHUNK, N)
+    if KIND == 2:
+        lmax = tl.full([STEP], float("-inf"), tl.float32)
+    else:
+        lmax = tl.zeros([STEP], tl.float32)
+    lsum = tl.zeros([STEP], tl.float32)
+    for c0 in range(start, end, STEP):
+        cols = c0 + lanes
+        m = cols < end
+        if KIND == 2:
+            x = tl.load(X + base + cols, mask=m, other=float("-inf")).to(tl.float32) * scale
+            new = tl.maximum(lmax, x)
+            lsum = lsum * tl.exp(lmax - new) + tl.where(m, tl.exp(x - new), 0.0)
+            lmax = tl.where(new == float("-inf"), lmax, new)
+        else:
+            x = tl.load(X + base + cols, mask=m, other=0.0).to(tl.float32)
+            lmax += x  # layer_norm: the sum (of the chunk's lanes)
+            lsum += x * x
+    if KIND == 2:
+        a = tl.max(lmax, 0)
+        s = tl.sum(lsum * tl.exp(lmax - a), 0)
+    else:
+        a = tl.sum(lmax, 0)
+        s = tl.sum(lsum, 0)
+    slot = P + (row * RSPLIT + part) * 2
+    tl.store(slot, a)
+    tl.store(slot + 1, s)
+    tl.debug_barrier()
+    tl.atomic_add(CNT + row, 1, sem="release")
+    seen = tl.atomic_add(CNT + row, 0, sem="acquire")
+    spins = 0
+    while (seen < RSPLIT) & (spins < SPIN_LIMIT):
+        seen = tl.atomic_add(CNT + row, 0, sem="acquire")
+        spins += 1
+    tl.debug_barrier()
+    parts = tl.arange(0, RSPLIT)
+    pa = tl.load(P + (row * RSPLIT + parts) * 2, cache_modifier=".cg")
+    ps = tl.load(P + (row * RSPLIT + parts) * 2 + 1, cache_modifier=".cg")
+    if KIND == 2:
+        top = tl.max(pa, 0)
+        total = tl.sum(ps * tl.exp(pa - top), 0)
+    else:
+        mean = tl.sum(pa, 0) / N
+        rstd = tl.rsqrt(tl.maximum(tl.sum(ps, 0) / N - mean * mean, 0.0) + eps)
+        if KIND == 0:
+            rstd = tl.rsqrt(tl.sum(ps, 0) / N + eps)
+    for c0 in range(start, end, STEP):
+        cols = c0 + lanes
+        m = cols < end
+        if KIND == 2:
+            x = tl.load(X + base + cols, mask=m, other=float("-inf")).to(tl.float32) * scale
+            y = tl.exp(x - top) / total
+        else:
+            x = tl.load(X + base + cols, mask=m, other=0.0).to(tl.float32)
+            w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+            if KIND == 0:
+                y = x * rstd * w
+            else:
+                bias = tl.load(B + cols, mask=m, other=0.0).to(tl.float32)
+                y = ((x - mean) * rstd * w + bias) * scale
+        y = tl.where(seen >= RSPLIT, y, float("nan"))
+        tl.store(Y + base + cols, y.to(Y.dtype.element_ty), mask=m)
+    if tl.atomic_add(CNT + row, 1, sem="relaxed") == 2 * RSPLIT - 1:
+        tl.atomic_xchg(CNT + row, 0, sem="relaxed")
+
+
 @dataclass(frozen=True)
 class Case:
     label: str
@@ -233,6 +312,25 @@ def variants(case: Case):
                                          else case.rows * rsplit)
                 split.state = state
                 out.append((f"split {mode} rsplit={rsplit} chunk={chunk} warps={warps}", split))
+    for rsplit, step, warps in ((2, 4096, 16), (4, 4096, 16), (8, 4096, 16), (8, 2048, 8)):
+        chunk = triton.cdiv(triton.cdiv(case.cols, rsplit), 16) * 16  # as split_rows cuts
+        if chunk < step:
+            continue
+        state = {}
+
+        def looped(x, w, b, y, rsplit=rsplit, chunk=chunk, step=step, warps=warps,
+                   state=state):
+            if "p" not in state:
+                state["p"] = torch.empty(case.rows * rsplit * 2, device="cuda",
+                                         dtype=torch.float32)
+                state["cnt"] = torch.zeros(case.rows, device="cuda", dtype=torch.int32)
+            k = _row_split_looped[(case.rows * rsplit,)](
+                x, w, b, y, state["p"], state["cnt"], case.cols, EPS, scale, KIND=case.kind,
+                RSPLIT=rsplit, CHUNK=chunk, STEP=step, num_warps=warps)
+            state.setdefault("regs", k.n_regs)
+            state.setdefault("spills", k.n_spills)
+        looped.state = state
+        out.append((f"split looped rsplit={rsplit} step={step} warps={warps}", looped))
     return out
 
 
