@@ -83,6 +83,14 @@ def eager(case: Case, x, w, b):
     return (F.layer_norm(x.float(), (case.cols,), w.float(), b.float(), EPS) * 2.0).to(x.dtype)
 
 
+def _workspace(state: dict, rows: int, rsplit: int) -> None:
+    """A split variant's partials (`p`) and per-row arrival counters (`cnt`), made at its
+    first call; the counters zeroed once: the kernels set each row's back to 0."""
+    if "p" not in state:
+        state["p"] = torch.empty(rows * rsplit * 2, device="cuda", dtype=torch.float32)
+        state["cnt"] = torch.zeros(rows, device="cuda", dtype=torch.int32)
+
+
 def variants(case: Case):
     """(name, launch(x, w, b, y)) per configuration tried on this case."""
     out = []
@@ -116,11 +124,7 @@ def variants(case: Case):
 
                 def split(x, w, b, y, rsplit=rsplit, chunk=chunk, warps=warps, mode=mode,
                           state=state):
-                    if "p" not in state:
-                        state["p"] = torch.empty(case.rows * rsplit * 2, device="cuda",
-                                                 dtype=torch.float32)
-                        # zero once: the kernel sets each row's counter back to 0
-                        state["cnt"] = torch.zeros(case.rows, device="cuda", dtype=torch.int32)
+                    _workspace(state, case.rows, rsplit)
                     cnt = state["cnt"]
                     grid = state.get("grid", case.rows * rsplit)
                     if mode == "cooperative" and "grid" not in state:
@@ -147,10 +151,7 @@ def variants(case: Case):
 
         def looped(x, w, b, y, rsplit=rsplit, chunk=chunk, step=step, warps=warps,
                    state=state):
-            if "p" not in state:
-                state["p"] = torch.empty(case.rows * rsplit * 2, device="cuda",
-                                         dtype=torch.float32)
-                state["cnt"] = torch.zeros(case.rows, device="cuda", dtype=torch.int32)
+            _workspace(state, case.rows, rsplit)
             k = row_split_looped[(case.rows * rsplit,)](
                 x, w, b, y, state["p"], state["cnt"], case.cols, EPS, scale, KIND=case.kind,
                 RSPLIT=rsplit, CHUNK=chunk, STEP=step, num_warps=warps)
