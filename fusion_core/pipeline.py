@@ -39,6 +39,7 @@ from .ir.export import label_modules
 from .ir.functionalize import functionalize
 from .ir.generators import copy_index_values, stray_copies
 from .ir.graph import FusionGraph
+from .ir.index_views import arange_indices_as_views
 from .ir.linear_bias import split_linear_bias
 from .ir.max_values import values_as_amax
 from .ir.normalize import to_fusion_graph
@@ -158,6 +159,7 @@ def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.d
     split_linear_bias(gm)
     split_conv_bias(gm, device)
     additive_attention_masks(gm)
+    arange_indices_as_views(gm)
     distinct_cat_operands(gm)
     mark_run_devices(gm, specs, frontend, device)  # before any copy: copies keep its marks
     index_copies = copy_index_values(gm)

@@ -82,5 +82,36 @@ def stray_copies(graph: FusionGraph, clusters: Sequence[Collection[str]],
     a chain's tail before its head."""
     made = set(copies)
     joined = {n for c in clusters if not set(c) <= made for n in c
-              if graph[n].copy_of not in c}
+              if graph[n].copy_of not in c or _read_otherwise(graph, set(c), n)}
     return sorted((c for c in copies if c not in joined), key=graph.position, reverse=True)
+
+
+def _view_paths(graph: FusionGraph, cluster: set[str], name: str) -> list[tuple]:
+    """How the kernel's ops read `name`: per reader in `cluster` that is not a copy, the
+    views (op and params) from it to the first op that computes."""
+    paths = []
+    for reader in graph.users[name]:
+        if reader not in cluster or graph[reader].copy_of:
+            continue
+        path, at = [], reader
+        while graph[at].kind is OpKind.VIEW:
+            path.append((graph[at].op, graph[at].params))
+            nxt = [u for u in graph.users[at] if u in cluster]
+            if len(nxt) != 1:
+                break
+            at = nxt[0]
+        paths.append(tuple(path))
+    return paths
+
+
+def _read_otherwise(graph: FusionGraph, cluster: set[str], copy: str) -> bool:
+    """Whether copy `copy`, in the kernel of its original, is read there through other views
+    than the original (the positions a mask reads by query and by key): one value cannot
+    stand for both, so the kernel computes it twice. A copy inside a copied chain follows
+    the chain's copies it feeds."""
+    original = graph[copy].copy_of
+    mine, theirs = _view_paths(graph, cluster, copy), _view_paths(graph, cluster, original)
+    if mine and not any(p in theirs for p in mine):
+        return True
+    return any(_read_otherwise(graph, cluster, u) for u in graph.users[copy]
+               if u in cluster and graph[u].copy_of)
