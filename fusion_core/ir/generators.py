@@ -16,7 +16,9 @@ kernels compute. A copy that joined no reader's kernel
 (``stray_copies``: it is in no kernel, or in one of copies alone) is taken back with
 ``duplicate.undo``: its reader reads the original again rather than a second small kernel.
 So is a copy in the kernel that computes its original (two readers fused into one kernel):
-there the reader reads the original's value in registers instead of computing it twice.
+there the reader reads the original's value in registers instead of computing it twice,
+unless it reads it through other views (``_read_otherwise``: a mask comparing positions by
+query with positions by key needs them along two dims, which one value cannot give).
 """
 
 from __future__ import annotations
@@ -77,9 +79,9 @@ def _fusable_readers(graph: FusionGraph) -> set[str]:
 def stray_copies(graph: FusionGraph, clusters: Sequence[Collection[str]],
                  copies: Collection[str]) -> list[str]:
     """The copies that joined no reader's kernel (in none, or in one of copies alone) or
-    joined the kernel that computes their original (two readers in one kernel: it would
-    compute the value twice), last first: the order ``duplicate.undo`` takes them back in,
-    a chain's tail before its head."""
+    joined the kernel that computes their original and read it through the same views (two
+    readers in one kernel: it would compute the value twice), last first: the order
+    ``duplicate.undo`` takes them back in, a chain's tail before its head."""
     made = set(copies)
     joined = {n for c in clusters if not set(c) <= made for n in c
               if graph[n].copy_of not in c or _read_otherwise(graph, set(c), n)}
