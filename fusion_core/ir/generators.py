@@ -113,6 +113,7 @@ def _read_otherwise(graph: FusionGraph, cluster: set[str], copy: str) -> bool:
     the chain's copies it feeds."""
     original = graph[copy].copy_of
     mine, theirs = _view_paths(graph, cluster, copy), _view_paths(graph, cluster, original)
+    theirs.append(())  # read as the original is stored: the same map
     if mine and not any(p in theirs for p in mine):
         return True
     return any(_read_otherwise(graph, cluster, u) for u in graph.users[copy]

@@ -39,7 +39,7 @@ def arange_indices_as_views(gm: fx.GraphModule) -> list[str]:
         src = n.args[0]
         made = _unsqueezed(gm, n, src, dims)
         n.replace_all_uses_with(made)
-        chains = [i for i in n.args[1] if isinstance(i, fx.Node)]
+        chains = list(dict.fromkeys(i for i in n.args[1] if isinstance(i, fx.Node)))
         gm.graph.erase_node(n)
         for index in chains:
             _erase_unread(gm.graph, index)
@@ -64,8 +64,6 @@ def _whole_aranges(n: fx.Node) -> list[int] | None:
             return None
     if not (isinstance(src, fx.Node) and isinstance(indices, (list, tuple)) and indices):
         return None
-    if not _generated(src):
-        return None
     src_val, out_val = src.meta.get("val"), n.meta.get("val")
     if not (isinstance(src_val, torch.Tensor) and isinstance(out_val, torch.Tensor)):
         return None
@@ -80,7 +78,35 @@ def _whole_aranges(n: fx.Node) -> list[int] | None:
         dims.append(found[0])
     if dims != sorted(set(dims)):  # each along its own dim, in src's order
         return None
+    if not _generated(src) or _layout_read(n):
+        return None
     return dims
+
+
+# Readers that need the strides eager's fresh, contiguous result has (a view of `src` has
+# those of `src`, expanded or sliced): `view` refuses incompatible strides.
+_STRIDED = frozenset({"view", "_unsafe_view", "view_as", "as_strided"})
+_VIEWS = frozenset({"unsqueeze", "squeeze", "expand", "permute", "transpose", "t", "slice",
+                    "select", "narrow"})
+
+
+def _layout_read(n: fx.Node) -> bool:
+    """Whether a reader of `n` (through views) depends on its layout, or `n` leaves the
+    graph (the caller would get a view of `src` where eager gives a fresh tensor)."""
+    stack, seen = list(n.users), set()
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u.op == "output":
+            return True
+        name = getattr(u.target, "__name__", str(u.target)).split(".")[0]
+        if name in _STRIDED:
+            return True
+        if name in _VIEWS:
+            stack.extend(u.users)
+    return False
 
 
 # Ops a value made from aranges alone is made of (Hugging Face's positions: `arange(n) + past`
@@ -131,13 +157,11 @@ def _arange_along(index: fx.Node, rank: int) -> tuple[int, int] | None:
 
 
 def _counts_from_zero(arange: fx.Node) -> bool:
-    """`arange(n)`, or `arange(0, n)` / `arange(0, n, 1)`."""
-    args = arange.args
-    if arange.kwargs.get("start", 0) != 0 or arange.kwargs.get("step", 1) != 1:
-        return False
-    if len(args) == 1:
-        return True
-    return args[0] == 0 and (len(args) == 2 or args[2] == 1)
+    """`arange(n)`, or `arange(0, n)` / `arange(0, n, 1)` (positional or by keyword)."""
+    args, kwargs = arange.args, arange.kwargs
+    start = args[0] if len(args) >= 2 else kwargs.get("start", 0)
+    step = args[2] if len(args) >= 3 else kwargs.get("step", 1)
+    return start == 0 and step == 1
 
 
 def _unsqueezed(gm: fx.GraphModule, at: fx.Node, src: fx.Node, dims: Sequence[int]) -> fx.Node:
@@ -160,7 +184,8 @@ def _unsqueezed(gm: fx.GraphModule, at: fx.Node, src: fx.Node, dims: Sequence[in
 
 def _erase_unread(graph: fx.Graph, n: fx.Node) -> None:
     """`n` and its unsqueeze / add / arange sources, as long as nothing else reads them."""
-    while not n.users and _target(n) in (*_UNSQUEEZE, *_ADD, *_ARANGE):
+    while (not getattr(n, "_erased", False) and not n.users
+           and _target(n) in (*_UNSQUEEZE, *_ADD, *_ARANGE)):
         sources = [a for a in n.all_input_nodes]
         graph.erase_node(n)
         if not sources:
