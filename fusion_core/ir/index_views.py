@@ -1,7 +1,8 @@
 """Turn indexing by whole aranges into the view it is.
 
-Reads a shape-propagated ``fx.GraphModule`` (either frontend); rewrites it in place and returns
-the names of the `index` nodes it replaced. ``src[i0, i1, ...]`` whose every index is
+Reads a shape-propagated aten ``fx.GraphModule`` (export's: the FX frontend spells the
+indices' unsqueezes as slicing, which this pass does not follow); rewrites it in place and
+returns the names of the `index` nodes it replaced. ``src[i0, i1, ...]`` whose every index is
 ``arange(n_k)`` for the whole of ``src``'s dim k (start 0, step 1, plus 0), unsqueezed so that it
 varies along one dim of the result only, each index along another dim and in increasing
 order, picks ``src[x_d0, x_d1, ...]``: ``src`` itself with size-1 dims inserted where no index
@@ -10,9 +11,8 @@ varies. Hugging Face's attention masks (transformers 5) read the position ids th
 costs nothing and lets detection compute the positions inside the mask's kernel, as Inductor
 does. Only a ``src`` made from aranges alone (``_generated``) is rewritten.
 
-Each replaced node becomes `unsqueeze` calls on ``src`` (the aten or the Tensor-method form,
-as the graph spells its calls), with shapes and the index's stack trace; the index chains
-nothing else reads are removed.
+Each replaced node becomes aten `unsqueeze` calls on ``src``, with shapes and the index's
+stack trace; the index chains nothing else reads are removed.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import torch
 import torch.fx as fx
 
 aten = torch.ops.aten
-_INDEX = (aten.index.Tensor, operator.getitem)
 _UNSQUEEZE = (aten.unsqueeze.default, torch.unsqueeze, "unsqueeze")
 _ADD = (aten.add.Tensor, operator.add, torch.add, "add")
 _ARANGE = (aten.arange.default, aten.arange.start, aten.arange.start_step, torch.arange)
@@ -56,12 +55,9 @@ def _target(n: fx.Node) -> object:
 def _whole_aranges(n: fx.Node) -> list[int] | None:
     """The result dim each index varies along, where `n` indexes with whole aranges (module
     docstring), else None."""
-    if _target(n) not in _INDEX or len(n.args) != 2:
+    if _target(n) is not aten.index.Tensor or len(n.args) != 2:
         return None
     src, indices = n.args
-    if _target(n) is operator.getitem:  # `src[i, j]` in an FX graph: a tuple of tensors
-        if not isinstance(indices, tuple):
-            return None
     if not (isinstance(src, fx.Node) and isinstance(indices, (list, tuple)) and indices):
         return None
     src_val, out_val = src.meta.get("val"), n.meta.get("val")
@@ -170,13 +166,11 @@ def _unsqueezed(gm: fx.GraphModule, at: fx.Node, src: fx.Node, dims: Sequence[in
     rank = at.meta["val"].dim() - (src.meta["val"].dim() - len(dims))
     keep = {k: at.meta[k] for k in ("stack_trace", "nn_module_stack") if k in at.meta}
     value, val = src, src.meta["val"]
-    aten_form = at.target is aten.index.Tensor
     with gm.graph.inserting_before(at):
         for d in range(rank):
             if d in dims:
                 continue
-            value = (gm.graph.call_function(aten.unsqueeze.default, (value, d)) if aten_form
-                     else gm.graph.call_method("unsqueeze", (value, d)))
+            value = gm.graph.call_function(aten.unsqueeze.default, (value, d))
             val = val.unsqueeze(d)
             value.meta.update(keep, val=val)
     return value
