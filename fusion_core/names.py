@@ -21,7 +21,7 @@ def kernel_name(cluster_index: int) -> str:
 
 
 # The `@triton.jit` functions of a kernel file: the kernel, and a split row's two kernels.
-JIT_PARTS = ("kernel", "partials", "finish")
+JIT_PARTS = ("kernel", "partials", "finish", "joined")
 
 
 def jit_function_name(cluster_index: int, part: str = "kernel") -> str:

@@ -127,7 +127,7 @@ def _load(fn, x: torch.Tensor, tmp_path, tuning_=SPLIT, width: int | None = None
 def _launches(module) -> list[tuple[str, tuple]]:
     """Record each jit launch of the module's kernels as (suffix, grid), still running it."""
     seen = []
-    for suffix in ("kernel", "partials", "finish"):
+    for suffix in ("kernel", "partials", "finish", "joined"):
         name = f"{module.NAME}_{suffix}"
         jit = getattr(module, name)
 

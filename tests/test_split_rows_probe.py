@@ -29,7 +29,8 @@ def test_probe_forms_match_eager(tmp_path):
     kernel = generate(analysis, cluster, Tuning(max_block=16, loop_block=16, split_min_cols=16))
     (path,) = write_kernels([kernel], tmp_path)
     taken = probe._SCALAR_LINES.findall(path.read_text())
-    assert len(taken) == 3 and "static_assert" in taken[0], taken  # layer_norm: mean, rstd
+    # the finish and joined kernels' layer_norm: mean, rstd
+    assert len(taken) == 6 and "static_assert" in taken[0] and "static_assert" in taken[3], taken
     config = (16, 1, 2, 4)
     for before in (False, True):
         state = {"compiled": {}, "config": config}

@@ -10,7 +10,7 @@ Reads nothing but this file's models. Without --split: rows of 8192 fp32 columns
 loop forced (at 8192 fp32 the generator would keep the row in one block; wider rows get this
 same kernel, whose text does not depend on the width); writes its `@triton.jit` function.
 With --split: the shapes panel's softmax(x/8) over 64 x 262144 fp16, whose file also holds
-the two kernels of a row split over several programs; writes those two.
+the kernels of a row split over several programs; writes those three.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def kernel_text() -> str:
 
 
 def split_text() -> str:
-    """The split-row kernels (partials, then finish) of the wide softmax's file."""
+    """The split-row kernels (partials, finish, then the two joined in one launch) of the
+    wide softmax's file."""
     x = torch.empty(SPLIT_ROWS, SPLIT_WIDTH, dtype=torch.float16)
     analysis = analyze(ScaledSoftmax(), x)
     (cluster,) = analysis.clusters

@@ -121,9 +121,11 @@ def _pointwise_body(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> 
     out.lines(["# store", *(store(t, plan, params) for t in plan.outputs)])
 
 
-def rows_boilerplate(plan: KernelPlan, what: str, out: CodeWriter) -> None:
-    """The program's rows and their mask; `what` names the kernel's shape."""
-    out.lines([f"# boilerplate (reduction, {what})", "pid = tl.program_id(0)",
+def rows_boilerplate(plan: KernelPlan, what: str, out: CodeWriter,
+                     pid: str = "tl.program_id(0)") -> None:
+    """The program's rows and their mask; `what` names the kernel's shape, `pid` is the
+    program's place along the rows."""
+    out.lines([f"# boilerplate (reduction, {what})", f"pid = {pid}",
                f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
                "[:, None]",
                *_ROW_MASK, *_ALIGNED_COLS])

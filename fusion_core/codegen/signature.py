@@ -111,12 +111,13 @@ class KernelSignature:
     scalars: tuple[ScalarParam, ...]  # in order of first use in the kernel body
     constexprs: tuple[ConstParam, ...]
     extra: tuple[ScalarParam, ...] = ()  # passed after `*args` (not part of it)
-    workspace: str | None = None  # a scratch pointer after the tensors' (split rows)
+    # scratch pointers after the tensors' (split rows: the partials, a row's arrivals)
+    workspaces: tuple[str, ...] = ()
 
     @property
     def parameters(self) -> list[str]:
         """The `def` line's parameter list, annotations included."""
-        pointers = [p.name for p in self.pointers] + ([self.workspace] if self.workspace else [])
+        pointers = [p.name for p in self.pointers] + list(self.workspaces)
         return [*pointers, *(p.name for p in (*self.sizes, *self.scalars, *self.extra)),
                 *(f"{c.name}: tl.constexpr" for c in self.constexprs)]
 
@@ -141,14 +142,15 @@ class KernelSignature:
     def uses(self, family: Family) -> bool:
         return any(p.family == family for p in self.scalars)
 
-    def variant(self, function: str, pointers: Sequence[PointerParam], workspace: str,
-                extra: Sequence[ScalarParam], constexprs: Sequence[ConstParam],
-                unread: Sequence[str] = ()) -> KernelSignature:
-        """Another kernel taking this one's `args` (the split-row kernels): other pointers, a
-        workspace, scalars after `args` and more constexprs, less the `unread` ones (each
-        value of a constexpr compiles the kernel again)."""
+    def variant(self, function: str, pointers: Sequence[PointerParam],
+                workspaces: Sequence[str], extra: Sequence[ScalarParam],
+                constexprs: Sequence[ConstParam], unread: Sequence[str] = ()) -> KernelSignature:
+        """Another kernel taking this one's `args` (the split-row kernels): other pointers,
+        scratch pointers, scalars after `args` and more constexprs, less the `unread` ones
+        (each value of a constexpr compiles the kernel again)."""
         kept = tuple(c for c in self.constexprs if c.name not in unread)
-        return replace(self, function=function, pointers=tuple(pointers), workspace=workspace,
+        return replace(self, function=function, pointers=tuple(pointers),
+                       workspaces=tuple(workspaces),
                        extra=tuple(extra), constexprs=kept + tuple(constexprs))
 
 

@@ -25,25 +25,62 @@ workspace per launch (the caching allocator makes that cheap, and CUDA graphs ca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..names import jit_function_name
 from . import direct_launch
 from .emit import Chunk, column_loop, def_line, last_pass, rewritten, row_prologue, rows_boilerplate
+from .interpreted import range_bound
 from .lower import KernelPlan
 from .plan import Role
 from .reduce import Partials, emitter, widened
-from .signature import CHUNK, EVEN_COLS, N_COLS, N_ROWS, ConstParam, KernelParams, KernelSignature
+from .signature import (
+    CHUNK,
+    EVEN_COLS,
+    N_COLS,
+    N_ROWS,
+    ConstParam,
+    Family,
+    KernelParams,
+    KernelSignature,
+    ScalarParam,
+)
 from .writer import CodeWriter
 
 WORKSPACE = "partial_ptr"  # the workspace's kernel parameter
 WORKSPACE_LOCAL = "partials"  # the launcher's workspace tensor
+ARRIVALS = "arrival_ptr"  # the joined kernel's per-row arrival counters...
+ARRIVALS_LOCAL = "arrivals"  # ...the launcher's tensor of them (zeros, one per row)
 # The launcher's locals besides the kernel's: input names must not take them.
-LOCALS = ("splits", CHUNK.launch, WORKSPACE_LOCAL, "grid")
+LOCALS = ("splits", "joined", CHUNK.launch, WORKSPACE_LOCAL, ARRIVALS_LOCAL, "grid")
 _CHUNK = Chunk(bound="chunk_cols", start="start + ", end="end")
 # A chunk's width is a multiple of this: Triton then knows every chunk starts 16-aligned (as
 # it knows of a row when n_cols is a multiple of 16), and keeps its loads vectorized.
 CHUNK_ALIGN = 16
 # The finish kernel's block of a row's partials: one lane per chunk.
 SPLITS_BLOCK = ConstParam("SPLITS_BLOCK", "triton.next_power_of_2(splits)")
+# The joined kernel's chunks a row (the two-kernel form reads tl.num_programs(1))...
+N_SPLITS = ScalarParam("n_splits", "splits", Family.CHUNK)
+# ...and how long a program polls its row's arrivals before it computes the missing chunks'
+# statistics itself (the generated file's WAIT_POLLS: none under the interpreter).
+WAIT_POLLS = ConstParam("WAIT_POLLS", "WAIT_POLLS")
+# Polls of about a microsecond each: a second, far past a row's other chunks (they run
+# beside it), short of a hang should the GPU not start a row's programs together.
+POLLS = 1 << 20
+
+
+@dataclass(frozen=True)
+class _Form:
+    """How a split kernel finds its chunk: the split's index and the row's chunk count."""
+
+    split: str
+    splits: str
+
+
+_TWO_KERNELS = _Form("tl.program_id(1)", "tl.num_programs(1)")
+# one launch: a 1-D grid whose programs of one row are adjacent (a GPU starts programs in
+# index order, so a row's programs run side by side and none waits on one not started)
+_JOINED = _Form(f"tl.program_id(0) % {N_SPLITS.name}", N_SPLITS.name)
 
 
 def _partials(plan: KernelPlan) -> Partials:
@@ -54,13 +91,17 @@ def _partials(plan: KernelPlan) -> Partials:
     return found
 
 
-def _chunk_lines(n: int) -> list[str]:
-    """The program's chunk of its rows, and where the rows' `n` partials start."""
-    return ["split = tl.program_id(1)  # this program's chunk of the row",
-            f"start = split * {CHUNK.name}",
+def _chunk_cols(part: str) -> list[str]:
+    """Where chunk `part` of the row starts, its width and its end."""
+    return [f"start = {part} * {CHUNK.name}",
             f"chunk_cols = tl.minimum({CHUNK.name}, n_cols - start)",
-            "end = start + chunk_cols",
-            f"slot = rows * (tl.num_programs(1) * {n})  # the rows' partials in {WORKSPACE}"]
+            "end = start + chunk_cols"]
+
+
+def _chunk_lines(n: int, form: _Form) -> list[str]:
+    """The program's chunk of its rows, and where the rows' `n` partials start."""
+    return [f"split = {form.split}  # this program's chunk of the row", *_chunk_cols("split"),
+            f"slot = rows * ({form.splits} * {n})  # the rows' partials in {WORKSPACE}"]
 
 
 def _scalars(merged: tuple[str, ...], narrow: bool) -> list[str]:
@@ -78,52 +119,112 @@ def _scalars(merged: tuple[str, ...], narrow: bool) -> list[str]:
               for name in merged)]
 
 
-def signatures(plan: KernelPlan, looped: KernelSignature) -> tuple[KernelSignature,
-                                                                   KernelSignature]:
-    """The partials and finish kernels' signatures: the looped kernel's `args` (both index
-    the same tensors, so one argument tuple serves all three), a workspace, the chunk width."""
+def signatures(plan: KernelPlan, looped: KernelSignature
+               ) -> tuple[KernelSignature, KernelSignature, KernelSignature]:
+    """The partials, finish and joined kernels' signatures: the looped kernel's `args` (all
+    index the same tensors, so one argument tuple serves all four), a workspace (the joined
+    kernel's arrivals too), the chunk width (and the joined kernel's chunks a row)."""
     ins = [p for p in looped.pointers if p.role == Role.IN]
     # a chunk's columns end anywhere: its masks stay (no EVEN_COLS)
     partials = looped.variant(jit_function_name(plan.cluster_index, "partials"), ins,
-                              WORKSPACE, (CHUNK,), (), unread=(EVEN_COLS,))
+                              (WORKSPACE,), (CHUNK,), (), unread=(EVEN_COLS,))
     finish = looped.variant(jit_function_name(plan.cluster_index, "finish"), looped.pointers,
-                            WORKSPACE, (CHUNK,), (SPLITS_BLOCK,), unread=(EVEN_COLS,))
-    return partials, finish
+                            (WORKSPACE,), (CHUNK,), (SPLITS_BLOCK,), unread=(EVEN_COLS,))
+    joined = looped.variant(jit_function_name(plan.cluster_index, "joined"), looped.pointers,
+                            (WORKSPACE, ARRIVALS), (CHUNK, N_SPLITS), (SPLITS_BLOCK, WAIT_POLLS),
+                            unread=(EVEN_COLS,))
+    return partials, finish, joined
+
+
+def _statistics(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWriter,
+                part: str = "split") -> None:
+    """The statistics pass over the chunk at `start`, stored to chunk `part`'s slot of the
+    workspace."""
+    r = plan.reduction
+    assert r is not None
+    n = len(found.names)
+    out.lines(["", "# the chunk's statistics, per lane of the column block", *found.stats.before])
+    column_loop(plan, params, out, [r.source], found.stats.inside, rewritten(plan), _CHUNK)
+    out.lines([*found.stats.after, "", f"# to the workspace: [rows, splits, {n}]"])
+    out.lines(f"tl.store({WORKSPACE} + slot + {part} * {n} + {k}, {name}, mask=row_mask)"
+              for k, name in enumerate(found.names))
+
+
+def _merged(plan: KernelPlan, found: Partials, form: _Form, out: CodeWriter,
+            cache: str = "") -> None:
+    """A row's partials loaded (`cache`: a load's cache modifier) and merged, as scalars."""
+    r = plan.reduction
+    assert r is not None
+    n = len(found.names)
+    out.lines([f"parts = tl.arange(0, {SPLITS_BLOCK.name})[None, :]",
+               f"part_mask = row_mask & (parts < {form.splits})"])
+    modifier = f", cache_modifier={cache!r}" if cache else ""
+    out.lines(f"{name}_parts = tl.load({WORKSPACE} + slot + parts * {n} + {k}, "
+              f"mask=part_mask, other={empty}{modifier})"
+              for k, (name, empty) in enumerate(zip(found.names, found.empty, strict=True)))
+    out.lines(found.merge)
+    out.lines(_scalars(found.merged, widened(r.dtype)))
+
+
+def _wait(found: Partials, plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+    """The joined kernel between its passes: the program's arrival counted, its row's
+    other programs waited for (at most WAIT_POLLS polls), and any chunk still missing
+    computed here. Thread 0 adds (Triton gives a scalar atomic to one thread): the barrier
+    before it orders every thread's stores of the partials; `acq_rel` and `acquire` make
+    the other programs' stores visible to the loads after the last barrier."""
+    out.lines(["", "# arrival: this row's programs counted, each waiting for the others",
+               "tl.debug_barrier()  # every thread's partials stored before the count",
+               f'seen = tl.atomic_add({ARRIVALS} + pid, 1, sem="acq_rel") + 1',
+               "polls = 0",
+               f"while (seen < {N_SPLITS.name}) & (polls < {WAIT_POLLS.name}):"])
+    with out.indented():
+        out.lines([f'seen = tl.atomic_add({ARRIVALS} + pid, 0, sem="acquire")',
+                   "polls += 1"])
+    out.line(f"if seen < {N_SPLITS.name}:")
+    with out.indented():  # the interpreter runs one program at a time: none has arrived
+        out.lines(["# a chunk not counted yet (interpreted, programs run one at a time; or",
+                   "# a GPU that did not start the row's programs together): its statistics",
+                   "# computed here (the same values its own program stores)",
+                   f"for other in range({range_bound(N_SPLITS.name)}):"])
+        with out.indented():
+            out.lines(_chunk_cols("other"))
+            _statistics(plan, params, found, out, "other")
+        out.lines(["# this program's own chunk again", *_chunk_cols("split")])
+    out.line("tl.debug_barrier()  # the partials read after every thread's wait")
 
 
 def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
-    """The partials and finish kernels' source, given the looped kernel's signature."""
-    r = plan.reduction
-    assert r is not None
+    """The partials, finish and joined kernels' source, given the looped kernel's
+    signature."""
     found = _partials(plan)
     n = len(found.names)
     params = KernelParams(looped.scalars)  # the same tensors' strides get the same names
-    partials, finish = signatures(plan, looped)
+    partials, finish, joined = signatures(plan, looped)
     out = CodeWriter()
     def_line(partials, out)
     with out.indented():
         rows_boilerplate(plan, "split rows, pass 1: one chunk's statistics", out)
-        out.lines(_chunk_lines(n))
+        out.lines(_chunk_lines(n, _TWO_KERNELS))
         row_prologue(plan, params, out)
-        out.lines(["", "# the chunk's statistics, per lane of the column block",
-                   *found.stats.before])
-        column_loop(plan, params, out, [r.source], found.stats.inside, rewritten(plan), _CHUNK)
-        out.lines([*found.stats.after, "", f"# to the workspace: [rows, splits, {n}]"])
-        out.lines(f"tl.store({WORKSPACE} + slot + split * {n} + {k}, {name}, mask=row_mask)"
-                  for k, name in enumerate(found.names))
+        _statistics(plan, params, found, out)
     out.lines(["", ""])
     def_line(finish, out)
     with out.indented():
         rows_boilerplate(plan, "split rows, pass 2: merge the partials, write one chunk", out)
-        out.lines(_chunk_lines(n))
-        out.lines([f"parts = tl.arange(0, {SPLITS_BLOCK.name})[None, :]",
-                   "part_mask = row_mask & (parts < tl.num_programs(1))"])
-        out.lines(f"{name}_parts = tl.load({WORKSPACE} + slot + parts * {n} + {k}, "
-                  f"mask=part_mask, other={empty})"
-                  for k, (name, empty) in enumerate(zip(found.names, found.empty, strict=True)))
-        out.lines(found.merge)
-        out.lines(_scalars(found.merged, widened(r.dtype)))
+        out.lines(_chunk_lines(n, _TWO_KERNELS))
+        _merged(plan, found, _TWO_KERNELS, out)
         row_prologue(plan, params, out)
+        last_pass(plan, params, out, _CHUNK)
+    out.lines(["", ""])
+    def_line(joined, out)
+    with out.indented():
+        rows_boilerplate(plan, "split rows in one launch: a row's programs side by side", out,
+                         f"tl.program_id(0) // {N_SPLITS.name}")
+        out.lines(_chunk_lines(n, _JOINED))
+        row_prologue(plan, params, out)
+        _statistics(plan, params, found, out)
+        _wait(found, plan, params, out)
+        _merged(plan, found, _JOINED, out, ".cg")  # past L1: other SMs wrote them
         last_pass(plan, params, out, _CHUNK)
     if tuple(params) != looped.scalars:  # the launcher passes the looped kernel's scalars
         raise AssertionError(f"{plan.name}: the split kernels index tensors the looped kernel "
@@ -135,21 +236,25 @@ def launch_fn(plan: KernelPlan, looped: KernelSignature, names: list[str],
               out: CodeWriter) -> None:
     """`_launch(config, args, *tensors)` of a split plan: the looped kernel when the
     configuration's programs per row is 1 (returning its direct launcher's thunk), else the
-    partials and finish kernels (None: two launches and a workspace per call, through
-    Triton)."""
+    partials and finish kernels, or (a fifth number 1 in the configuration) the joined
+    kernel (None: launched through Triton, a workspace per call)."""
     r = plan.reduction
     assert r is not None
     n = len(_partials(plan).names)
     outputs = [f"out{i}" for i in range(len(plan.outputs))]
     tensors = names + outputs
     rows, cols = looped.size_arg(N_ROWS), looped.size_arg(N_COLS)
+    out.lines(["# Polls of a row's arrivals before a program of the joined kernel computes its",
+               "# partners' statistics itself; interpreted, programs run one at a time: none.",
+               f"WAIT_POLLS = 0 if _INTERPRETED else {POLLS}", "", ""])
     out.line(f"def _launch(config, args, {', '.join(tensors)}, wrap=None):")
     with out.indented():
-        out.lines(['"""One launch under `config` = (block, rows, num_warps, splits): with',
-                   "splits > 1 each row is cut into chunks of equal width (a multiple of",
-                   f'{CHUNK_ALIGN}), one program each, and the partials and finish kernels run.',
-                   '`wrap`: what makes the launches traceable (`traceable`)."""',
-                   "block, rows, num_warps, splits = config",
+        out.lines(['"""One launch under `config` = (block, rows, num_warps, splits[, joined]):',
+                   "with splits > 1 each row is cut into chunks of equal width (a multiple of",
+                   f"{CHUNK_ALIGN}), one program each, and the partials and finish kernels run,",
+                   "or with joined = 1 the joined kernel, in one launch. `wrap`: what makes the",
+                   'launches traceable (`traceable`)."""',
+                   "block, rows, num_warps, splits, *joined = config",
                    "if splits == 1:"])
         with out.indented():  # one kernel: kept for a direct launch like any other
             out.line(f"kernel = {direct_launch.launched_kernel(looped.function)}")
@@ -159,14 +264,26 @@ def launch_fn(plan: KernelPlan, looped: KernelSignature, names: list[str],
                    f"{CHUNK_ALIGN}",
                    f"splits = triton.cdiv({cols}, {CHUNK.launch})  # none empty",
                    f"{WORKSPACE_LOCAL} = torch.empty(({rows}, splits, {n}), "
-                   f"dtype={r.dtype}, device={outputs[0]}.device)",
-                   f"grid = (triton.cdiv({rows}, rows), splits)"])
-        partials, finish = signatures(plan, looped)
+                   f"dtype={r.dtype}, device={outputs[0]}.device)"])
+        partials, finish, joined = signatures(plan, looped)
+        out.line("if joined and joined[0]:")
+        with out.indented():
+            out.lines([f"{ARRIVALS_LOCAL} = torch.zeros((triton.cdiv({rows}, rows),), "
+                       f"dtype=torch.int32, device={outputs[0]}.device)",
+                       f"grid = (triton.cdiv({rows}, rows) * splits,)"])
+            _launch(joined, tensors, (WORKSPACE_LOCAL, ARRIVALS_LOCAL), out)
+            out.line("return None")
+        out.line(f"grid = (triton.cdiv({rows}, rows), splits)")
         for kernel, pointers in ((partials, names), (finish, tensors)):
-            out.line(f"{direct_launch.launched_kernel(kernel.function)}[grid](")
-            with out.indented():
-                out.wrapped([*pointers, WORKSPACE_LOCAL, "*args",
-                             *(p.launch for p in kernel.extra),
-                             *(f"{name}={value}" for name, value in kernel.launch_consts),
-                             "num_warps=num_warps"])
-            out.line(")")
+            _launch(kernel, pointers, (WORKSPACE_LOCAL,), out)
+
+
+def _launch(kernel: KernelSignature, pointers: list[str], workspaces: tuple[str, ...],
+            out: CodeWriter) -> None:
+    """One launch of a split kernel over `grid`, through Triton."""
+    out.line(f"{direct_launch.launched_kernel(kernel.function)}[grid](")
+    with out.indented():
+        out.wrapped([*pointers, *workspaces, "*args", *(p.launch for p in kernel.extra),
+                     *(f"{name}={value}" for name, value in kernel.launch_consts),
+                     "num_warps=num_warps"])
+    out.line(")")

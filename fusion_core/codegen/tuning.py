@@ -169,12 +169,17 @@ def _split_heuristic(bucket):
 
 
 def _split_config(bucket, candidate):
-    """A candidate (column block of the row loop, warps, programs per row at most): the
-    programs per row only while the chunk keeps a whole block and rows x programs stay
-    within 8 x SPLIT_PROGRAMS (with more rows a split only adds a second launch)."""
+    """A candidate (column block of the row loop, warps, programs per row at most[, 1: in
+    one launch]): the programs per row only while the chunk keeps a whole block and rows x
+    programs stay within 8 x SPLIT_PROGRAMS (with more rows a split only adds a second
+    launch), in one launch (the joined kernel, where a row is split) 32 x SPLIT_PROGRAMS."""
     width, n_rows = bucket
     block, rows, num_warps = _looped_config(bucket, candidate[:2])
-    splits = max(1, min(candidate[2], width // block, 8 * SPLIT_PROGRAMS // n_rows))
+    joined = candidate[3:] == (1,)
+    most = (32 if joined else 8) * SPLIT_PROGRAMS // n_rows
+    splits = max(1, min(candidate[2], width // block, most))
+    if splits > 1 and joined:
+        return block, rows, num_warps, splits, 1
     return block, rows, num_warps, splits
 
 

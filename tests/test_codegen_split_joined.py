@@ -1,0 +1,147 @@
+"""Split rows in one launch (``codegen/split_rows.py``'s joined kernel): each program stores
+its chunk's statistics, counts itself in its row's arrivals, waits for the row's other
+programs and finishes its chunk. The candidates that take the form, numerics against eager
+for every family of partials, and the kernel compiling for sm_90.
+
+Under Triton's interpreter programs run one at a time, so no program finds its partners
+arrived until the row's last: the earlier ones compute the missing chunks' statistics
+themselves (the path a GPU takes should a partner not start), the last reads what the others
+stored. On a GPU (the same tests, kernels compiled) the programs wait for each other; a test
+there also takes the path without waiting (``WAIT_POLLS = 0``)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from codegen_harness import DEVICE, compare, compile_for_gpu
+from test_codegen_split_rows import FAMILIES, NARROW, SPLIT, _launches, _load, _model
+
+from fusion_core.codegen import Tuning, generate, tuning
+from fusion_core.codegen.reference import capture_values, cluster_inputs
+from fusion_core.pipeline import analyze
+
+
+def _joined(module, splits: int = 4, block: int = 256, warps: int = 2) -> None:
+    """The loaded kernel launches in one launch at `splits` programs a row."""
+    module.HEURISTIC = lambda bucket: (block, 1, warps, splits, 1)
+
+
+@pytest.mark.parametrize("candidate,bucket,config", [
+    ((8192, 8, 8, 1), (65536, 256), (8192, 1, 8, 8, 1)),  # a split row, in one launch
+    ((8192, 8, 8), (65536, 256), (8192, 1, 8, 8)),  # the same in two kernels
+    ((8192, 8, 8, 1), (8192, 256), (8192, 1, 8, 1)),  # not split: the looped kernel
+    # 2048 rows: two kernels do not split (a second launch), one launch up to 4 programs
+    ((8192, 8, 2), (65536, 2048), (8192, 1, 8, 1)),
+    ((8192, 8, 2, 1), (65536, 2048), (8192, 1, 8, 2, 1)),
+    ((8192, 8, 8, 1), (65536, 2048), (8192, 1, 8, 4, 1)),
+    ((8192, 8, 8, 1), (262144, 8192), (8192, 1, 8, 1)),  # many rows: not split either
+])
+def test_one_launch_only_where_a_row_is_split(monkeypatch, candidate, bucket, config):
+    heuristic, config_of = tuning.KINDS["split"]
+    monkeypatch.setattr(tuning, "SPLIT_PROGRAMS", 256)
+    monkeypatch.setattr(tuning, "MAX_LOOP_BLOCK", 8192)
+    assert config_of(bucket, candidate) == config
+
+
+def test_the_candidates_time_both_split_forms():
+    """The launcher times some configurations in one launch and some in two kernels."""
+    from fusion_core.codegen.choices import CANDIDATES
+
+    forms = {c[3:] for c in CANDIDATES["split"] if c[2] > 1}
+    assert forms == {(), (1,)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "rms_norm", "mean"])
+def test_joined_rows_match_eager(name, dtype, tmp_path):
+    """2 x 4096: four programs a row, one launch of 8 programs, each over 1024 columns."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 4096).to(dtype)
+    module, launch, inputs, want = _load(FAMILIES[name], x, tmp_path)
+    _joined(module)
+    seen = _launches(module)
+    got = launch(*inputs).cpu()
+    assert seen == [("joined", (8,))]
+    assert list(module.CHOSEN.values()) == [(256, 1, 2, 4, 1)]
+    compare(got, want, f"joined {name} {dtype}")
+
+
+def test_joined_group_norm_and_uneven_chunks(tmp_path):
+    """group_norm's rows cross channels; 3 x 2100 columns cut in chunks of 528 (the last
+    516), each ending inside a block."""
+    torch.manual_seed(6)
+    x = torch.randn(2, 4, 16, 128)
+    fn = lambda m, x: F.silu(F.group_norm(x * 2.0, 2, m.w, m.b))  # noqa: E731
+    module, launch, inputs, want = _load(fn, x, tmp_path / "gn", width=4)
+    _joined(module)
+    compare(launch(*inputs).cpu(), want, "joined group_norm")
+    module, launch, inputs, want = _load(FAMILIES["layer_norm"], torch.randn(3, 2100),
+                                         tmp_path / "uneven")
+    _joined(module)
+    seen = _launches(module)
+    compare(launch(*inputs).cpu(), want, "joined layer_norm 2100")
+    assert seen == [("joined", (12,))]
+
+
+def test_joined_rows_of_minus_inf_and_large_means(tmp_path):
+    """A chunk of -inf adds nothing to a softmax, a row of it is NaN as in eager; chunk means
+    of `1e4 + N(0, 1)` merge to the unit variance (against float64)."""
+    x = torch.randn(3, 4096)
+    x[0, 1024:2048] = float("-inf")
+    x[2] = float("-inf")
+    model = lambda m, x: F.softmax(x * 1.0, dim=-1)  # noqa: E731
+    module, launch, inputs, want = _load(model, x, tmp_path / "inf")
+    _joined(module)
+    compare(launch(*inputs).cpu(), want, "joined softmax of -inf")
+    torch.manual_seed(8)
+    x = 1e4 + torch.randn(2, 4096)
+    model = lambda m, x: F.layer_norm(x * 1.0, (4096,))  # noqa: E731
+    module, launch, inputs, _ = _load(model, x, tmp_path / "mean")
+    _joined(module)
+    got = launch(*inputs).cpu().double()
+    want = F.layer_norm(x.double(), (4096,))
+    eager_err = (F.layer_norm(x, (4096,)).double() - want).abs().max()
+    assert (got - want).abs().max() <= max(4 * eager_err, 1e-3)
+
+
+def test_a_joined_int8_amax_wraps_as_eager(tmp_path):
+    fn = lambda m, x: (x - torch.amax(x * 1, -1, keepdim=True)).float()  # noqa: E731
+    module, launch, inputs, want = _load(fn, NARROW[torch.int8](), tmp_path, SPLIT)
+    _joined(module)
+    torch.testing.assert_close(launch(*inputs).cpu(), want, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="the wait needs a GPU running programs together")
+@pytest.mark.parametrize("polls", [None, 0], ids=["waiting", "computing-the-missing-chunks"])
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "rms_norm"])
+def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, tmp_path):
+    """256 rows of 65536 columns, 8 programs a row (2048 programs, more than an H100 holds
+    at once): each program waits for its row's others, or (no polls) computes their chunks'
+    statistics itself; both match eager. The arrivals start at zero on every launch."""
+    torch.manual_seed(5)
+    module, launch, inputs, want = _load(FAMILIES[name], torch.randn(256, 65536), tmp_path)
+    _joined(module, splits=8, block=8192, warps=8)
+    if polls is not None:
+        module.WAIT_POLLS = polls
+    seen = _launches(module)
+    for _ in range(2):
+        compare(launch(*inputs).cpu(), want, f"joined {name} 256x65536")
+    assert seen == [("joined", (2048,))] * 2
+
+
+def test_joined_kernels_compile_for_sm90(tmp_path):
+    """The wait (a loop on an atomic), the statistics computed again under a runtime
+    condition, and the loads past L1 compile: each family of partials, bf16 and fp32."""
+    jobs = []
+    small = Tuning(max_block=16, loop_block=16, split_min_cols=16)
+    for name in ("softmax", "layer_norm", "rms_norm", "mean"):
+        for dtype in (torch.bfloat16, torch.float32):
+            x = torch.randn(3, 70).to(dtype)
+            analysis = analyze(_model(name, 70, dtype), x)
+            (cluster,) = analysis.clusters
+            kernel = generate(analysis, cluster, small)
+            args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
+            where = tmp_path / f"{name}-{dtype}".replace("torch.", "")
+            jobs.append((kernel, where, args, "joined"))
+    compiled = compile_for_gpu(jobs)
+    assert len(compiled) == len(jobs) and all(compiled.values()), compiled
