@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from codegen_harness import DEVICE, compare, compile_for_gpu
-from test_codegen_split_rows import FAMILIES, NARROW, SPLIT, _launches, _load, _model
+from test_codegen_split_rows import FAMILIES, NARROW, SPLIT, _launches, _load, _model, _split_kind
 
 from fusion_core.codegen import Tuning, generate, tuning
 from fusion_core.codegen.reference import capture_values, cluster_inputs
@@ -40,6 +40,35 @@ def test_one_launch_only_where_a_row_is_split(monkeypatch, candidate, bucket, co
     monkeypatch.setattr(tuning, "SPLIT_PROGRAMS", 256)
     monkeypatch.setattr(tuning, "MAX_LOOP_BLOCK", 8192)
     assert config_of(bucket, candidate) == config
+
+
+@pytest.mark.parametrize("joined,bucket,config", [
+    (True, (65536, 256), (8192, 1, 16, 2, 1)),  # too many rows for two kernels: one launch
+    (True, (65536, 512), (8192, 1, 16, 2, 1)),
+    (True, (65536, 1024), (8192, 1, 16, 1)),  # enough rows to fill the GPU
+    (True, (32768, 256), (8192, 1, 16, 1)),  # too narrow
+    (True, (65536, 128), (8192, 1, 16, 2)),  # few rows: the two kernels' split, as before
+    (False, (65536, 256), (8192, 1, 16, 1)),  # a plan that does not gain from it
+])
+def test_the_default_splits_a_norm_in_one_launch(monkeypatch, joined, bucket, config):
+    _split_kind(monkeypatch, SPLIT_JOINED=joined)
+    assert tuning.HEURISTIC(bucket) == config
+
+
+@pytest.mark.parametrize("name,dtype,joined", [
+    ("rms_norm", torch.float16, True),
+    ("rms_norm", torch.float32, True),
+    ("mean", torch.bfloat16, True),  # an RMSNorm by hand
+    ("layer_norm", torch.float32, True),
+    ("layer_norm", torch.bfloat16, False),  # 13% slower in one launch (choices.py)
+    ("softmax", torch.float32, False),
+])
+def test_which_plans_split_in_one_launch_by_default(name, dtype, joined):
+    x = torch.randn(2, 70).to(dtype)
+    analysis = analyze(_model(name, 70, dtype), x)
+    (cluster,) = analysis.clusters
+    kernel = generate(analysis, cluster, Tuning(max_block=16, loop_block=16))
+    assert f"SPLIT_JOINED = {joined}" in kernel.source
 
 
 def test_the_candidates_time_both_split_forms():
@@ -117,16 +146,27 @@ def test_a_joined_int8_amax_wraps_as_eager(tmp_path):
 def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, tmp_path):
     """256 rows of 65536 columns, 8 programs a row (2048 programs, more than an H100 holds
     at once): each program waits for its row's others, or (no polls) computes their chunks'
-    statistics itself; both match eager. The arrivals start at zero on every launch."""
+    statistics itself; both match eager. The arrivals start at zero on every launch. A wait
+    that never saw its partners would still be right, after WAIT_POLLS polls (2**20, about a
+    second) in each program: the waiting launch must take a small fraction of that."""
+    import time
+
     torch.manual_seed(5)
     module, launch, inputs, want = _load(FAMILIES[name], torch.randn(256, 65536), tmp_path)
     _joined(module, splits=8, block=8192, warps=8)
     if polls is not None:
         module.WAIT_POLLS = polls
     seen = _launches(module)
-    for _ in range(2):
-        compare(launch(*inputs).cpu(), want, f"joined {name} 256x65536")
+    compare(launch(*inputs).cpu(), want, f"joined {name} 256x65536")  # compiles first
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    got = launch(*inputs)
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - started
+    compare(got.cpu(), want, f"joined {name} 256x65536, again")
     assert seen == [("joined", (2048,))] * 2
+    if polls is None:  # ~60 µs on an H100; a wait that timed out: seconds
+        assert elapsed < 0.1, f"{elapsed:.3f} s: the programs did not see each other arrive"
 
 
 def test_joined_kernels_compile_for_sm90(tmp_path):

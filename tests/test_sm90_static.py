@@ -86,6 +86,11 @@ def test_a_split_row_has_the_whole_input_between_its_two_kernels():
     assert bytes_between_passes((2048, 1, 8, 16), 4, 128, 65536 * 4) == 128 * 65536 * 4
 
 
+def test_a_row_split_in_one_launch_has_the_chunks_in_flight_between_its_reads():
+    # 8 programs a row in one launch, 2 resident a SM: 264 of 2048 chunks of 32 KiB
+    assert bytes_between_passes((8192, 1, 8, 8, 1), 2, 256, 65536 * 4) == 264 * 8192 * 4
+
+
 def test_global_access_widths_count_bytes_a_thread_and_skip_shared():
     acc = global_accesses(PTX)
     assert acc["ld"] == Counter({16: 2, 8: 1, 2: 1})

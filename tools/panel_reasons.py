@@ -133,7 +133,7 @@ def our_jobs(case, dtype, config: tuple[int, ...], work: Path) -> list[dict]:
                 launches.append((self.name, grid, a, kw))
             return launch
 
-    for kind in ("kernel", "partials", "finish"):
+    for kind in ("kernel", "partials", "finish", "joined"):
         name = f"{kernel.name}_{kind}"
         if hasattr(launcher, name):
             jit = getattr(launcher, name)

@@ -65,10 +65,14 @@ def bytes_between_passes(config: tuple[int, ...], blocks_per_sm: int, n_rows: in
     """Bytes a two-pass kernel reads between a row's first read and its second, when all
     resident programs advance together: the rows in flight, (resident programs x rows a
     program) x `row_bytes`. `config` is a row's `user_config`: (block, rows a program,
-    warps[, programs a row]). A split row (programs a row > 1) is read by two kernels, the
-    partials then the finish: all of the input lies between its two reads."""
+    warps[, programs a row[, 1: in one launch]]). A split row (programs a row > 1) read by
+    two kernels, the partials then the finish, has all of the input between its two reads;
+    in one launch (the joined kernel) the programs in flight read their chunks twice."""
     if len(config) > 3 and config[3] > 1:
-        return n_rows * row_bytes
+        if config[4:] != (1,):
+            return n_rows * row_bytes
+        chunks = n_rows * config[3]  # one launch: a program a chunk
+        return min(chunks, blocks_per_sm * sms) * (row_bytes // config[3])
     programs = -(-n_rows // config[1])
     return min(programs, blocks_per_sm * sms) * config[1] * row_bytes
 

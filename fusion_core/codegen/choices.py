@@ -46,6 +46,15 @@ class Tuning:
     # 128 rows gained from 2 programs each, 256 rows lost 14% with 2)...
     split_programs: int = 256
     split_min_cols: int = 8192  # ...and each program keeps at least this many columns
+    # Rows of a norm at least 8 x split_min_cols wide, too many for the split above (up to
+    # 2 x split_programs), split in two in one launch by default; None: by the plan
+    # (kernel.with_max_block: an RMSNorm, or a LayerNorm of float32 rows). On an H100
+    # (2026-12-06, the panel's night call 2) 2 programs a row in one launch, 8192 columns a
+    # step, 16 warps: layer_norm*2 256x65536 fp32 the best candidate (66.3 µs; one program a
+    # row 69.6), rms_norm 512x65536 bf16 the best (60.2; 69.4) and fp16 1.9% from it (60.3
+    # against 59.2; 66.1), rms_norm 256x65536 fp32 5.5% (63.7 against 60.4; 68.4); 16-bit
+    # layer_norm*2 512x65536 lost 13% (70.3 against 62.2 one program a row).
+    split_joined: bool | None = None
     pack_width: int = 256  # rows at most this wide are packed several per program...
     pack_elements: int = 2048  # ...up to this many elements per program
     max_rows: int = 16

@@ -81,10 +81,15 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     changes from row to row has 4-byte elements, else MAX_LOOP_BLOCK), and the widest single
     block by the plan's widest element (an input's or the accumulator's), twice as wide where
     a reduction holding one value per element would otherwise loop; a centered norm of 16-bit
-    inputs loops sooner."""
+    inputs loops sooner; whether wide rows split in one launch by default (``split_joined``:
+    the plan normalizes, uncentered or float32 rows)."""
     if tuning.max_loop_block is None:
         tuning = replace(tuning, max_loop_block=NORMALIZE_FP32_LOOP_BLOCK if normalizes(p)
                          and row_itemsize(p) >= 4 else MAX_LOOP_BLOCK)
+    if tuning.split_joined is None:  # choices.Tuning.split_joined says why
+        r = p.reduction
+        tuning = replace(tuning, split_joined=normalizes(p) and r is not None and (
+            not r.rule.centered or row_itemsize(p) >= 4))
     if tuning.max_block is not None:
         return tuning
     inputs = [t.dtype.itemsize for t in p.inputs if not t.per_row]
