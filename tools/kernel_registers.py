@@ -45,7 +45,8 @@ FNS = {
 BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 # The jit function each form compiles (and whether the kernel is generated looping).
 FORMS = {"one block": ("kernel", False), "loop": ("kernel", True),
-         "split partials": ("partials", True), "split finish": ("finish", True)}
+         "split partials": ("partials", True), "split finish": ("finish", True),
+         "split joined": ("joined", True)}
 CASES = [  # (function, dtype, width, form, BLOCK_SIZE, warps)
     ("layer_norm->gelu", FP32, 8192, "one block", 8192, 8),
     ("layer_norm->gelu", FP32, 8192, "one block", 8192, 16),
@@ -78,6 +79,9 @@ CASES = [  # (function, dtype, width, form, BLOCK_SIZE, warps)
     ("softmax(x/8)", FP16, 262144, "split finish", 8192, 16),
     ("layer_norm->gelu", BF16, 262144, "split partials", 8192, 16),
     ("layer_norm->gelu", BF16, 262144, "split finish", 8192, 16),
+    # split rows in one launch: the heuristic's pick for a wide norm (2 programs a row)
+    ("layer_norm->gelu", FP32, 65536, "split joined", 8192, 16),
+    ("layer_norm->gelu", BF16, 65536, "split joined", 8192, 16),
 ]
 
 _COMPILE = r"""
@@ -122,10 +126,13 @@ def _job(fn: str, dtype: torch.dtype, width: int, form: str, block: int, warps: 
 
 def kernel_job(kernel, args: tuple, work: Path, suffix: str, block: int, warps: int):
     """The compile job of a generated kernel's jit function `suffix` ("kernel", "partials",
-    "finish") launched on `args` (2 rows), at BLOCK_SIZE `block`, one row a program."""
+    "finish", "joined") launched on `args` (2 rows), at BLOCK_SIZE `block`, one row a
+    program."""
     path, sig, consts = launch_signature(kernel, work, args, suffix)
-    # the pointers (torch allocations are aligned) and the sizes at the case's width
-    sizes = {"n_rows": 4096, "n_cols": args[0].shape[-1]}
+    # the pointers (torch allocations are aligned) and the sizes at the case's width; a split
+    # row's chunk is a multiple of 16 by construction (split_rows.CHUNK_ALIGN), and Triton
+    # specializes it so: unmarked, the chunk's loads compiled scalar
+    sizes = {"n_rows": 4096, "n_cols": args[0].shape[-1], "chunk": 16}
     aligned = [i for i, (name, kind) in enumerate(sig.items())
                if kind.startswith("*") or sizes.get(name, 1) % 16 == 0]
     return (path, f"{kernel.name}_{suffix}", sig,
