@@ -12,7 +12,7 @@ there also takes the path without waiting (``WAIT_POLLS = 0``)."""
 import pytest
 import torch
 import torch.nn.functional as F
-from codegen_harness import DEVICE, compare, compile_for_gpu
+from codegen_harness import DEVICE, Lambda, compare, compile_for_gpu
 from test_codegen_split_rows import FAMILIES, NARROW, SPLIT, _launches, _load, _model, _split_kind
 
 from fusion_core.codegen import Tuning, generate, tuning
@@ -42,33 +42,51 @@ def test_one_launch_only_where_a_row_is_split(monkeypatch, candidate, bucket, co
     assert config_of(bucket, candidate) == config
 
 
-@pytest.mark.parametrize("joined,bucket,config", [
-    (True, (65536, 256), (8192, 1, 16, 2, 1)),  # too many rows for two kernels: one launch
-    (True, (65536, 512), (8192, 1, 16, 2, 1)),
-    (True, (65536, 1024), (8192, 1, 16, 1)),  # enough rows to fill the GPU
-    (True, (32768, 256), (8192, 1, 16, 1)),  # too narrow
-    (True, (65536, 128), (8192, 1, 16, 2)),  # few rows: the two kernels' split, as before
-    (False, (65536, 256), (8192, 1, 16, 1)),  # a plan that does not gain from it
+@pytest.mark.parametrize("most,bucket,config", [
+    (512, (65536, 256), (8192, 1, 16, 2, 1)),  # too many rows for two kernels: one launch
+    (512, (65536, 512), (8192, 1, 16, 2, 1)),
+    (256, (65536, 512), (8192, 1, 16, 1)),  # more rows than the plan's measured gain
+    (512, (65536, 1024), (8192, 1, 16, 1)),  # enough rows to fill the GPU
+    (512, (32768, 256), (8192, 1, 16, 1)),  # too narrow
+    (512, (65536, 128), (8192, 1, 16, 2)),  # few rows: the two kernels' split, as before
+    (0, (65536, 256), (8192, 1, 16, 1)),  # a plan that does not gain from it
 ])
-def test_the_default_splits_a_norm_in_one_launch(monkeypatch, joined, bucket, config):
-    _split_kind(monkeypatch, SPLIT_JOINED=joined)
+def test_the_default_splits_a_norm_in_one_launch(monkeypatch, most, bucket, config):
+    _split_kind(monkeypatch, SPLIT_JOINED_ROWS=most)
     assert tuning.HEURISTIC(bucket) == config
 
 
-@pytest.mark.parametrize("name,dtype,joined", [
-    ("rms_norm", torch.float16, True),
-    ("rms_norm", torch.float32, True),
-    ("mean", torch.bfloat16, True),  # an RMSNorm by hand
-    ("layer_norm", torch.float32, True),
-    ("layer_norm", torch.bfloat16, False),  # 13% slower in one launch (choices.py)
-    ("softmax", torch.float32, False),
+GROUP_NORM = lambda m, x: F.silu(F.group_norm(x * 2.0, 2, m.w, m.b))  # noqa: E731
+MORE = {
+    "group_norm": GROUP_NORM,
+    "layer_norm of x.float()": lambda m, x: F.layer_norm(x.float() + 1.0, (x.shape[-1],)),
+    "x - amax": lambda m, x: x - torch.amax(x * 2.0, -1, keepdim=True),
+}
+
+
+@pytest.mark.parametrize("name,dtype,most", [
+    ("rms_norm", torch.float16, 512),
+    ("rms_norm", torch.bfloat16, 512),
+    ("rms_norm", torch.float32, 256),
+    ("layer_norm", torch.float32, 256),
+    ("layer_norm", torch.bfloat16, 0),  # 13% slower in one launch (choices.py)
+    ("layer_norm of x.float()", torch.bfloat16, 0),  # its row input is 16-bit
+    ("mean", torch.bfloat16, 512),  # an RMSNorm by hand, as LLaMA's (the panel's rows)
+    ("mean", torch.float32, 256),
+    ("group_norm", torch.float32, 0),  # not measured
+    ("x - amax", torch.float32, 0),
+    ("softmax", torch.float32, 0),
 ])
-def test_which_plans_split_in_one_launch_by_default(name, dtype, joined):
-    x = torch.randn(2, 70).to(dtype)
-    analysis = analyze(_model(name, 70, dtype), x)
+def test_which_plans_split_in_one_launch_by_default(name, dtype, most):
+    x = torch.randn(2, 4, 8, 70).to(dtype) if name == "group_norm" else torch.randn(2, 70).to(dtype)
+    width = 4 if name == "group_norm" else 70
+    model = Lambda(MORE[name], w=torch.randn(width).to(dtype), b=torch.randn(width).to(dtype)) \
+        if name in MORE else _model(name, 70, dtype)
+    analysis = analyze(model, x)
     (cluster,) = analysis.clusters
     kernel = generate(analysis, cluster, Tuning(max_block=16, loop_block=16))
-    assert f"SPLIT_JOINED = {joined}" in kernel.source
+    assert 'KIND = "split"' in kernel.source
+    assert f"SPLIT_JOINED_ROWS = {most}\n" in kernel.source
 
 
 def test_the_candidates_time_both_split_forms():

@@ -35,7 +35,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tools")]
 import fusion_core.codegen  # noqa: E402,I001,F401  (first: the interpreter before triton loads)
 import torch  # noqa: E402
 
-from fusion_core.codegen import generate, load_kernel, write_kernels  # noqa: E402
+from fusion_core.codegen import generate, load_kernel, split_rows, write_kernels  # noqa: E402
 from fusion_core.codegen.reference import capture_values, cluster_inputs  # noqa: E402
 from fusion_core.inductor.fake_cuda import fake_cuda_capture  # noqa: E402
 from fusion_core.pipeline import analyze  # noqa: E402
@@ -153,6 +153,8 @@ def our_jobs(case, dtype, config: tuple[int, ...], work: Path) -> list[dict]:
         for arg, value in kw.items():
             if arg in names:
                 sig[arg], consts[arg] = "constexpr", value
+        if "WAIT_POLLS" in consts:  # the joined kernel's wait as the GPU runs it (interpreted: 0)
+            consts["WAIT_POLLS"] = split_rows.POLLS
         aligned = [i for i, v in enumerate(a) if isinstance(v, torch.Tensor) or v % 16 == 0]
         programs = 1
         for g in grid:

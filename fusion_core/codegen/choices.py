@@ -46,15 +46,10 @@ class Tuning:
     # 128 rows gained from 2 programs each, 256 rows lost 14% with 2)...
     split_programs: int = 256
     split_min_cols: int = 8192  # ...and each program keeps at least this many columns
-    # Rows of a norm at least 8 x split_min_cols wide, too many for the split above (up to
-    # 2 x split_programs), split in two in one launch by default; None: by the plan
-    # (kernel.with_max_block: an RMSNorm, or a LayerNorm of float32 rows). On an H100
-    # (2026-12-06, the panel's night call 2) 2 programs a row in one launch, 8192 columns a
-    # step, 16 warps: layer_norm*2 256x65536 fp32 the best candidate (66.3 µs; one program a
-    # row 69.6), rms_norm 512x65536 bf16 the best (60.2; 69.4) and fp16 1.9% from it (60.3
-    # against 59.2; 66.1), rms_norm 256x65536 fp32 5.5% (63.7 against 60.4; 68.4); 16-bit
-    # layer_norm*2 512x65536 lost 13% (70.3 against 62.2 one program a row).
-    split_joined: bool | None = None
+    # Rows of a norm wider than 4 x split_min_cols (a bucket of 8 x), too many for the split
+    # above, split in two in one launch by default up to this many rows (0: never); None: by
+    # the plan (SPLIT_JOINED_ROWS below)
+    split_joined_rows: int | None = None
     pack_width: int = 256  # rows at most this wide are packed several per program...
     pack_elements: int = 2048  # ...up to this many elements per program
     max_rows: int = 16
@@ -70,6 +65,18 @@ class Tuning:
 
 
 MAX_LOOP_BLOCK = 8192
+# Where wide rows split in one launch by default (Tuning.split_joined_rows): the rows a bucket
+# may have, by the norm and its widest row input's bytes; plans not listed never. On an H100
+# (2026-12-06, the panel's night call 2) 2 programs a row in one launch, 8192 columns a step,
+# 16 warps: layer_norm*2 256x65536 fp32 the best candidate (66.3 µs; one program a row
+# 69.6), rms_norm 512x65536 bf16 the best (60.2; 69.4) and fp16 1.9% from it (60.3 against
+# 59.2; 66.1), rms_norm 256x65536 fp32 5.5% (63.7 against 60.4; 68.4); 16-bit
+# layer_norm*2 512x65536 lost 13% (70.3 against 62.2 one program a row). The RMSNorm rows
+# measured are LLaMA's, spelled out (pow -> mean -> rsqrt -> mul: a "mean" read back per
+# element); F.rms_norm's kernel keeps the same statistic a lane (a sum of squares), not
+# measured itself. Not measured: other row counts, group norms, batch norms, other collapses.
+SPLIT_JOINED_ROWS = {("mean", 2): 512, ("mean", 4): 256, ("rms_norm", 2): 512,
+                     ("rms_norm", 4): 256, ("layer_norm", 4): 256}
 # A row a norm reads twice (statistics, then each element: kernel.normalizes) whose widest row-
 # varying tensor is float32 (read or written) steps 16 KiB: on the H100 panel of 2026-12-06 (call
 # 8) layer_norm*2 256x65536 fp32 ran 5.4% slower at 8192 columns a step than at 4096, rms_norm*2

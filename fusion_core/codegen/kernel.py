@@ -38,7 +38,7 @@ from . import (
     rounding,
     split_rows,
 )
-from .choices import MAX_LOOP_BLOCK, NORMALIZE_FP32_LOOP_BLOCK, Tuning, kind
+from .choices import MAX_LOOP_BLOCK, NORMALIZE_FP32_LOOP_BLOCK, SPLIT_JOINED_ROWS, Tuning, kind
 from .loads import row_itemsize
 from .lower import KernelPlan, plan
 from .one_block import CENTERED_16BIT_ONE_BLOCK, widest_one_block
@@ -81,15 +81,15 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     changes from row to row has 4-byte elements, else MAX_LOOP_BLOCK), and the widest single
     block by the plan's widest element (an input's or the accumulator's), twice as wide where
     a reduction holding one value per element would otherwise loop; a centered norm of 16-bit
-    inputs loops sooner; whether wide rows split in one launch by default (``split_joined``:
-    the plan normalizes, uncentered or float32 rows)."""
+    inputs loops sooner; up to how many rows wide rows split in one launch by default
+    (``SPLIT_JOINED_ROWS`` by the norm and its widest row input)."""
     if tuning.max_loop_block is None:
         tuning = replace(tuning, max_loop_block=NORMALIZE_FP32_LOOP_BLOCK if normalizes(p)
                          and row_itemsize(p) >= 4 else MAX_LOOP_BLOCK)
-    if tuning.split_joined is None:  # choices.Tuning.split_joined says why
-        r = p.reduction
-        tuning = replace(tuning, split_joined=normalizes(p) and r is not None and (
-            not r.rule.centered or row_itemsize(p) >= 4))
+    if tuning.split_joined_rows is None:  # choices.SPLIT_JOINED_ROWS says why
+        widest_in = max((t.dtype.itemsize for t in p.inputs if not t.per_row), default=0)
+        rule = p.reduction.rule.name if p.reduction is not None else None
+        tuning = replace(tuning, split_joined_rows=SPLIT_JOINED_ROWS.get((rule, widest_in), 0))
     if tuning.max_block is not None:
         return tuning
     inputs = [t.dtype.itemsize for t in p.inputs if not t.per_row]

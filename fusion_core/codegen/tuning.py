@@ -43,7 +43,7 @@ BLOCK, NUM_WARPS, TILE_COLS = 1024, 4, 32
 MAX_BLOCK, LOOP_BLOCK, PACK_WIDTH, PACK_ELEMENTS, MAX_ROWS = 4096, 1024, 256, 2048, 16
 LOOP_STEPS, MAX_LOOP_BLOCK = 4, 8192
 SPLIT_PROGRAMS, SPLIT_MIN_COLS, SPLIT_LOOP_BLOCK = 256, 8192, 8192
-SPLIT_JOINED = False  # the plan's wide rows split in one launch by default (choices.py)
+SPLIT_JOINED_ROWS = 0  # rows up to this many split in one launch by default (choices.py)
 ROW_CLASSES = 2  # row counts are bucketed by powers of this...
 ROW_CLASS_CAP = 16384  # ...up to this many rows (more rows: one class)
 TUNE_WARMUP_MS, TUNE_REP_MS = 5, 25  # per candidate, once per bucket
@@ -161,13 +161,12 @@ def _splits(bucket):
 def _split_heuristic(bucket):
     """Few wide rows: each split over `_splits` programs, every program looping over its
     chunk as the looped heuristic would over a row that narrow, with that many rows, in steps
-    of up to SPLIT_LOOP_BLOCK (a row not split: MAX_LOOP_BLOCK). Where the plan says
-    SPLIT_JOINED, rows too many for `_splits` (up to 2 x SPLIT_PROGRAMS) at least 8 x
-    SPLIT_MIN_COLS wide are split in two, in one launch."""
+    of up to SPLIT_LOOP_BLOCK (a row not split: MAX_LOOP_BLOCK). Rows too many for `_splits`,
+    up to SPLIT_JOINED_ROWS (the plan's), in a bucket at least 8 x SPLIT_MIN_COLS wide, are
+    split in two, in one launch."""
     width, n_rows = bucket
     splits = _splits(bucket)
-    if (SPLIT_JOINED and splits == 1 and n_rows <= 2 * SPLIT_PROGRAMS
-            and width >= 8 * SPLIT_MIN_COLS):
+    if splits == 1 and n_rows <= SPLIT_JOINED_ROWS and width >= 8 * SPLIT_MIN_COLS:
         block, rows, num_warps = _looped_heuristic((width // 2, n_rows * 2), SPLIT_LOOP_BLOCK)
         return block, rows, num_warps, 2, 1
     block, rows, num_warps = _looped_heuristic((width // splits, n_rows * splits),
