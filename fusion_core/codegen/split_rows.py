@@ -1,10 +1,10 @@
-"""Split rows: the two kernels and the launch of a looped reduction whose rows are few and wide.
+"""Split rows: the kernels and the launch of a looped reduction whose rows are few and wide.
 
 Reads a plan of kind "split" (``choices.kind``: one softmax, log_softmax, layer_norm,
 rms_norm, group_norm, or sum/mean/amax/amin read per element, whose outputs are all per
 element) and its looped kernel's signature (``signature.py``); writes, through the same
-``CodeWriter`` and the same column loop as that kernel (``emit.py``), two more
-``@triton.jit`` functions and the ``_launch`` that picks between them. One program per row
+``CodeWriter`` and the same column loop as that kernel (``emit.py``), three more
+``@triton.jit`` functions and the ``_launch`` that picks among them. One program per row
 leaves most SMs idle when rows are few (64 rows on 132 SMs), so each row is cut into `splits`
 chunks of `chunk` columns (about equal, a multiple of 16), one program each:
 
@@ -17,10 +17,20 @@ chunks of `chunk` columns (about equal, a multiple of 16), one program each:
   block), merges them into the row's statistics, then runs the looped kernel's last pass over
   its own chunk: prologue recomputed, reduction finished, epilogue, store.
 
+* ``<name>_joined`` (a 1-D grid of rows x splits, a row's programs adjacent): the two in one
+  launch. Each program stores its chunk's statistics, adds itself to its row's arrival
+  counter and polls it (WAIT_POLLS times at most) until the row's other programs have
+  stored theirs; a GPU starts programs in index order, so they run side by side. A program
+  still short of partners computes their chunks' statistics itself (the same values), so a
+  late partner costs time, never a wrong result or a hang; under Triton's interpreter, which
+  runs programs one at a time, WAIT_POLLS is 0 and that is the path. Then it merges and
+  finishes its chunk as the finish kernel does.
+
 Like Inductor's split reductions (a first kernel writes per-chunk partial results, a second
 combines them), but the second kernel also writes the normalized row. ``splits == 1`` in a
-configuration launches the ordinary looped kernel instead; the launcher allocates the
-workspace per launch (the caching allocator makes that cheap, and CUDA graphs capture it).
+configuration launches the ordinary looped kernel instead, a fifth number 1 the joined
+kernel; the launcher allocates the workspace (and the joined kernel's zeroed counters) per
+launch (the caching allocator makes that cheap, and CUDA graphs capture it).
 """
 
 from __future__ import annotations
