@@ -1,22 +1,22 @@
 """Split rows in one launch (``codegen/split_rows.py``'s joined kernel): each program stores
 its chunk's statistics, counts itself in its row's arrivals, waits for the row's other
 programs and finishes its chunk. The candidates that take the form, numerics against eager
-for every family of partials, and the kernel compiling for sm_90.
+for every family of partials.
 
 Under Triton's interpreter programs run one at a time, so no program finds its partners
 arrived until the row's last: the earlier ones compute the missing chunks' statistics
 themselves (the path a GPU takes should a partner not start), the last reads what the others
 stored. On a GPU (the same tests, kernels compiled) the programs wait for each other; a test
-there also takes the path without waiting (``WAIT_POLLS = 0``)."""
+there also takes the path without waiting (``WAIT_POLLS = 0``). The kernel compiling for sm_90:
+``test_codegen_split_rows.py``'s compile test, with the other split kernels."""
 
 import pytest
 import torch
 import torch.nn.functional as F
-from codegen_harness import DEVICE, Lambda, compare, compile_for_gpu
+from codegen_harness import DEVICE, Lambda, compare
 from test_codegen_split_rows import FAMILIES, NARROW, SPLIT, _launches, _load, _model, _split_kind
 
 from fusion_core.codegen import Tuning, generate, tuning
-from fusion_core.codegen.reference import capture_values, cluster_inputs
 from fusion_core.pipeline import analyze
 
 
@@ -185,21 +185,3 @@ def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, tmp_path):
     assert seen == [("joined", (2048,))] * 2
     if polls is None:  # ~60 µs on an H100; a wait that timed out: seconds
         assert elapsed < 0.1, f"{elapsed:.3f} s: the programs did not see each other arrive"
-
-
-def test_joined_kernels_compile_for_sm90(tmp_path):
-    """The wait (a loop on an atomic), the statistics computed again under a runtime
-    condition, and the loads past L1 compile: each family of partials, bf16 and fp32."""
-    jobs = []
-    small = Tuning(max_block=16, loop_block=16, split_min_cols=16)
-    for name in ("softmax", "layer_norm", "rms_norm", "mean"):
-        for dtype in (torch.bfloat16, torch.float32):
-            x = torch.randn(3, 70).to(dtype)
-            analysis = analyze(_model(name, 70, dtype), x)
-            (cluster,) = analysis.clusters
-            kernel = generate(analysis, cluster, small)
-            args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
-            where = tmp_path / f"{name}-{dtype}".replace("torch.", "")
-            jobs.append((kernel, where, args, "joined"))
-    compiled = compile_for_gpu(jobs)
-    assert len(compiled) == len(jobs) and all(compiled.values()), compiled

@@ -311,8 +311,10 @@ def test_a_launcher_at_a_new_shape_picks_its_own_configuration(tmp_path):
 
 def test_split_kernels_compile_for_sm90(tmp_path):
     """The interpreter accepts a loop bound that is a tensor and reads of tl.num_programs;
-    the compiler must too: both kernels of each partials family, in bf16 and fp32, and of
-    an int8 amax."""
+    the compiler must too: the three kernels of each partials family, in bf16 and fp32, and
+    of an int8 amax (the joined kernel's wait, a loop on an atomic, and its statistics
+    computed again under a runtime condition too: ``catch_launch`` gives it the GPU's
+    WAIT_POLLS)."""
     jobs = []
     small = Tuning(max_block=16, loop_block=16, split_min_cols=16)
     for name in ("softmax", "layer_norm", "rms_norm", "mean"):
@@ -322,7 +324,7 @@ def test_split_kernels_compile_for_sm90(tmp_path):
             (cluster,) = analysis.clusters
             kernel = generate(analysis, cluster, small)
             args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
-            for suffix in ("partials", "finish"):
+            for suffix in ("partials", "finish", "joined"):
                 where = tmp_path / f"{name}-{dtype}-{suffix}".replace("torch.", "")
                 jobs.append((kernel, where, args, suffix))
     # an int8 amax: its statistics cast back to int8 after each reduction (see NARROW)
@@ -333,7 +335,7 @@ def test_split_kernels_compile_for_sm90(tmp_path):
     kernel = generate(analysis, cluster, small)
     args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
     jobs += [(kernel, tmp_path / f"int8-{suffix}", args, suffix)
-             for suffix in ("partials", "finish")]
+             for suffix in ("partials", "finish", "joined")]
     compiled = compile_for_gpu(jobs)
     assert len(compiled) == len(jobs) and all(compiled.values()), compiled
 
