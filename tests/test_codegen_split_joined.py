@@ -36,7 +36,7 @@ def _joined(module, splits: int = 4, block: int = 256, warps: int = 2) -> None:
     ((8192, 8, 8, 1), (262144, 8192), (8192, 1, 8, 1)),  # many rows: not split either
 ])
 def test_one_launch_only_where_a_row_is_split(monkeypatch, candidate, bucket, config):
-    heuristic, config_of = tuning.KINDS["split"]
+    _, config_of = tuning.KINDS["split"]
     monkeypatch.setattr(tuning, "SPLIT_PROGRAMS", 256)
     monkeypatch.setattr(tuning, "MAX_LOOP_BLOCK", 8192)
     assert config_of(bucket, candidate) == config
@@ -117,8 +117,7 @@ def test_joined_group_norm_and_uneven_chunks(tmp_path):
     516), each ending inside a block."""
     torch.manual_seed(6)
     x = torch.randn(2, 4, 16, 128)
-    fn = lambda m, x: F.silu(F.group_norm(x * 2.0, 2, m.w, m.b))  # noqa: E731
-    module, launch, inputs, want = _load(fn, x, tmp_path / "gn", width=4)
+    module, launch, inputs, want = _load(GROUP_NORM, x, tmp_path / "gn", width=4)
     _joined(module)
     compare(launch(*inputs).cpu(), want, "joined group_norm")
     module, launch, inputs, want = _load(FAMILIES["layer_norm"], torch.randn(3, 2100),

@@ -83,16 +83,16 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     a reduction holding one value per element would otherwise loop; a centered norm of 16-bit
     inputs loops sooner; up to how many rows wide rows split in one launch by default
     (``SPLIT_JOINED_ROWS`` by the norm and its widest row input)."""
+    inputs = [t.dtype.itemsize for t in p.inputs if not t.per_row]  # row inputs' bytes
     if tuning.max_loop_block is None:
         tuning = replace(tuning, max_loop_block=NORMALIZE_FP32_LOOP_BLOCK if normalizes(p)
                          and row_itemsize(p) >= 4 else MAX_LOOP_BLOCK)
     if tuning.split_joined_rows is None:  # choices.SPLIT_JOINED_ROWS says why
-        widest_in = max((t.dtype.itemsize for t in p.inputs if not t.per_row), default=0)
         rule = p.reduction.rule.name if p.reduction is not None else None
-        tuning = replace(tuning, split_joined_rows=SPLIT_JOINED_ROWS.get((rule, widest_in), 0))
+        most = SPLIT_JOINED_ROWS.get((rule, max(inputs, default=0)), 0)
+        tuning = replace(tuning, split_joined_rows=most)
     if tuning.max_block is not None:
         return tuning
-    inputs = [t.dtype.itemsize for t in p.inputs if not t.per_row]
     sizes = inputs + ([p.reduction.dtype.itemsize] if p.reduction is not None else [])
     centered_16bit = (p.can_loop and p.reduction is not None and p.reduction.rule.centered
                       and max(inputs, default=4) < 4)

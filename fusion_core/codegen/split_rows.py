@@ -176,7 +176,7 @@ def _merged(plan: KernelPlan, found: Partials, form: _Form, out: CodeWriter,
     out.lines(_scalars(found.merged, widened(r.dtype)))
 
 
-def _wait(found: Partials, plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+def _wait(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWriter) -> None:
     """The joined kernel between its passes: the program's arrival counted, its row's
     other programs waited for (at most WAIT_POLLS polls), and any chunk still missing
     computed here. Thread 0 adds (Triton gives a scalar atomic to one thread): the barrier
@@ -233,7 +233,7 @@ def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
         out.lines(_chunk_lines(n, _JOINED))
         row_prologue(plan, params, out)
         _statistics(plan, params, found, out)
-        _wait(found, plan, params, out)
+        _wait(plan, params, found, out)
         _merged(plan, found, _JOINED, out, ".cg")  # past L1: other SMs wrote them
         last_pass(plan, params, out, _CHUNK)
     if tuple(params) != looped.scalars:  # the launcher passes the looped kernel's scalars
