@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from ..names import jit_function_name
 from . import direct_launch
 from .emit import Chunk, column_loop, def_line, last_pass, rewritten, row_prologue, rows_boilerplate
+from .interpreted import range_bound
 from .lower import KernelPlan
 from .plan import Role
 from .reduce import Partials, emitter, widened
@@ -107,11 +108,9 @@ def _chunk_cols(part: str) -> list[str]:
             "end = start + chunk_cols"]
 
 
-def _chunk_lines(n: int, form: _Form, where: bool = True) -> list[str]:
-    """The program's chunk of its rows (`where`: its columns too), and where the rows' `n`
-    partials start."""
-    return [f"split = {form.split}  # this program's chunk of the row",
-            *(_chunk_cols("split") if where else ()),
+def _chunk_lines(n: int, form: _Form) -> list[str]:
+    """The program's chunk of its rows, and where the rows' `n` partials start."""
+    return [f"split = {form.split}  # this program's chunk of the row", *_chunk_cols("split"),
             f"slot = rows * ({form.splits} * {n})  # the rows' partials in {WORKSPACE}"]
 
 
@@ -177,37 +176,31 @@ def _merged(plan: KernelPlan, found: Partials, form: _Form, out: CodeWriter,
     out.lines(_scalars(found.merged, widened(r.dtype)))
 
 
-def _joined_statistics(plan: KernelPlan, params: KernelParams, found: Partials,
-                       out: CodeWriter) -> None:
-    """The joined kernel's statistics pass and wait, one loop over the chunks this program
-    stores: its own, then, should its row's other programs not arrive within WAIT_POLLS
-    polls, every chunk of the row (its own again: the same values). One statistics pass in
-    the text, not a second copy for the late partners: with two, ptxas kept both passes'
-    registers (the float32 LayerNorm at 8192 a step, 16 warps: 86 a thread against 64,
-    one program an SM instead of two; compiled for sm_90 on the CPU). Thread 0 adds (Triton
-    gives a scalar atomic to one thread): the barrier before it orders every thread's stores
-    of the partials; `acq_rel` and `acquire` make the other programs' stores visible to the
-    loads after the last barrier."""
-    out.lines(["", "# chunks whose statistics this program stores: its own first; all of the",
-               "# row's (interpreted, programs run one at a time; or a GPU that did not start",
-               "# the row's programs together) when its partners have not arrived in time",
-               "todo = 1", "k = 0", "while k < todo:"])
+def _wait(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWriter) -> None:
+    """The joined kernel between its passes: the program's arrival counted, its row's
+    other programs waited for (at most WAIT_POLLS polls), and any chunk still missing
+    computed here. Thread 0 adds (Triton gives a scalar atomic to one thread): the barrier
+    before it orders every thread's stores of the partials; `acq_rel` and `acquire` make
+    the other programs' stores visible to the loads after the last barrier."""
+    out.lines(["", "# arrival: this row's programs counted, each waiting for the others",
+               "tl.debug_barrier()  # every thread's partials stored before the count",
+               f'seen = tl.atomic_add({ARRIVALS} + pid, 1, sem="acq_rel") + 1',
+               "polls = 0",
+               f"while (seen < {N_SPLITS.name}) & (polls < {WAIT_POLLS.name}):"])
     with out.indented():
-        out.line("part = tl.where(k == 0, split, k - 1)")
-        out.lines(_chunk_cols("part"))
-        _statistics(plan, params, found, out, "part")
-        out.lines(["", "if k == 0:  # arrival: this row's programs counted, each waiting",
-                   "    tl.debug_barrier()  # every thread's partials stored before the count",
-                   f'    seen = tl.atomic_add({ARRIVALS} + pid, 1, sem="acq_rel") + 1',
-                   "    polls = 0",
-                   f"    while (seen < {N_SPLITS.name}) & (polls < {WAIT_POLLS.name}):",
-                   f'        seen = tl.atomic_add({ARRIVALS} + pid, 0, sem="acquire")',
-                   "        polls += 1",
-                   f"    if seen < {N_SPLITS.name}:",
-                   f"        todo = 1 + {N_SPLITS.name}",
-                   "k += 1"])
-    out.lines(["# this program's own chunk again", *_chunk_cols("split"),
-               "tl.debug_barrier()  # the partials read after every thread's wait"])
+        out.lines([f'seen = tl.atomic_add({ARRIVALS} + pid, 0, sem="acquire")',
+                   "polls += 1"])
+    out.line(f"if seen < {N_SPLITS.name}:")
+    with out.indented():  # the interpreter runs one program at a time: none has arrived
+        out.lines(["# a chunk not counted yet (interpreted, programs run one at a time; or",
+                   "# a GPU that did not start the row's programs together): its statistics",
+                   "# computed here (the same values its own program stores)",
+                   f"for other in range({range_bound(N_SPLITS.name)}):"])
+        with out.indented():
+            out.lines(_chunk_cols("other"))
+            _statistics(plan, params, found, out, "other")
+        out.lines(["# this program's own chunk again", *_chunk_cols("split")])
+    out.line("tl.debug_barrier()  # the partials read after every thread's wait")
 
 
 def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
@@ -237,9 +230,10 @@ def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
     with out.indented():
         rows_boilerplate(plan, "split rows in one launch: a row's programs side by side", out,
                          f"tl.program_id(0) // {N_SPLITS.name}")
-        out.lines(_chunk_lines(n, _JOINED, where=False))  # the loop below finds its chunks
+        out.lines(_chunk_lines(n, _JOINED))
         row_prologue(plan, params, out)
-        _joined_statistics(plan, params, found, out)
+        _statistics(plan, params, found, out)
+        _wait(plan, params, found, out)
         _merged(plan, found, _JOINED, out, ".cg")  # past L1: other SMs wrote them
         last_pass(plan, params, out, _CHUNK)
     if tuple(params) != looped.scalars:  # the launcher passes the looped kernel's scalars
