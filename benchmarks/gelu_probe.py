@@ -1,0 +1,157 @@
+"""What the 16-bit GELU costs a fused LayerNorm→GELU kernel, by the form of its erfc, on a GPU.
+
+Run on a CUDA machine from the repository root:
+
+    PYTHONPATH=. python benchmarks/gelu_probe.py [--cases 9,6] [--list]
+
+The panel's LayerNorm→GELU rows trail Liger-Kernel's LayerNorm alone (which moves the same
+bytes and computes no GELU). The exact GELU of a 16-bit result (``codegen/half_gelu.py``) is a
+polynomial and special-function instructions, which an SM issues at an eighth of its
+arithmetic rate. For each case this times the kernel the user gets with:
+
+- ``now``: the helper as generated (erfc(z)/2 as exp(L(z) - z²): one exp);
+- ``reciprocal``: the form it replaced, t·P(t)·exp(-z²) with t = 1/(1 + 0.418·z) (a reciprocal
+  and an exp; relative error of erfc under 4e-6 in float32 for z <= 4.6);
+- ``tanh.approx``: GELU's tanh form through the one-instruction tanh (timing only: its error
+  is larger than a 16-bit rounding where x is far below 0; the cheapest GELU there is);
+- ``no gelu``: the helper returning its input (timing only: the floor without a GELU).
+
+Each kernel after its own per-shape tuning, CUDA-graph replays over inputs past the L2, as the
+shapes panel times, with every candidate configuration; the first two checked against eager.
+``--list`` prints the configurations, without a GPU. Compiled for sm_90 on the CPU (Triton 3.9,
+8 warps, 4096 a step at 1024 x 16384 bf16), the kernel was 912 SASS instructions with 35 MUFU
+in the reciprocal form; 904 and 19 in the one-exp form; tanh.approx 752 and 19; no GELU
+(layer_norm*2) 640 and 3. First run: RESULTS.md (H100, 2026-12-06), which made one exp the
+form generated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import fusion_core.codegen  # noqa: E402,I001,F401  (first: the interpreter before triton loads)
+import torch  # noqa: E402
+
+from fusion_core.codegen import generate, half_gelu, load_kernel, write_kernels  # noqa: E402
+from fusion_core.codegen.interpreted import FLAG  # noqa: E402
+from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster  # noqa: E402
+from fusion_core.ir.lowerings import GELU_HALF  # noqa: E402
+from fusion_core.pipeline import analyze  # noqa: E402
+from gpu_clusters import as_tuple, close, copy_us, graph_us, rotating  # noqa: E402
+from panel_cases import CASES  # noqa: E402
+from panel_timing import candidate_us  # noqa: E402
+from shapes_panel import build, case_numbers, fused_cluster  # noqa: E402
+
+DEFAULT_CASES = "9,6"  # layer_norm→gelu 1024x16384 bf16, 4096x4096 fp16
+# The form before (December 2026): erfc(z)/2 = t·P(t)·exp(-z²), t = 1/(1 + RECIPROCAL_P·z), P of
+# degree 5 halved, constant term first
+RECIPROCAL_P = 0.418
+RECIPROCAL_COEFFICIENTS = (0.11906137317419052, 0.10455744713544846, 0.17110535502433777,
+                           -0.06895487010478973, 0.2613724172115326, -0.08714212477207184)
+
+
+def _reciprocal_lines() -> list[str]:
+    expr = repr(RECIPROCAL_COEFFICIENTS[-1])
+    for c in reversed(RECIPROCAL_COEFFICIENTS[:-1]):
+        expr = f"({c!r} + t * {expr})"
+    return ["@triton.jit", f"def {GELU_HALF}(x):",
+            "    z = tl.abs(x) * 0.7071067811865476",
+            f"    if {FLAG}:",
+            f"        t = 1.0 / (1.0 + {RECIPROCAL_P!r} * z)",
+            "        e = tl.exp(-z * z)",
+            "    else:",
+            f"        t = libdevice.fast_dividef(1.0, 1.0 + {RECIPROCAL_P!r} * z)",
+            "        e = libdevice.fast_expf(-z * z)",
+            f"    half_q = t * {expr} * e",
+            "    return x * tl.where(x >= 0, 1.0 - half_q, half_q)"]
+
+
+def _tanh_approx_lines() -> list[str]:
+    """GELU's tanh form through the GPU's one-instruction tanh (timing only: its error is
+    larger than a 16-bit rounding where x is far below 0)."""
+    return ["@triton.jit", f"def {GELU_HALF}(x):",
+            "    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)",
+            f"    if {FLAG}:",
+            "        t = 2.0 * tl.sigmoid(2.0 * u) - 1.0",
+            "    else:",
+            "        t = tl.inline_asm_elementwise('tanh.approx.f32 $0, $1;', '=r,r', [u],",
+            "                                      dtype=tl.float32, is_pure=True, pack=1)",
+            "    return 0.5 * x * (1.0 + t)"]
+
+
+def _no_gelu_lines() -> list[str]:
+    return ["@triton.jit", f"def {GELU_HALF}(x):", "    return x"]
+
+
+VARIANTS = {"now": None, "reciprocal": _reciprocal_lines, "tanh.approx": _tanh_approx_lines,
+            "no gelu": _no_gelu_lines}
+TIMING_ONLY = ("tanh.approx", "no gelu")
+
+
+def files(case, device: str, work: Path, tiny: bool = False):
+    """(variant, kernel file, launcher name) per variant, the cluster's inputs, eager, cluster
+    (`tiny`: at the case's tiny shapes)."""
+    gen = torch.Generator().manual_seed(0)
+    module, model_inputs = build(case, tiny, device, gen)
+    analysis = analyze(module, *model_inputs)
+    cluster, why = fused_cluster(analysis)
+    if cluster is None:
+        raise SystemExit(f"{case.label}: not one cluster ({why})")
+    found, helpers = [], half_gelu.helpers
+    try:
+        for label, lines in VARIANTS.items():
+            if lines is not None:
+                half_gelu.helpers = lambda plan, lines=lines: (
+                    lines() if half_gelu.called(plan) else [])
+            kernel = generate(analysis, cluster, None)
+            path = write_kernels([kernel], work / label.replace(" ", "_"))[0]
+            found.append((label, path, kernel.name))
+    finally:
+        half_gelu.helpers = helpers
+    values = capture_values(analysis, *model_inputs)
+    inputs = cluster_inputs(analysis, cluster, values, torch.Generator(device).manual_seed(1))
+    return found, inputs, eager_cluster(analysis, cluster), cluster
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=DEFAULT_CASES)
+    parser.add_argument("--list", action="store_true", help="the configurations only")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() and not args.list else "cpu"
+    if device == "cpu" and not args.list:
+        sys.exit("gelu_probe.py times kernels on a CUDA GPU (--list runs without one)")
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda" else 0
+    with tempfile.TemporaryDirectory(prefix="gelu-probe-") as work:
+        for i, number in enumerate(case_numbers(args.cases)):
+            case = CASES[number]
+            found, inputs, eager, cluster = files(case, device, Path(work) / str(i))
+            print(f"== {case.label} {str(case.dtype).removeprefix('torch.')}", flush=True)
+            if args.list:
+                for label, path, _ in found:
+                    module = load_kernel(path)
+                    print(f"   {label}: kind {module.KIND}, candidates {list(module.CANDIDATES)}")
+                continue
+            sets = rotating(inputs, l2_bytes)
+            want = as_tuple(eager(*inputs))
+            print(f"   copy {copy_us(cluster.traffic.fused_bytes, l2_bytes):.1f} µs")
+            for label, path, name in found:
+                user = getattr(load_kernel(path), name)
+                ok, err = close(user(*inputs), want, case.dtype)  # tunes on CUDA
+                verdict = "timing only" if label in TIMING_ONLY else "ok" if ok else "WRONG"
+                chosen = list(user.__globals__["CHOSEN"].values())
+                print(f"   {label}: the user gets {graph_us(user, sets):.1f} µs at {chosen}"
+                      f" ({verdict}, max abs err {err:.3g})", flush=True)
+                for c in candidate_us(path, name, inputs, sets):
+                    print(f"      {c['config']}: {c['us']:.1f} µs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
