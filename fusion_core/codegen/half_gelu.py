@@ -15,9 +15,11 @@ log(erfc(z)) + z² for z in [0, 9.5] (``tests/test_codegen_half_gelu.py`` checks
 bounds): q's relative error, evaluated in float32 as the kernel does, is under 3e-5 for
 z ≤ 4.6 (|x| < 6.5) and under 1e-4 up to z = 9.5 (|x| < 13.4); past it z is clamped in L and
 q < 1e-40, which the compiled exp flushes to 0.
-Float16 and bfloat16 keep 11 and 8 bits: their rounding hides both (a result a tie away from a
-rounding step can land on its other side). Below zero the result is more accurate than eager's
-float32 `1 + erf(x/√2)`, which cancels (at x = −4 it keeps one significant bit of Φ).
+Float16 and bfloat16 keep 11 and 8 bits: every result is within a rounding step of the exact
+one, and rounds to it but where the exact value lies within that error of a step: 1.0% of
+fp16 values drawn from N(0, 3²) (the reciprocal form, 0.02%; eager, 7.8%). Below zero the
+result is more accurate than eager's float32 `1 + erf(x/√2)`, which cancels (at x = −4 it
+keeps one significant bit of Φ).
 """
 
 from __future__ import annotations
