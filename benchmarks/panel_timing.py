@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from gpu_clusters import graph_us
+from gpu_clusters import as_tuple, close, copy_us, graph_us, rotating
 
 from fusion_core.codegen import load_kernel
 
@@ -122,3 +122,74 @@ def cache_check(path: Path, name: str, inputs, row: dict) -> None:
     torch.cuda.synchronize()
     row["cached_first_call_s"] = round(time.perf_counter() - start, 3)
     row["cache_hit"] = not timed and list(again.CHOSEN.values()) == row["user_config_tuples"]
+
+
+def print_variants(found: list, inputs: tuple, eager: Callable, cluster, dtype: torch.dtype,
+                   l2_bytes: int, listing: bool, timing_only: tuple[str, ...] = ()) -> None:
+    """A probe's report of one case: each (label, kernel file, launcher name) of `found`,
+    with `listing` its kind and candidates (no GPU needed); else the same-size copy's time,
+    then each file as the user gets it (its own per-shape choice) checked against `eager`
+    (labels in `timing_only` are not: their values are not meant to be right), and every
+    candidate configuration's time."""
+    if listing:
+        for label, path, _ in found:
+            module = load_kernel(path)
+            print(f"   {label}: kind {module.KIND}, candidates {list(module.CANDIDATES)}")
+        return
+    sets = rotating(inputs, l2_bytes)
+    want = as_tuple(eager(*inputs))
+    print(f"   copy {copy_us(cluster.traffic.fused_bytes, l2_bytes):.1f} µs")
+    for label, path, name in found:
+        user = getattr(load_kernel(path), name)
+        ok, err = close(user(*inputs), want, dtype)  # tunes on CUDA
+        verdict = "timing only" if label in timing_only else "ok" if ok else "WRONG"
+        chosen = list(user.__globals__["CHOSEN"].values())
+        print(f"   {label}: the user gets {graph_us(user, sets):.1f} µs at {chosen}"
+              f" ({verdict}, max abs err {err:.3g})", flush=True)
+        for c in candidate_us(path, name, inputs, sets):
+            print(f"      {c['config']}: {c['us']:.1f} µs")
+
+
+def run_probe(script: str, description: str, default_cases: str, files: Callable,
+              timing_only: tuple[str, ...] = ()) -> int:
+    """A probe's command line: `--cases` (panel case numbers or groups), `--list` (no GPU:
+    each variant's kind and candidates); for each case `files(case, device, folder)` gives
+    (variants, inputs, eager, cluster), reported by `print_variants`."""
+    import argparse
+    import sys
+    import tempfile
+
+    from panel_cases import CASES
+    from shapes_panel import case_numbers
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cases", default=default_cases)
+    parser.add_argument("--list", action="store_true", help="the configurations, no timing")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() and not args.list else "cpu"
+    if device == "cpu" and not args.list:
+        sys.exit(f"{script} times kernels on a CUDA GPU (--list runs without one)")
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda" else 0
+    with tempfile.TemporaryDirectory(prefix=Path(script).stem + "-") as work:
+        for i, number in enumerate(case_numbers(args.cases)):
+            case = CASES[number]
+            found, inputs, eager, cluster = files(case, device, Path(work) / str(i))
+            print(f"== {case.label} {str(case.dtype).removeprefix('torch.')}", flush=True)
+            print_variants(found, inputs, eager, cluster, case.dtype, l2_bytes, args.list,
+                           timing_only)
+    return 0
+
+
+def analysed_case(case, device: str, tiny: bool = False):
+    """(analysis, its one cluster, the model inputs) of a panel case built on `device` (`tiny`:
+    at its tiny shapes); exits naming why where the case is not one cluster."""
+    from shapes_panel import build, fused_cluster
+
+    from fusion_core.pipeline import analyze
+
+    module, model_inputs = build(case, tiny, device, torch.Generator().manual_seed(0))
+    analysis = analyze(module, *model_inputs)
+    cluster, why = fused_cluster(analysis)
+    if cluster is None:
+        raise SystemExit(f"{case.label}: not one cluster ({why})")
+    return analysis, cluster, model_inputs

@@ -11,23 +11,25 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import gelu_probe as probe  # noqa: E402
+from gpu_clusters import as_tuple, close  # noqa: E402
+from panel_cases import CASES  # noqa: E402
 
 from fusion_core.codegen import load_kernel  # noqa: E402
 
 
 @pytest.mark.parametrize("number", [9, 6])
 def test_probe_variants_hold_their_helpers_and_the_exact_ones_match_eager(number, tmp_path):
-    case = probe.CASES[number]
+    case = CASES[number]
     found, inputs, eager, _ = probe.files(case, "cpu", tmp_path, tiny=True)
     assert [label for label, _, _ in found] == list(probe.VARIANTS)
-    want = probe.as_tuple(eager(*inputs))
+    want = as_tuple(eager(*inputs))
     texts = {}
     for label, path, name in found:
         texts[label] = Path(path).read_text()
         if label in probe.TIMING_ONLY:
             continue
-        got = probe.as_tuple(getattr(load_kernel(path), name)(*inputs))
-        ok, err = probe.close(got, want, case.dtype)
+        got = as_tuple(getattr(load_kernel(path), name)(*inputs))
+        ok, err = close(got, want, case.dtype)
         assert ok, (label, err)
     assert "fast_expf" in texts["now"] and "fast_dividef" not in texts["now"]
     assert "fast_dividef" in texts["reciprocal"]
