@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from codegen_harness import Lambda, check_model, ttgir_load_layouts_of
 
-from fusion_core.codegen import Tuning
+from fusion_core.codegen import Tuning, runtime
 from fusion_core.codegen.loads import index_of
 from fusion_core.codegen.lower import plan
-from fusion_core.codegen.signature import KernelParams
+from fusion_core.codegen.signature import Family, KernelParams, fast_name
 from fusion_core.ir.graph import OpKind
 from fusion_core.ir.iteration import reduction_order
 from fusion_core.ir.reductions import RULES
@@ -149,6 +149,19 @@ def test_the_order_puts_the_reduced_dims_last_in_their_own_order():
     assert apply(steps, torch.empty(2, 1, 3, 5)).shape == (2, 1, 1, 3, 5)
 
 
+def _index_div(x: torch.Tensor, d: int, m: int, shift: int, fast: bool) -> torch.Tensor:
+    """The kernel's `_index_div` on int64 tensors: with `fast`, umulhi(4x, m) >> l in
+    unsigned 32 bits (the product split in 16-bit halves of m, to stay within int64)."""
+    if not fast:
+        return x // d
+    a = (x * 4) & 0xFFFFFFFF
+    return ((a * (m >> 16) + ((a * (m & 0xFFFF)) >> 16)) >> 16) >> shift
+
+
+def _index_mod(x: torch.Tensor, d: int, m: int, shift: int, fast: bool) -> torch.Tensor:
+    return x - _index_div(x, d, m, shift, fast) * d if fast else x % d
+
+
 def _offsets(arg, p, idx: str, params: KernelParams) -> torch.Tensor:
     """The offsets an index expression gives for every (row, column) of the plan's domain."""
     n_cols = p.n_cols
@@ -160,10 +173,14 @@ def _offsets(arg, p, idx: str, params: KernelParams) -> torch.Tensor:
                for s in [next(arg.stride[k] for k in reversed(range(g.first, g.last))
                               if p.domain[k] != 1)]]
     values.update({f"{arg.role}{arg.index}_strides": strides})
-    scope = dict(values)
+    scope, span0 = dict(values), span[0]
     for param in params:
-        scope[param.name] = eval(param.launch, {}, values)  # noqa: S307 - our own text
-    return eval(idx, {}, scope)  # noqa: S307
+        scope[param.name] = eval(param.launch, {"_divisor": runtime._divisor},  # noqa: S307
+                                 values)  # our own text; `_divisor`: the launcher's helper
+        if param.family == Family.DIVISOR:  # its span's constexpr, as the launcher passes it
+            span = param.name[:-2]
+            scope[fast_name(span)] = scope[span] % 16 != 0 and span0 < 2**30
+    return eval(idx, {"_index_div": _index_div, "_index_mod": _index_mod}, scope)  # noqa: S307
 
 
 @pytest.mark.parametrize("name", ["batch statistics", "group_norm, affine",
@@ -202,7 +219,7 @@ def test_group_norm_rows_are_sample_group_pairs_and_columns_three_dims():
     weight = next(a for a in p.inputs if a.value_shape == (6, 1, 1))
     # straddles rows (the group) and columns (the channel in it): a per-element load
     assert str(index_of(weight, p, KernelParams())) == (
-        "((rows % rspan1) * n_cols + cols) // span3")
+        "_index_div((rows % rspan1) * n_cols + cols, span3, span3_m, span3_l, SPAN3_FAST)")
 
 
 def test_pool_to_another_size_stays_opaque():

@@ -206,7 +206,8 @@ def test_a_whole_group_cat_keeps_its_row_masks(tmp_path):
     checked = check_model(DecoderNorm(24, 4), (torch.randn(2, 12, 4, 4),
                                               torch.randn(2, 12, 4, 4)), tmp_path, n_clusters=1)
     source = checked.kernels[0].source
-    assert "(rows % rspan1 >= 2), other=0" in source and "span3 >= " not in source
+    row_in_sample = "_index_mod(rows, rspan1, rspan1_m, rspan1_l, RSPAN1_FAST)"  # rows % rspan1
+    assert f"({row_in_sample} >= 2), other=0" in source and "span3 >= " not in source
 
 
 @pytest.mark.parametrize("layout", ["half-channels-last", "looped", "channels-last"])

@@ -1,5 +1,7 @@
 """The launcher's runtime helpers, tested directly (each generated file holds a copy)."""
 
+import random
+
 import pytest
 import torch
 
@@ -104,3 +106,24 @@ def test_index_terms_render_and_know_their_axes():
     assert params.names == ["rspan1", "in0_stride0"]
     assert [(p.family, p.owner, p.launch) for p in params] == [
         (Family.RSPAN, None, "rspan[1]"), (Family.STRIDE, ("in", 0), "in0_strides[0]")]
+
+
+def _umulhi(a: int, b: int) -> int:
+    return (a * b) >> 32
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 7, 37, 768, 3001, 4096, 50257, 65535, 65537,
+                               (1 << 20) + 1, 1_000_003, (1 << 29) + 1, (1 << 30) - 1,
+                               1 << 30])
+def test_a_spans_multiplier_and_shift_divide_every_index_under_2_to_the_30_exactly(d):
+    """x // d as the kernel's `_index_div` computes it (umulhi(4x, m) >> l on unsigned 32-bit
+    numbers), for indices at the ends of the range and around multiples of d."""
+    m, shift = runtime._divisor(d)
+    assert (1 << 30) <= m < (1 << 31) and 0 <= shift <= 30  # a positive int32 and a shift
+    top = 1 << 30
+    xs = {0, 1, d - 1, d, d + 1, top - 1, top - 2, top // 2}
+    for q in (1, 2, 3, top // d - 1, top // d):
+        xs |= {q * d - 1, q * d, q * d + 1}
+    xs |= set(random.Random(d).sample(range(top), 2000))
+    for x in sorted(v for v in xs if 0 <= v < top):
+        assert _umulhi(4 * x, m) >> shift == x // d, x

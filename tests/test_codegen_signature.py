@@ -91,12 +91,18 @@ SIZES = {"n_elements": "span[0]", "n_rows": "n_rows", "n_cols": "n_cols"}
 
 def _passed_for(param: str, launch: str) -> bool:
     """The launcher expression is the one named for the kernel parameter: a size's local,
-    `span[2]` for span2, `in0_strides[1]` for in0_stride1."""
+    `span[2]` for span2, `in0_strides[1]` for in0_stride1, `_divisor(span[2])[0]` for
+    span2_m (its multiplier; `[1]`, span2_l, its shift)."""
     if param in SIZES:
         return launch == SIZES[param]
     node = ast.parse(launch, mode="eval").body
     if not isinstance(node, ast.Subscript):
         return False
+    call = node.value
+    if isinstance(call, ast.Call) and ast.unparse(call.func) == "_divisor":  # a span's divisor
+        span = ast.parse(ast.unparse(call.args[0]), mode="eval").body
+        return param == (f"{ast.unparse(span.value)}{ast.unparse(span.slice)}"
+                         f"{['_m', '_l'][int(ast.unparse(node.slice))]}")
     base, k = ast.unparse(node.value), ast.unparse(node.slice)
     if base.endswith("_strides"):
         return param == f"{base.removesuffix('_strides')}_stride{k}"

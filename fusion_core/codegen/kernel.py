@@ -42,6 +42,8 @@ from .choices import MAX_LOOP_BLOCK, NORMALIZE_FP32_LOOP_BLOCK, SPLIT_JOINED_ROW
 from .loads import row_itemsize
 from .lower import KernelPlan, plan
 from .one_block import CENTERED_16BIT_ONE_BLOCK, widest_one_block
+from .signature import Family
+from .writer import index_division_lines
 
 # The first line of every file `write_kernels` makes: a file in --out-dir without it is the
 # user's, and is not overwritten unless they ask (--force).
@@ -141,18 +143,22 @@ def render(p: KernelPlan, model: str, cluster: Cluster, tuning: Tuning, looped: 
         where = replace(cluster.lines, file=file).where
     lines = ([f"{GENERATED_MARK}: rewritten by the next run that writes here"]
              + file_head.header(p, model, cluster.category, where)
-             + file_head.constants(p, tuning, looped) + _before(_helpers(p, looped))
+             + file_head.constants(p, tuning, looped)
+             + _before(_helpers(p, looped, signature.uses(Family.DIVISOR)))
              + ["", *body, "", ""]
              + launcher.launcher(p, signature, looped, tuning.max_block))
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _helpers(p: KernelPlan, looped: bool) -> list[str]:
+def _helpers(p: KernelPlan, looped: bool, divides: bool) -> list[str]:
     """Module-level helpers the kernels call: NaN-keeping max and min, bfloat16 rounding,
-    a 16-bit result's GELU, rounding divisions, the loops' bound."""
+    a 16-bit result's GELU, rounding divisions, the loops' bound, and (`divides`: its
+    indices are divided by spans) the index division."""
     loop = interpreted.range_bound_lines() if looped else []
+    division = index_division_lines() if divides else []
     return interpreted.module_lines([nan_reduce.helpers(p), half_reads.helpers(p),
-                                     half_gelu.helpers(p), loop, rounding.helpers(p)],
+                                     half_gelu.helpers(p), loop, rounding.helpers(p),
+                                     division],
                                     rounding.calls_libdevice(p) or half_gelu.called(p))
 
 

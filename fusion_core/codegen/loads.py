@@ -55,8 +55,10 @@ def index_of(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> Index:
                 else:  # rows within the group, then `cols`
                     base = ROW_MAJOR if lo == 0 else row_remainder(params.span(Family.RSPAN, lo))
                     lo = 0
-        modulo = params.span(family, lo) if lo > 0 else None
-        divisor = params.span(family, hi) if hi < top else None
+        # 32-bit index math divides by a span through a multiply-high (``FastDivisor``)
+        span = params.span if plan.int64 else params.divisor
+        modulo = span(family, lo) if lo > 0 else None
+        divisor = span(family, hi) if hi < top else None
         stride = None
         if not g.unit and arg.role == Role.GEN:  # no tensor to read strides from: a literal
             stride = str(_literal_stride(arg, g.first, g.last, rank))

@@ -59,6 +59,16 @@ def _spans(shape):
     return span
 
 
+def _divisor(d):
+    """(m, l): how a kernel divides an index 0 <= x < 2**30 by `d` >= 1 (a span) without a
+    division: x // d == umulhi(4x, m) >> l in unsigned 32-bit arithmetic, l = ceil(log2 d),
+    m = ceil(2**(30 + l) / d) (exact: m·d exceeds 2**(30 + l) by less than d <= 2**l, so x·m
+    stays within 2**(30 + l) of x·2**(30 + l)/d for every such x). m lies in [2**30, 2**31):
+    a positive int32 for every d, which Triton never makes a constant (``writer.INDEX_DIV``)."""
+    shift = (d - 1).bit_length()
+    return -(-(1 << (30 + shift)) // d), shift
+
+
 def _powers_of_two(**sizes):
     bad = [f"{k} = {v!r}" for k, v in sizes.items()
            if not (isinstance(v, int) and v > 0 and v & (v - 1) == 0)]
@@ -250,8 +260,8 @@ def _repeated(t, dim, factor):
     return t.expand(sizes)
 
 
-HELPERS = (_iteration_shape, _spans, _powers_of_two, _multiple_of, _dense_strides, _relaid,
-           _run_device, _device_copies, _layout, _group_strides, _misfit, _written)
+HELPERS = (_iteration_shape, _spans, _divisor, _powers_of_two, _multiple_of, _dense_strides,
+           _relaid, _run_device, _device_copies, _layout, _group_strides, _misfit, _written)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
 VIEW_HELPERS = (_seats, _narrowed, _repeated)  # a launcher that sees inputs through views
 

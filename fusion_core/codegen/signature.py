@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from ..names import jit_function_name
+from .writer import FastDivisor
 
 if TYPE_CHECKING:
     from .plan import KernelPlan
@@ -34,6 +35,7 @@ class Family(StrEnum):
     CHUNK = "chunk"  # a split row's chunk width (``split_rows.py``)
     SCALAR = "scalar"  # a Python number of sizes alone the ops read (``plan.ScalarArg``)
     PIECE = "piece"  # where a cat's operand ends along its dim, at this call (``cat_bounds``)
+    DIVISOR = "divisor"  # a span's multiplier or shift for a division (``writer.FastDivisor``)
 
 
 def pointer_name(role: str, index: int) -> str:
@@ -170,6 +172,16 @@ class KernelParams:
         """`span{k}` / `rspan{k}`: elements in dims k.. of the iteration shape (or its rows)."""
         return self._add(ScalarParam(f"{family}{k}", f"{family}[{k}]", family))
 
+    def divisor(self, family: Family, k: int) -> FastDivisor:
+        """`span{k}` / `rspan{k}` as a `FastDivisor`: the span, then `span{k}_m` and
+        `span{k}_l`, its multiplier and shift (the launcher's `_divisor` of it)."""
+        value = self.span(family, k)
+        magic = f"_divisor({family}[{k}])"
+        return FastDivisor(value,
+                           self._add(ScalarParam(f"{value}_m", f"{magic}[0]", Family.DIVISOR)),
+                           self._add(ScalarParam(f"{value}_l", f"{magic}[1]", Family.DIVISOR)),
+                           fast_name(value))
+
     def stride(self, role: str, index: int, k: int) -> str:
         """The k-th strided index group's stride of tensor `role``index` (in0, out1)."""
         local = strides_local(role, index)
@@ -203,9 +215,23 @@ class KernelParams:
         else:
             sizes = (N_ELEMENTS,)
             consts = (_alignment("N_ALIGN", sizes, N_ELEMENTS),)
+        # each span divided through `FastDivisor`: whether it is no multiple of 16, in a
+        # tensor of under 2**30 elements (`runtime._divisor`'s range)
+        scalars = tuple(self)
+        at = {p.name: f"args[{len(sizes) + i}]" for i, p in enumerate(scalars)}
+        elements = " * ".join(f"args[{i}]" for i in range(len(sizes)))
+        consts += tuple(ConstParam(fast_name(p.name.removesuffix("_m")),
+                                   f"{at[p.name.removesuffix('_m')]} % 16 != 0 and "
+                                   f"{elements} < 2**30")
+                        for p in scalars if p.family == Family.DIVISOR and p.name.endswith("_m"))
         pointers = tuple(PointerParam(t.role, t.index) for t in (*plan.inputs, *plan.outputs))
         return KernelSignature(function=jit_function_name(plan.cluster_index), pointers=pointers,
-                               sizes=sizes, scalars=tuple(self), constexprs=(BLOCK_SIZE, *consts))
+                               sizes=sizes, scalars=scalars, constexprs=(BLOCK_SIZE, *consts))
+
+
+def fast_name(span: str) -> str:
+    """The constexpr saying span `span` (`span2`) is no multiple of 16: `SPAN2_FAST`."""
+    return f"{span.upper()}_FAST"
 
 
 def _alignment(name: str, sizes: tuple[ScalarParam, ...], size: ScalarParam) -> ConstParam:

@@ -98,13 +98,65 @@ def row_remainder(rspan: str) -> Base:
     return Base(f"(rows % {rspan}) * n_cols + cols", frozenset({"rows", "cols"}), compound=True)
 
 
+# The generated file's helpers dividing an index by a span (``FastDivisor``). Compiled, a
+# division by a run-time value costs 7 instructions an element (a float reciprocal, then
+# corrections); a multiply-high and a shift, 3 (Inductor's kernels, specialized to the shape,
+# divide by a constant in 2). But Triton's axis analysis knows that `x % d` stays contiguous
+# in runs of 16 where the launcher's `d` is a multiple of 16 (it specializes such arguments),
+# which keeps vector loads, and knows nothing of a multiply-high: so the helpers divide
+# through the multiply-high only where the span is no multiple of 16 (its `fast` constexpr),
+# where `%` keeps nothing contiguous either, and the tensor holds under 2**30 elements.
+INDEX_DIV, INDEX_MOD = "_index_div", "_index_mod"
+
+
+@dataclass(frozen=True)
+class FastDivisor:
+    """A span an index is divided by (or reduced modulo) through `INDEX_DIV`: the span's
+    parameter, those of its multiplier and shift (``runtime._divisor``), and the constexpr
+    saying the span is no multiple of 16 (then the multiply-high; else `//` and `%`)."""
+
+    value: str
+    multiplier: str
+    shift: str
+    fast: str
+
+    def div(self, x: str) -> str:
+        return f"{INDEX_DIV}({x}, {self.value}, {self.multiplier}, {self.shift}, {self.fast})"
+
+    def mod(self, x: str) -> str:
+        return f"{INDEX_MOD}({x}, {self.value}, {self.multiplier}, {self.shift}, {self.fast})"
+
+
+def index_division_lines() -> list[str]:
+    """The module-level definitions of `INDEX_DIV` and `INDEX_MOD` (a masked lane's garbage
+    index gives garbage, which its mask hides)."""
+    return ["# An index divided by a span d >= 1: where d is no multiple of 16 and the tensor",
+            "# holds under 2**30 elements (FAST), without a division: (m, l) from the launcher's",
+            "# _divisor(d), x // d == umulhi(4x, m) >> l; else `//` and `%`, which Triton knows",
+            "# keep runs of 16.",
+            "@triton.jit", f"def {INDEX_DIV}(x, d, m, l, FAST: tl.constexpr):",
+            "    if FAST:",
+            "        q = tl.umulhi(x.to(tl.uint32) * 4, m.to(tl.uint32))",
+            "        q = (q >> l).to(tl.int32)  # l: Triton makes a 1 a constant",
+            "    else:",
+            "        q = x // d",
+            "    return q",
+            "", "", "@triton.jit", f"def {INDEX_MOD}(x, d, m, l, FAST: tl.constexpr):",
+            "    if FAST:",
+            f"        r = x - {INDEX_DIV}(x, d, m, l, FAST) * d",
+            "    else:",
+            "        r = x % d",
+            "    return r"]
+
+
 @dataclass(frozen=True)
 class Term:
-    """One summand of an offset: `base % modulo // divisor * stride` (parts optional)."""
+    """One summand of an offset: `base % modulo // divisor * stride` (parts optional); a
+    `FastDivisor` modulo or divisor goes through the file's `INDEX_MOD` / `INDEX_DIV`."""
 
     base: Base
-    modulo: str | None = None
-    divisor: str | None = None
+    modulo: str | FastDivisor | None = None
+    divisor: str | FastDivisor | None = None
     stride: str | None = None
 
     @property
@@ -116,15 +168,20 @@ class Term:
         return self.base.bare and not (self.modulo or self.divisor or self.stride)
 
     def __str__(self) -> str:
-        text = self.base.text
-        if self.modulo:
+        text, called = self.base.text, False  # called: the text is one call (no parentheses)
+        if isinstance(self.modulo, FastDivisor):
+            text, called = self.modulo.mod(text), True
+        elif self.modulo:
             text = (f"({text})" if self.base.compound else text) + f" % {self.modulo}"
-        if self.divisor:
+        if isinstance(self.divisor, FastDivisor):
+            text, called = self.divisor.div(text), True
+        elif self.divisor:
             if self.base.compound and not self.modulo:
                 text = f"({text})"
             text += f" // {self.divisor}"
+            called = False
         if self.stride:
-            plain = self.base.bare and not (self.modulo or self.divisor)
+            plain = called or (self.base.bare and not (self.modulo or self.divisor))
             text = f"{text} * {self.stride}" if plain else f"({text}) * {self.stride}"
         return text
 
