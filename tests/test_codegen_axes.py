@@ -179,7 +179,7 @@ def _offsets(arg, p, idx: str, params: KernelParams) -> torch.Tensor:
                                  values)  # our own text; `_divisor`: the launcher's helper
         if param.family == Family.DIVISOR:  # its span's constexpr, as the launcher passes it
             span = param.name[:-2]
-            scope[fast_name(span)] = scope[span] % 16 != 0 and span0 < 2**30
+            scope[fast_name(span)] = scope[span] % 16 != 0 and scope[span] != 1 and span0 < 2**30
     return eval(idx, {"_index_div": _index_div, "_index_mod": _index_mod}, scope)  # noqa: S307
 
 

@@ -6,7 +6,7 @@ rejects)."""
 
 import torch
 import torch.nn.functional as F
-from codegen_harness import Lambda, compile_for_gpu, run_kernel
+from codegen_harness import Lambda, catch_launch, compile_for_gpu, run_kernel
 
 from fusion_core.codegen import generate
 from fusion_core.codegen.writer import INDEX_DIV, INDEX_MOD
@@ -63,3 +63,15 @@ def test_the_division_compiles_for_sm90(tmp_path):
     compiled = compile_for_gpu([(kernel, tmp_path / "a", (torch.randn(3, 37), model.w)),
                                 (middle, tmp_path / "b", (torch.randn(2, 5, 7), w))])
     assert len(compiled) == 2 and all(compiled.values()), compiled
+
+
+def test_the_launch_takes_the_multiply_high_only_for_spans_no_multiple_of_16(tmp_path):
+    """A span that is a multiple of 16 keeps `%` (Triton then knows runs of 16 stay
+    contiguous: vector loads), and so does a span of 1 (Triton makes it a constant and
+    `x // 1` folds away); any other span divides through the multiply-high."""
+    _, kernel = _broadcast(37)
+    for width, fast in ((37, True), (3001, True), (17, True), (768, False), (16, False),
+                        (1, False)):
+        x, w = torch.randn(3, width), torch.randn(width)
+        caught = catch_launch(kernel, tmp_path / str(width), (x, w))
+        assert caught["kwargs"]["SPAN1_FAST"] is fast, width

@@ -215,13 +215,15 @@ class KernelParams:
         else:
             sizes = (N_ELEMENTS,)
             consts = (_alignment("N_ALIGN", sizes, N_ELEMENTS),)
-        # each span divided through `FastDivisor`: whether it is no multiple of 16, in a
-        # tensor of under 2**30 elements (`runtime._divisor`'s range)
+        # each span divided through `FastDivisor`: whether it is no multiple of 16 and not 1
+        # (Triton makes a 1 a constant, and `x // 1` folds away), in a tensor of under 2**30
+        # elements (`runtime._divisor`'s range)
         scalars = tuple(self)
         at = {p.name: f"args[{len(sizes) + i}]" for i, p in enumerate(scalars)}
         elements = " * ".join(f"args[{i}]" for i in range(len(sizes)))
         consts += tuple(ConstParam(fast_name(p.name.removesuffix("_m")),
                                    f"{at[p.name.removesuffix('_m')]} % 16 != 0 and "
+                                   f"{at[p.name.removesuffix('_m')]} != 1 and "
                                    f"{elements} < 2**30")
                         for p in scalars if p.family == Family.DIVISOR and p.name.endswith("_m"))
         pointers = tuple(PointerParam(t.role, t.index) for t in (*plan.inputs, *plan.outputs))

@@ -105,7 +105,8 @@ def row_remainder(rspan: str) -> Base:
 # in runs of 16 where the launcher's `d` is a multiple of 16 (it specializes such arguments),
 # which keeps vector loads, and knows nothing of a multiply-high: so the helpers divide
 # through the multiply-high only where the span is no multiple of 16 (its `fast` constexpr),
-# where `%` keeps nothing contiguous either, and the tensor holds under 2**30 elements.
+# where `%` keeps nothing contiguous either, nor 1 (a constant to Triton), and the tensor holds
+# under 2**30 elements.
 INDEX_DIV, INDEX_MOD = "_index_div", "_index_mod"
 
 
@@ -130,10 +131,10 @@ class FastDivisor:
 def index_division_lines() -> list[str]:
     """The module-level definitions of `INDEX_DIV` and `INDEX_MOD` (a masked lane's garbage
     index gives garbage, which its mask hides)."""
-    return ["# An index divided by a span d >= 1: where d is no multiple of 16 and the tensor",
-            "# holds under 2**30 elements (FAST), without a division: (m, l) from the launcher's",
-            "# _divisor(d), x // d == umulhi(4x, m) >> l; else `//` and `%`, which Triton knows",
-            "# keep runs of 16.",
+    return ["# An index divided by a span d >= 1: where d is no multiple of 16 nor 1 and the",
+            "# tensor holds under 2**30 elements (FAST), without a division: (m, l) from the",
+            "# launcher's _divisor(d), x // d == umulhi(4x, m) >> l; else `//` and `%`, which",
+            "# Triton knows keep runs of 16 (or folds away: d == 1).",
             "@triton.jit", f"def {INDEX_DIV}(x, d, m, l, FAST: tl.constexpr):",
             "    if FAST:",
             "        q = tl.umulhi(x.to(tl.uint32) * 4, m.to(tl.uint32))",
