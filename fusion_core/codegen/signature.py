@@ -232,7 +232,8 @@ class KernelParams:
 
 
 def fast_name(span: str) -> str:
-    """The constexpr saying span `span` (`span2`) is no multiple of 16: `SPAN2_FAST`."""
+    """The constexpr saying span `span` (`span2`) divides through the multiply-high (no
+    multiple of 16 nor 1, in a tensor of under 2**30 elements): `SPAN2_FAST`."""
     return f"{span.upper()}_FAST"
 
 

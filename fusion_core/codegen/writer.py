@@ -114,7 +114,7 @@ INDEX_DIV, INDEX_MOD = "_index_div", "_index_mod"
 class FastDivisor:
     """A span an index is divided by (or reduced modulo) through `INDEX_DIV`: the span's
     parameter, those of its multiplier and shift (``runtime._divisor``), and the constexpr
-    saying the span is no multiple of 16 (then the multiply-high; else `//` and `%`)."""
+    saying the multiply-high serves (``signature.fast_name``; else `//` and `%`)."""
 
     value: str
     multiplier: str
