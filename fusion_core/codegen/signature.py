@@ -163,6 +163,7 @@ class KernelParams:
 
     def __init__(self, scalars: Sequence[ScalarParam] = ()) -> None:
         self._params: dict[str, ScalarParam] = {p.name: p for p in scalars}
+        self._divided: dict[str, None] = {}  # spans divided through `FastDivisor`, in order
 
     def _add(self, param: ScalarParam) -> str:
         self._params.setdefault(param.name, param)
@@ -176,6 +177,7 @@ class KernelParams:
         """`span{k}` / `rspan{k}` as a `FastDivisor`: the span, then `span{k}_m` and
         `span{k}_l`, its multiplier and shift (the launcher's `_divisor` of it)."""
         value = self.span(family, k)
+        self._divided.setdefault(value)
         magic = f"_divisor({family}[{k}])"
         return FastDivisor(value,
                            self._add(ScalarParam(f"{value}_m", f"{magic}[0]", Family.DIVISOR)),
@@ -221,11 +223,8 @@ class KernelParams:
         scalars = tuple(self)
         at = {p.name: f"args[{len(sizes) + i}]" for i, p in enumerate(scalars)}
         elements = " * ".join(f"args[{i}]" for i in range(len(sizes)))
-        consts += tuple(ConstParam(fast_name(p.name.removesuffix("_m")),
-                                   f"{at[p.name.removesuffix('_m')]} % 16 != 0 and "
-                                   f"{at[p.name.removesuffix('_m')]} != 1 and "
-                                   f"{elements} < 2**30")
-                        for p in scalars if p.family == Family.DIVISOR and p.name.endswith("_m"))
+        consts += tuple(ConstParam(fast_name(span), f"{at[span]} % 16 != 0 and {at[span]} != 1 "
+                                   f"and {elements} < 2**30") for span in self._divided)
         pointers = tuple(PointerParam(t.role, t.index) for t in (*plan.inputs, *plan.outputs))
         return KernelSignature(function=jit_function_name(plan.cluster_index), pointers=pointers,
                                sizes=sizes, scalars=scalars, constexprs=(BLOCK_SIZE, *consts))
