@@ -78,6 +78,26 @@ def test_helpers_source_is_what_generated_files_hold():
     assert scope["_dense_strides"]((2, 3), (1, 0)) == (1, 2)
 
 
+def test_arrival_counters_are_kept_per_device_and_stream_and_grow(monkeypatch):
+    """A joined split kernel's counters: zero when made, the same tensor for the next launch
+    on the stream (the kernel zeroes them as it ends), a larger zeroed one for more rows."""
+    monkeypatch.setattr(runtime, "ARRIVALS", {})
+    cpu = torch.device("cpu")
+    first = runtime._arrivals(6, cpu)
+    assert first.dtype == torch.int32 and first.tolist() == [0] * 6
+    assert runtime._arrivals(4, cpu) is first  # fewer rows: the kept set serves
+    assert list(runtime.ARRIVALS) == [(cpu, None)]
+    grown = runtime._arrivals(10, cpu)
+    assert grown is not first and grown.tolist() == [0] * 10
+    if torch.cuda.is_available():  # another stream, another set
+        gpu = torch.device("cuda", torch.cuda.current_device())
+        here = runtime._arrivals(6, gpu)
+        with torch.cuda.stream(torch.cuda.Stream()):
+            assert runtime._arrivals(6, gpu) is not here
+        assert runtime._arrivals(6, gpu) is here
+        assert len(runtime.ARRIVALS) == 3
+
+
 def test_inputs_named_like_runtime_globals_or_helpers_get_a_prefix():
     class _Arg:
         def __init__(self, value):

@@ -5,8 +5,9 @@ Each generated kernel file holds a verbatim copy of the functions listed in ``HE
 helpers read three globals the generated file defines above them: ``NAME`` (the kernel's
 name, for messages), ``RANK`` (the rank of its iteration shape) and ``INT64_INDEX``
 (whether its index math is 64-bit). One whose launcher sees inputs through views (their
-index maps, ``codegen/indexing.py``) also holds ``VIEW_HELPERS``. The values below only let
-this module import; tests set them.
+index maps, ``codegen/indexing.py``) also holds ``VIEW_HELPERS``, one of the split kind
+(``split_rows.py``) ``SPLIT_HELPERS`` and their ``ARRIVALS``. The values below only let this
+module import; tests set them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 NAME = "kernel"
 RANK = 2
 INT64_INDEX = False
+ARRIVALS: dict = {}
 
 
 def _iteration_shape(*shapes, names=()):
@@ -260,14 +262,33 @@ def _repeated(t, dim, factor):
     return t.expand(sizes)
 
 
+def _arrivals(count, device):
+    """`count` int32 counters on `device`, zero, for a joined split kernel launched on the
+    current stream, kept in the file's ARRIVALS for its next launch there: the kernel sets a
+    row's counters back to zero as the row's last program leaves, so only a new stream or
+    more rows than before allocate (and zero: a fill kernel, which cost each launch about as
+    much as the wait it serves). One set per stream: two launches running at once must not
+    count each other's programs."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+    kept = ARRIVALS.get((device, stream))
+    if kept is None or kept.numel() < count:
+        kept = ARRIVALS[device, stream] = torch.zeros(count, dtype=torch.int32, device=device)
+    return kept
+
+
 HELPERS = (_iteration_shape, _spans, _divisor, _powers_of_two, _multiple_of, _dense_strides,
            _relaid, _run_device, _device_copies, _layout, _group_strides, _misfit, _written)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
 VIEW_HELPERS = (_seats, _narrowed, _repeated)  # a launcher that sees inputs through views
+SPLIT_HELPERS = (_arrivals,)  # a split kind's launcher; its file defines ARRIVALS = {}
 
 
 def source(views: bool = False) -> str:
     """The helpers' text as a generated file holds it, two blank lines apart; `views`: with
     what a launcher that views its inputs keeps of them."""
-    helpers = HELPERS + (VIEW_HELPERS if views else ())
+    return source_of(HELPERS + (VIEW_HELPERS if views else ()))
+
+
+def source_of(helpers: tuple) -> str:
+    """`helpers`' text, two blank lines apart."""
     return "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in helpers) + "\n"

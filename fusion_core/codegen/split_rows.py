@@ -29,8 +29,10 @@ chunks of `chunk` columns (about equal, a multiple of 16), one program each:
 Like Inductor's split reductions (a first kernel writes per-chunk partial results, a second
 combines them), but the second kernel also writes the normalized row. ``splits == 1`` in a
 configuration launches the ordinary looped kernel instead, a fifth number 1 the joined
-kernel; the launcher allocates the workspace (and the joined kernel's zeroed counters) per
-launch (the caching allocator makes that cheap, and CUDA graphs capture it).
+kernel; the launcher allocates the workspace per launch (the caching allocator makes that
+cheap, and CUDA graphs capture it). The joined kernel's counters (an arrival and a departure
+count a row) are kept per stream (``runtime._arrivals``): the row's last program to leave
+zeroes them, so a launch needs no fill kernel before it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..names import jit_function_name
-from . import direct_launch
+from . import direct_launch, runtime
 from .emit import Chunk, column_loop, def_line, last_pass, rewritten, row_prologue, rows_boilerplate
 from .interpreted import range_bound
 from .lower import KernelPlan
@@ -62,7 +64,7 @@ WORKSPACE_LOCAL = "partials"  # the launcher's workspace tensor
 ARRIVALS = "arrival_ptr"  # the joined kernel's per-row arrival counters...
 ARRIVALS_LOCAL = "arrivals"  # ...the launcher's tensor of them (zeros, one per row)
 # The launcher's locals besides the kernel's: input names must not take them.
-LOCALS = ("splits", "joined", CHUNK.launch, WORKSPACE_LOCAL, ARRIVALS_LOCAL, "grid")
+LOCALS = ("splits", "joined", CHUNK.launch, WORKSPACE_LOCAL, ARRIVALS_LOCAL, "grid", "count")
 _CHUNK = Chunk(bound="chunk_cols", start="start + ", end="end")
 # A chunk's width is a multiple of this: Triton then knows every chunk starts 16-aligned (as
 # it knows of a row when n_cols is a multiple of 16), and keeps its loads vectorized.
@@ -184,11 +186,11 @@ def _wait(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWrit
     the other programs' stores visible to the loads after the last barrier."""
     out.lines(["", "# arrival: this row's programs counted, each waiting for the others",
                "tl.debug_barrier()  # every thread's partials stored before the count",
-               f'seen = tl.atomic_add({ARRIVALS} + pid, 1, sem="acq_rel") + 1',
+               f'seen = tl.atomic_add({ARRIVALS} + 2 * pid, 1, sem="acq_rel") + 1',
                "polls = 0",
                f"while (seen < {N_SPLITS.name}) & (polls < {WAIT_POLLS.name}):"])
     with out.indented():
-        out.lines([f'seen = tl.atomic_add({ARRIVALS} + pid, 0, sem="acquire")',
+        out.lines([f'seen = tl.atomic_add({ARRIVALS} + 2 * pid, 0, sem="acquire")',
                    "polls += 1"])
     out.line(f"if seen < {N_SPLITS.name}:")
     with out.indented():  # the interpreter runs one program at a time: none has arrived
@@ -201,6 +203,20 @@ def _wait(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWrit
             _statistics(plan, params, found, out, "other")
         out.lines(["# this program's own chunk again", *_chunk_cols("split")])
     out.line("tl.debug_barrier()  # the partials read after every thread's wait")
+
+
+def _departure(out: CodeWriter) -> None:
+    """The joined kernel's end: the program counted out of its row, and the row's last to
+    leave sets both counters back to zero for the launcher's next launch (every partner has
+    arrived by then, and none reads the arrivals after its wait). `acq_rel`: the arrival
+    each program added before leaving is ordered before the reset."""
+    out.lines(["", "# departure: the row's last program out zeroes its counters (the next",
+               "# launch counts from zero)",
+               f'left = tl.atomic_add({ARRIVALS} + 2 * pid + 1, 1, sem="acq_rel") + 1',
+               f"if left == {N_SPLITS.name}:"])
+    with out.indented():
+        out.lines([f'tl.atomic_xchg({ARRIVALS} + 2 * pid, 0, sem="relaxed")',
+                   f'tl.atomic_xchg({ARRIVALS} + 2 * pid + 1, 0, sem="relaxed")'])
 
 
 def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
@@ -236,6 +252,7 @@ def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
         _wait(plan, params, found, out)
         _merged(plan, found, _JOINED, out, ".cg")  # past L1: other SMs wrote them
         last_pass(plan, params, out, _CHUNK)
+        _departure(out)
     if tuple(params) != looped.scalars:  # the launcher passes the looped kernel's scalars
         raise AssertionError(f"{plan.name}: the split kernels index tensors the looped kernel "
                              f"does not ({params.names} vs {[p.name for p in looped.scalars]})")
@@ -256,7 +273,10 @@ def launch_fn(plan: KernelPlan, looped: KernelSignature, names: list[str],
     rows, cols = looped.size_arg(N_ROWS), looped.size_arg(N_COLS)
     out.lines(["# Polls of a row's arrivals before a program of the joined kernel computes its",
                "# partners' statistics itself; interpreted, programs run one at a time: none.",
-               f"WAIT_POLLS = 0 if _INTERPRETED else {POLLS}", "", ""])
+               f"WAIT_POLLS = 0 if _INTERPRETED else {POLLS}",
+               "# The joined kernel's counters by (device, stream), zero between launches.",
+               "ARRIVALS = {}", "", "",
+               *runtime.source_of(runtime.SPLIT_HELPERS).splitlines(), "", ""])
     out.line(f"def _launch(config, args, {', '.join(tensors)}, wrap=None):")
     with out.indented():
         out.lines(['"""One launch under `config` = (block, rows, num_warps, splits[, joined]):',
@@ -278,8 +298,14 @@ def launch_fn(plan: KernelPlan, looped: KernelSignature, names: list[str],
         partials, finish, joined = signatures(plan, looped)
         out.line("if joined and joined[0]:")
         with out.indented():
-            out.lines([f"{ARRIVALS_LOCAL} = torch.zeros((triton.cdiv({rows}, rows),), "
-                       f"dtype=torch.int32, device={outputs[0]}.device)",
+            out.lines(["# two counters a row, arrivals and departures: run, the pair kept for",
+                       "# this stream (each row's last program out zeroes them); traced, fresh",
+                       f"count = 2 * triton.cdiv({rows}, rows)",
+                       "if wrap is None:",
+                       f"    {ARRIVALS_LOCAL} = _arrivals(count, {outputs[0]}.device)",
+                       "else:",
+                       f"    {ARRIVALS_LOCAL} = torch.zeros((count,), dtype=torch.int32, "
+                       f"device={outputs[0]}.device)",
                        f"grid = (triton.cdiv({rows}, rows) * splits,)"])
             _launch(joined, tensors, (WORKSPACE_LOCAL, ARRIVALS_LOCAL), out)
             out.line("return None")
