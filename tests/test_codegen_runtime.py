@@ -78,24 +78,40 @@ def test_helpers_source_is_what_generated_files_hold():
     assert scope["_dense_strides"]((2, 3), (1, 0)) == (1, 2)
 
 
-def test_arrival_counters_are_kept_per_device_and_stream_and_grow(monkeypatch):
-    """A joined split kernel's counters: zero when made, the same tensor for the next launch
-    on the stream (the kernel zeroes them as it ends), a larger zeroed one for more rows."""
+def test_arrival_counters_off_the_gpu_are_fresh_zeros(monkeypatch):
+    """Off the GPU nothing is kept: an interrupted interpreted launch leaves nothing behind."""
     monkeypatch.setattr(runtime, "ARRIVALS", {})
     cpu = torch.device("cpu")
     first = runtime._arrivals(6, cpu)
     assert first.dtype == torch.int32 and first.tolist() == [0] * 6
-    assert runtime._arrivals(4, cpu) is first  # fewer rows: the kept set serves
-    assert list(runtime.ARRIVALS) == [(cpu, None)]
-    grown = runtime._arrivals(10, cpu)
-    assert grown is not first and grown.tolist() == [0] * 10
-    if torch.cuda.is_available():  # another stream, another set
-        gpu = torch.device("cuda", torch.cuda.current_device())
-        here = runtime._arrivals(6, gpu)
-        with torch.cuda.stream(torch.cuda.Stream()):
-            assert runtime._arrivals(6, gpu) is not here
-        assert runtime._arrivals(6, gpu) is here
-        assert len(runtime.ARRIVALS) == 3
+    assert runtime._arrivals(6, cpu) is not first and not runtime.ARRIVALS
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="streams and graphs need CUDA")
+def test_arrival_counters_are_kept_per_stream_and_a_graph_takes_its_own(monkeypatch):
+    """Eager launches on a stream share one zeroed set (grown for more rows), another stream
+    gets another; a capture takes the spare made before it, kept, and the next capture
+    another (made by the eager launch between them), never a stream's set."""
+    monkeypatch.setattr(runtime, "ARRIVALS", {})
+    gpu = torch.device("cuda", torch.cuda.current_device())
+    here = runtime._arrivals(6, gpu)
+    assert here.tolist() == [0] * 6 and runtime._arrivals(4, gpu) is here
+    other = torch.cuda.Stream()
+    with torch.cuda.stream(other):
+        assert runtime._arrivals(6, gpu) is not here
+    grown = runtime._arrivals(10, gpu)
+    assert grown is not here and grown.tolist() == [0] * 10
+    taken = []
+    for _ in range(2):
+        runtime._arrivals(10, gpu)  # eager, as a warm-up before a capture: a spare made
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            taken.append(runtime._arrivals(10, gpu))
+    assert taken[0] is not taken[1] and all(t is not grown for t in taken)
+    assert [t.tolist() for t in taken] == [[0] * 10] * 2
+    kept = [v for k, v in runtime.ARRIVALS.items() if k[1] == "captured"]
+    assert all(any(t is v for v in kept) for t in taken)
 
 
 def test_inputs_named_like_runtime_globals_or_helpers_get_a_prefix():

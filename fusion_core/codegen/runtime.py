@@ -263,16 +263,32 @@ def _repeated(t, dim, factor):
 
 
 def _arrivals(count, device):
-    """`count` int32 counters on `device`, zero, for a joined split kernel launched on the
-    current stream, kept in the file's ARRIVALS for its next launch there: the kernel sets a
-    row's counters back to zero as the row's last program leaves, so only a new stream or
-    more rows than before allocate (and zero: a fill kernel, which cost each launch about as
-    much as the wait it serves). One set per stream: two launches running at once must not
-    count each other's programs."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    kept = ARRIVALS.get((device, stream))
+    """A joined split kernel's `count` int32 counters on `device`, zero. Launched eagerly on
+    a GPU, the set is kept in the file's ARRIVALS for the next launch on the current stream
+    (the one Triton launches on): the kernel zeroes a row's counters as the row's last
+    program leaves, so no fill kernel runs before each launch. One set per stream: launches
+    running at once on two streams must not count each other's programs. A CUDA graph being
+    captured takes a zeroed set of its own, made before the capture and kept as long as the
+    file (a graph replays the counters it captured, and two graphs may replay at once), or
+    where none was made, zeros the graph fills at each replay. Off the GPU, fresh zeros."""
+    if device.type != "cuda":
+        return torch.zeros(count, dtype=torch.int32, device=device)
+    if torch.cuda.is_current_stream_capturing():
+        spare = ARRIVALS.pop((device, "spare"), None)
+        if spare is None or spare.numel() < count:
+            return torch.zeros(count, dtype=torch.int32, device=device)
+        ARRIVALS[device, "captured", spare.data_ptr()] = spare
+        return spare
+    key = (device, torch.cuda.current_stream().cuda_stream)
+    kept = ARRIVALS.get(key)
     if kept is None or kept.numel() < count:
-        kept = ARRIVALS[device, stream] = torch.zeros(count, dtype=torch.int32, device=device)
+        kept = ARRIVALS[key] = torch.zeros(count, dtype=torch.int32, device=device)
+    spare = ARRIVALS.get((device, "spare"))
+    if spare is None or spare.numel() < count:  # for the next capture
+        side = torch.cuda.Stream(device)
+        with torch.cuda.stream(side):
+            ARRIVALS[device, "spare"] = torch.zeros(count, dtype=torch.int32, device=device)
+        side.synchronize()  # zero before a graph takes it: a graph replays on any stream
     return kept
 
 

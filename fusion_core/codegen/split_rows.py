@@ -61,8 +61,8 @@ from .writer import CodeWriter
 
 WORKSPACE = "partial_ptr"  # the workspace's kernel parameter
 WORKSPACE_LOCAL = "partials"  # the launcher's workspace tensor
-ARRIVALS = "arrival_ptr"  # the joined kernel's per-row arrival counters...
-ARRIVALS_LOCAL = "arrivals"  # ...the launcher's tensor of them (zeros, one per row)
+ARRIVALS = "arrival_ptr"  # the joined kernel's counters, an arrival and a departure a row...
+ARRIVALS_LOCAL = "arrivals"  # ...the launcher's tensor of them (runtime._arrivals)
 # The launcher's locals besides the kernel's: input names must not take them.
 LOCALS = ("splits", "joined", CHUNK.launch, WORKSPACE_LOCAL, ARRIVALS_LOCAL, "grid", "count")
 _CHUNK = Chunk(bound="chunk_cols", start="start + ", end="end")
@@ -274,7 +274,7 @@ def launch_fn(plan: KernelPlan, looped: KernelSignature, names: list[str],
     out.lines(["# Polls of a row's arrivals before a program of the joined kernel computes its",
                "# partners' statistics itself; interpreted, programs run one at a time: none.",
                f"WAIT_POLLS = 0 if _INTERPRETED else {POLLS}",
-               "# The joined kernel's counters by (device, stream), zero between launches.",
+               "# The joined kernel's counters kept between launches (`_arrivals`).",
                "ARRIVALS = {}", "", "",
                *runtime.source_of(runtime.SPLIT_HELPERS).splitlines(), "", ""])
     out.line(f"def _launch(config, args, {', '.join(tensors)}, wrap=None):")
@@ -298,8 +298,8 @@ def launch_fn(plan: KernelPlan, looped: KernelSignature, names: list[str],
         partials, finish, joined = signatures(plan, looped)
         out.line("if joined and joined[0]:")
         with out.indented():
-            out.lines(["# two counters a row, arrivals and departures: run, the pair kept for",
-                       "# this stream (each row's last program out zeroes them); traced, fresh",
+            out.lines(["# two counters a row, arrivals and departures: run, kept for the next",
+                       "# launch (each row's last program out zeroes them); traced, fresh",
                        f"count = 2 * triton.cdiv({rows}, rows)",
                        "if wrap is None:",
                        f"    {ARRIVALS_LOCAL} = _arrivals(count, {outputs[0]}.device)",
