@@ -42,17 +42,20 @@ def test_one_launch_only_where_a_row_is_split(monkeypatch, candidate, bucket, co
     assert config_of(bucket, candidate) == config
 
 
-@pytest.mark.parametrize("most,bucket,config", [
-    (512, (65536, 256), (8192, 1, 16, 2, 1)),  # too many rows for two kernels: one launch
-    (512, (65536, 512), (8192, 1, 16, 2, 1)),
-    (256, (65536, 512), (8192, 1, 16, 1)),  # more rows than the plan's measured gain
-    (512, (65536, 1024), (8192, 1, 16, 1)),  # enough rows to fill the GPU
-    (512, (32768, 256), (8192, 1, 16, 1)),  # too narrow
-    (512, (65536, 128), (8192, 1, 16, 2)),  # few rows: the two kernels' split, as before
-    (0, (65536, 256), (8192, 1, 16, 1)),  # a plan that does not gain from it
+@pytest.mark.parametrize("most,programs,bucket,config", [
+    (512, 2, (65536, 256), (8192, 1, 16, 2, 1)),  # too many rows for two kernels: one launch
+    (512, 2, (65536, 512), (8192, 1, 16, 2, 1)),
+    # 8 programs a row (the float32 RMSNorm's): chunks of 8192, 4096 a step, 8 warps
+    (256, 8, (65536, 256), (4096, 1, 8, 8, 1)),
+    (256, 2, (65536, 512), (8192, 1, 16, 1)),  # more rows than the plan's measured gain
+    (512, 2, (65536, 1024), (8192, 1, 16, 1)),  # enough rows to fill the GPU
+    (512, 2, (32768, 256), (8192, 1, 16, 1)),  # too narrow
+    (512, 2, (65536, 128), (8192, 1, 16, 2)),  # few rows: the two kernels' split, as before
+    (0, 2, (65536, 256), (8192, 1, 16, 1)),  # a plan that does not gain from it
 ])
-def test_the_default_splits_a_norm_in_one_launch(monkeypatch, most, bucket, config):
-    _split_kind(monkeypatch, SPLIT_JOINED_ROWS=most)
+def test_the_default_splits_a_norm_in_one_launch(monkeypatch, most, programs, bucket, config):
+    _split_kind(monkeypatch, SPLIT_JOINED_ROWS=most, SPLIT_JOINED_PROGRAMS=programs,
+                LOOP_BLOCK=Tuning().loop_block)
     assert tuning.HEURISTIC(bucket) == config
 
 
@@ -64,20 +67,20 @@ MORE = {
 }
 
 
-@pytest.mark.parametrize("name,dtype,most", [
-    ("rms_norm", torch.float16, 512),
-    ("rms_norm", torch.bfloat16, 512),
-    ("rms_norm", torch.float32, 256),
-    ("layer_norm", torch.float32, 256),
-    ("layer_norm", torch.bfloat16, 0),  # 13% slower in one launch (choices.py)
-    ("layer_norm of x.float()", torch.bfloat16, 0),  # its row input is 16-bit
-    ("mean", torch.bfloat16, 512),  # an RMSNorm by hand, as LLaMA's (the panel's rows)
-    ("mean", torch.float32, 256),
-    ("group_norm", torch.float32, 0),  # not measured
-    ("x - amax", torch.float32, 0),
-    ("softmax", torch.float32, 0),
+@pytest.mark.parametrize("name,dtype,most,programs", [
+    ("rms_norm", torch.float16, 512, 2),
+    ("rms_norm", torch.bfloat16, 512, 2),
+    ("rms_norm", torch.float32, 256, 8),
+    ("layer_norm", torch.float32, 256, 2),
+    ("layer_norm", torch.bfloat16, 0, 2),  # 13% slower in one launch (choices.py)
+    ("layer_norm of x.float()", torch.bfloat16, 0, 2),  # its row input is 16-bit
+    ("mean", torch.bfloat16, 512, 2),  # an RMSNorm by hand, as LLaMA's (the panel's rows)
+    ("mean", torch.float32, 256, 8),
+    ("group_norm", torch.float32, 0, 2),  # not measured
+    ("x - amax", torch.float32, 0, 2),
+    ("softmax", torch.float32, 0, 2),
 ])
-def test_which_plans_split_in_one_launch_by_default(name, dtype, most):
+def test_which_plans_split_in_one_launch_by_default(name, dtype, most, programs):
     x = torch.randn(2, 4, 8, 70).to(dtype) if name == "group_norm" else torch.randn(2, 70).to(dtype)
     width = 4 if name == "group_norm" else 70
     model = Lambda(MORE[name], w=torch.randn(width).to(dtype), b=torch.randn(width).to(dtype)) \
@@ -87,6 +90,7 @@ def test_which_plans_split_in_one_launch_by_default(name, dtype, most):
     kernel = generate(analysis, cluster, Tuning(max_block=16, loop_block=16))
     assert 'KIND = "split"' in kernel.source
     assert f"SPLIT_JOINED_ROWS = {most}\n" in kernel.source
+    assert f"SPLIT_JOINED_PROGRAMS = {programs}\n" in kernel.source
 
 
 def test_the_candidates_time_both_split_forms():

@@ -146,9 +146,6 @@ def test_the_h100_panels_known_miss_still_misses(row, tmp_path):
 NIGHT_PANEL = ROOT / "benchmarks" / "measured" / "h100_2026-12-06_night" / "call2_shapes_panel.json"
 NIGHT_ROWS = {f"{r['case']} {r['dtype']}": r for r in json.loads(NIGHT_PANEL.read_text())["rows"]}
 NIGHT_MISSES = {
-    "rms_norm 256x65536 float32": "8 programs a row in one launch (4096 a step, 8 warps) win, "
-    "60.4 us; the pick's 2 programs took 63.7 (one program a row, the pick before: 68.4); 2 "
-    "programs won the float32 LayerNorm and the bfloat16 RMSNorm",
     "rms_norm*2 128x65536 float32": "one program a row wins; the pick, the two kernels' split in "
     "2 (the default since the H200 panel, where it was within 3%), 3.1% slower",
     "softmax(x/8) 2048x50304 float32": "4 programs a row in one launch win (330 us); the pick, "
@@ -198,7 +195,6 @@ FULL_ROWS = {f"{r['case']} {r['dtype']}": r for r in json.loads(FULL_PANEL.read_
              if r.get("candidates") and not r["case"].startswith(
                  ("(y*g).permute", "softmax(x/8, dim=1) NCHW", "softmax(x.T/8)", "relu(x.T"))}
 FULL_MISSES = {
-    "rms_norm 256x65536 float32": NIGHT_MISSES["rms_norm 256x65536 float32"],
     "rms_norm*2 128x65536 float32": NIGHT_MISSES["rms_norm*2 128x65536 float32"],
     "softmax(x/8) 2048x50304 float32": NIGHT_MISSES["softmax(x/8) 2048x50304 float32"],
     "layer_norm->gelu 1024x16384 bfloat16": "timed with the reciprocal GELU (see above)",

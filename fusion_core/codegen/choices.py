@@ -50,9 +50,10 @@ class Tuning:
     split_programs: int = 256
     split_min_cols: int = 8192  # ...and each program keeps at least this many columns
     # Rows of a norm wider than 4 x split_min_cols (a bucket of 8 x), too many for the split
-    # above, split in two in one launch by default up to this many rows (0: never); None: by
-    # the plan (SPLIT_JOINED_ROWS below)
+    # above, split in one launch by default up to this many rows (0: never), over this many
+    # programs a row; None: by the plan (SPLIT_JOINED below)
     split_joined_rows: int | None = None
+    split_joined_programs: int | None = None
     pack_width: int = 256  # rows at most this wide are packed several per program...
     pack_elements: int = 2048  # ...up to this many elements per program
     max_rows: int = 16
@@ -68,8 +69,9 @@ class Tuning:
 
 
 MAX_LOOP_BLOCK = 8192
-# Where wide rows split in one launch by default (Tuning.split_joined_rows): the rows a bucket
-# may have, by the norm and its widest row input's bytes; plans not listed never. On an H100
+# Where wide rows split in one launch by default (Tuning.split_joined_rows and _programs): the
+# rows a bucket may have and the programs a row, by the norm and its widest row input's bytes;
+# plans not listed never. On an H100
 # (2026-12-06, the panel's night call 2) 2 programs a row in one launch, 8192 columns a step,
 # 16 warps: layer_norm*2 256x65536 fp32 the best candidate (66.3 µs; one program a row
 # 69.6), rms_norm 512x65536 bf16 the best (60.2; 69.4) and fp16 1.9% from it (60.3 against
@@ -78,8 +80,12 @@ MAX_LOOP_BLOCK = 8192
 # measured are LLaMA's, spelled out (pow -> mean -> rsqrt -> mul: a "mean" read back per
 # element); F.rms_norm's kernel keeps the same statistic a lane (a sum of squares), not
 # measured itself. Not measured: other row counts, group norms, batch norms, other collapses.
-SPLIT_JOINED_ROWS = {("mean", 2): 512, ("mean", 4): 256, ("rms_norm", 2): 512,
-                     ("rms_norm", 4): 256, ("layer_norm", 4): 256}
+# The float32 RMSNorm takes 8 programs a row (4096 columns a step, 8 warps: the chunk's 512
+# elements a warp, tuning._split_heuristic): the best candidate on both H100 panels of that day
+# (60.4 and 61.6-61.7 µs, where 2 programs took 63.7 and 64.2-64.6); the float32 LayerNorm
+# keeps 2 (66.8 µs; 8 programs 69.9 on the 18:39 UTC panel).
+SPLIT_JOINED = {("mean", 2): (512, 2), ("mean", 4): (256, 8), ("rms_norm", 2): (512, 2),
+                ("rms_norm", 4): (256, 8), ("layer_norm", 4): (256, 2)}
 # A row a norm reads twice (statistics, then each element: kernel.normalizes) whose widest row-
 # varying tensor is float32 (read or written) steps 16 KiB: on the H100 panel of 2026-12-06 (call
 # 8) layer_norm*2 256x65536 fp32 ran 5.4% slower at 8192 columns a step than at 4096, rms_norm*2

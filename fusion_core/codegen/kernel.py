@@ -38,7 +38,7 @@ from . import (
     rounding,
     split_rows,
 )
-from .choices import MAX_LOOP_BLOCK, NORMALIZE_FP32_LOOP_BLOCK, SPLIT_JOINED_ROWS, Tuning, kind
+from .choices import MAX_LOOP_BLOCK, NORMALIZE_FP32_LOOP_BLOCK, SPLIT_JOINED, Tuning, kind
 from .loads import row_itemsize
 from .lower import KernelPlan, plan
 from .one_block import CENTERED_16BIT_ONE_BLOCK, widest_one_block
@@ -84,15 +84,19 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     block by the plan's widest element (an input's or the accumulator's), twice as wide where
     a reduction holding one value per element would otherwise loop; a centered norm of 16-bit
     inputs loops sooner; up to how many rows wide rows split in one launch by default
-    (``SPLIT_JOINED_ROWS`` by the norm and its widest row input)."""
+    over how many programs a row (``SPLIT_JOINED`` by the norm and its widest row
+    input)."""
     inputs = [t.dtype.itemsize for t in p.inputs if not t.per_row]  # row inputs' bytes
     if tuning.max_loop_block is None:
         tuning = replace(tuning, max_loop_block=NORMALIZE_FP32_LOOP_BLOCK if normalizes(p)
                          and row_itemsize(p) >= 4 else MAX_LOOP_BLOCK)
-    if tuning.split_joined_rows is None:  # choices.SPLIT_JOINED_ROWS says why
+    if tuning.split_joined_rows is None or tuning.split_joined_programs is None:
         rule = p.reduction.rule.name if p.reduction is not None else None
-        most = SPLIT_JOINED_ROWS.get((rule, max(inputs, default=0)), 0)
-        tuning = replace(tuning, split_joined_rows=most)
+        most, programs = SPLIT_JOINED.get((rule, max(inputs, default=0)), (0, 2))  # choices.py
+        tuning = replace(tuning, split_joined_rows=(
+            most if tuning.split_joined_rows is None else tuning.split_joined_rows),
+            split_joined_programs=(programs if tuning.split_joined_programs is None
+                                   else tuning.split_joined_programs))
     if tuning.max_block is not None:
         return tuning
     sizes = inputs + ([p.reduction.dtype.itemsize] if p.reduction is not None else [])

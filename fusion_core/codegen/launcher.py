@@ -84,7 +84,7 @@ _RESERVED = {"torch", "triton", "tl", "shape", Family.SPAN.value, Family.RSPAN.v
              *launch_warm.LOCALS,
              "LAUNCH_CACHE_SIZE", "BLOCK", "NUM_WARPS", "TILE_COLS", "MAX_BLOCK", "LOOP_BLOCK",
              "LOOP_STEPS", "MAX_LOOP_BLOCK", "SPLIT_PROGRAMS", "SPLIT_MIN_COLS", "SPLIT_LOOP_BLOCK",
-             "SPLIT_JOINED_ROWS", "WAIT_POLLS", "ARRIVALS",
+             "SPLIT_JOINED_ROWS", "SPLIT_JOINED_PROGRAMS", "WAIT_POLLS", "ARRIVALS",
              *split_rows.LOCALS,
              "PACK_WIDTH", "PACK_ELEMENTS", "MAX_ROWS", *runtime.GLOBALS,
              *autotune.GLOBALS, *(fn.__name__ for fn in runtime.HELPERS + autotune.HELPERS
