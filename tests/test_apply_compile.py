@@ -120,6 +120,26 @@ def test_the_applied_model_compiles_with_fullgraph_and_no_graph_break(example_ne
             torch.testing.assert_close(compiled(x), original(x), atol=1e-4, rtol=1e-3)
 
 
+def test_dynamic_shapes_recompile_only_in_another_shape_bucket(example_net):
+    """With sizes traced symbolically (`dynamic=True`, or torch.compile's automatic dynamic
+    shapes after a size changes) the launcher's shape bucket (sizes rounded up to a power of
+    two) adds guards on the sizes' range, not their values: one graph serves 5 to 8 rows of
+    1024 columns, 9 rows (another bucket) compiles a second. Before, every row count did."""
+    from torch._dynamo.utils import counters
+
+    original, rewritten, _ = example_net
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(rewritten, backend="aot_eager", fullgraph=True, dynamic=True)
+    graphs = []
+    with torch.no_grad():
+        for rows in (5, 6, 7, 8, 9):
+            x = torch.randn(rows, 1024, device=DEVICE)
+            torch.testing.assert_close(compiled(x), original(x), atol=1e-4, rtol=1e-3)
+            graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs == [1, 1, 1, 1, 2]
+
+
 @pytest.mark.slow
 def test_inductor_compiles_the_applied_model(example_net):
     """The default backend: on CPU Inductor calls the opaque operators from its C++ code."""

@@ -116,7 +116,7 @@ def _rows_checks(plan: KernelPlan, sig: KernelSignature, looped: bool, empty: st
     if sig.uses(Family.RSPAN):  # the kernel reads spans of the rows' dims
         out.line(f"{Family.RSPAN} = [s // {N_COLS.launch} for s in {Family.SPAN}]")
     if not plan.tiled and not looped:
-        out.line("if triton.next_power_of_2(n_cols) > MAX_BLOCK:")
+        out.line("if n_cols > MAX_BLOCK:  # a power of two: as its block would be")
         with out.indented():
             # the fix: an analysis at rows this wide generates a kernel for them (a wider block
             # or the column loop), where the kernel can loop at all

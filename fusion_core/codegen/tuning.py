@@ -56,7 +56,13 @@ TUNE_MIN_ELEMENTS = 1 << 16
 
 
 def _pow2(n):
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+    """The power of two at or above `n` (1 for n <= 1), by doubling: a size torch.compile
+    traces symbolically then gets guards on its range (n in (p/2, p]) and one compiled graph
+    serves its whole bucket, where `bit_length` fixed the size itself."""
+    p = 1
+    while p < n:
+        p *= 2
+    return p
 
 
 def _bucket(n_rows, n_cols):
