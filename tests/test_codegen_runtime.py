@@ -78,6 +78,20 @@ def test_helpers_source_is_what_generated_files_hold():
     assert scope["_dense_strides"]((2, 3), (1, 0)) == (1, 2)
 
 
+class _Traced(int):
+    """Not exactly an int, as a size torch.compile traces (a SymInt) is not: the helpers take
+    their doubling path, which Dynamo keeps symbolic (guards on ranges)."""
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 1000, 1024, 1025, 3001, 2**20 + 1, 2**30 - 1])
+def test_the_traced_path_of_the_shape_bucket_and_the_divisor_gives_the_same(n):
+    from fusion_core.codegen import tuning
+
+    assert tuning._pow2(_Traced(n)) == tuning._pow2(n)
+    if n >= 1:
+        assert runtime._divisor(_Traced(n)) == runtime._divisor(n)
+
+
 def test_arrival_counters_off_the_gpu_are_fresh_zeros(monkeypatch):
     """Off the GPU nothing is kept: an interrupted interpreted launch leaves nothing behind."""
     monkeypatch.setattr(runtime, "ARRIVALS", {})

@@ -205,3 +205,20 @@ def test_the_joined_kernel_leaves_its_counters_zero(tmp_path):
         compare(launch(*inputs).cpu(), want, f"joined rms_norm, launch {launch_no}")
         assert not counters.any().item(), counters
     assert handed == [2 * 3, 2 * 3]
+
+
+def test_a_tuning_gives_either_joined_field_and_the_plan_fills_the_other():
+    """`Tuning(split_joined_rows=...)` keeps the plan's programs a row, and the reverse; a
+    count of programs that is no power of two of at least 2 is refused, naming the fix."""
+    analysis = analyze(_model("rms_norm", 70, torch.float32), torch.randn(2, 70))
+    (cluster,) = analysis.clusters
+
+    def filled(**given):
+        tuning = generate(analysis, cluster, Tuning(max_block=16, loop_block=16, **given)).tuning
+        return tuning.split_joined_rows, tuning.split_joined_programs
+
+    assert filled(split_joined_rows=1000) == (1000, 8)
+    assert filled(split_joined_programs=4) == (256, 4)
+    for bad in (0, 1, 3):
+        with pytest.raises(ValueError, match="power of two of at least 2"):
+            filled(split_joined_programs=bad)

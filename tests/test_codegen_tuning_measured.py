@@ -141,7 +141,7 @@ def test_the_h100_panels_known_miss_still_misses(row, tmp_path):
 
 # The H100 panel of the 2026-12-06 night timed split rows in one launch (configurations with a
 # fifth number, 1) on the rows where rows can split; the heuristic takes that form for wide
-# norms (choices.SPLIT_JOINED_ROWS). Every row of it is judged here, its known misses kept
+# norms (choices.SPLIT_JOINED). Every row of it is judged here, its known misses kept
 # visible (some of them within 3% on the H200 panel above: the two GPUs differ).
 NIGHT_PANEL = ROOT / "benchmarks" / "measured" / "h100_2026-12-06_night" / "call2_shapes_panel.json"
 NIGHT_ROWS = {f"{r['case']} {r['dtype']}": r for r in json.loads(NIGHT_PANEL.read_text())["rows"]}

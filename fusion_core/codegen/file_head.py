@@ -114,7 +114,7 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
                       "# ...and rows too many for that, up to this many, 8 x as wide (a bucket's",
                       "# width), split over SPLIT_JOINED_PROGRAMS in one launch:",
                       f"SPLIT_JOINED_ROWS = {tuning.split_joined_rows or 0}",
-                      f"SPLIT_JOINED_PROGRAMS = {tuning.split_joined_programs or 2}"]
+                      f"SPLIT_JOINED_PROGRAMS = {tuning.split_joined_programs}"]
         width, elements, rows = tuning.pack_width, tuning.pack_elements, tuning.max_rows
         if plan.column_strided and not looped:
             # never more elements than the file keeps in one block (fp64's 8192, a centered

@@ -97,6 +97,10 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
             most if tuning.split_joined_rows is None else tuning.split_joined_rows),
             split_joined_programs=(programs if tuning.split_joined_programs is None
                                    else tuning.split_joined_programs))
+    joined = tuning.split_joined_programs
+    if joined < 2 or joined & (joined - 1):
+        raise ValueError(f"Tuning(split_joined_programs={joined}): a row splits over a power "
+                         "of two of at least 2 programs; give 2, 4, 8, ...")
     if tuning.max_block is not None:
         return tuning
     sizes = inputs + ([p.reduction.dtype.itemsize] if p.reduction is not None else [])

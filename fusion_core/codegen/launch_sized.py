@@ -145,8 +145,10 @@ def _pow2_constants(plan: KernelPlan, looped: bool) -> list[str]:
         return ["BLOCK", "NUM_WARPS"]
     loop = ["LOOP_BLOCK", "MAX_LOOP_BLOCK"] if looped else []
     if kind(plan, looped) == "split":
-        loop += ["SPLIT_PROGRAMS", "SPLIT_LOOP_BLOCK"]
-    return loop + ["PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
+        loop += ["SPLIT_PROGRAMS", "SPLIT_LOOP_BLOCK", "SPLIT_JOINED_PROGRAMS"]
+    # MAX_BLOCK too: a row is refused where it is wider (`n_cols > MAX_BLOCK`, the block a
+    # power of two would take)
+    return loop + ["MAX_BLOCK", "PACK_ELEMENTS", "MAX_ROWS", "NUM_WARPS"]
 
 
 def _shape_expr(arg: TensorArg, plan: KernelPlan) -> str:

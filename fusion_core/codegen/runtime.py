@@ -67,11 +67,14 @@ def _divisor(d):
     m = ceil(2**(30 + l) / d) (exact: m·d exceeds 2**(30 + l) by less than d <= 2**l, so x·m
     stays within 2**(30 + l) of x·2**(30 + l)/d for every such x). m lies in [2**30, 2**31):
     a positive int32 for every d, which Triton never makes a constant (``writer.INDEX_DIV``).
-    The shift by doubling, not `bit_length`: a span torch.compile traces symbolically gets
-    guards on its range instead of its value (``tuning._pow2``)."""
-    shift = 0
-    while (1 << shift) < d:
-        shift += 1
+    A span torch.compile traces symbolically (a SymInt) gets its shift by doubling, not
+    `bit_length`: guards on its range instead of its value (``tuning._pow2``)."""
+    if type(d) is int:
+        shift = (d - 1).bit_length()
+    else:
+        shift = 0
+        while (1 << shift) < d:
+            shift += 1
     return -(-(1 << (30 + shift)) // d), shift
 
 

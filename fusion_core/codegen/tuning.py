@@ -56,9 +56,11 @@ TUNE_MIN_ELEMENTS = 1 << 16
 
 
 def _pow2(n):
-    """The power of two at or above `n` (1 for n <= 1), by doubling: a size torch.compile
-    traces symbolically then gets guards on its range (n in (p/2, p]) and one compiled graph
-    serves its whole bucket, where `bit_length` fixed the size itself."""
+    """The power of two at or above `n` (1 for n <= 1). A size torch.compile traces
+    symbolically (a SymInt) is doubled up to: it then gets guards on its range (n in (p/2,
+    p]) and one compiled graph serves its whole bucket, where `bit_length` fixed the size."""
+    if type(n) is int:
+        return 1 if n <= 1 else 1 << (n - 1).bit_length()
     p = 1
     while p < n:
         p *= 2
