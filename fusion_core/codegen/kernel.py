@@ -90,13 +90,12 @@ def with_max_block(p: KernelPlan, tuning: Tuning) -> Tuning:
     if tuning.max_loop_block is None:
         tuning = replace(tuning, max_loop_block=NORMALIZE_FP32_LOOP_BLOCK if normalizes(p)
                          and row_itemsize(p) >= 4 else MAX_LOOP_BLOCK)
-    if tuning.split_joined_rows is None or tuning.split_joined_programs is None:
-        rule = p.reduction.rule.name if p.reduction is not None else None
-        most, programs = SPLIT_JOINED.get((rule, max(inputs, default=0)), (0, 2))  # choices.py
-        tuning = replace(tuning, split_joined_rows=(
-            most if tuning.split_joined_rows is None else tuning.split_joined_rows),
-            split_joined_programs=(programs if tuning.split_joined_programs is None
-                                   else tuning.split_joined_programs))
+    rule = p.reduction.rule.name if p.reduction is not None else None
+    most, programs = SPLIT_JOINED.get((rule, max(inputs, default=0)), (0, 2))  # choices.py
+    if tuning.split_joined_rows is None:
+        tuning = replace(tuning, split_joined_rows=most)
+    if tuning.split_joined_programs is None:
+        tuning = replace(tuning, split_joined_programs=programs)
     joined = tuning.split_joined_programs
     if joined < 2 or joined & (joined - 1):
         raise ValueError(f"Tuning(split_joined_programs={joined}): a row splits over a power "
