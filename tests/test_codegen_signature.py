@@ -114,7 +114,13 @@ def test_each_parameter_gets_the_launcher_value_named_for_it(form):
     analysis, cluster, kernel = _generated(form)
     functions = _functions(kernel.source)
     runtime, consts = _params(functions[jit_function_name(cluster.index)])
-    args = [ast.unparse(e) for e in _assigned(functions["_plan"], "args").elts]
+    args = []
+    for e in _assigned(functions["_plan"], "args").elts:  # `*_divisor(s)`: s's m, then l
+        starred = isinstance(e, ast.Starred)
+        args += [f"{ast.unparse(e.value)}[{i}]" for i in (0, 1)] if starred else [ast.unparse(e)]
+    divisions = [a.removesuffix("[0]") for a in args if a.endswith("[0]") and "_divisor(" in a]
+    assert len(set(divisions)) == len(divisions), divisions
+    assert ast.unparse(_assigned(functions["_plan"], "args")).count("_divisor(") == len(divisions)
     call = _launches(functions["_launch"], jit_function_name(cluster.index))[0]
     tensors = [a for a in call.args if not isinstance(a, ast.Starred)]
     # pointers positionally, then `*args` (sizes and scalars), then the constexprs by name

@@ -125,8 +125,17 @@ class KernelSignature:
 
     @property
     def launch_args(self) -> list[str]:
-        """The launcher's `args` tuple: sizes, then the scalars, as launcher expressions."""
-        return [p.launch for p in (*self.sizes, *self.scalars)]
+        """The launcher's `args` tuple: sizes, then the scalars, as launcher expressions. A
+        span's multiplier and shift, adjacent, come from one `*_divisor(...)` (computed once:
+        a launcher whose operands change length plans every call)."""
+        out: list[str] = []
+        for p in (*self.sizes, *self.scalars):
+            magic = p.launch.removesuffix("[1]")
+            if p.family is Family.DIVISOR and out and out[-1] == f"{magic}[0]":
+                out[-1] = f"*{magic}"
+            else:
+                out.append(p.launch)
+        return out
 
     @property
     def launch_consts(self) -> list[tuple[str, str]]:
