@@ -116,6 +116,39 @@ def test_joined_rows_match_eager(name, dtype, tmp_path):
     compare(got, want, f"joined {name} {dtype}")
 
 
+def _held(module) -> list[bool]:
+    """Record the HELD_CHUNK each launch of the joined kernel passes, still running it."""
+    held, jit = [], module.__dict__[f"{module.NAME}_joined"]
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **consts):
+                held.append(consts["HELD_CHUNK"])
+                return jit[grid](*args, **consts)
+            return launch
+
+    setattr(module, f"{module.NAME}_joined", Recording())
+    return held
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "rms_norm", "mean"])
+def test_a_chunk_of_one_block_is_held_between_the_passes(name, tmp_path):
+    """4 programs a row over 2 x 4096 and 3 x 2100 (chunks of 528, the last 516): at a block
+    of 1024 each chunk is one block, which the joined kernel keeps in registers from its
+    statistics to its last pass (HELD_CHUNK) instead of reading it again; at 256 it loops.
+    Both match eager; under the interpreter the first programs of a row also compute their
+    partners' chunks (the fallback), which must not disturb the chunk held."""
+    torch.manual_seed(9)
+    for shape, block, want_held in (((2, 4096), 1024, True), ((3, 2100), 1024, True),
+                                    ((2, 4096), 256, False)):
+        module, launch, inputs, want = _load(FAMILIES[name], torch.randn(shape),
+                                             tmp_path / f"{shape[1]}_{block}")
+        _joined(module, block=block)
+        held = _held(module)
+        compare(launch(*inputs).cpu(), want, f"joined {name} {shape}, block {block}")
+        assert held == [want_held]
+
+
 def test_joined_group_norm_and_uneven_chunks(tmp_path):
     """group_norm's rows cross channels; 3 x 2100 columns cut in chunks of 528 (the last
     516), each ending inside a block."""

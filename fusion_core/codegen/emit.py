@@ -25,6 +25,7 @@ first pass asked the cache to keep it), recomputes the prologue and writes the r
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from . import cat_bounds
@@ -182,6 +183,26 @@ class Chunk:
 WHOLE_ROW = Chunk()
 
 
+@dataclass(frozen=True)
+class Held:
+    """A split row's chunk in one block (``split_rows.py``'s joined kernel with
+    HELD_CHUNK): no column loop, the statistics pass keeps the loads in `names` as
+    `held_<name>` (`reuse` False) and the last pass takes them from there (`reuse` True)
+    instead of reading the chunk again."""
+
+    names: frozenset[str]
+    reuse: bool
+
+
+def held_loads(plan: KernelPlan) -> frozenset[str]:
+    """The statistics pass's loads that the last pass reads again (a split chunk held)."""
+    r = plan.reduction
+    assert r is not None
+    need, later = _closure(plan, [r.source]), rewritten(plan)
+    return frozenset(t.temp for t in plan.sources
+                     if not _row_load(t) and t.temp in need and t.temp in later)
+
+
 def row_prologue(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     """Loads of per-row inputs and scalars, and the per-row values computed from them."""
     row_loads = [t for t in plan.sources if _row_load(t)]
@@ -197,18 +218,23 @@ def _row_load(t: TensorArg) -> bool:
 
 def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets: Iterable[str],
                 extra: Iterable[str], reread: set[str], where: Chunk = WHOLE_ROW,
-                vec: int | None = None, body_extra: Iterable[str] | None = None) -> None:
+                vec: int | None = None, body_extra: Iterable[str] | None = None,
+                held: Held | None = None) -> None:
     """A column loop: the loads and pre-reduction statements `targets` need, then `extra`;
     `reread`: the loaded temporaries a later pass reads again. With `vec` (a whole row,
     ``aligned_vec``) the loop runs over the row's aligned body, then over its edges:
-    `body_extra` (else `extra`) in the body, `extra` in the edges."""
+    `body_extra` (else `extra`) in the body, `extra` in the edges. With `held` (a chunk of
+    one block) the body runs once, no loop, its loads kept or reused (``Held``)."""
     need = _closure(plan, targets)
     extra = list(extra)
     blocks = [(None, extra)] if vec is None else [
         (True, extra if body_extra is None else list(body_extra)), (False, extra)]
     for body, lines in blocks:
         if body is None:
-            out.line(f"for col0 in range(0, {range_bound(where.bound)}, BLOCK_SIZE):")
+            if held is None:
+                out.line(f"for col0 in range(0, {range_bound(where.bound)}, BLOCK_SIZE):")
+            else:
+                out.line("col0 = 0  # the chunk in one block: the loop's only step")
             bound = f"cols < {where.end}"  # a split row's chunk ends anywhere
             head = [_cols(plan, f"{where.start}col0 + "), "col_mask = " + (
                 f"({bound}) | {EVEN_COLS}" if where == WHOLE_ROW else bound)]
@@ -226,10 +252,15 @@ def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets
             head = ["edge = col0 + tl.arange(0, BLOCK_SIZE)[None, :]",
                     _cols(plan, "tl.where(edge < row_head, 0, row_body) + col0 + "),
                     "col_mask = edge < n_cols - row_body"]
-        with out.indented():
+        with out.indented() if held is None else nullcontext():
             out.lines([*head, _COLS[1]])
-            out.lines(load(t, plan, params, t.temp not in reread, bool(body))
-                      for t in plan.sources if not _row_load(t) and t.temp in need)
+            loaded = [t for t in plan.sources if not _row_load(t) and t.temp in need]
+            out.lines(f"{t.temp} = held_{t.temp}" if held and held.reuse and t.temp in held.names
+                      else load(t, plan, params, t.temp not in reread, bool(body))
+                      for t in loaded)
+            if held and not held.reuse:
+                out.lines(f"held_{t.temp} = {t.temp}  # for the last pass"
+                          for t in loaded if t.temp in held.names)
             out.lines(_stmt(s) for s in plan.stmts
                       if s.temp in need and not s.per_row and s.phase == "pre")
             out.lines(lines)
@@ -242,9 +273,11 @@ def rewritten(plan: KernelPlan) -> set[str]:
 
 
 def last_pass(plan: KernelPlan, params: KernelParams, out: CodeWriter,
-              where: Chunk = WHOLE_ROW, vec: int | None = None) -> None:
+              where: Chunk = WHOLE_ROW, vec: int | None = None,
+              held: Held | None = None) -> None:
     """Per-row values after the reduction, then the loop that recomputes the chain,
-    finishes the reduction and stores the per-element outputs."""
+    finishes the reduction and stores the per-element outputs (`held`: a held chunk's one
+    block, its loads reused)."""
     r = plan.reduction
     assert r is not None
     row_post = [s for s in plan.stmts if s.per_row and s.phase == "post"]
@@ -263,7 +296,8 @@ def last_pass(plan: KernelPlan, params: KernelParams, out: CodeWriter,
         column_loop(plan, params, out, [t.temp for t in col_out],
                     finish + post + [store(t, plan, params, evict_first=hint) for t in col_out],
                     set(), where, vec,
-                    finish + post + [store(t, plan, params, True, hint) for t in col_out])
+                    finish + post + [store(t, plan, params, True, hint) for t in col_out],
+                    held)
 
 
 def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
