@@ -231,7 +231,6 @@ def handed_back(p: Prepared, inputs: list[torch.Tensor]) -> dict[str, torch.fx.G
     model = copy.deepcopy(p.analysis.module).to(device)
     example = graph_inputs(p.analysis.graph, p.analysis.inputs, model, device, seed=0)
     verdicts = {v.cluster: v for v in match(p.analysis, inductor_capture(model, example)).clusters}
-    torch._dynamo.reset()  # that compile's frames are not the timed ones
     wider = {i for i, v in verdicts.items() if v.detail.startswith("Inductor fuses more")}
     same = {i for i, v in verdicts.items() if v.verdict == SAME}
     print(f"{p.analysis.model_name}: Inductor fuses more than clusters {sorted(wider)}, makes "
@@ -275,24 +274,21 @@ def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, Inp
         # Input-less kernels (`arange → add`) cannot be operators: their ops stay as traced.
         operators_in = as_operators(rec, {i: loaded[i] for i in usable})
         as_ops = patch(rec.gm, operators_in)
-        # One reset for the three: each keeps its compiled code for the later rounds (a
-        # reset between them would make each round compile them again).
+        # Before the reset below: Inductor's capture resets Dynamo itself.
+        trials = handed_back(p, inputs) if handback else {}
+        # One reset for all: each keeps its compiled code for the later rounds (a reset
+        # between them would make each round compile them again).
         torch._dynamo.reset()
         for name, gm, args in (
                 ("torch.compile of the HF module", hf, hf_inputs),
                 ("torch.compile of the traced graph", rec.gm, inputs),
                 (f"torch.compile of the applied graph ({len(operators_in)} of "
-                 f"{len(usable)} kernels as operators)", as_ops, inputs)):
+                 f"{len(usable)} kernels as operators)", as_ops, inputs),
+                *((name, gm, inputs) for name, gm in trials.items())):
             counters.clear()  # this compile's graph breaks (it compiles at its first call)
             compiled = torch.compile(gm)
             r = add(name, lambda c=compiled, a=args: c(*a))
             r["graph_breaks"] = sum(counters["graph_break"].values())
-        if handback:
-            for name, gm in handed_back(p, inputs).items():
-                counters.clear()
-                compiled = torch.compile(gm)
-                r = add(name, lambda c=compiled: c(*inputs))
-                r["graph_breaks"] = sum(counters["graph_break"].values())
         more_rounds(rows, fns, rounds)
     return {"model": label, "clusters": len(p.report.results), "usable": len(usable),
             "model_numerics": p.report.model.passed, "rows": rows}
