@@ -15,7 +15,9 @@ kernel into the traced graph, and times, per forward:
 - torch.compile (default mode) of the HF module (the user's baseline), of the traced graph
   (the graph our passes made: a boolean attention mask already converted once, as
   ``ir/sdpa_mask.py`` does), and of the patched graph with each kernel registered as the
-  torch operator `--apply`'s package makes of it.
+  torch operator `--apply`'s package makes of it; then (an experiment, `--no-handback` skips
+  it) that patched graph with the clusters where Inductor's own kernel computes more than ours,
+  or the same, left to Inductor (``handed_back``).
 
 Two clocks: wall time per forward (a loop of calls, one synchronize, divided: what a caller
 waits for, host work included; taken in --rounds interleaved rounds, each row its lowest) and
@@ -231,13 +233,19 @@ def handed_back(p: Prepared, inputs: list[torch.Tensor]) -> dict[str, torch.fx.G
     model = copy.deepcopy(p.analysis.module).to(device)
     example = graph_inputs(p.analysis.graph, p.analysis.inputs, model, device, seed=0)
     verdicts = {v.cluster: v for v in match(p.analysis, inductor_capture(model, example)).clusters}
-    wider = {i for i, v in verdicts.items() if v.detail.startswith("Inductor fuses more")}
-    same = {i for i, v in verdicts.items() if v.verdict == SAME}
-    print(f"{p.analysis.model_name}: Inductor fuses more than clusters {sorted(wider)}, makes "
-          f"the same kernel as {sorted(same)}", flush=True)
-    out = {}
+    usable = set(p.usable)
+    wider = {i for i, v in verdicts.items()
+             if i in usable and v.detail.startswith("Inductor fuses more")}
+    same = {i for i, v in verdicts.items() if i in usable and v.verdict == SAME}
+    print(f"{p.analysis.model_name}: of the usable clusters, Inductor fuses more than "
+          f"{sorted(wider)}, makes the same kernel as {sorted(same)}", flush=True)
+    out: dict[str, torch.fx.GraphModule] = {}
+    tried = [frozenset()]  # the product's row keeps every operator
     for what, left in (("Inductor fuses wider", wider), ("Inductor makes the same", same),
                        ("either", wider | same)):
+        if frozenset(left) in tried:  # the same graph as a row already compiled
+            continue
+        tried.append(frozenset(left))
         kept = as_operators(p.rec, {i: p.loaded[i] for i in p.usable if i not in left})
         out[f"torch.compile of the applied graph, clusters {what} left to it "
             f"({len(kept)} of {len(p.usable)} kernels as operators)"] = patch(p.rec.gm, kept)
@@ -275,7 +283,12 @@ def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, Inp
         operators_in = as_operators(rec, {i: loaded[i] for i in usable})
         as_ops = patch(rec.gm, operators_in)
         # Before the reset below: Inductor's capture resets Dynamo itself.
-        trials = handed_back(p, inputs) if handback else {}
+        trials: dict[str, torch.fx.GraphModule] = {}
+        if handback:  # an experiment: its failure keeps the model's other rows
+            try:
+                trials = handed_back(p, inputs)
+            except Exception:  # noqa: BLE001
+                traceback.print_exc()
         # One reset for all: each keeps its compiled code for the later rounds (a reset
         # between them would make each round compile them again).
         torch._dynamo.reset()
@@ -340,6 +353,7 @@ def targets(res: dict[str, Any]) -> list[str]:
                 get(graphed, "wall_us"),
                 None if get(applied, "device_us") is None else 1.1 * get(applied, "device_us"))]
     alone = {name: r for name, r in compiled.items() if "applied" not in name}
+    # the product's row first (`measure_model` adds it before the hand-back trials)
     both = [(name, r) for name, r in compiled.items() if "applied" in name]
     for name, r in alone.items():
         of = name.removeprefix("torch.compile of ")

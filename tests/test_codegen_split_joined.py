@@ -10,6 +10,8 @@ stored. On a GPU (the same tests, kernels compiled) the programs wait for each o
 there also takes the path without waiting (``WAIT_POLLS = 0``). The kernel compiling for sm_90:
 ``test_codegen_split_rows.py``'s compile test, with the other split kernels."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -147,6 +149,13 @@ def test_a_chunk_of_one_block_is_held_between_the_passes(name, tmp_path):
         held = _held(module)
         compare(launch(*inputs).cpu(), want, f"joined {name} {shape}, block {block}")
         assert held == [want_held]
+    # the held form's last pass takes the chunk from registers: no load of the input there
+    text = Path(module.__file__).read_text()
+    text = text[text.index(f"def {module.NAME}_joined("):]
+    last = text[text.index("# last pass"):]
+    held_pass = last[:last.index("else:")]
+    assert "v0 = held_v0" in held_pass and "tl.load(in_ptr0" not in held_pass, held_pass
+    assert "tl.load(in_ptr0" in last[last.index("else:"):]  # the looped form reads it again
 
 
 def test_joined_group_norm_and_uneven_chunks(tmp_path):
@@ -195,12 +204,14 @@ def test_a_joined_int8_amax_wraps_as_eager(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="the wait needs a GPU running programs together")
+@pytest.mark.parametrize("block", [8192, 4096], ids=["chunk-held", "chunk-looped"])
 @pytest.mark.parametrize("polls", [None, 0], ids=["waiting", "computing-the-missing-chunks"])
 @pytest.mark.parametrize("name", ["softmax", "layer_norm", "rms_norm"])
-def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, tmp_path):
+def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, block, tmp_path):
     """256 rows of 65536 columns, 8 programs a row (2048 programs, more than an H100 holds
-    at once): each program waits for its row's others, or (no polls) computes their chunks'
-    statistics itself; both match eager. The second launch counts on the counters the first
+    at once), each chunk of 8192 one block (held between the passes) or two (looped): each
+    program waits for its row's others, or (no polls) computes their chunks' statistics
+    itself; both match eager. The second launch counts on the counters the first
     left (zeroed by each row's last program out). A wait
     that never saw its partners would still be right, after WAIT_POLLS polls (2**20, about a
     second) in each program: the waiting launch must take a small fraction of that."""
@@ -208,7 +219,8 @@ def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, tmp_path):
 
     torch.manual_seed(5)
     module, launch, inputs, want = _load(FAMILIES[name], torch.randn(256, 65536), tmp_path)
-    _joined(module, splits=8, block=8192, warps=8)
+    _joined(module, splits=8, block=block, warps=8)
+    held = _held(module)
     if polls is not None:
         module.WAIT_POLLS = polls
     seen = _launches(module)
@@ -220,6 +232,7 @@ def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, tmp_path):
     elapsed = time.perf_counter() - started
     compare(got.cpu(), want, f"joined {name} 256x65536, again")
     assert seen == [("joined", (2048,))] * 2
+    assert held == [block == 8192] * 2
     if polls is None:  # ~60 µs on an H100; a wait that timed out: seconds
         assert elapsed < 0.1, f"{elapsed:.3f} s: the programs did not see each other arrive"
 

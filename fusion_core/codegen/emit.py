@@ -225,6 +225,7 @@ def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets
     ``aligned_vec``) the loop runs over the row's aligned body, then over its edges:
     `body_extra` (else `extra`) in the body, `extra` in the edges. With `held` (a chunk of
     one block) the body runs once, no loop, its loads kept or reused (``Held``)."""
+    assert held is None or vec is None, "a held chunk is one block: no aligned body"
     need = _closure(plan, targets)
     extra = list(extra)
     blocks = [(None, extra)] if vec is None else [
