@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from . import cat_bounds
 from .interpreted import range_bound
-from .loads import aligned_rows, aligned_vec, load, store, streams
+from .loads import aligned_rows, aligned_vec, held_load, held_value, load, store, streams
 from .lower import KernelPlan, Stmt, TensorArg
 from .reduce import emitter
 from .signature import EVEN_COLS, KernelParams, KernelSignature
@@ -255,13 +255,11 @@ def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets
                     "col_mask = edge < n_cols - row_body"]
         with out.indented() if held is None else nullcontext():
             out.lines([*head, _COLS[1]])
-            loaded = [t for t in plan.sources if not _row_load(t) and t.temp in need]
-            out.lines(f"{t.temp} = held_{t.temp}" if held and held.reuse and t.temp in held.names
-                      else load(t, plan, params, t.temp not in reread, bool(body))
-                      for t in loaded)
-            if held and not held.reuse:
-                out.lines(f"held_{t.temp} = {t.temp}  # for the last pass"
-                          for t in loaded if t.temp in held.names)
+            for t in (t for t in plan.sources if not _row_load(t) and t.temp in need):
+                if held is not None and t.temp in held.names:  # kept for the last pass
+                    out.lines([held_value(t)] if held.reuse else held_load(t, plan, params))
+                else:
+                    out.line(load(t, plan, params, t.temp not in reread, bool(body)))
             out.lines(_stmt(s) for s in plan.stmts
                       if s.temp in need and not s.per_row and s.phase == "pre")
             out.lines(lines)
