@@ -1,12 +1,14 @@
 """benchmarks/gelu_probe.py at tiny sizes on any machine: each variant's kernel file holds its
 own helper, and the two exact forms (the one generated and the reciprocal form it replaced)
-match eager. The timed run needs CUDA."""
+match eager (compiled where there is a GPU, interpreted elsewhere). The timed run needs
+CUDA."""
 
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from codegen_harness import DEVICE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -20,7 +22,7 @@ from fusion_core.codegen import load_kernel  # noqa: E402
 @pytest.mark.parametrize("number", [9, 6])
 def test_probe_variants_hold_their_helpers_and_the_exact_ones_match_eager(number, tmp_path):
     case = CASES[number]
-    found, inputs, eager, _ = probe.files(case, "cpu", tmp_path, tiny=True)
+    found, inputs, eager, _ = probe.files(case, DEVICE, tmp_path, tiny=True)
     assert [label for label, _, _ in found] == list(probe.VARIANTS)
     want = as_tuple(eager(*inputs))
     texts = {}

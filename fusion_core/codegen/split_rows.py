@@ -237,11 +237,14 @@ def _either(out: CodeWriter, held: Callable[[], None], looped: Callable[[], None
 def _departure(out: CodeWriter) -> None:
     """The joined kernel's end: the program counted out of its row, and the row's last to
     leave sets both counters back to zero for the launcher's next launch (every partner has
-    arrived by then, and none reads the arrivals after its wait). `acq_rel`: the arrival
-    each program added before leaving is ordered before the reset."""
+    arrived by then, and none reads the arrivals after its wait: each program's arrival
+    and polls are `acq_rel` or `acquire`, so its departure comes after them). `acquire`,
+    not `acq_rel`: the reset comes after the count, and no store of the program's need wait
+    for the count (a release would drain them first: on an H100 the joined candidates at 8
+    programs a row took up to 30% longer with it)."""
     out.lines(["", "# departure: the row's last program out zeroes its counters (the next",
                "# launch counts from zero)",
-               f'left = tl.atomic_add({ARRIVALS} + 2 * pid + 1, 1, sem="acq_rel") + 1',
+               f'left = tl.atomic_add({ARRIVALS} + 2 * pid + 1, 1, sem="acquire") + 1',
                f"if left == {N_SPLITS.name}:"])
     with out.indented():
         out.lines([f'tl.atomic_xchg({ARRIVALS} + 2 * pid, 0, sem="relaxed")',
