@@ -10,8 +10,6 @@ stored. On a GPU (the same tests, kernels compiled) the programs wait for each o
 there also takes the path without waiting (``WAIT_POLLS = 0``). The kernel compiling for sm_90:
 ``test_codegen_split_rows.py``'s compile test, with the other split kernels."""
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -118,46 +116,6 @@ def test_joined_rows_match_eager(name, dtype, tmp_path):
     compare(got, want, f"joined {name} {dtype}")
 
 
-def _held(module) -> list[bool]:
-    """Record the HELD_CHUNK each launch of the joined kernel passes, still running it."""
-    held, jit = [], module.__dict__[f"{module.NAME}_joined"]
-
-    class Recording:
-        def __getitem__(self, grid):
-            def launch(*args, **consts):
-                held.append(consts["HELD_CHUNK"])
-                return jit[grid](*args, **consts)
-            return launch
-
-    setattr(module, f"{module.NAME}_joined", Recording())
-    return held
-
-
-@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "rms_norm", "mean"])
-def test_a_chunk_of_one_block_is_held_between_the_passes(name, tmp_path):
-    """4 programs a row over 2 x 4096 and 3 x 2100 (chunks of 528, the last 516): at a block
-    of 1024 each chunk is one block, which the joined kernel keeps in registers from its
-    statistics to its last pass (HELD_CHUNK) instead of reading it again; at 256 it loops.
-    Both match eager; under the interpreter the first programs of a row also compute their
-    partners' chunks (the fallback), which must not disturb the chunk held."""
-    torch.manual_seed(9)
-    for shape, block, want_held in (((2, 4096), 1024, True), ((3, 2100), 1024, True),
-                                    ((2, 4096), 256, False)):
-        module, launch, inputs, want = _load(FAMILIES[name], torch.randn(shape),
-                                             tmp_path / f"{shape[1]}_{block}")
-        _joined(module, block=block)
-        held = _held(module)
-        compare(launch(*inputs).cpu(), want, f"joined {name} {shape}, block {block}")
-        assert held == [want_held]
-    # the held form's last pass takes the chunk from registers: no load of the input there
-    text = Path(module.__file__).read_text()
-    text = text[text.index(f"def {module.NAME}_joined("):]
-    last = text[text.index("# last pass"):]
-    held_pass = last[:last.index("else:")]
-    assert "v0 = held_v0" in held_pass and "tl.load(in_ptr0" not in held_pass, held_pass
-    assert "tl.load(in_ptr0" in last[last.index("else:"):]  # the looped form reads it again
-
-
 def test_joined_group_norm_and_uneven_chunks(tmp_path):
     """group_norm's rows cross channels; 3 x 2100 columns cut in chunks of 528 (the last
     516), each ending inside a block."""
@@ -204,14 +162,12 @@ def test_a_joined_int8_amax_wraps_as_eager(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="the wait needs a GPU running programs together")
-@pytest.mark.parametrize("block", [8192, 4096], ids=["chunk-held", "chunk-looped"])
 @pytest.mark.parametrize("polls", [None, 0], ids=["waiting", "computing-the-missing-chunks"])
 @pytest.mark.parametrize("name", ["softmax", "layer_norm", "rms_norm"])
-def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, block, tmp_path):
+def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, tmp_path):
     """256 rows of 65536 columns, 8 programs a row (2048 programs, more than an H100 holds
-    at once), each chunk of 8192 one block (held between the passes) or two (looped): each
-    program waits for its row's others, or (no polls) computes their chunks' statistics
-    itself; both match eager. The second launch counts on the counters the first
+    at once): each program waits for its row's others, or (no polls) computes their chunks'
+    statistics itself; both match eager. The second launch counts on the counters the first
     left (zeroed by each row's last program out). A wait
     that never saw its partners would still be right, after WAIT_POLLS polls (2**20, about a
     second) in each program: the waiting launch must take a small fraction of that."""
@@ -219,8 +175,7 @@ def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, block, tmp_path):
 
     torch.manual_seed(5)
     module, launch, inputs, want = _load(FAMILIES[name], torch.randn(256, 65536), tmp_path)
-    _joined(module, splits=8, block=block, warps=8)
-    held = _held(module)
+    _joined(module, splits=8, block=8192, warps=8)
     if polls is not None:
         module.WAIT_POLLS = polls
     seen = _launches(module)
@@ -232,7 +187,6 @@ def test_joined_rows_on_the_gpu_at_panel_widths(name, polls, block, tmp_path):
     elapsed = time.perf_counter() - started
     compare(got.cpu(), want, f"joined {name} 256x65536, again")
     assert seen == [("joined", (2048,))] * 2
-    assert held == [block == 8192] * 2
     if polls is None:  # ~60 µs on an H100; a wait that timed out: seconds
         assert elapsed < 0.1, f"{elapsed:.3f} s: the programs did not see each other arrive"
 

@@ -46,7 +46,7 @@ BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.flo
 # The jit function each form compiles (and whether the kernel is generated looping).
 FORMS = {"one block": ("kernel", False), "loop": ("kernel", True),
          "split partials": ("partials", True), "split finish": ("finish", True),
-         "split joined": ("joined", True), "split joined, chunk held": ("joined", True)}
+         "split joined": ("joined", True)}
 CASES = [  # (function, dtype, width, form, BLOCK_SIZE, warps)
     ("layer_norm->gelu", FP32, 8192, "one block", 8192, 8),
     ("layer_norm->gelu", FP32, 8192, "one block", 8192, 16),
@@ -82,11 +82,6 @@ CASES = [  # (function, dtype, width, form, BLOCK_SIZE, warps)
     # split rows in one launch (the 2-row harness launches it at 8 programs a row)
     ("layer_norm->gelu", FP32, 65536, "split joined", 8192, 16),
     ("layer_norm->gelu", BF16, 65536, "split joined", 8192, 16),
-    # ...its chunk of one block held in registers between the passes (HELD_CHUNK)
-    ("layer_norm->gelu", FP32, 65536, "split joined, chunk held", 8192, 8),
-    ("layer_norm->gelu", FP32, 65536, "split joined, chunk held", 8192, 16),
-    ("softmax(x/8)", FP32, 65536, "split joined, chunk held", 8192, 8),
-    ("layer_norm->gelu", BF16, 65536, "split joined, chunk held", 16384, 16),
 ]
 
 _COMPILE = r"""
@@ -127,11 +122,7 @@ def _job(fn: str, dtype: torch.dtype, width: int, form: str, block: int, warps: 
     widest = 1 << (width - 1).bit_length()  # blocks are powers of two
     kernel = generate(analysis, cluster, Tuning(max_block=widest, **unsplit), looped=looped)
     args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
-    path, name, sig, consts, warps, aligned = kernel_job(kernel, args, work, suffix, block,
-                                                         warps)
-    if "HELD_CHUNK" in consts:  # the form names it, whatever the harness's launch chose
-        consts["HELD_CHUNK"] = form.endswith("held")
-    return path, name, sig, consts, warps, aligned
+    return kernel_job(kernel, args, work, suffix, block, warps)
 
 
 def kernel_job(kernel, args: tuple, work: Path, suffix: str, block: int, warps: int):

@@ -116,15 +116,11 @@ CANDIDATES = {
     # Split rows in one launch (a fourth number, 1): hand-written, the form took rms_norm
     # 256x65536 fp32 from 69 to 57 µs (8192 a chunk, 8 warps, 8 programs a row) and its 512-row
     # 16-bit rows from 65-68 to 60 (4096 a step, 16 warps, 4 programs); the two-kernel split
-    # stayed fastest for softmax 64x262144 fp16 (wide_rows_probe.py, H100, 2026-12-06). At
-    # 8192 a step over 8 programs of 65536 columns a chunk is one block, held between the
-    # passes (HELD_CHUNK): a layer_norm 217 registers a thread at 8 warps, 113 at 16 (Triton
-    # 3.6's ptxas for sm_90; 3.9's 182 and 95); a float32 mean read back spills 28 bytes at
-    # 16 warps under 3.6.
+    # stayed fastest for softmax 64x262144 fp16 (wide_rows_probe.py, H100, 2026-12-06).
     "split": ((1024, 4, 1), (2048, 8, 1), (4096, 8, 1), (4096, 16, 1), (8192, 16, 1),
               (4096, 8, 4), (4096, 8, 8), (8192, 16, 8), (4096, 8, 16), (2048, 8, 32),
               (8192, 8, 8, 1), (4096, 16, 4, 1), (4096, 16, 8, 1), (8192, 16, 2, 1),
-              (4096, 8, 8, 1), (8192, 16, 8, 1)),
+              (4096, 8, 8, 1)),
 }
 CANDIDATE_FIELDS = {
     "flat": "(BLOCK, NUM_WARPS)",

@@ -25,12 +25,11 @@ first pass asked the cache to keep it), recomputes the prologue and writes the r
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 from . import cat_bounds
 from .interpreted import range_bound
-from .loads import aligned_rows, aligned_vec, held_load, held_value, load, store, streams
+from .loads import aligned_rows, aligned_vec, load, store, streams
 from .lower import KernelPlan, Stmt, TensorArg
 from .reduce import emitter
 from .signature import EVEN_COLS, KernelParams, KernelSignature
@@ -183,26 +182,6 @@ class Chunk:
 WHOLE_ROW = Chunk()
 
 
-@dataclass(frozen=True)
-class Held:
-    """A split row's chunk in one block (``split_rows.py``'s joined kernel with
-    HELD_CHUNK): no column loop, the statistics pass keeps the loads in `names` as
-    `held_<name>` (`reuse` False) and the last pass takes them from there (`reuse` True)
-    instead of reading the chunk again."""
-
-    names: frozenset[str]
-    reuse: bool
-
-
-def held_loads(plan: KernelPlan) -> frozenset[str]:
-    """The statistics pass's loads that the last pass reads again (a split chunk held)."""
-    r = plan.reduction
-    assert r is not None
-    need, later = _closure(plan, [r.source]), rewritten(plan)
-    return frozenset(t.temp for t in plan.sources
-                     if not _row_load(t) and t.temp in need and t.temp in later)
-
-
 def row_prologue(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     """Loads of per-row inputs and scalars, and the per-row values computed from them."""
     row_loads = [t for t in plan.sources if _row_load(t)]
@@ -218,24 +197,18 @@ def _row_load(t: TensorArg) -> bool:
 
 def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets: Iterable[str],
                 extra: Iterable[str], reread: set[str], where: Chunk = WHOLE_ROW,
-                vec: int | None = None, body_extra: Iterable[str] | None = None,
-                held: Held | None = None) -> None:
+                vec: int | None = None, body_extra: Iterable[str] | None = None) -> None:
     """A column loop: the loads and pre-reduction statements `targets` need, then `extra`;
     `reread`: the loaded temporaries a later pass reads again. With `vec` (a whole row,
     ``aligned_vec``) the loop runs over the row's aligned body, then over its edges:
-    `body_extra` (else `extra`) in the body, `extra` in the edges. With `held` (a chunk of
-    one block) the body runs once, no loop, its loads kept or reused (``Held``)."""
-    assert held is None or vec is None, "a held chunk is one block: no aligned body"
+    `body_extra` (else `extra`) in the body, `extra` in the edges."""
     need = _closure(plan, targets)
     extra = list(extra)
     blocks = [(None, extra)] if vec is None else [
         (True, extra if body_extra is None else list(body_extra)), (False, extra)]
     for body, lines in blocks:
         if body is None:
-            if held is None:
-                out.line(f"for col0 in range(0, {range_bound(where.bound)}, BLOCK_SIZE):")
-            else:
-                out.line("col0 = 0  # the chunk in one block: the loop's only step")
+            out.line(f"for col0 in range(0, {range_bound(where.bound)}, BLOCK_SIZE):")
             bound = f"cols < {where.end}"  # a split row's chunk ends anywhere
             head = [_cols(plan, f"{where.start}col0 + "), "col_mask = " + (
                 f"({bound}) | {EVEN_COLS}" if where == WHOLE_ROW else bound)]
@@ -253,13 +226,10 @@ def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets
             head = ["edge = col0 + tl.arange(0, BLOCK_SIZE)[None, :]",
                     _cols(plan, "tl.where(edge < row_head, 0, row_body) + col0 + "),
                     "col_mask = edge < n_cols - row_body"]
-        with out.indented() if held is None else nullcontext():
+        with out.indented():
             out.lines([*head, _COLS[1]])
-            for t in (t for t in plan.sources if not _row_load(t) and t.temp in need):
-                if held is not None and t.temp in held.names:  # kept for the last pass
-                    out.lines([held_value(t)] if held.reuse else held_load(t, plan, params))
-                else:
-                    out.line(load(t, plan, params, t.temp not in reread, bool(body)))
+            out.lines(load(t, plan, params, t.temp not in reread, bool(body))
+                      for t in plan.sources if not _row_load(t) and t.temp in need)
             out.lines(_stmt(s) for s in plan.stmts
                       if s.temp in need and not s.per_row and s.phase == "pre")
             out.lines(lines)
@@ -272,11 +242,9 @@ def rewritten(plan: KernelPlan) -> set[str]:
 
 
 def last_pass(plan: KernelPlan, params: KernelParams, out: CodeWriter,
-              where: Chunk = WHOLE_ROW, vec: int | None = None,
-              held: Held | None = None) -> None:
+              where: Chunk = WHOLE_ROW, vec: int | None = None) -> None:
     """Per-row values after the reduction, then the loop that recomputes the chain,
-    finishes the reduction and stores the per-element outputs (`held`: a held chunk's one
-    block, its loads reused)."""
+    finishes the reduction and stores the per-element outputs."""
     r = plan.reduction
     assert r is not None
     row_post = [s for s in plan.stmts if s.per_row and s.phase == "post"]
@@ -295,8 +263,7 @@ def last_pass(plan: KernelPlan, params: KernelParams, out: CodeWriter,
         column_loop(plan, params, out, [t.temp for t in col_out],
                     finish + post + [store(t, plan, params, evict_first=hint) for t in col_out],
                     set(), where, vec,
-                    finish + post + [store(t, plan, params, True, hint) for t in col_out],
-                    held)
+                    finish + post + [store(t, plan, params, True, hint) for t in col_out])
 
 
 def _looped(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:

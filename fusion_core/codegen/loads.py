@@ -177,31 +177,6 @@ def load(arg: TensorArg, plan: KernelPlan, params: KernelParams,
     generated value is computed instead."""
     if arg.role == Role.GEN:
         return _generate(arg, plan, params)
-    return f"{arg.temp} = {_loaded(arg, plan, params, last_read, body)}{_cast(arg)}"
-
-
-def held_load(arg: TensorArg, plan: KernelPlan, params: KernelParams) -> list[str]:
-    """`arg`'s load kept as `held_<temp>` in the tensor's own dtype (half the registers of
-    a 16-bit value widened), then widened for this pass (a split chunk held, ``emit.Held``);
-    read from memory once, so the L2 may let it go first."""
-    if arg.role == Role.GEN:
-        return [_generate(arg, plan, params), f"held_{arg.temp} = {arg.temp}"]
-    return [f"held_{arg.temp} = {_loaded(arg, plan, params, True, False)}", held_value(arg)]
-
-
-def held_value(arg: TensorArg) -> str:
-    """`arg`'s value from where `held_load` kept it."""
-    return f"{arg.temp} = held_{arg.temp}{'' if arg.role == Role.GEN else _cast(arg)}"
-
-
-def _cast(arg: TensorArg) -> str:
-    """The widening of a loaded value to its compute dtype, if any."""
-    return f".to({TL_TYPES[arg.compute_dtype]})" if arg.compute_dtype != arg.dtype else ""
-
-
-def _loaded(arg: TensorArg, plan: KernelPlan, params: KernelParams, last_read: bool | None,
-            body: bool) -> str:
-    """The `tl.load` expression of `load`, in the tensor's own dtype."""
     idx = _body_index(index_of(arg, plan, params), body)
     if idx.is_zero:
         text = f"tl.load({arg.ptr})"
@@ -218,7 +193,9 @@ def _loaded(arg: TensorArg, plan: KernelPlan, params: KernelParams, last_read: b
                 [f"({coord} < {stop})"] if stop is not None else [])
             mask = " & ".join([mask, *bounds]) + ", other=0"
         text = f"tl.load({idx.offset(arg.ptr)}, mask={mask}{evict})"
-    return text
+    if arg.compute_dtype != arg.dtype:
+        text += f".to({TL_TYPES[arg.compute_dtype]})"
+    return f"{arg.temp} = {text}"
 
 
 # A looped row's last pass stores with `evict_first` from rows of this many bytes (the widest

@@ -37,22 +37,11 @@ zeroes them, so a launch needs no fill kernel before it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..names import jit_function_name
 from . import direct_launch, runtime
-from .emit import (
-    Chunk,
-    Held,
-    column_loop,
-    def_line,
-    held_loads,
-    last_pass,
-    rewritten,
-    row_prologue,
-    rows_boilerplate,
-)
+from .emit import Chunk, column_loop, def_line, last_pass, rewritten, row_prologue, rows_boilerplate
 from .interpreted import range_bound
 from .lower import KernelPlan
 from .plan import Role
@@ -87,10 +76,6 @@ N_SPLITS = ScalarParam("n_splits", "splits", Family.CHUNK)
 # ...and how long a program polls its row's arrivals before it computes the missing chunks'
 # statistics itself (the generated file's WAIT_POLLS: none under the interpreter).
 WAIT_POLLS = ConstParam("WAIT_POLLS", "WAIT_POLLS")
-# Whether a chunk is one block: the joined kernel then holds it between its passes (on an
-# H100, 2026-12-06, layer_norm*2 256x65536 fp32 at 8 programs a row, a chunk of 8192 in one
-# block: held 60.7 µs, re-read 67.6; wide_rows_probe.py).
-HELD_CHUNK = ConstParam("HELD_CHUNK", f"{CHUNK.launch} <= block")
 # Polls of about a microsecond each: a second, far past a row's other chunks (they run
 # beside it), short of a hang should the GPU not start a row's programs together.
 POLLS = 1 << 20
@@ -158,22 +143,20 @@ def signatures(plan: KernelPlan, looped: KernelSignature
     finish = looped.variant(jit_function_name(plan.cluster_index, "finish"), looped.pointers,
                             (WORKSPACE,), (CHUNK,), (SPLITS_BLOCK,), unread=(EVEN_COLS,))
     joined = looped.variant(jit_function_name(plan.cluster_index, "joined"), looped.pointers,
-                            (WORKSPACE, ARRIVALS), (CHUNK, N_SPLITS),
-                            (SPLITS_BLOCK, WAIT_POLLS, HELD_CHUNK),
+                            (WORKSPACE, ARRIVALS), (CHUNK, N_SPLITS), (SPLITS_BLOCK, WAIT_POLLS),
                             unread=(EVEN_COLS,))
     return partials, finish, joined
 
 
 def _statistics(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWriter,
-                part: str = "split", held: Held | None = None) -> None:
+                part: str = "split") -> None:
     """The statistics pass over the chunk at `start`, stored to chunk `part`'s slot of the
-    workspace (`held`: the chunk is one block, its loads kept for the last pass)."""
+    workspace."""
     r = plan.reduction
     assert r is not None
     n = len(found.names)
     out.lines(["", "# the chunk's statistics, per lane of the column block", *found.stats.before])
-    column_loop(plan, params, out, [r.source], found.stats.inside,
-                set() if held else rewritten(plan), _CHUNK, held=held)
+    column_loop(plan, params, out, [r.source], found.stats.inside, rewritten(plan), _CHUNK)
     out.lines([*found.stats.after, "", f"# to the workspace: [rows, splits, {n}]"])
     out.lines(f"tl.store({WORKSPACE} + slot + {part} * {n} + {k}, {name}, mask=row_mask)"
               for k, name in enumerate(found.names))
@@ -222,18 +205,6 @@ def _wait(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWrit
     out.line("tl.debug_barrier()  # the partials read after every thread's wait")
 
 
-def _either(out: CodeWriter, held: Callable[[], None], looped: Callable[[], None]) -> None:
-    """A pass of the joined kernel in its two forms, one compiled (HELD_CHUNK, a
-    constexpr): the chunk in one block held in registers from the statistics pass to the
-    last (the row read from memory once), else a column loop each (re-read from L2)."""
-    out.line(f"if {HELD_CHUNK.name}:  # the chunk is one block, held in registers")
-    with out.indented():
-        held()
-    out.line("else:")
-    with out.indented():
-        looped()
-
-
 def _departure(out: CodeWriter) -> None:
     """The joined kernel's end: the program counted out of its row, and the row's last to
     leave sets both counters back to zero for the launcher's next launch (every partner has
@@ -241,7 +212,7 @@ def _departure(out: CodeWriter) -> None:
     and polls are `acq_rel` or `acquire`, so its departure comes after them). `acquire`,
     not `acq_rel`: the reset comes after the count, and no store of the program's need wait
     for the count (a release would drain them first: on an H100 the joined candidates at 8
-    programs a row took up to 30% longer with it)."""
+    programs a row took up to 30% longer since the departure came, with `acq_rel`)."""
     out.lines(["", "# departure: the row's last program out zeroes its counters (the next",
                "# launch counts from zero)",
                f'left = tl.atomic_add({ARRIVALS} + 2 * pid + 1, 1, sem="acquire") + 1',
@@ -280,13 +251,10 @@ def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
                          f"tl.program_id(0) // {N_SPLITS.name}")
         out.lines(_chunk_lines(n, _JOINED))
         row_prologue(plan, params, out)
-        held = held_loads(plan)
-        _either(out, lambda: _statistics(plan, params, found, out, held=Held(held, False)),
-                lambda: _statistics(plan, params, found, out))
+        _statistics(plan, params, found, out)
         _wait(plan, params, found, out)
         _merged(plan, found, _JOINED, out, ".cg")  # past L1: other SMs wrote them
-        _either(out, lambda: last_pass(plan, params, out, _CHUNK, held=Held(held, True)),
-                lambda: last_pass(plan, params, out, _CHUNK))
+        last_pass(plan, params, out, _CHUNK)
         _departure(out)
     if tuple(params) != looped.scalars:  # the launcher passes the looped kernel's scalars
         raise AssertionError(f"{plan.name}: the split kernels index tensors the looped kernel "
