@@ -15,8 +15,8 @@ kernel into the traced graph, and times, per forward:
 - torch.compile (default mode) of the HF module (the user's baseline), of the traced graph
   (the graph our passes made: a boolean attention mask already converted once, as
   ``ir/sdpa_mask.py`` does), and of the patched graph with each kernel registered as the
-  torch operator `--apply`'s package makes of it; then (an experiment, `--no-handback` skips
-  it) that patched graph with the clusters where Inductor's own kernel computes more than ours,
+  torch operator `--apply`'s package makes of it; with `--handback` (an experiment) that
+  patched graph with the clusters where Inductor's own kernel computes more than ours,
   or the same, left to Inductor (``handed_back``).
 
 Two clocks: wall time per forward (a loop of calls, one synchronize, divided: what a caller
@@ -254,7 +254,7 @@ def handed_back(p: Prepared, inputs: list[torch.Tensor]) -> dict[str, torch.fx.G
 
 def measure_model(label: str, build: Callable[[bool], tuple[torch.nn.Module, InputSpec]],
                   tiny: bool, workdir: Path, rounds: int = 3,
-                  handback: bool = True) -> dict[str, Any]:
+                  handback: bool = False) -> dict[str, Any]:
     p = prepare(label, build, tiny, workdir)
     hf, rec, loaded, applied, usable = p.hf, p.rec, p.loaded, p.applied, p.usable
     inputs = rec.inputs
@@ -373,9 +373,10 @@ def main() -> None:
                         help="comma-separated labels or prefixes (gpt2 → GPT-2…)")
     parser.add_argument("--tiny", action="store_true", help="small configs (a smoke run)")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--no-handback", action="store_true",
-                        help="skip the rows compiling the applied graph with clusters left to "
-                             "Inductor (an experiment: `handed_back`)")
+    parser.add_argument("--handback", action="store_true",
+                        help="add rows compiling the applied graph with clusters left to "
+                             "Inductor (an experiment, `handed_back`: no rule followed from it "
+                             "on an H100, RESULTS.md 2026-12-07)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved rounds of wall time, each row its lowest (default 3)")
     args = parser.parse_args()
@@ -399,7 +400,7 @@ def main() -> None:
         for label, build in chosen.items():
             try:
                 results.append(measure_model(label, build, args.tiny, Path(work),
-                                             args.rounds, not args.no_handback))
+                                             args.rounds, args.handback))
             except Exception:  # noqa: BLE001 - the next model still runs
                 traceback.print_exc()
                 continue
