@@ -211,8 +211,9 @@ def _departure(out: CodeWriter) -> None:
     arrived by then, and none reads the arrivals after its wait: each program's arrival
     and polls are `acq_rel` or `acquire`, so its departure comes after them). `acquire`,
     not `acq_rel`: the reset comes after the count, and no store of the program's need wait
-    for the count (a release would drain them first: on an H100 the joined candidates at 8
-    programs a row took up to 30% longer since the departure came, with `acq_rel`)."""
+    for the count (a release drains them first). On an H100 the joined candidates at 8
+    programs a row ran up to 30% slower once the departure came with `acq_rel`, the only
+    change in their path; `acquire` is not measured yet (RESULTS.md, 2026-12-07)."""
     out.lines(["", "# departure: the row's last program out zeroes its counters (the next",
                "# launch counts from zero)",
                f'left = tl.atomic_add({ARRIVALS} + 2 * pid + 1, 1, sem="acquire") + 1',
