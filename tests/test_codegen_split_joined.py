@@ -10,6 +10,8 @@ stored. On a GPU (the same tests, kernels compiled) the programs wait for each o
 there also takes the path without waiting (``WAIT_POLLS = 0``). The kernel compiling for sm_90:
 ``test_codegen_split_rows.py``'s compile test, with the other split kernels."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -158,6 +160,34 @@ def test_a_joined_int8_amax_wraps_as_eager(tmp_path):
     module, launch, inputs, want = _load(fn, NARROW[torch.int8](), tmp_path, SPLIT)
     _joined(module)
     torch.testing.assert_close(launch(*inputs).cpu(), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "rms_norm"])
+def test_a_late_partners_chunk_is_computed_over_a_narrower_block(name, tmp_path):
+    """The statistics a program computes for a partner not arrived step over FALLBACK_BLOCK
+    columns (at most 1024: the registers of a path rarely run, ``split_rows.FALLBACK_BLOCK``),
+    not the kernel's 4096. 2 x 6000 in chunks of 3008: one block of the statistics pass, three
+    of the fallback's, the last partly masked. No polls (on a GPU too), so every program but
+    a row's last computes its partner's chunk; both rows match eager."""
+    torch.manual_seed(9)
+    module, launch, inputs, want = _load(FAMILIES[name], torch.randn(2, 6000), tmp_path)
+    _joined(module, splits=2, block=4096, warps=4)
+    module.WAIT_POLLS = 0
+    fallback_blocks = []
+    jit = getattr(module, f"{module.NAME}_joined")
+
+    class Recording:
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                fallback_blocks.append(kwargs["FALLBACK_BLOCK"])
+                return jit[grid](*args, **kwargs)
+            return run
+
+    setattr(module, f"{module.NAME}_joined", Recording())
+    compare(launch(*inputs).cpu(), want, f"joined {name}, partners' chunks at 1024 a step")
+    assert fallback_blocks == [1024]
+    source = Path(module.__file__).read_text()
+    assert "for col0 in range(0, _range_bound(chunk_cols), FALLBACK_BLOCK):" in source
 
 
 @pytest.mark.gpu

@@ -33,6 +33,7 @@ from codegen_harness import Lambda, launch_signature  # noqa: E402
 
 from fusion_core.codegen import Tuning, generate  # noqa: E402
 from fusion_core.codegen.reference import capture_values, cluster_inputs  # noqa: E402
+from fusion_core.codegen.split_rows import FALLBACK_BLOCK  # noqa: E402
 from fusion_core.pipeline import analyze  # noqa: E402
 
 FNS = {
@@ -136,8 +137,10 @@ def kernel_job(kernel, args: tuple, work: Path, suffix: str, block: int, warps: 
     sizes = {"n_rows": 4096, "n_cols": args[0].shape[-1], "chunk": 16}
     aligned = [i for i, (name, kind) in enumerate(sig.items())
                if kind.startswith("*") or sizes.get(name, 1) % 16 == 0]
-    return (path, f"{kernel.name}_{suffix}", sig,
-            {**consts, "BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1}, warps, aligned)
+    consts = {**consts, "BLOCK_SIZE": block, "ROWS_PER_PROGRAM": 1}
+    if FALLBACK_BLOCK.name in consts:  # the joined kernel's: derived from the block
+        consts[FALLBACK_BLOCK.name] = eval(FALLBACK_BLOCK.launch, {"block": block})  # noqa: S307
+    return (path, f"{kernel.name}_{suffix}", sig, consts, warps, aligned)
 
 
 def usage(jobs: list) -> list[tuple[int, int]]:

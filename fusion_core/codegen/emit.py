@@ -31,7 +31,7 @@ from . import cat_bounds
 from .interpreted import range_bound
 from .loads import aligned_rows, aligned_vec, load, store, streams
 from .lower import KernelPlan, Stmt, TensorArg
-from .reduce import emitter
+from .reduce import BLOCK, emitter
 from .signature import EVEN_COLS, KernelParams, KernelSignature
 from .writer import CodeWriter
 
@@ -146,10 +146,10 @@ _ALIGNED_COLS = ["# n_cols is a multiple of COLS_ALIGN; said so, Triton vectoriz
 _COLS = [f"col_mask = (cols < n_cols) | {EVEN_COLS}", "mask = row_mask & col_mask"]
 
 
-def _cols(plan: KernelPlan, start: str) -> str:
+def _cols(plan: KernelPlan, start: str, block: str = BLOCK) -> str:
     """The column index block; 64-bit with the rows when offsets need it (a column times a
     transposed input's row stride can pass 2**31 while both fit 32 bits)."""
-    cols = f"{start}tl.arange(0, BLOCK_SIZE)[None, :]"
+    cols = f"{start}tl.arange(0, {block})[None, :]"
     return f"cols = ({cols}).to(tl.int64)" if plan.int64 else f"cols = {cols}"
 
 
@@ -172,11 +172,13 @@ def _single(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
 @dataclass(frozen=True)
 class Chunk:
     """Where a column loop runs: the whole row (`bound` n_cols from column 0), or a split
-    row's chunk (`chunk_cols` columns from `start`, up to `end`, ``split_rows.py``)."""
+    row's chunk (`chunk_cols` columns from `start`, up to `end`, ``split_rows.py``), in
+    steps of `block` columns."""
 
     bound: str = "n_cols"
     start: str = ""  # added to each block's first column
     end: str = "n_cols"  # the columns' mask: below this
+    block: str = BLOCK
 
 
 WHOLE_ROW = Chunk()
@@ -208,9 +210,9 @@ def column_loop(plan: KernelPlan, params: KernelParams, out: CodeWriter, targets
         (True, extra if body_extra is None else list(body_extra)), (False, extra)]
     for body, lines in blocks:
         if body is None:
-            out.line(f"for col0 in range(0, {range_bound(where.bound)}, BLOCK_SIZE):")
+            out.line(f"for col0 in range(0, {range_bound(where.bound)}, {where.block}):")
             bound = f"cols < {where.end}"  # a split row's chunk ends anywhere
-            head = [_cols(plan, f"{where.start}col0 + "), "col_mask = " + (
+            head = [_cols(plan, f"{where.start}col0 + ", where.block), "col_mask = " + (
                 f"({bound}) | {EVEN_COLS}" if where == WHOLE_ROW else bound)]
         elif body:
             out.lines(["# the row's aligned body",

@@ -37,9 +37,12 @@ import torch
 from ..ir.reductions import NEG_INF
 from ..ir.registry import TL_TYPES
 from .lower import KernelPlan, ReductionStep
+from .signature import BLOCK_SIZE
 
 _ROW = "[:, None]"  # a row reduction keeps its axis: [ROWS, 1]
-_LANE = "tl.arange(0, BLOCK_SIZE)[None, :]"  # each lane's column within a block
+# The column block a looped pass steps by: the kernel's own, or a narrower one of a split
+# row's fallback (``split_rows._wait``: the registers of a block it rarely runs).
+BLOCK = BLOCK_SIZE.name
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,9 @@ def _full(r: ReductionStep, value: str) -> str:
     return f"tl.full([ROWS_PER_PROGRAM, 1], {value}, {TL_TYPES[r.dtype]})"
 
 
-def _lanes(r: ReductionStep, value: str) -> str:
+def _lanes(r: ReductionStep, value: str, block: str) -> str:
     """A per-lane accumulator: one running value per row and column of the block."""
-    return f"tl.full([ROWS_PER_PROGRAM, BLOCK_SIZE], {value}, {TL_TYPES[r.dtype]})"
+    return f"tl.full([ROWS_PER_PROGRAM, {block}], {value}, {TL_TYPES[r.dtype]})"
 
 
 def _affine(r: ReductionStep, y: str) -> str:
@@ -127,21 +130,21 @@ class _Collapse:
         acc = _block(r, f"tl.where(mask, {_source(r)}, {r.rule.identity(r.dtype)})")
         return [_head(r), f"{r.temp} = {r.rule.finalize.format(acc=acc, v=r.temp)}"]
 
-    def statistics(self, r: ReductionStep) -> Stats | None:
+    def statistics(self, r: ReductionStep, block: str = BLOCK) -> Stats | None:
         v, rule, identity = r.temp, r.rule, r.rule.identity(r.dtype)
         final = rule.finalize.format(acc=f"{v}_acc", v=v)
         acc = v if final == f"{v}_acc" else f"{v}_acc"  # no finalize: the result itself
         part = f"tl.where(mask, {_source(r)}, {identity})"
-        return Stats((f"{v}_lanes = {_lanes(r, identity)}",),
+        return Stats((f"{v}_lanes = {_lanes(r, identity, block)}",),
                      (f"{v}_lanes = {rule.combine.merge(f'{v}_lanes', part)}",),
                      ("# the lanes combined", f"{acc} = {_block(r, f'{v}_lanes')}",
                       *(() if acc == v else (f"{v} = {final}",))))
 
-    def partials(self, r: ReductionStep) -> Partials | None:
+    def partials(self, r: ReductionStep, block: str = BLOCK) -> Partials | None:
         """The chunk's accumulator (no finalize: a mean divides the merged sum by the whole
         row's n_cols); split only where the per-row result feeds per-element outputs."""
         v, identity = r.temp, r.rule.identity(r.dtype)
-        plain = self.statistics(r)
+        plain = self.statistics(r, block)
         assert plain is not None
         final = r.rule.finalize.format(acc=f"{v}_acc", v=v)
         acc = v if final == f"{v}_acc" else f"{v}_acc"
@@ -171,7 +174,7 @@ class _Softmax:
                 f"{v}_sum = tl.sum({v}_exp, axis=1){_ROW}",
                 f"{v} = {r.rule.finalize.format(x=x, v=v, exp=f'{v}_exp')}"]
 
-    def statistics(self, r: ReductionStep) -> Stats | None:
+    def statistics(self, r: ReductionStep, block: str = BLOCK) -> Stats | None:
         """Per lane, an online max and the sum of exp(x - max) rescaled as the max grows;
         then the row max over the lanes and each lane's sum rescaled to it."""
         v, x = r.temp, _source(r)
@@ -179,8 +182,8 @@ class _Softmax:
         # then never meets -inf - -inf (a lane that sees only -inf keeps a zero sum).
         lowest = repr(torch.finfo(r.dtype).min)
         return Stats(
-            (f"{v}_lmax = {_lanes(r, lowest)}  # lowest finite value",
-             f"{v}_lsum = {_lanes(r, '0.0')}"),
+            (f"{v}_lmax = {_lanes(r, lowest, block)}  # lowest finite value",
+             f"{v}_lsum = {_lanes(r, '0.0', block)}"),
             (f"{v}_in = tl.where(mask, {x}, {NEG_INF})",
              f"{v}_new = {r.rule.combine.merge(f'{v}_lmax', f'{v}_in')}",
              "# one exp per element: exp(smaller - larger) scales the lane's sum when the",
@@ -193,10 +196,10 @@ class _Softmax:
              f"{v}_max = {_block(r, f'{v}_lmax')}",
              f"{v}_sum = tl.sum({v}_lsum * tl.exp({v}_lmax - {v}_max), axis=1){_ROW}"))
 
-    def partials(self, r: ReductionStep) -> Partials | None:
+    def partials(self, r: ReductionStep, block: str = BLOCK) -> Partials | None:
         """The chunk's max and sum of exp(x - max); merged as the lanes are."""
         v = r.temp
-        stats = self.statistics(r)
+        stats = self.statistics(r, block)
         assert stats is not None
         return Partials(stats, (f"{v}_max", f"{v}_sum"), (NEG_INF, "0.0"), (
             "# the row max over its chunks, and each chunk's sum rescaled to it",
@@ -213,19 +216,19 @@ class _Softmax:
         return [f"{v} = {r.rule.finalize.format(x=x, v=v, exp=exp)}"]
 
 
-def _welford(r: ReductionStep, width: str = "n_cols") -> Stats:
+def _welford(r: ReductionStep, width: str = "n_cols", block: str = BLOCK) -> Stats:
     """Welford per lane (the lane's mean and M2, the sum of squared deviations from it),
     combined over the lanes with Chan's formula into `{v}_mean` and `{v}_m2`: no
     E[x^2] - E[x]^2, which loses the variance of large-mean rows. `width`: the columns the
-    loop covers (a split row's chunk)."""
+    loop covers (a split row's chunk); `block`: the loop's step."""
     v, x = r.temp, _source(r)
-    count = "(col0 // BLOCK_SIZE + 1)"
+    count = f"(col0 // {block} + 1)"
     # fp32: one division per block, not per element (a float literal over the int count
     # is fp32; fp64 divides each element, so as not to round the weight to fp32)
     weight = [f"{v}_w = 1.0 / {count}"] if r.dtype == torch.float32 else []
     step = f"{v}_delta * {v}_w" if weight else f"{v}_delta / {count}"
     return Stats(
-        (f"{v}_lmean = {_lanes(r, '0.0')}", f"{v}_lm2 = {_lanes(r, '0.0')}"),
+        (f"{v}_lmean = {_lanes(r, '0.0', block)}", f"{v}_lm2 = {_lanes(r, '0.0', block)}"),
         (f"# Welford per lane: each unmasked lane takes its {count}-th value",
          *weight,
          f"{v}_delta = {x} - {v}_lmean",
@@ -233,8 +236,8 @@ def _welford(r: ReductionStep, width: str = "n_cols") -> Stats:
          f"{v}_lm2 = tl.where(mask, {v}_lm2 + {v}_delta * ({x} - {v}_lmean), {v}_lm2)"),
         ("# the lanes combined (Chan): lane j took n_j values, and the row's M2 is the",
          "# sum of M2_j + n_j * (mean_j - mean)^2",
-         f"{v}_left = tl.maximum({width} - {_LANE}, 0)",
-         f"{v}_n = (({v}_left + BLOCK_SIZE - 1) // BLOCK_SIZE).to({TL_TYPES[r.dtype]})",
+         f"{v}_left = tl.maximum({width} - tl.arange(0, {block})[None, :], 0)",
+         f"{v}_n = (({v}_left + {block} - 1) // {block}).to({TL_TYPES[r.dtype]})",
          f"{v}_mean = tl.sum({v}_n * {v}_lmean, axis=1){_ROW} / {width}",
          f"{v}_dev = {v}_lmean - {v}_mean",
          f"{v}_m2 = {_block(r, f'{v}_lm2')} + {_block(r, f'{v}_n * {v}_dev * {v}_dev')}"))
@@ -262,26 +265,26 @@ class _Normalize:
         return [_head(r), *stats, rstd,
                 f"{v} = {_affine(r, r.rule.finalize.format(x=x, v=v, c=c))}"]
 
-    def statistics(self, r: ReductionStep) -> Stats | None:
+    def statistics(self, r: ReductionStep, block: str = BLOCK) -> Stats | None:
         """rms_norm: per-lane sums of squares. layer_norm: Welford per lane (``_welford``)."""
         v, x = r.temp, _source(r)
         if not r.rule.centered:
-            return Stats((f"{v}_lsq = {_lanes(r, '0.0')}",),
+            return Stats((f"{v}_lsq = {_lanes(r, '0.0', block)}",),
                          (f"{v}_in = tl.where(mask, {x}, 0.0)",
                           f"{v}_lsq = {v}_lsq + {v}_in * {v}_in"),
                          ("# the lanes combined",
                           f"{v}_rstd = tl.math.rsqrt({_block(r, f'{v}_lsq')} / n_cols"
                           f" + {r.eps!r})"))
-        welford = _welford(r)
+        welford = _welford(r, block=block)
         return Stats(welford.before, welford.inside, (
             *welford.after, f"{v}_rstd = tl.math.rsqrt({v}_m2 / n_cols + {r.eps!r})"))
 
-    def partials(self, r: ReductionStep) -> Partials | None:
+    def partials(self, r: ReductionStep, block: str = BLOCK) -> Partials | None:
         """rms_norm: the chunk's sum of squares. layer_norm: the chunk's Welford mean and M2
         (over `chunk_cols` columns), merged by Chan's formula over the chunks' widths."""
         v, rstd = r.temp, f"{r.temp}_rstd = tl.math.rsqrt({{}} / n_cols + {r.eps!r})"
         if not r.rule.centered:
-            plain = self.statistics(r)
+            plain = self.statistics(r, block)
             assert plain is not None
             stats = Stats(plain.before, plain.inside,
                           ("# the lanes combined", f"{v}_ssq = {_block(r, f'{v}_lsq')}"))
@@ -289,7 +292,8 @@ class _Normalize:
                 "# the row's sum of squares over its chunks",
                 rstd.format(_block(r, f"{v}_ssq_parts"))), (f"{v}_rstd",))
         n = "tl.where(part_mask, tl.minimum(chunk, n_cols - parts * chunk), 0)"
-        return Partials(_welford(r, "chunk_cols"), (f"{v}_mean", f"{v}_m2"), ("0.0", "0.0"), (
+        welford = _welford(r, "chunk_cols", block)
+        return Partials(welford, (f"{v}_mean", f"{v}_m2"), ("0.0", "0.0"), (
             "# the chunks combined (Chan): chunk j took n_j columns",
             f"{v}_n_parts = {n}.to({TL_TYPES[r.dtype]})",
             f"{v}_mean = tl.sum({v}_n_parts * {v}_mean_parts, axis=1){_ROW} / n_cols",
@@ -316,10 +320,10 @@ class _Scan:
         acc = f"{scan}(tl.where(mask, {_source(r)}, {_zero(r)}), axis=1)"
         return [_head(r), f"{r.temp} = {r.rule.finalize.format(acc=acc, v=r.temp)}"]
 
-    def statistics(self, r: ReductionStep) -> Stats | None:
+    def statistics(self, r: ReductionStep, block: str = BLOCK) -> Stats | None:
         return None  # no statistics: the last pass carries the running sum
 
-    def partials(self, r: ReductionStep) -> Partials | None:
+    def partials(self, r: ReductionStep, block: str = BLOCK) -> Partials | None:
         return None  # its rows are not split
 
     def carry(self, r: ReductionStep) -> list[str]:
@@ -346,12 +350,12 @@ class _Moments:
         return [_head(r), *_centered(r),
                 f"{v} = {self._finish(r, _block(r, f'{v}_xc * {v}_xc'))}"]
 
-    def statistics(self, r: ReductionStep) -> Stats | None:
-        welford = _welford(r)
+    def statistics(self, r: ReductionStep, block: str = BLOCK) -> Stats | None:
+        welford = _welford(r, block=block)
         return Stats(welford.before, welford.inside,
                      (*welford.after, f"{r.temp} = {self._finish(r, f'{r.temp}_m2')}"))
 
-    def partials(self, r: ReductionStep) -> Partials | None:
+    def partials(self, r: ReductionStep, block: str = BLOCK) -> Partials | None:
         return None  # its rows are not split
 
     def carry(self, r: ReductionStep) -> list[str]:

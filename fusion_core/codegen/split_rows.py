@@ -37,7 +37,7 @@ zeroes them, so a launch needs no fill kernel before it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..names import jit_function_name
 from . import direct_launch, runtime
@@ -76,6 +76,13 @@ N_SPLITS = ScalarParam("n_splits", "splits", Family.CHUNK)
 # ...and how long a program polls its row's arrivals before it computes the missing chunks'
 # statistics itself (the generated file's WAIT_POLLS: none under the interpreter).
 WAIT_POLLS = ConstParam("WAIT_POLLS", "WAIT_POLLS")
+# The fallback's column block (``_wait``): at most 1024 columns. A path the GPU rarely runs
+# still takes registers: at the kernel's own block (4096 a step, 8 warps) it raised a float32
+# LayerNorm's from 60 to 94 a thread, 4 blocks an SM to 2 (sm_90, Triton 3.6; RESULTS.md,
+# 2026-12-07); over 1024 columns it costs none.
+FALLBACK_BLOCK = ConstParam("FALLBACK_BLOCK", "min(block, 1024)")
+_FALLBACK_CHUNK = Chunk(bound="chunk_cols", start="start + ", end="end",
+                        block=FALLBACK_BLOCK.name)
 # Polls of about a microsecond each: a second, far past a row's other chunks (they run
 # beside it), short of a hang should the GPU not start a row's programs together.
 POLLS = 1 << 20
@@ -99,6 +106,19 @@ def _partials(plan: KernelPlan) -> Partials:
     r = plan.reduction
     assert r is not None
     found = emitter(r).partials(r)
+    assert found is not None, "not a split plan (reduce.splittable)"
+    return found
+
+
+def _late_partials(plan: KernelPlan) -> Partials:
+    """The statistics a program computes for a partner not arrived: over FALLBACK_BLOCK
+    columns a step, in names of their own (`<temp>_late_...`: compiled, Triton keeps a
+    variable's type through a loop, and the pass before it left the same names a block of
+    BLOCK_SIZE lanes)."""
+    r = plan.reduction
+    assert r is not None
+    late = replace(r, temp=f"{r.temp}_late")
+    found = emitter(late).partials(late, FALLBACK_BLOCK.name)
     assert found is not None, "not a split plan (reduce.splittable)"
     return found
 
@@ -143,20 +163,21 @@ def signatures(plan: KernelPlan, looped: KernelSignature
     finish = looped.variant(jit_function_name(plan.cluster_index, "finish"), looped.pointers,
                             (WORKSPACE,), (CHUNK,), (SPLITS_BLOCK,), unread=(EVEN_COLS,))
     joined = looped.variant(jit_function_name(plan.cluster_index, "joined"), looped.pointers,
-                            (WORKSPACE, ARRIVALS), (CHUNK, N_SPLITS), (SPLITS_BLOCK, WAIT_POLLS),
+                            (WORKSPACE, ARRIVALS), (CHUNK, N_SPLITS),
+                            (SPLITS_BLOCK, WAIT_POLLS, FALLBACK_BLOCK),
                             unread=(EVEN_COLS,))
     return partials, finish, joined
 
 
 def _statistics(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWriter,
-                part: str = "split") -> None:
-    """The statistics pass over the chunk at `start`, stored to chunk `part`'s slot of the
-    workspace."""
+                part: str = "split", where: Chunk = _CHUNK) -> None:
+    """The statistics pass over the chunk at `start` (`where`: its loop; `found` emitted for
+    the loop's block), stored to chunk `part`'s slot of the workspace."""
     r = plan.reduction
     assert r is not None
     n = len(found.names)
     out.lines(["", "# the chunk's statistics, per lane of the column block", *found.stats.before])
-    column_loop(plan, params, out, [r.source], found.stats.inside, rewritten(plan), _CHUNK)
+    column_loop(plan, params, out, [r.source], found.stats.inside, rewritten(plan), where)
     out.lines([*found.stats.after, "", f"# to the workspace: [rows, splits, {n}]"])
     out.lines(f"tl.store({WORKSPACE} + slot + {part} * {n} + {k}, {name}, mask=row_mask)"
               for k, name in enumerate(found.names))
@@ -178,12 +199,13 @@ def _merged(plan: KernelPlan, found: Partials, form: _Form, out: CodeWriter,
     out.lines(_scalars(found.merged, widened(r.dtype)))
 
 
-def _wait(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWriter) -> None:
+def _wait(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     """The joined kernel between its passes: the program's arrival counted, its row's
     other programs waited for (at most WAIT_POLLS polls), and any chunk still missing
-    computed here. Thread 0 adds (Triton gives a scalar atomic to one thread): the barrier
-    before it orders every thread's stores of the partials; `acq_rel` and `acquire` make
-    the other programs' stores visible to the loads after the last barrier."""
+    computed here, over FALLBACK_BLOCK columns a step. Thread 0 adds (Triton gives a
+    scalar atomic to one thread): the barrier before it orders every thread's stores of the
+    partials; `acq_rel` and `acquire` make the other programs' stores visible to the loads
+    after the last barrier."""
     out.lines(["", "# arrival: this row's programs counted, each waiting for the others",
                "tl.debug_barrier()  # every thread's partials stored before the count",
                f'seen = tl.atomic_add({ARRIVALS} + 2 * pid, 1, sem="acq_rel") + 1',
@@ -200,7 +222,7 @@ def _wait(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWrit
                    f"for other in range({range_bound(N_SPLITS.name)}):"])
         with out.indented():
             out.lines(_chunk_cols("other"))
-            _statistics(plan, params, found, out, "other")
+            _statistics(plan, params, _late_partials(plan), out, "other", _FALLBACK_CHUNK)
         out.lines(["# this program's own chunk again", *_chunk_cols("split")])
     out.line("tl.debug_barrier()  # the partials read after every thread's wait")
 
@@ -253,7 +275,7 @@ def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
         out.lines(_chunk_lines(n, _JOINED))
         row_prologue(plan, params, out)
         _statistics(plan, params, found, out)
-        _wait(plan, params, found, out)
+        _wait(plan, params, out)
         _merged(plan, found, _JOINED, out, ".cg")  # past L1: other SMs wrote them
         last_pass(plan, params, out, _CHUNK)
         _departure(out)
