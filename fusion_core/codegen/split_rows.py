@@ -202,7 +202,9 @@ def _merged(plan: KernelPlan, found: Partials, form: _Form, out: CodeWriter,
 def _wait(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     """The joined kernel between its passes: the program's arrival counted, its row's
     other programs waited for (at most WAIT_POLLS polls), and any chunk still missing
-    computed here, over FALLBACK_BLOCK columns a step. Thread 0 adds (Triton gives a
+    computed here, over FALLBACK_BLOCK columns a step (the same statistics, rounded
+    otherwise than its own program's: should both store, the row's programs may merge
+    either, a difference in the last bits of that row only). Thread 0 adds (Triton gives a
     scalar atomic to one thread): the barrier before it orders every thread's stores of the
     partials; `acq_rel` and `acquire` make the other programs' stores visible to the loads
     after the last barrier."""
