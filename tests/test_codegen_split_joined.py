@@ -162,15 +162,18 @@ def test_a_joined_int8_amax_wraps_as_eager(tmp_path):
     torch.testing.assert_close(launch(*inputs).cpu(), want, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["softmax", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "rms_norm", "mean",
+                                  "x - amax"])
 def test_a_late_partners_chunk_is_computed_over_a_narrower_block(name, tmp_path):
     """The statistics a program computes for a partner not arrived step over FALLBACK_BLOCK
     columns (at most 1024: the registers of a path rarely run, ``split_rows.FALLBACK_BLOCK``),
     not the kernel's 4096. 2 x 6000 in chunks of 3008: one block of the statistics pass, three
     of the fallback's, the last partly masked. No polls (on a GPU too), so every program but
-    a row's last computes its partner's chunk; both rows match eager."""
+    a row's last computes its partner's chunk, in registers (stored nowhere); both rows
+    match eager."""
     torch.manual_seed(9)
-    module, launch, inputs, want = _load(FAMILIES[name], torch.randn(2, 6000), tmp_path)
+    module, launch, inputs, want = _load({**FAMILIES, **MORE}[name], torch.randn(2, 6000),
+                                         tmp_path)
     _joined(module, splits=2, block=4096, warps=4)
     module.WAIT_POLLS = 0
     fallback_blocks = []
@@ -188,6 +191,10 @@ def test_a_late_partners_chunk_is_computed_over_a_narrower_block(name, tmp_path)
     assert fallback_blocks == [1024]
     source = Path(module.__file__).read_text()
     assert "for col0 in range(0, _range_bound(chunk_cols), FALLBACK_BLOCK):" in source
+    # only a chunk's own program writes its slot: a partner merges what its partners stored
+    joined = source[source.index(f"def {module.NAME}_joined("):]
+    stores = [line.strip() for line in joined.splitlines() if "tl.store(partial_ptr" in line]
+    assert stores and all("+ split * " in line for line in stores), stores
 
 
 @pytest.mark.gpu

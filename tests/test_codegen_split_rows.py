@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from codegen_harness import (
     Lambda,
+    catch_launch,
     compare,
     compile_for_gpu,
     compiled_ir,
@@ -336,6 +337,20 @@ def test_split_kernels_compile_for_sm90(tmp_path):
     args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
     jobs += [(kernel, tmp_path / f"int8-{suffix}", args, suffix)
              for suffix in ("partials", "finish", "joined")]
+    # the joined kernel at 4096 columns a step: its late partners' statistics step over
+    # FALLBACK_BLOCK (1024) columns in names of their own (the interpreter takes a variable
+    # changing its shape in a loop, the compiler does not)
+    wide = Tuning(max_block=4096, loop_block=4096, split_min_cols=4096)
+    for name in ("softmax", "log_softmax", "layer_norm", "rms_norm", "mean"):
+        x = torch.randn(3, 16384)
+        analysis = analyze(_model(name, 16384, x.dtype), x)
+        (cluster,) = analysis.clusters
+        kernel = generate(analysis, cluster, wide)
+        args = cluster_inputs(analysis, cluster, capture_values(analysis, x))
+        caught = catch_launch(kernel, tmp_path / f"wide-{name}-caught", args, "joined")
+        assert caught["kwargs"]["BLOCK_SIZE"] == 4096, caught["kwargs"]
+        assert caught["kwargs"]["FALLBACK_BLOCK"] == 1024, caught["kwargs"]
+        jobs.append((kernel, tmp_path / f"wide-{name}-joined", args, "joined"))
     compiled = compile_for_gpu(jobs)
     assert len(compiled) == len(jobs) and all(compiled.values()), compiled
 

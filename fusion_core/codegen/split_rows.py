@@ -21,8 +21,9 @@ chunks of `chunk` columns (about equal, a multiple of 16), one program each:
   launch. Each program stores its chunk's statistics, adds itself to its row's arrival
   counter and polls it (WAIT_POLLS times at most) until the row's other programs have
   stored theirs; a GPU starts programs in index order, so they run side by side. A program
-  still short of partners computes their chunks' statistics itself (the same values), so a
-  late partner costs time, never a wrong result or a hang; under Triton's interpreter, which
+  still short of partners computes their chunks' statistics itself, in registers over a
+  narrower block (FALLBACK_BLOCK; the same statistics, rounded otherwise), so a late
+  partner costs time, never a wrong result or a hang; under Triton's interpreter, which
   runs programs one at a time, WAIT_POLLS is 0 and that is the path. Then it merges and
   finishes its chunk as the finish kernel does.
 
@@ -170,44 +171,58 @@ def signatures(plan: KernelPlan, looped: KernelSignature
 
 
 def _statistics(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWriter,
-                part: str = "split", where: Chunk = _CHUNK) -> None:
+                where: Chunk = _CHUNK) -> None:
     """The statistics pass over the chunk at `start` (`where`: its loop; `found` emitted for
-    the loop's block), stored to chunk `part`'s slot of the workspace."""
+    the loop's block): the chunk's per-row values `found.names`."""
     r = plan.reduction
     assert r is not None
-    n = len(found.names)
     out.lines(["", "# the chunk's statistics, per lane of the column block", *found.stats.before])
     column_loop(plan, params, out, [r.source], found.stats.inside, rewritten(plan), where)
-    out.lines([*found.stats.after, "", f"# to the workspace: [rows, splits, {n}]"])
-    out.lines(f"tl.store({WORKSPACE} + slot + {part} * {n} + {k}, {name}, mask=row_mask)"
+    out.lines(found.stats.after)
+
+
+def _stored(found: Partials, out: CodeWriter) -> None:
+    """The program's chunk statistics to its slot of the workspace (only a chunk's own
+    program writes its slot)."""
+    n = len(found.names)
+    out.lines(["", f"# to the workspace: [rows, splits, {n}]"])
+    out.lines(f"tl.store({WORKSPACE} + slot + split * {n} + {k}, {name}, mask=row_mask)"
               for k, name in enumerate(found.names))
 
 
-def _merged(plan: KernelPlan, found: Partials, form: _Form, out: CodeWriter,
-            cache: str = "") -> None:
-    """A row's partials loaded (`cache`: a load's cache modifier) and merged, as scalars."""
+def _part_lines(form: _Form) -> list[str]:
+    """Each chunk's lane of a [ROWS, SPLITS_BLOCK] block of a row's partials."""
+    return [f"parts = tl.arange(0, {SPLITS_BLOCK.name})[None, :]",
+            f"part_mask = row_mask & (parts < {form.splits})"]
+
+
+def _loaded(found: Partials, cache: str = "") -> list[str]:
+    """A row's partials loaded from the workspace (`cache`: a load's cache modifier)."""
+    n = len(found.names)
+    modifier = f", cache_modifier={cache!r}" if cache else ""
+    return [f"{name}_parts = tl.load({WORKSPACE} + slot + parts * {n} + {k}, "
+            f"mask=part_mask, other={empty}{modifier})"
+            for k, (name, empty) in enumerate(zip(found.names, found.empty, strict=True))]
+
+
+def _merge(plan: KernelPlan, found: Partials, out: CodeWriter) -> None:
+    """A row's partials (`<name>_parts` blocks) merged, as scalars."""
     r = plan.reduction
     assert r is not None
-    n = len(found.names)
-    out.lines([f"parts = tl.arange(0, {SPLITS_BLOCK.name})[None, :]",
-               f"part_mask = row_mask & (parts < {form.splits})"])
-    modifier = f", cache_modifier={cache!r}" if cache else ""
-    out.lines(f"{name}_parts = tl.load({WORKSPACE} + slot + parts * {n} + {k}, "
-              f"mask=part_mask, other={empty}{modifier})"
-              for k, (name, empty) in enumerate(zip(found.names, found.empty, strict=True)))
     out.lines(found.merge)
     out.lines(_scalars(found.merged, widened(r.dtype)))
 
 
-def _wait(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+def _wait(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWriter) -> None:
     """The joined kernel between its passes: the program's arrival counted, its row's
-    other programs waited for (at most WAIT_POLLS polls), and any chunk still missing
-    computed here, over FALLBACK_BLOCK columns a step (the same statistics, rounded
-    otherwise than its own program's: should both store, the row's programs may merge
-    either, a difference in the last bits of that row only). Thread 0 adds (Triton gives a
-    scalar atomic to one thread): the barrier before it orders every thread's stores of the
-    partials; `acq_rel` and `acquire` make the other programs' stores visible to the loads
-    after the last barrier."""
+    other programs waited for (at most WAIT_POLLS polls), then the row's partials: loaded
+    when every program has stored its own, else computed here, in registers, over
+    FALLBACK_BLOCK columns a step (the same statistics, rounded otherwise than a partner's
+    own: the programs of such a row may merge values that differ in their last bits; never
+    stored, so what a partner reads from the workspace is its partners' own). Thread 0 adds
+    (Triton gives a scalar atomic to one thread): the barrier before it orders every
+    thread's stores of the partials; `acq_rel` and `acquire` make the other programs'
+    stores visible to the loads after the last barrier."""
     out.lines(["", "# arrival: this row's programs counted, each waiting for the others",
                "tl.debug_barrier()  # every thread's partials stored before the count",
                f'seen = tl.atomic_add({ARRIVALS} + 2 * pid, 1, sem="acq_rel") + 1',
@@ -216,17 +231,27 @@ def _wait(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
     with out.indented():
         out.lines([f'seen = tl.atomic_add({ARRIVALS} + 2 * pid, 0, sem="acquire")',
                    "polls += 1"])
-    out.line(f"if seen < {N_SPLITS.name}:")
+    out.lines(["tl.debug_barrier()  # the partials read after every thread's wait",
+               *_part_lines(_JOINED), f"if seen < {N_SPLITS.name}:"])
+    late = _late_partials(plan)
     with out.indented():  # the interpreter runs one program at a time: none has arrived
-        out.lines(["# a chunk not counted yet (interpreted, programs run one at a time; or",
-                   "# a GPU that did not start the row's programs together): its statistics",
-                   "# computed here (the same values its own program stores)",
+        out.lines(["# a partner not counted yet (interpreted, programs run one at a time; or",
+                   "# a GPU that did not start the row's programs together): its chunk's",
+                   "# statistics computed here, kept in registers",
+                   *(f"{name}_parts = tl.where(parts == split, {name}, {empty})"
+                     for name, empty in zip(found.names, found.empty, strict=True)),
                    f"for other in range({range_bound(N_SPLITS.name)}):"])
         with out.indented():
-            out.lines(_chunk_cols("other"))
-            _statistics(plan, params, _late_partials(plan), out, "other", _FALLBACK_CHUNK)
+            out.line("if other != split:")
+            with out.indented():
+                out.lines(_chunk_cols("other"))
+                _statistics(plan, params, late, out, _FALLBACK_CHUNK)
+                out.lines(f"{name}_parts = tl.where(parts == other, {mine}, {name}_parts)"
+                          for name, mine in zip(found.names, late.names, strict=True))
         out.lines(["# this program's own chunk again", *_chunk_cols("split")])
-    out.line("tl.debug_barrier()  # the partials read after every thread's wait")
+    out.line("else:")
+    with out.indented():
+        out.lines(_loaded(found, ".cg"))  # past L1: other SMs wrote them
 
 
 def _departure(out: CodeWriter) -> None:
@@ -261,12 +286,14 @@ def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
         out.lines(_chunk_lines(n, _TWO_KERNELS))
         row_prologue(plan, params, out)
         _statistics(plan, params, found, out)
+        _stored(found, out)
     out.lines(["", ""])
     def_line(finish, out)
     with out.indented():
         rows_boilerplate(plan, "split rows, pass 2: merge the partials, write one chunk", out)
         out.lines(_chunk_lines(n, _TWO_KERNELS))
-        _merged(plan, found, _TWO_KERNELS, out)
+        out.lines([*_part_lines(_TWO_KERNELS), *_loaded(found)])
+        _merge(plan, found, out)
         row_prologue(plan, params, out)
         last_pass(plan, params, out, _CHUNK)
     out.lines(["", ""])
@@ -277,8 +304,9 @@ def kernels(plan: KernelPlan, looped: KernelSignature) -> list[str]:
         out.lines(_chunk_lines(n, _JOINED))
         row_prologue(plan, params, out)
         _statistics(plan, params, found, out)
-        _wait(plan, params, out)
-        _merged(plan, found, _JOINED, out, ".cg")  # past L1: other SMs wrote them
+        _stored(found, out)
+        _wait(plan, params, found, out)
+        _merge(plan, found, out)
         last_pass(plan, params, out, _CHUNK)
         _departure(out)
     if tuple(params) != looped.scalars:  # the launcher passes the looped kernel's scalars
