@@ -26,8 +26,8 @@ pytest_plugins = ["pytester"] if _INSTALLED else ["pytester", "pytest_fusion.plu
 def pytest_configure(config):
     """Under -n without a --dist of the caller's, a module's tests go to one worker
     (`loadscope`): its module-scoped fixtures (the HTML pages' browser runs, the plugin's
-    pytester projects) are built once, not once a worker (the CPU suite at -n 2 on 2 cores:
-    613 s with xdist's `load`, 583 s so). Set here, not in addopts, so that `-p no:xdist`
+    pytester projects) are built once, not once a worker (under `load` the HTML pages'
+    fixture of 14-18 s was built on both). Set here, not in addopts, so that `-p no:xdist`
     still runs."""
     given = any(arg.startswith("--dist") for arg in config.invocation_params.args)
     if getattr(config.option, "dist", "no") == "load" and not given:
