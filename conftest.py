@@ -23,17 +23,6 @@ _INSTALLED = any(ep.value.startswith("pytest_fusion")
 pytest_plugins = ["pytester"] if _INSTALLED else ["pytester", "pytest_fusion.plugin"]
 
 
-def pytest_configure(config):
-    """Under -n without a --dist of the caller's, a module's tests go to one worker
-    (`loadscope`): its module-scoped fixtures (the HTML pages' browser runs, the plugin's
-    pytester projects) are built once, not once a worker (under `load` the HTML pages'
-    fixture of 14-18 s was built on both). Set here, not in addopts, so that `-p no:xdist`
-    still runs."""
-    given = any(arg.startswith("--dist") for arg in config.invocation_params.args)
-    if getattr(config.option, "dist", "no") == "load" and not given:
-        config.option.dist = "loadscope"
-
-
 @pytest.fixture(autouse=True)
 def _interpreter_switch_undone():
     """Triton picks interpreted or compiled as each @triton.jit decorator runs: a test that
