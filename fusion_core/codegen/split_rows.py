@@ -103,23 +103,17 @@ _TWO_KERNELS = _Form("tl.program_id(1)", "tl.num_programs(1)")
 _JOINED = _Form(f"tl.program_id(0) % {N_SPLITS.name}", N_SPLITS.name)
 
 
-def _partials(plan: KernelPlan) -> Partials:
+def _partials(plan: KernelPlan, late: bool = False) -> Partials:
+    """The plan's split statistics over BLOCK_SIZE columns a step; `late`: those a program
+    computes for a partner not arrived (``_wait``, looping over ``_FALLBACK_CHUNK``), over
+    FALLBACK_BLOCK columns a step in names of their own (`<temp>_late_...`: compiled,
+    Triton keeps a variable's type through a loop, and the pass before it left the same
+    names a block of BLOCK_SIZE lanes)."""
     r = plan.reduction
     assert r is not None
-    found = emitter(r).partials(r)
-    assert found is not None, "not a split plan (reduce.splittable)"
-    return found
-
-
-def _late_partials(plan: KernelPlan) -> Partials:
-    """The statistics a program computes for a partner not arrived: over FALLBACK_BLOCK
-    columns a step, in names of their own (`<temp>_late_...`: compiled, Triton keeps a
-    variable's type through a loop, and the pass before it left the same names a block of
-    BLOCK_SIZE lanes)."""
-    r = plan.reduction
-    assert r is not None
-    late = replace(r, temp=f"{r.temp}_late")
-    found = emitter(late).partials(late, FALLBACK_BLOCK.name)
+    if late:
+        r = replace(r, temp=f"{r.temp}_late")
+    found = emitter(r).partials(r, FALLBACK_BLOCK.name) if late else emitter(r).partials(r)
     assert found is not None, "not a split plan (reduce.splittable)"
     return found
 
@@ -233,7 +227,7 @@ def _wait(plan: KernelPlan, params: KernelParams, found: Partials, out: CodeWrit
                    "polls += 1"])
     out.lines(["tl.debug_barrier()  # the partials read after every thread's wait",
                *_part_lines(_JOINED), f"if seen < {N_SPLITS.name}:"])
-    late = _late_partials(plan)
+    late = _partials(plan, late=True)
     with out.indented():  # the interpreter runs one program at a time: none has arrived
         out.lines(["# a partner not counted yet (interpreted, programs run one at a time; or",
                    "# a GPU that did not start the row's programs together): its chunk's",
