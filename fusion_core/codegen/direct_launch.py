@@ -26,9 +26,10 @@ own caches are.
 from __future__ import annotations
 
 import contextlib
-import inspect
 
 import torch
+
+from .helper_text import joined
 
 # The helpers below run inside generated files, which import triton themselves; this module
 # is also imported by the CLI, which must start (and say how to install triton) without it.
@@ -174,7 +175,7 @@ GLOBALS = ("POINTER_ALIGN", "DIRECT_SINCE", "ALLOCATE")
 
 def source() -> str:
     """The helpers' text as a generated file holds it, after its constant."""
-    text = "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in HELPERS)
+    text = joined(HELPERS)
     return (
         f"POINTER_ALIGN = {POINTER_ALIGN}  # bytes: Triton specializes pointers on it\n"
         f"DIRECT_SINCE = {DIRECT_SINCE}  # the Triton whose launcher takes every argument\n\n\n"

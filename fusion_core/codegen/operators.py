@@ -32,6 +32,8 @@ import os
 
 import torch
 
+from .helper_text import joined
+
 
 def _check_dtypes(name, dtypes, tensors):
     got = tuple(t.dtype for t in tensors)
@@ -179,4 +181,4 @@ IMPORTS = ("inspect", "os")  # standard modules the helpers use (and torch), imp
 
 def source() -> str:
     """The helpers' text as the package's ``__init__.py`` holds it, two blank lines apart."""
-    return "\n\n\n".join(inspect.getsource(h).rstrip() for h in HELPERS) + "\n"
+    return joined(HELPERS) + "\n"

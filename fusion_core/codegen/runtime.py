@@ -12,9 +12,9 @@ module import; tests set them.
 
 from __future__ import annotations
 
-import inspect
-
 import torch
+
+from .helper_text import joined
 
 NAME = "kernel"
 RANK = 2
@@ -314,4 +314,4 @@ def source(views: bool = False) -> str:
 
 def source_of(helpers: tuple) -> str:
     """`helpers`' text, two blank lines apart."""
-    return "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in helpers) + "\n"
+    return joined(helpers) + "\n"

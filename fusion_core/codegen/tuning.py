@@ -30,11 +30,11 @@ the element size, the file's ``MAX_BLOCK``).
 
 from __future__ import annotations
 
-import inspect
 import os
 
 import torch
 
+from .helper_text import joined
 from .runtime import _powers_of_two
 
 CANDIDATES: tuple = ()
@@ -402,5 +402,5 @@ def source(kind: str, max_block: int | None = None) -> str:
     if kind == "single" and (max_block or 0) > WIDEST_16_WARP_ROW:
         helpers, (heuristic, config) = (heuristic,), WIDE_SINGLE
     fns = (*HELPERS, *helpers, heuristic, config)
-    text = "\n\n\n".join(inspect.getsource(fn).rstrip() for fn in fns)
+    text = joined(fns)
     return text + f"\n\n\nHEURISTIC, CONFIG = {heuristic.__name__}, {config.__name__}\n"
