@@ -1,6 +1,7 @@
 """Shared fixtures for the unit tests (interpreter setup and gpu rule: ../conftest.py)."""
 
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -58,11 +59,35 @@ def proj(pytester, monkeypatch):
     return make_proj(pytester, monkeypatch)
 
 
+def built_once(tmp_path_factory, name: str, build):
+    """`build()` (a JSON value) once for the whole run: under xdist the first worker to ask
+    builds it and the others read its answer (the fixtures below run whole pytest sessions,
+    10-25 s each, and tests of two files on different workers ask for them)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build()
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # this run's, common to its workers
+    with FileLock(str(shared / f"{name}.lock")):
+        answer = shared / f"{name}.json"
+        if answer.exists():
+            return json.loads(answer.read_text())
+        value = build()
+        answer.write_text(json.dumps(value))
+        return value
+
+
 @pytest.fixture(scope="session")
 def example_report(tmp_path_factory) -> tuple[Path, str]:
     """`pytest -n 2 examples/test_examples_fusion.py --fusion-report=DIR` (DIR, its output):
     the HTML report's tests read its index and pages, with and without a browser."""
     pytest.importorskip("xdist")
+    out, stdout = built_once(tmp_path_factory, "example_report",
+                             lambda: _example_report(tmp_path_factory))
+    return Path(out), stdout
+
+
+def _example_report(tmp_path_factory) -> tuple[str, str]:
     from fusion_plugin_helpers import PLUGIN_ARGS
 
     out = tmp_path_factory.mktemp("examples-report")
@@ -75,7 +100,7 @@ def example_report(tmp_path_factory) -> tuple[Path, str]:
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True,
         timeout=600)
     assert done.returncode == 0, done.stdout[-2000:]
-    return out, done.stdout
+    return str(out), done.stdout
 
 
 # Two ordinary edits of tests/verdict_project.py's blocks.py: the squeeze-excite gate becomes
@@ -104,6 +129,11 @@ def verdict_report(tmp_path_factory) -> Path:
     """tests/verdict_project.py with its baselines recorded, then VERDICT_EDITS, run with
     `--fusion-report=rep` in a fresh interpreter (a custom op registers once per process):
     the report's folder of test pages."""
+    return Path(built_once(tmp_path_factory, "verdict_report",
+                           lambda: _verdict_report(tmp_path_factory)))
+
+
+def _verdict_report(tmp_path_factory) -> str:
     from types import SimpleNamespace
 
     from fusion_plugin_helpers import PLUGIN_ARGS
@@ -124,7 +154,7 @@ def verdict_report(tmp_path_factory) -> Path:
     # the custom op shrinks the conv's cluster (a regression); the transformer's residual
     # scale is an improvement and a change: pages for both
     assert done.returncode == 1 and "1 failed, 2 passed" in done.stdout, done.stdout[-2000:]
-    return proj / "rep-tests"
+    return str(proj / "rep-tests")
 
 
 class StubGpu:
