@@ -308,52 +308,77 @@ def _signature(caught: dict) -> tuple[dict, dict]:
     return sig, consts
 
 
-_COMPILE = """
-import json, sys
-import triton
-from triton._C.libtriton import ir
-from triton.backends.compiler import GPUTarget, Language
-from triton.compiler.compiler import make_backend
-from fusion_core.codegen import load_kernel
-target = GPUTarget("cuda", %d, 32)
-mode = %r  # "verify": the front end; "ttir": its IR simplified; "full": to cubin
-backend = make_backend(target)
-options = backend.parse_options({})
-stages = {}
-backend.add_stages(stages, options, Language.TRITON)
-for path, name, sig, consts in json.loads(sys.stdin.read()):
-    fn = getattr(load_kernel(path), name)
-    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts)
-    if mode == "full":
-        asm = triton.compile(src, target=target).asm
-        print(json.dumps(bool(asm.get("cubin"))))
-        continue
-    # Front end (Python AST -> Triton IR): where type and scoping errors show.
-    context = ir.context()
-    ir.load_dialects(context)
-    backend.load_dialects(context)
-    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
-                         backend.get_module_map(), context)
-    print(json.dumps(module.verify() if mode == "verify" else str(stages["ttir"](module, {}))))
-"""
+class CompileServer:
+    """tests/compile_server.py, started once for this process and kept: each request is a
+    line to it and a line back (a failed compile is an answer, not the server's end)."""
+
+    def __init__(self) -> None:
+        import os
+        import subprocess
+        import sys
+        import tempfile
+
+        # "0", not unset: fusion_core sets the interpreter on import when it finds no CUDA.
+        env = {**os.environ, "TRITON_INTERPRET": "0"}
+        env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        script = Path(__file__).resolve().parent / "compile_server.py"
+        self.proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+                                     env=env, cwd=script.parent.parent)
+
+    def ask(self, *request) -> list:
+        """The server's answer to `request`; AssertionError with its traceback when the
+        request failed, RuntimeError when the server is gone (the next ask starts one)."""
+        import json
+
+        from compile_server import REPLY
+
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # gone: said below
+        else:
+            for line in self.proc.stdout:
+                if line.startswith(REPLY):
+                    answer = json.loads(line[len(REPLY):])
+                    assert "error" not in answer, answer.get("error", "")[-3000:]
+                    return answer["ok"]
+        self.stderr.seek(0)
+        raise RuntimeError(f"the compile server exited: {self.stderr.read()[-3000:]}")
+
+    def close(self) -> None:
+        import contextlib
+        import subprocess
+
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+_SERVER: list[CompileServer] = []
+
+
+def compile_server() -> CompileServer:
+    """This process's CompileServer, started on first use (and again if it died)."""
+    import atexit
+
+    if _SERVER and _SERVER[0].proc.poll() is None:
+        return _SERVER[0]
+    if not _SERVER:
+        atexit.register(lambda: _SERVER and _SERVER[0].close())
+    _SERVER[:] = [CompileServer()]
+    return _SERVER[0]
 
 
 def _compiled(payload: list[tuple], arch: int, mode: str) -> list:
-    """_COMPILE's answer for each (file, jit function, signature, constexprs), in a subprocess
-    without TRITON_INTERPRET (the interpreter patches `triton.language`)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    # "0", not unset: fusion_core sets the interpreter on import when it finds no CUDA.
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    proc = subprocess.run([sys.executable, "-c", _COMPILE % (arch, mode)],
-                          input=json.dumps(payload), capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines()]
+    """tests/compile_server.py's front-end answer for each (file, jit function, signature,
+    constexprs), from the process that compiles without TRITON_INTERPRET."""
+    return compile_server().ask("front", arch, mode, payload)
 
 
 def compile_for_gpu(jobs: list[tuple], arch: int = 90) -> dict[str, bool]:
@@ -415,30 +440,11 @@ def ttgir_load_layouts_of(requests: list[tuple[str, str]]) -> list[dict]:
     return found
 
 
-_IR = """
-import json, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from fusion_core.codegen import load_kernel
-for path, name, sig, consts, aligned, warps in json.loads(sys.stdin.read()):
-    src = triton.compiler.ASTSource(fn=getattr(load_kernel(path), name), signature=sig,
-                                    constexprs=consts,
-                                    attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
-    done = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    print(json.dumps({"ttgir": done.asm["ttgir"], "shared": done.metadata.shared}))
-"""
-
-
 def compiled_ir(jobs: list[tuple]) -> list[dict]:
     """Each job (kernel, directory, inputs, jit suffix, constexprs to override, warps)
     compiled for sm_90 without a GPU, in a subprocess without the interpreter: its TTGIR and
     shared memory bytes. Pointers and integers divisible by 16 are marked so, as Triton's
     launcher specializes them. Skips where this Triton cannot compile for sm_90."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     import pytest
 
     payload = []
@@ -449,10 +455,9 @@ def compiled_ir(jobs: list[tuple]) -> list[dict]:
                    if isinstance(value, torch.Tensor) or value % 16 == 0]
         payload.append((caught["path"], f"{kernel.name}_{suffix}", sig,
                         {**consts, **overrides}, aligned, warps))
-    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
-    proc = subprocess.run([sys.executable, "-c", _IR], input=json.dumps(payload),
-                          capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode and ("ImportError" in proc.stderr or "No module named" in proc.stderr):
-        pytest.skip(f"cannot compile for sm_90: {proc.stderr.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines()]
+    try:
+        return compile_server().ask("ir", payload)
+    except AssertionError as failed:
+        if "ImportError" in str(failed) or "No module named" in str(failed):
+            pytest.skip(f"cannot compile for sm_90: {str(failed).strip().splitlines()[-1]}")
+        raise
