@@ -312,6 +312,8 @@ class CompileServer:
     """tests/compile_server.py, started once for this process and kept: each request is a
     line to it and a line back (a failed compile is an answer, not the server's end)."""
 
+    TIMEOUT = 600  # seconds a request may take, as the per-call processes before it had
+
     def __init__(self) -> None:
         import os
         import subprocess
@@ -327,26 +329,36 @@ class CompileServer:
                                      stdout=subprocess.PIPE, stderr=self.stderr, text=True,
                                      env=env, cwd=script.parent.parent)
 
+    def _stderr_since(self, offset: int) -> str:
+        self.stderr.seek(offset)
+        return self.stderr.read()[-3000:]
+
     def ask(self, *request) -> list:
-        """The server's answer to `request`; AssertionError with its traceback when the
-        request failed, RuntimeError when the server is gone (the next ask starts one)."""
+        """The server's answer to `request`: AssertionError with the traceback and what the
+        compile wrote to stderr when the request failed; RuntimeError when the server is gone
+        or took past TIMEOUT (it is then stopped, and the next `compile_server()` starts one)."""
         import json
+        import os
+        import select
 
-        from compile_server import REPLY
-
+        offset = os.fstat(self.stderr.fileno()).st_size
+        line = ""
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], self.TIMEOUT)
+            line = self.proc.stdout.readline() if ready else ""
         except BrokenPipeError:
             pass  # gone: said below
-        else:
-            for line in self.proc.stdout:
-                if line.startswith(REPLY):
-                    answer = json.loads(line[len(REPLY):])
-                    assert "error" not in answer, answer.get("error", "")[-3000:]
-                    return answer["ok"]
-        self.stderr.seek(0)
-        raise RuntimeError(f"the compile server exited: {self.stderr.read()[-3000:]}")
+        if not line:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError("the compile server exited or took past "
+                               f"{self.TIMEOUT} s: {self._stderr_since(0)}")
+        answer = json.loads(line)
+        assert "error" not in answer, (answer["error"][-3000:] + "stderr:\n"
+                                       + self._stderr_since(offset))
+        return answer["ok"]
 
     def close(self) -> None:
         import contextlib

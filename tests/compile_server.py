@@ -3,9 +3,10 @@ a test worker keeps (`codegen_harness.compile_server()`): Triton must be importe
 without TRITON_INTERPRET (the interpreter patches `triton.language`), and starting a Python
 that imports torch and fusion_core costs 2-3 s, more than most compiles.
 
-Reads one JSON request a line on stdin, answers one line on stdout that starts with REPLY
-(other lines, if Triton prints any, are not answers): `{"ok": [...]}`, one item a job, or
-`{"error": traceback}`; the process then waits for the next request.
+Reads one JSON request a line on stdin and answers it with one line on stdout: `{"ok": [...]}`,
+one item a job, or `{"error": traceback}`; then waits for the next request. Only answers go
+to stdout: whatever else writes to file descriptor 1 (Triton, LLVM, a kernel module) goes to
+stderr, where the test process reads the lines of a failed request.
 
 - `["front", arch, mode, jobs]`, jobs of (file, jit function, signature, constexprs):
   mode "verify" runs Triton's front end and answers whether the IR verifies, "ttir" answers
@@ -22,9 +23,6 @@ import os
 import sys
 import traceback
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fusion_core, uninstalled too
-REPLY = "@@compile-server "
 
 
 def _front(arch: int, mode: str, jobs: list) -> list:
@@ -80,14 +78,18 @@ HANDLERS = {"front": _front, "ir": _ir}
 def main() -> None:
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         sys.exit("compile_server.py needs TRITON_INTERPRET=0")
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything else written to stdout, Python's or C's, lands in stderr
     for line in sys.stdin:
         kind, *args = json.loads(line)
         try:
             answer = {"ok": HANDLERS[kind](*args)}
         except Exception:  # the test that asked reads it; the next request still runs
             answer = {"error": traceback.format_exc()}
-        print(REPLY + json.dumps(answer), flush=True)
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fusion_core, uninstalled
     main()

@@ -61,20 +61,39 @@ def proj(pytester, monkeypatch):
 
 def built_once(tmp_path_factory, name: str, build):
     """`build()` (a JSON value) once for the whole run: under xdist the first worker to ask
-    builds it and the others read its answer (the fixtures below run whole pytest sessions,
-    10-25 s each, and tests of two files on different workers ask for them)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    builds it and the others read its answer, or its failure (the fixtures below run whole
+    pytest sessions, 10-25 s each, and tests of two files on different workers ask for them)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not run:
         return build()
     from filelock import FileLock
 
     shared = tmp_path_factory.getbasetemp().parent  # this run's, common to its workers
-    with FileLock(str(shared / f"{name}.lock")):
-        answer = shared / f"{name}.json"
-        if answer.exists():
-            return json.loads(answer.read_text())
-        value = build()
-        answer.write_text(json.dumps(value))
-        return value
+    answer = shared / f"{name}-{run}.json"
+
+    def keep(found: dict) -> None:
+        partial = answer.with_suffix(".part")
+        partial.write_text(json.dumps(found))
+        os.replace(partial, answer)
+
+    with FileLock(str(answer.with_suffix(".lock"))):
+        if not answer.exists():
+            try:
+                value = build()
+            except pytest.skip.Exception as skipped:
+                keep({"skipped": str(skipped)})
+                raise
+            except BaseException as failed:  # the other workers fail too, not rebuild
+                keep({"failed": f"{type(failed).__name__}: {failed}"[:3000]})
+                raise
+            keep({"value": value})
+            return value
+        found = json.loads(answer.read_text())
+    if "skipped" in found:
+        pytest.skip(found["skipped"])
+    if "failed" in found:
+        pytest.fail(f"building {name} failed on another worker: {found['failed']}")
+    return found["value"]
 
 
 @pytest.fixture(scope="session")
