@@ -10,7 +10,14 @@ import torch.nn.functional as F
 from codegen_harness import DEVICE, Lambda, compile_for_gpu, run_kernel
 
 from fusion_core.codegen import generate
-from fusion_core.codegen.half_gelu import COEFFICIENTS, Z_FIT, log_half_erfc
+from fusion_core.codegen.half_gelu import (
+    A_FIT,
+    COEFFICIENTS,
+    LOG2_COEFFICIENTS,
+    Z_FIT,
+    log2_half_erfc,
+    log_half_erfc,
+)
 from fusion_core.pipeline import analyze
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
@@ -39,6 +46,38 @@ def test_the_fit_evaluated_in_float32_keeps_the_bounds_too(lo, hi, bound):
     got = torch.exp(eval(log_half_erfc("z"), {"z": z}) - z * z).double()  # noqa: S307 - ours
     exact = torch.special.erfc(z.double()) / 2
     assert ((got - exact) / exact).abs().max().item() < bound
+
+
+def _kernel_form_fma(a: torch.Tensor) -> torch.Tensor:
+    """2**P(a) as the compiled kernel evaluates it: coefficients rounded to float32, each
+    Horner step one multiply-add rounded once to float32 (a GPU's FFMA)."""
+    coefficients = [torch.tensor(c, dtype=torch.float32).double() for c in LOG2_COEFFICIENTS]
+    a = a.float().clamp(max=A_FIT).double()
+    g = coefficients[-1].expand_as(a)
+    for c in reversed(coefficients[:-1]):
+        g = (a * g + c).float().double()
+    return torch.exp2(g)
+
+
+@pytest.mark.parametrize("lo,hi,bound", [(0.0, 4.6, 3e-5), (4.6, 9.5, 1e-4)])
+def test_the_kernels_base_2_polynomial_in_abs_x_keeps_the_bounds(lo, hi, bound):
+    """The kernel's form, log2(erfc(|x|/√2)/2) as one polynomial in |x| (the −z², 1/√2 and
+    log2(e) folded into the coefficients), in float64 and as the GPU evaluates it."""
+    z = torch.linspace(lo, hi, 100_001, dtype=torch.float64)
+    a = (z * math.sqrt(2)).float()  # |x| as the kernel holds it
+    exact = torch.special.erfc(a.double() / math.sqrt(2)) / 2
+    in_float64 = torch.exp2(eval(log2_half_erfc("a"), {"a": a.double()}))  # noqa: S307 - ours
+    assert ((in_float64 - exact) / exact).abs().max().item() < bound
+    assert ((_kernel_form_fma(a) - exact) / exact).abs().max().item() < bound
+    assert LOG2_COEFFICIENTS[0] == -1.0 and len(LOG2_COEFFICIENTS) == 10
+
+
+def test_past_the_fit_the_kernels_exp2_argument_underflows_to_zero():
+    """|x| beyond A_FIT is clamped: the exponent is below -126, which the compiled exp2
+    flushes to 0 (q/2 < 1e-40 there), and it only falls on the way (no turn back up)."""
+    a = torch.linspace(0.0, A_FIT, 20_001, dtype=torch.float64)
+    g = eval(log2_half_erfc("a"), {"a": a})  # noqa: S307 - ours
+    assert g[-1].item() < -126 and bool((g.diff() < 0).all())
 
 
 def _exact(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
