@@ -23,9 +23,9 @@ Each kernel after its own per-shape tuning, CUDA-graph replays over inputs past 
 shapes panel times, with every candidate configuration; the exact ones checked against eager.
 ``--list`` prints the configurations, without a GPU. Compiled for sm_90 on the CPU (Triton 3.9,
 8 warps, 4096 a step at 1024 x 16384 bf16), the kernel was 912 SASS instructions with 35 MUFU
-in the reciprocal form; 904 and 19 in the one-exp form; tanh.approx 752 and 19; no GELU
-(layer_norm*2) 640 and 3. First run: RESULTS.md (H100, 2026-12-06), which made one exp the
-form generated.
+in the reciprocal form; 904 and 19 in the one-exp form (``natural exp``); 856 and 19 in the
+base-2 form (``now``, 2026-12-07); tanh.approx 752 and 19; no GELU (layer_norm*2) 640 and 3.
+First run: RESULTS.md (H100, 2026-12-06), which made one exp the form generated.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ log2(q/2) = log2(e)·(L(a/√2) − a²/2) is a polynomial in a = |x| of degree 
 is one instruction (the absolute value is an operand of the min), the −z² term, the 1/√2
 and the log2(e) of the exp are folded into the coefficients, and q/2 is one exp2. Per
 element: 13 arithmetic instructions and the exp2 where the form above took 16 (compiled for
-sm_90; RESULTS.md).
+sm_90 on the CPU; RESULTS.md, 2026-12-07).
 
 The coefficients are a least-squares fit, reweighted toward the largest error, of
 log(erfc(z)) + z² for z in [0, 9.5] (``tests/test_codegen_half_gelu.py`` checks the error
