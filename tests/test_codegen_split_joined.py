@@ -47,8 +47,13 @@ def test_one_launch_only_where_a_row_is_split(monkeypatch, candidate, bucket, co
 @pytest.mark.parametrize("most,programs,bucket,config", [
     (512, 2, (65536, 256), (8192, 1, 16, 2, 1)),  # too many rows for two kernels: one launch
     (512, 2, (65536, 512), (8192, 1, 16, 2, 1)),
-    # 8 programs a row (the float32 RMSNorm's): chunks of 8192, 4096 a step, 8 warps
-    (256, 8, (65536, 256), (4096, 1, 8, 8, 1)),
+    # 8 programs a row (the float32 RMSNorm's): chunks of 8192, 4096 a step, 16 warps (256
+    # elements a warp, as a looped row's step)
+    (256, 8, (65536, 256), (4096, 1, 16, 8, 1)),
+    # fewer rows than two kernels' split would leave whole, where one launch still has
+    # 4 x SPLIT_PROGRAMS programs: one launch; below that, the two kernels' split
+    (256, 8, (65536, 128), (4096, 1, 16, 8, 1)),
+    (256, 8, (65536, 64), (4096, 1, 16, 4)),
     (256, 2, (65536, 512), (8192, 1, 16, 1)),  # more rows than the plan's measured gain
     (512, 2, (65536, 1024), (8192, 1, 16, 1)),  # enough rows to fill the GPU
     (512, 2, (32768, 256), (8192, 1, 16, 1)),  # too narrow
@@ -70,13 +75,13 @@ MORE = {
 
 
 @pytest.mark.parametrize("name,dtype,most,programs", [
-    ("rms_norm", torch.float16, 512, 2),
-    ("rms_norm", torch.bfloat16, 512, 2),
+    ("rms_norm", torch.float16, 512, 4),
+    ("rms_norm", torch.bfloat16, 512, 4),
     ("rms_norm", torch.float32, 256, 8),
-    ("layer_norm", torch.float32, 256, 2),
+    ("layer_norm", torch.float32, 256, 4),
     ("layer_norm", torch.bfloat16, 0, 2),  # 13% slower in one launch (choices.py)
     ("layer_norm of x.float()", torch.bfloat16, 0, 2),  # its row input is 16-bit
-    ("mean", torch.bfloat16, 512, 2),  # an RMSNorm by hand, as LLaMA's (the panel's rows)
+    ("mean", torch.bfloat16, 512, 4),  # an RMSNorm by hand, as LLaMA's (the panel's rows)
     ("mean", torch.float32, 256, 8),
     ("group_norm", torch.float32, 0, 2),  # not measured
     ("x - amax", torch.float32, 0, 2),

@@ -80,12 +80,18 @@ MAX_LOOP_BLOCK = 8192
 # measured are LLaMA's, spelled out (pow -> mean -> rsqrt -> mul: a "mean" read back per
 # element); F.rms_norm's kernel keeps the same statistic a lane (a sum of squares), not
 # measured itself. Not measured: other row counts, group norms, batch norms, other collapses.
-# The float32 RMSNorm takes 8 programs a row (4096 columns a step, 8 warps: the chunk's 512
-# elements a warp, tuning._split_heuristic): the best candidate on both H100 panels of that day
+# The float32 RMSNorm took 8 programs a row (4096 columns a step, then 8 warps: the chunk's 512
+# elements a warp; 16 since the panel below): the best candidate on both H100 panels of that day
 # (60.4 and 61.6-61.7 µs, where 2 programs took 63.7 and 64.2-64.6); the float32 LayerNorm
 # keeps 2 (66.8 µs; 8 programs 69.9 on the 18:39 UTC panel).
-SPLIT_JOINED = {("mean", 2): (512, 2), ("mean", 4): (256, 8), ("rms_norm", 2): (512, 2),
-                ("rms_norm", 4): (256, 8), ("layer_norm", 4): (256, 2)}
+# The H100 panel of 2026-12-07 morning (after the joined kernel's fallback moved to a block of
+# its own, 72bae06: 58 registers a thread at 4096 a step instead of 94), 4096 a step, 16 warps:
+# rms_norm 512x65536 16-bit 4 programs a row 58.5-58.6 µs (2: 62.8-63.0 at 8192 a step; 8:
+# 64.1-65.3), layer_norm*2 256x65536 fp32 4 programs 66.3 (2: 70.5; 8: 70.7), rms_norm
+# 256x65536 fp32 8 programs 54.9 (4: 62.2; 8 at 8 warps 59.1). 16-bit layer_norm*2 512x65536
+# still loses in one launch (4 programs 63.6-64.5 against 61.7-62.5 one program a row).
+SPLIT_JOINED = {("mean", 2): (512, 4), ("mean", 4): (256, 8), ("rms_norm", 2): (512, 4),
+                ("rms_norm", 4): (256, 8), ("layer_norm", 4): (256, 4)}
 # A row a norm reads twice (statistics, then each element: kernel.normalizes) whose widest row-
 # varying tensor is float32 (read or written) steps 16 KiB: on the H100 panel of 2026-12-06 (call
 # 8) layer_norm*2 256x65536 fp32 ran 5.4% slower at 8192 columns a step than at 4096, rms_norm*2
