@@ -118,11 +118,7 @@ CANDIDATES = {
     # 8 rows (two loads: 32 contiguous bytes a column), 58-62 registers, no spills. Timed on
     # an H100 (2026-12-06): 4 rows 66.7 µs (71% of a copy), 8 rows 70.2, 2 rows 83.6-84.6.
     "single-strided": ((16384, 16), (32768, 32)),
-    # Two rows a program share the row-invariant operands' loads and conversions (a
-    # LayerNorm's weight and bias) and the loop's own instructions: compiled for sm_90 (Triton
-    # 3.9), the bf16 LayerNorm->GELU at 16384 columns, 4096 a step, 16 warps issues 13% fewer
-    # instructions a value at two rows (62 registers a thread against 32); the last entry.
-    "looped": ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16), (4096, 16, 2)),
+    "looped": ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)),
     # Split rows in one launch (a fourth number, 1): hand-written, the form took rms_norm
     # 256x65536 fp32 from 69 to 57 µs (8192 a chunk, 8 warps, 8 programs a row) and its 512-row
     # 16-bit rows from 65-68 to 60 (4096 a step, 16 warps, 4 programs); the two-kernel split
@@ -130,15 +126,14 @@ CANDIDATES = {
     "split": ((1024, 4, 1), (2048, 8, 1), (4096, 8, 1), (4096, 16, 1), (8192, 16, 1),
               (4096, 8, 4), (4096, 8, 8), (8192, 16, 8), (4096, 8, 16), (2048, 8, 32),
               (8192, 8, 8, 1), (4096, 16, 4, 1), (4096, 16, 8, 1), (8192, 16, 2, 1),
-              (4096, 8, 8, 1), (4096, 16, 1, 2)),
+              (4096, 8, 8, 1)),
 }
 CANDIDATE_FIELDS = {
     "flat": "(BLOCK, NUM_WARPS)",
     "tiled": "(elements per tile, widest column block, warps)",
     "single": "(elements per program, warps); rows are packed only up to PACK_WIDTH wide",
-    "looped": "(column block of the row loop, warps[, rows a program])",
-    "split": "(column block of the row loop, warps, programs per row at most[, 1: one launch;"
-             " at 1 program a row: rows a program])",
+    "looped": "(column block of the row loop, warps)",
+    "split": "(column block of the row loop, warps, programs per row at most[, 1: one launch])",
 }
 
 

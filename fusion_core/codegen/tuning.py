@@ -151,12 +151,9 @@ def _looped_heuristic(bucket, widest=None):
 
 
 def _looped_config(bucket, candidate):
-    """A candidate (column block of the row loop, warps[, rows a program]); at most 32
-    elements a thread, no more rows than the bucket's."""
+    """A candidate (column block of the row loop, warps); at most 32 elements a thread."""
     block = min(candidate[0], bucket[0])
-    rows = min(candidate[2] if len(candidate) > 2 else 1, _pow2(bucket[1]))
-    elements = block * rows
-    return block, rows, max(1, min(max(candidate[1], elements // 1024), _pow2(elements // 32)))
+    return block, 1, max(1, min(max(candidate[1], block // 1024), _pow2(block // 32)))
 
 
 def _splits(bucket):
@@ -195,15 +192,13 @@ def _split_heuristic(bucket):
 
 def _split_config(bucket, candidate):
     """A candidate (column block of the row loop, warps, programs per row at most[, 1: in
-    one launch; with 1 program a row: rows a program]): the programs per row only
-    while the chunk keeps a whole block and rows x programs stay within 8 x SPLIT_PROGRAMS
-    (with more rows a split only adds a second launch), in one launch (the joined kernel,
-    where a row is split) 32 x SPLIT_PROGRAMS: at 2048 rows of 50304 fp32 columns, 4
-    programs a row in one launch beat one program a row by 3.5% (H100, 2026-12-06, the
-    panel's call 2 of that night)."""
+    one launch]): the programs per row only while the chunk keeps a whole block and rows x
+    programs stay within 8 x SPLIT_PROGRAMS (with more rows a split only adds a second
+    launch), in one launch (the joined kernel, where a row is split) 32 x SPLIT_PROGRAMS:
+    at 2048 rows of 50304 fp32 columns, 4 programs a row in one launch beat one program a
+    row by 3.5% (H100, 2026-12-06, the panel's call 2 of that night)."""
     width, n_rows = bucket
-    whole_rows = candidate[3:4] if candidate[2] == 1 else ()  # a split row: one a program
-    block, rows, num_warps = _looped_config(bucket, (*candidate[:2], *whole_rows))
+    block, rows, num_warps = _looped_config(bucket, candidate[:2])
     joined = candidate[3:] == (1,)
     most = (32 if joined else 8) * SPLIT_PROGRAMS // n_rows
     splits = max(1, min(candidate[2], width // block, most))
