@@ -54,6 +54,7 @@ def test_one_launch_only_where_a_row_is_split(monkeypatch, candidate, bucket, co
     # 4 x SPLIT_PROGRAMS programs: one launch; below that, the two kernels' split
     (256, 8, (65536, 128), (4096, 1, 16, 8, 1)),
     (256, 8, (65536, 64), (4096, 1, 16, 4)),
+    (256, 8, (131072, 128), (8192, 1, 16, 2)),  # wider than measured: the two kernels' split
     (256, 2, (65536, 512), (8192, 1, 16, 1)),  # more rows than the plan's measured gain
     (512, 2, (65536, 1024), (8192, 1, 16, 1)),  # enough rows to fill the GPU
     (512, 2, (32768, 256), (8192, 1, 16, 1)),  # too narrow

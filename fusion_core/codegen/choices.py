@@ -50,8 +50,9 @@ class Tuning:
     split_programs: int = 256
     split_min_cols: int = 8192  # ...and each program keeps at least this many columns
     # Rows of a norm wider than 4 x split_min_cols (a bucket of 8 x), too many for the split
-    # above, split in one launch by default up to this many rows (0: never), over this many
-    # programs a row; None: by the plan (SPLIT_JOINED below)
+    # above (or, 8 x wide, filling 4 x split_programs programs: tuning._split_heuristic),
+    # split in one launch by default up to this many rows (0: never), over this many programs
+    # a row; None: by the plan (SPLIT_JOINED below)
     split_joined_rows: int | None = None
     split_joined_programs: int | None = None
     pack_width: int = 256  # rows at most this wide are packed several per program...
@@ -83,7 +84,7 @@ MAX_LOOP_BLOCK = 8192
 # The float32 RMSNorm took 8 programs a row (4096 columns a step, then 8 warps: the chunk's 512
 # elements a warp; 16 since the panel below): the best candidate on both H100 panels of that day
 # (60.4 and 61.6-61.7 µs, where 2 programs took 63.7 and 64.2-64.6); the float32 LayerNorm
-# keeps 2 (66.8 µs; 8 programs 69.9 on the 18:39 UTC panel).
+# kept 2 then (66.8 µs; 8 programs 69.9 on the 18:39 UTC panel).
 # The H100 panel of 2026-12-07 morning (after the joined kernel's fallback moved to a block of
 # its own, 72bae06: 58 registers a thread at 4096 a step instead of 94), 4096 a step, 16 warps:
 # rms_norm 512x65536 16-bit 4 programs a row 58.5-58.6 µs (2: 62.8-63.0 at 8192 a step; 8:

@@ -111,8 +111,9 @@ def constants(plan: KernelPlan, tuning: Tuning, looped: bool) -> list[str]:
                       f"SPLIT_PROGRAMS = {tuning.split_programs}",
                       f"SPLIT_LOOP_BLOCK = {tuning.split_loop_block}  # a chunk's widest step",
                       f"SPLIT_MIN_COLS = {tuning.split_min_cols}",
-                      "# ...and rows too many for that, up to this many, 8 x as wide (a bucket's",
-                      "# width), split over SPLIT_JOINED_PROGRAMS in one launch:",
+                      "# ...and rows too many for that (or, 8 x as wide, filling 4 x",
+                      "# SPLIT_PROGRAMS programs), up to this many, at least 8 x as wide (a",
+                      "# bucket's width), split over SPLIT_JOINED_PROGRAMS in one launch:",
                       f"SPLIT_JOINED_ROWS = {tuning.split_joined_rows or 0}",
                       f"SPLIT_JOINED_PROGRAMS = {tuning.split_joined_programs}"]
         width, elements, rows = tuning.pack_width, tuning.pack_elements, tuning.max_rows

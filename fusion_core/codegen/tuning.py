@@ -172,16 +172,18 @@ def _split_heuristic(bucket):
     chunk as the looped heuristic would over a row that narrow, with that many rows, in steps
     of up to SPLIT_LOOP_BLOCK (a row not split: MAX_LOOP_BLOCK). Rows up to SPLIT_JOINED_ROWS
     (the plan's), in a bucket at least 8 x SPLIT_MIN_COLS wide, are split over
-    SPLIT_JOINED_PROGRAMS in one launch where `_splits` leaves them whole or the launch has
-    4 x SPLIT_PROGRAMS programs or more, stepping as the looped heuristic over the chunk
-    (~256 elements a warp: at 4096 a step 16 warps were the best candidate of every norm the
-    H100 panel of 2026-12-07 morning split in one launch, 1.6-8% ahead of 8 warps; rms_norm*2
+    SPLIT_JOINED_PROGRAMS in one launch where `_splits` leaves them whole, or, in a bucket of
+    8 x SPLIT_MIN_COLS exactly (the width measured), where that launch has 4 x
+    SPLIT_PROGRAMS programs or more; stepping as the looped heuristic over the chunk (~256
+    elements a warp: at 4096 a step 16 warps were the best candidate of every norm the H100
+    panel of 2026-12-07 morning split in one launch, 0.5-10% ahead of 8 warps; rms_norm*2
     128x65536 fp32 in 8 programs a row 30.5 us, in the two kernels' split 34.0)."""
     width, n_rows = bucket
     splits = _splits(bucket)
     programs = SPLIT_JOINED_PROGRAMS
-    if (n_rows <= SPLIT_JOINED_ROWS and width >= 8 * SPLIT_MIN_COLS
-            and (splits == 1 or n_rows * programs >= 4 * SPLIT_PROGRAMS)):
+    wide = width >= 8 * SPLIT_MIN_COLS
+    filled = width == 8 * SPLIT_MIN_COLS and n_rows * programs >= 4 * SPLIT_PROGRAMS
+    if n_rows <= SPLIT_JOINED_ROWS and wide and (splits == 1 or filled):
         block, rows, num_warps = _looped_heuristic((width // programs, n_rows * programs),
                                                    SPLIT_LOOP_BLOCK)
         return block, rows, num_warps, programs, 1
