@@ -37,13 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import fusion_core.codegen  # noqa: E402,I001,F401  (first: the interpreter before triton loads)
-import torch  # noqa: E402
 
 from fusion_core.codegen import generate, half_gelu, write_kernels  # noqa: E402
 from fusion_core.codegen.interpreted import FLAG  # noqa: E402
-from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster  # noqa: E402
 from fusion_core.ir.lowerings import GELU_HALF  # noqa: E402
-from panel_timing import analysed_case, run_probe  # noqa: E402
+from panel_timing import analysed_case, probe_case, run_probe  # noqa: E402
 
 DEFAULT_CASES = "9,6"  # layer_norm→gelu 1024x16384 bf16, 4096x4096 fp16
 # The form before (December 2026): erfc(z)/2 = t·P(t)·exp(-z²), t = 1/(1 + RECIPROCAL_P·z), P of
@@ -120,9 +118,7 @@ def files(case, device: str, work: Path, tiny: bool = False):
             found.append((label, path, kernel.name))
     finally:
         half_gelu.helpers = helpers
-    values = capture_values(analysis, *model_inputs)
-    inputs = cluster_inputs(analysis, cluster, values, torch.Generator(device).manual_seed(1))
-    return found, inputs, eager_cluster(analysis, cluster), cluster
+    return probe_case(found, analysis, cluster, model_inputs, device)
 
 
 def main() -> int:

@@ -24,11 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import fusion_core.codegen  # noqa: E402,I001,F401  (first: the interpreter before triton loads)
-import torch  # noqa: E402
 
 from fusion_core.codegen import generate, write_kernels  # noqa: E402
-from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster  # noqa: E402
-from panel_timing import analysed_case, run_probe  # noqa: E402
+from panel_timing import analysed_case, probe_case, run_probe  # noqa: E402
 
 DEFAULT_CASES = "37"  # layer_norm*2 256x65536 fp32
 CAPS = (32, 40)
@@ -53,9 +51,7 @@ def files(case, device: str, work: Path, tiny: bool = False):
         path = Path(write_kernels([kernel], work / f"maxnreg_{cap}")[0])
         path.write_text(capped(path.read_text(), cap))
         found.append((f"maxnreg {cap}", path, kernel.name))
-    values = capture_values(analysis, *model_inputs)
-    inputs = cluster_inputs(analysis, cluster, values, torch.Generator(device).manual_seed(1))
-    return found, inputs, eager_cluster(analysis, cluster), cluster
+    return probe_case(found, analysis, cluster, model_inputs, device)
 
 
 def main() -> int:

@@ -23,11 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import fusion_core.codegen  # noqa: E402,I001,F401  (first: the interpreter before triton loads)
-import torch  # noqa: E402
 
 from fusion_core.codegen import Tuning, generate, write_kernels  # noqa: E402
-from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster  # noqa: E402
-from panel_timing import analysed_case, run_probe  # noqa: E402
+from panel_timing import analysed_case, probe_case, run_probe  # noqa: E402
 
 DEFAULT_CASES = "9,33,32"  # layer_norm→gelu 1024x16384 bf16, layer_norm*2 2048x16384 bf16, fp16
 
@@ -42,9 +40,7 @@ def files(case, device: str, work: Path):
         kernel = generate(analysis, cluster, tuning)
         path = write_kernels([kernel], work / label.replace(" ", "_"))[0]
         found.append((f"{label} ({'loop' if kernel.looped else 'one block'})", path, kernel.name))
-    values = capture_values(analysis, *model_inputs)
-    inputs = cluster_inputs(analysis, cluster, values, torch.Generator(device).manual_seed(1))
-    return found, inputs, eager_cluster(analysis, cluster), cluster
+    return probe_case(found, analysis, cluster, model_inputs, device)
 
 
 def main() -> int:

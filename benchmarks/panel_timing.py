@@ -180,6 +180,16 @@ def run_probe(script: str, description: str, default_cases: str, files: Callable
     return 0
 
 
+def probe_case(found: list, analysis, cluster, model_inputs: tuple, device: str):
+    """A probe's `files` result for its variants `found`: (found, the cluster's inputs drawn
+    as the shapes panel draws them, the eager cluster, the cluster)."""
+    from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster
+
+    values = capture_values(analysis, *model_inputs)
+    inputs = cluster_inputs(analysis, cluster, values, torch.Generator(device).manual_seed(1))
+    return found, inputs, eager_cluster(analysis, cluster), cluster
+
+
 def analysed_case(case, device: str, tiny: bool = False):
     """(analysis, its one cluster, the model inputs) of a panel case built on `device` (`tiny`:
     at its tiny shapes); exits naming why where the case is not one cluster."""
