@@ -152,6 +152,29 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def short(kernel: str, width: int = 70) -> str:
+    """A kernel's name cut to `width`: cuBLAS's and ATen's names run to hundreds of chars."""
+    return kernel if len(kernel) <= width else kernel[:width - 1] + "…"
+
+
+def kernel_lines(result: dict[str, Any], top: int = 12) -> str:
+    """Per row, where its device time goes: the `top` kernels by µs per forward (the
+    profiler's clock), then the rest summed: which kernels make one row slower than another."""
+    lines = []
+    for x in result["rows"]:
+        spent = x.get("kernel_us")
+        if not spent:
+            continue
+        lines.append(f"\n{result['model']}, {x['row']}: {sum(spent.values()):.0f} µs in "
+                     f"{len(spent)} kernel names (profiler)")
+        for name, us in list(spent.items())[:top]:
+            lines.append(f"  {us:8.1f} µs  {x['census'].get(name, 0):3d}×  {short(name)}")
+        rest = list(spent.values())[top:]
+        if rest:
+            lines.append(f"  {sum(rest):8.1f} µs  in {len(rest)} more kernel names")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(c.name for c in CASES))
@@ -184,6 +207,8 @@ def main() -> None:
                   f"most {r['max_abs_err']:.2e}")
     else:
         print(table(results))
+        for r in results:
+            print(kernel_lines(r))
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
 

@@ -127,6 +127,24 @@ def kernel_census(fn: Callable[[], Any]) -> dict[str, int]:
     return dict(names.most_common())
 
 
+def kernel_times(fn: Callable[[], Any]) -> dict[str, float]:
+    """GPU µs one call spends in each kernel, by name (the profiler's own clock per kernel,
+    summed over its launches), most first; copies and fills are left out as in the census."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    spent: Counter = Counter()
+    for e in prof.events():
+        if (e.device_type == torch.autograd.DeviceType.CUDA
+                and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()):
+            spent[e.name] += e.device_time_total
+    return {name: round(us, 2) for name, us in spent.most_common()}
+
+
 def more_rounds(rows: list[dict[str, Any]], fns: dict[str, Callable[[], Any]], rounds: int,
                 timer: Callable[[Callable[[], Any]], float] = wall_us) -> None:
     """Wall time in `rounds` interleaved rounds: a row's first round is its `row()` timing,
@@ -158,6 +176,7 @@ def row(name: str, fn: Callable[[], Any], graphable: bool = True) -> dict[str, A
         out["wall_us"] = wall_us(fn)
         out["census"] = kernel_census(fn)
         out["kernels"] = sum(out["census"].values())
+        out["kernel_us"] = kernel_times(fn)
         if graphable:
             out["device_us"] = device_us(fn)
     except Exception as e:  # noqa: BLE001 - one row's failure keeps the others

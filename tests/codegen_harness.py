@@ -300,6 +300,8 @@ def _signature(caught: dict) -> tuple[dict, dict]:
     for name, value in zip(names, caught["args"], strict=False):
         if isinstance(value, torch.Tensor):
             sig[name] = "*" + _TL_NAMES[value.dtype]
+        elif isinstance(value, float):  # as Triton's launcher types a Python float
+            sig[name] = "fp32"
         else:
             sig[name] = "i64" if abs(value) >= 2**31 else "i32"
     for name, value in caught["kwargs"].items():
@@ -411,13 +413,16 @@ def compile_for_gpu(jobs: list[tuple], arch: int = 90) -> dict[str, bool]:
 
 
 def ttir_for_gpu(kernel: Kernel, tmp_path: Path, inputs: tuple[torch.Tensor, ...],
-                 consts: dict[str, int] | None = None) -> tuple[str, list[str]]:
+                 consts: dict[str, int] | None = None, types: dict[str, str] | None = None
+                 ) -> tuple[str, list[str]]:
     """The kernel's Triton IR for an sm_90 GPU after Triton's own simplifications (the
     ``ttir`` stage: constants folded, masks known true dropped), without one, and the jit
-    function's parameter names; `consts` overrides the launch's constexprs."""
+    function's parameter names; `consts` overrides the launch's constexprs, `types` the
+    signature's types (`{"scalar0": "fp64"}`: as torch.compile's launch types a float)."""
     caught = catch_launch(kernel, tmp_path, inputs)
     sig, found = _signature(caught)
-    payload = [(caught["path"], f"{kernel.name}_kernel", sig, {**found, **(consts or {})})]
+    payload = [(caught["path"], f"{kernel.name}_kernel", {**sig, **(types or {})},
+                {**found, **(consts or {})})]
     (ttir,) = _compiled(payload, 90, "ttir")
     return ttir, list(caught["names"])
 

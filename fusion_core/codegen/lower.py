@@ -47,7 +47,7 @@ from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.lowerings import CAT_ENDS
 from ..ir.reductions import correction
-from ..ir.run_scalars import run_scalar, spelled
+from ..ir.run_scalars import analysed, run_scalar, spelled
 from ..ir.spelling import said, said_all
 from ..ir.views import inverse, split_piece
 from ..names import kernel_name
@@ -124,7 +124,8 @@ class _Lowering:
         # Python numbers of sizes alone: kernel scalars, no tensors to index.
         found = [(n, s) for n in cluster.inputs if (s := run_scalar(graph, n)) is not None]
         self.scalars = tuple(ScalarArg(n, f"scalar{i}", "scalar_" + re.sub(r"\W", "_", n),
-                                       spelled(s)) for i, (n, s) in enumerate(found))
+                                       spelled(s), isinstance(analysed(graph, s), float))
+                             for i, (n, s) in enumerate(found))
         self.tensors = tuple(n for n in cluster.inputs
                              if n not in {a.value for a in self.scalars})
         self.maps = index_maps(graph, cluster.nodes, self.tensors, cluster.outputs)

@@ -149,6 +149,7 @@ class ScalarArg:
     param: str  # "scalar0"
     launch: str  # "scalar_sqrt"
     spelled: str  # "math.sqrt(q.shape[2])", for the launcher's docstring
+    floating: bool = False  # a Python float (an int stays an int in every launch)
 
 
 @dataclass(frozen=True)

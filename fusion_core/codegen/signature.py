@@ -65,6 +65,7 @@ class ScalarParam:
     launch: str
     family: Family
     owner: tuple[str, int] | None = None  # (role, index): the tensor a stride belongs to
+    floating: bool = False  # a SCALAR that is a Python float
 
 
 @dataclass(frozen=True)
@@ -199,9 +200,9 @@ class KernelParams:
         return self._add(ScalarParam(f"{role}{index}_stride{k}", f"{local}[{k}]", Family.STRIDE,
                                      (role, index)))
 
-    def scalar(self, param: str, launch: str) -> str:
+    def scalar(self, param: str, launch: str, floating: bool = False) -> str:
         """An operand's Python number, passed as the launcher's parameter `launch`."""
-        return self._add(ScalarParam(param, launch, Family.SCALAR))
+        return self._add(ScalarParam(param, launch, Family.SCALAR, floating=floating))
 
     def piece_end(self, cat: int, part: int) -> str:
         """Where operand `part` of cat `cat` ends, from the launcher's `piece_ends`."""

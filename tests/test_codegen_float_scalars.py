@@ -1,0 +1,80 @@
+"""A Python float the kernel takes (``plan.ScalarArg``: `math.sqrt(c)` of a shape) is fp32
+inside the kernel however the launch types it: Triton's launch passes fp32, torch.compile's
+launch of the package's operator passes fp64, and an fp64 scalar would turn the whole chain
+it touches into fp64 arithmetic (on an H100 the applied gpt12 example's masked softmax ran
+3x slower so under torch.compile, and off the eager launcher's result)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from codegen_harness import ttir_for_gpu
+from test_run_scalars import SHAPE, Attention
+
+from fusion_core.codegen import generate, load_kernel, write_kernels
+from fusion_core.pipeline import analyze
+
+NUMBERS = {"sqrt": math.sqrt(16), "pow": 16 ** -0.5, "int": 16}
+
+
+def _kernel(scale: str):
+    a = analyze(Attention(scale), SHAPE, SHAPE, capture="fx")
+    return generate(a, a.clusters[0])
+
+
+def _f64_tensors(ttir: str) -> list[str]:
+    return [line.strip() for line in ttir.splitlines() if re.search(r"tensor<[^>]*xf64>", line)]
+
+
+@pytest.mark.parametrize("scale", ["sqrt", "pow"])
+def test_an_fp64_float_scalar_leaves_no_fp64_arithmetic(scale, tmp_path):
+    scores = torch.randn(2, 8, 8)
+    ttir, names = ttir_for_gpu(_kernel(scale), tmp_path, (scores, NUMBERS[scale]),
+                               types={"scalar0": "fp64"})
+    assert "scalar0" in names
+    assert _f64_tensors(ttir) == []
+    assert re.search(r"arith\.truncf %\w+ : f64 to f32", ttir), ttir[:3000]
+
+
+def test_an_int_scalar_stays_an_int(tmp_path):
+    """`/ c` with `c` an int: Triton and torch.compile both pass an integer; the kernel
+    divides in fp32 as eager does, and no cast is written for it."""
+    scores = torch.randn(2, 8, 8)
+    ttir, _ = ttir_for_gpu(_kernel("int"), tmp_path, (scores, NUMBERS["int"]))
+    assert "truncf" not in ttir and "f64" not in ttir
+    assert re.search(r"arith\.sitofp %\w+ : i32 to f32", ttir), ttir[:3000]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("scale", ["sqrt", "pow", "int"])
+def test_the_kernel_with_its_scalar_still_matches_eager_under_the_interpreter(scale, tmp_path):
+    kernel = _kernel(scale)
+    (path,) = write_kernels([kernel], tmp_path)
+    launch = getattr(load_kernel(path), kernel.name)
+    q, k = torch.randn(SHAPE), torch.randn(SHAPE)
+    got = launch(torch.bmm(q, k.transpose(1, 2)), NUMBERS[scale])
+    assert torch.allclose(got, Attention(scale)(q, k), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", ["sqrt", "pow"])
+def test_torch_compile_of_the_operator_gives_the_launchers_result_bit_for_bit(scale, tmp_path):
+    """The package's operator under torch.compile (Inductor launches the kernel itself,
+    the float typed fp64) against the launcher called eagerly (Triton's launch, fp32)."""
+    import uuid
+
+    from fusion_core.codegen import operators
+
+    kernel = _kernel(scale)
+    (path,) = write_kernels([kernel], tmp_path)
+    module = load_kernel(path)
+    op = operators._register(f"floatscalar_{uuid.uuid4().hex[:8]}", kernel.name, module,
+                             kernel.name, 1, (torch.float32,), ("float",))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    scores = torch.randn(8, 512, 512, device="cuda", generator=gen)
+    eager = getattr(module, kernel.name)(scores, NUMBERS[scale])
+    compiled = torch.compile(lambda s: op.operator(s, NUMBERS[scale]), fullgraph=True)(scores)
+    assert torch.equal(compiled, eager)
