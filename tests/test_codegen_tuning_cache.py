@@ -239,3 +239,24 @@ def test_on_cuda_the_second_load_of_a_kernel_file_does_not_time(monkeypatch, tmp
     assert second.CHOSEN == first.CHOSEN and len(first.CHOSEN) == 1
     data = json.loads((tmp_path / "cache" / "tuning" / stored).read_text())
     assert data["identity"][0] == torch.cuda.get_device_name()
+
+
+def test_a_traced_launch_takes_the_stored_choice_without_timing(timed):
+    """torch.compile in a new process traces (`traceable`) before any eager call: it takes
+    the choice an earlier process timed and stored, not the heuristic's, and times nothing."""
+    calls, _ = timed
+    tuning._choose(KEY, CONFIGS, None, KEY[2])
+    tuning.CHOSEN.clear()  # a new process
+    del calls[:]
+    assert tuning._kept(KEY, CONFIGS, KEY[2]) == (128, 1, 4)
+    assert calls == [] and tuning.CHOSEN == {}  # read, not timed; the eager call still chooses
+    assert tuning._kept(KEY, CONFIGS[::2], KEY[2]) == (64, 1, 4)  # not offered: the first
+
+
+def test_a_traced_launch_takes_this_process_choice_first_else_the_heuristic(timed):
+    calls, identity = timed
+    tuning.CHOSEN[KEY] = (256, 1, 8)
+    assert tuning._kept(KEY, CONFIGS, KEY[2]) == (256, 1, 8)
+    tuning.CHOSEN.clear()
+    identity["now"] = None  # off CUDA: no disk cache
+    assert tuning._kept(KEY, CONFIGS, KEY[2]) == (64, 1, 4) and calls == []

@@ -257,8 +257,9 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
     with out.indented():
         out.lines([f'"""`{plan.name}` for tracing (torch.compile runs it on fake tensors): no',
                    "launch cache, no timing of candidates, no direct launch; the bucket's kept",
-                   "configuration or else the heuristic's. `wrap` makes each launch traceable",
-                   '(torch.library.wrap_triton) or skips it (shapes only)."""'])
+                   "configuration (this process's, else the disk cache's) or else the",
+                   "heuristic's. `wrap` makes each launch traceable (torch.library.wrap_triton)",
+                   'or skips it (shapes only)."""'])
         if not names:
             out.line(f"{NO_INPUTS_DEVICE} = torch.device({NO_INPUTS_DEVICE})")
         if fits:
@@ -268,7 +269,7 @@ def _traceable_fn(plan: KernelPlan, names: list[str], inputs: str, viewed: list[
         out.line(f"{_PLANNED} = _plan({plan_args(plan, names)})")
         _copies(names, out, traced=True)
         _outputs(plan, _result(plan), out)
-        out.lines([f"_launch(CHOSEN.get(tune_key) or configs[0], args, "
+        out.lines([f"_launch(_kept(tune_key, configs, {DEVICE}), args, "
                    f"{_kernel_tensors(plan, names)}, wrap=wrap)",
                    f"return {_result(plan)}"])
 

@@ -381,6 +381,19 @@ def _choose(key, configs, run, device):
     return choice
 
 
+def _kept(key, configs, device):
+    """The configuration a traced launch takes (torch.compile runs `traceable` on fake
+    tensors, where nothing can be timed): the one this process chose, else the one the disk
+    cache holds for this GPU, Triton and file (a new process that compiles before its first
+    eager call), else the heuristic's."""
+    choice = CHOSEN.get(key)
+    if choice is None and len(configs) > 1:
+        identity = _cache_identity(device)
+        path = _cache_path(identity)
+        choice = _cache_read(path, identity).get(_cache_key(key)) if path else None
+    return choice if choice in configs else configs[0]
+
+
 HEURISTIC, CONFIG = _single_heuristic, _single_config
 KINDS = {"flat": (_flat_heuristic, _flat_config), "tiled": (_tiled_heuristic, _tiled_config),
          "single": (_single_heuristic, _single_config),
@@ -393,7 +406,7 @@ WIDE_SINGLE = (_wide_single_heuristic, _single_config)
 # Helpers a kind's pair calls besides the shared ones (copied into its files before the pair).
 KIND_HELPERS = {"split": (_looped_heuristic, _looped_config, _splits)}
 HELPERS = (_pow2, _bucket, _row_warps, _configs, _timing_on, _time, _cache_dir,
-           _cache_identity, _cache_path, _cache_key, _cache_read, _cache_write, _choose)
+           _cache_identity, _cache_path, _cache_key, _cache_read, _cache_write, _choose, _kept)
 GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
            "ROW_CLASS_CAP", "TUNE_WARMUP_MS", "TUNE_REP_MS", "TUNE_MIN_ELEMENTS")
 
