@@ -66,3 +66,30 @@ def test_a_split_rows_reduction_traces_all_three_kernels_through_wrap(tmp_path):
     assert seen == [("partials", (2, 4)), ("finish", (2, 4))]
     compare(got.cpu(), want, "traced split softmax")
     assert str(got.device).startswith(DEVICE)
+
+
+def test_a_trace_before_any_eager_call_takes_the_tuning_cache_choice(tmp_path, monkeypatch):
+    """A new process that compiles the applied model before calling it eagerly: `traceable`
+    launches the configuration an earlier process timed and stored on disk, as the eager call
+    would (GPU identity and timing faked here: off CUDA nothing is read)."""
+    monkeypatch.setenv("FUSION_ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
+    analysis = analyze(Lambda(lambda m, x: torch.softmax(x * 2.0, -1)), torch.randn(64, 256))
+    kernel = generate(analysis, analysis.clusters[0])
+    module = load_kernel(write_kernels([kernel], tmp_path)[0])
+    identity = ["NVIDIA H200", "3.9.0", "ab" * 32]
+    monkeypatch.setattr(module, "_cache_identity", lambda device: identity)
+    monkeypatch.setattr(module, "_timing_on", lambda device: True)
+    monkeypatch.setattr(module, "TUNE_MIN_ELEMENTS", 0)
+    x = to_device(torch.randn(64, 256))
+    *_, tune_key, configs = module._plan(x)
+    assert len(configs) > 1
+    stored = configs[-1]
+    module._cache_write(module._cache_path(identity), identity, module._cache_key(tune_key),
+                        stored)
+    launched, real = [], module._launch
+    monkeypatch.setattr(module, "_launch", lambda config, *a, **k: launched.append(config)
+                        or real(config, *a, **k))
+    wrap, _ = _recording(module)
+    got = module.traceable(x, wrap=wrap)
+    assert launched == [stored] and not module.CHOSEN
+    compare(got.cpu(), torch.softmax(x.cpu() * 2.0, -1), "traced with the stored choice")

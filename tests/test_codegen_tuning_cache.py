@@ -18,6 +18,7 @@ CONFIGS = ((64, 1, 4), (128, 1, 4), (256, 1, 8))
 SPEED = {(64, 1, 4): 3.0, (128, 1, 4): 1.0, (256, 1, 8): 2.0}  # (128, 1, 4) is fastest
 H200 = ["NVIDIA H200", "3.9.0", "ab" * 32]
 KEY = ((4096, 1024), (torch.float16,), torch.device("cuda", 0))
+TIMING_ON = tuning._timing_on  # the real check (the `timed` fixture replaces it)
 
 
 def test_cache_dir_is_the_variable_else_xdg_else_home(monkeypatch, tmp_path):
@@ -253,10 +254,27 @@ def test_a_traced_launch_takes_the_stored_choice_without_timing(timed):
     assert tuning._kept(KEY, CONFIGS[::2], KEY[2]) == (64, 1, 4)  # not offered: the first
 
 
-def test_a_traced_launch_takes_this_process_choice_first_else_the_heuristic(timed):
-    calls, identity = timed
+def test_a_traced_launch_takes_this_process_choice_first(timed):
+    tuning._choose(KEY, CONFIGS, None, KEY[2])  # stores (128, 1, 4)
     tuning.CHOSEN[KEY] = (256, 1, 8)
     assert tuning._kept(KEY, CONFIGS, KEY[2]) == (256, 1, 8)
-    tuning.CHOSEN.clear()
-    identity["now"] = None  # off CUDA: no disk cache
-    assert tuning._kept(KEY, CONFIGS, KEY[2]) == (64, 1, 4) and calls == []
+
+
+@pytest.mark.parametrize("where", ["off CUDA", "timing off", "a small bucket"])
+def test_a_traced_launch_reads_no_cache_where_the_eager_call_would_not(timed, monkeypatch,
+                                                                       where):
+    """Where `_choose` takes the heuristic's pick untimed (off CUDA, FUSION_ADVISOR_AUTOTUNE=0
+    or the interpreter, a bucket of at most TUNE_MIN_ELEMENTS), `_kept` takes it too, whatever
+    the disk holds: the compiled graph's configuration does not depend on whether it was
+    traced before or after the first eager call."""
+    calls, _ = timed
+    small = ((64, 16), KEY[1], KEY[2])
+    for key in (KEY, small):
+        tuning._cache_write(tuning._cache_path(H200), H200, tuning._cache_key(key), (128, 1, 4))
+    assert tuning._kept(KEY, CONFIGS, KEY[2]) == (128, 1, 4)  # read where eager would read
+    key = {"off CUDA": (KEY[0], KEY[1], torch.device("cpu")), "timing off": KEY,
+           "a small bucket": small}[where]
+    if where != "a small bucket":  # the real check: a CPU device, or the variable, says no
+        monkeypatch.setenv("FUSION_ADVISOR_AUTOTUNE", "0" if where == "timing off" else "1")
+        monkeypatch.setattr(tuning, "_timing_on", TIMING_ON)
+    assert tuning._kept(key, CONFIGS, key[2]) == (64, 1, 4) and calls == []

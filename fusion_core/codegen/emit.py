@@ -83,9 +83,10 @@ def def_line(signature: KernelSignature, out: CodeWriter) -> None:
     each Python float parameter (``plan.ScalarArg``) cast to fp32.
 
     Triton's launch passes a Python float as fp32, the rounding eager gives it beside fp32
-    tensors; torch.compile's launch of the same kernel (the package's operator) passes it
-    as fp64, which promotes every value it touches to fp64: on an H100 a masked softmax ran
-    3x slower so, and off the eager result. The cast is free where it is fp32 already."""
+    and 16-bit tensors (beside fp64 ones eager keeps the double); torch.compile's launch of
+    the same kernel (the package's operator) passes it as fp64, which promotes every value
+    it touches to fp64: on an H100 a masked softmax ran 3x slower so, and off the eager
+    result. The cast is free where it is fp32 already."""
     out.lines(["@triton.jit", f"def {signature.function}("])
     with out.indented():
         out.wrapped(signature.parameters)

@@ -149,7 +149,9 @@ class ScalarArg:
     param: str  # "scalar0"
     launch: str  # "scalar_sqrt"
     spelled: str  # "math.sqrt(q.shape[2])", for the launcher's docstring
-    floating: bool = False  # a Python float (an int stays an int in every launch)
+    # a Python float at the analysed shapes: the kernel casts it to fp32 (both launches
+    # pass an int as an int)
+    floating: bool = False
 
 
 @dataclass(frozen=True)

@@ -384,10 +384,12 @@ def _choose(key, configs, run, device):
 def _kept(key, configs, device):
     """The configuration a traced launch takes (torch.compile runs `traceable` on fake
     tensors, where nothing can be timed): the one this process chose, else the one the disk
-    cache holds for this GPU, Triton and file (a new process that compiles before its first
-    eager call), else the heuristic's."""
+    cache holds for this GPU, Triton and file where `_choose` would read it (a new process
+    that compiles before its first eager call), else the heuristic's."""
     choice = CHOSEN.get(key)
-    if choice is None and len(configs) > 1:
+    bucket = key[0]
+    if (choice is None and len(configs) > 1 and _timing_on(device)
+            and bucket[0] * bucket[1] > TUNE_MIN_ELEMENTS):
         identity = _cache_identity(device)
         path = _cache_path(identity)
         choice = _cache_read(path, identity).get(_cache_key(key)) if path else None
