@@ -1,0 +1,81 @@
+"""Panel cases' kernels launched a few times each, for Nsight Compute to read the hardware
+counters of the kernel a user gets by default (issue 28 asks why a row misses 85% of a copy,
+measured: achieved occupancy, stalls, bytes).
+
+On a CUDA machine, from the repository root (`FUSION_ADVISOR_AUTOTUNE=0`: every launch is the
+heuristic's default configuration, none a tuning candidate's):
+
+    FUSION_ADVISOR_AUTOTUNE=0 PYTHONPATH=. ncu --clock-control none --kernel-name regex:cluster \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        python benchmarks/ncu_rows.py --cases 9,37
+
+Each case is built at its panel shape and dtype (``panel_cases.CASES``), analysed, generated
+and launched `--launches` times on the inputs the panel draws. `--list` (no GPU) prints each
+case's label and the configuration its file's heuristic picks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import fusion_core.codegen  # noqa: E402,I001,F401  (first: the interpreter before triton loads)
+import torch  # noqa: E402
+
+from fusion_core.codegen import generate, load_kernel, write_kernels  # noqa: E402
+from panel_cases import CASES  # noqa: E402
+from panel_timing import analysed_case, probe_case  # noqa: E402
+from shapes_panel import case_numbers  # noqa: E402
+
+
+def default_config(module, inputs: tuple) -> tuple:
+    """The configuration the file's heuristic picks for `inputs` (the first of `_configs`)."""
+    *_, configs = module._plan(*inputs)
+    return configs[0]
+
+
+def launched(number: int, device: str, folder: Path, launches: int) -> str:
+    """Generate case `number`'s kernel, launch it `launches` times (none off CUDA); returns a
+    line naming the case and the default configuration."""
+    case = CASES[number]
+    analysis, cluster, model_inputs = analysed_case(case, device, tiny=device == "cpu")
+    kernel = generate(analysis, cluster)
+    module = load_kernel(write_kernels([kernel], folder)[0])
+    _, inputs, _, _ = probe_case([], analysis, cluster, model_inputs, device)
+    config = default_config(module, tuple(inputs))
+    if device == "cuda":
+        launch = getattr(module, kernel.name)
+        for _ in range(launches):
+            launch(*inputs)
+        torch.cuda.synchronize()
+    dtype = str(case.dtype).removeprefix("torch.")
+    return f"case {number}: {case.label} {dtype}, default {list(config)}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="9,37")
+    parser.add_argument("--launches", type=int, default=2)
+    parser.add_argument("--list", action="store_true",
+                        help="no GPU: each case at its tiny shape, the configuration picked")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() and not args.list else "cpu"
+    if device == "cpu" and not args.list:
+        sys.exit("ncu_rows.py launches kernels on a CUDA GPU (--list runs without one)")
+    if device == "cuda" and os.environ.get("FUSION_ADVISOR_AUTOTUNE") != "0":
+        sys.exit("set FUSION_ADVISOR_AUTOTUNE=0: otherwise the first call times every "
+                 "candidate, and ncu reads those launches too")
+    with tempfile.TemporaryDirectory(prefix="ncu-rows-") as work:
+        for i, number in enumerate(case_numbers(args.cases)):
+            print(launched(number, device, Path(work) / str(i), args.launches), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
