@@ -9,7 +9,8 @@ folder, runs `fusion-advisor --model COPY:CLASS --apply --yes` on the copy at th
 (kernels generated, verified and, on CUDA, timed as the CLI does by default), imports the
 original and the rewritten module, loads one state dict into both, and times per forward:
 
-- the original module in eager mode, and the rewritten one ("applied");
+- the original module in eager mode, and the rewritten one ("applied"), also captured as one
+  CUDA graph and replayed (its launches with no host work between them);
 - torch.compile (default mode) of the original, and of the rewritten module.
 
 Wall time is a loop of calls with one synchronize (host work included: what a caller waits
@@ -54,6 +55,7 @@ class Case:
 
 
 ROUNDS = 3  # interleaved wall-time rounds per row
+GRAPH_ROW = "applied, as one CUDA graph"
 
 CASES = (
     Case("gpt12", "gpt12.py", "GPT12", (8, 512), (1, 16), "int64"),
@@ -103,6 +105,8 @@ def example_input(case: Case, shape: tuple[int, ...], device: str) -> torch.Tens
 def measure(case: Case, folder: Path) -> dict[str, Any]:
     from end_to_end import more_rounds, row
 
+    from fusion_core.validate.devicetime import capture
+
     original, rewritten, tail = applied_copy(case, case.shape, folder)
     plain, fused = models(case, original, rewritten, "cuda")
     x = example_input(case, case.shape, "cuda")
@@ -111,10 +115,18 @@ def measure(case: Case, folder: Path) -> dict[str, Any]:
         err = (plain(x) - fused(x)).abs().max().item()
         result["max_abs_err"] = err
         fns = {"eager": lambda: plain(x), "applied": lambda: fused(x)}
+        rows = [row(name, fn) for name, fn in fns.items()]
+        try:  # the rewritten model's launches replayed with no host work: its floor
+            graph = capture(lambda: fused(x), [()])
+            # A replay cannot be captured again: its wall time is its device time here
+            rows.append(row(GRAPH_ROW, graph.replay, graphable=False))
+            fns[GRAPH_ROW] = graph.replay
+        except Exception as e:  # noqa: BLE001 - one row's failure keeps the others
+            rows.append({"row": GRAPH_ROW, "error": str(e).splitlines()[0]})
         for name, module in (("torch.compile", plain), ("torch.compile of applied", fused)):
             compiled = torch.compile(module)
             fns[name] = lambda c=compiled: c(x)
-        rows = [row(name, fn) for name, fn in fns.items()]
+            rows.append(row(name, fns[name]))
         # A shared host's bursts of load land on some rows and not others: every row's wall
         # time is its lowest of ROUNDS rounds taken row after row (end_to_end.more_rounds).
         more_rounds(rows, fns, ROUNDS)
