@@ -80,3 +80,36 @@ def test_torch_compile_of_the_operator_gives_the_launchers_result_bit_for_bit(sc
     eager = getattr(module, kernel.name)(scores, NUMBERS[scale])
     compiled = torch.compile(lambda s: op.operator(s, NUMBERS[scale]), fullgraph=True)(scores)
     assert torch.equal(compiled, eager)
+
+
+def _kernel64(scale: str):
+    shape = (2, 8, 24)
+    q, k = (torch.randn(shape, dtype=torch.float64) for _ in range(2))
+    a = analyze(Attention(scale), q, k, capture="fx")
+    return generate(a, a.clusters[0]), q, k
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("scale", ["sqrt", "pow"])
+def test_an_fp64_chain_takes_the_double_eager_uses(scale, tmp_path):
+    """Beside fp64 tensors eager divides by the double `math.sqrt(c)`; the kernel takes its
+    bits (`_double_bits`): the result is eager's to fp64 rounding, where an fp32 scalar
+    (Triton's launch of a float) erred by 1e-8 (measured before this form)."""
+    kernel, q, k = _kernel64(scale)
+    (path,) = write_kernels([kernel], tmp_path)
+    launch = getattr(load_kernel(path), kernel.name)
+    number = {"sqrt": math.sqrt(24), "pow": 24 ** -0.5}[scale]
+    got = launch(torch.bmm(q, k.transpose(1, 2)), number)
+    assert got.dtype == torch.float64
+    assert (got - Attention(scale)(q, k)).abs().max() < 1e-14
+
+
+def test_the_double_bits_compile_to_fp64_without_rounding(tmp_path):
+    """Compiled for sm_90 (the bits are an i64, as both launches type them): the scalar is a
+    bitcast of the integer, with no fp32 step in between."""
+    kernel, q, k = _kernel64("sqrt")
+    scores = torch.bmm(q, k.transpose(1, 2))
+    ttir, names = ttir_for_gpu(kernel, tmp_path, (scores, math.sqrt(24)),
+                               types={"scalar0": "i64"})
+    assert re.search(r"tt\.bitcast %\w+ : i64 -> f64", ttir), ttir[:3000]
+    assert "truncf" not in ttir and "f32" not in ttir

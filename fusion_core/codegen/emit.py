@@ -60,7 +60,7 @@ def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelSignature]:
     """Kernel source lines and its signature (what the launcher passes for each parameter)."""
     params = KernelParams()
     for scalar in plan.scalars:  # the statements read them by name
-        params.scalar(scalar.param, scalar.launch, scalar.floating)
+        params.scalar(scalar.param, scalar.launch, scalar.floating, scalar.wide)
     cat_bounds.register(plan, params)
     body = CodeWriter()
     if not plan.two_d:
@@ -80,7 +80,8 @@ def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelSignature]:
 
 def def_line(signature: KernelSignature, out: CodeWriter) -> None:
     """The decorator and `def` of a `@triton.jit` function, its parameters wrapped, then
-    each Python float parameter (``plan.ScalarArg``) cast to fp32.
+    each Python float parameter (``plan.ScalarArg``) cast to fp32, or, where an fp64 op reads
+    it (`wide`), its double rebuilt from the bits the launcher passed (`_double_bits`).
 
     Triton's launch passes a Python float as fp32, the rounding eager gives it beside fp32
     and 16-bit tensors (beside fp64 ones eager keeps the double); torch.compile's launch of
@@ -93,7 +94,10 @@ def def_line(signature: KernelSignature, out: CodeWriter) -> None:
     out.line("):")
     with out.indented():
         for p in signature.scalars:
-            if p.family is Family.SCALAR and p.floating:
+            if p.family is Family.SCALAR and p.wide:  # an int: 32-bit where the bits allow
+                out.line(f"{p.name} = tl.cast(tl.cast({p.name}, tl.int64), tl.float64, "
+                         "bitcast=True)  # the double's bits")
+            elif p.family is Family.SCALAR and p.floating:
                 out.line(f"{p.name} = tl.cast({p.name}, tl.float32)  # fp64 under torch.compile")
 
 

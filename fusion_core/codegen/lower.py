@@ -47,7 +47,7 @@ from ..analysis.types import Cluster
 from ..ir.graph import FusionGraph, Node, OpKind, Ref
 from ..ir.lowerings import CAT_ENDS
 from ..ir.reductions import correction
-from ..ir.run_scalars import analysed, run_scalar, spelled
+from ..ir.run_scalars import Scalar, analysed, run_scalar, spelled
 from ..ir.spelling import said, said_all
 from ..ir.views import inverse, split_piece
 from ..names import kernel_name
@@ -123,9 +123,7 @@ class _Lowering:
         self.red = self.reds[0] if self.reds else None
         # Python numbers of sizes alone: kernel scalars, no tensors to index.
         found = [(n, s) for n in cluster.inputs if (s := run_scalar(graph, n)) is not None]
-        self.scalars = tuple(ScalarArg(n, f"scalar{i}", "scalar_" + re.sub(r"\W", "_", n),
-                                       spelled(s), isinstance(analysed(graph, s), float))
-                             for i, (n, s) in enumerate(found))
+        self.scalars = tuple(self._scalar_arg(graph, i, n, s) for i, (n, s) in enumerate(found))
         self.tensors = tuple(n for n in cluster.inputs
                              if n not in {a.value for a in self.scalars})
         self.maps = index_maps(graph, cluster.nodes, self.tensors, cluster.outputs)
@@ -134,6 +132,15 @@ class _Lowering:
         self.reduced = max(self.maps.reduced, 1)
         self._one_block()
         self.t = Temporaries(self.scalars)  # and the copies operands read (``temporaries.py``)
+
+    def _scalar_arg(self, graph: FusionGraph, i: int, value: str, s: Scalar) -> ScalarArg:
+        """The kernel parameter of the Python number `value` (its size expression `s`): a
+        float read by an fp64 op of the cluster travels as its double's bits."""
+        floating = isinstance(analysed(graph, s), float)
+        wide = floating and any(value in n.refs and n.meta is not None
+                                and n.meta.dtype == torch.float64 for n in self.nodes)
+        return ScalarArg(value, f"scalar{i}", "scalar_" + re.sub(r"\W", "_", value), spelled(s),
+                         floating, wide)
 
     def _one_block(self) -> None:
         """Several reductions share one kernel only with the whole row in one block (the

@@ -150,8 +150,11 @@ class ScalarArg:
     launch: str  # "scalar_sqrt"
     spelled: str  # "math.sqrt(q.shape[2])", for the launcher's docstring
     # a Python float at the analysed shapes: the kernel casts it to fp32 (both launches
-    # pass an int as an int)
+    # pass an int as an int)...
     floating: bool = False
+    # ...unless an fp64 op reads it: then it travels as its double's bits (`_double_bits`)
+    # and the kernel reinterprets them, the double eager uses beside fp64 tensors
+    wide: bool = False
 
 
 @dataclass(frozen=True)

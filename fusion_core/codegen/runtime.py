@@ -94,6 +94,15 @@ def _multiple_of(n):
     return min(16, n & -n) if n else 16
 
 
+def _double_bits(value):
+    """A Python float's IEEE double as a signed 64-bit integer: a kernel doing fp64 math takes
+    the number so, exactly (Triton and torch.compile would pass a float argument rounded to
+    fp32, or as fp64 in one launch only), and reinterprets the bits."""
+    import struct
+
+    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+
+
 def _dense_strides(shape, order):
     """Strides of a dense tensor of `shape` whose dims lie in memory in `order`."""
     drop = len(order) - len(shape)
@@ -299,7 +308,8 @@ def _arrivals(count, device):
     return kept
 
 
-HELPERS = (_iteration_shape, _spans, _divisor, _powers_of_two, _multiple_of, _dense_strides,
+HELPERS = (_iteration_shape, _spans, _divisor, _powers_of_two, _multiple_of, _double_bits,
+           _dense_strides,
            _relaid, _run_device, _device_copies, _layout, _group_strides, _misfit, _written)
 GLOBALS = ("NAME", "RANK", "INT64_INDEX")  # read by the helpers, defined by each file
 VIEW_HELPERS = (_seats, _narrowed, _repeated)  # a launcher that sees inputs through views

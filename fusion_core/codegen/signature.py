@@ -65,7 +65,8 @@ class ScalarParam:
     launch: str
     family: Family
     owner: tuple[str, int] | None = None  # (role, index): the tensor a stride belongs to
-    floating: bool = False  # a SCALAR that is a Python float
+    floating: bool = False  # a SCALAR that is a Python float...
+    wide: bool = False  # ...passed as its double's bits (``plan.ScalarArg.wide``)
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,12 @@ class KernelParams:
         return self._add(ScalarParam(f"{role}{index}_stride{k}", f"{local}[{k}]", Family.STRIDE,
                                      (role, index)))
 
-    def scalar(self, param: str, launch: str, floating: bool = False) -> str:
-        """An operand's Python number, passed as the launcher's parameter `launch`."""
-        return self._add(ScalarParam(param, launch, Family.SCALAR, floating=floating))
+    def scalar(self, param: str, launch: str, floating: bool = False, wide: bool = False
+               ) -> str:
+        """An operand's Python number, passed as the launcher's parameter `launch` (`wide`:
+        as `_double_bits(launch)`)."""
+        passed = f"_double_bits({launch})" if wide else launch
+        return self._add(ScalarParam(param, passed, Family.SCALAR, floating=floating, wide=wide))
 
     def piece_end(self, cat: int, part: int) -> str:
         """Where operand `part` of cat `cat` ends, from the launcher's `piece_ends`."""
