@@ -11,7 +11,7 @@ import re
 
 import pytest
 import torch
-from codegen_harness import ttir_for_gpu
+from codegen_harness import to_device, ttir_for_gpu
 from test_run_scalars import SHAPE, Attention
 
 from fusion_core.codegen import generate, load_kernel, write_kernels
@@ -89,7 +89,6 @@ def _kernel64(scale: str):
     return generate(a, a.clusters[0]), q, k
 
 
-@pytest.mark.cpu
 @pytest.mark.parametrize("scale", ["sqrt", "pow"])
 def test_an_fp64_chain_takes_the_double_eager_uses(scale, tmp_path):
     """Beside fp64 tensors eager divides by the double `math.sqrt(c)`; the kernel takes its
@@ -99,6 +98,7 @@ def test_an_fp64_chain_takes_the_double_eager_uses(scale, tmp_path):
     (path,) = write_kernels([kernel], tmp_path)
     launch = getattr(load_kernel(path), kernel.name)
     number = {"sqrt": math.sqrt(24), "pow": 24 ** -0.5}[scale]
+    q, k = to_device(q), to_device(k)  # on a GPU: Triton's own launch of the bits
     got = launch(torch.bmm(q, k.transpose(1, 2)), number)
     assert got.dtype == torch.float64
     assert (got - Attention(scale)(q, k)).abs().max() < 1e-14
@@ -113,3 +113,51 @@ def test_the_double_bits_compile_to_fp64_without_rounding(tmp_path):
                                types={"scalar0": "i64"})
     assert re.search(r"tt\.bitcast %\w+ : i64 -> f64", ttir), ttir[:3000]
     assert "truncf" not in ttir and "f32" not in ttir
+
+
+class _Compared(torch.nn.Module):
+    """A comparison reads the scale: its output is bool, its operands fp64."""
+
+    def forward(self, s):
+        b, t, c = s.shape
+        return torch.where(s > math.sqrt(c), s, 0.0).softmax(-1)
+
+
+class _Mixed(torch.nn.Module):
+    """The same scale read beside fp32 values and beside fp64 ones."""
+
+    def forward(self, s):
+        b, t, c = s.shape
+        k = c ** 0.5
+        return ((s.float() / k).double() * k).softmax(-1)
+
+
+def _generated(model: torch.nn.Module, s: torch.Tensor, tmp_path):
+    a = analyze(model, s, capture="fx")
+    (cluster,) = a.clusters
+    kernel = generate(a, cluster)
+    (path,) = write_kernels([kernel], tmp_path)
+    return kernel, getattr(load_kernel(path), kernel.name)
+
+
+def test_a_comparison_with_fp64_operands_takes_the_double(tmp_path):
+    """A score between √24 and its fp32 rounding (4.8989796...) passes eager's `>` against
+    the double and would fail against the fp32 scale."""
+    s = torch.randn(2, 8, 24, dtype=torch.float64)
+    s[0, 0, 3] = 4.8989795
+    kernel, launch = _generated(_Compared(), s, tmp_path)
+    assert "bitcast=True" in kernel.source
+    s = to_device(s)
+    got = launch(s, math.sqrt(24))
+    assert (got - _Compared()(s)).abs().max() < 1e-14
+
+
+def test_a_scale_read_beside_fp32_values_too_stays_fp32(tmp_path):
+    """Readers of both kinds: the fp32 one keeps eager's fp32 rounding (one scalar serves
+    both, so the fp64 reader takes the fp32 scale, as before the double's bits existed)."""
+    s = torch.randn(2, 8, 24, dtype=torch.float64)
+    kernel, launch = _generated(_Mixed(), s, tmp_path)
+    assert "bitcast=True" not in kernel.source and "tl.cast(scalar0, tl.float32)" in kernel.source
+    s = to_device(s)
+    got = launch(s, 24 ** 0.5)
+    assert (got - _Mixed()(s)).abs().max() < 1e-7

@@ -135,10 +135,17 @@ class _Lowering:
 
     def _scalar_arg(self, graph: FusionGraph, i: int, value: str, s: Scalar) -> ScalarArg:
         """The kernel parameter of the Python number `value` (its size expression `s`): a
-        float read by an fp64 op of the cluster travels as its double's bits."""
+        float that every op reading it meets with fp64 tensors travels as its double's bits
+        (eager computes with the double there, with its fp32 rounding beside fp32 and 16-bit
+        tensors; an op's output dtype does not say which: a comparison's is bool)."""
         floating = isinstance(analysed(graph, s), float)
-        wide = floating and any(value in n.refs and n.meta is not None
-                                and n.meta.dtype == torch.float64 for n in self.nodes)
+        readers = [n for n in self.nodes if value in n.refs]
+
+        def in_fp64(n: Node) -> bool:
+            return any(graph[r].meta is not None and graph[r].meta.dtype == torch.float64
+                       for r in n.refs if r != value)
+
+        wide = floating and bool(readers) and all(map(in_fp64, readers))
         return ScalarArg(value, f"scalar{i}", "scalar_" + re.sub(r"\W", "_", value), spelled(s),
                          floating, wide)
 

@@ -152,8 +152,9 @@ class ScalarArg:
     # a Python float at the analysed shapes: the kernel casts it to fp32 (both launches
     # pass an int as an int)...
     floating: bool = False
-    # ...unless an fp64 op reads it: then it travels as its double's bits (`_double_bits`)
-    # and the kernel reinterprets them, the double eager uses beside fp64 tensors
+    # ...unless every op reading it meets it with fp64 tensors: then it travels as its
+    # double's bits (`_double_bits`) and the kernel reinterprets them, the double eager uses
+    # there (readers of both kinds: fp32 for all, as before)
     wide: bool = False
 
 

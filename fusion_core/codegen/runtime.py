@@ -95,9 +95,9 @@ def _multiple_of(n):
 
 
 def _double_bits(value):
-    """A Python float's IEEE double as a signed 64-bit integer: a kernel doing fp64 math takes
-    the number so, exactly (Triton and torch.compile would pass a float argument rounded to
-    fp32, or as fp64 in one launch only), and reinterprets the bits."""
+    """A Python float's IEEE double as a signed 64-bit integer, which a kernel doing fp64 math
+    reinterprets: the number exactly, in both launches (Triton's launcher passes a float
+    argument as fp32, Inductor's as fp64)."""
     import struct
 
     return struct.unpack("<q", struct.pack("<d", float(value)))[0]
