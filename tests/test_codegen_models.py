@@ -59,9 +59,10 @@ def test_generated_files_import_only_torch_and_triton(tmp_path):
         tree = ast.parse(path.read_text())
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         # os: the FUSION_ADVISOR_AUTOTUNE switch; triton.testing: timing the candidates;
-        # hashlib, json, tempfile (the standard library): the tuning cache on disk
+        # hashlib, json, tempfile (the standard library): the tuning cache on disk; struct: a
+        # float's double passed as its bits (`_double_bits`)
         assert imported == {"os", "torch", "triton", "triton.language", "triton.testing",
-                            "hashlib", "json", "tempfile"}
+                            "hashlib", "json", "tempfile", "struct"}
         assert not any(isinstance(n, ast.ImportFrom) for n in ast.walk(tree))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "cluster0.py", "cluster1.py", "cluster2.py"]  # no temp files left behind
