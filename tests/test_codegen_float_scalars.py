@@ -82,6 +82,30 @@ def test_torch_compile_of_the_operator_gives_the_launchers_result_bit_for_bit(sc
     assert torch.equal(compiled, eager)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", ["sqrt", "pow"])
+def test_torch_compile_of_an_fp64_operator_takes_the_same_double(scale, tmp_path):
+    """The double's bits (an int64 in both launches) under torch.compile against the
+    launcher called eagerly: the same result, bit for bit, and eager's to fp64 rounding."""
+    import uuid
+
+    from fusion_core.codegen import operators
+
+    kernel, _, _ = _kernel64(scale)
+    (path,) = write_kernels([kernel], tmp_path)
+    module = load_kernel(path)
+    op = operators._register(f"floatscalar64_{uuid.uuid4().hex[:8]}", kernel.name, module,
+                             kernel.name, 1, (torch.float64,), ("float",))
+    number = {"sqrt": math.sqrt(24), "pow": 24 ** -0.5}[scale]  # not an fp32 number
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    scores = torch.randn(8, 512, 512, device="cuda", dtype=torch.float64, generator=gen)
+    eager = getattr(module, kernel.name)(scores, number)
+    compiled = torch.compile(lambda s: op.operator(s, number), fullgraph=True)(scores)
+    assert torch.equal(compiled, eager)
+    want = (scores / number if scale == "sqrt" else scores * number).softmax(-1)
+    assert (eager - want).abs().max() < 1e-14
+
+
 def _kernel64(scale: str):
     shape = (2, 8, 24)
     q, k = (torch.randn(shape, dtype=torch.float64) for _ in range(2))
