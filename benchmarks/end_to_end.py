@@ -111,9 +111,10 @@ def device_us(fn: Callable[[], Any]) -> float:
     return statistics.median(device_time(fn, [()]).samples_us)
 
 
-def kernel_census(fn: Callable[[], Any]) -> dict[str, int]:
-    """GPU kernels one call launches, by name (the profiler's), most launched first; copies
-    and fills (memcpy, memset) are not kernels here."""
+def kernel_census(fn: Callable[[], Any]) -> tuple[dict[str, int], dict[str, float]]:
+    """GPU kernels one call launches, by name (the profiler's), most launched first, and the
+    µs spent in each (the profiler's own clock per kernel, summed over its launches), most
+    first, from one profiled call; copies and fills (memcpy, memset) are not kernels here."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -121,28 +122,15 @@ def kernel_census(fn: Callable[[], Any]) -> dict[str, int]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    names = Counter(e.name for e in prof.events()
-                    if e.device_type == torch.autograd.DeviceType.CUDA
-                    and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
-    return dict(names.most_common())
-
-
-def kernel_times(fn: Callable[[], Any]) -> dict[str, float]:
-    """GPU µs one call spends in each kernel, by name (the profiler's own clock per kernel,
-    summed over its launches), most first; copies and fills are left out as in the census."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
+    launches: Counter = Counter()
     spent: Counter = Counter()
     for e in prof.events():
         if (e.device_type == torch.autograd.DeviceType.CUDA
                 and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()):
+            launches[e.name] += 1
             spent[e.name] += e.device_time_total
-    return {name: round(us, 2) for name, us in spent.most_common()}
+    return (dict(launches.most_common()),
+            {name: round(us, 2) for name, us in spent.most_common()})
 
 
 def more_rounds(rows: list[dict[str, Any]], fns: dict[str, Callable[[], Any]], rounds: int,
@@ -170,13 +158,13 @@ def more_rounds(rows: list[dict[str, Any]], fns: dict[str, Callable[[], Any]], r
 
 
 def row(name: str, fn: Callable[[], Any], graphable: bool = True) -> dict[str, Any]:
-    """Wall time, device time and kernel count of one way to run the forward."""
+    """Wall time, device time, kernel count and device time by kernel of one way to run the
+    forward."""
     out: dict[str, Any] = {"row": name}
     try:
         out["wall_us"] = wall_us(fn)
-        out["census"] = kernel_census(fn)
+        out["census"], out["kernel_us"] = kernel_census(fn)
         out["kernels"] = sum(out["census"].values())
-        out["kernel_us"] = kernel_times(fn)
         if graphable:
             out["device_us"] = device_us(fn)
     except Exception as e:  # noqa: BLE001 - one row's failure keeps the others

@@ -273,6 +273,21 @@ def _time(run, config, replay=True):
         return float("inf")
 
 
+def _timed(key, configs, device):
+    """Whether a bucket's choice is timed (and so kept on disk): several candidates, timing
+    on here, and a bucket (`key[0]`) of more than TUNE_MIN_ELEMENTS elements."""
+    bucket = key[0]
+    return len(configs) > 1 and _timing_on(device) and bucket[0] * bucket[1] > TUNE_MIN_ELEMENTS
+
+
+def _stored(key, device):
+    """(cache file, identity, the choice stored there for `key` or None); the file is None
+    where there is no disk cache."""
+    identity = _cache_identity(device)
+    path = _cache_path(identity)
+    return path, identity, _cache_read(path, identity).get(_cache_key(key)) if path else None
+
+
 def _choose(key, configs, run, device):
     """The configuration for a bucket seen for the first time: the fastest of `configs` by
     `run(config)` where timing is on (read from the disk cache when a process timed this
@@ -280,11 +295,8 @@ def _choose(key, configs, run, device):
     heuristic's); kept in CHOSEN except while a CUDA graph is being captured (timing then
     would break the capture). A bucket (`key[0]`) of at most TUNE_MIN_ELEMENTS elements
     takes the heuristic's pick untimed."""
-    bucket = key[0]
-    if len(configs) > 1 and _timing_on(device) and bucket[0] * bucket[1] > TUNE_MIN_ELEMENTS:
-        identity = _cache_identity(device)
-        path = _cache_path(identity)
-        choice = _cache_read(path, identity).get(_cache_key(key)) if path else None
+    if _timed(key, configs, device):
+        path, identity, choice = _stored(key, device)
         if choice not in configs:  # none stored, or one this file no longer offers
             times = [_time(run, c) for c in configs]
             if None in times:  # one cannot be captured: all timed alike, as launched
@@ -306,12 +318,8 @@ def _kept(key, configs, device):
     cache holds for this GPU, Triton and file where `_choose` would read it (a new process
     that compiles before its first eager call), else the heuristic's."""
     choice = CHOSEN.get(key)
-    bucket = key[0]
-    if (choice is None and len(configs) > 1 and _timing_on(device)
-            and bucket[0] * bucket[1] > TUNE_MIN_ELEMENTS):
-        identity = _cache_identity(device)
-        path = _cache_path(identity)
-        choice = _cache_read(path, identity).get(_cache_key(key)) if path else None
+    if choice is None and _timed(key, configs, device):
+        choice = _stored(key, device)[2]
     return choice if choice in configs else configs[0]
 
 
@@ -327,7 +335,8 @@ WIDE_SINGLE = (_wide_single_heuristic, _single_config)
 # Helpers a kind's pair calls besides the shared ones (copied into its files before the pair).
 KIND_HELPERS = {"split": (_looped_heuristic, _looped_config, _splits)}
 HELPERS = (_pow2, _bucket, _row_warps, _configs, _timing_on, _time, _cache_dir,
-           _cache_identity, _cache_path, _cache_key, _cache_read, _cache_write, _choose, _kept)
+           _cache_identity, _cache_path, _cache_key, _cache_read, _cache_write, _timed, _stored,
+           _choose, _kept)
 GLOBALS = ("KIND", "CANDIDATES", "CHOSEN", "HEURISTIC", "CONFIG", "ROW_CLASSES",
            "ROW_CLASS_CAP", "TUNE_WARMUP_MS", "TUNE_REP_MS", "TUNE_MIN_ELEMENTS")
 
