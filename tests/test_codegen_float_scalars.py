@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 
 import pytest
 import torch
@@ -85,7 +86,7 @@ def test_torch_compile_of_the_operator_gives_the_launchers_result_bit_for_bit(sc
 @pytest.mark.gpu
 @pytest.mark.parametrize("scale", ["sqrt", "pow"])
 def test_torch_compile_of_an_fp64_operator_takes_the_same_double(scale, tmp_path):
-    """The double's bits (an int64 in both launches) under torch.compile against the
+    """The double's bits (two int32 words in both launches) under torch.compile against the
     launcher called eagerly: the same result, bit for bit, and eager's to fp64 rounding."""
     import uuid
 
@@ -129,14 +130,40 @@ def test_an_fp64_chain_takes_the_double_eager_uses(scale, tmp_path):
 
 
 def test_the_double_bits_compile_to_fp64_without_rounding(tmp_path):
-    """Compiled for sm_90 (the bits are an i64, as both launches type them): the scalar is a
-    bitcast of the integer, with no fp32 step in between."""
+    """Compiled for sm_90 (each word an i32, as both launches type it): the scalar is a
+    bitcast of the joined words, with no fp32 step in between."""
     kernel, q, k = _kernel64("sqrt")
     scores = torch.bmm(q, k.transpose(1, 2))
-    ttir, names = ttir_for_gpu(kernel, tmp_path, (scores, math.sqrt(24)),
-                               types={"scalar0": "i64"})
+    ttir, names = ttir_for_gpu(kernel, tmp_path, (scores, math.sqrt(24)))
+    assert {"scalar0_hi", "scalar0_lo"} <= set(names)
     assert re.search(r"tt\.bitcast %\w+ : i64 -> f64", ttir), ttir[:3000]
     assert "truncf" not in ttir and "f32" not in ttir
+
+
+@pytest.mark.parametrize("number", [math.sqrt(24), 0.1, -2.5, 0.0, 5e-324])
+def test_the_launcher_passes_a_double_as_two_int32_words(number):
+    """Inductor in torch 2.11 fails compiling a kernel call given a constant past int32 (an
+    H100 run of the test above), so each word fits one; joined as the kernel joins them
+    (the low word zero-extended: 0.1's is negative as an int32) they are the double."""
+    from fusion_core.codegen.runtime import _double_bits
+
+    high, low = _double_bits(number)
+    assert all(-2**31 <= w < 2**31 for w in (high, low))
+    joined = (high << 32) | (low & 0xFFFFFFFF)
+    assert struct.unpack("<d", struct.pack("<q", joined))[0] == number
+
+
+@pytest.mark.parametrize("number", [0.1, math.pi])
+def test_a_double_whose_low_word_is_negative_reaches_the_kernel_exactly(number, tmp_path):
+    """0.1's low word is negative as an int32, pi's positive: the kernel's division by the
+    number is eager's to fp64 rounding either way (a sign-extended low word would change
+    its high bits)."""
+    kernel, q, k = _kernel64("sqrt")
+    (path,) = write_kernels([kernel], tmp_path)
+    launch = getattr(load_kernel(path), kernel.name)
+    scores = to_device(torch.bmm(q, k.transpose(1, 2)))
+    got = launch(scores, number)
+    assert (got - (scores / number).softmax(-1)).abs().max() < 1e-14
 
 
 class _Compared(torch.nn.Module):

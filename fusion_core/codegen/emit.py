@@ -81,8 +81,8 @@ def kernel(plan: KernelPlan, looped: bool) -> tuple[list[str], KernelSignature]:
 def def_line(signature: KernelSignature, out: CodeWriter) -> None:
     """The decorator and `def` of a `@triton.jit` function, its parameters wrapped, then
     each Python float parameter (``plan.ScalarArg``) cast to fp32, or, where only ops on fp64
-    tensors read it (`wide`), its double rebuilt from the bits the launcher passed
-    (`_double_bits`).
+    tensors read it (`wide`), its double rebuilt from the two words of its bits the launcher
+    passed (`_double_bits`).
 
     Triton's launch passes a Python float as fp32, the rounding eager gives it beside fp32
     and 16-bit tensors (beside fp64 ones eager keeps the double); torch.compile's launch of
@@ -95,10 +95,11 @@ def def_line(signature: KernelSignature, out: CodeWriter) -> None:
     out.line("):")
     with out.indented():
         for p in signature.scalars:
-            if p.family is Family.SCALAR and p.wide:  # i32 for 0.0 and subnormals: widened
-                out.line(f"{p.name} = tl.cast(tl.cast({p.name}, tl.int64), tl.float64, "
-                         "bitcast=True)  # the double's bits")
-            elif p.family is Family.SCALAR and p.floating:
+            if p.half == "hi":  # the low word zero-extended (through uint32), the high shifted
+                value = p.name.removesuffix("_hi")
+                out.line(f"{value} = tl.cast((tl.cast({p.name}, tl.int64) << 32) | tl.cast(tl.cast("
+                         f"{value}_lo, tl.uint32), tl.int64), tl.float64, bitcast=True)")
+            elif p.family is Family.SCALAR and p.floating and not p.half:
                 out.line(f"{p.name} = tl.cast({p.name}, tl.float32)  # fp64 under torch.compile")
 
 

@@ -153,7 +153,8 @@ class ScalarArg:
     # pass an int as an int)...
     floating: bool = False
     # ...unless every op reading it meets it with fp64 tensors: then it travels as its
-    # double's bits (`_double_bits`) and the kernel reinterprets them, the double eager uses
+    # double's bits in two int32 words (`_double_bits`) the kernel joins and reinterprets,
+    # the double eager uses
     # there (readers of both kinds: fp32 for all, as before)
     wide: bool = False
 

@@ -95,12 +95,15 @@ def _multiple_of(n):
 
 
 def _double_bits(value):
-    """A Python float's IEEE double as a signed 64-bit integer, which a kernel doing fp64 math
-    reinterprets: the number exactly, in both launches (Triton's launcher passes a float
-    argument as fp32, Inductor's as fp64)."""
+    """A Python float's IEEE double as two signed 32-bit integers (high word, low word), which
+    a kernel doing fp64 math joins and reinterprets: the number exactly, in both launches
+    (Triton's launcher passes a float argument as fp32, Inductor's as fp64). Two words, not one
+    int64: Inductor in torch 2.11 fails compiling a kernel call given a constant past int32
+    (measured on an H100)."""
     import struct
 
-    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+    low, high = struct.unpack("<ii", struct.pack("<d", float(value)))
+    return high, low
 
 
 def _dense_strides(shape, order):

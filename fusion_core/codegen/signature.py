@@ -66,7 +66,9 @@ class ScalarParam:
     family: Family
     owner: tuple[str, int] | None = None  # (role, index): the tensor a stride belongs to
     floating: bool = False  # a SCALAR that is a Python float...
-    wide: bool = False  # ...passed as its double's bits (``plan.ScalarArg.wide``)
+    # ...passed as a word of its double's bits (``plan.ScalarArg.wide``): "hi" or "lo" of the
+    # kernel variable named without the `_hi` / `_lo`
+    half: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,11 +131,13 @@ class KernelSignature:
     def launch_args(self) -> list[str]:
         """The launcher's `args` tuple: sizes, then the scalars, as launcher expressions. A
         span's multiplier and shift, adjacent, come from one `*_divisor(...)` (computed once:
-        a launcher whose operands change length plans every call)."""
+        a launcher whose operands change length plans every call), a double's two words from
+        one `*_double_bits(...)`."""
         out: list[str] = []
         for p in (*self.sizes, *self.scalars):
             magic = p.launch.removesuffix("[1]")
-            if p.family is Family.DIVISOR and out and out[-1] == f"{magic}[0]":
+            paired = p.family is Family.DIVISOR or p.half == "lo"
+            if paired and out and out[-1] == f"{magic}[0]":
                 out[-1] = f"*{magic}"
             else:
                 out.append(p.launch)
@@ -204,9 +208,14 @@ class KernelParams:
     def scalar(self, param: str, launch: str, floating: bool = False, wide: bool = False
                ) -> str:
         """An operand's Python number, passed as the launcher's parameter `launch` (`wide`:
-        as `_double_bits(launch)`)."""
-        passed = f"_double_bits({launch})" if wide else launch
-        return self._add(ScalarParam(param, passed, Family.SCALAR, floating=floating, wide=wide))
+        as the two words of `_double_bits(launch)`, kernel parameters `{param}_hi` and
+        `{param}_lo`, which the kernel's first lines join into `param`)."""
+        if not wide:
+            return self._add(ScalarParam(param, launch, Family.SCALAR, floating=floating))
+        for k, half in enumerate(("hi", "lo")):
+            self._add(ScalarParam(f"{param}_{half}", f"_double_bits({launch})[{k}]",
+                                  Family.SCALAR, floating=True, half=half))
+        return param
 
     def piece_end(self, cat: int, part: int) -> str:
         """Where operand `part` of cat `cat` ends, from the launcher's `piece_ends`."""
