@@ -50,11 +50,12 @@ def _kernel_result(fn, a, tmp_path):
                          ids=[f"{str(d).removeprefix('torch.')}-{s}" for d, s, _ in WRAPPING])
 def test_an_integer_divisor_wraps_to_the_dtype_as_eagers(dtype, s, held, tmp_path):
     a = _dividends(dtype)
-    for name, f in SPELLINGS.items():
+    for i, (name, f) in enumerate(SPELLINGS.items()):
         fn = lambda m, a, f=f: f(a * 1, s)  # noqa: E731
         want = fn(None, a)
         assert torch.equal(want, f(a, held)), name  # the premise: eager divides by `held`
-        got = _kernel_result(fn, a, tmp_path / name)
+        # a folder a name ("//") could not spell: `tmp_path / "//"` is the root
+        got = _kernel_result(fn, a, tmp_path / f"spelling{i}")
         assert torch.equal(got, want), (name, got, want)
 
 
@@ -73,11 +74,11 @@ def test_an_integer_dividend_wraps_to_the_dtype_as_eagers(dtype, s, tmp_path):
     # by -1 where eager's division does not trap (int64's lowest by -1 does, as x86's)
     minus_one = [-1] if wrapped(s, dtype) != torch.iinfo(torch.int64).min else []
     b = torch.tensor([[3, -3, 7, -7, 100, -100, 1, *minus_one, 2, -2]], dtype=dtype)
-    for name, f in SPELLINGS.items():
+    for i, (name, f) in enumerate(SPELLINGS.items()):
         fn = lambda m, b, f=f: f(s, b * 1)  # noqa: E731
         want = fn(None, b)
         assert torch.equal(want, f(wrapped(s, dtype), b)), name  # the premise
-        got = _kernel_result(fn, b, tmp_path / name)
+        got = _kernel_result(fn, b, tmp_path / f"spelling{i}")
         assert torch.equal(got, want), (name, got, want)
 
 
