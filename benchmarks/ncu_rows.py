@@ -34,34 +34,39 @@ from panel_timing import analysed_case, probe_case  # noqa: E402
 from shapes_panel import case_numbers  # noqa: E402
 
 
-def default_config(module, inputs: tuple) -> tuple:
-    """The configuration the file's heuristic picks for `inputs` (the first of `_configs`)."""
-    *_, configs = module._plan(*inputs)
+def default_config(module) -> tuple:
+    """The configuration the file's heuristic picked at its first call: the first of the
+    plan's `_configs`, as `LAUNCH_CACHE` keeps it (the plan of the inputs as the kernel reads
+    them, through its views: `_plan` of the raw inputs refuses a permuted one)."""
+    (kept,) = module.LAUNCH_CACHE.values()
+    *_, configs = kept[1] if len(kept) == 2 else kept  # (seats, plan) where it reads views
     return configs[0]
 
 
-def launched(number: int, device: str, folder: Path, launches: int) -> str:
-    """Generate case `number`'s kernel, launch it `launches` times (none off CUDA); returns a
-    line naming the case and the default configuration."""
+def launched(number: int, device: str, folder: Path, launches: int,
+             tiny: bool | None = None) -> str:
+    """Generate case `number`'s kernel and launch it `launches` times (at least once: the
+    first call keeps its plan); returns a line naming the case and the default configuration.
+    `tiny`: the case's tiny shapes (default: off CUDA, where the interpreter runs it)."""
     case = CASES[number]
-    analysis, cluster, model_inputs = analysed_case(case, device, tiny=device == "cpu")
+    tiny = device == "cpu" if tiny is None else tiny
+    analysis, cluster, model_inputs = analysed_case(case, device, tiny=tiny)
     kernel = generate(analysis, cluster)
     module = load_kernel(write_kernels([kernel], folder)[0])
     _, inputs, _, _ = probe_case([], analysis, cluster, model_inputs, device)
-    config = default_config(module, tuple(inputs))
+    launch = getattr(module, kernel.name)
+    for _ in range(max(launches, 1)):
+        launch(*inputs)
     if device == "cuda":
-        launch = getattr(module, kernel.name)
-        for _ in range(launches):
-            launch(*inputs)
         torch.cuda.synchronize()
     dtype = str(case.dtype).removeprefix("torch.")
-    return f"case {number}: {case.label} {dtype}, default {list(config)}"
+    return f"case {number}: {case.label} {dtype}, default {list(default_config(module))}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="9,37")
-    parser.add_argument("--launches", type=int, default=2)
+    parser.add_argument("--launches", type=int, default=2, help="a kernel's launches (>= 1)")
     parser.add_argument("--list", action="store_true",
                         help="no GPU: each case at its tiny shape, the configuration picked")
     args = parser.parse_args()

@@ -12,8 +12,18 @@ import ncu_rows  # noqa: E402
 
 
 def test_a_case_is_generated_and_named_with_its_default_configuration(tmp_path):
-    line = ncu_rows.launched(9, "cpu", tmp_path, launches=0)
+    line = ncu_rows.launched(9, "cpu", tmp_path, launches=1)
     label, config = line.split(", default ")
     assert label == "case 9: layer_norm->gelu 1024x16384 bfloat16"
     assert [int(n) for n in config.strip("[]").split(", ")][0] > 0  # (block, rows, warps...)
     assert any(tmp_path.glob("*.py"))  # the kernel file it launched
+
+
+def test_a_kernel_reading_its_inputs_through_a_permute_is_named_too(tmp_path):
+    """Case 21 at its panel shape (64x768x7x7 bf16: the channels-last `y` permuted): the
+    configuration comes from the plan its first call kept. The raw inputs given to `_plan`
+    were refused on an H100 ("`y` is 768 long in dim 1 as this kernel views its inputs")."""
+    line = ncu_rows.launched(21, "cpu", tmp_path, launches=1, tiny=False)
+    label, config = line.split(", default ")
+    assert label == "case 21: (y*g).permute(0,3,1,2)+x 64x768x7x7 bfloat16"
+    assert [int(n) for n in config.strip("[]").split(", ")][0] > 0
