@@ -23,6 +23,9 @@
 #             paths, torch's C++ launcher, Inductor and one eager op (LAUNCH_CASES)
 #   applied   benchmarks/applied_source.py: the examples' own files rewritten by --apply
 #             (gpt12, llama_block), eager / applied / torch.compile of each, wall and device time
+#   ncu       Nsight Compute on the kernel each panel case gets by default (ncu_rows.py), a
+#             process a case until NCU_BUDGET s (480) are spent, then tools/ncu_table.py's
+#             table; NCU_CASES takes numbers or groups as PANEL_CASES does (issue28)
 set -u
 export PYTHONPATH=$PWD  # absolute: pytester runs subprocesses in other folders
 export PYTHONUNBUFFERED=1
@@ -142,6 +145,22 @@ for step in "$@"; do
       echo "applied_source rc=$?"
       sed -n '/^| model/,$p' "$OUT/applied_source.log"
       ;;
-    *) echo "unknown step $step (suite, clusters, zoo, panel, e2e, launch, applied)"; exit 2 ;;
+    ncu)
+      # One ncu process a case: ncu prints its reports when the process ends, so a case cut
+      # off by the budget loses only itself. FUSION_ADVISOR_AUTOTUNE=0: the default
+      # configuration, no tuning candidate's launches.
+      deadline=$((SECONDS + ${NCU_BUDGET:-480}))
+      numbers=$(python -c "import sys; sys.path[:0] = ['benchmarks']
+from shapes_panel import case_numbers; print(*case_numbers('${NCU_CASES:-issue28}'))")
+      : > "$OUT/ncu.txt"
+      for n in $numbers; do
+        if [ $SECONDS -ge $deadline ]; then echo "ncu: NCU_BUDGET spent; case $n on not run"; break; fi
+        FUSION_ADVISOR_AUTOTUNE=0 timeout 150 ncu --clock-control none --kernel-name regex:cluster \
+            --section SpeedOfLight --section Occupancy --section WarpStateStats \
+            --section LaunchStats python benchmarks/ncu_rows.py --cases "$n" >> "$OUT/ncu.txt" 2>&1
+      done
+      python tools/ncu_table.py "$OUT/ncu.txt" | tee "$OUT/ncu_table.md"
+      ;;
+    *) echo "unknown step $step (suite, clusters, zoo, panel, e2e, launch, applied, ncu)"; exit 2 ;;
   esac
 done

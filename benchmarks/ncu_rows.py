@@ -9,6 +9,9 @@ heuristic's default configuration, none a tuning candidate's):
         --section SpeedOfLight --section Occupancy --section WarpStateStats \
         python benchmarks/ncu_rows.py --cases 9,37
 
+`bash benchmarks/h200_session.sh ncu` runs it a case a process (NCU_CASES, NCU_BUDGET) and
+puts the reports in one table (`tools/ncu_table.py`).
+
 Each case is built at its panel shape and dtype (``panel_cases.CASES``), analysed, generated
 and launched `--launches` times on the inputs the panel draws. `--list` (no GPU) prints each
 case's label and the configuration its file's heuristic picks.
