@@ -8,6 +8,7 @@ reports: interpreter kernels, no timings) skip where CUDA is available.
 
 import os
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 import torch
@@ -39,6 +40,40 @@ def _interpreter_switch_undone():
         else:
             os.environ["TRITON_INTERPRET"] = before
         pytest.fail(f"the test left TRITON_INTERPRET={after!r} (it was {before!r})")
+
+
+# Folders a test must not write into: the root (`tmp_path / "//"` is "/", where every test
+# and xdist worker then shares one file) and the checkout. Dot-names (caches) are left out;
+# only their top level is watched (new entries, and files written again).
+_OUTSIDE_TMP = (Path("/"), Path(__file__).resolve().parent)
+
+
+def _entries() -> dict[Path, float | None]:
+    """Each watched top-level entry and, for a file, when it was last written."""
+    found: dict[Path, float | None] = {}
+    for folder in _OUTSIDE_TMP:
+        with os.scandir(folder) as entries:
+            for e in entries:
+                if not e.name.startswith("."):
+                    file = e.is_file(follow_symlinks=False)
+                    found[Path(e.path)] = e.stat(follow_symlinks=False).st_mtime if file else None
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _writes_stay_in_tmp_path():
+    """A test writes under its tmp_path: one that leaves a new entry in the root or the
+    checkout, or writes a file there again, fails, naming it. (On an H100 two workers'
+    kernels met in /cluster0.py and one compiled the other's.) Under xdist a test running
+    beside it on another worker may be named too: the entry says which."""
+    before = _entries()
+    yield
+    after = _entries()
+    left = sorted(str(p) for p, written in after.items()
+                  if p not in before or (written is not None and written != before[p]))
+    if left:
+        pytest.fail(f"the test left {', '.join(left)} outside its tmp_path (new or written "
+                    "again)")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -24,8 +24,9 @@
 #   applied   benchmarks/applied_source.py: the examples' own files rewritten by --apply
 #             (gpt12, llama_block), eager / applied / torch.compile of each, wall and device time
 #   ncu       Nsight Compute on the kernel each panel case gets by default (ncu_rows.py), a
-#             process a case until NCU_BUDGET s (480) are spent, then tools/ncu_table.py's
-#             table; NCU_CASES takes numbers or groups as PANEL_CASES does (issue28)
+#             process a case (each at most NCU_CASE_TIMEOUT s, 90) within NCU_BUDGET s (480),
+#             then tools/ncu_table.py's table; NCU_CASES takes numbers or groups as
+#             PANEL_CASES does (issue28)
 set -u
 export PYTHONPATH=$PWD  # absolute: pytester runs subprocesses in other folders
 export PYTHONUNBUFFERED=1
@@ -147,17 +148,24 @@ for step in "$@"; do
       ;;
     ncu)
       # One ncu process a case: ncu prints its reports when the process ends, so a case cut
-      # off by the budget loses only itself. FUSION_ADVISOR_AUTOTUNE=0: the default
+      # off loses only itself. A case starts only while its own limit (NCU_CASE_TIMEOUT, 90 s;
+      # one takes about 20) still fits in NCU_BUDGET. FUSION_ADVISOR_AUTOTUNE=0: the default
       # configuration, no tuning candidate's launches.
+      case_limit=${NCU_CASE_TIMEOUT:-90}
       deadline=$((SECONDS + ${NCU_BUDGET:-480}))
       numbers=$(python -c "import sys; sys.path[:0] = ['benchmarks']
 from shapes_panel import case_numbers; print(*case_numbers('${NCU_CASES:-issue28}'))")
       : > "$OUT/ncu.txt"
       for n in $numbers; do
-        if [ $SECONDS -ge $deadline ]; then echo "ncu: NCU_BUDGET spent; case $n on not run"; break; fi
-        FUSION_ADVISOR_AUTOTUNE=0 timeout 150 ncu --clock-control none --kernel-name regex:cluster \
-            --section SpeedOfLight --section Occupancy --section WarpStateStats \
-            --section LaunchStats python benchmarks/ncu_rows.py --cases "$n" >> "$OUT/ncu.txt" 2>&1
+        if [ $((SECONDS + case_limit)) -gt $deadline ]; then
+          echo "ncu: NCU_BUDGET spent; not run: case $n and those after it"; break
+        fi
+        FUSION_ADVISOR_AUTOTUNE=0 timeout "$case_limit" ncu --clock-control none \
+            --kernel-name regex:cluster --section SpeedOfLight --section Occupancy \
+            --section WarpStateStats --section LaunchStats \
+            python benchmarks/ncu_rows.py --cases "$n" >> "$OUT/ncu.txt" 2>&1
+        rc=$?
+        [ $rc -eq 0 ] || echo "ncu: case $n rc=$rc (124: past NCU_CASE_TIMEOUT)"
       done
       python tools/ncu_table.py "$OUT/ncu.txt" | tee "$OUT/ncu_table.md"
       ;;

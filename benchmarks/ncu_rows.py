@@ -13,8 +13,9 @@ heuristic's default configuration, none a tuning candidate's):
 puts the reports in one table (`tools/ncu_table.py`).
 
 Each case is built at its panel shape and dtype (``panel_cases.CASES``), analysed, generated
-and launched `--launches` times on the inputs the panel draws. `--list` (no GPU) prints each
-case's label and the configuration its file's heuristic picks.
+and launched `--launches` times on the inputs the panel draws. `--list` (no GPU; on a CUDA
+machine with TRITON_INTERPRET=1) launches each case once at its tiny shape under Triton's
+interpreter and prints its label and the configuration its file's heuristic picked.
 """
 
 from __future__ import annotations
@@ -76,12 +77,19 @@ def main() -> int:
     device = "cuda" if torch.cuda.is_available() and not args.list else "cpu"
     if device == "cpu" and not args.list:
         sys.exit("ncu_rows.py launches kernels on a CUDA GPU (--list runs without one)")
+    interpreted = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on")
+    if args.list and not interpreted:  # a CUDA machine: Triton compiles for the GPU
+        print("ncu_rows.py: --list launches each case once at its tiny shape under Triton's "
+              "interpreter, which is off here: run TRITON_INTERPRET=1 python "
+              "benchmarks/ncu_rows.py --list", file=sys.stderr)
+        return 2
     if device == "cuda" and os.environ.get("FUSION_ADVISOR_AUTOTUNE") != "0":
         sys.exit("set FUSION_ADVISOR_AUTOTUNE=0: otherwise the first call times every "
                  "candidate, and ncu reads those launches too")
     with tempfile.TemporaryDirectory(prefix="ncu-rows-") as work:
         for i, number in enumerate(case_numbers(args.cases)):
-            print(launched(number, device, Path(work) / str(i), args.launches), flush=True)
+            launches = 1 if args.list else args.launches
+            print(launched(number, device, Path(work) / str(i), launches), flush=True)
     return 0
 
 

@@ -48,7 +48,8 @@ def test_stalls_are_named_and_ordered_by_share():
 
 
 def test_a_run_cut_short_lists_the_cases_it_reached():
-    """The second run's case 21 failed before printing its line: three cases, no fourth."""
+    """The second run's case 21 failed before its first launch and printed no line: three
+    cases, no fourth (the synthetic cases below cut a process after its launches)."""
     cases = ncu_table.parse((MEASURED / "call2" / "ncu.txt").read_text())
     assert [c.number for c in cases] == [17, 22, 49]
 
@@ -86,3 +87,63 @@ def test_a_missing_file_is_refused_in_one_line(tmp_path):
     assert run.stderr.strip().splitlines() == [
         f"ncu_table: cannot read {missing}: No such file or directory; pass the file ncu's "
         "output was saved to"]
+
+
+def _report(kernel: str, us: float, stalls: tuple[tuple[float, str], ...] = ()) -> list[str]:
+    """A report block as ncu prints it: header, a Duration metric, stall rules."""
+    lines = [f"  {kernel} (8, 1, 1)x(128, 1, 1), Context 1, Stream 7, Device 0, CC 9.0",
+             "    Section: GPU Speed Of Light Throughput",
+             f"    Duration                         us        {us}", ""]
+    for share, why in stalls:
+        lines += ["    OPT   Est. Local Speedup: 10%",
+                  "          On average, each warp of this workload spends 2.0 cycles being "
+                  f"stalled waiting for {why}.",
+                  "          Some advice. This stall type represents about "
+                  f"{share}% of the total average of 9.5 cycles", "          between issuing."]
+    return lines
+
+
+def _process(events: list[str], reports: list[list[str]]) -> list[str]:
+    return ["==PROF== Connected to process 1 (/usr/bin/python3)", *events,
+            "==PROF== Disconnected from process 1", *(line for r in reports for line in r)]
+
+
+def _profiling(kernel: str) -> str:
+    return f'==PROF== Profiling "{kernel}": 0%....50%....100% - 18 passes'
+
+
+def test_a_process_killed_before_its_case_line_lends_its_launches_to_no_later_case():
+    """The first process was cut after two launches (no case line, no reports); the next
+    one's cases get their own kernels."""
+    text = "\n".join([
+        "==PROF== Connected to process 1 (/usr/bin/python3)",
+        _profiling("cluster0_joined"), _profiling("cluster0_joined"),
+        *_process([_profiling("cluster0_kernel"), "case 9: ln bfloat16, default [1]",
+                   _profiling("cluster0_joined"), "case 37: ln2 float32, default [2]"],
+                  [_report("cluster0_kernel", 1.5), _report("cluster0_joined", 2.5)])])
+    cases = ncu_table.parse(text)
+    assert [(c.number, [(r.kernel, r.get("Duration", "us")) for r in c.reports])
+            for c in cases] == [(9, [("cluster0_kernel", 1.5)]), (37, [("cluster0_joined", 2.5)])]
+
+
+def test_a_launch_ncu_printed_no_report_for_shifts_no_later_case():
+    """Case 4's partials launch got no report (a failed profile): its finish report stays
+    case 4's and case 9's kernel stays case 9's."""
+    text = "\n".join(_process(
+        [_profiling("cluster0_partials"), _profiling("cluster0_finish"),
+         "case 4: softmax float16, default [1]",
+         _profiling("cluster0_kernel"), "case 9: ln bfloat16, default [2]"],
+        [_report("cluster0_finish", 3.0), _report("cluster0_kernel", 4.0)]))
+    cases = ncu_table.parse(text)
+    assert [(c.number, [r.kernel for r in c.reports]) for c in cases] == [
+        (4, ["cluster0_finish"]), (9, ["cluster0_kernel"])]
+
+
+def test_stalls_printed_smaller_first_are_listed_larger_first():
+    text = "\n".join(_process(
+        [_profiling("cluster0_kernel"), "case 9: ln bfloat16, default [1]"],
+        [_report("cluster0_kernel", 1.0, ((12.5, "sibling warps at a CTA barrier"),
+                                          (40.0, "a scoreboard dependency on a L1TEX "
+                                                 "(local, global) operation")))]))
+    (case,) = ncu_table.parse(text)
+    assert case.reports[0].stalls == [("L1TEX scoreboard", 40.0, 9.5), ("barrier", 12.5, 9.5)]

@@ -8,11 +8,11 @@ Run from the repository root on the saved output (no GPU needed):
 Reads the `ncu` stdout of `ncu_rows.py` (sections SpeedOfLight, Occupancy, WarpStateStats,
 LaunchStats). `ncu_rows.py` prints "case N: label, default [...]" after each case's launches,
 and `ncu` prints a "==PROF== Profiling" line per launch as it happens and the reports, in
-launch order, when the process ends: the reports up to a case line's launches are that
-case's. Of a kernel launched several times the last report is kept (warm caches, as the
-panel's replays run). Stalls are read from the WarpStateStats rules ("each warp ... spends X
-cycles being stalled ... This stall type represents about Y% of the total average of Z
-cycles"), the two largest named.
+launch order, when the process ends: a report belongs to the first launch of its kernel not
+yet matched, and a launch to the case whose line follows it. Of a kernel launched several
+times the last report is kept (warm caches, as the panel's replays run). Stalls are read
+from the WarpStateStats rules ("each warp ... spends X cycles being stalled ... This stall
+type represents about Y% of the total average of Z cycles"), the two largest named.
 """
 
 from __future__ import annotations
@@ -78,6 +78,32 @@ def _finish(report: Report, text: list[str]) -> Report:
     return report
 
 
+def _owned(launches: list[str], owners: list[tuple[int, str, str, int]],
+           reports: list[Report]) -> list[Case]:
+    """One process's cases: each report goes to the first launch of its kernel not yet
+    matched (a launch ncu printed no report for is skipped, not given the next report),
+    and a launch to the first case whose line came after it."""
+    matched: list[list[Report]] = [[] for _ in owners]
+    at = 0
+    for report in reports:
+        while at < len(launches) and launches[at] != report.kernel:
+            at += 1
+        if at == len(launches):
+            break  # more reports than launches of that name: not this tool's output
+        owner = next((i for i, o in enumerate(owners) if o[3] > at), None)
+        if owner is not None:  # launches after the last case line have no case
+            matched[owner].append(report)
+        at += 1
+    cases = []
+    for (number, label, config, _), own in zip(owners, matched, strict=True):
+        last: dict[str, Report] = {}
+        for report in own:
+            last.pop(report.kernel, None)  # keeps launch order of the kept ones
+            last[report.kernel] = report
+        cases.append(Case(number, label, config, tuple(last.values())))
+    return cases
+
+
 def parse(text: str) -> list[Case]:
     """The cases of one or more `ncu` runs' output, in order."""
     cases: list[Case] = []
@@ -88,25 +114,19 @@ def parse(text: str) -> list[Case]:
     lines: list[str] = []
 
     def close_process() -> None:
-        start = 0
-        for number, label, config, end in owners:
-            last: dict[str, Report] = {}
-            for report in reports[start:end]:
-                last.pop(report.kernel, None)  # keeps launch order of the kept ones
-                last[report.kernel] = report
-            cases.append(Case(number, label, config, tuple(last.values())))
-            start = end
+        nonlocal current
+        if current is not None:
+            reports.append(_finish(current, lines))
+            current = None
+        cases.extend(_owned(launches, owners, reports))
         owners.clear()
         reports.clear()
         launches.clear()
 
     for line in text.splitlines():
-        if line.startswith("==PROF== Connected") and (owners or reports):
-            if current is not None:
-                reports.append(_finish(current, lines))
-                current = None
+        if line.startswith("==PROF== Connected"):  # a new process: the last one is done
             close_process()
-        if m := PROFILING.match(line):
+        elif m := PROFILING.match(line):
             launches.append(m["kernel"])
         elif m := CASE.match(line):
             owners.append((int(m["number"]), m["label"], m["config"], len(launches)))
@@ -119,8 +139,6 @@ def parse(text: str) -> list[Case]:
             if m := METRIC.match(line):
                 value = m["value"].replace(",", "")
                 current.metrics.setdefault((m["name"], m["unit"] or ""), float(value))
-    if current is not None:
-        reports.append(_finish(current, lines))
     close_process()
     return cases
 
