@@ -16,10 +16,12 @@ original and the rewritten module, loads one state dict into both, and times per
 Wall time is a loop of calls with one synchronize (host work included: what a caller waits
 for), the lowest of three rounds taken row after row; device time one CUDA-graph replay
 (`end_to_end.py`'s clocks); GPU kernels per forward are counted with the profiler, and each
-row's device time is listed by kernel. The target line compares the applied wall time with
-the eager wall time scaled by the kernels the rewrite removed. Without CUDA (or with
---dry-run) it runs the same steps at a tiny input under Triton's interpreter and checks that
-both modules give the same output: nothing is timed.
+row's device time is listed by kernel. Each model's rows are printed (and --out written) as
+soon as it is measured, so a run cut off by a time limit keeps the models it finished. The
+target line compares the applied wall time with the eager wall time scaled by the kernels
+the rewrite removed. Without CUDA (or with --dry-run) it runs the same steps at a tiny input
+under Triton's interpreter and checks that both modules give the same output: nothing is
+timed.
 """
 
 from __future__ import annotations
@@ -219,17 +221,19 @@ def main() -> None:
                 continue
             folder = Path(tmp) / case.name
             results.append(dry_run(case, folder) if dry else measure(case, folder))
-            print(f"{case.name}: {results[-1]['cli']}", flush=True)
-    if dry:
-        for r in results:
-            print(f"{r['model']} {r['input']}: rewritten {r['rewritten']}, outputs differ by at "
-                  f"most {r['max_abs_err']:.2e}")
-    else:
-        print(table(results))
-        for r in results:
-            print(kernel_lines(r))
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1))
+            r = results[-1]
+            print(f"{case.name}: {r['cli']}", flush=True)
+            # each model's rows as soon as they are measured: a call cut off by its time
+            # limit keeps the models it finished
+            if dry:
+                print(f"{r['model']} {r['input']}: rewritten {r['rewritten']}, outputs differ "
+                      f"by at most {r['max_abs_err']:.2e}", flush=True)
+            else:
+                print(table([r]), kernel_lines(r), sep="\n", flush=True)
+            if args.out:
+                written = args.out.with_name(args.out.name + ".part")
+                written.write_text(json.dumps(results, indent=1))
+                written.replace(args.out)
 
 
 if __name__ == "__main__":
