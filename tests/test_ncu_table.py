@@ -68,25 +68,24 @@ def test_the_table_has_a_row_per_kernel():
     assert rows[3].startswith("|  | cluster0_finish | 64,4 × 512 | 21.9 | 64 | 32 | 32 | 100 / 44")
 
 
+def _run(report: Path) -> tuple[int, list[str]]:
+    """The tool run on `report` in a process of its own: its exit code and stderr lines."""
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "ncu_table.py"), str(report)],
+                         capture_output=True, text=True)
+    return run.returncode, run.stderr.strip().splitlines()
+
+
 def test_a_file_naming_no_case_is_refused_in_one_line(tmp_path):
     empty = tmp_path / "out.txt"
     empty.write_text("==PROF== Connected to process 1\n")
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "ncu_table.py"), str(empty)],
-                         capture_output=True, text=True)
-    assert run.returncode == 2
-    assert run.stderr.strip().splitlines() == [
-        f"ncu_table: {empty} names no case; pass the output of `ncu ... python "
-        "benchmarks/ncu_rows.py`"]
+    assert _run(empty) == (2, [f"ncu_table: {empty} names no case; pass the output of `ncu ... "
+                               "python benchmarks/ncu_rows.py`"])
 
 
 def test_a_missing_file_is_refused_in_one_line(tmp_path):
     missing = tmp_path / "none.txt"
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "ncu_table.py"), str(missing)],
-                         capture_output=True, text=True)
-    assert run.returncode == 2
-    assert run.stderr.strip().splitlines() == [
-        f"ncu_table: cannot read {missing}: No such file or directory; pass the file ncu's "
-        "output was saved to"]
+    assert _run(missing) == (2, [f"ncu_table: cannot read {missing}: No such file or directory; "
+                                 "pass the file ncu's output was saved to"])
 
 
 def _report(kernel: str, us: float, stalls: tuple[tuple[float, str], ...] = ()) -> list[str]:

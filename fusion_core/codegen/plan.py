@@ -154,8 +154,7 @@ class ScalarArg:
     floating: bool = False
     # ...unless every op reading it meets it with fp64 tensors: then it travels as its
     # double's bits in two int32 words (`_double_bits`) the kernel joins and reinterprets,
-    # the double eager uses
-    # there (readers of both kinds: fp32 for all, as before)
+    # the double eager uses there (readers of both kinds: fp32 for all, as before)
     wide: bool = False
 
 
