@@ -43,19 +43,20 @@ def _interpreter_switch_undone():
 
 
 # Folders a test must not write into: the root (`tmp_path / "//"` is "/", where every test
-# and xdist worker then shares one file) and the checkout. Dot-names (caches) are left out;
-# only their top level is watched (new entries, and files written again).
-_OUTSIDE_TMP = (Path("/"), Path(__file__).resolve().parent)
+# and xdist worker then shares one file) and the checkout. Dot-names (caches) are left out,
+# and only the top level is watched: new entries in both, and in the checkout files written
+# again (a machine's own files in "/" may change while the suite runs).
+ROOT_DIR, CHECKOUT = Path("/"), Path(__file__).resolve().parent
 
 
 def _entries() -> dict[Path, float | None]:
-    """Each watched top-level entry and, for a file, when it was last written."""
+    """Each watched top-level entry and, for a file of the checkout, when it was written."""
     found: dict[Path, float | None] = {}
-    for folder in _OUTSIDE_TMP:
+    for folder in (ROOT_DIR, CHECKOUT):
         with os.scandir(folder) as entries:
             for e in entries:
                 if not e.name.startswith("."):
-                    file = e.is_file(follow_symlinks=False)
+                    file = folder == CHECKOUT and e.is_file(follow_symlinks=False)
                     found[Path(e.path)] = e.stat(follow_symlinks=False).st_mtime if file else None
     return found
 
@@ -63,7 +64,7 @@ def _entries() -> dict[Path, float | None]:
 @pytest.fixture(autouse=True)
 def _writes_stay_in_tmp_path():
     """A test writes under its tmp_path: one that leaves a new entry in the root or the
-    checkout, or writes a file there again, fails, naming it. (On an H100 two workers'
+    checkout, or writes a file of the checkout again, fails, naming it. (On an H100 two workers'
     kernels met in /cluster0.py and one compiled the other's.) Under xdist a test running
     beside it on another worker may be named too: the entry says which."""
     before = _entries()
