@@ -145,4 +145,4 @@ def test_stalls_printed_smaller_first_are_listed_larger_first():
                                           (40.0, "a scoreboard dependency on a L1TEX "
                                                  "(local, global) operation")))]))
     (case,) = ncu_table.parse(text)
-    assert case.reports[0].stalls == [("L1TEX scoreboard", 40.0, 9.5), ("barrier", 12.5, 9.5)]
+    assert case.reports[0].stalls == (("L1TEX scoreboard", 40.0, 9.5), ("barrier", 12.5, 9.5))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 PROFILING = re.compile(r'^==PROF== Profiling "(?P<kernel>[^"]+)"')
@@ -41,15 +41,16 @@ STALL_NAMES = (("scoreboard dependency on a L1TEX", "L1TEX scoreboard"),
                ("memory barrier", "membar"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
-    """One kernel launch's counters: {(metric, unit): value} and its stalls."""
+    """One kernel launch's counters: {(metric, unit): value} and its stalls, largest first
+    (name, share of the cycles between issues in %, those cycles)."""
 
     kernel: str
     grid: str
     block: str
-    metrics: dict[tuple[str, str], float] = field(default_factory=dict)
-    stalls: list[tuple[str, float, float]] = field(default_factory=list)  # name, %, between
+    metrics: dict[tuple[str, str], float]
+    stalls: tuple[tuple[str, float, float], ...]
 
     def get(self, name: str, unit: str = "") -> float | None:
         return self.metrics.get((name, unit))
@@ -70,12 +71,13 @@ def stall_name(why: str) -> str:
     return why.removeprefix("waiting for ")[:40]
 
 
-def _finish(report: Report, text: list[str]) -> Report:
+def _finish(header: tuple[str, str, str], metrics: dict[tuple[str, str], float],
+            text: list[str]) -> Report:
+    """The report whose header line gave (kernel, grid, block) and whose lines are `text`."""
     joined = " ".join(" ".join(text).split())
     stalls = [(stall_name(m["why"]), float(m["share"]), float(m["between"]))
               for m in STALL.finditer(joined)]
-    report.stalls = sorted(stalls, key=lambda s: -s[1])
-    return report
+    return Report(*header, metrics, tuple(sorted(stalls, key=lambda s: -s[1])))
 
 
 def _owned(launches: list[str], owners: list[tuple[int, str, str, int]],
@@ -110,14 +112,18 @@ def parse(text: str) -> list[Case]:
     launches: list[str] = []  # this process's launches, in order
     owners: list[tuple[int, str, str, int]] = []  # (number, label, config, launches so far)
     reports: list[Report] = []
-    current: Report | None = None
+    header: tuple[str, str, str] | None = None  # the report being read: kernel, grid, block
+    metrics: dict[tuple[str, str], float] = {}
     lines: list[str] = []
 
+    def close_report() -> None:
+        nonlocal header
+        if header is not None:
+            reports.append(_finish(header, metrics, lines))
+            header = None
+
     def close_process() -> None:
-        nonlocal current
-        if current is not None:
-            reports.append(_finish(current, lines))
-            current = None
+        close_report()
         cases.extend(_owned(launches, owners, reports))
         owners.clear()
         reports.clear()
@@ -131,14 +137,13 @@ def parse(text: str) -> list[Case]:
         elif m := CASE.match(line):
             owners.append((int(m["number"]), m["label"], m["config"], len(launches)))
         elif m := REPORT.match(line):
-            if current is not None:
-                reports.append(_finish(current, lines))
-            current, lines = Report(m["kernel"], _dims(m["grid"]), _dims(m["block"])), []
-        elif current is not None:
+            close_report()
+            header, metrics, lines = (m["kernel"], _dims(m["grid"]), _dims(m["block"])), {}, []
+        elif header is not None:
             lines.append(line)
             if m := METRIC.match(line):
                 value = m["value"].replace(",", "")
-                current.metrics.setdefault((m["name"], m["unit"] or ""), float(value))
+                metrics.setdefault((m["name"], m["unit"] or ""), float(value))
     close_process()
     return cases
 
