@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from fusion_core.fileio import write_atomic  # noqa: E402
 from fusion_core.load import import_model_file  # noqa: E402
 
 
@@ -231,9 +232,7 @@ def main() -> None:
             else:
                 print(table([r]), kernel_lines(r), sep="\n", flush=True)
             if args.out:
-                written = args.out.with_name(args.out.name + ".part")
-                written.write_text(json.dumps(results, indent=1))
-                written.replace(args.out)
+                write_atomic(args.out, json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
