@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fusion_core.codegen import Tuning, generate, load_kernel, write_kernels  # noqa: E402
+from fusion_core.codegen.choices import CANDIDATES  # noqa: E402
 from fusion_core.codegen.reference import (  # noqa: E402
     capture_values,
     cluster_inputs,
@@ -114,8 +115,7 @@ def variants(kernel) -> list[Tuning]:
     base = Tuning()
     if kernel.tiled:  # elements per tile, widest column block (transposed inputs), warps
         return [base] + [replace(base, block=b, tile_cols=c, num_warps=w)
-                         for b, c, w in ((2048, 32, 4), (1024, 64, 4), (4096, 64, 4),
-                                         (4096, 64, 8), (2048, 64, 8))]
+                         for b, c, w in CANDIDATES["tiled"]]
     if kernel.skeleton == "elementwise":
         return [base] + [replace(base, block=b, num_warps=w)
                          for b, w in ((1024, 8), (2048, 4), (2048, 8), (4096, 8), (4096, 16))

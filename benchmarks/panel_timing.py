@@ -43,10 +43,13 @@ def interleaved(row: dict, timed: dict[str, tuple[Callable, list]], rounds: int,
         row[key] = min(row[f"{key}_rounds"])
 
 
-def candidate_us(path: Path, name: str, inputs, sets) -> list[dict]:
+def candidate_us(path: Path, name: str, inputs, sets, candidates: tuple = ()) -> list[dict]:
     """Every configuration the launcher may time for the case's shape bucket, each timed as
-    the panel times the user's (a fresh module whose `_choose` returns the one forced)."""
+    the panel times the user's (a fresh module whose `_choose` returns the one forced);
+    `candidates`, when given, in place of the file's own (a probe's)."""
     probe = load_kernel(path)
+    if candidates:
+        probe.CANDIDATES = candidates
     launch, forced = getattr(probe, name), {"i": 0, "configs": ()}
 
     def choose(key, configs, run, device):
@@ -94,10 +97,12 @@ def default_vs_best(row: dict, default: Callable, best: Callable, sets: list,
     row["default_over_best"] = fresh["default"] / fresh["best"]
 
 
-def pinned(path: Path, name: str, inputs, config: list) -> Callable:
+def pinned(path: Path, name: str, inputs, config: list, candidates: tuple = ()) -> Callable:
     """The kernel of `path` loaded afresh, launching `config` in every bucket (a candidate
-    timed again)."""
+    timed again; of `candidates` when given, as `candidate_us`)."""
     probe = load_kernel(path)
+    if candidates:
+        probe.CANDIDATES = candidates
     launch = getattr(probe, name)
 
     def choose(key, configs, run, device):

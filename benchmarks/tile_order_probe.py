@@ -14,14 +14,17 @@ channels first, so the programs in flight read a few whole images; ours, rows (N
 have all 64 images in flight, a few columns of each. Compiled for sm_90 the two issue the
 same instructions a tile and load 16 bytes at a time (tools/panel_reasons.py).
 
-For each case: every tiled candidate of both orders timed as the panel times (CUDA-graph
-replays over input copies past the L2), each checked equal to the generated kernel's output,
-and torch.compile of the case's eager ops. Prints one line a candidate and the best of each.
+For each case: every tiled candidate of both orders, and two tiles Inductor offers
+(EXTRA_TILES), timed as the panel times (CUDA-graph replays over input copies past the L2),
+each checked equal to the generated kernel's output, and torch.compile of the case's eager
+ops. Prints one line a candidate (a tile that fails to compile: its error) and the best of
+each order.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 from pathlib import Path
@@ -29,39 +32,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-import fusion_core.codegen  # noqa: E402,I001,F401  (first: the interpreter before triton loads)
+import fusion_core.codegen  # noqa: E402,I001,F401  (first: the interpreter before triton, for the CPU test)
 import torch  # noqa: E402
 
-from fusion_core.codegen import emit, generate, write_kernels  # noqa: E402
+from fusion_core.analysis.types import Cluster  # noqa: E402
+from fusion_core.codegen import emit, generate, load_kernel, write_kernels  # noqa: E402
 from fusion_core.codegen.reference import capture_values, cluster_inputs, eager_cluster  # noqa: E402
-from fusion_core.pipeline import analyze  # noqa: E402
+from fusion_core.pipeline import Analysis, analyze  # noqa: E402
 from gpu_clusters import as_tuple, copy_us, graph_us, rotating  # noqa: E402
-from panel_cases import CASES  # noqa: E402
+from panel_cases import CASES, Case  # noqa: E402
 from panel_timing import candidate_us, pinned  # noqa: E402
 from shapes_panel import build, case_numbers, fused_cluster  # noqa: E402
 
 DEFAULT_CASES = "20,21"
+# Tiles Inductor's pointwise heuristics offer for the NHWC -> NCHW add (128 rows x 32 columns
+# and 16 x 256 in our orientation, 8 warps), timed beside the launcher's own candidates; they
+# join choices.CANDIDATES["tiled"] only if they win.
+EXTRA_TILES = ((4096, 32, 8), (4096, 256, 8))
+ORDERS = ("rows first", "columns first")
 
 
-def _columns_first(plan, params, out) -> None:
-    """`emit._tiled` with each program's tile taken in column-blocks-first order."""
-    out.lines(["# boilerplate (probe: tiles walked column blocks first)",
-               "place = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)",
-               "pid = place // tl.num_programs(1)",
-               "col_block = place % tl.num_programs(1)",
-               f"rows = {emit._start(plan, 'ROWS_PER_PROGRAM')} + "
-               "tl.arange(0, ROWS_PER_PROGRAM)[:, None]",
-               emit._cols(plan, "col_block * BLOCK_SIZE + "),
-               *emit._ROW_MASK, *emit._ALIGNED_COLS, *emit._COLS, ""])
-    emit._pointwise_body(plan, params, out)
-
-
-def kernel_file(analysis, cluster, folder: Path, columns_first: bool) -> tuple[Path, str] | None:
-    """The cluster's kernel file in `folder` and its launcher's name; None when the kernel
-    is not tiled."""
+def kernel_file(analysis: Analysis, cluster: Cluster, folder: Path,
+                order: str) -> tuple[Path, str] | None:
+    """The cluster's kernel file in `folder`, its programs taking tiles in `order`
+    (`emit.TILE_ORDERS`), and its launcher's name; None when the kernel is not tiled."""
     plain = emit._tiled
-    if columns_first:
-        emit._tiled = _columns_first
+    emit._tiled = functools.partial(plain, order=order)
     try:
         kernel = generate(analysis, cluster, None)
     finally:
@@ -71,7 +67,8 @@ def kernel_file(analysis, cluster, folder: Path, columns_first: bool) -> tuple[P
     return write_kernels([kernel], folder)[0], kernel.name
 
 
-def probe(case, l2_bytes: int, work: Path) -> list[str]:
+def probe(case: Case, l2_bytes: int, work: Path) -> list[str]:
+    """One table line per candidate and order, then Inductor and each order's best."""
     gen = torch.Generator().manual_seed(0)
     module, model_inputs = build(case, False, "cuda", gen)
     analysis = analyze(module, *model_inputs)
@@ -84,14 +81,17 @@ def probe(case, l2_bytes: int, work: Path) -> list[str]:
     sets = rotating(inputs, l2_bytes)
     lines, best = [], {}
     want = None
-    for order, columns_first in (("rows first (as generated)", False),
-                                 ("columns first", True)):
-        made = kernel_file(analysis, cluster, work / order.split()[0], columns_first)
+    for order in ORDERS:
+        made = kernel_file(analysis, cluster, work / order.replace(" ", "_"), order)
         if made is None:
             return [f"| {label} | not a tiled kernel |"]
         path, name = made
-        for c in candidate_us(path, name, inputs, sets):
-            got = as_tuple(pinned(path, name, inputs, c["config"])(*inputs))
+        tiles = load_kernel(path).CANDIDATES + EXTRA_TILES
+        for c in candidate_us(path, name, inputs, sets, tiles):
+            if "error" in c:  # one tile that does not compile is that tile's line only
+                lines.append(f"| {label} | {order} | {c['config']} | failed: {c['error']} |")
+                continue
+            got = as_tuple(pinned(path, name, inputs, c["config"], tiles)(*inputs))
             want = want if want is not None else got
             same = all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
             lines.append(f"| {label} | {order} | {c['config']} | {c['us']:.1f} |"

@@ -1,6 +1,6 @@
-"""The README's shell commands run and print what the README shows; its links and docs/'s resolve.
+"""The README's shell commands run and print what the README shows (links: test_readme_links.py).
 
-Reads README.md, docs/*.md and .ci/run. Writes only under pytest's temporary folder: a copy of
+Reads README.md and .ci/run. Writes only under pytest's temporary folder: a copy of
 what the commands need (pyproject.toml, conftest.py, examples/, fusion_baselines/, tools/), in
 which the commands run, in README order, the way a reader would type them.
 
@@ -37,7 +37,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-DOCS = sorted((ROOT / "docs").glob("*.md"))
 SHELL_LANGS = ("bash", "sh", "shell", "console")
 # What the commands read: the rest of the checkout is imported from ROOT (PYTHONPATH).
 COPIED = ("pyproject.toml", "conftest.py", "examples", "fusion_baselines", "tools")
@@ -248,9 +247,10 @@ def _normalise(text: str, copy: Path) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
 
 
-# A kernel's error against eager differs in its last bits from one CPU to another (torch's
-# and numpy's vector code round exp and tanh differently on AVX-512 and AVX2 hosts): a shown
-# error matches a printed one within ERR_FACTOR of it, zero only zero.
+# A kernel's error against eager differs in its last bits with the CPU and the thread count
+# (torch's and numpy's vector code round exp and tanh differently on AVX-512 and AVX2 hosts,
+# and parallel chunks move which elements take it): a shown error matches a printed one
+# within ERR_FACTOR of it, zero only zero.
 ERR_NUMBER = r"\d\.\d\de[+-]\d\d"
 ERR = re.compile(rf"(?<=max abs err )({ERR_NUMBER})")
 ERR_FACTOR = 4.0
@@ -349,95 +349,3 @@ def test_an_error_value_matches_one_within_a_factor_of_four_and_zero_only_zero()
     assert not _matches(["max abs err 0.00e+00"], "max abs err 1.19e-07")
     assert _matches(["max abs err 0.00e+00"], "max abs err 0.00e+00")
     assert not _matches(["max abs err 5.96e-08"], "max abs err 0.00e+00")
-
-
-# ---------------------------------------------------------------- links
-
-
-def _slug(heading: str) -> str:
-    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to '-'."""
-    text = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) or "", heading)
-    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
-
-
-def _prose(path: Path) -> list[tuple[int, str]]:
-    """(line number, text) of the lines outside fenced code; a fence of n backticks closes
-    only at a line of at least n (a ````markdown block may hold ```sh)."""
-    out, fence = [], ""
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        ticks = re.match(r"`{3,}", line)
-        if (
-            fence
-            and ticks
-            and len(ticks.group(0)) >= len(fence)
-            and not line[len(fence) :].strip("`").strip()
-        ):
-            fence = ""
-        elif not fence and ticks:
-            fence = ticks.group(0)
-        elif not fence:
-            out.append((number, line))
-    return out
-
-
-def _anchors(path: Path) -> set[str]:
-    seen: dict[str, int] = {}
-    out = set()
-    for _, line in _prose(path):
-        if heading := re.match(r"#{1,6} (.*)", line):
-            slug = _slug(heading.group(1))
-            n = seen.get(slug, 0)
-            seen[slug] = n + 1
-            out.add(slug if n == 0 else f"{slug}-{n}")
-    return out
-
-
-def _links(path: Path) -> list[tuple[int, str]]:
-    """(line, target) of every Markdown link and image outside code blocks and code spans."""
-    found = []
-    for number, line in _prose(path):
-        prose = re.sub(r"`[^`]*`", "", line)
-        found += [(number, m.group(1)) for m in re.finditer(r"\]\(([^)\s]+)\)", prose)]
-    return found
-
-
-@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_relative_link_points_to_a_file_and_heading_that_exist(doc):
-    broken = _broken_links(doc)
-    assert not broken, "\n".join(broken)
-
-
-def _broken_links(doc: Path) -> list[str]:
-    broken = []
-    for line, target in _links(doc):
-        if re.match(r"[a-z]+:", target):  # https:, mailto: — not checked offline
-            continue
-        file_part, _, anchor = target.partition("#")
-        dest = (doc.parent / file_part).resolve() if file_part else doc
-        if not dest.exists():
-            broken.append(f"{doc.name}:{line}: {target} (no such file)")
-        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
-            broken.append(f"{doc.name}:{line}: {target} (no heading #{anchor})")
-    return broken
-
-
-def test_a_missing_file_or_heading_is_reported(tmp_path):
-    doc = tmp_path / "a.md"
-    (tmp_path / "b.md").write_text("# Real heading\n")
-    doc.write_text(
-        "[ok](b.md#real-heading) [gone](c.md) [typo](b.md#real-headin)\n"
-        "`[code](x.md)` [self](#top)\n\n# Top\n"
-    )
-    assert _broken_links(doc) == [
-        "a.md:1: c.md (no such file)",
-        "a.md:1: b.md#real-headin (no heading #real-headin)",
-    ]
-
-
-def test_links_and_anchors_are_read_as_github_renders_them():
-    assert _slug("Source edits and `--apply`") == "source-edits-and---apply"
-    assert _slug("Timings (measured fields)") == "timings-measured-fields"
-    assert _links(README)  # the README links its docs pages
-    assert "cluster-categories" in _anchors(README)
-    # a heading inside a ````markdown example (around a ```sh block) is no anchor
-    assert "accept" not in _anchors(ROOT / "docs" / "plugin.md")

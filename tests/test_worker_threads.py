@@ -6,14 +6,14 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT_CONFTEST = str(Path(__file__).resolve().parents[1] / "conftest.py")
+ROOT_CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
 
 
 @pytest.fixture
 def root(pytestconfig):
     """The root conftest as this run loaded it."""
     return next(p for p in pytestconfig.pluginmanager.get_plugins()
-                if getattr(p, "__file__", None) == ROOT_CONFTEST)
+                if getattr(p, "__file__", None) and Path(p.__file__).resolve() == ROOT_CONFTEST)
 
 
 @pytest.mark.parametrize(("workers", "cores", "share"), [
@@ -22,11 +22,13 @@ def test_a_worker_takes_its_share_of_the_cores(root, workers, cores, share):
     assert root.worker_threads(workers, cores) == share
 
 
-def test_this_run_gives_torch_the_share_or_leaves_its_choice(root):
+def test_this_run_gives_torch_the_share_or_leaves_the_users_choice(root):
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
-    if root.THREADS_SET is None:  # not an xdist worker, or the user set OMP_NUM_THREADS
-        assert workers is None or root.THREADS_SET is None and "OMP_NUM_THREADS" in os.environ
-        return
-    assert root.THREADS_SET == root.worker_threads(workers, root.cores())
-    assert os.environ["OMP_NUM_THREADS"] == str(root.THREADS_SET)
-    assert torch.get_num_threads() == root.THREADS_SET
+    if workers is None:  # not an xdist worker: nothing set
+        assert root.THREADS_SET is None
+    elif root.THREADS_SET is None:  # the user's OMP_NUM_THREADS, which torch then follows
+        assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
+    else:
+        assert root.THREADS_SET == root.worker_threads(workers, root.cores())
+        assert os.environ["OMP_NUM_THREADS"] == str(root.THREADS_SET)
+        assert torch.get_num_threads() == root.THREADS_SET

@@ -108,11 +108,7 @@ NORMALIZE_FP32_LOOP_BLOCK = 4096
 # numbers mean): few enough to time in well under a second on the first call in a bucket.
 CANDIDATES = {
     "flat": ((1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16)),
-    # The last two are tiles Inductor's pointwise heuristics offer for the NHWC -> NCHW add of
-    # the panel (128 rows x 32 columns and 16 x 256 in our orientation, 8 warps), where our
-    # best of the first five ran 1.04x Inductor at 64x96x56x56 fp32 (H100, 2026-12-07).
-    "tiled": ((2048, 32, 4), (1024, 64, 4), (4096, 64, 4), (4096, 64, 8), (2048, 64, 8),
-              (4096, 32, 8), (4096, 256, 8)),
+    "tiled": ((2048, 32, 4), (1024, 64, 4), (4096, 64, 4), (4096, 64, 8), (2048, 64, 8)),
     "tiled-wide": ((2048, 2048, 4), (4096, 4096, 8), (2048, 2048, 8), (1024, 1024, 4)),
     "single": ((1024, 2), (2048, 4), (4096, 8), (8192, 8), (2048, 8), (4096, 16), (8192, 32)),
     # Rows strided along their columns (softmax over x.T's rows, x's columns): more rows a

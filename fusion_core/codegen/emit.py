@@ -116,17 +116,31 @@ def _elementwise(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> Non
     _pointwise_body(plan, params, out)
 
 
-def _tiled(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> None:
+# Which tile a program takes: its lines, then its column block. The grid's first axis, which
+# the hardware launches fastest, counts row blocks, so the programs in flight hold a few
+# columns of many rows. "columns first" (benchmarks/tile_order_probe.py times it; nothing
+# generates it yet) remaps each program's linear place in the same grid so that they hold
+# many columns of a few rows instead.
+TILE_ORDERS = {
+    "rows first": (("pid = tl.program_id(0)",), "tl.program_id(1)"),
+    "columns first": (("place = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)",
+                       "pid = place // tl.num_programs(1)",
+                       "col_block = place % tl.num_programs(1)"), "col_block"),
+}
+
+
+def _tiled(plan: KernelPlan, params: KernelParams, out: CodeWriter,
+           order: str = "rows first") -> None:
     what = ["# boilerplate (elementwise, tiles of rows x columns of the last axis)"]
     if plan.reduced > 1:
         what = [f"# boilerplate (elementwise, tiles of rows x columns of the last {plan.reduced} "
                 "axes)", "# (a permuted tensor is contiguous down the rows, the rest along "
                 "the columns)"]
-    out.lines([*what,
-               "pid = tl.program_id(0)",
+    place, col_block = TILE_ORDERS[order]
+    out.lines([*what, *place,
                f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
                "[:, None]",
-               _cols(plan, "tl.program_id(1) * BLOCK_SIZE + "),
+               _cols(plan, f"{col_block} * BLOCK_SIZE + "),
                *_ROW_MASK, *_ALIGNED_COLS, *_COLS, ""])
     _pointwise_body(plan, params, out)
 
