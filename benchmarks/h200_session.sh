@@ -27,6 +27,8 @@
 #             process a case (each at most NCU_CASE_TIMEOUT s, 90) within NCU_BUDGET s (480),
 #             then tools/ncu_table.py's table; NCU_CASES takes numbers or groups as
 #             PANEL_CASES does (issue28)
+#   tiles     benchmarks/tile_order_probe.py: a tiled kernel's tile shapes in the generated
+#             program order and column blocks first, against Inductor (TILES_CASES: 20,21)
 set -u
 export PYTHONPATH=$PWD  # absolute: pytester runs subprocesses in other folders
 export PYTHONUNBUFFERED=1
@@ -169,6 +171,13 @@ from shapes_panel import case_numbers; print(*case_numbers('${NCU_CASES:-issue28
       done
       python tools/ncu_table.py "$OUT/ncu.txt" | tee "$OUT/ncu_table.md"
       ;;
-    *) echo "unknown step $step (suite, clusters, zoo, panel, e2e, launch, applied, ncu)"; exit 2 ;;
+    tiles)
+      timeout "${TILES_TIMEOUT:-150}" python benchmarks/tile_order_probe.py \
+          --cases "${TILES_CASES:-20,21}" > "$OUT/tile_order_probe.log" 2>&1
+      echo "tile_order_probe rc=$?"
+      sed -n '/^| case/,$p' "$OUT/tile_order_probe.log"
+      ;;
+    *) echo "unknown step $step (suite, clusters, zoo, panel, e2e, launch, applied, ncu, tiles)"
+       exit 2 ;;
   esac
 done
