@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -151,14 +151,25 @@ def values_call(expr: ast.expr) -> ast.Call | None:
     return inner if isinstance(inner, ast.Call) else None
 
 
-def operands_in_graph_order(expr: ast.BinOp, node: fx.Node) -> list[ast.expr]:
-    """`1 + s` and `3 * s` as the graph holds them: torch.export records the tensor first
-    (`aten.add.Tensor(s, 1)`), so in source order `s` would be taken for the constant and
-    the kernel called with `1` in its place."""
+def is_constant(expr: ast.expr) -> bool:
+    """A number computed from literals by pure functions alone (`2.0`, `1 / 8`,
+    `math.sqrt(2.0 / math.pi)`): every name in it is a pure module's or function's."""
+    return calls_only_pure(expr) and all(
+        isinstance(n, (*_LITERAL_NODES, ast.Call, ast.Attribute, ast.keyword))
+        or isinstance(n, ast.Name) and n.id in _PURE_CALLS for n in ast.walk(expr))
+
+
+def operands_in_graph_order(expr: ast.BinOp, node: fx.Node,
+                            is_number: Callable[[ast.expr], bool] = is_constant
+                            ) -> list[ast.expr]:
+    """`1 + s` and `math.sqrt(2.0 / math.pi) * s` as the graph holds them: torch.export
+    records the tensor first (`aten.add.Tensor(s, 1)`), so in source order `s` would be
+    taken for the constant and the kernel called with `1` in its place. `is_number` says
+    which source operand holds a number (by default: a constant expression)."""
     left, right = expr.left, expr.right
     swapped = (isinstance(expr.op, (ast.Add, ast.Mult)) and len(node.args) == 2
                and isinstance(node.args[0], fx.Node) and not isinstance(node.args[1], fx.Node)
-               and is_literal(left) and not is_literal(right))
+               and is_number(left) and not is_number(right))
     return [right, left] if swapped else [left, right]
 
 

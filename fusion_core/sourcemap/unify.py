@@ -28,6 +28,7 @@ from .augmented import is_augmented, rebinding_refused
 from .callees import calls_method, computes_node, same_callee
 from .evaluated import args_computed
 from .from_end import counted_from_end, resolved
+from .held_numbers import is_number, module_at
 from .mismatch import Mismatch, Reentered, value_of, whole_value
 from .pyexpr import (
     BINOPS,
@@ -277,7 +278,8 @@ class Unifier:
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
-            self.match_args(operands_in_graph_order(expr, node), node.args, k)
+            self.match_args(operands_in_graph_order(expr, node, lambda e: self.holds_number(e, k)),
+                            node.args, k)
         elif isinstance(expr, ast.UnaryOp) and same_operator(node, UNARYOPS.get(type(expr.op))):
             self.match_args([expr.operand], node.args, k)
         elif (isinstance(expr, ast.Compare) and len(expr.ops) == 1
@@ -298,6 +300,16 @@ class Unifier:
             raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} does not compute "
                            f"{self.said(node)} there")
         self.bind_leftovers(expr, node)
+
+    def holds_number(self, expr: ast.expr, k: int) -> bool:
+        """`expr` (in statement `k`) is a Python number, not a tensor (held_numbers.py); a name a
+        line of the range above `k` sets is one where that line's value is."""
+        if isinstance(expr, ast.Name) and (j := self.assigned_before(k, expr.id)) is not None:
+            st = self.stmts[j].node
+            return (isinstance(st, ast.Assign) and len(st.targets) == 1
+                    and isinstance(st.targets[0], ast.Name) and self.holds_number(st.value, j))
+        return is_number(expr, self.src.scope_at(self.stmts[0].start), self.self_name,
+                         module_at(self.model, self.self_path))
 
     def match_subscript(self, expr: ast.Subscript, node: fx.Node, k: int) -> None:
         """`h[:, None]` inside the cluster: a view the kernel makes, so its index must be
