@@ -254,3 +254,38 @@ def test_another_clusters_op_in_the_same_call_is_other_code_on_the_line(tmp_path
     assert maps[1].quality == POINTER and maps[1].serves == ()
     assert maps[1].reason == ("line range also holds `a.to(torch.float64)` (line 14), which is "
                               "not in the cluster")
+
+
+BRANCH_BETWEEN = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(8)
+        self.extra = None
+
+    def forward(self, x):
+        h = x + 1.0
+        if self.extra is not None:
+            # a branch the traced call skips: GPT-2's cross-attention between its
+            # residual add and ln_2
+            h = h + self.extra
+        return self.ln(h)
+"""
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_branch_between_the_fused_lines_is_named_by_its_first_line_and_what_it_assigns(
+        tmp_path, capture):
+    path = tmp_path / "branch.py"
+    path.write_text(BRANCH_BETWEEN)
+    analysis = analyze_file(path, [InputSpec((4, 8))], "Net", capture=capture)
+    (m,) = map_clusters(analysis)
+    assert m.quality == POINTER
+    line = line_of(path, "if self.extra is not None:")
+    assert (f"line {line} (`if self.extra is not None:`) lies between the fused lines and may "
+            "assign `h` in a call the trace did not see") in m.reason
+    assert "# a branch" not in m.reason  # the first line only, not the block

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 
 from .augmented import augmented_value
+from .pysource import SourceFile, Statement
 
 
 class Mismatch(Exception):
@@ -43,3 +44,25 @@ def value_of(st: ast.stmt, last: bool) -> ast.expr:
 def whole_value(st: ast.stmt) -> ast.expr:
     """The value of the run's last statement, `result += input` read as its sum."""
     return augmented_value(st) or value_of(st, last=True)
+
+
+_BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+              ast.Match)
+
+
+def unused_statement(src: SourceFile, st: Statement) -> str:
+    """Why a statement among the fused lines, matched to nothing, keeps them apart. A compound
+    one is quoted by its first line: its body the traced call did not run (or ran without
+    ops of the cluster) may still change what the later lines read."""
+    if isinstance(st.node, _BRANCHING):
+        head = src.line_text(st.start).strip()
+        names = sorted({n.id for n in ast.walk(st.node)
+                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} - {"_"})
+        if names:
+            changed = ", ".join(f"`{n}`" for n in names)
+            return (f"line {st.start} (`{head}`) lies between the fused lines and may assign "
+                    f"{changed} in a call the trace did not see; one kernel cannot run "
+                    "around it")
+        return (f"line {st.start} (`{head}`) lies between the fused lines and computes "
+                "nothing the cluster uses")
+    return f"line {st.start} (`{src.segment(st.node)}`) computes nothing the cluster uses"

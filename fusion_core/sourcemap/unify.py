@@ -29,7 +29,7 @@ from .callees import calls_method, computes_node, same_callee
 from .evaluated import args_computed
 from .from_end import counted_from_end, resolved
 from .held_numbers import is_number, module_at
-from .mismatch import Mismatch, Reentered, value_of, whole_value
+from .mismatch import Mismatch, Reentered, unused_statement, value_of, whole_value
 from .pyexpr import (
     BINOPS,
     COMPAREOPS,
@@ -118,8 +118,7 @@ class Unifier:
         self.follow_aliases()
         for st, v in zip(self.stmts, self.values, strict=True):
             if v is None:
-                raise Mismatch(f"line {st.start} (`{self.src.segment(st.node)}`) computes "
-                               "nothing the cluster uses")
+                raise Mismatch(unused_statement(self.src, st))
         if any(is_augmented(final, expr) for expr, _ in returned):
             why = rebinding_refused(self.src, self.stmts, self.values, self.cluster)
             if why is not None:
