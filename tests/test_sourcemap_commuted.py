@@ -66,6 +66,14 @@ class Scaled(nn.Module):
         return torch.relu(s * h) + self.scale * h
 
 
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+class ModuleConstant(nn.Module):  # the GELU with its constant named at the top of the file
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+
+
 class Unknown(nn.Module):
     def forward(self, h, s: float = 0.25):
         return torch.relu(s * h)
@@ -85,6 +93,14 @@ def test_a_local_set_to_a_constant_and_a_number_attribute_are_the_constants(capt
     assert m.exact, m.reason
     assert m.replacement.strip() == "return cluster0(h)"
     assert set(m.baked) == {"s = 0.25", "self.scale = 0.5"}
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_a_module_constant_written_first_is_the_constant(capture):
+    (m,) = map_clusters(analyze(ModuleConstant(), (4, 8), capture=capture))
+    assert m.exact, m.reason
+    assert m.replacement.strip() == "return cluster0(x)"
+    assert m.baked == (f"SQRT_2_OVER_PI = {SQRT_2_OVER_PI!r}",)
 
 
 def test_a_parameter_is_not_known_to_be_a_number_and_gets_no_edit():

@@ -307,8 +307,8 @@ class Unifier:
             st = self.stmts[j].node
             return (isinstance(st, ast.Assign) and len(st.targets) == 1
                     and isinstance(st.targets[0], ast.Name) and self.holds_number(st.value, j))
-        return is_number(expr, self.src.scope_at(self.stmts[0].start), self.self_name,
-                         module_at(self.model, self.self_path))
+        return is_number(expr, self.src.scope_at(self.stmts[0].start), self.src.tree,
+                         self.self_name, module_at(self.model, self.self_path))
 
     def match_subscript(self, expr: ast.Subscript, node: fx.Node, k: int) -> None:
         """`h[:, None]` inside the cluster: a view the kernel makes, so its index must be
