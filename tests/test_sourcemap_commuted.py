@@ -66,6 +66,12 @@ class Scaled(nn.Module):
         return torch.relu(s * h) + self.scale * h
 
 
+class Arithmetic(nn.Module):  # numbers computed from held numbers
+    def forward(self, h):
+        s = 0.25
+        return torch.relu(-s * h) + (1 - s) * h
+
+
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
@@ -101,6 +107,13 @@ def test_a_module_constant_written_first_is_the_constant(capture):
     assert m.exact, m.reason
     assert m.replacement.strip() == "return cluster0(x)"
     assert m.baked == (f"SQRT_2_OVER_PI = {SQRT_2_OVER_PI!r}",)
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+def test_arithmetic_on_numbers_is_a_number(capture):
+    (m,) = map_clusters(analyze(Arithmetic(), (4, 8), capture=capture))
+    assert m.exact, m.reason
+    assert m.replacement.strip() == "return cluster0(h)"
 
 
 def test_a_parameter_is_not_known_to_be_a_number_and_gets_no_edit():

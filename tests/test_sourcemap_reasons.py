@@ -276,6 +276,24 @@ class Net(nn.Module):
         return self.ln(h)
 """
 
+IN_PLACE = """\
+import torch
+import torch.nn as nn
+
+
+class InPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(8)
+        self.extra = None
+
+    def forward(self, x):
+        h = x + 1.0
+        if self.extra is not None:
+            h.mul_(self.extra)
+        return self.ln(h)
+"""
+
 
 @pytest.mark.parametrize("capture", CAPTURES)
 def test_a_branch_between_the_fused_lines_is_named_by_its_first_line_and_what_it_assigns(
@@ -287,5 +305,15 @@ def test_a_branch_between_the_fused_lines_is_named_by_its_first_line_and_what_it
     assert m.quality == POINTER
     line = line_of(path, "if self.extra is not None:")
     assert (f"line {line} (`if self.extra is not None:`) lies between the fused lines and may "
-            "assign `h` in a call the trace did not see") in m.reason
+            "change `h`: one kernel cannot run around it") in m.reason
     assert "# a branch" not in m.reason  # the first line only, not the block
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_branch_changing_a_value_in_place_names_it(tmp_path, capture):
+    path = tmp_path / "in_place.py"
+    path.write_text(IN_PLACE)
+    analysis = analyze_file(path, [InputSpec((4, 8))], "InPlace", capture=capture)
+    (m,) = map_clusters(analysis)
+    assert m.quality == POINTER
+    assert "lies between the fused lines and may change `h`" in m.reason

@@ -13,39 +13,26 @@ import ast
 
 from torch import nn
 
+from .bindings import bindings, declared_global, plain_assignment
 from .pyexpr import attr_chain, is_constant
 from .pysource import Scope
 
 
-def _bound_only_to_constants(part: ast.AST, name: str) -> bool:
-    """`part` binds `name` somewhere, and only ever by a plain `name = <constant>`: no other
-    assignment, loop or `with` target, parameter, import or definition of that name."""
-    stores = [n for n in ast.walk(part)
-              if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
-    constant = {id(st.targets[0]) for st in ast.walk(part)
-                if isinstance(st, ast.Assign) and len(st.targets) == 1
-                and isinstance(st.targets[0], ast.Name) and is_constant(st.value)}
-    other = any(
-        isinstance(n, ast.arg) and n.arg == name
-        or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
-        or isinstance(n, (ast.Import, ast.ImportFrom))
-        and any((a.asname or a.name).split(".")[0] == name for a in n.names)
-        for n in ast.walk(part))
-    return bool(stores) and not other and all(id(n) in constant for n in stores)
-
-
-def _binds(part: ast.AST, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
-               or isinstance(n, ast.arg) and n.arg == name for n in ast.walk(part))
+def _only_constants(root: ast.AST, name: str) -> bool:
+    """`root` binds `name`, only ever by a plain `name = <constant>` in its own scope."""
+    found = bindings(root, name)
+    return bool(found) and all(
+        isinstance(b, ast.Name) and (st := plain_assignment(root, b)) is not None
+        and is_constant(st.value) for b in found)
 
 
 def constant_name(scope: Scope, tree: ast.Module, name: str) -> bool:
     """Every binding of `name` in the function is a plain `name = <constant>` (`s = 0.25`);
-    where the function binds none, every one in the file is (a module constant:
-    `SQRT_2_OVER_PI = math.sqrt(2 / math.pi)`)."""
-    if _binds(scope.node, name):
-        return _bound_only_to_constants(scope.node, name)
-    return _bound_only_to_constants(tree, name)
+    where the function binds none, every one at the file's top level is (a module constant:
+    `SQRT_2_OVER_PI = math.sqrt(2 / math.pi)`) and no function declares it `global`."""
+    if bindings(scope.node, name):
+        return _only_constants(scope.node, name)
+    return not declared_global(tree, name) and _only_constants(tree, name)
 
 
 def number_attribute(expr: ast.expr, self_name: str, module: nn.Module) -> bool:
@@ -77,6 +64,10 @@ def is_number(expr: ast.expr, scope: Scope | None, tree: ast.Module, self_name: 
     (`constant_name`), or a number attribute of the module."""
     if is_constant(expr):
         return True
+    if isinstance(expr, ast.UnaryOp):  # `-s * h`
+        return is_number(expr.operand, scope, tree, self_name, module)
+    if isinstance(expr, ast.BinOp):  # `(1 - s) * h`
+        return all(is_number(e, scope, tree, self_name, module) for e in (expr.left, expr.right))
     if isinstance(expr, ast.Name):
         return scope is not None and constant_name(scope, tree, expr.id)
     return module is not None and number_attribute(expr, self_name, module)

@@ -15,6 +15,7 @@ from ..analysis.types import Cluster
 from ..ir.spelling import said
 from ..pipeline import Analysis
 from .aliased import aliased_names
+from .baked_names import rebound_baked
 from .baked_params import param_baked
 from .baked_sizes import size_baked
 from .evaluated import runs_no_op, taken_by_enclosing
@@ -142,8 +143,10 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
     sized = size_baked(span.scope.node, span.start, match.baked, span.src.segment)
     passed = param_baked(span.scope.node, span.scope.receiver, span.start, match.baked,
                          span.src.segment)
-    if sized is not None or passed is not None:
-        raise PointerOnly(sized or passed)
+    rebound = rebound_baked(span.scope.node, span.src.tree, span.start, match.baked,
+                            span.src.segment)
+    if sized is not None or passed is not None or rebound is not None:
+        raise PointerOnly(sized or passed or rebound)
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
     names = () if returned else assigned_to(analysis, c, span, match.values)  # all in the `return`
     return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within,

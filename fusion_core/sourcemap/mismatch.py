@@ -46,23 +46,41 @@ def whole_value(st: ast.stmt) -> ast.expr:
     return augmented_value(st) or value_of(st, last=True)
 
 
-_BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
-              ast.Match)
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+             ast.Match)
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _changed(st: ast.stmt) -> list[str]:
+    """Names `st` may rebind or change in place: targets (`h = ...`, `h[i] = ...`,
+    `h.data = ...`) and the receivers of in-place methods (`h.mul_(2.0)`)."""
+    names = set()
+    for n in ast.walk(st):
+        if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) and isinstance(
+                n.ctx, ast.Store):
+            names.add(_root_name(n))
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+              and n.func.attr.endswith("_") and not n.func.attr.startswith("_")):
+            names.add(_root_name(n.func.value))
+    return sorted(names - {None, "_"})
 
 
 def unused_statement(src: SourceFile, st: Statement) -> str:
     """Why a statement among the fused lines, matched to nothing, keeps them apart. A compound
-    one is quoted by its first line: its body the traced call did not run (or ran without
-    ops of the cluster) may still change what the later lines read."""
-    if isinstance(st.node, _BRANCHING):
+    one is quoted by its first line, with what it may change: its body may run otherwise in
+    another call (a branch the traced call did not take), and one kernel cannot run
+    around it."""
+    if isinstance(st.node, _COMPOUND):
         head = src.line_text(st.start).strip()
-        names = sorted({n.id for n in ast.walk(st.node)
-                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} - {"_"})
-        if names:
-            changed = ", ".join(f"`{n}`" for n in names)
-            return (f"line {st.start} (`{head}`) lies between the fused lines and may assign "
-                    f"{changed} in a call the trace did not see; one kernel cannot run "
-                    "around it")
+        changed = _changed(st.node)
+        if changed:
+            return (f"line {st.start} (`{head}`) lies between the fused lines and may change "
+                    f"{', '.join(f'`{n}`' for n in changed)}: one kernel cannot run around it")
         return (f"line {st.start} (`{head}`) lies between the fused lines and computes "
                 "nothing the cluster uses")
     return f"line {st.start} (`{src.segment(st.node)}`) computes nothing the cluster uses"
