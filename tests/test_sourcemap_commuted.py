@@ -116,12 +116,13 @@ def test_arithmetic_on_numbers_is_a_number(capture):
     assert m.replacement.strip() == "return cluster0(h)"
 
 
-def test_a_parameter_is_not_known_to_be_a_number_and_gets_no_edit():
-    """`s` may be a tensor for another caller: the operands keep their source order and the
-    cluster stays a pointer."""
+def test_a_parameter_is_not_known_to_be_a_number_and_gets_no_edit_naming_it():
+    """`s` may hold another number for another caller: the cluster stays a pointer, and the
+    reason names `s` (the graph's tensor is the input `h`), not `h`."""
     (m,) = map_clusters(analyze(Unknown(), (4, 8), capture="export"))
     assert not m.exact
     assert m.replacement is None
+    assert m.reason.startswith("`s` is a parameter of `forward`"), m.reason
 
 
 GELU_FILE = """\

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 
+import torch.fx as fx
 from torch import nn
 
 from .bindings import bindings, declared_global, plain_assignment
@@ -71,3 +72,17 @@ def is_number(expr: ast.expr, scope: Scope | None, tree: ast.Module, self_name: 
     if isinstance(expr, ast.Name):
         return scope is not None and constant_name(scope, tree, expr.id)
     return module is not None and number_attribute(expr, self_name, module)
+
+
+def other_is_the_input(binop: ast.BinOp, operand: ast.expr, node: fx.Node) -> bool:
+    """`operand` is the number by elimination: the other one is the plain name of the model
+    input the graph multiplies (`s * h`, `h` the input `h`: its placeholder keeps the
+    name), and `operand` is not that name."""
+    tensor = node.args[0] if node.args else None
+
+    def names_input(e: ast.expr) -> bool:
+        return (isinstance(e, ast.Name) and isinstance(tensor, fx.Node)
+                and tensor.op == "placeholder" and tensor.name == e.id)
+
+    other = binop.right if operand is binop.left else binop.left
+    return names_input(other) and not names_input(operand)

@@ -28,7 +28,7 @@ from .augmented import is_augmented, rebinding_refused
 from .callees import calls_method, computes_node, same_callee
 from .evaluated import args_computed
 from .from_end import counted_from_end, resolved
-from .held_numbers import is_number, module_at
+from .held_numbers import is_number, module_at, other_is_the_input
 from .mismatch import Mismatch, Reentered, unused_statement, value_of, whole_value
 from .pyexpr import (
     BINOPS,
@@ -277,8 +277,10 @@ class Unifier:
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
-            self.match_args(operands_in_graph_order(expr, node, lambda e: self.holds_number(e, k)),
-                            node.args, k)
+            def number(e: ast.expr) -> bool:
+                return self.holds_number(e, k) or other_is_the_input(expr, e, node)
+
+            self.match_args(operands_in_graph_order(expr, node, number), node.args, k)
         elif isinstance(expr, ast.UnaryOp) and same_operator(node, UNARYOPS.get(type(expr.op))):
             self.match_args([expr.operand], node.args, k)
         elif (isinstance(expr, ast.Compare) and len(expr.ops) == 1
