@@ -148,7 +148,8 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
     if sized is not None or passed is not None or rebound is not None:
         raise PointerOnly(sized or passed or rebound)
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
-    names = () if returned else assigned_to(analysis, c, span, match.values)  # all in the `return`
+    names = () if returned else assigned_to(analysis, c, span, match.values,  # all returned
+                                            last_kept=within is not None)
     return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within,
                  match.imports)
 

@@ -18,8 +18,11 @@ from .span import PointerOnly, Span
 
 
 def assigned_to(analysis: Analysis, c: Cluster, span: Span,
-                values: tuple[str | None, ...]) -> tuple[str, ...]:
-    """For a cluster with several results: the name each earlier result is assigned to."""
+                values: tuple[str | None, ...], last_kept: bool = False) -> tuple[str, ...]:
+    """For a cluster with several results: the name each earlier result is assigned to.
+    `last_kept`: the edit keeps the last statement (a part of it replaced), which may read
+    the name and then assign it again (`x = x + self.mlp(self.ln_2(x))` after
+    `x = x + attn`: the edit assigns `x` and the fused part's result on a line above it)."""
     names = []
     same = {m: v for call in span.calls for m, v in call.passes}
     for out in c.outputs[:-1]:
@@ -28,7 +31,8 @@ def assigned_to(analysis: Analysis, c: Cluster, span: Span,
             raise PointerOnly(f"the cluster also writes {said(analysis.graph, out)}, which no line "
                               "of the range assigns to a name")
         name = span.stmts[js[-1]].node.targets[0].id
-        later = [s for s in span.stmts[js[-1] + 1:] if name in stored_names(s.node)]
+        later = [s for s in span.stmts[js[-1] + 1:] if name in stored_names(s.node)
+                 and not (last_kept and s is span.stmts[-1])]
         if later:
             raise PointerOnly(f"`{name}` holds the cluster's result "
                               f"{said(analysis.graph, out)} but line {later[0].start} "
