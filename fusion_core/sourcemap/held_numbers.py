@@ -74,15 +74,28 @@ def is_number(expr: ast.expr, scope: Scope | None, tree: ast.Module, self_name: 
     return module is not None and number_attribute(expr, self_name, module)
 
 
-def other_is_the_input(binop: ast.BinOp, operand: ast.expr, node: fx.Node) -> bool:
-    """`operand` is the number by elimination: the other one is the plain name of the model
-    input the graph multiplies (`s * h`, `h` the input `h`: its placeholder keeps the
-    name), and `operand` is not that name."""
+def root_forward(scope: Scope | None, self_path: str
+                 ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The model's own `forward` (`self` the root module), whose parameters are the graph's
+    inputs, when `scope` is it."""
+    if scope is None or self_path != "" or scope.node.name != "forward":
+        return None
+    return scope.node
+
+
+def other_is_the_input(binop: ast.BinOp, operand: ast.expr, node: fx.Node,
+                       root_forward: ast.FunctionDef | ast.AsyncFunctionDef | None) -> bool:
+    """`operand` is the number by elimination: the other one is a parameter of the model's
+    own forward (`root_forward`), never rebound there, whose placeholder the graph
+    multiplies (`s * h`, `h` the input `h`: its placeholder keeps the name), and `operand`
+    is not."""
     tensor = node.args[0] if node.args else None
 
     def names_input(e: ast.expr) -> bool:
-        return (isinstance(e, ast.Name) and isinstance(tensor, fx.Node)
-                and tensor.op == "placeholder" and tensor.name == e.id)
+        return (root_forward is not None and isinstance(e, ast.Name)
+                and isinstance(tensor, fx.Node) and tensor.op == "placeholder"
+                and tensor.name == e.id and bool(found := bindings(root_forward, e.id))
+                and all(isinstance(b, ast.arg) for b in found))
 
     other = binop.right if operand is binop.left else binop.left
     return names_input(other) and not names_input(operand)

@@ -149,7 +149,7 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
         raise PointerOnly(sized or passed or rebound)
     baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
     names = () if returned else assigned_to(analysis, c, span, match.values,  # all returned
-                                            last_kept=within is not None)
+                                            within)
     return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within,
                  match.imports)
 

@@ -13,16 +13,20 @@ import ast
 from ..analysis.types import Cluster
 from ..ir.spelling import said
 from ..pipeline import Analysis
-from .pysource import stored_names
+from .pysource import loaded_names, stored_names
 from .span import PointerOnly, Span
 
 
 def assigned_to(analysis: Analysis, c: Cluster, span: Span,
-                values: tuple[str | None, ...], last_kept: bool = False) -> tuple[str, ...]:
+                values: tuple[str | None, ...], within: ast.expr | None = None
+                ) -> tuple[str, ...]:
     """For a cluster with several results: the name each earlier result is assigned to.
-    `last_kept`: the edit keeps the last statement (a part of it replaced), which may read
-    the name and then assign it again (`x = x + self.mlp(self.ln_2(x))` after
-    `x = x + attn`: the edit assigns `x` and the fused part's result on a line above it)."""
+    With `within` (the part of the last statement the fused call replaces) the edit keeps
+    that statement, which may assign the name again after its kept code reads it
+    (`x = x + self.mlp(self.ln_2(x))` after `x = x + attn`: the edit assigns `x` and the
+    part's result on a line above it). A name nothing reads before it is assigned again
+    would be a result no code sees (an in-place write to the caller's tensor that export
+    made a value of its own)."""
     names = []
     same = {m: v for call in span.calls for m, v in call.passes}
     for out in c.outputs[:-1]:
@@ -31,8 +35,13 @@ def assigned_to(analysis: Analysis, c: Cluster, span: Span,
             raise PointerOnly(f"the cluster also writes {said(analysis.graph, out)}, which no line "
                               "of the range assigns to a name")
         name = span.stmts[js[-1]].node.targets[0].id
+        last = span.stmts[-1]
+        kept_reads = within is not None and (  # `x += ...` reads `x` too
+            name in loaded_names(last.node, skip=[within])
+            or isinstance(last.node, ast.AugAssign) and isinstance(last.node.target, ast.Name)
+            and last.node.target.id == name)
         later = [s for s in span.stmts[js[-1] + 1:] if name in stored_names(s.node)
-                 and not (last_kept and s is span.stmts[-1])]
+                 and not (kept_reads and s is last)]
         if later:
             raise PointerOnly(f"`{name}` holds the cluster's result "
                               f"{said(analysis.graph, out)} but line {later[0].start} "

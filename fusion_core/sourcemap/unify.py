@@ -28,7 +28,7 @@ from .augmented import is_augmented, rebinding_refused
 from .callees import calls_method, computes_node, same_callee
 from .evaluated import args_computed
 from .from_end import counted_from_end, resolved
-from .held_numbers import is_number, module_at, other_is_the_input
+from .held_numbers import is_number, module_at, other_is_the_input, root_forward
 from .mismatch import Mismatch, Reentered, unused_statement, value_of, whole_value
 from .pyexpr import (
     BINOPS,
@@ -277,8 +277,10 @@ class Unifier:
 
     def match_op(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.BinOp) and same_operator(node, BINOPS.get(type(expr.op))):
+            root = root_forward(self.src.scope_at(self.stmts[0].start), self.self_path)
+
             def number(e: ast.expr) -> bool:
-                return self.holds_number(e, k) or other_is_the_input(expr, e, node)
+                return self.holds_number(e, k) or other_is_the_input(expr, e, node, root)
 
             self.match_args(operands_in_graph_order(expr, node, number), node.args, k)
         elif isinstance(expr, ast.UnaryOp) and same_operator(node, UNARYOPS.get(type(expr.op))):
