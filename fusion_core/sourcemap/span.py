@@ -222,19 +222,27 @@ def _check_in_place(analysis: Analysis, nodes: list[Node], where: dict) -> None:
     unless the written tensor was a temporary, the source keeps using `y`, which the
     kernel's new tensor cannot rebind."""
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+    members = {n.name for n in nodes}
     for node in nodes:
         spelling = fx_nodes[node.name].meta.get("fusion_inplace", "") \
             if node.name in fx_nodes else ""
-        if spelling.startswith((".", "aten.")) and not _writes_a_temporary(fx_nodes[node.name]):
+        if spelling.startswith((".", "aten.")) and not _writes_a_temporary(
+                fx_nodes[node.name], members):
             code = f"`{node.source.code}`" if node.source.code else spelling
             raise PointerOnly(f"{code} (line {node.source.line}) writes its input in place; the "
                            "kernel returns a new tensor, so an edit would have to rebind the "
                            "name every later line reads", **where)
 
 
-def _writes_a_temporary(node: fx.Node) -> bool:
+def _writes_a_temporary(node: fx.Node, members: set[str]) -> bool:
     """The tensor an in-place op wrote (`(x * 2).relu_()`'s product) is read by nothing
     else in the graph, so no line can tell whether it was overwritten: a kernel that returns
-    a new tensor instead computes the same model."""
+    a new tensor instead computes the same model. A tensor from outside the cluster (a
+    parameter: the caller's) counts only while the written values are read inside it alone:
+    the capture points every later read of that tensor at the op's result (export does so
+    in the caller too, where `torch.relu_(x)` in a block rectifies the caller's `h`), and
+    the edit rebinds no name there."""
     written = node.args[0] if node.args else None
-    return isinstance(written, fx.Node) and set(written.users) == {node}
+    if not (isinstance(written, fx.Node) and set(written.users) == {node}):
+        return False
+    return written.name in members or all(u.name in members for u in node.users)
