@@ -14,20 +14,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Mapping
 
+from .bindings import blocks
 from .pysource import last_store
 
 Origin = tuple[str, int]  # (name, line of the assignment it holds; 0: the parameter)
-
-
-def _blocks(func: ast.AST) -> dict[int, list[ast.stmt]]:
-    """id(statement) -> the statement list holding it."""
-    out: dict[int, list[ast.stmt]] = {}
-    for node in ast.walk(func):
-        for key in ("body", "orelse", "finalbody"):
-            block = getattr(node, key, None)
-            if isinstance(block, list):
-                out.update((id(st), block) for st in block if isinstance(st, ast.stmt))
-    return out
 
 
 def _origin(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, line: int,
@@ -48,7 +38,7 @@ def aliased_names(func: ast.FunctionDef | ast.AsyncFunctionDef, first: ast.stmt,
                   bound: Mapping[str, Iterable[str]]) -> str | None:
     """Why the edit starting at statement `first` would be wrong (`bound`: cluster input ->
     every text the match read it as), or None."""
-    block = _blocks(func).get(id(first), [])
+    block = next((b for b in blocks(func) if any(st is first for st in b)), [])
     for texts in bound.values():
         names = [t for t in texts if t.isidentifier()]
         origins = {n: _origin(func, n, first.lineno, block) for n in names}

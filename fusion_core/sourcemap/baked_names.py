@@ -16,16 +16,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .bindings import bindings, declared_global, runs_before, statement_of
+from .pysource import loaded_names
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
 def _lines(nodes: list[ast.AST]) -> str:
     return ", ".join(str(n) for n in sorted({n.lineno for n in nodes}))
-
-
-def _loaded(expr: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def _unsettled(func: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module, name: str,
@@ -61,7 +58,7 @@ def _unsettled(func: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module, n
     if not runs_before(func, st, line):
         return f"`{name}` (line {st.lineno}: `{head}`) is not set on every path to line {line}"
     if isinstance(st, ast.Assign):  # `s = 0.5 * k`: so must `k` be
-        for read in sorted(_loaded(st.value)):
+        for read in sorted(loaded_names(st.value)):
             why = _unsettled(func, tree, read, st.lineno, segment, seen)
             if why is not None:
                 return why
@@ -77,7 +74,7 @@ def rebound_baked(func: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module
             expr = ast.parse(text, mode="eval").body
         except SyntaxError:
             continue
-        for name in sorted(_loaded(expr)):
+        for name in sorted(loaded_names(expr)):
             why = _unsettled(func, tree, name, line, segment, set())
             if why is not None:
                 return (f"{why}: the kernel would hold the {value!r} of the traced call in "

@@ -51,7 +51,8 @@ def plain_assignment(root: ast.AST, target: ast.AST) -> ast.Assign | None:
                  and len(st.targets) == 1 and st.targets[0] is target), None)
 
 
-def _blocks(root: ast.AST) -> Iterator[list[ast.stmt]]:
+def blocks(root: ast.AST) -> Iterator[list[ast.stmt]]:
+    """Every statement list of `root`: bodies, `else` and `finally` branches, handlers'."""
     for node in ast.walk(root):
         for key in ("body", "orelse", "finalbody"):
             block = getattr(node, key, None)
@@ -62,7 +63,7 @@ def _blocks(root: ast.AST) -> Iterator[list[ast.stmt]]:
 def runs_before(root: ast.AST, statement: ast.stmt, line: int) -> bool:
     """`statement` runs on every path to `line`: a later statement of its own block holds
     the line (not a branch beside it, nor a line above it)."""
-    for block in _blocks(root):
+    for block in blocks(root):
         for i, st in enumerate(block):
             if st is statement:
                 return any(later.lineno <= line <= (later.end_lineno or later.lineno)
