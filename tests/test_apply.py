@@ -269,7 +269,7 @@ def test_a_mismatching_rewrite_is_rolled_back(tmp_path):
 def test_rewrite_inserts_the_import_below_the_imports_and_goes_bottom_up(tmp_path):
     path = copy_example(tmp_path, "example_net.py")
     _, plan = _plan(path, (2, 1024))
-    text, new_lines = rewrite(path.read_text(), plan)
+    text, new_lines = rewrite(path.read_text(), plan.files[0])
     lines = text.splitlines()
     block = lines.index("if __package__:  # fused kernels written by fusion-advisor --apply")
     above = [i for i, line in enumerate(lines[:block]) if line.startswith(("import ", "from "))]
@@ -302,9 +302,9 @@ def test_a_file_name_that_is_no_identifier_gets_an_importable_package(tmp_path):
     path.write_text(ONE_CLUSTER)
     analysis, plan = _plan(path, (4, 8))
     result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
-    assert result.package.name == "my_model_fused"
+    assert result.files[0].package.name == "my_model_fused"
     assert "from my_model_fused import cluster0" in path.read_text()
-    assert result.backup.read_text() == ONE_CLUSTER
+    assert result.files[0].backup.read_text() == ONE_CLUSTER
 
 
 def test_fused_ops_refuse_other_dtypes_and_backward(tmp_path):
@@ -348,8 +348,8 @@ def test_apply_a_cluster_with_two_results(tmp_path):
     assert result.clusters == (0,)
     assert "x, h = cluster0(x, y, self.norm.weight, self.norm.bias)" in path.read_text()
     assert analyze_file(path, [InputSpec((4, 8))]).clusters == ()
-    assert_same_outputs(backup_as_py(result.backup), path, "ResNorm", torch.randn(3, 8))
-    assert result.backup.read_text() == original
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "ResNorm", torch.randn(3, 8))
+    assert result.files[0].backup.read_text() == original
 
 
 @pytest.mark.gpu
@@ -376,7 +376,7 @@ def test_crlf_line_endings_survive_apply(tmp_path):
     data = path.read_bytes()
     assert b"y = cluster0(x)\r\n" in data
     assert data.count(b"\n") == data.count(b"\r\n")
-    assert result.backup.read_bytes() == original
+    assert result.files[0].backup.read_bytes() == original
 
 
 def test_models_returning_a_dict_are_checked_leaf_by_leaf(tmp_path):

@@ -58,7 +58,7 @@ def test_residual_add_and_a_user_norm_module_are_one_edit_in_the_caller(tmp_path
     assert "h = self.norm(h)" not in text
     # The norm's own forward is left as written: other code may still call it.
     assert "return x * torch.rsqrt(" in text
-    assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Block", torch.randn(3, 8))
     assert analyze_file(path, [InputSpec((4, 8))], capture=capture).clusters == ()
 
 
@@ -77,7 +77,7 @@ def test_a_decoder_layers_residual_and_post_attention_norm_are_one_edit(tmp_path
                                      "hidden_states, self.post_attention_layernorm.weight)")
     assert m.cluster_index in p.clusters
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
-    assert_same_outputs(backup_as_py(result.backup), path, "Layer", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Layer", torch.randn(3, 8))
 
 
 def test_under_fx_the_decoders_residual_is_recomputed_and_the_map_says_how_to_spell_it(
@@ -270,7 +270,7 @@ def test_gpt_layers_residual_and_norm2_are_one_edit_with_norm1_kept_as_its_argum
     text = path.read_text()
     assert "        h = self.up(fused)\n" in text and "self.norm2(x)" not in text
     kwargs = dict(layers=2, hidden=32, heads=2, max_tokens=32)
-    before = type(load(backup_as_py(result.backup), "GPT12"))(**kwargs).to(DEVICE)
+    before = type(load(backup_as_py(result.files[0].backup), "GPT12"))(**kwargs).to(DEVICE)
     after = type(load(path, "GPT12"))(**kwargs).to(DEVICE)
     after.load_state_dict(before.state_dict())
     ids = torch.randint(0, 128, (2, 8), device=DEVICE)
@@ -308,4 +308,4 @@ def test_a_staticmethods_first_parameter_is_an_argument_not_self(tmp_path, captu
     assert m.replacement.strip() == "return cluster0(h)"
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert result.clusters == (0,)
-    assert_same_outputs(backup_as_py(result.backup), path, "Net", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Net", torch.randn(3, 8))

@@ -28,7 +28,7 @@ def _applied(path, shape, class_name):
     analysis, plan = _plan(path, shape)
     result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
     assert result is not None and result.clusters
-    original = load(backup_as_py(result.backup), class_name).to(DEVICE).eval()
+    original = load(backup_as_py(result.files[0].backup), class_name).to(DEVICE).eval()
     rewritten = load(path, class_name).to(DEVICE).eval()
     rewritten.load_state_dict(original.state_dict())
     package = sys.modules[package_name(path.stem)]

@@ -65,7 +65,7 @@ def test_a_callees_trailing_eval_dropout_reads_as_the_calls_result(tmp_path, cap
     text = path.read_text()
     assert "return torch.tanh(" not in text
     assert "return self.drop(self.fc2(F.relu(self.fc1(x))))" in text  # the callee stays
-    assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Block", torch.randn(3, 8))
 
 
 # A pre-norm residual (MLP-Mixer's channel mixing): the norm's kernel fuses the sum without
@@ -118,7 +118,7 @@ def test_a_sum_the_norm_drops_and_the_residual_add_recomputes_is_one_edit(tmp_pa
     assert {norm.index, add.index} <= set(p.clusters)
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert "x = x + y" not in path.read_text()
-    assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Block", torch.randn(3, 8))
 
 
 # LLaMA's block: the sum's second operand is a call, which both kernels read; the edit
@@ -143,7 +143,7 @@ def test_a_call_both_kernels_read_is_assigned_once_above_them(tmp_path, capture)
         "fused = self.mix(x)", f"return cluster{add.index}(x, fused, self.mlp({inner}))"]
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert path.read_text().count("self.mix(x)") == 1  # the call runs once
-    assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Block", torch.randn(3, 8))
 
 
 # GPT-NeoX's parallel block: two norms of one sum, each read by its own branch.
@@ -182,7 +182,7 @@ def test_two_norms_of_a_recomputed_sum_are_named_above_the_residual_call(tmp_pat
     assert lines[1].endswith("self.attn(fused), self.mlp(fused1))")
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert "h = x + y" not in path.read_text()
-    assert_same_outputs(backup_as_py(result.backup), path, "Parallel", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Parallel", torch.randn(3, 8))
 
 
 # Hugging Face's LlamaRMSNorm, copied into a user's file: the norm remembers its input's dtype
@@ -231,7 +231,7 @@ def test_a_dtype_read_above_the_range_is_built_into_the_kernel(tmp_path, capture
     assert sorted(m.baked) == ["input_dtype = torch.float32", "self.eps = 1e-06"]
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert "input_dtype = hidden_states.dtype" in path.read_text()  # above the range: kept
-    assert_same_outputs(backup_as_py(result.backup), path, "Net", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Net", torch.randn(3, 8))
 
 
 # The pre-norm transformer block, as most users write it.
@@ -268,4 +268,4 @@ def test_a_pre_norm_blocks_residual_and_second_norm_are_one_edit(tmp_path, captu
         f"x = cluster{add.index}(x, fused, self.mlp(cluster{norm.index}(x, fused, "
         "self.ln2.weight, self.ln2.bias)))"]
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
-    assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Block", torch.randn(3, 8))

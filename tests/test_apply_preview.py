@@ -78,7 +78,8 @@ def test_source_edits_show_the_import_lines_the_apply_prompt_writes(tmp_path, mo
     assert "@@ -2,0 +3,4 @@" in preview  # the same hunk the prompt's diff shows
     assert checked(tmp_path / "r.json") == {"file": str(path.resolve()), "line": 3,
                                             "imports": written[:-1], "skipped": [],
-                                            "refused": None}
+                                            "refused": None, "refused_file": None,
+                                            "other_files": []}
     assert "--apply skips" not in result.output
 
 

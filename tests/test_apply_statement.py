@@ -132,7 +132,7 @@ def applied(path: Path, capture: str, cls: str) -> tuple[list, str]:
     assert p.clusters == tuple(sorted(c.index for c in analysis.clusters)), p.skipped
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert result is not None
-    assert_same_outputs(backup_as_py(result.backup), path, cls, torch.randn(4, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, cls, torch.randn(4, 8))
     return list(mappings), path.read_text()
 
 

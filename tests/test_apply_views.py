@@ -72,7 +72,7 @@ def test_a_permute_and_a_transpose_inside_clusters_are_applied(tmp_path):
     assert result is not None and result.clusters == (0, 1)
     text = path.read_text()
     assert "y = cluster0(x, self.g, r)" in text and "return cluster1(h)" in text
-    before = load(backup_as_py(result.backup), "Permuted").to(DEVICE)
+    before = load(backup_as_py(result.files[0].backup), "Permuted").to(DEVICE)
     after = load(path, "Permuted").to(DEVICE)
     after.load_state_dict(before.state_dict())
     # Another batch and height than analysed: the results' shapes follow the inputs'.
@@ -92,7 +92,7 @@ def test_convnexts_permute_layer_norm_and_scale_permute_add_are_applied(tmp_path
     assert plan.skipped == () and plan.clusters == (0, 1)
     result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
     assert result is not None
-    assert_same_outputs(backup_as_py(result.backup), path, "ConvNeXtBlock",
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "ConvNeXtBlock",
                         torch.randn(2, 32, 3, 5))
 
 
@@ -179,7 +179,8 @@ def test_a_flatten_of_a_pooled_1x1_map_is_applied_and_runs_at_other_sizes(tmp_pa
     assert plan.skipped == () and plan.clusters == (0,)
     result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
     assert result is not None
-    assert_same_outputs(backup_as_py(result.backup), path, "Pooled", torch.randn(3, 4, 5, 2))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Pooled",
+                        torch.randn(3, 4, 5, 2))
 
 
 # A GNN's mean aggregation: the degree broadcast over the features by `[:, None]`.
@@ -216,7 +217,8 @@ def test_a_constant_subscript_inside_a_cluster_is_applied(tmp_path):
     result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
     assert result is not None
     assert "return cluster0(deg, agg)" in path.read_text()
-    before, after = load(backup_as_py(result.backup), "Subscripted"), load(path, "Subscripted")
+    before = load(backup_as_py(result.files[0].backup), "Subscripted")
+    after = load(path, "Subscripted")
     for n in (10, 7):  # another node count than analysed
         agg, deg = torch.randn(n, 16, device=DEVICE), torch.rand(n, device=DEVICE) * 3
         torch.testing.assert_close(after(agg, deg), before(agg, deg))
@@ -266,7 +268,7 @@ def test_a_method_of_a_buffer_maps_as_a_method(tmp_path, capture):
     result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
     assert result is not None
     assert "w = cluster0(self.w_q, self.w_scale[:, None])" in path.read_text()
-    assert_same_outputs(backup_as_py(result.backup), path, "Dequant", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Dequant", torch.randn(3, 8))
 
 
 HEAD_MERGE = textwrap.dedent("""\
@@ -294,7 +296,7 @@ def test_a_head_merge_sized_from_input_shapes_is_applied_and_follows_other_sizes
     result = apply(plan, analysis, Console(), assume_yes=True, ask=None)
     assert result is not None
     assert "return cluster0(o.transpose(1, 2), x)" in path.read_text()
-    before = load(backup_as_py(result.backup), "HeadMerge").to(DEVICE)
+    before = load(backup_as_py(result.files[0].backup), "HeadMerge").to(DEVICE)
     after = load(path, "HeadMerge").to(DEVICE)
     for b, t in ((2, 4), (3, 7)):
         o, x = torch.randn(b, 3, t, 5, device=DEVICE), torch.randn(b, t, 15, device=DEVICE)

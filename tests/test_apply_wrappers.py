@@ -81,7 +81,7 @@ def test_decorated_helpers_map_at_their_call_lines_and_apply(tmp_path, capture, 
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert result.clusters == (0,)
     assert "g = cluster0(x, self.proj(x), self.weight)" in path.read_text()
-    assert_same_outputs(backup_as_py(result.backup), path, "M", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "M", torch.randn(3, 8))
 
 
 # A base layer whose `__call__` only forwards, or whose subclasses' `forward` is wrapped at
@@ -162,7 +162,7 @@ def test_a_call_through_a_forwarding_layer_maps_at_its_line_and_applies(tmp_path
     assert m.cluster_index in p.clusters
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert "h = self.norm(h)" not in path.read_text()
-    assert_same_outputs(backup_as_py(result.backup), path, "Block", torch.randn(3, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Block", torch.randn(3, 8))
 
 
 @pytest.mark.parametrize("base", FORWARDING_BASES)

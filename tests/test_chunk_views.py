@@ -156,4 +156,4 @@ def test_rotary_with_chunk_is_rewritten_on_its_line_and_computes_the_same(tmp_pa
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert "rotate_half(q)" not in path.read_text()
     torch.manual_seed(0)
-    assert_same_outputs(backup_as_py(result.backup), path, "Rotary", torch.randn(2, 4, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Rotary", torch.randn(2, 4, 8))

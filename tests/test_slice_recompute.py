@@ -213,7 +213,7 @@ def test_the_recomputing_kernel_replaces_the_lines_and_computes_the_same(tmp_pat
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert "h[..., 8:]" not in path.read_text()
     torch.manual_seed(0)
-    assert_same_outputs(backup_as_py(result.backup), path, "Gated", torch.randn(2, 4, 8))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Gated", torch.randn(2, 4, 8))
 
 
 def rotate_half(x):

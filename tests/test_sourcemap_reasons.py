@@ -120,7 +120,7 @@ def test_two_results_returned_together_are_one_call_returning_both(tmp_path, cap
     assert p.clusters == (0,)
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     assert "return cluster0(self.emb(ids))" in path.read_text()
-    assert_same_outputs(backup_as_py(result.backup), path, "Together",
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "Together",
                         torch.randint(0, 100, (3, 5)))
 
 
@@ -222,7 +222,8 @@ def test_llama_rotary_lines_applied_compute_what_the_model_did(tmp_path):
         assert f"        {name} = cluster{i}({name}, cos, sin)" in lines
     assert "rotate_half(q)" not in path.read_text()
     torch.manual_seed(0)
-    assert_same_outputs(backup_as_py(result.backup), path, "LlamaBlock", torch.randn(1, 4, 128))
+    assert_same_outputs(backup_as_py(result.files[0].backup), path, "LlamaBlock",
+                        torch.randn(1, 4, 128))
 
 
 ONE_CALL = """\

@@ -1,13 +1,12 @@
-"""`--apply`: rewrite the model file with the exact, verified clusters, or change nothing.
+"""`--apply`: rewrite the model's files with the exact, verified clusters, or change nothing.
 
-Reads an ``ApplyPlan`` (``apply_plan.py`` picks the edits and says why each other cluster
-is left alone) and the ``Analysis`` it was made from; writes the model file, its backup and
-the sibling ``<stem>_fused/`` package. ``apply`` asks for confirmation (or takes
-``--yes``), checks the file's hash against the one the mapping was made from,
-keeps a backup, writes the sibling ``<stem>_fused/`` package and the rewritten
-file atomically (edits bottom-up, so earlier line numbers stay valid), then
-imports the rewritten model and runs it against the original on fresh inputs;
-on any mismatch or error it restores the original and says why.
+Reads an ``ApplyPlan`` (``apply_plan.py`` picks the edits, file by file, and says why each
+other cluster is left alone) and the ``Analysis`` it was made from; writes each edited file,
+its backup and its sibling ``<stem>_fused/`` package. ``apply`` asks for confirmation (or
+takes ``--yes``), checks each file's hash against the one its mapping was made from, keeps a
+backup of each, writes the packages and the rewritten files atomically (edits bottom-up, so
+earlier line numbers stay valid), then imports the rewritten model and runs it against the
+original on fresh inputs; on any mismatch or error it restores every file and says why.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from ..pipeline import Analysis
 from ..report.units import short_path
 from ..source_trees import parse_source
 from ..units import counted, plural
-from .apply_plan import ApplyPlan
+from .apply_plan import ApplyPlan, FilePlan
 from .comments import leading_comments
 from .diff import print_text_diff
 from .fused import package_files, package_name
@@ -39,7 +38,7 @@ from .pysource import physical_lines, sha256
 
 
 class ApplyError(FusionAdvisorError):
-    """--apply refused or rolled back; the model file is as it was."""
+    """--apply refused or rolled back; the model's files are as they were."""
 
 
 def no_terminal() -> ApplyError:
@@ -48,16 +47,21 @@ def no_terminal() -> ApplyError:
 
 
 @dataclass(frozen=True)
-class ApplyResult:
+class AppliedFile:
     path: Path
-    backup: Path
-    package: Path
+    backup: Path  # the original's bytes
+    package: Path  # the sibling `<stem>_fused/` its new lines import
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    files: tuple[AppliedFile, ...]  # as the plan orders them: the model file first
     clusters: tuple[int, ...]
-    new_lines: tuple[tuple[int, int], ...]  # (cluster, line of its call in the new file)
+    new_lines: tuple[tuple[int, int], ...]  # (cluster, line of its call in its new file)
     max_abs_err: float | None
 
 
-def rewrite(text: str, plan: ApplyPlan, newline: str = "\n") -> tuple[str, dict[int, int]]:
+def rewrite(text: str, plan: FilePlan, newline: str = "\n") -> tuple[str, dict[int, int]]:
     """The new file text and, per edit's first cluster, the line its call lands on."""
     lines = physical_lines(text)
     tree = parse_source(text)
@@ -96,7 +100,7 @@ def _backup_path(path: Path) -> Path:
     return candidate
 
 
-def _read_checked(plan: ApplyPlan) -> bytes:
+def _read_checked(plan: FilePlan) -> bytes:
     try:
         data = plan.path.read_bytes()
     except OSError as e:
@@ -123,16 +127,29 @@ def _tensors(out: object) -> list[torch.Tensor]:
     return [x for x in tree_leaves(out) if isinstance(x, torch.Tensor)]
 
 
-def verify(analysis: Analysis, path: Path) -> float | None:
-    """Run the rewritten model against the original on fresh inputs; return max abs err."""
+def _forget_modules_of(paths: set[Path]) -> None:
+    """Drop imported modules whose file is one of `paths`: the model file imports them
+    again from the text now there (a helper file the model imports stays cached else)."""
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and Path(file).resolve() in paths:
+            del sys.modules[name]
+
+
+def verify(analysis: Analysis, path: Path, others: tuple[Path, ...] = ()) -> float | None:
+    """Run the rewritten model against the original on fresh inputs; return max abs err.
+
+    `others`: the other files --apply rewrote, which the model file imports."""
     from ..validate.inputs import graph_inputs, reduced_specs
     from ..validate.numerics import MODEL_TOL, compare
 
-    fused = package_name(path.stem)
-    forget_package(fused)
-    inside = package_module(path)  # a file in a package imports its fused package relatively
-    if inside is not None:
-        forget_package(f"{inside[1].rpartition('.')[0]}.{fused}")
+    for p in (path, *others):
+        fused = package_name(p.stem)
+        forget_package(fused)
+        inside = package_module(p)  # a file in a package imports its fused package relatively
+        if inside is not None:
+            forget_package(f"{inside[1].rpartition('.')[0]}.{fused}")
+    _forget_modules_of(set(others))
     module = import_model_file(path)
     # Built as the analyzed model was: the same class or factory, the same keyword arguments.
     source = analysis.source
@@ -167,41 +184,102 @@ def verify(analysis: Analysis, path: Path) -> float | None:
     return err
 
 
-def _write(plan: ApplyPlan, text: str, new_text: str, package: Path) -> Path:
-    """Backup, package, then the model file; on any failure nothing of ours is left."""
-    backup = _backup_path(plan.path)
-    created = False
+@dataclass(frozen=True)
+class _Rewrite:
+    """One file about to be rewritten: its plan, text before and after, its package."""
+
+    plan: FilePlan
+    text: str
+    new_text: str
+    new_lines: dict[int, int]
+    package: Path
+
+
+def _prepare(plan: FilePlan) -> _Rewrite:
+    """Read and check one file, and make its new text; raise ApplyError naming the file."""
+    where = short_path(str(plan.path))
+    text = _read_checked(plan).decode("utf-8")
+    if (refused := refusal(text)) is not None:
+        raise ApplyError(f"{where} {refused}")
+    package = plan.path.with_name(package_name(plan.path.stem))
+    taken = next((p for p in (package, package.with_suffix(".py")) if p.exists()), None)
+    if taken is not None:  # a module of that name would shadow (or be shadowed by) ours
+        raise ApplyError(f"{short_path(str(taken))} already exists: move it away before "
+                         "--apply")
+    newline = "\r\n" if text.split("\n", 1)[0].endswith("\r") else "\n"
+    new_text, new_lines = rewrite(text, plan, newline)
+    return _Rewrite(plan, text, new_text, new_lines, package)
+
+
+@dataclass
+class _Written:
+    """What `_write` made for one file so far, so that `_undo` removes only that."""
+
+    rewrite: _Rewrite
+    backup: Path
+    package_made: bool = False
+    replaced: bool = False
+
+
+def _undo(done: list[_Written]) -> None:
+    """Put back what `_write` changed: each file's text (when it was replaced), the package
+    it made and its backup; an OSError is raised after every other step was tried."""
+    failed: OSError | None = None
+    for w in reversed(done):
+        try:
+            if w.replaced:
+                write_atomic(w.rewrite.plan.path, w.rewrite.text)
+            if w.package_made:
+                shutil.rmtree(w.rewrite.package, ignore_errors=True)
+            w.backup.unlink(missing_ok=True)
+        except OSError as e:
+            failed = failed or e
+    if failed is not None:
+        raise failed
+
+
+def _write(rewrites: list[_Rewrite]) -> list[_Written]:
+    """Backups and packages of every file, then the files; on any failure nothing of ours
+    is left and every file holds its original text."""
+    done: list[_Written] = []
+    current = rewrites[0].plan.path  # the file being written, for the error
     try:
-        write_atomic(backup, text)
-        package.mkdir()
-        created = True
-        for name, body in package_files(plan.path.name, plan.ops).items():
-            write_atomic(package / name, body)
-        _read_checked(plan)  # right before the model file is replaced
-        write_atomic(plan.path, new_text)
+        for r in rewrites:
+            current = r.plan.path
+            done.append(_Written(r, _backup_path(r.plan.path)))
+            write_atomic(done[-1].backup, r.text)
+            r.package.mkdir()
+            done[-1].package_made = True
+            for name, body in package_files(r.plan.path.name, r.plan.ops).items():
+                write_atomic(r.package / name, body)
+        for w in done:
+            current = w.rewrite.plan.path
+            _read_checked(w.rewrite.plan)  # right before the file is replaced
+            write_atomic(w.rewrite.plan.path, w.rewrite.new_text)
+            w.replaced = True
     except BaseException as e:
-        if created:
-            shutil.rmtree(package, ignore_errors=True)
-        backup.unlink(missing_ok=True)
+        try:
+            _undo(done)
+        except OSError:
+            pass  # the error below says what failed first
         if isinstance(e, OSError):
-            raise ApplyError(f"cannot write next to {short_path(str(plan.path))}: {e} "
-                             "(check the folder's permissions)") from e
+            raise ApplyError(f"cannot write next to {short_path(str(current))}: {e} (check "
+                             "the folder's permissions)") from e
         raise
-    return backup
+    return done
 
 
-def _restore(path: Path, original: str, backup: Path, package: Path) -> None:
-    write_atomic(path, original)
-    shutil.rmtree(package, ignore_errors=True)
-    backup.unlink(missing_ok=True)
+def _names(paths: list[Path]) -> str:
+    shown = [short_path(str(p)) for p in paths]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
 def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: bool,
           ask: Callable[[str], bool] | None) -> ApplyResult | None:
     """Write the plan after confirmation; None when nothing was written."""
-    where = short_path(str(plan.path))
-    if plan.digest is not None:
-        _read_checked(plan)  # saved again during the run: refuse before anything else
+    for f in (plan.file(plan.path), *plan.files):
+        if f.digest is not None:
+            _read_checked(f)  # saved again during the run: refuse before anything else
     pointers = [s.cluster for s in plan.skipped if s.pointer]
     if pointers:
         console.print(f"Not applied: {plural(len(pointers), 'cluster')} "
@@ -212,50 +290,53 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
             console.print(f"cluster {s.cluster}: not applied, {s.reason}", highlight=False,
                           markup=False)
     if not plan.edits:
-        console.print(f"Nothing to apply to {where}.", highlight=False)
+        console.print(f"Nothing to apply to {short_path(str(plan.path))}.", highlight=False)
         return None
-    package = plan.path.with_name(package_name(plan.path.stem))
     if not assume_yes and ask is None:
         raise no_terminal()
-    data = _read_checked(plan)
-    text = data.decode("utf-8")
-    if (refused := refusal(text)) is not None:
-        raise ApplyError(f"{where} {refused}")
-    taken = next((p for p in (package, package.with_suffix(".py")) if p.exists()), None)
-    if taken is not None:  # a module of that name would shadow (or be shadowed by) ours
-        raise ApplyError(f"{short_path(str(taken))} already exists: move it away before "
-                         "--apply")
-    newline = "\r\n" if text.split("\n", 1)[0].endswith("\r") else "\n"
-    new_text, new_lines = rewrite(text, plan, newline)
+    rewrites = [_prepare(f) for f in plan.files]
+    where = _names([r.plan.path for r in rewrites])
     if not assume_yes and ask is not None:
         # What is asked about is the text about to be written, imports included; _write
-        # checks the file's hash again before replacing it.
-        print_text_diff(str(plan.path), text, new_text, console)
-        if not ask(f"Rewrite {where} ({counted(len(plan.edits), 'edit')}: "
-                   f"{plural(len(plan.clusters), 'cluster')} "
+        # checks each file's hash again before replacing it.
+        for r in rewrites:
+            print_text_diff(str(r.plan.path), r.text, r.new_text, console)
+        files = "; ".join(f"{short_path(str(r.plan.path))}: {counted(len(r.plan.edits), 'edit')}"
+                          for r in rewrites) if len(rewrites) > 1 else counted(
+                              len(plan.edits), "edit")
+        if not ask(f"Rewrite {where} ({files}: {plural(len(plan.clusters), 'cluster')} "
                    f"{', '.join(map(str, plan.clusters))}) and write "
-                   f"{short_path(str(package))}/?"):
+                   f"{_names([r.package for r in rewrites]).replace(' and ', '/ and ')}/?"):
             console.print("Nothing written.")
             return None
-    backup = _write(plan, text, new_text, package)
+    written = _write(rewrites)
+    backups = [w.backup for w in written]
     try:
-        err = verify(analysis, plan.path)
+        err = verify(analysis, plan.path, tuple(r.plan.path for r in rewrites
+                                                if r.plan.path != plan.path))
     except Exception as e:  # noqa: BLE001 - any failure of the rewritten model rolls back
         why = str(e) if isinstance(e, ApplyError) else f"{type(e).__name__}: {e}"
         why = why.splitlines()[0] if why else type(e).__name__
+        one = len(rewrites) == 1
+        subject = f"the rewritten {where}" if one else f"the rewritten model ({where})"
         try:
-            _restore(plan.path, text, backup, package)
+            _undo(written)
         except OSError as r:
-            raise ApplyError(f"the rewritten {where} failed its check against the original "
-                             f"({why}) and restoring it failed ({r}): the original is in "
-                             f"{short_path(str(backup))}") from e
-        raise ApplyError(f"the rewritten {where} failed its check against the original "
-                         f"({why}); restored the original, nothing applied") from e
-    result = ApplyResult(plan.path, backup, package, plan.clusters,
-                         tuple(sorted(new_lines.items())), err)
+            raise ApplyError(f"{subject} failed its check against the original ({why}) and "
+                             f"restoring failed ({r}): the original{'' if one else 's'} "
+                             f"{'is' if one else 'are'} in {_names(backups)}") from e
+        finally:
+            _forget_modules_of({r.plan.path for r in rewrites} - {plan.path})
+        raise ApplyError(f"{subject} failed its check against the original ({why}); restored "
+                         f"the original{'' if one else 's'}, nothing applied") from e
+    new_lines = {c: line for r in rewrites for c, line in r.new_lines.items()}
+    result = ApplyResult(tuple(AppliedFile(r.plan.path, b, r.package)
+                               for r, b in zip(rewrites, backups, strict=True)),
+                         plan.clusters, tuple(sorted(new_lines.items())), err)
     err_text = f"max abs err {err:.2e}" if err is not None else "no error measured"
+    packages = _names([r.package for r in rewrites]).replace(" and ", "/ and ")
     console.print(f"Applied {counted(len(plan.edits), 'edit')} to {where}; kernels in "
-                  f"{short_path(str(package))}/; original saved as "
-                  f"{short_path(str(backup))}; rewritten model matches the original "
+                  f"{packages}/; original{'s' if len(rewrites) > 1 else ''} saved as "
+                  f"{_names(backups)}; rewritten model matches the original "
                   f"({err_text}).", highlight=False, markup=False)
     return result

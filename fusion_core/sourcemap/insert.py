@@ -1,6 +1,6 @@
-"""What `--apply` inserts at the top of the model file, where, and whether it may at all.
+"""What `--apply` inserts at the top of a file it edits, where, and whether it may at all.
 
-Reads the model file's text (or its parsed tree) and an ``ApplyPlan``; writes nothing.
+Reads the file's text (or its parsed tree) and its ``FilePlan``; writes nothing.
 ``apply.rewrite`` inserts the block ``added_imports`` returns, and the Source edits preview
 (preview.py) shows that same block, so the two cannot disagree; ``refusal`` is what both
 say instead when an earlier `--apply` already rewrote the file (``fused.wrote_imports``).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from .apply_plan import ApplyPlan
+from .apply_plan import FilePlan
 from .fused import import_block, wrote_imports
 
 
@@ -26,7 +26,7 @@ def _insert_at(tree: ast.Module) -> int:
     return at
 
 
-def added_imports(tree: ast.Module, plan: ApplyPlan, newline: str = "\n") -> tuple[int, str]:
+def added_imports(tree: ast.Module, plan: FilePlan, newline: str = "\n") -> tuple[int, str]:
     """Where (0-based line index) and what `rewrite` inserts at the top of the file; the
     Source edits preview shows the same lines (preview.py)."""
     block = import_block(plan.path.stem, [o.call for o in plan.ops], newline)
