@@ -175,8 +175,9 @@ def test_an_if_on_a_value_of_the_run_is_refused_naming_the_lines_and_the_if(tmp_
     assert m.reason == (
         "line 18 (`x = self.bn3(x)`) and line 20 (`x = self.drop_path(x) + shortcut`) lie in "
         "different blocks (line 19: `if shortcut is not None:`); an edit replaces "
-        "statements of one block, or ones right above an `if` that only reads the module's "
-        "attributes (`if self.has_skip:`) and the first ones of its body"), m.reason
+        "statements of one block, or crosses the edge of an `if` that only reads the module's "
+        "attributes (`if self.has_skip:`): the statements right above it with the first ones "
+        "of its body, or the last ones of its body with those right below it"), m.reason
 
 
 # torchvision's SqueezeExcitation: the gate is the last call of `_scale`, the product is in

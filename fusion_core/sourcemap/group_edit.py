@@ -134,7 +134,8 @@ def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fram
     within, call, targets = texts[0]
     text = _replacement(span, call, targets) if within is None else (
         replace_part_results(span, texts))
-    text = text if span.guard is None else guarded_text(span.src, span.guard, span.start, text)
+    text = text if span.guard is None else guarded_text(span.src, span.guard, span.start,
+                                                        span.end, text)
     original = "".join(span.src.lines[span.start - 1:span.end])
     names = tuple(name for name, _ in calls) if len(calls) > 1 else ()
     serves = tuple(ServedPart(c, name, served[id(c)].site)

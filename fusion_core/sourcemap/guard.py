@@ -1,18 +1,29 @@
-"""A cluster that ends inside an `if` on a module setting: the residual add of a block built
-with or without its skip (`x = self.bn3(x)` then `if self.has_skip: x = x + shortcut`).
+"""A cluster that runs into or out of an `if` on a module setting: the residual add of a
+block built with or without its skip (`x = self.bn3(x)` then `if self.has_skip: x = x +
+shortcut`), or a layer scale before the residual (`if self.gamma is not None: x = x *
+self.gamma` then `x = x + shortcut`).
 
 Reads the statements holding a cluster's lines (``pysource.Statement``) and, for the
-instances of the module, the condition's value; writes a ``Guard``: the `if` the run ends in
-and how many of its body's first statements the cluster covers. The edit keeps the choice:
+instances of the module, the condition's value; writes a ``Guard``: the `if` and how many of
+its body's statements the cluster covers. The edit keeps the choice. A run that ends in the
+`if` (the head form):
 
     if self.has_skip:              # the calls that formed the cluster run the kernel
         x = cluster5(x, shortcut)
     else:                          # the others run the lines as written
         x = self.bn3(x)
 
+A run that starts in the `if`'s last statements and goes on below it (the tail form):
+
+    if self.gamma is not None:
+        x = cluster5(x, self.gamma, shortcut)
+    else:
+        x = self.drop_path(x) + self.shortcut(shortcut)
+
 It is only offered when the condition reads nothing but the module's attributes and
-constants (its value is fixed per instance, and reading it first changes nothing) and the
-statements before the `if` are the run's first ones, right above it.
+constants (its value is fixed per instance, and reading it first changes nothing), the `if`
+has no `else`, and the run's statements outside it lie right above (head) or right below
+(tail) it.
 """
 
 from __future__ import annotations
@@ -41,15 +52,25 @@ class _Unsettled(Exception):
 @dataclass(frozen=True)
 class Guard:
     node: ast.If
-    taken: int  # the body's first statements the cluster covers
+    # head: the body's first statements the cluster covers; tail: the body's first
+    # statement the cluster covers (it covers the rest of the body)
+    taken: int
     # What the `else` branch runs, when not the lines as the span's text has them: those
     # the user wrote where that text spells a Sequential layer by layer (sequential.py), or
     # the edit of the clusters the lines hold in the calls the condition fails (mapping.py).
     otherwise: str | None = None
+    tail: bool = False  # the run starts inside the `if` and goes on below it
 
     @property
     def end(self) -> int:
         return self.node.end_lineno or self.node.lineno
+
+    def written(self, src: SourceFile, start: int, end: int) -> str:
+        """What the `else` branch runs as the user wrote it: the run's lines above the `if`
+        (head) or below it (tail), `start`-`end` being the edit's range."""
+        if self.tail:
+            return "".join(src.lines[self.end:end])
+        return "".join(src.lines[start - 1:self.node.lineno - 1])
 
 
 def _self_name(scope: Scope) -> str | None:
@@ -81,9 +102,10 @@ def _value(expr: ast.expr, self_name: str, module: torch.nn.Module | None) -> An
 
 def guarded_run(src: SourceFile, scope: Scope, stmts: list[Statement]
                 ) -> tuple[tuple[Statement, ...], Guard, list[ast.stmt], int, int] | None:
-    """The run (statements before the `if`, then the first ones of its body), its guard,
-    and the outer body with the run's first index and the `if`'s; None when `stmts` do not
-    lie so (the caller's refusal stands)."""
+    """The run (head: statements before the `if`, then the first ones of its body; tail:
+    the last ones of its body, then statements after it), its guard, and the outer body
+    with the indices of the range's first and last statements in it; None when `stmts` do
+    not lie so (the caller's refusal stands)."""
     self_name = _self_name(scope)
     bodies = {id(s.body): s.body for s in stmts}
     if self_name is None or len(bodies) != 2:
@@ -105,6 +127,8 @@ def guarded_run(src: SourceFile, scope: Scope, stmts: list[Statement]
         return None
     at = body.index(g)
     lo, hi = min(s.index for s in outer), max(s.index for s in outer)
+    if lo > at:
+        return _tail(g, body, at, hi, min(s.index for s in inside))
     taken = max(s.index for s in inside) + 1
     if hi != at - 1:  # the body's first statements join the run even without ops of their own
         return None     # (EfficientNet's `result = self.stochastic_depth(result)`, eval mode)
@@ -112,10 +136,28 @@ def guarded_run(src: SourceFile, scope: Scope, stmts: list[Statement]
            for i, st in enumerate(body) if lo <= i < at]
     run += [Statement(st, g.body, i, st.lineno, st.end_lineno or st.lineno)
             for i, st in enumerate(g.body[:taken])]
-    if any(isinstance(n, ast.Constant) and isinstance(n.value, str)
-           and n.lineno != n.end_lineno for s in run[:at - lo] for n in ast.walk(s.node)):
+    if _multiline_string(run[:at - lo]):
         return None  # the else branch re-indents these lines: a multi-line string would change
     return tuple(run), Guard(g, taken), body, lo, at
+
+
+def _tail(g: ast.If, body: list[ast.stmt], at: int, hi: int, first: int
+          ) -> tuple[tuple[Statement, ...], Guard, list[ast.stmt], int, int] | None:
+    """The tail form: the body from its statement `first` to its end (those after the
+    cluster's last join the run, as a head's first statements do), then the outer body's
+    statements right below the `if` up to index `hi`."""
+    run = [Statement(st, g.body, i, st.lineno, st.end_lineno or st.lineno)
+           for i, st in enumerate(g.body) if i >= first]
+    below = [Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
+             for i, st in enumerate(body) if at < i <= hi]
+    if _multiline_string(below):
+        return None  # the else branch re-indents these lines: a multi-line string would change
+    return (*run, *below), Guard(g, first, tail=True), body, at, hi
+
+
+def _multiline_string(stmts: list[Statement]) -> bool:
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+               and n.lineno != n.end_lineno for s in stmts for n in ast.walk(s.node))
 
 
 def holds(guard: Guard, scope: Scope, model: torch.nn.Module, node: fx.Node) -> bool:
@@ -150,9 +192,11 @@ def holds_in(guard: Guard, scope: Scope, instance: torch.nn.Module) -> bool:
         return True
 
 
-def guarded_text(src: SourceFile, guard: Guard, start: int, edit: str) -> str:
-    """The lines replacing `start` to the `if`'s end: the `if` runs `edit` (the fused call,
-    indented as the run's first line) and the body's kept rest, `else` the lines as written."""
+def guarded_text(src: SourceFile, guard: Guard, start: int, end: int, edit: str) -> str:
+    """The lines replacing the range `start`-`end`: the `if` runs `edit` and the body's kept
+    statements (head: the fused call indented as the run's first line, then the body's rest;
+    tail: the body's first statements, then the fused call indented as the body), `else` the
+    run's lines as written."""
     g = guard.node
     line = src.line_text(g.lineno)
     indent = line[:len(line) - len(line.lstrip())]
@@ -161,10 +205,17 @@ def guarded_text(src: SourceFile, guard: Guard, start: int, edit: str) -> str:
     def deeper(text: str) -> list[str]:
         return [unit + t if t.strip() else t for t in text.splitlines()]
 
+    written = guard.otherwise if guard.otherwise is not None else guard.written(src, start, end)
+    if guard.tail:
+        kept = [src.line_text(n) for n in range(g.lineno + 1, g.body[guard.taken].lineno)]
+        lines = written.splitlines(keepends=True)
+        while lines and not lines[0].strip():  # a blank line below the `if` opens no `else`
+            lines.pop(0)
+        written = "".join(lines)
+        return "\n".join([f"{indent}if {src.segment(g.test)}:", *kept, *edit.splitlines(),
+                          f"{indent}else:", *deeper(written)])
     kept = [src.line_text(n) for n in range(g.body[guard.taken].lineno, guard.end + 1)] \
         if guard.taken < len(g.body) else []
-    written = guard.otherwise if guard.otherwise is not None else "".join(
-        src.lines[start - 1:g.lineno - 1])
     return "\n".join([f"{indent}if {src.segment(g.test)}:", *deeper(edit), *kept,
                       f"{indent}else:", *deeper(written)])
 
@@ -182,5 +233,7 @@ def blocks_reason(src: SourceFile, scope: Scope, stmts: list[Statement]) -> str:
         f" (line {header.lineno}: `{src.line_text(header.lineno).strip()}`)")
     return (f"line {a.start} (`{src.line_text(a.start).strip()}`) and line {b.start} "
             f"(`{src.line_text(b.start).strip()}`) lie in different blocks{where}; an edit "
-            "replaces statements of one block, or ones right above an `if` that only reads "
-            "the module's attributes (`if self.has_skip:`) and the first ones of its body")
+            "replaces statements of one block, or crosses the edge of an `if` that only reads "
+            "the module's attributes (`if self.has_skip:`): the statements right above it with "
+            "the first ones of its body, or the last ones of its body with those right below "
+            "it")

@@ -160,7 +160,7 @@ def _else_runs(spans: dict[int, Span], outer: list[Cluster], inside: list[list[C
     it, the `else` branch runs that edit, so the calls where the condition fails keep it."""
     big, inner = spans[outer[0].index], out[inside[0][0].index]
     guard = big.guard
-    if guard is None or len(inside) != 1 or (inner.start, inner.end) != (
+    if guard is None or guard.tail or len(inside) != 1 or (inner.start, inner.end) != (
             big.start, guard.node.lineno - 1) or inner.replacement is None:
         return spans
     return {**spans, outer[0].index: replace(big, guard=replace(

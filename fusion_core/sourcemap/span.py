@@ -51,7 +51,8 @@ class Span:
     # The caller's line spelling nested calls of this function, when the cluster's ops all
     # lie in it (`stated_calls.NestedCalls`): the reason if the lines turn out to run twice.
     nested: NestedCalls | None = None
-    # The `if` on a module setting the run ends in (guard.py): the range runs to its end.
+    # The `if` on a module setting the run ends in (guard.py): the range runs to its end;
+    # or, a tail guard, the one it starts in: the range starts at its line.
     guard: Guard | None = None
     # Sequentials (paths under `self`: "block") whose layers the lines index from the end
     # (`self.block[-1]`, from_end.py): their parameters are spelled so too.
@@ -59,11 +60,15 @@ class Span:
 
     @property
     def start(self) -> int:
+        if self.guard is not None and self.guard.tail:  # the range starts at the `if`
+            return self.guard.node.lineno
         return self.stmts[0].start
 
     @property
     def end(self) -> int:
-        return self.guard.end if self.guard is not None else self.stmts[-1].end
+        if self.guard is not None and not self.guard.tail:  # the range runs to the `if`'s end
+            return self.guard.end
+        return self.stmts[-1].end
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -203,7 +208,8 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
             raise PointerOnly(f"line {line} also holds `{src.segment(body[i])}`", **where)
     # The range must own its lines: nothing before it (`def f(x): return ...`, `if c: ...`)
     # and nothing but a comment after it.
-    first, last = run[0].node, guard.node if guard is not None else run[-1].node
+    first = guard.node if guard is not None and guard.tail else run[0].node
+    last = guard.node if guard is not None and not guard.tail else run[-1].node
     before = src.line_text(span.start)[:first.col_offset]
     after = src.line_text(span.end)[last.end_col_offset or 0:].strip()
     if before.strip() or (after and not after.startswith("#")):
