@@ -1,8 +1,8 @@
 """`--apply` across the model's own files: a cluster that lies in a file the model file
 imports (`layers.py` beside it, or a module of the same package) is rewritten there, with
-that file's own backup and `<stem>_fused/` package; a file outside the model's folder is left
-alone with a reason; a failed check restores every file. Kernels run under the Triton
-interpreter on CPU.
+that file's own backup and `<stem>_fused/` package; a file outside the model's project
+folder is left alone with a reason; a failed check restores every file. Kernels run under
+the Triton interpreter on CPU.
 """
 
 from __future__ import annotations
@@ -162,8 +162,9 @@ def test_a_file_outside_the_models_folder_is_left_with_a_reason(tmp_path):
     finally:
         _forget("layers_elsewhere")
     assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
     assert (f"cluster 0: not applied, lies in {(shared / 'layers_elsewhere.py').resolve()}, "
-            f"outside the model's folder {app.resolve()}") in " ".join(result.output.split())
+            f"outside the model's project folder {app.resolve()}") in said
     assert (shared / "layers_elsewhere.py").read_text() == LAYERS
     assert sorted(p.name for p in shared.iterdir() if p.name != "__pycache__") == [
         "layers_elsewhere.py"]
@@ -228,3 +229,58 @@ def test_a_write_failing_in_the_second_file_leaves_the_first_as_it_was(flat, mon
     assert model.read_text() == MODEL.format(module="layers") and layers.read_text() == LAYERS
     assert sorted(p.name for p in flat.iterdir() if p.name != "__pycache__") == [
         "layers.py", "model.py"]
+
+
+def _wrong_in_layers(index, k):
+    off_by_one = "\n\n_launch = {name}\n\n\ndef {name}(*args):\n    return _launch(*args) + 1.0\n"
+    return k.source + off_by_one.format(name=k.name) if index == 0 else k.source
+
+
+NET_OF = """\
+import torch
+from torch import nn
+
+{imports}
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.block = {block}
+        self.out = nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = self.block(self.proj(x))
+        x = self.out(x)
+        return torch.tanh(x) * 2.0
+"""
+
+
+@pytest.mark.parametrize("how", ["package attribute", "re-exported"])
+def test_the_check_runs_a_helper_reached_through_another_module(tmp_path, how):
+    """The model reaches layers.py through its package (`from . import layers`) or through a
+    module that re-exports its class (`from blocks import Block`): those keep the module the
+    analysis imported, so they are imported again too, and a wrong kernel there is caught."""
+    if how == "package attribute":
+        folder = tmp_path / "proj"
+        folder.mkdir()
+        (folder / "__init__.py").write_text("")
+        model = folder / "model.py"
+        model.write_text(NET_OF.format(imports="from . import layers", block="layers.Block()"))
+        modules = ("proj", "proj.layers", "proj.model")
+    else:
+        folder = tmp_path
+        (folder / "blocks.py").write_text("from layers import Block\n")
+        model = folder / "model.py"
+        model.write_text(NET_OF.format(imports="from blocks import Block", block="Block()"))
+        modules = ("layers", "blocks")
+    (folder / "layers.py").write_text(LAYERS)
+    try:
+        analysis, plan = _plan(model, _wrong_in_layers)
+        assert [f.path.name for f in plan.files] == ["model.py", "layers.py"]
+        with pytest.raises(ApplyError, match="failed its check.*restored the originals"):
+            apply(plan, analysis, Console(), assume_yes=True, ask=None)
+        assert (folder / "layers.py").read_text() == LAYERS
+    finally:
+        _forget(*modules)

@@ -150,3 +150,44 @@ def test_outputs_match_under_a_setting_changed_after_construction(tmp_path):
     x = torch.randn(4, 8)
     with torch.no_grad():
         torch.testing.assert_close(after(x), before(x))
+
+
+def test_a_sequential_called_below_the_if_keeps_the_call_inside_the_if(tmp_path):
+    """The line below calls a Sequential whose first layer joins the cluster: the edit
+    spells it layer by layer, and the fused call sits in the `if` body, not at its level."""
+    src = LAYER_SCALE.replace(
+        "        self.fc = nn.Linear(8, 8)\n",
+        "        self.fc = nn.Linear(8, 8)\n        self.post = nn.Sequential(nn.ReLU(), "
+        "nn.Linear(8, 8))\n").replace(
+        "        x = x + shortcut\n        return x", "        x = self.post(x + shortcut)\n"
+        "        return x").replace("Block(), Block(False), Block()", "Block(), Block()")
+    path = tmp_path / "post.py"
+    path.write_text(src)
+    result = CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", "4,8",
+                                      "--no-timing", "--apply", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit" in result.output
+    text = path.read_text()
+    assert ("        if self.gamma is not None:\n"
+            "            # layer scale\n"
+            "            x = self.post[1](cluster0(x, self.gamma, shortcut))\n"
+            "        else:\n") in text, text
+    same_outputs(tmp_path, path, src, shape=(4, 8))
+
+
+def test_a_number_bound_in_the_if_body_above_the_run_is_held_by_the_kernel(tmp_path):
+    """`k = 0.5` in the body above the fused line is bound once on every path to it: the
+    edit holds it (the line stays in the `if`), where the range's `if` line was taken for
+    the run's first and `k` said to be unbound there."""
+    src = LAYER_SCALE.replace("""            # layer scale
+            x = x.mul(self.gamma)
+""", """            k = 0.5
+            x = x.mul(self.gamma) * k
+""").replace("Block(), Block(False), Block()", "Block()")
+    path = tmp_path / "k.py"
+    path.write_text(src)
+    mapping = next(m for m in map_clusters(_net(path)) if m.cluster_index == 0)
+    assert mapping.exact, mapping.reason
+    assert mapping.replacement.splitlines()[:3] == [
+        "        if self.gamma is not None:", "            k = 0.5",
+        "            x = cluster0(x, self.gamma, shortcut)"]

@@ -95,8 +95,8 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster], frames: Fr
         if line is None or not span.start <= line <= span.end:
             continue
         if span.guard is not None and n.name in fx_nodes and (
-                # the `if` body's other statements, kept as written
-                (line < span.stmts[0].start if span.guard.tail else line > span.stmts[-1].end)
+                # the `if` body's rest (the range ends at the `if`'s end), kept as written
+                (not span.guard.tail and line > span.stmts[-1].end)
                 or not holds(span.guard, span.scope, analysis.module, fx_nodes[n.name])):
             continue  # a call where the condition fails runs the lines as written (`else`)
         path = module_path(fx_nodes[n.name]) if n.name in fx_nodes else None

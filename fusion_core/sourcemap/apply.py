@@ -15,6 +15,7 @@ import ast
 import copy
 import shutil
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from rich.console import Console
 
 from ..errors import FusionAdvisorError
 from ..fileio import write_atomic
+from ..ir.trace import is_library_file
 from ..load import import_model_file, instantiate, package_module, pick_factory
 from ..pipeline import Analysis
 from ..report.units import short_path
@@ -35,6 +37,8 @@ from .diff import print_text_diff
 from .fused import package_files, package_name
 from .insert import added_imports, refusal
 from .pysource import physical_lines, sha256
+
+_OUR_PACKAGE = Path(__file__).resolve().parents[1]  # fusion_core: never re-imported
 
 
 class ApplyError(FusionAdvisorError):
@@ -127,13 +131,44 @@ def _tensors(out: object) -> list[torch.Tensor]:
     return [x for x in tree_leaves(out) if isinstance(x, torch.Tensor)]
 
 
+def _user_module_file(module: object) -> Path | None:
+    """The file of a module of the user's (not an installed library's, not ours)."""
+    file = getattr(module, "__file__", None)
+    if not isinstance(file, str) or is_library_file(file) or Path(file).resolve().is_relative_to(
+            _OUR_PACKAGE):
+        return None
+    return Path(file).resolve()
+
+
+def _holds(module: object, names: set[str]) -> bool:
+    """Whether the module keeps one of the modules `names`, or a class or function defined
+    in one (`pkg.layers` as a package's attribute, `from layers import Block` re-exported)."""
+    for value in list(vars(module).values()):
+        try:
+            held = value.__name__ if isinstance(value, types.ModuleType) else getattr(
+                value, "__module__", None)
+        except Exception:  # noqa: BLE001 - an object whose attributes raise holds nothing of ours
+            continue
+        if held in names:
+            return True
+    return False
+
+
 def _forget_modules_of(paths: set[Path]) -> None:
-    """Drop imported modules whose file is one of `paths`: the model file imports them
-    again from the text now there (a helper file the model imports stays cached else)."""
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if file and Path(file).resolve() in paths:
-            del sys.modules[name]
+    """Drop the imported modules of `paths`, and every module of the user's that keeps one of
+    them or what one defines, again and again: importing the model file then runs the text
+    now in those files (a helper the model reaches through its package or another module
+    would stay cached else)."""
+    user = {name: m for name, m in list(sys.modules.items())
+            if m is not None and _user_module_file(m) is not None}
+    gone = {name for name, m in user.items() if _user_module_file(m) in paths}
+    while gone:
+        more = {name for name, m in user.items() if name not in gone and _holds(m, gone)}
+        if not more:
+            break
+        gone |= more
+    for name in gone:
+        sys.modules.pop(name, None)
 
 
 def verify(analysis: Analysis, path: Path, others: tuple[Path, ...] = ()) -> float | None:
@@ -269,8 +304,9 @@ def _write(rewrites: list[_Rewrite]) -> list[_Written]:
     return done
 
 
-def _names(paths: list[Path]) -> str:
-    shown = [short_path(str(p)) for p in paths]
+def _names(paths: list[Path], suffix: str = "") -> str:
+    """`a.py`, `a.py and b.py`, `a.py, b.py and c.py` (each followed by `suffix`)."""
+    shown = [short_path(str(p)) + suffix for p in paths]
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
@@ -306,7 +342,7 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
                               len(plan.edits), "edit")
         if not ask(f"Rewrite {where} ({files}: {plural(len(plan.clusters), 'cluster')} "
                    f"{', '.join(map(str, plan.clusters))}) and write "
-                   f"{_names([r.package for r in rewrites]).replace(' and ', '/ and ')}/?"):
+                   f"{_names([r.package for r in rewrites], '/')}?"):
             console.print("Nothing written.")
             return None
     written = _write(rewrites)
@@ -334,9 +370,9 @@ def apply(plan: ApplyPlan, analysis: Analysis, console: Console, *, assume_yes: 
                                for r, b in zip(rewrites, backups, strict=True)),
                          plan.clusters, tuple(sorted(new_lines.items())), err)
     err_text = f"max abs err {err:.2e}" if err is not None else "no error measured"
-    packages = _names([r.package for r in rewrites]).replace(" and ", "/ and ")
+    packages = _names([r.package for r in rewrites], "/")
     console.print(f"Applied {counted(len(plan.edits), 'edit')} to {where}; kernels in "
-                  f"{packages}/; original{'s' if len(rewrites) > 1 else ''} saved as "
+                  f"{packages}; original{'s' if len(rewrites) > 1 else ''} saved as "
                   f"{_names(backups)}; rewritten model matches the original "
                   f"({err_text}).", highlight=False, markup=False)
     return result

@@ -90,8 +90,8 @@ def _why_not(m: SourceMapping, root: Path, verdicts: Verdicts,
     if not m.exact:
         return f"maps only as a pointer ({m.reason})"
     if m.file is None or not Path(m.file).resolve().is_relative_to(root):
-        return (f"lies in {m.file}, outside the model's folder {root}; --apply edits only "
-                "the files there")
+        return (f"lies in {m.file}, outside the model's project folder {root}; --apply "
+                "edits only the files there")
     for i in sorted((m.cluster_index, *m.shared_with)):
         usable, status = verdicts.get(i, (False, "not validated"))
         if not usable:

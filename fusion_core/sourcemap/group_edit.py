@@ -95,7 +95,7 @@ def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fram
     """The group's mappings; `parts` (served.py): other calls' ops on the lines, each kept
     when it matches the lines as the group's clusters do, which the edit computes but does
     not apply. A refused part's reason goes into the reason its ops give for the group."""
-    base = dict(file=span.src.path, start=span.start, end=span.end,
+    base = dict(file=span.src.path, start=span.first_line, end=span.end,
                 function=span.scope.qualname, digest=span.src.digest)
     others = {c.index: tuple(o.index for o in group if o is not c) for c in group}
     served = {id(p.cluster): p for p in parts}  # by identity: parts share holders' indices
@@ -134,9 +134,9 @@ def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fram
     within, call, targets = texts[0]
     text = _replacement(span, call, targets) if within is None else (
         replace_part_results(span, texts))
-    text = text if span.guard is None else guarded_text(span.src, span.guard, span.start,
+    text = text if span.guard is None else guarded_text(span.src, span.guard, span.first_line,
                                                         span.end, text)
-    original = "".join(span.src.lines[span.start - 1:span.end])
+    original = "".join(span.src.lines[span.first_line - 1:span.end])
     names = tuple(name for name, _ in calls) if len(calls) > 1 else ()
     serves = tuple(ServedPart(c, name, served[id(c)].site)
                    for (cs, _), (name, _) in zip(pieces, calls, strict=True)
@@ -160,9 +160,9 @@ def joint_edit(analysis: Analysis, frames: Frames, span: Span, fa: Found, fb: Fo
     text = _replacement(span, f"{name_b}({', '.join(fb.args)})", fb.targets)
     indent = text[:len(text) - len(text.lstrip())]
     text = "".join(f"{indent}{line}\n" for line in above) + text
-    base = dict(file=span.src.path, start=span.start, end=span.end,
+    base = dict(file=span.src.path, start=span.first_line, end=span.end,
                 function=span.scope.qualname, digest=span.src.digest,
-                original="".join(span.src.lines[span.start - 1:span.end]),
+                original="".join(span.src.lines[span.first_line - 1:span.end]),
                 replacement=text, calls=(name_b, name_a),
                 imports=tuple(dict.fromkeys((*fa.imports, *fb.imports))))
     return [SourceMapping(a.index, EXACT, call=name_a, args=fa.args, shared_with=(b.index,),

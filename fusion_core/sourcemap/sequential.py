@@ -314,7 +314,7 @@ def _respan(span: Span, src: SourceFile, from_end: set[str]) -> Span:
         stmts.append(found)
     # Unrolling rewrites calls inside statements only: the `if`'s lines and columns stay.
     guard = span.guard if span.guard is None or span.guard.otherwise is not None else replace(
-        span.guard, otherwise=span.guard.written(span.src, span.start, span.end))
+        span.guard, otherwise=span.guard.written(span.src, span.first_line, span.end))
     return Span(src, scope, tuple(stmts), span.calls, span.nested, guard,
                 span.from_end | from_end)
 

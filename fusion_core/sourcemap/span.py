@@ -60,9 +60,15 @@ class Span:
 
     @property
     def start(self) -> int:
-        if self.guard is not None and self.guard.tail:  # the range starts at the `if`
-            return self.guard.node.lineno
+        """The run's first line: its code's indentation, the top where its inputs are read."""
         return self.stmts[0].start
+
+    @property
+    def first_line(self) -> int:
+        """The first line the edit replaces: the run's, or a tail guard's `if` line."""
+        if self.guard is not None and self.guard.tail:
+            return self.guard.node.lineno
+        return self.start
 
     @property
     def end(self) -> int:
@@ -72,7 +78,7 @@ class Span:
 
     @property
     def key(self) -> tuple[str, int, int]:
-        return (self.src.path, self.start, self.end)
+        return (self.src.path, self.first_line, self.end)
 
 
 class PointerOnly(Exception):
@@ -202,15 +208,15 @@ def locate(analysis: Analysis, c: Cluster, frames: Frames,
         run = tuple(Statement(st, body, i, st.lineno, st.end_lineno or st.lineno)
                     for i, st in enumerate(body) if lo <= i <= hi)
     span = Span(src, scope, run, lifted.calls, lifted.nested, guard)
-    where = dict(file=src.path, start=span.start, end=span.end)
-    for i, line in ((lo - 1, span.start), (hi + 1, span.end)):
+    where = dict(file=src.path, start=span.first_line, end=span.end)
+    for i, line in ((lo - 1, span.first_line), (hi + 1, span.end)):
         if 0 <= i < len(body) and body[i].lineno <= line <= (body[i].end_lineno or 0):
             raise PointerOnly(f"line {line} also holds `{src.segment(body[i])}`", **where)
     # The range must own its lines: nothing before it (`def f(x): return ...`, `if c: ...`)
     # and nothing but a comment after it.
     first = guard.node if guard is not None and guard.tail else run[0].node
     last = guard.node if guard is not None and not guard.tail else run[-1].node
-    before = src.line_text(span.start)[:first.col_offset]
+    before = src.line_text(span.first_line)[:first.col_offset]
     after = src.line_text(span.end)[last.end_col_offset or 0:].strip()
     if before.strip() or (after and not after.startswith("#")):
         extra = before.strip() or after
