@@ -35,14 +35,16 @@ def call_key(chain: tuple[SourceLoc, ...], depth: int, frames: Frames,
     than one call at worst (two calls from one line of one module), which only asks more
     of the cluster."""
     site = tuple(pos(f) for f in chain[:depth + 1])
-    caller = frames.scope(chain[depth])
     module = ""
-    if caller is not None and caller.class_name and fx_node is not None:
-        stack = fx_node.meta.get("nn_module_stack") or {}
-        for path, cls in stack.values():
-            if getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1]) == caller.class_name:
-                module = path
-                break
+    stack = (fx_node.meta.get("nn_module_stack") or {}) if fx_node is not None else {}
+    # The caller's module; a plain function's (`apply_rotary_pos_emb`), the module of the
+    # method that called it: every block's attention calls it from the same lines.
+    for frame in reversed(chain[:depth + 1]):
+        caller = frames.scope(frame)
+        if caller is not None and caller.class_name:
+            module = next((path for path, cls in stack.values() if getattr(
+                cls, "__name__", str(cls).rsplit(".", 1)[-1]) == caller.class_name), "")
+            break
     return (site, frames.function(chain[depth + 1]), module)
 
 
