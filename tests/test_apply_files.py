@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import torch
+from apply_checks import DEVICE
 from click.testing import CliRunner
 from rich.console import Console
 
@@ -110,10 +111,10 @@ def test_a_cluster_in_a_file_the_model_imports_is_applied_there(flat):
     assert (flat / "layers_fused" / "__init__.py").is_file()
     assert (flat / "layers.py.bak").read_text() == LAYERS
     assert (flat / "model.py.bak").read_text() == MODEL.format(module="layers")
-    after = _net(model, weights)
+    after = _net(model, weights).to(DEVICE)
     x = torch.randn(3, 8)
     with torch.no_grad():
-        torch.testing.assert_close(after(x), before(x), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(after(x.to(DEVICE)).cpu(), before(x), atol=1e-5, rtol=1e-4)
 
 
 def test_the_preview_shows_each_files_imports(flat):

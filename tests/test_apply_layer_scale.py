@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from apply_checks import same_outputs
+from apply_checks import DEVICE, same_outputs
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
@@ -149,7 +149,7 @@ def test_outputs_match_under_a_setting_changed_after_construction(tmp_path):
     after.blocks[0].gamma = None
     x = torch.randn(4, 8)
     with torch.no_grad():
-        torch.testing.assert_close(after(x), before(x))
+        torch.testing.assert_close(after.to(DEVICE)(x.to(DEVICE)).cpu(), before(x))
 
 
 def test_a_sequential_called_below_the_if_keeps_the_call_inside_the_if(tmp_path):

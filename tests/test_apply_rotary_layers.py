@@ -90,3 +90,77 @@ def test_applied_to_every_layer_it_computes_what_the_lines_did(tmp_path):
     text = path.read_text()
     assert "rotate_half(q)" not in text and "rotate_half(k)" not in text
     same_outputs(tmp_path, path, ROTARY, shape=(2, 6, 16))
+
+
+# A call whose nodes disagree on the module: `step` is called directly, not through the
+# module's call, so only the ops inside `self(h)` ran in an instance of `Block` on the stack.
+# Keyed node by node, the call split in two and the slice `forward` makes went unseen: the
+# edit `return cluster0(h)` dropped it (wrong at any other length than the traced 6).
+STEP_CALLED_DIRECTLY = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 16))
+
+    def forward(self, x):
+        return x[:, :6]
+
+    def step(self, x):
+        def inner(h):
+            return self(h) * 2
+
+        def outer(h):
+            return torch.sigmoid(inner(h))
+
+        return outer(x) @ self.w
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blk = Block()
+
+    def forward(self, x):
+        return self.blk.step(x)
+"""
+
+# The same through the root's own forward: FX's stack has no entry for the root.
+NESTED_ROOT = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, top=True):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 16))
+        self.sub = Net(top=False) if top else None
+
+    def forward(self, x):
+        if self.sub is None:
+            return x[:, :6]
+
+        def inner(h):
+            return self.sub(h) * 2
+
+        def outer(h):
+            return torch.sigmoid(inner(h))
+
+        return outer(x) @ self.w
+"""
+
+
+@pytest.mark.parametrize("capture", ["fx", "export"])
+@pytest.mark.parametrize("source", [STEP_CALLED_DIRECTLY, NESTED_ROOT], ids=["step", "root"])
+def test_a_call_whose_ops_ran_in_and_out_of_an_instance_stays_one_call(tmp_path, capture,
+                                                                       source):
+    path = tmp_path / "calls.py"
+    path.write_text(source)
+    analysis = analyze_file(path, [InputSpec((2, 6, 16))], class_name="Net", capture=capture)
+    (m,) = map_clusters(analysis)
+    assert not m.exact
+    assert "only part of the call" in m.reason and "is a view made inside the call" in m.reason

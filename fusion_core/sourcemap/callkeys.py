@@ -48,19 +48,31 @@ def call_key(chain: tuple[SourceLoc, ...], depth: int, frames: Frames,
     return (site, frames.function(chain[depth + 1]), module)
 
 
-def call_members(analysis: Analysis, depth: int, wanted: set[tuple], frames: Frames,
-                 gm_nodes: dict[str, fx.Node]) -> dict[tuple, list[str]]:
-    """Every graph node each wanted call ran, by the call's key."""
-    sites = {k[0] for k in wanted}
-    out: dict[tuple, list[str]] = {}
-    for n in analysis.graph.nodes:
-        chain = frames.chain(n.source)
-        if len(chain) <= depth + 1 or tuple(pos(f) for f in chain[:depth + 1]) not in sites:
-            continue
-        key = call_key(chain, depth, frames, gm_nodes.get(n.name))
+def calls_at(analysis: Analysis, depth: int, names: list[str], frames: Frames,
+             gm_nodes: dict[str, fx.Node]) -> tuple[dict[str, tuple], dict[tuple, list[str]]]:
+    """The call key of each of `names` whose chain goes below `depth`, and every graph node
+    each of those calls ran, in graph order.
+
+    A module is read per node, from its `nn_module_stack`; the nodes of one call can
+    disagree: a method called directly (`blk.step(x)`, not through the module's call) or
+    the root's forward under FX has no instance on the stack, except inside the instances
+    of its class it calls. Where the nodes of a site and callee disagree so (some with no
+    module, some with one), every call there is keyed by site and callee alone, so that no
+    key is finer than one call."""
+    chains = {n.name: frames.chain(n.source) for n in analysis.graph.nodes}
+    sites = {tuple(pos(f) for f in chains[n][:depth + 1]) for n in names
+             if len(chains[n]) > depth + 1}
+    raw = {name: call_key(ch, depth, frames, gm_nodes.get(name)) for name, ch in chains.items()
+           if len(ch) > depth + 1 and tuple(pos(f) for f in ch[:depth + 1]) in sites}
+    unplaced = {k[:2] for k in raw.values() if not k[2]}
+    mixed = unplaced & {k[:2] for k in raw.values() if k[2]}
+    keys = {name: (*k[:2], "") if k[:2] in mixed else k for name, k in raw.items()}
+    wanted = {keys[n] for n in names if n in keys}
+    members: dict[tuple, list[str]] = {}
+    for name, key in keys.items():
         if key in wanted:
-            out.setdefault(key, []).append(n.name)
-    return out
+            members.setdefault(key, []).append(name)
+    return {n: keys[n] for n in names if n in keys}, members
 
 
 def instance_path(node: fx.Node | None, class_name: str | None) -> str | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ..analysis.types import Cluster
 from ..ir.graph import OpKind, SourceLoc
 from ..pipeline import Analysis
-from .callkeys import call_key, call_members, common_depth
+from .callkeys import calls_at, common_depth
 from .frames import Frames
 from .pysource import Scope, SourceFile
 from .stated_calls import NestedCalls, each_call, nested_calls
@@ -95,9 +95,7 @@ def lift(analysis: Analysis, c: Cluster, frames: Frames) -> Lifted:
         if depth is None:
             raise Unliftable("no common caller")
         gm_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-        keys = {name: call_key(ch, depth, frames, gm_nodes.get(name))
-                for name, ch in chains.items() if len(ch) > depth + 1}
-        members = call_members(analysis, depth, set(keys.values()), frames, gm_nodes)
+        keys, members = calls_at(analysis, depth, list(chains), frames, gm_nodes)
     except (OSError, SyntaxError, UnicodeDecodeError) as e:  # a frame's file cannot be read
         raise Unliftable(str(e)) from e
     callee_names = {k: chains[name][depth + 1].function for name, k in keys.items()}
