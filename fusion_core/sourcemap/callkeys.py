@@ -57,15 +57,18 @@ def calls_at(analysis: Analysis, depth: int, names: list[str], frames: Frames,
     disagree: a method called directly (`blk.step(x)`, not through the module's call) or
     the root's forward under FX has no instance on the stack, except inside the instances
     of its class it calls. Where the nodes of a site and callee disagree so (some with no
-    module, some with one), every call there is keyed by site and callee alone, so that no
-    key is finer than one call."""
+    module, some with one; values of the parameters alone aside), every call there is keyed
+    by site and callee alone, so that no key is finer than one call."""
     chains = {n.name: frames.chain(n.source) for n in analysis.graph.nodes}
     sites = {tuple(pos(f) for f in chains[n][:depth + 1]) for n in names
              if len(chains[n]) > depth + 1}
     raw = {name: call_key(ch, depth, frames, gm_nodes.get(name)) for name, ch in chains.items()
            if len(ch) > depth + 1 and tuple(pos(f) for f in ch[:depth + 1]) in sites}
-    unplaced = {k[:2] for k in raw.values() if not k[2]}
-    mixed = unplaced & {k[:2] for k in raw.values() if k[2]}
+    # Values of the parameters alone (a norm's weight reshaped by a pass, no module stack)
+    # stay with no module, as they were, and tell nothing of where the call ran.
+    ran = {name: k for name, k in raw.items() if name not in analysis.graph.fixed}
+    unplaced = {k[:2] for k in ran.values() if not k[2]}
+    mixed = unplaced & {k[:2] for k in ran.values() if k[2]}
     keys = {name: (*k[:2], "") if k[:2] in mixed else k for name, k in raw.items()}
     wanted = {keys[n] for n in names if n in keys}
     members: dict[tuple, list[str]] = {}
