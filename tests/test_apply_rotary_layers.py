@@ -164,3 +164,48 @@ def test_a_call_whose_ops_ran_in_and_out_of_an_instance_stays_one_call(tmp_path,
     (m,) = map_clusters(analysis)
     assert not m.exact
     assert "only part of the call" in m.reason and "is a view made inside the call" in m.reason
+
+
+# A norm-and-activation module called in two blocks, its result fused with the caller's
+# line: the analysis reshapes the norm's weights in nodes of its own, with no module stack.
+# Those values of the parameters alone must not make the blocks' calls one call.
+NORM_ACT = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class BatchNormAct(nn.BatchNorm2d):
+    def forward(self, x):
+        x = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                         False, 0.0, self.eps)
+        return F.silu(x)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pw = nn.Conv2d(8, 8, 1)
+        self.bn1 = BatchNormAct(8)
+
+    def forward(self, x):
+        x = self.pw(x)
+        return self.bn1(x) * 2.0 + x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(Block(), Block())
+
+    def forward(self, x):
+        return self.blocks(x)
+"""
+
+
+def test_weight_reshapes_without_a_module_stack_keep_the_blocks_calls_apart(tmp_path):
+    path = tmp_path / "norm_act.py"
+    path.write_text(NORM_ACT)
+    maps = map_clusters(analyze_file(path, [InputSpec((2, 8, 6, 6))], class_name="Net"))
+    assert len(maps) == 2 and all(m.exact for m in maps), [m.reason for m in maps]
+    assert maps[0].replacement.startswith("        return cluster0(x, self.bn1.running_mean")
