@@ -61,12 +61,11 @@ def _imports(plan: FilePlan) -> FileImports | None:
 
 def preview(plan: ApplyPlan, mappings: Sequence[SourceMapping]) -> ApplyPreview | None:
     """The plan as the Source edits section shows it; None when a file cannot be read."""
-    files = [_imports(plan.file(plan.path))] + [
-        _imports(f) for f in plan.files if f.path != plan.path]
-    if any(f is None for f in files):
+    model = _imports(plan.file(plan.path))
+    read = [_imports(f) for f in plan.files if f.path != plan.path]
+    others = tuple(f for f in read if f is not None)
+    if model is None or len(others) < len(read):
         return None
-    model, others = files[0], tuple(f for f in files[1:] if f is not None)
-    assert model is not None
     written = {(e.file and Path(e.file).resolve(), e.start) for e in plan.edits}
     why = {s.cluster: s.reason for s in reversed(plan.skipped)}  # first reason wins
     skipped = []
