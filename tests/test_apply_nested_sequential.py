@@ -482,5 +482,7 @@ def test_a_sequential_with_a_hook_of_its_own_is_not_unrolled(tmp_path):
     # Unrolled, `self.block[2][0](...)` and the kernels would run without the hook's `* 2.0`.
     assert "Applied" not in result.output, result.output
     said = " ".join(result.output.split())
-    assert "`self.block(input)`, a `Sequential` with forward hooks registered" in said, said
+    assert ("`self.block` has forward hooks registered, which would not run if its layers "
+            "were called one by one. To apply, register the hooks on its layers instead"
+            ) in said, said
     assert path.read_text() == HOOKED

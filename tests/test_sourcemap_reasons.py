@@ -318,3 +318,57 @@ def test_a_branch_changing_a_value_in_place_names_it(tmp_path, capture):
     (m,) = map_clusters(analysis)
     assert m.quality == POINTER
     assert "lies between the fused lines and may change `h`" in m.reason
+
+
+# LeViT's attention adds a bias a helper method of the block returns. In a loop of blocks,
+# a later block's `q @ k` reads the stream an earlier block's kernel wrote: the reason named
+# that `q @ k` as the stray code (timm levit_128s: 9 clusters), where the argument it computes
+# is evaluated in its own call; the cause is the helper.
+BIASED_BLOCKS = """\
+import torch
+from torch import nn
+
+
+class Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.scale = 0.25
+        self.attention_biases = nn.Parameter(torch.zeros(2, 9))
+        self.register_buffer("idxs", torch.randint(0, 9, (6, 6)), persistent=False)
+
+    def get_attention_biases(self, device):
+        return self.attention_biases[:, self.idxs]
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).view(B, N, 2, -1).split([8, 8, 8], dim=3)
+        q = q.permute(0, 2, 1, 3)
+        k = k.permute(0, 2, 3, 1)
+        v = v.permute(0, 2, 1, 3)
+        attn = q @ k * self.scale + self.get_attention_biases(x.device)
+        attn = attn.softmax(dim=-1)
+        return (attn @ v).transpose(1, 2).reshape(B, N, 16)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Attn(), Attn()])
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = x + blk(x)
+        return x
+"""
+
+
+def test_an_input_a_kernel_of_another_call_feeds_is_not_named_as_the_stray_code(tmp_path):
+    path = tmp_path / "biased.py"
+    path.write_text(BIASED_BLOCKS)
+    maps = map_clusters(analyze_file(path, [InputSpec((2, 6, 16))], class_name="Net"))
+    softmax = [m for m in maps if (m.start, m.end) == (22, 23)]
+    assert len(softmax) == 2 and not any(m.exact for m in softmax)
+    assert {m.reason for m in softmax} == {
+        "line range also holds `self.get_attention_biases(x.device)` (line 22), which is not "
+        "in the cluster"}

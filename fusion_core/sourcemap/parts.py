@@ -38,15 +38,18 @@ def feeding(analysis: Analysis, inlined: frozenset[str],
 
 
 def free_inputs(analysis: Analysis, group: list[Cluster]) -> frozenset[str]:
-    """The group's inputs computed from nothing the group computes (`self.emb(ids)`): code
-    the rewrite may keep as a fused call's argument, so never by itself why there is none.
-    A read of a group value's shape, dtype or device that the group's inputs answer counts as
-    nothing (`arange(h.shape[-1], device=h.device)`): read from an input, it can stay."""
+    """The group's inputs each computed from nothing its own cluster computes
+    (`self.emb(ids)`): code the rewrite may keep as a fused call's argument, so never by
+    itself why there is none. Another call's cluster on these lines may feed it (a later
+    block's `q @ k` reads the stream an earlier block's kernel wrote): the argument is
+    computed in its own call. A read of a group value's shape, dtype or device that the
+    group's inputs answer counts as nothing (`arange(h.shape[-1], device=h.device)`): read
+    from an input, it can stay."""
     members = {n for c in group for n in c.nodes}
     answered = frozenset(r.read for c in group for r in (*c.shape_reads, *c.metadata_reads)
                          if r.of in c.nodes)
     return frozenset(i for c in group for i in c.inputs if i not in members
-                     and members.isdisjoint(feeding(analysis, frozenset({i}), answered)))
+                     and set(c.nodes).isdisjoint(feeding(analysis, frozenset({i}), answered)))
 
 
 def parts(span: Span) -> list[ast.expr]:
