@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from apply_checks import DEVICE, same_outputs
+from apply_checks import DEVICE, apply_net, original_and_rewritten, same_outputs
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
@@ -144,11 +144,8 @@ def test_outputs_match_under_a_setting_changed_after_construction(tmp_path):
     """The edit reads the condition at each call, as the lines it replaces did."""
     path = tmp_path / "layer_scale.py"
     path.write_text(LAYER_SCALE)
-    result = CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", "4,8",
-                                      "--no-timing", "--apply", "--yes"])
+    result = apply_net(path, "4,8")
     assert result.exit_code == 0, result.output
-    from apply_checks import original_and_rewritten
-
     before, after = original_and_rewritten(tmp_path, path, LAYER_SCALE)
     before.blocks[0].gamma = None
     after.blocks[0].gamma = None
@@ -168,8 +165,7 @@ def test_a_sequential_called_below_the_if_keeps_the_call_inside_the_if(tmp_path)
         "        return x").replace("Block(), Block(False), Block()", "Block(), Block()")
     path = tmp_path / "post.py"
     path.write_text(src)
-    result = CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", "4,8",
-                                      "--no-timing", "--apply", "--yes"])
+    result = apply_net(path, "4,8")
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output
     text = path.read_text()

@@ -11,10 +11,8 @@ Triton interpreter on CPU.
 from __future__ import annotations
 
 import pytest
-from apply_checks import same_outputs
-from click.testing import CliRunner
+from apply_checks import apply_net, same_outputs
 
-from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
 from fusion_core.sourcemap import map_clusters
@@ -83,8 +81,7 @@ def test_the_rotary_lines_of_every_layer_are_one_edit(tmp_path, capture):
 def test_applied_to_every_layer_it_computes_what_the_lines_did(tmp_path):
     path = tmp_path / "rotary.py"
     path.write_text(ROTARY)
-    result = CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", "2,6,16",
-                                      "--no-timing", "--apply", "--yes"])
+    result = apply_net(path, "2,6,16")
     assert result.exit_code == 0, result.output
     assert "Applied 2 edits" in result.output
     text = path.read_text()
