@@ -1,8 +1,9 @@
-"""The order a tiled kernel's programs walk the tiles, on a GPU: the generated kernel (row
-blocks first: the grid's first axis, which the hardware launches fastest, takes the rows)
-against the same kernel with the programs remapped so that column blocks come first (the
-launcher and grid unchanged: each program reads its linear place in the grid and takes the
-tile at that place, columns first), and against Inductor, one short run.
+"""The order a tiled kernel's programs walk the tiles, on a GPU: the generated kernel with its
+programs taking row blocks first (the grid's first axis, which the hardware launches fastest,
+takes the rows) against the same kernel with each program's linear place remapped so that
+column blocks come first (the launcher and grid unchanged), and against Inductor, one short
+run. A kernel reading a permuted view is generated columns first since 2026-12-07
+(`emit.tile_order`); the probe forces each order.
 
 Run on a CUDA machine from the repository root:
 

@@ -152,3 +152,17 @@ def test_an_expanded_input_given_another_layout_is_relaid(tmp_path):
     for i, e in enumerate((rand(4, 8), rand(8).expand(4, 8))):
         (got,) = run_kernel(kernel, tmp_path / str(i), (e, yt))
         torch.testing.assert_close(got, e * yt + 1)
+
+
+def test_a_permuted_read_takes_column_blocks_first_and_covers_every_tile(tmp_path):
+    """A kernel reading a permuted view remaps each program's place so the column blocks come
+    first (emit.tile_order); over a grid of 3 row blocks x 3 column blocks with partial blocks
+    on both axes every element is still written once, as eager computes it."""
+    torch.manual_seed(5)
+    model = Lambda(lambda m, x, y: x.t() * y + 1)
+    checked = check_model(model, (rand(40, 20), rand(20, 40)), tmp_path, n_clusters=1,
+                          tuning=Tuning(block=128, tile_cols=16))  # 8 rows x 16 columns a tile
+    (kernel,) = checked.kernels
+    assert kernel.tiled
+    assert "programs take their tiles columns first" in kernel.source
+    assert "col_block = place % tl.num_programs(1)" in kernel.source

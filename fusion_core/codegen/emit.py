@@ -117,10 +117,12 @@ def _elementwise(plan: KernelPlan, params: KernelParams, out: CodeWriter) -> Non
 
 
 # Which tile a program takes: its lines, then its column block. The grid's first axis, which
-# the hardware launches fastest, counts row blocks, so the programs in flight hold a few
-# columns of many rows. "columns first" (benchmarks/tile_order_probe.py times it; nothing
-# generates it yet) remaps each program's linear place in the same grid so that they hold
-# many columns of a few rows instead.
+# the hardware launches fastest, counts row blocks. "rows first" takes them in that order, so
+# the programs in flight hold a few columns of many rows; "columns first" remaps each
+# program's linear place in the same grid so that they hold many columns of a few rows. A
+# kernel reading a permuted view (`column_strided`) takes columns first: on an H100
+# (2026-12-07, benchmarks/tile_order_probe.py) the NHWC -> NCHW add 64x96x56x56 fp32 ran
+# 79.3-80.8 µs on every tile that way against 82.6-89.3 rows first, and its 7x7 bf16 twin tied.
 TILE_ORDERS = {
     "rows first": (("pid = tl.program_id(0)",), "tl.program_id(1)"),
     "columns first": (("place = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)",
@@ -129,15 +131,21 @@ TILE_ORDERS = {
 }
 
 
+def tile_order(plan: KernelPlan) -> str:
+    """The order a tiled kernel's programs take their tiles (TILE_ORDERS)."""
+    return "columns first" if plan.column_strided else "rows first"
+
+
 def _tiled(plan: KernelPlan, params: KernelParams, out: CodeWriter,
-           order: str = "rows first") -> None:
+           order: str | None = None) -> None:
     what = ["# boilerplate (elementwise, tiles of rows x columns of the last axis)"]
     if plan.reduced > 1:
         what = [f"# boilerplate (elementwise, tiles of rows x columns of the last {plan.reduced} "
                 "axes)", "# (a permuted tensor is contiguous down the rows, the rest along "
                 "the columns)"]
+    order = order or tile_order(plan)
     place, col_block = TILE_ORDERS[order]
-    out.lines([*what, *place,
+    out.lines([*what, f"# programs take their tiles {order} (emit.TILE_ORDERS)", *place,
                f"rows = {_start(plan, 'ROWS_PER_PROGRAM')} + tl.arange(0, ROWS_PER_PROGRAM)"
                "[:, None]",
                _cols(plan, f"{col_block} * BLOCK_SIZE + "),
