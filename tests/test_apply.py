@@ -120,7 +120,15 @@ def test_apply_microgpt_with_yes(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output
     text = path.read_text()
-    assert "scores = scores.masked_fill" not in text
+    assert ("        if not self.attn_drop.training:\n"
+            "            probs = cluster1(scores, self.causal_mask[:T, :T])\n"
+            "        else:\n"
+            "            scores = scores * self.scale\n"
+            "            scores = scores.masked_fill(self.causal_mask[:T, :T], float(\"-inf\"))\n"
+            "            probs = F.softmax(scores, dim=-1)\n"
+            "            probs = self.attn_drop(probs)\n"
+            "        out = probs @ v\n") in text, text
+    assert text.count("scores = scores.masked_fill") == 1  # only under `else:`
     (line,) = call_lines(path)
     assert "(scores, self.causal_mask[:T, :T])" in text.splitlines()[line - 1]
     backup = path.with_name("microgpt.py.bak")

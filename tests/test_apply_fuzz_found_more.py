@@ -97,7 +97,16 @@ def test_the_values_of_a_max_are_replaced_with_their_attribute(tmp_path: Path):
     result = apply_net(path, "4,32")
     assert result.exit_code == 0, result.output
     assert "failed its check" not in result.output
-    assert ".values" not in path.read_text().split("def forward")[1]
+    forward = path.read_text().split("def forward")[1]
+    assert ("        if not self.bn.training:\n"
+            "            b, fused = cluster0(x, self.bn.running_mean, self.bn.running_var, "
+            "self.bn.weight, self.bn.bias)\n"
+            "            y = (b - fused).add(b, alpha=0.5)\n"
+            "        else:\n"
+            "            b = self.bn(x) - torch.max(self.bn(x), -1, keepdim=True)[0]\n"
+            "            y = (b - b.max(-1, keepdim=True).values).add(b, alpha=0.5)\n"
+            "        b.sigmoid_()\n") in forward, forward
+    assert forward.count(".values") == 1  # only in the lines as written, under `else:`
     assert "Applied 1 edit" in result.output
     before, after = original_and_rewritten(tmp_path, path, MAX_VALUES_INSIDE)
     x = torch.randn(3, 32, device=DEVICE)

@@ -53,9 +53,15 @@ def test_each_nested_sequentials_cluster_feeds_the_next_layer_in_one_edit(tmp_pa
     # ... runs the cluster's layers ... and also `self.block[1][0]` (Conv2d)".
     assert "Applied 1 edit to" in result.output, result.output
     bn = [bn_args(f"self.block[{i}][1]") for i in range(3)]
-    assert (f"        result = cluster2(self.block[2][0](cluster1(self.block[1][0](cluster0("
+    # The kernels compute the three BatchNorms as eval mode does: they run only while each
+    # of those layers is in eval mode; otherwise the line as written.
+    assert ("        if not self.block[0][1].training and not self.block[1][1].training and "
+            "not self.block[2][1].training:\n"
+            "            result = cluster2(self.block[2][0](cluster1(self.block[1][0](cluster0("
             f"self.block[0][0](input), {bn[0]})), {bn[1]})), {bn[2]})\n"
-            in path.read_text()), path.read_text()
+            "        else:\n"
+            "            result = self.block(input)\n"
+            "        return self.head(result)\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, NESTED)
 
 
@@ -75,10 +81,15 @@ def test_a_residual_after_the_nested_sequential_joins_the_edit_of_its_call(tmp_p
     assert "Applied 1 edit to" in result.output, result.output
     bn = [bn_args(f"self.block[{i}][1]") for i in range(3)]
     rewritten = path.read_text()
-    assert "result = " not in rewritten, rewritten
-    assert (f"        return cluster2(self.block[2][0](cluster1(self.block[1][0](cluster0("
+    # `result = ` only in the lines as written, run while a BatchNorm is in train mode.
+    assert ("        if not self.block[0][1].training and not self.block[1][1].training and "
+            "not self.block[2][1].training:\n"
+            "            return cluster2(self.block[2][0](cluster1(self.block[1][0](cluster0("
             f"self.block[0][0](input), {bn[0]})), {bn[1]})), {bn[2]}, input)\n"
-            in rewritten), rewritten
+            "        else:\n"
+            "            result = self.block(input)\n"
+            "            return result + input\n" in rewritten), rewritten
+    assert rewritten.count("result = ") == 1, rewritten
     same_outputs(tmp_path, path, RESIDUAL)
 
 
@@ -122,8 +133,11 @@ def test_a_cluster_across_the_end_of_one_nested_sequential_and_the_next(tmp_path
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit to" in result.output, result.output
     bn = [bn_args(f"self.block[{i}][1]") for i in range(2)]
-    assert (f"        return self.block[2][1](cluster1(self.block[1][0](cluster0("
-            f"self.block[0][0](x), {bn[0]})), {bn[1]}))\n" in path.read_text()), path.read_text()
+    assert ("        if not self.block[0][1].training and not self.block[1][1].training:\n"
+            "            return self.block[2][1](cluster1(self.block[1][0](cluster0("
+            f"self.block[0][0](x), {bn[0]})), {bn[1]}))\n"
+            "        else:\n"
+            "            return self.block(x)\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, SPANNING)
 
 
@@ -161,8 +175,10 @@ def test_a_sequential_subclass_is_never_sliced(tmp_path, apply_target):
     conv = {"cpu": "self.stem[1](self.stem[0](x))",
             "cuda": conv_apart("self.stem[1]", "self.stem[0](x)")}[apply_target]
     # Was `self.stem[4:](cluster0(self.stem[:2](x), ...))`: TypeError when run.
-    assert (f"        return self.stem[5](self.stem[4](cluster0({conv}, "
-            f"{bn})))\n" in path.read_text()), path.read_text()
+    assert ("        if not self.stem[2].training:\n"
+            f"            return self.stem[5](self.stem[4](cluster0({conv}, {bn})))\n"
+            "        else:\n"
+            "            return self.stem(x)\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, SUBCLASS)
 
 
@@ -209,8 +225,12 @@ def test_two_clusters_of_one_flat_sequential_in_blocks_of_two_widths(tmp_path):
     assert "Applied 1 edit to" in result.output, result.output
     rewritten = path.read_text()
     b1, b6 = bn_args("self.branch2[1]"), bn_args("self.branch2[6]")
-    assert (f"        out = cluster1(self.branch2[3:6](cluster0(self.branch2[0](x), {b1})), {b6}, "
-            "x)\n" in rewritten), rewritten
+    assert ("        if not self.branch2[1].training and not self.branch2[6].training:\n"
+            f"            out = cluster1(self.branch2[3:6](cluster0(self.branch2[0](x), {b1})), "
+            f"{b6}, x)\n"
+            "        else:\n"
+            "            out = x + self.branch2(x)\n"
+            "        return out\n" in rewritten), rewritten
     same_outputs(tmp_path, path, SHUFFLE)
 
 
@@ -350,8 +370,11 @@ def test_sequentials_of_other_lengths_end_in_an_open_slice(tmp_path):
     result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit to" in result.output, result.output
-    assert (f"        return self.block[3:](cluster0(self.block[0](x), "
-            f"{bn_args('self.block[1]')}))\n" in path.read_text()), path.read_text()
+    assert ("        if not self.block[1].training:\n"
+            "            return self.block[3:](cluster0(self.block[0](x), "
+            f"{bn_args('self.block[1]')}))\n"
+            "        else:\n"
+            "            return self.block(x)\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, text)
 
 
@@ -404,8 +427,13 @@ def test_a_module_that_never_runs_the_line_does_not_constrain_its_spelling(tmp_p
     path.write_text(BRANCHES)
     result = apply_net(path)
     assert result.exit_code == 0, result.output
-    assert (f"            return self.branch1[3](cluster0(self.branch1[0](x), "
-            f"{bn_args('self.branch1[1]')}))\n" in path.read_text()), result.output
+    assert ("        if self.down:\n"
+            "            if not self.branch1[1].training:\n"
+            "                return self.branch1[3](cluster0(self.branch1[0](x), "
+            f"{bn_args('self.branch1[1]')}))\n"
+            "            else:\n"
+            "                return self.branch1(x)\n"
+            "        return self.branch2(x)\n" in path.read_text()), result.output
     same_outputs(tmp_path, path, BRANCHES)
 
 
@@ -463,8 +491,13 @@ def test_a_block_whose_layers_are_built_alike_is_served_without_a_cluster_of_its
     assert result.exit_code == 0, result.output
     # Was a pointer: "`self.first.block`: no cluster in 2 layers".
     assert "no cluster in" not in result.output, result.output
-    assert "result = self.block[1:](cluster2(self.block[0][0](input), " in path.read_text(), (
-        path.read_text())
+    # `self.block[0][1]` is the BatchNorm the kernel computes in both blocks.
+    assert ("        if not self.block[0][1].training:\n"
+            "            result = self.block[1:](cluster2(self.block[0][0](input), "
+            f"{bn_args('self.block[0][1]')}))\n"
+            "        else:\n"
+            "            result = self.block(input)\n"
+            "        return result\n") in path.read_text(), path.read_text()
     same_outputs(tmp_path, path, ALIKE)
 
 

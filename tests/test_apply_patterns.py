@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 import torch
-from apply_checks import same_outputs
+from apply_checks import bn_args, same_outputs
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
@@ -43,9 +43,12 @@ CASES = {
                 return self.conv(y)
         """,
         "        y = self.act(self.bn(self.conv(x)))",
-        "        y = cluster0(self.conv(x), self.bn.running_mean.reshape(-1, 1, 1), "
-        "self.bn.running_var.reshape(-1, 1, 1), self.bn.weight.reshape(-1, 1, 1), "
-        "self.bn.bias.reshape(-1, 1, 1))",
+        # BatchNorm on its running statistics: the kernel runs in eval mode only, the line as
+        # written otherwise (sourcemap/train_mode.py).
+        "        if not self.bn.training:\n"
+        f"            y = cluster0(self.conv(x), {bn_args('self.bn')})\n"
+        "        else:\n"
+        "            y = self.act(self.bn(self.conv(x)))",
     ),
     "functional_calls_around_a_kept_conv": (
         """\
@@ -144,8 +147,11 @@ def test_apply_rewrites_only_the_fused_statement(tmp_path, case):
     removed = [d[2:] for d in diff if d.startswith("-")]
     added = [d[2:] for d in diff if d.startswith("+")]
     assert removed == statement.splitlines()
-    assert replacement in added
-    others = [a for a in added if a != replacement]
+    # The replacement's lines, in order and together (a guarded edit spans several lines).
+    lines = replacement.splitlines()
+    starts = [i for i in range(len(added)) if added[i:i + len(lines)] == lines]
+    assert len(starts) == 1, added
+    others = added[:starts[0]] + added[starts[0] + len(lines):]
     assert [a for a in others if a.strip()] == [
         line for line in import_block(path.stem, ["cluster0"], "\n").splitlines() if line.strip()
     ]

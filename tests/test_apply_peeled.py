@@ -63,7 +63,13 @@ def test_a_callees_trailing_eval_dropout_reads_as_the_calls_result(tmp_path, cap
     assert c.index in p.clusters
     result = apply(p, analysis, Console(), assume_yes=True, ask=None)
     text = path.read_text()
-    assert "return torch.tanh(" not in text
+    # The cluster holds the callee's dropout: the edit reads that dropout's flag.
+    assert ("    def forward(self, x):\n"
+            "        if not self.mlp.drop.training:\n"
+            f"            return {m.call}(self.mlp(x), x)\n"
+            "        else:\n"
+            "            return torch.tanh(x + self.mlp(x))\n") in text, text
+    assert text.count("return torch.tanh(") == 1  # only under `else:`
     assert "return self.drop(self.fc2(F.relu(self.fc1(x))))" in text  # the callee stays
     assert_same_outputs(backup_as_py(result.files[0].backup), path, "Block", torch.randn(3, 8))
 

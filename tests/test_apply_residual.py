@@ -77,10 +77,18 @@ def test_an_in_place_residual_under_a_module_setting_is_rebound_to_the_kernel(tm
     bn = [bn_args(f"self.block[{i}][1]") for i in range(2)]
     inner = f"cluster0(self.block[0][0](input), {bn[0]})"
     # Where the widths differ (`self.two`) the `else` branch keeps the block's own kernel.
-    assert (f"        if self.use_res_connect:\n"
-            f"            result = cluster1(self.block[1][0]({inner}), {bn[1]}, input)\n"
+    # The BatchNorms run on their running statistics: the kernels in eval mode only, the
+    # lines as written otherwise (sourcemap/train_mode.py). `self.two`'s call fuses no
+    # `self.block[1][1]`, but has that layer: it reads its flag too.
+    assert (f"        if not self.block[0][1].training and not self.block[1][1].training:\n"
+            f"            if self.use_res_connect:\n"
+            f"                result = cluster1(self.block[1][0]({inner}), {bn[1]}, input)\n"
+            f"            else:\n"
+            f"                result = self.block[1]({inner})\n"
             f"        else:\n"
-            f"            result = self.block[1]({inner})\n"
+            f"            result = self.block(input)\n"
+            f"            if self.use_res_connect:\n"
+            f"                result += input\n"
             f"        return result\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, MOBILENET)
 
@@ -94,6 +102,26 @@ EFFICIENTNET = MOBILENET.replace(
           "            result = self.stochastic_depth(result)\n            result += input\n")
 
 
+def _efficientnet_edit(flags: str = "") -> str:
+    """The MBConv forward's edit: the in-place add (after the stochastic depth) only in the
+    `else` branch that runs the lines as written when a deciding module is in train mode;
+    `flags`: more of those after the BatchNorms'."""
+    bn = [bn_args(f"self.block[{i}][1]") for i in range(2)]
+    inner = f"cluster0(self.block[0][0](input), {bn[0]})"
+    return (f"        if not self.block[0][1].training and not self.block[1][1].training"
+            f"{flags}:\n"
+            f"            if self.use_res_connect:\n"
+            f"                result = cluster1(self.block[1][0]({inner}), {bn[1]}, input)\n"
+            f"            else:\n"
+            f"                result = self.block[1]({inner})\n"
+            f"        else:\n"
+            f"            result = self.block(input)\n"
+            f"            if self.use_res_connect:\n"
+            f"                result = self.stochastic_depth(result)\n"
+            f"                result += input\n"
+            f"        return result\n")
+
+
 def test_a_stochastic_depth_line_before_the_in_place_residual_joins_the_edit(tmp_path):
     path = tmp_path / "efficientnet.py"
     path.write_text(EFFICIENTNET)
@@ -102,8 +130,8 @@ def test_a_stochastic_depth_line_before_the_in_place_residual_joins_the_edit(tmp
     # Was a pointer: "line 22 (`result = self.block(input)`) and line 25 (`result +=
     # input`) lie in different blocks (line 23: `if self.use_res_connect:`)".
     rewritten = path.read_text()
-    assert "result += input" not in rewritten, rewritten
-    assert f"{bn_args('self.block[1][1]')}, input)\n" in rewritten, rewritten
+    assert _efficientnet_edit() in rewritten, rewritten
+    assert rewritten.count("result += input") == 1, rewritten  # under `else:` only
     same_outputs(tmp_path, path, EFFICIENTNET)
 
 
@@ -125,8 +153,9 @@ def test_torchvisions_stochastic_depth_before_the_residual_joins_the_edit(tmp_pa
     # Was a pointer: "line range also holds `result = self.stochastic_depth(result)`".
     assert "Applied 1 edit to" in result.output, result.output
     rewritten = path.read_text()
-    assert "result += input" not in rewritten, rewritten
-    assert f"{bn_args('self.block[1][1]')}, input)\n" in rewritten, rewritten
+    # The stochastic depth the edit reads through draws in train mode: its flag decides too.
+    assert _efficientnet_edit(" and not self.stochastic_depth.training") in rewritten, rewritten
+    assert rewritten.count("result += input") == 1, rewritten  # under `else:` only
     same_outputs(tmp_path, path, TORCHVISION)
 
 
@@ -174,11 +203,20 @@ class Net(Base):
 
 
 def test_an_inherited_forward_maps_its_self_to_the_model(tmp_path, apply_target):
-    # For the GPU the kernel adds the conv's bias: the edit takes in the conv's line.
+    # For the GPU the kernel adds the conv's bias: the edit takes in the conv's line. The
+    # BatchNorm runs on its running statistics: the kernel in eval mode only, the lines as
+    # written otherwise (sourcemap/train_mode.py).
     forward = {"cpu": "        x = self.conv1(x)\n"
-                      f"        x = cluster0(x, {bn_args('self.bn1')})\n",
-               "cuda": f"        x = cluster0({conv_apart('self.conv1', functional='F')}, "
-                       f"{bn_args('self.bn1')})\n"}[apply_target]
+                      "        if not self.bn1.training:\n"
+                      f"            x = cluster0(x, {bn_args('self.bn1')})\n"
+                      "        else:\n"
+                      "            x = F.relu(self.bn1(x))\n",
+               "cuda": "        if not self.bn1.training:\n"
+                       f"            x = cluster0({conv_apart('self.conv1', functional='F')}, "
+                       f"{bn_args('self.bn1')})\n"
+                       "        else:\n"
+                       "            x = self.conv1(x)\n"
+                       "            x = F.relu(self.bn1(x))\n"}[apply_target]
     for body in ("    pass\n",
                  "    def __init__(self):\n        super().__init__()\n"
                  "        self.extra = nn.Identity()\n"):
@@ -244,10 +282,18 @@ def test_a_subclass_of_the_block_runs_the_else_branch_where_its_setting_fails(tm
     # cluster" (`Plain`'s calls were taken to run the guarded lines).
     assert "Applied 1 edit to" in result.output, result.output
     conv = {"cpu": "self.conv(x)", "cuda": conv_apart("self.conv")}[apply_target]
-    assert (f"        if self.has_skip:\n"
-            f"            x = cluster0({conv}, {bn_args('self.bn')}, shortcut)\n"
+    # The BatchNorm runs on its running statistics: the kernel in eval mode only, the lines
+    # as written otherwise (sourcemap/train_mode.py).
+    assert (f"        if not self.bn.training:\n"
+            f"            if self.has_skip:\n"
+            f"                x = cluster0({conv}, {bn_args('self.bn')}, shortcut)\n"
+            f"            else:\n"
+            f"                x = self.bn(self.conv(x))\n"
             f"        else:\n"
-            f"            x = self.bn(self.conv(x))\n" in path.read_text()), path.read_text()
+            f"            x = self.bn(self.conv(x))\n"
+            f"            if self.has_skip:\n"
+            f"                x = x + shortcut\n"
+            f"        return x\n" in path.read_text()), path.read_text()
     same_outputs(tmp_path, path, SUBCLASSED_BLOCK)
 
 

@@ -11,7 +11,7 @@ Triton interpreter on CPU.
 from __future__ import annotations
 
 import pytest
-from apply_checks import apply_net, same_outputs
+from apply_checks import apply_net, bn_args, same_outputs
 
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
@@ -205,4 +205,9 @@ def test_weight_reshapes_without_a_module_stack_keep_the_blocks_calls_apart(tmp_
     path.write_text(NORM_ACT)
     maps = map_clusters(analyze_file(path, [InputSpec((2, 8, 6, 6))], class_name="Net"))
     assert len(maps) == 2 and all(m.exact for m in maps), [m.reason for m in maps]
-    assert maps[0].replacement.startswith("        return cluster0(x, self.bn1.running_mean")
+    # The BatchNorm runs on its running statistics: the kernel in eval mode only, the line
+    # as written otherwise (sourcemap/train_mode.py), read from the layer `self.bn1`.
+    assert maps[0].replacement == ("        if not self.bn1.training:\n"
+                                   f"            return cluster0(x, {bn_args('self.bn1')})\n"
+                                   "        else:\n"
+                                   "            return self.bn1(x) * 2.0 + x"), maps[0].replacement

@@ -51,12 +51,21 @@ def test_both_clusters_inside_sequential_calls_are_written(tmp_path, apply_targe
     bn = bn_args("self.stem[1]")
     stem = {"cpu": f"cluster0(self.stem[0](x), {bn})",
             "cuda": f"self.stem[2](cluster0({conv_apart('self.stem[0]')}, {bn}))"}
-    assert f"        x = {stem[apply_target]}\n" in rewritten, rewritten
-    # bn → silu → add and the mean of line 19: line 18's `y` has no other reader.
-    assert "y = self.body(x) + x" not in rewritten
+    # Each kernel computes its BatchNorm as eval mode does: it runs only while that layer is
+    # in eval mode; in train mode the lines run as written.
+    assert ("        if not self.stem[1].training:\n"
+            f"            x = {stem[apply_target]}\n"
+            "        else:\n"
+            "            x = self.stem(x)\n") in rewritten, rewritten
+    # bn → silu → add and the mean of line 19: line 18's `y` has no other reader, and is
+    # computed only in the lines as written.
     body = {"cpu": "self.body[0](x)", "cuda": conv_apart("self.body[0]")}[apply_target]
-    assert (f"        return self.head(cluster1({body}, {bn_args('self.body[1]')}, x))\n"
-            in rewritten), rewritten
+    assert ("        if not self.body[1].training:\n"
+            f"            return self.head(cluster1({body}, {bn_args('self.body[1]')}, x))\n"
+            "        else:\n"
+            "            y = self.body(x) + x\n"
+            "            return self.head(y.mean((2, 3)))\n") in rewritten, rewritten
+    assert rewritten.count("y = self.body(x) + x") == 1, rewritten
     same_outputs(tmp_path, path, SEQ)
 
 
@@ -102,10 +111,15 @@ def test_layers_around_the_cluster_stay_as_slices_and_nested_sequentials_unroll(
     # called without it, on the layers before it.
     conv = {"cpu": "self.stem[:2](x)",
             "cuda": conv_apart("self.stem[1]", "self.stem[0](x)")}[apply_target]
-    assert f"        x = self.stem[4:](cluster0({conv}, {stem}))\n" in rewritten, rewritten
+    assert ("        if not self.stem[2].training:\n"
+            f"            x = self.stem[4:](cluster0({conv}, {stem}))\n"
+            "        else:\n"
+            "            x = self.stem(x)\n") in rewritten, rewritten
     block = bn_args("self.block[0][1]")
-    assert (f"        return self.block[1](cluster1(self.block[0][0](x), {block}))\n"
-            in rewritten), rewritten
+    assert ("        if not self.block[0][1].training:\n"
+            f"            return self.block[1](cluster1(self.block[0][0](x), {block}))\n"
+            "        else:\n"
+            "            return self.block(x)\n") in rewritten, rewritten
     same_outputs(tmp_path, path, AROUND)
 
 
@@ -163,7 +177,12 @@ def test_a_library_sequential_without_a_forward_of_its_own_is_spelled_by_index(
     # this file), which no edit here unrolls": its forward, indexing and length are
     # nn.Sequential's, so `self.stem[0]` is the conv the call runs first.
     assert m.exact, m.reason
-    assert m.replacement == f"        return cluster0(self.stem[0](x), {bn_args('self.stem[1]')})"
+    assert m.replacement == ("        if not self.stem[1].training:\n"
+                             "            return cluster0(self.stem[0](x), "
+                             f"{bn_args('self.stem[1]')})\n"
+                             "        else:\n"
+                             "            x = self.stem(x)\n"
+                             "            return x.sum((2, 3))"), m.replacement
 
 
 def test_a_library_sequential_with_a_layer_after_the_cluster_keeps_it_around_the_call(
@@ -171,7 +190,10 @@ def test_a_library_sequential_with_a_layer_after_the_cluster_keeps_it_around_the
     path, (m,) = _library_mapping(tmp_path, monkeypatch, tail=True)
     assert m.exact, m.reason
     bn = bn_args("self.stem[0]")
-    assert m.replacement == f"        x = self.stem[2](cluster0(x, {bn}))", m.replacement
+    assert m.replacement == ("        if not self.stem[0].training:\n"
+                             f"            x = self.stem[2](cluster0(x, {bn}))\n"
+                             "        else:\n"
+                             "            x = self.stem(x)"), m.replacement
 
 
 def test_a_library_sequential_with_its_own_indexing_names_it(tmp_path, monkeypatch):

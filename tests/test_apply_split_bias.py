@@ -43,11 +43,25 @@ class Net(nn.Module):
 """
 
 BN = bn_args("self.bn1")
-# The forward each target's edit writes: the convolution's line kept on the CPU, where
-# mkldnn adds the bias inside it; for the GPU, whose kernel adds the bias, the edit's lines
-# take in the convolution's and call it without its bias.
-FORWARD = {"cpu": f"        h = self.conv1(x)\n        return cluster0(h, {BN})\n",
-           "cuda": f"        return cluster0({conv_apart('self.conv1', functional='F')}, {BN})\n"}
+
+
+def forward(target: str, act: str = "F.relu(h)", layer: str = "self.conv1", arg: str = "x"
+            ) -> str:
+    """The forward each target's edit writes: the convolution's line kept on the CPU, where
+    mkldnn adds the bias inside it; for the GPU, whose kernel adds the bias, the edit's lines
+    take in the convolution's and call it without its bias. The kernel computes BatchNorm as
+    eval mode does: it runs while `self.bn1` is in eval mode, the lines as written otherwise
+    (sourcemap/train_mode.py)."""
+    as_written = f"            h = self.bn1(h)\n            return {act}\n"
+    if target == "cpu":
+        return (f"        h = {layer}({arg})\n"
+                "        if not self.bn1.training:\n"
+                f"            return cluster0(h, {BN})\n"
+                "        else:\n" + as_written)
+    return ("        if not self.bn1.training:\n"
+            f"            return cluster0({conv_apart(layer, arg, 'F')}, {BN})\n"
+            "        else:\n"
+            f"            h = {layer}({arg})\n" + as_written)
 
 
 def test_a_biased_conv_before_norm_and_activation_is_applied(tmp_path, apply_target):
@@ -57,7 +71,7 @@ def test_a_biased_conv_before_norm_and_activation_is_applied(tmp_path, apply_tar
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output, result.output
     rewritten = path.read_text()
-    assert rewritten.endswith(f"    def forward(self, x):\n{FORWARD[apply_target]}"), rewritten
+    assert rewritten.endswith(f"    def forward(self, x):\n{forward(apply_target)}"), rewritten
     # the file imports it already: the edit adds no second import (`in` could not fail)
     assert rewritten.count("import torch.nn.functional as F\n") == 1, rewritten
     same_outputs(tmp_path, path, CONV_BN_RELU)
@@ -82,7 +96,8 @@ def test_a_file_without_torch_nn_functional_gets_its_import(tmp_path, apply_targ
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output, result.output
     rewritten = path.read_text()
-    assert rewritten.endswith(f"    def forward(self, x):\n{FORWARD[apply_target]}"), rewritten
+    assert rewritten.endswith(
+        f"    def forward(self, x):\n{forward(apply_target, act='self.act(h)')}"), rewritten
     assert rewritten.startswith("from torch.nn import BatchNorm2d, Conv2d, Module, ReLU\n"
                                 + ("import torch.nn.functional as F\n" if apply_target == "cuda"
                                    else "") + "if __package__:"), rewritten
@@ -101,10 +116,17 @@ def test_each_convolution_is_spelled_by_its_function(tmp_path, layer, norm, shap
     (m,) = map_clusters(analysis)
     assert m.exact, m.reason
     ones = ", ".join(["1"] * (len(shape) - 2))
-    assert m.replacement.startswith(
-        f"        return cluster0(F.{function}(x, self.conv1.weight, None, self.conv1.stride, "
-        "self.conv1.padding, self.conv1.dilation, self.conv1.groups), "
-        f"self.conv1.bias.reshape(-1, {ones}), "), m.replacement
+    bn = ", ".join(f"self.bn1.{name}.reshape(-1, {ones})"
+                   for name in ("running_mean", "running_var", "weight", "bias"))
+    assert m.replacement == (
+        "        if not self.bn1.training:\n"
+        f"            return cluster0(F.{function}(x, self.conv1.weight, None, "
+        "self.conv1.stride, self.conv1.padding, self.conv1.dilation, self.conv1.groups), "
+        f"self.conv1.bias.reshape(-1, {ones}), {bn})\n"
+        "        else:\n"
+        "            h = self.conv1(x)\n"
+        "            h = self.bn1(h)\n"
+        "            return F.relu(h)"), m.replacement
 
 
 def test_a_sequentials_layer_is_spelled_as_the_call_indexes_it(tmp_path, apply_target):
@@ -118,12 +140,8 @@ def test_a_sequentials_layer_is_spelled_as_the_call_indexes_it(tmp_path, apply_t
     result = apply_net(path)
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output, result.output
-    layer = "self.stem[-1]"
-    forward = {
-        "cpu": f"        h = {layer}(self.stem[0](x))\n        return cluster0(h, {BN})\n",
-        "cuda": f"        return cluster0({conv_apart(layer, 'self.stem[0](x)', 'F')}, "
-                f"{BN})\n"}[apply_target]
-    assert path.read_text().endswith(f"    def forward(self, x):\n{forward}"), path.read_text()
+    written = forward(apply_target, layer="self.stem[-1]", arg="self.stem[0](x)")
+    assert path.read_text().endswith(f"    def forward(self, x):\n{written}"), path.read_text()
     same_outputs(tmp_path, path, original)
 
 

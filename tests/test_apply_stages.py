@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from apply_checks import apply_net, same_outputs
+from apply_checks import apply_net, bn_args, same_outputs
 
 from fusion_core import codegen
 from fusion_core.ir.shapes import InputSpec
@@ -77,7 +77,16 @@ def test_one_edit_of_a_block_serves_every_stage_at_its_own_size(tmp_path):
     assert "Applied 1 edit" in result.output, result.output
     assert "Not applied" not in result.output, result.output
     rewritten = path.read_text()
-    assert "out = self.bn(out)" not in rewritten
+    # the kernel computes BatchNorm as eval mode does: the lines as written stay for a block
+    # in train mode, under `else:` only (sourcemap/train_mode.py)
+    assert ("        out = self.conv(x)\n"
+            "        if not self.bn.training:\n"
+            f"            out = cluster0(out, {bn_args('self.bn')})\n"
+            "        else:\n"
+            "            out = self.bn(out)\n"
+            "            out = self.relu(out)\n"
+            "        return out\n") in rewritten, rewritten
+    assert rewritten.count("out = self.bn(out)") == 1, rewritten
     # one call for the three stages: `-1` keeps the parameters' text the same at any width
     assert rewritten.count("cluster0(") == 1 and "cluster1" not in rewritten
     assert "self.bn.weight.reshape(-1, 1, 1)" in rewritten
@@ -163,4 +172,11 @@ def test_modules_that_return_their_input_are_read_through_as_timm_blocks_use_the
     assert m.exact, m.reason
     assert m.original.splitlines() == ["        x = self.bn(x)", "        x = self.drop_block(x)",
                                        "        x = self.act(x)", "        x = self.drop(x)"]
-    assert m.replacement.startswith("        x = cluster0(x, self.bn.running_mean")
+    assert m.replacement == (
+        "        if not self.bn.training and not self.drop.training:\n"
+        f"            x = cluster0(x, {bn_args('self.bn')})\n"
+        "        else:\n"
+        "            x = self.bn(x)\n"
+        "            x = self.drop_block(x)\n"
+        "            x = self.act(x)\n"
+        "            x = self.drop(x)"), m.replacement

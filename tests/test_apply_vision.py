@@ -5,7 +5,7 @@ Kernels run under the Triton interpreter on CPU at tiny shapes (see ../conftest.
 
 from __future__ import annotations
 
-from apply_checks import apply_net, same_outputs
+from apply_checks import apply_net, bn_args, same_outputs
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
@@ -57,10 +57,18 @@ def test_identity_placeholders_between_fused_layers_are_dropped_by_the_edit(tmp_
     assert result.exit_code == 0, result.output
     assert "Applied 1 edit" in result.output, result.output
     rewritten = path.read_text()
-    # bn1 → drop_block → act1 became one call; `self.aa(x)` after the cluster stays
-    assert "x = self.bn1(x)" not in rewritten and "self.drop_block(x)" not in rewritten
-    assert "x = cluster0(x, self.bn1.running_mean.reshape(-1, 1, 1)" in rewritten
-    assert "        x = self.aa(x)\n" in rewritten
+    # bn1 → drop_block → act1 became one call, run while `self.bn1` is in eval mode (the
+    # placeholder `nn.Identity()` is no dropout: no flag of its own); in train mode the lines
+    # as written, and only there. `self.aa(x)` after the cluster stays.
+    assert ("        x = self.conv1(x)\n"
+            "        if not self.bn1.training:\n"
+            f"            x = cluster0(x, {bn_args('self.bn1')})\n"
+            "        else:\n"
+            "            x = self.bn1(x)\n"
+            "            x = self.drop_block(x)\n"
+            "            x = self.act1(x)\n"
+            "        x = self.aa(x)\n") in rewritten, rewritten
+    assert rewritten.count("x = self.bn1(x)") == rewritten.count("self.drop_block(x)") == 1
     same_outputs(tmp_path, path, PLACEHOLDERS)
 
 
@@ -98,9 +106,12 @@ def test_layers_fused_inside_a_nested_sequential_are_spelled_layer_by_layer(tmp_
     assert m.exact, m.reason
     bn = "self.block[0][1]"
     assert m.replacement == (
-        f"        result = self.block[1](cluster0(self.block[0][0](input), "
+        f"        if not {bn}.training:\n"
+        f"            result = self.block[1](cluster0(self.block[0][0](input), "
         f"{bn}.running_mean.reshape(-1, 1, 1), {bn}.running_var.reshape(-1, 1, 1), "
-        f"{bn}.weight.reshape(-1, 1, 1), {bn}.bias.reshape(-1, 1, 1)))"), m.replacement
+        f"{bn}.weight.reshape(-1, 1, 1), {bn}.bias.reshape(-1, 1, 1)))\n"
+        "        else:\n"
+        "            result = self.block(input)"), m.replacement
 
 
 # timm's InvertedResidual / torchvision's MobileNet block: the residual add only in blocks
@@ -149,16 +160,24 @@ def test_a_residual_add_under_an_if_on_a_module_setting_keeps_the_if(tmp_path):
     assert "Applied 1 edit" in result.output, result.output
     assert "Not applied" not in result.output, result.output
     rewritten = path.read_text()
-    # The blocks with the skip run the kernel; the others run the lines as written.
+    # The blocks with the skip run the kernel; the others run the lines as written. The
+    # kernel computes `self.bn3` as eval mode does: in train mode every block runs the lines
+    # as written.
     assert (
         "        # project\n"
-        "        if self.has_skip:\n"
-        "            x = cluster0(x, self.bn3.running_mean.reshape(-1, 1, 1), "
+        "        if not self.bn3.training:\n"
+        "            if self.has_skip:\n"
+        "                x = cluster0(x, self.bn3.running_mean.reshape(-1, 1, 1), "
         "self.bn3.running_var.reshape(-1, 1, 1), self.bn3.weight.reshape(-1, 1, 1), "
         "self.bn3.bias.reshape(-1, 1, 1), shortcut)\n"
-        "            x = self.post(x)\n"
+        "                x = self.post(x)\n"
+        "            else:\n"
+        "                x = self.bn3(x)\n"
         "        else:\n"
         "            x = self.bn3(x)\n"
+        "            if self.has_skip:\n"
+        "                x = self.drop_path(x) + shortcut\n"
+        "                x = self.post(x)\n"
         "        return x\n") in rewritten, rewritten
     same_outputs(tmp_path, path, SKIP)
 

@@ -247,10 +247,18 @@ def test_cluster_taking_a_split_bias_spells_the_conv_without_it(tmp_path, split_
     (m,) = map_clusters(a)
     assert m.exact, m.reason
     assert (m.start, m.end) == (12, 14)
-    assert m.replacement.startswith(
-        "        return cluster0(F.conv2d(x, self.conv.weight, None, self.conv.stride, "
+    # The kernel computes BatchNorm as in eval mode: the lines as written run in train mode.
+    assert m.replacement == (
+        "        if not self.bn.training:\n"
+        "            return cluster0(F.conv2d(x, self.conv.weight, None, self.conv.stride, "
         "self.conv.padding, self.conv.dilation, self.conv.groups), "
-        "self.conv.bias.reshape(-1, 1, 1), self.bn.running_mean"), m.replacement
+        "self.conv.bias.reshape(-1, 1, 1), self.bn.running_mean.reshape(-1, 1, 1), "
+        "self.bn.running_var.reshape(-1, 1, 1), self.bn.weight.reshape(-1, 1, 1), "
+        "self.bn.bias.reshape(-1, 1, 1))\n"
+        "        else:\n"
+        "            y = self.conv(x)\n"
+        "            y = self.bn(y)\n"
+        "            return F.relu(y)"), m.replacement
 
 
 @pytest.mark.parametrize("cuda, device", [(True, "cuda"), (False, None)])

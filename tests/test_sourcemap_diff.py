@@ -58,8 +58,20 @@ def test_shared_lines_show_one_diff_naming_both_clusters(microgpt_maps):
     assert text.count("@@ -") == 1
     names = ", ".join(str(m.cluster_index) for m in exact)
     assert f"clusters {names}" in text.splitlines()[0]
-    assert "+        probs = cluster" in text
-    assert "-        probs = F.softmax(scores, dim=-1)" in text
+    call = exact[0].call
+    assert (
+        "@@ -31,4 +31,7 @@\n"
+        "-        scores = scores * self.scale\n"
+        "-        scores = scores.masked_fill(self.causal_mask[:T, :T], float(\"-inf\"))\n"
+        "-        probs = F.softmax(scores, dim=-1)\n"
+        "-        probs = self.attn_drop(probs)\n"
+        "+        if not self.attn_drop.training:\n"
+        f"+            probs = {call}(scores, self.causal_mask[:T, :T])\n"
+        "+        else:\n"
+        "+            scores = scores * self.scale\n"
+        "+            scores = scores.masked_fill(self.causal_mask[:T, :T], float(\"-inf\"))\n"
+        "+            probs = F.softmax(scores, dim=-1)\n"
+        "+            probs = self.attn_drop(probs)") in text, text
 
 
 def _printed(maps, terminal: bool) -> str:
@@ -93,7 +105,11 @@ def test_cli_fills_the_map_column_and_json(tmp_path):
     rows = [line for line in result.output.splitlines() if line.startswith("│")]
     assert len(rows) == 7
     assert sum(" exact " in r for r in rows) == 2 and sum(" pointer " in r for r in rows) == 5
-    assert "Source edits" in result.output and "+        probs = cluster" in result.output
+    assert "Source edits" in result.output
+    assert ("+        if not self.attn_drop.training:\n"
+            "+            probs = cluster1(scores, self.causal_mask[:T, :T])\n"
+            "+        else:\n"
+            "+            scores = scores * self.scale\n") in result.output, result.output
     assert "\x1b[" not in result.output  # piped: no colour codes
     doc = json.loads(out.read_text())
     entries = {e["cluster"]: e for e in doc["source_map"]}
@@ -101,7 +117,15 @@ def test_cli_fills_the_map_column_and_json(tmp_path):
     exact = [e for e in entries.values() if e["map"] == "exact"]
     assert len(exact) == 2 and all(e["reason"] is None for e in exact)
     assert exact[0]["function"] == "CausalSelfAttention.forward"
-    assert exact[0]["replacement"].endswith("(scores, self.causal_mask[:T, :T])")
+    # JSON holds the replacement stripped (cli_run.py): its first line without indentation.
+    assert exact[0]["replacement"] == (
+        "if not self.attn_drop.training:\n"
+        f"            probs = cluster{exact[0]['cluster']}(scores, self.causal_mask[:T, :T])\n"
+        "        else:\n"
+        "            scores = scores * self.scale\n"
+        "            scores = scores.masked_fill(self.causal_mask[:T, :T], float(\"-inf\"))\n"
+        "            probs = F.softmax(scores, dim=-1)\n"
+        "            probs = self.attn_drop(probs)")
     assert exact[0]["shared_with"] == [exact[1]["cluster"]]
     pointers = [e for e in entries.values() if e["map"] == "pointer"]
     assert all(e["reason"] and e["lines"]["start"] >= 1 for e in pointers)

@@ -372,3 +372,53 @@ def test_an_input_a_kernel_of_another_call_feeds_is_not_named_as_the_stray_code(
     assert {m.reason for m in softmax} == {
         "line range also holds `self.get_attention_biases(x.device)` (line 22), which is not "
         "in the cluster"}
+
+
+# timm's BatchNormAct2d in miniature: BatchNorm's forward copied, its buffers passed by a
+# condition, in two calls whose clusters differ (the second's runs on into a mean below).
+BN_COPY = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class NormAct(nn.BatchNorm2d):
+    def forward(self, x):
+        x = F.batch_norm(
+            x,
+            self.running_mean if not self.training or self.track_running_stats else None,
+            self.running_var if not self.training or self.track_running_stats else None,
+            self.weight, self.bias, False, 0.0, self.eps)
+        x = torch.relu(x)
+        return x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 1)
+        self.bn1 = NormAct(4)
+        self.conv2 = nn.Conv2d(4, 4, 1)
+        self.bn2 = NormAct(4)
+
+    def forward(self, x):
+        x = self.bn1(self.conv1(x))
+        x = self.bn2(self.conv2(x))
+        return x * x.mean((2, 3), keepdim=True)
+"""
+
+
+def test_a_buffer_passed_by_a_condition_is_named_not_the_other_call(tmp_path):
+    """The reason names the conditional argument, the real cause (it named the other call,
+    `self.bn2`, and "serving that call ... is not supported yet" before)."""
+    path = tmp_path / "bn_copy.py"
+    path.write_text(BN_COPY)
+    analysis = analyze_file(path, [InputSpec((2, 3, 4, 4))])
+    maps = map_clusters(analysis)
+    first = next(m for m in maps if analysis.clusters[m.cluster_index].ops == (
+        "batch_norm", "relu"))
+    assert first.quality == POINTER
+    assert first.reason.startswith(
+        "`self.running_mean if not self.training or self.track_running_stats else None` "
+        "(line 10) chooses a kernel input by a condition"), first.reason
+    assert "not supported yet" not in first.reason

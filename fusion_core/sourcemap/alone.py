@@ -73,11 +73,13 @@ def _is_feeder(node: Node) -> bool:
 
 def check_alone(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames,
                  kept: frozenset[str] = frozenset(), kept_around: set[str] | None = None,
-                 unserved: Mapping[int, str] | None = None) -> None:
+                 unserved: Mapping[int, str] | None = None, other_calls: bool = True) -> None:
     """No node outside the group's clusters is computed on the range's lines, but those
     of the inputs the rewrite keeps as its arguments' expressions and the code kept
     around the fused call (`kept_around`). `unserved`: why the edit's kernel cannot compute
-    another call's ops of a cluster (by its index) on these lines (served.py)."""
+    another call's ops of a cluster (by its index) on these lines (served.py). Without
+    `other_calls`, another call's ops on the lines are not looked at (before the parts are
+    tried, they are no cause)."""
     members = {n for c in group for n in c.nodes}
     kept_nodes = feeding(analysis, kept) | (kept_around or set())
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
@@ -114,6 +116,8 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster], frames: Fr
         # Another call when it came through other frames or on another module; one line
         # calling a helper twice (`act(h) + act(2 * h)`) looks like one call, said as code.
         if (line, n.op) in ops_by_line and call_of(n, span, fx_nodes) not in calls:
+            if not other_calls:
+                continue
             raise PointerOnly(_other_call(analysis, span, frames, n, line, text,
                                           unserved or {}))
         inner = _library_container(analysis, span, path, line, sorted(

@@ -79,9 +79,10 @@ def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, 
                 raise why[0] from None
             if unserved is not None:  # None: a part's trial, whose refusal names no stray
                 # Its reason names the stray code first; code computing an input from
-                # outside the cluster could stay as an argument, so it is not the cause.
+                # outside the cluster could stay as an argument, so it is not the cause, nor
+                # are other calls' ops on the lines (no part has been tried yet).
                 check_alone(analysis, span, cs, frames, free_inputs(analysis, cs),
-                            unserved=unserved)
+                            unserved=unserved, other_calls=False)
             raise
     pieces = [(cs, part)] if part is not None else split
     if any(all(id(c) in served for c in p_cs) for p_cs, _ in pieces):

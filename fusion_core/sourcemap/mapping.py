@@ -8,7 +8,8 @@ clusters a group shares its lines with) and each group is mapped as one edit
 a ``pointer`` with the reason in words). A cluster that does not map as it is may map
 without a callee's trailing dropout (``peeled.py``); a sum one kernel leaves unstored and
 another recomputes, on one statement, maps as one edit of both (``joint.py``); of edits
-whose lines overlap, one is written.
+whose lines overlap, one is written; an edit of BatchNorm or dropout runs in eval mode only
+(``train_mode.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .pysource import SourceFile
 from .served import Part, note_served, parts_on
 from .source_mapping import POINTER, SourceMapping
 from .span import PointerOnly, Span, locate
+from .train_mode import train_guarded
 from .unstored import as_stored
 
 
@@ -126,8 +128,9 @@ def map_clusters(analysis: Analysis) -> tuple[SourceMapping, ...]:
                                                                      c, b))
         except PointerOnly:
             continue
-    return tuple(keep_comments(m) for m in note_served(
-        analysis, _no_overlaps(out[c.index] for c in analysis.clusters)))
+    edits = train_guarded(analysis, _no_overlaps(out[c.index] for c in analysis.clusters),
+                          frames.files)
+    return tuple(keep_comments(m) for m in note_served(analysis, edits))
 
 
 def _join_nested(analysis: Analysis, spans: dict[int, Span], groups: list[list[Cluster]],

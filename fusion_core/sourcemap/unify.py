@@ -225,6 +225,10 @@ class Unifier:
         plain = is_plain_access(expr)
         if not plain and not (self.computes(expr, node) and args_computed(
                 expr, node, self.self_name, self.child_path, self.computes)):  # evaluated.py
+            if isinstance(expr, ast.IfExp):  # timm's copy of BatchNorm's forward
+                raise Mismatch(f"`{text}` (line {expr.lineno}) chooses a kernel input by a "
+                               "condition (`… if … else …`), which an edit does not keep as "
+                               "the fused call's argument")
             raise Mismatch(f"line range also holds `{text}` (line {expr.lineno}), which is "
                            "not in the cluster")
         inner = [h for h in self.hidden.values() if any(n is h[1] for n in ast.walk(expr))]
