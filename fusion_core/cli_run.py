@@ -13,6 +13,7 @@ only option parsing and error handling.
 from __future__ import annotations
 
 import copy
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +62,8 @@ def mapping_dict(m: SourceMapping) -> dict[str, Any]:
     lines = None if m.file is None else {"file": m.file, "start": m.start, "end": m.end}
     return {"cluster": m.cluster_index, "map": m.quality.value, "lines": lines,
             "function": m.function, "reason": m.reason,
-            "replacement": m.replacement.strip() if m.replacement else None,
+            # Dedented: a guarded edit's lines keep their indentation relative to the first.
+            "replacement": textwrap.dedent(m.replacement).strip() if m.replacement else None,
             "shared_with": list(m.shared_with), "calls": list(m.edit_calls),
             "baked": list(m.baked),
             # Other clusters' ops that other calls run on these lines, through this edit.

@@ -83,10 +83,11 @@ def test_the_fused_last_layers_are_spelled_from_the_end_in_one_edit(tmp_path):
     # clusters in layer 2 of 3)".
     assert "Applied 1 edit to" in result.output, result.output
     rewritten = path.read_text()
-    # The kernel computes the BatchNorm as eval mode does: it runs only while the block is in
-    # eval mode. That BatchNorm is `self.block[1][1]` in some blocks and `self.block[2][1]` in
-    # others, so the block's own flag decides; in train mode the lines run as written.
-    assert ("        if not self.training:\n"
+    # The kernel computes the BatchNorm as eval mode does: it runs only while that BatchNorm
+    # is in eval mode. It is `self.block[1][1]` in some blocks and `self.block[2][1]` in
+    # others: counted from the end, `self.block[-1][-1]` in all; in train mode the lines run
+    # as written.
+    assert ("        if not self.block[-1][-1].training:\n"
             "            if self.use_res_connect:\n"
             "                result = cluster0(self.block[-1][0](self.block[:-1](input)), "
             f"{BN}, input)\n"

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import torch
 from apply_checks import DEVICE, apply_net, bn_args, original_and_rewritten, same_outputs
+from click.testing import CliRunner
+
+from fusion_core.cli import cli
 
 CONV_BN_DROP = """\
 import torch
@@ -140,3 +143,207 @@ def test_an_edit_without_batchnorm_or_dropout_is_written_as_before(tmp_path):
     path = _applied(tmp_path, PLAIN)
     text = path.read_text()
     assert "        return cluster0(y)\n" in text and "training" not in text, text
+
+
+def _same_in_train_mode(tmp_path, path, original: str, seed: int = 3,
+                        shape: tuple[int, ...] = (2, 3, 8, 8)) -> None:
+    """In train mode under torch.no_grad(), the rewritten model draws and computes as the
+    original does."""
+    before, after = original_and_rewritten(tmp_path, path, original)
+    before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
+    x = torch.randn(shape, device=DEVICE)
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        want = before(x)
+        torch.manual_seed(seed)
+        got = after(x)
+    torch.testing.assert_close(got, want)
+
+
+NESTED_FUNCTION = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        def act(h):
+            return F.dropout(torch.relu(h) * 2, 0.5, self.training) + 1
+        y = self.conv(x)
+        return act(y)
+"""
+
+
+def test_a_function_nested_in_a_method_reads_the_methods_receiver(tmp_path):
+    """`self` of the enclosing `forward` decides the nested helper's dropout (it had no
+    guard: in train mode the rewritten model dropped nothing)."""
+    path = _applied(tmp_path, NESTED_FUNCTION)
+    assert ("            if not self.training:\n"
+            "                return cluster0(h)\n"
+            "            else:\n"
+            "                return F.dropout(torch.relu(h) * 2, 0.5, self.training) + 1\n"
+            ) in path.read_text(), path.read_text()
+    _same_in_train_mode(tmp_path, path, NESTED_FUNCTION)
+
+
+OPTIONAL_NORM = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, norm):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.norm = nn.BatchNorm2d(8) if norm else None
+        self.out = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        shortcut = x
+        x = self.conv(x)
+        if self.norm is not None:
+            x = self.norm(x)
+        x = x + shortcut
+        return self.out(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.b1 = Block(True)
+        self.b2 = Block(False)
+
+    def forward(self, x):
+        return self.b2(self.b1(self.stem(x)))
+"""
+
+
+def test_a_layer_that_is_none_in_another_block_is_not_read_there(tmp_path):
+    """`self.b2` runs the edited lines too (its `if` fails, its `else` runs them as written),
+    with `self.norm` None: its flag cannot be read there, the block's own decides (the
+    rewritten model failed its check with an AttributeError)."""
+    path = _applied(tmp_path, OPTIONAL_NORM)
+    assert "        if not self.training:\n            if self.norm is not None:\n" in (
+        path.read_text()), path.read_text()
+    same_outputs(tmp_path, path, OPTIONAL_NORM)
+    _same_in_train_mode(tmp_path, path, OPTIONAL_NORM)
+
+
+# MobileNetV3's blocks in miniature (tests/test_apply_from_end.py), each projection ending in
+# a dropout: the BatchNorm and the dropout are `self.block[1][1]`, `[1][2]` in a block
+# without an expand layer and `self.block[2][1]`, `[2][2]` in the others.
+FROM_END = """\
+import torch
+from torch import nn
+
+
+class ConvNorm(nn.Sequential):
+    def __init__(self, cin, cout):
+        super().__init__(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout),
+                         nn.Dropout(0.5))
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, expand):
+        super().__init__()
+        self.use_res_connect = cin == cout
+        layers = [nn.Conv2d(cin, cin, 1)] if expand else []
+        layers.append(nn.Conv2d(cin, cin, 3, padding=1, groups=cin))
+        layers.append(ConvNorm(cin, cout))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, input):
+        result = self.block(input)
+        if self.use_res_connect:
+            result += input
+        return result
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(Block(3, 3, False), Block(3, 3, True),
+                                      Block(3, 4, True), Block(4, 4, False))
+
+    def forward(self, x):
+        return self.features(x)
+"""
+
+
+def test_layers_at_other_places_in_other_blocks_are_read_counted_from_the_end(tmp_path):
+    """Monte Carlo dropout in blocks built otherwise: each block reads its own dropout's
+    flag (the edit read only the block's flag, which eval() had cleared)."""
+    path = _applied(tmp_path, FROM_END)
+    assert ("        if not self.block[-1][-1].training and not self.block[-1][-2].training:\n"
+            in path.read_text()), path.read_text()
+    before, after = original_and_rewritten(tmp_path, path, FROM_END)
+    before, after = before.to(DEVICE), after.to(DEVICE)
+    for model in (before, after):
+        for layer in model.modules():
+            if isinstance(layer, torch.nn.Dropout):
+                layer.train()
+    x = torch.randn(2, 3, 8, 8, device=DEVICE)
+    with torch.no_grad():
+        torch.manual_seed(4)
+        want = before(x)
+        torch.manual_seed(4)
+        got = after(x)
+    torch.testing.assert_close(got, want)
+
+
+def test_a_file_indented_with_tabs_keeps_its_tabs_inside_the_guard(tmp_path):
+    source = CONV_BN_DROP.replace("    def ", "\tdef ").replace("        ", "\t    ")
+    path = _applied(tmp_path, source)
+    assert ("\t    if not self.bn.training and not self.drop.training:\n"
+            "\t        return cluster0(" in path.read_text()), path.read_text()
+    _same_in_train_mode(tmp_path, path, source)
+
+
+INHERITED = """\
+import torch
+from torch import nn
+
+
+class Base(nn.Module):
+    def __init__(self, inner=None):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.inner = inner
+
+    def forward(self, x):
+        if self.inner is not None:
+            x = self.inner(x)
+        y = self.conv(x)
+        return torch.relu(self.bn(y)) * 2
+
+
+class Derived(Base):
+    pass
+
+
+class Net(Base):
+    def __init__(self):
+        super().__init__(Derived())
+"""
+
+
+def test_an_inherited_forward_under_export_finds_each_instance(tmp_path):
+    """torch.export records the block's class by name (`Derived`), not its base whose
+    forward runs: the instance is found by the module itself (the edit read
+    `self.inner.bn` on `self.inner`, which has no `inner`, and was rolled back)."""
+    path = tmp_path / "net.py"
+    path.write_text(INHERITED)
+    result = CliRunner().invoke(cli, ["--model", f"{path}:Net", "--input-shape", "2,8,8,8",
+                                      "--capture", "export", "--no-timing", "--apply", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit to" in result.output, result.output
+    assert ("        if not self.bn.training:\n            return cluster0(" in
+            path.read_text()), path.read_text()
+    _same_in_train_mode(tmp_path, path, INHERITED, shape=(2, 8, 8, 8))

@@ -117,15 +117,16 @@ def test_cli_fills_the_map_column_and_json(tmp_path):
     exact = [e for e in entries.values() if e["map"] == "exact"]
     assert len(exact) == 2 and all(e["reason"] is None for e in exact)
     assert exact[0]["function"] == "CausalSelfAttention.forward"
-    # JSON holds the replacement stripped (cli_run.py): its first line without indentation.
+    # JSON holds the replacement dedented (cli_run.py): the first line at no indentation,
+    # the others where they stand relative to it.
     assert exact[0]["replacement"] == (
         "if not self.attn_drop.training:\n"
-        f"            probs = cluster{exact[0]['cluster']}(scores, self.causal_mask[:T, :T])\n"
-        "        else:\n"
-        "            scores = scores * self.scale\n"
-        "            scores = scores.masked_fill(self.causal_mask[:T, :T], float(\"-inf\"))\n"
-        "            probs = F.softmax(scores, dim=-1)\n"
-        "            probs = self.attn_drop(probs)")
+        f"    probs = cluster{exact[0]['cluster']}(scores, self.causal_mask[:T, :T])\n"
+        "else:\n"
+        "    scores = scores * self.scale\n"
+        "    scores = scores.masked_fill(self.causal_mask[:T, :T], float(\"-inf\"))\n"
+        "    probs = F.softmax(scores, dim=-1)\n"
+        "    probs = self.attn_drop(probs)")
     assert exact[0]["shared_with"] == [exact[1]["cluster"]]
     pointers = [e for e in entries.values() if e["map"] == "pointer"]
     assert all(e["reason"] and e["lines"]["start"] >= 1 for e in pointers)

@@ -39,9 +39,11 @@ from dataclasses import replace
 import torch.fx as fx
 import torch.nn as nn
 
+from ..ir.graph import Node
 from ..ir.normalize import module_path
 from ..ir.registry import SPECS
 from ..pipeline import Analysis
+from .guard import Guard, holds_in
 from .pyexpr import module_chain
 from .pysource import Scope, SourceFile
 from .source_mapping import POINTER, SourceMapping
@@ -54,51 +56,119 @@ def _spelled(receiver: str, relative: str) -> str:
     """`self` and "blocks.0.bn" as `self.blocks[0].bn`, as the user indexes a container."""
     out = receiver
     for part in relative.split(".") if relative else ():
-        out += f"[{part}]" if part.isdigit() else f".{part}"
+        out += f"[{part}]" if part.lstrip("-").isdigit() else f".{part}"
     return out
 
 
 def _flags(analysis: Analysis, m: SourceMapping, scope: Scope) -> set[str] | None:
-    """The `training` flags deciding the edit's train-mode ops, spelled in `scope`; None when
-    an op's module cannot be reached from the function's receiver. The clusters of one call
-    (several kernels of one statement) pool their flags; calls on blocks built otherwise (a
-    layer more in one stage, ``from_end.py``) may find those ops on other layers: then the
-    receiver's flag decides, with the layers' flags all calls share."""
+    """The `training` flags deciding the edit's train-mode ops, spelled in `scope` (a method,
+    or a function nested in one: ``_receiver_scope``); None when an op's module cannot be
+    reached from the receiver. The clusters of one call (several kernels of one statement)
+    pool their layers; each layer is spelled as written from the receiver where that names
+    a module on every instance of the class (those whose calls formed no cluster too: a
+    layer that is None there), else counted from the end of its Sequentials (``from_end.py``),
+    else the receiver's own flag decides."""
+    if scope.receiver is None:
+        return set()  # a plain function: the value it was traced with stands (docstring)
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
     groups = [analysis.clusters[i].nodes for i in (m.cluster_index, *m.shared_with)]
     groups += [s.part.nodes for s in m.serves]
-    by_call: dict[str | None, set[str]] = {}
+    layers: dict[str, set[str]] = {}  # instance path -> layer paths below it
     for names in groups:
-        at = _instance(analysis, fx_nodes.get(names[0]), scope) if scope.receiver else None
-        found = _call_flags(analysis, fx_nodes, names, scope, at)
-        if found is None:
+        at = _instance(analysis, fx_nodes.get(names[0]), scope)
+        found = _call_layers(analysis, names, at)
+        if at is None or found is None:
+            return None if found is None or any(
+                _sensitive(analysis.graph[n]) for n in names) else set()
+        layers.setdefault(at, set()).update(found)
+        if m.original is not None:
+            layers[at].update(_read_through(analysis, m.original, scope, at))
+    owners = [mod for _, mod in analysis.module.named_modules()
+              if scope.owned_by(mod) and _runs_lines(scope, mod, m.start or 0, m.end or 0)]
+    receiver = scope.receiver
+    flags: set[str] = set()
+    for at, paths in layers.items():
+        for path in paths:
+            if not path:
+                flags.add(f"{receiver}.training")
+                continue
+            spelled = _spelling(analysis.module.get_submodule(at), path, owners, receiver)
+            flags.add(spelled or f"{receiver}.training")
+    return flags
+
+
+def _runs_lines(scope: Scope, instance: nn.Module, start: int, end: int) -> bool:
+    """Whether a call on `instance` may run lines `start`-`end`: not when they lie in the body
+    of an `if` on module settings that fails there (`if self.down:` in a block built without
+    its down-sampling layers); True when that cannot be told."""
+    for st in ast.walk(scope.node):
+        if (isinstance(st, ast.If) and st.body[0].lineno <= start
+                and end <= (st.body[-1].end_lineno or 0)
+                and not holds_in(Guard(st, 0), scope, instance)):
+            return False
+    return True
+
+
+def _sensitive(node: Node) -> bool:
+    spec = SPECS.get(node.op)
+    return spec is not None and spec.training is not None and not node.copy_of
+
+
+def _call_layers(analysis: Analysis, names: Sequence[str], at: str | None) -> set[str] | None:
+    """The paths, below the module at `at`, of the layers whose train-mode ops one cluster
+    computes ("" for an op the function calls itself); None when one lies outside it."""
+    found: set[str] = set()
+    for name in names:
+        node = analysis.graph[name]
+        if not _sensitive(node):
+            continue
+        if at is None:
             return None
-        by_call.setdefault(at, set()).update(found)
-        if at is not None and m.original is not None:
-            by_call[at].update(_read_through(analysis, m.original, scope, at))
-    sets = list(by_call.values())
-    every = set().union(*sets)
-    if all(f == sets[0] for f in sets) or all(
-            at is not None and _resolves(analysis.module, at, flag, scope.receiver)
-            for at in by_call for flag in every):
-        return every  # a flag of another call's layer is read where this call has it too
-    return set.intersection(*sets) | {f"{scope.receiver}.training"}
+        if node.module == at:
+            found.add("")
+        elif not at or node.module.startswith(f"{at}."):
+            found.add(node.module.removeprefix(at).lstrip("."))
+        else:
+            return None
+    return found
 
 
-def _resolves(model: nn.Module, at: str, flag: str, receiver: str | None) -> bool:
-    """Whether `flag` (`self.block[1][1].training`) names a module's flag on the module at
-    path `at`: the attributes and constant indices it reads all exist there."""
+def _spelling(owner: nn.Module, path: str, owners: Sequence[nn.Module],
+              receiver: str) -> str | None:
+    """`owner`'s layer at `path` as an expression from the receiver that names a module on
+    every one of `owners`: as written (`self.block[2][1]`), or with its Sequential indices
+    counted from the end (`self.block[-1][1]`) where the layer counts allow; None if neither."""
+    parts = path.split(".")
+    tails: list[str] = []
+    holder: object = owner
+    for part in parts:
+        if part.isdigit() and isinstance(holder, nn.Sequential):
+            tails.append(str(int(part) - len(holder)))
+        else:
+            tails.append(part)
+        holder = getattr(holder, part, None) if not part.isdigit() else (
+            holder[int(part)] if isinstance(holder, nn.Sequential) else None)
+    layer = owner.get_submodule(path)
+    for spelled in (parts, tails):
+        text = _spelled(receiver, ".".join(spelled))
+        if _resolve(owner, text, receiver) is layer and all(
+                isinstance(_resolve(o, text, receiver), nn.Module) for o in owners):
+            return f"{text}.training"
+    return None
+
+
+def _resolve(owner: nn.Module, text: str, receiver: str) -> object:
+    """What `text` (`self.block[-1][1]`) names with the receiver being `owner`, or None."""
     try:
-        expr: ast.expr = ast.parse(flag, mode="eval").body
-        owner = model.get_submodule(at)
-    except (SyntaxError, AttributeError):
-        return False
+        expr: ast.expr = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
     steps: list[ast.expr] = []
     while isinstance(expr, (ast.Attribute, ast.Subscript)):
         steps.append(expr)
         expr = expr.value
     if not (isinstance(expr, ast.Name) and expr.id == receiver):
-        return False
+        return None
     value: object = owner
     for step in reversed(steps):
         try:
@@ -106,74 +176,72 @@ def _resolves(model: nn.Module, at: str, flag: str, receiver: str | None) -> boo
                 value = getattr(value, step.attr)
             else:
                 index = step.slice
+                if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
+                    index = ast.Constant(-index.operand.value)  # type: ignore[attr-defined]
                 if not (isinstance(index, ast.Constant) and isinstance(index.value, int)):
-                    return False
+                    return None
                 value = value[index.value]  # type: ignore[index]
         except (AttributeError, IndexError, KeyError, TypeError):
-            return False
-    return isinstance(value, bool)
-
-
-def _call_flags(analysis: Analysis, fx_nodes: Mapping[str, fx.Node], names: Sequence[str],
-                scope: Scope, at: str | None) -> set[str] | None:
-    """`_flags` for one cluster's nodes, run in the call on the module at path `at`."""
-    g = analysis.graph
-    flags: set[str] = set()
-    for name in names:
-        node = g[name]
-        spec = SPECS.get(node.op)
-        if spec is None or spec.training is None or node.copy_of:
-            continue
-        receiver = scope.receiver
-        if receiver is None:
-            continue  # a plain function: the value it was traced with stands (docstring)
-        if at is None:
             return None
-        if node.module == at:
-            flags.add(f"{receiver}.training")  # an op the function calls itself
-        elif not at or node.module.startswith(f"{at}."):  # a layer it calls
-            relative = node.module.removeprefix(at).lstrip(".")
-            flags.add(f"{_spelled(receiver, relative)}.training")
-        else:
-            return None
-    return flags
+    return value
 
 
 def _read_through(analysis: Analysis, original: str, scope: Scope, at: str) -> set[str]:
-    """Flags of the layers the lines call that eval mode makes the identity and the trace
-    therefore left out (torchvision's StochasticDepth, timm's DropPath: ``passed_through``
-    in ``unify_calls.py``), which the edit reads through."""
+    """Paths, below the module at `at`, of the layers the lines call that eval mode makes the
+    identity and the trace therefore left out (torchvision's StochasticDepth, timm's
+    DropPath: ``passed_through`` in ``unify_calls.py``), which the edit reads through."""
     try:
         tree = ast.parse(textwrap.dedent(original))
         owner = analysis.module.get_submodule(at)
     except (SyntaxError, AttributeError):
         return set()
-    flags = set()
+    found = set()
     for call in ast.walk(tree):
         chain = module_chain(call.func) if isinstance(call, ast.Call) else []
-        if len(chain) < 2 or chain[0] != scope.receiver:
+        if len(chain) < 2 or chain[0] != scope.receiver or any(
+                p.startswith("-") for p in chain):
             continue
         try:
             child = owner.get_submodule(".".join(chain[1:]))
         except (AttributeError, IndexError):
             continue
         if isinstance(child, nn.Module) and _library_class(type(child)) in _DROP_PATHS:
-            flags.add(f"{ast.unparse(call.func)}.training")
-    return flags
+            found.add(".".join(chain[1:]))
+    return found
 
 
 def _instance(analysis: Analysis, fx_node: fx.Node | None, scope: Scope) -> str | None:
     """The path of the module whose method `scope` is, in the call that ran `fx_node`, spelled
-    as ``Node.module`` is: the innermost module of the stack of its class or a subclass
-    (classes recorded by name: that name), else the model itself ("")."""
+    as ``Node.module`` is: the innermost module of its stack that the scope's class owns (by
+    the module itself, so a class export records by name alone still counts its bases), else
+    the model itself (""); None when neither is."""
     stack = (fx_node.meta.get("nn_module_stack") or {}) if fx_node is not None else {}
     for key, value in reversed(list(stack.items())):
-        cls = value[1] if isinstance(value, tuple) and len(value) > 1 else None
-        names = ({k.__name__ for k in cls.__mro__} if isinstance(cls, type)
-                 else {str(cls).rsplit(".", 1)[-1]})
-        if scope.class_name in names:
-            return module_path({key: value})
+        path = module_path({key: value})
+        try:
+            module = analysis.module.get_submodule(path)
+        except AttributeError:
+            continue
+        if scope.owned_by(module):
+            return path
     return "" if scope.owned_by(analysis.module) else None
+
+
+def _receiver_scope(src: SourceFile, scope: Scope) -> Scope:
+    """The method whose receiver `scope` reads: itself, or for a function nested in a method
+    (`def act(h): ... self.training`) that method, where the nested one does not rebind the
+    name."""
+    if scope.receiver is not None:
+        return scope
+    outer = [s for s in src.scopes if s.receiver is not None
+             and s.node.lineno < scope.node.lineno
+             and (scope.node.end_lineno or 0) <= (s.node.end_lineno or 0)]
+    if not outer:
+        return scope
+    method = max(outer, key=lambda s: s.node.lineno)
+    a = scope.node.args
+    own = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+    return method if method.receiver not in own else scope
 
 
 def _multiline_string(text: str) -> bool:
@@ -191,7 +259,9 @@ def guarded(text: str, original: str, flags: Sequence[str], unit: str) -> str:
     indent = first[:len(first) - len(first.lstrip())]
 
     def deeper(block: str) -> list[str]:
-        return [unit + line if line.strip() else line for line in block.splitlines()]
+        # after the lines' own indentation, which may mix tabs and spaces
+        return [indent + unit + line[len(indent):] if line.startswith(indent) and line.strip()
+                else unit + line if line.strip() else line for line in block.splitlines()]
 
     test = " and ".join(f"not {f}" for f in flags)
     return "\n".join([f"{indent}if {test}:", *deeper(text), f"{indent}else:", *deeper(original)])
@@ -232,7 +302,8 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
         src = files.get(m.file or "")
         scope = src.scope_at(m.start) if src is not None and m.start is not None else None
         scopes[i] = scope if scope is not None else _NO_SCOPE
-        flags[i] = _flags(analysis, m, scope) if scope is not None else None
+        flags[i] = _flags(analysis, m, _receiver_scope(src, scope)) if (
+            src is not None and scope is not None) else None
     joined: dict[int, set[str] | None] = {}
     for i in by_cluster:
         r, mine = root(i), flags[i]
