@@ -347,3 +347,52 @@ def test_an_inherited_forward_under_export_finds_each_instance(tmp_path):
     assert ("        if not self.bn.training:\n            return cluster0(" in
             path.read_text()), path.read_text()
     _same_in_train_mode(tmp_path, path, INHERITED, shape=(2, 8, 8, 8))
+
+
+MODULE_LIST = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, expand):
+        super().__init__()
+        layers = [nn.Conv2d(4, 4, 1)] if expand else []
+        layers += [nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)]
+        self.stages = nn.ModuleList([nn.Sequential(*layers)])
+
+    def forward(self, x):
+        y = self.stages[0](x)
+        return torch.relu(y) * 2
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 1)
+        self.b1 = Block(False)
+        self.b2 = Block(True)
+
+    def forward(self, x):
+        return self.b2(self.b1(self.stem(x)))
+"""
+
+
+def test_a_layer_inside_a_module_list_is_counted_from_the_end_too(tmp_path):
+    """The BatchNorm is `self.stages[0][1]` in one block and `[0][2]` in the other: the guard
+    reads the second block's as `self.stages[-1][-1]` (it read only `self.stages[0][1]`, a
+    conv there, and `self.training`: a BatchNorm switched to train mode alone was ignored).
+    `self.stages[0][1]` names a layer in both blocks, so the first block's is read so."""
+    path = _applied(tmp_path, MODULE_LIST)
+    assert ("        if not self.stages[-1][-1].training and not self.stages[0][1].training:\n"
+            in path.read_text()), path.read_text()
+    before, after = original_and_rewritten(tmp_path, path, MODULE_LIST)
+    before, after = before.to(DEVICE), after.to(DEVICE)
+    before.b2.stages[0][2].train()
+    after.b2.stages[0][2].train()
+    x = torch.randn(2, 3, 8, 8, device=DEVICE) * 2 + 1
+    with torch.no_grad():
+        want, got = before(x), after(x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(after.b2.stages[0][2].running_mean,
+                               before.b2.stages[0][2].running_mean)

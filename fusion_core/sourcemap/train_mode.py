@@ -136,18 +136,19 @@ def _call_layers(analysis: Analysis, names: Sequence[str], at: str | None) -> se
 def _spelling(owner: nn.Module, path: str, owners: Sequence[nn.Module],
               receiver: str) -> str | None:
     """`owner`'s layer at `path` as an expression from the receiver that names a module on
-    every one of `owners`: as written (`self.block[2][1]`), or with its Sequential indices
-    counted from the end (`self.block[-1][1]`) where the layer counts allow; None if neither."""
+    every one of `owners`: as written (`self.block[2][1]`), or with its Sequential and
+    ModuleList indices counted from the end (`self.block[-1][-1]`) where the layer counts
+    allow; None if neither."""
     parts = path.split(".")
     tails: list[str] = []
     holder: object = owner
     for part in parts:
-        if part.isdigit() and isinstance(holder, nn.Sequential):
+        if part.isdigit() and isinstance(holder, (nn.Sequential, nn.ModuleList)):
             tails.append(str(int(part) - len(holder)))
         else:
             tails.append(part)
-        holder = getattr(holder, part, None) if not part.isdigit() else (
-            holder[int(part)] if isinstance(holder, nn.Sequential) else None)
+        # down by the child's name, through any container (a ModuleList's stages too)
+        holder = getattr(holder, "_modules", {}).get(part)
     layer = owner.get_submodule(path)
     for spelled in (parts, tails):
         text = _spelled(receiver, ".".join(spelled))
