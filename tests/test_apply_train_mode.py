@@ -11,6 +11,9 @@ from apply_checks import DEVICE, apply_net, bn_args, original_and_rewritten, sam
 from click.testing import CliRunner
 
 from fusion_core.cli import cli
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import map_clusters
 
 CONV_BN_DROP = """\
 import torch
@@ -396,3 +399,36 @@ def test_a_layer_inside_a_module_list_is_counted_from_the_end_too(tmp_path):
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(after.b2.stages[0][2].running_mean,
                                before.b2.stages[0][2].running_mean)
+
+
+PASSED_FLAG = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = self.conv(x)
+        bn = self.bn
+        y = F.batch_norm(y, bn.running_mean, bn.running_var, bn.weight, bn.bias, bn.training)
+        return torch.relu(y) * 2
+"""
+
+
+def test_a_training_flag_the_call_passes_is_held_as_false_and_guards_the_edit(tmp_path):
+    """The capture's eval-mode batch_norm keeps no `training`: the source's sixth argument
+    was paired with `momentum` by order (the note read `bn.training = 0.1`). Paired by name
+    it is False, and the flag it reads decides the edit with the receiver's."""
+    path = tmp_path / "net.py"
+    path.write_text(PASSED_FLAG)
+    analysis = analyze_file(path, [InputSpec((2, 3, 8, 8))])
+    (m,) = [m for m in map_clusters(analysis) if m.exact]
+    assert "bn.training = False" in m.baked, m.baked
+    assert m.replacement.startswith("        if not bn.training and not self.training:\n"), (
+        m.replacement)

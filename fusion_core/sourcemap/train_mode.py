@@ -86,7 +86,10 @@ def _flags(analysis: Analysis, m: SourceMapping, scope: Scope) -> set[str] | Non
     owners = [mod for _, mod in analysis.module.named_modules()
               if scope.owned_by(mod) and _runs_lines(scope, mod, m.start or 0, m.end or 0)]
     receiver = scope.receiver
-    flags: set[str] = set()
+    # A `training` flag the lines pass themselves (`F.batch_norm(..., bn.training)`), which
+    # the kernel holds as False, decides too, as written.
+    flags: set[str] = {text for text, _, value in (b.rpartition(" = ") for b in m.baked)
+                       if text.endswith(".training") and value == "False"}
     for at, paths in layers.items():
         for path in paths:
             if not path:

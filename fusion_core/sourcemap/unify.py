@@ -12,6 +12,7 @@ cluster input, the source expression that holds it at the top of the run
 from __future__ import annotations
 
 import ast
+import inspect
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,6 +57,29 @@ from .pysource import (
 )
 from .recomputed import CopyMismatch, copied_expr, same_value
 from .spelled_ops import op_names, same_operator
+
+
+def _keyword_values(node: fx.Node, start: int, count: int) -> tuple[Any, ...] | None:
+    """The values of the traced call's parameters at positions `start` on (`count` of them),
+    by name: a keyword the call has, else that parameter's default (what the capture left
+    out); None when the target's signature or a value cannot be told."""
+    try:
+        params = list(inspect.signature(node.target).parameters.values())  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if len(params) < start + count or any(
+            p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            for p in params[:start + count]):
+        return None
+    out = []
+    for p in params[start:start + count]:
+        if p.name in node.kwargs:
+            out.append(node.kwargs[p.name])
+        elif p.default is not p.empty:
+            out.append(p.default)
+        else:
+            return None
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -349,9 +373,13 @@ class Unifier:
                            "or **kwargs")
         positional = expr.args[:len(args)]
         self.match_args(list(positional), args, k)
-        # F.* functions hand positional arguments past the tensor on as keywords, in order.
+        # F.* functions hand positional arguments past the tensor on as keywords: paired by
+        # the parameter's name where the traced function says it (the capture's eval-mode
+        # `batch_norm` keeps no `training`: by order, `training` met `momentum`), else in order.
         spilled = expr.args[len(args):]
-        self.match_args(list(spilled), tuple(node.kwargs.values()), k)
+        named = _keyword_values(node, len(args), len(spilled))
+        self.match_args(list(spilled), named if named is not None
+                        else tuple(node.kwargs.values()), k)
         for kw in expr.keywords:
             if kw.arg in node.kwargs:
                 self.match_value(kw.value, node.kwargs[kw.arg], k)
