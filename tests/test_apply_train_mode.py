@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from apply_checks import DEVICE, apply_net, bn_args, original_and_rewritten, same_outputs
 from click.testing import CliRunner
+from test_apply_from_end import RESIDUAL
 
 from fusion_core.cli import cli
 from fusion_core.ir.shapes import InputSpec
@@ -241,42 +242,9 @@ def test_a_layer_that_is_none_in_another_block_is_not_read_there(tmp_path):
 # MobileNetV3's blocks in miniature (tests/test_apply_from_end.py), each projection ending in
 # a dropout: the BatchNorm and the dropout are `self.block[1][1]`, `[1][2]` in a block
 # without an expand layer and `self.block[2][1]`, `[2][2]` in the others.
-FROM_END = """\
-import torch
-from torch import nn
-
-
-class ConvNorm(nn.Sequential):
-    def __init__(self, cin, cout):
-        super().__init__(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout),
-                         nn.Dropout(0.5))
-
-
-class Block(nn.Module):
-    def __init__(self, cin, cout, expand):
-        super().__init__()
-        self.use_res_connect = cin == cout
-        layers = [nn.Conv2d(cin, cin, 1)] if expand else []
-        layers.append(nn.Conv2d(cin, cin, 3, padding=1, groups=cin))
-        layers.append(ConvNorm(cin, cout))
-        self.block = nn.Sequential(*layers)
-
-    def forward(self, input):
-        result = self.block(input)
-        if self.use_res_connect:
-            result += input
-        return result
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(Block(3, 3, False), Block(3, 3, True),
-                                      Block(3, 4, True), Block(4, 4, False))
-
-    def forward(self, x):
-        return self.features(x)
-"""
+FROM_END = RESIDUAL.replace("nn.BatchNorm2d(cout))", "nn.BatchNorm2d(cout),\n"
+                            "                         nn.Dropout(0.5))")
+assert "nn.Dropout(0.5)" in FROM_END
 
 
 def test_layers_at_other_places_in_other_blocks_are_read_counted_from_the_end(tmp_path):
