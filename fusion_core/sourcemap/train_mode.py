@@ -71,8 +71,7 @@ def _flags(analysis: Analysis, m: SourceMapping, scope: Scope) -> set[str] | Non
     if scope.receiver is None:
         return set()  # a plain function: the value it was traced with stands (docstring)
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    groups = [analysis.clusters[i].nodes for i in (m.cluster_index, *m.shared_with)]
-    groups += [s.part.nodes for s in m.serves]
+    groups = _node_groups(analysis, m)
     layers: dict[str, set[str]] = {}  # instance path -> layer paths below it
     for names in groups:
         at = _instance(analysis, fx_nodes.get(names[0]), scope)
@@ -110,6 +109,17 @@ def _runs_lines(scope: Scope, instance: nn.Module, start: int, end: int) -> bool
                 and not holds_in(Guard(st, 0), scope, instance)):
             return False
     return True
+
+
+def _node_groups(analysis: Analysis, m: SourceMapping) -> list[tuple[str, ...]]:
+    """The nodes of each cluster the edit computes: its own, those sharing its lines, and the
+    parts of other calls it serves."""
+    groups = [analysis.clusters[i].nodes for i in (m.cluster_index, *m.shared_with)]
+    return groups + [s.part.nodes for s in m.serves]
+
+
+def _nodes(analysis: Analysis, m: SourceMapping) -> list[str]:
+    return [n for names in _node_groups(analysis, m) for n in names]
 
 
 def _sensitive(node: Node) -> bool:
@@ -306,8 +316,11 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
         src = files.get(m.file or "")
         scope = src.scope_at(m.start) if src is not None and m.start is not None else None
         scopes[i] = scope if scope is not None else _NO_SCOPE
-        flags[i] = _flags(analysis, m, _receiver_scope(src, scope)) if (
-            src is not None and scope is not None) else None
+        if src is not None and scope is not None:
+            flags[i] = _flags(analysis, m, _receiver_scope(src, scope))
+        else:  # no function to read a flag in: a pointer only where one is needed
+            flags[i] = None if any(_sensitive(analysis.graph[n]) for n in _nodes(analysis, m)) \
+                else set()
     joined: dict[int, set[str] | None] = {}
     for i in by_cluster:
         r, mine = root(i), flags[i]
