@@ -400,3 +400,22 @@ def test_a_training_flag_the_call_passes_is_held_as_false_and_guards_the_edit(tm
     assert "bn.training = False" in m.baked, m.baked
     assert m.replacement.startswith("        if not bn.training and not self.training:\n"), (
         m.replacement)
+
+
+def test_statistics_passed_to_f_batch_norm_are_laid_out_as_the_kernel_reads_them(tmp_path):
+    """`bn.running_mean` passed to F.batch_norm: the capture lays it out over the channels,
+    and so does the edit (`.reshape(-1, 1, 1)`; the check after --apply failed and rolled the
+    edit back). The guarded model then computes as the original in eval and in train mode,
+    and with its BatchNorm alone switched to train."""
+    path = _applied(tmp_path, PASSED_FLAG)
+    assert (f"            return cluster0(y, {bn_args('bn')})\n" in path.read_text()), (
+        path.read_text())
+    same_outputs(tmp_path, path, PASSED_FLAG)
+    _same_in_train_mode(tmp_path, path, PASSED_FLAG)
+    before, after = original_and_rewritten(tmp_path, path, PASSED_FLAG)
+    before, after = before.to(DEVICE), after.to(DEVICE)
+    before.bn.train()
+    after.bn.train()
+    x = torch.randn(2, 3, 8, 8, device=DEVICE) * 2 + 1
+    with torch.no_grad():
+        torch.testing.assert_close(after(x), before(x))

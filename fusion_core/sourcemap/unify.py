@@ -59,6 +59,21 @@ from .recomputed import CopyMismatch, copied_expr, same_value
 from .spelled_ops import op_names, same_operator
 
 
+def _channel_reshape(node: fx.Node) -> str | None:
+    """`.reshape(-1, 1, 1)` where `node` is a per-channel reshape the capture made of a
+    norm's statistics or weights (one sized dim: `-1` there serves any channel count), else
+    None."""
+    if node.target is not torch.reshape or len(node.args) != 2 or node.kwargs:
+        return None
+    shape = node.args[1]
+    if not (isinstance(shape, (tuple, list)) and all(isinstance(d, int) for d in shape)):
+        return None
+    sized = [i for i, d in enumerate(shape) if d != 1]
+    if len(sized) != 1 or len(shape) < 2:
+        return None
+    return f".reshape({', '.join('-1' if i == sized[0] else str(d) for i, d in enumerate(shape))})"
+
+
 def _keyword_values(node: fx.Node, start: int, count: int) -> tuple[Any, ...] | None:
     """The values of the traced call's parameters at positions `start` on (`count` of them),
     by name: a keyword the call has, else that parameter's default (what the capture left
@@ -240,6 +255,10 @@ class Unifier:
         text = self.outside_text(expr, node, k)
         if not is_plain_access(expr):  # evaluated once, as the fused call's argument
             self.inlined.add(node.name)
+        elif not isinstance(expr, ast.Name) and (tail := _channel_reshape(node)) is not None:
+            # `bn.running_mean` passed to F.batch_norm: the kernel reads the statistics as the
+            # capture laid them out to broadcast over the channels (ir/channels.py)
+            text += tail
         self.bind(node, text)
 
     def outside_text(self, expr: ast.expr, node: fx.Node, k: int) -> str:
