@@ -67,20 +67,14 @@ def _mappings(path):
     return analysis, map_clusters(analysis)
 
 
-def test_an_in_place_residual_under_a_module_setting_is_rebound_to_the_kernel(tmp_path):
-    path = tmp_path / "mobilenet.py"
-    path.write_text(MOBILENET)
-    result = apply_net(path)
-    assert result.exit_code == 0, result.output
-    # Was a pointer: "line 21 is not an assignment or a `return` of one value".
-    assert "Applied 1 edit to" in result.output, result.output
+def _block_edit(flags: str = "", before_add: str = "") -> str:
+    """The block forward's guarded edit: the BatchNorms' flags (and `flags`), the kernels
+    under `if self.use_res_connect:`, the lines as written under `else:` (with `before_add`
+    above the in-place add)."""
     bn = [bn_args(f"self.block[{i}][1]") for i in range(2)]
     inner = f"cluster0(self.block[0][0](input), {bn[0]})"
-    # Where the widths differ (`self.two`) the `else` branch keeps the block's own kernel.
-    # The BatchNorms run on their running statistics: the kernels in eval mode only, the
-    # lines as written otherwise (sourcemap/train_mode.py). `self.two`'s call fuses no
-    # `self.block[1][1]`, but has that layer: it reads its flag too.
-    assert (f"        if not self.block[0][1].training and not self.block[1][1].training:\n"
+    return (f"        if not self.block[0][1].training and not self.block[1][1].training"
+            f"{flags}:\n"
             f"            if self.use_res_connect:\n"
             f"                result = cluster1(self.block[1][0]({inner}), {bn[1]}, input)\n"
             f"            else:\n"
@@ -88,8 +82,23 @@ def test_an_in_place_residual_under_a_module_setting_is_rebound_to_the_kernel(tm
             f"        else:\n"
             f"            result = self.block(input)\n"
             f"            if self.use_res_connect:\n"
+            f"{before_add}"
             f"                result += input\n"
-            f"        return result\n" in path.read_text()), path.read_text()
+            f"        return result\n")
+
+
+def test_an_in_place_residual_under_a_module_setting_is_rebound_to_the_kernel(tmp_path):
+    path = tmp_path / "mobilenet.py"
+    path.write_text(MOBILENET)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    # Was a pointer: "line 21 is not an assignment or a `return` of one value".
+    assert "Applied 1 edit to" in result.output, result.output
+    # Where the widths differ (`self.two`) the `else` branch keeps the block's own kernel.
+    # The BatchNorms run on their running statistics: the kernels in eval mode only, the
+    # lines as written otherwise (sourcemap/train_mode.py). `self.two`'s call fuses no
+    # `self.block[1][1]`, but has that layer: it reads its flag too.
+    assert _block_edit() in path.read_text(), path.read_text()
     same_outputs(tmp_path, path, MOBILENET)
 
 
@@ -106,20 +115,7 @@ def _efficientnet_edit(flags: str = "") -> str:
     """The MBConv forward's edit: the in-place add (after the stochastic depth) only in the
     `else` branch that runs the lines as written when a deciding module is in train mode;
     `flags`: more of those after the BatchNorms'."""
-    bn = [bn_args(f"self.block[{i}][1]") for i in range(2)]
-    inner = f"cluster0(self.block[0][0](input), {bn[0]})"
-    return (f"        if not self.block[0][1].training and not self.block[1][1].training"
-            f"{flags}:\n"
-            f"            if self.use_res_connect:\n"
-            f"                result = cluster1(self.block[1][0]({inner}), {bn[1]}, input)\n"
-            f"            else:\n"
-            f"                result = self.block[1]({inner})\n"
-            f"        else:\n"
-            f"            result = self.block(input)\n"
-            f"            if self.use_res_connect:\n"
-            f"                result = self.stochastic_depth(result)\n"
-            f"                result += input\n"
-            f"        return result\n")
+    return _block_edit(flags, "                result = self.stochastic_depth(result)\n")
 
 
 def test_a_stochastic_depth_line_before_the_in_place_residual_joins_the_edit(tmp_path):

@@ -44,6 +44,16 @@ def _applied(tmp_path, source: str):
     return path
 
 
+def _outputs(before, after, x, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both models on `x` under torch.no_grad(), each from the same random state (the same
+    dropout draws)."""
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        want = before(x)
+        torch.manual_seed(seed)
+        return want, after(x)
+
+
 def test_an_edit_of_batchnorm_and_dropout_runs_the_kernel_in_eval_mode_only(tmp_path):
     path = _applied(tmp_path, CONV_BN_DROP)
     assert ("        if not self.bn.training and not self.drop.training:\n"
@@ -61,11 +71,7 @@ def test_a_model_back_in_train_mode_computes_and_updates_as_before(tmp_path):
     before, after = original_and_rewritten(tmp_path, path, CONV_BN_DROP)
     before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
     x = torch.randn(2, 3, 8, 8, device=DEVICE) * 3 + 1
-    with torch.no_grad():
-        torch.manual_seed(0)
-        want = before(x)
-        torch.manual_seed(0)
-        got = after(x)
+    want, got = _outputs(before, after, x, 0)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(after.bn.running_mean, before.bn.running_mean)
     torch.testing.assert_close(after.bn.running_var, before.bn.running_var)
@@ -82,11 +88,7 @@ def test_dropout_switched_on_in_an_eval_model_runs_the_lines_as_written(tmp_path
     before.drop.train()
     after.drop.train()
     x = torch.randn(2, 3, 8, 8, device=DEVICE)
-    with torch.no_grad():
-        torch.manual_seed(1)
-        want = before(x)
-        torch.manual_seed(1)
-        got = after(x)
+    want, got = _outputs(before, after, x, 1)
     torch.testing.assert_close(got, want)
     assert (want == 0).any()  # dropout did draw: the comparison is not the eval path's
 
@@ -119,11 +121,7 @@ def test_a_dropout_the_function_calls_itself_reads_the_receivers_flag(tmp_path):
     before, after = original_and_rewritten(tmp_path, path, FUNCTIONAL)
     before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
     x = torch.randn(2, 3, 8, 8, device=DEVICE)
-    with torch.no_grad():
-        torch.manual_seed(2)
-        want = before(x)
-        torch.manual_seed(2)
-        got = after(x)
+    want, got = _outputs(before, after, x, 2)
     torch.testing.assert_close(got, want)
 
 
@@ -156,11 +154,7 @@ def _same_in_train_mode(tmp_path, path, original: str, seed: int = 3,
     before, after = original_and_rewritten(tmp_path, path, original)
     before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
     x = torch.randn(shape, device=DEVICE)
-    with torch.no_grad():
-        torch.manual_seed(seed)
-        want = before(x)
-        torch.manual_seed(seed)
-        got = after(x)
+    want, got = _outputs(before, after, x, seed)
     torch.testing.assert_close(got, want)
 
 
@@ -260,11 +254,7 @@ def test_layers_at_other_places_in_other_blocks_are_read_counted_from_the_end(tm
             if isinstance(layer, torch.nn.Dropout):
                 layer.train()
     x = torch.randn(2, 3, 8, 8, device=DEVICE)
-    with torch.no_grad():
-        torch.manual_seed(4)
-        want = before(x)
-        torch.manual_seed(4)
-        got = after(x)
+    want, got = _outputs(before, after, x, 4)
     torch.testing.assert_close(got, want)
 
 

@@ -36,14 +36,14 @@ import tokenize
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-import torch.fx as fx
 import torch.nn as nn
 
+from ..analysis.types import Cluster
 from ..ir.graph import Node
-from ..ir.normalize import module_path
 from ..ir.registry import SPECS
 from ..pipeline import Analysis
 from .guard import Guard, holds_in
+from .match import self_path_of
 from .pyexpr import module_chain
 from .pysource import Scope, SourceFile
 from .source_mapping import POINTER, SourceMapping
@@ -70,15 +70,13 @@ def _flags(analysis: Analysis, m: SourceMapping, scope: Scope) -> set[str] | Non
     else the receiver's own flag decides."""
     if scope.receiver is None:
         return set()  # a plain function: the value it was traced with stands (docstring)
-    fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
-    groups = _node_groups(analysis, m)
     layers: dict[str, set[str]] = {}  # instance path -> layer paths below it
-    for names in groups:
-        at = _instance(analysis, fx_nodes.get(names[0]), scope)
-        found = _call_layers(analysis, names, at)
+    for cluster in _clusters(analysis, m):
+        at = self_path_of(analysis, cluster, scope)
+        found = _call_layers(analysis, cluster.nodes, at)
         if at is None or found is None:
             return None if found is None or any(
-                _sensitive(analysis.graph[n]) for n in names) else set()
+                _sensitive(analysis.graph[n]) for n in cluster.nodes) else set()
         layers.setdefault(at, set()).update(found)
         if m.original is not None:
             layers[at].update(_read_through(analysis, m.original, scope, at))
@@ -111,15 +109,15 @@ def _runs_lines(scope: Scope, instance: nn.Module, start: int, end: int) -> bool
     return True
 
 
-def _node_groups(analysis: Analysis, m: SourceMapping) -> list[tuple[str, ...]]:
-    """The nodes of each cluster the edit computes: its own, those sharing its lines, and the
-    parts of other calls it serves."""
-    groups = [analysis.clusters[i].nodes for i in (m.cluster_index, *m.shared_with)]
-    return groups + [s.part.nodes for s in m.serves]
+def _clusters(analysis: Analysis, m: SourceMapping) -> list[Cluster]:
+    """Each cluster the edit computes: its own, those sharing its lines, and the parts of
+    other calls it serves."""
+    return [*(analysis.clusters[i] for i in (m.cluster_index, *m.shared_with)),
+            *(s.part for s in m.serves)]
 
 
 def _nodes(analysis: Analysis, m: SourceMapping) -> list[str]:
-    return [n for names in _node_groups(analysis, m) for n in names]
+    return [n for c in _clusters(analysis, m) for n in c.nodes]
 
 
 def _sensitive(node: Node) -> bool:
@@ -222,23 +220,6 @@ def _read_through(analysis: Analysis, original: str, scope: Scope, at: str) -> s
         if isinstance(child, nn.Module) and _library_class(type(child)) in _DROP_PATHS:
             found.add(".".join(chain[1:]))
     return found
-
-
-def _instance(analysis: Analysis, fx_node: fx.Node | None, scope: Scope) -> str | None:
-    """The path of the module whose method `scope` is, in the call that ran `fx_node`, spelled
-    as ``Node.module`` is: the innermost module of its stack that the scope's class owns (by
-    the module itself, so a class export records by name alone still counts its bases), else
-    the model itself (""); None when neither is."""
-    stack = (fx_node.meta.get("nn_module_stack") or {}) if fx_node is not None else {}
-    for key, value in reversed(list(stack.items())):
-        path = module_path({key: value})
-        try:
-            module = analysis.module.get_submodule(path)
-        except AttributeError:
-            continue
-        if scope.owned_by(module):
-            return path
-    return "" if scope.owned_by(analysis.module) else None
 
 
 def _receiver_scope(src: SourceFile, scope: Scope) -> Scope:
