@@ -72,6 +72,9 @@ class OpSpec:
     # name of the spec that computes it when none of the operands that spec lacks is given
     # (batch_norm on batch statistics, without running statistics to update).
     training: str | None = None
+    # Parameters an eval-mode call's result does not depend on (batch_norm's `momentum` only
+    # steers the train-mode update of its statistics): the kernel holds no value for them.
+    unread: tuple[str, ...] = ()
     # Whether a call with these params jumps between values (rounds): a 16-bit operand
     # computed in float32 is read rounded to its dtype first, as eager holds it, or a value
     # a rounding away from a step lands on its other side (``codegen/half_reads.py``).
@@ -265,7 +268,7 @@ _SPECS = [
     OpSpec("batch_norm", BINARY, "input, running_mean, running_var, weight=None, bias=None, "
            "training=False, momentum=0.1, eps=1e-05",
            ("input", "running_mean", "running_var", "weight", "bias"), batch_norm_expr,
-           training="batch_norm_train"),
+           training="batch_norm_train", unread=("momentum",)),
     # ir/channels.py writes a training-mode batch_norm without running statistics as this,
     # with weight and bias as (C, 1, ..., 1)
     _reduction("batch_norm_train", "input, weight=None, bias=None, eps=1e-05",

@@ -143,11 +143,15 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
     sized = size_baked(span.scope.node, span.start, match.baked, span.src.segment)
     passed = param_baked(span.scope.node, span.scope.receiver, span.start, match.baked,
                          span.src.segment)
+    assumes = set(match.assumes)  # flags eval mode reads False: the edit's guard tests them
     rebound = rebound_baked(span.scope.node, span.src.tree, span.start, match.baked,
-                            span.src.segment)
+                            span.src.segment, span.scope.receiver, assumes)
     if sized is not None or passed is not None or rebound is not None:
         raise PointerOnly(sized or passed or rebound)
-    baked = tuple(f"{text} = {value!r}" for text, value in match.baked)
+    held = dict(match.baked)
+    # `self.training = False` among the values held: train_mode.py guards the edit with it
+    baked = tuple(f"{text} = {value!r}" for text, value in (
+        *match.baked, *((f, False) for f in sorted(assumes) if f not in held)))
     names = () if returned else assigned_to(analysis, c, span, match.values,  # all returned
                                             within)
     return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within,

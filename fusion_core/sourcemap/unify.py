@@ -23,10 +23,12 @@ import torch.fx as fx
 
 from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
+from ..ir.registry import SPECS
 from ..ir.sdpa_mask import ADDITIVE_MASK
 from ..ir.spelling import said, said_all
 from .augmented import is_augmented, rebinding_refused
 from .callees import calls_method, computes_node, same_callee
+from .eval_settled import chosen_branch
 from .evaluated import args_computed
 from .from_end import counted_from_end, resolved
 from .held_numbers import is_number, module_at, other_is_the_input, root_forward
@@ -109,6 +111,9 @@ class Match:
     inlined: frozenset[str] = frozenset()
     # Lines the file must import for the expressions (`import torch.nn.functional as F`).
     imports: tuple[str, ...] = ()
+    # `training` flags (`self.training`) the inputs were read with as False: an argument
+    # `a if not self.training else b` is `a` only where the edit's guard holds.
+    assumes: frozenset[str] = frozenset()
 
 
 class Unifier:
@@ -137,6 +142,7 @@ class Unifier:
         self.baked: dict[str, Any] = {}
         self.inlined: set[str] = set()
         self.imports: dict[str, None] = {}
+        self.assumes: set[str] = set()
         self.queue: list[int] = []
 
     def run(self, output: str, within: ast.expr | None = None,
@@ -164,7 +170,7 @@ class Unifier:
                 raise Mismatch(why)
         return Match(tuple(self.inputs.items()), frozenset(self.matched),
                      tuple(self.baked.items()), tuple(self.values), frozenset(self.inlined),
-                     tuple(self.imports))
+                     tuple(self.imports), frozenset(self.assumes))
 
     def follow_aliases(self) -> None:
         """`residual = h` between the fused lines holds what `h` held there: the rewrite may
@@ -252,6 +258,15 @@ class Unifier:
         self.bind(node, expr.id)
 
     def match_outside(self, expr: ast.expr, node: fx.Node, k: int) -> None:
+        if isinstance(expr, ast.IfExp) and (
+                picked := chosen_branch(expr, self.self_name)) is not None:
+            # timm's copy of BatchNorm's forward passes `self.running_mean if not
+            # self.training or ... else None`: the fused call, run in eval mode only, reads
+            # the branch eval mode takes (eval_settled.py)
+            branch, flags = picked
+            self.assumes.update(flags)
+            self.match(branch, node, k)
+            return
         text = self.outside_text(expr, node, k)
         if not is_plain_access(expr):  # evaluated once, as the fused call's argument
             self.inlined.add(node.name)
@@ -268,10 +283,11 @@ class Unifier:
         plain = is_plain_access(expr)
         if not plain and not (self.computes(expr, node) and args_computed(
                 expr, node, self.self_name, self.child_path, self.computes)):  # evaluated.py
-            if isinstance(expr, ast.IfExp):  # timm's copy of BatchNorm's forward
+            if isinstance(expr, ast.IfExp):
                 raise Mismatch(f"`{text}` (line {expr.lineno}) chooses a kernel input by a "
-                               "condition (`… if … else …`), which an edit does not keep as "
-                               "the fused call's argument")
+                               "condition (`… if … else …`) other than modules' `training` "
+                               "flags, which an edit does not keep as the fused call's "
+                               "argument")
             raise Mismatch(f"line range also holds `{text}` (line {expr.lineno}), which is "
                            "not in the cluster")
         inner = [h for h in self.hidden.values() if any(n is h[1] for n in ast.walk(expr))]
@@ -371,9 +387,32 @@ class Unifier:
                            "value read at run time; the kernel holds the one seen at analysis")
         self.match_value(expr.value, node.args[0], k)
 
-    def match_args(self, exprs: list[ast.expr], values: tuple[Any, ...], k: int) -> None:
-        for e, v in zip(exprs, values, strict=False):
+    def match_args(self, exprs: list[ast.expr], values: tuple[Any, ...], k: int,
+                   params: list[str] | None = None, unread: frozenset[str] = frozenset()
+                   ) -> None:
+        """Each expression against its traced value; one passed for a parameter the kernel
+        does not read (`params[i]` in `unread`) only has to be dropped safely."""
+        for i, (e, v) in enumerate(zip(exprs, values, strict=False)):
+            if params is not None and i < len(params) and params[i] in unread and not any(
+                    fx_nodes(v)):
+                if not calls_only_pure(e):
+                    raise Mismatch(f"`{self.src.segment(e)}` at line {e.lineno} calls a "
+                                   "function the rewritten line would no longer call")
+                continue
             self.match_value(e, v, k)
+
+    def unread(self, node: fx.Node) -> tuple[list[str] | None, frozenset[str]]:
+        """The traced function's parameter names and those its op's kernel does not read
+        (registry ``OpSpec.unread``: batch_norm's `momentum`)."""
+        spec = SPECS.get(self.graph[node.name].op) if (
+            self.graph is not None and node.name in self.graph) else None
+        if spec is None or not spec.unread:
+            return None, frozenset()
+        try:
+            names = list(inspect.signature(node.target).parameters)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return None, frozenset()
+        return names, frozenset(spec.unread)
 
     def match_call(self, expr: ast.Call, node: fx.Node, k: int) -> None:
         func, args = expr.func, tuple(node.args)
@@ -390,18 +429,21 @@ class Unifier:
                 kw.arg is None for kw in expr.keywords):
             raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} passes *args "
                            "or **kwargs")
+        params, unread = self.unread(node) if node.op == "call_function" else (None, frozenset())
         positional = expr.args[:len(args)]
-        self.match_args(list(positional), args, k)
+        self.match_args(list(positional), args, k, params, unread)
         # F.* functions hand positional arguments past the tensor on as keywords: paired by
         # the parameter's name where the traced function says it (the capture's eval-mode
         # `batch_norm` keeps no `training`: by order, `training` met `momentum`), else in order.
         spilled = expr.args[len(args):]
         named = _keyword_values(node, len(args), len(spilled))
         self.match_args(list(spilled), named if named is not None
-                        else tuple(node.kwargs.values()), k)
+                        else tuple(node.kwargs.values()), k,
+                        params[len(args):] if params is not None and named is not None
+                        else None, unread)
         for kw in expr.keywords:
             if kw.arg in node.kwargs:
-                self.match_value(kw.value, node.kwargs[kw.arg], k)
+                self.match_args([kw.value], (node.kwargs[kw.arg],), k, [kw.arg], unread)
 
     def said(self, node: fx.Node) -> str:
         """The graph's value as the user wrote it (`add` (line 61)), not its node name."""
