@@ -224,13 +224,28 @@ class Net(nn.Module):
 
 def test_a_layer_that_is_none_in_another_block_is_not_read_there(tmp_path):
     """`self.b2` runs the edited lines too (its `if` fails, its `else` runs them as written),
-    with `self.norm` None: its flag cannot be read there, the block's own decides (the
-    rewritten model failed its check with an AttributeError)."""
+    with `self.norm` None: its flag cannot be read there, every module of the block's
+    decides (the rewritten model failed its check with an AttributeError)."""
     path = _applied(tmp_path, OPTIONAL_NORM)
-    assert "        if not self.training:\n            if self.norm is not None:\n" in (
-        path.read_text()), path.read_text()
+    assert ("        if not any(m.training for m in self.modules()):\n"
+            "            if self.norm is not None:\n") in path.read_text(), path.read_text()
     same_outputs(tmp_path, path, OPTIONAL_NORM)
     _same_in_train_mode(tmp_path, path, OPTIONAL_NORM)
+
+
+def test_a_batchnorm_switched_to_train_alone_where_no_spelling_reaches_it(tmp_path):
+    """BatchNorm recalibration in an eval model (`for m in model.modules(): if isinstance(m,
+    nn.BatchNorm2d): m.train()`): the block's own flag stays False, so the edit read as eval
+    mode and the statistics stopped moving, silently."""
+    path = _applied(tmp_path, OPTIONAL_NORM)
+    before, after = original_and_rewritten(tmp_path, path, OPTIONAL_NORM)
+    before, after = before.to(DEVICE), after.to(DEVICE)
+    for model in (before, after):
+        model.b1.norm.train()
+    x = torch.randn(2, 3, 8, 8, device=DEVICE) * 2 + 1
+    with torch.no_grad():
+        torch.testing.assert_close(after(x), before(x))
+    torch.testing.assert_close(after.b1.norm.running_mean, before.b1.norm.running_mean)
 
 
 # MobileNetV3's blocks in miniature (tests/test_apply_from_end.py), each projection ending in

@@ -17,8 +17,10 @@ A layer called as a module (`self.bn(y)`) is decided by its own flag; an op the 
 calls itself (`F.dropout(h, self.p, self.training)`) by its receiver's; a drop-path layer the
 trace left out (the identity in eval mode) and the edit reads through, by its own flag. The
 calls of shared lines read every call's flags where each call's module has those layers, else
-the receiver's flag with the ones all share. In a plain function, with no module to read, the
-value traced stands (a parameter the kernel would hold is refused by ``baked_params.py``).
+the flags of all the receiver's modules (`any(m.training for m in self.modules())`, so that a
+BatchNorm switched to train alone to refresh its statistics is still seen). In a plain
+function, with no module to read, the value traced stands (a parameter the kernel would hold
+is refused by ``baked_params.py``).
 Edits that must be written together (``SourceMapping.needs``) take one condition, so that none
 of them reads a value another one's fused call dropped.
 
@@ -67,7 +69,7 @@ def _flags(analysis: Analysis, m: SourceMapping, scope: Scope) -> set[str] | Non
     pool their layers; each layer is spelled as written from the receiver where that names
     a module on every instance of the class (those whose calls formed no cluster too: a
     layer that is None there), else counted from the end of its Sequentials (``from_end.py``),
-    else the receiver's own flag decides."""
+    else every module of the receiver's decides (`any(m.training for m in self.modules())`)."""
     if scope.receiver is None:
         return set()  # a plain function: the value it was traced with stands (docstring)
     layers: dict[str, set[str]] = {}  # instance path -> layer paths below it
@@ -93,7 +95,10 @@ def _flags(analysis: Analysis, m: SourceMapping, scope: Scope) -> set[str] | Non
                 flags.add(f"{receiver}.training")
                 continue
             spelled = _spelling(analysis.module.get_submodule(at), path, owners, receiver)
-            flags.add(spelled or f"{receiver}.training")
+            # No one spelling names the layer on every instance: any of the receiver's
+            # modules in train mode runs the lines as written (the receiver's own flag
+            # would miss a BatchNorm switched to train alone, to refresh its statistics).
+            flags.add(spelled or f"any(m.training for m in {receiver}.modules())")
     return flags
 
 
