@@ -26,6 +26,7 @@ from .guard import holds
 from .parts import feeding
 from .pyexpr import BINOPS, attr_chain, module_path
 from .pysource import Scope, SourceFile
+from .selected import OtherCall, instance_of
 from .served import call_of
 from .span import PointerOnly, Span
 from .two_calls import chain_site
@@ -73,13 +74,16 @@ def _is_feeder(node: Node) -> bool:
 
 def check_alone(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames,
                  kept: frozenset[str] = frozenset(), kept_around: set[str] | None = None,
-                 unserved: Mapping[int, str] | None = None, other_calls: bool = True) -> None:
+                 unserved: Mapping[int, str] | None = None, other_calls: bool = True,
+                 as_written: frozenset[int] = frozenset()) -> None:
     """No node outside the group's clusters is computed on the range's lines, but those
     of the inputs the rewrite keeps as its arguments' expressions and the code kept
     around the fused call (`kept_around`). `unserved`: why the edit's kernel cannot compute
     another call's ops of a cluster (by its index) on these lines (served.py). Without
     `other_calls`, another call's ops on the lines are not looked at (before the parts are
-    tried, they are no cause)."""
+    tried, they are no cause). `as_written`: the instances (by id) whose calls the edit
+    leaves to the lines as written (selected.py), whose ops are not looked at. Raises
+    ``OtherCall`` when another call runs ops there that the edit does not compute."""
     members = {n for c in group for n in c.nodes}
     kept_nodes = feeding(analysis, kept) | (kept_around or set())
     fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
@@ -96,6 +100,8 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster], frames: Fr
         line = site_line(n.source, span.src, span.scope)
         if line is None or not span.start <= line <= span.end:
             continue
+        if as_written and id(instance_of(analysis, span, fx_nodes.get(n.name))) in as_written:
+            continue  # a call the edit's condition sends to the lines as written
         if span.guard is not None and n.name in fx_nodes and (
                 # the `if` body's rest (the range ends at the `if`'s end), kept as written
                 (not span.guard.tail and line > span.stmts[-1].end)
@@ -118,8 +124,7 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster], frames: Fr
         if (line, n.op) in ops_by_line and call_of(n, span, fx_nodes) not in calls:
             if not other_calls:
                 continue
-            raise PointerOnly(_other_call(analysis, span, frames, n, line, text,
-                                          unserved or {}))
+            raise OtherCall(_other_call(analysis, span, frames, n, line, text, unserved or {}))
         inner = _library_container(analysis, span, path, line, sorted(
             {p for m in members if m in fx_nodes and (p := module_path(fx_nodes[m]))}))
         if inner is not None:

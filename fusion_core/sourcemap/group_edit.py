@@ -26,6 +26,7 @@ from .match import Found, Piece, unify, unify_part, unify_parts
 from .paired import read_after
 from .parts import around, free_inputs, nest_parts, replace_part_results, stale_around
 from .pysource import read_later, stored_names
+from .selected import OtherCall, Selection, select_instances
 from .served import Part
 from .source_mapping import EXACT, POINTER, ServedPart, SourceMapping
 from .span import PointerOnly, Span
@@ -90,6 +91,25 @@ def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, 
     return pieces, around(analysis, span, cs)
 
 
+def _alone(analysis: Analysis, span: Span, every: list[Cluster], frames: Frames,
+           kept: frozenset[str], kept_around: set[str], unserved: Mapping[int, str],
+           after: tuple[SourceMapping, ...]) -> Selection | None:
+    """``check_alone``; where other calls run the lines unfused, the condition that leaves
+    them to the lines as written (selected.py), or the refusal when there is none."""
+    try:
+        check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved)
+        return None
+    except OtherCall:
+        fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
+        selection = None if after or span.guard is not None else select_instances(
+            analysis, span, every, fx_nodes)
+        if selection is None:
+            raise
+    check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved,
+                as_written=selection.as_written)
+    return selection
+
+
 def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames,
                parts: tuple[Part, ...] = (), after: tuple[SourceMapping, ...] = ()
                ) -> list[SourceMapping]:
@@ -115,7 +135,7 @@ def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fram
             every.append(p.cluster)
             pieces, kept_around = trial
         kept = frozenset().union(*(f.inlined for _, found in pieces for f in found))
-        check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved)
+        selection = _alone(analysis, span, every, frames, kept, kept_around, unserved, after)
         for cs, found in pieces:
             consistent(analysis, cs, found, served)
         _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets), after)
@@ -146,7 +166,8 @@ def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fram
     return [SourceMapping(c.index, EXACT, replacement=text, call=name, args=f.args,
                           shared_with=others[c.index], original=original, baked=f.baked,
                           calls=names, serves=serves, imports=imports,
-                          needs=tuple(sorted({e.cluster_index for e in after})), **base)
+                          needs=tuple(sorted({e.cluster_index for e in after})),
+                          condition=selection.condition if selection else None, **base)
             for (cs, _), (name, f) in zip(pieces, calls, strict=True)
             for c in cs if id(c) not in served]
 

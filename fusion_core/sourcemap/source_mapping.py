@@ -61,6 +61,10 @@ class SourceMapping:
     # Import lines the replacement needs that the file lacks (`import torch.nn.functional as
     # F` for a layer's call spelled without its bias: unbiased.py); --apply adds them.
     imports: tuple[str, ...] = ()
+    # Where other calls run the lines unfused: the test true on the instances whose calls
+    # formed the clusters (`isinstance(self.act, nn.SiLU)`, selected.py); the others run
+    # the lines as written. train_mode.py writes the `if`.
+    condition: str | None = None
 
     @property
     def edit_calls(self) -> tuple[str, ...]:

@@ -22,7 +22,9 @@ BatchNorm switched to train alone to refresh its statistics is still seen). In a
 function, with no module to read, the value traced stands (a parameter the kernel would hold
 is refused by ``baked_params.py``).
 Edits that must be written together (``SourceMapping.needs``) take one condition, so that none
-of them reads a value another one's fused call dropped.
+of them reads a value another one's fused call dropped. An edit that runs its kernel on some
+instances only (``SourceMapping.condition``, ``selected.py``) gets its `if` here too, that
+condition first: `if isinstance(self.act, nn.SiLU) and not self.training:`.
 
 Reads the ``Analysis`` (each node's module, the FX graph's module stacks) and the exact
 mappings with their files; writes the mappings with their replacements guarded, or pointers
@@ -253,8 +255,10 @@ def _multiline_string(text: str) -> bool:
         return True
 
 
-def guarded(text: str, original: str, flags: Sequence[str], unit: str) -> str:
-    """`text` run when no flag is set, the `original` lines otherwise, both one `unit` in."""
+def guarded(text: str, original: str, flags: Sequence[str], unit: str,
+            condition: str | None = None) -> str:
+    """`text` run where `condition` holds and no flag is set, the `original` lines
+    otherwise, both one `unit` in."""
     first = original.splitlines()[0]
     indent = first[:len(first) - len(first.lstrip())]
 
@@ -263,7 +267,7 @@ def guarded(text: str, original: str, flags: Sequence[str], unit: str) -> str:
         return [indent + unit + line[len(indent):] if line.startswith(indent) and line.strip()
                 else unit + line if line.strip() else line for line in block.splitlines()]
 
-    test = " and ".join(f"not {f}" for f in flags)
+    test = " and ".join([*([condition] if condition else []), *(f"not {f}" for f in flags)])
     return "\n".join([f"{indent}if {test}:", *deeper(text), f"{indent}else:", *deeper(original)])
 
 
@@ -321,8 +325,14 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
             continue
         wanted = joined[root(i)]
         members = [j for j in by_cluster if root(j) == root(i)]
-        if wanted == set():
+        if wanted == set() and m.condition is None:
             out.append(m)
+            continue
+        if m.condition is not None and len(members) > 1:
+            out.append(_pointer(m, f"other calls run the lines unfused, so only calls where "
+                                   f"`{m.condition}` would run the kernel, and the edits "
+                                   "that must be written with this one cannot take that "
+                                   "condition too"))
             continue
         where = {(by_cluster[j].file, getattr(scopes[j], "qualname", None)) for j in members}
         if wanted is None or len(where) > 1:
@@ -337,11 +347,13 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
         src = files[m.file or ""]
         assert isinstance(scope, Scope) and m.replacement is not None and m.original is not None
         if _multiline_string(m.original):
+            why = (f"other calls run the lines unfused and need `if {m.condition}:`"
+                   if not wanted else "the kernel computes BatchNorm or dropout as in eval "
+                   "mode and needs `if not self.training:`")
             out.append(_pointer(m, "the lines hold a string over several lines, which an "
-                                   "`if not self.training:` around the edit would re-indent; "
-                                   "the kernel computes BatchNorm or dropout as in eval mode "
-                                   "and needs that guard"))
+                                   f"`if` around the edit would re-indent; {why}"))
             continue
         out.append(replace(m, replacement=guarded(m.replacement, m.original.rstrip("\n"),
-                                                  sorted(wanted), _unit(src, scope))))
+                                                  sorted(wanted or ()), _unit(src, scope),
+                                                  m.condition)))
     return out

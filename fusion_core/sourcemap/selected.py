@@ -1,0 +1,154 @@
+"""Lines that other calls run unfused: the edit runs its kernel on the instances whose calls
+formed its clusters, told apart by the class of a layer, and the lines as written elsewhere.
+
+timm's `BatchNormAct2d.forward` normalizes and then calls `self.act`: a SiLU in a block's
+first two norms, where the analysis fuses both ops, and an `nn.Identity` in its last, where
+the norm runs alone. An edit of the lines changes every call, so it used to stay a pointer;
+it is now written
+
+    if isinstance(self.act, nn.SiLU):
+        x = cluster3(x, ...)
+    else:
+        x = F.batch_norm(...)
+        x = self.act(x)
+
+The condition must hold on every instance whose call formed one of the edit's clusters and
+on no other instance of the class (those the trace never called included), so a call the
+kernel was not verified for runs the code as written. It is offered only where no other
+call's ops on the lines form a cluster there alone (whose own edit would want the lines: a
+norm's ReLU in some blocks, its Hardswish in others); a cluster running on into other code
+(the last norm and the block's residual add) cannot be an edit of these lines, and its
+call keeps them as written. The layer's class must have a name in the file's module
+(`nn.SiLU`, `torch.nn.SiLU`).
+
+Reads an ``Analysis``, a ``Span`` and the edit's clusters; writes a ``Selection``: the
+condition, spelled from the function's receiver, and the instances that run the lines as
+written (``alone.check_alone`` skips their calls' ops).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch.fx as fx
+import torch.nn as nn
+
+from ..analysis.types import Cluster
+from ..ir.graph import Node
+from ..pipeline import Analysis
+from .callkeys import instance_path
+from .callsite import site_line
+from .match import self_path_of
+from .span import PointerOnly, Span
+
+
+class OtherCall(PointerOnly):
+    """Another call of the lines runs ops there that the edit does not compute."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    condition: str  # `isinstance(self.act, nn.SiLU)`: true where the kernel runs
+    as_written: frozenset[int]  # id() of each instance whose calls run the lines as written
+
+
+def instance_of(analysis: Analysis, span: Span, fx_node: fx.Node | None) -> nn.Module | None:
+    """The module whose call of the span's function ran `fx_node`, when known."""
+    path = instance_path(fx_node, span.scope.class_name)
+    if path is None:
+        return None
+    try:
+        return analysis.module.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def _module_of_file(path: str) -> types.ModuleType | None:
+    """The imported module whose file is `path` (the user's model file, or a library's)."""
+    want = Path(path).resolve()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and Path(file).resolve() == want:
+            return module
+    return None
+
+
+def class_spelling(cls: type, module: types.ModuleType) -> str | None:
+    """`cls` as a name `module`'s code can read: its own global, or reached from a module it
+    imported (`nn.SiLU`, `torch.nn.SiLU`: the shortest path that names it)."""
+    found: list[str] = []
+    for name, value in vars(module).items():
+        if value is cls:
+            found.append(name)
+        elif isinstance(value, types.ModuleType) and cls.__module__.startswith(value.__name__):
+            rest = cls.__module__[len(value.__name__):].strip(".").split(".")
+            for k in range(len(rest) + 1):
+                parts = [p for p in rest[:k] if p]
+                holder: object = value
+                for p in parts:
+                    holder = getattr(holder, p, None)
+                if getattr(holder, cls.__name__, None) is cls:
+                    found.append(".".join([name, *parts, cls.__name__]))
+                    break
+    return min(found, key=lambda s: (len(s), s)) if found else None
+
+
+def _layer_condition(runs: Sequence[nn.Module], others: Sequence[nn.Module], receiver: str,
+                     module: types.ModuleType) -> str | None:
+    """`isinstance(self.<layer>, <classes>)`, true on every module of `runs` and on none of
+    `others`, for the first layer of theirs whose classes tell them apart; None if none."""
+    for name in runs[0]._modules:
+        if not name.isidentifier() or not all(name in m._modules for m in (*runs, *others)):
+            continue
+        held = [m._modules[name] for m in runs]
+        if any(layer is None for layer in held):
+            continue
+        classes = tuple(dict.fromkeys(type(layer) for layer in held))
+        if any(isinstance(m._modules[name], classes) for m in others):
+            continue
+        spelled = [class_spelling(k, module) for k in classes]
+        if any(s is None for s in spelled):
+            continue
+        kinds = spelled[0] if len(spelled) == 1 else f"({', '.join(spelled)})"  # type: ignore[arg-type]
+        return f"isinstance({receiver}.{name}, {kinds})"
+    return None
+
+
+def select_instances(analysis: Analysis, span: Span, clusters: Sequence[Cluster],
+                     fx_nodes: Mapping[str, fx.Node]) -> Selection | None:
+    """The condition that runs the edit's kernel on the calls that formed `clusters` only,
+    or None where no layer's class tells them apart or another call's ops on the lines
+    belong to a cluster of their own."""
+    receiver = span.scope.receiver
+    module = _module_of_file(span.src.path)
+    if receiver is None or module is None:
+        return None
+    runs: dict[int, nn.Module] = {}
+    for c in clusters:
+        path = self_path_of(analysis, c, span.scope)
+        if not path:  # the root module, or not known: no other instance to tell apart
+            return None
+        layer = analysis.module.get_submodule(path)
+        runs[id(layer)] = layer
+    others = {id(m): m for _, m in analysis.module.named_modules()
+              if span.scope.owned_by(m) and id(m) not in runs}
+    if not others:
+        return None
+    for c in analysis.clusters:
+        on = [n for n in c.nodes if _on_lines(analysis.graph[n], span)]
+        if len(on) == len(c.nodes) and any(id(instance_of(
+                analysis, span, fx_nodes.get(n))) in others for n in on):
+            # another call's ops form a whole cluster on the lines: an edit of its own
+            # would want them (a BatchNorm's ReLU here, its Hardswish there)
+            return None
+    condition = _layer_condition(list(runs.values()), list(others.values()), receiver, module)
+    return None if condition is None else Selection(condition, frozenset(others))
+
+
+def _on_lines(node: Node, span: Span) -> bool:
+    line = site_line(node.source, span.src, span.scope)
+    return line is not None and span.start <= line <= span.end

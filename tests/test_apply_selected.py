@@ -1,0 +1,135 @@
+"""Lines other calls run unfused (sourcemap/selected.py): a norm-and-activation module whose
+activation is a SiLU in some blocks, where the analysis fuses both ops, and an identity in
+others, where the norm runs alone (timm's BatchNormAct2d; 16 clusters of efficientnet_b0).
+The edit used to stay a pointer ("serving that call with this kernel is not supported
+yet"); it now runs the kernel where the layer's class is the one the fused calls had.
+Kernels run under the Triton interpreter (natively with CUDA)."""
+
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn as nn
+from apply_checks import DEVICE, apply_net, original_and_rewritten, refused_untouched, same_outputs
+
+from fusion_core.sourcemap.selected import class_spelling
+
+NORM_ACT = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class NormAct(nn.BatchNorm2d):
+    def __init__(self, channels, act=True):
+        super().__init__(channels)
+        self.act = nn.SiLU() if act else nn.Identity()
+
+    def forward(self, x):
+        x = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                         False, 0.1, self.eps)
+        x = self.act(x)
+        return x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn1 = NormAct(8)
+        self.conv2 = nn.Conv2d(8, 8, 1, bias=False)
+        self.bn2 = NormAct(8, act=False)
+        self.conv3 = nn.Conv2d(8, 8, 1, bias=False)
+        self.bn3 = NormAct(8)
+
+    def forward(self, x):
+        x = self.bn1(self.conv1(x))
+        x = self.bn2(self.conv2(x))
+        return self.bn3(self.conv3(x)) * 2
+"""
+
+
+def test_the_kernel_runs_where_the_activation_is_the_fused_one(tmp_path):
+    path = tmp_path / "net.py"
+    path.write_text(NORM_ACT)
+    result = apply_net(path)
+    assert "Applied 1 edit to" in result.output, result.output
+    text = path.read_text()
+    assert "        if isinstance(self.act, nn.SiLU) and not self.training:\n" in text, text
+    assert ("        else:\n"
+            "            x = F.batch_norm(x, self.running_mean, self.running_var, self.weight, "
+            "self.bias,\n") in text, text
+    same_outputs(tmp_path, path, NORM_ACT)
+    before, after = original_and_rewritten(tmp_path, path, NORM_ACT)
+    before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
+    x = torch.randn(2, 3, 8, 8, device=DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(after(x), before(x))
+    torch.testing.assert_close(after.bn2.running_mean, before.bn2.running_mean)
+
+
+def test_the_unfused_call_is_the_one_the_condition_leaves_as_written(tmp_path):
+    """The rewritten model with the kernel's function swapped for one that fails: only the
+    SiLU blocks call it."""
+    path = tmp_path / "net.py"
+    path.write_text(NORM_ACT)
+    assert "Applied 1 edit to" in apply_net(path).output
+    _, after = original_and_rewritten(tmp_path, path, NORM_ACT)
+    fused = __import__("sys").modules[type(after).__module__]
+    called: list[int] = []
+    real = fused.cluster0
+
+    def counting(x, *args):
+        called.append(x.shape[1])
+        return real(x, *args)
+
+    fused.cluster0 = counting
+    try:
+        with torch.no_grad():
+            after.to(DEVICE)(torch.randn(2, 3, 8, 8, device=DEVICE))
+    finally:
+        fused.cluster0 = real
+    assert len(called) == 2  # bn1 and bn3; bn2's identity runs the lines as written
+
+
+# The identity block's norm fuses with the residual add of its caller: that cluster runs
+# on into other code, so it is no edit of these lines, and its call keeps them as written.
+RESIDUAL = NORM_ACT.replace(
+    "        x = self.bn2(self.conv2(x))\n",
+    "        x = self.bn2(self.conv2(x)) + x\n").replace(
+    "        return self.bn3(self.conv3(x)) * 2\n",
+    "        return self.conv3(self.bn3(x))\n")
+assert "self.conv3(self.bn3(x))" in RESIDUAL
+
+
+def test_a_call_whose_norm_joins_a_cluster_elsewhere_keeps_the_lines_as_written(tmp_path):
+    path = tmp_path / "net.py"
+    path.write_text(RESIDUAL)
+    result = apply_net(path)
+    assert "Applied 1 edit to" in result.output, result.output
+    assert "if isinstance(self.act, nn.SiLU) and not self.training:" in path.read_text()
+    same_outputs(tmp_path, path, RESIDUAL)
+
+
+# Each block's activation fused, a ReLU here and a Hardswish there: two clusters of the same
+# lines, each of which would want an edit of its own.
+TWO_ACTS = NORM_ACT.replace("nn.SiLU() if act else nn.Identity()",
+                            "nn.ReLU() if act else nn.Hardswish()")
+
+
+def test_lines_two_kernels_would_edit_stay_a_pointer(tmp_path):
+    out = refused_untouched(tmp_path / "net.py", TWO_ACTS, "2,3,8,8")
+    assert "also runs in another call of `NormAct.forward`" in out, out
+
+
+def test_a_class_is_spelled_as_the_file_can_read_it():
+    module = types.ModuleType("m")
+    module.nn = nn
+    assert class_spelling(nn.SiLU, module) == "nn.SiLU"
+    module = types.ModuleType("m")
+    module.torch = torch
+    assert class_spelling(nn.SiLU, module) == "torch.nn.SiLU"
+    module.SiLU = nn.SiLU
+    assert class_spelling(nn.SiLU, module) == "SiLU"
+    assert class_spelling(nn.SiLU, types.ModuleType("bare")) is None
