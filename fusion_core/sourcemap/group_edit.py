@@ -100,9 +100,8 @@ def _alone(analysis: Analysis, span: Span, every: list[Cluster], frames: Frames,
         check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved)
         return None
     except OtherCall:
-        fx_nodes = {n.name: n for n in analysis.graph_module.graph.nodes}
         selection = None if after or span.guard is not None else select_instances(
-            analysis, span, every, fx_nodes)
+            analysis, span, every)
         if selection is None:
             raise
     check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved,

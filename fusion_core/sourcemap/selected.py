@@ -14,12 +14,12 @@ it is now written
 
 The condition must hold on every instance whose call formed one of the edit's clusters and
 on no other instance of the class (those the trace never called included), so a call the
-kernel was not verified for runs the code as written. It is offered only where no other
-call's ops on the lines form a cluster there alone (whose own edit would want the lines: a
-norm's ReLU in some blocks, its Hardswish in others); a cluster running on into other code
-(the last norm and the block's residual add) cannot be an edit of these lines, and its
-call keeps them as written. The layer's class must have a name in the file's module
-(`nn.SiLU`, `torch.nn.SiLU`).
+kernel was not verified for runs the code as written. Other calls whose ops there
+belong to other clusters run the lines as written too: a cluster running on into other
+code (the last norm and the block's residual add) keeps its pointer, and one on these lines
+alone (a norm's ReLU here, its Hardswish there) has its own edit under its own condition,
+each right alone; ``mapping._no_overlaps`` writes one of them. The layer's class must have
+a name in the file's module (`nn.SiLU`, `torch.nn.SiLU`).
 
 Reads an ``Analysis``, a ``Span`` and the edit's clusters; writes a ``Selection``: the
 condition, spelled from the function's receiver, and the instances that run the lines as
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,11 +118,10 @@ def _layer_condition(runs: Sequence[nn.Module], others: Sequence[nn.Module], rec
     return None
 
 
-def select_instances(analysis: Analysis, span: Span, clusters: Sequence[Cluster],
-                     fx_nodes: Mapping[str, fx.Node]) -> Selection | None:
+def select_instances(analysis: Analysis, span: Span, clusters: Sequence[Cluster]
+                     ) -> Selection | None:
     """The condition that runs the edit's kernel on the calls that formed `clusters` only,
-    or None where no layer's class tells them apart or another call's ops on the lines
-    belong to a cluster of their own."""
+    or None where no layer's class tells them apart."""
     receiver = span.scope.receiver
     module = _module_of_file(span.src.path)
     if receiver is None or module is None:
@@ -138,13 +137,6 @@ def select_instances(analysis: Analysis, span: Span, clusters: Sequence[Cluster]
               if span.scope.owned_by(m) and id(m) not in runs}
     if not others:
         return None
-    for c in analysis.clusters:
-        on = [n for n in c.nodes if _on_lines(analysis.graph[n], span)]
-        if len(on) == len(c.nodes) and any(id(instance_of(
-                analysis, span, fx_nodes.get(n))) in others for n in on):
-            # another call's ops form a whole cluster on the lines: an edit of its own
-            # would want them (a BatchNorm's ReLU here, its Hardswish there)
-            return None
     condition = _layer_condition(list(runs.values()), list(others.values()), receiver, module)
     return None if condition is None else Selection(condition, frozenset(others))
 
