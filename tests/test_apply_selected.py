@@ -11,7 +11,7 @@ import types
 
 import torch
 import torch.nn as nn
-from apply_checks import DEVICE, apply_net, original_and_rewritten, refused_untouched, same_outputs
+from apply_checks import DEVICE, apply_net, original_and_rewritten, same_outputs
 
 from fusion_core.sourcemap.selected import class_spelling
 
@@ -113,8 +113,9 @@ def test_a_call_whose_norm_joins_a_cluster_elsewhere_keeps_the_lines_as_written(
 
 
 # Each block's activation fused, a ReLU in two blocks and a Hardswish in one: the lines form
-# two kernels. One edit with a condition per kernel is not written yet (MobileNetV3's 13
-# BatchNormAct2d clusters); the lines stay a pointer that says so.
+# two kernels, no edit serves both. Each kernel's edit is right alone under its own
+# condition; the one serving more calls is written (mapping._no_overlaps), and the other
+# says so (MobileNetV3's BatchNormAct2d, where a ReLU, a Hardswish and an identity follow).
 TWO_ACTS = NORM_ACT.replace("nn.SiLU() if act else nn.Identity()",
                             "nn.ReLU() if act else nn.Hardswish()").replace(
     "        return self.bn3(self.conv3(x)) * 2\n",
@@ -122,9 +123,16 @@ TWO_ACTS = NORM_ACT.replace("nn.SiLU() if act else nn.Identity()",
 assert "nn.Hardswish()" in TWO_ACTS and "self.conv3(self.bn3(self.conv3(x)))" in TWO_ACTS
 
 
-def test_lines_two_kernels_compute_in_different_calls_stay_a_pointer(tmp_path):
-    out = refused_untouched(tmp_path / "net.py", TWO_ACTS, "2,3,8,8")
-    assert "the same lines run as cluster 0 and as cluster 1, which reads or computes " in out
+def test_of_two_kernels_for_the_same_lines_the_one_serving_more_calls_is_written(tmp_path):
+    path = tmp_path / "net.py"
+    path.write_text(TWO_ACTS)
+    result = apply_net(path)
+    assert "Applied 1 edit to" in result.output, result.output
+    assert "if isinstance(self.act, nn.ReLU) and not self.training:" in path.read_text()
+    assert ("an edit with a kernel for each class is not written yet, so calls where "
+            "`isinstance(self.act, nn.Hardswish)` run the lines as written") in " ".join(
+                result.output.split()), result.output
+    same_outputs(tmp_path, path, TWO_ACTS)
 
 
 def test_a_class_is_spelled_as_the_file_can_read_it():

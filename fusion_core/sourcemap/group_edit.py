@@ -110,11 +110,31 @@ def _alone(analysis: Analysis, span: Span, every: list[Cluster], frames: Frames,
 
 
 def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames,
-               parts: tuple[Part, ...] = (), after: tuple[SourceMapping, ...] = ()
-               ) -> list[SourceMapping]:
-    """The group's mappings; `parts` (served.py): other calls' ops on the lines, each kept
-    when it matches the lines as the group's clusters do, which the edit computes but does
-    not apply. A refused part's reason goes into the reason its ops give for the group."""
+              parts: tuple[Part, ...] = (), after: tuple[SourceMapping, ...] = ()
+              ) -> list[SourceMapping]:
+    """The group's mappings (``_map_one``). Where the lines form different kernels in
+    different calls (a norm's ReLU in some blocks, its Hardswish in others) and no edit
+    serves them all, each kernel's clusters are mapped apart, the other calls left to the
+    lines as written (selected.py); the exact ones come first, and of their overlapping
+    edits ``mapping._no_overlaps`` writes one. If none is exact, the group's reason stands."""
+    whole = _map_one(analysis, span, group, frames, parts, after)
+    kinds = list(dict.fromkeys(c.ops for c in group))
+    if len(kinds) < 2 or whole[0].exact or after or span.guard is not None:
+        return whole
+    split = [m for ops in kinds for m in _map_one(
+        analysis, span, [c for c in group if c.ops == ops], frames, parts, after)]
+    if not any(m.exact for m in split):
+        return whole
+    return sorted(split, key=lambda m: not m.exact)
+
+
+def _map_one(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames,
+             parts: tuple[Part, ...] = (), after: tuple[SourceMapping, ...] = ()
+             ) -> list[SourceMapping]:
+    """The group's mappings as one edit; `parts` (served.py): other calls' ops on the
+    lines, each kept when it matches the lines as the group's clusters do, which the edit
+    computes but does not apply. A refused part's reason goes into the reason its ops give
+    for the group."""
     base = dict(file=span.src.path, start=span.first_line, end=span.end,
                 function=span.scope.qualname, digest=span.src.digest)
     others = {c.index: tuple(o.index for o in group if o is not c) for c in group}

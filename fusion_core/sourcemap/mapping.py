@@ -219,7 +219,16 @@ def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
         elif a.cluster_index not in other.shared_with:
             clash[a.cluster_index] = other
     return [m if m.cluster_index not in clash else SourceMapping(
-        m.cluster_index, POINTER, m.file, m.start, m.end,
-        f"its lines overlap cluster {clash[m.cluster_index].cluster_index}'s edit (one keeps "
-        "code the other fuses), which is written instead: one edit cannot rewrite both",
+        m.cluster_index, POINTER, m.file, m.start, m.end, _clash(m, clash[m.cluster_index]),
         function=m.function, shared_with=m.shared_with, digest=m.digest) for m in maps]
+
+
+def _clash(m: SourceMapping, kept: SourceMapping) -> str:
+    if m.condition is not None and kept.condition is not None:
+        # the same lines, a kernel per layer class (selected.py)
+        return (f"the same lines run as cluster {kept.cluster_index}'s kernel where "
+                f"`{kept.condition}`, and its edit is written; an edit with a kernel for "
+                f"each class is not written yet, so calls where `{m.condition}` run the "
+                "lines as written")
+    return (f"its lines overlap cluster {kept.cluster_index}'s edit (one keeps code the "
+            "other fuses), which is written instead: one edit cannot rewrite both")
