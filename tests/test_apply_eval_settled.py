@@ -12,6 +12,9 @@ import pytest
 import torch
 from apply_checks import DEVICE, apply_net, original_and_rewritten, refused_untouched, same_outputs
 
+from fusion_core.ir.shapes import InputSpec
+from fusion_core.pipeline import analyze_file
+from fusion_core.sourcemap import map_clusters
 from fusion_core.sourcemap.eval_settled import chosen_store, under_eval
 
 # timm's BatchNormAct2d, cut down: the statistics' update factor and the normalization mode
@@ -95,7 +98,7 @@ def test_a_statistic_chosen_by_another_setting_is_still_refused(tmp_path):
                             "if self.track_running_stats else None")
     out = refused_untouched(tmp_path / "net.py", source, "2,3,8,8")
     assert "chooses a kernel input by a condition" in out, out
-    assert "other than modules' `training` flags" in out, out
+    assert "that eval mode does not settle" in out, out
 
 
 def test_a_name_bound_under_a_condition_on_another_setting_is_still_refused(tmp_path):
@@ -112,6 +115,8 @@ def test_a_name_bound_under_a_condition_on_another_setting_is_still_refused(tmp_
     ("not self.bn.training and not self.drop.training",
      (True, {"self.bn.training", "self.drop.training"})),
     ("not self.training and self.track_running_stats", None),  # decided by the setting too
+    # the guard would read `self.bn.training` where `self.bn` may be None
+    ("self.bn is not None and self.bn.training", None),
     ("training", None),  # a local name: not a module's flag
     ("other.training", None),  # not reached from the receiver
 ])
@@ -133,3 +138,105 @@ def test_a_name_bound_once_in_each_branch_is_bound_by_the_eval_branch():
     stores = [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == "a"]
     top, st, flags = chosen_store(func, stores, "self")
     assert (st.lineno, set(flags)) == (3, {"self.training"})
+
+
+def _applied_same_in_both_modes(tmp_path, source: str, guard: str) -> None:
+    path = tmp_path / "net.py"
+    path.write_text(source)
+    result = apply_net(path)
+    assert "Applied 1 edit to" in result.output, result.output
+    assert guard in path.read_text(), path.read_text()
+    before, after = original_and_rewritten(tmp_path, path, source)
+    x = torch.randn(2, 3, 8, 8, device=DEVICE)
+    for mode in ("eval", "train"):
+        before, after = getattr(before.to(DEVICE), mode)(), getattr(after.to(DEVICE), mode)()
+        with torch.no_grad():
+            torch.testing.assert_close(after(x), before(x))
+
+
+PICKED = """\
+import torch
+from torch import nn
+
+
+class Helper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.full((8, 1, 1), 2.0))
+        self.b = nn.Parameter(torch.full((8, 1, 1), -3.0))
+        self.s, self.t = 2.0, -3.0
+
+    def scale(self, x):
+        return torch.relu(x * (self.a if not self.training else self.b) + 1.0)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.helper = Helper()
+
+    def forward(self, x):
+        return self.helper.scale(self.conv(x))
+"""
+
+
+def test_a_method_other_than_forward_keeps_the_flag_its_argument_assumed(tmp_path):
+    """`self.helper.scale(...)`: no module call stands for the method, and the flag the
+    argument was read with was dropped (train mode computed with `self.a`, off by 6.5)."""
+    _applied_same_in_both_modes(tmp_path, PICKED, "        if not self.training:\n")
+
+
+def test_a_number_picked_by_the_flag_is_held_only_under_the_guard(tmp_path):
+    """`self.s if not self.training else self.t`: the kernel held 2.0 unguarded."""
+    source = PICKED.replace("(self.a if not self.training else self.b)",
+                            "(self.s if not self.training else self.t)")
+    _applied_same_in_both_modes(tmp_path, source, "        if not self.training:\n")
+
+
+TWO_KERNELS = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv2 = nn.Conv2d(8, 8, 1, bias=False)
+        self.a = nn.Parameter(torch.full((8, 1, 1), 2.0))
+        self.b = nn.Parameter(torch.full((8, 1, 1), -3.0))
+
+    def forward(self, x):
+        return torch.sigmoid(self.conv2(torch.relu(x * 3.0 + 1.0))
+                             * (self.a if not self.training else self.b) + 1.0)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.blk = Block()
+
+    def forward(self, x):
+        return self.blk(self.conv(x))
+"""
+
+
+def test_every_kernel_of_one_statement_shares_the_guard(tmp_path):
+    """Two kernels in one statement, the flag read by the second's argument: the edit was
+    written from the first's mapping, which had no guard (train mode off by 1.0)."""
+    path = tmp_path / "net.py"
+    path.write_text(TWO_KERNELS)
+    analysis = analyze_file(path, [InputSpec((2, 3, 8, 8))])
+    exact = [m for m in map_clusters(analysis) if m.exact]
+    assert len(exact) == 2, [m.reason for m in map_clusters(analysis)]
+    assert all("if not self.training:" in m.replacement for m in exact)
+    _applied_same_in_both_modes(tmp_path, TWO_KERNELS, "        if not self.training:\n")
+
+
+def test_a_plain_function_whose_self_is_an_argument_is_not_settled(tmp_path):
+    source = PICKED.replace("    def scale(self, x):", "    @staticmethod\n    def scale(self, x):"
+                            ).replace("self.helper.scale(self.conv(x))",
+                                      "self.helper.scale(self.helper, self.conv(x))")
+    out = refused_untouched(tmp_path / "net.py", source, "2,3,8,8")
+    assert "that eval mode does not settle" in out, out

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .bindings import bindings, declared_global, runs_before, statement_of
-from .eval_settled import chosen_store
+from .eval_settled import chosen_store, flag_reads
 from .pysource import loaded_names
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -69,6 +69,7 @@ def _unsettled(func: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module, n
     if not runs_before(func, reaches or st, line):
         return f"`{name}` (line {st.lineno}: `{head}`) is not set on every path to line {line}"
     if isinstance(st, ast.Assign):  # `s = 0.5 * k`: so must `k` be
+        assumes.update(flag_reads(st.value, receiver))  # `t = self.gate.training`
         for read in sorted(loaded_names(st.value)):
             why = _unsettled(func, tree, read, st.lineno, segment, seen, receiver, assumes)
             if why is not None:

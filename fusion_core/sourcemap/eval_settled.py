@@ -48,15 +48,26 @@ def under_eval(test: ast.expr, receiver: str | None) -> tuple[bool, frozenset[st
         inner = under_eval(test.operand, receiver)
         return None if inner is None else (not inner[0], inner[1])
     if isinstance(test, ast.BoolOp):
-        # `and` is settled by one False operand, `or` by one True one, else by all of them
+        # `and` is settled by a False operand, `or` by a True one, read left to right: an
+        # unsettled operand before it may guard it (`self.bn is not None and
+        # self.bn.training`), and the edit's guard would read that flag unguarded
         decisive = isinstance(test.op, ast.Or)
-        known = [under_eval(v, receiver) for v in test.values]
-        for k in known:
-            if k is not None and k[0] is decisive:
-                return decisive, k[1]
-        if all(k is not None for k in known):
-            return not decisive, frozenset().union(*(k[1] for k in known if k is not None))
+        flags: frozenset[str] = frozenset()
+        for v in test.values:
+            k = under_eval(v, receiver)
+            if k is None:
+                return None
+            flags |= k[1]
+            if k[0] is decisive:
+                return decisive, flags
+        return not decisive, flags
     return None
+
+
+def flag_reads(expr: ast.AST, receiver: str | None) -> frozenset[str]:
+    """Every module `training` flag `expr` reads from the receiver (`self.bn.training`)."""
+    return frozenset(f for n in ast.walk(expr) if isinstance(n, ast.expr)
+                     and (f := _flag(n, receiver)) is not None)
 
 
 def chosen_branch(expr: ast.IfExp, receiver: str | None

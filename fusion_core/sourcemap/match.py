@@ -9,6 +9,7 @@ lines do not compute exactly the cluster. ``group_edit.py`` turns the matches in
 from __future__ import annotations
 
 import ast
+import contextlib
 from dataclasses import dataclass, replace
 
 from ..analysis.types import Cluster
@@ -18,6 +19,7 @@ from .aliased import aliased_names
 from .baked_names import rebound_baked
 from .baked_params import param_baked
 from .baked_sizes import size_baked
+from .eval_settled import flag_reads
 from .evaluated import runs_no_op, taken_by_enclosing
 from .mismatch import ContainerMismatch, Mismatch, Reentered, whole_value
 from .parts import fold_order, nesting, parts
@@ -92,7 +94,7 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
                               local_names(span.scope.node), graph=analysis.graph,
                               calls=span.calls,
                               model=analysis.module, hidden=hidden,
-                              from_end=span.from_end)
+                              from_end=span.from_end, receiver=span.scope.receiver)
         match = unifier.run(c.outputs[-1], within, returned)
         result = fx_nodes[c.outputs[-1]]
         if within is not None and not at and not taken_by_enclosing(
@@ -146,6 +148,9 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
     assumes = set(match.assumes)  # flags eval mode reads False: the edit's guard tests them
     rebound = rebound_baked(span.scope.node, span.src.tree, span.start, match.baked,
                             span.src.segment, span.scope.receiver, assumes)
+    for text, _ in match.baked:  # a value the kernel holds, computed from a flag
+        with contextlib.suppress(SyntaxError):
+            assumes |= flag_reads(ast.parse(text, mode="eval").body, span.scope.receiver)
     if sized is not None or passed is not None or rebound is not None:
         raise PointerOnly(sized or passed or rebound)
     held = dict(match.baked)

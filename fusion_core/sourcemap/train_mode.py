@@ -72,25 +72,33 @@ def _flags(analysis: Analysis, m: SourceMapping, scope: Scope) -> set[str] | Non
     a module on every instance of the class (those whose calls formed no cluster too: a
     layer that is None there), else counted from the end of its Sequentials (``from_end.py``),
     else every module of the receiver's decides (`any(m.training for m in self.modules())`)."""
+    # A `training` flag the lines read (`F.batch_norm(..., bn.training)`), or code picking a
+    # value the kernel holds by one (eval_settled.py), decides too, as written.
+    flags: set[str] = {text for text, _, value in (b.rpartition(" = ") for b in m.baked)
+                       if text.endswith(".training") and value == "False"}
     if scope.receiver is None:
-        return set()  # a plain function: the value it was traced with stands (docstring)
+        # a plain function: the value it was traced with stands (docstring); one picked by
+        # a `self.training` there reads an argument, no module
+        return None if flags else set()
     layers: dict[str, set[str]] = {}  # instance path -> layer paths below it
     for cluster in _clusters(analysis, m):
         at = self_path_of(analysis, cluster, scope)
         found = _call_layers(analysis, cluster.nodes, at)
-        if at is None or found is None:
-            return None if found is None or any(
-                _sensitive(analysis.graph[n]) for n in cluster.nodes) else set()
+        if found is None:
+            return None
+        if at is None:
+            if any(_sensitive(analysis.graph[n]) for n in cluster.nodes):
+                return None
+            continue
         layers.setdefault(at, set()).update(found)
         if m.original is not None:
             layers[at].update(_read_through(analysis, m.original, scope, at))
     owners = [mod for _, mod in analysis.module.named_modules()
               if scope.owned_by(mod) and _runs_lines(scope, mod, m.start or 0, m.end or 0)]
     receiver = scope.receiver
-    # A `training` flag the lines pass themselves (`F.batch_norm(..., bn.training)`), which
-    # the kernel holds as False, decides too, as written.
-    flags: set[str] = {text for text, _, value in (b.rpartition(" = ") for b in m.baked)
-                       if text.endswith(".training") and value == "False"}
+    if not all(_resolve(o, f.removesuffix(".training"), receiver) is not None
+               for f in flags if f.startswith(f"{receiver}.") for o in owners):
+        return None  # a layer one instance lacks (`self.bn` None there): no flag to read
     for at, paths in layers.items():
         for path in paths:
             if not path:
@@ -288,7 +296,8 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
                   files: Mapping[str, SourceFile]) -> list[SourceMapping]:
     """`maps` with each exact edit of train-mode ops guarded by the flags that decide them."""
     by_cluster = {m.cluster_index: m for m in maps if m.exact}
-    # Edits written together (`needs`, both ways) share one condition: one set of flags.
+    # Edits written together (`needs`, both ways), and the mappings of one edit, share one
+    # condition: one set of flags.
     group: dict[int, int] = {i: i for i in by_cluster}
 
     def root(i: int) -> int:
@@ -296,10 +305,13 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
             i = group[i]
         return i
 
+    first: dict[tuple, int] = {}  # the mappings of one edit (several kernels of a statement)
     for m in by_cluster.values():
         for j in m.needs:
             if j in group:
                 group[root(j)] = root(m.cluster_index)
+        at = first.setdefault((m.file, m.start, m.end), m.cluster_index)
+        group[root(m.cluster_index)] = root(at)
     scopes: dict[int, Scope | object] = {}
     flags: dict[int, set[str] | None] = {}
     for i, m in by_cluster.items():
@@ -328,7 +340,8 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
         if wanted == set() and m.condition is None:
             out.append(m)
             continue
-        if m.condition is not None and len(members) > 1:
+        if m.condition is not None and len({(by_cluster[j].file, by_cluster[j].start)
+                                            for j in members}) > 1:
             out.append(_pointer(m, f"other calls run the lines unfused, so only calls where "
                                    f"`{m.condition}` would run the kernel, and the edits "
                                    "that must be written with this one cannot take that "

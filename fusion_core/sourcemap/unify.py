@@ -123,8 +123,12 @@ class Unifier:
                  graph: FusionGraph | None = None,
                  hidden: Mapping[int, tuple[str, ast.expr, str]] | None = None,
                  model: torch.nn.Module | None = None,
-                 from_end: frozenset[str] = frozenset()) -> None:
+                 from_end: frozenset[str] = frozenset(),
+                 receiver: str | None = None) -> None:
         self.src, self.stmts, self.cluster = src, stmts, cluster
+        # The method's receiver, whose `training` flags eval mode settles (eval_settled.py);
+        # None in a plain function, whose `self` may be anything.
+        self.receiver = receiver
         self.model = model  # the user's module, whose attributes `self.` text can reach
         # Sequentials (paths under `self`) the span indexes from the end (from_end.py).
         self.from_end = from_end
@@ -259,7 +263,7 @@ class Unifier:
 
     def match_outside(self, expr: ast.expr, node: fx.Node, k: int) -> None:
         if isinstance(expr, ast.IfExp) and (
-                picked := chosen_branch(expr, self.self_name)) is not None:
+                picked := chosen_branch(expr, self.receiver)) is not None:
             # timm's copy of BatchNorm's forward passes `self.running_mean if not
             # self.training or ... else None`: the fused call, run in eval mode only, reads
             # the branch eval mode takes (eval_settled.py)
@@ -285,9 +289,10 @@ class Unifier:
                 expr, node, self.self_name, self.child_path, self.computes)):  # evaluated.py
             if isinstance(expr, ast.IfExp):
                 raise Mismatch(f"`{text}` (line {expr.lineno}) chooses a kernel input by a "
-                               "condition (`… if … else …`) other than modules' `training` "
-                               "flags, which an edit does not keep as the fused call's "
-                               "argument")
+                               "condition (`… if … else …`) that eval mode does not settle "
+                               "(a method's `self.<layer>.training` flags, read before any "
+                               "other test, are settled), which an edit does not keep as "
+                               "the fused call's argument")
             raise Mismatch(f"line range also holds `{text}` (line {expr.lineno}), which is "
                            "not in the cluster")
         inner = [h for h in self.hidden.values() if any(n is h[1] for n in ast.walk(expr))]
@@ -322,6 +327,10 @@ class Unifier:
             # holds the dtype its cast was traced with, as it holds `self.eps`.
             self.seen.add(value.name)
             self.baked.setdefault(self.src.segment(expr), dtype)
+        elif isinstance(expr, ast.IfExp) and (
+                picked := chosen_branch(expr, self.receiver)) is not None:
+            self.assumes.update(picked[1])  # `0.5 if self.training else 0.1`: eval's value
+            self.match_value(picked[0], value, k)
         elif isinstance(value, fx.Node):
             self.match(expr, value, k)
         elif isinstance(value, (tuple, list)) and any(fx_nodes(value)):
