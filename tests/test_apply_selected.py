@@ -11,7 +11,7 @@ import types
 
 import torch
 import torch.nn as nn
-from apply_checks import DEVICE, apply_net, original_and_rewritten, same_outputs
+from apply_checks import DEVICE, apply_net, original_and_rewritten, refused_untouched, same_outputs
 
 from fusion_core.sourcemap.selected import class_spelling
 
@@ -145,3 +145,18 @@ def test_a_class_is_spelled_as_the_file_can_read_it():
     module.SiLU = nn.SiLU
     assert class_spelling(nn.SiLU, module) == "SiLU"
     assert class_spelling(nn.SiLU, types.ModuleType("bare")) is None
+
+
+def test_a_class_the_file_cannot_name_is_said_to_be_the_cause(tmp_path):
+    """The fused calls' activation comes from a factory in another file: no name in the
+    model's file spells its class, and the reason says that no condition could be written."""
+    (tmp_path / "acts.py").write_text(
+        "from torch import nn\n\n\nclass Swish(nn.Module):\n"
+        "    def forward(self, x):\n        return x * x.sigmoid()\n\n\n"
+        "def make_act(on):\n    return Swish() if on else nn.Identity()\n")
+    source = NORM_ACT.replace("from torch import nn\n", "from torch import nn\n\n"
+                              "from acts import make_act\n").replace(
+        "nn.SiLU() if act else nn.Identity()", "make_act(act)")
+    out = " ".join(refused_untouched(tmp_path / "net.py", source, "2,3,8,8").split())
+    assert "where it runs unfused" in out, out
+    assert "no layer of `NormAct` has a class (named in the file)" in out, out

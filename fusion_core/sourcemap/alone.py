@@ -124,7 +124,8 @@ def check_alone(analysis: Analysis, span: Span, group: list[Cluster], frames: Fr
         if (line, n.op) in ops_by_line and call_of(n, span, fx_nodes) not in calls:
             if not other_calls:
                 continue
-            raise OtherCall(_other_call(analysis, span, frames, n, line, text, unserved or {}))
+            raise OtherCall(_other_call(analysis, span, frames, n, line, text, unserved or {}),
+                            unfused=not any(n.name in c.nodes for c in analysis.clusters))
         inner = _library_container(analysis, span, path, line, sorted(
             {p for m in members if m in fx_nodes and (p := module_path(fx_nodes[m]))}))
         if inner is not None:

@@ -99,11 +99,12 @@ def _alone(analysis: Analysis, span: Span, every: list[Cluster], frames: Frames,
     try:
         check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved)
         return None
-    except OtherCall:
-        selection = None if after or span.guard is not None else select_instances(
-            analysis, span, every)
-        if selection is None:
+    except OtherCall as e:
+        if after or span.guard is not None:
             raise
+        selection = select_instances(analysis, span, every)
+        if isinstance(selection, str):  # why no condition, where the other call is unfused
+            raise PointerOnly(f"{e.reason}; {selection}" if e.unfused else e.reason) from None
     check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved,
                 as_written=selection.as_written)
     return selection

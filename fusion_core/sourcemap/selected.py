@@ -38,16 +38,19 @@ import torch.fx as fx
 import torch.nn as nn
 
 from ..analysis.types import Cluster
-from ..ir.graph import Node
 from ..pipeline import Analysis
 from .callkeys import instance_path
-from .callsite import site_line
 from .match import self_path_of
 from .span import PointerOnly, Span
 
 
 class OtherCall(PointerOnly):
-    """Another call of the lines runs ops there that the edit does not compute."""
+    """Another call of the lines runs ops there that the edit does not compute; `unfused`:
+    ops that no cluster holds."""
+
+    def __init__(self, reason: str, unfused: bool) -> None:
+        super().__init__(reason)
+        self.unfused = unfused
 
 
 @dataclass(frozen=True)
@@ -119,28 +122,28 @@ def _layer_condition(runs: Sequence[nn.Module], others: Sequence[nn.Module], rec
 
 
 def select_instances(analysis: Analysis, span: Span, clusters: Sequence[Cluster]
-                     ) -> Selection | None:
+                     ) -> Selection | str:
     """The condition that runs the edit's kernel on the calls that formed `clusters` only,
-    or None where no layer's class tells them apart."""
+    or why there is none."""
     receiver = span.scope.receiver
     module = _module_of_file(span.src.path)
     if receiver is None or module is None:
-        return None
+        return (f"`{span.scope}` has no module of its own to test" if receiver is None
+                else f"{span.src.path} is not a loaded module to spell a class in")
     runs: dict[int, nn.Module] = {}
     for c in clusters:
         path = self_path_of(analysis, c, span.scope)
         if not path:  # the root module, or not known: no other instance to tell apart
-            return None
+            return f"the module that runs cluster {c.index} cannot be told from the others"
         layer = analysis.module.get_submodule(path)
         runs[id(layer)] = layer
     others = {id(m): m for _, m in analysis.module.named_modules()
               if span.scope.owned_by(m) and id(m) not in runs}
     if not others:
-        return None
+        return "that call runs on a module whose other call forms the cluster"
     condition = _layer_condition(list(runs.values()), list(others.values()), receiver, module)
-    return None if condition is None else Selection(condition, frozenset(others))
-
-
-def _on_lines(node: Node, span: Span) -> bool:
-    line = site_line(node.source, span.src, span.scope)
-    return line is not None and span.start <= line <= span.end
+    if condition is None:
+        return (f"no layer of `{span.scope.class_name}` has a class (named in the file) on "
+                "the modules whose calls form the kernel's clusters that it lacks on the "
+                "others, for an `if isinstance(...)` to run the kernel there only")
+    return Selection(condition, frozenset(others))
