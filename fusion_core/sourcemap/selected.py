@@ -75,7 +75,9 @@ def _module_of_file(path: str) -> types.ModuleType | None:
     want = Path(path).resolve()
     for module in list(sys.modules.values()):
         file = getattr(module, "__file__", None)
-        if file and Path(file).resolve() == want:
+        # the name first: resolving every loaded module's path costs more than the rest
+        if isinstance(file, str) and Path(file).name == want.name and (
+                Path(file).resolve() == want):
             return module
     return None
 
