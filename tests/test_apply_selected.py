@@ -12,7 +12,9 @@ import types
 import torch
 import torch.nn as nn
 from apply_checks import DEVICE, apply_net, original_and_rewritten, refused_untouched, same_outputs
+from test_apply import _plan
 
+from fusion_core.sourcemap.apply import rewrite
 from fusion_core.sourcemap.selected import class_spelling
 
 NORM_ACT = """\
@@ -160,3 +162,13 @@ def test_a_class_the_file_cannot_name_is_said_to_be_the_cause(tmp_path):
     out = " ".join(refused_untouched(tmp_path / "net.py", source, "2,3,8,8").split())
     assert "where it runs unfused" in out, out
     assert "no layer of `NormAct` has a class (named in the file)" in out, out
+
+
+def test_the_line_recorded_for_a_guarded_edit_is_its_kernel_call(tmp_path):
+    """`ApplyResult.new_lines` named the guard's `if` line."""
+    path = tmp_path / "net.py"
+    path.write_text(NORM_ACT)
+    _, plan = _plan(path, (2, 3, 8, 8))
+    text, new_lines = rewrite(path.read_text(), plan.files[0])
+    lines = text.splitlines()
+    assert {lines[n - 1].strip().split("(")[0] for n in new_lines.values()} == {"x = cluster0"}

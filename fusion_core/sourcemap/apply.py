@@ -37,6 +37,7 @@ from .diff import print_text_diff
 from .fused import package_files, package_name
 from .insert import added_imports, refusal
 from .pysource import physical_lines, sha256
+from .source_mapping import SourceMapping
 
 _OUR_PACKAGE = Path(__file__).resolve().parents[1]  # fusion_core: never re-imported
 
@@ -65,6 +66,16 @@ class ApplyResult:
     max_abs_err: float | None
 
 
+def _call_offset(m: SourceMapping) -> int:
+    """The line of `m`'s replacement that calls its kernel, counted from its first: past
+    leading comments, and past the `if` a guarded edit starts with."""
+    lines = m.replacement.splitlines() if m.replacement else []
+    calls = tuple(f"{c}(" for c in m.edit_calls)
+    hit = next((i for i, line in enumerate(lines) if calls and any(c in line for c in calls)),
+               None)
+    return hit if hit is not None else leading_comments(m.replacement or "")
+
+
 def rewrite(text: str, plan: FilePlan, newline: str = "\n") -> tuple[str, dict[int, int]]:
     """The new file text and, per edit's first cluster, the line its call lands on."""
     lines = physical_lines(text)
@@ -89,7 +100,7 @@ def rewrite(text: str, plan: FilePlan, newline: str = "\n") -> tuple[str, dict[i
     new_lines, removed = {}, 0
     for m in plan.edits:
         for i in (m.cluster_index, *m.shared_with):
-            new_lines[i] = (m.start - removed + leading_comments(m.replacement)
+            new_lines[i] = (m.start - removed + _call_offset(m)
                             + (added if m.start > at else 0))
         removed += m.end - m.start - (len(m.replacement.splitlines()) - 1)
     return "".join(lines), new_lines
