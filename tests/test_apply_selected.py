@@ -115,9 +115,8 @@ def test_a_call_whose_norm_joins_a_cluster_elsewhere_keeps_the_lines_as_written(
 
 
 # Each block's activation fused, a ReLU in two blocks and a Hardswish in one: the lines form
-# two kernels, no edit serves both. Each kernel's edit is right alone under its own
-# condition; the one serving more calls is written (mapping._no_overlaps), and the other
-# says so (MobileNetV3's BatchNormAct2d, where a ReLU, a Hardswish and an identity follow).
+# two kernels, no one kernel serves both calls. One edit runs each kernel under its own
+# condition (MobileNetV3's BatchNormAct2d, where a ReLU, a Hardswish and an identity follow).
 TWO_ACTS = NORM_ACT.replace("nn.SiLU() if act else nn.Identity()",
                             "nn.ReLU() if act else nn.Hardswish()").replace(
     "        return self.bn3(self.conv3(x)) * 2\n",
@@ -125,16 +124,22 @@ TWO_ACTS = NORM_ACT.replace("nn.SiLU() if act else nn.Identity()",
 assert "nn.Hardswish()" in TWO_ACTS and "self.conv3(self.bn3(self.conv3(x)))" in TWO_ACTS
 
 
-def test_of_two_kernels_for_the_same_lines_the_one_serving_more_calls_is_written(tmp_path):
+def test_lines_forming_a_kernel_per_activation_call_each_under_its_class(tmp_path):
     path = tmp_path / "net.py"
     path.write_text(TWO_ACTS)
     result = apply_net(path)
     assert "Applied 1 edit to" in result.output, result.output
-    assert "if isinstance(self.act, nn.ReLU) and not self.training:" in path.read_text()
-    assert ("an edit with a kernel for each class is not written yet, so calls where "
-            "`isinstance(self.act, nn.Hardswish)` run the lines as written") in " ".join(
-                result.output.split()), result.output
+    text = path.read_text()
+    assert ("        if isinstance(self.act, nn.ReLU) and not self.training:\n"
+            "            x = cluster0(") in text, text
+    assert ("        elif isinstance(self.act, nn.Hardswish) and not self.training:\n"
+            "            x = cluster1(") in text, text
     same_outputs(tmp_path, path, TWO_ACTS)
+    before, after = original_and_rewritten(tmp_path, path, TWO_ACTS)
+    before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
+    x = torch.randn(2, 3, 8, 8, device=DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(after(x), before(x))
 
 
 def test_a_class_is_spelled_as_the_file_can_read_it():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
+from dataclasses import replace
 
 from ..analysis.types import Cluster
 from ..names import kernel_name
@@ -116,8 +117,8 @@ def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fram
     """The group's mappings (``_map_one``). Where the lines form different kernels in
     different calls (a norm's ReLU in some blocks, its Hardswish in others) and no edit
     serves them all, each kernel's clusters are mapped apart, the other calls left to the
-    lines as written (selected.py); the exact ones come first, and of their overlapping
-    edits ``mapping._no_overlaps`` writes one. If none is exact, the group's reason stands."""
+    lines as written (selected.py), and the exact ones become one edit of `if` / `elif`
+    branches, one per kernel (``_one_edit``). If none is exact, the group's reason stands."""
     whole = _map_one(analysis, span, group, frames, parts, after)
     kinds = list(dict.fromkeys(c.ops for c in group))
     if len(kinds) < 2 or whole[0].exact or after or span.guard is not None:
@@ -126,7 +127,28 @@ def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fram
         analysis, span, [c for c in group if c.ops == ops], frames, parts, after)]
     if not any(m.exact for m in split):
         return whole
-    return sorted(split, key=lambda m: not m.exact)
+    return _one_edit(sorted(split, key=lambda m: not m.exact))
+
+
+def _one_edit(split: list[SourceMapping]) -> list[SourceMapping]:
+    """The exact edits of one range, each running its kernel under its own layer-class
+    condition, as one edit of `if` / `elif` branches (the edit serving most calls first)."""
+    by_branch: dict[tuple[str | None, str | None], list[SourceMapping]] = {}
+    for m in split:
+        if m.exact:
+            by_branch.setdefault((m.condition, m.replacement), []).append(m)
+    if len(by_branch) < 2 or any(c is None for c, _ in by_branch):
+        return split
+    order = sorted(by_branch.items(), key=lambda kv: -len(kv[1]))
+    branches = tuple((str(c), str(t)) for (c, t), _ in order)
+    calls = tuple(dict.fromkeys(call for _, ms in order for call in ms[0].edit_calls))
+    members = [m.cluster_index for _, ms in order for m in ms]
+    serves = tuple(s for _, ms in order for s in ms[0].serves)
+    imports = tuple(dict.fromkeys(i for _, ms in order for i in ms[0].imports))
+    return [replace(m, condition=None, branches=branches, calls=calls, serves=serves,
+                    imports=imports, shared_with=tuple(i for i in members
+                                                       if i != m.cluster_index))
+            if m.exact else m for m in split]
 
 
 def _map_one(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames,

@@ -17,9 +17,10 @@ on no other instance of the class (those the trace never called included), so a 
 kernel was not verified for runs the code as written. Other calls whose ops there
 belong to other clusters run the lines as written too: a cluster running on into other
 code (the last norm and the block's residual add) keeps its pointer, and one on these lines
-alone (a norm's ReLU here, its Hardswish there) has its own edit under its own condition,
-each right alone; ``mapping._no_overlaps`` writes one of them. The layer's class must have
-a name in the file's module (`nn.SiLU`, `torch.nn.SiLU`).
+alone (a norm's ReLU here, its Hardswish there) has its own kernel under its own condition,
+and ``group_edit`` writes them as one edit: `if isinstance(self.act, nn.ReLU) and ...:` /
+`elif isinstance(self.act, nn.Hardswish) and ...:` / `else:` the lines as written. The
+layer's class must have a name in the file's module (`nn.SiLU`, `torch.nn.SiLU`).
 
 Reads an ``Analysis``, a ``Span`` and the edit's clusters; writes a ``Selection``: the
 condition, spelled from the function's receiver, and the instances that run the lines as

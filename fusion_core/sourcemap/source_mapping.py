@@ -65,6 +65,9 @@ class SourceMapping:
     # formed the clusters (`isinstance(self.act, nn.SiLU)`, selected.py); the others run
     # the lines as written. train_mode.py writes the `if`.
     condition: str | None = None
+    # Lines forming a kernel per layer class in different calls: (condition, replacement)
+    # for each, written as one `if` / `elif` edit (train_mode.py); `replacement` is the first.
+    branches: tuple[tuple[str, str], ...] = ()
 
     @property
     def edit_calls(self) -> tuple[str, ...]:

@@ -263,10 +263,10 @@ def _multiline_string(text: str) -> bool:
         return True
 
 
-def guarded(text: str, original: str, flags: Sequence[str], unit: str,
-            condition: str | None = None) -> str:
-    """`text` run where `condition` holds and no flag is set, the `original` lines
-    otherwise, both one `unit` in."""
+def guarded(branches: Sequence[tuple[str | None, str]], original: str, flags: Sequence[str],
+            unit: str) -> str:
+    """Each (condition, text) of `branches` run where its condition holds and no flag is
+    set (`if` / `elif`), the `original` lines otherwise, all one `unit` in."""
     first = original.splitlines()[0]
     indent = first[:len(first) - len(first.lstrip())]
 
@@ -275,8 +275,11 @@ def guarded(text: str, original: str, flags: Sequence[str], unit: str,
         return [indent + unit + line[len(indent):] if line.startswith(indent) and line.strip()
                 else unit + line if line.strip() else line for line in block.splitlines()]
 
-    test = " and ".join([*([condition] if condition else []), *(f"not {f}" for f in flags)])
-    return "\n".join([f"{indent}if {test}:", *deeper(text), f"{indent}else:", *deeper(original)])
+    out = []
+    for k, (condition, text) in enumerate(branches):
+        test = " and ".join([*([condition] if condition else []), *(f"not {f}" for f in flags)])
+        out += [f"{indent}{'elif' if k else 'if'} {test}:", *deeper(text)]
+    return "\n".join([*out, f"{indent}else:", *deeper(original)])
 
 
 def _unit(src: SourceFile, scope: Scope) -> str:
@@ -337,7 +340,7 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
             continue
         wanted = joined[root(i)]
         members = [j for j in by_cluster if root(j) == root(i)]
-        if wanted == set() and m.condition is None:
+        if wanted == set() and m.condition is None and not m.branches:
             out.append(m)
             continue
         if m.condition is not None and len({(by_cluster[j].file, by_cluster[j].start)
@@ -366,7 +369,7 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
             out.append(_pointer(m, "the lines hold a string over several lines, which an "
                                    f"`if` around the edit would re-indent; {why}"))
             continue
-        out.append(replace(m, replacement=guarded(m.replacement, m.original.rstrip("\n"),
-                                                  sorted(wanted or ()), _unit(src, scope),
-                                                  m.condition)))
+        branches = m.branches or ((m.condition, m.replacement),)
+        out.append(replace(m, replacement=guarded(branches, m.original.rstrip("\n"),
+                                                  sorted(wanted or ()), _unit(src, scope))))
     return out
