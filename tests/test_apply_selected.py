@@ -177,3 +177,45 @@ def test_the_line_recorded_for_a_guarded_edit_is_its_kernel_call(tmp_path):
     text, new_lines = rewrite(path.read_text(), plan.files[0])
     lines = text.splitlines()
     assert {lines[n - 1].strip().split("(")[0] for n in new_lines.values()} == {"x = cluster0"}
+
+
+CHAINED = """\
+import torch
+from torch import nn
+
+
+class ConvBNAct(nn.Module):
+    def __init__(self, cin, cout, act):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(cout)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x)))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(ConvBNAct(3, 8, nn.ReLU()), ConvBNAct(8, 8, nn.ReLU6()),
+                                    ConvBNAct(8, 8, nn.ReLU()))
+
+    def forward(self, x):
+        return self.blocks(x)
+"""
+
+
+def test_one_kernels_edit_of_chained_blocks_is_told_apart_from_the_others(tmp_path):
+    """Blocks chained on one line: mapped alone, the ReLU kernel's clusters saw no stray
+    op of the ReLU6 block, and the edit ran BN+ReLU there too, dropping the clamp at 6
+    (the check passed: its activations stayed below 6)."""
+    path = tmp_path / "net.py"
+    path.write_text(CHAINED)
+    result = apply_net(path)
+    assert "Applied 1 edit to" in result.output, result.output
+    assert "if isinstance(self.act, nn.ReLU) and not self.bn.training:" in path.read_text()
+    before, after = original_and_rewritten(tmp_path, path, CHAINED)
+    x = torch.randn(2, 3, 8, 8, device=DEVICE) * 100
+    with torch.no_grad():
+        torch.testing.assert_close(after.to(DEVICE)(x), before.to(DEVICE)(x))

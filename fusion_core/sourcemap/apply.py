@@ -70,7 +70,8 @@ def _call_offset(m: SourceMapping) -> int:
     """The line of `m`'s replacement that calls its kernel, counted from its first: past
     leading comments, and past the `if` a guarded edit starts with."""
     lines = m.replacement.splitlines() if m.replacement else []
-    calls = tuple(f"{c}(" for c in m.edit_calls)
+    # its own kernel's call: an `if` / `elif` edit calls another kernel first
+    calls = tuple(f"{c}(" for c in ((m.call,) if m.call else m.edit_calls))
     hit = next((i for i, line in enumerate(lines) if calls and any(c in line for c in calls)),
                None)
     return hit if hit is not None else leading_comments(m.replacement or "")

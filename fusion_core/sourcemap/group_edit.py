@@ -94,18 +94,26 @@ def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, 
 
 def _alone(analysis: Analysis, span: Span, every: list[Cluster], frames: Frames,
            kept: frozenset[str], kept_around: set[str], unserved: Mapping[int, str],
-           after: tuple[SourceMapping, ...]) -> Selection | None:
-    """``check_alone``; where other calls run the lines unfused, the condition that leaves
-    them to the lines as written (selected.py), or the refusal when there is none."""
+           after: tuple[SourceMapping, ...], select: bool = False) -> Selection | None:
+    """``check_alone``; where other calls run the lines otherwise, the condition that leaves
+    them to the lines as written (selected.py), or the refusal when there is none. With
+    `select` (one kernel's clusters of lines that form others in other calls) the condition
+    is required: the other calls' ops need not show up as stray code on the lines."""
     try:
         check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved)
-        return None
+        if not select:
+            return None
+        stray: OtherCall | None = None
     except OtherCall as e:
         if after or span.guard is not None:
             raise
-        selection = select_instances(analysis, span, every)
-        if isinstance(selection, str):  # why no condition, where the other call is unfused
-            raise PointerOnly(f"{e.reason}; {selection}" if e.unfused else e.reason) from None
+        stray = e
+    selection = select_instances(analysis, span, every)
+    if isinstance(selection, str):
+        if stray is None:
+            raise PointerOnly(f"the lines form other kernels in other calls, and {selection}")
+        told = stray.unfused or stray.reason.endswith("not supported yet")
+        raise PointerOnly(f"{stray.reason}; {selection}" if told else stray.reason) from None
     check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved,
                 as_written=selection.as_written)
     return selection
@@ -124,9 +132,9 @@ def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Fram
     if len(kinds) < 2 or whole[0].exact or after or span.guard is not None:
         return whole
     split = [m for ops in kinds for m in _map_one(
-        analysis, span, [c for c in group if c.ops == ops], frames, parts, after)]
-    if not any(m.exact for m in split):
-        return whole
+        analysis, span, [c for c in group if c.ops == ops], frames, parts, after, select=True)]
+    if not any(m.exact for m in split) or any(m.exact and m.condition is None for m in split):
+        return whole  # an edit of one kernel's clusters runs in every call unless told apart
     return _one_edit(sorted(split, key=lambda m: not m.exact))
 
 
@@ -152,8 +160,8 @@ def _one_edit(split: list[SourceMapping]) -> list[SourceMapping]:
 
 
 def _map_one(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames,
-             parts: tuple[Part, ...] = (), after: tuple[SourceMapping, ...] = ()
-             ) -> list[SourceMapping]:
+             parts: tuple[Part, ...] = (), after: tuple[SourceMapping, ...] = (),
+             select: bool = False) -> list[SourceMapping]:
     """The group's mappings as one edit; `parts` (served.py): other calls' ops on the
     lines, each kept when it matches the lines as the group's clusters do, which the edit
     computes but does not apply. A refused part's reason goes into the reason its ops give
@@ -177,7 +185,8 @@ def _map_one(analysis: Analysis, span: Span, group: list[Cluster], frames: Frame
             every.append(p.cluster)
             pieces, kept_around = trial
         kept = frozenset().union(*(f.inlined for _, found in pieces for f in found))
-        selection = _alone(analysis, span, every, frames, kept, kept_around, unserved, after)
+        selection = _alone(analysis, span, every, frames, kept, kept_around, unserved, after,
+                           select)
         for cs, found in pieces:
             consistent(analysis, cs, found, served)
         _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets), after)

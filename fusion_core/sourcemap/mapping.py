@@ -226,9 +226,8 @@ def _no_overlaps(mappings: Iterable[SourceMapping]) -> list[SourceMapping]:
 def _clash(m: SourceMapping, kept: SourceMapping) -> str:
     if m.condition is not None and kept.condition is not None:
         # the same lines, a kernel per layer class (selected.py)
-        return (f"the same lines run as cluster {kept.cluster_index}'s kernel where "
-                f"`{kept.condition}`, and its edit is written; an edit with a kernel for "
-                f"each class is not written yet, so calls where `{m.condition}` run the "
-                "lines as written")
+        return (f"cluster {kept.cluster_index}'s edit of overlapping lines runs its kernel "
+                f"where `{kept.condition}` and is written instead; calls where "
+                f"`{m.condition}` run the lines as written")
     return (f"its lines overlap cluster {kept.cluster_index}'s edit (one keeps code the "
             "other fuses), which is written instead: one edit cannot rewrite both")

@@ -343,12 +343,12 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
         if wanted == set() and m.condition is None and not m.branches:
             out.append(m)
             continue
-        if m.condition is not None and len({(by_cluster[j].file, by_cluster[j].start)
-                                            for j in members}) > 1:
-            out.append(_pointer(m, f"other calls run the lines unfused, so only calls where "
-                                   f"`{m.condition}` would run the kernel, and the edits "
-                                   "that must be written with this one cannot take that "
-                                   "condition too"))
+        if (m.condition is not None or m.branches) and len(
+                {(by_cluster[j].file, by_cluster[j].start) for j in members}) > 1:
+            test = m.condition or m.branches[0][0]
+            out.append(_pointer(m, "other calls run the lines otherwise, so only calls where "
+                                   f"`{test}` would run the kernel, and the edits that must "
+                                   "be written with this one cannot take that condition too"))
             continue
         where = {(by_cluster[j].file, getattr(scopes[j], "qualname", None)) for j in members}
         if wanted is None or len(where) > 1:
@@ -363,7 +363,8 @@ def train_guarded(analysis: Analysis, maps: Sequence[SourceMapping],
         src = files[m.file or ""]
         assert isinstance(scope, Scope) and m.replacement is not None and m.original is not None
         if _multiline_string(m.original):
-            why = (f"other calls run the lines unfused and need `if {m.condition}:`"
+            tests = [c for c, _ in m.branches] or [m.condition]
+            why = (f"other calls run the lines otherwise and need `if {tests[0]}:`"
                    if not wanted else "the kernel computes BatchNorm or dropout as in eval "
                    "mode and needs `if not self.training:`")
             out.append(_pointer(m, "the lines hold a string over several lines, which an "
