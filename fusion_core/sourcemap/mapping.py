@@ -164,7 +164,8 @@ def _else_runs(spans: dict[int, Span], outer: list[Cluster], inside: list[list[C
     big, inner = spans[outer[0].index], out[inside[0][0].index]
     guard = big.guard
     if guard is None or guard.tail or len(inside) != 1 or (inner.start, inner.end) != (
-            big.start, guard.node.lineno - 1) or inner.replacement is None:
+            big.start, guard.node.lineno - 1) or inner.replacement is None or (
+            inner.condition is not None or inner.branches):  # its text lacks its `if` yet
         return spans
     return {**spans, outer[0].index: replace(big, guard=replace(
         guard, otherwise=inner.replacement))}
