@@ -12,7 +12,6 @@ cluster input, the source expression that holds it at the top of the run
 from __future__ import annotations
 
 import ast
-import inspect
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ import torch.fx as fx
 
 from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
-from ..ir.registry import SPECS
 from ..ir.sdpa_mask import ADDITIVE_MASK
 from ..ir.spelling import said, said_all
 from .augmented import is_augmented, rebinding_refused
@@ -59,44 +57,7 @@ from .pysource import (
 )
 from .recomputed import CopyMismatch, copied_expr, same_value
 from .spelled_ops import op_names, same_operator
-
-
-def _channel_reshape(node: fx.Node) -> str | None:
-    """`.reshape(-1, 1, 1)` where `node` is a per-channel reshape the capture made of a
-    norm's statistics or weights (one sized dim: `-1` there serves any channel count), else
-    None."""
-    if node.target is not torch.reshape or len(node.args) != 2 or node.kwargs:
-        return None
-    shape = node.args[1]
-    if not (isinstance(shape, (tuple, list)) and all(isinstance(d, int) for d in shape)):
-        return None
-    sized = [i for i, d in enumerate(shape) if d != 1]
-    if len(sized) != 1 or len(shape) < 2:
-        return None
-    return f".reshape({', '.join('-1' if i == sized[0] else str(d) for i, d in enumerate(shape))})"
-
-
-def _keyword_values(node: fx.Node, start: int, count: int) -> tuple[Any, ...] | None:
-    """The values of the traced call's parameters at positions `start` on (`count` of them),
-    by name: a keyword the call has, else that parameter's default (what the capture left
-    out); None when the target's signature or a value cannot be told."""
-    try:
-        params = list(inspect.signature(node.target).parameters.values())  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    if len(params) < start + count or any(
-            p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            for p in params[:start + count]):
-        return None
-    out = []
-    for p in params[start:start + count]:
-        if p.name in node.kwargs:
-            out.append(node.kwargs[p.name])
-        elif p.default is not p.empty:
-            out.append(p.default)
-        else:
-            return None
-    return tuple(out)
+from .traced_args import channel_reshape, keyword_values, unread_params
 
 
 @dataclass(frozen=True)
@@ -274,7 +235,7 @@ class Unifier:
         text = self.outside_text(expr, node, k)
         if not is_plain_access(expr):  # evaluated once, as the fused call's argument
             self.inlined.add(node.name)
-        elif not isinstance(expr, ast.Name) and (tail := _channel_reshape(node)) is not None:
+        elif not isinstance(expr, ast.Name) and (tail := channel_reshape(node)) is not None:
             # `bn.running_mean` passed to F.batch_norm: the kernel reads the statistics as the
             # capture laid them out to broadcast over the channels (ir/channels.py)
             text += tail
@@ -410,19 +371,6 @@ class Unifier:
                 continue
             self.match_value(e, v, k)
 
-    def unread(self, node: fx.Node) -> tuple[list[str] | None, frozenset[str]]:
-        """The traced function's parameter names and those its op's kernel does not read
-        (registry ``OpSpec.unread``: batch_norm's `momentum`)."""
-        spec = SPECS.get(self.graph[node.name].op) if (
-            self.graph is not None and node.name in self.graph) else None
-        if spec is None or not spec.unread:
-            return None, frozenset()
-        try:
-            names = list(inspect.signature(node.target).parameters)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return None, frozenset()
-        return names, frozenset(spec.unread)
-
     def match_call(self, expr: ast.Call, node: fx.Node, k: int) -> None:
         func, args = expr.func, tuple(node.args)
         method = calls_method(func, node, self.self_name, self.local_names)  # callees.py
@@ -438,14 +386,15 @@ class Unifier:
                 kw.arg is None for kw in expr.keywords):
             raise Mismatch(f"`{self.src.segment(expr)}` at line {expr.lineno} passes *args "
                            "or **kwargs")
-        params, unread = self.unread(node) if node.op == "call_function" else (None, frozenset())
+        params, unread = unread_params(self.graph, node) if node.op == "call_function" else (
+            None, frozenset())
         positional = expr.args[:len(args)]
         self.match_args(list(positional), args, k, params, unread)
         # F.* functions hand positional arguments past the tensor on as keywords: paired by
         # the parameter's name where the traced function says it (the capture's eval-mode
         # `batch_norm` keeps no `training`: by order, `training` met `momentum`), else in order.
         spilled = expr.args[len(args):]
-        named = _keyword_values(node, len(args), len(spilled))
+        named = keyword_values(node, len(args), len(spilled))
         self.match_args(list(spilled), named if named is not None
                         else tuple(node.kwargs.values()), k,
                         params[len(args):] if params is not None and named is not None
