@@ -209,12 +209,15 @@ class Net(nn.Module):
 def test_one_kernels_edit_of_chained_blocks_is_told_apart_from_the_others(tmp_path):
     """Blocks chained on one line: mapped alone, the ReLU kernel's clusters saw no stray
     op of the ReLU6 block, and the edit ran BN+ReLU there too, dropping the clamp at 6
-    (the check passed: its activations stayed below 6)."""
+    (the check passed: its activations stayed below 6). Each kernel now runs under its
+    activation's class, the ReLU6 one too (its lines held the other blocks' convs)."""
     path = tmp_path / "net.py"
     path.write_text(CHAINED)
     result = apply_net(path)
     assert "Applied 1 edit to" in result.output, result.output
-    assert "if isinstance(self.act, nn.ReLU) and not self.bn.training:" in path.read_text()
+    text = path.read_text()
+    assert "if isinstance(self.act, nn.ReLU) and not self.bn.training:" in text, text
+    assert "elif isinstance(self.act, nn.ReLU6) and not self.bn.training:" in text, text
     before, after = original_and_rewritten(tmp_path, path, CHAINED)
     x = torch.randn(2, 3, 8, 8, device=DEVICE) * 100
     with torch.no_grad():

@@ -99,15 +99,15 @@ def _alone(analysis: Analysis, span: Span, every: list[Cluster], frames: Frames,
     them to the lines as written (selected.py), or the refusal when there is none. With
     `select` (one kernel's clusters of lines that form others in other calls) the condition
     is required: the other calls' ops need not show up as stray code on the lines."""
-    try:
-        check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved)
-        if not select:
+    stray: OtherCall | None = None
+    if not select:  # with `select`, the other calls' ops are not looked at: they run as written
+        try:
+            check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved)
             return None
-        stray: OtherCall | None = None
-    except OtherCall as e:
-        if after or span.guard is not None:
-            raise
-        stray = e
+        except OtherCall as e:
+            if after or span.guard is not None:
+                raise
+            stray = e
     selection = select_instances(analysis, span, every)
     if isinstance(selection, str):
         if stray is None:
