@@ -76,3 +76,35 @@ def bn_args(layer: str) -> str:
     """A kernel's arguments for BatchNorm2d `layer` in eval mode, as the edit passes them."""
     return (f"{layer}.running_mean.reshape(-1, 1, 1), {layer}.running_var.reshape(-1, 1, 1), "
             f"{layer}.weight.reshape(-1, 1, 1), {layer}.bias.reshape(-1, 1, 1)")
+
+
+def applied_file(tmp_path: Path, source: str) -> Path:
+    """`source` written to `tmp_path/net.py` and rewritten by `apply_net`, one edit."""
+    path = tmp_path / "net.py"
+    path.write_text(source)
+    result = apply_net(path)
+    assert result.exit_code == 0, result.output
+    assert "Applied 1 edit to" in result.output, result.output
+    return path
+
+
+def seeded_outputs(before: torch.nn.Module, after: torch.nn.Module, x: torch.Tensor,
+                   seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both models on `x` under torch.no_grad(), each from the same random state (the same
+    dropout draws)."""
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        want = before(x)
+        torch.manual_seed(seed)
+        return want, after(x)
+
+
+def same_in_train_mode(tmp_path: Path, path: Path, original: str, seed: int = 3,
+                       shape: tuple[int, ...] = (2, 3, 8, 8)) -> None:
+    """In train mode under torch.no_grad(), the rewritten `path` draws and computes as
+    `original` does."""
+    before, after = original_and_rewritten(tmp_path, path, original)
+    before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
+    x = torch.randn(shape, device=DEVICE)
+    want, got = seeded_outputs(before, after, x, seed)
+    torch.testing.assert_close(got, want)

@@ -10,7 +10,15 @@ import ast
 
 import pytest
 import torch
-from apply_checks import DEVICE, apply_net, original_and_rewritten, refused_untouched, same_outputs
+from apply_checks import (
+    DEVICE,
+    applied_file,
+    apply_net,
+    original_and_rewritten,
+    refused_untouched,
+    same_in_train_mode,
+    same_outputs,
+)
 
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze_file
@@ -141,17 +149,10 @@ def test_a_name_bound_once_in_each_branch_is_bound_by_the_eval_branch():
 
 
 def _applied_same_in_both_modes(tmp_path, source: str, guard: str) -> None:
-    path = tmp_path / "net.py"
-    path.write_text(source)
-    result = apply_net(path)
-    assert "Applied 1 edit to" in result.output, result.output
+    path = applied_file(tmp_path, source)
     assert guard in path.read_text(), path.read_text()
-    before, after = original_and_rewritten(tmp_path, path, source)
-    x = torch.randn(2, 3, 8, 8, device=DEVICE)
-    for mode in ("eval", "train"):
-        before, after = getattr(before.to(DEVICE), mode)(), getattr(after.to(DEVICE), mode)()
-        with torch.no_grad():
-            torch.testing.assert_close(after(x), before(x))
+    same_outputs(tmp_path, path, source)
+    same_in_train_mode(tmp_path, path, source)
 
 
 PICKED = """\

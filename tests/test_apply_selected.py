@@ -11,7 +11,15 @@ import types
 
 import torch
 import torch.nn as nn
-from apply_checks import DEVICE, apply_net, original_and_rewritten, refused_untouched, same_outputs
+from apply_checks import (
+    DEVICE,
+    applied_file,
+    apply_net,
+    original_and_rewritten,
+    refused_untouched,
+    same_in_train_mode,
+    same_outputs,
+)
 from test_apply import _plan
 
 from fusion_core.sourcemap.apply import rewrite
@@ -125,21 +133,14 @@ assert "nn.Hardswish()" in TWO_ACTS and "self.conv3(self.bn3(self.conv3(x)))" in
 
 
 def test_lines_forming_a_kernel_per_activation_call_each_under_its_class(tmp_path):
-    path = tmp_path / "net.py"
-    path.write_text(TWO_ACTS)
-    result = apply_net(path)
-    assert "Applied 1 edit to" in result.output, result.output
+    path = applied_file(tmp_path, TWO_ACTS)
     text = path.read_text()
     assert ("        if isinstance(self.act, nn.ReLU) and not self.training:\n"
             "            x = cluster0(") in text, text
     assert ("        elif isinstance(self.act, nn.Hardswish) and not self.training:\n"
             "            x = cluster1(") in text, text
     same_outputs(tmp_path, path, TWO_ACTS)
-    before, after = original_and_rewritten(tmp_path, path, TWO_ACTS)
-    before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
-    x = torch.randn(2, 3, 8, 8, device=DEVICE)
-    with torch.no_grad():
-        torch.testing.assert_close(after(x), before(x))
+    same_in_train_mode(tmp_path, path, TWO_ACTS)
 
 
 def test_a_class_is_spelled_as_the_file_can_read_it():

@@ -7,7 +7,15 @@ moving. Kernels run under the Triton interpreter (natively with CUDA)."""
 from __future__ import annotations
 
 import torch
-from apply_checks import DEVICE, apply_net, bn_args, original_and_rewritten, same_outputs
+from apply_checks import (
+    DEVICE,
+    applied_file,
+    bn_args,
+    original_and_rewritten,
+    same_in_train_mode,
+    same_outputs,
+    seeded_outputs,
+)
 from click.testing import CliRunner
 from test_apply_from_end import RESIDUAL
 
@@ -35,27 +43,8 @@ class Net(nn.Module):
 """
 
 
-def _applied(tmp_path, source: str):
-    path = tmp_path / "net.py"
-    path.write_text(source)
-    result = apply_net(path)
-    assert result.exit_code == 0, result.output
-    assert "Applied 1 edit to" in result.output, result.output
-    return path
-
-
-def _outputs(before, after, x, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both models on `x` under torch.no_grad(), each from the same random state (the same
-    dropout draws)."""
-    with torch.no_grad():
-        torch.manual_seed(seed)
-        want = before(x)
-        torch.manual_seed(seed)
-        return want, after(x)
-
-
 def test_an_edit_of_batchnorm_and_dropout_runs_the_kernel_in_eval_mode_only(tmp_path):
-    path = _applied(tmp_path, CONV_BN_DROP)
+    path = applied_file(tmp_path, CONV_BN_DROP)
     assert ("        if not self.bn.training and not self.drop.training:\n"
             f"            return cluster0(y, {bn_args('self.bn')})\n"
             "        else:\n"
@@ -67,11 +56,11 @@ def test_an_edit_of_batchnorm_and_dropout_runs_the_kernel_in_eval_mode_only(tmp_
 def test_a_model_back_in_train_mode_computes_and_updates_as_before(tmp_path):
     """Under torch.no_grad() (BatchNorm statistics refreshed): the same outputs with the same
     dropout draws, the same running statistics after; with gradients, a backward pass."""
-    path = _applied(tmp_path, CONV_BN_DROP)
+    path = applied_file(tmp_path, CONV_BN_DROP)
     before, after = original_and_rewritten(tmp_path, path, CONV_BN_DROP)
     before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
     x = torch.randn(2, 3, 8, 8, device=DEVICE) * 3 + 1
-    want, got = _outputs(before, after, x, 0)
+    want, got = seeded_outputs(before, after, x, 0)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(after.bn.running_mean, before.bn.running_mean)
     torch.testing.assert_close(after.bn.running_var, before.bn.running_var)
@@ -82,13 +71,13 @@ def test_a_model_back_in_train_mode_computes_and_updates_as_before(tmp_path):
 def test_dropout_switched_on_in_an_eval_model_runs_the_lines_as_written(tmp_path):
     """Monte Carlo dropout: the model in eval mode, its dropout layers in train mode. The
     edit reads the dropout's own flag, not only the model's."""
-    path = _applied(tmp_path, CONV_BN_DROP)
+    path = applied_file(tmp_path, CONV_BN_DROP)
     before, after = original_and_rewritten(tmp_path, path, CONV_BN_DROP)
     before, after = before.to(DEVICE), after.to(DEVICE)
     before.drop.train()
     after.drop.train()
     x = torch.randn(2, 3, 8, 8, device=DEVICE)
-    want, got = _outputs(before, after, x, 1)
+    want, got = seeded_outputs(before, after, x, 1)
     torch.testing.assert_close(got, want)
     assert (want == 0).any()  # dropout did draw: the comparison is not the eval path's
 
@@ -112,7 +101,7 @@ class Net(nn.Module):
 
 
 def test_a_dropout_the_function_calls_itself_reads_the_receivers_flag(tmp_path):
-    path = _applied(tmp_path, FUNCTIONAL)
+    path = applied_file(tmp_path, FUNCTIONAL)
     assert ("        if not self.training:\n"
             "            return cluster0(y)\n"
             "        else:\n"
@@ -121,7 +110,7 @@ def test_a_dropout_the_function_calls_itself_reads_the_receivers_flag(tmp_path):
     before, after = original_and_rewritten(tmp_path, path, FUNCTIONAL)
     before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
     x = torch.randn(2, 3, 8, 8, device=DEVICE)
-    want, got = _outputs(before, after, x, 2)
+    want, got = seeded_outputs(before, after, x, 2)
     torch.testing.assert_close(got, want)
 
 
@@ -142,20 +131,9 @@ class Net(nn.Module):
 
 
 def test_an_edit_without_batchnorm_or_dropout_is_written_as_before(tmp_path):
-    path = _applied(tmp_path, PLAIN)
+    path = applied_file(tmp_path, PLAIN)
     text = path.read_text()
     assert "        return cluster0(y)\n" in text and "training" not in text, text
-
-
-def _same_in_train_mode(tmp_path, path, original: str, seed: int = 3,
-                        shape: tuple[int, ...] = (2, 3, 8, 8)) -> None:
-    """In train mode under torch.no_grad(), the rewritten model draws and computes as the
-    original does."""
-    before, after = original_and_rewritten(tmp_path, path, original)
-    before, after = before.to(DEVICE).train(), after.to(DEVICE).train()
-    x = torch.randn(shape, device=DEVICE)
-    want, got = _outputs(before, after, x, seed)
-    torch.testing.assert_close(got, want)
 
 
 NESTED_FUNCTION = """\
@@ -180,13 +158,13 @@ class Net(nn.Module):
 def test_a_function_nested_in_a_method_reads_the_methods_receiver(tmp_path):
     """`self` of the enclosing `forward` decides the nested helper's dropout (it had no
     guard: in train mode the rewritten model dropped nothing)."""
-    path = _applied(tmp_path, NESTED_FUNCTION)
+    path = applied_file(tmp_path, NESTED_FUNCTION)
     assert ("            if not self.training:\n"
             "                return cluster0(h)\n"
             "            else:\n"
             "                return F.dropout(torch.relu(h) * 2, 0.5, self.training) + 1\n"
             ) in path.read_text(), path.read_text()
-    _same_in_train_mode(tmp_path, path, NESTED_FUNCTION)
+    same_in_train_mode(tmp_path, path, NESTED_FUNCTION)
 
 
 OPTIONAL_NORM = """\
@@ -226,18 +204,18 @@ def test_a_layer_that_is_none_in_another_block_is_not_read_there(tmp_path):
     """`self.b2` runs the edited lines too (its `if` fails, its `else` runs them as written),
     with `self.norm` None: its flag cannot be read there, every module of the block's
     decides (the rewritten model failed its check with an AttributeError)."""
-    path = _applied(tmp_path, OPTIONAL_NORM)
+    path = applied_file(tmp_path, OPTIONAL_NORM)
     assert ("        if not any(m.training for m in self.modules()):\n"
             "            if self.norm is not None:\n") in path.read_text(), path.read_text()
     same_outputs(tmp_path, path, OPTIONAL_NORM)
-    _same_in_train_mode(tmp_path, path, OPTIONAL_NORM)
+    same_in_train_mode(tmp_path, path, OPTIONAL_NORM)
 
 
 def test_a_batchnorm_switched_to_train_alone_where_no_spelling_reaches_it(tmp_path):
     """BatchNorm recalibration in an eval model (`for m in model.modules(): if isinstance(m,
     nn.BatchNorm2d): m.train()`): the block's own flag stays False, so the edit read as eval
     mode and the statistics stopped moving, silently."""
-    path = _applied(tmp_path, OPTIONAL_NORM)
+    path = applied_file(tmp_path, OPTIONAL_NORM)
     before, after = original_and_rewritten(tmp_path, path, OPTIONAL_NORM)
     before, after = before.to(DEVICE), after.to(DEVICE)
     for model in (before, after):
@@ -259,7 +237,7 @@ assert "nn.Dropout(0.5)" in FROM_END
 def test_layers_at_other_places_in_other_blocks_are_read_counted_from_the_end(tmp_path):
     """Monte Carlo dropout in blocks built otherwise: each block reads its own dropout's
     flag (the edit read only the block's flag, which eval() had cleared)."""
-    path = _applied(tmp_path, FROM_END)
+    path = applied_file(tmp_path, FROM_END)
     assert ("        if not self.block[-1][-1].training and not self.block[-1][-2].training:\n"
             in path.read_text()), path.read_text()
     before, after = original_and_rewritten(tmp_path, path, FROM_END)
@@ -269,16 +247,16 @@ def test_layers_at_other_places_in_other_blocks_are_read_counted_from_the_end(tm
             if isinstance(layer, torch.nn.Dropout):
                 layer.train()
     x = torch.randn(2, 3, 8, 8, device=DEVICE)
-    want, got = _outputs(before, after, x, 4)
+    want, got = seeded_outputs(before, after, x, 4)
     torch.testing.assert_close(got, want)
 
 
 def test_a_file_indented_with_tabs_keeps_its_tabs_inside_the_guard(tmp_path):
     source = CONV_BN_DROP.replace("    def ", "\tdef ").replace("        ", "\t    ")
-    path = _applied(tmp_path, source)
+    path = applied_file(tmp_path, source)
     assert ("\t    if not self.bn.training and not self.drop.training:\n"
             "\t        return cluster0(" in path.read_text()), path.read_text()
-    _same_in_train_mode(tmp_path, path, source)
+    same_in_train_mode(tmp_path, path, source)
 
 
 INHERITED = """\
@@ -322,7 +300,7 @@ def test_an_inherited_forward_under_export_finds_each_instance(tmp_path):
     assert "Applied 1 edit to" in result.output, result.output
     assert ("        if not self.bn.training:\n            return cluster0(" in
             path.read_text()), path.read_text()
-    _same_in_train_mode(tmp_path, path, INHERITED, shape=(2, 8, 8, 8))
+    same_in_train_mode(tmp_path, path, INHERITED, shape=(2, 8, 8, 8))
 
 
 MODULE_LIST = """\
@@ -359,7 +337,7 @@ def test_a_layer_inside_a_module_list_is_counted_from_the_end_too(tmp_path):
     reads the second block's as `self.stages[-1][-1]` (it read only `self.stages[0][1]`, a
     conv there, and `self.training`: a BatchNorm switched to train mode alone was ignored).
     `self.stages[0][1]` names a layer in both blocks, so the first block's is read so."""
-    path = _applied(tmp_path, MODULE_LIST)
+    path = applied_file(tmp_path, MODULE_LIST)
     assert ("        if not self.stages[-1][-1].training and not self.stages[0][1].training:\n"
             in path.read_text()), path.read_text()
     before, after = original_and_rewritten(tmp_path, path, MODULE_LIST)
@@ -412,11 +390,11 @@ def test_statistics_passed_to_f_batch_norm_are_laid_out_as_the_kernel_reads_them
     and so does the edit (`.reshape(-1, 1, 1)`; the check after --apply failed and rolled the
     edit back). The guarded model then computes as the original in eval and in train mode,
     and with its BatchNorm alone switched to train."""
-    path = _applied(tmp_path, PASSED_FLAG)
+    path = applied_file(tmp_path, PASSED_FLAG)
     assert (f"            return cluster0(y, {bn_args('bn')})\n" in path.read_text()), (
         path.read_text())
     same_outputs(tmp_path, path, PASSED_FLAG)
-    _same_in_train_mode(tmp_path, path, PASSED_FLAG)
+    same_in_train_mode(tmp_path, path, PASSED_FLAG)
     before, after = original_and_rewritten(tmp_path, path, PASSED_FLAG)
     before, after = before.to(DEVICE), after.to(DEVICE)
     before.bn.train()
