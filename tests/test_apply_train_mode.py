@@ -32,7 +32,7 @@ from torch import nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(8)
         self.drop = nn.Dropout(0.5)
 
@@ -91,7 +91,7 @@ from torch import nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
         self.p = 0.25
 
     def forward(self, x):
@@ -122,7 +122,7 @@ from torch import nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
 
     def forward(self, x):
         y = self.conv(x)
@@ -145,7 +145,7 @@ from torch import nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
 
     def forward(self, x):
         def act(h):
@@ -175,9 +175,9 @@ from torch import nn
 class Block(nn.Module):
     def __init__(self, norm):
         super().__init__()
-        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
         self.norm = nn.BatchNorm2d(8) if norm else None
-        self.out = nn.Conv2d(8, 8, 1)
+        self.out = nn.Conv2d(8, 8, 1, bias=False)
 
     def forward(self, x):
         shortcut = x
@@ -191,7 +191,7 @@ class Block(nn.Module):
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.stem = nn.Conv2d(3, 8, 3, padding=1, bias=False)
         self.b1 = Block(True)
         self.b2 = Block(False)
 
@@ -267,7 +267,7 @@ from torch import nn
 class Base(nn.Module):
     def __init__(self, inner=None):
         super().__init__()
-        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(8)
         self.inner = inner
 
@@ -311,8 +311,8 @@ from torch import nn
 class Block(nn.Module):
     def __init__(self, expand):
         super().__init__()
-        layers = [nn.Conv2d(4, 4, 1)] if expand else []
-        layers += [nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)]
+        layers = [nn.Conv2d(4, 4, 1, bias=False)] if expand else []
+        layers += [nn.Conv2d(4, 4, 1, bias=False), nn.BatchNorm2d(4)]
         self.stages = nn.ModuleList([nn.Sequential(*layers)])
 
     def forward(self, x):
@@ -323,7 +323,7 @@ class Block(nn.Module):
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.stem = nn.Conv2d(3, 4, 1)
+        self.stem = nn.Conv2d(3, 4, 1, bias=False)
         self.b1 = Block(False)
         self.b2 = Block(True)
 
@@ -361,7 +361,7 @@ from torch import nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(8)
 
     def forward(self, x):
