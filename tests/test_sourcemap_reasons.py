@@ -262,18 +262,20 @@ import torch
 import torch.nn as nn
 
 
+EXTRA = None
+
+
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.ln = nn.LayerNorm(8)
-        self.extra = None
 
     def forward(self, x):
         h = x + 1.0
-        if self.extra is not None:
-            # a branch the traced call skips: GPT-2's cross-attention between its
-            # residual add and ln_2
-            h = h + self.extra
+        if EXTRA is not None:
+            # a branch the traced call skips, on a value that is not the module's own
+            # setting (GPT-2's cross-attention between its residual add and ln_2)
+            h = h + EXTRA
         return self.ln(h)
 """
 
@@ -282,18 +284,24 @@ import torch
 import torch.nn as nn
 
 
+EXTRA = None
+
+
 class InPlace(nn.Module):
     def __init__(self):
         super().__init__()
         self.ln = nn.LayerNorm(8)
-        self.extra = None
 
     def forward(self, x):
         h = x + 1.0
-        if self.extra is not None:
-            h.mul_(self.extra)
+        if EXTRA is not None:
+            h.mul_(EXTRA)
         return self.ln(h)
 """
+
+_LN = "        self.ln = nn.LayerNorm(8)\n"
+ON_A_SETTING = BRANCH_BETWEEN.replace("EXTRA = None\n\n\n", "").replace(
+    _LN, _LN + "        self.extra = None\n").replace("EXTRA", "self.extra")
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
@@ -304,10 +312,24 @@ def test_a_branch_between_the_fused_lines_is_named_by_its_first_line_and_what_it
     analysis = analyze_file(path, [InputSpec((4, 8))], "Net", capture=capture)
     (m,) = map_clusters(analysis)
     assert m.quality == POINTER
-    line = line_of(path, "if self.extra is not None:")
-    assert (f"line {line} (`if self.extra is not None:`) lies between the fused lines and may "
+    line = line_of(path, "if EXTRA is not None:")
+    assert (f"line {line} (`if EXTRA is not None:`) lies between the fused lines and may "
             "change `h`: one kernel cannot run around it") in m.reason
     assert "# a branch" not in m.reason  # the first line only, not the block
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_branch_on_a_module_setting_the_call_skipped_becomes_the_edits_condition(
+        tmp_path, capture):
+    """The same branch on `self.extra`, None in this module: its condition is fixed per
+    instance, so the edit runs the kernel where it is False (sourcemap/skipped.py)."""
+    path = tmp_path / "branch.py"
+    path.write_text(ON_A_SETTING)
+    analysis = analyze_file(path, [InputSpec((4, 8))], "Net", capture=capture)
+    (m,) = map_clusters(analysis)
+    assert m.quality == EXACT, m.reason
+    assert m.condition == "self.extra is None"
+    assert "h = h + self.extra" in m.original
 
 
 @pytest.mark.parametrize("capture", CAPTURES)

@@ -13,7 +13,7 @@ two clusters a sum joins (``joint.py``); ``mapping.py`` decides which clusters f
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..analysis.types import Cluster
@@ -27,7 +27,13 @@ from .match import Found, Piece, unify, unify_part, unify_parts
 from .paired import read_after
 from .parts import around, free_inputs, nest_parts, replace_part_results, stale_around
 from .pysource import read_later, stored_names
-from .selected import OtherCall, Selection, select_instances
+from .selected import (
+    OtherCall,
+    Selection,
+    select_by_skipped,
+    select_instances,
+    skipped_condition,
+)
 from .served import Part
 from .source_mapping import EXACT, POINTER, ServedPart, SourceMapping
 from .span import PointerOnly, Span
@@ -94,7 +100,8 @@ def _match(analysis: Analysis, span: Span, cs: list[Cluster], served: dict[int, 
 
 def _alone(analysis: Analysis, span: Span, every: list[Cluster], frames: Frames,
            kept: frozenset[str], kept_around: set[str], unserved: Mapping[int, str],
-           after: tuple[SourceMapping, ...], select: bool = False) -> Selection | None:
+           after: tuple[SourceMapping, ...], select: bool = False,
+           skipped: Sequence[ast.expr] = ()) -> Selection | None:
     """``check_alone``; where other calls run the lines otherwise, the condition that leaves
     them to the lines as written (selected.py), or the refusal when there is none. With
     `select` (one kernel's clusters of lines that form others in other calls) the condition
@@ -108,7 +115,9 @@ def _alone(analysis: Analysis, span: Span, every: list[Cluster], frames: Frames,
             if after or span.guard is not None:
                 raise
             stray = e
-    selection = select_instances(analysis, span, every)
+    # an `if` the kernel's calls skip and the others run tells them apart (skipped.py)
+    selection = select_by_skipped(analysis, span, every, skipped) or select_instances(
+        analysis, span, every)
     if isinstance(selection, str):
         if stray is None:
             raise PointerOnly(f"the lines form other kernels in other calls, and {selection}")
@@ -117,6 +126,16 @@ def _alone(analysis: Analysis, span: Span, every: list[Cluster], frames: Frames,
     check_alone(analysis, span, every, frames, kept, kept_around, unserved=unserved,
                 as_written=selection.as_written)
     return selection
+
+
+def _condition(span: Span, selection: Selection | None, skipped: Sequence[ast.expr]
+               ) -> str | None:
+    """Where the edit runs its kernel: the instances `selection` tells apart, with every `if`
+    the lines hold and the kernel's calls skipped False (skipped.py)."""
+    tests = [skipped_condition(span.src, skipped)] if skipped else []
+    if selection is not None and selection.condition not in tests:
+        tests.insert(0, selection.condition)
+    return " and ".join(tests) or None
 
 
 def map_group(analysis: Analysis, span: Span, group: list[Cluster], frames: Frames,
@@ -185,8 +204,9 @@ def _map_one(analysis: Analysis, span: Span, group: list[Cluster], frames: Frame
             every.append(p.cluster)
             pieces, kept_around = trial
         kept = frozenset().union(*(f.inlined for _, found in pieces for f in found))
+        skipped = list(dict.fromkeys(t for _, found in pieces for f in found for t in f.skipped))
         selection = _alone(analysis, span, every, frames, kept, kept_around, unserved, after,
-                           select)
+                           select, skipped)
         for cs, found in pieces:
             consistent(analysis, cs, found, served)
         _check_dead(span, tuple(t for _, found in pieces for t in found[0].targets), after)
@@ -218,7 +238,7 @@ def _map_one(analysis: Analysis, span: Span, group: list[Cluster], frames: Frame
                           shared_with=others[c.index], original=original, baked=f.baked,
                           calls=names, serves=serves, imports=imports,
                           needs=tuple(sorted({e.cluster_index for e in after})),
-                          condition=selection.condition if selection else None, **base)
+                          condition=_condition(span, selection, skipped), **base)
             for (cs, _), (name, f) in zip(pieces, calls, strict=True)
             for c in cs if id(c) not in served]
 

@@ -100,6 +100,16 @@ def _value(expr: ast.expr, self_name: str, module: torch.nn.Module | None) -> An
     raise _Unsettled
 
 
+def settled_value(test: ast.expr, self_name: str, module: torch.nn.Module
+                  ) -> tuple[bool] | None:
+    """`(bool(test),)` with `self` the module, when `test` reads nothing but its attributes
+    and constants (not its `training` flag); None otherwise or when an attribute is missing."""
+    try:
+        return (bool(_value(test, self_name, module)),)
+    except Exception:  # noqa: BLE001 - _Unsettled, or an attribute the module lacks
+        return None
+
+
 def guarded_run(src: SourceFile, scope: Scope, stmts: list[Statement]
                 ) -> tuple[tuple[Statement, ...], Guard, list[ast.stmt], int, int] | None:
     """The run (head: statements before the `if`, then the first ones of its body; tail:

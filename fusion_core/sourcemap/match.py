@@ -66,6 +66,9 @@ class Found:
     inlined: frozenset[str] = frozenset()  # inputs computed by their argument expression
     within: ast.expr | None = None  # the part of the last statement the fused call replaces
     imports: tuple[str, ...] = ()  # lines the file must import for `args` (unbiased.py)
+    # Conditions of `if`s among the lines this call skipped (skipped.py): the edit's kernel
+    # runs where all are False.
+    skipped: tuple[ast.expr, ...] = ()
 
 
 def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = None,
@@ -160,7 +163,7 @@ def unify(analysis: Analysis, c: Cluster, span: Span, within: ast.expr | None = 
     names = () if returned else assigned_to(analysis, c, span, match.values,  # all returned
                                             within)
     return Found(tuple(texts[n] for n in c.inputs), baked, names, match.inlined, within,
-                 match.imports)
+                 match.imports, match.skipped)
 
 
 class InContainer(PointerOnly):

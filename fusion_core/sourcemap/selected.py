@@ -29,6 +29,7 @@ written (``alone.check_alone`` skips their calls' ops).
 
 from __future__ import annotations
 
+import ast
 import sys
 import types
 from collections.abc import Sequence
@@ -41,7 +42,10 @@ import torch.nn as nn
 from ..analysis.types import Cluster
 from ..pipeline import Analysis
 from .callkeys import instance_path
+from .guard import settled_value
 from .match import self_path_of
+from .pysource import SourceFile
+from .skipped import negated
 from .span import PointerOnly, Span
 
 
@@ -124,15 +128,10 @@ def _layer_condition(runs: Sequence[nn.Module], others: Sequence[nn.Module], rec
     return None
 
 
-def select_instances(analysis: Analysis, span: Span, clusters: Sequence[Cluster]
-                     ) -> Selection | str:
-    """The condition that runs the edit's kernel on the calls that formed `clusters` only,
-    or why there is none."""
-    receiver = span.scope.receiver
-    module = _module_of_file(span.src.path)
-    if receiver is None or module is None:
-        return (f"`{span.scope}` has no module of its own to test" if receiver is None
-                else f"{span.src.path} is not a loaded module to spell a class in")
+def _runs_and_others(analysis: Analysis, span: Span, clusters: Sequence[Cluster]
+                     ) -> tuple[list[nn.Module], list[nn.Module]] | str:
+    """The modules whose calls formed `clusters` and the class's other instances, or why
+    they cannot be told apart."""
     runs: dict[int, nn.Module] = {}
     for c in clusters:
         path = self_path_of(analysis, c, span.scope)
@@ -144,9 +143,51 @@ def select_instances(analysis: Analysis, span: Span, clusters: Sequence[Cluster]
               if span.scope.owned_by(m) and id(m) not in runs}
     if not others:
         return "that call runs on a module whose other call forms the cluster"
-    condition = _layer_condition(list(runs.values()), list(others.values()), receiver, module)
+    return list(runs.values()), list(others.values())
+
+
+def select_by_skipped(analysis: Analysis, span: Span, clusters: Sequence[Cluster],
+                      tests: Sequence[ast.expr]) -> Selection | None:
+    """Where the `if`s the clusters' calls skipped (skipped.py) tell the instances apart:
+    their negated conditions, which hold on every module whose calls formed the clusters,
+    when every other instance of the class fails one of them (runs one of those bodies)."""
+    receiver = span.scope.receiver
+    found = _runs_and_others(analysis, span, clusters)
+    if receiver is None or not tests or isinstance(found, str):
+        return None
+    runs, others = found
+
+    def skips_all(m: nn.Module) -> bool:
+        return all(settled_value(t, receiver, m) == (False,) for t in tests)
+
+    if not all(skips_all(m) for m in runs) or any(
+            skips_all(m) or any(settled_value(t, receiver, m) is None for t in tests)
+            for m in others):
+        return None
+    return Selection(skipped_condition(span.src, tests), frozenset(id(m) for m in others))
+
+
+def skipped_condition(src: SourceFile, tests: Sequence[ast.expr]) -> str:
+    """`self.downsample is None and self.se is None`: every skipped `if`'s condition False."""
+    return " and ".join(dict.fromkeys(negated(src, t) for t in tests))
+
+
+def select_instances(analysis: Analysis, span: Span, clusters: Sequence[Cluster]
+                     ) -> Selection | str:
+    """The condition that runs the edit's kernel on the calls that formed `clusters` only,
+    or why there is none."""
+    receiver = span.scope.receiver
+    module = _module_of_file(span.src.path)
+    if receiver is None or module is None:
+        return (f"`{span.scope}` has no module of its own to test" if receiver is None
+                else f"{span.src.path} is not a loaded module to spell a class in")
+    found = _runs_and_others(analysis, span, clusters)
+    if isinstance(found, str):
+        return found
+    runs, others = found
+    condition = _layer_condition(runs, others, receiver, module)
     if condition is None:
         return (f"no layer of `{span.scope.class_name}` has a class (named in the file) on "
                 "the modules whose calls form the kernel's clusters that it lacks on the "
                 "others, for an `if isinstance(...)` to run the kernel there only")
-    return Selection(condition, frozenset(others))
+    return Selection(condition, frozenset(id(m) for m in others))

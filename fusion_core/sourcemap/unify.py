@@ -24,7 +24,7 @@ from ..ir.graph import FusionGraph
 from ..ir.max_values import SPELLED
 from ..ir.sdpa_mask import ADDITIVE_MASK
 from ..ir.spelling import said, said_all
-from .augmented import is_augmented, rebinding_refused
+from .augmented import augmented_value, is_augmented, rebinding_refused
 from .callees import calls_method, computes_node, same_callee
 from .eval_settled import chosen_branch
 from .evaluated import args_computed
@@ -56,6 +56,7 @@ from .pysource import (
     stored_names,
 )
 from .recomputed import CopyMismatch, copied_expr, same_value
+from .skipped import skipped_ifs
 from .spelled_ops import op_names, same_operator
 from .traced_args import channel_reshape, keyword_values, unread_params
 
@@ -75,6 +76,9 @@ class Match:
     # `training` flags (`self.training`) the inputs were read with as False: an argument
     # `a if not self.training else b` is `a` only where the edit's guard holds.
     assumes: frozenset[str] = frozenset()
+    # Conditions of `if`s among the lines that the call skipped (skipped.py): the edit runs
+    # the kernel only where each is False.
+    skipped: tuple[ast.expr, ...] = ()
 
 
 class Unifier:
@@ -109,6 +113,16 @@ class Unifier:
         self.imports: dict[str, None] = {}
         self.assumes: set[str] = set()
         self.queue: list[int] = []
+        self.skipped = skipped_ifs(stmts, receiver, self.instance())
+
+    def instance(self) -> torch.nn.Module | None:
+        """The module whose call ran the lines, when known."""
+        if self.model is None or self.self_path == "\0":
+            return None
+        try:
+            return self.model.get_submodule(self.self_path)
+        except AttributeError:
+            return None
 
     def run(self, output: str, within: ast.expr | None = None,
             returned: tuple[tuple[ast.expr, str], ...] = ()) -> Match:
@@ -124,18 +138,23 @@ class Unifier:
             self.match(expr, self.fx_nodes[result], last)
         while self.queue:  # earlier statements only: a name reads a line above its own
             k = self.queue.pop()
-            self.match(value_of(self.stmts[k].node, last=False), self.fx_nodes[self.values[k]], k)
+            node = self.stmts[k].node  # `out += identity` above the last line: its sum
+            self.match(augmented_value(node) or value_of(node, last=False),
+                       self.fx_nodes[self.values[k]], k)
         self.follow_aliases()
-        for st, v in zip(self.stmts, self.values, strict=True):
-            if v is None:
+        for k, (st, v) in enumerate(zip(self.stmts, self.values, strict=True)):
+            if v is None and k not in self.skipped:
                 raise Mismatch(unused_statement(self.src, st))
+        augmented = [k for k, st in enumerate(self.stmts[:-1]) if augmented_value(st.node)]
         if any(is_augmented(final, expr) for expr, _ in returned):
-            why = rebinding_refused(self.src, self.stmts, self.values, self.cluster)
+            augmented.append(last)
+        for k in augmented:
+            why = rebinding_refused(self.src, self.stmts[:k + 1], self.values, self.cluster)
             if why is not None:
                 raise Mismatch(why)
         return Match(tuple(self.inputs.items()), frozenset(self.matched),
                      tuple(self.baked.items()), tuple(self.values), frozenset(self.inlined),
-                     tuple(self.imports), frozenset(self.assumes))
+                     tuple(self.imports), frozenset(self.assumes), tuple(self.skipped.values()))
 
     def follow_aliases(self) -> None:
         """`residual = h` between the fused lines holds what `h` held there: the rewrite may
