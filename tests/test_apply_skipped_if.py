@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import ast
 
-from apply_checks import apply_net, bn_args, refused_untouched, same_in_train_mode, same_outputs
+import torch
+from apply_checks import (
+    DEVICE,
+    apply_net,
+    bn_args,
+    original_and_rewritten,
+    refused_untouched,
+    same_in_train_mode,
+    same_outputs,
+)
 
 from fusion_core.sourcemap.pysource import SourceFile
 from fusion_core.sourcemap.skipped import negated
@@ -114,6 +123,80 @@ def test_an_augmented_add_into_the_callers_tensor_above_the_last_line_is_refused
             in output), output
 
 
+SETTING_OR_DEFAULT = '''import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, 1, 1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        self.k = k
+
+    def forward(self, x):
+        out = self.conv(x)
+        out = self.bn(out)
+        if (self.k or 0) == 1:
+            out = out * 3.0
+        out = out + x
+        out = torch.relu(out)
+        return out
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.b1 = Block(None)
+
+    def forward(self, x):
+        return self.b1(x)
+'''
+
+
+def test_a_negated_comparison_keeps_its_operands_parentheses(tmp_path):
+    """`(self.k or 0) == 1` negated is `(self.k or 0) != 1`; without the parentheses Python
+    reads `self.k or (0 != 1 and ...)` and any set `k` ran the kernel (found by review)."""
+    path = tmp_path / "net.py"
+    path.write_text(SETTING_OR_DEFAULT)
+    result = apply_net(path, "2,4,8,8")
+    assert result.exit_code == 0, result.output
+    assert "        if (self.k or 0) != 1 and not self.bn.training:\n" in path.read_text()
+    before, after = original_and_rewritten(tmp_path, path, SETTING_OR_DEFAULT)
+    x = torch.randn(2, 4, 8, 8)
+    for k in (None, 1, 5):  # the setting changed after the rewrite: the condition decides
+        before.b1.k = after.b1.k = k
+        with torch.no_grad():
+            torch.testing.assert_close(after.to(DEVICE)(x.to(DEVICE)), before.to(DEVICE)(
+                x.to(DEVICE)), atol=1e-5, rtol=1e-4)
+
+
+def test_an_if_the_traced_call_ran_by_an_or_value_stays_between_the_lines(tmp_path):
+    """`(self.k or 0) == 2` with `k = 2` is True (the `or`'s value is 2, not a bool): the
+    traced call ran the body, so the lines stay as written (found by review: read as
+    `True == 2`, the `if` counted as skipped and the edit failed its check)."""
+    source = SETTING_OR_DEFAULT.replace("Block(None)", "Block(2)").replace(
+        "        self.k = k\n", "        self.k = k\n        self.skip = nn.Conv2d(4, 4, 1)\n")
+    source = source.replace("        out = self.conv(x)\n",
+                            "        identity = x\n        out = self.conv(x)\n")
+    source = source.replace("if (self.k or 0) == 1:\n            out = out * 3.0",
+                            "if (self.k or 0) == 2:\n            identity = self.skip(x)")
+    source = source.replace("out = out + x", "out = out + identity")
+    output = refused_untouched(tmp_path / "net.py", source, "2,4,8,8")
+    assert ("(`if (self.k or 0) == 2:`) lies between the fused lines and may change "
+            "`identity`") in output, output
+
+
+def test_an_augmented_add_that_the_trace_promoted_is_refused(tmp_path):
+    """`out += identity` keeps `out` float32; FX traced it as `out + identity`, float64, so
+    a kernel computing the sum would return float64 (found by review)."""
+    source = SETTING_OR_DEFAULT.replace(
+        "        out = out + x\n", "        identity = x.double()\n        out += identity\n")
+    output = refused_untouched(tmp_path / "net.py", source, "2,4,8,8")
+    assert ("keeps `out` float32 (an in-place op does not change a tensor's dtype), where "
+            "the trace computed float64") in output, output
+
+
 def _test(text: str) -> tuple[SourceFile, ast.expr]:
     src = SourceFile("f.py", f"if {text}:\n    pass\n".encode())
     node = src.tree.body[0]
@@ -125,6 +208,7 @@ def test_the_negated_condition_is_written_as_a_user_would():
     cases = {"self.downsample is not None": "self.downsample is None",
              "self.se is None": "self.se is not None",
              "self.mode == 'a'": "self.mode != 'a'",
+             "(self.k or 0) == 1": "(self.k or 0) != 1",
              "not self.has_skip": "self.has_skip",
              "not (self.a or self.b)": "(self.a or self.b)",
              "self.has_skip": "not (self.has_skip)"}

@@ -90,8 +90,17 @@ def _value(expr: ast.expr, self_name: str, module: torch.nn.Module | None) -> An
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
         return not _value(expr.operand, self_name, module)
     if isinstance(expr, ast.BoolOp):
-        values = [bool(_value(v, self_name, module)) for v in expr.values]
-        return all(values) if isinstance(expr.op, ast.And) else any(values)
+        if module is None:  # the form only: every operand
+            for v in expr.values:
+                _value(v, self_name, None)
+            return None
+        # Python's value, not a bool: `(self.k or 0) == 2` compares `self.k` where it is set
+        stop = isinstance(expr.op, ast.Or)
+        for v in expr.values:
+            value = _value(v, self_name, module)
+            if bool(value) is stop:
+                return value
+        return value
     if (isinstance(expr, ast.Compare) and len(expr.ops) == 1
             and type(expr.ops[0]) in _COMPARE):
         left = _value(expr.left, self_name, module)
@@ -105,6 +114,7 @@ def settled_value(test: ast.expr, self_name: str, module: torch.nn.Module
     """`(bool(test),)` with `self` the module, when `test` reads nothing but its attributes
     and constants (not its `training` flag); None otherwise or when an attribute is missing."""
     try:
+        _value(test, self_name, None)  # the whole condition's form, short-circuit or not
         return (bool(_value(test, self_name, module)),)
     except Exception:  # noqa: BLE001 - _Unsettled, or an attribute the module lacks
         return None

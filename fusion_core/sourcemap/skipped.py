@@ -51,13 +51,21 @@ def skipped_ifs(stmts: Sequence[Statement], receiver: str | None,
     return out
 
 
+# Operands a comparison or an `and` must keep in parentheses: their segment drops them.
+_LOOSE = (ast.BoolOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.Lambda, ast.NamedExpr)
+
+
+def _operand(src: SourceFile, expr: ast.expr) -> str:
+    text = src.segment(expr)
+    return f"({text})" if isinstance(expr, _LOOSE) else text
+
+
 def negated(src: SourceFile, test: ast.expr) -> str:
     """The text of `not test`, as a user would write it: `self.downsample is None` for
     `self.downsample is not None`, `self.se` for `not self.se`, else `not (...)`."""
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _NEGATED:
-        return (f"{src.segment(test.left)} {_NEGATED[type(test.ops[0])]} "
-                f"{src.segment(test.comparators[0])}")
+        return (f"{_operand(src, test.left)} {_NEGATED[type(test.ops[0])]} "
+                f"{_operand(src, test.comparators[0])}")
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = src.segment(test.operand)
-        return f"({inner})" if isinstance(test.operand, (ast.BoolOp, ast.IfExp)) else inner
+        return _operand(src, test.operand)
     return f"not ({src.segment(test)})"

@@ -149,12 +149,31 @@ class Unifier:
         if any(is_augmented(final, expr) for expr, _ in returned):
             augmented.append(last)
         for k in augmented:
-            why = rebinding_refused(self.src, self.stmts[:k + 1], self.values, self.cluster)
+            why = rebinding_refused(self.src, self.stmts[:k + 1], self.values,
+                                    self.cluster) or self.promoted(k)
             if why is not None:
                 raise Mismatch(why)
         return Match(tuple(self.inputs.items()), frozenset(self.matched),
                      tuple(self.baked.items()), tuple(self.values), frozenset(self.inlined),
                      tuple(self.imports), frozenset(self.assumes), tuple(self.skipped.values()))
+
+    def promoted(self, k: int) -> str | None:
+        """Why statement `k`, `out += identity`, is not its sum: the trace read it as
+        `out + identity` (FX traces `+=` so), which promotes where the other operand's dtype
+        is wider, where the in-place add keeps `out`'s dtype."""
+        st = self.stmts[k].node
+        assert isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name)
+        j = self.assigned_before(k, st.target.id)
+        if j is None or self.values[j] is None or self.values[k] is None:
+            return None
+        held, summed = (getattr(self.fx_nodes[v].meta.get("val"), "dtype", None)
+                        for v in (self.values[j], self.values[k]))
+        if held is None or held == summed:
+            return None
+        return (f"`{self.src.segment(st)}` (line {st.lineno}) keeps `{st.target.id}` "
+                f"{str(held).removeprefix('torch.')} (an in-place op does not change a "
+                f"tensor's dtype), where the trace computed {str(summed).removeprefix('torch.')}:"
+                " the kernel would return that; convert the other operand first")
 
     def follow_aliases(self) -> None:
         """`residual = h` between the fused lines holds what `h` held there: the rewrite may
