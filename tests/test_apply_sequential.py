@@ -47,10 +47,12 @@ def test_both_clusters_inside_sequential_calls_are_written(tmp_path, apply_targe
     assert "Applied 2 edits" in result.output, result.output
     rewritten = path.read_text()
     # Was a pointer: "`self.stem(...)` at line 17 is not `relu` (line 17)". For the GPU the
-    # conv's bias add joins the kernel (and the ReLU stays a layer of its own).
+    # conv's bias add joins the kernel. The ReLU, read by `self.body` and by the add, ends
+    # the kernel on both (on the GPU it was a layer of its own before detect.py gave a
+    # fan-out's value back to the piece computing it).
     bn = bn_args("self.stem[1]")
     stem = {"cpu": f"cluster0(self.stem[0](x), {bn})",
-            "cuda": f"self.stem[2](cluster0({conv_apart('self.stem[0]')}, {bn}))"}
+            "cuda": f"cluster0({conv_apart('self.stem[0]')}, {bn})"}
     # Each kernel computes its BatchNorm as eval mode does: it runs only while that layer is
     # in eval mode; in train mode the lines run as written.
     assert ("        if not self.stem[1].training:\n"

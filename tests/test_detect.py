@@ -62,6 +62,28 @@ def test_absorbable_consumer_makes_one_multi_output_cluster():
     assert a.rejections == ()
 
 
+class TwoResiduals(nn.Module):
+    """A ResNet's chain in small: the first block's last ReLU is read by the next block's
+    layer and by its residual add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.relu(x * 2.0 + 1.0)
+        return torch.relu(self.proj(h) * 3.0 + h)
+
+
+def test_a_value_pruned_for_fan_out_ends_the_group_that_computes_it():
+    # Both blocks in one group fail the fan-out check on the first ReLU; pruned, it ran
+    # alone (read and written once more). The first block's group now ends with it.
+    a = analyze(TwoResiduals(), (4, 8))
+    assert [(r.check, r.culprits) for r in a.rejections] == [("fan-out", ("relu",))]
+    assert [c.ops for c in a.clusters] == [("mul", "add", "relu"), ("mul", "add", "relu")]
+    assert a.clusters[1].inputs[-1] in a.clusters[0].outputs  # the second reads it
+
+
 def test_pruning_with_opaque_consumer_keeps_the_whole_tail():
     # After relu is dropped, mul -> add -> add (with self.proj) is one legal chain.
     a = analyze(PruneOpaque(), (4, 8))

@@ -141,6 +141,30 @@ def _with_boundary_views(g: FusionGraph, group: tuple[str, ...],
     return grown if first_failure(g, set(grown), checks) is None else group
 
 
+def _ending_with_lone_values(g: FusionGraph, legal: list[tuple[str, ...]],
+                             checks: Sequence[tuple[str, Check]]) -> list[tuple[str, ...]]:
+    """`legal`, each value no group holds given to the one group that computes its
+    operands and does not read it, where that group stays legal: the group ends with it and
+    writes it once for all its readers. A ResNet block's last ReLU, read by the next block's
+    convolution and by its residual add, fails the fan-out check in a group with both
+    blocks; pruned, it was left to run alone, reading and writing the activation once more.
+    Last, so that no group the rounds above form is taken from."""
+    groups = [list(grp) for grp in legal]
+    holder = {n: i for i, grp in enumerate(groups) for n in grp}
+    for n in sorted(candidates(g) - set(holder), key=g.position):
+        owners = {holder[r] for r in g[n].refs if r in holder}
+        if len(owners) != 1 or g[n].kind is OpKind.VIEW or g[n].copy_of:
+            continue
+        i = owners.pop()
+        if any(holder.get(u) == i for u in g.users[n]):
+            continue
+        grown = sorted({*groups[i], n}, key=g.position)
+        if first_failure(g, set(grown), checks) is None:
+            groups[i] = grown
+            holder[n] = i
+    return [tuple(grp) for grp in groups]
+
+
 def _without_orphaned_copies(g: FusionGraph, rest: set[str]) -> set[str]:
     """`rest` less a slice's copy of its producer (``slice_recompute.py``) once the slice
     left: alone the copy would only store the value again. It waits for the leftover
@@ -209,6 +233,7 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
                                 for r in reduction_regions(g, comp, True))
                     if n_working_ops(g, c) >= MIN_OPS and len(c) > 1
                     and sibling_reductions(g, c)]
+    legal = _ending_with_lone_values(g, legal, checks)
     legal = [_with_boundary_views(g, grp, checks) for grp in legal]
     # A group read only for its shape (`n = h.shape[-1]`, told by its inputs) writes nothing
     # the model uses: no kernel to make (it would have no result to return).
