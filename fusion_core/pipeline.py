@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from . import _interpret  # noqa: F401  (first: sets TRITON_INTERPRET before triton loads)
 from .analysis import legality
-from .analysis.detect import detect
+from .analysis.detect import absorbable_lone_values, detect
 from .analysis.group import ordered
 from .analysis.recompute import recompute_plan
 from .analysis.slice_recompute import slice_recompute_plan
@@ -163,10 +163,11 @@ def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.d
     distinct_cat_operands(gm)
     mark_run_devices(gm, specs, frontend, device)  # before any copy: copies keep its marks
     index_copies = copy_index_values(gm)
-    graph, clusters, rejections = _detect(gm, name, frontend)
+    # Values left alone join no group before the plans below had them (detect.py)
+    graph, clusters, rejections = _detect(gm, name, frontend, lone_values=False)
     if stray := stray_copies(graph, [c.nodes for c in clusters], index_copies):
         undo(gm, stray)
-        graph, clusters, rejections = _detect(gm, name, frontend)
+        graph, clusters, rejections = _detect(gm, name, frontend, lone_values=False)
     plan = recompute_plan(graph, clusters)
     # A value another consumer already copies stays out of the slices' cones.
     copied = {p.value for p in plan} | {p.consumer for p in plan}
@@ -175,12 +176,14 @@ def _analyze_graph(gm: fx.GraphModule, name: str, frontend: str, device: torch.d
         copies = duplicate_values(gm, ((p.value, p.consumer) for p in plan))
         copies += [c for p in per_slice for c in copy_cone(gm, p.cone, p.slice)]
         gm.recompile()
-        graph, clusters, rejections = _detect(gm, name, frontend)
+        graph, clusters, rejections = _detect(gm, name, frontend, lone_values=False)
         while lone := _unused_copies(graph, clusters, copies):
             undo(gm, lone)
             alive = {n.name for n in gm.graph.nodes}  # a cone's inner copies go with it
             copies = [c for c in copies if c not in lone and c in alive]
-            graph, clusters, rejections = _detect(gm, name, frontend)
+            graph, clusters, rejections = _detect(gm, name, frontend, lone_values=False)
+    if absorbable_lone_values(graph, {n: c.index for c in clusters for n in c.nodes}):
+        graph, clusters, rejections = _detect(gm, name, frontend)
     return graph, clusters, rejections
 
 
@@ -208,12 +211,12 @@ def lowers(g: FusionGraph, group: Collection[str]) -> Failure | None:
 CHECKS: tuple[tuple[str, legality.Check], ...] = (*legality.CHECKS, ("lowering", lowers))
 
 
-def _detect(gm: fx.GraphModule, name: str, frontend: str
+def _detect(gm: fx.GraphModule, name: str, frontend: str, lone_values: bool = True
             ) -> tuple[FusionGraph, tuple[Cluster, ...], tuple[Rejection, ...]]:
     graph = to_fusion_graph(gm, name, frontend=frontend)
     if frontend == "export":
         graph = label_modules(graph, gm)
-    return graph, *detect(graph, CHECKS)
+    return graph, *detect(graph, CHECKS, lone_values)
 
 
 def analyze_file(path: str | Path, specs: Sequence[InputSpec],

@@ -84,6 +84,44 @@ def test_a_value_pruned_for_fan_out_ends_the_group_that_computes_it():
     assert a.clusters[1].inputs[-1] in a.clusters[0].outputs  # the second reads it
 
 
+class CatTwice(nn.Module):
+    """`h` read through two index maps (both halves of the cat): the pipeline copies it
+    into the norm's kernel (slice_recompute.py)."""
+
+    def forward(self, x):
+        h = torch.tanh(x * 2.0 + 1.0)
+        return F.layer_norm(torch.cat([h, h], -1), (16,))
+
+
+def test_a_pruned_value_the_recompute_plans_copy_is_left_to_them():
+    # Found by review: given back to its producers' group before the plans ran, `tanh`
+    # was stored and read back by a second kernel, where the plan makes one.
+    a = analyze(CatTwice(), (4, 8))
+    assert len(a.clusters) == 1 and {"cat", "layer_norm"} <= set(a.clusters[0].ops)
+
+
+class NoopDropout(nn.Module):
+    """An eval-mode dropout returns its input: alone it costs nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.1)
+        self.w = nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        h = torch.relu(x) * 2.0
+        f = self.drop(h)
+        return self.proj(f) * h, F.gelu(f * self.w)
+
+
+def test_a_pruned_value_that_would_add_a_result_stays_alone():
+    # Found by review: the dropout joined `relu → mul`, which then wrote both `mul` and
+    # the dropout's identical values (384 B where 256 B were written).
+    a = analyze(NoopDropout().eval(), (4, 8))
+    assert [c.ops for c in a.clusters] == [("relu", "mul"), ("mul", "gelu")]
+
+
 def test_pruning_with_opaque_consumer_keeps_the_whole_tail():
     # After relu is dropped, mul -> add -> add (with self.proj) is one legal chain.
     a = analyze(PruneOpaque(), (4, 8))

@@ -151,18 +151,28 @@ def _ending_with_lone_values(g: FusionGraph, legal: list[tuple[str, ...]],
     Last, so that no group the rounds above form is taken from."""
     groups = [list(grp) for grp in legal]
     holder = {n: i for i, grp in enumerate(groups) for n in grp}
-    for n in sorted(candidates(g) - set(holder), key=g.position):
-        owners = {holder[r] for r in g[n].refs if r in holder}
-        if len(owners) != 1 or g[n].kind is OpKind.VIEW or g[n].copy_of:
-            continue
-        i = owners.pop()
-        if any(holder.get(u) == i for u in g.users[n]):
-            continue
+    for n in absorbable_lone_values(g, holder):
+        i = holder[next(r for r in g[n].refs if r in holder)]
         grown = sorted({*groups[i], n}, key=g.position)
-        if first_failure(g, set(grown), checks) is None:
+        # the group's result becomes `n`: one more result (a no-op such as an eval-mode
+        # dropout, which writes the same data again) costs more than `n` alone
+        if len(escaping(g, grown)) <= len(escaping(g, groups[i])) and first_failure(
+                g, set(grown), checks) is None:
             groups[i] = grown
             holder[n] = i
     return [tuple(grp) for grp in groups]
+
+
+def absorbable_lone_values(g: FusionGraph, holder: dict[str, int]) -> list[str]:
+    """Candidates no group holds (`holder`: node -> group) whose in-group operands all lie
+    in one group that does not read them, in graph order."""
+    out = []
+    for n in sorted(candidates(g) - set(holder), key=g.position):
+        owners = {holder[r] for r in g[n].refs if r in holder}
+        if (len(owners) == 1 and g[n].kind is not OpKind.VIEW and not g[n].copy_of
+                and not any(holder.get(u) in owners for u in g.users[n])):
+            out.append(n)
+    return out
 
 
 def _without_orphaned_copies(g: FusionGraph, rest: set[str]) -> set[str]:
@@ -178,10 +188,12 @@ def _without_orphaned_copies(g: FusionGraph, rest: set[str]) -> set[str]:
     return rest
 
 
-def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
-           ) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
+def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS,
+           lone_values: bool = True) -> tuple[tuple[Cluster, ...], tuple[Rejection, ...]]:
     """Clusters and rejections (module docstring); `checks`: the legality checks in order
-    (the pipeline's add the code generator's dry run to legality's own)."""
+    (the pipeline's add the code generator's dry run to legality's own); `lone_values`:
+    values no group holds end the group computing them (``_ending_with_lone_values``;
+    off while the pipeline plans recomputed copies, which would take them otherwise)."""
     legal: list[tuple[str, ...]] = []
     rejections: list[Rejection] = _dead_rejections(g)
     cuts: list[tuple[tuple[str, ...], tuple[str, ...]]] = []  # (component, nodes left alone)
@@ -233,7 +245,8 @@ def detect(g: FusionGraph, checks: Sequence[tuple[str, Check]] = CHECKS
                                 for r in reduction_regions(g, comp, True))
                     if n_working_ops(g, c) >= MIN_OPS and len(c) > 1
                     and sibling_reductions(g, c)]
-    legal = _ending_with_lone_values(g, legal, checks)
+    if lone_values:
+        legal = _ending_with_lone_values(g, legal, checks)
     legal = [_with_boundary_views(g, grp, checks) for grp in legal]
     # A group read only for its shape (`n = h.shape[-1]`, told by its inputs) writes nothing
     # the model uses: no kernel to make (it would have no result to return).
