@@ -13,6 +13,7 @@ from analysis_helpers import run
 
 from fusion_core.ir.shapes import InputSpec
 from fusion_core.pipeline import analyze, analyze_file
+from fusion_core.report.console import retried
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MiB = 2**20
@@ -82,6 +83,11 @@ def test_a_value_pruned_for_fan_out_ends_the_group_that_computes_it():
     assert [(r.check, r.culprits) for r in a.rejections] == [("fan-out", ("relu",))]
     assert [c.ops for c in a.clusters] == [("mul", "add", "relu"), ("mul", "add", "relu")]
     assert a.clusters[1].inputs[-1] in a.clusters[0].outputs  # the second reads it
+    # the rejection's account of the search says where the pruned value went
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if "h = torch.relu(x * 2.0 + 1.0)" in text)
+    assert retried(a.graph, a.rejections[0], a.clusters).endswith(
+        f"and retried; `relu` (line {line}) is in cluster 0")
 
 
 class CatTwice(nn.Module):

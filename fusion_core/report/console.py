@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.barriers import find_barriers
-from ..analysis.types import Rejection
+from ..analysis.types import Cluster, Rejection
 from ..ir.graph import FusionGraph
 from ..ir.spelling import said
 from ..pipeline import Analysis
@@ -173,17 +173,21 @@ def print_rejections(analysis: Analysis, console: Console) -> None:
         ops = " → ".join(r.ops) if len(r.ops) <= 6 else (
             " → ".join(r.ops[:3]) + f" → … ({len(r.ops)} ops)")
         console.print(f"  [bold]{r.check}[/bold]  {ops}{where}", highlight=False)
-        console.print(f"      {r.reason}{retried(analysis.graph, r)}", highlight=False,
-                      markup=False)
+        console.print(f"      {r.reason}{retried(analysis.graph, r, analysis.clusters)}",
+                      highlight=False, markup=False)
 
 
-def retried(g: FusionGraph, r: Rejection) -> str:
+def retried(g: FusionGraph, r: Rejection, clusters: Sequence[Cluster] = ()) -> str:
     """What the search did next, naming the dropped ops as the user wrote them (`mul`
-    (line 23)), not by the graph's node names (`mul_2`)."""
+    (line 23)), not by the graph's node names (`mul_2`), and the cluster each ended in
+    after all (a value pruned for fan-out may end the group computing it, detect.py)."""
     if r.check == "dead-code":
         return ""
     dropped = ", ".join(said(g, n) if n in g else f"`{n}`" for n in r.culprits)
-    return f"; dropped {dropped} and retried"
+    owner = {n: c.index for c in clusters for n in c.nodes}
+    later = "".join(f"; {said(g, n) if n in g else f'`{n}`'} is in cluster {owner[n]}"
+                    for n in r.culprits if n in owner)
+    return f"; dropped {dropped} and retried{later}"
 
 
 def print_barriers(analysis: Analysis, console: Console) -> None:

@@ -302,7 +302,7 @@ def page_data(analysis: Analysis, results: PageResults | None = None, *, title: 
         "clusters": clusters_view(analysis, results, mappings),
         "rejections": [{"check": r.check, "ops": list(r.ops), "nodes": list(r.nodes),
                         "culprits": list(r.culprits), "reason": r.reason,
-                        "retried": retried(analysis.graph, r),
+                        "retried": retried(analysis.graph, r, analysis.clusters),
                         "where": _where(r.lines)} for r in analysis.rejections],
         "inductor_ran": agreement is not None,
         "inductor_missed": missed(analysis, agreement) if agreement else [],
