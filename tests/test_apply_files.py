@@ -197,6 +197,24 @@ def test_the_check_runs_the_rewritten_helper_file_not_the_one_imported_before(fl
         "layers.py", "model.py"]
 
 
+def test_the_check_fails_a_rewritten_model_whose_output_dtype_changed(flat, monkeypatch):
+    """Equal numbers in another dtype: a caller would meet float64 where the model gave
+    float32 (an `out += y.double()` the trace read as `out + y` made such a kernel). The
+    rewritten model's outputs (the second read) are widened here."""
+    real, seen = apply_module._tensors, []
+
+    def widened(out):
+        seen.append(out)
+        tensors = real(out)
+        return [t.double() for t in tensors] if len(seen) == 2 else tensors
+
+    monkeypatch.setattr(apply_module, "_tensors", widened)
+    analysis, plan = _plan(flat / "model.py")
+    with pytest.raises(ApplyError, match="output 0 is float64, the original's float32"):
+        apply(plan, analysis, Console(), assume_yes=True, ask=None)
+    assert (flat / "layers.py").read_text() == LAYERS
+
+
 def test_a_failed_check_restores_every_file(flat, monkeypatch):
     model, layers = flat / "model.py", flat / "layers.py"
     analysis, plan = _plan(model)

@@ -223,6 +223,11 @@ def verify(analysis: Analysis, path: Path, others: tuple[Path, ...] = ()) -> flo
         want = _tensors(original(*theirs))
         got = _tensors(model.to(device).eval()(*mine))
     ok, err, detail = compare(got, want, MODEL_TOL)
+    changed = next((i for i, (a, e) in enumerate(zip(got, want, strict=False))
+                    if isinstance(a, torch.Tensor) and a.dtype != e.dtype), None)
+    if ok and changed is not None:  # numbers alike, yet a caller would see another dtype
+        ok, detail = False, (f"output {changed} is {str(got[changed].dtype)[6:]}, the "
+                             f"original's {str(want[changed].dtype)[6:]}")
     if ok:
         ok, _, wrote = compare(mine, theirs, MODEL_TOL)
         detail = wrote.replace("output", "what it writes into input", 1)
