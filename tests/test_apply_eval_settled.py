@@ -76,10 +76,7 @@ class Net(nn.Module):
 
 
 def test_a_batchnorm_copied_from_timm_applies_under_the_receivers_flag(tmp_path):
-    path = tmp_path / "net.py"
-    path.write_text(BN_ACT)
-    result = apply_net(path)
-    assert "Applied 1 edit to" in result.output, result.output
+    path = applied_file(tmp_path, BN_ACT)
     text = path.read_text()
     stats = ", ".join(f"self.{p}.reshape(-1, 1, 1)"
                       for p in ("running_mean", "running_var", "weight", "bias"))

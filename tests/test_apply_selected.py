@@ -61,10 +61,7 @@ class Net(nn.Module):
 
 
 def test_the_kernel_runs_where_the_activation_is_the_fused_one(tmp_path):
-    path = tmp_path / "net.py"
-    path.write_text(NORM_ACT)
-    result = apply_net(path)
-    assert "Applied 1 edit to" in result.output, result.output
+    path = applied_file(tmp_path, NORM_ACT)
     text = path.read_text()
     assert "        if isinstance(self.act, nn.SiLU) and not self.training:\n" in text, text
     assert ("        else:\n"
@@ -212,10 +209,7 @@ def test_one_kernels_edit_of_chained_blocks_is_told_apart_from_the_others(tmp_pa
     op of the ReLU6 block, and the edit ran BN+ReLU there too, dropping the clamp at 6
     (the check passed: its activations stayed below 6). Each kernel now runs under its
     activation's class, the ReLU6 one too (its lines held the other blocks' convs)."""
-    path = tmp_path / "net.py"
-    path.write_text(CHAINED)
-    result = apply_net(path)
-    assert "Applied 1 edit to" in result.output, result.output
+    path = applied_file(tmp_path, CHAINED)
     text = path.read_text()
     assert "if isinstance(self.act, nn.ReLU) and not self.bn.training:" in text, text
     assert "elif isinstance(self.act, nn.ReLU6) and not self.bn.training:" in text, text

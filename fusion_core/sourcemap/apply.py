@@ -226,8 +226,9 @@ def verify(analysis: Analysis, path: Path, others: tuple[Path, ...] = ()) -> flo
     changed = next((i for i, (a, e) in enumerate(zip(got, want, strict=False))
                     if isinstance(a, torch.Tensor) and a.dtype != e.dtype), None)
     if ok and changed is not None:  # numbers alike, yet a caller would see another dtype
-        ok, detail = False, (f"output {changed} is {str(got[changed].dtype)[6:]}, the "
-                             f"original's {str(want[changed].dtype)[6:]}")
+        ok, detail = False, (f"output {changed} is "
+                             f"{str(got[changed].dtype).removeprefix('torch.')}, the original's "
+                             f"{str(want[changed].dtype).removeprefix('torch.')}")
     if ok:
         ok, _, wrote = compare(mine, theirs, MODEL_TOL)
         detail = wrote.replace("output", "what it writes into input", 1)

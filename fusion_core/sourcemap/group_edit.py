@@ -27,14 +27,9 @@ from .match import Found, Piece, unify, unify_part, unify_parts
 from .paired import read_after
 from .parts import around, free_inputs, nest_parts, replace_part_results, stale_around
 from .pysource import read_later, stored_names
-from .selected import (
-    OtherCall,
-    Selection,
-    select_by_skipped,
-    select_instances,
-    skipped_condition,
-)
+from .selected import OtherCall, Selection, select_by_skipped, select_instances
 from .served import Part
+from .skipped import skipped_condition
 from .source_mapping import EXACT, POINTER, ServedPart, SourceMapping
 from .span import PointerOnly, Span
 

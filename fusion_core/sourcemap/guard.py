@@ -109,13 +109,12 @@ def _value(expr: ast.expr, self_name: str, module: torch.nn.Module | None) -> An
     raise _Unsettled
 
 
-def settled_value(test: ast.expr, self_name: str, module: torch.nn.Module
-                  ) -> tuple[bool] | None:
-    """`(bool(test),)` with `self` the module, when `test` reads nothing but its attributes
+def settled_value(test: ast.expr, self_name: str, module: torch.nn.Module) -> bool | None:
+    """`bool(test)` with `self` the module, when `test` reads nothing but its attributes
     and constants (not its `training` flag); None otherwise or when an attribute is missing."""
     try:
         _value(test, self_name, None)  # the whole condition's form, short-circuit or not
-        return (bool(_value(test, self_name, module)),)
+        return bool(_value(test, self_name, module))
     except Exception:  # noqa: BLE001 - _Unsettled, or an attribute the module lacks
         return None
 

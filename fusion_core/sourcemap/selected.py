@@ -44,8 +44,7 @@ from ..pipeline import Analysis
 from .callkeys import instance_path
 from .guard import settled_value
 from .match import self_path_of
-from .pysource import SourceFile
-from .skipped import negated
+from .skipped import skipped_condition
 from .span import PointerOnly, Span
 
 
@@ -158,18 +157,13 @@ def select_by_skipped(analysis: Analysis, span: Span, clusters: Sequence[Cluster
     runs, others = found
 
     def skips_all(m: nn.Module) -> bool:
-        return all(settled_value(t, receiver, m) == (False,) for t in tests)
+        return all(settled_value(t, receiver, m) is False for t in tests)
 
     if not all(skips_all(m) for m in runs) or any(
             skips_all(m) or any(settled_value(t, receiver, m) is None for t in tests)
             for m in others):
         return None
     return Selection(skipped_condition(span.src, tests), frozenset(id(m) for m in others))
-
-
-def skipped_condition(src: SourceFile, tests: Sequence[ast.expr]) -> str:
-    """`self.downsample is None and self.se is None`: every skipped `if`'s condition False."""
-    return " and ".join(dict.fromkeys(negated(src, t) for t in tests))
 
 
 def select_instances(analysis: Analysis, span: Span, clusters: Sequence[Cluster]

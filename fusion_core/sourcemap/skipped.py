@@ -45,8 +45,7 @@ def skipped_ifs(stmts: Sequence[Statement], receiver: str | None,
         node = st.node
         if not isinstance(node, ast.If) or node.orelse:
             continue
-        value = settled_value(node.test, receiver, instance)
-        if value is not None and not value[0]:
+        if settled_value(node.test, receiver, instance) is False:
             out[k] = node.test
     return out
 
@@ -69,3 +68,8 @@ def negated(src: SourceFile, test: ast.expr) -> str:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _operand(src, test.operand)
     return f"not ({src.segment(test)})"
+
+
+def skipped_condition(src: SourceFile, tests: Sequence[ast.expr]) -> str:
+    """`self.downsample is None and self.se is None`: every skipped `if`'s condition False."""
+    return " and ".join(dict.fromkeys(negated(src, t) for t in tests))
