@@ -259,11 +259,11 @@ def test_a_mismatching_rewrite_is_rolled_back(tmp_path):
     original = path.read_bytes()
     off_by_one = textwrap.dedent("""
 
-        _launch = {name}
+        _base = {name}
 
 
         def {name}(*args):
-            return _launch(*args) + 1.0
+            return _base(*args) + 1.0
         """)
     analysis, plan = _plan(path, (2, 1024),
                            kernel_edit=lambda k: k.source + off_by_one.format(name=k.name))

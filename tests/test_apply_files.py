@@ -184,12 +184,7 @@ def _plan(model, kernel_edit=None):
 def test_the_check_runs_the_rewritten_helper_file_not_the_one_imported_before(flat):
     """A wrong kernel in layers.py only: the check must import layers.py again (the model
     file's `from layers import Block` would reuse the module cached by the analysis)."""
-    off_by_one = "\n\n_launch = {name}\n\n\ndef {name}(*args):\n    return _launch(*args) + 1.0\n"
-
-    def wrong_in_layers(index, k):
-        return k.source + off_by_one.format(name=k.name) if index == 0 else k.source
-
-    analysis, plan = _plan(flat / "model.py", wrong_in_layers)
+    analysis, plan = _plan(flat / "model.py", _wrong_in_layers)
     with pytest.raises(ApplyError, match="failed its check.*restored the originals"):
         apply(plan, analysis, Console(), assume_yes=True, ask=None)
     assert (flat / "layers.py").read_text() == LAYERS
@@ -251,7 +246,8 @@ def test_a_write_failing_in_the_second_file_leaves_the_first_as_it_was(flat, mon
 
 
 def _wrong_in_layers(index, k):
-    off_by_one = "\n\n_launch = {name}\n\n\ndef {name}(*args):\n    return _launch(*args) + 1.0\n"
+    # `_base`, not `_launch`: the generated file has a `_launch` of its own
+    off_by_one = "\n\n_base = {name}\n\n\ndef {name}(*args):\n    return _base(*args) + 1.0\n"
     return k.source + off_by_one.format(name=k.name) if index == 0 else k.source
 
 
